@@ -1,0 +1,34 @@
+# Two entry points: `make run` (broker on localhost:9092, data in ./data) and `make test` (everything).
+# Each creates and fills its own virtualenv.
+PYTHON ?= python3.11
+RUN_VENV := .venv-run
+TEST_VENV := .venv
+SPECS ?= ../shared/kafka-protocol
+
+.PHONY: run test lint check-generated unit compat clean
+
+$(RUN_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(RUN_VENV)
+	$(RUN_VENV)/bin/pip install -q -e .
+	touch $@
+
+$(TEST_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(TEST_VENV)
+	$(TEST_VENV)/bin/pip install -q -e '.[test]'
+	touch $@
+
+run: $(RUN_VENV)/.installed
+	$(RUN_VENV)/bin/kafkacompat serve --override log.dirs=./data --override listeners=PLAINTEXT://localhost:9092
+
+lint: $(TEST_VENV)/.installed
+	$(TEST_VENV)/bin/ruff check kafkacompat compat_tests spark_it tools
+
+check-generated: $(TEST_VENV)/.installed
+	$(TEST_VENV)/bin/python tools/gen_messages.py --specs $(SPECS) --check
+	$(TEST_VENV)/bin/python tools/gen_errors.py --errors $(SPECS)/errors.tsv --check
+
+test: lint check-generated
+	$(TEST_VENV)/bin/python -m pytest -q
+
+clean:
+	rm -rf $(RUN_VENV) $(TEST_VENV) build *.egg-info

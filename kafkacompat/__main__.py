@@ -1,0 +1,3 @@
+from kafkacompat.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,43 @@
+"""Command line entry point: `kafkacompat <command> ...`.
+
+Theory of operation: each command lives in its own module under `kafkacompat.commands`, which exposes
+`HELP: str`, `add_arguments(parser)` and `run(args) -> int`. The table below is the one place that names
+them; modules are imported only when their command runs, so `kafkacompat serve` does not pay for the
+imports of the admin tools and vice versa.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# command name -> module implementing it
+COMMANDS: dict[str, str] = {
+    "dump-log": "kafkacompat.commands.dump_log",
+}
+
+
+def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kafkacompat", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, module_name in COMMANDS.items():
+        if selected is not None and name != selected:
+            sub.add_parser(name)
+            continue
+        module = importlib.import_module(module_name)
+        command_parser = sub.add_parser(name, help=module.HELP, description=module.HELP)
+        module.add_arguments(command_parser)
+        command_parser.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    selected = argv[0] if argv and argv[0] in COMMANDS else None
+    parser = build_parser(selected)
+    args = parser.parse_args(argv)
+    if selected is None:
+        parser.print_help()
+        return 2
+    return int(args._module.run(args) or 0)
