@@ -1,0 +1,324 @@
+"""The log dirs of a broker and every partition log in them.
+
+Theory of operation: each log dir holds `meta.properties` (written on first start, checked on every
+start: a dir from another cluster or node is refused), the three offset checkpoints
+(`recovery-point-offset-checkpoint`, `log-start-offset-checkpoint`, `replication-offset-checkpoint`),
+the clean-shutdown marker `.kafka_cleanshutdown`, and one `<topic>-<partition>` dir per partition.
+
+`startup()` loads every partition dir. The marker decides how: present (clean shutdown) means logs are
+trusted and loaded cheaply; absent means segments after each log's recovery point are verified and
+repaired (see PartitionLog). The marker is removed once loading is done, and written again only by a
+complete `shutdown()` (flush, producer snapshots, checkpoints, then the marker).
+A partition whose files cannot be read (OSError) is put in `offline_partitions` and every later access
+to it raises KafkaError(KAFKA_STORAGE_ERROR); other partitions are unaffected.
+
+`delete_log()` renames the partition dir to `<topic>-<partition>.<uuid hex>-delete` (Kafka's name) and
+removes it; a crash in between leaves a `-delete` dir that the next startup removes.
+
+New partitions go to the log dir holding the fewest partitions (Kafka's rule). Topic configs are not
+stored here (they belong to the cluster metadata): `startup()` and `create_log()` take them.
+
+Single-threaded, like PartitionLog: only `PartitionLog.flush()` may run in worker threads. The
+checkpoint writers read offsets that flushes update under the log's lock-free ints (GIL-atomic).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import uuid
+from collections.abc import Iterator, Mapping
+
+from kafkacompat.log.checkpoints import (
+    CLEAN_SHUTDOWN_FILE,
+    LOG_START_OFFSET_CHECKPOINT,
+    META_PROPERTIES,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    CheckpointError,
+    new_directory_id,
+    read_clean_shutdown,
+    read_meta_properties,
+    read_offset_checkpoint,
+    write_clean_shutdown,
+    write_meta_properties,
+    write_offset_checkpoint,
+)
+from kafkacompat.log.config import LogConfig
+from kafkacompat.log.partition_log import PartitionLog, parse_partition_dir_name
+from kafkacompat.wire.errors import ErrorCode, KafkaError
+
+__all__ = ["LogManager"]
+
+log = logging.getLogger("kafkacompat.log")
+
+TopicPartition = tuple[str, int]
+
+
+class LogManager:
+    """Owns the log dirs: their metadata files and every PartitionLog loaded from or created in them."""
+
+    def __init__(
+        self,
+        log_dirs: list[str],
+        default_config: LogConfig,
+        node_id: int,
+        cluster_id: str,
+        *,
+        sync: bool = True,
+    ) -> None:
+        if not log_dirs:
+            raise ValueError("at least one log dir is needed")
+        self.log_dirs = [os.path.abspath(d) for d in log_dirs]
+        self.default_config = default_config
+        self.node_id = node_id
+        self.cluster_id = cluster_id
+        self.sync = sync
+        self.logs: dict[TopicPartition, PartitionLog] = {}
+        self.offline_partitions: dict[TopicPartition, str] = {}
+        self._dir_of: dict[TopicPartition, str] = {}
+        self._topic_configs: dict[str, LogConfig] = {}
+        self.directory_ids: dict[str, str] = {}
+        self.started = False
+
+    # --- startup ---------------------------------------------------------------------------------
+
+    def _prepare_dir(self, log_dir: str) -> None:
+        os.makedirs(log_dir, exist_ok=True)
+        path = os.path.join(log_dir, META_PROPERTIES)
+        if os.path.exists(path):
+            try:
+                props = read_meta_properties(path)
+            except CheckpointError as exc:
+                raise RuntimeError(f"log dir {log_dir}: unreadable {META_PROPERTIES}: {exc}") from exc
+            if props.get("cluster.id") not in (None, self.cluster_id):
+                raise RuntimeError(
+                    f"log dir {log_dir} belongs to cluster {props.get('cluster.id')}, not {self.cluster_id}"
+                )
+            stored_node = props.get("node.id", props.get("broker.id"))
+            if stored_node is not None and stored_node != str(self.node_id):
+                raise RuntimeError(f"log dir {log_dir} belongs to node {stored_node}, not {self.node_id}")
+            self.directory_ids[log_dir] = props.get("directory.id", "")
+            if "directory.id" in props:
+                return
+        directory_id = new_directory_id()
+        write_meta_properties(
+            path,
+            {
+                "node.id": str(self.node_id),
+                "directory.id": directory_id,
+                "version": "1",
+                "cluster.id": self.cluster_id,
+            },
+        )
+        self.directory_ids[log_dir] = directory_id
+
+    @staticmethod
+    def _read_checkpoint(path: str) -> dict[TopicPartition, int]:
+        try:
+            return read_offset_checkpoint(path)
+        except (CheckpointError, OSError) as exc:
+            log.warning(
+                "ignoring unreadable checkpoint %s (%s); logs will be recovered from their files", path, exc
+            )
+            return {}
+
+    def startup(self, topic_configs: Mapping[str, LogConfig] | None = None, now_ms: int = 0) -> None:
+        """Load every partition of every log dir. `topic_configs`: topic -> LogConfig (default otherwise)."""
+        self._topic_configs.update(topic_configs or {})
+        for log_dir in self.log_dirs:
+            self._prepare_dir(log_dir)
+            clean = read_clean_shutdown(log_dir)
+            recovery_points = self._read_checkpoint(os.path.join(log_dir, RECOVERY_POINT_CHECKPOINT))
+            start_offsets = self._read_checkpoint(os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT))
+            high_watermarks = self._read_checkpoint(os.path.join(log_dir, REPLICATION_OFFSET_CHECKPOINT))
+            for name in sorted(os.listdir(log_dir)):
+                path = os.path.join(log_dir, name)
+                if not os.path.isdir(path):
+                    continue
+                if name.endswith("-delete"):
+                    shutil.rmtree(path, ignore_errors=True)
+                    continue
+                parsed = parse_partition_dir_name(name)
+                if parsed is None:
+                    continue
+                tp = parsed
+                try:
+                    self.logs[tp] = PartitionLog(
+                        path,
+                        tp[0],
+                        tp[1],
+                        self.config_for(tp[0]),
+                        recovery_point=recovery_points.get(tp, 0),
+                        log_start_offset=start_offsets.get(tp, 0),
+                        high_watermark=high_watermarks.get(tp, 0),
+                        clean_shutdown=clean,
+                        now_ms=now_ms,
+                        sync=self.sync,
+                    )
+                    self._dir_of[tp] = log_dir
+                except OSError as exc:
+                    log.error("cannot load log %s: %s; the partition is offline", path, exc)
+                    self.offline_partitions[tp] = str(exc)
+                    self._dir_of[tp] = log_dir
+            marker = os.path.join(log_dir, CLEAN_SHUTDOWN_FILE)
+            if os.path.exists(marker):
+                os.unlink(marker)
+        self.started = True
+
+    # --- partitions ------------------------------------------------------------------------------
+
+    def config_for(self, topic: str) -> LogConfig:
+        return self._topic_configs.get(topic, self.default_config)
+
+    def set_topic_config(self, topic: str, config: LogConfig) -> None:
+        """Apply a topic's (new) configs to all its partitions."""
+        self._topic_configs[topic] = config
+        for (t, _), partition_log in self.logs.items():
+            if t == topic:
+                partition_log.update_config(config)
+
+    def get_log(self, topic: str, partition: int) -> PartitionLog | None:
+        """The partition's log, None if it does not exist; KafkaError(KAFKA_STORAGE_ERROR) if offline."""
+        tp = (topic, partition)
+        if tp in self.offline_partitions:
+            raise KafkaError(
+                ErrorCode.KAFKA_STORAGE_ERROR,
+                f"{topic}-{partition} is offline: {self.offline_partitions[tp]}",
+            )
+        return self.logs.get(tp)
+
+    def _pick_dir(self) -> str:
+        counts = {d: 0 for d in self.log_dirs}
+        for d in self._dir_of.values():
+            counts[d] = counts.get(d, 0) + 1
+        return min(self.log_dirs, key=lambda d: counts[d])
+
+    def create_log(
+        self, topic: str, partition: int, config: LogConfig | None = None, *, now_ms: int = 0
+    ) -> PartitionLog:
+        """The partition's log, created empty (at offset 0) if it does not exist yet."""
+        existing = self.get_log(topic, partition)
+        if existing is not None:
+            if config is not None:
+                existing.update_config(config)
+            return existing
+        if config is not None:
+            self._topic_configs[topic] = config
+        tp = (topic, partition)
+        log_dir = self._pick_dir()
+        try:
+            partition_log = PartitionLog(
+                os.path.join(log_dir, f"{topic}-{partition}"),
+                topic,
+                partition,
+                self.config_for(topic),
+                now_ms=now_ms,
+                sync=self.sync,
+            )
+        except OSError as exc:
+            raise KafkaError(
+                ErrorCode.KAFKA_STORAGE_ERROR, f"cannot create {topic}-{partition}: {exc}"
+            ) from exc
+        self.logs[tp] = partition_log
+        self._dir_of[tp] = log_dir
+        return partition_log
+
+    def delete_log(self, topic: str, partition: int) -> bool:
+        """Remove the partition's log and files; False if there was none."""
+        tp = (topic, partition)
+        partition_log = self.logs.pop(tp, None)
+        self.offline_partitions.pop(tp, None)
+        log_dir = self._dir_of.pop(tp, None)
+        if log_dir is None:
+            return False
+        source = os.path.join(log_dir, f"{topic}-{partition}")
+        if partition_log is not None:
+            partition_log.close(clean=False)
+        doomed = os.path.join(log_dir, f"{topic}-{partition}.{uuid.uuid4().hex}-delete")
+        try:
+            os.rename(source, doomed)
+            shutil.rmtree(doomed)
+        except OSError as exc:
+            raise KafkaError(
+                ErrorCode.KAFKA_STORAGE_ERROR, f"cannot delete {topic}-{partition}: {exc}"
+            ) from exc
+        return True
+
+    def all_logs(self) -> Iterator[tuple[TopicPartition, PartitionLog]]:
+        return iter(list(self.logs.items()))
+
+    # --- background work (the broker's tasks call these with their clock) ------------------------
+
+    def logs_needing_flush(self, now_ms: int) -> list[PartitionLog]:
+        return [pl for pl in self.logs.values() if not pl.offline and pl.flush_needed(now_ms)]
+
+    def run_retention(self, now_ms: int) -> int:
+        """Retention on every online log; returns segments deleted. Storage errors only offline that log."""
+        deleted = 0
+        for tp, partition_log in list(self.logs.items()):
+            if partition_log.offline:
+                continue
+            try:
+                deleted += partition_log.delete_old_segments(now_ms)
+            except KafkaError as exc:
+                log.error("retention failed for %s-%s: %s", tp[0], tp[1], exc)
+        return deleted
+
+    def run_pending_deletes(self, now_ms: int) -> int:
+        removed = 0
+        for partition_log in list(self.logs.values()):
+            if partition_log.offline:
+                continue
+            try:
+                removed += partition_log.run_pending_deletes(now_ms)
+            except KafkaError as exc:
+                log.error("delayed delete failed for %s: %s", partition_log.name, exc)
+        return removed
+
+    def checkpoint(self) -> None:
+        """Write the three offset checkpoints of every log dir."""
+        for log_dir in self.log_dirs:
+            mine = {tp: pl for tp, pl in self.logs.items() if self._dir_of.get(tp) == log_dir}
+            write_offset_checkpoint(
+                os.path.join(log_dir, RECOVERY_POINT_CHECKPOINT),
+                {tp: pl.recovery_point for tp, pl in mine.items()},
+                sync=self.sync,
+            )
+            write_offset_checkpoint(
+                os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT),
+                {tp: pl.log_start_offset for tp, pl in mine.items()},
+                sync=self.sync,
+            )
+            write_offset_checkpoint(
+                os.path.join(log_dir, REPLICATION_OFFSET_CHECKPOINT),
+                {tp: pl.high_watermark for tp, pl in mine.items()},
+                sync=self.sync,
+            )
+
+    def shutdown(self, broker_epoch: int = -1) -> None:
+        """Flush and close every log, write checkpoints, then the clean-shutdown marker of each dir whose
+        logs all closed cleanly."""
+        failed_dirs = set()
+        for tp, partition_log in self.logs.items():
+            if partition_log.offline:
+                failed_dirs.add(self._dir_of.get(tp))
+            partition_log.close(clean=True)
+            if partition_log.offline:
+                failed_dirs.add(self._dir_of.get(tp))
+        for tp in self.offline_partitions:
+            failed_dirs.add(self._dir_of.get(tp))
+        self.checkpoint()
+        for log_dir in self.log_dirs:
+            if log_dir not in failed_dirs:
+                write_clean_shutdown(log_dir, broker_epoch)
+        self.logs.clear()
+        self.started = False
+
+    def close_without_marker(self) -> None:
+        """Close every file without flushing or marking a clean shutdown (tests: a simulated crash)."""
+        for partition_log in self.logs.values():
+            partition_log.close(clean=False)
+        self.logs.clear()
+        self.started = False

@@ -1,0 +1,327 @@
+"""One log segment: `<base>.log` with its `<base>.index` and `<base>.timeindex`.
+
+Theory of operation: the `.log` file is a plain sequence of v2 record batches exactly as they travel on
+the wire, offsets already assigned. Appends write whole validated batches at the end of the file with
+`os.pwrite` (page cache only; `flush()` fsyncs) and then add index entries: once more than
+`index.interval.bytes` of log has been written since the last entry, the next batch gets an offset index
+entry (its last offset, its position) and the time index gets the segment's running maximum timestamp
+with the offset where it was reached (Kafka's rule). Reads never touch record bytes: an offset becomes a
+byte position through the offset index plus a forward scan of 61-byte headers (`os.pread`), and callers
+get `FileSlice`s over the open fd.
+
+`recover()` rescans the whole file, verifying every batch (size, magic, offsets, CRC-32C), rebuilds
+both indexes from scratch and truncates the file at the first bad batch. `load_tail()` is the cheap
+path after a clean shutdown: from the last index entry it scans headers to the end of the file to learn
+the next offset and the latest timestamps.
+
+Owned by one `PartitionLog`; the fd stays open until `delete_files()`/`close()`, so FileSlices taken
+before a retention delete remain valid during `file.delete.delay.ms`.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+
+from kafkacompat.log.batch_header import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MIN_BATCH_LENGTH,
+    BatchHeader,
+    read_header,
+    verify_batch,
+)
+from kafkacompat.log.index import IndexCorrupt, OffsetIndex, TimeIndex
+
+__all__ = ["DELETED_SUFFIX", "BatchInfo", "LogSegment", "segment_file_name"]
+
+DELETED_SUFFIX = ".deleted"
+_SCAN_CHUNK = 4 * 1024 * 1024
+_INT32 = struct.Struct(">i")
+INT32_MAX = 2_147_483_647
+
+BatchInfo = tuple[int, int, int]  # (last_offset, max_timestamp, size) of a batch being appended
+
+
+def segment_file_name(base_offset: int, suffix: str) -> str:
+    return f"{base_offset:020d}{suffix}"
+
+
+class LogSegment:
+    """A segment's three files and its in-memory state (size, next offset, max timestamp, index cursor)."""
+
+    def __init__(
+        self,
+        directory: str,
+        base_offset: int,
+        index_interval_bytes: int,
+        max_index_bytes: int,
+        *,
+        create: bool = False,
+        now_ms: int = 0,
+    ) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self.log_path = os.path.join(directory, segment_file_name(base_offset, ".log"))
+        flags = os.O_RDWR | os.O_CREAT | (os.O_TRUNC if create else 0)
+        self.fd = os.open(self.log_path, flags, 0o644)
+        stat = os.fstat(self.fd)
+        self.size = stat.st_size
+        self.created_ms = now_ms if create else int(stat.st_mtime * 1000)
+        self.offset_index = OffsetIndex(
+            os.path.join(directory, segment_file_name(base_offset, ".index")), base_offset, max_index_bytes
+        )
+        self.time_index = TimeIndex(
+            os.path.join(directory, segment_file_name(base_offset, ".timeindex")),
+            base_offset,
+            max_index_bytes,
+        )
+        if create:
+            self.offset_index.reset()
+            self.time_index.reset()
+        self.next_offset: int = base_offset  # valid once loaded (load_tail/recover) or created
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = base_offset
+        self._tail_loaded = create
+        self.bytes_since_last_index_entry = 0
+        self.rolling_timestamp: int | None = None  # max timestamp of the first batch (segment.ms)
+        self.dirty = create
+        self.deleted = False
+
+    # --- loading ---------------------------------------------------------------------------------
+
+    def check_indexes(self) -> None:
+        """Cheap startup validation of both index files; raises IndexCorrupt."""
+        self.offset_index.check(self.size)
+        self.time_index.check()
+
+    def load_tail(self) -> None:
+        """Learn next offset and max timestamp by scanning headers after the last index entry.
+        Raises IndexCorrupt if the log does not continue cleanly from the index (recover() then)."""
+        if self._tail_loaded:
+            return
+        last_offset, position = self.offset_index.last_entry()
+        max_ts, max_ts_offset = self.time_index.last_entry()
+        self.max_timestamp, self.offset_of_max_timestamp = max_ts, max_ts_offset
+        next_offset = self.base_offset if position == 0 else last_offset + 1
+        while position < self.size:
+            header = read_header(self.fd, position)
+            if header is None or header.batch_length < MIN_BATCH_LENGTH or position + header.size > self.size:
+                raise IndexCorrupt(f"{self.log_path}: no complete batch at position {position}")
+            if header.base_offset < self.base_offset:
+                raise IndexCorrupt(f"{self.log_path}: batch offset {header.base_offset} below segment base")
+            next_offset = header.next_offset
+            if header.max_timestamp > self.max_timestamp:
+                self.max_timestamp, self.offset_of_max_timestamp = header.max_timestamp, header.last_offset
+            position += header.size
+        self.next_offset = next_offset
+        self.bytes_since_last_index_entry = self.size - self.offset_index.last_entry()[1]
+        self._tail_loaded = True
+
+    def recover(self, max_batch_bytes: int | None = None) -> tuple[int, str | None]:
+        """Verify every batch, rebuild the indexes, truncate at the first bad batch.
+
+        Returns (bytes truncated, reason or None)."""
+        self.offset_index.reset()
+        self.time_index.reset()
+        self.max_timestamp, self.offset_of_max_timestamp = -1, self.base_offset
+        self.bytes_since_last_index_entry = 0
+        self.rolling_timestamp = None
+        expected = self.base_offset
+        position = 0
+        end = self.size
+        buf = b""
+        buf_position = 0
+        reason: str | None = None
+        while position < end:
+            offset_in_buf = position - buf_position
+            available = len(buf) - offset_in_buf
+            if available < HEADER_SIZE:
+                buf = os.pread(self.fd, min(_SCAN_CHUNK, end - position), position)
+                buf_position, offset_in_buf, available = position, 0, len(buf)
+            if available >= LOG_OVERHEAD:
+                total = _INT32.unpack_from(buf, offset_in_buf + 8)[0] + LOG_OVERHEAD
+                if available < total <= end - position:
+                    buf = os.pread(self.fd, max(total, min(_SCAN_CHUNK, end - position)), position)
+                    buf_position, offset_in_buf, available = position, 0, len(buf)
+            header, reason = verify_batch(memoryview(buf), offset_in_buf, available)
+            if reason is None and header is not None:
+                if header.base_offset < expected:
+                    reason = f"batch offset {header.base_offset} not after {expected - 1}"
+                elif header.last_offset - self.base_offset > INT32_MAX:
+                    reason = f"offset {header.last_offset} too far from segment base"
+            if reason is not None or header is None:
+                break
+            self._index_batch(header.last_offset, header.max_timestamp, header.size, position)
+            expected = header.next_offset
+            position += header.size
+        truncated = self.size - position
+        if truncated:
+            os.ftruncate(self.fd, position)
+            self.size = position
+            self.dirty = True
+        self.next_offset = expected
+        self._tail_loaded = True
+        return truncated, (reason if truncated else None)
+
+    # --- appending -------------------------------------------------------------------------------
+
+    def _index_batch(self, last_offset: int, max_timestamp: int, size: int, position: int) -> None:
+        if self.rolling_timestamp is None and position == 0:
+            self.rolling_timestamp = max_timestamp
+        if max_timestamp > self.max_timestamp:
+            self.max_timestamp, self.offset_of_max_timestamp = max_timestamp, last_offset
+        if self.bytes_since_last_index_entry > self.index_interval_bytes:
+            self.offset_index.append(last_offset, position)
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            self.bytes_since_last_index_entry = 0
+        self.bytes_since_last_index_entry += size
+
+    def append(self, data: memoryview | bytes, batches: list[BatchInfo]) -> int:
+        """Write `data` (whole batches, offsets assigned) at the end; returns the position written at.
+        On a write error the file is cut back to its previous size before the error propagates."""
+        position = self.size
+        view = memoryview(data)
+        done = 0
+        try:
+            while done < len(view):
+                done += os.pwrite(self.fd, view[done:], position + done)
+        except OSError:
+            try:
+                os.ftruncate(self.fd, position)
+            except OSError:
+                pass
+            raise
+        self.size = position + done
+        self.dirty = True
+        for last_offset, max_timestamp, size in batches:
+            self._index_batch(last_offset, max_timestamp, size, position)
+            position += size
+        if batches:
+            self.next_offset = batches[-1][0] + 1
+        return self.size - done
+
+    def on_become_inactive(self) -> None:
+        """Called at roll: make the time index end with the segment's max timestamp (Kafka does)."""
+        if self.max_timestamp >= 0:
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+
+    # --- lookups ---------------------------------------------------------------------------------
+
+    def find_batch(self, offset: int) -> tuple[int, BatchHeader] | None:
+        """(position, header) of the first batch whose last offset >= `offset`, or None."""
+        _, position = self.offset_index.lookup(offset)
+        if position > self.size:
+            position = 0
+        while position < self.size:
+            header = read_header(self.fd, position)
+            if header is None:
+                return None
+            if header.last_offset >= offset:
+                return position, header
+            position += header.size
+        return None
+
+    def position_of(self, offset: int) -> int:
+        """Position of the batch holding `offset` (or the first one after it); the size if none."""
+        found = self.find_batch(offset)
+        return self.size if found is None else found[0]
+
+    def whole_batches_end(self, start: int, limit: int) -> int:
+        """Greatest batch boundary in [start, limit] when scanning whole batches from `start`."""
+        if limit >= self.size:
+            return self.size
+        position = max(start, self.offset_index.floor_position(limit))
+        while position < limit:
+            header = read_header(self.fd, position)
+            if header is None or position + header.size > limit:
+                break
+            position += header.size
+        return position
+
+    def iter_headers(self, start_position: int = 0):
+        """Yield (position, header) for every batch from `start_position` to the end of the file."""
+        position = start_position
+        while position < self.size:
+            header = read_header(self.fd, position)
+            if header is None or header.batch_length < MIN_BATCH_LENGTH:
+                return
+            yield position, header
+            position += header.size
+
+    def find_by_timestamp(self, timestamp: int, start_offset: int) -> tuple[int, BatchHeader] | None:
+        """(position, header) of the first batch from `start_offset` on with max timestamp >= `timestamp`."""
+        _, indexed_offset = self.time_index.lookup(timestamp)
+        _, position = self.offset_index.lookup(max(indexed_offset, start_offset))
+        for pos, header in self.iter_headers(position):
+            if header.last_offset >= start_offset and header.max_timestamp >= timestamp:
+                return pos, header
+        return None
+
+    @property
+    def largest_timestamp(self) -> int:
+        """Largest batch max timestamp in the segment; the file's mtime when no batch carries one."""
+        if not self._tail_loaded:
+            self.load_tail()
+        if self.max_timestamp >= 0:
+            return self.max_timestamp
+        return int(os.fstat(self.fd).st_mtime * 1000)
+
+    def ensure_loaded(self) -> None:
+        self.load_tail()
+
+    # --- changing the file -------------------------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> int:
+        """Drop every batch whose last offset >= `offset`; returns bytes removed."""
+        found = self.find_batch(offset)
+        if found is None:
+            return 0
+        position = found[0]
+        removed = self.size - position
+        os.ftruncate(self.fd, position)
+        self.size = position
+        self.offset_index.truncate_to(offset)
+        self.time_index.truncate_to(offset)
+        self.dirty = True
+        self._tail_loaded = False
+        self.rolling_timestamp = None if position == 0 else self.rolling_timestamp
+        self.load_tail()
+        return removed
+
+    def flush(self) -> None:
+        if self.dirty:
+            os.fsync(self.fd)
+            self.dirty = False
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def mark_deleted(self) -> None:
+        """Rename the files with the `.deleted` suffix; the fd stays open for in-flight reads."""
+        for path_holder in (self.offset_index, self.time_index):
+            if path_holder.exists():
+                path_holder.rename(path_holder.path + DELETED_SUFFIX)
+            else:
+                path_holder.path += DELETED_SUFFIX
+        os.rename(self.log_path, self.log_path + DELETED_SUFFIX)
+        self.log_path += DELETED_SUFFIX
+        self.deleted = True
+
+    def delete_files(self) -> None:
+        self.close()
+        for path in (self.log_path, self.offset_index.path, self.time_index.path):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        self.offset_index.close()
+        self.time_index.close()
+
+    def __repr__(self) -> str:
+        return f"LogSegment(base={self.base_offset}, size={self.size}, next={self.next_offset})"
