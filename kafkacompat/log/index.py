@@ -48,6 +48,7 @@ class _SparseIndex:
         self._values: array | None = None
         self._fd: int | None = None
         self.dirty = False
+        self.position_limit: int | None = None  # log size, for the offset index's positions
 
     # --- file handling ---------------------------------------------------------------------------
 
@@ -105,6 +106,8 @@ class _SparseIndex:
                 keys.append(key)
                 values.append(value)
         self._validate(keys, values)
+        if self.position_limit is not None and values and values[-1] >= max(self.position_limit, 1):
+            raise IndexCorrupt(f"{self.path}: entry points past the end of the log")
         self._keys, self._values = keys, values
 
     def _validate(self, keys: array, values: array) -> None:

@@ -371,7 +371,8 @@ class PartitionLog:
         first_offset = self.log_end_offset
         append_time = now_ms if self.config.log_append_time else None
         total_delta = sum(b.last_offset_delta + 1 for b in batches) - 1
-        self._maybe_roll(len(buf), first_offset + total_delta, now_ms)
+        incoming_max_ts = now_ms if append_time is not None else max(b.max_timestamp for b in batches)
+        self._maybe_roll(len(buf), first_offset + total_delta, incoming_max_ts, now_ms)
         infos = assign_offsets(batches, first_offset, leader_epoch, append_time)
         for batch, (last_offset, max_ts, _) in zip(batches, infos, strict=True):
             if batch.producer_id >= 0:
@@ -421,7 +422,8 @@ class PartitionLog:
             and first > self.log_end_offset
         ):
             self._replace_empty_active(first, now_ms)
-        self._maybe_roll(len(buf), batches[-1].last_offset, now_ms, base_for_new=first)
+        incoming_max_ts = max(b.max_timestamp for b in batches)
+        self._maybe_roll(len(buf), batches[-1].last_offset, incoming_max_ts, now_ms, base_for_new=first)
         infos = [(b.last_offset, b.max_timestamp, b.size) for b in batches]
         self.active_segment.append(buf, infos)
         for batch in batches:
@@ -452,24 +454,27 @@ class PartitionLog:
 
     # --- roll ------------------------------------------------------------------------------------
 
-    def _should_roll(self, segment: LogSegment, size: int, last_offset: int, now_ms: int) -> bool:
+    def _should_roll(
+        self, segment: LogSegment, size: int, last_offset: int, max_timestamp: int, now_ms: int
+    ) -> bool:
+        """Kafka's roll rules: size, segment.ms (measured in record time from the segment's first batch,
+        or wall time since creation when batches carry no timestamp), full index, offset overflow."""
         if segment.size == 0:
             return False
         if segment.size + size > self.config.segment_bytes:
             return True
-        rolling_ts = (
-            segment.rolling_timestamp if segment.rolling_timestamp is not None else segment.created_ms
-        )
-        if rolling_ts >= 0 and now_ms - rolling_ts > self.config.segment_ms - self.config.segment_jitter_ms:
+        first_ts = segment.first_batch_timestamp()
+        waited = max_timestamp - first_ts if first_ts >= 0 else now_ms - segment.created_ms
+        if waited > self.config.segment_ms - self.config.segment_jitter_ms:
             return True
         if segment.offset_index.is_full or segment.time_index.is_full:
             return True
         return last_offset - segment.base_offset > INT32_MAX
 
     def _maybe_roll(
-        self, size: int, last_offset: int, now_ms: int, *, base_for_new: int | None = None
+        self, size: int, last_offset: int, max_timestamp: int, now_ms: int, *, base_for_new: int | None = None
     ) -> None:
-        if self._should_roll(self.active_segment, size, last_offset, now_ms):
+        if self._should_roll(self.active_segment, size, last_offset, max_timestamp, now_ms):
             self.roll(now_ms, base_offset=base_for_new)
 
     @_storage_guard

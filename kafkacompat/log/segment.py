@@ -20,6 +20,7 @@ before a retention delete remain valid during `file.delete.delay.ms`.
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 
@@ -34,6 +35,8 @@ from kafkacompat.log.batch_header import (
 from kafkacompat.log.index import IndexCorrupt, OffsetIndex, TimeIndex
 
 __all__ = ["DELETED_SUFFIX", "BatchInfo", "LogSegment", "segment_file_name"]
+
+log = logging.getLogger("kafkacompat.log")
 
 DELETED_SUFFIX = ".deleted"
 _SCAN_CHUNK = 4 * 1024 * 1024
@@ -77,6 +80,7 @@ class LogSegment:
             base_offset,
             max_index_bytes,
         )
+        self.offset_index.position_limit = self.size
         if create:
             self.offset_index.reset()
             self.time_index.reset()
@@ -209,9 +213,20 @@ class LogSegment:
 
     # --- lookups ---------------------------------------------------------------------------------
 
+    def _repair_indexes(self, exc: IndexCorrupt) -> None:
+        log.warning("segment %s: %s; rebuilding its indexes from the log", self.log_path, exc)
+        self.recover()
+
+    def _index_position(self, offset: int) -> int:
+        try:
+            return self.offset_index.lookup(offset)[1]
+        except IndexCorrupt as exc:  # found on first (lazy) load: rebuild, never fail the read
+            self._repair_indexes(exc)
+            return self.offset_index.lookup(offset)[1]
+
     def find_batch(self, offset: int) -> tuple[int, BatchHeader] | None:
         """(position, header) of the first batch whose last offset >= `offset`, or None."""
-        _, position = self.offset_index.lookup(offset)
+        position = self._index_position(offset)
         if position > self.size:
             position = 0
         while position < self.size:
@@ -232,7 +247,12 @@ class LogSegment:
         """Greatest batch boundary in [start, limit] when scanning whole batches from `start`."""
         if limit >= self.size:
             return self.size
-        position = max(start, self.offset_index.floor_position(limit))
+        try:
+            floor = self.offset_index.floor_position(limit)
+        except IndexCorrupt as exc:
+            self._repair_indexes(exc)
+            floor = self.offset_index.floor_position(limit)
+        position = max(start, floor)
         while position < limit:
             header = read_header(self.fd, position)
             if header is None or position + header.size > limit:
@@ -252,8 +272,12 @@ class LogSegment:
 
     def find_by_timestamp(self, timestamp: int, start_offset: int) -> tuple[int, BatchHeader] | None:
         """(position, header) of the first batch from `start_offset` on with max timestamp >= `timestamp`."""
-        _, indexed_offset = self.time_index.lookup(timestamp)
-        _, position = self.offset_index.lookup(max(indexed_offset, start_offset))
+        try:
+            _, indexed_offset = self.time_index.lookup(timestamp)
+        except IndexCorrupt as exc:
+            self._repair_indexes(exc)
+            _, indexed_offset = self.time_index.lookup(timestamp)
+        position = self._index_position(max(indexed_offset, start_offset))
         for pos, header in self.iter_headers(position):
             if header.last_offset >= start_offset and header.max_timestamp >= timestamp:
                 return pos, header
@@ -267,6 +291,15 @@ class LogSegment:
         if self.max_timestamp >= 0:
             return self.max_timestamp
         return int(os.fstat(self.fd).st_mtime * 1000)
+
+    def first_batch_timestamp(self) -> int:
+        """Max timestamp of the first batch (-1 when empty or untimed): the base of segment.ms rolls."""
+        if self.rolling_timestamp is None:
+            header = read_header(self.fd, 0) if self.size else None
+            if header is None:
+                return -1
+            self.rolling_timestamp = header.max_timestamp
+        return self.rolling_timestamp
 
     def ensure_loaded(self) -> None:
         self.load_tail()
