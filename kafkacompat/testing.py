@@ -1,5 +1,229 @@
 """pytest plugin (entry point `kafkacompat`): fixtures that run a real kafkacompat broker.
 
-Fixtures are added as the broker grows; the module is registered as a pytest11 plugin so that projects
-which depend on kafkacompat get them without a conftest.
+Theory of operation: two ways to run a broker on a free port with its data in a temporary directory.
+
+- `InProcessBroker` runs `Broker.run()` under `trio.run` on a thread of its own, so the test (sync or
+  trio) talks to it over real TCP like any client. `start()` returns once the listener is bound; `stop()`
+  asks for an orderly shutdown from the test thread and joins. Fixture: `kafkacompat_broker`.
+- `BrokerProcess` runs `python -m kafkacompat serve` as a child process, for tests that restart the
+  broker or kill it with SIGKILL (`restart()`, `kill()`, `start()` again on the same port and data).
+  Readiness is the "started, listening on" log line, which the child writes to `broker.log` in the data
+  dir. Fixture: `kafkacompat_broker_process`.
+
+Both take config overrides (`key=value` strings), which win over the test defaults (listener on
+127.0.0.1, port 0 the first time, log.dirs in the temp dir).
 """
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+__all__ = ["BrokerProcess", "InProcessBroker", "kafkacompat_broker", "kafkacompat_broker_process"]
+
+START_TIMEOUT = 20.0
+_STARTED = re.compile(r"started, listening on \w+://([^:\s]+):(\d+)")
+
+
+def _overrides(data_dir: Path, port: int, extra: Sequence[str]) -> list[str]:
+    return [
+        f"listeners=PLAINTEXT://127.0.0.1:{port}",
+        f"log.dirs={data_dir}",
+        *extra,
+    ]
+
+
+class InProcessBroker:
+    """A broker on a thread of this process. `.bootstrap` is "127.0.0.1:PORT" once started."""
+
+    def __init__(
+        self, data_dir: str | os.PathLike[str], overrides: Sequence[str] = (), port: int = 0
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.overrides = list(overrides)
+        self.port = port
+        self.broker: Any = None
+        self._thread: threading.Thread | None = None
+        self._token: Any = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> InProcessBroker:
+        from kafkacompat.config import BrokerConfig
+
+        config = BrokerConfig.load(None, _overrides(self.data_dir, self.port, self.overrides))
+        self._ready.clear()
+        self._error = None
+        self._thread = threading.Thread(
+            target=self._main, args=(config,), name="kafkacompat-broker", daemon=True
+        )
+        self._thread.start()
+        if not self._ready.wait(START_TIMEOUT):
+            raise RuntimeError("broker did not start in time")
+        if self._error is not None:
+            raise RuntimeError("broker failed to start") from self._error
+        return self
+
+    def _main(self, config: Any) -> None:
+        import trio
+
+        from kafkacompat.broker.server import Broker
+
+        async def main() -> None:
+            self._token = trio.lowlevel.current_trio_token()
+            self.broker = Broker(config)
+            async with trio.open_nursery() as nursery:
+                bound = await nursery.start(self.broker.run)
+                self.port = bound[0].port
+                self._ready.set()
+
+        try:
+            trio.run(main)
+        except BaseException as exc:
+            self._error = exc
+        finally:
+            self._ready.set()
+
+    def stop(self) -> None:
+        """Orderly shutdown (checkpoints, clean-shutdown marker); idempotent."""
+        import trio
+
+        thread = self._thread
+        if thread is None:
+            return
+        if thread.is_alive() and self._token is not None:
+            try:
+                trio.from_thread.run_sync(self.broker.request_shutdown, trio_token=self._token)
+            except trio.RunFinishedError:
+                pass
+        thread.join(START_TIMEOUT)
+        self._thread = None
+        if self._error is not None:
+            raise RuntimeError("broker failed") from self._error
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def __enter__(self) -> InProcessBroker:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class BrokerProcess:
+    """A broker in a child process (`python -m kafkacompat serve`), for restart and crash tests."""
+
+    def __init__(
+        self, data_dir: str | os.PathLike[str], overrides: Sequence[str] = (), port: int = 0
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.overrides = list(overrides)
+        self.port = port
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log_path = self.data_dir / "broker.log"
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> BrokerProcess:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        args = [sys.executable, "-m", "kafkacompat", "serve"]
+        for override in _overrides(self.data_dir, self.port, self.overrides):
+            args += ["--override", override]
+        log_file = open(self.log_path, "ab")
+        start_offset = log_file.tell()
+        try:
+            self.process = subprocess.Popen(args, stdout=log_file, stderr=subprocess.STDOUT)
+        finally:
+            log_file.close()
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            with open(self.log_path, "rb") as f:
+                f.seek(start_offset)
+                match = _STARTED.search(f.read().decode("utf-8", "replace"))
+            if match:
+                self.port = int(match.group(2))
+                return self
+            if self.process.poll() is not None:
+                raise RuntimeError(f"broker exited with {self.process.returncode}: {self._tail()}")
+            time.sleep(0.01)
+        self.kill()
+        raise RuntimeError(f"broker did not start in time: {self._tail()}")
+
+    def _tail(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-2000:]
+        except OSError:
+            return ""
+
+    def stop(self, timeout: float = START_TIMEOUT) -> int | None:
+        """SIGTERM and wait (orderly shutdown). Returns the exit status."""
+        process = self.process
+        if process is None:
+            return None
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        self.process = None
+        return process.returncode
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, no shutdown work at all."""
+        process = self.process
+        if process is None:
+            return
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+        self.process = None
+
+    def restart(self) -> BrokerProcess:
+        self.stop()
+        return self.start()
+
+    def __enter__(self) -> BrokerProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+@pytest.fixture
+def kafkacompat_broker(tmp_path: Path) -> Iterator[InProcessBroker]:
+    """A broker on a thread of the test process, data in a temp dir; stopped after the test."""
+    broker = InProcessBroker(tmp_path / "data").start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+@pytest.fixture
+def kafkacompat_broker_process(tmp_path: Path) -> Iterator[BrokerProcess]:
+    """A broker in a child process (restart(), kill(), start()), data in a temp dir."""
+    broker = BrokerProcess(tmp_path / "data").start()
+    try:
+        yield broker
+    finally:
+        broker.stop()

@@ -1,0 +1,265 @@
+"""One client connection: read frames, dispatch requests one at a time, write responses in order.
+
+Theory of operation
+-------------------
+`serve_connection()` owns the stream of one accepted socket. It feeds received bytes to a sans-io
+`FrameBuffer` (limit `socket.request.max.bytes`) and handles each complete frame before it reads the
+next one, which is exactly Kafka's "muted channel": requests of one connection are processed one at a
+time and answered in the order they arrived; an acks=0 produce is processed in its turn but answered
+with nothing. There is a single writer (`ResponseWriter`), used only by this loop.
+
+Per frame: the fixed prefix (api key, version, correlation id) is read first. If the (key, version)
+pair is not served (`dispatch.lookup`), ApiVersions gets a v0-format UNSUPPORTED_VERSION answer listing
+every served key (KIP-511: the client retries with a version from that list); any other API makes the
+connection close, as Kafka's socket server closes it. Otherwise the header and body are decoded with the
+generated codecs, the handler runs, and its response object is encoded into a list of chunks.
+
+Writing: bytes chunks go out as gather-writes (`sendmsg`); a chunk that is not bytes-like is a log
+`FileSlice` and goes out with `os.sendfile` from the segment's fd straight to the socket fd, waiting
+for writability on EAGAIN and resuming after partial sends, so fetched record data never passes
+through Python. A slice that comes up short (segment truncated meanwhile) closes the connection: the
+length prefix already promised those bytes.
+
+Failure policy: a frame that cannot be decoded (bad size, bad header, bad body) closes this connection
+only, logged at info; a handler exception is logged with its traceback and closes the connection; a
+peer that goes away is not an error. Idle connections (no request for `connections.max.idle.ms`) are
+closed.
+"""
+
+from __future__ import annotations
+
+import errno
+import importlib
+import logging
+import math
+import os
+import struct
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from kafkacompat.broker import dispatch
+from kafkacompat.broker.dispatch import ConnectionInfo, RequestContext
+from kafkacompat.wire import header as wire_header
+from kafkacompat.wire import messages
+from kafkacompat.wire.errors import DecodeError
+from kafkacompat.wire.framing import FrameBuffer
+
+if TYPE_CHECKING:
+    from kafkacompat.broker.state import BrokerState
+
+__all__ = ["Connection", "ResponseWriter", "frame_response"]
+
+log = logging.getLogger("kafkacompat.broker.connection")
+
+API_VERSIONS_KEY = 18
+_PREFIX = struct.Struct(">hhi")
+_SIZE = struct.Struct(">i")
+_RECEIVE_SIZE = 1 << 16
+_MAX_IOV = 512  # stay well under IOV_MAX (1024 on Linux)
+_BYTES_LIKE = (bytes, bytearray, memoryview)
+
+
+_DECODERS: dict[tuple[int, int], Any] = {}
+
+
+def decode_request_body(api_key: int, api_version: int, body: memoryview) -> Any:
+    """Decode a request body, ignoring bytes after its end as Kafka's request parser does.
+
+    (`messages.decode_request` rejects trailing bytes; librdkafka 2.x sends three of them after an
+    all-topics Metadata v12 request, which Kafka accepts, so the broker must too.)
+    """
+    decoder = _DECODERS.get((api_key, api_version))
+    if decoder is None:
+        spec = messages.API_SPECS.get(api_key)
+        if spec is None or api_version not in spec.valid_versions:
+            raise DecodeError(f"no codec for api key {api_key} version {api_version}", api_key=api_key)
+        decoder = importlib.import_module(f"kafkacompat.wire._generated.{spec.request_module}").DECODERS[
+            api_version
+        ]
+        _DECODERS[(api_key, api_version)] = decoder
+    try:
+        request, _end = decoder(body, 0)
+    except DecodeError:
+        raise
+    except (IndexError, struct.error, ValueError, OverflowError, MemoryError) as exc:
+        raise DecodeError(f"malformed request: {exc}", api_key=api_key) from None
+    return request
+
+
+class ConnectionClosed(Exception):
+    """The connection must close now (protocol violation or a short file slice)."""
+
+
+def _chunk_size(chunk: Any) -> int:
+    if isinstance(chunk, memoryview):
+        return chunk.nbytes
+    if isinstance(chunk, _BYTES_LIKE):
+        return len(chunk)
+    return int(chunk.size)
+
+
+class ResponseWriter:
+    """The single writer of one connection: gather-writes bytes, sendfile()s file slices.
+
+    Owned by the connection loop; nothing else writes to the socket.
+    """
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self._stream = stream
+        self._sock = stream.socket
+
+    async def send(self, chunks: Sequence[Any]) -> None:
+        pending: list[memoryview] = []
+        for chunk in chunks:
+            if isinstance(chunk, _BYTES_LIKE):
+                if len(chunk):
+                    pending.append(memoryview(chunk).cast("B"))
+                continue
+            if pending:
+                await self._send_buffers(pending)
+                pending = []
+            await self._sendfile(chunk)
+        if pending:
+            await self._send_buffers(pending)
+
+    async def _send_buffers(self, buffers: list[memoryview]) -> None:
+        sock = self._sock
+        index = 0
+        while index < len(buffers):
+            batch = buffers[index : index + _MAX_IOV]
+            sent = await sock.sendmsg(batch)
+            # advance past what went out; a partial send leaves a tail of one buffer
+            while sent > 0:
+                head = buffers[index]
+                if sent >= head.nbytes:
+                    sent -= head.nbytes
+                    index += 1
+                else:
+                    buffers[index] = head[sent:]
+                    sent = 0
+
+    async def _sendfile(self, file_slice: Any) -> None:
+        out_fd = self._sock.fileno()
+        position = file_slice.position
+        remaining = file_slice.size
+        while remaining > 0:
+            try:
+                sent = os.sendfile(out_fd, file_slice.fd, position, remaining)
+            except BlockingIOError:
+                await trio.lowlevel.wait_writable(self._sock)
+                continue
+            except OSError as exc:
+                if exc.errno in (errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN):
+                    raise trio.BrokenResourceError(str(exc)) from exc
+                raise
+            if sent == 0:
+                raise ConnectionClosed(f"file slice came up short by {remaining} bytes (segment truncated)")
+            position += sent
+            remaining -= sent
+            await trio.lowlevel.checkpoint()
+
+
+def frame_response(header: bytes, body: list[Any]) -> list[Any]:
+    """Size prefix + response header + encoded body chunks (the first bytes chunk is merged in)."""
+    size = len(header) + sum(_chunk_size(chunk) for chunk in body)
+    if body and isinstance(body[0], _BYTES_LIKE):
+        return [_SIZE.pack(size) + header + bytes(body[0]), *body[1:]]
+    return [_SIZE.pack(size) + header, *body]
+
+
+class Connection:
+    """One accepted connection and its request loop. Owned by the server, which may `drain()` it."""
+
+    def __init__(
+        self, broker: BrokerState, stream: trio.SocketStream, listener_name: str, connection_id: int
+    ):
+        self.broker = broker
+        self.stream = stream
+        try:
+            address = stream.socket.getpeername()
+            peer = f"{address[0]}:{address[1]}"
+        except OSError:
+            peer = "?"
+        self.info = ConnectionInfo(listener_name=listener_name, peer=peer, connection_id=connection_id)
+        self.writer = ResponseWriter(stream)
+        self._draining = False
+        self._receive_scope: trio.CancelScope | None = None
+
+    def drain(self) -> None:
+        """Finish the request in progress (if any), then close; an idle connection closes at once."""
+        self._draining = True
+        if self._receive_scope is not None:
+            self._receive_scope.cancel()
+
+    async def run(self) -> None:
+        """Serve requests until the peer closes, the connection idles out, or an error closes it."""
+        peer = self.info.peer
+        frames = FrameBuffer(self.broker.config["socket.request.max.bytes"])
+        idle_ms = self.broker.config["connections.max.idle.ms"]
+        idle_seconds = idle_ms / 1000 if idle_ms > 0 else math.inf
+        try:
+            while not self._draining:
+                with trio.CancelScope() as scope:
+                    self._receive_scope = scope
+                    scope.deadline = trio.current_time() + idle_seconds
+                    data = await self.stream.receive_some(_RECEIVE_SIZE)
+                self._receive_scope = None
+                if scope.cancelled_caught:
+                    if not self._draining:
+                        log.info("closing connection %s: idle for %d ms", peer, idle_ms)
+                    return
+                if not data:
+                    return
+                frames.receive_data(data)
+                while (frame := frames.next_frame()) is not None:
+                    await _handle_frame(self.broker, self.info, self.writer, frame)
+                    if self._draining:
+                        return
+        except DecodeError as exc:
+            log.info("closing connection %s: undecodable request: %s", peer, exc)
+        except ConnectionClosed as exc:
+            log.info("closing connection %s: %s", peer, exc)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
+            pass
+        except Exception:
+            log.exception("closing connection %s after an unexpected error", peer)
+        finally:
+            with trio.CancelScope(shield=True):
+                await self.stream.aclose()
+
+
+async def _handle_frame(
+    broker: BrokerState, info: ConnectionInfo, writer: ResponseWriter, frame: memoryview
+) -> None:
+    if frame.nbytes < _PREFIX.size:
+        raise DecodeError("request shorter than its header")
+    api_key, api_version, correlation_id = _PREFIX.unpack_from(frame)
+    handler = dispatch.lookup(api_key, api_version)
+    if handler is None:
+        if api_key == API_VERSIONS_KEY:
+            from kafkacompat.broker.handlers import api_versions
+
+            body = messages.encode_response(api_key, 0, api_versions.unsupported_version_response())
+            header_bytes = wire_header.encode_response_header(api_key, 0, correlation_id)
+            await writer.send(frame_response(header_bytes, body))
+            return
+        raise ConnectionClosed(f"api key {api_key} version {api_version} is not served")
+    header, body_offset = wire_header.decode_request_header(frame)
+    request = decode_request_body(api_key, api_version, frame[body_offset:])
+    ctx = RequestContext(
+        broker=broker,
+        api_key=api_key,
+        api_version=api_version,
+        correlation_id=correlation_id,
+        client_id=getattr(header, "client_id", None),
+        connection=info,
+        header=header,
+    )
+    response = await handler.handle(ctx, request)
+    if response is None:
+        return
+    body = messages.encode_response(api_key, api_version, response)
+    header_bytes = wire_header.encode_response_header(api_key, api_version, correlation_id)
+    await writer.send(frame_response(header_bytes, body))

@@ -1,0 +1,149 @@
+"""The registry of request handlers: one explicit table, api key -> handler module.
+
+Theory of operation
+-------------------
+`HANDLER_MODULES` below names every API this broker serves, once. `HANDLERS` maps each module's
+`API_KEY` to the module; ApiVersions answers are built from the same table (`supported_versions()`),
+so nothing unimplemented is ever advertised and nothing advertised lacks a handler. The connection
+looks the handler up here (`lookup(api_key, version)`), decodes the body with the generated codec and
+calls `await handler.handle(ctx, request)`.
+
+Handler contract (every module in kafkacompat/broker/handlers/ follows it)
+-------------------------------------------------------------------------
+- The module opens with a docstring stating the versions it serves and a short "behaviour" note
+  (what Kafka does that the handler reproduces, and any deliberate difference).
+- It defines `API_KEY: int`, `MIN_VERSION: int`, `MAX_VERSION: int` (the advertised range; it must lie
+  inside the codec's valid versions — `supported_versions()` clamps it anyway), and
+  `async def handle(ctx: RequestContext, request) -> response | None`.
+- `request` is the decoded generated request object for `ctx.api_version`. The handler returns the
+  generated response object (the connection encodes it with the same version and writes the response
+  header with the request's correlation id) or None when no response is due (acks=0 produce only).
+- Errors that belong in the response go into its error-code fields; a handler never lets a KafkaError
+  escape for a per-topic or per-partition problem. An exception that does escape closes the connection
+  (logged), as Kafka closes a connection whose request it cannot process. DecodeError is never raised by
+  a handler.
+- The handler reads broker state through `ctx.broker` (a `kafkacompat.broker.state.BrokerState`: config,
+  log manager, LocalMetadata, delayed-operation watchers, fetch sessions, clock) and may await (delayed
+  produce/fetch); requests of one connection are handled one at a time, so a handler that waits delays
+  only its own connection. Blocking file work goes through `trio.to_thread.run_sync`.
+- To add an API: write the module, add it to `HANDLER_MODULES`, add its test. Nothing else.
+"""
+
+from __future__ import annotations
+
+import types
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from kafkacompat.broker.handlers import (
+    api_versions,
+    create_topics,
+    delete_topics,
+    fetch,
+    init_producer_id,
+    list_offsets,
+    metadata,
+    produce,
+)
+
+if TYPE_CHECKING:
+    from kafkacompat.broker.state import BrokerState
+
+__all__ = [
+    "HANDLERS",
+    "HANDLER_MODULES",
+    "ConnectionInfo",
+    "RequestContext",
+    "lookup",
+    "supported_versions",
+]
+
+# The one table of served APIs. Order is irrelevant; ApiVersions lists them by key.
+HANDLER_MODULES: tuple[types.ModuleType, ...] = (
+    api_versions,
+    metadata,
+    produce,
+    fetch,
+    list_offsets,
+    create_topics,
+    delete_topics,
+    init_producer_id,
+)
+
+HANDLERS: dict[int, types.ModuleType] = {}
+for _module in HANDLER_MODULES:
+    if _module.API_KEY in HANDLERS:
+        raise RuntimeError(f"api key {_module.API_KEY} registered twice ({_module.__name__})")
+    HANDLERS[_module.API_KEY] = _module
+
+
+@dataclass(slots=True)
+class ConnectionInfo:
+    """Who is on the other end of a connection and which listener accepted it."""
+
+    listener_name: str
+    peer: str
+    connection_id: int
+
+
+@dataclass(slots=True)
+class RequestContext:
+    """Everything a handler may look at besides the request body. Built per request by the connection."""
+
+    broker: BrokerState
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    connection: ConnectionInfo
+    header: Any = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _codec_range(api_key: int) -> tuple[int, int] | None:
+    from kafkacompat.wire.messages import API_SPECS
+
+    spec = API_SPECS.get(api_key)
+    if spec is None:
+        return None
+    return _spec_versions(spec)
+
+
+def _spec_versions(spec: Any) -> tuple[int, int]:
+    versions = spec.valid_versions
+    if isinstance(versions, range):
+        return versions.start, versions.stop - 1
+    low, high = versions
+    return int(low), int(high)
+
+
+_RANGES: dict[int, tuple[int, int]] | None = None
+
+
+def _ranges() -> dict[int, tuple[int, int]]:
+    global _RANGES
+    if _RANGES is None:
+        ranges: dict[int, tuple[int, int]] = {}
+        for key, module in HANDLERS.items():
+            codec = _codec_range(key)
+            if codec is None:
+                continue
+            low = max(module.MIN_VERSION, codec[0])
+            high = min(module.MAX_VERSION, codec[1])
+            if low <= high:
+                ranges[key] = (low, high)
+        _RANGES = ranges
+    return _RANGES
+
+
+def supported_versions() -> list[tuple[int, int, int]]:
+    """(api_key, min_version, max_version) for every served API, sorted by key (handler range ∩ codec)."""
+    return [(key, low, high) for key, (low, high) in sorted(_ranges().items())]
+
+
+def lookup(api_key: int, api_version: int) -> types.ModuleType | None:
+    """The handler module for this key if it serves this version, else None."""
+    served = _ranges().get(api_key)
+    if served is None or not served[0] <= api_version <= served[1]:
+        return None
+    return HANDLERS[api_key]

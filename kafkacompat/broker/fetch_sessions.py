@@ -1,0 +1,205 @@
+"""Incremental fetch sessions (KIP-227), sans-io.
+
+Theory of operation: a fetch request names a session id and epoch.
+- id 0, epoch -1: a plain full fetch; no session.
+- epoch 0 (any id): a full fetch that (re)creates a session: an id is allocated (if a cache slot is
+  free) and every partition of the request is remembered with its fetch offset and max bytes. A non-zero
+  id with epoch 0 first drops that old session.
+- id X, epoch -1: close session X; answered as a plain full fetch.
+- id X, epoch N > 0: an incremental fetch. X must exist (else FETCH_SESSION_ID_NOT_FOUND) and N must be
+  the epoch the session expects (else INVALID_FETCH_SESSION_EPOCH). The request's partitions are added
+  to or updated in the session, its forgotten partitions are removed, every session partition is read,
+  and the response carries only partitions with something new: records, an error, or a high watermark,
+  last stable offset or log start offset different from what this session last reported.
+The broker never advances a session's fetch offsets itself; the client sends new offsets when they move.
+
+`FetchSessionCache.open()` turns a request's session fields into a `FetchContext`; the fetch handler
+reads `context.partitions`, then asks `context.report(partition, ...)` for each result whether to put it
+in the response (which also records what was reported). Time is passed in, so tests need no clock.
+
+Owned by `BrokerState`; only the fetch handler calls it, one request at a time per connection; all
+calls happen on the trio thread, so no locking is needed.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from kafkacompat.wire.errors import ErrorCode
+
+__all__ = ["CachedPartition", "FetchContext", "FetchSession", "FetchSessionCache", "PartitionRequest"]
+
+INITIAL_EPOCH = 0
+FINAL_EPOCH = -1
+NO_SESSION = 0
+EVICTION_IDLE_MS = 120_000
+INT32_MAX = 2_147_483_647
+
+# a partition's identity inside a session: (topic name or topic id, partition index)
+PartitionKey = tuple[Any, int]
+
+
+@dataclass(slots=True)
+class PartitionRequest:
+    """One partition as a fetch request names it."""
+
+    topic: Any  # str name (v4-12) or uuid.UUID id (v13+)
+    partition: int
+    fetch_offset: int
+    max_bytes: int
+    current_leader_epoch: int = -1
+
+
+@dataclass(slots=True)
+class CachedPartition:
+    """A partition in a session: what the client asked for and what we last reported."""
+
+    topic: Any
+    partition: int
+    fetch_offset: int
+    max_bytes: int
+    current_leader_epoch: int = -1
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+
+    @property
+    def key(self) -> PartitionKey:
+        return (self.topic, self.partition)
+
+
+@dataclass(slots=True)
+class FetchSession:
+    session_id: int
+    next_epoch: int
+    partitions: OrderedDict[PartitionKey, CachedPartition] = field(default_factory=OrderedDict)
+    last_used_ms: int = 0
+
+
+@dataclass(slots=True)
+class FetchContext:
+    """What one fetch request reads and how its answer is filtered."""
+
+    session_id: int  # to put in the response
+    partitions: list[CachedPartition]
+    incremental: bool
+    error: ErrorCode = ErrorCode.NONE
+
+    def report(
+        self,
+        cached: CachedPartition,
+        *,
+        high_watermark: int,
+        last_stable_offset: int,
+        log_start_offset: int,
+        has_records: bool,
+        error: int,
+    ) -> bool:
+        """Record what is reported for `cached`; True if the partition belongs in the response."""
+        changed = (
+            cached.high_watermark != high_watermark
+            or cached.last_stable_offset != last_stable_offset
+            or cached.log_start_offset != log_start_offset
+        )
+        cached.high_watermark = high_watermark
+        cached.last_stable_offset = last_stable_offset
+        cached.log_start_offset = log_start_offset
+        if not self.incremental:
+            return True
+        return changed or has_records or error != ErrorCode.NONE
+
+
+class FetchSessionCache:
+    """Live fetch sessions (at most `max.incremental.fetch.session.cache.slots`), oldest use first."""
+
+    def __init__(self, max_sessions: int, rng: random.Random | None = None) -> None:
+        self.max_sessions = max_sessions
+        self._sessions: OrderedDict[int, FetchSession] = OrderedDict()
+        self._rng = rng or random.Random()
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def get(self, session_id: int) -> FetchSession | None:
+        return self._sessions.get(session_id)
+
+    def open(
+        self,
+        session_id: int,
+        epoch: int,
+        requested: list[PartitionRequest],
+        forgotten: list[PartitionKey],
+        now_ms: int,
+    ) -> FetchContext:
+        if epoch in (INITIAL_EPOCH, FINAL_EPOCH):
+            if session_id != NO_SESSION:
+                self._sessions.pop(session_id, None)
+            partitions = _dedupe(requested)
+            if epoch == FINAL_EPOCH:
+                return FetchContext(NO_SESSION, list(partitions.values()), incremental=False)
+            session = self._create(partitions, now_ms)
+            new_id = session.session_id if session is not None else NO_SESSION
+            return FetchContext(new_id, list(partitions.values()), incremental=False)
+        session = self._sessions.get(session_id)
+        if session is None:
+            return FetchContext(NO_SESSION, [], incremental=True, error=ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
+        if epoch != session.next_epoch:
+            return FetchContext(NO_SESSION, [], incremental=True, error=ErrorCode.INVALID_FETCH_SESSION_EPOCH)
+        for key in forgotten:
+            session.partitions.pop(key, None)
+        for item in requested:
+            key = (item.topic, item.partition)
+            cached = session.partitions.get(key)
+            if cached is None:
+                session.partitions[key] = _cache(item)
+            else:
+                cached.fetch_offset = item.fetch_offset
+                cached.max_bytes = item.max_bytes
+                cached.current_leader_epoch = item.current_leader_epoch
+        session.next_epoch = 1 if session.next_epoch >= INT32_MAX else session.next_epoch + 1
+        session.last_used_ms = now_ms
+        self._sessions.move_to_end(session_id)
+        return FetchContext(session_id, list(session.partitions.values()), incremental=True)
+
+    def remove_topic(self, topic: Any) -> None:
+        """Forget a deleted topic in every session (by name or id)."""
+        for session in self._sessions.values():
+            for key in [key for key in session.partitions if key[0] == topic]:
+                del session.partitions[key]
+
+    def _create(
+        self, partitions: OrderedDict[PartitionKey, CachedPartition], now_ms: int
+    ) -> FetchSession | None:
+        if self.max_sessions <= 0:
+            return None
+        if len(self._sessions) >= self.max_sessions:
+            oldest_id, oldest = next(iter(self._sessions.items()))
+            if now_ms - oldest.last_used_ms < EVICTION_IDLE_MS:
+                return None
+            del self._sessions[oldest_id]
+        session_id = NO_SESSION
+        while session_id == NO_SESSION or session_id in self._sessions:
+            session_id = self._rng.randint(1, INT32_MAX)
+        session = FetchSession(session_id, next_epoch=1, partitions=partitions, last_used_ms=now_ms)
+        self._sessions[session_id] = session
+        return session
+
+
+def _cache(item: PartitionRequest) -> CachedPartition:
+    return CachedPartition(
+        topic=item.topic,
+        partition=item.partition,
+        fetch_offset=item.fetch_offset,
+        max_bytes=item.max_bytes,
+        current_leader_epoch=item.current_leader_epoch,
+    )
+
+
+def _dedupe(requested: list[PartitionRequest]) -> OrderedDict[PartitionKey, CachedPartition]:
+    partitions: OrderedDict[PartitionKey, CachedPartition] = OrderedDict()
+    for item in requested:
+        partitions[(item.topic, item.partition)] = _cache(item)
+    return partitions

@@ -1,0 +1,148 @@
+"""CreateTopics (key 19), versions 0-7.
+
+Behaviour: each topic is checked as Kafka's controller checks it, in this order: a name given twice in
+one request -> INVALID_REQUEST for every copy; illegal name -> INVALID_TOPIC_EXCEPTION; existing ->
+TOPIC_ALREADY_EXISTS; explicit assignments together with a partition count or replication factor ->
+INVALID_REQUEST; partition count 0 or below -1 -> INVALID_PARTITIONS; replication factor 0 or below -1
+-> INVALID_REPLICATION_FACTOR, above 1 -> INVALID_REPLICATION_FACTOR (one broker); an assignment naming
+another broker or more than one replica -> INVALID_REPLICA_ASSIGNMENT; bad or unknown configs ->
+INVALID_CONFIG. -1 means the broker default (`num.partitions`, `default.replication.factor`).
+`validate_only` (v1+) runs every check and creates nothing. v5+ answers carry the partition count,
+replication factor and the topic's full config list with sources; v7 the topic id (zero when only
+validated).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from kafkacompat.config import TOPIC_CONFIG_SOURCES
+from kafkacompat.wire._generated.create_topics_response import CreateTopicsResponse
+from kafkacompat.wire.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from kafkacompat.broker.dispatch import RequestContext
+    from kafkacompat.broker.state import BrokerState
+    from kafkacompat.log.config import LogConfig
+
+API_KEY = 19
+MIN_VERSION = 0
+MAX_VERSION = 7
+
+Result = CreateTopicsResponse.CreatableTopicResult
+ResultConfig = CreateTopicsResponse.CreatableTopicConfigs
+
+# DescribeConfigs config sources
+DYNAMIC_TOPIC_CONFIG = 1
+STATIC_BROKER_CONFIG = 4
+DEFAULT_CONFIG = 5
+
+
+def config_entries(broker: BrokerState, overrides: dict[str, str], log_config: LogConfig) -> list[Any]:
+    """The topic's configs as CreateTopics v5+ reports them (name, value, source)."""
+    explicit_broker = broker.config.explicit()
+    entries = []
+    for name, value in log_config.items():
+        if name in overrides:
+            source = DYNAMIC_TOPIC_CONFIG
+        elif TOPIC_CONFIG_SOURCES.get(name) in explicit_broker:
+            source = STATIC_BROKER_CONFIG
+        else:
+            source = DEFAULT_CONFIG
+        entries.append(
+            ResultConfig(name=name, value=value, read_only=False, config_source=source, is_sensitive=False)
+        )
+    return entries
+
+
+async def handle(ctx: RequestContext, request: Any) -> CreateTopicsResponse:
+    broker = ctx.broker
+    version = ctx.api_version
+    validate_only = bool(getattr(request, "validate_only", False)) and version >= 1
+    counts = Counter(topic.name for topic in request.topics)
+    results = []
+    for wanted in request.topics:
+        result = Result(name=wanted.name, error_code=ErrorCode.NONE)
+        if counts[wanted.name] > 1:
+            result.error_code = ErrorCode.INVALID_REQUEST
+            result.error_message = "Create topics request from client contains duplicate topic"
+            results.append(result)
+            continue
+        try:
+            await _create_one(broker, version, wanted, result, validate_only)
+        except KafkaError as exc:
+            result.error_code = exc.code
+            result.error_message = exc.message
+            result.num_partitions = -1
+            result.replication_factor = -1
+            result.configs = None if version >= 5 else []
+        results.append(result)
+    return CreateTopicsResponse(topics=results)
+
+
+async def _create_one(
+    broker: BrokerState, version: int, wanted: Any, result: Any, validate_only: bool
+) -> None:
+    from kafkacompat.replication.metadata import validate_topic_name
+
+    name = wanted.name
+    validate_topic_name(name)
+    if name in broker.metadata:
+        raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+    partitions = wanted.num_partitions
+    replication = wanted.replication_factor
+    if wanted.assignments:
+        if partitions != -1 or replication != -1:
+            raise KafkaError(
+                ErrorCode.INVALID_REQUEST,
+                "Both numPartitions or replicationFactor and replicasAssignments were set. "
+                "Both cannot be used at the same time.",
+            )
+        indexes = sorted(a.partition_index for a in wanted.assignments)
+        if indexes != list(range(len(indexes))):
+            raise KafkaError(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                "Partitions should be a consecutive 0-based integer sequence",
+            )
+        for assignment in wanted.assignments:
+            if list(assignment.broker_ids) != [broker.node_id]:
+                raise KafkaError(
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                    f"Replica assignment {list(assignment.broker_ids)} names brokers other than the only "
+                    f"one, {broker.node_id}.",
+                )
+        partitions, replication = len(indexes), 1
+    if partitions == -1:
+        partitions = broker.config["num.partitions"]
+    if replication == -1:
+        replication = broker.config["default.replication.factor"]
+    if partitions <= 0:
+        raise KafkaError(
+            ErrorCode.INVALID_PARTITIONS, "Number of partitions was set to an invalid non-positive value."
+        )
+    if replication <= 0:
+        raise KafkaError(
+            ErrorCode.INVALID_REPLICATION_FACTOR,
+            "Replication factor must be larger than 0, or -1 to use the default value.",
+        )
+    if replication > 1:
+        raise KafkaError(
+            ErrorCode.INVALID_REPLICATION_FACTOR,
+            f"Unable to replicate the partition {replication} time(s): The target replication factor of "
+            f"{replication} cannot be reached because only 1 broker(s) are registered.",
+        )
+    overrides: dict[str, str] = {}
+    for entry in wanted.configs:
+        if entry.value is None:
+            raise KafkaError(
+                ErrorCode.INVALID_CONFIG, f"Null value not supported for topic configs: {entry.name}"
+            )
+        overrides[entry.name] = entry.value
+    log_config = broker.validate_topic_configs(overrides)
+    topic = await broker.create_topic(name, partitions, overrides, validate_only=validate_only)
+    result.topic_id = topic.topic_id
+    result.num_partitions = partitions
+    result.replication_factor = replication
+    if version >= 5:
+        result.configs = config_entries(broker, overrides, log_config)

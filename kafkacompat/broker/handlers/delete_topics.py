@@ -1,0 +1,65 @@
+"""DeleteTopics (key 20), versions 0-6.
+
+Behaviour: v0-5 name topics in `topic_names`; v6 lists (name or id) pairs. Unknown name ->
+UNKNOWN_TOPIC_OR_PARTITION, unknown id -> UNKNOWN_TOPIC_ID, both name and id given or the same topic
+named twice -> INVALID_REQUEST, `delete.topic.enable=false` -> TOPIC_DELETION_DISABLED. A deleted topic
+leaves the topic table at once (persisted before the answer); its partition logs are renamed
+`<topic>-<p>.<uuid>-delete` and removed by the log manager's delayed delete, as Kafka does, so file
+slices of in-flight fetches stay readable meanwhile. Waiting fetches on the topic are woken.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kafkacompat.wire._generated.delete_topics_response import DeleteTopicsResponse
+from kafkacompat.wire.errors import ErrorCode, KafkaError
+from kafkacompat.wire.primitives import ZERO_UUID
+
+if TYPE_CHECKING:
+    from kafkacompat.broker.dispatch import RequestContext
+
+API_KEY = 20
+MIN_VERSION = 0
+MAX_VERSION = 6
+
+Result = DeleteTopicsResponse.DeletableTopicResult
+
+
+async def handle(ctx: RequestContext, request: Any) -> DeleteTopicsResponse:
+    broker = ctx.broker
+    if ctx.api_version >= 6:
+        wanted = [(state.name, state.topic_id) for state in request.topics]
+    else:
+        wanted = [(name, ZERO_UUID) for name in request.topic_names]
+    seen: dict[Any, int] = {}
+    for name, topic_id in wanted:
+        key = name if name is not None else topic_id
+        seen[key] = seen.get(key, 0) + 1
+    results = []
+    for name, topic_id in wanted:
+        result = Result(name=name, topic_id=topic_id, error_code=ErrorCode.NONE)
+        results.append(result)
+        try:
+            if name is not None and topic_id != ZERO_UUID:
+                raise KafkaError(
+                    ErrorCode.INVALID_REQUEST, "You may not specify both topic name and topic id."
+                )
+            if seen[name if name is not None else topic_id] > 1:
+                raise KafkaError(ErrorCode.INVALID_REQUEST, "Duplicate topic name or id in the request.")
+            if name is None:
+                topic = broker.metadata.topic_by_id(topic_id)
+                if topic is None:
+                    raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID, f"Topic id {topic_id} does not exist.")
+                result.name = topic.name
+            elif name not in broker.metadata:
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
+            if not broker.config["delete.topic.enable"]:
+                raise KafkaError(ErrorCode.TOPIC_DELETION_DISABLED, "Topic deletion is disabled.")
+            topic = await broker.delete_topic(result.name)
+            result.topic_id = topic.topic_id
+        except KafkaError as exc:
+            result.error_code = exc.code
+            if ctx.api_version >= 5:
+                result.error_message = exc.message
+    return DeleteTopicsResponse(responses=results)

@@ -1,0 +1,193 @@
+"""Fetch (key 1), versions 4-17.
+
+Behaviour: consumer fetches (this broker has no followers yet; a replica id is served like a consumer).
+Each partition returns whole batches from the one holding its fetch offset, up to its partition max
+bytes and what is left of the request's max bytes (itself capped by `fetch.max.bytes`); the first batch
+of the first non-empty partition is returned even when larger (KIP-74). Reads stop at the high
+watermark (read_uncommitted) or the last stable offset (read_committed; equal to the high watermark
+until transactions exist). Record data is a log FileSlice that the connection sends with sendfile; a
+partition without data gets an empty, non-null record set. Errors per partition:
+UNKNOWN_TOPIC_OR_PARTITION (v4-12) / UNKNOWN_TOPIC_ID (v13+, topics named by id), OFFSET_OUT_OF_RANGE
+(offset below the log start or above the log end), UNKNOWN_LEADER_EPOCH / FENCED_LEADER_EPOCH for a
+current leader epoch other than ours (0), KAFKA_STORAGE_ERROR. v7+ incremental fetch sessions (KIP-227,
+see fetch_sessions.py) with FETCH_SESSION_ID_NOT_FOUND / INVALID_FETCH_SESSION_EPOCH as top-level errors.
+If fewer than `min_bytes` are available and no partition has an error, the fetch parks until a produce
+to one of its partitions wakes it (PartitionWatchers) or `max_wait_ms` passes; it never polls.
+Aborted transactions: null for read_uncommitted, empty for read_committed (no transactions yet).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from kafkacompat.broker.fetch_sessions import CachedPartition, FetchContext, PartitionRequest
+from kafkacompat.wire._generated.fetch_response import FetchResponse
+from kafkacompat.wire.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from kafkacompat.broker.dispatch import RequestContext
+    from kafkacompat.broker.state import BrokerState
+
+API_KEY = 1
+MIN_VERSION = 4
+MAX_VERSION = 17
+
+LEADER_EPOCH = 0
+READ_COMMITTED = 1
+EMPTY_RECORDS = b""
+
+TopicResponse = FetchResponse.FetchableTopicResponse
+PartitionData = FetchResponse.PartitionData
+
+
+@dataclass(slots=True)
+class PartitionRead:
+    """What one read of one partition produced."""
+
+    cached: CachedPartition
+    name: str | None
+    error: int = ErrorCode.NONE
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    records: Any = EMPTY_RECORDS
+    size: int = 0
+
+
+async def handle(ctx: RequestContext, request: Any) -> FetchResponse:
+    broker = ctx.broker
+    version = ctx.api_version
+    uses_ids = version >= 13
+    requested = [
+        PartitionRequest(
+            topic=topic.topic_id if uses_ids else topic.topic,
+            partition=p.partition,
+            fetch_offset=p.fetch_offset,
+            max_bytes=p.partition_max_bytes,
+            current_leader_epoch=p.current_leader_epoch,
+        )
+        for topic in request.topics
+        for p in topic.partitions
+    ]
+    forgotten = [
+        (topic.topic_id if uses_ids else topic.topic, index)
+        for topic in request.forgotten_topics_data
+        for index in topic.partitions
+    ]
+    context = broker.fetch_sessions.open(
+        request.session_id, request.session_epoch, requested, forgotten, broker.now_ms()
+    )
+    if context.error != ErrorCode.NONE:
+        return FetchResponse(error_code=context.error, session_id=0, responses=[])
+    max_bytes = min(request.max_bytes, broker.config["fetch.max.bytes"])
+    read_committed = request.isolation_level == READ_COMMITTED
+    deadline = trio.current_time() + max(request.max_wait_ms, 0) / 1000
+    while True:
+        reads = _read_all(broker, context, uses_ids, max_bytes, read_committed)
+        total = sum(r.size for r in reads)
+        if (
+            total >= request.min_bytes
+            or request.max_wait_ms <= 0
+            or not reads
+            or any(r.error != ErrorCode.NONE for r in reads)
+            or trio.current_time() >= deadline
+        ):
+            break
+        keys = [(r.name, r.cached.partition) for r in reads if r.name is not None]
+        with broker.watchers.watch(keys) as event, trio.move_on_at(deadline):
+            await event.wait()
+    return _response(context, reads, uses_ids, read_committed)
+
+
+def _read_all(
+    broker: BrokerState, context: FetchContext, uses_ids: bool, max_bytes: int, read_committed: bool
+) -> list[PartitionRead]:
+    remaining = max_bytes
+    reads = []
+    metadata = broker.metadata
+    for cached in context.partitions:
+        topic = metadata.topic_by_id(cached.topic) if uses_ids else metadata.topic(cached.topic)
+        read = PartitionRead(cached=cached, name=topic.name if topic is not None else None)
+        reads.append(read)
+        try:
+            if topic is None:
+                raise KafkaError(
+                    ErrorCode.UNKNOWN_TOPIC_ID if uses_ids else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                )
+            if not 0 <= cached.partition < topic.partitions:
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            if cached.current_leader_epoch > LEADER_EPOCH:
+                raise KafkaError(ErrorCode.UNKNOWN_LEADER_EPOCH)
+            if 0 <= cached.current_leader_epoch < LEADER_EPOCH:
+                raise KafkaError(ErrorCode.FENCED_LEADER_EPOCH)
+            partition_log = broker.partition_log(topic.name, cached.partition)
+            if partition_log is None:
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            high_watermark = partition_log.high_watermark
+            read.high_watermark = high_watermark
+            read.last_stable_offset = high_watermark
+            read.log_start_offset = partition_log.log_start_offset
+            limit = min(cached.max_bytes, remaining)
+            if limit <= 0 and remaining < max_bytes:
+                continue  # the request's byte budget is spent; later partitions report offsets only
+            result = partition_log.read(
+                cached.fetch_offset,
+                max(limit, 0),
+                upper_bound_offset=high_watermark,
+                min_one_batch=remaining == max_bytes,
+            )
+            if result.slices:
+                read.records = result.slices[0] if len(result.slices) == 1 else _join(result.slices)
+                read.size = result.size
+                remaining -= result.size
+        except KafkaError as exc:
+            read.error = exc.code
+    return reads
+
+
+def _join(slices: list[Any]) -> bytes:
+    # the log returns one slice per read today; should it ever return more, fall back to bytes
+    return b"".join(s.read_bytes() for s in slices)
+
+
+def _response(
+    context: FetchContext, reads: list[PartitionRead], uses_ids: bool, read_committed: bool
+) -> FetchResponse:
+    responses: list[Any] = []
+    current_key: Any = object()
+    current: Any = None
+    for read in reads:
+        include = context.report(
+            read.cached,
+            high_watermark=read.high_watermark,
+            last_stable_offset=read.last_stable_offset,
+            log_start_offset=read.log_start_offset,
+            has_records=read.size > 0,
+            error=read.error,
+        )
+        if not include:
+            continue
+        key = read.cached.topic
+        if key != current_key:
+            current_key = key
+            if uses_ids:
+                current = TopicResponse(topic_id=key, partitions=[])
+            else:
+                current = TopicResponse(topic=key, partitions=[])
+            responses.append(current)
+        current.partitions.append(
+            PartitionData(
+                partition_index=read.cached.partition,
+                error_code=read.error,
+                high_watermark=read.high_watermark,
+                last_stable_offset=read.last_stable_offset,
+                log_start_offset=read.log_start_offset,
+                aborted_transactions=[] if read_committed else None,
+                preferred_read_replica=-1,
+                records=read.records,
+            )
+        )
+    return FetchResponse(error_code=ErrorCode.NONE, session_id=context.session_id, responses=responses)

@@ -1,0 +1,96 @@
+"""ListOffsets (key 2), versions 0-9.
+
+Behaviour: timestamp -1 = latest (the high watermark for consumers; with isolation READ_COMMITTED the
+last stable offset, which equals the high watermark as this broker has no transactions yet), -2 =
+earliest (log start offset), -3 (v7+) = the record with the largest timestamp, -4 (v8+) = earliest
+local (the log start offset: no tiered storage), -5 (v9+) = earliest pending upload (none: offset and
+timestamp -1). Any other timestamp finds the first record at or after it below the high watermark
+(offset -1 when there is none). Errors per partition: UNKNOWN_TOPIC_OR_PARTITION, a partition named
+twice -> INVALID_REQUEST, a current leader epoch newer than ours -> UNKNOWN_LEADER_EPOCH, older ->
+FENCED_LEADER_EPOCH, KAFKA_STORAGE_ERROR. v0 answers in `old_style_offsets` (at most one offset).
+The leader epoch of every answer (v4+) is this partition's only epoch, 0.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from kafkacompat.wire._generated.list_offsets_response import ListOffsetsResponse
+from kafkacompat.wire.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from kafkacompat.broker.dispatch import RequestContext
+
+API_KEY = 2
+MIN_VERSION = 0
+MAX_VERSION = 9
+
+LATEST = -1
+EARLIEST = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL = -4
+EARLIEST_PENDING_UPLOAD = -5
+LEADER_EPOCH = 0
+
+TopicResponse = ListOffsetsResponse.ListOffsetsTopicResponse
+PartitionResponse = ListOffsetsResponse.ListOffsetsPartitionResponse
+
+
+async def handle(ctx: RequestContext, request: Any) -> ListOffsetsResponse:
+    broker = ctx.broker
+    version = ctx.api_version
+    counts = Counter((t.name, p.partition_index) for t in request.topics for p in t.partitions)
+    topics = []
+    for wanted_topic in request.topics:
+        partitions = []
+        topics.append(TopicResponse(name=wanted_topic.name, partitions=partitions))
+        topic = broker.metadata.topic(wanted_topic.name)
+        for wanted in wanted_topic.partitions:
+            index = wanted.partition_index
+            answer = PartitionResponse(
+                partition_index=index, error_code=ErrorCode.NONE, timestamp=-1, offset=-1
+            )
+            partitions.append(answer)
+            try:
+                if counts[(wanted_topic.name, index)] > 1:
+                    raise KafkaError(ErrorCode.INVALID_REQUEST, "partition listed twice")
+                if topic is None or not 0 <= index < topic.partitions:
+                    raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                partition_log = broker.partition_log(wanted_topic.name, index)
+                if partition_log is None:
+                    raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                epoch = getattr(wanted, "current_leader_epoch", -1)
+                if epoch > LEADER_EPOCH:
+                    raise KafkaError(ErrorCode.UNKNOWN_LEADER_EPOCH)
+                if 0 <= epoch < LEADER_EPOCH:
+                    raise KafkaError(ErrorCode.FENCED_LEADER_EPOCH)
+                offset, timestamp = _lookup(partition_log, wanted.timestamp, version)
+                answer.offset, answer.timestamp = offset, timestamp
+                answer.leader_epoch = LEADER_EPOCH if offset >= 0 else -1
+                if version == 0:
+                    answer.old_style_offsets = [offset] if offset >= 0 else []
+            except KafkaError as exc:
+                answer.error_code = exc.code
+    return ListOffsetsResponse(topics=topics)
+
+
+def _lookup(partition_log: Any, timestamp: int, version: int) -> tuple[int, int]:
+    high_watermark = partition_log.high_watermark
+    if timestamp == LATEST:
+        return high_watermark, -1
+    if timestamp in (EARLIEST, EARLIEST_LOCAL):
+        return partition_log.log_start_offset, -1
+    if timestamp == EARLIEST_PENDING_UPLOAD:
+        return -1, -1
+    if timestamp == MAX_TIMESTAMP:
+        found = partition_log.max_timestamp_offset()
+        if found is None:
+            return -1, -1
+        return found
+    if timestamp < 0:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"unknown special timestamp {timestamp}")
+    found = partition_log.offset_for_timestamp(timestamp, high_watermark)
+    if found is None:
+        return -1, -1
+    return found

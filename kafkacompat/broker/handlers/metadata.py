@@ -1,0 +1,112 @@
+"""Metadata (key 3), versions 0-12.
+
+Behaviour: one broker (this node, at the advertised endpoint of the listener the request came in on),
+which is also the controller; the cluster id from meta.properties. Every partition is led by this node
+with replicas = ISR = [this node]. Topic ids from v10. Topic selection: v0 empty list or v1+ null =
+all topics; v12 may name topics by id (unknown id -> UNKNOWN_TOPIC_ID); naming a topic by id before v12
+or with a null name before v12 gets INVALID_REQUEST, as Kafka rejects it. An unknown topic is created
+when `allow_auto_topic_creation` (always true before v4) and `auto.create.topics.enable` both hold, and
+is reported once with LEADER_NOT_AVAILABLE, as Kafka does while creation is in flight; otherwise
+UNKNOWN_TOPIC_OR_PARTITION. Illegal names get INVALID_TOPIC_EXCEPTION. Authorized-operations fields
+keep their "not requested" default (no authorizer).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kafkacompat.broker.state import INTERNAL_TOPICS
+from kafkacompat.replication.metadata import validate_topic_name
+from kafkacompat.wire._generated.metadata_response import MetadataResponse
+from kafkacompat.wire.errors import ErrorCode, KafkaError
+from kafkacompat.wire.primitives import ZERO_UUID
+
+if TYPE_CHECKING:
+    from kafkacompat.broker.dispatch import RequestContext
+    from kafkacompat.broker.state import BrokerState
+    from kafkacompat.replication.metadata import TopicInfo
+
+API_KEY = 3
+MIN_VERSION = 0
+MAX_VERSION = 12
+
+Topic = MetadataResponse.MetadataResponseTopic
+Partition = MetadataResponse.MetadataResponsePartition
+Broker = MetadataResponse.MetadataResponseBroker
+
+
+def describe_topic(broker: BrokerState, topic: TopicInfo) -> Any:
+    node = broker.node_id
+    partitions = [
+        Partition(
+            error_code=ErrorCode.NONE,
+            partition_index=index,
+            leader_id=node,
+            leader_epoch=broker.leader_epoch(topic.name, index),
+            replica_nodes=[node],
+            isr_nodes=[node],
+            offline_replicas=[],
+        )
+        for index in range(topic.partitions)
+    ]
+    return Topic(
+        error_code=ErrorCode.NONE,
+        name=topic.name,
+        topic_id=topic.topic_id,
+        is_internal=topic.internal,
+        partitions=partitions,
+    )
+
+
+async def handle(ctx: RequestContext, request: Any) -> MetadataResponse:
+    broker = ctx.broker
+    version = ctx.api_version
+    host, port = broker.advertised_endpoint(ctx.connection.listener_name)
+    response = MetadataResponse(
+        brokers=[Broker(node_id=broker.node_id, host=host, port=port, rack=broker.config["broker.rack"])],
+        cluster_id=broker.cluster_id,
+        controller_id=broker.node_id,
+        topics=[],
+    )
+    requested = request.topics
+    if requested is None or (version == 0 and not requested):
+        response.topics = [describe_topic(broker, topic) for topic in broker.metadata.topics()]
+        return response
+    auto_create = (version < 4 or request.allow_auto_topic_creation) and broker.config[
+        "auto.create.topics.enable"
+    ]
+    seen: set[Any] = set()
+    for wanted in requested:
+        key = wanted.name if wanted.name is not None else wanted.topic_id
+        if key in seen:
+            continue
+        seen.add(key)
+        response.topics.append(await _one_topic(broker, version, wanted, auto_create))
+    return response
+
+
+async def _one_topic(broker: BrokerState, version: int, wanted: Any, auto_create: bool) -> Any:
+    name = wanted.name
+    topic_id = getattr(wanted, "topic_id", ZERO_UUID)
+    if version < 12 and (name is None or topic_id != ZERO_UUID):
+        return Topic(error_code=ErrorCode.INVALID_REQUEST, name=name or "", topic_id=topic_id)
+    if name is None:
+        topic = broker.metadata.topic_by_id(topic_id)
+        if topic is None:
+            return Topic(error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None, topic_id=topic_id)
+        return describe_topic(broker, topic)
+    topic = broker.metadata.topic(name)
+    if topic is not None:
+        return describe_topic(broker, topic)
+    try:
+        validate_topic_name(name)
+    except KafkaError as exc:
+        return Topic(error_code=exc.code, name=name, is_internal=False)
+    if not auto_create:
+        return Topic(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name)
+    try:
+        await broker.auto_create_topic(name)
+    except KafkaError as exc:
+        if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+            return Topic(error_code=exc.code, name=name)
+    return Topic(error_code=ErrorCode.LEADER_NOT_AVAILABLE, name=name, is_internal=name in INTERNAL_TOPICS)

@@ -1,0 +1,113 @@
+"""Produce (key 0), versions 0-11.
+
+Behaviour: acks must be 0, 1 or -1 (else INVALID_REQUIRED_ACKS for every partition). Each partition's
+record set is validated and appended by its PartitionLog as opaque bytes: offsets are patched in place,
+records are never decoded. Errors are per partition: UNKNOWN_TOPIC_OR_PARTITION (no auto-creation here;
+as in Kafka, producers create topics through Metadata), CORRUPT_MESSAGE, INVALID_RECORD (including
+message format v0/v1, which this broker never converts, and a partition without any batch),
+MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE, INVALID_TIMESTAMP, idempotence errors
+(OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH; a retried duplicate batch gets its original
+offsets), KAFKA_STORAGE_ERROR; acks=-1 on a topic whose min.insync.replicas exceeds 1 gets
+NOT_ENOUGH_REPLICAS (the ISR is this node alone). v8+ carry the error message. On a single node acks=1
+and acks=-1 are the same: the high watermark moves with the append, then parked fetches on the
+partition are woken. When the topic's flush.messages/flush.ms is due, the append is fsynced (in a
+worker thread) before the answer, as Kafka flushes in its append path. acks=0 gets no response at all.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from kafkacompat.wire._generated.produce_response import ProduceResponse
+from kafkacompat.wire.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from kafkacompat.broker.dispatch import RequestContext
+    from kafkacompat.broker.state import BrokerState
+
+API_KEY = 0
+MIN_VERSION = 0
+MAX_VERSION = 11
+
+TopicResponse = ProduceResponse.TopicProduceResponse
+PartitionResponse = ProduceResponse.PartitionProduceResponse
+
+LEADER_EPOCH = 0
+
+
+def _error(index: int, code: int, message: str | None, version: int) -> Any:
+    return PartitionResponse(
+        index=index,
+        error_code=code,
+        base_offset=-1,
+        log_append_time_ms=-1,
+        log_start_offset=-1,
+        error_message=message if version >= 8 else None,
+    )
+
+
+async def handle(ctx: RequestContext, request: Any) -> ProduceResponse | None:
+    broker = ctx.broker
+    version = ctx.api_version
+    acks = request.acks
+    responses = []
+    for topic_data in request.topic_data:
+        partitions = []
+        responses.append(TopicResponse(name=topic_data.name, partition_responses=partitions))
+        if acks not in (0, 1, -1):
+            for data in topic_data.partition_data:
+                partitions.append(_error(data.index, ErrorCode.INVALID_REQUIRED_ACKS, None, version))
+            continue
+        topic = broker.metadata.topic(topic_data.name)
+        for data in topic_data.partition_data:
+            if topic is None or not 0 <= data.index < topic.partitions:
+                partitions.append(
+                    _error(
+                        data.index,
+                        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                        "This server does not host this topic-partition.",
+                        version,
+                    )
+                )
+                continue
+            try:
+                partitions.append(await _append(broker, topic_data.name, data, acks, version))
+            except KafkaError as exc:
+                partitions.append(_error(data.index, exc.code, exc.message, version))
+    if acks == 0:
+        return None
+    return ProduceResponse(responses=responses)
+
+
+async def _append(broker: BrokerState, topic: str, data: Any, acks: int, version: int) -> Any:
+    partition_log = broker.partition_log(topic, data.index)
+    if partition_log is None:
+        raise KafkaError(
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition."
+        )
+    if acks == -1 and partition_log.config.get("min.insync.replicas") > 1:
+        raise KafkaError(
+            ErrorCode.NOT_ENOUGH_REPLICAS,
+            f"The size of the current ISR 1 is insufficient to satisfy the min.isr requirement of "
+            f"{partition_log.config.get('min.insync.replicas')}",
+        )
+    if data.records is None or len(data.records) == 0:
+        raise KafkaError(
+            ErrorCode.INVALID_RECORD, "Produce requests must have at least one record batch per partition"
+        )
+    now = broker.now_ms()
+    result = partition_log.append_as_leader(data.records, LEADER_EPOCH, now)
+    if not result.duplicate:
+        partition_log.update_high_watermark(partition_log.log_end_offset)
+        broker.watchers.notify(topic, data.index)
+        if partition_log.flush_needed(now):
+            await trio.to_thread.run_sync(partition_log.flush, now)
+    return PartitionResponse(
+        index=data.index,
+        error_code=ErrorCode.NONE,
+        base_offset=result.base_offset,
+        log_append_time_ms=result.log_append_time,
+        log_start_offset=result.log_start_offset,
+    )

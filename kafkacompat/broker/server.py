@@ -1,0 +1,290 @@
+"""The broker process: listeners, connections, background tasks and an orderly shutdown.
+
+Theory of operation
+-------------------
+`Broker.run()` is one trio task tree:
+
+    run
+    ├── listener scope: trio.serve_listeners(...) per configured listener (accepts only)
+    ├── connection nursery: one task per accepted connection (connection.Connection.run)
+    └── background nursery: flush, retention, checkpoints, delayed file deletes
+
+Start-up opens the log dirs (recovery after an unclean shutdown happens in a worker thread), loads the
+topic table, binds every listener (port 0 picks a free port; `task_status.started()` reports the bound
+addresses, which is what tests wait for) and only then accepts connections.
+
+Shutdown (`request_shutdown()`, e.g. on SIGTERM): stop accepting and close the listening sockets; tell
+every connection to finish the request it is processing and then close (idle connections close at
+once); after a grace period anything still running is cancelled; background tasks stop; finally the
+log manager shuts down in a worker thread (flush, checkpoints, clean-shutdown marker) so the next start
+skips recovery.
+
+Background work runs on the trio thread for the decisions (which logs are due, which segments expire)
+and in worker threads (`trio.to_thread.run_sync`) for the blocking halves: fsync, writing checkpoint
+files, deleting files. The log objects are only ever mutated on the trio thread.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from kafkacompat.config import BrokerConfig
+
+__all__ = ["BoundListener", "Broker"]
+
+log = logging.getLogger("kafkacompat.broker")
+
+SHUTDOWN_GRACE_SECONDS = 10.0
+DELETE_CHECK_SECONDS = 1.0
+
+
+class BoundListener:
+    """A listener after binding: its name and the address it accepts on."""
+
+    def __init__(self, name: str, host: str, port: int) -> None:
+        self.name = name
+        self.host = host
+        self.port = port
+
+    def __repr__(self) -> str:
+        return f"{self.name}://{self.host}:{self.port}"
+
+
+class Broker:
+    """One broker node. Create, then `await run()`; `request_shutdown()` from any trio task stops it."""
+
+    def __init__(self, config: BrokerConfig, *, clock: Callable[[], float] | None = None) -> None:
+        self.config = config
+        self.clock = clock
+        self.state: Any = None
+        self.bound: list[BoundListener] = []
+        self._shutdown = trio.Event() if _in_trio() else None
+        self._connections: set[Any] = set()
+        self._connection_count = 0
+        self._next_connection_id = 0
+
+    # lifecycle
+
+    def request_shutdown(self) -> None:
+        if self._shutdown is not None:
+            self._shutdown.set()
+
+    async def run(
+        self, *, task_status: trio.TaskStatus[list[BoundListener]] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        if self._shutdown is None:
+            self._shutdown = trio.Event()
+        state = await trio.to_thread.run_sync(self._open_state)
+        self.state = state
+        try:
+            async with trio.open_nursery() as outer:
+                connection_nursery_scope = trio.CancelScope()
+                background_scope = trio.CancelScope()
+                listener_scope = trio.CancelScope()
+                listeners = await self._bind()
+                outer.start_soon(self._run_background, background_scope)
+                connections_done = trio.Event()
+
+                async def run_connections(
+                    task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED,
+                ) -> None:
+                    with connection_nursery_scope:
+                        async with trio.open_nursery() as connection_nursery:
+                            task_status.started(connection_nursery)
+                            await trio.sleep_forever()
+                    connections_done.set()
+
+                connection_nursery = await outer.start(run_connections)
+
+                async def accept_all() -> None:
+                    with listener_scope:
+                        async with trio.open_nursery() as accept_nursery:
+                            for name, sockets in listeners:
+                                accept_nursery.start_soon(
+                                    self._accept_loop, name, sockets, connection_nursery
+                                )
+
+                outer.start_soon(accept_all)
+                log.info("broker %d started, listening on %s", state.node_id, ", ".join(map(str, self.bound)))
+                task_status.started(list(self.bound))
+                await self._shutdown.wait()
+                log.info("shutting down")
+                listener_scope.cancel()
+                for _, sockets in listeners:
+                    for listener in sockets:
+                        await listener.aclose()
+                for connection in list(self._connections):
+                    connection.drain()
+                with trio.move_on_after(SHUTDOWN_GRACE_SECONDS):
+                    while self._connections:
+                        await trio.sleep(0.01)
+                connection_nursery_scope.cancel()
+                await connections_done.wait()
+                background_scope.cancel()
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(self._close_state, state)
+            log.info("broker stopped")
+
+    def _open_state(self) -> Any:
+        """Blocking start-up: log dirs, recovery, topic table. Runs in a worker thread."""
+        from kafkacompat.broker.state import BrokerState
+        from kafkacompat.config import broker_log_config
+        from kafkacompat.log.manager import LogManager
+        from kafkacompat.replication.metadata import LocalMetadata
+
+        config = self.config
+        log_dirs = [str(path) for path in config.log_dirs]
+        cluster_id = config.cluster_id or _stored_cluster_id(log_dirs) or _new_cluster_id()
+        metadata = LocalMetadata(log_dirs[0])
+        logs = LogManager(log_dirs, broker_log_config(config), config.node_id, cluster_id)
+        state = BrokerState(config, logs, metadata, cluster_id=cluster_id, **_clock_kw(self.clock))
+        topic_configs = {topic.name: state.topic_log_config(topic) for topic in metadata.topics()}
+        logs.startup(topic_configs, now_ms=state.now_ms())
+        for topic in metadata.topics():
+            for index in range(topic.partitions):
+                if logs.get_log(topic.name, index) is None:
+                    logs.create_log(topic.name, index, topic_configs[topic.name], now_ms=state.now_ms())
+        return state
+
+    @staticmethod
+    def _close_state(state: Any) -> None:
+        state.logs.shutdown()
+        state.metadata.commit()
+
+    # listeners and connections
+
+    async def _bind(self) -> list[tuple[str, list[trio.SocketListener]]]:
+        result = []
+        advertised = self.config.advertised_listeners
+        backlog = self.config["socket.listen.backlog.size"]
+        for listener in self.config.listeners:
+            host = listener.host or None
+            sockets = await trio.open_tcp_listeners(listener.port, host=host, backlog=backlog)
+            bound_port = sockets[0].socket.getsockname()[1]
+            bound_host = listener.host or sockets[0].socket.getsockname()[0]
+            self.bound.append(BoundListener(listener.name, bound_host, bound_port))
+            public = advertised[listener.name]
+            public_host = public.host or (listener.host if listener.host not in ("", "0.0.0.0", "::") else "")
+            if not public_host:
+                public_host = socket.gethostname()
+            public_port = public.port or bound_port
+            self.state.endpoints[listener.name] = (public_host, public_port)
+            result.append((listener.name, sockets))
+        return result
+
+    async def _accept_loop(
+        self, name: str, sockets: list[trio.SocketListener], nursery: trio.Nursery
+    ) -> None:
+        async def one(listener: trio.SocketListener) -> None:
+            while True:
+                try:
+                    stream = await listener.accept()
+                except (trio.ClosedResourceError, trio.BrokenResourceError):
+                    return
+                except OSError as exc:
+                    log.warning("accept failed on %s: %s", name, exc)
+                    await trio.sleep(0.1)
+                    continue
+                if len(self._connections) >= self.config["max.connections"]:
+                    log.info(
+                        "closing new connection: max.connections (%d) reached", self.config["max.connections"]
+                    )
+                    await stream.aclose()
+                    continue
+                nursery.start_soon(self._serve, name, stream)
+
+        async with trio.open_nursery() as accept_nursery:
+            for listener in sockets:
+                accept_nursery.start_soon(one, listener)
+
+    async def _serve(self, name: str, stream: trio.SocketStream) -> None:
+        from kafkacompat.broker.connection import Connection
+
+        self._next_connection_id += 1
+        connection = Connection(self.state, stream, name, self._next_connection_id)
+        self._connections.add(connection)
+        try:
+            await connection.run()
+        finally:
+            self._connections.discard(connection)
+
+    # background tasks
+
+    async def _run_background(self, scope: trio.CancelScope) -> None:
+        with scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(
+                    self._every, self.config["log.retention.check.interval.ms"], self._retention
+                )
+                checkpoint_ms = min(
+                    self.config.recovery_point_checkpoint_ms or 60000,
+                    self.config["log.flush.start.offset.checkpoint.interval.ms"] or 60000,
+                )
+                nursery.start_soon(self._every, checkpoint_ms, self._checkpoints)
+                nursery.start_soon(self._every, DELETE_CHECK_SECONDS * 1000, self._delete_delayed)
+                flush_ms = self.config["log.flush.scheduler.interval.ms"]
+                nursery.start_soon(self._every, flush_ms, self._flush)
+
+    async def _every(self, interval_ms: float, job: Callable[[], Any]) -> None:
+        if interval_ms <= 0 or interval_ms >= 2**62:
+            return
+        seconds = max(interval_ms / 1000, 0.001)
+        while True:
+            await trio.sleep(seconds)
+            try:
+                await job()
+            except Exception:
+                log.exception("background job %s failed", getattr(job, "__name__", job))
+
+    async def _flush(self) -> None:
+        await self.state.flush_due()
+
+    async def _retention(self) -> None:
+        await self.state.enforce_retention()
+
+    async def _checkpoints(self) -> None:
+        await self.state.write_checkpoints()
+
+    async def _delete_delayed(self) -> None:
+        await self.state.delete_expired_files()
+
+
+def _in_trio() -> bool:
+    try:
+        trio.lowlevel.current_task()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _stored_cluster_id(log_dirs: list[str]) -> str | None:
+    """The cluster id recorded in an existing meta.properties, if any."""
+    from kafkacompat.log.checkpoints import META_PROPERTIES, CheckpointError, read_meta_properties
+
+    for log_dir in log_dirs:
+        path = os.path.join(log_dir, META_PROPERTIES)
+        try:
+            cluster_id = read_meta_properties(path).get("cluster.id")
+        except (OSError, CheckpointError):
+            continue
+        if cluster_id:
+            return cluster_id
+    return None
+
+
+def _new_cluster_id() -> str:
+    """A random cluster id in Kafka's format (a UUID as 22 characters of URL-safe base64)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode("ascii")
+
+
+def _clock_kw(clock: Callable[[], float] | None) -> dict[str, Any]:
+    return {} if clock is None else {"clock": clock}

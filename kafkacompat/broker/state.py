@@ -1,0 +1,230 @@
+"""The broker's shared state, handed to every handler as `ctx.broker`.
+
+Theory of operation: `BrokerState` bundles what a single node knows and owns: the loaded config, the
+`LogManager` (partition logs), `LocalMetadata` (topic table), the fetch watchers and fetch-session cache,
+the producer-id allocator and the clock. Handlers read freely; changes to the topic table go through
+the async helpers here (`create_topic`, `delete_topic`, `auto_create_topic`, `next_producer_id`), which
+serialise on one trio lock and persist the table in a worker thread before returning, so a client
+never hears of a topic the broker would forget in a crash.
+
+All access happens on the trio thread; worker threads only run the blocking halves (fsync, file
+deletes) of operations whose in-memory half already ran here.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from kafkacompat.broker.delayed import PartitionWatchers
+from kafkacompat.broker.fetch_sessions import FetchSessionCache
+from kafkacompat.config import BrokerConfig, broker_log_config
+from kafkacompat.replication.metadata import PRODUCER_ID_BLOCK_SIZE, LocalMetadata, TopicInfo
+from kafkacompat.wire.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from kafkacompat.log.config import LogConfig
+
+__all__ = ["INTERNAL_TOPICS", "BrokerState"]
+
+log = logging.getLogger("kafkacompat.broker")
+
+OFFSETS_TOPIC = "__consumer_offsets"
+TRANSACTION_TOPIC = "__transaction_state"
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_TOPIC})
+
+
+class BrokerState:
+    """Shared broker state (see module docstring). Created and shut down by `server.Broker`."""
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        logs: Any,
+        metadata: LocalMetadata,
+        *,
+        cluster_id: str,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config
+        self.logs = logs
+        self.metadata = metadata
+        self.cluster_id = cluster_id
+        self.node_id = config.node_id
+        self.clock = clock
+        self.watchers = PartitionWatchers()
+        self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])
+        self.metadata_lock = trio.Lock()
+        self.default_log_config: LogConfig = broker_log_config(config)
+        # listener name -> (host, port) clients are told; filled in by the server once bound
+        self.endpoints: dict[str, tuple[str, int]] = {}
+        self._log_configs: dict[str, tuple[dict[str, str], LogConfig]] = {}
+        self._producer_ids = range(0)
+
+    # time
+
+    def now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+    # topics and partitions
+
+    def advertised_endpoint(self, listener_name: str) -> tuple[str, int]:
+        endpoint = self.endpoints.get(listener_name)
+        if endpoint is None:
+            endpoint = next(iter(self.endpoints.values()))
+        return endpoint
+
+    def topic_log_config(self, topic: TopicInfo) -> LogConfig:
+        """The topic's effective LogConfig: its overrides on top of the broker defaults (cached)."""
+        cached = self._log_configs.get(topic.name)
+        if cached is not None and cached[0] == topic.configs:
+            return cached[1]
+        from kafkacompat.log.config import LogConfig
+
+        config = LogConfig.from_properties(topic.configs, self.default_log_config)
+        self._log_configs[topic.name] = (dict(topic.configs), config)
+        return config
+
+    def validate_topic_configs(self, configs: dict[str, str]) -> LogConfig:
+        """Raise KafkaError(INVALID_CONFIG) unless `configs` are valid topic configs."""
+        from kafkacompat.log.config import LogConfig
+
+        return LogConfig.from_properties(configs, self.default_log_config)
+
+    def partition_log(self, topic: str, partition: int) -> Any | None:
+        """The log of an existing partition, or None."""
+        return self.logs.get_log(topic, partition)
+
+    def leader_epoch(self, topic: str, partition: int) -> int:
+        return 0
+
+    async def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        configs: dict[str, str] | None = None,
+        *,
+        validate_only: bool = False,
+        internal: bool = False,
+    ) -> TopicInfo:
+        """Create a topic (table entry and partition logs), persisted before it returns.
+
+        Raises KafkaError: INVALID_TOPIC_EXCEPTION, TOPIC_ALREADY_EXISTS, INVALID_PARTITIONS,
+        INVALID_CONFIG. With `validate_only` nothing changes and a TopicInfo is still returned.
+        """
+        configs = dict(configs or {})
+        log_config = self.validate_topic_configs(configs)
+        async with self.metadata_lock:
+            if validate_only:
+                from kafkacompat.replication.metadata import validate_topic_name
+
+                validate_topic_name(name)
+                if name in self.metadata:
+                    raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+                if partitions < 1:
+                    raise KafkaError(
+                        ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0."
+                    )
+                return TopicInfo(name, _zero_uuid(), partitions, configs, internal)
+            topic = self.metadata.create_topic(name, partitions, configs, internal=internal)
+            try:
+                for index in range(partitions):
+                    self.logs.create_log(name, index, log_config, now_ms=self.now_ms())
+            except BaseException:
+                self.metadata.delete_topic(name)
+                self.metadata.snapshot()
+                raise
+            snapshot = self.metadata.snapshot()
+            await trio.to_thread.run_sync(self.metadata.write_snapshot, snapshot)
+        log.info("created topic %s with %d partitions (id %s)", name, partitions, topic.topic_id)
+        return topic
+
+    async def auto_create_topic(self, name: str) -> TopicInfo:
+        if name == OFFSETS_TOPIC:
+            return await self.create_topic(
+                name,
+                self.config["offsets.topic.num.partitions"],
+                {
+                    "cleanup.policy": "compact",
+                    "segment.bytes": str(self.config["offsets.topic.segment.bytes"]),
+                },
+                internal=True,
+            )
+        if name == TRANSACTION_TOPIC:
+            return await self.create_topic(
+                name,
+                self.config["transaction.state.log.num.partitions"],
+                {"cleanup.policy": "compact"},
+                internal=True,
+            )
+        return await self.create_topic(name, self.config["num.partitions"])
+
+    async def delete_topic(self, name: str) -> TopicInfo:
+        """Remove a topic from the table (persisted) and hand its logs to the delayed delete."""
+        async with self.metadata_lock:
+            topic = self.metadata.delete_topic(name)
+            snapshot = self.metadata.snapshot()
+            await trio.to_thread.run_sync(self.metadata.write_snapshot, snapshot)
+            self._log_configs.pop(name, None)
+            # the partition logs leave the manager's table at once; closing and removing the files
+            # (rename + rmtree) is blocking work for a worker thread
+            await trio.to_thread.run_sync(self._delete_logs, name, topic.partitions)
+        self.fetch_sessions.remove_topic(name)
+        self.fetch_sessions.remove_topic(topic.topic_id)
+        self.watchers.notify_topic(name)
+        log.info("deleted topic %s (id %s)", name, topic.topic_id)
+        return topic
+
+    def _delete_logs(self, name: str, partitions: int) -> None:
+        for index in range(partitions):
+            try:
+                self.logs.delete_log(name, index)
+            except KafkaError as exc:
+                log.error("could not remove the files of %s-%d: %s", name, index, exc)
+
+    # background work (called by the server's periodic tasks)
+
+    async def flush_due(self) -> None:
+        """fsync the logs whose flush.messages / flush.ms policy says so (in worker threads)."""
+        now = self.now_ms()
+        for partition_log in self.logs.logs_needing_flush(now):
+            try:
+                await trio.to_thread.run_sync(partition_log.flush, now)
+            except KafkaError as exc:
+                log.error("flush of %s failed: %s", partition_log.name, exc)
+
+    async def enforce_retention(self) -> None:
+        # LogManager requires its logs be mutated on one thread; segment deletion here only renames
+        # files (the removal happens in delete_expired_files after file.delete.delay.ms)
+        deleted = self.logs.run_retention(self.now_ms())
+        if deleted:
+            log.info("retention removed %d segment(s)", deleted)
+
+    async def delete_expired_files(self) -> None:
+        self.logs.run_pending_deletes(self.now_ms())
+
+    async def write_checkpoints(self) -> None:
+        await trio.to_thread.run_sync(self.logs.checkpoint)
+
+    async def next_producer_id(self) -> int:
+        """A producer id never handed out before, also across restarts (blocks are persisted first)."""
+        if not self._producer_ids:
+            async with self.metadata_lock:
+                if not self._producer_ids:
+                    start = self.metadata.allocate_producer_id_block(PRODUCER_ID_BLOCK_SIZE)
+                    snapshot = self.metadata.snapshot()
+                    await trio.to_thread.run_sync(self.metadata.write_snapshot, snapshot)
+                    self._producer_ids = range(start, start + PRODUCER_ID_BLOCK_SIZE)
+        producer_id = self._producer_ids[0]
+        self._producer_ids = self._producer_ids[1:]
+        return producer_id
+
+
+def _zero_uuid() -> Any:
+    from kafkacompat.wire.primitives import ZERO_UUID
+
+    return ZERO_UUID

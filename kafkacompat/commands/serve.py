@@ -1,0 +1,89 @@
+"""`kafkacompat serve`: run a broker in the foreground.
+
+Theory of operation: load the config (Java-properties file plus `--override key=value`), set up
+logging, and run `Broker.run()` under trio next to a signal watcher. The first SIGTERM/SIGINT starts an
+orderly shutdown (stop accepting, finish in-flight requests, checkpoints and the clean-shutdown
+marker); a second one exits at once. Imports of the broker are deferred until after argument parsing
+so that `--help` and config errors answer immediately.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+HELP = "run a Kafka-compatible broker (reads Kafka's server.properties names)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="FILE", help="a server.properties file")
+    parser.add_argument(
+        "--override",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        help="set one config value (repeatable; wins over the file)",
+    )
+    parser.add_argument(
+        "--log-level",
+        default=os.environ.get("KAFKACOMPAT_LOG_LEVEL", "INFO"),
+        help="logging level (default INFO)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+        format="[%(asctime)s] %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    from kafkacompat.config import BrokerConfig, ConfigError
+
+    try:
+        config = BrokerConfig.load(args.config, args.override)
+    except ConfigError as exc:
+        print(f"kafkacompat serve: {exc}", file=sys.stderr)
+        return 2
+    import trio
+
+    from kafkacompat.broker.server import Broker
+
+    broker = Broker(config)
+
+    async def main() -> None:
+        import signal
+
+        async with trio.open_nursery() as nursery:
+            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+
+                async def watch_signals() -> None:
+                    count = 0
+                    async for signum in signals:
+                        count += 1
+                        if count == 1:
+                            logging.getLogger("kafkacompat").info(
+                                "received %s, shutting down (send again to exit at once)",
+                                signal.Signals(signum).name,
+                            )
+                            broker.request_shutdown()
+                        else:
+                            os._exit(128 + signum)
+
+                nursery.start_soon(watch_signals)
+                await broker.run()
+                nursery.cancel_scope.cancel()
+
+    status = 0
+    try:
+        trio.run(main)
+    except* ConfigError as group:
+        for exc in group.exceptions:
+            print(f"kafkacompat serve: {exc}", file=sys.stderr)
+        status = 2
+    except* OSError as group:
+        for exc in group.exceptions:
+            print(f"kafkacompat serve: {exc}", file=sys.stderr)
+        status = 1
+    return status

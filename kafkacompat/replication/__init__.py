@@ -1,0 +1,1 @@
+"""Cluster metadata and replication (single node: `metadata.LocalMetadata`)."""
