@@ -15,6 +15,7 @@ import sys
 # command name -> module implementing it
 COMMANDS: dict[str, str] = {
     "dump-log": "kafkacompat.commands.dump_log",
+    "serve": "kafkacompat.commands.serve",
 }
 
 
