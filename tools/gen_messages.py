@@ -243,6 +243,11 @@ def parse_message(path: Path) -> Message:
 # defaults
 
 
+def _len(buf: str) -> str:
+    """The length expression for a buffer variable: decoders keep len(buf) in the local `_l`."""
+    return "_l" if buf == "buf" else f"len({buf})"
+
+
 def parse_int(raw: object) -> int:
     if isinstance(raw, bool):
         raise ValueError("bool given for an int")
@@ -316,8 +321,9 @@ class ModuleGen:
         self.func_text: list[str] = []
         self.memo_dec: dict[tuple[str, int], str] = {}
         self.memo_enc: dict[tuple[str, int], str] = {}
-        self.tag_defaults: set[str] = set()
+        self.isdef: dict[str, str] = {}
         self.min_size_memo: dict[tuple[str, int], int] = {}
+        self.array_codes: set[str] = set()
 
     # helpers ----------------------------------------------------------------------------------
     def st(self, fmt: str) -> str:
@@ -384,7 +390,7 @@ class ModuleGen:
         if key in self.memo_dec:
             return self.memo_dec[key]
         s = self.msg.structs[sname]
-        lines: list[str] = []
+        lines: list[str] = ["_l = len(buf)"]
         regular = self.regular_fields(s, v)
         tagged = self.tagged_fields(s, v)
         present = {f.name for f in regular} | {f.name for f in tagged}
@@ -400,7 +406,7 @@ class ModuleGen:
                 width = sum(PRIMITIVE_FIXED[x.type][1] for x in run)
                 sv = self.st(fmt)
                 names = ", ".join(f"f_{x.attr}" for x in run)
-                lines.append(f"if pos + {width} > len(buf):")
+                lines.append(f"if pos + {width} > _l:")
                 lines.append(f"    raise truncated({self.path(s, run[0])!r}, buf, pos, {width})")
                 if len(run) == 1:
                     lines.append(f"({names},) = {sv}.unpack_from(buf, pos)")
@@ -416,7 +422,7 @@ class ModuleGen:
         if self.flexible(v):
             for f in tagged:
                 lines.append(f"f_{f.attr} = {default_literal(f)}")
-            lines.append("if pos < len(buf) and buf[pos] == 0:")
+            lines.append("if pos < _l and buf[pos] == 0:")
             lines.append("    pos += 1")
             lines.append("    f_unknown_tags = None")
             lines.append("else:")
@@ -472,40 +478,65 @@ class ModuleGen:
             self.func_text.append(f"def {name}{sig}:\n{body}\n")
         return name
 
+    def read_length(self, buf: str, pos: str, var: str, flex: bool, width: int, path: str) -> list[str]:
+        """Lines that read a length prefix into `var`; -1 stands for null in both encodings."""
+        if flex:
+            return [
+                f"if {pos} < {_len(buf)} and {buf}[{pos}] < 0x80:",
+                f"    {var} = {buf}[{pos}] - 1",
+                f"    {pos} += 1",
+                "else:",
+                f"    {var}, {pos} = read_uvarint({buf}, {pos}, {path!r})",
+                f"    {var} -= 1",
+            ]
+        sv = self.st(">h" if width == 2 else ">i")
+        return [
+            f"if {pos} + {width} > {_len(buf)}:",
+            f"    raise truncated({path!r}, {buf}, {pos}, {width})",
+            f"({var},) = {sv}.unpack_from({buf}, {pos})",
+            f"{pos} += {width}",
+        ]
+
     def decode_field(
         self, s: Struct, f: Field, v: int, buf: str, pos: str, target: str, tagged_value: bool = False
     ) -> list[str]:
         flex = self.field_flexible(f, v)
         nullable = v in f.nullable
         path = self.path(s, f)
-        lines: list[str] = []
-        if f.is_array:
-            elem = f.elem
-            if elem in PRIMITIVES:
-                msize = PRIMITIVE_FIXED[elem][1] if elem in PRIMITIVE_FIXED else (1 if flex else 2)
-            else:
-                msize = max(1, self.min_size(elem, v))
-            fn = "read_compact_array_len" if flex else "read_array_len"
-            lines.append(f"_n, {pos} = {fn}({buf}, {pos}, {path!r}, {msize})")
-            lines.append("if _n < 0:")
-            if nullable:
-                lines.append(f"    {target} = None")
-            else:
-                lines.append(f"    raise DecodeError('null array where none is allowed', field={path!r})")
-            if elem in PRIMITIVE_FIXED and elem not in ("uuid", "bool"):
-                code, width = PRIMITIVE_FIXED[elem]
-                lines.append("else:")
-                lines.append(f"    {target} = list(_unpack_from('>%d{code}' % _n, {buf}, {pos}))")
-                lines.append(f"    {pos} += _n * {width}")
-                return lines
+        if not f.is_array:
+            return self.decode_scalar(s, f, f.type, v, buf, pos, target, path, flex, nullable)
+        elem = f.elem
+        if elem in PRIMITIVE_FIXED:
+            msize = PRIMITIVE_FIXED[elem][1]
+        elif elem in PRIMITIVES:
+            msize = 1 if flex else (2 if elem == "string" else 4)
+        else:
+            msize = max(1, self.min_size(elem, v))
+        lines = self.read_length(buf, pos, "_c", flex, 4, path)
+        lines.append("if _c < 0:")
+        if nullable:
+            lines.append("    if _c != -1:")
+            lines.append(f"        raise bad_length({path!r}, _c)")
+            lines.append(f"    {target} = None")
+        else:
+            lines.append(f"    raise bad_length({path!r}, _c)")
+        lines.append(f"elif _c * {msize} > {_len(buf)} - {pos}:")
+        lines.append(f"    raise overrun({path!r}, {buf}, {pos}, _c, {msize})")
+        if elem in PRIMITIVE_FIXED and elem not in ("uuid", "bool"):
+            code, width = PRIMITIVE_FIXED[elem]
+            self.array_codes.add(code)
             lines.append("else:")
-            lines.append(f"    {target} = _lst = []")
-            lines.append("    for _ in range(_n):")
-            inner = self.decode_scalar(s, f, elem, v, buf, pos, "_e", path, flex, False)
-            lines.extend("        " + x for x in inner)
-            lines.append("        _lst.append(_e)")
+            lines.append(f"    _st = _A_{code}[_c] if _c < 17 else _Struct('>%d{code}' % _c)")
+            lines.append(f"    {target} = list(_st.unpack_from({buf}, {pos}))")
+            lines.append(f"    {pos} += _c * {width}")
             return lines
-        return self.decode_scalar(s, f, f.type, v, buf, pos, target, path, flex, nullable)
+        lines.append("else:")
+        lines.append(f"    {target} = _lst = []")
+        lines.append("    for _ in range(_c):")
+        inner = self.decode_scalar(s, f, elem, v, buf, pos, "_e", path, flex, False)
+        lines.extend("        " + x for x in inner)
+        lines.append("        _lst.append(_e)")
+        return lines
 
     def decode_scalar(
         self, s: Struct, f: Field, t: str, v: int, buf: str, pos: str, target: str, path: str,
@@ -515,7 +546,7 @@ class ModuleGen:
             code, width = PRIMITIVE_FIXED[t]
             sv = self.st(">" + code)
             out = [
-                f"if {pos} + {width} > len({buf}):",
+                f"if {pos} + {width} > {_len(buf)}:",
                 f"    raise truncated({path!r}, {buf}, {pos}, {width})",
                 f"({target},) = {sv}.unpack_from({buf}, {pos})",
                 f"{pos} += {width}",
@@ -524,22 +555,31 @@ class ModuleGen:
                 out.append(f"{target} = _UUID(bytes={target})")
             return out
         if t in ("string", "bytes", "records"):
-            if t == "records":
-                fn = "read_compact_records" if flex else "read_records"
-                out = [f"{target}, {pos} = {fn}({buf}, {pos}, {path!r})"]
-                if not nullable:
-                    out += [
-                        f"if {target} is None:",
-                        f"    raise DecodeError('null records where none is allowed', field={path!r})",
-                    ]
-                return out
-            fn = "read_" + ("compact_" if flex else "") + ("nullable_" if nullable else "") + t
-            return [f"{target}, {pos} = {fn}({buf}, {pos}, {path!r})"]
+            out = self.read_length(buf, pos, "_n", flex, 2 if t == "string" else 4, path)
+            out.append("if _n < 0:")
+            if nullable:
+                out.append("    if _n != -1:")
+                out.append(f"        raise bad_length({path!r}, _n)")
+                out.append(f"    {target} = None")
+            else:
+                out.append(f"    raise bad_length({path!r}, _n)")
+            out.append("else:")
+            out.append(f"    _end = {pos} + _n")
+            out.append(f"    if _end > {_len(buf)}:")
+            out.append(f"        raise overrun({path!r}, {buf}, {pos}, _n, 1)")
+            if t == "string":
+                out.append(f"    {target} = str({buf}[{pos}:_end], 'utf-8', 'surrogateescape')")
+            elif t == "bytes":
+                out.append(f"    {target} = bytes({buf}[{pos}:_end])")
+            else:
+                out.append(f"    {target} = {buf}[{pos}:_end]")
+            out.append(f"    {pos} = _end")
+            return out
         # struct
         dec = self.decoder(t, v)
         if nullable:
             return [
-                f"if {pos} >= len({buf}):",
+                f"if {pos} >= {_len(buf)}:",
                 f"    raise truncated({path!r}, {buf}, {pos}, 1)",
                 f"if {buf}[{pos}] >= 0x80:",  # int8 < 0 means null
                 f"    {target} = None",
@@ -580,23 +620,49 @@ class ModuleGen:
                 lines.append("else:")
                 lines.append("    write_tags(out, o.unknown_tags)")
             else:
-                lines.append("_tags = list(o.unknown_tags) if o.unknown_tags else []")
+                lines.append("_tags = None")
                 for f in tagged:
                     cond = self.tag_condition(f, f"o.{f.attr}")
                     lines.append(f"if {cond}:")
                     lines.append("    _t = bytearray()")
                     body = self.encode_field(s, f, v, f"o.{f.attr}", "_t")
                     lines.extend("    " + b for b in body)
+                    lines.append("    if _tags is None:")
+                    lines.append("        _tags = []")
                     lines.append(f"    _tags.append(({f.tag}, _t))")
-                lines.append("if _tags:")
-                lines.append("    write_tags(out, _tags)")
-                lines.append("else:")
+                lines.append("if o.unknown_tags:")
+                lines.append("    _tags = o.unknown_tags if _tags is None else _tags + o.unknown_tags")
+                lines.append("if _tags is None:")
                 lines.append("    out.append(0)")
+                lines.append("else:")
+                lines.append("    write_tags(out, _tags)")
         if not lines:
             lines.append("pass")
         name = self.emit("_e", sname, v, "(o, out, chunks)", lines)
         self.memo_enc[key] = name
         return name
+
+    def need_isdef(self, sname: str) -> None:
+        """Emit `_isdef_<sname>(o)`: True when every field holds its default (Kafka's equals())."""
+        if sname in self.isdef:
+            return
+        self.isdef[sname] = ""
+        conds = []
+        for f in self.msg.structs[sname].fields:
+            d = default_literal(f)
+            e = f"o.{f.attr}"
+            if d == "None":
+                conds.append(f"{e} is None")
+            elif f.is_array:
+                conds.append(f"{e} == []")
+            elif f.is_struct:
+                self.need_isdef(f.elem)
+                conds.append(f"({e} is not None and _isdef_{f.elem}({e}))")
+            else:
+                conds.append(f"{e} == {d}")
+        conds.append("not o.unknown_tags")
+        body = "\n        and ".join(conds)
+        self.isdef[sname] = f"def _isdef_{sname}(o):\n    return (\n        {body}\n    )\n"
 
     def tag_condition(self, f: Field, expr: str) -> str:
         d = default_literal(f)
@@ -605,36 +671,49 @@ class ModuleGen:
         if f.is_array:
             return f"{expr} is None or len({expr}) > 0"
         if f.is_struct:
-            self.tag_defaults.add(f.elem)
-            return f"{expr} != _DEFAULT_{f.elem}"
+            self.need_isdef(f.elem)
+            return f"{expr} is None or not _isdef_{f.elem}({expr})"
         if f.type == "bytes":
             return f"{expr} is None or len({expr}) > 0"
         return f"{expr} != {d}"
 
+    def write_length(self, out: str, n: str, flex: bool, width: int) -> list[str]:
+        if flex:
+            return [
+                f"if {n} < 127:",
+                f"    {out}.append({n} + 1)",
+                "else:",
+                f"    write_uvarint({out}, {n} + 1)",
+            ]
+        sv = self.st(">h" if width == 2 else ">i")
+        return [f"{out} += {sv}.pack({n})"]
+
     def encode_field(self, s: Struct, f: Field, v: int, expr: str, out: str) -> list[str]:
         flex = self.field_flexible(f, v)
         nullable = v in f.nullable
-        if f.is_array:
-            elem = f.elem
-            lines = [f"_a = {expr}"]
-            if nullable:
-                lines.append("if _a is None:")
-                lines.append(f"    {out}.append(0)" if flex else f"    {out} += b'\\xff\\xff\\xff\\xff'")
-                lines.append("else:")
-                ind = "    "
-            else:
-                ind = ""
-            fn = "write_compact_array_len" if flex else "write_array_len"
-            lines.append(f"{ind}{fn}({out}, len(_a))")
-            if elem in PRIMITIVE_FIXED and elem not in ("uuid", "bool"):
-                code = PRIMITIVE_FIXED[elem][0]
-                lines.append(f"{ind}{out} += _pack('>%d{code}' % len(_a), *_a)")
-                return lines
-            lines.append(f"{ind}for _e in _a:")
-            inner = self.encode_scalar(s, f, elem, v, "_e", out, flex, False)
-            lines.extend(f"{ind}    " + x for x in inner)
+        if not f.is_array:
+            return self.encode_scalar(s, f, f.type, v, expr, out, flex, nullable)
+        elem = f.elem
+        lines = [f"_a = {expr}"]
+        if nullable:
+            lines.append("if _a is None:")
+            lines.append(f"    {out}.append(0)" if flex else f"    {out} += b'\\xff\\xff\\xff\\xff'")
+            lines.append("else:")
+            ind = "    "
+        else:
+            ind = ""
+        lines.append(f"{ind}_c = len(_a)")
+        lines.extend(ind + x for x in self.write_length(out, "_c", flex, 4))
+        if elem in PRIMITIVE_FIXED and elem not in ("uuid", "bool"):
+            code = PRIMITIVE_FIXED[elem][0]
+            self.array_codes.add(code)
+            lines.append(f"{ind}_st = _A_{code}[_c] if _c < 17 else _Struct('>%d{code}' % _c)")
+            lines.append(f"{ind}{out} += _st.pack(*_a)")
             return lines
-        return self.encode_scalar(s, f, f.type, v, expr, out, flex, nullable)
+        lines.append(f"{ind}for _e in _a:")
+        inner = self.encode_scalar(s, f, elem, v, "_e", out, flex, False)
+        lines.extend(f"{ind}    " + x for x in inner)
+        return lines
 
     def encode_scalar(
         self, s: Struct, f: Field, t: str, v: int, expr: str, out: str, flex: bool, nullable: bool
@@ -647,8 +726,25 @@ class ModuleGen:
             fn = "write_compact_records" if flex else "write_records"
             return [f"{fn}({out}, chunks, {expr})"]
         if t in ("string", "bytes"):
-            fn = "write_" + ("compact_" if flex else "") + ("nullable_" if nullable else "") + t
-            return [f"{fn}({out}, {expr})"]
+            lines = []
+            ind = ""
+            if nullable:
+                null = "0" if flex else ("b'\\xff\\xff'" if t == "string" else "b'\\xff\\xff\\xff\\xff'")
+                lines.append(f"if {expr} is None:")
+                lines.append(f"    {out}.append(0)" if flex else f"    {out} += {null}")
+                lines.append("else:")
+                ind = "    "
+            if t == "string":
+                lines.append(f"{ind}_b = {expr}.encode('utf-8', 'surrogateescape')")
+            else:
+                lines.append(f"{ind}_b = {expr}")
+            lines.append(f"{ind}_n = len(_b)")
+            if t == "string":
+                lines.append(f"{ind}if _n > 0x7FFF:")
+                lines.append(f"{ind}    raise string_too_long({self.path(s, f)!r}, _n)")
+            lines.extend(ind + x for x in self.write_length(out, "_n", flex, 2 if t == "string" else 4))
+            lines.append(f"{ind}{out} += _b")
+            return lines
         enc = self.encoder(t, v)
         if nullable:
             return [
@@ -711,7 +807,19 @@ class ModuleGen:
             "from uuid import UUID as _UUID\n\n"
             "from kafkacompat.wire.errors import DecodeError\n"
             "from kafkacompat.wire.primitives import *  # noqa: F403\n"
-            "from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags\n\n"
+            "from kafkacompat.wire.primitives import (\n"
+            "    ARRAY_STRUCTS,\n"
+            "    ZERO_UUID,\n"
+            "    Struct,\n"
+            "    bad_length,\n"
+            "    overrun,\n"
+            "    read_tags,\n"
+            "    read_uvarint,\n"
+            "    string_too_long,\n"
+            "    truncated,\n"
+            "    write_tags,\n"
+            "    write_uvarint,\n"
+            ")\n\n"
             "_MISSING = object()\n"
         )
         order = [x for x in m.structs if x != m.name] + [m.name]
@@ -721,13 +829,15 @@ class ModuleGen:
         nested = [x for x in order if x != m.name]
         for sn in nested:
             parts.append(f"{top.name}.{sn} = {sn}\n")
-        for sn in sorted(self.tag_defaults):
-            parts.append(f"_DEFAULT_{sn} = {sn}()\n")
         parts.append("\n")
         for fmt, var in self.structs_fmt.items():
             parts.append(f"{var} = _Struct({fmt!r})\n")
+        for code in sorted(self.array_codes):
+            parts.append(f"_A_{code} = ARRAY_STRUCTS[{code!r}]\n")
         parts.append("\n")
         parts.append("\n".join(self.func_text))
+        for sn in sorted(self.isdef):
+            parts.append("\n" + self.isdef[sn])
         parts.append(f"\nMESSAGE = {m.name}\n")
         parts.append(f"MIN_VERSION = {m.valid.lo}\nMAX_VERSION = {m.valid.hi}\n")
         parts.append("DECODERS = {" + ", ".join(f"{v}: {n}" for v, n in dec.items()) + "}\n")

@@ -31,6 +31,7 @@ from typing import Any
 
 from kafkacompat.wire._generated.api_index import APIS, DATA
 from kafkacompat.wire.errors import DecodeError
+from kafkacompat.wire.primitives import JoinChunks
 
 __all__ = [
     "API_SPECS",
@@ -175,11 +176,15 @@ def encode_request(api_key: int, version: int, obj: Any) -> bytes:
     """Encode a request body. `records` values must be bytes-like here."""
     fn = _REQ_ENC.get((api_key, version)) or _lookup(api_key, version, False, True)
     out = bytearray()
-    chunks: list[Any] = []
+    chunks = JoinChunks()
     fn(obj, out, chunks)
-    if chunks:
-        raise TypeError("encode_request needs bytes-like records; use encode_response-style chunks instead")
-    return bytes(out)
+    if not chunks:
+        return bytes(out)
+    for chunk in chunks:
+        if not isinstance(chunk, (bytes, bytearray, memoryview)):
+            raise TypeError(f"encode_request needs bytes-like records, not {type(chunk).__name__}")
+    chunks.append(out)
+    return b"".join(chunks)
 
 
 def encode_response(api_key: int, version: int, obj: Any) -> list[Any]:

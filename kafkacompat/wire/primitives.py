@@ -29,9 +29,13 @@ from typing import Any
 from kafkacompat.wire.errors import DecodeError
 
 __all__ = [
+    "ARRAY_STRUCTS",
     "ZERO_UUID",
+    "JoinChunks",
     "Struct",
+    "bad_length",
     "flush_chunk",
+    "overrun",
     "read_array_len",
     "read_bytes",
     "read_compact_array_len",
@@ -49,6 +53,8 @@ __all__ = [
     "read_uvarlong",
     "read_varint",
     "read_varlong",
+    "string_too_long",
+    "truncated",
     "uvarint_bytes",
     "write_array_len",
     "write_bytes",
@@ -138,6 +144,30 @@ def _short(field: str, pos: int, need: int, have: int) -> DecodeError:
 def truncated(field: str, buf: memoryview, pos: int, need: int) -> DecodeError:
     """The error generated code raises when a fixed-width run does not fit."""
     return _short(field, pos, need, len(buf) - pos)
+
+
+def overrun(field: str, buf: memoryview, pos: int, count: int, unit: int) -> DecodeError:
+    """A length or element count (of at least `unit` bytes each) larger than what remains."""
+    what = "length" if unit == 1 else "element count"
+    return DecodeError(f"{what} {count} at offset {pos} exceeds the {len(buf) - pos} bytes left", field=field)
+
+
+def bad_length(field: str, n: int) -> DecodeError:
+    """A negative length where null is not allowed (or below -1)."""
+    if n == -1:
+        return DecodeError("null where the field is not nullable", field=field)
+    return DecodeError(f"negative length {n}", field=field)
+
+
+def string_too_long(field: str, n: int) -> ValueError:
+    return ValueError(f"{field}: string of {n} bytes is longer than {_MAX_INT16}")
+
+
+# Precompiled structs for short arrays of fixed-width primitives: ARRAY_STRUCTS[code][n] packs n items.
+ARRAY_STRUCTS = {
+    code: tuple(struct.Struct(f">{n}{code}") for n in range(17))
+    for code in ("b", "h", "H", "i", "I", "q", "d")
+}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -450,13 +480,29 @@ def _records_size(value: Any) -> int:
     return size
 
 
+class JoinChunks(list):  # type: ignore[type-arg]
+    """A chunk list whose owner joins it into one bytes object at the end (encode_request).
+
+    Large bytes-like records are then kept as chunks of their own instead of being copied twice.
+    """
+
+    __slots__ = ()
+
+
+_JOIN_MIN = 4096
+
+
 def write_records(out: bytearray, chunks: list[Any], value: Any) -> None:
     if value is None:
         out += b"\xff\xff\xff\xff"
         return
-    out += _I32_PACK(_records_size(value))
+    size = _records_size(value)
+    out += _I32_PACK(size)
     if isinstance(value, _BYTES_LIKE):
-        out += value
+        if size >= _JOIN_MIN and chunks.__class__ is JoinChunks:
+            flush_chunk(out, chunks, value)
+        else:
+            out += value
     else:
         flush_chunk(out, chunks, value)
 
@@ -465,9 +511,13 @@ def write_compact_records(out: bytearray, chunks: list[Any], value: Any) -> None
     if value is None:
         out.append(0)
         return
-    write_uvarint(out, _records_size(value) + 1)
+    size = _records_size(value)
+    write_uvarint(out, size + 1)
     if isinstance(value, _BYTES_LIKE):
-        out += value
+        if size >= _JOIN_MIN and chunks.__class__ is JoinChunks:
+            flush_chunk(out, chunks, value)
+        else:
+            out += value
     else:
         flush_chunk(out, chunks, value)
 

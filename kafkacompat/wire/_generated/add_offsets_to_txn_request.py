@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -21,26 +33,77 @@ class AddOffsetsToTxnRequest(Struct):
         self.group_id = group_id
         self.unknown_tags = unknown_tags
 
-_S0 = _Struct('>qh')
+_S0 = _Struct('>h')
+_S1 = _Struct('>qh')
 
 def _d_AddOffsetsToTxnRequest_0(buf, pos):
-    f_transactional_id, pos = read_string(buf, pos, 'AddOffsetsToTxnRequest.transactional_id')
-    if pos + 10 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('AddOffsetsToTxnRequest.transactional_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('AddOffsetsToTxnRequest.transactional_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('AddOffsetsToTxnRequest.transactional_id', buf, pos, _n, 1)
+        f_transactional_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 10 > _l:
         raise truncated('AddOffsetsToTxnRequest.producer_id', buf, pos, 10)
-    f_producer_id, f_producer_epoch = _S0.unpack_from(buf, pos)
+    f_producer_id, f_producer_epoch = _S1.unpack_from(buf, pos)
     pos += 10
-    f_group_id, pos = read_string(buf, pos, 'AddOffsetsToTxnRequest.group_id')
+    if pos + 2 > _l:
+        raise truncated('AddOffsetsToTxnRequest.group_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('AddOffsetsToTxnRequest.group_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('AddOffsetsToTxnRequest.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
     f_unknown_tags = None
     return AddOffsetsToTxnRequest(f_transactional_id, f_producer_id, f_producer_epoch, f_group_id, f_unknown_tags), pos
 
 def _d_AddOffsetsToTxnRequest_3(buf, pos):
-    f_transactional_id, pos = read_compact_string(buf, pos, 'AddOffsetsToTxnRequest.transactional_id')
-    if pos + 10 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'AddOffsetsToTxnRequest.transactional_id')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('AddOffsetsToTxnRequest.transactional_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('AddOffsetsToTxnRequest.transactional_id', buf, pos, _n, 1)
+        f_transactional_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 10 > _l:
         raise truncated('AddOffsetsToTxnRequest.producer_id', buf, pos, 10)
-    f_producer_id, f_producer_epoch = _S0.unpack_from(buf, pos)
+    f_producer_id, f_producer_epoch = _S1.unpack_from(buf, pos)
     pos += 10
-    f_group_id, pos = read_compact_string(buf, pos, 'AddOffsetsToTxnRequest.group_id')
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'AddOffsetsToTxnRequest.group_id')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('AddOffsetsToTxnRequest.group_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('AddOffsetsToTxnRequest.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -53,14 +116,40 @@ def _d_AddOffsetsToTxnRequest_3(buf, pos):
     return AddOffsetsToTxnRequest(f_transactional_id, f_producer_id, f_producer_epoch, f_group_id, f_unknown_tags), pos
 
 def _e_AddOffsetsToTxnRequest_0(o, out, chunks):
-    write_string(out, o.transactional_id)
-    out += _S0.pack(o.producer_id, o.producer_epoch)
-    write_string(out, o.group_id)
+    _b = o.transactional_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('AddOffsetsToTxnRequest.transactional_id', _n)
+    out += _S0.pack(_n)
+    out += _b
+    out += _S1.pack(o.producer_id, o.producer_epoch)
+    _b = o.group_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('AddOffsetsToTxnRequest.group_id', _n)
+    out += _S0.pack(_n)
+    out += _b
 
 def _e_AddOffsetsToTxnRequest_3(o, out, chunks):
-    write_compact_string(out, o.transactional_id)
-    out += _S0.pack(o.producer_id, o.producer_epoch)
-    write_compact_string(out, o.group_id)
+    _b = o.transactional_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('AddOffsetsToTxnRequest.transactional_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    out += _S1.pack(o.producer_id, o.producer_epoch)
+    _b = o.group_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('AddOffsetsToTxnRequest.group_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:

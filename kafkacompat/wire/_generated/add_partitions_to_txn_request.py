@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -59,46 +71,106 @@ class AddPartitionsToTxnRequest(Struct):
 AddPartitionsToTxnRequest.AddPartitionsToTxnTopic = AddPartitionsToTxnTopic
 AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction = AddPartitionsToTxnTransaction
 
-_S0 = _Struct('>qh')
-_S1 = _Struct('>qh?')
+_S0 = _Struct('>h')
+_S1 = _Struct('>qh')
+_S2 = _Struct('>i')
+_S3 = _Struct('>qh?')
+_A_i = ARRAY_STRUCTS['i']
 
 def _d_AddPartitionsToTxnTopic_0(buf, pos):
-    f_name, pos = read_string(buf, pos, 'AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.name')
-    _n, pos = read_array_len(buf, pos, 'AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.partitions', 4)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.name', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.partitions')
+        raise bad_length('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.name', _n)
     else:
-        f_partitions = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.partitions', buf, pos, 4)
+    (_c,) = _S2.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.partitions', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.partitions', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_partitions = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
     f_unknown_tags = None
     return AddPartitionsToTxnTopic(f_name, f_partitions, f_unknown_tags), pos
 
 def _d_AddPartitionsToTxnRequest_0(buf, pos):
-    f_v3_and_below_transactional_id, pos = read_string(buf, pos, 'AddPartitionsToTxnRequest.v3_and_below_transactional_id')
-    if pos + 10 > len(buf):
-        raise truncated('AddPartitionsToTxnRequest.v3_and_below_producer_id', buf, pos, 10)
-    f_v3_and_below_producer_id, f_v3_and_below_producer_epoch = _S0.unpack_from(buf, pos)
-    pos += 10
-    _n, pos = read_array_len(buf, pos, 'AddPartitionsToTxnRequest.v3_and_below_topics', 6)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('AddPartitionsToTxnRequest.v3_and_below_transactional_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AddPartitionsToTxnRequest.v3_and_below_topics')
+        raise bad_length('AddPartitionsToTxnRequest.v3_and_below_transactional_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('AddPartitionsToTxnRequest.v3_and_below_transactional_id', buf, pos, _n, 1)
+        f_v3_and_below_transactional_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 10 > _l:
+        raise truncated('AddPartitionsToTxnRequest.v3_and_below_producer_id', buf, pos, 10)
+    f_v3_and_below_producer_id, f_v3_and_below_producer_epoch = _S1.unpack_from(buf, pos)
+    pos += 10
+    if pos + 4 > _l:
+        raise truncated('AddPartitionsToTxnRequest.v3_and_below_topics', buf, pos, 4)
+    (_c,) = _S2.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('AddPartitionsToTxnRequest.v3_and_below_topics', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('AddPartitionsToTxnRequest.v3_and_below_topics', buf, pos, _c, 6)
     else:
         f_v3_and_below_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_AddPartitionsToTxnTopic_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return AddPartitionsToTxnRequest([], f_v3_and_below_transactional_id, f_v3_and_below_producer_id, f_v3_and_below_producer_epoch, f_v3_and_below_topics, f_unknown_tags), pos
 
 def _d_AddPartitionsToTxnTopic_3(buf, pos):
-    f_name, pos = read_compact_string(buf, pos, 'AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.name')
-    _n, pos = read_compact_array_len(buf, pos, 'AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.partitions', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.partitions')
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
     else:
-        f_partitions = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    if pos < len(buf) and buf[pos] == 0:
+        _n, pos = read_uvarint(buf, pos, 'AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.partitions', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.partitions', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_partitions = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -111,20 +183,41 @@ def _d_AddPartitionsToTxnTopic_3(buf, pos):
     return AddPartitionsToTxnTopic(f_name, f_partitions, f_unknown_tags), pos
 
 def _d_AddPartitionsToTxnRequest_3(buf, pos):
-    f_v3_and_below_transactional_id, pos = read_compact_string(buf, pos, 'AddPartitionsToTxnRequest.v3_and_below_transactional_id')
-    if pos + 10 > len(buf):
-        raise truncated('AddPartitionsToTxnRequest.v3_and_below_producer_id', buf, pos, 10)
-    f_v3_and_below_producer_id, f_v3_and_below_producer_epoch = _S0.unpack_from(buf, pos)
-    pos += 10
-    _n, pos = read_compact_array_len(buf, pos, 'AddPartitionsToTxnRequest.v3_and_below_topics', 3)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'AddPartitionsToTxnRequest.v3_and_below_transactional_id')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AddPartitionsToTxnRequest.v3_and_below_topics')
+        raise bad_length('AddPartitionsToTxnRequest.v3_and_below_transactional_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('AddPartitionsToTxnRequest.v3_and_below_transactional_id', buf, pos, _n, 1)
+        f_v3_and_below_transactional_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 10 > _l:
+        raise truncated('AddPartitionsToTxnRequest.v3_and_below_producer_id', buf, pos, 10)
+    f_v3_and_below_producer_id, f_v3_and_below_producer_epoch = _S1.unpack_from(buf, pos)
+    pos += 10
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'AddPartitionsToTxnRequest.v3_and_below_topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('AddPartitionsToTxnRequest.v3_and_below_topics', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('AddPartitionsToTxnRequest.v3_and_below_topics', buf, pos, _c, 3)
     else:
         f_v3_and_below_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_AddPartitionsToTxnTopic_3(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -137,20 +230,41 @@ def _d_AddPartitionsToTxnRequest_3(buf, pos):
     return AddPartitionsToTxnRequest([], f_v3_and_below_transactional_id, f_v3_and_below_producer_id, f_v3_and_below_producer_epoch, f_v3_and_below_topics, f_unknown_tags), pos
 
 def _d_AddPartitionsToTxnTransaction_4(buf, pos):
-    f_transactional_id, pos = read_compact_string(buf, pos, 'AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction.transactional_id')
-    if pos + 11 > len(buf):
-        raise truncated('AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction.producer_id', buf, pos, 11)
-    f_producer_id, f_producer_epoch, f_verify_only = _S1.unpack_from(buf, pos)
-    pos += 11
-    _n, pos = read_compact_array_len(buf, pos, 'AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction.topics', 3)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction.transactional_id')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction.topics')
+        raise bad_length('AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction.transactional_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction.transactional_id', buf, pos, _n, 1)
+        f_transactional_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 11 > _l:
+        raise truncated('AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction.producer_id', buf, pos, 11)
+    f_producer_id, f_producer_epoch, f_verify_only = _S3.unpack_from(buf, pos)
+    pos += 11
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction.topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction.topics', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction.topics', buf, pos, _c, 3)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_AddPartitionsToTxnTopic_3(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -163,15 +277,23 @@ def _d_AddPartitionsToTxnTransaction_4(buf, pos):
     return AddPartitionsToTxnTransaction(f_transactional_id, f_producer_id, f_producer_epoch, f_verify_only, f_topics, f_unknown_tags), pos
 
 def _d_AddPartitionsToTxnRequest_4(buf, pos):
-    _n, pos = read_compact_array_len(buf, pos, 'AddPartitionsToTxnRequest.transactions', 14)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AddPartitionsToTxnRequest.transactions')
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'AddPartitionsToTxnRequest.transactions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('AddPartitionsToTxnRequest.transactions', _c)
+    elif _c * 14 > _l - pos:
+        raise overrun('AddPartitionsToTxnRequest.transactions', buf, pos, _c, 14)
     else:
         f_transactions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_AddPartitionsToTxnTransaction_4(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -184,34 +306,72 @@ def _d_AddPartitionsToTxnRequest_4(buf, pos):
     return AddPartitionsToTxnRequest(f_transactions, '', 0, 0, [], f_unknown_tags), pos
 
 def _e_AddPartitionsToTxnTopic_0(o, out, chunks):
-    write_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.name', _n)
+    out += _S0.pack(_n)
+    out += _b
     _a = o.partitions
-    write_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    out += _S2.pack(_c)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
 
 def _e_AddPartitionsToTxnRequest_0(o, out, chunks):
-    write_string(out, o.v3_and_below_transactional_id)
-    out += _S0.pack(o.v3_and_below_producer_id, o.v3_and_below_producer_epoch)
+    _b = o.v3_and_below_transactional_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('AddPartitionsToTxnRequest.v3_and_below_transactional_id', _n)
+    out += _S0.pack(_n)
+    out += _b
+    out += _S1.pack(o.v3_and_below_producer_id, o.v3_and_below_producer_epoch)
     _a = o.v3_and_below_topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S2.pack(_c)
     for _e in _a:
         _e_AddPartitionsToTxnTopic_0(_e, out, chunks)
 
 def _e_AddPartitionsToTxnTopic_3(o, out, chunks):
-    write_compact_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_AddPartitionsToTxnRequest_3(o, out, chunks):
-    write_compact_string(out, o.v3_and_below_transactional_id)
-    out += _S0.pack(o.v3_and_below_producer_id, o.v3_and_below_producer_epoch)
+    _b = o.v3_and_below_transactional_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('AddPartitionsToTxnRequest.v3_and_below_transactional_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    out += _S1.pack(o.v3_and_below_producer_id, o.v3_and_below_producer_epoch)
     _a = o.v3_and_below_topics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_AddPartitionsToTxnTopic_3(_e, out, chunks)
     if o.unknown_tags is None:
@@ -220,10 +380,22 @@ def _e_AddPartitionsToTxnRequest_3(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_AddPartitionsToTxnTransaction_4(o, out, chunks):
-    write_compact_string(out, o.transactional_id)
-    out += _S1.pack(o.producer_id, o.producer_epoch, o.verify_only)
+    _b = o.transactional_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction.transactional_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    out += _S3.pack(o.producer_id, o.producer_epoch, o.verify_only)
     _a = o.topics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_AddPartitionsToTxnTopic_3(_e, out, chunks)
     if o.unknown_tags is None:
@@ -233,7 +405,11 @@ def _e_AddPartitionsToTxnTransaction_4(o, out, chunks):
 
 def _e_AddPartitionsToTxnRequest_4(o, out, chunks):
     _a = o.transactions
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_AddPartitionsToTxnTransaction_4(_e, out, chunks)
     if o.unknown_tags is None:

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -56,51 +68,77 @@ AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult = AddPartitionsToTx
 AddPartitionsToTxnResponse.AddPartitionsToTxnResult = AddPartitionsToTxnResult
 
 _S0 = _Struct('>i')
-_S1 = _Struct('>ih')
+_S1 = _Struct('>h')
+_S2 = _Struct('>ih')
 
 def _d_AddPartitionsToTxnPartitionResult_0(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult.partition_index', buf, pos, 6)
-    f_partition_index, f_partition_error_code = _S1.unpack_from(buf, pos)
+    f_partition_index, f_partition_error_code = _S2.unpack_from(buf, pos)
     pos += 6
     f_unknown_tags = None
     return AddPartitionsToTxnPartitionResult(f_partition_index, f_partition_error_code, f_unknown_tags), pos
 
 def _d_AddPartitionsToTxnTopicResult_0(buf, pos):
-    f_name, pos = read_string(buf, pos, 'AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.name')
-    _n, pos = read_array_len(buf, pos, 'AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.results_by_partition', 6)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.name', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.results_by_partition')
+        raise bad_length('AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.results_by_partition', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.results_by_partition', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.results_by_partition', buf, pos, _c, 6)
     else:
         f_results_by_partition = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_AddPartitionsToTxnPartitionResult_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return AddPartitionsToTxnTopicResult(f_name, f_results_by_partition, f_unknown_tags), pos
 
 def _d_AddPartitionsToTxnResponse_0(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('AddPartitionsToTxnResponse.throttle_time_ms', buf, pos, 4)
     (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_array_len(buf, pos, 'AddPartitionsToTxnResponse.results_by_topic_v3_and_below', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AddPartitionsToTxnResponse.results_by_topic_v3_and_below')
+    if pos + 4 > _l:
+        raise truncated('AddPartitionsToTxnResponse.results_by_topic_v3_and_below', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('AddPartitionsToTxnResponse.results_by_topic_v3_and_below', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('AddPartitionsToTxnResponse.results_by_topic_v3_and_below', buf, pos, _c, 6)
     else:
         f_results_by_topic_v3_and_below = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_AddPartitionsToTxnTopicResult_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return AddPartitionsToTxnResponse(f_throttle_time_ms, 0, [], f_results_by_topic_v3_and_below, f_unknown_tags), pos
 
 def _d_AddPartitionsToTxnPartitionResult_3(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult.partition_index', buf, pos, 6)
-    f_partition_index, f_partition_error_code = _S1.unpack_from(buf, pos)
+    f_partition_index, f_partition_error_code = _S2.unpack_from(buf, pos)
     pos += 6
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -113,16 +151,37 @@ def _d_AddPartitionsToTxnPartitionResult_3(buf, pos):
     return AddPartitionsToTxnPartitionResult(f_partition_index, f_partition_error_code, f_unknown_tags), pos
 
 def _d_AddPartitionsToTxnTopicResult_3(buf, pos):
-    f_name, pos = read_compact_string(buf, pos, 'AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.name')
-    _n, pos = read_compact_array_len(buf, pos, 'AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.results_by_partition', 7)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.name')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.results_by_partition')
+        raise bad_length('AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.results_by_partition')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.results_by_partition', _c)
+    elif _c * 7 > _l - pos:
+        raise overrun('AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.results_by_partition', buf, pos, _c, 7)
     else:
         f_results_by_partition = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_AddPartitionsToTxnPartitionResult_3(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -135,19 +194,27 @@ def _d_AddPartitionsToTxnTopicResult_3(buf, pos):
     return AddPartitionsToTxnTopicResult(f_name, f_results_by_partition, f_unknown_tags), pos
 
 def _d_AddPartitionsToTxnResponse_3(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('AddPartitionsToTxnResponse.throttle_time_ms', buf, pos, 4)
     (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'AddPartitionsToTxnResponse.results_by_topic_v3_and_below', 3)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AddPartitionsToTxnResponse.results_by_topic_v3_and_below')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'AddPartitionsToTxnResponse.results_by_topic_v3_and_below')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('AddPartitionsToTxnResponse.results_by_topic_v3_and_below', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('AddPartitionsToTxnResponse.results_by_topic_v3_and_below', buf, pos, _c, 3)
     else:
         f_results_by_topic_v3_and_below = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_AddPartitionsToTxnTopicResult_3(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -160,16 +227,37 @@ def _d_AddPartitionsToTxnResponse_3(buf, pos):
     return AddPartitionsToTxnResponse(f_throttle_time_ms, 0, [], f_results_by_topic_v3_and_below, f_unknown_tags), pos
 
 def _d_AddPartitionsToTxnResult_4(buf, pos):
-    f_transactional_id, pos = read_compact_string(buf, pos, 'AddPartitionsToTxnResponse.AddPartitionsToTxnResult.transactional_id')
-    _n, pos = read_compact_array_len(buf, pos, 'AddPartitionsToTxnResponse.AddPartitionsToTxnResult.topic_results', 3)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'AddPartitionsToTxnResponse.AddPartitionsToTxnResult.transactional_id')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AddPartitionsToTxnResponse.AddPartitionsToTxnResult.topic_results')
+        raise bad_length('AddPartitionsToTxnResponse.AddPartitionsToTxnResult.transactional_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('AddPartitionsToTxnResponse.AddPartitionsToTxnResult.transactional_id', buf, pos, _n, 1)
+        f_transactional_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'AddPartitionsToTxnResponse.AddPartitionsToTxnResult.topic_results')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('AddPartitionsToTxnResponse.AddPartitionsToTxnResult.topic_results', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('AddPartitionsToTxnResponse.AddPartitionsToTxnResult.topic_results', buf, pos, _c, 3)
     else:
         f_topic_results = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_AddPartitionsToTxnTopicResult_3(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -182,19 +270,27 @@ def _d_AddPartitionsToTxnResult_4(buf, pos):
     return AddPartitionsToTxnResult(f_transactional_id, f_topic_results, f_unknown_tags), pos
 
 def _d_AddPartitionsToTxnResponse_4(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('AddPartitionsToTxnResponse.throttle_time_ms', buf, pos, 6)
-    f_throttle_time_ms, f_error_code = _S1.unpack_from(buf, pos)
+    f_throttle_time_ms, f_error_code = _S2.unpack_from(buf, pos)
     pos += 6
-    _n, pos = read_compact_array_len(buf, pos, 'AddPartitionsToTxnResponse.results_by_transaction', 3)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AddPartitionsToTxnResponse.results_by_transaction')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'AddPartitionsToTxnResponse.results_by_transaction')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('AddPartitionsToTxnResponse.results_by_transaction', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('AddPartitionsToTxnResponse.results_by_transaction', buf, pos, _c, 3)
     else:
         f_results_by_transaction = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_AddPartitionsToTxnResult_4(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -207,33 +303,52 @@ def _d_AddPartitionsToTxnResponse_4(buf, pos):
     return AddPartitionsToTxnResponse(f_throttle_time_ms, f_error_code, f_results_by_transaction, [], f_unknown_tags), pos
 
 def _e_AddPartitionsToTxnPartitionResult_0(o, out, chunks):
-    out += _S1.pack(o.partition_index, o.partition_error_code)
+    out += _S2.pack(o.partition_index, o.partition_error_code)
 
 def _e_AddPartitionsToTxnTopicResult_0(o, out, chunks):
-    write_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.name', _n)
+    out += _S1.pack(_n)
+    out += _b
     _a = o.results_by_partition
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_AddPartitionsToTxnPartitionResult_0(_e, out, chunks)
 
 def _e_AddPartitionsToTxnResponse_0(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
     _a = o.results_by_topic_v3_and_below
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_AddPartitionsToTxnTopicResult_0(_e, out, chunks)
 
 def _e_AddPartitionsToTxnPartitionResult_3(o, out, chunks):
-    out += _S1.pack(o.partition_index, o.partition_error_code)
+    out += _S2.pack(o.partition_index, o.partition_error_code)
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_AddPartitionsToTxnTopicResult_3(o, out, chunks):
-    write_compact_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.results_by_partition
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_AddPartitionsToTxnPartitionResult_3(_e, out, chunks)
     if o.unknown_tags is None:
@@ -244,7 +359,11 @@ def _e_AddPartitionsToTxnTopicResult_3(o, out, chunks):
 def _e_AddPartitionsToTxnResponse_3(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
     _a = o.results_by_topic_v3_and_below
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_AddPartitionsToTxnTopicResult_3(_e, out, chunks)
     if o.unknown_tags is None:
@@ -253,9 +372,21 @@ def _e_AddPartitionsToTxnResponse_3(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_AddPartitionsToTxnResult_4(o, out, chunks):
-    write_compact_string(out, o.transactional_id)
+    _b = o.transactional_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('AddPartitionsToTxnResponse.AddPartitionsToTxnResult.transactional_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.topic_results
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_AddPartitionsToTxnTopicResult_3(_e, out, chunks)
     if o.unknown_tags is None:
@@ -264,9 +395,13 @@ def _e_AddPartitionsToTxnResult_4(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_AddPartitionsToTxnResponse_4(o, out, chunks):
-    out += _S1.pack(o.throttle_time_ms, o.error_code)
+    out += _S2.pack(o.throttle_time_ms, o.error_code)
     _a = o.results_by_transaction
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_AddPartitionsToTxnResult_4(_e, out, chunks)
     if o.unknown_tags is None:

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -44,13 +56,40 @@ _S0 = _Struct('>ii16s')
 _S1 = _Struct('>H')
 
 def _d_Listener_0(buf, pos):
-    f_name, pos = read_compact_string(buf, pos, 'AddRaftVoterRequest.Listener.name')
-    f_host, pos = read_compact_string(buf, pos, 'AddRaftVoterRequest.Listener.host')
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'AddRaftVoterRequest.Listener.name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('AddRaftVoterRequest.Listener.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('AddRaftVoterRequest.Listener.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'AddRaftVoterRequest.Listener.host')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('AddRaftVoterRequest.Listener.host', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('AddRaftVoterRequest.Listener.host', buf, pos, _n, 1)
+        f_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
         raise truncated('AddRaftVoterRequest.Listener.port', buf, pos, 2)
     (f_port,) = _S1.unpack_from(buf, pos)
     pos += 2
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -63,21 +102,44 @@ def _d_Listener_0(buf, pos):
     return Listener(f_name, f_host, f_port, f_unknown_tags), pos
 
 def _d_AddRaftVoterRequest_0(buf, pos):
-    f_cluster_id, pos = read_compact_nullable_string(buf, pos, 'AddRaftVoterRequest.cluster_id')
-    if pos + 24 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'AddRaftVoterRequest.cluster_id')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('AddRaftVoterRequest.cluster_id', _n)
+        f_cluster_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('AddRaftVoterRequest.cluster_id', buf, pos, _n, 1)
+        f_cluster_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 24 > _l:
         raise truncated('AddRaftVoterRequest.timeout_ms', buf, pos, 24)
     f_timeout_ms, f_voter_id, f_voter_directory_id = _S0.unpack_from(buf, pos)
     pos += 24
     f_voter_directory_id = _UUID(bytes=f_voter_directory_id)
-    _n, pos = read_compact_array_len(buf, pos, 'AddRaftVoterRequest.listeners', 5)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AddRaftVoterRequest.listeners')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'AddRaftVoterRequest.listeners')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('AddRaftVoterRequest.listeners', _c)
+    elif _c * 5 > _l - pos:
+        raise overrun('AddRaftVoterRequest.listeners', buf, pos, _c, 5)
     else:
         f_listeners = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_Listener_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -90,8 +152,24 @@ def _d_AddRaftVoterRequest_0(buf, pos):
     return AddRaftVoterRequest(f_cluster_id, f_timeout_ms, f_voter_id, f_voter_directory_id, f_listeners, f_unknown_tags), pos
 
 def _e_Listener_0(o, out, chunks):
-    write_compact_string(out, o.name)
-    write_compact_string(out, o.host)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('AddRaftVoterRequest.Listener.name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _b = o.host.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('AddRaftVoterRequest.Listener.host', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     out += _S1.pack(o.port)
     if o.unknown_tags is None:
         out.append(0)
@@ -99,10 +177,25 @@ def _e_Listener_0(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_AddRaftVoterRequest_0(o, out, chunks):
-    write_compact_nullable_string(out, o.cluster_id)
+    if o.cluster_id is None:
+        out.append(0)
+    else:
+        _b = o.cluster_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('AddRaftVoterRequest.cluster_id', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     out += _S0.pack(o.timeout_ms, o.voter_id, o.voter_directory_id.bytes)
     _a = o.listeners
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_Listener_0(_e, out, chunks)
     if o.unknown_tags is None:

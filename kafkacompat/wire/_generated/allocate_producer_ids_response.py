@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -31,11 +43,12 @@ class AllocateProducerIdsResponse(Struct):
 _S0 = _Struct('>ihqi')
 
 def _d_AllocateProducerIdsResponse_0(buf, pos):
-    if pos + 18 > len(buf):
+    _l = len(buf)
+    if pos + 18 > _l:
         raise truncated('AllocateProducerIdsResponse.throttle_time_ms', buf, pos, 18)
     f_throttle_time_ms, f_error_code, f_producer_id_start, f_producer_id_len = _S0.unpack_from(buf, pos)
     pos += 18
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:

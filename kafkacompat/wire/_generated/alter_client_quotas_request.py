@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -47,64 +59,149 @@ AlterClientQuotasRequest.EntryData = EntryData
 AlterClientQuotasRequest.EntityData = EntityData
 AlterClientQuotasRequest.OpData = OpData
 
-_S0 = _Struct('>d?')
-_S1 = _Struct('>?')
+_S0 = _Struct('>i')
+_S1 = _Struct('>h')
+_S2 = _Struct('>d?')
+_S3 = _Struct('>?')
 
 def _d_EntityData_0(buf, pos):
-    f_entity_type, pos = read_string(buf, pos, 'AlterClientQuotasRequest.EntityData.entity_type')
-    f_entity_name, pos = read_nullable_string(buf, pos, 'AlterClientQuotasRequest.EntityData.entity_name')
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('AlterClientQuotasRequest.EntityData.entity_type', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('AlterClientQuotasRequest.EntityData.entity_type', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('AlterClientQuotasRequest.EntityData.entity_type', buf, pos, _n, 1)
+        f_entity_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('AlterClientQuotasRequest.EntityData.entity_name', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('AlterClientQuotasRequest.EntityData.entity_name', _n)
+        f_entity_name = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('AlterClientQuotasRequest.EntityData.entity_name', buf, pos, _n, 1)
+        f_entity_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
     f_unknown_tags = None
     return EntityData(f_entity_type, f_entity_name, f_unknown_tags), pos
 
 def _d_OpData_0(buf, pos):
-    f_key, pos = read_string(buf, pos, 'AlterClientQuotasRequest.OpData.key')
-    if pos + 9 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('AlterClientQuotasRequest.OpData.key', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('AlterClientQuotasRequest.OpData.key', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('AlterClientQuotasRequest.OpData.key', buf, pos, _n, 1)
+        f_key = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 9 > _l:
         raise truncated('AlterClientQuotasRequest.OpData.value', buf, pos, 9)
-    f_value, f_remove = _S0.unpack_from(buf, pos)
+    f_value, f_remove = _S2.unpack_from(buf, pos)
     pos += 9
     f_unknown_tags = None
     return OpData(f_key, f_value, f_remove, f_unknown_tags), pos
 
 def _d_EntryData_0(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'AlterClientQuotasRequest.EntryData.entity', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AlterClientQuotasRequest.EntryData.entity')
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('AlterClientQuotasRequest.EntryData.entity', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('AlterClientQuotasRequest.EntryData.entity', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('AlterClientQuotasRequest.EntryData.entity', buf, pos, _c, 4)
     else:
         f_entity = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_EntityData_0(buf, pos)
             _lst.append(_e)
-    _n, pos = read_array_len(buf, pos, 'AlterClientQuotasRequest.EntryData.ops', 11)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AlterClientQuotasRequest.EntryData.ops')
+    if pos + 4 > _l:
+        raise truncated('AlterClientQuotasRequest.EntryData.ops', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('AlterClientQuotasRequest.EntryData.ops', _c)
+    elif _c * 11 > _l - pos:
+        raise overrun('AlterClientQuotasRequest.EntryData.ops', buf, pos, _c, 11)
     else:
         f_ops = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_OpData_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return EntryData(f_entity, f_ops, f_unknown_tags), pos
 
 def _d_AlterClientQuotasRequest_0(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'AlterClientQuotasRequest.entries', 8)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AlterClientQuotasRequest.entries')
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('AlterClientQuotasRequest.entries', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('AlterClientQuotasRequest.entries', _c)
+    elif _c * 8 > _l - pos:
+        raise overrun('AlterClientQuotasRequest.entries', buf, pos, _c, 8)
     else:
         f_entries = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_EntryData_0(buf, pos)
             _lst.append(_e)
-    if pos + 1 > len(buf):
+    if pos + 1 > _l:
         raise truncated('AlterClientQuotasRequest.validate_only', buf, pos, 1)
-    (f_validate_only,) = _S1.unpack_from(buf, pos)
+    (f_validate_only,) = _S3.unpack_from(buf, pos)
     pos += 1
     f_unknown_tags = None
     return AlterClientQuotasRequest(f_entries, f_validate_only, f_unknown_tags), pos
 
 def _d_EntityData_1(buf, pos):
-    f_entity_type, pos = read_compact_string(buf, pos, 'AlterClientQuotasRequest.EntityData.entity_type')
-    f_entity_name, pos = read_compact_nullable_string(buf, pos, 'AlterClientQuotasRequest.EntityData.entity_name')
-    if pos < len(buf) and buf[pos] == 0:
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'AlterClientQuotasRequest.EntityData.entity_type')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('AlterClientQuotasRequest.EntityData.entity_type', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('AlterClientQuotasRequest.EntityData.entity_type', buf, pos, _n, 1)
+        f_entity_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'AlterClientQuotasRequest.EntityData.entity_name')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('AlterClientQuotasRequest.EntityData.entity_name', _n)
+        f_entity_name = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('AlterClientQuotasRequest.EntityData.entity_name', buf, pos, _n, 1)
+        f_entity_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -117,12 +214,26 @@ def _d_EntityData_1(buf, pos):
     return EntityData(f_entity_type, f_entity_name, f_unknown_tags), pos
 
 def _d_OpData_1(buf, pos):
-    f_key, pos = read_compact_string(buf, pos, 'AlterClientQuotasRequest.OpData.key')
-    if pos + 9 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'AlterClientQuotasRequest.OpData.key')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('AlterClientQuotasRequest.OpData.key', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('AlterClientQuotasRequest.OpData.key', buf, pos, _n, 1)
+        f_key = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 9 > _l:
         raise truncated('AlterClientQuotasRequest.OpData.value', buf, pos, 9)
-    f_value, f_remove = _S0.unpack_from(buf, pos)
+    f_value, f_remove = _S2.unpack_from(buf, pos)
     pos += 9
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -135,23 +246,38 @@ def _d_OpData_1(buf, pos):
     return OpData(f_key, f_value, f_remove, f_unknown_tags), pos
 
 def _d_EntryData_1(buf, pos):
-    _n, pos = read_compact_array_len(buf, pos, 'AlterClientQuotasRequest.EntryData.entity', 3)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AlterClientQuotasRequest.EntryData.entity')
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'AlterClientQuotasRequest.EntryData.entity')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('AlterClientQuotasRequest.EntryData.entity', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('AlterClientQuotasRequest.EntryData.entity', buf, pos, _c, 3)
     else:
         f_entity = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_EntityData_1(buf, pos)
             _lst.append(_e)
-    _n, pos = read_compact_array_len(buf, pos, 'AlterClientQuotasRequest.EntryData.ops', 11)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AlterClientQuotasRequest.EntryData.ops')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'AlterClientQuotasRequest.EntryData.ops')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('AlterClientQuotasRequest.EntryData.ops', _c)
+    elif _c * 11 > _l - pos:
+        raise overrun('AlterClientQuotasRequest.EntryData.ops', buf, pos, _c, 11)
     else:
         f_ops = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_OpData_1(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -164,19 +290,27 @@ def _d_EntryData_1(buf, pos):
     return EntryData(f_entity, f_ops, f_unknown_tags), pos
 
 def _d_AlterClientQuotasRequest_1(buf, pos):
-    _n, pos = read_compact_array_len(buf, pos, 'AlterClientQuotasRequest.entries', 3)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AlterClientQuotasRequest.entries')
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'AlterClientQuotasRequest.entries')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('AlterClientQuotasRequest.entries', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('AlterClientQuotasRequest.entries', buf, pos, _c, 3)
     else:
         f_entries = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_EntryData_1(buf, pos)
             _lst.append(_e)
-    if pos + 1 > len(buf):
+    if pos + 1 > _l:
         raise truncated('AlterClientQuotasRequest.validate_only', buf, pos, 1)
-    (f_validate_only,) = _S1.unpack_from(buf, pos)
+    (f_validate_only,) = _S3.unpack_from(buf, pos)
     pos += 1
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -189,41 +323,89 @@ def _d_AlterClientQuotasRequest_1(buf, pos):
     return AlterClientQuotasRequest(f_entries, f_validate_only, f_unknown_tags), pos
 
 def _e_EntityData_0(o, out, chunks):
-    write_string(out, o.entity_type)
-    write_nullable_string(out, o.entity_name)
+    _b = o.entity_type.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('AlterClientQuotasRequest.EntityData.entity_type', _n)
+    out += _S1.pack(_n)
+    out += _b
+    if o.entity_name is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.entity_name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('AlterClientQuotasRequest.EntityData.entity_name', _n)
+        out += _S1.pack(_n)
+        out += _b
 
 def _e_OpData_0(o, out, chunks):
-    write_string(out, o.key)
-    out += _S0.pack(o.value, o.remove)
+    _b = o.key.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('AlterClientQuotasRequest.OpData.key', _n)
+    out += _S1.pack(_n)
+    out += _b
+    out += _S2.pack(o.value, o.remove)
 
 def _e_EntryData_0(o, out, chunks):
     _a = o.entity
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_EntityData_0(_e, out, chunks)
     _a = o.ops
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_OpData_0(_e, out, chunks)
 
 def _e_AlterClientQuotasRequest_0(o, out, chunks):
     _a = o.entries
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_EntryData_0(_e, out, chunks)
-    out += _S1.pack(o.validate_only)
+    out += _S3.pack(o.validate_only)
 
 def _e_EntityData_1(o, out, chunks):
-    write_compact_string(out, o.entity_type)
-    write_compact_nullable_string(out, o.entity_name)
+    _b = o.entity_type.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('AlterClientQuotasRequest.EntityData.entity_type', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    if o.entity_name is None:
+        out.append(0)
+    else:
+        _b = o.entity_name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('AlterClientQuotasRequest.EntityData.entity_name', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_OpData_1(o, out, chunks):
-    write_compact_string(out, o.key)
-    out += _S0.pack(o.value, o.remove)
+    _b = o.key.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('AlterClientQuotasRequest.OpData.key', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    out += _S2.pack(o.value, o.remove)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -231,11 +413,19 @@ def _e_OpData_1(o, out, chunks):
 
 def _e_EntryData_1(o, out, chunks):
     _a = o.entity
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_EntityData_1(_e, out, chunks)
     _a = o.ops
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_OpData_1(_e, out, chunks)
     if o.unknown_tags is None:
@@ -245,10 +435,14 @@ def _e_EntryData_1(o, out, chunks):
 
 def _e_AlterClientQuotasRequest_1(o, out, chunks):
     _a = o.entries
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_EntryData_1(_e, out, chunks)
-    out += _S1.pack(o.validate_only)
+    out += _S3.pack(o.validate_only)
     if o.unknown_tags is None:
         out.append(0)
     else:

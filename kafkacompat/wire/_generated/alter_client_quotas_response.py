@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -42,48 +54,127 @@ _S0 = _Struct('>i')
 _S1 = _Struct('>h')
 
 def _d_EntityData_0(buf, pos):
-    f_entity_type, pos = read_string(buf, pos, 'AlterClientQuotasResponse.EntityData.entity_type')
-    f_entity_name, pos = read_nullable_string(buf, pos, 'AlterClientQuotasResponse.EntityData.entity_name')
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('AlterClientQuotasResponse.EntityData.entity_type', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('AlterClientQuotasResponse.EntityData.entity_type', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('AlterClientQuotasResponse.EntityData.entity_type', buf, pos, _n, 1)
+        f_entity_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('AlterClientQuotasResponse.EntityData.entity_name', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('AlterClientQuotasResponse.EntityData.entity_name', _n)
+        f_entity_name = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('AlterClientQuotasResponse.EntityData.entity_name', buf, pos, _n, 1)
+        f_entity_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
     f_unknown_tags = None
     return EntityData(f_entity_type, f_entity_name, f_unknown_tags), pos
 
 def _d_EntryData_0(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('AlterClientQuotasResponse.EntryData.error_code', buf, pos, 2)
     (f_error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
-    f_error_message, pos = read_nullable_string(buf, pos, 'AlterClientQuotasResponse.EntryData.error_message')
-    _n, pos = read_array_len(buf, pos, 'AlterClientQuotasResponse.EntryData.entity', 4)
+    if pos + 2 > _l:
+        raise truncated('AlterClientQuotasResponse.EntryData.error_message', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AlterClientQuotasResponse.EntryData.entity')
+        if _n != -1:
+            raise bad_length('AlterClientQuotasResponse.EntryData.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('AlterClientQuotasResponse.EntryData.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('AlterClientQuotasResponse.EntryData.entity', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('AlterClientQuotasResponse.EntryData.entity', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('AlterClientQuotasResponse.EntryData.entity', buf, pos, _c, 4)
     else:
         f_entity = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_EntityData_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return EntryData(f_error_code, f_error_message, f_entity, f_unknown_tags), pos
 
 def _d_AlterClientQuotasResponse_0(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('AlterClientQuotasResponse.throttle_time_ms', buf, pos, 4)
     (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_array_len(buf, pos, 'AlterClientQuotasResponse.entries', 8)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AlterClientQuotasResponse.entries')
+    if pos + 4 > _l:
+        raise truncated('AlterClientQuotasResponse.entries', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('AlterClientQuotasResponse.entries', _c)
+    elif _c * 8 > _l - pos:
+        raise overrun('AlterClientQuotasResponse.entries', buf, pos, _c, 8)
     else:
         f_entries = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_EntryData_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return AlterClientQuotasResponse(f_throttle_time_ms, f_entries, f_unknown_tags), pos
 
 def _d_EntityData_1(buf, pos):
-    f_entity_type, pos = read_compact_string(buf, pos, 'AlterClientQuotasResponse.EntityData.entity_type')
-    f_entity_name, pos = read_compact_nullable_string(buf, pos, 'AlterClientQuotasResponse.EntityData.entity_name')
-    if pos < len(buf) and buf[pos] == 0:
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'AlterClientQuotasResponse.EntityData.entity_type')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('AlterClientQuotasResponse.EntityData.entity_type', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('AlterClientQuotasResponse.EntityData.entity_type', buf, pos, _n, 1)
+        f_entity_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'AlterClientQuotasResponse.EntityData.entity_name')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('AlterClientQuotasResponse.EntityData.entity_name', _n)
+        f_entity_name = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('AlterClientQuotasResponse.EntityData.entity_name', buf, pos, _n, 1)
+        f_entity_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -96,20 +187,43 @@ def _d_EntityData_1(buf, pos):
     return EntityData(f_entity_type, f_entity_name, f_unknown_tags), pos
 
 def _d_EntryData_1(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('AlterClientQuotasResponse.EntryData.error_code', buf, pos, 2)
     (f_error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
-    f_error_message, pos = read_compact_nullable_string(buf, pos, 'AlterClientQuotasResponse.EntryData.error_message')
-    _n, pos = read_compact_array_len(buf, pos, 'AlterClientQuotasResponse.EntryData.entity', 3)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'AlterClientQuotasResponse.EntryData.error_message')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AlterClientQuotasResponse.EntryData.entity')
+        if _n != -1:
+            raise bad_length('AlterClientQuotasResponse.EntryData.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('AlterClientQuotasResponse.EntryData.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'AlterClientQuotasResponse.EntryData.entity')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('AlterClientQuotasResponse.EntryData.entity', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('AlterClientQuotasResponse.EntryData.entity', buf, pos, _c, 3)
     else:
         f_entity = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_EntityData_1(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -122,19 +236,27 @@ def _d_EntryData_1(buf, pos):
     return EntryData(f_error_code, f_error_message, f_entity, f_unknown_tags), pos
 
 def _d_AlterClientQuotasResponse_1(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('AlterClientQuotasResponse.throttle_time_ms', buf, pos, 4)
     (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'AlterClientQuotasResponse.entries', 5)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AlterClientQuotasResponse.entries')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'AlterClientQuotasResponse.entries')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('AlterClientQuotasResponse.entries', _c)
+    elif _c * 5 > _l - pos:
+        raise overrun('AlterClientQuotasResponse.entries', buf, pos, _c, 5)
     else:
         f_entries = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_EntryData_1(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -147,27 +269,69 @@ def _d_AlterClientQuotasResponse_1(buf, pos):
     return AlterClientQuotasResponse(f_throttle_time_ms, f_entries, f_unknown_tags), pos
 
 def _e_EntityData_0(o, out, chunks):
-    write_string(out, o.entity_type)
-    write_nullable_string(out, o.entity_name)
+    _b = o.entity_type.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('AlterClientQuotasResponse.EntityData.entity_type', _n)
+    out += _S1.pack(_n)
+    out += _b
+    if o.entity_name is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.entity_name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('AlterClientQuotasResponse.EntityData.entity_name', _n)
+        out += _S1.pack(_n)
+        out += _b
 
 def _e_EntryData_0(o, out, chunks):
     out += _S1.pack(o.error_code)
-    write_nullable_string(out, o.error_message)
+    if o.error_message is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('AlterClientQuotasResponse.EntryData.error_message', _n)
+        out += _S1.pack(_n)
+        out += _b
     _a = o.entity
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_EntityData_0(_e, out, chunks)
 
 def _e_AlterClientQuotasResponse_0(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
     _a = o.entries
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_EntryData_0(_e, out, chunks)
 
 def _e_EntityData_1(o, out, chunks):
-    write_compact_string(out, o.entity_type)
-    write_compact_nullable_string(out, o.entity_name)
+    _b = o.entity_type.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('AlterClientQuotasResponse.EntityData.entity_type', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    if o.entity_name is None:
+        out.append(0)
+    else:
+        _b = o.entity_name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('AlterClientQuotasResponse.EntityData.entity_name', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -175,9 +339,24 @@ def _e_EntityData_1(o, out, chunks):
 
 def _e_EntryData_1(o, out, chunks):
     out += _S1.pack(o.error_code)
-    write_compact_nullable_string(out, o.error_message)
+    if o.error_message is None:
+        out.append(0)
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('AlterClientQuotasResponse.EntryData.error_message', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     _a = o.entity
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_EntityData_1(_e, out, chunks)
     if o.unknown_tags is None:
@@ -188,7 +367,11 @@ def _e_EntryData_1(o, out, chunks):
 def _e_AlterClientQuotasResponse_1(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
     _a = o.entries
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_EntryData_1(_e, out, chunks)
     if o.unknown_tags is None:

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -38,52 +50,131 @@ class AlterConfigsRequest(Struct):
 AlterConfigsRequest.AlterConfigsResource = AlterConfigsResource
 AlterConfigsRequest.AlterableConfig = AlterableConfig
 
-_S0 = _Struct('>b')
-_S1 = _Struct('>?')
+_S0 = _Struct('>i')
+_S1 = _Struct('>b')
+_S2 = _Struct('>h')
+_S3 = _Struct('>?')
 
 def _d_AlterableConfig_0(buf, pos):
-    f_name, pos = read_string(buf, pos, 'AlterConfigsRequest.AlterableConfig.name')
-    f_value, pos = read_nullable_string(buf, pos, 'AlterConfigsRequest.AlterableConfig.value')
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('AlterConfigsRequest.AlterableConfig.name', buf, pos, 2)
+    (_n,) = _S2.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('AlterConfigsRequest.AlterableConfig.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('AlterConfigsRequest.AlterableConfig.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('AlterConfigsRequest.AlterableConfig.value', buf, pos, 2)
+    (_n,) = _S2.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('AlterConfigsRequest.AlterableConfig.value', _n)
+        f_value = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('AlterConfigsRequest.AlterableConfig.value', buf, pos, _n, 1)
+        f_value = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
     f_unknown_tags = None
     return AlterableConfig(f_name, f_value, f_unknown_tags), pos
 
 def _d_AlterConfigsResource_0(buf, pos):
-    if pos + 1 > len(buf):
+    _l = len(buf)
+    if pos + 1 > _l:
         raise truncated('AlterConfigsRequest.AlterConfigsResource.resource_type', buf, pos, 1)
-    (f_resource_type,) = _S0.unpack_from(buf, pos)
+    (f_resource_type,) = _S1.unpack_from(buf, pos)
     pos += 1
-    f_resource_name, pos = read_string(buf, pos, 'AlterConfigsRequest.AlterConfigsResource.resource_name')
-    _n, pos = read_array_len(buf, pos, 'AlterConfigsRequest.AlterConfigsResource.configs', 4)
+    if pos + 2 > _l:
+        raise truncated('AlterConfigsRequest.AlterConfigsResource.resource_name', buf, pos, 2)
+    (_n,) = _S2.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AlterConfigsRequest.AlterConfigsResource.configs')
+        raise bad_length('AlterConfigsRequest.AlterConfigsResource.resource_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('AlterConfigsRequest.AlterConfigsResource.resource_name', buf, pos, _n, 1)
+        f_resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('AlterConfigsRequest.AlterConfigsResource.configs', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('AlterConfigsRequest.AlterConfigsResource.configs', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('AlterConfigsRequest.AlterConfigsResource.configs', buf, pos, _c, 4)
     else:
         f_configs = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_AlterableConfig_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return AlterConfigsResource(f_resource_type, f_resource_name, f_configs, f_unknown_tags), pos
 
 def _d_AlterConfigsRequest_0(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'AlterConfigsRequest.resources', 7)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AlterConfigsRequest.resources')
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('AlterConfigsRequest.resources', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('AlterConfigsRequest.resources', _c)
+    elif _c * 7 > _l - pos:
+        raise overrun('AlterConfigsRequest.resources', buf, pos, _c, 7)
     else:
         f_resources = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_AlterConfigsResource_0(buf, pos)
             _lst.append(_e)
-    if pos + 1 > len(buf):
+    if pos + 1 > _l:
         raise truncated('AlterConfigsRequest.validate_only', buf, pos, 1)
-    (f_validate_only,) = _S1.unpack_from(buf, pos)
+    (f_validate_only,) = _S3.unpack_from(buf, pos)
     pos += 1
     f_unknown_tags = None
     return AlterConfigsRequest(f_resources, f_validate_only, f_unknown_tags), pos
 
 def _d_AlterableConfig_2(buf, pos):
-    f_name, pos = read_compact_string(buf, pos, 'AlterConfigsRequest.AlterableConfig.name')
-    f_value, pos = read_compact_nullable_string(buf, pos, 'AlterConfigsRequest.AlterableConfig.value')
-    if pos < len(buf) and buf[pos] == 0:
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'AlterConfigsRequest.AlterableConfig.name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('AlterConfigsRequest.AlterableConfig.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('AlterConfigsRequest.AlterableConfig.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'AlterConfigsRequest.AlterableConfig.value')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('AlterConfigsRequest.AlterableConfig.value', _n)
+        f_value = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('AlterConfigsRequest.AlterableConfig.value', buf, pos, _n, 1)
+        f_value = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -96,20 +187,41 @@ def _d_AlterableConfig_2(buf, pos):
     return AlterableConfig(f_name, f_value, f_unknown_tags), pos
 
 def _d_AlterConfigsResource_2(buf, pos):
-    if pos + 1 > len(buf):
+    _l = len(buf)
+    if pos + 1 > _l:
         raise truncated('AlterConfigsRequest.AlterConfigsResource.resource_type', buf, pos, 1)
-    (f_resource_type,) = _S0.unpack_from(buf, pos)
+    (f_resource_type,) = _S1.unpack_from(buf, pos)
     pos += 1
-    f_resource_name, pos = read_compact_string(buf, pos, 'AlterConfigsRequest.AlterConfigsResource.resource_name')
-    _n, pos = read_compact_array_len(buf, pos, 'AlterConfigsRequest.AlterConfigsResource.configs', 3)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'AlterConfigsRequest.AlterConfigsResource.resource_name')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AlterConfigsRequest.AlterConfigsResource.configs')
+        raise bad_length('AlterConfigsRequest.AlterConfigsResource.resource_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('AlterConfigsRequest.AlterConfigsResource.resource_name', buf, pos, _n, 1)
+        f_resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'AlterConfigsRequest.AlterConfigsResource.configs')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('AlterConfigsRequest.AlterConfigsResource.configs', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('AlterConfigsRequest.AlterConfigsResource.configs', buf, pos, _c, 3)
     else:
         f_configs = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_AlterableConfig_2(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -122,19 +234,27 @@ def _d_AlterConfigsResource_2(buf, pos):
     return AlterConfigsResource(f_resource_type, f_resource_name, f_configs, f_unknown_tags), pos
 
 def _d_AlterConfigsRequest_2(buf, pos):
-    _n, pos = read_compact_array_len(buf, pos, 'AlterConfigsRequest.resources', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AlterConfigsRequest.resources')
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'AlterConfigsRequest.resources')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('AlterConfigsRequest.resources', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('AlterConfigsRequest.resources', buf, pos, _c, 4)
     else:
         f_resources = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_AlterConfigsResource_2(buf, pos)
             _lst.append(_e)
-    if pos + 1 > len(buf):
+    if pos + 1 > _l:
         raise truncated('AlterConfigsRequest.validate_only', buf, pos, 1)
-    (f_validate_only,) = _S1.unpack_from(buf, pos)
+    (f_validate_only,) = _S3.unpack_from(buf, pos)
     pos += 1
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -147,37 +267,88 @@ def _d_AlterConfigsRequest_2(buf, pos):
     return AlterConfigsRequest(f_resources, f_validate_only, f_unknown_tags), pos
 
 def _e_AlterableConfig_0(o, out, chunks):
-    write_string(out, o.name)
-    write_nullable_string(out, o.value)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('AlterConfigsRequest.AlterableConfig.name', _n)
+    out += _S2.pack(_n)
+    out += _b
+    if o.value is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.value.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('AlterConfigsRequest.AlterableConfig.value', _n)
+        out += _S2.pack(_n)
+        out += _b
 
 def _e_AlterConfigsResource_0(o, out, chunks):
-    out += _S0.pack(o.resource_type)
-    write_string(out, o.resource_name)
+    out += _S1.pack(o.resource_type)
+    _b = o.resource_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('AlterConfigsRequest.AlterConfigsResource.resource_name', _n)
+    out += _S2.pack(_n)
+    out += _b
     _a = o.configs
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_AlterableConfig_0(_e, out, chunks)
 
 def _e_AlterConfigsRequest_0(o, out, chunks):
     _a = o.resources
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_AlterConfigsResource_0(_e, out, chunks)
-    out += _S1.pack(o.validate_only)
+    out += _S3.pack(o.validate_only)
 
 def _e_AlterableConfig_2(o, out, chunks):
-    write_compact_string(out, o.name)
-    write_compact_nullable_string(out, o.value)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('AlterConfigsRequest.AlterableConfig.name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    if o.value is None:
+        out.append(0)
+    else:
+        _b = o.value.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('AlterConfigsRequest.AlterableConfig.value', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_AlterConfigsResource_2(o, out, chunks):
-    out += _S0.pack(o.resource_type)
-    write_compact_string(out, o.resource_name)
+    out += _S1.pack(o.resource_type)
+    _b = o.resource_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('AlterConfigsRequest.AlterConfigsResource.resource_name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.configs
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_AlterableConfig_2(_e, out, chunks)
     if o.unknown_tags is None:
@@ -187,10 +358,14 @@ def _e_AlterConfigsResource_2(o, out, chunks):
 
 def _e_AlterConfigsRequest_2(o, out, chunks):
     _a = o.resources
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_AlterConfigsResource_2(_e, out, chunks)
-    out += _S1.pack(o.validate_only)
+    out += _S3.pack(o.validate_only)
     if o.unknown_tags is None:
         out.append(0)
     else:

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -50,12 +62,28 @@ AlterPartitionReassignmentsResponse.ReassignablePartitionResponse = Reassignable
 _S0 = _Struct('>ih')
 
 def _d_ReassignablePartitionResponse_0(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('AlterPartitionReassignmentsResponse.ReassignablePartitionResponse.partition_index', buf, pos, 6)
     f_partition_index, f_error_code = _S0.unpack_from(buf, pos)
     pos += 6
-    f_error_message, pos = read_compact_nullable_string(buf, pos, 'AlterPartitionReassignmentsResponse.ReassignablePartitionResponse.error_message')
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'AlterPartitionReassignmentsResponse.ReassignablePartitionResponse.error_message')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('AlterPartitionReassignmentsResponse.ReassignablePartitionResponse.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('AlterPartitionReassignmentsResponse.ReassignablePartitionResponse.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -68,16 +96,37 @@ def _d_ReassignablePartitionResponse_0(buf, pos):
     return ReassignablePartitionResponse(f_partition_index, f_error_code, f_error_message, f_unknown_tags), pos
 
 def _d_ReassignableTopicResponse_0(buf, pos):
-    f_name, pos = read_compact_string(buf, pos, 'AlterPartitionReassignmentsResponse.ReassignableTopicResponse.name')
-    _n, pos = read_compact_array_len(buf, pos, 'AlterPartitionReassignmentsResponse.ReassignableTopicResponse.partitions', 8)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'AlterPartitionReassignmentsResponse.ReassignableTopicResponse.name')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AlterPartitionReassignmentsResponse.ReassignableTopicResponse.partitions')
+        raise bad_length('AlterPartitionReassignmentsResponse.ReassignableTopicResponse.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('AlterPartitionReassignmentsResponse.ReassignableTopicResponse.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'AlterPartitionReassignmentsResponse.ReassignableTopicResponse.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('AlterPartitionReassignmentsResponse.ReassignableTopicResponse.partitions', _c)
+    elif _c * 8 > _l - pos:
+        raise overrun('AlterPartitionReassignmentsResponse.ReassignableTopicResponse.partitions', buf, pos, _c, 8)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ReassignablePartitionResponse_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -90,20 +139,43 @@ def _d_ReassignableTopicResponse_0(buf, pos):
     return ReassignableTopicResponse(f_name, f_partitions, f_unknown_tags), pos
 
 def _d_AlterPartitionReassignmentsResponse_0(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('AlterPartitionReassignmentsResponse.throttle_time_ms', buf, pos, 6)
     f_throttle_time_ms, f_error_code = _S0.unpack_from(buf, pos)
     pos += 6
-    f_error_message, pos = read_compact_nullable_string(buf, pos, 'AlterPartitionReassignmentsResponse.error_message')
-    _n, pos = read_compact_array_len(buf, pos, 'AlterPartitionReassignmentsResponse.responses', 3)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'AlterPartitionReassignmentsResponse.error_message')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AlterPartitionReassignmentsResponse.responses')
+        if _n != -1:
+            raise bad_length('AlterPartitionReassignmentsResponse.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('AlterPartitionReassignmentsResponse.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'AlterPartitionReassignmentsResponse.responses')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('AlterPartitionReassignmentsResponse.responses', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('AlterPartitionReassignmentsResponse.responses', buf, pos, _c, 3)
     else:
         f_responses = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ReassignableTopicResponse_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -117,16 +189,39 @@ def _d_AlterPartitionReassignmentsResponse_0(buf, pos):
 
 def _e_ReassignablePartitionResponse_0(o, out, chunks):
     out += _S0.pack(o.partition_index, o.error_code)
-    write_compact_nullable_string(out, o.error_message)
+    if o.error_message is None:
+        out.append(0)
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('AlterPartitionReassignmentsResponse.ReassignablePartitionResponse.error_message', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_ReassignableTopicResponse_0(o, out, chunks):
-    write_compact_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('AlterPartitionReassignmentsResponse.ReassignableTopicResponse.name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_ReassignablePartitionResponse_0(_e, out, chunks)
     if o.unknown_tags is None:
@@ -136,9 +231,24 @@ def _e_ReassignableTopicResponse_0(o, out, chunks):
 
 def _e_AlterPartitionReassignmentsResponse_0(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms, o.error_code)
-    write_compact_nullable_string(out, o.error_message)
+    if o.error_message is None:
+        out.append(0)
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('AlterPartitionReassignmentsResponse.error_message', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     _a = o.responses
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_ReassignableTopicResponse_0(_e, out, chunks)
     if o.unknown_tags is None:

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -66,23 +78,33 @@ _S1 = _Struct('>ii')
 _S2 = _Struct('>i')
 _S3 = _Struct('>bi')
 _S4 = _Struct('>16s')
+_A_i = ARRAY_STRUCTS['i']
 
 def _d_PartitionData_0(buf, pos):
-    if pos + 8 > len(buf):
+    _l = len(buf)
+    if pos + 8 > _l:
         raise truncated('AlterPartitionRequest.PartitionData.partition_index', buf, pos, 8)
     f_partition_index, f_leader_epoch = _S1.unpack_from(buf, pos)
     pos += 8
-    _n, pos = read_compact_array_len(buf, pos, 'AlterPartitionRequest.PartitionData.new_isr', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AlterPartitionRequest.PartitionData.new_isr')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
     else:
-        f_new_isr = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    if pos + 4 > len(buf):
+        _c, pos = read_uvarint(buf, pos, 'AlterPartitionRequest.PartitionData.new_isr')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('AlterPartitionRequest.PartitionData.new_isr', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('AlterPartitionRequest.PartitionData.new_isr', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_new_isr = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos + 4 > _l:
         raise truncated('AlterPartitionRequest.PartitionData.partition_epoch', buf, pos, 4)
     (f_partition_epoch,) = _S2.unpack_from(buf, pos)
     pos += 4
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -95,16 +117,37 @@ def _d_PartitionData_0(buf, pos):
     return PartitionData(f_partition_index, f_leader_epoch, f_new_isr, [], 0, f_partition_epoch, f_unknown_tags), pos
 
 def _d_TopicData_0(buf, pos):
-    f_topic_name, pos = read_compact_string(buf, pos, 'AlterPartitionRequest.TopicData.topic_name')
-    _n, pos = read_compact_array_len(buf, pos, 'AlterPartitionRequest.TopicData.partitions', 14)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'AlterPartitionRequest.TopicData.topic_name')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AlterPartitionRequest.TopicData.partitions')
+        raise bad_length('AlterPartitionRequest.TopicData.topic_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('AlterPartitionRequest.TopicData.topic_name', buf, pos, _n, 1)
+        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'AlterPartitionRequest.TopicData.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('AlterPartitionRequest.TopicData.partitions', _c)
+    elif _c * 14 > _l - pos:
+        raise overrun('AlterPartitionRequest.TopicData.partitions', buf, pos, _c, 14)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_PartitionData_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -117,19 +160,27 @@ def _d_TopicData_0(buf, pos):
     return TopicData(f_topic_name, ZERO_UUID, f_partitions, f_unknown_tags), pos
 
 def _d_AlterPartitionRequest_0(buf, pos):
-    if pos + 12 > len(buf):
+    _l = len(buf)
+    if pos + 12 > _l:
         raise truncated('AlterPartitionRequest.broker_id', buf, pos, 12)
     f_broker_id, f_broker_epoch = _S0.unpack_from(buf, pos)
     pos += 12
-    _n, pos = read_compact_array_len(buf, pos, 'AlterPartitionRequest.topics', 3)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AlterPartitionRequest.topics')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'AlterPartitionRequest.topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('AlterPartitionRequest.topics', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('AlterPartitionRequest.topics', buf, pos, _c, 3)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_TopicData_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -142,21 +193,30 @@ def _d_AlterPartitionRequest_0(buf, pos):
     return AlterPartitionRequest(f_broker_id, f_broker_epoch, f_topics, f_unknown_tags), pos
 
 def _d_PartitionData_1(buf, pos):
-    if pos + 8 > len(buf):
+    _l = len(buf)
+    if pos + 8 > _l:
         raise truncated('AlterPartitionRequest.PartitionData.partition_index', buf, pos, 8)
     f_partition_index, f_leader_epoch = _S1.unpack_from(buf, pos)
     pos += 8
-    _n, pos = read_compact_array_len(buf, pos, 'AlterPartitionRequest.PartitionData.new_isr', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AlterPartitionRequest.PartitionData.new_isr')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
     else:
-        f_new_isr = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    if pos + 5 > len(buf):
+        _c, pos = read_uvarint(buf, pos, 'AlterPartitionRequest.PartitionData.new_isr')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('AlterPartitionRequest.PartitionData.new_isr', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('AlterPartitionRequest.PartitionData.new_isr', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_new_isr = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos + 5 > _l:
         raise truncated('AlterPartitionRequest.PartitionData.leader_recovery_state', buf, pos, 5)
     f_leader_recovery_state, f_partition_epoch = _S3.unpack_from(buf, pos)
     pos += 5
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -169,16 +229,37 @@ def _d_PartitionData_1(buf, pos):
     return PartitionData(f_partition_index, f_leader_epoch, f_new_isr, [], f_leader_recovery_state, f_partition_epoch, f_unknown_tags), pos
 
 def _d_TopicData_1(buf, pos):
-    f_topic_name, pos = read_compact_string(buf, pos, 'AlterPartitionRequest.TopicData.topic_name')
-    _n, pos = read_compact_array_len(buf, pos, 'AlterPartitionRequest.TopicData.partitions', 15)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'AlterPartitionRequest.TopicData.topic_name')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AlterPartitionRequest.TopicData.partitions')
+        raise bad_length('AlterPartitionRequest.TopicData.topic_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('AlterPartitionRequest.TopicData.topic_name', buf, pos, _n, 1)
+        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'AlterPartitionRequest.TopicData.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('AlterPartitionRequest.TopicData.partitions', _c)
+    elif _c * 15 > _l - pos:
+        raise overrun('AlterPartitionRequest.TopicData.partitions', buf, pos, _c, 15)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_PartitionData_1(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -191,19 +272,27 @@ def _d_TopicData_1(buf, pos):
     return TopicData(f_topic_name, ZERO_UUID, f_partitions, f_unknown_tags), pos
 
 def _d_AlterPartitionRequest_1(buf, pos):
-    if pos + 12 > len(buf):
+    _l = len(buf)
+    if pos + 12 > _l:
         raise truncated('AlterPartitionRequest.broker_id', buf, pos, 12)
     f_broker_id, f_broker_epoch = _S0.unpack_from(buf, pos)
     pos += 12
-    _n, pos = read_compact_array_len(buf, pos, 'AlterPartitionRequest.topics', 3)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AlterPartitionRequest.topics')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'AlterPartitionRequest.topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('AlterPartitionRequest.topics', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('AlterPartitionRequest.topics', buf, pos, _c, 3)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_TopicData_1(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -216,20 +305,28 @@ def _d_AlterPartitionRequest_1(buf, pos):
     return AlterPartitionRequest(f_broker_id, f_broker_epoch, f_topics, f_unknown_tags), pos
 
 def _d_TopicData_2(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('AlterPartitionRequest.TopicData.topic_id', buf, pos, 16)
     (f_topic_id,) = _S4.unpack_from(buf, pos)
     pos += 16
     f_topic_id = _UUID(bytes=f_topic_id)
-    _n, pos = read_compact_array_len(buf, pos, 'AlterPartitionRequest.TopicData.partitions', 15)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AlterPartitionRequest.TopicData.partitions')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'AlterPartitionRequest.TopicData.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('AlterPartitionRequest.TopicData.partitions', _c)
+    elif _c * 15 > _l - pos:
+        raise overrun('AlterPartitionRequest.TopicData.partitions', buf, pos, _c, 15)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_PartitionData_1(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -242,19 +339,27 @@ def _d_TopicData_2(buf, pos):
     return TopicData('', f_topic_id, f_partitions, f_unknown_tags), pos
 
 def _d_AlterPartitionRequest_2(buf, pos):
-    if pos + 12 > len(buf):
+    _l = len(buf)
+    if pos + 12 > _l:
         raise truncated('AlterPartitionRequest.broker_id', buf, pos, 12)
     f_broker_id, f_broker_epoch = _S0.unpack_from(buf, pos)
     pos += 12
-    _n, pos = read_compact_array_len(buf, pos, 'AlterPartitionRequest.topics', 18)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AlterPartitionRequest.topics')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'AlterPartitionRequest.topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('AlterPartitionRequest.topics', _c)
+    elif _c * 18 > _l - pos:
+        raise overrun('AlterPartitionRequest.topics', buf, pos, _c, 18)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_TopicData_2(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -267,11 +372,12 @@ def _d_AlterPartitionRequest_2(buf, pos):
     return AlterPartitionRequest(f_broker_id, f_broker_epoch, f_topics, f_unknown_tags), pos
 
 def _d_BrokerState_3(buf, pos):
-    if pos + 12 > len(buf):
+    _l = len(buf)
+    if pos + 12 > _l:
         raise truncated('AlterPartitionRequest.BrokerState.broker_id', buf, pos, 12)
     f_broker_id, f_broker_epoch = _S0.unpack_from(buf, pos)
     pos += 12
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -284,23 +390,31 @@ def _d_BrokerState_3(buf, pos):
     return BrokerState(f_broker_id, f_broker_epoch, f_unknown_tags), pos
 
 def _d_PartitionData_3(buf, pos):
-    if pos + 8 > len(buf):
+    _l = len(buf)
+    if pos + 8 > _l:
         raise truncated('AlterPartitionRequest.PartitionData.partition_index', buf, pos, 8)
     f_partition_index, f_leader_epoch = _S1.unpack_from(buf, pos)
     pos += 8
-    _n, pos = read_compact_array_len(buf, pos, 'AlterPartitionRequest.PartitionData.new_isr_with_epochs', 13)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AlterPartitionRequest.PartitionData.new_isr_with_epochs')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'AlterPartitionRequest.PartitionData.new_isr_with_epochs')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('AlterPartitionRequest.PartitionData.new_isr_with_epochs', _c)
+    elif _c * 13 > _l - pos:
+        raise overrun('AlterPartitionRequest.PartitionData.new_isr_with_epochs', buf, pos, _c, 13)
     else:
         f_new_isr_with_epochs = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_BrokerState_3(buf, pos)
             _lst.append(_e)
-    if pos + 5 > len(buf):
+    if pos + 5 > _l:
         raise truncated('AlterPartitionRequest.PartitionData.leader_recovery_state', buf, pos, 5)
     f_leader_recovery_state, f_partition_epoch = _S3.unpack_from(buf, pos)
     pos += 5
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -313,20 +427,28 @@ def _d_PartitionData_3(buf, pos):
     return PartitionData(f_partition_index, f_leader_epoch, [], f_new_isr_with_epochs, f_leader_recovery_state, f_partition_epoch, f_unknown_tags), pos
 
 def _d_TopicData_3(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('AlterPartitionRequest.TopicData.topic_id', buf, pos, 16)
     (f_topic_id,) = _S4.unpack_from(buf, pos)
     pos += 16
     f_topic_id = _UUID(bytes=f_topic_id)
-    _n, pos = read_compact_array_len(buf, pos, 'AlterPartitionRequest.TopicData.partitions', 15)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AlterPartitionRequest.TopicData.partitions')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'AlterPartitionRequest.TopicData.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('AlterPartitionRequest.TopicData.partitions', _c)
+    elif _c * 15 > _l - pos:
+        raise overrun('AlterPartitionRequest.TopicData.partitions', buf, pos, _c, 15)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_PartitionData_3(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -339,19 +461,27 @@ def _d_TopicData_3(buf, pos):
     return TopicData('', f_topic_id, f_partitions, f_unknown_tags), pos
 
 def _d_AlterPartitionRequest_3(buf, pos):
-    if pos + 12 > len(buf):
+    _l = len(buf)
+    if pos + 12 > _l:
         raise truncated('AlterPartitionRequest.broker_id', buf, pos, 12)
     f_broker_id, f_broker_epoch = _S0.unpack_from(buf, pos)
     pos += 12
-    _n, pos = read_compact_array_len(buf, pos, 'AlterPartitionRequest.topics', 18)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AlterPartitionRequest.topics')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'AlterPartitionRequest.topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('AlterPartitionRequest.topics', _c)
+    elif _c * 18 > _l - pos:
+        raise overrun('AlterPartitionRequest.topics', buf, pos, _c, 18)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_TopicData_3(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -366,8 +496,13 @@ def _d_AlterPartitionRequest_3(buf, pos):
 def _e_PartitionData_0(o, out, chunks):
     out += _S1.pack(o.partition_index, o.leader_epoch)
     _a = o.new_isr
-    write_compact_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
     out += _S2.pack(o.partition_epoch)
     if o.unknown_tags is None:
         out.append(0)
@@ -375,9 +510,21 @@ def _e_PartitionData_0(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_TopicData_0(o, out, chunks):
-    write_compact_string(out, o.topic_name)
+    _b = o.topic_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('AlterPartitionRequest.TopicData.topic_name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_PartitionData_0(_e, out, chunks)
     if o.unknown_tags is None:
@@ -388,7 +535,11 @@ def _e_TopicData_0(o, out, chunks):
 def _e_AlterPartitionRequest_0(o, out, chunks):
     out += _S0.pack(o.broker_id, o.broker_epoch)
     _a = o.topics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_TopicData_0(_e, out, chunks)
     if o.unknown_tags is None:
@@ -399,8 +550,13 @@ def _e_AlterPartitionRequest_0(o, out, chunks):
 def _e_PartitionData_1(o, out, chunks):
     out += _S1.pack(o.partition_index, o.leader_epoch)
     _a = o.new_isr
-    write_compact_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
     out += _S3.pack(o.leader_recovery_state, o.partition_epoch)
     if o.unknown_tags is None:
         out.append(0)
@@ -408,9 +564,21 @@ def _e_PartitionData_1(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_TopicData_1(o, out, chunks):
-    write_compact_string(out, o.topic_name)
+    _b = o.topic_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('AlterPartitionRequest.TopicData.topic_name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_PartitionData_1(_e, out, chunks)
     if o.unknown_tags is None:
@@ -421,7 +589,11 @@ def _e_TopicData_1(o, out, chunks):
 def _e_AlterPartitionRequest_1(o, out, chunks):
     out += _S0.pack(o.broker_id, o.broker_epoch)
     _a = o.topics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_TopicData_1(_e, out, chunks)
     if o.unknown_tags is None:
@@ -432,7 +604,11 @@ def _e_AlterPartitionRequest_1(o, out, chunks):
 def _e_TopicData_2(o, out, chunks):
     out += _S4.pack(o.topic_id.bytes)
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_PartitionData_1(_e, out, chunks)
     if o.unknown_tags is None:
@@ -443,7 +619,11 @@ def _e_TopicData_2(o, out, chunks):
 def _e_AlterPartitionRequest_2(o, out, chunks):
     out += _S0.pack(o.broker_id, o.broker_epoch)
     _a = o.topics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_TopicData_2(_e, out, chunks)
     if o.unknown_tags is None:
@@ -461,7 +641,11 @@ def _e_BrokerState_3(o, out, chunks):
 def _e_PartitionData_3(o, out, chunks):
     out += _S1.pack(o.partition_index, o.leader_epoch)
     _a = o.new_isr_with_epochs
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_BrokerState_3(_e, out, chunks)
     out += _S3.pack(o.leader_recovery_state, o.partition_epoch)
@@ -473,7 +657,11 @@ def _e_PartitionData_3(o, out, chunks):
 def _e_TopicData_3(o, out, chunks):
     out += _S4.pack(o.topic_id.bytes)
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_PartitionData_3(_e, out, chunks)
     if o.unknown_tags is None:
@@ -484,7 +672,11 @@ def _e_TopicData_3(o, out, chunks):
 def _e_AlterPartitionRequest_3(o, out, chunks):
     out += _S0.pack(o.broker_id, o.broker_epoch)
     _a = o.topics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_TopicData_3(_e, out, chunks)
     if o.unknown_tags is None:

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -59,23 +71,33 @@ _S1 = _Struct('>ihii')
 _S2 = _Struct('>i')
 _S3 = _Struct('>bi')
 _S4 = _Struct('>16s')
+_A_i = ARRAY_STRUCTS['i']
 
 def _d_PartitionData_0(buf, pos):
-    if pos + 14 > len(buf):
+    _l = len(buf)
+    if pos + 14 > _l:
         raise truncated('AlterPartitionResponse.PartitionData.partition_index', buf, pos, 14)
     f_partition_index, f_error_code, f_leader_id, f_leader_epoch = _S1.unpack_from(buf, pos)
     pos += 14
-    _n, pos = read_compact_array_len(buf, pos, 'AlterPartitionResponse.PartitionData.isr', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AlterPartitionResponse.PartitionData.isr')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
     else:
-        f_isr = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    if pos + 4 > len(buf):
+        _c, pos = read_uvarint(buf, pos, 'AlterPartitionResponse.PartitionData.isr')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('AlterPartitionResponse.PartitionData.isr', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('AlterPartitionResponse.PartitionData.isr', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_isr = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos + 4 > _l:
         raise truncated('AlterPartitionResponse.PartitionData.partition_epoch', buf, pos, 4)
     (f_partition_epoch,) = _S2.unpack_from(buf, pos)
     pos += 4
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -88,16 +110,37 @@ def _d_PartitionData_0(buf, pos):
     return PartitionData(f_partition_index, f_error_code, f_leader_id, f_leader_epoch, f_isr, 0, f_partition_epoch, f_unknown_tags), pos
 
 def _d_TopicData_0(buf, pos):
-    f_topic_name, pos = read_compact_string(buf, pos, 'AlterPartitionResponse.TopicData.topic_name')
-    _n, pos = read_compact_array_len(buf, pos, 'AlterPartitionResponse.TopicData.partitions', 20)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'AlterPartitionResponse.TopicData.topic_name')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AlterPartitionResponse.TopicData.partitions')
+        raise bad_length('AlterPartitionResponse.TopicData.topic_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('AlterPartitionResponse.TopicData.topic_name', buf, pos, _n, 1)
+        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'AlterPartitionResponse.TopicData.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('AlterPartitionResponse.TopicData.partitions', _c)
+    elif _c * 20 > _l - pos:
+        raise overrun('AlterPartitionResponse.TopicData.partitions', buf, pos, _c, 20)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_PartitionData_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -110,19 +153,27 @@ def _d_TopicData_0(buf, pos):
     return TopicData(f_topic_name, ZERO_UUID, f_partitions, f_unknown_tags), pos
 
 def _d_AlterPartitionResponse_0(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('AlterPartitionResponse.throttle_time_ms', buf, pos, 6)
     f_throttle_time_ms, f_error_code = _S0.unpack_from(buf, pos)
     pos += 6
-    _n, pos = read_compact_array_len(buf, pos, 'AlterPartitionResponse.topics', 3)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AlterPartitionResponse.topics')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'AlterPartitionResponse.topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('AlterPartitionResponse.topics', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('AlterPartitionResponse.topics', buf, pos, _c, 3)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_TopicData_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -135,21 +186,30 @@ def _d_AlterPartitionResponse_0(buf, pos):
     return AlterPartitionResponse(f_throttle_time_ms, f_error_code, f_topics, f_unknown_tags), pos
 
 def _d_PartitionData_1(buf, pos):
-    if pos + 14 > len(buf):
+    _l = len(buf)
+    if pos + 14 > _l:
         raise truncated('AlterPartitionResponse.PartitionData.partition_index', buf, pos, 14)
     f_partition_index, f_error_code, f_leader_id, f_leader_epoch = _S1.unpack_from(buf, pos)
     pos += 14
-    _n, pos = read_compact_array_len(buf, pos, 'AlterPartitionResponse.PartitionData.isr', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AlterPartitionResponse.PartitionData.isr')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
     else:
-        f_isr = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    if pos + 5 > len(buf):
+        _c, pos = read_uvarint(buf, pos, 'AlterPartitionResponse.PartitionData.isr')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('AlterPartitionResponse.PartitionData.isr', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('AlterPartitionResponse.PartitionData.isr', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_isr = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos + 5 > _l:
         raise truncated('AlterPartitionResponse.PartitionData.leader_recovery_state', buf, pos, 5)
     f_leader_recovery_state, f_partition_epoch = _S3.unpack_from(buf, pos)
     pos += 5
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -162,16 +222,37 @@ def _d_PartitionData_1(buf, pos):
     return PartitionData(f_partition_index, f_error_code, f_leader_id, f_leader_epoch, f_isr, f_leader_recovery_state, f_partition_epoch, f_unknown_tags), pos
 
 def _d_TopicData_1(buf, pos):
-    f_topic_name, pos = read_compact_string(buf, pos, 'AlterPartitionResponse.TopicData.topic_name')
-    _n, pos = read_compact_array_len(buf, pos, 'AlterPartitionResponse.TopicData.partitions', 21)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'AlterPartitionResponse.TopicData.topic_name')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AlterPartitionResponse.TopicData.partitions')
+        raise bad_length('AlterPartitionResponse.TopicData.topic_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('AlterPartitionResponse.TopicData.topic_name', buf, pos, _n, 1)
+        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'AlterPartitionResponse.TopicData.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('AlterPartitionResponse.TopicData.partitions', _c)
+    elif _c * 21 > _l - pos:
+        raise overrun('AlterPartitionResponse.TopicData.partitions', buf, pos, _c, 21)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_PartitionData_1(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -184,19 +265,27 @@ def _d_TopicData_1(buf, pos):
     return TopicData(f_topic_name, ZERO_UUID, f_partitions, f_unknown_tags), pos
 
 def _d_AlterPartitionResponse_1(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('AlterPartitionResponse.throttle_time_ms', buf, pos, 6)
     f_throttle_time_ms, f_error_code = _S0.unpack_from(buf, pos)
     pos += 6
-    _n, pos = read_compact_array_len(buf, pos, 'AlterPartitionResponse.topics', 3)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AlterPartitionResponse.topics')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'AlterPartitionResponse.topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('AlterPartitionResponse.topics', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('AlterPartitionResponse.topics', buf, pos, _c, 3)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_TopicData_1(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -209,20 +298,28 @@ def _d_AlterPartitionResponse_1(buf, pos):
     return AlterPartitionResponse(f_throttle_time_ms, f_error_code, f_topics, f_unknown_tags), pos
 
 def _d_TopicData_2(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('AlterPartitionResponse.TopicData.topic_id', buf, pos, 16)
     (f_topic_id,) = _S4.unpack_from(buf, pos)
     pos += 16
     f_topic_id = _UUID(bytes=f_topic_id)
-    _n, pos = read_compact_array_len(buf, pos, 'AlterPartitionResponse.TopicData.partitions', 21)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AlterPartitionResponse.TopicData.partitions')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'AlterPartitionResponse.TopicData.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('AlterPartitionResponse.TopicData.partitions', _c)
+    elif _c * 21 > _l - pos:
+        raise overrun('AlterPartitionResponse.TopicData.partitions', buf, pos, _c, 21)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_PartitionData_1(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -235,19 +332,27 @@ def _d_TopicData_2(buf, pos):
     return TopicData('', f_topic_id, f_partitions, f_unknown_tags), pos
 
 def _d_AlterPartitionResponse_2(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('AlterPartitionResponse.throttle_time_ms', buf, pos, 6)
     f_throttle_time_ms, f_error_code = _S0.unpack_from(buf, pos)
     pos += 6
-    _n, pos = read_compact_array_len(buf, pos, 'AlterPartitionResponse.topics', 18)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AlterPartitionResponse.topics')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'AlterPartitionResponse.topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('AlterPartitionResponse.topics', _c)
+    elif _c * 18 > _l - pos:
+        raise overrun('AlterPartitionResponse.topics', buf, pos, _c, 18)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_TopicData_2(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -262,8 +367,13 @@ def _d_AlterPartitionResponse_2(buf, pos):
 def _e_PartitionData_0(o, out, chunks):
     out += _S1.pack(o.partition_index, o.error_code, o.leader_id, o.leader_epoch)
     _a = o.isr
-    write_compact_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
     out += _S2.pack(o.partition_epoch)
     if o.unknown_tags is None:
         out.append(0)
@@ -271,9 +381,21 @@ def _e_PartitionData_0(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_TopicData_0(o, out, chunks):
-    write_compact_string(out, o.topic_name)
+    _b = o.topic_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('AlterPartitionResponse.TopicData.topic_name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_PartitionData_0(_e, out, chunks)
     if o.unknown_tags is None:
@@ -284,7 +406,11 @@ def _e_TopicData_0(o, out, chunks):
 def _e_AlterPartitionResponse_0(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms, o.error_code)
     _a = o.topics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_TopicData_0(_e, out, chunks)
     if o.unknown_tags is None:
@@ -295,8 +421,13 @@ def _e_AlterPartitionResponse_0(o, out, chunks):
 def _e_PartitionData_1(o, out, chunks):
     out += _S1.pack(o.partition_index, o.error_code, o.leader_id, o.leader_epoch)
     _a = o.isr
-    write_compact_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
     out += _S3.pack(o.leader_recovery_state, o.partition_epoch)
     if o.unknown_tags is None:
         out.append(0)
@@ -304,9 +435,21 @@ def _e_PartitionData_1(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_TopicData_1(o, out, chunks):
-    write_compact_string(out, o.topic_name)
+    _b = o.topic_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('AlterPartitionResponse.TopicData.topic_name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_PartitionData_1(_e, out, chunks)
     if o.unknown_tags is None:
@@ -317,7 +460,11 @@ def _e_TopicData_1(o, out, chunks):
 def _e_AlterPartitionResponse_1(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms, o.error_code)
     _a = o.topics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_TopicData_1(_e, out, chunks)
     if o.unknown_tags is None:
@@ -328,7 +475,11 @@ def _e_AlterPartitionResponse_1(o, out, chunks):
 def _e_TopicData_2(o, out, chunks):
     out += _S4.pack(o.topic_id.bytes)
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_PartitionData_1(_e, out, chunks)
     if o.unknown_tags is None:
@@ -339,7 +490,11 @@ def _e_TopicData_2(o, out, chunks):
 def _e_AlterPartitionResponse_2(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms, o.error_code)
     _a = o.topics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_TopicData_2(_e, out, chunks)
     if o.unknown_tags is None:

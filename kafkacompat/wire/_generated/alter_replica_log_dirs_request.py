@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -36,52 +48,118 @@ class AlterReplicaLogDirsRequest(Struct):
 AlterReplicaLogDirsRequest.AlterReplicaLogDir = AlterReplicaLogDir
 AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic = AlterReplicaLogDirTopic
 
+_S0 = _Struct('>i')
+_S1 = _Struct('>h')
+_A_i = ARRAY_STRUCTS['i']
 
 def _d_AlterReplicaLogDirTopic_0(buf, pos):
-    f_name, pos = read_string(buf, pos, 'AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.name')
-    _n, pos = read_array_len(buf, pos, 'AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.partitions', 4)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.name', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.partitions')
+        raise bad_length('AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.name', _n)
     else:
-        f_partitions = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.partitions', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.partitions', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.partitions', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_partitions = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
     f_unknown_tags = None
     return AlterReplicaLogDirTopic(f_name, f_partitions, f_unknown_tags), pos
 
 def _d_AlterReplicaLogDir_0(buf, pos):
-    f_path, pos = read_string(buf, pos, 'AlterReplicaLogDirsRequest.AlterReplicaLogDir.path')
-    _n, pos = read_array_len(buf, pos, 'AlterReplicaLogDirsRequest.AlterReplicaLogDir.topics', 6)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('AlterReplicaLogDirsRequest.AlterReplicaLogDir.path', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AlterReplicaLogDirsRequest.AlterReplicaLogDir.topics')
+        raise bad_length('AlterReplicaLogDirsRequest.AlterReplicaLogDir.path', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('AlterReplicaLogDirsRequest.AlterReplicaLogDir.path', buf, pos, _n, 1)
+        f_path = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('AlterReplicaLogDirsRequest.AlterReplicaLogDir.topics', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('AlterReplicaLogDirsRequest.AlterReplicaLogDir.topics', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('AlterReplicaLogDirsRequest.AlterReplicaLogDir.topics', buf, pos, _c, 6)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_AlterReplicaLogDirTopic_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return AlterReplicaLogDir(f_path, f_topics, f_unknown_tags), pos
 
 def _d_AlterReplicaLogDirsRequest_0(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'AlterReplicaLogDirsRequest.dirs', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AlterReplicaLogDirsRequest.dirs')
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('AlterReplicaLogDirsRequest.dirs', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('AlterReplicaLogDirsRequest.dirs', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('AlterReplicaLogDirsRequest.dirs', buf, pos, _c, 6)
     else:
         f_dirs = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_AlterReplicaLogDir_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return AlterReplicaLogDirsRequest(f_dirs, f_unknown_tags), pos
 
 def _d_AlterReplicaLogDirTopic_2(buf, pos):
-    f_name, pos = read_compact_string(buf, pos, 'AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.name')
-    _n, pos = read_compact_array_len(buf, pos, 'AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.partitions', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.partitions')
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
     else:
-        f_partitions = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    if pos < len(buf) and buf[pos] == 0:
+        _n, pos = read_uvarint(buf, pos, 'AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.partitions', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.partitions', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_partitions = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -94,16 +172,37 @@ def _d_AlterReplicaLogDirTopic_2(buf, pos):
     return AlterReplicaLogDirTopic(f_name, f_partitions, f_unknown_tags), pos
 
 def _d_AlterReplicaLogDir_2(buf, pos):
-    f_path, pos = read_compact_string(buf, pos, 'AlterReplicaLogDirsRequest.AlterReplicaLogDir.path')
-    _n, pos = read_compact_array_len(buf, pos, 'AlterReplicaLogDirsRequest.AlterReplicaLogDir.topics', 3)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'AlterReplicaLogDirsRequest.AlterReplicaLogDir.path')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AlterReplicaLogDirsRequest.AlterReplicaLogDir.topics')
+        raise bad_length('AlterReplicaLogDirsRequest.AlterReplicaLogDir.path', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('AlterReplicaLogDirsRequest.AlterReplicaLogDir.path', buf, pos, _n, 1)
+        f_path = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'AlterReplicaLogDirsRequest.AlterReplicaLogDir.topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('AlterReplicaLogDirsRequest.AlterReplicaLogDir.topics', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('AlterReplicaLogDirsRequest.AlterReplicaLogDir.topics', buf, pos, _c, 3)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_AlterReplicaLogDirTopic_2(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -116,15 +215,23 @@ def _d_AlterReplicaLogDir_2(buf, pos):
     return AlterReplicaLogDir(f_path, f_topics, f_unknown_tags), pos
 
 def _d_AlterReplicaLogDirsRequest_2(buf, pos):
-    _n, pos = read_compact_array_len(buf, pos, 'AlterReplicaLogDirsRequest.dirs', 3)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AlterReplicaLogDirsRequest.dirs')
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'AlterReplicaLogDirsRequest.dirs')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('AlterReplicaLogDirsRequest.dirs', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('AlterReplicaLogDirsRequest.dirs', buf, pos, _c, 3)
     else:
         f_dirs = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_AlterReplicaLogDir_2(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -137,38 +244,77 @@ def _d_AlterReplicaLogDirsRequest_2(buf, pos):
     return AlterReplicaLogDirsRequest(f_dirs, f_unknown_tags), pos
 
 def _e_AlterReplicaLogDirTopic_0(o, out, chunks):
-    write_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.name', _n)
+    out += _S1.pack(_n)
+    out += _b
     _a = o.partitions
-    write_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    out += _S0.pack(_c)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
 
 def _e_AlterReplicaLogDir_0(o, out, chunks):
-    write_string(out, o.path)
+    _b = o.path.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('AlterReplicaLogDirsRequest.AlterReplicaLogDir.path', _n)
+    out += _S1.pack(_n)
+    out += _b
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_AlterReplicaLogDirTopic_0(_e, out, chunks)
 
 def _e_AlterReplicaLogDirsRequest_0(o, out, chunks):
     _a = o.dirs
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_AlterReplicaLogDir_0(_e, out, chunks)
 
 def _e_AlterReplicaLogDirTopic_2(o, out, chunks):
-    write_compact_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_AlterReplicaLogDir_2(o, out, chunks):
-    write_compact_string(out, o.path)
+    _b = o.path.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('AlterReplicaLogDirsRequest.AlterReplicaLogDir.path', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.topics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_AlterReplicaLogDirTopic_2(_e, out, chunks)
     if o.unknown_tags is None:
@@ -178,7 +324,11 @@ def _e_AlterReplicaLogDir_2(o, out, chunks):
 
 def _e_AlterReplicaLogDirsRequest_2(o, out, chunks):
     _a = o.dirs
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_AlterReplicaLogDir_2(_e, out, chunks)
     if o.unknown_tags is None:

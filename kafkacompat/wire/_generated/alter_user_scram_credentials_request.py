@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -44,12 +56,26 @@ _S0 = _Struct('>b')
 _S1 = _Struct('>bi')
 
 def _d_ScramCredentialDeletion_0(buf, pos):
-    f_name, pos = read_compact_string(buf, pos, 'AlterUserScramCredentialsRequest.ScramCredentialDeletion.name')
-    if pos + 1 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'AlterUserScramCredentialsRequest.ScramCredentialDeletion.name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('AlterUserScramCredentialsRequest.ScramCredentialDeletion.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('AlterUserScramCredentialsRequest.ScramCredentialDeletion.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 1 > _l:
         raise truncated('AlterUserScramCredentialsRequest.ScramCredentialDeletion.mechanism', buf, pos, 1)
     (f_mechanism,) = _S0.unpack_from(buf, pos)
     pos += 1
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -62,14 +88,54 @@ def _d_ScramCredentialDeletion_0(buf, pos):
     return ScramCredentialDeletion(f_name, f_mechanism, f_unknown_tags), pos
 
 def _d_ScramCredentialUpsertion_0(buf, pos):
-    f_name, pos = read_compact_string(buf, pos, 'AlterUserScramCredentialsRequest.ScramCredentialUpsertion.name')
-    if pos + 5 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'AlterUserScramCredentialsRequest.ScramCredentialUpsertion.name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('AlterUserScramCredentialsRequest.ScramCredentialUpsertion.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('AlterUserScramCredentialsRequest.ScramCredentialUpsertion.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 5 > _l:
         raise truncated('AlterUserScramCredentialsRequest.ScramCredentialUpsertion.mechanism', buf, pos, 5)
     f_mechanism, f_iterations = _S1.unpack_from(buf, pos)
     pos += 5
-    f_salt, pos = read_compact_bytes(buf, pos, 'AlterUserScramCredentialsRequest.ScramCredentialUpsertion.salt')
-    f_salted_password, pos = read_compact_bytes(buf, pos, 'AlterUserScramCredentialsRequest.ScramCredentialUpsertion.salted_password')
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'AlterUserScramCredentialsRequest.ScramCredentialUpsertion.salt')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('AlterUserScramCredentialsRequest.ScramCredentialUpsertion.salt', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('AlterUserScramCredentialsRequest.ScramCredentialUpsertion.salt', buf, pos, _n, 1)
+        f_salt = bytes(buf[pos:_end])
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'AlterUserScramCredentialsRequest.ScramCredentialUpsertion.salted_password')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('AlterUserScramCredentialsRequest.ScramCredentialUpsertion.salted_password', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('AlterUserScramCredentialsRequest.ScramCredentialUpsertion.salted_password', buf, pos, _n, 1)
+        f_salted_password = bytes(buf[pos:_end])
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -82,23 +148,38 @@ def _d_ScramCredentialUpsertion_0(buf, pos):
     return ScramCredentialUpsertion(f_name, f_mechanism, f_iterations, f_salt, f_salted_password, f_unknown_tags), pos
 
 def _d_AlterUserScramCredentialsRequest_0(buf, pos):
-    _n, pos = read_compact_array_len(buf, pos, 'AlterUserScramCredentialsRequest.deletions', 3)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AlterUserScramCredentialsRequest.deletions')
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'AlterUserScramCredentialsRequest.deletions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('AlterUserScramCredentialsRequest.deletions', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('AlterUserScramCredentialsRequest.deletions', buf, pos, _c, 3)
     else:
         f_deletions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ScramCredentialDeletion_0(buf, pos)
             _lst.append(_e)
-    _n, pos = read_compact_array_len(buf, pos, 'AlterUserScramCredentialsRequest.upsertions', 9)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AlterUserScramCredentialsRequest.upsertions')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'AlterUserScramCredentialsRequest.upsertions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('AlterUserScramCredentialsRequest.upsertions', _c)
+    elif _c * 9 > _l - pos:
+        raise overrun('AlterUserScramCredentialsRequest.upsertions', buf, pos, _c, 9)
     else:
         f_upsertions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ScramCredentialUpsertion_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -111,7 +192,15 @@ def _d_AlterUserScramCredentialsRequest_0(buf, pos):
     return AlterUserScramCredentialsRequest(f_deletions, f_upsertions, f_unknown_tags), pos
 
 def _e_ScramCredentialDeletion_0(o, out, chunks):
-    write_compact_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('AlterUserScramCredentialsRequest.ScramCredentialDeletion.name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     out += _S0.pack(o.mechanism)
     if o.unknown_tags is None:
         out.append(0)
@@ -119,10 +208,30 @@ def _e_ScramCredentialDeletion_0(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_ScramCredentialUpsertion_0(o, out, chunks):
-    write_compact_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('AlterUserScramCredentialsRequest.ScramCredentialUpsertion.name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     out += _S1.pack(o.mechanism, o.iterations)
-    write_compact_bytes(out, o.salt)
-    write_compact_bytes(out, o.salted_password)
+    _b = o.salt
+    _n = len(_b)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _b = o.salted_password
+    _n = len(_b)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -130,11 +239,19 @@ def _e_ScramCredentialUpsertion_0(o, out, chunks):
 
 def _e_AlterUserScramCredentialsRequest_0(o, out, chunks):
     _a = o.deletions
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_ScramCredentialDeletion_0(_e, out, chunks)
     _a = o.upsertions
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_ScramCredentialUpsertion_0(_e, out, chunks)
     if o.unknown_tags is None:

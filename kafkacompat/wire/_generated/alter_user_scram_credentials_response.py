@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -33,13 +45,42 @@ _S0 = _Struct('>i')
 _S1 = _Struct('>h')
 
 def _d_AlterUserScramCredentialsResult_0(buf, pos):
-    f_user, pos = read_compact_string(buf, pos, 'AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult.user')
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult.user')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult.user', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult.user', buf, pos, _n, 1)
+        f_user = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
         raise truncated('AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult.error_code', buf, pos, 2)
     (f_error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
-    f_error_message, pos = read_compact_nullable_string(buf, pos, 'AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult.error_message')
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult.error_message')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -52,19 +93,27 @@ def _d_AlterUserScramCredentialsResult_0(buf, pos):
     return AlterUserScramCredentialsResult(f_user, f_error_code, f_error_message, f_unknown_tags), pos
 
 def _d_AlterUserScramCredentialsResponse_0(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('AlterUserScramCredentialsResponse.throttle_time_ms', buf, pos, 4)
     (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'AlterUserScramCredentialsResponse.results', 5)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='AlterUserScramCredentialsResponse.results')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'AlterUserScramCredentialsResponse.results')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('AlterUserScramCredentialsResponse.results', _c)
+    elif _c * 5 > _l - pos:
+        raise overrun('AlterUserScramCredentialsResponse.results', buf, pos, _c, 5)
     else:
         f_results = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_AlterUserScramCredentialsResult_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -77,9 +126,28 @@ def _d_AlterUserScramCredentialsResponse_0(buf, pos):
     return AlterUserScramCredentialsResponse(f_throttle_time_ms, f_results, f_unknown_tags), pos
 
 def _e_AlterUserScramCredentialsResult_0(o, out, chunks):
-    write_compact_string(out, o.user)
+    _b = o.user.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult.user', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     out += _S1.pack(o.error_code)
-    write_compact_nullable_string(out, o.error_message)
+    if o.error_message is None:
+        out.append(0)
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult.error_message', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -88,7 +156,11 @@ def _e_AlterUserScramCredentialsResult_0(o, out, chunks):
 def _e_AlterUserScramCredentialsResponse_0(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
     _a = o.results
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_AlterUserScramCredentialsResult_0(_e, out, chunks)
     if o.unknown_tags is None:

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -21,13 +33,41 @@ class ApiVersionsRequest(Struct):
 
 
 def _d_ApiVersionsRequest_0(buf, pos):
+    _l = len(buf)
     f_unknown_tags = None
     return ApiVersionsRequest('', '', f_unknown_tags), pos
 
 def _d_ApiVersionsRequest_3(buf, pos):
-    f_client_software_name, pos = read_compact_string(buf, pos, 'ApiVersionsRequest.client_software_name')
-    f_client_software_version, pos = read_compact_string(buf, pos, 'ApiVersionsRequest.client_software_version')
-    if pos < len(buf) and buf[pos] == 0:
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ApiVersionsRequest.client_software_name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('ApiVersionsRequest.client_software_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ApiVersionsRequest.client_software_name', buf, pos, _n, 1)
+        f_client_software_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ApiVersionsRequest.client_software_version')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('ApiVersionsRequest.client_software_version', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ApiVersionsRequest.client_software_version', buf, pos, _n, 1)
+        f_client_software_version = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -43,8 +83,24 @@ def _e_ApiVersionsRequest_0(o, out, chunks):
     pass
 
 def _e_ApiVersionsRequest_3(o, out, chunks):
-    write_compact_string(out, o.client_software_name)
-    write_compact_string(out, o.client_software_version)
+    _b = o.client_software_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ApiVersionsRequest.client_software_name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _b = o.client_software_version.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ApiVersionsRequest.client_software_version', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:

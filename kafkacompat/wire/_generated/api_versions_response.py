@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -65,62 +77,76 @@ ApiVersionsResponse.SupportedFeatureKey = SupportedFeatureKey
 ApiVersionsResponse.FinalizedFeatureKey = FinalizedFeatureKey
 
 _S0 = _Struct('>h')
-_S1 = _Struct('>hhh')
-_S2 = _Struct('>i')
+_S1 = _Struct('>i')
+_S2 = _Struct('>hhh')
 _S3 = _Struct('>hh')
 _S4 = _Struct('>q')
 _S5 = _Struct('>?')
 
 def _d_ApiVersion_0(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('ApiVersionsResponse.ApiVersion.api_key', buf, pos, 6)
-    f_api_key, f_min_version, f_max_version = _S1.unpack_from(buf, pos)
+    f_api_key, f_min_version, f_max_version = _S2.unpack_from(buf, pos)
     pos += 6
     f_unknown_tags = None
     return ApiVersion(f_api_key, f_min_version, f_max_version, f_unknown_tags), pos
 
 def _d_ApiVersionsResponse_0(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('ApiVersionsResponse.error_code', buf, pos, 2)
     (f_error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
-    _n, pos = read_array_len(buf, pos, 'ApiVersionsResponse.api_keys', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ApiVersionsResponse.api_keys')
+    if pos + 4 > _l:
+        raise truncated('ApiVersionsResponse.api_keys', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('ApiVersionsResponse.api_keys', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('ApiVersionsResponse.api_keys', buf, pos, _c, 6)
     else:
         f_api_keys = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ApiVersion_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return ApiVersionsResponse(f_error_code, f_api_keys, 0, [], -1, [], False, f_unknown_tags), pos
 
 def _d_ApiVersionsResponse_1(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('ApiVersionsResponse.error_code', buf, pos, 2)
     (f_error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
-    _n, pos = read_array_len(buf, pos, 'ApiVersionsResponse.api_keys', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ApiVersionsResponse.api_keys')
+    if pos + 4 > _l:
+        raise truncated('ApiVersionsResponse.api_keys', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('ApiVersionsResponse.api_keys', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('ApiVersionsResponse.api_keys', buf, pos, _c, 6)
     else:
         f_api_keys = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ApiVersion_0(buf, pos)
             _lst.append(_e)
-    if pos + 4 > len(buf):
+    if pos + 4 > _l:
         raise truncated('ApiVersionsResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S2.unpack_from(buf, pos)
+    (f_throttle_time_ms,) = _S1.unpack_from(buf, pos)
     pos += 4
     f_unknown_tags = None
     return ApiVersionsResponse(f_error_code, f_api_keys, f_throttle_time_ms, [], -1, [], False, f_unknown_tags), pos
 
 def _d_ApiVersion_3(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('ApiVersionsResponse.ApiVersion.api_key', buf, pos, 6)
-    f_api_key, f_min_version, f_max_version = _S1.unpack_from(buf, pos)
+    f_api_key, f_min_version, f_max_version = _S2.unpack_from(buf, pos)
     pos += 6
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -133,12 +159,26 @@ def _d_ApiVersion_3(buf, pos):
     return ApiVersion(f_api_key, f_min_version, f_max_version, f_unknown_tags), pos
 
 def _d_SupportedFeatureKey_3(buf, pos):
-    f_name, pos = read_compact_string(buf, pos, 'ApiVersionsResponse.SupportedFeatureKey.name')
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ApiVersionsResponse.SupportedFeatureKey.name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('ApiVersionsResponse.SupportedFeatureKey.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ApiVersionsResponse.SupportedFeatureKey.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('ApiVersionsResponse.SupportedFeatureKey.min_version', buf, pos, 4)
     f_min_version, f_max_version = _S3.unpack_from(buf, pos)
     pos += 4
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -151,12 +191,26 @@ def _d_SupportedFeatureKey_3(buf, pos):
     return SupportedFeatureKey(f_name, f_min_version, f_max_version, f_unknown_tags), pos
 
 def _d_FinalizedFeatureKey_3(buf, pos):
-    f_name, pos = read_compact_string(buf, pos, 'ApiVersionsResponse.FinalizedFeatureKey.name')
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ApiVersionsResponse.FinalizedFeatureKey.name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('ApiVersionsResponse.FinalizedFeatureKey.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ApiVersionsResponse.FinalizedFeatureKey.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('ApiVersionsResponse.FinalizedFeatureKey.max_version_level', buf, pos, 4)
     f_max_version_level, f_min_version_level = _S3.unpack_from(buf, pos)
     pos += 4
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -169,27 +223,35 @@ def _d_FinalizedFeatureKey_3(buf, pos):
     return FinalizedFeatureKey(f_name, f_max_version_level, f_min_version_level, f_unknown_tags), pos
 
 def _d_ApiVersionsResponse_3(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('ApiVersionsResponse.error_code', buf, pos, 2)
     (f_error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
-    _n, pos = read_compact_array_len(buf, pos, 'ApiVersionsResponse.api_keys', 7)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ApiVersionsResponse.api_keys')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ApiVersionsResponse.api_keys')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ApiVersionsResponse.api_keys', _c)
+    elif _c * 7 > _l - pos:
+        raise overrun('ApiVersionsResponse.api_keys', buf, pos, _c, 7)
     else:
         f_api_keys = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ApiVersion_3(buf, pos)
             _lst.append(_e)
-    if pos + 4 > len(buf):
+    if pos + 4 > _l:
         raise truncated('ApiVersionsResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S2.unpack_from(buf, pos)
+    (f_throttle_time_ms,) = _S1.unpack_from(buf, pos)
     pos += 4
     f_supported_features = []
     f_finalized_features_epoch = -1
     f_finalized_features = []
     f_zk_migration_ready = False
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -199,12 +261,19 @@ def _d_ApiVersionsResponse_3(buf, pos):
             if _tag == 0:
                 _sub = buf[:_end]
                 _p = _start
-                _n, _p = read_compact_array_len(_sub, _p, 'ApiVersionsResponse.supported_features', 6)
-                if _n < 0:
-                    raise DecodeError('null array where none is allowed', field='ApiVersionsResponse.supported_features')
+                if _p < len(_sub) and _sub[_p] < 0x80:
+                    _c = _sub[_p] - 1
+                    _p += 1
+                else:
+                    _c, _p = read_uvarint(_sub, _p, 'ApiVersionsResponse.supported_features')
+                    _c -= 1
+                if _c < 0:
+                    raise bad_length('ApiVersionsResponse.supported_features', _c)
+                elif _c * 6 > len(_sub) - _p:
+                    raise overrun('ApiVersionsResponse.supported_features', _sub, _p, _c, 6)
                 else:
                     f_supported_features = _lst = []
-                    for _ in range(_n):
+                    for _ in range(_c):
                         _e, _p = _d_SupportedFeatureKey_3(_sub, _p)
                         _lst.append(_e)
                 if _p != _end:
@@ -221,12 +290,19 @@ def _d_ApiVersionsResponse_3(buf, pos):
             elif _tag == 2:
                 _sub = buf[:_end]
                 _p = _start
-                _n, _p = read_compact_array_len(_sub, _p, 'ApiVersionsResponse.finalized_features', 6)
-                if _n < 0:
-                    raise DecodeError('null array where none is allowed', field='ApiVersionsResponse.finalized_features')
+                if _p < len(_sub) and _sub[_p] < 0x80:
+                    _c = _sub[_p] - 1
+                    _p += 1
+                else:
+                    _c, _p = read_uvarint(_sub, _p, 'ApiVersionsResponse.finalized_features')
+                    _c -= 1
+                if _c < 0:
+                    raise bad_length('ApiVersionsResponse.finalized_features', _c)
+                elif _c * 6 > len(_sub) - _p:
+                    raise overrun('ApiVersionsResponse.finalized_features', _sub, _p, _c, 6)
                 else:
                     f_finalized_features = _lst = []
-                    for _ in range(_n):
+                    for _ in range(_c):
                         _e, _p = _d_FinalizedFeatureKey_3(_sub, _p)
                         _lst.append(_e)
                 if _p != _end:
@@ -247,32 +323,42 @@ def _d_ApiVersionsResponse_3(buf, pos):
     return ApiVersionsResponse(f_error_code, f_api_keys, f_throttle_time_ms, f_supported_features, f_finalized_features_epoch, f_finalized_features, f_zk_migration_ready, f_unknown_tags), pos
 
 def _e_ApiVersion_0(o, out, chunks):
-    out += _S1.pack(o.api_key, o.min_version, o.max_version)
+    out += _S2.pack(o.api_key, o.min_version, o.max_version)
 
 def _e_ApiVersionsResponse_0(o, out, chunks):
     out += _S0.pack(o.error_code)
     _a = o.api_keys
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_ApiVersion_0(_e, out, chunks)
 
 def _e_ApiVersionsResponse_1(o, out, chunks):
     out += _S0.pack(o.error_code)
     _a = o.api_keys
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_ApiVersion_0(_e, out, chunks)
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S1.pack(o.throttle_time_ms)
 
 def _e_ApiVersion_3(o, out, chunks):
-    out += _S1.pack(o.api_key, o.min_version, o.max_version)
+    out += _S2.pack(o.api_key, o.min_version, o.max_version)
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_SupportedFeatureKey_3(o, out, chunks):
-    write_compact_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ApiVersionsResponse.SupportedFeatureKey.name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     out += _S3.pack(o.min_version, o.max_version)
     if o.unknown_tags is None:
         out.append(0)
@@ -280,7 +366,15 @@ def _e_SupportedFeatureKey_3(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_FinalizedFeatureKey_3(o, out, chunks):
-    write_compact_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ApiVersionsResponse.FinalizedFeatureKey.name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     out += _S3.pack(o.max_version_level, o.min_version_level)
     if o.unknown_tags is None:
         out.append(0)
@@ -290,37 +384,59 @@ def _e_FinalizedFeatureKey_3(o, out, chunks):
 def _e_ApiVersionsResponse_3(o, out, chunks):
     out += _S0.pack(o.error_code)
     _a = o.api_keys
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_ApiVersion_3(_e, out, chunks)
-    out += _S2.pack(o.throttle_time_ms)
-    _tags = list(o.unknown_tags) if o.unknown_tags else []
+    out += _S1.pack(o.throttle_time_ms)
+    _tags = None
     if o.supported_features is None or len(o.supported_features) > 0:
         _t = bytearray()
         _a = o.supported_features
-        write_compact_array_len(_t, len(_a))
+        _c = len(_a)
+        if _c < 127:
+            _t.append(_c + 1)
+        else:
+            write_uvarint(_t, _c + 1)
         for _e in _a:
             _e_SupportedFeatureKey_3(_e, _t, chunks)
+        if _tags is None:
+            _tags = []
         _tags.append((0, _t))
     if o.finalized_features_epoch != -1:
         _t = bytearray()
         _t += _S4.pack(o.finalized_features_epoch)
+        if _tags is None:
+            _tags = []
         _tags.append((1, _t))
     if o.finalized_features is None or len(o.finalized_features) > 0:
         _t = bytearray()
         _a = o.finalized_features
-        write_compact_array_len(_t, len(_a))
+        _c = len(_a)
+        if _c < 127:
+            _t.append(_c + 1)
+        else:
+            write_uvarint(_t, _c + 1)
         for _e in _a:
             _e_FinalizedFeatureKey_3(_e, _t, chunks)
+        if _tags is None:
+            _tags = []
         _tags.append((2, _t))
     if o.zk_migration_ready != False:
         _t = bytearray()
         _t += _S5.pack(o.zk_migration_ready)
+        if _tags is None:
+            _tags = []
         _tags.append((3, _t))
-    if _tags:
-        write_tags(out, _tags)
-    else:
+    if o.unknown_tags:
+        _tags = o.unknown_tags if _tags is None else _tags + o.unknown_tags
+    if _tags is None:
         out.append(0)
+    else:
+        write_tags(out, _tags)
 
 MESSAGE = ApiVersionsResponse
 MIN_VERSION = 0

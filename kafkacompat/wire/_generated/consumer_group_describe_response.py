@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -99,21 +111,44 @@ _S0 = _Struct('>i')
 _S1 = _Struct('>h')
 _S2 = _Struct('>ii')
 _S3 = _Struct('>16s')
+_A_i = ARRAY_STRUCTS['i']
 
 def _d_TopicPartitions_0(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('ConsumerGroupDescribeResponse.TopicPartitions.topic_id', buf, pos, 16)
     (f_topic_id,) = _S3.unpack_from(buf, pos)
     pos += 16
     f_topic_id = _UUID(bytes=f_topic_id)
-    f_topic_name, pos = read_compact_string(buf, pos, 'ConsumerGroupDescribeResponse.TopicPartitions.topic_name')
-    _n, pos = read_compact_array_len(buf, pos, 'ConsumerGroupDescribeResponse.TopicPartitions.partitions', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ConsumerGroupDescribeResponse.TopicPartitions.partitions')
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
     else:
-        f_partitions = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    if pos < len(buf) and buf[pos] == 0:
+        _n, pos = read_uvarint(buf, pos, 'ConsumerGroupDescribeResponse.TopicPartitions.topic_name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('ConsumerGroupDescribeResponse.TopicPartitions.topic_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ConsumerGroupDescribeResponse.TopicPartitions.topic_name', buf, pos, _n, 1)
+        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ConsumerGroupDescribeResponse.TopicPartitions.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ConsumerGroupDescribeResponse.TopicPartitions.partitions', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('ConsumerGroupDescribeResponse.TopicPartitions.partitions', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_partitions = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -126,15 +161,23 @@ def _d_TopicPartitions_0(buf, pos):
     return TopicPartitions(f_topic_id, f_topic_name, f_partitions, f_unknown_tags), pos
 
 def _d_Assignment_0(buf, pos):
-    _n, pos = read_compact_array_len(buf, pos, 'ConsumerGroupDescribeResponse.Assignment.topic_partitions', 19)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ConsumerGroupDescribeResponse.Assignment.topic_partitions')
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ConsumerGroupDescribeResponse.Assignment.topic_partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ConsumerGroupDescribeResponse.Assignment.topic_partitions', _c)
+    elif _c * 19 > _l - pos:
+        raise overrun('ConsumerGroupDescribeResponse.Assignment.topic_partitions', buf, pos, _c, 19)
     else:
         f_topic_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_TopicPartitions_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -147,27 +190,132 @@ def _d_Assignment_0(buf, pos):
     return Assignment(f_topic_partitions, f_unknown_tags), pos
 
 def _d_Member_0(buf, pos):
-    f_member_id, pos = read_compact_string(buf, pos, 'ConsumerGroupDescribeResponse.Member.member_id')
-    f_instance_id, pos = read_compact_nullable_string(buf, pos, 'ConsumerGroupDescribeResponse.Member.instance_id')
-    f_rack_id, pos = read_compact_nullable_string(buf, pos, 'ConsumerGroupDescribeResponse.Member.rack_id')
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ConsumerGroupDescribeResponse.Member.member_id')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('ConsumerGroupDescribeResponse.Member.member_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ConsumerGroupDescribeResponse.Member.member_id', buf, pos, _n, 1)
+        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ConsumerGroupDescribeResponse.Member.instance_id')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('ConsumerGroupDescribeResponse.Member.instance_id', _n)
+        f_instance_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ConsumerGroupDescribeResponse.Member.instance_id', buf, pos, _n, 1)
+        f_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ConsumerGroupDescribeResponse.Member.rack_id')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('ConsumerGroupDescribeResponse.Member.rack_id', _n)
+        f_rack_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ConsumerGroupDescribeResponse.Member.rack_id', buf, pos, _n, 1)
+        f_rack_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('ConsumerGroupDescribeResponse.Member.member_epoch', buf, pos, 4)
     (f_member_epoch,) = _S0.unpack_from(buf, pos)
     pos += 4
-    f_client_id, pos = read_compact_string(buf, pos, 'ConsumerGroupDescribeResponse.Member.client_id')
-    f_client_host, pos = read_compact_string(buf, pos, 'ConsumerGroupDescribeResponse.Member.client_host')
-    _n, pos = read_compact_array_len(buf, pos, 'ConsumerGroupDescribeResponse.Member.subscribed_topic_names', 1)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ConsumerGroupDescribeResponse.Member.client_id')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ConsumerGroupDescribeResponse.Member.subscribed_topic_names')
+        raise bad_length('ConsumerGroupDescribeResponse.Member.client_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ConsumerGroupDescribeResponse.Member.client_id', buf, pos, _n, 1)
+        f_client_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ConsumerGroupDescribeResponse.Member.client_host')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('ConsumerGroupDescribeResponse.Member.client_host', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ConsumerGroupDescribeResponse.Member.client_host', buf, pos, _n, 1)
+        f_client_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ConsumerGroupDescribeResponse.Member.subscribed_topic_names')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ConsumerGroupDescribeResponse.Member.subscribed_topic_names', _c)
+    elif _c * 1 > _l - pos:
+        raise overrun('ConsumerGroupDescribeResponse.Member.subscribed_topic_names', buf, pos, _c, 1)
     else:
         f_subscribed_topic_names = _lst = []
-        for _ in range(_n):
-            _e, pos = read_compact_string(buf, pos, 'ConsumerGroupDescribeResponse.Member.subscribed_topic_names')
+        for _ in range(_c):
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'ConsumerGroupDescribeResponse.Member.subscribed_topic_names')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('ConsumerGroupDescribeResponse.Member.subscribed_topic_names', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ConsumerGroupDescribeResponse.Member.subscribed_topic_names', buf, pos, _n, 1)
+                _e = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
             _lst.append(_e)
-    f_subscribed_topic_regex, pos = read_compact_nullable_string(buf, pos, 'ConsumerGroupDescribeResponse.Member.subscribed_topic_regex')
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ConsumerGroupDescribeResponse.Member.subscribed_topic_regex')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('ConsumerGroupDescribeResponse.Member.subscribed_topic_regex', _n)
+        f_subscribed_topic_regex = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ConsumerGroupDescribeResponse.Member.subscribed_topic_regex', buf, pos, _n, 1)
+        f_subscribed_topic_regex = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
     f_assignment, pos = _d_Assignment_0(buf, pos)
     f_target_assignment, pos = _d_Assignment_0(buf, pos)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -180,31 +328,93 @@ def _d_Member_0(buf, pos):
     return Member(f_member_id, f_instance_id, f_rack_id, f_member_epoch, f_client_id, f_client_host, f_subscribed_topic_names, f_subscribed_topic_regex, f_assignment, f_target_assignment, f_unknown_tags), pos
 
 def _d_DescribedGroup_0(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('ConsumerGroupDescribeResponse.DescribedGroup.error_code', buf, pos, 2)
     (f_error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
-    f_error_message, pos = read_compact_nullable_string(buf, pos, 'ConsumerGroupDescribeResponse.DescribedGroup.error_message')
-    f_group_id, pos = read_compact_string(buf, pos, 'ConsumerGroupDescribeResponse.DescribedGroup.group_id')
-    f_group_state, pos = read_compact_string(buf, pos, 'ConsumerGroupDescribeResponse.DescribedGroup.group_state')
-    if pos + 8 > len(buf):
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ConsumerGroupDescribeResponse.DescribedGroup.error_message')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('ConsumerGroupDescribeResponse.DescribedGroup.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ConsumerGroupDescribeResponse.DescribedGroup.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ConsumerGroupDescribeResponse.DescribedGroup.group_id')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('ConsumerGroupDescribeResponse.DescribedGroup.group_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ConsumerGroupDescribeResponse.DescribedGroup.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ConsumerGroupDescribeResponse.DescribedGroup.group_state')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('ConsumerGroupDescribeResponse.DescribedGroup.group_state', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ConsumerGroupDescribeResponse.DescribedGroup.group_state', buf, pos, _n, 1)
+        f_group_state = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 8 > _l:
         raise truncated('ConsumerGroupDescribeResponse.DescribedGroup.group_epoch', buf, pos, 8)
     f_group_epoch, f_assignment_epoch = _S2.unpack_from(buf, pos)
     pos += 8
-    f_assignor_name, pos = read_compact_string(buf, pos, 'ConsumerGroupDescribeResponse.DescribedGroup.assignor_name')
-    _n, pos = read_compact_array_len(buf, pos, 'ConsumerGroupDescribeResponse.DescribedGroup.members', 16)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ConsumerGroupDescribeResponse.DescribedGroup.assignor_name')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ConsumerGroupDescribeResponse.DescribedGroup.members')
+        raise bad_length('ConsumerGroupDescribeResponse.DescribedGroup.assignor_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ConsumerGroupDescribeResponse.DescribedGroup.assignor_name', buf, pos, _n, 1)
+        f_assignor_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ConsumerGroupDescribeResponse.DescribedGroup.members')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ConsumerGroupDescribeResponse.DescribedGroup.members', _c)
+    elif _c * 16 > _l - pos:
+        raise overrun('ConsumerGroupDescribeResponse.DescribedGroup.members', buf, pos, _c, 16)
     else:
         f_members = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_Member_0(buf, pos)
             _lst.append(_e)
-    if pos + 4 > len(buf):
+    if pos + 4 > _l:
         raise truncated('ConsumerGroupDescribeResponse.DescribedGroup.authorized_operations', buf, pos, 4)
     (f_authorized_operations,) = _S0.unpack_from(buf, pos)
     pos += 4
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -217,19 +427,27 @@ def _d_DescribedGroup_0(buf, pos):
     return DescribedGroup(f_error_code, f_error_message, f_group_id, f_group_state, f_group_epoch, f_assignment_epoch, f_assignor_name, f_members, f_authorized_operations, f_unknown_tags), pos
 
 def _d_ConsumerGroupDescribeResponse_0(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('ConsumerGroupDescribeResponse.throttle_time_ms', buf, pos, 4)
     (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'ConsumerGroupDescribeResponse.groups', 20)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ConsumerGroupDescribeResponse.groups')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ConsumerGroupDescribeResponse.groups')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ConsumerGroupDescribeResponse.groups', _c)
+    elif _c * 20 > _l - pos:
+        raise overrun('ConsumerGroupDescribeResponse.groups', buf, pos, _c, 20)
     else:
         f_groups = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DescribedGroup_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -243,10 +461,23 @@ def _d_ConsumerGroupDescribeResponse_0(buf, pos):
 
 def _e_TopicPartitions_0(o, out, chunks):
     out += _S3.pack(o.topic_id.bytes)
-    write_compact_string(out, o.topic_name)
+    _b = o.topic_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ConsumerGroupDescribeResponse.TopicPartitions.topic_name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -254,7 +485,11 @@ def _e_TopicPartitions_0(o, out, chunks):
 
 def _e_Assignment_0(o, out, chunks):
     _a = o.topic_partitions
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_TopicPartitions_0(_e, out, chunks)
     if o.unknown_tags is None:
@@ -263,17 +498,86 @@ def _e_Assignment_0(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_Member_0(o, out, chunks):
-    write_compact_string(out, o.member_id)
-    write_compact_nullable_string(out, o.instance_id)
-    write_compact_nullable_string(out, o.rack_id)
+    _b = o.member_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ConsumerGroupDescribeResponse.Member.member_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    if o.instance_id is None:
+        out.append(0)
+    else:
+        _b = o.instance_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ConsumerGroupDescribeResponse.Member.instance_id', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+    if o.rack_id is None:
+        out.append(0)
+    else:
+        _b = o.rack_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ConsumerGroupDescribeResponse.Member.rack_id', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     out += _S0.pack(o.member_epoch)
-    write_compact_string(out, o.client_id)
-    write_compact_string(out, o.client_host)
+    _b = o.client_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ConsumerGroupDescribeResponse.Member.client_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _b = o.client_host.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ConsumerGroupDescribeResponse.Member.client_host', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.subscribed_topic_names
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
-        write_compact_string(out, _e)
-    write_compact_nullable_string(out, o.subscribed_topic_regex)
+        _b = _e.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ConsumerGroupDescribeResponse.Member.subscribed_topic_names', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+    if o.subscribed_topic_regex is None:
+        out.append(0)
+    else:
+        _b = o.subscribed_topic_regex.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ConsumerGroupDescribeResponse.Member.subscribed_topic_regex', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     _e_Assignment_0(o.assignment, out, chunks)
     _e_Assignment_0(o.target_assignment, out, chunks)
     if o.unknown_tags is None:
@@ -283,13 +587,52 @@ def _e_Member_0(o, out, chunks):
 
 def _e_DescribedGroup_0(o, out, chunks):
     out += _S1.pack(o.error_code)
-    write_compact_nullable_string(out, o.error_message)
-    write_compact_string(out, o.group_id)
-    write_compact_string(out, o.group_state)
+    if o.error_message is None:
+        out.append(0)
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ConsumerGroupDescribeResponse.DescribedGroup.error_message', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+    _b = o.group_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ConsumerGroupDescribeResponse.DescribedGroup.group_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _b = o.group_state.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ConsumerGroupDescribeResponse.DescribedGroup.group_state', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     out += _S2.pack(o.group_epoch, o.assignment_epoch)
-    write_compact_string(out, o.assignor_name)
+    _b = o.assignor_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ConsumerGroupDescribeResponse.DescribedGroup.assignor_name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.members
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_Member_0(_e, out, chunks)
     out += _S0.pack(o.authorized_operations)
@@ -301,7 +644,11 @@ def _e_DescribedGroup_0(o, out, chunks):
 def _e_ConsumerGroupDescribeResponse_0(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
     _a = o.groups
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_DescribedGroup_0(_e, out, chunks)
     if o.unknown_tags is None:

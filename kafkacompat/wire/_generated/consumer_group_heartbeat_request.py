@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -51,20 +63,30 @@ ConsumerGroupHeartbeatRequest.TopicPartitions = TopicPartitions
 
 _S0 = _Struct('>i')
 _S1 = _Struct('>16s')
+_A_i = ARRAY_STRUCTS['i']
 
 def _d_TopicPartitions_0(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('ConsumerGroupHeartbeatRequest.TopicPartitions.topic_id', buf, pos, 16)
     (f_topic_id,) = _S1.unpack_from(buf, pos)
     pos += 16
     f_topic_id = _UUID(bytes=f_topic_id)
-    _n, pos = read_compact_array_len(buf, pos, 'ConsumerGroupHeartbeatRequest.TopicPartitions.partitions', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ConsumerGroupHeartbeatRequest.TopicPartitions.partitions')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
     else:
-        f_partitions = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    if pos < len(buf) and buf[pos] == 0:
+        _c, pos = read_uvarint(buf, pos, 'ConsumerGroupHeartbeatRequest.TopicPartitions.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ConsumerGroupHeartbeatRequest.TopicPartitions.partitions', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('ConsumerGroupHeartbeatRequest.TopicPartitions.partitions', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_partitions = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -77,36 +99,139 @@ def _d_TopicPartitions_0(buf, pos):
     return TopicPartitions(f_topic_id, f_partitions, f_unknown_tags), pos
 
 def _d_ConsumerGroupHeartbeatRequest_0(buf, pos):
-    f_group_id, pos = read_compact_string(buf, pos, 'ConsumerGroupHeartbeatRequest.group_id')
-    f_member_id, pos = read_compact_string(buf, pos, 'ConsumerGroupHeartbeatRequest.member_id')
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ConsumerGroupHeartbeatRequest.group_id')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('ConsumerGroupHeartbeatRequest.group_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ConsumerGroupHeartbeatRequest.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ConsumerGroupHeartbeatRequest.member_id')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('ConsumerGroupHeartbeatRequest.member_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ConsumerGroupHeartbeatRequest.member_id', buf, pos, _n, 1)
+        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('ConsumerGroupHeartbeatRequest.member_epoch', buf, pos, 4)
     (f_member_epoch,) = _S0.unpack_from(buf, pos)
     pos += 4
-    f_instance_id, pos = read_compact_nullable_string(buf, pos, 'ConsumerGroupHeartbeatRequest.instance_id')
-    f_rack_id, pos = read_compact_nullable_string(buf, pos, 'ConsumerGroupHeartbeatRequest.rack_id')
-    if pos + 4 > len(buf):
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ConsumerGroupHeartbeatRequest.instance_id')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('ConsumerGroupHeartbeatRequest.instance_id', _n)
+        f_instance_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ConsumerGroupHeartbeatRequest.instance_id', buf, pos, _n, 1)
+        f_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ConsumerGroupHeartbeatRequest.rack_id')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('ConsumerGroupHeartbeatRequest.rack_id', _n)
+        f_rack_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ConsumerGroupHeartbeatRequest.rack_id', buf, pos, _n, 1)
+        f_rack_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('ConsumerGroupHeartbeatRequest.rebalance_timeout_ms', buf, pos, 4)
     (f_rebalance_timeout_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'ConsumerGroupHeartbeatRequest.subscribed_topic_names', 1)
-    if _n < 0:
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ConsumerGroupHeartbeatRequest.subscribed_topic_names')
+        _c -= 1
+    if _c < 0:
+        if _c != -1:
+            raise bad_length('ConsumerGroupHeartbeatRequest.subscribed_topic_names', _c)
         f_subscribed_topic_names = None
+    elif _c * 1 > _l - pos:
+        raise overrun('ConsumerGroupHeartbeatRequest.subscribed_topic_names', buf, pos, _c, 1)
     else:
         f_subscribed_topic_names = _lst = []
-        for _ in range(_n):
-            _e, pos = read_compact_string(buf, pos, 'ConsumerGroupHeartbeatRequest.subscribed_topic_names')
+        for _ in range(_c):
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'ConsumerGroupHeartbeatRequest.subscribed_topic_names')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('ConsumerGroupHeartbeatRequest.subscribed_topic_names', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ConsumerGroupHeartbeatRequest.subscribed_topic_names', buf, pos, _n, 1)
+                _e = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
             _lst.append(_e)
-    f_server_assignor, pos = read_compact_nullable_string(buf, pos, 'ConsumerGroupHeartbeatRequest.server_assignor')
-    _n, pos = read_compact_array_len(buf, pos, 'ConsumerGroupHeartbeatRequest.topic_partitions', 18)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ConsumerGroupHeartbeatRequest.server_assignor')
+        _n -= 1
     if _n < 0:
+        if _n != -1:
+            raise bad_length('ConsumerGroupHeartbeatRequest.server_assignor', _n)
+        f_server_assignor = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ConsumerGroupHeartbeatRequest.server_assignor', buf, pos, _n, 1)
+        f_server_assignor = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ConsumerGroupHeartbeatRequest.topic_partitions')
+        _c -= 1
+    if _c < 0:
+        if _c != -1:
+            raise bad_length('ConsumerGroupHeartbeatRequest.topic_partitions', _c)
         f_topic_partitions = None
+    elif _c * 18 > _l - pos:
+        raise overrun('ConsumerGroupHeartbeatRequest.topic_partitions', buf, pos, _c, 18)
     else:
         f_topic_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_TopicPartitions_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -119,37 +244,155 @@ def _d_ConsumerGroupHeartbeatRequest_0(buf, pos):
     return ConsumerGroupHeartbeatRequest(f_group_id, f_member_id, f_member_epoch, f_instance_id, f_rack_id, f_rebalance_timeout_ms, f_subscribed_topic_names, None, f_server_assignor, f_topic_partitions, f_unknown_tags), pos
 
 def _d_ConsumerGroupHeartbeatRequest_1(buf, pos):
-    f_group_id, pos = read_compact_string(buf, pos, 'ConsumerGroupHeartbeatRequest.group_id')
-    f_member_id, pos = read_compact_string(buf, pos, 'ConsumerGroupHeartbeatRequest.member_id')
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ConsumerGroupHeartbeatRequest.group_id')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('ConsumerGroupHeartbeatRequest.group_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ConsumerGroupHeartbeatRequest.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ConsumerGroupHeartbeatRequest.member_id')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('ConsumerGroupHeartbeatRequest.member_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ConsumerGroupHeartbeatRequest.member_id', buf, pos, _n, 1)
+        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('ConsumerGroupHeartbeatRequest.member_epoch', buf, pos, 4)
     (f_member_epoch,) = _S0.unpack_from(buf, pos)
     pos += 4
-    f_instance_id, pos = read_compact_nullable_string(buf, pos, 'ConsumerGroupHeartbeatRequest.instance_id')
-    f_rack_id, pos = read_compact_nullable_string(buf, pos, 'ConsumerGroupHeartbeatRequest.rack_id')
-    if pos + 4 > len(buf):
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ConsumerGroupHeartbeatRequest.instance_id')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('ConsumerGroupHeartbeatRequest.instance_id', _n)
+        f_instance_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ConsumerGroupHeartbeatRequest.instance_id', buf, pos, _n, 1)
+        f_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ConsumerGroupHeartbeatRequest.rack_id')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('ConsumerGroupHeartbeatRequest.rack_id', _n)
+        f_rack_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ConsumerGroupHeartbeatRequest.rack_id', buf, pos, _n, 1)
+        f_rack_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('ConsumerGroupHeartbeatRequest.rebalance_timeout_ms', buf, pos, 4)
     (f_rebalance_timeout_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'ConsumerGroupHeartbeatRequest.subscribed_topic_names', 1)
-    if _n < 0:
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ConsumerGroupHeartbeatRequest.subscribed_topic_names')
+        _c -= 1
+    if _c < 0:
+        if _c != -1:
+            raise bad_length('ConsumerGroupHeartbeatRequest.subscribed_topic_names', _c)
         f_subscribed_topic_names = None
+    elif _c * 1 > _l - pos:
+        raise overrun('ConsumerGroupHeartbeatRequest.subscribed_topic_names', buf, pos, _c, 1)
     else:
         f_subscribed_topic_names = _lst = []
-        for _ in range(_n):
-            _e, pos = read_compact_string(buf, pos, 'ConsumerGroupHeartbeatRequest.subscribed_topic_names')
+        for _ in range(_c):
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'ConsumerGroupHeartbeatRequest.subscribed_topic_names')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('ConsumerGroupHeartbeatRequest.subscribed_topic_names', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ConsumerGroupHeartbeatRequest.subscribed_topic_names', buf, pos, _n, 1)
+                _e = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
             _lst.append(_e)
-    f_subscribed_topic_regex, pos = read_compact_nullable_string(buf, pos, 'ConsumerGroupHeartbeatRequest.subscribed_topic_regex')
-    f_server_assignor, pos = read_compact_nullable_string(buf, pos, 'ConsumerGroupHeartbeatRequest.server_assignor')
-    _n, pos = read_compact_array_len(buf, pos, 'ConsumerGroupHeartbeatRequest.topic_partitions', 18)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ConsumerGroupHeartbeatRequest.subscribed_topic_regex')
+        _n -= 1
     if _n < 0:
+        if _n != -1:
+            raise bad_length('ConsumerGroupHeartbeatRequest.subscribed_topic_regex', _n)
+        f_subscribed_topic_regex = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ConsumerGroupHeartbeatRequest.subscribed_topic_regex', buf, pos, _n, 1)
+        f_subscribed_topic_regex = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ConsumerGroupHeartbeatRequest.server_assignor')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('ConsumerGroupHeartbeatRequest.server_assignor', _n)
+        f_server_assignor = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ConsumerGroupHeartbeatRequest.server_assignor', buf, pos, _n, 1)
+        f_server_assignor = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ConsumerGroupHeartbeatRequest.topic_partitions')
+        _c -= 1
+    if _c < 0:
+        if _c != -1:
+            raise bad_length('ConsumerGroupHeartbeatRequest.topic_partitions', _c)
         f_topic_partitions = None
+    elif _c * 18 > _l - pos:
+        raise overrun('ConsumerGroupHeartbeatRequest.topic_partitions', buf, pos, _c, 18)
     else:
         f_topic_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_TopicPartitions_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -164,33 +407,103 @@ def _d_ConsumerGroupHeartbeatRequest_1(buf, pos):
 def _e_TopicPartitions_0(o, out, chunks):
     out += _S1.pack(o.topic_id.bytes)
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_ConsumerGroupHeartbeatRequest_0(o, out, chunks):
-    write_compact_string(out, o.group_id)
-    write_compact_string(out, o.member_id)
+    _b = o.group_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ConsumerGroupHeartbeatRequest.group_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _b = o.member_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ConsumerGroupHeartbeatRequest.member_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     out += _S0.pack(o.member_epoch)
-    write_compact_nullable_string(out, o.instance_id)
-    write_compact_nullable_string(out, o.rack_id)
+    if o.instance_id is None:
+        out.append(0)
+    else:
+        _b = o.instance_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ConsumerGroupHeartbeatRequest.instance_id', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+    if o.rack_id is None:
+        out.append(0)
+    else:
+        _b = o.rack_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ConsumerGroupHeartbeatRequest.rack_id', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     out += _S0.pack(o.rebalance_timeout_ms)
     _a = o.subscribed_topic_names
     if _a is None:
         out.append(0)
     else:
-        write_compact_array_len(out, len(_a))
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
         for _e in _a:
-            write_compact_string(out, _e)
-    write_compact_nullable_string(out, o.server_assignor)
+            _b = _e.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('ConsumerGroupHeartbeatRequest.subscribed_topic_names', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+    if o.server_assignor is None:
+        out.append(0)
+    else:
+        _b = o.server_assignor.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ConsumerGroupHeartbeatRequest.server_assignor', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     _a = o.topic_partitions
     if _a is None:
         out.append(0)
     else:
-        write_compact_array_len(out, len(_a))
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
         for _e in _a:
             _e_TopicPartitions_0(_e, out, chunks)
     if o.unknown_tags is None:
@@ -199,26 +512,102 @@ def _e_ConsumerGroupHeartbeatRequest_0(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_ConsumerGroupHeartbeatRequest_1(o, out, chunks):
-    write_compact_string(out, o.group_id)
-    write_compact_string(out, o.member_id)
+    _b = o.group_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ConsumerGroupHeartbeatRequest.group_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _b = o.member_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ConsumerGroupHeartbeatRequest.member_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     out += _S0.pack(o.member_epoch)
-    write_compact_nullable_string(out, o.instance_id)
-    write_compact_nullable_string(out, o.rack_id)
+    if o.instance_id is None:
+        out.append(0)
+    else:
+        _b = o.instance_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ConsumerGroupHeartbeatRequest.instance_id', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+    if o.rack_id is None:
+        out.append(0)
+    else:
+        _b = o.rack_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ConsumerGroupHeartbeatRequest.rack_id', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     out += _S0.pack(o.rebalance_timeout_ms)
     _a = o.subscribed_topic_names
     if _a is None:
         out.append(0)
     else:
-        write_compact_array_len(out, len(_a))
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
         for _e in _a:
-            write_compact_string(out, _e)
-    write_compact_nullable_string(out, o.subscribed_topic_regex)
-    write_compact_nullable_string(out, o.server_assignor)
+            _b = _e.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('ConsumerGroupHeartbeatRequest.subscribed_topic_names', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+    if o.subscribed_topic_regex is None:
+        out.append(0)
+    else:
+        _b = o.subscribed_topic_regex.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ConsumerGroupHeartbeatRequest.subscribed_topic_regex', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+    if o.server_assignor is None:
+        out.append(0)
+    else:
+        _b = o.server_assignor.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ConsumerGroupHeartbeatRequest.server_assignor', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     _a = o.topic_partitions
     if _a is None:
         out.append(0)
     else:
-        write_compact_array_len(out, len(_a))
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
         for _e in _a:
             _e_TopicPartitions_0(_e, out, chunks)
     if o.unknown_tags is None:

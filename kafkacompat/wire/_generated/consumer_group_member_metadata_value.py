@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -55,14 +67,40 @@ class ConsumerGroupMemberMetadataValue(Struct):
         self.unknown_tags = unknown_tags
 ConsumerGroupMemberMetadataValue.ClassicMemberMetadata = ClassicMemberMetadata
 ConsumerGroupMemberMetadataValue.ClassicProtocol = ClassicProtocol
-_DEFAULT_ClassicMemberMetadata = ClassicMemberMetadata()
 
 _S0 = _Struct('>i')
 
 def _d_ClassicProtocol_0(buf, pos):
-    f_name, pos = read_compact_string(buf, pos, 'ConsumerGroupMemberMetadataValue.ClassicProtocol.name')
-    f_metadata, pos = read_compact_bytes(buf, pos, 'ConsumerGroupMemberMetadataValue.ClassicProtocol.metadata')
-    if pos < len(buf) and buf[pos] == 0:
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ConsumerGroupMemberMetadataValue.ClassicProtocol.name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('ConsumerGroupMemberMetadataValue.ClassicProtocol.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ConsumerGroupMemberMetadataValue.ClassicProtocol.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ConsumerGroupMemberMetadataValue.ClassicProtocol.metadata')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('ConsumerGroupMemberMetadataValue.ClassicProtocol.metadata', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ConsumerGroupMemberMetadataValue.ClassicProtocol.metadata', buf, pos, _n, 1)
+        f_metadata = bytes(buf[pos:_end])
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -75,19 +113,27 @@ def _d_ClassicProtocol_0(buf, pos):
     return ClassicProtocol(f_name, f_metadata, f_unknown_tags), pos
 
 def _d_ClassicMemberMetadata_0(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('ConsumerGroupMemberMetadataValue.ClassicMemberMetadata.session_timeout_ms', buf, pos, 4)
     (f_session_timeout_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'ConsumerGroupMemberMetadataValue.ClassicMemberMetadata.supported_protocols', 3)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ConsumerGroupMemberMetadataValue.ClassicMemberMetadata.supported_protocols')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ConsumerGroupMemberMetadataValue.ClassicMemberMetadata.supported_protocols')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ConsumerGroupMemberMetadataValue.ClassicMemberMetadata.supported_protocols', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('ConsumerGroupMemberMetadataValue.ClassicMemberMetadata.supported_protocols', buf, pos, _c, 3)
     else:
         f_supported_protocols = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ClassicProtocol_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -100,26 +146,133 @@ def _d_ClassicMemberMetadata_0(buf, pos):
     return ClassicMemberMetadata(f_session_timeout_ms, f_supported_protocols, f_unknown_tags), pos
 
 def _d_ConsumerGroupMemberMetadataValue_0(buf, pos):
-    f_instance_id, pos = read_compact_nullable_string(buf, pos, 'ConsumerGroupMemberMetadataValue.instance_id')
-    f_rack_id, pos = read_compact_nullable_string(buf, pos, 'ConsumerGroupMemberMetadataValue.rack_id')
-    f_client_id, pos = read_compact_string(buf, pos, 'ConsumerGroupMemberMetadataValue.client_id')
-    f_client_host, pos = read_compact_string(buf, pos, 'ConsumerGroupMemberMetadataValue.client_host')
-    _n, pos = read_compact_array_len(buf, pos, 'ConsumerGroupMemberMetadataValue.subscribed_topic_names', 1)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ConsumerGroupMemberMetadataValue.instance_id')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ConsumerGroupMemberMetadataValue.subscribed_topic_names')
+        if _n != -1:
+            raise bad_length('ConsumerGroupMemberMetadataValue.instance_id', _n)
+        f_instance_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ConsumerGroupMemberMetadataValue.instance_id', buf, pos, _n, 1)
+        f_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ConsumerGroupMemberMetadataValue.rack_id')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('ConsumerGroupMemberMetadataValue.rack_id', _n)
+        f_rack_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ConsumerGroupMemberMetadataValue.rack_id', buf, pos, _n, 1)
+        f_rack_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ConsumerGroupMemberMetadataValue.client_id')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('ConsumerGroupMemberMetadataValue.client_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ConsumerGroupMemberMetadataValue.client_id', buf, pos, _n, 1)
+        f_client_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ConsumerGroupMemberMetadataValue.client_host')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('ConsumerGroupMemberMetadataValue.client_host', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ConsumerGroupMemberMetadataValue.client_host', buf, pos, _n, 1)
+        f_client_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ConsumerGroupMemberMetadataValue.subscribed_topic_names')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ConsumerGroupMemberMetadataValue.subscribed_topic_names', _c)
+    elif _c * 1 > _l - pos:
+        raise overrun('ConsumerGroupMemberMetadataValue.subscribed_topic_names', buf, pos, _c, 1)
     else:
         f_subscribed_topic_names = _lst = []
-        for _ in range(_n):
-            _e, pos = read_compact_string(buf, pos, 'ConsumerGroupMemberMetadataValue.subscribed_topic_names')
+        for _ in range(_c):
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'ConsumerGroupMemberMetadataValue.subscribed_topic_names')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('ConsumerGroupMemberMetadataValue.subscribed_topic_names', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ConsumerGroupMemberMetadataValue.subscribed_topic_names', buf, pos, _n, 1)
+                _e = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
             _lst.append(_e)
-    f_subscribed_topic_regex, pos = read_compact_nullable_string(buf, pos, 'ConsumerGroupMemberMetadataValue.subscribed_topic_regex')
-    if pos + 4 > len(buf):
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ConsumerGroupMemberMetadataValue.subscribed_topic_regex')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('ConsumerGroupMemberMetadataValue.subscribed_topic_regex', _n)
+        f_subscribed_topic_regex = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ConsumerGroupMemberMetadataValue.subscribed_topic_regex', buf, pos, _n, 1)
+        f_subscribed_topic_regex = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('ConsumerGroupMemberMetadataValue.rebalance_timeout_ms', buf, pos, 4)
     (f_rebalance_timeout_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    f_server_assignor, pos = read_compact_nullable_string(buf, pos, 'ConsumerGroupMemberMetadataValue.server_assignor')
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ConsumerGroupMemberMetadataValue.server_assignor')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('ConsumerGroupMemberMetadataValue.server_assignor', _n)
+        f_server_assignor = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ConsumerGroupMemberMetadataValue.server_assignor', buf, pos, _n, 1)
+        f_server_assignor = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
     f_classic_member_metadata = ClassicMemberMetadata()
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -145,8 +298,22 @@ def _d_ConsumerGroupMemberMetadataValue_0(buf, pos):
     return ConsumerGroupMemberMetadataValue(f_instance_id, f_rack_id, f_client_id, f_client_host, f_subscribed_topic_names, f_subscribed_topic_regex, f_rebalance_timeout_ms, f_server_assignor, f_classic_member_metadata, f_unknown_tags), pos
 
 def _e_ClassicProtocol_0(o, out, chunks):
-    write_compact_string(out, o.name)
-    write_compact_bytes(out, o.metadata)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ConsumerGroupMemberMetadataValue.ClassicProtocol.name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _b = o.metadata
+    _n = len(_b)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -155,7 +322,11 @@ def _e_ClassicProtocol_0(o, out, chunks):
 def _e_ClassicMemberMetadata_0(o, out, chunks):
     out += _S0.pack(o.session_timeout_ms)
     _a = o.supported_protocols
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_ClassicProtocol_0(_e, out, chunks)
     if o.unknown_tags is None:
@@ -164,30 +335,113 @@ def _e_ClassicMemberMetadata_0(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_ConsumerGroupMemberMetadataValue_0(o, out, chunks):
-    write_compact_nullable_string(out, o.instance_id)
-    write_compact_nullable_string(out, o.rack_id)
-    write_compact_string(out, o.client_id)
-    write_compact_string(out, o.client_host)
+    if o.instance_id is None:
+        out.append(0)
+    else:
+        _b = o.instance_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ConsumerGroupMemberMetadataValue.instance_id', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+    if o.rack_id is None:
+        out.append(0)
+    else:
+        _b = o.rack_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ConsumerGroupMemberMetadataValue.rack_id', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+    _b = o.client_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ConsumerGroupMemberMetadataValue.client_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _b = o.client_host.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ConsumerGroupMemberMetadataValue.client_host', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.subscribed_topic_names
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
-        write_compact_string(out, _e)
-    write_compact_nullable_string(out, o.subscribed_topic_regex)
+        _b = _e.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ConsumerGroupMemberMetadataValue.subscribed_topic_names', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+    if o.subscribed_topic_regex is None:
+        out.append(0)
+    else:
+        _b = o.subscribed_topic_regex.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ConsumerGroupMemberMetadataValue.subscribed_topic_regex', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     out += _S0.pack(o.rebalance_timeout_ms)
-    write_compact_nullable_string(out, o.server_assignor)
-    _tags = list(o.unknown_tags) if o.unknown_tags else []
-    if o.classic_member_metadata != _DEFAULT_ClassicMemberMetadata:
+    if o.server_assignor is None:
+        out.append(0)
+    else:
+        _b = o.server_assignor.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ConsumerGroupMemberMetadataValue.server_assignor', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+    _tags = None
+    if o.classic_member_metadata is None or not _isdef_ClassicMemberMetadata(o.classic_member_metadata):
         _t = bytearray()
         if o.classic_member_metadata is None:
             _t.append(0xff)
         else:
             _t.append(1)
             _e_ClassicMemberMetadata_0(o.classic_member_metadata, _t, chunks)
+        if _tags is None:
+            _tags = []
         _tags.append((0, _t))
-    if _tags:
-        write_tags(out, _tags)
-    else:
+    if o.unknown_tags:
+        _tags = o.unknown_tags if _tags is None else _tags + o.unknown_tags
+    if _tags is None:
         out.append(0)
+    else:
+        write_tags(out, _tags)
+
+def _isdef_ClassicMemberMetadata(o):
+    return (
+        o.session_timeout_ms == 0
+        and o.supported_protocols == []
+        and not o.unknown_tags
+    )
 
 MESSAGE = ConsumerGroupMemberMetadataValue
 MIN_VERSION = 0

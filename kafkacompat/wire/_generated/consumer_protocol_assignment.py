@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -28,43 +40,97 @@ class ConsumerProtocolAssignment(Struct):
         self.unknown_tags = unknown_tags
 ConsumerProtocolAssignment.TopicPartition = TopicPartition
 
+_S0 = _Struct('>i')
+_S1 = _Struct('>h')
+_A_i = ARRAY_STRUCTS['i']
 
 def _d_TopicPartition_0(buf, pos):
-    f_topic, pos = read_string(buf, pos, 'ConsumerProtocolAssignment.TopicPartition.topic')
-    _n, pos = read_array_len(buf, pos, 'ConsumerProtocolAssignment.TopicPartition.partitions', 4)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('ConsumerProtocolAssignment.TopicPartition.topic', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ConsumerProtocolAssignment.TopicPartition.partitions')
+        raise bad_length('ConsumerProtocolAssignment.TopicPartition.topic', _n)
     else:
-        f_partitions = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ConsumerProtocolAssignment.TopicPartition.topic', buf, pos, _n, 1)
+        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('ConsumerProtocolAssignment.TopicPartition.partitions', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('ConsumerProtocolAssignment.TopicPartition.partitions', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('ConsumerProtocolAssignment.TopicPartition.partitions', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_partitions = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
     f_unknown_tags = None
     return TopicPartition(f_topic, f_partitions, f_unknown_tags), pos
 
 def _d_ConsumerProtocolAssignment_0(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'ConsumerProtocolAssignment.assigned_partitions', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ConsumerProtocolAssignment.assigned_partitions')
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('ConsumerProtocolAssignment.assigned_partitions', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('ConsumerProtocolAssignment.assigned_partitions', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('ConsumerProtocolAssignment.assigned_partitions', buf, pos, _c, 6)
     else:
         f_assigned_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_TopicPartition_0(buf, pos)
             _lst.append(_e)
-    f_user_data, pos = read_nullable_bytes(buf, pos, 'ConsumerProtocolAssignment.user_data')
+    if pos + 4 > _l:
+        raise truncated('ConsumerProtocolAssignment.user_data', buf, pos, 4)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('ConsumerProtocolAssignment.user_data', _n)
+        f_user_data = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ConsumerProtocolAssignment.user_data', buf, pos, _n, 1)
+        f_user_data = bytes(buf[pos:_end])
+        pos = _end
     f_unknown_tags = None
     return ConsumerProtocolAssignment(f_assigned_partitions, f_user_data, f_unknown_tags), pos
 
 def _e_TopicPartition_0(o, out, chunks):
-    write_string(out, o.topic)
+    _b = o.topic.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ConsumerProtocolAssignment.TopicPartition.topic', _n)
+    out += _S1.pack(_n)
+    out += _b
     _a = o.partitions
-    write_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    out += _S0.pack(_c)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
 
 def _e_ConsumerProtocolAssignment_0(o, out, chunks):
     _a = o.assigned_partitions
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_TopicPartition_0(_e, out, chunks)
-    write_nullable_bytes(out, o.user_data)
+    if o.user_data is None:
+        out += b'\xff\xff\xff\xff'
+    else:
+        _b = o.user_data
+        _n = len(_b)
+        out += _S0.pack(_n)
+        out += _b
 
 MESSAGE = ConsumerProtocolAssignment
 MIN_VERSION = 0

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -40,71 +52,191 @@ class ConsumerProtocolSubscription(Struct):
 ConsumerProtocolSubscription.TopicPartition = TopicPartition
 
 _S0 = _Struct('>i')
+_S1 = _Struct('>h')
+_A_i = ARRAY_STRUCTS['i']
 
 def _d_ConsumerProtocolSubscription_0(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'ConsumerProtocolSubscription.topics', 2)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ConsumerProtocolSubscription.topics')
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('ConsumerProtocolSubscription.topics', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('ConsumerProtocolSubscription.topics', _c)
+    elif _c * 2 > _l - pos:
+        raise overrun('ConsumerProtocolSubscription.topics', buf, pos, _c, 2)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
-            _e, pos = read_string(buf, pos, 'ConsumerProtocolSubscription.topics')
+        for _ in range(_c):
+            if pos + 2 > _l:
+                raise truncated('ConsumerProtocolSubscription.topics', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('ConsumerProtocolSubscription.topics', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ConsumerProtocolSubscription.topics', buf, pos, _n, 1)
+                _e = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
             _lst.append(_e)
-    f_user_data, pos = read_nullable_bytes(buf, pos, 'ConsumerProtocolSubscription.user_data')
+    if pos + 4 > _l:
+        raise truncated('ConsumerProtocolSubscription.user_data', buf, pos, 4)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('ConsumerProtocolSubscription.user_data', _n)
+        f_user_data = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ConsumerProtocolSubscription.user_data', buf, pos, _n, 1)
+        f_user_data = bytes(buf[pos:_end])
+        pos = _end
     f_unknown_tags = None
     return ConsumerProtocolSubscription(f_topics, f_user_data, [], -1, None, f_unknown_tags), pos
 
 def _d_TopicPartition_1(buf, pos):
-    f_topic, pos = read_string(buf, pos, 'ConsumerProtocolSubscription.TopicPartition.topic')
-    _n, pos = read_array_len(buf, pos, 'ConsumerProtocolSubscription.TopicPartition.partitions', 4)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('ConsumerProtocolSubscription.TopicPartition.topic', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ConsumerProtocolSubscription.TopicPartition.partitions')
+        raise bad_length('ConsumerProtocolSubscription.TopicPartition.topic', _n)
     else:
-        f_partitions = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ConsumerProtocolSubscription.TopicPartition.topic', buf, pos, _n, 1)
+        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('ConsumerProtocolSubscription.TopicPartition.partitions', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('ConsumerProtocolSubscription.TopicPartition.partitions', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('ConsumerProtocolSubscription.TopicPartition.partitions', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_partitions = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
     f_unknown_tags = None
     return TopicPartition(f_topic, f_partitions, f_unknown_tags), pos
 
 def _d_ConsumerProtocolSubscription_1(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'ConsumerProtocolSubscription.topics', 2)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ConsumerProtocolSubscription.topics')
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('ConsumerProtocolSubscription.topics', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('ConsumerProtocolSubscription.topics', _c)
+    elif _c * 2 > _l - pos:
+        raise overrun('ConsumerProtocolSubscription.topics', buf, pos, _c, 2)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
-            _e, pos = read_string(buf, pos, 'ConsumerProtocolSubscription.topics')
+        for _ in range(_c):
+            if pos + 2 > _l:
+                raise truncated('ConsumerProtocolSubscription.topics', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('ConsumerProtocolSubscription.topics', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ConsumerProtocolSubscription.topics', buf, pos, _n, 1)
+                _e = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
             _lst.append(_e)
-    f_user_data, pos = read_nullable_bytes(buf, pos, 'ConsumerProtocolSubscription.user_data')
-    _n, pos = read_array_len(buf, pos, 'ConsumerProtocolSubscription.owned_partitions', 6)
+    if pos + 4 > _l:
+        raise truncated('ConsumerProtocolSubscription.user_data', buf, pos, 4)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 4
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ConsumerProtocolSubscription.owned_partitions')
+        if _n != -1:
+            raise bad_length('ConsumerProtocolSubscription.user_data', _n)
+        f_user_data = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ConsumerProtocolSubscription.user_data', buf, pos, _n, 1)
+        f_user_data = bytes(buf[pos:_end])
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('ConsumerProtocolSubscription.owned_partitions', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('ConsumerProtocolSubscription.owned_partitions', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('ConsumerProtocolSubscription.owned_partitions', buf, pos, _c, 6)
     else:
         f_owned_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_TopicPartition_1(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return ConsumerProtocolSubscription(f_topics, f_user_data, f_owned_partitions, -1, None, f_unknown_tags), pos
 
 def _d_ConsumerProtocolSubscription_2(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'ConsumerProtocolSubscription.topics', 2)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ConsumerProtocolSubscription.topics')
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('ConsumerProtocolSubscription.topics', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('ConsumerProtocolSubscription.topics', _c)
+    elif _c * 2 > _l - pos:
+        raise overrun('ConsumerProtocolSubscription.topics', buf, pos, _c, 2)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
-            _e, pos = read_string(buf, pos, 'ConsumerProtocolSubscription.topics')
+        for _ in range(_c):
+            if pos + 2 > _l:
+                raise truncated('ConsumerProtocolSubscription.topics', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('ConsumerProtocolSubscription.topics', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ConsumerProtocolSubscription.topics', buf, pos, _n, 1)
+                _e = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
             _lst.append(_e)
-    f_user_data, pos = read_nullable_bytes(buf, pos, 'ConsumerProtocolSubscription.user_data')
-    _n, pos = read_array_len(buf, pos, 'ConsumerProtocolSubscription.owned_partitions', 6)
+    if pos + 4 > _l:
+        raise truncated('ConsumerProtocolSubscription.user_data', buf, pos, 4)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 4
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ConsumerProtocolSubscription.owned_partitions')
+        if _n != -1:
+            raise bad_length('ConsumerProtocolSubscription.user_data', _n)
+        f_user_data = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ConsumerProtocolSubscription.user_data', buf, pos, _n, 1)
+        f_user_data = bytes(buf[pos:_end])
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('ConsumerProtocolSubscription.owned_partitions', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('ConsumerProtocolSubscription.owned_partitions', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('ConsumerProtocolSubscription.owned_partitions', buf, pos, _c, 6)
     else:
         f_owned_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_TopicPartition_1(buf, pos)
             _lst.append(_e)
-    if pos + 4 > len(buf):
+    if pos + 4 > _l:
         raise truncated('ConsumerProtocolSubscription.generation_id', buf, pos, 4)
     (f_generation_id,) = _S0.unpack_from(buf, pos)
     pos += 4
@@ -112,79 +244,193 @@ def _d_ConsumerProtocolSubscription_2(buf, pos):
     return ConsumerProtocolSubscription(f_topics, f_user_data, f_owned_partitions, f_generation_id, None, f_unknown_tags), pos
 
 def _d_ConsumerProtocolSubscription_3(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'ConsumerProtocolSubscription.topics', 2)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ConsumerProtocolSubscription.topics')
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('ConsumerProtocolSubscription.topics', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('ConsumerProtocolSubscription.topics', _c)
+    elif _c * 2 > _l - pos:
+        raise overrun('ConsumerProtocolSubscription.topics', buf, pos, _c, 2)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
-            _e, pos = read_string(buf, pos, 'ConsumerProtocolSubscription.topics')
+        for _ in range(_c):
+            if pos + 2 > _l:
+                raise truncated('ConsumerProtocolSubscription.topics', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('ConsumerProtocolSubscription.topics', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ConsumerProtocolSubscription.topics', buf, pos, _n, 1)
+                _e = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
             _lst.append(_e)
-    f_user_data, pos = read_nullable_bytes(buf, pos, 'ConsumerProtocolSubscription.user_data')
-    _n, pos = read_array_len(buf, pos, 'ConsumerProtocolSubscription.owned_partitions', 6)
+    if pos + 4 > _l:
+        raise truncated('ConsumerProtocolSubscription.user_data', buf, pos, 4)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 4
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ConsumerProtocolSubscription.owned_partitions')
+        if _n != -1:
+            raise bad_length('ConsumerProtocolSubscription.user_data', _n)
+        f_user_data = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ConsumerProtocolSubscription.user_data', buf, pos, _n, 1)
+        f_user_data = bytes(buf[pos:_end])
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('ConsumerProtocolSubscription.owned_partitions', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('ConsumerProtocolSubscription.owned_partitions', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('ConsumerProtocolSubscription.owned_partitions', buf, pos, _c, 6)
     else:
         f_owned_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_TopicPartition_1(buf, pos)
             _lst.append(_e)
-    if pos + 4 > len(buf):
+    if pos + 4 > _l:
         raise truncated('ConsumerProtocolSubscription.generation_id', buf, pos, 4)
     (f_generation_id,) = _S0.unpack_from(buf, pos)
     pos += 4
-    f_rack_id, pos = read_nullable_string(buf, pos, 'ConsumerProtocolSubscription.rack_id')
+    if pos + 2 > _l:
+        raise truncated('ConsumerProtocolSubscription.rack_id', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('ConsumerProtocolSubscription.rack_id', _n)
+        f_rack_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ConsumerProtocolSubscription.rack_id', buf, pos, _n, 1)
+        f_rack_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
     f_unknown_tags = None
     return ConsumerProtocolSubscription(f_topics, f_user_data, f_owned_partitions, f_generation_id, f_rack_id, f_unknown_tags), pos
 
 def _e_ConsumerProtocolSubscription_0(o, out, chunks):
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
-        write_string(out, _e)
-    write_nullable_bytes(out, o.user_data)
+        _b = _e.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ConsumerProtocolSubscription.topics', _n)
+        out += _S1.pack(_n)
+        out += _b
+    if o.user_data is None:
+        out += b'\xff\xff\xff\xff'
+    else:
+        _b = o.user_data
+        _n = len(_b)
+        out += _S0.pack(_n)
+        out += _b
 
 def _e_TopicPartition_1(o, out, chunks):
-    write_string(out, o.topic)
+    _b = o.topic.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ConsumerProtocolSubscription.TopicPartition.topic', _n)
+    out += _S1.pack(_n)
+    out += _b
     _a = o.partitions
-    write_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    out += _S0.pack(_c)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
 
 def _e_ConsumerProtocolSubscription_1(o, out, chunks):
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
-        write_string(out, _e)
-    write_nullable_bytes(out, o.user_data)
+        _b = _e.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ConsumerProtocolSubscription.topics', _n)
+        out += _S1.pack(_n)
+        out += _b
+    if o.user_data is None:
+        out += b'\xff\xff\xff\xff'
+    else:
+        _b = o.user_data
+        _n = len(_b)
+        out += _S0.pack(_n)
+        out += _b
     _a = o.owned_partitions
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_TopicPartition_1(_e, out, chunks)
 
 def _e_ConsumerProtocolSubscription_2(o, out, chunks):
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
-        write_string(out, _e)
-    write_nullable_bytes(out, o.user_data)
+        _b = _e.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ConsumerProtocolSubscription.topics', _n)
+        out += _S1.pack(_n)
+        out += _b
+    if o.user_data is None:
+        out += b'\xff\xff\xff\xff'
+    else:
+        _b = o.user_data
+        _n = len(_b)
+        out += _S0.pack(_n)
+        out += _b
     _a = o.owned_partitions
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_TopicPartition_1(_e, out, chunks)
     out += _S0.pack(o.generation_id)
 
 def _e_ConsumerProtocolSubscription_3(o, out, chunks):
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
-        write_string(out, _e)
-    write_nullable_bytes(out, o.user_data)
+        _b = _e.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ConsumerProtocolSubscription.topics', _n)
+        out += _S1.pack(_n)
+        out += _b
+    if o.user_data is None:
+        out += b'\xff\xff\xff\xff'
+    else:
+        _b = o.user_data
+        _n = len(_b)
+        out += _S0.pack(_n)
+        out += _b
     _a = o.owned_partitions
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_TopicPartition_1(_e, out, chunks)
     out += _S0.pack(o.generation_id)
-    write_nullable_string(out, o.rack_id)
+    if o.rack_id is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.rack_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ConsumerProtocolSubscription.rack_id', _n)
+        out += _S1.pack(_n)
+        out += _b
 
 MESSAGE = ConsumerProtocolSubscription
 MIN_VERSION = 0

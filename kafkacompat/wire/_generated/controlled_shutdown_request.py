@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -23,7 +35,8 @@ _S0 = _Struct('>i')
 _S1 = _Struct('>iq')
 
 def _d_ControlledShutdownRequest_0(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('ControlledShutdownRequest.broker_id', buf, pos, 4)
     (f_broker_id,) = _S0.unpack_from(buf, pos)
     pos += 4
@@ -31,7 +44,8 @@ def _d_ControlledShutdownRequest_0(buf, pos):
     return ControlledShutdownRequest(f_broker_id, -1, f_unknown_tags), pos
 
 def _d_ControlledShutdownRequest_2(buf, pos):
-    if pos + 12 > len(buf):
+    _l = len(buf)
+    if pos + 12 > _l:
         raise truncated('ControlledShutdownRequest.broker_id', buf, pos, 12)
     f_broker_id, f_broker_epoch = _S1.unpack_from(buf, pos)
     pos += 12
@@ -39,11 +53,12 @@ def _d_ControlledShutdownRequest_2(buf, pos):
     return ControlledShutdownRequest(f_broker_id, f_broker_epoch, f_unknown_tags), pos
 
 def _d_ControlledShutdownRequest_3(buf, pos):
-    if pos + 12 > len(buf):
+    _l = len(buf)
+    if pos + 12 > _l:
         raise truncated('ControlledShutdownRequest.broker_id', buf, pos, 12)
     f_broker_id, f_broker_epoch = _S1.unpack_from(buf, pos)
     pos += 12
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:

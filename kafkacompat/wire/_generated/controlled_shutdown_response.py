@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -32,8 +44,20 @@ _S0 = _Struct('>h')
 _S1 = _Struct('>i')
 
 def _d_RemainingPartition_0(buf, pos):
-    f_topic_name, pos = read_string(buf, pos, 'ControlledShutdownResponse.RemainingPartition.topic_name')
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('ControlledShutdownResponse.RemainingPartition.topic_name', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('ControlledShutdownResponse.RemainingPartition.topic_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ControlledShutdownResponse.RemainingPartition.topic_name', buf, pos, _n, 1)
+        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('ControlledShutdownResponse.RemainingPartition.partition_index', buf, pos, 4)
     (f_partition_index,) = _S1.unpack_from(buf, pos)
     pos += 4
@@ -41,28 +65,48 @@ def _d_RemainingPartition_0(buf, pos):
     return RemainingPartition(f_topic_name, f_partition_index, f_unknown_tags), pos
 
 def _d_ControlledShutdownResponse_0(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('ControlledShutdownResponse.error_code', buf, pos, 2)
     (f_error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
-    _n, pos = read_array_len(buf, pos, 'ControlledShutdownResponse.remaining_partitions', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ControlledShutdownResponse.remaining_partitions')
+    if pos + 4 > _l:
+        raise truncated('ControlledShutdownResponse.remaining_partitions', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('ControlledShutdownResponse.remaining_partitions', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('ControlledShutdownResponse.remaining_partitions', buf, pos, _c, 6)
     else:
         f_remaining_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_RemainingPartition_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return ControlledShutdownResponse(f_error_code, f_remaining_partitions, f_unknown_tags), pos
 
 def _d_RemainingPartition_3(buf, pos):
-    f_topic_name, pos = read_compact_string(buf, pos, 'ControlledShutdownResponse.RemainingPartition.topic_name')
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ControlledShutdownResponse.RemainingPartition.topic_name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('ControlledShutdownResponse.RemainingPartition.topic_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ControlledShutdownResponse.RemainingPartition.topic_name', buf, pos, _n, 1)
+        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('ControlledShutdownResponse.RemainingPartition.partition_index', buf, pos, 4)
     (f_partition_index,) = _S1.unpack_from(buf, pos)
     pos += 4
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -75,19 +119,27 @@ def _d_RemainingPartition_3(buf, pos):
     return RemainingPartition(f_topic_name, f_partition_index, f_unknown_tags), pos
 
 def _d_ControlledShutdownResponse_3(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('ControlledShutdownResponse.error_code', buf, pos, 2)
     (f_error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
-    _n, pos = read_compact_array_len(buf, pos, 'ControlledShutdownResponse.remaining_partitions', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ControlledShutdownResponse.remaining_partitions')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ControlledShutdownResponse.remaining_partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ControlledShutdownResponse.remaining_partitions', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('ControlledShutdownResponse.remaining_partitions', buf, pos, _c, 6)
     else:
         f_remaining_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_RemainingPartition_3(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -100,18 +152,32 @@ def _d_ControlledShutdownResponse_3(buf, pos):
     return ControlledShutdownResponse(f_error_code, f_remaining_partitions, f_unknown_tags), pos
 
 def _e_RemainingPartition_0(o, out, chunks):
-    write_string(out, o.topic_name)
+    _b = o.topic_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ControlledShutdownResponse.RemainingPartition.topic_name', _n)
+    out += _S0.pack(_n)
+    out += _b
     out += _S1.pack(o.partition_index)
 
 def _e_ControlledShutdownResponse_0(o, out, chunks):
     out += _S0.pack(o.error_code)
     _a = o.remaining_partitions
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_RemainingPartition_0(_e, out, chunks)
 
 def _e_RemainingPartition_3(o, out, chunks):
-    write_compact_string(out, o.topic_name)
+    _b = o.topic_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ControlledShutdownResponse.RemainingPartition.topic_name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     out += _S1.pack(o.partition_index)
     if o.unknown_tags is None:
         out.append(0)
@@ -121,7 +187,11 @@ def _e_RemainingPartition_3(o, out, chunks):
 def _e_ControlledShutdownResponse_3(o, out, chunks):
     out += _S0.pack(o.error_code)
     _a = o.remaining_partitions
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_RemainingPartition_3(_e, out, chunks)
     if o.unknown_tags is None:

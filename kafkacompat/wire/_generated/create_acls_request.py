@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -42,84 +54,206 @@ class CreateAclsRequest(Struct):
         self.unknown_tags = unknown_tags
 CreateAclsRequest.AclCreation = AclCreation
 
-_S0 = _Struct('>b')
-_S1 = _Struct('>bb')
+_S0 = _Struct('>i')
+_S1 = _Struct('>b')
+_S2 = _Struct('>h')
+_S3 = _Struct('>bb')
 
 def _d_AclCreation_0(buf, pos):
-    if pos + 1 > len(buf):
+    _l = len(buf)
+    if pos + 1 > _l:
         raise truncated('CreateAclsRequest.AclCreation.resource_type', buf, pos, 1)
-    (f_resource_type,) = _S0.unpack_from(buf, pos)
+    (f_resource_type,) = _S1.unpack_from(buf, pos)
     pos += 1
-    f_resource_name, pos = read_string(buf, pos, 'CreateAclsRequest.AclCreation.resource_name')
-    f_principal, pos = read_string(buf, pos, 'CreateAclsRequest.AclCreation.principal')
-    f_host, pos = read_string(buf, pos, 'CreateAclsRequest.AclCreation.host')
-    if pos + 2 > len(buf):
+    if pos + 2 > _l:
+        raise truncated('CreateAclsRequest.AclCreation.resource_name', buf, pos, 2)
+    (_n,) = _S2.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('CreateAclsRequest.AclCreation.resource_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('CreateAclsRequest.AclCreation.resource_name', buf, pos, _n, 1)
+        f_resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('CreateAclsRequest.AclCreation.principal', buf, pos, 2)
+    (_n,) = _S2.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('CreateAclsRequest.AclCreation.principal', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('CreateAclsRequest.AclCreation.principal', buf, pos, _n, 1)
+        f_principal = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('CreateAclsRequest.AclCreation.host', buf, pos, 2)
+    (_n,) = _S2.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('CreateAclsRequest.AclCreation.host', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('CreateAclsRequest.AclCreation.host', buf, pos, _n, 1)
+        f_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
         raise truncated('CreateAclsRequest.AclCreation.operation', buf, pos, 2)
-    f_operation, f_permission_type = _S1.unpack_from(buf, pos)
+    f_operation, f_permission_type = _S3.unpack_from(buf, pos)
     pos += 2
     f_unknown_tags = None
     return AclCreation(f_resource_type, f_resource_name, 3, f_principal, f_host, f_operation, f_permission_type, f_unknown_tags), pos
 
 def _d_CreateAclsRequest_0(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'CreateAclsRequest.creations', 9)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='CreateAclsRequest.creations')
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('CreateAclsRequest.creations', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('CreateAclsRequest.creations', _c)
+    elif _c * 9 > _l - pos:
+        raise overrun('CreateAclsRequest.creations', buf, pos, _c, 9)
     else:
         f_creations = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_AclCreation_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return CreateAclsRequest(f_creations, f_unknown_tags), pos
 
 def _d_AclCreation_1(buf, pos):
-    if pos + 1 > len(buf):
+    _l = len(buf)
+    if pos + 1 > _l:
         raise truncated('CreateAclsRequest.AclCreation.resource_type', buf, pos, 1)
-    (f_resource_type,) = _S0.unpack_from(buf, pos)
+    (f_resource_type,) = _S1.unpack_from(buf, pos)
     pos += 1
-    f_resource_name, pos = read_string(buf, pos, 'CreateAclsRequest.AclCreation.resource_name')
-    if pos + 1 > len(buf):
+    if pos + 2 > _l:
+        raise truncated('CreateAclsRequest.AclCreation.resource_name', buf, pos, 2)
+    (_n,) = _S2.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('CreateAclsRequest.AclCreation.resource_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('CreateAclsRequest.AclCreation.resource_name', buf, pos, _n, 1)
+        f_resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 1 > _l:
         raise truncated('CreateAclsRequest.AclCreation.resource_pattern_type', buf, pos, 1)
-    (f_resource_pattern_type,) = _S0.unpack_from(buf, pos)
+    (f_resource_pattern_type,) = _S1.unpack_from(buf, pos)
     pos += 1
-    f_principal, pos = read_string(buf, pos, 'CreateAclsRequest.AclCreation.principal')
-    f_host, pos = read_string(buf, pos, 'CreateAclsRequest.AclCreation.host')
-    if pos + 2 > len(buf):
+    if pos + 2 > _l:
+        raise truncated('CreateAclsRequest.AclCreation.principal', buf, pos, 2)
+    (_n,) = _S2.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('CreateAclsRequest.AclCreation.principal', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('CreateAclsRequest.AclCreation.principal', buf, pos, _n, 1)
+        f_principal = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('CreateAclsRequest.AclCreation.host', buf, pos, 2)
+    (_n,) = _S2.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('CreateAclsRequest.AclCreation.host', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('CreateAclsRequest.AclCreation.host', buf, pos, _n, 1)
+        f_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
         raise truncated('CreateAclsRequest.AclCreation.operation', buf, pos, 2)
-    f_operation, f_permission_type = _S1.unpack_from(buf, pos)
+    f_operation, f_permission_type = _S3.unpack_from(buf, pos)
     pos += 2
     f_unknown_tags = None
     return AclCreation(f_resource_type, f_resource_name, f_resource_pattern_type, f_principal, f_host, f_operation, f_permission_type, f_unknown_tags), pos
 
 def _d_CreateAclsRequest_1(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'CreateAclsRequest.creations', 10)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='CreateAclsRequest.creations')
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('CreateAclsRequest.creations', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('CreateAclsRequest.creations', _c)
+    elif _c * 10 > _l - pos:
+        raise overrun('CreateAclsRequest.creations', buf, pos, _c, 10)
     else:
         f_creations = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_AclCreation_1(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return CreateAclsRequest(f_creations, f_unknown_tags), pos
 
 def _d_AclCreation_2(buf, pos):
-    if pos + 1 > len(buf):
+    _l = len(buf)
+    if pos + 1 > _l:
         raise truncated('CreateAclsRequest.AclCreation.resource_type', buf, pos, 1)
-    (f_resource_type,) = _S0.unpack_from(buf, pos)
+    (f_resource_type,) = _S1.unpack_from(buf, pos)
     pos += 1
-    f_resource_name, pos = read_compact_string(buf, pos, 'CreateAclsRequest.AclCreation.resource_name')
-    if pos + 1 > len(buf):
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'CreateAclsRequest.AclCreation.resource_name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('CreateAclsRequest.AclCreation.resource_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('CreateAclsRequest.AclCreation.resource_name', buf, pos, _n, 1)
+        f_resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 1 > _l:
         raise truncated('CreateAclsRequest.AclCreation.resource_pattern_type', buf, pos, 1)
-    (f_resource_pattern_type,) = _S0.unpack_from(buf, pos)
+    (f_resource_pattern_type,) = _S1.unpack_from(buf, pos)
     pos += 1
-    f_principal, pos = read_compact_string(buf, pos, 'CreateAclsRequest.AclCreation.principal')
-    f_host, pos = read_compact_string(buf, pos, 'CreateAclsRequest.AclCreation.host')
-    if pos + 2 > len(buf):
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'CreateAclsRequest.AclCreation.principal')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('CreateAclsRequest.AclCreation.principal', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('CreateAclsRequest.AclCreation.principal', buf, pos, _n, 1)
+        f_principal = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'CreateAclsRequest.AclCreation.host')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('CreateAclsRequest.AclCreation.host', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('CreateAclsRequest.AclCreation.host', buf, pos, _n, 1)
+        f_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
         raise truncated('CreateAclsRequest.AclCreation.operation', buf, pos, 2)
-    f_operation, f_permission_type = _S1.unpack_from(buf, pos)
+    f_operation, f_permission_type = _S3.unpack_from(buf, pos)
     pos += 2
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -132,15 +266,23 @@ def _d_AclCreation_2(buf, pos):
     return AclCreation(f_resource_type, f_resource_name, f_resource_pattern_type, f_principal, f_host, f_operation, f_permission_type, f_unknown_tags), pos
 
 def _d_CreateAclsRequest_2(buf, pos):
-    _n, pos = read_compact_array_len(buf, pos, 'CreateAclsRequest.creations', 8)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='CreateAclsRequest.creations')
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'CreateAclsRequest.creations')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('CreateAclsRequest.creations', _c)
+    elif _c * 8 > _l - pos:
+        raise overrun('CreateAclsRequest.creations', buf, pos, _c, 8)
     else:
         f_creations = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_AclCreation_2(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -153,39 +295,95 @@ def _d_CreateAclsRequest_2(buf, pos):
     return CreateAclsRequest(f_creations, f_unknown_tags), pos
 
 def _e_AclCreation_0(o, out, chunks):
-    out += _S0.pack(o.resource_type)
-    write_string(out, o.resource_name)
-    write_string(out, o.principal)
-    write_string(out, o.host)
-    out += _S1.pack(o.operation, o.permission_type)
+    out += _S1.pack(o.resource_type)
+    _b = o.resource_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('CreateAclsRequest.AclCreation.resource_name', _n)
+    out += _S2.pack(_n)
+    out += _b
+    _b = o.principal.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('CreateAclsRequest.AclCreation.principal', _n)
+    out += _S2.pack(_n)
+    out += _b
+    _b = o.host.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('CreateAclsRequest.AclCreation.host', _n)
+    out += _S2.pack(_n)
+    out += _b
+    out += _S3.pack(o.operation, o.permission_type)
 
 def _e_CreateAclsRequest_0(o, out, chunks):
     _a = o.creations
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_AclCreation_0(_e, out, chunks)
 
 def _e_AclCreation_1(o, out, chunks):
-    out += _S0.pack(o.resource_type)
-    write_string(out, o.resource_name)
-    out += _S0.pack(o.resource_pattern_type)
-    write_string(out, o.principal)
-    write_string(out, o.host)
-    out += _S1.pack(o.operation, o.permission_type)
+    out += _S1.pack(o.resource_type)
+    _b = o.resource_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('CreateAclsRequest.AclCreation.resource_name', _n)
+    out += _S2.pack(_n)
+    out += _b
+    out += _S1.pack(o.resource_pattern_type)
+    _b = o.principal.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('CreateAclsRequest.AclCreation.principal', _n)
+    out += _S2.pack(_n)
+    out += _b
+    _b = o.host.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('CreateAclsRequest.AclCreation.host', _n)
+    out += _S2.pack(_n)
+    out += _b
+    out += _S3.pack(o.operation, o.permission_type)
 
 def _e_CreateAclsRequest_1(o, out, chunks):
     _a = o.creations
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_AclCreation_1(_e, out, chunks)
 
 def _e_AclCreation_2(o, out, chunks):
-    out += _S0.pack(o.resource_type)
-    write_compact_string(out, o.resource_name)
-    out += _S0.pack(o.resource_pattern_type)
-    write_compact_string(out, o.principal)
-    write_compact_string(out, o.host)
-    out += _S1.pack(o.operation, o.permission_type)
+    out += _S1.pack(o.resource_type)
+    _b = o.resource_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('CreateAclsRequest.AclCreation.resource_name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    out += _S1.pack(o.resource_pattern_type)
+    _b = o.principal.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('CreateAclsRequest.AclCreation.principal', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _b = o.host.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('CreateAclsRequest.AclCreation.host', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    out += _S3.pack(o.operation, o.permission_type)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -193,7 +391,11 @@ def _e_AclCreation_2(o, out, chunks):
 
 def _e_CreateAclsRequest_2(o, out, chunks):
     _a = o.creations
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_AclCreation_2(_e, out, chunks)
     if o.unknown_tags is None:

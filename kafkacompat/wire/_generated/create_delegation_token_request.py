@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -37,34 +49,92 @@ class CreateDelegationTokenRequest(Struct):
         self.unknown_tags = unknown_tags
 CreateDelegationTokenRequest.CreatableRenewers = CreatableRenewers
 
-_S0 = _Struct('>q')
+_S0 = _Struct('>i')
+_S1 = _Struct('>h')
+_S2 = _Struct('>q')
 
 def _d_CreatableRenewers_0(buf, pos):
-    f_principal_type, pos = read_string(buf, pos, 'CreateDelegationTokenRequest.CreatableRenewers.principal_type')
-    f_principal_name, pos = read_string(buf, pos, 'CreateDelegationTokenRequest.CreatableRenewers.principal_name')
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('CreateDelegationTokenRequest.CreatableRenewers.principal_type', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('CreateDelegationTokenRequest.CreatableRenewers.principal_type', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('CreateDelegationTokenRequest.CreatableRenewers.principal_type', buf, pos, _n, 1)
+        f_principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('CreateDelegationTokenRequest.CreatableRenewers.principal_name', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('CreateDelegationTokenRequest.CreatableRenewers.principal_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('CreateDelegationTokenRequest.CreatableRenewers.principal_name', buf, pos, _n, 1)
+        f_principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
     f_unknown_tags = None
     return CreatableRenewers(f_principal_type, f_principal_name, f_unknown_tags), pos
 
 def _d_CreateDelegationTokenRequest_0(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'CreateDelegationTokenRequest.renewers', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='CreateDelegationTokenRequest.renewers')
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('CreateDelegationTokenRequest.renewers', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('CreateDelegationTokenRequest.renewers', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('CreateDelegationTokenRequest.renewers', buf, pos, _c, 4)
     else:
         f_renewers = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_CreatableRenewers_0(buf, pos)
             _lst.append(_e)
-    if pos + 8 > len(buf):
+    if pos + 8 > _l:
         raise truncated('CreateDelegationTokenRequest.max_lifetime_ms', buf, pos, 8)
-    (f_max_lifetime_ms,) = _S0.unpack_from(buf, pos)
+    (f_max_lifetime_ms,) = _S2.unpack_from(buf, pos)
     pos += 8
     f_unknown_tags = None
     return CreateDelegationTokenRequest('', '', f_renewers, f_max_lifetime_ms, f_unknown_tags), pos
 
 def _d_CreatableRenewers_2(buf, pos):
-    f_principal_type, pos = read_compact_string(buf, pos, 'CreateDelegationTokenRequest.CreatableRenewers.principal_type')
-    f_principal_name, pos = read_compact_string(buf, pos, 'CreateDelegationTokenRequest.CreatableRenewers.principal_name')
-    if pos < len(buf) and buf[pos] == 0:
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'CreateDelegationTokenRequest.CreatableRenewers.principal_type')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('CreateDelegationTokenRequest.CreatableRenewers.principal_type', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('CreateDelegationTokenRequest.CreatableRenewers.principal_type', buf, pos, _n, 1)
+        f_principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'CreateDelegationTokenRequest.CreatableRenewers.principal_name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('CreateDelegationTokenRequest.CreatableRenewers.principal_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('CreateDelegationTokenRequest.CreatableRenewers.principal_name', buf, pos, _n, 1)
+        f_principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -77,19 +147,27 @@ def _d_CreatableRenewers_2(buf, pos):
     return CreatableRenewers(f_principal_type, f_principal_name, f_unknown_tags), pos
 
 def _d_CreateDelegationTokenRequest_2(buf, pos):
-    _n, pos = read_compact_array_len(buf, pos, 'CreateDelegationTokenRequest.renewers', 3)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='CreateDelegationTokenRequest.renewers')
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'CreateDelegationTokenRequest.renewers')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('CreateDelegationTokenRequest.renewers', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('CreateDelegationTokenRequest.renewers', buf, pos, _c, 3)
     else:
         f_renewers = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_CreatableRenewers_2(buf, pos)
             _lst.append(_e)
-    if pos + 8 > len(buf):
+    if pos + 8 > _l:
         raise truncated('CreateDelegationTokenRequest.max_lifetime_ms', buf, pos, 8)
-    (f_max_lifetime_ms,) = _S0.unpack_from(buf, pos)
+    (f_max_lifetime_ms,) = _S2.unpack_from(buf, pos)
     pos += 8
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -102,21 +180,59 @@ def _d_CreateDelegationTokenRequest_2(buf, pos):
     return CreateDelegationTokenRequest('', '', f_renewers, f_max_lifetime_ms, f_unknown_tags), pos
 
 def _d_CreateDelegationTokenRequest_3(buf, pos):
-    f_owner_principal_type, pos = read_compact_nullable_string(buf, pos, 'CreateDelegationTokenRequest.owner_principal_type')
-    f_owner_principal_name, pos = read_compact_nullable_string(buf, pos, 'CreateDelegationTokenRequest.owner_principal_name')
-    _n, pos = read_compact_array_len(buf, pos, 'CreateDelegationTokenRequest.renewers', 3)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'CreateDelegationTokenRequest.owner_principal_type')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='CreateDelegationTokenRequest.renewers')
+        if _n != -1:
+            raise bad_length('CreateDelegationTokenRequest.owner_principal_type', _n)
+        f_owner_principal_type = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('CreateDelegationTokenRequest.owner_principal_type', buf, pos, _n, 1)
+        f_owner_principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'CreateDelegationTokenRequest.owner_principal_name')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('CreateDelegationTokenRequest.owner_principal_name', _n)
+        f_owner_principal_name = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('CreateDelegationTokenRequest.owner_principal_name', buf, pos, _n, 1)
+        f_owner_principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'CreateDelegationTokenRequest.renewers')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('CreateDelegationTokenRequest.renewers', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('CreateDelegationTokenRequest.renewers', buf, pos, _c, 3)
     else:
         f_renewers = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_CreatableRenewers_2(buf, pos)
             _lst.append(_e)
-    if pos + 8 > len(buf):
+    if pos + 8 > _l:
         raise truncated('CreateDelegationTokenRequest.max_lifetime_ms', buf, pos, 8)
-    (f_max_lifetime_ms,) = _S0.unpack_from(buf, pos)
+    (f_max_lifetime_ms,) = _S2.unpack_from(buf, pos)
     pos += 8
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -129,19 +245,46 @@ def _d_CreateDelegationTokenRequest_3(buf, pos):
     return CreateDelegationTokenRequest(f_owner_principal_type, f_owner_principal_name, f_renewers, f_max_lifetime_ms, f_unknown_tags), pos
 
 def _e_CreatableRenewers_0(o, out, chunks):
-    write_string(out, o.principal_type)
-    write_string(out, o.principal_name)
+    _b = o.principal_type.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('CreateDelegationTokenRequest.CreatableRenewers.principal_type', _n)
+    out += _S1.pack(_n)
+    out += _b
+    _b = o.principal_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('CreateDelegationTokenRequest.CreatableRenewers.principal_name', _n)
+    out += _S1.pack(_n)
+    out += _b
 
 def _e_CreateDelegationTokenRequest_0(o, out, chunks):
     _a = o.renewers
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_CreatableRenewers_0(_e, out, chunks)
-    out += _S0.pack(o.max_lifetime_ms)
+    out += _S2.pack(o.max_lifetime_ms)
 
 def _e_CreatableRenewers_2(o, out, chunks):
-    write_compact_string(out, o.principal_type)
-    write_compact_string(out, o.principal_name)
+    _b = o.principal_type.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('CreateDelegationTokenRequest.CreatableRenewers.principal_type', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _b = o.principal_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('CreateDelegationTokenRequest.CreatableRenewers.principal_name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -149,23 +292,53 @@ def _e_CreatableRenewers_2(o, out, chunks):
 
 def _e_CreateDelegationTokenRequest_2(o, out, chunks):
     _a = o.renewers
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_CreatableRenewers_2(_e, out, chunks)
-    out += _S0.pack(o.max_lifetime_ms)
+    out += _S2.pack(o.max_lifetime_ms)
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_CreateDelegationTokenRequest_3(o, out, chunks):
-    write_compact_nullable_string(out, o.owner_principal_type)
-    write_compact_nullable_string(out, o.owner_principal_name)
+    if o.owner_principal_type is None:
+        out.append(0)
+    else:
+        _b = o.owner_principal_type.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('CreateDelegationTokenRequest.owner_principal_type', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+    if o.owner_principal_name is None:
+        out.append(0)
+    else:
+        _b = o.owner_principal_name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('CreateDelegationTokenRequest.owner_principal_name', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     _a = o.renewers
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_CreatableRenewers_2(_e, out, chunks)
-    out += _S0.pack(o.max_lifetime_ms)
+    out += _S2.pack(o.max_lifetime_ms)
     if o.unknown_tags is None:
         out.append(0)
     else:

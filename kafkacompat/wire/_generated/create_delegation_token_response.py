@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -47,19 +59,64 @@ _S1 = _Struct('>qqq')
 _S2 = _Struct('>i')
 
 def _d_CreateDelegationTokenResponse_0(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('CreateDelegationTokenResponse.error_code', buf, pos, 2)
     (f_error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
-    f_principal_type, pos = read_string(buf, pos, 'CreateDelegationTokenResponse.principal_type')
-    f_principal_name, pos = read_string(buf, pos, 'CreateDelegationTokenResponse.principal_name')
-    if pos + 24 > len(buf):
+    if pos + 2 > _l:
+        raise truncated('CreateDelegationTokenResponse.principal_type', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('CreateDelegationTokenResponse.principal_type', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('CreateDelegationTokenResponse.principal_type', buf, pos, _n, 1)
+        f_principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('CreateDelegationTokenResponse.principal_name', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('CreateDelegationTokenResponse.principal_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('CreateDelegationTokenResponse.principal_name', buf, pos, _n, 1)
+        f_principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 24 > _l:
         raise truncated('CreateDelegationTokenResponse.issue_timestamp_ms', buf, pos, 24)
     f_issue_timestamp_ms, f_expiry_timestamp_ms, f_max_timestamp_ms = _S1.unpack_from(buf, pos)
     pos += 24
-    f_token_id, pos = read_string(buf, pos, 'CreateDelegationTokenResponse.token_id')
-    f_hmac, pos = read_bytes(buf, pos, 'CreateDelegationTokenResponse.hmac')
-    if pos + 4 > len(buf):
+    if pos + 2 > _l:
+        raise truncated('CreateDelegationTokenResponse.token_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('CreateDelegationTokenResponse.token_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('CreateDelegationTokenResponse.token_id', buf, pos, _n, 1)
+        f_token_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('CreateDelegationTokenResponse.hmac', buf, pos, 4)
+    (_n,) = _S2.unpack_from(buf, pos)
+    pos += 4
+    if _n < 0:
+        raise bad_length('CreateDelegationTokenResponse.hmac', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('CreateDelegationTokenResponse.hmac', buf, pos, _n, 1)
+        f_hmac = bytes(buf[pos:_end])
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('CreateDelegationTokenResponse.throttle_time_ms', buf, pos, 4)
     (f_throttle_time_ms,) = _S2.unpack_from(buf, pos)
     pos += 4
@@ -67,23 +124,76 @@ def _d_CreateDelegationTokenResponse_0(buf, pos):
     return CreateDelegationTokenResponse(f_error_code, f_principal_type, f_principal_name, '', '', f_issue_timestamp_ms, f_expiry_timestamp_ms, f_max_timestamp_ms, f_token_id, f_hmac, f_throttle_time_ms, f_unknown_tags), pos
 
 def _d_CreateDelegationTokenResponse_2(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('CreateDelegationTokenResponse.error_code', buf, pos, 2)
     (f_error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
-    f_principal_type, pos = read_compact_string(buf, pos, 'CreateDelegationTokenResponse.principal_type')
-    f_principal_name, pos = read_compact_string(buf, pos, 'CreateDelegationTokenResponse.principal_name')
-    if pos + 24 > len(buf):
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'CreateDelegationTokenResponse.principal_type')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('CreateDelegationTokenResponse.principal_type', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('CreateDelegationTokenResponse.principal_type', buf, pos, _n, 1)
+        f_principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'CreateDelegationTokenResponse.principal_name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('CreateDelegationTokenResponse.principal_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('CreateDelegationTokenResponse.principal_name', buf, pos, _n, 1)
+        f_principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 24 > _l:
         raise truncated('CreateDelegationTokenResponse.issue_timestamp_ms', buf, pos, 24)
     f_issue_timestamp_ms, f_expiry_timestamp_ms, f_max_timestamp_ms = _S1.unpack_from(buf, pos)
     pos += 24
-    f_token_id, pos = read_compact_string(buf, pos, 'CreateDelegationTokenResponse.token_id')
-    f_hmac, pos = read_compact_bytes(buf, pos, 'CreateDelegationTokenResponse.hmac')
-    if pos + 4 > len(buf):
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'CreateDelegationTokenResponse.token_id')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('CreateDelegationTokenResponse.token_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('CreateDelegationTokenResponse.token_id', buf, pos, _n, 1)
+        f_token_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'CreateDelegationTokenResponse.hmac')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('CreateDelegationTokenResponse.hmac', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('CreateDelegationTokenResponse.hmac', buf, pos, _n, 1)
+        f_hmac = bytes(buf[pos:_end])
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('CreateDelegationTokenResponse.throttle_time_ms', buf, pos, 4)
     (f_throttle_time_ms,) = _S2.unpack_from(buf, pos)
     pos += 4
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -96,25 +206,104 @@ def _d_CreateDelegationTokenResponse_2(buf, pos):
     return CreateDelegationTokenResponse(f_error_code, f_principal_type, f_principal_name, '', '', f_issue_timestamp_ms, f_expiry_timestamp_ms, f_max_timestamp_ms, f_token_id, f_hmac, f_throttle_time_ms, f_unknown_tags), pos
 
 def _d_CreateDelegationTokenResponse_3(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('CreateDelegationTokenResponse.error_code', buf, pos, 2)
     (f_error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
-    f_principal_type, pos = read_compact_string(buf, pos, 'CreateDelegationTokenResponse.principal_type')
-    f_principal_name, pos = read_compact_string(buf, pos, 'CreateDelegationTokenResponse.principal_name')
-    f_token_requester_principal_type, pos = read_compact_string(buf, pos, 'CreateDelegationTokenResponse.token_requester_principal_type')
-    f_token_requester_principal_name, pos = read_compact_string(buf, pos, 'CreateDelegationTokenResponse.token_requester_principal_name')
-    if pos + 24 > len(buf):
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'CreateDelegationTokenResponse.principal_type')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('CreateDelegationTokenResponse.principal_type', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('CreateDelegationTokenResponse.principal_type', buf, pos, _n, 1)
+        f_principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'CreateDelegationTokenResponse.principal_name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('CreateDelegationTokenResponse.principal_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('CreateDelegationTokenResponse.principal_name', buf, pos, _n, 1)
+        f_principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'CreateDelegationTokenResponse.token_requester_principal_type')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('CreateDelegationTokenResponse.token_requester_principal_type', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('CreateDelegationTokenResponse.token_requester_principal_type', buf, pos, _n, 1)
+        f_token_requester_principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'CreateDelegationTokenResponse.token_requester_principal_name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('CreateDelegationTokenResponse.token_requester_principal_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('CreateDelegationTokenResponse.token_requester_principal_name', buf, pos, _n, 1)
+        f_token_requester_principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 24 > _l:
         raise truncated('CreateDelegationTokenResponse.issue_timestamp_ms', buf, pos, 24)
     f_issue_timestamp_ms, f_expiry_timestamp_ms, f_max_timestamp_ms = _S1.unpack_from(buf, pos)
     pos += 24
-    f_token_id, pos = read_compact_string(buf, pos, 'CreateDelegationTokenResponse.token_id')
-    f_hmac, pos = read_compact_bytes(buf, pos, 'CreateDelegationTokenResponse.hmac')
-    if pos + 4 > len(buf):
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'CreateDelegationTokenResponse.token_id')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('CreateDelegationTokenResponse.token_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('CreateDelegationTokenResponse.token_id', buf, pos, _n, 1)
+        f_token_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'CreateDelegationTokenResponse.hmac')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('CreateDelegationTokenResponse.hmac', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('CreateDelegationTokenResponse.hmac', buf, pos, _n, 1)
+        f_hmac = bytes(buf[pos:_end])
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('CreateDelegationTokenResponse.throttle_time_ms', buf, pos, 4)
     (f_throttle_time_ms,) = _S2.unpack_from(buf, pos)
     pos += 4
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -128,20 +317,68 @@ def _d_CreateDelegationTokenResponse_3(buf, pos):
 
 def _e_CreateDelegationTokenResponse_0(o, out, chunks):
     out += _S0.pack(o.error_code)
-    write_string(out, o.principal_type)
-    write_string(out, o.principal_name)
+    _b = o.principal_type.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('CreateDelegationTokenResponse.principal_type', _n)
+    out += _S0.pack(_n)
+    out += _b
+    _b = o.principal_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('CreateDelegationTokenResponse.principal_name', _n)
+    out += _S0.pack(_n)
+    out += _b
     out += _S1.pack(o.issue_timestamp_ms, o.expiry_timestamp_ms, o.max_timestamp_ms)
-    write_string(out, o.token_id)
-    write_bytes(out, o.hmac)
+    _b = o.token_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('CreateDelegationTokenResponse.token_id', _n)
+    out += _S0.pack(_n)
+    out += _b
+    _b = o.hmac
+    _n = len(_b)
+    out += _S2.pack(_n)
+    out += _b
     out += _S2.pack(o.throttle_time_ms)
 
 def _e_CreateDelegationTokenResponse_2(o, out, chunks):
     out += _S0.pack(o.error_code)
-    write_compact_string(out, o.principal_type)
-    write_compact_string(out, o.principal_name)
+    _b = o.principal_type.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('CreateDelegationTokenResponse.principal_type', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _b = o.principal_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('CreateDelegationTokenResponse.principal_name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     out += _S1.pack(o.issue_timestamp_ms, o.expiry_timestamp_ms, o.max_timestamp_ms)
-    write_compact_string(out, o.token_id)
-    write_compact_bytes(out, o.hmac)
+    _b = o.token_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('CreateDelegationTokenResponse.token_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _b = o.hmac
+    _n = len(_b)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     out += _S2.pack(o.throttle_time_ms)
     if o.unknown_tags is None:
         out.append(0)
@@ -150,13 +387,59 @@ def _e_CreateDelegationTokenResponse_2(o, out, chunks):
 
 def _e_CreateDelegationTokenResponse_3(o, out, chunks):
     out += _S0.pack(o.error_code)
-    write_compact_string(out, o.principal_type)
-    write_compact_string(out, o.principal_name)
-    write_compact_string(out, o.token_requester_principal_type)
-    write_compact_string(out, o.token_requester_principal_name)
+    _b = o.principal_type.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('CreateDelegationTokenResponse.principal_type', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _b = o.principal_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('CreateDelegationTokenResponse.principal_name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _b = o.token_requester_principal_type.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('CreateDelegationTokenResponse.token_requester_principal_type', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _b = o.token_requester_principal_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('CreateDelegationTokenResponse.token_requester_principal_name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     out += _S1.pack(o.issue_timestamp_ms, o.expiry_timestamp_ms, o.max_timestamp_ms)
-    write_compact_string(out, o.token_id)
-    write_compact_bytes(out, o.hmac)
+    _b = o.token_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('CreateDelegationTokenResponse.token_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _b = o.hmac
+    _n = len(_b)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     out += _S2.pack(o.throttle_time_ms)
     if o.unknown_tags is None:
         out.append(0)

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -39,59 +51,102 @@ CreatePartitionsRequest.CreatePartitionsTopic = CreatePartitionsTopic
 CreatePartitionsRequest.CreatePartitionsAssignment = CreatePartitionsAssignment
 
 _S0 = _Struct('>i')
-_S1 = _Struct('>i?')
+_S1 = _Struct('>h')
+_S2 = _Struct('>i?')
+_A_i = ARRAY_STRUCTS['i']
 
 def _d_CreatePartitionsAssignment_0(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'CreatePartitionsRequest.CreatePartitionsAssignment.broker_ids', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='CreatePartitionsRequest.CreatePartitionsAssignment.broker_ids')
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('CreatePartitionsRequest.CreatePartitionsAssignment.broker_ids', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('CreatePartitionsRequest.CreatePartitionsAssignment.broker_ids', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('CreatePartitionsRequest.CreatePartitionsAssignment.broker_ids', buf, pos, _c, 4)
     else:
-        f_broker_ids = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_broker_ids = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
     f_unknown_tags = None
     return CreatePartitionsAssignment(f_broker_ids, f_unknown_tags), pos
 
 def _d_CreatePartitionsTopic_0(buf, pos):
-    f_name, pos = read_string(buf, pos, 'CreatePartitionsRequest.CreatePartitionsTopic.name')
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('CreatePartitionsRequest.CreatePartitionsTopic.name', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('CreatePartitionsRequest.CreatePartitionsTopic.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('CreatePartitionsRequest.CreatePartitionsTopic.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('CreatePartitionsRequest.CreatePartitionsTopic.count', buf, pos, 4)
     (f_count,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_array_len(buf, pos, 'CreatePartitionsRequest.CreatePartitionsTopic.assignments', 4)
-    if _n < 0:
+    if pos + 4 > _l:
+        raise truncated('CreatePartitionsRequest.CreatePartitionsTopic.assignments', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        if _c != -1:
+            raise bad_length('CreatePartitionsRequest.CreatePartitionsTopic.assignments', _c)
         f_assignments = None
+    elif _c * 4 > _l - pos:
+        raise overrun('CreatePartitionsRequest.CreatePartitionsTopic.assignments', buf, pos, _c, 4)
     else:
         f_assignments = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_CreatePartitionsAssignment_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return CreatePartitionsTopic(f_name, f_count, f_assignments, f_unknown_tags), pos
 
 def _d_CreatePartitionsRequest_0(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'CreatePartitionsRequest.topics', 10)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='CreatePartitionsRequest.topics')
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('CreatePartitionsRequest.topics', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('CreatePartitionsRequest.topics', _c)
+    elif _c * 10 > _l - pos:
+        raise overrun('CreatePartitionsRequest.topics', buf, pos, _c, 10)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_CreatePartitionsTopic_0(buf, pos)
             _lst.append(_e)
-    if pos + 5 > len(buf):
+    if pos + 5 > _l:
         raise truncated('CreatePartitionsRequest.timeout_ms', buf, pos, 5)
-    f_timeout_ms, f_validate_only = _S1.unpack_from(buf, pos)
+    f_timeout_ms, f_validate_only = _S2.unpack_from(buf, pos)
     pos += 5
     f_unknown_tags = None
     return CreatePartitionsRequest(f_topics, f_timeout_ms, f_validate_only, f_unknown_tags), pos
 
 def _d_CreatePartitionsAssignment_2(buf, pos):
-    _n, pos = read_compact_array_len(buf, pos, 'CreatePartitionsRequest.CreatePartitionsAssignment.broker_ids', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='CreatePartitionsRequest.CreatePartitionsAssignment.broker_ids')
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
     else:
-        f_broker_ids = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    if pos < len(buf) and buf[pos] == 0:
+        _c, pos = read_uvarint(buf, pos, 'CreatePartitionsRequest.CreatePartitionsAssignment.broker_ids')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('CreatePartitionsRequest.CreatePartitionsAssignment.broker_ids', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('CreatePartitionsRequest.CreatePartitionsAssignment.broker_ids', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_broker_ids = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -104,20 +159,43 @@ def _d_CreatePartitionsAssignment_2(buf, pos):
     return CreatePartitionsAssignment(f_broker_ids, f_unknown_tags), pos
 
 def _d_CreatePartitionsTopic_2(buf, pos):
-    f_name, pos = read_compact_string(buf, pos, 'CreatePartitionsRequest.CreatePartitionsTopic.name')
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'CreatePartitionsRequest.CreatePartitionsTopic.name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('CreatePartitionsRequest.CreatePartitionsTopic.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('CreatePartitionsRequest.CreatePartitionsTopic.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('CreatePartitionsRequest.CreatePartitionsTopic.count', buf, pos, 4)
     (f_count,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'CreatePartitionsRequest.CreatePartitionsTopic.assignments', 2)
-    if _n < 0:
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'CreatePartitionsRequest.CreatePartitionsTopic.assignments')
+        _c -= 1
+    if _c < 0:
+        if _c != -1:
+            raise bad_length('CreatePartitionsRequest.CreatePartitionsTopic.assignments', _c)
         f_assignments = None
+    elif _c * 2 > _l - pos:
+        raise overrun('CreatePartitionsRequest.CreatePartitionsTopic.assignments', buf, pos, _c, 2)
     else:
         f_assignments = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_CreatePartitionsAssignment_2(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -130,19 +208,27 @@ def _d_CreatePartitionsTopic_2(buf, pos):
     return CreatePartitionsTopic(f_name, f_count, f_assignments, f_unknown_tags), pos
 
 def _d_CreatePartitionsRequest_2(buf, pos):
-    _n, pos = read_compact_array_len(buf, pos, 'CreatePartitionsRequest.topics', 7)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='CreatePartitionsRequest.topics')
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'CreatePartitionsRequest.topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('CreatePartitionsRequest.topics', _c)
+    elif _c * 7 > _l - pos:
+        raise overrun('CreatePartitionsRequest.topics', buf, pos, _c, 7)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_CreatePartitionsTopic_2(buf, pos)
             _lst.append(_e)
-    if pos + 5 > len(buf):
+    if pos + 5 > _l:
         raise truncated('CreatePartitionsRequest.timeout_ms', buf, pos, 5)
-    f_timeout_ms, f_validate_only = _S1.unpack_from(buf, pos)
+    f_timeout_ms, f_validate_only = _S2.unpack_from(buf, pos)
     pos += 5
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -156,44 +242,70 @@ def _d_CreatePartitionsRequest_2(buf, pos):
 
 def _e_CreatePartitionsAssignment_0(o, out, chunks):
     _a = o.broker_ids
-    write_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    out += _S0.pack(_c)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
 
 def _e_CreatePartitionsTopic_0(o, out, chunks):
-    write_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('CreatePartitionsRequest.CreatePartitionsTopic.name', _n)
+    out += _S1.pack(_n)
+    out += _b
     out += _S0.pack(o.count)
     _a = o.assignments
     if _a is None:
         out += b'\xff\xff\xff\xff'
     else:
-        write_array_len(out, len(_a))
+        _c = len(_a)
+        out += _S0.pack(_c)
         for _e in _a:
             _e_CreatePartitionsAssignment_0(_e, out, chunks)
 
 def _e_CreatePartitionsRequest_0(o, out, chunks):
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_CreatePartitionsTopic_0(_e, out, chunks)
-    out += _S1.pack(o.timeout_ms, o.validate_only)
+    out += _S2.pack(o.timeout_ms, o.validate_only)
 
 def _e_CreatePartitionsAssignment_2(o, out, chunks):
     _a = o.broker_ids
-    write_compact_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_CreatePartitionsTopic_2(o, out, chunks):
-    write_compact_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('CreatePartitionsRequest.CreatePartitionsTopic.name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     out += _S0.pack(o.count)
     _a = o.assignments
     if _a is None:
         out.append(0)
     else:
-        write_compact_array_len(out, len(_a))
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
         for _e in _a:
             _e_CreatePartitionsAssignment_2(_e, out, chunks)
     if o.unknown_tags is None:
@@ -203,10 +315,14 @@ def _e_CreatePartitionsTopic_2(o, out, chunks):
 
 def _e_CreatePartitionsRequest_2(o, out, chunks):
     _a = o.topics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_CreatePartitionsTopic_2(_e, out, chunks)
-    out += _S1.pack(o.timeout_ms, o.validate_only)
+    out += _S2.pack(o.timeout_ms, o.validate_only)
     if o.unknown_tags is None:
         out.append(0)
     else:

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -33,39 +45,99 @@ _S0 = _Struct('>i')
 _S1 = _Struct('>h')
 
 def _d_CreatePartitionsTopicResult_0(buf, pos):
-    f_name, pos = read_string(buf, pos, 'CreatePartitionsResponse.CreatePartitionsTopicResult.name')
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('CreatePartitionsResponse.CreatePartitionsTopicResult.name', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('CreatePartitionsResponse.CreatePartitionsTopicResult.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('CreatePartitionsResponse.CreatePartitionsTopicResult.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
         raise truncated('CreatePartitionsResponse.CreatePartitionsTopicResult.error_code', buf, pos, 2)
     (f_error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
-    f_error_message, pos = read_nullable_string(buf, pos, 'CreatePartitionsResponse.CreatePartitionsTopicResult.error_message')
+    if pos + 2 > _l:
+        raise truncated('CreatePartitionsResponse.CreatePartitionsTopicResult.error_message', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('CreatePartitionsResponse.CreatePartitionsTopicResult.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('CreatePartitionsResponse.CreatePartitionsTopicResult.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
     f_unknown_tags = None
     return CreatePartitionsTopicResult(f_name, f_error_code, f_error_message, f_unknown_tags), pos
 
 def _d_CreatePartitionsResponse_0(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('CreatePartitionsResponse.throttle_time_ms', buf, pos, 4)
     (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_array_len(buf, pos, 'CreatePartitionsResponse.results', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='CreatePartitionsResponse.results')
+    if pos + 4 > _l:
+        raise truncated('CreatePartitionsResponse.results', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('CreatePartitionsResponse.results', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('CreatePartitionsResponse.results', buf, pos, _c, 6)
     else:
         f_results = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_CreatePartitionsTopicResult_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return CreatePartitionsResponse(f_throttle_time_ms, f_results, f_unknown_tags), pos
 
 def _d_CreatePartitionsTopicResult_2(buf, pos):
-    f_name, pos = read_compact_string(buf, pos, 'CreatePartitionsResponse.CreatePartitionsTopicResult.name')
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'CreatePartitionsResponse.CreatePartitionsTopicResult.name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('CreatePartitionsResponse.CreatePartitionsTopicResult.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('CreatePartitionsResponse.CreatePartitionsTopicResult.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
         raise truncated('CreatePartitionsResponse.CreatePartitionsTopicResult.error_code', buf, pos, 2)
     (f_error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
-    f_error_message, pos = read_compact_nullable_string(buf, pos, 'CreatePartitionsResponse.CreatePartitionsTopicResult.error_message')
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'CreatePartitionsResponse.CreatePartitionsTopicResult.error_message')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('CreatePartitionsResponse.CreatePartitionsTopicResult.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('CreatePartitionsResponse.CreatePartitionsTopicResult.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -78,19 +150,27 @@ def _d_CreatePartitionsTopicResult_2(buf, pos):
     return CreatePartitionsTopicResult(f_name, f_error_code, f_error_message, f_unknown_tags), pos
 
 def _d_CreatePartitionsResponse_2(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('CreatePartitionsResponse.throttle_time_ms', buf, pos, 4)
     (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'CreatePartitionsResponse.results', 5)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='CreatePartitionsResponse.results')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'CreatePartitionsResponse.results')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('CreatePartitionsResponse.results', _c)
+    elif _c * 5 > _l - pos:
+        raise overrun('CreatePartitionsResponse.results', buf, pos, _c, 5)
     else:
         f_results = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_CreatePartitionsTopicResult_2(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -103,21 +183,54 @@ def _d_CreatePartitionsResponse_2(buf, pos):
     return CreatePartitionsResponse(f_throttle_time_ms, f_results, f_unknown_tags), pos
 
 def _e_CreatePartitionsTopicResult_0(o, out, chunks):
-    write_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('CreatePartitionsResponse.CreatePartitionsTopicResult.name', _n)
+    out += _S1.pack(_n)
+    out += _b
     out += _S1.pack(o.error_code)
-    write_nullable_string(out, o.error_message)
+    if o.error_message is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('CreatePartitionsResponse.CreatePartitionsTopicResult.error_message', _n)
+        out += _S1.pack(_n)
+        out += _b
 
 def _e_CreatePartitionsResponse_0(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
     _a = o.results
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_CreatePartitionsTopicResult_0(_e, out, chunks)
 
 def _e_CreatePartitionsTopicResult_2(o, out, chunks):
-    write_compact_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('CreatePartitionsResponse.CreatePartitionsTopicResult.name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     out += _S1.pack(o.error_code)
-    write_compact_nullable_string(out, o.error_message)
+    if o.error_message is None:
+        out.append(0)
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('CreatePartitionsResponse.CreatePartitionsTopicResult.error_message', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -126,7 +239,11 @@ def _e_CreatePartitionsTopicResult_2(o, out, chunks):
 def _e_CreatePartitionsResponse_2(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
     _a = o.results
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_CreatePartitionsTopicResult_2(_e, out, chunks)
     if o.unknown_tags is None:

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -58,99 +70,176 @@ CreateTopicsRequest.CreatableTopic = CreatableTopic
 CreateTopicsRequest.CreatableReplicaAssignment = CreatableReplicaAssignment
 CreateTopicsRequest.CreatableTopicConfig = CreatableTopicConfig
 
-_S0 = _Struct('>ih')
-_S1 = _Struct('>i')
-_S2 = _Struct('>i?')
+_S0 = _Struct('>i')
+_S1 = _Struct('>h')
+_S2 = _Struct('>ih')
+_S3 = _Struct('>i?')
+_A_i = ARRAY_STRUCTS['i']
 
 def _d_CreatableReplicaAssignment_0(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('CreateTopicsRequest.CreatableReplicaAssignment.partition_index', buf, pos, 4)
-    (f_partition_index,) = _S1.unpack_from(buf, pos)
+    (f_partition_index,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_array_len(buf, pos, 'CreateTopicsRequest.CreatableReplicaAssignment.broker_ids', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='CreateTopicsRequest.CreatableReplicaAssignment.broker_ids')
+    if pos + 4 > _l:
+        raise truncated('CreateTopicsRequest.CreatableReplicaAssignment.broker_ids', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('CreateTopicsRequest.CreatableReplicaAssignment.broker_ids', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('CreateTopicsRequest.CreatableReplicaAssignment.broker_ids', buf, pos, _c, 4)
     else:
-        f_broker_ids = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_broker_ids = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
     f_unknown_tags = None
     return CreatableReplicaAssignment(f_partition_index, f_broker_ids, f_unknown_tags), pos
 
 def _d_CreatableTopicConfig_0(buf, pos):
-    f_name, pos = read_string(buf, pos, 'CreateTopicsRequest.CreatableTopicConfig.name')
-    f_value, pos = read_nullable_string(buf, pos, 'CreateTopicsRequest.CreatableTopicConfig.value')
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('CreateTopicsRequest.CreatableTopicConfig.name', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('CreateTopicsRequest.CreatableTopicConfig.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('CreateTopicsRequest.CreatableTopicConfig.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('CreateTopicsRequest.CreatableTopicConfig.value', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('CreateTopicsRequest.CreatableTopicConfig.value', _n)
+        f_value = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('CreateTopicsRequest.CreatableTopicConfig.value', buf, pos, _n, 1)
+        f_value = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
     f_unknown_tags = None
     return CreatableTopicConfig(f_name, f_value, f_unknown_tags), pos
 
 def _d_CreatableTopic_0(buf, pos):
-    f_name, pos = read_string(buf, pos, 'CreateTopicsRequest.CreatableTopic.name')
-    if pos + 6 > len(buf):
-        raise truncated('CreateTopicsRequest.CreatableTopic.num_partitions', buf, pos, 6)
-    f_num_partitions, f_replication_factor = _S0.unpack_from(buf, pos)
-    pos += 6
-    _n, pos = read_array_len(buf, pos, 'CreateTopicsRequest.CreatableTopic.assignments', 8)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('CreateTopicsRequest.CreatableTopic.name', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='CreateTopicsRequest.CreatableTopic.assignments')
+        raise bad_length('CreateTopicsRequest.CreatableTopic.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('CreateTopicsRequest.CreatableTopic.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 6 > _l:
+        raise truncated('CreateTopicsRequest.CreatableTopic.num_partitions', buf, pos, 6)
+    f_num_partitions, f_replication_factor = _S2.unpack_from(buf, pos)
+    pos += 6
+    if pos + 4 > _l:
+        raise truncated('CreateTopicsRequest.CreatableTopic.assignments', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('CreateTopicsRequest.CreatableTopic.assignments', _c)
+    elif _c * 8 > _l - pos:
+        raise overrun('CreateTopicsRequest.CreatableTopic.assignments', buf, pos, _c, 8)
     else:
         f_assignments = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_CreatableReplicaAssignment_0(buf, pos)
             _lst.append(_e)
-    _n, pos = read_array_len(buf, pos, 'CreateTopicsRequest.CreatableTopic.configs', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='CreateTopicsRequest.CreatableTopic.configs')
+    if pos + 4 > _l:
+        raise truncated('CreateTopicsRequest.CreatableTopic.configs', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('CreateTopicsRequest.CreatableTopic.configs', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('CreateTopicsRequest.CreatableTopic.configs', buf, pos, _c, 4)
     else:
         f_configs = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_CreatableTopicConfig_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return CreatableTopic(f_name, f_num_partitions, f_replication_factor, f_assignments, f_configs, f_unknown_tags), pos
 
 def _d_CreateTopicsRequest_0(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'CreateTopicsRequest.topics', 16)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='CreateTopicsRequest.topics')
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('CreateTopicsRequest.topics', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('CreateTopicsRequest.topics', _c)
+    elif _c * 16 > _l - pos:
+        raise overrun('CreateTopicsRequest.topics', buf, pos, _c, 16)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_CreatableTopic_0(buf, pos)
             _lst.append(_e)
-    if pos + 4 > len(buf):
+    if pos + 4 > _l:
         raise truncated('CreateTopicsRequest.timeout_ms', buf, pos, 4)
-    (f_timeout_ms,) = _S1.unpack_from(buf, pos)
+    (f_timeout_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     f_unknown_tags = None
     return CreateTopicsRequest(f_topics, f_timeout_ms, False, f_unknown_tags), pos
 
 def _d_CreateTopicsRequest_1(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'CreateTopicsRequest.topics', 16)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='CreateTopicsRequest.topics')
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('CreateTopicsRequest.topics', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('CreateTopicsRequest.topics', _c)
+    elif _c * 16 > _l - pos:
+        raise overrun('CreateTopicsRequest.topics', buf, pos, _c, 16)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_CreatableTopic_0(buf, pos)
             _lst.append(_e)
-    if pos + 5 > len(buf):
+    if pos + 5 > _l:
         raise truncated('CreateTopicsRequest.timeout_ms', buf, pos, 5)
-    f_timeout_ms, f_validate_only = _S2.unpack_from(buf, pos)
+    f_timeout_ms, f_validate_only = _S3.unpack_from(buf, pos)
     pos += 5
     f_unknown_tags = None
     return CreateTopicsRequest(f_topics, f_timeout_ms, f_validate_only, f_unknown_tags), pos
 
 def _d_CreatableReplicaAssignment_5(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('CreateTopicsRequest.CreatableReplicaAssignment.partition_index', buf, pos, 4)
-    (f_partition_index,) = _S1.unpack_from(buf, pos)
+    (f_partition_index,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'CreateTopicsRequest.CreatableReplicaAssignment.broker_ids', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='CreateTopicsRequest.CreatableReplicaAssignment.broker_ids')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
     else:
-        f_broker_ids = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    if pos < len(buf) and buf[pos] == 0:
+        _c, pos = read_uvarint(buf, pos, 'CreateTopicsRequest.CreatableReplicaAssignment.broker_ids')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('CreateTopicsRequest.CreatableReplicaAssignment.broker_ids', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('CreateTopicsRequest.CreatableReplicaAssignment.broker_ids', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_broker_ids = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -163,9 +252,38 @@ def _d_CreatableReplicaAssignment_5(buf, pos):
     return CreatableReplicaAssignment(f_partition_index, f_broker_ids, f_unknown_tags), pos
 
 def _d_CreatableTopicConfig_5(buf, pos):
-    f_name, pos = read_compact_string(buf, pos, 'CreateTopicsRequest.CreatableTopicConfig.name')
-    f_value, pos = read_compact_nullable_string(buf, pos, 'CreateTopicsRequest.CreatableTopicConfig.value')
-    if pos < len(buf) and buf[pos] == 0:
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'CreateTopicsRequest.CreatableTopicConfig.name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('CreateTopicsRequest.CreatableTopicConfig.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('CreateTopicsRequest.CreatableTopicConfig.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'CreateTopicsRequest.CreatableTopicConfig.value')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('CreateTopicsRequest.CreatableTopicConfig.value', _n)
+        f_value = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('CreateTopicsRequest.CreatableTopicConfig.value', buf, pos, _n, 1)
+        f_value = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -178,28 +296,56 @@ def _d_CreatableTopicConfig_5(buf, pos):
     return CreatableTopicConfig(f_name, f_value, f_unknown_tags), pos
 
 def _d_CreatableTopic_5(buf, pos):
-    f_name, pos = read_compact_string(buf, pos, 'CreateTopicsRequest.CreatableTopic.name')
-    if pos + 6 > len(buf):
-        raise truncated('CreateTopicsRequest.CreatableTopic.num_partitions', buf, pos, 6)
-    f_num_partitions, f_replication_factor = _S0.unpack_from(buf, pos)
-    pos += 6
-    _n, pos = read_compact_array_len(buf, pos, 'CreateTopicsRequest.CreatableTopic.assignments', 6)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'CreateTopicsRequest.CreatableTopic.name')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='CreateTopicsRequest.CreatableTopic.assignments')
+        raise bad_length('CreateTopicsRequest.CreatableTopic.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('CreateTopicsRequest.CreatableTopic.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 6 > _l:
+        raise truncated('CreateTopicsRequest.CreatableTopic.num_partitions', buf, pos, 6)
+    f_num_partitions, f_replication_factor = _S2.unpack_from(buf, pos)
+    pos += 6
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'CreateTopicsRequest.CreatableTopic.assignments')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('CreateTopicsRequest.CreatableTopic.assignments', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('CreateTopicsRequest.CreatableTopic.assignments', buf, pos, _c, 6)
     else:
         f_assignments = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_CreatableReplicaAssignment_5(buf, pos)
             _lst.append(_e)
-    _n, pos = read_compact_array_len(buf, pos, 'CreateTopicsRequest.CreatableTopic.configs', 3)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='CreateTopicsRequest.CreatableTopic.configs')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'CreateTopicsRequest.CreatableTopic.configs')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('CreateTopicsRequest.CreatableTopic.configs', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('CreateTopicsRequest.CreatableTopic.configs', buf, pos, _c, 3)
     else:
         f_configs = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_CreatableTopicConfig_5(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -212,19 +358,27 @@ def _d_CreatableTopic_5(buf, pos):
     return CreatableTopic(f_name, f_num_partitions, f_replication_factor, f_assignments, f_configs, f_unknown_tags), pos
 
 def _d_CreateTopicsRequest_5(buf, pos):
-    _n, pos = read_compact_array_len(buf, pos, 'CreateTopicsRequest.topics', 10)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='CreateTopicsRequest.topics')
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'CreateTopicsRequest.topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('CreateTopicsRequest.topics', _c)
+    elif _c * 10 > _l - pos:
+        raise overrun('CreateTopicsRequest.topics', buf, pos, _c, 10)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_CreatableTopic_5(buf, pos)
             _lst.append(_e)
-    if pos + 5 > len(buf):
+    if pos + 5 > _l:
         raise truncated('CreateTopicsRequest.timeout_ms', buf, pos, 5)
-    f_timeout_ms, f_validate_only = _S2.unpack_from(buf, pos)
+    f_timeout_ms, f_validate_only = _S3.unpack_from(buf, pos)
     pos += 5
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -237,68 +391,132 @@ def _d_CreateTopicsRequest_5(buf, pos):
     return CreateTopicsRequest(f_topics, f_timeout_ms, f_validate_only, f_unknown_tags), pos
 
 def _e_CreatableReplicaAssignment_0(o, out, chunks):
-    out += _S1.pack(o.partition_index)
+    out += _S0.pack(o.partition_index)
     _a = o.broker_ids
-    write_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    out += _S0.pack(_c)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
 
 def _e_CreatableTopicConfig_0(o, out, chunks):
-    write_string(out, o.name)
-    write_nullable_string(out, o.value)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('CreateTopicsRequest.CreatableTopicConfig.name', _n)
+    out += _S1.pack(_n)
+    out += _b
+    if o.value is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.value.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('CreateTopicsRequest.CreatableTopicConfig.value', _n)
+        out += _S1.pack(_n)
+        out += _b
 
 def _e_CreatableTopic_0(o, out, chunks):
-    write_string(out, o.name)
-    out += _S0.pack(o.num_partitions, o.replication_factor)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('CreateTopicsRequest.CreatableTopic.name', _n)
+    out += _S1.pack(_n)
+    out += _b
+    out += _S2.pack(o.num_partitions, o.replication_factor)
     _a = o.assignments
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_CreatableReplicaAssignment_0(_e, out, chunks)
     _a = o.configs
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_CreatableTopicConfig_0(_e, out, chunks)
 
 def _e_CreateTopicsRequest_0(o, out, chunks):
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_CreatableTopic_0(_e, out, chunks)
-    out += _S1.pack(o.timeout_ms)
+    out += _S0.pack(o.timeout_ms)
 
 def _e_CreateTopicsRequest_1(o, out, chunks):
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_CreatableTopic_0(_e, out, chunks)
-    out += _S2.pack(o.timeout_ms, o.validate_only)
+    out += _S3.pack(o.timeout_ms, o.validate_only)
 
 def _e_CreatableReplicaAssignment_5(o, out, chunks):
-    out += _S1.pack(o.partition_index)
+    out += _S0.pack(o.partition_index)
     _a = o.broker_ids
-    write_compact_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_CreatableTopicConfig_5(o, out, chunks):
-    write_compact_string(out, o.name)
-    write_compact_nullable_string(out, o.value)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('CreateTopicsRequest.CreatableTopicConfig.name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    if o.value is None:
+        out.append(0)
+    else:
+        _b = o.value.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('CreateTopicsRequest.CreatableTopicConfig.value', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_CreatableTopic_5(o, out, chunks):
-    write_compact_string(out, o.name)
-    out += _S0.pack(o.num_partitions, o.replication_factor)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('CreateTopicsRequest.CreatableTopic.name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    out += _S2.pack(o.num_partitions, o.replication_factor)
     _a = o.assignments
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_CreatableReplicaAssignment_5(_e, out, chunks)
     _a = o.configs
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_CreatableTopicConfig_5(_e, out, chunks)
     if o.unknown_tags is None:
@@ -308,10 +526,14 @@ def _e_CreatableTopic_5(o, out, chunks):
 
 def _e_CreateTopicsRequest_5(o, out, chunks):
     _a = o.topics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_CreatableTopic_5(_e, out, chunks)
-    out += _S2.pack(o.timeout_ms, o.validate_only)
+    out += _S3.pack(o.timeout_ms, o.validate_only)
     if o.unknown_tags is None:
         out.append(0)
     else:

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -65,79 +77,163 @@ class CreateTopicsResponse(Struct):
 CreateTopicsResponse.CreatableTopicResult = CreatableTopicResult
 CreateTopicsResponse.CreatableTopicConfigs = CreatableTopicConfigs
 
-_S0 = _Struct('>h')
-_S1 = _Struct('>i')
+_S0 = _Struct('>i')
+_S1 = _Struct('>h')
 _S2 = _Struct('>ih')
 _S3 = _Struct('>?b?')
 _S4 = _Struct('>16sh')
 
 def _d_CreatableTopicResult_0(buf, pos):
-    f_name, pos = read_string(buf, pos, 'CreateTopicsResponse.CreatableTopicResult.name')
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('CreateTopicsResponse.CreatableTopicResult.name', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('CreateTopicsResponse.CreatableTopicResult.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('CreateTopicsResponse.CreatableTopicResult.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
         raise truncated('CreateTopicsResponse.CreatableTopicResult.error_code', buf, pos, 2)
-    (f_error_code,) = _S0.unpack_from(buf, pos)
+    (f_error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
     f_unknown_tags = None
     return CreatableTopicResult(f_name, ZERO_UUID, f_error_code, '', 0, -1, -1, [], f_unknown_tags), pos
 
 def _d_CreateTopicsResponse_0(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'CreateTopicsResponse.topics', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='CreateTopicsResponse.topics')
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('CreateTopicsResponse.topics', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('CreateTopicsResponse.topics', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('CreateTopicsResponse.topics', buf, pos, _c, 4)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_CreatableTopicResult_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return CreateTopicsResponse(0, f_topics, f_unknown_tags), pos
 
 def _d_CreatableTopicResult_1(buf, pos):
-    f_name, pos = read_string(buf, pos, 'CreateTopicsResponse.CreatableTopicResult.name')
-    if pos + 2 > len(buf):
-        raise truncated('CreateTopicsResponse.CreatableTopicResult.error_code', buf, pos, 2)
-    (f_error_code,) = _S0.unpack_from(buf, pos)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('CreateTopicsResponse.CreatableTopicResult.name', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
     pos += 2
-    f_error_message, pos = read_nullable_string(buf, pos, 'CreateTopicsResponse.CreatableTopicResult.error_message')
+    if _n < 0:
+        raise bad_length('CreateTopicsResponse.CreatableTopicResult.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('CreateTopicsResponse.CreatableTopicResult.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('CreateTopicsResponse.CreatableTopicResult.error_code', buf, pos, 2)
+    (f_error_code,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if pos + 2 > _l:
+        raise truncated('CreateTopicsResponse.CreatableTopicResult.error_message', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('CreateTopicsResponse.CreatableTopicResult.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('CreateTopicsResponse.CreatableTopicResult.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
     f_unknown_tags = None
     return CreatableTopicResult(f_name, ZERO_UUID, f_error_code, f_error_message, 0, -1, -1, [], f_unknown_tags), pos
 
 def _d_CreateTopicsResponse_1(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'CreateTopicsResponse.topics', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='CreateTopicsResponse.topics')
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('CreateTopicsResponse.topics', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('CreateTopicsResponse.topics', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('CreateTopicsResponse.topics', buf, pos, _c, 6)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_CreatableTopicResult_1(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return CreateTopicsResponse(0, f_topics, f_unknown_tags), pos
 
 def _d_CreateTopicsResponse_2(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('CreateTopicsResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S1.unpack_from(buf, pos)
+    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_array_len(buf, pos, 'CreateTopicsResponse.topics', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='CreateTopicsResponse.topics')
+    if pos + 4 > _l:
+        raise truncated('CreateTopicsResponse.topics', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('CreateTopicsResponse.topics', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('CreateTopicsResponse.topics', buf, pos, _c, 6)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_CreatableTopicResult_1(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return CreateTopicsResponse(f_throttle_time_ms, f_topics, f_unknown_tags), pos
 
 def _d_CreatableTopicConfigs_5(buf, pos):
-    f_name, pos = read_compact_string(buf, pos, 'CreateTopicsResponse.CreatableTopicConfigs.name')
-    f_value, pos = read_compact_nullable_string(buf, pos, 'CreateTopicsResponse.CreatableTopicConfigs.value')
-    if pos + 3 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'CreateTopicsResponse.CreatableTopicConfigs.name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('CreateTopicsResponse.CreatableTopicConfigs.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('CreateTopicsResponse.CreatableTopicConfigs.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'CreateTopicsResponse.CreatableTopicConfigs.value')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('CreateTopicsResponse.CreatableTopicConfigs.value', _n)
+        f_value = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('CreateTopicsResponse.CreatableTopicConfigs.value', buf, pos, _n, 1)
+        f_value = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 3 > _l:
         raise truncated('CreateTopicsResponse.CreatableTopicConfigs.read_only', buf, pos, 3)
     f_read_only, f_config_source, f_is_sensitive = _S3.unpack_from(buf, pos)
     pos += 3
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -150,26 +246,64 @@ def _d_CreatableTopicConfigs_5(buf, pos):
     return CreatableTopicConfigs(f_name, f_value, f_read_only, f_config_source, f_is_sensitive, f_unknown_tags), pos
 
 def _d_CreatableTopicResult_5(buf, pos):
-    f_name, pos = read_compact_string(buf, pos, 'CreateTopicsResponse.CreatableTopicResult.name')
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'CreateTopicsResponse.CreatableTopicResult.name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('CreateTopicsResponse.CreatableTopicResult.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('CreateTopicsResponse.CreatableTopicResult.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
         raise truncated('CreateTopicsResponse.CreatableTopicResult.error_code', buf, pos, 2)
-    (f_error_code,) = _S0.unpack_from(buf, pos)
+    (f_error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
-    f_error_message, pos = read_compact_nullable_string(buf, pos, 'CreateTopicsResponse.CreatableTopicResult.error_message')
-    if pos + 6 > len(buf):
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'CreateTopicsResponse.CreatableTopicResult.error_message')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('CreateTopicsResponse.CreatableTopicResult.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('CreateTopicsResponse.CreatableTopicResult.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 6 > _l:
         raise truncated('CreateTopicsResponse.CreatableTopicResult.num_partitions', buf, pos, 6)
     f_num_partitions, f_replication_factor = _S2.unpack_from(buf, pos)
     pos += 6
-    _n, pos = read_compact_array_len(buf, pos, 'CreateTopicsResponse.CreatableTopicResult.configs', 6)
-    if _n < 0:
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'CreateTopicsResponse.CreatableTopicResult.configs')
+        _c -= 1
+    if _c < 0:
+        if _c != -1:
+            raise bad_length('CreateTopicsResponse.CreatableTopicResult.configs', _c)
         f_configs = None
+    elif _c * 6 > _l - pos:
+        raise overrun('CreateTopicsResponse.CreatableTopicResult.configs', buf, pos, _c, 6)
     else:
         f_configs = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_CreatableTopicConfigs_5(buf, pos)
             _lst.append(_e)
     f_topic_config_error_code = 0
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -181,7 +315,7 @@ def _d_CreatableTopicResult_5(buf, pos):
                 _p = _start
                 if _p + 2 > len(_sub):
                     raise truncated('CreateTopicsResponse.CreatableTopicResult.topic_config_error_code', _sub, _p, 2)
-                (f_topic_config_error_code,) = _S0.unpack_from(_sub, _p)
+                (f_topic_config_error_code,) = _S1.unpack_from(_sub, _p)
                 _p += 2
                 if _p != _end:
                     raise DecodeError('tagged field size mismatch', field='CreateTopicsResponse.CreatableTopicResult.topic_config_error_code')
@@ -192,19 +326,27 @@ def _d_CreatableTopicResult_5(buf, pos):
     return CreatableTopicResult(f_name, ZERO_UUID, f_error_code, f_error_message, f_topic_config_error_code, f_num_partitions, f_replication_factor, f_configs, f_unknown_tags), pos
 
 def _d_CreateTopicsResponse_5(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('CreateTopicsResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S1.unpack_from(buf, pos)
+    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'CreateTopicsResponse.topics', 12)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='CreateTopicsResponse.topics')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'CreateTopicsResponse.topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('CreateTopicsResponse.topics', _c)
+    elif _c * 12 > _l - pos:
+        raise overrun('CreateTopicsResponse.topics', buf, pos, _c, 12)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_CreatableTopicResult_5(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -217,27 +359,65 @@ def _d_CreateTopicsResponse_5(buf, pos):
     return CreateTopicsResponse(f_throttle_time_ms, f_topics, f_unknown_tags), pos
 
 def _d_CreatableTopicResult_7(buf, pos):
-    f_name, pos = read_compact_string(buf, pos, 'CreateTopicsResponse.CreatableTopicResult.name')
-    if pos + 18 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'CreateTopicsResponse.CreatableTopicResult.name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('CreateTopicsResponse.CreatableTopicResult.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('CreateTopicsResponse.CreatableTopicResult.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 18 > _l:
         raise truncated('CreateTopicsResponse.CreatableTopicResult.topic_id', buf, pos, 18)
     f_topic_id, f_error_code = _S4.unpack_from(buf, pos)
     pos += 18
     f_topic_id = _UUID(bytes=f_topic_id)
-    f_error_message, pos = read_compact_nullable_string(buf, pos, 'CreateTopicsResponse.CreatableTopicResult.error_message')
-    if pos + 6 > len(buf):
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'CreateTopicsResponse.CreatableTopicResult.error_message')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('CreateTopicsResponse.CreatableTopicResult.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('CreateTopicsResponse.CreatableTopicResult.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 6 > _l:
         raise truncated('CreateTopicsResponse.CreatableTopicResult.num_partitions', buf, pos, 6)
     f_num_partitions, f_replication_factor = _S2.unpack_from(buf, pos)
     pos += 6
-    _n, pos = read_compact_array_len(buf, pos, 'CreateTopicsResponse.CreatableTopicResult.configs', 6)
-    if _n < 0:
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'CreateTopicsResponse.CreatableTopicResult.configs')
+        _c -= 1
+    if _c < 0:
+        if _c != -1:
+            raise bad_length('CreateTopicsResponse.CreatableTopicResult.configs', _c)
         f_configs = None
+    elif _c * 6 > _l - pos:
+        raise overrun('CreateTopicsResponse.CreatableTopicResult.configs', buf, pos, _c, 6)
     else:
         f_configs = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_CreatableTopicConfigs_5(buf, pos)
             _lst.append(_e)
     f_topic_config_error_code = 0
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -249,7 +429,7 @@ def _d_CreatableTopicResult_7(buf, pos):
                 _p = _start
                 if _p + 2 > len(_sub):
                     raise truncated('CreateTopicsResponse.CreatableTopicResult.topic_config_error_code', _sub, _p, 2)
-                (f_topic_config_error_code,) = _S0.unpack_from(_sub, _p)
+                (f_topic_config_error_code,) = _S1.unpack_from(_sub, _p)
                 _p += 2
                 if _p != _end:
                     raise DecodeError('tagged field size mismatch', field='CreateTopicsResponse.CreatableTopicResult.topic_config_error_code')
@@ -260,19 +440,27 @@ def _d_CreatableTopicResult_7(buf, pos):
     return CreatableTopicResult(f_name, f_topic_id, f_error_code, f_error_message, f_topic_config_error_code, f_num_partitions, f_replication_factor, f_configs, f_unknown_tags), pos
 
 def _d_CreateTopicsResponse_7(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('CreateTopicsResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S1.unpack_from(buf, pos)
+    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'CreateTopicsResponse.topics', 28)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='CreateTopicsResponse.topics')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'CreateTopicsResponse.topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('CreateTopicsResponse.topics', _c)
+    elif _c * 28 > _l - pos:
+        raise overrun('CreateTopicsResponse.topics', buf, pos, _c, 28)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_CreatableTopicResult_7(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -285,36 +473,76 @@ def _d_CreateTopicsResponse_7(buf, pos):
     return CreateTopicsResponse(f_throttle_time_ms, f_topics, f_unknown_tags), pos
 
 def _e_CreatableTopicResult_0(o, out, chunks):
-    write_string(out, o.name)
-    out += _S0.pack(o.error_code)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('CreateTopicsResponse.CreatableTopicResult.name', _n)
+    out += _S1.pack(_n)
+    out += _b
+    out += _S1.pack(o.error_code)
 
 def _e_CreateTopicsResponse_0(o, out, chunks):
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_CreatableTopicResult_0(_e, out, chunks)
 
 def _e_CreatableTopicResult_1(o, out, chunks):
-    write_string(out, o.name)
-    out += _S0.pack(o.error_code)
-    write_nullable_string(out, o.error_message)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('CreateTopicsResponse.CreatableTopicResult.name', _n)
+    out += _S1.pack(_n)
+    out += _b
+    out += _S1.pack(o.error_code)
+    if o.error_message is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('CreateTopicsResponse.CreatableTopicResult.error_message', _n)
+        out += _S1.pack(_n)
+        out += _b
 
 def _e_CreateTopicsResponse_1(o, out, chunks):
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_CreatableTopicResult_1(_e, out, chunks)
 
 def _e_CreateTopicsResponse_2(o, out, chunks):
-    out += _S1.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_CreatableTopicResult_1(_e, out, chunks)
 
 def _e_CreatableTopicConfigs_5(o, out, chunks):
-    write_compact_string(out, o.name)
-    write_compact_nullable_string(out, o.value)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('CreateTopicsResponse.CreatableTopicConfigs.name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    if o.value is None:
+        out.append(0)
+    else:
+        _b = o.value.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('CreateTopicsResponse.CreatableTopicConfigs.value', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     out += _S3.pack(o.read_only, o.config_source, o.is_sensitive)
     if o.unknown_tags is None:
         out.append(0)
@@ -322,31 +550,62 @@ def _e_CreatableTopicConfigs_5(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_CreatableTopicResult_5(o, out, chunks):
-    write_compact_string(out, o.name)
-    out += _S0.pack(o.error_code)
-    write_compact_nullable_string(out, o.error_message)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('CreateTopicsResponse.CreatableTopicResult.name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    out += _S1.pack(o.error_code)
+    if o.error_message is None:
+        out.append(0)
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('CreateTopicsResponse.CreatableTopicResult.error_message', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     out += _S2.pack(o.num_partitions, o.replication_factor)
     _a = o.configs
     if _a is None:
         out.append(0)
     else:
-        write_compact_array_len(out, len(_a))
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
         for _e in _a:
             _e_CreatableTopicConfigs_5(_e, out, chunks)
-    _tags = list(o.unknown_tags) if o.unknown_tags else []
+    _tags = None
     if o.topic_config_error_code != 0:
         _t = bytearray()
-        _t += _S0.pack(o.topic_config_error_code)
+        _t += _S1.pack(o.topic_config_error_code)
+        if _tags is None:
+            _tags = []
         _tags.append((0, _t))
-    if _tags:
-        write_tags(out, _tags)
-    else:
+    if o.unknown_tags:
+        _tags = o.unknown_tags if _tags is None else _tags + o.unknown_tags
+    if _tags is None:
         out.append(0)
+    else:
+        write_tags(out, _tags)
 
 def _e_CreateTopicsResponse_5(o, out, chunks):
-    out += _S1.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _a = o.topics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_CreatableTopicResult_5(_e, out, chunks)
     if o.unknown_tags is None:
@@ -355,31 +614,62 @@ def _e_CreateTopicsResponse_5(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_CreatableTopicResult_7(o, out, chunks):
-    write_compact_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('CreateTopicsResponse.CreatableTopicResult.name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     out += _S4.pack(o.topic_id.bytes, o.error_code)
-    write_compact_nullable_string(out, o.error_message)
+    if o.error_message is None:
+        out.append(0)
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('CreateTopicsResponse.CreatableTopicResult.error_message', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     out += _S2.pack(o.num_partitions, o.replication_factor)
     _a = o.configs
     if _a is None:
         out.append(0)
     else:
-        write_compact_array_len(out, len(_a))
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
         for _e in _a:
             _e_CreatableTopicConfigs_5(_e, out, chunks)
-    _tags = list(o.unknown_tags) if o.unknown_tags else []
+    _tags = None
     if o.topic_config_error_code != 0:
         _t = bytearray()
-        _t += _S0.pack(o.topic_config_error_code)
+        _t += _S1.pack(o.topic_config_error_code)
+        if _tags is None:
+            _tags = []
         _tags.append((0, _t))
-    if _tags:
-        write_tags(out, _tags)
-    else:
+    if o.unknown_tags:
+        _tags = o.unknown_tags if _tags is None else _tags + o.unknown_tags
+    if _tags is None:
         out.append(0)
+    else:
+        write_tags(out, _tags)
 
 def _e_CreateTopicsResponse_7(o, out, chunks):
-    out += _S1.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _a = o.topics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_CreatableTopicResult_7(_e, out, chunks)
     if o.unknown_tags is None:

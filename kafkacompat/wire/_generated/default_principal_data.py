@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -23,13 +35,40 @@ class DefaultPrincipalData(Struct):
 _S0 = _Struct('>?')
 
 def _d_DefaultPrincipalData_0(buf, pos):
-    f_type, pos = read_compact_string(buf, pos, 'DefaultPrincipalData.type')
-    f_name, pos = read_compact_string(buf, pos, 'DefaultPrincipalData.name')
-    if pos + 1 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DefaultPrincipalData.type')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('DefaultPrincipalData.type', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DefaultPrincipalData.type', buf, pos, _n, 1)
+        f_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DefaultPrincipalData.name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('DefaultPrincipalData.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DefaultPrincipalData.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 1 > _l:
         raise truncated('DefaultPrincipalData.token_authenticated', buf, pos, 1)
     (f_token_authenticated,) = _S0.unpack_from(buf, pos)
     pos += 1
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -42,8 +81,24 @@ def _d_DefaultPrincipalData_0(buf, pos):
     return DefaultPrincipalData(f_type, f_name, f_token_authenticated, f_unknown_tags), pos
 
 def _e_DefaultPrincipalData_0(o, out, chunks):
-    write_compact_string(out, o.type)
-    write_compact_string(out, o.name)
+    _b = o.type.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DefaultPrincipalData.type', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DefaultPrincipalData.name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     out += _S0.pack(o.token_authenticated)
     if o.unknown_tags is None:
         out.append(0)

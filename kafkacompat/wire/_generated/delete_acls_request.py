@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -42,84 +54,224 @@ class DeleteAclsRequest(Struct):
         self.unknown_tags = unknown_tags
 DeleteAclsRequest.DeleteAclsFilter = DeleteAclsFilter
 
-_S0 = _Struct('>b')
-_S1 = _Struct('>bb')
+_S0 = _Struct('>i')
+_S1 = _Struct('>b')
+_S2 = _Struct('>h')
+_S3 = _Struct('>bb')
 
 def _d_DeleteAclsFilter_0(buf, pos):
-    if pos + 1 > len(buf):
+    _l = len(buf)
+    if pos + 1 > _l:
         raise truncated('DeleteAclsRequest.DeleteAclsFilter.resource_type_filter', buf, pos, 1)
-    (f_resource_type_filter,) = _S0.unpack_from(buf, pos)
+    (f_resource_type_filter,) = _S1.unpack_from(buf, pos)
     pos += 1
-    f_resource_name_filter, pos = read_nullable_string(buf, pos, 'DeleteAclsRequest.DeleteAclsFilter.resource_name_filter')
-    f_principal_filter, pos = read_nullable_string(buf, pos, 'DeleteAclsRequest.DeleteAclsFilter.principal_filter')
-    f_host_filter, pos = read_nullable_string(buf, pos, 'DeleteAclsRequest.DeleteAclsFilter.host_filter')
-    if pos + 2 > len(buf):
+    if pos + 2 > _l:
+        raise truncated('DeleteAclsRequest.DeleteAclsFilter.resource_name_filter', buf, pos, 2)
+    (_n,) = _S2.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('DeleteAclsRequest.DeleteAclsFilter.resource_name_filter', _n)
+        f_resource_name_filter = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DeleteAclsRequest.DeleteAclsFilter.resource_name_filter', buf, pos, _n, 1)
+        f_resource_name_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('DeleteAclsRequest.DeleteAclsFilter.principal_filter', buf, pos, 2)
+    (_n,) = _S2.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('DeleteAclsRequest.DeleteAclsFilter.principal_filter', _n)
+        f_principal_filter = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DeleteAclsRequest.DeleteAclsFilter.principal_filter', buf, pos, _n, 1)
+        f_principal_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('DeleteAclsRequest.DeleteAclsFilter.host_filter', buf, pos, 2)
+    (_n,) = _S2.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('DeleteAclsRequest.DeleteAclsFilter.host_filter', _n)
+        f_host_filter = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DeleteAclsRequest.DeleteAclsFilter.host_filter', buf, pos, _n, 1)
+        f_host_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
         raise truncated('DeleteAclsRequest.DeleteAclsFilter.operation', buf, pos, 2)
-    f_operation, f_permission_type = _S1.unpack_from(buf, pos)
+    f_operation, f_permission_type = _S3.unpack_from(buf, pos)
     pos += 2
     f_unknown_tags = None
     return DeleteAclsFilter(f_resource_type_filter, f_resource_name_filter, 3, f_principal_filter, f_host_filter, f_operation, f_permission_type, f_unknown_tags), pos
 
 def _d_DeleteAclsRequest_0(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'DeleteAclsRequest.filters', 9)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DeleteAclsRequest.filters')
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('DeleteAclsRequest.filters', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('DeleteAclsRequest.filters', _c)
+    elif _c * 9 > _l - pos:
+        raise overrun('DeleteAclsRequest.filters', buf, pos, _c, 9)
     else:
         f_filters = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DeleteAclsFilter_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return DeleteAclsRequest(f_filters, f_unknown_tags), pos
 
 def _d_DeleteAclsFilter_1(buf, pos):
-    if pos + 1 > len(buf):
+    _l = len(buf)
+    if pos + 1 > _l:
         raise truncated('DeleteAclsRequest.DeleteAclsFilter.resource_type_filter', buf, pos, 1)
-    (f_resource_type_filter,) = _S0.unpack_from(buf, pos)
+    (f_resource_type_filter,) = _S1.unpack_from(buf, pos)
     pos += 1
-    f_resource_name_filter, pos = read_nullable_string(buf, pos, 'DeleteAclsRequest.DeleteAclsFilter.resource_name_filter')
-    if pos + 1 > len(buf):
+    if pos + 2 > _l:
+        raise truncated('DeleteAclsRequest.DeleteAclsFilter.resource_name_filter', buf, pos, 2)
+    (_n,) = _S2.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('DeleteAclsRequest.DeleteAclsFilter.resource_name_filter', _n)
+        f_resource_name_filter = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DeleteAclsRequest.DeleteAclsFilter.resource_name_filter', buf, pos, _n, 1)
+        f_resource_name_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 1 > _l:
         raise truncated('DeleteAclsRequest.DeleteAclsFilter.pattern_type_filter', buf, pos, 1)
-    (f_pattern_type_filter,) = _S0.unpack_from(buf, pos)
+    (f_pattern_type_filter,) = _S1.unpack_from(buf, pos)
     pos += 1
-    f_principal_filter, pos = read_nullable_string(buf, pos, 'DeleteAclsRequest.DeleteAclsFilter.principal_filter')
-    f_host_filter, pos = read_nullable_string(buf, pos, 'DeleteAclsRequest.DeleteAclsFilter.host_filter')
-    if pos + 2 > len(buf):
+    if pos + 2 > _l:
+        raise truncated('DeleteAclsRequest.DeleteAclsFilter.principal_filter', buf, pos, 2)
+    (_n,) = _S2.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('DeleteAclsRequest.DeleteAclsFilter.principal_filter', _n)
+        f_principal_filter = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DeleteAclsRequest.DeleteAclsFilter.principal_filter', buf, pos, _n, 1)
+        f_principal_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('DeleteAclsRequest.DeleteAclsFilter.host_filter', buf, pos, 2)
+    (_n,) = _S2.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('DeleteAclsRequest.DeleteAclsFilter.host_filter', _n)
+        f_host_filter = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DeleteAclsRequest.DeleteAclsFilter.host_filter', buf, pos, _n, 1)
+        f_host_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
         raise truncated('DeleteAclsRequest.DeleteAclsFilter.operation', buf, pos, 2)
-    f_operation, f_permission_type = _S1.unpack_from(buf, pos)
+    f_operation, f_permission_type = _S3.unpack_from(buf, pos)
     pos += 2
     f_unknown_tags = None
     return DeleteAclsFilter(f_resource_type_filter, f_resource_name_filter, f_pattern_type_filter, f_principal_filter, f_host_filter, f_operation, f_permission_type, f_unknown_tags), pos
 
 def _d_DeleteAclsRequest_1(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'DeleteAclsRequest.filters', 10)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DeleteAclsRequest.filters')
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('DeleteAclsRequest.filters', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('DeleteAclsRequest.filters', _c)
+    elif _c * 10 > _l - pos:
+        raise overrun('DeleteAclsRequest.filters', buf, pos, _c, 10)
     else:
         f_filters = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DeleteAclsFilter_1(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return DeleteAclsRequest(f_filters, f_unknown_tags), pos
 
 def _d_DeleteAclsFilter_2(buf, pos):
-    if pos + 1 > len(buf):
+    _l = len(buf)
+    if pos + 1 > _l:
         raise truncated('DeleteAclsRequest.DeleteAclsFilter.resource_type_filter', buf, pos, 1)
-    (f_resource_type_filter,) = _S0.unpack_from(buf, pos)
+    (f_resource_type_filter,) = _S1.unpack_from(buf, pos)
     pos += 1
-    f_resource_name_filter, pos = read_compact_nullable_string(buf, pos, 'DeleteAclsRequest.DeleteAclsFilter.resource_name_filter')
-    if pos + 1 > len(buf):
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DeleteAclsRequest.DeleteAclsFilter.resource_name_filter')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('DeleteAclsRequest.DeleteAclsFilter.resource_name_filter', _n)
+        f_resource_name_filter = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DeleteAclsRequest.DeleteAclsFilter.resource_name_filter', buf, pos, _n, 1)
+        f_resource_name_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 1 > _l:
         raise truncated('DeleteAclsRequest.DeleteAclsFilter.pattern_type_filter', buf, pos, 1)
-    (f_pattern_type_filter,) = _S0.unpack_from(buf, pos)
+    (f_pattern_type_filter,) = _S1.unpack_from(buf, pos)
     pos += 1
-    f_principal_filter, pos = read_compact_nullable_string(buf, pos, 'DeleteAclsRequest.DeleteAclsFilter.principal_filter')
-    f_host_filter, pos = read_compact_nullable_string(buf, pos, 'DeleteAclsRequest.DeleteAclsFilter.host_filter')
-    if pos + 2 > len(buf):
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DeleteAclsRequest.DeleteAclsFilter.principal_filter')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('DeleteAclsRequest.DeleteAclsFilter.principal_filter', _n)
+        f_principal_filter = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DeleteAclsRequest.DeleteAclsFilter.principal_filter', buf, pos, _n, 1)
+        f_principal_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DeleteAclsRequest.DeleteAclsFilter.host_filter')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('DeleteAclsRequest.DeleteAclsFilter.host_filter', _n)
+        f_host_filter = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DeleteAclsRequest.DeleteAclsFilter.host_filter', buf, pos, _n, 1)
+        f_host_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
         raise truncated('DeleteAclsRequest.DeleteAclsFilter.operation', buf, pos, 2)
-    f_operation, f_permission_type = _S1.unpack_from(buf, pos)
+    f_operation, f_permission_type = _S3.unpack_from(buf, pos)
     pos += 2
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -132,15 +284,23 @@ def _d_DeleteAclsFilter_2(buf, pos):
     return DeleteAclsFilter(f_resource_type_filter, f_resource_name_filter, f_pattern_type_filter, f_principal_filter, f_host_filter, f_operation, f_permission_type, f_unknown_tags), pos
 
 def _d_DeleteAclsRequest_2(buf, pos):
-    _n, pos = read_compact_array_len(buf, pos, 'DeleteAclsRequest.filters', 8)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DeleteAclsRequest.filters')
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DeleteAclsRequest.filters')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DeleteAclsRequest.filters', _c)
+    elif _c * 8 > _l - pos:
+        raise overrun('DeleteAclsRequest.filters', buf, pos, _c, 8)
     else:
         f_filters = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DeleteAclsFilter_2(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -153,39 +313,122 @@ def _d_DeleteAclsRequest_2(buf, pos):
     return DeleteAclsRequest(f_filters, f_unknown_tags), pos
 
 def _e_DeleteAclsFilter_0(o, out, chunks):
-    out += _S0.pack(o.resource_type_filter)
-    write_nullable_string(out, o.resource_name_filter)
-    write_nullable_string(out, o.principal_filter)
-    write_nullable_string(out, o.host_filter)
-    out += _S1.pack(o.operation, o.permission_type)
+    out += _S1.pack(o.resource_type_filter)
+    if o.resource_name_filter is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.resource_name_filter.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DeleteAclsRequest.DeleteAclsFilter.resource_name_filter', _n)
+        out += _S2.pack(_n)
+        out += _b
+    if o.principal_filter is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.principal_filter.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DeleteAclsRequest.DeleteAclsFilter.principal_filter', _n)
+        out += _S2.pack(_n)
+        out += _b
+    if o.host_filter is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.host_filter.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DeleteAclsRequest.DeleteAclsFilter.host_filter', _n)
+        out += _S2.pack(_n)
+        out += _b
+    out += _S3.pack(o.operation, o.permission_type)
 
 def _e_DeleteAclsRequest_0(o, out, chunks):
     _a = o.filters
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_DeleteAclsFilter_0(_e, out, chunks)
 
 def _e_DeleteAclsFilter_1(o, out, chunks):
-    out += _S0.pack(o.resource_type_filter)
-    write_nullable_string(out, o.resource_name_filter)
-    out += _S0.pack(o.pattern_type_filter)
-    write_nullable_string(out, o.principal_filter)
-    write_nullable_string(out, o.host_filter)
-    out += _S1.pack(o.operation, o.permission_type)
+    out += _S1.pack(o.resource_type_filter)
+    if o.resource_name_filter is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.resource_name_filter.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DeleteAclsRequest.DeleteAclsFilter.resource_name_filter', _n)
+        out += _S2.pack(_n)
+        out += _b
+    out += _S1.pack(o.pattern_type_filter)
+    if o.principal_filter is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.principal_filter.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DeleteAclsRequest.DeleteAclsFilter.principal_filter', _n)
+        out += _S2.pack(_n)
+        out += _b
+    if o.host_filter is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.host_filter.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DeleteAclsRequest.DeleteAclsFilter.host_filter', _n)
+        out += _S2.pack(_n)
+        out += _b
+    out += _S3.pack(o.operation, o.permission_type)
 
 def _e_DeleteAclsRequest_1(o, out, chunks):
     _a = o.filters
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_DeleteAclsFilter_1(_e, out, chunks)
 
 def _e_DeleteAclsFilter_2(o, out, chunks):
-    out += _S0.pack(o.resource_type_filter)
-    write_compact_nullable_string(out, o.resource_name_filter)
-    out += _S0.pack(o.pattern_type_filter)
-    write_compact_nullable_string(out, o.principal_filter)
-    write_compact_nullable_string(out, o.host_filter)
-    out += _S1.pack(o.operation, o.permission_type)
+    out += _S1.pack(o.resource_type_filter)
+    if o.resource_name_filter is None:
+        out.append(0)
+    else:
+        _b = o.resource_name_filter.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DeleteAclsRequest.DeleteAclsFilter.resource_name_filter', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+    out += _S1.pack(o.pattern_type_filter)
+    if o.principal_filter is None:
+        out.append(0)
+    else:
+        _b = o.principal_filter.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DeleteAclsRequest.DeleteAclsFilter.principal_filter', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+    if o.host_filter is None:
+        out.append(0)
+    else:
+        _b = o.host_filter.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DeleteAclsRequest.DeleteAclsFilter.host_filter', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+    out += _S3.pack(o.operation, o.permission_type)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -193,7 +436,11 @@ def _e_DeleteAclsFilter_2(o, out, chunks):
 
 def _e_DeleteAclsRequest_2(o, out, chunks):
     _a = o.filters
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_DeleteAclsFilter_2(_e, out, chunks)
     if o.unknown_tags is None:

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -63,19 +75,66 @@ _S2 = _Struct('>b')
 _S3 = _Struct('>bb')
 
 def _d_DeleteAclsMatchingAcl_0(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.error_code', buf, pos, 2)
     (f_error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
-    f_error_message, pos = read_nullable_string(buf, pos, 'DeleteAclsResponse.DeleteAclsMatchingAcl.error_message')
-    if pos + 1 > len(buf):
+    if pos + 2 > _l:
+        raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.error_message', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('DeleteAclsResponse.DeleteAclsMatchingAcl.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DeleteAclsResponse.DeleteAclsMatchingAcl.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 1 > _l:
         raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.resource_type', buf, pos, 1)
     (f_resource_type,) = _S2.unpack_from(buf, pos)
     pos += 1
-    f_resource_name, pos = read_string(buf, pos, 'DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name')
-    f_principal, pos = read_string(buf, pos, 'DeleteAclsResponse.DeleteAclsMatchingAcl.principal')
-    f_host, pos = read_string(buf, pos, 'DeleteAclsResponse.DeleteAclsMatchingAcl.host')
-    if pos + 2 > len(buf):
+    if pos + 2 > _l:
+        raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name', buf, pos, _n, 1)
+        f_resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.principal', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('DeleteAclsResponse.DeleteAclsMatchingAcl.principal', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DeleteAclsResponse.DeleteAclsMatchingAcl.principal', buf, pos, _n, 1)
+        f_principal = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.host', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('DeleteAclsResponse.DeleteAclsMatchingAcl.host', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DeleteAclsResponse.DeleteAclsMatchingAcl.host', buf, pos, _n, 1)
+        f_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
         raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.operation', buf, pos, 2)
     f_operation, f_permission_type = _S3.unpack_from(buf, pos)
     pos += 2
@@ -83,56 +142,128 @@ def _d_DeleteAclsMatchingAcl_0(buf, pos):
     return DeleteAclsMatchingAcl(f_error_code, f_error_message, f_resource_type, f_resource_name, 3, f_principal, f_host, f_operation, f_permission_type, f_unknown_tags), pos
 
 def _d_DeleteAclsFilterResult_0(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('DeleteAclsResponse.DeleteAclsFilterResult.error_code', buf, pos, 2)
     (f_error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
-    f_error_message, pos = read_nullable_string(buf, pos, 'DeleteAclsResponse.DeleteAclsFilterResult.error_message')
-    _n, pos = read_array_len(buf, pos, 'DeleteAclsResponse.DeleteAclsFilterResult.matching_acls', 13)
+    if pos + 2 > _l:
+        raise truncated('DeleteAclsResponse.DeleteAclsFilterResult.error_message', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DeleteAclsResponse.DeleteAclsFilterResult.matching_acls')
+        if _n != -1:
+            raise bad_length('DeleteAclsResponse.DeleteAclsFilterResult.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DeleteAclsResponse.DeleteAclsFilterResult.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('DeleteAclsResponse.DeleteAclsFilterResult.matching_acls', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('DeleteAclsResponse.DeleteAclsFilterResult.matching_acls', _c)
+    elif _c * 13 > _l - pos:
+        raise overrun('DeleteAclsResponse.DeleteAclsFilterResult.matching_acls', buf, pos, _c, 13)
     else:
         f_matching_acls = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DeleteAclsMatchingAcl_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return DeleteAclsFilterResult(f_error_code, f_error_message, f_matching_acls, f_unknown_tags), pos
 
 def _d_DeleteAclsResponse_0(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('DeleteAclsResponse.throttle_time_ms', buf, pos, 4)
     (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_array_len(buf, pos, 'DeleteAclsResponse.filter_results', 8)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DeleteAclsResponse.filter_results')
+    if pos + 4 > _l:
+        raise truncated('DeleteAclsResponse.filter_results', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('DeleteAclsResponse.filter_results', _c)
+    elif _c * 8 > _l - pos:
+        raise overrun('DeleteAclsResponse.filter_results', buf, pos, _c, 8)
     else:
         f_filter_results = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DeleteAclsFilterResult_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return DeleteAclsResponse(f_throttle_time_ms, f_filter_results, f_unknown_tags), pos
 
 def _d_DeleteAclsMatchingAcl_1(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.error_code', buf, pos, 2)
     (f_error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
-    f_error_message, pos = read_nullable_string(buf, pos, 'DeleteAclsResponse.DeleteAclsMatchingAcl.error_message')
-    if pos + 1 > len(buf):
+    if pos + 2 > _l:
+        raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.error_message', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('DeleteAclsResponse.DeleteAclsMatchingAcl.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DeleteAclsResponse.DeleteAclsMatchingAcl.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 1 > _l:
         raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.resource_type', buf, pos, 1)
     (f_resource_type,) = _S2.unpack_from(buf, pos)
     pos += 1
-    f_resource_name, pos = read_string(buf, pos, 'DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name')
-    if pos + 1 > len(buf):
+    if pos + 2 > _l:
+        raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name', buf, pos, _n, 1)
+        f_resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 1 > _l:
         raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.pattern_type', buf, pos, 1)
     (f_pattern_type,) = _S2.unpack_from(buf, pos)
     pos += 1
-    f_principal, pos = read_string(buf, pos, 'DeleteAclsResponse.DeleteAclsMatchingAcl.principal')
-    f_host, pos = read_string(buf, pos, 'DeleteAclsResponse.DeleteAclsMatchingAcl.host')
-    if pos + 2 > len(buf):
+    if pos + 2 > _l:
+        raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.principal', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('DeleteAclsResponse.DeleteAclsMatchingAcl.principal', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DeleteAclsResponse.DeleteAclsMatchingAcl.principal', buf, pos, _n, 1)
+        f_principal = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.host', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('DeleteAclsResponse.DeleteAclsMatchingAcl.host', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DeleteAclsResponse.DeleteAclsMatchingAcl.host', buf, pos, _n, 1)
+        f_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
         raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.operation', buf, pos, 2)
     f_operation, f_permission_type = _S3.unpack_from(buf, pos)
     pos += 2
@@ -140,60 +271,140 @@ def _d_DeleteAclsMatchingAcl_1(buf, pos):
     return DeleteAclsMatchingAcl(f_error_code, f_error_message, f_resource_type, f_resource_name, f_pattern_type, f_principal, f_host, f_operation, f_permission_type, f_unknown_tags), pos
 
 def _d_DeleteAclsFilterResult_1(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('DeleteAclsResponse.DeleteAclsFilterResult.error_code', buf, pos, 2)
     (f_error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
-    f_error_message, pos = read_nullable_string(buf, pos, 'DeleteAclsResponse.DeleteAclsFilterResult.error_message')
-    _n, pos = read_array_len(buf, pos, 'DeleteAclsResponse.DeleteAclsFilterResult.matching_acls', 14)
+    if pos + 2 > _l:
+        raise truncated('DeleteAclsResponse.DeleteAclsFilterResult.error_message', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DeleteAclsResponse.DeleteAclsFilterResult.matching_acls')
+        if _n != -1:
+            raise bad_length('DeleteAclsResponse.DeleteAclsFilterResult.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DeleteAclsResponse.DeleteAclsFilterResult.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('DeleteAclsResponse.DeleteAclsFilterResult.matching_acls', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('DeleteAclsResponse.DeleteAclsFilterResult.matching_acls', _c)
+    elif _c * 14 > _l - pos:
+        raise overrun('DeleteAclsResponse.DeleteAclsFilterResult.matching_acls', buf, pos, _c, 14)
     else:
         f_matching_acls = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DeleteAclsMatchingAcl_1(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return DeleteAclsFilterResult(f_error_code, f_error_message, f_matching_acls, f_unknown_tags), pos
 
 def _d_DeleteAclsResponse_1(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('DeleteAclsResponse.throttle_time_ms', buf, pos, 4)
     (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_array_len(buf, pos, 'DeleteAclsResponse.filter_results', 8)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DeleteAclsResponse.filter_results')
+    if pos + 4 > _l:
+        raise truncated('DeleteAclsResponse.filter_results', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('DeleteAclsResponse.filter_results', _c)
+    elif _c * 8 > _l - pos:
+        raise overrun('DeleteAclsResponse.filter_results', buf, pos, _c, 8)
     else:
         f_filter_results = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DeleteAclsFilterResult_1(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return DeleteAclsResponse(f_throttle_time_ms, f_filter_results, f_unknown_tags), pos
 
 def _d_DeleteAclsMatchingAcl_2(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.error_code', buf, pos, 2)
     (f_error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
-    f_error_message, pos = read_compact_nullable_string(buf, pos, 'DeleteAclsResponse.DeleteAclsMatchingAcl.error_message')
-    if pos + 1 > len(buf):
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DeleteAclsResponse.DeleteAclsMatchingAcl.error_message')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('DeleteAclsResponse.DeleteAclsMatchingAcl.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DeleteAclsResponse.DeleteAclsMatchingAcl.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 1 > _l:
         raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.resource_type', buf, pos, 1)
     (f_resource_type,) = _S2.unpack_from(buf, pos)
     pos += 1
-    f_resource_name, pos = read_compact_string(buf, pos, 'DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name')
-    if pos + 1 > len(buf):
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name', buf, pos, _n, 1)
+        f_resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 1 > _l:
         raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.pattern_type', buf, pos, 1)
     (f_pattern_type,) = _S2.unpack_from(buf, pos)
     pos += 1
-    f_principal, pos = read_compact_string(buf, pos, 'DeleteAclsResponse.DeleteAclsMatchingAcl.principal')
-    f_host, pos = read_compact_string(buf, pos, 'DeleteAclsResponse.DeleteAclsMatchingAcl.host')
-    if pos + 2 > len(buf):
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DeleteAclsResponse.DeleteAclsMatchingAcl.principal')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('DeleteAclsResponse.DeleteAclsMatchingAcl.principal', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DeleteAclsResponse.DeleteAclsMatchingAcl.principal', buf, pos, _n, 1)
+        f_principal = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DeleteAclsResponse.DeleteAclsMatchingAcl.host')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('DeleteAclsResponse.DeleteAclsMatchingAcl.host', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DeleteAclsResponse.DeleteAclsMatchingAcl.host', buf, pos, _n, 1)
+        f_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
         raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.operation', buf, pos, 2)
     f_operation, f_permission_type = _S3.unpack_from(buf, pos)
     pos += 2
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -206,20 +417,43 @@ def _d_DeleteAclsMatchingAcl_2(buf, pos):
     return DeleteAclsMatchingAcl(f_error_code, f_error_message, f_resource_type, f_resource_name, f_pattern_type, f_principal, f_host, f_operation, f_permission_type, f_unknown_tags), pos
 
 def _d_DeleteAclsFilterResult_2(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('DeleteAclsResponse.DeleteAclsFilterResult.error_code', buf, pos, 2)
     (f_error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
-    f_error_message, pos = read_compact_nullable_string(buf, pos, 'DeleteAclsResponse.DeleteAclsFilterResult.error_message')
-    _n, pos = read_compact_array_len(buf, pos, 'DeleteAclsResponse.DeleteAclsFilterResult.matching_acls', 11)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DeleteAclsResponse.DeleteAclsFilterResult.error_message')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DeleteAclsResponse.DeleteAclsFilterResult.matching_acls')
+        if _n != -1:
+            raise bad_length('DeleteAclsResponse.DeleteAclsFilterResult.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DeleteAclsResponse.DeleteAclsFilterResult.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DeleteAclsResponse.DeleteAclsFilterResult.matching_acls')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DeleteAclsResponse.DeleteAclsFilterResult.matching_acls', _c)
+    elif _c * 11 > _l - pos:
+        raise overrun('DeleteAclsResponse.DeleteAclsFilterResult.matching_acls', buf, pos, _c, 11)
     else:
         f_matching_acls = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DeleteAclsMatchingAcl_2(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -232,19 +466,27 @@ def _d_DeleteAclsFilterResult_2(buf, pos):
     return DeleteAclsFilterResult(f_error_code, f_error_message, f_matching_acls, f_unknown_tags), pos
 
 def _d_DeleteAclsResponse_2(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('DeleteAclsResponse.throttle_time_ms', buf, pos, 4)
     (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'DeleteAclsResponse.filter_results', 5)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DeleteAclsResponse.filter_results')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DeleteAclsResponse.filter_results')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DeleteAclsResponse.filter_results', _c)
+    elif _c * 5 > _l - pos:
+        raise overrun('DeleteAclsResponse.filter_results', buf, pos, _c, 5)
     else:
         f_filter_results = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DeleteAclsFilterResult_2(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -258,61 +500,162 @@ def _d_DeleteAclsResponse_2(buf, pos):
 
 def _e_DeleteAclsMatchingAcl_0(o, out, chunks):
     out += _S1.pack(o.error_code)
-    write_nullable_string(out, o.error_message)
+    if o.error_message is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DeleteAclsResponse.DeleteAclsMatchingAcl.error_message', _n)
+        out += _S1.pack(_n)
+        out += _b
     out += _S2.pack(o.resource_type)
-    write_string(out, o.resource_name)
-    write_string(out, o.principal)
-    write_string(out, o.host)
+    _b = o.resource_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name', _n)
+    out += _S1.pack(_n)
+    out += _b
+    _b = o.principal.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DeleteAclsResponse.DeleteAclsMatchingAcl.principal', _n)
+    out += _S1.pack(_n)
+    out += _b
+    _b = o.host.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DeleteAclsResponse.DeleteAclsMatchingAcl.host', _n)
+    out += _S1.pack(_n)
+    out += _b
     out += _S3.pack(o.operation, o.permission_type)
 
 def _e_DeleteAclsFilterResult_0(o, out, chunks):
     out += _S1.pack(o.error_code)
-    write_nullable_string(out, o.error_message)
+    if o.error_message is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DeleteAclsResponse.DeleteAclsFilterResult.error_message', _n)
+        out += _S1.pack(_n)
+        out += _b
     _a = o.matching_acls
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_DeleteAclsMatchingAcl_0(_e, out, chunks)
 
 def _e_DeleteAclsResponse_0(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
     _a = o.filter_results
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_DeleteAclsFilterResult_0(_e, out, chunks)
 
 def _e_DeleteAclsMatchingAcl_1(o, out, chunks):
     out += _S1.pack(o.error_code)
-    write_nullable_string(out, o.error_message)
+    if o.error_message is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DeleteAclsResponse.DeleteAclsMatchingAcl.error_message', _n)
+        out += _S1.pack(_n)
+        out += _b
     out += _S2.pack(o.resource_type)
-    write_string(out, o.resource_name)
+    _b = o.resource_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name', _n)
+    out += _S1.pack(_n)
+    out += _b
     out += _S2.pack(o.pattern_type)
-    write_string(out, o.principal)
-    write_string(out, o.host)
+    _b = o.principal.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DeleteAclsResponse.DeleteAclsMatchingAcl.principal', _n)
+    out += _S1.pack(_n)
+    out += _b
+    _b = o.host.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DeleteAclsResponse.DeleteAclsMatchingAcl.host', _n)
+    out += _S1.pack(_n)
+    out += _b
     out += _S3.pack(o.operation, o.permission_type)
 
 def _e_DeleteAclsFilterResult_1(o, out, chunks):
     out += _S1.pack(o.error_code)
-    write_nullable_string(out, o.error_message)
+    if o.error_message is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DeleteAclsResponse.DeleteAclsFilterResult.error_message', _n)
+        out += _S1.pack(_n)
+        out += _b
     _a = o.matching_acls
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_DeleteAclsMatchingAcl_1(_e, out, chunks)
 
 def _e_DeleteAclsResponse_1(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
     _a = o.filter_results
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_DeleteAclsFilterResult_1(_e, out, chunks)
 
 def _e_DeleteAclsMatchingAcl_2(o, out, chunks):
     out += _S1.pack(o.error_code)
-    write_compact_nullable_string(out, o.error_message)
+    if o.error_message is None:
+        out.append(0)
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DeleteAclsResponse.DeleteAclsMatchingAcl.error_message', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     out += _S2.pack(o.resource_type)
-    write_compact_string(out, o.resource_name)
+    _b = o.resource_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     out += _S2.pack(o.pattern_type)
-    write_compact_string(out, o.principal)
-    write_compact_string(out, o.host)
+    _b = o.principal.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DeleteAclsResponse.DeleteAclsMatchingAcl.principal', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _b = o.host.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DeleteAclsResponse.DeleteAclsMatchingAcl.host', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     out += _S3.pack(o.operation, o.permission_type)
     if o.unknown_tags is None:
         out.append(0)
@@ -321,9 +664,24 @@ def _e_DeleteAclsMatchingAcl_2(o, out, chunks):
 
 def _e_DeleteAclsFilterResult_2(o, out, chunks):
     out += _S1.pack(o.error_code)
-    write_compact_nullable_string(out, o.error_message)
+    if o.error_message is None:
+        out.append(0)
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DeleteAclsResponse.DeleteAclsFilterResult.error_message', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     _a = o.matching_acls
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_DeleteAclsMatchingAcl_2(_e, out, chunks)
     if o.unknown_tags is None:
@@ -334,7 +692,11 @@ def _e_DeleteAclsFilterResult_2(o, out, chunks):
 def _e_DeleteAclsResponse_2(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
     _a = o.filter_results
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_DeleteAclsFilterResult_2(_e, out, chunks)
     if o.unknown_tags is None:

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -18,29 +30,69 @@ class DeleteGroupsRequest(Struct):
         self.groups_names = [] if groups_names is None else groups_names
         self.unknown_tags = unknown_tags
 
+_S0 = _Struct('>i')
+_S1 = _Struct('>h')
 
 def _d_DeleteGroupsRequest_0(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'DeleteGroupsRequest.groups_names', 2)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DeleteGroupsRequest.groups_names')
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('DeleteGroupsRequest.groups_names', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('DeleteGroupsRequest.groups_names', _c)
+    elif _c * 2 > _l - pos:
+        raise overrun('DeleteGroupsRequest.groups_names', buf, pos, _c, 2)
     else:
         f_groups_names = _lst = []
-        for _ in range(_n):
-            _e, pos = read_string(buf, pos, 'DeleteGroupsRequest.groups_names')
+        for _ in range(_c):
+            if pos + 2 > _l:
+                raise truncated('DeleteGroupsRequest.groups_names', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('DeleteGroupsRequest.groups_names', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DeleteGroupsRequest.groups_names', buf, pos, _n, 1)
+                _e = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
             _lst.append(_e)
     f_unknown_tags = None
     return DeleteGroupsRequest(f_groups_names, f_unknown_tags), pos
 
 def _d_DeleteGroupsRequest_2(buf, pos):
-    _n, pos = read_compact_array_len(buf, pos, 'DeleteGroupsRequest.groups_names', 1)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DeleteGroupsRequest.groups_names')
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DeleteGroupsRequest.groups_names')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DeleteGroupsRequest.groups_names', _c)
+    elif _c * 1 > _l - pos:
+        raise overrun('DeleteGroupsRequest.groups_names', buf, pos, _c, 1)
     else:
         f_groups_names = _lst = []
-        for _ in range(_n):
-            _e, pos = read_compact_string(buf, pos, 'DeleteGroupsRequest.groups_names')
+        for _ in range(_c):
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'DeleteGroupsRequest.groups_names')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('DeleteGroupsRequest.groups_names', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DeleteGroupsRequest.groups_names', buf, pos, _n, 1)
+                _e = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -54,15 +106,33 @@ def _d_DeleteGroupsRequest_2(buf, pos):
 
 def _e_DeleteGroupsRequest_0(o, out, chunks):
     _a = o.groups_names
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
-        write_string(out, _e)
+        _b = _e.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DeleteGroupsRequest.groups_names', _n)
+        out += _S1.pack(_n)
+        out += _b
 
 def _e_DeleteGroupsRequest_2(o, out, chunks):
     _a = o.groups_names
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
-        write_compact_string(out, _e)
+        _b = _e.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DeleteGroupsRequest.groups_names', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -32,8 +44,20 @@ _S0 = _Struct('>i')
 _S1 = _Struct('>h')
 
 def _d_DeletableGroupResult_0(buf, pos):
-    f_group_id, pos = read_string(buf, pos, 'DeleteGroupsResponse.DeletableGroupResult.group_id')
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('DeleteGroupsResponse.DeletableGroupResult.group_id', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('DeleteGroupsResponse.DeletableGroupResult.group_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DeleteGroupsResponse.DeletableGroupResult.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
         raise truncated('DeleteGroupsResponse.DeletableGroupResult.error_code', buf, pos, 2)
     (f_error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
@@ -41,28 +65,48 @@ def _d_DeletableGroupResult_0(buf, pos):
     return DeletableGroupResult(f_group_id, f_error_code, f_unknown_tags), pos
 
 def _d_DeleteGroupsResponse_0(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('DeleteGroupsResponse.throttle_time_ms', buf, pos, 4)
     (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_array_len(buf, pos, 'DeleteGroupsResponse.results', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DeleteGroupsResponse.results')
+    if pos + 4 > _l:
+        raise truncated('DeleteGroupsResponse.results', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('DeleteGroupsResponse.results', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('DeleteGroupsResponse.results', buf, pos, _c, 4)
     else:
         f_results = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DeletableGroupResult_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return DeleteGroupsResponse(f_throttle_time_ms, f_results, f_unknown_tags), pos
 
 def _d_DeletableGroupResult_2(buf, pos):
-    f_group_id, pos = read_compact_string(buf, pos, 'DeleteGroupsResponse.DeletableGroupResult.group_id')
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DeleteGroupsResponse.DeletableGroupResult.group_id')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('DeleteGroupsResponse.DeletableGroupResult.group_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DeleteGroupsResponse.DeletableGroupResult.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
         raise truncated('DeleteGroupsResponse.DeletableGroupResult.error_code', buf, pos, 2)
     (f_error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -75,19 +119,27 @@ def _d_DeletableGroupResult_2(buf, pos):
     return DeletableGroupResult(f_group_id, f_error_code, f_unknown_tags), pos
 
 def _d_DeleteGroupsResponse_2(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('DeleteGroupsResponse.throttle_time_ms', buf, pos, 4)
     (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'DeleteGroupsResponse.results', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DeleteGroupsResponse.results')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DeleteGroupsResponse.results')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DeleteGroupsResponse.results', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('DeleteGroupsResponse.results', buf, pos, _c, 4)
     else:
         f_results = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DeletableGroupResult_2(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -100,18 +152,32 @@ def _d_DeleteGroupsResponse_2(buf, pos):
     return DeleteGroupsResponse(f_throttle_time_ms, f_results, f_unknown_tags), pos
 
 def _e_DeletableGroupResult_0(o, out, chunks):
-    write_string(out, o.group_id)
+    _b = o.group_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DeleteGroupsResponse.DeletableGroupResult.group_id', _n)
+    out += _S1.pack(_n)
+    out += _b
     out += _S1.pack(o.error_code)
 
 def _e_DeleteGroupsResponse_0(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
     _a = o.results
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_DeletableGroupResult_0(_e, out, chunks)
 
 def _e_DeletableGroupResult_2(o, out, chunks):
-    write_compact_string(out, o.group_id)
+    _b = o.group_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DeleteGroupsResponse.DeletableGroupResult.group_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     out += _S1.pack(o.error_code)
     if o.unknown_tags is None:
         out.append(0)
@@ -121,7 +187,11 @@ def _e_DeletableGroupResult_2(o, out, chunks):
 def _e_DeleteGroupsResponse_2(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
     _a = o.results
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_DeletableGroupResult_2(_e, out, chunks)
     if o.unknown_tags is None:

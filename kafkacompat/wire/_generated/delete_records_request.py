@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -37,52 +49,78 @@ class DeleteRecordsRequest(Struct):
 DeleteRecordsRequest.DeleteRecordsTopic = DeleteRecordsTopic
 DeleteRecordsRequest.DeleteRecordsPartition = DeleteRecordsPartition
 
-_S0 = _Struct('>iq')
-_S1 = _Struct('>i')
+_S0 = _Struct('>i')
+_S1 = _Struct('>h')
+_S2 = _Struct('>iq')
 
 def _d_DeleteRecordsPartition_0(buf, pos):
-    if pos + 12 > len(buf):
+    _l = len(buf)
+    if pos + 12 > _l:
         raise truncated('DeleteRecordsRequest.DeleteRecordsPartition.partition_index', buf, pos, 12)
-    f_partition_index, f_offset = _S0.unpack_from(buf, pos)
+    f_partition_index, f_offset = _S2.unpack_from(buf, pos)
     pos += 12
     f_unknown_tags = None
     return DeleteRecordsPartition(f_partition_index, f_offset, f_unknown_tags), pos
 
 def _d_DeleteRecordsTopic_0(buf, pos):
-    f_name, pos = read_string(buf, pos, 'DeleteRecordsRequest.DeleteRecordsTopic.name')
-    _n, pos = read_array_len(buf, pos, 'DeleteRecordsRequest.DeleteRecordsTopic.partitions', 12)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('DeleteRecordsRequest.DeleteRecordsTopic.name', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DeleteRecordsRequest.DeleteRecordsTopic.partitions')
+        raise bad_length('DeleteRecordsRequest.DeleteRecordsTopic.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DeleteRecordsRequest.DeleteRecordsTopic.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('DeleteRecordsRequest.DeleteRecordsTopic.partitions', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('DeleteRecordsRequest.DeleteRecordsTopic.partitions', _c)
+    elif _c * 12 > _l - pos:
+        raise overrun('DeleteRecordsRequest.DeleteRecordsTopic.partitions', buf, pos, _c, 12)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DeleteRecordsPartition_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return DeleteRecordsTopic(f_name, f_partitions, f_unknown_tags), pos
 
 def _d_DeleteRecordsRequest_0(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'DeleteRecordsRequest.topics', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DeleteRecordsRequest.topics')
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('DeleteRecordsRequest.topics', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('DeleteRecordsRequest.topics', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('DeleteRecordsRequest.topics', buf, pos, _c, 6)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DeleteRecordsTopic_0(buf, pos)
             _lst.append(_e)
-    if pos + 4 > len(buf):
+    if pos + 4 > _l:
         raise truncated('DeleteRecordsRequest.timeout_ms', buf, pos, 4)
-    (f_timeout_ms,) = _S1.unpack_from(buf, pos)
+    (f_timeout_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     f_unknown_tags = None
     return DeleteRecordsRequest(f_topics, f_timeout_ms, f_unknown_tags), pos
 
 def _d_DeleteRecordsPartition_2(buf, pos):
-    if pos + 12 > len(buf):
+    _l = len(buf)
+    if pos + 12 > _l:
         raise truncated('DeleteRecordsRequest.DeleteRecordsPartition.partition_index', buf, pos, 12)
-    f_partition_index, f_offset = _S0.unpack_from(buf, pos)
+    f_partition_index, f_offset = _S2.unpack_from(buf, pos)
     pos += 12
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -95,16 +133,37 @@ def _d_DeleteRecordsPartition_2(buf, pos):
     return DeleteRecordsPartition(f_partition_index, f_offset, f_unknown_tags), pos
 
 def _d_DeleteRecordsTopic_2(buf, pos):
-    f_name, pos = read_compact_string(buf, pos, 'DeleteRecordsRequest.DeleteRecordsTopic.name')
-    _n, pos = read_compact_array_len(buf, pos, 'DeleteRecordsRequest.DeleteRecordsTopic.partitions', 13)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DeleteRecordsRequest.DeleteRecordsTopic.name')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DeleteRecordsRequest.DeleteRecordsTopic.partitions')
+        raise bad_length('DeleteRecordsRequest.DeleteRecordsTopic.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DeleteRecordsRequest.DeleteRecordsTopic.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DeleteRecordsRequest.DeleteRecordsTopic.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DeleteRecordsRequest.DeleteRecordsTopic.partitions', _c)
+    elif _c * 13 > _l - pos:
+        raise overrun('DeleteRecordsRequest.DeleteRecordsTopic.partitions', buf, pos, _c, 13)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DeleteRecordsPartition_2(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -117,19 +176,27 @@ def _d_DeleteRecordsTopic_2(buf, pos):
     return DeleteRecordsTopic(f_name, f_partitions, f_unknown_tags), pos
 
 def _d_DeleteRecordsRequest_2(buf, pos):
-    _n, pos = read_compact_array_len(buf, pos, 'DeleteRecordsRequest.topics', 3)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DeleteRecordsRequest.topics')
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DeleteRecordsRequest.topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DeleteRecordsRequest.topics', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('DeleteRecordsRequest.topics', buf, pos, _c, 3)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DeleteRecordsTopic_2(buf, pos)
             _lst.append(_e)
-    if pos + 4 > len(buf):
+    if pos + 4 > _l:
         raise truncated('DeleteRecordsRequest.timeout_ms', buf, pos, 4)
-    (f_timeout_ms,) = _S1.unpack_from(buf, pos)
+    (f_timeout_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -142,33 +209,52 @@ def _d_DeleteRecordsRequest_2(buf, pos):
     return DeleteRecordsRequest(f_topics, f_timeout_ms, f_unknown_tags), pos
 
 def _e_DeleteRecordsPartition_0(o, out, chunks):
-    out += _S0.pack(o.partition_index, o.offset)
+    out += _S2.pack(o.partition_index, o.offset)
 
 def _e_DeleteRecordsTopic_0(o, out, chunks):
-    write_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DeleteRecordsRequest.DeleteRecordsTopic.name', _n)
+    out += _S1.pack(_n)
+    out += _b
     _a = o.partitions
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_DeleteRecordsPartition_0(_e, out, chunks)
 
 def _e_DeleteRecordsRequest_0(o, out, chunks):
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_DeleteRecordsTopic_0(_e, out, chunks)
-    out += _S1.pack(o.timeout_ms)
+    out += _S0.pack(o.timeout_ms)
 
 def _e_DeleteRecordsPartition_2(o, out, chunks):
-    out += _S0.pack(o.partition_index, o.offset)
+    out += _S2.pack(o.partition_index, o.offset)
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_DeleteRecordsTopic_2(o, out, chunks):
-    write_compact_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DeleteRecordsRequest.DeleteRecordsTopic.name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_DeleteRecordsPartition_2(_e, out, chunks)
     if o.unknown_tags is None:
@@ -178,10 +264,14 @@ def _e_DeleteRecordsTopic_2(o, out, chunks):
 
 def _e_DeleteRecordsRequest_2(o, out, chunks):
     _a = o.topics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_DeleteRecordsTopic_2(_e, out, chunks)
-    out += _S1.pack(o.timeout_ms)
+    out += _S0.pack(o.timeout_ms)
     if o.unknown_tags is None:
         out.append(0)
     else:

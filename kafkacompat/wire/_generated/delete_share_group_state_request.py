@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -40,11 +52,12 @@ _S0 = _Struct('>16s')
 _S1 = _Struct('>i')
 
 def _d_PartitionData_0(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('DeleteShareGroupStateRequest.PartitionData.partition', buf, pos, 4)
     (f_partition,) = _S1.unpack_from(buf, pos)
     pos += 4
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -57,20 +70,28 @@ def _d_PartitionData_0(buf, pos):
     return PartitionData(f_partition, f_unknown_tags), pos
 
 def _d_DeleteStateData_0(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('DeleteShareGroupStateRequest.DeleteStateData.topic_id', buf, pos, 16)
     (f_topic_id,) = _S0.unpack_from(buf, pos)
     pos += 16
     f_topic_id = _UUID(bytes=f_topic_id)
-    _n, pos = read_compact_array_len(buf, pos, 'DeleteShareGroupStateRequest.DeleteStateData.partitions', 5)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DeleteShareGroupStateRequest.DeleteStateData.partitions')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DeleteShareGroupStateRequest.DeleteStateData.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DeleteShareGroupStateRequest.DeleteStateData.partitions', _c)
+    elif _c * 5 > _l - pos:
+        raise overrun('DeleteShareGroupStateRequest.DeleteStateData.partitions', buf, pos, _c, 5)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_PartitionData_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -83,16 +104,37 @@ def _d_DeleteStateData_0(buf, pos):
     return DeleteStateData(f_topic_id, f_partitions, f_unknown_tags), pos
 
 def _d_DeleteShareGroupStateRequest_0(buf, pos):
-    f_group_id, pos = read_compact_string(buf, pos, 'DeleteShareGroupStateRequest.group_id')
-    _n, pos = read_compact_array_len(buf, pos, 'DeleteShareGroupStateRequest.topics', 18)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DeleteShareGroupStateRequest.group_id')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DeleteShareGroupStateRequest.topics')
+        raise bad_length('DeleteShareGroupStateRequest.group_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DeleteShareGroupStateRequest.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DeleteShareGroupStateRequest.topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DeleteShareGroupStateRequest.topics', _c)
+    elif _c * 18 > _l - pos:
+        raise overrun('DeleteShareGroupStateRequest.topics', buf, pos, _c, 18)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DeleteStateData_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -114,7 +156,11 @@ def _e_PartitionData_0(o, out, chunks):
 def _e_DeleteStateData_0(o, out, chunks):
     out += _S0.pack(o.topic_id.bytes)
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_PartitionData_0(_e, out, chunks)
     if o.unknown_tags is None:
@@ -123,9 +169,21 @@ def _e_DeleteStateData_0(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_DeleteShareGroupStateRequest_0(o, out, chunks):
-    write_compact_string(out, o.group_id)
+    _b = o.group_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DeleteShareGroupStateRequest.group_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.topics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_DeleteStateData_0(_e, out, chunks)
     if o.unknown_tags is None:

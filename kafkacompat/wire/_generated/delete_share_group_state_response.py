@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -41,12 +53,28 @@ _S0 = _Struct('>16s')
 _S1 = _Struct('>ih')
 
 def _d_PartitionResult_0(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('DeleteShareGroupStateResponse.PartitionResult.partition', buf, pos, 6)
     f_partition, f_error_code = _S1.unpack_from(buf, pos)
     pos += 6
-    f_error_message, pos = read_compact_nullable_string(buf, pos, 'DeleteShareGroupStateResponse.PartitionResult.error_message')
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DeleteShareGroupStateResponse.PartitionResult.error_message')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('DeleteShareGroupStateResponse.PartitionResult.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DeleteShareGroupStateResponse.PartitionResult.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -59,20 +87,28 @@ def _d_PartitionResult_0(buf, pos):
     return PartitionResult(f_partition, f_error_code, f_error_message, f_unknown_tags), pos
 
 def _d_DeleteStateResult_0(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('DeleteShareGroupStateResponse.DeleteStateResult.topic_id', buf, pos, 16)
     (f_topic_id,) = _S0.unpack_from(buf, pos)
     pos += 16
     f_topic_id = _UUID(bytes=f_topic_id)
-    _n, pos = read_compact_array_len(buf, pos, 'DeleteShareGroupStateResponse.DeleteStateResult.partitions', 8)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DeleteShareGroupStateResponse.DeleteStateResult.partitions')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DeleteShareGroupStateResponse.DeleteStateResult.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DeleteShareGroupStateResponse.DeleteStateResult.partitions', _c)
+    elif _c * 8 > _l - pos:
+        raise overrun('DeleteShareGroupStateResponse.DeleteStateResult.partitions', buf, pos, _c, 8)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_PartitionResult_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -85,15 +121,23 @@ def _d_DeleteStateResult_0(buf, pos):
     return DeleteStateResult(f_topic_id, f_partitions, f_unknown_tags), pos
 
 def _d_DeleteShareGroupStateResponse_0(buf, pos):
-    _n, pos = read_compact_array_len(buf, pos, 'DeleteShareGroupStateResponse.results', 18)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DeleteShareGroupStateResponse.results')
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DeleteShareGroupStateResponse.results')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DeleteShareGroupStateResponse.results', _c)
+    elif _c * 18 > _l - pos:
+        raise overrun('DeleteShareGroupStateResponse.results', buf, pos, _c, 18)
     else:
         f_results = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DeleteStateResult_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -107,7 +151,18 @@ def _d_DeleteShareGroupStateResponse_0(buf, pos):
 
 def _e_PartitionResult_0(o, out, chunks):
     out += _S1.pack(o.partition, o.error_code)
-    write_compact_nullable_string(out, o.error_message)
+    if o.error_message is None:
+        out.append(0)
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DeleteShareGroupStateResponse.PartitionResult.error_message', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -116,7 +171,11 @@ def _e_PartitionResult_0(o, out, chunks):
 def _e_DeleteStateResult_0(o, out, chunks):
     out += _S0.pack(o.topic_id.bytes)
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_PartitionResult_0(_e, out, chunks)
     if o.unknown_tags is None:
@@ -126,7 +185,11 @@ def _e_DeleteStateResult_0(o, out, chunks):
 
 def _e_DeleteShareGroupStateResponse_0(o, out, chunks):
     _a = o.results
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_DeleteStateResult_0(_e, out, chunks)
     if o.unknown_tags is None:

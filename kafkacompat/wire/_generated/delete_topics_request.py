@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -30,18 +42,36 @@ class DeleteTopicsRequest(Struct):
 DeleteTopicsRequest.DeleteTopicState = DeleteTopicState
 
 _S0 = _Struct('>i')
-_S1 = _Struct('>16s')
+_S1 = _Struct('>h')
+_S2 = _Struct('>16s')
 
 def _d_DeleteTopicsRequest_0(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'DeleteTopicsRequest.topic_names', 2)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DeleteTopicsRequest.topic_names')
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('DeleteTopicsRequest.topic_names', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('DeleteTopicsRequest.topic_names', _c)
+    elif _c * 2 > _l - pos:
+        raise overrun('DeleteTopicsRequest.topic_names', buf, pos, _c, 2)
     else:
         f_topic_names = _lst = []
-        for _ in range(_n):
-            _e, pos = read_string(buf, pos, 'DeleteTopicsRequest.topic_names')
+        for _ in range(_c):
+            if pos + 2 > _l:
+                raise truncated('DeleteTopicsRequest.topic_names', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('DeleteTopicsRequest.topic_names', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DeleteTopicsRequest.topic_names', buf, pos, _n, 1)
+                _e = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
             _lst.append(_e)
-    if pos + 4 > len(buf):
+    if pos + 4 > _l:
         raise truncated('DeleteTopicsRequest.timeout_ms', buf, pos, 4)
     (f_timeout_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
@@ -49,19 +79,40 @@ def _d_DeleteTopicsRequest_0(buf, pos):
     return DeleteTopicsRequest([], f_topic_names, f_timeout_ms, f_unknown_tags), pos
 
 def _d_DeleteTopicsRequest_4(buf, pos):
-    _n, pos = read_compact_array_len(buf, pos, 'DeleteTopicsRequest.topic_names', 1)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DeleteTopicsRequest.topic_names')
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DeleteTopicsRequest.topic_names')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DeleteTopicsRequest.topic_names', _c)
+    elif _c * 1 > _l - pos:
+        raise overrun('DeleteTopicsRequest.topic_names', buf, pos, _c, 1)
     else:
         f_topic_names = _lst = []
-        for _ in range(_n):
-            _e, pos = read_compact_string(buf, pos, 'DeleteTopicsRequest.topic_names')
+        for _ in range(_c):
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'DeleteTopicsRequest.topic_names')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('DeleteTopicsRequest.topic_names', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DeleteTopicsRequest.topic_names', buf, pos, _n, 1)
+                _e = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
             _lst.append(_e)
-    if pos + 4 > len(buf):
+    if pos + 4 > _l:
         raise truncated('DeleteTopicsRequest.timeout_ms', buf, pos, 4)
     (f_timeout_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -74,13 +125,29 @@ def _d_DeleteTopicsRequest_4(buf, pos):
     return DeleteTopicsRequest([], f_topic_names, f_timeout_ms, f_unknown_tags), pos
 
 def _d_DeleteTopicState_6(buf, pos):
-    f_name, pos = read_compact_nullable_string(buf, pos, 'DeleteTopicsRequest.DeleteTopicState.name')
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DeleteTopicsRequest.DeleteTopicState.name')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('DeleteTopicsRequest.DeleteTopicState.name', _n)
+        f_name = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DeleteTopicsRequest.DeleteTopicState.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 16 > _l:
         raise truncated('DeleteTopicsRequest.DeleteTopicState.topic_id', buf, pos, 16)
-    (f_topic_id,) = _S1.unpack_from(buf, pos)
+    (f_topic_id,) = _S2.unpack_from(buf, pos)
     pos += 16
     f_topic_id = _UUID(bytes=f_topic_id)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -93,19 +160,27 @@ def _d_DeleteTopicState_6(buf, pos):
     return DeleteTopicState(f_name, f_topic_id, f_unknown_tags), pos
 
 def _d_DeleteTopicsRequest_6(buf, pos):
-    _n, pos = read_compact_array_len(buf, pos, 'DeleteTopicsRequest.topics', 18)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DeleteTopicsRequest.topics')
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DeleteTopicsRequest.topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DeleteTopicsRequest.topics', _c)
+    elif _c * 18 > _l - pos:
+        raise overrun('DeleteTopicsRequest.topics', buf, pos, _c, 18)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DeleteTopicState_6(buf, pos)
             _lst.append(_e)
-    if pos + 4 > len(buf):
+    if pos + 4 > _l:
         raise truncated('DeleteTopicsRequest.timeout_ms', buf, pos, 4)
     (f_timeout_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -119,16 +194,34 @@ def _d_DeleteTopicsRequest_6(buf, pos):
 
 def _e_DeleteTopicsRequest_0(o, out, chunks):
     _a = o.topic_names
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
-        write_string(out, _e)
+        _b = _e.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DeleteTopicsRequest.topic_names', _n)
+        out += _S1.pack(_n)
+        out += _b
     out += _S0.pack(o.timeout_ms)
 
 def _e_DeleteTopicsRequest_4(o, out, chunks):
     _a = o.topic_names
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
-        write_compact_string(out, _e)
+        _b = _e.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DeleteTopicsRequest.topic_names', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     out += _S0.pack(o.timeout_ms)
     if o.unknown_tags is None:
         out.append(0)
@@ -136,8 +229,19 @@ def _e_DeleteTopicsRequest_4(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_DeleteTopicState_6(o, out, chunks):
-    write_compact_nullable_string(out, o.name)
-    out += _S1.pack(o.topic_id.bytes)
+    if o.name is None:
+        out.append(0)
+    else:
+        _b = o.name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DeleteTopicsRequest.DeleteTopicState.name', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+    out += _S2.pack(o.topic_id.bytes)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -145,7 +249,11 @@ def _e_DeleteTopicState_6(o, out, chunks):
 
 def _e_DeleteTopicsRequest_6(o, out, chunks):
     _a = o.topics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_DeleteTopicState_6(_e, out, chunks)
     out += _S0.pack(o.timeout_ms)

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -30,54 +42,92 @@ class DeleteTopicsResponse(Struct):
         self.unknown_tags = unknown_tags
 DeleteTopicsResponse.DeletableTopicResult = DeletableTopicResult
 
-_S0 = _Struct('>h')
-_S1 = _Struct('>i')
+_S0 = _Struct('>i')
+_S1 = _Struct('>h')
 _S2 = _Struct('>16sh')
 
 def _d_DeletableTopicResult_0(buf, pos):
-    f_name, pos = read_string(buf, pos, 'DeleteTopicsResponse.DeletableTopicResult.name')
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('DeleteTopicsResponse.DeletableTopicResult.name', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('DeleteTopicsResponse.DeletableTopicResult.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DeleteTopicsResponse.DeletableTopicResult.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
         raise truncated('DeleteTopicsResponse.DeletableTopicResult.error_code', buf, pos, 2)
-    (f_error_code,) = _S0.unpack_from(buf, pos)
+    (f_error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
     f_unknown_tags = None
     return DeletableTopicResult(f_name, ZERO_UUID, f_error_code, None, f_unknown_tags), pos
 
 def _d_DeleteTopicsResponse_0(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'DeleteTopicsResponse.responses', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DeleteTopicsResponse.responses')
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('DeleteTopicsResponse.responses', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('DeleteTopicsResponse.responses', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('DeleteTopicsResponse.responses', buf, pos, _c, 4)
     else:
         f_responses = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DeletableTopicResult_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return DeleteTopicsResponse(0, f_responses, f_unknown_tags), pos
 
 def _d_DeleteTopicsResponse_1(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('DeleteTopicsResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S1.unpack_from(buf, pos)
+    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_array_len(buf, pos, 'DeleteTopicsResponse.responses', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DeleteTopicsResponse.responses')
+    if pos + 4 > _l:
+        raise truncated('DeleteTopicsResponse.responses', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('DeleteTopicsResponse.responses', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('DeleteTopicsResponse.responses', buf, pos, _c, 4)
     else:
         f_responses = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DeletableTopicResult_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return DeleteTopicsResponse(f_throttle_time_ms, f_responses, f_unknown_tags), pos
 
 def _d_DeletableTopicResult_4(buf, pos):
-    f_name, pos = read_compact_string(buf, pos, 'DeleteTopicsResponse.DeletableTopicResult.name')
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DeleteTopicsResponse.DeletableTopicResult.name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('DeleteTopicsResponse.DeletableTopicResult.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DeleteTopicsResponse.DeletableTopicResult.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
         raise truncated('DeleteTopicsResponse.DeletableTopicResult.error_code', buf, pos, 2)
-    (f_error_code,) = _S0.unpack_from(buf, pos)
+    (f_error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -90,19 +140,27 @@ def _d_DeletableTopicResult_4(buf, pos):
     return DeletableTopicResult(f_name, ZERO_UUID, f_error_code, None, f_unknown_tags), pos
 
 def _d_DeleteTopicsResponse_4(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('DeleteTopicsResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S1.unpack_from(buf, pos)
+    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'DeleteTopicsResponse.responses', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DeleteTopicsResponse.responses')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DeleteTopicsResponse.responses')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DeleteTopicsResponse.responses', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('DeleteTopicsResponse.responses', buf, pos, _c, 4)
     else:
         f_responses = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DeletableTopicResult_4(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -115,13 +173,42 @@ def _d_DeleteTopicsResponse_4(buf, pos):
     return DeleteTopicsResponse(f_throttle_time_ms, f_responses, f_unknown_tags), pos
 
 def _d_DeletableTopicResult_5(buf, pos):
-    f_name, pos = read_compact_string(buf, pos, 'DeleteTopicsResponse.DeletableTopicResult.name')
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DeleteTopicsResponse.DeletableTopicResult.name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('DeleteTopicsResponse.DeletableTopicResult.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DeleteTopicsResponse.DeletableTopicResult.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
         raise truncated('DeleteTopicsResponse.DeletableTopicResult.error_code', buf, pos, 2)
-    (f_error_code,) = _S0.unpack_from(buf, pos)
+    (f_error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
-    f_error_message, pos = read_compact_nullable_string(buf, pos, 'DeleteTopicsResponse.DeletableTopicResult.error_message')
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DeleteTopicsResponse.DeletableTopicResult.error_message')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('DeleteTopicsResponse.DeletableTopicResult.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DeleteTopicsResponse.DeletableTopicResult.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -134,19 +221,27 @@ def _d_DeletableTopicResult_5(buf, pos):
     return DeletableTopicResult(f_name, ZERO_UUID, f_error_code, f_error_message, f_unknown_tags), pos
 
 def _d_DeleteTopicsResponse_5(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('DeleteTopicsResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S1.unpack_from(buf, pos)
+    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'DeleteTopicsResponse.responses', 5)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DeleteTopicsResponse.responses')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DeleteTopicsResponse.responses')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DeleteTopicsResponse.responses', _c)
+    elif _c * 5 > _l - pos:
+        raise overrun('DeleteTopicsResponse.responses', buf, pos, _c, 5)
     else:
         f_responses = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DeletableTopicResult_5(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -159,14 +254,45 @@ def _d_DeleteTopicsResponse_5(buf, pos):
     return DeleteTopicsResponse(f_throttle_time_ms, f_responses, f_unknown_tags), pos
 
 def _d_DeletableTopicResult_6(buf, pos):
-    f_name, pos = read_compact_nullable_string(buf, pos, 'DeleteTopicsResponse.DeletableTopicResult.name')
-    if pos + 18 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DeleteTopicsResponse.DeletableTopicResult.name')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('DeleteTopicsResponse.DeletableTopicResult.name', _n)
+        f_name = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DeleteTopicsResponse.DeletableTopicResult.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 18 > _l:
         raise truncated('DeleteTopicsResponse.DeletableTopicResult.topic_id', buf, pos, 18)
     f_topic_id, f_error_code = _S2.unpack_from(buf, pos)
     pos += 18
     f_topic_id = _UUID(bytes=f_topic_id)
-    f_error_message, pos = read_compact_nullable_string(buf, pos, 'DeleteTopicsResponse.DeletableTopicResult.error_message')
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DeleteTopicsResponse.DeletableTopicResult.error_message')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('DeleteTopicsResponse.DeletableTopicResult.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DeleteTopicsResponse.DeletableTopicResult.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -179,19 +305,27 @@ def _d_DeletableTopicResult_6(buf, pos):
     return DeletableTopicResult(f_name, f_topic_id, f_error_code, f_error_message, f_unknown_tags), pos
 
 def _d_DeleteTopicsResponse_6(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('DeleteTopicsResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S1.unpack_from(buf, pos)
+    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'DeleteTopicsResponse.responses', 21)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DeleteTopicsResponse.responses')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DeleteTopicsResponse.responses')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DeleteTopicsResponse.responses', _c)
+    elif _c * 21 > _l - pos:
+        raise overrun('DeleteTopicsResponse.responses', buf, pos, _c, 21)
     else:
         f_responses = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DeletableTopicResult_6(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -204,34 +338,53 @@ def _d_DeleteTopicsResponse_6(buf, pos):
     return DeleteTopicsResponse(f_throttle_time_ms, f_responses, f_unknown_tags), pos
 
 def _e_DeletableTopicResult_0(o, out, chunks):
-    write_string(out, o.name)
-    out += _S0.pack(o.error_code)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DeleteTopicsResponse.DeletableTopicResult.name', _n)
+    out += _S1.pack(_n)
+    out += _b
+    out += _S1.pack(o.error_code)
 
 def _e_DeleteTopicsResponse_0(o, out, chunks):
     _a = o.responses
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_DeletableTopicResult_0(_e, out, chunks)
 
 def _e_DeleteTopicsResponse_1(o, out, chunks):
-    out += _S1.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _a = o.responses
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_DeletableTopicResult_0(_e, out, chunks)
 
 def _e_DeletableTopicResult_4(o, out, chunks):
-    write_compact_string(out, o.name)
-    out += _S0.pack(o.error_code)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DeleteTopicsResponse.DeletableTopicResult.name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    out += _S1.pack(o.error_code)
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_DeleteTopicsResponse_4(o, out, chunks):
-    out += _S1.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _a = o.responses
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_DeletableTopicResult_4(_e, out, chunks)
     if o.unknown_tags is None:
@@ -240,18 +393,41 @@ def _e_DeleteTopicsResponse_4(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_DeletableTopicResult_5(o, out, chunks):
-    write_compact_string(out, o.name)
-    out += _S0.pack(o.error_code)
-    write_compact_nullable_string(out, o.error_message)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DeleteTopicsResponse.DeletableTopicResult.name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    out += _S1.pack(o.error_code)
+    if o.error_message is None:
+        out.append(0)
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DeleteTopicsResponse.DeletableTopicResult.error_message', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_DeleteTopicsResponse_5(o, out, chunks):
-    out += _S1.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _a = o.responses
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_DeletableTopicResult_5(_e, out, chunks)
     if o.unknown_tags is None:
@@ -260,18 +436,44 @@ def _e_DeleteTopicsResponse_5(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_DeletableTopicResult_6(o, out, chunks):
-    write_compact_nullable_string(out, o.name)
+    if o.name is None:
+        out.append(0)
+    else:
+        _b = o.name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DeleteTopicsResponse.DeletableTopicResult.name', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     out += _S2.pack(o.topic_id.bytes, o.error_code)
-    write_compact_nullable_string(out, o.error_message)
+    if o.error_message is None:
+        out.append(0)
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DeleteTopicsResponse.DeletableTopicResult.error_message', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_DeleteTopicsResponse_6(o, out, chunks):
-    out += _S1.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _a = o.responses
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_DeletableTopicResult_6(_e, out, chunks)
     if o.unknown_tags is None:

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -35,59 +47,186 @@ class DescribeAclsRequest(Struct):
         self.unknown_tags = unknown_tags
 
 _S0 = _Struct('>b')
-_S1 = _Struct('>bb')
+_S1 = _Struct('>h')
+_S2 = _Struct('>bb')
 
 def _d_DescribeAclsRequest_0(buf, pos):
-    if pos + 1 > len(buf):
+    _l = len(buf)
+    if pos + 1 > _l:
         raise truncated('DescribeAclsRequest.resource_type_filter', buf, pos, 1)
     (f_resource_type_filter,) = _S0.unpack_from(buf, pos)
     pos += 1
-    f_resource_name_filter, pos = read_nullable_string(buf, pos, 'DescribeAclsRequest.resource_name_filter')
-    f_principal_filter, pos = read_nullable_string(buf, pos, 'DescribeAclsRequest.principal_filter')
-    f_host_filter, pos = read_nullable_string(buf, pos, 'DescribeAclsRequest.host_filter')
-    if pos + 2 > len(buf):
+    if pos + 2 > _l:
+        raise truncated('DescribeAclsRequest.resource_name_filter', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('DescribeAclsRequest.resource_name_filter', _n)
+        f_resource_name_filter = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeAclsRequest.resource_name_filter', buf, pos, _n, 1)
+        f_resource_name_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('DescribeAclsRequest.principal_filter', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('DescribeAclsRequest.principal_filter', _n)
+        f_principal_filter = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeAclsRequest.principal_filter', buf, pos, _n, 1)
+        f_principal_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('DescribeAclsRequest.host_filter', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('DescribeAclsRequest.host_filter', _n)
+        f_host_filter = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeAclsRequest.host_filter', buf, pos, _n, 1)
+        f_host_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
         raise truncated('DescribeAclsRequest.operation', buf, pos, 2)
-    f_operation, f_permission_type = _S1.unpack_from(buf, pos)
+    f_operation, f_permission_type = _S2.unpack_from(buf, pos)
     pos += 2
     f_unknown_tags = None
     return DescribeAclsRequest(f_resource_type_filter, f_resource_name_filter, 3, f_principal_filter, f_host_filter, f_operation, f_permission_type, f_unknown_tags), pos
 
 def _d_DescribeAclsRequest_1(buf, pos):
-    if pos + 1 > len(buf):
+    _l = len(buf)
+    if pos + 1 > _l:
         raise truncated('DescribeAclsRequest.resource_type_filter', buf, pos, 1)
     (f_resource_type_filter,) = _S0.unpack_from(buf, pos)
     pos += 1
-    f_resource_name_filter, pos = read_nullable_string(buf, pos, 'DescribeAclsRequest.resource_name_filter')
-    if pos + 1 > len(buf):
+    if pos + 2 > _l:
+        raise truncated('DescribeAclsRequest.resource_name_filter', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('DescribeAclsRequest.resource_name_filter', _n)
+        f_resource_name_filter = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeAclsRequest.resource_name_filter', buf, pos, _n, 1)
+        f_resource_name_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 1 > _l:
         raise truncated('DescribeAclsRequest.pattern_type_filter', buf, pos, 1)
     (f_pattern_type_filter,) = _S0.unpack_from(buf, pos)
     pos += 1
-    f_principal_filter, pos = read_nullable_string(buf, pos, 'DescribeAclsRequest.principal_filter')
-    f_host_filter, pos = read_nullable_string(buf, pos, 'DescribeAclsRequest.host_filter')
-    if pos + 2 > len(buf):
+    if pos + 2 > _l:
+        raise truncated('DescribeAclsRequest.principal_filter', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('DescribeAclsRequest.principal_filter', _n)
+        f_principal_filter = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeAclsRequest.principal_filter', buf, pos, _n, 1)
+        f_principal_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('DescribeAclsRequest.host_filter', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('DescribeAclsRequest.host_filter', _n)
+        f_host_filter = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeAclsRequest.host_filter', buf, pos, _n, 1)
+        f_host_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
         raise truncated('DescribeAclsRequest.operation', buf, pos, 2)
-    f_operation, f_permission_type = _S1.unpack_from(buf, pos)
+    f_operation, f_permission_type = _S2.unpack_from(buf, pos)
     pos += 2
     f_unknown_tags = None
     return DescribeAclsRequest(f_resource_type_filter, f_resource_name_filter, f_pattern_type_filter, f_principal_filter, f_host_filter, f_operation, f_permission_type, f_unknown_tags), pos
 
 def _d_DescribeAclsRequest_2(buf, pos):
-    if pos + 1 > len(buf):
+    _l = len(buf)
+    if pos + 1 > _l:
         raise truncated('DescribeAclsRequest.resource_type_filter', buf, pos, 1)
     (f_resource_type_filter,) = _S0.unpack_from(buf, pos)
     pos += 1
-    f_resource_name_filter, pos = read_compact_nullable_string(buf, pos, 'DescribeAclsRequest.resource_name_filter')
-    if pos + 1 > len(buf):
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeAclsRequest.resource_name_filter')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('DescribeAclsRequest.resource_name_filter', _n)
+        f_resource_name_filter = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeAclsRequest.resource_name_filter', buf, pos, _n, 1)
+        f_resource_name_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 1 > _l:
         raise truncated('DescribeAclsRequest.pattern_type_filter', buf, pos, 1)
     (f_pattern_type_filter,) = _S0.unpack_from(buf, pos)
     pos += 1
-    f_principal_filter, pos = read_compact_nullable_string(buf, pos, 'DescribeAclsRequest.principal_filter')
-    f_host_filter, pos = read_compact_nullable_string(buf, pos, 'DescribeAclsRequest.host_filter')
-    if pos + 2 > len(buf):
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeAclsRequest.principal_filter')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('DescribeAclsRequest.principal_filter', _n)
+        f_principal_filter = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeAclsRequest.principal_filter', buf, pos, _n, 1)
+        f_principal_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeAclsRequest.host_filter')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('DescribeAclsRequest.host_filter', _n)
+        f_host_filter = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeAclsRequest.host_filter', buf, pos, _n, 1)
+        f_host_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
         raise truncated('DescribeAclsRequest.operation', buf, pos, 2)
-    f_operation, f_permission_type = _S1.unpack_from(buf, pos)
+    f_operation, f_permission_type = _S2.unpack_from(buf, pos)
     pos += 2
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -101,26 +240,107 @@ def _d_DescribeAclsRequest_2(buf, pos):
 
 def _e_DescribeAclsRequest_0(o, out, chunks):
     out += _S0.pack(o.resource_type_filter)
-    write_nullable_string(out, o.resource_name_filter)
-    write_nullable_string(out, o.principal_filter)
-    write_nullable_string(out, o.host_filter)
-    out += _S1.pack(o.operation, o.permission_type)
+    if o.resource_name_filter is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.resource_name_filter.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeAclsRequest.resource_name_filter', _n)
+        out += _S1.pack(_n)
+        out += _b
+    if o.principal_filter is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.principal_filter.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeAclsRequest.principal_filter', _n)
+        out += _S1.pack(_n)
+        out += _b
+    if o.host_filter is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.host_filter.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeAclsRequest.host_filter', _n)
+        out += _S1.pack(_n)
+        out += _b
+    out += _S2.pack(o.operation, o.permission_type)
 
 def _e_DescribeAclsRequest_1(o, out, chunks):
     out += _S0.pack(o.resource_type_filter)
-    write_nullable_string(out, o.resource_name_filter)
+    if o.resource_name_filter is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.resource_name_filter.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeAclsRequest.resource_name_filter', _n)
+        out += _S1.pack(_n)
+        out += _b
     out += _S0.pack(o.pattern_type_filter)
-    write_nullable_string(out, o.principal_filter)
-    write_nullable_string(out, o.host_filter)
-    out += _S1.pack(o.operation, o.permission_type)
+    if o.principal_filter is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.principal_filter.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeAclsRequest.principal_filter', _n)
+        out += _S1.pack(_n)
+        out += _b
+    if o.host_filter is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.host_filter.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeAclsRequest.host_filter', _n)
+        out += _S1.pack(_n)
+        out += _b
+    out += _S2.pack(o.operation, o.permission_type)
 
 def _e_DescribeAclsRequest_2(o, out, chunks):
     out += _S0.pack(o.resource_type_filter)
-    write_compact_nullable_string(out, o.resource_name_filter)
+    if o.resource_name_filter is None:
+        out.append(0)
+    else:
+        _b = o.resource_name_filter.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeAclsRequest.resource_name_filter', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     out += _S0.pack(o.pattern_type_filter)
-    write_compact_nullable_string(out, o.principal_filter)
-    write_compact_nullable_string(out, o.host_filter)
-    out += _S1.pack(o.operation, o.permission_type)
+    if o.principal_filter is None:
+        out.append(0)
+    else:
+        _b = o.principal_filter.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeAclsRequest.principal_filter', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+    if o.host_filter is None:
+        out.append(0)
+    else:
+        _b = o.host_filter.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeAclsRequest.host_filter', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+    out += _S2.pack(o.operation, o.permission_type)
     if o.unknown_tags is None:
         out.append(0)
     else:

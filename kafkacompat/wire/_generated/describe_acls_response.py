@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -51,99 +63,223 @@ DescribeAclsResponse.DescribeAclsResource = DescribeAclsResource
 DescribeAclsResponse.AclDescription = AclDescription
 
 _S0 = _Struct('>ih')
-_S1 = _Struct('>b')
-_S2 = _Struct('>bb')
+_S1 = _Struct('>h')
+_S2 = _Struct('>i')
+_S3 = _Struct('>b')
+_S4 = _Struct('>bb')
 
 def _d_AclDescription_0(buf, pos):
-    f_principal, pos = read_string(buf, pos, 'DescribeAclsResponse.AclDescription.principal')
-    f_host, pos = read_string(buf, pos, 'DescribeAclsResponse.AclDescription.host')
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('DescribeAclsResponse.AclDescription.principal', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('DescribeAclsResponse.AclDescription.principal', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeAclsResponse.AclDescription.principal', buf, pos, _n, 1)
+        f_principal = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('DescribeAclsResponse.AclDescription.host', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('DescribeAclsResponse.AclDescription.host', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeAclsResponse.AclDescription.host', buf, pos, _n, 1)
+        f_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
         raise truncated('DescribeAclsResponse.AclDescription.operation', buf, pos, 2)
-    f_operation, f_permission_type = _S2.unpack_from(buf, pos)
+    f_operation, f_permission_type = _S4.unpack_from(buf, pos)
     pos += 2
     f_unknown_tags = None
     return AclDescription(f_principal, f_host, f_operation, f_permission_type, f_unknown_tags), pos
 
 def _d_DescribeAclsResource_0(buf, pos):
-    if pos + 1 > len(buf):
+    _l = len(buf)
+    if pos + 1 > _l:
         raise truncated('DescribeAclsResponse.DescribeAclsResource.resource_type', buf, pos, 1)
-    (f_resource_type,) = _S1.unpack_from(buf, pos)
+    (f_resource_type,) = _S3.unpack_from(buf, pos)
     pos += 1
-    f_resource_name, pos = read_string(buf, pos, 'DescribeAclsResponse.DescribeAclsResource.resource_name')
-    _n, pos = read_array_len(buf, pos, 'DescribeAclsResponse.DescribeAclsResource.acls', 6)
+    if pos + 2 > _l:
+        raise truncated('DescribeAclsResponse.DescribeAclsResource.resource_name', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeAclsResponse.DescribeAclsResource.acls')
+        raise bad_length('DescribeAclsResponse.DescribeAclsResource.resource_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeAclsResponse.DescribeAclsResource.resource_name', buf, pos, _n, 1)
+        f_resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('DescribeAclsResponse.DescribeAclsResource.acls', buf, pos, 4)
+    (_c,) = _S2.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('DescribeAclsResponse.DescribeAclsResource.acls', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('DescribeAclsResponse.DescribeAclsResource.acls', buf, pos, _c, 6)
     else:
         f_acls = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_AclDescription_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return DescribeAclsResource(f_resource_type, f_resource_name, 3, f_acls, f_unknown_tags), pos
 
 def _d_DescribeAclsResponse_0(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('DescribeAclsResponse.throttle_time_ms', buf, pos, 6)
     f_throttle_time_ms, f_error_code = _S0.unpack_from(buf, pos)
     pos += 6
-    f_error_message, pos = read_nullable_string(buf, pos, 'DescribeAclsResponse.error_message')
-    _n, pos = read_array_len(buf, pos, 'DescribeAclsResponse.resources', 7)
+    if pos + 2 > _l:
+        raise truncated('DescribeAclsResponse.error_message', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeAclsResponse.resources')
+        if _n != -1:
+            raise bad_length('DescribeAclsResponse.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeAclsResponse.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('DescribeAclsResponse.resources', buf, pos, 4)
+    (_c,) = _S2.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('DescribeAclsResponse.resources', _c)
+    elif _c * 7 > _l - pos:
+        raise overrun('DescribeAclsResponse.resources', buf, pos, _c, 7)
     else:
         f_resources = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DescribeAclsResource_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return DescribeAclsResponse(f_throttle_time_ms, f_error_code, f_error_message, f_resources, f_unknown_tags), pos
 
 def _d_DescribeAclsResource_1(buf, pos):
-    if pos + 1 > len(buf):
+    _l = len(buf)
+    if pos + 1 > _l:
         raise truncated('DescribeAclsResponse.DescribeAclsResource.resource_type', buf, pos, 1)
-    (f_resource_type,) = _S1.unpack_from(buf, pos)
+    (f_resource_type,) = _S3.unpack_from(buf, pos)
     pos += 1
-    f_resource_name, pos = read_string(buf, pos, 'DescribeAclsResponse.DescribeAclsResource.resource_name')
-    if pos + 1 > len(buf):
-        raise truncated('DescribeAclsResponse.DescribeAclsResource.pattern_type', buf, pos, 1)
-    (f_pattern_type,) = _S1.unpack_from(buf, pos)
-    pos += 1
-    _n, pos = read_array_len(buf, pos, 'DescribeAclsResponse.DescribeAclsResource.acls', 6)
+    if pos + 2 > _l:
+        raise truncated('DescribeAclsResponse.DescribeAclsResource.resource_name', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeAclsResponse.DescribeAclsResource.acls')
+        raise bad_length('DescribeAclsResponse.DescribeAclsResource.resource_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeAclsResponse.DescribeAclsResource.resource_name', buf, pos, _n, 1)
+        f_resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 1 > _l:
+        raise truncated('DescribeAclsResponse.DescribeAclsResource.pattern_type', buf, pos, 1)
+    (f_pattern_type,) = _S3.unpack_from(buf, pos)
+    pos += 1
+    if pos + 4 > _l:
+        raise truncated('DescribeAclsResponse.DescribeAclsResource.acls', buf, pos, 4)
+    (_c,) = _S2.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('DescribeAclsResponse.DescribeAclsResource.acls', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('DescribeAclsResponse.DescribeAclsResource.acls', buf, pos, _c, 6)
     else:
         f_acls = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_AclDescription_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return DescribeAclsResource(f_resource_type, f_resource_name, f_pattern_type, f_acls, f_unknown_tags), pos
 
 def _d_DescribeAclsResponse_1(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('DescribeAclsResponse.throttle_time_ms', buf, pos, 6)
     f_throttle_time_ms, f_error_code = _S0.unpack_from(buf, pos)
     pos += 6
-    f_error_message, pos = read_nullable_string(buf, pos, 'DescribeAclsResponse.error_message')
-    _n, pos = read_array_len(buf, pos, 'DescribeAclsResponse.resources', 8)
+    if pos + 2 > _l:
+        raise truncated('DescribeAclsResponse.error_message', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeAclsResponse.resources')
+        if _n != -1:
+            raise bad_length('DescribeAclsResponse.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeAclsResponse.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('DescribeAclsResponse.resources', buf, pos, 4)
+    (_c,) = _S2.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('DescribeAclsResponse.resources', _c)
+    elif _c * 8 > _l - pos:
+        raise overrun('DescribeAclsResponse.resources', buf, pos, _c, 8)
     else:
         f_resources = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DescribeAclsResource_1(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return DescribeAclsResponse(f_throttle_time_ms, f_error_code, f_error_message, f_resources, f_unknown_tags), pos
 
 def _d_AclDescription_2(buf, pos):
-    f_principal, pos = read_compact_string(buf, pos, 'DescribeAclsResponse.AclDescription.principal')
-    f_host, pos = read_compact_string(buf, pos, 'DescribeAclsResponse.AclDescription.host')
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeAclsResponse.AclDescription.principal')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('DescribeAclsResponse.AclDescription.principal', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeAclsResponse.AclDescription.principal', buf, pos, _n, 1)
+        f_principal = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeAclsResponse.AclDescription.host')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('DescribeAclsResponse.AclDescription.host', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeAclsResponse.AclDescription.host', buf, pos, _n, 1)
+        f_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
         raise truncated('DescribeAclsResponse.AclDescription.operation', buf, pos, 2)
-    f_operation, f_permission_type = _S2.unpack_from(buf, pos)
+    f_operation, f_permission_type = _S4.unpack_from(buf, pos)
     pos += 2
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -156,24 +292,45 @@ def _d_AclDescription_2(buf, pos):
     return AclDescription(f_principal, f_host, f_operation, f_permission_type, f_unknown_tags), pos
 
 def _d_DescribeAclsResource_2(buf, pos):
-    if pos + 1 > len(buf):
+    _l = len(buf)
+    if pos + 1 > _l:
         raise truncated('DescribeAclsResponse.DescribeAclsResource.resource_type', buf, pos, 1)
-    (f_resource_type,) = _S1.unpack_from(buf, pos)
+    (f_resource_type,) = _S3.unpack_from(buf, pos)
     pos += 1
-    f_resource_name, pos = read_compact_string(buf, pos, 'DescribeAclsResponse.DescribeAclsResource.resource_name')
-    if pos + 1 > len(buf):
-        raise truncated('DescribeAclsResponse.DescribeAclsResource.pattern_type', buf, pos, 1)
-    (f_pattern_type,) = _S1.unpack_from(buf, pos)
-    pos += 1
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeAclsResponse.DescribeAclsResource.acls', 5)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeAclsResponse.DescribeAclsResource.resource_name')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeAclsResponse.DescribeAclsResource.acls')
+        raise bad_length('DescribeAclsResponse.DescribeAclsResource.resource_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeAclsResponse.DescribeAclsResource.resource_name', buf, pos, _n, 1)
+        f_resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 1 > _l:
+        raise truncated('DescribeAclsResponse.DescribeAclsResource.pattern_type', buf, pos, 1)
+    (f_pattern_type,) = _S3.unpack_from(buf, pos)
+    pos += 1
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeAclsResponse.DescribeAclsResource.acls')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DescribeAclsResponse.DescribeAclsResource.acls', _c)
+    elif _c * 5 > _l - pos:
+        raise overrun('DescribeAclsResponse.DescribeAclsResource.acls', buf, pos, _c, 5)
     else:
         f_acls = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_AclDescription_2(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -186,20 +343,43 @@ def _d_DescribeAclsResource_2(buf, pos):
     return DescribeAclsResource(f_resource_type, f_resource_name, f_pattern_type, f_acls, f_unknown_tags), pos
 
 def _d_DescribeAclsResponse_2(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('DescribeAclsResponse.throttle_time_ms', buf, pos, 6)
     f_throttle_time_ms, f_error_code = _S0.unpack_from(buf, pos)
     pos += 6
-    f_error_message, pos = read_compact_nullable_string(buf, pos, 'DescribeAclsResponse.error_message')
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeAclsResponse.resources', 5)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeAclsResponse.error_message')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeAclsResponse.resources')
+        if _n != -1:
+            raise bad_length('DescribeAclsResponse.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeAclsResponse.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeAclsResponse.resources')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DescribeAclsResponse.resources', _c)
+    elif _c * 5 > _l - pos:
+        raise overrun('DescribeAclsResponse.resources', buf, pos, _c, 5)
     else:
         f_resources = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DescribeAclsResource_2(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -212,58 +392,126 @@ def _d_DescribeAclsResponse_2(buf, pos):
     return DescribeAclsResponse(f_throttle_time_ms, f_error_code, f_error_message, f_resources, f_unknown_tags), pos
 
 def _e_AclDescription_0(o, out, chunks):
-    write_string(out, o.principal)
-    write_string(out, o.host)
-    out += _S2.pack(o.operation, o.permission_type)
+    _b = o.principal.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeAclsResponse.AclDescription.principal', _n)
+    out += _S1.pack(_n)
+    out += _b
+    _b = o.host.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeAclsResponse.AclDescription.host', _n)
+    out += _S1.pack(_n)
+    out += _b
+    out += _S4.pack(o.operation, o.permission_type)
 
 def _e_DescribeAclsResource_0(o, out, chunks):
-    out += _S1.pack(o.resource_type)
-    write_string(out, o.resource_name)
+    out += _S3.pack(o.resource_type)
+    _b = o.resource_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeAclsResponse.DescribeAclsResource.resource_name', _n)
+    out += _S1.pack(_n)
+    out += _b
     _a = o.acls
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S2.pack(_c)
     for _e in _a:
         _e_AclDescription_0(_e, out, chunks)
 
 def _e_DescribeAclsResponse_0(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms, o.error_code)
-    write_nullable_string(out, o.error_message)
+    if o.error_message is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeAclsResponse.error_message', _n)
+        out += _S1.pack(_n)
+        out += _b
     _a = o.resources
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S2.pack(_c)
     for _e in _a:
         _e_DescribeAclsResource_0(_e, out, chunks)
 
 def _e_DescribeAclsResource_1(o, out, chunks):
-    out += _S1.pack(o.resource_type)
-    write_string(out, o.resource_name)
-    out += _S1.pack(o.pattern_type)
+    out += _S3.pack(o.resource_type)
+    _b = o.resource_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeAclsResponse.DescribeAclsResource.resource_name', _n)
+    out += _S1.pack(_n)
+    out += _b
+    out += _S3.pack(o.pattern_type)
     _a = o.acls
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S2.pack(_c)
     for _e in _a:
         _e_AclDescription_0(_e, out, chunks)
 
 def _e_DescribeAclsResponse_1(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms, o.error_code)
-    write_nullable_string(out, o.error_message)
+    if o.error_message is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeAclsResponse.error_message', _n)
+        out += _S1.pack(_n)
+        out += _b
     _a = o.resources
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S2.pack(_c)
     for _e in _a:
         _e_DescribeAclsResource_1(_e, out, chunks)
 
 def _e_AclDescription_2(o, out, chunks):
-    write_compact_string(out, o.principal)
-    write_compact_string(out, o.host)
-    out += _S2.pack(o.operation, o.permission_type)
+    _b = o.principal.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeAclsResponse.AclDescription.principal', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _b = o.host.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeAclsResponse.AclDescription.host', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    out += _S4.pack(o.operation, o.permission_type)
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_DescribeAclsResource_2(o, out, chunks):
-    out += _S1.pack(o.resource_type)
-    write_compact_string(out, o.resource_name)
-    out += _S1.pack(o.pattern_type)
+    out += _S3.pack(o.resource_type)
+    _b = o.resource_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeAclsResponse.DescribeAclsResource.resource_name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    out += _S3.pack(o.pattern_type)
     _a = o.acls
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_AclDescription_2(_e, out, chunks)
     if o.unknown_tags is None:
@@ -273,9 +521,24 @@ def _e_DescribeAclsResource_2(o, out, chunks):
 
 def _e_DescribeAclsResponse_2(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms, o.error_code)
-    write_compact_nullable_string(out, o.error_message)
+    if o.error_message is None:
+        out.append(0)
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeAclsResponse.error_message', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     _a = o.resources
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_DescribeAclsResource_2(_e, out, chunks)
     if o.unknown_tags is None:

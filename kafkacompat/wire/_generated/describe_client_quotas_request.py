@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -29,43 +41,105 @@ class DescribeClientQuotasRequest(Struct):
         self.unknown_tags = unknown_tags
 DescribeClientQuotasRequest.ComponentData = ComponentData
 
-_S0 = _Struct('>b')
-_S1 = _Struct('>?')
+_S0 = _Struct('>i')
+_S1 = _Struct('>h')
+_S2 = _Struct('>b')
+_S3 = _Struct('>?')
 
 def _d_ComponentData_0(buf, pos):
-    f_entity_type, pos = read_string(buf, pos, 'DescribeClientQuotasRequest.ComponentData.entity_type')
-    if pos + 1 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('DescribeClientQuotasRequest.ComponentData.entity_type', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('DescribeClientQuotasRequest.ComponentData.entity_type', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeClientQuotasRequest.ComponentData.entity_type', buf, pos, _n, 1)
+        f_entity_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 1 > _l:
         raise truncated('DescribeClientQuotasRequest.ComponentData.match_type', buf, pos, 1)
-    (f_match_type,) = _S0.unpack_from(buf, pos)
+    (f_match_type,) = _S2.unpack_from(buf, pos)
     pos += 1
-    f_match, pos = read_nullable_string(buf, pos, 'DescribeClientQuotasRequest.ComponentData.match')
+    if pos + 2 > _l:
+        raise truncated('DescribeClientQuotasRequest.ComponentData.match', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('DescribeClientQuotasRequest.ComponentData.match', _n)
+        f_match = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeClientQuotasRequest.ComponentData.match', buf, pos, _n, 1)
+        f_match = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
     f_unknown_tags = None
     return ComponentData(f_entity_type, f_match_type, f_match, f_unknown_tags), pos
 
 def _d_DescribeClientQuotasRequest_0(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'DescribeClientQuotasRequest.components', 5)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeClientQuotasRequest.components')
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('DescribeClientQuotasRequest.components', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('DescribeClientQuotasRequest.components', _c)
+    elif _c * 5 > _l - pos:
+        raise overrun('DescribeClientQuotasRequest.components', buf, pos, _c, 5)
     else:
         f_components = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ComponentData_0(buf, pos)
             _lst.append(_e)
-    if pos + 1 > len(buf):
+    if pos + 1 > _l:
         raise truncated('DescribeClientQuotasRequest.strict', buf, pos, 1)
-    (f_strict,) = _S1.unpack_from(buf, pos)
+    (f_strict,) = _S3.unpack_from(buf, pos)
     pos += 1
     f_unknown_tags = None
     return DescribeClientQuotasRequest(f_components, f_strict, f_unknown_tags), pos
 
 def _d_ComponentData_1(buf, pos):
-    f_entity_type, pos = read_compact_string(buf, pos, 'DescribeClientQuotasRequest.ComponentData.entity_type')
-    if pos + 1 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeClientQuotasRequest.ComponentData.entity_type')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('DescribeClientQuotasRequest.ComponentData.entity_type', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeClientQuotasRequest.ComponentData.entity_type', buf, pos, _n, 1)
+        f_entity_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 1 > _l:
         raise truncated('DescribeClientQuotasRequest.ComponentData.match_type', buf, pos, 1)
-    (f_match_type,) = _S0.unpack_from(buf, pos)
+    (f_match_type,) = _S2.unpack_from(buf, pos)
     pos += 1
-    f_match, pos = read_compact_nullable_string(buf, pos, 'DescribeClientQuotasRequest.ComponentData.match')
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeClientQuotasRequest.ComponentData.match')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('DescribeClientQuotasRequest.ComponentData.match', _n)
+        f_match = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeClientQuotasRequest.ComponentData.match', buf, pos, _n, 1)
+        f_match = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -78,19 +152,27 @@ def _d_ComponentData_1(buf, pos):
     return ComponentData(f_entity_type, f_match_type, f_match, f_unknown_tags), pos
 
 def _d_DescribeClientQuotasRequest_1(buf, pos):
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeClientQuotasRequest.components', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeClientQuotasRequest.components')
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeClientQuotasRequest.components')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DescribeClientQuotasRequest.components', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('DescribeClientQuotasRequest.components', buf, pos, _c, 4)
     else:
         f_components = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ComponentData_1(buf, pos)
             _lst.append(_e)
-    if pos + 1 > len(buf):
+    if pos + 1 > _l:
         raise truncated('DescribeClientQuotasRequest.strict', buf, pos, 1)
-    (f_strict,) = _S1.unpack_from(buf, pos)
+    (f_strict,) = _S3.unpack_from(buf, pos)
     pos += 1
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -103,21 +185,54 @@ def _d_DescribeClientQuotasRequest_1(buf, pos):
     return DescribeClientQuotasRequest(f_components, f_strict, f_unknown_tags), pos
 
 def _e_ComponentData_0(o, out, chunks):
-    write_string(out, o.entity_type)
-    out += _S0.pack(o.match_type)
-    write_nullable_string(out, o.match)
+    _b = o.entity_type.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeClientQuotasRequest.ComponentData.entity_type', _n)
+    out += _S1.pack(_n)
+    out += _b
+    out += _S2.pack(o.match_type)
+    if o.match is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.match.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeClientQuotasRequest.ComponentData.match', _n)
+        out += _S1.pack(_n)
+        out += _b
 
 def _e_DescribeClientQuotasRequest_0(o, out, chunks):
     _a = o.components
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_ComponentData_0(_e, out, chunks)
-    out += _S1.pack(o.strict)
+    out += _S3.pack(o.strict)
 
 def _e_ComponentData_1(o, out, chunks):
-    write_compact_string(out, o.entity_type)
-    out += _S0.pack(o.match_type)
-    write_compact_nullable_string(out, o.match)
+    _b = o.entity_type.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeClientQuotasRequest.ComponentData.entity_type', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    out += _S2.pack(o.match_type)
+    if o.match is None:
+        out.append(0)
+    else:
+        _b = o.match.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeClientQuotasRequest.ComponentData.match', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -125,10 +240,14 @@ def _e_ComponentData_1(o, out, chunks):
 
 def _e_DescribeClientQuotasRequest_1(o, out, chunks):
     _a = o.components
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_ComponentData_1(_e, out, chunks)
-    out += _S1.pack(o.strict)
+    out += _S3.pack(o.strict)
     if o.unknown_tags is None:
         out.append(0)
     else:

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -56,64 +68,164 @@ DescribeClientQuotasResponse.EntityData = EntityData
 DescribeClientQuotasResponse.ValueData = ValueData
 
 _S0 = _Struct('>ih')
-_S1 = _Struct('>d')
+_S1 = _Struct('>h')
+_S2 = _Struct('>i')
+_S3 = _Struct('>d')
 
 def _d_EntityData_0(buf, pos):
-    f_entity_type, pos = read_string(buf, pos, 'DescribeClientQuotasResponse.EntityData.entity_type')
-    f_entity_name, pos = read_nullable_string(buf, pos, 'DescribeClientQuotasResponse.EntityData.entity_name')
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('DescribeClientQuotasResponse.EntityData.entity_type', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('DescribeClientQuotasResponse.EntityData.entity_type', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeClientQuotasResponse.EntityData.entity_type', buf, pos, _n, 1)
+        f_entity_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('DescribeClientQuotasResponse.EntityData.entity_name', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('DescribeClientQuotasResponse.EntityData.entity_name', _n)
+        f_entity_name = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeClientQuotasResponse.EntityData.entity_name', buf, pos, _n, 1)
+        f_entity_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
     f_unknown_tags = None
     return EntityData(f_entity_type, f_entity_name, f_unknown_tags), pos
 
 def _d_ValueData_0(buf, pos):
-    f_key, pos = read_string(buf, pos, 'DescribeClientQuotasResponse.ValueData.key')
-    if pos + 8 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('DescribeClientQuotasResponse.ValueData.key', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('DescribeClientQuotasResponse.ValueData.key', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeClientQuotasResponse.ValueData.key', buf, pos, _n, 1)
+        f_key = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 8 > _l:
         raise truncated('DescribeClientQuotasResponse.ValueData.value', buf, pos, 8)
-    (f_value,) = _S1.unpack_from(buf, pos)
+    (f_value,) = _S3.unpack_from(buf, pos)
     pos += 8
     f_unknown_tags = None
     return ValueData(f_key, f_value, f_unknown_tags), pos
 
 def _d_EntryData_0(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'DescribeClientQuotasResponse.EntryData.entity', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeClientQuotasResponse.EntryData.entity')
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('DescribeClientQuotasResponse.EntryData.entity', buf, pos, 4)
+    (_c,) = _S2.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('DescribeClientQuotasResponse.EntryData.entity', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('DescribeClientQuotasResponse.EntryData.entity', buf, pos, _c, 4)
     else:
         f_entity = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_EntityData_0(buf, pos)
             _lst.append(_e)
-    _n, pos = read_array_len(buf, pos, 'DescribeClientQuotasResponse.EntryData.values', 10)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeClientQuotasResponse.EntryData.values')
+    if pos + 4 > _l:
+        raise truncated('DescribeClientQuotasResponse.EntryData.values', buf, pos, 4)
+    (_c,) = _S2.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('DescribeClientQuotasResponse.EntryData.values', _c)
+    elif _c * 10 > _l - pos:
+        raise overrun('DescribeClientQuotasResponse.EntryData.values', buf, pos, _c, 10)
     else:
         f_values = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ValueData_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return EntryData(f_entity, f_values, f_unknown_tags), pos
 
 def _d_DescribeClientQuotasResponse_0(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('DescribeClientQuotasResponse.throttle_time_ms', buf, pos, 6)
     f_throttle_time_ms, f_error_code = _S0.unpack_from(buf, pos)
     pos += 6
-    f_error_message, pos = read_nullable_string(buf, pos, 'DescribeClientQuotasResponse.error_message')
-    _n, pos = read_array_len(buf, pos, 'DescribeClientQuotasResponse.entries', 8)
+    if pos + 2 > _l:
+        raise truncated('DescribeClientQuotasResponse.error_message', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
+        if _n != -1:
+            raise bad_length('DescribeClientQuotasResponse.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeClientQuotasResponse.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('DescribeClientQuotasResponse.entries', buf, pos, 4)
+    (_c,) = _S2.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        if _c != -1:
+            raise bad_length('DescribeClientQuotasResponse.entries', _c)
         f_entries = None
+    elif _c * 8 > _l - pos:
+        raise overrun('DescribeClientQuotasResponse.entries', buf, pos, _c, 8)
     else:
         f_entries = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_EntryData_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return DescribeClientQuotasResponse(f_throttle_time_ms, f_error_code, f_error_message, f_entries, f_unknown_tags), pos
 
 def _d_EntityData_1(buf, pos):
-    f_entity_type, pos = read_compact_string(buf, pos, 'DescribeClientQuotasResponse.EntityData.entity_type')
-    f_entity_name, pos = read_compact_nullable_string(buf, pos, 'DescribeClientQuotasResponse.EntityData.entity_name')
-    if pos < len(buf) and buf[pos] == 0:
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeClientQuotasResponse.EntityData.entity_type')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('DescribeClientQuotasResponse.EntityData.entity_type', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeClientQuotasResponse.EntityData.entity_type', buf, pos, _n, 1)
+        f_entity_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeClientQuotasResponse.EntityData.entity_name')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('DescribeClientQuotasResponse.EntityData.entity_name', _n)
+        f_entity_name = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeClientQuotasResponse.EntityData.entity_name', buf, pos, _n, 1)
+        f_entity_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -126,12 +238,26 @@ def _d_EntityData_1(buf, pos):
     return EntityData(f_entity_type, f_entity_name, f_unknown_tags), pos
 
 def _d_ValueData_1(buf, pos):
-    f_key, pos = read_compact_string(buf, pos, 'DescribeClientQuotasResponse.ValueData.key')
-    if pos + 8 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeClientQuotasResponse.ValueData.key')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('DescribeClientQuotasResponse.ValueData.key', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeClientQuotasResponse.ValueData.key', buf, pos, _n, 1)
+        f_key = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 8 > _l:
         raise truncated('DescribeClientQuotasResponse.ValueData.value', buf, pos, 8)
-    (f_value,) = _S1.unpack_from(buf, pos)
+    (f_value,) = _S3.unpack_from(buf, pos)
     pos += 8
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -144,23 +270,38 @@ def _d_ValueData_1(buf, pos):
     return ValueData(f_key, f_value, f_unknown_tags), pos
 
 def _d_EntryData_1(buf, pos):
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeClientQuotasResponse.EntryData.entity', 3)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeClientQuotasResponse.EntryData.entity')
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeClientQuotasResponse.EntryData.entity')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DescribeClientQuotasResponse.EntryData.entity', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('DescribeClientQuotasResponse.EntryData.entity', buf, pos, _c, 3)
     else:
         f_entity = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_EntityData_1(buf, pos)
             _lst.append(_e)
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeClientQuotasResponse.EntryData.values', 10)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeClientQuotasResponse.EntryData.values')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeClientQuotasResponse.EntryData.values')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DescribeClientQuotasResponse.EntryData.values', _c)
+    elif _c * 10 > _l - pos:
+        raise overrun('DescribeClientQuotasResponse.EntryData.values', buf, pos, _c, 10)
     else:
         f_values = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ValueData_1(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -173,20 +314,45 @@ def _d_EntryData_1(buf, pos):
     return EntryData(f_entity, f_values, f_unknown_tags), pos
 
 def _d_DescribeClientQuotasResponse_1(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('DescribeClientQuotasResponse.throttle_time_ms', buf, pos, 6)
     f_throttle_time_ms, f_error_code = _S0.unpack_from(buf, pos)
     pos += 6
-    f_error_message, pos = read_compact_nullable_string(buf, pos, 'DescribeClientQuotasResponse.error_message')
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeClientQuotasResponse.entries', 3)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeClientQuotasResponse.error_message')
+        _n -= 1
     if _n < 0:
+        if _n != -1:
+            raise bad_length('DescribeClientQuotasResponse.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeClientQuotasResponse.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeClientQuotasResponse.entries')
+        _c -= 1
+    if _c < 0:
+        if _c != -1:
+            raise bad_length('DescribeClientQuotasResponse.entries', _c)
         f_entries = None
+    elif _c * 3 > _l - pos:
+        raise overrun('DescribeClientQuotasResponse.entries', buf, pos, _c, 3)
     else:
         f_entries = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_EntryData_1(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -199,45 +365,101 @@ def _d_DescribeClientQuotasResponse_1(buf, pos):
     return DescribeClientQuotasResponse(f_throttle_time_ms, f_error_code, f_error_message, f_entries, f_unknown_tags), pos
 
 def _e_EntityData_0(o, out, chunks):
-    write_string(out, o.entity_type)
-    write_nullable_string(out, o.entity_name)
+    _b = o.entity_type.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeClientQuotasResponse.EntityData.entity_type', _n)
+    out += _S1.pack(_n)
+    out += _b
+    if o.entity_name is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.entity_name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeClientQuotasResponse.EntityData.entity_name', _n)
+        out += _S1.pack(_n)
+        out += _b
 
 def _e_ValueData_0(o, out, chunks):
-    write_string(out, o.key)
-    out += _S1.pack(o.value)
+    _b = o.key.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeClientQuotasResponse.ValueData.key', _n)
+    out += _S1.pack(_n)
+    out += _b
+    out += _S3.pack(o.value)
 
 def _e_EntryData_0(o, out, chunks):
     _a = o.entity
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S2.pack(_c)
     for _e in _a:
         _e_EntityData_0(_e, out, chunks)
     _a = o.values
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S2.pack(_c)
     for _e in _a:
         _e_ValueData_0(_e, out, chunks)
 
 def _e_DescribeClientQuotasResponse_0(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms, o.error_code)
-    write_nullable_string(out, o.error_message)
+    if o.error_message is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeClientQuotasResponse.error_message', _n)
+        out += _S1.pack(_n)
+        out += _b
     _a = o.entries
     if _a is None:
         out += b'\xff\xff\xff\xff'
     else:
-        write_array_len(out, len(_a))
+        _c = len(_a)
+        out += _S2.pack(_c)
         for _e in _a:
             _e_EntryData_0(_e, out, chunks)
 
 def _e_EntityData_1(o, out, chunks):
-    write_compact_string(out, o.entity_type)
-    write_compact_nullable_string(out, o.entity_name)
+    _b = o.entity_type.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeClientQuotasResponse.EntityData.entity_type', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    if o.entity_name is None:
+        out.append(0)
+    else:
+        _b = o.entity_name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeClientQuotasResponse.EntityData.entity_name', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_ValueData_1(o, out, chunks):
-    write_compact_string(out, o.key)
-    out += _S1.pack(o.value)
+    _b = o.key.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeClientQuotasResponse.ValueData.key', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    out += _S3.pack(o.value)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -245,11 +467,19 @@ def _e_ValueData_1(o, out, chunks):
 
 def _e_EntryData_1(o, out, chunks):
     _a = o.entity
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_EntityData_1(_e, out, chunks)
     _a = o.values
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_ValueData_1(_e, out, chunks)
     if o.unknown_tags is None:
@@ -259,12 +489,27 @@ def _e_EntryData_1(o, out, chunks):
 
 def _e_DescribeClientQuotasResponse_1(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms, o.error_code)
-    write_compact_nullable_string(out, o.error_message)
+    if o.error_message is None:
+        out.append(0)
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeClientQuotasResponse.error_message', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     _a = o.entries
     if _a is None:
         out.append(0)
     else:
-        write_compact_array_len(out, len(_a))
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
         for _e in _a:
             _e_EntryData_1(_e, out, chunks)
     if o.unknown_tags is None:

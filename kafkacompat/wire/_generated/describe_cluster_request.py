@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -23,11 +35,12 @@ _S0 = _Struct('>?')
 _S1 = _Struct('>?b')
 
 def _d_DescribeClusterRequest_0(buf, pos):
-    if pos + 1 > len(buf):
+    _l = len(buf)
+    if pos + 1 > _l:
         raise truncated('DescribeClusterRequest.include_cluster_authorized_operations', buf, pos, 1)
     (f_include_cluster_authorized_operations,) = _S0.unpack_from(buf, pos)
     pos += 1
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -40,11 +53,12 @@ def _d_DescribeClusterRequest_0(buf, pos):
     return DescribeClusterRequest(f_include_cluster_authorized_operations, 1, f_unknown_tags), pos
 
 def _d_DescribeClusterRequest_1(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('DescribeClusterRequest.include_cluster_authorized_operations', buf, pos, 2)
     f_include_cluster_authorized_operations, f_endpoint_type = _S1.unpack_from(buf, pos)
     pos += 2
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -52,17 +64,46 @@ _S1 = _Struct('>i')
 _S2 = _Struct('>b')
 
 def _d_DescribeClusterBroker_0(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('DescribeClusterResponse.DescribeClusterBroker.broker_id', buf, pos, 4)
     (f_broker_id,) = _S1.unpack_from(buf, pos)
     pos += 4
-    f_host, pos = read_compact_string(buf, pos, 'DescribeClusterResponse.DescribeClusterBroker.host')
-    if pos + 4 > len(buf):
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeClusterResponse.DescribeClusterBroker.host')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('DescribeClusterResponse.DescribeClusterBroker.host', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeClusterResponse.DescribeClusterBroker.host', buf, pos, _n, 1)
+        f_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('DescribeClusterResponse.DescribeClusterBroker.port', buf, pos, 4)
     (f_port,) = _S1.unpack_from(buf, pos)
     pos += 4
-    f_rack, pos = read_compact_nullable_string(buf, pos, 'DescribeClusterResponse.DescribeClusterBroker.rack')
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeClusterResponse.DescribeClusterBroker.rack')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('DescribeClusterResponse.DescribeClusterBroker.rack', _n)
+        f_rack = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeClusterResponse.DescribeClusterBroker.rack', buf, pos, _n, 1)
+        f_rack = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -75,29 +116,65 @@ def _d_DescribeClusterBroker_0(buf, pos):
     return DescribeClusterBroker(f_broker_id, f_host, f_port, f_rack, f_unknown_tags), pos
 
 def _d_DescribeClusterResponse_0(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('DescribeClusterResponse.throttle_time_ms', buf, pos, 6)
     f_throttle_time_ms, f_error_code = _S0.unpack_from(buf, pos)
     pos += 6
-    f_error_message, pos = read_compact_nullable_string(buf, pos, 'DescribeClusterResponse.error_message')
-    f_cluster_id, pos = read_compact_string(buf, pos, 'DescribeClusterResponse.cluster_id')
-    if pos + 4 > len(buf):
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeClusterResponse.error_message')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('DescribeClusterResponse.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeClusterResponse.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeClusterResponse.cluster_id')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('DescribeClusterResponse.cluster_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeClusterResponse.cluster_id', buf, pos, _n, 1)
+        f_cluster_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('DescribeClusterResponse.controller_id', buf, pos, 4)
     (f_controller_id,) = _S1.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeClusterResponse.brokers', 11)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeClusterResponse.brokers')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeClusterResponse.brokers')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DescribeClusterResponse.brokers', _c)
+    elif _c * 11 > _l - pos:
+        raise overrun('DescribeClusterResponse.brokers', buf, pos, _c, 11)
     else:
         f_brokers = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DescribeClusterBroker_0(buf, pos)
             _lst.append(_e)
-    if pos + 4 > len(buf):
+    if pos + 4 > _l:
         raise truncated('DescribeClusterResponse.cluster_authorized_operations', buf, pos, 4)
     (f_cluster_authorized_operations,) = _S1.unpack_from(buf, pos)
     pos += 4
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -110,33 +187,69 @@ def _d_DescribeClusterResponse_0(buf, pos):
     return DescribeClusterResponse(f_throttle_time_ms, f_error_code, f_error_message, 1, f_cluster_id, f_controller_id, f_brokers, f_cluster_authorized_operations, f_unknown_tags), pos
 
 def _d_DescribeClusterResponse_1(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('DescribeClusterResponse.throttle_time_ms', buf, pos, 6)
     f_throttle_time_ms, f_error_code = _S0.unpack_from(buf, pos)
     pos += 6
-    f_error_message, pos = read_compact_nullable_string(buf, pos, 'DescribeClusterResponse.error_message')
-    if pos + 1 > len(buf):
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeClusterResponse.error_message')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('DescribeClusterResponse.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeClusterResponse.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 1 > _l:
         raise truncated('DescribeClusterResponse.endpoint_type', buf, pos, 1)
     (f_endpoint_type,) = _S2.unpack_from(buf, pos)
     pos += 1
-    f_cluster_id, pos = read_compact_string(buf, pos, 'DescribeClusterResponse.cluster_id')
-    if pos + 4 > len(buf):
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeClusterResponse.cluster_id')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('DescribeClusterResponse.cluster_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeClusterResponse.cluster_id', buf, pos, _n, 1)
+        f_cluster_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('DescribeClusterResponse.controller_id', buf, pos, 4)
     (f_controller_id,) = _S1.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeClusterResponse.brokers', 11)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeClusterResponse.brokers')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeClusterResponse.brokers')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DescribeClusterResponse.brokers', _c)
+    elif _c * 11 > _l - pos:
+        raise overrun('DescribeClusterResponse.brokers', buf, pos, _c, 11)
     else:
         f_brokers = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DescribeClusterBroker_0(buf, pos)
             _lst.append(_e)
-    if pos + 4 > len(buf):
+    if pos + 4 > _l:
         raise truncated('DescribeClusterResponse.cluster_authorized_operations', buf, pos, 4)
     (f_cluster_authorized_operations,) = _S1.unpack_from(buf, pos)
     pos += 4
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -150,9 +263,28 @@ def _d_DescribeClusterResponse_1(buf, pos):
 
 def _e_DescribeClusterBroker_0(o, out, chunks):
     out += _S1.pack(o.broker_id)
-    write_compact_string(out, o.host)
+    _b = o.host.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeClusterResponse.DescribeClusterBroker.host', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     out += _S1.pack(o.port)
-    write_compact_nullable_string(out, o.rack)
+    if o.rack is None:
+        out.append(0)
+    else:
+        _b = o.rack.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeClusterResponse.DescribeClusterBroker.rack', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -160,11 +292,34 @@ def _e_DescribeClusterBroker_0(o, out, chunks):
 
 def _e_DescribeClusterResponse_0(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms, o.error_code)
-    write_compact_nullable_string(out, o.error_message)
-    write_compact_string(out, o.cluster_id)
+    if o.error_message is None:
+        out.append(0)
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeClusterResponse.error_message', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+    _b = o.cluster_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeClusterResponse.cluster_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     out += _S1.pack(o.controller_id)
     _a = o.brokers
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_DescribeClusterBroker_0(_e, out, chunks)
     out += _S1.pack(o.cluster_authorized_operations)
@@ -175,12 +330,35 @@ def _e_DescribeClusterResponse_0(o, out, chunks):
 
 def _e_DescribeClusterResponse_1(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms, o.error_code)
-    write_compact_nullable_string(out, o.error_message)
+    if o.error_message is None:
+        out.append(0)
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeClusterResponse.error_message', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     out += _S2.pack(o.endpoint_type)
-    write_compact_string(out, o.cluster_id)
+    _b = o.cluster_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeClusterResponse.cluster_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     out += _S1.pack(o.controller_id)
     _a = o.brokers
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_DescribeClusterBroker_0(_e, out, chunks)
     out += _S1.pack(o.cluster_authorized_operations)

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -36,86 +48,172 @@ class DescribeConfigsRequest(Struct):
         self.unknown_tags = unknown_tags
 DescribeConfigsRequest.DescribeConfigsResource = DescribeConfigsResource
 
-_S0 = _Struct('>b')
-_S1 = _Struct('>?')
-_S2 = _Struct('>??')
+_S0 = _Struct('>i')
+_S1 = _Struct('>b')
+_S2 = _Struct('>h')
+_S3 = _Struct('>?')
+_S4 = _Struct('>??')
 
 def _d_DescribeConfigsResource_0(buf, pos):
-    if pos + 1 > len(buf):
+    _l = len(buf)
+    if pos + 1 > _l:
         raise truncated('DescribeConfigsRequest.DescribeConfigsResource.resource_type', buf, pos, 1)
-    (f_resource_type,) = _S0.unpack_from(buf, pos)
+    (f_resource_type,) = _S1.unpack_from(buf, pos)
     pos += 1
-    f_resource_name, pos = read_string(buf, pos, 'DescribeConfigsRequest.DescribeConfigsResource.resource_name')
-    _n, pos = read_array_len(buf, pos, 'DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', 2)
+    if pos + 2 > _l:
+        raise truncated('DescribeConfigsRequest.DescribeConfigsResource.resource_name', buf, pos, 2)
+    (_n,) = _S2.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
+        raise bad_length('DescribeConfigsRequest.DescribeConfigsResource.resource_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeConfigsRequest.DescribeConfigsResource.resource_name', buf, pos, _n, 1)
+        f_resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        if _c != -1:
+            raise bad_length('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', _c)
         f_configuration_keys = None
+    elif _c * 2 > _l - pos:
+        raise overrun('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', buf, pos, _c, 2)
     else:
         f_configuration_keys = _lst = []
-        for _ in range(_n):
-            _e, pos = read_string(buf, pos, 'DescribeConfigsRequest.DescribeConfigsResource.configuration_keys')
+        for _ in range(_c):
+            if pos + 2 > _l:
+                raise truncated('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', buf, pos, 2)
+            (_n,) = _S2.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', buf, pos, _n, 1)
+                _e = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
             _lst.append(_e)
     f_unknown_tags = None
     return DescribeConfigsResource(f_resource_type, f_resource_name, f_configuration_keys, f_unknown_tags), pos
 
 def _d_DescribeConfigsRequest_0(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'DescribeConfigsRequest.resources', 7)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeConfigsRequest.resources')
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('DescribeConfigsRequest.resources', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('DescribeConfigsRequest.resources', _c)
+    elif _c * 7 > _l - pos:
+        raise overrun('DescribeConfigsRequest.resources', buf, pos, _c, 7)
     else:
         f_resources = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DescribeConfigsResource_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return DescribeConfigsRequest(f_resources, False, False, f_unknown_tags), pos
 
 def _d_DescribeConfigsRequest_1(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'DescribeConfigsRequest.resources', 7)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeConfigsRequest.resources')
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('DescribeConfigsRequest.resources', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('DescribeConfigsRequest.resources', _c)
+    elif _c * 7 > _l - pos:
+        raise overrun('DescribeConfigsRequest.resources', buf, pos, _c, 7)
     else:
         f_resources = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DescribeConfigsResource_0(buf, pos)
             _lst.append(_e)
-    if pos + 1 > len(buf):
+    if pos + 1 > _l:
         raise truncated('DescribeConfigsRequest.include_synonyms', buf, pos, 1)
-    (f_include_synonyms,) = _S1.unpack_from(buf, pos)
+    (f_include_synonyms,) = _S3.unpack_from(buf, pos)
     pos += 1
     f_unknown_tags = None
     return DescribeConfigsRequest(f_resources, f_include_synonyms, False, f_unknown_tags), pos
 
 def _d_DescribeConfigsRequest_3(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'DescribeConfigsRequest.resources', 7)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeConfigsRequest.resources')
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('DescribeConfigsRequest.resources', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('DescribeConfigsRequest.resources', _c)
+    elif _c * 7 > _l - pos:
+        raise overrun('DescribeConfigsRequest.resources', buf, pos, _c, 7)
     else:
         f_resources = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DescribeConfigsResource_0(buf, pos)
             _lst.append(_e)
-    if pos + 2 > len(buf):
+    if pos + 2 > _l:
         raise truncated('DescribeConfigsRequest.include_synonyms', buf, pos, 2)
-    f_include_synonyms, f_include_documentation = _S2.unpack_from(buf, pos)
+    f_include_synonyms, f_include_documentation = _S4.unpack_from(buf, pos)
     pos += 2
     f_unknown_tags = None
     return DescribeConfigsRequest(f_resources, f_include_synonyms, f_include_documentation, f_unknown_tags), pos
 
 def _d_DescribeConfigsResource_4(buf, pos):
-    if pos + 1 > len(buf):
+    _l = len(buf)
+    if pos + 1 > _l:
         raise truncated('DescribeConfigsRequest.DescribeConfigsResource.resource_type', buf, pos, 1)
-    (f_resource_type,) = _S0.unpack_from(buf, pos)
+    (f_resource_type,) = _S1.unpack_from(buf, pos)
     pos += 1
-    f_resource_name, pos = read_compact_string(buf, pos, 'DescribeConfigsRequest.DescribeConfigsResource.resource_name')
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', 1)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeConfigsRequest.DescribeConfigsResource.resource_name')
+        _n -= 1
     if _n < 0:
+        raise bad_length('DescribeConfigsRequest.DescribeConfigsResource.resource_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeConfigsRequest.DescribeConfigsResource.resource_name', buf, pos, _n, 1)
+        f_resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeConfigsRequest.DescribeConfigsResource.configuration_keys')
+        _c -= 1
+    if _c < 0:
+        if _c != -1:
+            raise bad_length('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', _c)
         f_configuration_keys = None
+    elif _c * 1 > _l - pos:
+        raise overrun('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', buf, pos, _c, 1)
     else:
         f_configuration_keys = _lst = []
-        for _ in range(_n):
-            _e, pos = read_compact_string(buf, pos, 'DescribeConfigsRequest.DescribeConfigsResource.configuration_keys')
+        for _ in range(_c):
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'DescribeConfigsRequest.DescribeConfigsResource.configuration_keys')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', buf, pos, _n, 1)
+                _e = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -128,19 +226,27 @@ def _d_DescribeConfigsResource_4(buf, pos):
     return DescribeConfigsResource(f_resource_type, f_resource_name, f_configuration_keys, f_unknown_tags), pos
 
 def _d_DescribeConfigsRequest_4(buf, pos):
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeConfigsRequest.resources', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeConfigsRequest.resources')
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeConfigsRequest.resources')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DescribeConfigsRequest.resources', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('DescribeConfigsRequest.resources', buf, pos, _c, 4)
     else:
         f_resources = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DescribeConfigsResource_4(buf, pos)
             _lst.append(_e)
-    if pos + 2 > len(buf):
+    if pos + 2 > _l:
         raise truncated('DescribeConfigsRequest.include_synonyms', buf, pos, 2)
-    f_include_synonyms, f_include_documentation = _S2.unpack_from(buf, pos)
+    f_include_synonyms, f_include_documentation = _S4.unpack_from(buf, pos)
     pos += 2
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -153,46 +259,80 @@ def _d_DescribeConfigsRequest_4(buf, pos):
     return DescribeConfigsRequest(f_resources, f_include_synonyms, f_include_documentation, f_unknown_tags), pos
 
 def _e_DescribeConfigsResource_0(o, out, chunks):
-    out += _S0.pack(o.resource_type)
-    write_string(out, o.resource_name)
+    out += _S1.pack(o.resource_type)
+    _b = o.resource_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeConfigsRequest.DescribeConfigsResource.resource_name', _n)
+    out += _S2.pack(_n)
+    out += _b
     _a = o.configuration_keys
     if _a is None:
         out += b'\xff\xff\xff\xff'
     else:
-        write_array_len(out, len(_a))
+        _c = len(_a)
+        out += _S0.pack(_c)
         for _e in _a:
-            write_string(out, _e)
+            _b = _e.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', _n)
+            out += _S2.pack(_n)
+            out += _b
 
 def _e_DescribeConfigsRequest_0(o, out, chunks):
     _a = o.resources
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_DescribeConfigsResource_0(_e, out, chunks)
 
 def _e_DescribeConfigsRequest_1(o, out, chunks):
     _a = o.resources
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_DescribeConfigsResource_0(_e, out, chunks)
-    out += _S1.pack(o.include_synonyms)
+    out += _S3.pack(o.include_synonyms)
 
 def _e_DescribeConfigsRequest_3(o, out, chunks):
     _a = o.resources
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_DescribeConfigsResource_0(_e, out, chunks)
-    out += _S2.pack(o.include_synonyms, o.include_documentation)
+    out += _S4.pack(o.include_synonyms, o.include_documentation)
 
 def _e_DescribeConfigsResource_4(o, out, chunks):
-    out += _S0.pack(o.resource_type)
-    write_compact_string(out, o.resource_name)
+    out += _S1.pack(o.resource_type)
+    _b = o.resource_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeConfigsRequest.DescribeConfigsResource.resource_name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.configuration_keys
     if _a is None:
         out.append(0)
     else:
-        write_compact_array_len(out, len(_a))
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
         for _e in _a:
-            write_compact_string(out, _e)
+            _b = _e.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -200,10 +340,14 @@ def _e_DescribeConfigsResource_4(o, out, chunks):
 
 def _e_DescribeConfigsRequest_4(o, out, chunks):
     _a = o.resources
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_DescribeConfigsResource_4(_e, out, chunks)
-    out += _S2.pack(o.include_synonyms, o.include_documentation)
+    out += _S4.pack(o.include_synonyms, o.include_documentation)
     if o.unknown_tags is None:
         out.append(0)
     else:

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -84,9 +96,34 @@ _S3 = _Struct('>???')
 _S4 = _Struct('>?b?')
 
 def _d_DescribeConfigsResourceResult_0(buf, pos):
-    f_name, pos = read_string(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResourceResult.name')
-    f_value, pos = read_nullable_string(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResourceResult.value')
-    if pos + 3 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('DescribeConfigsResponse.DescribeConfigsResourceResult.name', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('DescribeConfigsResponse.DescribeConfigsResourceResult.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeConfigsResponse.DescribeConfigsResourceResult.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('DescribeConfigsResponse.DescribeConfigsResourceResult.value', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('DescribeConfigsResponse.DescribeConfigsResourceResult.value', _n)
+        f_value = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeConfigsResponse.DescribeConfigsResourceResult.value', buf, pos, _n, 1)
+        f_value = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 3 > _l:
         raise truncated('DescribeConfigsResponse.DescribeConfigsResourceResult.read_only', buf, pos, 3)
     f_read_only, f_is_default, f_is_sensitive = _S3.unpack_from(buf, pos)
     pos += 3
@@ -94,47 +131,108 @@ def _d_DescribeConfigsResourceResult_0(buf, pos):
     return DescribeConfigsResourceResult(f_name, f_value, f_read_only, f_is_default, -1, f_is_sensitive, [], 0, '', f_unknown_tags), pos
 
 def _d_DescribeConfigsResult_0(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('DescribeConfigsResponse.DescribeConfigsResult.error_code', buf, pos, 2)
     (f_error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
-    f_error_message, pos = read_nullable_string(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResult.error_message')
-    if pos + 1 > len(buf):
+    if pos + 2 > _l:
+        raise truncated('DescribeConfigsResponse.DescribeConfigsResult.error_message', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('DescribeConfigsResponse.DescribeConfigsResult.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeConfigsResponse.DescribeConfigsResult.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 1 > _l:
         raise truncated('DescribeConfigsResponse.DescribeConfigsResult.resource_type', buf, pos, 1)
     (f_resource_type,) = _S2.unpack_from(buf, pos)
     pos += 1
-    f_resource_name, pos = read_string(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResult.resource_name')
-    _n, pos = read_array_len(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResult.configs', 7)
+    if pos + 2 > _l:
+        raise truncated('DescribeConfigsResponse.DescribeConfigsResult.resource_name', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeConfigsResponse.DescribeConfigsResult.configs')
+        raise bad_length('DescribeConfigsResponse.DescribeConfigsResult.resource_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeConfigsResponse.DescribeConfigsResult.resource_name', buf, pos, _n, 1)
+        f_resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('DescribeConfigsResponse.DescribeConfigsResult.configs', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('DescribeConfigsResponse.DescribeConfigsResult.configs', _c)
+    elif _c * 7 > _l - pos:
+        raise overrun('DescribeConfigsResponse.DescribeConfigsResult.configs', buf, pos, _c, 7)
     else:
         f_configs = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DescribeConfigsResourceResult_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return DescribeConfigsResult(f_error_code, f_error_message, f_resource_type, f_resource_name, f_configs, f_unknown_tags), pos
 
 def _d_DescribeConfigsResponse_0(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('DescribeConfigsResponse.throttle_time_ms', buf, pos, 4)
     (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_array_len(buf, pos, 'DescribeConfigsResponse.results', 11)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeConfigsResponse.results')
+    if pos + 4 > _l:
+        raise truncated('DescribeConfigsResponse.results', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('DescribeConfigsResponse.results', _c)
+    elif _c * 11 > _l - pos:
+        raise overrun('DescribeConfigsResponse.results', buf, pos, _c, 11)
     else:
         f_results = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DescribeConfigsResult_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return DescribeConfigsResponse(f_throttle_time_ms, f_results, f_unknown_tags), pos
 
 def _d_DescribeConfigsSynonym_1(buf, pos):
-    f_name, pos = read_string(buf, pos, 'DescribeConfigsResponse.DescribeConfigsSynonym.name')
-    f_value, pos = read_nullable_string(buf, pos, 'DescribeConfigsResponse.DescribeConfigsSynonym.value')
-    if pos + 1 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('DescribeConfigsResponse.DescribeConfigsSynonym.name', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('DescribeConfigsResponse.DescribeConfigsSynonym.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeConfigsResponse.DescribeConfigsSynonym.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('DescribeConfigsResponse.DescribeConfigsSynonym.value', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('DescribeConfigsResponse.DescribeConfigsSynonym.value', _n)
+        f_value = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeConfigsResponse.DescribeConfigsSynonym.value', buf, pos, _n, 1)
+        f_value = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 1 > _l:
         raise truncated('DescribeConfigsResponse.DescribeConfigsSynonym.source', buf, pos, 1)
     (f_source,) = _S2.unpack_from(buf, pos)
     pos += 1
@@ -142,130 +240,304 @@ def _d_DescribeConfigsSynonym_1(buf, pos):
     return DescribeConfigsSynonym(f_name, f_value, f_source, f_unknown_tags), pos
 
 def _d_DescribeConfigsResourceResult_1(buf, pos):
-    f_name, pos = read_string(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResourceResult.name')
-    f_value, pos = read_nullable_string(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResourceResult.value')
-    if pos + 3 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('DescribeConfigsResponse.DescribeConfigsResourceResult.name', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('DescribeConfigsResponse.DescribeConfigsResourceResult.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeConfigsResponse.DescribeConfigsResourceResult.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('DescribeConfigsResponse.DescribeConfigsResourceResult.value', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('DescribeConfigsResponse.DescribeConfigsResourceResult.value', _n)
+        f_value = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeConfigsResponse.DescribeConfigsResourceResult.value', buf, pos, _n, 1)
+        f_value = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 3 > _l:
         raise truncated('DescribeConfigsResponse.DescribeConfigsResourceResult.read_only', buf, pos, 3)
     f_read_only, f_config_source, f_is_sensitive = _S4.unpack_from(buf, pos)
     pos += 3
-    _n, pos = read_array_len(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResourceResult.synonyms', 5)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeConfigsResponse.DescribeConfigsResourceResult.synonyms')
+    if pos + 4 > _l:
+        raise truncated('DescribeConfigsResponse.DescribeConfigsResourceResult.synonyms', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('DescribeConfigsResponse.DescribeConfigsResourceResult.synonyms', _c)
+    elif _c * 5 > _l - pos:
+        raise overrun('DescribeConfigsResponse.DescribeConfigsResourceResult.synonyms', buf, pos, _c, 5)
     else:
         f_synonyms = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DescribeConfigsSynonym_1(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return DescribeConfigsResourceResult(f_name, f_value, f_read_only, False, f_config_source, f_is_sensitive, f_synonyms, 0, '', f_unknown_tags), pos
 
 def _d_DescribeConfigsResult_1(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('DescribeConfigsResponse.DescribeConfigsResult.error_code', buf, pos, 2)
     (f_error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
-    f_error_message, pos = read_nullable_string(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResult.error_message')
-    if pos + 1 > len(buf):
+    if pos + 2 > _l:
+        raise truncated('DescribeConfigsResponse.DescribeConfigsResult.error_message', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('DescribeConfigsResponse.DescribeConfigsResult.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeConfigsResponse.DescribeConfigsResult.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 1 > _l:
         raise truncated('DescribeConfigsResponse.DescribeConfigsResult.resource_type', buf, pos, 1)
     (f_resource_type,) = _S2.unpack_from(buf, pos)
     pos += 1
-    f_resource_name, pos = read_string(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResult.resource_name')
-    _n, pos = read_array_len(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResult.configs', 11)
+    if pos + 2 > _l:
+        raise truncated('DescribeConfigsResponse.DescribeConfigsResult.resource_name', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeConfigsResponse.DescribeConfigsResult.configs')
+        raise bad_length('DescribeConfigsResponse.DescribeConfigsResult.resource_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeConfigsResponse.DescribeConfigsResult.resource_name', buf, pos, _n, 1)
+        f_resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('DescribeConfigsResponse.DescribeConfigsResult.configs', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('DescribeConfigsResponse.DescribeConfigsResult.configs', _c)
+    elif _c * 11 > _l - pos:
+        raise overrun('DescribeConfigsResponse.DescribeConfigsResult.configs', buf, pos, _c, 11)
     else:
         f_configs = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DescribeConfigsResourceResult_1(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return DescribeConfigsResult(f_error_code, f_error_message, f_resource_type, f_resource_name, f_configs, f_unknown_tags), pos
 
 def _d_DescribeConfigsResponse_1(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('DescribeConfigsResponse.throttle_time_ms', buf, pos, 4)
     (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_array_len(buf, pos, 'DescribeConfigsResponse.results', 11)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeConfigsResponse.results')
+    if pos + 4 > _l:
+        raise truncated('DescribeConfigsResponse.results', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('DescribeConfigsResponse.results', _c)
+    elif _c * 11 > _l - pos:
+        raise overrun('DescribeConfigsResponse.results', buf, pos, _c, 11)
     else:
         f_results = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DescribeConfigsResult_1(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return DescribeConfigsResponse(f_throttle_time_ms, f_results, f_unknown_tags), pos
 
 def _d_DescribeConfigsResourceResult_3(buf, pos):
-    f_name, pos = read_string(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResourceResult.name')
-    f_value, pos = read_nullable_string(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResourceResult.value')
-    if pos + 3 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('DescribeConfigsResponse.DescribeConfigsResourceResult.name', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('DescribeConfigsResponse.DescribeConfigsResourceResult.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeConfigsResponse.DescribeConfigsResourceResult.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('DescribeConfigsResponse.DescribeConfigsResourceResult.value', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('DescribeConfigsResponse.DescribeConfigsResourceResult.value', _n)
+        f_value = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeConfigsResponse.DescribeConfigsResourceResult.value', buf, pos, _n, 1)
+        f_value = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 3 > _l:
         raise truncated('DescribeConfigsResponse.DescribeConfigsResourceResult.read_only', buf, pos, 3)
     f_read_only, f_config_source, f_is_sensitive = _S4.unpack_from(buf, pos)
     pos += 3
-    _n, pos = read_array_len(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResourceResult.synonyms', 5)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeConfigsResponse.DescribeConfigsResourceResult.synonyms')
+    if pos + 4 > _l:
+        raise truncated('DescribeConfigsResponse.DescribeConfigsResourceResult.synonyms', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('DescribeConfigsResponse.DescribeConfigsResourceResult.synonyms', _c)
+    elif _c * 5 > _l - pos:
+        raise overrun('DescribeConfigsResponse.DescribeConfigsResourceResult.synonyms', buf, pos, _c, 5)
     else:
         f_synonyms = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DescribeConfigsSynonym_1(buf, pos)
             _lst.append(_e)
-    if pos + 1 > len(buf):
+    if pos + 1 > _l:
         raise truncated('DescribeConfigsResponse.DescribeConfigsResourceResult.config_type', buf, pos, 1)
     (f_config_type,) = _S2.unpack_from(buf, pos)
     pos += 1
-    f_documentation, pos = read_nullable_string(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResourceResult.documentation')
+    if pos + 2 > _l:
+        raise truncated('DescribeConfigsResponse.DescribeConfigsResourceResult.documentation', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('DescribeConfigsResponse.DescribeConfigsResourceResult.documentation', _n)
+        f_documentation = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeConfigsResponse.DescribeConfigsResourceResult.documentation', buf, pos, _n, 1)
+        f_documentation = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
     f_unknown_tags = None
     return DescribeConfigsResourceResult(f_name, f_value, f_read_only, False, f_config_source, f_is_sensitive, f_synonyms, f_config_type, f_documentation, f_unknown_tags), pos
 
 def _d_DescribeConfigsResult_3(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('DescribeConfigsResponse.DescribeConfigsResult.error_code', buf, pos, 2)
     (f_error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
-    f_error_message, pos = read_nullable_string(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResult.error_message')
-    if pos + 1 > len(buf):
+    if pos + 2 > _l:
+        raise truncated('DescribeConfigsResponse.DescribeConfigsResult.error_message', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('DescribeConfigsResponse.DescribeConfigsResult.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeConfigsResponse.DescribeConfigsResult.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 1 > _l:
         raise truncated('DescribeConfigsResponse.DescribeConfigsResult.resource_type', buf, pos, 1)
     (f_resource_type,) = _S2.unpack_from(buf, pos)
     pos += 1
-    f_resource_name, pos = read_string(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResult.resource_name')
-    _n, pos = read_array_len(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResult.configs', 14)
+    if pos + 2 > _l:
+        raise truncated('DescribeConfigsResponse.DescribeConfigsResult.resource_name', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeConfigsResponse.DescribeConfigsResult.configs')
+        raise bad_length('DescribeConfigsResponse.DescribeConfigsResult.resource_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeConfigsResponse.DescribeConfigsResult.resource_name', buf, pos, _n, 1)
+        f_resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('DescribeConfigsResponse.DescribeConfigsResult.configs', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('DescribeConfigsResponse.DescribeConfigsResult.configs', _c)
+    elif _c * 14 > _l - pos:
+        raise overrun('DescribeConfigsResponse.DescribeConfigsResult.configs', buf, pos, _c, 14)
     else:
         f_configs = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DescribeConfigsResourceResult_3(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return DescribeConfigsResult(f_error_code, f_error_message, f_resource_type, f_resource_name, f_configs, f_unknown_tags), pos
 
 def _d_DescribeConfigsResponse_3(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('DescribeConfigsResponse.throttle_time_ms', buf, pos, 4)
     (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_array_len(buf, pos, 'DescribeConfigsResponse.results', 11)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeConfigsResponse.results')
+    if pos + 4 > _l:
+        raise truncated('DescribeConfigsResponse.results', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('DescribeConfigsResponse.results', _c)
+    elif _c * 11 > _l - pos:
+        raise overrun('DescribeConfigsResponse.results', buf, pos, _c, 11)
     else:
         f_results = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DescribeConfigsResult_3(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return DescribeConfigsResponse(f_throttle_time_ms, f_results, f_unknown_tags), pos
 
 def _d_DescribeConfigsSynonym_4(buf, pos):
-    f_name, pos = read_compact_string(buf, pos, 'DescribeConfigsResponse.DescribeConfigsSynonym.name')
-    f_value, pos = read_compact_nullable_string(buf, pos, 'DescribeConfigsResponse.DescribeConfigsSynonym.value')
-    if pos + 1 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeConfigsResponse.DescribeConfigsSynonym.name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('DescribeConfigsResponse.DescribeConfigsSynonym.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeConfigsResponse.DescribeConfigsSynonym.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeConfigsResponse.DescribeConfigsSynonym.value')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('DescribeConfigsResponse.DescribeConfigsSynonym.value', _n)
+        f_value = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeConfigsResponse.DescribeConfigsSynonym.value', buf, pos, _n, 1)
+        f_value = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 1 > _l:
         raise truncated('DescribeConfigsResponse.DescribeConfigsSynonym.source', buf, pos, 1)
     (f_source,) = _S2.unpack_from(buf, pos)
     pos += 1
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -278,26 +550,77 @@ def _d_DescribeConfigsSynonym_4(buf, pos):
     return DescribeConfigsSynonym(f_name, f_value, f_source, f_unknown_tags), pos
 
 def _d_DescribeConfigsResourceResult_4(buf, pos):
-    f_name, pos = read_compact_string(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResourceResult.name')
-    f_value, pos = read_compact_nullable_string(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResourceResult.value')
-    if pos + 3 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResourceResult.name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('DescribeConfigsResponse.DescribeConfigsResourceResult.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeConfigsResponse.DescribeConfigsResourceResult.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResourceResult.value')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('DescribeConfigsResponse.DescribeConfigsResourceResult.value', _n)
+        f_value = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeConfigsResponse.DescribeConfigsResourceResult.value', buf, pos, _n, 1)
+        f_value = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 3 > _l:
         raise truncated('DescribeConfigsResponse.DescribeConfigsResourceResult.read_only', buf, pos, 3)
     f_read_only, f_config_source, f_is_sensitive = _S4.unpack_from(buf, pos)
     pos += 3
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResourceResult.synonyms', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeConfigsResponse.DescribeConfigsResourceResult.synonyms')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResourceResult.synonyms')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DescribeConfigsResponse.DescribeConfigsResourceResult.synonyms', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('DescribeConfigsResponse.DescribeConfigsResourceResult.synonyms', buf, pos, _c, 4)
     else:
         f_synonyms = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DescribeConfigsSynonym_4(buf, pos)
             _lst.append(_e)
-    if pos + 1 > len(buf):
+    if pos + 1 > _l:
         raise truncated('DescribeConfigsResponse.DescribeConfigsResourceResult.config_type', buf, pos, 1)
     (f_config_type,) = _S2.unpack_from(buf, pos)
     pos += 1
-    f_documentation, pos = read_compact_nullable_string(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResourceResult.documentation')
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResourceResult.documentation')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('DescribeConfigsResponse.DescribeConfigsResourceResult.documentation', _n)
+        f_documentation = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeConfigsResponse.DescribeConfigsResourceResult.documentation', buf, pos, _n, 1)
+        f_documentation = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -310,25 +633,61 @@ def _d_DescribeConfigsResourceResult_4(buf, pos):
     return DescribeConfigsResourceResult(f_name, f_value, f_read_only, False, f_config_source, f_is_sensitive, f_synonyms, f_config_type, f_documentation, f_unknown_tags), pos
 
 def _d_DescribeConfigsResult_4(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('DescribeConfigsResponse.DescribeConfigsResult.error_code', buf, pos, 2)
     (f_error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
-    f_error_message, pos = read_compact_nullable_string(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResult.error_message')
-    if pos + 1 > len(buf):
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResult.error_message')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('DescribeConfigsResponse.DescribeConfigsResult.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeConfigsResponse.DescribeConfigsResult.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 1 > _l:
         raise truncated('DescribeConfigsResponse.DescribeConfigsResult.resource_type', buf, pos, 1)
     (f_resource_type,) = _S2.unpack_from(buf, pos)
     pos += 1
-    f_resource_name, pos = read_compact_string(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResult.resource_name')
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResult.configs', 9)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResult.resource_name')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeConfigsResponse.DescribeConfigsResult.configs')
+        raise bad_length('DescribeConfigsResponse.DescribeConfigsResult.resource_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeConfigsResponse.DescribeConfigsResult.resource_name', buf, pos, _n, 1)
+        f_resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResult.configs')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DescribeConfigsResponse.DescribeConfigsResult.configs', _c)
+    elif _c * 9 > _l - pos:
+        raise overrun('DescribeConfigsResponse.DescribeConfigsResult.configs', buf, pos, _c, 9)
     else:
         f_configs = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DescribeConfigsResourceResult_4(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -341,19 +700,27 @@ def _d_DescribeConfigsResult_4(buf, pos):
     return DescribeConfigsResult(f_error_code, f_error_message, f_resource_type, f_resource_name, f_configs, f_unknown_tags), pos
 
 def _d_DescribeConfigsResponse_4(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('DescribeConfigsResponse.throttle_time_ms', buf, pos, 4)
     (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeConfigsResponse.results', 7)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeConfigsResponse.results')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeConfigsResponse.results')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DescribeConfigsResponse.results', _c)
+    elif _c * 7 > _l - pos:
+        raise overrun('DescribeConfigsResponse.results', buf, pos, _c, 7)
     else:
         f_results = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DescribeConfigsResult_4(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -366,89 +733,215 @@ def _d_DescribeConfigsResponse_4(buf, pos):
     return DescribeConfigsResponse(f_throttle_time_ms, f_results, f_unknown_tags), pos
 
 def _e_DescribeConfigsResourceResult_0(o, out, chunks):
-    write_string(out, o.name)
-    write_nullable_string(out, o.value)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeConfigsResponse.DescribeConfigsResourceResult.name', _n)
+    out += _S1.pack(_n)
+    out += _b
+    if o.value is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.value.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeConfigsResponse.DescribeConfigsResourceResult.value', _n)
+        out += _S1.pack(_n)
+        out += _b
     out += _S3.pack(o.read_only, o.is_default, o.is_sensitive)
 
 def _e_DescribeConfigsResult_0(o, out, chunks):
     out += _S1.pack(o.error_code)
-    write_nullable_string(out, o.error_message)
+    if o.error_message is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeConfigsResponse.DescribeConfigsResult.error_message', _n)
+        out += _S1.pack(_n)
+        out += _b
     out += _S2.pack(o.resource_type)
-    write_string(out, o.resource_name)
+    _b = o.resource_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeConfigsResponse.DescribeConfigsResult.resource_name', _n)
+    out += _S1.pack(_n)
+    out += _b
     _a = o.configs
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_DescribeConfigsResourceResult_0(_e, out, chunks)
 
 def _e_DescribeConfigsResponse_0(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
     _a = o.results
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_DescribeConfigsResult_0(_e, out, chunks)
 
 def _e_DescribeConfigsSynonym_1(o, out, chunks):
-    write_string(out, o.name)
-    write_nullable_string(out, o.value)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeConfigsResponse.DescribeConfigsSynonym.name', _n)
+    out += _S1.pack(_n)
+    out += _b
+    if o.value is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.value.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeConfigsResponse.DescribeConfigsSynonym.value', _n)
+        out += _S1.pack(_n)
+        out += _b
     out += _S2.pack(o.source)
 
 def _e_DescribeConfigsResourceResult_1(o, out, chunks):
-    write_string(out, o.name)
-    write_nullable_string(out, o.value)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeConfigsResponse.DescribeConfigsResourceResult.name', _n)
+    out += _S1.pack(_n)
+    out += _b
+    if o.value is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.value.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeConfigsResponse.DescribeConfigsResourceResult.value', _n)
+        out += _S1.pack(_n)
+        out += _b
     out += _S4.pack(o.read_only, o.config_source, o.is_sensitive)
     _a = o.synonyms
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_DescribeConfigsSynonym_1(_e, out, chunks)
 
 def _e_DescribeConfigsResult_1(o, out, chunks):
     out += _S1.pack(o.error_code)
-    write_nullable_string(out, o.error_message)
+    if o.error_message is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeConfigsResponse.DescribeConfigsResult.error_message', _n)
+        out += _S1.pack(_n)
+        out += _b
     out += _S2.pack(o.resource_type)
-    write_string(out, o.resource_name)
+    _b = o.resource_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeConfigsResponse.DescribeConfigsResult.resource_name', _n)
+    out += _S1.pack(_n)
+    out += _b
     _a = o.configs
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_DescribeConfigsResourceResult_1(_e, out, chunks)
 
 def _e_DescribeConfigsResponse_1(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
     _a = o.results
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_DescribeConfigsResult_1(_e, out, chunks)
 
 def _e_DescribeConfigsResourceResult_3(o, out, chunks):
-    write_string(out, o.name)
-    write_nullable_string(out, o.value)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeConfigsResponse.DescribeConfigsResourceResult.name', _n)
+    out += _S1.pack(_n)
+    out += _b
+    if o.value is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.value.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeConfigsResponse.DescribeConfigsResourceResult.value', _n)
+        out += _S1.pack(_n)
+        out += _b
     out += _S4.pack(o.read_only, o.config_source, o.is_sensitive)
     _a = o.synonyms
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_DescribeConfigsSynonym_1(_e, out, chunks)
     out += _S2.pack(o.config_type)
-    write_nullable_string(out, o.documentation)
+    if o.documentation is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.documentation.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeConfigsResponse.DescribeConfigsResourceResult.documentation', _n)
+        out += _S1.pack(_n)
+        out += _b
 
 def _e_DescribeConfigsResult_3(o, out, chunks):
     out += _S1.pack(o.error_code)
-    write_nullable_string(out, o.error_message)
+    if o.error_message is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeConfigsResponse.DescribeConfigsResult.error_message', _n)
+        out += _S1.pack(_n)
+        out += _b
     out += _S2.pack(o.resource_type)
-    write_string(out, o.resource_name)
+    _b = o.resource_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeConfigsResponse.DescribeConfigsResult.resource_name', _n)
+    out += _S1.pack(_n)
+    out += _b
     _a = o.configs
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_DescribeConfigsResourceResult_3(_e, out, chunks)
 
 def _e_DescribeConfigsResponse_3(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
     _a = o.results
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_DescribeConfigsResult_3(_e, out, chunks)
 
 def _e_DescribeConfigsSynonym_4(o, out, chunks):
-    write_compact_string(out, o.name)
-    write_compact_nullable_string(out, o.value)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeConfigsResponse.DescribeConfigsSynonym.name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    if o.value is None:
+        out.append(0)
+    else:
+        _b = o.value.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeConfigsResponse.DescribeConfigsSynonym.value', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     out += _S2.pack(o.source)
     if o.unknown_tags is None:
         out.append(0)
@@ -456,15 +949,49 @@ def _e_DescribeConfigsSynonym_4(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_DescribeConfigsResourceResult_4(o, out, chunks):
-    write_compact_string(out, o.name)
-    write_compact_nullable_string(out, o.value)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeConfigsResponse.DescribeConfigsResourceResult.name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    if o.value is None:
+        out.append(0)
+    else:
+        _b = o.value.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeConfigsResponse.DescribeConfigsResourceResult.value', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     out += _S4.pack(o.read_only, o.config_source, o.is_sensitive)
     _a = o.synonyms
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_DescribeConfigsSynonym_4(_e, out, chunks)
     out += _S2.pack(o.config_type)
-    write_compact_nullable_string(out, o.documentation)
+    if o.documentation is None:
+        out.append(0)
+    else:
+        _b = o.documentation.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeConfigsResponse.DescribeConfigsResourceResult.documentation', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -472,11 +999,34 @@ def _e_DescribeConfigsResourceResult_4(o, out, chunks):
 
 def _e_DescribeConfigsResult_4(o, out, chunks):
     out += _S1.pack(o.error_code)
-    write_compact_nullable_string(out, o.error_message)
+    if o.error_message is None:
+        out.append(0)
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeConfigsResponse.DescribeConfigsResult.error_message', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     out += _S2.pack(o.resource_type)
-    write_compact_string(out, o.resource_name)
+    _b = o.resource_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeConfigsResponse.DescribeConfigsResult.resource_name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.configs
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_DescribeConfigsResourceResult_4(_e, out, chunks)
     if o.unknown_tags is None:
@@ -487,7 +1037,11 @@ def _e_DescribeConfigsResult_4(o, out, chunks):
 def _e_DescribeConfigsResponse_4(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
     _a = o.results
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_DescribeConfigsResult_4(_e, out, chunks)
     if o.unknown_tags is None:

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -27,29 +39,89 @@ class DescribeDelegationTokenRequest(Struct):
         self.unknown_tags = unknown_tags
 DescribeDelegationTokenRequest.DescribeDelegationTokenOwner = DescribeDelegationTokenOwner
 
+_S0 = _Struct('>i')
+_S1 = _Struct('>h')
 
 def _d_DescribeDelegationTokenOwner_0(buf, pos):
-    f_principal_type, pos = read_string(buf, pos, 'DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_type')
-    f_principal_name, pos = read_string(buf, pos, 'DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_name')
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_type', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_type', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_type', buf, pos, _n, 1)
+        f_principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_name', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_name', buf, pos, _n, 1)
+        f_principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
     f_unknown_tags = None
     return DescribeDelegationTokenOwner(f_principal_type, f_principal_name, f_unknown_tags), pos
 
 def _d_DescribeDelegationTokenRequest_0(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'DescribeDelegationTokenRequest.owners', 4)
-    if _n < 0:
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('DescribeDelegationTokenRequest.owners', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        if _c != -1:
+            raise bad_length('DescribeDelegationTokenRequest.owners', _c)
         f_owners = None
+    elif _c * 4 > _l - pos:
+        raise overrun('DescribeDelegationTokenRequest.owners', buf, pos, _c, 4)
     else:
         f_owners = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DescribeDelegationTokenOwner_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return DescribeDelegationTokenRequest(f_owners, f_unknown_tags), pos
 
 def _d_DescribeDelegationTokenOwner_2(buf, pos):
-    f_principal_type, pos = read_compact_string(buf, pos, 'DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_type')
-    f_principal_name, pos = read_compact_string(buf, pos, 'DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_name')
-    if pos < len(buf) and buf[pos] == 0:
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_type')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_type', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_type', buf, pos, _n, 1)
+        f_principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_name', buf, pos, _n, 1)
+        f_principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -62,15 +134,25 @@ def _d_DescribeDelegationTokenOwner_2(buf, pos):
     return DescribeDelegationTokenOwner(f_principal_type, f_principal_name, f_unknown_tags), pos
 
 def _d_DescribeDelegationTokenRequest_2(buf, pos):
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeDelegationTokenRequest.owners', 3)
-    if _n < 0:
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeDelegationTokenRequest.owners')
+        _c -= 1
+    if _c < 0:
+        if _c != -1:
+            raise bad_length('DescribeDelegationTokenRequest.owners', _c)
         f_owners = None
+    elif _c * 3 > _l - pos:
+        raise overrun('DescribeDelegationTokenRequest.owners', buf, pos, _c, 3)
     else:
         f_owners = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DescribeDelegationTokenOwner_2(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -83,21 +165,48 @@ def _d_DescribeDelegationTokenRequest_2(buf, pos):
     return DescribeDelegationTokenRequest(f_owners, f_unknown_tags), pos
 
 def _e_DescribeDelegationTokenOwner_0(o, out, chunks):
-    write_string(out, o.principal_type)
-    write_string(out, o.principal_name)
+    _b = o.principal_type.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_type', _n)
+    out += _S1.pack(_n)
+    out += _b
+    _b = o.principal_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_name', _n)
+    out += _S1.pack(_n)
+    out += _b
 
 def _e_DescribeDelegationTokenRequest_0(o, out, chunks):
     _a = o.owners
     if _a is None:
         out += b'\xff\xff\xff\xff'
     else:
-        write_array_len(out, len(_a))
+        _c = len(_a)
+        out += _S0.pack(_c)
         for _e in _a:
             _e_DescribeDelegationTokenOwner_0(_e, out, chunks)
 
 def _e_DescribeDelegationTokenOwner_2(o, out, chunks):
-    write_compact_string(out, o.principal_type)
-    write_compact_string(out, o.principal_name)
+    _b = o.principal_type.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_type', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _b = o.principal_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -108,7 +217,11 @@ def _e_DescribeDelegationTokenRequest_2(o, out, chunks):
     if _a is None:
         out.append(0)
     else:
-        write_compact_array_len(out, len(_a))
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
         for _e in _a:
             _e_DescribeDelegationTokenOwner_2(_e, out, chunks)
     if o.unknown_tags is None:

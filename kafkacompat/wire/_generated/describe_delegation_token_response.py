@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -60,59 +72,165 @@ DescribeDelegationTokenResponse.DescribedDelegationToken = DescribedDelegationTo
 DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer = DescribedDelegationTokenRenewer
 
 _S0 = _Struct('>h')
-_S1 = _Struct('>qqq')
-_S2 = _Struct('>i')
+_S1 = _Struct('>i')
+_S2 = _Struct('>qqq')
 
 def _d_DescribedDelegationTokenRenewer_0(buf, pos):
-    f_principal_type, pos = read_string(buf, pos, 'DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_type')
-    f_principal_name, pos = read_string(buf, pos, 'DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_name')
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_type', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_type', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_type', buf, pos, _n, 1)
+        f_principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_name', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_name', buf, pos, _n, 1)
+        f_principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
     f_unknown_tags = None
     return DescribedDelegationTokenRenewer(f_principal_type, f_principal_name, f_unknown_tags), pos
 
 def _d_DescribedDelegationToken_0(buf, pos):
-    f_principal_type, pos = read_string(buf, pos, 'DescribeDelegationTokenResponse.DescribedDelegationToken.principal_type')
-    f_principal_name, pos = read_string(buf, pos, 'DescribeDelegationTokenResponse.DescribedDelegationToken.principal_name')
-    if pos + 24 > len(buf):
-        raise truncated('DescribeDelegationTokenResponse.DescribedDelegationToken.issue_timestamp', buf, pos, 24)
-    f_issue_timestamp, f_expiry_timestamp, f_max_timestamp = _S1.unpack_from(buf, pos)
-    pos += 24
-    f_token_id, pos = read_string(buf, pos, 'DescribeDelegationTokenResponse.DescribedDelegationToken.token_id')
-    f_hmac, pos = read_bytes(buf, pos, 'DescribeDelegationTokenResponse.DescribedDelegationToken.hmac')
-    _n, pos = read_array_len(buf, pos, 'DescribeDelegationTokenResponse.DescribedDelegationToken.renewers', 4)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('DescribeDelegationTokenResponse.DescribedDelegationToken.principal_type', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeDelegationTokenResponse.DescribedDelegationToken.renewers')
+        raise bad_length('DescribeDelegationTokenResponse.DescribedDelegationToken.principal_type', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeDelegationTokenResponse.DescribedDelegationToken.principal_type', buf, pos, _n, 1)
+        f_principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('DescribeDelegationTokenResponse.DescribedDelegationToken.principal_name', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('DescribeDelegationTokenResponse.DescribedDelegationToken.principal_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeDelegationTokenResponse.DescribedDelegationToken.principal_name', buf, pos, _n, 1)
+        f_principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 24 > _l:
+        raise truncated('DescribeDelegationTokenResponse.DescribedDelegationToken.issue_timestamp', buf, pos, 24)
+    f_issue_timestamp, f_expiry_timestamp, f_max_timestamp = _S2.unpack_from(buf, pos)
+    pos += 24
+    if pos + 2 > _l:
+        raise truncated('DescribeDelegationTokenResponse.DescribedDelegationToken.token_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('DescribeDelegationTokenResponse.DescribedDelegationToken.token_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeDelegationTokenResponse.DescribedDelegationToken.token_id', buf, pos, _n, 1)
+        f_token_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('DescribeDelegationTokenResponse.DescribedDelegationToken.hmac', buf, pos, 4)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _n < 0:
+        raise bad_length('DescribeDelegationTokenResponse.DescribedDelegationToken.hmac', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeDelegationTokenResponse.DescribedDelegationToken.hmac', buf, pos, _n, 1)
+        f_hmac = bytes(buf[pos:_end])
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('DescribeDelegationTokenResponse.DescribedDelegationToken.renewers', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('DescribeDelegationTokenResponse.DescribedDelegationToken.renewers', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('DescribeDelegationTokenResponse.DescribedDelegationToken.renewers', buf, pos, _c, 4)
     else:
         f_renewers = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DescribedDelegationTokenRenewer_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return DescribedDelegationToken(f_principal_type, f_principal_name, '', '', f_issue_timestamp, f_expiry_timestamp, f_max_timestamp, f_token_id, f_hmac, f_renewers, f_unknown_tags), pos
 
 def _d_DescribeDelegationTokenResponse_0(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('DescribeDelegationTokenResponse.error_code', buf, pos, 2)
     (f_error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
-    _n, pos = read_array_len(buf, pos, 'DescribeDelegationTokenResponse.tokens', 38)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeDelegationTokenResponse.tokens')
+    if pos + 4 > _l:
+        raise truncated('DescribeDelegationTokenResponse.tokens', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('DescribeDelegationTokenResponse.tokens', _c)
+    elif _c * 38 > _l - pos:
+        raise overrun('DescribeDelegationTokenResponse.tokens', buf, pos, _c, 38)
     else:
         f_tokens = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DescribedDelegationToken_0(buf, pos)
             _lst.append(_e)
-    if pos + 4 > len(buf):
+    if pos + 4 > _l:
         raise truncated('DescribeDelegationTokenResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S2.unpack_from(buf, pos)
+    (f_throttle_time_ms,) = _S1.unpack_from(buf, pos)
     pos += 4
     f_unknown_tags = None
     return DescribeDelegationTokenResponse(f_error_code, f_tokens, f_throttle_time_ms, f_unknown_tags), pos
 
 def _d_DescribedDelegationTokenRenewer_2(buf, pos):
-    f_principal_type, pos = read_compact_string(buf, pos, 'DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_type')
-    f_principal_name, pos = read_compact_string(buf, pos, 'DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_name')
-    if pos < len(buf) and buf[pos] == 0:
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_type')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_type', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_type', buf, pos, _n, 1)
+        f_principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_name', buf, pos, _n, 1)
+        f_principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -125,23 +243,83 @@ def _d_DescribedDelegationTokenRenewer_2(buf, pos):
     return DescribedDelegationTokenRenewer(f_principal_type, f_principal_name, f_unknown_tags), pos
 
 def _d_DescribedDelegationToken_2(buf, pos):
-    f_principal_type, pos = read_compact_string(buf, pos, 'DescribeDelegationTokenResponse.DescribedDelegationToken.principal_type')
-    f_principal_name, pos = read_compact_string(buf, pos, 'DescribeDelegationTokenResponse.DescribedDelegationToken.principal_name')
-    if pos + 24 > len(buf):
-        raise truncated('DescribeDelegationTokenResponse.DescribedDelegationToken.issue_timestamp', buf, pos, 24)
-    f_issue_timestamp, f_expiry_timestamp, f_max_timestamp = _S1.unpack_from(buf, pos)
-    pos += 24
-    f_token_id, pos = read_compact_string(buf, pos, 'DescribeDelegationTokenResponse.DescribedDelegationToken.token_id')
-    f_hmac, pos = read_compact_bytes(buf, pos, 'DescribeDelegationTokenResponse.DescribedDelegationToken.hmac')
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeDelegationTokenResponse.DescribedDelegationToken.renewers', 3)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeDelegationTokenResponse.DescribedDelegationToken.principal_type')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeDelegationTokenResponse.DescribedDelegationToken.renewers')
+        raise bad_length('DescribeDelegationTokenResponse.DescribedDelegationToken.principal_type', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeDelegationTokenResponse.DescribedDelegationToken.principal_type', buf, pos, _n, 1)
+        f_principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeDelegationTokenResponse.DescribedDelegationToken.principal_name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('DescribeDelegationTokenResponse.DescribedDelegationToken.principal_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeDelegationTokenResponse.DescribedDelegationToken.principal_name', buf, pos, _n, 1)
+        f_principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 24 > _l:
+        raise truncated('DescribeDelegationTokenResponse.DescribedDelegationToken.issue_timestamp', buf, pos, 24)
+    f_issue_timestamp, f_expiry_timestamp, f_max_timestamp = _S2.unpack_from(buf, pos)
+    pos += 24
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeDelegationTokenResponse.DescribedDelegationToken.token_id')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('DescribeDelegationTokenResponse.DescribedDelegationToken.token_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeDelegationTokenResponse.DescribedDelegationToken.token_id', buf, pos, _n, 1)
+        f_token_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeDelegationTokenResponse.DescribedDelegationToken.hmac')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('DescribeDelegationTokenResponse.DescribedDelegationToken.hmac', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeDelegationTokenResponse.DescribedDelegationToken.hmac', buf, pos, _n, 1)
+        f_hmac = bytes(buf[pos:_end])
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeDelegationTokenResponse.DescribedDelegationToken.renewers')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DescribeDelegationTokenResponse.DescribedDelegationToken.renewers', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('DescribeDelegationTokenResponse.DescribedDelegationToken.renewers', buf, pos, _c, 3)
     else:
         f_renewers = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DescribedDelegationTokenRenewer_2(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -154,23 +332,31 @@ def _d_DescribedDelegationToken_2(buf, pos):
     return DescribedDelegationToken(f_principal_type, f_principal_name, '', '', f_issue_timestamp, f_expiry_timestamp, f_max_timestamp, f_token_id, f_hmac, f_renewers, f_unknown_tags), pos
 
 def _d_DescribeDelegationTokenResponse_2(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('DescribeDelegationTokenResponse.error_code', buf, pos, 2)
     (f_error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeDelegationTokenResponse.tokens', 30)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeDelegationTokenResponse.tokens')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeDelegationTokenResponse.tokens')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DescribeDelegationTokenResponse.tokens', _c)
+    elif _c * 30 > _l - pos:
+        raise overrun('DescribeDelegationTokenResponse.tokens', buf, pos, _c, 30)
     else:
         f_tokens = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DescribedDelegationToken_2(buf, pos)
             _lst.append(_e)
-    if pos + 4 > len(buf):
+    if pos + 4 > _l:
         raise truncated('DescribeDelegationTokenResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S2.unpack_from(buf, pos)
+    (f_throttle_time_ms,) = _S1.unpack_from(buf, pos)
     pos += 4
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -183,25 +369,111 @@ def _d_DescribeDelegationTokenResponse_2(buf, pos):
     return DescribeDelegationTokenResponse(f_error_code, f_tokens, f_throttle_time_ms, f_unknown_tags), pos
 
 def _d_DescribedDelegationToken_3(buf, pos):
-    f_principal_type, pos = read_compact_string(buf, pos, 'DescribeDelegationTokenResponse.DescribedDelegationToken.principal_type')
-    f_principal_name, pos = read_compact_string(buf, pos, 'DescribeDelegationTokenResponse.DescribedDelegationToken.principal_name')
-    f_token_requester_principal_type, pos = read_compact_string(buf, pos, 'DescribeDelegationTokenResponse.DescribedDelegationToken.token_requester_principal_type')
-    f_token_requester_principal_name, pos = read_compact_string(buf, pos, 'DescribeDelegationTokenResponse.DescribedDelegationToken.token_requester_principal_name')
-    if pos + 24 > len(buf):
-        raise truncated('DescribeDelegationTokenResponse.DescribedDelegationToken.issue_timestamp', buf, pos, 24)
-    f_issue_timestamp, f_expiry_timestamp, f_max_timestamp = _S1.unpack_from(buf, pos)
-    pos += 24
-    f_token_id, pos = read_compact_string(buf, pos, 'DescribeDelegationTokenResponse.DescribedDelegationToken.token_id')
-    f_hmac, pos = read_compact_bytes(buf, pos, 'DescribeDelegationTokenResponse.DescribedDelegationToken.hmac')
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeDelegationTokenResponse.DescribedDelegationToken.renewers', 3)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeDelegationTokenResponse.DescribedDelegationToken.principal_type')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeDelegationTokenResponse.DescribedDelegationToken.renewers')
+        raise bad_length('DescribeDelegationTokenResponse.DescribedDelegationToken.principal_type', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeDelegationTokenResponse.DescribedDelegationToken.principal_type', buf, pos, _n, 1)
+        f_principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeDelegationTokenResponse.DescribedDelegationToken.principal_name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('DescribeDelegationTokenResponse.DescribedDelegationToken.principal_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeDelegationTokenResponse.DescribedDelegationToken.principal_name', buf, pos, _n, 1)
+        f_principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeDelegationTokenResponse.DescribedDelegationToken.token_requester_principal_type')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('DescribeDelegationTokenResponse.DescribedDelegationToken.token_requester_principal_type', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeDelegationTokenResponse.DescribedDelegationToken.token_requester_principal_type', buf, pos, _n, 1)
+        f_token_requester_principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeDelegationTokenResponse.DescribedDelegationToken.token_requester_principal_name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('DescribeDelegationTokenResponse.DescribedDelegationToken.token_requester_principal_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeDelegationTokenResponse.DescribedDelegationToken.token_requester_principal_name', buf, pos, _n, 1)
+        f_token_requester_principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 24 > _l:
+        raise truncated('DescribeDelegationTokenResponse.DescribedDelegationToken.issue_timestamp', buf, pos, 24)
+    f_issue_timestamp, f_expiry_timestamp, f_max_timestamp = _S2.unpack_from(buf, pos)
+    pos += 24
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeDelegationTokenResponse.DescribedDelegationToken.token_id')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('DescribeDelegationTokenResponse.DescribedDelegationToken.token_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeDelegationTokenResponse.DescribedDelegationToken.token_id', buf, pos, _n, 1)
+        f_token_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeDelegationTokenResponse.DescribedDelegationToken.hmac')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('DescribeDelegationTokenResponse.DescribedDelegationToken.hmac', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeDelegationTokenResponse.DescribedDelegationToken.hmac', buf, pos, _n, 1)
+        f_hmac = bytes(buf[pos:_end])
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeDelegationTokenResponse.DescribedDelegationToken.renewers')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DescribeDelegationTokenResponse.DescribedDelegationToken.renewers', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('DescribeDelegationTokenResponse.DescribedDelegationToken.renewers', buf, pos, _c, 3)
     else:
         f_renewers = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DescribedDelegationTokenRenewer_2(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -214,23 +486,31 @@ def _d_DescribedDelegationToken_3(buf, pos):
     return DescribedDelegationToken(f_principal_type, f_principal_name, f_token_requester_principal_type, f_token_requester_principal_name, f_issue_timestamp, f_expiry_timestamp, f_max_timestamp, f_token_id, f_hmac, f_renewers, f_unknown_tags), pos
 
 def _d_DescribeDelegationTokenResponse_3(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('DescribeDelegationTokenResponse.error_code', buf, pos, 2)
     (f_error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeDelegationTokenResponse.tokens', 32)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeDelegationTokenResponse.tokens')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeDelegationTokenResponse.tokens')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DescribeDelegationTokenResponse.tokens', _c)
+    elif _c * 32 > _l - pos:
+        raise overrun('DescribeDelegationTokenResponse.tokens', buf, pos, _c, 32)
     else:
         f_tokens = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DescribedDelegationToken_3(buf, pos)
             _lst.append(_e)
-    if pos + 4 > len(buf):
+    if pos + 4 > _l:
         raise truncated('DescribeDelegationTokenResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S2.unpack_from(buf, pos)
+    (f_throttle_time_ms,) = _S1.unpack_from(buf, pos)
     pos += 4
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -243,44 +523,124 @@ def _d_DescribeDelegationTokenResponse_3(buf, pos):
     return DescribeDelegationTokenResponse(f_error_code, f_tokens, f_throttle_time_ms, f_unknown_tags), pos
 
 def _e_DescribedDelegationTokenRenewer_0(o, out, chunks):
-    write_string(out, o.principal_type)
-    write_string(out, o.principal_name)
+    _b = o.principal_type.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_type', _n)
+    out += _S0.pack(_n)
+    out += _b
+    _b = o.principal_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_name', _n)
+    out += _S0.pack(_n)
+    out += _b
 
 def _e_DescribedDelegationToken_0(o, out, chunks):
-    write_string(out, o.principal_type)
-    write_string(out, o.principal_name)
-    out += _S1.pack(o.issue_timestamp, o.expiry_timestamp, o.max_timestamp)
-    write_string(out, o.token_id)
-    write_bytes(out, o.hmac)
+    _b = o.principal_type.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeDelegationTokenResponse.DescribedDelegationToken.principal_type', _n)
+    out += _S0.pack(_n)
+    out += _b
+    _b = o.principal_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeDelegationTokenResponse.DescribedDelegationToken.principal_name', _n)
+    out += _S0.pack(_n)
+    out += _b
+    out += _S2.pack(o.issue_timestamp, o.expiry_timestamp, o.max_timestamp)
+    _b = o.token_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeDelegationTokenResponse.DescribedDelegationToken.token_id', _n)
+    out += _S0.pack(_n)
+    out += _b
+    _b = o.hmac
+    _n = len(_b)
+    out += _S1.pack(_n)
+    out += _b
     _a = o.renewers
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_DescribedDelegationTokenRenewer_0(_e, out, chunks)
 
 def _e_DescribeDelegationTokenResponse_0(o, out, chunks):
     out += _S0.pack(o.error_code)
     _a = o.tokens
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_DescribedDelegationToken_0(_e, out, chunks)
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S1.pack(o.throttle_time_ms)
 
 def _e_DescribedDelegationTokenRenewer_2(o, out, chunks):
-    write_compact_string(out, o.principal_type)
-    write_compact_string(out, o.principal_name)
+    _b = o.principal_type.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_type', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _b = o.principal_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_DescribedDelegationToken_2(o, out, chunks):
-    write_compact_string(out, o.principal_type)
-    write_compact_string(out, o.principal_name)
-    out += _S1.pack(o.issue_timestamp, o.expiry_timestamp, o.max_timestamp)
-    write_compact_string(out, o.token_id)
-    write_compact_bytes(out, o.hmac)
+    _b = o.principal_type.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeDelegationTokenResponse.DescribedDelegationToken.principal_type', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _b = o.principal_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeDelegationTokenResponse.DescribedDelegationToken.principal_name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    out += _S2.pack(o.issue_timestamp, o.expiry_timestamp, o.max_timestamp)
+    _b = o.token_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeDelegationTokenResponse.DescribedDelegationToken.token_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _b = o.hmac
+    _n = len(_b)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.renewers
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_DescribedDelegationTokenRenewer_2(_e, out, chunks)
     if o.unknown_tags is None:
@@ -291,25 +651,79 @@ def _e_DescribedDelegationToken_2(o, out, chunks):
 def _e_DescribeDelegationTokenResponse_2(o, out, chunks):
     out += _S0.pack(o.error_code)
     _a = o.tokens
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_DescribedDelegationToken_2(_e, out, chunks)
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S1.pack(o.throttle_time_ms)
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_DescribedDelegationToken_3(o, out, chunks):
-    write_compact_string(out, o.principal_type)
-    write_compact_string(out, o.principal_name)
-    write_compact_string(out, o.token_requester_principal_type)
-    write_compact_string(out, o.token_requester_principal_name)
-    out += _S1.pack(o.issue_timestamp, o.expiry_timestamp, o.max_timestamp)
-    write_compact_string(out, o.token_id)
-    write_compact_bytes(out, o.hmac)
+    _b = o.principal_type.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeDelegationTokenResponse.DescribedDelegationToken.principal_type', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _b = o.principal_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeDelegationTokenResponse.DescribedDelegationToken.principal_name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _b = o.token_requester_principal_type.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeDelegationTokenResponse.DescribedDelegationToken.token_requester_principal_type', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _b = o.token_requester_principal_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeDelegationTokenResponse.DescribedDelegationToken.token_requester_principal_name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    out += _S2.pack(o.issue_timestamp, o.expiry_timestamp, o.max_timestamp)
+    _b = o.token_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeDelegationTokenResponse.DescribedDelegationToken.token_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _b = o.hmac
+    _n = len(_b)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.renewers
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_DescribedDelegationTokenRenewer_2(_e, out, chunks)
     if o.unknown_tags is None:
@@ -320,10 +734,14 @@ def _e_DescribedDelegationToken_3(o, out, chunks):
 def _e_DescribeDelegationTokenResponse_3(o, out, chunks):
     out += _S0.pack(o.error_code)
     _a = o.tokens
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_DescribedDelegationToken_3(_e, out, chunks)
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S1.pack(o.throttle_time_ms)
     if o.unknown_tags is None:
         out.append(0)
     else:

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -19,50 +31,107 @@ class DescribeGroupsRequest(Struct):
         self.include_authorized_operations = include_authorized_operations
         self.unknown_tags = unknown_tags
 
-_S0 = _Struct('>?')
+_S0 = _Struct('>i')
+_S1 = _Struct('>h')
+_S2 = _Struct('>?')
 
 def _d_DescribeGroupsRequest_0(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'DescribeGroupsRequest.groups', 2)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeGroupsRequest.groups')
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('DescribeGroupsRequest.groups', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('DescribeGroupsRequest.groups', _c)
+    elif _c * 2 > _l - pos:
+        raise overrun('DescribeGroupsRequest.groups', buf, pos, _c, 2)
     else:
         f_groups = _lst = []
-        for _ in range(_n):
-            _e, pos = read_string(buf, pos, 'DescribeGroupsRequest.groups')
+        for _ in range(_c):
+            if pos + 2 > _l:
+                raise truncated('DescribeGroupsRequest.groups', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('DescribeGroupsRequest.groups', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeGroupsRequest.groups', buf, pos, _n, 1)
+                _e = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
             _lst.append(_e)
     f_unknown_tags = None
     return DescribeGroupsRequest(f_groups, False, f_unknown_tags), pos
 
 def _d_DescribeGroupsRequest_3(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'DescribeGroupsRequest.groups', 2)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeGroupsRequest.groups')
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('DescribeGroupsRequest.groups', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('DescribeGroupsRequest.groups', _c)
+    elif _c * 2 > _l - pos:
+        raise overrun('DescribeGroupsRequest.groups', buf, pos, _c, 2)
     else:
         f_groups = _lst = []
-        for _ in range(_n):
-            _e, pos = read_string(buf, pos, 'DescribeGroupsRequest.groups')
+        for _ in range(_c):
+            if pos + 2 > _l:
+                raise truncated('DescribeGroupsRequest.groups', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('DescribeGroupsRequest.groups', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeGroupsRequest.groups', buf, pos, _n, 1)
+                _e = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
             _lst.append(_e)
-    if pos + 1 > len(buf):
+    if pos + 1 > _l:
         raise truncated('DescribeGroupsRequest.include_authorized_operations', buf, pos, 1)
-    (f_include_authorized_operations,) = _S0.unpack_from(buf, pos)
+    (f_include_authorized_operations,) = _S2.unpack_from(buf, pos)
     pos += 1
     f_unknown_tags = None
     return DescribeGroupsRequest(f_groups, f_include_authorized_operations, f_unknown_tags), pos
 
 def _d_DescribeGroupsRequest_5(buf, pos):
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeGroupsRequest.groups', 1)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeGroupsRequest.groups')
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeGroupsRequest.groups')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DescribeGroupsRequest.groups', _c)
+    elif _c * 1 > _l - pos:
+        raise overrun('DescribeGroupsRequest.groups', buf, pos, _c, 1)
     else:
         f_groups = _lst = []
-        for _ in range(_n):
-            _e, pos = read_compact_string(buf, pos, 'DescribeGroupsRequest.groups')
+        for _ in range(_c):
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'DescribeGroupsRequest.groups')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('DescribeGroupsRequest.groups', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeGroupsRequest.groups', buf, pos, _n, 1)
+                _e = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
             _lst.append(_e)
-    if pos + 1 > len(buf):
+    if pos + 1 > _l:
         raise truncated('DescribeGroupsRequest.include_authorized_operations', buf, pos, 1)
-    (f_include_authorized_operations,) = _S0.unpack_from(buf, pos)
+    (f_include_authorized_operations,) = _S2.unpack_from(buf, pos)
     pos += 1
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -76,23 +145,47 @@ def _d_DescribeGroupsRequest_5(buf, pos):
 
 def _e_DescribeGroupsRequest_0(o, out, chunks):
     _a = o.groups
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
-        write_string(out, _e)
+        _b = _e.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeGroupsRequest.groups', _n)
+        out += _S1.pack(_n)
+        out += _b
 
 def _e_DescribeGroupsRequest_3(o, out, chunks):
     _a = o.groups
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
-        write_string(out, _e)
-    out += _S0.pack(o.include_authorized_operations)
+        _b = _e.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeGroupsRequest.groups', _n)
+        out += _S1.pack(_n)
+        out += _b
+    out += _S2.pack(o.include_authorized_operations)
 
 def _e_DescribeGroupsRequest_5(o, out, chunks):
     _a = o.groups
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
-        write_compact_string(out, _e)
-    out += _S0.pack(o.include_authorized_operations)
+        _b = _e.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeGroupsRequest.groups', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+    out += _S2.pack(o.include_authorized_operations)
     if o.unknown_tags is None:
         out.append(0)
     else:

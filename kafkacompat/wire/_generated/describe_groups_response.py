@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -65,164 +77,544 @@ class DescribeGroupsResponse(Struct):
 DescribeGroupsResponse.DescribedGroup = DescribedGroup
 DescribeGroupsResponse.DescribedGroupMember = DescribedGroupMember
 
-_S0 = _Struct('>h')
-_S1 = _Struct('>i')
+_S0 = _Struct('>i')
+_S1 = _Struct('>h')
 
 def _d_DescribedGroupMember_0(buf, pos):
-    f_member_id, pos = read_string(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember.member_id')
-    f_client_id, pos = read_string(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember.client_id')
-    f_client_host, pos = read_string(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember.client_host')
-    f_member_metadata, pos = read_bytes(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember.member_metadata')
-    f_member_assignment, pos = read_bytes(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember.member_assignment')
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('DescribeGroupsResponse.DescribedGroupMember.member_id', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('DescribeGroupsResponse.DescribedGroupMember.member_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeGroupsResponse.DescribedGroupMember.member_id', buf, pos, _n, 1)
+        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('DescribeGroupsResponse.DescribedGroupMember.client_id', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('DescribeGroupsResponse.DescribedGroupMember.client_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeGroupsResponse.DescribedGroupMember.client_id', buf, pos, _n, 1)
+        f_client_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('DescribeGroupsResponse.DescribedGroupMember.client_host', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('DescribeGroupsResponse.DescribedGroupMember.client_host', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeGroupsResponse.DescribedGroupMember.client_host', buf, pos, _n, 1)
+        f_client_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('DescribeGroupsResponse.DescribedGroupMember.member_metadata', buf, pos, 4)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _n < 0:
+        raise bad_length('DescribeGroupsResponse.DescribedGroupMember.member_metadata', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeGroupsResponse.DescribedGroupMember.member_metadata', buf, pos, _n, 1)
+        f_member_metadata = bytes(buf[pos:_end])
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('DescribeGroupsResponse.DescribedGroupMember.member_assignment', buf, pos, 4)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _n < 0:
+        raise bad_length('DescribeGroupsResponse.DescribedGroupMember.member_assignment', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeGroupsResponse.DescribedGroupMember.member_assignment', buf, pos, _n, 1)
+        f_member_assignment = bytes(buf[pos:_end])
+        pos = _end
     f_unknown_tags = None
     return DescribedGroupMember(f_member_id, None, f_client_id, f_client_host, f_member_metadata, f_member_assignment, f_unknown_tags), pos
 
 def _d_DescribedGroup_0(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('DescribeGroupsResponse.DescribedGroup.error_code', buf, pos, 2)
-    (f_error_code,) = _S0.unpack_from(buf, pos)
+    (f_error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
-    f_group_id, pos = read_string(buf, pos, 'DescribeGroupsResponse.DescribedGroup.group_id')
-    f_group_state, pos = read_string(buf, pos, 'DescribeGroupsResponse.DescribedGroup.group_state')
-    f_protocol_type, pos = read_string(buf, pos, 'DescribeGroupsResponse.DescribedGroup.protocol_type')
-    f_protocol_data, pos = read_string(buf, pos, 'DescribeGroupsResponse.DescribedGroup.protocol_data')
-    _n, pos = read_array_len(buf, pos, 'DescribeGroupsResponse.DescribedGroup.members', 14)
+    if pos + 2 > _l:
+        raise truncated('DescribeGroupsResponse.DescribedGroup.group_id', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeGroupsResponse.DescribedGroup.members')
+        raise bad_length('DescribeGroupsResponse.DescribedGroup.group_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeGroupsResponse.DescribedGroup.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('DescribeGroupsResponse.DescribedGroup.group_state', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('DescribeGroupsResponse.DescribedGroup.group_state', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeGroupsResponse.DescribedGroup.group_state', buf, pos, _n, 1)
+        f_group_state = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('DescribeGroupsResponse.DescribedGroup.protocol_type', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('DescribeGroupsResponse.DescribedGroup.protocol_type', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeGroupsResponse.DescribedGroup.protocol_type', buf, pos, _n, 1)
+        f_protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('DescribeGroupsResponse.DescribedGroup.protocol_data', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('DescribeGroupsResponse.DescribedGroup.protocol_data', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeGroupsResponse.DescribedGroup.protocol_data', buf, pos, _n, 1)
+        f_protocol_data = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('DescribeGroupsResponse.DescribedGroup.members', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('DescribeGroupsResponse.DescribedGroup.members', _c)
+    elif _c * 14 > _l - pos:
+        raise overrun('DescribeGroupsResponse.DescribedGroup.members', buf, pos, _c, 14)
     else:
         f_members = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DescribedGroupMember_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return DescribedGroup(f_error_code, f_group_id, f_group_state, f_protocol_type, f_protocol_data, f_members, -2147483648, f_unknown_tags), pos
 
 def _d_DescribeGroupsResponse_0(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'DescribeGroupsResponse.groups', 14)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeGroupsResponse.groups')
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('DescribeGroupsResponse.groups', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('DescribeGroupsResponse.groups', _c)
+    elif _c * 14 > _l - pos:
+        raise overrun('DescribeGroupsResponse.groups', buf, pos, _c, 14)
     else:
         f_groups = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DescribedGroup_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return DescribeGroupsResponse(0, f_groups, f_unknown_tags), pos
 
 def _d_DescribeGroupsResponse_1(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('DescribeGroupsResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S1.unpack_from(buf, pos)
+    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_array_len(buf, pos, 'DescribeGroupsResponse.groups', 14)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeGroupsResponse.groups')
+    if pos + 4 > _l:
+        raise truncated('DescribeGroupsResponse.groups', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('DescribeGroupsResponse.groups', _c)
+    elif _c * 14 > _l - pos:
+        raise overrun('DescribeGroupsResponse.groups', buf, pos, _c, 14)
     else:
         f_groups = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DescribedGroup_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return DescribeGroupsResponse(f_throttle_time_ms, f_groups, f_unknown_tags), pos
 
 def _d_DescribedGroup_3(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('DescribeGroupsResponse.DescribedGroup.error_code', buf, pos, 2)
-    (f_error_code,) = _S0.unpack_from(buf, pos)
+    (f_error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
-    f_group_id, pos = read_string(buf, pos, 'DescribeGroupsResponse.DescribedGroup.group_id')
-    f_group_state, pos = read_string(buf, pos, 'DescribeGroupsResponse.DescribedGroup.group_state')
-    f_protocol_type, pos = read_string(buf, pos, 'DescribeGroupsResponse.DescribedGroup.protocol_type')
-    f_protocol_data, pos = read_string(buf, pos, 'DescribeGroupsResponse.DescribedGroup.protocol_data')
-    _n, pos = read_array_len(buf, pos, 'DescribeGroupsResponse.DescribedGroup.members', 14)
+    if pos + 2 > _l:
+        raise truncated('DescribeGroupsResponse.DescribedGroup.group_id', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeGroupsResponse.DescribedGroup.members')
+        raise bad_length('DescribeGroupsResponse.DescribedGroup.group_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeGroupsResponse.DescribedGroup.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('DescribeGroupsResponse.DescribedGroup.group_state', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('DescribeGroupsResponse.DescribedGroup.group_state', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeGroupsResponse.DescribedGroup.group_state', buf, pos, _n, 1)
+        f_group_state = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('DescribeGroupsResponse.DescribedGroup.protocol_type', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('DescribeGroupsResponse.DescribedGroup.protocol_type', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeGroupsResponse.DescribedGroup.protocol_type', buf, pos, _n, 1)
+        f_protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('DescribeGroupsResponse.DescribedGroup.protocol_data', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('DescribeGroupsResponse.DescribedGroup.protocol_data', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeGroupsResponse.DescribedGroup.protocol_data', buf, pos, _n, 1)
+        f_protocol_data = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('DescribeGroupsResponse.DescribedGroup.members', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('DescribeGroupsResponse.DescribedGroup.members', _c)
+    elif _c * 14 > _l - pos:
+        raise overrun('DescribeGroupsResponse.DescribedGroup.members', buf, pos, _c, 14)
     else:
         f_members = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DescribedGroupMember_0(buf, pos)
             _lst.append(_e)
-    if pos + 4 > len(buf):
+    if pos + 4 > _l:
         raise truncated('DescribeGroupsResponse.DescribedGroup.authorized_operations', buf, pos, 4)
-    (f_authorized_operations,) = _S1.unpack_from(buf, pos)
+    (f_authorized_operations,) = _S0.unpack_from(buf, pos)
     pos += 4
     f_unknown_tags = None
     return DescribedGroup(f_error_code, f_group_id, f_group_state, f_protocol_type, f_protocol_data, f_members, f_authorized_operations, f_unknown_tags), pos
 
 def _d_DescribeGroupsResponse_3(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('DescribeGroupsResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S1.unpack_from(buf, pos)
+    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_array_len(buf, pos, 'DescribeGroupsResponse.groups', 18)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeGroupsResponse.groups')
+    if pos + 4 > _l:
+        raise truncated('DescribeGroupsResponse.groups', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('DescribeGroupsResponse.groups', _c)
+    elif _c * 18 > _l - pos:
+        raise overrun('DescribeGroupsResponse.groups', buf, pos, _c, 18)
     else:
         f_groups = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DescribedGroup_3(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return DescribeGroupsResponse(f_throttle_time_ms, f_groups, f_unknown_tags), pos
 
 def _d_DescribedGroupMember_4(buf, pos):
-    f_member_id, pos = read_string(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember.member_id')
-    f_group_instance_id, pos = read_nullable_string(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember.group_instance_id')
-    f_client_id, pos = read_string(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember.client_id')
-    f_client_host, pos = read_string(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember.client_host')
-    f_member_metadata, pos = read_bytes(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember.member_metadata')
-    f_member_assignment, pos = read_bytes(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember.member_assignment')
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('DescribeGroupsResponse.DescribedGroupMember.member_id', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('DescribeGroupsResponse.DescribedGroupMember.member_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeGroupsResponse.DescribedGroupMember.member_id', buf, pos, _n, 1)
+        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('DescribeGroupsResponse.DescribedGroupMember.group_instance_id', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('DescribeGroupsResponse.DescribedGroupMember.group_instance_id', _n)
+        f_group_instance_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeGroupsResponse.DescribedGroupMember.group_instance_id', buf, pos, _n, 1)
+        f_group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('DescribeGroupsResponse.DescribedGroupMember.client_id', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('DescribeGroupsResponse.DescribedGroupMember.client_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeGroupsResponse.DescribedGroupMember.client_id', buf, pos, _n, 1)
+        f_client_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('DescribeGroupsResponse.DescribedGroupMember.client_host', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('DescribeGroupsResponse.DescribedGroupMember.client_host', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeGroupsResponse.DescribedGroupMember.client_host', buf, pos, _n, 1)
+        f_client_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('DescribeGroupsResponse.DescribedGroupMember.member_metadata', buf, pos, 4)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _n < 0:
+        raise bad_length('DescribeGroupsResponse.DescribedGroupMember.member_metadata', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeGroupsResponse.DescribedGroupMember.member_metadata', buf, pos, _n, 1)
+        f_member_metadata = bytes(buf[pos:_end])
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('DescribeGroupsResponse.DescribedGroupMember.member_assignment', buf, pos, 4)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _n < 0:
+        raise bad_length('DescribeGroupsResponse.DescribedGroupMember.member_assignment', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeGroupsResponse.DescribedGroupMember.member_assignment', buf, pos, _n, 1)
+        f_member_assignment = bytes(buf[pos:_end])
+        pos = _end
     f_unknown_tags = None
     return DescribedGroupMember(f_member_id, f_group_instance_id, f_client_id, f_client_host, f_member_metadata, f_member_assignment, f_unknown_tags), pos
 
 def _d_DescribedGroup_4(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('DescribeGroupsResponse.DescribedGroup.error_code', buf, pos, 2)
-    (f_error_code,) = _S0.unpack_from(buf, pos)
+    (f_error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
-    f_group_id, pos = read_string(buf, pos, 'DescribeGroupsResponse.DescribedGroup.group_id')
-    f_group_state, pos = read_string(buf, pos, 'DescribeGroupsResponse.DescribedGroup.group_state')
-    f_protocol_type, pos = read_string(buf, pos, 'DescribeGroupsResponse.DescribedGroup.protocol_type')
-    f_protocol_data, pos = read_string(buf, pos, 'DescribeGroupsResponse.DescribedGroup.protocol_data')
-    _n, pos = read_array_len(buf, pos, 'DescribeGroupsResponse.DescribedGroup.members', 16)
+    if pos + 2 > _l:
+        raise truncated('DescribeGroupsResponse.DescribedGroup.group_id', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeGroupsResponse.DescribedGroup.members')
+        raise bad_length('DescribeGroupsResponse.DescribedGroup.group_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeGroupsResponse.DescribedGroup.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('DescribeGroupsResponse.DescribedGroup.group_state', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('DescribeGroupsResponse.DescribedGroup.group_state', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeGroupsResponse.DescribedGroup.group_state', buf, pos, _n, 1)
+        f_group_state = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('DescribeGroupsResponse.DescribedGroup.protocol_type', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('DescribeGroupsResponse.DescribedGroup.protocol_type', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeGroupsResponse.DescribedGroup.protocol_type', buf, pos, _n, 1)
+        f_protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('DescribeGroupsResponse.DescribedGroup.protocol_data', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('DescribeGroupsResponse.DescribedGroup.protocol_data', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeGroupsResponse.DescribedGroup.protocol_data', buf, pos, _n, 1)
+        f_protocol_data = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('DescribeGroupsResponse.DescribedGroup.members', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('DescribeGroupsResponse.DescribedGroup.members', _c)
+    elif _c * 16 > _l - pos:
+        raise overrun('DescribeGroupsResponse.DescribedGroup.members', buf, pos, _c, 16)
     else:
         f_members = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DescribedGroupMember_4(buf, pos)
             _lst.append(_e)
-    if pos + 4 > len(buf):
+    if pos + 4 > _l:
         raise truncated('DescribeGroupsResponse.DescribedGroup.authorized_operations', buf, pos, 4)
-    (f_authorized_operations,) = _S1.unpack_from(buf, pos)
+    (f_authorized_operations,) = _S0.unpack_from(buf, pos)
     pos += 4
     f_unknown_tags = None
     return DescribedGroup(f_error_code, f_group_id, f_group_state, f_protocol_type, f_protocol_data, f_members, f_authorized_operations, f_unknown_tags), pos
 
 def _d_DescribeGroupsResponse_4(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('DescribeGroupsResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S1.unpack_from(buf, pos)
+    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_array_len(buf, pos, 'DescribeGroupsResponse.groups', 18)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeGroupsResponse.groups')
+    if pos + 4 > _l:
+        raise truncated('DescribeGroupsResponse.groups', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('DescribeGroupsResponse.groups', _c)
+    elif _c * 18 > _l - pos:
+        raise overrun('DescribeGroupsResponse.groups', buf, pos, _c, 18)
     else:
         f_groups = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DescribedGroup_4(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return DescribeGroupsResponse(f_throttle_time_ms, f_groups, f_unknown_tags), pos
 
 def _d_DescribedGroupMember_5(buf, pos):
-    f_member_id, pos = read_compact_string(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember.member_id')
-    f_group_instance_id, pos = read_compact_nullable_string(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember.group_instance_id')
-    f_client_id, pos = read_compact_string(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember.client_id')
-    f_client_host, pos = read_compact_string(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember.client_host')
-    f_member_metadata, pos = read_compact_bytes(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember.member_metadata')
-    f_member_assignment, pos = read_compact_bytes(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember.member_assignment')
-    if pos < len(buf) and buf[pos] == 0:
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember.member_id')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('DescribeGroupsResponse.DescribedGroupMember.member_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeGroupsResponse.DescribedGroupMember.member_id', buf, pos, _n, 1)
+        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember.group_instance_id')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('DescribeGroupsResponse.DescribedGroupMember.group_instance_id', _n)
+        f_group_instance_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeGroupsResponse.DescribedGroupMember.group_instance_id', buf, pos, _n, 1)
+        f_group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember.client_id')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('DescribeGroupsResponse.DescribedGroupMember.client_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeGroupsResponse.DescribedGroupMember.client_id', buf, pos, _n, 1)
+        f_client_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember.client_host')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('DescribeGroupsResponse.DescribedGroupMember.client_host', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeGroupsResponse.DescribedGroupMember.client_host', buf, pos, _n, 1)
+        f_client_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember.member_metadata')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('DescribeGroupsResponse.DescribedGroupMember.member_metadata', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeGroupsResponse.DescribedGroupMember.member_metadata', buf, pos, _n, 1)
+        f_member_metadata = bytes(buf[pos:_end])
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember.member_assignment')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('DescribeGroupsResponse.DescribedGroupMember.member_assignment', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeGroupsResponse.DescribedGroupMember.member_assignment', buf, pos, _n, 1)
+        f_member_assignment = bytes(buf[pos:_end])
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -235,27 +627,87 @@ def _d_DescribedGroupMember_5(buf, pos):
     return DescribedGroupMember(f_member_id, f_group_instance_id, f_client_id, f_client_host, f_member_metadata, f_member_assignment, f_unknown_tags), pos
 
 def _d_DescribedGroup_5(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('DescribeGroupsResponse.DescribedGroup.error_code', buf, pos, 2)
-    (f_error_code,) = _S0.unpack_from(buf, pos)
+    (f_error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
-    f_group_id, pos = read_compact_string(buf, pos, 'DescribeGroupsResponse.DescribedGroup.group_id')
-    f_group_state, pos = read_compact_string(buf, pos, 'DescribeGroupsResponse.DescribedGroup.group_state')
-    f_protocol_type, pos = read_compact_string(buf, pos, 'DescribeGroupsResponse.DescribedGroup.protocol_type')
-    f_protocol_data, pos = read_compact_string(buf, pos, 'DescribeGroupsResponse.DescribedGroup.protocol_data')
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeGroupsResponse.DescribedGroup.members', 7)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeGroupsResponse.DescribedGroup.group_id')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeGroupsResponse.DescribedGroup.members')
+        raise bad_length('DescribeGroupsResponse.DescribedGroup.group_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeGroupsResponse.DescribedGroup.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeGroupsResponse.DescribedGroup.group_state')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('DescribeGroupsResponse.DescribedGroup.group_state', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeGroupsResponse.DescribedGroup.group_state', buf, pos, _n, 1)
+        f_group_state = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeGroupsResponse.DescribedGroup.protocol_type')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('DescribeGroupsResponse.DescribedGroup.protocol_type', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeGroupsResponse.DescribedGroup.protocol_type', buf, pos, _n, 1)
+        f_protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeGroupsResponse.DescribedGroup.protocol_data')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('DescribeGroupsResponse.DescribedGroup.protocol_data', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeGroupsResponse.DescribedGroup.protocol_data', buf, pos, _n, 1)
+        f_protocol_data = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeGroupsResponse.DescribedGroup.members')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DescribeGroupsResponse.DescribedGroup.members', _c)
+    elif _c * 7 > _l - pos:
+        raise overrun('DescribeGroupsResponse.DescribedGroup.members', buf, pos, _c, 7)
     else:
         f_members = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DescribedGroupMember_5(buf, pos)
             _lst.append(_e)
-    if pos + 4 > len(buf):
+    if pos + 4 > _l:
         raise truncated('DescribeGroupsResponse.DescribedGroup.authorized_operations', buf, pos, 4)
-    (f_authorized_operations,) = _S1.unpack_from(buf, pos)
+    (f_authorized_operations,) = _S0.unpack_from(buf, pos)
     pos += 4
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -268,19 +720,27 @@ def _d_DescribedGroup_5(buf, pos):
     return DescribedGroup(f_error_code, f_group_id, f_group_state, f_protocol_type, f_protocol_data, f_members, f_authorized_operations, f_unknown_tags), pos
 
 def _d_DescribeGroupsResponse_5(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('DescribeGroupsResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S1.unpack_from(buf, pos)
+    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeGroupsResponse.groups', 12)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeGroupsResponse.groups')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeGroupsResponse.groups')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DescribeGroupsResponse.groups', _c)
+    elif _c * 12 > _l - pos:
+        raise overrun('DescribeGroupsResponse.groups', buf, pos, _c, 12)
     else:
         f_groups = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DescribedGroup_5(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -293,114 +753,318 @@ def _d_DescribeGroupsResponse_5(buf, pos):
     return DescribeGroupsResponse(f_throttle_time_ms, f_groups, f_unknown_tags), pos
 
 def _e_DescribedGroupMember_0(o, out, chunks):
-    write_string(out, o.member_id)
-    write_string(out, o.client_id)
-    write_string(out, o.client_host)
-    write_bytes(out, o.member_metadata)
-    write_bytes(out, o.member_assignment)
+    _b = o.member_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeGroupsResponse.DescribedGroupMember.member_id', _n)
+    out += _S1.pack(_n)
+    out += _b
+    _b = o.client_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeGroupsResponse.DescribedGroupMember.client_id', _n)
+    out += _S1.pack(_n)
+    out += _b
+    _b = o.client_host.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeGroupsResponse.DescribedGroupMember.client_host', _n)
+    out += _S1.pack(_n)
+    out += _b
+    _b = o.member_metadata
+    _n = len(_b)
+    out += _S0.pack(_n)
+    out += _b
+    _b = o.member_assignment
+    _n = len(_b)
+    out += _S0.pack(_n)
+    out += _b
 
 def _e_DescribedGroup_0(o, out, chunks):
-    out += _S0.pack(o.error_code)
-    write_string(out, o.group_id)
-    write_string(out, o.group_state)
-    write_string(out, o.protocol_type)
-    write_string(out, o.protocol_data)
+    out += _S1.pack(o.error_code)
+    _b = o.group_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeGroupsResponse.DescribedGroup.group_id', _n)
+    out += _S1.pack(_n)
+    out += _b
+    _b = o.group_state.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeGroupsResponse.DescribedGroup.group_state', _n)
+    out += _S1.pack(_n)
+    out += _b
+    _b = o.protocol_type.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeGroupsResponse.DescribedGroup.protocol_type', _n)
+    out += _S1.pack(_n)
+    out += _b
+    _b = o.protocol_data.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeGroupsResponse.DescribedGroup.protocol_data', _n)
+    out += _S1.pack(_n)
+    out += _b
     _a = o.members
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_DescribedGroupMember_0(_e, out, chunks)
 
 def _e_DescribeGroupsResponse_0(o, out, chunks):
     _a = o.groups
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_DescribedGroup_0(_e, out, chunks)
 
 def _e_DescribeGroupsResponse_1(o, out, chunks):
-    out += _S1.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _a = o.groups
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_DescribedGroup_0(_e, out, chunks)
 
 def _e_DescribedGroup_3(o, out, chunks):
-    out += _S0.pack(o.error_code)
-    write_string(out, o.group_id)
-    write_string(out, o.group_state)
-    write_string(out, o.protocol_type)
-    write_string(out, o.protocol_data)
+    out += _S1.pack(o.error_code)
+    _b = o.group_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeGroupsResponse.DescribedGroup.group_id', _n)
+    out += _S1.pack(_n)
+    out += _b
+    _b = o.group_state.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeGroupsResponse.DescribedGroup.group_state', _n)
+    out += _S1.pack(_n)
+    out += _b
+    _b = o.protocol_type.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeGroupsResponse.DescribedGroup.protocol_type', _n)
+    out += _S1.pack(_n)
+    out += _b
+    _b = o.protocol_data.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeGroupsResponse.DescribedGroup.protocol_data', _n)
+    out += _S1.pack(_n)
+    out += _b
     _a = o.members
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_DescribedGroupMember_0(_e, out, chunks)
-    out += _S1.pack(o.authorized_operations)
+    out += _S0.pack(o.authorized_operations)
 
 def _e_DescribeGroupsResponse_3(o, out, chunks):
-    out += _S1.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _a = o.groups
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_DescribedGroup_3(_e, out, chunks)
 
 def _e_DescribedGroupMember_4(o, out, chunks):
-    write_string(out, o.member_id)
-    write_nullable_string(out, o.group_instance_id)
-    write_string(out, o.client_id)
-    write_string(out, o.client_host)
-    write_bytes(out, o.member_metadata)
-    write_bytes(out, o.member_assignment)
+    _b = o.member_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeGroupsResponse.DescribedGroupMember.member_id', _n)
+    out += _S1.pack(_n)
+    out += _b
+    if o.group_instance_id is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.group_instance_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeGroupsResponse.DescribedGroupMember.group_instance_id', _n)
+        out += _S1.pack(_n)
+        out += _b
+    _b = o.client_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeGroupsResponse.DescribedGroupMember.client_id', _n)
+    out += _S1.pack(_n)
+    out += _b
+    _b = o.client_host.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeGroupsResponse.DescribedGroupMember.client_host', _n)
+    out += _S1.pack(_n)
+    out += _b
+    _b = o.member_metadata
+    _n = len(_b)
+    out += _S0.pack(_n)
+    out += _b
+    _b = o.member_assignment
+    _n = len(_b)
+    out += _S0.pack(_n)
+    out += _b
 
 def _e_DescribedGroup_4(o, out, chunks):
-    out += _S0.pack(o.error_code)
-    write_string(out, o.group_id)
-    write_string(out, o.group_state)
-    write_string(out, o.protocol_type)
-    write_string(out, o.protocol_data)
+    out += _S1.pack(o.error_code)
+    _b = o.group_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeGroupsResponse.DescribedGroup.group_id', _n)
+    out += _S1.pack(_n)
+    out += _b
+    _b = o.group_state.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeGroupsResponse.DescribedGroup.group_state', _n)
+    out += _S1.pack(_n)
+    out += _b
+    _b = o.protocol_type.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeGroupsResponse.DescribedGroup.protocol_type', _n)
+    out += _S1.pack(_n)
+    out += _b
+    _b = o.protocol_data.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeGroupsResponse.DescribedGroup.protocol_data', _n)
+    out += _S1.pack(_n)
+    out += _b
     _a = o.members
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_DescribedGroupMember_4(_e, out, chunks)
-    out += _S1.pack(o.authorized_operations)
+    out += _S0.pack(o.authorized_operations)
 
 def _e_DescribeGroupsResponse_4(o, out, chunks):
-    out += _S1.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _a = o.groups
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_DescribedGroup_4(_e, out, chunks)
 
 def _e_DescribedGroupMember_5(o, out, chunks):
-    write_compact_string(out, o.member_id)
-    write_compact_nullable_string(out, o.group_instance_id)
-    write_compact_string(out, o.client_id)
-    write_compact_string(out, o.client_host)
-    write_compact_bytes(out, o.member_metadata)
-    write_compact_bytes(out, o.member_assignment)
+    _b = o.member_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeGroupsResponse.DescribedGroupMember.member_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    if o.group_instance_id is None:
+        out.append(0)
+    else:
+        _b = o.group_instance_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeGroupsResponse.DescribedGroupMember.group_instance_id', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+    _b = o.client_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeGroupsResponse.DescribedGroupMember.client_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _b = o.client_host.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeGroupsResponse.DescribedGroupMember.client_host', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _b = o.member_metadata
+    _n = len(_b)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _b = o.member_assignment
+    _n = len(_b)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_DescribedGroup_5(o, out, chunks):
-    out += _S0.pack(o.error_code)
-    write_compact_string(out, o.group_id)
-    write_compact_string(out, o.group_state)
-    write_compact_string(out, o.protocol_type)
-    write_compact_string(out, o.protocol_data)
+    out += _S1.pack(o.error_code)
+    _b = o.group_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeGroupsResponse.DescribedGroup.group_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _b = o.group_state.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeGroupsResponse.DescribedGroup.group_state', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _b = o.protocol_type.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeGroupsResponse.DescribedGroup.protocol_type', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _b = o.protocol_data.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeGroupsResponse.DescribedGroup.protocol_data', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.members
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_DescribedGroupMember_5(_e, out, chunks)
-    out += _S1.pack(o.authorized_operations)
+    out += _S0.pack(o.authorized_operations)
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_DescribeGroupsResponse_5(o, out, chunks):
-    out += _S1.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _a = o.groups
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_DescribedGroup_5(_e, out, chunks)
     if o.unknown_tags is None:

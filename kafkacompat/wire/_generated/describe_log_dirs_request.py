@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -27,39 +39,90 @@ class DescribeLogDirsRequest(Struct):
         self.unknown_tags = unknown_tags
 DescribeLogDirsRequest.DescribableLogDirTopic = DescribableLogDirTopic
 
+_S0 = _Struct('>i')
+_S1 = _Struct('>h')
+_A_i = ARRAY_STRUCTS['i']
 
 def _d_DescribableLogDirTopic_0(buf, pos):
-    f_topic, pos = read_string(buf, pos, 'DescribeLogDirsRequest.DescribableLogDirTopic.topic')
-    _n, pos = read_array_len(buf, pos, 'DescribeLogDirsRequest.DescribableLogDirTopic.partitions', 4)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('DescribeLogDirsRequest.DescribableLogDirTopic.topic', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeLogDirsRequest.DescribableLogDirTopic.partitions')
+        raise bad_length('DescribeLogDirsRequest.DescribableLogDirTopic.topic', _n)
     else:
-        f_partitions = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeLogDirsRequest.DescribableLogDirTopic.topic', buf, pos, _n, 1)
+        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('DescribeLogDirsRequest.DescribableLogDirTopic.partitions', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('DescribeLogDirsRequest.DescribableLogDirTopic.partitions', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('DescribeLogDirsRequest.DescribableLogDirTopic.partitions', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_partitions = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
     f_unknown_tags = None
     return DescribableLogDirTopic(f_topic, f_partitions, f_unknown_tags), pos
 
 def _d_DescribeLogDirsRequest_0(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'DescribeLogDirsRequest.topics', 6)
-    if _n < 0:
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('DescribeLogDirsRequest.topics', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        if _c != -1:
+            raise bad_length('DescribeLogDirsRequest.topics', _c)
         f_topics = None
+    elif _c * 6 > _l - pos:
+        raise overrun('DescribeLogDirsRequest.topics', buf, pos, _c, 6)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DescribableLogDirTopic_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return DescribeLogDirsRequest(f_topics, f_unknown_tags), pos
 
 def _d_DescribableLogDirTopic_2(buf, pos):
-    f_topic, pos = read_compact_string(buf, pos, 'DescribeLogDirsRequest.DescribableLogDirTopic.topic')
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeLogDirsRequest.DescribableLogDirTopic.partitions', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeLogDirsRequest.DescribableLogDirTopic.partitions')
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
     else:
-        f_partitions = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    if pos < len(buf) and buf[pos] == 0:
+        _n, pos = read_uvarint(buf, pos, 'DescribeLogDirsRequest.DescribableLogDirTopic.topic')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('DescribeLogDirsRequest.DescribableLogDirTopic.topic', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeLogDirsRequest.DescribableLogDirTopic.topic', buf, pos, _n, 1)
+        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeLogDirsRequest.DescribableLogDirTopic.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DescribeLogDirsRequest.DescribableLogDirTopic.partitions', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('DescribeLogDirsRequest.DescribableLogDirTopic.partitions', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_partitions = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -72,15 +135,25 @@ def _d_DescribableLogDirTopic_2(buf, pos):
     return DescribableLogDirTopic(f_topic, f_partitions, f_unknown_tags), pos
 
 def _d_DescribeLogDirsRequest_2(buf, pos):
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeLogDirsRequest.topics', 3)
-    if _n < 0:
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeLogDirsRequest.topics')
+        _c -= 1
+    if _c < 0:
+        if _c != -1:
+            raise bad_length('DescribeLogDirsRequest.topics', _c)
         f_topics = None
+    elif _c * 3 > _l - pos:
+        raise overrun('DescribeLogDirsRequest.topics', buf, pos, _c, 3)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DescribableLogDirTopic_2(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -93,25 +166,46 @@ def _d_DescribeLogDirsRequest_2(buf, pos):
     return DescribeLogDirsRequest(f_topics, f_unknown_tags), pos
 
 def _e_DescribableLogDirTopic_0(o, out, chunks):
-    write_string(out, o.topic)
+    _b = o.topic.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeLogDirsRequest.DescribableLogDirTopic.topic', _n)
+    out += _S1.pack(_n)
+    out += _b
     _a = o.partitions
-    write_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    out += _S0.pack(_c)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
 
 def _e_DescribeLogDirsRequest_0(o, out, chunks):
     _a = o.topics
     if _a is None:
         out += b'\xff\xff\xff\xff'
     else:
-        write_array_len(out, len(_a))
+        _c = len(_a)
+        out += _S0.pack(_c)
         for _e in _a:
             _e_DescribableLogDirTopic_0(_e, out, chunks)
 
 def _e_DescribableLogDirTopic_2(o, out, chunks):
-    write_compact_string(out, o.topic)
+    _b = o.topic.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeLogDirsRequest.DescribableLogDirTopic.topic', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -122,7 +216,11 @@ def _e_DescribeLogDirsRequest_2(o, out, chunks):
     if _a is None:
         out.append(0)
     else:
-        write_compact_array_len(out, len(_a))
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
         for _e in _a:
             _e_DescribableLogDirTopic_2(_e, out, chunks)
     if o.unknown_tags is None:

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -74,7 +86,8 @@ _S3 = _Struct('>ih')
 _S4 = _Struct('>qq')
 
 def _d_DescribeLogDirsPartition_0(buf, pos):
-    if pos + 21 > len(buf):
+    _l = len(buf)
+    if pos + 21 > _l:
         raise truncated('DescribeLogDirsResponse.DescribeLogDirsPartition.partition_index', buf, pos, 21)
     f_partition_index, f_partition_size, f_offset_lag, f_is_future_key = _S2.unpack_from(buf, pos)
     pos += 21
@@ -82,57 +95,98 @@ def _d_DescribeLogDirsPartition_0(buf, pos):
     return DescribeLogDirsPartition(f_partition_index, f_partition_size, f_offset_lag, f_is_future_key, f_unknown_tags), pos
 
 def _d_DescribeLogDirsTopic_0(buf, pos):
-    f_name, pos = read_string(buf, pos, 'DescribeLogDirsResponse.DescribeLogDirsTopic.name')
-    _n, pos = read_array_len(buf, pos, 'DescribeLogDirsResponse.DescribeLogDirsTopic.partitions', 21)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('DescribeLogDirsResponse.DescribeLogDirsTopic.name', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeLogDirsResponse.DescribeLogDirsTopic.partitions')
+        raise bad_length('DescribeLogDirsResponse.DescribeLogDirsTopic.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeLogDirsResponse.DescribeLogDirsTopic.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('DescribeLogDirsResponse.DescribeLogDirsTopic.partitions', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('DescribeLogDirsResponse.DescribeLogDirsTopic.partitions', _c)
+    elif _c * 21 > _l - pos:
+        raise overrun('DescribeLogDirsResponse.DescribeLogDirsTopic.partitions', buf, pos, _c, 21)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DescribeLogDirsPartition_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return DescribeLogDirsTopic(f_name, f_partitions, f_unknown_tags), pos
 
 def _d_DescribeLogDirsResult_0(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('DescribeLogDirsResponse.DescribeLogDirsResult.error_code', buf, pos, 2)
     (f_error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
-    f_log_dir, pos = read_string(buf, pos, 'DescribeLogDirsResponse.DescribeLogDirsResult.log_dir')
-    _n, pos = read_array_len(buf, pos, 'DescribeLogDirsResponse.DescribeLogDirsResult.topics', 6)
+    if pos + 2 > _l:
+        raise truncated('DescribeLogDirsResponse.DescribeLogDirsResult.log_dir', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeLogDirsResponse.DescribeLogDirsResult.topics')
+        raise bad_length('DescribeLogDirsResponse.DescribeLogDirsResult.log_dir', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeLogDirsResponse.DescribeLogDirsResult.log_dir', buf, pos, _n, 1)
+        f_log_dir = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('DescribeLogDirsResponse.DescribeLogDirsResult.topics', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('DescribeLogDirsResponse.DescribeLogDirsResult.topics', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('DescribeLogDirsResponse.DescribeLogDirsResult.topics', buf, pos, _c, 6)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DescribeLogDirsTopic_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return DescribeLogDirsResult(f_error_code, f_log_dir, f_topics, -1, -1, f_unknown_tags), pos
 
 def _d_DescribeLogDirsResponse_0(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('DescribeLogDirsResponse.throttle_time_ms', buf, pos, 4)
     (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_array_len(buf, pos, 'DescribeLogDirsResponse.results', 8)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeLogDirsResponse.results')
+    if pos + 4 > _l:
+        raise truncated('DescribeLogDirsResponse.results', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('DescribeLogDirsResponse.results', _c)
+    elif _c * 8 > _l - pos:
+        raise overrun('DescribeLogDirsResponse.results', buf, pos, _c, 8)
     else:
         f_results = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DescribeLogDirsResult_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return DescribeLogDirsResponse(f_throttle_time_ms, 0, f_results, f_unknown_tags), pos
 
 def _d_DescribeLogDirsPartition_2(buf, pos):
-    if pos + 21 > len(buf):
+    _l = len(buf)
+    if pos + 21 > _l:
         raise truncated('DescribeLogDirsResponse.DescribeLogDirsPartition.partition_index', buf, pos, 21)
     f_partition_index, f_partition_size, f_offset_lag, f_is_future_key = _S2.unpack_from(buf, pos)
     pos += 21
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -145,16 +199,37 @@ def _d_DescribeLogDirsPartition_2(buf, pos):
     return DescribeLogDirsPartition(f_partition_index, f_partition_size, f_offset_lag, f_is_future_key, f_unknown_tags), pos
 
 def _d_DescribeLogDirsTopic_2(buf, pos):
-    f_name, pos = read_compact_string(buf, pos, 'DescribeLogDirsResponse.DescribeLogDirsTopic.name')
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeLogDirsResponse.DescribeLogDirsTopic.partitions', 22)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeLogDirsResponse.DescribeLogDirsTopic.name')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeLogDirsResponse.DescribeLogDirsTopic.partitions')
+        raise bad_length('DescribeLogDirsResponse.DescribeLogDirsTopic.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeLogDirsResponse.DescribeLogDirsTopic.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeLogDirsResponse.DescribeLogDirsTopic.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DescribeLogDirsResponse.DescribeLogDirsTopic.partitions', _c)
+    elif _c * 22 > _l - pos:
+        raise overrun('DescribeLogDirsResponse.DescribeLogDirsTopic.partitions', buf, pos, _c, 22)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DescribeLogDirsPartition_2(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -167,20 +242,41 @@ def _d_DescribeLogDirsTopic_2(buf, pos):
     return DescribeLogDirsTopic(f_name, f_partitions, f_unknown_tags), pos
 
 def _d_DescribeLogDirsResult_2(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('DescribeLogDirsResponse.DescribeLogDirsResult.error_code', buf, pos, 2)
     (f_error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
-    f_log_dir, pos = read_compact_string(buf, pos, 'DescribeLogDirsResponse.DescribeLogDirsResult.log_dir')
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeLogDirsResponse.DescribeLogDirsResult.topics', 3)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeLogDirsResponse.DescribeLogDirsResult.log_dir')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeLogDirsResponse.DescribeLogDirsResult.topics')
+        raise bad_length('DescribeLogDirsResponse.DescribeLogDirsResult.log_dir', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeLogDirsResponse.DescribeLogDirsResult.log_dir', buf, pos, _n, 1)
+        f_log_dir = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeLogDirsResponse.DescribeLogDirsResult.topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DescribeLogDirsResponse.DescribeLogDirsResult.topics', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('DescribeLogDirsResponse.DescribeLogDirsResult.topics', buf, pos, _c, 3)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DescribeLogDirsTopic_2(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -193,19 +289,27 @@ def _d_DescribeLogDirsResult_2(buf, pos):
     return DescribeLogDirsResult(f_error_code, f_log_dir, f_topics, -1, -1, f_unknown_tags), pos
 
 def _d_DescribeLogDirsResponse_2(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('DescribeLogDirsResponse.throttle_time_ms', buf, pos, 4)
     (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeLogDirsResponse.results', 5)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeLogDirsResponse.results')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeLogDirsResponse.results')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DescribeLogDirsResponse.results', _c)
+    elif _c * 5 > _l - pos:
+        raise overrun('DescribeLogDirsResponse.results', buf, pos, _c, 5)
     else:
         f_results = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DescribeLogDirsResult_2(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -218,19 +322,27 @@ def _d_DescribeLogDirsResponse_2(buf, pos):
     return DescribeLogDirsResponse(f_throttle_time_ms, 0, f_results, f_unknown_tags), pos
 
 def _d_DescribeLogDirsResponse_3(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('DescribeLogDirsResponse.throttle_time_ms', buf, pos, 6)
     f_throttle_time_ms, f_error_code = _S3.unpack_from(buf, pos)
     pos += 6
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeLogDirsResponse.results', 5)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeLogDirsResponse.results')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeLogDirsResponse.results')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DescribeLogDirsResponse.results', _c)
+    elif _c * 5 > _l - pos:
+        raise overrun('DescribeLogDirsResponse.results', buf, pos, _c, 5)
     else:
         f_results = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DescribeLogDirsResult_2(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -243,24 +355,45 @@ def _d_DescribeLogDirsResponse_3(buf, pos):
     return DescribeLogDirsResponse(f_throttle_time_ms, f_error_code, f_results, f_unknown_tags), pos
 
 def _d_DescribeLogDirsResult_4(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('DescribeLogDirsResponse.DescribeLogDirsResult.error_code', buf, pos, 2)
     (f_error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
-    f_log_dir, pos = read_compact_string(buf, pos, 'DescribeLogDirsResponse.DescribeLogDirsResult.log_dir')
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeLogDirsResponse.DescribeLogDirsResult.topics', 3)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeLogDirsResponse.DescribeLogDirsResult.log_dir')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeLogDirsResponse.DescribeLogDirsResult.topics')
+        raise bad_length('DescribeLogDirsResponse.DescribeLogDirsResult.log_dir', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeLogDirsResponse.DescribeLogDirsResult.log_dir', buf, pos, _n, 1)
+        f_log_dir = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeLogDirsResponse.DescribeLogDirsResult.topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DescribeLogDirsResponse.DescribeLogDirsResult.topics', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('DescribeLogDirsResponse.DescribeLogDirsResult.topics', buf, pos, _c, 3)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DescribeLogDirsTopic_2(buf, pos)
             _lst.append(_e)
-    if pos + 16 > len(buf):
+    if pos + 16 > _l:
         raise truncated('DescribeLogDirsResponse.DescribeLogDirsResult.total_bytes', buf, pos, 16)
     f_total_bytes, f_usable_bytes = _S4.unpack_from(buf, pos)
     pos += 16
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -273,19 +406,27 @@ def _d_DescribeLogDirsResult_4(buf, pos):
     return DescribeLogDirsResult(f_error_code, f_log_dir, f_topics, f_total_bytes, f_usable_bytes, f_unknown_tags), pos
 
 def _d_DescribeLogDirsResponse_4(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('DescribeLogDirsResponse.throttle_time_ms', buf, pos, 6)
     f_throttle_time_ms, f_error_code = _S3.unpack_from(buf, pos)
     pos += 6
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeLogDirsResponse.results', 21)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeLogDirsResponse.results')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeLogDirsResponse.results')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DescribeLogDirsResponse.results', _c)
+    elif _c * 21 > _l - pos:
+        raise overrun('DescribeLogDirsResponse.results', buf, pos, _c, 21)
     else:
         f_results = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DescribeLogDirsResult_4(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -301,24 +442,37 @@ def _e_DescribeLogDirsPartition_0(o, out, chunks):
     out += _S2.pack(o.partition_index, o.partition_size, o.offset_lag, o.is_future_key)
 
 def _e_DescribeLogDirsTopic_0(o, out, chunks):
-    write_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeLogDirsResponse.DescribeLogDirsTopic.name', _n)
+    out += _S1.pack(_n)
+    out += _b
     _a = o.partitions
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_DescribeLogDirsPartition_0(_e, out, chunks)
 
 def _e_DescribeLogDirsResult_0(o, out, chunks):
     out += _S1.pack(o.error_code)
-    write_string(out, o.log_dir)
+    _b = o.log_dir.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeLogDirsResponse.DescribeLogDirsResult.log_dir', _n)
+    out += _S1.pack(_n)
+    out += _b
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_DescribeLogDirsTopic_0(_e, out, chunks)
 
 def _e_DescribeLogDirsResponse_0(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
     _a = o.results
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_DescribeLogDirsResult_0(_e, out, chunks)
 
@@ -330,9 +484,21 @@ def _e_DescribeLogDirsPartition_2(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_DescribeLogDirsTopic_2(o, out, chunks):
-    write_compact_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeLogDirsResponse.DescribeLogDirsTopic.name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_DescribeLogDirsPartition_2(_e, out, chunks)
     if o.unknown_tags is None:
@@ -342,9 +508,21 @@ def _e_DescribeLogDirsTopic_2(o, out, chunks):
 
 def _e_DescribeLogDirsResult_2(o, out, chunks):
     out += _S1.pack(o.error_code)
-    write_compact_string(out, o.log_dir)
+    _b = o.log_dir.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeLogDirsResponse.DescribeLogDirsResult.log_dir', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.topics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_DescribeLogDirsTopic_2(_e, out, chunks)
     if o.unknown_tags is None:
@@ -355,7 +533,11 @@ def _e_DescribeLogDirsResult_2(o, out, chunks):
 def _e_DescribeLogDirsResponse_2(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
     _a = o.results
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_DescribeLogDirsResult_2(_e, out, chunks)
     if o.unknown_tags is None:
@@ -366,7 +548,11 @@ def _e_DescribeLogDirsResponse_2(o, out, chunks):
 def _e_DescribeLogDirsResponse_3(o, out, chunks):
     out += _S3.pack(o.throttle_time_ms, o.error_code)
     _a = o.results
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_DescribeLogDirsResult_2(_e, out, chunks)
     if o.unknown_tags is None:
@@ -376,9 +562,21 @@ def _e_DescribeLogDirsResponse_3(o, out, chunks):
 
 def _e_DescribeLogDirsResult_4(o, out, chunks):
     out += _S1.pack(o.error_code)
-    write_compact_string(out, o.log_dir)
+    _b = o.log_dir.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeLogDirsResponse.DescribeLogDirsResult.log_dir', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.topics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_DescribeLogDirsTopic_2(_e, out, chunks)
     out += _S4.pack(o.total_bytes, o.usable_bytes)
@@ -390,7 +588,11 @@ def _e_DescribeLogDirsResult_4(o, out, chunks):
 def _e_DescribeLogDirsResponse_4(o, out, chunks):
     out += _S3.pack(o.throttle_time_ms, o.error_code)
     _a = o.results
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_DescribeLogDirsResult_4(_e, out, chunks)
     if o.unknown_tags is None:

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -73,11 +85,12 @@ _S1 = _Struct('>ih')
 _S2 = _Struct('>qiiqiq')
 
 def _d_ProducerState_0(buf, pos):
-    if pos + 36 > len(buf):
+    _l = len(buf)
+    if pos + 36 > _l:
         raise truncated('DescribeProducersResponse.ProducerState.producer_id', buf, pos, 36)
     f_producer_id, f_producer_epoch, f_last_sequence, f_last_timestamp, f_coordinator_epoch, f_current_txn_start_offset = _S2.unpack_from(buf, pos)
     pos += 36
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -90,20 +103,43 @@ def _d_ProducerState_0(buf, pos):
     return ProducerState(f_producer_id, f_producer_epoch, f_last_sequence, f_last_timestamp, f_coordinator_epoch, f_current_txn_start_offset, f_unknown_tags), pos
 
 def _d_PartitionResponse_0(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('DescribeProducersResponse.PartitionResponse.partition_index', buf, pos, 6)
     f_partition_index, f_error_code = _S1.unpack_from(buf, pos)
     pos += 6
-    f_error_message, pos = read_compact_nullable_string(buf, pos, 'DescribeProducersResponse.PartitionResponse.error_message')
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeProducersResponse.PartitionResponse.active_producers', 37)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeProducersResponse.PartitionResponse.error_message')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeProducersResponse.PartitionResponse.active_producers')
+        if _n != -1:
+            raise bad_length('DescribeProducersResponse.PartitionResponse.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeProducersResponse.PartitionResponse.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeProducersResponse.PartitionResponse.active_producers')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DescribeProducersResponse.PartitionResponse.active_producers', _c)
+    elif _c * 37 > _l - pos:
+        raise overrun('DescribeProducersResponse.PartitionResponse.active_producers', buf, pos, _c, 37)
     else:
         f_active_producers = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ProducerState_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -116,16 +152,37 @@ def _d_PartitionResponse_0(buf, pos):
     return PartitionResponse(f_partition_index, f_error_code, f_error_message, f_active_producers, f_unknown_tags), pos
 
 def _d_TopicResponse_0(buf, pos):
-    f_name, pos = read_compact_string(buf, pos, 'DescribeProducersResponse.TopicResponse.name')
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeProducersResponse.TopicResponse.partitions', 9)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeProducersResponse.TopicResponse.name')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeProducersResponse.TopicResponse.partitions')
+        raise bad_length('DescribeProducersResponse.TopicResponse.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeProducersResponse.TopicResponse.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeProducersResponse.TopicResponse.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DescribeProducersResponse.TopicResponse.partitions', _c)
+    elif _c * 9 > _l - pos:
+        raise overrun('DescribeProducersResponse.TopicResponse.partitions', buf, pos, _c, 9)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_PartitionResponse_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -138,19 +195,27 @@ def _d_TopicResponse_0(buf, pos):
     return TopicResponse(f_name, f_partitions, f_unknown_tags), pos
 
 def _d_DescribeProducersResponse_0(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('DescribeProducersResponse.throttle_time_ms', buf, pos, 4)
     (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeProducersResponse.topics', 3)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeProducersResponse.topics')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeProducersResponse.topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DescribeProducersResponse.topics', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('DescribeProducersResponse.topics', buf, pos, _c, 3)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_TopicResponse_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -171,9 +236,24 @@ def _e_ProducerState_0(o, out, chunks):
 
 def _e_PartitionResponse_0(o, out, chunks):
     out += _S1.pack(o.partition_index, o.error_code)
-    write_compact_nullable_string(out, o.error_message)
+    if o.error_message is None:
+        out.append(0)
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeProducersResponse.PartitionResponse.error_message', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     _a = o.active_producers
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_ProducerState_0(_e, out, chunks)
     if o.unknown_tags is None:
@@ -182,9 +262,21 @@ def _e_PartitionResponse_0(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_TopicResponse_0(o, out, chunks):
-    write_compact_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeProducersResponse.TopicResponse.name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_PartitionResponse_0(_e, out, chunks)
     if o.unknown_tags is None:
@@ -195,7 +287,11 @@ def _e_TopicResponse_0(o, out, chunks):
 def _e_DescribeProducersResponse_0(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
     _a = o.topics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_TopicResponse_0(_e, out, chunks)
     if o.unknown_tags is None:

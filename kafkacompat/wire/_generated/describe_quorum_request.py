@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -38,11 +50,12 @@ DescribeQuorumRequest.PartitionData = PartitionData
 _S0 = _Struct('>i')
 
 def _d_PartitionData_0(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('DescribeQuorumRequest.PartitionData.partition_index', buf, pos, 4)
     (f_partition_index,) = _S0.unpack_from(buf, pos)
     pos += 4
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -55,16 +68,37 @@ def _d_PartitionData_0(buf, pos):
     return PartitionData(f_partition_index, f_unknown_tags), pos
 
 def _d_TopicData_0(buf, pos):
-    f_topic_name, pos = read_compact_string(buf, pos, 'DescribeQuorumRequest.TopicData.topic_name')
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeQuorumRequest.TopicData.partitions', 5)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeQuorumRequest.TopicData.topic_name')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeQuorumRequest.TopicData.partitions')
+        raise bad_length('DescribeQuorumRequest.TopicData.topic_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeQuorumRequest.TopicData.topic_name', buf, pos, _n, 1)
+        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeQuorumRequest.TopicData.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DescribeQuorumRequest.TopicData.partitions', _c)
+    elif _c * 5 > _l - pos:
+        raise overrun('DescribeQuorumRequest.TopicData.partitions', buf, pos, _c, 5)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_PartitionData_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -77,15 +111,23 @@ def _d_TopicData_0(buf, pos):
     return TopicData(f_topic_name, f_partitions, f_unknown_tags), pos
 
 def _d_DescribeQuorumRequest_0(buf, pos):
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeQuorumRequest.topics', 3)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeQuorumRequest.topics')
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeQuorumRequest.topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DescribeQuorumRequest.topics', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('DescribeQuorumRequest.topics', buf, pos, _c, 3)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_TopicData_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -105,9 +147,21 @@ def _e_PartitionData_0(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_TopicData_0(o, out, chunks):
-    write_compact_string(out, o.topic_name)
+    _b = o.topic_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeQuorumRequest.TopicData.topic_name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_PartitionData_0(_e, out, chunks)
     if o.unknown_tags is None:
@@ -117,7 +171,11 @@ def _e_TopicData_0(o, out, chunks):
 
 def _e_DescribeQuorumRequest_0(o, out, chunks):
     _a = o.topics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_TopicData_0(_e, out, chunks)
     if o.unknown_tags is None:

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -106,11 +118,12 @@ _S7 = _Struct('>i')
 _S8 = _Struct('>H')
 
 def _d_ReplicaState_0(buf, pos):
-    if pos + 12 > len(buf):
+    _l = len(buf)
+    if pos + 12 > _l:
         raise truncated('DescribeQuorumResponse.ReplicaState.replica_id', buf, pos, 12)
     f_replica_id, f_log_end_offset = _S2.unpack_from(buf, pos)
     pos += 12
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -123,27 +136,42 @@ def _d_ReplicaState_0(buf, pos):
     return ReplicaState(f_replica_id, ZERO_UUID, f_log_end_offset, -1, -1, f_unknown_tags), pos
 
 def _d_PartitionData_0(buf, pos):
-    if pos + 22 > len(buf):
+    _l = len(buf)
+    if pos + 22 > _l:
         raise truncated('DescribeQuorumResponse.PartitionData.partition_index', buf, pos, 22)
     f_partition_index, f_error_code, f_leader_id, f_leader_epoch, f_high_watermark = _S1.unpack_from(buf, pos)
     pos += 22
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeQuorumResponse.PartitionData.current_voters', 13)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeQuorumResponse.PartitionData.current_voters')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeQuorumResponse.PartitionData.current_voters')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DescribeQuorumResponse.PartitionData.current_voters', _c)
+    elif _c * 13 > _l - pos:
+        raise overrun('DescribeQuorumResponse.PartitionData.current_voters', buf, pos, _c, 13)
     else:
         f_current_voters = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ReplicaState_0(buf, pos)
             _lst.append(_e)
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeQuorumResponse.PartitionData.observers', 13)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeQuorumResponse.PartitionData.observers')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeQuorumResponse.PartitionData.observers')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DescribeQuorumResponse.PartitionData.observers', _c)
+    elif _c * 13 > _l - pos:
+        raise overrun('DescribeQuorumResponse.PartitionData.observers', buf, pos, _c, 13)
     else:
         f_observers = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ReplicaState_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -156,16 +184,37 @@ def _d_PartitionData_0(buf, pos):
     return PartitionData(f_partition_index, f_error_code, '', f_leader_id, f_leader_epoch, f_high_watermark, f_current_voters, f_observers, f_unknown_tags), pos
 
 def _d_TopicData_0(buf, pos):
-    f_topic_name, pos = read_compact_string(buf, pos, 'DescribeQuorumResponse.TopicData.topic_name')
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeQuorumResponse.TopicData.partitions', 25)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeQuorumResponse.TopicData.topic_name')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeQuorumResponse.TopicData.partitions')
+        raise bad_length('DescribeQuorumResponse.TopicData.topic_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeQuorumResponse.TopicData.topic_name', buf, pos, _n, 1)
+        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeQuorumResponse.TopicData.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DescribeQuorumResponse.TopicData.partitions', _c)
+    elif _c * 25 > _l - pos:
+        raise overrun('DescribeQuorumResponse.TopicData.partitions', buf, pos, _c, 25)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_PartitionData_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -178,19 +227,27 @@ def _d_TopicData_0(buf, pos):
     return TopicData(f_topic_name, f_partitions, f_unknown_tags), pos
 
 def _d_DescribeQuorumResponse_0(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('DescribeQuorumResponse.error_code', buf, pos, 2)
     (f_error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeQuorumResponse.topics', 3)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeQuorumResponse.topics')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeQuorumResponse.topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DescribeQuorumResponse.topics', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('DescribeQuorumResponse.topics', buf, pos, _c, 3)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_TopicData_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -203,11 +260,12 @@ def _d_DescribeQuorumResponse_0(buf, pos):
     return DescribeQuorumResponse(f_error_code, '', f_topics, [], f_unknown_tags), pos
 
 def _d_ReplicaState_1(buf, pos):
-    if pos + 28 > len(buf):
+    _l = len(buf)
+    if pos + 28 > _l:
         raise truncated('DescribeQuorumResponse.ReplicaState.replica_id', buf, pos, 28)
     f_replica_id, f_log_end_offset, f_last_fetch_timestamp, f_last_caught_up_timestamp = _S3.unpack_from(buf, pos)
     pos += 28
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -220,27 +278,42 @@ def _d_ReplicaState_1(buf, pos):
     return ReplicaState(f_replica_id, ZERO_UUID, f_log_end_offset, f_last_fetch_timestamp, f_last_caught_up_timestamp, f_unknown_tags), pos
 
 def _d_PartitionData_1(buf, pos):
-    if pos + 22 > len(buf):
+    _l = len(buf)
+    if pos + 22 > _l:
         raise truncated('DescribeQuorumResponse.PartitionData.partition_index', buf, pos, 22)
     f_partition_index, f_error_code, f_leader_id, f_leader_epoch, f_high_watermark = _S1.unpack_from(buf, pos)
     pos += 22
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeQuorumResponse.PartitionData.current_voters', 29)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeQuorumResponse.PartitionData.current_voters')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeQuorumResponse.PartitionData.current_voters')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DescribeQuorumResponse.PartitionData.current_voters', _c)
+    elif _c * 29 > _l - pos:
+        raise overrun('DescribeQuorumResponse.PartitionData.current_voters', buf, pos, _c, 29)
     else:
         f_current_voters = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ReplicaState_1(buf, pos)
             _lst.append(_e)
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeQuorumResponse.PartitionData.observers', 29)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeQuorumResponse.PartitionData.observers')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeQuorumResponse.PartitionData.observers')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DescribeQuorumResponse.PartitionData.observers', _c)
+    elif _c * 29 > _l - pos:
+        raise overrun('DescribeQuorumResponse.PartitionData.observers', buf, pos, _c, 29)
     else:
         f_observers = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ReplicaState_1(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -253,16 +326,37 @@ def _d_PartitionData_1(buf, pos):
     return PartitionData(f_partition_index, f_error_code, '', f_leader_id, f_leader_epoch, f_high_watermark, f_current_voters, f_observers, f_unknown_tags), pos
 
 def _d_TopicData_1(buf, pos):
-    f_topic_name, pos = read_compact_string(buf, pos, 'DescribeQuorumResponse.TopicData.topic_name')
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeQuorumResponse.TopicData.partitions', 25)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeQuorumResponse.TopicData.topic_name')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeQuorumResponse.TopicData.partitions')
+        raise bad_length('DescribeQuorumResponse.TopicData.topic_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeQuorumResponse.TopicData.topic_name', buf, pos, _n, 1)
+        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeQuorumResponse.TopicData.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DescribeQuorumResponse.TopicData.partitions', _c)
+    elif _c * 25 > _l - pos:
+        raise overrun('DescribeQuorumResponse.TopicData.partitions', buf, pos, _c, 25)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_PartitionData_1(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -275,19 +369,27 @@ def _d_TopicData_1(buf, pos):
     return TopicData(f_topic_name, f_partitions, f_unknown_tags), pos
 
 def _d_DescribeQuorumResponse_1(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('DescribeQuorumResponse.error_code', buf, pos, 2)
     (f_error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeQuorumResponse.topics', 3)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeQuorumResponse.topics')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeQuorumResponse.topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DescribeQuorumResponse.topics', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('DescribeQuorumResponse.topics', buf, pos, _c, 3)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_TopicData_1(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -300,12 +402,13 @@ def _d_DescribeQuorumResponse_1(buf, pos):
     return DescribeQuorumResponse(f_error_code, '', f_topics, [], f_unknown_tags), pos
 
 def _d_ReplicaState_2(buf, pos):
-    if pos + 44 > len(buf):
+    _l = len(buf)
+    if pos + 44 > _l:
         raise truncated('DescribeQuorumResponse.ReplicaState.replica_id', buf, pos, 44)
     f_replica_id, f_replica_directory_id, f_log_end_offset, f_last_fetch_timestamp, f_last_caught_up_timestamp = _S6.unpack_from(buf, pos)
     pos += 44
     f_replica_directory_id = _UUID(bytes=f_replica_directory_id)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -318,32 +421,62 @@ def _d_ReplicaState_2(buf, pos):
     return ReplicaState(f_replica_id, f_replica_directory_id, f_log_end_offset, f_last_fetch_timestamp, f_last_caught_up_timestamp, f_unknown_tags), pos
 
 def _d_PartitionData_2(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('DescribeQuorumResponse.PartitionData.partition_index', buf, pos, 6)
     f_partition_index, f_error_code = _S4.unpack_from(buf, pos)
     pos += 6
-    f_error_message, pos = read_compact_nullable_string(buf, pos, 'DescribeQuorumResponse.PartitionData.error_message')
-    if pos + 16 > len(buf):
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeQuorumResponse.PartitionData.error_message')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('DescribeQuorumResponse.PartitionData.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeQuorumResponse.PartitionData.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 16 > _l:
         raise truncated('DescribeQuorumResponse.PartitionData.leader_id', buf, pos, 16)
     f_leader_id, f_leader_epoch, f_high_watermark = _S5.unpack_from(buf, pos)
     pos += 16
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeQuorumResponse.PartitionData.current_voters', 45)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeQuorumResponse.PartitionData.current_voters')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeQuorumResponse.PartitionData.current_voters')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DescribeQuorumResponse.PartitionData.current_voters', _c)
+    elif _c * 45 > _l - pos:
+        raise overrun('DescribeQuorumResponse.PartitionData.current_voters', buf, pos, _c, 45)
     else:
         f_current_voters = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ReplicaState_2(buf, pos)
             _lst.append(_e)
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeQuorumResponse.PartitionData.observers', 45)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeQuorumResponse.PartitionData.observers')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeQuorumResponse.PartitionData.observers')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DescribeQuorumResponse.PartitionData.observers', _c)
+    elif _c * 45 > _l - pos:
+        raise overrun('DescribeQuorumResponse.PartitionData.observers', buf, pos, _c, 45)
     else:
         f_observers = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ReplicaState_2(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -356,16 +489,37 @@ def _d_PartitionData_2(buf, pos):
     return PartitionData(f_partition_index, f_error_code, f_error_message, f_leader_id, f_leader_epoch, f_high_watermark, f_current_voters, f_observers, f_unknown_tags), pos
 
 def _d_TopicData_2(buf, pos):
-    f_topic_name, pos = read_compact_string(buf, pos, 'DescribeQuorumResponse.TopicData.topic_name')
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeQuorumResponse.TopicData.partitions', 26)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeQuorumResponse.TopicData.topic_name')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeQuorumResponse.TopicData.partitions')
+        raise bad_length('DescribeQuorumResponse.TopicData.topic_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeQuorumResponse.TopicData.topic_name', buf, pos, _n, 1)
+        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeQuorumResponse.TopicData.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DescribeQuorumResponse.TopicData.partitions', _c)
+    elif _c * 26 > _l - pos:
+        raise overrun('DescribeQuorumResponse.TopicData.partitions', buf, pos, _c, 26)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_PartitionData_2(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -378,13 +532,40 @@ def _d_TopicData_2(buf, pos):
     return TopicData(f_topic_name, f_partitions, f_unknown_tags), pos
 
 def _d_Listener_2(buf, pos):
-    f_name, pos = read_compact_string(buf, pos, 'DescribeQuorumResponse.Listener.name')
-    f_host, pos = read_compact_string(buf, pos, 'DescribeQuorumResponse.Listener.host')
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeQuorumResponse.Listener.name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('DescribeQuorumResponse.Listener.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeQuorumResponse.Listener.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeQuorumResponse.Listener.host')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('DescribeQuorumResponse.Listener.host', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeQuorumResponse.Listener.host', buf, pos, _n, 1)
+        f_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
         raise truncated('DescribeQuorumResponse.Listener.port', buf, pos, 2)
     (f_port,) = _S8.unpack_from(buf, pos)
     pos += 2
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -397,19 +578,27 @@ def _d_Listener_2(buf, pos):
     return Listener(f_name, f_host, f_port, f_unknown_tags), pos
 
 def _d_Node_2(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('DescribeQuorumResponse.Node.node_id', buf, pos, 4)
     (f_node_id,) = _S7.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeQuorumResponse.Node.listeners', 5)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeQuorumResponse.Node.listeners')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeQuorumResponse.Node.listeners')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DescribeQuorumResponse.Node.listeners', _c)
+    elif _c * 5 > _l - pos:
+        raise overrun('DescribeQuorumResponse.Node.listeners', buf, pos, _c, 5)
     else:
         f_listeners = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_Listener_2(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -422,28 +611,58 @@ def _d_Node_2(buf, pos):
     return Node(f_node_id, f_listeners, f_unknown_tags), pos
 
 def _d_DescribeQuorumResponse_2(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('DescribeQuorumResponse.error_code', buf, pos, 2)
     (f_error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
-    f_error_message, pos = read_compact_nullable_string(buf, pos, 'DescribeQuorumResponse.error_message')
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeQuorumResponse.topics', 3)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeQuorumResponse.error_message')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeQuorumResponse.topics')
+        if _n != -1:
+            raise bad_length('DescribeQuorumResponse.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeQuorumResponse.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeQuorumResponse.topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DescribeQuorumResponse.topics', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('DescribeQuorumResponse.topics', buf, pos, _c, 3)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_TopicData_2(buf, pos)
             _lst.append(_e)
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeQuorumResponse.nodes', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeQuorumResponse.nodes')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeQuorumResponse.nodes')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DescribeQuorumResponse.nodes', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('DescribeQuorumResponse.nodes', buf, pos, _c, 6)
     else:
         f_nodes = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_Node_2(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -465,11 +684,19 @@ def _e_ReplicaState_0(o, out, chunks):
 def _e_PartitionData_0(o, out, chunks):
     out += _S1.pack(o.partition_index, o.error_code, o.leader_id, o.leader_epoch, o.high_watermark)
     _a = o.current_voters
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_ReplicaState_0(_e, out, chunks)
     _a = o.observers
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_ReplicaState_0(_e, out, chunks)
     if o.unknown_tags is None:
@@ -478,9 +705,21 @@ def _e_PartitionData_0(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_TopicData_0(o, out, chunks):
-    write_compact_string(out, o.topic_name)
+    _b = o.topic_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeQuorumResponse.TopicData.topic_name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_PartitionData_0(_e, out, chunks)
     if o.unknown_tags is None:
@@ -491,7 +730,11 @@ def _e_TopicData_0(o, out, chunks):
 def _e_DescribeQuorumResponse_0(o, out, chunks):
     out += _S0.pack(o.error_code)
     _a = o.topics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_TopicData_0(_e, out, chunks)
     if o.unknown_tags is None:
@@ -509,11 +752,19 @@ def _e_ReplicaState_1(o, out, chunks):
 def _e_PartitionData_1(o, out, chunks):
     out += _S1.pack(o.partition_index, o.error_code, o.leader_id, o.leader_epoch, o.high_watermark)
     _a = o.current_voters
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_ReplicaState_1(_e, out, chunks)
     _a = o.observers
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_ReplicaState_1(_e, out, chunks)
     if o.unknown_tags is None:
@@ -522,9 +773,21 @@ def _e_PartitionData_1(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_TopicData_1(o, out, chunks):
-    write_compact_string(out, o.topic_name)
+    _b = o.topic_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeQuorumResponse.TopicData.topic_name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_PartitionData_1(_e, out, chunks)
     if o.unknown_tags is None:
@@ -535,7 +798,11 @@ def _e_TopicData_1(o, out, chunks):
 def _e_DescribeQuorumResponse_1(o, out, chunks):
     out += _S0.pack(o.error_code)
     _a = o.topics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_TopicData_1(_e, out, chunks)
     if o.unknown_tags is None:
@@ -552,14 +819,33 @@ def _e_ReplicaState_2(o, out, chunks):
 
 def _e_PartitionData_2(o, out, chunks):
     out += _S4.pack(o.partition_index, o.error_code)
-    write_compact_nullable_string(out, o.error_message)
+    if o.error_message is None:
+        out.append(0)
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeQuorumResponse.PartitionData.error_message', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     out += _S5.pack(o.leader_id, o.leader_epoch, o.high_watermark)
     _a = o.current_voters
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_ReplicaState_2(_e, out, chunks)
     _a = o.observers
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_ReplicaState_2(_e, out, chunks)
     if o.unknown_tags is None:
@@ -568,9 +854,21 @@ def _e_PartitionData_2(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_TopicData_2(o, out, chunks):
-    write_compact_string(out, o.topic_name)
+    _b = o.topic_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeQuorumResponse.TopicData.topic_name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_PartitionData_2(_e, out, chunks)
     if o.unknown_tags is None:
@@ -579,8 +877,24 @@ def _e_TopicData_2(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_Listener_2(o, out, chunks):
-    write_compact_string(out, o.name)
-    write_compact_string(out, o.host)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeQuorumResponse.Listener.name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _b = o.host.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeQuorumResponse.Listener.host', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     out += _S8.pack(o.port)
     if o.unknown_tags is None:
         out.append(0)
@@ -590,7 +904,11 @@ def _e_Listener_2(o, out, chunks):
 def _e_Node_2(o, out, chunks):
     out += _S7.pack(o.node_id)
     _a = o.listeners
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_Listener_2(_e, out, chunks)
     if o.unknown_tags is None:
@@ -600,13 +918,32 @@ def _e_Node_2(o, out, chunks):
 
 def _e_DescribeQuorumResponse_2(o, out, chunks):
     out += _S0.pack(o.error_code)
-    write_compact_nullable_string(out, o.error_message)
+    if o.error_message is None:
+        out.append(0)
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeQuorumResponse.error_message', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     _a = o.topics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_TopicData_2(_e, out, chunks)
     _a = o.nodes
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_Node_2(_e, out, chunks)
     if o.unknown_tags is None:

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -40,8 +52,22 @@ DescribeTopicPartitionsRequest.Cursor = Cursor
 _S0 = _Struct('>i')
 
 def _d_TopicRequest_0(buf, pos):
-    f_name, pos = read_compact_string(buf, pos, 'DescribeTopicPartitionsRequest.TopicRequest.name')
-    if pos < len(buf) and buf[pos] == 0:
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeTopicPartitionsRequest.TopicRequest.name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('DescribeTopicPartitionsRequest.TopicRequest.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeTopicPartitionsRequest.TopicRequest.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -54,12 +80,26 @@ def _d_TopicRequest_0(buf, pos):
     return TopicRequest(f_name, f_unknown_tags), pos
 
 def _d_Cursor_0(buf, pos):
-    f_topic_name, pos = read_compact_string(buf, pos, 'DescribeTopicPartitionsRequest.Cursor.topic_name')
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeTopicPartitionsRequest.Cursor.topic_name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('DescribeTopicPartitionsRequest.Cursor.topic_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeTopicPartitionsRequest.Cursor.topic_name', buf, pos, _n, 1)
+        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('DescribeTopicPartitionsRequest.Cursor.partition_index', buf, pos, 4)
     (f_partition_index,) = _S0.unpack_from(buf, pos)
     pos += 4
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -72,26 +112,34 @@ def _d_Cursor_0(buf, pos):
     return Cursor(f_topic_name, f_partition_index, f_unknown_tags), pos
 
 def _d_DescribeTopicPartitionsRequest_0(buf, pos):
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeTopicPartitionsRequest.topics', 2)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeTopicPartitionsRequest.topics')
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeTopicPartitionsRequest.topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DescribeTopicPartitionsRequest.topics', _c)
+    elif _c * 2 > _l - pos:
+        raise overrun('DescribeTopicPartitionsRequest.topics', buf, pos, _c, 2)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_TopicRequest_0(buf, pos)
             _lst.append(_e)
-    if pos + 4 > len(buf):
+    if pos + 4 > _l:
         raise truncated('DescribeTopicPartitionsRequest.response_partition_limit', buf, pos, 4)
     (f_response_partition_limit,) = _S0.unpack_from(buf, pos)
     pos += 4
-    if pos >= len(buf):
+    if pos >= _l:
         raise truncated('DescribeTopicPartitionsRequest.cursor', buf, pos, 1)
     if buf[pos] >= 0x80:
         f_cursor = None
         pos += 1
     else:
         f_cursor, pos = _d_Cursor_0(buf, pos + 1)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -104,14 +152,30 @@ def _d_DescribeTopicPartitionsRequest_0(buf, pos):
     return DescribeTopicPartitionsRequest(f_topics, f_response_partition_limit, f_cursor, f_unknown_tags), pos
 
 def _e_TopicRequest_0(o, out, chunks):
-    write_compact_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeTopicPartitionsRequest.TopicRequest.name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_Cursor_0(o, out, chunks):
-    write_compact_string(out, o.topic_name)
+    _b = o.topic_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeTopicPartitionsRequest.Cursor.topic_name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     out += _S0.pack(o.partition_index)
     if o.unknown_tags is None:
         out.append(0)
@@ -120,7 +184,11 @@ def _e_Cursor_0(o, out, chunks):
 
 def _e_DescribeTopicPartitionsRequest_0(o, out, chunks):
     _a = o.topics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_TopicRequest_0(_e, out, chunks)
     out += _S0.pack(o.response_partition_limit)

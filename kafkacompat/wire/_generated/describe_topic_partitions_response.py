@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -83,43 +95,89 @@ _S0 = _Struct('>i')
 _S1 = _Struct('>h')
 _S2 = _Struct('>16s?')
 _S3 = _Struct('>hiii')
+_A_i = ARRAY_STRUCTS['i']
 
 def _d_DescribeTopicPartitionsResponsePartition_0(buf, pos):
-    if pos + 14 > len(buf):
+    _l = len(buf)
+    if pos + 14 > _l:
         raise truncated('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.error_code', buf, pos, 14)
     f_error_code, f_partition_index, f_leader_id, f_leader_epoch = _S3.unpack_from(buf, pos)
     pos += 14
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.replica_nodes', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.replica_nodes')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
     else:
-        f_replica_nodes = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.isr_nodes', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.isr_nodes')
+        _c, pos = read_uvarint(buf, pos, 'DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.replica_nodes')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.replica_nodes', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.replica_nodes', buf, pos, _c, 4)
     else:
-        f_isr_nodes = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.eligible_leader_replicas', 4)
-    if _n < 0:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_replica_nodes = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.isr_nodes')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.isr_nodes', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.isr_nodes', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_isr_nodes = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.eligible_leader_replicas')
+        _c -= 1
+    if _c < 0:
+        if _c != -1:
+            raise bad_length('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.eligible_leader_replicas', _c)
         f_eligible_leader_replicas = None
+    elif _c * 4 > _l - pos:
+        raise overrun('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.eligible_leader_replicas', buf, pos, _c, 4)
     else:
-        f_eligible_leader_replicas = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.last_known_elr', 4)
-    if _n < 0:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_eligible_leader_replicas = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.last_known_elr')
+        _c -= 1
+    if _c < 0:
+        if _c != -1:
+            raise bad_length('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.last_known_elr', _c)
         f_last_known_elr = None
+    elif _c * 4 > _l - pos:
+        raise overrun('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.last_known_elr', buf, pos, _c, 4)
     else:
-        f_last_known_elr = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.offline_replicas', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.offline_replicas')
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_last_known_elr = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
     else:
-        f_offline_replicas = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    if pos < len(buf) and buf[pos] == 0:
+        _c, pos = read_uvarint(buf, pos, 'DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.offline_replicas')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.offline_replicas', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.offline_replicas', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_offline_replicas = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -132,29 +190,52 @@ def _d_DescribeTopicPartitionsResponsePartition_0(buf, pos):
     return DescribeTopicPartitionsResponsePartition(f_error_code, f_partition_index, f_leader_id, f_leader_epoch, f_replica_nodes, f_isr_nodes, f_eligible_leader_replicas, f_last_known_elr, f_offline_replicas, f_unknown_tags), pos
 
 def _d_DescribeTopicPartitionsResponseTopic_0(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic.error_code', buf, pos, 2)
     (f_error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
-    f_name, pos = read_compact_nullable_string(buf, pos, 'DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic.name')
-    if pos + 17 > len(buf):
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic.name')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic.name', _n)
+        f_name = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 17 > _l:
         raise truncated('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic.topic_id', buf, pos, 17)
     f_topic_id, f_is_internal = _S2.unpack_from(buf, pos)
     pos += 17
     f_topic_id = _UUID(bytes=f_topic_id)
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic.partitions', 20)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic.partitions')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic.partitions', _c)
+    elif _c * 20 > _l - pos:
+        raise overrun('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic.partitions', buf, pos, _c, 20)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DescribeTopicPartitionsResponsePartition_0(buf, pos)
             _lst.append(_e)
-    if pos + 4 > len(buf):
+    if pos + 4 > _l:
         raise truncated('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic.topic_authorized_operations', buf, pos, 4)
     (f_topic_authorized_operations,) = _S0.unpack_from(buf, pos)
     pos += 4
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -167,12 +248,26 @@ def _d_DescribeTopicPartitionsResponseTopic_0(buf, pos):
     return DescribeTopicPartitionsResponseTopic(f_error_code, f_name, f_topic_id, f_is_internal, f_partitions, f_topic_authorized_operations, f_unknown_tags), pos
 
 def _d_Cursor_0(buf, pos):
-    f_topic_name, pos = read_compact_string(buf, pos, 'DescribeTopicPartitionsResponse.Cursor.topic_name')
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeTopicPartitionsResponse.Cursor.topic_name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('DescribeTopicPartitionsResponse.Cursor.topic_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeTopicPartitionsResponse.Cursor.topic_name', buf, pos, _n, 1)
+        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('DescribeTopicPartitionsResponse.Cursor.partition_index', buf, pos, 4)
     (f_partition_index,) = _S0.unpack_from(buf, pos)
     pos += 4
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -185,26 +280,34 @@ def _d_Cursor_0(buf, pos):
     return Cursor(f_topic_name, f_partition_index, f_unknown_tags), pos
 
 def _d_DescribeTopicPartitionsResponse_0(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('DescribeTopicPartitionsResponse.throttle_time_ms', buf, pos, 4)
     (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeTopicPartitionsResponse.topics', 26)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeTopicPartitionsResponse.topics')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeTopicPartitionsResponse.topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DescribeTopicPartitionsResponse.topics', _c)
+    elif _c * 26 > _l - pos:
+        raise overrun('DescribeTopicPartitionsResponse.topics', buf, pos, _c, 26)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DescribeTopicPartitionsResponseTopic_0(buf, pos)
             _lst.append(_e)
-    if pos >= len(buf):
+    if pos >= _l:
         raise truncated('DescribeTopicPartitionsResponse.next_cursor', buf, pos, 1)
     if buf[pos] >= 0x80:
         f_next_cursor = None
         pos += 1
     else:
         f_next_cursor, pos = _d_Cursor_0(buf, pos + 1)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -219,26 +322,51 @@ def _d_DescribeTopicPartitionsResponse_0(buf, pos):
 def _e_DescribeTopicPartitionsResponsePartition_0(o, out, chunks):
     out += _S3.pack(o.error_code, o.partition_index, o.leader_id, o.leader_epoch)
     _a = o.replica_nodes
-    write_compact_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
     _a = o.isr_nodes
-    write_compact_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
     _a = o.eligible_leader_replicas
     if _a is None:
         out.append(0)
     else:
-        write_compact_array_len(out, len(_a))
-        out += _pack('>%di' % len(_a), *_a)
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
     _a = o.last_known_elr
     if _a is None:
         out.append(0)
     else:
-        write_compact_array_len(out, len(_a))
-        out += _pack('>%di' % len(_a), *_a)
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
     _a = o.offline_replicas
-    write_compact_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -246,10 +374,25 @@ def _e_DescribeTopicPartitionsResponsePartition_0(o, out, chunks):
 
 def _e_DescribeTopicPartitionsResponseTopic_0(o, out, chunks):
     out += _S1.pack(o.error_code)
-    write_compact_nullable_string(out, o.name)
+    if o.name is None:
+        out.append(0)
+    else:
+        _b = o.name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic.name', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     out += _S2.pack(o.topic_id.bytes, o.is_internal)
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_DescribeTopicPartitionsResponsePartition_0(_e, out, chunks)
     out += _S0.pack(o.topic_authorized_operations)
@@ -259,7 +402,15 @@ def _e_DescribeTopicPartitionsResponseTopic_0(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_Cursor_0(o, out, chunks):
-    write_compact_string(out, o.topic_name)
+    _b = o.topic_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeTopicPartitionsResponse.Cursor.topic_name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     out += _S0.pack(o.partition_index)
     if o.unknown_tags is None:
         out.append(0)
@@ -269,7 +420,11 @@ def _e_Cursor_0(o, out, chunks):
 def _e_DescribeTopicPartitionsResponse_0(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
     _a = o.topics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_DescribeTopicPartitionsResponseTopic_0(_e, out, chunks)
     if o.next_cursor is None:

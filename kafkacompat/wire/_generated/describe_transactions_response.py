@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -57,16 +69,39 @@ DescribeTransactionsResponse.TopicData = TopicData
 _S0 = _Struct('>i')
 _S1 = _Struct('>h')
 _S2 = _Struct('>iqqh')
+_A_i = ARRAY_STRUCTS['i']
 
 def _d_TopicData_0(buf, pos):
-    f_topic, pos = read_compact_string(buf, pos, 'DescribeTransactionsResponse.TopicData.topic')
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeTransactionsResponse.TopicData.partitions', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeTransactionsResponse.TopicData.partitions')
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
     else:
-        f_partitions = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    if pos < len(buf) and buf[pos] == 0:
+        _n, pos = read_uvarint(buf, pos, 'DescribeTransactionsResponse.TopicData.topic')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('DescribeTransactionsResponse.TopicData.topic', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeTransactionsResponse.TopicData.topic', buf, pos, _n, 1)
+        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeTransactionsResponse.TopicData.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DescribeTransactionsResponse.TopicData.partitions', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('DescribeTransactionsResponse.TopicData.partitions', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_partitions = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -79,25 +114,59 @@ def _d_TopicData_0(buf, pos):
     return TopicData(f_topic, f_partitions, f_unknown_tags), pos
 
 def _d_TransactionState_0(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('DescribeTransactionsResponse.TransactionState.error_code', buf, pos, 2)
     (f_error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
-    f_transactional_id, pos = read_compact_string(buf, pos, 'DescribeTransactionsResponse.TransactionState.transactional_id')
-    f_transaction_state, pos = read_compact_string(buf, pos, 'DescribeTransactionsResponse.TransactionState.transaction_state')
-    if pos + 22 > len(buf):
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeTransactionsResponse.TransactionState.transactional_id')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('DescribeTransactionsResponse.TransactionState.transactional_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeTransactionsResponse.TransactionState.transactional_id', buf, pos, _n, 1)
+        f_transactional_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeTransactionsResponse.TransactionState.transaction_state')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('DescribeTransactionsResponse.TransactionState.transaction_state', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeTransactionsResponse.TransactionState.transaction_state', buf, pos, _n, 1)
+        f_transaction_state = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 22 > _l:
         raise truncated('DescribeTransactionsResponse.TransactionState.transaction_timeout_ms', buf, pos, 22)
     f_transaction_timeout_ms, f_transaction_start_time_ms, f_producer_id, f_producer_epoch = _S2.unpack_from(buf, pos)
     pos += 22
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeTransactionsResponse.TransactionState.topics', 3)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeTransactionsResponse.TransactionState.topics')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeTransactionsResponse.TransactionState.topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DescribeTransactionsResponse.TransactionState.topics', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('DescribeTransactionsResponse.TransactionState.topics', buf, pos, _c, 3)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_TopicData_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -110,19 +179,27 @@ def _d_TransactionState_0(buf, pos):
     return TransactionState(f_error_code, f_transactional_id, f_transaction_state, f_transaction_timeout_ms, f_transaction_start_time_ms, f_producer_id, f_producer_epoch, f_topics, f_unknown_tags), pos
 
 def _d_DescribeTransactionsResponse_0(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('DescribeTransactionsResponse.throttle_time_ms', buf, pos, 4)
     (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeTransactionsResponse.transaction_states', 28)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeTransactionsResponse.transaction_states')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeTransactionsResponse.transaction_states')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DescribeTransactionsResponse.transaction_states', _c)
+    elif _c * 28 > _l - pos:
+        raise overrun('DescribeTransactionsResponse.transaction_states', buf, pos, _c, 28)
     else:
         f_transaction_states = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_TransactionState_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -135,10 +212,23 @@ def _d_DescribeTransactionsResponse_0(buf, pos):
     return DescribeTransactionsResponse(f_throttle_time_ms, f_transaction_states, f_unknown_tags), pos
 
 def _e_TopicData_0(o, out, chunks):
-    write_compact_string(out, o.topic)
+    _b = o.topic.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeTransactionsResponse.TopicData.topic', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -146,11 +236,31 @@ def _e_TopicData_0(o, out, chunks):
 
 def _e_TransactionState_0(o, out, chunks):
     out += _S1.pack(o.error_code)
-    write_compact_string(out, o.transactional_id)
-    write_compact_string(out, o.transaction_state)
+    _b = o.transactional_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeTransactionsResponse.TransactionState.transactional_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _b = o.transaction_state.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeTransactionsResponse.TransactionState.transaction_state', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     out += _S2.pack(o.transaction_timeout_ms, o.transaction_start_time_ms, o.producer_id, o.producer_epoch)
     _a = o.topics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_TopicData_0(_e, out, chunks)
     if o.unknown_tags is None:
@@ -161,7 +271,11 @@ def _e_TransactionState_0(o, out, chunks):
 def _e_DescribeTransactionsResponse_0(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
     _a = o.transaction_states
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_TransactionState_0(_e, out, chunks)
     if o.unknown_tags is None:

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -28,8 +40,22 @@ DescribeUserScramCredentialsRequest.UserName = UserName
 
 
 def _d_UserName_0(buf, pos):
-    f_name, pos = read_compact_string(buf, pos, 'DescribeUserScramCredentialsRequest.UserName.name')
-    if pos < len(buf) and buf[pos] == 0:
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeUserScramCredentialsRequest.UserName.name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('DescribeUserScramCredentialsRequest.UserName.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeUserScramCredentialsRequest.UserName.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -42,15 +68,25 @@ def _d_UserName_0(buf, pos):
     return UserName(f_name, f_unknown_tags), pos
 
 def _d_DescribeUserScramCredentialsRequest_0(buf, pos):
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeUserScramCredentialsRequest.users', 2)
-    if _n < 0:
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeUserScramCredentialsRequest.users')
+        _c -= 1
+    if _c < 0:
+        if _c != -1:
+            raise bad_length('DescribeUserScramCredentialsRequest.users', _c)
         f_users = None
+    elif _c * 2 > _l - pos:
+        raise overrun('DescribeUserScramCredentialsRequest.users', buf, pos, _c, 2)
     else:
         f_users = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_UserName_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -63,7 +99,15 @@ def _d_DescribeUserScramCredentialsRequest_0(buf, pos):
     return DescribeUserScramCredentialsRequest(f_users, f_unknown_tags), pos
 
 def _e_UserName_0(o, out, chunks):
-    write_compact_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeUserScramCredentialsRequest.UserName.name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -74,7 +118,11 @@ def _e_DescribeUserScramCredentialsRequest_0(o, out, chunks):
     if _a is None:
         out.append(0)
     else:
-        write_compact_array_len(out, len(_a))
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
         for _e in _a:
             _e_UserName_0(_e, out, chunks)
     if o.unknown_tags is None:

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -46,11 +58,12 @@ _S1 = _Struct('>h')
 _S2 = _Struct('>bi')
 
 def _d_CredentialInfo_0(buf, pos):
-    if pos + 5 > len(buf):
+    _l = len(buf)
+    if pos + 5 > _l:
         raise truncated('DescribeUserScramCredentialsResponse.CredentialInfo.mechanism', buf, pos, 5)
     f_mechanism, f_iterations = _S2.unpack_from(buf, pos)
     pos += 5
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -63,21 +76,57 @@ def _d_CredentialInfo_0(buf, pos):
     return CredentialInfo(f_mechanism, f_iterations, f_unknown_tags), pos
 
 def _d_DescribeUserScramCredentialsResult_0(buf, pos):
-    f_user, pos = read_compact_string(buf, pos, 'DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult.user')
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult.user')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult.user', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult.user', buf, pos, _n, 1)
+        f_user = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
         raise truncated('DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult.error_code', buf, pos, 2)
     (f_error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
-    f_error_message, pos = read_compact_nullable_string(buf, pos, 'DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult.error_message')
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult.credential_infos', 6)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult.error_message')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult.credential_infos')
+        if _n != -1:
+            raise bad_length('DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult.credential_infos')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult.credential_infos', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult.credential_infos', buf, pos, _c, 6)
     else:
         f_credential_infos = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_CredentialInfo_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -90,20 +139,43 @@ def _d_DescribeUserScramCredentialsResult_0(buf, pos):
     return DescribeUserScramCredentialsResult(f_user, f_error_code, f_error_message, f_credential_infos, f_unknown_tags), pos
 
 def _d_DescribeUserScramCredentialsResponse_0(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('DescribeUserScramCredentialsResponse.throttle_time_ms', buf, pos, 6)
     f_throttle_time_ms, f_error_code = _S0.unpack_from(buf, pos)
     pos += 6
-    f_error_message, pos = read_compact_nullable_string(buf, pos, 'DescribeUserScramCredentialsResponse.error_message')
-    _n, pos = read_compact_array_len(buf, pos, 'DescribeUserScramCredentialsResponse.results', 6)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'DescribeUserScramCredentialsResponse.error_message')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='DescribeUserScramCredentialsResponse.results')
+        if _n != -1:
+            raise bad_length('DescribeUserScramCredentialsResponse.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('DescribeUserScramCredentialsResponse.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'DescribeUserScramCredentialsResponse.results')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('DescribeUserScramCredentialsResponse.results', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('DescribeUserScramCredentialsResponse.results', buf, pos, _c, 6)
     else:
         f_results = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DescribeUserScramCredentialsResult_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -123,11 +195,34 @@ def _e_CredentialInfo_0(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_DescribeUserScramCredentialsResult_0(o, out, chunks):
-    write_compact_string(out, o.user)
+    _b = o.user.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult.user', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     out += _S1.pack(o.error_code)
-    write_compact_nullable_string(out, o.error_message)
+    if o.error_message is None:
+        out.append(0)
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult.error_message', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     _a = o.credential_infos
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_CredentialInfo_0(_e, out, chunks)
     if o.unknown_tags is None:
@@ -137,9 +232,24 @@ def _e_DescribeUserScramCredentialsResult_0(o, out, chunks):
 
 def _e_DescribeUserScramCredentialsResponse_0(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms, o.error_code)
-    write_compact_nullable_string(out, o.error_message)
+    if o.error_message is None:
+        out.append(0)
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeUserScramCredentialsResponse.error_message', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     _a = o.results
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_DescribeUserScramCredentialsResult_0(_e, out, chunks)
     if o.unknown_tags is None:

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -30,29 +42,57 @@ class ElectLeadersRequest(Struct):
 ElectLeadersRequest.TopicPartitions = TopicPartitions
 
 _S0 = _Struct('>i')
-_S1 = _Struct('>b')
+_S1 = _Struct('>h')
+_S2 = _Struct('>b')
+_A_i = ARRAY_STRUCTS['i']
 
 def _d_TopicPartitions_0(buf, pos):
-    f_topic, pos = read_string(buf, pos, 'ElectLeadersRequest.TopicPartitions.topic')
-    _n, pos = read_array_len(buf, pos, 'ElectLeadersRequest.TopicPartitions.partitions', 4)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('ElectLeadersRequest.TopicPartitions.topic', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ElectLeadersRequest.TopicPartitions.partitions')
+        raise bad_length('ElectLeadersRequest.TopicPartitions.topic', _n)
     else:
-        f_partitions = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ElectLeadersRequest.TopicPartitions.topic', buf, pos, _n, 1)
+        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('ElectLeadersRequest.TopicPartitions.partitions', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('ElectLeadersRequest.TopicPartitions.partitions', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('ElectLeadersRequest.TopicPartitions.partitions', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_partitions = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
     f_unknown_tags = None
     return TopicPartitions(f_topic, f_partitions, f_unknown_tags), pos
 
 def _d_ElectLeadersRequest_0(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'ElectLeadersRequest.topic_partitions', 6)
-    if _n < 0:
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('ElectLeadersRequest.topic_partitions', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        if _c != -1:
+            raise bad_length('ElectLeadersRequest.topic_partitions', _c)
         f_topic_partitions = None
+    elif _c * 6 > _l - pos:
+        raise overrun('ElectLeadersRequest.topic_partitions', buf, pos, _c, 6)
     else:
         f_topic_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_TopicPartitions_0(buf, pos)
             _lst.append(_e)
-    if pos + 4 > len(buf):
+    if pos + 4 > _l:
         raise truncated('ElectLeadersRequest.timeout_ms', buf, pos, 4)
     (f_timeout_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
@@ -60,19 +100,27 @@ def _d_ElectLeadersRequest_0(buf, pos):
     return ElectLeadersRequest(0, f_topic_partitions, f_timeout_ms, f_unknown_tags), pos
 
 def _d_ElectLeadersRequest_1(buf, pos):
-    if pos + 1 > len(buf):
+    _l = len(buf)
+    if pos + 1 > _l:
         raise truncated('ElectLeadersRequest.election_type', buf, pos, 1)
-    (f_election_type,) = _S1.unpack_from(buf, pos)
+    (f_election_type,) = _S2.unpack_from(buf, pos)
     pos += 1
-    _n, pos = read_array_len(buf, pos, 'ElectLeadersRequest.topic_partitions', 6)
-    if _n < 0:
+    if pos + 4 > _l:
+        raise truncated('ElectLeadersRequest.topic_partitions', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        if _c != -1:
+            raise bad_length('ElectLeadersRequest.topic_partitions', _c)
         f_topic_partitions = None
+    elif _c * 6 > _l - pos:
+        raise overrun('ElectLeadersRequest.topic_partitions', buf, pos, _c, 6)
     else:
         f_topic_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_TopicPartitions_0(buf, pos)
             _lst.append(_e)
-    if pos + 4 > len(buf):
+    if pos + 4 > _l:
         raise truncated('ElectLeadersRequest.timeout_ms', buf, pos, 4)
     (f_timeout_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
@@ -80,14 +128,36 @@ def _d_ElectLeadersRequest_1(buf, pos):
     return ElectLeadersRequest(f_election_type, f_topic_partitions, f_timeout_ms, f_unknown_tags), pos
 
 def _d_TopicPartitions_2(buf, pos):
-    f_topic, pos = read_compact_string(buf, pos, 'ElectLeadersRequest.TopicPartitions.topic')
-    _n, pos = read_compact_array_len(buf, pos, 'ElectLeadersRequest.TopicPartitions.partitions', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ElectLeadersRequest.TopicPartitions.partitions')
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
     else:
-        f_partitions = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    if pos < len(buf) and buf[pos] == 0:
+        _n, pos = read_uvarint(buf, pos, 'ElectLeadersRequest.TopicPartitions.topic')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('ElectLeadersRequest.TopicPartitions.topic', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ElectLeadersRequest.TopicPartitions.topic', buf, pos, _n, 1)
+        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ElectLeadersRequest.TopicPartitions.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ElectLeadersRequest.TopicPartitions.partitions', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('ElectLeadersRequest.TopicPartitions.partitions', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_partitions = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -100,23 +170,33 @@ def _d_TopicPartitions_2(buf, pos):
     return TopicPartitions(f_topic, f_partitions, f_unknown_tags), pos
 
 def _d_ElectLeadersRequest_2(buf, pos):
-    if pos + 1 > len(buf):
+    _l = len(buf)
+    if pos + 1 > _l:
         raise truncated('ElectLeadersRequest.election_type', buf, pos, 1)
-    (f_election_type,) = _S1.unpack_from(buf, pos)
+    (f_election_type,) = _S2.unpack_from(buf, pos)
     pos += 1
-    _n, pos = read_compact_array_len(buf, pos, 'ElectLeadersRequest.topic_partitions', 3)
-    if _n < 0:
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ElectLeadersRequest.topic_partitions')
+        _c -= 1
+    if _c < 0:
+        if _c != -1:
+            raise bad_length('ElectLeadersRequest.topic_partitions', _c)
         f_topic_partitions = None
+    elif _c * 3 > _l - pos:
+        raise overrun('ElectLeadersRequest.topic_partitions', buf, pos, _c, 3)
     else:
         f_topic_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_TopicPartitions_2(buf, pos)
             _lst.append(_e)
-    if pos + 4 > len(buf):
+    if pos + 4 > _l:
         raise truncated('ElectLeadersRequest.timeout_ms', buf, pos, 4)
     (f_timeout_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -129,49 +209,75 @@ def _d_ElectLeadersRequest_2(buf, pos):
     return ElectLeadersRequest(f_election_type, f_topic_partitions, f_timeout_ms, f_unknown_tags), pos
 
 def _e_TopicPartitions_0(o, out, chunks):
-    write_string(out, o.topic)
+    _b = o.topic.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ElectLeadersRequest.TopicPartitions.topic', _n)
+    out += _S1.pack(_n)
+    out += _b
     _a = o.partitions
-    write_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    out += _S0.pack(_c)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
 
 def _e_ElectLeadersRequest_0(o, out, chunks):
     _a = o.topic_partitions
     if _a is None:
         out += b'\xff\xff\xff\xff'
     else:
-        write_array_len(out, len(_a))
+        _c = len(_a)
+        out += _S0.pack(_c)
         for _e in _a:
             _e_TopicPartitions_0(_e, out, chunks)
     out += _S0.pack(o.timeout_ms)
 
 def _e_ElectLeadersRequest_1(o, out, chunks):
-    out += _S1.pack(o.election_type)
+    out += _S2.pack(o.election_type)
     _a = o.topic_partitions
     if _a is None:
         out += b'\xff\xff\xff\xff'
     else:
-        write_array_len(out, len(_a))
+        _c = len(_a)
+        out += _S0.pack(_c)
         for _e in _a:
             _e_TopicPartitions_0(_e, out, chunks)
     out += _S0.pack(o.timeout_ms)
 
 def _e_TopicPartitions_2(o, out, chunks):
-    write_compact_string(out, o.topic)
+    _b = o.topic.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ElectLeadersRequest.TopicPartitions.topic', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_ElectLeadersRequest_2(o, out, chunks):
-    out += _S1.pack(o.election_type)
+    out += _S2.pack(o.election_type)
     _a = o.topic_partitions
     if _a is None:
         out.append(0)
     else:
-        write_compact_array_len(out, len(_a))
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
         for _e in _a:
             _e_TopicPartitions_2(_e, out, chunks)
     out += _S0.pack(o.timeout_ms)

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -40,69 +52,129 @@ ElectLeadersResponse.ReplicaElectionResult = ReplicaElectionResult
 ElectLeadersResponse.PartitionResult = PartitionResult
 
 _S0 = _Struct('>i')
-_S1 = _Struct('>ih')
+_S1 = _Struct('>h')
+_S2 = _Struct('>ih')
 
 def _d_PartitionResult_0(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('ElectLeadersResponse.PartitionResult.partition_id', buf, pos, 6)
-    f_partition_id, f_error_code = _S1.unpack_from(buf, pos)
+    f_partition_id, f_error_code = _S2.unpack_from(buf, pos)
     pos += 6
-    f_error_message, pos = read_nullable_string(buf, pos, 'ElectLeadersResponse.PartitionResult.error_message')
+    if pos + 2 > _l:
+        raise truncated('ElectLeadersResponse.PartitionResult.error_message', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('ElectLeadersResponse.PartitionResult.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ElectLeadersResponse.PartitionResult.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
     f_unknown_tags = None
     return PartitionResult(f_partition_id, f_error_code, f_error_message, f_unknown_tags), pos
 
 def _d_ReplicaElectionResult_0(buf, pos):
-    f_topic, pos = read_string(buf, pos, 'ElectLeadersResponse.ReplicaElectionResult.topic')
-    _n, pos = read_array_len(buf, pos, 'ElectLeadersResponse.ReplicaElectionResult.partition_result', 8)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('ElectLeadersResponse.ReplicaElectionResult.topic', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ElectLeadersResponse.ReplicaElectionResult.partition_result')
+        raise bad_length('ElectLeadersResponse.ReplicaElectionResult.topic', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ElectLeadersResponse.ReplicaElectionResult.topic', buf, pos, _n, 1)
+        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('ElectLeadersResponse.ReplicaElectionResult.partition_result', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('ElectLeadersResponse.ReplicaElectionResult.partition_result', _c)
+    elif _c * 8 > _l - pos:
+        raise overrun('ElectLeadersResponse.ReplicaElectionResult.partition_result', buf, pos, _c, 8)
     else:
         f_partition_result = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_PartitionResult_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return ReplicaElectionResult(f_topic, f_partition_result, f_unknown_tags), pos
 
 def _d_ElectLeadersResponse_0(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('ElectLeadersResponse.throttle_time_ms', buf, pos, 4)
     (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_array_len(buf, pos, 'ElectLeadersResponse.replica_election_results', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ElectLeadersResponse.replica_election_results')
+    if pos + 4 > _l:
+        raise truncated('ElectLeadersResponse.replica_election_results', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('ElectLeadersResponse.replica_election_results', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('ElectLeadersResponse.replica_election_results', buf, pos, _c, 6)
     else:
         f_replica_election_results = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ReplicaElectionResult_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return ElectLeadersResponse(f_throttle_time_ms, 0, f_replica_election_results, f_unknown_tags), pos
 
 def _d_ElectLeadersResponse_1(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('ElectLeadersResponse.throttle_time_ms', buf, pos, 6)
-    f_throttle_time_ms, f_error_code = _S1.unpack_from(buf, pos)
+    f_throttle_time_ms, f_error_code = _S2.unpack_from(buf, pos)
     pos += 6
-    _n, pos = read_array_len(buf, pos, 'ElectLeadersResponse.replica_election_results', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ElectLeadersResponse.replica_election_results')
+    if pos + 4 > _l:
+        raise truncated('ElectLeadersResponse.replica_election_results', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('ElectLeadersResponse.replica_election_results', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('ElectLeadersResponse.replica_election_results', buf, pos, _c, 6)
     else:
         f_replica_election_results = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ReplicaElectionResult_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return ElectLeadersResponse(f_throttle_time_ms, f_error_code, f_replica_election_results, f_unknown_tags), pos
 
 def _d_PartitionResult_2(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('ElectLeadersResponse.PartitionResult.partition_id', buf, pos, 6)
-    f_partition_id, f_error_code = _S1.unpack_from(buf, pos)
+    f_partition_id, f_error_code = _S2.unpack_from(buf, pos)
     pos += 6
-    f_error_message, pos = read_compact_nullable_string(buf, pos, 'ElectLeadersResponse.PartitionResult.error_message')
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ElectLeadersResponse.PartitionResult.error_message')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('ElectLeadersResponse.PartitionResult.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ElectLeadersResponse.PartitionResult.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -115,16 +187,37 @@ def _d_PartitionResult_2(buf, pos):
     return PartitionResult(f_partition_id, f_error_code, f_error_message, f_unknown_tags), pos
 
 def _d_ReplicaElectionResult_2(buf, pos):
-    f_topic, pos = read_compact_string(buf, pos, 'ElectLeadersResponse.ReplicaElectionResult.topic')
-    _n, pos = read_compact_array_len(buf, pos, 'ElectLeadersResponse.ReplicaElectionResult.partition_result', 8)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ElectLeadersResponse.ReplicaElectionResult.topic')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ElectLeadersResponse.ReplicaElectionResult.partition_result')
+        raise bad_length('ElectLeadersResponse.ReplicaElectionResult.topic', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ElectLeadersResponse.ReplicaElectionResult.topic', buf, pos, _n, 1)
+        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ElectLeadersResponse.ReplicaElectionResult.partition_result')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ElectLeadersResponse.ReplicaElectionResult.partition_result', _c)
+    elif _c * 8 > _l - pos:
+        raise overrun('ElectLeadersResponse.ReplicaElectionResult.partition_result', buf, pos, _c, 8)
     else:
         f_partition_result = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_PartitionResult_2(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -137,19 +230,27 @@ def _d_ReplicaElectionResult_2(buf, pos):
     return ReplicaElectionResult(f_topic, f_partition_result, f_unknown_tags), pos
 
 def _d_ElectLeadersResponse_2(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('ElectLeadersResponse.throttle_time_ms', buf, pos, 6)
-    f_throttle_time_ms, f_error_code = _S1.unpack_from(buf, pos)
+    f_throttle_time_ms, f_error_code = _S2.unpack_from(buf, pos)
     pos += 6
-    _n, pos = read_compact_array_len(buf, pos, 'ElectLeadersResponse.replica_election_results', 3)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ElectLeadersResponse.replica_election_results')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ElectLeadersResponse.replica_election_results')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ElectLeadersResponse.replica_election_results', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('ElectLeadersResponse.replica_election_results', buf, pos, _c, 3)
     else:
         f_replica_election_results = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ReplicaElectionResult_2(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -162,42 +263,81 @@ def _d_ElectLeadersResponse_2(buf, pos):
     return ElectLeadersResponse(f_throttle_time_ms, f_error_code, f_replica_election_results, f_unknown_tags), pos
 
 def _e_PartitionResult_0(o, out, chunks):
-    out += _S1.pack(o.partition_id, o.error_code)
-    write_nullable_string(out, o.error_message)
+    out += _S2.pack(o.partition_id, o.error_code)
+    if o.error_message is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ElectLeadersResponse.PartitionResult.error_message', _n)
+        out += _S1.pack(_n)
+        out += _b
 
 def _e_ReplicaElectionResult_0(o, out, chunks):
-    write_string(out, o.topic)
+    _b = o.topic.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ElectLeadersResponse.ReplicaElectionResult.topic', _n)
+    out += _S1.pack(_n)
+    out += _b
     _a = o.partition_result
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_PartitionResult_0(_e, out, chunks)
 
 def _e_ElectLeadersResponse_0(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
     _a = o.replica_election_results
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_ReplicaElectionResult_0(_e, out, chunks)
 
 def _e_ElectLeadersResponse_1(o, out, chunks):
-    out += _S1.pack(o.throttle_time_ms, o.error_code)
+    out += _S2.pack(o.throttle_time_ms, o.error_code)
     _a = o.replica_election_results
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_ReplicaElectionResult_0(_e, out, chunks)
 
 def _e_PartitionResult_2(o, out, chunks):
-    out += _S1.pack(o.partition_id, o.error_code)
-    write_compact_nullable_string(out, o.error_message)
+    out += _S2.pack(o.partition_id, o.error_code)
+    if o.error_message is None:
+        out.append(0)
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ElectLeadersResponse.PartitionResult.error_message', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_ReplicaElectionResult_2(o, out, chunks):
-    write_compact_string(out, o.topic)
+    _b = o.topic.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ElectLeadersResponse.ReplicaElectionResult.topic', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.partition_result
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_PartitionResult_2(_e, out, chunks)
     if o.unknown_tags is None:
@@ -206,9 +346,13 @@ def _e_ReplicaElectionResult_2(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_ElectLeadersResponse_2(o, out, chunks):
-    out += _S1.pack(o.throttle_time_ms, o.error_code)
+    out += _S2.pack(o.throttle_time_ms, o.error_code)
     _a = o.replica_election_results
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_ReplicaElectionResult_2(_e, out, chunks)
     if o.unknown_tags is None:

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -28,24 +40,51 @@ class EndTxnRequest(Struct):
         self.committed = committed
         self.unknown_tags = unknown_tags
 
-_S0 = _Struct('>qh?')
+_S0 = _Struct('>h')
+_S1 = _Struct('>qh?')
 
 def _d_EndTxnRequest_0(buf, pos):
-    f_transactional_id, pos = read_string(buf, pos, 'EndTxnRequest.transactional_id')
-    if pos + 11 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('EndTxnRequest.transactional_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('EndTxnRequest.transactional_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('EndTxnRequest.transactional_id', buf, pos, _n, 1)
+        f_transactional_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 11 > _l:
         raise truncated('EndTxnRequest.producer_id', buf, pos, 11)
-    f_producer_id, f_producer_epoch, f_committed = _S0.unpack_from(buf, pos)
+    f_producer_id, f_producer_epoch, f_committed = _S1.unpack_from(buf, pos)
     pos += 11
     f_unknown_tags = None
     return EndTxnRequest(f_transactional_id, f_producer_id, f_producer_epoch, f_committed, f_unknown_tags), pos
 
 def _d_EndTxnRequest_3(buf, pos):
-    f_transactional_id, pos = read_compact_string(buf, pos, 'EndTxnRequest.transactional_id')
-    if pos + 11 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'EndTxnRequest.transactional_id')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('EndTxnRequest.transactional_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('EndTxnRequest.transactional_id', buf, pos, _n, 1)
+        f_transactional_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 11 > _l:
         raise truncated('EndTxnRequest.producer_id', buf, pos, 11)
-    f_producer_id, f_producer_epoch, f_committed = _S0.unpack_from(buf, pos)
+    f_producer_id, f_producer_epoch, f_committed = _S1.unpack_from(buf, pos)
     pos += 11
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -58,12 +97,25 @@ def _d_EndTxnRequest_3(buf, pos):
     return EndTxnRequest(f_transactional_id, f_producer_id, f_producer_epoch, f_committed, f_unknown_tags), pos
 
 def _e_EndTxnRequest_0(o, out, chunks):
-    write_string(out, o.transactional_id)
-    out += _S0.pack(o.producer_id, o.producer_epoch, o.committed)
+    _b = o.transactional_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('EndTxnRequest.transactional_id', _n)
+    out += _S0.pack(_n)
+    out += _b
+    out += _S1.pack(o.producer_id, o.producer_epoch, o.committed)
 
 def _e_EndTxnRequest_3(o, out, chunks):
-    write_compact_string(out, o.transactional_id)
-    out += _S0.pack(o.producer_id, o.producer_epoch, o.committed)
+    _b = o.transactional_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('EndTxnRequest.transactional_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    out += _S1.pack(o.producer_id, o.producer_epoch, o.committed)
     if o.unknown_tags is None:
         out.append(0)
     else:

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -32,7 +44,8 @@ _S0 = _Struct('>ih')
 _S1 = _Struct('>ihqh')
 
 def _d_EndTxnResponse_0(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('EndTxnResponse.throttle_time_ms', buf, pos, 6)
     f_throttle_time_ms, f_error_code = _S0.unpack_from(buf, pos)
     pos += 6
@@ -40,11 +53,12 @@ def _d_EndTxnResponse_0(buf, pos):
     return EndTxnResponse(f_throttle_time_ms, f_error_code, -1, -1, f_unknown_tags), pos
 
 def _d_EndTxnResponse_3(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('EndTxnResponse.throttle_time_ms', buf, pos, 6)
     f_throttle_time_ms, f_error_code = _S0.unpack_from(buf, pos)
     pos += 6
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -57,11 +71,12 @@ def _d_EndTxnResponse_3(buf, pos):
     return EndTxnResponse(f_throttle_time_ms, f_error_code, -1, -1, f_unknown_tags), pos
 
 def _d_EndTxnResponse_5(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('EndTxnResponse.throttle_time_ms', buf, pos, 16)
     f_throttle_time_ms, f_error_code, f_producer_id, f_producer_epoch = _S1.unpack_from(buf, pos)
     pos += 16
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -22,10 +34,52 @@ class EnvelopeRequest(Struct):
 
 
 def _d_EnvelopeRequest_0(buf, pos):
-    f_request_data, pos = read_compact_bytes(buf, pos, 'EnvelopeRequest.request_data')
-    f_request_principal, pos = read_compact_nullable_bytes(buf, pos, 'EnvelopeRequest.request_principal')
-    f_client_host_address, pos = read_compact_bytes(buf, pos, 'EnvelopeRequest.client_host_address')
-    if pos < len(buf) and buf[pos] == 0:
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'EnvelopeRequest.request_data')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('EnvelopeRequest.request_data', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('EnvelopeRequest.request_data', buf, pos, _n, 1)
+        f_request_data = bytes(buf[pos:_end])
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'EnvelopeRequest.request_principal')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('EnvelopeRequest.request_principal', _n)
+        f_request_principal = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('EnvelopeRequest.request_principal', buf, pos, _n, 1)
+        f_request_principal = bytes(buf[pos:_end])
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'EnvelopeRequest.client_host_address')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('EnvelopeRequest.client_host_address', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('EnvelopeRequest.client_host_address', buf, pos, _n, 1)
+        f_client_host_address = bytes(buf[pos:_end])
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -38,9 +92,30 @@ def _d_EnvelopeRequest_0(buf, pos):
     return EnvelopeRequest(f_request_data, f_request_principal, f_client_host_address, f_unknown_tags), pos
 
 def _e_EnvelopeRequest_0(o, out, chunks):
-    write_compact_bytes(out, o.request_data)
-    write_compact_nullable_bytes(out, o.request_principal)
-    write_compact_bytes(out, o.client_host_address)
+    _b = o.request_data
+    _n = len(_b)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    if o.request_principal is None:
+        out.append(0)
+    else:
+        _b = o.request_principal
+        _n = len(_b)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+    _b = o.client_host_address
+    _n = len(_b)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -22,12 +34,28 @@ class EnvelopeResponse(Struct):
 _S0 = _Struct('>h')
 
 def _d_EnvelopeResponse_0(buf, pos):
-    f_response_data, pos = read_compact_nullable_bytes(buf, pos, 'EnvelopeResponse.response_data')
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'EnvelopeResponse.response_data')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('EnvelopeResponse.response_data', _n)
+        f_response_data = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('EnvelopeResponse.response_data', buf, pos, _n, 1)
+        f_response_data = bytes(buf[pos:_end])
+        pos = _end
+    if pos + 2 > _l:
         raise truncated('EnvelopeResponse.error_code', buf, pos, 2)
     (f_error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -40,7 +68,16 @@ def _d_EnvelopeResponse_0(buf, pos):
     return EnvelopeResponse(f_response_data, f_error_code, f_unknown_tags), pos
 
 def _e_EnvelopeResponse_0(o, out, chunks):
-    write_compact_nullable_bytes(out, o.response_data)
+    if o.response_data is None:
+        out.append(0)
+    else:
+        _b = o.response_data
+        _n = len(_b)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     out += _S0.pack(o.error_code)
     if o.unknown_tags is None:
         out.append(0)

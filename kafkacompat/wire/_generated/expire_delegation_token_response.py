@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -23,7 +35,8 @@ class ExpireDelegationTokenResponse(Struct):
 _S0 = _Struct('>hqi')
 
 def _d_ExpireDelegationTokenResponse_0(buf, pos):
-    if pos + 14 > len(buf):
+    _l = len(buf)
+    if pos + 14 > _l:
         raise truncated('ExpireDelegationTokenResponse.error_code', buf, pos, 14)
     f_error_code, f_expiry_timestamp_ms, f_throttle_time_ms = _S0.unpack_from(buf, pos)
     pos += 14
@@ -31,11 +44,12 @@ def _d_ExpireDelegationTokenResponse_0(buf, pos):
     return ExpireDelegationTokenResponse(f_error_code, f_expiry_timestamp_ms, f_throttle_time_ms, f_unknown_tags), pos
 
 def _d_ExpireDelegationTokenResponse_2(buf, pos):
-    if pos + 14 > len(buf):
+    _l = len(buf)
+    if pos + 14 > _l:
         raise truncated('ExpireDelegationTokenResponse.error_code', buf, pos, 14)
     f_error_code, f_expiry_timestamp_ms, f_throttle_time_ms = _S0.unpack_from(buf, pos)
     pos += 14
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -96,237 +108,380 @@ FetchRequest.ReplicaState = ReplicaState
 FetchRequest.FetchTopic = FetchTopic
 FetchRequest.FetchPartition = FetchPartition
 FetchRequest.ForgottenTopic = ForgottenTopic
-_DEFAULT_ReplicaState = ReplicaState()
 
 _S0 = _Struct('>iii')
-_S1 = _Struct('>iqi')
-_S2 = _Struct('>iiii')
-_S3 = _Struct('>iiiib')
-_S4 = _Struct('>iqqi')
-_S5 = _Struct('>iiiibii')
-_S6 = _Struct('>iiqqi')
-_S7 = _Struct('>iiqiqi')
-_S8 = _Struct('>16s')
-_S9 = _Struct('>iiibii')
-_S10 = _Struct('>iq')
+_S1 = _Struct('>i')
+_S2 = _Struct('>h')
+_S3 = _Struct('>iqi')
+_S4 = _Struct('>iiii')
+_S5 = _Struct('>iiiib')
+_S6 = _Struct('>iqqi')
+_S7 = _Struct('>iiiibii')
+_S8 = _Struct('>iiqqi')
+_S9 = _Struct('>iiqiqi')
+_S10 = _Struct('>16s')
+_S11 = _Struct('>iiibii')
+_S12 = _Struct('>iq')
+_A_i = ARRAY_STRUCTS['i']
 
 def _d_FetchPartition_0(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('FetchRequest.FetchPartition.partition', buf, pos, 16)
-    f_partition, f_fetch_offset, f_partition_max_bytes = _S1.unpack_from(buf, pos)
+    f_partition, f_fetch_offset, f_partition_max_bytes = _S3.unpack_from(buf, pos)
     pos += 16
     f_unknown_tags = None
     return FetchPartition(f_partition, -1, f_fetch_offset, -1, -1, f_partition_max_bytes, ZERO_UUID, f_unknown_tags), pos
 
 def _d_FetchTopic_0(buf, pos):
-    f_topic, pos = read_string(buf, pos, 'FetchRequest.FetchTopic.topic')
-    _n, pos = read_array_len(buf, pos, 'FetchRequest.FetchTopic.partitions', 16)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('FetchRequest.FetchTopic.topic', buf, pos, 2)
+    (_n,) = _S2.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='FetchRequest.FetchTopic.partitions')
+        raise bad_length('FetchRequest.FetchTopic.topic', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('FetchRequest.FetchTopic.topic', buf, pos, _n, 1)
+        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('FetchRequest.FetchTopic.partitions', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('FetchRequest.FetchTopic.partitions', _c)
+    elif _c * 16 > _l - pos:
+        raise overrun('FetchRequest.FetchTopic.partitions', buf, pos, _c, 16)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_FetchPartition_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return FetchTopic(f_topic, ZERO_UUID, f_partitions, f_unknown_tags), pos
 
 def _d_FetchRequest_0(buf, pos):
-    if pos + 12 > len(buf):
+    _l = len(buf)
+    if pos + 12 > _l:
         raise truncated('FetchRequest.replica_id', buf, pos, 12)
     f_replica_id, f_max_wait_ms, f_min_bytes = _S0.unpack_from(buf, pos)
     pos += 12
-    _n, pos = read_array_len(buf, pos, 'FetchRequest.topics', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='FetchRequest.topics')
+    if pos + 4 > _l:
+        raise truncated('FetchRequest.topics', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('FetchRequest.topics', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('FetchRequest.topics', buf, pos, _c, 6)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_FetchTopic_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return FetchRequest(None, f_replica_id, ReplicaState(), f_max_wait_ms, f_min_bytes, 2147483647, 0, 0, -1, f_topics, [], '', f_unknown_tags), pos
 
 def _d_FetchRequest_3(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('FetchRequest.replica_id', buf, pos, 16)
-    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes = _S2.unpack_from(buf, pos)
+    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes = _S4.unpack_from(buf, pos)
     pos += 16
-    _n, pos = read_array_len(buf, pos, 'FetchRequest.topics', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='FetchRequest.topics')
+    if pos + 4 > _l:
+        raise truncated('FetchRequest.topics', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('FetchRequest.topics', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('FetchRequest.topics', buf, pos, _c, 6)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_FetchTopic_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return FetchRequest(None, f_replica_id, ReplicaState(), f_max_wait_ms, f_min_bytes, f_max_bytes, 0, 0, -1, f_topics, [], '', f_unknown_tags), pos
 
 def _d_FetchRequest_4(buf, pos):
-    if pos + 17 > len(buf):
+    _l = len(buf)
+    if pos + 17 > _l:
         raise truncated('FetchRequest.replica_id', buf, pos, 17)
-    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level = _S3.unpack_from(buf, pos)
+    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level = _S5.unpack_from(buf, pos)
     pos += 17
-    _n, pos = read_array_len(buf, pos, 'FetchRequest.topics', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='FetchRequest.topics')
+    if pos + 4 > _l:
+        raise truncated('FetchRequest.topics', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('FetchRequest.topics', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('FetchRequest.topics', buf, pos, _c, 6)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_FetchTopic_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return FetchRequest(None, f_replica_id, ReplicaState(), f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, 0, -1, f_topics, [], '', f_unknown_tags), pos
 
 def _d_FetchPartition_5(buf, pos):
-    if pos + 24 > len(buf):
+    _l = len(buf)
+    if pos + 24 > _l:
         raise truncated('FetchRequest.FetchPartition.partition', buf, pos, 24)
-    f_partition, f_fetch_offset, f_log_start_offset, f_partition_max_bytes = _S4.unpack_from(buf, pos)
+    f_partition, f_fetch_offset, f_log_start_offset, f_partition_max_bytes = _S6.unpack_from(buf, pos)
     pos += 24
     f_unknown_tags = None
     return FetchPartition(f_partition, -1, f_fetch_offset, -1, f_log_start_offset, f_partition_max_bytes, ZERO_UUID, f_unknown_tags), pos
 
 def _d_FetchTopic_5(buf, pos):
-    f_topic, pos = read_string(buf, pos, 'FetchRequest.FetchTopic.topic')
-    _n, pos = read_array_len(buf, pos, 'FetchRequest.FetchTopic.partitions', 24)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('FetchRequest.FetchTopic.topic', buf, pos, 2)
+    (_n,) = _S2.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='FetchRequest.FetchTopic.partitions')
+        raise bad_length('FetchRequest.FetchTopic.topic', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('FetchRequest.FetchTopic.topic', buf, pos, _n, 1)
+        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('FetchRequest.FetchTopic.partitions', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('FetchRequest.FetchTopic.partitions', _c)
+    elif _c * 24 > _l - pos:
+        raise overrun('FetchRequest.FetchTopic.partitions', buf, pos, _c, 24)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_FetchPartition_5(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return FetchTopic(f_topic, ZERO_UUID, f_partitions, f_unknown_tags), pos
 
 def _d_FetchRequest_5(buf, pos):
-    if pos + 17 > len(buf):
+    _l = len(buf)
+    if pos + 17 > _l:
         raise truncated('FetchRequest.replica_id', buf, pos, 17)
-    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level = _S3.unpack_from(buf, pos)
+    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level = _S5.unpack_from(buf, pos)
     pos += 17
-    _n, pos = read_array_len(buf, pos, 'FetchRequest.topics', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='FetchRequest.topics')
+    if pos + 4 > _l:
+        raise truncated('FetchRequest.topics', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('FetchRequest.topics', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('FetchRequest.topics', buf, pos, _c, 6)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_FetchTopic_5(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return FetchRequest(None, f_replica_id, ReplicaState(), f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, 0, -1, f_topics, [], '', f_unknown_tags), pos
 
 def _d_ForgottenTopic_7(buf, pos):
-    f_topic, pos = read_string(buf, pos, 'FetchRequest.ForgottenTopic.topic')
-    _n, pos = read_array_len(buf, pos, 'FetchRequest.ForgottenTopic.partitions', 4)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('FetchRequest.ForgottenTopic.topic', buf, pos, 2)
+    (_n,) = _S2.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='FetchRequest.ForgottenTopic.partitions')
+        raise bad_length('FetchRequest.ForgottenTopic.topic', _n)
     else:
-        f_partitions = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('FetchRequest.ForgottenTopic.topic', buf, pos, _n, 1)
+        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('FetchRequest.ForgottenTopic.partitions', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('FetchRequest.ForgottenTopic.partitions', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('FetchRequest.ForgottenTopic.partitions', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_partitions = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
     f_unknown_tags = None
     return ForgottenTopic(f_topic, ZERO_UUID, f_partitions, f_unknown_tags), pos
 
 def _d_FetchRequest_7(buf, pos):
-    if pos + 25 > len(buf):
+    _l = len(buf)
+    if pos + 25 > _l:
         raise truncated('FetchRequest.replica_id', buf, pos, 25)
-    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch = _S5.unpack_from(buf, pos)
+    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch = _S7.unpack_from(buf, pos)
     pos += 25
-    _n, pos = read_array_len(buf, pos, 'FetchRequest.topics', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='FetchRequest.topics')
+    if pos + 4 > _l:
+        raise truncated('FetchRequest.topics', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('FetchRequest.topics', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('FetchRequest.topics', buf, pos, _c, 6)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_FetchTopic_5(buf, pos)
             _lst.append(_e)
-    _n, pos = read_array_len(buf, pos, 'FetchRequest.forgotten_topics_data', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='FetchRequest.forgotten_topics_data')
+    if pos + 4 > _l:
+        raise truncated('FetchRequest.forgotten_topics_data', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('FetchRequest.forgotten_topics_data', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('FetchRequest.forgotten_topics_data', buf, pos, _c, 6)
     else:
         f_forgotten_topics_data = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ForgottenTopic_7(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return FetchRequest(None, f_replica_id, ReplicaState(), f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, f_topics, f_forgotten_topics_data, '', f_unknown_tags), pos
 
 def _d_FetchPartition_9(buf, pos):
-    if pos + 28 > len(buf):
+    _l = len(buf)
+    if pos + 28 > _l:
         raise truncated('FetchRequest.FetchPartition.partition', buf, pos, 28)
-    f_partition, f_current_leader_epoch, f_fetch_offset, f_log_start_offset, f_partition_max_bytes = _S6.unpack_from(buf, pos)
+    f_partition, f_current_leader_epoch, f_fetch_offset, f_log_start_offset, f_partition_max_bytes = _S8.unpack_from(buf, pos)
     pos += 28
     f_unknown_tags = None
     return FetchPartition(f_partition, f_current_leader_epoch, f_fetch_offset, -1, f_log_start_offset, f_partition_max_bytes, ZERO_UUID, f_unknown_tags), pos
 
 def _d_FetchTopic_9(buf, pos):
-    f_topic, pos = read_string(buf, pos, 'FetchRequest.FetchTopic.topic')
-    _n, pos = read_array_len(buf, pos, 'FetchRequest.FetchTopic.partitions', 28)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('FetchRequest.FetchTopic.topic', buf, pos, 2)
+    (_n,) = _S2.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='FetchRequest.FetchTopic.partitions')
+        raise bad_length('FetchRequest.FetchTopic.topic', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('FetchRequest.FetchTopic.topic', buf, pos, _n, 1)
+        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('FetchRequest.FetchTopic.partitions', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('FetchRequest.FetchTopic.partitions', _c)
+    elif _c * 28 > _l - pos:
+        raise overrun('FetchRequest.FetchTopic.partitions', buf, pos, _c, 28)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_FetchPartition_9(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return FetchTopic(f_topic, ZERO_UUID, f_partitions, f_unknown_tags), pos
 
 def _d_FetchRequest_9(buf, pos):
-    if pos + 25 > len(buf):
+    _l = len(buf)
+    if pos + 25 > _l:
         raise truncated('FetchRequest.replica_id', buf, pos, 25)
-    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch = _S5.unpack_from(buf, pos)
+    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch = _S7.unpack_from(buf, pos)
     pos += 25
-    _n, pos = read_array_len(buf, pos, 'FetchRequest.topics', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='FetchRequest.topics')
+    if pos + 4 > _l:
+        raise truncated('FetchRequest.topics', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('FetchRequest.topics', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('FetchRequest.topics', buf, pos, _c, 6)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_FetchTopic_9(buf, pos)
             _lst.append(_e)
-    _n, pos = read_array_len(buf, pos, 'FetchRequest.forgotten_topics_data', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='FetchRequest.forgotten_topics_data')
+    if pos + 4 > _l:
+        raise truncated('FetchRequest.forgotten_topics_data', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('FetchRequest.forgotten_topics_data', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('FetchRequest.forgotten_topics_data', buf, pos, _c, 6)
     else:
         f_forgotten_topics_data = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ForgottenTopic_7(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return FetchRequest(None, f_replica_id, ReplicaState(), f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, f_topics, f_forgotten_topics_data, '', f_unknown_tags), pos
 
 def _d_FetchRequest_11(buf, pos):
-    if pos + 25 > len(buf):
+    _l = len(buf)
+    if pos + 25 > _l:
         raise truncated('FetchRequest.replica_id', buf, pos, 25)
-    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch = _S5.unpack_from(buf, pos)
+    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch = _S7.unpack_from(buf, pos)
     pos += 25
-    _n, pos = read_array_len(buf, pos, 'FetchRequest.topics', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='FetchRequest.topics')
+    if pos + 4 > _l:
+        raise truncated('FetchRequest.topics', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('FetchRequest.topics', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('FetchRequest.topics', buf, pos, _c, 6)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_FetchTopic_9(buf, pos)
             _lst.append(_e)
-    _n, pos = read_array_len(buf, pos, 'FetchRequest.forgotten_topics_data', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='FetchRequest.forgotten_topics_data')
+    if pos + 4 > _l:
+        raise truncated('FetchRequest.forgotten_topics_data', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('FetchRequest.forgotten_topics_data', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('FetchRequest.forgotten_topics_data', buf, pos, _c, 6)
     else:
         f_forgotten_topics_data = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ForgottenTopic_7(buf, pos)
             _lst.append(_e)
-    f_rack_id, pos = read_string(buf, pos, 'FetchRequest.rack_id')
+    if pos + 2 > _l:
+        raise truncated('FetchRequest.rack_id', buf, pos, 2)
+    (_n,) = _S2.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('FetchRequest.rack_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('FetchRequest.rack_id', buf, pos, _n, 1)
+        f_rack_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
     f_unknown_tags = None
     return FetchRequest(None, f_replica_id, ReplicaState(), f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, f_topics, f_forgotten_topics_data, f_rack_id, f_unknown_tags), pos
 
 def _d_FetchPartition_12(buf, pos):
-    if pos + 32 > len(buf):
+    _l = len(buf)
+    if pos + 32 > _l:
         raise truncated('FetchRequest.FetchPartition.partition', buf, pos, 32)
-    f_partition, f_current_leader_epoch, f_fetch_offset, f_last_fetched_epoch, f_log_start_offset, f_partition_max_bytes = _S7.unpack_from(buf, pos)
+    f_partition, f_current_leader_epoch, f_fetch_offset, f_last_fetched_epoch, f_log_start_offset, f_partition_max_bytes = _S9.unpack_from(buf, pos)
     pos += 32
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -339,16 +494,37 @@ def _d_FetchPartition_12(buf, pos):
     return FetchPartition(f_partition, f_current_leader_epoch, f_fetch_offset, f_last_fetched_epoch, f_log_start_offset, f_partition_max_bytes, ZERO_UUID, f_unknown_tags), pos
 
 def _d_FetchTopic_12(buf, pos):
-    f_topic, pos = read_compact_string(buf, pos, 'FetchRequest.FetchTopic.topic')
-    _n, pos = read_compact_array_len(buf, pos, 'FetchRequest.FetchTopic.partitions', 33)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'FetchRequest.FetchTopic.topic')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='FetchRequest.FetchTopic.partitions')
+        raise bad_length('FetchRequest.FetchTopic.topic', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('FetchRequest.FetchTopic.topic', buf, pos, _n, 1)
+        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'FetchRequest.FetchTopic.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('FetchRequest.FetchTopic.partitions', _c)
+    elif _c * 33 > _l - pos:
+        raise overrun('FetchRequest.FetchTopic.partitions', buf, pos, _c, 33)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_FetchPartition_12(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -361,14 +537,36 @@ def _d_FetchTopic_12(buf, pos):
     return FetchTopic(f_topic, ZERO_UUID, f_partitions, f_unknown_tags), pos
 
 def _d_ForgottenTopic_12(buf, pos):
-    f_topic, pos = read_compact_string(buf, pos, 'FetchRequest.ForgottenTopic.topic')
-    _n, pos = read_compact_array_len(buf, pos, 'FetchRequest.ForgottenTopic.partitions', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='FetchRequest.ForgottenTopic.partitions')
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
     else:
-        f_partitions = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    if pos < len(buf) and buf[pos] == 0:
+        _n, pos = read_uvarint(buf, pos, 'FetchRequest.ForgottenTopic.topic')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('FetchRequest.ForgottenTopic.topic', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('FetchRequest.ForgottenTopic.topic', buf, pos, _n, 1)
+        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'FetchRequest.ForgottenTopic.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('FetchRequest.ForgottenTopic.partitions', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('FetchRequest.ForgottenTopic.partitions', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_partitions = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -381,29 +579,57 @@ def _d_ForgottenTopic_12(buf, pos):
     return ForgottenTopic(f_topic, ZERO_UUID, f_partitions, f_unknown_tags), pos
 
 def _d_FetchRequest_12(buf, pos):
-    if pos + 25 > len(buf):
+    _l = len(buf)
+    if pos + 25 > _l:
         raise truncated('FetchRequest.replica_id', buf, pos, 25)
-    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch = _S5.unpack_from(buf, pos)
+    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch = _S7.unpack_from(buf, pos)
     pos += 25
-    _n, pos = read_compact_array_len(buf, pos, 'FetchRequest.topics', 3)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='FetchRequest.topics')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'FetchRequest.topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('FetchRequest.topics', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('FetchRequest.topics', buf, pos, _c, 3)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_FetchTopic_12(buf, pos)
             _lst.append(_e)
-    _n, pos = read_compact_array_len(buf, pos, 'FetchRequest.forgotten_topics_data', 3)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='FetchRequest.forgotten_topics_data')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'FetchRequest.forgotten_topics_data')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('FetchRequest.forgotten_topics_data', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('FetchRequest.forgotten_topics_data', buf, pos, _c, 3)
     else:
         f_forgotten_topics_data = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ForgottenTopic_12(buf, pos)
             _lst.append(_e)
-    f_rack_id, pos = read_compact_string(buf, pos, 'FetchRequest.rack_id')
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'FetchRequest.rack_id')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('FetchRequest.rack_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('FetchRequest.rack_id', buf, pos, _n, 1)
+        f_rack_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
     f_cluster_id = None
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -413,7 +639,22 @@ def _d_FetchRequest_12(buf, pos):
             if _tag == 0:
                 _sub = buf[:_end]
                 _p = _start
-                f_cluster_id, _p = read_compact_nullable_string(_sub, _p, 'FetchRequest.cluster_id')
+                if _p < len(_sub) and _sub[_p] < 0x80:
+                    _n = _sub[_p] - 1
+                    _p += 1
+                else:
+                    _n, _p = read_uvarint(_sub, _p, 'FetchRequest.cluster_id')
+                    _n -= 1
+                if _n < 0:
+                    if _n != -1:
+                        raise bad_length('FetchRequest.cluster_id', _n)
+                    f_cluster_id = None
+                else:
+                    _end = _p + _n
+                    if _end > len(_sub):
+                        raise overrun('FetchRequest.cluster_id', _sub, _p, _n, 1)
+                    f_cluster_id = str(_sub[_p:_end], 'utf-8', 'surrogateescape')
+                    _p = _end
                 if _p != _end:
                     raise DecodeError('tagged field size mismatch', field='FetchRequest.cluster_id')
             else:
@@ -423,20 +664,28 @@ def _d_FetchRequest_12(buf, pos):
     return FetchRequest(f_cluster_id, f_replica_id, ReplicaState(), f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, f_topics, f_forgotten_topics_data, f_rack_id, f_unknown_tags), pos
 
 def _d_FetchTopic_13(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('FetchRequest.FetchTopic.topic_id', buf, pos, 16)
-    (f_topic_id,) = _S8.unpack_from(buf, pos)
+    (f_topic_id,) = _S10.unpack_from(buf, pos)
     pos += 16
     f_topic_id = _UUID(bytes=f_topic_id)
-    _n, pos = read_compact_array_len(buf, pos, 'FetchRequest.FetchTopic.partitions', 33)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='FetchRequest.FetchTopic.partitions')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'FetchRequest.FetchTopic.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('FetchRequest.FetchTopic.partitions', _c)
+    elif _c * 33 > _l - pos:
+        raise overrun('FetchRequest.FetchTopic.partitions', buf, pos, _c, 33)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_FetchPartition_12(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -449,18 +698,27 @@ def _d_FetchTopic_13(buf, pos):
     return FetchTopic('', f_topic_id, f_partitions, f_unknown_tags), pos
 
 def _d_ForgottenTopic_13(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('FetchRequest.ForgottenTopic.topic_id', buf, pos, 16)
-    (f_topic_id,) = _S8.unpack_from(buf, pos)
+    (f_topic_id,) = _S10.unpack_from(buf, pos)
     pos += 16
     f_topic_id = _UUID(bytes=f_topic_id)
-    _n, pos = read_compact_array_len(buf, pos, 'FetchRequest.ForgottenTopic.partitions', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='FetchRequest.ForgottenTopic.partitions')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
     else:
-        f_partitions = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    if pos < len(buf) and buf[pos] == 0:
+        _c, pos = read_uvarint(buf, pos, 'FetchRequest.ForgottenTopic.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('FetchRequest.ForgottenTopic.partitions', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('FetchRequest.ForgottenTopic.partitions', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_partitions = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -473,29 +731,57 @@ def _d_ForgottenTopic_13(buf, pos):
     return ForgottenTopic('', f_topic_id, f_partitions, f_unknown_tags), pos
 
 def _d_FetchRequest_13(buf, pos):
-    if pos + 25 > len(buf):
+    _l = len(buf)
+    if pos + 25 > _l:
         raise truncated('FetchRequest.replica_id', buf, pos, 25)
-    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch = _S5.unpack_from(buf, pos)
+    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch = _S7.unpack_from(buf, pos)
     pos += 25
-    _n, pos = read_compact_array_len(buf, pos, 'FetchRequest.topics', 18)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='FetchRequest.topics')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'FetchRequest.topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('FetchRequest.topics', _c)
+    elif _c * 18 > _l - pos:
+        raise overrun('FetchRequest.topics', buf, pos, _c, 18)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_FetchTopic_13(buf, pos)
             _lst.append(_e)
-    _n, pos = read_compact_array_len(buf, pos, 'FetchRequest.forgotten_topics_data', 18)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='FetchRequest.forgotten_topics_data')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'FetchRequest.forgotten_topics_data')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('FetchRequest.forgotten_topics_data', _c)
+    elif _c * 18 > _l - pos:
+        raise overrun('FetchRequest.forgotten_topics_data', buf, pos, _c, 18)
     else:
         f_forgotten_topics_data = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ForgottenTopic_13(buf, pos)
             _lst.append(_e)
-    f_rack_id, pos = read_compact_string(buf, pos, 'FetchRequest.rack_id')
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'FetchRequest.rack_id')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('FetchRequest.rack_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('FetchRequest.rack_id', buf, pos, _n, 1)
+        f_rack_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
     f_cluster_id = None
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -505,7 +791,22 @@ def _d_FetchRequest_13(buf, pos):
             if _tag == 0:
                 _sub = buf[:_end]
                 _p = _start
-                f_cluster_id, _p = read_compact_nullable_string(_sub, _p, 'FetchRequest.cluster_id')
+                if _p < len(_sub) and _sub[_p] < 0x80:
+                    _n = _sub[_p] - 1
+                    _p += 1
+                else:
+                    _n, _p = read_uvarint(_sub, _p, 'FetchRequest.cluster_id')
+                    _n -= 1
+                if _n < 0:
+                    if _n != -1:
+                        raise bad_length('FetchRequest.cluster_id', _n)
+                    f_cluster_id = None
+                else:
+                    _end = _p + _n
+                    if _end > len(_sub):
+                        raise overrun('FetchRequest.cluster_id', _sub, _p, _n, 1)
+                    f_cluster_id = str(_sub[_p:_end], 'utf-8', 'surrogateescape')
+                    _p = _end
                 if _p != _end:
                     raise DecodeError('tagged field size mismatch', field='FetchRequest.cluster_id')
             else:
@@ -515,11 +816,12 @@ def _d_FetchRequest_13(buf, pos):
     return FetchRequest(f_cluster_id, f_replica_id, ReplicaState(), f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, f_topics, f_forgotten_topics_data, f_rack_id, f_unknown_tags), pos
 
 def _d_ReplicaState_15(buf, pos):
-    if pos + 12 > len(buf):
+    _l = len(buf)
+    if pos + 12 > _l:
         raise truncated('FetchRequest.ReplicaState.replica_id', buf, pos, 12)
-    f_replica_id, f_replica_epoch = _S10.unpack_from(buf, pos)
+    f_replica_id, f_replica_epoch = _S12.unpack_from(buf, pos)
     pos += 12
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -532,30 +834,58 @@ def _d_ReplicaState_15(buf, pos):
     return ReplicaState(f_replica_id, f_replica_epoch, f_unknown_tags), pos
 
 def _d_FetchRequest_15(buf, pos):
-    if pos + 21 > len(buf):
+    _l = len(buf)
+    if pos + 21 > _l:
         raise truncated('FetchRequest.max_wait_ms', buf, pos, 21)
-    f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch = _S9.unpack_from(buf, pos)
+    f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch = _S11.unpack_from(buf, pos)
     pos += 21
-    _n, pos = read_compact_array_len(buf, pos, 'FetchRequest.topics', 18)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='FetchRequest.topics')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'FetchRequest.topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('FetchRequest.topics', _c)
+    elif _c * 18 > _l - pos:
+        raise overrun('FetchRequest.topics', buf, pos, _c, 18)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_FetchTopic_13(buf, pos)
             _lst.append(_e)
-    _n, pos = read_compact_array_len(buf, pos, 'FetchRequest.forgotten_topics_data', 18)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='FetchRequest.forgotten_topics_data')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'FetchRequest.forgotten_topics_data')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('FetchRequest.forgotten_topics_data', _c)
+    elif _c * 18 > _l - pos:
+        raise overrun('FetchRequest.forgotten_topics_data', buf, pos, _c, 18)
     else:
         f_forgotten_topics_data = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ForgottenTopic_13(buf, pos)
             _lst.append(_e)
-    f_rack_id, pos = read_compact_string(buf, pos, 'FetchRequest.rack_id')
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'FetchRequest.rack_id')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('FetchRequest.rack_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('FetchRequest.rack_id', buf, pos, _n, 1)
+        f_rack_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
     f_cluster_id = None
     f_replica_state = ReplicaState()
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -565,7 +895,22 @@ def _d_FetchRequest_15(buf, pos):
             if _tag == 0:
                 _sub = buf[:_end]
                 _p = _start
-                f_cluster_id, _p = read_compact_nullable_string(_sub, _p, 'FetchRequest.cluster_id')
+                if _p < len(_sub) and _sub[_p] < 0x80:
+                    _n = _sub[_p] - 1
+                    _p += 1
+                else:
+                    _n, _p = read_uvarint(_sub, _p, 'FetchRequest.cluster_id')
+                    _n -= 1
+                if _n < 0:
+                    if _n != -1:
+                        raise bad_length('FetchRequest.cluster_id', _n)
+                    f_cluster_id = None
+                else:
+                    _end = _p + _n
+                    if _end > len(_sub):
+                        raise overrun('FetchRequest.cluster_id', _sub, _p, _n, 1)
+                    f_cluster_id = str(_sub[_p:_end], 'utf-8', 'surrogateescape')
+                    _p = _end
                 if _p != _end:
                     raise DecodeError('tagged field size mismatch', field='FetchRequest.cluster_id')
             elif _tag == 1:
@@ -581,12 +926,13 @@ def _d_FetchRequest_15(buf, pos):
     return FetchRequest(f_cluster_id, -1, f_replica_state, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, f_topics, f_forgotten_topics_data, f_rack_id, f_unknown_tags), pos
 
 def _d_FetchPartition_17(buf, pos):
-    if pos + 32 > len(buf):
+    _l = len(buf)
+    if pos + 32 > _l:
         raise truncated('FetchRequest.FetchPartition.partition', buf, pos, 32)
-    f_partition, f_current_leader_epoch, f_fetch_offset, f_last_fetched_epoch, f_log_start_offset, f_partition_max_bytes = _S7.unpack_from(buf, pos)
+    f_partition, f_current_leader_epoch, f_fetch_offset, f_last_fetched_epoch, f_log_start_offset, f_partition_max_bytes = _S9.unpack_from(buf, pos)
     pos += 32
     f_replica_directory_id = ZERO_UUID
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -598,7 +944,7 @@ def _d_FetchPartition_17(buf, pos):
                 _p = _start
                 if _p + 16 > len(_sub):
                     raise truncated('FetchRequest.FetchPartition.replica_directory_id', _sub, _p, 16)
-                (f_replica_directory_id,) = _S8.unpack_from(_sub, _p)
+                (f_replica_directory_id,) = _S10.unpack_from(_sub, _p)
                 _p += 16
                 f_replica_directory_id = _UUID(bytes=f_replica_directory_id)
                 if _p != _end:
@@ -610,20 +956,28 @@ def _d_FetchPartition_17(buf, pos):
     return FetchPartition(f_partition, f_current_leader_epoch, f_fetch_offset, f_last_fetched_epoch, f_log_start_offset, f_partition_max_bytes, f_replica_directory_id, f_unknown_tags), pos
 
 def _d_FetchTopic_17(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('FetchRequest.FetchTopic.topic_id', buf, pos, 16)
-    (f_topic_id,) = _S8.unpack_from(buf, pos)
+    (f_topic_id,) = _S10.unpack_from(buf, pos)
     pos += 16
     f_topic_id = _UUID(bytes=f_topic_id)
-    _n, pos = read_compact_array_len(buf, pos, 'FetchRequest.FetchTopic.partitions', 33)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='FetchRequest.FetchTopic.partitions')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'FetchRequest.FetchTopic.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('FetchRequest.FetchTopic.partitions', _c)
+    elif _c * 33 > _l - pos:
+        raise overrun('FetchRequest.FetchTopic.partitions', buf, pos, _c, 33)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_FetchPartition_17(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -636,30 +990,58 @@ def _d_FetchTopic_17(buf, pos):
     return FetchTopic('', f_topic_id, f_partitions, f_unknown_tags), pos
 
 def _d_FetchRequest_17(buf, pos):
-    if pos + 21 > len(buf):
+    _l = len(buf)
+    if pos + 21 > _l:
         raise truncated('FetchRequest.max_wait_ms', buf, pos, 21)
-    f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch = _S9.unpack_from(buf, pos)
+    f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch = _S11.unpack_from(buf, pos)
     pos += 21
-    _n, pos = read_compact_array_len(buf, pos, 'FetchRequest.topics', 18)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='FetchRequest.topics')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'FetchRequest.topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('FetchRequest.topics', _c)
+    elif _c * 18 > _l - pos:
+        raise overrun('FetchRequest.topics', buf, pos, _c, 18)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_FetchTopic_17(buf, pos)
             _lst.append(_e)
-    _n, pos = read_compact_array_len(buf, pos, 'FetchRequest.forgotten_topics_data', 18)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='FetchRequest.forgotten_topics_data')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'FetchRequest.forgotten_topics_data')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('FetchRequest.forgotten_topics_data', _c)
+    elif _c * 18 > _l - pos:
+        raise overrun('FetchRequest.forgotten_topics_data', buf, pos, _c, 18)
     else:
         f_forgotten_topics_data = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ForgottenTopic_13(buf, pos)
             _lst.append(_e)
-    f_rack_id, pos = read_compact_string(buf, pos, 'FetchRequest.rack_id')
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'FetchRequest.rack_id')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('FetchRequest.rack_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('FetchRequest.rack_id', buf, pos, _n, 1)
+        f_rack_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
     f_cluster_id = None
     f_replica_state = ReplicaState()
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -669,7 +1051,22 @@ def _d_FetchRequest_17(buf, pos):
             if _tag == 0:
                 _sub = buf[:_end]
                 _p = _start
-                f_cluster_id, _p = read_compact_nullable_string(_sub, _p, 'FetchRequest.cluster_id')
+                if _p < len(_sub) and _sub[_p] < 0x80:
+                    _n = _sub[_p] - 1
+                    _p += 1
+                else:
+                    _n, _p = read_uvarint(_sub, _p, 'FetchRequest.cluster_id')
+                    _n -= 1
+                if _n < 0:
+                    if _n != -1:
+                        raise bad_length('FetchRequest.cluster_id', _n)
+                    f_cluster_id = None
+                else:
+                    _end = _p + _n
+                    if _end > len(_sub):
+                        raise overrun('FetchRequest.cluster_id', _sub, _p, _n, 1)
+                    f_cluster_id = str(_sub[_p:_end], 'utf-8', 'surrogateescape')
+                    _p = _end
                 if _p != _end:
                     raise DecodeError('tagged field size mismatch', field='FetchRequest.cluster_id')
             elif _tag == 1:
@@ -685,114 +1082,166 @@ def _d_FetchRequest_17(buf, pos):
     return FetchRequest(f_cluster_id, -1, f_replica_state, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, f_topics, f_forgotten_topics_data, f_rack_id, f_unknown_tags), pos
 
 def _e_FetchPartition_0(o, out, chunks):
-    out += _S1.pack(o.partition, o.fetch_offset, o.partition_max_bytes)
+    out += _S3.pack(o.partition, o.fetch_offset, o.partition_max_bytes)
 
 def _e_FetchTopic_0(o, out, chunks):
-    write_string(out, o.topic)
+    _b = o.topic.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('FetchRequest.FetchTopic.topic', _n)
+    out += _S2.pack(_n)
+    out += _b
     _a = o.partitions
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_FetchPartition_0(_e, out, chunks)
 
 def _e_FetchRequest_0(o, out, chunks):
     out += _S0.pack(o.replica_id, o.max_wait_ms, o.min_bytes)
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_FetchTopic_0(_e, out, chunks)
 
 def _e_FetchRequest_3(o, out, chunks):
-    out += _S2.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes)
+    out += _S4.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes)
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_FetchTopic_0(_e, out, chunks)
 
 def _e_FetchRequest_4(o, out, chunks):
-    out += _S3.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level)
+    out += _S5.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level)
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_FetchTopic_0(_e, out, chunks)
 
 def _e_FetchPartition_5(o, out, chunks):
-    out += _S4.pack(o.partition, o.fetch_offset, o.log_start_offset, o.partition_max_bytes)
+    out += _S6.pack(o.partition, o.fetch_offset, o.log_start_offset, o.partition_max_bytes)
 
 def _e_FetchTopic_5(o, out, chunks):
-    write_string(out, o.topic)
+    _b = o.topic.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('FetchRequest.FetchTopic.topic', _n)
+    out += _S2.pack(_n)
+    out += _b
     _a = o.partitions
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_FetchPartition_5(_e, out, chunks)
 
 def _e_FetchRequest_5(o, out, chunks):
-    out += _S3.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level)
+    out += _S5.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level)
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_FetchTopic_5(_e, out, chunks)
 
 def _e_ForgottenTopic_7(o, out, chunks):
-    write_string(out, o.topic)
+    _b = o.topic.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('FetchRequest.ForgottenTopic.topic', _n)
+    out += _S2.pack(_n)
+    out += _b
     _a = o.partitions
-    write_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    out += _S1.pack(_c)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
 
 def _e_FetchRequest_7(o, out, chunks):
-    out += _S5.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
+    out += _S7.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_FetchTopic_5(_e, out, chunks)
     _a = o.forgotten_topics_data
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_ForgottenTopic_7(_e, out, chunks)
 
 def _e_FetchPartition_9(o, out, chunks):
-    out += _S6.pack(o.partition, o.current_leader_epoch, o.fetch_offset, o.log_start_offset, o.partition_max_bytes)
+    out += _S8.pack(o.partition, o.current_leader_epoch, o.fetch_offset, o.log_start_offset, o.partition_max_bytes)
 
 def _e_FetchTopic_9(o, out, chunks):
-    write_string(out, o.topic)
+    _b = o.topic.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('FetchRequest.FetchTopic.topic', _n)
+    out += _S2.pack(_n)
+    out += _b
     _a = o.partitions
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_FetchPartition_9(_e, out, chunks)
 
 def _e_FetchRequest_9(o, out, chunks):
-    out += _S5.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
+    out += _S7.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_FetchTopic_9(_e, out, chunks)
     _a = o.forgotten_topics_data
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_ForgottenTopic_7(_e, out, chunks)
 
 def _e_FetchRequest_11(o, out, chunks):
-    out += _S5.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
+    out += _S7.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_FetchTopic_9(_e, out, chunks)
     _a = o.forgotten_topics_data
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_ForgottenTopic_7(_e, out, chunks)
-    write_string(out, o.rack_id)
+    _b = o.rack_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('FetchRequest.rack_id', _n)
+    out += _S2.pack(_n)
+    out += _b
 
 def _e_FetchPartition_12(o, out, chunks):
-    out += _S7.pack(o.partition, o.current_leader_epoch, o.fetch_offset, o.last_fetched_epoch, o.log_start_offset, o.partition_max_bytes)
+    out += _S9.pack(o.partition, o.current_leader_epoch, o.fetch_offset, o.last_fetched_epoch, o.log_start_offset, o.partition_max_bytes)
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_FetchTopic_12(o, out, chunks):
-    write_compact_string(out, o.topic)
+    _b = o.topic.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('FetchRequest.FetchTopic.topic', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_FetchPartition_12(_e, out, chunks)
     if o.unknown_tags is None:
@@ -801,40 +1250,88 @@ def _e_FetchTopic_12(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_ForgottenTopic_12(o, out, chunks):
-    write_compact_string(out, o.topic)
+    _b = o.topic.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('FetchRequest.ForgottenTopic.topic', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_FetchRequest_12(o, out, chunks):
-    out += _S5.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
+    out += _S7.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
     _a = o.topics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_FetchTopic_12(_e, out, chunks)
     _a = o.forgotten_topics_data
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_ForgottenTopic_12(_e, out, chunks)
-    write_compact_string(out, o.rack_id)
-    _tags = list(o.unknown_tags) if o.unknown_tags else []
+    _b = o.rack_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('FetchRequest.rack_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _tags = None
     if o.cluster_id is not None:
         _t = bytearray()
-        write_compact_nullable_string(_t, o.cluster_id)
+        if o.cluster_id is None:
+            _t.append(0)
+        else:
+            _b = o.cluster_id.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('FetchRequest.cluster_id', _n)
+            if _n < 127:
+                _t.append(_n + 1)
+            else:
+                write_uvarint(_t, _n + 1)
+            _t += _b
+        if _tags is None:
+            _tags = []
         _tags.append((0, _t))
-    if _tags:
-        write_tags(out, _tags)
-    else:
+    if o.unknown_tags:
+        _tags = o.unknown_tags if _tags is None else _tags + o.unknown_tags
+    if _tags is None:
         out.append(0)
+    else:
+        write_tags(out, _tags)
 
 def _e_FetchTopic_13(o, out, chunks):
-    out += _S8.pack(o.topic_id.bytes)
+    out += _S10.pack(o.topic_id.bytes)
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_FetchPartition_12(_e, out, chunks)
     if o.unknown_tags is None:
@@ -843,84 +1340,161 @@ def _e_FetchTopic_13(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_ForgottenTopic_13(o, out, chunks):
-    out += _S8.pack(o.topic_id.bytes)
+    out += _S10.pack(o.topic_id.bytes)
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_FetchRequest_13(o, out, chunks):
-    out += _S5.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
+    out += _S7.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
     _a = o.topics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_FetchTopic_13(_e, out, chunks)
     _a = o.forgotten_topics_data
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_ForgottenTopic_13(_e, out, chunks)
-    write_compact_string(out, o.rack_id)
-    _tags = list(o.unknown_tags) if o.unknown_tags else []
+    _b = o.rack_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('FetchRequest.rack_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _tags = None
     if o.cluster_id is not None:
         _t = bytearray()
-        write_compact_nullable_string(_t, o.cluster_id)
+        if o.cluster_id is None:
+            _t.append(0)
+        else:
+            _b = o.cluster_id.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('FetchRequest.cluster_id', _n)
+            if _n < 127:
+                _t.append(_n + 1)
+            else:
+                write_uvarint(_t, _n + 1)
+            _t += _b
+        if _tags is None:
+            _tags = []
         _tags.append((0, _t))
-    if _tags:
-        write_tags(out, _tags)
-    else:
+    if o.unknown_tags:
+        _tags = o.unknown_tags if _tags is None else _tags + o.unknown_tags
+    if _tags is None:
         out.append(0)
+    else:
+        write_tags(out, _tags)
 
 def _e_ReplicaState_15(o, out, chunks):
-    out += _S10.pack(o.replica_id, o.replica_epoch)
+    out += _S12.pack(o.replica_id, o.replica_epoch)
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_FetchRequest_15(o, out, chunks):
-    out += _S9.pack(o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
+    out += _S11.pack(o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
     _a = o.topics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_FetchTopic_13(_e, out, chunks)
     _a = o.forgotten_topics_data
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_ForgottenTopic_13(_e, out, chunks)
-    write_compact_string(out, o.rack_id)
-    _tags = list(o.unknown_tags) if o.unknown_tags else []
+    _b = o.rack_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('FetchRequest.rack_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _tags = None
     if o.cluster_id is not None:
         _t = bytearray()
-        write_compact_nullable_string(_t, o.cluster_id)
+        if o.cluster_id is None:
+            _t.append(0)
+        else:
+            _b = o.cluster_id.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('FetchRequest.cluster_id', _n)
+            if _n < 127:
+                _t.append(_n + 1)
+            else:
+                write_uvarint(_t, _n + 1)
+            _t += _b
+        if _tags is None:
+            _tags = []
         _tags.append((0, _t))
-    if o.replica_state != _DEFAULT_ReplicaState:
+    if o.replica_state is None or not _isdef_ReplicaState(o.replica_state):
         _t = bytearray()
         _e_ReplicaState_15(o.replica_state, _t, chunks)
+        if _tags is None:
+            _tags = []
         _tags.append((1, _t))
-    if _tags:
-        write_tags(out, _tags)
-    else:
+    if o.unknown_tags:
+        _tags = o.unknown_tags if _tags is None else _tags + o.unknown_tags
+    if _tags is None:
         out.append(0)
+    else:
+        write_tags(out, _tags)
 
 def _e_FetchPartition_17(o, out, chunks):
-    out += _S7.pack(o.partition, o.current_leader_epoch, o.fetch_offset, o.last_fetched_epoch, o.log_start_offset, o.partition_max_bytes)
-    _tags = list(o.unknown_tags) if o.unknown_tags else []
+    out += _S9.pack(o.partition, o.current_leader_epoch, o.fetch_offset, o.last_fetched_epoch, o.log_start_offset, o.partition_max_bytes)
+    _tags = None
     if o.replica_directory_id != ZERO_UUID:
         _t = bytearray()
-        _t += _S8.pack(o.replica_directory_id.bytes)
+        _t += _S10.pack(o.replica_directory_id.bytes)
+        if _tags is None:
+            _tags = []
         _tags.append((0, _t))
-    if _tags:
-        write_tags(out, _tags)
-    else:
+    if o.unknown_tags:
+        _tags = o.unknown_tags if _tags is None else _tags + o.unknown_tags
+    if _tags is None:
         out.append(0)
+    else:
+        write_tags(out, _tags)
 
 def _e_FetchTopic_17(o, out, chunks):
-    out += _S8.pack(o.topic_id.bytes)
+    out += _S10.pack(o.topic_id.bytes)
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_FetchPartition_17(_e, out, chunks)
     if o.unknown_tags is None:
@@ -929,29 +1503,69 @@ def _e_FetchTopic_17(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_FetchRequest_17(o, out, chunks):
-    out += _S9.pack(o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
+    out += _S11.pack(o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
     _a = o.topics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_FetchTopic_17(_e, out, chunks)
     _a = o.forgotten_topics_data
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_ForgottenTopic_13(_e, out, chunks)
-    write_compact_string(out, o.rack_id)
-    _tags = list(o.unknown_tags) if o.unknown_tags else []
+    _b = o.rack_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('FetchRequest.rack_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _tags = None
     if o.cluster_id is not None:
         _t = bytearray()
-        write_compact_nullable_string(_t, o.cluster_id)
+        if o.cluster_id is None:
+            _t.append(0)
+        else:
+            _b = o.cluster_id.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('FetchRequest.cluster_id', _n)
+            if _n < 127:
+                _t.append(_n + 1)
+            else:
+                write_uvarint(_t, _n + 1)
+            _t += _b
+        if _tags is None:
+            _tags = []
         _tags.append((0, _t))
-    if o.replica_state != _DEFAULT_ReplicaState:
+    if o.replica_state is None or not _isdef_ReplicaState(o.replica_state):
         _t = bytearray()
         _e_ReplicaState_15(o.replica_state, _t, chunks)
+        if _tags is None:
+            _tags = []
         _tags.append((1, _t))
-    if _tags:
-        write_tags(out, _tags)
-    else:
+    if o.unknown_tags:
+        _tags = o.unknown_tags if _tags is None else _tags + o.unknown_tags
+    if _tags is None:
         out.append(0)
+    else:
+        write_tags(out, _tags)
+
+def _isdef_ReplicaState(o):
+    return (
+        o.replica_id == -1
+        and o.replica_epoch == -1
+        and not o.unknown_tags
+    )
 
 MESSAGE = FetchRequest
 MIN_VERSION = 0

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -118,243 +130,424 @@ FetchResponse.LeaderIdAndEpoch = LeaderIdAndEpoch
 FetchResponse.SnapshotId = SnapshotId
 FetchResponse.AbortedTransaction = AbortedTransaction
 FetchResponse.NodeEndpoint = NodeEndpoint
-_DEFAULT_EpochEndOffset = EpochEndOffset()
-_DEFAULT_LeaderIdAndEpoch = LeaderIdAndEpoch()
-_DEFAULT_SnapshotId = SnapshotId()
 
-_S0 = _Struct('>ihq')
-_S1 = _Struct('>i')
-_S2 = _Struct('>ihqq')
-_S3 = _Struct('>qq')
-_S4 = _Struct('>ihqqq')
-_S5 = _Struct('>ihi')
-_S6 = _Struct('>iq')
-_S7 = _Struct('>ii')
-_S8 = _Struct('>qi')
-_S9 = _Struct('>16s')
+_S0 = _Struct('>i')
+_S1 = _Struct('>h')
+_S2 = _Struct('>ihq')
+_S3 = _Struct('>ihqq')
+_S4 = _Struct('>qq')
+_S5 = _Struct('>ihqqq')
+_S6 = _Struct('>ihi')
+_S7 = _Struct('>iq')
+_S8 = _Struct('>ii')
+_S9 = _Struct('>qi')
+_S10 = _Struct('>16s')
 
 def _d_PartitionData_0(buf, pos):
-    if pos + 14 > len(buf):
+    _l = len(buf)
+    if pos + 14 > _l:
         raise truncated('FetchResponse.PartitionData.partition_index', buf, pos, 14)
-    f_partition_index, f_error_code, f_high_watermark = _S0.unpack_from(buf, pos)
+    f_partition_index, f_error_code, f_high_watermark = _S2.unpack_from(buf, pos)
     pos += 14
-    f_records, pos = read_records(buf, pos, 'FetchResponse.PartitionData.records')
+    if pos + 4 > _l:
+        raise truncated('FetchResponse.PartitionData.records', buf, pos, 4)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('FetchResponse.PartitionData.records', _n)
+        f_records = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('FetchResponse.PartitionData.records', buf, pos, _n, 1)
+        f_records = buf[pos:_end]
+        pos = _end
     f_unknown_tags = None
     return PartitionData(f_partition_index, f_error_code, f_high_watermark, -1, -1, EpochEndOffset(), LeaderIdAndEpoch(), SnapshotId(), [], -1, f_records, f_unknown_tags), pos
 
 def _d_FetchableTopicResponse_0(buf, pos):
-    f_topic, pos = read_string(buf, pos, 'FetchResponse.FetchableTopicResponse.topic')
-    _n, pos = read_array_len(buf, pos, 'FetchResponse.FetchableTopicResponse.partitions', 18)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('FetchResponse.FetchableTopicResponse.topic', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='FetchResponse.FetchableTopicResponse.partitions')
+        raise bad_length('FetchResponse.FetchableTopicResponse.topic', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('FetchResponse.FetchableTopicResponse.topic', buf, pos, _n, 1)
+        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('FetchResponse.FetchableTopicResponse.partitions', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('FetchResponse.FetchableTopicResponse.partitions', _c)
+    elif _c * 18 > _l - pos:
+        raise overrun('FetchResponse.FetchableTopicResponse.partitions', buf, pos, _c, 18)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_PartitionData_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return FetchableTopicResponse(f_topic, ZERO_UUID, f_partitions, f_unknown_tags), pos
 
 def _d_FetchResponse_0(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'FetchResponse.responses', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='FetchResponse.responses')
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('FetchResponse.responses', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('FetchResponse.responses', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('FetchResponse.responses', buf, pos, _c, 6)
     else:
         f_responses = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_FetchableTopicResponse_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return FetchResponse(0, 0, 0, f_responses, [], f_unknown_tags), pos
 
 def _d_FetchResponse_1(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('FetchResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S1.unpack_from(buf, pos)
+    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_array_len(buf, pos, 'FetchResponse.responses', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='FetchResponse.responses')
+    if pos + 4 > _l:
+        raise truncated('FetchResponse.responses', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('FetchResponse.responses', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('FetchResponse.responses', buf, pos, _c, 6)
     else:
         f_responses = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_FetchableTopicResponse_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return FetchResponse(f_throttle_time_ms, 0, 0, f_responses, [], f_unknown_tags), pos
 
 def _d_AbortedTransaction_4(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('FetchResponse.AbortedTransaction.producer_id', buf, pos, 16)
-    f_producer_id, f_first_offset = _S3.unpack_from(buf, pos)
+    f_producer_id, f_first_offset = _S4.unpack_from(buf, pos)
     pos += 16
     f_unknown_tags = None
     return AbortedTransaction(f_producer_id, f_first_offset, f_unknown_tags), pos
 
 def _d_PartitionData_4(buf, pos):
-    if pos + 22 > len(buf):
+    _l = len(buf)
+    if pos + 22 > _l:
         raise truncated('FetchResponse.PartitionData.partition_index', buf, pos, 22)
-    f_partition_index, f_error_code, f_high_watermark, f_last_stable_offset = _S2.unpack_from(buf, pos)
+    f_partition_index, f_error_code, f_high_watermark, f_last_stable_offset = _S3.unpack_from(buf, pos)
     pos += 22
-    _n, pos = read_array_len(buf, pos, 'FetchResponse.PartitionData.aborted_transactions', 16)
-    if _n < 0:
+    if pos + 4 > _l:
+        raise truncated('FetchResponse.PartitionData.aborted_transactions', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        if _c != -1:
+            raise bad_length('FetchResponse.PartitionData.aborted_transactions', _c)
         f_aborted_transactions = None
+    elif _c * 16 > _l - pos:
+        raise overrun('FetchResponse.PartitionData.aborted_transactions', buf, pos, _c, 16)
     else:
         f_aborted_transactions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_AbortedTransaction_4(buf, pos)
             _lst.append(_e)
-    f_records, pos = read_records(buf, pos, 'FetchResponse.PartitionData.records')
+    if pos + 4 > _l:
+        raise truncated('FetchResponse.PartitionData.records', buf, pos, 4)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('FetchResponse.PartitionData.records', _n)
+        f_records = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('FetchResponse.PartitionData.records', buf, pos, _n, 1)
+        f_records = buf[pos:_end]
+        pos = _end
     f_unknown_tags = None
     return PartitionData(f_partition_index, f_error_code, f_high_watermark, f_last_stable_offset, -1, EpochEndOffset(), LeaderIdAndEpoch(), SnapshotId(), f_aborted_transactions, -1, f_records, f_unknown_tags), pos
 
 def _d_FetchableTopicResponse_4(buf, pos):
-    f_topic, pos = read_string(buf, pos, 'FetchResponse.FetchableTopicResponse.topic')
-    _n, pos = read_array_len(buf, pos, 'FetchResponse.FetchableTopicResponse.partitions', 30)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('FetchResponse.FetchableTopicResponse.topic', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='FetchResponse.FetchableTopicResponse.partitions')
+        raise bad_length('FetchResponse.FetchableTopicResponse.topic', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('FetchResponse.FetchableTopicResponse.topic', buf, pos, _n, 1)
+        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('FetchResponse.FetchableTopicResponse.partitions', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('FetchResponse.FetchableTopicResponse.partitions', _c)
+    elif _c * 30 > _l - pos:
+        raise overrun('FetchResponse.FetchableTopicResponse.partitions', buf, pos, _c, 30)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_PartitionData_4(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return FetchableTopicResponse(f_topic, ZERO_UUID, f_partitions, f_unknown_tags), pos
 
 def _d_FetchResponse_4(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('FetchResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S1.unpack_from(buf, pos)
+    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_array_len(buf, pos, 'FetchResponse.responses', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='FetchResponse.responses')
+    if pos + 4 > _l:
+        raise truncated('FetchResponse.responses', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('FetchResponse.responses', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('FetchResponse.responses', buf, pos, _c, 6)
     else:
         f_responses = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_FetchableTopicResponse_4(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return FetchResponse(f_throttle_time_ms, 0, 0, f_responses, [], f_unknown_tags), pos
 
 def _d_PartitionData_5(buf, pos):
-    if pos + 30 > len(buf):
+    _l = len(buf)
+    if pos + 30 > _l:
         raise truncated('FetchResponse.PartitionData.partition_index', buf, pos, 30)
-    f_partition_index, f_error_code, f_high_watermark, f_last_stable_offset, f_log_start_offset = _S4.unpack_from(buf, pos)
+    f_partition_index, f_error_code, f_high_watermark, f_last_stable_offset, f_log_start_offset = _S5.unpack_from(buf, pos)
     pos += 30
-    _n, pos = read_array_len(buf, pos, 'FetchResponse.PartitionData.aborted_transactions', 16)
-    if _n < 0:
+    if pos + 4 > _l:
+        raise truncated('FetchResponse.PartitionData.aborted_transactions', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        if _c != -1:
+            raise bad_length('FetchResponse.PartitionData.aborted_transactions', _c)
         f_aborted_transactions = None
+    elif _c * 16 > _l - pos:
+        raise overrun('FetchResponse.PartitionData.aborted_transactions', buf, pos, _c, 16)
     else:
         f_aborted_transactions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_AbortedTransaction_4(buf, pos)
             _lst.append(_e)
-    f_records, pos = read_records(buf, pos, 'FetchResponse.PartitionData.records')
+    if pos + 4 > _l:
+        raise truncated('FetchResponse.PartitionData.records', buf, pos, 4)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('FetchResponse.PartitionData.records', _n)
+        f_records = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('FetchResponse.PartitionData.records', buf, pos, _n, 1)
+        f_records = buf[pos:_end]
+        pos = _end
     f_unknown_tags = None
     return PartitionData(f_partition_index, f_error_code, f_high_watermark, f_last_stable_offset, f_log_start_offset, EpochEndOffset(), LeaderIdAndEpoch(), SnapshotId(), f_aborted_transactions, -1, f_records, f_unknown_tags), pos
 
 def _d_FetchableTopicResponse_5(buf, pos):
-    f_topic, pos = read_string(buf, pos, 'FetchResponse.FetchableTopicResponse.topic')
-    _n, pos = read_array_len(buf, pos, 'FetchResponse.FetchableTopicResponse.partitions', 38)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('FetchResponse.FetchableTopicResponse.topic', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='FetchResponse.FetchableTopicResponse.partitions')
+        raise bad_length('FetchResponse.FetchableTopicResponse.topic', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('FetchResponse.FetchableTopicResponse.topic', buf, pos, _n, 1)
+        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('FetchResponse.FetchableTopicResponse.partitions', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('FetchResponse.FetchableTopicResponse.partitions', _c)
+    elif _c * 38 > _l - pos:
+        raise overrun('FetchResponse.FetchableTopicResponse.partitions', buf, pos, _c, 38)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_PartitionData_5(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return FetchableTopicResponse(f_topic, ZERO_UUID, f_partitions, f_unknown_tags), pos
 
 def _d_FetchResponse_5(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('FetchResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S1.unpack_from(buf, pos)
+    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_array_len(buf, pos, 'FetchResponse.responses', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='FetchResponse.responses')
+    if pos + 4 > _l:
+        raise truncated('FetchResponse.responses', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('FetchResponse.responses', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('FetchResponse.responses', buf, pos, _c, 6)
     else:
         f_responses = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_FetchableTopicResponse_5(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return FetchResponse(f_throttle_time_ms, 0, 0, f_responses, [], f_unknown_tags), pos
 
 def _d_FetchResponse_7(buf, pos):
-    if pos + 10 > len(buf):
+    _l = len(buf)
+    if pos + 10 > _l:
         raise truncated('FetchResponse.throttle_time_ms', buf, pos, 10)
-    f_throttle_time_ms, f_error_code, f_session_id = _S5.unpack_from(buf, pos)
+    f_throttle_time_ms, f_error_code, f_session_id = _S6.unpack_from(buf, pos)
     pos += 10
-    _n, pos = read_array_len(buf, pos, 'FetchResponse.responses', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='FetchResponse.responses')
+    if pos + 4 > _l:
+        raise truncated('FetchResponse.responses', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('FetchResponse.responses', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('FetchResponse.responses', buf, pos, _c, 6)
     else:
         f_responses = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_FetchableTopicResponse_5(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return FetchResponse(f_throttle_time_ms, f_error_code, f_session_id, f_responses, [], f_unknown_tags), pos
 
 def _d_PartitionData_11(buf, pos):
-    if pos + 30 > len(buf):
+    _l = len(buf)
+    if pos + 30 > _l:
         raise truncated('FetchResponse.PartitionData.partition_index', buf, pos, 30)
-    f_partition_index, f_error_code, f_high_watermark, f_last_stable_offset, f_log_start_offset = _S4.unpack_from(buf, pos)
+    f_partition_index, f_error_code, f_high_watermark, f_last_stable_offset, f_log_start_offset = _S5.unpack_from(buf, pos)
     pos += 30
-    _n, pos = read_array_len(buf, pos, 'FetchResponse.PartitionData.aborted_transactions', 16)
-    if _n < 0:
+    if pos + 4 > _l:
+        raise truncated('FetchResponse.PartitionData.aborted_transactions', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        if _c != -1:
+            raise bad_length('FetchResponse.PartitionData.aborted_transactions', _c)
         f_aborted_transactions = None
+    elif _c * 16 > _l - pos:
+        raise overrun('FetchResponse.PartitionData.aborted_transactions', buf, pos, _c, 16)
     else:
         f_aborted_transactions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_AbortedTransaction_4(buf, pos)
             _lst.append(_e)
-    if pos + 4 > len(buf):
+    if pos + 4 > _l:
         raise truncated('FetchResponse.PartitionData.preferred_read_replica', buf, pos, 4)
-    (f_preferred_read_replica,) = _S1.unpack_from(buf, pos)
+    (f_preferred_read_replica,) = _S0.unpack_from(buf, pos)
     pos += 4
-    f_records, pos = read_records(buf, pos, 'FetchResponse.PartitionData.records')
+    if pos + 4 > _l:
+        raise truncated('FetchResponse.PartitionData.records', buf, pos, 4)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('FetchResponse.PartitionData.records', _n)
+        f_records = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('FetchResponse.PartitionData.records', buf, pos, _n, 1)
+        f_records = buf[pos:_end]
+        pos = _end
     f_unknown_tags = None
     return PartitionData(f_partition_index, f_error_code, f_high_watermark, f_last_stable_offset, f_log_start_offset, EpochEndOffset(), LeaderIdAndEpoch(), SnapshotId(), f_aborted_transactions, f_preferred_read_replica, f_records, f_unknown_tags), pos
 
 def _d_FetchableTopicResponse_11(buf, pos):
-    f_topic, pos = read_string(buf, pos, 'FetchResponse.FetchableTopicResponse.topic')
-    _n, pos = read_array_len(buf, pos, 'FetchResponse.FetchableTopicResponse.partitions', 42)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('FetchResponse.FetchableTopicResponse.topic', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='FetchResponse.FetchableTopicResponse.partitions')
+        raise bad_length('FetchResponse.FetchableTopicResponse.topic', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('FetchResponse.FetchableTopicResponse.topic', buf, pos, _n, 1)
+        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('FetchResponse.FetchableTopicResponse.partitions', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('FetchResponse.FetchableTopicResponse.partitions', _c)
+    elif _c * 42 > _l - pos:
+        raise overrun('FetchResponse.FetchableTopicResponse.partitions', buf, pos, _c, 42)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_PartitionData_11(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return FetchableTopicResponse(f_topic, ZERO_UUID, f_partitions, f_unknown_tags), pos
 
 def _d_FetchResponse_11(buf, pos):
-    if pos + 10 > len(buf):
+    _l = len(buf)
+    if pos + 10 > _l:
         raise truncated('FetchResponse.throttle_time_ms', buf, pos, 10)
-    f_throttle_time_ms, f_error_code, f_session_id = _S5.unpack_from(buf, pos)
+    f_throttle_time_ms, f_error_code, f_session_id = _S6.unpack_from(buf, pos)
     pos += 10
-    _n, pos = read_array_len(buf, pos, 'FetchResponse.responses', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='FetchResponse.responses')
+    if pos + 4 > _l:
+        raise truncated('FetchResponse.responses', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('FetchResponse.responses', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('FetchResponse.responses', buf, pos, _c, 6)
     else:
         f_responses = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_FetchableTopicResponse_11(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return FetchResponse(f_throttle_time_ms, f_error_code, f_session_id, f_responses, [], f_unknown_tags), pos
 
 def _d_AbortedTransaction_12(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('FetchResponse.AbortedTransaction.producer_id', buf, pos, 16)
-    f_producer_id, f_first_offset = _S3.unpack_from(buf, pos)
+    f_producer_id, f_first_offset = _S4.unpack_from(buf, pos)
     pos += 16
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -367,11 +560,12 @@ def _d_AbortedTransaction_12(buf, pos):
     return AbortedTransaction(f_producer_id, f_first_offset, f_unknown_tags), pos
 
 def _d_EpochEndOffset_12(buf, pos):
-    if pos + 12 > len(buf):
+    _l = len(buf)
+    if pos + 12 > _l:
         raise truncated('FetchResponse.EpochEndOffset.epoch', buf, pos, 12)
-    f_epoch, f_end_offset = _S6.unpack_from(buf, pos)
+    f_epoch, f_end_offset = _S7.unpack_from(buf, pos)
     pos += 12
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -384,11 +578,12 @@ def _d_EpochEndOffset_12(buf, pos):
     return EpochEndOffset(f_epoch, f_end_offset, f_unknown_tags), pos
 
 def _d_LeaderIdAndEpoch_12(buf, pos):
-    if pos + 8 > len(buf):
+    _l = len(buf)
+    if pos + 8 > _l:
         raise truncated('FetchResponse.LeaderIdAndEpoch.leader_id', buf, pos, 8)
-    f_leader_id, f_leader_epoch = _S7.unpack_from(buf, pos)
+    f_leader_id, f_leader_epoch = _S8.unpack_from(buf, pos)
     pos += 8
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -401,11 +596,12 @@ def _d_LeaderIdAndEpoch_12(buf, pos):
     return LeaderIdAndEpoch(f_leader_id, f_leader_epoch, f_unknown_tags), pos
 
 def _d_SnapshotId_12(buf, pos):
-    if pos + 12 > len(buf):
+    _l = len(buf)
+    if pos + 12 > _l:
         raise truncated('FetchResponse.SnapshotId.end_offset', buf, pos, 12)
-    f_end_offset, f_epoch = _S8.unpack_from(buf, pos)
+    f_end_offset, f_epoch = _S9.unpack_from(buf, pos)
     pos += 12
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -418,27 +614,52 @@ def _d_SnapshotId_12(buf, pos):
     return SnapshotId(f_end_offset, f_epoch, f_unknown_tags), pos
 
 def _d_PartitionData_12(buf, pos):
-    if pos + 30 > len(buf):
+    _l = len(buf)
+    if pos + 30 > _l:
         raise truncated('FetchResponse.PartitionData.partition_index', buf, pos, 30)
-    f_partition_index, f_error_code, f_high_watermark, f_last_stable_offset, f_log_start_offset = _S4.unpack_from(buf, pos)
+    f_partition_index, f_error_code, f_high_watermark, f_last_stable_offset, f_log_start_offset = _S5.unpack_from(buf, pos)
     pos += 30
-    _n, pos = read_compact_array_len(buf, pos, 'FetchResponse.PartitionData.aborted_transactions', 17)
-    if _n < 0:
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'FetchResponse.PartitionData.aborted_transactions')
+        _c -= 1
+    if _c < 0:
+        if _c != -1:
+            raise bad_length('FetchResponse.PartitionData.aborted_transactions', _c)
         f_aborted_transactions = None
+    elif _c * 17 > _l - pos:
+        raise overrun('FetchResponse.PartitionData.aborted_transactions', buf, pos, _c, 17)
     else:
         f_aborted_transactions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_AbortedTransaction_12(buf, pos)
             _lst.append(_e)
-    if pos + 4 > len(buf):
+    if pos + 4 > _l:
         raise truncated('FetchResponse.PartitionData.preferred_read_replica', buf, pos, 4)
-    (f_preferred_read_replica,) = _S1.unpack_from(buf, pos)
+    (f_preferred_read_replica,) = _S0.unpack_from(buf, pos)
     pos += 4
-    f_records, pos = read_compact_records(buf, pos, 'FetchResponse.PartitionData.records')
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'FetchResponse.PartitionData.records')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('FetchResponse.PartitionData.records', _n)
+        f_records = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('FetchResponse.PartitionData.records', buf, pos, _n, 1)
+        f_records = buf[pos:_end]
+        pos = _end
     f_diverging_epoch = EpochEndOffset()
     f_current_leader = LeaderIdAndEpoch()
     f_snapshot_id = SnapshotId()
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -470,16 +691,37 @@ def _d_PartitionData_12(buf, pos):
     return PartitionData(f_partition_index, f_error_code, f_high_watermark, f_last_stable_offset, f_log_start_offset, f_diverging_epoch, f_current_leader, f_snapshot_id, f_aborted_transactions, f_preferred_read_replica, f_records, f_unknown_tags), pos
 
 def _d_FetchableTopicResponse_12(buf, pos):
-    f_topic, pos = read_compact_string(buf, pos, 'FetchResponse.FetchableTopicResponse.topic')
-    _n, pos = read_compact_array_len(buf, pos, 'FetchResponse.FetchableTopicResponse.partitions', 37)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'FetchResponse.FetchableTopicResponse.topic')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='FetchResponse.FetchableTopicResponse.partitions')
+        raise bad_length('FetchResponse.FetchableTopicResponse.topic', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('FetchResponse.FetchableTopicResponse.topic', buf, pos, _n, 1)
+        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'FetchResponse.FetchableTopicResponse.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('FetchResponse.FetchableTopicResponse.partitions', _c)
+    elif _c * 37 > _l - pos:
+        raise overrun('FetchResponse.FetchableTopicResponse.partitions', buf, pos, _c, 37)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_PartitionData_12(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -492,19 +734,27 @@ def _d_FetchableTopicResponse_12(buf, pos):
     return FetchableTopicResponse(f_topic, ZERO_UUID, f_partitions, f_unknown_tags), pos
 
 def _d_FetchResponse_12(buf, pos):
-    if pos + 10 > len(buf):
+    _l = len(buf)
+    if pos + 10 > _l:
         raise truncated('FetchResponse.throttle_time_ms', buf, pos, 10)
-    f_throttle_time_ms, f_error_code, f_session_id = _S5.unpack_from(buf, pos)
+    f_throttle_time_ms, f_error_code, f_session_id = _S6.unpack_from(buf, pos)
     pos += 10
-    _n, pos = read_compact_array_len(buf, pos, 'FetchResponse.responses', 3)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='FetchResponse.responses')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'FetchResponse.responses')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('FetchResponse.responses', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('FetchResponse.responses', buf, pos, _c, 3)
     else:
         f_responses = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_FetchableTopicResponse_12(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -517,20 +767,28 @@ def _d_FetchResponse_12(buf, pos):
     return FetchResponse(f_throttle_time_ms, f_error_code, f_session_id, f_responses, [], f_unknown_tags), pos
 
 def _d_FetchableTopicResponse_13(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('FetchResponse.FetchableTopicResponse.topic_id', buf, pos, 16)
-    (f_topic_id,) = _S9.unpack_from(buf, pos)
+    (f_topic_id,) = _S10.unpack_from(buf, pos)
     pos += 16
     f_topic_id = _UUID(bytes=f_topic_id)
-    _n, pos = read_compact_array_len(buf, pos, 'FetchResponse.FetchableTopicResponse.partitions', 37)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='FetchResponse.FetchableTopicResponse.partitions')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'FetchResponse.FetchableTopicResponse.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('FetchResponse.FetchableTopicResponse.partitions', _c)
+    elif _c * 37 > _l - pos:
+        raise overrun('FetchResponse.FetchableTopicResponse.partitions', buf, pos, _c, 37)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_PartitionData_12(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -543,19 +801,27 @@ def _d_FetchableTopicResponse_13(buf, pos):
     return FetchableTopicResponse('', f_topic_id, f_partitions, f_unknown_tags), pos
 
 def _d_FetchResponse_13(buf, pos):
-    if pos + 10 > len(buf):
+    _l = len(buf)
+    if pos + 10 > _l:
         raise truncated('FetchResponse.throttle_time_ms', buf, pos, 10)
-    f_throttle_time_ms, f_error_code, f_session_id = _S5.unpack_from(buf, pos)
+    f_throttle_time_ms, f_error_code, f_session_id = _S6.unpack_from(buf, pos)
     pos += 10
-    _n, pos = read_compact_array_len(buf, pos, 'FetchResponse.responses', 18)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='FetchResponse.responses')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'FetchResponse.responses')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('FetchResponse.responses', _c)
+    elif _c * 18 > _l - pos:
+        raise overrun('FetchResponse.responses', buf, pos, _c, 18)
     else:
         f_responses = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_FetchableTopicResponse_13(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -568,17 +834,46 @@ def _d_FetchResponse_13(buf, pos):
     return FetchResponse(f_throttle_time_ms, f_error_code, f_session_id, f_responses, [], f_unknown_tags), pos
 
 def _d_NodeEndpoint_16(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('FetchResponse.NodeEndpoint.node_id', buf, pos, 4)
-    (f_node_id,) = _S1.unpack_from(buf, pos)
+    (f_node_id,) = _S0.unpack_from(buf, pos)
     pos += 4
-    f_host, pos = read_compact_string(buf, pos, 'FetchResponse.NodeEndpoint.host')
-    if pos + 4 > len(buf):
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'FetchResponse.NodeEndpoint.host')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('FetchResponse.NodeEndpoint.host', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('FetchResponse.NodeEndpoint.host', buf, pos, _n, 1)
+        f_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('FetchResponse.NodeEndpoint.port', buf, pos, 4)
-    (f_port,) = _S1.unpack_from(buf, pos)
+    (f_port,) = _S0.unpack_from(buf, pos)
     pos += 4
-    f_rack, pos = read_compact_nullable_string(buf, pos, 'FetchResponse.NodeEndpoint.rack')
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'FetchResponse.NodeEndpoint.rack')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('FetchResponse.NodeEndpoint.rack', _n)
+        f_rack = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('FetchResponse.NodeEndpoint.rack', buf, pos, _n, 1)
+        f_rack = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -591,20 +886,28 @@ def _d_NodeEndpoint_16(buf, pos):
     return NodeEndpoint(f_node_id, f_host, f_port, f_rack, f_unknown_tags), pos
 
 def _d_FetchResponse_16(buf, pos):
-    if pos + 10 > len(buf):
+    _l = len(buf)
+    if pos + 10 > _l:
         raise truncated('FetchResponse.throttle_time_ms', buf, pos, 10)
-    f_throttle_time_ms, f_error_code, f_session_id = _S5.unpack_from(buf, pos)
+    f_throttle_time_ms, f_error_code, f_session_id = _S6.unpack_from(buf, pos)
     pos += 10
-    _n, pos = read_compact_array_len(buf, pos, 'FetchResponse.responses', 18)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='FetchResponse.responses')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'FetchResponse.responses')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('FetchResponse.responses', _c)
+    elif _c * 18 > _l - pos:
+        raise overrun('FetchResponse.responses', buf, pos, _c, 18)
     else:
         f_responses = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_FetchableTopicResponse_13(buf, pos)
             _lst.append(_e)
     f_node_endpoints = []
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -614,12 +917,19 @@ def _d_FetchResponse_16(buf, pos):
             if _tag == 0:
                 _sub = buf[:_end]
                 _p = _start
-                _n, _p = read_compact_array_len(_sub, _p, 'FetchResponse.node_endpoints', 11)
-                if _n < 0:
-                    raise DecodeError('null array where none is allowed', field='FetchResponse.node_endpoints')
+                if _p < len(_sub) and _sub[_p] < 0x80:
+                    _c = _sub[_p] - 1
+                    _p += 1
+                else:
+                    _c, _p = read_uvarint(_sub, _p, 'FetchResponse.node_endpoints')
+                    _c -= 1
+                if _c < 0:
+                    raise bad_length('FetchResponse.node_endpoints', _c)
+                elif _c * 11 > len(_sub) - _p:
+                    raise overrun('FetchResponse.node_endpoints', _sub, _p, _c, 11)
                 else:
                     f_node_endpoints = _lst = []
-                    for _ in range(_n):
+                    for _ in range(_c):
                         _e, _p = _d_NodeEndpoint_16(_sub, _p)
                         _lst.append(_e)
                 if _p != _end:
@@ -631,176 +941,233 @@ def _d_FetchResponse_16(buf, pos):
     return FetchResponse(f_throttle_time_ms, f_error_code, f_session_id, f_responses, f_node_endpoints, f_unknown_tags), pos
 
 def _e_PartitionData_0(o, out, chunks):
-    out += _S0.pack(o.partition_index, o.error_code, o.high_watermark)
+    out += _S2.pack(o.partition_index, o.error_code, o.high_watermark)
     write_records(out, chunks, o.records)
 
 def _e_FetchableTopicResponse_0(o, out, chunks):
-    write_string(out, o.topic)
+    _b = o.topic.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('FetchResponse.FetchableTopicResponse.topic', _n)
+    out += _S1.pack(_n)
+    out += _b
     _a = o.partitions
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_PartitionData_0(_e, out, chunks)
 
 def _e_FetchResponse_0(o, out, chunks):
     _a = o.responses
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_FetchableTopicResponse_0(_e, out, chunks)
 
 def _e_FetchResponse_1(o, out, chunks):
-    out += _S1.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _a = o.responses
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_FetchableTopicResponse_0(_e, out, chunks)
 
 def _e_AbortedTransaction_4(o, out, chunks):
-    out += _S3.pack(o.producer_id, o.first_offset)
+    out += _S4.pack(o.producer_id, o.first_offset)
 
 def _e_PartitionData_4(o, out, chunks):
-    out += _S2.pack(o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset)
+    out += _S3.pack(o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset)
     _a = o.aborted_transactions
     if _a is None:
         out += b'\xff\xff\xff\xff'
     else:
-        write_array_len(out, len(_a))
+        _c = len(_a)
+        out += _S0.pack(_c)
         for _e in _a:
             _e_AbortedTransaction_4(_e, out, chunks)
     write_records(out, chunks, o.records)
 
 def _e_FetchableTopicResponse_4(o, out, chunks):
-    write_string(out, o.topic)
+    _b = o.topic.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('FetchResponse.FetchableTopicResponse.topic', _n)
+    out += _S1.pack(_n)
+    out += _b
     _a = o.partitions
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_PartitionData_4(_e, out, chunks)
 
 def _e_FetchResponse_4(o, out, chunks):
-    out += _S1.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _a = o.responses
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_FetchableTopicResponse_4(_e, out, chunks)
 
 def _e_PartitionData_5(o, out, chunks):
-    out += _S4.pack(o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset, o.log_start_offset)
+    out += _S5.pack(o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset, o.log_start_offset)
     _a = o.aborted_transactions
     if _a is None:
         out += b'\xff\xff\xff\xff'
     else:
-        write_array_len(out, len(_a))
+        _c = len(_a)
+        out += _S0.pack(_c)
         for _e in _a:
             _e_AbortedTransaction_4(_e, out, chunks)
     write_records(out, chunks, o.records)
 
 def _e_FetchableTopicResponse_5(o, out, chunks):
-    write_string(out, o.topic)
+    _b = o.topic.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('FetchResponse.FetchableTopicResponse.topic', _n)
+    out += _S1.pack(_n)
+    out += _b
     _a = o.partitions
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_PartitionData_5(_e, out, chunks)
 
 def _e_FetchResponse_5(o, out, chunks):
-    out += _S1.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _a = o.responses
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_FetchableTopicResponse_5(_e, out, chunks)
 
 def _e_FetchResponse_7(o, out, chunks):
-    out += _S5.pack(o.throttle_time_ms, o.error_code, o.session_id)
+    out += _S6.pack(o.throttle_time_ms, o.error_code, o.session_id)
     _a = o.responses
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_FetchableTopicResponse_5(_e, out, chunks)
 
 def _e_PartitionData_11(o, out, chunks):
-    out += _S4.pack(o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset, o.log_start_offset)
+    out += _S5.pack(o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset, o.log_start_offset)
     _a = o.aborted_transactions
     if _a is None:
         out += b'\xff\xff\xff\xff'
     else:
-        write_array_len(out, len(_a))
+        _c = len(_a)
+        out += _S0.pack(_c)
         for _e in _a:
             _e_AbortedTransaction_4(_e, out, chunks)
-    out += _S1.pack(o.preferred_read_replica)
+    out += _S0.pack(o.preferred_read_replica)
     write_records(out, chunks, o.records)
 
 def _e_FetchableTopicResponse_11(o, out, chunks):
-    write_string(out, o.topic)
+    _b = o.topic.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('FetchResponse.FetchableTopicResponse.topic', _n)
+    out += _S1.pack(_n)
+    out += _b
     _a = o.partitions
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_PartitionData_11(_e, out, chunks)
 
 def _e_FetchResponse_11(o, out, chunks):
-    out += _S5.pack(o.throttle_time_ms, o.error_code, o.session_id)
+    out += _S6.pack(o.throttle_time_ms, o.error_code, o.session_id)
     _a = o.responses
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_FetchableTopicResponse_11(_e, out, chunks)
 
 def _e_AbortedTransaction_12(o, out, chunks):
-    out += _S3.pack(o.producer_id, o.first_offset)
+    out += _S4.pack(o.producer_id, o.first_offset)
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_EpochEndOffset_12(o, out, chunks):
-    out += _S6.pack(o.epoch, o.end_offset)
+    out += _S7.pack(o.epoch, o.end_offset)
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_LeaderIdAndEpoch_12(o, out, chunks):
-    out += _S7.pack(o.leader_id, o.leader_epoch)
+    out += _S8.pack(o.leader_id, o.leader_epoch)
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_SnapshotId_12(o, out, chunks):
-    out += _S8.pack(o.end_offset, o.epoch)
+    out += _S9.pack(o.end_offset, o.epoch)
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_PartitionData_12(o, out, chunks):
-    out += _S4.pack(o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset, o.log_start_offset)
+    out += _S5.pack(o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset, o.log_start_offset)
     _a = o.aborted_transactions
     if _a is None:
         out.append(0)
     else:
-        write_compact_array_len(out, len(_a))
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
         for _e in _a:
             _e_AbortedTransaction_12(_e, out, chunks)
-    out += _S1.pack(o.preferred_read_replica)
+    out += _S0.pack(o.preferred_read_replica)
     write_compact_records(out, chunks, o.records)
-    _tags = list(o.unknown_tags) if o.unknown_tags else []
-    if o.diverging_epoch != _DEFAULT_EpochEndOffset:
+    _tags = None
+    if o.diverging_epoch is None or not _isdef_EpochEndOffset(o.diverging_epoch):
         _t = bytearray()
         _e_EpochEndOffset_12(o.diverging_epoch, _t, chunks)
+        if _tags is None:
+            _tags = []
         _tags.append((0, _t))
-    if o.current_leader != _DEFAULT_LeaderIdAndEpoch:
+    if o.current_leader is None or not _isdef_LeaderIdAndEpoch(o.current_leader):
         _t = bytearray()
         _e_LeaderIdAndEpoch_12(o.current_leader, _t, chunks)
+        if _tags is None:
+            _tags = []
         _tags.append((1, _t))
-    if o.snapshot_id != _DEFAULT_SnapshotId:
+    if o.snapshot_id is None or not _isdef_SnapshotId(o.snapshot_id):
         _t = bytearray()
         _e_SnapshotId_12(o.snapshot_id, _t, chunks)
+        if _tags is None:
+            _tags = []
         _tags.append((2, _t))
-    if _tags:
-        write_tags(out, _tags)
-    else:
+    if o.unknown_tags:
+        _tags = o.unknown_tags if _tags is None else _tags + o.unknown_tags
+    if _tags is None:
         out.append(0)
+    else:
+        write_tags(out, _tags)
 
 def _e_FetchableTopicResponse_12(o, out, chunks):
-    write_compact_string(out, o.topic)
+    _b = o.topic.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('FetchResponse.FetchableTopicResponse.topic', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_PartitionData_12(_e, out, chunks)
     if o.unknown_tags is None:
@@ -809,9 +1176,13 @@ def _e_FetchableTopicResponse_12(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_FetchResponse_12(o, out, chunks):
-    out += _S5.pack(o.throttle_time_ms, o.error_code, o.session_id)
+    out += _S6.pack(o.throttle_time_ms, o.error_code, o.session_id)
     _a = o.responses
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_FetchableTopicResponse_12(_e, out, chunks)
     if o.unknown_tags is None:
@@ -820,9 +1191,13 @@ def _e_FetchResponse_12(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_FetchableTopicResponse_13(o, out, chunks):
-    out += _S9.pack(o.topic_id.bytes)
+    out += _S10.pack(o.topic_id.bytes)
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_PartitionData_12(_e, out, chunks)
     if o.unknown_tags is None:
@@ -831,9 +1206,13 @@ def _e_FetchableTopicResponse_13(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_FetchResponse_13(o, out, chunks):
-    out += _S5.pack(o.throttle_time_ms, o.error_code, o.session_id)
+    out += _S6.pack(o.throttle_time_ms, o.error_code, o.session_id)
     _a = o.responses
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_FetchableTopicResponse_13(_e, out, chunks)
     if o.unknown_tags is None:
@@ -842,33 +1221,85 @@ def _e_FetchResponse_13(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_NodeEndpoint_16(o, out, chunks):
-    out += _S1.pack(o.node_id)
-    write_compact_string(out, o.host)
-    out += _S1.pack(o.port)
-    write_compact_nullable_string(out, o.rack)
+    out += _S0.pack(o.node_id)
+    _b = o.host.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('FetchResponse.NodeEndpoint.host', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    out += _S0.pack(o.port)
+    if o.rack is None:
+        out.append(0)
+    else:
+        _b = o.rack.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('FetchResponse.NodeEndpoint.rack', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_FetchResponse_16(o, out, chunks):
-    out += _S5.pack(o.throttle_time_ms, o.error_code, o.session_id)
+    out += _S6.pack(o.throttle_time_ms, o.error_code, o.session_id)
     _a = o.responses
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_FetchableTopicResponse_13(_e, out, chunks)
-    _tags = list(o.unknown_tags) if o.unknown_tags else []
+    _tags = None
     if o.node_endpoints is None or len(o.node_endpoints) > 0:
         _t = bytearray()
         _a = o.node_endpoints
-        write_compact_array_len(_t, len(_a))
+        _c = len(_a)
+        if _c < 127:
+            _t.append(_c + 1)
+        else:
+            write_uvarint(_t, _c + 1)
         for _e in _a:
             _e_NodeEndpoint_16(_e, _t, chunks)
+        if _tags is None:
+            _tags = []
         _tags.append((0, _t))
-    if _tags:
-        write_tags(out, _tags)
-    else:
+    if o.unknown_tags:
+        _tags = o.unknown_tags if _tags is None else _tags + o.unknown_tags
+    if _tags is None:
         out.append(0)
+    else:
+        write_tags(out, _tags)
+
+def _isdef_EpochEndOffset(o):
+    return (
+        o.epoch == -1
+        and o.end_offset == -1
+        and not o.unknown_tags
+    )
+
+def _isdef_LeaderIdAndEpoch(o):
+    return (
+        o.leader_id == -1
+        and o.leader_epoch == -1
+        and not o.unknown_tags
+    )
+
+def _isdef_SnapshotId(o):
+    return (
+        o.end_offset == -1
+        and o.epoch == -1
+        and not o.unknown_tags
+    )
 
 MESSAGE = FetchResponse
 MIN_VERSION = 0

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -20,29 +32,68 @@ class FindCoordinatorRequest(Struct):
         self.coordinator_keys = [] if coordinator_keys is None else coordinator_keys
         self.unknown_tags = unknown_tags
 
-_S0 = _Struct('>b')
+_S0 = _Struct('>h')
+_S1 = _Struct('>b')
 
 def _d_FindCoordinatorRequest_0(buf, pos):
-    f_key, pos = read_string(buf, pos, 'FindCoordinatorRequest.key')
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('FindCoordinatorRequest.key', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('FindCoordinatorRequest.key', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('FindCoordinatorRequest.key', buf, pos, _n, 1)
+        f_key = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
     f_unknown_tags = None
     return FindCoordinatorRequest(f_key, 0, [], f_unknown_tags), pos
 
 def _d_FindCoordinatorRequest_1(buf, pos):
-    f_key, pos = read_string(buf, pos, 'FindCoordinatorRequest.key')
-    if pos + 1 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('FindCoordinatorRequest.key', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('FindCoordinatorRequest.key', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('FindCoordinatorRequest.key', buf, pos, _n, 1)
+        f_key = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 1 > _l:
         raise truncated('FindCoordinatorRequest.key_type', buf, pos, 1)
-    (f_key_type,) = _S0.unpack_from(buf, pos)
+    (f_key_type,) = _S1.unpack_from(buf, pos)
     pos += 1
     f_unknown_tags = None
     return FindCoordinatorRequest(f_key, f_key_type, [], f_unknown_tags), pos
 
 def _d_FindCoordinatorRequest_3(buf, pos):
-    f_key, pos = read_compact_string(buf, pos, 'FindCoordinatorRequest.key')
-    if pos + 1 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'FindCoordinatorRequest.key')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('FindCoordinatorRequest.key', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('FindCoordinatorRequest.key', buf, pos, _n, 1)
+        f_key = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 1 > _l:
         raise truncated('FindCoordinatorRequest.key_type', buf, pos, 1)
-    (f_key_type,) = _S0.unpack_from(buf, pos)
+    (f_key_type,) = _S1.unpack_from(buf, pos)
     pos += 1
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -55,19 +106,40 @@ def _d_FindCoordinatorRequest_3(buf, pos):
     return FindCoordinatorRequest(f_key, f_key_type, [], f_unknown_tags), pos
 
 def _d_FindCoordinatorRequest_4(buf, pos):
-    if pos + 1 > len(buf):
+    _l = len(buf)
+    if pos + 1 > _l:
         raise truncated('FindCoordinatorRequest.key_type', buf, pos, 1)
-    (f_key_type,) = _S0.unpack_from(buf, pos)
+    (f_key_type,) = _S1.unpack_from(buf, pos)
     pos += 1
-    _n, pos = read_compact_array_len(buf, pos, 'FindCoordinatorRequest.coordinator_keys', 1)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='FindCoordinatorRequest.coordinator_keys')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'FindCoordinatorRequest.coordinator_keys')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('FindCoordinatorRequest.coordinator_keys', _c)
+    elif _c * 1 > _l - pos:
+        raise overrun('FindCoordinatorRequest.coordinator_keys', buf, pos, _c, 1)
     else:
         f_coordinator_keys = _lst = []
-        for _ in range(_n):
-            _e, pos = read_compact_string(buf, pos, 'FindCoordinatorRequest.coordinator_keys')
+        for _ in range(_c):
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'FindCoordinatorRequest.coordinator_keys')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('FindCoordinatorRequest.coordinator_keys', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('FindCoordinatorRequest.coordinator_keys', buf, pos, _n, 1)
+                _e = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -80,26 +152,56 @@ def _d_FindCoordinatorRequest_4(buf, pos):
     return FindCoordinatorRequest('', f_key_type, f_coordinator_keys, f_unknown_tags), pos
 
 def _e_FindCoordinatorRequest_0(o, out, chunks):
-    write_string(out, o.key)
+    _b = o.key.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('FindCoordinatorRequest.key', _n)
+    out += _S0.pack(_n)
+    out += _b
 
 def _e_FindCoordinatorRequest_1(o, out, chunks):
-    write_string(out, o.key)
-    out += _S0.pack(o.key_type)
+    _b = o.key.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('FindCoordinatorRequest.key', _n)
+    out += _S0.pack(_n)
+    out += _b
+    out += _S1.pack(o.key_type)
 
 def _e_FindCoordinatorRequest_3(o, out, chunks):
-    write_compact_string(out, o.key)
-    out += _S0.pack(o.key_type)
+    _b = o.key.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('FindCoordinatorRequest.key', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    out += _S1.pack(o.key_type)
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_FindCoordinatorRequest_4(o, out, chunks):
-    out += _S0.pack(o.key_type)
+    out += _S1.pack(o.key_type)
     _a = o.coordinator_keys
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
-        write_compact_string(out, _e)
+        _b = _e.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('FindCoordinatorRequest.coordinator_keys', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:

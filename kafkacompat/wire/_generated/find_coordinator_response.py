@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -57,56 +69,123 @@ class FindCoordinatorResponse(Struct):
 FindCoordinatorResponse.Coordinator = Coordinator
 
 _S0 = _Struct('>hi')
-_S1 = _Struct('>i')
-_S2 = _Struct('>ih')
+_S1 = _Struct('>h')
+_S2 = _Struct('>i')
+_S3 = _Struct('>ih')
 
 def _d_FindCoordinatorResponse_0(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('FindCoordinatorResponse.error_code', buf, pos, 6)
     f_error_code, f_node_id = _S0.unpack_from(buf, pos)
     pos += 6
-    f_host, pos = read_string(buf, pos, 'FindCoordinatorResponse.host')
-    if pos + 4 > len(buf):
+    if pos + 2 > _l:
+        raise truncated('FindCoordinatorResponse.host', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('FindCoordinatorResponse.host', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('FindCoordinatorResponse.host', buf, pos, _n, 1)
+        f_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('FindCoordinatorResponse.port', buf, pos, 4)
-    (f_port,) = _S1.unpack_from(buf, pos)
+    (f_port,) = _S2.unpack_from(buf, pos)
     pos += 4
     f_unknown_tags = None
     return FindCoordinatorResponse(0, f_error_code, '', f_node_id, f_host, f_port, [], f_unknown_tags), pos
 
 def _d_FindCoordinatorResponse_1(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('FindCoordinatorResponse.throttle_time_ms', buf, pos, 6)
-    f_throttle_time_ms, f_error_code = _S2.unpack_from(buf, pos)
+    f_throttle_time_ms, f_error_code = _S3.unpack_from(buf, pos)
     pos += 6
-    f_error_message, pos = read_nullable_string(buf, pos, 'FindCoordinatorResponse.error_message')
-    if pos + 4 > len(buf):
+    if pos + 2 > _l:
+        raise truncated('FindCoordinatorResponse.error_message', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('FindCoordinatorResponse.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('FindCoordinatorResponse.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('FindCoordinatorResponse.node_id', buf, pos, 4)
-    (f_node_id,) = _S1.unpack_from(buf, pos)
+    (f_node_id,) = _S2.unpack_from(buf, pos)
     pos += 4
-    f_host, pos = read_string(buf, pos, 'FindCoordinatorResponse.host')
-    if pos + 4 > len(buf):
+    if pos + 2 > _l:
+        raise truncated('FindCoordinatorResponse.host', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('FindCoordinatorResponse.host', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('FindCoordinatorResponse.host', buf, pos, _n, 1)
+        f_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('FindCoordinatorResponse.port', buf, pos, 4)
-    (f_port,) = _S1.unpack_from(buf, pos)
+    (f_port,) = _S2.unpack_from(buf, pos)
     pos += 4
     f_unknown_tags = None
     return FindCoordinatorResponse(f_throttle_time_ms, f_error_code, f_error_message, f_node_id, f_host, f_port, [], f_unknown_tags), pos
 
 def _d_FindCoordinatorResponse_3(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('FindCoordinatorResponse.throttle_time_ms', buf, pos, 6)
-    f_throttle_time_ms, f_error_code = _S2.unpack_from(buf, pos)
+    f_throttle_time_ms, f_error_code = _S3.unpack_from(buf, pos)
     pos += 6
-    f_error_message, pos = read_compact_nullable_string(buf, pos, 'FindCoordinatorResponse.error_message')
-    if pos + 4 > len(buf):
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'FindCoordinatorResponse.error_message')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('FindCoordinatorResponse.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('FindCoordinatorResponse.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('FindCoordinatorResponse.node_id', buf, pos, 4)
-    (f_node_id,) = _S1.unpack_from(buf, pos)
+    (f_node_id,) = _S2.unpack_from(buf, pos)
     pos += 4
-    f_host, pos = read_compact_string(buf, pos, 'FindCoordinatorResponse.host')
-    if pos + 4 > len(buf):
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'FindCoordinatorResponse.host')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('FindCoordinatorResponse.host', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('FindCoordinatorResponse.host', buf, pos, _n, 1)
+        f_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('FindCoordinatorResponse.port', buf, pos, 4)
-    (f_port,) = _S1.unpack_from(buf, pos)
+    (f_port,) = _S2.unpack_from(buf, pos)
     pos += 4
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -119,18 +198,60 @@ def _d_FindCoordinatorResponse_3(buf, pos):
     return FindCoordinatorResponse(f_throttle_time_ms, f_error_code, f_error_message, f_node_id, f_host, f_port, [], f_unknown_tags), pos
 
 def _d_Coordinator_4(buf, pos):
-    f_key, pos = read_compact_string(buf, pos, 'FindCoordinatorResponse.Coordinator.key')
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'FindCoordinatorResponse.Coordinator.key')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('FindCoordinatorResponse.Coordinator.key', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('FindCoordinatorResponse.Coordinator.key', buf, pos, _n, 1)
+        f_key = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('FindCoordinatorResponse.Coordinator.node_id', buf, pos, 4)
-    (f_node_id,) = _S1.unpack_from(buf, pos)
+    (f_node_id,) = _S2.unpack_from(buf, pos)
     pos += 4
-    f_host, pos = read_compact_string(buf, pos, 'FindCoordinatorResponse.Coordinator.host')
-    if pos + 6 > len(buf):
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'FindCoordinatorResponse.Coordinator.host')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('FindCoordinatorResponse.Coordinator.host', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('FindCoordinatorResponse.Coordinator.host', buf, pos, _n, 1)
+        f_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 6 > _l:
         raise truncated('FindCoordinatorResponse.Coordinator.port', buf, pos, 6)
-    f_port, f_error_code = _S2.unpack_from(buf, pos)
+    f_port, f_error_code = _S3.unpack_from(buf, pos)
     pos += 6
-    f_error_message, pos = read_compact_nullable_string(buf, pos, 'FindCoordinatorResponse.Coordinator.error_message')
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'FindCoordinatorResponse.Coordinator.error_message')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('FindCoordinatorResponse.Coordinator.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('FindCoordinatorResponse.Coordinator.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -143,19 +264,27 @@ def _d_Coordinator_4(buf, pos):
     return Coordinator(f_key, f_node_id, f_host, f_port, f_error_code, f_error_message, f_unknown_tags), pos
 
 def _d_FindCoordinatorResponse_4(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('FindCoordinatorResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S1.unpack_from(buf, pos)
+    (f_throttle_time_ms,) = _S2.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'FindCoordinatorResponse.coordinators', 14)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='FindCoordinatorResponse.coordinators')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'FindCoordinatorResponse.coordinators')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('FindCoordinatorResponse.coordinators', _c)
+    elif _c * 14 > _l - pos:
+        raise overrun('FindCoordinatorResponse.coordinators', buf, pos, _c, 14)
     else:
         f_coordinators = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_Coordinator_4(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -169,42 +298,110 @@ def _d_FindCoordinatorResponse_4(buf, pos):
 
 def _e_FindCoordinatorResponse_0(o, out, chunks):
     out += _S0.pack(o.error_code, o.node_id)
-    write_string(out, o.host)
-    out += _S1.pack(o.port)
+    _b = o.host.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('FindCoordinatorResponse.host', _n)
+    out += _S1.pack(_n)
+    out += _b
+    out += _S2.pack(o.port)
 
 def _e_FindCoordinatorResponse_1(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms, o.error_code)
-    write_nullable_string(out, o.error_message)
-    out += _S1.pack(o.node_id)
-    write_string(out, o.host)
-    out += _S1.pack(o.port)
+    out += _S3.pack(o.throttle_time_ms, o.error_code)
+    if o.error_message is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('FindCoordinatorResponse.error_message', _n)
+        out += _S1.pack(_n)
+        out += _b
+    out += _S2.pack(o.node_id)
+    _b = o.host.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('FindCoordinatorResponse.host', _n)
+    out += _S1.pack(_n)
+    out += _b
+    out += _S2.pack(o.port)
 
 def _e_FindCoordinatorResponse_3(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms, o.error_code)
-    write_compact_nullable_string(out, o.error_message)
-    out += _S1.pack(o.node_id)
-    write_compact_string(out, o.host)
-    out += _S1.pack(o.port)
+    out += _S3.pack(o.throttle_time_ms, o.error_code)
+    if o.error_message is None:
+        out.append(0)
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('FindCoordinatorResponse.error_message', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+    out += _S2.pack(o.node_id)
+    _b = o.host.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('FindCoordinatorResponse.host', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    out += _S2.pack(o.port)
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_Coordinator_4(o, out, chunks):
-    write_compact_string(out, o.key)
-    out += _S1.pack(o.node_id)
-    write_compact_string(out, o.host)
-    out += _S2.pack(o.port, o.error_code)
-    write_compact_nullable_string(out, o.error_message)
+    _b = o.key.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('FindCoordinatorResponse.Coordinator.key', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    out += _S2.pack(o.node_id)
+    _b = o.host.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('FindCoordinatorResponse.Coordinator.host', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    out += _S3.pack(o.port, o.error_code)
+    if o.error_message is None:
+        out.append(0)
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('FindCoordinatorResponse.Coordinator.error_message', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_FindCoordinatorResponse_4(o, out, chunks):
-    out += _S1.pack(o.throttle_time_ms)
+    out += _S2.pack(o.throttle_time_ms)
     _a = o.coordinators
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_Coordinator_4(_e, out, chunks)
     if o.unknown_tags is None:

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -21,12 +33,13 @@ class GetTelemetrySubscriptionsRequest(Struct):
 _S0 = _Struct('>16s')
 
 def _d_GetTelemetrySubscriptionsRequest_0(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('GetTelemetrySubscriptionsRequest.client_instance_id', buf, pos, 16)
     (f_client_instance_id,) = _S0.unpack_from(buf, pos)
     pos += 16
     f_client_instance_id = _UUID(bytes=f_client_instance_id)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -40,32 +52,62 @@ class GetTelemetrySubscriptionsResponse(Struct):
 
 _S0 = _Struct('>ih16si')
 _S1 = _Struct('>ii?')
+_A_b = ARRAY_STRUCTS['b']
 
 def _d_GetTelemetrySubscriptionsResponse_0(buf, pos):
-    if pos + 26 > len(buf):
+    _l = len(buf)
+    if pos + 26 > _l:
         raise truncated('GetTelemetrySubscriptionsResponse.throttle_time_ms', buf, pos, 26)
     f_throttle_time_ms, f_error_code, f_client_instance_id, f_subscription_id = _S0.unpack_from(buf, pos)
     pos += 26
     f_client_instance_id = _UUID(bytes=f_client_instance_id)
-    _n, pos = read_compact_array_len(buf, pos, 'GetTelemetrySubscriptionsResponse.accepted_compression_types', 1)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='GetTelemetrySubscriptionsResponse.accepted_compression_types')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
     else:
-        f_accepted_compression_types = list(_unpack_from('>%db' % _n, buf, pos))
-        pos += _n * 1
-    if pos + 9 > len(buf):
+        _c, pos = read_uvarint(buf, pos, 'GetTelemetrySubscriptionsResponse.accepted_compression_types')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('GetTelemetrySubscriptionsResponse.accepted_compression_types', _c)
+    elif _c * 1 > _l - pos:
+        raise overrun('GetTelemetrySubscriptionsResponse.accepted_compression_types', buf, pos, _c, 1)
+    else:
+        _st = _A_b[_c] if _c < 17 else _Struct('>%db' % _c)
+        f_accepted_compression_types = list(_st.unpack_from(buf, pos))
+        pos += _c * 1
+    if pos + 9 > _l:
         raise truncated('GetTelemetrySubscriptionsResponse.push_interval_ms', buf, pos, 9)
     f_push_interval_ms, f_telemetry_max_bytes, f_delta_temporality = _S1.unpack_from(buf, pos)
     pos += 9
-    _n, pos = read_compact_array_len(buf, pos, 'GetTelemetrySubscriptionsResponse.requested_metrics', 1)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='GetTelemetrySubscriptionsResponse.requested_metrics')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'GetTelemetrySubscriptionsResponse.requested_metrics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('GetTelemetrySubscriptionsResponse.requested_metrics', _c)
+    elif _c * 1 > _l - pos:
+        raise overrun('GetTelemetrySubscriptionsResponse.requested_metrics', buf, pos, _c, 1)
     else:
         f_requested_metrics = _lst = []
-        for _ in range(_n):
-            _e, pos = read_compact_string(buf, pos, 'GetTelemetrySubscriptionsResponse.requested_metrics')
+        for _ in range(_c):
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'GetTelemetrySubscriptionsResponse.requested_metrics')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('GetTelemetrySubscriptionsResponse.requested_metrics', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('GetTelemetrySubscriptionsResponse.requested_metrics', buf, pos, _n, 1)
+                _e = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -80,13 +122,30 @@ def _d_GetTelemetrySubscriptionsResponse_0(buf, pos):
 def _e_GetTelemetrySubscriptionsResponse_0(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms, o.error_code, o.client_instance_id.bytes, o.subscription_id)
     _a = o.accepted_compression_types
-    write_compact_array_len(out, len(_a))
-    out += _pack('>%db' % len(_a), *_a)
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
+    _st = _A_b[_c] if _c < 17 else _Struct('>%db' % _c)
+    out += _st.pack(*_a)
     out += _S1.pack(o.push_interval_ms, o.telemetry_max_bytes, o.delta_temporality)
     _a = o.requested_metrics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
-        write_compact_string(out, _e)
+        _b = _e.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('GetTelemetrySubscriptionsResponse.requested_metrics', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:

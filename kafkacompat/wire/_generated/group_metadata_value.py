@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -58,146 +70,581 @@ class GroupMetadataValue(Struct):
         self.unknown_tags = unknown_tags
 GroupMetadataValue.MemberMetadata = MemberMetadata
 
-_S0 = _Struct('>i')
-_S1 = _Struct('>ii')
-_S2 = _Struct('>q')
+_S0 = _Struct('>h')
+_S1 = _Struct('>i')
+_S2 = _Struct('>ii')
+_S3 = _Struct('>q')
 
 def _d_MemberMetadata_0(buf, pos):
-    f_member_id, pos = read_string(buf, pos, 'GroupMetadataValue.MemberMetadata.member_id')
-    f_client_id, pos = read_string(buf, pos, 'GroupMetadataValue.MemberMetadata.client_id')
-    f_client_host, pos = read_string(buf, pos, 'GroupMetadataValue.MemberMetadata.client_host')
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('GroupMetadataValue.MemberMetadata.member_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('GroupMetadataValue.MemberMetadata.member_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('GroupMetadataValue.MemberMetadata.member_id', buf, pos, _n, 1)
+        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('GroupMetadataValue.MemberMetadata.client_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('GroupMetadataValue.MemberMetadata.client_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('GroupMetadataValue.MemberMetadata.client_id', buf, pos, _n, 1)
+        f_client_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('GroupMetadataValue.MemberMetadata.client_host', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('GroupMetadataValue.MemberMetadata.client_host', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('GroupMetadataValue.MemberMetadata.client_host', buf, pos, _n, 1)
+        f_client_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('GroupMetadataValue.MemberMetadata.session_timeout', buf, pos, 4)
-    (f_session_timeout,) = _S0.unpack_from(buf, pos)
+    (f_session_timeout,) = _S1.unpack_from(buf, pos)
     pos += 4
-    f_subscription, pos = read_bytes(buf, pos, 'GroupMetadataValue.MemberMetadata.subscription')
-    f_assignment, pos = read_bytes(buf, pos, 'GroupMetadataValue.MemberMetadata.assignment')
+    if pos + 4 > _l:
+        raise truncated('GroupMetadataValue.MemberMetadata.subscription', buf, pos, 4)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _n < 0:
+        raise bad_length('GroupMetadataValue.MemberMetadata.subscription', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('GroupMetadataValue.MemberMetadata.subscription', buf, pos, _n, 1)
+        f_subscription = bytes(buf[pos:_end])
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('GroupMetadataValue.MemberMetadata.assignment', buf, pos, 4)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _n < 0:
+        raise bad_length('GroupMetadataValue.MemberMetadata.assignment', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('GroupMetadataValue.MemberMetadata.assignment', buf, pos, _n, 1)
+        f_assignment = bytes(buf[pos:_end])
+        pos = _end
     f_unknown_tags = None
     return MemberMetadata(f_member_id, None, f_client_id, f_client_host, -1, f_session_timeout, f_subscription, f_assignment, f_unknown_tags), pos
 
 def _d_GroupMetadataValue_0(buf, pos):
-    f_protocol_type, pos = read_string(buf, pos, 'GroupMetadataValue.protocol_type')
-    if pos + 4 > len(buf):
-        raise truncated('GroupMetadataValue.generation', buf, pos, 4)
-    (f_generation,) = _S0.unpack_from(buf, pos)
-    pos += 4
-    f_protocol, pos = read_nullable_string(buf, pos, 'GroupMetadataValue.protocol')
-    f_leader, pos = read_nullable_string(buf, pos, 'GroupMetadataValue.leader')
-    _n, pos = read_array_len(buf, pos, 'GroupMetadataValue.members', 18)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('GroupMetadataValue.protocol_type', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='GroupMetadataValue.members')
+        raise bad_length('GroupMetadataValue.protocol_type', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('GroupMetadataValue.protocol_type', buf, pos, _n, 1)
+        f_protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('GroupMetadataValue.generation', buf, pos, 4)
+    (f_generation,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if pos + 2 > _l:
+        raise truncated('GroupMetadataValue.protocol', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('GroupMetadataValue.protocol', _n)
+        f_protocol = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('GroupMetadataValue.protocol', buf, pos, _n, 1)
+        f_protocol = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('GroupMetadataValue.leader', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('GroupMetadataValue.leader', _n)
+        f_leader = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('GroupMetadataValue.leader', buf, pos, _n, 1)
+        f_leader = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('GroupMetadataValue.members', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('GroupMetadataValue.members', _c)
+    elif _c * 18 > _l - pos:
+        raise overrun('GroupMetadataValue.members', buf, pos, _c, 18)
     else:
         f_members = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_MemberMetadata_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return GroupMetadataValue(f_protocol_type, f_generation, f_protocol, f_leader, -1, f_members, f_unknown_tags), pos
 
 def _d_MemberMetadata_1(buf, pos):
-    f_member_id, pos = read_string(buf, pos, 'GroupMetadataValue.MemberMetadata.member_id')
-    f_client_id, pos = read_string(buf, pos, 'GroupMetadataValue.MemberMetadata.client_id')
-    f_client_host, pos = read_string(buf, pos, 'GroupMetadataValue.MemberMetadata.client_host')
-    if pos + 8 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('GroupMetadataValue.MemberMetadata.member_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('GroupMetadataValue.MemberMetadata.member_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('GroupMetadataValue.MemberMetadata.member_id', buf, pos, _n, 1)
+        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('GroupMetadataValue.MemberMetadata.client_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('GroupMetadataValue.MemberMetadata.client_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('GroupMetadataValue.MemberMetadata.client_id', buf, pos, _n, 1)
+        f_client_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('GroupMetadataValue.MemberMetadata.client_host', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('GroupMetadataValue.MemberMetadata.client_host', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('GroupMetadataValue.MemberMetadata.client_host', buf, pos, _n, 1)
+        f_client_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 8 > _l:
         raise truncated('GroupMetadataValue.MemberMetadata.rebalance_timeout', buf, pos, 8)
-    f_rebalance_timeout, f_session_timeout = _S1.unpack_from(buf, pos)
+    f_rebalance_timeout, f_session_timeout = _S2.unpack_from(buf, pos)
     pos += 8
-    f_subscription, pos = read_bytes(buf, pos, 'GroupMetadataValue.MemberMetadata.subscription')
-    f_assignment, pos = read_bytes(buf, pos, 'GroupMetadataValue.MemberMetadata.assignment')
+    if pos + 4 > _l:
+        raise truncated('GroupMetadataValue.MemberMetadata.subscription', buf, pos, 4)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _n < 0:
+        raise bad_length('GroupMetadataValue.MemberMetadata.subscription', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('GroupMetadataValue.MemberMetadata.subscription', buf, pos, _n, 1)
+        f_subscription = bytes(buf[pos:_end])
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('GroupMetadataValue.MemberMetadata.assignment', buf, pos, 4)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _n < 0:
+        raise bad_length('GroupMetadataValue.MemberMetadata.assignment', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('GroupMetadataValue.MemberMetadata.assignment', buf, pos, _n, 1)
+        f_assignment = bytes(buf[pos:_end])
+        pos = _end
     f_unknown_tags = None
     return MemberMetadata(f_member_id, None, f_client_id, f_client_host, f_rebalance_timeout, f_session_timeout, f_subscription, f_assignment, f_unknown_tags), pos
 
 def _d_GroupMetadataValue_1(buf, pos):
-    f_protocol_type, pos = read_string(buf, pos, 'GroupMetadataValue.protocol_type')
-    if pos + 4 > len(buf):
-        raise truncated('GroupMetadataValue.generation', buf, pos, 4)
-    (f_generation,) = _S0.unpack_from(buf, pos)
-    pos += 4
-    f_protocol, pos = read_nullable_string(buf, pos, 'GroupMetadataValue.protocol')
-    f_leader, pos = read_nullable_string(buf, pos, 'GroupMetadataValue.leader')
-    _n, pos = read_array_len(buf, pos, 'GroupMetadataValue.members', 22)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('GroupMetadataValue.protocol_type', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='GroupMetadataValue.members')
+        raise bad_length('GroupMetadataValue.protocol_type', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('GroupMetadataValue.protocol_type', buf, pos, _n, 1)
+        f_protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('GroupMetadataValue.generation', buf, pos, 4)
+    (f_generation,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if pos + 2 > _l:
+        raise truncated('GroupMetadataValue.protocol', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('GroupMetadataValue.protocol', _n)
+        f_protocol = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('GroupMetadataValue.protocol', buf, pos, _n, 1)
+        f_protocol = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('GroupMetadataValue.leader', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('GroupMetadataValue.leader', _n)
+        f_leader = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('GroupMetadataValue.leader', buf, pos, _n, 1)
+        f_leader = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('GroupMetadataValue.members', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('GroupMetadataValue.members', _c)
+    elif _c * 22 > _l - pos:
+        raise overrun('GroupMetadataValue.members', buf, pos, _c, 22)
     else:
         f_members = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_MemberMetadata_1(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return GroupMetadataValue(f_protocol_type, f_generation, f_protocol, f_leader, -1, f_members, f_unknown_tags), pos
 
 def _d_GroupMetadataValue_2(buf, pos):
-    f_protocol_type, pos = read_string(buf, pos, 'GroupMetadataValue.protocol_type')
-    if pos + 4 > len(buf):
-        raise truncated('GroupMetadataValue.generation', buf, pos, 4)
-    (f_generation,) = _S0.unpack_from(buf, pos)
-    pos += 4
-    f_protocol, pos = read_nullable_string(buf, pos, 'GroupMetadataValue.protocol')
-    f_leader, pos = read_nullable_string(buf, pos, 'GroupMetadataValue.leader')
-    if pos + 8 > len(buf):
-        raise truncated('GroupMetadataValue.current_state_timestamp', buf, pos, 8)
-    (f_current_state_timestamp,) = _S2.unpack_from(buf, pos)
-    pos += 8
-    _n, pos = read_array_len(buf, pos, 'GroupMetadataValue.members', 22)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('GroupMetadataValue.protocol_type', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='GroupMetadataValue.members')
+        raise bad_length('GroupMetadataValue.protocol_type', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('GroupMetadataValue.protocol_type', buf, pos, _n, 1)
+        f_protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('GroupMetadataValue.generation', buf, pos, 4)
+    (f_generation,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if pos + 2 > _l:
+        raise truncated('GroupMetadataValue.protocol', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('GroupMetadataValue.protocol', _n)
+        f_protocol = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('GroupMetadataValue.protocol', buf, pos, _n, 1)
+        f_protocol = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('GroupMetadataValue.leader', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('GroupMetadataValue.leader', _n)
+        f_leader = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('GroupMetadataValue.leader', buf, pos, _n, 1)
+        f_leader = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 8 > _l:
+        raise truncated('GroupMetadataValue.current_state_timestamp', buf, pos, 8)
+    (f_current_state_timestamp,) = _S3.unpack_from(buf, pos)
+    pos += 8
+    if pos + 4 > _l:
+        raise truncated('GroupMetadataValue.members', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('GroupMetadataValue.members', _c)
+    elif _c * 22 > _l - pos:
+        raise overrun('GroupMetadataValue.members', buf, pos, _c, 22)
     else:
         f_members = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_MemberMetadata_1(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return GroupMetadataValue(f_protocol_type, f_generation, f_protocol, f_leader, f_current_state_timestamp, f_members, f_unknown_tags), pos
 
 def _d_MemberMetadata_3(buf, pos):
-    f_member_id, pos = read_string(buf, pos, 'GroupMetadataValue.MemberMetadata.member_id')
-    f_group_instance_id, pos = read_nullable_string(buf, pos, 'GroupMetadataValue.MemberMetadata.group_instance_id')
-    f_client_id, pos = read_string(buf, pos, 'GroupMetadataValue.MemberMetadata.client_id')
-    f_client_host, pos = read_string(buf, pos, 'GroupMetadataValue.MemberMetadata.client_host')
-    if pos + 8 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('GroupMetadataValue.MemberMetadata.member_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('GroupMetadataValue.MemberMetadata.member_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('GroupMetadataValue.MemberMetadata.member_id', buf, pos, _n, 1)
+        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('GroupMetadataValue.MemberMetadata.group_instance_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('GroupMetadataValue.MemberMetadata.group_instance_id', _n)
+        f_group_instance_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('GroupMetadataValue.MemberMetadata.group_instance_id', buf, pos, _n, 1)
+        f_group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('GroupMetadataValue.MemberMetadata.client_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('GroupMetadataValue.MemberMetadata.client_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('GroupMetadataValue.MemberMetadata.client_id', buf, pos, _n, 1)
+        f_client_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('GroupMetadataValue.MemberMetadata.client_host', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('GroupMetadataValue.MemberMetadata.client_host', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('GroupMetadataValue.MemberMetadata.client_host', buf, pos, _n, 1)
+        f_client_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 8 > _l:
         raise truncated('GroupMetadataValue.MemberMetadata.rebalance_timeout', buf, pos, 8)
-    f_rebalance_timeout, f_session_timeout = _S1.unpack_from(buf, pos)
+    f_rebalance_timeout, f_session_timeout = _S2.unpack_from(buf, pos)
     pos += 8
-    f_subscription, pos = read_bytes(buf, pos, 'GroupMetadataValue.MemberMetadata.subscription')
-    f_assignment, pos = read_bytes(buf, pos, 'GroupMetadataValue.MemberMetadata.assignment')
+    if pos + 4 > _l:
+        raise truncated('GroupMetadataValue.MemberMetadata.subscription', buf, pos, 4)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _n < 0:
+        raise bad_length('GroupMetadataValue.MemberMetadata.subscription', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('GroupMetadataValue.MemberMetadata.subscription', buf, pos, _n, 1)
+        f_subscription = bytes(buf[pos:_end])
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('GroupMetadataValue.MemberMetadata.assignment', buf, pos, 4)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _n < 0:
+        raise bad_length('GroupMetadataValue.MemberMetadata.assignment', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('GroupMetadataValue.MemberMetadata.assignment', buf, pos, _n, 1)
+        f_assignment = bytes(buf[pos:_end])
+        pos = _end
     f_unknown_tags = None
     return MemberMetadata(f_member_id, f_group_instance_id, f_client_id, f_client_host, f_rebalance_timeout, f_session_timeout, f_subscription, f_assignment, f_unknown_tags), pos
 
 def _d_GroupMetadataValue_3(buf, pos):
-    f_protocol_type, pos = read_string(buf, pos, 'GroupMetadataValue.protocol_type')
-    if pos + 4 > len(buf):
-        raise truncated('GroupMetadataValue.generation', buf, pos, 4)
-    (f_generation,) = _S0.unpack_from(buf, pos)
-    pos += 4
-    f_protocol, pos = read_nullable_string(buf, pos, 'GroupMetadataValue.protocol')
-    f_leader, pos = read_nullable_string(buf, pos, 'GroupMetadataValue.leader')
-    if pos + 8 > len(buf):
-        raise truncated('GroupMetadataValue.current_state_timestamp', buf, pos, 8)
-    (f_current_state_timestamp,) = _S2.unpack_from(buf, pos)
-    pos += 8
-    _n, pos = read_array_len(buf, pos, 'GroupMetadataValue.members', 24)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('GroupMetadataValue.protocol_type', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='GroupMetadataValue.members')
+        raise bad_length('GroupMetadataValue.protocol_type', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('GroupMetadataValue.protocol_type', buf, pos, _n, 1)
+        f_protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('GroupMetadataValue.generation', buf, pos, 4)
+    (f_generation,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if pos + 2 > _l:
+        raise truncated('GroupMetadataValue.protocol', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('GroupMetadataValue.protocol', _n)
+        f_protocol = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('GroupMetadataValue.protocol', buf, pos, _n, 1)
+        f_protocol = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('GroupMetadataValue.leader', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('GroupMetadataValue.leader', _n)
+        f_leader = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('GroupMetadataValue.leader', buf, pos, _n, 1)
+        f_leader = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 8 > _l:
+        raise truncated('GroupMetadataValue.current_state_timestamp', buf, pos, 8)
+    (f_current_state_timestamp,) = _S3.unpack_from(buf, pos)
+    pos += 8
+    if pos + 4 > _l:
+        raise truncated('GroupMetadataValue.members', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('GroupMetadataValue.members', _c)
+    elif _c * 24 > _l - pos:
+        raise overrun('GroupMetadataValue.members', buf, pos, _c, 24)
     else:
         f_members = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_MemberMetadata_3(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return GroupMetadataValue(f_protocol_type, f_generation, f_protocol, f_leader, f_current_state_timestamp, f_members, f_unknown_tags), pos
 
 def _d_MemberMetadata_4(buf, pos):
-    f_member_id, pos = read_compact_string(buf, pos, 'GroupMetadataValue.MemberMetadata.member_id')
-    f_group_instance_id, pos = read_compact_nullable_string(buf, pos, 'GroupMetadataValue.MemberMetadata.group_instance_id')
-    f_client_id, pos = read_compact_string(buf, pos, 'GroupMetadataValue.MemberMetadata.client_id')
-    f_client_host, pos = read_compact_string(buf, pos, 'GroupMetadataValue.MemberMetadata.client_host')
-    if pos + 8 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'GroupMetadataValue.MemberMetadata.member_id')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('GroupMetadataValue.MemberMetadata.member_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('GroupMetadataValue.MemberMetadata.member_id', buf, pos, _n, 1)
+        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'GroupMetadataValue.MemberMetadata.group_instance_id')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('GroupMetadataValue.MemberMetadata.group_instance_id', _n)
+        f_group_instance_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('GroupMetadataValue.MemberMetadata.group_instance_id', buf, pos, _n, 1)
+        f_group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'GroupMetadataValue.MemberMetadata.client_id')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('GroupMetadataValue.MemberMetadata.client_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('GroupMetadataValue.MemberMetadata.client_id', buf, pos, _n, 1)
+        f_client_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'GroupMetadataValue.MemberMetadata.client_host')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('GroupMetadataValue.MemberMetadata.client_host', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('GroupMetadataValue.MemberMetadata.client_host', buf, pos, _n, 1)
+        f_client_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 8 > _l:
         raise truncated('GroupMetadataValue.MemberMetadata.rebalance_timeout', buf, pos, 8)
-    f_rebalance_timeout, f_session_timeout = _S1.unpack_from(buf, pos)
+    f_rebalance_timeout, f_session_timeout = _S2.unpack_from(buf, pos)
     pos += 8
-    f_subscription, pos = read_compact_bytes(buf, pos, 'GroupMetadataValue.MemberMetadata.subscription')
-    f_assignment, pos = read_compact_bytes(buf, pos, 'GroupMetadataValue.MemberMetadata.assignment')
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'GroupMetadataValue.MemberMetadata.subscription')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('GroupMetadataValue.MemberMetadata.subscription', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('GroupMetadataValue.MemberMetadata.subscription', buf, pos, _n, 1)
+        f_subscription = bytes(buf[pos:_end])
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'GroupMetadataValue.MemberMetadata.assignment')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('GroupMetadataValue.MemberMetadata.assignment', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('GroupMetadataValue.MemberMetadata.assignment', buf, pos, _n, 1)
+        f_assignment = bytes(buf[pos:_end])
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -210,26 +657,77 @@ def _d_MemberMetadata_4(buf, pos):
     return MemberMetadata(f_member_id, f_group_instance_id, f_client_id, f_client_host, f_rebalance_timeout, f_session_timeout, f_subscription, f_assignment, f_unknown_tags), pos
 
 def _d_GroupMetadataValue_4(buf, pos):
-    f_protocol_type, pos = read_compact_string(buf, pos, 'GroupMetadataValue.protocol_type')
-    if pos + 4 > len(buf):
-        raise truncated('GroupMetadataValue.generation', buf, pos, 4)
-    (f_generation,) = _S0.unpack_from(buf, pos)
-    pos += 4
-    f_protocol, pos = read_compact_nullable_string(buf, pos, 'GroupMetadataValue.protocol')
-    f_leader, pos = read_compact_nullable_string(buf, pos, 'GroupMetadataValue.leader')
-    if pos + 8 > len(buf):
-        raise truncated('GroupMetadataValue.current_state_timestamp', buf, pos, 8)
-    (f_current_state_timestamp,) = _S2.unpack_from(buf, pos)
-    pos += 8
-    _n, pos = read_compact_array_len(buf, pos, 'GroupMetadataValue.members', 15)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'GroupMetadataValue.protocol_type')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='GroupMetadataValue.members')
+        raise bad_length('GroupMetadataValue.protocol_type', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('GroupMetadataValue.protocol_type', buf, pos, _n, 1)
+        f_protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('GroupMetadataValue.generation', buf, pos, 4)
+    (f_generation,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'GroupMetadataValue.protocol')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('GroupMetadataValue.protocol', _n)
+        f_protocol = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('GroupMetadataValue.protocol', buf, pos, _n, 1)
+        f_protocol = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'GroupMetadataValue.leader')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('GroupMetadataValue.leader', _n)
+        f_leader = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('GroupMetadataValue.leader', buf, pos, _n, 1)
+        f_leader = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 8 > _l:
+        raise truncated('GroupMetadataValue.current_state_timestamp', buf, pos, 8)
+    (f_current_state_timestamp,) = _S3.unpack_from(buf, pos)
+    pos += 8
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'GroupMetadataValue.members')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('GroupMetadataValue.members', _c)
+    elif _c * 15 > _l - pos:
+        raise overrun('GroupMetadataValue.members', buf, pos, _c, 15)
     else:
         f_members = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_MemberMetadata_4(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -242,93 +740,333 @@ def _d_GroupMetadataValue_4(buf, pos):
     return GroupMetadataValue(f_protocol_type, f_generation, f_protocol, f_leader, f_current_state_timestamp, f_members, f_unknown_tags), pos
 
 def _e_MemberMetadata_0(o, out, chunks):
-    write_string(out, o.member_id)
-    write_string(out, o.client_id)
-    write_string(out, o.client_host)
-    out += _S0.pack(o.session_timeout)
-    write_bytes(out, o.subscription)
-    write_bytes(out, o.assignment)
+    _b = o.member_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('GroupMetadataValue.MemberMetadata.member_id', _n)
+    out += _S0.pack(_n)
+    out += _b
+    _b = o.client_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('GroupMetadataValue.MemberMetadata.client_id', _n)
+    out += _S0.pack(_n)
+    out += _b
+    _b = o.client_host.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('GroupMetadataValue.MemberMetadata.client_host', _n)
+    out += _S0.pack(_n)
+    out += _b
+    out += _S1.pack(o.session_timeout)
+    _b = o.subscription
+    _n = len(_b)
+    out += _S1.pack(_n)
+    out += _b
+    _b = o.assignment
+    _n = len(_b)
+    out += _S1.pack(_n)
+    out += _b
 
 def _e_GroupMetadataValue_0(o, out, chunks):
-    write_string(out, o.protocol_type)
-    out += _S0.pack(o.generation)
-    write_nullable_string(out, o.protocol)
-    write_nullable_string(out, o.leader)
+    _b = o.protocol_type.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('GroupMetadataValue.protocol_type', _n)
+    out += _S0.pack(_n)
+    out += _b
+    out += _S1.pack(o.generation)
+    if o.protocol is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.protocol.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('GroupMetadataValue.protocol', _n)
+        out += _S0.pack(_n)
+        out += _b
+    if o.leader is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.leader.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('GroupMetadataValue.leader', _n)
+        out += _S0.pack(_n)
+        out += _b
     _a = o.members
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_MemberMetadata_0(_e, out, chunks)
 
 def _e_MemberMetadata_1(o, out, chunks):
-    write_string(out, o.member_id)
-    write_string(out, o.client_id)
-    write_string(out, o.client_host)
-    out += _S1.pack(o.rebalance_timeout, o.session_timeout)
-    write_bytes(out, o.subscription)
-    write_bytes(out, o.assignment)
+    _b = o.member_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('GroupMetadataValue.MemberMetadata.member_id', _n)
+    out += _S0.pack(_n)
+    out += _b
+    _b = o.client_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('GroupMetadataValue.MemberMetadata.client_id', _n)
+    out += _S0.pack(_n)
+    out += _b
+    _b = o.client_host.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('GroupMetadataValue.MemberMetadata.client_host', _n)
+    out += _S0.pack(_n)
+    out += _b
+    out += _S2.pack(o.rebalance_timeout, o.session_timeout)
+    _b = o.subscription
+    _n = len(_b)
+    out += _S1.pack(_n)
+    out += _b
+    _b = o.assignment
+    _n = len(_b)
+    out += _S1.pack(_n)
+    out += _b
 
 def _e_GroupMetadataValue_1(o, out, chunks):
-    write_string(out, o.protocol_type)
-    out += _S0.pack(o.generation)
-    write_nullable_string(out, o.protocol)
-    write_nullable_string(out, o.leader)
+    _b = o.protocol_type.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('GroupMetadataValue.protocol_type', _n)
+    out += _S0.pack(_n)
+    out += _b
+    out += _S1.pack(o.generation)
+    if o.protocol is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.protocol.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('GroupMetadataValue.protocol', _n)
+        out += _S0.pack(_n)
+        out += _b
+    if o.leader is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.leader.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('GroupMetadataValue.leader', _n)
+        out += _S0.pack(_n)
+        out += _b
     _a = o.members
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_MemberMetadata_1(_e, out, chunks)
 
 def _e_GroupMetadataValue_2(o, out, chunks):
-    write_string(out, o.protocol_type)
-    out += _S0.pack(o.generation)
-    write_nullable_string(out, o.protocol)
-    write_nullable_string(out, o.leader)
-    out += _S2.pack(o.current_state_timestamp)
+    _b = o.protocol_type.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('GroupMetadataValue.protocol_type', _n)
+    out += _S0.pack(_n)
+    out += _b
+    out += _S1.pack(o.generation)
+    if o.protocol is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.protocol.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('GroupMetadataValue.protocol', _n)
+        out += _S0.pack(_n)
+        out += _b
+    if o.leader is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.leader.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('GroupMetadataValue.leader', _n)
+        out += _S0.pack(_n)
+        out += _b
+    out += _S3.pack(o.current_state_timestamp)
     _a = o.members
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_MemberMetadata_1(_e, out, chunks)
 
 def _e_MemberMetadata_3(o, out, chunks):
-    write_string(out, o.member_id)
-    write_nullable_string(out, o.group_instance_id)
-    write_string(out, o.client_id)
-    write_string(out, o.client_host)
-    out += _S1.pack(o.rebalance_timeout, o.session_timeout)
-    write_bytes(out, o.subscription)
-    write_bytes(out, o.assignment)
+    _b = o.member_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('GroupMetadataValue.MemberMetadata.member_id', _n)
+    out += _S0.pack(_n)
+    out += _b
+    if o.group_instance_id is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.group_instance_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('GroupMetadataValue.MemberMetadata.group_instance_id', _n)
+        out += _S0.pack(_n)
+        out += _b
+    _b = o.client_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('GroupMetadataValue.MemberMetadata.client_id', _n)
+    out += _S0.pack(_n)
+    out += _b
+    _b = o.client_host.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('GroupMetadataValue.MemberMetadata.client_host', _n)
+    out += _S0.pack(_n)
+    out += _b
+    out += _S2.pack(o.rebalance_timeout, o.session_timeout)
+    _b = o.subscription
+    _n = len(_b)
+    out += _S1.pack(_n)
+    out += _b
+    _b = o.assignment
+    _n = len(_b)
+    out += _S1.pack(_n)
+    out += _b
 
 def _e_GroupMetadataValue_3(o, out, chunks):
-    write_string(out, o.protocol_type)
-    out += _S0.pack(o.generation)
-    write_nullable_string(out, o.protocol)
-    write_nullable_string(out, o.leader)
-    out += _S2.pack(o.current_state_timestamp)
+    _b = o.protocol_type.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('GroupMetadataValue.protocol_type', _n)
+    out += _S0.pack(_n)
+    out += _b
+    out += _S1.pack(o.generation)
+    if o.protocol is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.protocol.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('GroupMetadataValue.protocol', _n)
+        out += _S0.pack(_n)
+        out += _b
+    if o.leader is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.leader.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('GroupMetadataValue.leader', _n)
+        out += _S0.pack(_n)
+        out += _b
+    out += _S3.pack(o.current_state_timestamp)
     _a = o.members
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_MemberMetadata_3(_e, out, chunks)
 
 def _e_MemberMetadata_4(o, out, chunks):
-    write_compact_string(out, o.member_id)
-    write_compact_nullable_string(out, o.group_instance_id)
-    write_compact_string(out, o.client_id)
-    write_compact_string(out, o.client_host)
-    out += _S1.pack(o.rebalance_timeout, o.session_timeout)
-    write_compact_bytes(out, o.subscription)
-    write_compact_bytes(out, o.assignment)
+    _b = o.member_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('GroupMetadataValue.MemberMetadata.member_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    if o.group_instance_id is None:
+        out.append(0)
+    else:
+        _b = o.group_instance_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('GroupMetadataValue.MemberMetadata.group_instance_id', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+    _b = o.client_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('GroupMetadataValue.MemberMetadata.client_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _b = o.client_host.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('GroupMetadataValue.MemberMetadata.client_host', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    out += _S2.pack(o.rebalance_timeout, o.session_timeout)
+    _b = o.subscription
+    _n = len(_b)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _b = o.assignment
+    _n = len(_b)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_GroupMetadataValue_4(o, out, chunks):
-    write_compact_string(out, o.protocol_type)
-    out += _S0.pack(o.generation)
-    write_compact_nullable_string(out, o.protocol)
-    write_compact_nullable_string(out, o.leader)
-    out += _S2.pack(o.current_state_timestamp)
+    _b = o.protocol_type.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('GroupMetadataValue.protocol_type', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    out += _S1.pack(o.generation)
+    if o.protocol is None:
+        out.append(0)
+    else:
+        _b = o.protocol.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('GroupMetadataValue.protocol', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+    if o.leader is None:
+        out.append(0)
+    else:
+        _b = o.leader.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('GroupMetadataValue.leader', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+    out += _S3.pack(o.current_state_timestamp)
     _a = o.members
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_MemberMetadata_4(_e, out, chunks)
     if o.unknown_tags is None:

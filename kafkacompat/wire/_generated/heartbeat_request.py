@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -28,38 +40,140 @@ class HeartbeatRequest(Struct):
         self.group_instance_id = group_instance_id
         self.unknown_tags = unknown_tags
 
-_S0 = _Struct('>i')
+_S0 = _Struct('>h')
+_S1 = _Struct('>i')
 
 def _d_HeartbeatRequest_0(buf, pos):
-    f_group_id, pos = read_string(buf, pos, 'HeartbeatRequest.group_id')
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('HeartbeatRequest.group_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('HeartbeatRequest.group_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('HeartbeatRequest.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('HeartbeatRequest.generation_id', buf, pos, 4)
-    (f_generation_id,) = _S0.unpack_from(buf, pos)
+    (f_generation_id,) = _S1.unpack_from(buf, pos)
     pos += 4
-    f_member_id, pos = read_string(buf, pos, 'HeartbeatRequest.member_id')
+    if pos + 2 > _l:
+        raise truncated('HeartbeatRequest.member_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('HeartbeatRequest.member_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('HeartbeatRequest.member_id', buf, pos, _n, 1)
+        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
     f_unknown_tags = None
     return HeartbeatRequest(f_group_id, f_generation_id, f_member_id, None, f_unknown_tags), pos
 
 def _d_HeartbeatRequest_3(buf, pos):
-    f_group_id, pos = read_string(buf, pos, 'HeartbeatRequest.group_id')
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('HeartbeatRequest.group_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('HeartbeatRequest.group_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('HeartbeatRequest.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('HeartbeatRequest.generation_id', buf, pos, 4)
-    (f_generation_id,) = _S0.unpack_from(buf, pos)
+    (f_generation_id,) = _S1.unpack_from(buf, pos)
     pos += 4
-    f_member_id, pos = read_string(buf, pos, 'HeartbeatRequest.member_id')
-    f_group_instance_id, pos = read_nullable_string(buf, pos, 'HeartbeatRequest.group_instance_id')
+    if pos + 2 > _l:
+        raise truncated('HeartbeatRequest.member_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('HeartbeatRequest.member_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('HeartbeatRequest.member_id', buf, pos, _n, 1)
+        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('HeartbeatRequest.group_instance_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('HeartbeatRequest.group_instance_id', _n)
+        f_group_instance_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('HeartbeatRequest.group_instance_id', buf, pos, _n, 1)
+        f_group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
     f_unknown_tags = None
     return HeartbeatRequest(f_group_id, f_generation_id, f_member_id, f_group_instance_id, f_unknown_tags), pos
 
 def _d_HeartbeatRequest_4(buf, pos):
-    f_group_id, pos = read_compact_string(buf, pos, 'HeartbeatRequest.group_id')
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'HeartbeatRequest.group_id')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('HeartbeatRequest.group_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('HeartbeatRequest.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('HeartbeatRequest.generation_id', buf, pos, 4)
-    (f_generation_id,) = _S0.unpack_from(buf, pos)
+    (f_generation_id,) = _S1.unpack_from(buf, pos)
     pos += 4
-    f_member_id, pos = read_compact_string(buf, pos, 'HeartbeatRequest.member_id')
-    f_group_instance_id, pos = read_compact_nullable_string(buf, pos, 'HeartbeatRequest.group_instance_id')
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'HeartbeatRequest.member_id')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('HeartbeatRequest.member_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('HeartbeatRequest.member_id', buf, pos, _n, 1)
+        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'HeartbeatRequest.group_instance_id')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('HeartbeatRequest.group_instance_id', _n)
+        f_group_instance_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('HeartbeatRequest.group_instance_id', buf, pos, _n, 1)
+        f_group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -72,21 +186,76 @@ def _d_HeartbeatRequest_4(buf, pos):
     return HeartbeatRequest(f_group_id, f_generation_id, f_member_id, f_group_instance_id, f_unknown_tags), pos
 
 def _e_HeartbeatRequest_0(o, out, chunks):
-    write_string(out, o.group_id)
-    out += _S0.pack(o.generation_id)
-    write_string(out, o.member_id)
+    _b = o.group_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('HeartbeatRequest.group_id', _n)
+    out += _S0.pack(_n)
+    out += _b
+    out += _S1.pack(o.generation_id)
+    _b = o.member_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('HeartbeatRequest.member_id', _n)
+    out += _S0.pack(_n)
+    out += _b
 
 def _e_HeartbeatRequest_3(o, out, chunks):
-    write_string(out, o.group_id)
-    out += _S0.pack(o.generation_id)
-    write_string(out, o.member_id)
-    write_nullable_string(out, o.group_instance_id)
+    _b = o.group_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('HeartbeatRequest.group_id', _n)
+    out += _S0.pack(_n)
+    out += _b
+    out += _S1.pack(o.generation_id)
+    _b = o.member_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('HeartbeatRequest.member_id', _n)
+    out += _S0.pack(_n)
+    out += _b
+    if o.group_instance_id is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.group_instance_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('HeartbeatRequest.group_instance_id', _n)
+        out += _S0.pack(_n)
+        out += _b
 
 def _e_HeartbeatRequest_4(o, out, chunks):
-    write_compact_string(out, o.group_id)
-    out += _S0.pack(o.generation_id)
-    write_compact_string(out, o.member_id)
-    write_compact_nullable_string(out, o.group_instance_id)
+    _b = o.group_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('HeartbeatRequest.group_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    out += _S1.pack(o.generation_id)
+    _b = o.member_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('HeartbeatRequest.member_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    if o.group_instance_id is None:
+        out.append(0)
+    else:
+        _b = o.group_instance_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('HeartbeatRequest.group_instance_id', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:

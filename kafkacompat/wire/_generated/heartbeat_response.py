@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -23,7 +35,8 @@ _S0 = _Struct('>h')
 _S1 = _Struct('>ih')
 
 def _d_HeartbeatResponse_0(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('HeartbeatResponse.error_code', buf, pos, 2)
     (f_error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
@@ -31,7 +44,8 @@ def _d_HeartbeatResponse_0(buf, pos):
     return HeartbeatResponse(0, f_error_code, f_unknown_tags), pos
 
 def _d_HeartbeatResponse_1(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('HeartbeatResponse.throttle_time_ms', buf, pos, 6)
     f_throttle_time_ms, f_error_code = _S1.unpack_from(buf, pos)
     pos += 6
@@ -39,11 +53,12 @@ def _d_HeartbeatResponse_1(buf, pos):
     return HeartbeatResponse(f_throttle_time_ms, f_error_code, f_unknown_tags), pos
 
 def _d_HeartbeatResponse_4(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('HeartbeatResponse.throttle_time_ms', buf, pos, 6)
     f_throttle_time_ms, f_error_code = _S1.unpack_from(buf, pos)
     pos += 6
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -35,47 +47,107 @@ _S1 = _Struct('>h')
 _S2 = _Struct('>b')
 
 def _d_AlterConfigsResourceResponse_0(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('IncrementalAlterConfigsResponse.AlterConfigsResourceResponse.error_code', buf, pos, 2)
     (f_error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
-    f_error_message, pos = read_nullable_string(buf, pos, 'IncrementalAlterConfigsResponse.AlterConfigsResourceResponse.error_message')
-    if pos + 1 > len(buf):
+    if pos + 2 > _l:
+        raise truncated('IncrementalAlterConfigsResponse.AlterConfigsResourceResponse.error_message', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('IncrementalAlterConfigsResponse.AlterConfigsResourceResponse.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('IncrementalAlterConfigsResponse.AlterConfigsResourceResponse.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 1 > _l:
         raise truncated('IncrementalAlterConfigsResponse.AlterConfigsResourceResponse.resource_type', buf, pos, 1)
     (f_resource_type,) = _S2.unpack_from(buf, pos)
     pos += 1
-    f_resource_name, pos = read_string(buf, pos, 'IncrementalAlterConfigsResponse.AlterConfigsResourceResponse.resource_name')
+    if pos + 2 > _l:
+        raise truncated('IncrementalAlterConfigsResponse.AlterConfigsResourceResponse.resource_name', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('IncrementalAlterConfigsResponse.AlterConfigsResourceResponse.resource_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('IncrementalAlterConfigsResponse.AlterConfigsResourceResponse.resource_name', buf, pos, _n, 1)
+        f_resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
     f_unknown_tags = None
     return AlterConfigsResourceResponse(f_error_code, f_error_message, f_resource_type, f_resource_name, f_unknown_tags), pos
 
 def _d_IncrementalAlterConfigsResponse_0(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('IncrementalAlterConfigsResponse.throttle_time_ms', buf, pos, 4)
     (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_array_len(buf, pos, 'IncrementalAlterConfigsResponse.responses', 7)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='IncrementalAlterConfigsResponse.responses')
+    if pos + 4 > _l:
+        raise truncated('IncrementalAlterConfigsResponse.responses', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('IncrementalAlterConfigsResponse.responses', _c)
+    elif _c * 7 > _l - pos:
+        raise overrun('IncrementalAlterConfigsResponse.responses', buf, pos, _c, 7)
     else:
         f_responses = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_AlterConfigsResourceResponse_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return IncrementalAlterConfigsResponse(f_throttle_time_ms, f_responses, f_unknown_tags), pos
 
 def _d_AlterConfigsResourceResponse_1(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('IncrementalAlterConfigsResponse.AlterConfigsResourceResponse.error_code', buf, pos, 2)
     (f_error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
-    f_error_message, pos = read_compact_nullable_string(buf, pos, 'IncrementalAlterConfigsResponse.AlterConfigsResourceResponse.error_message')
-    if pos + 1 > len(buf):
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'IncrementalAlterConfigsResponse.AlterConfigsResourceResponse.error_message')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('IncrementalAlterConfigsResponse.AlterConfigsResourceResponse.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('IncrementalAlterConfigsResponse.AlterConfigsResourceResponse.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 1 > _l:
         raise truncated('IncrementalAlterConfigsResponse.AlterConfigsResourceResponse.resource_type', buf, pos, 1)
     (f_resource_type,) = _S2.unpack_from(buf, pos)
     pos += 1
-    f_resource_name, pos = read_compact_string(buf, pos, 'IncrementalAlterConfigsResponse.AlterConfigsResourceResponse.resource_name')
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'IncrementalAlterConfigsResponse.AlterConfigsResourceResponse.resource_name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('IncrementalAlterConfigsResponse.AlterConfigsResourceResponse.resource_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('IncrementalAlterConfigsResponse.AlterConfigsResourceResponse.resource_name', buf, pos, _n, 1)
+        f_resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -88,19 +160,27 @@ def _d_AlterConfigsResourceResponse_1(buf, pos):
     return AlterConfigsResourceResponse(f_error_code, f_error_message, f_resource_type, f_resource_name, f_unknown_tags), pos
 
 def _d_IncrementalAlterConfigsResponse_1(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('IncrementalAlterConfigsResponse.throttle_time_ms', buf, pos, 4)
     (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'IncrementalAlterConfigsResponse.responses', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='IncrementalAlterConfigsResponse.responses')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'IncrementalAlterConfigsResponse.responses')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('IncrementalAlterConfigsResponse.responses', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('IncrementalAlterConfigsResponse.responses', buf, pos, _c, 6)
     else:
         f_responses = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_AlterConfigsResourceResponse_1(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -114,22 +194,55 @@ def _d_IncrementalAlterConfigsResponse_1(buf, pos):
 
 def _e_AlterConfigsResourceResponse_0(o, out, chunks):
     out += _S1.pack(o.error_code)
-    write_nullable_string(out, o.error_message)
+    if o.error_message is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('IncrementalAlterConfigsResponse.AlterConfigsResourceResponse.error_message', _n)
+        out += _S1.pack(_n)
+        out += _b
     out += _S2.pack(o.resource_type)
-    write_string(out, o.resource_name)
+    _b = o.resource_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('IncrementalAlterConfigsResponse.AlterConfigsResourceResponse.resource_name', _n)
+    out += _S1.pack(_n)
+    out += _b
 
 def _e_IncrementalAlterConfigsResponse_0(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
     _a = o.responses
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_AlterConfigsResourceResponse_0(_e, out, chunks)
 
 def _e_AlterConfigsResourceResponse_1(o, out, chunks):
     out += _S1.pack(o.error_code)
-    write_compact_nullable_string(out, o.error_message)
+    if o.error_message is None:
+        out.append(0)
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('IncrementalAlterConfigsResponse.AlterConfigsResourceResponse.error_message', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     out += _S2.pack(o.resource_type)
-    write_compact_string(out, o.resource_name)
+    _b = o.resource_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('IncrementalAlterConfigsResponse.AlterConfigsResourceResponse.resource_name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -138,7 +251,11 @@ def _e_AlterConfigsResourceResponse_1(o, out, chunks):
 def _e_IncrementalAlterConfigsResponse_1(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
     _a = o.responses
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_AlterConfigsResourceResponse_1(_e, out, chunks)
     if o.unknown_tags is None:

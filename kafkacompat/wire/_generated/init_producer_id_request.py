@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -28,25 +40,56 @@ class InitProducerIdRequest(Struct):
         self.producer_epoch = producer_epoch
         self.unknown_tags = unknown_tags
 
-_S0 = _Struct('>i')
-_S1 = _Struct('>iqh')
+_S0 = _Struct('>h')
+_S1 = _Struct('>i')
+_S2 = _Struct('>iqh')
 
 def _d_InitProducerIdRequest_0(buf, pos):
-    f_transactional_id, pos = read_nullable_string(buf, pos, 'InitProducerIdRequest.transactional_id')
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('InitProducerIdRequest.transactional_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('InitProducerIdRequest.transactional_id', _n)
+        f_transactional_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('InitProducerIdRequest.transactional_id', buf, pos, _n, 1)
+        f_transactional_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('InitProducerIdRequest.transaction_timeout_ms', buf, pos, 4)
-    (f_transaction_timeout_ms,) = _S0.unpack_from(buf, pos)
+    (f_transaction_timeout_ms,) = _S1.unpack_from(buf, pos)
     pos += 4
     f_unknown_tags = None
     return InitProducerIdRequest(f_transactional_id, f_transaction_timeout_ms, -1, -1, f_unknown_tags), pos
 
 def _d_InitProducerIdRequest_2(buf, pos):
-    f_transactional_id, pos = read_compact_nullable_string(buf, pos, 'InitProducerIdRequest.transactional_id')
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'InitProducerIdRequest.transactional_id')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('InitProducerIdRequest.transactional_id', _n)
+        f_transactional_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('InitProducerIdRequest.transactional_id', buf, pos, _n, 1)
+        f_transactional_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('InitProducerIdRequest.transaction_timeout_ms', buf, pos, 4)
-    (f_transaction_timeout_ms,) = _S0.unpack_from(buf, pos)
+    (f_transaction_timeout_ms,) = _S1.unpack_from(buf, pos)
     pos += 4
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -59,12 +102,28 @@ def _d_InitProducerIdRequest_2(buf, pos):
     return InitProducerIdRequest(f_transactional_id, f_transaction_timeout_ms, -1, -1, f_unknown_tags), pos
 
 def _d_InitProducerIdRequest_3(buf, pos):
-    f_transactional_id, pos = read_compact_nullable_string(buf, pos, 'InitProducerIdRequest.transactional_id')
-    if pos + 14 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'InitProducerIdRequest.transactional_id')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('InitProducerIdRequest.transactional_id', _n)
+        f_transactional_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('InitProducerIdRequest.transactional_id', buf, pos, _n, 1)
+        f_transactional_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 14 > _l:
         raise truncated('InitProducerIdRequest.transaction_timeout_ms', buf, pos, 14)
-    f_transaction_timeout_ms, f_producer_id, f_producer_epoch = _S1.unpack_from(buf, pos)
+    f_transaction_timeout_ms, f_producer_id, f_producer_epoch = _S2.unpack_from(buf, pos)
     pos += 14
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -77,20 +136,50 @@ def _d_InitProducerIdRequest_3(buf, pos):
     return InitProducerIdRequest(f_transactional_id, f_transaction_timeout_ms, f_producer_id, f_producer_epoch, f_unknown_tags), pos
 
 def _e_InitProducerIdRequest_0(o, out, chunks):
-    write_nullable_string(out, o.transactional_id)
-    out += _S0.pack(o.transaction_timeout_ms)
+    if o.transactional_id is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.transactional_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('InitProducerIdRequest.transactional_id', _n)
+        out += _S0.pack(_n)
+        out += _b
+    out += _S1.pack(o.transaction_timeout_ms)
 
 def _e_InitProducerIdRequest_2(o, out, chunks):
-    write_compact_nullable_string(out, o.transactional_id)
-    out += _S0.pack(o.transaction_timeout_ms)
+    if o.transactional_id is None:
+        out.append(0)
+    else:
+        _b = o.transactional_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('InitProducerIdRequest.transactional_id', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+    out += _S1.pack(o.transaction_timeout_ms)
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_InitProducerIdRequest_3(o, out, chunks):
-    write_compact_nullable_string(out, o.transactional_id)
-    out += _S1.pack(o.transaction_timeout_ms, o.producer_id, o.producer_epoch)
+    if o.transactional_id is None:
+        out.append(0)
+    else:
+        _b = o.transactional_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('InitProducerIdRequest.transactional_id', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+    out += _S2.pack(o.transaction_timeout_ms, o.producer_id, o.producer_epoch)
     if o.unknown_tags is None:
         out.append(0)
     else:

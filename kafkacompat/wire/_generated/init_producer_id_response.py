@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -31,7 +43,8 @@ class InitProducerIdResponse(Struct):
 _S0 = _Struct('>ihqh')
 
 def _d_InitProducerIdResponse_0(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('InitProducerIdResponse.throttle_time_ms', buf, pos, 16)
     f_throttle_time_ms, f_error_code, f_producer_id, f_producer_epoch = _S0.unpack_from(buf, pos)
     pos += 16
@@ -39,11 +52,12 @@ def _d_InitProducerIdResponse_0(buf, pos):
     return InitProducerIdResponse(f_throttle_time_ms, f_error_code, f_producer_id, f_producer_epoch, f_unknown_tags), pos
 
 def _d_InitProducerIdResponse_2(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('InitProducerIdResponse.throttle_time_ms', buf, pos, 16)
     f_throttle_time_ms, f_error_code, f_producer_id, f_producer_epoch = _S0.unpack_from(buf, pos)
     pos += 16
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -45,77 +57,258 @@ class JoinGroupRequest(Struct):
         self.unknown_tags = unknown_tags
 JoinGroupRequest.JoinGroupRequestProtocol = JoinGroupRequestProtocol
 
-_S0 = _Struct('>i')
-_S1 = _Struct('>ii')
+_S0 = _Struct('>h')
+_S1 = _Struct('>i')
+_S2 = _Struct('>ii')
 
 def _d_JoinGroupRequestProtocol_0(buf, pos):
-    f_name, pos = read_string(buf, pos, 'JoinGroupRequest.JoinGroupRequestProtocol.name')
-    f_metadata, pos = read_bytes(buf, pos, 'JoinGroupRequest.JoinGroupRequestProtocol.metadata')
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('JoinGroupRequest.JoinGroupRequestProtocol.name', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('JoinGroupRequest.JoinGroupRequestProtocol.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('JoinGroupRequest.JoinGroupRequestProtocol.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('JoinGroupRequest.JoinGroupRequestProtocol.metadata', buf, pos, 4)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _n < 0:
+        raise bad_length('JoinGroupRequest.JoinGroupRequestProtocol.metadata', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('JoinGroupRequest.JoinGroupRequestProtocol.metadata', buf, pos, _n, 1)
+        f_metadata = bytes(buf[pos:_end])
+        pos = _end
     f_unknown_tags = None
     return JoinGroupRequestProtocol(f_name, f_metadata, f_unknown_tags), pos
 
 def _d_JoinGroupRequest_0(buf, pos):
-    f_group_id, pos = read_string(buf, pos, 'JoinGroupRequest.group_id')
-    if pos + 4 > len(buf):
-        raise truncated('JoinGroupRequest.session_timeout_ms', buf, pos, 4)
-    (f_session_timeout_ms,) = _S0.unpack_from(buf, pos)
-    pos += 4
-    f_member_id, pos = read_string(buf, pos, 'JoinGroupRequest.member_id')
-    f_protocol_type, pos = read_string(buf, pos, 'JoinGroupRequest.protocol_type')
-    _n, pos = read_array_len(buf, pos, 'JoinGroupRequest.protocols', 6)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('JoinGroupRequest.group_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='JoinGroupRequest.protocols')
+        raise bad_length('JoinGroupRequest.group_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('JoinGroupRequest.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('JoinGroupRequest.session_timeout_ms', buf, pos, 4)
+    (f_session_timeout_ms,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if pos + 2 > _l:
+        raise truncated('JoinGroupRequest.member_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('JoinGroupRequest.member_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('JoinGroupRequest.member_id', buf, pos, _n, 1)
+        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('JoinGroupRequest.protocol_type', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('JoinGroupRequest.protocol_type', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('JoinGroupRequest.protocol_type', buf, pos, _n, 1)
+        f_protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('JoinGroupRequest.protocols', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('JoinGroupRequest.protocols', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('JoinGroupRequest.protocols', buf, pos, _c, 6)
     else:
         f_protocols = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_JoinGroupRequestProtocol_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return JoinGroupRequest(f_group_id, f_session_timeout_ms, -1, f_member_id, None, f_protocol_type, f_protocols, None, f_unknown_tags), pos
 
 def _d_JoinGroupRequest_1(buf, pos):
-    f_group_id, pos = read_string(buf, pos, 'JoinGroupRequest.group_id')
-    if pos + 8 > len(buf):
-        raise truncated('JoinGroupRequest.session_timeout_ms', buf, pos, 8)
-    f_session_timeout_ms, f_rebalance_timeout_ms = _S1.unpack_from(buf, pos)
-    pos += 8
-    f_member_id, pos = read_string(buf, pos, 'JoinGroupRequest.member_id')
-    f_protocol_type, pos = read_string(buf, pos, 'JoinGroupRequest.protocol_type')
-    _n, pos = read_array_len(buf, pos, 'JoinGroupRequest.protocols', 6)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('JoinGroupRequest.group_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='JoinGroupRequest.protocols')
+        raise bad_length('JoinGroupRequest.group_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('JoinGroupRequest.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 8 > _l:
+        raise truncated('JoinGroupRequest.session_timeout_ms', buf, pos, 8)
+    f_session_timeout_ms, f_rebalance_timeout_ms = _S2.unpack_from(buf, pos)
+    pos += 8
+    if pos + 2 > _l:
+        raise truncated('JoinGroupRequest.member_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('JoinGroupRequest.member_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('JoinGroupRequest.member_id', buf, pos, _n, 1)
+        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('JoinGroupRequest.protocol_type', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('JoinGroupRequest.protocol_type', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('JoinGroupRequest.protocol_type', buf, pos, _n, 1)
+        f_protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('JoinGroupRequest.protocols', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('JoinGroupRequest.protocols', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('JoinGroupRequest.protocols', buf, pos, _c, 6)
     else:
         f_protocols = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_JoinGroupRequestProtocol_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return JoinGroupRequest(f_group_id, f_session_timeout_ms, f_rebalance_timeout_ms, f_member_id, None, f_protocol_type, f_protocols, None, f_unknown_tags), pos
 
 def _d_JoinGroupRequest_5(buf, pos):
-    f_group_id, pos = read_string(buf, pos, 'JoinGroupRequest.group_id')
-    if pos + 8 > len(buf):
-        raise truncated('JoinGroupRequest.session_timeout_ms', buf, pos, 8)
-    f_session_timeout_ms, f_rebalance_timeout_ms = _S1.unpack_from(buf, pos)
-    pos += 8
-    f_member_id, pos = read_string(buf, pos, 'JoinGroupRequest.member_id')
-    f_group_instance_id, pos = read_nullable_string(buf, pos, 'JoinGroupRequest.group_instance_id')
-    f_protocol_type, pos = read_string(buf, pos, 'JoinGroupRequest.protocol_type')
-    _n, pos = read_array_len(buf, pos, 'JoinGroupRequest.protocols', 6)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('JoinGroupRequest.group_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='JoinGroupRequest.protocols')
+        raise bad_length('JoinGroupRequest.group_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('JoinGroupRequest.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 8 > _l:
+        raise truncated('JoinGroupRequest.session_timeout_ms', buf, pos, 8)
+    f_session_timeout_ms, f_rebalance_timeout_ms = _S2.unpack_from(buf, pos)
+    pos += 8
+    if pos + 2 > _l:
+        raise truncated('JoinGroupRequest.member_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('JoinGroupRequest.member_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('JoinGroupRequest.member_id', buf, pos, _n, 1)
+        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('JoinGroupRequest.group_instance_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('JoinGroupRequest.group_instance_id', _n)
+        f_group_instance_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('JoinGroupRequest.group_instance_id', buf, pos, _n, 1)
+        f_group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('JoinGroupRequest.protocol_type', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('JoinGroupRequest.protocol_type', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('JoinGroupRequest.protocol_type', buf, pos, _n, 1)
+        f_protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('JoinGroupRequest.protocols', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('JoinGroupRequest.protocols', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('JoinGroupRequest.protocols', buf, pos, _c, 6)
     else:
         f_protocols = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_JoinGroupRequestProtocol_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return JoinGroupRequest(f_group_id, f_session_timeout_ms, f_rebalance_timeout_ms, f_member_id, f_group_instance_id, f_protocol_type, f_protocols, None, f_unknown_tags), pos
 
 def _d_JoinGroupRequestProtocol_6(buf, pos):
-    f_name, pos = read_compact_string(buf, pos, 'JoinGroupRequest.JoinGroupRequestProtocol.name')
-    f_metadata, pos = read_compact_bytes(buf, pos, 'JoinGroupRequest.JoinGroupRequestProtocol.metadata')
-    if pos < len(buf) and buf[pos] == 0:
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'JoinGroupRequest.JoinGroupRequestProtocol.name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('JoinGroupRequest.JoinGroupRequestProtocol.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('JoinGroupRequest.JoinGroupRequestProtocol.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'JoinGroupRequest.JoinGroupRequestProtocol.metadata')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('JoinGroupRequest.JoinGroupRequestProtocol.metadata', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('JoinGroupRequest.JoinGroupRequestProtocol.metadata', buf, pos, _n, 1)
+        f_metadata = bytes(buf[pos:_end])
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -128,23 +321,85 @@ def _d_JoinGroupRequestProtocol_6(buf, pos):
     return JoinGroupRequestProtocol(f_name, f_metadata, f_unknown_tags), pos
 
 def _d_JoinGroupRequest_6(buf, pos):
-    f_group_id, pos = read_compact_string(buf, pos, 'JoinGroupRequest.group_id')
-    if pos + 8 > len(buf):
-        raise truncated('JoinGroupRequest.session_timeout_ms', buf, pos, 8)
-    f_session_timeout_ms, f_rebalance_timeout_ms = _S1.unpack_from(buf, pos)
-    pos += 8
-    f_member_id, pos = read_compact_string(buf, pos, 'JoinGroupRequest.member_id')
-    f_group_instance_id, pos = read_compact_nullable_string(buf, pos, 'JoinGroupRequest.group_instance_id')
-    f_protocol_type, pos = read_compact_string(buf, pos, 'JoinGroupRequest.protocol_type')
-    _n, pos = read_compact_array_len(buf, pos, 'JoinGroupRequest.protocols', 3)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'JoinGroupRequest.group_id')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='JoinGroupRequest.protocols')
+        raise bad_length('JoinGroupRequest.group_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('JoinGroupRequest.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 8 > _l:
+        raise truncated('JoinGroupRequest.session_timeout_ms', buf, pos, 8)
+    f_session_timeout_ms, f_rebalance_timeout_ms = _S2.unpack_from(buf, pos)
+    pos += 8
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'JoinGroupRequest.member_id')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('JoinGroupRequest.member_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('JoinGroupRequest.member_id', buf, pos, _n, 1)
+        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'JoinGroupRequest.group_instance_id')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('JoinGroupRequest.group_instance_id', _n)
+        f_group_instance_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('JoinGroupRequest.group_instance_id', buf, pos, _n, 1)
+        f_group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'JoinGroupRequest.protocol_type')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('JoinGroupRequest.protocol_type', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('JoinGroupRequest.protocol_type', buf, pos, _n, 1)
+        f_protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'JoinGroupRequest.protocols')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('JoinGroupRequest.protocols', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('JoinGroupRequest.protocols', buf, pos, _c, 3)
     else:
         f_protocols = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_JoinGroupRequestProtocol_6(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -157,24 +412,101 @@ def _d_JoinGroupRequest_6(buf, pos):
     return JoinGroupRequest(f_group_id, f_session_timeout_ms, f_rebalance_timeout_ms, f_member_id, f_group_instance_id, f_protocol_type, f_protocols, None, f_unknown_tags), pos
 
 def _d_JoinGroupRequest_8(buf, pos):
-    f_group_id, pos = read_compact_string(buf, pos, 'JoinGroupRequest.group_id')
-    if pos + 8 > len(buf):
-        raise truncated('JoinGroupRequest.session_timeout_ms', buf, pos, 8)
-    f_session_timeout_ms, f_rebalance_timeout_ms = _S1.unpack_from(buf, pos)
-    pos += 8
-    f_member_id, pos = read_compact_string(buf, pos, 'JoinGroupRequest.member_id')
-    f_group_instance_id, pos = read_compact_nullable_string(buf, pos, 'JoinGroupRequest.group_instance_id')
-    f_protocol_type, pos = read_compact_string(buf, pos, 'JoinGroupRequest.protocol_type')
-    _n, pos = read_compact_array_len(buf, pos, 'JoinGroupRequest.protocols', 3)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'JoinGroupRequest.group_id')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='JoinGroupRequest.protocols')
+        raise bad_length('JoinGroupRequest.group_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('JoinGroupRequest.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 8 > _l:
+        raise truncated('JoinGroupRequest.session_timeout_ms', buf, pos, 8)
+    f_session_timeout_ms, f_rebalance_timeout_ms = _S2.unpack_from(buf, pos)
+    pos += 8
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'JoinGroupRequest.member_id')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('JoinGroupRequest.member_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('JoinGroupRequest.member_id', buf, pos, _n, 1)
+        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'JoinGroupRequest.group_instance_id')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('JoinGroupRequest.group_instance_id', _n)
+        f_group_instance_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('JoinGroupRequest.group_instance_id', buf, pos, _n, 1)
+        f_group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'JoinGroupRequest.protocol_type')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('JoinGroupRequest.protocol_type', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('JoinGroupRequest.protocol_type', buf, pos, _n, 1)
+        f_protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'JoinGroupRequest.protocols')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('JoinGroupRequest.protocols', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('JoinGroupRequest.protocols', buf, pos, _c, 3)
     else:
         f_protocols = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_JoinGroupRequestProtocol_6(buf, pos)
             _lst.append(_e)
-    f_reason, pos = read_compact_nullable_string(buf, pos, 'JoinGroupRequest.reason')
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'JoinGroupRequest.reason')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('JoinGroupRequest.reason', _n)
+        f_reason = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('JoinGroupRequest.reason', buf, pos, _n, 1)
+        f_reason = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -187,56 +519,173 @@ def _d_JoinGroupRequest_8(buf, pos):
     return JoinGroupRequest(f_group_id, f_session_timeout_ms, f_rebalance_timeout_ms, f_member_id, f_group_instance_id, f_protocol_type, f_protocols, f_reason, f_unknown_tags), pos
 
 def _e_JoinGroupRequestProtocol_0(o, out, chunks):
-    write_string(out, o.name)
-    write_bytes(out, o.metadata)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('JoinGroupRequest.JoinGroupRequestProtocol.name', _n)
+    out += _S0.pack(_n)
+    out += _b
+    _b = o.metadata
+    _n = len(_b)
+    out += _S1.pack(_n)
+    out += _b
 
 def _e_JoinGroupRequest_0(o, out, chunks):
-    write_string(out, o.group_id)
-    out += _S0.pack(o.session_timeout_ms)
-    write_string(out, o.member_id)
-    write_string(out, o.protocol_type)
+    _b = o.group_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('JoinGroupRequest.group_id', _n)
+    out += _S0.pack(_n)
+    out += _b
+    out += _S1.pack(o.session_timeout_ms)
+    _b = o.member_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('JoinGroupRequest.member_id', _n)
+    out += _S0.pack(_n)
+    out += _b
+    _b = o.protocol_type.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('JoinGroupRequest.protocol_type', _n)
+    out += _S0.pack(_n)
+    out += _b
     _a = o.protocols
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_JoinGroupRequestProtocol_0(_e, out, chunks)
 
 def _e_JoinGroupRequest_1(o, out, chunks):
-    write_string(out, o.group_id)
-    out += _S1.pack(o.session_timeout_ms, o.rebalance_timeout_ms)
-    write_string(out, o.member_id)
-    write_string(out, o.protocol_type)
+    _b = o.group_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('JoinGroupRequest.group_id', _n)
+    out += _S0.pack(_n)
+    out += _b
+    out += _S2.pack(o.session_timeout_ms, o.rebalance_timeout_ms)
+    _b = o.member_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('JoinGroupRequest.member_id', _n)
+    out += _S0.pack(_n)
+    out += _b
+    _b = o.protocol_type.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('JoinGroupRequest.protocol_type', _n)
+    out += _S0.pack(_n)
+    out += _b
     _a = o.protocols
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_JoinGroupRequestProtocol_0(_e, out, chunks)
 
 def _e_JoinGroupRequest_5(o, out, chunks):
-    write_string(out, o.group_id)
-    out += _S1.pack(o.session_timeout_ms, o.rebalance_timeout_ms)
-    write_string(out, o.member_id)
-    write_nullable_string(out, o.group_instance_id)
-    write_string(out, o.protocol_type)
+    _b = o.group_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('JoinGroupRequest.group_id', _n)
+    out += _S0.pack(_n)
+    out += _b
+    out += _S2.pack(o.session_timeout_ms, o.rebalance_timeout_ms)
+    _b = o.member_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('JoinGroupRequest.member_id', _n)
+    out += _S0.pack(_n)
+    out += _b
+    if o.group_instance_id is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.group_instance_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('JoinGroupRequest.group_instance_id', _n)
+        out += _S0.pack(_n)
+        out += _b
+    _b = o.protocol_type.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('JoinGroupRequest.protocol_type', _n)
+    out += _S0.pack(_n)
+    out += _b
     _a = o.protocols
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_JoinGroupRequestProtocol_0(_e, out, chunks)
 
 def _e_JoinGroupRequestProtocol_6(o, out, chunks):
-    write_compact_string(out, o.name)
-    write_compact_bytes(out, o.metadata)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('JoinGroupRequest.JoinGroupRequestProtocol.name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _b = o.metadata
+    _n = len(_b)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_JoinGroupRequest_6(o, out, chunks):
-    write_compact_string(out, o.group_id)
-    out += _S1.pack(o.session_timeout_ms, o.rebalance_timeout_ms)
-    write_compact_string(out, o.member_id)
-    write_compact_nullable_string(out, o.group_instance_id)
-    write_compact_string(out, o.protocol_type)
+    _b = o.group_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('JoinGroupRequest.group_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    out += _S2.pack(o.session_timeout_ms, o.rebalance_timeout_ms)
+    _b = o.member_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('JoinGroupRequest.member_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    if o.group_instance_id is None:
+        out.append(0)
+    else:
+        _b = o.group_instance_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('JoinGroupRequest.group_instance_id', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+    _b = o.protocol_type.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('JoinGroupRequest.protocol_type', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.protocols
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_JoinGroupRequestProtocol_6(_e, out, chunks)
     if o.unknown_tags is None:
@@ -245,16 +694,66 @@ def _e_JoinGroupRequest_6(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_JoinGroupRequest_8(o, out, chunks):
-    write_compact_string(out, o.group_id)
-    out += _S1.pack(o.session_timeout_ms, o.rebalance_timeout_ms)
-    write_compact_string(out, o.member_id)
-    write_compact_nullable_string(out, o.group_instance_id)
-    write_compact_string(out, o.protocol_type)
+    _b = o.group_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('JoinGroupRequest.group_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    out += _S2.pack(o.session_timeout_ms, o.rebalance_timeout_ms)
+    _b = o.member_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('JoinGroupRequest.member_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    if o.group_instance_id is None:
+        out.append(0)
+    else:
+        _b = o.group_instance_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('JoinGroupRequest.group_instance_id', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+    _b = o.protocol_type.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('JoinGroupRequest.protocol_type', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.protocols
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_JoinGroupRequestProtocol_6(_e, out, chunks)
-    write_compact_nullable_string(out, o.reason)
+    if o.reason is None:
+        out.append(0)
+    else:
+        _b = o.reason.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('JoinGroupRequest.reason', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -49,84 +61,304 @@ class JoinGroupResponse(Struct):
 JoinGroupResponse.JoinGroupResponseMember = JoinGroupResponseMember
 
 _S0 = _Struct('>hi')
-_S1 = _Struct('>ihi')
-_S2 = _Struct('>?')
+_S1 = _Struct('>h')
+_S2 = _Struct('>i')
+_S3 = _Struct('>ihi')
+_S4 = _Struct('>?')
 
 def _d_JoinGroupResponseMember_0(buf, pos):
-    f_member_id, pos = read_string(buf, pos, 'JoinGroupResponse.JoinGroupResponseMember.member_id')
-    f_metadata, pos = read_bytes(buf, pos, 'JoinGroupResponse.JoinGroupResponseMember.metadata')
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('JoinGroupResponse.JoinGroupResponseMember.member_id', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('JoinGroupResponse.JoinGroupResponseMember.member_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('JoinGroupResponse.JoinGroupResponseMember.member_id', buf, pos, _n, 1)
+        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('JoinGroupResponse.JoinGroupResponseMember.metadata', buf, pos, 4)
+    (_n,) = _S2.unpack_from(buf, pos)
+    pos += 4
+    if _n < 0:
+        raise bad_length('JoinGroupResponse.JoinGroupResponseMember.metadata', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('JoinGroupResponse.JoinGroupResponseMember.metadata', buf, pos, _n, 1)
+        f_metadata = bytes(buf[pos:_end])
+        pos = _end
     f_unknown_tags = None
     return JoinGroupResponseMember(f_member_id, None, f_metadata, f_unknown_tags), pos
 
 def _d_JoinGroupResponse_0(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('JoinGroupResponse.error_code', buf, pos, 6)
     f_error_code, f_generation_id = _S0.unpack_from(buf, pos)
     pos += 6
-    f_protocol_name, pos = read_string(buf, pos, 'JoinGroupResponse.protocol_name')
-    f_leader, pos = read_string(buf, pos, 'JoinGroupResponse.leader')
-    f_member_id, pos = read_string(buf, pos, 'JoinGroupResponse.member_id')
-    _n, pos = read_array_len(buf, pos, 'JoinGroupResponse.members', 6)
+    if pos + 2 > _l:
+        raise truncated('JoinGroupResponse.protocol_name', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='JoinGroupResponse.members')
+        raise bad_length('JoinGroupResponse.protocol_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('JoinGroupResponse.protocol_name', buf, pos, _n, 1)
+        f_protocol_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('JoinGroupResponse.leader', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('JoinGroupResponse.leader', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('JoinGroupResponse.leader', buf, pos, _n, 1)
+        f_leader = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('JoinGroupResponse.member_id', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('JoinGroupResponse.member_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('JoinGroupResponse.member_id', buf, pos, _n, 1)
+        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('JoinGroupResponse.members', buf, pos, 4)
+    (_c,) = _S2.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('JoinGroupResponse.members', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('JoinGroupResponse.members', buf, pos, _c, 6)
     else:
         f_members = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_JoinGroupResponseMember_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return JoinGroupResponse(0, f_error_code, f_generation_id, None, f_protocol_name, f_leader, False, f_member_id, f_members, f_unknown_tags), pos
 
 def _d_JoinGroupResponse_2(buf, pos):
-    if pos + 10 > len(buf):
+    _l = len(buf)
+    if pos + 10 > _l:
         raise truncated('JoinGroupResponse.throttle_time_ms', buf, pos, 10)
-    f_throttle_time_ms, f_error_code, f_generation_id = _S1.unpack_from(buf, pos)
+    f_throttle_time_ms, f_error_code, f_generation_id = _S3.unpack_from(buf, pos)
     pos += 10
-    f_protocol_name, pos = read_string(buf, pos, 'JoinGroupResponse.protocol_name')
-    f_leader, pos = read_string(buf, pos, 'JoinGroupResponse.leader')
-    f_member_id, pos = read_string(buf, pos, 'JoinGroupResponse.member_id')
-    _n, pos = read_array_len(buf, pos, 'JoinGroupResponse.members', 6)
+    if pos + 2 > _l:
+        raise truncated('JoinGroupResponse.protocol_name', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='JoinGroupResponse.members')
+        raise bad_length('JoinGroupResponse.protocol_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('JoinGroupResponse.protocol_name', buf, pos, _n, 1)
+        f_protocol_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('JoinGroupResponse.leader', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('JoinGroupResponse.leader', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('JoinGroupResponse.leader', buf, pos, _n, 1)
+        f_leader = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('JoinGroupResponse.member_id', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('JoinGroupResponse.member_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('JoinGroupResponse.member_id', buf, pos, _n, 1)
+        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('JoinGroupResponse.members', buf, pos, 4)
+    (_c,) = _S2.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('JoinGroupResponse.members', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('JoinGroupResponse.members', buf, pos, _c, 6)
     else:
         f_members = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_JoinGroupResponseMember_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return JoinGroupResponse(f_throttle_time_ms, f_error_code, f_generation_id, None, f_protocol_name, f_leader, False, f_member_id, f_members, f_unknown_tags), pos
 
 def _d_JoinGroupResponseMember_5(buf, pos):
-    f_member_id, pos = read_string(buf, pos, 'JoinGroupResponse.JoinGroupResponseMember.member_id')
-    f_group_instance_id, pos = read_nullable_string(buf, pos, 'JoinGroupResponse.JoinGroupResponseMember.group_instance_id')
-    f_metadata, pos = read_bytes(buf, pos, 'JoinGroupResponse.JoinGroupResponseMember.metadata')
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('JoinGroupResponse.JoinGroupResponseMember.member_id', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('JoinGroupResponse.JoinGroupResponseMember.member_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('JoinGroupResponse.JoinGroupResponseMember.member_id', buf, pos, _n, 1)
+        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('JoinGroupResponse.JoinGroupResponseMember.group_instance_id', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('JoinGroupResponse.JoinGroupResponseMember.group_instance_id', _n)
+        f_group_instance_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('JoinGroupResponse.JoinGroupResponseMember.group_instance_id', buf, pos, _n, 1)
+        f_group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('JoinGroupResponse.JoinGroupResponseMember.metadata', buf, pos, 4)
+    (_n,) = _S2.unpack_from(buf, pos)
+    pos += 4
+    if _n < 0:
+        raise bad_length('JoinGroupResponse.JoinGroupResponseMember.metadata', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('JoinGroupResponse.JoinGroupResponseMember.metadata', buf, pos, _n, 1)
+        f_metadata = bytes(buf[pos:_end])
+        pos = _end
     f_unknown_tags = None
     return JoinGroupResponseMember(f_member_id, f_group_instance_id, f_metadata, f_unknown_tags), pos
 
 def _d_JoinGroupResponse_5(buf, pos):
-    if pos + 10 > len(buf):
+    _l = len(buf)
+    if pos + 10 > _l:
         raise truncated('JoinGroupResponse.throttle_time_ms', buf, pos, 10)
-    f_throttle_time_ms, f_error_code, f_generation_id = _S1.unpack_from(buf, pos)
+    f_throttle_time_ms, f_error_code, f_generation_id = _S3.unpack_from(buf, pos)
     pos += 10
-    f_protocol_name, pos = read_string(buf, pos, 'JoinGroupResponse.protocol_name')
-    f_leader, pos = read_string(buf, pos, 'JoinGroupResponse.leader')
-    f_member_id, pos = read_string(buf, pos, 'JoinGroupResponse.member_id')
-    _n, pos = read_array_len(buf, pos, 'JoinGroupResponse.members', 8)
+    if pos + 2 > _l:
+        raise truncated('JoinGroupResponse.protocol_name', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='JoinGroupResponse.members')
+        raise bad_length('JoinGroupResponse.protocol_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('JoinGroupResponse.protocol_name', buf, pos, _n, 1)
+        f_protocol_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('JoinGroupResponse.leader', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('JoinGroupResponse.leader', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('JoinGroupResponse.leader', buf, pos, _n, 1)
+        f_leader = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('JoinGroupResponse.member_id', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('JoinGroupResponse.member_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('JoinGroupResponse.member_id', buf, pos, _n, 1)
+        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('JoinGroupResponse.members', buf, pos, 4)
+    (_c,) = _S2.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('JoinGroupResponse.members', _c)
+    elif _c * 8 > _l - pos:
+        raise overrun('JoinGroupResponse.members', buf, pos, _c, 8)
     else:
         f_members = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_JoinGroupResponseMember_5(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return JoinGroupResponse(f_throttle_time_ms, f_error_code, f_generation_id, None, f_protocol_name, f_leader, False, f_member_id, f_members, f_unknown_tags), pos
 
 def _d_JoinGroupResponseMember_6(buf, pos):
-    f_member_id, pos = read_compact_string(buf, pos, 'JoinGroupResponse.JoinGroupResponseMember.member_id')
-    f_group_instance_id, pos = read_compact_nullable_string(buf, pos, 'JoinGroupResponse.JoinGroupResponseMember.group_instance_id')
-    f_metadata, pos = read_compact_bytes(buf, pos, 'JoinGroupResponse.JoinGroupResponseMember.metadata')
-    if pos < len(buf) and buf[pos] == 0:
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'JoinGroupResponse.JoinGroupResponseMember.member_id')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('JoinGroupResponse.JoinGroupResponseMember.member_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('JoinGroupResponse.JoinGroupResponseMember.member_id', buf, pos, _n, 1)
+        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'JoinGroupResponse.JoinGroupResponseMember.group_instance_id')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('JoinGroupResponse.JoinGroupResponseMember.group_instance_id', _n)
+        f_group_instance_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('JoinGroupResponse.JoinGroupResponseMember.group_instance_id', buf, pos, _n, 1)
+        f_group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'JoinGroupResponse.JoinGroupResponseMember.metadata')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('JoinGroupResponse.JoinGroupResponseMember.metadata', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('JoinGroupResponse.JoinGroupResponseMember.metadata', buf, pos, _n, 1)
+        f_metadata = bytes(buf[pos:_end])
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -139,22 +371,69 @@ def _d_JoinGroupResponseMember_6(buf, pos):
     return JoinGroupResponseMember(f_member_id, f_group_instance_id, f_metadata, f_unknown_tags), pos
 
 def _d_JoinGroupResponse_6(buf, pos):
-    if pos + 10 > len(buf):
+    _l = len(buf)
+    if pos + 10 > _l:
         raise truncated('JoinGroupResponse.throttle_time_ms', buf, pos, 10)
-    f_throttle_time_ms, f_error_code, f_generation_id = _S1.unpack_from(buf, pos)
+    f_throttle_time_ms, f_error_code, f_generation_id = _S3.unpack_from(buf, pos)
     pos += 10
-    f_protocol_name, pos = read_compact_string(buf, pos, 'JoinGroupResponse.protocol_name')
-    f_leader, pos = read_compact_string(buf, pos, 'JoinGroupResponse.leader')
-    f_member_id, pos = read_compact_string(buf, pos, 'JoinGroupResponse.member_id')
-    _n, pos = read_compact_array_len(buf, pos, 'JoinGroupResponse.members', 4)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'JoinGroupResponse.protocol_name')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='JoinGroupResponse.members')
+        raise bad_length('JoinGroupResponse.protocol_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('JoinGroupResponse.protocol_name', buf, pos, _n, 1)
+        f_protocol_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'JoinGroupResponse.leader')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('JoinGroupResponse.leader', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('JoinGroupResponse.leader', buf, pos, _n, 1)
+        f_leader = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'JoinGroupResponse.member_id')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('JoinGroupResponse.member_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('JoinGroupResponse.member_id', buf, pos, _n, 1)
+        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'JoinGroupResponse.members')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('JoinGroupResponse.members', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('JoinGroupResponse.members', buf, pos, _c, 4)
     else:
         f_members = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_JoinGroupResponseMember_6(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -167,23 +446,87 @@ def _d_JoinGroupResponse_6(buf, pos):
     return JoinGroupResponse(f_throttle_time_ms, f_error_code, f_generation_id, None, f_protocol_name, f_leader, False, f_member_id, f_members, f_unknown_tags), pos
 
 def _d_JoinGroupResponse_7(buf, pos):
-    if pos + 10 > len(buf):
+    _l = len(buf)
+    if pos + 10 > _l:
         raise truncated('JoinGroupResponse.throttle_time_ms', buf, pos, 10)
-    f_throttle_time_ms, f_error_code, f_generation_id = _S1.unpack_from(buf, pos)
+    f_throttle_time_ms, f_error_code, f_generation_id = _S3.unpack_from(buf, pos)
     pos += 10
-    f_protocol_type, pos = read_compact_nullable_string(buf, pos, 'JoinGroupResponse.protocol_type')
-    f_protocol_name, pos = read_compact_nullable_string(buf, pos, 'JoinGroupResponse.protocol_name')
-    f_leader, pos = read_compact_string(buf, pos, 'JoinGroupResponse.leader')
-    f_member_id, pos = read_compact_string(buf, pos, 'JoinGroupResponse.member_id')
-    _n, pos = read_compact_array_len(buf, pos, 'JoinGroupResponse.members', 4)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'JoinGroupResponse.protocol_type')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='JoinGroupResponse.members')
+        if _n != -1:
+            raise bad_length('JoinGroupResponse.protocol_type', _n)
+        f_protocol_type = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('JoinGroupResponse.protocol_type', buf, pos, _n, 1)
+        f_protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'JoinGroupResponse.protocol_name')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('JoinGroupResponse.protocol_name', _n)
+        f_protocol_name = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('JoinGroupResponse.protocol_name', buf, pos, _n, 1)
+        f_protocol_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'JoinGroupResponse.leader')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('JoinGroupResponse.leader', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('JoinGroupResponse.leader', buf, pos, _n, 1)
+        f_leader = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'JoinGroupResponse.member_id')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('JoinGroupResponse.member_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('JoinGroupResponse.member_id', buf, pos, _n, 1)
+        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'JoinGroupResponse.members')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('JoinGroupResponse.members', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('JoinGroupResponse.members', buf, pos, _c, 4)
     else:
         f_members = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_JoinGroupResponseMember_6(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -196,27 +539,91 @@ def _d_JoinGroupResponse_7(buf, pos):
     return JoinGroupResponse(f_throttle_time_ms, f_error_code, f_generation_id, f_protocol_type, f_protocol_name, f_leader, False, f_member_id, f_members, f_unknown_tags), pos
 
 def _d_JoinGroupResponse_9(buf, pos):
-    if pos + 10 > len(buf):
+    _l = len(buf)
+    if pos + 10 > _l:
         raise truncated('JoinGroupResponse.throttle_time_ms', buf, pos, 10)
-    f_throttle_time_ms, f_error_code, f_generation_id = _S1.unpack_from(buf, pos)
+    f_throttle_time_ms, f_error_code, f_generation_id = _S3.unpack_from(buf, pos)
     pos += 10
-    f_protocol_type, pos = read_compact_nullable_string(buf, pos, 'JoinGroupResponse.protocol_type')
-    f_protocol_name, pos = read_compact_nullable_string(buf, pos, 'JoinGroupResponse.protocol_name')
-    f_leader, pos = read_compact_string(buf, pos, 'JoinGroupResponse.leader')
-    if pos + 1 > len(buf):
-        raise truncated('JoinGroupResponse.skip_assignment', buf, pos, 1)
-    (f_skip_assignment,) = _S2.unpack_from(buf, pos)
-    pos += 1
-    f_member_id, pos = read_compact_string(buf, pos, 'JoinGroupResponse.member_id')
-    _n, pos = read_compact_array_len(buf, pos, 'JoinGroupResponse.members', 4)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'JoinGroupResponse.protocol_type')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='JoinGroupResponse.members')
+        if _n != -1:
+            raise bad_length('JoinGroupResponse.protocol_type', _n)
+        f_protocol_type = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('JoinGroupResponse.protocol_type', buf, pos, _n, 1)
+        f_protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'JoinGroupResponse.protocol_name')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('JoinGroupResponse.protocol_name', _n)
+        f_protocol_name = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('JoinGroupResponse.protocol_name', buf, pos, _n, 1)
+        f_protocol_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'JoinGroupResponse.leader')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('JoinGroupResponse.leader', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('JoinGroupResponse.leader', buf, pos, _n, 1)
+        f_leader = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 1 > _l:
+        raise truncated('JoinGroupResponse.skip_assignment', buf, pos, 1)
+    (f_skip_assignment,) = _S4.unpack_from(buf, pos)
+    pos += 1
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'JoinGroupResponse.member_id')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('JoinGroupResponse.member_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('JoinGroupResponse.member_id', buf, pos, _n, 1)
+        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'JoinGroupResponse.members')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('JoinGroupResponse.members', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('JoinGroupResponse.members', buf, pos, _c, 4)
     else:
         f_members = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_JoinGroupResponseMember_6(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -229,60 +636,185 @@ def _d_JoinGroupResponse_9(buf, pos):
     return JoinGroupResponse(f_throttle_time_ms, f_error_code, f_generation_id, f_protocol_type, f_protocol_name, f_leader, f_skip_assignment, f_member_id, f_members, f_unknown_tags), pos
 
 def _e_JoinGroupResponseMember_0(o, out, chunks):
-    write_string(out, o.member_id)
-    write_bytes(out, o.metadata)
+    _b = o.member_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('JoinGroupResponse.JoinGroupResponseMember.member_id', _n)
+    out += _S1.pack(_n)
+    out += _b
+    _b = o.metadata
+    _n = len(_b)
+    out += _S2.pack(_n)
+    out += _b
 
 def _e_JoinGroupResponse_0(o, out, chunks):
     out += _S0.pack(o.error_code, o.generation_id)
-    write_string(out, o.protocol_name)
-    write_string(out, o.leader)
-    write_string(out, o.member_id)
+    _b = o.protocol_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('JoinGroupResponse.protocol_name', _n)
+    out += _S1.pack(_n)
+    out += _b
+    _b = o.leader.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('JoinGroupResponse.leader', _n)
+    out += _S1.pack(_n)
+    out += _b
+    _b = o.member_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('JoinGroupResponse.member_id', _n)
+    out += _S1.pack(_n)
+    out += _b
     _a = o.members
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S2.pack(_c)
     for _e in _a:
         _e_JoinGroupResponseMember_0(_e, out, chunks)
 
 def _e_JoinGroupResponse_2(o, out, chunks):
-    out += _S1.pack(o.throttle_time_ms, o.error_code, o.generation_id)
-    write_string(out, o.protocol_name)
-    write_string(out, o.leader)
-    write_string(out, o.member_id)
+    out += _S3.pack(o.throttle_time_ms, o.error_code, o.generation_id)
+    _b = o.protocol_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('JoinGroupResponse.protocol_name', _n)
+    out += _S1.pack(_n)
+    out += _b
+    _b = o.leader.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('JoinGroupResponse.leader', _n)
+    out += _S1.pack(_n)
+    out += _b
+    _b = o.member_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('JoinGroupResponse.member_id', _n)
+    out += _S1.pack(_n)
+    out += _b
     _a = o.members
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S2.pack(_c)
     for _e in _a:
         _e_JoinGroupResponseMember_0(_e, out, chunks)
 
 def _e_JoinGroupResponseMember_5(o, out, chunks):
-    write_string(out, o.member_id)
-    write_nullable_string(out, o.group_instance_id)
-    write_bytes(out, o.metadata)
+    _b = o.member_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('JoinGroupResponse.JoinGroupResponseMember.member_id', _n)
+    out += _S1.pack(_n)
+    out += _b
+    if o.group_instance_id is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.group_instance_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('JoinGroupResponse.JoinGroupResponseMember.group_instance_id', _n)
+        out += _S1.pack(_n)
+        out += _b
+    _b = o.metadata
+    _n = len(_b)
+    out += _S2.pack(_n)
+    out += _b
 
 def _e_JoinGroupResponse_5(o, out, chunks):
-    out += _S1.pack(o.throttle_time_ms, o.error_code, o.generation_id)
-    write_string(out, o.protocol_name)
-    write_string(out, o.leader)
-    write_string(out, o.member_id)
+    out += _S3.pack(o.throttle_time_ms, o.error_code, o.generation_id)
+    _b = o.protocol_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('JoinGroupResponse.protocol_name', _n)
+    out += _S1.pack(_n)
+    out += _b
+    _b = o.leader.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('JoinGroupResponse.leader', _n)
+    out += _S1.pack(_n)
+    out += _b
+    _b = o.member_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('JoinGroupResponse.member_id', _n)
+    out += _S1.pack(_n)
+    out += _b
     _a = o.members
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S2.pack(_c)
     for _e in _a:
         _e_JoinGroupResponseMember_5(_e, out, chunks)
 
 def _e_JoinGroupResponseMember_6(o, out, chunks):
-    write_compact_string(out, o.member_id)
-    write_compact_nullable_string(out, o.group_instance_id)
-    write_compact_bytes(out, o.metadata)
+    _b = o.member_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('JoinGroupResponse.JoinGroupResponseMember.member_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    if o.group_instance_id is None:
+        out.append(0)
+    else:
+        _b = o.group_instance_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('JoinGroupResponse.JoinGroupResponseMember.group_instance_id', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+    _b = o.metadata
+    _n = len(_b)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_JoinGroupResponse_6(o, out, chunks):
-    out += _S1.pack(o.throttle_time_ms, o.error_code, o.generation_id)
-    write_compact_string(out, o.protocol_name)
-    write_compact_string(out, o.leader)
-    write_compact_string(out, o.member_id)
+    out += _S3.pack(o.throttle_time_ms, o.error_code, o.generation_id)
+    _b = o.protocol_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('JoinGroupResponse.protocol_name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _b = o.leader.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('JoinGroupResponse.leader', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _b = o.member_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('JoinGroupResponse.member_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.members
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_JoinGroupResponseMember_6(_e, out, chunks)
     if o.unknown_tags is None:
@@ -291,13 +823,55 @@ def _e_JoinGroupResponse_6(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_JoinGroupResponse_7(o, out, chunks):
-    out += _S1.pack(o.throttle_time_ms, o.error_code, o.generation_id)
-    write_compact_nullable_string(out, o.protocol_type)
-    write_compact_nullable_string(out, o.protocol_name)
-    write_compact_string(out, o.leader)
-    write_compact_string(out, o.member_id)
+    out += _S3.pack(o.throttle_time_ms, o.error_code, o.generation_id)
+    if o.protocol_type is None:
+        out.append(0)
+    else:
+        _b = o.protocol_type.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('JoinGroupResponse.protocol_type', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+    if o.protocol_name is None:
+        out.append(0)
+    else:
+        _b = o.protocol_name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('JoinGroupResponse.protocol_name', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+    _b = o.leader.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('JoinGroupResponse.leader', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _b = o.member_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('JoinGroupResponse.member_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.members
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_JoinGroupResponseMember_6(_e, out, chunks)
     if o.unknown_tags is None:
@@ -306,14 +880,56 @@ def _e_JoinGroupResponse_7(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_JoinGroupResponse_9(o, out, chunks):
-    out += _S1.pack(o.throttle_time_ms, o.error_code, o.generation_id)
-    write_compact_nullable_string(out, o.protocol_type)
-    write_compact_nullable_string(out, o.protocol_name)
-    write_compact_string(out, o.leader)
-    out += _S2.pack(o.skip_assignment)
-    write_compact_string(out, o.member_id)
+    out += _S3.pack(o.throttle_time_ms, o.error_code, o.generation_id)
+    if o.protocol_type is None:
+        out.append(0)
+    else:
+        _b = o.protocol_type.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('JoinGroupResponse.protocol_type', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+    if o.protocol_name is None:
+        out.append(0)
+    else:
+        _b = o.protocol_name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('JoinGroupResponse.protocol_name', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+    _b = o.leader.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('JoinGroupResponse.leader', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    out += _S4.pack(o.skip_assignment)
+    _b = o.member_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('JoinGroupResponse.member_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.members
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_JoinGroupResponseMember_6(_e, out, chunks)
     if o.unknown_tags is None:

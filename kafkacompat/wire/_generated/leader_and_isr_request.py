@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -91,310 +103,521 @@ LeaderAndIsrRequest.LeaderAndIsrTopicState = LeaderAndIsrTopicState
 LeaderAndIsrRequest.LeaderAndIsrLiveLeader = LeaderAndIsrLiveLeader
 
 _S0 = _Struct('>ii')
-_S1 = _Struct('>iiii')
-_S2 = _Struct('>i')
-_S3 = _Struct('>?')
-_S4 = _Struct('>iiq')
-_S5 = _Struct('>iiqb')
-_S6 = _Struct('>16s')
-_S7 = _Struct('>?b')
-_S8 = _Struct('>i?iqb')
+_S1 = _Struct('>i')
+_S2 = _Struct('>h')
+_S3 = _Struct('>iiii')
+_S4 = _Struct('>?')
+_S5 = _Struct('>iiq')
+_S6 = _Struct('>iiqb')
+_S7 = _Struct('>16s')
+_S8 = _Struct('>?b')
+_S9 = _Struct('>i?iqb')
+_A_i = ARRAY_STRUCTS['i']
 
 def _d_LeaderAndIsrPartitionState_0(buf, pos):
-    f_topic_name, pos = read_string(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrPartitionState.topic_name')
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.topic_name', buf, pos, 2)
+    (_n,) = _S2.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.topic_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.topic_name', buf, pos, _n, 1)
+        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 16 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.partition_index', buf, pos, 16)
-    f_partition_index, f_controller_epoch, f_leader, f_leader_epoch = _S1.unpack_from(buf, pos)
+    f_partition_index, f_controller_epoch, f_leader, f_leader_epoch = _S3.unpack_from(buf, pos)
     pos += 16
-    _n, pos = read_array_len(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr')
-    else:
-        f_isr = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    if pos + 4 > len(buf):
-        raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.partition_epoch', buf, pos, 4)
-    (f_partition_epoch,) = _S2.unpack_from(buf, pos)
+    if pos + 4 > _l:
+        raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_array_len(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas')
+    if _c < 0:
+        raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', buf, pos, _c, 4)
     else:
-        f_replicas = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_isr = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos + 4 > _l:
+        raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.partition_epoch', buf, pos, 4)
+    (f_partition_epoch,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if pos + 4 > _l:
+        raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_replicas = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
     f_unknown_tags = None
     return LeaderAndIsrPartitionState(f_topic_name, f_partition_index, f_controller_epoch, f_leader, f_leader_epoch, f_isr, f_partition_epoch, f_replicas, [], [], False, 0, f_unknown_tags), pos
 
 def _d_LeaderAndIsrLiveLeader_0(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.broker_id', buf, pos, 4)
-    (f_broker_id,) = _S2.unpack_from(buf, pos)
+    (f_broker_id,) = _S1.unpack_from(buf, pos)
     pos += 4
-    f_host_name, pos = read_string(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name')
-    if pos + 4 > len(buf):
+    if pos + 2 > _l:
+        raise truncated('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name', buf, pos, 2)
+    (_n,) = _S2.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name', buf, pos, _n, 1)
+        f_host_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.port', buf, pos, 4)
-    (f_port,) = _S2.unpack_from(buf, pos)
+    (f_port,) = _S1.unpack_from(buf, pos)
     pos += 4
     f_unknown_tags = None
     return LeaderAndIsrLiveLeader(f_broker_id, f_host_name, f_port, f_unknown_tags), pos
 
 def _d_LeaderAndIsrRequest_0(buf, pos):
-    if pos + 8 > len(buf):
+    _l = len(buf)
+    if pos + 8 > _l:
         raise truncated('LeaderAndIsrRequest.controller_id', buf, pos, 8)
     f_controller_id, f_controller_epoch = _S0.unpack_from(buf, pos)
     pos += 8
-    _n, pos = read_array_len(buf, pos, 'LeaderAndIsrRequest.ungrouped_partition_states', 30)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='LeaderAndIsrRequest.ungrouped_partition_states')
+    if pos + 4 > _l:
+        raise truncated('LeaderAndIsrRequest.ungrouped_partition_states', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('LeaderAndIsrRequest.ungrouped_partition_states', _c)
+    elif _c * 30 > _l - pos:
+        raise overrun('LeaderAndIsrRequest.ungrouped_partition_states', buf, pos, _c, 30)
     else:
         f_ungrouped_partition_states = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_LeaderAndIsrPartitionState_0(buf, pos)
             _lst.append(_e)
-    _n, pos = read_array_len(buf, pos, 'LeaderAndIsrRequest.live_leaders', 10)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='LeaderAndIsrRequest.live_leaders')
+    if pos + 4 > _l:
+        raise truncated('LeaderAndIsrRequest.live_leaders', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('LeaderAndIsrRequest.live_leaders', _c)
+    elif _c * 10 > _l - pos:
+        raise overrun('LeaderAndIsrRequest.live_leaders', buf, pos, _c, 10)
     else:
         f_live_leaders = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_LeaderAndIsrLiveLeader_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return LeaderAndIsrRequest(f_controller_id, False, f_controller_epoch, -1, 0, f_ungrouped_partition_states, [], f_live_leaders, f_unknown_tags), pos
 
 def _d_LeaderAndIsrPartitionState_1(buf, pos):
-    f_topic_name, pos = read_string(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrPartitionState.topic_name')
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.topic_name', buf, pos, 2)
+    (_n,) = _S2.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.topic_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.topic_name', buf, pos, _n, 1)
+        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 16 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.partition_index', buf, pos, 16)
-    f_partition_index, f_controller_epoch, f_leader, f_leader_epoch = _S1.unpack_from(buf, pos)
+    f_partition_index, f_controller_epoch, f_leader, f_leader_epoch = _S3.unpack_from(buf, pos)
     pos += 16
-    _n, pos = read_array_len(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr')
-    else:
-        f_isr = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    if pos + 4 > len(buf):
-        raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.partition_epoch', buf, pos, 4)
-    (f_partition_epoch,) = _S2.unpack_from(buf, pos)
+    if pos + 4 > _l:
+        raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_array_len(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas')
+    if _c < 0:
+        raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', buf, pos, _c, 4)
     else:
-        f_replicas = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    if pos + 1 > len(buf):
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_isr = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos + 4 > _l:
+        raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.partition_epoch', buf, pos, 4)
+    (f_partition_epoch,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if pos + 4 > _l:
+        raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_replicas = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos + 1 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.is_new', buf, pos, 1)
-    (f_is_new,) = _S3.unpack_from(buf, pos)
+    (f_is_new,) = _S4.unpack_from(buf, pos)
     pos += 1
     f_unknown_tags = None
     return LeaderAndIsrPartitionState(f_topic_name, f_partition_index, f_controller_epoch, f_leader, f_leader_epoch, f_isr, f_partition_epoch, f_replicas, [], [], f_is_new, 0, f_unknown_tags), pos
 
 def _d_LeaderAndIsrRequest_1(buf, pos):
-    if pos + 8 > len(buf):
+    _l = len(buf)
+    if pos + 8 > _l:
         raise truncated('LeaderAndIsrRequest.controller_id', buf, pos, 8)
     f_controller_id, f_controller_epoch = _S0.unpack_from(buf, pos)
     pos += 8
-    _n, pos = read_array_len(buf, pos, 'LeaderAndIsrRequest.ungrouped_partition_states', 31)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='LeaderAndIsrRequest.ungrouped_partition_states')
+    if pos + 4 > _l:
+        raise truncated('LeaderAndIsrRequest.ungrouped_partition_states', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('LeaderAndIsrRequest.ungrouped_partition_states', _c)
+    elif _c * 31 > _l - pos:
+        raise overrun('LeaderAndIsrRequest.ungrouped_partition_states', buf, pos, _c, 31)
     else:
         f_ungrouped_partition_states = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_LeaderAndIsrPartitionState_1(buf, pos)
             _lst.append(_e)
-    _n, pos = read_array_len(buf, pos, 'LeaderAndIsrRequest.live_leaders', 10)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='LeaderAndIsrRequest.live_leaders')
+    if pos + 4 > _l:
+        raise truncated('LeaderAndIsrRequest.live_leaders', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('LeaderAndIsrRequest.live_leaders', _c)
+    elif _c * 10 > _l - pos:
+        raise overrun('LeaderAndIsrRequest.live_leaders', buf, pos, _c, 10)
     else:
         f_live_leaders = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_LeaderAndIsrLiveLeader_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return LeaderAndIsrRequest(f_controller_id, False, f_controller_epoch, -1, 0, f_ungrouped_partition_states, [], f_live_leaders, f_unknown_tags), pos
 
 def _d_LeaderAndIsrPartitionState_2(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.partition_index', buf, pos, 16)
-    f_partition_index, f_controller_epoch, f_leader, f_leader_epoch = _S1.unpack_from(buf, pos)
+    f_partition_index, f_controller_epoch, f_leader, f_leader_epoch = _S3.unpack_from(buf, pos)
     pos += 16
-    _n, pos = read_array_len(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr')
-    else:
-        f_isr = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    if pos + 4 > len(buf):
-        raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.partition_epoch', buf, pos, 4)
-    (f_partition_epoch,) = _S2.unpack_from(buf, pos)
+    if pos + 4 > _l:
+        raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_array_len(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas')
+    if _c < 0:
+        raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', buf, pos, _c, 4)
     else:
-        f_replicas = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    if pos + 1 > len(buf):
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_isr = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos + 4 > _l:
+        raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.partition_epoch', buf, pos, 4)
+    (f_partition_epoch,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if pos + 4 > _l:
+        raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_replicas = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos + 1 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.is_new', buf, pos, 1)
-    (f_is_new,) = _S3.unpack_from(buf, pos)
+    (f_is_new,) = _S4.unpack_from(buf, pos)
     pos += 1
     f_unknown_tags = None
     return LeaderAndIsrPartitionState('', f_partition_index, f_controller_epoch, f_leader, f_leader_epoch, f_isr, f_partition_epoch, f_replicas, [], [], f_is_new, 0, f_unknown_tags), pos
 
 def _d_LeaderAndIsrTopicState_2(buf, pos):
-    f_topic_name, pos = read_string(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrTopicState.topic_name')
-    _n, pos = read_array_len(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrTopicState.partition_states', 29)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('LeaderAndIsrRequest.LeaderAndIsrTopicState.topic_name', buf, pos, 2)
+    (_n,) = _S2.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='LeaderAndIsrRequest.LeaderAndIsrTopicState.partition_states')
+        raise bad_length('LeaderAndIsrRequest.LeaderAndIsrTopicState.topic_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('LeaderAndIsrRequest.LeaderAndIsrTopicState.topic_name', buf, pos, _n, 1)
+        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('LeaderAndIsrRequest.LeaderAndIsrTopicState.partition_states', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('LeaderAndIsrRequest.LeaderAndIsrTopicState.partition_states', _c)
+    elif _c * 29 > _l - pos:
+        raise overrun('LeaderAndIsrRequest.LeaderAndIsrTopicState.partition_states', buf, pos, _c, 29)
     else:
         f_partition_states = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_LeaderAndIsrPartitionState_2(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return LeaderAndIsrTopicState(f_topic_name, ZERO_UUID, f_partition_states, f_unknown_tags), pos
 
 def _d_LeaderAndIsrRequest_2(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('LeaderAndIsrRequest.controller_id', buf, pos, 16)
-    f_controller_id, f_controller_epoch, f_broker_epoch = _S4.unpack_from(buf, pos)
+    f_controller_id, f_controller_epoch, f_broker_epoch = _S5.unpack_from(buf, pos)
     pos += 16
-    _n, pos = read_array_len(buf, pos, 'LeaderAndIsrRequest.topic_states', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='LeaderAndIsrRequest.topic_states')
+    if pos + 4 > _l:
+        raise truncated('LeaderAndIsrRequest.topic_states', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('LeaderAndIsrRequest.topic_states', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('LeaderAndIsrRequest.topic_states', buf, pos, _c, 6)
     else:
         f_topic_states = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_LeaderAndIsrTopicState_2(buf, pos)
             _lst.append(_e)
-    _n, pos = read_array_len(buf, pos, 'LeaderAndIsrRequest.live_leaders', 10)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='LeaderAndIsrRequest.live_leaders')
+    if pos + 4 > _l:
+        raise truncated('LeaderAndIsrRequest.live_leaders', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('LeaderAndIsrRequest.live_leaders', _c)
+    elif _c * 10 > _l - pos:
+        raise overrun('LeaderAndIsrRequest.live_leaders', buf, pos, _c, 10)
     else:
         f_live_leaders = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_LeaderAndIsrLiveLeader_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return LeaderAndIsrRequest(f_controller_id, False, f_controller_epoch, f_broker_epoch, 0, [], f_topic_states, f_live_leaders, f_unknown_tags), pos
 
 def _d_LeaderAndIsrPartitionState_3(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.partition_index', buf, pos, 16)
-    f_partition_index, f_controller_epoch, f_leader, f_leader_epoch = _S1.unpack_from(buf, pos)
+    f_partition_index, f_controller_epoch, f_leader, f_leader_epoch = _S3.unpack_from(buf, pos)
     pos += 16
-    _n, pos = read_array_len(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr')
-    else:
-        f_isr = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    if pos + 4 > len(buf):
-        raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.partition_epoch', buf, pos, 4)
-    (f_partition_epoch,) = _S2.unpack_from(buf, pos)
+    if pos + 4 > _l:
+        raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_array_len(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas')
+    if _c < 0:
+        raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', buf, pos, _c, 4)
     else:
-        f_replicas = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    _n, pos = read_array_len(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrPartitionState.adding_replicas', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='LeaderAndIsrRequest.LeaderAndIsrPartitionState.adding_replicas')
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_isr = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos + 4 > _l:
+        raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.partition_epoch', buf, pos, 4)
+    (f_partition_epoch,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if pos + 4 > _l:
+        raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', buf, pos, _c, 4)
     else:
-        f_adding_replicas = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    _n, pos = read_array_len(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrPartitionState.removing_replicas', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='LeaderAndIsrRequest.LeaderAndIsrPartitionState.removing_replicas')
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_replicas = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos + 4 > _l:
+        raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.adding_replicas', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.adding_replicas', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.adding_replicas', buf, pos, _c, 4)
     else:
-        f_removing_replicas = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    if pos + 1 > len(buf):
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_adding_replicas = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos + 4 > _l:
+        raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.removing_replicas', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.removing_replicas', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.removing_replicas', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_removing_replicas = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos + 1 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.is_new', buf, pos, 1)
-    (f_is_new,) = _S3.unpack_from(buf, pos)
+    (f_is_new,) = _S4.unpack_from(buf, pos)
     pos += 1
     f_unknown_tags = None
     return LeaderAndIsrPartitionState('', f_partition_index, f_controller_epoch, f_leader, f_leader_epoch, f_isr, f_partition_epoch, f_replicas, f_adding_replicas, f_removing_replicas, f_is_new, 0, f_unknown_tags), pos
 
 def _d_LeaderAndIsrTopicState_3(buf, pos):
-    f_topic_name, pos = read_string(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrTopicState.topic_name')
-    _n, pos = read_array_len(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrTopicState.partition_states', 37)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('LeaderAndIsrRequest.LeaderAndIsrTopicState.topic_name', buf, pos, 2)
+    (_n,) = _S2.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='LeaderAndIsrRequest.LeaderAndIsrTopicState.partition_states')
+        raise bad_length('LeaderAndIsrRequest.LeaderAndIsrTopicState.topic_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('LeaderAndIsrRequest.LeaderAndIsrTopicState.topic_name', buf, pos, _n, 1)
+        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('LeaderAndIsrRequest.LeaderAndIsrTopicState.partition_states', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('LeaderAndIsrRequest.LeaderAndIsrTopicState.partition_states', _c)
+    elif _c * 37 > _l - pos:
+        raise overrun('LeaderAndIsrRequest.LeaderAndIsrTopicState.partition_states', buf, pos, _c, 37)
     else:
         f_partition_states = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_LeaderAndIsrPartitionState_3(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return LeaderAndIsrTopicState(f_topic_name, ZERO_UUID, f_partition_states, f_unknown_tags), pos
 
 def _d_LeaderAndIsrRequest_3(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('LeaderAndIsrRequest.controller_id', buf, pos, 16)
-    f_controller_id, f_controller_epoch, f_broker_epoch = _S4.unpack_from(buf, pos)
+    f_controller_id, f_controller_epoch, f_broker_epoch = _S5.unpack_from(buf, pos)
     pos += 16
-    _n, pos = read_array_len(buf, pos, 'LeaderAndIsrRequest.topic_states', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='LeaderAndIsrRequest.topic_states')
+    if pos + 4 > _l:
+        raise truncated('LeaderAndIsrRequest.topic_states', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('LeaderAndIsrRequest.topic_states', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('LeaderAndIsrRequest.topic_states', buf, pos, _c, 6)
     else:
         f_topic_states = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_LeaderAndIsrTopicState_3(buf, pos)
             _lst.append(_e)
-    _n, pos = read_array_len(buf, pos, 'LeaderAndIsrRequest.live_leaders', 10)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='LeaderAndIsrRequest.live_leaders')
+    if pos + 4 > _l:
+        raise truncated('LeaderAndIsrRequest.live_leaders', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('LeaderAndIsrRequest.live_leaders', _c)
+    elif _c * 10 > _l - pos:
+        raise overrun('LeaderAndIsrRequest.live_leaders', buf, pos, _c, 10)
     else:
         f_live_leaders = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_LeaderAndIsrLiveLeader_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return LeaderAndIsrRequest(f_controller_id, False, f_controller_epoch, f_broker_epoch, 0, [], f_topic_states, f_live_leaders, f_unknown_tags), pos
 
 def _d_LeaderAndIsrPartitionState_4(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.partition_index', buf, pos, 16)
-    f_partition_index, f_controller_epoch, f_leader, f_leader_epoch = _S1.unpack_from(buf, pos)
+    f_partition_index, f_controller_epoch, f_leader, f_leader_epoch = _S3.unpack_from(buf, pos)
     pos += 16
-    _n, pos = read_compact_array_len(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
     else:
-        f_isr = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    if pos + 4 > len(buf):
+        _c, pos = read_uvarint(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_isr = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos + 4 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.partition_epoch', buf, pos, 4)
-    (f_partition_epoch,) = _S2.unpack_from(buf, pos)
+    (f_partition_epoch,) = _S1.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
     else:
-        f_replicas = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    _n, pos = read_compact_array_len(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrPartitionState.adding_replicas', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='LeaderAndIsrRequest.LeaderAndIsrPartitionState.adding_replicas')
+        _c, pos = read_uvarint(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', buf, pos, _c, 4)
     else:
-        f_adding_replicas = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    _n, pos = read_compact_array_len(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrPartitionState.removing_replicas', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='LeaderAndIsrRequest.LeaderAndIsrPartitionState.removing_replicas')
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_replicas = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
     else:
-        f_removing_replicas = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    if pos + 1 > len(buf):
+        _c, pos = read_uvarint(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrPartitionState.adding_replicas')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.adding_replicas', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.adding_replicas', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_adding_replicas = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrPartitionState.removing_replicas')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.removing_replicas', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.removing_replicas', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_removing_replicas = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos + 1 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.is_new', buf, pos, 1)
-    (f_is_new,) = _S3.unpack_from(buf, pos)
+    (f_is_new,) = _S4.unpack_from(buf, pos)
     pos += 1
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -407,16 +630,37 @@ def _d_LeaderAndIsrPartitionState_4(buf, pos):
     return LeaderAndIsrPartitionState('', f_partition_index, f_controller_epoch, f_leader, f_leader_epoch, f_isr, f_partition_epoch, f_replicas, f_adding_replicas, f_removing_replicas, f_is_new, 0, f_unknown_tags), pos
 
 def _d_LeaderAndIsrTopicState_4(buf, pos):
-    f_topic_name, pos = read_compact_string(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrTopicState.topic_name')
-    _n, pos = read_compact_array_len(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrTopicState.partition_states', 26)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrTopicState.topic_name')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='LeaderAndIsrRequest.LeaderAndIsrTopicState.partition_states')
+        raise bad_length('LeaderAndIsrRequest.LeaderAndIsrTopicState.topic_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('LeaderAndIsrRequest.LeaderAndIsrTopicState.topic_name', buf, pos, _n, 1)
+        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrTopicState.partition_states')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('LeaderAndIsrRequest.LeaderAndIsrTopicState.partition_states', _c)
+    elif _c * 26 > _l - pos:
+        raise overrun('LeaderAndIsrRequest.LeaderAndIsrTopicState.partition_states', buf, pos, _c, 26)
     else:
         f_partition_states = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_LeaderAndIsrPartitionState_4(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -429,16 +673,30 @@ def _d_LeaderAndIsrTopicState_4(buf, pos):
     return LeaderAndIsrTopicState(f_topic_name, ZERO_UUID, f_partition_states, f_unknown_tags), pos
 
 def _d_LeaderAndIsrLiveLeader_4(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.broker_id', buf, pos, 4)
-    (f_broker_id,) = _S2.unpack_from(buf, pos)
+    (f_broker_id,) = _S1.unpack_from(buf, pos)
     pos += 4
-    f_host_name, pos = read_compact_string(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name')
-    if pos + 4 > len(buf):
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name', buf, pos, _n, 1)
+        f_host_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.port', buf, pos, 4)
-    (f_port,) = _S2.unpack_from(buf, pos)
+    (f_port,) = _S1.unpack_from(buf, pos)
     pos += 4
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -451,27 +709,42 @@ def _d_LeaderAndIsrLiveLeader_4(buf, pos):
     return LeaderAndIsrLiveLeader(f_broker_id, f_host_name, f_port, f_unknown_tags), pos
 
 def _d_LeaderAndIsrRequest_4(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('LeaderAndIsrRequest.controller_id', buf, pos, 16)
-    f_controller_id, f_controller_epoch, f_broker_epoch = _S4.unpack_from(buf, pos)
+    f_controller_id, f_controller_epoch, f_broker_epoch = _S5.unpack_from(buf, pos)
     pos += 16
-    _n, pos = read_compact_array_len(buf, pos, 'LeaderAndIsrRequest.topic_states', 3)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='LeaderAndIsrRequest.topic_states')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'LeaderAndIsrRequest.topic_states')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('LeaderAndIsrRequest.topic_states', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('LeaderAndIsrRequest.topic_states', buf, pos, _c, 3)
     else:
         f_topic_states = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_LeaderAndIsrTopicState_4(buf, pos)
             _lst.append(_e)
-    _n, pos = read_compact_array_len(buf, pos, 'LeaderAndIsrRequest.live_leaders', 10)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='LeaderAndIsrRequest.live_leaders')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'LeaderAndIsrRequest.live_leaders')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('LeaderAndIsrRequest.live_leaders', _c)
+    elif _c * 10 > _l - pos:
+        raise overrun('LeaderAndIsrRequest.live_leaders', buf, pos, _c, 10)
     else:
         f_live_leaders = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_LeaderAndIsrLiveLeader_4(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -484,21 +757,42 @@ def _d_LeaderAndIsrRequest_4(buf, pos):
     return LeaderAndIsrRequest(f_controller_id, False, f_controller_epoch, f_broker_epoch, 0, [], f_topic_states, f_live_leaders, f_unknown_tags), pos
 
 def _d_LeaderAndIsrTopicState_5(buf, pos):
-    f_topic_name, pos = read_compact_string(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrTopicState.topic_name')
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrTopicState.topic_name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('LeaderAndIsrRequest.LeaderAndIsrTopicState.topic_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('LeaderAndIsrRequest.LeaderAndIsrTopicState.topic_name', buf, pos, _n, 1)
+        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 16 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrTopicState.topic_id', buf, pos, 16)
-    (f_topic_id,) = _S6.unpack_from(buf, pos)
+    (f_topic_id,) = _S7.unpack_from(buf, pos)
     pos += 16
     f_topic_id = _UUID(bytes=f_topic_id)
-    _n, pos = read_compact_array_len(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrTopicState.partition_states', 26)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='LeaderAndIsrRequest.LeaderAndIsrTopicState.partition_states')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrTopicState.partition_states')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('LeaderAndIsrRequest.LeaderAndIsrTopicState.partition_states', _c)
+    elif _c * 26 > _l - pos:
+        raise overrun('LeaderAndIsrRequest.LeaderAndIsrTopicState.partition_states', buf, pos, _c, 26)
     else:
         f_partition_states = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_LeaderAndIsrPartitionState_4(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -511,27 +805,42 @@ def _d_LeaderAndIsrTopicState_5(buf, pos):
     return LeaderAndIsrTopicState(f_topic_name, f_topic_id, f_partition_states, f_unknown_tags), pos
 
 def _d_LeaderAndIsrRequest_5(buf, pos):
-    if pos + 17 > len(buf):
+    _l = len(buf)
+    if pos + 17 > _l:
         raise truncated('LeaderAndIsrRequest.controller_id', buf, pos, 17)
-    f_controller_id, f_controller_epoch, f_broker_epoch, f_type = _S5.unpack_from(buf, pos)
+    f_controller_id, f_controller_epoch, f_broker_epoch, f_type = _S6.unpack_from(buf, pos)
     pos += 17
-    _n, pos = read_compact_array_len(buf, pos, 'LeaderAndIsrRequest.topic_states', 19)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='LeaderAndIsrRequest.topic_states')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'LeaderAndIsrRequest.topic_states')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('LeaderAndIsrRequest.topic_states', _c)
+    elif _c * 19 > _l - pos:
+        raise overrun('LeaderAndIsrRequest.topic_states', buf, pos, _c, 19)
     else:
         f_topic_states = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_LeaderAndIsrTopicState_5(buf, pos)
             _lst.append(_e)
-    _n, pos = read_compact_array_len(buf, pos, 'LeaderAndIsrRequest.live_leaders', 10)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='LeaderAndIsrRequest.live_leaders')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'LeaderAndIsrRequest.live_leaders')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('LeaderAndIsrRequest.live_leaders', _c)
+    elif _c * 10 > _l - pos:
+        raise overrun('LeaderAndIsrRequest.live_leaders', buf, pos, _c, 10)
     else:
         f_live_leaders = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_LeaderAndIsrLiveLeader_4(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -544,43 +853,76 @@ def _d_LeaderAndIsrRequest_5(buf, pos):
     return LeaderAndIsrRequest(f_controller_id, False, f_controller_epoch, f_broker_epoch, f_type, [], f_topic_states, f_live_leaders, f_unknown_tags), pos
 
 def _d_LeaderAndIsrPartitionState_6(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.partition_index', buf, pos, 16)
-    f_partition_index, f_controller_epoch, f_leader, f_leader_epoch = _S1.unpack_from(buf, pos)
+    f_partition_index, f_controller_epoch, f_leader, f_leader_epoch = _S3.unpack_from(buf, pos)
     pos += 16
-    _n, pos = read_compact_array_len(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
     else:
-        f_isr = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    if pos + 4 > len(buf):
+        _c, pos = read_uvarint(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_isr = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos + 4 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.partition_epoch', buf, pos, 4)
-    (f_partition_epoch,) = _S2.unpack_from(buf, pos)
+    (f_partition_epoch,) = _S1.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
     else:
-        f_replicas = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    _n, pos = read_compact_array_len(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrPartitionState.adding_replicas', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='LeaderAndIsrRequest.LeaderAndIsrPartitionState.adding_replicas')
+        _c, pos = read_uvarint(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', buf, pos, _c, 4)
     else:
-        f_adding_replicas = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    _n, pos = read_compact_array_len(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrPartitionState.removing_replicas', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='LeaderAndIsrRequest.LeaderAndIsrPartitionState.removing_replicas')
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_replicas = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
     else:
-        f_removing_replicas = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    if pos + 2 > len(buf):
+        _c, pos = read_uvarint(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrPartitionState.adding_replicas')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.adding_replicas', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.adding_replicas', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_adding_replicas = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrPartitionState.removing_replicas')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.removing_replicas', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.removing_replicas', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_removing_replicas = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos + 2 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.is_new', buf, pos, 2)
-    f_is_new, f_leader_recovery_state = _S7.unpack_from(buf, pos)
+    f_is_new, f_leader_recovery_state = _S8.unpack_from(buf, pos)
     pos += 2
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -593,21 +935,42 @@ def _d_LeaderAndIsrPartitionState_6(buf, pos):
     return LeaderAndIsrPartitionState('', f_partition_index, f_controller_epoch, f_leader, f_leader_epoch, f_isr, f_partition_epoch, f_replicas, f_adding_replicas, f_removing_replicas, f_is_new, f_leader_recovery_state, f_unknown_tags), pos
 
 def _d_LeaderAndIsrTopicState_6(buf, pos):
-    f_topic_name, pos = read_compact_string(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrTopicState.topic_name')
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrTopicState.topic_name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('LeaderAndIsrRequest.LeaderAndIsrTopicState.topic_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('LeaderAndIsrRequest.LeaderAndIsrTopicState.topic_name', buf, pos, _n, 1)
+        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 16 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrTopicState.topic_id', buf, pos, 16)
-    (f_topic_id,) = _S6.unpack_from(buf, pos)
+    (f_topic_id,) = _S7.unpack_from(buf, pos)
     pos += 16
     f_topic_id = _UUID(bytes=f_topic_id)
-    _n, pos = read_compact_array_len(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrTopicState.partition_states', 27)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='LeaderAndIsrRequest.LeaderAndIsrTopicState.partition_states')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrTopicState.partition_states')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('LeaderAndIsrRequest.LeaderAndIsrTopicState.partition_states', _c)
+    elif _c * 27 > _l - pos:
+        raise overrun('LeaderAndIsrRequest.LeaderAndIsrTopicState.partition_states', buf, pos, _c, 27)
     else:
         f_partition_states = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_LeaderAndIsrPartitionState_6(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -620,27 +983,42 @@ def _d_LeaderAndIsrTopicState_6(buf, pos):
     return LeaderAndIsrTopicState(f_topic_name, f_topic_id, f_partition_states, f_unknown_tags), pos
 
 def _d_LeaderAndIsrRequest_6(buf, pos):
-    if pos + 17 > len(buf):
+    _l = len(buf)
+    if pos + 17 > _l:
         raise truncated('LeaderAndIsrRequest.controller_id', buf, pos, 17)
-    f_controller_id, f_controller_epoch, f_broker_epoch, f_type = _S5.unpack_from(buf, pos)
+    f_controller_id, f_controller_epoch, f_broker_epoch, f_type = _S6.unpack_from(buf, pos)
     pos += 17
-    _n, pos = read_compact_array_len(buf, pos, 'LeaderAndIsrRequest.topic_states', 19)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='LeaderAndIsrRequest.topic_states')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'LeaderAndIsrRequest.topic_states')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('LeaderAndIsrRequest.topic_states', _c)
+    elif _c * 19 > _l - pos:
+        raise overrun('LeaderAndIsrRequest.topic_states', buf, pos, _c, 19)
     else:
         f_topic_states = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_LeaderAndIsrTopicState_6(buf, pos)
             _lst.append(_e)
-    _n, pos = read_compact_array_len(buf, pos, 'LeaderAndIsrRequest.live_leaders', 10)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='LeaderAndIsrRequest.live_leaders')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'LeaderAndIsrRequest.live_leaders')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('LeaderAndIsrRequest.live_leaders', _c)
+    elif _c * 10 > _l - pos:
+        raise overrun('LeaderAndIsrRequest.live_leaders', buf, pos, _c, 10)
     else:
         f_live_leaders = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_LeaderAndIsrLiveLeader_4(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -653,27 +1031,42 @@ def _d_LeaderAndIsrRequest_6(buf, pos):
     return LeaderAndIsrRequest(f_controller_id, False, f_controller_epoch, f_broker_epoch, f_type, [], f_topic_states, f_live_leaders, f_unknown_tags), pos
 
 def _d_LeaderAndIsrRequest_7(buf, pos):
-    if pos + 18 > len(buf):
+    _l = len(buf)
+    if pos + 18 > _l:
         raise truncated('LeaderAndIsrRequest.controller_id', buf, pos, 18)
-    f_controller_id, f_is_k_raft_controller, f_controller_epoch, f_broker_epoch, f_type = _S8.unpack_from(buf, pos)
+    f_controller_id, f_is_k_raft_controller, f_controller_epoch, f_broker_epoch, f_type = _S9.unpack_from(buf, pos)
     pos += 18
-    _n, pos = read_compact_array_len(buf, pos, 'LeaderAndIsrRequest.topic_states', 19)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='LeaderAndIsrRequest.topic_states')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'LeaderAndIsrRequest.topic_states')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('LeaderAndIsrRequest.topic_states', _c)
+    elif _c * 19 > _l - pos:
+        raise overrun('LeaderAndIsrRequest.topic_states', buf, pos, _c, 19)
     else:
         f_topic_states = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_LeaderAndIsrTopicState_6(buf, pos)
             _lst.append(_e)
-    _n, pos = read_compact_array_len(buf, pos, 'LeaderAndIsrRequest.live_leaders', 10)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='LeaderAndIsrRequest.live_leaders')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'LeaderAndIsrRequest.live_leaders')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('LeaderAndIsrRequest.live_leaders', _c)
+    elif _c * 10 > _l - pos:
+        raise overrun('LeaderAndIsrRequest.live_leaders', buf, pos, _c, 10)
     else:
         f_live_leaders = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_LeaderAndIsrLiveLeader_4(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -686,144 +1079,231 @@ def _d_LeaderAndIsrRequest_7(buf, pos):
     return LeaderAndIsrRequest(f_controller_id, f_is_k_raft_controller, f_controller_epoch, f_broker_epoch, f_type, [], f_topic_states, f_live_leaders, f_unknown_tags), pos
 
 def _e_LeaderAndIsrPartitionState_0(o, out, chunks):
-    write_string(out, o.topic_name)
-    out += _S1.pack(o.partition_index, o.controller_epoch, o.leader, o.leader_epoch)
+    _b = o.topic_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('LeaderAndIsrRequest.LeaderAndIsrPartitionState.topic_name', _n)
+    out += _S2.pack(_n)
+    out += _b
+    out += _S3.pack(o.partition_index, o.controller_epoch, o.leader, o.leader_epoch)
     _a = o.isr
-    write_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
-    out += _S2.pack(o.partition_epoch)
+    _c = len(_a)
+    out += _S1.pack(_c)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
+    out += _S1.pack(o.partition_epoch)
     _a = o.replicas
-    write_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    out += _S1.pack(_c)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
 
 def _e_LeaderAndIsrLiveLeader_0(o, out, chunks):
-    out += _S2.pack(o.broker_id)
-    write_string(out, o.host_name)
-    out += _S2.pack(o.port)
+    out += _S1.pack(o.broker_id)
+    _b = o.host_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name', _n)
+    out += _S2.pack(_n)
+    out += _b
+    out += _S1.pack(o.port)
 
 def _e_LeaderAndIsrRequest_0(o, out, chunks):
     out += _S0.pack(o.controller_id, o.controller_epoch)
     _a = o.ungrouped_partition_states
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_LeaderAndIsrPartitionState_0(_e, out, chunks)
     _a = o.live_leaders
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_LeaderAndIsrLiveLeader_0(_e, out, chunks)
 
 def _e_LeaderAndIsrPartitionState_1(o, out, chunks):
-    write_string(out, o.topic_name)
-    out += _S1.pack(o.partition_index, o.controller_epoch, o.leader, o.leader_epoch)
+    _b = o.topic_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('LeaderAndIsrRequest.LeaderAndIsrPartitionState.topic_name', _n)
+    out += _S2.pack(_n)
+    out += _b
+    out += _S3.pack(o.partition_index, o.controller_epoch, o.leader, o.leader_epoch)
     _a = o.isr
-    write_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
-    out += _S2.pack(o.partition_epoch)
+    _c = len(_a)
+    out += _S1.pack(_c)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
+    out += _S1.pack(o.partition_epoch)
     _a = o.replicas
-    write_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
-    out += _S3.pack(o.is_new)
+    _c = len(_a)
+    out += _S1.pack(_c)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
+    out += _S4.pack(o.is_new)
 
 def _e_LeaderAndIsrRequest_1(o, out, chunks):
     out += _S0.pack(o.controller_id, o.controller_epoch)
     _a = o.ungrouped_partition_states
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_LeaderAndIsrPartitionState_1(_e, out, chunks)
     _a = o.live_leaders
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_LeaderAndIsrLiveLeader_0(_e, out, chunks)
 
 def _e_LeaderAndIsrPartitionState_2(o, out, chunks):
-    out += _S1.pack(o.partition_index, o.controller_epoch, o.leader, o.leader_epoch)
+    out += _S3.pack(o.partition_index, o.controller_epoch, o.leader, o.leader_epoch)
     _a = o.isr
-    write_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
-    out += _S2.pack(o.partition_epoch)
+    _c = len(_a)
+    out += _S1.pack(_c)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
+    out += _S1.pack(o.partition_epoch)
     _a = o.replicas
-    write_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
-    out += _S3.pack(o.is_new)
+    _c = len(_a)
+    out += _S1.pack(_c)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
+    out += _S4.pack(o.is_new)
 
 def _e_LeaderAndIsrTopicState_2(o, out, chunks):
-    write_string(out, o.topic_name)
+    _b = o.topic_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('LeaderAndIsrRequest.LeaderAndIsrTopicState.topic_name', _n)
+    out += _S2.pack(_n)
+    out += _b
     _a = o.partition_states
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_LeaderAndIsrPartitionState_2(_e, out, chunks)
 
 def _e_LeaderAndIsrRequest_2(o, out, chunks):
-    out += _S4.pack(o.controller_id, o.controller_epoch, o.broker_epoch)
+    out += _S5.pack(o.controller_id, o.controller_epoch, o.broker_epoch)
     _a = o.topic_states
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_LeaderAndIsrTopicState_2(_e, out, chunks)
     _a = o.live_leaders
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_LeaderAndIsrLiveLeader_0(_e, out, chunks)
 
 def _e_LeaderAndIsrPartitionState_3(o, out, chunks):
-    out += _S1.pack(o.partition_index, o.controller_epoch, o.leader, o.leader_epoch)
+    out += _S3.pack(o.partition_index, o.controller_epoch, o.leader, o.leader_epoch)
     _a = o.isr
-    write_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
-    out += _S2.pack(o.partition_epoch)
+    _c = len(_a)
+    out += _S1.pack(_c)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
+    out += _S1.pack(o.partition_epoch)
     _a = o.replicas
-    write_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    out += _S1.pack(_c)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
     _a = o.adding_replicas
-    write_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    out += _S1.pack(_c)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
     _a = o.removing_replicas
-    write_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
-    out += _S3.pack(o.is_new)
+    _c = len(_a)
+    out += _S1.pack(_c)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
+    out += _S4.pack(o.is_new)
 
 def _e_LeaderAndIsrTopicState_3(o, out, chunks):
-    write_string(out, o.topic_name)
+    _b = o.topic_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('LeaderAndIsrRequest.LeaderAndIsrTopicState.topic_name', _n)
+    out += _S2.pack(_n)
+    out += _b
     _a = o.partition_states
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_LeaderAndIsrPartitionState_3(_e, out, chunks)
 
 def _e_LeaderAndIsrRequest_3(o, out, chunks):
-    out += _S4.pack(o.controller_id, o.controller_epoch, o.broker_epoch)
+    out += _S5.pack(o.controller_id, o.controller_epoch, o.broker_epoch)
     _a = o.topic_states
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_LeaderAndIsrTopicState_3(_e, out, chunks)
     _a = o.live_leaders
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_LeaderAndIsrLiveLeader_0(_e, out, chunks)
 
 def _e_LeaderAndIsrPartitionState_4(o, out, chunks):
-    out += _S1.pack(o.partition_index, o.controller_epoch, o.leader, o.leader_epoch)
+    out += _S3.pack(o.partition_index, o.controller_epoch, o.leader, o.leader_epoch)
     _a = o.isr
-    write_compact_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
-    out += _S2.pack(o.partition_epoch)
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
+    out += _S1.pack(o.partition_epoch)
     _a = o.replicas
-    write_compact_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
     _a = o.adding_replicas
-    write_compact_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
     _a = o.removing_replicas
-    write_compact_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
-    out += _S3.pack(o.is_new)
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
+    out += _S4.pack(o.is_new)
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_LeaderAndIsrTopicState_4(o, out, chunks):
-    write_compact_string(out, o.topic_name)
+    _b = o.topic_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('LeaderAndIsrRequest.LeaderAndIsrTopicState.topic_name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.partition_states
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_LeaderAndIsrPartitionState_4(_e, out, chunks)
     if o.unknown_tags is None:
@@ -832,22 +1312,38 @@ def _e_LeaderAndIsrTopicState_4(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_LeaderAndIsrLiveLeader_4(o, out, chunks):
-    out += _S2.pack(o.broker_id)
-    write_compact_string(out, o.host_name)
-    out += _S2.pack(o.port)
+    out += _S1.pack(o.broker_id)
+    _b = o.host_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    out += _S1.pack(o.port)
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_LeaderAndIsrRequest_4(o, out, chunks):
-    out += _S4.pack(o.controller_id, o.controller_epoch, o.broker_epoch)
+    out += _S5.pack(o.controller_id, o.controller_epoch, o.broker_epoch)
     _a = o.topic_states
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_LeaderAndIsrTopicState_4(_e, out, chunks)
     _a = o.live_leaders
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_LeaderAndIsrLiveLeader_4(_e, out, chunks)
     if o.unknown_tags is None:
@@ -856,10 +1352,22 @@ def _e_LeaderAndIsrRequest_4(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_LeaderAndIsrTopicState_5(o, out, chunks):
-    write_compact_string(out, o.topic_name)
-    out += _S6.pack(o.topic_id.bytes)
+    _b = o.topic_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('LeaderAndIsrRequest.LeaderAndIsrTopicState.topic_name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    out += _S7.pack(o.topic_id.bytes)
     _a = o.partition_states
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_LeaderAndIsrPartitionState_4(_e, out, chunks)
     if o.unknown_tags is None:
@@ -868,13 +1376,21 @@ def _e_LeaderAndIsrTopicState_5(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_LeaderAndIsrRequest_5(o, out, chunks):
-    out += _S5.pack(o.controller_id, o.controller_epoch, o.broker_epoch, o.type)
+    out += _S6.pack(o.controller_id, o.controller_epoch, o.broker_epoch, o.type)
     _a = o.topic_states
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_LeaderAndIsrTopicState_5(_e, out, chunks)
     _a = o.live_leaders
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_LeaderAndIsrLiveLeader_4(_e, out, chunks)
     if o.unknown_tags is None:
@@ -883,31 +1399,63 @@ def _e_LeaderAndIsrRequest_5(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_LeaderAndIsrPartitionState_6(o, out, chunks):
-    out += _S1.pack(o.partition_index, o.controller_epoch, o.leader, o.leader_epoch)
+    out += _S3.pack(o.partition_index, o.controller_epoch, o.leader, o.leader_epoch)
     _a = o.isr
-    write_compact_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
-    out += _S2.pack(o.partition_epoch)
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
+    out += _S1.pack(o.partition_epoch)
     _a = o.replicas
-    write_compact_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
     _a = o.adding_replicas
-    write_compact_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
     _a = o.removing_replicas
-    write_compact_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
-    out += _S7.pack(o.is_new, o.leader_recovery_state)
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
+    out += _S8.pack(o.is_new, o.leader_recovery_state)
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_LeaderAndIsrTopicState_6(o, out, chunks):
-    write_compact_string(out, o.topic_name)
-    out += _S6.pack(o.topic_id.bytes)
+    _b = o.topic_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('LeaderAndIsrRequest.LeaderAndIsrTopicState.topic_name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    out += _S7.pack(o.topic_id.bytes)
     _a = o.partition_states
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_LeaderAndIsrPartitionState_6(_e, out, chunks)
     if o.unknown_tags is None:
@@ -916,13 +1464,21 @@ def _e_LeaderAndIsrTopicState_6(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_LeaderAndIsrRequest_6(o, out, chunks):
-    out += _S5.pack(o.controller_id, o.controller_epoch, o.broker_epoch, o.type)
+    out += _S6.pack(o.controller_id, o.controller_epoch, o.broker_epoch, o.type)
     _a = o.topic_states
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_LeaderAndIsrTopicState_6(_e, out, chunks)
     _a = o.live_leaders
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_LeaderAndIsrLiveLeader_4(_e, out, chunks)
     if o.unknown_tags is None:
@@ -931,13 +1487,21 @@ def _e_LeaderAndIsrRequest_6(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_LeaderAndIsrRequest_7(o, out, chunks):
-    out += _S8.pack(o.controller_id, o.is_k_raft_controller, o.controller_epoch, o.broker_epoch, o.type)
+    out += _S9.pack(o.controller_id, o.is_k_raft_controller, o.controller_epoch, o.broker_epoch, o.type)
     _a = o.topic_states
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_LeaderAndIsrTopicState_6(_e, out, chunks)
     _a = o.live_leaders
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_LeaderAndIsrLiveLeader_4(_e, out, chunks)
     if o.unknown_tags is None:

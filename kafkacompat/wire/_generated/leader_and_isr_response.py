@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -40,41 +52,74 @@ LeaderAndIsrResponse.LeaderAndIsrPartitionError = LeaderAndIsrPartitionError
 LeaderAndIsrResponse.LeaderAndIsrTopicError = LeaderAndIsrTopicError
 
 _S0 = _Struct('>h')
-_S1 = _Struct('>ih')
-_S2 = _Struct('>16s')
+_S1 = _Struct('>i')
+_S2 = _Struct('>ih')
+_S3 = _Struct('>16s')
 
 def _d_LeaderAndIsrPartitionError_0(buf, pos):
-    f_topic_name, pos = read_string(buf, pos, 'LeaderAndIsrResponse.LeaderAndIsrPartitionError.topic_name')
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('LeaderAndIsrResponse.LeaderAndIsrPartitionError.topic_name', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('LeaderAndIsrResponse.LeaderAndIsrPartitionError.topic_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('LeaderAndIsrResponse.LeaderAndIsrPartitionError.topic_name', buf, pos, _n, 1)
+        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 6 > _l:
         raise truncated('LeaderAndIsrResponse.LeaderAndIsrPartitionError.partition_index', buf, pos, 6)
-    f_partition_index, f_error_code = _S1.unpack_from(buf, pos)
+    f_partition_index, f_error_code = _S2.unpack_from(buf, pos)
     pos += 6
     f_unknown_tags = None
     return LeaderAndIsrPartitionError(f_topic_name, f_partition_index, f_error_code, f_unknown_tags), pos
 
 def _d_LeaderAndIsrResponse_0(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('LeaderAndIsrResponse.error_code', buf, pos, 2)
     (f_error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
-    _n, pos = read_array_len(buf, pos, 'LeaderAndIsrResponse.partition_errors', 8)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='LeaderAndIsrResponse.partition_errors')
+    if pos + 4 > _l:
+        raise truncated('LeaderAndIsrResponse.partition_errors', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('LeaderAndIsrResponse.partition_errors', _c)
+    elif _c * 8 > _l - pos:
+        raise overrun('LeaderAndIsrResponse.partition_errors', buf, pos, _c, 8)
     else:
         f_partition_errors = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_LeaderAndIsrPartitionError_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return LeaderAndIsrResponse(f_error_code, f_partition_errors, [], f_unknown_tags), pos
 
 def _d_LeaderAndIsrPartitionError_4(buf, pos):
-    f_topic_name, pos = read_compact_string(buf, pos, 'LeaderAndIsrResponse.LeaderAndIsrPartitionError.topic_name')
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'LeaderAndIsrResponse.LeaderAndIsrPartitionError.topic_name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('LeaderAndIsrResponse.LeaderAndIsrPartitionError.topic_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('LeaderAndIsrResponse.LeaderAndIsrPartitionError.topic_name', buf, pos, _n, 1)
+        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 6 > _l:
         raise truncated('LeaderAndIsrResponse.LeaderAndIsrPartitionError.partition_index', buf, pos, 6)
-    f_partition_index, f_error_code = _S1.unpack_from(buf, pos)
+    f_partition_index, f_error_code = _S2.unpack_from(buf, pos)
     pos += 6
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -87,19 +132,27 @@ def _d_LeaderAndIsrPartitionError_4(buf, pos):
     return LeaderAndIsrPartitionError(f_topic_name, f_partition_index, f_error_code, f_unknown_tags), pos
 
 def _d_LeaderAndIsrResponse_4(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('LeaderAndIsrResponse.error_code', buf, pos, 2)
     (f_error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
-    _n, pos = read_compact_array_len(buf, pos, 'LeaderAndIsrResponse.partition_errors', 8)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='LeaderAndIsrResponse.partition_errors')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'LeaderAndIsrResponse.partition_errors')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('LeaderAndIsrResponse.partition_errors', _c)
+    elif _c * 8 > _l - pos:
+        raise overrun('LeaderAndIsrResponse.partition_errors', buf, pos, _c, 8)
     else:
         f_partition_errors = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_LeaderAndIsrPartitionError_4(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -112,11 +165,12 @@ def _d_LeaderAndIsrResponse_4(buf, pos):
     return LeaderAndIsrResponse(f_error_code, f_partition_errors, [], f_unknown_tags), pos
 
 def _d_LeaderAndIsrPartitionError_5(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('LeaderAndIsrResponse.LeaderAndIsrPartitionError.partition_index', buf, pos, 6)
-    f_partition_index, f_error_code = _S1.unpack_from(buf, pos)
+    f_partition_index, f_error_code = _S2.unpack_from(buf, pos)
     pos += 6
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -129,20 +183,28 @@ def _d_LeaderAndIsrPartitionError_5(buf, pos):
     return LeaderAndIsrPartitionError('', f_partition_index, f_error_code, f_unknown_tags), pos
 
 def _d_LeaderAndIsrTopicError_5(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('LeaderAndIsrResponse.LeaderAndIsrTopicError.topic_id', buf, pos, 16)
-    (f_topic_id,) = _S2.unpack_from(buf, pos)
+    (f_topic_id,) = _S3.unpack_from(buf, pos)
     pos += 16
     f_topic_id = _UUID(bytes=f_topic_id)
-    _n, pos = read_compact_array_len(buf, pos, 'LeaderAndIsrResponse.LeaderAndIsrTopicError.partition_errors', 7)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='LeaderAndIsrResponse.LeaderAndIsrTopicError.partition_errors')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'LeaderAndIsrResponse.LeaderAndIsrTopicError.partition_errors')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('LeaderAndIsrResponse.LeaderAndIsrTopicError.partition_errors', _c)
+    elif _c * 7 > _l - pos:
+        raise overrun('LeaderAndIsrResponse.LeaderAndIsrTopicError.partition_errors', buf, pos, _c, 7)
     else:
         f_partition_errors = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_LeaderAndIsrPartitionError_5(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -155,19 +217,27 @@ def _d_LeaderAndIsrTopicError_5(buf, pos):
     return LeaderAndIsrTopicError(f_topic_id, f_partition_errors, f_unknown_tags), pos
 
 def _d_LeaderAndIsrResponse_5(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('LeaderAndIsrResponse.error_code', buf, pos, 2)
     (f_error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
-    _n, pos = read_compact_array_len(buf, pos, 'LeaderAndIsrResponse.topics', 18)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='LeaderAndIsrResponse.topics')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'LeaderAndIsrResponse.topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('LeaderAndIsrResponse.topics', _c)
+    elif _c * 18 > _l - pos:
+        raise overrun('LeaderAndIsrResponse.topics', buf, pos, _c, 18)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_LeaderAndIsrTopicError_5(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -180,19 +250,33 @@ def _d_LeaderAndIsrResponse_5(buf, pos):
     return LeaderAndIsrResponse(f_error_code, [], f_topics, f_unknown_tags), pos
 
 def _e_LeaderAndIsrPartitionError_0(o, out, chunks):
-    write_string(out, o.topic_name)
-    out += _S1.pack(o.partition_index, o.error_code)
+    _b = o.topic_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('LeaderAndIsrResponse.LeaderAndIsrPartitionError.topic_name', _n)
+    out += _S0.pack(_n)
+    out += _b
+    out += _S2.pack(o.partition_index, o.error_code)
 
 def _e_LeaderAndIsrResponse_0(o, out, chunks):
     out += _S0.pack(o.error_code)
     _a = o.partition_errors
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_LeaderAndIsrPartitionError_0(_e, out, chunks)
 
 def _e_LeaderAndIsrPartitionError_4(o, out, chunks):
-    write_compact_string(out, o.topic_name)
-    out += _S1.pack(o.partition_index, o.error_code)
+    _b = o.topic_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('LeaderAndIsrResponse.LeaderAndIsrPartitionError.topic_name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    out += _S2.pack(o.partition_index, o.error_code)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -201,7 +285,11 @@ def _e_LeaderAndIsrPartitionError_4(o, out, chunks):
 def _e_LeaderAndIsrResponse_4(o, out, chunks):
     out += _S0.pack(o.error_code)
     _a = o.partition_errors
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_LeaderAndIsrPartitionError_4(_e, out, chunks)
     if o.unknown_tags is None:
@@ -210,16 +298,20 @@ def _e_LeaderAndIsrResponse_4(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_LeaderAndIsrPartitionError_5(o, out, chunks):
-    out += _S1.pack(o.partition_index, o.error_code)
+    out += _S2.pack(o.partition_index, o.error_code)
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_LeaderAndIsrTopicError_5(o, out, chunks):
-    out += _S2.pack(o.topic_id.bytes)
+    out += _S3.pack(o.topic_id.bytes)
     _a = o.partition_errors
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_LeaderAndIsrPartitionError_5(_e, out, chunks)
     if o.unknown_tags is None:
@@ -230,7 +322,11 @@ def _e_LeaderAndIsrTopicError_5(o, out, chunks):
 def _e_LeaderAndIsrResponse_5(o, out, chunks):
     out += _S0.pack(o.error_code)
     _a = o.topics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_LeaderAndIsrTopicError_5(_e, out, chunks)
     if o.unknown_tags is None:

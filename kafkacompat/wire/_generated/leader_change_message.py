@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -35,11 +47,12 @@ _S1 = _Struct('>i')
 _S2 = _Struct('>i16s')
 
 def _d_Voter_0(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('LeaderChangeMessage.Voter.voter_id', buf, pos, 4)
     (f_voter_id,) = _S1.unpack_from(buf, pos)
     pos += 4
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -52,27 +65,42 @@ def _d_Voter_0(buf, pos):
     return Voter(f_voter_id, ZERO_UUID, f_unknown_tags), pos
 
 def _d_LeaderChangeMessage_0(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('LeaderChangeMessage.version', buf, pos, 6)
     f_version, f_leader_id = _S0.unpack_from(buf, pos)
     pos += 6
-    _n, pos = read_compact_array_len(buf, pos, 'LeaderChangeMessage.voters', 5)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='LeaderChangeMessage.voters')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'LeaderChangeMessage.voters')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('LeaderChangeMessage.voters', _c)
+    elif _c * 5 > _l - pos:
+        raise overrun('LeaderChangeMessage.voters', buf, pos, _c, 5)
     else:
         f_voters = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_Voter_0(buf, pos)
             _lst.append(_e)
-    _n, pos = read_compact_array_len(buf, pos, 'LeaderChangeMessage.granting_voters', 5)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='LeaderChangeMessage.granting_voters')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'LeaderChangeMessage.granting_voters')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('LeaderChangeMessage.granting_voters', _c)
+    elif _c * 5 > _l - pos:
+        raise overrun('LeaderChangeMessage.granting_voters', buf, pos, _c, 5)
     else:
         f_granting_voters = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_Voter_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -85,12 +113,13 @@ def _d_LeaderChangeMessage_0(buf, pos):
     return LeaderChangeMessage(f_version, f_leader_id, f_voters, f_granting_voters, f_unknown_tags), pos
 
 def _d_Voter_1(buf, pos):
-    if pos + 20 > len(buf):
+    _l = len(buf)
+    if pos + 20 > _l:
         raise truncated('LeaderChangeMessage.Voter.voter_id', buf, pos, 20)
     f_voter_id, f_voter_directory_id = _S2.unpack_from(buf, pos)
     pos += 20
     f_voter_directory_id = _UUID(bytes=f_voter_directory_id)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -103,27 +132,42 @@ def _d_Voter_1(buf, pos):
     return Voter(f_voter_id, f_voter_directory_id, f_unknown_tags), pos
 
 def _d_LeaderChangeMessage_1(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('LeaderChangeMessage.version', buf, pos, 6)
     f_version, f_leader_id = _S0.unpack_from(buf, pos)
     pos += 6
-    _n, pos = read_compact_array_len(buf, pos, 'LeaderChangeMessage.voters', 21)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='LeaderChangeMessage.voters')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'LeaderChangeMessage.voters')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('LeaderChangeMessage.voters', _c)
+    elif _c * 21 > _l - pos:
+        raise overrun('LeaderChangeMessage.voters', buf, pos, _c, 21)
     else:
         f_voters = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_Voter_1(buf, pos)
             _lst.append(_e)
-    _n, pos = read_compact_array_len(buf, pos, 'LeaderChangeMessage.granting_voters', 21)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='LeaderChangeMessage.granting_voters')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'LeaderChangeMessage.granting_voters')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('LeaderChangeMessage.granting_voters', _c)
+    elif _c * 21 > _l - pos:
+        raise overrun('LeaderChangeMessage.granting_voters', buf, pos, _c, 21)
     else:
         f_granting_voters = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_Voter_1(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -145,11 +189,19 @@ def _e_Voter_0(o, out, chunks):
 def _e_LeaderChangeMessage_0(o, out, chunks):
     out += _S0.pack(o.version, o.leader_id)
     _a = o.voters
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_Voter_0(_e, out, chunks)
     _a = o.granting_voters
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_Voter_0(_e, out, chunks)
     if o.unknown_tags is None:
@@ -167,11 +219,19 @@ def _e_Voter_1(o, out, chunks):
 def _e_LeaderChangeMessage_1(o, out, chunks):
     out += _S0.pack(o.version, o.leader_id)
     _a = o.voters
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_Voter_1(_e, out, chunks)
     _a = o.granting_voters
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_Voter_1(_e, out, chunks)
     if o.unknown_tags is None:

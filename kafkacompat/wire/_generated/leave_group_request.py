@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -30,36 +42,132 @@ class LeaveGroupRequest(Struct):
         self.unknown_tags = unknown_tags
 LeaveGroupRequest.MemberIdentity = MemberIdentity
 
+_S0 = _Struct('>h')
+_S1 = _Struct('>i')
 
 def _d_LeaveGroupRequest_0(buf, pos):
-    f_group_id, pos = read_string(buf, pos, 'LeaveGroupRequest.group_id')
-    f_member_id, pos = read_string(buf, pos, 'LeaveGroupRequest.member_id')
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('LeaveGroupRequest.group_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('LeaveGroupRequest.group_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('LeaveGroupRequest.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('LeaveGroupRequest.member_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('LeaveGroupRequest.member_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('LeaveGroupRequest.member_id', buf, pos, _n, 1)
+        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
     f_unknown_tags = None
     return LeaveGroupRequest(f_group_id, f_member_id, [], f_unknown_tags), pos
 
 def _d_MemberIdentity_3(buf, pos):
-    f_member_id, pos = read_string(buf, pos, 'LeaveGroupRequest.MemberIdentity.member_id')
-    f_group_instance_id, pos = read_nullable_string(buf, pos, 'LeaveGroupRequest.MemberIdentity.group_instance_id')
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('LeaveGroupRequest.MemberIdentity.member_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('LeaveGroupRequest.MemberIdentity.member_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('LeaveGroupRequest.MemberIdentity.member_id', buf, pos, _n, 1)
+        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('LeaveGroupRequest.MemberIdentity.group_instance_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('LeaveGroupRequest.MemberIdentity.group_instance_id', _n)
+        f_group_instance_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('LeaveGroupRequest.MemberIdentity.group_instance_id', buf, pos, _n, 1)
+        f_group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
     f_unknown_tags = None
     return MemberIdentity(f_member_id, f_group_instance_id, None, f_unknown_tags), pos
 
 def _d_LeaveGroupRequest_3(buf, pos):
-    f_group_id, pos = read_string(buf, pos, 'LeaveGroupRequest.group_id')
-    _n, pos = read_array_len(buf, pos, 'LeaveGroupRequest.members', 4)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('LeaveGroupRequest.group_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='LeaveGroupRequest.members')
+        raise bad_length('LeaveGroupRequest.group_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('LeaveGroupRequest.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('LeaveGroupRequest.members', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('LeaveGroupRequest.members', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('LeaveGroupRequest.members', buf, pos, _c, 4)
     else:
         f_members = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_MemberIdentity_3(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return LeaveGroupRequest(f_group_id, '', f_members, f_unknown_tags), pos
 
 def _d_MemberIdentity_4(buf, pos):
-    f_member_id, pos = read_compact_string(buf, pos, 'LeaveGroupRequest.MemberIdentity.member_id')
-    f_group_instance_id, pos = read_compact_nullable_string(buf, pos, 'LeaveGroupRequest.MemberIdentity.group_instance_id')
-    if pos < len(buf) and buf[pos] == 0:
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'LeaveGroupRequest.MemberIdentity.member_id')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('LeaveGroupRequest.MemberIdentity.member_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('LeaveGroupRequest.MemberIdentity.member_id', buf, pos, _n, 1)
+        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'LeaveGroupRequest.MemberIdentity.group_instance_id')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('LeaveGroupRequest.MemberIdentity.group_instance_id', _n)
+        f_group_instance_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('LeaveGroupRequest.MemberIdentity.group_instance_id', buf, pos, _n, 1)
+        f_group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -72,16 +180,37 @@ def _d_MemberIdentity_4(buf, pos):
     return MemberIdentity(f_member_id, f_group_instance_id, None, f_unknown_tags), pos
 
 def _d_LeaveGroupRequest_4(buf, pos):
-    f_group_id, pos = read_compact_string(buf, pos, 'LeaveGroupRequest.group_id')
-    _n, pos = read_compact_array_len(buf, pos, 'LeaveGroupRequest.members', 3)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'LeaveGroupRequest.group_id')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='LeaveGroupRequest.members')
+        raise bad_length('LeaveGroupRequest.group_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('LeaveGroupRequest.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'LeaveGroupRequest.members')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('LeaveGroupRequest.members', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('LeaveGroupRequest.members', buf, pos, _c, 3)
     else:
         f_members = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_MemberIdentity_4(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -94,10 +223,54 @@ def _d_LeaveGroupRequest_4(buf, pos):
     return LeaveGroupRequest(f_group_id, '', f_members, f_unknown_tags), pos
 
 def _d_MemberIdentity_5(buf, pos):
-    f_member_id, pos = read_compact_string(buf, pos, 'LeaveGroupRequest.MemberIdentity.member_id')
-    f_group_instance_id, pos = read_compact_nullable_string(buf, pos, 'LeaveGroupRequest.MemberIdentity.group_instance_id')
-    f_reason, pos = read_compact_nullable_string(buf, pos, 'LeaveGroupRequest.MemberIdentity.reason')
-    if pos < len(buf) and buf[pos] == 0:
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'LeaveGroupRequest.MemberIdentity.member_id')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('LeaveGroupRequest.MemberIdentity.member_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('LeaveGroupRequest.MemberIdentity.member_id', buf, pos, _n, 1)
+        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'LeaveGroupRequest.MemberIdentity.group_instance_id')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('LeaveGroupRequest.MemberIdentity.group_instance_id', _n)
+        f_group_instance_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('LeaveGroupRequest.MemberIdentity.group_instance_id', buf, pos, _n, 1)
+        f_group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'LeaveGroupRequest.MemberIdentity.reason')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('LeaveGroupRequest.MemberIdentity.reason', _n)
+        f_reason = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('LeaveGroupRequest.MemberIdentity.reason', buf, pos, _n, 1)
+        f_reason = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -110,16 +283,37 @@ def _d_MemberIdentity_5(buf, pos):
     return MemberIdentity(f_member_id, f_group_instance_id, f_reason, f_unknown_tags), pos
 
 def _d_LeaveGroupRequest_5(buf, pos):
-    f_group_id, pos = read_compact_string(buf, pos, 'LeaveGroupRequest.group_id')
-    _n, pos = read_compact_array_len(buf, pos, 'LeaveGroupRequest.members', 4)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'LeaveGroupRequest.group_id')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='LeaveGroupRequest.members')
+        raise bad_length('LeaveGroupRequest.group_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('LeaveGroupRequest.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'LeaveGroupRequest.members')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('LeaveGroupRequest.members', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('LeaveGroupRequest.members', buf, pos, _c, 4)
     else:
         f_members = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_MemberIdentity_5(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -132,32 +326,92 @@ def _d_LeaveGroupRequest_5(buf, pos):
     return LeaveGroupRequest(f_group_id, '', f_members, f_unknown_tags), pos
 
 def _e_LeaveGroupRequest_0(o, out, chunks):
-    write_string(out, o.group_id)
-    write_string(out, o.member_id)
+    _b = o.group_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('LeaveGroupRequest.group_id', _n)
+    out += _S0.pack(_n)
+    out += _b
+    _b = o.member_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('LeaveGroupRequest.member_id', _n)
+    out += _S0.pack(_n)
+    out += _b
 
 def _e_MemberIdentity_3(o, out, chunks):
-    write_string(out, o.member_id)
-    write_nullable_string(out, o.group_instance_id)
+    _b = o.member_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('LeaveGroupRequest.MemberIdentity.member_id', _n)
+    out += _S0.pack(_n)
+    out += _b
+    if o.group_instance_id is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.group_instance_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('LeaveGroupRequest.MemberIdentity.group_instance_id', _n)
+        out += _S0.pack(_n)
+        out += _b
 
 def _e_LeaveGroupRequest_3(o, out, chunks):
-    write_string(out, o.group_id)
+    _b = o.group_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('LeaveGroupRequest.group_id', _n)
+    out += _S0.pack(_n)
+    out += _b
     _a = o.members
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_MemberIdentity_3(_e, out, chunks)
 
 def _e_MemberIdentity_4(o, out, chunks):
-    write_compact_string(out, o.member_id)
-    write_compact_nullable_string(out, o.group_instance_id)
+    _b = o.member_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('LeaveGroupRequest.MemberIdentity.member_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    if o.group_instance_id is None:
+        out.append(0)
+    else:
+        _b = o.group_instance_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('LeaveGroupRequest.MemberIdentity.group_instance_id', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_LeaveGroupRequest_4(o, out, chunks):
-    write_compact_string(out, o.group_id)
+    _b = o.group_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('LeaveGroupRequest.group_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.members
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_MemberIdentity_4(_e, out, chunks)
     if o.unknown_tags is None:
@@ -166,18 +420,60 @@ def _e_LeaveGroupRequest_4(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_MemberIdentity_5(o, out, chunks):
-    write_compact_string(out, o.member_id)
-    write_compact_nullable_string(out, o.group_instance_id)
-    write_compact_nullable_string(out, o.reason)
+    _b = o.member_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('LeaveGroupRequest.MemberIdentity.member_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    if o.group_instance_id is None:
+        out.append(0)
+    else:
+        _b = o.group_instance_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('LeaveGroupRequest.MemberIdentity.group_instance_id', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+    if o.reason is None:
+        out.append(0)
+    else:
+        _b = o.reason.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('LeaveGroupRequest.MemberIdentity.reason', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_LeaveGroupRequest_5(o, out, chunks):
-    write_compact_string(out, o.group_id)
+    _b = o.group_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('LeaveGroupRequest.group_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.members
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_MemberIdentity_5(_e, out, chunks)
     if o.unknown_tags is None:

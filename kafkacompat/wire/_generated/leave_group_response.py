@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -32,9 +44,11 @@ LeaveGroupResponse.MemberResponse = MemberResponse
 
 _S0 = _Struct('>h')
 _S1 = _Struct('>ih')
+_S2 = _Struct('>i')
 
 def _d_LeaveGroupResponse_0(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('LeaveGroupResponse.error_code', buf, pos, 2)
     (f_error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
@@ -42,7 +56,8 @@ def _d_LeaveGroupResponse_0(buf, pos):
     return LeaveGroupResponse(0, f_error_code, [], f_unknown_tags), pos
 
 def _d_LeaveGroupResponse_1(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('LeaveGroupResponse.throttle_time_ms', buf, pos, 6)
     f_throttle_time_ms, f_error_code = _S1.unpack_from(buf, pos)
     pos += 6
@@ -50,9 +65,34 @@ def _d_LeaveGroupResponse_1(buf, pos):
     return LeaveGroupResponse(f_throttle_time_ms, f_error_code, [], f_unknown_tags), pos
 
 def _d_MemberResponse_3(buf, pos):
-    f_member_id, pos = read_string(buf, pos, 'LeaveGroupResponse.MemberResponse.member_id')
-    f_group_instance_id, pos = read_nullable_string(buf, pos, 'LeaveGroupResponse.MemberResponse.group_instance_id')
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('LeaveGroupResponse.MemberResponse.member_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('LeaveGroupResponse.MemberResponse.member_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('LeaveGroupResponse.MemberResponse.member_id', buf, pos, _n, 1)
+        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('LeaveGroupResponse.MemberResponse.group_instance_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('LeaveGroupResponse.MemberResponse.group_instance_id', _n)
+        f_group_instance_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('LeaveGroupResponse.MemberResponse.group_instance_id', buf, pos, _n, 1)
+        f_group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
         raise truncated('LeaveGroupResponse.MemberResponse.error_code', buf, pos, 2)
     (f_error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
@@ -60,29 +100,64 @@ def _d_MemberResponse_3(buf, pos):
     return MemberResponse(f_member_id, f_group_instance_id, f_error_code, f_unknown_tags), pos
 
 def _d_LeaveGroupResponse_3(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('LeaveGroupResponse.throttle_time_ms', buf, pos, 6)
     f_throttle_time_ms, f_error_code = _S1.unpack_from(buf, pos)
     pos += 6
-    _n, pos = read_array_len(buf, pos, 'LeaveGroupResponse.members', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='LeaveGroupResponse.members')
+    if pos + 4 > _l:
+        raise truncated('LeaveGroupResponse.members', buf, pos, 4)
+    (_c,) = _S2.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('LeaveGroupResponse.members', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('LeaveGroupResponse.members', buf, pos, _c, 6)
     else:
         f_members = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_MemberResponse_3(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return LeaveGroupResponse(f_throttle_time_ms, f_error_code, f_members, f_unknown_tags), pos
 
 def _d_MemberResponse_4(buf, pos):
-    f_member_id, pos = read_compact_string(buf, pos, 'LeaveGroupResponse.MemberResponse.member_id')
-    f_group_instance_id, pos = read_compact_nullable_string(buf, pos, 'LeaveGroupResponse.MemberResponse.group_instance_id')
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'LeaveGroupResponse.MemberResponse.member_id')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('LeaveGroupResponse.MemberResponse.member_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('LeaveGroupResponse.MemberResponse.member_id', buf, pos, _n, 1)
+        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'LeaveGroupResponse.MemberResponse.group_instance_id')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('LeaveGroupResponse.MemberResponse.group_instance_id', _n)
+        f_group_instance_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('LeaveGroupResponse.MemberResponse.group_instance_id', buf, pos, _n, 1)
+        f_group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
         raise truncated('LeaveGroupResponse.MemberResponse.error_code', buf, pos, 2)
     (f_error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -95,19 +170,27 @@ def _d_MemberResponse_4(buf, pos):
     return MemberResponse(f_member_id, f_group_instance_id, f_error_code, f_unknown_tags), pos
 
 def _d_LeaveGroupResponse_4(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('LeaveGroupResponse.throttle_time_ms', buf, pos, 6)
     f_throttle_time_ms, f_error_code = _S1.unpack_from(buf, pos)
     pos += 6
-    _n, pos = read_compact_array_len(buf, pos, 'LeaveGroupResponse.members', 5)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='LeaveGroupResponse.members')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'LeaveGroupResponse.members')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('LeaveGroupResponse.members', _c)
+    elif _c * 5 > _l - pos:
+        raise overrun('LeaveGroupResponse.members', buf, pos, _c, 5)
     else:
         f_members = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_MemberResponse_4(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -126,20 +209,53 @@ def _e_LeaveGroupResponse_1(o, out, chunks):
     out += _S1.pack(o.throttle_time_ms, o.error_code)
 
 def _e_MemberResponse_3(o, out, chunks):
-    write_string(out, o.member_id)
-    write_nullable_string(out, o.group_instance_id)
+    _b = o.member_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('LeaveGroupResponse.MemberResponse.member_id', _n)
+    out += _S0.pack(_n)
+    out += _b
+    if o.group_instance_id is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.group_instance_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('LeaveGroupResponse.MemberResponse.group_instance_id', _n)
+        out += _S0.pack(_n)
+        out += _b
     out += _S0.pack(o.error_code)
 
 def _e_LeaveGroupResponse_3(o, out, chunks):
     out += _S1.pack(o.throttle_time_ms, o.error_code)
     _a = o.members
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S2.pack(_c)
     for _e in _a:
         _e_MemberResponse_3(_e, out, chunks)
 
 def _e_MemberResponse_4(o, out, chunks):
-    write_compact_string(out, o.member_id)
-    write_compact_nullable_string(out, o.group_instance_id)
+    _b = o.member_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('LeaveGroupResponse.MemberResponse.member_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    if o.group_instance_id is None:
+        out.append(0)
+    else:
+        _b = o.group_instance_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('LeaveGroupResponse.MemberResponse.group_instance_id', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     out += _S0.pack(o.error_code)
     if o.unknown_tags is None:
         out.append(0)
@@ -149,7 +265,11 @@ def _e_MemberResponse_4(o, out, chunks):
 def _e_LeaveGroupResponse_4(o, out, chunks):
     out += _S1.pack(o.throttle_time_ms, o.error_code)
     _a = o.members
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_MemberResponse_4(_e, out, chunks)
     if o.unknown_tags is None:

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -31,8 +43,22 @@ ListClientMetricsResourcesResponse.ClientMetricsResource = ClientMetricsResource
 _S0 = _Struct('>ih')
 
 def _d_ClientMetricsResource_0(buf, pos):
-    f_name, pos = read_compact_string(buf, pos, 'ListClientMetricsResourcesResponse.ClientMetricsResource.name')
-    if pos < len(buf) and buf[pos] == 0:
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ListClientMetricsResourcesResponse.ClientMetricsResource.name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('ListClientMetricsResourcesResponse.ClientMetricsResource.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ListClientMetricsResourcesResponse.ClientMetricsResource.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -45,19 +71,27 @@ def _d_ClientMetricsResource_0(buf, pos):
     return ClientMetricsResource(f_name, f_unknown_tags), pos
 
 def _d_ListClientMetricsResourcesResponse_0(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('ListClientMetricsResourcesResponse.throttle_time_ms', buf, pos, 6)
     f_throttle_time_ms, f_error_code = _S0.unpack_from(buf, pos)
     pos += 6
-    _n, pos = read_compact_array_len(buf, pos, 'ListClientMetricsResourcesResponse.client_metrics_resources', 2)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ListClientMetricsResourcesResponse.client_metrics_resources')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ListClientMetricsResourcesResponse.client_metrics_resources')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ListClientMetricsResourcesResponse.client_metrics_resources', _c)
+    elif _c * 2 > _l - pos:
+        raise overrun('ListClientMetricsResourcesResponse.client_metrics_resources', buf, pos, _c, 2)
     else:
         f_client_metrics_resources = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ClientMetricsResource_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -70,7 +104,15 @@ def _d_ListClientMetricsResourcesResponse_0(buf, pos):
     return ListClientMetricsResourcesResponse(f_throttle_time_ms, f_error_code, f_client_metrics_resources, f_unknown_tags), pos
 
 def _e_ClientMetricsResource_0(o, out, chunks):
-    write_compact_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ListClientMetricsResourcesResponse.ClientMetricsResource.name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -79,7 +121,11 @@ def _e_ClientMetricsResource_0(o, out, chunks):
 def _e_ListClientMetricsResourcesResponse_0(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms, o.error_code)
     _a = o.client_metrics_resources
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_ClientMetricsResource_0(_e, out, chunks)
     if o.unknown_tags is None:

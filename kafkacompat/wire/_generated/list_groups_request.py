@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -21,11 +33,13 @@ class ListGroupsRequest(Struct):
 
 
 def _d_ListGroupsRequest_0(buf, pos):
+    _l = len(buf)
     f_unknown_tags = None
     return ListGroupsRequest([], [], f_unknown_tags), pos
 
 def _d_ListGroupsRequest_3(buf, pos):
-    if pos < len(buf) and buf[pos] == 0:
+    _l = len(buf)
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -38,15 +52,36 @@ def _d_ListGroupsRequest_3(buf, pos):
     return ListGroupsRequest([], [], f_unknown_tags), pos
 
 def _d_ListGroupsRequest_4(buf, pos):
-    _n, pos = read_compact_array_len(buf, pos, 'ListGroupsRequest.states_filter', 1)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ListGroupsRequest.states_filter')
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ListGroupsRequest.states_filter')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ListGroupsRequest.states_filter', _c)
+    elif _c * 1 > _l - pos:
+        raise overrun('ListGroupsRequest.states_filter', buf, pos, _c, 1)
     else:
         f_states_filter = _lst = []
-        for _ in range(_n):
-            _e, pos = read_compact_string(buf, pos, 'ListGroupsRequest.states_filter')
+        for _ in range(_c):
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'ListGroupsRequest.states_filter')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('ListGroupsRequest.states_filter', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ListGroupsRequest.states_filter', buf, pos, _n, 1)
+                _e = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -59,23 +94,64 @@ def _d_ListGroupsRequest_4(buf, pos):
     return ListGroupsRequest(f_states_filter, [], f_unknown_tags), pos
 
 def _d_ListGroupsRequest_5(buf, pos):
-    _n, pos = read_compact_array_len(buf, pos, 'ListGroupsRequest.states_filter', 1)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ListGroupsRequest.states_filter')
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ListGroupsRequest.states_filter')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ListGroupsRequest.states_filter', _c)
+    elif _c * 1 > _l - pos:
+        raise overrun('ListGroupsRequest.states_filter', buf, pos, _c, 1)
     else:
         f_states_filter = _lst = []
-        for _ in range(_n):
-            _e, pos = read_compact_string(buf, pos, 'ListGroupsRequest.states_filter')
+        for _ in range(_c):
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'ListGroupsRequest.states_filter')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('ListGroupsRequest.states_filter', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ListGroupsRequest.states_filter', buf, pos, _n, 1)
+                _e = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
             _lst.append(_e)
-    _n, pos = read_compact_array_len(buf, pos, 'ListGroupsRequest.types_filter', 1)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ListGroupsRequest.types_filter')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ListGroupsRequest.types_filter')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ListGroupsRequest.types_filter', _c)
+    elif _c * 1 > _l - pos:
+        raise overrun('ListGroupsRequest.types_filter', buf, pos, _c, 1)
     else:
         f_types_filter = _lst = []
-        for _ in range(_n):
-            _e, pos = read_compact_string(buf, pos, 'ListGroupsRequest.types_filter')
+        for _ in range(_c):
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'ListGroupsRequest.types_filter')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('ListGroupsRequest.types_filter', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ListGroupsRequest.types_filter', buf, pos, _n, 1)
+                _e = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -98,9 +174,21 @@ def _e_ListGroupsRequest_3(o, out, chunks):
 
 def _e_ListGroupsRequest_4(o, out, chunks):
     _a = o.states_filter
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
-        write_compact_string(out, _e)
+        _b = _e.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ListGroupsRequest.states_filter', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -108,13 +196,37 @@ def _e_ListGroupsRequest_4(o, out, chunks):
 
 def _e_ListGroupsRequest_5(o, out, chunks):
     _a = o.states_filter
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
-        write_compact_string(out, _e)
+        _b = _e.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ListGroupsRequest.states_filter', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     _a = o.types_filter
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
-        write_compact_string(out, _e)
+        _b = _e.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ListGroupsRequest.types_filter', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:

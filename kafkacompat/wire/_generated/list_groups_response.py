@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -32,50 +44,113 @@ class ListGroupsResponse(Struct):
 ListGroupsResponse.ListedGroup = ListedGroup
 
 _S0 = _Struct('>h')
-_S1 = _Struct('>ih')
+_S1 = _Struct('>i')
+_S2 = _Struct('>ih')
 
 def _d_ListedGroup_0(buf, pos):
-    f_group_id, pos = read_string(buf, pos, 'ListGroupsResponse.ListedGroup.group_id')
-    f_protocol_type, pos = read_string(buf, pos, 'ListGroupsResponse.ListedGroup.protocol_type')
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('ListGroupsResponse.ListedGroup.group_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('ListGroupsResponse.ListedGroup.group_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ListGroupsResponse.ListedGroup.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('ListGroupsResponse.ListedGroup.protocol_type', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('ListGroupsResponse.ListedGroup.protocol_type', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ListGroupsResponse.ListedGroup.protocol_type', buf, pos, _n, 1)
+        f_protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
     f_unknown_tags = None
     return ListedGroup(f_group_id, f_protocol_type, '', '', f_unknown_tags), pos
 
 def _d_ListGroupsResponse_0(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('ListGroupsResponse.error_code', buf, pos, 2)
     (f_error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
-    _n, pos = read_array_len(buf, pos, 'ListGroupsResponse.groups', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ListGroupsResponse.groups')
+    if pos + 4 > _l:
+        raise truncated('ListGroupsResponse.groups', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('ListGroupsResponse.groups', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('ListGroupsResponse.groups', buf, pos, _c, 4)
     else:
         f_groups = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ListedGroup_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return ListGroupsResponse(0, f_error_code, f_groups, f_unknown_tags), pos
 
 def _d_ListGroupsResponse_1(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('ListGroupsResponse.throttle_time_ms', buf, pos, 6)
-    f_throttle_time_ms, f_error_code = _S1.unpack_from(buf, pos)
+    f_throttle_time_ms, f_error_code = _S2.unpack_from(buf, pos)
     pos += 6
-    _n, pos = read_array_len(buf, pos, 'ListGroupsResponse.groups', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ListGroupsResponse.groups')
+    if pos + 4 > _l:
+        raise truncated('ListGroupsResponse.groups', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('ListGroupsResponse.groups', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('ListGroupsResponse.groups', buf, pos, _c, 4)
     else:
         f_groups = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ListedGroup_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return ListGroupsResponse(f_throttle_time_ms, f_error_code, f_groups, f_unknown_tags), pos
 
 def _d_ListedGroup_3(buf, pos):
-    f_group_id, pos = read_compact_string(buf, pos, 'ListGroupsResponse.ListedGroup.group_id')
-    f_protocol_type, pos = read_compact_string(buf, pos, 'ListGroupsResponse.ListedGroup.protocol_type')
-    if pos < len(buf) and buf[pos] == 0:
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ListGroupsResponse.ListedGroup.group_id')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('ListGroupsResponse.ListedGroup.group_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ListGroupsResponse.ListedGroup.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ListGroupsResponse.ListedGroup.protocol_type')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('ListGroupsResponse.ListedGroup.protocol_type', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ListGroupsResponse.ListedGroup.protocol_type', buf, pos, _n, 1)
+        f_protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -88,19 +163,27 @@ def _d_ListedGroup_3(buf, pos):
     return ListedGroup(f_group_id, f_protocol_type, '', '', f_unknown_tags), pos
 
 def _d_ListGroupsResponse_3(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('ListGroupsResponse.throttle_time_ms', buf, pos, 6)
-    f_throttle_time_ms, f_error_code = _S1.unpack_from(buf, pos)
+    f_throttle_time_ms, f_error_code = _S2.unpack_from(buf, pos)
     pos += 6
-    _n, pos = read_compact_array_len(buf, pos, 'ListGroupsResponse.groups', 3)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ListGroupsResponse.groups')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ListGroupsResponse.groups')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ListGroupsResponse.groups', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('ListGroupsResponse.groups', buf, pos, _c, 3)
     else:
         f_groups = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ListedGroup_3(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -113,10 +196,50 @@ def _d_ListGroupsResponse_3(buf, pos):
     return ListGroupsResponse(f_throttle_time_ms, f_error_code, f_groups, f_unknown_tags), pos
 
 def _d_ListedGroup_4(buf, pos):
-    f_group_id, pos = read_compact_string(buf, pos, 'ListGroupsResponse.ListedGroup.group_id')
-    f_protocol_type, pos = read_compact_string(buf, pos, 'ListGroupsResponse.ListedGroup.protocol_type')
-    f_group_state, pos = read_compact_string(buf, pos, 'ListGroupsResponse.ListedGroup.group_state')
-    if pos < len(buf) and buf[pos] == 0:
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ListGroupsResponse.ListedGroup.group_id')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('ListGroupsResponse.ListedGroup.group_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ListGroupsResponse.ListedGroup.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ListGroupsResponse.ListedGroup.protocol_type')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('ListGroupsResponse.ListedGroup.protocol_type', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ListGroupsResponse.ListedGroup.protocol_type', buf, pos, _n, 1)
+        f_protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ListGroupsResponse.ListedGroup.group_state')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('ListGroupsResponse.ListedGroup.group_state', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ListGroupsResponse.ListedGroup.group_state', buf, pos, _n, 1)
+        f_group_state = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -129,19 +252,27 @@ def _d_ListedGroup_4(buf, pos):
     return ListedGroup(f_group_id, f_protocol_type, f_group_state, '', f_unknown_tags), pos
 
 def _d_ListGroupsResponse_4(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('ListGroupsResponse.throttle_time_ms', buf, pos, 6)
-    f_throttle_time_ms, f_error_code = _S1.unpack_from(buf, pos)
+    f_throttle_time_ms, f_error_code = _S2.unpack_from(buf, pos)
     pos += 6
-    _n, pos = read_compact_array_len(buf, pos, 'ListGroupsResponse.groups', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ListGroupsResponse.groups')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ListGroupsResponse.groups')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ListGroupsResponse.groups', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('ListGroupsResponse.groups', buf, pos, _c, 4)
     else:
         f_groups = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ListedGroup_4(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -154,11 +285,64 @@ def _d_ListGroupsResponse_4(buf, pos):
     return ListGroupsResponse(f_throttle_time_ms, f_error_code, f_groups, f_unknown_tags), pos
 
 def _d_ListedGroup_5(buf, pos):
-    f_group_id, pos = read_compact_string(buf, pos, 'ListGroupsResponse.ListedGroup.group_id')
-    f_protocol_type, pos = read_compact_string(buf, pos, 'ListGroupsResponse.ListedGroup.protocol_type')
-    f_group_state, pos = read_compact_string(buf, pos, 'ListGroupsResponse.ListedGroup.group_state')
-    f_group_type, pos = read_compact_string(buf, pos, 'ListGroupsResponse.ListedGroup.group_type')
-    if pos < len(buf) and buf[pos] == 0:
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ListGroupsResponse.ListedGroup.group_id')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('ListGroupsResponse.ListedGroup.group_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ListGroupsResponse.ListedGroup.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ListGroupsResponse.ListedGroup.protocol_type')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('ListGroupsResponse.ListedGroup.protocol_type', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ListGroupsResponse.ListedGroup.protocol_type', buf, pos, _n, 1)
+        f_protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ListGroupsResponse.ListedGroup.group_state')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('ListGroupsResponse.ListedGroup.group_state', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ListGroupsResponse.ListedGroup.group_state', buf, pos, _n, 1)
+        f_group_state = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ListGroupsResponse.ListedGroup.group_type')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('ListGroupsResponse.ListedGroup.group_type', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ListGroupsResponse.ListedGroup.group_type', buf, pos, _n, 1)
+        f_group_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -171,19 +355,27 @@ def _d_ListedGroup_5(buf, pos):
     return ListedGroup(f_group_id, f_protocol_type, f_group_state, f_group_type, f_unknown_tags), pos
 
 def _d_ListGroupsResponse_5(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('ListGroupsResponse.throttle_time_ms', buf, pos, 6)
-    f_throttle_time_ms, f_error_code = _S1.unpack_from(buf, pos)
+    f_throttle_time_ms, f_error_code = _S2.unpack_from(buf, pos)
     pos += 6
-    _n, pos = read_compact_array_len(buf, pos, 'ListGroupsResponse.groups', 5)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ListGroupsResponse.groups')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ListGroupsResponse.groups')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ListGroupsResponse.groups', _c)
+    elif _c * 5 > _l - pos:
+        raise overrun('ListGroupsResponse.groups', buf, pos, _c, 5)
     else:
         f_groups = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ListedGroup_5(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -196,35 +388,67 @@ def _d_ListGroupsResponse_5(buf, pos):
     return ListGroupsResponse(f_throttle_time_ms, f_error_code, f_groups, f_unknown_tags), pos
 
 def _e_ListedGroup_0(o, out, chunks):
-    write_string(out, o.group_id)
-    write_string(out, o.protocol_type)
+    _b = o.group_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ListGroupsResponse.ListedGroup.group_id', _n)
+    out += _S0.pack(_n)
+    out += _b
+    _b = o.protocol_type.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ListGroupsResponse.ListedGroup.protocol_type', _n)
+    out += _S0.pack(_n)
+    out += _b
 
 def _e_ListGroupsResponse_0(o, out, chunks):
     out += _S0.pack(o.error_code)
     _a = o.groups
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_ListedGroup_0(_e, out, chunks)
 
 def _e_ListGroupsResponse_1(o, out, chunks):
-    out += _S1.pack(o.throttle_time_ms, o.error_code)
+    out += _S2.pack(o.throttle_time_ms, o.error_code)
     _a = o.groups
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_ListedGroup_0(_e, out, chunks)
 
 def _e_ListedGroup_3(o, out, chunks):
-    write_compact_string(out, o.group_id)
-    write_compact_string(out, o.protocol_type)
+    _b = o.group_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ListGroupsResponse.ListedGroup.group_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _b = o.protocol_type.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ListGroupsResponse.ListedGroup.protocol_type', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_ListGroupsResponse_3(o, out, chunks):
-    out += _S1.pack(o.throttle_time_ms, o.error_code)
+    out += _S2.pack(o.throttle_time_ms, o.error_code)
     _a = o.groups
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_ListedGroup_3(_e, out, chunks)
     if o.unknown_tags is None:
@@ -233,18 +457,46 @@ def _e_ListGroupsResponse_3(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_ListedGroup_4(o, out, chunks):
-    write_compact_string(out, o.group_id)
-    write_compact_string(out, o.protocol_type)
-    write_compact_string(out, o.group_state)
+    _b = o.group_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ListGroupsResponse.ListedGroup.group_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _b = o.protocol_type.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ListGroupsResponse.ListedGroup.protocol_type', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _b = o.group_state.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ListGroupsResponse.ListedGroup.group_state', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_ListGroupsResponse_4(o, out, chunks):
-    out += _S1.pack(o.throttle_time_ms, o.error_code)
+    out += _S2.pack(o.throttle_time_ms, o.error_code)
     _a = o.groups
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_ListedGroup_4(_e, out, chunks)
     if o.unknown_tags is None:
@@ -253,19 +505,55 @@ def _e_ListGroupsResponse_4(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_ListedGroup_5(o, out, chunks):
-    write_compact_string(out, o.group_id)
-    write_compact_string(out, o.protocol_type)
-    write_compact_string(out, o.group_state)
-    write_compact_string(out, o.group_type)
+    _b = o.group_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ListGroupsResponse.ListedGroup.group_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _b = o.protocol_type.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ListGroupsResponse.ListedGroup.protocol_type', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _b = o.group_state.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ListGroupsResponse.ListedGroup.group_state', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _b = o.group_type.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ListGroupsResponse.ListedGroup.group_type', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_ListGroupsResponse_5(o, out, chunks):
-    out += _S1.pack(o.throttle_time_ms, o.error_code)
+    out += _S2.pack(o.throttle_time_ms, o.error_code)
     _a = o.groups
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_ListedGroup_5(_e, out, chunks)
     if o.unknown_tags is None:

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -49,144 +61,224 @@ ListOffsetsRequest.ListOffsetsTopic = ListOffsetsTopic
 ListOffsetsRequest.ListOffsetsPartition = ListOffsetsPartition
 
 _S0 = _Struct('>i')
-_S1 = _Struct('>iqi')
-_S2 = _Struct('>iq')
-_S3 = _Struct('>ib')
-_S4 = _Struct('>iiq')
+_S1 = _Struct('>h')
+_S2 = _Struct('>iqi')
+_S3 = _Struct('>iq')
+_S4 = _Struct('>ib')
+_S5 = _Struct('>iiq')
 
 def _d_ListOffsetsPartition_0(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('ListOffsetsRequest.ListOffsetsPartition.partition_index', buf, pos, 16)
-    f_partition_index, f_timestamp, f_max_num_offsets = _S1.unpack_from(buf, pos)
+    f_partition_index, f_timestamp, f_max_num_offsets = _S2.unpack_from(buf, pos)
     pos += 16
     f_unknown_tags = None
     return ListOffsetsPartition(f_partition_index, -1, f_timestamp, f_max_num_offsets, f_unknown_tags), pos
 
 def _d_ListOffsetsTopic_0(buf, pos):
-    f_name, pos = read_string(buf, pos, 'ListOffsetsRequest.ListOffsetsTopic.name')
-    _n, pos = read_array_len(buf, pos, 'ListOffsetsRequest.ListOffsetsTopic.partitions', 16)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('ListOffsetsRequest.ListOffsetsTopic.name', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ListOffsetsRequest.ListOffsetsTopic.partitions')
+        raise bad_length('ListOffsetsRequest.ListOffsetsTopic.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ListOffsetsRequest.ListOffsetsTopic.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('ListOffsetsRequest.ListOffsetsTopic.partitions', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('ListOffsetsRequest.ListOffsetsTopic.partitions', _c)
+    elif _c * 16 > _l - pos:
+        raise overrun('ListOffsetsRequest.ListOffsetsTopic.partitions', buf, pos, _c, 16)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ListOffsetsPartition_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return ListOffsetsTopic(f_name, f_partitions, f_unknown_tags), pos
 
 def _d_ListOffsetsRequest_0(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('ListOffsetsRequest.replica_id', buf, pos, 4)
     (f_replica_id,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_array_len(buf, pos, 'ListOffsetsRequest.topics', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ListOffsetsRequest.topics')
+    if pos + 4 > _l:
+        raise truncated('ListOffsetsRequest.topics', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('ListOffsetsRequest.topics', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('ListOffsetsRequest.topics', buf, pos, _c, 6)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ListOffsetsTopic_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return ListOffsetsRequest(f_replica_id, 0, f_topics, 0, f_unknown_tags), pos
 
 def _d_ListOffsetsPartition_1(buf, pos):
-    if pos + 12 > len(buf):
+    _l = len(buf)
+    if pos + 12 > _l:
         raise truncated('ListOffsetsRequest.ListOffsetsPartition.partition_index', buf, pos, 12)
-    f_partition_index, f_timestamp = _S2.unpack_from(buf, pos)
+    f_partition_index, f_timestamp = _S3.unpack_from(buf, pos)
     pos += 12
     f_unknown_tags = None
     return ListOffsetsPartition(f_partition_index, -1, f_timestamp, 1, f_unknown_tags), pos
 
 def _d_ListOffsetsTopic_1(buf, pos):
-    f_name, pos = read_string(buf, pos, 'ListOffsetsRequest.ListOffsetsTopic.name')
-    _n, pos = read_array_len(buf, pos, 'ListOffsetsRequest.ListOffsetsTopic.partitions', 12)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('ListOffsetsRequest.ListOffsetsTopic.name', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ListOffsetsRequest.ListOffsetsTopic.partitions')
+        raise bad_length('ListOffsetsRequest.ListOffsetsTopic.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ListOffsetsRequest.ListOffsetsTopic.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('ListOffsetsRequest.ListOffsetsTopic.partitions', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('ListOffsetsRequest.ListOffsetsTopic.partitions', _c)
+    elif _c * 12 > _l - pos:
+        raise overrun('ListOffsetsRequest.ListOffsetsTopic.partitions', buf, pos, _c, 12)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ListOffsetsPartition_1(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return ListOffsetsTopic(f_name, f_partitions, f_unknown_tags), pos
 
 def _d_ListOffsetsRequest_1(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('ListOffsetsRequest.replica_id', buf, pos, 4)
     (f_replica_id,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_array_len(buf, pos, 'ListOffsetsRequest.topics', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ListOffsetsRequest.topics')
+    if pos + 4 > _l:
+        raise truncated('ListOffsetsRequest.topics', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('ListOffsetsRequest.topics', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('ListOffsetsRequest.topics', buf, pos, _c, 6)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ListOffsetsTopic_1(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return ListOffsetsRequest(f_replica_id, 0, f_topics, 0, f_unknown_tags), pos
 
 def _d_ListOffsetsRequest_2(buf, pos):
-    if pos + 5 > len(buf):
+    _l = len(buf)
+    if pos + 5 > _l:
         raise truncated('ListOffsetsRequest.replica_id', buf, pos, 5)
-    f_replica_id, f_isolation_level = _S3.unpack_from(buf, pos)
+    f_replica_id, f_isolation_level = _S4.unpack_from(buf, pos)
     pos += 5
-    _n, pos = read_array_len(buf, pos, 'ListOffsetsRequest.topics', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ListOffsetsRequest.topics')
+    if pos + 4 > _l:
+        raise truncated('ListOffsetsRequest.topics', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('ListOffsetsRequest.topics', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('ListOffsetsRequest.topics', buf, pos, _c, 6)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ListOffsetsTopic_1(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return ListOffsetsRequest(f_replica_id, f_isolation_level, f_topics, 0, f_unknown_tags), pos
 
 def _d_ListOffsetsPartition_4(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('ListOffsetsRequest.ListOffsetsPartition.partition_index', buf, pos, 16)
-    f_partition_index, f_current_leader_epoch, f_timestamp = _S4.unpack_from(buf, pos)
+    f_partition_index, f_current_leader_epoch, f_timestamp = _S5.unpack_from(buf, pos)
     pos += 16
     f_unknown_tags = None
     return ListOffsetsPartition(f_partition_index, f_current_leader_epoch, f_timestamp, 1, f_unknown_tags), pos
 
 def _d_ListOffsetsTopic_4(buf, pos):
-    f_name, pos = read_string(buf, pos, 'ListOffsetsRequest.ListOffsetsTopic.name')
-    _n, pos = read_array_len(buf, pos, 'ListOffsetsRequest.ListOffsetsTopic.partitions', 16)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('ListOffsetsRequest.ListOffsetsTopic.name', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ListOffsetsRequest.ListOffsetsTopic.partitions')
+        raise bad_length('ListOffsetsRequest.ListOffsetsTopic.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ListOffsetsRequest.ListOffsetsTopic.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('ListOffsetsRequest.ListOffsetsTopic.partitions', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('ListOffsetsRequest.ListOffsetsTopic.partitions', _c)
+    elif _c * 16 > _l - pos:
+        raise overrun('ListOffsetsRequest.ListOffsetsTopic.partitions', buf, pos, _c, 16)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ListOffsetsPartition_4(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return ListOffsetsTopic(f_name, f_partitions, f_unknown_tags), pos
 
 def _d_ListOffsetsRequest_4(buf, pos):
-    if pos + 5 > len(buf):
+    _l = len(buf)
+    if pos + 5 > _l:
         raise truncated('ListOffsetsRequest.replica_id', buf, pos, 5)
-    f_replica_id, f_isolation_level = _S3.unpack_from(buf, pos)
+    f_replica_id, f_isolation_level = _S4.unpack_from(buf, pos)
     pos += 5
-    _n, pos = read_array_len(buf, pos, 'ListOffsetsRequest.topics', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ListOffsetsRequest.topics')
+    if pos + 4 > _l:
+        raise truncated('ListOffsetsRequest.topics', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('ListOffsetsRequest.topics', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('ListOffsetsRequest.topics', buf, pos, _c, 6)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ListOffsetsTopic_4(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return ListOffsetsRequest(f_replica_id, f_isolation_level, f_topics, 0, f_unknown_tags), pos
 
 def _d_ListOffsetsPartition_6(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('ListOffsetsRequest.ListOffsetsPartition.partition_index', buf, pos, 16)
-    f_partition_index, f_current_leader_epoch, f_timestamp = _S4.unpack_from(buf, pos)
+    f_partition_index, f_current_leader_epoch, f_timestamp = _S5.unpack_from(buf, pos)
     pos += 16
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -199,16 +291,37 @@ def _d_ListOffsetsPartition_6(buf, pos):
     return ListOffsetsPartition(f_partition_index, f_current_leader_epoch, f_timestamp, 1, f_unknown_tags), pos
 
 def _d_ListOffsetsTopic_6(buf, pos):
-    f_name, pos = read_compact_string(buf, pos, 'ListOffsetsRequest.ListOffsetsTopic.name')
-    _n, pos = read_compact_array_len(buf, pos, 'ListOffsetsRequest.ListOffsetsTopic.partitions', 17)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ListOffsetsRequest.ListOffsetsTopic.name')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ListOffsetsRequest.ListOffsetsTopic.partitions')
+        raise bad_length('ListOffsetsRequest.ListOffsetsTopic.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ListOffsetsRequest.ListOffsetsTopic.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ListOffsetsRequest.ListOffsetsTopic.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ListOffsetsRequest.ListOffsetsTopic.partitions', _c)
+    elif _c * 17 > _l - pos:
+        raise overrun('ListOffsetsRequest.ListOffsetsTopic.partitions', buf, pos, _c, 17)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ListOffsetsPartition_6(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -221,19 +334,27 @@ def _d_ListOffsetsTopic_6(buf, pos):
     return ListOffsetsTopic(f_name, f_partitions, f_unknown_tags), pos
 
 def _d_ListOffsetsRequest_6(buf, pos):
-    if pos + 5 > len(buf):
+    _l = len(buf)
+    if pos + 5 > _l:
         raise truncated('ListOffsetsRequest.replica_id', buf, pos, 5)
-    f_replica_id, f_isolation_level = _S3.unpack_from(buf, pos)
+    f_replica_id, f_isolation_level = _S4.unpack_from(buf, pos)
     pos += 5
-    _n, pos = read_compact_array_len(buf, pos, 'ListOffsetsRequest.topics', 3)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ListOffsetsRequest.topics')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ListOffsetsRequest.topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ListOffsetsRequest.topics', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('ListOffsetsRequest.topics', buf, pos, _c, 3)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ListOffsetsTopic_6(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -246,23 +367,31 @@ def _d_ListOffsetsRequest_6(buf, pos):
     return ListOffsetsRequest(f_replica_id, f_isolation_level, f_topics, 0, f_unknown_tags), pos
 
 def _d_ListOffsetsRequest_10(buf, pos):
-    if pos + 5 > len(buf):
+    _l = len(buf)
+    if pos + 5 > _l:
         raise truncated('ListOffsetsRequest.replica_id', buf, pos, 5)
-    f_replica_id, f_isolation_level = _S3.unpack_from(buf, pos)
+    f_replica_id, f_isolation_level = _S4.unpack_from(buf, pos)
     pos += 5
-    _n, pos = read_compact_array_len(buf, pos, 'ListOffsetsRequest.topics', 3)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ListOffsetsRequest.topics')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ListOffsetsRequest.topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ListOffsetsRequest.topics', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('ListOffsetsRequest.topics', buf, pos, _c, 3)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ListOffsetsTopic_6(buf, pos)
             _lst.append(_e)
-    if pos + 4 > len(buf):
+    if pos + 4 > _l:
         raise truncated('ListOffsetsRequest.timeout_ms', buf, pos, 4)
     (f_timeout_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -275,74 +404,108 @@ def _d_ListOffsetsRequest_10(buf, pos):
     return ListOffsetsRequest(f_replica_id, f_isolation_level, f_topics, f_timeout_ms, f_unknown_tags), pos
 
 def _e_ListOffsetsPartition_0(o, out, chunks):
-    out += _S1.pack(o.partition_index, o.timestamp, o.max_num_offsets)
+    out += _S2.pack(o.partition_index, o.timestamp, o.max_num_offsets)
 
 def _e_ListOffsetsTopic_0(o, out, chunks):
-    write_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ListOffsetsRequest.ListOffsetsTopic.name', _n)
+    out += _S1.pack(_n)
+    out += _b
     _a = o.partitions
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_ListOffsetsPartition_0(_e, out, chunks)
 
 def _e_ListOffsetsRequest_0(o, out, chunks):
     out += _S0.pack(o.replica_id)
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_ListOffsetsTopic_0(_e, out, chunks)
 
 def _e_ListOffsetsPartition_1(o, out, chunks):
-    out += _S2.pack(o.partition_index, o.timestamp)
+    out += _S3.pack(o.partition_index, o.timestamp)
 
 def _e_ListOffsetsTopic_1(o, out, chunks):
-    write_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ListOffsetsRequest.ListOffsetsTopic.name', _n)
+    out += _S1.pack(_n)
+    out += _b
     _a = o.partitions
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_ListOffsetsPartition_1(_e, out, chunks)
 
 def _e_ListOffsetsRequest_1(o, out, chunks):
     out += _S0.pack(o.replica_id)
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_ListOffsetsTopic_1(_e, out, chunks)
 
 def _e_ListOffsetsRequest_2(o, out, chunks):
-    out += _S3.pack(o.replica_id, o.isolation_level)
+    out += _S4.pack(o.replica_id, o.isolation_level)
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_ListOffsetsTopic_1(_e, out, chunks)
 
 def _e_ListOffsetsPartition_4(o, out, chunks):
-    out += _S4.pack(o.partition_index, o.current_leader_epoch, o.timestamp)
+    out += _S5.pack(o.partition_index, o.current_leader_epoch, o.timestamp)
 
 def _e_ListOffsetsTopic_4(o, out, chunks):
-    write_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ListOffsetsRequest.ListOffsetsTopic.name', _n)
+    out += _S1.pack(_n)
+    out += _b
     _a = o.partitions
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_ListOffsetsPartition_4(_e, out, chunks)
 
 def _e_ListOffsetsRequest_4(o, out, chunks):
-    out += _S3.pack(o.replica_id, o.isolation_level)
+    out += _S4.pack(o.replica_id, o.isolation_level)
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_ListOffsetsTopic_4(_e, out, chunks)
 
 def _e_ListOffsetsPartition_6(o, out, chunks):
-    out += _S4.pack(o.partition_index, o.current_leader_epoch, o.timestamp)
+    out += _S5.pack(o.partition_index, o.current_leader_epoch, o.timestamp)
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_ListOffsetsTopic_6(o, out, chunks):
-    write_compact_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ListOffsetsRequest.ListOffsetsTopic.name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_ListOffsetsPartition_6(_e, out, chunks)
     if o.unknown_tags is None:
@@ -351,9 +514,13 @@ def _e_ListOffsetsTopic_6(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_ListOffsetsRequest_6(o, out, chunks):
-    out += _S3.pack(o.replica_id, o.isolation_level)
+    out += _S4.pack(o.replica_id, o.isolation_level)
     _a = o.topics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_ListOffsetsTopic_6(_e, out, chunks)
     if o.unknown_tags is None:
@@ -362,9 +529,13 @@ def _e_ListOffsetsRequest_6(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_ListOffsetsRequest_10(o, out, chunks):
-    out += _S3.pack(o.replica_id, o.isolation_level)
+    out += _S4.pack(o.replica_id, o.isolation_level)
     _a = o.topics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_ListOffsetsTopic_6(_e, out, chunks)
     out += _S0.pack(o.timeout_ms)

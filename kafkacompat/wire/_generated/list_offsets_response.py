@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -50,142 +62,229 @@ class ListOffsetsResponse(Struct):
 ListOffsetsResponse.ListOffsetsTopicResponse = ListOffsetsTopicResponse
 ListOffsetsResponse.ListOffsetsPartitionResponse = ListOffsetsPartitionResponse
 
-_S0 = _Struct('>ih')
-_S1 = _Struct('>ihqq')
-_S2 = _Struct('>i')
-_S3 = _Struct('>ihqqi')
+_S0 = _Struct('>i')
+_S1 = _Struct('>h')
+_S2 = _Struct('>ih')
+_S3 = _Struct('>ihqq')
+_S4 = _Struct('>ihqqi')
+_A_q = ARRAY_STRUCTS['q']
 
 def _d_ListOffsetsPartitionResponse_0(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('ListOffsetsResponse.ListOffsetsPartitionResponse.partition_index', buf, pos, 6)
-    f_partition_index, f_error_code = _S0.unpack_from(buf, pos)
+    f_partition_index, f_error_code = _S2.unpack_from(buf, pos)
     pos += 6
-    _n, pos = read_array_len(buf, pos, 'ListOffsetsResponse.ListOffsetsPartitionResponse.old_style_offsets', 8)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ListOffsetsResponse.ListOffsetsPartitionResponse.old_style_offsets')
+    if pos + 4 > _l:
+        raise truncated('ListOffsetsResponse.ListOffsetsPartitionResponse.old_style_offsets', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('ListOffsetsResponse.ListOffsetsPartitionResponse.old_style_offsets', _c)
+    elif _c * 8 > _l - pos:
+        raise overrun('ListOffsetsResponse.ListOffsetsPartitionResponse.old_style_offsets', buf, pos, _c, 8)
     else:
-        f_old_style_offsets = list(_unpack_from('>%dq' % _n, buf, pos))
-        pos += _n * 8
+        _st = _A_q[_c] if _c < 17 else _Struct('>%dq' % _c)
+        f_old_style_offsets = list(_st.unpack_from(buf, pos))
+        pos += _c * 8
     f_unknown_tags = None
     return ListOffsetsPartitionResponse(f_partition_index, f_error_code, f_old_style_offsets, -1, -1, -1, f_unknown_tags), pos
 
 def _d_ListOffsetsTopicResponse_0(buf, pos):
-    f_name, pos = read_string(buf, pos, 'ListOffsetsResponse.ListOffsetsTopicResponse.name')
-    _n, pos = read_array_len(buf, pos, 'ListOffsetsResponse.ListOffsetsTopicResponse.partitions', 10)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('ListOffsetsResponse.ListOffsetsTopicResponse.name', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ListOffsetsResponse.ListOffsetsTopicResponse.partitions')
+        raise bad_length('ListOffsetsResponse.ListOffsetsTopicResponse.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ListOffsetsResponse.ListOffsetsTopicResponse.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('ListOffsetsResponse.ListOffsetsTopicResponse.partitions', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('ListOffsetsResponse.ListOffsetsTopicResponse.partitions', _c)
+    elif _c * 10 > _l - pos:
+        raise overrun('ListOffsetsResponse.ListOffsetsTopicResponse.partitions', buf, pos, _c, 10)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ListOffsetsPartitionResponse_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return ListOffsetsTopicResponse(f_name, f_partitions, f_unknown_tags), pos
 
 def _d_ListOffsetsResponse_0(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'ListOffsetsResponse.topics', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ListOffsetsResponse.topics')
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('ListOffsetsResponse.topics', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('ListOffsetsResponse.topics', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('ListOffsetsResponse.topics', buf, pos, _c, 6)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ListOffsetsTopicResponse_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return ListOffsetsResponse(0, f_topics, f_unknown_tags), pos
 
 def _d_ListOffsetsPartitionResponse_1(buf, pos):
-    if pos + 22 > len(buf):
+    _l = len(buf)
+    if pos + 22 > _l:
         raise truncated('ListOffsetsResponse.ListOffsetsPartitionResponse.partition_index', buf, pos, 22)
-    f_partition_index, f_error_code, f_timestamp, f_offset = _S1.unpack_from(buf, pos)
+    f_partition_index, f_error_code, f_timestamp, f_offset = _S3.unpack_from(buf, pos)
     pos += 22
     f_unknown_tags = None
     return ListOffsetsPartitionResponse(f_partition_index, f_error_code, [], f_timestamp, f_offset, -1, f_unknown_tags), pos
 
 def _d_ListOffsetsTopicResponse_1(buf, pos):
-    f_name, pos = read_string(buf, pos, 'ListOffsetsResponse.ListOffsetsTopicResponse.name')
-    _n, pos = read_array_len(buf, pos, 'ListOffsetsResponse.ListOffsetsTopicResponse.partitions', 22)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('ListOffsetsResponse.ListOffsetsTopicResponse.name', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ListOffsetsResponse.ListOffsetsTopicResponse.partitions')
+        raise bad_length('ListOffsetsResponse.ListOffsetsTopicResponse.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ListOffsetsResponse.ListOffsetsTopicResponse.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('ListOffsetsResponse.ListOffsetsTopicResponse.partitions', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('ListOffsetsResponse.ListOffsetsTopicResponse.partitions', _c)
+    elif _c * 22 > _l - pos:
+        raise overrun('ListOffsetsResponse.ListOffsetsTopicResponse.partitions', buf, pos, _c, 22)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ListOffsetsPartitionResponse_1(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return ListOffsetsTopicResponse(f_name, f_partitions, f_unknown_tags), pos
 
 def _d_ListOffsetsResponse_1(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'ListOffsetsResponse.topics', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ListOffsetsResponse.topics')
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('ListOffsetsResponse.topics', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('ListOffsetsResponse.topics', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('ListOffsetsResponse.topics', buf, pos, _c, 6)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ListOffsetsTopicResponse_1(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return ListOffsetsResponse(0, f_topics, f_unknown_tags), pos
 
 def _d_ListOffsetsResponse_2(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('ListOffsetsResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S2.unpack_from(buf, pos)
+    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_array_len(buf, pos, 'ListOffsetsResponse.topics', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ListOffsetsResponse.topics')
+    if pos + 4 > _l:
+        raise truncated('ListOffsetsResponse.topics', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('ListOffsetsResponse.topics', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('ListOffsetsResponse.topics', buf, pos, _c, 6)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ListOffsetsTopicResponse_1(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return ListOffsetsResponse(f_throttle_time_ms, f_topics, f_unknown_tags), pos
 
 def _d_ListOffsetsPartitionResponse_4(buf, pos):
-    if pos + 26 > len(buf):
+    _l = len(buf)
+    if pos + 26 > _l:
         raise truncated('ListOffsetsResponse.ListOffsetsPartitionResponse.partition_index', buf, pos, 26)
-    f_partition_index, f_error_code, f_timestamp, f_offset, f_leader_epoch = _S3.unpack_from(buf, pos)
+    f_partition_index, f_error_code, f_timestamp, f_offset, f_leader_epoch = _S4.unpack_from(buf, pos)
     pos += 26
     f_unknown_tags = None
     return ListOffsetsPartitionResponse(f_partition_index, f_error_code, [], f_timestamp, f_offset, f_leader_epoch, f_unknown_tags), pos
 
 def _d_ListOffsetsTopicResponse_4(buf, pos):
-    f_name, pos = read_string(buf, pos, 'ListOffsetsResponse.ListOffsetsTopicResponse.name')
-    _n, pos = read_array_len(buf, pos, 'ListOffsetsResponse.ListOffsetsTopicResponse.partitions', 26)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('ListOffsetsResponse.ListOffsetsTopicResponse.name', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ListOffsetsResponse.ListOffsetsTopicResponse.partitions')
+        raise bad_length('ListOffsetsResponse.ListOffsetsTopicResponse.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ListOffsetsResponse.ListOffsetsTopicResponse.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('ListOffsetsResponse.ListOffsetsTopicResponse.partitions', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('ListOffsetsResponse.ListOffsetsTopicResponse.partitions', _c)
+    elif _c * 26 > _l - pos:
+        raise overrun('ListOffsetsResponse.ListOffsetsTopicResponse.partitions', buf, pos, _c, 26)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ListOffsetsPartitionResponse_4(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return ListOffsetsTopicResponse(f_name, f_partitions, f_unknown_tags), pos
 
 def _d_ListOffsetsResponse_4(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('ListOffsetsResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S2.unpack_from(buf, pos)
+    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_array_len(buf, pos, 'ListOffsetsResponse.topics', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ListOffsetsResponse.topics')
+    if pos + 4 > _l:
+        raise truncated('ListOffsetsResponse.topics', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('ListOffsetsResponse.topics', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('ListOffsetsResponse.topics', buf, pos, _c, 6)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ListOffsetsTopicResponse_4(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return ListOffsetsResponse(f_throttle_time_ms, f_topics, f_unknown_tags), pos
 
 def _d_ListOffsetsPartitionResponse_6(buf, pos):
-    if pos + 26 > len(buf):
+    _l = len(buf)
+    if pos + 26 > _l:
         raise truncated('ListOffsetsResponse.ListOffsetsPartitionResponse.partition_index', buf, pos, 26)
-    f_partition_index, f_error_code, f_timestamp, f_offset, f_leader_epoch = _S3.unpack_from(buf, pos)
+    f_partition_index, f_error_code, f_timestamp, f_offset, f_leader_epoch = _S4.unpack_from(buf, pos)
     pos += 26
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -198,16 +297,37 @@ def _d_ListOffsetsPartitionResponse_6(buf, pos):
     return ListOffsetsPartitionResponse(f_partition_index, f_error_code, [], f_timestamp, f_offset, f_leader_epoch, f_unknown_tags), pos
 
 def _d_ListOffsetsTopicResponse_6(buf, pos):
-    f_name, pos = read_compact_string(buf, pos, 'ListOffsetsResponse.ListOffsetsTopicResponse.name')
-    _n, pos = read_compact_array_len(buf, pos, 'ListOffsetsResponse.ListOffsetsTopicResponse.partitions', 27)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ListOffsetsResponse.ListOffsetsTopicResponse.name')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ListOffsetsResponse.ListOffsetsTopicResponse.partitions')
+        raise bad_length('ListOffsetsResponse.ListOffsetsTopicResponse.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ListOffsetsResponse.ListOffsetsTopicResponse.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ListOffsetsResponse.ListOffsetsTopicResponse.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ListOffsetsResponse.ListOffsetsTopicResponse.partitions', _c)
+    elif _c * 27 > _l - pos:
+        raise overrun('ListOffsetsResponse.ListOffsetsTopicResponse.partitions', buf, pos, _c, 27)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ListOffsetsPartitionResponse_6(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -220,19 +340,27 @@ def _d_ListOffsetsTopicResponse_6(buf, pos):
     return ListOffsetsTopicResponse(f_name, f_partitions, f_unknown_tags), pos
 
 def _d_ListOffsetsResponse_6(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('ListOffsetsResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S2.unpack_from(buf, pos)
+    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'ListOffsetsResponse.topics', 3)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ListOffsetsResponse.topics')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ListOffsetsResponse.topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ListOffsetsResponse.topics', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('ListOffsetsResponse.topics', buf, pos, _c, 3)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ListOffsetsTopicResponse_6(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -245,75 +373,111 @@ def _d_ListOffsetsResponse_6(buf, pos):
     return ListOffsetsResponse(f_throttle_time_ms, f_topics, f_unknown_tags), pos
 
 def _e_ListOffsetsPartitionResponse_0(o, out, chunks):
-    out += _S0.pack(o.partition_index, o.error_code)
+    out += _S2.pack(o.partition_index, o.error_code)
     _a = o.old_style_offsets
-    write_array_len(out, len(_a))
-    out += _pack('>%dq' % len(_a), *_a)
+    _c = len(_a)
+    out += _S0.pack(_c)
+    _st = _A_q[_c] if _c < 17 else _Struct('>%dq' % _c)
+    out += _st.pack(*_a)
 
 def _e_ListOffsetsTopicResponse_0(o, out, chunks):
-    write_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ListOffsetsResponse.ListOffsetsTopicResponse.name', _n)
+    out += _S1.pack(_n)
+    out += _b
     _a = o.partitions
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_ListOffsetsPartitionResponse_0(_e, out, chunks)
 
 def _e_ListOffsetsResponse_0(o, out, chunks):
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_ListOffsetsTopicResponse_0(_e, out, chunks)
 
 def _e_ListOffsetsPartitionResponse_1(o, out, chunks):
-    out += _S1.pack(o.partition_index, o.error_code, o.timestamp, o.offset)
+    out += _S3.pack(o.partition_index, o.error_code, o.timestamp, o.offset)
 
 def _e_ListOffsetsTopicResponse_1(o, out, chunks):
-    write_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ListOffsetsResponse.ListOffsetsTopicResponse.name', _n)
+    out += _S1.pack(_n)
+    out += _b
     _a = o.partitions
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_ListOffsetsPartitionResponse_1(_e, out, chunks)
 
 def _e_ListOffsetsResponse_1(o, out, chunks):
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_ListOffsetsTopicResponse_1(_e, out, chunks)
 
 def _e_ListOffsetsResponse_2(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_ListOffsetsTopicResponse_1(_e, out, chunks)
 
 def _e_ListOffsetsPartitionResponse_4(o, out, chunks):
-    out += _S3.pack(o.partition_index, o.error_code, o.timestamp, o.offset, o.leader_epoch)
+    out += _S4.pack(o.partition_index, o.error_code, o.timestamp, o.offset, o.leader_epoch)
 
 def _e_ListOffsetsTopicResponse_4(o, out, chunks):
-    write_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ListOffsetsResponse.ListOffsetsTopicResponse.name', _n)
+    out += _S1.pack(_n)
+    out += _b
     _a = o.partitions
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_ListOffsetsPartitionResponse_4(_e, out, chunks)
 
 def _e_ListOffsetsResponse_4(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_ListOffsetsTopicResponse_4(_e, out, chunks)
 
 def _e_ListOffsetsPartitionResponse_6(o, out, chunks):
-    out += _S3.pack(o.partition_index, o.error_code, o.timestamp, o.offset, o.leader_epoch)
+    out += _S4.pack(o.partition_index, o.error_code, o.timestamp, o.offset, o.leader_epoch)
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_ListOffsetsTopicResponse_6(o, out, chunks):
-    write_compact_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ListOffsetsResponse.ListOffsetsTopicResponse.name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_ListOffsetsPartitionResponse_6(_e, out, chunks)
     if o.unknown_tags is None:
@@ -322,9 +486,13 @@ def _e_ListOffsetsTopicResponse_6(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_ListOffsetsResponse_6(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _a = o.topics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_ListOffsetsTopicResponse_6(_e, out, chunks)
     if o.unknown_tags is None:

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -29,16 +41,39 @@ class ListPartitionReassignmentsRequest(Struct):
 ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics = ListPartitionReassignmentsTopics
 
 _S0 = _Struct('>i')
+_A_i = ARRAY_STRUCTS['i']
 
 def _d_ListPartitionReassignmentsTopics_0(buf, pos):
-    f_name, pos = read_compact_string(buf, pos, 'ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics.name')
-    _n, pos = read_compact_array_len(buf, pos, 'ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics.partition_indexes', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics.partition_indexes')
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
     else:
-        f_partition_indexes = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    if pos < len(buf) and buf[pos] == 0:
+        _n, pos = read_uvarint(buf, pos, 'ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics.name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics.partition_indexes')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics.partition_indexes', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics.partition_indexes', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_partition_indexes = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -51,19 +86,29 @@ def _d_ListPartitionReassignmentsTopics_0(buf, pos):
     return ListPartitionReassignmentsTopics(f_name, f_partition_indexes, f_unknown_tags), pos
 
 def _d_ListPartitionReassignmentsRequest_0(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('ListPartitionReassignmentsRequest.timeout_ms', buf, pos, 4)
     (f_timeout_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'ListPartitionReassignmentsRequest.topics', 3)
-    if _n < 0:
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ListPartitionReassignmentsRequest.topics')
+        _c -= 1
+    if _c < 0:
+        if _c != -1:
+            raise bad_length('ListPartitionReassignmentsRequest.topics', _c)
         f_topics = None
+    elif _c * 3 > _l - pos:
+        raise overrun('ListPartitionReassignmentsRequest.topics', buf, pos, _c, 3)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ListPartitionReassignmentsTopics_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -76,10 +121,23 @@ def _d_ListPartitionReassignmentsRequest_0(buf, pos):
     return ListPartitionReassignmentsRequest(f_timeout_ms, f_topics, f_unknown_tags), pos
 
 def _e_ListPartitionReassignmentsTopics_0(o, out, chunks):
-    write_compact_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics.name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.partition_indexes
-    write_compact_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -91,7 +149,11 @@ def _e_ListPartitionReassignmentsRequest_0(o, out, chunks):
     if _a is None:
         out.append(0)
     else:
-        write_compact_array_len(out, len(_a))
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
         for _e in _a:
             _e_ListPartitionReassignmentsTopics_0(_e, out, chunks)
     if o.unknown_tags is None:

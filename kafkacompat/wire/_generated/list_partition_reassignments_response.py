@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -50,31 +62,57 @@ ListPartitionReassignmentsResponse.OngoingPartitionReassignment = OngoingPartiti
 
 _S0 = _Struct('>ih')
 _S1 = _Struct('>i')
+_A_i = ARRAY_STRUCTS['i']
 
 def _d_OngoingPartitionReassignment_0(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('ListPartitionReassignmentsResponse.OngoingPartitionReassignment.partition_index', buf, pos, 4)
     (f_partition_index,) = _S1.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'ListPartitionReassignmentsResponse.OngoingPartitionReassignment.replicas', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ListPartitionReassignmentsResponse.OngoingPartitionReassignment.replicas')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
     else:
-        f_replicas = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    _n, pos = read_compact_array_len(buf, pos, 'ListPartitionReassignmentsResponse.OngoingPartitionReassignment.adding_replicas', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ListPartitionReassignmentsResponse.OngoingPartitionReassignment.adding_replicas')
+        _c, pos = read_uvarint(buf, pos, 'ListPartitionReassignmentsResponse.OngoingPartitionReassignment.replicas')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ListPartitionReassignmentsResponse.OngoingPartitionReassignment.replicas', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('ListPartitionReassignmentsResponse.OngoingPartitionReassignment.replicas', buf, pos, _c, 4)
     else:
-        f_adding_replicas = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    _n, pos = read_compact_array_len(buf, pos, 'ListPartitionReassignmentsResponse.OngoingPartitionReassignment.removing_replicas', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ListPartitionReassignmentsResponse.OngoingPartitionReassignment.removing_replicas')
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_replicas = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
     else:
-        f_removing_replicas = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    if pos < len(buf) and buf[pos] == 0:
+        _c, pos = read_uvarint(buf, pos, 'ListPartitionReassignmentsResponse.OngoingPartitionReassignment.adding_replicas')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ListPartitionReassignmentsResponse.OngoingPartitionReassignment.adding_replicas', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('ListPartitionReassignmentsResponse.OngoingPartitionReassignment.adding_replicas', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_adding_replicas = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ListPartitionReassignmentsResponse.OngoingPartitionReassignment.removing_replicas')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ListPartitionReassignmentsResponse.OngoingPartitionReassignment.removing_replicas', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('ListPartitionReassignmentsResponse.OngoingPartitionReassignment.removing_replicas', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_removing_replicas = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -87,16 +125,37 @@ def _d_OngoingPartitionReassignment_0(buf, pos):
     return OngoingPartitionReassignment(f_partition_index, f_replicas, f_adding_replicas, f_removing_replicas, f_unknown_tags), pos
 
 def _d_OngoingTopicReassignment_0(buf, pos):
-    f_name, pos = read_compact_string(buf, pos, 'ListPartitionReassignmentsResponse.OngoingTopicReassignment.name')
-    _n, pos = read_compact_array_len(buf, pos, 'ListPartitionReassignmentsResponse.OngoingTopicReassignment.partitions', 8)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ListPartitionReassignmentsResponse.OngoingTopicReassignment.name')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ListPartitionReassignmentsResponse.OngoingTopicReassignment.partitions')
+        raise bad_length('ListPartitionReassignmentsResponse.OngoingTopicReassignment.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ListPartitionReassignmentsResponse.OngoingTopicReassignment.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ListPartitionReassignmentsResponse.OngoingTopicReassignment.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ListPartitionReassignmentsResponse.OngoingTopicReassignment.partitions', _c)
+    elif _c * 8 > _l - pos:
+        raise overrun('ListPartitionReassignmentsResponse.OngoingTopicReassignment.partitions', buf, pos, _c, 8)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_OngoingPartitionReassignment_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -109,20 +168,43 @@ def _d_OngoingTopicReassignment_0(buf, pos):
     return OngoingTopicReassignment(f_name, f_partitions, f_unknown_tags), pos
 
 def _d_ListPartitionReassignmentsResponse_0(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('ListPartitionReassignmentsResponse.throttle_time_ms', buf, pos, 6)
     f_throttle_time_ms, f_error_code = _S0.unpack_from(buf, pos)
     pos += 6
-    f_error_message, pos = read_compact_nullable_string(buf, pos, 'ListPartitionReassignmentsResponse.error_message')
-    _n, pos = read_compact_array_len(buf, pos, 'ListPartitionReassignmentsResponse.topics', 3)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ListPartitionReassignmentsResponse.error_message')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ListPartitionReassignmentsResponse.topics')
+        if _n != -1:
+            raise bad_length('ListPartitionReassignmentsResponse.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ListPartitionReassignmentsResponse.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ListPartitionReassignmentsResponse.topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ListPartitionReassignmentsResponse.topics', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('ListPartitionReassignmentsResponse.topics', buf, pos, _c, 3)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_OngoingTopicReassignment_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -137,23 +219,50 @@ def _d_ListPartitionReassignmentsResponse_0(buf, pos):
 def _e_OngoingPartitionReassignment_0(o, out, chunks):
     out += _S1.pack(o.partition_index)
     _a = o.replicas
-    write_compact_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
     _a = o.adding_replicas
-    write_compact_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
     _a = o.removing_replicas
-    write_compact_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_OngoingTopicReassignment_0(o, out, chunks):
-    write_compact_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ListPartitionReassignmentsResponse.OngoingTopicReassignment.name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_OngoingPartitionReassignment_0(_e, out, chunks)
     if o.unknown_tags is None:
@@ -163,9 +272,24 @@ def _e_OngoingTopicReassignment_0(o, out, chunks):
 
 def _e_ListPartitionReassignmentsResponse_0(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms, o.error_code)
-    write_compact_nullable_string(out, o.error_message)
+    if o.error_message is None:
+        out.append(0)
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ListPartitionReassignmentsResponse.error_message', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     _a = o.topics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_OngoingTopicReassignment_0(_e, out, chunks)
     if o.unknown_tags is None:

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -21,23 +33,53 @@ class ListTransactionsRequest(Struct):
         self.unknown_tags = unknown_tags
 
 _S0 = _Struct('>q')
+_A_q = ARRAY_STRUCTS['q']
 
 def _d_ListTransactionsRequest_0(buf, pos):
-    _n, pos = read_compact_array_len(buf, pos, 'ListTransactionsRequest.state_filters', 1)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ListTransactionsRequest.state_filters')
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ListTransactionsRequest.state_filters')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ListTransactionsRequest.state_filters', _c)
+    elif _c * 1 > _l - pos:
+        raise overrun('ListTransactionsRequest.state_filters', buf, pos, _c, 1)
     else:
         f_state_filters = _lst = []
-        for _ in range(_n):
-            _e, pos = read_compact_string(buf, pos, 'ListTransactionsRequest.state_filters')
+        for _ in range(_c):
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'ListTransactionsRequest.state_filters')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('ListTransactionsRequest.state_filters', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ListTransactionsRequest.state_filters', buf, pos, _n, 1)
+                _e = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
             _lst.append(_e)
-    _n, pos = read_compact_array_len(buf, pos, 'ListTransactionsRequest.producer_id_filters', 8)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ListTransactionsRequest.producer_id_filters')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
     else:
-        f_producer_id_filters = list(_unpack_from('>%dq' % _n, buf, pos))
-        pos += _n * 8
-    if pos < len(buf) and buf[pos] == 0:
+        _c, pos = read_uvarint(buf, pos, 'ListTransactionsRequest.producer_id_filters')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ListTransactionsRequest.producer_id_filters', _c)
+    elif _c * 8 > _l - pos:
+        raise overrun('ListTransactionsRequest.producer_id_filters', buf, pos, _c, 8)
+    else:
+        _st = _A_q[_c] if _c < 17 else _Struct('>%dq' % _c)
+        f_producer_id_filters = list(_st.unpack_from(buf, pos))
+        pos += _c * 8
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -50,25 +92,54 @@ def _d_ListTransactionsRequest_0(buf, pos):
     return ListTransactionsRequest(f_state_filters, f_producer_id_filters, -1, f_unknown_tags), pos
 
 def _d_ListTransactionsRequest_1(buf, pos):
-    _n, pos = read_compact_array_len(buf, pos, 'ListTransactionsRequest.state_filters', 1)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ListTransactionsRequest.state_filters')
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ListTransactionsRequest.state_filters')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ListTransactionsRequest.state_filters', _c)
+    elif _c * 1 > _l - pos:
+        raise overrun('ListTransactionsRequest.state_filters', buf, pos, _c, 1)
     else:
         f_state_filters = _lst = []
-        for _ in range(_n):
-            _e, pos = read_compact_string(buf, pos, 'ListTransactionsRequest.state_filters')
+        for _ in range(_c):
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'ListTransactionsRequest.state_filters')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('ListTransactionsRequest.state_filters', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ListTransactionsRequest.state_filters', buf, pos, _n, 1)
+                _e = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
             _lst.append(_e)
-    _n, pos = read_compact_array_len(buf, pos, 'ListTransactionsRequest.producer_id_filters', 8)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ListTransactionsRequest.producer_id_filters')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
     else:
-        f_producer_id_filters = list(_unpack_from('>%dq' % _n, buf, pos))
-        pos += _n * 8
-    if pos + 8 > len(buf):
+        _c, pos = read_uvarint(buf, pos, 'ListTransactionsRequest.producer_id_filters')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ListTransactionsRequest.producer_id_filters', _c)
+    elif _c * 8 > _l - pos:
+        raise overrun('ListTransactionsRequest.producer_id_filters', buf, pos, _c, 8)
+    else:
+        _st = _A_q[_c] if _c < 17 else _Struct('>%dq' % _c)
+        f_producer_id_filters = list(_st.unpack_from(buf, pos))
+        pos += _c * 8
+    if pos + 8 > _l:
         raise truncated('ListTransactionsRequest.duration_filter', buf, pos, 8)
     (f_duration_filter,) = _S0.unpack_from(buf, pos)
     pos += 8
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -82,12 +153,29 @@ def _d_ListTransactionsRequest_1(buf, pos):
 
 def _e_ListTransactionsRequest_0(o, out, chunks):
     _a = o.state_filters
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
-        write_compact_string(out, _e)
+        _b = _e.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ListTransactionsRequest.state_filters', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     _a = o.producer_id_filters
-    write_compact_array_len(out, len(_a))
-    out += _pack('>%dq' % len(_a), *_a)
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
+    _st = _A_q[_c] if _c < 17 else _Struct('>%dq' % _c)
+    out += _st.pack(*_a)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -95,12 +183,29 @@ def _e_ListTransactionsRequest_0(o, out, chunks):
 
 def _e_ListTransactionsRequest_1(o, out, chunks):
     _a = o.state_filters
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
-        write_compact_string(out, _e)
+        _b = _e.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ListTransactionsRequest.state_filters', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     _a = o.producer_id_filters
-    write_compact_array_len(out, len(_a))
-    out += _pack('>%dq' % len(_a), *_a)
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
+    _st = _A_q[_c] if _c < 17 else _Struct('>%dq' % _c)
+    out += _st.pack(*_a)
     out += _S0.pack(o.duration_filter)
     if o.unknown_tags is None:
         out.append(0)

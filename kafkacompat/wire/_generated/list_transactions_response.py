@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -42,13 +54,40 @@ _S0 = _Struct('>ih')
 _S1 = _Struct('>q')
 
 def _d_TransactionState_0(buf, pos):
-    f_transactional_id, pos = read_compact_string(buf, pos, 'ListTransactionsResponse.TransactionState.transactional_id')
-    if pos + 8 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ListTransactionsResponse.TransactionState.transactional_id')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('ListTransactionsResponse.TransactionState.transactional_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ListTransactionsResponse.TransactionState.transactional_id', buf, pos, _n, 1)
+        f_transactional_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 8 > _l:
         raise truncated('ListTransactionsResponse.TransactionState.producer_id', buf, pos, 8)
     (f_producer_id,) = _S1.unpack_from(buf, pos)
     pos += 8
-    f_transaction_state, pos = read_compact_string(buf, pos, 'ListTransactionsResponse.TransactionState.transaction_state')
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ListTransactionsResponse.TransactionState.transaction_state')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('ListTransactionsResponse.TransactionState.transaction_state', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ListTransactionsResponse.TransactionState.transaction_state', buf, pos, _n, 1)
+        f_transaction_state = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -61,27 +100,55 @@ def _d_TransactionState_0(buf, pos):
     return TransactionState(f_transactional_id, f_producer_id, f_transaction_state, f_unknown_tags), pos
 
 def _d_ListTransactionsResponse_0(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('ListTransactionsResponse.throttle_time_ms', buf, pos, 6)
     f_throttle_time_ms, f_error_code = _S0.unpack_from(buf, pos)
     pos += 6
-    _n, pos = read_compact_array_len(buf, pos, 'ListTransactionsResponse.unknown_state_filters', 1)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ListTransactionsResponse.unknown_state_filters')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ListTransactionsResponse.unknown_state_filters')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ListTransactionsResponse.unknown_state_filters', _c)
+    elif _c * 1 > _l - pos:
+        raise overrun('ListTransactionsResponse.unknown_state_filters', buf, pos, _c, 1)
     else:
         f_unknown_state_filters = _lst = []
-        for _ in range(_n):
-            _e, pos = read_compact_string(buf, pos, 'ListTransactionsResponse.unknown_state_filters')
+        for _ in range(_c):
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'ListTransactionsResponse.unknown_state_filters')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('ListTransactionsResponse.unknown_state_filters', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ListTransactionsResponse.unknown_state_filters', buf, pos, _n, 1)
+                _e = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
             _lst.append(_e)
-    _n, pos = read_compact_array_len(buf, pos, 'ListTransactionsResponse.transaction_states', 11)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ListTransactionsResponse.transaction_states')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ListTransactionsResponse.transaction_states')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ListTransactionsResponse.transaction_states', _c)
+    elif _c * 11 > _l - pos:
+        raise overrun('ListTransactionsResponse.transaction_states', buf, pos, _c, 11)
     else:
         f_transaction_states = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_TransactionState_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -94,9 +161,25 @@ def _d_ListTransactionsResponse_0(buf, pos):
     return ListTransactionsResponse(f_throttle_time_ms, f_error_code, f_unknown_state_filters, f_transaction_states, f_unknown_tags), pos
 
 def _e_TransactionState_0(o, out, chunks):
-    write_compact_string(out, o.transactional_id)
+    _b = o.transactional_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ListTransactionsResponse.TransactionState.transactional_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     out += _S1.pack(o.producer_id)
-    write_compact_string(out, o.transaction_state)
+    _b = o.transaction_state.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ListTransactionsResponse.TransactionState.transaction_state', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -105,11 +188,27 @@ def _e_TransactionState_0(o, out, chunks):
 def _e_ListTransactionsResponse_0(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms, o.error_code)
     _a = o.unknown_state_filters
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
-        write_compact_string(out, _e)
+        _b = _e.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ListTransactionsResponse.unknown_state_filters', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     _a = o.transaction_states
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_TransactionState_0(_e, out, chunks)
     if o.unknown_tags is None:

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -37,75 +49,133 @@ class MetadataRequest(Struct):
         self.unknown_tags = unknown_tags
 MetadataRequest.MetadataRequestTopic = MetadataRequestTopic
 
-_S0 = _Struct('>?')
-_S1 = _Struct('>???')
-_S2 = _Struct('>16s')
-_S3 = _Struct('>??')
+_S0 = _Struct('>i')
+_S1 = _Struct('>h')
+_S2 = _Struct('>?')
+_S3 = _Struct('>???')
+_S4 = _Struct('>16s')
+_S5 = _Struct('>??')
 
 def _d_MetadataRequestTopic_0(buf, pos):
-    f_name, pos = read_string(buf, pos, 'MetadataRequest.MetadataRequestTopic.name')
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('MetadataRequest.MetadataRequestTopic.name', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('MetadataRequest.MetadataRequestTopic.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('MetadataRequest.MetadataRequestTopic.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
     f_unknown_tags = None
     return MetadataRequestTopic(ZERO_UUID, f_name, f_unknown_tags), pos
 
 def _d_MetadataRequest_0(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'MetadataRequest.topics', 2)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='MetadataRequest.topics')
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('MetadataRequest.topics', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('MetadataRequest.topics', _c)
+    elif _c * 2 > _l - pos:
+        raise overrun('MetadataRequest.topics', buf, pos, _c, 2)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_MetadataRequestTopic_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return MetadataRequest(f_topics, True, False, False, f_unknown_tags), pos
 
 def _d_MetadataRequest_1(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'MetadataRequest.topics', 2)
-    if _n < 0:
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('MetadataRequest.topics', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        if _c != -1:
+            raise bad_length('MetadataRequest.topics', _c)
         f_topics = None
+    elif _c * 2 > _l - pos:
+        raise overrun('MetadataRequest.topics', buf, pos, _c, 2)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_MetadataRequestTopic_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return MetadataRequest(f_topics, True, False, False, f_unknown_tags), pos
 
 def _d_MetadataRequest_4(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'MetadataRequest.topics', 2)
-    if _n < 0:
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('MetadataRequest.topics', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        if _c != -1:
+            raise bad_length('MetadataRequest.topics', _c)
         f_topics = None
+    elif _c * 2 > _l - pos:
+        raise overrun('MetadataRequest.topics', buf, pos, _c, 2)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_MetadataRequestTopic_0(buf, pos)
             _lst.append(_e)
-    if pos + 1 > len(buf):
+    if pos + 1 > _l:
         raise truncated('MetadataRequest.allow_auto_topic_creation', buf, pos, 1)
-    (f_allow_auto_topic_creation,) = _S0.unpack_from(buf, pos)
+    (f_allow_auto_topic_creation,) = _S2.unpack_from(buf, pos)
     pos += 1
     f_unknown_tags = None
     return MetadataRequest(f_topics, f_allow_auto_topic_creation, False, False, f_unknown_tags), pos
 
 def _d_MetadataRequest_8(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'MetadataRequest.topics', 2)
-    if _n < 0:
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('MetadataRequest.topics', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        if _c != -1:
+            raise bad_length('MetadataRequest.topics', _c)
         f_topics = None
+    elif _c * 2 > _l - pos:
+        raise overrun('MetadataRequest.topics', buf, pos, _c, 2)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_MetadataRequestTopic_0(buf, pos)
             _lst.append(_e)
-    if pos + 3 > len(buf):
+    if pos + 3 > _l:
         raise truncated('MetadataRequest.allow_auto_topic_creation', buf, pos, 3)
-    f_allow_auto_topic_creation, f_include_cluster_authorized_operations, f_include_topic_authorized_operations = _S1.unpack_from(buf, pos)
+    f_allow_auto_topic_creation, f_include_cluster_authorized_operations, f_include_topic_authorized_operations = _S3.unpack_from(buf, pos)
     pos += 3
     f_unknown_tags = None
     return MetadataRequest(f_topics, f_allow_auto_topic_creation, f_include_cluster_authorized_operations, f_include_topic_authorized_operations, f_unknown_tags), pos
 
 def _d_MetadataRequestTopic_9(buf, pos):
-    f_name, pos = read_compact_string(buf, pos, 'MetadataRequest.MetadataRequestTopic.name')
-    if pos < len(buf) and buf[pos] == 0:
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'MetadataRequest.MetadataRequestTopic.name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('MetadataRequest.MetadataRequestTopic.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('MetadataRequest.MetadataRequestTopic.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -118,19 +188,29 @@ def _d_MetadataRequestTopic_9(buf, pos):
     return MetadataRequestTopic(ZERO_UUID, f_name, f_unknown_tags), pos
 
 def _d_MetadataRequest_9(buf, pos):
-    _n, pos = read_compact_array_len(buf, pos, 'MetadataRequest.topics', 2)
-    if _n < 0:
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'MetadataRequest.topics')
+        _c -= 1
+    if _c < 0:
+        if _c != -1:
+            raise bad_length('MetadataRequest.topics', _c)
         f_topics = None
+    elif _c * 2 > _l - pos:
+        raise overrun('MetadataRequest.topics', buf, pos, _c, 2)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_MetadataRequestTopic_9(buf, pos)
             _lst.append(_e)
-    if pos + 3 > len(buf):
+    if pos + 3 > _l:
         raise truncated('MetadataRequest.allow_auto_topic_creation', buf, pos, 3)
-    f_allow_auto_topic_creation, f_include_cluster_authorized_operations, f_include_topic_authorized_operations = _S1.unpack_from(buf, pos)
+    f_allow_auto_topic_creation, f_include_cluster_authorized_operations, f_include_topic_authorized_operations = _S3.unpack_from(buf, pos)
     pos += 3
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -143,13 +223,29 @@ def _d_MetadataRequest_9(buf, pos):
     return MetadataRequest(f_topics, f_allow_auto_topic_creation, f_include_cluster_authorized_operations, f_include_topic_authorized_operations, f_unknown_tags), pos
 
 def _d_MetadataRequestTopic_10(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('MetadataRequest.MetadataRequestTopic.topic_id', buf, pos, 16)
-    (f_topic_id,) = _S2.unpack_from(buf, pos)
+    (f_topic_id,) = _S4.unpack_from(buf, pos)
     pos += 16
     f_topic_id = _UUID(bytes=f_topic_id)
-    f_name, pos = read_compact_nullable_string(buf, pos, 'MetadataRequest.MetadataRequestTopic.name')
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'MetadataRequest.MetadataRequestTopic.name')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('MetadataRequest.MetadataRequestTopic.name', _n)
+        f_name = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('MetadataRequest.MetadataRequestTopic.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -162,19 +258,29 @@ def _d_MetadataRequestTopic_10(buf, pos):
     return MetadataRequestTopic(f_topic_id, f_name, f_unknown_tags), pos
 
 def _d_MetadataRequest_10(buf, pos):
-    _n, pos = read_compact_array_len(buf, pos, 'MetadataRequest.topics', 18)
-    if _n < 0:
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'MetadataRequest.topics')
+        _c -= 1
+    if _c < 0:
+        if _c != -1:
+            raise bad_length('MetadataRequest.topics', _c)
         f_topics = None
+    elif _c * 18 > _l - pos:
+        raise overrun('MetadataRequest.topics', buf, pos, _c, 18)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_MetadataRequestTopic_10(buf, pos)
             _lst.append(_e)
-    if pos + 3 > len(buf):
+    if pos + 3 > _l:
         raise truncated('MetadataRequest.allow_auto_topic_creation', buf, pos, 3)
-    f_allow_auto_topic_creation, f_include_cluster_authorized_operations, f_include_topic_authorized_operations = _S1.unpack_from(buf, pos)
+    f_allow_auto_topic_creation, f_include_cluster_authorized_operations, f_include_topic_authorized_operations = _S3.unpack_from(buf, pos)
     pos += 3
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -187,19 +293,29 @@ def _d_MetadataRequest_10(buf, pos):
     return MetadataRequest(f_topics, f_allow_auto_topic_creation, f_include_cluster_authorized_operations, f_include_topic_authorized_operations, f_unknown_tags), pos
 
 def _d_MetadataRequest_11(buf, pos):
-    _n, pos = read_compact_array_len(buf, pos, 'MetadataRequest.topics', 18)
-    if _n < 0:
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'MetadataRequest.topics')
+        _c -= 1
+    if _c < 0:
+        if _c != -1:
+            raise bad_length('MetadataRequest.topics', _c)
         f_topics = None
+    elif _c * 18 > _l - pos:
+        raise overrun('MetadataRequest.topics', buf, pos, _c, 18)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_MetadataRequestTopic_10(buf, pos)
             _lst.append(_e)
-    if pos + 2 > len(buf):
+    if pos + 2 > _l:
         raise truncated('MetadataRequest.allow_auto_topic_creation', buf, pos, 2)
-    f_allow_auto_topic_creation, f_include_topic_authorized_operations = _S3.unpack_from(buf, pos)
+    f_allow_auto_topic_creation, f_include_topic_authorized_operations = _S5.unpack_from(buf, pos)
     pos += 2
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -212,11 +328,17 @@ def _d_MetadataRequest_11(buf, pos):
     return MetadataRequest(f_topics, f_allow_auto_topic_creation, False, f_include_topic_authorized_operations, f_unknown_tags), pos
 
 def _e_MetadataRequestTopic_0(o, out, chunks):
-    write_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('MetadataRequest.MetadataRequestTopic.name', _n)
+    out += _S1.pack(_n)
+    out += _b
 
 def _e_MetadataRequest_0(o, out, chunks):
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_MetadataRequestTopic_0(_e, out, chunks)
 
@@ -225,7 +347,8 @@ def _e_MetadataRequest_1(o, out, chunks):
     if _a is None:
         out += b'\xff\xff\xff\xff'
     else:
-        write_array_len(out, len(_a))
+        _c = len(_a)
+        out += _S0.pack(_c)
         for _e in _a:
             _e_MetadataRequestTopic_0(_e, out, chunks)
 
@@ -234,23 +357,33 @@ def _e_MetadataRequest_4(o, out, chunks):
     if _a is None:
         out += b'\xff\xff\xff\xff'
     else:
-        write_array_len(out, len(_a))
+        _c = len(_a)
+        out += _S0.pack(_c)
         for _e in _a:
             _e_MetadataRequestTopic_0(_e, out, chunks)
-    out += _S0.pack(o.allow_auto_topic_creation)
+    out += _S2.pack(o.allow_auto_topic_creation)
 
 def _e_MetadataRequest_8(o, out, chunks):
     _a = o.topics
     if _a is None:
         out += b'\xff\xff\xff\xff'
     else:
-        write_array_len(out, len(_a))
+        _c = len(_a)
+        out += _S0.pack(_c)
         for _e in _a:
             _e_MetadataRequestTopic_0(_e, out, chunks)
-    out += _S1.pack(o.allow_auto_topic_creation, o.include_cluster_authorized_operations, o.include_topic_authorized_operations)
+    out += _S3.pack(o.allow_auto_topic_creation, o.include_cluster_authorized_operations, o.include_topic_authorized_operations)
 
 def _e_MetadataRequestTopic_9(o, out, chunks):
-    write_compact_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('MetadataRequest.MetadataRequestTopic.name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -261,18 +394,33 @@ def _e_MetadataRequest_9(o, out, chunks):
     if _a is None:
         out.append(0)
     else:
-        write_compact_array_len(out, len(_a))
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
         for _e in _a:
             _e_MetadataRequestTopic_9(_e, out, chunks)
-    out += _S1.pack(o.allow_auto_topic_creation, o.include_cluster_authorized_operations, o.include_topic_authorized_operations)
+    out += _S3.pack(o.allow_auto_topic_creation, o.include_cluster_authorized_operations, o.include_topic_authorized_operations)
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_MetadataRequestTopic_10(o, out, chunks):
-    out += _S2.pack(o.topic_id.bytes)
-    write_compact_nullable_string(out, o.name)
+    out += _S4.pack(o.topic_id.bytes)
+    if o.name is None:
+        out.append(0)
+    else:
+        _b = o.name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('MetadataRequest.MetadataRequestTopic.name', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -283,10 +431,14 @@ def _e_MetadataRequest_10(o, out, chunks):
     if _a is None:
         out.append(0)
     else:
-        write_compact_array_len(out, len(_a))
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
         for _e in _a:
             _e_MetadataRequestTopic_10(_e, out, chunks)
-    out += _S1.pack(o.allow_auto_topic_creation, o.include_cluster_authorized_operations, o.include_topic_authorized_operations)
+    out += _S3.pack(o.allow_auto_topic_creation, o.include_cluster_authorized_operations, o.include_topic_authorized_operations)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -297,10 +449,14 @@ def _e_MetadataRequest_11(o, out, chunks):
     if _a is None:
         out.append(0)
     else:
-        write_compact_array_len(out, len(_a))
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
         for _e in _a:
             _e_MetadataRequestTopic_10(_e, out, chunks)
-    out += _S3.pack(o.allow_auto_topic_creation, o.include_topic_authorized_operations)
+    out += _S5.pack(o.allow_auto_topic_creation, o.include_topic_authorized_operations)
     if o.unknown_tags is None:
         out.append(0)
     else:

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -95,14 +107,27 @@ _S2 = _Struct('>hii')
 _S3 = _Struct('>?')
 _S4 = _Struct('>hiii')
 _S5 = _Struct('>16s?')
+_A_i = ARRAY_STRUCTS['i']
 
 def _d_MetadataResponseBroker_0(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('MetadataResponse.MetadataResponseBroker.node_id', buf, pos, 4)
     (f_node_id,) = _S0.unpack_from(buf, pos)
     pos += 4
-    f_host, pos = read_string(buf, pos, 'MetadataResponse.MetadataResponseBroker.host')
-    if pos + 4 > len(buf):
+    if pos + 2 > _l:
+        raise truncated('MetadataResponse.MetadataResponseBroker.host', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('MetadataResponse.MetadataResponseBroker.host', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('MetadataResponse.MetadataResponseBroker.host', buf, pos, _n, 1)
+        f_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('MetadataResponse.MetadataResponseBroker.port', buf, pos, 4)
     (f_port,) = _S0.unpack_from(buf, pos)
     pos += 4
@@ -110,346 +135,625 @@ def _d_MetadataResponseBroker_0(buf, pos):
     return MetadataResponseBroker(f_node_id, f_host, f_port, None, f_unknown_tags), pos
 
 def _d_MetadataResponsePartition_0(buf, pos):
-    if pos + 10 > len(buf):
+    _l = len(buf)
+    if pos + 10 > _l:
         raise truncated('MetadataResponse.MetadataResponsePartition.error_code', buf, pos, 10)
     f_error_code, f_partition_index, f_leader_id = _S2.unpack_from(buf, pos)
     pos += 10
-    _n, pos = read_array_len(buf, pos, 'MetadataResponse.MetadataResponsePartition.replica_nodes', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='MetadataResponse.MetadataResponsePartition.replica_nodes')
+    if pos + 4 > _l:
+        raise truncated('MetadataResponse.MetadataResponsePartition.replica_nodes', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('MetadataResponse.MetadataResponsePartition.replica_nodes', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('MetadataResponse.MetadataResponsePartition.replica_nodes', buf, pos, _c, 4)
     else:
-        f_replica_nodes = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    _n, pos = read_array_len(buf, pos, 'MetadataResponse.MetadataResponsePartition.isr_nodes', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='MetadataResponse.MetadataResponsePartition.isr_nodes')
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_replica_nodes = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos + 4 > _l:
+        raise truncated('MetadataResponse.MetadataResponsePartition.isr_nodes', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('MetadataResponse.MetadataResponsePartition.isr_nodes', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('MetadataResponse.MetadataResponsePartition.isr_nodes', buf, pos, _c, 4)
     else:
-        f_isr_nodes = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_isr_nodes = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
     f_unknown_tags = None
     return MetadataResponsePartition(f_error_code, f_partition_index, f_leader_id, -1, f_replica_nodes, f_isr_nodes, [], f_unknown_tags), pos
 
 def _d_MetadataResponseTopic_0(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('MetadataResponse.MetadataResponseTopic.error_code', buf, pos, 2)
     (f_error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
-    f_name, pos = read_string(buf, pos, 'MetadataResponse.MetadataResponseTopic.name')
-    _n, pos = read_array_len(buf, pos, 'MetadataResponse.MetadataResponseTopic.partitions', 18)
+    if pos + 2 > _l:
+        raise truncated('MetadataResponse.MetadataResponseTopic.name', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='MetadataResponse.MetadataResponseTopic.partitions')
+        raise bad_length('MetadataResponse.MetadataResponseTopic.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('MetadataResponse.MetadataResponseTopic.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('MetadataResponse.MetadataResponseTopic.partitions', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('MetadataResponse.MetadataResponseTopic.partitions', _c)
+    elif _c * 18 > _l - pos:
+        raise overrun('MetadataResponse.MetadataResponseTopic.partitions', buf, pos, _c, 18)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_MetadataResponsePartition_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return MetadataResponseTopic(f_error_code, f_name, ZERO_UUID, False, f_partitions, -2147483648, f_unknown_tags), pos
 
 def _d_MetadataResponse_0(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'MetadataResponse.brokers', 10)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='MetadataResponse.brokers')
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('MetadataResponse.brokers', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('MetadataResponse.brokers', _c)
+    elif _c * 10 > _l - pos:
+        raise overrun('MetadataResponse.brokers', buf, pos, _c, 10)
     else:
         f_brokers = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_MetadataResponseBroker_0(buf, pos)
             _lst.append(_e)
-    _n, pos = read_array_len(buf, pos, 'MetadataResponse.topics', 8)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='MetadataResponse.topics')
+    if pos + 4 > _l:
+        raise truncated('MetadataResponse.topics', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('MetadataResponse.topics', _c)
+    elif _c * 8 > _l - pos:
+        raise overrun('MetadataResponse.topics', buf, pos, _c, 8)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_MetadataResponseTopic_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return MetadataResponse(0, f_brokers, None, -1, f_topics, -2147483648, f_unknown_tags), pos
 
 def _d_MetadataResponseBroker_1(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('MetadataResponse.MetadataResponseBroker.node_id', buf, pos, 4)
     (f_node_id,) = _S0.unpack_from(buf, pos)
     pos += 4
-    f_host, pos = read_string(buf, pos, 'MetadataResponse.MetadataResponseBroker.host')
-    if pos + 4 > len(buf):
+    if pos + 2 > _l:
+        raise truncated('MetadataResponse.MetadataResponseBroker.host', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('MetadataResponse.MetadataResponseBroker.host', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('MetadataResponse.MetadataResponseBroker.host', buf, pos, _n, 1)
+        f_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('MetadataResponse.MetadataResponseBroker.port', buf, pos, 4)
     (f_port,) = _S0.unpack_from(buf, pos)
     pos += 4
-    f_rack, pos = read_nullable_string(buf, pos, 'MetadataResponse.MetadataResponseBroker.rack')
+    if pos + 2 > _l:
+        raise truncated('MetadataResponse.MetadataResponseBroker.rack', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('MetadataResponse.MetadataResponseBroker.rack', _n)
+        f_rack = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('MetadataResponse.MetadataResponseBroker.rack', buf, pos, _n, 1)
+        f_rack = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
     f_unknown_tags = None
     return MetadataResponseBroker(f_node_id, f_host, f_port, f_rack, f_unknown_tags), pos
 
 def _d_MetadataResponseTopic_1(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('MetadataResponse.MetadataResponseTopic.error_code', buf, pos, 2)
     (f_error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
-    f_name, pos = read_string(buf, pos, 'MetadataResponse.MetadataResponseTopic.name')
-    if pos + 1 > len(buf):
+    if pos + 2 > _l:
+        raise truncated('MetadataResponse.MetadataResponseTopic.name', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('MetadataResponse.MetadataResponseTopic.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('MetadataResponse.MetadataResponseTopic.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 1 > _l:
         raise truncated('MetadataResponse.MetadataResponseTopic.is_internal', buf, pos, 1)
     (f_is_internal,) = _S3.unpack_from(buf, pos)
     pos += 1
-    _n, pos = read_array_len(buf, pos, 'MetadataResponse.MetadataResponseTopic.partitions', 18)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='MetadataResponse.MetadataResponseTopic.partitions')
+    if pos + 4 > _l:
+        raise truncated('MetadataResponse.MetadataResponseTopic.partitions', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('MetadataResponse.MetadataResponseTopic.partitions', _c)
+    elif _c * 18 > _l - pos:
+        raise overrun('MetadataResponse.MetadataResponseTopic.partitions', buf, pos, _c, 18)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_MetadataResponsePartition_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return MetadataResponseTopic(f_error_code, f_name, ZERO_UUID, f_is_internal, f_partitions, -2147483648, f_unknown_tags), pos
 
 def _d_MetadataResponse_1(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'MetadataResponse.brokers', 12)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='MetadataResponse.brokers')
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('MetadataResponse.brokers', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('MetadataResponse.brokers', _c)
+    elif _c * 12 > _l - pos:
+        raise overrun('MetadataResponse.brokers', buf, pos, _c, 12)
     else:
         f_brokers = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_MetadataResponseBroker_1(buf, pos)
             _lst.append(_e)
-    if pos + 4 > len(buf):
+    if pos + 4 > _l:
         raise truncated('MetadataResponse.controller_id', buf, pos, 4)
     (f_controller_id,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_array_len(buf, pos, 'MetadataResponse.topics', 9)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='MetadataResponse.topics')
+    if pos + 4 > _l:
+        raise truncated('MetadataResponse.topics', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('MetadataResponse.topics', _c)
+    elif _c * 9 > _l - pos:
+        raise overrun('MetadataResponse.topics', buf, pos, _c, 9)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_MetadataResponseTopic_1(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return MetadataResponse(0, f_brokers, None, f_controller_id, f_topics, -2147483648, f_unknown_tags), pos
 
 def _d_MetadataResponse_2(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'MetadataResponse.brokers', 12)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='MetadataResponse.brokers')
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('MetadataResponse.brokers', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('MetadataResponse.brokers', _c)
+    elif _c * 12 > _l - pos:
+        raise overrun('MetadataResponse.brokers', buf, pos, _c, 12)
     else:
         f_brokers = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_MetadataResponseBroker_1(buf, pos)
             _lst.append(_e)
-    f_cluster_id, pos = read_nullable_string(buf, pos, 'MetadataResponse.cluster_id')
-    if pos + 4 > len(buf):
+    if pos + 2 > _l:
+        raise truncated('MetadataResponse.cluster_id', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('MetadataResponse.cluster_id', _n)
+        f_cluster_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('MetadataResponse.cluster_id', buf, pos, _n, 1)
+        f_cluster_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('MetadataResponse.controller_id', buf, pos, 4)
     (f_controller_id,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_array_len(buf, pos, 'MetadataResponse.topics', 9)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='MetadataResponse.topics')
+    if pos + 4 > _l:
+        raise truncated('MetadataResponse.topics', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('MetadataResponse.topics', _c)
+    elif _c * 9 > _l - pos:
+        raise overrun('MetadataResponse.topics', buf, pos, _c, 9)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_MetadataResponseTopic_1(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return MetadataResponse(0, f_brokers, f_cluster_id, f_controller_id, f_topics, -2147483648, f_unknown_tags), pos
 
 def _d_MetadataResponse_3(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('MetadataResponse.throttle_time_ms', buf, pos, 4)
     (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_array_len(buf, pos, 'MetadataResponse.brokers', 12)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='MetadataResponse.brokers')
+    if pos + 4 > _l:
+        raise truncated('MetadataResponse.brokers', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('MetadataResponse.brokers', _c)
+    elif _c * 12 > _l - pos:
+        raise overrun('MetadataResponse.brokers', buf, pos, _c, 12)
     else:
         f_brokers = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_MetadataResponseBroker_1(buf, pos)
             _lst.append(_e)
-    f_cluster_id, pos = read_nullable_string(buf, pos, 'MetadataResponse.cluster_id')
-    if pos + 4 > len(buf):
+    if pos + 2 > _l:
+        raise truncated('MetadataResponse.cluster_id', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('MetadataResponse.cluster_id', _n)
+        f_cluster_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('MetadataResponse.cluster_id', buf, pos, _n, 1)
+        f_cluster_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('MetadataResponse.controller_id', buf, pos, 4)
     (f_controller_id,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_array_len(buf, pos, 'MetadataResponse.topics', 9)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='MetadataResponse.topics')
+    if pos + 4 > _l:
+        raise truncated('MetadataResponse.topics', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('MetadataResponse.topics', _c)
+    elif _c * 9 > _l - pos:
+        raise overrun('MetadataResponse.topics', buf, pos, _c, 9)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_MetadataResponseTopic_1(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return MetadataResponse(f_throttle_time_ms, f_brokers, f_cluster_id, f_controller_id, f_topics, -2147483648, f_unknown_tags), pos
 
 def _d_MetadataResponsePartition_5(buf, pos):
-    if pos + 10 > len(buf):
+    _l = len(buf)
+    if pos + 10 > _l:
         raise truncated('MetadataResponse.MetadataResponsePartition.error_code', buf, pos, 10)
     f_error_code, f_partition_index, f_leader_id = _S2.unpack_from(buf, pos)
     pos += 10
-    _n, pos = read_array_len(buf, pos, 'MetadataResponse.MetadataResponsePartition.replica_nodes', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='MetadataResponse.MetadataResponsePartition.replica_nodes')
+    if pos + 4 > _l:
+        raise truncated('MetadataResponse.MetadataResponsePartition.replica_nodes', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('MetadataResponse.MetadataResponsePartition.replica_nodes', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('MetadataResponse.MetadataResponsePartition.replica_nodes', buf, pos, _c, 4)
     else:
-        f_replica_nodes = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    _n, pos = read_array_len(buf, pos, 'MetadataResponse.MetadataResponsePartition.isr_nodes', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='MetadataResponse.MetadataResponsePartition.isr_nodes')
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_replica_nodes = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos + 4 > _l:
+        raise truncated('MetadataResponse.MetadataResponsePartition.isr_nodes', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('MetadataResponse.MetadataResponsePartition.isr_nodes', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('MetadataResponse.MetadataResponsePartition.isr_nodes', buf, pos, _c, 4)
     else:
-        f_isr_nodes = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    _n, pos = read_array_len(buf, pos, 'MetadataResponse.MetadataResponsePartition.offline_replicas', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='MetadataResponse.MetadataResponsePartition.offline_replicas')
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_isr_nodes = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos + 4 > _l:
+        raise truncated('MetadataResponse.MetadataResponsePartition.offline_replicas', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('MetadataResponse.MetadataResponsePartition.offline_replicas', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('MetadataResponse.MetadataResponsePartition.offline_replicas', buf, pos, _c, 4)
     else:
-        f_offline_replicas = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_offline_replicas = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
     f_unknown_tags = None
     return MetadataResponsePartition(f_error_code, f_partition_index, f_leader_id, -1, f_replica_nodes, f_isr_nodes, f_offline_replicas, f_unknown_tags), pos
 
 def _d_MetadataResponseTopic_5(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('MetadataResponse.MetadataResponseTopic.error_code', buf, pos, 2)
     (f_error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
-    f_name, pos = read_string(buf, pos, 'MetadataResponse.MetadataResponseTopic.name')
-    if pos + 1 > len(buf):
+    if pos + 2 > _l:
+        raise truncated('MetadataResponse.MetadataResponseTopic.name', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('MetadataResponse.MetadataResponseTopic.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('MetadataResponse.MetadataResponseTopic.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 1 > _l:
         raise truncated('MetadataResponse.MetadataResponseTopic.is_internal', buf, pos, 1)
     (f_is_internal,) = _S3.unpack_from(buf, pos)
     pos += 1
-    _n, pos = read_array_len(buf, pos, 'MetadataResponse.MetadataResponseTopic.partitions', 22)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='MetadataResponse.MetadataResponseTopic.partitions')
+    if pos + 4 > _l:
+        raise truncated('MetadataResponse.MetadataResponseTopic.partitions', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('MetadataResponse.MetadataResponseTopic.partitions', _c)
+    elif _c * 22 > _l - pos:
+        raise overrun('MetadataResponse.MetadataResponseTopic.partitions', buf, pos, _c, 22)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_MetadataResponsePartition_5(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return MetadataResponseTopic(f_error_code, f_name, ZERO_UUID, f_is_internal, f_partitions, -2147483648, f_unknown_tags), pos
 
 def _d_MetadataResponse_5(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('MetadataResponse.throttle_time_ms', buf, pos, 4)
     (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_array_len(buf, pos, 'MetadataResponse.brokers', 12)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='MetadataResponse.brokers')
+    if pos + 4 > _l:
+        raise truncated('MetadataResponse.brokers', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('MetadataResponse.brokers', _c)
+    elif _c * 12 > _l - pos:
+        raise overrun('MetadataResponse.brokers', buf, pos, _c, 12)
     else:
         f_brokers = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_MetadataResponseBroker_1(buf, pos)
             _lst.append(_e)
-    f_cluster_id, pos = read_nullable_string(buf, pos, 'MetadataResponse.cluster_id')
-    if pos + 4 > len(buf):
+    if pos + 2 > _l:
+        raise truncated('MetadataResponse.cluster_id', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('MetadataResponse.cluster_id', _n)
+        f_cluster_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('MetadataResponse.cluster_id', buf, pos, _n, 1)
+        f_cluster_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('MetadataResponse.controller_id', buf, pos, 4)
     (f_controller_id,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_array_len(buf, pos, 'MetadataResponse.topics', 9)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='MetadataResponse.topics')
+    if pos + 4 > _l:
+        raise truncated('MetadataResponse.topics', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('MetadataResponse.topics', _c)
+    elif _c * 9 > _l - pos:
+        raise overrun('MetadataResponse.topics', buf, pos, _c, 9)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_MetadataResponseTopic_5(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return MetadataResponse(f_throttle_time_ms, f_brokers, f_cluster_id, f_controller_id, f_topics, -2147483648, f_unknown_tags), pos
 
 def _d_MetadataResponsePartition_7(buf, pos):
-    if pos + 14 > len(buf):
+    _l = len(buf)
+    if pos + 14 > _l:
         raise truncated('MetadataResponse.MetadataResponsePartition.error_code', buf, pos, 14)
     f_error_code, f_partition_index, f_leader_id, f_leader_epoch = _S4.unpack_from(buf, pos)
     pos += 14
-    _n, pos = read_array_len(buf, pos, 'MetadataResponse.MetadataResponsePartition.replica_nodes', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='MetadataResponse.MetadataResponsePartition.replica_nodes')
+    if pos + 4 > _l:
+        raise truncated('MetadataResponse.MetadataResponsePartition.replica_nodes', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('MetadataResponse.MetadataResponsePartition.replica_nodes', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('MetadataResponse.MetadataResponsePartition.replica_nodes', buf, pos, _c, 4)
     else:
-        f_replica_nodes = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    _n, pos = read_array_len(buf, pos, 'MetadataResponse.MetadataResponsePartition.isr_nodes', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='MetadataResponse.MetadataResponsePartition.isr_nodes')
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_replica_nodes = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos + 4 > _l:
+        raise truncated('MetadataResponse.MetadataResponsePartition.isr_nodes', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('MetadataResponse.MetadataResponsePartition.isr_nodes', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('MetadataResponse.MetadataResponsePartition.isr_nodes', buf, pos, _c, 4)
     else:
-        f_isr_nodes = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    _n, pos = read_array_len(buf, pos, 'MetadataResponse.MetadataResponsePartition.offline_replicas', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='MetadataResponse.MetadataResponsePartition.offline_replicas')
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_isr_nodes = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos + 4 > _l:
+        raise truncated('MetadataResponse.MetadataResponsePartition.offline_replicas', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('MetadataResponse.MetadataResponsePartition.offline_replicas', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('MetadataResponse.MetadataResponsePartition.offline_replicas', buf, pos, _c, 4)
     else:
-        f_offline_replicas = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_offline_replicas = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
     f_unknown_tags = None
     return MetadataResponsePartition(f_error_code, f_partition_index, f_leader_id, f_leader_epoch, f_replica_nodes, f_isr_nodes, f_offline_replicas, f_unknown_tags), pos
 
 def _d_MetadataResponseTopic_7(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('MetadataResponse.MetadataResponseTopic.error_code', buf, pos, 2)
     (f_error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
-    f_name, pos = read_string(buf, pos, 'MetadataResponse.MetadataResponseTopic.name')
-    if pos + 1 > len(buf):
+    if pos + 2 > _l:
+        raise truncated('MetadataResponse.MetadataResponseTopic.name', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('MetadataResponse.MetadataResponseTopic.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('MetadataResponse.MetadataResponseTopic.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 1 > _l:
         raise truncated('MetadataResponse.MetadataResponseTopic.is_internal', buf, pos, 1)
     (f_is_internal,) = _S3.unpack_from(buf, pos)
     pos += 1
-    _n, pos = read_array_len(buf, pos, 'MetadataResponse.MetadataResponseTopic.partitions', 26)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='MetadataResponse.MetadataResponseTopic.partitions')
+    if pos + 4 > _l:
+        raise truncated('MetadataResponse.MetadataResponseTopic.partitions', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('MetadataResponse.MetadataResponseTopic.partitions', _c)
+    elif _c * 26 > _l - pos:
+        raise overrun('MetadataResponse.MetadataResponseTopic.partitions', buf, pos, _c, 26)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_MetadataResponsePartition_7(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return MetadataResponseTopic(f_error_code, f_name, ZERO_UUID, f_is_internal, f_partitions, -2147483648, f_unknown_tags), pos
 
 def _d_MetadataResponse_7(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('MetadataResponse.throttle_time_ms', buf, pos, 4)
     (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_array_len(buf, pos, 'MetadataResponse.brokers', 12)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='MetadataResponse.brokers')
+    if pos + 4 > _l:
+        raise truncated('MetadataResponse.brokers', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('MetadataResponse.brokers', _c)
+    elif _c * 12 > _l - pos:
+        raise overrun('MetadataResponse.brokers', buf, pos, _c, 12)
     else:
         f_brokers = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_MetadataResponseBroker_1(buf, pos)
             _lst.append(_e)
-    f_cluster_id, pos = read_nullable_string(buf, pos, 'MetadataResponse.cluster_id')
-    if pos + 4 > len(buf):
+    if pos + 2 > _l:
+        raise truncated('MetadataResponse.cluster_id', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('MetadataResponse.cluster_id', _n)
+        f_cluster_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('MetadataResponse.cluster_id', buf, pos, _n, 1)
+        f_cluster_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('MetadataResponse.controller_id', buf, pos, 4)
     (f_controller_id,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_array_len(buf, pos, 'MetadataResponse.topics', 9)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='MetadataResponse.topics')
+    if pos + 4 > _l:
+        raise truncated('MetadataResponse.topics', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('MetadataResponse.topics', _c)
+    elif _c * 9 > _l - pos:
+        raise overrun('MetadataResponse.topics', buf, pos, _c, 9)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_MetadataResponseTopic_7(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return MetadataResponse(f_throttle_time_ms, f_brokers, f_cluster_id, f_controller_id, f_topics, -2147483648, f_unknown_tags), pos
 
 def _d_MetadataResponseTopic_8(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('MetadataResponse.MetadataResponseTopic.error_code', buf, pos, 2)
     (f_error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
-    f_name, pos = read_string(buf, pos, 'MetadataResponse.MetadataResponseTopic.name')
-    if pos + 1 > len(buf):
+    if pos + 2 > _l:
+        raise truncated('MetadataResponse.MetadataResponseTopic.name', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('MetadataResponse.MetadataResponseTopic.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('MetadataResponse.MetadataResponseTopic.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 1 > _l:
         raise truncated('MetadataResponse.MetadataResponseTopic.is_internal', buf, pos, 1)
     (f_is_internal,) = _S3.unpack_from(buf, pos)
     pos += 1
-    _n, pos = read_array_len(buf, pos, 'MetadataResponse.MetadataResponseTopic.partitions', 26)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='MetadataResponse.MetadataResponseTopic.partitions')
+    if pos + 4 > _l:
+        raise truncated('MetadataResponse.MetadataResponseTopic.partitions', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('MetadataResponse.MetadataResponseTopic.partitions', _c)
+    elif _c * 26 > _l - pos:
+        raise overrun('MetadataResponse.MetadataResponseTopic.partitions', buf, pos, _c, 26)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_MetadataResponsePartition_7(buf, pos)
             _lst.append(_e)
-    if pos + 4 > len(buf):
+    if pos + 4 > _l:
         raise truncated('MetadataResponse.MetadataResponseTopic.topic_authorized_operations', buf, pos, 4)
     (f_topic_authorized_operations,) = _S0.unpack_from(buf, pos)
     pos += 4
@@ -457,32 +761,56 @@ def _d_MetadataResponseTopic_8(buf, pos):
     return MetadataResponseTopic(f_error_code, f_name, ZERO_UUID, f_is_internal, f_partitions, f_topic_authorized_operations, f_unknown_tags), pos
 
 def _d_MetadataResponse_8(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('MetadataResponse.throttle_time_ms', buf, pos, 4)
     (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_array_len(buf, pos, 'MetadataResponse.brokers', 12)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='MetadataResponse.brokers')
+    if pos + 4 > _l:
+        raise truncated('MetadataResponse.brokers', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('MetadataResponse.brokers', _c)
+    elif _c * 12 > _l - pos:
+        raise overrun('MetadataResponse.brokers', buf, pos, _c, 12)
     else:
         f_brokers = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_MetadataResponseBroker_1(buf, pos)
             _lst.append(_e)
-    f_cluster_id, pos = read_nullable_string(buf, pos, 'MetadataResponse.cluster_id')
-    if pos + 4 > len(buf):
+    if pos + 2 > _l:
+        raise truncated('MetadataResponse.cluster_id', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('MetadataResponse.cluster_id', _n)
+        f_cluster_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('MetadataResponse.cluster_id', buf, pos, _n, 1)
+        f_cluster_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('MetadataResponse.controller_id', buf, pos, 4)
     (f_controller_id,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_array_len(buf, pos, 'MetadataResponse.topics', 13)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='MetadataResponse.topics')
+    if pos + 4 > _l:
+        raise truncated('MetadataResponse.topics', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('MetadataResponse.topics', _c)
+    elif _c * 13 > _l - pos:
+        raise overrun('MetadataResponse.topics', buf, pos, _c, 13)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_MetadataResponseTopic_8(buf, pos)
             _lst.append(_e)
-    if pos + 4 > len(buf):
+    if pos + 4 > _l:
         raise truncated('MetadataResponse.cluster_authorized_operations', buf, pos, 4)
     (f_cluster_authorized_operations,) = _S0.unpack_from(buf, pos)
     pos += 4
@@ -490,17 +818,46 @@ def _d_MetadataResponse_8(buf, pos):
     return MetadataResponse(f_throttle_time_ms, f_brokers, f_cluster_id, f_controller_id, f_topics, f_cluster_authorized_operations, f_unknown_tags), pos
 
 def _d_MetadataResponseBroker_9(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('MetadataResponse.MetadataResponseBroker.node_id', buf, pos, 4)
     (f_node_id,) = _S0.unpack_from(buf, pos)
     pos += 4
-    f_host, pos = read_compact_string(buf, pos, 'MetadataResponse.MetadataResponseBroker.host')
-    if pos + 4 > len(buf):
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'MetadataResponse.MetadataResponseBroker.host')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('MetadataResponse.MetadataResponseBroker.host', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('MetadataResponse.MetadataResponseBroker.host', buf, pos, _n, 1)
+        f_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('MetadataResponse.MetadataResponseBroker.port', buf, pos, 4)
     (f_port,) = _S0.unpack_from(buf, pos)
     pos += 4
-    f_rack, pos = read_compact_nullable_string(buf, pos, 'MetadataResponse.MetadataResponseBroker.rack')
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'MetadataResponse.MetadataResponseBroker.rack')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('MetadataResponse.MetadataResponseBroker.rack', _n)
+        f_rack = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('MetadataResponse.MetadataResponseBroker.rack', buf, pos, _n, 1)
+        f_rack = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -513,29 +870,54 @@ def _d_MetadataResponseBroker_9(buf, pos):
     return MetadataResponseBroker(f_node_id, f_host, f_port, f_rack, f_unknown_tags), pos
 
 def _d_MetadataResponsePartition_9(buf, pos):
-    if pos + 14 > len(buf):
+    _l = len(buf)
+    if pos + 14 > _l:
         raise truncated('MetadataResponse.MetadataResponsePartition.error_code', buf, pos, 14)
     f_error_code, f_partition_index, f_leader_id, f_leader_epoch = _S4.unpack_from(buf, pos)
     pos += 14
-    _n, pos = read_compact_array_len(buf, pos, 'MetadataResponse.MetadataResponsePartition.replica_nodes', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='MetadataResponse.MetadataResponsePartition.replica_nodes')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
     else:
-        f_replica_nodes = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    _n, pos = read_compact_array_len(buf, pos, 'MetadataResponse.MetadataResponsePartition.isr_nodes', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='MetadataResponse.MetadataResponsePartition.isr_nodes')
+        _c, pos = read_uvarint(buf, pos, 'MetadataResponse.MetadataResponsePartition.replica_nodes')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('MetadataResponse.MetadataResponsePartition.replica_nodes', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('MetadataResponse.MetadataResponsePartition.replica_nodes', buf, pos, _c, 4)
     else:
-        f_isr_nodes = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    _n, pos = read_compact_array_len(buf, pos, 'MetadataResponse.MetadataResponsePartition.offline_replicas', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='MetadataResponse.MetadataResponsePartition.offline_replicas')
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_replica_nodes = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
     else:
-        f_offline_replicas = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    if pos < len(buf) and buf[pos] == 0:
+        _c, pos = read_uvarint(buf, pos, 'MetadataResponse.MetadataResponsePartition.isr_nodes')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('MetadataResponse.MetadataResponsePartition.isr_nodes', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('MetadataResponse.MetadataResponsePartition.isr_nodes', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_isr_nodes = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'MetadataResponse.MetadataResponsePartition.offline_replicas')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('MetadataResponse.MetadataResponsePartition.offline_replicas', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('MetadataResponse.MetadataResponsePartition.offline_replicas', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_offline_replicas = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -548,28 +930,49 @@ def _d_MetadataResponsePartition_9(buf, pos):
     return MetadataResponsePartition(f_error_code, f_partition_index, f_leader_id, f_leader_epoch, f_replica_nodes, f_isr_nodes, f_offline_replicas, f_unknown_tags), pos
 
 def _d_MetadataResponseTopic_9(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('MetadataResponse.MetadataResponseTopic.error_code', buf, pos, 2)
     (f_error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
-    f_name, pos = read_compact_string(buf, pos, 'MetadataResponse.MetadataResponseTopic.name')
-    if pos + 1 > len(buf):
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'MetadataResponse.MetadataResponseTopic.name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('MetadataResponse.MetadataResponseTopic.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('MetadataResponse.MetadataResponseTopic.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 1 > _l:
         raise truncated('MetadataResponse.MetadataResponseTopic.is_internal', buf, pos, 1)
     (f_is_internal,) = _S3.unpack_from(buf, pos)
     pos += 1
-    _n, pos = read_compact_array_len(buf, pos, 'MetadataResponse.MetadataResponseTopic.partitions', 18)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='MetadataResponse.MetadataResponseTopic.partitions')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'MetadataResponse.MetadataResponseTopic.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('MetadataResponse.MetadataResponseTopic.partitions', _c)
+    elif _c * 18 > _l - pos:
+        raise overrun('MetadataResponse.MetadataResponseTopic.partitions', buf, pos, _c, 18)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_MetadataResponsePartition_9(buf, pos)
             _lst.append(_e)
-    if pos + 4 > len(buf):
+    if pos + 4 > _l:
         raise truncated('MetadataResponse.MetadataResponseTopic.topic_authorized_operations', buf, pos, 4)
     (f_topic_authorized_operations,) = _S0.unpack_from(buf, pos)
     pos += 4
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -582,36 +985,66 @@ def _d_MetadataResponseTopic_9(buf, pos):
     return MetadataResponseTopic(f_error_code, f_name, ZERO_UUID, f_is_internal, f_partitions, f_topic_authorized_operations, f_unknown_tags), pos
 
 def _d_MetadataResponse_9(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('MetadataResponse.throttle_time_ms', buf, pos, 4)
     (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'MetadataResponse.brokers', 11)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='MetadataResponse.brokers')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'MetadataResponse.brokers')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('MetadataResponse.brokers', _c)
+    elif _c * 11 > _l - pos:
+        raise overrun('MetadataResponse.brokers', buf, pos, _c, 11)
     else:
         f_brokers = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_MetadataResponseBroker_9(buf, pos)
             _lst.append(_e)
-    f_cluster_id, pos = read_compact_nullable_string(buf, pos, 'MetadataResponse.cluster_id')
-    if pos + 4 > len(buf):
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'MetadataResponse.cluster_id')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('MetadataResponse.cluster_id', _n)
+        f_cluster_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('MetadataResponse.cluster_id', buf, pos, _n, 1)
+        f_cluster_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('MetadataResponse.controller_id', buf, pos, 4)
     (f_controller_id,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'MetadataResponse.topics', 10)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='MetadataResponse.topics')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'MetadataResponse.topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('MetadataResponse.topics', _c)
+    elif _c * 10 > _l - pos:
+        raise overrun('MetadataResponse.topics', buf, pos, _c, 10)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_MetadataResponseTopic_9(buf, pos)
             _lst.append(_e)
-    if pos + 4 > len(buf):
+    if pos + 4 > _l:
         raise truncated('MetadataResponse.cluster_authorized_operations', buf, pos, 4)
     (f_cluster_authorized_operations,) = _S0.unpack_from(buf, pos)
     pos += 4
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -624,29 +1057,50 @@ def _d_MetadataResponse_9(buf, pos):
     return MetadataResponse(f_throttle_time_ms, f_brokers, f_cluster_id, f_controller_id, f_topics, f_cluster_authorized_operations, f_unknown_tags), pos
 
 def _d_MetadataResponseTopic_10(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('MetadataResponse.MetadataResponseTopic.error_code', buf, pos, 2)
     (f_error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
-    f_name, pos = read_compact_string(buf, pos, 'MetadataResponse.MetadataResponseTopic.name')
-    if pos + 17 > len(buf):
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'MetadataResponse.MetadataResponseTopic.name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('MetadataResponse.MetadataResponseTopic.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('MetadataResponse.MetadataResponseTopic.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 17 > _l:
         raise truncated('MetadataResponse.MetadataResponseTopic.topic_id', buf, pos, 17)
     f_topic_id, f_is_internal = _S5.unpack_from(buf, pos)
     pos += 17
     f_topic_id = _UUID(bytes=f_topic_id)
-    _n, pos = read_compact_array_len(buf, pos, 'MetadataResponse.MetadataResponseTopic.partitions', 18)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='MetadataResponse.MetadataResponseTopic.partitions')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'MetadataResponse.MetadataResponseTopic.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('MetadataResponse.MetadataResponseTopic.partitions', _c)
+    elif _c * 18 > _l - pos:
+        raise overrun('MetadataResponse.MetadataResponseTopic.partitions', buf, pos, _c, 18)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_MetadataResponsePartition_9(buf, pos)
             _lst.append(_e)
-    if pos + 4 > len(buf):
+    if pos + 4 > _l:
         raise truncated('MetadataResponse.MetadataResponseTopic.topic_authorized_operations', buf, pos, 4)
     (f_topic_authorized_operations,) = _S0.unpack_from(buf, pos)
     pos += 4
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -659,36 +1113,66 @@ def _d_MetadataResponseTopic_10(buf, pos):
     return MetadataResponseTopic(f_error_code, f_name, f_topic_id, f_is_internal, f_partitions, f_topic_authorized_operations, f_unknown_tags), pos
 
 def _d_MetadataResponse_10(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('MetadataResponse.throttle_time_ms', buf, pos, 4)
     (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'MetadataResponse.brokers', 11)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='MetadataResponse.brokers')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'MetadataResponse.brokers')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('MetadataResponse.brokers', _c)
+    elif _c * 11 > _l - pos:
+        raise overrun('MetadataResponse.brokers', buf, pos, _c, 11)
     else:
         f_brokers = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_MetadataResponseBroker_9(buf, pos)
             _lst.append(_e)
-    f_cluster_id, pos = read_compact_nullable_string(buf, pos, 'MetadataResponse.cluster_id')
-    if pos + 4 > len(buf):
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'MetadataResponse.cluster_id')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('MetadataResponse.cluster_id', _n)
+        f_cluster_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('MetadataResponse.cluster_id', buf, pos, _n, 1)
+        f_cluster_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('MetadataResponse.controller_id', buf, pos, 4)
     (f_controller_id,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'MetadataResponse.topics', 26)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='MetadataResponse.topics')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'MetadataResponse.topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('MetadataResponse.topics', _c)
+    elif _c * 26 > _l - pos:
+        raise overrun('MetadataResponse.topics', buf, pos, _c, 26)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_MetadataResponseTopic_10(buf, pos)
             _lst.append(_e)
-    if pos + 4 > len(buf):
+    if pos + 4 > _l:
         raise truncated('MetadataResponse.cluster_authorized_operations', buf, pos, 4)
     (f_cluster_authorized_operations,) = _S0.unpack_from(buf, pos)
     pos += 4
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -701,32 +1185,62 @@ def _d_MetadataResponse_10(buf, pos):
     return MetadataResponse(f_throttle_time_ms, f_brokers, f_cluster_id, f_controller_id, f_topics, f_cluster_authorized_operations, f_unknown_tags), pos
 
 def _d_MetadataResponse_11(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('MetadataResponse.throttle_time_ms', buf, pos, 4)
     (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'MetadataResponse.brokers', 11)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='MetadataResponse.brokers')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'MetadataResponse.brokers')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('MetadataResponse.brokers', _c)
+    elif _c * 11 > _l - pos:
+        raise overrun('MetadataResponse.brokers', buf, pos, _c, 11)
     else:
         f_brokers = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_MetadataResponseBroker_9(buf, pos)
             _lst.append(_e)
-    f_cluster_id, pos = read_compact_nullable_string(buf, pos, 'MetadataResponse.cluster_id')
-    if pos + 4 > len(buf):
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'MetadataResponse.cluster_id')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('MetadataResponse.cluster_id', _n)
+        f_cluster_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('MetadataResponse.cluster_id', buf, pos, _n, 1)
+        f_cluster_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('MetadataResponse.controller_id', buf, pos, 4)
     (f_controller_id,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'MetadataResponse.topics', 26)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='MetadataResponse.topics')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'MetadataResponse.topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('MetadataResponse.topics', _c)
+    elif _c * 26 > _l - pos:
+        raise overrun('MetadataResponse.topics', buf, pos, _c, 26)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_MetadataResponseTopic_10(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -739,29 +1253,52 @@ def _d_MetadataResponse_11(buf, pos):
     return MetadataResponse(f_throttle_time_ms, f_brokers, f_cluster_id, f_controller_id, f_topics, -2147483648, f_unknown_tags), pos
 
 def _d_MetadataResponseTopic_12(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('MetadataResponse.MetadataResponseTopic.error_code', buf, pos, 2)
     (f_error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
-    f_name, pos = read_compact_nullable_string(buf, pos, 'MetadataResponse.MetadataResponseTopic.name')
-    if pos + 17 > len(buf):
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'MetadataResponse.MetadataResponseTopic.name')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('MetadataResponse.MetadataResponseTopic.name', _n)
+        f_name = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('MetadataResponse.MetadataResponseTopic.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 17 > _l:
         raise truncated('MetadataResponse.MetadataResponseTopic.topic_id', buf, pos, 17)
     f_topic_id, f_is_internal = _S5.unpack_from(buf, pos)
     pos += 17
     f_topic_id = _UUID(bytes=f_topic_id)
-    _n, pos = read_compact_array_len(buf, pos, 'MetadataResponse.MetadataResponseTopic.partitions', 18)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='MetadataResponse.MetadataResponseTopic.partitions')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'MetadataResponse.MetadataResponseTopic.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('MetadataResponse.MetadataResponseTopic.partitions', _c)
+    elif _c * 18 > _l - pos:
+        raise overrun('MetadataResponse.MetadataResponseTopic.partitions', buf, pos, _c, 18)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_MetadataResponsePartition_9(buf, pos)
             _lst.append(_e)
-    if pos + 4 > len(buf):
+    if pos + 4 > _l:
         raise truncated('MetadataResponse.MetadataResponseTopic.topic_authorized_operations', buf, pos, 4)
     (f_topic_authorized_operations,) = _S0.unpack_from(buf, pos)
     pos += 4
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -774,32 +1311,62 @@ def _d_MetadataResponseTopic_12(buf, pos):
     return MetadataResponseTopic(f_error_code, f_name, f_topic_id, f_is_internal, f_partitions, f_topic_authorized_operations, f_unknown_tags), pos
 
 def _d_MetadataResponse_12(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('MetadataResponse.throttle_time_ms', buf, pos, 4)
     (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'MetadataResponse.brokers', 11)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='MetadataResponse.brokers')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'MetadataResponse.brokers')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('MetadataResponse.brokers', _c)
+    elif _c * 11 > _l - pos:
+        raise overrun('MetadataResponse.brokers', buf, pos, _c, 11)
     else:
         f_brokers = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_MetadataResponseBroker_9(buf, pos)
             _lst.append(_e)
-    f_cluster_id, pos = read_compact_nullable_string(buf, pos, 'MetadataResponse.cluster_id')
-    if pos + 4 > len(buf):
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'MetadataResponse.cluster_id')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('MetadataResponse.cluster_id', _n)
+        f_cluster_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('MetadataResponse.cluster_id', buf, pos, _n, 1)
+        f_cluster_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('MetadataResponse.controller_id', buf, pos, 4)
     (f_controller_id,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'MetadataResponse.topics', 26)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='MetadataResponse.topics')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'MetadataResponse.topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('MetadataResponse.topics', _c)
+    elif _c * 26 > _l - pos:
+        raise overrun('MetadataResponse.topics', buf, pos, _c, 26)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_MetadataResponseTopic_12(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -813,161 +1380,269 @@ def _d_MetadataResponse_12(buf, pos):
 
 def _e_MetadataResponseBroker_0(o, out, chunks):
     out += _S0.pack(o.node_id)
-    write_string(out, o.host)
+    _b = o.host.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('MetadataResponse.MetadataResponseBroker.host', _n)
+    out += _S1.pack(_n)
+    out += _b
     out += _S0.pack(o.port)
 
 def _e_MetadataResponsePartition_0(o, out, chunks):
     out += _S2.pack(o.error_code, o.partition_index, o.leader_id)
     _a = o.replica_nodes
-    write_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    out += _S0.pack(_c)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
     _a = o.isr_nodes
-    write_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    out += _S0.pack(_c)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
 
 def _e_MetadataResponseTopic_0(o, out, chunks):
     out += _S1.pack(o.error_code)
-    write_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('MetadataResponse.MetadataResponseTopic.name', _n)
+    out += _S1.pack(_n)
+    out += _b
     _a = o.partitions
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_MetadataResponsePartition_0(_e, out, chunks)
 
 def _e_MetadataResponse_0(o, out, chunks):
     _a = o.brokers
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_MetadataResponseBroker_0(_e, out, chunks)
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_MetadataResponseTopic_0(_e, out, chunks)
 
 def _e_MetadataResponseBroker_1(o, out, chunks):
     out += _S0.pack(o.node_id)
-    write_string(out, o.host)
+    _b = o.host.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('MetadataResponse.MetadataResponseBroker.host', _n)
+    out += _S1.pack(_n)
+    out += _b
     out += _S0.pack(o.port)
-    write_nullable_string(out, o.rack)
+    if o.rack is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.rack.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('MetadataResponse.MetadataResponseBroker.rack', _n)
+        out += _S1.pack(_n)
+        out += _b
 
 def _e_MetadataResponseTopic_1(o, out, chunks):
     out += _S1.pack(o.error_code)
-    write_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('MetadataResponse.MetadataResponseTopic.name', _n)
+    out += _S1.pack(_n)
+    out += _b
     out += _S3.pack(o.is_internal)
     _a = o.partitions
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_MetadataResponsePartition_0(_e, out, chunks)
 
 def _e_MetadataResponse_1(o, out, chunks):
     _a = o.brokers
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_MetadataResponseBroker_1(_e, out, chunks)
     out += _S0.pack(o.controller_id)
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_MetadataResponseTopic_1(_e, out, chunks)
 
 def _e_MetadataResponse_2(o, out, chunks):
     _a = o.brokers
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_MetadataResponseBroker_1(_e, out, chunks)
-    write_nullable_string(out, o.cluster_id)
+    if o.cluster_id is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.cluster_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('MetadataResponse.cluster_id', _n)
+        out += _S1.pack(_n)
+        out += _b
     out += _S0.pack(o.controller_id)
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_MetadataResponseTopic_1(_e, out, chunks)
 
 def _e_MetadataResponse_3(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
     _a = o.brokers
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_MetadataResponseBroker_1(_e, out, chunks)
-    write_nullable_string(out, o.cluster_id)
+    if o.cluster_id is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.cluster_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('MetadataResponse.cluster_id', _n)
+        out += _S1.pack(_n)
+        out += _b
     out += _S0.pack(o.controller_id)
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_MetadataResponseTopic_1(_e, out, chunks)
 
 def _e_MetadataResponsePartition_5(o, out, chunks):
     out += _S2.pack(o.error_code, o.partition_index, o.leader_id)
     _a = o.replica_nodes
-    write_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    out += _S0.pack(_c)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
     _a = o.isr_nodes
-    write_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    out += _S0.pack(_c)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
     _a = o.offline_replicas
-    write_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    out += _S0.pack(_c)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
 
 def _e_MetadataResponseTopic_5(o, out, chunks):
     out += _S1.pack(o.error_code)
-    write_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('MetadataResponse.MetadataResponseTopic.name', _n)
+    out += _S1.pack(_n)
+    out += _b
     out += _S3.pack(o.is_internal)
     _a = o.partitions
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_MetadataResponsePartition_5(_e, out, chunks)
 
 def _e_MetadataResponse_5(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
     _a = o.brokers
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_MetadataResponseBroker_1(_e, out, chunks)
-    write_nullable_string(out, o.cluster_id)
+    if o.cluster_id is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.cluster_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('MetadataResponse.cluster_id', _n)
+        out += _S1.pack(_n)
+        out += _b
     out += _S0.pack(o.controller_id)
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_MetadataResponseTopic_5(_e, out, chunks)
 
 def _e_MetadataResponsePartition_7(o, out, chunks):
     out += _S4.pack(o.error_code, o.partition_index, o.leader_id, o.leader_epoch)
     _a = o.replica_nodes
-    write_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    out += _S0.pack(_c)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
     _a = o.isr_nodes
-    write_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    out += _S0.pack(_c)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
     _a = o.offline_replicas
-    write_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    out += _S0.pack(_c)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
 
 def _e_MetadataResponseTopic_7(o, out, chunks):
     out += _S1.pack(o.error_code)
-    write_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('MetadataResponse.MetadataResponseTopic.name', _n)
+    out += _S1.pack(_n)
+    out += _b
     out += _S3.pack(o.is_internal)
     _a = o.partitions
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_MetadataResponsePartition_7(_e, out, chunks)
 
 def _e_MetadataResponse_7(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
     _a = o.brokers
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_MetadataResponseBroker_1(_e, out, chunks)
-    write_nullable_string(out, o.cluster_id)
+    if o.cluster_id is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.cluster_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('MetadataResponse.cluster_id', _n)
+        out += _S1.pack(_n)
+        out += _b
     out += _S0.pack(o.controller_id)
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_MetadataResponseTopic_7(_e, out, chunks)
 
 def _e_MetadataResponseTopic_8(o, out, chunks):
     out += _S1.pack(o.error_code)
-    write_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('MetadataResponse.MetadataResponseTopic.name', _n)
+    out += _S1.pack(_n)
+    out += _b
     out += _S3.pack(o.is_internal)
     _a = o.partitions
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_MetadataResponsePartition_7(_e, out, chunks)
     out += _S0.pack(o.topic_authorized_operations)
@@ -975,22 +1650,51 @@ def _e_MetadataResponseTopic_8(o, out, chunks):
 def _e_MetadataResponse_8(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
     _a = o.brokers
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_MetadataResponseBroker_1(_e, out, chunks)
-    write_nullable_string(out, o.cluster_id)
+    if o.cluster_id is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.cluster_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('MetadataResponse.cluster_id', _n)
+        out += _S1.pack(_n)
+        out += _b
     out += _S0.pack(o.controller_id)
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_MetadataResponseTopic_8(_e, out, chunks)
     out += _S0.pack(o.cluster_authorized_operations)
 
 def _e_MetadataResponseBroker_9(o, out, chunks):
     out += _S0.pack(o.node_id)
-    write_compact_string(out, o.host)
+    _b = o.host.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('MetadataResponse.MetadataResponseBroker.host', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     out += _S0.pack(o.port)
-    write_compact_nullable_string(out, o.rack)
+    if o.rack is None:
+        out.append(0)
+    else:
+        _b = o.rack.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('MetadataResponse.MetadataResponseBroker.rack', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -999,14 +1703,29 @@ def _e_MetadataResponseBroker_9(o, out, chunks):
 def _e_MetadataResponsePartition_9(o, out, chunks):
     out += _S4.pack(o.error_code, o.partition_index, o.leader_id, o.leader_epoch)
     _a = o.replica_nodes
-    write_compact_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
     _a = o.isr_nodes
-    write_compact_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
     _a = o.offline_replicas
-    write_compact_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -1014,10 +1733,22 @@ def _e_MetadataResponsePartition_9(o, out, chunks):
 
 def _e_MetadataResponseTopic_9(o, out, chunks):
     out += _S1.pack(o.error_code)
-    write_compact_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('MetadataResponse.MetadataResponseTopic.name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     out += _S3.pack(o.is_internal)
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_MetadataResponsePartition_9(_e, out, chunks)
     out += _S0.pack(o.topic_authorized_operations)
@@ -1029,13 +1760,32 @@ def _e_MetadataResponseTopic_9(o, out, chunks):
 def _e_MetadataResponse_9(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
     _a = o.brokers
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_MetadataResponseBroker_9(_e, out, chunks)
-    write_compact_nullable_string(out, o.cluster_id)
+    if o.cluster_id is None:
+        out.append(0)
+    else:
+        _b = o.cluster_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('MetadataResponse.cluster_id', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     out += _S0.pack(o.controller_id)
     _a = o.topics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_MetadataResponseTopic_9(_e, out, chunks)
     out += _S0.pack(o.cluster_authorized_operations)
@@ -1046,10 +1796,22 @@ def _e_MetadataResponse_9(o, out, chunks):
 
 def _e_MetadataResponseTopic_10(o, out, chunks):
     out += _S1.pack(o.error_code)
-    write_compact_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('MetadataResponse.MetadataResponseTopic.name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     out += _S5.pack(o.topic_id.bytes, o.is_internal)
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_MetadataResponsePartition_9(_e, out, chunks)
     out += _S0.pack(o.topic_authorized_operations)
@@ -1061,13 +1823,32 @@ def _e_MetadataResponseTopic_10(o, out, chunks):
 def _e_MetadataResponse_10(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
     _a = o.brokers
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_MetadataResponseBroker_9(_e, out, chunks)
-    write_compact_nullable_string(out, o.cluster_id)
+    if o.cluster_id is None:
+        out.append(0)
+    else:
+        _b = o.cluster_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('MetadataResponse.cluster_id', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     out += _S0.pack(o.controller_id)
     _a = o.topics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_MetadataResponseTopic_10(_e, out, chunks)
     out += _S0.pack(o.cluster_authorized_operations)
@@ -1079,13 +1860,32 @@ def _e_MetadataResponse_10(o, out, chunks):
 def _e_MetadataResponse_11(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
     _a = o.brokers
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_MetadataResponseBroker_9(_e, out, chunks)
-    write_compact_nullable_string(out, o.cluster_id)
+    if o.cluster_id is None:
+        out.append(0)
+    else:
+        _b = o.cluster_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('MetadataResponse.cluster_id', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     out += _S0.pack(o.controller_id)
     _a = o.topics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_MetadataResponseTopic_10(_e, out, chunks)
     if o.unknown_tags is None:
@@ -1095,10 +1895,25 @@ def _e_MetadataResponse_11(o, out, chunks):
 
 def _e_MetadataResponseTopic_12(o, out, chunks):
     out += _S1.pack(o.error_code)
-    write_compact_nullable_string(out, o.name)
+    if o.name is None:
+        out.append(0)
+    else:
+        _b = o.name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('MetadataResponse.MetadataResponseTopic.name', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     out += _S5.pack(o.topic_id.bytes, o.is_internal)
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_MetadataResponsePartition_9(_e, out, chunks)
     out += _S0.pack(o.topic_authorized_operations)
@@ -1110,13 +1925,32 @@ def _e_MetadataResponseTopic_12(o, out, chunks):
 def _e_MetadataResponse_12(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
     _a = o.brokers
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_MetadataResponseBroker_9(_e, out, chunks)
-    write_compact_nullable_string(out, o.cluster_id)
+    if o.cluster_id is None:
+        out.append(0)
+    else:
+        _b = o.cluster_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('MetadataResponse.cluster_id', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     out += _S0.pack(o.controller_id)
     _a = o.topics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_MetadataResponseTopic_12(_e, out, chunks)
     if o.unknown_tags is None:

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -20,22 +32,56 @@ class OffsetCommitKey(Struct):
         self.partition = partition
         self.unknown_tags = unknown_tags
 
-_S0 = _Struct('>i')
+_S0 = _Struct('>h')
+_S1 = _Struct('>i')
 
 def _d_OffsetCommitKey_0(buf, pos):
-    f_group, pos = read_string(buf, pos, 'OffsetCommitKey.group')
-    f_topic, pos = read_string(buf, pos, 'OffsetCommitKey.topic')
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('OffsetCommitKey.group', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('OffsetCommitKey.group', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetCommitKey.group', buf, pos, _n, 1)
+        f_group = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('OffsetCommitKey.topic', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('OffsetCommitKey.topic', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetCommitKey.topic', buf, pos, _n, 1)
+        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('OffsetCommitKey.partition', buf, pos, 4)
-    (f_partition,) = _S0.unpack_from(buf, pos)
+    (f_partition,) = _S1.unpack_from(buf, pos)
     pos += 4
     f_unknown_tags = None
     return OffsetCommitKey(f_group, f_topic, f_partition, f_unknown_tags), pos
 
 def _e_OffsetCommitKey_0(o, out, chunks):
-    write_string(out, o.group)
-    write_string(out, o.topic)
-    out += _S0.pack(o.partition)
+    _b = o.group.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('OffsetCommitKey.group', _n)
+    out += _S0.pack(_n)
+    out += _b
+    _b = o.topic.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('OffsetCommitKey.topic', _n)
+    out += _S0.pack(_n)
+    out += _b
+    out += _S1.pack(o.partition)
 
 MESSAGE = OffsetCommitKey
 MIN_VERSION = 0

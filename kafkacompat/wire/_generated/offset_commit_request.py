@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -61,193 +73,473 @@ class OffsetCommitRequest(Struct):
 OffsetCommitRequest.OffsetCommitRequestTopic = OffsetCommitRequestTopic
 OffsetCommitRequest.OffsetCommitRequestPartition = OffsetCommitRequestPartition
 
-_S0 = _Struct('>iq')
+_S0 = _Struct('>h')
 _S1 = _Struct('>i')
-_S2 = _Struct('>iqq')
-_S3 = _Struct('>q')
-_S4 = _Struct('>iqi')
+_S2 = _Struct('>iq')
+_S3 = _Struct('>iqq')
+_S4 = _Struct('>q')
+_S5 = _Struct('>iqi')
 
 def _d_OffsetCommitRequestPartition_0(buf, pos):
-    if pos + 12 > len(buf):
+    _l = len(buf)
+    if pos + 12 > _l:
         raise truncated('OffsetCommitRequest.OffsetCommitRequestPartition.partition_index', buf, pos, 12)
-    f_partition_index, f_committed_offset = _S0.unpack_from(buf, pos)
+    f_partition_index, f_committed_offset = _S2.unpack_from(buf, pos)
     pos += 12
-    f_committed_metadata, pos = read_nullable_string(buf, pos, 'OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata')
+    if pos + 2 > _l:
+        raise truncated('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', _n)
+        f_committed_metadata = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', buf, pos, _n, 1)
+        f_committed_metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
     f_unknown_tags = None
     return OffsetCommitRequestPartition(f_partition_index, f_committed_offset, -1, -1, f_committed_metadata, f_unknown_tags), pos
 
 def _d_OffsetCommitRequestTopic_0(buf, pos):
-    f_name, pos = read_string(buf, pos, 'OffsetCommitRequest.OffsetCommitRequestTopic.name')
-    _n, pos = read_array_len(buf, pos, 'OffsetCommitRequest.OffsetCommitRequestTopic.partitions', 14)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('OffsetCommitRequest.OffsetCommitRequestTopic.name', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='OffsetCommitRequest.OffsetCommitRequestTopic.partitions')
+        raise bad_length('OffsetCommitRequest.OffsetCommitRequestTopic.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetCommitRequest.OffsetCommitRequestTopic.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('OffsetCommitRequest.OffsetCommitRequestTopic.partitions', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('OffsetCommitRequest.OffsetCommitRequestTopic.partitions', _c)
+    elif _c * 14 > _l - pos:
+        raise overrun('OffsetCommitRequest.OffsetCommitRequestTopic.partitions', buf, pos, _c, 14)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_OffsetCommitRequestPartition_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return OffsetCommitRequestTopic(f_name, f_partitions, f_unknown_tags), pos
 
 def _d_OffsetCommitRequest_0(buf, pos):
-    f_group_id, pos = read_string(buf, pos, 'OffsetCommitRequest.group_id')
-    _n, pos = read_array_len(buf, pos, 'OffsetCommitRequest.topics', 6)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('OffsetCommitRequest.group_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='OffsetCommitRequest.topics')
+        raise bad_length('OffsetCommitRequest.group_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetCommitRequest.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('OffsetCommitRequest.topics', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('OffsetCommitRequest.topics', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('OffsetCommitRequest.topics', buf, pos, _c, 6)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_OffsetCommitRequestTopic_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return OffsetCommitRequest(f_group_id, -1, '', None, -1, f_topics, f_unknown_tags), pos
 
 def _d_OffsetCommitRequestPartition_1(buf, pos):
-    if pos + 20 > len(buf):
+    _l = len(buf)
+    if pos + 20 > _l:
         raise truncated('OffsetCommitRequest.OffsetCommitRequestPartition.partition_index', buf, pos, 20)
-    f_partition_index, f_committed_offset, f_commit_timestamp = _S2.unpack_from(buf, pos)
+    f_partition_index, f_committed_offset, f_commit_timestamp = _S3.unpack_from(buf, pos)
     pos += 20
-    f_committed_metadata, pos = read_nullable_string(buf, pos, 'OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata')
+    if pos + 2 > _l:
+        raise truncated('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', _n)
+        f_committed_metadata = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', buf, pos, _n, 1)
+        f_committed_metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
     f_unknown_tags = None
     return OffsetCommitRequestPartition(f_partition_index, f_committed_offset, -1, f_commit_timestamp, f_committed_metadata, f_unknown_tags), pos
 
 def _d_OffsetCommitRequestTopic_1(buf, pos):
-    f_name, pos = read_string(buf, pos, 'OffsetCommitRequest.OffsetCommitRequestTopic.name')
-    _n, pos = read_array_len(buf, pos, 'OffsetCommitRequest.OffsetCommitRequestTopic.partitions', 22)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('OffsetCommitRequest.OffsetCommitRequestTopic.name', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='OffsetCommitRequest.OffsetCommitRequestTopic.partitions')
+        raise bad_length('OffsetCommitRequest.OffsetCommitRequestTopic.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetCommitRequest.OffsetCommitRequestTopic.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('OffsetCommitRequest.OffsetCommitRequestTopic.partitions', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('OffsetCommitRequest.OffsetCommitRequestTopic.partitions', _c)
+    elif _c * 22 > _l - pos:
+        raise overrun('OffsetCommitRequest.OffsetCommitRequestTopic.partitions', buf, pos, _c, 22)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_OffsetCommitRequestPartition_1(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return OffsetCommitRequestTopic(f_name, f_partitions, f_unknown_tags), pos
 
 def _d_OffsetCommitRequest_1(buf, pos):
-    f_group_id, pos = read_string(buf, pos, 'OffsetCommitRequest.group_id')
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('OffsetCommitRequest.group_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('OffsetCommitRequest.group_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetCommitRequest.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('OffsetCommitRequest.generation_id_or_member_epoch', buf, pos, 4)
     (f_generation_id_or_member_epoch,) = _S1.unpack_from(buf, pos)
     pos += 4
-    f_member_id, pos = read_string(buf, pos, 'OffsetCommitRequest.member_id')
-    _n, pos = read_array_len(buf, pos, 'OffsetCommitRequest.topics', 6)
+    if pos + 2 > _l:
+        raise truncated('OffsetCommitRequest.member_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='OffsetCommitRequest.topics')
+        raise bad_length('OffsetCommitRequest.member_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetCommitRequest.member_id', buf, pos, _n, 1)
+        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('OffsetCommitRequest.topics', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('OffsetCommitRequest.topics', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('OffsetCommitRequest.topics', buf, pos, _c, 6)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_OffsetCommitRequestTopic_1(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return OffsetCommitRequest(f_group_id, f_generation_id_or_member_epoch, f_member_id, None, -1, f_topics, f_unknown_tags), pos
 
 def _d_OffsetCommitRequest_2(buf, pos):
-    f_group_id, pos = read_string(buf, pos, 'OffsetCommitRequest.group_id')
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('OffsetCommitRequest.group_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('OffsetCommitRequest.group_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetCommitRequest.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('OffsetCommitRequest.generation_id_or_member_epoch', buf, pos, 4)
     (f_generation_id_or_member_epoch,) = _S1.unpack_from(buf, pos)
     pos += 4
-    f_member_id, pos = read_string(buf, pos, 'OffsetCommitRequest.member_id')
-    if pos + 8 > len(buf):
-        raise truncated('OffsetCommitRequest.retention_time_ms', buf, pos, 8)
-    (f_retention_time_ms,) = _S3.unpack_from(buf, pos)
-    pos += 8
-    _n, pos = read_array_len(buf, pos, 'OffsetCommitRequest.topics', 6)
+    if pos + 2 > _l:
+        raise truncated('OffsetCommitRequest.member_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='OffsetCommitRequest.topics')
+        raise bad_length('OffsetCommitRequest.member_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetCommitRequest.member_id', buf, pos, _n, 1)
+        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 8 > _l:
+        raise truncated('OffsetCommitRequest.retention_time_ms', buf, pos, 8)
+    (f_retention_time_ms,) = _S4.unpack_from(buf, pos)
+    pos += 8
+    if pos + 4 > _l:
+        raise truncated('OffsetCommitRequest.topics', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('OffsetCommitRequest.topics', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('OffsetCommitRequest.topics', buf, pos, _c, 6)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_OffsetCommitRequestTopic_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return OffsetCommitRequest(f_group_id, f_generation_id_or_member_epoch, f_member_id, None, f_retention_time_ms, f_topics, f_unknown_tags), pos
 
 def _d_OffsetCommitRequest_5(buf, pos):
-    f_group_id, pos = read_string(buf, pos, 'OffsetCommitRequest.group_id')
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('OffsetCommitRequest.group_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('OffsetCommitRequest.group_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetCommitRequest.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('OffsetCommitRequest.generation_id_or_member_epoch', buf, pos, 4)
     (f_generation_id_or_member_epoch,) = _S1.unpack_from(buf, pos)
     pos += 4
-    f_member_id, pos = read_string(buf, pos, 'OffsetCommitRequest.member_id')
-    _n, pos = read_array_len(buf, pos, 'OffsetCommitRequest.topics', 6)
+    if pos + 2 > _l:
+        raise truncated('OffsetCommitRequest.member_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='OffsetCommitRequest.topics')
+        raise bad_length('OffsetCommitRequest.member_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetCommitRequest.member_id', buf, pos, _n, 1)
+        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('OffsetCommitRequest.topics', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('OffsetCommitRequest.topics', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('OffsetCommitRequest.topics', buf, pos, _c, 6)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_OffsetCommitRequestTopic_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return OffsetCommitRequest(f_group_id, f_generation_id_or_member_epoch, f_member_id, None, -1, f_topics, f_unknown_tags), pos
 
 def _d_OffsetCommitRequestPartition_6(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('OffsetCommitRequest.OffsetCommitRequestPartition.partition_index', buf, pos, 16)
-    f_partition_index, f_committed_offset, f_committed_leader_epoch = _S4.unpack_from(buf, pos)
+    f_partition_index, f_committed_offset, f_committed_leader_epoch = _S5.unpack_from(buf, pos)
     pos += 16
-    f_committed_metadata, pos = read_nullable_string(buf, pos, 'OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata')
+    if pos + 2 > _l:
+        raise truncated('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', _n)
+        f_committed_metadata = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', buf, pos, _n, 1)
+        f_committed_metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
     f_unknown_tags = None
     return OffsetCommitRequestPartition(f_partition_index, f_committed_offset, f_committed_leader_epoch, -1, f_committed_metadata, f_unknown_tags), pos
 
 def _d_OffsetCommitRequestTopic_6(buf, pos):
-    f_name, pos = read_string(buf, pos, 'OffsetCommitRequest.OffsetCommitRequestTopic.name')
-    _n, pos = read_array_len(buf, pos, 'OffsetCommitRequest.OffsetCommitRequestTopic.partitions', 18)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('OffsetCommitRequest.OffsetCommitRequestTopic.name', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='OffsetCommitRequest.OffsetCommitRequestTopic.partitions')
+        raise bad_length('OffsetCommitRequest.OffsetCommitRequestTopic.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetCommitRequest.OffsetCommitRequestTopic.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('OffsetCommitRequest.OffsetCommitRequestTopic.partitions', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('OffsetCommitRequest.OffsetCommitRequestTopic.partitions', _c)
+    elif _c * 18 > _l - pos:
+        raise overrun('OffsetCommitRequest.OffsetCommitRequestTopic.partitions', buf, pos, _c, 18)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_OffsetCommitRequestPartition_6(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return OffsetCommitRequestTopic(f_name, f_partitions, f_unknown_tags), pos
 
 def _d_OffsetCommitRequest_6(buf, pos):
-    f_group_id, pos = read_string(buf, pos, 'OffsetCommitRequest.group_id')
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('OffsetCommitRequest.group_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('OffsetCommitRequest.group_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetCommitRequest.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('OffsetCommitRequest.generation_id_or_member_epoch', buf, pos, 4)
     (f_generation_id_or_member_epoch,) = _S1.unpack_from(buf, pos)
     pos += 4
-    f_member_id, pos = read_string(buf, pos, 'OffsetCommitRequest.member_id')
-    _n, pos = read_array_len(buf, pos, 'OffsetCommitRequest.topics', 6)
+    if pos + 2 > _l:
+        raise truncated('OffsetCommitRequest.member_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='OffsetCommitRequest.topics')
+        raise bad_length('OffsetCommitRequest.member_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetCommitRequest.member_id', buf, pos, _n, 1)
+        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('OffsetCommitRequest.topics', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('OffsetCommitRequest.topics', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('OffsetCommitRequest.topics', buf, pos, _c, 6)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_OffsetCommitRequestTopic_6(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return OffsetCommitRequest(f_group_id, f_generation_id_or_member_epoch, f_member_id, None, -1, f_topics, f_unknown_tags), pos
 
 def _d_OffsetCommitRequest_7(buf, pos):
-    f_group_id, pos = read_string(buf, pos, 'OffsetCommitRequest.group_id')
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('OffsetCommitRequest.group_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('OffsetCommitRequest.group_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetCommitRequest.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('OffsetCommitRequest.generation_id_or_member_epoch', buf, pos, 4)
     (f_generation_id_or_member_epoch,) = _S1.unpack_from(buf, pos)
     pos += 4
-    f_member_id, pos = read_string(buf, pos, 'OffsetCommitRequest.member_id')
-    f_group_instance_id, pos = read_nullable_string(buf, pos, 'OffsetCommitRequest.group_instance_id')
-    _n, pos = read_array_len(buf, pos, 'OffsetCommitRequest.topics', 6)
+    if pos + 2 > _l:
+        raise truncated('OffsetCommitRequest.member_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='OffsetCommitRequest.topics')
+        raise bad_length('OffsetCommitRequest.member_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetCommitRequest.member_id', buf, pos, _n, 1)
+        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('OffsetCommitRequest.group_instance_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('OffsetCommitRequest.group_instance_id', _n)
+        f_group_instance_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetCommitRequest.group_instance_id', buf, pos, _n, 1)
+        f_group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('OffsetCommitRequest.topics', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('OffsetCommitRequest.topics', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('OffsetCommitRequest.topics', buf, pos, _c, 6)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_OffsetCommitRequestTopic_6(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return OffsetCommitRequest(f_group_id, f_generation_id_or_member_epoch, f_member_id, f_group_instance_id, -1, f_topics, f_unknown_tags), pos
 
 def _d_OffsetCommitRequestPartition_8(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('OffsetCommitRequest.OffsetCommitRequestPartition.partition_index', buf, pos, 16)
-    f_partition_index, f_committed_offset, f_committed_leader_epoch = _S4.unpack_from(buf, pos)
+    f_partition_index, f_committed_offset, f_committed_leader_epoch = _S5.unpack_from(buf, pos)
     pos += 16
-    f_committed_metadata, pos = read_compact_nullable_string(buf, pos, 'OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata')
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', _n)
+        f_committed_metadata = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', buf, pos, _n, 1)
+        f_committed_metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -260,16 +552,37 @@ def _d_OffsetCommitRequestPartition_8(buf, pos):
     return OffsetCommitRequestPartition(f_partition_index, f_committed_offset, f_committed_leader_epoch, -1, f_committed_metadata, f_unknown_tags), pos
 
 def _d_OffsetCommitRequestTopic_8(buf, pos):
-    f_name, pos = read_compact_string(buf, pos, 'OffsetCommitRequest.OffsetCommitRequestTopic.name')
-    _n, pos = read_compact_array_len(buf, pos, 'OffsetCommitRequest.OffsetCommitRequestTopic.partitions', 18)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'OffsetCommitRequest.OffsetCommitRequestTopic.name')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='OffsetCommitRequest.OffsetCommitRequestTopic.partitions')
+        raise bad_length('OffsetCommitRequest.OffsetCommitRequestTopic.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetCommitRequest.OffsetCommitRequestTopic.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'OffsetCommitRequest.OffsetCommitRequestTopic.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('OffsetCommitRequest.OffsetCommitRequestTopic.partitions', _c)
+    elif _c * 18 > _l - pos:
+        raise overrun('OffsetCommitRequest.OffsetCommitRequestTopic.partitions', buf, pos, _c, 18)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_OffsetCommitRequestPartition_8(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -282,22 +595,71 @@ def _d_OffsetCommitRequestTopic_8(buf, pos):
     return OffsetCommitRequestTopic(f_name, f_partitions, f_unknown_tags), pos
 
 def _d_OffsetCommitRequest_8(buf, pos):
-    f_group_id, pos = read_compact_string(buf, pos, 'OffsetCommitRequest.group_id')
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'OffsetCommitRequest.group_id')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('OffsetCommitRequest.group_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetCommitRequest.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('OffsetCommitRequest.generation_id_or_member_epoch', buf, pos, 4)
     (f_generation_id_or_member_epoch,) = _S1.unpack_from(buf, pos)
     pos += 4
-    f_member_id, pos = read_compact_string(buf, pos, 'OffsetCommitRequest.member_id')
-    f_group_instance_id, pos = read_compact_nullable_string(buf, pos, 'OffsetCommitRequest.group_instance_id')
-    _n, pos = read_compact_array_len(buf, pos, 'OffsetCommitRequest.topics', 3)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'OffsetCommitRequest.member_id')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='OffsetCommitRequest.topics')
+        raise bad_length('OffsetCommitRequest.member_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetCommitRequest.member_id', buf, pos, _n, 1)
+        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'OffsetCommitRequest.group_instance_id')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('OffsetCommitRequest.group_instance_id', _n)
+        f_group_instance_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetCommitRequest.group_instance_id', buf, pos, _n, 1)
+        f_group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'OffsetCommitRequest.topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('OffsetCommitRequest.topics', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('OffsetCommitRequest.topics', buf, pos, _c, 3)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_OffsetCommitRequestTopic_8(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -310,104 +672,238 @@ def _d_OffsetCommitRequest_8(buf, pos):
     return OffsetCommitRequest(f_group_id, f_generation_id_or_member_epoch, f_member_id, f_group_instance_id, -1, f_topics, f_unknown_tags), pos
 
 def _e_OffsetCommitRequestPartition_0(o, out, chunks):
-    out += _S0.pack(o.partition_index, o.committed_offset)
-    write_nullable_string(out, o.committed_metadata)
+    out += _S2.pack(o.partition_index, o.committed_offset)
+    if o.committed_metadata is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.committed_metadata.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', _n)
+        out += _S0.pack(_n)
+        out += _b
 
 def _e_OffsetCommitRequestTopic_0(o, out, chunks):
-    write_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('OffsetCommitRequest.OffsetCommitRequestTopic.name', _n)
+    out += _S0.pack(_n)
+    out += _b
     _a = o.partitions
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_OffsetCommitRequestPartition_0(_e, out, chunks)
 
 def _e_OffsetCommitRequest_0(o, out, chunks):
-    write_string(out, o.group_id)
+    _b = o.group_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('OffsetCommitRequest.group_id', _n)
+    out += _S0.pack(_n)
+    out += _b
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_OffsetCommitRequestTopic_0(_e, out, chunks)
 
 def _e_OffsetCommitRequestPartition_1(o, out, chunks):
-    out += _S2.pack(o.partition_index, o.committed_offset, o.commit_timestamp)
-    write_nullable_string(out, o.committed_metadata)
+    out += _S3.pack(o.partition_index, o.committed_offset, o.commit_timestamp)
+    if o.committed_metadata is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.committed_metadata.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', _n)
+        out += _S0.pack(_n)
+        out += _b
 
 def _e_OffsetCommitRequestTopic_1(o, out, chunks):
-    write_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('OffsetCommitRequest.OffsetCommitRequestTopic.name', _n)
+    out += _S0.pack(_n)
+    out += _b
     _a = o.partitions
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_OffsetCommitRequestPartition_1(_e, out, chunks)
 
 def _e_OffsetCommitRequest_1(o, out, chunks):
-    write_string(out, o.group_id)
+    _b = o.group_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('OffsetCommitRequest.group_id', _n)
+    out += _S0.pack(_n)
+    out += _b
     out += _S1.pack(o.generation_id_or_member_epoch)
-    write_string(out, o.member_id)
+    _b = o.member_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('OffsetCommitRequest.member_id', _n)
+    out += _S0.pack(_n)
+    out += _b
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_OffsetCommitRequestTopic_1(_e, out, chunks)
 
 def _e_OffsetCommitRequest_2(o, out, chunks):
-    write_string(out, o.group_id)
+    _b = o.group_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('OffsetCommitRequest.group_id', _n)
+    out += _S0.pack(_n)
+    out += _b
     out += _S1.pack(o.generation_id_or_member_epoch)
-    write_string(out, o.member_id)
-    out += _S3.pack(o.retention_time_ms)
+    _b = o.member_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('OffsetCommitRequest.member_id', _n)
+    out += _S0.pack(_n)
+    out += _b
+    out += _S4.pack(o.retention_time_ms)
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_OffsetCommitRequestTopic_0(_e, out, chunks)
 
 def _e_OffsetCommitRequest_5(o, out, chunks):
-    write_string(out, o.group_id)
+    _b = o.group_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('OffsetCommitRequest.group_id', _n)
+    out += _S0.pack(_n)
+    out += _b
     out += _S1.pack(o.generation_id_or_member_epoch)
-    write_string(out, o.member_id)
+    _b = o.member_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('OffsetCommitRequest.member_id', _n)
+    out += _S0.pack(_n)
+    out += _b
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_OffsetCommitRequestTopic_0(_e, out, chunks)
 
 def _e_OffsetCommitRequestPartition_6(o, out, chunks):
-    out += _S4.pack(o.partition_index, o.committed_offset, o.committed_leader_epoch)
-    write_nullable_string(out, o.committed_metadata)
+    out += _S5.pack(o.partition_index, o.committed_offset, o.committed_leader_epoch)
+    if o.committed_metadata is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.committed_metadata.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', _n)
+        out += _S0.pack(_n)
+        out += _b
 
 def _e_OffsetCommitRequestTopic_6(o, out, chunks):
-    write_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('OffsetCommitRequest.OffsetCommitRequestTopic.name', _n)
+    out += _S0.pack(_n)
+    out += _b
     _a = o.partitions
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_OffsetCommitRequestPartition_6(_e, out, chunks)
 
 def _e_OffsetCommitRequest_6(o, out, chunks):
-    write_string(out, o.group_id)
+    _b = o.group_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('OffsetCommitRequest.group_id', _n)
+    out += _S0.pack(_n)
+    out += _b
     out += _S1.pack(o.generation_id_or_member_epoch)
-    write_string(out, o.member_id)
+    _b = o.member_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('OffsetCommitRequest.member_id', _n)
+    out += _S0.pack(_n)
+    out += _b
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_OffsetCommitRequestTopic_6(_e, out, chunks)
 
 def _e_OffsetCommitRequest_7(o, out, chunks):
-    write_string(out, o.group_id)
+    _b = o.group_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('OffsetCommitRequest.group_id', _n)
+    out += _S0.pack(_n)
+    out += _b
     out += _S1.pack(o.generation_id_or_member_epoch)
-    write_string(out, o.member_id)
-    write_nullable_string(out, o.group_instance_id)
+    _b = o.member_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('OffsetCommitRequest.member_id', _n)
+    out += _S0.pack(_n)
+    out += _b
+    if o.group_instance_id is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.group_instance_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('OffsetCommitRequest.group_instance_id', _n)
+        out += _S0.pack(_n)
+        out += _b
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_OffsetCommitRequestTopic_6(_e, out, chunks)
 
 def _e_OffsetCommitRequestPartition_8(o, out, chunks):
-    out += _S4.pack(o.partition_index, o.committed_offset, o.committed_leader_epoch)
-    write_compact_nullable_string(out, o.committed_metadata)
+    out += _S5.pack(o.partition_index, o.committed_offset, o.committed_leader_epoch)
+    if o.committed_metadata is None:
+        out.append(0)
+    else:
+        _b = o.committed_metadata.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_OffsetCommitRequestTopic_8(o, out, chunks):
-    write_compact_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('OffsetCommitRequest.OffsetCommitRequestTopic.name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_OffsetCommitRequestPartition_8(_e, out, chunks)
     if o.unknown_tags is None:
@@ -416,12 +912,43 @@ def _e_OffsetCommitRequestTopic_8(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_OffsetCommitRequest_8(o, out, chunks):
-    write_compact_string(out, o.group_id)
+    _b = o.group_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('OffsetCommitRequest.group_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     out += _S1.pack(o.generation_id_or_member_epoch)
-    write_compact_string(out, o.member_id)
-    write_compact_nullable_string(out, o.group_instance_id)
+    _b = o.member_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('OffsetCommitRequest.member_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    if o.group_instance_id is None:
+        out.append(0)
+    else:
+        _b = o.group_instance_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('OffsetCommitRequest.group_instance_id', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     _a = o.topics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_OffsetCommitRequestTopic_8(_e, out, chunks)
     if o.unknown_tags is None:

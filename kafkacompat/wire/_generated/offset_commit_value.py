@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -31,16 +43,29 @@ class OffsetCommitValue(Struct):
         self.unknown_tags = unknown_tags
 
 _S0 = _Struct('>q')
-_S1 = _Struct('>qq')
-_S2 = _Struct('>qi')
+_S1 = _Struct('>h')
+_S2 = _Struct('>qq')
+_S3 = _Struct('>qi')
 
 def _d_OffsetCommitValue_0(buf, pos):
-    if pos + 8 > len(buf):
+    _l = len(buf)
+    if pos + 8 > _l:
         raise truncated('OffsetCommitValue.offset', buf, pos, 8)
     (f_offset,) = _S0.unpack_from(buf, pos)
     pos += 8
-    f_metadata, pos = read_string(buf, pos, 'OffsetCommitValue.metadata')
-    if pos + 8 > len(buf):
+    if pos + 2 > _l:
+        raise truncated('OffsetCommitValue.metadata', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('OffsetCommitValue.metadata', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetCommitValue.metadata', buf, pos, _n, 1)
+        f_metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 8 > _l:
         raise truncated('OffsetCommitValue.commit_timestamp', buf, pos, 8)
     (f_commit_timestamp,) = _S0.unpack_from(buf, pos)
     pos += 8
@@ -48,25 +73,49 @@ def _d_OffsetCommitValue_0(buf, pos):
     return OffsetCommitValue(f_offset, -1, f_metadata, f_commit_timestamp, -1, f_unknown_tags), pos
 
 def _d_OffsetCommitValue_1(buf, pos):
-    if pos + 8 > len(buf):
+    _l = len(buf)
+    if pos + 8 > _l:
         raise truncated('OffsetCommitValue.offset', buf, pos, 8)
     (f_offset,) = _S0.unpack_from(buf, pos)
     pos += 8
-    f_metadata, pos = read_string(buf, pos, 'OffsetCommitValue.metadata')
-    if pos + 16 > len(buf):
+    if pos + 2 > _l:
+        raise truncated('OffsetCommitValue.metadata', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('OffsetCommitValue.metadata', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetCommitValue.metadata', buf, pos, _n, 1)
+        f_metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 16 > _l:
         raise truncated('OffsetCommitValue.commit_timestamp', buf, pos, 16)
-    f_commit_timestamp, f_expire_timestamp = _S1.unpack_from(buf, pos)
+    f_commit_timestamp, f_expire_timestamp = _S2.unpack_from(buf, pos)
     pos += 16
     f_unknown_tags = None
     return OffsetCommitValue(f_offset, -1, f_metadata, f_commit_timestamp, f_expire_timestamp, f_unknown_tags), pos
 
 def _d_OffsetCommitValue_3(buf, pos):
-    if pos + 12 > len(buf):
+    _l = len(buf)
+    if pos + 12 > _l:
         raise truncated('OffsetCommitValue.offset', buf, pos, 12)
-    f_offset, f_leader_epoch = _S2.unpack_from(buf, pos)
+    f_offset, f_leader_epoch = _S3.unpack_from(buf, pos)
     pos += 12
-    f_metadata, pos = read_string(buf, pos, 'OffsetCommitValue.metadata')
-    if pos + 8 > len(buf):
+    if pos + 2 > _l:
+        raise truncated('OffsetCommitValue.metadata', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('OffsetCommitValue.metadata', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetCommitValue.metadata', buf, pos, _n, 1)
+        f_metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 8 > _l:
         raise truncated('OffsetCommitValue.commit_timestamp', buf, pos, 8)
     (f_commit_timestamp,) = _S0.unpack_from(buf, pos)
     pos += 8
@@ -74,16 +123,30 @@ def _d_OffsetCommitValue_3(buf, pos):
     return OffsetCommitValue(f_offset, f_leader_epoch, f_metadata, f_commit_timestamp, -1, f_unknown_tags), pos
 
 def _d_OffsetCommitValue_4(buf, pos):
-    if pos + 12 > len(buf):
+    _l = len(buf)
+    if pos + 12 > _l:
         raise truncated('OffsetCommitValue.offset', buf, pos, 12)
-    f_offset, f_leader_epoch = _S2.unpack_from(buf, pos)
+    f_offset, f_leader_epoch = _S3.unpack_from(buf, pos)
     pos += 12
-    f_metadata, pos = read_compact_string(buf, pos, 'OffsetCommitValue.metadata')
-    if pos + 8 > len(buf):
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'OffsetCommitValue.metadata')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('OffsetCommitValue.metadata', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetCommitValue.metadata', buf, pos, _n, 1)
+        f_metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 8 > _l:
         raise truncated('OffsetCommitValue.commit_timestamp', buf, pos, 8)
     (f_commit_timestamp,) = _S0.unpack_from(buf, pos)
     pos += 8
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -97,22 +160,45 @@ def _d_OffsetCommitValue_4(buf, pos):
 
 def _e_OffsetCommitValue_0(o, out, chunks):
     out += _S0.pack(o.offset)
-    write_string(out, o.metadata)
+    _b = o.metadata.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('OffsetCommitValue.metadata', _n)
+    out += _S1.pack(_n)
+    out += _b
     out += _S0.pack(o.commit_timestamp)
 
 def _e_OffsetCommitValue_1(o, out, chunks):
     out += _S0.pack(o.offset)
-    write_string(out, o.metadata)
-    out += _S1.pack(o.commit_timestamp, o.expire_timestamp)
+    _b = o.metadata.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('OffsetCommitValue.metadata', _n)
+    out += _S1.pack(_n)
+    out += _b
+    out += _S2.pack(o.commit_timestamp, o.expire_timestamp)
 
 def _e_OffsetCommitValue_3(o, out, chunks):
-    out += _S2.pack(o.offset, o.leader_epoch)
-    write_string(out, o.metadata)
+    out += _S3.pack(o.offset, o.leader_epoch)
+    _b = o.metadata.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('OffsetCommitValue.metadata', _n)
+    out += _S1.pack(_n)
+    out += _b
     out += _S0.pack(o.commit_timestamp)
 
 def _e_OffsetCommitValue_4(o, out, chunks):
-    out += _S2.pack(o.offset, o.leader_epoch)
-    write_compact_string(out, o.metadata)
+    out += _S3.pack(o.offset, o.leader_epoch)
+    _b = o.metadata.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('OffsetCommitValue.metadata', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     out += _S0.pack(o.commit_timestamp)
     if o.unknown_tags is None:
         out.append(0)

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -36,56 +48,104 @@ class OffsetDeleteRequest(Struct):
 OffsetDeleteRequest.OffsetDeleteRequestTopic = OffsetDeleteRequestTopic
 OffsetDeleteRequest.OffsetDeleteRequestPartition = OffsetDeleteRequestPartition
 
-_S0 = _Struct('>i')
+_S0 = _Struct('>h')
+_S1 = _Struct('>i')
 
 def _d_OffsetDeleteRequestPartition_0(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('OffsetDeleteRequest.OffsetDeleteRequestPartition.partition_index', buf, pos, 4)
-    (f_partition_index,) = _S0.unpack_from(buf, pos)
+    (f_partition_index,) = _S1.unpack_from(buf, pos)
     pos += 4
     f_unknown_tags = None
     return OffsetDeleteRequestPartition(f_partition_index, f_unknown_tags), pos
 
 def _d_OffsetDeleteRequestTopic_0(buf, pos):
-    f_name, pos = read_string(buf, pos, 'OffsetDeleteRequest.OffsetDeleteRequestTopic.name')
-    _n, pos = read_array_len(buf, pos, 'OffsetDeleteRequest.OffsetDeleteRequestTopic.partitions', 4)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('OffsetDeleteRequest.OffsetDeleteRequestTopic.name', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='OffsetDeleteRequest.OffsetDeleteRequestTopic.partitions')
+        raise bad_length('OffsetDeleteRequest.OffsetDeleteRequestTopic.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetDeleteRequest.OffsetDeleteRequestTopic.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('OffsetDeleteRequest.OffsetDeleteRequestTopic.partitions', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('OffsetDeleteRequest.OffsetDeleteRequestTopic.partitions', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('OffsetDeleteRequest.OffsetDeleteRequestTopic.partitions', buf, pos, _c, 4)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_OffsetDeleteRequestPartition_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return OffsetDeleteRequestTopic(f_name, f_partitions, f_unknown_tags), pos
 
 def _d_OffsetDeleteRequest_0(buf, pos):
-    f_group_id, pos = read_string(buf, pos, 'OffsetDeleteRequest.group_id')
-    _n, pos = read_array_len(buf, pos, 'OffsetDeleteRequest.topics', 6)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('OffsetDeleteRequest.group_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='OffsetDeleteRequest.topics')
+        raise bad_length('OffsetDeleteRequest.group_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetDeleteRequest.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('OffsetDeleteRequest.topics', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('OffsetDeleteRequest.topics', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('OffsetDeleteRequest.topics', buf, pos, _c, 6)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_OffsetDeleteRequestTopic_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return OffsetDeleteRequest(f_group_id, f_topics, f_unknown_tags), pos
 
 def _e_OffsetDeleteRequestPartition_0(o, out, chunks):
-    out += _S0.pack(o.partition_index)
+    out += _S1.pack(o.partition_index)
 
 def _e_OffsetDeleteRequestTopic_0(o, out, chunks):
-    write_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('OffsetDeleteRequest.OffsetDeleteRequestTopic.name', _n)
+    out += _S0.pack(_n)
+    out += _b
     _a = o.partitions
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_OffsetDeleteRequestPartition_0(_e, out, chunks)
 
 def _e_OffsetDeleteRequest_0(o, out, chunks):
-    write_string(out, o.group_id)
+    _b = o.group_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('OffsetDeleteRequest.group_id', _n)
+    out += _S0.pack(_n)
+    out += _b
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_OffsetDeleteRequestTopic_0(_e, out, chunks)
 

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -39,59 +51,92 @@ OffsetDeleteResponse.OffsetDeleteResponseTopic = OffsetDeleteResponseTopic
 OffsetDeleteResponse.OffsetDeleteResponsePartition = OffsetDeleteResponsePartition
 
 _S0 = _Struct('>hi')
-_S1 = _Struct('>ih')
+_S1 = _Struct('>i')
+_S2 = _Struct('>h')
+_S3 = _Struct('>ih')
 
 def _d_OffsetDeleteResponsePartition_0(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('OffsetDeleteResponse.OffsetDeleteResponsePartition.partition_index', buf, pos, 6)
-    f_partition_index, f_error_code = _S1.unpack_from(buf, pos)
+    f_partition_index, f_error_code = _S3.unpack_from(buf, pos)
     pos += 6
     f_unknown_tags = None
     return OffsetDeleteResponsePartition(f_partition_index, f_error_code, f_unknown_tags), pos
 
 def _d_OffsetDeleteResponseTopic_0(buf, pos):
-    f_name, pos = read_string(buf, pos, 'OffsetDeleteResponse.OffsetDeleteResponseTopic.name')
-    _n, pos = read_array_len(buf, pos, 'OffsetDeleteResponse.OffsetDeleteResponseTopic.partitions', 6)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('OffsetDeleteResponse.OffsetDeleteResponseTopic.name', buf, pos, 2)
+    (_n,) = _S2.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='OffsetDeleteResponse.OffsetDeleteResponseTopic.partitions')
+        raise bad_length('OffsetDeleteResponse.OffsetDeleteResponseTopic.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetDeleteResponse.OffsetDeleteResponseTopic.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('OffsetDeleteResponse.OffsetDeleteResponseTopic.partitions', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('OffsetDeleteResponse.OffsetDeleteResponseTopic.partitions', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('OffsetDeleteResponse.OffsetDeleteResponseTopic.partitions', buf, pos, _c, 6)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_OffsetDeleteResponsePartition_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return OffsetDeleteResponseTopic(f_name, f_partitions, f_unknown_tags), pos
 
 def _d_OffsetDeleteResponse_0(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('OffsetDeleteResponse.error_code', buf, pos, 6)
     f_error_code, f_throttle_time_ms = _S0.unpack_from(buf, pos)
     pos += 6
-    _n, pos = read_array_len(buf, pos, 'OffsetDeleteResponse.topics', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='OffsetDeleteResponse.topics')
+    if pos + 4 > _l:
+        raise truncated('OffsetDeleteResponse.topics', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('OffsetDeleteResponse.topics', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('OffsetDeleteResponse.topics', buf, pos, _c, 6)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_OffsetDeleteResponseTopic_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return OffsetDeleteResponse(f_error_code, f_throttle_time_ms, f_topics, f_unknown_tags), pos
 
 def _e_OffsetDeleteResponsePartition_0(o, out, chunks):
-    out += _S1.pack(o.partition_index, o.error_code)
+    out += _S3.pack(o.partition_index, o.error_code)
 
 def _e_OffsetDeleteResponseTopic_0(o, out, chunks):
-    write_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('OffsetDeleteResponse.OffsetDeleteResponseTopic.name', _n)
+    out += _S2.pack(_n)
+    out += _b
     _a = o.partitions
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_OffsetDeleteResponsePartition_0(_e, out, chunks)
 
 def _e_OffsetDeleteResponse_0(o, out, chunks):
     out += _S0.pack(o.error_code, o.throttle_time_ms)
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_OffsetDeleteResponseTopic_0(_e, out, chunks)
 

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -50,55 +62,133 @@ OffsetFetchRequest.OffsetFetchRequestTopic = OffsetFetchRequestTopic
 OffsetFetchRequest.OffsetFetchRequestGroup = OffsetFetchRequestGroup
 OffsetFetchRequest.OffsetFetchRequestTopics = OffsetFetchRequestTopics
 
-_S0 = _Struct('>?')
+_S0 = _Struct('>h')
 _S1 = _Struct('>i')
+_S2 = _Struct('>?')
+_A_i = ARRAY_STRUCTS['i']
 
 def _d_OffsetFetchRequestTopic_0(buf, pos):
-    f_name, pos = read_string(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestTopic.name')
-    _n, pos = read_array_len(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestTopic.partition_indexes', 4)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('OffsetFetchRequest.OffsetFetchRequestTopic.name', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='OffsetFetchRequest.OffsetFetchRequestTopic.partition_indexes')
+        raise bad_length('OffsetFetchRequest.OffsetFetchRequestTopic.name', _n)
     else:
-        f_partition_indexes = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetFetchRequest.OffsetFetchRequestTopic.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('OffsetFetchRequest.OffsetFetchRequestTopic.partition_indexes', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('OffsetFetchRequest.OffsetFetchRequestTopic.partition_indexes', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('OffsetFetchRequest.OffsetFetchRequestTopic.partition_indexes', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_partition_indexes = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
     f_unknown_tags = None
     return OffsetFetchRequestTopic(f_name, f_partition_indexes, f_unknown_tags), pos
 
 def _d_OffsetFetchRequest_0(buf, pos):
-    f_group_id, pos = read_string(buf, pos, 'OffsetFetchRequest.group_id')
-    _n, pos = read_array_len(buf, pos, 'OffsetFetchRequest.topics', 6)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('OffsetFetchRequest.group_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='OffsetFetchRequest.topics')
+        raise bad_length('OffsetFetchRequest.group_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetFetchRequest.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('OffsetFetchRequest.topics', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('OffsetFetchRequest.topics', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('OffsetFetchRequest.topics', buf, pos, _c, 6)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_OffsetFetchRequestTopic_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return OffsetFetchRequest(f_group_id, f_topics, [], False, f_unknown_tags), pos
 
 def _d_OffsetFetchRequest_2(buf, pos):
-    f_group_id, pos = read_string(buf, pos, 'OffsetFetchRequest.group_id')
-    _n, pos = read_array_len(buf, pos, 'OffsetFetchRequest.topics', 6)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('OffsetFetchRequest.group_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
+        raise bad_length('OffsetFetchRequest.group_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetFetchRequest.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('OffsetFetchRequest.topics', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        if _c != -1:
+            raise bad_length('OffsetFetchRequest.topics', _c)
         f_topics = None
+    elif _c * 6 > _l - pos:
+        raise overrun('OffsetFetchRequest.topics', buf, pos, _c, 6)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_OffsetFetchRequestTopic_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return OffsetFetchRequest(f_group_id, f_topics, [], False, f_unknown_tags), pos
 
 def _d_OffsetFetchRequestTopic_6(buf, pos):
-    f_name, pos = read_compact_string(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestTopic.name')
-    _n, pos = read_compact_array_len(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestTopic.partition_indexes', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='OffsetFetchRequest.OffsetFetchRequestTopic.partition_indexes')
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
     else:
-        f_partition_indexes = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    if pos < len(buf) and buf[pos] == 0:
+        _n, pos = read_uvarint(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestTopic.name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('OffsetFetchRequest.OffsetFetchRequestTopic.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetFetchRequest.OffsetFetchRequestTopic.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestTopic.partition_indexes')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('OffsetFetchRequest.OffsetFetchRequestTopic.partition_indexes', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('OffsetFetchRequest.OffsetFetchRequestTopic.partition_indexes', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_partition_indexes = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -111,16 +201,39 @@ def _d_OffsetFetchRequestTopic_6(buf, pos):
     return OffsetFetchRequestTopic(f_name, f_partition_indexes, f_unknown_tags), pos
 
 def _d_OffsetFetchRequest_6(buf, pos):
-    f_group_id, pos = read_compact_string(buf, pos, 'OffsetFetchRequest.group_id')
-    _n, pos = read_compact_array_len(buf, pos, 'OffsetFetchRequest.topics', 3)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'OffsetFetchRequest.group_id')
+        _n -= 1
     if _n < 0:
+        raise bad_length('OffsetFetchRequest.group_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetFetchRequest.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'OffsetFetchRequest.topics')
+        _c -= 1
+    if _c < 0:
+        if _c != -1:
+            raise bad_length('OffsetFetchRequest.topics', _c)
         f_topics = None
+    elif _c * 3 > _l - pos:
+        raise overrun('OffsetFetchRequest.topics', buf, pos, _c, 3)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_OffsetFetchRequestTopic_6(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -133,20 +246,43 @@ def _d_OffsetFetchRequest_6(buf, pos):
     return OffsetFetchRequest(f_group_id, f_topics, [], False, f_unknown_tags), pos
 
 def _d_OffsetFetchRequest_7(buf, pos):
-    f_group_id, pos = read_compact_string(buf, pos, 'OffsetFetchRequest.group_id')
-    _n, pos = read_compact_array_len(buf, pos, 'OffsetFetchRequest.topics', 3)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'OffsetFetchRequest.group_id')
+        _n -= 1
     if _n < 0:
+        raise bad_length('OffsetFetchRequest.group_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetFetchRequest.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'OffsetFetchRequest.topics')
+        _c -= 1
+    if _c < 0:
+        if _c != -1:
+            raise bad_length('OffsetFetchRequest.topics', _c)
         f_topics = None
+    elif _c * 3 > _l - pos:
+        raise overrun('OffsetFetchRequest.topics', buf, pos, _c, 3)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_OffsetFetchRequestTopic_6(buf, pos)
             _lst.append(_e)
-    if pos + 1 > len(buf):
+    if pos + 1 > _l:
         raise truncated('OffsetFetchRequest.require_stable', buf, pos, 1)
-    (f_require_stable,) = _S0.unpack_from(buf, pos)
+    (f_require_stable,) = _S2.unpack_from(buf, pos)
     pos += 1
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -159,14 +295,36 @@ def _d_OffsetFetchRequest_7(buf, pos):
     return OffsetFetchRequest(f_group_id, f_topics, [], f_require_stable, f_unknown_tags), pos
 
 def _d_OffsetFetchRequestTopics_8(buf, pos):
-    f_name, pos = read_compact_string(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestTopics.name')
-    _n, pos = read_compact_array_len(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestTopics.partition_indexes', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='OffsetFetchRequest.OffsetFetchRequestTopics.partition_indexes')
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
     else:
-        f_partition_indexes = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    if pos < len(buf) and buf[pos] == 0:
+        _n, pos = read_uvarint(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestTopics.name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('OffsetFetchRequest.OffsetFetchRequestTopics.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetFetchRequest.OffsetFetchRequestTopics.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestTopics.partition_indexes')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('OffsetFetchRequest.OffsetFetchRequestTopics.partition_indexes', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('OffsetFetchRequest.OffsetFetchRequestTopics.partition_indexes', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_partition_indexes = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -179,16 +337,39 @@ def _d_OffsetFetchRequestTopics_8(buf, pos):
     return OffsetFetchRequestTopics(f_name, f_partition_indexes, f_unknown_tags), pos
 
 def _d_OffsetFetchRequestGroup_8(buf, pos):
-    f_group_id, pos = read_compact_string(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestGroup.group_id')
-    _n, pos = read_compact_array_len(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestGroup.topics', 3)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestGroup.group_id')
+        _n -= 1
     if _n < 0:
+        raise bad_length('OffsetFetchRequest.OffsetFetchRequestGroup.group_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetFetchRequest.OffsetFetchRequestGroup.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestGroup.topics')
+        _c -= 1
+    if _c < 0:
+        if _c != -1:
+            raise bad_length('OffsetFetchRequest.OffsetFetchRequestGroup.topics', _c)
         f_topics = None
+    elif _c * 3 > _l - pos:
+        raise overrun('OffsetFetchRequest.OffsetFetchRequestGroup.topics', buf, pos, _c, 3)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_OffsetFetchRequestTopics_8(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -201,19 +382,27 @@ def _d_OffsetFetchRequestGroup_8(buf, pos):
     return OffsetFetchRequestGroup(f_group_id, None, -1, f_topics, f_unknown_tags), pos
 
 def _d_OffsetFetchRequest_8(buf, pos):
-    _n, pos = read_compact_array_len(buf, pos, 'OffsetFetchRequest.groups', 3)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='OffsetFetchRequest.groups')
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'OffsetFetchRequest.groups')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('OffsetFetchRequest.groups', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('OffsetFetchRequest.groups', buf, pos, _c, 3)
     else:
         f_groups = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_OffsetFetchRequestGroup_8(buf, pos)
             _lst.append(_e)
-    if pos + 1 > len(buf):
+    if pos + 1 > _l:
         raise truncated('OffsetFetchRequest.require_stable', buf, pos, 1)
-    (f_require_stable,) = _S0.unpack_from(buf, pos)
+    (f_require_stable,) = _S2.unpack_from(buf, pos)
     pos += 1
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -226,21 +415,59 @@ def _d_OffsetFetchRequest_8(buf, pos):
     return OffsetFetchRequest('', [], f_groups, f_require_stable, f_unknown_tags), pos
 
 def _d_OffsetFetchRequestGroup_9(buf, pos):
-    f_group_id, pos = read_compact_string(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestGroup.group_id')
-    f_member_id, pos = read_compact_nullable_string(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestGroup.member_id')
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestGroup.group_id')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('OffsetFetchRequest.OffsetFetchRequestGroup.group_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetFetchRequest.OffsetFetchRequestGroup.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestGroup.member_id')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('OffsetFetchRequest.OffsetFetchRequestGroup.member_id', _n)
+        f_member_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetFetchRequest.OffsetFetchRequestGroup.member_id', buf, pos, _n, 1)
+        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('OffsetFetchRequest.OffsetFetchRequestGroup.member_epoch', buf, pos, 4)
     (f_member_epoch,) = _S1.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestGroup.topics', 3)
-    if _n < 0:
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestGroup.topics')
+        _c -= 1
+    if _c < 0:
+        if _c != -1:
+            raise bad_length('OffsetFetchRequest.OffsetFetchRequestGroup.topics', _c)
         f_topics = None
+    elif _c * 3 > _l - pos:
+        raise overrun('OffsetFetchRequest.OffsetFetchRequestGroup.topics', buf, pos, _c, 3)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_OffsetFetchRequestTopics_8(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -253,19 +480,27 @@ def _d_OffsetFetchRequestGroup_9(buf, pos):
     return OffsetFetchRequestGroup(f_group_id, f_member_id, f_member_epoch, f_topics, f_unknown_tags), pos
 
 def _d_OffsetFetchRequest_9(buf, pos):
-    _n, pos = read_compact_array_len(buf, pos, 'OffsetFetchRequest.groups', 8)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='OffsetFetchRequest.groups')
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'OffsetFetchRequest.groups')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('OffsetFetchRequest.groups', _c)
+    elif _c * 8 > _l - pos:
+        raise overrun('OffsetFetchRequest.groups', buf, pos, _c, 8)
     else:
         f_groups = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_OffsetFetchRequestGroup_9(buf, pos)
             _lst.append(_e)
-    if pos + 1 > len(buf):
+    if pos + 1 > _l:
         raise truncated('OffsetFetchRequest.require_stable', buf, pos, 1)
-    (f_require_stable,) = _S0.unpack_from(buf, pos)
+    (f_require_stable,) = _S2.unpack_from(buf, pos)
     pos += 1
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -278,45 +513,89 @@ def _d_OffsetFetchRequest_9(buf, pos):
     return OffsetFetchRequest('', [], f_groups, f_require_stable, f_unknown_tags), pos
 
 def _e_OffsetFetchRequestTopic_0(o, out, chunks):
-    write_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('OffsetFetchRequest.OffsetFetchRequestTopic.name', _n)
+    out += _S0.pack(_n)
+    out += _b
     _a = o.partition_indexes
-    write_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    out += _S1.pack(_c)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
 
 def _e_OffsetFetchRequest_0(o, out, chunks):
-    write_string(out, o.group_id)
+    _b = o.group_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('OffsetFetchRequest.group_id', _n)
+    out += _S0.pack(_n)
+    out += _b
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_OffsetFetchRequestTopic_0(_e, out, chunks)
 
 def _e_OffsetFetchRequest_2(o, out, chunks):
-    write_string(out, o.group_id)
+    _b = o.group_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('OffsetFetchRequest.group_id', _n)
+    out += _S0.pack(_n)
+    out += _b
     _a = o.topics
     if _a is None:
         out += b'\xff\xff\xff\xff'
     else:
-        write_array_len(out, len(_a))
+        _c = len(_a)
+        out += _S1.pack(_c)
         for _e in _a:
             _e_OffsetFetchRequestTopic_0(_e, out, chunks)
 
 def _e_OffsetFetchRequestTopic_6(o, out, chunks):
-    write_compact_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('OffsetFetchRequest.OffsetFetchRequestTopic.name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.partition_indexes
-    write_compact_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_OffsetFetchRequest_6(o, out, chunks):
-    write_compact_string(out, o.group_id)
+    _b = o.group_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('OffsetFetchRequest.group_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.topics
     if _a is None:
         out.append(0)
     else:
-        write_compact_array_len(out, len(_a))
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
         for _e in _a:
             _e_OffsetFetchRequestTopic_6(_e, out, chunks)
     if o.unknown_tags is None:
@@ -325,15 +604,76 @@ def _e_OffsetFetchRequest_6(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_OffsetFetchRequest_7(o, out, chunks):
-    write_compact_string(out, o.group_id)
+    _b = o.group_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('OffsetFetchRequest.group_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.topics
     if _a is None:
         out.append(0)
     else:
-        write_compact_array_len(out, len(_a))
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
         for _e in _a:
             _e_OffsetFetchRequestTopic_6(_e, out, chunks)
-    out += _S0.pack(o.require_stable)
+    out += _S2.pack(o.require_stable)
+    if o.unknown_tags is None:
+        out.append(0)
+    else:
+        write_tags(out, o.unknown_tags)
+
+def _e_OffsetFetchRequestTopics_8(o, out, chunks):
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('OffsetFetchRequest.OffsetFetchRequestTopics.name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _a = o.partition_indexes
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
+    if o.unknown_tags is None:
+        out.append(0)
+    else:
+        write_tags(out, o.unknown_tags)
+
+def _e_OffsetFetchRequestGroup_8(o, out, chunks):
+    _b = o.group_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('OffsetFetchRequest.OffsetFetchRequestGroup.group_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _a = o.topics
+    if _a is None:
+        out.append(0)
+    else:
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        for _e in _a:
+            _e_OffsetFetchRequestTopics_8(_e, out, chunks)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -341,26 +681,53 @@ def _e_OffsetFetchRequest_7(o, out, chunks):
 
 def _e_OffsetFetchRequest_8(o, out, chunks):
     _a = o.groups
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
-        _e_OffsetFetchRequest_6(_e, out, chunks)
-    out += _S0.pack(o.require_stable)
+        _e_OffsetFetchRequestGroup_8(_e, out, chunks)
+    out += _S2.pack(o.require_stable)
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_OffsetFetchRequestGroup_9(o, out, chunks):
-    write_compact_string(out, o.group_id)
-    write_compact_nullable_string(out, o.member_id)
+    _b = o.group_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('OffsetFetchRequest.OffsetFetchRequestGroup.group_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    if o.member_id is None:
+        out.append(0)
+    else:
+        _b = o.member_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('OffsetFetchRequest.OffsetFetchRequestGroup.member_id', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     out += _S1.pack(o.member_epoch)
     _a = o.topics
     if _a is None:
         out.append(0)
     else:
-        write_compact_array_len(out, len(_a))
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
         for _e in _a:
-            _e_OffsetFetchRequestTopic_6(_e, out, chunks)
+            _e_OffsetFetchRequestTopics_8(_e, out, chunks)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -368,10 +735,14 @@ def _e_OffsetFetchRequestGroup_9(o, out, chunks):
 
 def _e_OffsetFetchRequest_9(o, out, chunks):
     _a = o.groups
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_OffsetFetchRequestGroup_9(_e, out, chunks)
-    out += _S0.pack(o.require_stable)
+    out += _S2.pack(o.require_stable)
     if o.unknown_tags is None:
         out.append(0)
     else:

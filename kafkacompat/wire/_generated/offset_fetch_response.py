@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -89,18 +101,32 @@ OffsetFetchResponse.OffsetFetchResponseGroup = OffsetFetchResponseGroup
 OffsetFetchResponse.OffsetFetchResponseTopics = OffsetFetchResponseTopics
 OffsetFetchResponse.OffsetFetchResponsePartitions = OffsetFetchResponsePartitions
 
-_S0 = _Struct('>iq')
+_S0 = _Struct('>i')
 _S1 = _Struct('>h')
-_S2 = _Struct('>i')
+_S2 = _Struct('>iq')
 _S3 = _Struct('>iqi')
 
 def _d_OffsetFetchResponsePartition_0(buf, pos):
-    if pos + 12 > len(buf):
+    _l = len(buf)
+    if pos + 12 > _l:
         raise truncated('OffsetFetchResponse.OffsetFetchResponsePartition.partition_index', buf, pos, 12)
-    f_partition_index, f_committed_offset = _S0.unpack_from(buf, pos)
+    f_partition_index, f_committed_offset = _S2.unpack_from(buf, pos)
     pos += 12
-    f_metadata, pos = read_nullable_string(buf, pos, 'OffsetFetchResponse.OffsetFetchResponsePartition.metadata')
-    if pos + 2 > len(buf):
+    if pos + 2 > _l:
+        raise truncated('OffsetFetchResponse.OffsetFetchResponsePartition.metadata', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('OffsetFetchResponse.OffsetFetchResponsePartition.metadata', _n)
+        f_metadata = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetFetchResponse.OffsetFetchResponsePartition.metadata', buf, pos, _n, 1)
+        f_metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
         raise truncated('OffsetFetchResponse.OffsetFetchResponsePartition.error_code', buf, pos, 2)
     (f_error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
@@ -108,40 +134,69 @@ def _d_OffsetFetchResponsePartition_0(buf, pos):
     return OffsetFetchResponsePartition(f_partition_index, f_committed_offset, -1, f_metadata, f_error_code, f_unknown_tags), pos
 
 def _d_OffsetFetchResponseTopic_0(buf, pos):
-    f_name, pos = read_string(buf, pos, 'OffsetFetchResponse.OffsetFetchResponseTopic.name')
-    _n, pos = read_array_len(buf, pos, 'OffsetFetchResponse.OffsetFetchResponseTopic.partitions', 16)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('OffsetFetchResponse.OffsetFetchResponseTopic.name', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='OffsetFetchResponse.OffsetFetchResponseTopic.partitions')
+        raise bad_length('OffsetFetchResponse.OffsetFetchResponseTopic.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetFetchResponse.OffsetFetchResponseTopic.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('OffsetFetchResponse.OffsetFetchResponseTopic.partitions', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('OffsetFetchResponse.OffsetFetchResponseTopic.partitions', _c)
+    elif _c * 16 > _l - pos:
+        raise overrun('OffsetFetchResponse.OffsetFetchResponseTopic.partitions', buf, pos, _c, 16)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_OffsetFetchResponsePartition_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return OffsetFetchResponseTopic(f_name, f_partitions, f_unknown_tags), pos
 
 def _d_OffsetFetchResponse_0(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'OffsetFetchResponse.topics', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='OffsetFetchResponse.topics')
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('OffsetFetchResponse.topics', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('OffsetFetchResponse.topics', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('OffsetFetchResponse.topics', buf, pos, _c, 6)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_OffsetFetchResponseTopic_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return OffsetFetchResponse(0, f_topics, 0, [], f_unknown_tags), pos
 
 def _d_OffsetFetchResponse_2(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'OffsetFetchResponse.topics', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='OffsetFetchResponse.topics')
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('OffsetFetchResponse.topics', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('OffsetFetchResponse.topics', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('OffsetFetchResponse.topics', buf, pos, _c, 6)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_OffsetFetchResponseTopic_0(buf, pos)
             _lst.append(_e)
-    if pos + 2 > len(buf):
+    if pos + 2 > _l:
         raise truncated('OffsetFetchResponse.error_code', buf, pos, 2)
     (f_error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
@@ -149,19 +204,25 @@ def _d_OffsetFetchResponse_2(buf, pos):
     return OffsetFetchResponse(0, f_topics, f_error_code, [], f_unknown_tags), pos
 
 def _d_OffsetFetchResponse_3(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('OffsetFetchResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S2.unpack_from(buf, pos)
+    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_array_len(buf, pos, 'OffsetFetchResponse.topics', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='OffsetFetchResponse.topics')
+    if pos + 4 > _l:
+        raise truncated('OffsetFetchResponse.topics', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('OffsetFetchResponse.topics', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('OffsetFetchResponse.topics', buf, pos, _c, 6)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_OffsetFetchResponseTopic_0(buf, pos)
             _lst.append(_e)
-    if pos + 2 > len(buf):
+    if pos + 2 > _l:
         raise truncated('OffsetFetchResponse.error_code', buf, pos, 2)
     (f_error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
@@ -169,12 +230,26 @@ def _d_OffsetFetchResponse_3(buf, pos):
     return OffsetFetchResponse(f_throttle_time_ms, f_topics, f_error_code, [], f_unknown_tags), pos
 
 def _d_OffsetFetchResponsePartition_5(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('OffsetFetchResponse.OffsetFetchResponsePartition.partition_index', buf, pos, 16)
     f_partition_index, f_committed_offset, f_committed_leader_epoch = _S3.unpack_from(buf, pos)
     pos += 16
-    f_metadata, pos = read_nullable_string(buf, pos, 'OffsetFetchResponse.OffsetFetchResponsePartition.metadata')
-    if pos + 2 > len(buf):
+    if pos + 2 > _l:
+        raise truncated('OffsetFetchResponse.OffsetFetchResponsePartition.metadata', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('OffsetFetchResponse.OffsetFetchResponsePartition.metadata', _n)
+        f_metadata = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetFetchResponse.OffsetFetchResponsePartition.metadata', buf, pos, _n, 1)
+        f_metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
         raise truncated('OffsetFetchResponse.OffsetFetchResponsePartition.error_code', buf, pos, 2)
     (f_error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
@@ -182,32 +257,55 @@ def _d_OffsetFetchResponsePartition_5(buf, pos):
     return OffsetFetchResponsePartition(f_partition_index, f_committed_offset, f_committed_leader_epoch, f_metadata, f_error_code, f_unknown_tags), pos
 
 def _d_OffsetFetchResponseTopic_5(buf, pos):
-    f_name, pos = read_string(buf, pos, 'OffsetFetchResponse.OffsetFetchResponseTopic.name')
-    _n, pos = read_array_len(buf, pos, 'OffsetFetchResponse.OffsetFetchResponseTopic.partitions', 20)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('OffsetFetchResponse.OffsetFetchResponseTopic.name', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='OffsetFetchResponse.OffsetFetchResponseTopic.partitions')
+        raise bad_length('OffsetFetchResponse.OffsetFetchResponseTopic.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetFetchResponse.OffsetFetchResponseTopic.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('OffsetFetchResponse.OffsetFetchResponseTopic.partitions', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('OffsetFetchResponse.OffsetFetchResponseTopic.partitions', _c)
+    elif _c * 20 > _l - pos:
+        raise overrun('OffsetFetchResponse.OffsetFetchResponseTopic.partitions', buf, pos, _c, 20)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_OffsetFetchResponsePartition_5(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return OffsetFetchResponseTopic(f_name, f_partitions, f_unknown_tags), pos
 
 def _d_OffsetFetchResponse_5(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('OffsetFetchResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S2.unpack_from(buf, pos)
+    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_array_len(buf, pos, 'OffsetFetchResponse.topics', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='OffsetFetchResponse.topics')
+    if pos + 4 > _l:
+        raise truncated('OffsetFetchResponse.topics', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('OffsetFetchResponse.topics', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('OffsetFetchResponse.topics', buf, pos, _c, 6)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_OffsetFetchResponseTopic_5(buf, pos)
             _lst.append(_e)
-    if pos + 2 > len(buf):
+    if pos + 2 > _l:
         raise truncated('OffsetFetchResponse.error_code', buf, pos, 2)
     (f_error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
@@ -215,16 +313,32 @@ def _d_OffsetFetchResponse_5(buf, pos):
     return OffsetFetchResponse(f_throttle_time_ms, f_topics, f_error_code, [], f_unknown_tags), pos
 
 def _d_OffsetFetchResponsePartition_6(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('OffsetFetchResponse.OffsetFetchResponsePartition.partition_index', buf, pos, 16)
     f_partition_index, f_committed_offset, f_committed_leader_epoch = _S3.unpack_from(buf, pos)
     pos += 16
-    f_metadata, pos = read_compact_nullable_string(buf, pos, 'OffsetFetchResponse.OffsetFetchResponsePartition.metadata')
-    if pos + 2 > len(buf):
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'OffsetFetchResponse.OffsetFetchResponsePartition.metadata')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('OffsetFetchResponse.OffsetFetchResponsePartition.metadata', _n)
+        f_metadata = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetFetchResponse.OffsetFetchResponsePartition.metadata', buf, pos, _n, 1)
+        f_metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
         raise truncated('OffsetFetchResponse.OffsetFetchResponsePartition.error_code', buf, pos, 2)
     (f_error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -237,16 +351,37 @@ def _d_OffsetFetchResponsePartition_6(buf, pos):
     return OffsetFetchResponsePartition(f_partition_index, f_committed_offset, f_committed_leader_epoch, f_metadata, f_error_code, f_unknown_tags), pos
 
 def _d_OffsetFetchResponseTopic_6(buf, pos):
-    f_name, pos = read_compact_string(buf, pos, 'OffsetFetchResponse.OffsetFetchResponseTopic.name')
-    _n, pos = read_compact_array_len(buf, pos, 'OffsetFetchResponse.OffsetFetchResponseTopic.partitions', 20)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'OffsetFetchResponse.OffsetFetchResponseTopic.name')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='OffsetFetchResponse.OffsetFetchResponseTopic.partitions')
+        raise bad_length('OffsetFetchResponse.OffsetFetchResponseTopic.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetFetchResponse.OffsetFetchResponseTopic.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'OffsetFetchResponse.OffsetFetchResponseTopic.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('OffsetFetchResponse.OffsetFetchResponseTopic.partitions', _c)
+    elif _c * 20 > _l - pos:
+        raise overrun('OffsetFetchResponse.OffsetFetchResponseTopic.partitions', buf, pos, _c, 20)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_OffsetFetchResponsePartition_6(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -259,23 +394,31 @@ def _d_OffsetFetchResponseTopic_6(buf, pos):
     return OffsetFetchResponseTopic(f_name, f_partitions, f_unknown_tags), pos
 
 def _d_OffsetFetchResponse_6(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('OffsetFetchResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S2.unpack_from(buf, pos)
+    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'OffsetFetchResponse.topics', 3)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='OffsetFetchResponse.topics')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'OffsetFetchResponse.topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('OffsetFetchResponse.topics', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('OffsetFetchResponse.topics', buf, pos, _c, 3)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_OffsetFetchResponseTopic_6(buf, pos)
             _lst.append(_e)
-    if pos + 2 > len(buf):
+    if pos + 2 > _l:
         raise truncated('OffsetFetchResponse.error_code', buf, pos, 2)
     (f_error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -288,16 +431,32 @@ def _d_OffsetFetchResponse_6(buf, pos):
     return OffsetFetchResponse(f_throttle_time_ms, f_topics, f_error_code, [], f_unknown_tags), pos
 
 def _d_OffsetFetchResponsePartitions_8(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('OffsetFetchResponse.OffsetFetchResponsePartitions.partition_index', buf, pos, 16)
     f_partition_index, f_committed_offset, f_committed_leader_epoch = _S3.unpack_from(buf, pos)
     pos += 16
-    f_metadata, pos = read_compact_nullable_string(buf, pos, 'OffsetFetchResponse.OffsetFetchResponsePartitions.metadata')
-    if pos + 2 > len(buf):
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'OffsetFetchResponse.OffsetFetchResponsePartitions.metadata')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('OffsetFetchResponse.OffsetFetchResponsePartitions.metadata', _n)
+        f_metadata = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetFetchResponse.OffsetFetchResponsePartitions.metadata', buf, pos, _n, 1)
+        f_metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
         raise truncated('OffsetFetchResponse.OffsetFetchResponsePartitions.error_code', buf, pos, 2)
     (f_error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -310,16 +469,37 @@ def _d_OffsetFetchResponsePartitions_8(buf, pos):
     return OffsetFetchResponsePartitions(f_partition_index, f_committed_offset, f_committed_leader_epoch, f_metadata, f_error_code, f_unknown_tags), pos
 
 def _d_OffsetFetchResponseTopics_8(buf, pos):
-    f_name, pos = read_compact_string(buf, pos, 'OffsetFetchResponse.OffsetFetchResponseTopics.name')
-    _n, pos = read_compact_array_len(buf, pos, 'OffsetFetchResponse.OffsetFetchResponseTopics.partitions', 20)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'OffsetFetchResponse.OffsetFetchResponseTopics.name')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='OffsetFetchResponse.OffsetFetchResponseTopics.partitions')
+        raise bad_length('OffsetFetchResponse.OffsetFetchResponseTopics.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetFetchResponse.OffsetFetchResponseTopics.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'OffsetFetchResponse.OffsetFetchResponseTopics.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('OffsetFetchResponse.OffsetFetchResponseTopics.partitions', _c)
+    elif _c * 20 > _l - pos:
+        raise overrun('OffsetFetchResponse.OffsetFetchResponseTopics.partitions', buf, pos, _c, 20)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_OffsetFetchResponsePartitions_8(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -332,20 +512,41 @@ def _d_OffsetFetchResponseTopics_8(buf, pos):
     return OffsetFetchResponseTopics(f_name, f_partitions, f_unknown_tags), pos
 
 def _d_OffsetFetchResponseGroup_8(buf, pos):
-    f_group_id, pos = read_compact_string(buf, pos, 'OffsetFetchResponse.OffsetFetchResponseGroup.group_id')
-    _n, pos = read_compact_array_len(buf, pos, 'OffsetFetchResponse.OffsetFetchResponseGroup.topics', 3)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'OffsetFetchResponse.OffsetFetchResponseGroup.group_id')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='OffsetFetchResponse.OffsetFetchResponseGroup.topics')
+        raise bad_length('OffsetFetchResponse.OffsetFetchResponseGroup.group_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetFetchResponse.OffsetFetchResponseGroup.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'OffsetFetchResponse.OffsetFetchResponseGroup.topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('OffsetFetchResponse.OffsetFetchResponseGroup.topics', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('OffsetFetchResponse.OffsetFetchResponseGroup.topics', buf, pos, _c, 3)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_OffsetFetchResponseTopics_8(buf, pos)
             _lst.append(_e)
-    if pos + 2 > len(buf):
+    if pos + 2 > _l:
         raise truncated('OffsetFetchResponse.OffsetFetchResponseGroup.error_code', buf, pos, 2)
     (f_error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -358,19 +559,27 @@ def _d_OffsetFetchResponseGroup_8(buf, pos):
     return OffsetFetchResponseGroup(f_group_id, f_topics, f_error_code, f_unknown_tags), pos
 
 def _d_OffsetFetchResponse_8(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('OffsetFetchResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S2.unpack_from(buf, pos)
+    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'OffsetFetchResponse.groups', 5)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='OffsetFetchResponse.groups')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'OffsetFetchResponse.groups')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('OffsetFetchResponse.groups', _c)
+    elif _c * 5 > _l - pos:
+        raise overrun('OffsetFetchResponse.groups', buf, pos, _c, 5)
     else:
         f_groups = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_OffsetFetchResponseGroup_8(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -383,61 +592,104 @@ def _d_OffsetFetchResponse_8(buf, pos):
     return OffsetFetchResponse(f_throttle_time_ms, [], 0, f_groups, f_unknown_tags), pos
 
 def _e_OffsetFetchResponsePartition_0(o, out, chunks):
-    out += _S0.pack(o.partition_index, o.committed_offset)
-    write_nullable_string(out, o.metadata)
+    out += _S2.pack(o.partition_index, o.committed_offset)
+    if o.metadata is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.metadata.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('OffsetFetchResponse.OffsetFetchResponsePartition.metadata', _n)
+        out += _S1.pack(_n)
+        out += _b
     out += _S1.pack(o.error_code)
 
 def _e_OffsetFetchResponseTopic_0(o, out, chunks):
-    write_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('OffsetFetchResponse.OffsetFetchResponseTopic.name', _n)
+    out += _S1.pack(_n)
+    out += _b
     _a = o.partitions
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_OffsetFetchResponsePartition_0(_e, out, chunks)
 
 def _e_OffsetFetchResponse_0(o, out, chunks):
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_OffsetFetchResponseTopic_0(_e, out, chunks)
 
 def _e_OffsetFetchResponse_2(o, out, chunks):
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_OffsetFetchResponseTopic_0(_e, out, chunks)
     out += _S1.pack(o.error_code)
 
 def _e_OffsetFetchResponse_3(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_OffsetFetchResponseTopic_0(_e, out, chunks)
     out += _S1.pack(o.error_code)
 
 def _e_OffsetFetchResponsePartition_5(o, out, chunks):
     out += _S3.pack(o.partition_index, o.committed_offset, o.committed_leader_epoch)
-    write_nullable_string(out, o.metadata)
+    if o.metadata is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.metadata.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('OffsetFetchResponse.OffsetFetchResponsePartition.metadata', _n)
+        out += _S1.pack(_n)
+        out += _b
     out += _S1.pack(o.error_code)
 
 def _e_OffsetFetchResponseTopic_5(o, out, chunks):
-    write_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('OffsetFetchResponse.OffsetFetchResponseTopic.name', _n)
+    out += _S1.pack(_n)
+    out += _b
     _a = o.partitions
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_OffsetFetchResponsePartition_5(_e, out, chunks)
 
 def _e_OffsetFetchResponse_5(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_OffsetFetchResponseTopic_5(_e, out, chunks)
     out += _S1.pack(o.error_code)
 
 def _e_OffsetFetchResponsePartition_6(o, out, chunks):
     out += _S3.pack(o.partition_index, o.committed_offset, o.committed_leader_epoch)
-    write_compact_nullable_string(out, o.metadata)
+    if o.metadata is None:
+        out.append(0)
+    else:
+        _b = o.metadata.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('OffsetFetchResponse.OffsetFetchResponsePartition.metadata', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     out += _S1.pack(o.error_code)
     if o.unknown_tags is None:
         out.append(0)
@@ -445,9 +697,21 @@ def _e_OffsetFetchResponsePartition_6(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_OffsetFetchResponseTopic_6(o, out, chunks):
-    write_compact_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('OffsetFetchResponse.OffsetFetchResponseTopic.name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_OffsetFetchResponsePartition_6(_e, out, chunks)
     if o.unknown_tags is None:
@@ -456,9 +720,13 @@ def _e_OffsetFetchResponseTopic_6(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_OffsetFetchResponse_6(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _a = o.topics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_OffsetFetchResponseTopic_6(_e, out, chunks)
     out += _S1.pack(o.error_code)
@@ -467,12 +735,67 @@ def _e_OffsetFetchResponse_6(o, out, chunks):
     else:
         write_tags(out, o.unknown_tags)
 
-def _e_OffsetFetchResponseGroup_8(o, out, chunks):
-    write_compact_string(out, o.group_id)
-    _a = o.topics
-    write_compact_array_len(out, len(_a))
+def _e_OffsetFetchResponsePartitions_8(o, out, chunks):
+    out += _S3.pack(o.partition_index, o.committed_offset, o.committed_leader_epoch)
+    if o.metadata is None:
+        out.append(0)
+    else:
+        _b = o.metadata.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('OffsetFetchResponse.OffsetFetchResponsePartitions.metadata', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+    out += _S1.pack(o.error_code)
+    if o.unknown_tags is None:
+        out.append(0)
+    else:
+        write_tags(out, o.unknown_tags)
+
+def _e_OffsetFetchResponseTopics_8(o, out, chunks):
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('OffsetFetchResponse.OffsetFetchResponseTopics.name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _a = o.partitions
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
-        _e_OffsetFetchResponseTopic_6(_e, out, chunks)
+        _e_OffsetFetchResponsePartitions_8(_e, out, chunks)
+    if o.unknown_tags is None:
+        out.append(0)
+    else:
+        write_tags(out, o.unknown_tags)
+
+def _e_OffsetFetchResponseGroup_8(o, out, chunks):
+    _b = o.group_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('OffsetFetchResponse.OffsetFetchResponseGroup.group_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _a = o.topics
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
+    for _e in _a:
+        _e_OffsetFetchResponseTopics_8(_e, out, chunks)
     out += _S1.pack(o.error_code)
     if o.unknown_tags is None:
         out.append(0)
@@ -480,9 +803,13 @@ def _e_OffsetFetchResponseGroup_8(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_OffsetFetchResponse_8(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _a = o.groups
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_OffsetFetchResponseGroup_8(_e, out, chunks)
     if o.unknown_tags is None:

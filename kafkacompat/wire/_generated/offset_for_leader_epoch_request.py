@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -38,98 +50,154 @@ class OffsetForLeaderEpochRequest(Struct):
 OffsetForLeaderEpochRequest.OffsetForLeaderTopic = OffsetForLeaderTopic
 OffsetForLeaderEpochRequest.OffsetForLeaderPartition = OffsetForLeaderPartition
 
-_S0 = _Struct('>ii')
-_S1 = _Struct('>iii')
-_S2 = _Struct('>i')
+_S0 = _Struct('>i')
+_S1 = _Struct('>h')
+_S2 = _Struct('>ii')
+_S3 = _Struct('>iii')
 
 def _d_OffsetForLeaderPartition_0(buf, pos):
-    if pos + 8 > len(buf):
+    _l = len(buf)
+    if pos + 8 > _l:
         raise truncated('OffsetForLeaderEpochRequest.OffsetForLeaderPartition.partition', buf, pos, 8)
-    f_partition, f_leader_epoch = _S0.unpack_from(buf, pos)
+    f_partition, f_leader_epoch = _S2.unpack_from(buf, pos)
     pos += 8
     f_unknown_tags = None
     return OffsetForLeaderPartition(f_partition, -1, f_leader_epoch, f_unknown_tags), pos
 
 def _d_OffsetForLeaderTopic_0(buf, pos):
-    f_topic, pos = read_string(buf, pos, 'OffsetForLeaderEpochRequest.OffsetForLeaderTopic.topic')
-    _n, pos = read_array_len(buf, pos, 'OffsetForLeaderEpochRequest.OffsetForLeaderTopic.partitions', 8)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('OffsetForLeaderEpochRequest.OffsetForLeaderTopic.topic', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='OffsetForLeaderEpochRequest.OffsetForLeaderTopic.partitions')
+        raise bad_length('OffsetForLeaderEpochRequest.OffsetForLeaderTopic.topic', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetForLeaderEpochRequest.OffsetForLeaderTopic.topic', buf, pos, _n, 1)
+        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('OffsetForLeaderEpochRequest.OffsetForLeaderTopic.partitions', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('OffsetForLeaderEpochRequest.OffsetForLeaderTopic.partitions', _c)
+    elif _c * 8 > _l - pos:
+        raise overrun('OffsetForLeaderEpochRequest.OffsetForLeaderTopic.partitions', buf, pos, _c, 8)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_OffsetForLeaderPartition_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return OffsetForLeaderTopic(f_topic, f_partitions, f_unknown_tags), pos
 
 def _d_OffsetForLeaderEpochRequest_0(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'OffsetForLeaderEpochRequest.topics', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='OffsetForLeaderEpochRequest.topics')
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('OffsetForLeaderEpochRequest.topics', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('OffsetForLeaderEpochRequest.topics', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('OffsetForLeaderEpochRequest.topics', buf, pos, _c, 6)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_OffsetForLeaderTopic_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return OffsetForLeaderEpochRequest(-2, f_topics, f_unknown_tags), pos
 
 def _d_OffsetForLeaderPartition_2(buf, pos):
-    if pos + 12 > len(buf):
+    _l = len(buf)
+    if pos + 12 > _l:
         raise truncated('OffsetForLeaderEpochRequest.OffsetForLeaderPartition.partition', buf, pos, 12)
-    f_partition, f_current_leader_epoch, f_leader_epoch = _S1.unpack_from(buf, pos)
+    f_partition, f_current_leader_epoch, f_leader_epoch = _S3.unpack_from(buf, pos)
     pos += 12
     f_unknown_tags = None
     return OffsetForLeaderPartition(f_partition, f_current_leader_epoch, f_leader_epoch, f_unknown_tags), pos
 
 def _d_OffsetForLeaderTopic_2(buf, pos):
-    f_topic, pos = read_string(buf, pos, 'OffsetForLeaderEpochRequest.OffsetForLeaderTopic.topic')
-    _n, pos = read_array_len(buf, pos, 'OffsetForLeaderEpochRequest.OffsetForLeaderTopic.partitions', 12)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('OffsetForLeaderEpochRequest.OffsetForLeaderTopic.topic', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='OffsetForLeaderEpochRequest.OffsetForLeaderTopic.partitions')
+        raise bad_length('OffsetForLeaderEpochRequest.OffsetForLeaderTopic.topic', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetForLeaderEpochRequest.OffsetForLeaderTopic.topic', buf, pos, _n, 1)
+        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('OffsetForLeaderEpochRequest.OffsetForLeaderTopic.partitions', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('OffsetForLeaderEpochRequest.OffsetForLeaderTopic.partitions', _c)
+    elif _c * 12 > _l - pos:
+        raise overrun('OffsetForLeaderEpochRequest.OffsetForLeaderTopic.partitions', buf, pos, _c, 12)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_OffsetForLeaderPartition_2(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return OffsetForLeaderTopic(f_topic, f_partitions, f_unknown_tags), pos
 
 def _d_OffsetForLeaderEpochRequest_2(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'OffsetForLeaderEpochRequest.topics', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='OffsetForLeaderEpochRequest.topics')
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('OffsetForLeaderEpochRequest.topics', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('OffsetForLeaderEpochRequest.topics', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('OffsetForLeaderEpochRequest.topics', buf, pos, _c, 6)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_OffsetForLeaderTopic_2(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return OffsetForLeaderEpochRequest(-2, f_topics, f_unknown_tags), pos
 
 def _d_OffsetForLeaderEpochRequest_3(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('OffsetForLeaderEpochRequest.replica_id', buf, pos, 4)
-    (f_replica_id,) = _S2.unpack_from(buf, pos)
+    (f_replica_id,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_array_len(buf, pos, 'OffsetForLeaderEpochRequest.topics', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='OffsetForLeaderEpochRequest.topics')
+    if pos + 4 > _l:
+        raise truncated('OffsetForLeaderEpochRequest.topics', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('OffsetForLeaderEpochRequest.topics', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('OffsetForLeaderEpochRequest.topics', buf, pos, _c, 6)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_OffsetForLeaderTopic_2(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return OffsetForLeaderEpochRequest(f_replica_id, f_topics, f_unknown_tags), pos
 
 def _d_OffsetForLeaderPartition_4(buf, pos):
-    if pos + 12 > len(buf):
+    _l = len(buf)
+    if pos + 12 > _l:
         raise truncated('OffsetForLeaderEpochRequest.OffsetForLeaderPartition.partition', buf, pos, 12)
-    f_partition, f_current_leader_epoch, f_leader_epoch = _S1.unpack_from(buf, pos)
+    f_partition, f_current_leader_epoch, f_leader_epoch = _S3.unpack_from(buf, pos)
     pos += 12
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -142,16 +210,37 @@ def _d_OffsetForLeaderPartition_4(buf, pos):
     return OffsetForLeaderPartition(f_partition, f_current_leader_epoch, f_leader_epoch, f_unknown_tags), pos
 
 def _d_OffsetForLeaderTopic_4(buf, pos):
-    f_topic, pos = read_compact_string(buf, pos, 'OffsetForLeaderEpochRequest.OffsetForLeaderTopic.topic')
-    _n, pos = read_compact_array_len(buf, pos, 'OffsetForLeaderEpochRequest.OffsetForLeaderTopic.partitions', 13)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'OffsetForLeaderEpochRequest.OffsetForLeaderTopic.topic')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='OffsetForLeaderEpochRequest.OffsetForLeaderTopic.partitions')
+        raise bad_length('OffsetForLeaderEpochRequest.OffsetForLeaderTopic.topic', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetForLeaderEpochRequest.OffsetForLeaderTopic.topic', buf, pos, _n, 1)
+        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'OffsetForLeaderEpochRequest.OffsetForLeaderTopic.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('OffsetForLeaderEpochRequest.OffsetForLeaderTopic.partitions', _c)
+    elif _c * 13 > _l - pos:
+        raise overrun('OffsetForLeaderEpochRequest.OffsetForLeaderTopic.partitions', buf, pos, _c, 13)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_OffsetForLeaderPartition_4(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -164,19 +253,27 @@ def _d_OffsetForLeaderTopic_4(buf, pos):
     return OffsetForLeaderTopic(f_topic, f_partitions, f_unknown_tags), pos
 
 def _d_OffsetForLeaderEpochRequest_4(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('OffsetForLeaderEpochRequest.replica_id', buf, pos, 4)
-    (f_replica_id,) = _S2.unpack_from(buf, pos)
+    (f_replica_id,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'OffsetForLeaderEpochRequest.topics', 3)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='OffsetForLeaderEpochRequest.topics')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'OffsetForLeaderEpochRequest.topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('OffsetForLeaderEpochRequest.topics', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('OffsetForLeaderEpochRequest.topics', buf, pos, _c, 3)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_OffsetForLeaderTopic_4(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -189,55 +286,82 @@ def _d_OffsetForLeaderEpochRequest_4(buf, pos):
     return OffsetForLeaderEpochRequest(f_replica_id, f_topics, f_unknown_tags), pos
 
 def _e_OffsetForLeaderPartition_0(o, out, chunks):
-    out += _S0.pack(o.partition, o.leader_epoch)
+    out += _S2.pack(o.partition, o.leader_epoch)
 
 def _e_OffsetForLeaderTopic_0(o, out, chunks):
-    write_string(out, o.topic)
+    _b = o.topic.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('OffsetForLeaderEpochRequest.OffsetForLeaderTopic.topic', _n)
+    out += _S1.pack(_n)
+    out += _b
     _a = o.partitions
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_OffsetForLeaderPartition_0(_e, out, chunks)
 
 def _e_OffsetForLeaderEpochRequest_0(o, out, chunks):
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_OffsetForLeaderTopic_0(_e, out, chunks)
 
 def _e_OffsetForLeaderPartition_2(o, out, chunks):
-    out += _S1.pack(o.partition, o.current_leader_epoch, o.leader_epoch)
+    out += _S3.pack(o.partition, o.current_leader_epoch, o.leader_epoch)
 
 def _e_OffsetForLeaderTopic_2(o, out, chunks):
-    write_string(out, o.topic)
+    _b = o.topic.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('OffsetForLeaderEpochRequest.OffsetForLeaderTopic.topic', _n)
+    out += _S1.pack(_n)
+    out += _b
     _a = o.partitions
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_OffsetForLeaderPartition_2(_e, out, chunks)
 
 def _e_OffsetForLeaderEpochRequest_2(o, out, chunks):
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_OffsetForLeaderTopic_2(_e, out, chunks)
 
 def _e_OffsetForLeaderEpochRequest_3(o, out, chunks):
-    out += _S2.pack(o.replica_id)
+    out += _S0.pack(o.replica_id)
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_OffsetForLeaderTopic_2(_e, out, chunks)
 
 def _e_OffsetForLeaderPartition_4(o, out, chunks):
-    out += _S1.pack(o.partition, o.current_leader_epoch, o.leader_epoch)
+    out += _S3.pack(o.partition, o.current_leader_epoch, o.leader_epoch)
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_OffsetForLeaderTopic_4(o, out, chunks):
-    write_compact_string(out, o.topic)
+    _b = o.topic.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('OffsetForLeaderEpochRequest.OffsetForLeaderTopic.topic', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_OffsetForLeaderPartition_4(_e, out, chunks)
     if o.unknown_tags is None:
@@ -246,9 +370,13 @@ def _e_OffsetForLeaderTopic_4(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_OffsetForLeaderEpochRequest_4(o, out, chunks):
-    out += _S2.pack(o.replica_id)
+    out += _S0.pack(o.replica_id)
     _a = o.topics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_OffsetForLeaderTopic_4(_e, out, chunks)
     if o.unknown_tags is None:

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -39,98 +51,154 @@ class OffsetForLeaderEpochResponse(Struct):
 OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult = OffsetForLeaderTopicResult
 OffsetForLeaderEpochResponse.EpochEndOffset = EpochEndOffset
 
-_S0 = _Struct('>hiq')
-_S1 = _Struct('>hiiq')
-_S2 = _Struct('>i')
+_S0 = _Struct('>i')
+_S1 = _Struct('>h')
+_S2 = _Struct('>hiq')
+_S3 = _Struct('>hiiq')
 
 def _d_EpochEndOffset_0(buf, pos):
-    if pos + 14 > len(buf):
+    _l = len(buf)
+    if pos + 14 > _l:
         raise truncated('OffsetForLeaderEpochResponse.EpochEndOffset.error_code', buf, pos, 14)
-    f_error_code, f_partition, f_end_offset = _S0.unpack_from(buf, pos)
+    f_error_code, f_partition, f_end_offset = _S2.unpack_from(buf, pos)
     pos += 14
     f_unknown_tags = None
     return EpochEndOffset(f_error_code, f_partition, -1, f_end_offset, f_unknown_tags), pos
 
 def _d_OffsetForLeaderTopicResult_0(buf, pos):
-    f_topic, pos = read_string(buf, pos, 'OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.topic')
-    _n, pos = read_array_len(buf, pos, 'OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.partitions', 14)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.topic', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.partitions')
+        raise bad_length('OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.topic', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.topic', buf, pos, _n, 1)
+        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.partitions', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.partitions', _c)
+    elif _c * 14 > _l - pos:
+        raise overrun('OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.partitions', buf, pos, _c, 14)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_EpochEndOffset_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return OffsetForLeaderTopicResult(f_topic, f_partitions, f_unknown_tags), pos
 
 def _d_OffsetForLeaderEpochResponse_0(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'OffsetForLeaderEpochResponse.topics', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='OffsetForLeaderEpochResponse.topics')
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('OffsetForLeaderEpochResponse.topics', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('OffsetForLeaderEpochResponse.topics', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('OffsetForLeaderEpochResponse.topics', buf, pos, _c, 6)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_OffsetForLeaderTopicResult_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return OffsetForLeaderEpochResponse(0, f_topics, f_unknown_tags), pos
 
 def _d_EpochEndOffset_1(buf, pos):
-    if pos + 18 > len(buf):
+    _l = len(buf)
+    if pos + 18 > _l:
         raise truncated('OffsetForLeaderEpochResponse.EpochEndOffset.error_code', buf, pos, 18)
-    f_error_code, f_partition, f_leader_epoch, f_end_offset = _S1.unpack_from(buf, pos)
+    f_error_code, f_partition, f_leader_epoch, f_end_offset = _S3.unpack_from(buf, pos)
     pos += 18
     f_unknown_tags = None
     return EpochEndOffset(f_error_code, f_partition, f_leader_epoch, f_end_offset, f_unknown_tags), pos
 
 def _d_OffsetForLeaderTopicResult_1(buf, pos):
-    f_topic, pos = read_string(buf, pos, 'OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.topic')
-    _n, pos = read_array_len(buf, pos, 'OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.partitions', 18)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.topic', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.partitions')
+        raise bad_length('OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.topic', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.topic', buf, pos, _n, 1)
+        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.partitions', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.partitions', _c)
+    elif _c * 18 > _l - pos:
+        raise overrun('OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.partitions', buf, pos, _c, 18)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_EpochEndOffset_1(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return OffsetForLeaderTopicResult(f_topic, f_partitions, f_unknown_tags), pos
 
 def _d_OffsetForLeaderEpochResponse_1(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'OffsetForLeaderEpochResponse.topics', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='OffsetForLeaderEpochResponse.topics')
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('OffsetForLeaderEpochResponse.topics', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('OffsetForLeaderEpochResponse.topics', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('OffsetForLeaderEpochResponse.topics', buf, pos, _c, 6)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_OffsetForLeaderTopicResult_1(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return OffsetForLeaderEpochResponse(0, f_topics, f_unknown_tags), pos
 
 def _d_OffsetForLeaderEpochResponse_2(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('OffsetForLeaderEpochResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S2.unpack_from(buf, pos)
+    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_array_len(buf, pos, 'OffsetForLeaderEpochResponse.topics', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='OffsetForLeaderEpochResponse.topics')
+    if pos + 4 > _l:
+        raise truncated('OffsetForLeaderEpochResponse.topics', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('OffsetForLeaderEpochResponse.topics', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('OffsetForLeaderEpochResponse.topics', buf, pos, _c, 6)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_OffsetForLeaderTopicResult_1(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return OffsetForLeaderEpochResponse(f_throttle_time_ms, f_topics, f_unknown_tags), pos
 
 def _d_EpochEndOffset_4(buf, pos):
-    if pos + 18 > len(buf):
+    _l = len(buf)
+    if pos + 18 > _l:
         raise truncated('OffsetForLeaderEpochResponse.EpochEndOffset.error_code', buf, pos, 18)
-    f_error_code, f_partition, f_leader_epoch, f_end_offset = _S1.unpack_from(buf, pos)
+    f_error_code, f_partition, f_leader_epoch, f_end_offset = _S3.unpack_from(buf, pos)
     pos += 18
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -143,16 +211,37 @@ def _d_EpochEndOffset_4(buf, pos):
     return EpochEndOffset(f_error_code, f_partition, f_leader_epoch, f_end_offset, f_unknown_tags), pos
 
 def _d_OffsetForLeaderTopicResult_4(buf, pos):
-    f_topic, pos = read_compact_string(buf, pos, 'OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.topic')
-    _n, pos = read_compact_array_len(buf, pos, 'OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.partitions', 19)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.topic')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.partitions')
+        raise bad_length('OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.topic', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.topic', buf, pos, _n, 1)
+        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.partitions', _c)
+    elif _c * 19 > _l - pos:
+        raise overrun('OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.partitions', buf, pos, _c, 19)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_EpochEndOffset_4(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -165,19 +254,27 @@ def _d_OffsetForLeaderTopicResult_4(buf, pos):
     return OffsetForLeaderTopicResult(f_topic, f_partitions, f_unknown_tags), pos
 
 def _d_OffsetForLeaderEpochResponse_4(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('OffsetForLeaderEpochResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S2.unpack_from(buf, pos)
+    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'OffsetForLeaderEpochResponse.topics', 3)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='OffsetForLeaderEpochResponse.topics')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'OffsetForLeaderEpochResponse.topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('OffsetForLeaderEpochResponse.topics', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('OffsetForLeaderEpochResponse.topics', buf, pos, _c, 3)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_OffsetForLeaderTopicResult_4(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -190,55 +287,82 @@ def _d_OffsetForLeaderEpochResponse_4(buf, pos):
     return OffsetForLeaderEpochResponse(f_throttle_time_ms, f_topics, f_unknown_tags), pos
 
 def _e_EpochEndOffset_0(o, out, chunks):
-    out += _S0.pack(o.error_code, o.partition, o.end_offset)
+    out += _S2.pack(o.error_code, o.partition, o.end_offset)
 
 def _e_OffsetForLeaderTopicResult_0(o, out, chunks):
-    write_string(out, o.topic)
+    _b = o.topic.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.topic', _n)
+    out += _S1.pack(_n)
+    out += _b
     _a = o.partitions
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_EpochEndOffset_0(_e, out, chunks)
 
 def _e_OffsetForLeaderEpochResponse_0(o, out, chunks):
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_OffsetForLeaderTopicResult_0(_e, out, chunks)
 
 def _e_EpochEndOffset_1(o, out, chunks):
-    out += _S1.pack(o.error_code, o.partition, o.leader_epoch, o.end_offset)
+    out += _S3.pack(o.error_code, o.partition, o.leader_epoch, o.end_offset)
 
 def _e_OffsetForLeaderTopicResult_1(o, out, chunks):
-    write_string(out, o.topic)
+    _b = o.topic.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.topic', _n)
+    out += _S1.pack(_n)
+    out += _b
     _a = o.partitions
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_EpochEndOffset_1(_e, out, chunks)
 
 def _e_OffsetForLeaderEpochResponse_1(o, out, chunks):
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_OffsetForLeaderTopicResult_1(_e, out, chunks)
 
 def _e_OffsetForLeaderEpochResponse_2(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_OffsetForLeaderTopicResult_1(_e, out, chunks)
 
 def _e_EpochEndOffset_4(o, out, chunks):
-    out += _S1.pack(o.error_code, o.partition, o.leader_epoch, o.end_offset)
+    out += _S3.pack(o.error_code, o.partition, o.leader_epoch, o.end_offset)
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_OffsetForLeaderTopicResult_4(o, out, chunks):
-    write_compact_string(out, o.topic)
+    _b = o.topic.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.topic', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_EpochEndOffset_4(_e, out, chunks)
     if o.unknown_tags is None:
@@ -247,9 +371,13 @@ def _e_OffsetForLeaderTopicResult_4(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_OffsetForLeaderEpochResponse_4(o, out, chunks):
-    out += _S2.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     _a = o.topics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_OffsetForLeaderTopicResult_4(_e, out, chunks)
     if o.unknown_tags is None:

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -41,69 +53,142 @@ ProduceRequest.PartitionProduceData = PartitionProduceData
 
 _S0 = _Struct('>hi')
 _S1 = _Struct('>i')
+_S2 = _Struct('>h')
 
 def _d_PartitionProduceData_0(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('ProduceRequest.PartitionProduceData.index', buf, pos, 4)
     (f_index,) = _S1.unpack_from(buf, pos)
     pos += 4
-    f_records, pos = read_records(buf, pos, 'ProduceRequest.PartitionProduceData.records')
+    if pos + 4 > _l:
+        raise truncated('ProduceRequest.PartitionProduceData.records', buf, pos, 4)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('ProduceRequest.PartitionProduceData.records', _n)
+        f_records = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ProduceRequest.PartitionProduceData.records', buf, pos, _n, 1)
+        f_records = buf[pos:_end]
+        pos = _end
     f_unknown_tags = None
     return PartitionProduceData(f_index, f_records, f_unknown_tags), pos
 
 def _d_TopicProduceData_0(buf, pos):
-    f_name, pos = read_string(buf, pos, 'ProduceRequest.TopicProduceData.name')
-    _n, pos = read_array_len(buf, pos, 'ProduceRequest.TopicProduceData.partition_data', 8)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('ProduceRequest.TopicProduceData.name', buf, pos, 2)
+    (_n,) = _S2.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ProduceRequest.TopicProduceData.partition_data')
+        raise bad_length('ProduceRequest.TopicProduceData.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ProduceRequest.TopicProduceData.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('ProduceRequest.TopicProduceData.partition_data', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('ProduceRequest.TopicProduceData.partition_data', _c)
+    elif _c * 8 > _l - pos:
+        raise overrun('ProduceRequest.TopicProduceData.partition_data', buf, pos, _c, 8)
     else:
         f_partition_data = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_PartitionProduceData_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return TopicProduceData(f_name, f_partition_data, f_unknown_tags), pos
 
 def _d_ProduceRequest_0(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('ProduceRequest.acks', buf, pos, 6)
     f_acks, f_timeout_ms = _S0.unpack_from(buf, pos)
     pos += 6
-    _n, pos = read_array_len(buf, pos, 'ProduceRequest.topic_data', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ProduceRequest.topic_data')
+    if pos + 4 > _l:
+        raise truncated('ProduceRequest.topic_data', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('ProduceRequest.topic_data', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('ProduceRequest.topic_data', buf, pos, _c, 6)
     else:
         f_topic_data = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_TopicProduceData_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return ProduceRequest(None, f_acks, f_timeout_ms, f_topic_data, f_unknown_tags), pos
 
 def _d_ProduceRequest_3(buf, pos):
-    f_transactional_id, pos = read_nullable_string(buf, pos, 'ProduceRequest.transactional_id')
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('ProduceRequest.transactional_id', buf, pos, 2)
+    (_n,) = _S2.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('ProduceRequest.transactional_id', _n)
+        f_transactional_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ProduceRequest.transactional_id', buf, pos, _n, 1)
+        f_transactional_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 6 > _l:
         raise truncated('ProduceRequest.acks', buf, pos, 6)
     f_acks, f_timeout_ms = _S0.unpack_from(buf, pos)
     pos += 6
-    _n, pos = read_array_len(buf, pos, 'ProduceRequest.topic_data', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ProduceRequest.topic_data')
+    if pos + 4 > _l:
+        raise truncated('ProduceRequest.topic_data', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('ProduceRequest.topic_data', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('ProduceRequest.topic_data', buf, pos, _c, 6)
     else:
         f_topic_data = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_TopicProduceData_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return ProduceRequest(f_transactional_id, f_acks, f_timeout_ms, f_topic_data, f_unknown_tags), pos
 
 def _d_PartitionProduceData_9(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('ProduceRequest.PartitionProduceData.index', buf, pos, 4)
     (f_index,) = _S1.unpack_from(buf, pos)
     pos += 4
-    f_records, pos = read_compact_records(buf, pos, 'ProduceRequest.PartitionProduceData.records')
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ProduceRequest.PartitionProduceData.records')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('ProduceRequest.PartitionProduceData.records', _n)
+        f_records = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ProduceRequest.PartitionProduceData.records', buf, pos, _n, 1)
+        f_records = buf[pos:_end]
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -116,16 +201,37 @@ def _d_PartitionProduceData_9(buf, pos):
     return PartitionProduceData(f_index, f_records, f_unknown_tags), pos
 
 def _d_TopicProduceData_9(buf, pos):
-    f_name, pos = read_compact_string(buf, pos, 'ProduceRequest.TopicProduceData.name')
-    _n, pos = read_compact_array_len(buf, pos, 'ProduceRequest.TopicProduceData.partition_data', 6)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ProduceRequest.TopicProduceData.name')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ProduceRequest.TopicProduceData.partition_data')
+        raise bad_length('ProduceRequest.TopicProduceData.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ProduceRequest.TopicProduceData.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ProduceRequest.TopicProduceData.partition_data')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ProduceRequest.TopicProduceData.partition_data', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('ProduceRequest.TopicProduceData.partition_data', buf, pos, _c, 6)
     else:
         f_partition_data = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_PartitionProduceData_9(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -138,20 +244,43 @@ def _d_TopicProduceData_9(buf, pos):
     return TopicProduceData(f_name, f_partition_data, f_unknown_tags), pos
 
 def _d_ProduceRequest_9(buf, pos):
-    f_transactional_id, pos = read_compact_nullable_string(buf, pos, 'ProduceRequest.transactional_id')
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ProduceRequest.transactional_id')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('ProduceRequest.transactional_id', _n)
+        f_transactional_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ProduceRequest.transactional_id', buf, pos, _n, 1)
+        f_transactional_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 6 > _l:
         raise truncated('ProduceRequest.acks', buf, pos, 6)
     f_acks, f_timeout_ms = _S0.unpack_from(buf, pos)
     pos += 6
-    _n, pos = read_compact_array_len(buf, pos, 'ProduceRequest.topic_data', 3)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ProduceRequest.topic_data')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ProduceRequest.topic_data')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ProduceRequest.topic_data', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('ProduceRequest.topic_data', buf, pos, _c, 3)
     else:
         f_topic_data = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_TopicProduceData_9(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -168,24 +297,40 @@ def _e_PartitionProduceData_0(o, out, chunks):
     write_records(out, chunks, o.records)
 
 def _e_TopicProduceData_0(o, out, chunks):
-    write_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ProduceRequest.TopicProduceData.name', _n)
+    out += _S2.pack(_n)
+    out += _b
     _a = o.partition_data
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_PartitionProduceData_0(_e, out, chunks)
 
 def _e_ProduceRequest_0(o, out, chunks):
     out += _S0.pack(o.acks, o.timeout_ms)
     _a = o.topic_data
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_TopicProduceData_0(_e, out, chunks)
 
 def _e_ProduceRequest_3(o, out, chunks):
-    write_nullable_string(out, o.transactional_id)
+    if o.transactional_id is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.transactional_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ProduceRequest.transactional_id', _n)
+        out += _S2.pack(_n)
+        out += _b
     out += _S0.pack(o.acks, o.timeout_ms)
     _a = o.topic_data
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_TopicProduceData_0(_e, out, chunks)
 
@@ -198,9 +343,21 @@ def _e_PartitionProduceData_9(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_TopicProduceData_9(o, out, chunks):
-    write_compact_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ProduceRequest.TopicProduceData.name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.partition_data
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_PartitionProduceData_9(_e, out, chunks)
     if o.unknown_tags is None:
@@ -209,10 +366,25 @@ def _e_TopicProduceData_9(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_ProduceRequest_9(o, out, chunks):
-    write_compact_nullable_string(out, o.transactional_id)
+    if o.transactional_id is None:
+        out.append(0)
+    else:
+        _b = o.transactional_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ProduceRequest.transactional_id', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     out += _S0.pack(o.acks, o.timeout_ms)
     _a = o.topic_data
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_TopicProduceData_9(_e, out, chunks)
     if o.unknown_tags is None:

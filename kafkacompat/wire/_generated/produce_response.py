@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -83,199 +95,349 @@ ProduceResponse.PartitionProduceResponse = PartitionProduceResponse
 ProduceResponse.BatchIndexAndErrorMessage = BatchIndexAndErrorMessage
 ProduceResponse.LeaderIdAndEpoch = LeaderIdAndEpoch
 ProduceResponse.NodeEndpoint = NodeEndpoint
-_DEFAULT_LeaderIdAndEpoch = LeaderIdAndEpoch()
 
-_S0 = _Struct('>ihq')
-_S1 = _Struct('>i')
-_S2 = _Struct('>ihqq')
-_S3 = _Struct('>ihqqq')
-_S4 = _Struct('>ii')
+_S0 = _Struct('>i')
+_S1 = _Struct('>h')
+_S2 = _Struct('>ihq')
+_S3 = _Struct('>ihqq')
+_S4 = _Struct('>ihqqq')
+_S5 = _Struct('>ii')
 
 def _d_PartitionProduceResponse_0(buf, pos):
-    if pos + 14 > len(buf):
+    _l = len(buf)
+    if pos + 14 > _l:
         raise truncated('ProduceResponse.PartitionProduceResponse.index', buf, pos, 14)
-    f_index, f_error_code, f_base_offset = _S0.unpack_from(buf, pos)
+    f_index, f_error_code, f_base_offset = _S2.unpack_from(buf, pos)
     pos += 14
     f_unknown_tags = None
     return PartitionProduceResponse(f_index, f_error_code, f_base_offset, -1, -1, [], None, LeaderIdAndEpoch(), f_unknown_tags), pos
 
 def _d_TopicProduceResponse_0(buf, pos):
-    f_name, pos = read_string(buf, pos, 'ProduceResponse.TopicProduceResponse.name')
-    _n, pos = read_array_len(buf, pos, 'ProduceResponse.TopicProduceResponse.partition_responses', 14)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('ProduceResponse.TopicProduceResponse.name', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ProduceResponse.TopicProduceResponse.partition_responses')
+        raise bad_length('ProduceResponse.TopicProduceResponse.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ProduceResponse.TopicProduceResponse.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('ProduceResponse.TopicProduceResponse.partition_responses', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('ProduceResponse.TopicProduceResponse.partition_responses', _c)
+    elif _c * 14 > _l - pos:
+        raise overrun('ProduceResponse.TopicProduceResponse.partition_responses', buf, pos, _c, 14)
     else:
         f_partition_responses = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_PartitionProduceResponse_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return TopicProduceResponse(f_name, f_partition_responses, f_unknown_tags), pos
 
 def _d_ProduceResponse_0(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'ProduceResponse.responses', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ProduceResponse.responses')
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('ProduceResponse.responses', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('ProduceResponse.responses', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('ProduceResponse.responses', buf, pos, _c, 6)
     else:
         f_responses = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_TopicProduceResponse_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return ProduceResponse(f_responses, 0, [], f_unknown_tags), pos
 
 def _d_ProduceResponse_1(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'ProduceResponse.responses', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ProduceResponse.responses')
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('ProduceResponse.responses', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('ProduceResponse.responses', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('ProduceResponse.responses', buf, pos, _c, 6)
     else:
         f_responses = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_TopicProduceResponse_0(buf, pos)
             _lst.append(_e)
-    if pos + 4 > len(buf):
+    if pos + 4 > _l:
         raise truncated('ProduceResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S1.unpack_from(buf, pos)
+    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     f_unknown_tags = None
     return ProduceResponse(f_responses, f_throttle_time_ms, [], f_unknown_tags), pos
 
 def _d_PartitionProduceResponse_2(buf, pos):
-    if pos + 22 > len(buf):
+    _l = len(buf)
+    if pos + 22 > _l:
         raise truncated('ProduceResponse.PartitionProduceResponse.index', buf, pos, 22)
-    f_index, f_error_code, f_base_offset, f_log_append_time_ms = _S2.unpack_from(buf, pos)
+    f_index, f_error_code, f_base_offset, f_log_append_time_ms = _S3.unpack_from(buf, pos)
     pos += 22
     f_unknown_tags = None
     return PartitionProduceResponse(f_index, f_error_code, f_base_offset, f_log_append_time_ms, -1, [], None, LeaderIdAndEpoch(), f_unknown_tags), pos
 
 def _d_TopicProduceResponse_2(buf, pos):
-    f_name, pos = read_string(buf, pos, 'ProduceResponse.TopicProduceResponse.name')
-    _n, pos = read_array_len(buf, pos, 'ProduceResponse.TopicProduceResponse.partition_responses', 22)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('ProduceResponse.TopicProduceResponse.name', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ProduceResponse.TopicProduceResponse.partition_responses')
+        raise bad_length('ProduceResponse.TopicProduceResponse.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ProduceResponse.TopicProduceResponse.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('ProduceResponse.TopicProduceResponse.partition_responses', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('ProduceResponse.TopicProduceResponse.partition_responses', _c)
+    elif _c * 22 > _l - pos:
+        raise overrun('ProduceResponse.TopicProduceResponse.partition_responses', buf, pos, _c, 22)
     else:
         f_partition_responses = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_PartitionProduceResponse_2(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return TopicProduceResponse(f_name, f_partition_responses, f_unknown_tags), pos
 
 def _d_ProduceResponse_2(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'ProduceResponse.responses', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ProduceResponse.responses')
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('ProduceResponse.responses', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('ProduceResponse.responses', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('ProduceResponse.responses', buf, pos, _c, 6)
     else:
         f_responses = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_TopicProduceResponse_2(buf, pos)
             _lst.append(_e)
-    if pos + 4 > len(buf):
+    if pos + 4 > _l:
         raise truncated('ProduceResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S1.unpack_from(buf, pos)
+    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     f_unknown_tags = None
     return ProduceResponse(f_responses, f_throttle_time_ms, [], f_unknown_tags), pos
 
 def _d_PartitionProduceResponse_5(buf, pos):
-    if pos + 30 > len(buf):
+    _l = len(buf)
+    if pos + 30 > _l:
         raise truncated('ProduceResponse.PartitionProduceResponse.index', buf, pos, 30)
-    f_index, f_error_code, f_base_offset, f_log_append_time_ms, f_log_start_offset = _S3.unpack_from(buf, pos)
+    f_index, f_error_code, f_base_offset, f_log_append_time_ms, f_log_start_offset = _S4.unpack_from(buf, pos)
     pos += 30
     f_unknown_tags = None
     return PartitionProduceResponse(f_index, f_error_code, f_base_offset, f_log_append_time_ms, f_log_start_offset, [], None, LeaderIdAndEpoch(), f_unknown_tags), pos
 
 def _d_TopicProduceResponse_5(buf, pos):
-    f_name, pos = read_string(buf, pos, 'ProduceResponse.TopicProduceResponse.name')
-    _n, pos = read_array_len(buf, pos, 'ProduceResponse.TopicProduceResponse.partition_responses', 30)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('ProduceResponse.TopicProduceResponse.name', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ProduceResponse.TopicProduceResponse.partition_responses')
+        raise bad_length('ProduceResponse.TopicProduceResponse.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ProduceResponse.TopicProduceResponse.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('ProduceResponse.TopicProduceResponse.partition_responses', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('ProduceResponse.TopicProduceResponse.partition_responses', _c)
+    elif _c * 30 > _l - pos:
+        raise overrun('ProduceResponse.TopicProduceResponse.partition_responses', buf, pos, _c, 30)
     else:
         f_partition_responses = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_PartitionProduceResponse_5(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return TopicProduceResponse(f_name, f_partition_responses, f_unknown_tags), pos
 
 def _d_ProduceResponse_5(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'ProduceResponse.responses', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ProduceResponse.responses')
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('ProduceResponse.responses', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('ProduceResponse.responses', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('ProduceResponse.responses', buf, pos, _c, 6)
     else:
         f_responses = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_TopicProduceResponse_5(buf, pos)
             _lst.append(_e)
-    if pos + 4 > len(buf):
+    if pos + 4 > _l:
         raise truncated('ProduceResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S1.unpack_from(buf, pos)
+    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     f_unknown_tags = None
     return ProduceResponse(f_responses, f_throttle_time_ms, [], f_unknown_tags), pos
 
 def _d_BatchIndexAndErrorMessage_8(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('ProduceResponse.BatchIndexAndErrorMessage.batch_index', buf, pos, 4)
-    (f_batch_index,) = _S1.unpack_from(buf, pos)
+    (f_batch_index,) = _S0.unpack_from(buf, pos)
     pos += 4
-    f_batch_index_error_message, pos = read_nullable_string(buf, pos, 'ProduceResponse.BatchIndexAndErrorMessage.batch_index_error_message')
+    if pos + 2 > _l:
+        raise truncated('ProduceResponse.BatchIndexAndErrorMessage.batch_index_error_message', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('ProduceResponse.BatchIndexAndErrorMessage.batch_index_error_message', _n)
+        f_batch_index_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ProduceResponse.BatchIndexAndErrorMessage.batch_index_error_message', buf, pos, _n, 1)
+        f_batch_index_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
     f_unknown_tags = None
     return BatchIndexAndErrorMessage(f_batch_index, f_batch_index_error_message, f_unknown_tags), pos
 
 def _d_PartitionProduceResponse_8(buf, pos):
-    if pos + 30 > len(buf):
+    _l = len(buf)
+    if pos + 30 > _l:
         raise truncated('ProduceResponse.PartitionProduceResponse.index', buf, pos, 30)
-    f_index, f_error_code, f_base_offset, f_log_append_time_ms, f_log_start_offset = _S3.unpack_from(buf, pos)
+    f_index, f_error_code, f_base_offset, f_log_append_time_ms, f_log_start_offset = _S4.unpack_from(buf, pos)
     pos += 30
-    _n, pos = read_array_len(buf, pos, 'ProduceResponse.PartitionProduceResponse.record_errors', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ProduceResponse.PartitionProduceResponse.record_errors')
+    if pos + 4 > _l:
+        raise truncated('ProduceResponse.PartitionProduceResponse.record_errors', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('ProduceResponse.PartitionProduceResponse.record_errors', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('ProduceResponse.PartitionProduceResponse.record_errors', buf, pos, _c, 6)
     else:
         f_record_errors = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_BatchIndexAndErrorMessage_8(buf, pos)
             _lst.append(_e)
-    f_error_message, pos = read_nullable_string(buf, pos, 'ProduceResponse.PartitionProduceResponse.error_message')
+    if pos + 2 > _l:
+        raise truncated('ProduceResponse.PartitionProduceResponse.error_message', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('ProduceResponse.PartitionProduceResponse.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ProduceResponse.PartitionProduceResponse.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
     f_unknown_tags = None
     return PartitionProduceResponse(f_index, f_error_code, f_base_offset, f_log_append_time_ms, f_log_start_offset, f_record_errors, f_error_message, LeaderIdAndEpoch(), f_unknown_tags), pos
 
 def _d_TopicProduceResponse_8(buf, pos):
-    f_name, pos = read_string(buf, pos, 'ProduceResponse.TopicProduceResponse.name')
-    _n, pos = read_array_len(buf, pos, 'ProduceResponse.TopicProduceResponse.partition_responses', 36)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('ProduceResponse.TopicProduceResponse.name', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ProduceResponse.TopicProduceResponse.partition_responses')
+        raise bad_length('ProduceResponse.TopicProduceResponse.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ProduceResponse.TopicProduceResponse.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('ProduceResponse.TopicProduceResponse.partition_responses', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('ProduceResponse.TopicProduceResponse.partition_responses', _c)
+    elif _c * 36 > _l - pos:
+        raise overrun('ProduceResponse.TopicProduceResponse.partition_responses', buf, pos, _c, 36)
     else:
         f_partition_responses = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_PartitionProduceResponse_8(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return TopicProduceResponse(f_name, f_partition_responses, f_unknown_tags), pos
 
 def _d_ProduceResponse_8(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'ProduceResponse.responses', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ProduceResponse.responses')
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('ProduceResponse.responses', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('ProduceResponse.responses', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('ProduceResponse.responses', buf, pos, _c, 6)
     else:
         f_responses = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_TopicProduceResponse_8(buf, pos)
             _lst.append(_e)
-    if pos + 4 > len(buf):
+    if pos + 4 > _l:
         raise truncated('ProduceResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S1.unpack_from(buf, pos)
+    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     f_unknown_tags = None
     return ProduceResponse(f_responses, f_throttle_time_ms, [], f_unknown_tags), pos
 
 def _d_BatchIndexAndErrorMessage_9(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('ProduceResponse.BatchIndexAndErrorMessage.batch_index', buf, pos, 4)
-    (f_batch_index,) = _S1.unpack_from(buf, pos)
+    (f_batch_index,) = _S0.unpack_from(buf, pos)
     pos += 4
-    f_batch_index_error_message, pos = read_compact_nullable_string(buf, pos, 'ProduceResponse.BatchIndexAndErrorMessage.batch_index_error_message')
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ProduceResponse.BatchIndexAndErrorMessage.batch_index_error_message')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('ProduceResponse.BatchIndexAndErrorMessage.batch_index_error_message', _n)
+        f_batch_index_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ProduceResponse.BatchIndexAndErrorMessage.batch_index_error_message', buf, pos, _n, 1)
+        f_batch_index_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -288,20 +450,43 @@ def _d_BatchIndexAndErrorMessage_9(buf, pos):
     return BatchIndexAndErrorMessage(f_batch_index, f_batch_index_error_message, f_unknown_tags), pos
 
 def _d_PartitionProduceResponse_9(buf, pos):
-    if pos + 30 > len(buf):
+    _l = len(buf)
+    if pos + 30 > _l:
         raise truncated('ProduceResponse.PartitionProduceResponse.index', buf, pos, 30)
-    f_index, f_error_code, f_base_offset, f_log_append_time_ms, f_log_start_offset = _S3.unpack_from(buf, pos)
+    f_index, f_error_code, f_base_offset, f_log_append_time_ms, f_log_start_offset = _S4.unpack_from(buf, pos)
     pos += 30
-    _n, pos = read_compact_array_len(buf, pos, 'ProduceResponse.PartitionProduceResponse.record_errors', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ProduceResponse.PartitionProduceResponse.record_errors')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ProduceResponse.PartitionProduceResponse.record_errors')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ProduceResponse.PartitionProduceResponse.record_errors', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('ProduceResponse.PartitionProduceResponse.record_errors', buf, pos, _c, 6)
     else:
         f_record_errors = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_BatchIndexAndErrorMessage_9(buf, pos)
             _lst.append(_e)
-    f_error_message, pos = read_compact_nullable_string(buf, pos, 'ProduceResponse.PartitionProduceResponse.error_message')
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ProduceResponse.PartitionProduceResponse.error_message')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('ProduceResponse.PartitionProduceResponse.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ProduceResponse.PartitionProduceResponse.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -314,16 +499,37 @@ def _d_PartitionProduceResponse_9(buf, pos):
     return PartitionProduceResponse(f_index, f_error_code, f_base_offset, f_log_append_time_ms, f_log_start_offset, f_record_errors, f_error_message, LeaderIdAndEpoch(), f_unknown_tags), pos
 
 def _d_TopicProduceResponse_9(buf, pos):
-    f_name, pos = read_compact_string(buf, pos, 'ProduceResponse.TopicProduceResponse.name')
-    _n, pos = read_compact_array_len(buf, pos, 'ProduceResponse.TopicProduceResponse.partition_responses', 33)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ProduceResponse.TopicProduceResponse.name')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ProduceResponse.TopicProduceResponse.partition_responses')
+        raise bad_length('ProduceResponse.TopicProduceResponse.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ProduceResponse.TopicProduceResponse.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ProduceResponse.TopicProduceResponse.partition_responses')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ProduceResponse.TopicProduceResponse.partition_responses', _c)
+    elif _c * 33 > _l - pos:
+        raise overrun('ProduceResponse.TopicProduceResponse.partition_responses', buf, pos, _c, 33)
     else:
         f_partition_responses = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_PartitionProduceResponse_9(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -336,19 +542,27 @@ def _d_TopicProduceResponse_9(buf, pos):
     return TopicProduceResponse(f_name, f_partition_responses, f_unknown_tags), pos
 
 def _d_ProduceResponse_9(buf, pos):
-    _n, pos = read_compact_array_len(buf, pos, 'ProduceResponse.responses', 3)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ProduceResponse.responses')
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ProduceResponse.responses')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ProduceResponse.responses', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('ProduceResponse.responses', buf, pos, _c, 3)
     else:
         f_responses = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_TopicProduceResponse_9(buf, pos)
             _lst.append(_e)
-    if pos + 4 > len(buf):
+    if pos + 4 > _l:
         raise truncated('ProduceResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S1.unpack_from(buf, pos)
+    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -361,11 +575,12 @@ def _d_ProduceResponse_9(buf, pos):
     return ProduceResponse(f_responses, f_throttle_time_ms, [], f_unknown_tags), pos
 
 def _d_LeaderIdAndEpoch_10(buf, pos):
-    if pos + 8 > len(buf):
+    _l = len(buf)
+    if pos + 8 > _l:
         raise truncated('ProduceResponse.LeaderIdAndEpoch.leader_id', buf, pos, 8)
-    f_leader_id, f_leader_epoch = _S4.unpack_from(buf, pos)
+    f_leader_id, f_leader_epoch = _S5.unpack_from(buf, pos)
     pos += 8
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -378,21 +593,44 @@ def _d_LeaderIdAndEpoch_10(buf, pos):
     return LeaderIdAndEpoch(f_leader_id, f_leader_epoch, f_unknown_tags), pos
 
 def _d_PartitionProduceResponse_10(buf, pos):
-    if pos + 30 > len(buf):
+    _l = len(buf)
+    if pos + 30 > _l:
         raise truncated('ProduceResponse.PartitionProduceResponse.index', buf, pos, 30)
-    f_index, f_error_code, f_base_offset, f_log_append_time_ms, f_log_start_offset = _S3.unpack_from(buf, pos)
+    f_index, f_error_code, f_base_offset, f_log_append_time_ms, f_log_start_offset = _S4.unpack_from(buf, pos)
     pos += 30
-    _n, pos = read_compact_array_len(buf, pos, 'ProduceResponse.PartitionProduceResponse.record_errors', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ProduceResponse.PartitionProduceResponse.record_errors')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ProduceResponse.PartitionProduceResponse.record_errors')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ProduceResponse.PartitionProduceResponse.record_errors', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('ProduceResponse.PartitionProduceResponse.record_errors', buf, pos, _c, 6)
     else:
         f_record_errors = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_BatchIndexAndErrorMessage_9(buf, pos)
             _lst.append(_e)
-    f_error_message, pos = read_compact_nullable_string(buf, pos, 'ProduceResponse.PartitionProduceResponse.error_message')
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ProduceResponse.PartitionProduceResponse.error_message')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('ProduceResponse.PartitionProduceResponse.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ProduceResponse.PartitionProduceResponse.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
     f_current_leader = LeaderIdAndEpoch()
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -412,16 +650,37 @@ def _d_PartitionProduceResponse_10(buf, pos):
     return PartitionProduceResponse(f_index, f_error_code, f_base_offset, f_log_append_time_ms, f_log_start_offset, f_record_errors, f_error_message, f_current_leader, f_unknown_tags), pos
 
 def _d_TopicProduceResponse_10(buf, pos):
-    f_name, pos = read_compact_string(buf, pos, 'ProduceResponse.TopicProduceResponse.name')
-    _n, pos = read_compact_array_len(buf, pos, 'ProduceResponse.TopicProduceResponse.partition_responses', 33)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ProduceResponse.TopicProduceResponse.name')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ProduceResponse.TopicProduceResponse.partition_responses')
+        raise bad_length('ProduceResponse.TopicProduceResponse.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ProduceResponse.TopicProduceResponse.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ProduceResponse.TopicProduceResponse.partition_responses')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ProduceResponse.TopicProduceResponse.partition_responses', _c)
+    elif _c * 33 > _l - pos:
+        raise overrun('ProduceResponse.TopicProduceResponse.partition_responses', buf, pos, _c, 33)
     else:
         f_partition_responses = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_PartitionProduceResponse_10(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -434,17 +693,46 @@ def _d_TopicProduceResponse_10(buf, pos):
     return TopicProduceResponse(f_name, f_partition_responses, f_unknown_tags), pos
 
 def _d_NodeEndpoint_10(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('ProduceResponse.NodeEndpoint.node_id', buf, pos, 4)
-    (f_node_id,) = _S1.unpack_from(buf, pos)
+    (f_node_id,) = _S0.unpack_from(buf, pos)
     pos += 4
-    f_host, pos = read_compact_string(buf, pos, 'ProduceResponse.NodeEndpoint.host')
-    if pos + 4 > len(buf):
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ProduceResponse.NodeEndpoint.host')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('ProduceResponse.NodeEndpoint.host', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ProduceResponse.NodeEndpoint.host', buf, pos, _n, 1)
+        f_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('ProduceResponse.NodeEndpoint.port', buf, pos, 4)
-    (f_port,) = _S1.unpack_from(buf, pos)
+    (f_port,) = _S0.unpack_from(buf, pos)
     pos += 4
-    f_rack, pos = read_compact_nullable_string(buf, pos, 'ProduceResponse.NodeEndpoint.rack')
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ProduceResponse.NodeEndpoint.rack')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('ProduceResponse.NodeEndpoint.rack', _n)
+        f_rack = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ProduceResponse.NodeEndpoint.rack', buf, pos, _n, 1)
+        f_rack = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -457,20 +745,28 @@ def _d_NodeEndpoint_10(buf, pos):
     return NodeEndpoint(f_node_id, f_host, f_port, f_rack, f_unknown_tags), pos
 
 def _d_ProduceResponse_10(buf, pos):
-    _n, pos = read_compact_array_len(buf, pos, 'ProduceResponse.responses', 3)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ProduceResponse.responses')
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ProduceResponse.responses')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ProduceResponse.responses', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('ProduceResponse.responses', buf, pos, _c, 3)
     else:
         f_responses = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_TopicProduceResponse_10(buf, pos)
             _lst.append(_e)
-    if pos + 4 > len(buf):
+    if pos + 4 > _l:
         raise truncated('ProduceResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S1.unpack_from(buf, pos)
+    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     f_node_endpoints = []
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -480,12 +776,19 @@ def _d_ProduceResponse_10(buf, pos):
             if _tag == 0:
                 _sub = buf[:_end]
                 _p = _start
-                _n, _p = read_compact_array_len(_sub, _p, 'ProduceResponse.node_endpoints', 11)
-                if _n < 0:
-                    raise DecodeError('null array where none is allowed', field='ProduceResponse.node_endpoints')
+                if _p < len(_sub) and _sub[_p] < 0x80:
+                    _c = _sub[_p] - 1
+                    _p += 1
+                else:
+                    _c, _p = read_uvarint(_sub, _p, 'ProduceResponse.node_endpoints')
+                    _c -= 1
+                if _c < 0:
+                    raise bad_length('ProduceResponse.node_endpoints', _c)
+                elif _c * 11 > len(_sub) - _p:
+                    raise overrun('ProduceResponse.node_endpoints', _sub, _p, _c, 11)
                 else:
                     f_node_endpoints = _lst = []
-                    for _ in range(_n):
+                    for _ in range(_c):
                         _e, _p = _d_NodeEndpoint_10(_sub, _p)
                         _lst.append(_e)
                 if _p != _end:
@@ -497,112 +800,196 @@ def _d_ProduceResponse_10(buf, pos):
     return ProduceResponse(f_responses, f_throttle_time_ms, f_node_endpoints, f_unknown_tags), pos
 
 def _e_PartitionProduceResponse_0(o, out, chunks):
-    out += _S0.pack(o.index, o.error_code, o.base_offset)
+    out += _S2.pack(o.index, o.error_code, o.base_offset)
 
 def _e_TopicProduceResponse_0(o, out, chunks):
-    write_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ProduceResponse.TopicProduceResponse.name', _n)
+    out += _S1.pack(_n)
+    out += _b
     _a = o.partition_responses
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_PartitionProduceResponse_0(_e, out, chunks)
 
 def _e_ProduceResponse_0(o, out, chunks):
     _a = o.responses
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_TopicProduceResponse_0(_e, out, chunks)
 
 def _e_ProduceResponse_1(o, out, chunks):
     _a = o.responses
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_TopicProduceResponse_0(_e, out, chunks)
-    out += _S1.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
 
 def _e_PartitionProduceResponse_2(o, out, chunks):
-    out += _S2.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms)
+    out += _S3.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms)
 
 def _e_TopicProduceResponse_2(o, out, chunks):
-    write_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ProduceResponse.TopicProduceResponse.name', _n)
+    out += _S1.pack(_n)
+    out += _b
     _a = o.partition_responses
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_PartitionProduceResponse_2(_e, out, chunks)
 
 def _e_ProduceResponse_2(o, out, chunks):
     _a = o.responses
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_TopicProduceResponse_2(_e, out, chunks)
-    out += _S1.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
 
 def _e_PartitionProduceResponse_5(o, out, chunks):
-    out += _S3.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset)
+    out += _S4.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset)
 
 def _e_TopicProduceResponse_5(o, out, chunks):
-    write_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ProduceResponse.TopicProduceResponse.name', _n)
+    out += _S1.pack(_n)
+    out += _b
     _a = o.partition_responses
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_PartitionProduceResponse_5(_e, out, chunks)
 
 def _e_ProduceResponse_5(o, out, chunks):
     _a = o.responses
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_TopicProduceResponse_5(_e, out, chunks)
-    out += _S1.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
 
 def _e_BatchIndexAndErrorMessage_8(o, out, chunks):
-    out += _S1.pack(o.batch_index)
-    write_nullable_string(out, o.batch_index_error_message)
+    out += _S0.pack(o.batch_index)
+    if o.batch_index_error_message is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.batch_index_error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ProduceResponse.BatchIndexAndErrorMessage.batch_index_error_message', _n)
+        out += _S1.pack(_n)
+        out += _b
 
 def _e_PartitionProduceResponse_8(o, out, chunks):
-    out += _S3.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset)
+    out += _S4.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset)
     _a = o.record_errors
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_BatchIndexAndErrorMessage_8(_e, out, chunks)
-    write_nullable_string(out, o.error_message)
+    if o.error_message is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ProduceResponse.PartitionProduceResponse.error_message', _n)
+        out += _S1.pack(_n)
+        out += _b
 
 def _e_TopicProduceResponse_8(o, out, chunks):
-    write_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ProduceResponse.TopicProduceResponse.name', _n)
+    out += _S1.pack(_n)
+    out += _b
     _a = o.partition_responses
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_PartitionProduceResponse_8(_e, out, chunks)
 
 def _e_ProduceResponse_8(o, out, chunks):
     _a = o.responses
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_TopicProduceResponse_8(_e, out, chunks)
-    out += _S1.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
 
 def _e_BatchIndexAndErrorMessage_9(o, out, chunks):
-    out += _S1.pack(o.batch_index)
-    write_compact_nullable_string(out, o.batch_index_error_message)
+    out += _S0.pack(o.batch_index)
+    if o.batch_index_error_message is None:
+        out.append(0)
+    else:
+        _b = o.batch_index_error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ProduceResponse.BatchIndexAndErrorMessage.batch_index_error_message', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_PartitionProduceResponse_9(o, out, chunks):
-    out += _S3.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset)
+    out += _S4.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset)
     _a = o.record_errors
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_BatchIndexAndErrorMessage_9(_e, out, chunks)
-    write_compact_nullable_string(out, o.error_message)
+    if o.error_message is None:
+        out.append(0)
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ProduceResponse.PartitionProduceResponse.error_message', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_TopicProduceResponse_9(o, out, chunks):
-    write_compact_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ProduceResponse.TopicProduceResponse.name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.partition_responses
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_PartitionProduceResponse_9(_e, out, chunks)
     if o.unknown_tags is None:
@@ -612,43 +999,78 @@ def _e_TopicProduceResponse_9(o, out, chunks):
 
 def _e_ProduceResponse_9(o, out, chunks):
     _a = o.responses
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_TopicProduceResponse_9(_e, out, chunks)
-    out += _S1.pack(o.throttle_time_ms)
+    out += _S0.pack(o.throttle_time_ms)
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_LeaderIdAndEpoch_10(o, out, chunks):
-    out += _S4.pack(o.leader_id, o.leader_epoch)
+    out += _S5.pack(o.leader_id, o.leader_epoch)
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_PartitionProduceResponse_10(o, out, chunks):
-    out += _S3.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset)
+    out += _S4.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset)
     _a = o.record_errors
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_BatchIndexAndErrorMessage_9(_e, out, chunks)
-    write_compact_nullable_string(out, o.error_message)
-    _tags = list(o.unknown_tags) if o.unknown_tags else []
-    if o.current_leader != _DEFAULT_LeaderIdAndEpoch:
+    if o.error_message is None:
+        out.append(0)
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ProduceResponse.PartitionProduceResponse.error_message', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+    _tags = None
+    if o.current_leader is None or not _isdef_LeaderIdAndEpoch(o.current_leader):
         _t = bytearray()
         _e_LeaderIdAndEpoch_10(o.current_leader, _t, chunks)
+        if _tags is None:
+            _tags = []
         _tags.append((0, _t))
-    if _tags:
-        write_tags(out, _tags)
-    else:
+    if o.unknown_tags:
+        _tags = o.unknown_tags if _tags is None else _tags + o.unknown_tags
+    if _tags is None:
         out.append(0)
+    else:
+        write_tags(out, _tags)
 
 def _e_TopicProduceResponse_10(o, out, chunks):
-    write_compact_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ProduceResponse.TopicProduceResponse.name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.partition_responses
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_PartitionProduceResponse_10(_e, out, chunks)
     if o.unknown_tags is None:
@@ -657,10 +1079,29 @@ def _e_TopicProduceResponse_10(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_NodeEndpoint_10(o, out, chunks):
-    out += _S1.pack(o.node_id)
-    write_compact_string(out, o.host)
-    out += _S1.pack(o.port)
-    write_compact_nullable_string(out, o.rack)
+    out += _S0.pack(o.node_id)
+    _b = o.host.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ProduceResponse.NodeEndpoint.host', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    out += _S0.pack(o.port)
+    if o.rack is None:
+        out.append(0)
+    else:
+        _b = o.rack.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ProduceResponse.NodeEndpoint.rack', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -668,22 +1109,41 @@ def _e_NodeEndpoint_10(o, out, chunks):
 
 def _e_ProduceResponse_10(o, out, chunks):
     _a = o.responses
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_TopicProduceResponse_10(_e, out, chunks)
-    out += _S1.pack(o.throttle_time_ms)
-    _tags = list(o.unknown_tags) if o.unknown_tags else []
+    out += _S0.pack(o.throttle_time_ms)
+    _tags = None
     if o.node_endpoints is None or len(o.node_endpoints) > 0:
         _t = bytearray()
         _a = o.node_endpoints
-        write_compact_array_len(_t, len(_a))
+        _c = len(_a)
+        if _c < 127:
+            _t.append(_c + 1)
+        else:
+            write_uvarint(_t, _c + 1)
         for _e in _a:
             _e_NodeEndpoint_10(_e, _t, chunks)
+        if _tags is None:
+            _tags = []
         _tags.append((0, _t))
-    if _tags:
-        write_tags(out, _tags)
-    else:
+    if o.unknown_tags:
+        _tags = o.unknown_tags if _tags is None else _tags + o.unknown_tags
+    if _tags is None:
         out.append(0)
+    else:
+        write_tags(out, _tags)
+
+def _isdef_LeaderIdAndEpoch(o):
+    return (
+        o.leader_id == -1
+        and o.leader_epoch == -1
+        and not o.unknown_tags
+    )
 
 MESSAGE = ProduceResponse
 MIN_VERSION = 0

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -33,13 +45,27 @@ class PushTelemetryRequest(Struct):
 _S0 = _Struct('>16si?b')
 
 def _d_PushTelemetryRequest_0(buf, pos):
-    if pos + 22 > len(buf):
+    _l = len(buf)
+    if pos + 22 > _l:
         raise truncated('PushTelemetryRequest.client_instance_id', buf, pos, 22)
     f_client_instance_id, f_subscription_id, f_terminating, f_compression_type = _S0.unpack_from(buf, pos)
     pos += 22
     f_client_instance_id = _UUID(bytes=f_client_instance_id)
-    f_metrics, pos = read_compact_bytes(buf, pos, 'PushTelemetryRequest.metrics')
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'PushTelemetryRequest.metrics')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('PushTelemetryRequest.metrics', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('PushTelemetryRequest.metrics', buf, pos, _n, 1)
+        f_metrics = bytes(buf[pos:_end])
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -53,7 +79,13 @@ def _d_PushTelemetryRequest_0(buf, pos):
 
 def _e_PushTelemetryRequest_0(o, out, chunks):
     out += _S0.pack(o.client_instance_id.bytes, o.subscription_id, o.terminating, o.compression_type)
-    write_compact_bytes(out, o.metrics)
+    _b = o.metrics
+    _n = len(_b)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:

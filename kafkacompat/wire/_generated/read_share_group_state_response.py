@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -66,11 +78,12 @@ _S2 = _Struct('>iq')
 _S3 = _Struct('>qqbh')
 
 def _d_StateBatch_0(buf, pos):
-    if pos + 19 > len(buf):
+    _l = len(buf)
+    if pos + 19 > _l:
         raise truncated('ReadShareGroupStateResponse.StateBatch.first_offset', buf, pos, 19)
     f_first_offset, f_last_offset, f_delivery_state, f_delivery_count = _S3.unpack_from(buf, pos)
     pos += 19
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -83,24 +96,47 @@ def _d_StateBatch_0(buf, pos):
     return StateBatch(f_first_offset, f_last_offset, f_delivery_state, f_delivery_count, f_unknown_tags), pos
 
 def _d_PartitionResult_0(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('ReadShareGroupStateResponse.PartitionResult.partition', buf, pos, 6)
     f_partition, f_error_code = _S1.unpack_from(buf, pos)
     pos += 6
-    f_error_message, pos = read_compact_nullable_string(buf, pos, 'ReadShareGroupStateResponse.PartitionResult.error_message')
-    if pos + 12 > len(buf):
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ReadShareGroupStateResponse.PartitionResult.error_message')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('ReadShareGroupStateResponse.PartitionResult.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ReadShareGroupStateResponse.PartitionResult.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 12 > _l:
         raise truncated('ReadShareGroupStateResponse.PartitionResult.state_epoch', buf, pos, 12)
     f_state_epoch, f_start_offset = _S2.unpack_from(buf, pos)
     pos += 12
-    _n, pos = read_compact_array_len(buf, pos, 'ReadShareGroupStateResponse.PartitionResult.state_batches', 20)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ReadShareGroupStateResponse.PartitionResult.state_batches')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ReadShareGroupStateResponse.PartitionResult.state_batches')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ReadShareGroupStateResponse.PartitionResult.state_batches', _c)
+    elif _c * 20 > _l - pos:
+        raise overrun('ReadShareGroupStateResponse.PartitionResult.state_batches', buf, pos, _c, 20)
     else:
         f_state_batches = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_StateBatch_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -113,20 +149,28 @@ def _d_PartitionResult_0(buf, pos):
     return PartitionResult(f_partition, f_error_code, f_error_message, f_state_epoch, f_start_offset, f_state_batches, f_unknown_tags), pos
 
 def _d_ReadStateResult_0(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('ReadShareGroupStateResponse.ReadStateResult.topic_id', buf, pos, 16)
     (f_topic_id,) = _S0.unpack_from(buf, pos)
     pos += 16
     f_topic_id = _UUID(bytes=f_topic_id)
-    _n, pos = read_compact_array_len(buf, pos, 'ReadShareGroupStateResponse.ReadStateResult.partitions', 21)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ReadShareGroupStateResponse.ReadStateResult.partitions')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ReadShareGroupStateResponse.ReadStateResult.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ReadShareGroupStateResponse.ReadStateResult.partitions', _c)
+    elif _c * 21 > _l - pos:
+        raise overrun('ReadShareGroupStateResponse.ReadStateResult.partitions', buf, pos, _c, 21)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_PartitionResult_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -139,15 +183,23 @@ def _d_ReadStateResult_0(buf, pos):
     return ReadStateResult(f_topic_id, f_partitions, f_unknown_tags), pos
 
 def _d_ReadShareGroupStateResponse_0(buf, pos):
-    _n, pos = read_compact_array_len(buf, pos, 'ReadShareGroupStateResponse.results', 18)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ReadShareGroupStateResponse.results')
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ReadShareGroupStateResponse.results')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ReadShareGroupStateResponse.results', _c)
+    elif _c * 18 > _l - pos:
+        raise overrun('ReadShareGroupStateResponse.results', buf, pos, _c, 18)
     else:
         f_results = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ReadStateResult_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -168,10 +220,25 @@ def _e_StateBatch_0(o, out, chunks):
 
 def _e_PartitionResult_0(o, out, chunks):
     out += _S1.pack(o.partition, o.error_code)
-    write_compact_nullable_string(out, o.error_message)
+    if o.error_message is None:
+        out.append(0)
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ReadShareGroupStateResponse.PartitionResult.error_message', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     out += _S2.pack(o.state_epoch, o.start_offset)
     _a = o.state_batches
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_StateBatch_0(_e, out, chunks)
     if o.unknown_tags is None:
@@ -182,7 +249,11 @@ def _e_PartitionResult_0(o, out, chunks):
 def _e_ReadStateResult_0(o, out, chunks):
     out += _S0.pack(o.topic_id.bytes)
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_PartitionResult_0(_e, out, chunks)
     if o.unknown_tags is None:
@@ -192,7 +263,11 @@ def _e_ReadStateResult_0(o, out, chunks):
 
 def _e_ReadShareGroupStateResponse_0(o, out, chunks):
     _a = o.results
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_ReadStateResult_0(_e, out, chunks)
     if o.unknown_tags is None:

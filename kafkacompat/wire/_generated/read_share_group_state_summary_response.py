@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -52,16 +64,32 @@ _S1 = _Struct('>ih')
 _S2 = _Struct('>iq')
 
 def _d_PartitionResult_0(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('ReadShareGroupStateSummaryResponse.PartitionResult.partition', buf, pos, 6)
     f_partition, f_error_code = _S1.unpack_from(buf, pos)
     pos += 6
-    f_error_message, pos = read_compact_nullable_string(buf, pos, 'ReadShareGroupStateSummaryResponse.PartitionResult.error_message')
-    if pos + 12 > len(buf):
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ReadShareGroupStateSummaryResponse.PartitionResult.error_message')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('ReadShareGroupStateSummaryResponse.PartitionResult.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ReadShareGroupStateSummaryResponse.PartitionResult.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 12 > _l:
         raise truncated('ReadShareGroupStateSummaryResponse.PartitionResult.state_epoch', buf, pos, 12)
     f_state_epoch, f_start_offset = _S2.unpack_from(buf, pos)
     pos += 12
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -74,20 +102,28 @@ def _d_PartitionResult_0(buf, pos):
     return PartitionResult(f_partition, f_error_code, f_error_message, f_state_epoch, f_start_offset, f_unknown_tags), pos
 
 def _d_ReadStateSummaryResult_0(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('ReadShareGroupStateSummaryResponse.ReadStateSummaryResult.topic_id', buf, pos, 16)
     (f_topic_id,) = _S0.unpack_from(buf, pos)
     pos += 16
     f_topic_id = _UUID(bytes=f_topic_id)
-    _n, pos = read_compact_array_len(buf, pos, 'ReadShareGroupStateSummaryResponse.ReadStateSummaryResult.partitions', 20)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ReadShareGroupStateSummaryResponse.ReadStateSummaryResult.partitions')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ReadShareGroupStateSummaryResponse.ReadStateSummaryResult.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ReadShareGroupStateSummaryResponse.ReadStateSummaryResult.partitions', _c)
+    elif _c * 20 > _l - pos:
+        raise overrun('ReadShareGroupStateSummaryResponse.ReadStateSummaryResult.partitions', buf, pos, _c, 20)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_PartitionResult_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -100,15 +136,23 @@ def _d_ReadStateSummaryResult_0(buf, pos):
     return ReadStateSummaryResult(f_topic_id, f_partitions, f_unknown_tags), pos
 
 def _d_ReadShareGroupStateSummaryResponse_0(buf, pos):
-    _n, pos = read_compact_array_len(buf, pos, 'ReadShareGroupStateSummaryResponse.results', 18)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ReadShareGroupStateSummaryResponse.results')
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ReadShareGroupStateSummaryResponse.results')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ReadShareGroupStateSummaryResponse.results', _c)
+    elif _c * 18 > _l - pos:
+        raise overrun('ReadShareGroupStateSummaryResponse.results', buf, pos, _c, 18)
     else:
         f_results = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ReadStateSummaryResult_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -122,7 +166,18 @@ def _d_ReadShareGroupStateSummaryResponse_0(buf, pos):
 
 def _e_PartitionResult_0(o, out, chunks):
     out += _S1.pack(o.partition, o.error_code)
-    write_compact_nullable_string(out, o.error_message)
+    if o.error_message is None:
+        out.append(0)
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ReadShareGroupStateSummaryResponse.PartitionResult.error_message', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     out += _S2.pack(o.state_epoch, o.start_offset)
     if o.unknown_tags is None:
         out.append(0)
@@ -132,7 +187,11 @@ def _e_PartitionResult_0(o, out, chunks):
 def _e_ReadStateSummaryResult_0(o, out, chunks):
     out += _S0.pack(o.topic_id.bytes)
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_PartitionResult_0(_e, out, chunks)
     if o.unknown_tags is None:
@@ -142,7 +201,11 @@ def _e_ReadStateSummaryResult_0(o, out, chunks):
 
 def _e_ReadShareGroupStateSummaryResponse_0(o, out, chunks):
     _a = o.results
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_ReadStateSummaryResult_0(_e, out, chunks)
     if o.unknown_tags is None:

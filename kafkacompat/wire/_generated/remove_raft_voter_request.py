@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -23,13 +35,29 @@ class RemoveRaftVoterRequest(Struct):
 _S0 = _Struct('>i16s')
 
 def _d_RemoveRaftVoterRequest_0(buf, pos):
-    f_cluster_id, pos = read_compact_nullable_string(buf, pos, 'RemoveRaftVoterRequest.cluster_id')
-    if pos + 20 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'RemoveRaftVoterRequest.cluster_id')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('RemoveRaftVoterRequest.cluster_id', _n)
+        f_cluster_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('RemoveRaftVoterRequest.cluster_id', buf, pos, _n, 1)
+        f_cluster_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 20 > _l:
         raise truncated('RemoveRaftVoterRequest.voter_id', buf, pos, 20)
     f_voter_id, f_voter_directory_id = _S0.unpack_from(buf, pos)
     pos += 20
     f_voter_directory_id = _UUID(bytes=f_voter_directory_id)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -42,7 +70,18 @@ def _d_RemoveRaftVoterRequest_0(buf, pos):
     return RemoveRaftVoterRequest(f_cluster_id, f_voter_id, f_voter_directory_id, f_unknown_tags), pos
 
 def _e_RemoveRaftVoterRequest_0(o, out, chunks):
-    write_compact_nullable_string(out, o.cluster_id)
+    if o.cluster_id is None:
+        out.append(0)
+    else:
+        _b = o.cluster_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('RemoveRaftVoterRequest.cluster_id', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     out += _S0.pack(o.voter_id, o.voter_directory_id.bytes)
     if o.unknown_tags is None:
         out.append(0)

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -19,24 +31,51 @@ class RenewDelegationTokenRequest(Struct):
         self.renew_period_ms = renew_period_ms
         self.unknown_tags = unknown_tags
 
-_S0 = _Struct('>q')
+_S0 = _Struct('>i')
+_S1 = _Struct('>q')
 
 def _d_RenewDelegationTokenRequest_0(buf, pos):
-    f_hmac, pos = read_bytes(buf, pos, 'RenewDelegationTokenRequest.hmac')
-    if pos + 8 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('RenewDelegationTokenRequest.hmac', buf, pos, 4)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _n < 0:
+        raise bad_length('RenewDelegationTokenRequest.hmac', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('RenewDelegationTokenRequest.hmac', buf, pos, _n, 1)
+        f_hmac = bytes(buf[pos:_end])
+        pos = _end
+    if pos + 8 > _l:
         raise truncated('RenewDelegationTokenRequest.renew_period_ms', buf, pos, 8)
-    (f_renew_period_ms,) = _S0.unpack_from(buf, pos)
+    (f_renew_period_ms,) = _S1.unpack_from(buf, pos)
     pos += 8
     f_unknown_tags = None
     return RenewDelegationTokenRequest(f_hmac, f_renew_period_ms, f_unknown_tags), pos
 
 def _d_RenewDelegationTokenRequest_2(buf, pos):
-    f_hmac, pos = read_compact_bytes(buf, pos, 'RenewDelegationTokenRequest.hmac')
-    if pos + 8 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'RenewDelegationTokenRequest.hmac')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('RenewDelegationTokenRequest.hmac', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('RenewDelegationTokenRequest.hmac', buf, pos, _n, 1)
+        f_hmac = bytes(buf[pos:_end])
+        pos = _end
+    if pos + 8 > _l:
         raise truncated('RenewDelegationTokenRequest.renew_period_ms', buf, pos, 8)
-    (f_renew_period_ms,) = _S0.unpack_from(buf, pos)
+    (f_renew_period_ms,) = _S1.unpack_from(buf, pos)
     pos += 8
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -49,12 +88,21 @@ def _d_RenewDelegationTokenRequest_2(buf, pos):
     return RenewDelegationTokenRequest(f_hmac, f_renew_period_ms, f_unknown_tags), pos
 
 def _e_RenewDelegationTokenRequest_0(o, out, chunks):
-    write_bytes(out, o.hmac)
-    out += _S0.pack(o.renew_period_ms)
+    _b = o.hmac
+    _n = len(_b)
+    out += _S0.pack(_n)
+    out += _b
+    out += _S1.pack(o.renew_period_ms)
 
 def _e_RenewDelegationTokenRequest_2(o, out, chunks):
-    write_compact_bytes(out, o.hmac)
-    out += _S0.pack(o.renew_period_ms)
+    _b = o.hmac
+    _n = len(_b)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    out += _S1.pack(o.renew_period_ms)
     if o.unknown_tags is None:
         out.append(0)
     else:

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -29,9 +41,11 @@ class RequestHeader(Struct):
         self.unknown_tags = unknown_tags
 
 _S0 = _Struct('>hhi')
+_S1 = _Struct('>h')
 
 def _d_RequestHeader_0(buf, pos):
-    if pos + 8 > len(buf):
+    _l = len(buf)
+    if pos + 8 > _l:
         raise truncated('RequestHeader.request_api_key', buf, pos, 8)
     f_request_api_key, f_request_api_version, f_correlation_id = _S0.unpack_from(buf, pos)
     pos += 8
@@ -39,21 +53,49 @@ def _d_RequestHeader_0(buf, pos):
     return RequestHeader(f_request_api_key, f_request_api_version, f_correlation_id, '', f_unknown_tags), pos
 
 def _d_RequestHeader_1(buf, pos):
-    if pos + 8 > len(buf):
+    _l = len(buf)
+    if pos + 8 > _l:
         raise truncated('RequestHeader.request_api_key', buf, pos, 8)
     f_request_api_key, f_request_api_version, f_correlation_id = _S0.unpack_from(buf, pos)
     pos += 8
-    f_client_id, pos = read_nullable_string(buf, pos, 'RequestHeader.client_id')
+    if pos + 2 > _l:
+        raise truncated('RequestHeader.client_id', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('RequestHeader.client_id', _n)
+        f_client_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('RequestHeader.client_id', buf, pos, _n, 1)
+        f_client_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
     f_unknown_tags = None
     return RequestHeader(f_request_api_key, f_request_api_version, f_correlation_id, f_client_id, f_unknown_tags), pos
 
 def _d_RequestHeader_2(buf, pos):
-    if pos + 8 > len(buf):
+    _l = len(buf)
+    if pos + 8 > _l:
         raise truncated('RequestHeader.request_api_key', buf, pos, 8)
     f_request_api_key, f_request_api_version, f_correlation_id = _S0.unpack_from(buf, pos)
     pos += 8
-    f_client_id, pos = read_nullable_string(buf, pos, 'RequestHeader.client_id')
-    if pos < len(buf) and buf[pos] == 0:
+    if pos + 2 > _l:
+        raise truncated('RequestHeader.client_id', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('RequestHeader.client_id', _n)
+        f_client_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('RequestHeader.client_id', buf, pos, _n, 1)
+        f_client_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -70,11 +112,27 @@ def _e_RequestHeader_0(o, out, chunks):
 
 def _e_RequestHeader_1(o, out, chunks):
     out += _S0.pack(o.request_api_key, o.request_api_version, o.correlation_id)
-    write_nullable_string(out, o.client_id)
+    if o.client_id is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.client_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('RequestHeader.client_id', _n)
+        out += _S1.pack(_n)
+        out += _b
 
 def _e_RequestHeader_2(o, out, chunks):
     out += _S0.pack(o.request_api_key, o.request_api_version, o.correlation_id)
-    write_nullable_string(out, o.client_id)
+    if o.client_id is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.client_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('RequestHeader.client_id', _n)
+        out += _S1.pack(_n)
+        out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -18,15 +30,42 @@ class SaslAuthenticateRequest(Struct):
         self.auth_bytes = auth_bytes
         self.unknown_tags = unknown_tags
 
+_S0 = _Struct('>i')
 
 def _d_SaslAuthenticateRequest_0(buf, pos):
-    f_auth_bytes, pos = read_bytes(buf, pos, 'SaslAuthenticateRequest.auth_bytes')
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('SaslAuthenticateRequest.auth_bytes', buf, pos, 4)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _n < 0:
+        raise bad_length('SaslAuthenticateRequest.auth_bytes', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('SaslAuthenticateRequest.auth_bytes', buf, pos, _n, 1)
+        f_auth_bytes = bytes(buf[pos:_end])
+        pos = _end
     f_unknown_tags = None
     return SaslAuthenticateRequest(f_auth_bytes, f_unknown_tags), pos
 
 def _d_SaslAuthenticateRequest_2(buf, pos):
-    f_auth_bytes, pos = read_compact_bytes(buf, pos, 'SaslAuthenticateRequest.auth_bytes')
-    if pos < len(buf) and buf[pos] == 0:
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'SaslAuthenticateRequest.auth_bytes')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('SaslAuthenticateRequest.auth_bytes', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('SaslAuthenticateRequest.auth_bytes', buf, pos, _n, 1)
+        f_auth_bytes = bytes(buf[pos:_end])
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -39,10 +78,19 @@ def _d_SaslAuthenticateRequest_2(buf, pos):
     return SaslAuthenticateRequest(f_auth_bytes, f_unknown_tags), pos
 
 def _e_SaslAuthenticateRequest_0(o, out, chunks):
-    write_bytes(out, o.auth_bytes)
+    _b = o.auth_bytes
+    _n = len(_b)
+    out += _S0.pack(_n)
+    out += _b
 
 def _e_SaslAuthenticateRequest_2(o, out, chunks):
-    write_compact_bytes(out, o.auth_bytes)
+    _b = o.auth_bytes
+    _n = len(_b)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:

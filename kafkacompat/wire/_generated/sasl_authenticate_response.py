@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -29,44 +41,124 @@ class SaslAuthenticateResponse(Struct):
         self.unknown_tags = unknown_tags
 
 _S0 = _Struct('>h')
-_S1 = _Struct('>q')
+_S1 = _Struct('>i')
+_S2 = _Struct('>q')
 
 def _d_SaslAuthenticateResponse_0(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('SaslAuthenticateResponse.error_code', buf, pos, 2)
     (f_error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
-    f_error_message, pos = read_nullable_string(buf, pos, 'SaslAuthenticateResponse.error_message')
-    f_auth_bytes, pos = read_bytes(buf, pos, 'SaslAuthenticateResponse.auth_bytes')
+    if pos + 2 > _l:
+        raise truncated('SaslAuthenticateResponse.error_message', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('SaslAuthenticateResponse.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('SaslAuthenticateResponse.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('SaslAuthenticateResponse.auth_bytes', buf, pos, 4)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _n < 0:
+        raise bad_length('SaslAuthenticateResponse.auth_bytes', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('SaslAuthenticateResponse.auth_bytes', buf, pos, _n, 1)
+        f_auth_bytes = bytes(buf[pos:_end])
+        pos = _end
     f_unknown_tags = None
     return SaslAuthenticateResponse(f_error_code, f_error_message, f_auth_bytes, 0, f_unknown_tags), pos
 
 def _d_SaslAuthenticateResponse_1(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('SaslAuthenticateResponse.error_code', buf, pos, 2)
     (f_error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
-    f_error_message, pos = read_nullable_string(buf, pos, 'SaslAuthenticateResponse.error_message')
-    f_auth_bytes, pos = read_bytes(buf, pos, 'SaslAuthenticateResponse.auth_bytes')
-    if pos + 8 > len(buf):
+    if pos + 2 > _l:
+        raise truncated('SaslAuthenticateResponse.error_message', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('SaslAuthenticateResponse.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('SaslAuthenticateResponse.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('SaslAuthenticateResponse.auth_bytes', buf, pos, 4)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _n < 0:
+        raise bad_length('SaslAuthenticateResponse.auth_bytes', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('SaslAuthenticateResponse.auth_bytes', buf, pos, _n, 1)
+        f_auth_bytes = bytes(buf[pos:_end])
+        pos = _end
+    if pos + 8 > _l:
         raise truncated('SaslAuthenticateResponse.session_lifetime_ms', buf, pos, 8)
-    (f_session_lifetime_ms,) = _S1.unpack_from(buf, pos)
+    (f_session_lifetime_ms,) = _S2.unpack_from(buf, pos)
     pos += 8
     f_unknown_tags = None
     return SaslAuthenticateResponse(f_error_code, f_error_message, f_auth_bytes, f_session_lifetime_ms, f_unknown_tags), pos
 
 def _d_SaslAuthenticateResponse_2(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('SaslAuthenticateResponse.error_code', buf, pos, 2)
     (f_error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
-    f_error_message, pos = read_compact_nullable_string(buf, pos, 'SaslAuthenticateResponse.error_message')
-    f_auth_bytes, pos = read_compact_bytes(buf, pos, 'SaslAuthenticateResponse.auth_bytes')
-    if pos + 8 > len(buf):
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'SaslAuthenticateResponse.error_message')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('SaslAuthenticateResponse.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('SaslAuthenticateResponse.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'SaslAuthenticateResponse.auth_bytes')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('SaslAuthenticateResponse.auth_bytes', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('SaslAuthenticateResponse.auth_bytes', buf, pos, _n, 1)
+        f_auth_bytes = bytes(buf[pos:_end])
+        pos = _end
+    if pos + 8 > _l:
         raise truncated('SaslAuthenticateResponse.session_lifetime_ms', buf, pos, 8)
-    (f_session_lifetime_ms,) = _S1.unpack_from(buf, pos)
+    (f_session_lifetime_ms,) = _S2.unpack_from(buf, pos)
     pos += 8
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -80,20 +172,59 @@ def _d_SaslAuthenticateResponse_2(buf, pos):
 
 def _e_SaslAuthenticateResponse_0(o, out, chunks):
     out += _S0.pack(o.error_code)
-    write_nullable_string(out, o.error_message)
-    write_bytes(out, o.auth_bytes)
+    if o.error_message is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('SaslAuthenticateResponse.error_message', _n)
+        out += _S0.pack(_n)
+        out += _b
+    _b = o.auth_bytes
+    _n = len(_b)
+    out += _S1.pack(_n)
+    out += _b
 
 def _e_SaslAuthenticateResponse_1(o, out, chunks):
     out += _S0.pack(o.error_code)
-    write_nullable_string(out, o.error_message)
-    write_bytes(out, o.auth_bytes)
-    out += _S1.pack(o.session_lifetime_ms)
+    if o.error_message is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('SaslAuthenticateResponse.error_message', _n)
+        out += _S0.pack(_n)
+        out += _b
+    _b = o.auth_bytes
+    _n = len(_b)
+    out += _S1.pack(_n)
+    out += _b
+    out += _S2.pack(o.session_lifetime_ms)
 
 def _e_SaslAuthenticateResponse_2(o, out, chunks):
     out += _S0.pack(o.error_code)
-    write_compact_nullable_string(out, o.error_message)
-    write_compact_bytes(out, o.auth_bytes)
-    out += _S1.pack(o.session_lifetime_ms)
+    if o.error_message is None:
+        out.append(0)
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('SaslAuthenticateResponse.error_message', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+    _b = o.auth_bytes
+    _n = len(_b)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    out += _S2.pack(o.session_lifetime_ms)
     if o.unknown_tags is None:
         out.append(0)
     else:

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -18,14 +30,32 @@ class SaslHandshakeRequest(Struct):
         self.mechanism = mechanism
         self.unknown_tags = unknown_tags
 
+_S0 = _Struct('>h')
 
 def _d_SaslHandshakeRequest_0(buf, pos):
-    f_mechanism, pos = read_string(buf, pos, 'SaslHandshakeRequest.mechanism')
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('SaslHandshakeRequest.mechanism', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('SaslHandshakeRequest.mechanism', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('SaslHandshakeRequest.mechanism', buf, pos, _n, 1)
+        f_mechanism = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
     f_unknown_tags = None
     return SaslHandshakeRequest(f_mechanism, f_unknown_tags), pos
 
 def _e_SaslHandshakeRequest_0(o, out, chunks):
-    write_string(out, o.mechanism)
+    _b = o.mechanism.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('SaslHandshakeRequest.mechanism', _n)
+    out += _S0.pack(_n)
+    out += _b
 
 MESSAGE = SaslHandshakeRequest
 MIN_VERSION = 0

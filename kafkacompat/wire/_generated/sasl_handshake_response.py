@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -20,19 +32,37 @@ class SaslHandshakeResponse(Struct):
         self.unknown_tags = unknown_tags
 
 _S0 = _Struct('>h')
+_S1 = _Struct('>i')
 
 def _d_SaslHandshakeResponse_0(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('SaslHandshakeResponse.error_code', buf, pos, 2)
     (f_error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
-    _n, pos = read_array_len(buf, pos, 'SaslHandshakeResponse.mechanisms', 2)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='SaslHandshakeResponse.mechanisms')
+    if pos + 4 > _l:
+        raise truncated('SaslHandshakeResponse.mechanisms', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('SaslHandshakeResponse.mechanisms', _c)
+    elif _c * 2 > _l - pos:
+        raise overrun('SaslHandshakeResponse.mechanisms', buf, pos, _c, 2)
     else:
         f_mechanisms = _lst = []
-        for _ in range(_n):
-            _e, pos = read_string(buf, pos, 'SaslHandshakeResponse.mechanisms')
+        for _ in range(_c):
+            if pos + 2 > _l:
+                raise truncated('SaslHandshakeResponse.mechanisms', buf, pos, 2)
+            (_n,) = _S0.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('SaslHandshakeResponse.mechanisms', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('SaslHandshakeResponse.mechanisms', buf, pos, _n, 1)
+                _e = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
             _lst.append(_e)
     f_unknown_tags = None
     return SaslHandshakeResponse(f_error_code, f_mechanisms, f_unknown_tags), pos
@@ -40,9 +70,15 @@ def _d_SaslHandshakeResponse_0(buf, pos):
 def _e_SaslHandshakeResponse_0(o, out, chunks):
     out += _S0.pack(o.error_code)
     _a = o.mechanisms
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
-        write_string(out, _e)
+        _b = _e.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('SaslHandshakeResponse.mechanisms', _n)
+        out += _S0.pack(_n)
+        out += _b
 
 MESSAGE = SaslHandshakeResponse
 MIN_VERSION = 0

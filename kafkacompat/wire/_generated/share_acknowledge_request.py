@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -52,19 +64,29 @@ ShareAcknowledgeRequest.AcknowledgementBatch = AcknowledgementBatch
 _S0 = _Struct('>i')
 _S1 = _Struct('>16s')
 _S2 = _Struct('>qq')
+_A_b = ARRAY_STRUCTS['b']
 
 def _d_AcknowledgementBatch_0(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('ShareAcknowledgeRequest.AcknowledgementBatch.first_offset', buf, pos, 16)
     f_first_offset, f_last_offset = _S2.unpack_from(buf, pos)
     pos += 16
-    _n, pos = read_compact_array_len(buf, pos, 'ShareAcknowledgeRequest.AcknowledgementBatch.acknowledge_types', 1)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ShareAcknowledgeRequest.AcknowledgementBatch.acknowledge_types')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
     else:
-        f_acknowledge_types = list(_unpack_from('>%db' % _n, buf, pos))
-        pos += _n * 1
-    if pos < len(buf) and buf[pos] == 0:
+        _c, pos = read_uvarint(buf, pos, 'ShareAcknowledgeRequest.AcknowledgementBatch.acknowledge_types')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ShareAcknowledgeRequest.AcknowledgementBatch.acknowledge_types', _c)
+    elif _c * 1 > _l - pos:
+        raise overrun('ShareAcknowledgeRequest.AcknowledgementBatch.acknowledge_types', buf, pos, _c, 1)
+    else:
+        _st = _A_b[_c] if _c < 17 else _Struct('>%db' % _c)
+        f_acknowledge_types = list(_st.unpack_from(buf, pos))
+        pos += _c * 1
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -77,19 +99,27 @@ def _d_AcknowledgementBatch_0(buf, pos):
     return AcknowledgementBatch(f_first_offset, f_last_offset, f_acknowledge_types, f_unknown_tags), pos
 
 def _d_AcknowledgePartition_0(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('ShareAcknowledgeRequest.AcknowledgePartition.partition_index', buf, pos, 4)
     (f_partition_index,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'ShareAcknowledgeRequest.AcknowledgePartition.acknowledgement_batches', 18)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ShareAcknowledgeRequest.AcknowledgePartition.acknowledgement_batches')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ShareAcknowledgeRequest.AcknowledgePartition.acknowledgement_batches')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ShareAcknowledgeRequest.AcknowledgePartition.acknowledgement_batches', _c)
+    elif _c * 18 > _l - pos:
+        raise overrun('ShareAcknowledgeRequest.AcknowledgePartition.acknowledgement_batches', buf, pos, _c, 18)
     else:
         f_acknowledgement_batches = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_AcknowledgementBatch_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -102,20 +132,28 @@ def _d_AcknowledgePartition_0(buf, pos):
     return AcknowledgePartition(f_partition_index, f_acknowledgement_batches, f_unknown_tags), pos
 
 def _d_AcknowledgeTopic_0(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('ShareAcknowledgeRequest.AcknowledgeTopic.topic_id', buf, pos, 16)
     (f_topic_id,) = _S1.unpack_from(buf, pos)
     pos += 16
     f_topic_id = _UUID(bytes=f_topic_id)
-    _n, pos = read_compact_array_len(buf, pos, 'ShareAcknowledgeRequest.AcknowledgeTopic.partitions', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ShareAcknowledgeRequest.AcknowledgeTopic.partitions')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ShareAcknowledgeRequest.AcknowledgeTopic.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ShareAcknowledgeRequest.AcknowledgeTopic.partitions', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('ShareAcknowledgeRequest.AcknowledgeTopic.partitions', buf, pos, _c, 6)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_AcknowledgePartition_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -128,21 +166,59 @@ def _d_AcknowledgeTopic_0(buf, pos):
     return AcknowledgeTopic(f_topic_id, f_partitions, f_unknown_tags), pos
 
 def _d_ShareAcknowledgeRequest_0(buf, pos):
-    f_group_id, pos = read_compact_nullable_string(buf, pos, 'ShareAcknowledgeRequest.group_id')
-    f_member_id, pos = read_compact_nullable_string(buf, pos, 'ShareAcknowledgeRequest.member_id')
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ShareAcknowledgeRequest.group_id')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('ShareAcknowledgeRequest.group_id', _n)
+        f_group_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ShareAcknowledgeRequest.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ShareAcknowledgeRequest.member_id')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('ShareAcknowledgeRequest.member_id', _n)
+        f_member_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ShareAcknowledgeRequest.member_id', buf, pos, _n, 1)
+        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('ShareAcknowledgeRequest.share_session_epoch', buf, pos, 4)
     (f_share_session_epoch,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'ShareAcknowledgeRequest.topics', 18)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ShareAcknowledgeRequest.topics')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ShareAcknowledgeRequest.topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ShareAcknowledgeRequest.topics', _c)
+    elif _c * 18 > _l - pos:
+        raise overrun('ShareAcknowledgeRequest.topics', buf, pos, _c, 18)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_AcknowledgeTopic_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -157,8 +233,13 @@ def _d_ShareAcknowledgeRequest_0(buf, pos):
 def _e_AcknowledgementBatch_0(o, out, chunks):
     out += _S2.pack(o.first_offset, o.last_offset)
     _a = o.acknowledge_types
-    write_compact_array_len(out, len(_a))
-    out += _pack('>%db' % len(_a), *_a)
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
+    _st = _A_b[_c] if _c < 17 else _Struct('>%db' % _c)
+    out += _st.pack(*_a)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -167,7 +248,11 @@ def _e_AcknowledgementBatch_0(o, out, chunks):
 def _e_AcknowledgePartition_0(o, out, chunks):
     out += _S0.pack(o.partition_index)
     _a = o.acknowledgement_batches
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_AcknowledgementBatch_0(_e, out, chunks)
     if o.unknown_tags is None:
@@ -178,7 +263,11 @@ def _e_AcknowledgePartition_0(o, out, chunks):
 def _e_AcknowledgeTopic_0(o, out, chunks):
     out += _S1.pack(o.topic_id.bytes)
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_AcknowledgePartition_0(_e, out, chunks)
     if o.unknown_tags is None:
@@ -187,11 +276,37 @@ def _e_AcknowledgeTopic_0(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_ShareAcknowledgeRequest_0(o, out, chunks):
-    write_compact_nullable_string(out, o.group_id)
-    write_compact_nullable_string(out, o.member_id)
+    if o.group_id is None:
+        out.append(0)
+    else:
+        _b = o.group_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ShareAcknowledgeRequest.group_id', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+    if o.member_id is None:
+        out.append(0)
+    else:
+        _b = o.member_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ShareAcknowledgeRequest.member_id', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     out += _S0.pack(o.share_session_epoch)
     _a = o.topics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_AcknowledgeTopic_0(_e, out, chunks)
     if o.unknown_tags is None:

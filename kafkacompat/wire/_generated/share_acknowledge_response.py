@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -83,11 +95,12 @@ _S2 = _Struct('>ii')
 _S3 = _Struct('>i')
 
 def _d_LeaderIdAndEpoch_0(buf, pos):
-    if pos + 8 > len(buf):
+    _l = len(buf)
+    if pos + 8 > _l:
         raise truncated('ShareAcknowledgeResponse.LeaderIdAndEpoch.leader_id', buf, pos, 8)
     f_leader_id, f_leader_epoch = _S2.unpack_from(buf, pos)
     pos += 8
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -100,13 +113,29 @@ def _d_LeaderIdAndEpoch_0(buf, pos):
     return LeaderIdAndEpoch(f_leader_id, f_leader_epoch, f_unknown_tags), pos
 
 def _d_PartitionData_0(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('ShareAcknowledgeResponse.PartitionData.partition_index', buf, pos, 6)
     f_partition_index, f_error_code = _S0.unpack_from(buf, pos)
     pos += 6
-    f_error_message, pos = read_compact_nullable_string(buf, pos, 'ShareAcknowledgeResponse.PartitionData.error_message')
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ShareAcknowledgeResponse.PartitionData.error_message')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('ShareAcknowledgeResponse.PartitionData.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ShareAcknowledgeResponse.PartitionData.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
     f_current_leader, pos = _d_LeaderIdAndEpoch_0(buf, pos)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -119,20 +148,28 @@ def _d_PartitionData_0(buf, pos):
     return PartitionData(f_partition_index, f_error_code, f_error_message, f_current_leader, f_unknown_tags), pos
 
 def _d_ShareAcknowledgeTopicResponse_0(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse.topic_id', buf, pos, 16)
     (f_topic_id,) = _S1.unpack_from(buf, pos)
     pos += 16
     f_topic_id = _UUID(bytes=f_topic_id)
-    _n, pos = read_compact_array_len(buf, pos, 'ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse.partitions', 17)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse.partitions')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse.partitions', _c)
+    elif _c * 17 > _l - pos:
+        raise overrun('ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse.partitions', buf, pos, _c, 17)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_PartitionData_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -145,17 +182,46 @@ def _d_ShareAcknowledgeTopicResponse_0(buf, pos):
     return ShareAcknowledgeTopicResponse(f_topic_id, f_partitions, f_unknown_tags), pos
 
 def _d_NodeEndpoint_0(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('ShareAcknowledgeResponse.NodeEndpoint.node_id', buf, pos, 4)
     (f_node_id,) = _S3.unpack_from(buf, pos)
     pos += 4
-    f_host, pos = read_compact_string(buf, pos, 'ShareAcknowledgeResponse.NodeEndpoint.host')
-    if pos + 4 > len(buf):
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ShareAcknowledgeResponse.NodeEndpoint.host')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('ShareAcknowledgeResponse.NodeEndpoint.host', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ShareAcknowledgeResponse.NodeEndpoint.host', buf, pos, _n, 1)
+        f_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('ShareAcknowledgeResponse.NodeEndpoint.port', buf, pos, 4)
     (f_port,) = _S3.unpack_from(buf, pos)
     pos += 4
-    f_rack, pos = read_compact_nullable_string(buf, pos, 'ShareAcknowledgeResponse.NodeEndpoint.rack')
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ShareAcknowledgeResponse.NodeEndpoint.rack')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('ShareAcknowledgeResponse.NodeEndpoint.rack', _n)
+        f_rack = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ShareAcknowledgeResponse.NodeEndpoint.rack', buf, pos, _n, 1)
+        f_rack = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -168,28 +234,58 @@ def _d_NodeEndpoint_0(buf, pos):
     return NodeEndpoint(f_node_id, f_host, f_port, f_rack, f_unknown_tags), pos
 
 def _d_ShareAcknowledgeResponse_0(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('ShareAcknowledgeResponse.throttle_time_ms', buf, pos, 6)
     f_throttle_time_ms, f_error_code = _S0.unpack_from(buf, pos)
     pos += 6
-    f_error_message, pos = read_compact_nullable_string(buf, pos, 'ShareAcknowledgeResponse.error_message')
-    _n, pos = read_compact_array_len(buf, pos, 'ShareAcknowledgeResponse.responses', 18)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ShareAcknowledgeResponse.error_message')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ShareAcknowledgeResponse.responses')
+        if _n != -1:
+            raise bad_length('ShareAcknowledgeResponse.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ShareAcknowledgeResponse.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ShareAcknowledgeResponse.responses')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ShareAcknowledgeResponse.responses', _c)
+    elif _c * 18 > _l - pos:
+        raise overrun('ShareAcknowledgeResponse.responses', buf, pos, _c, 18)
     else:
         f_responses = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ShareAcknowledgeTopicResponse_0(buf, pos)
             _lst.append(_e)
-    _n, pos = read_compact_array_len(buf, pos, 'ShareAcknowledgeResponse.node_endpoints', 11)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ShareAcknowledgeResponse.node_endpoints')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ShareAcknowledgeResponse.node_endpoints')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ShareAcknowledgeResponse.node_endpoints', _c)
+    elif _c * 11 > _l - pos:
+        raise overrun('ShareAcknowledgeResponse.node_endpoints', buf, pos, _c, 11)
     else:
         f_node_endpoints = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_NodeEndpoint_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -210,7 +306,18 @@ def _e_LeaderIdAndEpoch_0(o, out, chunks):
 
 def _e_PartitionData_0(o, out, chunks):
     out += _S0.pack(o.partition_index, o.error_code)
-    write_compact_nullable_string(out, o.error_message)
+    if o.error_message is None:
+        out.append(0)
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ShareAcknowledgeResponse.PartitionData.error_message', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     _e_LeaderIdAndEpoch_0(o.current_leader, out, chunks)
     if o.unknown_tags is None:
         out.append(0)
@@ -220,7 +327,11 @@ def _e_PartitionData_0(o, out, chunks):
 def _e_ShareAcknowledgeTopicResponse_0(o, out, chunks):
     out += _S1.pack(o.topic_id.bytes)
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_PartitionData_0(_e, out, chunks)
     if o.unknown_tags is None:
@@ -230,9 +341,28 @@ def _e_ShareAcknowledgeTopicResponse_0(o, out, chunks):
 
 def _e_NodeEndpoint_0(o, out, chunks):
     out += _S3.pack(o.node_id)
-    write_compact_string(out, o.host)
+    _b = o.host.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ShareAcknowledgeResponse.NodeEndpoint.host', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     out += _S3.pack(o.port)
-    write_compact_nullable_string(out, o.rack)
+    if o.rack is None:
+        out.append(0)
+    else:
+        _b = o.rack.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ShareAcknowledgeResponse.NodeEndpoint.rack', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -240,13 +370,32 @@ def _e_NodeEndpoint_0(o, out, chunks):
 
 def _e_ShareAcknowledgeResponse_0(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms, o.error_code)
-    write_compact_nullable_string(out, o.error_message)
+    if o.error_message is None:
+        out.append(0)
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ShareAcknowledgeResponse.error_message', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     _a = o.responses
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_ShareAcknowledgeTopicResponse_0(_e, out, chunks)
     _a = o.node_endpoints
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_NodeEndpoint_0(_e, out, chunks)
     if o.unknown_tags is None:

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -84,19 +96,30 @@ _S0 = _Struct('>iiii')
 _S1 = _Struct('>16s')
 _S2 = _Struct('>ii')
 _S3 = _Struct('>qq')
+_A_b = ARRAY_STRUCTS['b']
+_A_i = ARRAY_STRUCTS['i']
 
 def _d_AcknowledgementBatch_0(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('ShareFetchRequest.AcknowledgementBatch.first_offset', buf, pos, 16)
     f_first_offset, f_last_offset = _S3.unpack_from(buf, pos)
     pos += 16
-    _n, pos = read_compact_array_len(buf, pos, 'ShareFetchRequest.AcknowledgementBatch.acknowledge_types', 1)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ShareFetchRequest.AcknowledgementBatch.acknowledge_types')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
     else:
-        f_acknowledge_types = list(_unpack_from('>%db' % _n, buf, pos))
-        pos += _n * 1
-    if pos < len(buf) and buf[pos] == 0:
+        _c, pos = read_uvarint(buf, pos, 'ShareFetchRequest.AcknowledgementBatch.acknowledge_types')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ShareFetchRequest.AcknowledgementBatch.acknowledge_types', _c)
+    elif _c * 1 > _l - pos:
+        raise overrun('ShareFetchRequest.AcknowledgementBatch.acknowledge_types', buf, pos, _c, 1)
+    else:
+        _st = _A_b[_c] if _c < 17 else _Struct('>%db' % _c)
+        f_acknowledge_types = list(_st.unpack_from(buf, pos))
+        pos += _c * 1
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -109,19 +132,27 @@ def _d_AcknowledgementBatch_0(buf, pos):
     return AcknowledgementBatch(f_first_offset, f_last_offset, f_acknowledge_types, f_unknown_tags), pos
 
 def _d_FetchPartition_0(buf, pos):
-    if pos + 8 > len(buf):
+    _l = len(buf)
+    if pos + 8 > _l:
         raise truncated('ShareFetchRequest.FetchPartition.partition_index', buf, pos, 8)
     f_partition_index, f_partition_max_bytes = _S2.unpack_from(buf, pos)
     pos += 8
-    _n, pos = read_compact_array_len(buf, pos, 'ShareFetchRequest.FetchPartition.acknowledgement_batches', 18)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ShareFetchRequest.FetchPartition.acknowledgement_batches')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ShareFetchRequest.FetchPartition.acknowledgement_batches')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ShareFetchRequest.FetchPartition.acknowledgement_batches', _c)
+    elif _c * 18 > _l - pos:
+        raise overrun('ShareFetchRequest.FetchPartition.acknowledgement_batches', buf, pos, _c, 18)
     else:
         f_acknowledgement_batches = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_AcknowledgementBatch_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -134,20 +165,28 @@ def _d_FetchPartition_0(buf, pos):
     return FetchPartition(f_partition_index, f_partition_max_bytes, f_acknowledgement_batches, f_unknown_tags), pos
 
 def _d_FetchTopic_0(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('ShareFetchRequest.FetchTopic.topic_id', buf, pos, 16)
     (f_topic_id,) = _S1.unpack_from(buf, pos)
     pos += 16
     f_topic_id = _UUID(bytes=f_topic_id)
-    _n, pos = read_compact_array_len(buf, pos, 'ShareFetchRequest.FetchTopic.partitions', 10)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ShareFetchRequest.FetchTopic.partitions')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ShareFetchRequest.FetchTopic.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ShareFetchRequest.FetchTopic.partitions', _c)
+    elif _c * 10 > _l - pos:
+        raise overrun('ShareFetchRequest.FetchTopic.partitions', buf, pos, _c, 10)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_FetchPartition_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -160,18 +199,27 @@ def _d_FetchTopic_0(buf, pos):
     return FetchTopic(f_topic_id, f_partitions, f_unknown_tags), pos
 
 def _d_ForgottenTopic_0(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('ShareFetchRequest.ForgottenTopic.topic_id', buf, pos, 16)
     (f_topic_id,) = _S1.unpack_from(buf, pos)
     pos += 16
     f_topic_id = _UUID(bytes=f_topic_id)
-    _n, pos = read_compact_array_len(buf, pos, 'ShareFetchRequest.ForgottenTopic.partitions', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ShareFetchRequest.ForgottenTopic.partitions')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
     else:
-        f_partitions = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    if pos < len(buf) and buf[pos] == 0:
+        _c, pos = read_uvarint(buf, pos, 'ShareFetchRequest.ForgottenTopic.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ShareFetchRequest.ForgottenTopic.partitions', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('ShareFetchRequest.ForgottenTopic.partitions', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_partitions = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -184,29 +232,74 @@ def _d_ForgottenTopic_0(buf, pos):
     return ForgottenTopic(f_topic_id, f_partitions, f_unknown_tags), pos
 
 def _d_ShareFetchRequest_0(buf, pos):
-    f_group_id, pos = read_compact_nullable_string(buf, pos, 'ShareFetchRequest.group_id')
-    f_member_id, pos = read_compact_nullable_string(buf, pos, 'ShareFetchRequest.member_id')
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ShareFetchRequest.group_id')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('ShareFetchRequest.group_id', _n)
+        f_group_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ShareFetchRequest.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ShareFetchRequest.member_id')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('ShareFetchRequest.member_id', _n)
+        f_member_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ShareFetchRequest.member_id', buf, pos, _n, 1)
+        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 16 > _l:
         raise truncated('ShareFetchRequest.share_session_epoch', buf, pos, 16)
     f_share_session_epoch, f_max_wait_ms, f_min_bytes, f_max_bytes = _S0.unpack_from(buf, pos)
     pos += 16
-    _n, pos = read_compact_array_len(buf, pos, 'ShareFetchRequest.topics', 18)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ShareFetchRequest.topics')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ShareFetchRequest.topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ShareFetchRequest.topics', _c)
+    elif _c * 18 > _l - pos:
+        raise overrun('ShareFetchRequest.topics', buf, pos, _c, 18)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_FetchTopic_0(buf, pos)
             _lst.append(_e)
-    _n, pos = read_compact_array_len(buf, pos, 'ShareFetchRequest.forgotten_topics_data', 18)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ShareFetchRequest.forgotten_topics_data')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ShareFetchRequest.forgotten_topics_data')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ShareFetchRequest.forgotten_topics_data', _c)
+    elif _c * 18 > _l - pos:
+        raise overrun('ShareFetchRequest.forgotten_topics_data', buf, pos, _c, 18)
     else:
         f_forgotten_topics_data = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ForgottenTopic_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -221,8 +314,13 @@ def _d_ShareFetchRequest_0(buf, pos):
 def _e_AcknowledgementBatch_0(o, out, chunks):
     out += _S3.pack(o.first_offset, o.last_offset)
     _a = o.acknowledge_types
-    write_compact_array_len(out, len(_a))
-    out += _pack('>%db' % len(_a), *_a)
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
+    _st = _A_b[_c] if _c < 17 else _Struct('>%db' % _c)
+    out += _st.pack(*_a)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -231,7 +329,11 @@ def _e_AcknowledgementBatch_0(o, out, chunks):
 def _e_FetchPartition_0(o, out, chunks):
     out += _S2.pack(o.partition_index, o.partition_max_bytes)
     _a = o.acknowledgement_batches
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_AcknowledgementBatch_0(_e, out, chunks)
     if o.unknown_tags is None:
@@ -242,7 +344,11 @@ def _e_FetchPartition_0(o, out, chunks):
 def _e_FetchTopic_0(o, out, chunks):
     out += _S1.pack(o.topic_id.bytes)
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_FetchPartition_0(_e, out, chunks)
     if o.unknown_tags is None:
@@ -253,23 +359,58 @@ def _e_FetchTopic_0(o, out, chunks):
 def _e_ForgottenTopic_0(o, out, chunks):
     out += _S1.pack(o.topic_id.bytes)
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_ShareFetchRequest_0(o, out, chunks):
-    write_compact_nullable_string(out, o.group_id)
-    write_compact_nullable_string(out, o.member_id)
+    if o.group_id is None:
+        out.append(0)
+    else:
+        _b = o.group_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ShareFetchRequest.group_id', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+    if o.member_id is None:
+        out.append(0)
+    else:
+        _b = o.member_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ShareFetchRequest.member_id', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     out += _S0.pack(o.share_session_epoch, o.max_wait_ms, o.min_bytes, o.max_bytes)
     _a = o.topics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_FetchTopic_0(_e, out, chunks)
     _a = o.forgotten_topics_data
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_ForgottenTopic_0(_e, out, chunks)
     if o.unknown_tags is None:

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -103,11 +115,12 @@ _S4 = _Struct('>qqh')
 _S5 = _Struct('>i')
 
 def _d_LeaderIdAndEpoch_0(buf, pos):
-    if pos + 8 > len(buf):
+    _l = len(buf)
+    if pos + 8 > _l:
         raise truncated('ShareFetchResponse.LeaderIdAndEpoch.leader_id', buf, pos, 8)
     f_leader_id, f_leader_epoch = _S3.unpack_from(buf, pos)
     pos += 8
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -120,11 +133,12 @@ def _d_LeaderIdAndEpoch_0(buf, pos):
     return LeaderIdAndEpoch(f_leader_id, f_leader_epoch, f_unknown_tags), pos
 
 def _d_AcquiredRecords_0(buf, pos):
-    if pos + 18 > len(buf):
+    _l = len(buf)
+    if pos + 18 > _l:
         raise truncated('ShareFetchResponse.AcquiredRecords.first_offset', buf, pos, 18)
     f_first_offset, f_last_offset, f_delivery_count = _S4.unpack_from(buf, pos)
     pos += 18
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -137,27 +151,80 @@ def _d_AcquiredRecords_0(buf, pos):
     return AcquiredRecords(f_first_offset, f_last_offset, f_delivery_count, f_unknown_tags), pos
 
 def _d_PartitionData_0(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('ShareFetchResponse.PartitionData.partition_index', buf, pos, 6)
     f_partition_index, f_error_code = _S0.unpack_from(buf, pos)
     pos += 6
-    f_error_message, pos = read_compact_nullable_string(buf, pos, 'ShareFetchResponse.PartitionData.error_message')
-    if pos + 2 > len(buf):
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ShareFetchResponse.PartitionData.error_message')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('ShareFetchResponse.PartitionData.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ShareFetchResponse.PartitionData.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
         raise truncated('ShareFetchResponse.PartitionData.acknowledge_error_code', buf, pos, 2)
     (f_acknowledge_error_code,) = _S2.unpack_from(buf, pos)
     pos += 2
-    f_acknowledge_error_message, pos = read_compact_nullable_string(buf, pos, 'ShareFetchResponse.PartitionData.acknowledge_error_message')
-    f_current_leader, pos = _d_LeaderIdAndEpoch_0(buf, pos)
-    f_records, pos = read_compact_records(buf, pos, 'ShareFetchResponse.PartitionData.records')
-    _n, pos = read_compact_array_len(buf, pos, 'ShareFetchResponse.PartitionData.acquired_records', 19)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ShareFetchResponse.PartitionData.acknowledge_error_message')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ShareFetchResponse.PartitionData.acquired_records')
+        if _n != -1:
+            raise bad_length('ShareFetchResponse.PartitionData.acknowledge_error_message', _n)
+        f_acknowledge_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ShareFetchResponse.PartitionData.acknowledge_error_message', buf, pos, _n, 1)
+        f_acknowledge_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    f_current_leader, pos = _d_LeaderIdAndEpoch_0(buf, pos)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ShareFetchResponse.PartitionData.records')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('ShareFetchResponse.PartitionData.records', _n)
+        f_records = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ShareFetchResponse.PartitionData.records', buf, pos, _n, 1)
+        f_records = buf[pos:_end]
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ShareFetchResponse.PartitionData.acquired_records')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ShareFetchResponse.PartitionData.acquired_records', _c)
+    elif _c * 19 > _l - pos:
+        raise overrun('ShareFetchResponse.PartitionData.acquired_records', buf, pos, _c, 19)
     else:
         f_acquired_records = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_AcquiredRecords_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -170,20 +237,28 @@ def _d_PartitionData_0(buf, pos):
     return PartitionData(f_partition_index, f_error_code, f_error_message, f_acknowledge_error_code, f_acknowledge_error_message, f_current_leader, f_records, f_acquired_records, f_unknown_tags), pos
 
 def _d_ShareFetchableTopicResponse_0(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('ShareFetchResponse.ShareFetchableTopicResponse.topic_id', buf, pos, 16)
     (f_topic_id,) = _S1.unpack_from(buf, pos)
     pos += 16
     f_topic_id = _UUID(bytes=f_topic_id)
-    _n, pos = read_compact_array_len(buf, pos, 'ShareFetchResponse.ShareFetchableTopicResponse.partitions', 22)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ShareFetchResponse.ShareFetchableTopicResponse.partitions')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ShareFetchResponse.ShareFetchableTopicResponse.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ShareFetchResponse.ShareFetchableTopicResponse.partitions', _c)
+    elif _c * 22 > _l - pos:
+        raise overrun('ShareFetchResponse.ShareFetchableTopicResponse.partitions', buf, pos, _c, 22)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_PartitionData_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -196,17 +271,46 @@ def _d_ShareFetchableTopicResponse_0(buf, pos):
     return ShareFetchableTopicResponse(f_topic_id, f_partitions, f_unknown_tags), pos
 
 def _d_NodeEndpoint_0(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('ShareFetchResponse.NodeEndpoint.node_id', buf, pos, 4)
     (f_node_id,) = _S5.unpack_from(buf, pos)
     pos += 4
-    f_host, pos = read_compact_string(buf, pos, 'ShareFetchResponse.NodeEndpoint.host')
-    if pos + 4 > len(buf):
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ShareFetchResponse.NodeEndpoint.host')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('ShareFetchResponse.NodeEndpoint.host', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ShareFetchResponse.NodeEndpoint.host', buf, pos, _n, 1)
+        f_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('ShareFetchResponse.NodeEndpoint.port', buf, pos, 4)
     (f_port,) = _S5.unpack_from(buf, pos)
     pos += 4
-    f_rack, pos = read_compact_nullable_string(buf, pos, 'ShareFetchResponse.NodeEndpoint.rack')
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ShareFetchResponse.NodeEndpoint.rack')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('ShareFetchResponse.NodeEndpoint.rack', _n)
+        f_rack = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ShareFetchResponse.NodeEndpoint.rack', buf, pos, _n, 1)
+        f_rack = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -219,28 +323,58 @@ def _d_NodeEndpoint_0(buf, pos):
     return NodeEndpoint(f_node_id, f_host, f_port, f_rack, f_unknown_tags), pos
 
 def _d_ShareFetchResponse_0(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('ShareFetchResponse.throttle_time_ms', buf, pos, 6)
     f_throttle_time_ms, f_error_code = _S0.unpack_from(buf, pos)
     pos += 6
-    f_error_message, pos = read_compact_nullable_string(buf, pos, 'ShareFetchResponse.error_message')
-    _n, pos = read_compact_array_len(buf, pos, 'ShareFetchResponse.responses', 18)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ShareFetchResponse.error_message')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ShareFetchResponse.responses')
+        if _n != -1:
+            raise bad_length('ShareFetchResponse.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ShareFetchResponse.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ShareFetchResponse.responses')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ShareFetchResponse.responses', _c)
+    elif _c * 18 > _l - pos:
+        raise overrun('ShareFetchResponse.responses', buf, pos, _c, 18)
     else:
         f_responses = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_ShareFetchableTopicResponse_0(buf, pos)
             _lst.append(_e)
-    _n, pos = read_compact_array_len(buf, pos, 'ShareFetchResponse.node_endpoints', 11)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ShareFetchResponse.node_endpoints')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ShareFetchResponse.node_endpoints')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ShareFetchResponse.node_endpoints', _c)
+    elif _c * 11 > _l - pos:
+        raise overrun('ShareFetchResponse.node_endpoints', buf, pos, _c, 11)
     else:
         f_node_endpoints = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_NodeEndpoint_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -268,13 +402,39 @@ def _e_AcquiredRecords_0(o, out, chunks):
 
 def _e_PartitionData_0(o, out, chunks):
     out += _S0.pack(o.partition_index, o.error_code)
-    write_compact_nullable_string(out, o.error_message)
+    if o.error_message is None:
+        out.append(0)
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ShareFetchResponse.PartitionData.error_message', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     out += _S2.pack(o.acknowledge_error_code)
-    write_compact_nullable_string(out, o.acknowledge_error_message)
+    if o.acknowledge_error_message is None:
+        out.append(0)
+    else:
+        _b = o.acknowledge_error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ShareFetchResponse.PartitionData.acknowledge_error_message', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     _e_LeaderIdAndEpoch_0(o.current_leader, out, chunks)
     write_compact_records(out, chunks, o.records)
     _a = o.acquired_records
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_AcquiredRecords_0(_e, out, chunks)
     if o.unknown_tags is None:
@@ -285,7 +445,11 @@ def _e_PartitionData_0(o, out, chunks):
 def _e_ShareFetchableTopicResponse_0(o, out, chunks):
     out += _S1.pack(o.topic_id.bytes)
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_PartitionData_0(_e, out, chunks)
     if o.unknown_tags is None:
@@ -295,9 +459,28 @@ def _e_ShareFetchableTopicResponse_0(o, out, chunks):
 
 def _e_NodeEndpoint_0(o, out, chunks):
     out += _S5.pack(o.node_id)
-    write_compact_string(out, o.host)
+    _b = o.host.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ShareFetchResponse.NodeEndpoint.host', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     out += _S5.pack(o.port)
-    write_compact_nullable_string(out, o.rack)
+    if o.rack is None:
+        out.append(0)
+    else:
+        _b = o.rack.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ShareFetchResponse.NodeEndpoint.rack', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -305,13 +488,32 @@ def _e_NodeEndpoint_0(o, out, chunks):
 
 def _e_ShareFetchResponse_0(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms, o.error_code)
-    write_compact_nullable_string(out, o.error_message)
+    if o.error_message is None:
+        out.append(0)
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ShareFetchResponse.error_message', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     _a = o.responses
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_ShareFetchableTopicResponse_0(_e, out, chunks)
     _a = o.node_endpoints
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_NodeEndpoint_0(_e, out, chunks)
     if o.unknown_tags is None:

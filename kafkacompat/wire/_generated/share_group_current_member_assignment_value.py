@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -39,20 +51,30 @@ ShareGroupCurrentMemberAssignmentValue.TopicPartitions = TopicPartitions
 
 _S0 = _Struct('>iib')
 _S1 = _Struct('>16s')
+_A_i = ARRAY_STRUCTS['i']
 
 def _d_TopicPartitions_0(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('ShareGroupCurrentMemberAssignmentValue.TopicPartitions.topic_id', buf, pos, 16)
     (f_topic_id,) = _S1.unpack_from(buf, pos)
     pos += 16
     f_topic_id = _UUID(bytes=f_topic_id)
-    _n, pos = read_compact_array_len(buf, pos, 'ShareGroupCurrentMemberAssignmentValue.TopicPartitions.partitions', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ShareGroupCurrentMemberAssignmentValue.TopicPartitions.partitions')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
     else:
-        f_partitions = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    if pos < len(buf) and buf[pos] == 0:
+        _c, pos = read_uvarint(buf, pos, 'ShareGroupCurrentMemberAssignmentValue.TopicPartitions.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ShareGroupCurrentMemberAssignmentValue.TopicPartitions.partitions', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('ShareGroupCurrentMemberAssignmentValue.TopicPartitions.partitions', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_partitions = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -65,19 +87,27 @@ def _d_TopicPartitions_0(buf, pos):
     return TopicPartitions(f_topic_id, f_partitions, f_unknown_tags), pos
 
 def _d_ShareGroupCurrentMemberAssignmentValue_0(buf, pos):
-    if pos + 9 > len(buf):
+    _l = len(buf)
+    if pos + 9 > _l:
         raise truncated('ShareGroupCurrentMemberAssignmentValue.member_epoch', buf, pos, 9)
     f_member_epoch, f_previous_member_epoch, f_state = _S0.unpack_from(buf, pos)
     pos += 9
-    _n, pos = read_compact_array_len(buf, pos, 'ShareGroupCurrentMemberAssignmentValue.assigned_partitions', 18)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ShareGroupCurrentMemberAssignmentValue.assigned_partitions')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ShareGroupCurrentMemberAssignmentValue.assigned_partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ShareGroupCurrentMemberAssignmentValue.assigned_partitions', _c)
+    elif _c * 18 > _l - pos:
+        raise overrun('ShareGroupCurrentMemberAssignmentValue.assigned_partitions', buf, pos, _c, 18)
     else:
         f_assigned_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_TopicPartitions_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -92,8 +122,13 @@ def _d_ShareGroupCurrentMemberAssignmentValue_0(buf, pos):
 def _e_TopicPartitions_0(o, out, chunks):
     out += _S1.pack(o.topic_id.bytes)
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -102,7 +137,11 @@ def _e_TopicPartitions_0(o, out, chunks):
 def _e_ShareGroupCurrentMemberAssignmentValue_0(o, out, chunks):
     out += _S0.pack(o.member_epoch, o.previous_member_epoch, o.state)
     _a = o.assigned_partitions
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_TopicPartitions_0(_e, out, chunks)
     if o.unknown_tags is None:

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -22,19 +34,40 @@ class ShareGroupDescribeRequest(Struct):
 _S0 = _Struct('>?')
 
 def _d_ShareGroupDescribeRequest_0(buf, pos):
-    _n, pos = read_compact_array_len(buf, pos, 'ShareGroupDescribeRequest.group_ids', 1)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ShareGroupDescribeRequest.group_ids')
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ShareGroupDescribeRequest.group_ids')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ShareGroupDescribeRequest.group_ids', _c)
+    elif _c * 1 > _l - pos:
+        raise overrun('ShareGroupDescribeRequest.group_ids', buf, pos, _c, 1)
     else:
         f_group_ids = _lst = []
-        for _ in range(_n):
-            _e, pos = read_compact_string(buf, pos, 'ShareGroupDescribeRequest.group_ids')
+        for _ in range(_c):
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'ShareGroupDescribeRequest.group_ids')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('ShareGroupDescribeRequest.group_ids', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ShareGroupDescribeRequest.group_ids', buf, pos, _n, 1)
+                _e = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
             _lst.append(_e)
-    if pos + 1 > len(buf):
+    if pos + 1 > _l:
         raise truncated('ShareGroupDescribeRequest.include_authorized_operations', buf, pos, 1)
     (f_include_authorized_operations,) = _S0.unpack_from(buf, pos)
     pos += 1
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -48,9 +81,21 @@ def _d_ShareGroupDescribeRequest_0(buf, pos):
 
 def _e_ShareGroupDescribeRequest_0(o, out, chunks):
     _a = o.group_ids
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
-        write_compact_string(out, _e)
+        _b = _e.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ShareGroupDescribeRequest.group_ids', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     out += _S0.pack(o.include_authorized_operations)
     if o.unknown_tags is None:
         out.append(0)

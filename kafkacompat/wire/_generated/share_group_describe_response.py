@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -93,21 +105,44 @@ _S0 = _Struct('>i')
 _S1 = _Struct('>h')
 _S2 = _Struct('>ii')
 _S3 = _Struct('>16s')
+_A_i = ARRAY_STRUCTS['i']
 
 def _d_TopicPartitions_0(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('ShareGroupDescribeResponse.TopicPartitions.topic_id', buf, pos, 16)
     (f_topic_id,) = _S3.unpack_from(buf, pos)
     pos += 16
     f_topic_id = _UUID(bytes=f_topic_id)
-    f_topic_name, pos = read_compact_string(buf, pos, 'ShareGroupDescribeResponse.TopicPartitions.topic_name')
-    _n, pos = read_compact_array_len(buf, pos, 'ShareGroupDescribeResponse.TopicPartitions.partitions', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ShareGroupDescribeResponse.TopicPartitions.partitions')
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
     else:
-        f_partitions = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    if pos < len(buf) and buf[pos] == 0:
+        _n, pos = read_uvarint(buf, pos, 'ShareGroupDescribeResponse.TopicPartitions.topic_name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('ShareGroupDescribeResponse.TopicPartitions.topic_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ShareGroupDescribeResponse.TopicPartitions.topic_name', buf, pos, _n, 1)
+        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ShareGroupDescribeResponse.TopicPartitions.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ShareGroupDescribeResponse.TopicPartitions.partitions', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('ShareGroupDescribeResponse.TopicPartitions.partitions', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_partitions = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -120,15 +155,23 @@ def _d_TopicPartitions_0(buf, pos):
     return TopicPartitions(f_topic_id, f_topic_name, f_partitions, f_unknown_tags), pos
 
 def _d_Assignment_0(buf, pos):
-    _n, pos = read_compact_array_len(buf, pos, 'ShareGroupDescribeResponse.Assignment.topic_partitions', 19)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ShareGroupDescribeResponse.Assignment.topic_partitions')
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ShareGroupDescribeResponse.Assignment.topic_partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ShareGroupDescribeResponse.Assignment.topic_partitions', _c)
+    elif _c * 19 > _l - pos:
+        raise overrun('ShareGroupDescribeResponse.Assignment.topic_partitions', buf, pos, _c, 19)
     else:
         f_topic_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_TopicPartitions_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -141,24 +184,99 @@ def _d_Assignment_0(buf, pos):
     return Assignment(f_topic_partitions, f_unknown_tags), pos
 
 def _d_Member_0(buf, pos):
-    f_member_id, pos = read_compact_string(buf, pos, 'ShareGroupDescribeResponse.Member.member_id')
-    f_rack_id, pos = read_compact_nullable_string(buf, pos, 'ShareGroupDescribeResponse.Member.rack_id')
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ShareGroupDescribeResponse.Member.member_id')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('ShareGroupDescribeResponse.Member.member_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ShareGroupDescribeResponse.Member.member_id', buf, pos, _n, 1)
+        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ShareGroupDescribeResponse.Member.rack_id')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('ShareGroupDescribeResponse.Member.rack_id', _n)
+        f_rack_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ShareGroupDescribeResponse.Member.rack_id', buf, pos, _n, 1)
+        f_rack_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('ShareGroupDescribeResponse.Member.member_epoch', buf, pos, 4)
     (f_member_epoch,) = _S0.unpack_from(buf, pos)
     pos += 4
-    f_client_id, pos = read_compact_string(buf, pos, 'ShareGroupDescribeResponse.Member.client_id')
-    f_client_host, pos = read_compact_string(buf, pos, 'ShareGroupDescribeResponse.Member.client_host')
-    _n, pos = read_compact_array_len(buf, pos, 'ShareGroupDescribeResponse.Member.subscribed_topic_names', 1)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ShareGroupDescribeResponse.Member.client_id')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ShareGroupDescribeResponse.Member.subscribed_topic_names')
+        raise bad_length('ShareGroupDescribeResponse.Member.client_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ShareGroupDescribeResponse.Member.client_id', buf, pos, _n, 1)
+        f_client_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ShareGroupDescribeResponse.Member.client_host')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('ShareGroupDescribeResponse.Member.client_host', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ShareGroupDescribeResponse.Member.client_host', buf, pos, _n, 1)
+        f_client_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ShareGroupDescribeResponse.Member.subscribed_topic_names')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ShareGroupDescribeResponse.Member.subscribed_topic_names', _c)
+    elif _c * 1 > _l - pos:
+        raise overrun('ShareGroupDescribeResponse.Member.subscribed_topic_names', buf, pos, _c, 1)
     else:
         f_subscribed_topic_names = _lst = []
-        for _ in range(_n):
-            _e, pos = read_compact_string(buf, pos, 'ShareGroupDescribeResponse.Member.subscribed_topic_names')
+        for _ in range(_c):
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'ShareGroupDescribeResponse.Member.subscribed_topic_names')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('ShareGroupDescribeResponse.Member.subscribed_topic_names', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ShareGroupDescribeResponse.Member.subscribed_topic_names', buf, pos, _n, 1)
+                _e = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
             _lst.append(_e)
     f_assignment, pos = _d_Assignment_0(buf, pos)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -171,31 +289,93 @@ def _d_Member_0(buf, pos):
     return Member(f_member_id, f_rack_id, f_member_epoch, f_client_id, f_client_host, f_subscribed_topic_names, f_assignment, f_unknown_tags), pos
 
 def _d_DescribedGroup_0(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('ShareGroupDescribeResponse.DescribedGroup.error_code', buf, pos, 2)
     (f_error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
-    f_error_message, pos = read_compact_nullable_string(buf, pos, 'ShareGroupDescribeResponse.DescribedGroup.error_message')
-    f_group_id, pos = read_compact_string(buf, pos, 'ShareGroupDescribeResponse.DescribedGroup.group_id')
-    f_group_state, pos = read_compact_string(buf, pos, 'ShareGroupDescribeResponse.DescribedGroup.group_state')
-    if pos + 8 > len(buf):
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ShareGroupDescribeResponse.DescribedGroup.error_message')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('ShareGroupDescribeResponse.DescribedGroup.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ShareGroupDescribeResponse.DescribedGroup.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ShareGroupDescribeResponse.DescribedGroup.group_id')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('ShareGroupDescribeResponse.DescribedGroup.group_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ShareGroupDescribeResponse.DescribedGroup.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ShareGroupDescribeResponse.DescribedGroup.group_state')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('ShareGroupDescribeResponse.DescribedGroup.group_state', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ShareGroupDescribeResponse.DescribedGroup.group_state', buf, pos, _n, 1)
+        f_group_state = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 8 > _l:
         raise truncated('ShareGroupDescribeResponse.DescribedGroup.group_epoch', buf, pos, 8)
     f_group_epoch, f_assignment_epoch = _S2.unpack_from(buf, pos)
     pos += 8
-    f_assignor_name, pos = read_compact_string(buf, pos, 'ShareGroupDescribeResponse.DescribedGroup.assignor_name')
-    _n, pos = read_compact_array_len(buf, pos, 'ShareGroupDescribeResponse.DescribedGroup.members', 12)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ShareGroupDescribeResponse.DescribedGroup.assignor_name')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ShareGroupDescribeResponse.DescribedGroup.members')
+        raise bad_length('ShareGroupDescribeResponse.DescribedGroup.assignor_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ShareGroupDescribeResponse.DescribedGroup.assignor_name', buf, pos, _n, 1)
+        f_assignor_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ShareGroupDescribeResponse.DescribedGroup.members')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ShareGroupDescribeResponse.DescribedGroup.members', _c)
+    elif _c * 12 > _l - pos:
+        raise overrun('ShareGroupDescribeResponse.DescribedGroup.members', buf, pos, _c, 12)
     else:
         f_members = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_Member_0(buf, pos)
             _lst.append(_e)
-    if pos + 4 > len(buf):
+    if pos + 4 > _l:
         raise truncated('ShareGroupDescribeResponse.DescribedGroup.authorized_operations', buf, pos, 4)
     (f_authorized_operations,) = _S0.unpack_from(buf, pos)
     pos += 4
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -208,19 +388,27 @@ def _d_DescribedGroup_0(buf, pos):
     return DescribedGroup(f_error_code, f_error_message, f_group_id, f_group_state, f_group_epoch, f_assignment_epoch, f_assignor_name, f_members, f_authorized_operations, f_unknown_tags), pos
 
 def _d_ShareGroupDescribeResponse_0(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('ShareGroupDescribeResponse.throttle_time_ms', buf, pos, 4)
     (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'ShareGroupDescribeResponse.groups', 20)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ShareGroupDescribeResponse.groups')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ShareGroupDescribeResponse.groups')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ShareGroupDescribeResponse.groups', _c)
+    elif _c * 20 > _l - pos:
+        raise overrun('ShareGroupDescribeResponse.groups', buf, pos, _c, 20)
     else:
         f_groups = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_DescribedGroup_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -234,10 +422,23 @@ def _d_ShareGroupDescribeResponse_0(buf, pos):
 
 def _e_TopicPartitions_0(o, out, chunks):
     out += _S3.pack(o.topic_id.bytes)
-    write_compact_string(out, o.topic_name)
+    _b = o.topic_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ShareGroupDescribeResponse.TopicPartitions.topic_name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -245,7 +446,11 @@ def _e_TopicPartitions_0(o, out, chunks):
 
 def _e_Assignment_0(o, out, chunks):
     _a = o.topic_partitions
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_TopicPartitions_0(_e, out, chunks)
     if o.unknown_tags is None:
@@ -254,15 +459,62 @@ def _e_Assignment_0(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_Member_0(o, out, chunks):
-    write_compact_string(out, o.member_id)
-    write_compact_nullable_string(out, o.rack_id)
+    _b = o.member_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ShareGroupDescribeResponse.Member.member_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    if o.rack_id is None:
+        out.append(0)
+    else:
+        _b = o.rack_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ShareGroupDescribeResponse.Member.rack_id', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     out += _S0.pack(o.member_epoch)
-    write_compact_string(out, o.client_id)
-    write_compact_string(out, o.client_host)
+    _b = o.client_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ShareGroupDescribeResponse.Member.client_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _b = o.client_host.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ShareGroupDescribeResponse.Member.client_host', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.subscribed_topic_names
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
-        write_compact_string(out, _e)
+        _b = _e.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ShareGroupDescribeResponse.Member.subscribed_topic_names', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     _e_Assignment_0(o.assignment, out, chunks)
     if o.unknown_tags is None:
         out.append(0)
@@ -271,13 +523,52 @@ def _e_Member_0(o, out, chunks):
 
 def _e_DescribedGroup_0(o, out, chunks):
     out += _S1.pack(o.error_code)
-    write_compact_nullable_string(out, o.error_message)
-    write_compact_string(out, o.group_id)
-    write_compact_string(out, o.group_state)
+    if o.error_message is None:
+        out.append(0)
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ShareGroupDescribeResponse.DescribedGroup.error_message', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+    _b = o.group_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ShareGroupDescribeResponse.DescribedGroup.group_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _b = o.group_state.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ShareGroupDescribeResponse.DescribedGroup.group_state', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     out += _S2.pack(o.group_epoch, o.assignment_epoch)
-    write_compact_string(out, o.assignor_name)
+    _b = o.assignor_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ShareGroupDescribeResponse.DescribedGroup.assignor_name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.members
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_Member_0(_e, out, chunks)
     out += _S0.pack(o.authorized_operations)
@@ -289,7 +580,11 @@ def _e_DescribedGroup_0(o, out, chunks):
 def _e_ShareGroupDescribeResponse_0(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
     _a = o.groups
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_DescribedGroup_0(_e, out, chunks)
     if o.unknown_tags is None:

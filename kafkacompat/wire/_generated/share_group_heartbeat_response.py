@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -54,20 +66,30 @@ ShareGroupHeartbeatResponse.Assignment = Assignment
 _S0 = _Struct('>ih')
 _S1 = _Struct('>ii')
 _S2 = _Struct('>16s')
+_A_i = ARRAY_STRUCTS['i']
 
 def _d_TopicPartitions_0(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('ShareGroupHeartbeatResponse.TopicPartitions.topic_id', buf, pos, 16)
     (f_topic_id,) = _S2.unpack_from(buf, pos)
     pos += 16
     f_topic_id = _UUID(bytes=f_topic_id)
-    _n, pos = read_compact_array_len(buf, pos, 'ShareGroupHeartbeatResponse.TopicPartitions.partitions', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ShareGroupHeartbeatResponse.TopicPartitions.partitions')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
     else:
-        f_partitions = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    if pos < len(buf) and buf[pos] == 0:
+        _c, pos = read_uvarint(buf, pos, 'ShareGroupHeartbeatResponse.TopicPartitions.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ShareGroupHeartbeatResponse.TopicPartitions.partitions', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('ShareGroupHeartbeatResponse.TopicPartitions.partitions', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_partitions = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -80,15 +102,23 @@ def _d_TopicPartitions_0(buf, pos):
     return TopicPartitions(f_topic_id, f_partitions, f_unknown_tags), pos
 
 def _d_Assignment_0(buf, pos):
-    _n, pos = read_compact_array_len(buf, pos, 'ShareGroupHeartbeatResponse.Assignment.topic_partitions', 18)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ShareGroupHeartbeatResponse.Assignment.topic_partitions')
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ShareGroupHeartbeatResponse.Assignment.topic_partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ShareGroupHeartbeatResponse.Assignment.topic_partitions', _c)
+    elif _c * 18 > _l - pos:
+        raise overrun('ShareGroupHeartbeatResponse.Assignment.topic_partitions', buf, pos, _c, 18)
     else:
         f_topic_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_TopicPartitions_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -101,24 +131,55 @@ def _d_Assignment_0(buf, pos):
     return Assignment(f_topic_partitions, f_unknown_tags), pos
 
 def _d_ShareGroupHeartbeatResponse_0(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('ShareGroupHeartbeatResponse.throttle_time_ms', buf, pos, 6)
     f_throttle_time_ms, f_error_code = _S0.unpack_from(buf, pos)
     pos += 6
-    f_error_message, pos = read_compact_nullable_string(buf, pos, 'ShareGroupHeartbeatResponse.error_message')
-    f_member_id, pos = read_compact_nullable_string(buf, pos, 'ShareGroupHeartbeatResponse.member_id')
-    if pos + 8 > len(buf):
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ShareGroupHeartbeatResponse.error_message')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('ShareGroupHeartbeatResponse.error_message', _n)
+        f_error_message = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ShareGroupHeartbeatResponse.error_message', buf, pos, _n, 1)
+        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ShareGroupHeartbeatResponse.member_id')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('ShareGroupHeartbeatResponse.member_id', _n)
+        f_member_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ShareGroupHeartbeatResponse.member_id', buf, pos, _n, 1)
+        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 8 > _l:
         raise truncated('ShareGroupHeartbeatResponse.member_epoch', buf, pos, 8)
     f_member_epoch, f_heartbeat_interval_ms = _S1.unpack_from(buf, pos)
     pos += 8
-    if pos >= len(buf):
+    if pos >= _l:
         raise truncated('ShareGroupHeartbeatResponse.assignment', buf, pos, 1)
     if buf[pos] >= 0x80:
         f_assignment = None
         pos += 1
     else:
         f_assignment, pos = _d_Assignment_0(buf, pos + 1)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -133,8 +194,13 @@ def _d_ShareGroupHeartbeatResponse_0(buf, pos):
 def _e_TopicPartitions_0(o, out, chunks):
     out += _S2.pack(o.topic_id.bytes)
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -142,7 +208,11 @@ def _e_TopicPartitions_0(o, out, chunks):
 
 def _e_Assignment_0(o, out, chunks):
     _a = o.topic_partitions
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_TopicPartitions_0(_e, out, chunks)
     if o.unknown_tags is None:
@@ -152,8 +222,30 @@ def _e_Assignment_0(o, out, chunks):
 
 def _e_ShareGroupHeartbeatResponse_0(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms, o.error_code)
-    write_compact_nullable_string(out, o.error_message)
-    write_compact_nullable_string(out, o.member_id)
+    if o.error_message is None:
+        out.append(0)
+    else:
+        _b = o.error_message.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ShareGroupHeartbeatResponse.error_message', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+    if o.member_id is None:
+        out.append(0)
+    else:
+        _b = o.member_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ShareGroupHeartbeatResponse.member_id', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     out += _S1.pack(o.member_epoch, o.heartbeat_interval_ms)
     if o.assignment is None:
         out.append(0xff)

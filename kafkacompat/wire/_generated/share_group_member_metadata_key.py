@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -19,16 +31,50 @@ class ShareGroupMemberMetadataKey(Struct):
         self.member_id = member_id
         self.unknown_tags = unknown_tags
 
+_S0 = _Struct('>h')
 
 def _d_ShareGroupMemberMetadataKey_10(buf, pos):
-    f_group_id, pos = read_string(buf, pos, 'ShareGroupMemberMetadataKey.group_id')
-    f_member_id, pos = read_string(buf, pos, 'ShareGroupMemberMetadataKey.member_id')
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('ShareGroupMemberMetadataKey.group_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('ShareGroupMemberMetadataKey.group_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ShareGroupMemberMetadataKey.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('ShareGroupMemberMetadataKey.member_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('ShareGroupMemberMetadataKey.member_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ShareGroupMemberMetadataKey.member_id', buf, pos, _n, 1)
+        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
     f_unknown_tags = None
     return ShareGroupMemberMetadataKey(f_group_id, f_member_id, f_unknown_tags), pos
 
 def _e_ShareGroupMemberMetadataKey_10(o, out, chunks):
-    write_string(out, o.group_id)
-    write_string(out, o.member_id)
+    _b = o.group_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ShareGroupMemberMetadataKey.group_id', _n)
+    out += _S0.pack(_n)
+    out += _b
+    _b = o.member_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ShareGroupMemberMetadataKey.member_id', _n)
+    out += _S0.pack(_n)
+    out += _b
 
 MESSAGE = ShareGroupMemberMetadataKey
 MIN_VERSION = 10

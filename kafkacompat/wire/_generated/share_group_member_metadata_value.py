@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -30,18 +42,80 @@ class ShareGroupMemberMetadataValue(Struct):
 
 
 def _d_ShareGroupMemberMetadataValue_0(buf, pos):
-    f_rack_id, pos = read_compact_nullable_string(buf, pos, 'ShareGroupMemberMetadataValue.rack_id')
-    f_client_id, pos = read_compact_string(buf, pos, 'ShareGroupMemberMetadataValue.client_id')
-    f_client_host, pos = read_compact_string(buf, pos, 'ShareGroupMemberMetadataValue.client_host')
-    _n, pos = read_compact_array_len(buf, pos, 'ShareGroupMemberMetadataValue.subscribed_topic_names', 1)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ShareGroupMemberMetadataValue.rack_id')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ShareGroupMemberMetadataValue.subscribed_topic_names')
+        if _n != -1:
+            raise bad_length('ShareGroupMemberMetadataValue.rack_id', _n)
+        f_rack_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ShareGroupMemberMetadataValue.rack_id', buf, pos, _n, 1)
+        f_rack_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ShareGroupMemberMetadataValue.client_id')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('ShareGroupMemberMetadataValue.client_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ShareGroupMemberMetadataValue.client_id', buf, pos, _n, 1)
+        f_client_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ShareGroupMemberMetadataValue.client_host')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('ShareGroupMemberMetadataValue.client_host', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ShareGroupMemberMetadataValue.client_host', buf, pos, _n, 1)
+        f_client_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ShareGroupMemberMetadataValue.subscribed_topic_names')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ShareGroupMemberMetadataValue.subscribed_topic_names', _c)
+    elif _c * 1 > _l - pos:
+        raise overrun('ShareGroupMemberMetadataValue.subscribed_topic_names', buf, pos, _c, 1)
     else:
         f_subscribed_topic_names = _lst = []
-        for _ in range(_n):
-            _e, pos = read_compact_string(buf, pos, 'ShareGroupMemberMetadataValue.subscribed_topic_names')
+        for _ in range(_c):
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'ShareGroupMemberMetadataValue.subscribed_topic_names')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('ShareGroupMemberMetadataValue.subscribed_topic_names', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ShareGroupMemberMetadataValue.subscribed_topic_names', buf, pos, _n, 1)
+                _e = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -54,13 +128,52 @@ def _d_ShareGroupMemberMetadataValue_0(buf, pos):
     return ShareGroupMemberMetadataValue(f_rack_id, f_client_id, f_client_host, f_subscribed_topic_names, f_unknown_tags), pos
 
 def _e_ShareGroupMemberMetadataValue_0(o, out, chunks):
-    write_compact_nullable_string(out, o.rack_id)
-    write_compact_string(out, o.client_id)
-    write_compact_string(out, o.client_host)
+    if o.rack_id is None:
+        out.append(0)
+    else:
+        _b = o.rack_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ShareGroupMemberMetadataValue.rack_id', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+    _b = o.client_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ShareGroupMemberMetadataValue.client_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _b = o.client_host.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ShareGroupMemberMetadataValue.client_host', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.subscribed_topic_names
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
-        write_compact_string(out, _e)
+        _b = _e.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ShareGroupMemberMetadataValue.subscribed_topic_names', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:

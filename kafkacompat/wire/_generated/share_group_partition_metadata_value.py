@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -49,19 +61,40 @@ _S0 = _Struct('>16s')
 _S1 = _Struct('>i')
 
 def _d_PartitionMetadata_0(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('ShareGroupPartitionMetadataValue.PartitionMetadata.partition', buf, pos, 4)
     (f_partition,) = _S1.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'ShareGroupPartitionMetadataValue.PartitionMetadata.racks', 1)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ShareGroupPartitionMetadataValue.PartitionMetadata.racks')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ShareGroupPartitionMetadataValue.PartitionMetadata.racks')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ShareGroupPartitionMetadataValue.PartitionMetadata.racks', _c)
+    elif _c * 1 > _l - pos:
+        raise overrun('ShareGroupPartitionMetadataValue.PartitionMetadata.racks', buf, pos, _c, 1)
     else:
         f_racks = _lst = []
-        for _ in range(_n):
-            _e, pos = read_compact_string(buf, pos, 'ShareGroupPartitionMetadataValue.PartitionMetadata.racks')
+        for _ in range(_c):
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'ShareGroupPartitionMetadataValue.PartitionMetadata.racks')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('ShareGroupPartitionMetadataValue.PartitionMetadata.racks', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ShareGroupPartitionMetadataValue.PartitionMetadata.racks', buf, pos, _n, 1)
+                _e = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -74,25 +107,46 @@ def _d_PartitionMetadata_0(buf, pos):
     return PartitionMetadata(f_partition, f_racks, f_unknown_tags), pos
 
 def _d_TopicMetadata_0(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('ShareGroupPartitionMetadataValue.TopicMetadata.topic_id', buf, pos, 16)
     (f_topic_id,) = _S0.unpack_from(buf, pos)
     pos += 16
     f_topic_id = _UUID(bytes=f_topic_id)
-    f_topic_name, pos = read_compact_string(buf, pos, 'ShareGroupPartitionMetadataValue.TopicMetadata.topic_name')
-    if pos + 4 > len(buf):
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ShareGroupPartitionMetadataValue.TopicMetadata.topic_name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('ShareGroupPartitionMetadataValue.TopicMetadata.topic_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ShareGroupPartitionMetadataValue.TopicMetadata.topic_name', buf, pos, _n, 1)
+        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('ShareGroupPartitionMetadataValue.TopicMetadata.num_partitions', buf, pos, 4)
     (f_num_partitions,) = _S1.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'ShareGroupPartitionMetadataValue.TopicMetadata.partition_metadata', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ShareGroupPartitionMetadataValue.TopicMetadata.partition_metadata')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ShareGroupPartitionMetadataValue.TopicMetadata.partition_metadata')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ShareGroupPartitionMetadataValue.TopicMetadata.partition_metadata', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('ShareGroupPartitionMetadataValue.TopicMetadata.partition_metadata', buf, pos, _c, 6)
     else:
         f_partition_metadata = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_PartitionMetadata_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -105,15 +159,23 @@ def _d_TopicMetadata_0(buf, pos):
     return TopicMetadata(f_topic_id, f_topic_name, f_num_partitions, f_partition_metadata, f_unknown_tags), pos
 
 def _d_ShareGroupPartitionMetadataValue_0(buf, pos):
-    _n, pos = read_compact_array_len(buf, pos, 'ShareGroupPartitionMetadataValue.topics', 23)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ShareGroupPartitionMetadataValue.topics')
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ShareGroupPartitionMetadataValue.topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ShareGroupPartitionMetadataValue.topics', _c)
+    elif _c * 23 > _l - pos:
+        raise overrun('ShareGroupPartitionMetadataValue.topics', buf, pos, _c, 23)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_TopicMetadata_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -128,9 +190,21 @@ def _d_ShareGroupPartitionMetadataValue_0(buf, pos):
 def _e_PartitionMetadata_0(o, out, chunks):
     out += _S1.pack(o.partition)
     _a = o.racks
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
-        write_compact_string(out, _e)
+        _b = _e.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ShareGroupPartitionMetadataValue.PartitionMetadata.racks', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -138,10 +212,22 @@ def _e_PartitionMetadata_0(o, out, chunks):
 
 def _e_TopicMetadata_0(o, out, chunks):
     out += _S0.pack(o.topic_id.bytes)
-    write_compact_string(out, o.topic_name)
+    _b = o.topic_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ShareGroupPartitionMetadataValue.TopicMetadata.topic_name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     out += _S1.pack(o.num_partitions)
     _a = o.partition_metadata
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_PartitionMetadata_0(_e, out, chunks)
     if o.unknown_tags is None:
@@ -151,7 +237,11 @@ def _e_TopicMetadata_0(o, out, chunks):
 
 def _e_ShareGroupPartitionMetadataValue_0(o, out, chunks):
     _a = o.topics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_TopicMetadata_0(_e, out, chunks)
     if o.unknown_tags is None:

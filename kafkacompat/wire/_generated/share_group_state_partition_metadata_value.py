@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -39,21 +51,44 @@ ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo = TopicPartitionsInfo
 ShareGroupStatePartitionMetadataValue.TopicInfo = TopicInfo
 
 _S0 = _Struct('>16s')
+_A_i = ARRAY_STRUCTS['i']
 
 def _d_TopicPartitionsInfo_0(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo.topic_id', buf, pos, 16)
     (f_topic_id,) = _S0.unpack_from(buf, pos)
     pos += 16
     f_topic_id = _UUID(bytes=f_topic_id)
-    f_topic_name, pos = read_compact_string(buf, pos, 'ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo.topic_name')
-    _n, pos = read_compact_array_len(buf, pos, 'ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo.partitions', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo.partitions')
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
     else:
-        f_partitions = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    if pos < len(buf) and buf[pos] == 0:
+        _n, pos = read_uvarint(buf, pos, 'ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo.topic_name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo.topic_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo.topic_name', buf, pos, _n, 1)
+        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo.partitions', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo.partitions', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_partitions = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -66,13 +101,27 @@ def _d_TopicPartitionsInfo_0(buf, pos):
     return TopicPartitionsInfo(f_topic_id, f_topic_name, f_partitions, f_unknown_tags), pos
 
 def _d_TopicInfo_0(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('ShareGroupStatePartitionMetadataValue.TopicInfo.topic_id', buf, pos, 16)
     (f_topic_id,) = _S0.unpack_from(buf, pos)
     pos += 16
     f_topic_id = _UUID(bytes=f_topic_id)
-    f_topic_name, pos = read_compact_string(buf, pos, 'ShareGroupStatePartitionMetadataValue.TopicInfo.topic_name')
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'ShareGroupStatePartitionMetadataValue.TopicInfo.topic_name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('ShareGroupStatePartitionMetadataValue.TopicInfo.topic_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ShareGroupStatePartitionMetadataValue.TopicInfo.topic_name', buf, pos, _n, 1)
+        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -85,23 +134,38 @@ def _d_TopicInfo_0(buf, pos):
     return TopicInfo(f_topic_id, f_topic_name, f_unknown_tags), pos
 
 def _d_ShareGroupStatePartitionMetadataValue_0(buf, pos):
-    _n, pos = read_compact_array_len(buf, pos, 'ShareGroupStatePartitionMetadataValue.initialized_topics', 19)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ShareGroupStatePartitionMetadataValue.initialized_topics')
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ShareGroupStatePartitionMetadataValue.initialized_topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ShareGroupStatePartitionMetadataValue.initialized_topics', _c)
+    elif _c * 19 > _l - pos:
+        raise overrun('ShareGroupStatePartitionMetadataValue.initialized_topics', buf, pos, _c, 19)
     else:
         f_initialized_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_TopicPartitionsInfo_0(buf, pos)
             _lst.append(_e)
-    _n, pos = read_compact_array_len(buf, pos, 'ShareGroupStatePartitionMetadataValue.deleting_topics', 18)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='ShareGroupStatePartitionMetadataValue.deleting_topics')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'ShareGroupStatePartitionMetadataValue.deleting_topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('ShareGroupStatePartitionMetadataValue.deleting_topics', _c)
+    elif _c * 18 > _l - pos:
+        raise overrun('ShareGroupStatePartitionMetadataValue.deleting_topics', buf, pos, _c, 18)
     else:
         f_deleting_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_TopicInfo_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -115,10 +179,23 @@ def _d_ShareGroupStatePartitionMetadataValue_0(buf, pos):
 
 def _e_TopicPartitionsInfo_0(o, out, chunks):
     out += _S0.pack(o.topic_id.bytes)
-    write_compact_string(out, o.topic_name)
+    _b = o.topic_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo.topic_name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -126,7 +203,15 @@ def _e_TopicPartitionsInfo_0(o, out, chunks):
 
 def _e_TopicInfo_0(o, out, chunks):
     out += _S0.pack(o.topic_id.bytes)
-    write_compact_string(out, o.topic_name)
+    _b = o.topic_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ShareGroupStatePartitionMetadataValue.TopicInfo.topic_name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -134,11 +219,19 @@ def _e_TopicInfo_0(o, out, chunks):
 
 def _e_ShareGroupStatePartitionMetadataValue_0(o, out, chunks):
     _a = o.initialized_topics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_TopicPartitionsInfo_0(_e, out, chunks)
     _a = o.deleting_topics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_TopicInfo_0(_e, out, chunks)
     if o.unknown_tags is None:

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -19,16 +31,50 @@ class ShareGroupTargetAssignmentMemberKey(Struct):
         self.member_id = member_id
         self.unknown_tags = unknown_tags
 
+_S0 = _Struct('>h')
 
 def _d_ShareGroupTargetAssignmentMemberKey_13(buf, pos):
-    f_group_id, pos = read_string(buf, pos, 'ShareGroupTargetAssignmentMemberKey.group_id')
-    f_member_id, pos = read_string(buf, pos, 'ShareGroupTargetAssignmentMemberKey.member_id')
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('ShareGroupTargetAssignmentMemberKey.group_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('ShareGroupTargetAssignmentMemberKey.group_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ShareGroupTargetAssignmentMemberKey.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('ShareGroupTargetAssignmentMemberKey.member_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('ShareGroupTargetAssignmentMemberKey.member_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('ShareGroupTargetAssignmentMemberKey.member_id', buf, pos, _n, 1)
+        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
     f_unknown_tags = None
     return ShareGroupTargetAssignmentMemberKey(f_group_id, f_member_id, f_unknown_tags), pos
 
 def _e_ShareGroupTargetAssignmentMemberKey_13(o, out, chunks):
-    write_string(out, o.group_id)
-    write_string(out, o.member_id)
+    _b = o.group_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ShareGroupTargetAssignmentMemberKey.group_id', _n)
+    out += _S0.pack(_n)
+    out += _b
+    _b = o.member_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('ShareGroupTargetAssignmentMemberKey.member_id', _n)
+    out += _S0.pack(_n)
+    out += _b
 
 MESSAGE = ShareGroupTargetAssignmentMemberKey
 MIN_VERSION = 13

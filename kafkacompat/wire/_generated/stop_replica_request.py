@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -75,13 +87,27 @@ StopReplicaRequest.StopReplicaPartitionState = StopReplicaPartitionState
 
 _S0 = _Struct('>ii?')
 _S1 = _Struct('>i')
-_S2 = _Struct('>iiq?')
-_S3 = _Struct('>iiq')
-_S4 = _Struct('>i?iq')
+_S2 = _Struct('>h')
+_S3 = _Struct('>iiq?')
+_S4 = _Struct('>iiq')
+_S5 = _Struct('>i?iq')
+_A_i = ARRAY_STRUCTS['i']
 
 def _d_StopReplicaPartitionV0_0(buf, pos):
-    f_topic_name, pos = read_string(buf, pos, 'StopReplicaRequest.StopReplicaPartitionV0.topic_name')
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('StopReplicaRequest.StopReplicaPartitionV0.topic_name', buf, pos, 2)
+    (_n,) = _S2.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('StopReplicaRequest.StopReplicaPartitionV0.topic_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('StopReplicaRequest.StopReplicaPartitionV0.topic_name', buf, pos, _n, 1)
+        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('StopReplicaRequest.StopReplicaPartitionV0.partition_index', buf, pos, 4)
     (f_partition_index,) = _S1.unpack_from(buf, pos)
     pos += 4
@@ -89,57 +115,109 @@ def _d_StopReplicaPartitionV0_0(buf, pos):
     return StopReplicaPartitionV0(f_topic_name, f_partition_index, f_unknown_tags), pos
 
 def _d_StopReplicaRequest_0(buf, pos):
-    if pos + 9 > len(buf):
+    _l = len(buf)
+    if pos + 9 > _l:
         raise truncated('StopReplicaRequest.controller_id', buf, pos, 9)
     f_controller_id, f_controller_epoch, f_delete_partitions = _S0.unpack_from(buf, pos)
     pos += 9
-    _n, pos = read_array_len(buf, pos, 'StopReplicaRequest.ungrouped_partitions', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='StopReplicaRequest.ungrouped_partitions')
+    if pos + 4 > _l:
+        raise truncated('StopReplicaRequest.ungrouped_partitions', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('StopReplicaRequest.ungrouped_partitions', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('StopReplicaRequest.ungrouped_partitions', buf, pos, _c, 6)
     else:
         f_ungrouped_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_StopReplicaPartitionV0_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return StopReplicaRequest(f_controller_id, False, f_controller_epoch, -1, f_delete_partitions, f_ungrouped_partitions, [], [], f_unknown_tags), pos
 
 def _d_StopReplicaTopicV1_1(buf, pos):
-    f_name, pos = read_string(buf, pos, 'StopReplicaRequest.StopReplicaTopicV1.name')
-    _n, pos = read_array_len(buf, pos, 'StopReplicaRequest.StopReplicaTopicV1.partition_indexes', 4)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('StopReplicaRequest.StopReplicaTopicV1.name', buf, pos, 2)
+    (_n,) = _S2.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='StopReplicaRequest.StopReplicaTopicV1.partition_indexes')
+        raise bad_length('StopReplicaRequest.StopReplicaTopicV1.name', _n)
     else:
-        f_partition_indexes = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('StopReplicaRequest.StopReplicaTopicV1.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('StopReplicaRequest.StopReplicaTopicV1.partition_indexes', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('StopReplicaRequest.StopReplicaTopicV1.partition_indexes', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('StopReplicaRequest.StopReplicaTopicV1.partition_indexes', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_partition_indexes = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
     f_unknown_tags = None
     return StopReplicaTopicV1(f_name, f_partition_indexes, f_unknown_tags), pos
 
 def _d_StopReplicaRequest_1(buf, pos):
-    if pos + 17 > len(buf):
+    _l = len(buf)
+    if pos + 17 > _l:
         raise truncated('StopReplicaRequest.controller_id', buf, pos, 17)
-    f_controller_id, f_controller_epoch, f_broker_epoch, f_delete_partitions = _S2.unpack_from(buf, pos)
+    f_controller_id, f_controller_epoch, f_broker_epoch, f_delete_partitions = _S3.unpack_from(buf, pos)
     pos += 17
-    _n, pos = read_array_len(buf, pos, 'StopReplicaRequest.topics', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='StopReplicaRequest.topics')
+    if pos + 4 > _l:
+        raise truncated('StopReplicaRequest.topics', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('StopReplicaRequest.topics', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('StopReplicaRequest.topics', buf, pos, _c, 6)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_StopReplicaTopicV1_1(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return StopReplicaRequest(f_controller_id, False, f_controller_epoch, f_broker_epoch, f_delete_partitions, [], f_topics, [], f_unknown_tags), pos
 
 def _d_StopReplicaTopicV1_2(buf, pos):
-    f_name, pos = read_compact_string(buf, pos, 'StopReplicaRequest.StopReplicaTopicV1.name')
-    _n, pos = read_compact_array_len(buf, pos, 'StopReplicaRequest.StopReplicaTopicV1.partition_indexes', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='StopReplicaRequest.StopReplicaTopicV1.partition_indexes')
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
     else:
-        f_partition_indexes = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    if pos < len(buf) and buf[pos] == 0:
+        _n, pos = read_uvarint(buf, pos, 'StopReplicaRequest.StopReplicaTopicV1.name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('StopReplicaRequest.StopReplicaTopicV1.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('StopReplicaRequest.StopReplicaTopicV1.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'StopReplicaRequest.StopReplicaTopicV1.partition_indexes')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('StopReplicaRequest.StopReplicaTopicV1.partition_indexes', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('StopReplicaRequest.StopReplicaTopicV1.partition_indexes', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_partition_indexes = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -152,19 +230,27 @@ def _d_StopReplicaTopicV1_2(buf, pos):
     return StopReplicaTopicV1(f_name, f_partition_indexes, f_unknown_tags), pos
 
 def _d_StopReplicaRequest_2(buf, pos):
-    if pos + 17 > len(buf):
+    _l = len(buf)
+    if pos + 17 > _l:
         raise truncated('StopReplicaRequest.controller_id', buf, pos, 17)
-    f_controller_id, f_controller_epoch, f_broker_epoch, f_delete_partitions = _S2.unpack_from(buf, pos)
+    f_controller_id, f_controller_epoch, f_broker_epoch, f_delete_partitions = _S3.unpack_from(buf, pos)
     pos += 17
-    _n, pos = read_compact_array_len(buf, pos, 'StopReplicaRequest.topics', 3)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='StopReplicaRequest.topics')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'StopReplicaRequest.topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('StopReplicaRequest.topics', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('StopReplicaRequest.topics', buf, pos, _c, 3)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_StopReplicaTopicV1_2(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -177,11 +263,12 @@ def _d_StopReplicaRequest_2(buf, pos):
     return StopReplicaRequest(f_controller_id, False, f_controller_epoch, f_broker_epoch, f_delete_partitions, [], f_topics, [], f_unknown_tags), pos
 
 def _d_StopReplicaPartitionState_3(buf, pos):
-    if pos + 9 > len(buf):
+    _l = len(buf)
+    if pos + 9 > _l:
         raise truncated('StopReplicaRequest.StopReplicaPartitionState.partition_index', buf, pos, 9)
     f_partition_index, f_leader_epoch, f_delete_partition = _S0.unpack_from(buf, pos)
     pos += 9
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -194,16 +281,37 @@ def _d_StopReplicaPartitionState_3(buf, pos):
     return StopReplicaPartitionState(f_partition_index, f_leader_epoch, f_delete_partition, f_unknown_tags), pos
 
 def _d_StopReplicaTopicState_3(buf, pos):
-    f_topic_name, pos = read_compact_string(buf, pos, 'StopReplicaRequest.StopReplicaTopicState.topic_name')
-    _n, pos = read_compact_array_len(buf, pos, 'StopReplicaRequest.StopReplicaTopicState.partition_states', 10)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'StopReplicaRequest.StopReplicaTopicState.topic_name')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='StopReplicaRequest.StopReplicaTopicState.partition_states')
+        raise bad_length('StopReplicaRequest.StopReplicaTopicState.topic_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('StopReplicaRequest.StopReplicaTopicState.topic_name', buf, pos, _n, 1)
+        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'StopReplicaRequest.StopReplicaTopicState.partition_states')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('StopReplicaRequest.StopReplicaTopicState.partition_states', _c)
+    elif _c * 10 > _l - pos:
+        raise overrun('StopReplicaRequest.StopReplicaTopicState.partition_states', buf, pos, _c, 10)
     else:
         f_partition_states = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_StopReplicaPartitionState_3(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -216,19 +324,27 @@ def _d_StopReplicaTopicState_3(buf, pos):
     return StopReplicaTopicState(f_topic_name, f_partition_states, f_unknown_tags), pos
 
 def _d_StopReplicaRequest_3(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('StopReplicaRequest.controller_id', buf, pos, 16)
-    f_controller_id, f_controller_epoch, f_broker_epoch = _S3.unpack_from(buf, pos)
+    f_controller_id, f_controller_epoch, f_broker_epoch = _S4.unpack_from(buf, pos)
     pos += 16
-    _n, pos = read_compact_array_len(buf, pos, 'StopReplicaRequest.topic_states', 3)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='StopReplicaRequest.topic_states')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'StopReplicaRequest.topic_states')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('StopReplicaRequest.topic_states', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('StopReplicaRequest.topic_states', buf, pos, _c, 3)
     else:
         f_topic_states = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_StopReplicaTopicState_3(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -241,19 +357,27 @@ def _d_StopReplicaRequest_3(buf, pos):
     return StopReplicaRequest(f_controller_id, False, f_controller_epoch, f_broker_epoch, False, [], [], f_topic_states, f_unknown_tags), pos
 
 def _d_StopReplicaRequest_4(buf, pos):
-    if pos + 17 > len(buf):
+    _l = len(buf)
+    if pos + 17 > _l:
         raise truncated('StopReplicaRequest.controller_id', buf, pos, 17)
-    f_controller_id, f_is_k_raft_controller, f_controller_epoch, f_broker_epoch = _S4.unpack_from(buf, pos)
+    f_controller_id, f_is_k_raft_controller, f_controller_epoch, f_broker_epoch = _S5.unpack_from(buf, pos)
     pos += 17
-    _n, pos = read_compact_array_len(buf, pos, 'StopReplicaRequest.topic_states', 3)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='StopReplicaRequest.topic_states')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'StopReplicaRequest.topic_states')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('StopReplicaRequest.topic_states', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('StopReplicaRequest.topic_states', buf, pos, _c, 3)
     else:
         f_topic_states = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_StopReplicaTopicState_3(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -266,43 +390,74 @@ def _d_StopReplicaRequest_4(buf, pos):
     return StopReplicaRequest(f_controller_id, f_is_k_raft_controller, f_controller_epoch, f_broker_epoch, False, [], [], f_topic_states, f_unknown_tags), pos
 
 def _e_StopReplicaPartitionV0_0(o, out, chunks):
-    write_string(out, o.topic_name)
+    _b = o.topic_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('StopReplicaRequest.StopReplicaPartitionV0.topic_name', _n)
+    out += _S2.pack(_n)
+    out += _b
     out += _S1.pack(o.partition_index)
 
 def _e_StopReplicaRequest_0(o, out, chunks):
     out += _S0.pack(o.controller_id, o.controller_epoch, o.delete_partitions)
     _a = o.ungrouped_partitions
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_StopReplicaPartitionV0_0(_e, out, chunks)
 
 def _e_StopReplicaTopicV1_1(o, out, chunks):
-    write_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('StopReplicaRequest.StopReplicaTopicV1.name', _n)
+    out += _S2.pack(_n)
+    out += _b
     _a = o.partition_indexes
-    write_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    out += _S1.pack(_c)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
 
 def _e_StopReplicaRequest_1(o, out, chunks):
-    out += _S2.pack(o.controller_id, o.controller_epoch, o.broker_epoch, o.delete_partitions)
+    out += _S3.pack(o.controller_id, o.controller_epoch, o.broker_epoch, o.delete_partitions)
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_StopReplicaTopicV1_1(_e, out, chunks)
 
 def _e_StopReplicaTopicV1_2(o, out, chunks):
-    write_compact_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('StopReplicaRequest.StopReplicaTopicV1.name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.partition_indexes
-    write_compact_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_StopReplicaRequest_2(o, out, chunks):
-    out += _S2.pack(o.controller_id, o.controller_epoch, o.broker_epoch, o.delete_partitions)
+    out += _S3.pack(o.controller_id, o.controller_epoch, o.broker_epoch, o.delete_partitions)
     _a = o.topics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_StopReplicaTopicV1_2(_e, out, chunks)
     if o.unknown_tags is None:
@@ -318,9 +473,21 @@ def _e_StopReplicaPartitionState_3(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_StopReplicaTopicState_3(o, out, chunks):
-    write_compact_string(out, o.topic_name)
+    _b = o.topic_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('StopReplicaRequest.StopReplicaTopicState.topic_name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.partition_states
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_StopReplicaPartitionState_3(_e, out, chunks)
     if o.unknown_tags is None:
@@ -329,9 +496,13 @@ def _e_StopReplicaTopicState_3(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_StopReplicaRequest_3(o, out, chunks):
-    out += _S3.pack(o.controller_id, o.controller_epoch, o.broker_epoch)
+    out += _S4.pack(o.controller_id, o.controller_epoch, o.broker_epoch)
     _a = o.topic_states
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_StopReplicaTopicState_3(_e, out, chunks)
     if o.unknown_tags is None:
@@ -340,9 +511,13 @@ def _e_StopReplicaRequest_3(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_StopReplicaRequest_4(o, out, chunks):
-    out += _S4.pack(o.controller_id, o.is_k_raft_controller, o.controller_epoch, o.broker_epoch)
+    out += _S5.pack(o.controller_id, o.is_k_raft_controller, o.controller_epoch, o.broker_epoch)
     _a = o.topic_states
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_StopReplicaTopicState_3(_e, out, chunks)
     if o.unknown_tags is None:

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -30,40 +42,73 @@ class StopReplicaResponse(Struct):
 StopReplicaResponse.StopReplicaPartitionError = StopReplicaPartitionError
 
 _S0 = _Struct('>h')
-_S1 = _Struct('>ih')
+_S1 = _Struct('>i')
+_S2 = _Struct('>ih')
 
 def _d_StopReplicaPartitionError_0(buf, pos):
-    f_topic_name, pos = read_string(buf, pos, 'StopReplicaResponse.StopReplicaPartitionError.topic_name')
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('StopReplicaResponse.StopReplicaPartitionError.topic_name', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('StopReplicaResponse.StopReplicaPartitionError.topic_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('StopReplicaResponse.StopReplicaPartitionError.topic_name', buf, pos, _n, 1)
+        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 6 > _l:
         raise truncated('StopReplicaResponse.StopReplicaPartitionError.partition_index', buf, pos, 6)
-    f_partition_index, f_error_code = _S1.unpack_from(buf, pos)
+    f_partition_index, f_error_code = _S2.unpack_from(buf, pos)
     pos += 6
     f_unknown_tags = None
     return StopReplicaPartitionError(f_topic_name, f_partition_index, f_error_code, f_unknown_tags), pos
 
 def _d_StopReplicaResponse_0(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('StopReplicaResponse.error_code', buf, pos, 2)
     (f_error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
-    _n, pos = read_array_len(buf, pos, 'StopReplicaResponse.partition_errors', 8)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='StopReplicaResponse.partition_errors')
+    if pos + 4 > _l:
+        raise truncated('StopReplicaResponse.partition_errors', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('StopReplicaResponse.partition_errors', _c)
+    elif _c * 8 > _l - pos:
+        raise overrun('StopReplicaResponse.partition_errors', buf, pos, _c, 8)
     else:
         f_partition_errors = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_StopReplicaPartitionError_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return StopReplicaResponse(f_error_code, f_partition_errors, f_unknown_tags), pos
 
 def _d_StopReplicaPartitionError_2(buf, pos):
-    f_topic_name, pos = read_compact_string(buf, pos, 'StopReplicaResponse.StopReplicaPartitionError.topic_name')
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'StopReplicaResponse.StopReplicaPartitionError.topic_name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('StopReplicaResponse.StopReplicaPartitionError.topic_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('StopReplicaResponse.StopReplicaPartitionError.topic_name', buf, pos, _n, 1)
+        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 6 > _l:
         raise truncated('StopReplicaResponse.StopReplicaPartitionError.partition_index', buf, pos, 6)
-    f_partition_index, f_error_code = _S1.unpack_from(buf, pos)
+    f_partition_index, f_error_code = _S2.unpack_from(buf, pos)
     pos += 6
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -76,19 +121,27 @@ def _d_StopReplicaPartitionError_2(buf, pos):
     return StopReplicaPartitionError(f_topic_name, f_partition_index, f_error_code, f_unknown_tags), pos
 
 def _d_StopReplicaResponse_2(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('StopReplicaResponse.error_code', buf, pos, 2)
     (f_error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
-    _n, pos = read_compact_array_len(buf, pos, 'StopReplicaResponse.partition_errors', 8)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='StopReplicaResponse.partition_errors')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'StopReplicaResponse.partition_errors')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('StopReplicaResponse.partition_errors', _c)
+    elif _c * 8 > _l - pos:
+        raise overrun('StopReplicaResponse.partition_errors', buf, pos, _c, 8)
     else:
         f_partition_errors = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_StopReplicaPartitionError_2(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -101,19 +154,33 @@ def _d_StopReplicaResponse_2(buf, pos):
     return StopReplicaResponse(f_error_code, f_partition_errors, f_unknown_tags), pos
 
 def _e_StopReplicaPartitionError_0(o, out, chunks):
-    write_string(out, o.topic_name)
-    out += _S1.pack(o.partition_index, o.error_code)
+    _b = o.topic_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('StopReplicaResponse.StopReplicaPartitionError.topic_name', _n)
+    out += _S0.pack(_n)
+    out += _b
+    out += _S2.pack(o.partition_index, o.error_code)
 
 def _e_StopReplicaResponse_0(o, out, chunks):
     out += _S0.pack(o.error_code)
     _a = o.partition_errors
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_StopReplicaPartitionError_0(_e, out, chunks)
 
 def _e_StopReplicaPartitionError_2(o, out, chunks):
-    write_compact_string(out, o.topic_name)
-    out += _S1.pack(o.partition_index, o.error_code)
+    _b = o.topic_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('StopReplicaResponse.StopReplicaPartitionError.topic_name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    out += _S2.pack(o.partition_index, o.error_code)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -122,7 +189,11 @@ def _e_StopReplicaPartitionError_2(o, out, chunks):
 def _e_StopReplicaResponse_2(o, out, chunks):
     out += _S0.pack(o.error_code)
     _a = o.partition_errors
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_StopReplicaPartitionError_2(_e, out, chunks)
     if o.unknown_tags is None:

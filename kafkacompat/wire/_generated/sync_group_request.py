@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -43,55 +55,175 @@ class SyncGroupRequest(Struct):
         self.unknown_tags = unknown_tags
 SyncGroupRequest.SyncGroupRequestAssignment = SyncGroupRequestAssignment
 
-_S0 = _Struct('>i')
+_S0 = _Struct('>h')
+_S1 = _Struct('>i')
 
 def _d_SyncGroupRequestAssignment_0(buf, pos):
-    f_member_id, pos = read_string(buf, pos, 'SyncGroupRequest.SyncGroupRequestAssignment.member_id')
-    f_assignment, pos = read_bytes(buf, pos, 'SyncGroupRequest.SyncGroupRequestAssignment.assignment')
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('SyncGroupRequest.SyncGroupRequestAssignment.member_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('SyncGroupRequest.SyncGroupRequestAssignment.member_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('SyncGroupRequest.SyncGroupRequestAssignment.member_id', buf, pos, _n, 1)
+        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('SyncGroupRequest.SyncGroupRequestAssignment.assignment', buf, pos, 4)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _n < 0:
+        raise bad_length('SyncGroupRequest.SyncGroupRequestAssignment.assignment', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('SyncGroupRequest.SyncGroupRequestAssignment.assignment', buf, pos, _n, 1)
+        f_assignment = bytes(buf[pos:_end])
+        pos = _end
     f_unknown_tags = None
     return SyncGroupRequestAssignment(f_member_id, f_assignment, f_unknown_tags), pos
 
 def _d_SyncGroupRequest_0(buf, pos):
-    f_group_id, pos = read_string(buf, pos, 'SyncGroupRequest.group_id')
-    if pos + 4 > len(buf):
-        raise truncated('SyncGroupRequest.generation_id', buf, pos, 4)
-    (f_generation_id,) = _S0.unpack_from(buf, pos)
-    pos += 4
-    f_member_id, pos = read_string(buf, pos, 'SyncGroupRequest.member_id')
-    _n, pos = read_array_len(buf, pos, 'SyncGroupRequest.assignments', 6)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('SyncGroupRequest.group_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='SyncGroupRequest.assignments')
+        raise bad_length('SyncGroupRequest.group_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('SyncGroupRequest.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('SyncGroupRequest.generation_id', buf, pos, 4)
+    (f_generation_id,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if pos + 2 > _l:
+        raise truncated('SyncGroupRequest.member_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('SyncGroupRequest.member_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('SyncGroupRequest.member_id', buf, pos, _n, 1)
+        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('SyncGroupRequest.assignments', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('SyncGroupRequest.assignments', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('SyncGroupRequest.assignments', buf, pos, _c, 6)
     else:
         f_assignments = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_SyncGroupRequestAssignment_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return SyncGroupRequest(f_group_id, f_generation_id, f_member_id, None, None, None, f_assignments, f_unknown_tags), pos
 
 def _d_SyncGroupRequest_3(buf, pos):
-    f_group_id, pos = read_string(buf, pos, 'SyncGroupRequest.group_id')
-    if pos + 4 > len(buf):
-        raise truncated('SyncGroupRequest.generation_id', buf, pos, 4)
-    (f_generation_id,) = _S0.unpack_from(buf, pos)
-    pos += 4
-    f_member_id, pos = read_string(buf, pos, 'SyncGroupRequest.member_id')
-    f_group_instance_id, pos = read_nullable_string(buf, pos, 'SyncGroupRequest.group_instance_id')
-    _n, pos = read_array_len(buf, pos, 'SyncGroupRequest.assignments', 6)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('SyncGroupRequest.group_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='SyncGroupRequest.assignments')
+        raise bad_length('SyncGroupRequest.group_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('SyncGroupRequest.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('SyncGroupRequest.generation_id', buf, pos, 4)
+    (f_generation_id,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if pos + 2 > _l:
+        raise truncated('SyncGroupRequest.member_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('SyncGroupRequest.member_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('SyncGroupRequest.member_id', buf, pos, _n, 1)
+        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('SyncGroupRequest.group_instance_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('SyncGroupRequest.group_instance_id', _n)
+        f_group_instance_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('SyncGroupRequest.group_instance_id', buf, pos, _n, 1)
+        f_group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('SyncGroupRequest.assignments', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('SyncGroupRequest.assignments', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('SyncGroupRequest.assignments', buf, pos, _c, 6)
     else:
         f_assignments = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_SyncGroupRequestAssignment_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return SyncGroupRequest(f_group_id, f_generation_id, f_member_id, f_group_instance_id, None, None, f_assignments, f_unknown_tags), pos
 
 def _d_SyncGroupRequestAssignment_4(buf, pos):
-    f_member_id, pos = read_compact_string(buf, pos, 'SyncGroupRequest.SyncGroupRequestAssignment.member_id')
-    f_assignment, pos = read_compact_bytes(buf, pos, 'SyncGroupRequest.SyncGroupRequestAssignment.assignment')
-    if pos < len(buf) and buf[pos] == 0:
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'SyncGroupRequest.SyncGroupRequestAssignment.member_id')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('SyncGroupRequest.SyncGroupRequestAssignment.member_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('SyncGroupRequest.SyncGroupRequestAssignment.member_id', buf, pos, _n, 1)
+        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'SyncGroupRequest.SyncGroupRequestAssignment.assignment')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('SyncGroupRequest.SyncGroupRequestAssignment.assignment', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('SyncGroupRequest.SyncGroupRequestAssignment.assignment', buf, pos, _n, 1)
+        f_assignment = bytes(buf[pos:_end])
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -104,22 +236,71 @@ def _d_SyncGroupRequestAssignment_4(buf, pos):
     return SyncGroupRequestAssignment(f_member_id, f_assignment, f_unknown_tags), pos
 
 def _d_SyncGroupRequest_4(buf, pos):
-    f_group_id, pos = read_compact_string(buf, pos, 'SyncGroupRequest.group_id')
-    if pos + 4 > len(buf):
-        raise truncated('SyncGroupRequest.generation_id', buf, pos, 4)
-    (f_generation_id,) = _S0.unpack_from(buf, pos)
-    pos += 4
-    f_member_id, pos = read_compact_string(buf, pos, 'SyncGroupRequest.member_id')
-    f_group_instance_id, pos = read_compact_nullable_string(buf, pos, 'SyncGroupRequest.group_instance_id')
-    _n, pos = read_compact_array_len(buf, pos, 'SyncGroupRequest.assignments', 3)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'SyncGroupRequest.group_id')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='SyncGroupRequest.assignments')
+        raise bad_length('SyncGroupRequest.group_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('SyncGroupRequest.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('SyncGroupRequest.generation_id', buf, pos, 4)
+    (f_generation_id,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'SyncGroupRequest.member_id')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('SyncGroupRequest.member_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('SyncGroupRequest.member_id', buf, pos, _n, 1)
+        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'SyncGroupRequest.group_instance_id')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('SyncGroupRequest.group_instance_id', _n)
+        f_group_instance_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('SyncGroupRequest.group_instance_id', buf, pos, _n, 1)
+        f_group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'SyncGroupRequest.assignments')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('SyncGroupRequest.assignments', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('SyncGroupRequest.assignments', buf, pos, _c, 3)
     else:
         f_assignments = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_SyncGroupRequestAssignment_4(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -132,24 +313,103 @@ def _d_SyncGroupRequest_4(buf, pos):
     return SyncGroupRequest(f_group_id, f_generation_id, f_member_id, f_group_instance_id, None, None, f_assignments, f_unknown_tags), pos
 
 def _d_SyncGroupRequest_5(buf, pos):
-    f_group_id, pos = read_compact_string(buf, pos, 'SyncGroupRequest.group_id')
-    if pos + 4 > len(buf):
-        raise truncated('SyncGroupRequest.generation_id', buf, pos, 4)
-    (f_generation_id,) = _S0.unpack_from(buf, pos)
-    pos += 4
-    f_member_id, pos = read_compact_string(buf, pos, 'SyncGroupRequest.member_id')
-    f_group_instance_id, pos = read_compact_nullable_string(buf, pos, 'SyncGroupRequest.group_instance_id')
-    f_protocol_type, pos = read_compact_nullable_string(buf, pos, 'SyncGroupRequest.protocol_type')
-    f_protocol_name, pos = read_compact_nullable_string(buf, pos, 'SyncGroupRequest.protocol_name')
-    _n, pos = read_compact_array_len(buf, pos, 'SyncGroupRequest.assignments', 3)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'SyncGroupRequest.group_id')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='SyncGroupRequest.assignments')
+        raise bad_length('SyncGroupRequest.group_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('SyncGroupRequest.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('SyncGroupRequest.generation_id', buf, pos, 4)
+    (f_generation_id,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'SyncGroupRequest.member_id')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('SyncGroupRequest.member_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('SyncGroupRequest.member_id', buf, pos, _n, 1)
+        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'SyncGroupRequest.group_instance_id')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('SyncGroupRequest.group_instance_id', _n)
+        f_group_instance_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('SyncGroupRequest.group_instance_id', buf, pos, _n, 1)
+        f_group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'SyncGroupRequest.protocol_type')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('SyncGroupRequest.protocol_type', _n)
+        f_protocol_type = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('SyncGroupRequest.protocol_type', buf, pos, _n, 1)
+        f_protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'SyncGroupRequest.protocol_name')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('SyncGroupRequest.protocol_name', _n)
+        f_protocol_name = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('SyncGroupRequest.protocol_name', buf, pos, _n, 1)
+        f_protocol_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'SyncGroupRequest.assignments')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('SyncGroupRequest.assignments', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('SyncGroupRequest.assignments', buf, pos, _c, 3)
     else:
         f_assignments = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_SyncGroupRequestAssignment_4(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -162,43 +422,126 @@ def _d_SyncGroupRequest_5(buf, pos):
     return SyncGroupRequest(f_group_id, f_generation_id, f_member_id, f_group_instance_id, f_protocol_type, f_protocol_name, f_assignments, f_unknown_tags), pos
 
 def _e_SyncGroupRequestAssignment_0(o, out, chunks):
-    write_string(out, o.member_id)
-    write_bytes(out, o.assignment)
+    _b = o.member_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('SyncGroupRequest.SyncGroupRequestAssignment.member_id', _n)
+    out += _S0.pack(_n)
+    out += _b
+    _b = o.assignment
+    _n = len(_b)
+    out += _S1.pack(_n)
+    out += _b
 
 def _e_SyncGroupRequest_0(o, out, chunks):
-    write_string(out, o.group_id)
-    out += _S0.pack(o.generation_id)
-    write_string(out, o.member_id)
+    _b = o.group_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('SyncGroupRequest.group_id', _n)
+    out += _S0.pack(_n)
+    out += _b
+    out += _S1.pack(o.generation_id)
+    _b = o.member_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('SyncGroupRequest.member_id', _n)
+    out += _S0.pack(_n)
+    out += _b
     _a = o.assignments
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_SyncGroupRequestAssignment_0(_e, out, chunks)
 
 def _e_SyncGroupRequest_3(o, out, chunks):
-    write_string(out, o.group_id)
-    out += _S0.pack(o.generation_id)
-    write_string(out, o.member_id)
-    write_nullable_string(out, o.group_instance_id)
+    _b = o.group_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('SyncGroupRequest.group_id', _n)
+    out += _S0.pack(_n)
+    out += _b
+    out += _S1.pack(o.generation_id)
+    _b = o.member_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('SyncGroupRequest.member_id', _n)
+    out += _S0.pack(_n)
+    out += _b
+    if o.group_instance_id is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.group_instance_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('SyncGroupRequest.group_instance_id', _n)
+        out += _S0.pack(_n)
+        out += _b
     _a = o.assignments
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_SyncGroupRequestAssignment_0(_e, out, chunks)
 
 def _e_SyncGroupRequestAssignment_4(o, out, chunks):
-    write_compact_string(out, o.member_id)
-    write_compact_bytes(out, o.assignment)
+    _b = o.member_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('SyncGroupRequest.SyncGroupRequestAssignment.member_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _b = o.assignment
+    _n = len(_b)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_SyncGroupRequest_4(o, out, chunks):
-    write_compact_string(out, o.group_id)
-    out += _S0.pack(o.generation_id)
-    write_compact_string(out, o.member_id)
-    write_compact_nullable_string(out, o.group_instance_id)
+    _b = o.group_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('SyncGroupRequest.group_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    out += _S1.pack(o.generation_id)
+    _b = o.member_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('SyncGroupRequest.member_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    if o.group_instance_id is None:
+        out.append(0)
+    else:
+        _b = o.group_instance_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('SyncGroupRequest.group_instance_id', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     _a = o.assignments
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_SyncGroupRequestAssignment_4(_e, out, chunks)
     if o.unknown_tags is None:
@@ -207,14 +550,67 @@ def _e_SyncGroupRequest_4(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_SyncGroupRequest_5(o, out, chunks):
-    write_compact_string(out, o.group_id)
-    out += _S0.pack(o.generation_id)
-    write_compact_string(out, o.member_id)
-    write_compact_nullable_string(out, o.group_instance_id)
-    write_compact_nullable_string(out, o.protocol_type)
-    write_compact_nullable_string(out, o.protocol_name)
+    _b = o.group_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('SyncGroupRequest.group_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    out += _S1.pack(o.generation_id)
+    _b = o.member_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('SyncGroupRequest.member_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    if o.group_instance_id is None:
+        out.append(0)
+    else:
+        _b = o.group_instance_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('SyncGroupRequest.group_instance_id', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+    if o.protocol_type is None:
+        out.append(0)
+    else:
+        _b = o.protocol_type.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('SyncGroupRequest.protocol_type', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+    if o.protocol_name is None:
+        out.append(0)
+    else:
+        _b = o.protocol_name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('SyncGroupRequest.protocol_name', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     _a = o.assignments
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_SyncGroupRequestAssignment_4(_e, out, chunks)
     if o.unknown_tags is None:

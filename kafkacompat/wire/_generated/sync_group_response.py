@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -31,33 +43,72 @@ class SyncGroupResponse(Struct):
         self.unknown_tags = unknown_tags
 
 _S0 = _Struct('>h')
-_S1 = _Struct('>ih')
+_S1 = _Struct('>i')
+_S2 = _Struct('>ih')
 
 def _d_SyncGroupResponse_0(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('SyncGroupResponse.error_code', buf, pos, 2)
     (f_error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
-    f_assignment, pos = read_bytes(buf, pos, 'SyncGroupResponse.assignment')
+    if pos + 4 > _l:
+        raise truncated('SyncGroupResponse.assignment', buf, pos, 4)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _n < 0:
+        raise bad_length('SyncGroupResponse.assignment', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('SyncGroupResponse.assignment', buf, pos, _n, 1)
+        f_assignment = bytes(buf[pos:_end])
+        pos = _end
     f_unknown_tags = None
     return SyncGroupResponse(0, f_error_code, None, None, f_assignment, f_unknown_tags), pos
 
 def _d_SyncGroupResponse_1(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('SyncGroupResponse.throttle_time_ms', buf, pos, 6)
-    f_throttle_time_ms, f_error_code = _S1.unpack_from(buf, pos)
+    f_throttle_time_ms, f_error_code = _S2.unpack_from(buf, pos)
     pos += 6
-    f_assignment, pos = read_bytes(buf, pos, 'SyncGroupResponse.assignment')
+    if pos + 4 > _l:
+        raise truncated('SyncGroupResponse.assignment', buf, pos, 4)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _n < 0:
+        raise bad_length('SyncGroupResponse.assignment', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('SyncGroupResponse.assignment', buf, pos, _n, 1)
+        f_assignment = bytes(buf[pos:_end])
+        pos = _end
     f_unknown_tags = None
     return SyncGroupResponse(f_throttle_time_ms, f_error_code, None, None, f_assignment, f_unknown_tags), pos
 
 def _d_SyncGroupResponse_4(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('SyncGroupResponse.throttle_time_ms', buf, pos, 6)
-    f_throttle_time_ms, f_error_code = _S1.unpack_from(buf, pos)
+    f_throttle_time_ms, f_error_code = _S2.unpack_from(buf, pos)
     pos += 6
-    f_assignment, pos = read_compact_bytes(buf, pos, 'SyncGroupResponse.assignment')
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'SyncGroupResponse.assignment')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('SyncGroupResponse.assignment', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('SyncGroupResponse.assignment', buf, pos, _n, 1)
+        f_assignment = bytes(buf[pos:_end])
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -70,14 +121,58 @@ def _d_SyncGroupResponse_4(buf, pos):
     return SyncGroupResponse(f_throttle_time_ms, f_error_code, None, None, f_assignment, f_unknown_tags), pos
 
 def _d_SyncGroupResponse_5(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('SyncGroupResponse.throttle_time_ms', buf, pos, 6)
-    f_throttle_time_ms, f_error_code = _S1.unpack_from(buf, pos)
+    f_throttle_time_ms, f_error_code = _S2.unpack_from(buf, pos)
     pos += 6
-    f_protocol_type, pos = read_compact_nullable_string(buf, pos, 'SyncGroupResponse.protocol_type')
-    f_protocol_name, pos = read_compact_nullable_string(buf, pos, 'SyncGroupResponse.protocol_name')
-    f_assignment, pos = read_compact_bytes(buf, pos, 'SyncGroupResponse.assignment')
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'SyncGroupResponse.protocol_type')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('SyncGroupResponse.protocol_type', _n)
+        f_protocol_type = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('SyncGroupResponse.protocol_type', buf, pos, _n, 1)
+        f_protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'SyncGroupResponse.protocol_name')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('SyncGroupResponse.protocol_name', _n)
+        f_protocol_name = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('SyncGroupResponse.protocol_name', buf, pos, _n, 1)
+        f_protocol_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'SyncGroupResponse.assignment')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('SyncGroupResponse.assignment', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('SyncGroupResponse.assignment', buf, pos, _n, 1)
+        f_assignment = bytes(buf[pos:_end])
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -91,25 +186,65 @@ def _d_SyncGroupResponse_5(buf, pos):
 
 def _e_SyncGroupResponse_0(o, out, chunks):
     out += _S0.pack(o.error_code)
-    write_bytes(out, o.assignment)
+    _b = o.assignment
+    _n = len(_b)
+    out += _S1.pack(_n)
+    out += _b
 
 def _e_SyncGroupResponse_1(o, out, chunks):
-    out += _S1.pack(o.throttle_time_ms, o.error_code)
-    write_bytes(out, o.assignment)
+    out += _S2.pack(o.throttle_time_ms, o.error_code)
+    _b = o.assignment
+    _n = len(_b)
+    out += _S1.pack(_n)
+    out += _b
 
 def _e_SyncGroupResponse_4(o, out, chunks):
-    out += _S1.pack(o.throttle_time_ms, o.error_code)
-    write_compact_bytes(out, o.assignment)
+    out += _S2.pack(o.throttle_time_ms, o.error_code)
+    _b = o.assignment
+    _n = len(_b)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_SyncGroupResponse_5(o, out, chunks):
-    out += _S1.pack(o.throttle_time_ms, o.error_code)
-    write_compact_nullable_string(out, o.protocol_type)
-    write_compact_nullable_string(out, o.protocol_name)
-    write_compact_bytes(out, o.assignment)
+    out += _S2.pack(o.throttle_time_ms, o.error_code)
+    if o.protocol_type is None:
+        out.append(0)
+    else:
+        _b = o.protocol_type.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('SyncGroupResponse.protocol_type', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+    if o.protocol_name is None:
+        out.append(0)
+    else:
+        _b = o.protocol_name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('SyncGroupResponse.protocol_name', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+    _b = o.assignment
+    _n = len(_b)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:

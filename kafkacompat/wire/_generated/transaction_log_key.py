@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -18,14 +30,32 @@ class TransactionLogKey(Struct):
         self.transactional_id = transactional_id
         self.unknown_tags = unknown_tags
 
+_S0 = _Struct('>h')
 
 def _d_TransactionLogKey_0(buf, pos):
-    f_transactional_id, pos = read_string(buf, pos, 'TransactionLogKey.transactional_id')
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('TransactionLogKey.transactional_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('TransactionLogKey.transactional_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('TransactionLogKey.transactional_id', buf, pos, _n, 1)
+        f_transactional_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
     f_unknown_tags = None
     return TransactionLogKey(f_transactional_id, f_unknown_tags), pos
 
 def _e_TransactionLogKey_0(o, out, chunks):
-    write_string(out, o.transactional_id)
+    _b = o.transactional_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('TransactionLogKey.transactional_id', _n)
+    out += _S0.pack(_n)
+    out += _b
 
 MESSAGE = TransactionLogKey
 MIN_VERSION = 0

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -50,52 +62,102 @@ class TransactionLogValue(Struct):
 TransactionLogValue.PartitionsSchema = PartitionsSchema
 
 _S0 = _Struct('>qqqhib')
-_S1 = _Struct('>qqh')
-_S2 = _Struct('>qhib')
-_S3 = _Struct('>qq')
-_S4 = _Struct('>q')
-_S5 = _Struct('>h')
+_S1 = _Struct('>i')
+_S2 = _Struct('>h')
+_S3 = _Struct('>qqh')
+_S4 = _Struct('>qhib')
+_S5 = _Struct('>qq')
+_S6 = _Struct('>q')
+_A_i = ARRAY_STRUCTS['i']
 
 def _d_PartitionsSchema_0(buf, pos):
-    f_topic, pos = read_string(buf, pos, 'TransactionLogValue.PartitionsSchema.topic')
-    _n, pos = read_array_len(buf, pos, 'TransactionLogValue.PartitionsSchema.partition_ids', 4)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('TransactionLogValue.PartitionsSchema.topic', buf, pos, 2)
+    (_n,) = _S2.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='TransactionLogValue.PartitionsSchema.partition_ids')
+        raise bad_length('TransactionLogValue.PartitionsSchema.topic', _n)
     else:
-        f_partition_ids = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('TransactionLogValue.PartitionsSchema.topic', buf, pos, _n, 1)
+        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('TransactionLogValue.PartitionsSchema.partition_ids', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('TransactionLogValue.PartitionsSchema.partition_ids', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('TransactionLogValue.PartitionsSchema.partition_ids', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_partition_ids = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
     f_unknown_tags = None
     return PartitionsSchema(f_topic, f_partition_ids, f_unknown_tags), pos
 
 def _d_TransactionLogValue_0(buf, pos):
-    if pos + 31 > len(buf):
+    _l = len(buf)
+    if pos + 31 > _l:
         raise truncated('TransactionLogValue.producer_id', buf, pos, 31)
     f_producer_id, f_previous_producer_id, f_next_producer_id, f_producer_epoch, f_transaction_timeout_ms, f_transaction_status = _S0.unpack_from(buf, pos)
     pos += 31
-    _n, pos = read_array_len(buf, pos, 'TransactionLogValue.transaction_partitions', 6)
-    if _n < 0:
+    if pos + 4 > _l:
+        raise truncated('TransactionLogValue.transaction_partitions', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        if _c != -1:
+            raise bad_length('TransactionLogValue.transaction_partitions', _c)
         f_transaction_partitions = None
+    elif _c * 6 > _l - pos:
+        raise overrun('TransactionLogValue.transaction_partitions', buf, pos, _c, 6)
     else:
         f_transaction_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_PartitionsSchema_0(buf, pos)
             _lst.append(_e)
-    if pos + 18 > len(buf):
+    if pos + 18 > _l:
         raise truncated('TransactionLogValue.transaction_last_update_timestamp_ms', buf, pos, 18)
-    f_transaction_last_update_timestamp_ms, f_transaction_start_timestamp_ms, f_client_transaction_version = _S1.unpack_from(buf, pos)
+    f_transaction_last_update_timestamp_ms, f_transaction_start_timestamp_ms, f_client_transaction_version = _S3.unpack_from(buf, pos)
     pos += 18
     f_unknown_tags = None
     return TransactionLogValue(f_producer_id, f_previous_producer_id, f_next_producer_id, f_producer_epoch, f_transaction_timeout_ms, f_transaction_status, f_transaction_partitions, f_transaction_last_update_timestamp_ms, f_transaction_start_timestamp_ms, f_client_transaction_version, f_unknown_tags), pos
 
 def _d_PartitionsSchema_1(buf, pos):
-    f_topic, pos = read_compact_string(buf, pos, 'TransactionLogValue.PartitionsSchema.topic')
-    _n, pos = read_compact_array_len(buf, pos, 'TransactionLogValue.PartitionsSchema.partition_ids', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='TransactionLogValue.PartitionsSchema.partition_ids')
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
     else:
-        f_partition_ids = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    if pos < len(buf) and buf[pos] == 0:
+        _n, pos = read_uvarint(buf, pos, 'TransactionLogValue.PartitionsSchema.topic')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('TransactionLogValue.PartitionsSchema.topic', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('TransactionLogValue.PartitionsSchema.topic', buf, pos, _n, 1)
+        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'TransactionLogValue.PartitionsSchema.partition_ids')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('TransactionLogValue.PartitionsSchema.partition_ids', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('TransactionLogValue.PartitionsSchema.partition_ids', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_partition_ids = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -108,26 +170,36 @@ def _d_PartitionsSchema_1(buf, pos):
     return PartitionsSchema(f_topic, f_partition_ids, f_unknown_tags), pos
 
 def _d_TransactionLogValue_1(buf, pos):
-    if pos + 15 > len(buf):
+    _l = len(buf)
+    if pos + 15 > _l:
         raise truncated('TransactionLogValue.producer_id', buf, pos, 15)
-    f_producer_id, f_producer_epoch, f_transaction_timeout_ms, f_transaction_status = _S2.unpack_from(buf, pos)
+    f_producer_id, f_producer_epoch, f_transaction_timeout_ms, f_transaction_status = _S4.unpack_from(buf, pos)
     pos += 15
-    _n, pos = read_compact_array_len(buf, pos, 'TransactionLogValue.transaction_partitions', 3)
-    if _n < 0:
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'TransactionLogValue.transaction_partitions')
+        _c -= 1
+    if _c < 0:
+        if _c != -1:
+            raise bad_length('TransactionLogValue.transaction_partitions', _c)
         f_transaction_partitions = None
+    elif _c * 3 > _l - pos:
+        raise overrun('TransactionLogValue.transaction_partitions', buf, pos, _c, 3)
     else:
         f_transaction_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_PartitionsSchema_1(buf, pos)
             _lst.append(_e)
-    if pos + 16 > len(buf):
+    if pos + 16 > _l:
         raise truncated('TransactionLogValue.transaction_last_update_timestamp_ms', buf, pos, 16)
-    f_transaction_last_update_timestamp_ms, f_transaction_start_timestamp_ms = _S3.unpack_from(buf, pos)
+    f_transaction_last_update_timestamp_ms, f_transaction_start_timestamp_ms = _S5.unpack_from(buf, pos)
     pos += 16
     f_previous_producer_id = -1
     f_next_producer_id = -1
     f_client_transaction_version = 0
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -139,7 +211,7 @@ def _d_TransactionLogValue_1(buf, pos):
                 _p = _start
                 if _p + 8 > len(_sub):
                     raise truncated('TransactionLogValue.previous_producer_id', _sub, _p, 8)
-                (f_previous_producer_id,) = _S4.unpack_from(_sub, _p)
+                (f_previous_producer_id,) = _S6.unpack_from(_sub, _p)
                 _p += 8
                 if _p != _end:
                     raise DecodeError('tagged field size mismatch', field='TransactionLogValue.previous_producer_id')
@@ -148,7 +220,7 @@ def _d_TransactionLogValue_1(buf, pos):
                 _p = _start
                 if _p + 8 > len(_sub):
                     raise truncated('TransactionLogValue.next_producer_id', _sub, _p, 8)
-                (f_next_producer_id,) = _S4.unpack_from(_sub, _p)
+                (f_next_producer_id,) = _S6.unpack_from(_sub, _p)
                 _p += 8
                 if _p != _end:
                     raise DecodeError('tagged field size mismatch', field='TransactionLogValue.next_producer_id')
@@ -157,7 +229,7 @@ def _d_TransactionLogValue_1(buf, pos):
                 _p = _start
                 if _p + 2 > len(_sub):
                     raise truncated('TransactionLogValue.client_transaction_version', _sub, _p, 2)
-                (f_client_transaction_version,) = _S5.unpack_from(_sub, _p)
+                (f_client_transaction_version,) = _S2.unpack_from(_sub, _p)
                 _p += 2
                 if _p != _end:
                     raise DecodeError('tagged field size mismatch', field='TransactionLogValue.client_transaction_version')
@@ -168,10 +240,17 @@ def _d_TransactionLogValue_1(buf, pos):
     return TransactionLogValue(f_producer_id, f_previous_producer_id, f_next_producer_id, f_producer_epoch, f_transaction_timeout_ms, f_transaction_status, f_transaction_partitions, f_transaction_last_update_timestamp_ms, f_transaction_start_timestamp_ms, f_client_transaction_version, f_unknown_tags), pos
 
 def _e_PartitionsSchema_0(o, out, chunks):
-    write_string(out, o.topic)
+    _b = o.topic.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('TransactionLogValue.PartitionsSchema.topic', _n)
+    out += _S2.pack(_n)
+    out += _b
     _a = o.partition_ids
-    write_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    out += _S1.pack(_c)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
 
 def _e_TransactionLogValue_0(o, out, chunks):
     out += _S0.pack(o.producer_id, o.previous_producer_id, o.next_producer_id, o.producer_epoch, o.transaction_timeout_ms, o.transaction_status)
@@ -179,48 +258,74 @@ def _e_TransactionLogValue_0(o, out, chunks):
     if _a is None:
         out += b'\xff\xff\xff\xff'
     else:
-        write_array_len(out, len(_a))
+        _c = len(_a)
+        out += _S1.pack(_c)
         for _e in _a:
             _e_PartitionsSchema_0(_e, out, chunks)
-    out += _S1.pack(o.transaction_last_update_timestamp_ms, o.transaction_start_timestamp_ms, o.client_transaction_version)
+    out += _S3.pack(o.transaction_last_update_timestamp_ms, o.transaction_start_timestamp_ms, o.client_transaction_version)
 
 def _e_PartitionsSchema_1(o, out, chunks):
-    write_compact_string(out, o.topic)
+    _b = o.topic.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('TransactionLogValue.PartitionsSchema.topic', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.partition_ids
-    write_compact_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_TransactionLogValue_1(o, out, chunks):
-    out += _S2.pack(o.producer_id, o.producer_epoch, o.transaction_timeout_ms, o.transaction_status)
+    out += _S4.pack(o.producer_id, o.producer_epoch, o.transaction_timeout_ms, o.transaction_status)
     _a = o.transaction_partitions
     if _a is None:
         out.append(0)
     else:
-        write_compact_array_len(out, len(_a))
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
         for _e in _a:
             _e_PartitionsSchema_1(_e, out, chunks)
-    out += _S3.pack(o.transaction_last_update_timestamp_ms, o.transaction_start_timestamp_ms)
-    _tags = list(o.unknown_tags) if o.unknown_tags else []
+    out += _S5.pack(o.transaction_last_update_timestamp_ms, o.transaction_start_timestamp_ms)
+    _tags = None
     if o.previous_producer_id != -1:
         _t = bytearray()
-        _t += _S4.pack(o.previous_producer_id)
+        _t += _S6.pack(o.previous_producer_id)
+        if _tags is None:
+            _tags = []
         _tags.append((0, _t))
     if o.next_producer_id != -1:
         _t = bytearray()
-        _t += _S4.pack(o.next_producer_id)
+        _t += _S6.pack(o.next_producer_id)
+        if _tags is None:
+            _tags = []
         _tags.append((1, _t))
     if o.client_transaction_version != 0:
         _t = bytearray()
-        _t += _S5.pack(o.client_transaction_version)
+        _t += _S2.pack(o.client_transaction_version)
+        if _tags is None:
+            _tags = []
         _tags.append((2, _t))
-    if _tags:
-        write_tags(out, _tags)
-    else:
+    if o.unknown_tags:
+        _tags = o.unknown_tags if _tags is None else _tags + o.unknown_tags
+    if _tags is None:
         out.append(0)
+    else:
+        write_tags(out, _tags)
 
 MESSAGE = TransactionLogValue
 MIN_VERSION = 0

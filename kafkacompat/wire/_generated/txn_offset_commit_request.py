@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -63,98 +75,234 @@ class TxnOffsetCommitRequest(Struct):
 TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic = TxnOffsetCommitRequestTopic
 TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition = TxnOffsetCommitRequestPartition
 
-_S0 = _Struct('>qh')
-_S1 = _Struct('>iq')
-_S2 = _Struct('>iqi')
-_S3 = _Struct('>qhi')
+_S0 = _Struct('>h')
+_S1 = _Struct('>qh')
+_S2 = _Struct('>i')
+_S3 = _Struct('>iq')
+_S4 = _Struct('>iqi')
+_S5 = _Struct('>qhi')
 
 def _d_TxnOffsetCommitRequestPartition_0(buf, pos):
-    if pos + 12 > len(buf):
+    _l = len(buf)
+    if pos + 12 > _l:
         raise truncated('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.partition_index', buf, pos, 12)
-    f_partition_index, f_committed_offset = _S1.unpack_from(buf, pos)
+    f_partition_index, f_committed_offset = _S3.unpack_from(buf, pos)
     pos += 12
-    f_committed_metadata, pos = read_nullable_string(buf, pos, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata')
+    if pos + 2 > _l:
+        raise truncated('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata', _n)
+        f_committed_metadata = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata', buf, pos, _n, 1)
+        f_committed_metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
     f_unknown_tags = None
     return TxnOffsetCommitRequestPartition(f_partition_index, f_committed_offset, -1, f_committed_metadata, f_unknown_tags), pos
 
 def _d_TxnOffsetCommitRequestTopic_0(buf, pos):
-    f_name, pos = read_string(buf, pos, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.name')
-    _n, pos = read_array_len(buf, pos, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.partitions', 14)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.name', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.partitions')
+        raise bad_length('TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.partitions', buf, pos, 4)
+    (_c,) = _S2.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.partitions', _c)
+    elif _c * 14 > _l - pos:
+        raise overrun('TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.partitions', buf, pos, _c, 14)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_TxnOffsetCommitRequestPartition_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return TxnOffsetCommitRequestTopic(f_name, f_partitions, f_unknown_tags), pos
 
 def _d_TxnOffsetCommitRequest_0(buf, pos):
-    f_transactional_id, pos = read_string(buf, pos, 'TxnOffsetCommitRequest.transactional_id')
-    f_group_id, pos = read_string(buf, pos, 'TxnOffsetCommitRequest.group_id')
-    if pos + 10 > len(buf):
-        raise truncated('TxnOffsetCommitRequest.producer_id', buf, pos, 10)
-    f_producer_id, f_producer_epoch = _S0.unpack_from(buf, pos)
-    pos += 10
-    _n, pos = read_array_len(buf, pos, 'TxnOffsetCommitRequest.topics', 6)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('TxnOffsetCommitRequest.transactional_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='TxnOffsetCommitRequest.topics')
+        raise bad_length('TxnOffsetCommitRequest.transactional_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('TxnOffsetCommitRequest.transactional_id', buf, pos, _n, 1)
+        f_transactional_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('TxnOffsetCommitRequest.group_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('TxnOffsetCommitRequest.group_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('TxnOffsetCommitRequest.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 10 > _l:
+        raise truncated('TxnOffsetCommitRequest.producer_id', buf, pos, 10)
+    f_producer_id, f_producer_epoch = _S1.unpack_from(buf, pos)
+    pos += 10
+    if pos + 4 > _l:
+        raise truncated('TxnOffsetCommitRequest.topics', buf, pos, 4)
+    (_c,) = _S2.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('TxnOffsetCommitRequest.topics', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('TxnOffsetCommitRequest.topics', buf, pos, _c, 6)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_TxnOffsetCommitRequestTopic_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return TxnOffsetCommitRequest(f_transactional_id, f_group_id, f_producer_id, f_producer_epoch, -1, '', None, f_topics, f_unknown_tags), pos
 
 def _d_TxnOffsetCommitRequestPartition_2(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.partition_index', buf, pos, 16)
-    f_partition_index, f_committed_offset, f_committed_leader_epoch = _S2.unpack_from(buf, pos)
+    f_partition_index, f_committed_offset, f_committed_leader_epoch = _S4.unpack_from(buf, pos)
     pos += 16
-    f_committed_metadata, pos = read_nullable_string(buf, pos, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata')
+    if pos + 2 > _l:
+        raise truncated('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata', _n)
+        f_committed_metadata = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata', buf, pos, _n, 1)
+        f_committed_metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
     f_unknown_tags = None
     return TxnOffsetCommitRequestPartition(f_partition_index, f_committed_offset, f_committed_leader_epoch, f_committed_metadata, f_unknown_tags), pos
 
 def _d_TxnOffsetCommitRequestTopic_2(buf, pos):
-    f_name, pos = read_string(buf, pos, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.name')
-    _n, pos = read_array_len(buf, pos, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.partitions', 18)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.name', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.partitions')
+        raise bad_length('TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.partitions', buf, pos, 4)
+    (_c,) = _S2.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.partitions', _c)
+    elif _c * 18 > _l - pos:
+        raise overrun('TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.partitions', buf, pos, _c, 18)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_TxnOffsetCommitRequestPartition_2(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return TxnOffsetCommitRequestTopic(f_name, f_partitions, f_unknown_tags), pos
 
 def _d_TxnOffsetCommitRequest_2(buf, pos):
-    f_transactional_id, pos = read_string(buf, pos, 'TxnOffsetCommitRequest.transactional_id')
-    f_group_id, pos = read_string(buf, pos, 'TxnOffsetCommitRequest.group_id')
-    if pos + 10 > len(buf):
-        raise truncated('TxnOffsetCommitRequest.producer_id', buf, pos, 10)
-    f_producer_id, f_producer_epoch = _S0.unpack_from(buf, pos)
-    pos += 10
-    _n, pos = read_array_len(buf, pos, 'TxnOffsetCommitRequest.topics', 6)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('TxnOffsetCommitRequest.transactional_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='TxnOffsetCommitRequest.topics')
+        raise bad_length('TxnOffsetCommitRequest.transactional_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('TxnOffsetCommitRequest.transactional_id', buf, pos, _n, 1)
+        f_transactional_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('TxnOffsetCommitRequest.group_id', buf, pos, 2)
+    (_n,) = _S0.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('TxnOffsetCommitRequest.group_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('TxnOffsetCommitRequest.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 10 > _l:
+        raise truncated('TxnOffsetCommitRequest.producer_id', buf, pos, 10)
+    f_producer_id, f_producer_epoch = _S1.unpack_from(buf, pos)
+    pos += 10
+    if pos + 4 > _l:
+        raise truncated('TxnOffsetCommitRequest.topics', buf, pos, 4)
+    (_c,) = _S2.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('TxnOffsetCommitRequest.topics', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('TxnOffsetCommitRequest.topics', buf, pos, _c, 6)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_TxnOffsetCommitRequestTopic_2(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return TxnOffsetCommitRequest(f_transactional_id, f_group_id, f_producer_id, f_producer_epoch, -1, '', None, f_topics, f_unknown_tags), pos
 
 def _d_TxnOffsetCommitRequestPartition_3(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.partition_index', buf, pos, 16)
-    f_partition_index, f_committed_offset, f_committed_leader_epoch = _S2.unpack_from(buf, pos)
+    f_partition_index, f_committed_offset, f_committed_leader_epoch = _S4.unpack_from(buf, pos)
     pos += 16
-    f_committed_metadata, pos = read_compact_nullable_string(buf, pos, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata')
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata', _n)
+        f_committed_metadata = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata', buf, pos, _n, 1)
+        f_committed_metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -167,16 +315,37 @@ def _d_TxnOffsetCommitRequestPartition_3(buf, pos):
     return TxnOffsetCommitRequestPartition(f_partition_index, f_committed_offset, f_committed_leader_epoch, f_committed_metadata, f_unknown_tags), pos
 
 def _d_TxnOffsetCommitRequestTopic_3(buf, pos):
-    f_name, pos = read_compact_string(buf, pos, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.name')
-    _n, pos = read_compact_array_len(buf, pos, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.partitions', 18)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.name')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.partitions')
+        raise bad_length('TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.partitions', _c)
+    elif _c * 18 > _l - pos:
+        raise overrun('TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.partitions', buf, pos, _c, 18)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_TxnOffsetCommitRequestPartition_3(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -189,23 +358,85 @@ def _d_TxnOffsetCommitRequestTopic_3(buf, pos):
     return TxnOffsetCommitRequestTopic(f_name, f_partitions, f_unknown_tags), pos
 
 def _d_TxnOffsetCommitRequest_3(buf, pos):
-    f_transactional_id, pos = read_compact_string(buf, pos, 'TxnOffsetCommitRequest.transactional_id')
-    f_group_id, pos = read_compact_string(buf, pos, 'TxnOffsetCommitRequest.group_id')
-    if pos + 14 > len(buf):
-        raise truncated('TxnOffsetCommitRequest.producer_id', buf, pos, 14)
-    f_producer_id, f_producer_epoch, f_generation_id = _S3.unpack_from(buf, pos)
-    pos += 14
-    f_member_id, pos = read_compact_string(buf, pos, 'TxnOffsetCommitRequest.member_id')
-    f_group_instance_id, pos = read_compact_nullable_string(buf, pos, 'TxnOffsetCommitRequest.group_instance_id')
-    _n, pos = read_compact_array_len(buf, pos, 'TxnOffsetCommitRequest.topics', 3)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'TxnOffsetCommitRequest.transactional_id')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='TxnOffsetCommitRequest.topics')
+        raise bad_length('TxnOffsetCommitRequest.transactional_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('TxnOffsetCommitRequest.transactional_id', buf, pos, _n, 1)
+        f_transactional_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'TxnOffsetCommitRequest.group_id')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('TxnOffsetCommitRequest.group_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('TxnOffsetCommitRequest.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 14 > _l:
+        raise truncated('TxnOffsetCommitRequest.producer_id', buf, pos, 14)
+    f_producer_id, f_producer_epoch, f_generation_id = _S5.unpack_from(buf, pos)
+    pos += 14
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'TxnOffsetCommitRequest.member_id')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('TxnOffsetCommitRequest.member_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('TxnOffsetCommitRequest.member_id', buf, pos, _n, 1)
+        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'TxnOffsetCommitRequest.group_instance_id')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('TxnOffsetCommitRequest.group_instance_id', _n)
+        f_group_instance_id = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('TxnOffsetCommitRequest.group_instance_id', buf, pos, _n, 1)
+        f_group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'TxnOffsetCommitRequest.topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('TxnOffsetCommitRequest.topics', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('TxnOffsetCommitRequest.topics', buf, pos, _c, 3)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_TxnOffsetCommitRequestTopic_3(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -218,57 +449,130 @@ def _d_TxnOffsetCommitRequest_3(buf, pos):
     return TxnOffsetCommitRequest(f_transactional_id, f_group_id, f_producer_id, f_producer_epoch, f_generation_id, f_member_id, f_group_instance_id, f_topics, f_unknown_tags), pos
 
 def _e_TxnOffsetCommitRequestPartition_0(o, out, chunks):
-    out += _S1.pack(o.partition_index, o.committed_offset)
-    write_nullable_string(out, o.committed_metadata)
+    out += _S3.pack(o.partition_index, o.committed_offset)
+    if o.committed_metadata is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.committed_metadata.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata', _n)
+        out += _S0.pack(_n)
+        out += _b
 
 def _e_TxnOffsetCommitRequestTopic_0(o, out, chunks):
-    write_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.name', _n)
+    out += _S0.pack(_n)
+    out += _b
     _a = o.partitions
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S2.pack(_c)
     for _e in _a:
         _e_TxnOffsetCommitRequestPartition_0(_e, out, chunks)
 
 def _e_TxnOffsetCommitRequest_0(o, out, chunks):
-    write_string(out, o.transactional_id)
-    write_string(out, o.group_id)
-    out += _S0.pack(o.producer_id, o.producer_epoch)
+    _b = o.transactional_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('TxnOffsetCommitRequest.transactional_id', _n)
+    out += _S0.pack(_n)
+    out += _b
+    _b = o.group_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('TxnOffsetCommitRequest.group_id', _n)
+    out += _S0.pack(_n)
+    out += _b
+    out += _S1.pack(o.producer_id, o.producer_epoch)
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S2.pack(_c)
     for _e in _a:
         _e_TxnOffsetCommitRequestTopic_0(_e, out, chunks)
 
 def _e_TxnOffsetCommitRequestPartition_2(o, out, chunks):
-    out += _S2.pack(o.partition_index, o.committed_offset, o.committed_leader_epoch)
-    write_nullable_string(out, o.committed_metadata)
+    out += _S4.pack(o.partition_index, o.committed_offset, o.committed_leader_epoch)
+    if o.committed_metadata is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.committed_metadata.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata', _n)
+        out += _S0.pack(_n)
+        out += _b
 
 def _e_TxnOffsetCommitRequestTopic_2(o, out, chunks):
-    write_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.name', _n)
+    out += _S0.pack(_n)
+    out += _b
     _a = o.partitions
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S2.pack(_c)
     for _e in _a:
         _e_TxnOffsetCommitRequestPartition_2(_e, out, chunks)
 
 def _e_TxnOffsetCommitRequest_2(o, out, chunks):
-    write_string(out, o.transactional_id)
-    write_string(out, o.group_id)
-    out += _S0.pack(o.producer_id, o.producer_epoch)
+    _b = o.transactional_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('TxnOffsetCommitRequest.transactional_id', _n)
+    out += _S0.pack(_n)
+    out += _b
+    _b = o.group_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('TxnOffsetCommitRequest.group_id', _n)
+    out += _S0.pack(_n)
+    out += _b
+    out += _S1.pack(o.producer_id, o.producer_epoch)
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S2.pack(_c)
     for _e in _a:
         _e_TxnOffsetCommitRequestTopic_2(_e, out, chunks)
 
 def _e_TxnOffsetCommitRequestPartition_3(o, out, chunks):
-    out += _S2.pack(o.partition_index, o.committed_offset, o.committed_leader_epoch)
-    write_compact_nullable_string(out, o.committed_metadata)
+    out += _S4.pack(o.partition_index, o.committed_offset, o.committed_leader_epoch)
+    if o.committed_metadata is None:
+        out.append(0)
+    else:
+        _b = o.committed_metadata.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_TxnOffsetCommitRequestTopic_3(o, out, chunks):
-    write_compact_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_TxnOffsetCommitRequestPartition_3(_e, out, chunks)
     if o.unknown_tags is None:
@@ -277,13 +581,52 @@ def _e_TxnOffsetCommitRequestTopic_3(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_TxnOffsetCommitRequest_3(o, out, chunks):
-    write_compact_string(out, o.transactional_id)
-    write_compact_string(out, o.group_id)
-    out += _S3.pack(o.producer_id, o.producer_epoch, o.generation_id)
-    write_compact_string(out, o.member_id)
-    write_compact_nullable_string(out, o.group_instance_id)
+    _b = o.transactional_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('TxnOffsetCommitRequest.transactional_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _b = o.group_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('TxnOffsetCommitRequest.group_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    out += _S5.pack(o.producer_id, o.producer_epoch, o.generation_id)
+    _b = o.member_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('TxnOffsetCommitRequest.member_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    if o.group_instance_id is None:
+        out.append(0)
+    else:
+        _b = o.group_instance_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('TxnOffsetCommitRequest.group_instance_id', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     _a = o.topics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_TxnOffsetCommitRequestTopic_3(_e, out, chunks)
     if o.unknown_tags is None:

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -38,51 +50,77 @@ TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic = TxnOffsetCommitResponseTo
 TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition = TxnOffsetCommitResponsePartition
 
 _S0 = _Struct('>i')
-_S1 = _Struct('>ih')
+_S1 = _Struct('>h')
+_S2 = _Struct('>ih')
 
 def _d_TxnOffsetCommitResponsePartition_0(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition.partition_index', buf, pos, 6)
-    f_partition_index, f_error_code = _S1.unpack_from(buf, pos)
+    f_partition_index, f_error_code = _S2.unpack_from(buf, pos)
     pos += 6
     f_unknown_tags = None
     return TxnOffsetCommitResponsePartition(f_partition_index, f_error_code, f_unknown_tags), pos
 
 def _d_TxnOffsetCommitResponseTopic_0(buf, pos):
-    f_name, pos = read_string(buf, pos, 'TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.name')
-    _n, pos = read_array_len(buf, pos, 'TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.partitions', 6)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.name', buf, pos, 2)
+    (_n,) = _S1.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.partitions')
+        raise bad_length('TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.partitions', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.partitions', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.partitions', buf, pos, _c, 6)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_TxnOffsetCommitResponsePartition_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return TxnOffsetCommitResponseTopic(f_name, f_partitions, f_unknown_tags), pos
 
 def _d_TxnOffsetCommitResponse_0(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('TxnOffsetCommitResponse.throttle_time_ms', buf, pos, 4)
     (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_array_len(buf, pos, 'TxnOffsetCommitResponse.topics', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='TxnOffsetCommitResponse.topics')
+    if pos + 4 > _l:
+        raise truncated('TxnOffsetCommitResponse.topics', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('TxnOffsetCommitResponse.topics', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('TxnOffsetCommitResponse.topics', buf, pos, _c, 6)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_TxnOffsetCommitResponseTopic_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return TxnOffsetCommitResponse(f_throttle_time_ms, f_topics, f_unknown_tags), pos
 
 def _d_TxnOffsetCommitResponsePartition_3(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition.partition_index', buf, pos, 6)
-    f_partition_index, f_error_code = _S1.unpack_from(buf, pos)
+    f_partition_index, f_error_code = _S2.unpack_from(buf, pos)
     pos += 6
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -95,16 +133,37 @@ def _d_TxnOffsetCommitResponsePartition_3(buf, pos):
     return TxnOffsetCommitResponsePartition(f_partition_index, f_error_code, f_unknown_tags), pos
 
 def _d_TxnOffsetCommitResponseTopic_3(buf, pos):
-    f_name, pos = read_compact_string(buf, pos, 'TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.name')
-    _n, pos = read_compact_array_len(buf, pos, 'TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.partitions', 7)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.name')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.partitions')
+        raise bad_length('TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.partitions', _c)
+    elif _c * 7 > _l - pos:
+        raise overrun('TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.partitions', buf, pos, _c, 7)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_TxnOffsetCommitResponsePartition_3(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -117,19 +176,27 @@ def _d_TxnOffsetCommitResponseTopic_3(buf, pos):
     return TxnOffsetCommitResponseTopic(f_name, f_partitions, f_unknown_tags), pos
 
 def _d_TxnOffsetCommitResponse_3(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('TxnOffsetCommitResponse.throttle_time_ms', buf, pos, 4)
     (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'TxnOffsetCommitResponse.topics', 3)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='TxnOffsetCommitResponse.topics')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'TxnOffsetCommitResponse.topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('TxnOffsetCommitResponse.topics', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('TxnOffsetCommitResponse.topics', buf, pos, _c, 3)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_TxnOffsetCommitResponseTopic_3(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -142,33 +209,52 @@ def _d_TxnOffsetCommitResponse_3(buf, pos):
     return TxnOffsetCommitResponse(f_throttle_time_ms, f_topics, f_unknown_tags), pos
 
 def _e_TxnOffsetCommitResponsePartition_0(o, out, chunks):
-    out += _S1.pack(o.partition_index, o.error_code)
+    out += _S2.pack(o.partition_index, o.error_code)
 
 def _e_TxnOffsetCommitResponseTopic_0(o, out, chunks):
-    write_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.name', _n)
+    out += _S1.pack(_n)
+    out += _b
     _a = o.partitions
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_TxnOffsetCommitResponsePartition_0(_e, out, chunks)
 
 def _e_TxnOffsetCommitResponse_0(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_TxnOffsetCommitResponseTopic_0(_e, out, chunks)
 
 def _e_TxnOffsetCommitResponsePartition_3(o, out, chunks):
-    out += _S1.pack(o.partition_index, o.error_code)
+    out += _S2.pack(o.partition_index, o.error_code)
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_TxnOffsetCommitResponseTopic_3(o, out, chunks):
-    write_compact_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_TxnOffsetCommitResponsePartition_3(_e, out, chunks)
     if o.unknown_tags is None:
@@ -179,7 +265,11 @@ def _e_TxnOffsetCommitResponseTopic_3(o, out, chunks):
 def _e_TxnOffsetCommitResponse_3(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
     _a = o.topics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_TxnOffsetCommitResponseTopic_3(_e, out, chunks)
     if o.unknown_tags is None:

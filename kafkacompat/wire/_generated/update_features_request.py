@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -44,12 +56,26 @@ _S2 = _Struct('>hb')
 _S3 = _Struct('>?')
 
 def _d_FeatureUpdateKey_0(buf, pos):
-    f_feature, pos = read_compact_string(buf, pos, 'UpdateFeaturesRequest.FeatureUpdateKey.feature')
-    if pos + 3 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'UpdateFeaturesRequest.FeatureUpdateKey.feature')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('UpdateFeaturesRequest.FeatureUpdateKey.feature', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('UpdateFeaturesRequest.FeatureUpdateKey.feature', buf, pos, _n, 1)
+        f_feature = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 3 > _l:
         raise truncated('UpdateFeaturesRequest.FeatureUpdateKey.max_version_level', buf, pos, 3)
     f_max_version_level, f_allow_downgrade = _S1.unpack_from(buf, pos)
     pos += 3
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -62,19 +88,27 @@ def _d_FeatureUpdateKey_0(buf, pos):
     return FeatureUpdateKey(f_feature, f_max_version_level, f_allow_downgrade, 1, f_unknown_tags), pos
 
 def _d_UpdateFeaturesRequest_0(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('UpdateFeaturesRequest.timeout_ms', buf, pos, 4)
     (f_timeout_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'UpdateFeaturesRequest.feature_updates', 5)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='UpdateFeaturesRequest.feature_updates')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'UpdateFeaturesRequest.feature_updates')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('UpdateFeaturesRequest.feature_updates', _c)
+    elif _c * 5 > _l - pos:
+        raise overrun('UpdateFeaturesRequest.feature_updates', buf, pos, _c, 5)
     else:
         f_feature_updates = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_FeatureUpdateKey_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -87,12 +121,26 @@ def _d_UpdateFeaturesRequest_0(buf, pos):
     return UpdateFeaturesRequest(f_timeout_ms, f_feature_updates, False, f_unknown_tags), pos
 
 def _d_FeatureUpdateKey_1(buf, pos):
-    f_feature, pos = read_compact_string(buf, pos, 'UpdateFeaturesRequest.FeatureUpdateKey.feature')
-    if pos + 3 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'UpdateFeaturesRequest.FeatureUpdateKey.feature')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('UpdateFeaturesRequest.FeatureUpdateKey.feature', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('UpdateFeaturesRequest.FeatureUpdateKey.feature', buf, pos, _n, 1)
+        f_feature = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 3 > _l:
         raise truncated('UpdateFeaturesRequest.FeatureUpdateKey.max_version_level', buf, pos, 3)
     f_max_version_level, f_upgrade_type = _S2.unpack_from(buf, pos)
     pos += 3
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -105,23 +153,31 @@ def _d_FeatureUpdateKey_1(buf, pos):
     return FeatureUpdateKey(f_feature, f_max_version_level, False, f_upgrade_type, f_unknown_tags), pos
 
 def _d_UpdateFeaturesRequest_1(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('UpdateFeaturesRequest.timeout_ms', buf, pos, 4)
     (f_timeout_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'UpdateFeaturesRequest.feature_updates', 5)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='UpdateFeaturesRequest.feature_updates')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'UpdateFeaturesRequest.feature_updates')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('UpdateFeaturesRequest.feature_updates', _c)
+    elif _c * 5 > _l - pos:
+        raise overrun('UpdateFeaturesRequest.feature_updates', buf, pos, _c, 5)
     else:
         f_feature_updates = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_FeatureUpdateKey_1(buf, pos)
             _lst.append(_e)
-    if pos + 1 > len(buf):
+    if pos + 1 > _l:
         raise truncated('UpdateFeaturesRequest.validate_only', buf, pos, 1)
     (f_validate_only,) = _S3.unpack_from(buf, pos)
     pos += 1
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -134,7 +190,15 @@ def _d_UpdateFeaturesRequest_1(buf, pos):
     return UpdateFeaturesRequest(f_timeout_ms, f_feature_updates, f_validate_only, f_unknown_tags), pos
 
 def _e_FeatureUpdateKey_0(o, out, chunks):
-    write_compact_string(out, o.feature)
+    _b = o.feature.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('UpdateFeaturesRequest.FeatureUpdateKey.feature', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     out += _S1.pack(o.max_version_level, o.allow_downgrade)
     if o.unknown_tags is None:
         out.append(0)
@@ -144,7 +208,11 @@ def _e_FeatureUpdateKey_0(o, out, chunks):
 def _e_UpdateFeaturesRequest_0(o, out, chunks):
     out += _S0.pack(o.timeout_ms)
     _a = o.feature_updates
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_FeatureUpdateKey_0(_e, out, chunks)
     if o.unknown_tags is None:
@@ -153,7 +221,15 @@ def _e_UpdateFeaturesRequest_0(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_FeatureUpdateKey_1(o, out, chunks):
-    write_compact_string(out, o.feature)
+    _b = o.feature.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('UpdateFeaturesRequest.FeatureUpdateKey.feature', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     out += _S2.pack(o.max_version_level, o.upgrade_type)
     if o.unknown_tags is None:
         out.append(0)
@@ -163,7 +239,11 @@ def _e_FeatureUpdateKey_1(o, out, chunks):
 def _e_UpdateFeaturesRequest_1(o, out, chunks):
     out += _S0.pack(o.timeout_ms)
     _a = o.feature_updates
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_FeatureUpdateKey_1(_e, out, chunks)
     out += _S3.pack(o.validate_only)

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -98,375 +110,648 @@ UpdateMetadataRequest.UpdateMetadataBroker = UpdateMetadataBroker
 UpdateMetadataRequest.UpdateMetadataEndpoint = UpdateMetadataEndpoint
 
 _S0 = _Struct('>ii')
-_S1 = _Struct('>iiii')
-_S2 = _Struct('>i')
-_S3 = _Struct('>h')
+_S1 = _Struct('>i')
+_S2 = _Struct('>h')
+_S3 = _Struct('>iiii')
 _S4 = _Struct('>iiq')
 _S5 = _Struct('>16s')
 _S6 = _Struct('>i?iq')
 _S7 = _Struct('>b')
+_A_i = ARRAY_STRUCTS['i']
 
 def _d_UpdateMetadataPartitionState_0(buf, pos):
-    f_topic_name, pos = read_string(buf, pos, 'UpdateMetadataRequest.UpdateMetadataPartitionState.topic_name')
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.topic_name', buf, pos, 2)
+    (_n,) = _S2.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('UpdateMetadataRequest.UpdateMetadataPartitionState.topic_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.topic_name', buf, pos, _n, 1)
+        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 16 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.partition_index', buf, pos, 16)
-    f_partition_index, f_controller_epoch, f_leader, f_leader_epoch = _S1.unpack_from(buf, pos)
+    f_partition_index, f_controller_epoch, f_leader, f_leader_epoch = _S3.unpack_from(buf, pos)
     pos += 16
-    _n, pos = read_array_len(buf, pos, 'UpdateMetadataRequest.UpdateMetadataPartitionState.isr', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='UpdateMetadataRequest.UpdateMetadataPartitionState.isr')
-    else:
-        f_isr = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    if pos + 4 > len(buf):
-        raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.zk_version', buf, pos, 4)
-    (f_zk_version,) = _S2.unpack_from(buf, pos)
+    if pos + 4 > _l:
+        raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.isr', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_array_len(buf, pos, 'UpdateMetadataRequest.UpdateMetadataPartitionState.replicas', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='UpdateMetadataRequest.UpdateMetadataPartitionState.replicas')
+    if _c < 0:
+        raise bad_length('UpdateMetadataRequest.UpdateMetadataPartitionState.isr', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.isr', buf, pos, _c, 4)
     else:
-        f_replicas = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_isr = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos + 4 > _l:
+        raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.zk_version', buf, pos, 4)
+    (f_zk_version,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if pos + 4 > _l:
+        raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.replicas', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('UpdateMetadataRequest.UpdateMetadataPartitionState.replicas', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.replicas', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_replicas = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
     f_unknown_tags = None
     return UpdateMetadataPartitionState(f_topic_name, f_partition_index, f_controller_epoch, f_leader, f_leader_epoch, f_isr, f_zk_version, f_replicas, [], f_unknown_tags), pos
 
 def _d_UpdateMetadataBroker_0(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataBroker.id', buf, pos, 4)
-    (f_id,) = _S2.unpack_from(buf, pos)
+    (f_id,) = _S1.unpack_from(buf, pos)
     pos += 4
-    f_v0_host, pos = read_string(buf, pos, 'UpdateMetadataRequest.UpdateMetadataBroker.v0_host')
-    if pos + 4 > len(buf):
+    if pos + 2 > _l:
+        raise truncated('UpdateMetadataRequest.UpdateMetadataBroker.v0_host', buf, pos, 2)
+    (_n,) = _S2.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('UpdateMetadataRequest.UpdateMetadataBroker.v0_host', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('UpdateMetadataRequest.UpdateMetadataBroker.v0_host', buf, pos, _n, 1)
+        f_v0_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataBroker.v0_port', buf, pos, 4)
-    (f_v0_port,) = _S2.unpack_from(buf, pos)
+    (f_v0_port,) = _S1.unpack_from(buf, pos)
     pos += 4
     f_unknown_tags = None
     return UpdateMetadataBroker(f_id, f_v0_host, f_v0_port, [], '', f_unknown_tags), pos
 
 def _d_UpdateMetadataRequest_0(buf, pos):
-    if pos + 8 > len(buf):
+    _l = len(buf)
+    if pos + 8 > _l:
         raise truncated('UpdateMetadataRequest.controller_id', buf, pos, 8)
     f_controller_id, f_controller_epoch = _S0.unpack_from(buf, pos)
     pos += 8
-    _n, pos = read_array_len(buf, pos, 'UpdateMetadataRequest.ungrouped_partition_states', 30)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='UpdateMetadataRequest.ungrouped_partition_states')
+    if pos + 4 > _l:
+        raise truncated('UpdateMetadataRequest.ungrouped_partition_states', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('UpdateMetadataRequest.ungrouped_partition_states', _c)
+    elif _c * 30 > _l - pos:
+        raise overrun('UpdateMetadataRequest.ungrouped_partition_states', buf, pos, _c, 30)
     else:
         f_ungrouped_partition_states = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_UpdateMetadataPartitionState_0(buf, pos)
             _lst.append(_e)
-    _n, pos = read_array_len(buf, pos, 'UpdateMetadataRequest.live_brokers', 10)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='UpdateMetadataRequest.live_brokers')
+    if pos + 4 > _l:
+        raise truncated('UpdateMetadataRequest.live_brokers', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('UpdateMetadataRequest.live_brokers', _c)
+    elif _c * 10 > _l - pos:
+        raise overrun('UpdateMetadataRequest.live_brokers', buf, pos, _c, 10)
     else:
         f_live_brokers = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_UpdateMetadataBroker_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return UpdateMetadataRequest(f_controller_id, False, 0, f_controller_epoch, -1, f_ungrouped_partition_states, [], f_live_brokers, f_unknown_tags), pos
 
 def _d_UpdateMetadataEndpoint_1(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataEndpoint.port', buf, pos, 4)
-    (f_port,) = _S2.unpack_from(buf, pos)
+    (f_port,) = _S1.unpack_from(buf, pos)
     pos += 4
-    f_host, pos = read_string(buf, pos, 'UpdateMetadataRequest.UpdateMetadataEndpoint.host')
-    if pos + 2 > len(buf):
+    if pos + 2 > _l:
+        raise truncated('UpdateMetadataRequest.UpdateMetadataEndpoint.host', buf, pos, 2)
+    (_n,) = _S2.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('UpdateMetadataRequest.UpdateMetadataEndpoint.host', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('UpdateMetadataRequest.UpdateMetadataEndpoint.host', buf, pos, _n, 1)
+        f_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataEndpoint.security_protocol', buf, pos, 2)
-    (f_security_protocol,) = _S3.unpack_from(buf, pos)
+    (f_security_protocol,) = _S2.unpack_from(buf, pos)
     pos += 2
     f_unknown_tags = None
     return UpdateMetadataEndpoint(f_port, f_host, '', f_security_protocol, f_unknown_tags), pos
 
 def _d_UpdateMetadataBroker_1(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataBroker.id', buf, pos, 4)
-    (f_id,) = _S2.unpack_from(buf, pos)
+    (f_id,) = _S1.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_array_len(buf, pos, 'UpdateMetadataRequest.UpdateMetadataBroker.endpoints', 8)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='UpdateMetadataRequest.UpdateMetadataBroker.endpoints')
+    if pos + 4 > _l:
+        raise truncated('UpdateMetadataRequest.UpdateMetadataBroker.endpoints', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('UpdateMetadataRequest.UpdateMetadataBroker.endpoints', _c)
+    elif _c * 8 > _l - pos:
+        raise overrun('UpdateMetadataRequest.UpdateMetadataBroker.endpoints', buf, pos, _c, 8)
     else:
         f_endpoints = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_UpdateMetadataEndpoint_1(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return UpdateMetadataBroker(f_id, '', 0, f_endpoints, '', f_unknown_tags), pos
 
 def _d_UpdateMetadataRequest_1(buf, pos):
-    if pos + 8 > len(buf):
+    _l = len(buf)
+    if pos + 8 > _l:
         raise truncated('UpdateMetadataRequest.controller_id', buf, pos, 8)
     f_controller_id, f_controller_epoch = _S0.unpack_from(buf, pos)
     pos += 8
-    _n, pos = read_array_len(buf, pos, 'UpdateMetadataRequest.ungrouped_partition_states', 30)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='UpdateMetadataRequest.ungrouped_partition_states')
+    if pos + 4 > _l:
+        raise truncated('UpdateMetadataRequest.ungrouped_partition_states', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('UpdateMetadataRequest.ungrouped_partition_states', _c)
+    elif _c * 30 > _l - pos:
+        raise overrun('UpdateMetadataRequest.ungrouped_partition_states', buf, pos, _c, 30)
     else:
         f_ungrouped_partition_states = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_UpdateMetadataPartitionState_0(buf, pos)
             _lst.append(_e)
-    _n, pos = read_array_len(buf, pos, 'UpdateMetadataRequest.live_brokers', 8)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='UpdateMetadataRequest.live_brokers')
+    if pos + 4 > _l:
+        raise truncated('UpdateMetadataRequest.live_brokers', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('UpdateMetadataRequest.live_brokers', _c)
+    elif _c * 8 > _l - pos:
+        raise overrun('UpdateMetadataRequest.live_brokers', buf, pos, _c, 8)
     else:
         f_live_brokers = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_UpdateMetadataBroker_1(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return UpdateMetadataRequest(f_controller_id, False, 0, f_controller_epoch, -1, f_ungrouped_partition_states, [], f_live_brokers, f_unknown_tags), pos
 
 def _d_UpdateMetadataBroker_2(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataBroker.id', buf, pos, 4)
-    (f_id,) = _S2.unpack_from(buf, pos)
+    (f_id,) = _S1.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_array_len(buf, pos, 'UpdateMetadataRequest.UpdateMetadataBroker.endpoints', 8)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='UpdateMetadataRequest.UpdateMetadataBroker.endpoints')
+    if pos + 4 > _l:
+        raise truncated('UpdateMetadataRequest.UpdateMetadataBroker.endpoints', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('UpdateMetadataRequest.UpdateMetadataBroker.endpoints', _c)
+    elif _c * 8 > _l - pos:
+        raise overrun('UpdateMetadataRequest.UpdateMetadataBroker.endpoints', buf, pos, _c, 8)
     else:
         f_endpoints = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_UpdateMetadataEndpoint_1(buf, pos)
             _lst.append(_e)
-    f_rack, pos = read_nullable_string(buf, pos, 'UpdateMetadataRequest.UpdateMetadataBroker.rack')
+    if pos + 2 > _l:
+        raise truncated('UpdateMetadataRequest.UpdateMetadataBroker.rack', buf, pos, 2)
+    (_n,) = _S2.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('UpdateMetadataRequest.UpdateMetadataBroker.rack', _n)
+        f_rack = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('UpdateMetadataRequest.UpdateMetadataBroker.rack', buf, pos, _n, 1)
+        f_rack = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
     f_unknown_tags = None
     return UpdateMetadataBroker(f_id, '', 0, f_endpoints, f_rack, f_unknown_tags), pos
 
 def _d_UpdateMetadataRequest_2(buf, pos):
-    if pos + 8 > len(buf):
+    _l = len(buf)
+    if pos + 8 > _l:
         raise truncated('UpdateMetadataRequest.controller_id', buf, pos, 8)
     f_controller_id, f_controller_epoch = _S0.unpack_from(buf, pos)
     pos += 8
-    _n, pos = read_array_len(buf, pos, 'UpdateMetadataRequest.ungrouped_partition_states', 30)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='UpdateMetadataRequest.ungrouped_partition_states')
+    if pos + 4 > _l:
+        raise truncated('UpdateMetadataRequest.ungrouped_partition_states', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('UpdateMetadataRequest.ungrouped_partition_states', _c)
+    elif _c * 30 > _l - pos:
+        raise overrun('UpdateMetadataRequest.ungrouped_partition_states', buf, pos, _c, 30)
     else:
         f_ungrouped_partition_states = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_UpdateMetadataPartitionState_0(buf, pos)
             _lst.append(_e)
-    _n, pos = read_array_len(buf, pos, 'UpdateMetadataRequest.live_brokers', 10)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='UpdateMetadataRequest.live_brokers')
+    if pos + 4 > _l:
+        raise truncated('UpdateMetadataRequest.live_brokers', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('UpdateMetadataRequest.live_brokers', _c)
+    elif _c * 10 > _l - pos:
+        raise overrun('UpdateMetadataRequest.live_brokers', buf, pos, _c, 10)
     else:
         f_live_brokers = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_UpdateMetadataBroker_2(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return UpdateMetadataRequest(f_controller_id, False, 0, f_controller_epoch, -1, f_ungrouped_partition_states, [], f_live_brokers, f_unknown_tags), pos
 
 def _d_UpdateMetadataEndpoint_3(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataEndpoint.port', buf, pos, 4)
-    (f_port,) = _S2.unpack_from(buf, pos)
+    (f_port,) = _S1.unpack_from(buf, pos)
     pos += 4
-    f_host, pos = read_string(buf, pos, 'UpdateMetadataRequest.UpdateMetadataEndpoint.host')
-    f_listener, pos = read_string(buf, pos, 'UpdateMetadataRequest.UpdateMetadataEndpoint.listener')
-    if pos + 2 > len(buf):
+    if pos + 2 > _l:
+        raise truncated('UpdateMetadataRequest.UpdateMetadataEndpoint.host', buf, pos, 2)
+    (_n,) = _S2.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('UpdateMetadataRequest.UpdateMetadataEndpoint.host', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('UpdateMetadataRequest.UpdateMetadataEndpoint.host', buf, pos, _n, 1)
+        f_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
+        raise truncated('UpdateMetadataRequest.UpdateMetadataEndpoint.listener', buf, pos, 2)
+    (_n,) = _S2.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('UpdateMetadataRequest.UpdateMetadataEndpoint.listener', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('UpdateMetadataRequest.UpdateMetadataEndpoint.listener', buf, pos, _n, 1)
+        f_listener = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataEndpoint.security_protocol', buf, pos, 2)
-    (f_security_protocol,) = _S3.unpack_from(buf, pos)
+    (f_security_protocol,) = _S2.unpack_from(buf, pos)
     pos += 2
     f_unknown_tags = None
     return UpdateMetadataEndpoint(f_port, f_host, f_listener, f_security_protocol, f_unknown_tags), pos
 
 def _d_UpdateMetadataBroker_3(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataBroker.id', buf, pos, 4)
-    (f_id,) = _S2.unpack_from(buf, pos)
+    (f_id,) = _S1.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_array_len(buf, pos, 'UpdateMetadataRequest.UpdateMetadataBroker.endpoints', 10)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='UpdateMetadataRequest.UpdateMetadataBroker.endpoints')
+    if pos + 4 > _l:
+        raise truncated('UpdateMetadataRequest.UpdateMetadataBroker.endpoints', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('UpdateMetadataRequest.UpdateMetadataBroker.endpoints', _c)
+    elif _c * 10 > _l - pos:
+        raise overrun('UpdateMetadataRequest.UpdateMetadataBroker.endpoints', buf, pos, _c, 10)
     else:
         f_endpoints = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_UpdateMetadataEndpoint_3(buf, pos)
             _lst.append(_e)
-    f_rack, pos = read_nullable_string(buf, pos, 'UpdateMetadataRequest.UpdateMetadataBroker.rack')
+    if pos + 2 > _l:
+        raise truncated('UpdateMetadataRequest.UpdateMetadataBroker.rack', buf, pos, 2)
+    (_n,) = _S2.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('UpdateMetadataRequest.UpdateMetadataBroker.rack', _n)
+        f_rack = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('UpdateMetadataRequest.UpdateMetadataBroker.rack', buf, pos, _n, 1)
+        f_rack = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
     f_unknown_tags = None
     return UpdateMetadataBroker(f_id, '', 0, f_endpoints, f_rack, f_unknown_tags), pos
 
 def _d_UpdateMetadataRequest_3(buf, pos):
-    if pos + 8 > len(buf):
+    _l = len(buf)
+    if pos + 8 > _l:
         raise truncated('UpdateMetadataRequest.controller_id', buf, pos, 8)
     f_controller_id, f_controller_epoch = _S0.unpack_from(buf, pos)
     pos += 8
-    _n, pos = read_array_len(buf, pos, 'UpdateMetadataRequest.ungrouped_partition_states', 30)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='UpdateMetadataRequest.ungrouped_partition_states')
+    if pos + 4 > _l:
+        raise truncated('UpdateMetadataRequest.ungrouped_partition_states', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('UpdateMetadataRequest.ungrouped_partition_states', _c)
+    elif _c * 30 > _l - pos:
+        raise overrun('UpdateMetadataRequest.ungrouped_partition_states', buf, pos, _c, 30)
     else:
         f_ungrouped_partition_states = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_UpdateMetadataPartitionState_0(buf, pos)
             _lst.append(_e)
-    _n, pos = read_array_len(buf, pos, 'UpdateMetadataRequest.live_brokers', 10)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='UpdateMetadataRequest.live_brokers')
+    if pos + 4 > _l:
+        raise truncated('UpdateMetadataRequest.live_brokers', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('UpdateMetadataRequest.live_brokers', _c)
+    elif _c * 10 > _l - pos:
+        raise overrun('UpdateMetadataRequest.live_brokers', buf, pos, _c, 10)
     else:
         f_live_brokers = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_UpdateMetadataBroker_3(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return UpdateMetadataRequest(f_controller_id, False, 0, f_controller_epoch, -1, f_ungrouped_partition_states, [], f_live_brokers, f_unknown_tags), pos
 
 def _d_UpdateMetadataPartitionState_4(buf, pos):
-    f_topic_name, pos = read_string(buf, pos, 'UpdateMetadataRequest.UpdateMetadataPartitionState.topic_name')
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.topic_name', buf, pos, 2)
+    (_n,) = _S2.unpack_from(buf, pos)
+    pos += 2
+    if _n < 0:
+        raise bad_length('UpdateMetadataRequest.UpdateMetadataPartitionState.topic_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.topic_name', buf, pos, _n, 1)
+        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 16 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.partition_index', buf, pos, 16)
-    f_partition_index, f_controller_epoch, f_leader, f_leader_epoch = _S1.unpack_from(buf, pos)
+    f_partition_index, f_controller_epoch, f_leader, f_leader_epoch = _S3.unpack_from(buf, pos)
     pos += 16
-    _n, pos = read_array_len(buf, pos, 'UpdateMetadataRequest.UpdateMetadataPartitionState.isr', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='UpdateMetadataRequest.UpdateMetadataPartitionState.isr')
-    else:
-        f_isr = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    if pos + 4 > len(buf):
-        raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.zk_version', buf, pos, 4)
-    (f_zk_version,) = _S2.unpack_from(buf, pos)
+    if pos + 4 > _l:
+        raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.isr', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_array_len(buf, pos, 'UpdateMetadataRequest.UpdateMetadataPartitionState.replicas', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='UpdateMetadataRequest.UpdateMetadataPartitionState.replicas')
+    if _c < 0:
+        raise bad_length('UpdateMetadataRequest.UpdateMetadataPartitionState.isr', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.isr', buf, pos, _c, 4)
     else:
-        f_replicas = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    _n, pos = read_array_len(buf, pos, 'UpdateMetadataRequest.UpdateMetadataPartitionState.offline_replicas', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='UpdateMetadataRequest.UpdateMetadataPartitionState.offline_replicas')
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_isr = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos + 4 > _l:
+        raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.zk_version', buf, pos, 4)
+    (f_zk_version,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if pos + 4 > _l:
+        raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.replicas', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('UpdateMetadataRequest.UpdateMetadataPartitionState.replicas', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.replicas', buf, pos, _c, 4)
     else:
-        f_offline_replicas = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_replicas = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos + 4 > _l:
+        raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.offline_replicas', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('UpdateMetadataRequest.UpdateMetadataPartitionState.offline_replicas', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.offline_replicas', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_offline_replicas = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
     f_unknown_tags = None
     return UpdateMetadataPartitionState(f_topic_name, f_partition_index, f_controller_epoch, f_leader, f_leader_epoch, f_isr, f_zk_version, f_replicas, f_offline_replicas, f_unknown_tags), pos
 
 def _d_UpdateMetadataRequest_4(buf, pos):
-    if pos + 8 > len(buf):
+    _l = len(buf)
+    if pos + 8 > _l:
         raise truncated('UpdateMetadataRequest.controller_id', buf, pos, 8)
     f_controller_id, f_controller_epoch = _S0.unpack_from(buf, pos)
     pos += 8
-    _n, pos = read_array_len(buf, pos, 'UpdateMetadataRequest.ungrouped_partition_states', 34)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='UpdateMetadataRequest.ungrouped_partition_states')
+    if pos + 4 > _l:
+        raise truncated('UpdateMetadataRequest.ungrouped_partition_states', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('UpdateMetadataRequest.ungrouped_partition_states', _c)
+    elif _c * 34 > _l - pos:
+        raise overrun('UpdateMetadataRequest.ungrouped_partition_states', buf, pos, _c, 34)
     else:
         f_ungrouped_partition_states = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_UpdateMetadataPartitionState_4(buf, pos)
             _lst.append(_e)
-    _n, pos = read_array_len(buf, pos, 'UpdateMetadataRequest.live_brokers', 10)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='UpdateMetadataRequest.live_brokers')
+    if pos + 4 > _l:
+        raise truncated('UpdateMetadataRequest.live_brokers', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('UpdateMetadataRequest.live_brokers', _c)
+    elif _c * 10 > _l - pos:
+        raise overrun('UpdateMetadataRequest.live_brokers', buf, pos, _c, 10)
     else:
         f_live_brokers = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_UpdateMetadataBroker_3(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return UpdateMetadataRequest(f_controller_id, False, 0, f_controller_epoch, -1, f_ungrouped_partition_states, [], f_live_brokers, f_unknown_tags), pos
 
 def _d_UpdateMetadataPartitionState_5(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.partition_index', buf, pos, 16)
-    f_partition_index, f_controller_epoch, f_leader, f_leader_epoch = _S1.unpack_from(buf, pos)
+    f_partition_index, f_controller_epoch, f_leader, f_leader_epoch = _S3.unpack_from(buf, pos)
     pos += 16
-    _n, pos = read_array_len(buf, pos, 'UpdateMetadataRequest.UpdateMetadataPartitionState.isr', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='UpdateMetadataRequest.UpdateMetadataPartitionState.isr')
-    else:
-        f_isr = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    if pos + 4 > len(buf):
-        raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.zk_version', buf, pos, 4)
-    (f_zk_version,) = _S2.unpack_from(buf, pos)
+    if pos + 4 > _l:
+        raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.isr', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_array_len(buf, pos, 'UpdateMetadataRequest.UpdateMetadataPartitionState.replicas', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='UpdateMetadataRequest.UpdateMetadataPartitionState.replicas')
+    if _c < 0:
+        raise bad_length('UpdateMetadataRequest.UpdateMetadataPartitionState.isr', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.isr', buf, pos, _c, 4)
     else:
-        f_replicas = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    _n, pos = read_array_len(buf, pos, 'UpdateMetadataRequest.UpdateMetadataPartitionState.offline_replicas', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='UpdateMetadataRequest.UpdateMetadataPartitionState.offline_replicas')
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_isr = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos + 4 > _l:
+        raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.zk_version', buf, pos, 4)
+    (f_zk_version,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if pos + 4 > _l:
+        raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.replicas', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('UpdateMetadataRequest.UpdateMetadataPartitionState.replicas', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.replicas', buf, pos, _c, 4)
     else:
-        f_offline_replicas = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_replicas = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos + 4 > _l:
+        raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.offline_replicas', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('UpdateMetadataRequest.UpdateMetadataPartitionState.offline_replicas', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.offline_replicas', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_offline_replicas = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
     f_unknown_tags = None
     return UpdateMetadataPartitionState('', f_partition_index, f_controller_epoch, f_leader, f_leader_epoch, f_isr, f_zk_version, f_replicas, f_offline_replicas, f_unknown_tags), pos
 
 def _d_UpdateMetadataTopicState_5(buf, pos):
-    f_topic_name, pos = read_string(buf, pos, 'UpdateMetadataRequest.UpdateMetadataTopicState.topic_name')
-    _n, pos = read_array_len(buf, pos, 'UpdateMetadataRequest.UpdateMetadataTopicState.partition_states', 32)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('UpdateMetadataRequest.UpdateMetadataTopicState.topic_name', buf, pos, 2)
+    (_n,) = _S2.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='UpdateMetadataRequest.UpdateMetadataTopicState.partition_states')
+        raise bad_length('UpdateMetadataRequest.UpdateMetadataTopicState.topic_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('UpdateMetadataRequest.UpdateMetadataTopicState.topic_name', buf, pos, _n, 1)
+        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('UpdateMetadataRequest.UpdateMetadataTopicState.partition_states', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('UpdateMetadataRequest.UpdateMetadataTopicState.partition_states', _c)
+    elif _c * 32 > _l - pos:
+        raise overrun('UpdateMetadataRequest.UpdateMetadataTopicState.partition_states', buf, pos, _c, 32)
     else:
         f_partition_states = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_UpdateMetadataPartitionState_5(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return UpdateMetadataTopicState(f_topic_name, ZERO_UUID, f_partition_states, f_unknown_tags), pos
 
 def _d_UpdateMetadataRequest_5(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('UpdateMetadataRequest.controller_id', buf, pos, 16)
     f_controller_id, f_controller_epoch, f_broker_epoch = _S4.unpack_from(buf, pos)
     pos += 16
-    _n, pos = read_array_len(buf, pos, 'UpdateMetadataRequest.topic_states', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='UpdateMetadataRequest.topic_states')
+    if pos + 4 > _l:
+        raise truncated('UpdateMetadataRequest.topic_states', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('UpdateMetadataRequest.topic_states', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('UpdateMetadataRequest.topic_states', buf, pos, _c, 6)
     else:
         f_topic_states = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_UpdateMetadataTopicState_5(buf, pos)
             _lst.append(_e)
-    _n, pos = read_array_len(buf, pos, 'UpdateMetadataRequest.live_brokers', 10)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='UpdateMetadataRequest.live_brokers')
+    if pos + 4 > _l:
+        raise truncated('UpdateMetadataRequest.live_brokers', buf, pos, 4)
+    (_c,) = _S1.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('UpdateMetadataRequest.live_brokers', _c)
+    elif _c * 10 > _l - pos:
+        raise overrun('UpdateMetadataRequest.live_brokers', buf, pos, _c, 10)
     else:
         f_live_brokers = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_UpdateMetadataBroker_3(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return UpdateMetadataRequest(f_controller_id, False, 0, f_controller_epoch, f_broker_epoch, [], f_topic_states, f_live_brokers, f_unknown_tags), pos
 
 def _d_UpdateMetadataPartitionState_6(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.partition_index', buf, pos, 16)
-    f_partition_index, f_controller_epoch, f_leader, f_leader_epoch = _S1.unpack_from(buf, pos)
+    f_partition_index, f_controller_epoch, f_leader, f_leader_epoch = _S3.unpack_from(buf, pos)
     pos += 16
-    _n, pos = read_compact_array_len(buf, pos, 'UpdateMetadataRequest.UpdateMetadataPartitionState.isr', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='UpdateMetadataRequest.UpdateMetadataPartitionState.isr')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
     else:
-        f_isr = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    if pos + 4 > len(buf):
+        _c, pos = read_uvarint(buf, pos, 'UpdateMetadataRequest.UpdateMetadataPartitionState.isr')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('UpdateMetadataRequest.UpdateMetadataPartitionState.isr', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.isr', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_isr = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos + 4 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.zk_version', buf, pos, 4)
-    (f_zk_version,) = _S2.unpack_from(buf, pos)
+    (f_zk_version,) = _S1.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'UpdateMetadataRequest.UpdateMetadataPartitionState.replicas', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='UpdateMetadataRequest.UpdateMetadataPartitionState.replicas')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
     else:
-        f_replicas = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    _n, pos = read_compact_array_len(buf, pos, 'UpdateMetadataRequest.UpdateMetadataPartitionState.offline_replicas', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='UpdateMetadataRequest.UpdateMetadataPartitionState.offline_replicas')
+        _c, pos = read_uvarint(buf, pos, 'UpdateMetadataRequest.UpdateMetadataPartitionState.replicas')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('UpdateMetadataRequest.UpdateMetadataPartitionState.replicas', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.replicas', buf, pos, _c, 4)
     else:
-        f_offline_replicas = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    if pos < len(buf) and buf[pos] == 0:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_replicas = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'UpdateMetadataRequest.UpdateMetadataPartitionState.offline_replicas')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('UpdateMetadataRequest.UpdateMetadataPartitionState.offline_replicas', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.offline_replicas', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_offline_replicas = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -479,16 +764,37 @@ def _d_UpdateMetadataPartitionState_6(buf, pos):
     return UpdateMetadataPartitionState('', f_partition_index, f_controller_epoch, f_leader, f_leader_epoch, f_isr, f_zk_version, f_replicas, f_offline_replicas, f_unknown_tags), pos
 
 def _d_UpdateMetadataTopicState_6(buf, pos):
-    f_topic_name, pos = read_compact_string(buf, pos, 'UpdateMetadataRequest.UpdateMetadataTopicState.topic_name')
-    _n, pos = read_compact_array_len(buf, pos, 'UpdateMetadataRequest.UpdateMetadataTopicState.partition_states', 24)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'UpdateMetadataRequest.UpdateMetadataTopicState.topic_name')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='UpdateMetadataRequest.UpdateMetadataTopicState.partition_states')
+        raise bad_length('UpdateMetadataRequest.UpdateMetadataTopicState.topic_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('UpdateMetadataRequest.UpdateMetadataTopicState.topic_name', buf, pos, _n, 1)
+        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'UpdateMetadataRequest.UpdateMetadataTopicState.partition_states')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('UpdateMetadataRequest.UpdateMetadataTopicState.partition_states', _c)
+    elif _c * 24 > _l - pos:
+        raise overrun('UpdateMetadataRequest.UpdateMetadataTopicState.partition_states', buf, pos, _c, 24)
     else:
         f_partition_states = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_UpdateMetadataPartitionState_6(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -501,17 +807,44 @@ def _d_UpdateMetadataTopicState_6(buf, pos):
     return UpdateMetadataTopicState(f_topic_name, ZERO_UUID, f_partition_states, f_unknown_tags), pos
 
 def _d_UpdateMetadataEndpoint_6(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataEndpoint.port', buf, pos, 4)
-    (f_port,) = _S2.unpack_from(buf, pos)
+    (f_port,) = _S1.unpack_from(buf, pos)
     pos += 4
-    f_host, pos = read_compact_string(buf, pos, 'UpdateMetadataRequest.UpdateMetadataEndpoint.host')
-    f_listener, pos = read_compact_string(buf, pos, 'UpdateMetadataRequest.UpdateMetadataEndpoint.listener')
-    if pos + 2 > len(buf):
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'UpdateMetadataRequest.UpdateMetadataEndpoint.host')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('UpdateMetadataRequest.UpdateMetadataEndpoint.host', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('UpdateMetadataRequest.UpdateMetadataEndpoint.host', buf, pos, _n, 1)
+        f_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'UpdateMetadataRequest.UpdateMetadataEndpoint.listener')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('UpdateMetadataRequest.UpdateMetadataEndpoint.listener', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('UpdateMetadataRequest.UpdateMetadataEndpoint.listener', buf, pos, _n, 1)
+        f_listener = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataEndpoint.security_protocol', buf, pos, 2)
-    (f_security_protocol,) = _S3.unpack_from(buf, pos)
+    (f_security_protocol,) = _S2.unpack_from(buf, pos)
     pos += 2
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -524,20 +857,43 @@ def _d_UpdateMetadataEndpoint_6(buf, pos):
     return UpdateMetadataEndpoint(f_port, f_host, f_listener, f_security_protocol, f_unknown_tags), pos
 
 def _d_UpdateMetadataBroker_6(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataBroker.id', buf, pos, 4)
-    (f_id,) = _S2.unpack_from(buf, pos)
+    (f_id,) = _S1.unpack_from(buf, pos)
     pos += 4
-    _n, pos = read_compact_array_len(buf, pos, 'UpdateMetadataRequest.UpdateMetadataBroker.endpoints', 9)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='UpdateMetadataRequest.UpdateMetadataBroker.endpoints')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'UpdateMetadataRequest.UpdateMetadataBroker.endpoints')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('UpdateMetadataRequest.UpdateMetadataBroker.endpoints', _c)
+    elif _c * 9 > _l - pos:
+        raise overrun('UpdateMetadataRequest.UpdateMetadataBroker.endpoints', buf, pos, _c, 9)
     else:
         f_endpoints = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_UpdateMetadataEndpoint_6(buf, pos)
             _lst.append(_e)
-    f_rack, pos = read_compact_nullable_string(buf, pos, 'UpdateMetadataRequest.UpdateMetadataBroker.rack')
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'UpdateMetadataRequest.UpdateMetadataBroker.rack')
+        _n -= 1
+    if _n < 0:
+        if _n != -1:
+            raise bad_length('UpdateMetadataRequest.UpdateMetadataBroker.rack', _n)
+        f_rack = None
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('UpdateMetadataRequest.UpdateMetadataBroker.rack', buf, pos, _n, 1)
+        f_rack = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -550,27 +906,42 @@ def _d_UpdateMetadataBroker_6(buf, pos):
     return UpdateMetadataBroker(f_id, '', 0, f_endpoints, f_rack, f_unknown_tags), pos
 
 def _d_UpdateMetadataRequest_6(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('UpdateMetadataRequest.controller_id', buf, pos, 16)
     f_controller_id, f_controller_epoch, f_broker_epoch = _S4.unpack_from(buf, pos)
     pos += 16
-    _n, pos = read_compact_array_len(buf, pos, 'UpdateMetadataRequest.topic_states', 3)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='UpdateMetadataRequest.topic_states')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'UpdateMetadataRequest.topic_states')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('UpdateMetadataRequest.topic_states', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('UpdateMetadataRequest.topic_states', buf, pos, _c, 3)
     else:
         f_topic_states = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_UpdateMetadataTopicState_6(buf, pos)
             _lst.append(_e)
-    _n, pos = read_compact_array_len(buf, pos, 'UpdateMetadataRequest.live_brokers', 7)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='UpdateMetadataRequest.live_brokers')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'UpdateMetadataRequest.live_brokers')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('UpdateMetadataRequest.live_brokers', _c)
+    elif _c * 7 > _l - pos:
+        raise overrun('UpdateMetadataRequest.live_brokers', buf, pos, _c, 7)
     else:
         f_live_brokers = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_UpdateMetadataBroker_6(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -583,21 +954,42 @@ def _d_UpdateMetadataRequest_6(buf, pos):
     return UpdateMetadataRequest(f_controller_id, False, 0, f_controller_epoch, f_broker_epoch, [], f_topic_states, f_live_brokers, f_unknown_tags), pos
 
 def _d_UpdateMetadataTopicState_7(buf, pos):
-    f_topic_name, pos = read_compact_string(buf, pos, 'UpdateMetadataRequest.UpdateMetadataTopicState.topic_name')
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'UpdateMetadataRequest.UpdateMetadataTopicState.topic_name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('UpdateMetadataRequest.UpdateMetadataTopicState.topic_name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('UpdateMetadataRequest.UpdateMetadataTopicState.topic_name', buf, pos, _n, 1)
+        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 16 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataTopicState.topic_id', buf, pos, 16)
     (f_topic_id,) = _S5.unpack_from(buf, pos)
     pos += 16
     f_topic_id = _UUID(bytes=f_topic_id)
-    _n, pos = read_compact_array_len(buf, pos, 'UpdateMetadataRequest.UpdateMetadataTopicState.partition_states', 24)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='UpdateMetadataRequest.UpdateMetadataTopicState.partition_states')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'UpdateMetadataRequest.UpdateMetadataTopicState.partition_states')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('UpdateMetadataRequest.UpdateMetadataTopicState.partition_states', _c)
+    elif _c * 24 > _l - pos:
+        raise overrun('UpdateMetadataRequest.UpdateMetadataTopicState.partition_states', buf, pos, _c, 24)
     else:
         f_partition_states = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_UpdateMetadataPartitionState_6(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -610,27 +1002,42 @@ def _d_UpdateMetadataTopicState_7(buf, pos):
     return UpdateMetadataTopicState(f_topic_name, f_topic_id, f_partition_states, f_unknown_tags), pos
 
 def _d_UpdateMetadataRequest_7(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('UpdateMetadataRequest.controller_id', buf, pos, 16)
     f_controller_id, f_controller_epoch, f_broker_epoch = _S4.unpack_from(buf, pos)
     pos += 16
-    _n, pos = read_compact_array_len(buf, pos, 'UpdateMetadataRequest.topic_states', 19)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='UpdateMetadataRequest.topic_states')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'UpdateMetadataRequest.topic_states')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('UpdateMetadataRequest.topic_states', _c)
+    elif _c * 19 > _l - pos:
+        raise overrun('UpdateMetadataRequest.topic_states', buf, pos, _c, 19)
     else:
         f_topic_states = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_UpdateMetadataTopicState_7(buf, pos)
             _lst.append(_e)
-    _n, pos = read_compact_array_len(buf, pos, 'UpdateMetadataRequest.live_brokers', 7)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='UpdateMetadataRequest.live_brokers')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'UpdateMetadataRequest.live_brokers')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('UpdateMetadataRequest.live_brokers', _c)
+    elif _c * 7 > _l - pos:
+        raise overrun('UpdateMetadataRequest.live_brokers', buf, pos, _c, 7)
     else:
         f_live_brokers = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_UpdateMetadataBroker_6(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -643,28 +1050,43 @@ def _d_UpdateMetadataRequest_7(buf, pos):
     return UpdateMetadataRequest(f_controller_id, False, 0, f_controller_epoch, f_broker_epoch, [], f_topic_states, f_live_brokers, f_unknown_tags), pos
 
 def _d_UpdateMetadataRequest_8(buf, pos):
-    if pos + 17 > len(buf):
+    _l = len(buf)
+    if pos + 17 > _l:
         raise truncated('UpdateMetadataRequest.controller_id', buf, pos, 17)
     f_controller_id, f_is_k_raft_controller, f_controller_epoch, f_broker_epoch = _S6.unpack_from(buf, pos)
     pos += 17
-    _n, pos = read_compact_array_len(buf, pos, 'UpdateMetadataRequest.topic_states', 19)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='UpdateMetadataRequest.topic_states')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'UpdateMetadataRequest.topic_states')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('UpdateMetadataRequest.topic_states', _c)
+    elif _c * 19 > _l - pos:
+        raise overrun('UpdateMetadataRequest.topic_states', buf, pos, _c, 19)
     else:
         f_topic_states = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_UpdateMetadataTopicState_7(buf, pos)
             _lst.append(_e)
-    _n, pos = read_compact_array_len(buf, pos, 'UpdateMetadataRequest.live_brokers', 7)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='UpdateMetadataRequest.live_brokers')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'UpdateMetadataRequest.live_brokers')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('UpdateMetadataRequest.live_brokers', _c)
+    elif _c * 7 > _l - pos:
+        raise overrun('UpdateMetadataRequest.live_brokers', buf, pos, _c, 7)
     else:
         f_live_brokers = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_UpdateMetadataBroker_6(buf, pos)
             _lst.append(_e)
     f_type = 0
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -687,176 +1109,286 @@ def _d_UpdateMetadataRequest_8(buf, pos):
     return UpdateMetadataRequest(f_controller_id, f_is_k_raft_controller, f_type, f_controller_epoch, f_broker_epoch, [], f_topic_states, f_live_brokers, f_unknown_tags), pos
 
 def _e_UpdateMetadataPartitionState_0(o, out, chunks):
-    write_string(out, o.topic_name)
-    out += _S1.pack(o.partition_index, o.controller_epoch, o.leader, o.leader_epoch)
+    _b = o.topic_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('UpdateMetadataRequest.UpdateMetadataPartitionState.topic_name', _n)
+    out += _S2.pack(_n)
+    out += _b
+    out += _S3.pack(o.partition_index, o.controller_epoch, o.leader, o.leader_epoch)
     _a = o.isr
-    write_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
-    out += _S2.pack(o.zk_version)
+    _c = len(_a)
+    out += _S1.pack(_c)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
+    out += _S1.pack(o.zk_version)
     _a = o.replicas
-    write_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    out += _S1.pack(_c)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
 
 def _e_UpdateMetadataBroker_0(o, out, chunks):
-    out += _S2.pack(o.id)
-    write_string(out, o.v0_host)
-    out += _S2.pack(o.v0_port)
+    out += _S1.pack(o.id)
+    _b = o.v0_host.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('UpdateMetadataRequest.UpdateMetadataBroker.v0_host', _n)
+    out += _S2.pack(_n)
+    out += _b
+    out += _S1.pack(o.v0_port)
 
 def _e_UpdateMetadataRequest_0(o, out, chunks):
     out += _S0.pack(o.controller_id, o.controller_epoch)
     _a = o.ungrouped_partition_states
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_UpdateMetadataPartitionState_0(_e, out, chunks)
     _a = o.live_brokers
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_UpdateMetadataBroker_0(_e, out, chunks)
 
 def _e_UpdateMetadataEndpoint_1(o, out, chunks):
-    out += _S2.pack(o.port)
-    write_string(out, o.host)
-    out += _S3.pack(o.security_protocol)
+    out += _S1.pack(o.port)
+    _b = o.host.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('UpdateMetadataRequest.UpdateMetadataEndpoint.host', _n)
+    out += _S2.pack(_n)
+    out += _b
+    out += _S2.pack(o.security_protocol)
 
 def _e_UpdateMetadataBroker_1(o, out, chunks):
-    out += _S2.pack(o.id)
+    out += _S1.pack(o.id)
     _a = o.endpoints
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_UpdateMetadataEndpoint_1(_e, out, chunks)
 
 def _e_UpdateMetadataRequest_1(o, out, chunks):
     out += _S0.pack(o.controller_id, o.controller_epoch)
     _a = o.ungrouped_partition_states
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_UpdateMetadataPartitionState_0(_e, out, chunks)
     _a = o.live_brokers
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_UpdateMetadataBroker_1(_e, out, chunks)
 
 def _e_UpdateMetadataBroker_2(o, out, chunks):
-    out += _S2.pack(o.id)
+    out += _S1.pack(o.id)
     _a = o.endpoints
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_UpdateMetadataEndpoint_1(_e, out, chunks)
-    write_nullable_string(out, o.rack)
+    if o.rack is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.rack.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('UpdateMetadataRequest.UpdateMetadataBroker.rack', _n)
+        out += _S2.pack(_n)
+        out += _b
 
 def _e_UpdateMetadataRequest_2(o, out, chunks):
     out += _S0.pack(o.controller_id, o.controller_epoch)
     _a = o.ungrouped_partition_states
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_UpdateMetadataPartitionState_0(_e, out, chunks)
     _a = o.live_brokers
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_UpdateMetadataBroker_2(_e, out, chunks)
 
 def _e_UpdateMetadataEndpoint_3(o, out, chunks):
-    out += _S2.pack(o.port)
-    write_string(out, o.host)
-    write_string(out, o.listener)
-    out += _S3.pack(o.security_protocol)
+    out += _S1.pack(o.port)
+    _b = o.host.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('UpdateMetadataRequest.UpdateMetadataEndpoint.host', _n)
+    out += _S2.pack(_n)
+    out += _b
+    _b = o.listener.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('UpdateMetadataRequest.UpdateMetadataEndpoint.listener', _n)
+    out += _S2.pack(_n)
+    out += _b
+    out += _S2.pack(o.security_protocol)
 
 def _e_UpdateMetadataBroker_3(o, out, chunks):
-    out += _S2.pack(o.id)
+    out += _S1.pack(o.id)
     _a = o.endpoints
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_UpdateMetadataEndpoint_3(_e, out, chunks)
-    write_nullable_string(out, o.rack)
+    if o.rack is None:
+        out += b'\xff\xff'
+    else:
+        _b = o.rack.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('UpdateMetadataRequest.UpdateMetadataBroker.rack', _n)
+        out += _S2.pack(_n)
+        out += _b
 
 def _e_UpdateMetadataRequest_3(o, out, chunks):
     out += _S0.pack(o.controller_id, o.controller_epoch)
     _a = o.ungrouped_partition_states
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_UpdateMetadataPartitionState_0(_e, out, chunks)
     _a = o.live_brokers
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_UpdateMetadataBroker_3(_e, out, chunks)
 
 def _e_UpdateMetadataPartitionState_4(o, out, chunks):
-    write_string(out, o.topic_name)
-    out += _S1.pack(o.partition_index, o.controller_epoch, o.leader, o.leader_epoch)
+    _b = o.topic_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('UpdateMetadataRequest.UpdateMetadataPartitionState.topic_name', _n)
+    out += _S2.pack(_n)
+    out += _b
+    out += _S3.pack(o.partition_index, o.controller_epoch, o.leader, o.leader_epoch)
     _a = o.isr
-    write_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
-    out += _S2.pack(o.zk_version)
+    _c = len(_a)
+    out += _S1.pack(_c)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
+    out += _S1.pack(o.zk_version)
     _a = o.replicas
-    write_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    out += _S1.pack(_c)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
     _a = o.offline_replicas
-    write_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    out += _S1.pack(_c)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
 
 def _e_UpdateMetadataRequest_4(o, out, chunks):
     out += _S0.pack(o.controller_id, o.controller_epoch)
     _a = o.ungrouped_partition_states
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_UpdateMetadataPartitionState_4(_e, out, chunks)
     _a = o.live_brokers
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_UpdateMetadataBroker_3(_e, out, chunks)
 
 def _e_UpdateMetadataPartitionState_5(o, out, chunks):
-    out += _S1.pack(o.partition_index, o.controller_epoch, o.leader, o.leader_epoch)
+    out += _S3.pack(o.partition_index, o.controller_epoch, o.leader, o.leader_epoch)
     _a = o.isr
-    write_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
-    out += _S2.pack(o.zk_version)
+    _c = len(_a)
+    out += _S1.pack(_c)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
+    out += _S1.pack(o.zk_version)
     _a = o.replicas
-    write_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    out += _S1.pack(_c)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
     _a = o.offline_replicas
-    write_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    out += _S1.pack(_c)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
 
 def _e_UpdateMetadataTopicState_5(o, out, chunks):
-    write_string(out, o.topic_name)
+    _b = o.topic_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('UpdateMetadataRequest.UpdateMetadataTopicState.topic_name', _n)
+    out += _S2.pack(_n)
+    out += _b
     _a = o.partition_states
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_UpdateMetadataPartitionState_5(_e, out, chunks)
 
 def _e_UpdateMetadataRequest_5(o, out, chunks):
     out += _S4.pack(o.controller_id, o.controller_epoch, o.broker_epoch)
     _a = o.topic_states
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_UpdateMetadataTopicState_5(_e, out, chunks)
     _a = o.live_brokers
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S1.pack(_c)
     for _e in _a:
         _e_UpdateMetadataBroker_3(_e, out, chunks)
 
 def _e_UpdateMetadataPartitionState_6(o, out, chunks):
-    out += _S1.pack(o.partition_index, o.controller_epoch, o.leader, o.leader_epoch)
+    out += _S3.pack(o.partition_index, o.controller_epoch, o.leader, o.leader_epoch)
     _a = o.isr
-    write_compact_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
-    out += _S2.pack(o.zk_version)
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
+    out += _S1.pack(o.zk_version)
     _a = o.replicas
-    write_compact_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
     _a = o.offline_replicas
-    write_compact_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_UpdateMetadataTopicState_6(o, out, chunks):
-    write_compact_string(out, o.topic_name)
+    _b = o.topic_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('UpdateMetadataRequest.UpdateMetadataTopicState.topic_name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.partition_states
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_UpdateMetadataPartitionState_6(_e, out, chunks)
     if o.unknown_tags is None:
@@ -865,22 +1397,53 @@ def _e_UpdateMetadataTopicState_6(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_UpdateMetadataEndpoint_6(o, out, chunks):
-    out += _S2.pack(o.port)
-    write_compact_string(out, o.host)
-    write_compact_string(out, o.listener)
-    out += _S3.pack(o.security_protocol)
+    out += _S1.pack(o.port)
+    _b = o.host.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('UpdateMetadataRequest.UpdateMetadataEndpoint.host', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _b = o.listener.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('UpdateMetadataRequest.UpdateMetadataEndpoint.listener', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    out += _S2.pack(o.security_protocol)
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_UpdateMetadataBroker_6(o, out, chunks):
-    out += _S2.pack(o.id)
+    out += _S1.pack(o.id)
     _a = o.endpoints
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_UpdateMetadataEndpoint_6(_e, out, chunks)
-    write_compact_nullable_string(out, o.rack)
+    if o.rack is None:
+        out.append(0)
+    else:
+        _b = o.rack.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('UpdateMetadataRequest.UpdateMetadataBroker.rack', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -889,11 +1452,19 @@ def _e_UpdateMetadataBroker_6(o, out, chunks):
 def _e_UpdateMetadataRequest_6(o, out, chunks):
     out += _S4.pack(o.controller_id, o.controller_epoch, o.broker_epoch)
     _a = o.topic_states
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_UpdateMetadataTopicState_6(_e, out, chunks)
     _a = o.live_brokers
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_UpdateMetadataBroker_6(_e, out, chunks)
     if o.unknown_tags is None:
@@ -902,10 +1473,22 @@ def _e_UpdateMetadataRequest_6(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_UpdateMetadataTopicState_7(o, out, chunks):
-    write_compact_string(out, o.topic_name)
+    _b = o.topic_name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('UpdateMetadataRequest.UpdateMetadataTopicState.topic_name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     out += _S5.pack(o.topic_id.bytes)
     _a = o.partition_states
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_UpdateMetadataPartitionState_6(_e, out, chunks)
     if o.unknown_tags is None:
@@ -916,11 +1499,19 @@ def _e_UpdateMetadataTopicState_7(o, out, chunks):
 def _e_UpdateMetadataRequest_7(o, out, chunks):
     out += _S4.pack(o.controller_id, o.controller_epoch, o.broker_epoch)
     _a = o.topic_states
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_UpdateMetadataTopicState_7(_e, out, chunks)
     _a = o.live_brokers
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_UpdateMetadataBroker_6(_e, out, chunks)
     if o.unknown_tags is None:
@@ -931,22 +1522,34 @@ def _e_UpdateMetadataRequest_7(o, out, chunks):
 def _e_UpdateMetadataRequest_8(o, out, chunks):
     out += _S6.pack(o.controller_id, o.is_k_raft_controller, o.controller_epoch, o.broker_epoch)
     _a = o.topic_states
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_UpdateMetadataTopicState_7(_e, out, chunks)
     _a = o.live_brokers
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_UpdateMetadataBroker_6(_e, out, chunks)
-    _tags = list(o.unknown_tags) if o.unknown_tags else []
+    _tags = None
     if o.type != 0:
         _t = bytearray()
         _t += _S7.pack(o.type)
+        if _tags is None:
+            _tags = []
         _tags.append((0, _t))
-    if _tags:
-        write_tags(out, _tags)
-    else:
+    if o.unknown_tags:
+        _tags = o.unknown_tags if _tags is None else _tags + o.unknown_tags
+    if _tags is None:
         out.append(0)
+    else:
+        write_tags(out, _tags)
 
 MESSAGE = UpdateMetadataRequest
 MIN_VERSION = 0

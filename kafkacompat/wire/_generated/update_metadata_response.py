@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -21,7 +33,8 @@ class UpdateMetadataResponse(Struct):
 _S0 = _Struct('>h')
 
 def _d_UpdateMetadataResponse_0(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('UpdateMetadataResponse.error_code', buf, pos, 2)
     (f_error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
@@ -29,11 +42,12 @@ def _d_UpdateMetadataResponse_0(buf, pos):
     return UpdateMetadataResponse(f_error_code, f_unknown_tags), pos
 
 def _d_UpdateMetadataResponse_6(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('UpdateMetadataResponse.error_code', buf, pos, 2)
     (f_error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:

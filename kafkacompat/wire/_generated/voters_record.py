@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -62,13 +74,40 @@ _S2 = _Struct('>H')
 _S3 = _Struct('>hh')
 
 def _d_Endpoint_0(buf, pos):
-    f_name, pos = read_compact_string(buf, pos, 'VotersRecord.Endpoint.name')
-    f_host, pos = read_compact_string(buf, pos, 'VotersRecord.Endpoint.host')
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'VotersRecord.Endpoint.name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('VotersRecord.Endpoint.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('VotersRecord.Endpoint.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'VotersRecord.Endpoint.host')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('VotersRecord.Endpoint.host', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('VotersRecord.Endpoint.host', buf, pos, _n, 1)
+        f_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 2 > _l:
         raise truncated('VotersRecord.Endpoint.port', buf, pos, 2)
     (f_port,) = _S2.unpack_from(buf, pos)
     pos += 2
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -81,11 +120,12 @@ def _d_Endpoint_0(buf, pos):
     return Endpoint(f_name, f_host, f_port, f_unknown_tags), pos
 
 def _d_KRaftVersionFeature_0(buf, pos):
-    if pos + 4 > len(buf):
+    _l = len(buf)
+    if pos + 4 > _l:
         raise truncated('VotersRecord.KRaftVersionFeature.min_supported_version', buf, pos, 4)
     f_min_supported_version, f_max_supported_version = _S3.unpack_from(buf, pos)
     pos += 4
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -98,21 +138,29 @@ def _d_KRaftVersionFeature_0(buf, pos):
     return KRaftVersionFeature(f_min_supported_version, f_max_supported_version, f_unknown_tags), pos
 
 def _d_Voter_0(buf, pos):
-    if pos + 20 > len(buf):
+    _l = len(buf)
+    if pos + 20 > _l:
         raise truncated('VotersRecord.Voter.voter_id', buf, pos, 20)
     f_voter_id, f_voter_directory_id = _S1.unpack_from(buf, pos)
     pos += 20
     f_voter_directory_id = _UUID(bytes=f_voter_directory_id)
-    _n, pos = read_compact_array_len(buf, pos, 'VotersRecord.Voter.endpoints', 5)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='VotersRecord.Voter.endpoints')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'VotersRecord.Voter.endpoints')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('VotersRecord.Voter.endpoints', _c)
+    elif _c * 5 > _l - pos:
+        raise overrun('VotersRecord.Voter.endpoints', buf, pos, _c, 5)
     else:
         f_endpoints = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_Endpoint_0(buf, pos)
             _lst.append(_e)
     f_k_raft_version_feature, pos = _d_KRaftVersionFeature_0(buf, pos)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -125,19 +173,27 @@ def _d_Voter_0(buf, pos):
     return Voter(f_voter_id, f_voter_directory_id, f_endpoints, f_k_raft_version_feature, f_unknown_tags), pos
 
 def _d_VotersRecord_0(buf, pos):
-    if pos + 2 > len(buf):
+    _l = len(buf)
+    if pos + 2 > _l:
         raise truncated('VotersRecord.version', buf, pos, 2)
     (f_version,) = _S0.unpack_from(buf, pos)
     pos += 2
-    _n, pos = read_compact_array_len(buf, pos, 'VotersRecord.voters', 27)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='VotersRecord.voters')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'VotersRecord.voters')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('VotersRecord.voters', _c)
+    elif _c * 27 > _l - pos:
+        raise overrun('VotersRecord.voters', buf, pos, _c, 27)
     else:
         f_voters = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_Voter_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -150,8 +206,24 @@ def _d_VotersRecord_0(buf, pos):
     return VotersRecord(f_version, f_voters, f_unknown_tags), pos
 
 def _e_Endpoint_0(o, out, chunks):
-    write_compact_string(out, o.name)
-    write_compact_string(out, o.host)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('VotersRecord.Endpoint.name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
+    _b = o.host.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('VotersRecord.Endpoint.host', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     out += _S2.pack(o.port)
     if o.unknown_tags is None:
         out.append(0)
@@ -168,7 +240,11 @@ def _e_KRaftVersionFeature_0(o, out, chunks):
 def _e_Voter_0(o, out, chunks):
     out += _S1.pack(o.voter_id, o.voter_directory_id.bytes)
     _a = o.endpoints
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_Endpoint_0(_e, out, chunks)
     _e_KRaftVersionFeature_0(o.k_raft_version_feature, out, chunks)
@@ -180,7 +256,11 @@ def _e_Voter_0(o, out, chunks):
 def _e_VotersRecord_0(o, out, chunks):
     out += _S0.pack(o.version)
     _a = o.voters
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_Voter_0(_e, out, chunks)
     if o.unknown_tags is None:

@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -64,11 +76,12 @@ _S1 = _Struct('>iiiq')
 _S2 = _Struct('>qqbh')
 
 def _d_StateBatch_0(buf, pos):
-    if pos + 19 > len(buf):
+    _l = len(buf)
+    if pos + 19 > _l:
         raise truncated('WriteShareGroupStateRequest.StateBatch.first_offset', buf, pos, 19)
     f_first_offset, f_last_offset, f_delivery_state, f_delivery_count = _S2.unpack_from(buf, pos)
     pos += 19
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -81,19 +94,27 @@ def _d_StateBatch_0(buf, pos):
     return StateBatch(f_first_offset, f_last_offset, f_delivery_state, f_delivery_count, f_unknown_tags), pos
 
 def _d_PartitionData_0(buf, pos):
-    if pos + 20 > len(buf):
+    _l = len(buf)
+    if pos + 20 > _l:
         raise truncated('WriteShareGroupStateRequest.PartitionData.partition', buf, pos, 20)
     f_partition, f_state_epoch, f_leader_epoch, f_start_offset = _S1.unpack_from(buf, pos)
     pos += 20
-    _n, pos = read_compact_array_len(buf, pos, 'WriteShareGroupStateRequest.PartitionData.state_batches', 20)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='WriteShareGroupStateRequest.PartitionData.state_batches')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'WriteShareGroupStateRequest.PartitionData.state_batches')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('WriteShareGroupStateRequest.PartitionData.state_batches', _c)
+    elif _c * 20 > _l - pos:
+        raise overrun('WriteShareGroupStateRequest.PartitionData.state_batches', buf, pos, _c, 20)
     else:
         f_state_batches = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_StateBatch_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -106,20 +127,28 @@ def _d_PartitionData_0(buf, pos):
     return PartitionData(f_partition, f_state_epoch, f_leader_epoch, f_start_offset, f_state_batches, f_unknown_tags), pos
 
 def _d_WriteStateData_0(buf, pos):
-    if pos + 16 > len(buf):
+    _l = len(buf)
+    if pos + 16 > _l:
         raise truncated('WriteShareGroupStateRequest.WriteStateData.topic_id', buf, pos, 16)
     (f_topic_id,) = _S0.unpack_from(buf, pos)
     pos += 16
     f_topic_id = _UUID(bytes=f_topic_id)
-    _n, pos = read_compact_array_len(buf, pos, 'WriteShareGroupStateRequest.WriteStateData.partitions', 22)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='WriteShareGroupStateRequest.WriteStateData.partitions')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'WriteShareGroupStateRequest.WriteStateData.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('WriteShareGroupStateRequest.WriteStateData.partitions', _c)
+    elif _c * 22 > _l - pos:
+        raise overrun('WriteShareGroupStateRequest.WriteStateData.partitions', buf, pos, _c, 22)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_PartitionData_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -132,16 +161,37 @@ def _d_WriteStateData_0(buf, pos):
     return WriteStateData(f_topic_id, f_partitions, f_unknown_tags), pos
 
 def _d_WriteShareGroupStateRequest_0(buf, pos):
-    f_group_id, pos = read_compact_string(buf, pos, 'WriteShareGroupStateRequest.group_id')
-    _n, pos = read_compact_array_len(buf, pos, 'WriteShareGroupStateRequest.topics', 18)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'WriteShareGroupStateRequest.group_id')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='WriteShareGroupStateRequest.topics')
+        raise bad_length('WriteShareGroupStateRequest.group_id', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('WriteShareGroupStateRequest.group_id', buf, pos, _n, 1)
+        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'WriteShareGroupStateRequest.topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('WriteShareGroupStateRequest.topics', _c)
+    elif _c * 18 > _l - pos:
+        raise overrun('WriteShareGroupStateRequest.topics', buf, pos, _c, 18)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_WriteStateData_0(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -163,7 +213,11 @@ def _e_StateBatch_0(o, out, chunks):
 def _e_PartitionData_0(o, out, chunks):
     out += _S1.pack(o.partition, o.state_epoch, o.leader_epoch, o.start_offset)
     _a = o.state_batches
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_StateBatch_0(_e, out, chunks)
     if o.unknown_tags is None:
@@ -174,7 +228,11 @@ def _e_PartitionData_0(o, out, chunks):
 def _e_WriteStateData_0(o, out, chunks):
     out += _S0.pack(o.topic_id.bytes)
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_PartitionData_0(_e, out, chunks)
     if o.unknown_tags is None:
@@ -183,9 +241,21 @@ def _e_WriteStateData_0(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_WriteShareGroupStateRequest_0(o, out, chunks):
-    write_compact_string(out, o.group_id)
+    _b = o.group_id.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('WriteShareGroupStateRequest.group_id', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.topics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_WriteStateData_0(_e, out, chunks)
     if o.unknown_tags is None:

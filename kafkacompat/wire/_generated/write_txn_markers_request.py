@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -47,61 +59,115 @@ class WriteTxnMarkersRequest(Struct):
 WriteTxnMarkersRequest.WritableTxnMarker = WritableTxnMarker
 WriteTxnMarkersRequest.WritableTxnMarkerTopic = WritableTxnMarkerTopic
 
-_S0 = _Struct('>qh?')
-_S1 = _Struct('>i')
+_S0 = _Struct('>i')
+_S1 = _Struct('>qh?')
+_S2 = _Struct('>h')
+_A_i = ARRAY_STRUCTS['i']
 
 def _d_WritableTxnMarkerTopic_0(buf, pos):
-    f_name, pos = read_string(buf, pos, 'WriteTxnMarkersRequest.WritableTxnMarkerTopic.name')
-    _n, pos = read_array_len(buf, pos, 'WriteTxnMarkersRequest.WritableTxnMarkerTopic.partition_indexes', 4)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('WriteTxnMarkersRequest.WritableTxnMarkerTopic.name', buf, pos, 2)
+    (_n,) = _S2.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='WriteTxnMarkersRequest.WritableTxnMarkerTopic.partition_indexes')
+        raise bad_length('WriteTxnMarkersRequest.WritableTxnMarkerTopic.name', _n)
     else:
-        f_partition_indexes = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('WriteTxnMarkersRequest.WritableTxnMarkerTopic.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('WriteTxnMarkersRequest.WritableTxnMarkerTopic.partition_indexes', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('WriteTxnMarkersRequest.WritableTxnMarkerTopic.partition_indexes', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('WriteTxnMarkersRequest.WritableTxnMarkerTopic.partition_indexes', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_partition_indexes = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
     f_unknown_tags = None
     return WritableTxnMarkerTopic(f_name, f_partition_indexes, f_unknown_tags), pos
 
 def _d_WritableTxnMarker_0(buf, pos):
-    if pos + 11 > len(buf):
+    _l = len(buf)
+    if pos + 11 > _l:
         raise truncated('WriteTxnMarkersRequest.WritableTxnMarker.producer_id', buf, pos, 11)
-    f_producer_id, f_producer_epoch, f_transaction_result = _S0.unpack_from(buf, pos)
+    f_producer_id, f_producer_epoch, f_transaction_result = _S1.unpack_from(buf, pos)
     pos += 11
-    _n, pos = read_array_len(buf, pos, 'WriteTxnMarkersRequest.WritableTxnMarker.topics', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='WriteTxnMarkersRequest.WritableTxnMarker.topics')
+    if pos + 4 > _l:
+        raise truncated('WriteTxnMarkersRequest.WritableTxnMarker.topics', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('WriteTxnMarkersRequest.WritableTxnMarker.topics', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('WriteTxnMarkersRequest.WritableTxnMarker.topics', buf, pos, _c, 6)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_WritableTxnMarkerTopic_0(buf, pos)
             _lst.append(_e)
-    if pos + 4 > len(buf):
+    if pos + 4 > _l:
         raise truncated('WriteTxnMarkersRequest.WritableTxnMarker.coordinator_epoch', buf, pos, 4)
-    (f_coordinator_epoch,) = _S1.unpack_from(buf, pos)
+    (f_coordinator_epoch,) = _S0.unpack_from(buf, pos)
     pos += 4
     f_unknown_tags = None
     return WritableTxnMarker(f_producer_id, f_producer_epoch, f_transaction_result, f_topics, f_coordinator_epoch, f_unknown_tags), pos
 
 def _d_WriteTxnMarkersRequest_0(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'WriteTxnMarkersRequest.markers', 19)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='WriteTxnMarkersRequest.markers')
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('WriteTxnMarkersRequest.markers', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('WriteTxnMarkersRequest.markers', _c)
+    elif _c * 19 > _l - pos:
+        raise overrun('WriteTxnMarkersRequest.markers', buf, pos, _c, 19)
     else:
         f_markers = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_WritableTxnMarker_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return WriteTxnMarkersRequest(f_markers, f_unknown_tags), pos
 
 def _d_WritableTxnMarkerTopic_1(buf, pos):
-    f_name, pos = read_compact_string(buf, pos, 'WriteTxnMarkersRequest.WritableTxnMarkerTopic.name')
-    _n, pos = read_compact_array_len(buf, pos, 'WriteTxnMarkersRequest.WritableTxnMarkerTopic.partition_indexes', 4)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='WriteTxnMarkersRequest.WritableTxnMarkerTopic.partition_indexes')
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
     else:
-        f_partition_indexes = list(_unpack_from('>%di' % _n, buf, pos))
-        pos += _n * 4
-    if pos < len(buf) and buf[pos] == 0:
+        _n, pos = read_uvarint(buf, pos, 'WriteTxnMarkersRequest.WritableTxnMarkerTopic.name')
+        _n -= 1
+    if _n < 0:
+        raise bad_length('WriteTxnMarkersRequest.WritableTxnMarkerTopic.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('WriteTxnMarkersRequest.WritableTxnMarkerTopic.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'WriteTxnMarkersRequest.WritableTxnMarkerTopic.partition_indexes')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('WriteTxnMarkersRequest.WritableTxnMarkerTopic.partition_indexes', _c)
+    elif _c * 4 > _l - pos:
+        raise overrun('WriteTxnMarkersRequest.WritableTxnMarkerTopic.partition_indexes', buf, pos, _c, 4)
+    else:
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        f_partition_indexes = list(_st.unpack_from(buf, pos))
+        pos += _c * 4
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -114,23 +180,31 @@ def _d_WritableTxnMarkerTopic_1(buf, pos):
     return WritableTxnMarkerTopic(f_name, f_partition_indexes, f_unknown_tags), pos
 
 def _d_WritableTxnMarker_1(buf, pos):
-    if pos + 11 > len(buf):
+    _l = len(buf)
+    if pos + 11 > _l:
         raise truncated('WriteTxnMarkersRequest.WritableTxnMarker.producer_id', buf, pos, 11)
-    f_producer_id, f_producer_epoch, f_transaction_result = _S0.unpack_from(buf, pos)
+    f_producer_id, f_producer_epoch, f_transaction_result = _S1.unpack_from(buf, pos)
     pos += 11
-    _n, pos = read_compact_array_len(buf, pos, 'WriteTxnMarkersRequest.WritableTxnMarker.topics', 3)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='WriteTxnMarkersRequest.WritableTxnMarker.topics')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'WriteTxnMarkersRequest.WritableTxnMarker.topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('WriteTxnMarkersRequest.WritableTxnMarker.topics', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('WriteTxnMarkersRequest.WritableTxnMarker.topics', buf, pos, _c, 3)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_WritableTxnMarkerTopic_1(buf, pos)
             _lst.append(_e)
-    if pos + 4 > len(buf):
+    if pos + 4 > _l:
         raise truncated('WriteTxnMarkersRequest.WritableTxnMarker.coordinator_epoch', buf, pos, 4)
-    (f_coordinator_epoch,) = _S1.unpack_from(buf, pos)
+    (f_coordinator_epoch,) = _S0.unpack_from(buf, pos)
     pos += 4
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -143,15 +217,23 @@ def _d_WritableTxnMarker_1(buf, pos):
     return WritableTxnMarker(f_producer_id, f_producer_epoch, f_transaction_result, f_topics, f_coordinator_epoch, f_unknown_tags), pos
 
 def _d_WriteTxnMarkersRequest_1(buf, pos):
-    _n, pos = read_compact_array_len(buf, pos, 'WriteTxnMarkersRequest.markers', 17)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='WriteTxnMarkersRequest.markers')
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'WriteTxnMarkersRequest.markers')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('WriteTxnMarkersRequest.markers', _c)
+    elif _c * 17 > _l - pos:
+        raise overrun('WriteTxnMarkersRequest.markers', buf, pos, _c, 17)
     else:
         f_markers = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_WritableTxnMarker_1(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -164,42 +246,68 @@ def _d_WriteTxnMarkersRequest_1(buf, pos):
     return WriteTxnMarkersRequest(f_markers, f_unknown_tags), pos
 
 def _e_WritableTxnMarkerTopic_0(o, out, chunks):
-    write_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('WriteTxnMarkersRequest.WritableTxnMarkerTopic.name', _n)
+    out += _S2.pack(_n)
+    out += _b
     _a = o.partition_indexes
-    write_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    out += _S0.pack(_c)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
 
 def _e_WritableTxnMarker_0(o, out, chunks):
-    out += _S0.pack(o.producer_id, o.producer_epoch, o.transaction_result)
+    out += _S1.pack(o.producer_id, o.producer_epoch, o.transaction_result)
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_WritableTxnMarkerTopic_0(_e, out, chunks)
-    out += _S1.pack(o.coordinator_epoch)
+    out += _S0.pack(o.coordinator_epoch)
 
 def _e_WriteTxnMarkersRequest_0(o, out, chunks):
     _a = o.markers
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_WritableTxnMarker_0(_e, out, chunks)
 
 def _e_WritableTxnMarkerTopic_1(o, out, chunks):
-    write_compact_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('WriteTxnMarkersRequest.WritableTxnMarkerTopic.name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.partition_indexes
-    write_compact_array_len(out, len(_a))
-    out += _pack('>%di' % len(_a), *_a)
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
+    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+    out += _st.pack(*_a)
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_WritableTxnMarker_1(o, out, chunks):
-    out += _S0.pack(o.producer_id, o.producer_epoch, o.transaction_result)
+    out += _S1.pack(o.producer_id, o.producer_epoch, o.transaction_result)
     _a = o.topics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_WritableTxnMarkerTopic_1(_e, out, chunks)
-    out += _S1.pack(o.coordinator_epoch)
+    out += _S0.pack(o.coordinator_epoch)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -207,7 +315,11 @@ def _e_WritableTxnMarker_1(o, out, chunks):
 
 def _e_WriteTxnMarkersRequest_1(o, out, chunks):
     _a = o.markers
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_WritableTxnMarker_1(_e, out, chunks)
     if o.unknown_tags is None:

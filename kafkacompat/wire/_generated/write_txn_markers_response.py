@@ -7,7 +7,19 @@ from uuid import UUID as _UUID
 
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import *  # noqa: F403
-from kafkacompat.wire.primitives import ZERO_UUID, Struct, read_tags, truncated, write_tags
+from kafkacompat.wire.primitives import (
+    ARRAY_STRUCTS,
+    ZERO_UUID,
+    Struct,
+    bad_length,
+    overrun,
+    read_tags,
+    read_uvarint,
+    string_too_long,
+    truncated,
+    write_tags,
+    write_uvarint,
+)
 
 _MISSING = object()
 
@@ -45,64 +57,97 @@ WriteTxnMarkersResponse.WritableTxnMarkerResult = WritableTxnMarkerResult
 WriteTxnMarkersResponse.WritableTxnMarkerTopicResult = WritableTxnMarkerTopicResult
 WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult = WritableTxnMarkerPartitionResult
 
-_S0 = _Struct('>q')
-_S1 = _Struct('>ih')
+_S0 = _Struct('>i')
+_S1 = _Struct('>q')
+_S2 = _Struct('>h')
+_S3 = _Struct('>ih')
 
 def _d_WritableTxnMarkerPartitionResult_0(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult.partition_index', buf, pos, 6)
-    f_partition_index, f_error_code = _S1.unpack_from(buf, pos)
+    f_partition_index, f_error_code = _S3.unpack_from(buf, pos)
     pos += 6
     f_unknown_tags = None
     return WritableTxnMarkerPartitionResult(f_partition_index, f_error_code, f_unknown_tags), pos
 
 def _d_WritableTxnMarkerTopicResult_0(buf, pos):
-    f_name, pos = read_string(buf, pos, 'WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.name')
-    _n, pos = read_array_len(buf, pos, 'WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.partitions', 6)
+    _l = len(buf)
+    if pos + 2 > _l:
+        raise truncated('WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.name', buf, pos, 2)
+    (_n,) = _S2.unpack_from(buf, pos)
+    pos += 2
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.partitions')
+        raise bad_length('WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos + 4 > _l:
+        raise truncated('WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.partitions', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.partitions', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.partitions', buf, pos, _c, 6)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_WritableTxnMarkerPartitionResult_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return WritableTxnMarkerTopicResult(f_name, f_partitions, f_unknown_tags), pos
 
 def _d_WritableTxnMarkerResult_0(buf, pos):
-    if pos + 8 > len(buf):
+    _l = len(buf)
+    if pos + 8 > _l:
         raise truncated('WriteTxnMarkersResponse.WritableTxnMarkerResult.producer_id', buf, pos, 8)
-    (f_producer_id,) = _S0.unpack_from(buf, pos)
+    (f_producer_id,) = _S1.unpack_from(buf, pos)
     pos += 8
-    _n, pos = read_array_len(buf, pos, 'WriteTxnMarkersResponse.WritableTxnMarkerResult.topics', 6)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='WriteTxnMarkersResponse.WritableTxnMarkerResult.topics')
+    if pos + 4 > _l:
+        raise truncated('WriteTxnMarkersResponse.WritableTxnMarkerResult.topics', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('WriteTxnMarkersResponse.WritableTxnMarkerResult.topics', _c)
+    elif _c * 6 > _l - pos:
+        raise overrun('WriteTxnMarkersResponse.WritableTxnMarkerResult.topics', buf, pos, _c, 6)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_WritableTxnMarkerTopicResult_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return WritableTxnMarkerResult(f_producer_id, f_topics, f_unknown_tags), pos
 
 def _d_WriteTxnMarkersResponse_0(buf, pos):
-    _n, pos = read_array_len(buf, pos, 'WriteTxnMarkersResponse.markers', 12)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='WriteTxnMarkersResponse.markers')
+    _l = len(buf)
+    if pos + 4 > _l:
+        raise truncated('WriteTxnMarkersResponse.markers', buf, pos, 4)
+    (_c,) = _S0.unpack_from(buf, pos)
+    pos += 4
+    if _c < 0:
+        raise bad_length('WriteTxnMarkersResponse.markers', _c)
+    elif _c * 12 > _l - pos:
+        raise overrun('WriteTxnMarkersResponse.markers', buf, pos, _c, 12)
     else:
         f_markers = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_WritableTxnMarkerResult_0(buf, pos)
             _lst.append(_e)
     f_unknown_tags = None
     return WriteTxnMarkersResponse(f_markers, f_unknown_tags), pos
 
 def _d_WritableTxnMarkerPartitionResult_1(buf, pos):
-    if pos + 6 > len(buf):
+    _l = len(buf)
+    if pos + 6 > _l:
         raise truncated('WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult.partition_index', buf, pos, 6)
-    f_partition_index, f_error_code = _S1.unpack_from(buf, pos)
+    f_partition_index, f_error_code = _S3.unpack_from(buf, pos)
     pos += 6
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -115,16 +160,37 @@ def _d_WritableTxnMarkerPartitionResult_1(buf, pos):
     return WritableTxnMarkerPartitionResult(f_partition_index, f_error_code, f_unknown_tags), pos
 
 def _d_WritableTxnMarkerTopicResult_1(buf, pos):
-    f_name, pos = read_compact_string(buf, pos, 'WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.name')
-    _n, pos = read_compact_array_len(buf, pos, 'WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.partitions', 7)
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _n = buf[pos] - 1
+        pos += 1
+    else:
+        _n, pos = read_uvarint(buf, pos, 'WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.name')
+        _n -= 1
     if _n < 0:
-        raise DecodeError('null array where none is allowed', field='WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.partitions')
+        raise bad_length('WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.name', _n)
+    else:
+        _end = pos + _n
+        if _end > _l:
+            raise overrun('WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.name', buf, pos, _n, 1)
+        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        pos = _end
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.partitions')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.partitions', _c)
+    elif _c * 7 > _l - pos:
+        raise overrun('WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.partitions', buf, pos, _c, 7)
     else:
         f_partitions = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_WritableTxnMarkerPartitionResult_1(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -137,19 +203,27 @@ def _d_WritableTxnMarkerTopicResult_1(buf, pos):
     return WritableTxnMarkerTopicResult(f_name, f_partitions, f_unknown_tags), pos
 
 def _d_WritableTxnMarkerResult_1(buf, pos):
-    if pos + 8 > len(buf):
+    _l = len(buf)
+    if pos + 8 > _l:
         raise truncated('WriteTxnMarkersResponse.WritableTxnMarkerResult.producer_id', buf, pos, 8)
-    (f_producer_id,) = _S0.unpack_from(buf, pos)
+    (f_producer_id,) = _S1.unpack_from(buf, pos)
     pos += 8
-    _n, pos = read_compact_array_len(buf, pos, 'WriteTxnMarkersResponse.WritableTxnMarkerResult.topics', 3)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='WriteTxnMarkersResponse.WritableTxnMarkerResult.topics')
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'WriteTxnMarkersResponse.WritableTxnMarkerResult.topics')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('WriteTxnMarkersResponse.WritableTxnMarkerResult.topics', _c)
+    elif _c * 3 > _l - pos:
+        raise overrun('WriteTxnMarkersResponse.WritableTxnMarkerResult.topics', buf, pos, _c, 3)
     else:
         f_topics = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_WritableTxnMarkerTopicResult_1(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -162,15 +236,23 @@ def _d_WritableTxnMarkerResult_1(buf, pos):
     return WritableTxnMarkerResult(f_producer_id, f_topics, f_unknown_tags), pos
 
 def _d_WriteTxnMarkersResponse_1(buf, pos):
-    _n, pos = read_compact_array_len(buf, pos, 'WriteTxnMarkersResponse.markers', 10)
-    if _n < 0:
-        raise DecodeError('null array where none is allowed', field='WriteTxnMarkersResponse.markers')
+    _l = len(buf)
+    if pos < _l and buf[pos] < 0x80:
+        _c = buf[pos] - 1
+        pos += 1
+    else:
+        _c, pos = read_uvarint(buf, pos, 'WriteTxnMarkersResponse.markers')
+        _c -= 1
+    if _c < 0:
+        raise bad_length('WriteTxnMarkersResponse.markers', _c)
+    elif _c * 10 > _l - pos:
+        raise overrun('WriteTxnMarkersResponse.markers', buf, pos, _c, 10)
     else:
         f_markers = _lst = []
-        for _ in range(_n):
+        for _ in range(_c):
             _e, pos = _d_WritableTxnMarkerResult_1(buf, pos)
             _lst.append(_e)
-    if pos < len(buf) and buf[pos] == 0:
+    if pos < _l and buf[pos] == 0:
         pos += 1
         f_unknown_tags = None
     else:
@@ -183,39 +265,59 @@ def _d_WriteTxnMarkersResponse_1(buf, pos):
     return WriteTxnMarkersResponse(f_markers, f_unknown_tags), pos
 
 def _e_WritableTxnMarkerPartitionResult_0(o, out, chunks):
-    out += _S1.pack(o.partition_index, o.error_code)
+    out += _S3.pack(o.partition_index, o.error_code)
 
 def _e_WritableTxnMarkerTopicResult_0(o, out, chunks):
-    write_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.name', _n)
+    out += _S2.pack(_n)
+    out += _b
     _a = o.partitions
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_WritableTxnMarkerPartitionResult_0(_e, out, chunks)
 
 def _e_WritableTxnMarkerResult_0(o, out, chunks):
-    out += _S0.pack(o.producer_id)
+    out += _S1.pack(o.producer_id)
     _a = o.topics
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_WritableTxnMarkerTopicResult_0(_e, out, chunks)
 
 def _e_WriteTxnMarkersResponse_0(o, out, chunks):
     _a = o.markers
-    write_array_len(out, len(_a))
+    _c = len(_a)
+    out += _S0.pack(_c)
     for _e in _a:
         _e_WritableTxnMarkerResult_0(_e, out, chunks)
 
 def _e_WritableTxnMarkerPartitionResult_1(o, out, chunks):
-    out += _S1.pack(o.partition_index, o.error_code)
+    out += _S3.pack(o.partition_index, o.error_code)
     if o.unknown_tags is None:
         out.append(0)
     else:
         write_tags(out, o.unknown_tags)
 
 def _e_WritableTxnMarkerTopicResult_1(o, out, chunks):
-    write_compact_string(out, o.name)
+    _b = o.name.encode('utf-8', 'surrogateescape')
+    _n = len(_b)
+    if _n > 0x7FFF:
+        raise string_too_long('WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.name', _n)
+    if _n < 127:
+        out.append(_n + 1)
+    else:
+        write_uvarint(out, _n + 1)
+    out += _b
     _a = o.partitions
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_WritableTxnMarkerPartitionResult_1(_e, out, chunks)
     if o.unknown_tags is None:
@@ -224,9 +326,13 @@ def _e_WritableTxnMarkerTopicResult_1(o, out, chunks):
         write_tags(out, o.unknown_tags)
 
 def _e_WritableTxnMarkerResult_1(o, out, chunks):
-    out += _S0.pack(o.producer_id)
+    out += _S1.pack(o.producer_id)
     _a = o.topics
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_WritableTxnMarkerTopicResult_1(_e, out, chunks)
     if o.unknown_tags is None:
@@ -236,7 +342,11 @@ def _e_WritableTxnMarkerResult_1(o, out, chunks):
 
 def _e_WriteTxnMarkersResponse_1(o, out, chunks):
     _a = o.markers
-    write_compact_array_len(out, len(_a))
+    _c = len(_a)
+    if _c < 127:
+        out.append(_c + 1)
+    else:
+        write_uvarint(out, _c + 1)
     for _e in _a:
         _e_WritableTxnMarkerResult_1(_e, out, chunks)
     if o.unknown_tags is None:
