@@ -10,7 +10,10 @@ Theory of operation (file formats are Kafka's):
   `lookup(ts)` gives the greatest entry whose timestamp is <= the target.
 
 Files are not preallocated: their size is always a whole number of entries, which is what Kafka leaves
-behind after it trims its preallocated files on close. Entries are kept in memory in two `array`s
+behind after it trims its preallocated files on close. New entries are buffered and written to the file
+by `flush()`/`close()` (or once 64 KiB are pending): Kafka's mmap'd indexes reach the disk just as
+lazily, and an index that was not flushed before a crash belongs to a segment after the recovery
+point, which recovery rebuilds anyway. Entries are kept in memory in two `array`s
 (4-8 bytes per value), loaded lazily on first use, so starting a broker with many segments reads only
 what it touches. The fd is opened on the first append (only the active segment appends).
 
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import os
 import struct
+import threading
 from array import array
 from bisect import bisect_right
 
@@ -49,6 +53,9 @@ class _SparseIndex:
         self._fd: int | None = None
         self.dirty = False
         self.position_limit: int | None = None  # log size, for the offset index's positions
+        self._pending = bytearray()  # entries not yet written to the file
+        self._written = 0  # entries in the file
+        self._lock = threading.Lock()  # flush() may write pending entries from a worker thread
 
     # --- file handling ---------------------------------------------------------------------------
 
@@ -66,12 +73,21 @@ class _SparseIndex:
     def exists(self) -> bool:
         return os.path.exists(self.path)
 
+    def write_pending(self) -> None:
+        with self._lock:
+            if self._pending:
+                os.pwrite(self._open(), self._pending, self._written * self.ENTRY.size)
+                self._written += len(self._pending) // self.ENTRY.size
+                self._pending = bytearray()
+
     def flush(self) -> None:
+        self.write_pending()
         if self._fd is not None and self.dirty:
             os.fsync(self._fd)
         self.dirty = False
 
     def close(self) -> None:
+        self.write_pending()
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
@@ -106,6 +122,7 @@ class _SparseIndex:
                 keys.append(key)
                 values.append(value)
         self._validate(keys, values)
+        self._written = len(keys)
         if self.position_limit is not None and values and values[-1] >= max(self.position_limit, 1):
             raise IndexCorrupt(f"{self.path}: entry points past the end of the log")
         self._keys, self._values = keys, values
@@ -115,16 +132,20 @@ class _SparseIndex:
 
     def reset(self) -> None:
         """Drop every entry (file truncated to zero), e.g. before a rebuild."""
-        fd = self._open()
-        os.ftruncate(fd, 0)
+        with self._lock:
+            os.ftruncate(self._open(), 0)
+            self._pending = bytearray()
+            self._written = 0
         self._keys = array(self.KEY_TYPE)
         self._values = array(self.VALUE_TYPE)
         self.dirty = True
 
     def _append_raw(self, key: int, value: int) -> None:
         assert self._keys is not None and self._values is not None
-        fd = self._open()
-        os.pwrite(fd, self.ENTRY.pack(key, value), len(self._keys) * self.ENTRY.size)
+        with self._lock:
+            self._pending += self.ENTRY.pack(key, value)
+        if len(self._pending) >= 65536:
+            self.write_pending()
         self._keys.append(key)
         self._values.append(value)
         self.dirty = True
@@ -135,7 +156,13 @@ class _SparseIndex:
             return
         del self._keys[count:]
         del self._values[count:]
-        os.ftruncate(self._open(), count * self.ENTRY.size)
+        with self._lock:
+            if count < self._written:
+                os.ftruncate(self._open(), count * self.ENTRY.size)
+                self._written = count
+                self._pending = bytearray()
+            else:
+                del self._pending[(count - self._written) * self.ENTRY.size :]
         self.dirty = True
 
     def _last_raw(self) -> tuple[int, int] | None:

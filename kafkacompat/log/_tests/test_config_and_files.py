@@ -107,14 +107,18 @@ def test_offset_index_lookup_truncate_and_corruption(tmp_path):
     for offset, position in ((110, 500), (130, 1200), (150, 2000)):
         index.append(offset, position)
     index.append(140, 1500)  # not after the last entry: ignored
+    assert os.path.getsize(index.path) == 0  # buffered until flush
+    index.flush()
     with open(index.path, "rb") as f:
         assert list(struct.iter_unpack(">ii", f.read())) == [(10, 500), (30, 1200), (50, 2000)]
     assert index.lookup(105) == (100, 0)
     assert index.lookup(130) == (130, 1200)
     assert index.lookup(149) == (130, 1200)
     assert index.floor_position(1999) == 1200
+    index.append(160, 2500)  # pending, then truncated away before reaching the file
     index.truncate_to(130)
     assert index.iter_entries() == [(110, 500)]
+    index.flush()
     assert os.path.getsize(index.path) == 8
     assert index.max_entries == 10
     index.close()
@@ -131,6 +135,7 @@ def test_time_index_is_strictly_increasing(tmp_path):
     index.maybe_append(1000, 9)  # same timestamp: skipped
     index.maybe_append(900, 12)  # older timestamp: skipped
     index.maybe_append(1500, 20)
+    index.flush()
     with open(index.path, "rb") as f:
         assert list(struct.iter_unpack(">qi", f.read())) == [(1000, 5), (1500, 20)]
     assert index.lookup(999) == (-1, 0)

@@ -29,9 +29,10 @@ def fill(pl, batches: int, records_per_batch: int = 5, value_size: int = 100, ts
     return results
 
 
-def check_indexes_against_log(directory: str, interval: int) -> None:
+def check_indexes_against_log(pl, interval: int) -> None:
     """Index entries where Kafka's rule puts them; time index increasing and pointing at real batches."""
-    for log_path in segment_logs(directory):
+    pl.flush()  # index entries reach the files at flush
+    for log_path in segment_logs(pl.directory):
         base = int(os.path.basename(log_path)[:-4])
         batches = batch_positions(log_path)
         expected = []
@@ -75,14 +76,14 @@ def test_appended_files_parse_with_kafka_python_and_offsets_are_contiguous(make_
         assert int(os.path.basename(path)[:-4]) == batches[0].base_offset
         assert all(b.leader_epoch == 3 for b in batches)
     assert pl.log_end_offset == 600
-    check_indexes_against_log(pl.directory, 4096)
+    check_indexes_against_log(pl, 4096)
 
 
 def test_index_entries_follow_the_interval_rule_for_small_batches(make_log):
     pl = make_log({"index.interval.bytes": "1000"})
     fill(pl, 300, records_per_batch=2, value_size=50)
     pl.active_segment.on_become_inactive()
-    check_indexes_against_log(pl.directory, 1000)
+    check_indexes_against_log(pl, 1000)
     assert pl.active_segment.offset_index.entries > 10
 
 
@@ -311,7 +312,7 @@ def test_truncate_to_removes_everything_from_the_offset(make_log):
     assert pl.high_watermark == 55
     pl.run_pending_deletes(NOW)
     assert [r[0] for r in all_records(pl.directory)] == list(range(55))
-    check_indexes_against_log(pl.directory, 4096)
+    check_indexes_against_log(pl, 4096)
     assert pl.append_as_leader(make_batch([b"z"]), 4, NOW).base_offset == 55
     assert pl.end_offset_for_epoch(3) == (3, 55)
     assert pl.end_offset_for_epoch(4) == (4, 56)
