@@ -15,6 +15,10 @@ import sys
 # command name -> module implementing it
 COMMANDS: dict[str, str] = {
     "dump-log": "kafkacompat.commands.dump_log",
+    "topics": "kafkacompat.commands.topics",
+    "configs": "kafkacompat.commands.configs",
+    "produce": "kafkacompat.commands.produce",
+    "consume": "kafkacompat.commands.consume",
     "serve": "kafkacompat.commands.serve",
 }
 

@@ -1,0 +1,372 @@
+"""Shared pieces of the admin handlers: config descriptions, config changes, partition additions.
+
+Theory of operation
+-------------------
+Configs are described the way Kafka's config helper does it. A topic config's value is the topic's
+effective `LogConfig` value; its *source* is the first entry of its synonym chain, which is: the topic
+override (DYNAMIC_TOPIC_CONFIG), then every broker-level synonym set in the static broker config
+(STATIC_BROKER_CONFIG, e.g. `log.retention.ms` before `log.retention.minutes` before
+`log.retention.hours`), then every broker-level synonym that has a default (DEFAULT_CONFIG). A config
+with no chain at all is DEFAULT_CONFIG. Broker configs are described from `BrokerConfig`: every option
+with its value, static or default source, and — because this broker keeps no dynamic broker configs —
+every one of them read-only.
+
+Changes to a topic's configs (AlterConfigs, IncrementalAlterConfigs) and partition additions
+(CreatePartitions) run under the broker's metadata lock, are persisted through `LocalMetadata` (in a
+worker thread) before the caller answers, and are then applied to the live logs.
+
+These are free functions rather than methods because the classes they would belong to are owned by
+another part of the tree: `apply_topic_configs` and `add_partitions` belong on `BrokerState` next to
+`create_topic`; `describe_*_configs` could live with the config tables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from kafkacompat.config import OPTIONS_BY_NAME, TOPIC_CONFIG_SOURCES, BrokerConfig
+from kafkacompat.log.config import TOPIC_CONFIG_DEFS_BY_NAME, LogConfig
+from kafkacompat.replication.metadata import validate_topic_name
+from kafkacompat.wire.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from kafkacompat.broker.state import BrokerState
+    from kafkacompat.replication.metadata import TopicInfo
+
+__all__ = [
+    "ALL_CLUSTER_OPERATIONS",
+    "ALL_TOPIC_OPERATIONS",
+    "AUTHORIZED_OPERATIONS_OMITTED",
+    "RESOURCE_BROKER",
+    "RESOURCE_TOPIC",
+    "ConfigEntry",
+    "add_partitions",
+    "apply_topic_configs",
+    "broker_config_entries",
+    "parse_broker_resource",
+    "require_topic",
+    "topic_config_entries",
+]
+
+# ConfigResource types (Kafka's ConfigResource.Type ids)
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+RESOURCE_BROKER_LOGGER = 8
+RESOURCE_CLIENT_METRICS = 16
+RESOURCE_GROUP = 32
+RESOURCE_NAMES = {
+    RESOURCE_TOPIC: "TOPIC",
+    RESOURCE_BROKER: "BROKER",
+    RESOURCE_BROKER_LOGGER: "BROKER_LOGGER",
+    RESOURCE_CLIENT_METRICS: "CLIENT_METRICS",
+    RESOURCE_GROUP: "GROUP",
+}
+
+# DescribeConfigs config sources
+SOURCE_DYNAMIC_TOPIC = 1
+SOURCE_STATIC_BROKER = 4
+SOURCE_DEFAULT = 5
+
+# DescribeConfigs config types
+CONFIG_TYPES = {
+    "boolean": 1,
+    "string": 2,
+    "int": 3,
+    "short": 4,
+    "long": 5,
+    "double": 6,
+    "list": 7,
+    "class": 8,
+    "password": 9,
+}
+
+# ACL operation codes, as 32-bit fields of "allowed" bits; without an authorizer everything is allowed
+_OPS = {
+    "CREATE": 5,
+    "READ": 3,
+    "WRITE": 4,
+    "DELETE": 6,
+    "ALTER": 7,
+    "DESCRIBE": 8,
+    "CLUSTER_ACTION": 9,
+    "DESCRIBE_CONFIGS": 10,
+    "ALTER_CONFIGS": 11,
+    "IDEMPOTENT_WRITE": 12,
+}
+
+
+def _bits(*names: str) -> int:
+    value = 0
+    for name in names:
+        value |= 1 << _OPS[name]
+    return value
+
+
+AUTHORIZED_OPERATIONS_OMITTED = -2147483648
+ALL_CLUSTER_OPERATIONS = _bits(
+    "CREATE", "CLUSTER_ACTION", "DESCRIBE_CONFIGS", "ALTER_CONFIGS", "IDEMPOTENT_WRITE", "ALTER", "DESCRIBE"
+)
+ALL_TOPIC_OPERATIONS = _bits(
+    "READ", "WRITE", "CREATE", "DELETE", "ALTER", "DESCRIBE", "DESCRIBE_CONFIGS", "ALTER_CONFIGS"
+)
+
+# Broker settings that stand for one another, most specific first (Kafka's broker synonyms).
+_BROKER_SYNONYM_GROUPS: tuple[tuple[str, ...], ...] = (
+    ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+    ("log.roll.ms", "log.roll.hours"),
+    ("log.roll.jitter.ms", "log.roll.jitter.hours"),
+    ("log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
+)
+
+# topic config -> the most specific broker setting providing its default
+TOPIC_TO_BROKER: dict[str, str] = {
+    **TOPIC_CONFIG_SOURCES,
+    "retention.ms": "log.retention.ms",
+    "segment.ms": "log.roll.ms",
+    "segment.jitter.ms": "log.roll.jitter.ms",
+    "flush.ms": "log.flush.interval.ms",
+    "message.format.version": "log.message.format.version",
+}
+
+
+class ConfigEntry:
+    """One described config, independent of the response class that carries it."""
+
+    __slots__ = ("config_type", "name", "read_only", "sensitive", "source", "synonyms", "value")
+
+    def __init__(
+        self,
+        name: str,
+        value: str | None,
+        source: int,
+        synonyms: list[tuple[str, str | None, int]],
+        config_type: int,
+        read_only: bool,
+        sensitive: bool = False,
+    ) -> None:
+        self.name = name
+        self.value = value
+        self.source = source
+        self.synonyms = synonyms
+        self.config_type = config_type
+        self.read_only = read_only
+        self.sensitive = sensitive
+
+    def __repr__(self) -> str:
+        return f"ConfigEntry({self.name}={self.value!r}, source={self.source})"
+
+
+def broker_synonyms(name: str) -> list[str]:
+    """`name` and the less specific broker settings that stand in for it."""
+    for group in _BROKER_SYNONYM_GROUPS:
+        if name in group:
+            return list(group[group.index(name) :])
+    return [name]
+
+
+def render_option_value(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return ",".join(str(item) for item in value)
+    return str(value)
+
+
+def _static_values(config: BrokerConfig) -> dict[str, Any]:
+    """Broker settings given in the static config (approximated as: differing from the default)."""
+    return config.explicit()
+
+
+def _broker_chain(
+    config: BrokerConfig, names: Sequence[str], static: dict[str, Any]
+) -> list[tuple[str, str | None, int]]:
+    chain: list[tuple[str, str | None, int]] = []
+    for name in names:
+        if name in static:
+            chain.append((name, render_option_value(static[name]), SOURCE_STATIC_BROKER))
+    for name in names:
+        option = OPTIONS_BY_NAME.get(name)
+        if option is not None and option.default is not None:
+            chain.append((name, render_option_value(option.default), SOURCE_DEFAULT))
+    return chain
+
+
+def _wanted(names: Iterable[str], keys: Sequence[str] | None) -> list[str]:
+    if keys is None:
+        return list(names)
+    keep = set(keys)
+    return [name for name in names if name in keep]
+
+
+def topic_config_entries(
+    broker: BrokerState, topic: TopicInfo, keys: Sequence[str] | None = None
+) -> list[ConfigEntry]:
+    """Every topic config (or those named in `keys`) with value, source and synonym chain."""
+    log_config = broker.topic_log_config(topic)
+    values = dict(log_config.items())
+    static = _static_values(broker.config)
+    entries = []
+    for name in _wanted(values, keys):
+        chain: list[tuple[str, str | None, int]] = []
+        if name in topic.configs:
+            chain.append((name, values[name], SOURCE_DYNAMIC_TOPIC))
+        broker_name = TOPIC_TO_BROKER.get(name)
+        if broker_name is not None and broker_name in OPTIONS_BY_NAME:
+            chain.extend(_broker_chain(broker.config, broker_synonyms(broker_name), static))
+        definition = TOPIC_CONFIG_DEFS_BY_NAME[name]
+        entries.append(
+            ConfigEntry(
+                name,
+                values[name],
+                chain[0][2] if chain else SOURCE_DEFAULT,
+                chain,
+                CONFIG_TYPES.get(definition.type, 0),
+                read_only=False,
+            )
+        )
+    return entries
+
+
+def broker_config_entries(broker: BrokerState, keys: Sequence[str] | None = None) -> list[ConfigEntry]:
+    """Every broker setting (or those in `keys`): static or default, all read-only (none is dynamic)."""
+    config = broker.config
+    static = _static_values(config)
+    entries = []
+    for name in _wanted(OPTIONS_BY_NAME, keys):
+        option = OPTIONS_BY_NAME[name]
+        chain = _broker_chain(config, broker_synonyms(name), static)
+        sensitive = option.type == "password"
+        value = None if sensitive else render_option_value(config[name])
+        if sensitive:
+            chain = [(n, None, s) for n, _, s in chain]
+        entries.append(
+            ConfigEntry(
+                name,
+                value,
+                chain[0][2] if chain else SOURCE_DEFAULT,
+                chain,
+                CONFIG_TYPES.get(option.type, 0),
+                read_only=True,
+                sensitive=sensitive,
+            )
+        )
+    return entries
+
+
+def parse_broker_resource(broker: BrokerState, resource_name: str | None) -> int | None:
+    """The node id a BROKER resource names; None for the empty name (cluster-wide dynamic defaults).
+
+    Raises KafkaError(INVALID_REQUEST) for a malformed id or another broker's id, as Kafka does.
+    """
+    if not resource_name:
+        return None
+    try:
+        node_id = int(resource_name)
+    except ValueError:
+        raise KafkaError(
+            ErrorCode.INVALID_REQUEST, f"Broker id must be an integer, but it is: {resource_name}"
+        ) from None
+    if node_id != broker.node_id:
+        raise KafkaError(
+            ErrorCode.INVALID_REQUEST,
+            f"Unexpected broker id, expected {broker.node_id} or empty string, but received {resource_name}",
+        )
+    return node_id
+
+
+def require_topic(broker: BrokerState, name: str | None) -> TopicInfo:
+    """The named topic; KafkaError INVALID_TOPIC_EXCEPTION / UNKNOWN_TOPIC_OR_PARTITION otherwise."""
+    validate_topic_name(name)
+    assert name is not None
+    topic = broker.metadata.topic(name)
+    if topic is None:
+        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
+    return topic
+
+
+def validate_topic_overrides(broker: BrokerState, overrides: dict[str, str]) -> LogConfig:
+    """Raise KafkaError(INVALID_CONFIG) unless every override is a known topic config with a valid value."""
+    for name in overrides:
+        if name not in TOPIC_CONFIG_DEFS_BY_NAME:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {name}")
+    return broker.validate_topic_configs(overrides)
+
+
+async def apply_topic_configs(
+    broker: BrokerState,
+    name: str,
+    overrides: dict[str, str] | Callable[[], dict[str, str]],
+    *,
+    validate_only: bool = False,
+) -> None:
+    """Replace the topic's config overrides: validate, persist, then apply to its live partition logs.
+
+    `overrides` is the new set, or a function computing it from the current state (called under the
+    metadata lock, so concurrent incremental changes do not lose each other's updates).
+    Raises KafkaError (UNKNOWN_TOPIC_OR_PARTITION, INVALID_CONFIG). Nothing changes with `validate_only`.
+    """
+    async with broker.metadata_lock:
+        topic = require_topic(broker, name)
+        new = overrides() if callable(overrides) else dict(overrides)
+        validate_topic_overrides(broker, new)
+        if validate_only:
+            return
+        previous = dict(topic.configs)
+        broker.metadata.set_topic_configs(name, new)
+        snapshot = broker.metadata.snapshot()
+        try:
+            await trio.to_thread.run_sync(broker.metadata.write_snapshot, snapshot)
+        except OSError as exc:
+            broker.metadata.set_topic_configs(name, previous)
+            raise KafkaError(
+                ErrorCode.KAFKA_STORAGE_ERROR, f"cannot persist the topic configs: {exc}"
+            ) from exc
+        broker.logs.set_topic_config(name, broker.topic_log_config(topic))
+
+
+async def add_partitions(
+    broker: BrokerState, name: str, total: int, *, validate_only: bool = False
+) -> TopicInfo:
+    """Grow the topic to `total` partitions (logs created, table persisted). Raises KafkaError."""
+    async with broker.metadata_lock:
+        topic = require_topic(broker, name)
+        current = topic.partitions
+        if total < current:
+            raise KafkaError(
+                ErrorCode.INVALID_PARTITIONS,
+                f"Topic currently has {current} partitions, which is higher than the requested {total}.",
+            )
+        if total == current:
+            raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"Topic already has {current} partitions.")
+        if validate_only:
+            return topic
+        log_config = broker.topic_log_config(topic)
+        created = []
+        try:
+            for index in range(current, total):
+                broker.logs.create_log(name, index, log_config, now_ms=broker.now_ms())
+                created.append(index)
+        except KafkaError:
+            for index in created:
+                broker.logs.delete_log(name, index)
+            raise
+        broker.metadata.add_partitions(name, total)
+        snapshot = broker.metadata.snapshot()
+        await trio.to_thread.run_sync(broker.metadata.write_snapshot, snapshot)
+        return topic
+
+
+def refuse_broker_changes(names: Iterable[str]) -> None:
+    """Broker settings are all static here: any change is refused as Kafka refuses read-only ones."""
+    changed = sorted(set(names))
+    if changed:
+        raise KafkaError(
+            ErrorCode.INVALID_REQUEST,
+            f"Cannot update these configs dynamically: {', '.join(changed)} "
+            "(this broker keeps no dynamic broker configs; set them in server.properties)",
+        )

@@ -1,0 +1,76 @@
+"""AlterConfigs (key 33), versions 0-2.
+
+Behaviour: the legacy, replace-all form. For a TOPIC resource the given configs become the topic's
+complete set of overrides (anything not named reverts to its default); a null value gets
+INVALID_REQUEST, an unknown name or a bad value INVALID_CONFIG, a missing topic
+UNKNOWN_TOPIC_OR_PARTITION; the change is persisted in the metadata file and applied to the live
+partition logs before the answer. `validate_only` runs every check and changes nothing. BROKER
+resources: every broker setting here is static, so any change is refused as Kafka refuses read-only
+settings ("Cannot update these configs dynamically", INVALID_REQUEST); an empty change succeeds. A
+resource named twice gets INVALID_REQUEST for every copy; other resource types INVALID_REQUEST.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from kafkacompat.broker.admin_support import (
+    RESOURCE_BROKER,
+    RESOURCE_NAMES,
+    RESOURCE_TOPIC,
+    apply_topic_configs,
+    parse_broker_resource,
+    refuse_broker_changes,
+)
+from kafkacompat.wire._generated.alter_configs_response import AlterConfigsResponse
+from kafkacompat.wire.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from kafkacompat.broker.dispatch import RequestContext
+
+API_KEY = 33
+MIN_VERSION = 0
+MAX_VERSION = 2
+
+Result = AlterConfigsResponse.AlterConfigsResourceResponse
+
+
+async def handle(ctx: RequestContext, request: Any) -> AlterConfigsResponse:
+    broker = ctx.broker
+    counts = Counter((r.resource_type, r.resource_name) for r in request.resources)
+    results = []
+    for resource in request.resources:
+        result = Result(
+            error_code=ErrorCode.NONE,
+            error_message=None,
+            resource_type=resource.resource_type,
+            resource_name=resource.resource_name,
+        )
+        results.append(result)
+        try:
+            if counts[(resource.resource_type, resource.resource_name)] > 1:
+                raise KafkaError(ErrorCode.INVALID_REQUEST, "Duplicate resource in the request.")
+            nulls = [c.name for c in resource.configs if c.value is None]
+            if nulls:
+                raise KafkaError(
+                    ErrorCode.INVALID_REQUEST, f"Null value not supported for : {','.join(nulls)}"
+                )
+            configs = {c.name: c.value for c in resource.configs}
+            if resource.resource_type == RESOURCE_TOPIC:
+                await apply_topic_configs(
+                    broker, resource.resource_name, configs, validate_only=bool(request.validate_only)
+                )
+            elif resource.resource_type == RESOURCE_BROKER:
+                parse_broker_resource(broker, resource.resource_name)
+                refuse_broker_changes(configs)
+            else:
+                kind = RESOURCE_NAMES.get(resource.resource_type, str(resource.resource_type))
+                raise KafkaError(
+                    ErrorCode.INVALID_REQUEST,
+                    f"AlterConfigs is only supported for topics and brokers, but resource type is {kind}",
+                )
+        except KafkaError as exc:
+            result.error_code = exc.code
+            result.error_message = exc.message
+    return AlterConfigsResponse(responses=results)

@@ -1,0 +1,63 @@
+"""DeleteRecords (key 21), versions 0-2.
+
+Behaviour: moves each partition's log start offset up to the given offset (-1 = the high watermark);
+segments wholly below it are deleted (after `file.delete.delay.ms`, as retention does) and the answer
+carries the new low watermark (the log start offset; a lower offset than the current start leaves it
+unchanged). An offset beyond the high watermark or below -1 -> OFFSET_OUT_OF_RANGE; an unknown topic or
+partition -> UNKNOWN_TOPIC_OR_PARTITION; an internal topic -> INVALID_TOPIC_EXCEPTION, as Kafka
+refuses it; an offline log -> KAFKA_STORAGE_ERROR. Low watermark -1 on any error. With one replica there
+is nothing to wait for, so `timeout_ms` is not used. The log-start-offset checkpoint is written before
+the answer, so the move survives a crash.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kafkacompat.broker.state import INTERNAL_TOPICS
+from kafkacompat.wire._generated.delete_records_response import DeleteRecordsResponse
+from kafkacompat.wire.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from kafkacompat.broker.dispatch import RequestContext
+
+API_KEY = 21
+MIN_VERSION = 0
+MAX_VERSION = 2
+
+TopicResult = DeleteRecordsResponse.DeleteRecordsTopicResult
+PartitionResult = DeleteRecordsResponse.DeleteRecordsPartitionResult
+
+
+async def handle(ctx: RequestContext, request: Any) -> DeleteRecordsResponse:
+    broker = ctx.broker
+    now = broker.now_ms()
+    moved = False
+    topics = []
+    for wanted_topic in request.topics:
+        name = wanted_topic.name
+        partitions = []
+        topics.append(TopicResult(name=name, partitions=partitions))
+        topic = broker.metadata.topic(name)
+        for wanted in wanted_topic.partitions:
+            answer = PartitionResult(partition_index=wanted.partition_index, low_watermark=-1, error_code=0)
+            partitions.append(answer)
+            try:
+                if topic is None or not 0 <= wanted.partition_index < topic.partitions:
+                    raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                if name in INTERNAL_TOPICS or topic.internal:
+                    raise KafkaError(
+                        ErrorCode.INVALID_TOPIC_EXCEPTION, f"Cannot delete records of internal topic {name}"
+                    )
+                partition_log = broker.partition_log(name, wanted.partition_index)
+                if partition_log is None:
+                    raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                before = partition_log.log_start_offset
+                answer.low_watermark = partition_log.delete_records_before(wanted.offset, now)
+                moved = moved or answer.low_watermark != before
+            except KafkaError as exc:
+                answer.error_code = exc.code
+                answer.low_watermark = -1
+    if moved:
+        await broker.write_checkpoints()
+    return DeleteRecordsResponse(topics=topics)

@@ -1,0 +1,59 @@
+"""DescribeCluster (key 60), versions 0-1.
+
+Behaviour: the cluster id, this node as the controller and as the only broker (advertised host and port
+of the listener the request came in on, rack from `broker.rack`). v1 echoes the endpoint type; a request
+for controller endpoints (type 2) gets UNSUPPORTED_ENDPOINT_TYPE, as a Kafka broker listener answers it.
+Cluster authorized operations, when asked for, are every cluster operation (no authorizer), as Kafka
+reports them without one; otherwise the "not requested" marker.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kafkacompat.broker.admin_support import ALL_CLUSTER_OPERATIONS, AUTHORIZED_OPERATIONS_OMITTED
+from kafkacompat.wire._generated.describe_cluster_response import DescribeClusterResponse
+from kafkacompat.wire.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from kafkacompat.broker.dispatch import RequestContext
+
+API_KEY = 60
+MIN_VERSION = 0
+MAX_VERSION = 1
+
+ENDPOINT_BROKERS = 1
+ENDPOINT_CONTROLLERS = 2
+
+Broker = DescribeClusterResponse.DescribeClusterBroker
+
+
+async def handle(ctx: RequestContext, request: Any) -> DescribeClusterResponse:
+    broker = ctx.broker
+    endpoint_type = (
+        getattr(request, "endpoint_type", ENDPOINT_BROKERS) if ctx.api_version >= 1 else ENDPOINT_BROKERS
+    )
+    response = DescribeClusterResponse(
+        error_code=ErrorCode.NONE,
+        error_message=None,
+        endpoint_type=ENDPOINT_BROKERS,
+        cluster_id=broker.cluster_id,
+        controller_id=broker.node_id,
+        brokers=[],
+        cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+    )
+    if endpoint_type != ENDPOINT_BROKERS:
+        response.error_code = ErrorCode.UNSUPPORTED_ENDPOINT_TYPE
+        response.error_message = (
+            f"The request was sent to an endpoint of type BROKER, but we wanted an endpoint of type "
+            f"{'CONTROLLER' if endpoint_type == ENDPOINT_CONTROLLERS else endpoint_type}"
+        )
+        response.controller_id = -1
+        return response
+    host, port = broker.advertised_endpoint(ctx.connection.listener_name)
+    response.brokers = [
+        Broker(broker_id=broker.node_id, host=host, port=port, rack=broker.config["broker.rack"])
+    ]
+    if request.include_cluster_authorized_operations:
+        response.cluster_authorized_operations = ALL_CLUSTER_OPERATIONS
+    return response

@@ -1,0 +1,91 @@
+"""DescribeConfigs (key 32), versions 0-4.
+
+Behaviour: TOPIC resources list every topic-level config with its effective value (override, else the
+broker's `log.*` derived default), its source (DYNAMIC_TOPIC_CONFIG / STATIC_BROKER_CONFIG /
+DEFAULT_CONFIG, the head of its synonym chain), read_only=false, is_sensitive=false, the synonym chain
+when `include_synonyms` (v1+), the config type (v3+) and documentation=null; a missing topic gets
+UNKNOWN_TOPIC_OR_PARTITION, an illegal name INVALID_TOPIC_EXCEPTION. BROKER resources name this node
+by id: every broker setting, static or default, all read-only (no dynamic broker configs here); the
+empty name (the cluster-wide dynamic defaults) describes an empty list, as Kafka does with none set;
+another node's id or a non-numeric id gets INVALID_REQUEST. `configuration_keys` filters (null = all).
+v0 carries `is_default` instead of a source: true for DEFAULT_CONFIG. Other resource types (broker
+loggers, client metrics, groups) get INVALID_REQUEST: this broker does not keep them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kafkacompat.broker.admin_support import (
+    RESOURCE_BROKER,
+    RESOURCE_NAMES,
+    RESOURCE_TOPIC,
+    SOURCE_DEFAULT,
+    ConfigEntry,
+    broker_config_entries,
+    parse_broker_resource,
+    require_topic,
+    topic_config_entries,
+)
+from kafkacompat.wire._generated.describe_configs_response import DescribeConfigsResponse
+from kafkacompat.wire.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from kafkacompat.broker.dispatch import RequestContext
+
+API_KEY = 32
+MIN_VERSION = 0
+MAX_VERSION = 4
+
+Result = DescribeConfigsResponse.DescribeConfigsResult
+Entry = DescribeConfigsResponse.DescribeConfigsResourceResult
+Synonym = DescribeConfigsResponse.DescribeConfigsSynonym
+
+
+def _entry(config: ConfigEntry, include_synonyms: bool) -> Any:
+    synonyms = []
+    if include_synonyms:
+        synonyms = [Synonym(name=name, value=value, source=source) for name, value, source in config.synonyms]
+    return Entry(
+        name=config.name,
+        value=config.value,
+        read_only=config.read_only,
+        is_default=config.source == SOURCE_DEFAULT,
+        config_source=config.source,
+        is_sensitive=config.sensitive,
+        synonyms=synonyms,
+        config_type=config.config_type,
+        documentation=None,
+    )
+
+
+async def handle(ctx: RequestContext, request: Any) -> DescribeConfigsResponse:
+    broker = ctx.broker
+    include_synonyms = ctx.api_version >= 1 and bool(request.include_synonyms)
+    results = []
+    for resource in request.resources:
+        result = Result(
+            error_code=ErrorCode.NONE,
+            error_message=None,
+            resource_type=resource.resource_type,
+            resource_name=resource.resource_name,
+            configs=[],
+        )
+        results.append(result)
+        keys = resource.configuration_keys
+        try:
+            if resource.resource_type == RESOURCE_TOPIC:
+                topic = require_topic(broker, resource.resource_name)
+                entries = topic_config_entries(broker, topic, keys)
+            elif resource.resource_type == RESOURCE_BROKER:
+                node_id = parse_broker_resource(broker, resource.resource_name)
+                entries = [] if node_id is None else broker_config_entries(broker, keys)
+            else:
+                kind = RESOURCE_NAMES.get(resource.resource_type, str(resource.resource_type))
+                raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type: {kind}")
+        except KafkaError as exc:
+            result.error_code = exc.code
+            result.error_message = exc.message
+            continue
+        result.configs = [_entry(entry, include_synonyms) for entry in entries]
+    return DescribeConfigsResponse(results=results)

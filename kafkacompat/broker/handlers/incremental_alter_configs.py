@@ -1,0 +1,128 @@
+"""IncrementalAlterConfigs (key 44), versions 0-1.
+
+Behaviour: each config carries an operation applied to the topic's current overrides: SET (0) sets a
+value, DELETE (1) removes the override (a no-op when there is none), APPEND (2) and SUBTRACT (3) add or
+remove comma-separated items of a list-typed config, starting from its current effective value (Kafka
+starts from the override or the config's built-in default; with the broker's `log.*` defaults unchanged
+the two agree). APPEND/SUBTRACT on a non-list config or any unknown name or bad resulting value ->
+INVALID_CONFIG; a key named twice in one resource, an unknown operation or a SET with a null value ->
+INVALID_REQUEST; a missing topic -> UNKNOWN_TOPIC_OR_PARTITION. The result is persisted and applied to
+the live partition logs before the answer; `validate_only` changes nothing. BROKER resources: every
+setting is static here, so any operation is refused (INVALID_REQUEST), as Kafka refuses read-only ones.
+A resource named twice gets INVALID_REQUEST; other resource types INVALID_REQUEST.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from kafkacompat.broker.admin_support import (
+    RESOURCE_BROKER,
+    RESOURCE_NAMES,
+    RESOURCE_TOPIC,
+    apply_topic_configs,
+    parse_broker_resource,
+    refuse_broker_changes,
+    require_topic,
+)
+from kafkacompat.log.config import TOPIC_CONFIG_DEFS_BY_NAME
+from kafkacompat.wire._generated.incremental_alter_configs_response import IncrementalAlterConfigsResponse
+from kafkacompat.wire.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from kafkacompat.broker.dispatch import RequestContext
+    from kafkacompat.broker.state import BrokerState
+
+API_KEY = 44
+MIN_VERSION = 0
+MAX_VERSION = 1
+
+SET = 0
+DELETE = 1
+APPEND = 2
+SUBTRACT = 3
+_OPERATION_NAMES = {SET: "SET", DELETE: "DELETE", APPEND: "APPEND", SUBTRACT: "SUBTRACT"}
+
+Result = IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
+
+
+def _items(text: str) -> list[str]:
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def new_topic_overrides(broker: BrokerState, name: str, operations: list[Any]) -> dict[str, str]:
+    """The topic's overrides after applying `operations` (not yet validated as values). Raises KafkaError."""
+    topic = require_topic(broker, name)
+    overrides = dict(topic.configs)
+    effective = dict(broker.topic_log_config(topic).items())
+    for op in operations:
+        key, operation, value = op.name, op.config_operation, op.value
+        if operation not in _OPERATION_NAMES:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown config operation {operation} for {key}")
+        definition = TOPIC_CONFIG_DEFS_BY_NAME.get(key)
+        if operation == DELETE:
+            overrides.pop(key, None)
+            continue
+        if definition is None:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {key}")
+        if value is None:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Null value not supported for : {key}")
+        if operation == SET:
+            overrides[key] = value
+            continue
+        if definition.type != "list":
+            verb = "append" if operation == APPEND else "subtract"
+            raise KafkaError(
+                ErrorCode.INVALID_CONFIG, f"Config value {verb} is not allowed for config key: {key}"
+            )
+        current = _items(overrides.get(key, effective.get(key, "")))
+        change = _items(value)
+        if operation == APPEND:
+            current += [item for item in change if item not in current]
+        else:
+            current = [item for item in current if item not in change]
+        overrides[key] = ",".join(current)
+    return overrides
+
+
+async def handle(ctx: RequestContext, request: Any) -> IncrementalAlterConfigsResponse:
+    broker = ctx.broker
+    counts = Counter((r.resource_type, r.resource_name) for r in request.resources)
+    results = []
+    for resource in request.resources:
+        result = Result(
+            error_code=ErrorCode.NONE,
+            error_message=None,
+            resource_type=resource.resource_type,
+            resource_name=resource.resource_name,
+        )
+        results.append(result)
+        try:
+            if counts[(resource.resource_type, resource.resource_name)] > 1:
+                raise KafkaError(ErrorCode.INVALID_REQUEST, "Duplicate resource in the request.")
+            keys = Counter(c.name for c in resource.configs)
+            duplicates = sorted(k for k, n in keys.items() if n > 1)
+            if duplicates:
+                raise KafkaError(
+                    ErrorCode.INVALID_REQUEST, f"Error due to duplicate config keys: {', '.join(duplicates)}"
+                )
+            if resource.resource_type == RESOURCE_TOPIC:
+                name = resource.resource_name
+                await apply_topic_configs(
+                    broker,
+                    name,
+                    functools.partial(new_topic_overrides, broker, name, resource.configs),
+                    validate_only=bool(request.validate_only),
+                )
+            elif resource.resource_type == RESOURCE_BROKER:
+                parse_broker_resource(broker, resource.resource_name)
+                refuse_broker_changes(c.name for c in resource.configs)
+            else:
+                kind = RESOURCE_NAMES.get(resource.resource_type, str(resource.resource_type))
+                raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type: {kind}")
+        except KafkaError as exc:
+            result.error_code = exc.code
+            result.error_message = exc.message
+    return IncrementalAlterConfigsResponse(responses=results)
