@@ -153,6 +153,10 @@ class Broker:
             for index in range(topic.partitions):
                 if logs.get_log(topic.name, index) is None:
                     logs.create_log(topic.name, index, topic_configs[topic.name], now_ms=state.now_ms())
+        # Leader of everything with an ISR of one: the high watermark is the log end at once, as
+        # Kafka's leader advances it when the ISR holds only itself.
+        for _, partition_log in logs.all_logs():
+            partition_log.update_high_watermark(partition_log.log_end_offset)
         return state
 
     @staticmethod

@@ -1,0 +1,108 @@
+"""Helpers shared by the compat tests: topic creation and assign-based consumers for each client."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+
+def create_topic(
+    bootstrap: str, name: str, partitions: int = 1, configs: dict[str, str] | None = None
+) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics(
+        [NewTopic(name, num_partitions=partitions, replication_factor=1, config=configs or {})],
+        operation_timeout=10,
+    )
+    futures[name].result(10)
+    wait_for_topic(bootstrap, name, partitions)
+
+
+def wait_for_topic(bootstrap: str, name: str, partitions: int, timeout: float = 10) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        metadata = admin.list_topics(name, timeout=5)
+        topic = metadata.topics.get(name)
+        if topic is not None and topic.error is None and len(topic.partitions) == partitions:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"topic {name} did not appear")
+
+
+def kp_consume_all(
+    bootstrap: str,
+    topic: str,
+    partition: int,
+    count: int,
+    *,
+    start: int | None = None,
+    timeout: float = 15,
+    **config: Any,
+) -> list[Any]:
+    """Read `count` records from one partition with an assign-based kafka-python consumer."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, **config)
+    try:
+        tp = TopicPartition(topic, partition)
+        consumer.assign([tp])
+        if start is None:
+            consumer.seek_to_beginning(tp)
+        else:
+            consumer.seek(tp, start)
+        records: list[Any] = []
+        deadline = time.monotonic() + timeout
+        while len(records) < count and time.monotonic() < deadline:
+            for batch in consumer.poll(timeout_ms=200).values():
+                records.extend(batch)
+        return records
+    finally:
+        consumer.close()
+
+
+def ck_consume_all(
+    bootstrap: str,
+    topic: str,
+    partition: int,
+    count: int,
+    *,
+    start: int = -2,
+    timeout: float = 15,
+    **config: Any,
+) -> list[Any]:
+    """Read `count` messages from one partition with an assign-based confluent-kafka consumer."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "compat-assign-only",
+            "enable.auto.commit": False,
+            **config,
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(topic, partition, start)])
+        messages: list[Any] = []
+        deadline = time.monotonic() + timeout
+        while len(messages) < count and time.monotonic() < deadline:
+            message = consumer.poll(0.2)
+            if message is None:
+                continue
+            if message.error():
+                raise AssertionError(f"consumer error: {message.error()}")
+            messages.append(message)
+        return messages
+    finally:
+        consumer.close()
+
+
+def run_async(coro: Any) -> Any:
+    """Run an asyncio coroutine from a sync test (pytest-trio's trio_mode owns async tests)."""
+    return asyncio.run(coro)

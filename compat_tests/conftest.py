@@ -1,0 +1,116 @@
+"""Real clients against a running broker.
+
+By default the session starts one kafkacompat broker in-process (kafkacompat.testing) on a free port
+with its data in a temp dir. `--bootstrap HOST:PORT` points the whole suite at any other broker (a real
+Kafka, for comparison); tests marked `restarts_broker` need a broker the suite owns and are skipped then.
+Every test uses its own topic names, so tests do not see each other's data.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from compat_tests.clients import create_topic
+from kafkacompat.testing import InProcessBroker
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--bootstrap",
+        action="store",
+        default=None,
+        metavar="HOST:PORT",
+        help="run compat_tests against this broker instead of one started by the suite",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.getoption("--bootstrap"):
+        return
+    skip = pytest.mark.skip(reason="needs a broker started by the suite (--bootstrap given)")
+    for item in items:
+        if "restarts_broker" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def bootstrap(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    external = request.config.getoption("--bootstrap")
+    if external:
+        yield external
+        return
+    broker = InProcessBroker(tmp_path_factory.mktemp("broker") / "data").start()
+    try:
+        yield broker.bootstrap
+    finally:
+        broker.stop()
+
+
+@pytest.fixture
+def topic_name(request: pytest.FixtureRequest) -> str:
+    """A fresh topic name for this test (the topic itself is not created)."""
+    test = "".join(ch if ch.isalnum() else "-" for ch in request.node.name)[:60]
+    return f"compat-{test}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def topic(bootstrap: str, topic_name: str) -> str:
+    """A fresh single-partition topic."""
+    create_topic(bootstrap, topic_name)
+    return topic_name
+
+
+@pytest.fixture
+def make_topic(bootstrap: str, topic_name: str) -> Callable[..., str]:
+    counter = iter(range(1000))
+
+    def make(partitions: int = 1, configs: dict[str, str] | None = None) -> str:
+        name = f"{topic_name}-{next(counter)}"
+        create_topic(bootstrap, name, partitions, configs)
+        return name
+
+    return make
+
+
+# --- kafka-python --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def kp_closing() -> Iterator[Callable[[Any], Any]]:
+    """Register kafka-python clients to close after the test."""
+    clients: list[Any] = []
+    yield lambda client: clients.append(client) or client
+    for client in reversed(clients):
+        try:
+            client.close()
+        except Exception:
+            pass
+
+
+# --- kcat ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def kcat() -> Callable[..., subprocess.CompletedProcess[bytes]]:
+    path = shutil.which("kcat") or shutil.which("kafkacat")
+    if path is None:
+        pytest.skip("kcat not installed (CI installs it)")
+
+    def run(
+        *args: str, input: bytes | None = None, timeout: float = 30
+    ) -> subprocess.CompletedProcess[bytes]:
+        result = subprocess.run(
+            [path, *args], input=input, capture_output=True, timeout=timeout, env={**os.environ}
+        )
+        if result.returncode != 0:
+            raise AssertionError(f"kcat {' '.join(args)} failed: {result.stderr.decode(errors='replace')}")
+        return result
+
+    return run
