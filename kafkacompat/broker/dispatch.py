@@ -36,13 +36,23 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kafkacompat.broker.handlers import (
+    alter_configs,  # admin
     api_versions,
+    create_partitions,  # admin
     create_topics,
+    delete_records,  # admin
     delete_topics,
+    describe_cluster,  # admin
+    describe_configs,  # admin
+    describe_log_dirs,  # admin
+    describe_producers,  # admin
+    describe_topic_partitions,  # admin
     fetch,
+    incremental_alter_configs,  # admin
     init_producer_id,
     list_offsets,
     metadata,
+    offset_for_leader_epoch,  # admin
     produce,
 )
 
@@ -68,6 +78,17 @@ HANDLER_MODULES: tuple[types.ModuleType, ...] = (
     create_topics,
     delete_topics,
     init_producer_id,
+    # admin APIs
+    create_partitions,
+    delete_records,
+    describe_configs,
+    alter_configs,
+    incremental_alter_configs,
+    describe_cluster,
+    describe_log_dirs,
+    describe_topic_partitions,
+    describe_producers,
+    offset_for_leader_epoch,
 )
 
 HANDLERS: dict[int, types.ModuleType] = {}
