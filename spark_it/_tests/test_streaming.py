@@ -1,0 +1,131 @@
+"""The pipelines as streams: watermark eviction, late data, restart from a checkpoint, sink wiring.
+
+The source is a file stream of Kafka-shaped rows (helpers.kafka_shaped_stream), which like Kafka
+records its progress in the checkpoint, so a restarted query reads only files it has not seen; the
+sink is the json file sink, which (unlike the memory sink) can resume from a checkpoint. Both runs
+use trigger(availableNow=True), which processes what is there, then runs one more batch with no
+data so the advanced watermark can close windows, and stops.
+
+Append-mode rule under test: a window's row is written once, when the watermark (the largest event
+time seen so far minus the allowed delay, as of the end of the previous batch) reaches the window's
+end; a later event for an already-closed window is dropped.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spark_it._tests.helpers import kafka_row, kafka_shaped_stream, read_json_sink, utc_ms, write_kafka_json
+from spark_it.pipelines import activity
+from spark_it.pipelines.common import wire
+
+
+def view(offset: int, page: str, ts: str, user: str) -> tuple[Any, ...]:
+    value = json.dumps({"user_id": user, "page": page, "ts": ts}).encode()
+    return kafka_row(value, key=user.encode(), offset=offset, timestamp_ms=utc_ms(ts))
+
+
+def run_available_now(
+    spark: Any, source_dir: Path, out: Path, checkpoint: Path
+) -> list[tuple[str, str, int]]:
+    """One availableNow run of the activity pipeline; the rows it added to the sink."""
+    before = {json.dumps(r, sort_keys=True) for r in read_json_sink(out)}
+    result = activity.transform(
+        kafka_shaped_stream(spark, source_dir), window="1 minute", watermark="10 seconds"
+    )
+    query = wire(
+        result, sink="json", path=str(out), checkpoint=str(checkpoint), trigger="availableNow"
+    ).start()
+    assert query.awaitTermination(60), "availableNow query did not finish"
+    assert query.exception() is None
+    added = [r for r in read_json_sink(out) if json.dumps(r, sort_keys=True) not in before]
+    rows = []
+    for row in added:
+        value = json.loads(row["value"])
+        assert row["key"] == value["page"]
+        rows.append((value["page"], value["window_start"][11:16], value["views"]))
+    return sorted(rows)
+
+
+def test_watermark_closes_windows_and_restart_reads_only_new_input(spark: Any, tmp_path: Path) -> None:
+    source, out, checkpoint = tmp_path / "in", tmp_path / "out", tmp_path / "checkpoint"
+    write_kafka_json(
+        source,
+        "001",
+        [
+            view(0, "/a", "2026-11-22T10:00:05Z", "u1"),
+            view(1, "/a", "2026-11-22T10:00:50Z", "u2"),
+            view(2, "/b", "2026-11-22T10:00:55Z", "u1"),
+            view(3, "/a", "2026-11-22T10:01:10Z", "u3"),
+            view(4, "/b", "2026-11-22T10:01:15Z", "u2"),
+            kafka_row(b"{broken", offset=5),
+        ],
+    )
+    # Largest event time 10:01:15, delay 10 s: watermark 10:01:05 closes [10:00, 10:01) only.
+    assert run_available_now(spark, source, out, checkpoint) == [("/a", "10:00", 2), ("/b", "10:00", 1)]
+
+    write_kafka_json(
+        source,
+        "002",
+        [
+            view(6, "/a", "2026-11-22T10:00:30Z", "u4"),  # older than the watermark: dropped
+            view(7, "/a", "2026-11-22T10:01:40Z", "u1"),
+            view(8, "/c", "2026-11-22T10:02:30Z", "u5"),
+            view(9, "/a", "2026-11-22T10:02:20Z", "u2"),
+        ],
+    )
+    # Restarted from the checkpoint: file 001 is not read again, windows already written are not
+    # written again, and [10:01, 10:02) now closes (watermark 10:02:20) with the state kept from run 1.
+    assert run_available_now(spark, source, out, checkpoint) == [("/a", "10:01", 2), ("/b", "10:01", 1)]
+
+    # Nothing new: a third run writes nothing.
+    assert run_available_now(spark, source, out, checkpoint) == []
+
+
+def test_wire_validates_its_sink(spark: Any, tmp_path: Path) -> None:
+    stream = kafka_shaped_stream(spark, tmp_path)
+    result = activity.transform(stream)
+    common = {"checkpoint": str(tmp_path / "c"), "trigger": "availableNow"}
+    with pytest.raises(ValueError, match="bootstrap"):
+        wire(result, sink="kafka", sink_topic="t", **common)
+    with pytest.raises(ValueError, match="query name"):
+        wire(result, sink="memory", **common)
+    with pytest.raises(ValueError, match="path"):
+        wire(result, sink="json", **common)
+    with pytest.raises(ValueError, match="sink must be"):
+        wire(result, sink="parquet", **common)
+    with pytest.raises(ValueError, match="lacks column"):
+        wire(stream.select("value"), sink="console", **common)
+    with pytest.raises(ValueError):
+        wire(result, sink="console", checkpoint=str(tmp_path / "c"), trigger="continuous")
+    # A complete kafka wiring builds a writer without touching any broker (nothing is started).
+    writer = wire(result, sink="kafka", bootstrap="127.0.0.1:1", sink_topic="t", **common)
+    assert type(writer).__name__ == "DataStreamWriter"
+
+
+def test_memory_sink_update_mode_reports_running_counts(spark: Any, tmp_path: Path) -> None:
+    """Update mode emits a window's current count every batch it changes (no waiting for the watermark)."""
+    source = tmp_path / "in"
+    write_kafka_json(
+        source,
+        "001",
+        [view(0, "/a", "2026-11-22T10:00:05Z", "u1"), view(1, "/a", "2026-11-22T10:00:06Z", "u2")],
+    )
+    result = activity.transform(kafka_shaped_stream(spark, source), watermark="1 hour")
+    query = wire(
+        result,
+        sink="memory",
+        query_name="activity_update",
+        output_mode="update",
+        checkpoint=str(tmp_path / "c"),
+        trigger="availableNow",
+    ).start()
+    assert query.awaitTermination(60)
+    rows = [json.loads(r["value"]) for r in spark.table("activity_update").collect()]
+    assert [(r["page"], r["window_start"], r["views"]) for r in rows] == [
+        ("/a", "2026-11-22T10:00:00.000Z", 2)
+    ]
