@@ -720,6 +720,8 @@ class GroupCoordinatorCore:
         if group.is_(STABLE):
             if group.protocol_name == group.select_protocol():
                 # Same protocol: keep the generation and assignment, just persist the new member id.
+                # (The metadata may still name other topics; a reload would see them, so look now.)
+                group.subscribed_topics = group.compute_subscribed_topics()
                 self._emit_group(group)
                 is_leader = group.is_leader(new_member_id)
                 supports_skip = req.api_version >= 9
