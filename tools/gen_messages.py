@@ -390,10 +390,14 @@ class ModuleGen:
         if key in self.memo_dec:
             return self.memo_dec[key]
         s = self.msg.structs[sname]
-        lines: list[str] = ["_l = len(buf)"]
+        lines: list[str] = ["_l = len(buf)", f"o = _new({s.name})"]
         regular = self.regular_fields(s, v)
         tagged = self.tagged_fields(s, v)
         present = {f.name for f in regular} | {f.name for f in tagged}
+        # Fields this version does not carry hold their defaults.
+        for f in s.fields:
+            if f.name not in present:
+                lines.append(f"o.{f.attr} = {default_literal(f)}")
         i = 0
         while i < len(regular):
             f = regular[i]
@@ -405,7 +409,7 @@ class ModuleGen:
                 fmt = ">" + "".join(PRIMITIVE_FIXED[x.type][0] for x in run)
                 width = sum(PRIMITIVE_FIXED[x.type][1] for x in run)
                 sv = self.st(fmt)
-                names = ", ".join(f"f_{x.attr}" for x in run)
+                names = ", ".join(f"o.{x.attr}" for x in run)
                 lines.append(f"if pos + {width} > _l:")
                 lines.append(f"    raise truncated({self.path(s, run[0])!r}, buf, pos, {width})")
                 if len(run) == 1:
@@ -415,55 +419,42 @@ class ModuleGen:
                 lines.append(f"pos += {width}")
                 for x in run:
                     if x.type == "uuid":
-                        lines.append(f"f_{x.attr} = _UUID(bytes=f_{x.attr})")
+                        lines.append(f"o.{x.attr} = _UUID(bytes=o.{x.attr})")
                 continue
-            lines.extend(self.decode_field(s, f, v, "buf", "pos", f"f_{f.attr}"))
+            lines.extend(self.decode_field(s, f, v, "buf", "pos", f"o.{f.attr}"))
             i += 1
         if self.flexible(v):
             for f in tagged:
-                lines.append(f"f_{f.attr} = {default_literal(f)}")
+                lines.append(f"o.{f.attr} = {default_literal(f)}")
             lines.append("if pos < _l and buf[pos] == 0:")
             lines.append("    pos += 1")
-            lines.append("    f_unknown_tags = None")
+            lines.append("    o.unknown_tags = None")
             lines.append("else:")
             lines.append(f"    _tags, pos = read_tags(buf, pos, {self.path(s)!r})")
-            lines.append("    f_unknown_tags = None")
-            lines.append("    for _tag, _start, _end in _tags:")
-            first = True
-            for f in tagged:
-                kw = "if" if first else "elif"
-                first = False
+            lines.append("    _unknown = None")
+            lines.append("    for _tag, _ts, _te in _tags:")
+            for j, f in enumerate(tagged):
+                kw = "if" if j == 0 else "elif"
                 lines.append(f"        {kw} _tag == {f.tag}:")
-                lines.append("            _sub = buf[:_end]")
-                body = self.decode_field(s, f, v, "_sub", "_p", f"f_{f.attr}", tagged_value=True)
-                lines.append("            _p = _start")
+                lines.append("            _sub = buf[:_te]")
+                lines.append("            _p = _ts")
+                body = self.decode_field(s, f, v, "_sub", "_p", f"o.{f.attr}", tagged_value=True)
                 lines.extend("            " + b for b in body)
-                lines.append("            if _p != _end:")
+                lines.append("            if _p != _te:")
                 where = self.path(s, f)
                 msg = f"raise DecodeError('tagged field size mismatch', field={where!r})"
                 lines.append("                " + msg)
-            if first:
-                lines.append("        if f_unknown_tags is None:")
-            else:
+            ind = "        "
+            if tagged:
                 lines.append("        else:")
-                lines.append("            if f_unknown_tags is None:")
-            ind = "            " if not first else "        "
-            if first:
-                lines.append("            f_unknown_tags = []")
-                lines.append("        f_unknown_tags.append((_tag, bytes(buf[_start:_end])))")
-            else:
-                lines.append(f"{ind}    f_unknown_tags = []")
-                lines.append(f"{ind}f_unknown_tags.append((_tag, bytes(buf[_start:_end])))")
+                ind = "            "
+            lines.append(f"{ind}if _unknown is None:")
+            lines.append(f"{ind}    _unknown = []")
+            lines.append(f"{ind}_unknown.append((_tag, bytes(buf[_ts:_te])))")
+            lines.append("    o.unknown_tags = _unknown")
         else:
-            lines.append("f_unknown_tags = None")
-        args = []
-        for f in s.fields:
-            if f.name in present:
-                args.append(f"f_{f.attr}")
-            else:
-                args.append(default_literal(f))
-        args.append("f_unknown_tags")
-        lines.append(f"return {s.name}({', '.join(args)}), pos")
+            lines.append("o.unknown_tags = None")
+        lines.append("return o, pos")
         name = self.emit("_d", sname, v, "(buf, pos)", lines)
         self.memo_dec[key] = name
         return name
@@ -821,6 +812,7 @@ class ModuleGen:
             "    write_uvarint,\n"
             ")\n\n"
             "_MISSING = object()\n"
+            "_new = object.__new__\n"
         )
         order = [x for x in m.structs if x != m.name] + [m.name]
         for sn in order:

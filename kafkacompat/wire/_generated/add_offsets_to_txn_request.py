@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class AddOffsetsToTxnRequest(Struct):
     __slots__ = ('transactional_id', 'producer_id', 'producer_epoch', 'group_id', 'unknown_tags',)
@@ -38,6 +39,7 @@ _S1 = _Struct('>qh')
 
 def _d_AddOffsetsToTxnRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(AddOffsetsToTxnRequest)
     if pos + 2 > _l:
         raise truncated('AddOffsetsToTxnRequest.transactional_id', buf, pos, 2)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -48,11 +50,11 @@ def _d_AddOffsetsToTxnRequest_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('AddOffsetsToTxnRequest.transactional_id', buf, pos, _n, 1)
-        f_transactional_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.transactional_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 10 > _l:
         raise truncated('AddOffsetsToTxnRequest.producer_id', buf, pos, 10)
-    f_producer_id, f_producer_epoch = _S1.unpack_from(buf, pos)
+    o.producer_id, o.producer_epoch = _S1.unpack_from(buf, pos)
     pos += 10
     if pos + 2 > _l:
         raise truncated('AddOffsetsToTxnRequest.group_id', buf, pos, 2)
@@ -64,13 +66,14 @@ def _d_AddOffsetsToTxnRequest_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('AddOffsetsToTxnRequest.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
-    f_unknown_tags = None
-    return AddOffsetsToTxnRequest(f_transactional_id, f_producer_id, f_producer_epoch, f_group_id, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_AddOffsetsToTxnRequest_3(buf, pos):
     _l = len(buf)
+    o = _new(AddOffsetsToTxnRequest)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -83,11 +86,11 @@ def _d_AddOffsetsToTxnRequest_3(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('AddOffsetsToTxnRequest.transactional_id', buf, pos, _n, 1)
-        f_transactional_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.transactional_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 10 > _l:
         raise truncated('AddOffsetsToTxnRequest.producer_id', buf, pos, 10)
-    f_producer_id, f_producer_epoch = _S1.unpack_from(buf, pos)
+    o.producer_id, o.producer_epoch = _S1.unpack_from(buf, pos)
     pos += 10
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -101,19 +104,20 @@ def _d_AddOffsetsToTxnRequest_3(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('AddOffsetsToTxnRequest.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AddOffsetsToTxnRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return AddOffsetsToTxnRequest(f_transactional_id, f_producer_id, f_producer_epoch, f_group_id, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_AddOffsetsToTxnRequest_0(o, out, chunks):
     _b = o.transactional_id.encode('utf-8', 'surrogateescape')

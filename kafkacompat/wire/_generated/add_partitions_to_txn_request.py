@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class AddPartitionsToTxnTopic(Struct):
     __slots__ = ('name', 'partitions', 'unknown_tags',)
@@ -79,6 +80,7 @@ _A_i = ARRAY_STRUCTS['i']
 
 def _d_AddPartitionsToTxnTopic_0(buf, pos):
     _l = len(buf)
+    o = _new(AddPartitionsToTxnTopic)
     if pos + 2 > _l:
         raise truncated('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.name', buf, pos, 2)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -89,7 +91,7 @@ def _d_AddPartitionsToTxnTopic_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.partitions', buf, pos, 4)
@@ -101,13 +103,15 @@ def _d_AddPartitionsToTxnTopic_0(buf, pos):
         raise overrun('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.partitions', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_partitions = list(_st.unpack_from(buf, pos))
+        o.partitions = list(_st.unpack_from(buf, pos))
         pos += _c * 4
-    f_unknown_tags = None
-    return AddPartitionsToTxnTopic(f_name, f_partitions, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_AddPartitionsToTxnRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(AddPartitionsToTxnRequest)
+    o.transactions = []
     if pos + 2 > _l:
         raise truncated('AddPartitionsToTxnRequest.v3_and_below_transactional_id', buf, pos, 2)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -118,11 +122,11 @@ def _d_AddPartitionsToTxnRequest_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('AddPartitionsToTxnRequest.v3_and_below_transactional_id', buf, pos, _n, 1)
-        f_v3_and_below_transactional_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.v3_and_below_transactional_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 10 > _l:
         raise truncated('AddPartitionsToTxnRequest.v3_and_below_producer_id', buf, pos, 10)
-    f_v3_and_below_producer_id, f_v3_and_below_producer_epoch = _S1.unpack_from(buf, pos)
+    o.v3_and_below_producer_id, o.v3_and_below_producer_epoch = _S1.unpack_from(buf, pos)
     pos += 10
     if pos + 4 > _l:
         raise truncated('AddPartitionsToTxnRequest.v3_and_below_topics', buf, pos, 4)
@@ -133,15 +137,16 @@ def _d_AddPartitionsToTxnRequest_0(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('AddPartitionsToTxnRequest.v3_and_below_topics', buf, pos, _c, 6)
     else:
-        f_v3_and_below_topics = _lst = []
+        o.v3_and_below_topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_AddPartitionsToTxnTopic_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return AddPartitionsToTxnRequest([], f_v3_and_below_transactional_id, f_v3_and_below_producer_id, f_v3_and_below_producer_epoch, f_v3_and_below_topics, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_AddPartitionsToTxnTopic_3(buf, pos):
     _l = len(buf)
+    o = _new(AddPartitionsToTxnTopic)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -154,7 +159,7 @@ def _d_AddPartitionsToTxnTopic_3(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -168,22 +173,25 @@ def _d_AddPartitionsToTxnTopic_3(buf, pos):
         raise overrun('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.partitions', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_partitions = list(_st.unpack_from(buf, pos))
+        o.partitions = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AddPartitionsToTxnRequest.AddPartitionsToTxnTopic')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return AddPartitionsToTxnTopic(f_name, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_AddPartitionsToTxnRequest_3(buf, pos):
     _l = len(buf)
+    o = _new(AddPartitionsToTxnRequest)
+    o.transactions = []
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -196,11 +204,11 @@ def _d_AddPartitionsToTxnRequest_3(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('AddPartitionsToTxnRequest.v3_and_below_transactional_id', buf, pos, _n, 1)
-        f_v3_and_below_transactional_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.v3_and_below_transactional_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 10 > _l:
         raise truncated('AddPartitionsToTxnRequest.v3_and_below_producer_id', buf, pos, 10)
-    f_v3_and_below_producer_id, f_v3_and_below_producer_epoch = _S1.unpack_from(buf, pos)
+    o.v3_and_below_producer_id, o.v3_and_below_producer_epoch = _S1.unpack_from(buf, pos)
     pos += 10
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -213,24 +221,26 @@ def _d_AddPartitionsToTxnRequest_3(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('AddPartitionsToTxnRequest.v3_and_below_topics', buf, pos, _c, 3)
     else:
-        f_v3_and_below_topics = _lst = []
+        o.v3_and_below_topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_AddPartitionsToTxnTopic_3(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AddPartitionsToTxnRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return AddPartitionsToTxnRequest([], f_v3_and_below_transactional_id, f_v3_and_below_producer_id, f_v3_and_below_producer_epoch, f_v3_and_below_topics, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_AddPartitionsToTxnTransaction_4(buf, pos):
     _l = len(buf)
+    o = _new(AddPartitionsToTxnTransaction)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -243,11 +253,11 @@ def _d_AddPartitionsToTxnTransaction_4(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction.transactional_id', buf, pos, _n, 1)
-        f_transactional_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.transactional_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 11 > _l:
         raise truncated('AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction.producer_id', buf, pos, 11)
-    f_producer_id, f_producer_epoch, f_verify_only = _S3.unpack_from(buf, pos)
+    o.producer_id, o.producer_epoch, o.verify_only = _S3.unpack_from(buf, pos)
     pos += 11
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -260,24 +270,30 @@ def _d_AddPartitionsToTxnTransaction_4(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction.topics', buf, pos, _c, 3)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_AddPartitionsToTxnTopic_3(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return AddPartitionsToTxnTransaction(f_transactional_id, f_producer_id, f_producer_epoch, f_verify_only, f_topics, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_AddPartitionsToTxnRequest_4(buf, pos):
     _l = len(buf)
+    o = _new(AddPartitionsToTxnRequest)
+    o.v3_and_below_transactional_id = ''
+    o.v3_and_below_producer_id = 0
+    o.v3_and_below_producer_epoch = 0
+    o.v3_and_below_topics = []
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -289,21 +305,22 @@ def _d_AddPartitionsToTxnRequest_4(buf, pos):
     elif _c * 14 > _l - pos:
         raise overrun('AddPartitionsToTxnRequest.transactions', buf, pos, _c, 14)
     else:
-        f_transactions = _lst = []
+        o.transactions = _lst = []
         for _ in range(_c):
             _e, pos = _d_AddPartitionsToTxnTransaction_4(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AddPartitionsToTxnRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return AddPartitionsToTxnRequest(f_transactions, '', 0, 0, [], f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_AddPartitionsToTxnTopic_0(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class AddPartitionsToTxnTopicResult(Struct):
     __slots__ = ('name', 'results_by_partition', 'unknown_tags',)
@@ -73,15 +74,17 @@ _S2 = _Struct('>ih')
 
 def _d_AddPartitionsToTxnPartitionResult_0(buf, pos):
     _l = len(buf)
+    o = _new(AddPartitionsToTxnPartitionResult)
     if pos + 6 > _l:
         raise truncated('AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult.partition_index', buf, pos, 6)
-    f_partition_index, f_partition_error_code = _S2.unpack_from(buf, pos)
+    o.partition_index, o.partition_error_code = _S2.unpack_from(buf, pos)
     pos += 6
-    f_unknown_tags = None
-    return AddPartitionsToTxnPartitionResult(f_partition_index, f_partition_error_code, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_AddPartitionsToTxnTopicResult_0(buf, pos):
     _l = len(buf)
+    o = _new(AddPartitionsToTxnTopicResult)
     if pos + 2 > _l:
         raise truncated('AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.name', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -92,7 +95,7 @@ def _d_AddPartitionsToTxnTopicResult_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.results_by_partition', buf, pos, 4)
@@ -103,18 +106,21 @@ def _d_AddPartitionsToTxnTopicResult_0(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.results_by_partition', buf, pos, _c, 6)
     else:
-        f_results_by_partition = _lst = []
+        o.results_by_partition = _lst = []
         for _ in range(_c):
             _e, pos = _d_AddPartitionsToTxnPartitionResult_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return AddPartitionsToTxnTopicResult(f_name, f_results_by_partition, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_AddPartitionsToTxnResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(AddPartitionsToTxnResponse)
+    o.error_code = 0
+    o.results_by_transaction = []
     if pos + 4 > _l:
         raise truncated('AddPartitionsToTxnResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('AddPartitionsToTxnResponse.results_by_topic_v3_and_below', buf, pos, 4)
@@ -125,33 +131,36 @@ def _d_AddPartitionsToTxnResponse_0(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('AddPartitionsToTxnResponse.results_by_topic_v3_and_below', buf, pos, _c, 6)
     else:
-        f_results_by_topic_v3_and_below = _lst = []
+        o.results_by_topic_v3_and_below = _lst = []
         for _ in range(_c):
             _e, pos = _d_AddPartitionsToTxnTopicResult_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return AddPartitionsToTxnResponse(f_throttle_time_ms, 0, [], f_results_by_topic_v3_and_below, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_AddPartitionsToTxnPartitionResult_3(buf, pos):
     _l = len(buf)
+    o = _new(AddPartitionsToTxnPartitionResult)
     if pos + 6 > _l:
         raise truncated('AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult.partition_index', buf, pos, 6)
-    f_partition_index, f_partition_error_code = _S2.unpack_from(buf, pos)
+    o.partition_index, o.partition_error_code = _S2.unpack_from(buf, pos)
     pos += 6
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return AddPartitionsToTxnPartitionResult(f_partition_index, f_partition_error_code, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_AddPartitionsToTxnTopicResult_3(buf, pos):
     _l = len(buf)
+    o = _new(AddPartitionsToTxnTopicResult)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -164,7 +173,7 @@ def _d_AddPartitionsToTxnTopicResult_3(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -177,27 +186,31 @@ def _d_AddPartitionsToTxnTopicResult_3(buf, pos):
     elif _c * 7 > _l - pos:
         raise overrun('AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.results_by_partition', buf, pos, _c, 7)
     else:
-        f_results_by_partition = _lst = []
+        o.results_by_partition = _lst = []
         for _ in range(_c):
             _e, pos = _d_AddPartitionsToTxnPartitionResult_3(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return AddPartitionsToTxnTopicResult(f_name, f_results_by_partition, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_AddPartitionsToTxnResponse_3(buf, pos):
     _l = len(buf)
+    o = _new(AddPartitionsToTxnResponse)
+    o.error_code = 0
+    o.results_by_transaction = []
     if pos + 4 > _l:
         raise truncated('AddPartitionsToTxnResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -210,24 +223,26 @@ def _d_AddPartitionsToTxnResponse_3(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('AddPartitionsToTxnResponse.results_by_topic_v3_and_below', buf, pos, _c, 3)
     else:
-        f_results_by_topic_v3_and_below = _lst = []
+        o.results_by_topic_v3_and_below = _lst = []
         for _ in range(_c):
             _e, pos = _d_AddPartitionsToTxnTopicResult_3(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AddPartitionsToTxnResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return AddPartitionsToTxnResponse(f_throttle_time_ms, 0, [], f_results_by_topic_v3_and_below, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_AddPartitionsToTxnResult_4(buf, pos):
     _l = len(buf)
+    o = _new(AddPartitionsToTxnResult)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -240,7 +255,7 @@ def _d_AddPartitionsToTxnResult_4(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('AddPartitionsToTxnResponse.AddPartitionsToTxnResult.transactional_id', buf, pos, _n, 1)
-        f_transactional_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.transactional_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -253,27 +268,30 @@ def _d_AddPartitionsToTxnResult_4(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('AddPartitionsToTxnResponse.AddPartitionsToTxnResult.topic_results', buf, pos, _c, 3)
     else:
-        f_topic_results = _lst = []
+        o.topic_results = _lst = []
         for _ in range(_c):
             _e, pos = _d_AddPartitionsToTxnTopicResult_3(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AddPartitionsToTxnResponse.AddPartitionsToTxnResult')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return AddPartitionsToTxnResult(f_transactional_id, f_topic_results, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_AddPartitionsToTxnResponse_4(buf, pos):
     _l = len(buf)
+    o = _new(AddPartitionsToTxnResponse)
+    o.results_by_topic_v3_and_below = []
     if pos + 6 > _l:
         raise truncated('AddPartitionsToTxnResponse.throttle_time_ms', buf, pos, 6)
-    f_throttle_time_ms, f_error_code = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, o.error_code = _S2.unpack_from(buf, pos)
     pos += 6
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -286,21 +304,22 @@ def _d_AddPartitionsToTxnResponse_4(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('AddPartitionsToTxnResponse.results_by_transaction', buf, pos, _c, 3)
     else:
-        f_results_by_transaction = _lst = []
+        o.results_by_transaction = _lst = []
         for _ in range(_c):
             _e, pos = _d_AddPartitionsToTxnResult_4(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AddPartitionsToTxnResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return AddPartitionsToTxnResponse(f_throttle_time_ms, f_error_code, f_results_by_transaction, [], f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_AddPartitionsToTxnPartitionResult_0(o, out, chunks):
     out += _S2.pack(o.partition_index, o.partition_error_code)

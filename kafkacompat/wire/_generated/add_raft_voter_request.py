@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class Listener(Struct):
     __slots__ = ('name', 'host', 'port', 'unknown_tags',)
@@ -57,6 +58,7 @@ _S1 = _Struct('>H')
 
 def _d_Listener_0(buf, pos):
     _l = len(buf)
+    o = _new(Listener)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -69,7 +71,7 @@ def _d_Listener_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('AddRaftVoterRequest.Listener.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -83,26 +85,28 @@ def _d_Listener_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('AddRaftVoterRequest.Listener.host', buf, pos, _n, 1)
-        f_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('AddRaftVoterRequest.Listener.port', buf, pos, 2)
-    (f_port,) = _S1.unpack_from(buf, pos)
+    (o.port,) = _S1.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AddRaftVoterRequest.Listener')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return Listener(f_name, f_host, f_port, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_AddRaftVoterRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(AddRaftVoterRequest)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -112,18 +116,18 @@ def _d_AddRaftVoterRequest_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('AddRaftVoterRequest.cluster_id', _n)
-        f_cluster_id = None
+        o.cluster_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('AddRaftVoterRequest.cluster_id', buf, pos, _n, 1)
-        f_cluster_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.cluster_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 24 > _l:
         raise truncated('AddRaftVoterRequest.timeout_ms', buf, pos, 24)
-    f_timeout_ms, f_voter_id, f_voter_directory_id = _S0.unpack_from(buf, pos)
+    o.timeout_ms, o.voter_id, o.voter_directory_id = _S0.unpack_from(buf, pos)
     pos += 24
-    f_voter_directory_id = _UUID(bytes=f_voter_directory_id)
+    o.voter_directory_id = _UUID(bytes=o.voter_directory_id)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -135,21 +139,22 @@ def _d_AddRaftVoterRequest_0(buf, pos):
     elif _c * 5 > _l - pos:
         raise overrun('AddRaftVoterRequest.listeners', buf, pos, _c, 5)
     else:
-        f_listeners = _lst = []
+        o.listeners = _lst = []
         for _ in range(_c):
             _e, pos = _d_Listener_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AddRaftVoterRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return AddRaftVoterRequest(f_cluster_id, f_timeout_ms, f_voter_id, f_voter_directory_id, f_listeners, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_Listener_0(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')

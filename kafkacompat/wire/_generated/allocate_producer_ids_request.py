@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class AllocateProducerIdsRequest(Struct):
     __slots__ = ('broker_id', 'broker_epoch', 'unknown_tags',)
@@ -35,21 +36,23 @@ _S0 = _Struct('>iq')
 
 def _d_AllocateProducerIdsRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(AllocateProducerIdsRequest)
     if pos + 12 > _l:
         raise truncated('AllocateProducerIdsRequest.broker_id', buf, pos, 12)
-    f_broker_id, f_broker_epoch = _S0.unpack_from(buf, pos)
+    o.broker_id, o.broker_epoch = _S0.unpack_from(buf, pos)
     pos += 12
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AllocateProducerIdsRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return AllocateProducerIdsRequest(f_broker_id, f_broker_epoch, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_AllocateProducerIdsRequest_0(o, out, chunks):
     out += _S0.pack(o.broker_id, o.broker_epoch)

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class AllocateProducerIdsResponse(Struct):
     __slots__ = ('throttle_time_ms', 'error_code', 'producer_id_start', 'producer_id_len', 'unknown_tags',)
@@ -44,21 +45,23 @@ _S0 = _Struct('>ihqi')
 
 def _d_AllocateProducerIdsResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(AllocateProducerIdsResponse)
     if pos + 18 > _l:
         raise truncated('AllocateProducerIdsResponse.throttle_time_ms', buf, pos, 18)
-    f_throttle_time_ms, f_error_code, f_producer_id_start, f_producer_id_len = _S0.unpack_from(buf, pos)
+    o.throttle_time_ms, o.error_code, o.producer_id_start, o.producer_id_len = _S0.unpack_from(buf, pos)
     pos += 18
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AllocateProducerIdsResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return AllocateProducerIdsResponse(f_throttle_time_ms, f_error_code, f_producer_id_start, f_producer_id_len, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_AllocateProducerIdsResponse_0(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms, o.error_code, o.producer_id_start, o.producer_id_len)

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class EntryData(Struct):
     __slots__ = ('entity', 'ops', 'unknown_tags',)
@@ -66,6 +67,7 @@ _S3 = _Struct('>?')
 
 def _d_EntityData_0(buf, pos):
     _l = len(buf)
+    o = _new(EntityData)
     if pos + 2 > _l:
         raise truncated('AlterClientQuotasRequest.EntityData.entity_type', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -76,7 +78,7 @@ def _d_EntityData_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('AlterClientQuotasRequest.EntityData.entity_type', buf, pos, _n, 1)
-        f_entity_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.entity_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('AlterClientQuotasRequest.EntityData.entity_name', buf, pos, 2)
@@ -85,18 +87,19 @@ def _d_EntityData_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('AlterClientQuotasRequest.EntityData.entity_name', _n)
-        f_entity_name = None
+        o.entity_name = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('AlterClientQuotasRequest.EntityData.entity_name', buf, pos, _n, 1)
-        f_entity_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.entity_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
-    f_unknown_tags = None
-    return EntityData(f_entity_type, f_entity_name, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_OpData_0(buf, pos):
     _l = len(buf)
+    o = _new(OpData)
     if pos + 2 > _l:
         raise truncated('AlterClientQuotasRequest.OpData.key', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -107,17 +110,18 @@ def _d_OpData_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('AlterClientQuotasRequest.OpData.key', buf, pos, _n, 1)
-        f_key = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.key = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 9 > _l:
         raise truncated('AlterClientQuotasRequest.OpData.value', buf, pos, 9)
-    f_value, f_remove = _S2.unpack_from(buf, pos)
+    o.value, o.remove = _S2.unpack_from(buf, pos)
     pos += 9
-    f_unknown_tags = None
-    return OpData(f_key, f_value, f_remove, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_EntryData_0(buf, pos):
     _l = len(buf)
+    o = _new(EntryData)
     if pos + 4 > _l:
         raise truncated('AlterClientQuotasRequest.EntryData.entity', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -127,7 +131,7 @@ def _d_EntryData_0(buf, pos):
     elif _c * 4 > _l - pos:
         raise overrun('AlterClientQuotasRequest.EntryData.entity', buf, pos, _c, 4)
     else:
-        f_entity = _lst = []
+        o.entity = _lst = []
         for _ in range(_c):
             _e, pos = _d_EntityData_0(buf, pos)
             _lst.append(_e)
@@ -140,15 +144,16 @@ def _d_EntryData_0(buf, pos):
     elif _c * 11 > _l - pos:
         raise overrun('AlterClientQuotasRequest.EntryData.ops', buf, pos, _c, 11)
     else:
-        f_ops = _lst = []
+        o.ops = _lst = []
         for _ in range(_c):
             _e, pos = _d_OpData_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return EntryData(f_entity, f_ops, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_AlterClientQuotasRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(AlterClientQuotasRequest)
     if pos + 4 > _l:
         raise truncated('AlterClientQuotasRequest.entries', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -158,19 +163,20 @@ def _d_AlterClientQuotasRequest_0(buf, pos):
     elif _c * 8 > _l - pos:
         raise overrun('AlterClientQuotasRequest.entries', buf, pos, _c, 8)
     else:
-        f_entries = _lst = []
+        o.entries = _lst = []
         for _ in range(_c):
             _e, pos = _d_EntryData_0(buf, pos)
             _lst.append(_e)
     if pos + 1 > _l:
         raise truncated('AlterClientQuotasRequest.validate_only', buf, pos, 1)
-    (f_validate_only,) = _S3.unpack_from(buf, pos)
+    (o.validate_only,) = _S3.unpack_from(buf, pos)
     pos += 1
-    f_unknown_tags = None
-    return AlterClientQuotasRequest(f_entries, f_validate_only, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_EntityData_1(buf, pos):
     _l = len(buf)
+    o = _new(EntityData)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -183,7 +189,7 @@ def _d_EntityData_1(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('AlterClientQuotasRequest.EntityData.entity_type', buf, pos, _n, 1)
-        f_entity_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.entity_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -194,27 +200,29 @@ def _d_EntityData_1(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('AlterClientQuotasRequest.EntityData.entity_name', _n)
-        f_entity_name = None
+        o.entity_name = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('AlterClientQuotasRequest.EntityData.entity_name', buf, pos, _n, 1)
-        f_entity_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.entity_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AlterClientQuotasRequest.EntityData')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return EntityData(f_entity_type, f_entity_name, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_OpData_1(buf, pos):
     _l = len(buf)
+    o = _new(OpData)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -227,26 +235,28 @@ def _d_OpData_1(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('AlterClientQuotasRequest.OpData.key', buf, pos, _n, 1)
-        f_key = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.key = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 9 > _l:
         raise truncated('AlterClientQuotasRequest.OpData.value', buf, pos, 9)
-    f_value, f_remove = _S2.unpack_from(buf, pos)
+    o.value, o.remove = _S2.unpack_from(buf, pos)
     pos += 9
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AlterClientQuotasRequest.OpData')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return OpData(f_key, f_value, f_remove, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_EntryData_1(buf, pos):
     _l = len(buf)
+    o = _new(EntryData)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -258,7 +268,7 @@ def _d_EntryData_1(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('AlterClientQuotasRequest.EntryData.entity', buf, pos, _c, 3)
     else:
-        f_entity = _lst = []
+        o.entity = _lst = []
         for _ in range(_c):
             _e, pos = _d_EntityData_1(buf, pos)
             _lst.append(_e)
@@ -273,24 +283,26 @@ def _d_EntryData_1(buf, pos):
     elif _c * 11 > _l - pos:
         raise overrun('AlterClientQuotasRequest.EntryData.ops', buf, pos, _c, 11)
     else:
-        f_ops = _lst = []
+        o.ops = _lst = []
         for _ in range(_c):
             _e, pos = _d_OpData_1(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AlterClientQuotasRequest.EntryData')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return EntryData(f_entity, f_ops, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_AlterClientQuotasRequest_1(buf, pos):
     _l = len(buf)
+    o = _new(AlterClientQuotasRequest)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -302,25 +314,26 @@ def _d_AlterClientQuotasRequest_1(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('AlterClientQuotasRequest.entries', buf, pos, _c, 3)
     else:
-        f_entries = _lst = []
+        o.entries = _lst = []
         for _ in range(_c):
             _e, pos = _d_EntryData_1(buf, pos)
             _lst.append(_e)
     if pos + 1 > _l:
         raise truncated('AlterClientQuotasRequest.validate_only', buf, pos, 1)
-    (f_validate_only,) = _S3.unpack_from(buf, pos)
+    (o.validate_only,) = _S3.unpack_from(buf, pos)
     pos += 1
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AlterClientQuotasRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return AlterClientQuotasRequest(f_entries, f_validate_only, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_EntityData_0(o, out, chunks):
     _b = o.entity_type.encode('utf-8', 'surrogateescape')

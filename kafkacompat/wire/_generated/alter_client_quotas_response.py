@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class EntryData(Struct):
     __slots__ = ('error_code', 'error_message', 'entity', 'unknown_tags',)
@@ -55,6 +56,7 @@ _S1 = _Struct('>h')
 
 def _d_EntityData_0(buf, pos):
     _l = len(buf)
+    o = _new(EntityData)
     if pos + 2 > _l:
         raise truncated('AlterClientQuotasResponse.EntityData.entity_type', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -65,7 +67,7 @@ def _d_EntityData_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('AlterClientQuotasResponse.EntityData.entity_type', buf, pos, _n, 1)
-        f_entity_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.entity_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('AlterClientQuotasResponse.EntityData.entity_name', buf, pos, 2)
@@ -74,21 +76,22 @@ def _d_EntityData_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('AlterClientQuotasResponse.EntityData.entity_name', _n)
-        f_entity_name = None
+        o.entity_name = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('AlterClientQuotasResponse.EntityData.entity_name', buf, pos, _n, 1)
-        f_entity_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.entity_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
-    f_unknown_tags = None
-    return EntityData(f_entity_type, f_entity_name, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_EntryData_0(buf, pos):
     _l = len(buf)
+    o = _new(EntryData)
     if pos + 2 > _l:
         raise truncated('AlterClientQuotasResponse.EntryData.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
     if pos + 2 > _l:
         raise truncated('AlterClientQuotasResponse.EntryData.error_message', buf, pos, 2)
@@ -97,12 +100,12 @@ def _d_EntryData_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('AlterClientQuotasResponse.EntryData.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('AlterClientQuotasResponse.EntryData.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('AlterClientQuotasResponse.EntryData.entity', buf, pos, 4)
@@ -113,18 +116,19 @@ def _d_EntryData_0(buf, pos):
     elif _c * 4 > _l - pos:
         raise overrun('AlterClientQuotasResponse.EntryData.entity', buf, pos, _c, 4)
     else:
-        f_entity = _lst = []
+        o.entity = _lst = []
         for _ in range(_c):
             _e, pos = _d_EntityData_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return EntryData(f_error_code, f_error_message, f_entity, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_AlterClientQuotasResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(AlterClientQuotasResponse)
     if pos + 4 > _l:
         raise truncated('AlterClientQuotasResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('AlterClientQuotasResponse.entries', buf, pos, 4)
@@ -135,15 +139,16 @@ def _d_AlterClientQuotasResponse_0(buf, pos):
     elif _c * 8 > _l - pos:
         raise overrun('AlterClientQuotasResponse.entries', buf, pos, _c, 8)
     else:
-        f_entries = _lst = []
+        o.entries = _lst = []
         for _ in range(_c):
             _e, pos = _d_EntryData_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return AlterClientQuotasResponse(f_throttle_time_ms, f_entries, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_EntityData_1(buf, pos):
     _l = len(buf)
+    o = _new(EntityData)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -156,7 +161,7 @@ def _d_EntityData_1(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('AlterClientQuotasResponse.EntityData.entity_type', buf, pos, _n, 1)
-        f_entity_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.entity_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -167,30 +172,32 @@ def _d_EntityData_1(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('AlterClientQuotasResponse.EntityData.entity_name', _n)
-        f_entity_name = None
+        o.entity_name = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('AlterClientQuotasResponse.EntityData.entity_name', buf, pos, _n, 1)
-        f_entity_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.entity_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AlterClientQuotasResponse.EntityData')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return EntityData(f_entity_type, f_entity_name, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_EntryData_1(buf, pos):
     _l = len(buf)
+    o = _new(EntryData)
     if pos + 2 > _l:
         raise truncated('AlterClientQuotasResponse.EntryData.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -201,12 +208,12 @@ def _d_EntryData_1(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('AlterClientQuotasResponse.EntryData.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('AlterClientQuotasResponse.EntryData.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -219,27 +226,29 @@ def _d_EntryData_1(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('AlterClientQuotasResponse.EntryData.entity', buf, pos, _c, 3)
     else:
-        f_entity = _lst = []
+        o.entity = _lst = []
         for _ in range(_c):
             _e, pos = _d_EntityData_1(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AlterClientQuotasResponse.EntryData')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return EntryData(f_error_code, f_error_message, f_entity, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_AlterClientQuotasResponse_1(buf, pos):
     _l = len(buf)
+    o = _new(AlterClientQuotasResponse)
     if pos + 4 > _l:
         raise truncated('AlterClientQuotasResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -252,21 +261,22 @@ def _d_AlterClientQuotasResponse_1(buf, pos):
     elif _c * 5 > _l - pos:
         raise overrun('AlterClientQuotasResponse.entries', buf, pos, _c, 5)
     else:
-        f_entries = _lst = []
+        o.entries = _lst = []
         for _ in range(_c):
             _e, pos = _d_EntryData_1(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AlterClientQuotasResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return AlterClientQuotasResponse(f_throttle_time_ms, f_entries, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_EntityData_0(o, out, chunks):
     _b = o.entity_type.encode('utf-8', 'surrogateescape')

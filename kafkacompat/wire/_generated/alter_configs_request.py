@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class AlterConfigsResource(Struct):
     __slots__ = ('resource_type', 'resource_name', 'configs', 'unknown_tags',)
@@ -57,6 +58,7 @@ _S3 = _Struct('>?')
 
 def _d_AlterableConfig_0(buf, pos):
     _l = len(buf)
+    o = _new(AlterableConfig)
     if pos + 2 > _l:
         raise truncated('AlterConfigsRequest.AlterableConfig.name', buf, pos, 2)
     (_n,) = _S2.unpack_from(buf, pos)
@@ -67,7 +69,7 @@ def _d_AlterableConfig_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('AlterConfigsRequest.AlterableConfig.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('AlterConfigsRequest.AlterableConfig.value', buf, pos, 2)
@@ -76,21 +78,22 @@ def _d_AlterableConfig_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('AlterConfigsRequest.AlterableConfig.value', _n)
-        f_value = None
+        o.value = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('AlterConfigsRequest.AlterableConfig.value', buf, pos, _n, 1)
-        f_value = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.value = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
-    f_unknown_tags = None
-    return AlterableConfig(f_name, f_value, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_AlterConfigsResource_0(buf, pos):
     _l = len(buf)
+    o = _new(AlterConfigsResource)
     if pos + 1 > _l:
         raise truncated('AlterConfigsRequest.AlterConfigsResource.resource_type', buf, pos, 1)
-    (f_resource_type,) = _S1.unpack_from(buf, pos)
+    (o.resource_type,) = _S1.unpack_from(buf, pos)
     pos += 1
     if pos + 2 > _l:
         raise truncated('AlterConfigsRequest.AlterConfigsResource.resource_name', buf, pos, 2)
@@ -102,7 +105,7 @@ def _d_AlterConfigsResource_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('AlterConfigsRequest.AlterConfigsResource.resource_name', buf, pos, _n, 1)
-        f_resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('AlterConfigsRequest.AlterConfigsResource.configs', buf, pos, 4)
@@ -113,15 +116,16 @@ def _d_AlterConfigsResource_0(buf, pos):
     elif _c * 4 > _l - pos:
         raise overrun('AlterConfigsRequest.AlterConfigsResource.configs', buf, pos, _c, 4)
     else:
-        f_configs = _lst = []
+        o.configs = _lst = []
         for _ in range(_c):
             _e, pos = _d_AlterableConfig_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return AlterConfigsResource(f_resource_type, f_resource_name, f_configs, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_AlterConfigsRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(AlterConfigsRequest)
     if pos + 4 > _l:
         raise truncated('AlterConfigsRequest.resources', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -131,19 +135,20 @@ def _d_AlterConfigsRequest_0(buf, pos):
     elif _c * 7 > _l - pos:
         raise overrun('AlterConfigsRequest.resources', buf, pos, _c, 7)
     else:
-        f_resources = _lst = []
+        o.resources = _lst = []
         for _ in range(_c):
             _e, pos = _d_AlterConfigsResource_0(buf, pos)
             _lst.append(_e)
     if pos + 1 > _l:
         raise truncated('AlterConfigsRequest.validate_only', buf, pos, 1)
-    (f_validate_only,) = _S3.unpack_from(buf, pos)
+    (o.validate_only,) = _S3.unpack_from(buf, pos)
     pos += 1
-    f_unknown_tags = None
-    return AlterConfigsRequest(f_resources, f_validate_only, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_AlterableConfig_2(buf, pos):
     _l = len(buf)
+    o = _new(AlterableConfig)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -156,7 +161,7 @@ def _d_AlterableConfig_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('AlterConfigsRequest.AlterableConfig.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -167,30 +172,32 @@ def _d_AlterableConfig_2(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('AlterConfigsRequest.AlterableConfig.value', _n)
-        f_value = None
+        o.value = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('AlterConfigsRequest.AlterableConfig.value', buf, pos, _n, 1)
-        f_value = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.value = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AlterConfigsRequest.AlterableConfig')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return AlterableConfig(f_name, f_value, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_AlterConfigsResource_2(buf, pos):
     _l = len(buf)
+    o = _new(AlterConfigsResource)
     if pos + 1 > _l:
         raise truncated('AlterConfigsRequest.AlterConfigsResource.resource_type', buf, pos, 1)
-    (f_resource_type,) = _S1.unpack_from(buf, pos)
+    (o.resource_type,) = _S1.unpack_from(buf, pos)
     pos += 1
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -204,7 +211,7 @@ def _d_AlterConfigsResource_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('AlterConfigsRequest.AlterConfigsResource.resource_name', buf, pos, _n, 1)
-        f_resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -217,24 +224,26 @@ def _d_AlterConfigsResource_2(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('AlterConfigsRequest.AlterConfigsResource.configs', buf, pos, _c, 3)
     else:
-        f_configs = _lst = []
+        o.configs = _lst = []
         for _ in range(_c):
             _e, pos = _d_AlterableConfig_2(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AlterConfigsRequest.AlterConfigsResource')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return AlterConfigsResource(f_resource_type, f_resource_name, f_configs, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_AlterConfigsRequest_2(buf, pos):
     _l = len(buf)
+    o = _new(AlterConfigsRequest)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -246,25 +255,26 @@ def _d_AlterConfigsRequest_2(buf, pos):
     elif _c * 4 > _l - pos:
         raise overrun('AlterConfigsRequest.resources', buf, pos, _c, 4)
     else:
-        f_resources = _lst = []
+        o.resources = _lst = []
         for _ in range(_c):
             _e, pos = _d_AlterConfigsResource_2(buf, pos)
             _lst.append(_e)
     if pos + 1 > _l:
         raise truncated('AlterConfigsRequest.validate_only', buf, pos, 1)
-    (f_validate_only,) = _S3.unpack_from(buf, pos)
+    (o.validate_only,) = _S3.unpack_from(buf, pos)
     pos += 1
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AlterConfigsRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return AlterConfigsRequest(f_resources, f_validate_only, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_AlterableConfig_0(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class AlterConfigsResourceResponse(Struct):
     __slots__ = ('error_code', 'error_message', 'resource_type', 'resource_name', 'unknown_tags',)
@@ -48,9 +49,10 @@ _S2 = _Struct('>b')
 
 def _d_AlterConfigsResourceResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(AlterConfigsResourceResponse)
     if pos + 2 > _l:
         raise truncated('AlterConfigsResponse.AlterConfigsResourceResponse.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
     if pos + 2 > _l:
         raise truncated('AlterConfigsResponse.AlterConfigsResourceResponse.error_message', buf, pos, 2)
@@ -59,16 +61,16 @@ def _d_AlterConfigsResourceResponse_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('AlterConfigsResponse.AlterConfigsResourceResponse.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('AlterConfigsResponse.AlterConfigsResourceResponse.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 1 > _l:
         raise truncated('AlterConfigsResponse.AlterConfigsResourceResponse.resource_type', buf, pos, 1)
-    (f_resource_type,) = _S2.unpack_from(buf, pos)
+    (o.resource_type,) = _S2.unpack_from(buf, pos)
     pos += 1
     if pos + 2 > _l:
         raise truncated('AlterConfigsResponse.AlterConfigsResourceResponse.resource_name', buf, pos, 2)
@@ -80,16 +82,17 @@ def _d_AlterConfigsResourceResponse_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('AlterConfigsResponse.AlterConfigsResourceResponse.resource_name', buf, pos, _n, 1)
-        f_resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
-    f_unknown_tags = None
-    return AlterConfigsResourceResponse(f_error_code, f_error_message, f_resource_type, f_resource_name, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_AlterConfigsResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(AlterConfigsResponse)
     if pos + 4 > _l:
         raise truncated('AlterConfigsResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('AlterConfigsResponse.responses', buf, pos, 4)
@@ -100,18 +103,19 @@ def _d_AlterConfigsResponse_0(buf, pos):
     elif _c * 7 > _l - pos:
         raise overrun('AlterConfigsResponse.responses', buf, pos, _c, 7)
     else:
-        f_responses = _lst = []
+        o.responses = _lst = []
         for _ in range(_c):
             _e, pos = _d_AlterConfigsResourceResponse_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return AlterConfigsResponse(f_throttle_time_ms, f_responses, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_AlterConfigsResourceResponse_2(buf, pos):
     _l = len(buf)
+    o = _new(AlterConfigsResourceResponse)
     if pos + 2 > _l:
         raise truncated('AlterConfigsResponse.AlterConfigsResourceResponse.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -122,16 +126,16 @@ def _d_AlterConfigsResourceResponse_2(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('AlterConfigsResponse.AlterConfigsResourceResponse.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('AlterConfigsResponse.AlterConfigsResourceResponse.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 1 > _l:
         raise truncated('AlterConfigsResponse.AlterConfigsResourceResponse.resource_type', buf, pos, 1)
-    (f_resource_type,) = _S2.unpack_from(buf, pos)
+    (o.resource_type,) = _S2.unpack_from(buf, pos)
     pos += 1
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -145,25 +149,27 @@ def _d_AlterConfigsResourceResponse_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('AlterConfigsResponse.AlterConfigsResourceResponse.resource_name', buf, pos, _n, 1)
-        f_resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AlterConfigsResponse.AlterConfigsResourceResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return AlterConfigsResourceResponse(f_error_code, f_error_message, f_resource_type, f_resource_name, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_AlterConfigsResponse_2(buf, pos):
     _l = len(buf)
+    o = _new(AlterConfigsResponse)
     if pos + 4 > _l:
         raise truncated('AlterConfigsResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -176,21 +182,22 @@ def _d_AlterConfigsResponse_2(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('AlterConfigsResponse.responses', buf, pos, _c, 6)
     else:
-        f_responses = _lst = []
+        o.responses = _lst = []
         for _ in range(_c):
             _e, pos = _d_AlterConfigsResourceResponse_2(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AlterConfigsResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return AlterConfigsResponse(f_throttle_time_ms, f_responses, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_AlterConfigsResourceResponse_0(o, out, chunks):
     out += _S1.pack(o.error_code)

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class ReassignableTopic(Struct):
     __slots__ = ('name', 'partitions', 'unknown_tags',)
@@ -54,9 +55,10 @@ _A_i = ARRAY_STRUCTS['i']
 
 def _d_ReassignablePartition_0(buf, pos):
     _l = len(buf)
+    o = _new(ReassignablePartition)
     if pos + 4 > _l:
         raise truncated('AlterPartitionReassignmentsRequest.ReassignablePartition.partition_index', buf, pos, 4)
-    (f_partition_index,) = _S0.unpack_from(buf, pos)
+    (o.partition_index,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -67,27 +69,29 @@ def _d_ReassignablePartition_0(buf, pos):
     if _c < 0:
         if _c != -1:
             raise bad_length('AlterPartitionReassignmentsRequest.ReassignablePartition.replicas', _c)
-        f_replicas = None
+        o.replicas = None
     elif _c * 4 > _l - pos:
         raise overrun('AlterPartitionReassignmentsRequest.ReassignablePartition.replicas', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_replicas = list(_st.unpack_from(buf, pos))
+        o.replicas = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AlterPartitionReassignmentsRequest.ReassignablePartition')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ReassignablePartition(f_partition_index, f_replicas, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_ReassignableTopic_0(buf, pos):
     _l = len(buf)
+    o = _new(ReassignableTopic)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -100,7 +104,7 @@ def _d_ReassignableTopic_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('AlterPartitionReassignmentsRequest.ReassignableTopic.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -113,27 +117,29 @@ def _d_ReassignableTopic_0(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('AlterPartitionReassignmentsRequest.ReassignableTopic.partitions', buf, pos, _c, 6)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_ReassignablePartition_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AlterPartitionReassignmentsRequest.ReassignableTopic')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ReassignableTopic(f_name, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_AlterPartitionReassignmentsRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(AlterPartitionReassignmentsRequest)
     if pos + 4 > _l:
         raise truncated('AlterPartitionReassignmentsRequest.timeout_ms', buf, pos, 4)
-    (f_timeout_ms,) = _S0.unpack_from(buf, pos)
+    (o.timeout_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -146,21 +152,22 @@ def _d_AlterPartitionReassignmentsRequest_0(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('AlterPartitionReassignmentsRequest.topics', buf, pos, _c, 3)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_ReassignableTopic_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AlterPartitionReassignmentsRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return AlterPartitionReassignmentsRequest(f_timeout_ms, f_topics, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_ReassignablePartition_0(o, out, chunks):
     out += _S0.pack(o.partition_index)

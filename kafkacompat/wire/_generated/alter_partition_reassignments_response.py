@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class ReassignableTopicResponse(Struct):
     __slots__ = ('name', 'partitions', 'unknown_tags',)
@@ -63,9 +64,10 @@ _S0 = _Struct('>ih')
 
 def _d_ReassignablePartitionResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(ReassignablePartitionResponse)
     if pos + 6 > _l:
         raise truncated('AlterPartitionReassignmentsResponse.ReassignablePartitionResponse.partition_index', buf, pos, 6)
-    f_partition_index, f_error_code = _S0.unpack_from(buf, pos)
+    o.partition_index, o.error_code = _S0.unpack_from(buf, pos)
     pos += 6
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -76,27 +78,29 @@ def _d_ReassignablePartitionResponse_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('AlterPartitionReassignmentsResponse.ReassignablePartitionResponse.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('AlterPartitionReassignmentsResponse.ReassignablePartitionResponse.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AlterPartitionReassignmentsResponse.ReassignablePartitionResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ReassignablePartitionResponse(f_partition_index, f_error_code, f_error_message, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_ReassignableTopicResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(ReassignableTopicResponse)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -109,7 +113,7 @@ def _d_ReassignableTopicResponse_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('AlterPartitionReassignmentsResponse.ReassignableTopicResponse.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -122,27 +126,29 @@ def _d_ReassignableTopicResponse_0(buf, pos):
     elif _c * 8 > _l - pos:
         raise overrun('AlterPartitionReassignmentsResponse.ReassignableTopicResponse.partitions', buf, pos, _c, 8)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_ReassignablePartitionResponse_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AlterPartitionReassignmentsResponse.ReassignableTopicResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ReassignableTopicResponse(f_name, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_AlterPartitionReassignmentsResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(AlterPartitionReassignmentsResponse)
     if pos + 6 > _l:
         raise truncated('AlterPartitionReassignmentsResponse.throttle_time_ms', buf, pos, 6)
-    f_throttle_time_ms, f_error_code = _S0.unpack_from(buf, pos)
+    o.throttle_time_ms, o.error_code = _S0.unpack_from(buf, pos)
     pos += 6
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -153,12 +159,12 @@ def _d_AlterPartitionReassignmentsResponse_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('AlterPartitionReassignmentsResponse.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('AlterPartitionReassignmentsResponse.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -171,21 +177,22 @@ def _d_AlterPartitionReassignmentsResponse_0(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('AlterPartitionReassignmentsResponse.responses', buf, pos, _c, 3)
     else:
-        f_responses = _lst = []
+        o.responses = _lst = []
         for _ in range(_c):
             _e, pos = _d_ReassignableTopicResponse_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AlterPartitionReassignmentsResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return AlterPartitionReassignmentsResponse(f_throttle_time_ms, f_error_code, f_error_message, f_responses, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_ReassignablePartitionResponse_0(o, out, chunks):
     out += _S0.pack(o.partition_index, o.error_code)

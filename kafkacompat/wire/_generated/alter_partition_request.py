@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class TopicData(Struct):
     __slots__ = ('topic_name', 'topic_id', 'partitions', 'unknown_tags',)
@@ -82,9 +83,12 @@ _A_i = ARRAY_STRUCTS['i']
 
 def _d_PartitionData_0(buf, pos):
     _l = len(buf)
+    o = _new(PartitionData)
+    o.new_isr_with_epochs = []
+    o.leader_recovery_state = 0
     if pos + 8 > _l:
         raise truncated('AlterPartitionRequest.PartitionData.partition_index', buf, pos, 8)
-    f_partition_index, f_leader_epoch = _S1.unpack_from(buf, pos)
+    o.partition_index, o.leader_epoch = _S1.unpack_from(buf, pos)
     pos += 8
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -98,26 +102,29 @@ def _d_PartitionData_0(buf, pos):
         raise overrun('AlterPartitionRequest.PartitionData.new_isr', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_new_isr = list(_st.unpack_from(buf, pos))
+        o.new_isr = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos + 4 > _l:
         raise truncated('AlterPartitionRequest.PartitionData.partition_epoch', buf, pos, 4)
-    (f_partition_epoch,) = _S2.unpack_from(buf, pos)
+    (o.partition_epoch,) = _S2.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AlterPartitionRequest.PartitionData')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return PartitionData(f_partition_index, f_leader_epoch, f_new_isr, [], 0, f_partition_epoch, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_TopicData_0(buf, pos):
     _l = len(buf)
+    o = _new(TopicData)
+    o.topic_id = ZERO_UUID
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -130,7 +137,7 @@ def _d_TopicData_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('AlterPartitionRequest.TopicData.topic_name', buf, pos, _n, 1)
-        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -143,27 +150,29 @@ def _d_TopicData_0(buf, pos):
     elif _c * 14 > _l - pos:
         raise overrun('AlterPartitionRequest.TopicData.partitions', buf, pos, _c, 14)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_PartitionData_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AlterPartitionRequest.TopicData')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return TopicData(f_topic_name, ZERO_UUID, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_AlterPartitionRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(AlterPartitionRequest)
     if pos + 12 > _l:
         raise truncated('AlterPartitionRequest.broker_id', buf, pos, 12)
-    f_broker_id, f_broker_epoch = _S0.unpack_from(buf, pos)
+    o.broker_id, o.broker_epoch = _S0.unpack_from(buf, pos)
     pos += 12
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -176,27 +185,30 @@ def _d_AlterPartitionRequest_0(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('AlterPartitionRequest.topics', buf, pos, _c, 3)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_TopicData_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AlterPartitionRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return AlterPartitionRequest(f_broker_id, f_broker_epoch, f_topics, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_PartitionData_1(buf, pos):
     _l = len(buf)
+    o = _new(PartitionData)
+    o.new_isr_with_epochs = []
     if pos + 8 > _l:
         raise truncated('AlterPartitionRequest.PartitionData.partition_index', buf, pos, 8)
-    f_partition_index, f_leader_epoch = _S1.unpack_from(buf, pos)
+    o.partition_index, o.leader_epoch = _S1.unpack_from(buf, pos)
     pos += 8
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -210,26 +222,29 @@ def _d_PartitionData_1(buf, pos):
         raise overrun('AlterPartitionRequest.PartitionData.new_isr', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_new_isr = list(_st.unpack_from(buf, pos))
+        o.new_isr = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos + 5 > _l:
         raise truncated('AlterPartitionRequest.PartitionData.leader_recovery_state', buf, pos, 5)
-    f_leader_recovery_state, f_partition_epoch = _S3.unpack_from(buf, pos)
+    o.leader_recovery_state, o.partition_epoch = _S3.unpack_from(buf, pos)
     pos += 5
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AlterPartitionRequest.PartitionData')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return PartitionData(f_partition_index, f_leader_epoch, f_new_isr, [], f_leader_recovery_state, f_partition_epoch, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_TopicData_1(buf, pos):
     _l = len(buf)
+    o = _new(TopicData)
+    o.topic_id = ZERO_UUID
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -242,7 +257,7 @@ def _d_TopicData_1(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('AlterPartitionRequest.TopicData.topic_name', buf, pos, _n, 1)
-        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -255,27 +270,29 @@ def _d_TopicData_1(buf, pos):
     elif _c * 15 > _l - pos:
         raise overrun('AlterPartitionRequest.TopicData.partitions', buf, pos, _c, 15)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_PartitionData_1(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AlterPartitionRequest.TopicData')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return TopicData(f_topic_name, ZERO_UUID, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_AlterPartitionRequest_1(buf, pos):
     _l = len(buf)
+    o = _new(AlterPartitionRequest)
     if pos + 12 > _l:
         raise truncated('AlterPartitionRequest.broker_id', buf, pos, 12)
-    f_broker_id, f_broker_epoch = _S0.unpack_from(buf, pos)
+    o.broker_id, o.broker_epoch = _S0.unpack_from(buf, pos)
     pos += 12
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -288,29 +305,32 @@ def _d_AlterPartitionRequest_1(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('AlterPartitionRequest.topics', buf, pos, _c, 3)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_TopicData_1(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AlterPartitionRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return AlterPartitionRequest(f_broker_id, f_broker_epoch, f_topics, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_TopicData_2(buf, pos):
     _l = len(buf)
+    o = _new(TopicData)
+    o.topic_name = ''
     if pos + 16 > _l:
         raise truncated('AlterPartitionRequest.TopicData.topic_id', buf, pos, 16)
-    (f_topic_id,) = _S4.unpack_from(buf, pos)
+    (o.topic_id,) = _S4.unpack_from(buf, pos)
     pos += 16
-    f_topic_id = _UUID(bytes=f_topic_id)
+    o.topic_id = _UUID(bytes=o.topic_id)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -322,27 +342,29 @@ def _d_TopicData_2(buf, pos):
     elif _c * 15 > _l - pos:
         raise overrun('AlterPartitionRequest.TopicData.partitions', buf, pos, _c, 15)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_PartitionData_1(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AlterPartitionRequest.TopicData')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return TopicData('', f_topic_id, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_AlterPartitionRequest_2(buf, pos):
     _l = len(buf)
+    o = _new(AlterPartitionRequest)
     if pos + 12 > _l:
         raise truncated('AlterPartitionRequest.broker_id', buf, pos, 12)
-    f_broker_id, f_broker_epoch = _S0.unpack_from(buf, pos)
+    o.broker_id, o.broker_epoch = _S0.unpack_from(buf, pos)
     pos += 12
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -355,45 +377,50 @@ def _d_AlterPartitionRequest_2(buf, pos):
     elif _c * 18 > _l - pos:
         raise overrun('AlterPartitionRequest.topics', buf, pos, _c, 18)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_TopicData_2(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AlterPartitionRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return AlterPartitionRequest(f_broker_id, f_broker_epoch, f_topics, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_BrokerState_3(buf, pos):
     _l = len(buf)
+    o = _new(BrokerState)
     if pos + 12 > _l:
         raise truncated('AlterPartitionRequest.BrokerState.broker_id', buf, pos, 12)
-    f_broker_id, f_broker_epoch = _S0.unpack_from(buf, pos)
+    o.broker_id, o.broker_epoch = _S0.unpack_from(buf, pos)
     pos += 12
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AlterPartitionRequest.BrokerState')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return BrokerState(f_broker_id, f_broker_epoch, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_PartitionData_3(buf, pos):
     _l = len(buf)
+    o = _new(PartitionData)
+    o.new_isr = []
     if pos + 8 > _l:
         raise truncated('AlterPartitionRequest.PartitionData.partition_index', buf, pos, 8)
-    f_partition_index, f_leader_epoch = _S1.unpack_from(buf, pos)
+    o.partition_index, o.leader_epoch = _S1.unpack_from(buf, pos)
     pos += 8
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -406,33 +433,36 @@ def _d_PartitionData_3(buf, pos):
     elif _c * 13 > _l - pos:
         raise overrun('AlterPartitionRequest.PartitionData.new_isr_with_epochs', buf, pos, _c, 13)
     else:
-        f_new_isr_with_epochs = _lst = []
+        o.new_isr_with_epochs = _lst = []
         for _ in range(_c):
             _e, pos = _d_BrokerState_3(buf, pos)
             _lst.append(_e)
     if pos + 5 > _l:
         raise truncated('AlterPartitionRequest.PartitionData.leader_recovery_state', buf, pos, 5)
-    f_leader_recovery_state, f_partition_epoch = _S3.unpack_from(buf, pos)
+    o.leader_recovery_state, o.partition_epoch = _S3.unpack_from(buf, pos)
     pos += 5
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AlterPartitionRequest.PartitionData')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return PartitionData(f_partition_index, f_leader_epoch, [], f_new_isr_with_epochs, f_leader_recovery_state, f_partition_epoch, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_TopicData_3(buf, pos):
     _l = len(buf)
+    o = _new(TopicData)
+    o.topic_name = ''
     if pos + 16 > _l:
         raise truncated('AlterPartitionRequest.TopicData.topic_id', buf, pos, 16)
-    (f_topic_id,) = _S4.unpack_from(buf, pos)
+    (o.topic_id,) = _S4.unpack_from(buf, pos)
     pos += 16
-    f_topic_id = _UUID(bytes=f_topic_id)
+    o.topic_id = _UUID(bytes=o.topic_id)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -444,27 +474,29 @@ def _d_TopicData_3(buf, pos):
     elif _c * 15 > _l - pos:
         raise overrun('AlterPartitionRequest.TopicData.partitions', buf, pos, _c, 15)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_PartitionData_3(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AlterPartitionRequest.TopicData')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return TopicData('', f_topic_id, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_AlterPartitionRequest_3(buf, pos):
     _l = len(buf)
+    o = _new(AlterPartitionRequest)
     if pos + 12 > _l:
         raise truncated('AlterPartitionRequest.broker_id', buf, pos, 12)
-    f_broker_id, f_broker_epoch = _S0.unpack_from(buf, pos)
+    o.broker_id, o.broker_epoch = _S0.unpack_from(buf, pos)
     pos += 12
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -477,21 +509,22 @@ def _d_AlterPartitionRequest_3(buf, pos):
     elif _c * 18 > _l - pos:
         raise overrun('AlterPartitionRequest.topics', buf, pos, _c, 18)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_TopicData_3(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AlterPartitionRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return AlterPartitionRequest(f_broker_id, f_broker_epoch, f_topics, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_PartitionData_0(o, out, chunks):
     out += _S1.pack(o.partition_index, o.leader_epoch)

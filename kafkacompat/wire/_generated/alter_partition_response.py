@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class TopicData(Struct):
     __slots__ = ('topic_name', 'topic_id', 'partitions', 'unknown_tags',)
@@ -75,9 +76,11 @@ _A_i = ARRAY_STRUCTS['i']
 
 def _d_PartitionData_0(buf, pos):
     _l = len(buf)
+    o = _new(PartitionData)
+    o.leader_recovery_state = 0
     if pos + 14 > _l:
         raise truncated('AlterPartitionResponse.PartitionData.partition_index', buf, pos, 14)
-    f_partition_index, f_error_code, f_leader_id, f_leader_epoch = _S1.unpack_from(buf, pos)
+    o.partition_index, o.error_code, o.leader_id, o.leader_epoch = _S1.unpack_from(buf, pos)
     pos += 14
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -91,26 +94,29 @@ def _d_PartitionData_0(buf, pos):
         raise overrun('AlterPartitionResponse.PartitionData.isr', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_isr = list(_st.unpack_from(buf, pos))
+        o.isr = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos + 4 > _l:
         raise truncated('AlterPartitionResponse.PartitionData.partition_epoch', buf, pos, 4)
-    (f_partition_epoch,) = _S2.unpack_from(buf, pos)
+    (o.partition_epoch,) = _S2.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AlterPartitionResponse.PartitionData')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return PartitionData(f_partition_index, f_error_code, f_leader_id, f_leader_epoch, f_isr, 0, f_partition_epoch, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_TopicData_0(buf, pos):
     _l = len(buf)
+    o = _new(TopicData)
+    o.topic_id = ZERO_UUID
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -123,7 +129,7 @@ def _d_TopicData_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('AlterPartitionResponse.TopicData.topic_name', buf, pos, _n, 1)
-        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -136,27 +142,29 @@ def _d_TopicData_0(buf, pos):
     elif _c * 20 > _l - pos:
         raise overrun('AlterPartitionResponse.TopicData.partitions', buf, pos, _c, 20)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_PartitionData_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AlterPartitionResponse.TopicData')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return TopicData(f_topic_name, ZERO_UUID, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_AlterPartitionResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(AlterPartitionResponse)
     if pos + 6 > _l:
         raise truncated('AlterPartitionResponse.throttle_time_ms', buf, pos, 6)
-    f_throttle_time_ms, f_error_code = _S0.unpack_from(buf, pos)
+    o.throttle_time_ms, o.error_code = _S0.unpack_from(buf, pos)
     pos += 6
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -169,27 +177,29 @@ def _d_AlterPartitionResponse_0(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('AlterPartitionResponse.topics', buf, pos, _c, 3)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_TopicData_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AlterPartitionResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return AlterPartitionResponse(f_throttle_time_ms, f_error_code, f_topics, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_PartitionData_1(buf, pos):
     _l = len(buf)
+    o = _new(PartitionData)
     if pos + 14 > _l:
         raise truncated('AlterPartitionResponse.PartitionData.partition_index', buf, pos, 14)
-    f_partition_index, f_error_code, f_leader_id, f_leader_epoch = _S1.unpack_from(buf, pos)
+    o.partition_index, o.error_code, o.leader_id, o.leader_epoch = _S1.unpack_from(buf, pos)
     pos += 14
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -203,26 +213,29 @@ def _d_PartitionData_1(buf, pos):
         raise overrun('AlterPartitionResponse.PartitionData.isr', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_isr = list(_st.unpack_from(buf, pos))
+        o.isr = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos + 5 > _l:
         raise truncated('AlterPartitionResponse.PartitionData.leader_recovery_state', buf, pos, 5)
-    f_leader_recovery_state, f_partition_epoch = _S3.unpack_from(buf, pos)
+    o.leader_recovery_state, o.partition_epoch = _S3.unpack_from(buf, pos)
     pos += 5
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AlterPartitionResponse.PartitionData')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return PartitionData(f_partition_index, f_error_code, f_leader_id, f_leader_epoch, f_isr, f_leader_recovery_state, f_partition_epoch, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_TopicData_1(buf, pos):
     _l = len(buf)
+    o = _new(TopicData)
+    o.topic_id = ZERO_UUID
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -235,7 +248,7 @@ def _d_TopicData_1(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('AlterPartitionResponse.TopicData.topic_name', buf, pos, _n, 1)
-        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -248,27 +261,29 @@ def _d_TopicData_1(buf, pos):
     elif _c * 21 > _l - pos:
         raise overrun('AlterPartitionResponse.TopicData.partitions', buf, pos, _c, 21)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_PartitionData_1(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AlterPartitionResponse.TopicData')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return TopicData(f_topic_name, ZERO_UUID, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_AlterPartitionResponse_1(buf, pos):
     _l = len(buf)
+    o = _new(AlterPartitionResponse)
     if pos + 6 > _l:
         raise truncated('AlterPartitionResponse.throttle_time_ms', buf, pos, 6)
-    f_throttle_time_ms, f_error_code = _S0.unpack_from(buf, pos)
+    o.throttle_time_ms, o.error_code = _S0.unpack_from(buf, pos)
     pos += 6
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -281,29 +296,32 @@ def _d_AlterPartitionResponse_1(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('AlterPartitionResponse.topics', buf, pos, _c, 3)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_TopicData_1(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AlterPartitionResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return AlterPartitionResponse(f_throttle_time_ms, f_error_code, f_topics, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_TopicData_2(buf, pos):
     _l = len(buf)
+    o = _new(TopicData)
+    o.topic_name = ''
     if pos + 16 > _l:
         raise truncated('AlterPartitionResponse.TopicData.topic_id', buf, pos, 16)
-    (f_topic_id,) = _S4.unpack_from(buf, pos)
+    (o.topic_id,) = _S4.unpack_from(buf, pos)
     pos += 16
-    f_topic_id = _UUID(bytes=f_topic_id)
+    o.topic_id = _UUID(bytes=o.topic_id)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -315,27 +333,29 @@ def _d_TopicData_2(buf, pos):
     elif _c * 21 > _l - pos:
         raise overrun('AlterPartitionResponse.TopicData.partitions', buf, pos, _c, 21)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_PartitionData_1(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AlterPartitionResponse.TopicData')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return TopicData('', f_topic_id, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_AlterPartitionResponse_2(buf, pos):
     _l = len(buf)
+    o = _new(AlterPartitionResponse)
     if pos + 6 > _l:
         raise truncated('AlterPartitionResponse.throttle_time_ms', buf, pos, 6)
-    f_throttle_time_ms, f_error_code = _S0.unpack_from(buf, pos)
+    o.throttle_time_ms, o.error_code = _S0.unpack_from(buf, pos)
     pos += 6
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -348,21 +368,22 @@ def _d_AlterPartitionResponse_2(buf, pos):
     elif _c * 18 > _l - pos:
         raise overrun('AlterPartitionResponse.topics', buf, pos, _c, 18)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_TopicData_2(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AlterPartitionResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return AlterPartitionResponse(f_throttle_time_ms, f_error_code, f_topics, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_PartitionData_0(o, out, chunks):
     out += _S1.pack(o.partition_index, o.error_code, o.leader_id, o.leader_epoch)

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class AlterReplicaLogDir(Struct):
     __slots__ = ('path', 'topics', 'unknown_tags',)
@@ -54,6 +55,7 @@ _A_i = ARRAY_STRUCTS['i']
 
 def _d_AlterReplicaLogDirTopic_0(buf, pos):
     _l = len(buf)
+    o = _new(AlterReplicaLogDirTopic)
     if pos + 2 > _l:
         raise truncated('AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.name', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -64,7 +66,7 @@ def _d_AlterReplicaLogDirTopic_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.partitions', buf, pos, 4)
@@ -76,13 +78,14 @@ def _d_AlterReplicaLogDirTopic_0(buf, pos):
         raise overrun('AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.partitions', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_partitions = list(_st.unpack_from(buf, pos))
+        o.partitions = list(_st.unpack_from(buf, pos))
         pos += _c * 4
-    f_unknown_tags = None
-    return AlterReplicaLogDirTopic(f_name, f_partitions, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_AlterReplicaLogDir_0(buf, pos):
     _l = len(buf)
+    o = _new(AlterReplicaLogDir)
     if pos + 2 > _l:
         raise truncated('AlterReplicaLogDirsRequest.AlterReplicaLogDir.path', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -93,7 +96,7 @@ def _d_AlterReplicaLogDir_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('AlterReplicaLogDirsRequest.AlterReplicaLogDir.path', buf, pos, _n, 1)
-        f_path = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.path = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('AlterReplicaLogDirsRequest.AlterReplicaLogDir.topics', buf, pos, 4)
@@ -104,15 +107,16 @@ def _d_AlterReplicaLogDir_0(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('AlterReplicaLogDirsRequest.AlterReplicaLogDir.topics', buf, pos, _c, 6)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_AlterReplicaLogDirTopic_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return AlterReplicaLogDir(f_path, f_topics, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_AlterReplicaLogDirsRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(AlterReplicaLogDirsRequest)
     if pos + 4 > _l:
         raise truncated('AlterReplicaLogDirsRequest.dirs', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -122,15 +126,16 @@ def _d_AlterReplicaLogDirsRequest_0(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('AlterReplicaLogDirsRequest.dirs', buf, pos, _c, 6)
     else:
-        f_dirs = _lst = []
+        o.dirs = _lst = []
         for _ in range(_c):
             _e, pos = _d_AlterReplicaLogDir_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return AlterReplicaLogDirsRequest(f_dirs, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_AlterReplicaLogDirTopic_2(buf, pos):
     _l = len(buf)
+    o = _new(AlterReplicaLogDirTopic)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -143,7 +148,7 @@ def _d_AlterReplicaLogDirTopic_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -157,22 +162,24 @@ def _d_AlterReplicaLogDirTopic_2(buf, pos):
         raise overrun('AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.partitions', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_partitions = list(_st.unpack_from(buf, pos))
+        o.partitions = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return AlterReplicaLogDirTopic(f_name, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_AlterReplicaLogDir_2(buf, pos):
     _l = len(buf)
+    o = _new(AlterReplicaLogDir)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -185,7 +192,7 @@ def _d_AlterReplicaLogDir_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('AlterReplicaLogDirsRequest.AlterReplicaLogDir.path', buf, pos, _n, 1)
-        f_path = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.path = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -198,24 +205,26 @@ def _d_AlterReplicaLogDir_2(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('AlterReplicaLogDirsRequest.AlterReplicaLogDir.topics', buf, pos, _c, 3)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_AlterReplicaLogDirTopic_2(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AlterReplicaLogDirsRequest.AlterReplicaLogDir')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return AlterReplicaLogDir(f_path, f_topics, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_AlterReplicaLogDirsRequest_2(buf, pos):
     _l = len(buf)
+    o = _new(AlterReplicaLogDirsRequest)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -227,21 +236,22 @@ def _d_AlterReplicaLogDirsRequest_2(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('AlterReplicaLogDirsRequest.dirs', buf, pos, _c, 3)
     else:
-        f_dirs = _lst = []
+        o.dirs = _lst = []
         for _ in range(_c):
             _e, pos = _d_AlterReplicaLogDir_2(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AlterReplicaLogDirsRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return AlterReplicaLogDirsRequest(f_dirs, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_AlterReplicaLogDirTopic_0(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')

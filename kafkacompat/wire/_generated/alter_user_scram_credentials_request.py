@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class ScramCredentialDeletion(Struct):
     __slots__ = ('name', 'mechanism', 'unknown_tags',)
@@ -57,6 +58,7 @@ _S1 = _Struct('>bi')
 
 def _d_ScramCredentialDeletion_0(buf, pos):
     _l = len(buf)
+    o = _new(ScramCredentialDeletion)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -69,26 +71,28 @@ def _d_ScramCredentialDeletion_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('AlterUserScramCredentialsRequest.ScramCredentialDeletion.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 1 > _l:
         raise truncated('AlterUserScramCredentialsRequest.ScramCredentialDeletion.mechanism', buf, pos, 1)
-    (f_mechanism,) = _S0.unpack_from(buf, pos)
+    (o.mechanism,) = _S0.unpack_from(buf, pos)
     pos += 1
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AlterUserScramCredentialsRequest.ScramCredentialDeletion')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ScramCredentialDeletion(f_name, f_mechanism, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_ScramCredentialUpsertion_0(buf, pos):
     _l = len(buf)
+    o = _new(ScramCredentialUpsertion)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -101,11 +105,11 @@ def _d_ScramCredentialUpsertion_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('AlterUserScramCredentialsRequest.ScramCredentialUpsertion.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 5 > _l:
         raise truncated('AlterUserScramCredentialsRequest.ScramCredentialUpsertion.mechanism', buf, pos, 5)
-    f_mechanism, f_iterations = _S1.unpack_from(buf, pos)
+    o.mechanism, o.iterations = _S1.unpack_from(buf, pos)
     pos += 5
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -119,7 +123,7 @@ def _d_ScramCredentialUpsertion_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('AlterUserScramCredentialsRequest.ScramCredentialUpsertion.salt', buf, pos, _n, 1)
-        f_salt = bytes(buf[pos:_end])
+        o.salt = bytes(buf[pos:_end])
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -133,22 +137,24 @@ def _d_ScramCredentialUpsertion_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('AlterUserScramCredentialsRequest.ScramCredentialUpsertion.salted_password', buf, pos, _n, 1)
-        f_salted_password = bytes(buf[pos:_end])
+        o.salted_password = bytes(buf[pos:_end])
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AlterUserScramCredentialsRequest.ScramCredentialUpsertion')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ScramCredentialUpsertion(f_name, f_mechanism, f_iterations, f_salt, f_salted_password, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_AlterUserScramCredentialsRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(AlterUserScramCredentialsRequest)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -160,7 +166,7 @@ def _d_AlterUserScramCredentialsRequest_0(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('AlterUserScramCredentialsRequest.deletions', buf, pos, _c, 3)
     else:
-        f_deletions = _lst = []
+        o.deletions = _lst = []
         for _ in range(_c):
             _e, pos = _d_ScramCredentialDeletion_0(buf, pos)
             _lst.append(_e)
@@ -175,21 +181,22 @@ def _d_AlterUserScramCredentialsRequest_0(buf, pos):
     elif _c * 9 > _l - pos:
         raise overrun('AlterUserScramCredentialsRequest.upsertions', buf, pos, _c, 9)
     else:
-        f_upsertions = _lst = []
+        o.upsertions = _lst = []
         for _ in range(_c):
             _e, pos = _d_ScramCredentialUpsertion_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AlterUserScramCredentialsRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return AlterUserScramCredentialsRequest(f_deletions, f_upsertions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_ScramCredentialDeletion_0(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')

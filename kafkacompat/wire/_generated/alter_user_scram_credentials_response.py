@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class AlterUserScramCredentialsResult(Struct):
     __slots__ = ('user', 'error_code', 'error_message', 'unknown_tags',)
@@ -46,6 +47,7 @@ _S1 = _Struct('>h')
 
 def _d_AlterUserScramCredentialsResult_0(buf, pos):
     _l = len(buf)
+    o = _new(AlterUserScramCredentialsResult)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -58,11 +60,11 @@ def _d_AlterUserScramCredentialsResult_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult.user', buf, pos, _n, 1)
-        f_user = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.user = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -73,30 +75,32 @@ def _d_AlterUserScramCredentialsResult_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return AlterUserScramCredentialsResult(f_user, f_error_code, f_error_message, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_AlterUserScramCredentialsResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(AlterUserScramCredentialsResponse)
     if pos + 4 > _l:
         raise truncated('AlterUserScramCredentialsResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -109,21 +113,22 @@ def _d_AlterUserScramCredentialsResponse_0(buf, pos):
     elif _c * 5 > _l - pos:
         raise overrun('AlterUserScramCredentialsResponse.results', buf, pos, _c, 5)
     else:
-        f_results = _lst = []
+        o.results = _lst = []
         for _ in range(_c):
             _e, pos = _d_AlterUserScramCredentialsResult_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'AlterUserScramCredentialsResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return AlterUserScramCredentialsResponse(f_throttle_time_ms, f_results, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_AlterUserScramCredentialsResult_0(o, out, chunks):
     _b = o.user.encode('utf-8', 'surrogateescape')

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class ApiVersionsRequest(Struct):
     __slots__ = ('client_software_name', 'client_software_version', 'unknown_tags',)
@@ -34,11 +35,15 @@ class ApiVersionsRequest(Struct):
 
 def _d_ApiVersionsRequest_0(buf, pos):
     _l = len(buf)
-    f_unknown_tags = None
-    return ApiVersionsRequest('', '', f_unknown_tags), pos
+    o = _new(ApiVersionsRequest)
+    o.client_software_name = ''
+    o.client_software_version = ''
+    o.unknown_tags = None
+    return o, pos
 
 def _d_ApiVersionsRequest_3(buf, pos):
     _l = len(buf)
+    o = _new(ApiVersionsRequest)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -51,7 +56,7 @@ def _d_ApiVersionsRequest_3(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ApiVersionsRequest.client_software_name', buf, pos, _n, 1)
-        f_client_software_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.client_software_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -65,19 +70,20 @@ def _d_ApiVersionsRequest_3(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ApiVersionsRequest.client_software_version', buf, pos, _n, 1)
-        f_client_software_version = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.client_software_version = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ApiVersionsRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ApiVersionsRequest(f_client_software_name, f_client_software_version, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_ApiVersionsRequest_0(o, out, chunks):
     pass

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class ApiVersion(Struct):
     __slots__ = ('api_key', 'min_version', 'max_version', 'unknown_tags',)
@@ -85,18 +86,25 @@ _S5 = _Struct('>?')
 
 def _d_ApiVersion_0(buf, pos):
     _l = len(buf)
+    o = _new(ApiVersion)
     if pos + 6 > _l:
         raise truncated('ApiVersionsResponse.ApiVersion.api_key', buf, pos, 6)
-    f_api_key, f_min_version, f_max_version = _S2.unpack_from(buf, pos)
+    o.api_key, o.min_version, o.max_version = _S2.unpack_from(buf, pos)
     pos += 6
-    f_unknown_tags = None
-    return ApiVersion(f_api_key, f_min_version, f_max_version, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_ApiVersionsResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(ApiVersionsResponse)
+    o.throttle_time_ms = 0
+    o.supported_features = []
+    o.finalized_features_epoch = -1
+    o.finalized_features = []
+    o.zk_migration_ready = False
     if pos + 2 > _l:
         raise truncated('ApiVersionsResponse.error_code', buf, pos, 2)
-    (f_error_code,) = _S0.unpack_from(buf, pos)
+    (o.error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
     if pos + 4 > _l:
         raise truncated('ApiVersionsResponse.api_keys', buf, pos, 4)
@@ -107,18 +115,23 @@ def _d_ApiVersionsResponse_0(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('ApiVersionsResponse.api_keys', buf, pos, _c, 6)
     else:
-        f_api_keys = _lst = []
+        o.api_keys = _lst = []
         for _ in range(_c):
             _e, pos = _d_ApiVersion_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return ApiVersionsResponse(f_error_code, f_api_keys, 0, [], -1, [], False, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_ApiVersionsResponse_1(buf, pos):
     _l = len(buf)
+    o = _new(ApiVersionsResponse)
+    o.supported_features = []
+    o.finalized_features_epoch = -1
+    o.finalized_features = []
+    o.zk_migration_ready = False
     if pos + 2 > _l:
         raise truncated('ApiVersionsResponse.error_code', buf, pos, 2)
-    (f_error_code,) = _S0.unpack_from(buf, pos)
+    (o.error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
     if pos + 4 > _l:
         raise truncated('ApiVersionsResponse.api_keys', buf, pos, 4)
@@ -129,37 +142,40 @@ def _d_ApiVersionsResponse_1(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('ApiVersionsResponse.api_keys', buf, pos, _c, 6)
     else:
-        f_api_keys = _lst = []
+        o.api_keys = _lst = []
         for _ in range(_c):
             _e, pos = _d_ApiVersion_0(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
         raise truncated('ApiVersionsResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S1.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S1.unpack_from(buf, pos)
     pos += 4
-    f_unknown_tags = None
-    return ApiVersionsResponse(f_error_code, f_api_keys, f_throttle_time_ms, [], -1, [], False, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_ApiVersion_3(buf, pos):
     _l = len(buf)
+    o = _new(ApiVersion)
     if pos + 6 > _l:
         raise truncated('ApiVersionsResponse.ApiVersion.api_key', buf, pos, 6)
-    f_api_key, f_min_version, f_max_version = _S2.unpack_from(buf, pos)
+    o.api_key, o.min_version, o.max_version = _S2.unpack_from(buf, pos)
     pos += 6
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ApiVersionsResponse.ApiVersion')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ApiVersion(f_api_key, f_min_version, f_max_version, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_SupportedFeatureKey_3(buf, pos):
     _l = len(buf)
+    o = _new(SupportedFeatureKey)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -172,26 +188,28 @@ def _d_SupportedFeatureKey_3(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ApiVersionsResponse.SupportedFeatureKey.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('ApiVersionsResponse.SupportedFeatureKey.min_version', buf, pos, 4)
-    f_min_version, f_max_version = _S3.unpack_from(buf, pos)
+    o.min_version, o.max_version = _S3.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ApiVersionsResponse.SupportedFeatureKey')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return SupportedFeatureKey(f_name, f_min_version, f_max_version, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_FinalizedFeatureKey_3(buf, pos):
     _l = len(buf)
+    o = _new(FinalizedFeatureKey)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -204,29 +222,31 @@ def _d_FinalizedFeatureKey_3(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ApiVersionsResponse.FinalizedFeatureKey.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('ApiVersionsResponse.FinalizedFeatureKey.max_version_level', buf, pos, 4)
-    f_max_version_level, f_min_version_level = _S3.unpack_from(buf, pos)
+    o.max_version_level, o.min_version_level = _S3.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ApiVersionsResponse.FinalizedFeatureKey')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return FinalizedFeatureKey(f_name, f_max_version_level, f_min_version_level, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_ApiVersionsResponse_3(buf, pos):
     _l = len(buf)
+    o = _new(ApiVersionsResponse)
     if pos + 2 > _l:
         raise truncated('ApiVersionsResponse.error_code', buf, pos, 2)
-    (f_error_code,) = _S0.unpack_from(buf, pos)
+    (o.error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -239,28 +259,28 @@ def _d_ApiVersionsResponse_3(buf, pos):
     elif _c * 7 > _l - pos:
         raise overrun('ApiVersionsResponse.api_keys', buf, pos, _c, 7)
     else:
-        f_api_keys = _lst = []
+        o.api_keys = _lst = []
         for _ in range(_c):
             _e, pos = _d_ApiVersion_3(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
         raise truncated('ApiVersionsResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S1.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S1.unpack_from(buf, pos)
     pos += 4
-    f_supported_features = []
-    f_finalized_features_epoch = -1
-    f_finalized_features = []
-    f_zk_migration_ready = False
+    o.supported_features = []
+    o.finalized_features_epoch = -1
+    o.finalized_features = []
+    o.zk_migration_ready = False
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ApiVersionsResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
+        _unknown = None
+        for _tag, _ts, _te in _tags:
             if _tag == 0:
-                _sub = buf[:_end]
-                _p = _start
+                _sub = buf[:_te]
+                _p = _ts
                 if _p < len(_sub) and _sub[_p] < 0x80:
                     _c = _sub[_p] - 1
                     _p += 1
@@ -272,24 +292,24 @@ def _d_ApiVersionsResponse_3(buf, pos):
                 elif _c * 6 > len(_sub) - _p:
                     raise overrun('ApiVersionsResponse.supported_features', _sub, _p, _c, 6)
                 else:
-                    f_supported_features = _lst = []
+                    o.supported_features = _lst = []
                     for _ in range(_c):
                         _e, _p = _d_SupportedFeatureKey_3(_sub, _p)
                         _lst.append(_e)
-                if _p != _end:
+                if _p != _te:
                     raise DecodeError('tagged field size mismatch', field='ApiVersionsResponse.supported_features')
             elif _tag == 1:
-                _sub = buf[:_end]
-                _p = _start
+                _sub = buf[:_te]
+                _p = _ts
                 if _p + 8 > len(_sub):
                     raise truncated('ApiVersionsResponse.finalized_features_epoch', _sub, _p, 8)
-                (f_finalized_features_epoch,) = _S4.unpack_from(_sub, _p)
+                (o.finalized_features_epoch,) = _S4.unpack_from(_sub, _p)
                 _p += 8
-                if _p != _end:
+                if _p != _te:
                     raise DecodeError('tagged field size mismatch', field='ApiVersionsResponse.finalized_features_epoch')
             elif _tag == 2:
-                _sub = buf[:_end]
-                _p = _start
+                _sub = buf[:_te]
+                _p = _ts
                 if _p < len(_sub) and _sub[_p] < 0x80:
                     _c = _sub[_p] - 1
                     _p += 1
@@ -301,26 +321,27 @@ def _d_ApiVersionsResponse_3(buf, pos):
                 elif _c * 6 > len(_sub) - _p:
                     raise overrun('ApiVersionsResponse.finalized_features', _sub, _p, _c, 6)
                 else:
-                    f_finalized_features = _lst = []
+                    o.finalized_features = _lst = []
                     for _ in range(_c):
                         _e, _p = _d_FinalizedFeatureKey_3(_sub, _p)
                         _lst.append(_e)
-                if _p != _end:
+                if _p != _te:
                     raise DecodeError('tagged field size mismatch', field='ApiVersionsResponse.finalized_features')
             elif _tag == 3:
-                _sub = buf[:_end]
-                _p = _start
+                _sub = buf[:_te]
+                _p = _ts
                 if _p + 1 > len(_sub):
                     raise truncated('ApiVersionsResponse.zk_migration_ready', _sub, _p, 1)
-                (f_zk_migration_ready,) = _S5.unpack_from(_sub, _p)
+                (o.zk_migration_ready,) = _S5.unpack_from(_sub, _p)
                 _p += 1
-                if _p != _end:
+                if _p != _te:
                     raise DecodeError('tagged field size mismatch', field='ApiVersionsResponse.zk_migration_ready')
             else:
-                if f_unknown_tags is None:
-                    f_unknown_tags = []
-                f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ApiVersionsResponse(f_error_code, f_api_keys, f_throttle_time_ms, f_supported_features, f_finalized_features_epoch, f_finalized_features, f_zk_migration_ready, f_unknown_tags), pos
+                if _unknown is None:
+                    _unknown = []
+                _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_ApiVersion_0(o, out, chunks):
     out += _S2.pack(o.api_key, o.min_version, o.max_version)

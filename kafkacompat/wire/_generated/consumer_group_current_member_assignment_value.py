@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class TopicPartitions(Struct):
     __slots__ = ('topic_id', 'partitions', 'unknown_tags',)
@@ -57,11 +58,12 @@ _A_i = ARRAY_STRUCTS['i']
 
 def _d_TopicPartitions_0(buf, pos):
     _l = len(buf)
+    o = _new(TopicPartitions)
     if pos + 16 > _l:
         raise truncated('ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions.topic_id', buf, pos, 16)
-    (f_topic_id,) = _S1.unpack_from(buf, pos)
+    (o.topic_id,) = _S1.unpack_from(buf, pos)
     pos += 16
-    f_topic_id = _UUID(bytes=f_topic_id)
+    o.topic_id = _UUID(bytes=o.topic_id)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -74,25 +76,27 @@ def _d_TopicPartitions_0(buf, pos):
         raise overrun('ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions.partitions', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_partitions = list(_st.unpack_from(buf, pos))
+        o.partitions = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return TopicPartitions(f_topic_id, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_ConsumerGroupCurrentMemberAssignmentValue_0(buf, pos):
     _l = len(buf)
+    o = _new(ConsumerGroupCurrentMemberAssignmentValue)
     if pos + 9 > _l:
         raise truncated('ConsumerGroupCurrentMemberAssignmentValue.member_epoch', buf, pos, 9)
-    f_member_epoch, f_previous_member_epoch, f_state = _S0.unpack_from(buf, pos)
+    o.member_epoch, o.previous_member_epoch, o.state = _S0.unpack_from(buf, pos)
     pos += 9
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -105,7 +109,7 @@ def _d_ConsumerGroupCurrentMemberAssignmentValue_0(buf, pos):
     elif _c * 18 > _l - pos:
         raise overrun('ConsumerGroupCurrentMemberAssignmentValue.assigned_partitions', buf, pos, _c, 18)
     else:
-        f_assigned_partitions = _lst = []
+        o.assigned_partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_TopicPartitions_0(buf, pos)
             _lst.append(_e)
@@ -120,21 +124,22 @@ def _d_ConsumerGroupCurrentMemberAssignmentValue_0(buf, pos):
     elif _c * 18 > _l - pos:
         raise overrun('ConsumerGroupCurrentMemberAssignmentValue.partitions_pending_revocation', buf, pos, _c, 18)
     else:
-        f_partitions_pending_revocation = _lst = []
+        o.partitions_pending_revocation = _lst = []
         for _ in range(_c):
             _e, pos = _d_TopicPartitions_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ConsumerGroupCurrentMemberAssignmentValue')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ConsumerGroupCurrentMemberAssignmentValue(f_member_epoch, f_previous_member_epoch, f_state, f_assigned_partitions, f_partitions_pending_revocation, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_TopicPartitions_0(o, out, chunks):
     out += _S1.pack(o.topic_id.bytes)

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class TopicPartitions(Struct):
     __slots__ = ('topic_id', 'partitions', 'unknown_tags',)
@@ -67,11 +68,12 @@ _A_i = ARRAY_STRUCTS['i']
 
 def _d_TopicPartitions_0(buf, pos):
     _l = len(buf)
+    o = _new(TopicPartitions)
     if pos + 16 > _l:
         raise truncated('ConsumerGroupHeartbeatRequest.TopicPartitions.topic_id', buf, pos, 16)
-    (f_topic_id,) = _S1.unpack_from(buf, pos)
+    (o.topic_id,) = _S1.unpack_from(buf, pos)
     pos += 16
-    f_topic_id = _UUID(bytes=f_topic_id)
+    o.topic_id = _UUID(bytes=o.topic_id)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -84,22 +86,25 @@ def _d_TopicPartitions_0(buf, pos):
         raise overrun('ConsumerGroupHeartbeatRequest.TopicPartitions.partitions', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_partitions = list(_st.unpack_from(buf, pos))
+        o.partitions = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ConsumerGroupHeartbeatRequest.TopicPartitions')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return TopicPartitions(f_topic_id, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_ConsumerGroupHeartbeatRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(ConsumerGroupHeartbeatRequest)
+    o.subscribed_topic_regex = None
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -112,7 +117,7 @@ def _d_ConsumerGroupHeartbeatRequest_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ConsumerGroupHeartbeatRequest.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -126,11 +131,11 @@ def _d_ConsumerGroupHeartbeatRequest_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ConsumerGroupHeartbeatRequest.member_id', buf, pos, _n, 1)
-        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('ConsumerGroupHeartbeatRequest.member_epoch', buf, pos, 4)
-    (f_member_epoch,) = _S0.unpack_from(buf, pos)
+    (o.member_epoch,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -141,12 +146,12 @@ def _d_ConsumerGroupHeartbeatRequest_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('ConsumerGroupHeartbeatRequest.instance_id', _n)
-        f_instance_id = None
+        o.instance_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('ConsumerGroupHeartbeatRequest.instance_id', buf, pos, _n, 1)
-        f_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -157,16 +162,16 @@ def _d_ConsumerGroupHeartbeatRequest_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('ConsumerGroupHeartbeatRequest.rack_id', _n)
-        f_rack_id = None
+        o.rack_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('ConsumerGroupHeartbeatRequest.rack_id', buf, pos, _n, 1)
-        f_rack_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.rack_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('ConsumerGroupHeartbeatRequest.rebalance_timeout_ms', buf, pos, 4)
-    (f_rebalance_timeout_ms,) = _S0.unpack_from(buf, pos)
+    (o.rebalance_timeout_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -177,11 +182,11 @@ def _d_ConsumerGroupHeartbeatRequest_0(buf, pos):
     if _c < 0:
         if _c != -1:
             raise bad_length('ConsumerGroupHeartbeatRequest.subscribed_topic_names', _c)
-        f_subscribed_topic_names = None
+        o.subscribed_topic_names = None
     elif _c * 1 > _l - pos:
         raise overrun('ConsumerGroupHeartbeatRequest.subscribed_topic_names', buf, pos, _c, 1)
     else:
-        f_subscribed_topic_names = _lst = []
+        o.subscribed_topic_names = _lst = []
         for _ in range(_c):
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
@@ -207,12 +212,12 @@ def _d_ConsumerGroupHeartbeatRequest_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('ConsumerGroupHeartbeatRequest.server_assignor', _n)
-        f_server_assignor = None
+        o.server_assignor = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('ConsumerGroupHeartbeatRequest.server_assignor', buf, pos, _n, 1)
-        f_server_assignor = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.server_assignor = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -223,28 +228,30 @@ def _d_ConsumerGroupHeartbeatRequest_0(buf, pos):
     if _c < 0:
         if _c != -1:
             raise bad_length('ConsumerGroupHeartbeatRequest.topic_partitions', _c)
-        f_topic_partitions = None
+        o.topic_partitions = None
     elif _c * 18 > _l - pos:
         raise overrun('ConsumerGroupHeartbeatRequest.topic_partitions', buf, pos, _c, 18)
     else:
-        f_topic_partitions = _lst = []
+        o.topic_partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_TopicPartitions_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ConsumerGroupHeartbeatRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ConsumerGroupHeartbeatRequest(f_group_id, f_member_id, f_member_epoch, f_instance_id, f_rack_id, f_rebalance_timeout_ms, f_subscribed_topic_names, None, f_server_assignor, f_topic_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_ConsumerGroupHeartbeatRequest_1(buf, pos):
     _l = len(buf)
+    o = _new(ConsumerGroupHeartbeatRequest)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -257,7 +264,7 @@ def _d_ConsumerGroupHeartbeatRequest_1(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ConsumerGroupHeartbeatRequest.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -271,11 +278,11 @@ def _d_ConsumerGroupHeartbeatRequest_1(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ConsumerGroupHeartbeatRequest.member_id', buf, pos, _n, 1)
-        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('ConsumerGroupHeartbeatRequest.member_epoch', buf, pos, 4)
-    (f_member_epoch,) = _S0.unpack_from(buf, pos)
+    (o.member_epoch,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -286,12 +293,12 @@ def _d_ConsumerGroupHeartbeatRequest_1(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('ConsumerGroupHeartbeatRequest.instance_id', _n)
-        f_instance_id = None
+        o.instance_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('ConsumerGroupHeartbeatRequest.instance_id', buf, pos, _n, 1)
-        f_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -302,16 +309,16 @@ def _d_ConsumerGroupHeartbeatRequest_1(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('ConsumerGroupHeartbeatRequest.rack_id', _n)
-        f_rack_id = None
+        o.rack_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('ConsumerGroupHeartbeatRequest.rack_id', buf, pos, _n, 1)
-        f_rack_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.rack_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('ConsumerGroupHeartbeatRequest.rebalance_timeout_ms', buf, pos, 4)
-    (f_rebalance_timeout_ms,) = _S0.unpack_from(buf, pos)
+    (o.rebalance_timeout_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -322,11 +329,11 @@ def _d_ConsumerGroupHeartbeatRequest_1(buf, pos):
     if _c < 0:
         if _c != -1:
             raise bad_length('ConsumerGroupHeartbeatRequest.subscribed_topic_names', _c)
-        f_subscribed_topic_names = None
+        o.subscribed_topic_names = None
     elif _c * 1 > _l - pos:
         raise overrun('ConsumerGroupHeartbeatRequest.subscribed_topic_names', buf, pos, _c, 1)
     else:
-        f_subscribed_topic_names = _lst = []
+        o.subscribed_topic_names = _lst = []
         for _ in range(_c):
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
@@ -352,12 +359,12 @@ def _d_ConsumerGroupHeartbeatRequest_1(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('ConsumerGroupHeartbeatRequest.subscribed_topic_regex', _n)
-        f_subscribed_topic_regex = None
+        o.subscribed_topic_regex = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('ConsumerGroupHeartbeatRequest.subscribed_topic_regex', buf, pos, _n, 1)
-        f_subscribed_topic_regex = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.subscribed_topic_regex = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -368,12 +375,12 @@ def _d_ConsumerGroupHeartbeatRequest_1(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('ConsumerGroupHeartbeatRequest.server_assignor', _n)
-        f_server_assignor = None
+        o.server_assignor = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('ConsumerGroupHeartbeatRequest.server_assignor', buf, pos, _n, 1)
-        f_server_assignor = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.server_assignor = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -384,25 +391,26 @@ def _d_ConsumerGroupHeartbeatRequest_1(buf, pos):
     if _c < 0:
         if _c != -1:
             raise bad_length('ConsumerGroupHeartbeatRequest.topic_partitions', _c)
-        f_topic_partitions = None
+        o.topic_partitions = None
     elif _c * 18 > _l - pos:
         raise overrun('ConsumerGroupHeartbeatRequest.topic_partitions', buf, pos, _c, 18)
     else:
-        f_topic_partitions = _lst = []
+        o.topic_partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_TopicPartitions_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ConsumerGroupHeartbeatRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ConsumerGroupHeartbeatRequest(f_group_id, f_member_id, f_member_epoch, f_instance_id, f_rack_id, f_rebalance_timeout_ms, f_subscribed_topic_names, f_subscribed_topic_regex, f_server_assignor, f_topic_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_TopicPartitions_0(o, out, chunks):
     out += _S1.pack(o.topic_id.bytes)

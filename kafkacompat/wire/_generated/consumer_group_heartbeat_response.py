@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class TopicPartitions(Struct):
     __slots__ = ('topic_id', 'partitions', 'unknown_tags',)
@@ -70,11 +71,12 @@ _A_i = ARRAY_STRUCTS['i']
 
 def _d_TopicPartitions_0(buf, pos):
     _l = len(buf)
+    o = _new(TopicPartitions)
     if pos + 16 > _l:
         raise truncated('ConsumerGroupHeartbeatResponse.TopicPartitions.topic_id', buf, pos, 16)
-    (f_topic_id,) = _S2.unpack_from(buf, pos)
+    (o.topic_id,) = _S2.unpack_from(buf, pos)
     pos += 16
-    f_topic_id = _UUID(bytes=f_topic_id)
+    o.topic_id = _UUID(bytes=o.topic_id)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -87,22 +89,24 @@ def _d_TopicPartitions_0(buf, pos):
         raise overrun('ConsumerGroupHeartbeatResponse.TopicPartitions.partitions', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_partitions = list(_st.unpack_from(buf, pos))
+        o.partitions = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ConsumerGroupHeartbeatResponse.TopicPartitions')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return TopicPartitions(f_topic_id, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_Assignment_0(buf, pos):
     _l = len(buf)
+    o = _new(Assignment)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -114,27 +118,29 @@ def _d_Assignment_0(buf, pos):
     elif _c * 18 > _l - pos:
         raise overrun('ConsumerGroupHeartbeatResponse.Assignment.topic_partitions', buf, pos, _c, 18)
     else:
-        f_topic_partitions = _lst = []
+        o.topic_partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_TopicPartitions_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ConsumerGroupHeartbeatResponse.Assignment')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return Assignment(f_topic_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_ConsumerGroupHeartbeatResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(ConsumerGroupHeartbeatResponse)
     if pos + 6 > _l:
         raise truncated('ConsumerGroupHeartbeatResponse.throttle_time_ms', buf, pos, 6)
-    f_throttle_time_ms, f_error_code = _S0.unpack_from(buf, pos)
+    o.throttle_time_ms, o.error_code = _S0.unpack_from(buf, pos)
     pos += 6
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -145,12 +151,12 @@ def _d_ConsumerGroupHeartbeatResponse_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('ConsumerGroupHeartbeatResponse.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('ConsumerGroupHeartbeatResponse.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -161,35 +167,36 @@ def _d_ConsumerGroupHeartbeatResponse_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('ConsumerGroupHeartbeatResponse.member_id', _n)
-        f_member_id = None
+        o.member_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('ConsumerGroupHeartbeatResponse.member_id', buf, pos, _n, 1)
-        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 8 > _l:
         raise truncated('ConsumerGroupHeartbeatResponse.member_epoch', buf, pos, 8)
-    f_member_epoch, f_heartbeat_interval_ms = _S1.unpack_from(buf, pos)
+    o.member_epoch, o.heartbeat_interval_ms = _S1.unpack_from(buf, pos)
     pos += 8
     if pos >= _l:
         raise truncated('ConsumerGroupHeartbeatResponse.assignment', buf, pos, 1)
     if buf[pos] >= 0x80:
-        f_assignment = None
+        o.assignment = None
         pos += 1
     else:
-        f_assignment, pos = _d_Assignment_0(buf, pos + 1)
+        o.assignment, pos = _d_Assignment_0(buf, pos + 1)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ConsumerGroupHeartbeatResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ConsumerGroupHeartbeatResponse(f_throttle_time_ms, f_error_code, f_error_message, f_member_id, f_member_epoch, f_heartbeat_interval_ms, f_assignment, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_TopicPartitions_0(o, out, chunks):
     out += _S2.pack(o.topic_id.bytes)

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class ClassicMemberMetadata(Struct):
     __slots__ = ('session_timeout_ms', 'supported_protocols', 'unknown_tags',)
@@ -72,6 +73,7 @@ _S0 = _Struct('>i')
 
 def _d_ClassicProtocol_0(buf, pos):
     _l = len(buf)
+    o = _new(ClassicProtocol)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -84,7 +86,7 @@ def _d_ClassicProtocol_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ConsumerGroupMemberMetadataValue.ClassicProtocol.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -98,25 +100,27 @@ def _d_ClassicProtocol_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ConsumerGroupMemberMetadataValue.ClassicProtocol.metadata', buf, pos, _n, 1)
-        f_metadata = bytes(buf[pos:_end])
+        o.metadata = bytes(buf[pos:_end])
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ConsumerGroupMemberMetadataValue.ClassicProtocol')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ClassicProtocol(f_name, f_metadata, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_ClassicMemberMetadata_0(buf, pos):
     _l = len(buf)
+    o = _new(ClassicMemberMetadata)
     if pos + 4 > _l:
         raise truncated('ConsumerGroupMemberMetadataValue.ClassicMemberMetadata.session_timeout_ms', buf, pos, 4)
-    (f_session_timeout_ms,) = _S0.unpack_from(buf, pos)
+    (o.session_timeout_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -129,24 +133,26 @@ def _d_ClassicMemberMetadata_0(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('ConsumerGroupMemberMetadataValue.ClassicMemberMetadata.supported_protocols', buf, pos, _c, 3)
     else:
-        f_supported_protocols = _lst = []
+        o.supported_protocols = _lst = []
         for _ in range(_c):
             _e, pos = _d_ClassicProtocol_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ConsumerGroupMemberMetadataValue.ClassicMemberMetadata')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ClassicMemberMetadata(f_session_timeout_ms, f_supported_protocols, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_ConsumerGroupMemberMetadataValue_0(buf, pos):
     _l = len(buf)
+    o = _new(ConsumerGroupMemberMetadataValue)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -156,12 +162,12 @@ def _d_ConsumerGroupMemberMetadataValue_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('ConsumerGroupMemberMetadataValue.instance_id', _n)
-        f_instance_id = None
+        o.instance_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('ConsumerGroupMemberMetadataValue.instance_id', buf, pos, _n, 1)
-        f_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -172,12 +178,12 @@ def _d_ConsumerGroupMemberMetadataValue_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('ConsumerGroupMemberMetadataValue.rack_id', _n)
-        f_rack_id = None
+        o.rack_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('ConsumerGroupMemberMetadataValue.rack_id', buf, pos, _n, 1)
-        f_rack_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.rack_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -191,7 +197,7 @@ def _d_ConsumerGroupMemberMetadataValue_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ConsumerGroupMemberMetadataValue.client_id', buf, pos, _n, 1)
-        f_client_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.client_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -205,7 +211,7 @@ def _d_ConsumerGroupMemberMetadataValue_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ConsumerGroupMemberMetadataValue.client_host', buf, pos, _n, 1)
-        f_client_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.client_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -218,7 +224,7 @@ def _d_ConsumerGroupMemberMetadataValue_0(buf, pos):
     elif _c * 1 > _l - pos:
         raise overrun('ConsumerGroupMemberMetadataValue.subscribed_topic_names', buf, pos, _c, 1)
     else:
-        f_subscribed_topic_names = _lst = []
+        o.subscribed_topic_names = _lst = []
         for _ in range(_c):
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
@@ -244,16 +250,16 @@ def _d_ConsumerGroupMemberMetadataValue_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('ConsumerGroupMemberMetadataValue.subscribed_topic_regex', _n)
-        f_subscribed_topic_regex = None
+        o.subscribed_topic_regex = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('ConsumerGroupMemberMetadataValue.subscribed_topic_regex', buf, pos, _n, 1)
-        f_subscribed_topic_regex = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.subscribed_topic_regex = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('ConsumerGroupMemberMetadataValue.rebalance_timeout_ms', buf, pos, 4)
-    (f_rebalance_timeout_ms,) = _S0.unpack_from(buf, pos)
+    (o.rebalance_timeout_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -264,38 +270,39 @@ def _d_ConsumerGroupMemberMetadataValue_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('ConsumerGroupMemberMetadataValue.server_assignor', _n)
-        f_server_assignor = None
+        o.server_assignor = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('ConsumerGroupMemberMetadataValue.server_assignor', buf, pos, _n, 1)
-        f_server_assignor = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.server_assignor = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
-    f_classic_member_metadata = ClassicMemberMetadata()
+    o.classic_member_metadata = ClassicMemberMetadata()
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ConsumerGroupMemberMetadataValue')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
+        _unknown = None
+        for _tag, _ts, _te in _tags:
             if _tag == 0:
-                _sub = buf[:_end]
-                _p = _start
+                _sub = buf[:_te]
+                _p = _ts
                 if _p >= len(_sub):
                     raise truncated('ConsumerGroupMemberMetadataValue.classic_member_metadata', _sub, _p, 1)
                 if _sub[_p] >= 0x80:
-                    f_classic_member_metadata = None
+                    o.classic_member_metadata = None
                     _p += 1
                 else:
-                    f_classic_member_metadata, _p = _d_ClassicMemberMetadata_0(_sub, _p + 1)
-                if _p != _end:
+                    o.classic_member_metadata, _p = _d_ClassicMemberMetadata_0(_sub, _p + 1)
+                if _p != _te:
                     raise DecodeError('tagged field size mismatch', field='ConsumerGroupMemberMetadataValue.classic_member_metadata')
             else:
-                if f_unknown_tags is None:
-                    f_unknown_tags = []
-                f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ConsumerGroupMemberMetadataValue(f_instance_id, f_rack_id, f_client_id, f_client_host, f_subscribed_topic_names, f_subscribed_topic_regex, f_rebalance_timeout_ms, f_server_assignor, f_classic_member_metadata, f_unknown_tags), pos
+                if _unknown is None:
+                    _unknown = []
+                _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_ClassicProtocol_0(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')

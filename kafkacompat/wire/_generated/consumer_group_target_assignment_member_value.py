@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class TopicPartition(Struct):
     __slots__ = ('topic_id', 'partitions', 'unknown_tags',)
@@ -44,11 +45,12 @@ _A_i = ARRAY_STRUCTS['i']
 
 def _d_TopicPartition_0(buf, pos):
     _l = len(buf)
+    o = _new(TopicPartition)
     if pos + 16 > _l:
         raise truncated('ConsumerGroupTargetAssignmentMemberValue.TopicPartition.topic_id', buf, pos, 16)
-    (f_topic_id,) = _S0.unpack_from(buf, pos)
+    (o.topic_id,) = _S0.unpack_from(buf, pos)
     pos += 16
-    f_topic_id = _UUID(bytes=f_topic_id)
+    o.topic_id = _UUID(bytes=o.topic_id)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -61,22 +63,24 @@ def _d_TopicPartition_0(buf, pos):
         raise overrun('ConsumerGroupTargetAssignmentMemberValue.TopicPartition.partitions', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_partitions = list(_st.unpack_from(buf, pos))
+        o.partitions = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ConsumerGroupTargetAssignmentMemberValue.TopicPartition')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return TopicPartition(f_topic_id, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_ConsumerGroupTargetAssignmentMemberValue_0(buf, pos):
     _l = len(buf)
+    o = _new(ConsumerGroupTargetAssignmentMemberValue)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -88,21 +92,22 @@ def _d_ConsumerGroupTargetAssignmentMemberValue_0(buf, pos):
     elif _c * 18 > _l - pos:
         raise overrun('ConsumerGroupTargetAssignmentMemberValue.topic_partitions', buf, pos, _c, 18)
     else:
-        f_topic_partitions = _lst = []
+        o.topic_partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_TopicPartition_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ConsumerGroupTargetAssignmentMemberValue')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ConsumerGroupTargetAssignmentMemberValue(f_topic_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_TopicPartition_0(o, out, chunks):
     out += _S0.pack(o.topic_id.bytes)

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class TopicPartition(Struct):
     __slots__ = ('topic', 'partitions', 'unknown_tags',)
@@ -46,6 +47,7 @@ _A_i = ARRAY_STRUCTS['i']
 
 def _d_TopicPartition_0(buf, pos):
     _l = len(buf)
+    o = _new(TopicPartition)
     if pos + 2 > _l:
         raise truncated('ConsumerProtocolAssignment.TopicPartition.topic', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -56,7 +58,7 @@ def _d_TopicPartition_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ConsumerProtocolAssignment.TopicPartition.topic', buf, pos, _n, 1)
-        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('ConsumerProtocolAssignment.TopicPartition.partitions', buf, pos, 4)
@@ -68,13 +70,14 @@ def _d_TopicPartition_0(buf, pos):
         raise overrun('ConsumerProtocolAssignment.TopicPartition.partitions', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_partitions = list(_st.unpack_from(buf, pos))
+        o.partitions = list(_st.unpack_from(buf, pos))
         pos += _c * 4
-    f_unknown_tags = None
-    return TopicPartition(f_topic, f_partitions, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_ConsumerProtocolAssignment_0(buf, pos):
     _l = len(buf)
+    o = _new(ConsumerProtocolAssignment)
     if pos + 4 > _l:
         raise truncated('ConsumerProtocolAssignment.assigned_partitions', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -84,7 +87,7 @@ def _d_ConsumerProtocolAssignment_0(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('ConsumerProtocolAssignment.assigned_partitions', buf, pos, _c, 6)
     else:
-        f_assigned_partitions = _lst = []
+        o.assigned_partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_TopicPartition_0(buf, pos)
             _lst.append(_e)
@@ -95,15 +98,15 @@ def _d_ConsumerProtocolAssignment_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('ConsumerProtocolAssignment.user_data', _n)
-        f_user_data = None
+        o.user_data = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('ConsumerProtocolAssignment.user_data', buf, pos, _n, 1)
-        f_user_data = bytes(buf[pos:_end])
+        o.user_data = bytes(buf[pos:_end])
         pos = _end
-    f_unknown_tags = None
-    return ConsumerProtocolAssignment(f_assigned_partitions, f_user_data, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _e_TopicPartition_0(o, out, chunks):
     _b = o.topic.encode('utf-8', 'surrogateescape')

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class TopicPartition(Struct):
     __slots__ = ('topic', 'partitions', 'unknown_tags',)
@@ -57,6 +58,10 @@ _A_i = ARRAY_STRUCTS['i']
 
 def _d_ConsumerProtocolSubscription_0(buf, pos):
     _l = len(buf)
+    o = _new(ConsumerProtocolSubscription)
+    o.owned_partitions = []
+    o.generation_id = -1
+    o.rack_id = None
     if pos + 4 > _l:
         raise truncated('ConsumerProtocolSubscription.topics', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -66,7 +71,7 @@ def _d_ConsumerProtocolSubscription_0(buf, pos):
     elif _c * 2 > _l - pos:
         raise overrun('ConsumerProtocolSubscription.topics', buf, pos, _c, 2)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             if pos + 2 > _l:
                 raise truncated('ConsumerProtocolSubscription.topics', buf, pos, 2)
@@ -88,18 +93,19 @@ def _d_ConsumerProtocolSubscription_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('ConsumerProtocolSubscription.user_data', _n)
-        f_user_data = None
+        o.user_data = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('ConsumerProtocolSubscription.user_data', buf, pos, _n, 1)
-        f_user_data = bytes(buf[pos:_end])
+        o.user_data = bytes(buf[pos:_end])
         pos = _end
-    f_unknown_tags = None
-    return ConsumerProtocolSubscription(f_topics, f_user_data, [], -1, None, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_TopicPartition_1(buf, pos):
     _l = len(buf)
+    o = _new(TopicPartition)
     if pos + 2 > _l:
         raise truncated('ConsumerProtocolSubscription.TopicPartition.topic', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -110,7 +116,7 @@ def _d_TopicPartition_1(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ConsumerProtocolSubscription.TopicPartition.topic', buf, pos, _n, 1)
-        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('ConsumerProtocolSubscription.TopicPartition.partitions', buf, pos, 4)
@@ -122,13 +128,16 @@ def _d_TopicPartition_1(buf, pos):
         raise overrun('ConsumerProtocolSubscription.TopicPartition.partitions', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_partitions = list(_st.unpack_from(buf, pos))
+        o.partitions = list(_st.unpack_from(buf, pos))
         pos += _c * 4
-    f_unknown_tags = None
-    return TopicPartition(f_topic, f_partitions, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_ConsumerProtocolSubscription_1(buf, pos):
     _l = len(buf)
+    o = _new(ConsumerProtocolSubscription)
+    o.generation_id = -1
+    o.rack_id = None
     if pos + 4 > _l:
         raise truncated('ConsumerProtocolSubscription.topics', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -138,7 +147,7 @@ def _d_ConsumerProtocolSubscription_1(buf, pos):
     elif _c * 2 > _l - pos:
         raise overrun('ConsumerProtocolSubscription.topics', buf, pos, _c, 2)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             if pos + 2 > _l:
                 raise truncated('ConsumerProtocolSubscription.topics', buf, pos, 2)
@@ -160,12 +169,12 @@ def _d_ConsumerProtocolSubscription_1(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('ConsumerProtocolSubscription.user_data', _n)
-        f_user_data = None
+        o.user_data = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('ConsumerProtocolSubscription.user_data', buf, pos, _n, 1)
-        f_user_data = bytes(buf[pos:_end])
+        o.user_data = bytes(buf[pos:_end])
         pos = _end
     if pos + 4 > _l:
         raise truncated('ConsumerProtocolSubscription.owned_partitions', buf, pos, 4)
@@ -176,15 +185,17 @@ def _d_ConsumerProtocolSubscription_1(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('ConsumerProtocolSubscription.owned_partitions', buf, pos, _c, 6)
     else:
-        f_owned_partitions = _lst = []
+        o.owned_partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_TopicPartition_1(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return ConsumerProtocolSubscription(f_topics, f_user_data, f_owned_partitions, -1, None, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_ConsumerProtocolSubscription_2(buf, pos):
     _l = len(buf)
+    o = _new(ConsumerProtocolSubscription)
+    o.rack_id = None
     if pos + 4 > _l:
         raise truncated('ConsumerProtocolSubscription.topics', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -194,7 +205,7 @@ def _d_ConsumerProtocolSubscription_2(buf, pos):
     elif _c * 2 > _l - pos:
         raise overrun('ConsumerProtocolSubscription.topics', buf, pos, _c, 2)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             if pos + 2 > _l:
                 raise truncated('ConsumerProtocolSubscription.topics', buf, pos, 2)
@@ -216,12 +227,12 @@ def _d_ConsumerProtocolSubscription_2(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('ConsumerProtocolSubscription.user_data', _n)
-        f_user_data = None
+        o.user_data = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('ConsumerProtocolSubscription.user_data', buf, pos, _n, 1)
-        f_user_data = bytes(buf[pos:_end])
+        o.user_data = bytes(buf[pos:_end])
         pos = _end
     if pos + 4 > _l:
         raise truncated('ConsumerProtocolSubscription.owned_partitions', buf, pos, 4)
@@ -232,19 +243,20 @@ def _d_ConsumerProtocolSubscription_2(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('ConsumerProtocolSubscription.owned_partitions', buf, pos, _c, 6)
     else:
-        f_owned_partitions = _lst = []
+        o.owned_partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_TopicPartition_1(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
         raise truncated('ConsumerProtocolSubscription.generation_id', buf, pos, 4)
-    (f_generation_id,) = _S0.unpack_from(buf, pos)
+    (o.generation_id,) = _S0.unpack_from(buf, pos)
     pos += 4
-    f_unknown_tags = None
-    return ConsumerProtocolSubscription(f_topics, f_user_data, f_owned_partitions, f_generation_id, None, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_ConsumerProtocolSubscription_3(buf, pos):
     _l = len(buf)
+    o = _new(ConsumerProtocolSubscription)
     if pos + 4 > _l:
         raise truncated('ConsumerProtocolSubscription.topics', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -254,7 +266,7 @@ def _d_ConsumerProtocolSubscription_3(buf, pos):
     elif _c * 2 > _l - pos:
         raise overrun('ConsumerProtocolSubscription.topics', buf, pos, _c, 2)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             if pos + 2 > _l:
                 raise truncated('ConsumerProtocolSubscription.topics', buf, pos, 2)
@@ -276,12 +288,12 @@ def _d_ConsumerProtocolSubscription_3(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('ConsumerProtocolSubscription.user_data', _n)
-        f_user_data = None
+        o.user_data = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('ConsumerProtocolSubscription.user_data', buf, pos, _n, 1)
-        f_user_data = bytes(buf[pos:_end])
+        o.user_data = bytes(buf[pos:_end])
         pos = _end
     if pos + 4 > _l:
         raise truncated('ConsumerProtocolSubscription.owned_partitions', buf, pos, 4)
@@ -292,13 +304,13 @@ def _d_ConsumerProtocolSubscription_3(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('ConsumerProtocolSubscription.owned_partitions', buf, pos, _c, 6)
     else:
-        f_owned_partitions = _lst = []
+        o.owned_partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_TopicPartition_1(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
         raise truncated('ConsumerProtocolSubscription.generation_id', buf, pos, 4)
-    (f_generation_id,) = _S0.unpack_from(buf, pos)
+    (o.generation_id,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 2 > _l:
         raise truncated('ConsumerProtocolSubscription.rack_id', buf, pos, 2)
@@ -307,15 +319,15 @@ def _d_ConsumerProtocolSubscription_3(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('ConsumerProtocolSubscription.rack_id', _n)
-        f_rack_id = None
+        o.rack_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('ConsumerProtocolSubscription.rack_id', buf, pos, _n, 1)
-        f_rack_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.rack_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
-    f_unknown_tags = None
-    return ConsumerProtocolSubscription(f_topics, f_user_data, f_owned_partitions, f_generation_id, f_rack_id, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _e_ConsumerProtocolSubscription_0(o, out, chunks):
     _a = o.topics

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class RemainingPartition(Struct):
     __slots__ = ('topic_name', 'partition_index', 'unknown_tags',)
@@ -45,6 +46,7 @@ _S1 = _Struct('>i')
 
 def _d_RemainingPartition_0(buf, pos):
     _l = len(buf)
+    o = _new(RemainingPartition)
     if pos + 2 > _l:
         raise truncated('ControlledShutdownResponse.RemainingPartition.topic_name', buf, pos, 2)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -55,20 +57,21 @@ def _d_RemainingPartition_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ControlledShutdownResponse.RemainingPartition.topic_name', buf, pos, _n, 1)
-        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('ControlledShutdownResponse.RemainingPartition.partition_index', buf, pos, 4)
-    (f_partition_index,) = _S1.unpack_from(buf, pos)
+    (o.partition_index,) = _S1.unpack_from(buf, pos)
     pos += 4
-    f_unknown_tags = None
-    return RemainingPartition(f_topic_name, f_partition_index, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_ControlledShutdownResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(ControlledShutdownResponse)
     if pos + 2 > _l:
         raise truncated('ControlledShutdownResponse.error_code', buf, pos, 2)
-    (f_error_code,) = _S0.unpack_from(buf, pos)
+    (o.error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
     if pos + 4 > _l:
         raise truncated('ControlledShutdownResponse.remaining_partitions', buf, pos, 4)
@@ -79,15 +82,16 @@ def _d_ControlledShutdownResponse_0(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('ControlledShutdownResponse.remaining_partitions', buf, pos, _c, 6)
     else:
-        f_remaining_partitions = _lst = []
+        o.remaining_partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_RemainingPartition_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return ControlledShutdownResponse(f_error_code, f_remaining_partitions, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_RemainingPartition_3(buf, pos):
     _l = len(buf)
+    o = _new(RemainingPartition)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -100,29 +104,31 @@ def _d_RemainingPartition_3(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ControlledShutdownResponse.RemainingPartition.topic_name', buf, pos, _n, 1)
-        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('ControlledShutdownResponse.RemainingPartition.partition_index', buf, pos, 4)
-    (f_partition_index,) = _S1.unpack_from(buf, pos)
+    (o.partition_index,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ControlledShutdownResponse.RemainingPartition')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return RemainingPartition(f_topic_name, f_partition_index, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_ControlledShutdownResponse_3(buf, pos):
     _l = len(buf)
+    o = _new(ControlledShutdownResponse)
     if pos + 2 > _l:
         raise truncated('ControlledShutdownResponse.error_code', buf, pos, 2)
-    (f_error_code,) = _S0.unpack_from(buf, pos)
+    (o.error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -135,21 +141,22 @@ def _d_ControlledShutdownResponse_3(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('ControlledShutdownResponse.remaining_partitions', buf, pos, _c, 6)
     else:
-        f_remaining_partitions = _lst = []
+        o.remaining_partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_RemainingPartition_3(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ControlledShutdownResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ControlledShutdownResponse(f_error_code, f_remaining_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_RemainingPartition_0(o, out, chunks):
     _b = o.topic_name.encode('utf-8', 'surrogateescape')

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class AclCreation(Struct):
     __slots__ = ('resource_type', 'resource_name', 'resource_pattern_type', 'principal', 'host', 'operation', 'permission_type', 'unknown_tags',)
@@ -61,9 +62,11 @@ _S3 = _Struct('>bb')
 
 def _d_AclCreation_0(buf, pos):
     _l = len(buf)
+    o = _new(AclCreation)
+    o.resource_pattern_type = 3
     if pos + 1 > _l:
         raise truncated('CreateAclsRequest.AclCreation.resource_type', buf, pos, 1)
-    (f_resource_type,) = _S1.unpack_from(buf, pos)
+    (o.resource_type,) = _S1.unpack_from(buf, pos)
     pos += 1
     if pos + 2 > _l:
         raise truncated('CreateAclsRequest.AclCreation.resource_name', buf, pos, 2)
@@ -75,7 +78,7 @@ def _d_AclCreation_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('CreateAclsRequest.AclCreation.resource_name', buf, pos, _n, 1)
-        f_resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('CreateAclsRequest.AclCreation.principal', buf, pos, 2)
@@ -87,7 +90,7 @@ def _d_AclCreation_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('CreateAclsRequest.AclCreation.principal', buf, pos, _n, 1)
-        f_principal = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.principal = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('CreateAclsRequest.AclCreation.host', buf, pos, 2)
@@ -99,17 +102,18 @@ def _d_AclCreation_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('CreateAclsRequest.AclCreation.host', buf, pos, _n, 1)
-        f_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('CreateAclsRequest.AclCreation.operation', buf, pos, 2)
-    f_operation, f_permission_type = _S3.unpack_from(buf, pos)
+    o.operation, o.permission_type = _S3.unpack_from(buf, pos)
     pos += 2
-    f_unknown_tags = None
-    return AclCreation(f_resource_type, f_resource_name, 3, f_principal, f_host, f_operation, f_permission_type, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_CreateAclsRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(CreateAclsRequest)
     if pos + 4 > _l:
         raise truncated('CreateAclsRequest.creations', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -119,18 +123,19 @@ def _d_CreateAclsRequest_0(buf, pos):
     elif _c * 9 > _l - pos:
         raise overrun('CreateAclsRequest.creations', buf, pos, _c, 9)
     else:
-        f_creations = _lst = []
+        o.creations = _lst = []
         for _ in range(_c):
             _e, pos = _d_AclCreation_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return CreateAclsRequest(f_creations, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_AclCreation_1(buf, pos):
     _l = len(buf)
+    o = _new(AclCreation)
     if pos + 1 > _l:
         raise truncated('CreateAclsRequest.AclCreation.resource_type', buf, pos, 1)
-    (f_resource_type,) = _S1.unpack_from(buf, pos)
+    (o.resource_type,) = _S1.unpack_from(buf, pos)
     pos += 1
     if pos + 2 > _l:
         raise truncated('CreateAclsRequest.AclCreation.resource_name', buf, pos, 2)
@@ -142,11 +147,11 @@ def _d_AclCreation_1(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('CreateAclsRequest.AclCreation.resource_name', buf, pos, _n, 1)
-        f_resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 1 > _l:
         raise truncated('CreateAclsRequest.AclCreation.resource_pattern_type', buf, pos, 1)
-    (f_resource_pattern_type,) = _S1.unpack_from(buf, pos)
+    (o.resource_pattern_type,) = _S1.unpack_from(buf, pos)
     pos += 1
     if pos + 2 > _l:
         raise truncated('CreateAclsRequest.AclCreation.principal', buf, pos, 2)
@@ -158,7 +163,7 @@ def _d_AclCreation_1(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('CreateAclsRequest.AclCreation.principal', buf, pos, _n, 1)
-        f_principal = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.principal = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('CreateAclsRequest.AclCreation.host', buf, pos, 2)
@@ -170,17 +175,18 @@ def _d_AclCreation_1(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('CreateAclsRequest.AclCreation.host', buf, pos, _n, 1)
-        f_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('CreateAclsRequest.AclCreation.operation', buf, pos, 2)
-    f_operation, f_permission_type = _S3.unpack_from(buf, pos)
+    o.operation, o.permission_type = _S3.unpack_from(buf, pos)
     pos += 2
-    f_unknown_tags = None
-    return AclCreation(f_resource_type, f_resource_name, f_resource_pattern_type, f_principal, f_host, f_operation, f_permission_type, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_CreateAclsRequest_1(buf, pos):
     _l = len(buf)
+    o = _new(CreateAclsRequest)
     if pos + 4 > _l:
         raise truncated('CreateAclsRequest.creations', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -190,18 +196,19 @@ def _d_CreateAclsRequest_1(buf, pos):
     elif _c * 10 > _l - pos:
         raise overrun('CreateAclsRequest.creations', buf, pos, _c, 10)
     else:
-        f_creations = _lst = []
+        o.creations = _lst = []
         for _ in range(_c):
             _e, pos = _d_AclCreation_1(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return CreateAclsRequest(f_creations, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_AclCreation_2(buf, pos):
     _l = len(buf)
+    o = _new(AclCreation)
     if pos + 1 > _l:
         raise truncated('CreateAclsRequest.AclCreation.resource_type', buf, pos, 1)
-    (f_resource_type,) = _S1.unpack_from(buf, pos)
+    (o.resource_type,) = _S1.unpack_from(buf, pos)
     pos += 1
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -215,11 +222,11 @@ def _d_AclCreation_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('CreateAclsRequest.AclCreation.resource_name', buf, pos, _n, 1)
-        f_resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 1 > _l:
         raise truncated('CreateAclsRequest.AclCreation.resource_pattern_type', buf, pos, 1)
-    (f_resource_pattern_type,) = _S1.unpack_from(buf, pos)
+    (o.resource_pattern_type,) = _S1.unpack_from(buf, pos)
     pos += 1
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -233,7 +240,7 @@ def _d_AclCreation_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('CreateAclsRequest.AclCreation.principal', buf, pos, _n, 1)
-        f_principal = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.principal = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -247,26 +254,28 @@ def _d_AclCreation_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('CreateAclsRequest.AclCreation.host', buf, pos, _n, 1)
-        f_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('CreateAclsRequest.AclCreation.operation', buf, pos, 2)
-    f_operation, f_permission_type = _S3.unpack_from(buf, pos)
+    o.operation, o.permission_type = _S3.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'CreateAclsRequest.AclCreation')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return AclCreation(f_resource_type, f_resource_name, f_resource_pattern_type, f_principal, f_host, f_operation, f_permission_type, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_CreateAclsRequest_2(buf, pos):
     _l = len(buf)
+    o = _new(CreateAclsRequest)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -278,21 +287,22 @@ def _d_CreateAclsRequest_2(buf, pos):
     elif _c * 8 > _l - pos:
         raise overrun('CreateAclsRequest.creations', buf, pos, _c, 8)
     else:
-        f_creations = _lst = []
+        o.creations = _lst = []
         for _ in range(_c):
             _e, pos = _d_AclCreation_2(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'CreateAclsRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return CreateAclsRequest(f_creations, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_AclCreation_0(o, out, chunks):
     out += _S1.pack(o.resource_type)

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class AclCreationResult(Struct):
     __slots__ = ('error_code', 'error_message', 'unknown_tags',)
@@ -45,9 +46,10 @@ _S1 = _Struct('>h')
 
 def _d_AclCreationResult_0(buf, pos):
     _l = len(buf)
+    o = _new(AclCreationResult)
     if pos + 2 > _l:
         raise truncated('CreateAclsResponse.AclCreationResult.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
     if pos + 2 > _l:
         raise truncated('CreateAclsResponse.AclCreationResult.error_message', buf, pos, 2)
@@ -56,21 +58,22 @@ def _d_AclCreationResult_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('CreateAclsResponse.AclCreationResult.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('CreateAclsResponse.AclCreationResult.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
-    f_unknown_tags = None
-    return AclCreationResult(f_error_code, f_error_message, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_CreateAclsResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(CreateAclsResponse)
     if pos + 4 > _l:
         raise truncated('CreateAclsResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('CreateAclsResponse.results', buf, pos, 4)
@@ -81,18 +84,19 @@ def _d_CreateAclsResponse_0(buf, pos):
     elif _c * 4 > _l - pos:
         raise overrun('CreateAclsResponse.results', buf, pos, _c, 4)
     else:
-        f_results = _lst = []
+        o.results = _lst = []
         for _ in range(_c):
             _e, pos = _d_AclCreationResult_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return CreateAclsResponse(f_throttle_time_ms, f_results, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_AclCreationResult_2(buf, pos):
     _l = len(buf)
+    o = _new(AclCreationResult)
     if pos + 2 > _l:
         raise truncated('CreateAclsResponse.AclCreationResult.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -103,30 +107,32 @@ def _d_AclCreationResult_2(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('CreateAclsResponse.AclCreationResult.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('CreateAclsResponse.AclCreationResult.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'CreateAclsResponse.AclCreationResult')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return AclCreationResult(f_error_code, f_error_message, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_CreateAclsResponse_2(buf, pos):
     _l = len(buf)
+    o = _new(CreateAclsResponse)
     if pos + 4 > _l:
         raise truncated('CreateAclsResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -139,21 +145,22 @@ def _d_CreateAclsResponse_2(buf, pos):
     elif _c * 4 > _l - pos:
         raise overrun('CreateAclsResponse.results', buf, pos, _c, 4)
     else:
-        f_results = _lst = []
+        o.results = _lst = []
         for _ in range(_c):
             _e, pos = _d_AclCreationResult_2(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'CreateAclsResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return CreateAclsResponse(f_throttle_time_ms, f_results, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_AclCreationResult_0(o, out, chunks):
     out += _S1.pack(o.error_code)

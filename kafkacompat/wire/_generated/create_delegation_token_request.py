@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class CreatableRenewers(Struct):
     __slots__ = ('principal_type', 'principal_name', 'unknown_tags',)
@@ -55,6 +56,7 @@ _S2 = _Struct('>q')
 
 def _d_CreatableRenewers_0(buf, pos):
     _l = len(buf)
+    o = _new(CreatableRenewers)
     if pos + 2 > _l:
         raise truncated('CreateDelegationTokenRequest.CreatableRenewers.principal_type', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -65,7 +67,7 @@ def _d_CreatableRenewers_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('CreateDelegationTokenRequest.CreatableRenewers.principal_type', buf, pos, _n, 1)
-        f_principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('CreateDelegationTokenRequest.CreatableRenewers.principal_name', buf, pos, 2)
@@ -77,13 +79,16 @@ def _d_CreatableRenewers_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('CreateDelegationTokenRequest.CreatableRenewers.principal_name', buf, pos, _n, 1)
-        f_principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
-    f_unknown_tags = None
-    return CreatableRenewers(f_principal_type, f_principal_name, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_CreateDelegationTokenRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(CreateDelegationTokenRequest)
+    o.owner_principal_type = ''
+    o.owner_principal_name = ''
     if pos + 4 > _l:
         raise truncated('CreateDelegationTokenRequest.renewers', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -93,19 +98,20 @@ def _d_CreateDelegationTokenRequest_0(buf, pos):
     elif _c * 4 > _l - pos:
         raise overrun('CreateDelegationTokenRequest.renewers', buf, pos, _c, 4)
     else:
-        f_renewers = _lst = []
+        o.renewers = _lst = []
         for _ in range(_c):
             _e, pos = _d_CreatableRenewers_0(buf, pos)
             _lst.append(_e)
     if pos + 8 > _l:
         raise truncated('CreateDelegationTokenRequest.max_lifetime_ms', buf, pos, 8)
-    (f_max_lifetime_ms,) = _S2.unpack_from(buf, pos)
+    (o.max_lifetime_ms,) = _S2.unpack_from(buf, pos)
     pos += 8
-    f_unknown_tags = None
-    return CreateDelegationTokenRequest('', '', f_renewers, f_max_lifetime_ms, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_CreatableRenewers_2(buf, pos):
     _l = len(buf)
+    o = _new(CreatableRenewers)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -118,7 +124,7 @@ def _d_CreatableRenewers_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('CreateDelegationTokenRequest.CreatableRenewers.principal_type', buf, pos, _n, 1)
-        f_principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -132,22 +138,26 @@ def _d_CreatableRenewers_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('CreateDelegationTokenRequest.CreatableRenewers.principal_name', buf, pos, _n, 1)
-        f_principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'CreateDelegationTokenRequest.CreatableRenewers')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return CreatableRenewers(f_principal_type, f_principal_name, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_CreateDelegationTokenRequest_2(buf, pos):
     _l = len(buf)
+    o = _new(CreateDelegationTokenRequest)
+    o.owner_principal_type = ''
+    o.owner_principal_name = ''
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -159,28 +169,30 @@ def _d_CreateDelegationTokenRequest_2(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('CreateDelegationTokenRequest.renewers', buf, pos, _c, 3)
     else:
-        f_renewers = _lst = []
+        o.renewers = _lst = []
         for _ in range(_c):
             _e, pos = _d_CreatableRenewers_2(buf, pos)
             _lst.append(_e)
     if pos + 8 > _l:
         raise truncated('CreateDelegationTokenRequest.max_lifetime_ms', buf, pos, 8)
-    (f_max_lifetime_ms,) = _S2.unpack_from(buf, pos)
+    (o.max_lifetime_ms,) = _S2.unpack_from(buf, pos)
     pos += 8
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'CreateDelegationTokenRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return CreateDelegationTokenRequest('', '', f_renewers, f_max_lifetime_ms, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_CreateDelegationTokenRequest_3(buf, pos):
     _l = len(buf)
+    o = _new(CreateDelegationTokenRequest)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -190,12 +202,12 @@ def _d_CreateDelegationTokenRequest_3(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('CreateDelegationTokenRequest.owner_principal_type', _n)
-        f_owner_principal_type = None
+        o.owner_principal_type = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('CreateDelegationTokenRequest.owner_principal_type', buf, pos, _n, 1)
-        f_owner_principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.owner_principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -206,12 +218,12 @@ def _d_CreateDelegationTokenRequest_3(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('CreateDelegationTokenRequest.owner_principal_name', _n)
-        f_owner_principal_name = None
+        o.owner_principal_name = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('CreateDelegationTokenRequest.owner_principal_name', buf, pos, _n, 1)
-        f_owner_principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.owner_principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -224,25 +236,26 @@ def _d_CreateDelegationTokenRequest_3(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('CreateDelegationTokenRequest.renewers', buf, pos, _c, 3)
     else:
-        f_renewers = _lst = []
+        o.renewers = _lst = []
         for _ in range(_c):
             _e, pos = _d_CreatableRenewers_2(buf, pos)
             _lst.append(_e)
     if pos + 8 > _l:
         raise truncated('CreateDelegationTokenRequest.max_lifetime_ms', buf, pos, 8)
-    (f_max_lifetime_ms,) = _S2.unpack_from(buf, pos)
+    (o.max_lifetime_ms,) = _S2.unpack_from(buf, pos)
     pos += 8
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'CreateDelegationTokenRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return CreateDelegationTokenRequest(f_owner_principal_type, f_owner_principal_name, f_renewers, f_max_lifetime_ms, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_CreatableRenewers_0(o, out, chunks):
     _b = o.principal_type.encode('utf-8', 'surrogateescape')

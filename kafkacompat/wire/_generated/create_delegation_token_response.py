@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class CreateDelegationTokenResponse(Struct):
     __slots__ = ('error_code', 'principal_type', 'principal_name', 'token_requester_principal_type', 'token_requester_principal_name', 'issue_timestamp_ms', 'expiry_timestamp_ms', 'max_timestamp_ms', 'token_id', 'hmac', 'throttle_time_ms', 'unknown_tags',)
@@ -60,9 +61,12 @@ _S2 = _Struct('>i')
 
 def _d_CreateDelegationTokenResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(CreateDelegationTokenResponse)
+    o.token_requester_principal_type = ''
+    o.token_requester_principal_name = ''
     if pos + 2 > _l:
         raise truncated('CreateDelegationTokenResponse.error_code', buf, pos, 2)
-    (f_error_code,) = _S0.unpack_from(buf, pos)
+    (o.error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
     if pos + 2 > _l:
         raise truncated('CreateDelegationTokenResponse.principal_type', buf, pos, 2)
@@ -74,7 +78,7 @@ def _d_CreateDelegationTokenResponse_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('CreateDelegationTokenResponse.principal_type', buf, pos, _n, 1)
-        f_principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('CreateDelegationTokenResponse.principal_name', buf, pos, 2)
@@ -86,11 +90,11 @@ def _d_CreateDelegationTokenResponse_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('CreateDelegationTokenResponse.principal_name', buf, pos, _n, 1)
-        f_principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 24 > _l:
         raise truncated('CreateDelegationTokenResponse.issue_timestamp_ms', buf, pos, 24)
-    f_issue_timestamp_ms, f_expiry_timestamp_ms, f_max_timestamp_ms = _S1.unpack_from(buf, pos)
+    o.issue_timestamp_ms, o.expiry_timestamp_ms, o.max_timestamp_ms = _S1.unpack_from(buf, pos)
     pos += 24
     if pos + 2 > _l:
         raise truncated('CreateDelegationTokenResponse.token_id', buf, pos, 2)
@@ -102,7 +106,7 @@ def _d_CreateDelegationTokenResponse_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('CreateDelegationTokenResponse.token_id', buf, pos, _n, 1)
-        f_token_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.token_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('CreateDelegationTokenResponse.hmac', buf, pos, 4)
@@ -114,20 +118,23 @@ def _d_CreateDelegationTokenResponse_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('CreateDelegationTokenResponse.hmac', buf, pos, _n, 1)
-        f_hmac = bytes(buf[pos:_end])
+        o.hmac = bytes(buf[pos:_end])
         pos = _end
     if pos + 4 > _l:
         raise truncated('CreateDelegationTokenResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S2.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S2.unpack_from(buf, pos)
     pos += 4
-    f_unknown_tags = None
-    return CreateDelegationTokenResponse(f_error_code, f_principal_type, f_principal_name, '', '', f_issue_timestamp_ms, f_expiry_timestamp_ms, f_max_timestamp_ms, f_token_id, f_hmac, f_throttle_time_ms, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_CreateDelegationTokenResponse_2(buf, pos):
     _l = len(buf)
+    o = _new(CreateDelegationTokenResponse)
+    o.token_requester_principal_type = ''
+    o.token_requester_principal_name = ''
     if pos + 2 > _l:
         raise truncated('CreateDelegationTokenResponse.error_code', buf, pos, 2)
-    (f_error_code,) = _S0.unpack_from(buf, pos)
+    (o.error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -141,7 +148,7 @@ def _d_CreateDelegationTokenResponse_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('CreateDelegationTokenResponse.principal_type', buf, pos, _n, 1)
-        f_principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -155,11 +162,11 @@ def _d_CreateDelegationTokenResponse_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('CreateDelegationTokenResponse.principal_name', buf, pos, _n, 1)
-        f_principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 24 > _l:
         raise truncated('CreateDelegationTokenResponse.issue_timestamp_ms', buf, pos, 24)
-    f_issue_timestamp_ms, f_expiry_timestamp_ms, f_max_timestamp_ms = _S1.unpack_from(buf, pos)
+    o.issue_timestamp_ms, o.expiry_timestamp_ms, o.max_timestamp_ms = _S1.unpack_from(buf, pos)
     pos += 24
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -173,7 +180,7 @@ def _d_CreateDelegationTokenResponse_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('CreateDelegationTokenResponse.token_id', buf, pos, _n, 1)
-        f_token_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.token_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -187,29 +194,31 @@ def _d_CreateDelegationTokenResponse_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('CreateDelegationTokenResponse.hmac', buf, pos, _n, 1)
-        f_hmac = bytes(buf[pos:_end])
+        o.hmac = bytes(buf[pos:_end])
         pos = _end
     if pos + 4 > _l:
         raise truncated('CreateDelegationTokenResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S2.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S2.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'CreateDelegationTokenResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return CreateDelegationTokenResponse(f_error_code, f_principal_type, f_principal_name, '', '', f_issue_timestamp_ms, f_expiry_timestamp_ms, f_max_timestamp_ms, f_token_id, f_hmac, f_throttle_time_ms, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_CreateDelegationTokenResponse_3(buf, pos):
     _l = len(buf)
+    o = _new(CreateDelegationTokenResponse)
     if pos + 2 > _l:
         raise truncated('CreateDelegationTokenResponse.error_code', buf, pos, 2)
-    (f_error_code,) = _S0.unpack_from(buf, pos)
+    (o.error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -223,7 +232,7 @@ def _d_CreateDelegationTokenResponse_3(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('CreateDelegationTokenResponse.principal_type', buf, pos, _n, 1)
-        f_principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -237,7 +246,7 @@ def _d_CreateDelegationTokenResponse_3(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('CreateDelegationTokenResponse.principal_name', buf, pos, _n, 1)
-        f_principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -251,7 +260,7 @@ def _d_CreateDelegationTokenResponse_3(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('CreateDelegationTokenResponse.token_requester_principal_type', buf, pos, _n, 1)
-        f_token_requester_principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.token_requester_principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -265,11 +274,11 @@ def _d_CreateDelegationTokenResponse_3(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('CreateDelegationTokenResponse.token_requester_principal_name', buf, pos, _n, 1)
-        f_token_requester_principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.token_requester_principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 24 > _l:
         raise truncated('CreateDelegationTokenResponse.issue_timestamp_ms', buf, pos, 24)
-    f_issue_timestamp_ms, f_expiry_timestamp_ms, f_max_timestamp_ms = _S1.unpack_from(buf, pos)
+    o.issue_timestamp_ms, o.expiry_timestamp_ms, o.max_timestamp_ms = _S1.unpack_from(buf, pos)
     pos += 24
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -283,7 +292,7 @@ def _d_CreateDelegationTokenResponse_3(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('CreateDelegationTokenResponse.token_id', buf, pos, _n, 1)
-        f_token_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.token_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -297,23 +306,24 @@ def _d_CreateDelegationTokenResponse_3(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('CreateDelegationTokenResponse.hmac', buf, pos, _n, 1)
-        f_hmac = bytes(buf[pos:_end])
+        o.hmac = bytes(buf[pos:_end])
         pos = _end
     if pos + 4 > _l:
         raise truncated('CreateDelegationTokenResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S2.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S2.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'CreateDelegationTokenResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return CreateDelegationTokenResponse(f_error_code, f_principal_type, f_principal_name, f_token_requester_principal_type, f_token_requester_principal_name, f_issue_timestamp_ms, f_expiry_timestamp_ms, f_max_timestamp_ms, f_token_id, f_hmac, f_throttle_time_ms, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_CreateDelegationTokenResponse_0(o, out, chunks):
     out += _S0.pack(o.error_code)

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class CreatePartitionsTopic(Struct):
     __slots__ = ('name', 'count', 'assignments', 'unknown_tags',)
@@ -57,6 +58,7 @@ _A_i = ARRAY_STRUCTS['i']
 
 def _d_CreatePartitionsAssignment_0(buf, pos):
     _l = len(buf)
+    o = _new(CreatePartitionsAssignment)
     if pos + 4 > _l:
         raise truncated('CreatePartitionsRequest.CreatePartitionsAssignment.broker_ids', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -67,13 +69,14 @@ def _d_CreatePartitionsAssignment_0(buf, pos):
         raise overrun('CreatePartitionsRequest.CreatePartitionsAssignment.broker_ids', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_broker_ids = list(_st.unpack_from(buf, pos))
+        o.broker_ids = list(_st.unpack_from(buf, pos))
         pos += _c * 4
-    f_unknown_tags = None
-    return CreatePartitionsAssignment(f_broker_ids, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_CreatePartitionsTopic_0(buf, pos):
     _l = len(buf)
+    o = _new(CreatePartitionsTopic)
     if pos + 2 > _l:
         raise truncated('CreatePartitionsRequest.CreatePartitionsTopic.name', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -84,11 +87,11 @@ def _d_CreatePartitionsTopic_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('CreatePartitionsRequest.CreatePartitionsTopic.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('CreatePartitionsRequest.CreatePartitionsTopic.count', buf, pos, 4)
-    (f_count,) = _S0.unpack_from(buf, pos)
+    (o.count,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('CreatePartitionsRequest.CreatePartitionsTopic.assignments', buf, pos, 4)
@@ -97,19 +100,20 @@ def _d_CreatePartitionsTopic_0(buf, pos):
     if _c < 0:
         if _c != -1:
             raise bad_length('CreatePartitionsRequest.CreatePartitionsTopic.assignments', _c)
-        f_assignments = None
+        o.assignments = None
     elif _c * 4 > _l - pos:
         raise overrun('CreatePartitionsRequest.CreatePartitionsTopic.assignments', buf, pos, _c, 4)
     else:
-        f_assignments = _lst = []
+        o.assignments = _lst = []
         for _ in range(_c):
             _e, pos = _d_CreatePartitionsAssignment_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return CreatePartitionsTopic(f_name, f_count, f_assignments, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_CreatePartitionsRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(CreatePartitionsRequest)
     if pos + 4 > _l:
         raise truncated('CreatePartitionsRequest.topics', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -119,19 +123,20 @@ def _d_CreatePartitionsRequest_0(buf, pos):
     elif _c * 10 > _l - pos:
         raise overrun('CreatePartitionsRequest.topics', buf, pos, _c, 10)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_CreatePartitionsTopic_0(buf, pos)
             _lst.append(_e)
     if pos + 5 > _l:
         raise truncated('CreatePartitionsRequest.timeout_ms', buf, pos, 5)
-    f_timeout_ms, f_validate_only = _S2.unpack_from(buf, pos)
+    o.timeout_ms, o.validate_only = _S2.unpack_from(buf, pos)
     pos += 5
-    f_unknown_tags = None
-    return CreatePartitionsRequest(f_topics, f_timeout_ms, f_validate_only, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_CreatePartitionsAssignment_2(buf, pos):
     _l = len(buf)
+    o = _new(CreatePartitionsAssignment)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -144,22 +149,24 @@ def _d_CreatePartitionsAssignment_2(buf, pos):
         raise overrun('CreatePartitionsRequest.CreatePartitionsAssignment.broker_ids', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_broker_ids = list(_st.unpack_from(buf, pos))
+        o.broker_ids = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'CreatePartitionsRequest.CreatePartitionsAssignment')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return CreatePartitionsAssignment(f_broker_ids, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_CreatePartitionsTopic_2(buf, pos):
     _l = len(buf)
+    o = _new(CreatePartitionsTopic)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -172,11 +179,11 @@ def _d_CreatePartitionsTopic_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('CreatePartitionsRequest.CreatePartitionsTopic.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('CreatePartitionsRequest.CreatePartitionsTopic.count', buf, pos, 4)
-    (f_count,) = _S0.unpack_from(buf, pos)
+    (o.count,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -187,28 +194,30 @@ def _d_CreatePartitionsTopic_2(buf, pos):
     if _c < 0:
         if _c != -1:
             raise bad_length('CreatePartitionsRequest.CreatePartitionsTopic.assignments', _c)
-        f_assignments = None
+        o.assignments = None
     elif _c * 2 > _l - pos:
         raise overrun('CreatePartitionsRequest.CreatePartitionsTopic.assignments', buf, pos, _c, 2)
     else:
-        f_assignments = _lst = []
+        o.assignments = _lst = []
         for _ in range(_c):
             _e, pos = _d_CreatePartitionsAssignment_2(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'CreatePartitionsRequest.CreatePartitionsTopic')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return CreatePartitionsTopic(f_name, f_count, f_assignments, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_CreatePartitionsRequest_2(buf, pos):
     _l = len(buf)
+    o = _new(CreatePartitionsRequest)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -220,25 +229,26 @@ def _d_CreatePartitionsRequest_2(buf, pos):
     elif _c * 7 > _l - pos:
         raise overrun('CreatePartitionsRequest.topics', buf, pos, _c, 7)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_CreatePartitionsTopic_2(buf, pos)
             _lst.append(_e)
     if pos + 5 > _l:
         raise truncated('CreatePartitionsRequest.timeout_ms', buf, pos, 5)
-    f_timeout_ms, f_validate_only = _S2.unpack_from(buf, pos)
+    o.timeout_ms, o.validate_only = _S2.unpack_from(buf, pos)
     pos += 5
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'CreatePartitionsRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return CreatePartitionsRequest(f_topics, f_timeout_ms, f_validate_only, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_CreatePartitionsAssignment_0(o, out, chunks):
     _a = o.broker_ids

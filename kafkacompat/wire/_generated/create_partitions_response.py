@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class CreatePartitionsTopicResult(Struct):
     __slots__ = ('name', 'error_code', 'error_message', 'unknown_tags',)
@@ -46,6 +47,7 @@ _S1 = _Struct('>h')
 
 def _d_CreatePartitionsTopicResult_0(buf, pos):
     _l = len(buf)
+    o = _new(CreatePartitionsTopicResult)
     if pos + 2 > _l:
         raise truncated('CreatePartitionsResponse.CreatePartitionsTopicResult.name', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -56,11 +58,11 @@ def _d_CreatePartitionsTopicResult_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('CreatePartitionsResponse.CreatePartitionsTopicResult.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('CreatePartitionsResponse.CreatePartitionsTopicResult.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
     if pos + 2 > _l:
         raise truncated('CreatePartitionsResponse.CreatePartitionsTopicResult.error_message', buf, pos, 2)
@@ -69,21 +71,22 @@ def _d_CreatePartitionsTopicResult_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('CreatePartitionsResponse.CreatePartitionsTopicResult.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('CreatePartitionsResponse.CreatePartitionsTopicResult.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
-    f_unknown_tags = None
-    return CreatePartitionsTopicResult(f_name, f_error_code, f_error_message, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_CreatePartitionsResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(CreatePartitionsResponse)
     if pos + 4 > _l:
         raise truncated('CreatePartitionsResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('CreatePartitionsResponse.results', buf, pos, 4)
@@ -94,15 +97,16 @@ def _d_CreatePartitionsResponse_0(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('CreatePartitionsResponse.results', buf, pos, _c, 6)
     else:
-        f_results = _lst = []
+        o.results = _lst = []
         for _ in range(_c):
             _e, pos = _d_CreatePartitionsTopicResult_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return CreatePartitionsResponse(f_throttle_time_ms, f_results, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_CreatePartitionsTopicResult_2(buf, pos):
     _l = len(buf)
+    o = _new(CreatePartitionsTopicResult)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -115,11 +119,11 @@ def _d_CreatePartitionsTopicResult_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('CreatePartitionsResponse.CreatePartitionsTopicResult.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('CreatePartitionsResponse.CreatePartitionsTopicResult.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -130,30 +134,32 @@ def _d_CreatePartitionsTopicResult_2(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('CreatePartitionsResponse.CreatePartitionsTopicResult.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('CreatePartitionsResponse.CreatePartitionsTopicResult.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'CreatePartitionsResponse.CreatePartitionsTopicResult')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return CreatePartitionsTopicResult(f_name, f_error_code, f_error_message, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_CreatePartitionsResponse_2(buf, pos):
     _l = len(buf)
+    o = _new(CreatePartitionsResponse)
     if pos + 4 > _l:
         raise truncated('CreatePartitionsResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -166,21 +172,22 @@ def _d_CreatePartitionsResponse_2(buf, pos):
     elif _c * 5 > _l - pos:
         raise overrun('CreatePartitionsResponse.results', buf, pos, _c, 5)
     else:
-        f_results = _lst = []
+        o.results = _lst = []
         for _ in range(_c):
             _e, pos = _d_CreatePartitionsTopicResult_2(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'CreatePartitionsResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return CreatePartitionsResponse(f_throttle_time_ms, f_results, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_CreatePartitionsTopicResult_0(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')

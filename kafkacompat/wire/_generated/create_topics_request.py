@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class CreatableTopic(Struct):
     __slots__ = ('name', 'num_partitions', 'replication_factor', 'assignments', 'configs', 'unknown_tags',)
@@ -78,9 +79,10 @@ _A_i = ARRAY_STRUCTS['i']
 
 def _d_CreatableReplicaAssignment_0(buf, pos):
     _l = len(buf)
+    o = _new(CreatableReplicaAssignment)
     if pos + 4 > _l:
         raise truncated('CreateTopicsRequest.CreatableReplicaAssignment.partition_index', buf, pos, 4)
-    (f_partition_index,) = _S0.unpack_from(buf, pos)
+    (o.partition_index,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('CreateTopicsRequest.CreatableReplicaAssignment.broker_ids', buf, pos, 4)
@@ -92,13 +94,14 @@ def _d_CreatableReplicaAssignment_0(buf, pos):
         raise overrun('CreateTopicsRequest.CreatableReplicaAssignment.broker_ids', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_broker_ids = list(_st.unpack_from(buf, pos))
+        o.broker_ids = list(_st.unpack_from(buf, pos))
         pos += _c * 4
-    f_unknown_tags = None
-    return CreatableReplicaAssignment(f_partition_index, f_broker_ids, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_CreatableTopicConfig_0(buf, pos):
     _l = len(buf)
+    o = _new(CreatableTopicConfig)
     if pos + 2 > _l:
         raise truncated('CreateTopicsRequest.CreatableTopicConfig.name', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -109,7 +112,7 @@ def _d_CreatableTopicConfig_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('CreateTopicsRequest.CreatableTopicConfig.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('CreateTopicsRequest.CreatableTopicConfig.value', buf, pos, 2)
@@ -118,18 +121,19 @@ def _d_CreatableTopicConfig_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('CreateTopicsRequest.CreatableTopicConfig.value', _n)
-        f_value = None
+        o.value = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('CreateTopicsRequest.CreatableTopicConfig.value', buf, pos, _n, 1)
-        f_value = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.value = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
-    f_unknown_tags = None
-    return CreatableTopicConfig(f_name, f_value, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_CreatableTopic_0(buf, pos):
     _l = len(buf)
+    o = _new(CreatableTopic)
     if pos + 2 > _l:
         raise truncated('CreateTopicsRequest.CreatableTopic.name', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -140,11 +144,11 @@ def _d_CreatableTopic_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('CreateTopicsRequest.CreatableTopic.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 6 > _l:
         raise truncated('CreateTopicsRequest.CreatableTopic.num_partitions', buf, pos, 6)
-    f_num_partitions, f_replication_factor = _S2.unpack_from(buf, pos)
+    o.num_partitions, o.replication_factor = _S2.unpack_from(buf, pos)
     pos += 6
     if pos + 4 > _l:
         raise truncated('CreateTopicsRequest.CreatableTopic.assignments', buf, pos, 4)
@@ -155,7 +159,7 @@ def _d_CreatableTopic_0(buf, pos):
     elif _c * 8 > _l - pos:
         raise overrun('CreateTopicsRequest.CreatableTopic.assignments', buf, pos, _c, 8)
     else:
-        f_assignments = _lst = []
+        o.assignments = _lst = []
         for _ in range(_c):
             _e, pos = _d_CreatableReplicaAssignment_0(buf, pos)
             _lst.append(_e)
@@ -168,15 +172,17 @@ def _d_CreatableTopic_0(buf, pos):
     elif _c * 4 > _l - pos:
         raise overrun('CreateTopicsRequest.CreatableTopic.configs', buf, pos, _c, 4)
     else:
-        f_configs = _lst = []
+        o.configs = _lst = []
         for _ in range(_c):
             _e, pos = _d_CreatableTopicConfig_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return CreatableTopic(f_name, f_num_partitions, f_replication_factor, f_assignments, f_configs, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_CreateTopicsRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(CreateTopicsRequest)
+    o.validate_only = False
     if pos + 4 > _l:
         raise truncated('CreateTopicsRequest.topics', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -186,19 +192,20 @@ def _d_CreateTopicsRequest_0(buf, pos):
     elif _c * 16 > _l - pos:
         raise overrun('CreateTopicsRequest.topics', buf, pos, _c, 16)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_CreatableTopic_0(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
         raise truncated('CreateTopicsRequest.timeout_ms', buf, pos, 4)
-    (f_timeout_ms,) = _S0.unpack_from(buf, pos)
+    (o.timeout_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    f_unknown_tags = None
-    return CreateTopicsRequest(f_topics, f_timeout_ms, False, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_CreateTopicsRequest_1(buf, pos):
     _l = len(buf)
+    o = _new(CreateTopicsRequest)
     if pos + 4 > _l:
         raise truncated('CreateTopicsRequest.topics', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -208,22 +215,23 @@ def _d_CreateTopicsRequest_1(buf, pos):
     elif _c * 16 > _l - pos:
         raise overrun('CreateTopicsRequest.topics', buf, pos, _c, 16)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_CreatableTopic_0(buf, pos)
             _lst.append(_e)
     if pos + 5 > _l:
         raise truncated('CreateTopicsRequest.timeout_ms', buf, pos, 5)
-    f_timeout_ms, f_validate_only = _S3.unpack_from(buf, pos)
+    o.timeout_ms, o.validate_only = _S3.unpack_from(buf, pos)
     pos += 5
-    f_unknown_tags = None
-    return CreateTopicsRequest(f_topics, f_timeout_ms, f_validate_only, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_CreatableReplicaAssignment_5(buf, pos):
     _l = len(buf)
+    o = _new(CreatableReplicaAssignment)
     if pos + 4 > _l:
         raise truncated('CreateTopicsRequest.CreatableReplicaAssignment.partition_index', buf, pos, 4)
-    (f_partition_index,) = _S0.unpack_from(buf, pos)
+    (o.partition_index,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -237,22 +245,24 @@ def _d_CreatableReplicaAssignment_5(buf, pos):
         raise overrun('CreateTopicsRequest.CreatableReplicaAssignment.broker_ids', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_broker_ids = list(_st.unpack_from(buf, pos))
+        o.broker_ids = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'CreateTopicsRequest.CreatableReplicaAssignment')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return CreatableReplicaAssignment(f_partition_index, f_broker_ids, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_CreatableTopicConfig_5(buf, pos):
     _l = len(buf)
+    o = _new(CreatableTopicConfig)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -265,7 +275,7 @@ def _d_CreatableTopicConfig_5(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('CreateTopicsRequest.CreatableTopicConfig.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -276,27 +286,29 @@ def _d_CreatableTopicConfig_5(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('CreateTopicsRequest.CreatableTopicConfig.value', _n)
-        f_value = None
+        o.value = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('CreateTopicsRequest.CreatableTopicConfig.value', buf, pos, _n, 1)
-        f_value = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.value = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'CreateTopicsRequest.CreatableTopicConfig')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return CreatableTopicConfig(f_name, f_value, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_CreatableTopic_5(buf, pos):
     _l = len(buf)
+    o = _new(CreatableTopic)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -309,11 +321,11 @@ def _d_CreatableTopic_5(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('CreateTopicsRequest.CreatableTopic.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 6 > _l:
         raise truncated('CreateTopicsRequest.CreatableTopic.num_partitions', buf, pos, 6)
-    f_num_partitions, f_replication_factor = _S2.unpack_from(buf, pos)
+    o.num_partitions, o.replication_factor = _S2.unpack_from(buf, pos)
     pos += 6
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -326,7 +338,7 @@ def _d_CreatableTopic_5(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('CreateTopicsRequest.CreatableTopic.assignments', buf, pos, _c, 6)
     else:
-        f_assignments = _lst = []
+        o.assignments = _lst = []
         for _ in range(_c):
             _e, pos = _d_CreatableReplicaAssignment_5(buf, pos)
             _lst.append(_e)
@@ -341,24 +353,26 @@ def _d_CreatableTopic_5(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('CreateTopicsRequest.CreatableTopic.configs', buf, pos, _c, 3)
     else:
-        f_configs = _lst = []
+        o.configs = _lst = []
         for _ in range(_c):
             _e, pos = _d_CreatableTopicConfig_5(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'CreateTopicsRequest.CreatableTopic')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return CreatableTopic(f_name, f_num_partitions, f_replication_factor, f_assignments, f_configs, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_CreateTopicsRequest_5(buf, pos):
     _l = len(buf)
+    o = _new(CreateTopicsRequest)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -370,25 +384,26 @@ def _d_CreateTopicsRequest_5(buf, pos):
     elif _c * 10 > _l - pos:
         raise overrun('CreateTopicsRequest.topics', buf, pos, _c, 10)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_CreatableTopic_5(buf, pos)
             _lst.append(_e)
     if pos + 5 > _l:
         raise truncated('CreateTopicsRequest.timeout_ms', buf, pos, 5)
-    f_timeout_ms, f_validate_only = _S3.unpack_from(buf, pos)
+    o.timeout_ms, o.validate_only = _S3.unpack_from(buf, pos)
     pos += 5
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'CreateTopicsRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return CreateTopicsRequest(f_topics, f_timeout_ms, f_validate_only, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_CreatableReplicaAssignment_0(o, out, chunks):
     out += _S0.pack(o.partition_index)

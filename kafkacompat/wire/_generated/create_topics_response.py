@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class CreatableTopicResult(Struct):
     __slots__ = ('name', 'topic_id', 'error_code', 'error_message', 'topic_config_error_code', 'num_partitions', 'replication_factor', 'configs', 'unknown_tags',)
@@ -85,6 +86,13 @@ _S4 = _Struct('>16sh')
 
 def _d_CreatableTopicResult_0(buf, pos):
     _l = len(buf)
+    o = _new(CreatableTopicResult)
+    o.topic_id = ZERO_UUID
+    o.error_message = ''
+    o.topic_config_error_code = 0
+    o.num_partitions = -1
+    o.replication_factor = -1
+    o.configs = []
     if pos + 2 > _l:
         raise truncated('CreateTopicsResponse.CreatableTopicResult.name', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -95,17 +103,19 @@ def _d_CreatableTopicResult_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('CreateTopicsResponse.CreatableTopicResult.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('CreateTopicsResponse.CreatableTopicResult.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
-    f_unknown_tags = None
-    return CreatableTopicResult(f_name, ZERO_UUID, f_error_code, '', 0, -1, -1, [], f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_CreateTopicsResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(CreateTopicsResponse)
+    o.throttle_time_ms = 0
     if pos + 4 > _l:
         raise truncated('CreateTopicsResponse.topics', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -115,15 +125,21 @@ def _d_CreateTopicsResponse_0(buf, pos):
     elif _c * 4 > _l - pos:
         raise overrun('CreateTopicsResponse.topics', buf, pos, _c, 4)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_CreatableTopicResult_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return CreateTopicsResponse(0, f_topics, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_CreatableTopicResult_1(buf, pos):
     _l = len(buf)
+    o = _new(CreatableTopicResult)
+    o.topic_id = ZERO_UUID
+    o.topic_config_error_code = 0
+    o.num_partitions = -1
+    o.replication_factor = -1
+    o.configs = []
     if pos + 2 > _l:
         raise truncated('CreateTopicsResponse.CreatableTopicResult.name', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -134,11 +150,11 @@ def _d_CreatableTopicResult_1(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('CreateTopicsResponse.CreatableTopicResult.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('CreateTopicsResponse.CreatableTopicResult.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
     if pos + 2 > _l:
         raise truncated('CreateTopicsResponse.CreatableTopicResult.error_message', buf, pos, 2)
@@ -147,18 +163,20 @@ def _d_CreatableTopicResult_1(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('CreateTopicsResponse.CreatableTopicResult.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('CreateTopicsResponse.CreatableTopicResult.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
-    f_unknown_tags = None
-    return CreatableTopicResult(f_name, ZERO_UUID, f_error_code, f_error_message, 0, -1, -1, [], f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_CreateTopicsResponse_1(buf, pos):
     _l = len(buf)
+    o = _new(CreateTopicsResponse)
+    o.throttle_time_ms = 0
     if pos + 4 > _l:
         raise truncated('CreateTopicsResponse.topics', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -168,18 +186,19 @@ def _d_CreateTopicsResponse_1(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('CreateTopicsResponse.topics', buf, pos, _c, 6)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_CreatableTopicResult_1(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return CreateTopicsResponse(0, f_topics, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_CreateTopicsResponse_2(buf, pos):
     _l = len(buf)
+    o = _new(CreateTopicsResponse)
     if pos + 4 > _l:
         raise truncated('CreateTopicsResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('CreateTopicsResponse.topics', buf, pos, 4)
@@ -190,15 +209,16 @@ def _d_CreateTopicsResponse_2(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('CreateTopicsResponse.topics', buf, pos, _c, 6)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_CreatableTopicResult_1(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return CreateTopicsResponse(f_throttle_time_ms, f_topics, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_CreatableTopicConfigs_5(buf, pos):
     _l = len(buf)
+    o = _new(CreatableTopicConfigs)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -211,7 +231,7 @@ def _d_CreatableTopicConfigs_5(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('CreateTopicsResponse.CreatableTopicConfigs.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -222,31 +242,34 @@ def _d_CreatableTopicConfigs_5(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('CreateTopicsResponse.CreatableTopicConfigs.value', _n)
-        f_value = None
+        o.value = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('CreateTopicsResponse.CreatableTopicConfigs.value', buf, pos, _n, 1)
-        f_value = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.value = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 3 > _l:
         raise truncated('CreateTopicsResponse.CreatableTopicConfigs.read_only', buf, pos, 3)
-    f_read_only, f_config_source, f_is_sensitive = _S3.unpack_from(buf, pos)
+    o.read_only, o.config_source, o.is_sensitive = _S3.unpack_from(buf, pos)
     pos += 3
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'CreateTopicsResponse.CreatableTopicConfigs')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return CreatableTopicConfigs(f_name, f_value, f_read_only, f_config_source, f_is_sensitive, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_CreatableTopicResult_5(buf, pos):
     _l = len(buf)
+    o = _new(CreatableTopicResult)
+    o.topic_id = ZERO_UUID
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -259,11 +282,11 @@ def _d_CreatableTopicResult_5(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('CreateTopicsResponse.CreatableTopicResult.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('CreateTopicsResponse.CreatableTopicResult.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -274,16 +297,16 @@ def _d_CreatableTopicResult_5(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('CreateTopicsResponse.CreatableTopicResult.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('CreateTopicsResponse.CreatableTopicResult.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 6 > _l:
         raise truncated('CreateTopicsResponse.CreatableTopicResult.num_partitions', buf, pos, 6)
-    f_num_partitions, f_replication_factor = _S2.unpack_from(buf, pos)
+    o.num_partitions, o.replication_factor = _S2.unpack_from(buf, pos)
     pos += 6
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -294,42 +317,44 @@ def _d_CreatableTopicResult_5(buf, pos):
     if _c < 0:
         if _c != -1:
             raise bad_length('CreateTopicsResponse.CreatableTopicResult.configs', _c)
-        f_configs = None
+        o.configs = None
     elif _c * 6 > _l - pos:
         raise overrun('CreateTopicsResponse.CreatableTopicResult.configs', buf, pos, _c, 6)
     else:
-        f_configs = _lst = []
+        o.configs = _lst = []
         for _ in range(_c):
             _e, pos = _d_CreatableTopicConfigs_5(buf, pos)
             _lst.append(_e)
-    f_topic_config_error_code = 0
+    o.topic_config_error_code = 0
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'CreateTopicsResponse.CreatableTopicResult')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
+        _unknown = None
+        for _tag, _ts, _te in _tags:
             if _tag == 0:
-                _sub = buf[:_end]
-                _p = _start
+                _sub = buf[:_te]
+                _p = _ts
                 if _p + 2 > len(_sub):
                     raise truncated('CreateTopicsResponse.CreatableTopicResult.topic_config_error_code', _sub, _p, 2)
-                (f_topic_config_error_code,) = _S1.unpack_from(_sub, _p)
+                (o.topic_config_error_code,) = _S1.unpack_from(_sub, _p)
                 _p += 2
-                if _p != _end:
+                if _p != _te:
                     raise DecodeError('tagged field size mismatch', field='CreateTopicsResponse.CreatableTopicResult.topic_config_error_code')
             else:
-                if f_unknown_tags is None:
-                    f_unknown_tags = []
-                f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return CreatableTopicResult(f_name, ZERO_UUID, f_error_code, f_error_message, f_topic_config_error_code, f_num_partitions, f_replication_factor, f_configs, f_unknown_tags), pos
+                if _unknown is None:
+                    _unknown = []
+                _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_CreateTopicsResponse_5(buf, pos):
     _l = len(buf)
+    o = _new(CreateTopicsResponse)
     if pos + 4 > _l:
         raise truncated('CreateTopicsResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -342,24 +367,26 @@ def _d_CreateTopicsResponse_5(buf, pos):
     elif _c * 12 > _l - pos:
         raise overrun('CreateTopicsResponse.topics', buf, pos, _c, 12)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_CreatableTopicResult_5(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'CreateTopicsResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return CreateTopicsResponse(f_throttle_time_ms, f_topics, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_CreatableTopicResult_7(buf, pos):
     _l = len(buf)
+    o = _new(CreatableTopicResult)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -372,13 +399,13 @@ def _d_CreatableTopicResult_7(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('CreateTopicsResponse.CreatableTopicResult.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 18 > _l:
         raise truncated('CreateTopicsResponse.CreatableTopicResult.topic_id', buf, pos, 18)
-    f_topic_id, f_error_code = _S4.unpack_from(buf, pos)
+    o.topic_id, o.error_code = _S4.unpack_from(buf, pos)
     pos += 18
-    f_topic_id = _UUID(bytes=f_topic_id)
+    o.topic_id = _UUID(bytes=o.topic_id)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -388,16 +415,16 @@ def _d_CreatableTopicResult_7(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('CreateTopicsResponse.CreatableTopicResult.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('CreateTopicsResponse.CreatableTopicResult.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 6 > _l:
         raise truncated('CreateTopicsResponse.CreatableTopicResult.num_partitions', buf, pos, 6)
-    f_num_partitions, f_replication_factor = _S2.unpack_from(buf, pos)
+    o.num_partitions, o.replication_factor = _S2.unpack_from(buf, pos)
     pos += 6
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -408,42 +435,44 @@ def _d_CreatableTopicResult_7(buf, pos):
     if _c < 0:
         if _c != -1:
             raise bad_length('CreateTopicsResponse.CreatableTopicResult.configs', _c)
-        f_configs = None
+        o.configs = None
     elif _c * 6 > _l - pos:
         raise overrun('CreateTopicsResponse.CreatableTopicResult.configs', buf, pos, _c, 6)
     else:
-        f_configs = _lst = []
+        o.configs = _lst = []
         for _ in range(_c):
             _e, pos = _d_CreatableTopicConfigs_5(buf, pos)
             _lst.append(_e)
-    f_topic_config_error_code = 0
+    o.topic_config_error_code = 0
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'CreateTopicsResponse.CreatableTopicResult')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
+        _unknown = None
+        for _tag, _ts, _te in _tags:
             if _tag == 0:
-                _sub = buf[:_end]
-                _p = _start
+                _sub = buf[:_te]
+                _p = _ts
                 if _p + 2 > len(_sub):
                     raise truncated('CreateTopicsResponse.CreatableTopicResult.topic_config_error_code', _sub, _p, 2)
-                (f_topic_config_error_code,) = _S1.unpack_from(_sub, _p)
+                (o.topic_config_error_code,) = _S1.unpack_from(_sub, _p)
                 _p += 2
-                if _p != _end:
+                if _p != _te:
                     raise DecodeError('tagged field size mismatch', field='CreateTopicsResponse.CreatableTopicResult.topic_config_error_code')
             else:
-                if f_unknown_tags is None:
-                    f_unknown_tags = []
-                f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return CreatableTopicResult(f_name, f_topic_id, f_error_code, f_error_message, f_topic_config_error_code, f_num_partitions, f_replication_factor, f_configs, f_unknown_tags), pos
+                if _unknown is None:
+                    _unknown = []
+                _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_CreateTopicsResponse_7(buf, pos):
     _l = len(buf)
+    o = _new(CreateTopicsResponse)
     if pos + 4 > _l:
         raise truncated('CreateTopicsResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -456,21 +485,22 @@ def _d_CreateTopicsResponse_7(buf, pos):
     elif _c * 28 > _l - pos:
         raise overrun('CreateTopicsResponse.topics', buf, pos, _c, 28)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_CreatableTopicResult_7(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'CreateTopicsResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return CreateTopicsResponse(f_throttle_time_ms, f_topics, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_CreatableTopicResult_0(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')

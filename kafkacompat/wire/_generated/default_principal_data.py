@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class DefaultPrincipalData(Struct):
     __slots__ = ('type', 'name', 'token_authenticated', 'unknown_tags',)
@@ -36,6 +37,7 @@ _S0 = _Struct('>?')
 
 def _d_DefaultPrincipalData_0(buf, pos):
     _l = len(buf)
+    o = _new(DefaultPrincipalData)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -48,7 +50,7 @@ def _d_DefaultPrincipalData_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DefaultPrincipalData.type', buf, pos, _n, 1)
-        f_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -62,23 +64,24 @@ def _d_DefaultPrincipalData_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DefaultPrincipalData.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 1 > _l:
         raise truncated('DefaultPrincipalData.token_authenticated', buf, pos, 1)
-    (f_token_authenticated,) = _S0.unpack_from(buf, pos)
+    (o.token_authenticated,) = _S0.unpack_from(buf, pos)
     pos += 1
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DefaultPrincipalData')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DefaultPrincipalData(f_type, f_name, f_token_authenticated, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_DefaultPrincipalData_0(o, out, chunks):
     _b = o.type.encode('utf-8', 'surrogateescape')

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class DeleteAclsFilter(Struct):
     __slots__ = ('resource_type_filter', 'resource_name_filter', 'pattern_type_filter', 'principal_filter', 'host_filter', 'operation', 'permission_type', 'unknown_tags',)
@@ -61,9 +62,11 @@ _S3 = _Struct('>bb')
 
 def _d_DeleteAclsFilter_0(buf, pos):
     _l = len(buf)
+    o = _new(DeleteAclsFilter)
+    o.pattern_type_filter = 3
     if pos + 1 > _l:
         raise truncated('DeleteAclsRequest.DeleteAclsFilter.resource_type_filter', buf, pos, 1)
-    (f_resource_type_filter,) = _S1.unpack_from(buf, pos)
+    (o.resource_type_filter,) = _S1.unpack_from(buf, pos)
     pos += 1
     if pos + 2 > _l:
         raise truncated('DeleteAclsRequest.DeleteAclsFilter.resource_name_filter', buf, pos, 2)
@@ -72,12 +75,12 @@ def _d_DeleteAclsFilter_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DeleteAclsRequest.DeleteAclsFilter.resource_name_filter', _n)
-        f_resource_name_filter = None
+        o.resource_name_filter = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DeleteAclsRequest.DeleteAclsFilter.resource_name_filter', buf, pos, _n, 1)
-        f_resource_name_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.resource_name_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('DeleteAclsRequest.DeleteAclsFilter.principal_filter', buf, pos, 2)
@@ -86,12 +89,12 @@ def _d_DeleteAclsFilter_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DeleteAclsRequest.DeleteAclsFilter.principal_filter', _n)
-        f_principal_filter = None
+        o.principal_filter = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DeleteAclsRequest.DeleteAclsFilter.principal_filter', buf, pos, _n, 1)
-        f_principal_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.principal_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('DeleteAclsRequest.DeleteAclsFilter.host_filter', buf, pos, 2)
@@ -100,22 +103,23 @@ def _d_DeleteAclsFilter_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DeleteAclsRequest.DeleteAclsFilter.host_filter', _n)
-        f_host_filter = None
+        o.host_filter = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DeleteAclsRequest.DeleteAclsFilter.host_filter', buf, pos, _n, 1)
-        f_host_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.host_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('DeleteAclsRequest.DeleteAclsFilter.operation', buf, pos, 2)
-    f_operation, f_permission_type = _S3.unpack_from(buf, pos)
+    o.operation, o.permission_type = _S3.unpack_from(buf, pos)
     pos += 2
-    f_unknown_tags = None
-    return DeleteAclsFilter(f_resource_type_filter, f_resource_name_filter, 3, f_principal_filter, f_host_filter, f_operation, f_permission_type, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DeleteAclsRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(DeleteAclsRequest)
     if pos + 4 > _l:
         raise truncated('DeleteAclsRequest.filters', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -125,18 +129,19 @@ def _d_DeleteAclsRequest_0(buf, pos):
     elif _c * 9 > _l - pos:
         raise overrun('DeleteAclsRequest.filters', buf, pos, _c, 9)
     else:
-        f_filters = _lst = []
+        o.filters = _lst = []
         for _ in range(_c):
             _e, pos = _d_DeleteAclsFilter_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return DeleteAclsRequest(f_filters, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DeleteAclsFilter_1(buf, pos):
     _l = len(buf)
+    o = _new(DeleteAclsFilter)
     if pos + 1 > _l:
         raise truncated('DeleteAclsRequest.DeleteAclsFilter.resource_type_filter', buf, pos, 1)
-    (f_resource_type_filter,) = _S1.unpack_from(buf, pos)
+    (o.resource_type_filter,) = _S1.unpack_from(buf, pos)
     pos += 1
     if pos + 2 > _l:
         raise truncated('DeleteAclsRequest.DeleteAclsFilter.resource_name_filter', buf, pos, 2)
@@ -145,16 +150,16 @@ def _d_DeleteAclsFilter_1(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DeleteAclsRequest.DeleteAclsFilter.resource_name_filter', _n)
-        f_resource_name_filter = None
+        o.resource_name_filter = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DeleteAclsRequest.DeleteAclsFilter.resource_name_filter', buf, pos, _n, 1)
-        f_resource_name_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.resource_name_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 1 > _l:
         raise truncated('DeleteAclsRequest.DeleteAclsFilter.pattern_type_filter', buf, pos, 1)
-    (f_pattern_type_filter,) = _S1.unpack_from(buf, pos)
+    (o.pattern_type_filter,) = _S1.unpack_from(buf, pos)
     pos += 1
     if pos + 2 > _l:
         raise truncated('DeleteAclsRequest.DeleteAclsFilter.principal_filter', buf, pos, 2)
@@ -163,12 +168,12 @@ def _d_DeleteAclsFilter_1(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DeleteAclsRequest.DeleteAclsFilter.principal_filter', _n)
-        f_principal_filter = None
+        o.principal_filter = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DeleteAclsRequest.DeleteAclsFilter.principal_filter', buf, pos, _n, 1)
-        f_principal_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.principal_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('DeleteAclsRequest.DeleteAclsFilter.host_filter', buf, pos, 2)
@@ -177,22 +182,23 @@ def _d_DeleteAclsFilter_1(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DeleteAclsRequest.DeleteAclsFilter.host_filter', _n)
-        f_host_filter = None
+        o.host_filter = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DeleteAclsRequest.DeleteAclsFilter.host_filter', buf, pos, _n, 1)
-        f_host_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.host_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('DeleteAclsRequest.DeleteAclsFilter.operation', buf, pos, 2)
-    f_operation, f_permission_type = _S3.unpack_from(buf, pos)
+    o.operation, o.permission_type = _S3.unpack_from(buf, pos)
     pos += 2
-    f_unknown_tags = None
-    return DeleteAclsFilter(f_resource_type_filter, f_resource_name_filter, f_pattern_type_filter, f_principal_filter, f_host_filter, f_operation, f_permission_type, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DeleteAclsRequest_1(buf, pos):
     _l = len(buf)
+    o = _new(DeleteAclsRequest)
     if pos + 4 > _l:
         raise truncated('DeleteAclsRequest.filters', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -202,18 +208,19 @@ def _d_DeleteAclsRequest_1(buf, pos):
     elif _c * 10 > _l - pos:
         raise overrun('DeleteAclsRequest.filters', buf, pos, _c, 10)
     else:
-        f_filters = _lst = []
+        o.filters = _lst = []
         for _ in range(_c):
             _e, pos = _d_DeleteAclsFilter_1(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return DeleteAclsRequest(f_filters, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DeleteAclsFilter_2(buf, pos):
     _l = len(buf)
+    o = _new(DeleteAclsFilter)
     if pos + 1 > _l:
         raise truncated('DeleteAclsRequest.DeleteAclsFilter.resource_type_filter', buf, pos, 1)
-    (f_resource_type_filter,) = _S1.unpack_from(buf, pos)
+    (o.resource_type_filter,) = _S1.unpack_from(buf, pos)
     pos += 1
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -224,16 +231,16 @@ def _d_DeleteAclsFilter_2(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DeleteAclsRequest.DeleteAclsFilter.resource_name_filter', _n)
-        f_resource_name_filter = None
+        o.resource_name_filter = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DeleteAclsRequest.DeleteAclsFilter.resource_name_filter', buf, pos, _n, 1)
-        f_resource_name_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.resource_name_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 1 > _l:
         raise truncated('DeleteAclsRequest.DeleteAclsFilter.pattern_type_filter', buf, pos, 1)
-    (f_pattern_type_filter,) = _S1.unpack_from(buf, pos)
+    (o.pattern_type_filter,) = _S1.unpack_from(buf, pos)
     pos += 1
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -244,12 +251,12 @@ def _d_DeleteAclsFilter_2(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DeleteAclsRequest.DeleteAclsFilter.principal_filter', _n)
-        f_principal_filter = None
+        o.principal_filter = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DeleteAclsRequest.DeleteAclsFilter.principal_filter', buf, pos, _n, 1)
-        f_principal_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.principal_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -260,31 +267,33 @@ def _d_DeleteAclsFilter_2(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DeleteAclsRequest.DeleteAclsFilter.host_filter', _n)
-        f_host_filter = None
+        o.host_filter = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DeleteAclsRequest.DeleteAclsFilter.host_filter', buf, pos, _n, 1)
-        f_host_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.host_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('DeleteAclsRequest.DeleteAclsFilter.operation', buf, pos, 2)
-    f_operation, f_permission_type = _S3.unpack_from(buf, pos)
+    o.operation, o.permission_type = _S3.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DeleteAclsRequest.DeleteAclsFilter')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DeleteAclsFilter(f_resource_type_filter, f_resource_name_filter, f_pattern_type_filter, f_principal_filter, f_host_filter, f_operation, f_permission_type, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_DeleteAclsRequest_2(buf, pos):
     _l = len(buf)
+    o = _new(DeleteAclsRequest)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -296,21 +305,22 @@ def _d_DeleteAclsRequest_2(buf, pos):
     elif _c * 8 > _l - pos:
         raise overrun('DeleteAclsRequest.filters', buf, pos, _c, 8)
     else:
-        f_filters = _lst = []
+        o.filters = _lst = []
         for _ in range(_c):
             _e, pos = _d_DeleteAclsFilter_2(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DeleteAclsRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DeleteAclsRequest(f_filters, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_DeleteAclsFilter_0(o, out, chunks):
     out += _S1.pack(o.resource_type_filter)

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class DeleteAclsFilterResult(Struct):
     __slots__ = ('error_code', 'error_message', 'matching_acls', 'unknown_tags',)
@@ -76,9 +77,11 @@ _S3 = _Struct('>bb')
 
 def _d_DeleteAclsMatchingAcl_0(buf, pos):
     _l = len(buf)
+    o = _new(DeleteAclsMatchingAcl)
+    o.pattern_type = 3
     if pos + 2 > _l:
         raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
     if pos + 2 > _l:
         raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.error_message', buf, pos, 2)
@@ -87,16 +90,16 @@ def _d_DeleteAclsMatchingAcl_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DeleteAclsResponse.DeleteAclsMatchingAcl.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DeleteAclsResponse.DeleteAclsMatchingAcl.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 1 > _l:
         raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.resource_type', buf, pos, 1)
-    (f_resource_type,) = _S2.unpack_from(buf, pos)
+    (o.resource_type,) = _S2.unpack_from(buf, pos)
     pos += 1
     if pos + 2 > _l:
         raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name', buf, pos, 2)
@@ -108,7 +111,7 @@ def _d_DeleteAclsMatchingAcl_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name', buf, pos, _n, 1)
-        f_resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.principal', buf, pos, 2)
@@ -120,7 +123,7 @@ def _d_DeleteAclsMatchingAcl_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DeleteAclsResponse.DeleteAclsMatchingAcl.principal', buf, pos, _n, 1)
-        f_principal = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.principal = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.host', buf, pos, 2)
@@ -132,20 +135,21 @@ def _d_DeleteAclsMatchingAcl_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DeleteAclsResponse.DeleteAclsMatchingAcl.host', buf, pos, _n, 1)
-        f_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.operation', buf, pos, 2)
-    f_operation, f_permission_type = _S3.unpack_from(buf, pos)
+    o.operation, o.permission_type = _S3.unpack_from(buf, pos)
     pos += 2
-    f_unknown_tags = None
-    return DeleteAclsMatchingAcl(f_error_code, f_error_message, f_resource_type, f_resource_name, 3, f_principal, f_host, f_operation, f_permission_type, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DeleteAclsFilterResult_0(buf, pos):
     _l = len(buf)
+    o = _new(DeleteAclsFilterResult)
     if pos + 2 > _l:
         raise truncated('DeleteAclsResponse.DeleteAclsFilterResult.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
     if pos + 2 > _l:
         raise truncated('DeleteAclsResponse.DeleteAclsFilterResult.error_message', buf, pos, 2)
@@ -154,12 +158,12 @@ def _d_DeleteAclsFilterResult_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DeleteAclsResponse.DeleteAclsFilterResult.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DeleteAclsResponse.DeleteAclsFilterResult.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('DeleteAclsResponse.DeleteAclsFilterResult.matching_acls', buf, pos, 4)
@@ -170,18 +174,19 @@ def _d_DeleteAclsFilterResult_0(buf, pos):
     elif _c * 13 > _l - pos:
         raise overrun('DeleteAclsResponse.DeleteAclsFilterResult.matching_acls', buf, pos, _c, 13)
     else:
-        f_matching_acls = _lst = []
+        o.matching_acls = _lst = []
         for _ in range(_c):
             _e, pos = _d_DeleteAclsMatchingAcl_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return DeleteAclsFilterResult(f_error_code, f_error_message, f_matching_acls, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DeleteAclsResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(DeleteAclsResponse)
     if pos + 4 > _l:
         raise truncated('DeleteAclsResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('DeleteAclsResponse.filter_results', buf, pos, 4)
@@ -192,18 +197,19 @@ def _d_DeleteAclsResponse_0(buf, pos):
     elif _c * 8 > _l - pos:
         raise overrun('DeleteAclsResponse.filter_results', buf, pos, _c, 8)
     else:
-        f_filter_results = _lst = []
+        o.filter_results = _lst = []
         for _ in range(_c):
             _e, pos = _d_DeleteAclsFilterResult_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return DeleteAclsResponse(f_throttle_time_ms, f_filter_results, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DeleteAclsMatchingAcl_1(buf, pos):
     _l = len(buf)
+    o = _new(DeleteAclsMatchingAcl)
     if pos + 2 > _l:
         raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
     if pos + 2 > _l:
         raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.error_message', buf, pos, 2)
@@ -212,16 +218,16 @@ def _d_DeleteAclsMatchingAcl_1(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DeleteAclsResponse.DeleteAclsMatchingAcl.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DeleteAclsResponse.DeleteAclsMatchingAcl.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 1 > _l:
         raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.resource_type', buf, pos, 1)
-    (f_resource_type,) = _S2.unpack_from(buf, pos)
+    (o.resource_type,) = _S2.unpack_from(buf, pos)
     pos += 1
     if pos + 2 > _l:
         raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name', buf, pos, 2)
@@ -233,11 +239,11 @@ def _d_DeleteAclsMatchingAcl_1(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name', buf, pos, _n, 1)
-        f_resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 1 > _l:
         raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.pattern_type', buf, pos, 1)
-    (f_pattern_type,) = _S2.unpack_from(buf, pos)
+    (o.pattern_type,) = _S2.unpack_from(buf, pos)
     pos += 1
     if pos + 2 > _l:
         raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.principal', buf, pos, 2)
@@ -249,7 +255,7 @@ def _d_DeleteAclsMatchingAcl_1(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DeleteAclsResponse.DeleteAclsMatchingAcl.principal', buf, pos, _n, 1)
-        f_principal = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.principal = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.host', buf, pos, 2)
@@ -261,20 +267,21 @@ def _d_DeleteAclsMatchingAcl_1(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DeleteAclsResponse.DeleteAclsMatchingAcl.host', buf, pos, _n, 1)
-        f_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.operation', buf, pos, 2)
-    f_operation, f_permission_type = _S3.unpack_from(buf, pos)
+    o.operation, o.permission_type = _S3.unpack_from(buf, pos)
     pos += 2
-    f_unknown_tags = None
-    return DeleteAclsMatchingAcl(f_error_code, f_error_message, f_resource_type, f_resource_name, f_pattern_type, f_principal, f_host, f_operation, f_permission_type, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DeleteAclsFilterResult_1(buf, pos):
     _l = len(buf)
+    o = _new(DeleteAclsFilterResult)
     if pos + 2 > _l:
         raise truncated('DeleteAclsResponse.DeleteAclsFilterResult.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
     if pos + 2 > _l:
         raise truncated('DeleteAclsResponse.DeleteAclsFilterResult.error_message', buf, pos, 2)
@@ -283,12 +290,12 @@ def _d_DeleteAclsFilterResult_1(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DeleteAclsResponse.DeleteAclsFilterResult.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DeleteAclsResponse.DeleteAclsFilterResult.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('DeleteAclsResponse.DeleteAclsFilterResult.matching_acls', buf, pos, 4)
@@ -299,18 +306,19 @@ def _d_DeleteAclsFilterResult_1(buf, pos):
     elif _c * 14 > _l - pos:
         raise overrun('DeleteAclsResponse.DeleteAclsFilterResult.matching_acls', buf, pos, _c, 14)
     else:
-        f_matching_acls = _lst = []
+        o.matching_acls = _lst = []
         for _ in range(_c):
             _e, pos = _d_DeleteAclsMatchingAcl_1(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return DeleteAclsFilterResult(f_error_code, f_error_message, f_matching_acls, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DeleteAclsResponse_1(buf, pos):
     _l = len(buf)
+    o = _new(DeleteAclsResponse)
     if pos + 4 > _l:
         raise truncated('DeleteAclsResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('DeleteAclsResponse.filter_results', buf, pos, 4)
@@ -321,18 +329,19 @@ def _d_DeleteAclsResponse_1(buf, pos):
     elif _c * 8 > _l - pos:
         raise overrun('DeleteAclsResponse.filter_results', buf, pos, _c, 8)
     else:
-        f_filter_results = _lst = []
+        o.filter_results = _lst = []
         for _ in range(_c):
             _e, pos = _d_DeleteAclsFilterResult_1(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return DeleteAclsResponse(f_throttle_time_ms, f_filter_results, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DeleteAclsMatchingAcl_2(buf, pos):
     _l = len(buf)
+    o = _new(DeleteAclsMatchingAcl)
     if pos + 2 > _l:
         raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -343,16 +352,16 @@ def _d_DeleteAclsMatchingAcl_2(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DeleteAclsResponse.DeleteAclsMatchingAcl.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DeleteAclsResponse.DeleteAclsMatchingAcl.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 1 > _l:
         raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.resource_type', buf, pos, 1)
-    (f_resource_type,) = _S2.unpack_from(buf, pos)
+    (o.resource_type,) = _S2.unpack_from(buf, pos)
     pos += 1
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -366,11 +375,11 @@ def _d_DeleteAclsMatchingAcl_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name', buf, pos, _n, 1)
-        f_resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 1 > _l:
         raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.pattern_type', buf, pos, 1)
-    (f_pattern_type,) = _S2.unpack_from(buf, pos)
+    (o.pattern_type,) = _S2.unpack_from(buf, pos)
     pos += 1
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -384,7 +393,7 @@ def _d_DeleteAclsMatchingAcl_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DeleteAclsResponse.DeleteAclsMatchingAcl.principal', buf, pos, _n, 1)
-        f_principal = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.principal = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -398,29 +407,31 @@ def _d_DeleteAclsMatchingAcl_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DeleteAclsResponse.DeleteAclsMatchingAcl.host', buf, pos, _n, 1)
-        f_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.operation', buf, pos, 2)
-    f_operation, f_permission_type = _S3.unpack_from(buf, pos)
+    o.operation, o.permission_type = _S3.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DeleteAclsResponse.DeleteAclsMatchingAcl')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DeleteAclsMatchingAcl(f_error_code, f_error_message, f_resource_type, f_resource_name, f_pattern_type, f_principal, f_host, f_operation, f_permission_type, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_DeleteAclsFilterResult_2(buf, pos):
     _l = len(buf)
+    o = _new(DeleteAclsFilterResult)
     if pos + 2 > _l:
         raise truncated('DeleteAclsResponse.DeleteAclsFilterResult.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -431,12 +442,12 @@ def _d_DeleteAclsFilterResult_2(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DeleteAclsResponse.DeleteAclsFilterResult.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DeleteAclsResponse.DeleteAclsFilterResult.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -449,27 +460,29 @@ def _d_DeleteAclsFilterResult_2(buf, pos):
     elif _c * 11 > _l - pos:
         raise overrun('DeleteAclsResponse.DeleteAclsFilterResult.matching_acls', buf, pos, _c, 11)
     else:
-        f_matching_acls = _lst = []
+        o.matching_acls = _lst = []
         for _ in range(_c):
             _e, pos = _d_DeleteAclsMatchingAcl_2(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DeleteAclsResponse.DeleteAclsFilterResult')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DeleteAclsFilterResult(f_error_code, f_error_message, f_matching_acls, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_DeleteAclsResponse_2(buf, pos):
     _l = len(buf)
+    o = _new(DeleteAclsResponse)
     if pos + 4 > _l:
         raise truncated('DeleteAclsResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -482,21 +495,22 @@ def _d_DeleteAclsResponse_2(buf, pos):
     elif _c * 5 > _l - pos:
         raise overrun('DeleteAclsResponse.filter_results', buf, pos, _c, 5)
     else:
-        f_filter_results = _lst = []
+        o.filter_results = _lst = []
         for _ in range(_c):
             _e, pos = _d_DeleteAclsFilterResult_2(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DeleteAclsResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DeleteAclsResponse(f_throttle_time_ms, f_filter_results, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_DeleteAclsMatchingAcl_0(o, out, chunks):
     out += _S1.pack(o.error_code)

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class DeleteGroupsRequest(Struct):
     __slots__ = ('groups_names', 'unknown_tags',)
@@ -35,6 +36,7 @@ _S1 = _Struct('>h')
 
 def _d_DeleteGroupsRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(DeleteGroupsRequest)
     if pos + 4 > _l:
         raise truncated('DeleteGroupsRequest.groups_names', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -44,7 +46,7 @@ def _d_DeleteGroupsRequest_0(buf, pos):
     elif _c * 2 > _l - pos:
         raise overrun('DeleteGroupsRequest.groups_names', buf, pos, _c, 2)
     else:
-        f_groups_names = _lst = []
+        o.groups_names = _lst = []
         for _ in range(_c):
             if pos + 2 > _l:
                 raise truncated('DeleteGroupsRequest.groups_names', buf, pos, 2)
@@ -59,11 +61,12 @@ def _d_DeleteGroupsRequest_0(buf, pos):
                 _e = str(buf[pos:_end], 'utf-8', 'surrogateescape')
                 pos = _end
             _lst.append(_e)
-    f_unknown_tags = None
-    return DeleteGroupsRequest(f_groups_names, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DeleteGroupsRequest_2(buf, pos):
     _l = len(buf)
+    o = _new(DeleteGroupsRequest)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -75,7 +78,7 @@ def _d_DeleteGroupsRequest_2(buf, pos):
     elif _c * 1 > _l - pos:
         raise overrun('DeleteGroupsRequest.groups_names', buf, pos, _c, 1)
     else:
-        f_groups_names = _lst = []
+        o.groups_names = _lst = []
         for _ in range(_c):
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
@@ -94,15 +97,16 @@ def _d_DeleteGroupsRequest_2(buf, pos):
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DeleteGroupsRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DeleteGroupsRequest(f_groups_names, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_DeleteGroupsRequest_0(o, out, chunks):
     _a = o.groups_names

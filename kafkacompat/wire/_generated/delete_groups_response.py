@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class DeletableGroupResult(Struct):
     __slots__ = ('group_id', 'error_code', 'unknown_tags',)
@@ -45,6 +46,7 @@ _S1 = _Struct('>h')
 
 def _d_DeletableGroupResult_0(buf, pos):
     _l = len(buf)
+    o = _new(DeletableGroupResult)
     if pos + 2 > _l:
         raise truncated('DeleteGroupsResponse.DeletableGroupResult.group_id', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -55,20 +57,21 @@ def _d_DeletableGroupResult_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DeleteGroupsResponse.DeletableGroupResult.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('DeleteGroupsResponse.DeletableGroupResult.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
-    f_unknown_tags = None
-    return DeletableGroupResult(f_group_id, f_error_code, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DeleteGroupsResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(DeleteGroupsResponse)
     if pos + 4 > _l:
         raise truncated('DeleteGroupsResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('DeleteGroupsResponse.results', buf, pos, 4)
@@ -79,15 +82,16 @@ def _d_DeleteGroupsResponse_0(buf, pos):
     elif _c * 4 > _l - pos:
         raise overrun('DeleteGroupsResponse.results', buf, pos, _c, 4)
     else:
-        f_results = _lst = []
+        o.results = _lst = []
         for _ in range(_c):
             _e, pos = _d_DeletableGroupResult_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return DeleteGroupsResponse(f_throttle_time_ms, f_results, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DeletableGroupResult_2(buf, pos):
     _l = len(buf)
+    o = _new(DeletableGroupResult)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -100,29 +104,31 @@ def _d_DeletableGroupResult_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DeleteGroupsResponse.DeletableGroupResult.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('DeleteGroupsResponse.DeletableGroupResult.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DeleteGroupsResponse.DeletableGroupResult')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DeletableGroupResult(f_group_id, f_error_code, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_DeleteGroupsResponse_2(buf, pos):
     _l = len(buf)
+    o = _new(DeleteGroupsResponse)
     if pos + 4 > _l:
         raise truncated('DeleteGroupsResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -135,21 +141,22 @@ def _d_DeleteGroupsResponse_2(buf, pos):
     elif _c * 4 > _l - pos:
         raise overrun('DeleteGroupsResponse.results', buf, pos, _c, 4)
     else:
-        f_results = _lst = []
+        o.results = _lst = []
         for _ in range(_c):
             _e, pos = _d_DeletableGroupResult_2(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DeleteGroupsResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DeleteGroupsResponse(f_throttle_time_ms, f_results, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_DeletableGroupResult_0(o, out, chunks):
     _b = o.group_id.encode('utf-8', 'surrogateescape')

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class DeleteRecordsTopic(Struct):
     __slots__ = ('name', 'partitions', 'unknown_tags',)
@@ -55,15 +56,17 @@ _S2 = _Struct('>iq')
 
 def _d_DeleteRecordsPartition_0(buf, pos):
     _l = len(buf)
+    o = _new(DeleteRecordsPartition)
     if pos + 12 > _l:
         raise truncated('DeleteRecordsRequest.DeleteRecordsPartition.partition_index', buf, pos, 12)
-    f_partition_index, f_offset = _S2.unpack_from(buf, pos)
+    o.partition_index, o.offset = _S2.unpack_from(buf, pos)
     pos += 12
-    f_unknown_tags = None
-    return DeleteRecordsPartition(f_partition_index, f_offset, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DeleteRecordsTopic_0(buf, pos):
     _l = len(buf)
+    o = _new(DeleteRecordsTopic)
     if pos + 2 > _l:
         raise truncated('DeleteRecordsRequest.DeleteRecordsTopic.name', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -74,7 +77,7 @@ def _d_DeleteRecordsTopic_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DeleteRecordsRequest.DeleteRecordsTopic.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('DeleteRecordsRequest.DeleteRecordsTopic.partitions', buf, pos, 4)
@@ -85,15 +88,16 @@ def _d_DeleteRecordsTopic_0(buf, pos):
     elif _c * 12 > _l - pos:
         raise overrun('DeleteRecordsRequest.DeleteRecordsTopic.partitions', buf, pos, _c, 12)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_DeleteRecordsPartition_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return DeleteRecordsTopic(f_name, f_partitions, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DeleteRecordsRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(DeleteRecordsRequest)
     if pos + 4 > _l:
         raise truncated('DeleteRecordsRequest.topics', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -103,37 +107,40 @@ def _d_DeleteRecordsRequest_0(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('DeleteRecordsRequest.topics', buf, pos, _c, 6)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_DeleteRecordsTopic_0(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
         raise truncated('DeleteRecordsRequest.timeout_ms', buf, pos, 4)
-    (f_timeout_ms,) = _S0.unpack_from(buf, pos)
+    (o.timeout_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    f_unknown_tags = None
-    return DeleteRecordsRequest(f_topics, f_timeout_ms, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DeleteRecordsPartition_2(buf, pos):
     _l = len(buf)
+    o = _new(DeleteRecordsPartition)
     if pos + 12 > _l:
         raise truncated('DeleteRecordsRequest.DeleteRecordsPartition.partition_index', buf, pos, 12)
-    f_partition_index, f_offset = _S2.unpack_from(buf, pos)
+    o.partition_index, o.offset = _S2.unpack_from(buf, pos)
     pos += 12
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DeleteRecordsRequest.DeleteRecordsPartition')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DeleteRecordsPartition(f_partition_index, f_offset, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_DeleteRecordsTopic_2(buf, pos):
     _l = len(buf)
+    o = _new(DeleteRecordsTopic)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -146,7 +153,7 @@ def _d_DeleteRecordsTopic_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DeleteRecordsRequest.DeleteRecordsTopic.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -159,24 +166,26 @@ def _d_DeleteRecordsTopic_2(buf, pos):
     elif _c * 13 > _l - pos:
         raise overrun('DeleteRecordsRequest.DeleteRecordsTopic.partitions', buf, pos, _c, 13)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_DeleteRecordsPartition_2(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DeleteRecordsRequest.DeleteRecordsTopic')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DeleteRecordsTopic(f_name, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_DeleteRecordsRequest_2(buf, pos):
     _l = len(buf)
+    o = _new(DeleteRecordsRequest)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -188,25 +197,26 @@ def _d_DeleteRecordsRequest_2(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('DeleteRecordsRequest.topics', buf, pos, _c, 3)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_DeleteRecordsTopic_2(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
         raise truncated('DeleteRecordsRequest.timeout_ms', buf, pos, 4)
-    (f_timeout_ms,) = _S0.unpack_from(buf, pos)
+    (o.timeout_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DeleteRecordsRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DeleteRecordsRequest(f_topics, f_timeout_ms, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_DeleteRecordsPartition_0(o, out, chunks):
     out += _S2.pack(o.partition_index, o.offset)

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class DeleteRecordsTopicResult(Struct):
     __slots__ = ('name', 'partitions', 'unknown_tags',)
@@ -56,15 +57,17 @@ _S2 = _Struct('>iqh')
 
 def _d_DeleteRecordsPartitionResult_0(buf, pos):
     _l = len(buf)
+    o = _new(DeleteRecordsPartitionResult)
     if pos + 14 > _l:
         raise truncated('DeleteRecordsResponse.DeleteRecordsPartitionResult.partition_index', buf, pos, 14)
-    f_partition_index, f_low_watermark, f_error_code = _S2.unpack_from(buf, pos)
+    o.partition_index, o.low_watermark, o.error_code = _S2.unpack_from(buf, pos)
     pos += 14
-    f_unknown_tags = None
-    return DeleteRecordsPartitionResult(f_partition_index, f_low_watermark, f_error_code, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DeleteRecordsTopicResult_0(buf, pos):
     _l = len(buf)
+    o = _new(DeleteRecordsTopicResult)
     if pos + 2 > _l:
         raise truncated('DeleteRecordsResponse.DeleteRecordsTopicResult.name', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -75,7 +78,7 @@ def _d_DeleteRecordsTopicResult_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DeleteRecordsResponse.DeleteRecordsTopicResult.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('DeleteRecordsResponse.DeleteRecordsTopicResult.partitions', buf, pos, 4)
@@ -86,18 +89,19 @@ def _d_DeleteRecordsTopicResult_0(buf, pos):
     elif _c * 14 > _l - pos:
         raise overrun('DeleteRecordsResponse.DeleteRecordsTopicResult.partitions', buf, pos, _c, 14)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_DeleteRecordsPartitionResult_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return DeleteRecordsTopicResult(f_name, f_partitions, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DeleteRecordsResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(DeleteRecordsResponse)
     if pos + 4 > _l:
         raise truncated('DeleteRecordsResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('DeleteRecordsResponse.topics', buf, pos, 4)
@@ -108,33 +112,36 @@ def _d_DeleteRecordsResponse_0(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('DeleteRecordsResponse.topics', buf, pos, _c, 6)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_DeleteRecordsTopicResult_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return DeleteRecordsResponse(f_throttle_time_ms, f_topics, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DeleteRecordsPartitionResult_2(buf, pos):
     _l = len(buf)
+    o = _new(DeleteRecordsPartitionResult)
     if pos + 14 > _l:
         raise truncated('DeleteRecordsResponse.DeleteRecordsPartitionResult.partition_index', buf, pos, 14)
-    f_partition_index, f_low_watermark, f_error_code = _S2.unpack_from(buf, pos)
+    o.partition_index, o.low_watermark, o.error_code = _S2.unpack_from(buf, pos)
     pos += 14
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DeleteRecordsResponse.DeleteRecordsPartitionResult')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DeleteRecordsPartitionResult(f_partition_index, f_low_watermark, f_error_code, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_DeleteRecordsTopicResult_2(buf, pos):
     _l = len(buf)
+    o = _new(DeleteRecordsTopicResult)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -147,7 +154,7 @@ def _d_DeleteRecordsTopicResult_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DeleteRecordsResponse.DeleteRecordsTopicResult.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -160,27 +167,29 @@ def _d_DeleteRecordsTopicResult_2(buf, pos):
     elif _c * 15 > _l - pos:
         raise overrun('DeleteRecordsResponse.DeleteRecordsTopicResult.partitions', buf, pos, _c, 15)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_DeleteRecordsPartitionResult_2(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DeleteRecordsResponse.DeleteRecordsTopicResult')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DeleteRecordsTopicResult(f_name, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_DeleteRecordsResponse_2(buf, pos):
     _l = len(buf)
+    o = _new(DeleteRecordsResponse)
     if pos + 4 > _l:
         raise truncated('DeleteRecordsResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -193,21 +202,22 @@ def _d_DeleteRecordsResponse_2(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('DeleteRecordsResponse.topics', buf, pos, _c, 3)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_DeleteRecordsTopicResult_2(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DeleteRecordsResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DeleteRecordsResponse(f_throttle_time_ms, f_topics, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_DeleteRecordsPartitionResult_0(o, out, chunks):
     out += _S2.pack(o.partition_index, o.low_watermark, o.error_code)

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class DeleteTopicState(Struct):
     __slots__ = ('name', 'topic_id', 'unknown_tags',)
@@ -47,6 +48,8 @@ _S2 = _Struct('>16s')
 
 def _d_DeleteTopicsRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(DeleteTopicsRequest)
+    o.topics = []
     if pos + 4 > _l:
         raise truncated('DeleteTopicsRequest.topic_names', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -56,7 +59,7 @@ def _d_DeleteTopicsRequest_0(buf, pos):
     elif _c * 2 > _l - pos:
         raise overrun('DeleteTopicsRequest.topic_names', buf, pos, _c, 2)
     else:
-        f_topic_names = _lst = []
+        o.topic_names = _lst = []
         for _ in range(_c):
             if pos + 2 > _l:
                 raise truncated('DeleteTopicsRequest.topic_names', buf, pos, 2)
@@ -73,13 +76,15 @@ def _d_DeleteTopicsRequest_0(buf, pos):
             _lst.append(_e)
     if pos + 4 > _l:
         raise truncated('DeleteTopicsRequest.timeout_ms', buf, pos, 4)
-    (f_timeout_ms,) = _S0.unpack_from(buf, pos)
+    (o.timeout_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    f_unknown_tags = None
-    return DeleteTopicsRequest([], f_topic_names, f_timeout_ms, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DeleteTopicsRequest_4(buf, pos):
     _l = len(buf)
+    o = _new(DeleteTopicsRequest)
+    o.topics = []
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -91,7 +96,7 @@ def _d_DeleteTopicsRequest_4(buf, pos):
     elif _c * 1 > _l - pos:
         raise overrun('DeleteTopicsRequest.topic_names', buf, pos, _c, 1)
     else:
-        f_topic_names = _lst = []
+        o.topic_names = _lst = []
         for _ in range(_c):
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
@@ -110,22 +115,24 @@ def _d_DeleteTopicsRequest_4(buf, pos):
             _lst.append(_e)
     if pos + 4 > _l:
         raise truncated('DeleteTopicsRequest.timeout_ms', buf, pos, 4)
-    (f_timeout_ms,) = _S0.unpack_from(buf, pos)
+    (o.timeout_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DeleteTopicsRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DeleteTopicsRequest([], f_topic_names, f_timeout_ms, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_DeleteTopicState_6(buf, pos):
     _l = len(buf)
+    o = _new(DeleteTopicState)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -135,32 +142,35 @@ def _d_DeleteTopicState_6(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DeleteTopicsRequest.DeleteTopicState.name', _n)
-        f_name = None
+        o.name = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DeleteTopicsRequest.DeleteTopicState.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 16 > _l:
         raise truncated('DeleteTopicsRequest.DeleteTopicState.topic_id', buf, pos, 16)
-    (f_topic_id,) = _S2.unpack_from(buf, pos)
+    (o.topic_id,) = _S2.unpack_from(buf, pos)
     pos += 16
-    f_topic_id = _UUID(bytes=f_topic_id)
+    o.topic_id = _UUID(bytes=o.topic_id)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DeleteTopicsRequest.DeleteTopicState')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DeleteTopicState(f_name, f_topic_id, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_DeleteTopicsRequest_6(buf, pos):
     _l = len(buf)
+    o = _new(DeleteTopicsRequest)
+    o.topic_names = []
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -172,25 +182,26 @@ def _d_DeleteTopicsRequest_6(buf, pos):
     elif _c * 18 > _l - pos:
         raise overrun('DeleteTopicsRequest.topics', buf, pos, _c, 18)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_DeleteTopicState_6(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
         raise truncated('DeleteTopicsRequest.timeout_ms', buf, pos, 4)
-    (f_timeout_ms,) = _S0.unpack_from(buf, pos)
+    (o.timeout_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DeleteTopicsRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DeleteTopicsRequest(f_topics, [], f_timeout_ms, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_DeleteTopicsRequest_0(o, out, chunks):
     _a = o.topic_names

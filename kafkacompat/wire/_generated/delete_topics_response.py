@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class DeletableTopicResult(Struct):
     __slots__ = ('name', 'topic_id', 'error_code', 'error_message', 'unknown_tags',)
@@ -48,6 +49,9 @@ _S2 = _Struct('>16sh')
 
 def _d_DeletableTopicResult_0(buf, pos):
     _l = len(buf)
+    o = _new(DeletableTopicResult)
+    o.topic_id = ZERO_UUID
+    o.error_message = None
     if pos + 2 > _l:
         raise truncated('DeleteTopicsResponse.DeletableTopicResult.name', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -58,17 +62,19 @@ def _d_DeletableTopicResult_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DeleteTopicsResponse.DeletableTopicResult.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('DeleteTopicsResponse.DeletableTopicResult.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
-    f_unknown_tags = None
-    return DeletableTopicResult(f_name, ZERO_UUID, f_error_code, None, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DeleteTopicsResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(DeleteTopicsResponse)
+    o.throttle_time_ms = 0
     if pos + 4 > _l:
         raise truncated('DeleteTopicsResponse.responses', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -78,18 +84,19 @@ def _d_DeleteTopicsResponse_0(buf, pos):
     elif _c * 4 > _l - pos:
         raise overrun('DeleteTopicsResponse.responses', buf, pos, _c, 4)
     else:
-        f_responses = _lst = []
+        o.responses = _lst = []
         for _ in range(_c):
             _e, pos = _d_DeletableTopicResult_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return DeleteTopicsResponse(0, f_responses, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DeleteTopicsResponse_1(buf, pos):
     _l = len(buf)
+    o = _new(DeleteTopicsResponse)
     if pos + 4 > _l:
         raise truncated('DeleteTopicsResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('DeleteTopicsResponse.responses', buf, pos, 4)
@@ -100,15 +107,18 @@ def _d_DeleteTopicsResponse_1(buf, pos):
     elif _c * 4 > _l - pos:
         raise overrun('DeleteTopicsResponse.responses', buf, pos, _c, 4)
     else:
-        f_responses = _lst = []
+        o.responses = _lst = []
         for _ in range(_c):
             _e, pos = _d_DeletableTopicResult_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return DeleteTopicsResponse(f_throttle_time_ms, f_responses, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DeletableTopicResult_4(buf, pos):
     _l = len(buf)
+    o = _new(DeletableTopicResult)
+    o.topic_id = ZERO_UUID
+    o.error_message = None
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -121,29 +131,31 @@ def _d_DeletableTopicResult_4(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DeleteTopicsResponse.DeletableTopicResult.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('DeleteTopicsResponse.DeletableTopicResult.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DeleteTopicsResponse.DeletableTopicResult')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DeletableTopicResult(f_name, ZERO_UUID, f_error_code, None, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_DeleteTopicsResponse_4(buf, pos):
     _l = len(buf)
+    o = _new(DeleteTopicsResponse)
     if pos + 4 > _l:
         raise truncated('DeleteTopicsResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -156,24 +168,27 @@ def _d_DeleteTopicsResponse_4(buf, pos):
     elif _c * 4 > _l - pos:
         raise overrun('DeleteTopicsResponse.responses', buf, pos, _c, 4)
     else:
-        f_responses = _lst = []
+        o.responses = _lst = []
         for _ in range(_c):
             _e, pos = _d_DeletableTopicResult_4(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DeleteTopicsResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DeleteTopicsResponse(f_throttle_time_ms, f_responses, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_DeletableTopicResult_5(buf, pos):
     _l = len(buf)
+    o = _new(DeletableTopicResult)
+    o.topic_id = ZERO_UUID
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -186,11 +201,11 @@ def _d_DeletableTopicResult_5(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DeleteTopicsResponse.DeletableTopicResult.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('DeleteTopicsResponse.DeletableTopicResult.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -201,30 +216,32 @@ def _d_DeletableTopicResult_5(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DeleteTopicsResponse.DeletableTopicResult.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DeleteTopicsResponse.DeletableTopicResult.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DeleteTopicsResponse.DeletableTopicResult')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DeletableTopicResult(f_name, ZERO_UUID, f_error_code, f_error_message, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_DeleteTopicsResponse_5(buf, pos):
     _l = len(buf)
+    o = _new(DeleteTopicsResponse)
     if pos + 4 > _l:
         raise truncated('DeleteTopicsResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -237,24 +254,26 @@ def _d_DeleteTopicsResponse_5(buf, pos):
     elif _c * 5 > _l - pos:
         raise overrun('DeleteTopicsResponse.responses', buf, pos, _c, 5)
     else:
-        f_responses = _lst = []
+        o.responses = _lst = []
         for _ in range(_c):
             _e, pos = _d_DeletableTopicResult_5(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DeleteTopicsResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DeleteTopicsResponse(f_throttle_time_ms, f_responses, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_DeletableTopicResult_6(buf, pos):
     _l = len(buf)
+    o = _new(DeletableTopicResult)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -264,18 +283,18 @@ def _d_DeletableTopicResult_6(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DeleteTopicsResponse.DeletableTopicResult.name', _n)
-        f_name = None
+        o.name = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DeleteTopicsResponse.DeletableTopicResult.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 18 > _l:
         raise truncated('DeleteTopicsResponse.DeletableTopicResult.topic_id', buf, pos, 18)
-    f_topic_id, f_error_code = _S2.unpack_from(buf, pos)
+    o.topic_id, o.error_code = _S2.unpack_from(buf, pos)
     pos += 18
-    f_topic_id = _UUID(bytes=f_topic_id)
+    o.topic_id = _UUID(bytes=o.topic_id)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -285,30 +304,32 @@ def _d_DeletableTopicResult_6(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DeleteTopicsResponse.DeletableTopicResult.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DeleteTopicsResponse.DeletableTopicResult.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DeleteTopicsResponse.DeletableTopicResult')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DeletableTopicResult(f_name, f_topic_id, f_error_code, f_error_message, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_DeleteTopicsResponse_6(buf, pos):
     _l = len(buf)
+    o = _new(DeleteTopicsResponse)
     if pos + 4 > _l:
         raise truncated('DeleteTopicsResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -321,21 +342,22 @@ def _d_DeleteTopicsResponse_6(buf, pos):
     elif _c * 21 > _l - pos:
         raise overrun('DeleteTopicsResponse.responses', buf, pos, _c, 21)
     else:
-        f_responses = _lst = []
+        o.responses = _lst = []
         for _ in range(_c):
             _e, pos = _d_DeletableTopicResult_6(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DeleteTopicsResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DeleteTopicsResponse(f_throttle_time_ms, f_responses, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_DeletableTopicResult_0(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class DescribeAclsRequest(Struct):
     __slots__ = ('resource_type_filter', 'resource_name_filter', 'pattern_type_filter', 'principal_filter', 'host_filter', 'operation', 'permission_type', 'unknown_tags',)
@@ -52,9 +53,11 @@ _S2 = _Struct('>bb')
 
 def _d_DescribeAclsRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(DescribeAclsRequest)
+    o.pattern_type_filter = 3
     if pos + 1 > _l:
         raise truncated('DescribeAclsRequest.resource_type_filter', buf, pos, 1)
-    (f_resource_type_filter,) = _S0.unpack_from(buf, pos)
+    (o.resource_type_filter,) = _S0.unpack_from(buf, pos)
     pos += 1
     if pos + 2 > _l:
         raise truncated('DescribeAclsRequest.resource_name_filter', buf, pos, 2)
@@ -63,12 +66,12 @@ def _d_DescribeAclsRequest_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DescribeAclsRequest.resource_name_filter', _n)
-        f_resource_name_filter = None
+        o.resource_name_filter = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeAclsRequest.resource_name_filter', buf, pos, _n, 1)
-        f_resource_name_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.resource_name_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('DescribeAclsRequest.principal_filter', buf, pos, 2)
@@ -77,12 +80,12 @@ def _d_DescribeAclsRequest_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DescribeAclsRequest.principal_filter', _n)
-        f_principal_filter = None
+        o.principal_filter = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeAclsRequest.principal_filter', buf, pos, _n, 1)
-        f_principal_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.principal_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('DescribeAclsRequest.host_filter', buf, pos, 2)
@@ -91,25 +94,26 @@ def _d_DescribeAclsRequest_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DescribeAclsRequest.host_filter', _n)
-        f_host_filter = None
+        o.host_filter = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeAclsRequest.host_filter', buf, pos, _n, 1)
-        f_host_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.host_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('DescribeAclsRequest.operation', buf, pos, 2)
-    f_operation, f_permission_type = _S2.unpack_from(buf, pos)
+    o.operation, o.permission_type = _S2.unpack_from(buf, pos)
     pos += 2
-    f_unknown_tags = None
-    return DescribeAclsRequest(f_resource_type_filter, f_resource_name_filter, 3, f_principal_filter, f_host_filter, f_operation, f_permission_type, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DescribeAclsRequest_1(buf, pos):
     _l = len(buf)
+    o = _new(DescribeAclsRequest)
     if pos + 1 > _l:
         raise truncated('DescribeAclsRequest.resource_type_filter', buf, pos, 1)
-    (f_resource_type_filter,) = _S0.unpack_from(buf, pos)
+    (o.resource_type_filter,) = _S0.unpack_from(buf, pos)
     pos += 1
     if pos + 2 > _l:
         raise truncated('DescribeAclsRequest.resource_name_filter', buf, pos, 2)
@@ -118,16 +122,16 @@ def _d_DescribeAclsRequest_1(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DescribeAclsRequest.resource_name_filter', _n)
-        f_resource_name_filter = None
+        o.resource_name_filter = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeAclsRequest.resource_name_filter', buf, pos, _n, 1)
-        f_resource_name_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.resource_name_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 1 > _l:
         raise truncated('DescribeAclsRequest.pattern_type_filter', buf, pos, 1)
-    (f_pattern_type_filter,) = _S0.unpack_from(buf, pos)
+    (o.pattern_type_filter,) = _S0.unpack_from(buf, pos)
     pos += 1
     if pos + 2 > _l:
         raise truncated('DescribeAclsRequest.principal_filter', buf, pos, 2)
@@ -136,12 +140,12 @@ def _d_DescribeAclsRequest_1(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DescribeAclsRequest.principal_filter', _n)
-        f_principal_filter = None
+        o.principal_filter = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeAclsRequest.principal_filter', buf, pos, _n, 1)
-        f_principal_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.principal_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('DescribeAclsRequest.host_filter', buf, pos, 2)
@@ -150,25 +154,26 @@ def _d_DescribeAclsRequest_1(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DescribeAclsRequest.host_filter', _n)
-        f_host_filter = None
+        o.host_filter = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeAclsRequest.host_filter', buf, pos, _n, 1)
-        f_host_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.host_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('DescribeAclsRequest.operation', buf, pos, 2)
-    f_operation, f_permission_type = _S2.unpack_from(buf, pos)
+    o.operation, o.permission_type = _S2.unpack_from(buf, pos)
     pos += 2
-    f_unknown_tags = None
-    return DescribeAclsRequest(f_resource_type_filter, f_resource_name_filter, f_pattern_type_filter, f_principal_filter, f_host_filter, f_operation, f_permission_type, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DescribeAclsRequest_2(buf, pos):
     _l = len(buf)
+    o = _new(DescribeAclsRequest)
     if pos + 1 > _l:
         raise truncated('DescribeAclsRequest.resource_type_filter', buf, pos, 1)
-    (f_resource_type_filter,) = _S0.unpack_from(buf, pos)
+    (o.resource_type_filter,) = _S0.unpack_from(buf, pos)
     pos += 1
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -179,16 +184,16 @@ def _d_DescribeAclsRequest_2(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DescribeAclsRequest.resource_name_filter', _n)
-        f_resource_name_filter = None
+        o.resource_name_filter = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeAclsRequest.resource_name_filter', buf, pos, _n, 1)
-        f_resource_name_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.resource_name_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 1 > _l:
         raise truncated('DescribeAclsRequest.pattern_type_filter', buf, pos, 1)
-    (f_pattern_type_filter,) = _S0.unpack_from(buf, pos)
+    (o.pattern_type_filter,) = _S0.unpack_from(buf, pos)
     pos += 1
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -199,12 +204,12 @@ def _d_DescribeAclsRequest_2(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DescribeAclsRequest.principal_filter', _n)
-        f_principal_filter = None
+        o.principal_filter = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeAclsRequest.principal_filter', buf, pos, _n, 1)
-        f_principal_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.principal_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -215,28 +220,29 @@ def _d_DescribeAclsRequest_2(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DescribeAclsRequest.host_filter', _n)
-        f_host_filter = None
+        o.host_filter = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeAclsRequest.host_filter', buf, pos, _n, 1)
-        f_host_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.host_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('DescribeAclsRequest.operation', buf, pos, 2)
-    f_operation, f_permission_type = _S2.unpack_from(buf, pos)
+    o.operation, o.permission_type = _S2.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeAclsRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DescribeAclsRequest(f_resource_type_filter, f_resource_name_filter, f_pattern_type_filter, f_principal_filter, f_host_filter, f_operation, f_permission_type, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_DescribeAclsRequest_0(o, out, chunks):
     out += _S0.pack(o.resource_type_filter)

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class DescribeAclsResource(Struct):
     __slots__ = ('resource_type', 'resource_name', 'pattern_type', 'acls', 'unknown_tags',)
@@ -70,6 +71,7 @@ _S4 = _Struct('>bb')
 
 def _d_AclDescription_0(buf, pos):
     _l = len(buf)
+    o = _new(AclDescription)
     if pos + 2 > _l:
         raise truncated('DescribeAclsResponse.AclDescription.principal', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -80,7 +82,7 @@ def _d_AclDescription_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeAclsResponse.AclDescription.principal', buf, pos, _n, 1)
-        f_principal = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.principal = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('DescribeAclsResponse.AclDescription.host', buf, pos, 2)
@@ -92,20 +94,22 @@ def _d_AclDescription_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeAclsResponse.AclDescription.host', buf, pos, _n, 1)
-        f_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('DescribeAclsResponse.AclDescription.operation', buf, pos, 2)
-    f_operation, f_permission_type = _S4.unpack_from(buf, pos)
+    o.operation, o.permission_type = _S4.unpack_from(buf, pos)
     pos += 2
-    f_unknown_tags = None
-    return AclDescription(f_principal, f_host, f_operation, f_permission_type, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DescribeAclsResource_0(buf, pos):
     _l = len(buf)
+    o = _new(DescribeAclsResource)
+    o.pattern_type = 3
     if pos + 1 > _l:
         raise truncated('DescribeAclsResponse.DescribeAclsResource.resource_type', buf, pos, 1)
-    (f_resource_type,) = _S3.unpack_from(buf, pos)
+    (o.resource_type,) = _S3.unpack_from(buf, pos)
     pos += 1
     if pos + 2 > _l:
         raise truncated('DescribeAclsResponse.DescribeAclsResource.resource_name', buf, pos, 2)
@@ -117,7 +121,7 @@ def _d_DescribeAclsResource_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeAclsResponse.DescribeAclsResource.resource_name', buf, pos, _n, 1)
-        f_resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('DescribeAclsResponse.DescribeAclsResource.acls', buf, pos, 4)
@@ -128,18 +132,19 @@ def _d_DescribeAclsResource_0(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('DescribeAclsResponse.DescribeAclsResource.acls', buf, pos, _c, 6)
     else:
-        f_acls = _lst = []
+        o.acls = _lst = []
         for _ in range(_c):
             _e, pos = _d_AclDescription_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return DescribeAclsResource(f_resource_type, f_resource_name, 3, f_acls, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DescribeAclsResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(DescribeAclsResponse)
     if pos + 6 > _l:
         raise truncated('DescribeAclsResponse.throttle_time_ms', buf, pos, 6)
-    f_throttle_time_ms, f_error_code = _S0.unpack_from(buf, pos)
+    o.throttle_time_ms, o.error_code = _S0.unpack_from(buf, pos)
     pos += 6
     if pos + 2 > _l:
         raise truncated('DescribeAclsResponse.error_message', buf, pos, 2)
@@ -148,12 +153,12 @@ def _d_DescribeAclsResponse_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DescribeAclsResponse.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeAclsResponse.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('DescribeAclsResponse.resources', buf, pos, 4)
@@ -164,18 +169,19 @@ def _d_DescribeAclsResponse_0(buf, pos):
     elif _c * 7 > _l - pos:
         raise overrun('DescribeAclsResponse.resources', buf, pos, _c, 7)
     else:
-        f_resources = _lst = []
+        o.resources = _lst = []
         for _ in range(_c):
             _e, pos = _d_DescribeAclsResource_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return DescribeAclsResponse(f_throttle_time_ms, f_error_code, f_error_message, f_resources, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DescribeAclsResource_1(buf, pos):
     _l = len(buf)
+    o = _new(DescribeAclsResource)
     if pos + 1 > _l:
         raise truncated('DescribeAclsResponse.DescribeAclsResource.resource_type', buf, pos, 1)
-    (f_resource_type,) = _S3.unpack_from(buf, pos)
+    (o.resource_type,) = _S3.unpack_from(buf, pos)
     pos += 1
     if pos + 2 > _l:
         raise truncated('DescribeAclsResponse.DescribeAclsResource.resource_name', buf, pos, 2)
@@ -187,11 +193,11 @@ def _d_DescribeAclsResource_1(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeAclsResponse.DescribeAclsResource.resource_name', buf, pos, _n, 1)
-        f_resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 1 > _l:
         raise truncated('DescribeAclsResponse.DescribeAclsResource.pattern_type', buf, pos, 1)
-    (f_pattern_type,) = _S3.unpack_from(buf, pos)
+    (o.pattern_type,) = _S3.unpack_from(buf, pos)
     pos += 1
     if pos + 4 > _l:
         raise truncated('DescribeAclsResponse.DescribeAclsResource.acls', buf, pos, 4)
@@ -202,18 +208,19 @@ def _d_DescribeAclsResource_1(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('DescribeAclsResponse.DescribeAclsResource.acls', buf, pos, _c, 6)
     else:
-        f_acls = _lst = []
+        o.acls = _lst = []
         for _ in range(_c):
             _e, pos = _d_AclDescription_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return DescribeAclsResource(f_resource_type, f_resource_name, f_pattern_type, f_acls, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DescribeAclsResponse_1(buf, pos):
     _l = len(buf)
+    o = _new(DescribeAclsResponse)
     if pos + 6 > _l:
         raise truncated('DescribeAclsResponse.throttle_time_ms', buf, pos, 6)
-    f_throttle_time_ms, f_error_code = _S0.unpack_from(buf, pos)
+    o.throttle_time_ms, o.error_code = _S0.unpack_from(buf, pos)
     pos += 6
     if pos + 2 > _l:
         raise truncated('DescribeAclsResponse.error_message', buf, pos, 2)
@@ -222,12 +229,12 @@ def _d_DescribeAclsResponse_1(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DescribeAclsResponse.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeAclsResponse.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('DescribeAclsResponse.resources', buf, pos, 4)
@@ -238,15 +245,16 @@ def _d_DescribeAclsResponse_1(buf, pos):
     elif _c * 8 > _l - pos:
         raise overrun('DescribeAclsResponse.resources', buf, pos, _c, 8)
     else:
-        f_resources = _lst = []
+        o.resources = _lst = []
         for _ in range(_c):
             _e, pos = _d_DescribeAclsResource_1(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return DescribeAclsResponse(f_throttle_time_ms, f_error_code, f_error_message, f_resources, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_AclDescription_2(buf, pos):
     _l = len(buf)
+    o = _new(AclDescription)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -259,7 +267,7 @@ def _d_AclDescription_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeAclsResponse.AclDescription.principal', buf, pos, _n, 1)
-        f_principal = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.principal = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -273,29 +281,31 @@ def _d_AclDescription_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeAclsResponse.AclDescription.host', buf, pos, _n, 1)
-        f_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('DescribeAclsResponse.AclDescription.operation', buf, pos, 2)
-    f_operation, f_permission_type = _S4.unpack_from(buf, pos)
+    o.operation, o.permission_type = _S4.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeAclsResponse.AclDescription')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return AclDescription(f_principal, f_host, f_operation, f_permission_type, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_DescribeAclsResource_2(buf, pos):
     _l = len(buf)
+    o = _new(DescribeAclsResource)
     if pos + 1 > _l:
         raise truncated('DescribeAclsResponse.DescribeAclsResource.resource_type', buf, pos, 1)
-    (f_resource_type,) = _S3.unpack_from(buf, pos)
+    (o.resource_type,) = _S3.unpack_from(buf, pos)
     pos += 1
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -309,11 +319,11 @@ def _d_DescribeAclsResource_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeAclsResponse.DescribeAclsResource.resource_name', buf, pos, _n, 1)
-        f_resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 1 > _l:
         raise truncated('DescribeAclsResponse.DescribeAclsResource.pattern_type', buf, pos, 1)
-    (f_pattern_type,) = _S3.unpack_from(buf, pos)
+    (o.pattern_type,) = _S3.unpack_from(buf, pos)
     pos += 1
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -326,27 +336,29 @@ def _d_DescribeAclsResource_2(buf, pos):
     elif _c * 5 > _l - pos:
         raise overrun('DescribeAclsResponse.DescribeAclsResource.acls', buf, pos, _c, 5)
     else:
-        f_acls = _lst = []
+        o.acls = _lst = []
         for _ in range(_c):
             _e, pos = _d_AclDescription_2(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeAclsResponse.DescribeAclsResource')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DescribeAclsResource(f_resource_type, f_resource_name, f_pattern_type, f_acls, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_DescribeAclsResponse_2(buf, pos):
     _l = len(buf)
+    o = _new(DescribeAclsResponse)
     if pos + 6 > _l:
         raise truncated('DescribeAclsResponse.throttle_time_ms', buf, pos, 6)
-    f_throttle_time_ms, f_error_code = _S0.unpack_from(buf, pos)
+    o.throttle_time_ms, o.error_code = _S0.unpack_from(buf, pos)
     pos += 6
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -357,12 +369,12 @@ def _d_DescribeAclsResponse_2(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DescribeAclsResponse.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeAclsResponse.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -375,21 +387,22 @@ def _d_DescribeAclsResponse_2(buf, pos):
     elif _c * 5 > _l - pos:
         raise overrun('DescribeAclsResponse.resources', buf, pos, _c, 5)
     else:
-        f_resources = _lst = []
+        o.resources = _lst = []
         for _ in range(_c):
             _e, pos = _d_DescribeAclsResource_2(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeAclsResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DescribeAclsResponse(f_throttle_time_ms, f_error_code, f_error_message, f_resources, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_AclDescription_0(o, out, chunks):
     _b = o.principal.encode('utf-8', 'surrogateescape')

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class ComponentData(Struct):
     __slots__ = ('entity_type', 'match_type', 'match', 'unknown_tags',)
@@ -48,6 +49,7 @@ _S3 = _Struct('>?')
 
 def _d_ComponentData_0(buf, pos):
     _l = len(buf)
+    o = _new(ComponentData)
     if pos + 2 > _l:
         raise truncated('DescribeClientQuotasRequest.ComponentData.entity_type', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -58,11 +60,11 @@ def _d_ComponentData_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeClientQuotasRequest.ComponentData.entity_type', buf, pos, _n, 1)
-        f_entity_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.entity_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 1 > _l:
         raise truncated('DescribeClientQuotasRequest.ComponentData.match_type', buf, pos, 1)
-    (f_match_type,) = _S2.unpack_from(buf, pos)
+    (o.match_type,) = _S2.unpack_from(buf, pos)
     pos += 1
     if pos + 2 > _l:
         raise truncated('DescribeClientQuotasRequest.ComponentData.match', buf, pos, 2)
@@ -71,18 +73,19 @@ def _d_ComponentData_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DescribeClientQuotasRequest.ComponentData.match', _n)
-        f_match = None
+        o.match = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeClientQuotasRequest.ComponentData.match', buf, pos, _n, 1)
-        f_match = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.match = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
-    f_unknown_tags = None
-    return ComponentData(f_entity_type, f_match_type, f_match, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DescribeClientQuotasRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(DescribeClientQuotasRequest)
     if pos + 4 > _l:
         raise truncated('DescribeClientQuotasRequest.components', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -92,19 +95,20 @@ def _d_DescribeClientQuotasRequest_0(buf, pos):
     elif _c * 5 > _l - pos:
         raise overrun('DescribeClientQuotasRequest.components', buf, pos, _c, 5)
     else:
-        f_components = _lst = []
+        o.components = _lst = []
         for _ in range(_c):
             _e, pos = _d_ComponentData_0(buf, pos)
             _lst.append(_e)
     if pos + 1 > _l:
         raise truncated('DescribeClientQuotasRequest.strict', buf, pos, 1)
-    (f_strict,) = _S3.unpack_from(buf, pos)
+    (o.strict,) = _S3.unpack_from(buf, pos)
     pos += 1
-    f_unknown_tags = None
-    return DescribeClientQuotasRequest(f_components, f_strict, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_ComponentData_1(buf, pos):
     _l = len(buf)
+    o = _new(ComponentData)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -117,11 +121,11 @@ def _d_ComponentData_1(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeClientQuotasRequest.ComponentData.entity_type', buf, pos, _n, 1)
-        f_entity_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.entity_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 1 > _l:
         raise truncated('DescribeClientQuotasRequest.ComponentData.match_type', buf, pos, 1)
-    (f_match_type,) = _S2.unpack_from(buf, pos)
+    (o.match_type,) = _S2.unpack_from(buf, pos)
     pos += 1
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -132,27 +136,29 @@ def _d_ComponentData_1(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DescribeClientQuotasRequest.ComponentData.match', _n)
-        f_match = None
+        o.match = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeClientQuotasRequest.ComponentData.match', buf, pos, _n, 1)
-        f_match = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.match = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeClientQuotasRequest.ComponentData')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ComponentData(f_entity_type, f_match_type, f_match, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_DescribeClientQuotasRequest_1(buf, pos):
     _l = len(buf)
+    o = _new(DescribeClientQuotasRequest)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -164,25 +170,26 @@ def _d_DescribeClientQuotasRequest_1(buf, pos):
     elif _c * 4 > _l - pos:
         raise overrun('DescribeClientQuotasRequest.components', buf, pos, _c, 4)
     else:
-        f_components = _lst = []
+        o.components = _lst = []
         for _ in range(_c):
             _e, pos = _d_ComponentData_1(buf, pos)
             _lst.append(_e)
     if pos + 1 > _l:
         raise truncated('DescribeClientQuotasRequest.strict', buf, pos, 1)
-    (f_strict,) = _S3.unpack_from(buf, pos)
+    (o.strict,) = _S3.unpack_from(buf, pos)
     pos += 1
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeClientQuotasRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DescribeClientQuotasRequest(f_components, f_strict, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_ComponentData_0(o, out, chunks):
     _b = o.entity_type.encode('utf-8', 'surrogateescape')

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class EntryData(Struct):
     __slots__ = ('entity', 'values', 'unknown_tags',)
@@ -74,6 +75,7 @@ _S3 = _Struct('>d')
 
 def _d_EntityData_0(buf, pos):
     _l = len(buf)
+    o = _new(EntityData)
     if pos + 2 > _l:
         raise truncated('DescribeClientQuotasResponse.EntityData.entity_type', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -84,7 +86,7 @@ def _d_EntityData_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeClientQuotasResponse.EntityData.entity_type', buf, pos, _n, 1)
-        f_entity_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.entity_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('DescribeClientQuotasResponse.EntityData.entity_name', buf, pos, 2)
@@ -93,18 +95,19 @@ def _d_EntityData_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DescribeClientQuotasResponse.EntityData.entity_name', _n)
-        f_entity_name = None
+        o.entity_name = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeClientQuotasResponse.EntityData.entity_name', buf, pos, _n, 1)
-        f_entity_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.entity_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
-    f_unknown_tags = None
-    return EntityData(f_entity_type, f_entity_name, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_ValueData_0(buf, pos):
     _l = len(buf)
+    o = _new(ValueData)
     if pos + 2 > _l:
         raise truncated('DescribeClientQuotasResponse.ValueData.key', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -115,17 +118,18 @@ def _d_ValueData_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeClientQuotasResponse.ValueData.key', buf, pos, _n, 1)
-        f_key = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.key = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 8 > _l:
         raise truncated('DescribeClientQuotasResponse.ValueData.value', buf, pos, 8)
-    (f_value,) = _S3.unpack_from(buf, pos)
+    (o.value,) = _S3.unpack_from(buf, pos)
     pos += 8
-    f_unknown_tags = None
-    return ValueData(f_key, f_value, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_EntryData_0(buf, pos):
     _l = len(buf)
+    o = _new(EntryData)
     if pos + 4 > _l:
         raise truncated('DescribeClientQuotasResponse.EntryData.entity', buf, pos, 4)
     (_c,) = _S2.unpack_from(buf, pos)
@@ -135,7 +139,7 @@ def _d_EntryData_0(buf, pos):
     elif _c * 4 > _l - pos:
         raise overrun('DescribeClientQuotasResponse.EntryData.entity', buf, pos, _c, 4)
     else:
-        f_entity = _lst = []
+        o.entity = _lst = []
         for _ in range(_c):
             _e, pos = _d_EntityData_0(buf, pos)
             _lst.append(_e)
@@ -148,18 +152,19 @@ def _d_EntryData_0(buf, pos):
     elif _c * 10 > _l - pos:
         raise overrun('DescribeClientQuotasResponse.EntryData.values', buf, pos, _c, 10)
     else:
-        f_values = _lst = []
+        o.values = _lst = []
         for _ in range(_c):
             _e, pos = _d_ValueData_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return EntryData(f_entity, f_values, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DescribeClientQuotasResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(DescribeClientQuotasResponse)
     if pos + 6 > _l:
         raise truncated('DescribeClientQuotasResponse.throttle_time_ms', buf, pos, 6)
-    f_throttle_time_ms, f_error_code = _S0.unpack_from(buf, pos)
+    o.throttle_time_ms, o.error_code = _S0.unpack_from(buf, pos)
     pos += 6
     if pos + 2 > _l:
         raise truncated('DescribeClientQuotasResponse.error_message', buf, pos, 2)
@@ -168,12 +173,12 @@ def _d_DescribeClientQuotasResponse_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DescribeClientQuotasResponse.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeClientQuotasResponse.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('DescribeClientQuotasResponse.entries', buf, pos, 4)
@@ -182,19 +187,20 @@ def _d_DescribeClientQuotasResponse_0(buf, pos):
     if _c < 0:
         if _c != -1:
             raise bad_length('DescribeClientQuotasResponse.entries', _c)
-        f_entries = None
+        o.entries = None
     elif _c * 8 > _l - pos:
         raise overrun('DescribeClientQuotasResponse.entries', buf, pos, _c, 8)
     else:
-        f_entries = _lst = []
+        o.entries = _lst = []
         for _ in range(_c):
             _e, pos = _d_EntryData_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return DescribeClientQuotasResponse(f_throttle_time_ms, f_error_code, f_error_message, f_entries, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_EntityData_1(buf, pos):
     _l = len(buf)
+    o = _new(EntityData)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -207,7 +213,7 @@ def _d_EntityData_1(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeClientQuotasResponse.EntityData.entity_type', buf, pos, _n, 1)
-        f_entity_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.entity_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -218,27 +224,29 @@ def _d_EntityData_1(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DescribeClientQuotasResponse.EntityData.entity_name', _n)
-        f_entity_name = None
+        o.entity_name = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeClientQuotasResponse.EntityData.entity_name', buf, pos, _n, 1)
-        f_entity_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.entity_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeClientQuotasResponse.EntityData')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return EntityData(f_entity_type, f_entity_name, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_ValueData_1(buf, pos):
     _l = len(buf)
+    o = _new(ValueData)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -251,26 +259,28 @@ def _d_ValueData_1(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeClientQuotasResponse.ValueData.key', buf, pos, _n, 1)
-        f_key = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.key = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 8 > _l:
         raise truncated('DescribeClientQuotasResponse.ValueData.value', buf, pos, 8)
-    (f_value,) = _S3.unpack_from(buf, pos)
+    (o.value,) = _S3.unpack_from(buf, pos)
     pos += 8
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeClientQuotasResponse.ValueData')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ValueData(f_key, f_value, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_EntryData_1(buf, pos):
     _l = len(buf)
+    o = _new(EntryData)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -282,7 +292,7 @@ def _d_EntryData_1(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('DescribeClientQuotasResponse.EntryData.entity', buf, pos, _c, 3)
     else:
-        f_entity = _lst = []
+        o.entity = _lst = []
         for _ in range(_c):
             _e, pos = _d_EntityData_1(buf, pos)
             _lst.append(_e)
@@ -297,27 +307,29 @@ def _d_EntryData_1(buf, pos):
     elif _c * 10 > _l - pos:
         raise overrun('DescribeClientQuotasResponse.EntryData.values', buf, pos, _c, 10)
     else:
-        f_values = _lst = []
+        o.values = _lst = []
         for _ in range(_c):
             _e, pos = _d_ValueData_1(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeClientQuotasResponse.EntryData')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return EntryData(f_entity, f_values, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_DescribeClientQuotasResponse_1(buf, pos):
     _l = len(buf)
+    o = _new(DescribeClientQuotasResponse)
     if pos + 6 > _l:
         raise truncated('DescribeClientQuotasResponse.throttle_time_ms', buf, pos, 6)
-    f_throttle_time_ms, f_error_code = _S0.unpack_from(buf, pos)
+    o.throttle_time_ms, o.error_code = _S0.unpack_from(buf, pos)
     pos += 6
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -328,12 +340,12 @@ def _d_DescribeClientQuotasResponse_1(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DescribeClientQuotasResponse.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeClientQuotasResponse.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -344,25 +356,26 @@ def _d_DescribeClientQuotasResponse_1(buf, pos):
     if _c < 0:
         if _c != -1:
             raise bad_length('DescribeClientQuotasResponse.entries', _c)
-        f_entries = None
+        o.entries = None
     elif _c * 3 > _l - pos:
         raise overrun('DescribeClientQuotasResponse.entries', buf, pos, _c, 3)
     else:
-        f_entries = _lst = []
+        o.entries = _lst = []
         for _ in range(_c):
             _e, pos = _d_EntryData_1(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeClientQuotasResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DescribeClientQuotasResponse(f_throttle_time_ms, f_error_code, f_error_message, f_entries, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_EntityData_0(o, out, chunks):
     _b = o.entity_type.encode('utf-8', 'surrogateescape')

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class DescribeClusterRequest(Struct):
     __slots__ = ('include_cluster_authorized_operations', 'endpoint_type', 'unknown_tags',)
@@ -36,39 +37,44 @@ _S1 = _Struct('>?b')
 
 def _d_DescribeClusterRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(DescribeClusterRequest)
+    o.endpoint_type = 1
     if pos + 1 > _l:
         raise truncated('DescribeClusterRequest.include_cluster_authorized_operations', buf, pos, 1)
-    (f_include_cluster_authorized_operations,) = _S0.unpack_from(buf, pos)
+    (o.include_cluster_authorized_operations,) = _S0.unpack_from(buf, pos)
     pos += 1
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeClusterRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DescribeClusterRequest(f_include_cluster_authorized_operations, 1, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_DescribeClusterRequest_1(buf, pos):
     _l = len(buf)
+    o = _new(DescribeClusterRequest)
     if pos + 2 > _l:
         raise truncated('DescribeClusterRequest.include_cluster_authorized_operations', buf, pos, 2)
-    f_include_cluster_authorized_operations, f_endpoint_type = _S1.unpack_from(buf, pos)
+    o.include_cluster_authorized_operations, o.endpoint_type = _S1.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeClusterRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DescribeClusterRequest(f_include_cluster_authorized_operations, f_endpoint_type, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_DescribeClusterRequest_0(o, out, chunks):
     out += _S0.pack(o.include_cluster_authorized_operations)

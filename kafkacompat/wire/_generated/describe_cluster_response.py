@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class DescribeClusterBroker(Struct):
     __slots__ = ('broker_id', 'host', 'port', 'rack', 'unknown_tags',)
@@ -65,9 +66,10 @@ _S2 = _Struct('>b')
 
 def _d_DescribeClusterBroker_0(buf, pos):
     _l = len(buf)
+    o = _new(DescribeClusterBroker)
     if pos + 4 > _l:
         raise truncated('DescribeClusterResponse.DescribeClusterBroker.broker_id', buf, pos, 4)
-    (f_broker_id,) = _S1.unpack_from(buf, pos)
+    (o.broker_id,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -81,11 +83,11 @@ def _d_DescribeClusterBroker_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeClusterResponse.DescribeClusterBroker.host', buf, pos, _n, 1)
-        f_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('DescribeClusterResponse.DescribeClusterBroker.port', buf, pos, 4)
-    (f_port,) = _S1.unpack_from(buf, pos)
+    (o.port,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -96,30 +98,33 @@ def _d_DescribeClusterBroker_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DescribeClusterResponse.DescribeClusterBroker.rack', _n)
-        f_rack = None
+        o.rack = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeClusterResponse.DescribeClusterBroker.rack', buf, pos, _n, 1)
-        f_rack = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.rack = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeClusterResponse.DescribeClusterBroker')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DescribeClusterBroker(f_broker_id, f_host, f_port, f_rack, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_DescribeClusterResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(DescribeClusterResponse)
+    o.endpoint_type = 1
     if pos + 6 > _l:
         raise truncated('DescribeClusterResponse.throttle_time_ms', buf, pos, 6)
-    f_throttle_time_ms, f_error_code = _S0.unpack_from(buf, pos)
+    o.throttle_time_ms, o.error_code = _S0.unpack_from(buf, pos)
     pos += 6
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -130,12 +135,12 @@ def _d_DescribeClusterResponse_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DescribeClusterResponse.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeClusterResponse.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -149,11 +154,11 @@ def _d_DescribeClusterResponse_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeClusterResponse.cluster_id', buf, pos, _n, 1)
-        f_cluster_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.cluster_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('DescribeClusterResponse.controller_id', buf, pos, 4)
-    (f_controller_id,) = _S1.unpack_from(buf, pos)
+    (o.controller_id,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -166,31 +171,33 @@ def _d_DescribeClusterResponse_0(buf, pos):
     elif _c * 11 > _l - pos:
         raise overrun('DescribeClusterResponse.brokers', buf, pos, _c, 11)
     else:
-        f_brokers = _lst = []
+        o.brokers = _lst = []
         for _ in range(_c):
             _e, pos = _d_DescribeClusterBroker_0(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
         raise truncated('DescribeClusterResponse.cluster_authorized_operations', buf, pos, 4)
-    (f_cluster_authorized_operations,) = _S1.unpack_from(buf, pos)
+    (o.cluster_authorized_operations,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeClusterResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DescribeClusterResponse(f_throttle_time_ms, f_error_code, f_error_message, 1, f_cluster_id, f_controller_id, f_brokers, f_cluster_authorized_operations, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_DescribeClusterResponse_1(buf, pos):
     _l = len(buf)
+    o = _new(DescribeClusterResponse)
     if pos + 6 > _l:
         raise truncated('DescribeClusterResponse.throttle_time_ms', buf, pos, 6)
-    f_throttle_time_ms, f_error_code = _S0.unpack_from(buf, pos)
+    o.throttle_time_ms, o.error_code = _S0.unpack_from(buf, pos)
     pos += 6
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -201,16 +208,16 @@ def _d_DescribeClusterResponse_1(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DescribeClusterResponse.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeClusterResponse.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 1 > _l:
         raise truncated('DescribeClusterResponse.endpoint_type', buf, pos, 1)
-    (f_endpoint_type,) = _S2.unpack_from(buf, pos)
+    (o.endpoint_type,) = _S2.unpack_from(buf, pos)
     pos += 1
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -224,11 +231,11 @@ def _d_DescribeClusterResponse_1(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeClusterResponse.cluster_id', buf, pos, _n, 1)
-        f_cluster_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.cluster_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('DescribeClusterResponse.controller_id', buf, pos, 4)
-    (f_controller_id,) = _S1.unpack_from(buf, pos)
+    (o.controller_id,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -241,25 +248,26 @@ def _d_DescribeClusterResponse_1(buf, pos):
     elif _c * 11 > _l - pos:
         raise overrun('DescribeClusterResponse.brokers', buf, pos, _c, 11)
     else:
-        f_brokers = _lst = []
+        o.brokers = _lst = []
         for _ in range(_c):
             _e, pos = _d_DescribeClusterBroker_0(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
         raise truncated('DescribeClusterResponse.cluster_authorized_operations', buf, pos, 4)
-    (f_cluster_authorized_operations,) = _S1.unpack_from(buf, pos)
+    (o.cluster_authorized_operations,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeClusterResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DescribeClusterResponse(f_throttle_time_ms, f_error_code, f_error_message, f_endpoint_type, f_cluster_id, f_controller_id, f_brokers, f_cluster_authorized_operations, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_DescribeClusterBroker_0(o, out, chunks):
     out += _S1.pack(o.broker_id)

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class DescribeConfigsResource(Struct):
     __slots__ = ('resource_type', 'resource_name', 'configuration_keys', 'unknown_tags',)
@@ -56,9 +57,10 @@ _S4 = _Struct('>??')
 
 def _d_DescribeConfigsResource_0(buf, pos):
     _l = len(buf)
+    o = _new(DescribeConfigsResource)
     if pos + 1 > _l:
         raise truncated('DescribeConfigsRequest.DescribeConfigsResource.resource_type', buf, pos, 1)
-    (f_resource_type,) = _S1.unpack_from(buf, pos)
+    (o.resource_type,) = _S1.unpack_from(buf, pos)
     pos += 1
     if pos + 2 > _l:
         raise truncated('DescribeConfigsRequest.DescribeConfigsResource.resource_name', buf, pos, 2)
@@ -70,7 +72,7 @@ def _d_DescribeConfigsResource_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeConfigsRequest.DescribeConfigsResource.resource_name', buf, pos, _n, 1)
-        f_resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', buf, pos, 4)
@@ -79,11 +81,11 @@ def _d_DescribeConfigsResource_0(buf, pos):
     if _c < 0:
         if _c != -1:
             raise bad_length('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', _c)
-        f_configuration_keys = None
+        o.configuration_keys = None
     elif _c * 2 > _l - pos:
         raise overrun('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', buf, pos, _c, 2)
     else:
-        f_configuration_keys = _lst = []
+        o.configuration_keys = _lst = []
         for _ in range(_c):
             if pos + 2 > _l:
                 raise truncated('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', buf, pos, 2)
@@ -98,11 +100,14 @@ def _d_DescribeConfigsResource_0(buf, pos):
                 _e = str(buf[pos:_end], 'utf-8', 'surrogateescape')
                 pos = _end
             _lst.append(_e)
-    f_unknown_tags = None
-    return DescribeConfigsResource(f_resource_type, f_resource_name, f_configuration_keys, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DescribeConfigsRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(DescribeConfigsRequest)
+    o.include_synonyms = False
+    o.include_documentation = False
     if pos + 4 > _l:
         raise truncated('DescribeConfigsRequest.resources', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -112,15 +117,17 @@ def _d_DescribeConfigsRequest_0(buf, pos):
     elif _c * 7 > _l - pos:
         raise overrun('DescribeConfigsRequest.resources', buf, pos, _c, 7)
     else:
-        f_resources = _lst = []
+        o.resources = _lst = []
         for _ in range(_c):
             _e, pos = _d_DescribeConfigsResource_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return DescribeConfigsRequest(f_resources, False, False, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DescribeConfigsRequest_1(buf, pos):
     _l = len(buf)
+    o = _new(DescribeConfigsRequest)
+    o.include_documentation = False
     if pos + 4 > _l:
         raise truncated('DescribeConfigsRequest.resources', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -130,19 +137,20 @@ def _d_DescribeConfigsRequest_1(buf, pos):
     elif _c * 7 > _l - pos:
         raise overrun('DescribeConfigsRequest.resources', buf, pos, _c, 7)
     else:
-        f_resources = _lst = []
+        o.resources = _lst = []
         for _ in range(_c):
             _e, pos = _d_DescribeConfigsResource_0(buf, pos)
             _lst.append(_e)
     if pos + 1 > _l:
         raise truncated('DescribeConfigsRequest.include_synonyms', buf, pos, 1)
-    (f_include_synonyms,) = _S3.unpack_from(buf, pos)
+    (o.include_synonyms,) = _S3.unpack_from(buf, pos)
     pos += 1
-    f_unknown_tags = None
-    return DescribeConfigsRequest(f_resources, f_include_synonyms, False, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DescribeConfigsRequest_3(buf, pos):
     _l = len(buf)
+    o = _new(DescribeConfigsRequest)
     if pos + 4 > _l:
         raise truncated('DescribeConfigsRequest.resources', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -152,22 +160,23 @@ def _d_DescribeConfigsRequest_3(buf, pos):
     elif _c * 7 > _l - pos:
         raise overrun('DescribeConfigsRequest.resources', buf, pos, _c, 7)
     else:
-        f_resources = _lst = []
+        o.resources = _lst = []
         for _ in range(_c):
             _e, pos = _d_DescribeConfigsResource_0(buf, pos)
             _lst.append(_e)
     if pos + 2 > _l:
         raise truncated('DescribeConfigsRequest.include_synonyms', buf, pos, 2)
-    f_include_synonyms, f_include_documentation = _S4.unpack_from(buf, pos)
+    o.include_synonyms, o.include_documentation = _S4.unpack_from(buf, pos)
     pos += 2
-    f_unknown_tags = None
-    return DescribeConfigsRequest(f_resources, f_include_synonyms, f_include_documentation, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DescribeConfigsResource_4(buf, pos):
     _l = len(buf)
+    o = _new(DescribeConfigsResource)
     if pos + 1 > _l:
         raise truncated('DescribeConfigsRequest.DescribeConfigsResource.resource_type', buf, pos, 1)
-    (f_resource_type,) = _S1.unpack_from(buf, pos)
+    (o.resource_type,) = _S1.unpack_from(buf, pos)
     pos += 1
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -181,7 +190,7 @@ def _d_DescribeConfigsResource_4(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeConfigsRequest.DescribeConfigsResource.resource_name', buf, pos, _n, 1)
-        f_resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -192,11 +201,11 @@ def _d_DescribeConfigsResource_4(buf, pos):
     if _c < 0:
         if _c != -1:
             raise bad_length('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', _c)
-        f_configuration_keys = None
+        o.configuration_keys = None
     elif _c * 1 > _l - pos:
         raise overrun('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', buf, pos, _c, 1)
     else:
-        f_configuration_keys = _lst = []
+        o.configuration_keys = _lst = []
         for _ in range(_c):
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
@@ -215,18 +224,20 @@ def _d_DescribeConfigsResource_4(buf, pos):
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeConfigsRequest.DescribeConfigsResource')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DescribeConfigsResource(f_resource_type, f_resource_name, f_configuration_keys, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_DescribeConfigsRequest_4(buf, pos):
     _l = len(buf)
+    o = _new(DescribeConfigsRequest)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -238,25 +249,26 @@ def _d_DescribeConfigsRequest_4(buf, pos):
     elif _c * 4 > _l - pos:
         raise overrun('DescribeConfigsRequest.resources', buf, pos, _c, 4)
     else:
-        f_resources = _lst = []
+        o.resources = _lst = []
         for _ in range(_c):
             _e, pos = _d_DescribeConfigsResource_4(buf, pos)
             _lst.append(_e)
     if pos + 2 > _l:
         raise truncated('DescribeConfigsRequest.include_synonyms', buf, pos, 2)
-    f_include_synonyms, f_include_documentation = _S4.unpack_from(buf, pos)
+    o.include_synonyms, o.include_documentation = _S4.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeConfigsRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DescribeConfigsRequest(f_resources, f_include_synonyms, f_include_documentation, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_DescribeConfigsResource_0(o, out, chunks):
     out += _S1.pack(o.resource_type)

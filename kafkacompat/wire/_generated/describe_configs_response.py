@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class DescribeConfigsResult(Struct):
     __slots__ = ('error_code', 'error_message', 'resource_type', 'resource_name', 'configs', 'unknown_tags',)
@@ -97,6 +98,11 @@ _S4 = _Struct('>?b?')
 
 def _d_DescribeConfigsResourceResult_0(buf, pos):
     _l = len(buf)
+    o = _new(DescribeConfigsResourceResult)
+    o.config_source = -1
+    o.synonyms = []
+    o.config_type = 0
+    o.documentation = ''
     if pos + 2 > _l:
         raise truncated('DescribeConfigsResponse.DescribeConfigsResourceResult.name', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -107,7 +113,7 @@ def _d_DescribeConfigsResourceResult_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeConfigsResponse.DescribeConfigsResourceResult.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('DescribeConfigsResponse.DescribeConfigsResourceResult.value', buf, pos, 2)
@@ -116,25 +122,26 @@ def _d_DescribeConfigsResourceResult_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DescribeConfigsResponse.DescribeConfigsResourceResult.value', _n)
-        f_value = None
+        o.value = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeConfigsResponse.DescribeConfigsResourceResult.value', buf, pos, _n, 1)
-        f_value = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.value = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 3 > _l:
         raise truncated('DescribeConfigsResponse.DescribeConfigsResourceResult.read_only', buf, pos, 3)
-    f_read_only, f_is_default, f_is_sensitive = _S3.unpack_from(buf, pos)
+    o.read_only, o.is_default, o.is_sensitive = _S3.unpack_from(buf, pos)
     pos += 3
-    f_unknown_tags = None
-    return DescribeConfigsResourceResult(f_name, f_value, f_read_only, f_is_default, -1, f_is_sensitive, [], 0, '', f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DescribeConfigsResult_0(buf, pos):
     _l = len(buf)
+    o = _new(DescribeConfigsResult)
     if pos + 2 > _l:
         raise truncated('DescribeConfigsResponse.DescribeConfigsResult.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
     if pos + 2 > _l:
         raise truncated('DescribeConfigsResponse.DescribeConfigsResult.error_message', buf, pos, 2)
@@ -143,16 +150,16 @@ def _d_DescribeConfigsResult_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DescribeConfigsResponse.DescribeConfigsResult.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeConfigsResponse.DescribeConfigsResult.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 1 > _l:
         raise truncated('DescribeConfigsResponse.DescribeConfigsResult.resource_type', buf, pos, 1)
-    (f_resource_type,) = _S2.unpack_from(buf, pos)
+    (o.resource_type,) = _S2.unpack_from(buf, pos)
     pos += 1
     if pos + 2 > _l:
         raise truncated('DescribeConfigsResponse.DescribeConfigsResult.resource_name', buf, pos, 2)
@@ -164,7 +171,7 @@ def _d_DescribeConfigsResult_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeConfigsResponse.DescribeConfigsResult.resource_name', buf, pos, _n, 1)
-        f_resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('DescribeConfigsResponse.DescribeConfigsResult.configs', buf, pos, 4)
@@ -175,18 +182,19 @@ def _d_DescribeConfigsResult_0(buf, pos):
     elif _c * 7 > _l - pos:
         raise overrun('DescribeConfigsResponse.DescribeConfigsResult.configs', buf, pos, _c, 7)
     else:
-        f_configs = _lst = []
+        o.configs = _lst = []
         for _ in range(_c):
             _e, pos = _d_DescribeConfigsResourceResult_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return DescribeConfigsResult(f_error_code, f_error_message, f_resource_type, f_resource_name, f_configs, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DescribeConfigsResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(DescribeConfigsResponse)
     if pos + 4 > _l:
         raise truncated('DescribeConfigsResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('DescribeConfigsResponse.results', buf, pos, 4)
@@ -197,15 +205,16 @@ def _d_DescribeConfigsResponse_0(buf, pos):
     elif _c * 11 > _l - pos:
         raise overrun('DescribeConfigsResponse.results', buf, pos, _c, 11)
     else:
-        f_results = _lst = []
+        o.results = _lst = []
         for _ in range(_c):
             _e, pos = _d_DescribeConfigsResult_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return DescribeConfigsResponse(f_throttle_time_ms, f_results, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DescribeConfigsSynonym_1(buf, pos):
     _l = len(buf)
+    o = _new(DescribeConfigsSynonym)
     if pos + 2 > _l:
         raise truncated('DescribeConfigsResponse.DescribeConfigsSynonym.name', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -216,7 +225,7 @@ def _d_DescribeConfigsSynonym_1(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeConfigsResponse.DescribeConfigsSynonym.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('DescribeConfigsResponse.DescribeConfigsSynonym.value', buf, pos, 2)
@@ -225,22 +234,26 @@ def _d_DescribeConfigsSynonym_1(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DescribeConfigsResponse.DescribeConfigsSynonym.value', _n)
-        f_value = None
+        o.value = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeConfigsResponse.DescribeConfigsSynonym.value', buf, pos, _n, 1)
-        f_value = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.value = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 1 > _l:
         raise truncated('DescribeConfigsResponse.DescribeConfigsSynonym.source', buf, pos, 1)
-    (f_source,) = _S2.unpack_from(buf, pos)
+    (o.source,) = _S2.unpack_from(buf, pos)
     pos += 1
-    f_unknown_tags = None
-    return DescribeConfigsSynonym(f_name, f_value, f_source, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DescribeConfigsResourceResult_1(buf, pos):
     _l = len(buf)
+    o = _new(DescribeConfigsResourceResult)
+    o.is_default = False
+    o.config_type = 0
+    o.documentation = ''
     if pos + 2 > _l:
         raise truncated('DescribeConfigsResponse.DescribeConfigsResourceResult.name', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -251,7 +264,7 @@ def _d_DescribeConfigsResourceResult_1(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeConfigsResponse.DescribeConfigsResourceResult.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('DescribeConfigsResponse.DescribeConfigsResourceResult.value', buf, pos, 2)
@@ -260,16 +273,16 @@ def _d_DescribeConfigsResourceResult_1(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DescribeConfigsResponse.DescribeConfigsResourceResult.value', _n)
-        f_value = None
+        o.value = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeConfigsResponse.DescribeConfigsResourceResult.value', buf, pos, _n, 1)
-        f_value = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.value = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 3 > _l:
         raise truncated('DescribeConfigsResponse.DescribeConfigsResourceResult.read_only', buf, pos, 3)
-    f_read_only, f_config_source, f_is_sensitive = _S4.unpack_from(buf, pos)
+    o.read_only, o.config_source, o.is_sensitive = _S4.unpack_from(buf, pos)
     pos += 3
     if pos + 4 > _l:
         raise truncated('DescribeConfigsResponse.DescribeConfigsResourceResult.synonyms', buf, pos, 4)
@@ -280,18 +293,19 @@ def _d_DescribeConfigsResourceResult_1(buf, pos):
     elif _c * 5 > _l - pos:
         raise overrun('DescribeConfigsResponse.DescribeConfigsResourceResult.synonyms', buf, pos, _c, 5)
     else:
-        f_synonyms = _lst = []
+        o.synonyms = _lst = []
         for _ in range(_c):
             _e, pos = _d_DescribeConfigsSynonym_1(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return DescribeConfigsResourceResult(f_name, f_value, f_read_only, False, f_config_source, f_is_sensitive, f_synonyms, 0, '', f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DescribeConfigsResult_1(buf, pos):
     _l = len(buf)
+    o = _new(DescribeConfigsResult)
     if pos + 2 > _l:
         raise truncated('DescribeConfigsResponse.DescribeConfigsResult.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
     if pos + 2 > _l:
         raise truncated('DescribeConfigsResponse.DescribeConfigsResult.error_message', buf, pos, 2)
@@ -300,16 +314,16 @@ def _d_DescribeConfigsResult_1(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DescribeConfigsResponse.DescribeConfigsResult.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeConfigsResponse.DescribeConfigsResult.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 1 > _l:
         raise truncated('DescribeConfigsResponse.DescribeConfigsResult.resource_type', buf, pos, 1)
-    (f_resource_type,) = _S2.unpack_from(buf, pos)
+    (o.resource_type,) = _S2.unpack_from(buf, pos)
     pos += 1
     if pos + 2 > _l:
         raise truncated('DescribeConfigsResponse.DescribeConfigsResult.resource_name', buf, pos, 2)
@@ -321,7 +335,7 @@ def _d_DescribeConfigsResult_1(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeConfigsResponse.DescribeConfigsResult.resource_name', buf, pos, _n, 1)
-        f_resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('DescribeConfigsResponse.DescribeConfigsResult.configs', buf, pos, 4)
@@ -332,18 +346,19 @@ def _d_DescribeConfigsResult_1(buf, pos):
     elif _c * 11 > _l - pos:
         raise overrun('DescribeConfigsResponse.DescribeConfigsResult.configs', buf, pos, _c, 11)
     else:
-        f_configs = _lst = []
+        o.configs = _lst = []
         for _ in range(_c):
             _e, pos = _d_DescribeConfigsResourceResult_1(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return DescribeConfigsResult(f_error_code, f_error_message, f_resource_type, f_resource_name, f_configs, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DescribeConfigsResponse_1(buf, pos):
     _l = len(buf)
+    o = _new(DescribeConfigsResponse)
     if pos + 4 > _l:
         raise truncated('DescribeConfigsResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('DescribeConfigsResponse.results', buf, pos, 4)
@@ -354,15 +369,17 @@ def _d_DescribeConfigsResponse_1(buf, pos):
     elif _c * 11 > _l - pos:
         raise overrun('DescribeConfigsResponse.results', buf, pos, _c, 11)
     else:
-        f_results = _lst = []
+        o.results = _lst = []
         for _ in range(_c):
             _e, pos = _d_DescribeConfigsResult_1(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return DescribeConfigsResponse(f_throttle_time_ms, f_results, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DescribeConfigsResourceResult_3(buf, pos):
     _l = len(buf)
+    o = _new(DescribeConfigsResourceResult)
+    o.is_default = False
     if pos + 2 > _l:
         raise truncated('DescribeConfigsResponse.DescribeConfigsResourceResult.name', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -373,7 +390,7 @@ def _d_DescribeConfigsResourceResult_3(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeConfigsResponse.DescribeConfigsResourceResult.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('DescribeConfigsResponse.DescribeConfigsResourceResult.value', buf, pos, 2)
@@ -382,16 +399,16 @@ def _d_DescribeConfigsResourceResult_3(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DescribeConfigsResponse.DescribeConfigsResourceResult.value', _n)
-        f_value = None
+        o.value = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeConfigsResponse.DescribeConfigsResourceResult.value', buf, pos, _n, 1)
-        f_value = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.value = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 3 > _l:
         raise truncated('DescribeConfigsResponse.DescribeConfigsResourceResult.read_only', buf, pos, 3)
-    f_read_only, f_config_source, f_is_sensitive = _S4.unpack_from(buf, pos)
+    o.read_only, o.config_source, o.is_sensitive = _S4.unpack_from(buf, pos)
     pos += 3
     if pos + 4 > _l:
         raise truncated('DescribeConfigsResponse.DescribeConfigsResourceResult.synonyms', buf, pos, 4)
@@ -402,13 +419,13 @@ def _d_DescribeConfigsResourceResult_3(buf, pos):
     elif _c * 5 > _l - pos:
         raise overrun('DescribeConfigsResponse.DescribeConfigsResourceResult.synonyms', buf, pos, _c, 5)
     else:
-        f_synonyms = _lst = []
+        o.synonyms = _lst = []
         for _ in range(_c):
             _e, pos = _d_DescribeConfigsSynonym_1(buf, pos)
             _lst.append(_e)
     if pos + 1 > _l:
         raise truncated('DescribeConfigsResponse.DescribeConfigsResourceResult.config_type', buf, pos, 1)
-    (f_config_type,) = _S2.unpack_from(buf, pos)
+    (o.config_type,) = _S2.unpack_from(buf, pos)
     pos += 1
     if pos + 2 > _l:
         raise truncated('DescribeConfigsResponse.DescribeConfigsResourceResult.documentation', buf, pos, 2)
@@ -417,21 +434,22 @@ def _d_DescribeConfigsResourceResult_3(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DescribeConfigsResponse.DescribeConfigsResourceResult.documentation', _n)
-        f_documentation = None
+        o.documentation = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeConfigsResponse.DescribeConfigsResourceResult.documentation', buf, pos, _n, 1)
-        f_documentation = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.documentation = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
-    f_unknown_tags = None
-    return DescribeConfigsResourceResult(f_name, f_value, f_read_only, False, f_config_source, f_is_sensitive, f_synonyms, f_config_type, f_documentation, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DescribeConfigsResult_3(buf, pos):
     _l = len(buf)
+    o = _new(DescribeConfigsResult)
     if pos + 2 > _l:
         raise truncated('DescribeConfigsResponse.DescribeConfigsResult.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
     if pos + 2 > _l:
         raise truncated('DescribeConfigsResponse.DescribeConfigsResult.error_message', buf, pos, 2)
@@ -440,16 +458,16 @@ def _d_DescribeConfigsResult_3(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DescribeConfigsResponse.DescribeConfigsResult.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeConfigsResponse.DescribeConfigsResult.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 1 > _l:
         raise truncated('DescribeConfigsResponse.DescribeConfigsResult.resource_type', buf, pos, 1)
-    (f_resource_type,) = _S2.unpack_from(buf, pos)
+    (o.resource_type,) = _S2.unpack_from(buf, pos)
     pos += 1
     if pos + 2 > _l:
         raise truncated('DescribeConfigsResponse.DescribeConfigsResult.resource_name', buf, pos, 2)
@@ -461,7 +479,7 @@ def _d_DescribeConfigsResult_3(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeConfigsResponse.DescribeConfigsResult.resource_name', buf, pos, _n, 1)
-        f_resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('DescribeConfigsResponse.DescribeConfigsResult.configs', buf, pos, 4)
@@ -472,18 +490,19 @@ def _d_DescribeConfigsResult_3(buf, pos):
     elif _c * 14 > _l - pos:
         raise overrun('DescribeConfigsResponse.DescribeConfigsResult.configs', buf, pos, _c, 14)
     else:
-        f_configs = _lst = []
+        o.configs = _lst = []
         for _ in range(_c):
             _e, pos = _d_DescribeConfigsResourceResult_3(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return DescribeConfigsResult(f_error_code, f_error_message, f_resource_type, f_resource_name, f_configs, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DescribeConfigsResponse_3(buf, pos):
     _l = len(buf)
+    o = _new(DescribeConfigsResponse)
     if pos + 4 > _l:
         raise truncated('DescribeConfigsResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('DescribeConfigsResponse.results', buf, pos, 4)
@@ -494,15 +513,16 @@ def _d_DescribeConfigsResponse_3(buf, pos):
     elif _c * 11 > _l - pos:
         raise overrun('DescribeConfigsResponse.results', buf, pos, _c, 11)
     else:
-        f_results = _lst = []
+        o.results = _lst = []
         for _ in range(_c):
             _e, pos = _d_DescribeConfigsResult_3(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return DescribeConfigsResponse(f_throttle_time_ms, f_results, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DescribeConfigsSynonym_4(buf, pos):
     _l = len(buf)
+    o = _new(DescribeConfigsSynonym)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -515,7 +535,7 @@ def _d_DescribeConfigsSynonym_4(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeConfigsResponse.DescribeConfigsSynonym.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -526,31 +546,34 @@ def _d_DescribeConfigsSynonym_4(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DescribeConfigsResponse.DescribeConfigsSynonym.value', _n)
-        f_value = None
+        o.value = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeConfigsResponse.DescribeConfigsSynonym.value', buf, pos, _n, 1)
-        f_value = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.value = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 1 > _l:
         raise truncated('DescribeConfigsResponse.DescribeConfigsSynonym.source', buf, pos, 1)
-    (f_source,) = _S2.unpack_from(buf, pos)
+    (o.source,) = _S2.unpack_from(buf, pos)
     pos += 1
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeConfigsResponse.DescribeConfigsSynonym')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DescribeConfigsSynonym(f_name, f_value, f_source, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_DescribeConfigsResourceResult_4(buf, pos):
     _l = len(buf)
+    o = _new(DescribeConfigsResourceResult)
+    o.is_default = False
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -563,7 +586,7 @@ def _d_DescribeConfigsResourceResult_4(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeConfigsResponse.DescribeConfigsResourceResult.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -574,16 +597,16 @@ def _d_DescribeConfigsResourceResult_4(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DescribeConfigsResponse.DescribeConfigsResourceResult.value', _n)
-        f_value = None
+        o.value = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeConfigsResponse.DescribeConfigsResourceResult.value', buf, pos, _n, 1)
-        f_value = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.value = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 3 > _l:
         raise truncated('DescribeConfigsResponse.DescribeConfigsResourceResult.read_only', buf, pos, 3)
-    f_read_only, f_config_source, f_is_sensitive = _S4.unpack_from(buf, pos)
+    o.read_only, o.config_source, o.is_sensitive = _S4.unpack_from(buf, pos)
     pos += 3
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -596,13 +619,13 @@ def _d_DescribeConfigsResourceResult_4(buf, pos):
     elif _c * 4 > _l - pos:
         raise overrun('DescribeConfigsResponse.DescribeConfigsResourceResult.synonyms', buf, pos, _c, 4)
     else:
-        f_synonyms = _lst = []
+        o.synonyms = _lst = []
         for _ in range(_c):
             _e, pos = _d_DescribeConfigsSynonym_4(buf, pos)
             _lst.append(_e)
     if pos + 1 > _l:
         raise truncated('DescribeConfigsResponse.DescribeConfigsResourceResult.config_type', buf, pos, 1)
-    (f_config_type,) = _S2.unpack_from(buf, pos)
+    (o.config_type,) = _S2.unpack_from(buf, pos)
     pos += 1
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -613,30 +636,32 @@ def _d_DescribeConfigsResourceResult_4(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DescribeConfigsResponse.DescribeConfigsResourceResult.documentation', _n)
-        f_documentation = None
+        o.documentation = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeConfigsResponse.DescribeConfigsResourceResult.documentation', buf, pos, _n, 1)
-        f_documentation = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.documentation = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResourceResult')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DescribeConfigsResourceResult(f_name, f_value, f_read_only, False, f_config_source, f_is_sensitive, f_synonyms, f_config_type, f_documentation, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_DescribeConfigsResult_4(buf, pos):
     _l = len(buf)
+    o = _new(DescribeConfigsResult)
     if pos + 2 > _l:
         raise truncated('DescribeConfigsResponse.DescribeConfigsResult.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -647,16 +672,16 @@ def _d_DescribeConfigsResult_4(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DescribeConfigsResponse.DescribeConfigsResult.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeConfigsResponse.DescribeConfigsResult.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 1 > _l:
         raise truncated('DescribeConfigsResponse.DescribeConfigsResult.resource_type', buf, pos, 1)
-    (f_resource_type,) = _S2.unpack_from(buf, pos)
+    (o.resource_type,) = _S2.unpack_from(buf, pos)
     pos += 1
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -670,7 +695,7 @@ def _d_DescribeConfigsResult_4(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeConfigsResponse.DescribeConfigsResult.resource_name', buf, pos, _n, 1)
-        f_resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -683,27 +708,29 @@ def _d_DescribeConfigsResult_4(buf, pos):
     elif _c * 9 > _l - pos:
         raise overrun('DescribeConfigsResponse.DescribeConfigsResult.configs', buf, pos, _c, 9)
     else:
-        f_configs = _lst = []
+        o.configs = _lst = []
         for _ in range(_c):
             _e, pos = _d_DescribeConfigsResourceResult_4(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeConfigsResponse.DescribeConfigsResult')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DescribeConfigsResult(f_error_code, f_error_message, f_resource_type, f_resource_name, f_configs, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_DescribeConfigsResponse_4(buf, pos):
     _l = len(buf)
+    o = _new(DescribeConfigsResponse)
     if pos + 4 > _l:
         raise truncated('DescribeConfigsResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -716,21 +743,22 @@ def _d_DescribeConfigsResponse_4(buf, pos):
     elif _c * 7 > _l - pos:
         raise overrun('DescribeConfigsResponse.results', buf, pos, _c, 7)
     else:
-        f_results = _lst = []
+        o.results = _lst = []
         for _ in range(_c):
             _e, pos = _d_DescribeConfigsResult_4(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeConfigsResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DescribeConfigsResponse(f_throttle_time_ms, f_results, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_DescribeConfigsResourceResult_0(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')

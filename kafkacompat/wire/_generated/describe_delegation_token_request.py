@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class DescribeDelegationTokenOwner(Struct):
     __slots__ = ('principal_type', 'principal_name', 'unknown_tags',)
@@ -44,6 +45,7 @@ _S1 = _Struct('>h')
 
 def _d_DescribeDelegationTokenOwner_0(buf, pos):
     _l = len(buf)
+    o = _new(DescribeDelegationTokenOwner)
     if pos + 2 > _l:
         raise truncated('DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_type', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -54,7 +56,7 @@ def _d_DescribeDelegationTokenOwner_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_type', buf, pos, _n, 1)
-        f_principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_name', buf, pos, 2)
@@ -66,13 +68,14 @@ def _d_DescribeDelegationTokenOwner_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_name', buf, pos, _n, 1)
-        f_principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
-    f_unknown_tags = None
-    return DescribeDelegationTokenOwner(f_principal_type, f_principal_name, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DescribeDelegationTokenRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(DescribeDelegationTokenRequest)
     if pos + 4 > _l:
         raise truncated('DescribeDelegationTokenRequest.owners', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -80,19 +83,20 @@ def _d_DescribeDelegationTokenRequest_0(buf, pos):
     if _c < 0:
         if _c != -1:
             raise bad_length('DescribeDelegationTokenRequest.owners', _c)
-        f_owners = None
+        o.owners = None
     elif _c * 4 > _l - pos:
         raise overrun('DescribeDelegationTokenRequest.owners', buf, pos, _c, 4)
     else:
-        f_owners = _lst = []
+        o.owners = _lst = []
         for _ in range(_c):
             _e, pos = _d_DescribeDelegationTokenOwner_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return DescribeDelegationTokenRequest(f_owners, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DescribeDelegationTokenOwner_2(buf, pos):
     _l = len(buf)
+    o = _new(DescribeDelegationTokenOwner)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -105,7 +109,7 @@ def _d_DescribeDelegationTokenOwner_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_type', buf, pos, _n, 1)
-        f_principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -119,22 +123,24 @@ def _d_DescribeDelegationTokenOwner_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_name', buf, pos, _n, 1)
-        f_principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeDelegationTokenRequest.DescribeDelegationTokenOwner')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DescribeDelegationTokenOwner(f_principal_type, f_principal_name, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_DescribeDelegationTokenRequest_2(buf, pos):
     _l = len(buf)
+    o = _new(DescribeDelegationTokenRequest)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -144,25 +150,26 @@ def _d_DescribeDelegationTokenRequest_2(buf, pos):
     if _c < 0:
         if _c != -1:
             raise bad_length('DescribeDelegationTokenRequest.owners', _c)
-        f_owners = None
+        o.owners = None
     elif _c * 3 > _l - pos:
         raise overrun('DescribeDelegationTokenRequest.owners', buf, pos, _c, 3)
     else:
-        f_owners = _lst = []
+        o.owners = _lst = []
         for _ in range(_c):
             _e, pos = _d_DescribeDelegationTokenOwner_2(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeDelegationTokenRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DescribeDelegationTokenRequest(f_owners, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_DescribeDelegationTokenOwner_0(o, out, chunks):
     _b = o.principal_type.encode('utf-8', 'surrogateescape')

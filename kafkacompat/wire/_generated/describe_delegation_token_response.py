@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class DescribedDelegationToken(Struct):
     __slots__ = ('principal_type', 'principal_name', 'token_requester_principal_type', 'token_requester_principal_name', 'issue_timestamp', 'expiry_timestamp', 'max_timestamp', 'token_id', 'hmac', 'renewers', 'unknown_tags',)
@@ -77,6 +78,7 @@ _S2 = _Struct('>qqq')
 
 def _d_DescribedDelegationTokenRenewer_0(buf, pos):
     _l = len(buf)
+    o = _new(DescribedDelegationTokenRenewer)
     if pos + 2 > _l:
         raise truncated('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_type', buf, pos, 2)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -87,7 +89,7 @@ def _d_DescribedDelegationTokenRenewer_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_type', buf, pos, _n, 1)
-        f_principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_name', buf, pos, 2)
@@ -99,13 +101,16 @@ def _d_DescribedDelegationTokenRenewer_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_name', buf, pos, _n, 1)
-        f_principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
-    f_unknown_tags = None
-    return DescribedDelegationTokenRenewer(f_principal_type, f_principal_name, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DescribedDelegationToken_0(buf, pos):
     _l = len(buf)
+    o = _new(DescribedDelegationToken)
+    o.token_requester_principal_type = ''
+    o.token_requester_principal_name = ''
     if pos + 2 > _l:
         raise truncated('DescribeDelegationTokenResponse.DescribedDelegationToken.principal_type', buf, pos, 2)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -116,7 +121,7 @@ def _d_DescribedDelegationToken_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeDelegationTokenResponse.DescribedDelegationToken.principal_type', buf, pos, _n, 1)
-        f_principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('DescribeDelegationTokenResponse.DescribedDelegationToken.principal_name', buf, pos, 2)
@@ -128,11 +133,11 @@ def _d_DescribedDelegationToken_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeDelegationTokenResponse.DescribedDelegationToken.principal_name', buf, pos, _n, 1)
-        f_principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 24 > _l:
         raise truncated('DescribeDelegationTokenResponse.DescribedDelegationToken.issue_timestamp', buf, pos, 24)
-    f_issue_timestamp, f_expiry_timestamp, f_max_timestamp = _S2.unpack_from(buf, pos)
+    o.issue_timestamp, o.expiry_timestamp, o.max_timestamp = _S2.unpack_from(buf, pos)
     pos += 24
     if pos + 2 > _l:
         raise truncated('DescribeDelegationTokenResponse.DescribedDelegationToken.token_id', buf, pos, 2)
@@ -144,7 +149,7 @@ def _d_DescribedDelegationToken_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeDelegationTokenResponse.DescribedDelegationToken.token_id', buf, pos, _n, 1)
-        f_token_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.token_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('DescribeDelegationTokenResponse.DescribedDelegationToken.hmac', buf, pos, 4)
@@ -156,7 +161,7 @@ def _d_DescribedDelegationToken_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeDelegationTokenResponse.DescribedDelegationToken.hmac', buf, pos, _n, 1)
-        f_hmac = bytes(buf[pos:_end])
+        o.hmac = bytes(buf[pos:_end])
         pos = _end
     if pos + 4 > _l:
         raise truncated('DescribeDelegationTokenResponse.DescribedDelegationToken.renewers', buf, pos, 4)
@@ -167,18 +172,19 @@ def _d_DescribedDelegationToken_0(buf, pos):
     elif _c * 4 > _l - pos:
         raise overrun('DescribeDelegationTokenResponse.DescribedDelegationToken.renewers', buf, pos, _c, 4)
     else:
-        f_renewers = _lst = []
+        o.renewers = _lst = []
         for _ in range(_c):
             _e, pos = _d_DescribedDelegationTokenRenewer_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return DescribedDelegationToken(f_principal_type, f_principal_name, '', '', f_issue_timestamp, f_expiry_timestamp, f_max_timestamp, f_token_id, f_hmac, f_renewers, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DescribeDelegationTokenResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(DescribeDelegationTokenResponse)
     if pos + 2 > _l:
         raise truncated('DescribeDelegationTokenResponse.error_code', buf, pos, 2)
-    (f_error_code,) = _S0.unpack_from(buf, pos)
+    (o.error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
     if pos + 4 > _l:
         raise truncated('DescribeDelegationTokenResponse.tokens', buf, pos, 4)
@@ -189,19 +195,20 @@ def _d_DescribeDelegationTokenResponse_0(buf, pos):
     elif _c * 38 > _l - pos:
         raise overrun('DescribeDelegationTokenResponse.tokens', buf, pos, _c, 38)
     else:
-        f_tokens = _lst = []
+        o.tokens = _lst = []
         for _ in range(_c):
             _e, pos = _d_DescribedDelegationToken_0(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
         raise truncated('DescribeDelegationTokenResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S1.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S1.unpack_from(buf, pos)
     pos += 4
-    f_unknown_tags = None
-    return DescribeDelegationTokenResponse(f_error_code, f_tokens, f_throttle_time_ms, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DescribedDelegationTokenRenewer_2(buf, pos):
     _l = len(buf)
+    o = _new(DescribedDelegationTokenRenewer)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -214,7 +221,7 @@ def _d_DescribedDelegationTokenRenewer_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_type', buf, pos, _n, 1)
-        f_principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -228,22 +235,26 @@ def _d_DescribedDelegationTokenRenewer_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_name', buf, pos, _n, 1)
-        f_principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DescribedDelegationTokenRenewer(f_principal_type, f_principal_name, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_DescribedDelegationToken_2(buf, pos):
     _l = len(buf)
+    o = _new(DescribedDelegationToken)
+    o.token_requester_principal_type = ''
+    o.token_requester_principal_name = ''
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -256,7 +267,7 @@ def _d_DescribedDelegationToken_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeDelegationTokenResponse.DescribedDelegationToken.principal_type', buf, pos, _n, 1)
-        f_principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -270,11 +281,11 @@ def _d_DescribedDelegationToken_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeDelegationTokenResponse.DescribedDelegationToken.principal_name', buf, pos, _n, 1)
-        f_principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 24 > _l:
         raise truncated('DescribeDelegationTokenResponse.DescribedDelegationToken.issue_timestamp', buf, pos, 24)
-    f_issue_timestamp, f_expiry_timestamp, f_max_timestamp = _S2.unpack_from(buf, pos)
+    o.issue_timestamp, o.expiry_timestamp, o.max_timestamp = _S2.unpack_from(buf, pos)
     pos += 24
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -288,7 +299,7 @@ def _d_DescribedDelegationToken_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeDelegationTokenResponse.DescribedDelegationToken.token_id', buf, pos, _n, 1)
-        f_token_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.token_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -302,7 +313,7 @@ def _d_DescribedDelegationToken_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeDelegationTokenResponse.DescribedDelegationToken.hmac', buf, pos, _n, 1)
-        f_hmac = bytes(buf[pos:_end])
+        o.hmac = bytes(buf[pos:_end])
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -315,27 +326,29 @@ def _d_DescribedDelegationToken_2(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('DescribeDelegationTokenResponse.DescribedDelegationToken.renewers', buf, pos, _c, 3)
     else:
-        f_renewers = _lst = []
+        o.renewers = _lst = []
         for _ in range(_c):
             _e, pos = _d_DescribedDelegationTokenRenewer_2(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeDelegationTokenResponse.DescribedDelegationToken')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DescribedDelegationToken(f_principal_type, f_principal_name, '', '', f_issue_timestamp, f_expiry_timestamp, f_max_timestamp, f_token_id, f_hmac, f_renewers, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_DescribeDelegationTokenResponse_2(buf, pos):
     _l = len(buf)
+    o = _new(DescribeDelegationTokenResponse)
     if pos + 2 > _l:
         raise truncated('DescribeDelegationTokenResponse.error_code', buf, pos, 2)
-    (f_error_code,) = _S0.unpack_from(buf, pos)
+    (o.error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -348,28 +361,30 @@ def _d_DescribeDelegationTokenResponse_2(buf, pos):
     elif _c * 30 > _l - pos:
         raise overrun('DescribeDelegationTokenResponse.tokens', buf, pos, _c, 30)
     else:
-        f_tokens = _lst = []
+        o.tokens = _lst = []
         for _ in range(_c):
             _e, pos = _d_DescribedDelegationToken_2(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
         raise truncated('DescribeDelegationTokenResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S1.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeDelegationTokenResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DescribeDelegationTokenResponse(f_error_code, f_tokens, f_throttle_time_ms, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_DescribedDelegationToken_3(buf, pos):
     _l = len(buf)
+    o = _new(DescribedDelegationToken)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -382,7 +397,7 @@ def _d_DescribedDelegationToken_3(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeDelegationTokenResponse.DescribedDelegationToken.principal_type', buf, pos, _n, 1)
-        f_principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -396,7 +411,7 @@ def _d_DescribedDelegationToken_3(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeDelegationTokenResponse.DescribedDelegationToken.principal_name', buf, pos, _n, 1)
-        f_principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -410,7 +425,7 @@ def _d_DescribedDelegationToken_3(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeDelegationTokenResponse.DescribedDelegationToken.token_requester_principal_type', buf, pos, _n, 1)
-        f_token_requester_principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.token_requester_principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -424,11 +439,11 @@ def _d_DescribedDelegationToken_3(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeDelegationTokenResponse.DescribedDelegationToken.token_requester_principal_name', buf, pos, _n, 1)
-        f_token_requester_principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.token_requester_principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 24 > _l:
         raise truncated('DescribeDelegationTokenResponse.DescribedDelegationToken.issue_timestamp', buf, pos, 24)
-    f_issue_timestamp, f_expiry_timestamp, f_max_timestamp = _S2.unpack_from(buf, pos)
+    o.issue_timestamp, o.expiry_timestamp, o.max_timestamp = _S2.unpack_from(buf, pos)
     pos += 24
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -442,7 +457,7 @@ def _d_DescribedDelegationToken_3(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeDelegationTokenResponse.DescribedDelegationToken.token_id', buf, pos, _n, 1)
-        f_token_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.token_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -456,7 +471,7 @@ def _d_DescribedDelegationToken_3(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeDelegationTokenResponse.DescribedDelegationToken.hmac', buf, pos, _n, 1)
-        f_hmac = bytes(buf[pos:_end])
+        o.hmac = bytes(buf[pos:_end])
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -469,27 +484,29 @@ def _d_DescribedDelegationToken_3(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('DescribeDelegationTokenResponse.DescribedDelegationToken.renewers', buf, pos, _c, 3)
     else:
-        f_renewers = _lst = []
+        o.renewers = _lst = []
         for _ in range(_c):
             _e, pos = _d_DescribedDelegationTokenRenewer_2(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeDelegationTokenResponse.DescribedDelegationToken')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DescribedDelegationToken(f_principal_type, f_principal_name, f_token_requester_principal_type, f_token_requester_principal_name, f_issue_timestamp, f_expiry_timestamp, f_max_timestamp, f_token_id, f_hmac, f_renewers, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_DescribeDelegationTokenResponse_3(buf, pos):
     _l = len(buf)
+    o = _new(DescribeDelegationTokenResponse)
     if pos + 2 > _l:
         raise truncated('DescribeDelegationTokenResponse.error_code', buf, pos, 2)
-    (f_error_code,) = _S0.unpack_from(buf, pos)
+    (o.error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -502,25 +519,26 @@ def _d_DescribeDelegationTokenResponse_3(buf, pos):
     elif _c * 32 > _l - pos:
         raise overrun('DescribeDelegationTokenResponse.tokens', buf, pos, _c, 32)
     else:
-        f_tokens = _lst = []
+        o.tokens = _lst = []
         for _ in range(_c):
             _e, pos = _d_DescribedDelegationToken_3(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
         raise truncated('DescribeDelegationTokenResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S1.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeDelegationTokenResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DescribeDelegationTokenResponse(f_error_code, f_tokens, f_throttle_time_ms, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_DescribedDelegationTokenRenewer_0(o, out, chunks):
     _b = o.principal_type.encode('utf-8', 'surrogateescape')

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class DescribeGroupsRequest(Struct):
     __slots__ = ('groups', 'include_authorized_operations', 'unknown_tags',)
@@ -37,6 +38,8 @@ _S2 = _Struct('>?')
 
 def _d_DescribeGroupsRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(DescribeGroupsRequest)
+    o.include_authorized_operations = False
     if pos + 4 > _l:
         raise truncated('DescribeGroupsRequest.groups', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -46,7 +49,7 @@ def _d_DescribeGroupsRequest_0(buf, pos):
     elif _c * 2 > _l - pos:
         raise overrun('DescribeGroupsRequest.groups', buf, pos, _c, 2)
     else:
-        f_groups = _lst = []
+        o.groups = _lst = []
         for _ in range(_c):
             if pos + 2 > _l:
                 raise truncated('DescribeGroupsRequest.groups', buf, pos, 2)
@@ -61,11 +64,12 @@ def _d_DescribeGroupsRequest_0(buf, pos):
                 _e = str(buf[pos:_end], 'utf-8', 'surrogateescape')
                 pos = _end
             _lst.append(_e)
-    f_unknown_tags = None
-    return DescribeGroupsRequest(f_groups, False, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DescribeGroupsRequest_3(buf, pos):
     _l = len(buf)
+    o = _new(DescribeGroupsRequest)
     if pos + 4 > _l:
         raise truncated('DescribeGroupsRequest.groups', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -75,7 +79,7 @@ def _d_DescribeGroupsRequest_3(buf, pos):
     elif _c * 2 > _l - pos:
         raise overrun('DescribeGroupsRequest.groups', buf, pos, _c, 2)
     else:
-        f_groups = _lst = []
+        o.groups = _lst = []
         for _ in range(_c):
             if pos + 2 > _l:
                 raise truncated('DescribeGroupsRequest.groups', buf, pos, 2)
@@ -92,13 +96,14 @@ def _d_DescribeGroupsRequest_3(buf, pos):
             _lst.append(_e)
     if pos + 1 > _l:
         raise truncated('DescribeGroupsRequest.include_authorized_operations', buf, pos, 1)
-    (f_include_authorized_operations,) = _S2.unpack_from(buf, pos)
+    (o.include_authorized_operations,) = _S2.unpack_from(buf, pos)
     pos += 1
-    f_unknown_tags = None
-    return DescribeGroupsRequest(f_groups, f_include_authorized_operations, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DescribeGroupsRequest_5(buf, pos):
     _l = len(buf)
+    o = _new(DescribeGroupsRequest)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -110,7 +115,7 @@ def _d_DescribeGroupsRequest_5(buf, pos):
     elif _c * 1 > _l - pos:
         raise overrun('DescribeGroupsRequest.groups', buf, pos, _c, 1)
     else:
-        f_groups = _lst = []
+        o.groups = _lst = []
         for _ in range(_c):
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
@@ -129,19 +134,20 @@ def _d_DescribeGroupsRequest_5(buf, pos):
             _lst.append(_e)
     if pos + 1 > _l:
         raise truncated('DescribeGroupsRequest.include_authorized_operations', buf, pos, 1)
-    (f_include_authorized_operations,) = _S2.unpack_from(buf, pos)
+    (o.include_authorized_operations,) = _S2.unpack_from(buf, pos)
     pos += 1
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeGroupsRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DescribeGroupsRequest(f_groups, f_include_authorized_operations, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_DescribeGroupsRequest_0(o, out, chunks):
     _a = o.groups

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class DescribedGroup(Struct):
     __slots__ = ('error_code', 'group_id', 'group_state', 'protocol_type', 'protocol_data', 'members', 'authorized_operations', 'unknown_tags',)
@@ -82,6 +83,8 @@ _S1 = _Struct('>h')
 
 def _d_DescribedGroupMember_0(buf, pos):
     _l = len(buf)
+    o = _new(DescribedGroupMember)
+    o.group_instance_id = None
     if pos + 2 > _l:
         raise truncated('DescribeGroupsResponse.DescribedGroupMember.member_id', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -92,7 +95,7 @@ def _d_DescribedGroupMember_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeGroupsResponse.DescribedGroupMember.member_id', buf, pos, _n, 1)
-        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('DescribeGroupsResponse.DescribedGroupMember.client_id', buf, pos, 2)
@@ -104,7 +107,7 @@ def _d_DescribedGroupMember_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeGroupsResponse.DescribedGroupMember.client_id', buf, pos, _n, 1)
-        f_client_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.client_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('DescribeGroupsResponse.DescribedGroupMember.client_host', buf, pos, 2)
@@ -116,7 +119,7 @@ def _d_DescribedGroupMember_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeGroupsResponse.DescribedGroupMember.client_host', buf, pos, _n, 1)
-        f_client_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.client_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('DescribeGroupsResponse.DescribedGroupMember.member_metadata', buf, pos, 4)
@@ -128,7 +131,7 @@ def _d_DescribedGroupMember_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeGroupsResponse.DescribedGroupMember.member_metadata', buf, pos, _n, 1)
-        f_member_metadata = bytes(buf[pos:_end])
+        o.member_metadata = bytes(buf[pos:_end])
         pos = _end
     if pos + 4 > _l:
         raise truncated('DescribeGroupsResponse.DescribedGroupMember.member_assignment', buf, pos, 4)
@@ -140,16 +143,18 @@ def _d_DescribedGroupMember_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeGroupsResponse.DescribedGroupMember.member_assignment', buf, pos, _n, 1)
-        f_member_assignment = bytes(buf[pos:_end])
+        o.member_assignment = bytes(buf[pos:_end])
         pos = _end
-    f_unknown_tags = None
-    return DescribedGroupMember(f_member_id, None, f_client_id, f_client_host, f_member_metadata, f_member_assignment, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DescribedGroup_0(buf, pos):
     _l = len(buf)
+    o = _new(DescribedGroup)
+    o.authorized_operations = -2147483648
     if pos + 2 > _l:
         raise truncated('DescribeGroupsResponse.DescribedGroup.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
     if pos + 2 > _l:
         raise truncated('DescribeGroupsResponse.DescribedGroup.group_id', buf, pos, 2)
@@ -161,7 +166,7 @@ def _d_DescribedGroup_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeGroupsResponse.DescribedGroup.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('DescribeGroupsResponse.DescribedGroup.group_state', buf, pos, 2)
@@ -173,7 +178,7 @@ def _d_DescribedGroup_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeGroupsResponse.DescribedGroup.group_state', buf, pos, _n, 1)
-        f_group_state = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_state = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('DescribeGroupsResponse.DescribedGroup.protocol_type', buf, pos, 2)
@@ -185,7 +190,7 @@ def _d_DescribedGroup_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeGroupsResponse.DescribedGroup.protocol_type', buf, pos, _n, 1)
-        f_protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('DescribeGroupsResponse.DescribedGroup.protocol_data', buf, pos, 2)
@@ -197,7 +202,7 @@ def _d_DescribedGroup_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeGroupsResponse.DescribedGroup.protocol_data', buf, pos, _n, 1)
-        f_protocol_data = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.protocol_data = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('DescribeGroupsResponse.DescribedGroup.members', buf, pos, 4)
@@ -208,15 +213,17 @@ def _d_DescribedGroup_0(buf, pos):
     elif _c * 14 > _l - pos:
         raise overrun('DescribeGroupsResponse.DescribedGroup.members', buf, pos, _c, 14)
     else:
-        f_members = _lst = []
+        o.members = _lst = []
         for _ in range(_c):
             _e, pos = _d_DescribedGroupMember_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return DescribedGroup(f_error_code, f_group_id, f_group_state, f_protocol_type, f_protocol_data, f_members, -2147483648, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DescribeGroupsResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(DescribeGroupsResponse)
+    o.throttle_time_ms = 0
     if pos + 4 > _l:
         raise truncated('DescribeGroupsResponse.groups', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -226,18 +233,19 @@ def _d_DescribeGroupsResponse_0(buf, pos):
     elif _c * 14 > _l - pos:
         raise overrun('DescribeGroupsResponse.groups', buf, pos, _c, 14)
     else:
-        f_groups = _lst = []
+        o.groups = _lst = []
         for _ in range(_c):
             _e, pos = _d_DescribedGroup_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return DescribeGroupsResponse(0, f_groups, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DescribeGroupsResponse_1(buf, pos):
     _l = len(buf)
+    o = _new(DescribeGroupsResponse)
     if pos + 4 > _l:
         raise truncated('DescribeGroupsResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('DescribeGroupsResponse.groups', buf, pos, 4)
@@ -248,18 +256,19 @@ def _d_DescribeGroupsResponse_1(buf, pos):
     elif _c * 14 > _l - pos:
         raise overrun('DescribeGroupsResponse.groups', buf, pos, _c, 14)
     else:
-        f_groups = _lst = []
+        o.groups = _lst = []
         for _ in range(_c):
             _e, pos = _d_DescribedGroup_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return DescribeGroupsResponse(f_throttle_time_ms, f_groups, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DescribedGroup_3(buf, pos):
     _l = len(buf)
+    o = _new(DescribedGroup)
     if pos + 2 > _l:
         raise truncated('DescribeGroupsResponse.DescribedGroup.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
     if pos + 2 > _l:
         raise truncated('DescribeGroupsResponse.DescribedGroup.group_id', buf, pos, 2)
@@ -271,7 +280,7 @@ def _d_DescribedGroup_3(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeGroupsResponse.DescribedGroup.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('DescribeGroupsResponse.DescribedGroup.group_state', buf, pos, 2)
@@ -283,7 +292,7 @@ def _d_DescribedGroup_3(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeGroupsResponse.DescribedGroup.group_state', buf, pos, _n, 1)
-        f_group_state = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_state = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('DescribeGroupsResponse.DescribedGroup.protocol_type', buf, pos, 2)
@@ -295,7 +304,7 @@ def _d_DescribedGroup_3(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeGroupsResponse.DescribedGroup.protocol_type', buf, pos, _n, 1)
-        f_protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('DescribeGroupsResponse.DescribedGroup.protocol_data', buf, pos, 2)
@@ -307,7 +316,7 @@ def _d_DescribedGroup_3(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeGroupsResponse.DescribedGroup.protocol_data', buf, pos, _n, 1)
-        f_protocol_data = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.protocol_data = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('DescribeGroupsResponse.DescribedGroup.members', buf, pos, 4)
@@ -318,22 +327,23 @@ def _d_DescribedGroup_3(buf, pos):
     elif _c * 14 > _l - pos:
         raise overrun('DescribeGroupsResponse.DescribedGroup.members', buf, pos, _c, 14)
     else:
-        f_members = _lst = []
+        o.members = _lst = []
         for _ in range(_c):
             _e, pos = _d_DescribedGroupMember_0(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
         raise truncated('DescribeGroupsResponse.DescribedGroup.authorized_operations', buf, pos, 4)
-    (f_authorized_operations,) = _S0.unpack_from(buf, pos)
+    (o.authorized_operations,) = _S0.unpack_from(buf, pos)
     pos += 4
-    f_unknown_tags = None
-    return DescribedGroup(f_error_code, f_group_id, f_group_state, f_protocol_type, f_protocol_data, f_members, f_authorized_operations, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DescribeGroupsResponse_3(buf, pos):
     _l = len(buf)
+    o = _new(DescribeGroupsResponse)
     if pos + 4 > _l:
         raise truncated('DescribeGroupsResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('DescribeGroupsResponse.groups', buf, pos, 4)
@@ -344,15 +354,16 @@ def _d_DescribeGroupsResponse_3(buf, pos):
     elif _c * 18 > _l - pos:
         raise overrun('DescribeGroupsResponse.groups', buf, pos, _c, 18)
     else:
-        f_groups = _lst = []
+        o.groups = _lst = []
         for _ in range(_c):
             _e, pos = _d_DescribedGroup_3(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return DescribeGroupsResponse(f_throttle_time_ms, f_groups, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DescribedGroupMember_4(buf, pos):
     _l = len(buf)
+    o = _new(DescribedGroupMember)
     if pos + 2 > _l:
         raise truncated('DescribeGroupsResponse.DescribedGroupMember.member_id', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -363,7 +374,7 @@ def _d_DescribedGroupMember_4(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeGroupsResponse.DescribedGroupMember.member_id', buf, pos, _n, 1)
-        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('DescribeGroupsResponse.DescribedGroupMember.group_instance_id', buf, pos, 2)
@@ -372,12 +383,12 @@ def _d_DescribedGroupMember_4(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DescribeGroupsResponse.DescribedGroupMember.group_instance_id', _n)
-        f_group_instance_id = None
+        o.group_instance_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeGroupsResponse.DescribedGroupMember.group_instance_id', buf, pos, _n, 1)
-        f_group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('DescribeGroupsResponse.DescribedGroupMember.client_id', buf, pos, 2)
@@ -389,7 +400,7 @@ def _d_DescribedGroupMember_4(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeGroupsResponse.DescribedGroupMember.client_id', buf, pos, _n, 1)
-        f_client_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.client_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('DescribeGroupsResponse.DescribedGroupMember.client_host', buf, pos, 2)
@@ -401,7 +412,7 @@ def _d_DescribedGroupMember_4(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeGroupsResponse.DescribedGroupMember.client_host', buf, pos, _n, 1)
-        f_client_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.client_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('DescribeGroupsResponse.DescribedGroupMember.member_metadata', buf, pos, 4)
@@ -413,7 +424,7 @@ def _d_DescribedGroupMember_4(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeGroupsResponse.DescribedGroupMember.member_metadata', buf, pos, _n, 1)
-        f_member_metadata = bytes(buf[pos:_end])
+        o.member_metadata = bytes(buf[pos:_end])
         pos = _end
     if pos + 4 > _l:
         raise truncated('DescribeGroupsResponse.DescribedGroupMember.member_assignment', buf, pos, 4)
@@ -425,16 +436,17 @@ def _d_DescribedGroupMember_4(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeGroupsResponse.DescribedGroupMember.member_assignment', buf, pos, _n, 1)
-        f_member_assignment = bytes(buf[pos:_end])
+        o.member_assignment = bytes(buf[pos:_end])
         pos = _end
-    f_unknown_tags = None
-    return DescribedGroupMember(f_member_id, f_group_instance_id, f_client_id, f_client_host, f_member_metadata, f_member_assignment, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DescribedGroup_4(buf, pos):
     _l = len(buf)
+    o = _new(DescribedGroup)
     if pos + 2 > _l:
         raise truncated('DescribeGroupsResponse.DescribedGroup.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
     if pos + 2 > _l:
         raise truncated('DescribeGroupsResponse.DescribedGroup.group_id', buf, pos, 2)
@@ -446,7 +458,7 @@ def _d_DescribedGroup_4(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeGroupsResponse.DescribedGroup.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('DescribeGroupsResponse.DescribedGroup.group_state', buf, pos, 2)
@@ -458,7 +470,7 @@ def _d_DescribedGroup_4(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeGroupsResponse.DescribedGroup.group_state', buf, pos, _n, 1)
-        f_group_state = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_state = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('DescribeGroupsResponse.DescribedGroup.protocol_type', buf, pos, 2)
@@ -470,7 +482,7 @@ def _d_DescribedGroup_4(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeGroupsResponse.DescribedGroup.protocol_type', buf, pos, _n, 1)
-        f_protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('DescribeGroupsResponse.DescribedGroup.protocol_data', buf, pos, 2)
@@ -482,7 +494,7 @@ def _d_DescribedGroup_4(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeGroupsResponse.DescribedGroup.protocol_data', buf, pos, _n, 1)
-        f_protocol_data = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.protocol_data = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('DescribeGroupsResponse.DescribedGroup.members', buf, pos, 4)
@@ -493,22 +505,23 @@ def _d_DescribedGroup_4(buf, pos):
     elif _c * 16 > _l - pos:
         raise overrun('DescribeGroupsResponse.DescribedGroup.members', buf, pos, _c, 16)
     else:
-        f_members = _lst = []
+        o.members = _lst = []
         for _ in range(_c):
             _e, pos = _d_DescribedGroupMember_4(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
         raise truncated('DescribeGroupsResponse.DescribedGroup.authorized_operations', buf, pos, 4)
-    (f_authorized_operations,) = _S0.unpack_from(buf, pos)
+    (o.authorized_operations,) = _S0.unpack_from(buf, pos)
     pos += 4
-    f_unknown_tags = None
-    return DescribedGroup(f_error_code, f_group_id, f_group_state, f_protocol_type, f_protocol_data, f_members, f_authorized_operations, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DescribeGroupsResponse_4(buf, pos):
     _l = len(buf)
+    o = _new(DescribeGroupsResponse)
     if pos + 4 > _l:
         raise truncated('DescribeGroupsResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('DescribeGroupsResponse.groups', buf, pos, 4)
@@ -519,15 +532,16 @@ def _d_DescribeGroupsResponse_4(buf, pos):
     elif _c * 18 > _l - pos:
         raise overrun('DescribeGroupsResponse.groups', buf, pos, _c, 18)
     else:
-        f_groups = _lst = []
+        o.groups = _lst = []
         for _ in range(_c):
             _e, pos = _d_DescribedGroup_4(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return DescribeGroupsResponse(f_throttle_time_ms, f_groups, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DescribedGroupMember_5(buf, pos):
     _l = len(buf)
+    o = _new(DescribedGroupMember)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -540,7 +554,7 @@ def _d_DescribedGroupMember_5(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeGroupsResponse.DescribedGroupMember.member_id', buf, pos, _n, 1)
-        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -551,12 +565,12 @@ def _d_DescribedGroupMember_5(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DescribeGroupsResponse.DescribedGroupMember.group_instance_id', _n)
-        f_group_instance_id = None
+        o.group_instance_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeGroupsResponse.DescribedGroupMember.group_instance_id', buf, pos, _n, 1)
-        f_group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -570,7 +584,7 @@ def _d_DescribedGroupMember_5(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeGroupsResponse.DescribedGroupMember.client_id', buf, pos, _n, 1)
-        f_client_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.client_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -584,7 +598,7 @@ def _d_DescribedGroupMember_5(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeGroupsResponse.DescribedGroupMember.client_host', buf, pos, _n, 1)
-        f_client_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.client_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -598,7 +612,7 @@ def _d_DescribedGroupMember_5(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeGroupsResponse.DescribedGroupMember.member_metadata', buf, pos, _n, 1)
-        f_member_metadata = bytes(buf[pos:_end])
+        o.member_metadata = bytes(buf[pos:_end])
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -612,25 +626,27 @@ def _d_DescribedGroupMember_5(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeGroupsResponse.DescribedGroupMember.member_assignment', buf, pos, _n, 1)
-        f_member_assignment = bytes(buf[pos:_end])
+        o.member_assignment = bytes(buf[pos:_end])
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DescribedGroupMember(f_member_id, f_group_instance_id, f_client_id, f_client_host, f_member_metadata, f_member_assignment, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_DescribedGroup_5(buf, pos):
     _l = len(buf)
+    o = _new(DescribedGroup)
     if pos + 2 > _l:
         raise truncated('DescribeGroupsResponse.DescribedGroup.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -644,7 +660,7 @@ def _d_DescribedGroup_5(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeGroupsResponse.DescribedGroup.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -658,7 +674,7 @@ def _d_DescribedGroup_5(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeGroupsResponse.DescribedGroup.group_state', buf, pos, _n, 1)
-        f_group_state = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_state = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -672,7 +688,7 @@ def _d_DescribedGroup_5(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeGroupsResponse.DescribedGroup.protocol_type', buf, pos, _n, 1)
-        f_protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -686,7 +702,7 @@ def _d_DescribedGroup_5(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeGroupsResponse.DescribedGroup.protocol_data', buf, pos, _n, 1)
-        f_protocol_data = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.protocol_data = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -699,31 +715,33 @@ def _d_DescribedGroup_5(buf, pos):
     elif _c * 7 > _l - pos:
         raise overrun('DescribeGroupsResponse.DescribedGroup.members', buf, pos, _c, 7)
     else:
-        f_members = _lst = []
+        o.members = _lst = []
         for _ in range(_c):
             _e, pos = _d_DescribedGroupMember_5(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
         raise truncated('DescribeGroupsResponse.DescribedGroup.authorized_operations', buf, pos, 4)
-    (f_authorized_operations,) = _S0.unpack_from(buf, pos)
+    (o.authorized_operations,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeGroupsResponse.DescribedGroup')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DescribedGroup(f_error_code, f_group_id, f_group_state, f_protocol_type, f_protocol_data, f_members, f_authorized_operations, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_DescribeGroupsResponse_5(buf, pos):
     _l = len(buf)
+    o = _new(DescribeGroupsResponse)
     if pos + 4 > _l:
         raise truncated('DescribeGroupsResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -736,21 +754,22 @@ def _d_DescribeGroupsResponse_5(buf, pos):
     elif _c * 12 > _l - pos:
         raise overrun('DescribeGroupsResponse.groups', buf, pos, _c, 12)
     else:
-        f_groups = _lst = []
+        o.groups = _lst = []
         for _ in range(_c):
             _e, pos = _d_DescribedGroup_5(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeGroupsResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DescribeGroupsResponse(f_throttle_time_ms, f_groups, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_DescribedGroupMember_0(o, out, chunks):
     _b = o.member_id.encode('utf-8', 'surrogateescape')

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class DescribableLogDirTopic(Struct):
     __slots__ = ('topic', 'partitions', 'unknown_tags',)
@@ -45,6 +46,7 @@ _A_i = ARRAY_STRUCTS['i']
 
 def _d_DescribableLogDirTopic_0(buf, pos):
     _l = len(buf)
+    o = _new(DescribableLogDirTopic)
     if pos + 2 > _l:
         raise truncated('DescribeLogDirsRequest.DescribableLogDirTopic.topic', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -55,7 +57,7 @@ def _d_DescribableLogDirTopic_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeLogDirsRequest.DescribableLogDirTopic.topic', buf, pos, _n, 1)
-        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('DescribeLogDirsRequest.DescribableLogDirTopic.partitions', buf, pos, 4)
@@ -67,13 +69,14 @@ def _d_DescribableLogDirTopic_0(buf, pos):
         raise overrun('DescribeLogDirsRequest.DescribableLogDirTopic.partitions', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_partitions = list(_st.unpack_from(buf, pos))
+        o.partitions = list(_st.unpack_from(buf, pos))
         pos += _c * 4
-    f_unknown_tags = None
-    return DescribableLogDirTopic(f_topic, f_partitions, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DescribeLogDirsRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(DescribeLogDirsRequest)
     if pos + 4 > _l:
         raise truncated('DescribeLogDirsRequest.topics', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -81,19 +84,20 @@ def _d_DescribeLogDirsRequest_0(buf, pos):
     if _c < 0:
         if _c != -1:
             raise bad_length('DescribeLogDirsRequest.topics', _c)
-        f_topics = None
+        o.topics = None
     elif _c * 6 > _l - pos:
         raise overrun('DescribeLogDirsRequest.topics', buf, pos, _c, 6)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_DescribableLogDirTopic_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return DescribeLogDirsRequest(f_topics, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DescribableLogDirTopic_2(buf, pos):
     _l = len(buf)
+    o = _new(DescribableLogDirTopic)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -106,7 +110,7 @@ def _d_DescribableLogDirTopic_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeLogDirsRequest.DescribableLogDirTopic.topic', buf, pos, _n, 1)
-        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -120,22 +124,24 @@ def _d_DescribableLogDirTopic_2(buf, pos):
         raise overrun('DescribeLogDirsRequest.DescribableLogDirTopic.partitions', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_partitions = list(_st.unpack_from(buf, pos))
+        o.partitions = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeLogDirsRequest.DescribableLogDirTopic')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DescribableLogDirTopic(f_topic, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_DescribeLogDirsRequest_2(buf, pos):
     _l = len(buf)
+    o = _new(DescribeLogDirsRequest)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -145,25 +151,26 @@ def _d_DescribeLogDirsRequest_2(buf, pos):
     if _c < 0:
         if _c != -1:
             raise bad_length('DescribeLogDirsRequest.topics', _c)
-        f_topics = None
+        o.topics = None
     elif _c * 3 > _l - pos:
         raise overrun('DescribeLogDirsRequest.topics', buf, pos, _c, 3)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_DescribableLogDirTopic_2(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeLogDirsRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DescribeLogDirsRequest(f_topics, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_DescribableLogDirTopic_0(o, out, chunks):
     _b = o.topic.encode('utf-8', 'surrogateescape')

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class DescribeLogDirsResult(Struct):
     __slots__ = ('error_code', 'log_dir', 'topics', 'total_bytes', 'usable_bytes', 'unknown_tags',)
@@ -87,15 +88,17 @@ _S4 = _Struct('>qq')
 
 def _d_DescribeLogDirsPartition_0(buf, pos):
     _l = len(buf)
+    o = _new(DescribeLogDirsPartition)
     if pos + 21 > _l:
         raise truncated('DescribeLogDirsResponse.DescribeLogDirsPartition.partition_index', buf, pos, 21)
-    f_partition_index, f_partition_size, f_offset_lag, f_is_future_key = _S2.unpack_from(buf, pos)
+    o.partition_index, o.partition_size, o.offset_lag, o.is_future_key = _S2.unpack_from(buf, pos)
     pos += 21
-    f_unknown_tags = None
-    return DescribeLogDirsPartition(f_partition_index, f_partition_size, f_offset_lag, f_is_future_key, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DescribeLogDirsTopic_0(buf, pos):
     _l = len(buf)
+    o = _new(DescribeLogDirsTopic)
     if pos + 2 > _l:
         raise truncated('DescribeLogDirsResponse.DescribeLogDirsTopic.name', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -106,7 +109,7 @@ def _d_DescribeLogDirsTopic_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeLogDirsResponse.DescribeLogDirsTopic.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('DescribeLogDirsResponse.DescribeLogDirsTopic.partitions', buf, pos, 4)
@@ -117,18 +120,21 @@ def _d_DescribeLogDirsTopic_0(buf, pos):
     elif _c * 21 > _l - pos:
         raise overrun('DescribeLogDirsResponse.DescribeLogDirsTopic.partitions', buf, pos, _c, 21)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_DescribeLogDirsPartition_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return DescribeLogDirsTopic(f_name, f_partitions, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DescribeLogDirsResult_0(buf, pos):
     _l = len(buf)
+    o = _new(DescribeLogDirsResult)
+    o.total_bytes = -1
+    o.usable_bytes = -1
     if pos + 2 > _l:
         raise truncated('DescribeLogDirsResponse.DescribeLogDirsResult.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
     if pos + 2 > _l:
         raise truncated('DescribeLogDirsResponse.DescribeLogDirsResult.log_dir', buf, pos, 2)
@@ -140,7 +146,7 @@ def _d_DescribeLogDirsResult_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeLogDirsResponse.DescribeLogDirsResult.log_dir', buf, pos, _n, 1)
-        f_log_dir = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.log_dir = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('DescribeLogDirsResponse.DescribeLogDirsResult.topics', buf, pos, 4)
@@ -151,18 +157,20 @@ def _d_DescribeLogDirsResult_0(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('DescribeLogDirsResponse.DescribeLogDirsResult.topics', buf, pos, _c, 6)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_DescribeLogDirsTopic_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return DescribeLogDirsResult(f_error_code, f_log_dir, f_topics, -1, -1, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DescribeLogDirsResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(DescribeLogDirsResponse)
+    o.error_code = 0
     if pos + 4 > _l:
         raise truncated('DescribeLogDirsResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('DescribeLogDirsResponse.results', buf, pos, 4)
@@ -173,33 +181,36 @@ def _d_DescribeLogDirsResponse_0(buf, pos):
     elif _c * 8 > _l - pos:
         raise overrun('DescribeLogDirsResponse.results', buf, pos, _c, 8)
     else:
-        f_results = _lst = []
+        o.results = _lst = []
         for _ in range(_c):
             _e, pos = _d_DescribeLogDirsResult_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return DescribeLogDirsResponse(f_throttle_time_ms, 0, f_results, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_DescribeLogDirsPartition_2(buf, pos):
     _l = len(buf)
+    o = _new(DescribeLogDirsPartition)
     if pos + 21 > _l:
         raise truncated('DescribeLogDirsResponse.DescribeLogDirsPartition.partition_index', buf, pos, 21)
-    f_partition_index, f_partition_size, f_offset_lag, f_is_future_key = _S2.unpack_from(buf, pos)
+    o.partition_index, o.partition_size, o.offset_lag, o.is_future_key = _S2.unpack_from(buf, pos)
     pos += 21
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeLogDirsResponse.DescribeLogDirsPartition')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DescribeLogDirsPartition(f_partition_index, f_partition_size, f_offset_lag, f_is_future_key, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_DescribeLogDirsTopic_2(buf, pos):
     _l = len(buf)
+    o = _new(DescribeLogDirsTopic)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -212,7 +223,7 @@ def _d_DescribeLogDirsTopic_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeLogDirsResponse.DescribeLogDirsTopic.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -225,27 +236,31 @@ def _d_DescribeLogDirsTopic_2(buf, pos):
     elif _c * 22 > _l - pos:
         raise overrun('DescribeLogDirsResponse.DescribeLogDirsTopic.partitions', buf, pos, _c, 22)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_DescribeLogDirsPartition_2(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeLogDirsResponse.DescribeLogDirsTopic')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DescribeLogDirsTopic(f_name, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_DescribeLogDirsResult_2(buf, pos):
     _l = len(buf)
+    o = _new(DescribeLogDirsResult)
+    o.total_bytes = -1
+    o.usable_bytes = -1
     if pos + 2 > _l:
         raise truncated('DescribeLogDirsResponse.DescribeLogDirsResult.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -259,7 +274,7 @@ def _d_DescribeLogDirsResult_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeLogDirsResponse.DescribeLogDirsResult.log_dir', buf, pos, _n, 1)
-        f_log_dir = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.log_dir = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -272,27 +287,30 @@ def _d_DescribeLogDirsResult_2(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('DescribeLogDirsResponse.DescribeLogDirsResult.topics', buf, pos, _c, 3)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_DescribeLogDirsTopic_2(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeLogDirsResponse.DescribeLogDirsResult')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DescribeLogDirsResult(f_error_code, f_log_dir, f_topics, -1, -1, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_DescribeLogDirsResponse_2(buf, pos):
     _l = len(buf)
+    o = _new(DescribeLogDirsResponse)
+    o.error_code = 0
     if pos + 4 > _l:
         raise truncated('DescribeLogDirsResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -305,27 +323,29 @@ def _d_DescribeLogDirsResponse_2(buf, pos):
     elif _c * 5 > _l - pos:
         raise overrun('DescribeLogDirsResponse.results', buf, pos, _c, 5)
     else:
-        f_results = _lst = []
+        o.results = _lst = []
         for _ in range(_c):
             _e, pos = _d_DescribeLogDirsResult_2(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeLogDirsResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DescribeLogDirsResponse(f_throttle_time_ms, 0, f_results, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_DescribeLogDirsResponse_3(buf, pos):
     _l = len(buf)
+    o = _new(DescribeLogDirsResponse)
     if pos + 6 > _l:
         raise truncated('DescribeLogDirsResponse.throttle_time_ms', buf, pos, 6)
-    f_throttle_time_ms, f_error_code = _S3.unpack_from(buf, pos)
+    o.throttle_time_ms, o.error_code = _S3.unpack_from(buf, pos)
     pos += 6
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -338,27 +358,29 @@ def _d_DescribeLogDirsResponse_3(buf, pos):
     elif _c * 5 > _l - pos:
         raise overrun('DescribeLogDirsResponse.results', buf, pos, _c, 5)
     else:
-        f_results = _lst = []
+        o.results = _lst = []
         for _ in range(_c):
             _e, pos = _d_DescribeLogDirsResult_2(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeLogDirsResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DescribeLogDirsResponse(f_throttle_time_ms, f_error_code, f_results, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_DescribeLogDirsResult_4(buf, pos):
     _l = len(buf)
+    o = _new(DescribeLogDirsResult)
     if pos + 2 > _l:
         raise truncated('DescribeLogDirsResponse.DescribeLogDirsResult.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -372,7 +394,7 @@ def _d_DescribeLogDirsResult_4(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeLogDirsResponse.DescribeLogDirsResult.log_dir', buf, pos, _n, 1)
-        f_log_dir = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.log_dir = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -385,31 +407,33 @@ def _d_DescribeLogDirsResult_4(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('DescribeLogDirsResponse.DescribeLogDirsResult.topics', buf, pos, _c, 3)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_DescribeLogDirsTopic_2(buf, pos)
             _lst.append(_e)
     if pos + 16 > _l:
         raise truncated('DescribeLogDirsResponse.DescribeLogDirsResult.total_bytes', buf, pos, 16)
-    f_total_bytes, f_usable_bytes = _S4.unpack_from(buf, pos)
+    o.total_bytes, o.usable_bytes = _S4.unpack_from(buf, pos)
     pos += 16
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeLogDirsResponse.DescribeLogDirsResult')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DescribeLogDirsResult(f_error_code, f_log_dir, f_topics, f_total_bytes, f_usable_bytes, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_DescribeLogDirsResponse_4(buf, pos):
     _l = len(buf)
+    o = _new(DescribeLogDirsResponse)
     if pos + 6 > _l:
         raise truncated('DescribeLogDirsResponse.throttle_time_ms', buf, pos, 6)
-    f_throttle_time_ms, f_error_code = _S3.unpack_from(buf, pos)
+    o.throttle_time_ms, o.error_code = _S3.unpack_from(buf, pos)
     pos += 6
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -422,21 +446,22 @@ def _d_DescribeLogDirsResponse_4(buf, pos):
     elif _c * 21 > _l - pos:
         raise overrun('DescribeLogDirsResponse.results', buf, pos, _c, 21)
     else:
-        f_results = _lst = []
+        o.results = _lst = []
         for _ in range(_c):
             _e, pos = _d_DescribeLogDirsResult_4(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeLogDirsResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DescribeLogDirsResponse(f_throttle_time_ms, f_error_code, f_results, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_DescribeLogDirsPartition_0(o, out, chunks):
     out += _S2.pack(o.partition_index, o.partition_size, o.offset_lag, o.is_future_key)

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class TopicRequest(Struct):
     __slots__ = ('name', 'partition_indexes', 'unknown_tags',)
@@ -43,6 +44,7 @@ _A_i = ARRAY_STRUCTS['i']
 
 def _d_TopicRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(TopicRequest)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -55,7 +57,7 @@ def _d_TopicRequest_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeProducersRequest.TopicRequest.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -69,22 +71,24 @@ def _d_TopicRequest_0(buf, pos):
         raise overrun('DescribeProducersRequest.TopicRequest.partition_indexes', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_partition_indexes = list(_st.unpack_from(buf, pos))
+        o.partition_indexes = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeProducersRequest.TopicRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return TopicRequest(f_name, f_partition_indexes, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_DescribeProducersRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(DescribeProducersRequest)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -96,21 +100,22 @@ def _d_DescribeProducersRequest_0(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('DescribeProducersRequest.topics', buf, pos, _c, 3)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_TopicRequest_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeProducersRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DescribeProducersRequest(f_topics, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_TopicRequest_0(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')

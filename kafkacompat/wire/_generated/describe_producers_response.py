@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class TopicResponse(Struct):
     __slots__ = ('name', 'partitions', 'unknown_tags',)
@@ -86,27 +87,30 @@ _S2 = _Struct('>qiiqiq')
 
 def _d_ProducerState_0(buf, pos):
     _l = len(buf)
+    o = _new(ProducerState)
     if pos + 36 > _l:
         raise truncated('DescribeProducersResponse.ProducerState.producer_id', buf, pos, 36)
-    f_producer_id, f_producer_epoch, f_last_sequence, f_last_timestamp, f_coordinator_epoch, f_current_txn_start_offset = _S2.unpack_from(buf, pos)
+    o.producer_id, o.producer_epoch, o.last_sequence, o.last_timestamp, o.coordinator_epoch, o.current_txn_start_offset = _S2.unpack_from(buf, pos)
     pos += 36
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeProducersResponse.ProducerState')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ProducerState(f_producer_id, f_producer_epoch, f_last_sequence, f_last_timestamp, f_coordinator_epoch, f_current_txn_start_offset, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_PartitionResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(PartitionResponse)
     if pos + 6 > _l:
         raise truncated('DescribeProducersResponse.PartitionResponse.partition_index', buf, pos, 6)
-    f_partition_index, f_error_code = _S1.unpack_from(buf, pos)
+    o.partition_index, o.error_code = _S1.unpack_from(buf, pos)
     pos += 6
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -117,12 +121,12 @@ def _d_PartitionResponse_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DescribeProducersResponse.PartitionResponse.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeProducersResponse.PartitionResponse.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -135,24 +139,26 @@ def _d_PartitionResponse_0(buf, pos):
     elif _c * 37 > _l - pos:
         raise overrun('DescribeProducersResponse.PartitionResponse.active_producers', buf, pos, _c, 37)
     else:
-        f_active_producers = _lst = []
+        o.active_producers = _lst = []
         for _ in range(_c):
             _e, pos = _d_ProducerState_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeProducersResponse.PartitionResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return PartitionResponse(f_partition_index, f_error_code, f_error_message, f_active_producers, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_TopicResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(TopicResponse)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -165,7 +171,7 @@ def _d_TopicResponse_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeProducersResponse.TopicResponse.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -178,27 +184,29 @@ def _d_TopicResponse_0(buf, pos):
     elif _c * 9 > _l - pos:
         raise overrun('DescribeProducersResponse.TopicResponse.partitions', buf, pos, _c, 9)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_PartitionResponse_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeProducersResponse.TopicResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return TopicResponse(f_name, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_DescribeProducersResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(DescribeProducersResponse)
     if pos + 4 > _l:
         raise truncated('DescribeProducersResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -211,21 +219,22 @@ def _d_DescribeProducersResponse_0(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('DescribeProducersResponse.topics', buf, pos, _c, 3)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_TopicResponse_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeProducersResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DescribeProducersResponse(f_throttle_time_ms, f_topics, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_ProducerState_0(o, out, chunks):
     out += _S2.pack(o.producer_id, o.producer_epoch, o.last_sequence, o.last_timestamp, o.coordinator_epoch, o.current_txn_start_offset)

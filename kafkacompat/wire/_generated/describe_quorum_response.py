@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class ReplicaState(Struct):
     __slots__ = ('replica_id', 'replica_directory_id', 'log_end_offset', 'last_fetch_timestamp', 'last_caught_up_timestamp', 'unknown_tags',)
@@ -119,27 +120,34 @@ _S8 = _Struct('>H')
 
 def _d_ReplicaState_0(buf, pos):
     _l = len(buf)
+    o = _new(ReplicaState)
+    o.replica_directory_id = ZERO_UUID
+    o.last_fetch_timestamp = -1
+    o.last_caught_up_timestamp = -1
     if pos + 12 > _l:
         raise truncated('DescribeQuorumResponse.ReplicaState.replica_id', buf, pos, 12)
-    f_replica_id, f_log_end_offset = _S2.unpack_from(buf, pos)
+    o.replica_id, o.log_end_offset = _S2.unpack_from(buf, pos)
     pos += 12
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeQuorumResponse.ReplicaState')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ReplicaState(f_replica_id, ZERO_UUID, f_log_end_offset, -1, -1, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_PartitionData_0(buf, pos):
     _l = len(buf)
+    o = _new(PartitionData)
+    o.error_message = ''
     if pos + 22 > _l:
         raise truncated('DescribeQuorumResponse.PartitionData.partition_index', buf, pos, 22)
-    f_partition_index, f_error_code, f_leader_id, f_leader_epoch, f_high_watermark = _S1.unpack_from(buf, pos)
+    o.partition_index, o.error_code, o.leader_id, o.leader_epoch, o.high_watermark = _S1.unpack_from(buf, pos)
     pos += 22
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -152,7 +160,7 @@ def _d_PartitionData_0(buf, pos):
     elif _c * 13 > _l - pos:
         raise overrun('DescribeQuorumResponse.PartitionData.current_voters', buf, pos, _c, 13)
     else:
-        f_current_voters = _lst = []
+        o.current_voters = _lst = []
         for _ in range(_c):
             _e, pos = _d_ReplicaState_0(buf, pos)
             _lst.append(_e)
@@ -167,24 +175,26 @@ def _d_PartitionData_0(buf, pos):
     elif _c * 13 > _l - pos:
         raise overrun('DescribeQuorumResponse.PartitionData.observers', buf, pos, _c, 13)
     else:
-        f_observers = _lst = []
+        o.observers = _lst = []
         for _ in range(_c):
             _e, pos = _d_ReplicaState_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeQuorumResponse.PartitionData')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return PartitionData(f_partition_index, f_error_code, '', f_leader_id, f_leader_epoch, f_high_watermark, f_current_voters, f_observers, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_TopicData_0(buf, pos):
     _l = len(buf)
+    o = _new(TopicData)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -197,7 +207,7 @@ def _d_TopicData_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeQuorumResponse.TopicData.topic_name', buf, pos, _n, 1)
-        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -210,27 +220,31 @@ def _d_TopicData_0(buf, pos):
     elif _c * 25 > _l - pos:
         raise overrun('DescribeQuorumResponse.TopicData.partitions', buf, pos, _c, 25)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_PartitionData_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeQuorumResponse.TopicData')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return TopicData(f_topic_name, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_DescribeQuorumResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(DescribeQuorumResponse)
+    o.error_message = ''
+    o.nodes = []
     if pos + 2 > _l:
         raise truncated('DescribeQuorumResponse.error_code', buf, pos, 2)
-    (f_error_code,) = _S0.unpack_from(buf, pos)
+    (o.error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -243,45 +257,51 @@ def _d_DescribeQuorumResponse_0(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('DescribeQuorumResponse.topics', buf, pos, _c, 3)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_TopicData_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeQuorumResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DescribeQuorumResponse(f_error_code, '', f_topics, [], f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_ReplicaState_1(buf, pos):
     _l = len(buf)
+    o = _new(ReplicaState)
+    o.replica_directory_id = ZERO_UUID
     if pos + 28 > _l:
         raise truncated('DescribeQuorumResponse.ReplicaState.replica_id', buf, pos, 28)
-    f_replica_id, f_log_end_offset, f_last_fetch_timestamp, f_last_caught_up_timestamp = _S3.unpack_from(buf, pos)
+    o.replica_id, o.log_end_offset, o.last_fetch_timestamp, o.last_caught_up_timestamp = _S3.unpack_from(buf, pos)
     pos += 28
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeQuorumResponse.ReplicaState')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ReplicaState(f_replica_id, ZERO_UUID, f_log_end_offset, f_last_fetch_timestamp, f_last_caught_up_timestamp, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_PartitionData_1(buf, pos):
     _l = len(buf)
+    o = _new(PartitionData)
+    o.error_message = ''
     if pos + 22 > _l:
         raise truncated('DescribeQuorumResponse.PartitionData.partition_index', buf, pos, 22)
-    f_partition_index, f_error_code, f_leader_id, f_leader_epoch, f_high_watermark = _S1.unpack_from(buf, pos)
+    o.partition_index, o.error_code, o.leader_id, o.leader_epoch, o.high_watermark = _S1.unpack_from(buf, pos)
     pos += 22
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -294,7 +314,7 @@ def _d_PartitionData_1(buf, pos):
     elif _c * 29 > _l - pos:
         raise overrun('DescribeQuorumResponse.PartitionData.current_voters', buf, pos, _c, 29)
     else:
-        f_current_voters = _lst = []
+        o.current_voters = _lst = []
         for _ in range(_c):
             _e, pos = _d_ReplicaState_1(buf, pos)
             _lst.append(_e)
@@ -309,24 +329,26 @@ def _d_PartitionData_1(buf, pos):
     elif _c * 29 > _l - pos:
         raise overrun('DescribeQuorumResponse.PartitionData.observers', buf, pos, _c, 29)
     else:
-        f_observers = _lst = []
+        o.observers = _lst = []
         for _ in range(_c):
             _e, pos = _d_ReplicaState_1(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeQuorumResponse.PartitionData')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return PartitionData(f_partition_index, f_error_code, '', f_leader_id, f_leader_epoch, f_high_watermark, f_current_voters, f_observers, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_TopicData_1(buf, pos):
     _l = len(buf)
+    o = _new(TopicData)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -339,7 +361,7 @@ def _d_TopicData_1(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeQuorumResponse.TopicData.topic_name', buf, pos, _n, 1)
-        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -352,27 +374,31 @@ def _d_TopicData_1(buf, pos):
     elif _c * 25 > _l - pos:
         raise overrun('DescribeQuorumResponse.TopicData.partitions', buf, pos, _c, 25)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_PartitionData_1(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeQuorumResponse.TopicData')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return TopicData(f_topic_name, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_DescribeQuorumResponse_1(buf, pos):
     _l = len(buf)
+    o = _new(DescribeQuorumResponse)
+    o.error_message = ''
+    o.nodes = []
     if pos + 2 > _l:
         raise truncated('DescribeQuorumResponse.error_code', buf, pos, 2)
-    (f_error_code,) = _S0.unpack_from(buf, pos)
+    (o.error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -385,46 +411,50 @@ def _d_DescribeQuorumResponse_1(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('DescribeQuorumResponse.topics', buf, pos, _c, 3)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_TopicData_1(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeQuorumResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DescribeQuorumResponse(f_error_code, '', f_topics, [], f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_ReplicaState_2(buf, pos):
     _l = len(buf)
+    o = _new(ReplicaState)
     if pos + 44 > _l:
         raise truncated('DescribeQuorumResponse.ReplicaState.replica_id', buf, pos, 44)
-    f_replica_id, f_replica_directory_id, f_log_end_offset, f_last_fetch_timestamp, f_last_caught_up_timestamp = _S6.unpack_from(buf, pos)
+    o.replica_id, o.replica_directory_id, o.log_end_offset, o.last_fetch_timestamp, o.last_caught_up_timestamp = _S6.unpack_from(buf, pos)
     pos += 44
-    f_replica_directory_id = _UUID(bytes=f_replica_directory_id)
+    o.replica_directory_id = _UUID(bytes=o.replica_directory_id)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeQuorumResponse.ReplicaState')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ReplicaState(f_replica_id, f_replica_directory_id, f_log_end_offset, f_last_fetch_timestamp, f_last_caught_up_timestamp, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_PartitionData_2(buf, pos):
     _l = len(buf)
+    o = _new(PartitionData)
     if pos + 6 > _l:
         raise truncated('DescribeQuorumResponse.PartitionData.partition_index', buf, pos, 6)
-    f_partition_index, f_error_code = _S4.unpack_from(buf, pos)
+    o.partition_index, o.error_code = _S4.unpack_from(buf, pos)
     pos += 6
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -435,16 +465,16 @@ def _d_PartitionData_2(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DescribeQuorumResponse.PartitionData.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeQuorumResponse.PartitionData.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 16 > _l:
         raise truncated('DescribeQuorumResponse.PartitionData.leader_id', buf, pos, 16)
-    f_leader_id, f_leader_epoch, f_high_watermark = _S5.unpack_from(buf, pos)
+    o.leader_id, o.leader_epoch, o.high_watermark = _S5.unpack_from(buf, pos)
     pos += 16
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -457,7 +487,7 @@ def _d_PartitionData_2(buf, pos):
     elif _c * 45 > _l - pos:
         raise overrun('DescribeQuorumResponse.PartitionData.current_voters', buf, pos, _c, 45)
     else:
-        f_current_voters = _lst = []
+        o.current_voters = _lst = []
         for _ in range(_c):
             _e, pos = _d_ReplicaState_2(buf, pos)
             _lst.append(_e)
@@ -472,24 +502,26 @@ def _d_PartitionData_2(buf, pos):
     elif _c * 45 > _l - pos:
         raise overrun('DescribeQuorumResponse.PartitionData.observers', buf, pos, _c, 45)
     else:
-        f_observers = _lst = []
+        o.observers = _lst = []
         for _ in range(_c):
             _e, pos = _d_ReplicaState_2(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeQuorumResponse.PartitionData')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return PartitionData(f_partition_index, f_error_code, f_error_message, f_leader_id, f_leader_epoch, f_high_watermark, f_current_voters, f_observers, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_TopicData_2(buf, pos):
     _l = len(buf)
+    o = _new(TopicData)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -502,7 +534,7 @@ def _d_TopicData_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeQuorumResponse.TopicData.topic_name', buf, pos, _n, 1)
-        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -515,24 +547,26 @@ def _d_TopicData_2(buf, pos):
     elif _c * 26 > _l - pos:
         raise overrun('DescribeQuorumResponse.TopicData.partitions', buf, pos, _c, 26)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_PartitionData_2(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeQuorumResponse.TopicData')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return TopicData(f_topic_name, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_Listener_2(buf, pos):
     _l = len(buf)
+    o = _new(Listener)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -545,7 +579,7 @@ def _d_Listener_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeQuorumResponse.Listener.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -559,29 +593,31 @@ def _d_Listener_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeQuorumResponse.Listener.host', buf, pos, _n, 1)
-        f_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('DescribeQuorumResponse.Listener.port', buf, pos, 2)
-    (f_port,) = _S8.unpack_from(buf, pos)
+    (o.port,) = _S8.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeQuorumResponse.Listener')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return Listener(f_name, f_host, f_port, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_Node_2(buf, pos):
     _l = len(buf)
+    o = _new(Node)
     if pos + 4 > _l:
         raise truncated('DescribeQuorumResponse.Node.node_id', buf, pos, 4)
-    (f_node_id,) = _S7.unpack_from(buf, pos)
+    (o.node_id,) = _S7.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -594,27 +630,29 @@ def _d_Node_2(buf, pos):
     elif _c * 5 > _l - pos:
         raise overrun('DescribeQuorumResponse.Node.listeners', buf, pos, _c, 5)
     else:
-        f_listeners = _lst = []
+        o.listeners = _lst = []
         for _ in range(_c):
             _e, pos = _d_Listener_2(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeQuorumResponse.Node')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return Node(f_node_id, f_listeners, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_DescribeQuorumResponse_2(buf, pos):
     _l = len(buf)
+    o = _new(DescribeQuorumResponse)
     if pos + 2 > _l:
         raise truncated('DescribeQuorumResponse.error_code', buf, pos, 2)
-    (f_error_code,) = _S0.unpack_from(buf, pos)
+    (o.error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -625,12 +663,12 @@ def _d_DescribeQuorumResponse_2(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DescribeQuorumResponse.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeQuorumResponse.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -643,7 +681,7 @@ def _d_DescribeQuorumResponse_2(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('DescribeQuorumResponse.topics', buf, pos, _c, 3)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_TopicData_2(buf, pos)
             _lst.append(_e)
@@ -658,21 +696,22 @@ def _d_DescribeQuorumResponse_2(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('DescribeQuorumResponse.nodes', buf, pos, _c, 6)
     else:
-        f_nodes = _lst = []
+        o.nodes = _lst = []
         for _ in range(_c):
             _e, pos = _d_Node_2(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeQuorumResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DescribeQuorumResponse(f_error_code, f_error_message, f_topics, f_nodes, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_ReplicaState_0(o, out, chunks):
     out += _S2.pack(o.replica_id, o.log_end_offset)

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class TopicRequest(Struct):
     __slots__ = ('name', 'unknown_tags',)
@@ -53,6 +54,7 @@ _S0 = _Struct('>i')
 
 def _d_TopicRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(TopicRequest)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -65,22 +67,24 @@ def _d_TopicRequest_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeTopicPartitionsRequest.TopicRequest.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeTopicPartitionsRequest.TopicRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return TopicRequest(f_name, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_Cursor_0(buf, pos):
     _l = len(buf)
+    o = _new(Cursor)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -93,26 +97,28 @@ def _d_Cursor_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeTopicPartitionsRequest.Cursor.topic_name', buf, pos, _n, 1)
-        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('DescribeTopicPartitionsRequest.Cursor.partition_index', buf, pos, 4)
-    (f_partition_index,) = _S0.unpack_from(buf, pos)
+    (o.partition_index,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeTopicPartitionsRequest.Cursor')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return Cursor(f_topic_name, f_partition_index, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_DescribeTopicPartitionsRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(DescribeTopicPartitionsRequest)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -124,32 +130,33 @@ def _d_DescribeTopicPartitionsRequest_0(buf, pos):
     elif _c * 2 > _l - pos:
         raise overrun('DescribeTopicPartitionsRequest.topics', buf, pos, _c, 2)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_TopicRequest_0(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
         raise truncated('DescribeTopicPartitionsRequest.response_partition_limit', buf, pos, 4)
-    (f_response_partition_limit,) = _S0.unpack_from(buf, pos)
+    (o.response_partition_limit,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos >= _l:
         raise truncated('DescribeTopicPartitionsRequest.cursor', buf, pos, 1)
     if buf[pos] >= 0x80:
-        f_cursor = None
+        o.cursor = None
         pos += 1
     else:
-        f_cursor, pos = _d_Cursor_0(buf, pos + 1)
+        o.cursor, pos = _d_Cursor_0(buf, pos + 1)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeTopicPartitionsRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DescribeTopicPartitionsRequest(f_topics, f_response_partition_limit, f_cursor, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_TopicRequest_0(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')

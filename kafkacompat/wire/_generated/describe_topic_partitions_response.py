@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class DescribeTopicPartitionsResponseTopic(Struct):
     __slots__ = ('error_code', 'name', 'topic_id', 'is_internal', 'partitions', 'topic_authorized_operations', 'unknown_tags',)
@@ -99,9 +100,10 @@ _A_i = ARRAY_STRUCTS['i']
 
 def _d_DescribeTopicPartitionsResponsePartition_0(buf, pos):
     _l = len(buf)
+    o = _new(DescribeTopicPartitionsResponsePartition)
     if pos + 14 > _l:
         raise truncated('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.error_code', buf, pos, 14)
-    f_error_code, f_partition_index, f_leader_id, f_leader_epoch = _S3.unpack_from(buf, pos)
+    o.error_code, o.partition_index, o.leader_id, o.leader_epoch = _S3.unpack_from(buf, pos)
     pos += 14
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -115,7 +117,7 @@ def _d_DescribeTopicPartitionsResponsePartition_0(buf, pos):
         raise overrun('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.replica_nodes', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_replica_nodes = list(_st.unpack_from(buf, pos))
+        o.replica_nodes = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -129,7 +131,7 @@ def _d_DescribeTopicPartitionsResponsePartition_0(buf, pos):
         raise overrun('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.isr_nodes', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_isr_nodes = list(_st.unpack_from(buf, pos))
+        o.isr_nodes = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -140,12 +142,12 @@ def _d_DescribeTopicPartitionsResponsePartition_0(buf, pos):
     if _c < 0:
         if _c != -1:
             raise bad_length('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.eligible_leader_replicas', _c)
-        f_eligible_leader_replicas = None
+        o.eligible_leader_replicas = None
     elif _c * 4 > _l - pos:
         raise overrun('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.eligible_leader_replicas', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_eligible_leader_replicas = list(_st.unpack_from(buf, pos))
+        o.eligible_leader_replicas = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -156,12 +158,12 @@ def _d_DescribeTopicPartitionsResponsePartition_0(buf, pos):
     if _c < 0:
         if _c != -1:
             raise bad_length('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.last_known_elr', _c)
-        f_last_known_elr = None
+        o.last_known_elr = None
     elif _c * 4 > _l - pos:
         raise overrun('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.last_known_elr', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_last_known_elr = list(_st.unpack_from(buf, pos))
+        o.last_known_elr = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -175,25 +177,27 @@ def _d_DescribeTopicPartitionsResponsePartition_0(buf, pos):
         raise overrun('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.offline_replicas', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_offline_replicas = list(_st.unpack_from(buf, pos))
+        o.offline_replicas = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DescribeTopicPartitionsResponsePartition(f_error_code, f_partition_index, f_leader_id, f_leader_epoch, f_replica_nodes, f_isr_nodes, f_eligible_leader_replicas, f_last_known_elr, f_offline_replicas, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_DescribeTopicPartitionsResponseTopic_0(buf, pos):
     _l = len(buf)
+    o = _new(DescribeTopicPartitionsResponseTopic)
     if pos + 2 > _l:
         raise truncated('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -204,18 +208,18 @@ def _d_DescribeTopicPartitionsResponseTopic_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic.name', _n)
-        f_name = None
+        o.name = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 17 > _l:
         raise truncated('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic.topic_id', buf, pos, 17)
-    f_topic_id, f_is_internal = _S2.unpack_from(buf, pos)
+    o.topic_id, o.is_internal = _S2.unpack_from(buf, pos)
     pos += 17
-    f_topic_id = _UUID(bytes=f_topic_id)
+    o.topic_id = _UUID(bytes=o.topic_id)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -227,28 +231,30 @@ def _d_DescribeTopicPartitionsResponseTopic_0(buf, pos):
     elif _c * 20 > _l - pos:
         raise overrun('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic.partitions', buf, pos, _c, 20)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_DescribeTopicPartitionsResponsePartition_0(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
         raise truncated('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic.topic_authorized_operations', buf, pos, 4)
-    (f_topic_authorized_operations,) = _S0.unpack_from(buf, pos)
+    (o.topic_authorized_operations,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DescribeTopicPartitionsResponseTopic(f_error_code, f_name, f_topic_id, f_is_internal, f_partitions, f_topic_authorized_operations, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_Cursor_0(buf, pos):
     _l = len(buf)
+    o = _new(Cursor)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -261,29 +267,31 @@ def _d_Cursor_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeTopicPartitionsResponse.Cursor.topic_name', buf, pos, _n, 1)
-        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('DescribeTopicPartitionsResponse.Cursor.partition_index', buf, pos, 4)
-    (f_partition_index,) = _S0.unpack_from(buf, pos)
+    (o.partition_index,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeTopicPartitionsResponse.Cursor')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return Cursor(f_topic_name, f_partition_index, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_DescribeTopicPartitionsResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(DescribeTopicPartitionsResponse)
     if pos + 4 > _l:
         raise truncated('DescribeTopicPartitionsResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -296,28 +304,29 @@ def _d_DescribeTopicPartitionsResponse_0(buf, pos):
     elif _c * 26 > _l - pos:
         raise overrun('DescribeTopicPartitionsResponse.topics', buf, pos, _c, 26)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_DescribeTopicPartitionsResponseTopic_0(buf, pos)
             _lst.append(_e)
     if pos >= _l:
         raise truncated('DescribeTopicPartitionsResponse.next_cursor', buf, pos, 1)
     if buf[pos] >= 0x80:
-        f_next_cursor = None
+        o.next_cursor = None
         pos += 1
     else:
-        f_next_cursor, pos = _d_Cursor_0(buf, pos + 1)
+        o.next_cursor, pos = _d_Cursor_0(buf, pos + 1)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeTopicPartitionsResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DescribeTopicPartitionsResponse(f_throttle_time_ms, f_topics, f_next_cursor, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_DescribeTopicPartitionsResponsePartition_0(o, out, chunks):
     out += _S3.pack(o.error_code, o.partition_index, o.leader_id, o.leader_epoch)

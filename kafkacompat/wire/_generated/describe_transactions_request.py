@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class DescribeTransactionsRequest(Struct):
     __slots__ = ('transactional_ids', 'unknown_tags',)
@@ -33,6 +34,7 @@ class DescribeTransactionsRequest(Struct):
 
 def _d_DescribeTransactionsRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(DescribeTransactionsRequest)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -44,7 +46,7 @@ def _d_DescribeTransactionsRequest_0(buf, pos):
     elif _c * 1 > _l - pos:
         raise overrun('DescribeTransactionsRequest.transactional_ids', buf, pos, _c, 1)
     else:
-        f_transactional_ids = _lst = []
+        o.transactional_ids = _lst = []
         for _ in range(_c):
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
@@ -63,15 +65,16 @@ def _d_DescribeTransactionsRequest_0(buf, pos):
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeTransactionsRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DescribeTransactionsRequest(f_transactional_ids, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_DescribeTransactionsRequest_0(o, out, chunks):
     _a = o.transactional_ids

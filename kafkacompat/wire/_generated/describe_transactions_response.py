@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class TransactionState(Struct):
     __slots__ = ('error_code', 'transactional_id', 'transaction_state', 'transaction_timeout_ms', 'transaction_start_time_ms', 'producer_id', 'producer_epoch', 'topics', 'unknown_tags',)
@@ -73,6 +74,7 @@ _A_i = ARRAY_STRUCTS['i']
 
 def _d_TopicData_0(buf, pos):
     _l = len(buf)
+    o = _new(TopicData)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -85,7 +87,7 @@ def _d_TopicData_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeTransactionsResponse.TopicData.topic', buf, pos, _n, 1)
-        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -99,25 +101,27 @@ def _d_TopicData_0(buf, pos):
         raise overrun('DescribeTransactionsResponse.TopicData.partitions', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_partitions = list(_st.unpack_from(buf, pos))
+        o.partitions = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeTransactionsResponse.TopicData')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return TopicData(f_topic, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_TransactionState_0(buf, pos):
     _l = len(buf)
+    o = _new(TransactionState)
     if pos + 2 > _l:
         raise truncated('DescribeTransactionsResponse.TransactionState.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -131,7 +135,7 @@ def _d_TransactionState_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeTransactionsResponse.TransactionState.transactional_id', buf, pos, _n, 1)
-        f_transactional_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.transactional_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -145,11 +149,11 @@ def _d_TransactionState_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeTransactionsResponse.TransactionState.transaction_state', buf, pos, _n, 1)
-        f_transaction_state = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.transaction_state = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 22 > _l:
         raise truncated('DescribeTransactionsResponse.TransactionState.transaction_timeout_ms', buf, pos, 22)
-    f_transaction_timeout_ms, f_transaction_start_time_ms, f_producer_id, f_producer_epoch = _S2.unpack_from(buf, pos)
+    o.transaction_timeout_ms, o.transaction_start_time_ms, o.producer_id, o.producer_epoch = _S2.unpack_from(buf, pos)
     pos += 22
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -162,27 +166,29 @@ def _d_TransactionState_0(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('DescribeTransactionsResponse.TransactionState.topics', buf, pos, _c, 3)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_TopicData_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeTransactionsResponse.TransactionState')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return TransactionState(f_error_code, f_transactional_id, f_transaction_state, f_transaction_timeout_ms, f_transaction_start_time_ms, f_producer_id, f_producer_epoch, f_topics, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_DescribeTransactionsResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(DescribeTransactionsResponse)
     if pos + 4 > _l:
         raise truncated('DescribeTransactionsResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -195,21 +201,22 @@ def _d_DescribeTransactionsResponse_0(buf, pos):
     elif _c * 28 > _l - pos:
         raise overrun('DescribeTransactionsResponse.transaction_states', buf, pos, _c, 28)
     else:
-        f_transaction_states = _lst = []
+        o.transaction_states = _lst = []
         for _ in range(_c):
             _e, pos = _d_TransactionState_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeTransactionsResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DescribeTransactionsResponse(f_throttle_time_ms, f_transaction_states, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_TopicData_0(o, out, chunks):
     _b = o.topic.encode('utf-8', 'surrogateescape')

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class UserName(Struct):
     __slots__ = ('name', 'unknown_tags',)
@@ -41,6 +42,7 @@ DescribeUserScramCredentialsRequest.UserName = UserName
 
 def _d_UserName_0(buf, pos):
     _l = len(buf)
+    o = _new(UserName)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -53,22 +55,24 @@ def _d_UserName_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeUserScramCredentialsRequest.UserName.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeUserScramCredentialsRequest.UserName')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return UserName(f_name, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_DescribeUserScramCredentialsRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(DescribeUserScramCredentialsRequest)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -78,25 +82,26 @@ def _d_DescribeUserScramCredentialsRequest_0(buf, pos):
     if _c < 0:
         if _c != -1:
             raise bad_length('DescribeUserScramCredentialsRequest.users', _c)
-        f_users = None
+        o.users = None
     elif _c * 2 > _l - pos:
         raise overrun('DescribeUserScramCredentialsRequest.users', buf, pos, _c, 2)
     else:
-        f_users = _lst = []
+        o.users = _lst = []
         for _ in range(_c):
             _e, pos = _d_UserName_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeUserScramCredentialsRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DescribeUserScramCredentialsRequest(f_users, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_UserName_0(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class DescribeUserScramCredentialsResult(Struct):
     __slots__ = ('user', 'error_code', 'error_message', 'credential_infos', 'unknown_tags',)
@@ -59,24 +60,27 @@ _S2 = _Struct('>bi')
 
 def _d_CredentialInfo_0(buf, pos):
     _l = len(buf)
+    o = _new(CredentialInfo)
     if pos + 5 > _l:
         raise truncated('DescribeUserScramCredentialsResponse.CredentialInfo.mechanism', buf, pos, 5)
-    f_mechanism, f_iterations = _S2.unpack_from(buf, pos)
+    o.mechanism, o.iterations = _S2.unpack_from(buf, pos)
     pos += 5
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeUserScramCredentialsResponse.CredentialInfo')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return CredentialInfo(f_mechanism, f_iterations, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_DescribeUserScramCredentialsResult_0(buf, pos):
     _l = len(buf)
+    o = _new(DescribeUserScramCredentialsResult)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -89,11 +93,11 @@ def _d_DescribeUserScramCredentialsResult_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult.user', buf, pos, _n, 1)
-        f_user = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.user = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -104,12 +108,12 @@ def _d_DescribeUserScramCredentialsResult_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -122,27 +126,29 @@ def _d_DescribeUserScramCredentialsResult_0(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult.credential_infos', buf, pos, _c, 6)
     else:
-        f_credential_infos = _lst = []
+        o.credential_infos = _lst = []
         for _ in range(_c):
             _e, pos = _d_CredentialInfo_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DescribeUserScramCredentialsResult(f_user, f_error_code, f_error_message, f_credential_infos, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_DescribeUserScramCredentialsResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(DescribeUserScramCredentialsResponse)
     if pos + 6 > _l:
         raise truncated('DescribeUserScramCredentialsResponse.throttle_time_ms', buf, pos, 6)
-    f_throttle_time_ms, f_error_code = _S0.unpack_from(buf, pos)
+    o.throttle_time_ms, o.error_code = _S0.unpack_from(buf, pos)
     pos += 6
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -153,12 +159,12 @@ def _d_DescribeUserScramCredentialsResponse_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('DescribeUserScramCredentialsResponse.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('DescribeUserScramCredentialsResponse.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -171,21 +177,22 @@ def _d_DescribeUserScramCredentialsResponse_0(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('DescribeUserScramCredentialsResponse.results', buf, pos, _c, 6)
     else:
-        f_results = _lst = []
+        o.results = _lst = []
         for _ in range(_c):
             _e, pos = _d_DescribeUserScramCredentialsResult_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DescribeUserScramCredentialsResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DescribeUserScramCredentialsResponse(f_throttle_time_ms, f_error_code, f_error_message, f_results, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_CredentialInfo_0(o, out, chunks):
     out += _S2.pack(o.mechanism, o.iterations)

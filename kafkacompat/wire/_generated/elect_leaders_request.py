@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class TopicPartitions(Struct):
     __slots__ = ('topic', 'partitions', 'unknown_tags',)
@@ -48,6 +49,7 @@ _A_i = ARRAY_STRUCTS['i']
 
 def _d_TopicPartitions_0(buf, pos):
     _l = len(buf)
+    o = _new(TopicPartitions)
     if pos + 2 > _l:
         raise truncated('ElectLeadersRequest.TopicPartitions.topic', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -58,7 +60,7 @@ def _d_TopicPartitions_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ElectLeadersRequest.TopicPartitions.topic', buf, pos, _n, 1)
-        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('ElectLeadersRequest.TopicPartitions.partitions', buf, pos, 4)
@@ -70,13 +72,15 @@ def _d_TopicPartitions_0(buf, pos):
         raise overrun('ElectLeadersRequest.TopicPartitions.partitions', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_partitions = list(_st.unpack_from(buf, pos))
+        o.partitions = list(_st.unpack_from(buf, pos))
         pos += _c * 4
-    f_unknown_tags = None
-    return TopicPartitions(f_topic, f_partitions, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_ElectLeadersRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(ElectLeadersRequest)
+    o.election_type = 0
     if pos + 4 > _l:
         raise truncated('ElectLeadersRequest.topic_partitions', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -84,26 +88,27 @@ def _d_ElectLeadersRequest_0(buf, pos):
     if _c < 0:
         if _c != -1:
             raise bad_length('ElectLeadersRequest.topic_partitions', _c)
-        f_topic_partitions = None
+        o.topic_partitions = None
     elif _c * 6 > _l - pos:
         raise overrun('ElectLeadersRequest.topic_partitions', buf, pos, _c, 6)
     else:
-        f_topic_partitions = _lst = []
+        o.topic_partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_TopicPartitions_0(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
         raise truncated('ElectLeadersRequest.timeout_ms', buf, pos, 4)
-    (f_timeout_ms,) = _S0.unpack_from(buf, pos)
+    (o.timeout_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    f_unknown_tags = None
-    return ElectLeadersRequest(0, f_topic_partitions, f_timeout_ms, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_ElectLeadersRequest_1(buf, pos):
     _l = len(buf)
+    o = _new(ElectLeadersRequest)
     if pos + 1 > _l:
         raise truncated('ElectLeadersRequest.election_type', buf, pos, 1)
-    (f_election_type,) = _S2.unpack_from(buf, pos)
+    (o.election_type,) = _S2.unpack_from(buf, pos)
     pos += 1
     if pos + 4 > _l:
         raise truncated('ElectLeadersRequest.topic_partitions', buf, pos, 4)
@@ -112,23 +117,24 @@ def _d_ElectLeadersRequest_1(buf, pos):
     if _c < 0:
         if _c != -1:
             raise bad_length('ElectLeadersRequest.topic_partitions', _c)
-        f_topic_partitions = None
+        o.topic_partitions = None
     elif _c * 6 > _l - pos:
         raise overrun('ElectLeadersRequest.topic_partitions', buf, pos, _c, 6)
     else:
-        f_topic_partitions = _lst = []
+        o.topic_partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_TopicPartitions_0(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
         raise truncated('ElectLeadersRequest.timeout_ms', buf, pos, 4)
-    (f_timeout_ms,) = _S0.unpack_from(buf, pos)
+    (o.timeout_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    f_unknown_tags = None
-    return ElectLeadersRequest(f_election_type, f_topic_partitions, f_timeout_ms, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_TopicPartitions_2(buf, pos):
     _l = len(buf)
+    o = _new(TopicPartitions)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -141,7 +147,7 @@ def _d_TopicPartitions_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ElectLeadersRequest.TopicPartitions.topic', buf, pos, _n, 1)
-        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -155,25 +161,27 @@ def _d_TopicPartitions_2(buf, pos):
         raise overrun('ElectLeadersRequest.TopicPartitions.partitions', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_partitions = list(_st.unpack_from(buf, pos))
+        o.partitions = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ElectLeadersRequest.TopicPartitions')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return TopicPartitions(f_topic, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_ElectLeadersRequest_2(buf, pos):
     _l = len(buf)
+    o = _new(ElectLeadersRequest)
     if pos + 1 > _l:
         raise truncated('ElectLeadersRequest.election_type', buf, pos, 1)
-    (f_election_type,) = _S2.unpack_from(buf, pos)
+    (o.election_type,) = _S2.unpack_from(buf, pos)
     pos += 1
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -184,29 +192,30 @@ def _d_ElectLeadersRequest_2(buf, pos):
     if _c < 0:
         if _c != -1:
             raise bad_length('ElectLeadersRequest.topic_partitions', _c)
-        f_topic_partitions = None
+        o.topic_partitions = None
     elif _c * 3 > _l - pos:
         raise overrun('ElectLeadersRequest.topic_partitions', buf, pos, _c, 3)
     else:
-        f_topic_partitions = _lst = []
+        o.topic_partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_TopicPartitions_2(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
         raise truncated('ElectLeadersRequest.timeout_ms', buf, pos, 4)
-    (f_timeout_ms,) = _S0.unpack_from(buf, pos)
+    (o.timeout_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ElectLeadersRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ElectLeadersRequest(f_election_type, f_topic_partitions, f_timeout_ms, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_TopicPartitions_0(o, out, chunks):
     _b = o.topic.encode('utf-8', 'surrogateescape')

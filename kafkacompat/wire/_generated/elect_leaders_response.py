@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class ReplicaElectionResult(Struct):
     __slots__ = ('topic', 'partition_result', 'unknown_tags',)
@@ -57,9 +58,10 @@ _S2 = _Struct('>ih')
 
 def _d_PartitionResult_0(buf, pos):
     _l = len(buf)
+    o = _new(PartitionResult)
     if pos + 6 > _l:
         raise truncated('ElectLeadersResponse.PartitionResult.partition_id', buf, pos, 6)
-    f_partition_id, f_error_code = _S2.unpack_from(buf, pos)
+    o.partition_id, o.error_code = _S2.unpack_from(buf, pos)
     pos += 6
     if pos + 2 > _l:
         raise truncated('ElectLeadersResponse.PartitionResult.error_message', buf, pos, 2)
@@ -68,18 +70,19 @@ def _d_PartitionResult_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('ElectLeadersResponse.PartitionResult.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('ElectLeadersResponse.PartitionResult.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
-    f_unknown_tags = None
-    return PartitionResult(f_partition_id, f_error_code, f_error_message, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_ReplicaElectionResult_0(buf, pos):
     _l = len(buf)
+    o = _new(ReplicaElectionResult)
     if pos + 2 > _l:
         raise truncated('ElectLeadersResponse.ReplicaElectionResult.topic', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -90,7 +93,7 @@ def _d_ReplicaElectionResult_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ElectLeadersResponse.ReplicaElectionResult.topic', buf, pos, _n, 1)
-        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('ElectLeadersResponse.ReplicaElectionResult.partition_result', buf, pos, 4)
@@ -101,18 +104,20 @@ def _d_ReplicaElectionResult_0(buf, pos):
     elif _c * 8 > _l - pos:
         raise overrun('ElectLeadersResponse.ReplicaElectionResult.partition_result', buf, pos, _c, 8)
     else:
-        f_partition_result = _lst = []
+        o.partition_result = _lst = []
         for _ in range(_c):
             _e, pos = _d_PartitionResult_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return ReplicaElectionResult(f_topic, f_partition_result, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_ElectLeadersResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(ElectLeadersResponse)
+    o.error_code = 0
     if pos + 4 > _l:
         raise truncated('ElectLeadersResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('ElectLeadersResponse.replica_election_results', buf, pos, 4)
@@ -123,18 +128,19 @@ def _d_ElectLeadersResponse_0(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('ElectLeadersResponse.replica_election_results', buf, pos, _c, 6)
     else:
-        f_replica_election_results = _lst = []
+        o.replica_election_results = _lst = []
         for _ in range(_c):
             _e, pos = _d_ReplicaElectionResult_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return ElectLeadersResponse(f_throttle_time_ms, 0, f_replica_election_results, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_ElectLeadersResponse_1(buf, pos):
     _l = len(buf)
+    o = _new(ElectLeadersResponse)
     if pos + 6 > _l:
         raise truncated('ElectLeadersResponse.throttle_time_ms', buf, pos, 6)
-    f_throttle_time_ms, f_error_code = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, o.error_code = _S2.unpack_from(buf, pos)
     pos += 6
     if pos + 4 > _l:
         raise truncated('ElectLeadersResponse.replica_election_results', buf, pos, 4)
@@ -145,18 +151,19 @@ def _d_ElectLeadersResponse_1(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('ElectLeadersResponse.replica_election_results', buf, pos, _c, 6)
     else:
-        f_replica_election_results = _lst = []
+        o.replica_election_results = _lst = []
         for _ in range(_c):
             _e, pos = _d_ReplicaElectionResult_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return ElectLeadersResponse(f_throttle_time_ms, f_error_code, f_replica_election_results, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_PartitionResult_2(buf, pos):
     _l = len(buf)
+    o = _new(PartitionResult)
     if pos + 6 > _l:
         raise truncated('ElectLeadersResponse.PartitionResult.partition_id', buf, pos, 6)
-    f_partition_id, f_error_code = _S2.unpack_from(buf, pos)
+    o.partition_id, o.error_code = _S2.unpack_from(buf, pos)
     pos += 6
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -167,27 +174,29 @@ def _d_PartitionResult_2(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('ElectLeadersResponse.PartitionResult.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('ElectLeadersResponse.PartitionResult.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ElectLeadersResponse.PartitionResult')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return PartitionResult(f_partition_id, f_error_code, f_error_message, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_ReplicaElectionResult_2(buf, pos):
     _l = len(buf)
+    o = _new(ReplicaElectionResult)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -200,7 +209,7 @@ def _d_ReplicaElectionResult_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ElectLeadersResponse.ReplicaElectionResult.topic', buf, pos, _n, 1)
-        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -213,27 +222,29 @@ def _d_ReplicaElectionResult_2(buf, pos):
     elif _c * 8 > _l - pos:
         raise overrun('ElectLeadersResponse.ReplicaElectionResult.partition_result', buf, pos, _c, 8)
     else:
-        f_partition_result = _lst = []
+        o.partition_result = _lst = []
         for _ in range(_c):
             _e, pos = _d_PartitionResult_2(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ElectLeadersResponse.ReplicaElectionResult')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ReplicaElectionResult(f_topic, f_partition_result, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_ElectLeadersResponse_2(buf, pos):
     _l = len(buf)
+    o = _new(ElectLeadersResponse)
     if pos + 6 > _l:
         raise truncated('ElectLeadersResponse.throttle_time_ms', buf, pos, 6)
-    f_throttle_time_ms, f_error_code = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, o.error_code = _S2.unpack_from(buf, pos)
     pos += 6
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -246,21 +257,22 @@ def _d_ElectLeadersResponse_2(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('ElectLeadersResponse.replica_election_results', buf, pos, _c, 3)
     else:
-        f_replica_election_results = _lst = []
+        o.replica_election_results = _lst = []
         for _ in range(_c):
             _e, pos = _d_ReplicaElectionResult_2(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ElectLeadersResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ElectLeadersResponse(f_throttle_time_ms, f_error_code, f_replica_election_results, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_PartitionResult_0(o, out, chunks):
     out += _S2.pack(o.partition_id, o.error_code)

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class EnvelopeRequest(Struct):
     __slots__ = ('request_data', 'request_principal', 'client_host_address', 'unknown_tags',)
@@ -35,6 +36,7 @@ class EnvelopeRequest(Struct):
 
 def _d_EnvelopeRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(EnvelopeRequest)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -47,7 +49,7 @@ def _d_EnvelopeRequest_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('EnvelopeRequest.request_data', buf, pos, _n, 1)
-        f_request_data = bytes(buf[pos:_end])
+        o.request_data = bytes(buf[pos:_end])
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -58,12 +60,12 @@ def _d_EnvelopeRequest_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('EnvelopeRequest.request_principal', _n)
-        f_request_principal = None
+        o.request_principal = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('EnvelopeRequest.request_principal', buf, pos, _n, 1)
-        f_request_principal = bytes(buf[pos:_end])
+        o.request_principal = bytes(buf[pos:_end])
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -77,19 +79,20 @@ def _d_EnvelopeRequest_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('EnvelopeRequest.client_host_address', buf, pos, _n, 1)
-        f_client_host_address = bytes(buf[pos:_end])
+        o.client_host_address = bytes(buf[pos:_end])
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'EnvelopeRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return EnvelopeRequest(f_request_data, f_request_principal, f_client_host_address, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_EnvelopeRequest_0(o, out, chunks):
     _b = o.request_data

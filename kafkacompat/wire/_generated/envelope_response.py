@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class EnvelopeResponse(Struct):
     __slots__ = ('response_data', 'error_code', 'unknown_tags',)
@@ -35,6 +36,7 @@ _S0 = _Struct('>h')
 
 def _d_EnvelopeResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(EnvelopeResponse)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -44,28 +46,29 @@ def _d_EnvelopeResponse_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('EnvelopeResponse.response_data', _n)
-        f_response_data = None
+        o.response_data = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('EnvelopeResponse.response_data', buf, pos, _n, 1)
-        f_response_data = bytes(buf[pos:_end])
+        o.response_data = bytes(buf[pos:_end])
         pos = _end
     if pos + 2 > _l:
         raise truncated('EnvelopeResponse.error_code', buf, pos, 2)
-    (f_error_code,) = _S0.unpack_from(buf, pos)
+    (o.error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'EnvelopeResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return EnvelopeResponse(f_response_data, f_error_code, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_EnvelopeResponse_0(o, out, chunks):
     if o.response_data is None:

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class ExpireDelegationTokenResponse(Struct):
     __slots__ = ('error_code', 'expiry_timestamp_ms', 'throttle_time_ms', 'unknown_tags',)
@@ -36,30 +37,33 @@ _S0 = _Struct('>hqi')
 
 def _d_ExpireDelegationTokenResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(ExpireDelegationTokenResponse)
     if pos + 14 > _l:
         raise truncated('ExpireDelegationTokenResponse.error_code', buf, pos, 14)
-    f_error_code, f_expiry_timestamp_ms, f_throttle_time_ms = _S0.unpack_from(buf, pos)
+    o.error_code, o.expiry_timestamp_ms, o.throttle_time_ms = _S0.unpack_from(buf, pos)
     pos += 14
-    f_unknown_tags = None
-    return ExpireDelegationTokenResponse(f_error_code, f_expiry_timestamp_ms, f_throttle_time_ms, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_ExpireDelegationTokenResponse_2(buf, pos):
     _l = len(buf)
+    o = _new(ExpireDelegationTokenResponse)
     if pos + 14 > _l:
         raise truncated('ExpireDelegationTokenResponse.error_code', buf, pos, 14)
-    f_error_code, f_expiry_timestamp_ms, f_throttle_time_ms = _S0.unpack_from(buf, pos)
+    o.error_code, o.expiry_timestamp_ms, o.throttle_time_ms = _S0.unpack_from(buf, pos)
     pos += 14
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ExpireDelegationTokenResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ExpireDelegationTokenResponse(f_error_code, f_expiry_timestamp_ms, f_throttle_time_ms, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_ExpireDelegationTokenResponse_0(o, out, chunks):
     out += _S0.pack(o.error_code, o.expiry_timestamp_ms, o.throttle_time_ms)

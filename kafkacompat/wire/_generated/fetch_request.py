@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class ReplicaState(Struct):
     __slots__ = ('replica_id', 'replica_epoch', 'unknown_tags',)
@@ -126,15 +127,22 @@ _A_i = ARRAY_STRUCTS['i']
 
 def _d_FetchPartition_0(buf, pos):
     _l = len(buf)
+    o = _new(FetchPartition)
+    o.current_leader_epoch = -1
+    o.last_fetched_epoch = -1
+    o.log_start_offset = -1
+    o.replica_directory_id = ZERO_UUID
     if pos + 16 > _l:
         raise truncated('FetchRequest.FetchPartition.partition', buf, pos, 16)
-    f_partition, f_fetch_offset, f_partition_max_bytes = _S3.unpack_from(buf, pos)
+    o.partition, o.fetch_offset, o.partition_max_bytes = _S3.unpack_from(buf, pos)
     pos += 16
-    f_unknown_tags = None
-    return FetchPartition(f_partition, -1, f_fetch_offset, -1, -1, f_partition_max_bytes, ZERO_UUID, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_FetchTopic_0(buf, pos):
     _l = len(buf)
+    o = _new(FetchTopic)
+    o.topic_id = ZERO_UUID
     if pos + 2 > _l:
         raise truncated('FetchRequest.FetchTopic.topic', buf, pos, 2)
     (_n,) = _S2.unpack_from(buf, pos)
@@ -145,7 +153,7 @@ def _d_FetchTopic_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('FetchRequest.FetchTopic.topic', buf, pos, _n, 1)
-        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('FetchRequest.FetchTopic.partitions', buf, pos, 4)
@@ -156,18 +164,27 @@ def _d_FetchTopic_0(buf, pos):
     elif _c * 16 > _l - pos:
         raise overrun('FetchRequest.FetchTopic.partitions', buf, pos, _c, 16)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_FetchPartition_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return FetchTopic(f_topic, ZERO_UUID, f_partitions, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_FetchRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(FetchRequest)
+    o.cluster_id = None
+    o.replica_state = ReplicaState()
+    o.max_bytes = 2147483647
+    o.isolation_level = 0
+    o.session_id = 0
+    o.session_epoch = -1
+    o.forgotten_topics_data = []
+    o.rack_id = ''
     if pos + 12 > _l:
         raise truncated('FetchRequest.replica_id', buf, pos, 12)
-    f_replica_id, f_max_wait_ms, f_min_bytes = _S0.unpack_from(buf, pos)
+    o.replica_id, o.max_wait_ms, o.min_bytes = _S0.unpack_from(buf, pos)
     pos += 12
     if pos + 4 > _l:
         raise truncated('FetchRequest.topics', buf, pos, 4)
@@ -178,18 +195,26 @@ def _d_FetchRequest_0(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('FetchRequest.topics', buf, pos, _c, 6)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_FetchTopic_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return FetchRequest(None, f_replica_id, ReplicaState(), f_max_wait_ms, f_min_bytes, 2147483647, 0, 0, -1, f_topics, [], '', f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_FetchRequest_3(buf, pos):
     _l = len(buf)
+    o = _new(FetchRequest)
+    o.cluster_id = None
+    o.replica_state = ReplicaState()
+    o.isolation_level = 0
+    o.session_id = 0
+    o.session_epoch = -1
+    o.forgotten_topics_data = []
+    o.rack_id = ''
     if pos + 16 > _l:
         raise truncated('FetchRequest.replica_id', buf, pos, 16)
-    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes = _S4.unpack_from(buf, pos)
+    o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes = _S4.unpack_from(buf, pos)
     pos += 16
     if pos + 4 > _l:
         raise truncated('FetchRequest.topics', buf, pos, 4)
@@ -200,18 +225,25 @@ def _d_FetchRequest_3(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('FetchRequest.topics', buf, pos, _c, 6)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_FetchTopic_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return FetchRequest(None, f_replica_id, ReplicaState(), f_max_wait_ms, f_min_bytes, f_max_bytes, 0, 0, -1, f_topics, [], '', f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_FetchRequest_4(buf, pos):
     _l = len(buf)
+    o = _new(FetchRequest)
+    o.cluster_id = None
+    o.replica_state = ReplicaState()
+    o.session_id = 0
+    o.session_epoch = -1
+    o.forgotten_topics_data = []
+    o.rack_id = ''
     if pos + 17 > _l:
         raise truncated('FetchRequest.replica_id', buf, pos, 17)
-    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level = _S5.unpack_from(buf, pos)
+    o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level = _S5.unpack_from(buf, pos)
     pos += 17
     if pos + 4 > _l:
         raise truncated('FetchRequest.topics', buf, pos, 4)
@@ -222,24 +254,30 @@ def _d_FetchRequest_4(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('FetchRequest.topics', buf, pos, _c, 6)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_FetchTopic_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return FetchRequest(None, f_replica_id, ReplicaState(), f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, 0, -1, f_topics, [], '', f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_FetchPartition_5(buf, pos):
     _l = len(buf)
+    o = _new(FetchPartition)
+    o.current_leader_epoch = -1
+    o.last_fetched_epoch = -1
+    o.replica_directory_id = ZERO_UUID
     if pos + 24 > _l:
         raise truncated('FetchRequest.FetchPartition.partition', buf, pos, 24)
-    f_partition, f_fetch_offset, f_log_start_offset, f_partition_max_bytes = _S6.unpack_from(buf, pos)
+    o.partition, o.fetch_offset, o.log_start_offset, o.partition_max_bytes = _S6.unpack_from(buf, pos)
     pos += 24
-    f_unknown_tags = None
-    return FetchPartition(f_partition, -1, f_fetch_offset, -1, f_log_start_offset, f_partition_max_bytes, ZERO_UUID, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_FetchTopic_5(buf, pos):
     _l = len(buf)
+    o = _new(FetchTopic)
+    o.topic_id = ZERO_UUID
     if pos + 2 > _l:
         raise truncated('FetchRequest.FetchTopic.topic', buf, pos, 2)
     (_n,) = _S2.unpack_from(buf, pos)
@@ -250,7 +288,7 @@ def _d_FetchTopic_5(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('FetchRequest.FetchTopic.topic', buf, pos, _n, 1)
-        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('FetchRequest.FetchTopic.partitions', buf, pos, 4)
@@ -261,18 +299,25 @@ def _d_FetchTopic_5(buf, pos):
     elif _c * 24 > _l - pos:
         raise overrun('FetchRequest.FetchTopic.partitions', buf, pos, _c, 24)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_FetchPartition_5(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return FetchTopic(f_topic, ZERO_UUID, f_partitions, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_FetchRequest_5(buf, pos):
     _l = len(buf)
+    o = _new(FetchRequest)
+    o.cluster_id = None
+    o.replica_state = ReplicaState()
+    o.session_id = 0
+    o.session_epoch = -1
+    o.forgotten_topics_data = []
+    o.rack_id = ''
     if pos + 17 > _l:
         raise truncated('FetchRequest.replica_id', buf, pos, 17)
-    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level = _S5.unpack_from(buf, pos)
+    o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level = _S5.unpack_from(buf, pos)
     pos += 17
     if pos + 4 > _l:
         raise truncated('FetchRequest.topics', buf, pos, 4)
@@ -283,15 +328,17 @@ def _d_FetchRequest_5(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('FetchRequest.topics', buf, pos, _c, 6)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_FetchTopic_5(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return FetchRequest(None, f_replica_id, ReplicaState(), f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, 0, -1, f_topics, [], '', f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_ForgottenTopic_7(buf, pos):
     _l = len(buf)
+    o = _new(ForgottenTopic)
+    o.topic_id = ZERO_UUID
     if pos + 2 > _l:
         raise truncated('FetchRequest.ForgottenTopic.topic', buf, pos, 2)
     (_n,) = _S2.unpack_from(buf, pos)
@@ -302,7 +349,7 @@ def _d_ForgottenTopic_7(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('FetchRequest.ForgottenTopic.topic', buf, pos, _n, 1)
-        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('FetchRequest.ForgottenTopic.partitions', buf, pos, 4)
@@ -314,16 +361,20 @@ def _d_ForgottenTopic_7(buf, pos):
         raise overrun('FetchRequest.ForgottenTopic.partitions', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_partitions = list(_st.unpack_from(buf, pos))
+        o.partitions = list(_st.unpack_from(buf, pos))
         pos += _c * 4
-    f_unknown_tags = None
-    return ForgottenTopic(f_topic, ZERO_UUID, f_partitions, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_FetchRequest_7(buf, pos):
     _l = len(buf)
+    o = _new(FetchRequest)
+    o.cluster_id = None
+    o.replica_state = ReplicaState()
+    o.rack_id = ''
     if pos + 25 > _l:
         raise truncated('FetchRequest.replica_id', buf, pos, 25)
-    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch = _S7.unpack_from(buf, pos)
+    o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch = _S7.unpack_from(buf, pos)
     pos += 25
     if pos + 4 > _l:
         raise truncated('FetchRequest.topics', buf, pos, 4)
@@ -334,7 +385,7 @@ def _d_FetchRequest_7(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('FetchRequest.topics', buf, pos, _c, 6)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_FetchTopic_5(buf, pos)
             _lst.append(_e)
@@ -347,24 +398,29 @@ def _d_FetchRequest_7(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('FetchRequest.forgotten_topics_data', buf, pos, _c, 6)
     else:
-        f_forgotten_topics_data = _lst = []
+        o.forgotten_topics_data = _lst = []
         for _ in range(_c):
             _e, pos = _d_ForgottenTopic_7(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return FetchRequest(None, f_replica_id, ReplicaState(), f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, f_topics, f_forgotten_topics_data, '', f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_FetchPartition_9(buf, pos):
     _l = len(buf)
+    o = _new(FetchPartition)
+    o.last_fetched_epoch = -1
+    o.replica_directory_id = ZERO_UUID
     if pos + 28 > _l:
         raise truncated('FetchRequest.FetchPartition.partition', buf, pos, 28)
-    f_partition, f_current_leader_epoch, f_fetch_offset, f_log_start_offset, f_partition_max_bytes = _S8.unpack_from(buf, pos)
+    o.partition, o.current_leader_epoch, o.fetch_offset, o.log_start_offset, o.partition_max_bytes = _S8.unpack_from(buf, pos)
     pos += 28
-    f_unknown_tags = None
-    return FetchPartition(f_partition, f_current_leader_epoch, f_fetch_offset, -1, f_log_start_offset, f_partition_max_bytes, ZERO_UUID, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_FetchTopic_9(buf, pos):
     _l = len(buf)
+    o = _new(FetchTopic)
+    o.topic_id = ZERO_UUID
     if pos + 2 > _l:
         raise truncated('FetchRequest.FetchTopic.topic', buf, pos, 2)
     (_n,) = _S2.unpack_from(buf, pos)
@@ -375,7 +431,7 @@ def _d_FetchTopic_9(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('FetchRequest.FetchTopic.topic', buf, pos, _n, 1)
-        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('FetchRequest.FetchTopic.partitions', buf, pos, 4)
@@ -386,18 +442,22 @@ def _d_FetchTopic_9(buf, pos):
     elif _c * 28 > _l - pos:
         raise overrun('FetchRequest.FetchTopic.partitions', buf, pos, _c, 28)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_FetchPartition_9(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return FetchTopic(f_topic, ZERO_UUID, f_partitions, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_FetchRequest_9(buf, pos):
     _l = len(buf)
+    o = _new(FetchRequest)
+    o.cluster_id = None
+    o.replica_state = ReplicaState()
+    o.rack_id = ''
     if pos + 25 > _l:
         raise truncated('FetchRequest.replica_id', buf, pos, 25)
-    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch = _S7.unpack_from(buf, pos)
+    o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch = _S7.unpack_from(buf, pos)
     pos += 25
     if pos + 4 > _l:
         raise truncated('FetchRequest.topics', buf, pos, 4)
@@ -408,7 +468,7 @@ def _d_FetchRequest_9(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('FetchRequest.topics', buf, pos, _c, 6)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_FetchTopic_9(buf, pos)
             _lst.append(_e)
@@ -421,18 +481,21 @@ def _d_FetchRequest_9(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('FetchRequest.forgotten_topics_data', buf, pos, _c, 6)
     else:
-        f_forgotten_topics_data = _lst = []
+        o.forgotten_topics_data = _lst = []
         for _ in range(_c):
             _e, pos = _d_ForgottenTopic_7(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return FetchRequest(None, f_replica_id, ReplicaState(), f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, f_topics, f_forgotten_topics_data, '', f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_FetchRequest_11(buf, pos):
     _l = len(buf)
+    o = _new(FetchRequest)
+    o.cluster_id = None
+    o.replica_state = ReplicaState()
     if pos + 25 > _l:
         raise truncated('FetchRequest.replica_id', buf, pos, 25)
-    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch = _S7.unpack_from(buf, pos)
+    o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch = _S7.unpack_from(buf, pos)
     pos += 25
     if pos + 4 > _l:
         raise truncated('FetchRequest.topics', buf, pos, 4)
@@ -443,7 +506,7 @@ def _d_FetchRequest_11(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('FetchRequest.topics', buf, pos, _c, 6)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_FetchTopic_9(buf, pos)
             _lst.append(_e)
@@ -456,7 +519,7 @@ def _d_FetchRequest_11(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('FetchRequest.forgotten_topics_data', buf, pos, _c, 6)
     else:
-        f_forgotten_topics_data = _lst = []
+        o.forgotten_topics_data = _lst = []
         for _ in range(_c):
             _e, pos = _d_ForgottenTopic_7(buf, pos)
             _lst.append(_e)
@@ -470,31 +533,36 @@ def _d_FetchRequest_11(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('FetchRequest.rack_id', buf, pos, _n, 1)
-        f_rack_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.rack_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
-    f_unknown_tags = None
-    return FetchRequest(None, f_replica_id, ReplicaState(), f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, f_topics, f_forgotten_topics_data, f_rack_id, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_FetchPartition_12(buf, pos):
     _l = len(buf)
+    o = _new(FetchPartition)
+    o.replica_directory_id = ZERO_UUID
     if pos + 32 > _l:
         raise truncated('FetchRequest.FetchPartition.partition', buf, pos, 32)
-    f_partition, f_current_leader_epoch, f_fetch_offset, f_last_fetched_epoch, f_log_start_offset, f_partition_max_bytes = _S9.unpack_from(buf, pos)
+    o.partition, o.current_leader_epoch, o.fetch_offset, o.last_fetched_epoch, o.log_start_offset, o.partition_max_bytes = _S9.unpack_from(buf, pos)
     pos += 32
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'FetchRequest.FetchPartition')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return FetchPartition(f_partition, f_current_leader_epoch, f_fetch_offset, f_last_fetched_epoch, f_log_start_offset, f_partition_max_bytes, ZERO_UUID, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_FetchTopic_12(buf, pos):
     _l = len(buf)
+    o = _new(FetchTopic)
+    o.topic_id = ZERO_UUID
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -507,7 +575,7 @@ def _d_FetchTopic_12(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('FetchRequest.FetchTopic.topic', buf, pos, _n, 1)
-        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -520,24 +588,27 @@ def _d_FetchTopic_12(buf, pos):
     elif _c * 33 > _l - pos:
         raise overrun('FetchRequest.FetchTopic.partitions', buf, pos, _c, 33)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_FetchPartition_12(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'FetchRequest.FetchTopic')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return FetchTopic(f_topic, ZERO_UUID, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_ForgottenTopic_12(buf, pos):
     _l = len(buf)
+    o = _new(ForgottenTopic)
+    o.topic_id = ZERO_UUID
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -550,7 +621,7 @@ def _d_ForgottenTopic_12(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('FetchRequest.ForgottenTopic.topic', buf, pos, _n, 1)
-        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -564,25 +635,28 @@ def _d_ForgottenTopic_12(buf, pos):
         raise overrun('FetchRequest.ForgottenTopic.partitions', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_partitions = list(_st.unpack_from(buf, pos))
+        o.partitions = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'FetchRequest.ForgottenTopic')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ForgottenTopic(f_topic, ZERO_UUID, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_FetchRequest_12(buf, pos):
     _l = len(buf)
+    o = _new(FetchRequest)
+    o.replica_state = ReplicaState()
     if pos + 25 > _l:
         raise truncated('FetchRequest.replica_id', buf, pos, 25)
-    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch = _S7.unpack_from(buf, pos)
+    o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch = _S7.unpack_from(buf, pos)
     pos += 25
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -595,7 +669,7 @@ def _d_FetchRequest_12(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('FetchRequest.topics', buf, pos, _c, 3)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_FetchTopic_12(buf, pos)
             _lst.append(_e)
@@ -610,7 +684,7 @@ def _d_FetchRequest_12(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('FetchRequest.forgotten_topics_data', buf, pos, _c, 3)
     else:
-        f_forgotten_topics_data = _lst = []
+        o.forgotten_topics_data = _lst = []
         for _ in range(_c):
             _e, pos = _d_ForgottenTopic_12(buf, pos)
             _lst.append(_e)
@@ -626,19 +700,19 @@ def _d_FetchRequest_12(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('FetchRequest.rack_id', buf, pos, _n, 1)
-        f_rack_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.rack_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
-    f_cluster_id = None
+    o.cluster_id = None
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'FetchRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
+        _unknown = None
+        for _tag, _ts, _te in _tags:
             if _tag == 0:
-                _sub = buf[:_end]
-                _p = _start
+                _sub = buf[:_te]
+                _p = _ts
                 if _p < len(_sub) and _sub[_p] < 0x80:
                     _n = _sub[_p] - 1
                     _p += 1
@@ -648,28 +722,31 @@ def _d_FetchRequest_12(buf, pos):
                 if _n < 0:
                     if _n != -1:
                         raise bad_length('FetchRequest.cluster_id', _n)
-                    f_cluster_id = None
+                    o.cluster_id = None
                 else:
                     _end = _p + _n
                     if _end > len(_sub):
                         raise overrun('FetchRequest.cluster_id', _sub, _p, _n, 1)
-                    f_cluster_id = str(_sub[_p:_end], 'utf-8', 'surrogateescape')
+                    o.cluster_id = str(_sub[_p:_end], 'utf-8', 'surrogateescape')
                     _p = _end
-                if _p != _end:
+                if _p != _te:
                     raise DecodeError('tagged field size mismatch', field='FetchRequest.cluster_id')
             else:
-                if f_unknown_tags is None:
-                    f_unknown_tags = []
-                f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return FetchRequest(f_cluster_id, f_replica_id, ReplicaState(), f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, f_topics, f_forgotten_topics_data, f_rack_id, f_unknown_tags), pos
+                if _unknown is None:
+                    _unknown = []
+                _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_FetchTopic_13(buf, pos):
     _l = len(buf)
+    o = _new(FetchTopic)
+    o.topic = ''
     if pos + 16 > _l:
         raise truncated('FetchRequest.FetchTopic.topic_id', buf, pos, 16)
-    (f_topic_id,) = _S10.unpack_from(buf, pos)
+    (o.topic_id,) = _S10.unpack_from(buf, pos)
     pos += 16
-    f_topic_id = _UUID(bytes=f_topic_id)
+    o.topic_id = _UUID(bytes=o.topic_id)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -681,29 +758,32 @@ def _d_FetchTopic_13(buf, pos):
     elif _c * 33 > _l - pos:
         raise overrun('FetchRequest.FetchTopic.partitions', buf, pos, _c, 33)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_FetchPartition_12(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'FetchRequest.FetchTopic')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return FetchTopic('', f_topic_id, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_ForgottenTopic_13(buf, pos):
     _l = len(buf)
+    o = _new(ForgottenTopic)
+    o.topic = ''
     if pos + 16 > _l:
         raise truncated('FetchRequest.ForgottenTopic.topic_id', buf, pos, 16)
-    (f_topic_id,) = _S10.unpack_from(buf, pos)
+    (o.topic_id,) = _S10.unpack_from(buf, pos)
     pos += 16
-    f_topic_id = _UUID(bytes=f_topic_id)
+    o.topic_id = _UUID(bytes=o.topic_id)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -716,25 +796,28 @@ def _d_ForgottenTopic_13(buf, pos):
         raise overrun('FetchRequest.ForgottenTopic.partitions', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_partitions = list(_st.unpack_from(buf, pos))
+        o.partitions = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'FetchRequest.ForgottenTopic')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ForgottenTopic('', f_topic_id, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_FetchRequest_13(buf, pos):
     _l = len(buf)
+    o = _new(FetchRequest)
+    o.replica_state = ReplicaState()
     if pos + 25 > _l:
         raise truncated('FetchRequest.replica_id', buf, pos, 25)
-    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch = _S7.unpack_from(buf, pos)
+    o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch = _S7.unpack_from(buf, pos)
     pos += 25
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -747,7 +830,7 @@ def _d_FetchRequest_13(buf, pos):
     elif _c * 18 > _l - pos:
         raise overrun('FetchRequest.topics', buf, pos, _c, 18)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_FetchTopic_13(buf, pos)
             _lst.append(_e)
@@ -762,7 +845,7 @@ def _d_FetchRequest_13(buf, pos):
     elif _c * 18 > _l - pos:
         raise overrun('FetchRequest.forgotten_topics_data', buf, pos, _c, 18)
     else:
-        f_forgotten_topics_data = _lst = []
+        o.forgotten_topics_data = _lst = []
         for _ in range(_c):
             _e, pos = _d_ForgottenTopic_13(buf, pos)
             _lst.append(_e)
@@ -778,19 +861,19 @@ def _d_FetchRequest_13(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('FetchRequest.rack_id', buf, pos, _n, 1)
-        f_rack_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.rack_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
-    f_cluster_id = None
+    o.cluster_id = None
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'FetchRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
+        _unknown = None
+        for _tag, _ts, _te in _tags:
             if _tag == 0:
-                _sub = buf[:_end]
-                _p = _start
+                _sub = buf[:_te]
+                _p = _ts
                 if _p < len(_sub) and _sub[_p] < 0x80:
                     _n = _sub[_p] - 1
                     _p += 1
@@ -800,44 +883,49 @@ def _d_FetchRequest_13(buf, pos):
                 if _n < 0:
                     if _n != -1:
                         raise bad_length('FetchRequest.cluster_id', _n)
-                    f_cluster_id = None
+                    o.cluster_id = None
                 else:
                     _end = _p + _n
                     if _end > len(_sub):
                         raise overrun('FetchRequest.cluster_id', _sub, _p, _n, 1)
-                    f_cluster_id = str(_sub[_p:_end], 'utf-8', 'surrogateescape')
+                    o.cluster_id = str(_sub[_p:_end], 'utf-8', 'surrogateescape')
                     _p = _end
-                if _p != _end:
+                if _p != _te:
                     raise DecodeError('tagged field size mismatch', field='FetchRequest.cluster_id')
             else:
-                if f_unknown_tags is None:
-                    f_unknown_tags = []
-                f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return FetchRequest(f_cluster_id, f_replica_id, ReplicaState(), f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, f_topics, f_forgotten_topics_data, f_rack_id, f_unknown_tags), pos
+                if _unknown is None:
+                    _unknown = []
+                _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_ReplicaState_15(buf, pos):
     _l = len(buf)
+    o = _new(ReplicaState)
     if pos + 12 > _l:
         raise truncated('FetchRequest.ReplicaState.replica_id', buf, pos, 12)
-    f_replica_id, f_replica_epoch = _S12.unpack_from(buf, pos)
+    o.replica_id, o.replica_epoch = _S12.unpack_from(buf, pos)
     pos += 12
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'FetchRequest.ReplicaState')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ReplicaState(f_replica_id, f_replica_epoch, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_FetchRequest_15(buf, pos):
     _l = len(buf)
+    o = _new(FetchRequest)
+    o.replica_id = -1
     if pos + 21 > _l:
         raise truncated('FetchRequest.max_wait_ms', buf, pos, 21)
-    f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch = _S11.unpack_from(buf, pos)
+    o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch = _S11.unpack_from(buf, pos)
     pos += 21
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -850,7 +938,7 @@ def _d_FetchRequest_15(buf, pos):
     elif _c * 18 > _l - pos:
         raise overrun('FetchRequest.topics', buf, pos, _c, 18)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_FetchTopic_13(buf, pos)
             _lst.append(_e)
@@ -865,7 +953,7 @@ def _d_FetchRequest_15(buf, pos):
     elif _c * 18 > _l - pos:
         raise overrun('FetchRequest.forgotten_topics_data', buf, pos, _c, 18)
     else:
-        f_forgotten_topics_data = _lst = []
+        o.forgotten_topics_data = _lst = []
         for _ in range(_c):
             _e, pos = _d_ForgottenTopic_13(buf, pos)
             _lst.append(_e)
@@ -881,20 +969,20 @@ def _d_FetchRequest_15(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('FetchRequest.rack_id', buf, pos, _n, 1)
-        f_rack_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.rack_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
-    f_cluster_id = None
-    f_replica_state = ReplicaState()
+    o.cluster_id = None
+    o.replica_state = ReplicaState()
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'FetchRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
+        _unknown = None
+        for _tag, _ts, _te in _tags:
             if _tag == 0:
-                _sub = buf[:_end]
-                _p = _start
+                _sub = buf[:_te]
+                _p = _ts
                 if _p < len(_sub) and _sub[_p] < 0x80:
                     _n = _sub[_p] - 1
                     _p += 1
@@ -904,64 +992,69 @@ def _d_FetchRequest_15(buf, pos):
                 if _n < 0:
                     if _n != -1:
                         raise bad_length('FetchRequest.cluster_id', _n)
-                    f_cluster_id = None
+                    o.cluster_id = None
                 else:
                     _end = _p + _n
                     if _end > len(_sub):
                         raise overrun('FetchRequest.cluster_id', _sub, _p, _n, 1)
-                    f_cluster_id = str(_sub[_p:_end], 'utf-8', 'surrogateescape')
+                    o.cluster_id = str(_sub[_p:_end], 'utf-8', 'surrogateescape')
                     _p = _end
-                if _p != _end:
+                if _p != _te:
                     raise DecodeError('tagged field size mismatch', field='FetchRequest.cluster_id')
             elif _tag == 1:
-                _sub = buf[:_end]
-                _p = _start
-                f_replica_state, _p = _d_ReplicaState_15(_sub, _p)
-                if _p != _end:
+                _sub = buf[:_te]
+                _p = _ts
+                o.replica_state, _p = _d_ReplicaState_15(_sub, _p)
+                if _p != _te:
                     raise DecodeError('tagged field size mismatch', field='FetchRequest.replica_state')
             else:
-                if f_unknown_tags is None:
-                    f_unknown_tags = []
-                f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return FetchRequest(f_cluster_id, -1, f_replica_state, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, f_topics, f_forgotten_topics_data, f_rack_id, f_unknown_tags), pos
+                if _unknown is None:
+                    _unknown = []
+                _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_FetchPartition_17(buf, pos):
     _l = len(buf)
+    o = _new(FetchPartition)
     if pos + 32 > _l:
         raise truncated('FetchRequest.FetchPartition.partition', buf, pos, 32)
-    f_partition, f_current_leader_epoch, f_fetch_offset, f_last_fetched_epoch, f_log_start_offset, f_partition_max_bytes = _S9.unpack_from(buf, pos)
+    o.partition, o.current_leader_epoch, o.fetch_offset, o.last_fetched_epoch, o.log_start_offset, o.partition_max_bytes = _S9.unpack_from(buf, pos)
     pos += 32
-    f_replica_directory_id = ZERO_UUID
+    o.replica_directory_id = ZERO_UUID
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'FetchRequest.FetchPartition')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
+        _unknown = None
+        for _tag, _ts, _te in _tags:
             if _tag == 0:
-                _sub = buf[:_end]
-                _p = _start
+                _sub = buf[:_te]
+                _p = _ts
                 if _p + 16 > len(_sub):
                     raise truncated('FetchRequest.FetchPartition.replica_directory_id', _sub, _p, 16)
-                (f_replica_directory_id,) = _S10.unpack_from(_sub, _p)
+                (o.replica_directory_id,) = _S10.unpack_from(_sub, _p)
                 _p += 16
-                f_replica_directory_id = _UUID(bytes=f_replica_directory_id)
-                if _p != _end:
+                o.replica_directory_id = _UUID(bytes=o.replica_directory_id)
+                if _p != _te:
                     raise DecodeError('tagged field size mismatch', field='FetchRequest.FetchPartition.replica_directory_id')
             else:
-                if f_unknown_tags is None:
-                    f_unknown_tags = []
-                f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return FetchPartition(f_partition, f_current_leader_epoch, f_fetch_offset, f_last_fetched_epoch, f_log_start_offset, f_partition_max_bytes, f_replica_directory_id, f_unknown_tags), pos
+                if _unknown is None:
+                    _unknown = []
+                _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_FetchTopic_17(buf, pos):
     _l = len(buf)
+    o = _new(FetchTopic)
+    o.topic = ''
     if pos + 16 > _l:
         raise truncated('FetchRequest.FetchTopic.topic_id', buf, pos, 16)
-    (f_topic_id,) = _S10.unpack_from(buf, pos)
+    (o.topic_id,) = _S10.unpack_from(buf, pos)
     pos += 16
-    f_topic_id = _UUID(bytes=f_topic_id)
+    o.topic_id = _UUID(bytes=o.topic_id)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -973,27 +1066,30 @@ def _d_FetchTopic_17(buf, pos):
     elif _c * 33 > _l - pos:
         raise overrun('FetchRequest.FetchTopic.partitions', buf, pos, _c, 33)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_FetchPartition_17(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'FetchRequest.FetchTopic')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return FetchTopic('', f_topic_id, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_FetchRequest_17(buf, pos):
     _l = len(buf)
+    o = _new(FetchRequest)
+    o.replica_id = -1
     if pos + 21 > _l:
         raise truncated('FetchRequest.max_wait_ms', buf, pos, 21)
-    f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch = _S11.unpack_from(buf, pos)
+    o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch = _S11.unpack_from(buf, pos)
     pos += 21
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -1006,7 +1102,7 @@ def _d_FetchRequest_17(buf, pos):
     elif _c * 18 > _l - pos:
         raise overrun('FetchRequest.topics', buf, pos, _c, 18)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_FetchTopic_17(buf, pos)
             _lst.append(_e)
@@ -1021,7 +1117,7 @@ def _d_FetchRequest_17(buf, pos):
     elif _c * 18 > _l - pos:
         raise overrun('FetchRequest.forgotten_topics_data', buf, pos, _c, 18)
     else:
-        f_forgotten_topics_data = _lst = []
+        o.forgotten_topics_data = _lst = []
         for _ in range(_c):
             _e, pos = _d_ForgottenTopic_13(buf, pos)
             _lst.append(_e)
@@ -1037,20 +1133,20 @@ def _d_FetchRequest_17(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('FetchRequest.rack_id', buf, pos, _n, 1)
-        f_rack_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.rack_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
-    f_cluster_id = None
-    f_replica_state = ReplicaState()
+    o.cluster_id = None
+    o.replica_state = ReplicaState()
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'FetchRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
+        _unknown = None
+        for _tag, _ts, _te in _tags:
             if _tag == 0:
-                _sub = buf[:_end]
-                _p = _start
+                _sub = buf[:_te]
+                _p = _ts
                 if _p < len(_sub) and _sub[_p] < 0x80:
                     _n = _sub[_p] - 1
                     _p += 1
@@ -1060,26 +1156,27 @@ def _d_FetchRequest_17(buf, pos):
                 if _n < 0:
                     if _n != -1:
                         raise bad_length('FetchRequest.cluster_id', _n)
-                    f_cluster_id = None
+                    o.cluster_id = None
                 else:
                     _end = _p + _n
                     if _end > len(_sub):
                         raise overrun('FetchRequest.cluster_id', _sub, _p, _n, 1)
-                    f_cluster_id = str(_sub[_p:_end], 'utf-8', 'surrogateescape')
+                    o.cluster_id = str(_sub[_p:_end], 'utf-8', 'surrogateescape')
                     _p = _end
-                if _p != _end:
+                if _p != _te:
                     raise DecodeError('tagged field size mismatch', field='FetchRequest.cluster_id')
             elif _tag == 1:
-                _sub = buf[:_end]
-                _p = _start
-                f_replica_state, _p = _d_ReplicaState_15(_sub, _p)
-                if _p != _end:
+                _sub = buf[:_te]
+                _p = _ts
+                o.replica_state, _p = _d_ReplicaState_15(_sub, _p)
+                if _p != _te:
                     raise DecodeError('tagged field size mismatch', field='FetchRequest.replica_state')
             else:
-                if f_unknown_tags is None:
-                    f_unknown_tags = []
-                f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return FetchRequest(f_cluster_id, -1, f_replica_state, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, f_topics, f_forgotten_topics_data, f_rack_id, f_unknown_tags), pos
+                if _unknown is None:
+                    _unknown = []
+                _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_FetchPartition_0(o, out, chunks):
     out += _S3.pack(o.partition, o.fetch_offset, o.partition_max_bytes)

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class FetchableTopicResponse(Struct):
     __slots__ = ('topic', 'topic_id', 'partitions', 'unknown_tags',)
@@ -145,9 +146,17 @@ _S10 = _Struct('>16s')
 
 def _d_PartitionData_0(buf, pos):
     _l = len(buf)
+    o = _new(PartitionData)
+    o.last_stable_offset = -1
+    o.log_start_offset = -1
+    o.diverging_epoch = EpochEndOffset()
+    o.current_leader = LeaderIdAndEpoch()
+    o.snapshot_id = SnapshotId()
+    o.aborted_transactions = []
+    o.preferred_read_replica = -1
     if pos + 14 > _l:
         raise truncated('FetchResponse.PartitionData.partition_index', buf, pos, 14)
-    f_partition_index, f_error_code, f_high_watermark = _S2.unpack_from(buf, pos)
+    o.partition_index, o.error_code, o.high_watermark = _S2.unpack_from(buf, pos)
     pos += 14
     if pos + 4 > _l:
         raise truncated('FetchResponse.PartitionData.records', buf, pos, 4)
@@ -156,18 +165,20 @@ def _d_PartitionData_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('FetchResponse.PartitionData.records', _n)
-        f_records = None
+        o.records = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('FetchResponse.PartitionData.records', buf, pos, _n, 1)
-        f_records = buf[pos:_end]
+        o.records = buf[pos:_end]
         pos = _end
-    f_unknown_tags = None
-    return PartitionData(f_partition_index, f_error_code, f_high_watermark, -1, -1, EpochEndOffset(), LeaderIdAndEpoch(), SnapshotId(), [], -1, f_records, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_FetchableTopicResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(FetchableTopicResponse)
+    o.topic_id = ZERO_UUID
     if pos + 2 > _l:
         raise truncated('FetchResponse.FetchableTopicResponse.topic', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -178,7 +189,7 @@ def _d_FetchableTopicResponse_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('FetchResponse.FetchableTopicResponse.topic', buf, pos, _n, 1)
-        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('FetchResponse.FetchableTopicResponse.partitions', buf, pos, 4)
@@ -189,15 +200,20 @@ def _d_FetchableTopicResponse_0(buf, pos):
     elif _c * 18 > _l - pos:
         raise overrun('FetchResponse.FetchableTopicResponse.partitions', buf, pos, _c, 18)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_PartitionData_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return FetchableTopicResponse(f_topic, ZERO_UUID, f_partitions, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_FetchResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(FetchResponse)
+    o.throttle_time_ms = 0
+    o.error_code = 0
+    o.session_id = 0
+    o.node_endpoints = []
     if pos + 4 > _l:
         raise truncated('FetchResponse.responses', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -207,18 +223,22 @@ def _d_FetchResponse_0(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('FetchResponse.responses', buf, pos, _c, 6)
     else:
-        f_responses = _lst = []
+        o.responses = _lst = []
         for _ in range(_c):
             _e, pos = _d_FetchableTopicResponse_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return FetchResponse(0, 0, 0, f_responses, [], f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_FetchResponse_1(buf, pos):
     _l = len(buf)
+    o = _new(FetchResponse)
+    o.error_code = 0
+    o.session_id = 0
+    o.node_endpoints = []
     if pos + 4 > _l:
         raise truncated('FetchResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('FetchResponse.responses', buf, pos, 4)
@@ -229,27 +249,34 @@ def _d_FetchResponse_1(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('FetchResponse.responses', buf, pos, _c, 6)
     else:
-        f_responses = _lst = []
+        o.responses = _lst = []
         for _ in range(_c):
             _e, pos = _d_FetchableTopicResponse_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return FetchResponse(f_throttle_time_ms, 0, 0, f_responses, [], f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_AbortedTransaction_4(buf, pos):
     _l = len(buf)
+    o = _new(AbortedTransaction)
     if pos + 16 > _l:
         raise truncated('FetchResponse.AbortedTransaction.producer_id', buf, pos, 16)
-    f_producer_id, f_first_offset = _S4.unpack_from(buf, pos)
+    o.producer_id, o.first_offset = _S4.unpack_from(buf, pos)
     pos += 16
-    f_unknown_tags = None
-    return AbortedTransaction(f_producer_id, f_first_offset, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_PartitionData_4(buf, pos):
     _l = len(buf)
+    o = _new(PartitionData)
+    o.log_start_offset = -1
+    o.diverging_epoch = EpochEndOffset()
+    o.current_leader = LeaderIdAndEpoch()
+    o.snapshot_id = SnapshotId()
+    o.preferred_read_replica = -1
     if pos + 22 > _l:
         raise truncated('FetchResponse.PartitionData.partition_index', buf, pos, 22)
-    f_partition_index, f_error_code, f_high_watermark, f_last_stable_offset = _S3.unpack_from(buf, pos)
+    o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset = _S3.unpack_from(buf, pos)
     pos += 22
     if pos + 4 > _l:
         raise truncated('FetchResponse.PartitionData.aborted_transactions', buf, pos, 4)
@@ -258,11 +285,11 @@ def _d_PartitionData_4(buf, pos):
     if _c < 0:
         if _c != -1:
             raise bad_length('FetchResponse.PartitionData.aborted_transactions', _c)
-        f_aborted_transactions = None
+        o.aborted_transactions = None
     elif _c * 16 > _l - pos:
         raise overrun('FetchResponse.PartitionData.aborted_transactions', buf, pos, _c, 16)
     else:
-        f_aborted_transactions = _lst = []
+        o.aborted_transactions = _lst = []
         for _ in range(_c):
             _e, pos = _d_AbortedTransaction_4(buf, pos)
             _lst.append(_e)
@@ -273,18 +300,20 @@ def _d_PartitionData_4(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('FetchResponse.PartitionData.records', _n)
-        f_records = None
+        o.records = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('FetchResponse.PartitionData.records', buf, pos, _n, 1)
-        f_records = buf[pos:_end]
+        o.records = buf[pos:_end]
         pos = _end
-    f_unknown_tags = None
-    return PartitionData(f_partition_index, f_error_code, f_high_watermark, f_last_stable_offset, -1, EpochEndOffset(), LeaderIdAndEpoch(), SnapshotId(), f_aborted_transactions, -1, f_records, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_FetchableTopicResponse_4(buf, pos):
     _l = len(buf)
+    o = _new(FetchableTopicResponse)
+    o.topic_id = ZERO_UUID
     if pos + 2 > _l:
         raise truncated('FetchResponse.FetchableTopicResponse.topic', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -295,7 +324,7 @@ def _d_FetchableTopicResponse_4(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('FetchResponse.FetchableTopicResponse.topic', buf, pos, _n, 1)
-        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('FetchResponse.FetchableTopicResponse.partitions', buf, pos, 4)
@@ -306,18 +335,22 @@ def _d_FetchableTopicResponse_4(buf, pos):
     elif _c * 30 > _l - pos:
         raise overrun('FetchResponse.FetchableTopicResponse.partitions', buf, pos, _c, 30)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_PartitionData_4(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return FetchableTopicResponse(f_topic, ZERO_UUID, f_partitions, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_FetchResponse_4(buf, pos):
     _l = len(buf)
+    o = _new(FetchResponse)
+    o.error_code = 0
+    o.session_id = 0
+    o.node_endpoints = []
     if pos + 4 > _l:
         raise truncated('FetchResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('FetchResponse.responses', buf, pos, 4)
@@ -328,18 +361,23 @@ def _d_FetchResponse_4(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('FetchResponse.responses', buf, pos, _c, 6)
     else:
-        f_responses = _lst = []
+        o.responses = _lst = []
         for _ in range(_c):
             _e, pos = _d_FetchableTopicResponse_4(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return FetchResponse(f_throttle_time_ms, 0, 0, f_responses, [], f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_PartitionData_5(buf, pos):
     _l = len(buf)
+    o = _new(PartitionData)
+    o.diverging_epoch = EpochEndOffset()
+    o.current_leader = LeaderIdAndEpoch()
+    o.snapshot_id = SnapshotId()
+    o.preferred_read_replica = -1
     if pos + 30 > _l:
         raise truncated('FetchResponse.PartitionData.partition_index', buf, pos, 30)
-    f_partition_index, f_error_code, f_high_watermark, f_last_stable_offset, f_log_start_offset = _S5.unpack_from(buf, pos)
+    o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset, o.log_start_offset = _S5.unpack_from(buf, pos)
     pos += 30
     if pos + 4 > _l:
         raise truncated('FetchResponse.PartitionData.aborted_transactions', buf, pos, 4)
@@ -348,11 +386,11 @@ def _d_PartitionData_5(buf, pos):
     if _c < 0:
         if _c != -1:
             raise bad_length('FetchResponse.PartitionData.aborted_transactions', _c)
-        f_aborted_transactions = None
+        o.aborted_transactions = None
     elif _c * 16 > _l - pos:
         raise overrun('FetchResponse.PartitionData.aborted_transactions', buf, pos, _c, 16)
     else:
-        f_aborted_transactions = _lst = []
+        o.aborted_transactions = _lst = []
         for _ in range(_c):
             _e, pos = _d_AbortedTransaction_4(buf, pos)
             _lst.append(_e)
@@ -363,18 +401,20 @@ def _d_PartitionData_5(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('FetchResponse.PartitionData.records', _n)
-        f_records = None
+        o.records = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('FetchResponse.PartitionData.records', buf, pos, _n, 1)
-        f_records = buf[pos:_end]
+        o.records = buf[pos:_end]
         pos = _end
-    f_unknown_tags = None
-    return PartitionData(f_partition_index, f_error_code, f_high_watermark, f_last_stable_offset, f_log_start_offset, EpochEndOffset(), LeaderIdAndEpoch(), SnapshotId(), f_aborted_transactions, -1, f_records, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_FetchableTopicResponse_5(buf, pos):
     _l = len(buf)
+    o = _new(FetchableTopicResponse)
+    o.topic_id = ZERO_UUID
     if pos + 2 > _l:
         raise truncated('FetchResponse.FetchableTopicResponse.topic', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -385,7 +425,7 @@ def _d_FetchableTopicResponse_5(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('FetchResponse.FetchableTopicResponse.topic', buf, pos, _n, 1)
-        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('FetchResponse.FetchableTopicResponse.partitions', buf, pos, 4)
@@ -396,18 +436,22 @@ def _d_FetchableTopicResponse_5(buf, pos):
     elif _c * 38 > _l - pos:
         raise overrun('FetchResponse.FetchableTopicResponse.partitions', buf, pos, _c, 38)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_PartitionData_5(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return FetchableTopicResponse(f_topic, ZERO_UUID, f_partitions, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_FetchResponse_5(buf, pos):
     _l = len(buf)
+    o = _new(FetchResponse)
+    o.error_code = 0
+    o.session_id = 0
+    o.node_endpoints = []
     if pos + 4 > _l:
         raise truncated('FetchResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('FetchResponse.responses', buf, pos, 4)
@@ -418,18 +462,20 @@ def _d_FetchResponse_5(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('FetchResponse.responses', buf, pos, _c, 6)
     else:
-        f_responses = _lst = []
+        o.responses = _lst = []
         for _ in range(_c):
             _e, pos = _d_FetchableTopicResponse_5(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return FetchResponse(f_throttle_time_ms, 0, 0, f_responses, [], f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_FetchResponse_7(buf, pos):
     _l = len(buf)
+    o = _new(FetchResponse)
+    o.node_endpoints = []
     if pos + 10 > _l:
         raise truncated('FetchResponse.throttle_time_ms', buf, pos, 10)
-    f_throttle_time_ms, f_error_code, f_session_id = _S6.unpack_from(buf, pos)
+    o.throttle_time_ms, o.error_code, o.session_id = _S6.unpack_from(buf, pos)
     pos += 10
     if pos + 4 > _l:
         raise truncated('FetchResponse.responses', buf, pos, 4)
@@ -440,18 +486,22 @@ def _d_FetchResponse_7(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('FetchResponse.responses', buf, pos, _c, 6)
     else:
-        f_responses = _lst = []
+        o.responses = _lst = []
         for _ in range(_c):
             _e, pos = _d_FetchableTopicResponse_5(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return FetchResponse(f_throttle_time_ms, f_error_code, f_session_id, f_responses, [], f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_PartitionData_11(buf, pos):
     _l = len(buf)
+    o = _new(PartitionData)
+    o.diverging_epoch = EpochEndOffset()
+    o.current_leader = LeaderIdAndEpoch()
+    o.snapshot_id = SnapshotId()
     if pos + 30 > _l:
         raise truncated('FetchResponse.PartitionData.partition_index', buf, pos, 30)
-    f_partition_index, f_error_code, f_high_watermark, f_last_stable_offset, f_log_start_offset = _S5.unpack_from(buf, pos)
+    o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset, o.log_start_offset = _S5.unpack_from(buf, pos)
     pos += 30
     if pos + 4 > _l:
         raise truncated('FetchResponse.PartitionData.aborted_transactions', buf, pos, 4)
@@ -460,17 +510,17 @@ def _d_PartitionData_11(buf, pos):
     if _c < 0:
         if _c != -1:
             raise bad_length('FetchResponse.PartitionData.aborted_transactions', _c)
-        f_aborted_transactions = None
+        o.aborted_transactions = None
     elif _c * 16 > _l - pos:
         raise overrun('FetchResponse.PartitionData.aborted_transactions', buf, pos, _c, 16)
     else:
-        f_aborted_transactions = _lst = []
+        o.aborted_transactions = _lst = []
         for _ in range(_c):
             _e, pos = _d_AbortedTransaction_4(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
         raise truncated('FetchResponse.PartitionData.preferred_read_replica', buf, pos, 4)
-    (f_preferred_read_replica,) = _S0.unpack_from(buf, pos)
+    (o.preferred_read_replica,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('FetchResponse.PartitionData.records', buf, pos, 4)
@@ -479,18 +529,20 @@ def _d_PartitionData_11(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('FetchResponse.PartitionData.records', _n)
-        f_records = None
+        o.records = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('FetchResponse.PartitionData.records', buf, pos, _n, 1)
-        f_records = buf[pos:_end]
+        o.records = buf[pos:_end]
         pos = _end
-    f_unknown_tags = None
-    return PartitionData(f_partition_index, f_error_code, f_high_watermark, f_last_stable_offset, f_log_start_offset, EpochEndOffset(), LeaderIdAndEpoch(), SnapshotId(), f_aborted_transactions, f_preferred_read_replica, f_records, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_FetchableTopicResponse_11(buf, pos):
     _l = len(buf)
+    o = _new(FetchableTopicResponse)
+    o.topic_id = ZERO_UUID
     if pos + 2 > _l:
         raise truncated('FetchResponse.FetchableTopicResponse.topic', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -501,7 +553,7 @@ def _d_FetchableTopicResponse_11(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('FetchResponse.FetchableTopicResponse.topic', buf, pos, _n, 1)
-        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('FetchResponse.FetchableTopicResponse.partitions', buf, pos, 4)
@@ -512,18 +564,20 @@ def _d_FetchableTopicResponse_11(buf, pos):
     elif _c * 42 > _l - pos:
         raise overrun('FetchResponse.FetchableTopicResponse.partitions', buf, pos, _c, 42)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_PartitionData_11(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return FetchableTopicResponse(f_topic, ZERO_UUID, f_partitions, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_FetchResponse_11(buf, pos):
     _l = len(buf)
+    o = _new(FetchResponse)
+    o.node_endpoints = []
     if pos + 10 > _l:
         raise truncated('FetchResponse.throttle_time_ms', buf, pos, 10)
-    f_throttle_time_ms, f_error_code, f_session_id = _S6.unpack_from(buf, pos)
+    o.throttle_time_ms, o.error_code, o.session_id = _S6.unpack_from(buf, pos)
     pos += 10
     if pos + 4 > _l:
         raise truncated('FetchResponse.responses', buf, pos, 4)
@@ -534,90 +588,99 @@ def _d_FetchResponse_11(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('FetchResponse.responses', buf, pos, _c, 6)
     else:
-        f_responses = _lst = []
+        o.responses = _lst = []
         for _ in range(_c):
             _e, pos = _d_FetchableTopicResponse_11(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return FetchResponse(f_throttle_time_ms, f_error_code, f_session_id, f_responses, [], f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_AbortedTransaction_12(buf, pos):
     _l = len(buf)
+    o = _new(AbortedTransaction)
     if pos + 16 > _l:
         raise truncated('FetchResponse.AbortedTransaction.producer_id', buf, pos, 16)
-    f_producer_id, f_first_offset = _S4.unpack_from(buf, pos)
+    o.producer_id, o.first_offset = _S4.unpack_from(buf, pos)
     pos += 16
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'FetchResponse.AbortedTransaction')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return AbortedTransaction(f_producer_id, f_first_offset, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_EpochEndOffset_12(buf, pos):
     _l = len(buf)
+    o = _new(EpochEndOffset)
     if pos + 12 > _l:
         raise truncated('FetchResponse.EpochEndOffset.epoch', buf, pos, 12)
-    f_epoch, f_end_offset = _S7.unpack_from(buf, pos)
+    o.epoch, o.end_offset = _S7.unpack_from(buf, pos)
     pos += 12
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'FetchResponse.EpochEndOffset')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return EpochEndOffset(f_epoch, f_end_offset, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_LeaderIdAndEpoch_12(buf, pos):
     _l = len(buf)
+    o = _new(LeaderIdAndEpoch)
     if pos + 8 > _l:
         raise truncated('FetchResponse.LeaderIdAndEpoch.leader_id', buf, pos, 8)
-    f_leader_id, f_leader_epoch = _S8.unpack_from(buf, pos)
+    o.leader_id, o.leader_epoch = _S8.unpack_from(buf, pos)
     pos += 8
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'FetchResponse.LeaderIdAndEpoch')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return LeaderIdAndEpoch(f_leader_id, f_leader_epoch, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_SnapshotId_12(buf, pos):
     _l = len(buf)
+    o = _new(SnapshotId)
     if pos + 12 > _l:
         raise truncated('FetchResponse.SnapshotId.end_offset', buf, pos, 12)
-    f_end_offset, f_epoch = _S9.unpack_from(buf, pos)
+    o.end_offset, o.epoch = _S9.unpack_from(buf, pos)
     pos += 12
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'FetchResponse.SnapshotId')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return SnapshotId(f_end_offset, f_epoch, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_PartitionData_12(buf, pos):
     _l = len(buf)
+    o = _new(PartitionData)
     if pos + 30 > _l:
         raise truncated('FetchResponse.PartitionData.partition_index', buf, pos, 30)
-    f_partition_index, f_error_code, f_high_watermark, f_last_stable_offset, f_log_start_offset = _S5.unpack_from(buf, pos)
+    o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset, o.log_start_offset = _S5.unpack_from(buf, pos)
     pos += 30
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -628,17 +691,17 @@ def _d_PartitionData_12(buf, pos):
     if _c < 0:
         if _c != -1:
             raise bad_length('FetchResponse.PartitionData.aborted_transactions', _c)
-        f_aborted_transactions = None
+        o.aborted_transactions = None
     elif _c * 17 > _l - pos:
         raise overrun('FetchResponse.PartitionData.aborted_transactions', buf, pos, _c, 17)
     else:
-        f_aborted_transactions = _lst = []
+        o.aborted_transactions = _lst = []
         for _ in range(_c):
             _e, pos = _d_AbortedTransaction_12(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
         raise truncated('FetchResponse.PartitionData.preferred_read_replica', buf, pos, 4)
-    (f_preferred_read_replica,) = _S0.unpack_from(buf, pos)
+    (o.preferred_read_replica,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -649,49 +712,52 @@ def _d_PartitionData_12(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('FetchResponse.PartitionData.records', _n)
-        f_records = None
+        o.records = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('FetchResponse.PartitionData.records', buf, pos, _n, 1)
-        f_records = buf[pos:_end]
+        o.records = buf[pos:_end]
         pos = _end
-    f_diverging_epoch = EpochEndOffset()
-    f_current_leader = LeaderIdAndEpoch()
-    f_snapshot_id = SnapshotId()
+    o.diverging_epoch = EpochEndOffset()
+    o.current_leader = LeaderIdAndEpoch()
+    o.snapshot_id = SnapshotId()
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'FetchResponse.PartitionData')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
+        _unknown = None
+        for _tag, _ts, _te in _tags:
             if _tag == 0:
-                _sub = buf[:_end]
-                _p = _start
-                f_diverging_epoch, _p = _d_EpochEndOffset_12(_sub, _p)
-                if _p != _end:
+                _sub = buf[:_te]
+                _p = _ts
+                o.diverging_epoch, _p = _d_EpochEndOffset_12(_sub, _p)
+                if _p != _te:
                     raise DecodeError('tagged field size mismatch', field='FetchResponse.PartitionData.diverging_epoch')
             elif _tag == 1:
-                _sub = buf[:_end]
-                _p = _start
-                f_current_leader, _p = _d_LeaderIdAndEpoch_12(_sub, _p)
-                if _p != _end:
+                _sub = buf[:_te]
+                _p = _ts
+                o.current_leader, _p = _d_LeaderIdAndEpoch_12(_sub, _p)
+                if _p != _te:
                     raise DecodeError('tagged field size mismatch', field='FetchResponse.PartitionData.current_leader')
             elif _tag == 2:
-                _sub = buf[:_end]
-                _p = _start
-                f_snapshot_id, _p = _d_SnapshotId_12(_sub, _p)
-                if _p != _end:
+                _sub = buf[:_te]
+                _p = _ts
+                o.snapshot_id, _p = _d_SnapshotId_12(_sub, _p)
+                if _p != _te:
                     raise DecodeError('tagged field size mismatch', field='FetchResponse.PartitionData.snapshot_id')
             else:
-                if f_unknown_tags is None:
-                    f_unknown_tags = []
-                f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return PartitionData(f_partition_index, f_error_code, f_high_watermark, f_last_stable_offset, f_log_start_offset, f_diverging_epoch, f_current_leader, f_snapshot_id, f_aborted_transactions, f_preferred_read_replica, f_records, f_unknown_tags), pos
+                if _unknown is None:
+                    _unknown = []
+                _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_FetchableTopicResponse_12(buf, pos):
     _l = len(buf)
+    o = _new(FetchableTopicResponse)
+    o.topic_id = ZERO_UUID
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -704,7 +770,7 @@ def _d_FetchableTopicResponse_12(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('FetchResponse.FetchableTopicResponse.topic', buf, pos, _n, 1)
-        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -717,27 +783,30 @@ def _d_FetchableTopicResponse_12(buf, pos):
     elif _c * 37 > _l - pos:
         raise overrun('FetchResponse.FetchableTopicResponse.partitions', buf, pos, _c, 37)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_PartitionData_12(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'FetchResponse.FetchableTopicResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return FetchableTopicResponse(f_topic, ZERO_UUID, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_FetchResponse_12(buf, pos):
     _l = len(buf)
+    o = _new(FetchResponse)
+    o.node_endpoints = []
     if pos + 10 > _l:
         raise truncated('FetchResponse.throttle_time_ms', buf, pos, 10)
-    f_throttle_time_ms, f_error_code, f_session_id = _S6.unpack_from(buf, pos)
+    o.throttle_time_ms, o.error_code, o.session_id = _S6.unpack_from(buf, pos)
     pos += 10
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -750,29 +819,32 @@ def _d_FetchResponse_12(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('FetchResponse.responses', buf, pos, _c, 3)
     else:
-        f_responses = _lst = []
+        o.responses = _lst = []
         for _ in range(_c):
             _e, pos = _d_FetchableTopicResponse_12(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'FetchResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return FetchResponse(f_throttle_time_ms, f_error_code, f_session_id, f_responses, [], f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_FetchableTopicResponse_13(buf, pos):
     _l = len(buf)
+    o = _new(FetchableTopicResponse)
+    o.topic = ''
     if pos + 16 > _l:
         raise truncated('FetchResponse.FetchableTopicResponse.topic_id', buf, pos, 16)
-    (f_topic_id,) = _S10.unpack_from(buf, pos)
+    (o.topic_id,) = _S10.unpack_from(buf, pos)
     pos += 16
-    f_topic_id = _UUID(bytes=f_topic_id)
+    o.topic_id = _UUID(bytes=o.topic_id)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -784,27 +856,30 @@ def _d_FetchableTopicResponse_13(buf, pos):
     elif _c * 37 > _l - pos:
         raise overrun('FetchResponse.FetchableTopicResponse.partitions', buf, pos, _c, 37)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_PartitionData_12(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'FetchResponse.FetchableTopicResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return FetchableTopicResponse('', f_topic_id, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_FetchResponse_13(buf, pos):
     _l = len(buf)
+    o = _new(FetchResponse)
+    o.node_endpoints = []
     if pos + 10 > _l:
         raise truncated('FetchResponse.throttle_time_ms', buf, pos, 10)
-    f_throttle_time_ms, f_error_code, f_session_id = _S6.unpack_from(buf, pos)
+    o.throttle_time_ms, o.error_code, o.session_id = _S6.unpack_from(buf, pos)
     pos += 10
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -817,27 +892,29 @@ def _d_FetchResponse_13(buf, pos):
     elif _c * 18 > _l - pos:
         raise overrun('FetchResponse.responses', buf, pos, _c, 18)
     else:
-        f_responses = _lst = []
+        o.responses = _lst = []
         for _ in range(_c):
             _e, pos = _d_FetchableTopicResponse_13(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'FetchResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return FetchResponse(f_throttle_time_ms, f_error_code, f_session_id, f_responses, [], f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_NodeEndpoint_16(buf, pos):
     _l = len(buf)
+    o = _new(NodeEndpoint)
     if pos + 4 > _l:
         raise truncated('FetchResponse.NodeEndpoint.node_id', buf, pos, 4)
-    (f_node_id,) = _S0.unpack_from(buf, pos)
+    (o.node_id,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -851,11 +928,11 @@ def _d_NodeEndpoint_16(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('FetchResponse.NodeEndpoint.host', buf, pos, _n, 1)
-        f_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('FetchResponse.NodeEndpoint.port', buf, pos, 4)
-    (f_port,) = _S0.unpack_from(buf, pos)
+    (o.port,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -866,30 +943,32 @@ def _d_NodeEndpoint_16(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('FetchResponse.NodeEndpoint.rack', _n)
-        f_rack = None
+        o.rack = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('FetchResponse.NodeEndpoint.rack', buf, pos, _n, 1)
-        f_rack = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.rack = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'FetchResponse.NodeEndpoint')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return NodeEndpoint(f_node_id, f_host, f_port, f_rack, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_FetchResponse_16(buf, pos):
     _l = len(buf)
+    o = _new(FetchResponse)
     if pos + 10 > _l:
         raise truncated('FetchResponse.throttle_time_ms', buf, pos, 10)
-    f_throttle_time_ms, f_error_code, f_session_id = _S6.unpack_from(buf, pos)
+    o.throttle_time_ms, o.error_code, o.session_id = _S6.unpack_from(buf, pos)
     pos += 10
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -902,21 +981,21 @@ def _d_FetchResponse_16(buf, pos):
     elif _c * 18 > _l - pos:
         raise overrun('FetchResponse.responses', buf, pos, _c, 18)
     else:
-        f_responses = _lst = []
+        o.responses = _lst = []
         for _ in range(_c):
             _e, pos = _d_FetchableTopicResponse_13(buf, pos)
             _lst.append(_e)
-    f_node_endpoints = []
+    o.node_endpoints = []
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'FetchResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
+        _unknown = None
+        for _tag, _ts, _te in _tags:
             if _tag == 0:
-                _sub = buf[:_end]
-                _p = _start
+                _sub = buf[:_te]
+                _p = _ts
                 if _p < len(_sub) and _sub[_p] < 0x80:
                     _c = _sub[_p] - 1
                     _p += 1
@@ -928,17 +1007,18 @@ def _d_FetchResponse_16(buf, pos):
                 elif _c * 11 > len(_sub) - _p:
                     raise overrun('FetchResponse.node_endpoints', _sub, _p, _c, 11)
                 else:
-                    f_node_endpoints = _lst = []
+                    o.node_endpoints = _lst = []
                     for _ in range(_c):
                         _e, _p = _d_NodeEndpoint_16(_sub, _p)
                         _lst.append(_e)
-                if _p != _end:
+                if _p != _te:
                     raise DecodeError('tagged field size mismatch', field='FetchResponse.node_endpoints')
             else:
-                if f_unknown_tags is None:
-                    f_unknown_tags = []
-                f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return FetchResponse(f_throttle_time_ms, f_error_code, f_session_id, f_responses, f_node_endpoints, f_unknown_tags), pos
+                if _unknown is None:
+                    _unknown = []
+                _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_PartitionData_0(o, out, chunks):
     out += _S2.pack(o.partition_index, o.error_code, o.high_watermark)

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class FindCoordinatorRequest(Struct):
     __slots__ = ('key', 'key_type', 'coordinator_keys', 'unknown_tags',)
@@ -37,6 +38,9 @@ _S1 = _Struct('>b')
 
 def _d_FindCoordinatorRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(FindCoordinatorRequest)
+    o.key_type = 0
+    o.coordinator_keys = []
     if pos + 2 > _l:
         raise truncated('FindCoordinatorRequest.key', buf, pos, 2)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -47,13 +51,15 @@ def _d_FindCoordinatorRequest_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('FindCoordinatorRequest.key', buf, pos, _n, 1)
-        f_key = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.key = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
-    f_unknown_tags = None
-    return FindCoordinatorRequest(f_key, 0, [], f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_FindCoordinatorRequest_1(buf, pos):
     _l = len(buf)
+    o = _new(FindCoordinatorRequest)
+    o.coordinator_keys = []
     if pos + 2 > _l:
         raise truncated('FindCoordinatorRequest.key', buf, pos, 2)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -64,17 +70,19 @@ def _d_FindCoordinatorRequest_1(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('FindCoordinatorRequest.key', buf, pos, _n, 1)
-        f_key = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.key = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 1 > _l:
         raise truncated('FindCoordinatorRequest.key_type', buf, pos, 1)
-    (f_key_type,) = _S1.unpack_from(buf, pos)
+    (o.key_type,) = _S1.unpack_from(buf, pos)
     pos += 1
-    f_unknown_tags = None
-    return FindCoordinatorRequest(f_key, f_key_type, [], f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_FindCoordinatorRequest_3(buf, pos):
     _l = len(buf)
+    o = _new(FindCoordinatorRequest)
+    o.coordinator_keys = []
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -87,29 +95,32 @@ def _d_FindCoordinatorRequest_3(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('FindCoordinatorRequest.key', buf, pos, _n, 1)
-        f_key = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.key = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 1 > _l:
         raise truncated('FindCoordinatorRequest.key_type', buf, pos, 1)
-    (f_key_type,) = _S1.unpack_from(buf, pos)
+    (o.key_type,) = _S1.unpack_from(buf, pos)
     pos += 1
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'FindCoordinatorRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return FindCoordinatorRequest(f_key, f_key_type, [], f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_FindCoordinatorRequest_4(buf, pos):
     _l = len(buf)
+    o = _new(FindCoordinatorRequest)
+    o.key = ''
     if pos + 1 > _l:
         raise truncated('FindCoordinatorRequest.key_type', buf, pos, 1)
-    (f_key_type,) = _S1.unpack_from(buf, pos)
+    (o.key_type,) = _S1.unpack_from(buf, pos)
     pos += 1
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -122,7 +133,7 @@ def _d_FindCoordinatorRequest_4(buf, pos):
     elif _c * 1 > _l - pos:
         raise overrun('FindCoordinatorRequest.coordinator_keys', buf, pos, _c, 1)
     else:
-        f_coordinator_keys = _lst = []
+        o.coordinator_keys = _lst = []
         for _ in range(_c):
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
@@ -141,15 +152,16 @@ def _d_FindCoordinatorRequest_4(buf, pos):
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'FindCoordinatorRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return FindCoordinatorRequest('', f_key_type, f_coordinator_keys, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_FindCoordinatorRequest_0(o, out, chunks):
     _b = o.key.encode('utf-8', 'surrogateescape')

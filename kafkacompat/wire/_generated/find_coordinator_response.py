@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class Coordinator(Struct):
     __slots__ = ('key', 'node_id', 'host', 'port', 'error_code', 'error_message', 'unknown_tags',)
@@ -75,9 +76,13 @@ _S3 = _Struct('>ih')
 
 def _d_FindCoordinatorResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(FindCoordinatorResponse)
+    o.throttle_time_ms = 0
+    o.error_message = ''
+    o.coordinators = []
     if pos + 6 > _l:
         raise truncated('FindCoordinatorResponse.error_code', buf, pos, 6)
-    f_error_code, f_node_id = _S0.unpack_from(buf, pos)
+    o.error_code, o.node_id = _S0.unpack_from(buf, pos)
     pos += 6
     if pos + 2 > _l:
         raise truncated('FindCoordinatorResponse.host', buf, pos, 2)
@@ -89,20 +94,22 @@ def _d_FindCoordinatorResponse_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('FindCoordinatorResponse.host', buf, pos, _n, 1)
-        f_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('FindCoordinatorResponse.port', buf, pos, 4)
-    (f_port,) = _S2.unpack_from(buf, pos)
+    (o.port,) = _S2.unpack_from(buf, pos)
     pos += 4
-    f_unknown_tags = None
-    return FindCoordinatorResponse(0, f_error_code, '', f_node_id, f_host, f_port, [], f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_FindCoordinatorResponse_1(buf, pos):
     _l = len(buf)
+    o = _new(FindCoordinatorResponse)
+    o.coordinators = []
     if pos + 6 > _l:
         raise truncated('FindCoordinatorResponse.throttle_time_ms', buf, pos, 6)
-    f_throttle_time_ms, f_error_code = _S3.unpack_from(buf, pos)
+    o.throttle_time_ms, o.error_code = _S3.unpack_from(buf, pos)
     pos += 6
     if pos + 2 > _l:
         raise truncated('FindCoordinatorResponse.error_message', buf, pos, 2)
@@ -111,16 +118,16 @@ def _d_FindCoordinatorResponse_1(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('FindCoordinatorResponse.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('FindCoordinatorResponse.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('FindCoordinatorResponse.node_id', buf, pos, 4)
-    (f_node_id,) = _S2.unpack_from(buf, pos)
+    (o.node_id,) = _S2.unpack_from(buf, pos)
     pos += 4
     if pos + 2 > _l:
         raise truncated('FindCoordinatorResponse.host', buf, pos, 2)
@@ -132,20 +139,22 @@ def _d_FindCoordinatorResponse_1(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('FindCoordinatorResponse.host', buf, pos, _n, 1)
-        f_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('FindCoordinatorResponse.port', buf, pos, 4)
-    (f_port,) = _S2.unpack_from(buf, pos)
+    (o.port,) = _S2.unpack_from(buf, pos)
     pos += 4
-    f_unknown_tags = None
-    return FindCoordinatorResponse(f_throttle_time_ms, f_error_code, f_error_message, f_node_id, f_host, f_port, [], f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_FindCoordinatorResponse_3(buf, pos):
     _l = len(buf)
+    o = _new(FindCoordinatorResponse)
+    o.coordinators = []
     if pos + 6 > _l:
         raise truncated('FindCoordinatorResponse.throttle_time_ms', buf, pos, 6)
-    f_throttle_time_ms, f_error_code = _S3.unpack_from(buf, pos)
+    o.throttle_time_ms, o.error_code = _S3.unpack_from(buf, pos)
     pos += 6
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -156,16 +165,16 @@ def _d_FindCoordinatorResponse_3(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('FindCoordinatorResponse.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('FindCoordinatorResponse.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('FindCoordinatorResponse.node_id', buf, pos, 4)
-    (f_node_id,) = _S2.unpack_from(buf, pos)
+    (o.node_id,) = _S2.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -179,26 +188,28 @@ def _d_FindCoordinatorResponse_3(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('FindCoordinatorResponse.host', buf, pos, _n, 1)
-        f_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('FindCoordinatorResponse.port', buf, pos, 4)
-    (f_port,) = _S2.unpack_from(buf, pos)
+    (o.port,) = _S2.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'FindCoordinatorResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return FindCoordinatorResponse(f_throttle_time_ms, f_error_code, f_error_message, f_node_id, f_host, f_port, [], f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_Coordinator_4(buf, pos):
     _l = len(buf)
+    o = _new(Coordinator)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -211,11 +222,11 @@ def _d_Coordinator_4(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('FindCoordinatorResponse.Coordinator.key', buf, pos, _n, 1)
-        f_key = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.key = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('FindCoordinatorResponse.Coordinator.node_id', buf, pos, 4)
-    (f_node_id,) = _S2.unpack_from(buf, pos)
+    (o.node_id,) = _S2.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -229,11 +240,11 @@ def _d_Coordinator_4(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('FindCoordinatorResponse.Coordinator.host', buf, pos, _n, 1)
-        f_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 6 > _l:
         raise truncated('FindCoordinatorResponse.Coordinator.port', buf, pos, 6)
-    f_port, f_error_code = _S3.unpack_from(buf, pos)
+    o.port, o.error_code = _S3.unpack_from(buf, pos)
     pos += 6
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -244,30 +255,37 @@ def _d_Coordinator_4(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('FindCoordinatorResponse.Coordinator.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('FindCoordinatorResponse.Coordinator.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'FindCoordinatorResponse.Coordinator')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return Coordinator(f_key, f_node_id, f_host, f_port, f_error_code, f_error_message, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_FindCoordinatorResponse_4(buf, pos):
     _l = len(buf)
+    o = _new(FindCoordinatorResponse)
+    o.error_code = 0
+    o.error_message = ''
+    o.node_id = 0
+    o.host = ''
+    o.port = 0
     if pos + 4 > _l:
         raise truncated('FindCoordinatorResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S2.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S2.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -280,21 +298,22 @@ def _d_FindCoordinatorResponse_4(buf, pos):
     elif _c * 14 > _l - pos:
         raise overrun('FindCoordinatorResponse.coordinators', buf, pos, _c, 14)
     else:
-        f_coordinators = _lst = []
+        o.coordinators = _lst = []
         for _ in range(_c):
             _e, pos = _d_Coordinator_4(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'FindCoordinatorResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return FindCoordinatorResponse(f_throttle_time_ms, 0, '', 0, '', 0, f_coordinators, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_FindCoordinatorResponse_0(o, out, chunks):
     out += _S0.pack(o.error_code, o.node_id)

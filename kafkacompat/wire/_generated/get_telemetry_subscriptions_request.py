@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class GetTelemetrySubscriptionsRequest(Struct):
     __slots__ = ('client_instance_id', 'unknown_tags',)
@@ -34,22 +35,24 @@ _S0 = _Struct('>16s')
 
 def _d_GetTelemetrySubscriptionsRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(GetTelemetrySubscriptionsRequest)
     if pos + 16 > _l:
         raise truncated('GetTelemetrySubscriptionsRequest.client_instance_id', buf, pos, 16)
-    (f_client_instance_id,) = _S0.unpack_from(buf, pos)
+    (o.client_instance_id,) = _S0.unpack_from(buf, pos)
     pos += 16
-    f_client_instance_id = _UUID(bytes=f_client_instance_id)
+    o.client_instance_id = _UUID(bytes=o.client_instance_id)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'GetTelemetrySubscriptionsRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return GetTelemetrySubscriptionsRequest(f_client_instance_id, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_GetTelemetrySubscriptionsRequest_0(o, out, chunks):
     out += _S0.pack(o.client_instance_id.bytes)

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class GetTelemetrySubscriptionsResponse(Struct):
     __slots__ = ('throttle_time_ms', 'error_code', 'client_instance_id', 'subscription_id', 'accepted_compression_types', 'push_interval_ms', 'telemetry_max_bytes', 'delta_temporality', 'requested_metrics', 'unknown_tags',)
@@ -56,11 +57,12 @@ _A_b = ARRAY_STRUCTS['b']
 
 def _d_GetTelemetrySubscriptionsResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(GetTelemetrySubscriptionsResponse)
     if pos + 26 > _l:
         raise truncated('GetTelemetrySubscriptionsResponse.throttle_time_ms', buf, pos, 26)
-    f_throttle_time_ms, f_error_code, f_client_instance_id, f_subscription_id = _S0.unpack_from(buf, pos)
+    o.throttle_time_ms, o.error_code, o.client_instance_id, o.subscription_id = _S0.unpack_from(buf, pos)
     pos += 26
-    f_client_instance_id = _UUID(bytes=f_client_instance_id)
+    o.client_instance_id = _UUID(bytes=o.client_instance_id)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -73,11 +75,11 @@ def _d_GetTelemetrySubscriptionsResponse_0(buf, pos):
         raise overrun('GetTelemetrySubscriptionsResponse.accepted_compression_types', buf, pos, _c, 1)
     else:
         _st = _A_b[_c] if _c < 17 else _Struct('>%db' % _c)
-        f_accepted_compression_types = list(_st.unpack_from(buf, pos))
+        o.accepted_compression_types = list(_st.unpack_from(buf, pos))
         pos += _c * 1
     if pos + 9 > _l:
         raise truncated('GetTelemetrySubscriptionsResponse.push_interval_ms', buf, pos, 9)
-    f_push_interval_ms, f_telemetry_max_bytes, f_delta_temporality = _S1.unpack_from(buf, pos)
+    o.push_interval_ms, o.telemetry_max_bytes, o.delta_temporality = _S1.unpack_from(buf, pos)
     pos += 9
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -90,7 +92,7 @@ def _d_GetTelemetrySubscriptionsResponse_0(buf, pos):
     elif _c * 1 > _l - pos:
         raise overrun('GetTelemetrySubscriptionsResponse.requested_metrics', buf, pos, _c, 1)
     else:
-        f_requested_metrics = _lst = []
+        o.requested_metrics = _lst = []
         for _ in range(_c):
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
@@ -109,15 +111,16 @@ def _d_GetTelemetrySubscriptionsResponse_0(buf, pos):
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'GetTelemetrySubscriptionsResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return GetTelemetrySubscriptionsResponse(f_throttle_time_ms, f_error_code, f_client_instance_id, f_subscription_id, f_accepted_compression_types, f_push_interval_ms, f_telemetry_max_bytes, f_delta_temporality, f_requested_metrics, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_GetTelemetrySubscriptionsResponse_0(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms, o.error_code, o.client_instance_id.bytes, o.subscription_id)

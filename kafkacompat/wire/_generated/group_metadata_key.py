@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class GroupMetadataKey(Struct):
     __slots__ = ('group', 'unknown_tags',)
@@ -34,6 +35,7 @@ _S0 = _Struct('>h')
 
 def _d_GroupMetadataKey_2(buf, pos):
     _l = len(buf)
+    o = _new(GroupMetadataKey)
     if pos + 2 > _l:
         raise truncated('GroupMetadataKey.group', buf, pos, 2)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -44,10 +46,10 @@ def _d_GroupMetadataKey_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('GroupMetadataKey.group', buf, pos, _n, 1)
-        f_group = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
-    f_unknown_tags = None
-    return GroupMetadataKey(f_group, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _e_GroupMetadataKey_2(o, out, chunks):
     _b = o.group.encode('utf-8', 'surrogateescape')

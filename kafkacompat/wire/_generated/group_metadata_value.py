@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class MemberMetadata(Struct):
     __slots__ = ('member_id', 'group_instance_id', 'client_id', 'client_host', 'rebalance_timeout', 'session_timeout', 'subscription', 'assignment', 'unknown_tags',)
@@ -77,6 +78,9 @@ _S3 = _Struct('>q')
 
 def _d_MemberMetadata_0(buf, pos):
     _l = len(buf)
+    o = _new(MemberMetadata)
+    o.group_instance_id = None
+    o.rebalance_timeout = -1
     if pos + 2 > _l:
         raise truncated('GroupMetadataValue.MemberMetadata.member_id', buf, pos, 2)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -87,7 +91,7 @@ def _d_MemberMetadata_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('GroupMetadataValue.MemberMetadata.member_id', buf, pos, _n, 1)
-        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('GroupMetadataValue.MemberMetadata.client_id', buf, pos, 2)
@@ -99,7 +103,7 @@ def _d_MemberMetadata_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('GroupMetadataValue.MemberMetadata.client_id', buf, pos, _n, 1)
-        f_client_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.client_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('GroupMetadataValue.MemberMetadata.client_host', buf, pos, 2)
@@ -111,11 +115,11 @@ def _d_MemberMetadata_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('GroupMetadataValue.MemberMetadata.client_host', buf, pos, _n, 1)
-        f_client_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.client_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('GroupMetadataValue.MemberMetadata.session_timeout', buf, pos, 4)
-    (f_session_timeout,) = _S1.unpack_from(buf, pos)
+    (o.session_timeout,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('GroupMetadataValue.MemberMetadata.subscription', buf, pos, 4)
@@ -127,7 +131,7 @@ def _d_MemberMetadata_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('GroupMetadataValue.MemberMetadata.subscription', buf, pos, _n, 1)
-        f_subscription = bytes(buf[pos:_end])
+        o.subscription = bytes(buf[pos:_end])
         pos = _end
     if pos + 4 > _l:
         raise truncated('GroupMetadataValue.MemberMetadata.assignment', buf, pos, 4)
@@ -139,13 +143,15 @@ def _d_MemberMetadata_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('GroupMetadataValue.MemberMetadata.assignment', buf, pos, _n, 1)
-        f_assignment = bytes(buf[pos:_end])
+        o.assignment = bytes(buf[pos:_end])
         pos = _end
-    f_unknown_tags = None
-    return MemberMetadata(f_member_id, None, f_client_id, f_client_host, -1, f_session_timeout, f_subscription, f_assignment, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_GroupMetadataValue_0(buf, pos):
     _l = len(buf)
+    o = _new(GroupMetadataValue)
+    o.current_state_timestamp = -1
     if pos + 2 > _l:
         raise truncated('GroupMetadataValue.protocol_type', buf, pos, 2)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -156,11 +162,11 @@ def _d_GroupMetadataValue_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('GroupMetadataValue.protocol_type', buf, pos, _n, 1)
-        f_protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('GroupMetadataValue.generation', buf, pos, 4)
-    (f_generation,) = _S1.unpack_from(buf, pos)
+    (o.generation,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos + 2 > _l:
         raise truncated('GroupMetadataValue.protocol', buf, pos, 2)
@@ -169,12 +175,12 @@ def _d_GroupMetadataValue_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('GroupMetadataValue.protocol', _n)
-        f_protocol = None
+        o.protocol = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('GroupMetadataValue.protocol', buf, pos, _n, 1)
-        f_protocol = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.protocol = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('GroupMetadataValue.leader', buf, pos, 2)
@@ -183,12 +189,12 @@ def _d_GroupMetadataValue_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('GroupMetadataValue.leader', _n)
-        f_leader = None
+        o.leader = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('GroupMetadataValue.leader', buf, pos, _n, 1)
-        f_leader = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.leader = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('GroupMetadataValue.members', buf, pos, 4)
@@ -199,15 +205,17 @@ def _d_GroupMetadataValue_0(buf, pos):
     elif _c * 18 > _l - pos:
         raise overrun('GroupMetadataValue.members', buf, pos, _c, 18)
     else:
-        f_members = _lst = []
+        o.members = _lst = []
         for _ in range(_c):
             _e, pos = _d_MemberMetadata_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return GroupMetadataValue(f_protocol_type, f_generation, f_protocol, f_leader, -1, f_members, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_MemberMetadata_1(buf, pos):
     _l = len(buf)
+    o = _new(MemberMetadata)
+    o.group_instance_id = None
     if pos + 2 > _l:
         raise truncated('GroupMetadataValue.MemberMetadata.member_id', buf, pos, 2)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -218,7 +226,7 @@ def _d_MemberMetadata_1(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('GroupMetadataValue.MemberMetadata.member_id', buf, pos, _n, 1)
-        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('GroupMetadataValue.MemberMetadata.client_id', buf, pos, 2)
@@ -230,7 +238,7 @@ def _d_MemberMetadata_1(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('GroupMetadataValue.MemberMetadata.client_id', buf, pos, _n, 1)
-        f_client_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.client_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('GroupMetadataValue.MemberMetadata.client_host', buf, pos, 2)
@@ -242,11 +250,11 @@ def _d_MemberMetadata_1(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('GroupMetadataValue.MemberMetadata.client_host', buf, pos, _n, 1)
-        f_client_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.client_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 8 > _l:
         raise truncated('GroupMetadataValue.MemberMetadata.rebalance_timeout', buf, pos, 8)
-    f_rebalance_timeout, f_session_timeout = _S2.unpack_from(buf, pos)
+    o.rebalance_timeout, o.session_timeout = _S2.unpack_from(buf, pos)
     pos += 8
     if pos + 4 > _l:
         raise truncated('GroupMetadataValue.MemberMetadata.subscription', buf, pos, 4)
@@ -258,7 +266,7 @@ def _d_MemberMetadata_1(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('GroupMetadataValue.MemberMetadata.subscription', buf, pos, _n, 1)
-        f_subscription = bytes(buf[pos:_end])
+        o.subscription = bytes(buf[pos:_end])
         pos = _end
     if pos + 4 > _l:
         raise truncated('GroupMetadataValue.MemberMetadata.assignment', buf, pos, 4)
@@ -270,13 +278,15 @@ def _d_MemberMetadata_1(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('GroupMetadataValue.MemberMetadata.assignment', buf, pos, _n, 1)
-        f_assignment = bytes(buf[pos:_end])
+        o.assignment = bytes(buf[pos:_end])
         pos = _end
-    f_unknown_tags = None
-    return MemberMetadata(f_member_id, None, f_client_id, f_client_host, f_rebalance_timeout, f_session_timeout, f_subscription, f_assignment, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_GroupMetadataValue_1(buf, pos):
     _l = len(buf)
+    o = _new(GroupMetadataValue)
+    o.current_state_timestamp = -1
     if pos + 2 > _l:
         raise truncated('GroupMetadataValue.protocol_type', buf, pos, 2)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -287,11 +297,11 @@ def _d_GroupMetadataValue_1(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('GroupMetadataValue.protocol_type', buf, pos, _n, 1)
-        f_protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('GroupMetadataValue.generation', buf, pos, 4)
-    (f_generation,) = _S1.unpack_from(buf, pos)
+    (o.generation,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos + 2 > _l:
         raise truncated('GroupMetadataValue.protocol', buf, pos, 2)
@@ -300,12 +310,12 @@ def _d_GroupMetadataValue_1(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('GroupMetadataValue.protocol', _n)
-        f_protocol = None
+        o.protocol = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('GroupMetadataValue.protocol', buf, pos, _n, 1)
-        f_protocol = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.protocol = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('GroupMetadataValue.leader', buf, pos, 2)
@@ -314,12 +324,12 @@ def _d_GroupMetadataValue_1(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('GroupMetadataValue.leader', _n)
-        f_leader = None
+        o.leader = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('GroupMetadataValue.leader', buf, pos, _n, 1)
-        f_leader = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.leader = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('GroupMetadataValue.members', buf, pos, 4)
@@ -330,15 +340,16 @@ def _d_GroupMetadataValue_1(buf, pos):
     elif _c * 22 > _l - pos:
         raise overrun('GroupMetadataValue.members', buf, pos, _c, 22)
     else:
-        f_members = _lst = []
+        o.members = _lst = []
         for _ in range(_c):
             _e, pos = _d_MemberMetadata_1(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return GroupMetadataValue(f_protocol_type, f_generation, f_protocol, f_leader, -1, f_members, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_GroupMetadataValue_2(buf, pos):
     _l = len(buf)
+    o = _new(GroupMetadataValue)
     if pos + 2 > _l:
         raise truncated('GroupMetadataValue.protocol_type', buf, pos, 2)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -349,11 +360,11 @@ def _d_GroupMetadataValue_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('GroupMetadataValue.protocol_type', buf, pos, _n, 1)
-        f_protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('GroupMetadataValue.generation', buf, pos, 4)
-    (f_generation,) = _S1.unpack_from(buf, pos)
+    (o.generation,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos + 2 > _l:
         raise truncated('GroupMetadataValue.protocol', buf, pos, 2)
@@ -362,12 +373,12 @@ def _d_GroupMetadataValue_2(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('GroupMetadataValue.protocol', _n)
-        f_protocol = None
+        o.protocol = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('GroupMetadataValue.protocol', buf, pos, _n, 1)
-        f_protocol = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.protocol = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('GroupMetadataValue.leader', buf, pos, 2)
@@ -376,16 +387,16 @@ def _d_GroupMetadataValue_2(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('GroupMetadataValue.leader', _n)
-        f_leader = None
+        o.leader = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('GroupMetadataValue.leader', buf, pos, _n, 1)
-        f_leader = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.leader = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 8 > _l:
         raise truncated('GroupMetadataValue.current_state_timestamp', buf, pos, 8)
-    (f_current_state_timestamp,) = _S3.unpack_from(buf, pos)
+    (o.current_state_timestamp,) = _S3.unpack_from(buf, pos)
     pos += 8
     if pos + 4 > _l:
         raise truncated('GroupMetadataValue.members', buf, pos, 4)
@@ -396,15 +407,16 @@ def _d_GroupMetadataValue_2(buf, pos):
     elif _c * 22 > _l - pos:
         raise overrun('GroupMetadataValue.members', buf, pos, _c, 22)
     else:
-        f_members = _lst = []
+        o.members = _lst = []
         for _ in range(_c):
             _e, pos = _d_MemberMetadata_1(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return GroupMetadataValue(f_protocol_type, f_generation, f_protocol, f_leader, f_current_state_timestamp, f_members, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_MemberMetadata_3(buf, pos):
     _l = len(buf)
+    o = _new(MemberMetadata)
     if pos + 2 > _l:
         raise truncated('GroupMetadataValue.MemberMetadata.member_id', buf, pos, 2)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -415,7 +427,7 @@ def _d_MemberMetadata_3(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('GroupMetadataValue.MemberMetadata.member_id', buf, pos, _n, 1)
-        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('GroupMetadataValue.MemberMetadata.group_instance_id', buf, pos, 2)
@@ -424,12 +436,12 @@ def _d_MemberMetadata_3(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('GroupMetadataValue.MemberMetadata.group_instance_id', _n)
-        f_group_instance_id = None
+        o.group_instance_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('GroupMetadataValue.MemberMetadata.group_instance_id', buf, pos, _n, 1)
-        f_group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('GroupMetadataValue.MemberMetadata.client_id', buf, pos, 2)
@@ -441,7 +453,7 @@ def _d_MemberMetadata_3(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('GroupMetadataValue.MemberMetadata.client_id', buf, pos, _n, 1)
-        f_client_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.client_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('GroupMetadataValue.MemberMetadata.client_host', buf, pos, 2)
@@ -453,11 +465,11 @@ def _d_MemberMetadata_3(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('GroupMetadataValue.MemberMetadata.client_host', buf, pos, _n, 1)
-        f_client_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.client_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 8 > _l:
         raise truncated('GroupMetadataValue.MemberMetadata.rebalance_timeout', buf, pos, 8)
-    f_rebalance_timeout, f_session_timeout = _S2.unpack_from(buf, pos)
+    o.rebalance_timeout, o.session_timeout = _S2.unpack_from(buf, pos)
     pos += 8
     if pos + 4 > _l:
         raise truncated('GroupMetadataValue.MemberMetadata.subscription', buf, pos, 4)
@@ -469,7 +481,7 @@ def _d_MemberMetadata_3(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('GroupMetadataValue.MemberMetadata.subscription', buf, pos, _n, 1)
-        f_subscription = bytes(buf[pos:_end])
+        o.subscription = bytes(buf[pos:_end])
         pos = _end
     if pos + 4 > _l:
         raise truncated('GroupMetadataValue.MemberMetadata.assignment', buf, pos, 4)
@@ -481,13 +493,14 @@ def _d_MemberMetadata_3(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('GroupMetadataValue.MemberMetadata.assignment', buf, pos, _n, 1)
-        f_assignment = bytes(buf[pos:_end])
+        o.assignment = bytes(buf[pos:_end])
         pos = _end
-    f_unknown_tags = None
-    return MemberMetadata(f_member_id, f_group_instance_id, f_client_id, f_client_host, f_rebalance_timeout, f_session_timeout, f_subscription, f_assignment, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_GroupMetadataValue_3(buf, pos):
     _l = len(buf)
+    o = _new(GroupMetadataValue)
     if pos + 2 > _l:
         raise truncated('GroupMetadataValue.protocol_type', buf, pos, 2)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -498,11 +511,11 @@ def _d_GroupMetadataValue_3(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('GroupMetadataValue.protocol_type', buf, pos, _n, 1)
-        f_protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('GroupMetadataValue.generation', buf, pos, 4)
-    (f_generation,) = _S1.unpack_from(buf, pos)
+    (o.generation,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos + 2 > _l:
         raise truncated('GroupMetadataValue.protocol', buf, pos, 2)
@@ -511,12 +524,12 @@ def _d_GroupMetadataValue_3(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('GroupMetadataValue.protocol', _n)
-        f_protocol = None
+        o.protocol = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('GroupMetadataValue.protocol', buf, pos, _n, 1)
-        f_protocol = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.protocol = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('GroupMetadataValue.leader', buf, pos, 2)
@@ -525,16 +538,16 @@ def _d_GroupMetadataValue_3(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('GroupMetadataValue.leader', _n)
-        f_leader = None
+        o.leader = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('GroupMetadataValue.leader', buf, pos, _n, 1)
-        f_leader = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.leader = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 8 > _l:
         raise truncated('GroupMetadataValue.current_state_timestamp', buf, pos, 8)
-    (f_current_state_timestamp,) = _S3.unpack_from(buf, pos)
+    (o.current_state_timestamp,) = _S3.unpack_from(buf, pos)
     pos += 8
     if pos + 4 > _l:
         raise truncated('GroupMetadataValue.members', buf, pos, 4)
@@ -545,15 +558,16 @@ def _d_GroupMetadataValue_3(buf, pos):
     elif _c * 24 > _l - pos:
         raise overrun('GroupMetadataValue.members', buf, pos, _c, 24)
     else:
-        f_members = _lst = []
+        o.members = _lst = []
         for _ in range(_c):
             _e, pos = _d_MemberMetadata_3(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return GroupMetadataValue(f_protocol_type, f_generation, f_protocol, f_leader, f_current_state_timestamp, f_members, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_MemberMetadata_4(buf, pos):
     _l = len(buf)
+    o = _new(MemberMetadata)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -566,7 +580,7 @@ def _d_MemberMetadata_4(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('GroupMetadataValue.MemberMetadata.member_id', buf, pos, _n, 1)
-        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -577,12 +591,12 @@ def _d_MemberMetadata_4(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('GroupMetadataValue.MemberMetadata.group_instance_id', _n)
-        f_group_instance_id = None
+        o.group_instance_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('GroupMetadataValue.MemberMetadata.group_instance_id', buf, pos, _n, 1)
-        f_group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -596,7 +610,7 @@ def _d_MemberMetadata_4(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('GroupMetadataValue.MemberMetadata.client_id', buf, pos, _n, 1)
-        f_client_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.client_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -610,11 +624,11 @@ def _d_MemberMetadata_4(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('GroupMetadataValue.MemberMetadata.client_host', buf, pos, _n, 1)
-        f_client_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.client_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 8 > _l:
         raise truncated('GroupMetadataValue.MemberMetadata.rebalance_timeout', buf, pos, 8)
-    f_rebalance_timeout, f_session_timeout = _S2.unpack_from(buf, pos)
+    o.rebalance_timeout, o.session_timeout = _S2.unpack_from(buf, pos)
     pos += 8
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -628,7 +642,7 @@ def _d_MemberMetadata_4(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('GroupMetadataValue.MemberMetadata.subscription', buf, pos, _n, 1)
-        f_subscription = bytes(buf[pos:_end])
+        o.subscription = bytes(buf[pos:_end])
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -642,22 +656,24 @@ def _d_MemberMetadata_4(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('GroupMetadataValue.MemberMetadata.assignment', buf, pos, _n, 1)
-        f_assignment = bytes(buf[pos:_end])
+        o.assignment = bytes(buf[pos:_end])
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'GroupMetadataValue.MemberMetadata')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return MemberMetadata(f_member_id, f_group_instance_id, f_client_id, f_client_host, f_rebalance_timeout, f_session_timeout, f_subscription, f_assignment, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_GroupMetadataValue_4(buf, pos):
     _l = len(buf)
+    o = _new(GroupMetadataValue)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -670,11 +686,11 @@ def _d_GroupMetadataValue_4(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('GroupMetadataValue.protocol_type', buf, pos, _n, 1)
-        f_protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('GroupMetadataValue.generation', buf, pos, 4)
-    (f_generation,) = _S1.unpack_from(buf, pos)
+    (o.generation,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -685,12 +701,12 @@ def _d_GroupMetadataValue_4(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('GroupMetadataValue.protocol', _n)
-        f_protocol = None
+        o.protocol = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('GroupMetadataValue.protocol', buf, pos, _n, 1)
-        f_protocol = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.protocol = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -701,16 +717,16 @@ def _d_GroupMetadataValue_4(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('GroupMetadataValue.leader', _n)
-        f_leader = None
+        o.leader = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('GroupMetadataValue.leader', buf, pos, _n, 1)
-        f_leader = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.leader = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 8 > _l:
         raise truncated('GroupMetadataValue.current_state_timestamp', buf, pos, 8)
-    (f_current_state_timestamp,) = _S3.unpack_from(buf, pos)
+    (o.current_state_timestamp,) = _S3.unpack_from(buf, pos)
     pos += 8
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -723,21 +739,22 @@ def _d_GroupMetadataValue_4(buf, pos):
     elif _c * 15 > _l - pos:
         raise overrun('GroupMetadataValue.members', buf, pos, _c, 15)
     else:
-        f_members = _lst = []
+        o.members = _lst = []
         for _ in range(_c):
             _e, pos = _d_MemberMetadata_4(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'GroupMetadataValue')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return GroupMetadataValue(f_protocol_type, f_generation, f_protocol, f_leader, f_current_state_timestamp, f_members, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_MemberMetadata_0(o, out, chunks):
     _b = o.member_id.encode('utf-8', 'surrogateescape')

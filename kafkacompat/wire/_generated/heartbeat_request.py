@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class HeartbeatRequest(Struct):
     __slots__ = ('group_id', 'generation_id', 'member_id', 'group_instance_id', 'unknown_tags',)
@@ -45,6 +46,8 @@ _S1 = _Struct('>i')
 
 def _d_HeartbeatRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(HeartbeatRequest)
+    o.group_instance_id = None
     if pos + 2 > _l:
         raise truncated('HeartbeatRequest.group_id', buf, pos, 2)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -55,11 +58,11 @@ def _d_HeartbeatRequest_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('HeartbeatRequest.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('HeartbeatRequest.generation_id', buf, pos, 4)
-    (f_generation_id,) = _S1.unpack_from(buf, pos)
+    (o.generation_id,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos + 2 > _l:
         raise truncated('HeartbeatRequest.member_id', buf, pos, 2)
@@ -71,13 +74,14 @@ def _d_HeartbeatRequest_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('HeartbeatRequest.member_id', buf, pos, _n, 1)
-        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
-    f_unknown_tags = None
-    return HeartbeatRequest(f_group_id, f_generation_id, f_member_id, None, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_HeartbeatRequest_3(buf, pos):
     _l = len(buf)
+    o = _new(HeartbeatRequest)
     if pos + 2 > _l:
         raise truncated('HeartbeatRequest.group_id', buf, pos, 2)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -88,11 +92,11 @@ def _d_HeartbeatRequest_3(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('HeartbeatRequest.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('HeartbeatRequest.generation_id', buf, pos, 4)
-    (f_generation_id,) = _S1.unpack_from(buf, pos)
+    (o.generation_id,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos + 2 > _l:
         raise truncated('HeartbeatRequest.member_id', buf, pos, 2)
@@ -104,7 +108,7 @@ def _d_HeartbeatRequest_3(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('HeartbeatRequest.member_id', buf, pos, _n, 1)
-        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('HeartbeatRequest.group_instance_id', buf, pos, 2)
@@ -113,18 +117,19 @@ def _d_HeartbeatRequest_3(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('HeartbeatRequest.group_instance_id', _n)
-        f_group_instance_id = None
+        o.group_instance_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('HeartbeatRequest.group_instance_id', buf, pos, _n, 1)
-        f_group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
-    f_unknown_tags = None
-    return HeartbeatRequest(f_group_id, f_generation_id, f_member_id, f_group_instance_id, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_HeartbeatRequest_4(buf, pos):
     _l = len(buf)
+    o = _new(HeartbeatRequest)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -137,11 +142,11 @@ def _d_HeartbeatRequest_4(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('HeartbeatRequest.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('HeartbeatRequest.generation_id', buf, pos, 4)
-    (f_generation_id,) = _S1.unpack_from(buf, pos)
+    (o.generation_id,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -155,7 +160,7 @@ def _d_HeartbeatRequest_4(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('HeartbeatRequest.member_id', buf, pos, _n, 1)
-        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -166,24 +171,25 @@ def _d_HeartbeatRequest_4(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('HeartbeatRequest.group_instance_id', _n)
-        f_group_instance_id = None
+        o.group_instance_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('HeartbeatRequest.group_instance_id', buf, pos, _n, 1)
-        f_group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'HeartbeatRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return HeartbeatRequest(f_group_id, f_generation_id, f_member_id, f_group_instance_id, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_HeartbeatRequest_0(o, out, chunks):
     _b = o.group_id.encode('utf-8', 'surrogateescape')

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class HeartbeatResponse(Struct):
     __slots__ = ('throttle_time_ms', 'error_code', 'unknown_tags',)
@@ -36,39 +37,44 @@ _S1 = _Struct('>ih')
 
 def _d_HeartbeatResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(HeartbeatResponse)
+    o.throttle_time_ms = 0
     if pos + 2 > _l:
         raise truncated('HeartbeatResponse.error_code', buf, pos, 2)
-    (f_error_code,) = _S0.unpack_from(buf, pos)
+    (o.error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
-    f_unknown_tags = None
-    return HeartbeatResponse(0, f_error_code, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_HeartbeatResponse_1(buf, pos):
     _l = len(buf)
+    o = _new(HeartbeatResponse)
     if pos + 6 > _l:
         raise truncated('HeartbeatResponse.throttle_time_ms', buf, pos, 6)
-    f_throttle_time_ms, f_error_code = _S1.unpack_from(buf, pos)
+    o.throttle_time_ms, o.error_code = _S1.unpack_from(buf, pos)
     pos += 6
-    f_unknown_tags = None
-    return HeartbeatResponse(f_throttle_time_ms, f_error_code, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_HeartbeatResponse_4(buf, pos):
     _l = len(buf)
+    o = _new(HeartbeatResponse)
     if pos + 6 > _l:
         raise truncated('HeartbeatResponse.throttle_time_ms', buf, pos, 6)
-    f_throttle_time_ms, f_error_code = _S1.unpack_from(buf, pos)
+    o.throttle_time_ms, o.error_code = _S1.unpack_from(buf, pos)
     pos += 6
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'HeartbeatResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return HeartbeatResponse(f_throttle_time_ms, f_error_code, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_HeartbeatResponse_0(o, out, chunks):
     out += _S0.pack(o.error_code)

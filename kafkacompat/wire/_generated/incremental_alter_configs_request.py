@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class AlterConfigsResource(Struct):
     __slots__ = ('resource_type', 'resource_name', 'configs', 'unknown_tags',)
@@ -58,6 +59,7 @@ _S3 = _Struct('>?')
 
 def _d_AlterableConfig_0(buf, pos):
     _l = len(buf)
+    o = _new(AlterableConfig)
     if pos + 2 > _l:
         raise truncated('IncrementalAlterConfigsRequest.AlterableConfig.name', buf, pos, 2)
     (_n,) = _S2.unpack_from(buf, pos)
@@ -68,11 +70,11 @@ def _d_AlterableConfig_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('IncrementalAlterConfigsRequest.AlterableConfig.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 1 > _l:
         raise truncated('IncrementalAlterConfigsRequest.AlterableConfig.config_operation', buf, pos, 1)
-    (f_config_operation,) = _S1.unpack_from(buf, pos)
+    (o.config_operation,) = _S1.unpack_from(buf, pos)
     pos += 1
     if pos + 2 > _l:
         raise truncated('IncrementalAlterConfigsRequest.AlterableConfig.value', buf, pos, 2)
@@ -81,21 +83,22 @@ def _d_AlterableConfig_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('IncrementalAlterConfigsRequest.AlterableConfig.value', _n)
-        f_value = None
+        o.value = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('IncrementalAlterConfigsRequest.AlterableConfig.value', buf, pos, _n, 1)
-        f_value = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.value = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
-    f_unknown_tags = None
-    return AlterableConfig(f_name, f_config_operation, f_value, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_AlterConfigsResource_0(buf, pos):
     _l = len(buf)
+    o = _new(AlterConfigsResource)
     if pos + 1 > _l:
         raise truncated('IncrementalAlterConfigsRequest.AlterConfigsResource.resource_type', buf, pos, 1)
-    (f_resource_type,) = _S1.unpack_from(buf, pos)
+    (o.resource_type,) = _S1.unpack_from(buf, pos)
     pos += 1
     if pos + 2 > _l:
         raise truncated('IncrementalAlterConfigsRequest.AlterConfigsResource.resource_name', buf, pos, 2)
@@ -107,7 +110,7 @@ def _d_AlterConfigsResource_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('IncrementalAlterConfigsRequest.AlterConfigsResource.resource_name', buf, pos, _n, 1)
-        f_resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('IncrementalAlterConfigsRequest.AlterConfigsResource.configs', buf, pos, 4)
@@ -118,15 +121,16 @@ def _d_AlterConfigsResource_0(buf, pos):
     elif _c * 5 > _l - pos:
         raise overrun('IncrementalAlterConfigsRequest.AlterConfigsResource.configs', buf, pos, _c, 5)
     else:
-        f_configs = _lst = []
+        o.configs = _lst = []
         for _ in range(_c):
             _e, pos = _d_AlterableConfig_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return AlterConfigsResource(f_resource_type, f_resource_name, f_configs, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_IncrementalAlterConfigsRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(IncrementalAlterConfigsRequest)
     if pos + 4 > _l:
         raise truncated('IncrementalAlterConfigsRequest.resources', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -136,19 +140,20 @@ def _d_IncrementalAlterConfigsRequest_0(buf, pos):
     elif _c * 7 > _l - pos:
         raise overrun('IncrementalAlterConfigsRequest.resources', buf, pos, _c, 7)
     else:
-        f_resources = _lst = []
+        o.resources = _lst = []
         for _ in range(_c):
             _e, pos = _d_AlterConfigsResource_0(buf, pos)
             _lst.append(_e)
     if pos + 1 > _l:
         raise truncated('IncrementalAlterConfigsRequest.validate_only', buf, pos, 1)
-    (f_validate_only,) = _S3.unpack_from(buf, pos)
+    (o.validate_only,) = _S3.unpack_from(buf, pos)
     pos += 1
-    f_unknown_tags = None
-    return IncrementalAlterConfigsRequest(f_resources, f_validate_only, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_AlterableConfig_1(buf, pos):
     _l = len(buf)
+    o = _new(AlterableConfig)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -161,11 +166,11 @@ def _d_AlterableConfig_1(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('IncrementalAlterConfigsRequest.AlterableConfig.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 1 > _l:
         raise truncated('IncrementalAlterConfigsRequest.AlterableConfig.config_operation', buf, pos, 1)
-    (f_config_operation,) = _S1.unpack_from(buf, pos)
+    (o.config_operation,) = _S1.unpack_from(buf, pos)
     pos += 1
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -176,30 +181,32 @@ def _d_AlterableConfig_1(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('IncrementalAlterConfigsRequest.AlterableConfig.value', _n)
-        f_value = None
+        o.value = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('IncrementalAlterConfigsRequest.AlterableConfig.value', buf, pos, _n, 1)
-        f_value = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.value = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'IncrementalAlterConfigsRequest.AlterableConfig')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return AlterableConfig(f_name, f_config_operation, f_value, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_AlterConfigsResource_1(buf, pos):
     _l = len(buf)
+    o = _new(AlterConfigsResource)
     if pos + 1 > _l:
         raise truncated('IncrementalAlterConfigsRequest.AlterConfigsResource.resource_type', buf, pos, 1)
-    (f_resource_type,) = _S1.unpack_from(buf, pos)
+    (o.resource_type,) = _S1.unpack_from(buf, pos)
     pos += 1
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -213,7 +220,7 @@ def _d_AlterConfigsResource_1(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('IncrementalAlterConfigsRequest.AlterConfigsResource.resource_name', buf, pos, _n, 1)
-        f_resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -226,24 +233,26 @@ def _d_AlterConfigsResource_1(buf, pos):
     elif _c * 4 > _l - pos:
         raise overrun('IncrementalAlterConfigsRequest.AlterConfigsResource.configs', buf, pos, _c, 4)
     else:
-        f_configs = _lst = []
+        o.configs = _lst = []
         for _ in range(_c):
             _e, pos = _d_AlterableConfig_1(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'IncrementalAlterConfigsRequest.AlterConfigsResource')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return AlterConfigsResource(f_resource_type, f_resource_name, f_configs, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_IncrementalAlterConfigsRequest_1(buf, pos):
     _l = len(buf)
+    o = _new(IncrementalAlterConfigsRequest)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -255,25 +264,26 @@ def _d_IncrementalAlterConfigsRequest_1(buf, pos):
     elif _c * 4 > _l - pos:
         raise overrun('IncrementalAlterConfigsRequest.resources', buf, pos, _c, 4)
     else:
-        f_resources = _lst = []
+        o.resources = _lst = []
         for _ in range(_c):
             _e, pos = _d_AlterConfigsResource_1(buf, pos)
             _lst.append(_e)
     if pos + 1 > _l:
         raise truncated('IncrementalAlterConfigsRequest.validate_only', buf, pos, 1)
-    (f_validate_only,) = _S3.unpack_from(buf, pos)
+    (o.validate_only,) = _S3.unpack_from(buf, pos)
     pos += 1
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'IncrementalAlterConfigsRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return IncrementalAlterConfigsRequest(f_resources, f_validate_only, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_AlterableConfig_0(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class InitProducerIdRequest(Struct):
     __slots__ = ('transactional_id', 'transaction_timeout_ms', 'producer_id', 'producer_epoch', 'unknown_tags',)
@@ -46,6 +47,9 @@ _S2 = _Struct('>iqh')
 
 def _d_InitProducerIdRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(InitProducerIdRequest)
+    o.producer_id = -1
+    o.producer_epoch = -1
     if pos + 2 > _l:
         raise truncated('InitProducerIdRequest.transactional_id', buf, pos, 2)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -53,22 +57,25 @@ def _d_InitProducerIdRequest_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('InitProducerIdRequest.transactional_id', _n)
-        f_transactional_id = None
+        o.transactional_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('InitProducerIdRequest.transactional_id', buf, pos, _n, 1)
-        f_transactional_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.transactional_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('InitProducerIdRequest.transaction_timeout_ms', buf, pos, 4)
-    (f_transaction_timeout_ms,) = _S1.unpack_from(buf, pos)
+    (o.transaction_timeout_ms,) = _S1.unpack_from(buf, pos)
     pos += 4
-    f_unknown_tags = None
-    return InitProducerIdRequest(f_transactional_id, f_transaction_timeout_ms, -1, -1, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_InitProducerIdRequest_2(buf, pos):
     _l = len(buf)
+    o = _new(InitProducerIdRequest)
+    o.producer_id = -1
+    o.producer_epoch = -1
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -78,31 +85,33 @@ def _d_InitProducerIdRequest_2(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('InitProducerIdRequest.transactional_id', _n)
-        f_transactional_id = None
+        o.transactional_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('InitProducerIdRequest.transactional_id', buf, pos, _n, 1)
-        f_transactional_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.transactional_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('InitProducerIdRequest.transaction_timeout_ms', buf, pos, 4)
-    (f_transaction_timeout_ms,) = _S1.unpack_from(buf, pos)
+    (o.transaction_timeout_ms,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'InitProducerIdRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return InitProducerIdRequest(f_transactional_id, f_transaction_timeout_ms, -1, -1, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_InitProducerIdRequest_3(buf, pos):
     _l = len(buf)
+    o = _new(InitProducerIdRequest)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -112,28 +121,29 @@ def _d_InitProducerIdRequest_3(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('InitProducerIdRequest.transactional_id', _n)
-        f_transactional_id = None
+        o.transactional_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('InitProducerIdRequest.transactional_id', buf, pos, _n, 1)
-        f_transactional_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.transactional_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 14 > _l:
         raise truncated('InitProducerIdRequest.transaction_timeout_ms', buf, pos, 14)
-    f_transaction_timeout_ms, f_producer_id, f_producer_epoch = _S2.unpack_from(buf, pos)
+    o.transaction_timeout_ms, o.producer_id, o.producer_epoch = _S2.unpack_from(buf, pos)
     pos += 14
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'InitProducerIdRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return InitProducerIdRequest(f_transactional_id, f_transaction_timeout_ms, f_producer_id, f_producer_epoch, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_InitProducerIdRequest_0(o, out, chunks):
     if o.transactional_id is None:

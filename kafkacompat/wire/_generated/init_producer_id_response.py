@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class InitProducerIdResponse(Struct):
     __slots__ = ('throttle_time_ms', 'error_code', 'producer_id', 'producer_epoch', 'unknown_tags',)
@@ -44,30 +45,33 @@ _S0 = _Struct('>ihqh')
 
 def _d_InitProducerIdResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(InitProducerIdResponse)
     if pos + 16 > _l:
         raise truncated('InitProducerIdResponse.throttle_time_ms', buf, pos, 16)
-    f_throttle_time_ms, f_error_code, f_producer_id, f_producer_epoch = _S0.unpack_from(buf, pos)
+    o.throttle_time_ms, o.error_code, o.producer_id, o.producer_epoch = _S0.unpack_from(buf, pos)
     pos += 16
-    f_unknown_tags = None
-    return InitProducerIdResponse(f_throttle_time_ms, f_error_code, f_producer_id, f_producer_epoch, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_InitProducerIdResponse_2(buf, pos):
     _l = len(buf)
+    o = _new(InitProducerIdResponse)
     if pos + 16 > _l:
         raise truncated('InitProducerIdResponse.throttle_time_ms', buf, pos, 16)
-    f_throttle_time_ms, f_error_code, f_producer_id, f_producer_epoch = _S0.unpack_from(buf, pos)
+    o.throttle_time_ms, o.error_code, o.producer_id, o.producer_epoch = _S0.unpack_from(buf, pos)
     pos += 16
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'InitProducerIdResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return InitProducerIdResponse(f_throttle_time_ms, f_error_code, f_producer_id, f_producer_epoch, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_InitProducerIdResponse_0(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms, o.error_code, o.producer_id, o.producer_epoch)

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class InitializeStateData(Struct):
     __slots__ = ('topic_id', 'partitions', 'unknown_tags',)
@@ -55,29 +56,32 @@ _S1 = _Struct('>iiq')
 
 def _d_PartitionData_0(buf, pos):
     _l = len(buf)
+    o = _new(PartitionData)
     if pos + 16 > _l:
         raise truncated('InitializeShareGroupStateRequest.PartitionData.partition', buf, pos, 16)
-    f_partition, f_state_epoch, f_start_offset = _S1.unpack_from(buf, pos)
+    o.partition, o.state_epoch, o.start_offset = _S1.unpack_from(buf, pos)
     pos += 16
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'InitializeShareGroupStateRequest.PartitionData')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return PartitionData(f_partition, f_state_epoch, f_start_offset, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_InitializeStateData_0(buf, pos):
     _l = len(buf)
+    o = _new(InitializeStateData)
     if pos + 16 > _l:
         raise truncated('InitializeShareGroupStateRequest.InitializeStateData.topic_id', buf, pos, 16)
-    (f_topic_id,) = _S0.unpack_from(buf, pos)
+    (o.topic_id,) = _S0.unpack_from(buf, pos)
     pos += 16
-    f_topic_id = _UUID(bytes=f_topic_id)
+    o.topic_id = _UUID(bytes=o.topic_id)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -89,24 +93,26 @@ def _d_InitializeStateData_0(buf, pos):
     elif _c * 17 > _l - pos:
         raise overrun('InitializeShareGroupStateRequest.InitializeStateData.partitions', buf, pos, _c, 17)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_PartitionData_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'InitializeShareGroupStateRequest.InitializeStateData')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return InitializeStateData(f_topic_id, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_InitializeShareGroupStateRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(InitializeShareGroupStateRequest)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -119,7 +125,7 @@ def _d_InitializeShareGroupStateRequest_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('InitializeShareGroupStateRequest.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -132,21 +138,22 @@ def _d_InitializeShareGroupStateRequest_0(buf, pos):
     elif _c * 18 > _l - pos:
         raise overrun('InitializeShareGroupStateRequest.topics', buf, pos, _c, 18)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_InitializeStateData_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'InitializeShareGroupStateRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return InitializeShareGroupStateRequest(f_group_id, f_topics, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_PartitionData_0(o, out, chunks):
     out += _S1.pack(o.partition, o.state_epoch, o.start_offset)

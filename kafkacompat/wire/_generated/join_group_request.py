@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class JoinGroupRequestProtocol(Struct):
     __slots__ = ('name', 'metadata', 'unknown_tags',)
@@ -63,6 +64,7 @@ _S2 = _Struct('>ii')
 
 def _d_JoinGroupRequestProtocol_0(buf, pos):
     _l = len(buf)
+    o = _new(JoinGroupRequestProtocol)
     if pos + 2 > _l:
         raise truncated('JoinGroupRequest.JoinGroupRequestProtocol.name', buf, pos, 2)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -73,7 +75,7 @@ def _d_JoinGroupRequestProtocol_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('JoinGroupRequest.JoinGroupRequestProtocol.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('JoinGroupRequest.JoinGroupRequestProtocol.metadata', buf, pos, 4)
@@ -85,13 +87,17 @@ def _d_JoinGroupRequestProtocol_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('JoinGroupRequest.JoinGroupRequestProtocol.metadata', buf, pos, _n, 1)
-        f_metadata = bytes(buf[pos:_end])
+        o.metadata = bytes(buf[pos:_end])
         pos = _end
-    f_unknown_tags = None
-    return JoinGroupRequestProtocol(f_name, f_metadata, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_JoinGroupRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(JoinGroupRequest)
+    o.rebalance_timeout_ms = -1
+    o.group_instance_id = None
+    o.reason = None
     if pos + 2 > _l:
         raise truncated('JoinGroupRequest.group_id', buf, pos, 2)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -102,11 +108,11 @@ def _d_JoinGroupRequest_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('JoinGroupRequest.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('JoinGroupRequest.session_timeout_ms', buf, pos, 4)
-    (f_session_timeout_ms,) = _S1.unpack_from(buf, pos)
+    (o.session_timeout_ms,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos + 2 > _l:
         raise truncated('JoinGroupRequest.member_id', buf, pos, 2)
@@ -118,7 +124,7 @@ def _d_JoinGroupRequest_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('JoinGroupRequest.member_id', buf, pos, _n, 1)
-        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('JoinGroupRequest.protocol_type', buf, pos, 2)
@@ -130,7 +136,7 @@ def _d_JoinGroupRequest_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('JoinGroupRequest.protocol_type', buf, pos, _n, 1)
-        f_protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('JoinGroupRequest.protocols', buf, pos, 4)
@@ -141,15 +147,18 @@ def _d_JoinGroupRequest_0(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('JoinGroupRequest.protocols', buf, pos, _c, 6)
     else:
-        f_protocols = _lst = []
+        o.protocols = _lst = []
         for _ in range(_c):
             _e, pos = _d_JoinGroupRequestProtocol_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return JoinGroupRequest(f_group_id, f_session_timeout_ms, -1, f_member_id, None, f_protocol_type, f_protocols, None, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_JoinGroupRequest_1(buf, pos):
     _l = len(buf)
+    o = _new(JoinGroupRequest)
+    o.group_instance_id = None
+    o.reason = None
     if pos + 2 > _l:
         raise truncated('JoinGroupRequest.group_id', buf, pos, 2)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -160,11 +169,11 @@ def _d_JoinGroupRequest_1(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('JoinGroupRequest.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 8 > _l:
         raise truncated('JoinGroupRequest.session_timeout_ms', buf, pos, 8)
-    f_session_timeout_ms, f_rebalance_timeout_ms = _S2.unpack_from(buf, pos)
+    o.session_timeout_ms, o.rebalance_timeout_ms = _S2.unpack_from(buf, pos)
     pos += 8
     if pos + 2 > _l:
         raise truncated('JoinGroupRequest.member_id', buf, pos, 2)
@@ -176,7 +185,7 @@ def _d_JoinGroupRequest_1(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('JoinGroupRequest.member_id', buf, pos, _n, 1)
-        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('JoinGroupRequest.protocol_type', buf, pos, 2)
@@ -188,7 +197,7 @@ def _d_JoinGroupRequest_1(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('JoinGroupRequest.protocol_type', buf, pos, _n, 1)
-        f_protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('JoinGroupRequest.protocols', buf, pos, 4)
@@ -199,15 +208,17 @@ def _d_JoinGroupRequest_1(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('JoinGroupRequest.protocols', buf, pos, _c, 6)
     else:
-        f_protocols = _lst = []
+        o.protocols = _lst = []
         for _ in range(_c):
             _e, pos = _d_JoinGroupRequestProtocol_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return JoinGroupRequest(f_group_id, f_session_timeout_ms, f_rebalance_timeout_ms, f_member_id, None, f_protocol_type, f_protocols, None, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_JoinGroupRequest_5(buf, pos):
     _l = len(buf)
+    o = _new(JoinGroupRequest)
+    o.reason = None
     if pos + 2 > _l:
         raise truncated('JoinGroupRequest.group_id', buf, pos, 2)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -218,11 +229,11 @@ def _d_JoinGroupRequest_5(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('JoinGroupRequest.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 8 > _l:
         raise truncated('JoinGroupRequest.session_timeout_ms', buf, pos, 8)
-    f_session_timeout_ms, f_rebalance_timeout_ms = _S2.unpack_from(buf, pos)
+    o.session_timeout_ms, o.rebalance_timeout_ms = _S2.unpack_from(buf, pos)
     pos += 8
     if pos + 2 > _l:
         raise truncated('JoinGroupRequest.member_id', buf, pos, 2)
@@ -234,7 +245,7 @@ def _d_JoinGroupRequest_5(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('JoinGroupRequest.member_id', buf, pos, _n, 1)
-        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('JoinGroupRequest.group_instance_id', buf, pos, 2)
@@ -243,12 +254,12 @@ def _d_JoinGroupRequest_5(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('JoinGroupRequest.group_instance_id', _n)
-        f_group_instance_id = None
+        o.group_instance_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('JoinGroupRequest.group_instance_id', buf, pos, _n, 1)
-        f_group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('JoinGroupRequest.protocol_type', buf, pos, 2)
@@ -260,7 +271,7 @@ def _d_JoinGroupRequest_5(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('JoinGroupRequest.protocol_type', buf, pos, _n, 1)
-        f_protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('JoinGroupRequest.protocols', buf, pos, 4)
@@ -271,15 +282,16 @@ def _d_JoinGroupRequest_5(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('JoinGroupRequest.protocols', buf, pos, _c, 6)
     else:
-        f_protocols = _lst = []
+        o.protocols = _lst = []
         for _ in range(_c):
             _e, pos = _d_JoinGroupRequestProtocol_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return JoinGroupRequest(f_group_id, f_session_timeout_ms, f_rebalance_timeout_ms, f_member_id, f_group_instance_id, f_protocol_type, f_protocols, None, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_JoinGroupRequestProtocol_6(buf, pos):
     _l = len(buf)
+    o = _new(JoinGroupRequestProtocol)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -292,7 +304,7 @@ def _d_JoinGroupRequestProtocol_6(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('JoinGroupRequest.JoinGroupRequestProtocol.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -306,22 +318,25 @@ def _d_JoinGroupRequestProtocol_6(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('JoinGroupRequest.JoinGroupRequestProtocol.metadata', buf, pos, _n, 1)
-        f_metadata = bytes(buf[pos:_end])
+        o.metadata = bytes(buf[pos:_end])
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'JoinGroupRequest.JoinGroupRequestProtocol')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return JoinGroupRequestProtocol(f_name, f_metadata, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_JoinGroupRequest_6(buf, pos):
     _l = len(buf)
+    o = _new(JoinGroupRequest)
+    o.reason = None
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -334,11 +349,11 @@ def _d_JoinGroupRequest_6(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('JoinGroupRequest.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 8 > _l:
         raise truncated('JoinGroupRequest.session_timeout_ms', buf, pos, 8)
-    f_session_timeout_ms, f_rebalance_timeout_ms = _S2.unpack_from(buf, pos)
+    o.session_timeout_ms, o.rebalance_timeout_ms = _S2.unpack_from(buf, pos)
     pos += 8
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -352,7 +367,7 @@ def _d_JoinGroupRequest_6(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('JoinGroupRequest.member_id', buf, pos, _n, 1)
-        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -363,12 +378,12 @@ def _d_JoinGroupRequest_6(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('JoinGroupRequest.group_instance_id', _n)
-        f_group_instance_id = None
+        o.group_instance_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('JoinGroupRequest.group_instance_id', buf, pos, _n, 1)
-        f_group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -382,7 +397,7 @@ def _d_JoinGroupRequest_6(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('JoinGroupRequest.protocol_type', buf, pos, _n, 1)
-        f_protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -395,24 +410,26 @@ def _d_JoinGroupRequest_6(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('JoinGroupRequest.protocols', buf, pos, _c, 3)
     else:
-        f_protocols = _lst = []
+        o.protocols = _lst = []
         for _ in range(_c):
             _e, pos = _d_JoinGroupRequestProtocol_6(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'JoinGroupRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return JoinGroupRequest(f_group_id, f_session_timeout_ms, f_rebalance_timeout_ms, f_member_id, f_group_instance_id, f_protocol_type, f_protocols, None, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_JoinGroupRequest_8(buf, pos):
     _l = len(buf)
+    o = _new(JoinGroupRequest)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -425,11 +442,11 @@ def _d_JoinGroupRequest_8(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('JoinGroupRequest.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 8 > _l:
         raise truncated('JoinGroupRequest.session_timeout_ms', buf, pos, 8)
-    f_session_timeout_ms, f_rebalance_timeout_ms = _S2.unpack_from(buf, pos)
+    o.session_timeout_ms, o.rebalance_timeout_ms = _S2.unpack_from(buf, pos)
     pos += 8
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -443,7 +460,7 @@ def _d_JoinGroupRequest_8(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('JoinGroupRequest.member_id', buf, pos, _n, 1)
-        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -454,12 +471,12 @@ def _d_JoinGroupRequest_8(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('JoinGroupRequest.group_instance_id', _n)
-        f_group_instance_id = None
+        o.group_instance_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('JoinGroupRequest.group_instance_id', buf, pos, _n, 1)
-        f_group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -473,7 +490,7 @@ def _d_JoinGroupRequest_8(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('JoinGroupRequest.protocol_type', buf, pos, _n, 1)
-        f_protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -486,7 +503,7 @@ def _d_JoinGroupRequest_8(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('JoinGroupRequest.protocols', buf, pos, _c, 3)
     else:
-        f_protocols = _lst = []
+        o.protocols = _lst = []
         for _ in range(_c):
             _e, pos = _d_JoinGroupRequestProtocol_6(buf, pos)
             _lst.append(_e)
@@ -499,24 +516,25 @@ def _d_JoinGroupRequest_8(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('JoinGroupRequest.reason', _n)
-        f_reason = None
+        o.reason = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('JoinGroupRequest.reason', buf, pos, _n, 1)
-        f_reason = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.reason = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'JoinGroupRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return JoinGroupRequest(f_group_id, f_session_timeout_ms, f_rebalance_timeout_ms, f_member_id, f_group_instance_id, f_protocol_type, f_protocols, f_reason, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_JoinGroupRequestProtocol_0(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class JoinGroupResponseMember(Struct):
     __slots__ = ('member_id', 'group_instance_id', 'metadata', 'unknown_tags',)
@@ -68,6 +69,8 @@ _S4 = _Struct('>?')
 
 def _d_JoinGroupResponseMember_0(buf, pos):
     _l = len(buf)
+    o = _new(JoinGroupResponseMember)
+    o.group_instance_id = None
     if pos + 2 > _l:
         raise truncated('JoinGroupResponse.JoinGroupResponseMember.member_id', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -78,7 +81,7 @@ def _d_JoinGroupResponseMember_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('JoinGroupResponse.JoinGroupResponseMember.member_id', buf, pos, _n, 1)
-        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('JoinGroupResponse.JoinGroupResponseMember.metadata', buf, pos, 4)
@@ -90,16 +93,20 @@ def _d_JoinGroupResponseMember_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('JoinGroupResponse.JoinGroupResponseMember.metadata', buf, pos, _n, 1)
-        f_metadata = bytes(buf[pos:_end])
+        o.metadata = bytes(buf[pos:_end])
         pos = _end
-    f_unknown_tags = None
-    return JoinGroupResponseMember(f_member_id, None, f_metadata, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_JoinGroupResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(JoinGroupResponse)
+    o.throttle_time_ms = 0
+    o.protocol_type = None
+    o.skip_assignment = False
     if pos + 6 > _l:
         raise truncated('JoinGroupResponse.error_code', buf, pos, 6)
-    f_error_code, f_generation_id = _S0.unpack_from(buf, pos)
+    o.error_code, o.generation_id = _S0.unpack_from(buf, pos)
     pos += 6
     if pos + 2 > _l:
         raise truncated('JoinGroupResponse.protocol_name', buf, pos, 2)
@@ -111,7 +118,7 @@ def _d_JoinGroupResponse_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('JoinGroupResponse.protocol_name', buf, pos, _n, 1)
-        f_protocol_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.protocol_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('JoinGroupResponse.leader', buf, pos, 2)
@@ -123,7 +130,7 @@ def _d_JoinGroupResponse_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('JoinGroupResponse.leader', buf, pos, _n, 1)
-        f_leader = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.leader = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('JoinGroupResponse.member_id', buf, pos, 2)
@@ -135,7 +142,7 @@ def _d_JoinGroupResponse_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('JoinGroupResponse.member_id', buf, pos, _n, 1)
-        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('JoinGroupResponse.members', buf, pos, 4)
@@ -146,18 +153,21 @@ def _d_JoinGroupResponse_0(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('JoinGroupResponse.members', buf, pos, _c, 6)
     else:
-        f_members = _lst = []
+        o.members = _lst = []
         for _ in range(_c):
             _e, pos = _d_JoinGroupResponseMember_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return JoinGroupResponse(0, f_error_code, f_generation_id, None, f_protocol_name, f_leader, False, f_member_id, f_members, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_JoinGroupResponse_2(buf, pos):
     _l = len(buf)
+    o = _new(JoinGroupResponse)
+    o.protocol_type = None
+    o.skip_assignment = False
     if pos + 10 > _l:
         raise truncated('JoinGroupResponse.throttle_time_ms', buf, pos, 10)
-    f_throttle_time_ms, f_error_code, f_generation_id = _S3.unpack_from(buf, pos)
+    o.throttle_time_ms, o.error_code, o.generation_id = _S3.unpack_from(buf, pos)
     pos += 10
     if pos + 2 > _l:
         raise truncated('JoinGroupResponse.protocol_name', buf, pos, 2)
@@ -169,7 +179,7 @@ def _d_JoinGroupResponse_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('JoinGroupResponse.protocol_name', buf, pos, _n, 1)
-        f_protocol_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.protocol_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('JoinGroupResponse.leader', buf, pos, 2)
@@ -181,7 +191,7 @@ def _d_JoinGroupResponse_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('JoinGroupResponse.leader', buf, pos, _n, 1)
-        f_leader = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.leader = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('JoinGroupResponse.member_id', buf, pos, 2)
@@ -193,7 +203,7 @@ def _d_JoinGroupResponse_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('JoinGroupResponse.member_id', buf, pos, _n, 1)
-        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('JoinGroupResponse.members', buf, pos, 4)
@@ -204,15 +214,16 @@ def _d_JoinGroupResponse_2(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('JoinGroupResponse.members', buf, pos, _c, 6)
     else:
-        f_members = _lst = []
+        o.members = _lst = []
         for _ in range(_c):
             _e, pos = _d_JoinGroupResponseMember_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return JoinGroupResponse(f_throttle_time_ms, f_error_code, f_generation_id, None, f_protocol_name, f_leader, False, f_member_id, f_members, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_JoinGroupResponseMember_5(buf, pos):
     _l = len(buf)
+    o = _new(JoinGroupResponseMember)
     if pos + 2 > _l:
         raise truncated('JoinGroupResponse.JoinGroupResponseMember.member_id', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -223,7 +234,7 @@ def _d_JoinGroupResponseMember_5(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('JoinGroupResponse.JoinGroupResponseMember.member_id', buf, pos, _n, 1)
-        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('JoinGroupResponse.JoinGroupResponseMember.group_instance_id', buf, pos, 2)
@@ -232,12 +243,12 @@ def _d_JoinGroupResponseMember_5(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('JoinGroupResponse.JoinGroupResponseMember.group_instance_id', _n)
-        f_group_instance_id = None
+        o.group_instance_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('JoinGroupResponse.JoinGroupResponseMember.group_instance_id', buf, pos, _n, 1)
-        f_group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('JoinGroupResponse.JoinGroupResponseMember.metadata', buf, pos, 4)
@@ -249,16 +260,19 @@ def _d_JoinGroupResponseMember_5(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('JoinGroupResponse.JoinGroupResponseMember.metadata', buf, pos, _n, 1)
-        f_metadata = bytes(buf[pos:_end])
+        o.metadata = bytes(buf[pos:_end])
         pos = _end
-    f_unknown_tags = None
-    return JoinGroupResponseMember(f_member_id, f_group_instance_id, f_metadata, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_JoinGroupResponse_5(buf, pos):
     _l = len(buf)
+    o = _new(JoinGroupResponse)
+    o.protocol_type = None
+    o.skip_assignment = False
     if pos + 10 > _l:
         raise truncated('JoinGroupResponse.throttle_time_ms', buf, pos, 10)
-    f_throttle_time_ms, f_error_code, f_generation_id = _S3.unpack_from(buf, pos)
+    o.throttle_time_ms, o.error_code, o.generation_id = _S3.unpack_from(buf, pos)
     pos += 10
     if pos + 2 > _l:
         raise truncated('JoinGroupResponse.protocol_name', buf, pos, 2)
@@ -270,7 +284,7 @@ def _d_JoinGroupResponse_5(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('JoinGroupResponse.protocol_name', buf, pos, _n, 1)
-        f_protocol_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.protocol_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('JoinGroupResponse.leader', buf, pos, 2)
@@ -282,7 +296,7 @@ def _d_JoinGroupResponse_5(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('JoinGroupResponse.leader', buf, pos, _n, 1)
-        f_leader = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.leader = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('JoinGroupResponse.member_id', buf, pos, 2)
@@ -294,7 +308,7 @@ def _d_JoinGroupResponse_5(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('JoinGroupResponse.member_id', buf, pos, _n, 1)
-        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('JoinGroupResponse.members', buf, pos, 4)
@@ -305,15 +319,16 @@ def _d_JoinGroupResponse_5(buf, pos):
     elif _c * 8 > _l - pos:
         raise overrun('JoinGroupResponse.members', buf, pos, _c, 8)
     else:
-        f_members = _lst = []
+        o.members = _lst = []
         for _ in range(_c):
             _e, pos = _d_JoinGroupResponseMember_5(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return JoinGroupResponse(f_throttle_time_ms, f_error_code, f_generation_id, None, f_protocol_name, f_leader, False, f_member_id, f_members, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_JoinGroupResponseMember_6(buf, pos):
     _l = len(buf)
+    o = _new(JoinGroupResponseMember)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -326,7 +341,7 @@ def _d_JoinGroupResponseMember_6(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('JoinGroupResponse.JoinGroupResponseMember.member_id', buf, pos, _n, 1)
-        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -337,12 +352,12 @@ def _d_JoinGroupResponseMember_6(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('JoinGroupResponse.JoinGroupResponseMember.group_instance_id', _n)
-        f_group_instance_id = None
+        o.group_instance_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('JoinGroupResponse.JoinGroupResponseMember.group_instance_id', buf, pos, _n, 1)
-        f_group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -356,25 +371,29 @@ def _d_JoinGroupResponseMember_6(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('JoinGroupResponse.JoinGroupResponseMember.metadata', buf, pos, _n, 1)
-        f_metadata = bytes(buf[pos:_end])
+        o.metadata = bytes(buf[pos:_end])
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'JoinGroupResponse.JoinGroupResponseMember')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return JoinGroupResponseMember(f_member_id, f_group_instance_id, f_metadata, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_JoinGroupResponse_6(buf, pos):
     _l = len(buf)
+    o = _new(JoinGroupResponse)
+    o.protocol_type = None
+    o.skip_assignment = False
     if pos + 10 > _l:
         raise truncated('JoinGroupResponse.throttle_time_ms', buf, pos, 10)
-    f_throttle_time_ms, f_error_code, f_generation_id = _S3.unpack_from(buf, pos)
+    o.throttle_time_ms, o.error_code, o.generation_id = _S3.unpack_from(buf, pos)
     pos += 10
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -388,7 +407,7 @@ def _d_JoinGroupResponse_6(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('JoinGroupResponse.protocol_name', buf, pos, _n, 1)
-        f_protocol_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.protocol_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -402,7 +421,7 @@ def _d_JoinGroupResponse_6(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('JoinGroupResponse.leader', buf, pos, _n, 1)
-        f_leader = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.leader = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -416,7 +435,7 @@ def _d_JoinGroupResponse_6(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('JoinGroupResponse.member_id', buf, pos, _n, 1)
-        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -429,27 +448,30 @@ def _d_JoinGroupResponse_6(buf, pos):
     elif _c * 4 > _l - pos:
         raise overrun('JoinGroupResponse.members', buf, pos, _c, 4)
     else:
-        f_members = _lst = []
+        o.members = _lst = []
         for _ in range(_c):
             _e, pos = _d_JoinGroupResponseMember_6(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'JoinGroupResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return JoinGroupResponse(f_throttle_time_ms, f_error_code, f_generation_id, None, f_protocol_name, f_leader, False, f_member_id, f_members, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_JoinGroupResponse_7(buf, pos):
     _l = len(buf)
+    o = _new(JoinGroupResponse)
+    o.skip_assignment = False
     if pos + 10 > _l:
         raise truncated('JoinGroupResponse.throttle_time_ms', buf, pos, 10)
-    f_throttle_time_ms, f_error_code, f_generation_id = _S3.unpack_from(buf, pos)
+    o.throttle_time_ms, o.error_code, o.generation_id = _S3.unpack_from(buf, pos)
     pos += 10
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -460,12 +482,12 @@ def _d_JoinGroupResponse_7(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('JoinGroupResponse.protocol_type', _n)
-        f_protocol_type = None
+        o.protocol_type = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('JoinGroupResponse.protocol_type', buf, pos, _n, 1)
-        f_protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -476,12 +498,12 @@ def _d_JoinGroupResponse_7(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('JoinGroupResponse.protocol_name', _n)
-        f_protocol_name = None
+        o.protocol_name = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('JoinGroupResponse.protocol_name', buf, pos, _n, 1)
-        f_protocol_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.protocol_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -495,7 +517,7 @@ def _d_JoinGroupResponse_7(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('JoinGroupResponse.leader', buf, pos, _n, 1)
-        f_leader = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.leader = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -509,7 +531,7 @@ def _d_JoinGroupResponse_7(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('JoinGroupResponse.member_id', buf, pos, _n, 1)
-        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -522,27 +544,29 @@ def _d_JoinGroupResponse_7(buf, pos):
     elif _c * 4 > _l - pos:
         raise overrun('JoinGroupResponse.members', buf, pos, _c, 4)
     else:
-        f_members = _lst = []
+        o.members = _lst = []
         for _ in range(_c):
             _e, pos = _d_JoinGroupResponseMember_6(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'JoinGroupResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return JoinGroupResponse(f_throttle_time_ms, f_error_code, f_generation_id, f_protocol_type, f_protocol_name, f_leader, False, f_member_id, f_members, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_JoinGroupResponse_9(buf, pos):
     _l = len(buf)
+    o = _new(JoinGroupResponse)
     if pos + 10 > _l:
         raise truncated('JoinGroupResponse.throttle_time_ms', buf, pos, 10)
-    f_throttle_time_ms, f_error_code, f_generation_id = _S3.unpack_from(buf, pos)
+    o.throttle_time_ms, o.error_code, o.generation_id = _S3.unpack_from(buf, pos)
     pos += 10
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -553,12 +577,12 @@ def _d_JoinGroupResponse_9(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('JoinGroupResponse.protocol_type', _n)
-        f_protocol_type = None
+        o.protocol_type = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('JoinGroupResponse.protocol_type', buf, pos, _n, 1)
-        f_protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -569,12 +593,12 @@ def _d_JoinGroupResponse_9(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('JoinGroupResponse.protocol_name', _n)
-        f_protocol_name = None
+        o.protocol_name = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('JoinGroupResponse.protocol_name', buf, pos, _n, 1)
-        f_protocol_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.protocol_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -588,11 +612,11 @@ def _d_JoinGroupResponse_9(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('JoinGroupResponse.leader', buf, pos, _n, 1)
-        f_leader = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.leader = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 1 > _l:
         raise truncated('JoinGroupResponse.skip_assignment', buf, pos, 1)
-    (f_skip_assignment,) = _S4.unpack_from(buf, pos)
+    (o.skip_assignment,) = _S4.unpack_from(buf, pos)
     pos += 1
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -606,7 +630,7 @@ def _d_JoinGroupResponse_9(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('JoinGroupResponse.member_id', buf, pos, _n, 1)
-        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -619,21 +643,22 @@ def _d_JoinGroupResponse_9(buf, pos):
     elif _c * 4 > _l - pos:
         raise overrun('JoinGroupResponse.members', buf, pos, _c, 4)
     else:
-        f_members = _lst = []
+        o.members = _lst = []
         for _ in range(_c):
             _e, pos = _d_JoinGroupResponseMember_6(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'JoinGroupResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return JoinGroupResponse(f_throttle_time_ms, f_error_code, f_generation_id, f_protocol_type, f_protocol_name, f_leader, f_skip_assignment, f_member_id, f_members, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_JoinGroupResponseMember_0(o, out, chunks):
     _b = o.member_id.encode('utf-8', 'surrogateescape')

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class LeaderAndIsrPartitionState(Struct):
     __slots__ = ('topic_name', 'partition_index', 'controller_epoch', 'leader', 'leader_epoch', 'isr', 'partition_epoch', 'replicas', 'adding_replicas', 'removing_replicas', 'is_new', 'leader_recovery_state', 'unknown_tags',)
@@ -116,6 +117,11 @@ _A_i = ARRAY_STRUCTS['i']
 
 def _d_LeaderAndIsrPartitionState_0(buf, pos):
     _l = len(buf)
+    o = _new(LeaderAndIsrPartitionState)
+    o.adding_replicas = []
+    o.removing_replicas = []
+    o.is_new = False
+    o.leader_recovery_state = 0
     if pos + 2 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.topic_name', buf, pos, 2)
     (_n,) = _S2.unpack_from(buf, pos)
@@ -126,11 +132,11 @@ def _d_LeaderAndIsrPartitionState_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.topic_name', buf, pos, _n, 1)
-        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 16 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.partition_index', buf, pos, 16)
-    f_partition_index, f_controller_epoch, f_leader, f_leader_epoch = _S3.unpack_from(buf, pos)
+    o.partition_index, o.controller_epoch, o.leader, o.leader_epoch = _S3.unpack_from(buf, pos)
     pos += 16
     if pos + 4 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', buf, pos, 4)
@@ -142,11 +148,11 @@ def _d_LeaderAndIsrPartitionState_0(buf, pos):
         raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_isr = list(_st.unpack_from(buf, pos))
+        o.isr = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos + 4 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.partition_epoch', buf, pos, 4)
-    (f_partition_epoch,) = _S1.unpack_from(buf, pos)
+    (o.partition_epoch,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', buf, pos, 4)
@@ -158,16 +164,17 @@ def _d_LeaderAndIsrPartitionState_0(buf, pos):
         raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_replicas = list(_st.unpack_from(buf, pos))
+        o.replicas = list(_st.unpack_from(buf, pos))
         pos += _c * 4
-    f_unknown_tags = None
-    return LeaderAndIsrPartitionState(f_topic_name, f_partition_index, f_controller_epoch, f_leader, f_leader_epoch, f_isr, f_partition_epoch, f_replicas, [], [], False, 0, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_LeaderAndIsrLiveLeader_0(buf, pos):
     _l = len(buf)
+    o = _new(LeaderAndIsrLiveLeader)
     if pos + 4 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.broker_id', buf, pos, 4)
-    (f_broker_id,) = _S1.unpack_from(buf, pos)
+    (o.broker_id,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos + 2 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name', buf, pos, 2)
@@ -179,20 +186,25 @@ def _d_LeaderAndIsrLiveLeader_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name', buf, pos, _n, 1)
-        f_host_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.host_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.port', buf, pos, 4)
-    (f_port,) = _S1.unpack_from(buf, pos)
+    (o.port,) = _S1.unpack_from(buf, pos)
     pos += 4
-    f_unknown_tags = None
-    return LeaderAndIsrLiveLeader(f_broker_id, f_host_name, f_port, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_LeaderAndIsrRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(LeaderAndIsrRequest)
+    o.is_k_raft_controller = False
+    o.broker_epoch = -1
+    o.type = 0
+    o.topic_states = []
     if pos + 8 > _l:
         raise truncated('LeaderAndIsrRequest.controller_id', buf, pos, 8)
-    f_controller_id, f_controller_epoch = _S0.unpack_from(buf, pos)
+    o.controller_id, o.controller_epoch = _S0.unpack_from(buf, pos)
     pos += 8
     if pos + 4 > _l:
         raise truncated('LeaderAndIsrRequest.ungrouped_partition_states', buf, pos, 4)
@@ -203,7 +215,7 @@ def _d_LeaderAndIsrRequest_0(buf, pos):
     elif _c * 30 > _l - pos:
         raise overrun('LeaderAndIsrRequest.ungrouped_partition_states', buf, pos, _c, 30)
     else:
-        f_ungrouped_partition_states = _lst = []
+        o.ungrouped_partition_states = _lst = []
         for _ in range(_c):
             _e, pos = _d_LeaderAndIsrPartitionState_0(buf, pos)
             _lst.append(_e)
@@ -216,15 +228,19 @@ def _d_LeaderAndIsrRequest_0(buf, pos):
     elif _c * 10 > _l - pos:
         raise overrun('LeaderAndIsrRequest.live_leaders', buf, pos, _c, 10)
     else:
-        f_live_leaders = _lst = []
+        o.live_leaders = _lst = []
         for _ in range(_c):
             _e, pos = _d_LeaderAndIsrLiveLeader_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return LeaderAndIsrRequest(f_controller_id, False, f_controller_epoch, -1, 0, f_ungrouped_partition_states, [], f_live_leaders, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_LeaderAndIsrPartitionState_1(buf, pos):
     _l = len(buf)
+    o = _new(LeaderAndIsrPartitionState)
+    o.adding_replicas = []
+    o.removing_replicas = []
+    o.leader_recovery_state = 0
     if pos + 2 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.topic_name', buf, pos, 2)
     (_n,) = _S2.unpack_from(buf, pos)
@@ -235,11 +251,11 @@ def _d_LeaderAndIsrPartitionState_1(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.topic_name', buf, pos, _n, 1)
-        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 16 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.partition_index', buf, pos, 16)
-    f_partition_index, f_controller_epoch, f_leader, f_leader_epoch = _S3.unpack_from(buf, pos)
+    o.partition_index, o.controller_epoch, o.leader, o.leader_epoch = _S3.unpack_from(buf, pos)
     pos += 16
     if pos + 4 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', buf, pos, 4)
@@ -251,11 +267,11 @@ def _d_LeaderAndIsrPartitionState_1(buf, pos):
         raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_isr = list(_st.unpack_from(buf, pos))
+        o.isr = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos + 4 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.partition_epoch', buf, pos, 4)
-    (f_partition_epoch,) = _S1.unpack_from(buf, pos)
+    (o.partition_epoch,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', buf, pos, 4)
@@ -267,20 +283,25 @@ def _d_LeaderAndIsrPartitionState_1(buf, pos):
         raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_replicas = list(_st.unpack_from(buf, pos))
+        o.replicas = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos + 1 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.is_new', buf, pos, 1)
-    (f_is_new,) = _S4.unpack_from(buf, pos)
+    (o.is_new,) = _S4.unpack_from(buf, pos)
     pos += 1
-    f_unknown_tags = None
-    return LeaderAndIsrPartitionState(f_topic_name, f_partition_index, f_controller_epoch, f_leader, f_leader_epoch, f_isr, f_partition_epoch, f_replicas, [], [], f_is_new, 0, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_LeaderAndIsrRequest_1(buf, pos):
     _l = len(buf)
+    o = _new(LeaderAndIsrRequest)
+    o.is_k_raft_controller = False
+    o.broker_epoch = -1
+    o.type = 0
+    o.topic_states = []
     if pos + 8 > _l:
         raise truncated('LeaderAndIsrRequest.controller_id', buf, pos, 8)
-    f_controller_id, f_controller_epoch = _S0.unpack_from(buf, pos)
+    o.controller_id, o.controller_epoch = _S0.unpack_from(buf, pos)
     pos += 8
     if pos + 4 > _l:
         raise truncated('LeaderAndIsrRequest.ungrouped_partition_states', buf, pos, 4)
@@ -291,7 +312,7 @@ def _d_LeaderAndIsrRequest_1(buf, pos):
     elif _c * 31 > _l - pos:
         raise overrun('LeaderAndIsrRequest.ungrouped_partition_states', buf, pos, _c, 31)
     else:
-        f_ungrouped_partition_states = _lst = []
+        o.ungrouped_partition_states = _lst = []
         for _ in range(_c):
             _e, pos = _d_LeaderAndIsrPartitionState_1(buf, pos)
             _lst.append(_e)
@@ -304,18 +325,23 @@ def _d_LeaderAndIsrRequest_1(buf, pos):
     elif _c * 10 > _l - pos:
         raise overrun('LeaderAndIsrRequest.live_leaders', buf, pos, _c, 10)
     else:
-        f_live_leaders = _lst = []
+        o.live_leaders = _lst = []
         for _ in range(_c):
             _e, pos = _d_LeaderAndIsrLiveLeader_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return LeaderAndIsrRequest(f_controller_id, False, f_controller_epoch, -1, 0, f_ungrouped_partition_states, [], f_live_leaders, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_LeaderAndIsrPartitionState_2(buf, pos):
     _l = len(buf)
+    o = _new(LeaderAndIsrPartitionState)
+    o.topic_name = ''
+    o.adding_replicas = []
+    o.removing_replicas = []
+    o.leader_recovery_state = 0
     if pos + 16 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.partition_index', buf, pos, 16)
-    f_partition_index, f_controller_epoch, f_leader, f_leader_epoch = _S3.unpack_from(buf, pos)
+    o.partition_index, o.controller_epoch, o.leader, o.leader_epoch = _S3.unpack_from(buf, pos)
     pos += 16
     if pos + 4 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', buf, pos, 4)
@@ -327,11 +353,11 @@ def _d_LeaderAndIsrPartitionState_2(buf, pos):
         raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_isr = list(_st.unpack_from(buf, pos))
+        o.isr = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos + 4 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.partition_epoch', buf, pos, 4)
-    (f_partition_epoch,) = _S1.unpack_from(buf, pos)
+    (o.partition_epoch,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', buf, pos, 4)
@@ -343,17 +369,19 @@ def _d_LeaderAndIsrPartitionState_2(buf, pos):
         raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_replicas = list(_st.unpack_from(buf, pos))
+        o.replicas = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos + 1 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.is_new', buf, pos, 1)
-    (f_is_new,) = _S4.unpack_from(buf, pos)
+    (o.is_new,) = _S4.unpack_from(buf, pos)
     pos += 1
-    f_unknown_tags = None
-    return LeaderAndIsrPartitionState('', f_partition_index, f_controller_epoch, f_leader, f_leader_epoch, f_isr, f_partition_epoch, f_replicas, [], [], f_is_new, 0, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_LeaderAndIsrTopicState_2(buf, pos):
     _l = len(buf)
+    o = _new(LeaderAndIsrTopicState)
+    o.topic_id = ZERO_UUID
     if pos + 2 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrTopicState.topic_name', buf, pos, 2)
     (_n,) = _S2.unpack_from(buf, pos)
@@ -364,7 +392,7 @@ def _d_LeaderAndIsrTopicState_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('LeaderAndIsrRequest.LeaderAndIsrTopicState.topic_name', buf, pos, _n, 1)
-        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrTopicState.partition_states', buf, pos, 4)
@@ -375,18 +403,22 @@ def _d_LeaderAndIsrTopicState_2(buf, pos):
     elif _c * 29 > _l - pos:
         raise overrun('LeaderAndIsrRequest.LeaderAndIsrTopicState.partition_states', buf, pos, _c, 29)
     else:
-        f_partition_states = _lst = []
+        o.partition_states = _lst = []
         for _ in range(_c):
             _e, pos = _d_LeaderAndIsrPartitionState_2(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return LeaderAndIsrTopicState(f_topic_name, ZERO_UUID, f_partition_states, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_LeaderAndIsrRequest_2(buf, pos):
     _l = len(buf)
+    o = _new(LeaderAndIsrRequest)
+    o.is_k_raft_controller = False
+    o.type = 0
+    o.ungrouped_partition_states = []
     if pos + 16 > _l:
         raise truncated('LeaderAndIsrRequest.controller_id', buf, pos, 16)
-    f_controller_id, f_controller_epoch, f_broker_epoch = _S5.unpack_from(buf, pos)
+    o.controller_id, o.controller_epoch, o.broker_epoch = _S5.unpack_from(buf, pos)
     pos += 16
     if pos + 4 > _l:
         raise truncated('LeaderAndIsrRequest.topic_states', buf, pos, 4)
@@ -397,7 +429,7 @@ def _d_LeaderAndIsrRequest_2(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('LeaderAndIsrRequest.topic_states', buf, pos, _c, 6)
     else:
-        f_topic_states = _lst = []
+        o.topic_states = _lst = []
         for _ in range(_c):
             _e, pos = _d_LeaderAndIsrTopicState_2(buf, pos)
             _lst.append(_e)
@@ -410,18 +442,21 @@ def _d_LeaderAndIsrRequest_2(buf, pos):
     elif _c * 10 > _l - pos:
         raise overrun('LeaderAndIsrRequest.live_leaders', buf, pos, _c, 10)
     else:
-        f_live_leaders = _lst = []
+        o.live_leaders = _lst = []
         for _ in range(_c):
             _e, pos = _d_LeaderAndIsrLiveLeader_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return LeaderAndIsrRequest(f_controller_id, False, f_controller_epoch, f_broker_epoch, 0, [], f_topic_states, f_live_leaders, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_LeaderAndIsrPartitionState_3(buf, pos):
     _l = len(buf)
+    o = _new(LeaderAndIsrPartitionState)
+    o.topic_name = ''
+    o.leader_recovery_state = 0
     if pos + 16 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.partition_index', buf, pos, 16)
-    f_partition_index, f_controller_epoch, f_leader, f_leader_epoch = _S3.unpack_from(buf, pos)
+    o.partition_index, o.controller_epoch, o.leader, o.leader_epoch = _S3.unpack_from(buf, pos)
     pos += 16
     if pos + 4 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', buf, pos, 4)
@@ -433,11 +468,11 @@ def _d_LeaderAndIsrPartitionState_3(buf, pos):
         raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_isr = list(_st.unpack_from(buf, pos))
+        o.isr = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos + 4 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.partition_epoch', buf, pos, 4)
-    (f_partition_epoch,) = _S1.unpack_from(buf, pos)
+    (o.partition_epoch,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', buf, pos, 4)
@@ -449,7 +484,7 @@ def _d_LeaderAndIsrPartitionState_3(buf, pos):
         raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_replicas = list(_st.unpack_from(buf, pos))
+        o.replicas = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos + 4 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.adding_replicas', buf, pos, 4)
@@ -461,7 +496,7 @@ def _d_LeaderAndIsrPartitionState_3(buf, pos):
         raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.adding_replicas', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_adding_replicas = list(_st.unpack_from(buf, pos))
+        o.adding_replicas = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos + 4 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.removing_replicas', buf, pos, 4)
@@ -473,17 +508,19 @@ def _d_LeaderAndIsrPartitionState_3(buf, pos):
         raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.removing_replicas', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_removing_replicas = list(_st.unpack_from(buf, pos))
+        o.removing_replicas = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos + 1 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.is_new', buf, pos, 1)
-    (f_is_new,) = _S4.unpack_from(buf, pos)
+    (o.is_new,) = _S4.unpack_from(buf, pos)
     pos += 1
-    f_unknown_tags = None
-    return LeaderAndIsrPartitionState('', f_partition_index, f_controller_epoch, f_leader, f_leader_epoch, f_isr, f_partition_epoch, f_replicas, f_adding_replicas, f_removing_replicas, f_is_new, 0, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_LeaderAndIsrTopicState_3(buf, pos):
     _l = len(buf)
+    o = _new(LeaderAndIsrTopicState)
+    o.topic_id = ZERO_UUID
     if pos + 2 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrTopicState.topic_name', buf, pos, 2)
     (_n,) = _S2.unpack_from(buf, pos)
@@ -494,7 +531,7 @@ def _d_LeaderAndIsrTopicState_3(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('LeaderAndIsrRequest.LeaderAndIsrTopicState.topic_name', buf, pos, _n, 1)
-        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrTopicState.partition_states', buf, pos, 4)
@@ -505,18 +542,22 @@ def _d_LeaderAndIsrTopicState_3(buf, pos):
     elif _c * 37 > _l - pos:
         raise overrun('LeaderAndIsrRequest.LeaderAndIsrTopicState.partition_states', buf, pos, _c, 37)
     else:
-        f_partition_states = _lst = []
+        o.partition_states = _lst = []
         for _ in range(_c):
             _e, pos = _d_LeaderAndIsrPartitionState_3(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return LeaderAndIsrTopicState(f_topic_name, ZERO_UUID, f_partition_states, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_LeaderAndIsrRequest_3(buf, pos):
     _l = len(buf)
+    o = _new(LeaderAndIsrRequest)
+    o.is_k_raft_controller = False
+    o.type = 0
+    o.ungrouped_partition_states = []
     if pos + 16 > _l:
         raise truncated('LeaderAndIsrRequest.controller_id', buf, pos, 16)
-    f_controller_id, f_controller_epoch, f_broker_epoch = _S5.unpack_from(buf, pos)
+    o.controller_id, o.controller_epoch, o.broker_epoch = _S5.unpack_from(buf, pos)
     pos += 16
     if pos + 4 > _l:
         raise truncated('LeaderAndIsrRequest.topic_states', buf, pos, 4)
@@ -527,7 +568,7 @@ def _d_LeaderAndIsrRequest_3(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('LeaderAndIsrRequest.topic_states', buf, pos, _c, 6)
     else:
-        f_topic_states = _lst = []
+        o.topic_states = _lst = []
         for _ in range(_c):
             _e, pos = _d_LeaderAndIsrTopicState_3(buf, pos)
             _lst.append(_e)
@@ -540,18 +581,21 @@ def _d_LeaderAndIsrRequest_3(buf, pos):
     elif _c * 10 > _l - pos:
         raise overrun('LeaderAndIsrRequest.live_leaders', buf, pos, _c, 10)
     else:
-        f_live_leaders = _lst = []
+        o.live_leaders = _lst = []
         for _ in range(_c):
             _e, pos = _d_LeaderAndIsrLiveLeader_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return LeaderAndIsrRequest(f_controller_id, False, f_controller_epoch, f_broker_epoch, 0, [], f_topic_states, f_live_leaders, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_LeaderAndIsrPartitionState_4(buf, pos):
     _l = len(buf)
+    o = _new(LeaderAndIsrPartitionState)
+    o.topic_name = ''
+    o.leader_recovery_state = 0
     if pos + 16 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.partition_index', buf, pos, 16)
-    f_partition_index, f_controller_epoch, f_leader, f_leader_epoch = _S3.unpack_from(buf, pos)
+    o.partition_index, o.controller_epoch, o.leader, o.leader_epoch = _S3.unpack_from(buf, pos)
     pos += 16
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -565,11 +609,11 @@ def _d_LeaderAndIsrPartitionState_4(buf, pos):
         raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_isr = list(_st.unpack_from(buf, pos))
+        o.isr = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos + 4 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.partition_epoch', buf, pos, 4)
-    (f_partition_epoch,) = _S1.unpack_from(buf, pos)
+    (o.partition_epoch,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -583,7 +627,7 @@ def _d_LeaderAndIsrPartitionState_4(buf, pos):
         raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_replicas = list(_st.unpack_from(buf, pos))
+        o.replicas = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -597,7 +641,7 @@ def _d_LeaderAndIsrPartitionState_4(buf, pos):
         raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.adding_replicas', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_adding_replicas = list(_st.unpack_from(buf, pos))
+        o.adding_replicas = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -611,26 +655,29 @@ def _d_LeaderAndIsrPartitionState_4(buf, pos):
         raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.removing_replicas', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_removing_replicas = list(_st.unpack_from(buf, pos))
+        o.removing_replicas = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos + 1 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.is_new', buf, pos, 1)
-    (f_is_new,) = _S4.unpack_from(buf, pos)
+    (o.is_new,) = _S4.unpack_from(buf, pos)
     pos += 1
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrPartitionState')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return LeaderAndIsrPartitionState('', f_partition_index, f_controller_epoch, f_leader, f_leader_epoch, f_isr, f_partition_epoch, f_replicas, f_adding_replicas, f_removing_replicas, f_is_new, 0, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_LeaderAndIsrTopicState_4(buf, pos):
     _l = len(buf)
+    o = _new(LeaderAndIsrTopicState)
+    o.topic_id = ZERO_UUID
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -643,7 +690,7 @@ def _d_LeaderAndIsrTopicState_4(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('LeaderAndIsrRequest.LeaderAndIsrTopicState.topic_name', buf, pos, _n, 1)
-        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -656,27 +703,29 @@ def _d_LeaderAndIsrTopicState_4(buf, pos):
     elif _c * 26 > _l - pos:
         raise overrun('LeaderAndIsrRequest.LeaderAndIsrTopicState.partition_states', buf, pos, _c, 26)
     else:
-        f_partition_states = _lst = []
+        o.partition_states = _lst = []
         for _ in range(_c):
             _e, pos = _d_LeaderAndIsrPartitionState_4(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrTopicState')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return LeaderAndIsrTopicState(f_topic_name, ZERO_UUID, f_partition_states, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_LeaderAndIsrLiveLeader_4(buf, pos):
     _l = len(buf)
+    o = _new(LeaderAndIsrLiveLeader)
     if pos + 4 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.broker_id', buf, pos, 4)
-    (f_broker_id,) = _S1.unpack_from(buf, pos)
+    (o.broker_id,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -690,29 +739,34 @@ def _d_LeaderAndIsrLiveLeader_4(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name', buf, pos, _n, 1)
-        f_host_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.host_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.port', buf, pos, 4)
-    (f_port,) = _S1.unpack_from(buf, pos)
+    (o.port,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrLiveLeader')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return LeaderAndIsrLiveLeader(f_broker_id, f_host_name, f_port, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_LeaderAndIsrRequest_4(buf, pos):
     _l = len(buf)
+    o = _new(LeaderAndIsrRequest)
+    o.is_k_raft_controller = False
+    o.type = 0
+    o.ungrouped_partition_states = []
     if pos + 16 > _l:
         raise truncated('LeaderAndIsrRequest.controller_id', buf, pos, 16)
-    f_controller_id, f_controller_epoch, f_broker_epoch = _S5.unpack_from(buf, pos)
+    o.controller_id, o.controller_epoch, o.broker_epoch = _S5.unpack_from(buf, pos)
     pos += 16
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -725,7 +779,7 @@ def _d_LeaderAndIsrRequest_4(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('LeaderAndIsrRequest.topic_states', buf, pos, _c, 3)
     else:
-        f_topic_states = _lst = []
+        o.topic_states = _lst = []
         for _ in range(_c):
             _e, pos = _d_LeaderAndIsrTopicState_4(buf, pos)
             _lst.append(_e)
@@ -740,24 +794,26 @@ def _d_LeaderAndIsrRequest_4(buf, pos):
     elif _c * 10 > _l - pos:
         raise overrun('LeaderAndIsrRequest.live_leaders', buf, pos, _c, 10)
     else:
-        f_live_leaders = _lst = []
+        o.live_leaders = _lst = []
         for _ in range(_c):
             _e, pos = _d_LeaderAndIsrLiveLeader_4(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'LeaderAndIsrRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return LeaderAndIsrRequest(f_controller_id, False, f_controller_epoch, f_broker_epoch, 0, [], f_topic_states, f_live_leaders, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_LeaderAndIsrTopicState_5(buf, pos):
     _l = len(buf)
+    o = _new(LeaderAndIsrTopicState)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -770,13 +826,13 @@ def _d_LeaderAndIsrTopicState_5(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('LeaderAndIsrRequest.LeaderAndIsrTopicState.topic_name', buf, pos, _n, 1)
-        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 16 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrTopicState.topic_id', buf, pos, 16)
-    (f_topic_id,) = _S7.unpack_from(buf, pos)
+    (o.topic_id,) = _S7.unpack_from(buf, pos)
     pos += 16
-    f_topic_id = _UUID(bytes=f_topic_id)
+    o.topic_id = _UUID(bytes=o.topic_id)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -788,27 +844,31 @@ def _d_LeaderAndIsrTopicState_5(buf, pos):
     elif _c * 26 > _l - pos:
         raise overrun('LeaderAndIsrRequest.LeaderAndIsrTopicState.partition_states', buf, pos, _c, 26)
     else:
-        f_partition_states = _lst = []
+        o.partition_states = _lst = []
         for _ in range(_c):
             _e, pos = _d_LeaderAndIsrPartitionState_4(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrTopicState')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return LeaderAndIsrTopicState(f_topic_name, f_topic_id, f_partition_states, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_LeaderAndIsrRequest_5(buf, pos):
     _l = len(buf)
+    o = _new(LeaderAndIsrRequest)
+    o.is_k_raft_controller = False
+    o.ungrouped_partition_states = []
     if pos + 17 > _l:
         raise truncated('LeaderAndIsrRequest.controller_id', buf, pos, 17)
-    f_controller_id, f_controller_epoch, f_broker_epoch, f_type = _S6.unpack_from(buf, pos)
+    o.controller_id, o.controller_epoch, o.broker_epoch, o.type = _S6.unpack_from(buf, pos)
     pos += 17
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -821,7 +881,7 @@ def _d_LeaderAndIsrRequest_5(buf, pos):
     elif _c * 19 > _l - pos:
         raise overrun('LeaderAndIsrRequest.topic_states', buf, pos, _c, 19)
     else:
-        f_topic_states = _lst = []
+        o.topic_states = _lst = []
         for _ in range(_c):
             _e, pos = _d_LeaderAndIsrTopicState_5(buf, pos)
             _lst.append(_e)
@@ -836,27 +896,30 @@ def _d_LeaderAndIsrRequest_5(buf, pos):
     elif _c * 10 > _l - pos:
         raise overrun('LeaderAndIsrRequest.live_leaders', buf, pos, _c, 10)
     else:
-        f_live_leaders = _lst = []
+        o.live_leaders = _lst = []
         for _ in range(_c):
             _e, pos = _d_LeaderAndIsrLiveLeader_4(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'LeaderAndIsrRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return LeaderAndIsrRequest(f_controller_id, False, f_controller_epoch, f_broker_epoch, f_type, [], f_topic_states, f_live_leaders, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_LeaderAndIsrPartitionState_6(buf, pos):
     _l = len(buf)
+    o = _new(LeaderAndIsrPartitionState)
+    o.topic_name = ''
     if pos + 16 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.partition_index', buf, pos, 16)
-    f_partition_index, f_controller_epoch, f_leader, f_leader_epoch = _S3.unpack_from(buf, pos)
+    o.partition_index, o.controller_epoch, o.leader, o.leader_epoch = _S3.unpack_from(buf, pos)
     pos += 16
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -870,11 +933,11 @@ def _d_LeaderAndIsrPartitionState_6(buf, pos):
         raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_isr = list(_st.unpack_from(buf, pos))
+        o.isr = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos + 4 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.partition_epoch', buf, pos, 4)
-    (f_partition_epoch,) = _S1.unpack_from(buf, pos)
+    (o.partition_epoch,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -888,7 +951,7 @@ def _d_LeaderAndIsrPartitionState_6(buf, pos):
         raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_replicas = list(_st.unpack_from(buf, pos))
+        o.replicas = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -902,7 +965,7 @@ def _d_LeaderAndIsrPartitionState_6(buf, pos):
         raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.adding_replicas', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_adding_replicas = list(_st.unpack_from(buf, pos))
+        o.adding_replicas = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -916,26 +979,28 @@ def _d_LeaderAndIsrPartitionState_6(buf, pos):
         raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.removing_replicas', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_removing_replicas = list(_st.unpack_from(buf, pos))
+        o.removing_replicas = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos + 2 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.is_new', buf, pos, 2)
-    f_is_new, f_leader_recovery_state = _S8.unpack_from(buf, pos)
+    o.is_new, o.leader_recovery_state = _S8.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrPartitionState')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return LeaderAndIsrPartitionState('', f_partition_index, f_controller_epoch, f_leader, f_leader_epoch, f_isr, f_partition_epoch, f_replicas, f_adding_replicas, f_removing_replicas, f_is_new, f_leader_recovery_state, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_LeaderAndIsrTopicState_6(buf, pos):
     _l = len(buf)
+    o = _new(LeaderAndIsrTopicState)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -948,13 +1013,13 @@ def _d_LeaderAndIsrTopicState_6(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('LeaderAndIsrRequest.LeaderAndIsrTopicState.topic_name', buf, pos, _n, 1)
-        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 16 > _l:
         raise truncated('LeaderAndIsrRequest.LeaderAndIsrTopicState.topic_id', buf, pos, 16)
-    (f_topic_id,) = _S7.unpack_from(buf, pos)
+    (o.topic_id,) = _S7.unpack_from(buf, pos)
     pos += 16
-    f_topic_id = _UUID(bytes=f_topic_id)
+    o.topic_id = _UUID(bytes=o.topic_id)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -966,27 +1031,31 @@ def _d_LeaderAndIsrTopicState_6(buf, pos):
     elif _c * 27 > _l - pos:
         raise overrun('LeaderAndIsrRequest.LeaderAndIsrTopicState.partition_states', buf, pos, _c, 27)
     else:
-        f_partition_states = _lst = []
+        o.partition_states = _lst = []
         for _ in range(_c):
             _e, pos = _d_LeaderAndIsrPartitionState_6(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrTopicState')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return LeaderAndIsrTopicState(f_topic_name, f_topic_id, f_partition_states, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_LeaderAndIsrRequest_6(buf, pos):
     _l = len(buf)
+    o = _new(LeaderAndIsrRequest)
+    o.is_k_raft_controller = False
+    o.ungrouped_partition_states = []
     if pos + 17 > _l:
         raise truncated('LeaderAndIsrRequest.controller_id', buf, pos, 17)
-    f_controller_id, f_controller_epoch, f_broker_epoch, f_type = _S6.unpack_from(buf, pos)
+    o.controller_id, o.controller_epoch, o.broker_epoch, o.type = _S6.unpack_from(buf, pos)
     pos += 17
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -999,7 +1068,7 @@ def _d_LeaderAndIsrRequest_6(buf, pos):
     elif _c * 19 > _l - pos:
         raise overrun('LeaderAndIsrRequest.topic_states', buf, pos, _c, 19)
     else:
-        f_topic_states = _lst = []
+        o.topic_states = _lst = []
         for _ in range(_c):
             _e, pos = _d_LeaderAndIsrTopicState_6(buf, pos)
             _lst.append(_e)
@@ -1014,27 +1083,30 @@ def _d_LeaderAndIsrRequest_6(buf, pos):
     elif _c * 10 > _l - pos:
         raise overrun('LeaderAndIsrRequest.live_leaders', buf, pos, _c, 10)
     else:
-        f_live_leaders = _lst = []
+        o.live_leaders = _lst = []
         for _ in range(_c):
             _e, pos = _d_LeaderAndIsrLiveLeader_4(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'LeaderAndIsrRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return LeaderAndIsrRequest(f_controller_id, False, f_controller_epoch, f_broker_epoch, f_type, [], f_topic_states, f_live_leaders, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_LeaderAndIsrRequest_7(buf, pos):
     _l = len(buf)
+    o = _new(LeaderAndIsrRequest)
+    o.ungrouped_partition_states = []
     if pos + 18 > _l:
         raise truncated('LeaderAndIsrRequest.controller_id', buf, pos, 18)
-    f_controller_id, f_is_k_raft_controller, f_controller_epoch, f_broker_epoch, f_type = _S9.unpack_from(buf, pos)
+    o.controller_id, o.is_k_raft_controller, o.controller_epoch, o.broker_epoch, o.type = _S9.unpack_from(buf, pos)
     pos += 18
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -1047,7 +1119,7 @@ def _d_LeaderAndIsrRequest_7(buf, pos):
     elif _c * 19 > _l - pos:
         raise overrun('LeaderAndIsrRequest.topic_states', buf, pos, _c, 19)
     else:
-        f_topic_states = _lst = []
+        o.topic_states = _lst = []
         for _ in range(_c):
             _e, pos = _d_LeaderAndIsrTopicState_6(buf, pos)
             _lst.append(_e)
@@ -1062,21 +1134,22 @@ def _d_LeaderAndIsrRequest_7(buf, pos):
     elif _c * 10 > _l - pos:
         raise overrun('LeaderAndIsrRequest.live_leaders', buf, pos, _c, 10)
     else:
-        f_live_leaders = _lst = []
+        o.live_leaders = _lst = []
         for _ in range(_c):
             _e, pos = _d_LeaderAndIsrLiveLeader_4(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'LeaderAndIsrRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return LeaderAndIsrRequest(f_controller_id, f_is_k_raft_controller, f_controller_epoch, f_broker_epoch, f_type, [], f_topic_states, f_live_leaders, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_LeaderAndIsrPartitionState_0(o, out, chunks):
     _b = o.topic_name.encode('utf-8', 'surrogateescape')

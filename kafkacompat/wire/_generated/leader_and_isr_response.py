@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class LeaderAndIsrPartitionError(Struct):
     __slots__ = ('topic_name', 'partition_index', 'error_code', 'unknown_tags',)
@@ -58,6 +59,7 @@ _S3 = _Struct('>16s')
 
 def _d_LeaderAndIsrPartitionError_0(buf, pos):
     _l = len(buf)
+    o = _new(LeaderAndIsrPartitionError)
     if pos + 2 > _l:
         raise truncated('LeaderAndIsrResponse.LeaderAndIsrPartitionError.topic_name', buf, pos, 2)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -68,20 +70,22 @@ def _d_LeaderAndIsrPartitionError_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('LeaderAndIsrResponse.LeaderAndIsrPartitionError.topic_name', buf, pos, _n, 1)
-        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 6 > _l:
         raise truncated('LeaderAndIsrResponse.LeaderAndIsrPartitionError.partition_index', buf, pos, 6)
-    f_partition_index, f_error_code = _S2.unpack_from(buf, pos)
+    o.partition_index, o.error_code = _S2.unpack_from(buf, pos)
     pos += 6
-    f_unknown_tags = None
-    return LeaderAndIsrPartitionError(f_topic_name, f_partition_index, f_error_code, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_LeaderAndIsrResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(LeaderAndIsrResponse)
+    o.topics = []
     if pos + 2 > _l:
         raise truncated('LeaderAndIsrResponse.error_code', buf, pos, 2)
-    (f_error_code,) = _S0.unpack_from(buf, pos)
+    (o.error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
     if pos + 4 > _l:
         raise truncated('LeaderAndIsrResponse.partition_errors', buf, pos, 4)
@@ -92,15 +96,16 @@ def _d_LeaderAndIsrResponse_0(buf, pos):
     elif _c * 8 > _l - pos:
         raise overrun('LeaderAndIsrResponse.partition_errors', buf, pos, _c, 8)
     else:
-        f_partition_errors = _lst = []
+        o.partition_errors = _lst = []
         for _ in range(_c):
             _e, pos = _d_LeaderAndIsrPartitionError_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return LeaderAndIsrResponse(f_error_code, f_partition_errors, [], f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_LeaderAndIsrPartitionError_4(buf, pos):
     _l = len(buf)
+    o = _new(LeaderAndIsrPartitionError)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -113,29 +118,32 @@ def _d_LeaderAndIsrPartitionError_4(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('LeaderAndIsrResponse.LeaderAndIsrPartitionError.topic_name', buf, pos, _n, 1)
-        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 6 > _l:
         raise truncated('LeaderAndIsrResponse.LeaderAndIsrPartitionError.partition_index', buf, pos, 6)
-    f_partition_index, f_error_code = _S2.unpack_from(buf, pos)
+    o.partition_index, o.error_code = _S2.unpack_from(buf, pos)
     pos += 6
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'LeaderAndIsrResponse.LeaderAndIsrPartitionError')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return LeaderAndIsrPartitionError(f_topic_name, f_partition_index, f_error_code, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_LeaderAndIsrResponse_4(buf, pos):
     _l = len(buf)
+    o = _new(LeaderAndIsrResponse)
+    o.topics = []
     if pos + 2 > _l:
         raise truncated('LeaderAndIsrResponse.error_code', buf, pos, 2)
-    (f_error_code,) = _S0.unpack_from(buf, pos)
+    (o.error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -148,47 +156,52 @@ def _d_LeaderAndIsrResponse_4(buf, pos):
     elif _c * 8 > _l - pos:
         raise overrun('LeaderAndIsrResponse.partition_errors', buf, pos, _c, 8)
     else:
-        f_partition_errors = _lst = []
+        o.partition_errors = _lst = []
         for _ in range(_c):
             _e, pos = _d_LeaderAndIsrPartitionError_4(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'LeaderAndIsrResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return LeaderAndIsrResponse(f_error_code, f_partition_errors, [], f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_LeaderAndIsrPartitionError_5(buf, pos):
     _l = len(buf)
+    o = _new(LeaderAndIsrPartitionError)
+    o.topic_name = ''
     if pos + 6 > _l:
         raise truncated('LeaderAndIsrResponse.LeaderAndIsrPartitionError.partition_index', buf, pos, 6)
-    f_partition_index, f_error_code = _S2.unpack_from(buf, pos)
+    o.partition_index, o.error_code = _S2.unpack_from(buf, pos)
     pos += 6
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'LeaderAndIsrResponse.LeaderAndIsrPartitionError')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return LeaderAndIsrPartitionError('', f_partition_index, f_error_code, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_LeaderAndIsrTopicError_5(buf, pos):
     _l = len(buf)
+    o = _new(LeaderAndIsrTopicError)
     if pos + 16 > _l:
         raise truncated('LeaderAndIsrResponse.LeaderAndIsrTopicError.topic_id', buf, pos, 16)
-    (f_topic_id,) = _S3.unpack_from(buf, pos)
+    (o.topic_id,) = _S3.unpack_from(buf, pos)
     pos += 16
-    f_topic_id = _UUID(bytes=f_topic_id)
+    o.topic_id = _UUID(bytes=o.topic_id)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -200,27 +213,30 @@ def _d_LeaderAndIsrTopicError_5(buf, pos):
     elif _c * 7 > _l - pos:
         raise overrun('LeaderAndIsrResponse.LeaderAndIsrTopicError.partition_errors', buf, pos, _c, 7)
     else:
-        f_partition_errors = _lst = []
+        o.partition_errors = _lst = []
         for _ in range(_c):
             _e, pos = _d_LeaderAndIsrPartitionError_5(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'LeaderAndIsrResponse.LeaderAndIsrTopicError')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return LeaderAndIsrTopicError(f_topic_id, f_partition_errors, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_LeaderAndIsrResponse_5(buf, pos):
     _l = len(buf)
+    o = _new(LeaderAndIsrResponse)
+    o.partition_errors = []
     if pos + 2 > _l:
         raise truncated('LeaderAndIsrResponse.error_code', buf, pos, 2)
-    (f_error_code,) = _S0.unpack_from(buf, pos)
+    (o.error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -233,21 +249,22 @@ def _d_LeaderAndIsrResponse_5(buf, pos):
     elif _c * 18 > _l - pos:
         raise overrun('LeaderAndIsrResponse.topics', buf, pos, _c, 18)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_LeaderAndIsrTopicError_5(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'LeaderAndIsrResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return LeaderAndIsrResponse(f_error_code, [], f_topics, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_LeaderAndIsrPartitionError_0(o, out, chunks):
     _b = o.topic_name.encode('utf-8', 'surrogateescape')

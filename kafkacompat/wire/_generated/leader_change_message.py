@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class Voter(Struct):
     __slots__ = ('voter_id', 'voter_directory_id', 'unknown_tags',)
@@ -48,27 +49,31 @@ _S2 = _Struct('>i16s')
 
 def _d_Voter_0(buf, pos):
     _l = len(buf)
+    o = _new(Voter)
+    o.voter_directory_id = ZERO_UUID
     if pos + 4 > _l:
         raise truncated('LeaderChangeMessage.Voter.voter_id', buf, pos, 4)
-    (f_voter_id,) = _S1.unpack_from(buf, pos)
+    (o.voter_id,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'LeaderChangeMessage.Voter')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return Voter(f_voter_id, ZERO_UUID, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_LeaderChangeMessage_0(buf, pos):
     _l = len(buf)
+    o = _new(LeaderChangeMessage)
     if pos + 6 > _l:
         raise truncated('LeaderChangeMessage.version', buf, pos, 6)
-    f_version, f_leader_id = _S0.unpack_from(buf, pos)
+    o.version, o.leader_id = _S0.unpack_from(buf, pos)
     pos += 6
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -81,7 +86,7 @@ def _d_LeaderChangeMessage_0(buf, pos):
     elif _c * 5 > _l - pos:
         raise overrun('LeaderChangeMessage.voters', buf, pos, _c, 5)
     else:
-        f_voters = _lst = []
+        o.voters = _lst = []
         for _ in range(_c):
             _e, pos = _d_Voter_0(buf, pos)
             _lst.append(_e)
@@ -96,46 +101,50 @@ def _d_LeaderChangeMessage_0(buf, pos):
     elif _c * 5 > _l - pos:
         raise overrun('LeaderChangeMessage.granting_voters', buf, pos, _c, 5)
     else:
-        f_granting_voters = _lst = []
+        o.granting_voters = _lst = []
         for _ in range(_c):
             _e, pos = _d_Voter_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'LeaderChangeMessage')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return LeaderChangeMessage(f_version, f_leader_id, f_voters, f_granting_voters, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_Voter_1(buf, pos):
     _l = len(buf)
+    o = _new(Voter)
     if pos + 20 > _l:
         raise truncated('LeaderChangeMessage.Voter.voter_id', buf, pos, 20)
-    f_voter_id, f_voter_directory_id = _S2.unpack_from(buf, pos)
+    o.voter_id, o.voter_directory_id = _S2.unpack_from(buf, pos)
     pos += 20
-    f_voter_directory_id = _UUID(bytes=f_voter_directory_id)
+    o.voter_directory_id = _UUID(bytes=o.voter_directory_id)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'LeaderChangeMessage.Voter')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return Voter(f_voter_id, f_voter_directory_id, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_LeaderChangeMessage_1(buf, pos):
     _l = len(buf)
+    o = _new(LeaderChangeMessage)
     if pos + 6 > _l:
         raise truncated('LeaderChangeMessage.version', buf, pos, 6)
-    f_version, f_leader_id = _S0.unpack_from(buf, pos)
+    o.version, o.leader_id = _S0.unpack_from(buf, pos)
     pos += 6
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -148,7 +157,7 @@ def _d_LeaderChangeMessage_1(buf, pos):
     elif _c * 21 > _l - pos:
         raise overrun('LeaderChangeMessage.voters', buf, pos, _c, 21)
     else:
-        f_voters = _lst = []
+        o.voters = _lst = []
         for _ in range(_c):
             _e, pos = _d_Voter_1(buf, pos)
             _lst.append(_e)
@@ -163,21 +172,22 @@ def _d_LeaderChangeMessage_1(buf, pos):
     elif _c * 21 > _l - pos:
         raise overrun('LeaderChangeMessage.granting_voters', buf, pos, _c, 21)
     else:
-        f_granting_voters = _lst = []
+        o.granting_voters = _lst = []
         for _ in range(_c):
             _e, pos = _d_Voter_1(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'LeaderChangeMessage')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return LeaderChangeMessage(f_version, f_leader_id, f_voters, f_granting_voters, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_Voter_0(o, out, chunks):
     out += _S1.pack(o.voter_id)

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class MemberIdentity(Struct):
     __slots__ = ('member_id', 'group_instance_id', 'reason', 'unknown_tags',)
@@ -47,6 +48,8 @@ _S1 = _Struct('>i')
 
 def _d_LeaveGroupRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(LeaveGroupRequest)
+    o.members = []
     if pos + 2 > _l:
         raise truncated('LeaveGroupRequest.group_id', buf, pos, 2)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -57,7 +60,7 @@ def _d_LeaveGroupRequest_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('LeaveGroupRequest.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('LeaveGroupRequest.member_id', buf, pos, 2)
@@ -69,13 +72,15 @@ def _d_LeaveGroupRequest_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('LeaveGroupRequest.member_id', buf, pos, _n, 1)
-        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
-    f_unknown_tags = None
-    return LeaveGroupRequest(f_group_id, f_member_id, [], f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_MemberIdentity_3(buf, pos):
     _l = len(buf)
+    o = _new(MemberIdentity)
+    o.reason = None
     if pos + 2 > _l:
         raise truncated('LeaveGroupRequest.MemberIdentity.member_id', buf, pos, 2)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -86,7 +91,7 @@ def _d_MemberIdentity_3(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('LeaveGroupRequest.MemberIdentity.member_id', buf, pos, _n, 1)
-        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('LeaveGroupRequest.MemberIdentity.group_instance_id', buf, pos, 2)
@@ -95,18 +100,20 @@ def _d_MemberIdentity_3(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('LeaveGroupRequest.MemberIdentity.group_instance_id', _n)
-        f_group_instance_id = None
+        o.group_instance_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('LeaveGroupRequest.MemberIdentity.group_instance_id', buf, pos, _n, 1)
-        f_group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
-    f_unknown_tags = None
-    return MemberIdentity(f_member_id, f_group_instance_id, None, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_LeaveGroupRequest_3(buf, pos):
     _l = len(buf)
+    o = _new(LeaveGroupRequest)
+    o.member_id = ''
     if pos + 2 > _l:
         raise truncated('LeaveGroupRequest.group_id', buf, pos, 2)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -117,7 +124,7 @@ def _d_LeaveGroupRequest_3(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('LeaveGroupRequest.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('LeaveGroupRequest.members', buf, pos, 4)
@@ -128,15 +135,17 @@ def _d_LeaveGroupRequest_3(buf, pos):
     elif _c * 4 > _l - pos:
         raise overrun('LeaveGroupRequest.members', buf, pos, _c, 4)
     else:
-        f_members = _lst = []
+        o.members = _lst = []
         for _ in range(_c):
             _e, pos = _d_MemberIdentity_3(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return LeaveGroupRequest(f_group_id, '', f_members, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_MemberIdentity_4(buf, pos):
     _l = len(buf)
+    o = _new(MemberIdentity)
+    o.reason = None
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -149,7 +158,7 @@ def _d_MemberIdentity_4(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('LeaveGroupRequest.MemberIdentity.member_id', buf, pos, _n, 1)
-        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -160,27 +169,30 @@ def _d_MemberIdentity_4(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('LeaveGroupRequest.MemberIdentity.group_instance_id', _n)
-        f_group_instance_id = None
+        o.group_instance_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('LeaveGroupRequest.MemberIdentity.group_instance_id', buf, pos, _n, 1)
-        f_group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'LeaveGroupRequest.MemberIdentity')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return MemberIdentity(f_member_id, f_group_instance_id, None, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_LeaveGroupRequest_4(buf, pos):
     _l = len(buf)
+    o = _new(LeaveGroupRequest)
+    o.member_id = ''
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -193,7 +205,7 @@ def _d_LeaveGroupRequest_4(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('LeaveGroupRequest.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -206,24 +218,26 @@ def _d_LeaveGroupRequest_4(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('LeaveGroupRequest.members', buf, pos, _c, 3)
     else:
-        f_members = _lst = []
+        o.members = _lst = []
         for _ in range(_c):
             _e, pos = _d_MemberIdentity_4(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'LeaveGroupRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return LeaveGroupRequest(f_group_id, '', f_members, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_MemberIdentity_5(buf, pos):
     _l = len(buf)
+    o = _new(MemberIdentity)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -236,7 +250,7 @@ def _d_MemberIdentity_5(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('LeaveGroupRequest.MemberIdentity.member_id', buf, pos, _n, 1)
-        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -247,12 +261,12 @@ def _d_MemberIdentity_5(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('LeaveGroupRequest.MemberIdentity.group_instance_id', _n)
-        f_group_instance_id = None
+        o.group_instance_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('LeaveGroupRequest.MemberIdentity.group_instance_id', buf, pos, _n, 1)
-        f_group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -263,27 +277,30 @@ def _d_MemberIdentity_5(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('LeaveGroupRequest.MemberIdentity.reason', _n)
-        f_reason = None
+        o.reason = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('LeaveGroupRequest.MemberIdentity.reason', buf, pos, _n, 1)
-        f_reason = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.reason = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'LeaveGroupRequest.MemberIdentity')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return MemberIdentity(f_member_id, f_group_instance_id, f_reason, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_LeaveGroupRequest_5(buf, pos):
     _l = len(buf)
+    o = _new(LeaveGroupRequest)
+    o.member_id = ''
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -296,7 +313,7 @@ def _d_LeaveGroupRequest_5(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('LeaveGroupRequest.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -309,21 +326,22 @@ def _d_LeaveGroupRequest_5(buf, pos):
     elif _c * 4 > _l - pos:
         raise overrun('LeaveGroupRequest.members', buf, pos, _c, 4)
     else:
-        f_members = _lst = []
+        o.members = _lst = []
         for _ in range(_c):
             _e, pos = _d_MemberIdentity_5(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'LeaveGroupRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return LeaveGroupRequest(f_group_id, '', f_members, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_LeaveGroupRequest_0(o, out, chunks):
     _b = o.group_id.encode('utf-8', 'surrogateescape')

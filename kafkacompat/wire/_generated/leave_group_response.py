@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class MemberResponse(Struct):
     __slots__ = ('member_id', 'group_instance_id', 'error_code', 'unknown_tags',)
@@ -48,24 +49,30 @@ _S2 = _Struct('>i')
 
 def _d_LeaveGroupResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(LeaveGroupResponse)
+    o.throttle_time_ms = 0
+    o.members = []
     if pos + 2 > _l:
         raise truncated('LeaveGroupResponse.error_code', buf, pos, 2)
-    (f_error_code,) = _S0.unpack_from(buf, pos)
+    (o.error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
-    f_unknown_tags = None
-    return LeaveGroupResponse(0, f_error_code, [], f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_LeaveGroupResponse_1(buf, pos):
     _l = len(buf)
+    o = _new(LeaveGroupResponse)
+    o.members = []
     if pos + 6 > _l:
         raise truncated('LeaveGroupResponse.throttle_time_ms', buf, pos, 6)
-    f_throttle_time_ms, f_error_code = _S1.unpack_from(buf, pos)
+    o.throttle_time_ms, o.error_code = _S1.unpack_from(buf, pos)
     pos += 6
-    f_unknown_tags = None
-    return LeaveGroupResponse(f_throttle_time_ms, f_error_code, [], f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_MemberResponse_3(buf, pos):
     _l = len(buf)
+    o = _new(MemberResponse)
     if pos + 2 > _l:
         raise truncated('LeaveGroupResponse.MemberResponse.member_id', buf, pos, 2)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -76,7 +83,7 @@ def _d_MemberResponse_3(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('LeaveGroupResponse.MemberResponse.member_id', buf, pos, _n, 1)
-        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('LeaveGroupResponse.MemberResponse.group_instance_id', buf, pos, 2)
@@ -85,25 +92,26 @@ def _d_MemberResponse_3(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('LeaveGroupResponse.MemberResponse.group_instance_id', _n)
-        f_group_instance_id = None
+        o.group_instance_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('LeaveGroupResponse.MemberResponse.group_instance_id', buf, pos, _n, 1)
-        f_group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('LeaveGroupResponse.MemberResponse.error_code', buf, pos, 2)
-    (f_error_code,) = _S0.unpack_from(buf, pos)
+    (o.error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
-    f_unknown_tags = None
-    return MemberResponse(f_member_id, f_group_instance_id, f_error_code, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_LeaveGroupResponse_3(buf, pos):
     _l = len(buf)
+    o = _new(LeaveGroupResponse)
     if pos + 6 > _l:
         raise truncated('LeaveGroupResponse.throttle_time_ms', buf, pos, 6)
-    f_throttle_time_ms, f_error_code = _S1.unpack_from(buf, pos)
+    o.throttle_time_ms, o.error_code = _S1.unpack_from(buf, pos)
     pos += 6
     if pos + 4 > _l:
         raise truncated('LeaveGroupResponse.members', buf, pos, 4)
@@ -114,15 +122,16 @@ def _d_LeaveGroupResponse_3(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('LeaveGroupResponse.members', buf, pos, _c, 6)
     else:
-        f_members = _lst = []
+        o.members = _lst = []
         for _ in range(_c):
             _e, pos = _d_MemberResponse_3(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return LeaveGroupResponse(f_throttle_time_ms, f_error_code, f_members, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_MemberResponse_4(buf, pos):
     _l = len(buf)
+    o = _new(MemberResponse)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -135,7 +144,7 @@ def _d_MemberResponse_4(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('LeaveGroupResponse.MemberResponse.member_id', buf, pos, _n, 1)
-        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -146,34 +155,36 @@ def _d_MemberResponse_4(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('LeaveGroupResponse.MemberResponse.group_instance_id', _n)
-        f_group_instance_id = None
+        o.group_instance_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('LeaveGroupResponse.MemberResponse.group_instance_id', buf, pos, _n, 1)
-        f_group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('LeaveGroupResponse.MemberResponse.error_code', buf, pos, 2)
-    (f_error_code,) = _S0.unpack_from(buf, pos)
+    (o.error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'LeaveGroupResponse.MemberResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return MemberResponse(f_member_id, f_group_instance_id, f_error_code, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_LeaveGroupResponse_4(buf, pos):
     _l = len(buf)
+    o = _new(LeaveGroupResponse)
     if pos + 6 > _l:
         raise truncated('LeaveGroupResponse.throttle_time_ms', buf, pos, 6)
-    f_throttle_time_ms, f_error_code = _S1.unpack_from(buf, pos)
+    o.throttle_time_ms, o.error_code = _S1.unpack_from(buf, pos)
     pos += 6
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -186,21 +197,22 @@ def _d_LeaveGroupResponse_4(buf, pos):
     elif _c * 5 > _l - pos:
         raise overrun('LeaveGroupResponse.members', buf, pos, _c, 5)
     else:
-        f_members = _lst = []
+        o.members = _lst = []
         for _ in range(_c):
             _e, pos = _d_MemberResponse_4(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'LeaveGroupResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return LeaveGroupResponse(f_throttle_time_ms, f_error_code, f_members, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_LeaveGroupResponse_0(o, out, chunks):
     out += _S0.pack(o.error_code)

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class ListClientMetricsResourcesRequest(Struct):
     __slots__ = ('unknown_tags',)
@@ -32,17 +33,19 @@ class ListClientMetricsResourcesRequest(Struct):
 
 def _d_ListClientMetricsResourcesRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(ListClientMetricsResourcesRequest)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ListClientMetricsResourcesRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ListClientMetricsResourcesRequest(f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_ListClientMetricsResourcesRequest_0(o, out, chunks):
     if o.unknown_tags is None:

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class ClientMetricsResource(Struct):
     __slots__ = ('name', 'unknown_tags',)
@@ -44,6 +45,7 @@ _S0 = _Struct('>ih')
 
 def _d_ClientMetricsResource_0(buf, pos):
     _l = len(buf)
+    o = _new(ClientMetricsResource)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -56,25 +58,27 @@ def _d_ClientMetricsResource_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ListClientMetricsResourcesResponse.ClientMetricsResource.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ListClientMetricsResourcesResponse.ClientMetricsResource')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ClientMetricsResource(f_name, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_ListClientMetricsResourcesResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(ListClientMetricsResourcesResponse)
     if pos + 6 > _l:
         raise truncated('ListClientMetricsResourcesResponse.throttle_time_ms', buf, pos, 6)
-    f_throttle_time_ms, f_error_code = _S0.unpack_from(buf, pos)
+    o.throttle_time_ms, o.error_code = _S0.unpack_from(buf, pos)
     pos += 6
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -87,21 +91,22 @@ def _d_ListClientMetricsResourcesResponse_0(buf, pos):
     elif _c * 2 > _l - pos:
         raise overrun('ListClientMetricsResourcesResponse.client_metrics_resources', buf, pos, _c, 2)
     else:
-        f_client_metrics_resources = _lst = []
+        o.client_metrics_resources = _lst = []
         for _ in range(_c):
             _e, pos = _d_ClientMetricsResource_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ListClientMetricsResourcesResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ListClientMetricsResourcesResponse(f_throttle_time_ms, f_error_code, f_client_metrics_resources, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_ClientMetricsResource_0(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class ListGroupsRequest(Struct):
     __slots__ = ('states_filter', 'types_filter', 'unknown_tags',)
@@ -34,25 +35,34 @@ class ListGroupsRequest(Struct):
 
 def _d_ListGroupsRequest_0(buf, pos):
     _l = len(buf)
-    f_unknown_tags = None
-    return ListGroupsRequest([], [], f_unknown_tags), pos
+    o = _new(ListGroupsRequest)
+    o.states_filter = []
+    o.types_filter = []
+    o.unknown_tags = None
+    return o, pos
 
 def _d_ListGroupsRequest_3(buf, pos):
     _l = len(buf)
+    o = _new(ListGroupsRequest)
+    o.states_filter = []
+    o.types_filter = []
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ListGroupsRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ListGroupsRequest([], [], f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_ListGroupsRequest_4(buf, pos):
     _l = len(buf)
+    o = _new(ListGroupsRequest)
+    o.types_filter = []
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -64,7 +74,7 @@ def _d_ListGroupsRequest_4(buf, pos):
     elif _c * 1 > _l - pos:
         raise overrun('ListGroupsRequest.states_filter', buf, pos, _c, 1)
     else:
-        f_states_filter = _lst = []
+        o.states_filter = _lst = []
         for _ in range(_c):
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
@@ -83,18 +93,20 @@ def _d_ListGroupsRequest_4(buf, pos):
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ListGroupsRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ListGroupsRequest(f_states_filter, [], f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_ListGroupsRequest_5(buf, pos):
     _l = len(buf)
+    o = _new(ListGroupsRequest)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -106,7 +118,7 @@ def _d_ListGroupsRequest_5(buf, pos):
     elif _c * 1 > _l - pos:
         raise overrun('ListGroupsRequest.states_filter', buf, pos, _c, 1)
     else:
-        f_states_filter = _lst = []
+        o.states_filter = _lst = []
         for _ in range(_c):
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
@@ -134,7 +146,7 @@ def _d_ListGroupsRequest_5(buf, pos):
     elif _c * 1 > _l - pos:
         raise overrun('ListGroupsRequest.types_filter', buf, pos, _c, 1)
     else:
-        f_types_filter = _lst = []
+        o.types_filter = _lst = []
         for _ in range(_c):
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
@@ -153,15 +165,16 @@ def _d_ListGroupsRequest_5(buf, pos):
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ListGroupsRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ListGroupsRequest(f_states_filter, f_types_filter, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_ListGroupsRequest_0(o, out, chunks):
     pass

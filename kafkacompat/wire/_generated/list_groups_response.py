@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class ListedGroup(Struct):
     __slots__ = ('group_id', 'protocol_type', 'group_state', 'group_type', 'unknown_tags',)
@@ -49,6 +50,9 @@ _S2 = _Struct('>ih')
 
 def _d_ListedGroup_0(buf, pos):
     _l = len(buf)
+    o = _new(ListedGroup)
+    o.group_state = ''
+    o.group_type = ''
     if pos + 2 > _l:
         raise truncated('ListGroupsResponse.ListedGroup.group_id', buf, pos, 2)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -59,7 +63,7 @@ def _d_ListedGroup_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ListGroupsResponse.ListedGroup.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('ListGroupsResponse.ListedGroup.protocol_type', buf, pos, 2)
@@ -71,16 +75,18 @@ def _d_ListedGroup_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ListGroupsResponse.ListedGroup.protocol_type', buf, pos, _n, 1)
-        f_protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
-    f_unknown_tags = None
-    return ListedGroup(f_group_id, f_protocol_type, '', '', f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_ListGroupsResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(ListGroupsResponse)
+    o.throttle_time_ms = 0
     if pos + 2 > _l:
         raise truncated('ListGroupsResponse.error_code', buf, pos, 2)
-    (f_error_code,) = _S0.unpack_from(buf, pos)
+    (o.error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
     if pos + 4 > _l:
         raise truncated('ListGroupsResponse.groups', buf, pos, 4)
@@ -91,18 +97,19 @@ def _d_ListGroupsResponse_0(buf, pos):
     elif _c * 4 > _l - pos:
         raise overrun('ListGroupsResponse.groups', buf, pos, _c, 4)
     else:
-        f_groups = _lst = []
+        o.groups = _lst = []
         for _ in range(_c):
             _e, pos = _d_ListedGroup_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return ListGroupsResponse(0, f_error_code, f_groups, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_ListGroupsResponse_1(buf, pos):
     _l = len(buf)
+    o = _new(ListGroupsResponse)
     if pos + 6 > _l:
         raise truncated('ListGroupsResponse.throttle_time_ms', buf, pos, 6)
-    f_throttle_time_ms, f_error_code = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, o.error_code = _S2.unpack_from(buf, pos)
     pos += 6
     if pos + 4 > _l:
         raise truncated('ListGroupsResponse.groups', buf, pos, 4)
@@ -113,15 +120,18 @@ def _d_ListGroupsResponse_1(buf, pos):
     elif _c * 4 > _l - pos:
         raise overrun('ListGroupsResponse.groups', buf, pos, _c, 4)
     else:
-        f_groups = _lst = []
+        o.groups = _lst = []
         for _ in range(_c):
             _e, pos = _d_ListedGroup_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return ListGroupsResponse(f_throttle_time_ms, f_error_code, f_groups, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_ListedGroup_3(buf, pos):
     _l = len(buf)
+    o = _new(ListedGroup)
+    o.group_state = ''
+    o.group_type = ''
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -134,7 +144,7 @@ def _d_ListedGroup_3(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ListGroupsResponse.ListedGroup.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -148,25 +158,27 @@ def _d_ListedGroup_3(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ListGroupsResponse.ListedGroup.protocol_type', buf, pos, _n, 1)
-        f_protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ListGroupsResponse.ListedGroup')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ListedGroup(f_group_id, f_protocol_type, '', '', f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_ListGroupsResponse_3(buf, pos):
     _l = len(buf)
+    o = _new(ListGroupsResponse)
     if pos + 6 > _l:
         raise truncated('ListGroupsResponse.throttle_time_ms', buf, pos, 6)
-    f_throttle_time_ms, f_error_code = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, o.error_code = _S2.unpack_from(buf, pos)
     pos += 6
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -179,24 +191,27 @@ def _d_ListGroupsResponse_3(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('ListGroupsResponse.groups', buf, pos, _c, 3)
     else:
-        f_groups = _lst = []
+        o.groups = _lst = []
         for _ in range(_c):
             _e, pos = _d_ListedGroup_3(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ListGroupsResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ListGroupsResponse(f_throttle_time_ms, f_error_code, f_groups, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_ListedGroup_4(buf, pos):
     _l = len(buf)
+    o = _new(ListedGroup)
+    o.group_type = ''
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -209,7 +224,7 @@ def _d_ListedGroup_4(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ListGroupsResponse.ListedGroup.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -223,7 +238,7 @@ def _d_ListedGroup_4(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ListGroupsResponse.ListedGroup.protocol_type', buf, pos, _n, 1)
-        f_protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -237,25 +252,27 @@ def _d_ListedGroup_4(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ListGroupsResponse.ListedGroup.group_state', buf, pos, _n, 1)
-        f_group_state = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_state = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ListGroupsResponse.ListedGroup')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ListedGroup(f_group_id, f_protocol_type, f_group_state, '', f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_ListGroupsResponse_4(buf, pos):
     _l = len(buf)
+    o = _new(ListGroupsResponse)
     if pos + 6 > _l:
         raise truncated('ListGroupsResponse.throttle_time_ms', buf, pos, 6)
-    f_throttle_time_ms, f_error_code = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, o.error_code = _S2.unpack_from(buf, pos)
     pos += 6
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -268,24 +285,26 @@ def _d_ListGroupsResponse_4(buf, pos):
     elif _c * 4 > _l - pos:
         raise overrun('ListGroupsResponse.groups', buf, pos, _c, 4)
     else:
-        f_groups = _lst = []
+        o.groups = _lst = []
         for _ in range(_c):
             _e, pos = _d_ListedGroup_4(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ListGroupsResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ListGroupsResponse(f_throttle_time_ms, f_error_code, f_groups, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_ListedGroup_5(buf, pos):
     _l = len(buf)
+    o = _new(ListedGroup)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -298,7 +317,7 @@ def _d_ListedGroup_5(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ListGroupsResponse.ListedGroup.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -312,7 +331,7 @@ def _d_ListedGroup_5(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ListGroupsResponse.ListedGroup.protocol_type', buf, pos, _n, 1)
-        f_protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -326,7 +345,7 @@ def _d_ListedGroup_5(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ListGroupsResponse.ListedGroup.group_state', buf, pos, _n, 1)
-        f_group_state = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_state = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -340,25 +359,27 @@ def _d_ListedGroup_5(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ListGroupsResponse.ListedGroup.group_type', buf, pos, _n, 1)
-        f_group_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ListGroupsResponse.ListedGroup')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ListedGroup(f_group_id, f_protocol_type, f_group_state, f_group_type, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_ListGroupsResponse_5(buf, pos):
     _l = len(buf)
+    o = _new(ListGroupsResponse)
     if pos + 6 > _l:
         raise truncated('ListGroupsResponse.throttle_time_ms', buf, pos, 6)
-    f_throttle_time_ms, f_error_code = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, o.error_code = _S2.unpack_from(buf, pos)
     pos += 6
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -371,21 +392,22 @@ def _d_ListGroupsResponse_5(buf, pos):
     elif _c * 5 > _l - pos:
         raise overrun('ListGroupsResponse.groups', buf, pos, _c, 5)
     else:
-        f_groups = _lst = []
+        o.groups = _lst = []
         for _ in range(_c):
             _e, pos = _d_ListedGroup_5(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ListGroupsResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ListGroupsResponse(f_throttle_time_ms, f_error_code, f_groups, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_ListedGroup_0(o, out, chunks):
     _b = o.group_id.encode('utf-8', 'surrogateescape')

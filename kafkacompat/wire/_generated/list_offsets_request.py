@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class ListOffsetsTopic(Struct):
     __slots__ = ('name', 'partitions', 'unknown_tags',)
@@ -69,15 +70,18 @@ _S5 = _Struct('>iiq')
 
 def _d_ListOffsetsPartition_0(buf, pos):
     _l = len(buf)
+    o = _new(ListOffsetsPartition)
+    o.current_leader_epoch = -1
     if pos + 16 > _l:
         raise truncated('ListOffsetsRequest.ListOffsetsPartition.partition_index', buf, pos, 16)
-    f_partition_index, f_timestamp, f_max_num_offsets = _S2.unpack_from(buf, pos)
+    o.partition_index, o.timestamp, o.max_num_offsets = _S2.unpack_from(buf, pos)
     pos += 16
-    f_unknown_tags = None
-    return ListOffsetsPartition(f_partition_index, -1, f_timestamp, f_max_num_offsets, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_ListOffsetsTopic_0(buf, pos):
     _l = len(buf)
+    o = _new(ListOffsetsTopic)
     if pos + 2 > _l:
         raise truncated('ListOffsetsRequest.ListOffsetsTopic.name', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -88,7 +92,7 @@ def _d_ListOffsetsTopic_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ListOffsetsRequest.ListOffsetsTopic.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('ListOffsetsRequest.ListOffsetsTopic.partitions', buf, pos, 4)
@@ -99,18 +103,21 @@ def _d_ListOffsetsTopic_0(buf, pos):
     elif _c * 16 > _l - pos:
         raise overrun('ListOffsetsRequest.ListOffsetsTopic.partitions', buf, pos, _c, 16)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_ListOffsetsPartition_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return ListOffsetsTopic(f_name, f_partitions, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_ListOffsetsRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(ListOffsetsRequest)
+    o.isolation_level = 0
+    o.timeout_ms = 0
     if pos + 4 > _l:
         raise truncated('ListOffsetsRequest.replica_id', buf, pos, 4)
-    (f_replica_id,) = _S0.unpack_from(buf, pos)
+    (o.replica_id,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('ListOffsetsRequest.topics', buf, pos, 4)
@@ -121,24 +128,28 @@ def _d_ListOffsetsRequest_0(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('ListOffsetsRequest.topics', buf, pos, _c, 6)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_ListOffsetsTopic_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return ListOffsetsRequest(f_replica_id, 0, f_topics, 0, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_ListOffsetsPartition_1(buf, pos):
     _l = len(buf)
+    o = _new(ListOffsetsPartition)
+    o.current_leader_epoch = -1
+    o.max_num_offsets = 1
     if pos + 12 > _l:
         raise truncated('ListOffsetsRequest.ListOffsetsPartition.partition_index', buf, pos, 12)
-    f_partition_index, f_timestamp = _S3.unpack_from(buf, pos)
+    o.partition_index, o.timestamp = _S3.unpack_from(buf, pos)
     pos += 12
-    f_unknown_tags = None
-    return ListOffsetsPartition(f_partition_index, -1, f_timestamp, 1, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_ListOffsetsTopic_1(buf, pos):
     _l = len(buf)
+    o = _new(ListOffsetsTopic)
     if pos + 2 > _l:
         raise truncated('ListOffsetsRequest.ListOffsetsTopic.name', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -149,7 +160,7 @@ def _d_ListOffsetsTopic_1(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ListOffsetsRequest.ListOffsetsTopic.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('ListOffsetsRequest.ListOffsetsTopic.partitions', buf, pos, 4)
@@ -160,18 +171,21 @@ def _d_ListOffsetsTopic_1(buf, pos):
     elif _c * 12 > _l - pos:
         raise overrun('ListOffsetsRequest.ListOffsetsTopic.partitions', buf, pos, _c, 12)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_ListOffsetsPartition_1(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return ListOffsetsTopic(f_name, f_partitions, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_ListOffsetsRequest_1(buf, pos):
     _l = len(buf)
+    o = _new(ListOffsetsRequest)
+    o.isolation_level = 0
+    o.timeout_ms = 0
     if pos + 4 > _l:
         raise truncated('ListOffsetsRequest.replica_id', buf, pos, 4)
-    (f_replica_id,) = _S0.unpack_from(buf, pos)
+    (o.replica_id,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('ListOffsetsRequest.topics', buf, pos, 4)
@@ -182,18 +196,20 @@ def _d_ListOffsetsRequest_1(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('ListOffsetsRequest.topics', buf, pos, _c, 6)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_ListOffsetsTopic_1(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return ListOffsetsRequest(f_replica_id, 0, f_topics, 0, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_ListOffsetsRequest_2(buf, pos):
     _l = len(buf)
+    o = _new(ListOffsetsRequest)
+    o.timeout_ms = 0
     if pos + 5 > _l:
         raise truncated('ListOffsetsRequest.replica_id', buf, pos, 5)
-    f_replica_id, f_isolation_level = _S4.unpack_from(buf, pos)
+    o.replica_id, o.isolation_level = _S4.unpack_from(buf, pos)
     pos += 5
     if pos + 4 > _l:
         raise truncated('ListOffsetsRequest.topics', buf, pos, 4)
@@ -204,24 +220,27 @@ def _d_ListOffsetsRequest_2(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('ListOffsetsRequest.topics', buf, pos, _c, 6)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_ListOffsetsTopic_1(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return ListOffsetsRequest(f_replica_id, f_isolation_level, f_topics, 0, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_ListOffsetsPartition_4(buf, pos):
     _l = len(buf)
+    o = _new(ListOffsetsPartition)
+    o.max_num_offsets = 1
     if pos + 16 > _l:
         raise truncated('ListOffsetsRequest.ListOffsetsPartition.partition_index', buf, pos, 16)
-    f_partition_index, f_current_leader_epoch, f_timestamp = _S5.unpack_from(buf, pos)
+    o.partition_index, o.current_leader_epoch, o.timestamp = _S5.unpack_from(buf, pos)
     pos += 16
-    f_unknown_tags = None
-    return ListOffsetsPartition(f_partition_index, f_current_leader_epoch, f_timestamp, 1, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_ListOffsetsTopic_4(buf, pos):
     _l = len(buf)
+    o = _new(ListOffsetsTopic)
     if pos + 2 > _l:
         raise truncated('ListOffsetsRequest.ListOffsetsTopic.name', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -232,7 +251,7 @@ def _d_ListOffsetsTopic_4(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ListOffsetsRequest.ListOffsetsTopic.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('ListOffsetsRequest.ListOffsetsTopic.partitions', buf, pos, 4)
@@ -243,18 +262,20 @@ def _d_ListOffsetsTopic_4(buf, pos):
     elif _c * 16 > _l - pos:
         raise overrun('ListOffsetsRequest.ListOffsetsTopic.partitions', buf, pos, _c, 16)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_ListOffsetsPartition_4(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return ListOffsetsTopic(f_name, f_partitions, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_ListOffsetsRequest_4(buf, pos):
     _l = len(buf)
+    o = _new(ListOffsetsRequest)
+    o.timeout_ms = 0
     if pos + 5 > _l:
         raise truncated('ListOffsetsRequest.replica_id', buf, pos, 5)
-    f_replica_id, f_isolation_level = _S4.unpack_from(buf, pos)
+    o.replica_id, o.isolation_level = _S4.unpack_from(buf, pos)
     pos += 5
     if pos + 4 > _l:
         raise truncated('ListOffsetsRequest.topics', buf, pos, 4)
@@ -265,33 +286,37 @@ def _d_ListOffsetsRequest_4(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('ListOffsetsRequest.topics', buf, pos, _c, 6)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_ListOffsetsTopic_4(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return ListOffsetsRequest(f_replica_id, f_isolation_level, f_topics, 0, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_ListOffsetsPartition_6(buf, pos):
     _l = len(buf)
+    o = _new(ListOffsetsPartition)
+    o.max_num_offsets = 1
     if pos + 16 > _l:
         raise truncated('ListOffsetsRequest.ListOffsetsPartition.partition_index', buf, pos, 16)
-    f_partition_index, f_current_leader_epoch, f_timestamp = _S5.unpack_from(buf, pos)
+    o.partition_index, o.current_leader_epoch, o.timestamp = _S5.unpack_from(buf, pos)
     pos += 16
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ListOffsetsRequest.ListOffsetsPartition')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ListOffsetsPartition(f_partition_index, f_current_leader_epoch, f_timestamp, 1, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_ListOffsetsTopic_6(buf, pos):
     _l = len(buf)
+    o = _new(ListOffsetsTopic)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -304,7 +329,7 @@ def _d_ListOffsetsTopic_6(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ListOffsetsRequest.ListOffsetsTopic.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -317,27 +342,30 @@ def _d_ListOffsetsTopic_6(buf, pos):
     elif _c * 17 > _l - pos:
         raise overrun('ListOffsetsRequest.ListOffsetsTopic.partitions', buf, pos, _c, 17)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_ListOffsetsPartition_6(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ListOffsetsRequest.ListOffsetsTopic')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ListOffsetsTopic(f_name, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_ListOffsetsRequest_6(buf, pos):
     _l = len(buf)
+    o = _new(ListOffsetsRequest)
+    o.timeout_ms = 0
     if pos + 5 > _l:
         raise truncated('ListOffsetsRequest.replica_id', buf, pos, 5)
-    f_replica_id, f_isolation_level = _S4.unpack_from(buf, pos)
+    o.replica_id, o.isolation_level = _S4.unpack_from(buf, pos)
     pos += 5
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -350,27 +378,29 @@ def _d_ListOffsetsRequest_6(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('ListOffsetsRequest.topics', buf, pos, _c, 3)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_ListOffsetsTopic_6(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ListOffsetsRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ListOffsetsRequest(f_replica_id, f_isolation_level, f_topics, 0, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_ListOffsetsRequest_10(buf, pos):
     _l = len(buf)
+    o = _new(ListOffsetsRequest)
     if pos + 5 > _l:
         raise truncated('ListOffsetsRequest.replica_id', buf, pos, 5)
-    f_replica_id, f_isolation_level = _S4.unpack_from(buf, pos)
+    o.replica_id, o.isolation_level = _S4.unpack_from(buf, pos)
     pos += 5
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -383,25 +413,26 @@ def _d_ListOffsetsRequest_10(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('ListOffsetsRequest.topics', buf, pos, _c, 3)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_ListOffsetsTopic_6(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
         raise truncated('ListOffsetsRequest.timeout_ms', buf, pos, 4)
-    (f_timeout_ms,) = _S0.unpack_from(buf, pos)
+    (o.timeout_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ListOffsetsRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ListOffsetsRequest(f_replica_id, f_isolation_level, f_topics, f_timeout_ms, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_ListOffsetsPartition_0(o, out, chunks):
     out += _S2.pack(o.partition_index, o.timestamp, o.max_num_offsets)

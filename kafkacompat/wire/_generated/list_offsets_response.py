@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class ListOffsetsTopicResponse(Struct):
     __slots__ = ('name', 'partitions', 'unknown_tags',)
@@ -71,9 +72,13 @@ _A_q = ARRAY_STRUCTS['q']
 
 def _d_ListOffsetsPartitionResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(ListOffsetsPartitionResponse)
+    o.timestamp = -1
+    o.offset = -1
+    o.leader_epoch = -1
     if pos + 6 > _l:
         raise truncated('ListOffsetsResponse.ListOffsetsPartitionResponse.partition_index', buf, pos, 6)
-    f_partition_index, f_error_code = _S2.unpack_from(buf, pos)
+    o.partition_index, o.error_code = _S2.unpack_from(buf, pos)
     pos += 6
     if pos + 4 > _l:
         raise truncated('ListOffsetsResponse.ListOffsetsPartitionResponse.old_style_offsets', buf, pos, 4)
@@ -85,13 +90,14 @@ def _d_ListOffsetsPartitionResponse_0(buf, pos):
         raise overrun('ListOffsetsResponse.ListOffsetsPartitionResponse.old_style_offsets', buf, pos, _c, 8)
     else:
         _st = _A_q[_c] if _c < 17 else _Struct('>%dq' % _c)
-        f_old_style_offsets = list(_st.unpack_from(buf, pos))
+        o.old_style_offsets = list(_st.unpack_from(buf, pos))
         pos += _c * 8
-    f_unknown_tags = None
-    return ListOffsetsPartitionResponse(f_partition_index, f_error_code, f_old_style_offsets, -1, -1, -1, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_ListOffsetsTopicResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(ListOffsetsTopicResponse)
     if pos + 2 > _l:
         raise truncated('ListOffsetsResponse.ListOffsetsTopicResponse.name', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -102,7 +108,7 @@ def _d_ListOffsetsTopicResponse_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ListOffsetsResponse.ListOffsetsTopicResponse.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('ListOffsetsResponse.ListOffsetsTopicResponse.partitions', buf, pos, 4)
@@ -113,15 +119,17 @@ def _d_ListOffsetsTopicResponse_0(buf, pos):
     elif _c * 10 > _l - pos:
         raise overrun('ListOffsetsResponse.ListOffsetsTopicResponse.partitions', buf, pos, _c, 10)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_ListOffsetsPartitionResponse_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return ListOffsetsTopicResponse(f_name, f_partitions, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_ListOffsetsResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(ListOffsetsResponse)
+    o.throttle_time_ms = 0
     if pos + 4 > _l:
         raise truncated('ListOffsetsResponse.topics', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -131,24 +139,28 @@ def _d_ListOffsetsResponse_0(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('ListOffsetsResponse.topics', buf, pos, _c, 6)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_ListOffsetsTopicResponse_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return ListOffsetsResponse(0, f_topics, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_ListOffsetsPartitionResponse_1(buf, pos):
     _l = len(buf)
+    o = _new(ListOffsetsPartitionResponse)
+    o.old_style_offsets = []
+    o.leader_epoch = -1
     if pos + 22 > _l:
         raise truncated('ListOffsetsResponse.ListOffsetsPartitionResponse.partition_index', buf, pos, 22)
-    f_partition_index, f_error_code, f_timestamp, f_offset = _S3.unpack_from(buf, pos)
+    o.partition_index, o.error_code, o.timestamp, o.offset = _S3.unpack_from(buf, pos)
     pos += 22
-    f_unknown_tags = None
-    return ListOffsetsPartitionResponse(f_partition_index, f_error_code, [], f_timestamp, f_offset, -1, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_ListOffsetsTopicResponse_1(buf, pos):
     _l = len(buf)
+    o = _new(ListOffsetsTopicResponse)
     if pos + 2 > _l:
         raise truncated('ListOffsetsResponse.ListOffsetsTopicResponse.name', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -159,7 +171,7 @@ def _d_ListOffsetsTopicResponse_1(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ListOffsetsResponse.ListOffsetsTopicResponse.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('ListOffsetsResponse.ListOffsetsTopicResponse.partitions', buf, pos, 4)
@@ -170,15 +182,17 @@ def _d_ListOffsetsTopicResponse_1(buf, pos):
     elif _c * 22 > _l - pos:
         raise overrun('ListOffsetsResponse.ListOffsetsTopicResponse.partitions', buf, pos, _c, 22)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_ListOffsetsPartitionResponse_1(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return ListOffsetsTopicResponse(f_name, f_partitions, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_ListOffsetsResponse_1(buf, pos):
     _l = len(buf)
+    o = _new(ListOffsetsResponse)
+    o.throttle_time_ms = 0
     if pos + 4 > _l:
         raise truncated('ListOffsetsResponse.topics', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -188,18 +202,19 @@ def _d_ListOffsetsResponse_1(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('ListOffsetsResponse.topics', buf, pos, _c, 6)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_ListOffsetsTopicResponse_1(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return ListOffsetsResponse(0, f_topics, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_ListOffsetsResponse_2(buf, pos):
     _l = len(buf)
+    o = _new(ListOffsetsResponse)
     if pos + 4 > _l:
         raise truncated('ListOffsetsResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('ListOffsetsResponse.topics', buf, pos, 4)
@@ -210,24 +225,27 @@ def _d_ListOffsetsResponse_2(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('ListOffsetsResponse.topics', buf, pos, _c, 6)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_ListOffsetsTopicResponse_1(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return ListOffsetsResponse(f_throttle_time_ms, f_topics, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_ListOffsetsPartitionResponse_4(buf, pos):
     _l = len(buf)
+    o = _new(ListOffsetsPartitionResponse)
+    o.old_style_offsets = []
     if pos + 26 > _l:
         raise truncated('ListOffsetsResponse.ListOffsetsPartitionResponse.partition_index', buf, pos, 26)
-    f_partition_index, f_error_code, f_timestamp, f_offset, f_leader_epoch = _S4.unpack_from(buf, pos)
+    o.partition_index, o.error_code, o.timestamp, o.offset, o.leader_epoch = _S4.unpack_from(buf, pos)
     pos += 26
-    f_unknown_tags = None
-    return ListOffsetsPartitionResponse(f_partition_index, f_error_code, [], f_timestamp, f_offset, f_leader_epoch, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_ListOffsetsTopicResponse_4(buf, pos):
     _l = len(buf)
+    o = _new(ListOffsetsTopicResponse)
     if pos + 2 > _l:
         raise truncated('ListOffsetsResponse.ListOffsetsTopicResponse.name', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -238,7 +256,7 @@ def _d_ListOffsetsTopicResponse_4(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ListOffsetsResponse.ListOffsetsTopicResponse.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('ListOffsetsResponse.ListOffsetsTopicResponse.partitions', buf, pos, 4)
@@ -249,18 +267,19 @@ def _d_ListOffsetsTopicResponse_4(buf, pos):
     elif _c * 26 > _l - pos:
         raise overrun('ListOffsetsResponse.ListOffsetsTopicResponse.partitions', buf, pos, _c, 26)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_ListOffsetsPartitionResponse_4(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return ListOffsetsTopicResponse(f_name, f_partitions, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_ListOffsetsResponse_4(buf, pos):
     _l = len(buf)
+    o = _new(ListOffsetsResponse)
     if pos + 4 > _l:
         raise truncated('ListOffsetsResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('ListOffsetsResponse.topics', buf, pos, 4)
@@ -271,33 +290,37 @@ def _d_ListOffsetsResponse_4(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('ListOffsetsResponse.topics', buf, pos, _c, 6)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_ListOffsetsTopicResponse_4(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return ListOffsetsResponse(f_throttle_time_ms, f_topics, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_ListOffsetsPartitionResponse_6(buf, pos):
     _l = len(buf)
+    o = _new(ListOffsetsPartitionResponse)
+    o.old_style_offsets = []
     if pos + 26 > _l:
         raise truncated('ListOffsetsResponse.ListOffsetsPartitionResponse.partition_index', buf, pos, 26)
-    f_partition_index, f_error_code, f_timestamp, f_offset, f_leader_epoch = _S4.unpack_from(buf, pos)
+    o.partition_index, o.error_code, o.timestamp, o.offset, o.leader_epoch = _S4.unpack_from(buf, pos)
     pos += 26
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ListOffsetsResponse.ListOffsetsPartitionResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ListOffsetsPartitionResponse(f_partition_index, f_error_code, [], f_timestamp, f_offset, f_leader_epoch, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_ListOffsetsTopicResponse_6(buf, pos):
     _l = len(buf)
+    o = _new(ListOffsetsTopicResponse)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -310,7 +333,7 @@ def _d_ListOffsetsTopicResponse_6(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ListOffsetsResponse.ListOffsetsTopicResponse.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -323,27 +346,29 @@ def _d_ListOffsetsTopicResponse_6(buf, pos):
     elif _c * 27 > _l - pos:
         raise overrun('ListOffsetsResponse.ListOffsetsTopicResponse.partitions', buf, pos, _c, 27)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_ListOffsetsPartitionResponse_6(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ListOffsetsResponse.ListOffsetsTopicResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ListOffsetsTopicResponse(f_name, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_ListOffsetsResponse_6(buf, pos):
     _l = len(buf)
+    o = _new(ListOffsetsResponse)
     if pos + 4 > _l:
         raise truncated('ListOffsetsResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -356,21 +381,22 @@ def _d_ListOffsetsResponse_6(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('ListOffsetsResponse.topics', buf, pos, _c, 3)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_ListOffsetsTopicResponse_6(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ListOffsetsResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ListOffsetsResponse(f_throttle_time_ms, f_topics, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_ListOffsetsPartitionResponse_0(o, out, chunks):
     out += _S2.pack(o.partition_index, o.error_code)

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class ListPartitionReassignmentsTopics(Struct):
     __slots__ = ('name', 'partition_indexes', 'unknown_tags',)
@@ -45,6 +46,7 @@ _A_i = ARRAY_STRUCTS['i']
 
 def _d_ListPartitionReassignmentsTopics_0(buf, pos):
     _l = len(buf)
+    o = _new(ListPartitionReassignmentsTopics)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -57,7 +59,7 @@ def _d_ListPartitionReassignmentsTopics_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -71,25 +73,27 @@ def _d_ListPartitionReassignmentsTopics_0(buf, pos):
         raise overrun('ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics.partition_indexes', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_partition_indexes = list(_st.unpack_from(buf, pos))
+        o.partition_indexes = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ListPartitionReassignmentsTopics(f_name, f_partition_indexes, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_ListPartitionReassignmentsRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(ListPartitionReassignmentsRequest)
     if pos + 4 > _l:
         raise truncated('ListPartitionReassignmentsRequest.timeout_ms', buf, pos, 4)
-    (f_timeout_ms,) = _S0.unpack_from(buf, pos)
+    (o.timeout_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -100,25 +104,26 @@ def _d_ListPartitionReassignmentsRequest_0(buf, pos):
     if _c < 0:
         if _c != -1:
             raise bad_length('ListPartitionReassignmentsRequest.topics', _c)
-        f_topics = None
+        o.topics = None
     elif _c * 3 > _l - pos:
         raise overrun('ListPartitionReassignmentsRequest.topics', buf, pos, _c, 3)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_ListPartitionReassignmentsTopics_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ListPartitionReassignmentsRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ListPartitionReassignmentsRequest(f_timeout_ms, f_topics, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_ListPartitionReassignmentsTopics_0(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')

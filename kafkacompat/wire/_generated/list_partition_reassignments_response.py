@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class OngoingTopicReassignment(Struct):
     __slots__ = ('name', 'partitions', 'unknown_tags',)
@@ -66,9 +67,10 @@ _A_i = ARRAY_STRUCTS['i']
 
 def _d_OngoingPartitionReassignment_0(buf, pos):
     _l = len(buf)
+    o = _new(OngoingPartitionReassignment)
     if pos + 4 > _l:
         raise truncated('ListPartitionReassignmentsResponse.OngoingPartitionReassignment.partition_index', buf, pos, 4)
-    (f_partition_index,) = _S1.unpack_from(buf, pos)
+    (o.partition_index,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -82,7 +84,7 @@ def _d_OngoingPartitionReassignment_0(buf, pos):
         raise overrun('ListPartitionReassignmentsResponse.OngoingPartitionReassignment.replicas', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_replicas = list(_st.unpack_from(buf, pos))
+        o.replicas = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -96,7 +98,7 @@ def _d_OngoingPartitionReassignment_0(buf, pos):
         raise overrun('ListPartitionReassignmentsResponse.OngoingPartitionReassignment.adding_replicas', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_adding_replicas = list(_st.unpack_from(buf, pos))
+        o.adding_replicas = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -110,22 +112,24 @@ def _d_OngoingPartitionReassignment_0(buf, pos):
         raise overrun('ListPartitionReassignmentsResponse.OngoingPartitionReassignment.removing_replicas', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_removing_replicas = list(_st.unpack_from(buf, pos))
+        o.removing_replicas = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ListPartitionReassignmentsResponse.OngoingPartitionReassignment')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return OngoingPartitionReassignment(f_partition_index, f_replicas, f_adding_replicas, f_removing_replicas, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_OngoingTopicReassignment_0(buf, pos):
     _l = len(buf)
+    o = _new(OngoingTopicReassignment)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -138,7 +142,7 @@ def _d_OngoingTopicReassignment_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ListPartitionReassignmentsResponse.OngoingTopicReassignment.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -151,27 +155,29 @@ def _d_OngoingTopicReassignment_0(buf, pos):
     elif _c * 8 > _l - pos:
         raise overrun('ListPartitionReassignmentsResponse.OngoingTopicReassignment.partitions', buf, pos, _c, 8)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_OngoingPartitionReassignment_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ListPartitionReassignmentsResponse.OngoingTopicReassignment')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return OngoingTopicReassignment(f_name, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_ListPartitionReassignmentsResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(ListPartitionReassignmentsResponse)
     if pos + 6 > _l:
         raise truncated('ListPartitionReassignmentsResponse.throttle_time_ms', buf, pos, 6)
-    f_throttle_time_ms, f_error_code = _S0.unpack_from(buf, pos)
+    o.throttle_time_ms, o.error_code = _S0.unpack_from(buf, pos)
     pos += 6
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -182,12 +188,12 @@ def _d_ListPartitionReassignmentsResponse_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('ListPartitionReassignmentsResponse.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('ListPartitionReassignmentsResponse.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -200,21 +206,22 @@ def _d_ListPartitionReassignmentsResponse_0(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('ListPartitionReassignmentsResponse.topics', buf, pos, _c, 3)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_OngoingTopicReassignment_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ListPartitionReassignmentsResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ListPartitionReassignmentsResponse(f_throttle_time_ms, f_error_code, f_error_message, f_topics, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_OngoingPartitionReassignment_0(o, out, chunks):
     out += _S1.pack(o.partition_index)

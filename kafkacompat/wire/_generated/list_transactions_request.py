@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class ListTransactionsRequest(Struct):
     __slots__ = ('state_filters', 'producer_id_filters', 'duration_filter', 'unknown_tags',)
@@ -37,6 +38,8 @@ _A_q = ARRAY_STRUCTS['q']
 
 def _d_ListTransactionsRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(ListTransactionsRequest)
+    o.duration_filter = -1
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -48,7 +51,7 @@ def _d_ListTransactionsRequest_0(buf, pos):
     elif _c * 1 > _l - pos:
         raise overrun('ListTransactionsRequest.state_filters', buf, pos, _c, 1)
     else:
-        f_state_filters = _lst = []
+        o.state_filters = _lst = []
         for _ in range(_c):
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
@@ -77,22 +80,24 @@ def _d_ListTransactionsRequest_0(buf, pos):
         raise overrun('ListTransactionsRequest.producer_id_filters', buf, pos, _c, 8)
     else:
         _st = _A_q[_c] if _c < 17 else _Struct('>%dq' % _c)
-        f_producer_id_filters = list(_st.unpack_from(buf, pos))
+        o.producer_id_filters = list(_st.unpack_from(buf, pos))
         pos += _c * 8
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ListTransactionsRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ListTransactionsRequest(f_state_filters, f_producer_id_filters, -1, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_ListTransactionsRequest_1(buf, pos):
     _l = len(buf)
+    o = _new(ListTransactionsRequest)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -104,7 +109,7 @@ def _d_ListTransactionsRequest_1(buf, pos):
     elif _c * 1 > _l - pos:
         raise overrun('ListTransactionsRequest.state_filters', buf, pos, _c, 1)
     else:
-        f_state_filters = _lst = []
+        o.state_filters = _lst = []
         for _ in range(_c):
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
@@ -133,23 +138,24 @@ def _d_ListTransactionsRequest_1(buf, pos):
         raise overrun('ListTransactionsRequest.producer_id_filters', buf, pos, _c, 8)
     else:
         _st = _A_q[_c] if _c < 17 else _Struct('>%dq' % _c)
-        f_producer_id_filters = list(_st.unpack_from(buf, pos))
+        o.producer_id_filters = list(_st.unpack_from(buf, pos))
         pos += _c * 8
     if pos + 8 > _l:
         raise truncated('ListTransactionsRequest.duration_filter', buf, pos, 8)
-    (f_duration_filter,) = _S0.unpack_from(buf, pos)
+    (o.duration_filter,) = _S0.unpack_from(buf, pos)
     pos += 8
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ListTransactionsRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ListTransactionsRequest(f_state_filters, f_producer_id_filters, f_duration_filter, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_ListTransactionsRequest_0(o, out, chunks):
     _a = o.state_filters

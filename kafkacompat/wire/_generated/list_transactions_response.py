@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class TransactionState(Struct):
     __slots__ = ('transactional_id', 'producer_id', 'transaction_state', 'unknown_tags',)
@@ -55,6 +56,7 @@ _S1 = _Struct('>q')
 
 def _d_TransactionState_0(buf, pos):
     _l = len(buf)
+    o = _new(TransactionState)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -67,11 +69,11 @@ def _d_TransactionState_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ListTransactionsResponse.TransactionState.transactional_id', buf, pos, _n, 1)
-        f_transactional_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.transactional_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 8 > _l:
         raise truncated('ListTransactionsResponse.TransactionState.producer_id', buf, pos, 8)
-    (f_producer_id,) = _S1.unpack_from(buf, pos)
+    (o.producer_id,) = _S1.unpack_from(buf, pos)
     pos += 8
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -85,25 +87,27 @@ def _d_TransactionState_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ListTransactionsResponse.TransactionState.transaction_state', buf, pos, _n, 1)
-        f_transaction_state = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.transaction_state = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ListTransactionsResponse.TransactionState')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return TransactionState(f_transactional_id, f_producer_id, f_transaction_state, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_ListTransactionsResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(ListTransactionsResponse)
     if pos + 6 > _l:
         raise truncated('ListTransactionsResponse.throttle_time_ms', buf, pos, 6)
-    f_throttle_time_ms, f_error_code = _S0.unpack_from(buf, pos)
+    o.throttle_time_ms, o.error_code = _S0.unpack_from(buf, pos)
     pos += 6
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -116,7 +120,7 @@ def _d_ListTransactionsResponse_0(buf, pos):
     elif _c * 1 > _l - pos:
         raise overrun('ListTransactionsResponse.unknown_state_filters', buf, pos, _c, 1)
     else:
-        f_unknown_state_filters = _lst = []
+        o.unknown_state_filters = _lst = []
         for _ in range(_c):
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
@@ -144,21 +148,22 @@ def _d_ListTransactionsResponse_0(buf, pos):
     elif _c * 11 > _l - pos:
         raise overrun('ListTransactionsResponse.transaction_states', buf, pos, _c, 11)
     else:
-        f_transaction_states = _lst = []
+        o.transaction_states = _lst = []
         for _ in range(_c):
             _e, pos = _d_TransactionState_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ListTransactionsResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ListTransactionsResponse(f_throttle_time_ms, f_error_code, f_unknown_state_filters, f_transaction_states, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_TransactionState_0(o, out, chunks):
     _b = o.transactional_id.encode('utf-8', 'surrogateescape')

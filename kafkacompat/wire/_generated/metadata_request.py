@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class MetadataRequestTopic(Struct):
     __slots__ = ('topic_id', 'name', 'unknown_tags',)
@@ -58,6 +59,8 @@ _S5 = _Struct('>??')
 
 def _d_MetadataRequestTopic_0(buf, pos):
     _l = len(buf)
+    o = _new(MetadataRequestTopic)
+    o.topic_id = ZERO_UUID
     if pos + 2 > _l:
         raise truncated('MetadataRequest.MetadataRequestTopic.name', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -68,13 +71,17 @@ def _d_MetadataRequestTopic_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('MetadataRequest.MetadataRequestTopic.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
-    f_unknown_tags = None
-    return MetadataRequestTopic(ZERO_UUID, f_name, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_MetadataRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(MetadataRequest)
+    o.allow_auto_topic_creation = True
+    o.include_cluster_authorized_operations = False
+    o.include_topic_authorized_operations = False
     if pos + 4 > _l:
         raise truncated('MetadataRequest.topics', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -84,15 +91,19 @@ def _d_MetadataRequest_0(buf, pos):
     elif _c * 2 > _l - pos:
         raise overrun('MetadataRequest.topics', buf, pos, _c, 2)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_MetadataRequestTopic_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return MetadataRequest(f_topics, True, False, False, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_MetadataRequest_1(buf, pos):
     _l = len(buf)
+    o = _new(MetadataRequest)
+    o.allow_auto_topic_creation = True
+    o.include_cluster_authorized_operations = False
+    o.include_topic_authorized_operations = False
     if pos + 4 > _l:
         raise truncated('MetadataRequest.topics', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -100,19 +111,22 @@ def _d_MetadataRequest_1(buf, pos):
     if _c < 0:
         if _c != -1:
             raise bad_length('MetadataRequest.topics', _c)
-        f_topics = None
+        o.topics = None
     elif _c * 2 > _l - pos:
         raise overrun('MetadataRequest.topics', buf, pos, _c, 2)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_MetadataRequestTopic_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return MetadataRequest(f_topics, True, False, False, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_MetadataRequest_4(buf, pos):
     _l = len(buf)
+    o = _new(MetadataRequest)
+    o.include_cluster_authorized_operations = False
+    o.include_topic_authorized_operations = False
     if pos + 4 > _l:
         raise truncated('MetadataRequest.topics', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -120,23 +134,24 @@ def _d_MetadataRequest_4(buf, pos):
     if _c < 0:
         if _c != -1:
             raise bad_length('MetadataRequest.topics', _c)
-        f_topics = None
+        o.topics = None
     elif _c * 2 > _l - pos:
         raise overrun('MetadataRequest.topics', buf, pos, _c, 2)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_MetadataRequestTopic_0(buf, pos)
             _lst.append(_e)
     if pos + 1 > _l:
         raise truncated('MetadataRequest.allow_auto_topic_creation', buf, pos, 1)
-    (f_allow_auto_topic_creation,) = _S2.unpack_from(buf, pos)
+    (o.allow_auto_topic_creation,) = _S2.unpack_from(buf, pos)
     pos += 1
-    f_unknown_tags = None
-    return MetadataRequest(f_topics, f_allow_auto_topic_creation, False, False, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_MetadataRequest_8(buf, pos):
     _l = len(buf)
+    o = _new(MetadataRequest)
     if pos + 4 > _l:
         raise truncated('MetadataRequest.topics', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -144,23 +159,25 @@ def _d_MetadataRequest_8(buf, pos):
     if _c < 0:
         if _c != -1:
             raise bad_length('MetadataRequest.topics', _c)
-        f_topics = None
+        o.topics = None
     elif _c * 2 > _l - pos:
         raise overrun('MetadataRequest.topics', buf, pos, _c, 2)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_MetadataRequestTopic_0(buf, pos)
             _lst.append(_e)
     if pos + 3 > _l:
         raise truncated('MetadataRequest.allow_auto_topic_creation', buf, pos, 3)
-    f_allow_auto_topic_creation, f_include_cluster_authorized_operations, f_include_topic_authorized_operations = _S3.unpack_from(buf, pos)
+    o.allow_auto_topic_creation, o.include_cluster_authorized_operations, o.include_topic_authorized_operations = _S3.unpack_from(buf, pos)
     pos += 3
-    f_unknown_tags = None
-    return MetadataRequest(f_topics, f_allow_auto_topic_creation, f_include_cluster_authorized_operations, f_include_topic_authorized_operations, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_MetadataRequestTopic_9(buf, pos):
     _l = len(buf)
+    o = _new(MetadataRequestTopic)
+    o.topic_id = ZERO_UUID
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -173,22 +190,24 @@ def _d_MetadataRequestTopic_9(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('MetadataRequest.MetadataRequestTopic.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'MetadataRequest.MetadataRequestTopic')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return MetadataRequestTopic(ZERO_UUID, f_name, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_MetadataRequest_9(buf, pos):
     _l = len(buf)
+    o = _new(MetadataRequest)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -198,37 +217,39 @@ def _d_MetadataRequest_9(buf, pos):
     if _c < 0:
         if _c != -1:
             raise bad_length('MetadataRequest.topics', _c)
-        f_topics = None
+        o.topics = None
     elif _c * 2 > _l - pos:
         raise overrun('MetadataRequest.topics', buf, pos, _c, 2)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_MetadataRequestTopic_9(buf, pos)
             _lst.append(_e)
     if pos + 3 > _l:
         raise truncated('MetadataRequest.allow_auto_topic_creation', buf, pos, 3)
-    f_allow_auto_topic_creation, f_include_cluster_authorized_operations, f_include_topic_authorized_operations = _S3.unpack_from(buf, pos)
+    o.allow_auto_topic_creation, o.include_cluster_authorized_operations, o.include_topic_authorized_operations = _S3.unpack_from(buf, pos)
     pos += 3
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'MetadataRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return MetadataRequest(f_topics, f_allow_auto_topic_creation, f_include_cluster_authorized_operations, f_include_topic_authorized_operations, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_MetadataRequestTopic_10(buf, pos):
     _l = len(buf)
+    o = _new(MetadataRequestTopic)
     if pos + 16 > _l:
         raise truncated('MetadataRequest.MetadataRequestTopic.topic_id', buf, pos, 16)
-    (f_topic_id,) = _S4.unpack_from(buf, pos)
+    (o.topic_id,) = _S4.unpack_from(buf, pos)
     pos += 16
-    f_topic_id = _UUID(bytes=f_topic_id)
+    o.topic_id = _UUID(bytes=o.topic_id)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -238,27 +259,29 @@ def _d_MetadataRequestTopic_10(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('MetadataRequest.MetadataRequestTopic.name', _n)
-        f_name = None
+        o.name = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('MetadataRequest.MetadataRequestTopic.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'MetadataRequest.MetadataRequestTopic')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return MetadataRequestTopic(f_topic_id, f_name, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_MetadataRequest_10(buf, pos):
     _l = len(buf)
+    o = _new(MetadataRequest)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -268,32 +291,35 @@ def _d_MetadataRequest_10(buf, pos):
     if _c < 0:
         if _c != -1:
             raise bad_length('MetadataRequest.topics', _c)
-        f_topics = None
+        o.topics = None
     elif _c * 18 > _l - pos:
         raise overrun('MetadataRequest.topics', buf, pos, _c, 18)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_MetadataRequestTopic_10(buf, pos)
             _lst.append(_e)
     if pos + 3 > _l:
         raise truncated('MetadataRequest.allow_auto_topic_creation', buf, pos, 3)
-    f_allow_auto_topic_creation, f_include_cluster_authorized_operations, f_include_topic_authorized_operations = _S3.unpack_from(buf, pos)
+    o.allow_auto_topic_creation, o.include_cluster_authorized_operations, o.include_topic_authorized_operations = _S3.unpack_from(buf, pos)
     pos += 3
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'MetadataRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return MetadataRequest(f_topics, f_allow_auto_topic_creation, f_include_cluster_authorized_operations, f_include_topic_authorized_operations, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_MetadataRequest_11(buf, pos):
     _l = len(buf)
+    o = _new(MetadataRequest)
+    o.include_cluster_authorized_operations = False
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -303,29 +329,30 @@ def _d_MetadataRequest_11(buf, pos):
     if _c < 0:
         if _c != -1:
             raise bad_length('MetadataRequest.topics', _c)
-        f_topics = None
+        o.topics = None
     elif _c * 18 > _l - pos:
         raise overrun('MetadataRequest.topics', buf, pos, _c, 18)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_MetadataRequestTopic_10(buf, pos)
             _lst.append(_e)
     if pos + 2 > _l:
         raise truncated('MetadataRequest.allow_auto_topic_creation', buf, pos, 2)
-    f_allow_auto_topic_creation, f_include_topic_authorized_operations = _S5.unpack_from(buf, pos)
+    o.allow_auto_topic_creation, o.include_topic_authorized_operations = _S5.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'MetadataRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return MetadataRequest(f_topics, f_allow_auto_topic_creation, False, f_include_topic_authorized_operations, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_MetadataRequestTopic_0(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')

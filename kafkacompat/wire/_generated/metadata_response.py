@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class MetadataResponseBroker(Struct):
     __slots__ = ('node_id', 'host', 'port', 'rack', 'unknown_tags',)
@@ -111,9 +112,11 @@ _A_i = ARRAY_STRUCTS['i']
 
 def _d_MetadataResponseBroker_0(buf, pos):
     _l = len(buf)
+    o = _new(MetadataResponseBroker)
+    o.rack = None
     if pos + 4 > _l:
         raise truncated('MetadataResponse.MetadataResponseBroker.node_id', buf, pos, 4)
-    (f_node_id,) = _S0.unpack_from(buf, pos)
+    (o.node_id,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 2 > _l:
         raise truncated('MetadataResponse.MetadataResponseBroker.host', buf, pos, 2)
@@ -125,20 +128,23 @@ def _d_MetadataResponseBroker_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('MetadataResponse.MetadataResponseBroker.host', buf, pos, _n, 1)
-        f_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('MetadataResponse.MetadataResponseBroker.port', buf, pos, 4)
-    (f_port,) = _S0.unpack_from(buf, pos)
+    (o.port,) = _S0.unpack_from(buf, pos)
     pos += 4
-    f_unknown_tags = None
-    return MetadataResponseBroker(f_node_id, f_host, f_port, None, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_MetadataResponsePartition_0(buf, pos):
     _l = len(buf)
+    o = _new(MetadataResponsePartition)
+    o.leader_epoch = -1
+    o.offline_replicas = []
     if pos + 10 > _l:
         raise truncated('MetadataResponse.MetadataResponsePartition.error_code', buf, pos, 10)
-    f_error_code, f_partition_index, f_leader_id = _S2.unpack_from(buf, pos)
+    o.error_code, o.partition_index, o.leader_id = _S2.unpack_from(buf, pos)
     pos += 10
     if pos + 4 > _l:
         raise truncated('MetadataResponse.MetadataResponsePartition.replica_nodes', buf, pos, 4)
@@ -150,7 +156,7 @@ def _d_MetadataResponsePartition_0(buf, pos):
         raise overrun('MetadataResponse.MetadataResponsePartition.replica_nodes', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_replica_nodes = list(_st.unpack_from(buf, pos))
+        o.replica_nodes = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos + 4 > _l:
         raise truncated('MetadataResponse.MetadataResponsePartition.isr_nodes', buf, pos, 4)
@@ -162,16 +168,20 @@ def _d_MetadataResponsePartition_0(buf, pos):
         raise overrun('MetadataResponse.MetadataResponsePartition.isr_nodes', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_isr_nodes = list(_st.unpack_from(buf, pos))
+        o.isr_nodes = list(_st.unpack_from(buf, pos))
         pos += _c * 4
-    f_unknown_tags = None
-    return MetadataResponsePartition(f_error_code, f_partition_index, f_leader_id, -1, f_replica_nodes, f_isr_nodes, [], f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_MetadataResponseTopic_0(buf, pos):
     _l = len(buf)
+    o = _new(MetadataResponseTopic)
+    o.topic_id = ZERO_UUID
+    o.is_internal = False
+    o.topic_authorized_operations = -2147483648
     if pos + 2 > _l:
         raise truncated('MetadataResponse.MetadataResponseTopic.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
     if pos + 2 > _l:
         raise truncated('MetadataResponse.MetadataResponseTopic.name', buf, pos, 2)
@@ -183,7 +193,7 @@ def _d_MetadataResponseTopic_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('MetadataResponse.MetadataResponseTopic.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('MetadataResponse.MetadataResponseTopic.partitions', buf, pos, 4)
@@ -194,15 +204,20 @@ def _d_MetadataResponseTopic_0(buf, pos):
     elif _c * 18 > _l - pos:
         raise overrun('MetadataResponse.MetadataResponseTopic.partitions', buf, pos, _c, 18)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_MetadataResponsePartition_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return MetadataResponseTopic(f_error_code, f_name, ZERO_UUID, False, f_partitions, -2147483648, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_MetadataResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(MetadataResponse)
+    o.throttle_time_ms = 0
+    o.cluster_id = None
+    o.controller_id = -1
+    o.cluster_authorized_operations = -2147483648
     if pos + 4 > _l:
         raise truncated('MetadataResponse.brokers', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -212,7 +227,7 @@ def _d_MetadataResponse_0(buf, pos):
     elif _c * 10 > _l - pos:
         raise overrun('MetadataResponse.brokers', buf, pos, _c, 10)
     else:
-        f_brokers = _lst = []
+        o.brokers = _lst = []
         for _ in range(_c):
             _e, pos = _d_MetadataResponseBroker_0(buf, pos)
             _lst.append(_e)
@@ -225,18 +240,19 @@ def _d_MetadataResponse_0(buf, pos):
     elif _c * 8 > _l - pos:
         raise overrun('MetadataResponse.topics', buf, pos, _c, 8)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_MetadataResponseTopic_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return MetadataResponse(0, f_brokers, None, -1, f_topics, -2147483648, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_MetadataResponseBroker_1(buf, pos):
     _l = len(buf)
+    o = _new(MetadataResponseBroker)
     if pos + 4 > _l:
         raise truncated('MetadataResponse.MetadataResponseBroker.node_id', buf, pos, 4)
-    (f_node_id,) = _S0.unpack_from(buf, pos)
+    (o.node_id,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 2 > _l:
         raise truncated('MetadataResponse.MetadataResponseBroker.host', buf, pos, 2)
@@ -248,11 +264,11 @@ def _d_MetadataResponseBroker_1(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('MetadataResponse.MetadataResponseBroker.host', buf, pos, _n, 1)
-        f_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('MetadataResponse.MetadataResponseBroker.port', buf, pos, 4)
-    (f_port,) = _S0.unpack_from(buf, pos)
+    (o.port,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 2 > _l:
         raise truncated('MetadataResponse.MetadataResponseBroker.rack', buf, pos, 2)
@@ -261,21 +277,24 @@ def _d_MetadataResponseBroker_1(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('MetadataResponse.MetadataResponseBroker.rack', _n)
-        f_rack = None
+        o.rack = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('MetadataResponse.MetadataResponseBroker.rack', buf, pos, _n, 1)
-        f_rack = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.rack = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
-    f_unknown_tags = None
-    return MetadataResponseBroker(f_node_id, f_host, f_port, f_rack, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_MetadataResponseTopic_1(buf, pos):
     _l = len(buf)
+    o = _new(MetadataResponseTopic)
+    o.topic_id = ZERO_UUID
+    o.topic_authorized_operations = -2147483648
     if pos + 2 > _l:
         raise truncated('MetadataResponse.MetadataResponseTopic.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
     if pos + 2 > _l:
         raise truncated('MetadataResponse.MetadataResponseTopic.name', buf, pos, 2)
@@ -287,11 +306,11 @@ def _d_MetadataResponseTopic_1(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('MetadataResponse.MetadataResponseTopic.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 1 > _l:
         raise truncated('MetadataResponse.MetadataResponseTopic.is_internal', buf, pos, 1)
-    (f_is_internal,) = _S3.unpack_from(buf, pos)
+    (o.is_internal,) = _S3.unpack_from(buf, pos)
     pos += 1
     if pos + 4 > _l:
         raise truncated('MetadataResponse.MetadataResponseTopic.partitions', buf, pos, 4)
@@ -302,15 +321,19 @@ def _d_MetadataResponseTopic_1(buf, pos):
     elif _c * 18 > _l - pos:
         raise overrun('MetadataResponse.MetadataResponseTopic.partitions', buf, pos, _c, 18)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_MetadataResponsePartition_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return MetadataResponseTopic(f_error_code, f_name, ZERO_UUID, f_is_internal, f_partitions, -2147483648, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_MetadataResponse_1(buf, pos):
     _l = len(buf)
+    o = _new(MetadataResponse)
+    o.throttle_time_ms = 0
+    o.cluster_id = None
+    o.cluster_authorized_operations = -2147483648
     if pos + 4 > _l:
         raise truncated('MetadataResponse.brokers', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -320,13 +343,13 @@ def _d_MetadataResponse_1(buf, pos):
     elif _c * 12 > _l - pos:
         raise overrun('MetadataResponse.brokers', buf, pos, _c, 12)
     else:
-        f_brokers = _lst = []
+        o.brokers = _lst = []
         for _ in range(_c):
             _e, pos = _d_MetadataResponseBroker_1(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
         raise truncated('MetadataResponse.controller_id', buf, pos, 4)
-    (f_controller_id,) = _S0.unpack_from(buf, pos)
+    (o.controller_id,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('MetadataResponse.topics', buf, pos, 4)
@@ -337,15 +360,18 @@ def _d_MetadataResponse_1(buf, pos):
     elif _c * 9 > _l - pos:
         raise overrun('MetadataResponse.topics', buf, pos, _c, 9)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_MetadataResponseTopic_1(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return MetadataResponse(0, f_brokers, None, f_controller_id, f_topics, -2147483648, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_MetadataResponse_2(buf, pos):
     _l = len(buf)
+    o = _new(MetadataResponse)
+    o.throttle_time_ms = 0
+    o.cluster_authorized_operations = -2147483648
     if pos + 4 > _l:
         raise truncated('MetadataResponse.brokers', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -355,7 +381,7 @@ def _d_MetadataResponse_2(buf, pos):
     elif _c * 12 > _l - pos:
         raise overrun('MetadataResponse.brokers', buf, pos, _c, 12)
     else:
-        f_brokers = _lst = []
+        o.brokers = _lst = []
         for _ in range(_c):
             _e, pos = _d_MetadataResponseBroker_1(buf, pos)
             _lst.append(_e)
@@ -366,16 +392,16 @@ def _d_MetadataResponse_2(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('MetadataResponse.cluster_id', _n)
-        f_cluster_id = None
+        o.cluster_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('MetadataResponse.cluster_id', buf, pos, _n, 1)
-        f_cluster_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.cluster_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('MetadataResponse.controller_id', buf, pos, 4)
-    (f_controller_id,) = _S0.unpack_from(buf, pos)
+    (o.controller_id,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('MetadataResponse.topics', buf, pos, 4)
@@ -386,18 +412,20 @@ def _d_MetadataResponse_2(buf, pos):
     elif _c * 9 > _l - pos:
         raise overrun('MetadataResponse.topics', buf, pos, _c, 9)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_MetadataResponseTopic_1(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return MetadataResponse(0, f_brokers, f_cluster_id, f_controller_id, f_topics, -2147483648, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_MetadataResponse_3(buf, pos):
     _l = len(buf)
+    o = _new(MetadataResponse)
+    o.cluster_authorized_operations = -2147483648
     if pos + 4 > _l:
         raise truncated('MetadataResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('MetadataResponse.brokers', buf, pos, 4)
@@ -408,7 +436,7 @@ def _d_MetadataResponse_3(buf, pos):
     elif _c * 12 > _l - pos:
         raise overrun('MetadataResponse.brokers', buf, pos, _c, 12)
     else:
-        f_brokers = _lst = []
+        o.brokers = _lst = []
         for _ in range(_c):
             _e, pos = _d_MetadataResponseBroker_1(buf, pos)
             _lst.append(_e)
@@ -419,16 +447,16 @@ def _d_MetadataResponse_3(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('MetadataResponse.cluster_id', _n)
-        f_cluster_id = None
+        o.cluster_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('MetadataResponse.cluster_id', buf, pos, _n, 1)
-        f_cluster_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.cluster_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('MetadataResponse.controller_id', buf, pos, 4)
-    (f_controller_id,) = _S0.unpack_from(buf, pos)
+    (o.controller_id,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('MetadataResponse.topics', buf, pos, 4)
@@ -439,18 +467,20 @@ def _d_MetadataResponse_3(buf, pos):
     elif _c * 9 > _l - pos:
         raise overrun('MetadataResponse.topics', buf, pos, _c, 9)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_MetadataResponseTopic_1(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return MetadataResponse(f_throttle_time_ms, f_brokers, f_cluster_id, f_controller_id, f_topics, -2147483648, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_MetadataResponsePartition_5(buf, pos):
     _l = len(buf)
+    o = _new(MetadataResponsePartition)
+    o.leader_epoch = -1
     if pos + 10 > _l:
         raise truncated('MetadataResponse.MetadataResponsePartition.error_code', buf, pos, 10)
-    f_error_code, f_partition_index, f_leader_id = _S2.unpack_from(buf, pos)
+    o.error_code, o.partition_index, o.leader_id = _S2.unpack_from(buf, pos)
     pos += 10
     if pos + 4 > _l:
         raise truncated('MetadataResponse.MetadataResponsePartition.replica_nodes', buf, pos, 4)
@@ -462,7 +492,7 @@ def _d_MetadataResponsePartition_5(buf, pos):
         raise overrun('MetadataResponse.MetadataResponsePartition.replica_nodes', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_replica_nodes = list(_st.unpack_from(buf, pos))
+        o.replica_nodes = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos + 4 > _l:
         raise truncated('MetadataResponse.MetadataResponsePartition.isr_nodes', buf, pos, 4)
@@ -474,7 +504,7 @@ def _d_MetadataResponsePartition_5(buf, pos):
         raise overrun('MetadataResponse.MetadataResponsePartition.isr_nodes', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_isr_nodes = list(_st.unpack_from(buf, pos))
+        o.isr_nodes = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos + 4 > _l:
         raise truncated('MetadataResponse.MetadataResponsePartition.offline_replicas', buf, pos, 4)
@@ -486,16 +516,19 @@ def _d_MetadataResponsePartition_5(buf, pos):
         raise overrun('MetadataResponse.MetadataResponsePartition.offline_replicas', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_offline_replicas = list(_st.unpack_from(buf, pos))
+        o.offline_replicas = list(_st.unpack_from(buf, pos))
         pos += _c * 4
-    f_unknown_tags = None
-    return MetadataResponsePartition(f_error_code, f_partition_index, f_leader_id, -1, f_replica_nodes, f_isr_nodes, f_offline_replicas, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_MetadataResponseTopic_5(buf, pos):
     _l = len(buf)
+    o = _new(MetadataResponseTopic)
+    o.topic_id = ZERO_UUID
+    o.topic_authorized_operations = -2147483648
     if pos + 2 > _l:
         raise truncated('MetadataResponse.MetadataResponseTopic.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
     if pos + 2 > _l:
         raise truncated('MetadataResponse.MetadataResponseTopic.name', buf, pos, 2)
@@ -507,11 +540,11 @@ def _d_MetadataResponseTopic_5(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('MetadataResponse.MetadataResponseTopic.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 1 > _l:
         raise truncated('MetadataResponse.MetadataResponseTopic.is_internal', buf, pos, 1)
-    (f_is_internal,) = _S3.unpack_from(buf, pos)
+    (o.is_internal,) = _S3.unpack_from(buf, pos)
     pos += 1
     if pos + 4 > _l:
         raise truncated('MetadataResponse.MetadataResponseTopic.partitions', buf, pos, 4)
@@ -522,18 +555,20 @@ def _d_MetadataResponseTopic_5(buf, pos):
     elif _c * 22 > _l - pos:
         raise overrun('MetadataResponse.MetadataResponseTopic.partitions', buf, pos, _c, 22)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_MetadataResponsePartition_5(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return MetadataResponseTopic(f_error_code, f_name, ZERO_UUID, f_is_internal, f_partitions, -2147483648, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_MetadataResponse_5(buf, pos):
     _l = len(buf)
+    o = _new(MetadataResponse)
+    o.cluster_authorized_operations = -2147483648
     if pos + 4 > _l:
         raise truncated('MetadataResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('MetadataResponse.brokers', buf, pos, 4)
@@ -544,7 +579,7 @@ def _d_MetadataResponse_5(buf, pos):
     elif _c * 12 > _l - pos:
         raise overrun('MetadataResponse.brokers', buf, pos, _c, 12)
     else:
-        f_brokers = _lst = []
+        o.brokers = _lst = []
         for _ in range(_c):
             _e, pos = _d_MetadataResponseBroker_1(buf, pos)
             _lst.append(_e)
@@ -555,16 +590,16 @@ def _d_MetadataResponse_5(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('MetadataResponse.cluster_id', _n)
-        f_cluster_id = None
+        o.cluster_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('MetadataResponse.cluster_id', buf, pos, _n, 1)
-        f_cluster_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.cluster_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('MetadataResponse.controller_id', buf, pos, 4)
-    (f_controller_id,) = _S0.unpack_from(buf, pos)
+    (o.controller_id,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('MetadataResponse.topics', buf, pos, 4)
@@ -575,18 +610,19 @@ def _d_MetadataResponse_5(buf, pos):
     elif _c * 9 > _l - pos:
         raise overrun('MetadataResponse.topics', buf, pos, _c, 9)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_MetadataResponseTopic_5(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return MetadataResponse(f_throttle_time_ms, f_brokers, f_cluster_id, f_controller_id, f_topics, -2147483648, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_MetadataResponsePartition_7(buf, pos):
     _l = len(buf)
+    o = _new(MetadataResponsePartition)
     if pos + 14 > _l:
         raise truncated('MetadataResponse.MetadataResponsePartition.error_code', buf, pos, 14)
-    f_error_code, f_partition_index, f_leader_id, f_leader_epoch = _S4.unpack_from(buf, pos)
+    o.error_code, o.partition_index, o.leader_id, o.leader_epoch = _S4.unpack_from(buf, pos)
     pos += 14
     if pos + 4 > _l:
         raise truncated('MetadataResponse.MetadataResponsePartition.replica_nodes', buf, pos, 4)
@@ -598,7 +634,7 @@ def _d_MetadataResponsePartition_7(buf, pos):
         raise overrun('MetadataResponse.MetadataResponsePartition.replica_nodes', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_replica_nodes = list(_st.unpack_from(buf, pos))
+        o.replica_nodes = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos + 4 > _l:
         raise truncated('MetadataResponse.MetadataResponsePartition.isr_nodes', buf, pos, 4)
@@ -610,7 +646,7 @@ def _d_MetadataResponsePartition_7(buf, pos):
         raise overrun('MetadataResponse.MetadataResponsePartition.isr_nodes', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_isr_nodes = list(_st.unpack_from(buf, pos))
+        o.isr_nodes = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos + 4 > _l:
         raise truncated('MetadataResponse.MetadataResponsePartition.offline_replicas', buf, pos, 4)
@@ -622,16 +658,19 @@ def _d_MetadataResponsePartition_7(buf, pos):
         raise overrun('MetadataResponse.MetadataResponsePartition.offline_replicas', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_offline_replicas = list(_st.unpack_from(buf, pos))
+        o.offline_replicas = list(_st.unpack_from(buf, pos))
         pos += _c * 4
-    f_unknown_tags = None
-    return MetadataResponsePartition(f_error_code, f_partition_index, f_leader_id, f_leader_epoch, f_replica_nodes, f_isr_nodes, f_offline_replicas, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_MetadataResponseTopic_7(buf, pos):
     _l = len(buf)
+    o = _new(MetadataResponseTopic)
+    o.topic_id = ZERO_UUID
+    o.topic_authorized_operations = -2147483648
     if pos + 2 > _l:
         raise truncated('MetadataResponse.MetadataResponseTopic.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
     if pos + 2 > _l:
         raise truncated('MetadataResponse.MetadataResponseTopic.name', buf, pos, 2)
@@ -643,11 +682,11 @@ def _d_MetadataResponseTopic_7(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('MetadataResponse.MetadataResponseTopic.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 1 > _l:
         raise truncated('MetadataResponse.MetadataResponseTopic.is_internal', buf, pos, 1)
-    (f_is_internal,) = _S3.unpack_from(buf, pos)
+    (o.is_internal,) = _S3.unpack_from(buf, pos)
     pos += 1
     if pos + 4 > _l:
         raise truncated('MetadataResponse.MetadataResponseTopic.partitions', buf, pos, 4)
@@ -658,18 +697,20 @@ def _d_MetadataResponseTopic_7(buf, pos):
     elif _c * 26 > _l - pos:
         raise overrun('MetadataResponse.MetadataResponseTopic.partitions', buf, pos, _c, 26)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_MetadataResponsePartition_7(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return MetadataResponseTopic(f_error_code, f_name, ZERO_UUID, f_is_internal, f_partitions, -2147483648, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_MetadataResponse_7(buf, pos):
     _l = len(buf)
+    o = _new(MetadataResponse)
+    o.cluster_authorized_operations = -2147483648
     if pos + 4 > _l:
         raise truncated('MetadataResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('MetadataResponse.brokers', buf, pos, 4)
@@ -680,7 +721,7 @@ def _d_MetadataResponse_7(buf, pos):
     elif _c * 12 > _l - pos:
         raise overrun('MetadataResponse.brokers', buf, pos, _c, 12)
     else:
-        f_brokers = _lst = []
+        o.brokers = _lst = []
         for _ in range(_c):
             _e, pos = _d_MetadataResponseBroker_1(buf, pos)
             _lst.append(_e)
@@ -691,16 +732,16 @@ def _d_MetadataResponse_7(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('MetadataResponse.cluster_id', _n)
-        f_cluster_id = None
+        o.cluster_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('MetadataResponse.cluster_id', buf, pos, _n, 1)
-        f_cluster_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.cluster_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('MetadataResponse.controller_id', buf, pos, 4)
-    (f_controller_id,) = _S0.unpack_from(buf, pos)
+    (o.controller_id,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('MetadataResponse.topics', buf, pos, 4)
@@ -711,18 +752,20 @@ def _d_MetadataResponse_7(buf, pos):
     elif _c * 9 > _l - pos:
         raise overrun('MetadataResponse.topics', buf, pos, _c, 9)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_MetadataResponseTopic_7(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return MetadataResponse(f_throttle_time_ms, f_brokers, f_cluster_id, f_controller_id, f_topics, -2147483648, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_MetadataResponseTopic_8(buf, pos):
     _l = len(buf)
+    o = _new(MetadataResponseTopic)
+    o.topic_id = ZERO_UUID
     if pos + 2 > _l:
         raise truncated('MetadataResponse.MetadataResponseTopic.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
     if pos + 2 > _l:
         raise truncated('MetadataResponse.MetadataResponseTopic.name', buf, pos, 2)
@@ -734,11 +777,11 @@ def _d_MetadataResponseTopic_8(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('MetadataResponse.MetadataResponseTopic.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 1 > _l:
         raise truncated('MetadataResponse.MetadataResponseTopic.is_internal', buf, pos, 1)
-    (f_is_internal,) = _S3.unpack_from(buf, pos)
+    (o.is_internal,) = _S3.unpack_from(buf, pos)
     pos += 1
     if pos + 4 > _l:
         raise truncated('MetadataResponse.MetadataResponseTopic.partitions', buf, pos, 4)
@@ -749,22 +792,23 @@ def _d_MetadataResponseTopic_8(buf, pos):
     elif _c * 26 > _l - pos:
         raise overrun('MetadataResponse.MetadataResponseTopic.partitions', buf, pos, _c, 26)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_MetadataResponsePartition_7(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
         raise truncated('MetadataResponse.MetadataResponseTopic.topic_authorized_operations', buf, pos, 4)
-    (f_topic_authorized_operations,) = _S0.unpack_from(buf, pos)
+    (o.topic_authorized_operations,) = _S0.unpack_from(buf, pos)
     pos += 4
-    f_unknown_tags = None
-    return MetadataResponseTopic(f_error_code, f_name, ZERO_UUID, f_is_internal, f_partitions, f_topic_authorized_operations, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_MetadataResponse_8(buf, pos):
     _l = len(buf)
+    o = _new(MetadataResponse)
     if pos + 4 > _l:
         raise truncated('MetadataResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('MetadataResponse.brokers', buf, pos, 4)
@@ -775,7 +819,7 @@ def _d_MetadataResponse_8(buf, pos):
     elif _c * 12 > _l - pos:
         raise overrun('MetadataResponse.brokers', buf, pos, _c, 12)
     else:
-        f_brokers = _lst = []
+        o.brokers = _lst = []
         for _ in range(_c):
             _e, pos = _d_MetadataResponseBroker_1(buf, pos)
             _lst.append(_e)
@@ -786,16 +830,16 @@ def _d_MetadataResponse_8(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('MetadataResponse.cluster_id', _n)
-        f_cluster_id = None
+        o.cluster_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('MetadataResponse.cluster_id', buf, pos, _n, 1)
-        f_cluster_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.cluster_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('MetadataResponse.controller_id', buf, pos, 4)
-    (f_controller_id,) = _S0.unpack_from(buf, pos)
+    (o.controller_id,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('MetadataResponse.topics', buf, pos, 4)
@@ -806,22 +850,23 @@ def _d_MetadataResponse_8(buf, pos):
     elif _c * 13 > _l - pos:
         raise overrun('MetadataResponse.topics', buf, pos, _c, 13)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_MetadataResponseTopic_8(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
         raise truncated('MetadataResponse.cluster_authorized_operations', buf, pos, 4)
-    (f_cluster_authorized_operations,) = _S0.unpack_from(buf, pos)
+    (o.cluster_authorized_operations,) = _S0.unpack_from(buf, pos)
     pos += 4
-    f_unknown_tags = None
-    return MetadataResponse(f_throttle_time_ms, f_brokers, f_cluster_id, f_controller_id, f_topics, f_cluster_authorized_operations, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_MetadataResponseBroker_9(buf, pos):
     _l = len(buf)
+    o = _new(MetadataResponseBroker)
     if pos + 4 > _l:
         raise truncated('MetadataResponse.MetadataResponseBroker.node_id', buf, pos, 4)
-    (f_node_id,) = _S0.unpack_from(buf, pos)
+    (o.node_id,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -835,11 +880,11 @@ def _d_MetadataResponseBroker_9(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('MetadataResponse.MetadataResponseBroker.host', buf, pos, _n, 1)
-        f_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('MetadataResponse.MetadataResponseBroker.port', buf, pos, 4)
-    (f_port,) = _S0.unpack_from(buf, pos)
+    (o.port,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -850,30 +895,32 @@ def _d_MetadataResponseBroker_9(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('MetadataResponse.MetadataResponseBroker.rack', _n)
-        f_rack = None
+        o.rack = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('MetadataResponse.MetadataResponseBroker.rack', buf, pos, _n, 1)
-        f_rack = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.rack = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'MetadataResponse.MetadataResponseBroker')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return MetadataResponseBroker(f_node_id, f_host, f_port, f_rack, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_MetadataResponsePartition_9(buf, pos):
     _l = len(buf)
+    o = _new(MetadataResponsePartition)
     if pos + 14 > _l:
         raise truncated('MetadataResponse.MetadataResponsePartition.error_code', buf, pos, 14)
-    f_error_code, f_partition_index, f_leader_id, f_leader_epoch = _S4.unpack_from(buf, pos)
+    o.error_code, o.partition_index, o.leader_id, o.leader_epoch = _S4.unpack_from(buf, pos)
     pos += 14
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -887,7 +934,7 @@ def _d_MetadataResponsePartition_9(buf, pos):
         raise overrun('MetadataResponse.MetadataResponsePartition.replica_nodes', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_replica_nodes = list(_st.unpack_from(buf, pos))
+        o.replica_nodes = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -901,7 +948,7 @@ def _d_MetadataResponsePartition_9(buf, pos):
         raise overrun('MetadataResponse.MetadataResponsePartition.isr_nodes', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_isr_nodes = list(_st.unpack_from(buf, pos))
+        o.isr_nodes = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -915,25 +962,28 @@ def _d_MetadataResponsePartition_9(buf, pos):
         raise overrun('MetadataResponse.MetadataResponsePartition.offline_replicas', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_offline_replicas = list(_st.unpack_from(buf, pos))
+        o.offline_replicas = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'MetadataResponse.MetadataResponsePartition')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return MetadataResponsePartition(f_error_code, f_partition_index, f_leader_id, f_leader_epoch, f_replica_nodes, f_isr_nodes, f_offline_replicas, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_MetadataResponseTopic_9(buf, pos):
     _l = len(buf)
+    o = _new(MetadataResponseTopic)
+    o.topic_id = ZERO_UUID
     if pos + 2 > _l:
         raise truncated('MetadataResponse.MetadataResponseTopic.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -947,11 +997,11 @@ def _d_MetadataResponseTopic_9(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('MetadataResponse.MetadataResponseTopic.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 1 > _l:
         raise truncated('MetadataResponse.MetadataResponseTopic.is_internal', buf, pos, 1)
-    (f_is_internal,) = _S3.unpack_from(buf, pos)
+    (o.is_internal,) = _S3.unpack_from(buf, pos)
     pos += 1
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -964,31 +1014,33 @@ def _d_MetadataResponseTopic_9(buf, pos):
     elif _c * 18 > _l - pos:
         raise overrun('MetadataResponse.MetadataResponseTopic.partitions', buf, pos, _c, 18)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_MetadataResponsePartition_9(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
         raise truncated('MetadataResponse.MetadataResponseTopic.topic_authorized_operations', buf, pos, 4)
-    (f_topic_authorized_operations,) = _S0.unpack_from(buf, pos)
+    (o.topic_authorized_operations,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'MetadataResponse.MetadataResponseTopic')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return MetadataResponseTopic(f_error_code, f_name, ZERO_UUID, f_is_internal, f_partitions, f_topic_authorized_operations, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_MetadataResponse_9(buf, pos):
     _l = len(buf)
+    o = _new(MetadataResponse)
     if pos + 4 > _l:
         raise truncated('MetadataResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -1001,7 +1053,7 @@ def _d_MetadataResponse_9(buf, pos):
     elif _c * 11 > _l - pos:
         raise overrun('MetadataResponse.brokers', buf, pos, _c, 11)
     else:
-        f_brokers = _lst = []
+        o.brokers = _lst = []
         for _ in range(_c):
             _e, pos = _d_MetadataResponseBroker_9(buf, pos)
             _lst.append(_e)
@@ -1014,16 +1066,16 @@ def _d_MetadataResponse_9(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('MetadataResponse.cluster_id', _n)
-        f_cluster_id = None
+        o.cluster_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('MetadataResponse.cluster_id', buf, pos, _n, 1)
-        f_cluster_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.cluster_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('MetadataResponse.controller_id', buf, pos, 4)
-    (f_controller_id,) = _S0.unpack_from(buf, pos)
+    (o.controller_id,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -1036,31 +1088,33 @@ def _d_MetadataResponse_9(buf, pos):
     elif _c * 10 > _l - pos:
         raise overrun('MetadataResponse.topics', buf, pos, _c, 10)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_MetadataResponseTopic_9(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
         raise truncated('MetadataResponse.cluster_authorized_operations', buf, pos, 4)
-    (f_cluster_authorized_operations,) = _S0.unpack_from(buf, pos)
+    (o.cluster_authorized_operations,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'MetadataResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return MetadataResponse(f_throttle_time_ms, f_brokers, f_cluster_id, f_controller_id, f_topics, f_cluster_authorized_operations, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_MetadataResponseTopic_10(buf, pos):
     _l = len(buf)
+    o = _new(MetadataResponseTopic)
     if pos + 2 > _l:
         raise truncated('MetadataResponse.MetadataResponseTopic.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -1074,13 +1128,13 @@ def _d_MetadataResponseTopic_10(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('MetadataResponse.MetadataResponseTopic.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 17 > _l:
         raise truncated('MetadataResponse.MetadataResponseTopic.topic_id', buf, pos, 17)
-    f_topic_id, f_is_internal = _S5.unpack_from(buf, pos)
+    o.topic_id, o.is_internal = _S5.unpack_from(buf, pos)
     pos += 17
-    f_topic_id = _UUID(bytes=f_topic_id)
+    o.topic_id = _UUID(bytes=o.topic_id)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -1092,31 +1146,33 @@ def _d_MetadataResponseTopic_10(buf, pos):
     elif _c * 18 > _l - pos:
         raise overrun('MetadataResponse.MetadataResponseTopic.partitions', buf, pos, _c, 18)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_MetadataResponsePartition_9(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
         raise truncated('MetadataResponse.MetadataResponseTopic.topic_authorized_operations', buf, pos, 4)
-    (f_topic_authorized_operations,) = _S0.unpack_from(buf, pos)
+    (o.topic_authorized_operations,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'MetadataResponse.MetadataResponseTopic')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return MetadataResponseTopic(f_error_code, f_name, f_topic_id, f_is_internal, f_partitions, f_topic_authorized_operations, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_MetadataResponse_10(buf, pos):
     _l = len(buf)
+    o = _new(MetadataResponse)
     if pos + 4 > _l:
         raise truncated('MetadataResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -1129,7 +1185,7 @@ def _d_MetadataResponse_10(buf, pos):
     elif _c * 11 > _l - pos:
         raise overrun('MetadataResponse.brokers', buf, pos, _c, 11)
     else:
-        f_brokers = _lst = []
+        o.brokers = _lst = []
         for _ in range(_c):
             _e, pos = _d_MetadataResponseBroker_9(buf, pos)
             _lst.append(_e)
@@ -1142,16 +1198,16 @@ def _d_MetadataResponse_10(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('MetadataResponse.cluster_id', _n)
-        f_cluster_id = None
+        o.cluster_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('MetadataResponse.cluster_id', buf, pos, _n, 1)
-        f_cluster_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.cluster_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('MetadataResponse.controller_id', buf, pos, 4)
-    (f_controller_id,) = _S0.unpack_from(buf, pos)
+    (o.controller_id,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -1164,31 +1220,34 @@ def _d_MetadataResponse_10(buf, pos):
     elif _c * 26 > _l - pos:
         raise overrun('MetadataResponse.topics', buf, pos, _c, 26)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_MetadataResponseTopic_10(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
         raise truncated('MetadataResponse.cluster_authorized_operations', buf, pos, 4)
-    (f_cluster_authorized_operations,) = _S0.unpack_from(buf, pos)
+    (o.cluster_authorized_operations,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'MetadataResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return MetadataResponse(f_throttle_time_ms, f_brokers, f_cluster_id, f_controller_id, f_topics, f_cluster_authorized_operations, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_MetadataResponse_11(buf, pos):
     _l = len(buf)
+    o = _new(MetadataResponse)
+    o.cluster_authorized_operations = -2147483648
     if pos + 4 > _l:
         raise truncated('MetadataResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -1201,7 +1260,7 @@ def _d_MetadataResponse_11(buf, pos):
     elif _c * 11 > _l - pos:
         raise overrun('MetadataResponse.brokers', buf, pos, _c, 11)
     else:
-        f_brokers = _lst = []
+        o.brokers = _lst = []
         for _ in range(_c):
             _e, pos = _d_MetadataResponseBroker_9(buf, pos)
             _lst.append(_e)
@@ -1214,16 +1273,16 @@ def _d_MetadataResponse_11(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('MetadataResponse.cluster_id', _n)
-        f_cluster_id = None
+        o.cluster_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('MetadataResponse.cluster_id', buf, pos, _n, 1)
-        f_cluster_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.cluster_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('MetadataResponse.controller_id', buf, pos, 4)
-    (f_controller_id,) = _S0.unpack_from(buf, pos)
+    (o.controller_id,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -1236,27 +1295,29 @@ def _d_MetadataResponse_11(buf, pos):
     elif _c * 26 > _l - pos:
         raise overrun('MetadataResponse.topics', buf, pos, _c, 26)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_MetadataResponseTopic_10(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'MetadataResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return MetadataResponse(f_throttle_time_ms, f_brokers, f_cluster_id, f_controller_id, f_topics, -2147483648, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_MetadataResponseTopic_12(buf, pos):
     _l = len(buf)
+    o = _new(MetadataResponseTopic)
     if pos + 2 > _l:
         raise truncated('MetadataResponse.MetadataResponseTopic.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -1267,18 +1328,18 @@ def _d_MetadataResponseTopic_12(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('MetadataResponse.MetadataResponseTopic.name', _n)
-        f_name = None
+        o.name = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('MetadataResponse.MetadataResponseTopic.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 17 > _l:
         raise truncated('MetadataResponse.MetadataResponseTopic.topic_id', buf, pos, 17)
-    f_topic_id, f_is_internal = _S5.unpack_from(buf, pos)
+    o.topic_id, o.is_internal = _S5.unpack_from(buf, pos)
     pos += 17
-    f_topic_id = _UUID(bytes=f_topic_id)
+    o.topic_id = _UUID(bytes=o.topic_id)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -1290,31 +1351,34 @@ def _d_MetadataResponseTopic_12(buf, pos):
     elif _c * 18 > _l - pos:
         raise overrun('MetadataResponse.MetadataResponseTopic.partitions', buf, pos, _c, 18)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_MetadataResponsePartition_9(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
         raise truncated('MetadataResponse.MetadataResponseTopic.topic_authorized_operations', buf, pos, 4)
-    (f_topic_authorized_operations,) = _S0.unpack_from(buf, pos)
+    (o.topic_authorized_operations,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'MetadataResponse.MetadataResponseTopic')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return MetadataResponseTopic(f_error_code, f_name, f_topic_id, f_is_internal, f_partitions, f_topic_authorized_operations, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_MetadataResponse_12(buf, pos):
     _l = len(buf)
+    o = _new(MetadataResponse)
+    o.cluster_authorized_operations = -2147483648
     if pos + 4 > _l:
         raise truncated('MetadataResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -1327,7 +1391,7 @@ def _d_MetadataResponse_12(buf, pos):
     elif _c * 11 > _l - pos:
         raise overrun('MetadataResponse.brokers', buf, pos, _c, 11)
     else:
-        f_brokers = _lst = []
+        o.brokers = _lst = []
         for _ in range(_c):
             _e, pos = _d_MetadataResponseBroker_9(buf, pos)
             _lst.append(_e)
@@ -1340,16 +1404,16 @@ def _d_MetadataResponse_12(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('MetadataResponse.cluster_id', _n)
-        f_cluster_id = None
+        o.cluster_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('MetadataResponse.cluster_id', buf, pos, _n, 1)
-        f_cluster_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.cluster_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('MetadataResponse.controller_id', buf, pos, 4)
-    (f_controller_id,) = _S0.unpack_from(buf, pos)
+    (o.controller_id,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -1362,21 +1426,22 @@ def _d_MetadataResponse_12(buf, pos):
     elif _c * 26 > _l - pos:
         raise overrun('MetadataResponse.topics', buf, pos, _c, 26)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_MetadataResponseTopic_12(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'MetadataResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return MetadataResponse(f_throttle_time_ms, f_brokers, f_cluster_id, f_controller_id, f_topics, -2147483648, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_MetadataResponseBroker_0(o, out, chunks):
     out += _S0.pack(o.node_id)

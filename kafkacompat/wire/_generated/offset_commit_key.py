@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class OffsetCommitKey(Struct):
     __slots__ = ('group', 'topic', 'partition', 'unknown_tags',)
@@ -37,6 +38,7 @@ _S1 = _Struct('>i')
 
 def _d_OffsetCommitKey_0(buf, pos):
     _l = len(buf)
+    o = _new(OffsetCommitKey)
     if pos + 2 > _l:
         raise truncated('OffsetCommitKey.group', buf, pos, 2)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -47,7 +49,7 @@ def _d_OffsetCommitKey_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetCommitKey.group', buf, pos, _n, 1)
-        f_group = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('OffsetCommitKey.topic', buf, pos, 2)
@@ -59,14 +61,14 @@ def _d_OffsetCommitKey_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetCommitKey.topic', buf, pos, _n, 1)
-        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('OffsetCommitKey.partition', buf, pos, 4)
-    (f_partition,) = _S1.unpack_from(buf, pos)
+    (o.partition,) = _S1.unpack_from(buf, pos)
     pos += 4
-    f_unknown_tags = None
-    return OffsetCommitKey(f_group, f_topic, f_partition, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _e_OffsetCommitKey_0(o, out, chunks):
     _b = o.group.encode('utf-8', 'surrogateescape')

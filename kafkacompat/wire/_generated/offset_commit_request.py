@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class OffsetCommitRequestTopic(Struct):
     __slots__ = ('name', 'partitions', 'unknown_tags',)
@@ -82,9 +83,12 @@ _S5 = _Struct('>iqi')
 
 def _d_OffsetCommitRequestPartition_0(buf, pos):
     _l = len(buf)
+    o = _new(OffsetCommitRequestPartition)
+    o.committed_leader_epoch = -1
+    o.commit_timestamp = -1
     if pos + 12 > _l:
         raise truncated('OffsetCommitRequest.OffsetCommitRequestPartition.partition_index', buf, pos, 12)
-    f_partition_index, f_committed_offset = _S2.unpack_from(buf, pos)
+    o.partition_index, o.committed_offset = _S2.unpack_from(buf, pos)
     pos += 12
     if pos + 2 > _l:
         raise truncated('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', buf, pos, 2)
@@ -93,18 +97,19 @@ def _d_OffsetCommitRequestPartition_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', _n)
-        f_committed_metadata = None
+        o.committed_metadata = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', buf, pos, _n, 1)
-        f_committed_metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.committed_metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
-    f_unknown_tags = None
-    return OffsetCommitRequestPartition(f_partition_index, f_committed_offset, -1, -1, f_committed_metadata, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_OffsetCommitRequestTopic_0(buf, pos):
     _l = len(buf)
+    o = _new(OffsetCommitRequestTopic)
     if pos + 2 > _l:
         raise truncated('OffsetCommitRequest.OffsetCommitRequestTopic.name', buf, pos, 2)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -115,7 +120,7 @@ def _d_OffsetCommitRequestTopic_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetCommitRequest.OffsetCommitRequestTopic.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('OffsetCommitRequest.OffsetCommitRequestTopic.partitions', buf, pos, 4)
@@ -126,15 +131,20 @@ def _d_OffsetCommitRequestTopic_0(buf, pos):
     elif _c * 14 > _l - pos:
         raise overrun('OffsetCommitRequest.OffsetCommitRequestTopic.partitions', buf, pos, _c, 14)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_OffsetCommitRequestPartition_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return OffsetCommitRequestTopic(f_name, f_partitions, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_OffsetCommitRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(OffsetCommitRequest)
+    o.generation_id_or_member_epoch = -1
+    o.member_id = ''
+    o.group_instance_id = None
+    o.retention_time_ms = -1
     if pos + 2 > _l:
         raise truncated('OffsetCommitRequest.group_id', buf, pos, 2)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -145,7 +155,7 @@ def _d_OffsetCommitRequest_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetCommitRequest.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('OffsetCommitRequest.topics', buf, pos, 4)
@@ -156,18 +166,20 @@ def _d_OffsetCommitRequest_0(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('OffsetCommitRequest.topics', buf, pos, _c, 6)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_OffsetCommitRequestTopic_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return OffsetCommitRequest(f_group_id, -1, '', None, -1, f_topics, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_OffsetCommitRequestPartition_1(buf, pos):
     _l = len(buf)
+    o = _new(OffsetCommitRequestPartition)
+    o.committed_leader_epoch = -1
     if pos + 20 > _l:
         raise truncated('OffsetCommitRequest.OffsetCommitRequestPartition.partition_index', buf, pos, 20)
-    f_partition_index, f_committed_offset, f_commit_timestamp = _S3.unpack_from(buf, pos)
+    o.partition_index, o.committed_offset, o.commit_timestamp = _S3.unpack_from(buf, pos)
     pos += 20
     if pos + 2 > _l:
         raise truncated('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', buf, pos, 2)
@@ -176,18 +188,19 @@ def _d_OffsetCommitRequestPartition_1(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', _n)
-        f_committed_metadata = None
+        o.committed_metadata = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', buf, pos, _n, 1)
-        f_committed_metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.committed_metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
-    f_unknown_tags = None
-    return OffsetCommitRequestPartition(f_partition_index, f_committed_offset, -1, f_commit_timestamp, f_committed_metadata, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_OffsetCommitRequestTopic_1(buf, pos):
     _l = len(buf)
+    o = _new(OffsetCommitRequestTopic)
     if pos + 2 > _l:
         raise truncated('OffsetCommitRequest.OffsetCommitRequestTopic.name', buf, pos, 2)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -198,7 +211,7 @@ def _d_OffsetCommitRequestTopic_1(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetCommitRequest.OffsetCommitRequestTopic.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('OffsetCommitRequest.OffsetCommitRequestTopic.partitions', buf, pos, 4)
@@ -209,15 +222,18 @@ def _d_OffsetCommitRequestTopic_1(buf, pos):
     elif _c * 22 > _l - pos:
         raise overrun('OffsetCommitRequest.OffsetCommitRequestTopic.partitions', buf, pos, _c, 22)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_OffsetCommitRequestPartition_1(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return OffsetCommitRequestTopic(f_name, f_partitions, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_OffsetCommitRequest_1(buf, pos):
     _l = len(buf)
+    o = _new(OffsetCommitRequest)
+    o.group_instance_id = None
+    o.retention_time_ms = -1
     if pos + 2 > _l:
         raise truncated('OffsetCommitRequest.group_id', buf, pos, 2)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -228,11 +244,11 @@ def _d_OffsetCommitRequest_1(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetCommitRequest.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('OffsetCommitRequest.generation_id_or_member_epoch', buf, pos, 4)
-    (f_generation_id_or_member_epoch,) = _S1.unpack_from(buf, pos)
+    (o.generation_id_or_member_epoch,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos + 2 > _l:
         raise truncated('OffsetCommitRequest.member_id', buf, pos, 2)
@@ -244,7 +260,7 @@ def _d_OffsetCommitRequest_1(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetCommitRequest.member_id', buf, pos, _n, 1)
-        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('OffsetCommitRequest.topics', buf, pos, 4)
@@ -255,15 +271,17 @@ def _d_OffsetCommitRequest_1(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('OffsetCommitRequest.topics', buf, pos, _c, 6)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_OffsetCommitRequestTopic_1(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return OffsetCommitRequest(f_group_id, f_generation_id_or_member_epoch, f_member_id, None, -1, f_topics, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_OffsetCommitRequest_2(buf, pos):
     _l = len(buf)
+    o = _new(OffsetCommitRequest)
+    o.group_instance_id = None
     if pos + 2 > _l:
         raise truncated('OffsetCommitRequest.group_id', buf, pos, 2)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -274,11 +292,11 @@ def _d_OffsetCommitRequest_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetCommitRequest.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('OffsetCommitRequest.generation_id_or_member_epoch', buf, pos, 4)
-    (f_generation_id_or_member_epoch,) = _S1.unpack_from(buf, pos)
+    (o.generation_id_or_member_epoch,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos + 2 > _l:
         raise truncated('OffsetCommitRequest.member_id', buf, pos, 2)
@@ -290,11 +308,11 @@ def _d_OffsetCommitRequest_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetCommitRequest.member_id', buf, pos, _n, 1)
-        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 8 > _l:
         raise truncated('OffsetCommitRequest.retention_time_ms', buf, pos, 8)
-    (f_retention_time_ms,) = _S4.unpack_from(buf, pos)
+    (o.retention_time_ms,) = _S4.unpack_from(buf, pos)
     pos += 8
     if pos + 4 > _l:
         raise truncated('OffsetCommitRequest.topics', buf, pos, 4)
@@ -305,15 +323,18 @@ def _d_OffsetCommitRequest_2(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('OffsetCommitRequest.topics', buf, pos, _c, 6)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_OffsetCommitRequestTopic_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return OffsetCommitRequest(f_group_id, f_generation_id_or_member_epoch, f_member_id, None, f_retention_time_ms, f_topics, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_OffsetCommitRequest_5(buf, pos):
     _l = len(buf)
+    o = _new(OffsetCommitRequest)
+    o.group_instance_id = None
+    o.retention_time_ms = -1
     if pos + 2 > _l:
         raise truncated('OffsetCommitRequest.group_id', buf, pos, 2)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -324,11 +345,11 @@ def _d_OffsetCommitRequest_5(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetCommitRequest.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('OffsetCommitRequest.generation_id_or_member_epoch', buf, pos, 4)
-    (f_generation_id_or_member_epoch,) = _S1.unpack_from(buf, pos)
+    (o.generation_id_or_member_epoch,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos + 2 > _l:
         raise truncated('OffsetCommitRequest.member_id', buf, pos, 2)
@@ -340,7 +361,7 @@ def _d_OffsetCommitRequest_5(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetCommitRequest.member_id', buf, pos, _n, 1)
-        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('OffsetCommitRequest.topics', buf, pos, 4)
@@ -351,18 +372,20 @@ def _d_OffsetCommitRequest_5(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('OffsetCommitRequest.topics', buf, pos, _c, 6)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_OffsetCommitRequestTopic_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return OffsetCommitRequest(f_group_id, f_generation_id_or_member_epoch, f_member_id, None, -1, f_topics, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_OffsetCommitRequestPartition_6(buf, pos):
     _l = len(buf)
+    o = _new(OffsetCommitRequestPartition)
+    o.commit_timestamp = -1
     if pos + 16 > _l:
         raise truncated('OffsetCommitRequest.OffsetCommitRequestPartition.partition_index', buf, pos, 16)
-    f_partition_index, f_committed_offset, f_committed_leader_epoch = _S5.unpack_from(buf, pos)
+    o.partition_index, o.committed_offset, o.committed_leader_epoch = _S5.unpack_from(buf, pos)
     pos += 16
     if pos + 2 > _l:
         raise truncated('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', buf, pos, 2)
@@ -371,18 +394,19 @@ def _d_OffsetCommitRequestPartition_6(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', _n)
-        f_committed_metadata = None
+        o.committed_metadata = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', buf, pos, _n, 1)
-        f_committed_metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.committed_metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
-    f_unknown_tags = None
-    return OffsetCommitRequestPartition(f_partition_index, f_committed_offset, f_committed_leader_epoch, -1, f_committed_metadata, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_OffsetCommitRequestTopic_6(buf, pos):
     _l = len(buf)
+    o = _new(OffsetCommitRequestTopic)
     if pos + 2 > _l:
         raise truncated('OffsetCommitRequest.OffsetCommitRequestTopic.name', buf, pos, 2)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -393,7 +417,7 @@ def _d_OffsetCommitRequestTopic_6(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetCommitRequest.OffsetCommitRequestTopic.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('OffsetCommitRequest.OffsetCommitRequestTopic.partitions', buf, pos, 4)
@@ -404,15 +428,18 @@ def _d_OffsetCommitRequestTopic_6(buf, pos):
     elif _c * 18 > _l - pos:
         raise overrun('OffsetCommitRequest.OffsetCommitRequestTopic.partitions', buf, pos, _c, 18)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_OffsetCommitRequestPartition_6(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return OffsetCommitRequestTopic(f_name, f_partitions, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_OffsetCommitRequest_6(buf, pos):
     _l = len(buf)
+    o = _new(OffsetCommitRequest)
+    o.group_instance_id = None
+    o.retention_time_ms = -1
     if pos + 2 > _l:
         raise truncated('OffsetCommitRequest.group_id', buf, pos, 2)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -423,11 +450,11 @@ def _d_OffsetCommitRequest_6(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetCommitRequest.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('OffsetCommitRequest.generation_id_or_member_epoch', buf, pos, 4)
-    (f_generation_id_or_member_epoch,) = _S1.unpack_from(buf, pos)
+    (o.generation_id_or_member_epoch,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos + 2 > _l:
         raise truncated('OffsetCommitRequest.member_id', buf, pos, 2)
@@ -439,7 +466,7 @@ def _d_OffsetCommitRequest_6(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetCommitRequest.member_id', buf, pos, _n, 1)
-        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('OffsetCommitRequest.topics', buf, pos, 4)
@@ -450,15 +477,17 @@ def _d_OffsetCommitRequest_6(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('OffsetCommitRequest.topics', buf, pos, _c, 6)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_OffsetCommitRequestTopic_6(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return OffsetCommitRequest(f_group_id, f_generation_id_or_member_epoch, f_member_id, None, -1, f_topics, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_OffsetCommitRequest_7(buf, pos):
     _l = len(buf)
+    o = _new(OffsetCommitRequest)
+    o.retention_time_ms = -1
     if pos + 2 > _l:
         raise truncated('OffsetCommitRequest.group_id', buf, pos, 2)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -469,11 +498,11 @@ def _d_OffsetCommitRequest_7(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetCommitRequest.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('OffsetCommitRequest.generation_id_or_member_epoch', buf, pos, 4)
-    (f_generation_id_or_member_epoch,) = _S1.unpack_from(buf, pos)
+    (o.generation_id_or_member_epoch,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos + 2 > _l:
         raise truncated('OffsetCommitRequest.member_id', buf, pos, 2)
@@ -485,7 +514,7 @@ def _d_OffsetCommitRequest_7(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetCommitRequest.member_id', buf, pos, _n, 1)
-        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('OffsetCommitRequest.group_instance_id', buf, pos, 2)
@@ -494,12 +523,12 @@ def _d_OffsetCommitRequest_7(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('OffsetCommitRequest.group_instance_id', _n)
-        f_group_instance_id = None
+        o.group_instance_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetCommitRequest.group_instance_id', buf, pos, _n, 1)
-        f_group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('OffsetCommitRequest.topics', buf, pos, 4)
@@ -510,18 +539,20 @@ def _d_OffsetCommitRequest_7(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('OffsetCommitRequest.topics', buf, pos, _c, 6)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_OffsetCommitRequestTopic_6(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return OffsetCommitRequest(f_group_id, f_generation_id_or_member_epoch, f_member_id, f_group_instance_id, -1, f_topics, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_OffsetCommitRequestPartition_8(buf, pos):
     _l = len(buf)
+    o = _new(OffsetCommitRequestPartition)
+    o.commit_timestamp = -1
     if pos + 16 > _l:
         raise truncated('OffsetCommitRequest.OffsetCommitRequestPartition.partition_index', buf, pos, 16)
-    f_partition_index, f_committed_offset, f_committed_leader_epoch = _S5.unpack_from(buf, pos)
+    o.partition_index, o.committed_offset, o.committed_leader_epoch = _S5.unpack_from(buf, pos)
     pos += 16
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -532,27 +563,29 @@ def _d_OffsetCommitRequestPartition_8(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', _n)
-        f_committed_metadata = None
+        o.committed_metadata = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', buf, pos, _n, 1)
-        f_committed_metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.committed_metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'OffsetCommitRequest.OffsetCommitRequestPartition')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return OffsetCommitRequestPartition(f_partition_index, f_committed_offset, f_committed_leader_epoch, -1, f_committed_metadata, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_OffsetCommitRequestTopic_8(buf, pos):
     _l = len(buf)
+    o = _new(OffsetCommitRequestTopic)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -565,7 +598,7 @@ def _d_OffsetCommitRequestTopic_8(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetCommitRequest.OffsetCommitRequestTopic.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -578,24 +611,27 @@ def _d_OffsetCommitRequestTopic_8(buf, pos):
     elif _c * 18 > _l - pos:
         raise overrun('OffsetCommitRequest.OffsetCommitRequestTopic.partitions', buf, pos, _c, 18)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_OffsetCommitRequestPartition_8(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'OffsetCommitRequest.OffsetCommitRequestTopic')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return OffsetCommitRequestTopic(f_name, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_OffsetCommitRequest_8(buf, pos):
     _l = len(buf)
+    o = _new(OffsetCommitRequest)
+    o.retention_time_ms = -1
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -608,11 +644,11 @@ def _d_OffsetCommitRequest_8(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetCommitRequest.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('OffsetCommitRequest.generation_id_or_member_epoch', buf, pos, 4)
-    (f_generation_id_or_member_epoch,) = _S1.unpack_from(buf, pos)
+    (o.generation_id_or_member_epoch,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -626,7 +662,7 @@ def _d_OffsetCommitRequest_8(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetCommitRequest.member_id', buf, pos, _n, 1)
-        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -637,12 +673,12 @@ def _d_OffsetCommitRequest_8(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('OffsetCommitRequest.group_instance_id', _n)
-        f_group_instance_id = None
+        o.group_instance_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetCommitRequest.group_instance_id', buf, pos, _n, 1)
-        f_group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -655,21 +691,22 @@ def _d_OffsetCommitRequest_8(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('OffsetCommitRequest.topics', buf, pos, _c, 3)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_OffsetCommitRequestTopic_8(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'OffsetCommitRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return OffsetCommitRequest(f_group_id, f_generation_id_or_member_epoch, f_member_id, f_group_instance_id, -1, f_topics, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_OffsetCommitRequestPartition_0(o, out, chunks):
     out += _S2.pack(o.partition_index, o.committed_offset)

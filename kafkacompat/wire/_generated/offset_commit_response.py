@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class OffsetCommitResponseTopic(Struct):
     __slots__ = ('name', 'partitions', 'unknown_tags',)
@@ -55,15 +56,17 @@ _S2 = _Struct('>ih')
 
 def _d_OffsetCommitResponsePartition_0(buf, pos):
     _l = len(buf)
+    o = _new(OffsetCommitResponsePartition)
     if pos + 6 > _l:
         raise truncated('OffsetCommitResponse.OffsetCommitResponsePartition.partition_index', buf, pos, 6)
-    f_partition_index, f_error_code = _S2.unpack_from(buf, pos)
+    o.partition_index, o.error_code = _S2.unpack_from(buf, pos)
     pos += 6
-    f_unknown_tags = None
-    return OffsetCommitResponsePartition(f_partition_index, f_error_code, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_OffsetCommitResponseTopic_0(buf, pos):
     _l = len(buf)
+    o = _new(OffsetCommitResponseTopic)
     if pos + 2 > _l:
         raise truncated('OffsetCommitResponse.OffsetCommitResponseTopic.name', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -74,7 +77,7 @@ def _d_OffsetCommitResponseTopic_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetCommitResponse.OffsetCommitResponseTopic.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('OffsetCommitResponse.OffsetCommitResponseTopic.partitions', buf, pos, 4)
@@ -85,15 +88,17 @@ def _d_OffsetCommitResponseTopic_0(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('OffsetCommitResponse.OffsetCommitResponseTopic.partitions', buf, pos, _c, 6)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_OffsetCommitResponsePartition_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return OffsetCommitResponseTopic(f_name, f_partitions, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_OffsetCommitResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(OffsetCommitResponse)
+    o.throttle_time_ms = 0
     if pos + 4 > _l:
         raise truncated('OffsetCommitResponse.topics', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -103,18 +108,19 @@ def _d_OffsetCommitResponse_0(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('OffsetCommitResponse.topics', buf, pos, _c, 6)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_OffsetCommitResponseTopic_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return OffsetCommitResponse(0, f_topics, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_OffsetCommitResponse_3(buf, pos):
     _l = len(buf)
+    o = _new(OffsetCommitResponse)
     if pos + 4 > _l:
         raise truncated('OffsetCommitResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('OffsetCommitResponse.topics', buf, pos, 4)
@@ -125,33 +131,36 @@ def _d_OffsetCommitResponse_3(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('OffsetCommitResponse.topics', buf, pos, _c, 6)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_OffsetCommitResponseTopic_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return OffsetCommitResponse(f_throttle_time_ms, f_topics, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_OffsetCommitResponsePartition_8(buf, pos):
     _l = len(buf)
+    o = _new(OffsetCommitResponsePartition)
     if pos + 6 > _l:
         raise truncated('OffsetCommitResponse.OffsetCommitResponsePartition.partition_index', buf, pos, 6)
-    f_partition_index, f_error_code = _S2.unpack_from(buf, pos)
+    o.partition_index, o.error_code = _S2.unpack_from(buf, pos)
     pos += 6
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'OffsetCommitResponse.OffsetCommitResponsePartition')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return OffsetCommitResponsePartition(f_partition_index, f_error_code, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_OffsetCommitResponseTopic_8(buf, pos):
     _l = len(buf)
+    o = _new(OffsetCommitResponseTopic)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -164,7 +173,7 @@ def _d_OffsetCommitResponseTopic_8(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetCommitResponse.OffsetCommitResponseTopic.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -177,27 +186,29 @@ def _d_OffsetCommitResponseTopic_8(buf, pos):
     elif _c * 7 > _l - pos:
         raise overrun('OffsetCommitResponse.OffsetCommitResponseTopic.partitions', buf, pos, _c, 7)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_OffsetCommitResponsePartition_8(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'OffsetCommitResponse.OffsetCommitResponseTopic')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return OffsetCommitResponseTopic(f_name, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_OffsetCommitResponse_8(buf, pos):
     _l = len(buf)
+    o = _new(OffsetCommitResponse)
     if pos + 4 > _l:
         raise truncated('OffsetCommitResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -210,21 +221,22 @@ def _d_OffsetCommitResponse_8(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('OffsetCommitResponse.topics', buf, pos, _c, 3)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_OffsetCommitResponseTopic_8(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'OffsetCommitResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return OffsetCommitResponse(f_throttle_time_ms, f_topics, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_OffsetCommitResponsePartition_0(o, out, chunks):
     out += _S2.pack(o.partition_index, o.error_code)

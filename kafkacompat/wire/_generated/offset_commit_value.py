@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class OffsetCommitValue(Struct):
     __slots__ = ('offset', 'leader_epoch', 'metadata', 'commit_timestamp', 'expire_timestamp', 'unknown_tags',)
@@ -49,9 +50,12 @@ _S3 = _Struct('>qi')
 
 def _d_OffsetCommitValue_0(buf, pos):
     _l = len(buf)
+    o = _new(OffsetCommitValue)
+    o.leader_epoch = -1
+    o.expire_timestamp = -1
     if pos + 8 > _l:
         raise truncated('OffsetCommitValue.offset', buf, pos, 8)
-    (f_offset,) = _S0.unpack_from(buf, pos)
+    (o.offset,) = _S0.unpack_from(buf, pos)
     pos += 8
     if pos + 2 > _l:
         raise truncated('OffsetCommitValue.metadata', buf, pos, 2)
@@ -63,20 +67,22 @@ def _d_OffsetCommitValue_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetCommitValue.metadata', buf, pos, _n, 1)
-        f_metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 8 > _l:
         raise truncated('OffsetCommitValue.commit_timestamp', buf, pos, 8)
-    (f_commit_timestamp,) = _S0.unpack_from(buf, pos)
+    (o.commit_timestamp,) = _S0.unpack_from(buf, pos)
     pos += 8
-    f_unknown_tags = None
-    return OffsetCommitValue(f_offset, -1, f_metadata, f_commit_timestamp, -1, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_OffsetCommitValue_1(buf, pos):
     _l = len(buf)
+    o = _new(OffsetCommitValue)
+    o.leader_epoch = -1
     if pos + 8 > _l:
         raise truncated('OffsetCommitValue.offset', buf, pos, 8)
-    (f_offset,) = _S0.unpack_from(buf, pos)
+    (o.offset,) = _S0.unpack_from(buf, pos)
     pos += 8
     if pos + 2 > _l:
         raise truncated('OffsetCommitValue.metadata', buf, pos, 2)
@@ -88,20 +94,22 @@ def _d_OffsetCommitValue_1(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetCommitValue.metadata', buf, pos, _n, 1)
-        f_metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 16 > _l:
         raise truncated('OffsetCommitValue.commit_timestamp', buf, pos, 16)
-    f_commit_timestamp, f_expire_timestamp = _S2.unpack_from(buf, pos)
+    o.commit_timestamp, o.expire_timestamp = _S2.unpack_from(buf, pos)
     pos += 16
-    f_unknown_tags = None
-    return OffsetCommitValue(f_offset, -1, f_metadata, f_commit_timestamp, f_expire_timestamp, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_OffsetCommitValue_3(buf, pos):
     _l = len(buf)
+    o = _new(OffsetCommitValue)
+    o.expire_timestamp = -1
     if pos + 12 > _l:
         raise truncated('OffsetCommitValue.offset', buf, pos, 12)
-    f_offset, f_leader_epoch = _S3.unpack_from(buf, pos)
+    o.offset, o.leader_epoch = _S3.unpack_from(buf, pos)
     pos += 12
     if pos + 2 > _l:
         raise truncated('OffsetCommitValue.metadata', buf, pos, 2)
@@ -113,20 +121,22 @@ def _d_OffsetCommitValue_3(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetCommitValue.metadata', buf, pos, _n, 1)
-        f_metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 8 > _l:
         raise truncated('OffsetCommitValue.commit_timestamp', buf, pos, 8)
-    (f_commit_timestamp,) = _S0.unpack_from(buf, pos)
+    (o.commit_timestamp,) = _S0.unpack_from(buf, pos)
     pos += 8
-    f_unknown_tags = None
-    return OffsetCommitValue(f_offset, f_leader_epoch, f_metadata, f_commit_timestamp, -1, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_OffsetCommitValue_4(buf, pos):
     _l = len(buf)
+    o = _new(OffsetCommitValue)
+    o.expire_timestamp = -1
     if pos + 12 > _l:
         raise truncated('OffsetCommitValue.offset', buf, pos, 12)
-    f_offset, f_leader_epoch = _S3.unpack_from(buf, pos)
+    o.offset, o.leader_epoch = _S3.unpack_from(buf, pos)
     pos += 12
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -140,23 +150,24 @@ def _d_OffsetCommitValue_4(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetCommitValue.metadata', buf, pos, _n, 1)
-        f_metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 8 > _l:
         raise truncated('OffsetCommitValue.commit_timestamp', buf, pos, 8)
-    (f_commit_timestamp,) = _S0.unpack_from(buf, pos)
+    (o.commit_timestamp,) = _S0.unpack_from(buf, pos)
     pos += 8
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'OffsetCommitValue')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return OffsetCommitValue(f_offset, f_leader_epoch, f_metadata, f_commit_timestamp, -1, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_OffsetCommitValue_0(o, out, chunks):
     out += _S0.pack(o.offset)

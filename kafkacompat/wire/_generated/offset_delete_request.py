@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class OffsetDeleteRequestTopic(Struct):
     __slots__ = ('name', 'partitions', 'unknown_tags',)
@@ -53,15 +54,17 @@ _S1 = _Struct('>i')
 
 def _d_OffsetDeleteRequestPartition_0(buf, pos):
     _l = len(buf)
+    o = _new(OffsetDeleteRequestPartition)
     if pos + 4 > _l:
         raise truncated('OffsetDeleteRequest.OffsetDeleteRequestPartition.partition_index', buf, pos, 4)
-    (f_partition_index,) = _S1.unpack_from(buf, pos)
+    (o.partition_index,) = _S1.unpack_from(buf, pos)
     pos += 4
-    f_unknown_tags = None
-    return OffsetDeleteRequestPartition(f_partition_index, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_OffsetDeleteRequestTopic_0(buf, pos):
     _l = len(buf)
+    o = _new(OffsetDeleteRequestTopic)
     if pos + 2 > _l:
         raise truncated('OffsetDeleteRequest.OffsetDeleteRequestTopic.name', buf, pos, 2)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -72,7 +75,7 @@ def _d_OffsetDeleteRequestTopic_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetDeleteRequest.OffsetDeleteRequestTopic.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('OffsetDeleteRequest.OffsetDeleteRequestTopic.partitions', buf, pos, 4)
@@ -83,15 +86,16 @@ def _d_OffsetDeleteRequestTopic_0(buf, pos):
     elif _c * 4 > _l - pos:
         raise overrun('OffsetDeleteRequest.OffsetDeleteRequestTopic.partitions', buf, pos, _c, 4)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_OffsetDeleteRequestPartition_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return OffsetDeleteRequestTopic(f_name, f_partitions, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_OffsetDeleteRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(OffsetDeleteRequest)
     if pos + 2 > _l:
         raise truncated('OffsetDeleteRequest.group_id', buf, pos, 2)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -102,7 +106,7 @@ def _d_OffsetDeleteRequest_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetDeleteRequest.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('OffsetDeleteRequest.topics', buf, pos, 4)
@@ -113,12 +117,12 @@ def _d_OffsetDeleteRequest_0(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('OffsetDeleteRequest.topics', buf, pos, _c, 6)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_OffsetDeleteRequestTopic_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return OffsetDeleteRequest(f_group_id, f_topics, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _e_OffsetDeleteRequestPartition_0(o, out, chunks):
     out += _S1.pack(o.partition_index)

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class OffsetDeleteResponseTopic(Struct):
     __slots__ = ('name', 'partitions', 'unknown_tags',)
@@ -57,15 +58,17 @@ _S3 = _Struct('>ih')
 
 def _d_OffsetDeleteResponsePartition_0(buf, pos):
     _l = len(buf)
+    o = _new(OffsetDeleteResponsePartition)
     if pos + 6 > _l:
         raise truncated('OffsetDeleteResponse.OffsetDeleteResponsePartition.partition_index', buf, pos, 6)
-    f_partition_index, f_error_code = _S3.unpack_from(buf, pos)
+    o.partition_index, o.error_code = _S3.unpack_from(buf, pos)
     pos += 6
-    f_unknown_tags = None
-    return OffsetDeleteResponsePartition(f_partition_index, f_error_code, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_OffsetDeleteResponseTopic_0(buf, pos):
     _l = len(buf)
+    o = _new(OffsetDeleteResponseTopic)
     if pos + 2 > _l:
         raise truncated('OffsetDeleteResponse.OffsetDeleteResponseTopic.name', buf, pos, 2)
     (_n,) = _S2.unpack_from(buf, pos)
@@ -76,7 +79,7 @@ def _d_OffsetDeleteResponseTopic_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetDeleteResponse.OffsetDeleteResponseTopic.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('OffsetDeleteResponse.OffsetDeleteResponseTopic.partitions', buf, pos, 4)
@@ -87,18 +90,19 @@ def _d_OffsetDeleteResponseTopic_0(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('OffsetDeleteResponse.OffsetDeleteResponseTopic.partitions', buf, pos, _c, 6)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_OffsetDeleteResponsePartition_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return OffsetDeleteResponseTopic(f_name, f_partitions, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_OffsetDeleteResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(OffsetDeleteResponse)
     if pos + 6 > _l:
         raise truncated('OffsetDeleteResponse.error_code', buf, pos, 6)
-    f_error_code, f_throttle_time_ms = _S0.unpack_from(buf, pos)
+    o.error_code, o.throttle_time_ms = _S0.unpack_from(buf, pos)
     pos += 6
     if pos + 4 > _l:
         raise truncated('OffsetDeleteResponse.topics', buf, pos, 4)
@@ -109,12 +113,12 @@ def _d_OffsetDeleteResponse_0(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('OffsetDeleteResponse.topics', buf, pos, _c, 6)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_OffsetDeleteResponseTopic_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return OffsetDeleteResponse(f_error_code, f_throttle_time_ms, f_topics, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _e_OffsetDeleteResponsePartition_0(o, out, chunks):
     out += _S3.pack(o.partition_index, o.error_code)

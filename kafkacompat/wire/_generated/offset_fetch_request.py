@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class OffsetFetchRequestTopic(Struct):
     __slots__ = ('name', 'partition_indexes', 'unknown_tags',)
@@ -69,6 +70,7 @@ _A_i = ARRAY_STRUCTS['i']
 
 def _d_OffsetFetchRequestTopic_0(buf, pos):
     _l = len(buf)
+    o = _new(OffsetFetchRequestTopic)
     if pos + 2 > _l:
         raise truncated('OffsetFetchRequest.OffsetFetchRequestTopic.name', buf, pos, 2)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -79,7 +81,7 @@ def _d_OffsetFetchRequestTopic_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetFetchRequest.OffsetFetchRequestTopic.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('OffsetFetchRequest.OffsetFetchRequestTopic.partition_indexes', buf, pos, 4)
@@ -91,13 +93,16 @@ def _d_OffsetFetchRequestTopic_0(buf, pos):
         raise overrun('OffsetFetchRequest.OffsetFetchRequestTopic.partition_indexes', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_partition_indexes = list(_st.unpack_from(buf, pos))
+        o.partition_indexes = list(_st.unpack_from(buf, pos))
         pos += _c * 4
-    f_unknown_tags = None
-    return OffsetFetchRequestTopic(f_name, f_partition_indexes, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_OffsetFetchRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(OffsetFetchRequest)
+    o.groups = []
+    o.require_stable = False
     if pos + 2 > _l:
         raise truncated('OffsetFetchRequest.group_id', buf, pos, 2)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -108,7 +113,7 @@ def _d_OffsetFetchRequest_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetFetchRequest.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('OffsetFetchRequest.topics', buf, pos, 4)
@@ -119,15 +124,18 @@ def _d_OffsetFetchRequest_0(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('OffsetFetchRequest.topics', buf, pos, _c, 6)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_OffsetFetchRequestTopic_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return OffsetFetchRequest(f_group_id, f_topics, [], False, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_OffsetFetchRequest_2(buf, pos):
     _l = len(buf)
+    o = _new(OffsetFetchRequest)
+    o.groups = []
+    o.require_stable = False
     if pos + 2 > _l:
         raise truncated('OffsetFetchRequest.group_id', buf, pos, 2)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -138,7 +146,7 @@ def _d_OffsetFetchRequest_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetFetchRequest.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('OffsetFetchRequest.topics', buf, pos, 4)
@@ -147,19 +155,20 @@ def _d_OffsetFetchRequest_2(buf, pos):
     if _c < 0:
         if _c != -1:
             raise bad_length('OffsetFetchRequest.topics', _c)
-        f_topics = None
+        o.topics = None
     elif _c * 6 > _l - pos:
         raise overrun('OffsetFetchRequest.topics', buf, pos, _c, 6)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_OffsetFetchRequestTopic_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return OffsetFetchRequest(f_group_id, f_topics, [], False, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_OffsetFetchRequestTopic_6(buf, pos):
     _l = len(buf)
+    o = _new(OffsetFetchRequestTopic)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -172,7 +181,7 @@ def _d_OffsetFetchRequestTopic_6(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetFetchRequest.OffsetFetchRequestTopic.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -186,22 +195,26 @@ def _d_OffsetFetchRequestTopic_6(buf, pos):
         raise overrun('OffsetFetchRequest.OffsetFetchRequestTopic.partition_indexes', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_partition_indexes = list(_st.unpack_from(buf, pos))
+        o.partition_indexes = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestTopic')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return OffsetFetchRequestTopic(f_name, f_partition_indexes, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_OffsetFetchRequest_6(buf, pos):
     _l = len(buf)
+    o = _new(OffsetFetchRequest)
+    o.groups = []
+    o.require_stable = False
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -214,7 +227,7 @@ def _d_OffsetFetchRequest_6(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetFetchRequest.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -225,28 +238,31 @@ def _d_OffsetFetchRequest_6(buf, pos):
     if _c < 0:
         if _c != -1:
             raise bad_length('OffsetFetchRequest.topics', _c)
-        f_topics = None
+        o.topics = None
     elif _c * 3 > _l - pos:
         raise overrun('OffsetFetchRequest.topics', buf, pos, _c, 3)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_OffsetFetchRequestTopic_6(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'OffsetFetchRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return OffsetFetchRequest(f_group_id, f_topics, [], False, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_OffsetFetchRequest_7(buf, pos):
     _l = len(buf)
+    o = _new(OffsetFetchRequest)
+    o.groups = []
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -259,7 +275,7 @@ def _d_OffsetFetchRequest_7(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetFetchRequest.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -270,32 +286,34 @@ def _d_OffsetFetchRequest_7(buf, pos):
     if _c < 0:
         if _c != -1:
             raise bad_length('OffsetFetchRequest.topics', _c)
-        f_topics = None
+        o.topics = None
     elif _c * 3 > _l - pos:
         raise overrun('OffsetFetchRequest.topics', buf, pos, _c, 3)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_OffsetFetchRequestTopic_6(buf, pos)
             _lst.append(_e)
     if pos + 1 > _l:
         raise truncated('OffsetFetchRequest.require_stable', buf, pos, 1)
-    (f_require_stable,) = _S2.unpack_from(buf, pos)
+    (o.require_stable,) = _S2.unpack_from(buf, pos)
     pos += 1
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'OffsetFetchRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return OffsetFetchRequest(f_group_id, f_topics, [], f_require_stable, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_OffsetFetchRequestTopics_8(buf, pos):
     _l = len(buf)
+    o = _new(OffsetFetchRequestTopics)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -308,7 +326,7 @@ def _d_OffsetFetchRequestTopics_8(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetFetchRequest.OffsetFetchRequestTopics.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -322,22 +340,26 @@ def _d_OffsetFetchRequestTopics_8(buf, pos):
         raise overrun('OffsetFetchRequest.OffsetFetchRequestTopics.partition_indexes', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_partition_indexes = list(_st.unpack_from(buf, pos))
+        o.partition_indexes = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestTopics')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return OffsetFetchRequestTopics(f_name, f_partition_indexes, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_OffsetFetchRequestGroup_8(buf, pos):
     _l = len(buf)
+    o = _new(OffsetFetchRequestGroup)
+    o.member_id = None
+    o.member_epoch = -1
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -350,7 +372,7 @@ def _d_OffsetFetchRequestGroup_8(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetFetchRequest.OffsetFetchRequestGroup.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -361,28 +383,32 @@ def _d_OffsetFetchRequestGroup_8(buf, pos):
     if _c < 0:
         if _c != -1:
             raise bad_length('OffsetFetchRequest.OffsetFetchRequestGroup.topics', _c)
-        f_topics = None
+        o.topics = None
     elif _c * 3 > _l - pos:
         raise overrun('OffsetFetchRequest.OffsetFetchRequestGroup.topics', buf, pos, _c, 3)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_OffsetFetchRequestTopics_8(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestGroup')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return OffsetFetchRequestGroup(f_group_id, None, -1, f_topics, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_OffsetFetchRequest_8(buf, pos):
     _l = len(buf)
+    o = _new(OffsetFetchRequest)
+    o.group_id = ''
+    o.topics = []
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -394,28 +420,30 @@ def _d_OffsetFetchRequest_8(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('OffsetFetchRequest.groups', buf, pos, _c, 3)
     else:
-        f_groups = _lst = []
+        o.groups = _lst = []
         for _ in range(_c):
             _e, pos = _d_OffsetFetchRequestGroup_8(buf, pos)
             _lst.append(_e)
     if pos + 1 > _l:
         raise truncated('OffsetFetchRequest.require_stable', buf, pos, 1)
-    (f_require_stable,) = _S2.unpack_from(buf, pos)
+    (o.require_stable,) = _S2.unpack_from(buf, pos)
     pos += 1
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'OffsetFetchRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return OffsetFetchRequest('', [], f_groups, f_require_stable, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_OffsetFetchRequestGroup_9(buf, pos):
     _l = len(buf)
+    o = _new(OffsetFetchRequestGroup)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -428,7 +456,7 @@ def _d_OffsetFetchRequestGroup_9(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetFetchRequest.OffsetFetchRequestGroup.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -439,16 +467,16 @@ def _d_OffsetFetchRequestGroup_9(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('OffsetFetchRequest.OffsetFetchRequestGroup.member_id', _n)
-        f_member_id = None
+        o.member_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetFetchRequest.OffsetFetchRequestGroup.member_id', buf, pos, _n, 1)
-        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('OffsetFetchRequest.OffsetFetchRequestGroup.member_epoch', buf, pos, 4)
-    (f_member_epoch,) = _S1.unpack_from(buf, pos)
+    (o.member_epoch,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -459,28 +487,32 @@ def _d_OffsetFetchRequestGroup_9(buf, pos):
     if _c < 0:
         if _c != -1:
             raise bad_length('OffsetFetchRequest.OffsetFetchRequestGroup.topics', _c)
-        f_topics = None
+        o.topics = None
     elif _c * 3 > _l - pos:
         raise overrun('OffsetFetchRequest.OffsetFetchRequestGroup.topics', buf, pos, _c, 3)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_OffsetFetchRequestTopics_8(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestGroup')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return OffsetFetchRequestGroup(f_group_id, f_member_id, f_member_epoch, f_topics, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_OffsetFetchRequest_9(buf, pos):
     _l = len(buf)
+    o = _new(OffsetFetchRequest)
+    o.group_id = ''
+    o.topics = []
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -492,25 +524,26 @@ def _d_OffsetFetchRequest_9(buf, pos):
     elif _c * 8 > _l - pos:
         raise overrun('OffsetFetchRequest.groups', buf, pos, _c, 8)
     else:
-        f_groups = _lst = []
+        o.groups = _lst = []
         for _ in range(_c):
             _e, pos = _d_OffsetFetchRequestGroup_9(buf, pos)
             _lst.append(_e)
     if pos + 1 > _l:
         raise truncated('OffsetFetchRequest.require_stable', buf, pos, 1)
-    (f_require_stable,) = _S2.unpack_from(buf, pos)
+    (o.require_stable,) = _S2.unpack_from(buf, pos)
     pos += 1
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'OffsetFetchRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return OffsetFetchRequest('', [], f_groups, f_require_stable, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_OffsetFetchRequestTopic_0(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')

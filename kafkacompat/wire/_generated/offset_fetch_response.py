@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class OffsetFetchResponseTopic(Struct):
     __slots__ = ('name', 'partitions', 'unknown_tags',)
@@ -108,9 +109,11 @@ _S3 = _Struct('>iqi')
 
 def _d_OffsetFetchResponsePartition_0(buf, pos):
     _l = len(buf)
+    o = _new(OffsetFetchResponsePartition)
+    o.committed_leader_epoch = -1
     if pos + 12 > _l:
         raise truncated('OffsetFetchResponse.OffsetFetchResponsePartition.partition_index', buf, pos, 12)
-    f_partition_index, f_committed_offset = _S2.unpack_from(buf, pos)
+    o.partition_index, o.committed_offset = _S2.unpack_from(buf, pos)
     pos += 12
     if pos + 2 > _l:
         raise truncated('OffsetFetchResponse.OffsetFetchResponsePartition.metadata', buf, pos, 2)
@@ -119,22 +122,23 @@ def _d_OffsetFetchResponsePartition_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('OffsetFetchResponse.OffsetFetchResponsePartition.metadata', _n)
-        f_metadata = None
+        o.metadata = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetFetchResponse.OffsetFetchResponsePartition.metadata', buf, pos, _n, 1)
-        f_metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('OffsetFetchResponse.OffsetFetchResponsePartition.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
-    f_unknown_tags = None
-    return OffsetFetchResponsePartition(f_partition_index, f_committed_offset, -1, f_metadata, f_error_code, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_OffsetFetchResponseTopic_0(buf, pos):
     _l = len(buf)
+    o = _new(OffsetFetchResponseTopic)
     if pos + 2 > _l:
         raise truncated('OffsetFetchResponse.OffsetFetchResponseTopic.name', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -145,7 +149,7 @@ def _d_OffsetFetchResponseTopic_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetFetchResponse.OffsetFetchResponseTopic.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('OffsetFetchResponse.OffsetFetchResponseTopic.partitions', buf, pos, 4)
@@ -156,15 +160,19 @@ def _d_OffsetFetchResponseTopic_0(buf, pos):
     elif _c * 16 > _l - pos:
         raise overrun('OffsetFetchResponse.OffsetFetchResponseTopic.partitions', buf, pos, _c, 16)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_OffsetFetchResponsePartition_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return OffsetFetchResponseTopic(f_name, f_partitions, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_OffsetFetchResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(OffsetFetchResponse)
+    o.throttle_time_ms = 0
+    o.error_code = 0
+    o.groups = []
     if pos + 4 > _l:
         raise truncated('OffsetFetchResponse.topics', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -174,15 +182,18 @@ def _d_OffsetFetchResponse_0(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('OffsetFetchResponse.topics', buf, pos, _c, 6)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_OffsetFetchResponseTopic_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return OffsetFetchResponse(0, f_topics, 0, [], f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_OffsetFetchResponse_2(buf, pos):
     _l = len(buf)
+    o = _new(OffsetFetchResponse)
+    o.throttle_time_ms = 0
+    o.groups = []
     if pos + 4 > _l:
         raise truncated('OffsetFetchResponse.topics', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -192,22 +203,24 @@ def _d_OffsetFetchResponse_2(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('OffsetFetchResponse.topics', buf, pos, _c, 6)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_OffsetFetchResponseTopic_0(buf, pos)
             _lst.append(_e)
     if pos + 2 > _l:
         raise truncated('OffsetFetchResponse.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
-    f_unknown_tags = None
-    return OffsetFetchResponse(0, f_topics, f_error_code, [], f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_OffsetFetchResponse_3(buf, pos):
     _l = len(buf)
+    o = _new(OffsetFetchResponse)
+    o.groups = []
     if pos + 4 > _l:
         raise truncated('OffsetFetchResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('OffsetFetchResponse.topics', buf, pos, 4)
@@ -218,22 +231,23 @@ def _d_OffsetFetchResponse_3(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('OffsetFetchResponse.topics', buf, pos, _c, 6)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_OffsetFetchResponseTopic_0(buf, pos)
             _lst.append(_e)
     if pos + 2 > _l:
         raise truncated('OffsetFetchResponse.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
-    f_unknown_tags = None
-    return OffsetFetchResponse(f_throttle_time_ms, f_topics, f_error_code, [], f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_OffsetFetchResponsePartition_5(buf, pos):
     _l = len(buf)
+    o = _new(OffsetFetchResponsePartition)
     if pos + 16 > _l:
         raise truncated('OffsetFetchResponse.OffsetFetchResponsePartition.partition_index', buf, pos, 16)
-    f_partition_index, f_committed_offset, f_committed_leader_epoch = _S3.unpack_from(buf, pos)
+    o.partition_index, o.committed_offset, o.committed_leader_epoch = _S3.unpack_from(buf, pos)
     pos += 16
     if pos + 2 > _l:
         raise truncated('OffsetFetchResponse.OffsetFetchResponsePartition.metadata', buf, pos, 2)
@@ -242,22 +256,23 @@ def _d_OffsetFetchResponsePartition_5(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('OffsetFetchResponse.OffsetFetchResponsePartition.metadata', _n)
-        f_metadata = None
+        o.metadata = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetFetchResponse.OffsetFetchResponsePartition.metadata', buf, pos, _n, 1)
-        f_metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('OffsetFetchResponse.OffsetFetchResponsePartition.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
-    f_unknown_tags = None
-    return OffsetFetchResponsePartition(f_partition_index, f_committed_offset, f_committed_leader_epoch, f_metadata, f_error_code, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_OffsetFetchResponseTopic_5(buf, pos):
     _l = len(buf)
+    o = _new(OffsetFetchResponseTopic)
     if pos + 2 > _l:
         raise truncated('OffsetFetchResponse.OffsetFetchResponseTopic.name', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -268,7 +283,7 @@ def _d_OffsetFetchResponseTopic_5(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetFetchResponse.OffsetFetchResponseTopic.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('OffsetFetchResponse.OffsetFetchResponseTopic.partitions', buf, pos, 4)
@@ -279,18 +294,20 @@ def _d_OffsetFetchResponseTopic_5(buf, pos):
     elif _c * 20 > _l - pos:
         raise overrun('OffsetFetchResponse.OffsetFetchResponseTopic.partitions', buf, pos, _c, 20)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_OffsetFetchResponsePartition_5(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return OffsetFetchResponseTopic(f_name, f_partitions, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_OffsetFetchResponse_5(buf, pos):
     _l = len(buf)
+    o = _new(OffsetFetchResponse)
+    o.groups = []
     if pos + 4 > _l:
         raise truncated('OffsetFetchResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('OffsetFetchResponse.topics', buf, pos, 4)
@@ -301,22 +318,23 @@ def _d_OffsetFetchResponse_5(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('OffsetFetchResponse.topics', buf, pos, _c, 6)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_OffsetFetchResponseTopic_5(buf, pos)
             _lst.append(_e)
     if pos + 2 > _l:
         raise truncated('OffsetFetchResponse.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
-    f_unknown_tags = None
-    return OffsetFetchResponse(f_throttle_time_ms, f_topics, f_error_code, [], f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_OffsetFetchResponsePartition_6(buf, pos):
     _l = len(buf)
+    o = _new(OffsetFetchResponsePartition)
     if pos + 16 > _l:
         raise truncated('OffsetFetchResponse.OffsetFetchResponsePartition.partition_index', buf, pos, 16)
-    f_partition_index, f_committed_offset, f_committed_leader_epoch = _S3.unpack_from(buf, pos)
+    o.partition_index, o.committed_offset, o.committed_leader_epoch = _S3.unpack_from(buf, pos)
     pos += 16
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -327,31 +345,33 @@ def _d_OffsetFetchResponsePartition_6(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('OffsetFetchResponse.OffsetFetchResponsePartition.metadata', _n)
-        f_metadata = None
+        o.metadata = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetFetchResponse.OffsetFetchResponsePartition.metadata', buf, pos, _n, 1)
-        f_metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('OffsetFetchResponse.OffsetFetchResponsePartition.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'OffsetFetchResponse.OffsetFetchResponsePartition')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return OffsetFetchResponsePartition(f_partition_index, f_committed_offset, f_committed_leader_epoch, f_metadata, f_error_code, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_OffsetFetchResponseTopic_6(buf, pos):
     _l = len(buf)
+    o = _new(OffsetFetchResponseTopic)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -364,7 +384,7 @@ def _d_OffsetFetchResponseTopic_6(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetFetchResponse.OffsetFetchResponseTopic.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -377,27 +397,30 @@ def _d_OffsetFetchResponseTopic_6(buf, pos):
     elif _c * 20 > _l - pos:
         raise overrun('OffsetFetchResponse.OffsetFetchResponseTopic.partitions', buf, pos, _c, 20)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_OffsetFetchResponsePartition_6(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'OffsetFetchResponse.OffsetFetchResponseTopic')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return OffsetFetchResponseTopic(f_name, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_OffsetFetchResponse_6(buf, pos):
     _l = len(buf)
+    o = _new(OffsetFetchResponse)
+    o.groups = []
     if pos + 4 > _l:
         raise truncated('OffsetFetchResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -410,31 +433,33 @@ def _d_OffsetFetchResponse_6(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('OffsetFetchResponse.topics', buf, pos, _c, 3)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_OffsetFetchResponseTopic_6(buf, pos)
             _lst.append(_e)
     if pos + 2 > _l:
         raise truncated('OffsetFetchResponse.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'OffsetFetchResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return OffsetFetchResponse(f_throttle_time_ms, f_topics, f_error_code, [], f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_OffsetFetchResponsePartitions_8(buf, pos):
     _l = len(buf)
+    o = _new(OffsetFetchResponsePartitions)
     if pos + 16 > _l:
         raise truncated('OffsetFetchResponse.OffsetFetchResponsePartitions.partition_index', buf, pos, 16)
-    f_partition_index, f_committed_offset, f_committed_leader_epoch = _S3.unpack_from(buf, pos)
+    o.partition_index, o.committed_offset, o.committed_leader_epoch = _S3.unpack_from(buf, pos)
     pos += 16
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -445,31 +470,33 @@ def _d_OffsetFetchResponsePartitions_8(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('OffsetFetchResponse.OffsetFetchResponsePartitions.metadata', _n)
-        f_metadata = None
+        o.metadata = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetFetchResponse.OffsetFetchResponsePartitions.metadata', buf, pos, _n, 1)
-        f_metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('OffsetFetchResponse.OffsetFetchResponsePartitions.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'OffsetFetchResponse.OffsetFetchResponsePartitions')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return OffsetFetchResponsePartitions(f_partition_index, f_committed_offset, f_committed_leader_epoch, f_metadata, f_error_code, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_OffsetFetchResponseTopics_8(buf, pos):
     _l = len(buf)
+    o = _new(OffsetFetchResponseTopics)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -482,7 +509,7 @@ def _d_OffsetFetchResponseTopics_8(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetFetchResponse.OffsetFetchResponseTopics.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -495,24 +522,26 @@ def _d_OffsetFetchResponseTopics_8(buf, pos):
     elif _c * 20 > _l - pos:
         raise overrun('OffsetFetchResponse.OffsetFetchResponseTopics.partitions', buf, pos, _c, 20)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_OffsetFetchResponsePartitions_8(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'OffsetFetchResponse.OffsetFetchResponseTopics')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return OffsetFetchResponseTopics(f_name, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_OffsetFetchResponseGroup_8(buf, pos):
     _l = len(buf)
+    o = _new(OffsetFetchResponseGroup)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -525,7 +554,7 @@ def _d_OffsetFetchResponseGroup_8(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetFetchResponse.OffsetFetchResponseGroup.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -538,31 +567,35 @@ def _d_OffsetFetchResponseGroup_8(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('OffsetFetchResponse.OffsetFetchResponseGroup.topics', buf, pos, _c, 3)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_OffsetFetchResponseTopics_8(buf, pos)
             _lst.append(_e)
     if pos + 2 > _l:
         raise truncated('OffsetFetchResponse.OffsetFetchResponseGroup.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'OffsetFetchResponse.OffsetFetchResponseGroup')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return OffsetFetchResponseGroup(f_group_id, f_topics, f_error_code, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_OffsetFetchResponse_8(buf, pos):
     _l = len(buf)
+    o = _new(OffsetFetchResponse)
+    o.topics = []
+    o.error_code = 0
     if pos + 4 > _l:
         raise truncated('OffsetFetchResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -575,21 +608,22 @@ def _d_OffsetFetchResponse_8(buf, pos):
     elif _c * 5 > _l - pos:
         raise overrun('OffsetFetchResponse.groups', buf, pos, _c, 5)
     else:
-        f_groups = _lst = []
+        o.groups = _lst = []
         for _ in range(_c):
             _e, pos = _d_OffsetFetchResponseGroup_8(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'OffsetFetchResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return OffsetFetchResponse(f_throttle_time_ms, [], 0, f_groups, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_OffsetFetchResponsePartition_0(o, out, chunks):
     out += _S2.pack(o.partition_index, o.committed_offset)

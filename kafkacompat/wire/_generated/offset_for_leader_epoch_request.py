@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class OffsetForLeaderTopic(Struct):
     __slots__ = ('topic', 'partitions', 'unknown_tags',)
@@ -57,15 +58,18 @@ _S3 = _Struct('>iii')
 
 def _d_OffsetForLeaderPartition_0(buf, pos):
     _l = len(buf)
+    o = _new(OffsetForLeaderPartition)
+    o.current_leader_epoch = -1
     if pos + 8 > _l:
         raise truncated('OffsetForLeaderEpochRequest.OffsetForLeaderPartition.partition', buf, pos, 8)
-    f_partition, f_leader_epoch = _S2.unpack_from(buf, pos)
+    o.partition, o.leader_epoch = _S2.unpack_from(buf, pos)
     pos += 8
-    f_unknown_tags = None
-    return OffsetForLeaderPartition(f_partition, -1, f_leader_epoch, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_OffsetForLeaderTopic_0(buf, pos):
     _l = len(buf)
+    o = _new(OffsetForLeaderTopic)
     if pos + 2 > _l:
         raise truncated('OffsetForLeaderEpochRequest.OffsetForLeaderTopic.topic', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -76,7 +80,7 @@ def _d_OffsetForLeaderTopic_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetForLeaderEpochRequest.OffsetForLeaderTopic.topic', buf, pos, _n, 1)
-        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('OffsetForLeaderEpochRequest.OffsetForLeaderTopic.partitions', buf, pos, 4)
@@ -87,15 +91,17 @@ def _d_OffsetForLeaderTopic_0(buf, pos):
     elif _c * 8 > _l - pos:
         raise overrun('OffsetForLeaderEpochRequest.OffsetForLeaderTopic.partitions', buf, pos, _c, 8)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_OffsetForLeaderPartition_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return OffsetForLeaderTopic(f_topic, f_partitions, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_OffsetForLeaderEpochRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(OffsetForLeaderEpochRequest)
+    o.replica_id = -2
     if pos + 4 > _l:
         raise truncated('OffsetForLeaderEpochRequest.topics', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -105,24 +111,26 @@ def _d_OffsetForLeaderEpochRequest_0(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('OffsetForLeaderEpochRequest.topics', buf, pos, _c, 6)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_OffsetForLeaderTopic_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return OffsetForLeaderEpochRequest(-2, f_topics, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_OffsetForLeaderPartition_2(buf, pos):
     _l = len(buf)
+    o = _new(OffsetForLeaderPartition)
     if pos + 12 > _l:
         raise truncated('OffsetForLeaderEpochRequest.OffsetForLeaderPartition.partition', buf, pos, 12)
-    f_partition, f_current_leader_epoch, f_leader_epoch = _S3.unpack_from(buf, pos)
+    o.partition, o.current_leader_epoch, o.leader_epoch = _S3.unpack_from(buf, pos)
     pos += 12
-    f_unknown_tags = None
-    return OffsetForLeaderPartition(f_partition, f_current_leader_epoch, f_leader_epoch, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_OffsetForLeaderTopic_2(buf, pos):
     _l = len(buf)
+    o = _new(OffsetForLeaderTopic)
     if pos + 2 > _l:
         raise truncated('OffsetForLeaderEpochRequest.OffsetForLeaderTopic.topic', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -133,7 +141,7 @@ def _d_OffsetForLeaderTopic_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetForLeaderEpochRequest.OffsetForLeaderTopic.topic', buf, pos, _n, 1)
-        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('OffsetForLeaderEpochRequest.OffsetForLeaderTopic.partitions', buf, pos, 4)
@@ -144,15 +152,17 @@ def _d_OffsetForLeaderTopic_2(buf, pos):
     elif _c * 12 > _l - pos:
         raise overrun('OffsetForLeaderEpochRequest.OffsetForLeaderTopic.partitions', buf, pos, _c, 12)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_OffsetForLeaderPartition_2(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return OffsetForLeaderTopic(f_topic, f_partitions, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_OffsetForLeaderEpochRequest_2(buf, pos):
     _l = len(buf)
+    o = _new(OffsetForLeaderEpochRequest)
+    o.replica_id = -2
     if pos + 4 > _l:
         raise truncated('OffsetForLeaderEpochRequest.topics', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -162,18 +172,19 @@ def _d_OffsetForLeaderEpochRequest_2(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('OffsetForLeaderEpochRequest.topics', buf, pos, _c, 6)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_OffsetForLeaderTopic_2(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return OffsetForLeaderEpochRequest(-2, f_topics, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_OffsetForLeaderEpochRequest_3(buf, pos):
     _l = len(buf)
+    o = _new(OffsetForLeaderEpochRequest)
     if pos + 4 > _l:
         raise truncated('OffsetForLeaderEpochRequest.replica_id', buf, pos, 4)
-    (f_replica_id,) = _S0.unpack_from(buf, pos)
+    (o.replica_id,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('OffsetForLeaderEpochRequest.topics', buf, pos, 4)
@@ -184,33 +195,36 @@ def _d_OffsetForLeaderEpochRequest_3(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('OffsetForLeaderEpochRequest.topics', buf, pos, _c, 6)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_OffsetForLeaderTopic_2(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return OffsetForLeaderEpochRequest(f_replica_id, f_topics, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_OffsetForLeaderPartition_4(buf, pos):
     _l = len(buf)
+    o = _new(OffsetForLeaderPartition)
     if pos + 12 > _l:
         raise truncated('OffsetForLeaderEpochRequest.OffsetForLeaderPartition.partition', buf, pos, 12)
-    f_partition, f_current_leader_epoch, f_leader_epoch = _S3.unpack_from(buf, pos)
+    o.partition, o.current_leader_epoch, o.leader_epoch = _S3.unpack_from(buf, pos)
     pos += 12
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'OffsetForLeaderEpochRequest.OffsetForLeaderPartition')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return OffsetForLeaderPartition(f_partition, f_current_leader_epoch, f_leader_epoch, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_OffsetForLeaderTopic_4(buf, pos):
     _l = len(buf)
+    o = _new(OffsetForLeaderTopic)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -223,7 +237,7 @@ def _d_OffsetForLeaderTopic_4(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetForLeaderEpochRequest.OffsetForLeaderTopic.topic', buf, pos, _n, 1)
-        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -236,27 +250,29 @@ def _d_OffsetForLeaderTopic_4(buf, pos):
     elif _c * 13 > _l - pos:
         raise overrun('OffsetForLeaderEpochRequest.OffsetForLeaderTopic.partitions', buf, pos, _c, 13)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_OffsetForLeaderPartition_4(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'OffsetForLeaderEpochRequest.OffsetForLeaderTopic')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return OffsetForLeaderTopic(f_topic, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_OffsetForLeaderEpochRequest_4(buf, pos):
     _l = len(buf)
+    o = _new(OffsetForLeaderEpochRequest)
     if pos + 4 > _l:
         raise truncated('OffsetForLeaderEpochRequest.replica_id', buf, pos, 4)
-    (f_replica_id,) = _S0.unpack_from(buf, pos)
+    (o.replica_id,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -269,21 +285,22 @@ def _d_OffsetForLeaderEpochRequest_4(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('OffsetForLeaderEpochRequest.topics', buf, pos, _c, 3)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_OffsetForLeaderTopic_4(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'OffsetForLeaderEpochRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return OffsetForLeaderEpochRequest(f_replica_id, f_topics, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_OffsetForLeaderPartition_0(o, out, chunks):
     out += _S2.pack(o.partition, o.leader_epoch)

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class OffsetForLeaderTopicResult(Struct):
     __slots__ = ('topic', 'partitions', 'unknown_tags',)
@@ -58,15 +59,18 @@ _S3 = _Struct('>hiiq')
 
 def _d_EpochEndOffset_0(buf, pos):
     _l = len(buf)
+    o = _new(EpochEndOffset)
+    o.leader_epoch = -1
     if pos + 14 > _l:
         raise truncated('OffsetForLeaderEpochResponse.EpochEndOffset.error_code', buf, pos, 14)
-    f_error_code, f_partition, f_end_offset = _S2.unpack_from(buf, pos)
+    o.error_code, o.partition, o.end_offset = _S2.unpack_from(buf, pos)
     pos += 14
-    f_unknown_tags = None
-    return EpochEndOffset(f_error_code, f_partition, -1, f_end_offset, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_OffsetForLeaderTopicResult_0(buf, pos):
     _l = len(buf)
+    o = _new(OffsetForLeaderTopicResult)
     if pos + 2 > _l:
         raise truncated('OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.topic', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -77,7 +81,7 @@ def _d_OffsetForLeaderTopicResult_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.topic', buf, pos, _n, 1)
-        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.partitions', buf, pos, 4)
@@ -88,15 +92,17 @@ def _d_OffsetForLeaderTopicResult_0(buf, pos):
     elif _c * 14 > _l - pos:
         raise overrun('OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.partitions', buf, pos, _c, 14)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_EpochEndOffset_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return OffsetForLeaderTopicResult(f_topic, f_partitions, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_OffsetForLeaderEpochResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(OffsetForLeaderEpochResponse)
+    o.throttle_time_ms = 0
     if pos + 4 > _l:
         raise truncated('OffsetForLeaderEpochResponse.topics', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -106,24 +112,26 @@ def _d_OffsetForLeaderEpochResponse_0(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('OffsetForLeaderEpochResponse.topics', buf, pos, _c, 6)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_OffsetForLeaderTopicResult_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return OffsetForLeaderEpochResponse(0, f_topics, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_EpochEndOffset_1(buf, pos):
     _l = len(buf)
+    o = _new(EpochEndOffset)
     if pos + 18 > _l:
         raise truncated('OffsetForLeaderEpochResponse.EpochEndOffset.error_code', buf, pos, 18)
-    f_error_code, f_partition, f_leader_epoch, f_end_offset = _S3.unpack_from(buf, pos)
+    o.error_code, o.partition, o.leader_epoch, o.end_offset = _S3.unpack_from(buf, pos)
     pos += 18
-    f_unknown_tags = None
-    return EpochEndOffset(f_error_code, f_partition, f_leader_epoch, f_end_offset, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_OffsetForLeaderTopicResult_1(buf, pos):
     _l = len(buf)
+    o = _new(OffsetForLeaderTopicResult)
     if pos + 2 > _l:
         raise truncated('OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.topic', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -134,7 +142,7 @@ def _d_OffsetForLeaderTopicResult_1(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.topic', buf, pos, _n, 1)
-        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.partitions', buf, pos, 4)
@@ -145,15 +153,17 @@ def _d_OffsetForLeaderTopicResult_1(buf, pos):
     elif _c * 18 > _l - pos:
         raise overrun('OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.partitions', buf, pos, _c, 18)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_EpochEndOffset_1(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return OffsetForLeaderTopicResult(f_topic, f_partitions, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_OffsetForLeaderEpochResponse_1(buf, pos):
     _l = len(buf)
+    o = _new(OffsetForLeaderEpochResponse)
+    o.throttle_time_ms = 0
     if pos + 4 > _l:
         raise truncated('OffsetForLeaderEpochResponse.topics', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -163,18 +173,19 @@ def _d_OffsetForLeaderEpochResponse_1(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('OffsetForLeaderEpochResponse.topics', buf, pos, _c, 6)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_OffsetForLeaderTopicResult_1(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return OffsetForLeaderEpochResponse(0, f_topics, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_OffsetForLeaderEpochResponse_2(buf, pos):
     _l = len(buf)
+    o = _new(OffsetForLeaderEpochResponse)
     if pos + 4 > _l:
         raise truncated('OffsetForLeaderEpochResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('OffsetForLeaderEpochResponse.topics', buf, pos, 4)
@@ -185,33 +196,36 @@ def _d_OffsetForLeaderEpochResponse_2(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('OffsetForLeaderEpochResponse.topics', buf, pos, _c, 6)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_OffsetForLeaderTopicResult_1(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return OffsetForLeaderEpochResponse(f_throttle_time_ms, f_topics, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_EpochEndOffset_4(buf, pos):
     _l = len(buf)
+    o = _new(EpochEndOffset)
     if pos + 18 > _l:
         raise truncated('OffsetForLeaderEpochResponse.EpochEndOffset.error_code', buf, pos, 18)
-    f_error_code, f_partition, f_leader_epoch, f_end_offset = _S3.unpack_from(buf, pos)
+    o.error_code, o.partition, o.leader_epoch, o.end_offset = _S3.unpack_from(buf, pos)
     pos += 18
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'OffsetForLeaderEpochResponse.EpochEndOffset')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return EpochEndOffset(f_error_code, f_partition, f_leader_epoch, f_end_offset, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_OffsetForLeaderTopicResult_4(buf, pos):
     _l = len(buf)
+    o = _new(OffsetForLeaderTopicResult)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -224,7 +238,7 @@ def _d_OffsetForLeaderTopicResult_4(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.topic', buf, pos, _n, 1)
-        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -237,27 +251,29 @@ def _d_OffsetForLeaderTopicResult_4(buf, pos):
     elif _c * 19 > _l - pos:
         raise overrun('OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.partitions', buf, pos, _c, 19)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_EpochEndOffset_4(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return OffsetForLeaderTopicResult(f_topic, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_OffsetForLeaderEpochResponse_4(buf, pos):
     _l = len(buf)
+    o = _new(OffsetForLeaderEpochResponse)
     if pos + 4 > _l:
         raise truncated('OffsetForLeaderEpochResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -270,21 +286,22 @@ def _d_OffsetForLeaderEpochResponse_4(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('OffsetForLeaderEpochResponse.topics', buf, pos, _c, 3)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_OffsetForLeaderTopicResult_4(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'OffsetForLeaderEpochResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return OffsetForLeaderEpochResponse(f_throttle_time_ms, f_topics, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_EpochEndOffset_0(o, out, chunks):
     out += _S2.pack(o.error_code, o.partition, o.end_offset)

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class TopicProduceData(Struct):
     __slots__ = ('name', 'partition_data', 'unknown_tags',)
@@ -57,9 +58,10 @@ _S2 = _Struct('>h')
 
 def _d_PartitionProduceData_0(buf, pos):
     _l = len(buf)
+    o = _new(PartitionProduceData)
     if pos + 4 > _l:
         raise truncated('ProduceRequest.PartitionProduceData.index', buf, pos, 4)
-    (f_index,) = _S1.unpack_from(buf, pos)
+    (o.index,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('ProduceRequest.PartitionProduceData.records', buf, pos, 4)
@@ -68,18 +70,19 @@ def _d_PartitionProduceData_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('ProduceRequest.PartitionProduceData.records', _n)
-        f_records = None
+        o.records = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('ProduceRequest.PartitionProduceData.records', buf, pos, _n, 1)
-        f_records = buf[pos:_end]
+        o.records = buf[pos:_end]
         pos = _end
-    f_unknown_tags = None
-    return PartitionProduceData(f_index, f_records, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_TopicProduceData_0(buf, pos):
     _l = len(buf)
+    o = _new(TopicProduceData)
     if pos + 2 > _l:
         raise truncated('ProduceRequest.TopicProduceData.name', buf, pos, 2)
     (_n,) = _S2.unpack_from(buf, pos)
@@ -90,7 +93,7 @@ def _d_TopicProduceData_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ProduceRequest.TopicProduceData.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('ProduceRequest.TopicProduceData.partition_data', buf, pos, 4)
@@ -101,18 +104,20 @@ def _d_TopicProduceData_0(buf, pos):
     elif _c * 8 > _l - pos:
         raise overrun('ProduceRequest.TopicProduceData.partition_data', buf, pos, _c, 8)
     else:
-        f_partition_data = _lst = []
+        o.partition_data = _lst = []
         for _ in range(_c):
             _e, pos = _d_PartitionProduceData_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return TopicProduceData(f_name, f_partition_data, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_ProduceRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(ProduceRequest)
+    o.transactional_id = None
     if pos + 6 > _l:
         raise truncated('ProduceRequest.acks', buf, pos, 6)
-    f_acks, f_timeout_ms = _S0.unpack_from(buf, pos)
+    o.acks, o.timeout_ms = _S0.unpack_from(buf, pos)
     pos += 6
     if pos + 4 > _l:
         raise truncated('ProduceRequest.topic_data', buf, pos, 4)
@@ -123,15 +128,16 @@ def _d_ProduceRequest_0(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('ProduceRequest.topic_data', buf, pos, _c, 6)
     else:
-        f_topic_data = _lst = []
+        o.topic_data = _lst = []
         for _ in range(_c):
             _e, pos = _d_TopicProduceData_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return ProduceRequest(None, f_acks, f_timeout_ms, f_topic_data, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_ProduceRequest_3(buf, pos):
     _l = len(buf)
+    o = _new(ProduceRequest)
     if pos + 2 > _l:
         raise truncated('ProduceRequest.transactional_id', buf, pos, 2)
     (_n,) = _S2.unpack_from(buf, pos)
@@ -139,16 +145,16 @@ def _d_ProduceRequest_3(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('ProduceRequest.transactional_id', _n)
-        f_transactional_id = None
+        o.transactional_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('ProduceRequest.transactional_id', buf, pos, _n, 1)
-        f_transactional_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.transactional_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 6 > _l:
         raise truncated('ProduceRequest.acks', buf, pos, 6)
-    f_acks, f_timeout_ms = _S0.unpack_from(buf, pos)
+    o.acks, o.timeout_ms = _S0.unpack_from(buf, pos)
     pos += 6
     if pos + 4 > _l:
         raise truncated('ProduceRequest.topic_data', buf, pos, 4)
@@ -159,18 +165,19 @@ def _d_ProduceRequest_3(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('ProduceRequest.topic_data', buf, pos, _c, 6)
     else:
-        f_topic_data = _lst = []
+        o.topic_data = _lst = []
         for _ in range(_c):
             _e, pos = _d_TopicProduceData_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return ProduceRequest(f_transactional_id, f_acks, f_timeout_ms, f_topic_data, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_PartitionProduceData_9(buf, pos):
     _l = len(buf)
+    o = _new(PartitionProduceData)
     if pos + 4 > _l:
         raise truncated('ProduceRequest.PartitionProduceData.index', buf, pos, 4)
-    (f_index,) = _S1.unpack_from(buf, pos)
+    (o.index,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -181,27 +188,29 @@ def _d_PartitionProduceData_9(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('ProduceRequest.PartitionProduceData.records', _n)
-        f_records = None
+        o.records = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('ProduceRequest.PartitionProduceData.records', buf, pos, _n, 1)
-        f_records = buf[pos:_end]
+        o.records = buf[pos:_end]
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ProduceRequest.PartitionProduceData')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return PartitionProduceData(f_index, f_records, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_TopicProduceData_9(buf, pos):
     _l = len(buf)
+    o = _new(TopicProduceData)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -214,7 +223,7 @@ def _d_TopicProduceData_9(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ProduceRequest.TopicProduceData.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -227,24 +236,26 @@ def _d_TopicProduceData_9(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('ProduceRequest.TopicProduceData.partition_data', buf, pos, _c, 6)
     else:
-        f_partition_data = _lst = []
+        o.partition_data = _lst = []
         for _ in range(_c):
             _e, pos = _d_PartitionProduceData_9(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ProduceRequest.TopicProduceData')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return TopicProduceData(f_name, f_partition_data, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_ProduceRequest_9(buf, pos):
     _l = len(buf)
+    o = _new(ProduceRequest)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -254,16 +265,16 @@ def _d_ProduceRequest_9(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('ProduceRequest.transactional_id', _n)
-        f_transactional_id = None
+        o.transactional_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('ProduceRequest.transactional_id', buf, pos, _n, 1)
-        f_transactional_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.transactional_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 6 > _l:
         raise truncated('ProduceRequest.acks', buf, pos, 6)
-    f_acks, f_timeout_ms = _S0.unpack_from(buf, pos)
+    o.acks, o.timeout_ms = _S0.unpack_from(buf, pos)
     pos += 6
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -276,21 +287,22 @@ def _d_ProduceRequest_9(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('ProduceRequest.topic_data', buf, pos, _c, 3)
     else:
-        f_topic_data = _lst = []
+        o.topic_data = _lst = []
         for _ in range(_c):
             _e, pos = _d_TopicProduceData_9(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ProduceRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ProduceRequest(f_transactional_id, f_acks, f_timeout_ms, f_topic_data, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_PartitionProduceData_0(o, out, chunks):
     out += _S1.pack(o.index)

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class TopicProduceResponse(Struct):
     __slots__ = ('name', 'partition_responses', 'unknown_tags',)
@@ -105,15 +106,22 @@ _S5 = _Struct('>ii')
 
 def _d_PartitionProduceResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(PartitionProduceResponse)
+    o.log_append_time_ms = -1
+    o.log_start_offset = -1
+    o.record_errors = []
+    o.error_message = None
+    o.current_leader = LeaderIdAndEpoch()
     if pos + 14 > _l:
         raise truncated('ProduceResponse.PartitionProduceResponse.index', buf, pos, 14)
-    f_index, f_error_code, f_base_offset = _S2.unpack_from(buf, pos)
+    o.index, o.error_code, o.base_offset = _S2.unpack_from(buf, pos)
     pos += 14
-    f_unknown_tags = None
-    return PartitionProduceResponse(f_index, f_error_code, f_base_offset, -1, -1, [], None, LeaderIdAndEpoch(), f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_TopicProduceResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(TopicProduceResponse)
     if pos + 2 > _l:
         raise truncated('ProduceResponse.TopicProduceResponse.name', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -124,7 +132,7 @@ def _d_TopicProduceResponse_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ProduceResponse.TopicProduceResponse.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('ProduceResponse.TopicProduceResponse.partition_responses', buf, pos, 4)
@@ -135,15 +143,18 @@ def _d_TopicProduceResponse_0(buf, pos):
     elif _c * 14 > _l - pos:
         raise overrun('ProduceResponse.TopicProduceResponse.partition_responses', buf, pos, _c, 14)
     else:
-        f_partition_responses = _lst = []
+        o.partition_responses = _lst = []
         for _ in range(_c):
             _e, pos = _d_PartitionProduceResponse_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return TopicProduceResponse(f_name, f_partition_responses, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_ProduceResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(ProduceResponse)
+    o.throttle_time_ms = 0
+    o.node_endpoints = []
     if pos + 4 > _l:
         raise truncated('ProduceResponse.responses', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -153,15 +164,17 @@ def _d_ProduceResponse_0(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('ProduceResponse.responses', buf, pos, _c, 6)
     else:
-        f_responses = _lst = []
+        o.responses = _lst = []
         for _ in range(_c):
             _e, pos = _d_TopicProduceResponse_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return ProduceResponse(f_responses, 0, [], f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_ProduceResponse_1(buf, pos):
     _l = len(buf)
+    o = _new(ProduceResponse)
+    o.node_endpoints = []
     if pos + 4 > _l:
         raise truncated('ProduceResponse.responses', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -171,28 +184,34 @@ def _d_ProduceResponse_1(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('ProduceResponse.responses', buf, pos, _c, 6)
     else:
-        f_responses = _lst = []
+        o.responses = _lst = []
         for _ in range(_c):
             _e, pos = _d_TopicProduceResponse_0(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
         raise truncated('ProduceResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    f_unknown_tags = None
-    return ProduceResponse(f_responses, f_throttle_time_ms, [], f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_PartitionProduceResponse_2(buf, pos):
     _l = len(buf)
+    o = _new(PartitionProduceResponse)
+    o.log_start_offset = -1
+    o.record_errors = []
+    o.error_message = None
+    o.current_leader = LeaderIdAndEpoch()
     if pos + 22 > _l:
         raise truncated('ProduceResponse.PartitionProduceResponse.index', buf, pos, 22)
-    f_index, f_error_code, f_base_offset, f_log_append_time_ms = _S3.unpack_from(buf, pos)
+    o.index, o.error_code, o.base_offset, o.log_append_time_ms = _S3.unpack_from(buf, pos)
     pos += 22
-    f_unknown_tags = None
-    return PartitionProduceResponse(f_index, f_error_code, f_base_offset, f_log_append_time_ms, -1, [], None, LeaderIdAndEpoch(), f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_TopicProduceResponse_2(buf, pos):
     _l = len(buf)
+    o = _new(TopicProduceResponse)
     if pos + 2 > _l:
         raise truncated('ProduceResponse.TopicProduceResponse.name', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -203,7 +222,7 @@ def _d_TopicProduceResponse_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ProduceResponse.TopicProduceResponse.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('ProduceResponse.TopicProduceResponse.partition_responses', buf, pos, 4)
@@ -214,15 +233,17 @@ def _d_TopicProduceResponse_2(buf, pos):
     elif _c * 22 > _l - pos:
         raise overrun('ProduceResponse.TopicProduceResponse.partition_responses', buf, pos, _c, 22)
     else:
-        f_partition_responses = _lst = []
+        o.partition_responses = _lst = []
         for _ in range(_c):
             _e, pos = _d_PartitionProduceResponse_2(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return TopicProduceResponse(f_name, f_partition_responses, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_ProduceResponse_2(buf, pos):
     _l = len(buf)
+    o = _new(ProduceResponse)
+    o.node_endpoints = []
     if pos + 4 > _l:
         raise truncated('ProduceResponse.responses', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -232,28 +253,33 @@ def _d_ProduceResponse_2(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('ProduceResponse.responses', buf, pos, _c, 6)
     else:
-        f_responses = _lst = []
+        o.responses = _lst = []
         for _ in range(_c):
             _e, pos = _d_TopicProduceResponse_2(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
         raise truncated('ProduceResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    f_unknown_tags = None
-    return ProduceResponse(f_responses, f_throttle_time_ms, [], f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_PartitionProduceResponse_5(buf, pos):
     _l = len(buf)
+    o = _new(PartitionProduceResponse)
+    o.record_errors = []
+    o.error_message = None
+    o.current_leader = LeaderIdAndEpoch()
     if pos + 30 > _l:
         raise truncated('ProduceResponse.PartitionProduceResponse.index', buf, pos, 30)
-    f_index, f_error_code, f_base_offset, f_log_append_time_ms, f_log_start_offset = _S4.unpack_from(buf, pos)
+    o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset = _S4.unpack_from(buf, pos)
     pos += 30
-    f_unknown_tags = None
-    return PartitionProduceResponse(f_index, f_error_code, f_base_offset, f_log_append_time_ms, f_log_start_offset, [], None, LeaderIdAndEpoch(), f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_TopicProduceResponse_5(buf, pos):
     _l = len(buf)
+    o = _new(TopicProduceResponse)
     if pos + 2 > _l:
         raise truncated('ProduceResponse.TopicProduceResponse.name', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -264,7 +290,7 @@ def _d_TopicProduceResponse_5(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ProduceResponse.TopicProduceResponse.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('ProduceResponse.TopicProduceResponse.partition_responses', buf, pos, 4)
@@ -275,15 +301,17 @@ def _d_TopicProduceResponse_5(buf, pos):
     elif _c * 30 > _l - pos:
         raise overrun('ProduceResponse.TopicProduceResponse.partition_responses', buf, pos, _c, 30)
     else:
-        f_partition_responses = _lst = []
+        o.partition_responses = _lst = []
         for _ in range(_c):
             _e, pos = _d_PartitionProduceResponse_5(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return TopicProduceResponse(f_name, f_partition_responses, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_ProduceResponse_5(buf, pos):
     _l = len(buf)
+    o = _new(ProduceResponse)
+    o.node_endpoints = []
     if pos + 4 > _l:
         raise truncated('ProduceResponse.responses', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -293,22 +321,23 @@ def _d_ProduceResponse_5(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('ProduceResponse.responses', buf, pos, _c, 6)
     else:
-        f_responses = _lst = []
+        o.responses = _lst = []
         for _ in range(_c):
             _e, pos = _d_TopicProduceResponse_5(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
         raise truncated('ProduceResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    f_unknown_tags = None
-    return ProduceResponse(f_responses, f_throttle_time_ms, [], f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_BatchIndexAndErrorMessage_8(buf, pos):
     _l = len(buf)
+    o = _new(BatchIndexAndErrorMessage)
     if pos + 4 > _l:
         raise truncated('ProduceResponse.BatchIndexAndErrorMessage.batch_index', buf, pos, 4)
-    (f_batch_index,) = _S0.unpack_from(buf, pos)
+    (o.batch_index,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 2 > _l:
         raise truncated('ProduceResponse.BatchIndexAndErrorMessage.batch_index_error_message', buf, pos, 2)
@@ -317,21 +346,23 @@ def _d_BatchIndexAndErrorMessage_8(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('ProduceResponse.BatchIndexAndErrorMessage.batch_index_error_message', _n)
-        f_batch_index_error_message = None
+        o.batch_index_error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('ProduceResponse.BatchIndexAndErrorMessage.batch_index_error_message', buf, pos, _n, 1)
-        f_batch_index_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.batch_index_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
-    f_unknown_tags = None
-    return BatchIndexAndErrorMessage(f_batch_index, f_batch_index_error_message, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_PartitionProduceResponse_8(buf, pos):
     _l = len(buf)
+    o = _new(PartitionProduceResponse)
+    o.current_leader = LeaderIdAndEpoch()
     if pos + 30 > _l:
         raise truncated('ProduceResponse.PartitionProduceResponse.index', buf, pos, 30)
-    f_index, f_error_code, f_base_offset, f_log_append_time_ms, f_log_start_offset = _S4.unpack_from(buf, pos)
+    o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset = _S4.unpack_from(buf, pos)
     pos += 30
     if pos + 4 > _l:
         raise truncated('ProduceResponse.PartitionProduceResponse.record_errors', buf, pos, 4)
@@ -342,7 +373,7 @@ def _d_PartitionProduceResponse_8(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('ProduceResponse.PartitionProduceResponse.record_errors', buf, pos, _c, 6)
     else:
-        f_record_errors = _lst = []
+        o.record_errors = _lst = []
         for _ in range(_c):
             _e, pos = _d_BatchIndexAndErrorMessage_8(buf, pos)
             _lst.append(_e)
@@ -353,18 +384,19 @@ def _d_PartitionProduceResponse_8(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('ProduceResponse.PartitionProduceResponse.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('ProduceResponse.PartitionProduceResponse.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
-    f_unknown_tags = None
-    return PartitionProduceResponse(f_index, f_error_code, f_base_offset, f_log_append_time_ms, f_log_start_offset, f_record_errors, f_error_message, LeaderIdAndEpoch(), f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_TopicProduceResponse_8(buf, pos):
     _l = len(buf)
+    o = _new(TopicProduceResponse)
     if pos + 2 > _l:
         raise truncated('ProduceResponse.TopicProduceResponse.name', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -375,7 +407,7 @@ def _d_TopicProduceResponse_8(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ProduceResponse.TopicProduceResponse.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('ProduceResponse.TopicProduceResponse.partition_responses', buf, pos, 4)
@@ -386,15 +418,17 @@ def _d_TopicProduceResponse_8(buf, pos):
     elif _c * 36 > _l - pos:
         raise overrun('ProduceResponse.TopicProduceResponse.partition_responses', buf, pos, _c, 36)
     else:
-        f_partition_responses = _lst = []
+        o.partition_responses = _lst = []
         for _ in range(_c):
             _e, pos = _d_PartitionProduceResponse_8(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return TopicProduceResponse(f_name, f_partition_responses, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_ProduceResponse_8(buf, pos):
     _l = len(buf)
+    o = _new(ProduceResponse)
+    o.node_endpoints = []
     if pos + 4 > _l:
         raise truncated('ProduceResponse.responses', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -404,22 +438,23 @@ def _d_ProduceResponse_8(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('ProduceResponse.responses', buf, pos, _c, 6)
     else:
-        f_responses = _lst = []
+        o.responses = _lst = []
         for _ in range(_c):
             _e, pos = _d_TopicProduceResponse_8(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
         raise truncated('ProduceResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    f_unknown_tags = None
-    return ProduceResponse(f_responses, f_throttle_time_ms, [], f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_BatchIndexAndErrorMessage_9(buf, pos):
     _l = len(buf)
+    o = _new(BatchIndexAndErrorMessage)
     if pos + 4 > _l:
         raise truncated('ProduceResponse.BatchIndexAndErrorMessage.batch_index', buf, pos, 4)
-    (f_batch_index,) = _S0.unpack_from(buf, pos)
+    (o.batch_index,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -430,30 +465,33 @@ def _d_BatchIndexAndErrorMessage_9(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('ProduceResponse.BatchIndexAndErrorMessage.batch_index_error_message', _n)
-        f_batch_index_error_message = None
+        o.batch_index_error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('ProduceResponse.BatchIndexAndErrorMessage.batch_index_error_message', buf, pos, _n, 1)
-        f_batch_index_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.batch_index_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ProduceResponse.BatchIndexAndErrorMessage')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return BatchIndexAndErrorMessage(f_batch_index, f_batch_index_error_message, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_PartitionProduceResponse_9(buf, pos):
     _l = len(buf)
+    o = _new(PartitionProduceResponse)
+    o.current_leader = LeaderIdAndEpoch()
     if pos + 30 > _l:
         raise truncated('ProduceResponse.PartitionProduceResponse.index', buf, pos, 30)
-    f_index, f_error_code, f_base_offset, f_log_append_time_ms, f_log_start_offset = _S4.unpack_from(buf, pos)
+    o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset = _S4.unpack_from(buf, pos)
     pos += 30
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -466,7 +504,7 @@ def _d_PartitionProduceResponse_9(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('ProduceResponse.PartitionProduceResponse.record_errors', buf, pos, _c, 6)
     else:
-        f_record_errors = _lst = []
+        o.record_errors = _lst = []
         for _ in range(_c):
             _e, pos = _d_BatchIndexAndErrorMessage_9(buf, pos)
             _lst.append(_e)
@@ -479,27 +517,29 @@ def _d_PartitionProduceResponse_9(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('ProduceResponse.PartitionProduceResponse.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('ProduceResponse.PartitionProduceResponse.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ProduceResponse.PartitionProduceResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return PartitionProduceResponse(f_index, f_error_code, f_base_offset, f_log_append_time_ms, f_log_start_offset, f_record_errors, f_error_message, LeaderIdAndEpoch(), f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_TopicProduceResponse_9(buf, pos):
     _l = len(buf)
+    o = _new(TopicProduceResponse)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -512,7 +552,7 @@ def _d_TopicProduceResponse_9(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ProduceResponse.TopicProduceResponse.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -525,24 +565,27 @@ def _d_TopicProduceResponse_9(buf, pos):
     elif _c * 33 > _l - pos:
         raise overrun('ProduceResponse.TopicProduceResponse.partition_responses', buf, pos, _c, 33)
     else:
-        f_partition_responses = _lst = []
+        o.partition_responses = _lst = []
         for _ in range(_c):
             _e, pos = _d_PartitionProduceResponse_9(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ProduceResponse.TopicProduceResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return TopicProduceResponse(f_name, f_partition_responses, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_ProduceResponse_9(buf, pos):
     _l = len(buf)
+    o = _new(ProduceResponse)
+    o.node_endpoints = []
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -554,49 +597,53 @@ def _d_ProduceResponse_9(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('ProduceResponse.responses', buf, pos, _c, 3)
     else:
-        f_responses = _lst = []
+        o.responses = _lst = []
         for _ in range(_c):
             _e, pos = _d_TopicProduceResponse_9(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
         raise truncated('ProduceResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ProduceResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ProduceResponse(f_responses, f_throttle_time_ms, [], f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_LeaderIdAndEpoch_10(buf, pos):
     _l = len(buf)
+    o = _new(LeaderIdAndEpoch)
     if pos + 8 > _l:
         raise truncated('ProduceResponse.LeaderIdAndEpoch.leader_id', buf, pos, 8)
-    f_leader_id, f_leader_epoch = _S5.unpack_from(buf, pos)
+    o.leader_id, o.leader_epoch = _S5.unpack_from(buf, pos)
     pos += 8
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ProduceResponse.LeaderIdAndEpoch')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return LeaderIdAndEpoch(f_leader_id, f_leader_epoch, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_PartitionProduceResponse_10(buf, pos):
     _l = len(buf)
+    o = _new(PartitionProduceResponse)
     if pos + 30 > _l:
         raise truncated('ProduceResponse.PartitionProduceResponse.index', buf, pos, 30)
-    f_index, f_error_code, f_base_offset, f_log_append_time_ms, f_log_start_offset = _S4.unpack_from(buf, pos)
+    o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset = _S4.unpack_from(buf, pos)
     pos += 30
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -609,7 +656,7 @@ def _d_PartitionProduceResponse_10(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('ProduceResponse.PartitionProduceResponse.record_errors', buf, pos, _c, 6)
     else:
-        f_record_errors = _lst = []
+        o.record_errors = _lst = []
         for _ in range(_c):
             _e, pos = _d_BatchIndexAndErrorMessage_9(buf, pos)
             _lst.append(_e)
@@ -622,35 +669,37 @@ def _d_PartitionProduceResponse_10(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('ProduceResponse.PartitionProduceResponse.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('ProduceResponse.PartitionProduceResponse.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
-    f_current_leader = LeaderIdAndEpoch()
+    o.current_leader = LeaderIdAndEpoch()
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ProduceResponse.PartitionProduceResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
+        _unknown = None
+        for _tag, _ts, _te in _tags:
             if _tag == 0:
-                _sub = buf[:_end]
-                _p = _start
-                f_current_leader, _p = _d_LeaderIdAndEpoch_10(_sub, _p)
-                if _p != _end:
+                _sub = buf[:_te]
+                _p = _ts
+                o.current_leader, _p = _d_LeaderIdAndEpoch_10(_sub, _p)
+                if _p != _te:
                     raise DecodeError('tagged field size mismatch', field='ProduceResponse.PartitionProduceResponse.current_leader')
             else:
-                if f_unknown_tags is None:
-                    f_unknown_tags = []
-                f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return PartitionProduceResponse(f_index, f_error_code, f_base_offset, f_log_append_time_ms, f_log_start_offset, f_record_errors, f_error_message, f_current_leader, f_unknown_tags), pos
+                if _unknown is None:
+                    _unknown = []
+                _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_TopicProduceResponse_10(buf, pos):
     _l = len(buf)
+    o = _new(TopicProduceResponse)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -663,7 +712,7 @@ def _d_TopicProduceResponse_10(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ProduceResponse.TopicProduceResponse.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -676,27 +725,29 @@ def _d_TopicProduceResponse_10(buf, pos):
     elif _c * 33 > _l - pos:
         raise overrun('ProduceResponse.TopicProduceResponse.partition_responses', buf, pos, _c, 33)
     else:
-        f_partition_responses = _lst = []
+        o.partition_responses = _lst = []
         for _ in range(_c):
             _e, pos = _d_PartitionProduceResponse_10(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ProduceResponse.TopicProduceResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return TopicProduceResponse(f_name, f_partition_responses, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_NodeEndpoint_10(buf, pos):
     _l = len(buf)
+    o = _new(NodeEndpoint)
     if pos + 4 > _l:
         raise truncated('ProduceResponse.NodeEndpoint.node_id', buf, pos, 4)
-    (f_node_id,) = _S0.unpack_from(buf, pos)
+    (o.node_id,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -710,11 +761,11 @@ def _d_NodeEndpoint_10(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ProduceResponse.NodeEndpoint.host', buf, pos, _n, 1)
-        f_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('ProduceResponse.NodeEndpoint.port', buf, pos, 4)
-    (f_port,) = _S0.unpack_from(buf, pos)
+    (o.port,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -725,27 +776,29 @@ def _d_NodeEndpoint_10(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('ProduceResponse.NodeEndpoint.rack', _n)
-        f_rack = None
+        o.rack = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('ProduceResponse.NodeEndpoint.rack', buf, pos, _n, 1)
-        f_rack = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.rack = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ProduceResponse.NodeEndpoint')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return NodeEndpoint(f_node_id, f_host, f_port, f_rack, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_ProduceResponse_10(buf, pos):
     _l = len(buf)
+    o = _new(ProduceResponse)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -757,25 +810,25 @@ def _d_ProduceResponse_10(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('ProduceResponse.responses', buf, pos, _c, 3)
     else:
-        f_responses = _lst = []
+        o.responses = _lst = []
         for _ in range(_c):
             _e, pos = _d_TopicProduceResponse_10(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
         raise truncated('ProduceResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    f_node_endpoints = []
+    o.node_endpoints = []
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ProduceResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
+        _unknown = None
+        for _tag, _ts, _te in _tags:
             if _tag == 0:
-                _sub = buf[:_end]
-                _p = _start
+                _sub = buf[:_te]
+                _p = _ts
                 if _p < len(_sub) and _sub[_p] < 0x80:
                     _c = _sub[_p] - 1
                     _p += 1
@@ -787,17 +840,18 @@ def _d_ProduceResponse_10(buf, pos):
                 elif _c * 11 > len(_sub) - _p:
                     raise overrun('ProduceResponse.node_endpoints', _sub, _p, _c, 11)
                 else:
-                    f_node_endpoints = _lst = []
+                    o.node_endpoints = _lst = []
                     for _ in range(_c):
                         _e, _p = _d_NodeEndpoint_10(_sub, _p)
                         _lst.append(_e)
-                if _p != _end:
+                if _p != _te:
                     raise DecodeError('tagged field size mismatch', field='ProduceResponse.node_endpoints')
             else:
-                if f_unknown_tags is None:
-                    f_unknown_tags = []
-                f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ProduceResponse(f_responses, f_throttle_time_ms, f_node_endpoints, f_unknown_tags), pos
+                if _unknown is None:
+                    _unknown = []
+                _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_PartitionProduceResponse_0(o, out, chunks):
     out += _S2.pack(o.index, o.error_code, o.base_offset)

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class PushTelemetryRequest(Struct):
     __slots__ = ('client_instance_id', 'subscription_id', 'terminating', 'compression_type', 'metrics', 'unknown_tags',)
@@ -46,11 +47,12 @@ _S0 = _Struct('>16si?b')
 
 def _d_PushTelemetryRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(PushTelemetryRequest)
     if pos + 22 > _l:
         raise truncated('PushTelemetryRequest.client_instance_id', buf, pos, 22)
-    f_client_instance_id, f_subscription_id, f_terminating, f_compression_type = _S0.unpack_from(buf, pos)
+    o.client_instance_id, o.subscription_id, o.terminating, o.compression_type = _S0.unpack_from(buf, pos)
     pos += 22
-    f_client_instance_id = _UUID(bytes=f_client_instance_id)
+    o.client_instance_id = _UUID(bytes=o.client_instance_id)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -63,19 +65,20 @@ def _d_PushTelemetryRequest_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('PushTelemetryRequest.metrics', buf, pos, _n, 1)
-        f_metrics = bytes(buf[pos:_end])
+        o.metrics = bytes(buf[pos:_end])
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'PushTelemetryRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return PushTelemetryRequest(f_client_instance_id, f_subscription_id, f_terminating, f_compression_type, f_metrics, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_PushTelemetryRequest_0(o, out, chunks):
     out += _S0.pack(o.client_instance_id.bytes, o.subscription_id, o.terminating, o.compression_type)

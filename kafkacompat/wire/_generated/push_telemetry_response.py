@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class PushTelemetryResponse(Struct):
     __slots__ = ('throttle_time_ms', 'error_code', 'unknown_tags',)
@@ -35,21 +36,23 @@ _S0 = _Struct('>ih')
 
 def _d_PushTelemetryResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(PushTelemetryResponse)
     if pos + 6 > _l:
         raise truncated('PushTelemetryResponse.throttle_time_ms', buf, pos, 6)
-    f_throttle_time_ms, f_error_code = _S0.unpack_from(buf, pos)
+    o.throttle_time_ms, o.error_code = _S0.unpack_from(buf, pos)
     pos += 6
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'PushTelemetryResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return PushTelemetryResponse(f_throttle_time_ms, f_error_code, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_PushTelemetryResponse_0(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms, o.error_code)

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class ReadStateResult(Struct):
     __slots__ = ('topic_id', 'partitions', 'unknown_tags',)
@@ -79,27 +80,30 @@ _S3 = _Struct('>qqbh')
 
 def _d_StateBatch_0(buf, pos):
     _l = len(buf)
+    o = _new(StateBatch)
     if pos + 19 > _l:
         raise truncated('ReadShareGroupStateResponse.StateBatch.first_offset', buf, pos, 19)
-    f_first_offset, f_last_offset, f_delivery_state, f_delivery_count = _S3.unpack_from(buf, pos)
+    o.first_offset, o.last_offset, o.delivery_state, o.delivery_count = _S3.unpack_from(buf, pos)
     pos += 19
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ReadShareGroupStateResponse.StateBatch')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return StateBatch(f_first_offset, f_last_offset, f_delivery_state, f_delivery_count, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_PartitionResult_0(buf, pos):
     _l = len(buf)
+    o = _new(PartitionResult)
     if pos + 6 > _l:
         raise truncated('ReadShareGroupStateResponse.PartitionResult.partition', buf, pos, 6)
-    f_partition, f_error_code = _S1.unpack_from(buf, pos)
+    o.partition, o.error_code = _S1.unpack_from(buf, pos)
     pos += 6
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -110,16 +114,16 @@ def _d_PartitionResult_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('ReadShareGroupStateResponse.PartitionResult.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('ReadShareGroupStateResponse.PartitionResult.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 12 > _l:
         raise truncated('ReadShareGroupStateResponse.PartitionResult.state_epoch', buf, pos, 12)
-    f_state_epoch, f_start_offset = _S2.unpack_from(buf, pos)
+    o.state_epoch, o.start_offset = _S2.unpack_from(buf, pos)
     pos += 12
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -132,29 +136,31 @@ def _d_PartitionResult_0(buf, pos):
     elif _c * 20 > _l - pos:
         raise overrun('ReadShareGroupStateResponse.PartitionResult.state_batches', buf, pos, _c, 20)
     else:
-        f_state_batches = _lst = []
+        o.state_batches = _lst = []
         for _ in range(_c):
             _e, pos = _d_StateBatch_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ReadShareGroupStateResponse.PartitionResult')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return PartitionResult(f_partition, f_error_code, f_error_message, f_state_epoch, f_start_offset, f_state_batches, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_ReadStateResult_0(buf, pos):
     _l = len(buf)
+    o = _new(ReadStateResult)
     if pos + 16 > _l:
         raise truncated('ReadShareGroupStateResponse.ReadStateResult.topic_id', buf, pos, 16)
-    (f_topic_id,) = _S0.unpack_from(buf, pos)
+    (o.topic_id,) = _S0.unpack_from(buf, pos)
     pos += 16
-    f_topic_id = _UUID(bytes=f_topic_id)
+    o.topic_id = _UUID(bytes=o.topic_id)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -166,24 +172,26 @@ def _d_ReadStateResult_0(buf, pos):
     elif _c * 21 > _l - pos:
         raise overrun('ReadShareGroupStateResponse.ReadStateResult.partitions', buf, pos, _c, 21)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_PartitionResult_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ReadShareGroupStateResponse.ReadStateResult')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ReadStateResult(f_topic_id, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_ReadShareGroupStateResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(ReadShareGroupStateResponse)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -195,21 +203,22 @@ def _d_ReadShareGroupStateResponse_0(buf, pos):
     elif _c * 18 > _l - pos:
         raise overrun('ReadShareGroupStateResponse.results', buf, pos, _c, 18)
     else:
-        f_results = _lst = []
+        o.results = _lst = []
         for _ in range(_c):
             _e, pos = _d_ReadStateResult_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ReadShareGroupStateResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ReadShareGroupStateResponse(f_results, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_StateBatch_0(o, out, chunks):
     out += _S3.pack(o.first_offset, o.last_offset, o.delivery_state, o.delivery_count)

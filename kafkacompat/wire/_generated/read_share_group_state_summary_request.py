@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class ReadStateSummaryData(Struct):
     __slots__ = ('topic_id', 'partitions', 'unknown_tags',)
@@ -54,29 +55,32 @@ _S1 = _Struct('>ii')
 
 def _d_PartitionData_0(buf, pos):
     _l = len(buf)
+    o = _new(PartitionData)
     if pos + 8 > _l:
         raise truncated('ReadShareGroupStateSummaryRequest.PartitionData.partition', buf, pos, 8)
-    f_partition, f_leader_epoch = _S1.unpack_from(buf, pos)
+    o.partition, o.leader_epoch = _S1.unpack_from(buf, pos)
     pos += 8
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ReadShareGroupStateSummaryRequest.PartitionData')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return PartitionData(f_partition, f_leader_epoch, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_ReadStateSummaryData_0(buf, pos):
     _l = len(buf)
+    o = _new(ReadStateSummaryData)
     if pos + 16 > _l:
         raise truncated('ReadShareGroupStateSummaryRequest.ReadStateSummaryData.topic_id', buf, pos, 16)
-    (f_topic_id,) = _S0.unpack_from(buf, pos)
+    (o.topic_id,) = _S0.unpack_from(buf, pos)
     pos += 16
-    f_topic_id = _UUID(bytes=f_topic_id)
+    o.topic_id = _UUID(bytes=o.topic_id)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -88,24 +92,26 @@ def _d_ReadStateSummaryData_0(buf, pos):
     elif _c * 9 > _l - pos:
         raise overrun('ReadShareGroupStateSummaryRequest.ReadStateSummaryData.partitions', buf, pos, _c, 9)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_PartitionData_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ReadShareGroupStateSummaryRequest.ReadStateSummaryData')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ReadStateSummaryData(f_topic_id, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_ReadShareGroupStateSummaryRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(ReadShareGroupStateSummaryRequest)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -118,7 +124,7 @@ def _d_ReadShareGroupStateSummaryRequest_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ReadShareGroupStateSummaryRequest.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -131,21 +137,22 @@ def _d_ReadShareGroupStateSummaryRequest_0(buf, pos):
     elif _c * 18 > _l - pos:
         raise overrun('ReadShareGroupStateSummaryRequest.topics', buf, pos, _c, 18)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_ReadStateSummaryData_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ReadShareGroupStateSummaryRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ReadShareGroupStateSummaryRequest(f_group_id, f_topics, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_PartitionData_0(o, out, chunks):
     out += _S1.pack(o.partition, o.leader_epoch)

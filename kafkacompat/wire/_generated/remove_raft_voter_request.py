@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class RemoveRaftVoterRequest(Struct):
     __slots__ = ('cluster_id', 'voter_id', 'voter_directory_id', 'unknown_tags',)
@@ -36,6 +37,7 @@ _S0 = _Struct('>i16s')
 
 def _d_RemoveRaftVoterRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(RemoveRaftVoterRequest)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -45,29 +47,30 @@ def _d_RemoveRaftVoterRequest_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('RemoveRaftVoterRequest.cluster_id', _n)
-        f_cluster_id = None
+        o.cluster_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('RemoveRaftVoterRequest.cluster_id', buf, pos, _n, 1)
-        f_cluster_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.cluster_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 20 > _l:
         raise truncated('RemoveRaftVoterRequest.voter_id', buf, pos, 20)
-    f_voter_id, f_voter_directory_id = _S0.unpack_from(buf, pos)
+    o.voter_id, o.voter_directory_id = _S0.unpack_from(buf, pos)
     pos += 20
-    f_voter_directory_id = _UUID(bytes=f_voter_directory_id)
+    o.voter_directory_id = _UUID(bytes=o.voter_directory_id)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'RemoveRaftVoterRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return RemoveRaftVoterRequest(f_cluster_id, f_voter_id, f_voter_directory_id, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_RemoveRaftVoterRequest_0(o, out, chunks):
     if o.cluster_id is None:

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class RemoveRaftVoterResponse(Struct):
     __slots__ = ('throttle_time_ms', 'error_code', 'error_message', 'unknown_tags',)
@@ -36,9 +37,10 @@ _S0 = _Struct('>ih')
 
 def _d_RemoveRaftVoterResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(RemoveRaftVoterResponse)
     if pos + 6 > _l:
         raise truncated('RemoveRaftVoterResponse.throttle_time_ms', buf, pos, 6)
-    f_throttle_time_ms, f_error_code = _S0.unpack_from(buf, pos)
+    o.throttle_time_ms, o.error_code = _S0.unpack_from(buf, pos)
     pos += 6
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -49,24 +51,25 @@ def _d_RemoveRaftVoterResponse_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('RemoveRaftVoterResponse.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('RemoveRaftVoterResponse.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'RemoveRaftVoterResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return RemoveRaftVoterResponse(f_throttle_time_ms, f_error_code, f_error_message, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_RemoveRaftVoterResponse_0(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms, o.error_code)

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class RenewDelegationTokenRequest(Struct):
     __slots__ = ('hmac', 'renew_period_ms', 'unknown_tags',)
@@ -36,6 +37,7 @@ _S1 = _Struct('>q')
 
 def _d_RenewDelegationTokenRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(RenewDelegationTokenRequest)
     if pos + 4 > _l:
         raise truncated('RenewDelegationTokenRequest.hmac', buf, pos, 4)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -46,17 +48,18 @@ def _d_RenewDelegationTokenRequest_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('RenewDelegationTokenRequest.hmac', buf, pos, _n, 1)
-        f_hmac = bytes(buf[pos:_end])
+        o.hmac = bytes(buf[pos:_end])
         pos = _end
     if pos + 8 > _l:
         raise truncated('RenewDelegationTokenRequest.renew_period_ms', buf, pos, 8)
-    (f_renew_period_ms,) = _S1.unpack_from(buf, pos)
+    (o.renew_period_ms,) = _S1.unpack_from(buf, pos)
     pos += 8
-    f_unknown_tags = None
-    return RenewDelegationTokenRequest(f_hmac, f_renew_period_ms, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_RenewDelegationTokenRequest_2(buf, pos):
     _l = len(buf)
+    o = _new(RenewDelegationTokenRequest)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -69,23 +72,24 @@ def _d_RenewDelegationTokenRequest_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('RenewDelegationTokenRequest.hmac', buf, pos, _n, 1)
-        f_hmac = bytes(buf[pos:_end])
+        o.hmac = bytes(buf[pos:_end])
         pos = _end
     if pos + 8 > _l:
         raise truncated('RenewDelegationTokenRequest.renew_period_ms', buf, pos, 8)
-    (f_renew_period_ms,) = _S1.unpack_from(buf, pos)
+    (o.renew_period_ms,) = _S1.unpack_from(buf, pos)
     pos += 8
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'RenewDelegationTokenRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return RenewDelegationTokenRequest(f_hmac, f_renew_period_ms, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_RenewDelegationTokenRequest_0(o, out, chunks):
     _b = o.hmac

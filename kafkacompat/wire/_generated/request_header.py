@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class RequestHeader(Struct):
     __slots__ = ('request_api_key', 'request_api_version', 'correlation_id', 'client_id', 'unknown_tags',)
@@ -45,18 +46,21 @@ _S1 = _Struct('>h')
 
 def _d_RequestHeader_0(buf, pos):
     _l = len(buf)
+    o = _new(RequestHeader)
+    o.client_id = ''
     if pos + 8 > _l:
         raise truncated('RequestHeader.request_api_key', buf, pos, 8)
-    f_request_api_key, f_request_api_version, f_correlation_id = _S0.unpack_from(buf, pos)
+    o.request_api_key, o.request_api_version, o.correlation_id = _S0.unpack_from(buf, pos)
     pos += 8
-    f_unknown_tags = None
-    return RequestHeader(f_request_api_key, f_request_api_version, f_correlation_id, '', f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_RequestHeader_1(buf, pos):
     _l = len(buf)
+    o = _new(RequestHeader)
     if pos + 8 > _l:
         raise truncated('RequestHeader.request_api_key', buf, pos, 8)
-    f_request_api_key, f_request_api_version, f_correlation_id = _S0.unpack_from(buf, pos)
+    o.request_api_key, o.request_api_version, o.correlation_id = _S0.unpack_from(buf, pos)
     pos += 8
     if pos + 2 > _l:
         raise truncated('RequestHeader.client_id', buf, pos, 2)
@@ -65,21 +69,22 @@ def _d_RequestHeader_1(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('RequestHeader.client_id', _n)
-        f_client_id = None
+        o.client_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('RequestHeader.client_id', buf, pos, _n, 1)
-        f_client_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.client_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
-    f_unknown_tags = None
-    return RequestHeader(f_request_api_key, f_request_api_version, f_correlation_id, f_client_id, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_RequestHeader_2(buf, pos):
     _l = len(buf)
+    o = _new(RequestHeader)
     if pos + 8 > _l:
         raise truncated('RequestHeader.request_api_key', buf, pos, 8)
-    f_request_api_key, f_request_api_version, f_correlation_id = _S0.unpack_from(buf, pos)
+    o.request_api_key, o.request_api_version, o.correlation_id = _S0.unpack_from(buf, pos)
     pos += 8
     if pos + 2 > _l:
         raise truncated('RequestHeader.client_id', buf, pos, 2)
@@ -88,24 +93,25 @@ def _d_RequestHeader_2(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('RequestHeader.client_id', _n)
-        f_client_id = None
+        o.client_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('RequestHeader.client_id', buf, pos, _n, 1)
-        f_client_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.client_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'RequestHeader')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return RequestHeader(f_request_api_key, f_request_api_version, f_correlation_id, f_client_id, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_RequestHeader_0(o, out, chunks):
     out += _S0.pack(o.request_api_key, o.request_api_version, o.correlation_id)

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class SaslAuthenticateRequest(Struct):
     __slots__ = ('auth_bytes', 'unknown_tags',)
@@ -34,6 +35,7 @@ _S0 = _Struct('>i')
 
 def _d_SaslAuthenticateRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(SaslAuthenticateRequest)
     if pos + 4 > _l:
         raise truncated('SaslAuthenticateRequest.auth_bytes', buf, pos, 4)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -44,13 +46,14 @@ def _d_SaslAuthenticateRequest_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('SaslAuthenticateRequest.auth_bytes', buf, pos, _n, 1)
-        f_auth_bytes = bytes(buf[pos:_end])
+        o.auth_bytes = bytes(buf[pos:_end])
         pos = _end
-    f_unknown_tags = None
-    return SaslAuthenticateRequest(f_auth_bytes, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_SaslAuthenticateRequest_2(buf, pos):
     _l = len(buf)
+    o = _new(SaslAuthenticateRequest)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -63,19 +66,20 @@ def _d_SaslAuthenticateRequest_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('SaslAuthenticateRequest.auth_bytes', buf, pos, _n, 1)
-        f_auth_bytes = bytes(buf[pos:_end])
+        o.auth_bytes = bytes(buf[pos:_end])
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'SaslAuthenticateRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return SaslAuthenticateRequest(f_auth_bytes, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_SaslAuthenticateRequest_0(o, out, chunks):
     _b = o.auth_bytes

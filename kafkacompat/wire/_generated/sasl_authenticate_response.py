@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class SaslAuthenticateResponse(Struct):
     __slots__ = ('error_code', 'error_message', 'auth_bytes', 'session_lifetime_ms', 'unknown_tags',)
@@ -46,9 +47,11 @@ _S2 = _Struct('>q')
 
 def _d_SaslAuthenticateResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(SaslAuthenticateResponse)
+    o.session_lifetime_ms = 0
     if pos + 2 > _l:
         raise truncated('SaslAuthenticateResponse.error_code', buf, pos, 2)
-    (f_error_code,) = _S0.unpack_from(buf, pos)
+    (o.error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
     if pos + 2 > _l:
         raise truncated('SaslAuthenticateResponse.error_message', buf, pos, 2)
@@ -57,12 +60,12 @@ def _d_SaslAuthenticateResponse_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('SaslAuthenticateResponse.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('SaslAuthenticateResponse.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('SaslAuthenticateResponse.auth_bytes', buf, pos, 4)
@@ -74,16 +77,17 @@ def _d_SaslAuthenticateResponse_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('SaslAuthenticateResponse.auth_bytes', buf, pos, _n, 1)
-        f_auth_bytes = bytes(buf[pos:_end])
+        o.auth_bytes = bytes(buf[pos:_end])
         pos = _end
-    f_unknown_tags = None
-    return SaslAuthenticateResponse(f_error_code, f_error_message, f_auth_bytes, 0, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_SaslAuthenticateResponse_1(buf, pos):
     _l = len(buf)
+    o = _new(SaslAuthenticateResponse)
     if pos + 2 > _l:
         raise truncated('SaslAuthenticateResponse.error_code', buf, pos, 2)
-    (f_error_code,) = _S0.unpack_from(buf, pos)
+    (o.error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
     if pos + 2 > _l:
         raise truncated('SaslAuthenticateResponse.error_message', buf, pos, 2)
@@ -92,12 +96,12 @@ def _d_SaslAuthenticateResponse_1(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('SaslAuthenticateResponse.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('SaslAuthenticateResponse.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('SaslAuthenticateResponse.auth_bytes', buf, pos, 4)
@@ -109,20 +113,21 @@ def _d_SaslAuthenticateResponse_1(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('SaslAuthenticateResponse.auth_bytes', buf, pos, _n, 1)
-        f_auth_bytes = bytes(buf[pos:_end])
+        o.auth_bytes = bytes(buf[pos:_end])
         pos = _end
     if pos + 8 > _l:
         raise truncated('SaslAuthenticateResponse.session_lifetime_ms', buf, pos, 8)
-    (f_session_lifetime_ms,) = _S2.unpack_from(buf, pos)
+    (o.session_lifetime_ms,) = _S2.unpack_from(buf, pos)
     pos += 8
-    f_unknown_tags = None
-    return SaslAuthenticateResponse(f_error_code, f_error_message, f_auth_bytes, f_session_lifetime_ms, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_SaslAuthenticateResponse_2(buf, pos):
     _l = len(buf)
+    o = _new(SaslAuthenticateResponse)
     if pos + 2 > _l:
         raise truncated('SaslAuthenticateResponse.error_code', buf, pos, 2)
-    (f_error_code,) = _S0.unpack_from(buf, pos)
+    (o.error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -133,12 +138,12 @@ def _d_SaslAuthenticateResponse_2(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('SaslAuthenticateResponse.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('SaslAuthenticateResponse.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -152,23 +157,24 @@ def _d_SaslAuthenticateResponse_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('SaslAuthenticateResponse.auth_bytes', buf, pos, _n, 1)
-        f_auth_bytes = bytes(buf[pos:_end])
+        o.auth_bytes = bytes(buf[pos:_end])
         pos = _end
     if pos + 8 > _l:
         raise truncated('SaslAuthenticateResponse.session_lifetime_ms', buf, pos, 8)
-    (f_session_lifetime_ms,) = _S2.unpack_from(buf, pos)
+    (o.session_lifetime_ms,) = _S2.unpack_from(buf, pos)
     pos += 8
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'SaslAuthenticateResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return SaslAuthenticateResponse(f_error_code, f_error_message, f_auth_bytes, f_session_lifetime_ms, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_SaslAuthenticateResponse_0(o, out, chunks):
     out += _S0.pack(o.error_code)

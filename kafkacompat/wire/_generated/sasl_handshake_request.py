@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class SaslHandshakeRequest(Struct):
     __slots__ = ('mechanism', 'unknown_tags',)
@@ -34,6 +35,7 @@ _S0 = _Struct('>h')
 
 def _d_SaslHandshakeRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(SaslHandshakeRequest)
     if pos + 2 > _l:
         raise truncated('SaslHandshakeRequest.mechanism', buf, pos, 2)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -44,10 +46,10 @@ def _d_SaslHandshakeRequest_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('SaslHandshakeRequest.mechanism', buf, pos, _n, 1)
-        f_mechanism = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.mechanism = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
-    f_unknown_tags = None
-    return SaslHandshakeRequest(f_mechanism, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _e_SaslHandshakeRequest_0(o, out, chunks):
     _b = o.mechanism.encode('utf-8', 'surrogateescape')

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class SaslHandshakeResponse(Struct):
     __slots__ = ('error_code', 'mechanisms', 'unknown_tags',)
@@ -36,9 +37,10 @@ _S1 = _Struct('>i')
 
 def _d_SaslHandshakeResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(SaslHandshakeResponse)
     if pos + 2 > _l:
         raise truncated('SaslHandshakeResponse.error_code', buf, pos, 2)
-    (f_error_code,) = _S0.unpack_from(buf, pos)
+    (o.error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
     if pos + 4 > _l:
         raise truncated('SaslHandshakeResponse.mechanisms', buf, pos, 4)
@@ -49,7 +51,7 @@ def _d_SaslHandshakeResponse_0(buf, pos):
     elif _c * 2 > _l - pos:
         raise overrun('SaslHandshakeResponse.mechanisms', buf, pos, _c, 2)
     else:
-        f_mechanisms = _lst = []
+        o.mechanisms = _lst = []
         for _ in range(_c):
             if pos + 2 > _l:
                 raise truncated('SaslHandshakeResponse.mechanisms', buf, pos, 2)
@@ -64,8 +66,8 @@ def _d_SaslHandshakeResponse_0(buf, pos):
                 _e = str(buf[pos:_end], 'utf-8', 'surrogateescape')
                 pos = _end
             _lst.append(_e)
-    f_unknown_tags = None
-    return SaslHandshakeResponse(f_error_code, f_mechanisms, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _e_SaslHandshakeResponse_0(o, out, chunks):
     out += _S0.pack(o.error_code)

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class AcknowledgeTopic(Struct):
     __slots__ = ('topic_id', 'partitions', 'unknown_tags',)
@@ -68,9 +69,10 @@ _A_b = ARRAY_STRUCTS['b']
 
 def _d_AcknowledgementBatch_0(buf, pos):
     _l = len(buf)
+    o = _new(AcknowledgementBatch)
     if pos + 16 > _l:
         raise truncated('ShareAcknowledgeRequest.AcknowledgementBatch.first_offset', buf, pos, 16)
-    f_first_offset, f_last_offset = _S2.unpack_from(buf, pos)
+    o.first_offset, o.last_offset = _S2.unpack_from(buf, pos)
     pos += 16
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -84,25 +86,27 @@ def _d_AcknowledgementBatch_0(buf, pos):
         raise overrun('ShareAcknowledgeRequest.AcknowledgementBatch.acknowledge_types', buf, pos, _c, 1)
     else:
         _st = _A_b[_c] if _c < 17 else _Struct('>%db' % _c)
-        f_acknowledge_types = list(_st.unpack_from(buf, pos))
+        o.acknowledge_types = list(_st.unpack_from(buf, pos))
         pos += _c * 1
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ShareAcknowledgeRequest.AcknowledgementBatch')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return AcknowledgementBatch(f_first_offset, f_last_offset, f_acknowledge_types, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_AcknowledgePartition_0(buf, pos):
     _l = len(buf)
+    o = _new(AcknowledgePartition)
     if pos + 4 > _l:
         raise truncated('ShareAcknowledgeRequest.AcknowledgePartition.partition_index', buf, pos, 4)
-    (f_partition_index,) = _S0.unpack_from(buf, pos)
+    (o.partition_index,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -115,29 +119,31 @@ def _d_AcknowledgePartition_0(buf, pos):
     elif _c * 18 > _l - pos:
         raise overrun('ShareAcknowledgeRequest.AcknowledgePartition.acknowledgement_batches', buf, pos, _c, 18)
     else:
-        f_acknowledgement_batches = _lst = []
+        o.acknowledgement_batches = _lst = []
         for _ in range(_c):
             _e, pos = _d_AcknowledgementBatch_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ShareAcknowledgeRequest.AcknowledgePartition')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return AcknowledgePartition(f_partition_index, f_acknowledgement_batches, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_AcknowledgeTopic_0(buf, pos):
     _l = len(buf)
+    o = _new(AcknowledgeTopic)
     if pos + 16 > _l:
         raise truncated('ShareAcknowledgeRequest.AcknowledgeTopic.topic_id', buf, pos, 16)
-    (f_topic_id,) = _S1.unpack_from(buf, pos)
+    (o.topic_id,) = _S1.unpack_from(buf, pos)
     pos += 16
-    f_topic_id = _UUID(bytes=f_topic_id)
+    o.topic_id = _UUID(bytes=o.topic_id)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -149,24 +155,26 @@ def _d_AcknowledgeTopic_0(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('ShareAcknowledgeRequest.AcknowledgeTopic.partitions', buf, pos, _c, 6)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_AcknowledgePartition_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ShareAcknowledgeRequest.AcknowledgeTopic')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return AcknowledgeTopic(f_topic_id, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_ShareAcknowledgeRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(ShareAcknowledgeRequest)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -176,12 +184,12 @@ def _d_ShareAcknowledgeRequest_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('ShareAcknowledgeRequest.group_id', _n)
-        f_group_id = None
+        o.group_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('ShareAcknowledgeRequest.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -192,16 +200,16 @@ def _d_ShareAcknowledgeRequest_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('ShareAcknowledgeRequest.member_id', _n)
-        f_member_id = None
+        o.member_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('ShareAcknowledgeRequest.member_id', buf, pos, _n, 1)
-        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('ShareAcknowledgeRequest.share_session_epoch', buf, pos, 4)
-    (f_share_session_epoch,) = _S0.unpack_from(buf, pos)
+    (o.share_session_epoch,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -214,21 +222,22 @@ def _d_ShareAcknowledgeRequest_0(buf, pos):
     elif _c * 18 > _l - pos:
         raise overrun('ShareAcknowledgeRequest.topics', buf, pos, _c, 18)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_AcknowledgeTopic_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ShareAcknowledgeRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ShareAcknowledgeRequest(f_group_id, f_member_id, f_share_session_epoch, f_topics, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_AcknowledgementBatch_0(o, out, chunks):
     out += _S2.pack(o.first_offset, o.last_offset)

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class ShareAcknowledgeTopicResponse(Struct):
     __slots__ = ('topic_id', 'partitions', 'unknown_tags',)
@@ -96,27 +97,30 @@ _S3 = _Struct('>i')
 
 def _d_LeaderIdAndEpoch_0(buf, pos):
     _l = len(buf)
+    o = _new(LeaderIdAndEpoch)
     if pos + 8 > _l:
         raise truncated('ShareAcknowledgeResponse.LeaderIdAndEpoch.leader_id', buf, pos, 8)
-    f_leader_id, f_leader_epoch = _S2.unpack_from(buf, pos)
+    o.leader_id, o.leader_epoch = _S2.unpack_from(buf, pos)
     pos += 8
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ShareAcknowledgeResponse.LeaderIdAndEpoch')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return LeaderIdAndEpoch(f_leader_id, f_leader_epoch, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_PartitionData_0(buf, pos):
     _l = len(buf)
+    o = _new(PartitionData)
     if pos + 6 > _l:
         raise truncated('ShareAcknowledgeResponse.PartitionData.partition_index', buf, pos, 6)
-    f_partition_index, f_error_code = _S0.unpack_from(buf, pos)
+    o.partition_index, o.error_code = _S0.unpack_from(buf, pos)
     pos += 6
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -127,33 +131,35 @@ def _d_PartitionData_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('ShareAcknowledgeResponse.PartitionData.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('ShareAcknowledgeResponse.PartitionData.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
-    f_current_leader, pos = _d_LeaderIdAndEpoch_0(buf, pos)
+    o.current_leader, pos = _d_LeaderIdAndEpoch_0(buf, pos)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ShareAcknowledgeResponse.PartitionData')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return PartitionData(f_partition_index, f_error_code, f_error_message, f_current_leader, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_ShareAcknowledgeTopicResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(ShareAcknowledgeTopicResponse)
     if pos + 16 > _l:
         raise truncated('ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse.topic_id', buf, pos, 16)
-    (f_topic_id,) = _S1.unpack_from(buf, pos)
+    (o.topic_id,) = _S1.unpack_from(buf, pos)
     pos += 16
-    f_topic_id = _UUID(bytes=f_topic_id)
+    o.topic_id = _UUID(bytes=o.topic_id)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -165,27 +171,29 @@ def _d_ShareAcknowledgeTopicResponse_0(buf, pos):
     elif _c * 17 > _l - pos:
         raise overrun('ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse.partitions', buf, pos, _c, 17)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_PartitionData_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ShareAcknowledgeTopicResponse(f_topic_id, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_NodeEndpoint_0(buf, pos):
     _l = len(buf)
+    o = _new(NodeEndpoint)
     if pos + 4 > _l:
         raise truncated('ShareAcknowledgeResponse.NodeEndpoint.node_id', buf, pos, 4)
-    (f_node_id,) = _S3.unpack_from(buf, pos)
+    (o.node_id,) = _S3.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -199,11 +207,11 @@ def _d_NodeEndpoint_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ShareAcknowledgeResponse.NodeEndpoint.host', buf, pos, _n, 1)
-        f_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('ShareAcknowledgeResponse.NodeEndpoint.port', buf, pos, 4)
-    (f_port,) = _S3.unpack_from(buf, pos)
+    (o.port,) = _S3.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -214,30 +222,32 @@ def _d_NodeEndpoint_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('ShareAcknowledgeResponse.NodeEndpoint.rack', _n)
-        f_rack = None
+        o.rack = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('ShareAcknowledgeResponse.NodeEndpoint.rack', buf, pos, _n, 1)
-        f_rack = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.rack = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ShareAcknowledgeResponse.NodeEndpoint')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return NodeEndpoint(f_node_id, f_host, f_port, f_rack, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_ShareAcknowledgeResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(ShareAcknowledgeResponse)
     if pos + 6 > _l:
         raise truncated('ShareAcknowledgeResponse.throttle_time_ms', buf, pos, 6)
-    f_throttle_time_ms, f_error_code = _S0.unpack_from(buf, pos)
+    o.throttle_time_ms, o.error_code = _S0.unpack_from(buf, pos)
     pos += 6
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -248,12 +258,12 @@ def _d_ShareAcknowledgeResponse_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('ShareAcknowledgeResponse.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('ShareAcknowledgeResponse.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -266,7 +276,7 @@ def _d_ShareAcknowledgeResponse_0(buf, pos):
     elif _c * 18 > _l - pos:
         raise overrun('ShareAcknowledgeResponse.responses', buf, pos, _c, 18)
     else:
-        f_responses = _lst = []
+        o.responses = _lst = []
         for _ in range(_c):
             _e, pos = _d_ShareAcknowledgeTopicResponse_0(buf, pos)
             _lst.append(_e)
@@ -281,21 +291,22 @@ def _d_ShareAcknowledgeResponse_0(buf, pos):
     elif _c * 11 > _l - pos:
         raise overrun('ShareAcknowledgeResponse.node_endpoints', buf, pos, _c, 11)
     else:
-        f_node_endpoints = _lst = []
+        o.node_endpoints = _lst = []
         for _ in range(_c):
             _e, pos = _d_NodeEndpoint_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ShareAcknowledgeResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ShareAcknowledgeResponse(f_throttle_time_ms, f_error_code, f_error_message, f_responses, f_node_endpoints, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_LeaderIdAndEpoch_0(o, out, chunks):
     out += _S2.pack(o.leader_id, o.leader_epoch)

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class FetchTopic(Struct):
     __slots__ = ('topic_id', 'partitions', 'unknown_tags',)
@@ -101,9 +102,10 @@ _A_i = ARRAY_STRUCTS['i']
 
 def _d_AcknowledgementBatch_0(buf, pos):
     _l = len(buf)
+    o = _new(AcknowledgementBatch)
     if pos + 16 > _l:
         raise truncated('ShareFetchRequest.AcknowledgementBatch.first_offset', buf, pos, 16)
-    f_first_offset, f_last_offset = _S3.unpack_from(buf, pos)
+    o.first_offset, o.last_offset = _S3.unpack_from(buf, pos)
     pos += 16
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -117,25 +119,27 @@ def _d_AcknowledgementBatch_0(buf, pos):
         raise overrun('ShareFetchRequest.AcknowledgementBatch.acknowledge_types', buf, pos, _c, 1)
     else:
         _st = _A_b[_c] if _c < 17 else _Struct('>%db' % _c)
-        f_acknowledge_types = list(_st.unpack_from(buf, pos))
+        o.acknowledge_types = list(_st.unpack_from(buf, pos))
         pos += _c * 1
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ShareFetchRequest.AcknowledgementBatch')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return AcknowledgementBatch(f_first_offset, f_last_offset, f_acknowledge_types, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_FetchPartition_0(buf, pos):
     _l = len(buf)
+    o = _new(FetchPartition)
     if pos + 8 > _l:
         raise truncated('ShareFetchRequest.FetchPartition.partition_index', buf, pos, 8)
-    f_partition_index, f_partition_max_bytes = _S2.unpack_from(buf, pos)
+    o.partition_index, o.partition_max_bytes = _S2.unpack_from(buf, pos)
     pos += 8
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -148,29 +152,31 @@ def _d_FetchPartition_0(buf, pos):
     elif _c * 18 > _l - pos:
         raise overrun('ShareFetchRequest.FetchPartition.acknowledgement_batches', buf, pos, _c, 18)
     else:
-        f_acknowledgement_batches = _lst = []
+        o.acknowledgement_batches = _lst = []
         for _ in range(_c):
             _e, pos = _d_AcknowledgementBatch_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ShareFetchRequest.FetchPartition')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return FetchPartition(f_partition_index, f_partition_max_bytes, f_acknowledgement_batches, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_FetchTopic_0(buf, pos):
     _l = len(buf)
+    o = _new(FetchTopic)
     if pos + 16 > _l:
         raise truncated('ShareFetchRequest.FetchTopic.topic_id', buf, pos, 16)
-    (f_topic_id,) = _S1.unpack_from(buf, pos)
+    (o.topic_id,) = _S1.unpack_from(buf, pos)
     pos += 16
-    f_topic_id = _UUID(bytes=f_topic_id)
+    o.topic_id = _UUID(bytes=o.topic_id)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -182,29 +188,31 @@ def _d_FetchTopic_0(buf, pos):
     elif _c * 10 > _l - pos:
         raise overrun('ShareFetchRequest.FetchTopic.partitions', buf, pos, _c, 10)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_FetchPartition_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ShareFetchRequest.FetchTopic')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return FetchTopic(f_topic_id, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_ForgottenTopic_0(buf, pos):
     _l = len(buf)
+    o = _new(ForgottenTopic)
     if pos + 16 > _l:
         raise truncated('ShareFetchRequest.ForgottenTopic.topic_id', buf, pos, 16)
-    (f_topic_id,) = _S1.unpack_from(buf, pos)
+    (o.topic_id,) = _S1.unpack_from(buf, pos)
     pos += 16
-    f_topic_id = _UUID(bytes=f_topic_id)
+    o.topic_id = _UUID(bytes=o.topic_id)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -217,22 +225,24 @@ def _d_ForgottenTopic_0(buf, pos):
         raise overrun('ShareFetchRequest.ForgottenTopic.partitions', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_partitions = list(_st.unpack_from(buf, pos))
+        o.partitions = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ShareFetchRequest.ForgottenTopic')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ForgottenTopic(f_topic_id, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_ShareFetchRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(ShareFetchRequest)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -242,12 +252,12 @@ def _d_ShareFetchRequest_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('ShareFetchRequest.group_id', _n)
-        f_group_id = None
+        o.group_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('ShareFetchRequest.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -258,16 +268,16 @@ def _d_ShareFetchRequest_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('ShareFetchRequest.member_id', _n)
-        f_member_id = None
+        o.member_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('ShareFetchRequest.member_id', buf, pos, _n, 1)
-        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 16 > _l:
         raise truncated('ShareFetchRequest.share_session_epoch', buf, pos, 16)
-    f_share_session_epoch, f_max_wait_ms, f_min_bytes, f_max_bytes = _S0.unpack_from(buf, pos)
+    o.share_session_epoch, o.max_wait_ms, o.min_bytes, o.max_bytes = _S0.unpack_from(buf, pos)
     pos += 16
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -280,7 +290,7 @@ def _d_ShareFetchRequest_0(buf, pos):
     elif _c * 18 > _l - pos:
         raise overrun('ShareFetchRequest.topics', buf, pos, _c, 18)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_FetchTopic_0(buf, pos)
             _lst.append(_e)
@@ -295,21 +305,22 @@ def _d_ShareFetchRequest_0(buf, pos):
     elif _c * 18 > _l - pos:
         raise overrun('ShareFetchRequest.forgotten_topics_data', buf, pos, _c, 18)
     else:
-        f_forgotten_topics_data = _lst = []
+        o.forgotten_topics_data = _lst = []
         for _ in range(_c):
             _e, pos = _d_ForgottenTopic_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ShareFetchRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ShareFetchRequest(f_group_id, f_member_id, f_share_session_epoch, f_max_wait_ms, f_min_bytes, f_max_bytes, f_topics, f_forgotten_topics_data, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_AcknowledgementBatch_0(o, out, chunks):
     out += _S3.pack(o.first_offset, o.last_offset)

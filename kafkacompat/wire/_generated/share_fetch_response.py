@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class ShareFetchableTopicResponse(Struct):
     __slots__ = ('topic_id', 'partitions', 'unknown_tags',)
@@ -116,45 +117,50 @@ _S5 = _Struct('>i')
 
 def _d_LeaderIdAndEpoch_0(buf, pos):
     _l = len(buf)
+    o = _new(LeaderIdAndEpoch)
     if pos + 8 > _l:
         raise truncated('ShareFetchResponse.LeaderIdAndEpoch.leader_id', buf, pos, 8)
-    f_leader_id, f_leader_epoch = _S3.unpack_from(buf, pos)
+    o.leader_id, o.leader_epoch = _S3.unpack_from(buf, pos)
     pos += 8
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ShareFetchResponse.LeaderIdAndEpoch')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return LeaderIdAndEpoch(f_leader_id, f_leader_epoch, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_AcquiredRecords_0(buf, pos):
     _l = len(buf)
+    o = _new(AcquiredRecords)
     if pos + 18 > _l:
         raise truncated('ShareFetchResponse.AcquiredRecords.first_offset', buf, pos, 18)
-    f_first_offset, f_last_offset, f_delivery_count = _S4.unpack_from(buf, pos)
+    o.first_offset, o.last_offset, o.delivery_count = _S4.unpack_from(buf, pos)
     pos += 18
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ShareFetchResponse.AcquiredRecords')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return AcquiredRecords(f_first_offset, f_last_offset, f_delivery_count, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_PartitionData_0(buf, pos):
     _l = len(buf)
+    o = _new(PartitionData)
     if pos + 6 > _l:
         raise truncated('ShareFetchResponse.PartitionData.partition_index', buf, pos, 6)
-    f_partition_index, f_error_code = _S0.unpack_from(buf, pos)
+    o.partition_index, o.error_code = _S0.unpack_from(buf, pos)
     pos += 6
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -165,16 +171,16 @@ def _d_PartitionData_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('ShareFetchResponse.PartitionData.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('ShareFetchResponse.PartitionData.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('ShareFetchResponse.PartitionData.acknowledge_error_code', buf, pos, 2)
-    (f_acknowledge_error_code,) = _S2.unpack_from(buf, pos)
+    (o.acknowledge_error_code,) = _S2.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -185,14 +191,14 @@ def _d_PartitionData_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('ShareFetchResponse.PartitionData.acknowledge_error_message', _n)
-        f_acknowledge_error_message = None
+        o.acknowledge_error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('ShareFetchResponse.PartitionData.acknowledge_error_message', buf, pos, _n, 1)
-        f_acknowledge_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.acknowledge_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
-    f_current_leader, pos = _d_LeaderIdAndEpoch_0(buf, pos)
+    o.current_leader, pos = _d_LeaderIdAndEpoch_0(buf, pos)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -202,12 +208,12 @@ def _d_PartitionData_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('ShareFetchResponse.PartitionData.records', _n)
-        f_records = None
+        o.records = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('ShareFetchResponse.PartitionData.records', buf, pos, _n, 1)
-        f_records = buf[pos:_end]
+        o.records = buf[pos:_end]
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -220,29 +226,31 @@ def _d_PartitionData_0(buf, pos):
     elif _c * 19 > _l - pos:
         raise overrun('ShareFetchResponse.PartitionData.acquired_records', buf, pos, _c, 19)
     else:
-        f_acquired_records = _lst = []
+        o.acquired_records = _lst = []
         for _ in range(_c):
             _e, pos = _d_AcquiredRecords_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ShareFetchResponse.PartitionData')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return PartitionData(f_partition_index, f_error_code, f_error_message, f_acknowledge_error_code, f_acknowledge_error_message, f_current_leader, f_records, f_acquired_records, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_ShareFetchableTopicResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(ShareFetchableTopicResponse)
     if pos + 16 > _l:
         raise truncated('ShareFetchResponse.ShareFetchableTopicResponse.topic_id', buf, pos, 16)
-    (f_topic_id,) = _S1.unpack_from(buf, pos)
+    (o.topic_id,) = _S1.unpack_from(buf, pos)
     pos += 16
-    f_topic_id = _UUID(bytes=f_topic_id)
+    o.topic_id = _UUID(bytes=o.topic_id)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -254,27 +262,29 @@ def _d_ShareFetchableTopicResponse_0(buf, pos):
     elif _c * 22 > _l - pos:
         raise overrun('ShareFetchResponse.ShareFetchableTopicResponse.partitions', buf, pos, _c, 22)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_PartitionData_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ShareFetchResponse.ShareFetchableTopicResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ShareFetchableTopicResponse(f_topic_id, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_NodeEndpoint_0(buf, pos):
     _l = len(buf)
+    o = _new(NodeEndpoint)
     if pos + 4 > _l:
         raise truncated('ShareFetchResponse.NodeEndpoint.node_id', buf, pos, 4)
-    (f_node_id,) = _S5.unpack_from(buf, pos)
+    (o.node_id,) = _S5.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -288,11 +298,11 @@ def _d_NodeEndpoint_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ShareFetchResponse.NodeEndpoint.host', buf, pos, _n, 1)
-        f_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('ShareFetchResponse.NodeEndpoint.port', buf, pos, 4)
-    (f_port,) = _S5.unpack_from(buf, pos)
+    (o.port,) = _S5.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -303,30 +313,32 @@ def _d_NodeEndpoint_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('ShareFetchResponse.NodeEndpoint.rack', _n)
-        f_rack = None
+        o.rack = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('ShareFetchResponse.NodeEndpoint.rack', buf, pos, _n, 1)
-        f_rack = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.rack = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ShareFetchResponse.NodeEndpoint')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return NodeEndpoint(f_node_id, f_host, f_port, f_rack, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_ShareFetchResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(ShareFetchResponse)
     if pos + 6 > _l:
         raise truncated('ShareFetchResponse.throttle_time_ms', buf, pos, 6)
-    f_throttle_time_ms, f_error_code = _S0.unpack_from(buf, pos)
+    o.throttle_time_ms, o.error_code = _S0.unpack_from(buf, pos)
     pos += 6
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -337,12 +349,12 @@ def _d_ShareFetchResponse_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('ShareFetchResponse.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('ShareFetchResponse.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -355,7 +367,7 @@ def _d_ShareFetchResponse_0(buf, pos):
     elif _c * 18 > _l - pos:
         raise overrun('ShareFetchResponse.responses', buf, pos, _c, 18)
     else:
-        f_responses = _lst = []
+        o.responses = _lst = []
         for _ in range(_c):
             _e, pos = _d_ShareFetchableTopicResponse_0(buf, pos)
             _lst.append(_e)
@@ -370,21 +382,22 @@ def _d_ShareFetchResponse_0(buf, pos):
     elif _c * 11 > _l - pos:
         raise overrun('ShareFetchResponse.node_endpoints', buf, pos, _c, 11)
     else:
-        f_node_endpoints = _lst = []
+        o.node_endpoints = _lst = []
         for _ in range(_c):
             _e, pos = _d_NodeEndpoint_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ShareFetchResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ShareFetchResponse(f_throttle_time_ms, f_error_code, f_error_message, f_responses, f_node_endpoints, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_LeaderIdAndEpoch_0(o, out, chunks):
     out += _S3.pack(o.leader_id, o.leader_epoch)

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class ShareGroupCurrentMemberAssignmentKey(Struct):
     __slots__ = ('group_id', 'member_id', 'unknown_tags',)
@@ -35,6 +36,7 @@ _S0 = _Struct('>h')
 
 def _d_ShareGroupCurrentMemberAssignmentKey_14(buf, pos):
     _l = len(buf)
+    o = _new(ShareGroupCurrentMemberAssignmentKey)
     if pos + 2 > _l:
         raise truncated('ShareGroupCurrentMemberAssignmentKey.group_id', buf, pos, 2)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -45,7 +47,7 @@ def _d_ShareGroupCurrentMemberAssignmentKey_14(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ShareGroupCurrentMemberAssignmentKey.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('ShareGroupCurrentMemberAssignmentKey.member_id', buf, pos, 2)
@@ -57,10 +59,10 @@ def _d_ShareGroupCurrentMemberAssignmentKey_14(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ShareGroupCurrentMemberAssignmentKey.member_id', buf, pos, _n, 1)
-        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
-    f_unknown_tags = None
-    return ShareGroupCurrentMemberAssignmentKey(f_group_id, f_member_id, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _e_ShareGroupCurrentMemberAssignmentKey_14(o, out, chunks):
     _b = o.group_id.encode('utf-8', 'surrogateescape')

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class ShareGroupDescribeRequest(Struct):
     __slots__ = ('group_ids', 'include_authorized_operations', 'unknown_tags',)
@@ -35,6 +36,7 @@ _S0 = _Struct('>?')
 
 def _d_ShareGroupDescribeRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(ShareGroupDescribeRequest)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -46,7 +48,7 @@ def _d_ShareGroupDescribeRequest_0(buf, pos):
     elif _c * 1 > _l - pos:
         raise overrun('ShareGroupDescribeRequest.group_ids', buf, pos, _c, 1)
     else:
-        f_group_ids = _lst = []
+        o.group_ids = _lst = []
         for _ in range(_c):
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
@@ -65,19 +67,20 @@ def _d_ShareGroupDescribeRequest_0(buf, pos):
             _lst.append(_e)
     if pos + 1 > _l:
         raise truncated('ShareGroupDescribeRequest.include_authorized_operations', buf, pos, 1)
-    (f_include_authorized_operations,) = _S0.unpack_from(buf, pos)
+    (o.include_authorized_operations,) = _S0.unpack_from(buf, pos)
     pos += 1
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ShareGroupDescribeRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ShareGroupDescribeRequest(f_group_ids, f_include_authorized_operations, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_ShareGroupDescribeRequest_0(o, out, chunks):
     _a = o.group_ids

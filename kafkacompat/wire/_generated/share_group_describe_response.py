@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class TopicPartitions(Struct):
     __slots__ = ('topic_id', 'topic_name', 'partitions', 'unknown_tags',)
@@ -109,11 +110,12 @@ _A_i = ARRAY_STRUCTS['i']
 
 def _d_TopicPartitions_0(buf, pos):
     _l = len(buf)
+    o = _new(TopicPartitions)
     if pos + 16 > _l:
         raise truncated('ShareGroupDescribeResponse.TopicPartitions.topic_id', buf, pos, 16)
-    (f_topic_id,) = _S3.unpack_from(buf, pos)
+    (o.topic_id,) = _S3.unpack_from(buf, pos)
     pos += 16
-    f_topic_id = _UUID(bytes=f_topic_id)
+    o.topic_id = _UUID(bytes=o.topic_id)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -126,7 +128,7 @@ def _d_TopicPartitions_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ShareGroupDescribeResponse.TopicPartitions.topic_name', buf, pos, _n, 1)
-        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -140,22 +142,24 @@ def _d_TopicPartitions_0(buf, pos):
         raise overrun('ShareGroupDescribeResponse.TopicPartitions.partitions', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_partitions = list(_st.unpack_from(buf, pos))
+        o.partitions = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ShareGroupDescribeResponse.TopicPartitions')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return TopicPartitions(f_topic_id, f_topic_name, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_Assignment_0(buf, pos):
     _l = len(buf)
+    o = _new(Assignment)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -167,24 +171,26 @@ def _d_Assignment_0(buf, pos):
     elif _c * 19 > _l - pos:
         raise overrun('ShareGroupDescribeResponse.Assignment.topic_partitions', buf, pos, _c, 19)
     else:
-        f_topic_partitions = _lst = []
+        o.topic_partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_TopicPartitions_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ShareGroupDescribeResponse.Assignment')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return Assignment(f_topic_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_Member_0(buf, pos):
     _l = len(buf)
+    o = _new(Member)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -197,7 +203,7 @@ def _d_Member_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ShareGroupDescribeResponse.Member.member_id', buf, pos, _n, 1)
-        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -208,16 +214,16 @@ def _d_Member_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('ShareGroupDescribeResponse.Member.rack_id', _n)
-        f_rack_id = None
+        o.rack_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('ShareGroupDescribeResponse.Member.rack_id', buf, pos, _n, 1)
-        f_rack_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.rack_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('ShareGroupDescribeResponse.Member.member_epoch', buf, pos, 4)
-    (f_member_epoch,) = _S0.unpack_from(buf, pos)
+    (o.member_epoch,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -231,7 +237,7 @@ def _d_Member_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ShareGroupDescribeResponse.Member.client_id', buf, pos, _n, 1)
-        f_client_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.client_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -245,7 +251,7 @@ def _d_Member_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ShareGroupDescribeResponse.Member.client_host', buf, pos, _n, 1)
-        f_client_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.client_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -258,7 +264,7 @@ def _d_Member_0(buf, pos):
     elif _c * 1 > _l - pos:
         raise overrun('ShareGroupDescribeResponse.Member.subscribed_topic_names', buf, pos, _c, 1)
     else:
-        f_subscribed_topic_names = _lst = []
+        o.subscribed_topic_names = _lst = []
         for _ in range(_c):
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
@@ -275,24 +281,26 @@ def _d_Member_0(buf, pos):
                 _e = str(buf[pos:_end], 'utf-8', 'surrogateescape')
                 pos = _end
             _lst.append(_e)
-    f_assignment, pos = _d_Assignment_0(buf, pos)
+    o.assignment, pos = _d_Assignment_0(buf, pos)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ShareGroupDescribeResponse.Member')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return Member(f_member_id, f_rack_id, f_member_epoch, f_client_id, f_client_host, f_subscribed_topic_names, f_assignment, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_DescribedGroup_0(buf, pos):
     _l = len(buf)
+    o = _new(DescribedGroup)
     if pos + 2 > _l:
         raise truncated('ShareGroupDescribeResponse.DescribedGroup.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -303,12 +311,12 @@ def _d_DescribedGroup_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('ShareGroupDescribeResponse.DescribedGroup.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('ShareGroupDescribeResponse.DescribedGroup.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -322,7 +330,7 @@ def _d_DescribedGroup_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ShareGroupDescribeResponse.DescribedGroup.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -336,11 +344,11 @@ def _d_DescribedGroup_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ShareGroupDescribeResponse.DescribedGroup.group_state', buf, pos, _n, 1)
-        f_group_state = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_state = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 8 > _l:
         raise truncated('ShareGroupDescribeResponse.DescribedGroup.group_epoch', buf, pos, 8)
-    f_group_epoch, f_assignment_epoch = _S2.unpack_from(buf, pos)
+    o.group_epoch, o.assignment_epoch = _S2.unpack_from(buf, pos)
     pos += 8
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -354,7 +362,7 @@ def _d_DescribedGroup_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ShareGroupDescribeResponse.DescribedGroup.assignor_name', buf, pos, _n, 1)
-        f_assignor_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.assignor_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -367,31 +375,33 @@ def _d_DescribedGroup_0(buf, pos):
     elif _c * 12 > _l - pos:
         raise overrun('ShareGroupDescribeResponse.DescribedGroup.members', buf, pos, _c, 12)
     else:
-        f_members = _lst = []
+        o.members = _lst = []
         for _ in range(_c):
             _e, pos = _d_Member_0(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
         raise truncated('ShareGroupDescribeResponse.DescribedGroup.authorized_operations', buf, pos, 4)
-    (f_authorized_operations,) = _S0.unpack_from(buf, pos)
+    (o.authorized_operations,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ShareGroupDescribeResponse.DescribedGroup')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return DescribedGroup(f_error_code, f_error_message, f_group_id, f_group_state, f_group_epoch, f_assignment_epoch, f_assignor_name, f_members, f_authorized_operations, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_ShareGroupDescribeResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(ShareGroupDescribeResponse)
     if pos + 4 > _l:
         raise truncated('ShareGroupDescribeResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -404,21 +414,22 @@ def _d_ShareGroupDescribeResponse_0(buf, pos):
     elif _c * 20 > _l - pos:
         raise overrun('ShareGroupDescribeResponse.groups', buf, pos, _c, 20)
     else:
-        f_groups = _lst = []
+        o.groups = _lst = []
         for _ in range(_c):
             _e, pos = _d_DescribedGroup_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ShareGroupDescribeResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ShareGroupDescribeResponse(f_throttle_time_ms, f_groups, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_TopicPartitions_0(o, out, chunks):
     out += _S3.pack(o.topic_id.bytes)

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class ShareGroupHeartbeatRequest(Struct):
     __slots__ = ('group_id', 'member_id', 'member_epoch', 'rack_id', 'subscribed_topic_names', 'unknown_tags',)
@@ -46,6 +47,7 @@ _S0 = _Struct('>i')
 
 def _d_ShareGroupHeartbeatRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(ShareGroupHeartbeatRequest)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -58,7 +60,7 @@ def _d_ShareGroupHeartbeatRequest_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ShareGroupHeartbeatRequest.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -72,11 +74,11 @@ def _d_ShareGroupHeartbeatRequest_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ShareGroupHeartbeatRequest.member_id', buf, pos, _n, 1)
-        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('ShareGroupHeartbeatRequest.member_epoch', buf, pos, 4)
-    (f_member_epoch,) = _S0.unpack_from(buf, pos)
+    (o.member_epoch,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -87,12 +89,12 @@ def _d_ShareGroupHeartbeatRequest_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('ShareGroupHeartbeatRequest.rack_id', _n)
-        f_rack_id = None
+        o.rack_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('ShareGroupHeartbeatRequest.rack_id', buf, pos, _n, 1)
-        f_rack_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.rack_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -103,11 +105,11 @@ def _d_ShareGroupHeartbeatRequest_0(buf, pos):
     if _c < 0:
         if _c != -1:
             raise bad_length('ShareGroupHeartbeatRequest.subscribed_topic_names', _c)
-        f_subscribed_topic_names = None
+        o.subscribed_topic_names = None
     elif _c * 1 > _l - pos:
         raise overrun('ShareGroupHeartbeatRequest.subscribed_topic_names', buf, pos, _c, 1)
     else:
-        f_subscribed_topic_names = _lst = []
+        o.subscribed_topic_names = _lst = []
         for _ in range(_c):
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
@@ -126,15 +128,16 @@ def _d_ShareGroupHeartbeatRequest_0(buf, pos):
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ShareGroupHeartbeatRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ShareGroupHeartbeatRequest(f_group_id, f_member_id, f_member_epoch, f_rack_id, f_subscribed_topic_names, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_ShareGroupHeartbeatRequest_0(o, out, chunks):
     _b = o.group_id.encode('utf-8', 'surrogateescape')

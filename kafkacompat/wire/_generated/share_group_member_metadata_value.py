@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class ShareGroupMemberMetadataValue(Struct):
     __slots__ = ('rack_id', 'client_id', 'client_host', 'subscribed_topic_names', 'unknown_tags',)
@@ -43,6 +44,7 @@ class ShareGroupMemberMetadataValue(Struct):
 
 def _d_ShareGroupMemberMetadataValue_0(buf, pos):
     _l = len(buf)
+    o = _new(ShareGroupMemberMetadataValue)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -52,12 +54,12 @@ def _d_ShareGroupMemberMetadataValue_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('ShareGroupMemberMetadataValue.rack_id', _n)
-        f_rack_id = None
+        o.rack_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('ShareGroupMemberMetadataValue.rack_id', buf, pos, _n, 1)
-        f_rack_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.rack_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -71,7 +73,7 @@ def _d_ShareGroupMemberMetadataValue_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ShareGroupMemberMetadataValue.client_id', buf, pos, _n, 1)
-        f_client_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.client_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -85,7 +87,7 @@ def _d_ShareGroupMemberMetadataValue_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ShareGroupMemberMetadataValue.client_host', buf, pos, _n, 1)
-        f_client_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.client_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -98,7 +100,7 @@ def _d_ShareGroupMemberMetadataValue_0(buf, pos):
     elif _c * 1 > _l - pos:
         raise overrun('ShareGroupMemberMetadataValue.subscribed_topic_names', buf, pos, _c, 1)
     else:
-        f_subscribed_topic_names = _lst = []
+        o.subscribed_topic_names = _lst = []
         for _ in range(_c):
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
@@ -117,15 +119,16 @@ def _d_ShareGroupMemberMetadataValue_0(buf, pos):
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ShareGroupMemberMetadataValue')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ShareGroupMemberMetadataValue(f_rack_id, f_client_id, f_client_host, f_subscribed_topic_names, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_ShareGroupMemberMetadataValue_0(o, out, chunks):
     if o.rack_id is None:

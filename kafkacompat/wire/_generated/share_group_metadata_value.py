@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class ShareGroupMetadataValue(Struct):
     __slots__ = ('epoch', 'unknown_tags',)
@@ -34,21 +35,23 @@ _S0 = _Struct('>i')
 
 def _d_ShareGroupMetadataValue_0(buf, pos):
     _l = len(buf)
+    o = _new(ShareGroupMetadataValue)
     if pos + 4 > _l:
         raise truncated('ShareGroupMetadataValue.epoch', buf, pos, 4)
-    (f_epoch,) = _S0.unpack_from(buf, pos)
+    (o.epoch,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ShareGroupMetadataValue')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ShareGroupMetadataValue(f_epoch, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_ShareGroupMetadataValue_0(o, out, chunks):
     out += _S0.pack(o.epoch)

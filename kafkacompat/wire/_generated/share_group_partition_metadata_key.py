@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class ShareGroupPartitionMetadataKey(Struct):
     __slots__ = ('group_id', 'unknown_tags',)
@@ -34,6 +35,7 @@ _S0 = _Struct('>h')
 
 def _d_ShareGroupPartitionMetadataKey_9(buf, pos):
     _l = len(buf)
+    o = _new(ShareGroupPartitionMetadataKey)
     if pos + 2 > _l:
         raise truncated('ShareGroupPartitionMetadataKey.group_id', buf, pos, 2)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -44,10 +46,10 @@ def _d_ShareGroupPartitionMetadataKey_9(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ShareGroupPartitionMetadataKey.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
-    f_unknown_tags = None
-    return ShareGroupPartitionMetadataKey(f_group_id, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _e_ShareGroupPartitionMetadataKey_9(o, out, chunks):
     _b = o.group_id.encode('utf-8', 'surrogateescape')

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class TopicMetadata(Struct):
     __slots__ = ('topic_id', 'topic_name', 'num_partitions', 'partition_metadata', 'unknown_tags',)
@@ -62,9 +63,10 @@ _S1 = _Struct('>i')
 
 def _d_PartitionMetadata_0(buf, pos):
     _l = len(buf)
+    o = _new(PartitionMetadata)
     if pos + 4 > _l:
         raise truncated('ShareGroupPartitionMetadataValue.PartitionMetadata.partition', buf, pos, 4)
-    (f_partition,) = _S1.unpack_from(buf, pos)
+    (o.partition,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -77,7 +79,7 @@ def _d_PartitionMetadata_0(buf, pos):
     elif _c * 1 > _l - pos:
         raise overrun('ShareGroupPartitionMetadataValue.PartitionMetadata.racks', buf, pos, _c, 1)
     else:
-        f_racks = _lst = []
+        o.racks = _lst = []
         for _ in range(_c):
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
@@ -96,23 +98,25 @@ def _d_PartitionMetadata_0(buf, pos):
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ShareGroupPartitionMetadataValue.PartitionMetadata')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return PartitionMetadata(f_partition, f_racks, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_TopicMetadata_0(buf, pos):
     _l = len(buf)
+    o = _new(TopicMetadata)
     if pos + 16 > _l:
         raise truncated('ShareGroupPartitionMetadataValue.TopicMetadata.topic_id', buf, pos, 16)
-    (f_topic_id,) = _S0.unpack_from(buf, pos)
+    (o.topic_id,) = _S0.unpack_from(buf, pos)
     pos += 16
-    f_topic_id = _UUID(bytes=f_topic_id)
+    o.topic_id = _UUID(bytes=o.topic_id)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -125,11 +129,11 @@ def _d_TopicMetadata_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ShareGroupPartitionMetadataValue.TopicMetadata.topic_name', buf, pos, _n, 1)
-        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('ShareGroupPartitionMetadataValue.TopicMetadata.num_partitions', buf, pos, 4)
-    (f_num_partitions,) = _S1.unpack_from(buf, pos)
+    (o.num_partitions,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -142,24 +146,26 @@ def _d_TopicMetadata_0(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('ShareGroupPartitionMetadataValue.TopicMetadata.partition_metadata', buf, pos, _c, 6)
     else:
-        f_partition_metadata = _lst = []
+        o.partition_metadata = _lst = []
         for _ in range(_c):
             _e, pos = _d_PartitionMetadata_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ShareGroupPartitionMetadataValue.TopicMetadata')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return TopicMetadata(f_topic_id, f_topic_name, f_num_partitions, f_partition_metadata, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_ShareGroupPartitionMetadataValue_0(buf, pos):
     _l = len(buf)
+    o = _new(ShareGroupPartitionMetadataValue)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -171,21 +177,22 @@ def _d_ShareGroupPartitionMetadataValue_0(buf, pos):
     elif _c * 23 > _l - pos:
         raise overrun('ShareGroupPartitionMetadataValue.topics', buf, pos, _c, 23)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_TopicMetadata_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ShareGroupPartitionMetadataValue')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ShareGroupPartitionMetadataValue(f_topics, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_PartitionMetadata_0(o, out, chunks):
     out += _S1.pack(o.partition)

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class TopicPartitionsInfo(Struct):
     __slots__ = ('topic_id', 'topic_name', 'partitions', 'unknown_tags',)
@@ -55,11 +56,12 @@ _A_i = ARRAY_STRUCTS['i']
 
 def _d_TopicPartitionsInfo_0(buf, pos):
     _l = len(buf)
+    o = _new(TopicPartitionsInfo)
     if pos + 16 > _l:
         raise truncated('ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo.topic_id', buf, pos, 16)
-    (f_topic_id,) = _S0.unpack_from(buf, pos)
+    (o.topic_id,) = _S0.unpack_from(buf, pos)
     pos += 16
-    f_topic_id = _UUID(bytes=f_topic_id)
+    o.topic_id = _UUID(bytes=o.topic_id)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -72,7 +74,7 @@ def _d_TopicPartitionsInfo_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo.topic_name', buf, pos, _n, 1)
-        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -86,27 +88,29 @@ def _d_TopicPartitionsInfo_0(buf, pos):
         raise overrun('ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo.partitions', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_partitions = list(_st.unpack_from(buf, pos))
+        o.partitions = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return TopicPartitionsInfo(f_topic_id, f_topic_name, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_TopicInfo_0(buf, pos):
     _l = len(buf)
+    o = _new(TopicInfo)
     if pos + 16 > _l:
         raise truncated('ShareGroupStatePartitionMetadataValue.TopicInfo.topic_id', buf, pos, 16)
-    (f_topic_id,) = _S0.unpack_from(buf, pos)
+    (o.topic_id,) = _S0.unpack_from(buf, pos)
     pos += 16
-    f_topic_id = _UUID(bytes=f_topic_id)
+    o.topic_id = _UUID(bytes=o.topic_id)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -119,22 +123,24 @@ def _d_TopicInfo_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('ShareGroupStatePartitionMetadataValue.TopicInfo.topic_name', buf, pos, _n, 1)
-        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ShareGroupStatePartitionMetadataValue.TopicInfo')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return TopicInfo(f_topic_id, f_topic_name, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_ShareGroupStatePartitionMetadataValue_0(buf, pos):
     _l = len(buf)
+    o = _new(ShareGroupStatePartitionMetadataValue)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -146,7 +152,7 @@ def _d_ShareGroupStatePartitionMetadataValue_0(buf, pos):
     elif _c * 19 > _l - pos:
         raise overrun('ShareGroupStatePartitionMetadataValue.initialized_topics', buf, pos, _c, 19)
     else:
-        f_initialized_topics = _lst = []
+        o.initialized_topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_TopicPartitionsInfo_0(buf, pos)
             _lst.append(_e)
@@ -161,21 +167,22 @@ def _d_ShareGroupStatePartitionMetadataValue_0(buf, pos):
     elif _c * 18 > _l - pos:
         raise overrun('ShareGroupStatePartitionMetadataValue.deleting_topics', buf, pos, _c, 18)
     else:
-        f_deleting_topics = _lst = []
+        o.deleting_topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_TopicInfo_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ShareGroupStatePartitionMetadataValue')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return ShareGroupStatePartitionMetadataValue(f_initialized_topics, f_deleting_topics, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_TopicPartitionsInfo_0(o, out, chunks):
     out += _S0.pack(o.topic_id.bytes)

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class SnapshotFooterRecord(Struct):
     __slots__ = ('version', 'unknown_tags',)
@@ -34,21 +35,23 @@ _S0 = _Struct('>h')
 
 def _d_SnapshotFooterRecord_0(buf, pos):
     _l = len(buf)
+    o = _new(SnapshotFooterRecord)
     if pos + 2 > _l:
         raise truncated('SnapshotFooterRecord.version', buf, pos, 2)
-    (f_version,) = _S0.unpack_from(buf, pos)
+    (o.version,) = _S0.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'SnapshotFooterRecord')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return SnapshotFooterRecord(f_version, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_SnapshotFooterRecord_0(o, out, chunks):
     out += _S0.pack(o.version)

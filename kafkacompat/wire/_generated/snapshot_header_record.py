@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class SnapshotHeaderRecord(Struct):
     __slots__ = ('version', 'last_contained_log_timestamp', 'unknown_tags',)
@@ -35,21 +36,23 @@ _S0 = _Struct('>hq')
 
 def _d_SnapshotHeaderRecord_0(buf, pos):
     _l = len(buf)
+    o = _new(SnapshotHeaderRecord)
     if pos + 10 > _l:
         raise truncated('SnapshotHeaderRecord.version', buf, pos, 10)
-    f_version, f_last_contained_log_timestamp = _S0.unpack_from(buf, pos)
+    o.version, o.last_contained_log_timestamp = _S0.unpack_from(buf, pos)
     pos += 10
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'SnapshotHeaderRecord')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return SnapshotHeaderRecord(f_version, f_last_contained_log_timestamp, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_SnapshotHeaderRecord_0(o, out, chunks):
     out += _S0.pack(o.version, o.last_contained_log_timestamp)

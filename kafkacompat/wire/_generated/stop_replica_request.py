@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class StopReplicaPartitionV0(Struct):
     __slots__ = ('topic_name', 'partition_index', 'unknown_tags',)
@@ -95,6 +96,7 @@ _A_i = ARRAY_STRUCTS['i']
 
 def _d_StopReplicaPartitionV0_0(buf, pos):
     _l = len(buf)
+    o = _new(StopReplicaPartitionV0)
     if pos + 2 > _l:
         raise truncated('StopReplicaRequest.StopReplicaPartitionV0.topic_name', buf, pos, 2)
     (_n,) = _S2.unpack_from(buf, pos)
@@ -105,20 +107,25 @@ def _d_StopReplicaPartitionV0_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('StopReplicaRequest.StopReplicaPartitionV0.topic_name', buf, pos, _n, 1)
-        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('StopReplicaRequest.StopReplicaPartitionV0.partition_index', buf, pos, 4)
-    (f_partition_index,) = _S1.unpack_from(buf, pos)
+    (o.partition_index,) = _S1.unpack_from(buf, pos)
     pos += 4
-    f_unknown_tags = None
-    return StopReplicaPartitionV0(f_topic_name, f_partition_index, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_StopReplicaRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(StopReplicaRequest)
+    o.is_k_raft_controller = False
+    o.broker_epoch = -1
+    o.topics = []
+    o.topic_states = []
     if pos + 9 > _l:
         raise truncated('StopReplicaRequest.controller_id', buf, pos, 9)
-    f_controller_id, f_controller_epoch, f_delete_partitions = _S0.unpack_from(buf, pos)
+    o.controller_id, o.controller_epoch, o.delete_partitions = _S0.unpack_from(buf, pos)
     pos += 9
     if pos + 4 > _l:
         raise truncated('StopReplicaRequest.ungrouped_partitions', buf, pos, 4)
@@ -129,15 +136,16 @@ def _d_StopReplicaRequest_0(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('StopReplicaRequest.ungrouped_partitions', buf, pos, _c, 6)
     else:
-        f_ungrouped_partitions = _lst = []
+        o.ungrouped_partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_StopReplicaPartitionV0_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return StopReplicaRequest(f_controller_id, False, f_controller_epoch, -1, f_delete_partitions, f_ungrouped_partitions, [], [], f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_StopReplicaTopicV1_1(buf, pos):
     _l = len(buf)
+    o = _new(StopReplicaTopicV1)
     if pos + 2 > _l:
         raise truncated('StopReplicaRequest.StopReplicaTopicV1.name', buf, pos, 2)
     (_n,) = _S2.unpack_from(buf, pos)
@@ -148,7 +156,7 @@ def _d_StopReplicaTopicV1_1(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('StopReplicaRequest.StopReplicaTopicV1.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('StopReplicaRequest.StopReplicaTopicV1.partition_indexes', buf, pos, 4)
@@ -160,16 +168,20 @@ def _d_StopReplicaTopicV1_1(buf, pos):
         raise overrun('StopReplicaRequest.StopReplicaTopicV1.partition_indexes', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_partition_indexes = list(_st.unpack_from(buf, pos))
+        o.partition_indexes = list(_st.unpack_from(buf, pos))
         pos += _c * 4
-    f_unknown_tags = None
-    return StopReplicaTopicV1(f_name, f_partition_indexes, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_StopReplicaRequest_1(buf, pos):
     _l = len(buf)
+    o = _new(StopReplicaRequest)
+    o.is_k_raft_controller = False
+    o.ungrouped_partitions = []
+    o.topic_states = []
     if pos + 17 > _l:
         raise truncated('StopReplicaRequest.controller_id', buf, pos, 17)
-    f_controller_id, f_controller_epoch, f_broker_epoch, f_delete_partitions = _S3.unpack_from(buf, pos)
+    o.controller_id, o.controller_epoch, o.broker_epoch, o.delete_partitions = _S3.unpack_from(buf, pos)
     pos += 17
     if pos + 4 > _l:
         raise truncated('StopReplicaRequest.topics', buf, pos, 4)
@@ -180,15 +192,16 @@ def _d_StopReplicaRequest_1(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('StopReplicaRequest.topics', buf, pos, _c, 6)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_StopReplicaTopicV1_1(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return StopReplicaRequest(f_controller_id, False, f_controller_epoch, f_broker_epoch, f_delete_partitions, [], f_topics, [], f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_StopReplicaTopicV1_2(buf, pos):
     _l = len(buf)
+    o = _new(StopReplicaTopicV1)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -201,7 +214,7 @@ def _d_StopReplicaTopicV1_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('StopReplicaRequest.StopReplicaTopicV1.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -215,25 +228,30 @@ def _d_StopReplicaTopicV1_2(buf, pos):
         raise overrun('StopReplicaRequest.StopReplicaTopicV1.partition_indexes', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_partition_indexes = list(_st.unpack_from(buf, pos))
+        o.partition_indexes = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'StopReplicaRequest.StopReplicaTopicV1')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return StopReplicaTopicV1(f_name, f_partition_indexes, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_StopReplicaRequest_2(buf, pos):
     _l = len(buf)
+    o = _new(StopReplicaRequest)
+    o.is_k_raft_controller = False
+    o.ungrouped_partitions = []
+    o.topic_states = []
     if pos + 17 > _l:
         raise truncated('StopReplicaRequest.controller_id', buf, pos, 17)
-    f_controller_id, f_controller_epoch, f_broker_epoch, f_delete_partitions = _S3.unpack_from(buf, pos)
+    o.controller_id, o.controller_epoch, o.broker_epoch, o.delete_partitions = _S3.unpack_from(buf, pos)
     pos += 17
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -246,42 +264,46 @@ def _d_StopReplicaRequest_2(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('StopReplicaRequest.topics', buf, pos, _c, 3)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_StopReplicaTopicV1_2(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'StopReplicaRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return StopReplicaRequest(f_controller_id, False, f_controller_epoch, f_broker_epoch, f_delete_partitions, [], f_topics, [], f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_StopReplicaPartitionState_3(buf, pos):
     _l = len(buf)
+    o = _new(StopReplicaPartitionState)
     if pos + 9 > _l:
         raise truncated('StopReplicaRequest.StopReplicaPartitionState.partition_index', buf, pos, 9)
-    f_partition_index, f_leader_epoch, f_delete_partition = _S0.unpack_from(buf, pos)
+    o.partition_index, o.leader_epoch, o.delete_partition = _S0.unpack_from(buf, pos)
     pos += 9
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'StopReplicaRequest.StopReplicaPartitionState')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return StopReplicaPartitionState(f_partition_index, f_leader_epoch, f_delete_partition, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_StopReplicaTopicState_3(buf, pos):
     _l = len(buf)
+    o = _new(StopReplicaTopicState)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -294,7 +316,7 @@ def _d_StopReplicaTopicState_3(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('StopReplicaRequest.StopReplicaTopicState.topic_name', buf, pos, _n, 1)
-        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -307,27 +329,33 @@ def _d_StopReplicaTopicState_3(buf, pos):
     elif _c * 10 > _l - pos:
         raise overrun('StopReplicaRequest.StopReplicaTopicState.partition_states', buf, pos, _c, 10)
     else:
-        f_partition_states = _lst = []
+        o.partition_states = _lst = []
         for _ in range(_c):
             _e, pos = _d_StopReplicaPartitionState_3(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'StopReplicaRequest.StopReplicaTopicState')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return StopReplicaTopicState(f_topic_name, f_partition_states, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_StopReplicaRequest_3(buf, pos):
     _l = len(buf)
+    o = _new(StopReplicaRequest)
+    o.is_k_raft_controller = False
+    o.delete_partitions = False
+    o.ungrouped_partitions = []
+    o.topics = []
     if pos + 16 > _l:
         raise truncated('StopReplicaRequest.controller_id', buf, pos, 16)
-    f_controller_id, f_controller_epoch, f_broker_epoch = _S4.unpack_from(buf, pos)
+    o.controller_id, o.controller_epoch, o.broker_epoch = _S4.unpack_from(buf, pos)
     pos += 16
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -340,27 +368,32 @@ def _d_StopReplicaRequest_3(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('StopReplicaRequest.topic_states', buf, pos, _c, 3)
     else:
-        f_topic_states = _lst = []
+        o.topic_states = _lst = []
         for _ in range(_c):
             _e, pos = _d_StopReplicaTopicState_3(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'StopReplicaRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return StopReplicaRequest(f_controller_id, False, f_controller_epoch, f_broker_epoch, False, [], [], f_topic_states, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_StopReplicaRequest_4(buf, pos):
     _l = len(buf)
+    o = _new(StopReplicaRequest)
+    o.delete_partitions = False
+    o.ungrouped_partitions = []
+    o.topics = []
     if pos + 17 > _l:
         raise truncated('StopReplicaRequest.controller_id', buf, pos, 17)
-    f_controller_id, f_is_k_raft_controller, f_controller_epoch, f_broker_epoch = _S5.unpack_from(buf, pos)
+    o.controller_id, o.is_k_raft_controller, o.controller_epoch, o.broker_epoch = _S5.unpack_from(buf, pos)
     pos += 17
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -373,21 +406,22 @@ def _d_StopReplicaRequest_4(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('StopReplicaRequest.topic_states', buf, pos, _c, 3)
     else:
-        f_topic_states = _lst = []
+        o.topic_states = _lst = []
         for _ in range(_c):
             _e, pos = _d_StopReplicaTopicState_3(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'StopReplicaRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return StopReplicaRequest(f_controller_id, f_is_k_raft_controller, f_controller_epoch, f_broker_epoch, False, [], [], f_topic_states, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_StopReplicaPartitionV0_0(o, out, chunks):
     _b = o.topic_name.encode('utf-8', 'surrogateescape')

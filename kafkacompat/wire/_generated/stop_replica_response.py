@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class StopReplicaPartitionError(Struct):
     __slots__ = ('topic_name', 'partition_index', 'error_code', 'unknown_tags',)
@@ -47,6 +48,7 @@ _S2 = _Struct('>ih')
 
 def _d_StopReplicaPartitionError_0(buf, pos):
     _l = len(buf)
+    o = _new(StopReplicaPartitionError)
     if pos + 2 > _l:
         raise truncated('StopReplicaResponse.StopReplicaPartitionError.topic_name', buf, pos, 2)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -57,20 +59,21 @@ def _d_StopReplicaPartitionError_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('StopReplicaResponse.StopReplicaPartitionError.topic_name', buf, pos, _n, 1)
-        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 6 > _l:
         raise truncated('StopReplicaResponse.StopReplicaPartitionError.partition_index', buf, pos, 6)
-    f_partition_index, f_error_code = _S2.unpack_from(buf, pos)
+    o.partition_index, o.error_code = _S2.unpack_from(buf, pos)
     pos += 6
-    f_unknown_tags = None
-    return StopReplicaPartitionError(f_topic_name, f_partition_index, f_error_code, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_StopReplicaResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(StopReplicaResponse)
     if pos + 2 > _l:
         raise truncated('StopReplicaResponse.error_code', buf, pos, 2)
-    (f_error_code,) = _S0.unpack_from(buf, pos)
+    (o.error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
     if pos + 4 > _l:
         raise truncated('StopReplicaResponse.partition_errors', buf, pos, 4)
@@ -81,15 +84,16 @@ def _d_StopReplicaResponse_0(buf, pos):
     elif _c * 8 > _l - pos:
         raise overrun('StopReplicaResponse.partition_errors', buf, pos, _c, 8)
     else:
-        f_partition_errors = _lst = []
+        o.partition_errors = _lst = []
         for _ in range(_c):
             _e, pos = _d_StopReplicaPartitionError_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return StopReplicaResponse(f_error_code, f_partition_errors, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_StopReplicaPartitionError_2(buf, pos):
     _l = len(buf)
+    o = _new(StopReplicaPartitionError)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -102,29 +106,31 @@ def _d_StopReplicaPartitionError_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('StopReplicaResponse.StopReplicaPartitionError.topic_name', buf, pos, _n, 1)
-        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 6 > _l:
         raise truncated('StopReplicaResponse.StopReplicaPartitionError.partition_index', buf, pos, 6)
-    f_partition_index, f_error_code = _S2.unpack_from(buf, pos)
+    o.partition_index, o.error_code = _S2.unpack_from(buf, pos)
     pos += 6
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'StopReplicaResponse.StopReplicaPartitionError')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return StopReplicaPartitionError(f_topic_name, f_partition_index, f_error_code, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_StopReplicaResponse_2(buf, pos):
     _l = len(buf)
+    o = _new(StopReplicaResponse)
     if pos + 2 > _l:
         raise truncated('StopReplicaResponse.error_code', buf, pos, 2)
-    (f_error_code,) = _S0.unpack_from(buf, pos)
+    (o.error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -137,21 +143,22 @@ def _d_StopReplicaResponse_2(buf, pos):
     elif _c * 8 > _l - pos:
         raise overrun('StopReplicaResponse.partition_errors', buf, pos, _c, 8)
     else:
-        f_partition_errors = _lst = []
+        o.partition_errors = _lst = []
         for _ in range(_c):
             _e, pos = _d_StopReplicaPartitionError_2(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'StopReplicaResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return StopReplicaResponse(f_error_code, f_partition_errors, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_StopReplicaPartitionError_0(o, out, chunks):
     _b = o.topic_name.encode('utf-8', 'surrogateescape')

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class SyncGroupRequestAssignment(Struct):
     __slots__ = ('member_id', 'assignment', 'unknown_tags',)
@@ -60,6 +61,7 @@ _S1 = _Struct('>i')
 
 def _d_SyncGroupRequestAssignment_0(buf, pos):
     _l = len(buf)
+    o = _new(SyncGroupRequestAssignment)
     if pos + 2 > _l:
         raise truncated('SyncGroupRequest.SyncGroupRequestAssignment.member_id', buf, pos, 2)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -70,7 +72,7 @@ def _d_SyncGroupRequestAssignment_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('SyncGroupRequest.SyncGroupRequestAssignment.member_id', buf, pos, _n, 1)
-        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('SyncGroupRequest.SyncGroupRequestAssignment.assignment', buf, pos, 4)
@@ -82,13 +84,17 @@ def _d_SyncGroupRequestAssignment_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('SyncGroupRequest.SyncGroupRequestAssignment.assignment', buf, pos, _n, 1)
-        f_assignment = bytes(buf[pos:_end])
+        o.assignment = bytes(buf[pos:_end])
         pos = _end
-    f_unknown_tags = None
-    return SyncGroupRequestAssignment(f_member_id, f_assignment, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_SyncGroupRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(SyncGroupRequest)
+    o.group_instance_id = None
+    o.protocol_type = None
+    o.protocol_name = None
     if pos + 2 > _l:
         raise truncated('SyncGroupRequest.group_id', buf, pos, 2)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -99,11 +105,11 @@ def _d_SyncGroupRequest_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('SyncGroupRequest.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('SyncGroupRequest.generation_id', buf, pos, 4)
-    (f_generation_id,) = _S1.unpack_from(buf, pos)
+    (o.generation_id,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos + 2 > _l:
         raise truncated('SyncGroupRequest.member_id', buf, pos, 2)
@@ -115,7 +121,7 @@ def _d_SyncGroupRequest_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('SyncGroupRequest.member_id', buf, pos, _n, 1)
-        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('SyncGroupRequest.assignments', buf, pos, 4)
@@ -126,15 +132,18 @@ def _d_SyncGroupRequest_0(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('SyncGroupRequest.assignments', buf, pos, _c, 6)
     else:
-        f_assignments = _lst = []
+        o.assignments = _lst = []
         for _ in range(_c):
             _e, pos = _d_SyncGroupRequestAssignment_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return SyncGroupRequest(f_group_id, f_generation_id, f_member_id, None, None, None, f_assignments, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_SyncGroupRequest_3(buf, pos):
     _l = len(buf)
+    o = _new(SyncGroupRequest)
+    o.protocol_type = None
+    o.protocol_name = None
     if pos + 2 > _l:
         raise truncated('SyncGroupRequest.group_id', buf, pos, 2)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -145,11 +154,11 @@ def _d_SyncGroupRequest_3(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('SyncGroupRequest.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('SyncGroupRequest.generation_id', buf, pos, 4)
-    (f_generation_id,) = _S1.unpack_from(buf, pos)
+    (o.generation_id,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos + 2 > _l:
         raise truncated('SyncGroupRequest.member_id', buf, pos, 2)
@@ -161,7 +170,7 @@ def _d_SyncGroupRequest_3(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('SyncGroupRequest.member_id', buf, pos, _n, 1)
-        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('SyncGroupRequest.group_instance_id', buf, pos, 2)
@@ -170,12 +179,12 @@ def _d_SyncGroupRequest_3(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('SyncGroupRequest.group_instance_id', _n)
-        f_group_instance_id = None
+        o.group_instance_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('SyncGroupRequest.group_instance_id', buf, pos, _n, 1)
-        f_group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('SyncGroupRequest.assignments', buf, pos, 4)
@@ -186,15 +195,16 @@ def _d_SyncGroupRequest_3(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('SyncGroupRequest.assignments', buf, pos, _c, 6)
     else:
-        f_assignments = _lst = []
+        o.assignments = _lst = []
         for _ in range(_c):
             _e, pos = _d_SyncGroupRequestAssignment_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return SyncGroupRequest(f_group_id, f_generation_id, f_member_id, f_group_instance_id, None, None, f_assignments, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_SyncGroupRequestAssignment_4(buf, pos):
     _l = len(buf)
+    o = _new(SyncGroupRequestAssignment)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -207,7 +217,7 @@ def _d_SyncGroupRequestAssignment_4(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('SyncGroupRequest.SyncGroupRequestAssignment.member_id', buf, pos, _n, 1)
-        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -221,22 +231,26 @@ def _d_SyncGroupRequestAssignment_4(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('SyncGroupRequest.SyncGroupRequestAssignment.assignment', buf, pos, _n, 1)
-        f_assignment = bytes(buf[pos:_end])
+        o.assignment = bytes(buf[pos:_end])
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'SyncGroupRequest.SyncGroupRequestAssignment')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return SyncGroupRequestAssignment(f_member_id, f_assignment, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_SyncGroupRequest_4(buf, pos):
     _l = len(buf)
+    o = _new(SyncGroupRequest)
+    o.protocol_type = None
+    o.protocol_name = None
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -249,11 +263,11 @@ def _d_SyncGroupRequest_4(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('SyncGroupRequest.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('SyncGroupRequest.generation_id', buf, pos, 4)
-    (f_generation_id,) = _S1.unpack_from(buf, pos)
+    (o.generation_id,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -267,7 +281,7 @@ def _d_SyncGroupRequest_4(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('SyncGroupRequest.member_id', buf, pos, _n, 1)
-        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -278,12 +292,12 @@ def _d_SyncGroupRequest_4(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('SyncGroupRequest.group_instance_id', _n)
-        f_group_instance_id = None
+        o.group_instance_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('SyncGroupRequest.group_instance_id', buf, pos, _n, 1)
-        f_group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -296,24 +310,26 @@ def _d_SyncGroupRequest_4(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('SyncGroupRequest.assignments', buf, pos, _c, 3)
     else:
-        f_assignments = _lst = []
+        o.assignments = _lst = []
         for _ in range(_c):
             _e, pos = _d_SyncGroupRequestAssignment_4(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'SyncGroupRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return SyncGroupRequest(f_group_id, f_generation_id, f_member_id, f_group_instance_id, None, None, f_assignments, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_SyncGroupRequest_5(buf, pos):
     _l = len(buf)
+    o = _new(SyncGroupRequest)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -326,11 +342,11 @@ def _d_SyncGroupRequest_5(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('SyncGroupRequest.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('SyncGroupRequest.generation_id', buf, pos, 4)
-    (f_generation_id,) = _S1.unpack_from(buf, pos)
+    (o.generation_id,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -344,7 +360,7 @@ def _d_SyncGroupRequest_5(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('SyncGroupRequest.member_id', buf, pos, _n, 1)
-        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -355,12 +371,12 @@ def _d_SyncGroupRequest_5(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('SyncGroupRequest.group_instance_id', _n)
-        f_group_instance_id = None
+        o.group_instance_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('SyncGroupRequest.group_instance_id', buf, pos, _n, 1)
-        f_group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -371,12 +387,12 @@ def _d_SyncGroupRequest_5(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('SyncGroupRequest.protocol_type', _n)
-        f_protocol_type = None
+        o.protocol_type = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('SyncGroupRequest.protocol_type', buf, pos, _n, 1)
-        f_protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -387,12 +403,12 @@ def _d_SyncGroupRequest_5(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('SyncGroupRequest.protocol_name', _n)
-        f_protocol_name = None
+        o.protocol_name = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('SyncGroupRequest.protocol_name', buf, pos, _n, 1)
-        f_protocol_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.protocol_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -405,21 +421,22 @@ def _d_SyncGroupRequest_5(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('SyncGroupRequest.assignments', buf, pos, _c, 3)
     else:
-        f_assignments = _lst = []
+        o.assignments = _lst = []
         for _ in range(_c):
             _e, pos = _d_SyncGroupRequestAssignment_4(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'SyncGroupRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return SyncGroupRequest(f_group_id, f_generation_id, f_member_id, f_group_instance_id, f_protocol_type, f_protocol_name, f_assignments, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_SyncGroupRequestAssignment_0(o, out, chunks):
     _b = o.member_id.encode('utf-8', 'surrogateescape')

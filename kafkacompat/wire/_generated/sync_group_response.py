@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class SyncGroupResponse(Struct):
     __slots__ = ('throttle_time_ms', 'error_code', 'protocol_type', 'protocol_name', 'assignment', 'unknown_tags',)
@@ -48,9 +49,13 @@ _S2 = _Struct('>ih')
 
 def _d_SyncGroupResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(SyncGroupResponse)
+    o.throttle_time_ms = 0
+    o.protocol_type = None
+    o.protocol_name = None
     if pos + 2 > _l:
         raise truncated('SyncGroupResponse.error_code', buf, pos, 2)
-    (f_error_code,) = _S0.unpack_from(buf, pos)
+    (o.error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
     if pos + 4 > _l:
         raise truncated('SyncGroupResponse.assignment', buf, pos, 4)
@@ -62,16 +67,19 @@ def _d_SyncGroupResponse_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('SyncGroupResponse.assignment', buf, pos, _n, 1)
-        f_assignment = bytes(buf[pos:_end])
+        o.assignment = bytes(buf[pos:_end])
         pos = _end
-    f_unknown_tags = None
-    return SyncGroupResponse(0, f_error_code, None, None, f_assignment, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_SyncGroupResponse_1(buf, pos):
     _l = len(buf)
+    o = _new(SyncGroupResponse)
+    o.protocol_type = None
+    o.protocol_name = None
     if pos + 6 > _l:
         raise truncated('SyncGroupResponse.throttle_time_ms', buf, pos, 6)
-    f_throttle_time_ms, f_error_code = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, o.error_code = _S2.unpack_from(buf, pos)
     pos += 6
     if pos + 4 > _l:
         raise truncated('SyncGroupResponse.assignment', buf, pos, 4)
@@ -83,16 +91,19 @@ def _d_SyncGroupResponse_1(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('SyncGroupResponse.assignment', buf, pos, _n, 1)
-        f_assignment = bytes(buf[pos:_end])
+        o.assignment = bytes(buf[pos:_end])
         pos = _end
-    f_unknown_tags = None
-    return SyncGroupResponse(f_throttle_time_ms, f_error_code, None, None, f_assignment, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_SyncGroupResponse_4(buf, pos):
     _l = len(buf)
+    o = _new(SyncGroupResponse)
+    o.protocol_type = None
+    o.protocol_name = None
     if pos + 6 > _l:
         raise truncated('SyncGroupResponse.throttle_time_ms', buf, pos, 6)
-    f_throttle_time_ms, f_error_code = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, o.error_code = _S2.unpack_from(buf, pos)
     pos += 6
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -106,25 +117,27 @@ def _d_SyncGroupResponse_4(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('SyncGroupResponse.assignment', buf, pos, _n, 1)
-        f_assignment = bytes(buf[pos:_end])
+        o.assignment = bytes(buf[pos:_end])
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'SyncGroupResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return SyncGroupResponse(f_throttle_time_ms, f_error_code, None, None, f_assignment, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_SyncGroupResponse_5(buf, pos):
     _l = len(buf)
+    o = _new(SyncGroupResponse)
     if pos + 6 > _l:
         raise truncated('SyncGroupResponse.throttle_time_ms', buf, pos, 6)
-    f_throttle_time_ms, f_error_code = _S2.unpack_from(buf, pos)
+    o.throttle_time_ms, o.error_code = _S2.unpack_from(buf, pos)
     pos += 6
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -135,12 +148,12 @@ def _d_SyncGroupResponse_5(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('SyncGroupResponse.protocol_type', _n)
-        f_protocol_type = None
+        o.protocol_type = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('SyncGroupResponse.protocol_type', buf, pos, _n, 1)
-        f_protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -151,12 +164,12 @@ def _d_SyncGroupResponse_5(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('SyncGroupResponse.protocol_name', _n)
-        f_protocol_name = None
+        o.protocol_name = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('SyncGroupResponse.protocol_name', buf, pos, _n, 1)
-        f_protocol_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.protocol_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -170,19 +183,20 @@ def _d_SyncGroupResponse_5(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('SyncGroupResponse.assignment', buf, pos, _n, 1)
-        f_assignment = bytes(buf[pos:_end])
+        o.assignment = bytes(buf[pos:_end])
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'SyncGroupResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return SyncGroupResponse(f_throttle_time_ms, f_error_code, f_protocol_type, f_protocol_name, f_assignment, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_SyncGroupResponse_0(o, out, chunks):
     out += _S0.pack(o.error_code)

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class PartitionsSchema(Struct):
     __slots__ = ('topic', 'partition_ids', 'unknown_tags',)
@@ -72,6 +73,7 @@ _A_i = ARRAY_STRUCTS['i']
 
 def _d_PartitionsSchema_0(buf, pos):
     _l = len(buf)
+    o = _new(PartitionsSchema)
     if pos + 2 > _l:
         raise truncated('TransactionLogValue.PartitionsSchema.topic', buf, pos, 2)
     (_n,) = _S2.unpack_from(buf, pos)
@@ -82,7 +84,7 @@ def _d_PartitionsSchema_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('TransactionLogValue.PartitionsSchema.topic', buf, pos, _n, 1)
-        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('TransactionLogValue.PartitionsSchema.partition_ids', buf, pos, 4)
@@ -94,16 +96,17 @@ def _d_PartitionsSchema_0(buf, pos):
         raise overrun('TransactionLogValue.PartitionsSchema.partition_ids', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_partition_ids = list(_st.unpack_from(buf, pos))
+        o.partition_ids = list(_st.unpack_from(buf, pos))
         pos += _c * 4
-    f_unknown_tags = None
-    return PartitionsSchema(f_topic, f_partition_ids, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_TransactionLogValue_0(buf, pos):
     _l = len(buf)
+    o = _new(TransactionLogValue)
     if pos + 31 > _l:
         raise truncated('TransactionLogValue.producer_id', buf, pos, 31)
-    f_producer_id, f_previous_producer_id, f_next_producer_id, f_producer_epoch, f_transaction_timeout_ms, f_transaction_status = _S0.unpack_from(buf, pos)
+    o.producer_id, o.previous_producer_id, o.next_producer_id, o.producer_epoch, o.transaction_timeout_ms, o.transaction_status = _S0.unpack_from(buf, pos)
     pos += 31
     if pos + 4 > _l:
         raise truncated('TransactionLogValue.transaction_partitions', buf, pos, 4)
@@ -112,23 +115,24 @@ def _d_TransactionLogValue_0(buf, pos):
     if _c < 0:
         if _c != -1:
             raise bad_length('TransactionLogValue.transaction_partitions', _c)
-        f_transaction_partitions = None
+        o.transaction_partitions = None
     elif _c * 6 > _l - pos:
         raise overrun('TransactionLogValue.transaction_partitions', buf, pos, _c, 6)
     else:
-        f_transaction_partitions = _lst = []
+        o.transaction_partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_PartitionsSchema_0(buf, pos)
             _lst.append(_e)
     if pos + 18 > _l:
         raise truncated('TransactionLogValue.transaction_last_update_timestamp_ms', buf, pos, 18)
-    f_transaction_last_update_timestamp_ms, f_transaction_start_timestamp_ms, f_client_transaction_version = _S3.unpack_from(buf, pos)
+    o.transaction_last_update_timestamp_ms, o.transaction_start_timestamp_ms, o.client_transaction_version = _S3.unpack_from(buf, pos)
     pos += 18
-    f_unknown_tags = None
-    return TransactionLogValue(f_producer_id, f_previous_producer_id, f_next_producer_id, f_producer_epoch, f_transaction_timeout_ms, f_transaction_status, f_transaction_partitions, f_transaction_last_update_timestamp_ms, f_transaction_start_timestamp_ms, f_client_transaction_version, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_PartitionsSchema_1(buf, pos):
     _l = len(buf)
+    o = _new(PartitionsSchema)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -141,7 +145,7 @@ def _d_PartitionsSchema_1(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('TransactionLogValue.PartitionsSchema.topic', buf, pos, _n, 1)
-        f_topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -155,25 +159,27 @@ def _d_PartitionsSchema_1(buf, pos):
         raise overrun('TransactionLogValue.PartitionsSchema.partition_ids', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_partition_ids = list(_st.unpack_from(buf, pos))
+        o.partition_ids = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'TransactionLogValue.PartitionsSchema')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return PartitionsSchema(f_topic, f_partition_ids, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_TransactionLogValue_1(buf, pos):
     _l = len(buf)
+    o = _new(TransactionLogValue)
     if pos + 15 > _l:
         raise truncated('TransactionLogValue.producer_id', buf, pos, 15)
-    f_producer_id, f_producer_epoch, f_transaction_timeout_ms, f_transaction_status = _S4.unpack_from(buf, pos)
+    o.producer_id, o.producer_epoch, o.transaction_timeout_ms, o.transaction_status = _S4.unpack_from(buf, pos)
     pos += 15
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -184,60 +190,61 @@ def _d_TransactionLogValue_1(buf, pos):
     if _c < 0:
         if _c != -1:
             raise bad_length('TransactionLogValue.transaction_partitions', _c)
-        f_transaction_partitions = None
+        o.transaction_partitions = None
     elif _c * 3 > _l - pos:
         raise overrun('TransactionLogValue.transaction_partitions', buf, pos, _c, 3)
     else:
-        f_transaction_partitions = _lst = []
+        o.transaction_partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_PartitionsSchema_1(buf, pos)
             _lst.append(_e)
     if pos + 16 > _l:
         raise truncated('TransactionLogValue.transaction_last_update_timestamp_ms', buf, pos, 16)
-    f_transaction_last_update_timestamp_ms, f_transaction_start_timestamp_ms = _S5.unpack_from(buf, pos)
+    o.transaction_last_update_timestamp_ms, o.transaction_start_timestamp_ms = _S5.unpack_from(buf, pos)
     pos += 16
-    f_previous_producer_id = -1
-    f_next_producer_id = -1
-    f_client_transaction_version = 0
+    o.previous_producer_id = -1
+    o.next_producer_id = -1
+    o.client_transaction_version = 0
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'TransactionLogValue')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
+        _unknown = None
+        for _tag, _ts, _te in _tags:
             if _tag == 0:
-                _sub = buf[:_end]
-                _p = _start
+                _sub = buf[:_te]
+                _p = _ts
                 if _p + 8 > len(_sub):
                     raise truncated('TransactionLogValue.previous_producer_id', _sub, _p, 8)
-                (f_previous_producer_id,) = _S6.unpack_from(_sub, _p)
+                (o.previous_producer_id,) = _S6.unpack_from(_sub, _p)
                 _p += 8
-                if _p != _end:
+                if _p != _te:
                     raise DecodeError('tagged field size mismatch', field='TransactionLogValue.previous_producer_id')
             elif _tag == 1:
-                _sub = buf[:_end]
-                _p = _start
+                _sub = buf[:_te]
+                _p = _ts
                 if _p + 8 > len(_sub):
                     raise truncated('TransactionLogValue.next_producer_id', _sub, _p, 8)
-                (f_next_producer_id,) = _S6.unpack_from(_sub, _p)
+                (o.next_producer_id,) = _S6.unpack_from(_sub, _p)
                 _p += 8
-                if _p != _end:
+                if _p != _te:
                     raise DecodeError('tagged field size mismatch', field='TransactionLogValue.next_producer_id')
             elif _tag == 2:
-                _sub = buf[:_end]
-                _p = _start
+                _sub = buf[:_te]
+                _p = _ts
                 if _p + 2 > len(_sub):
                     raise truncated('TransactionLogValue.client_transaction_version', _sub, _p, 2)
-                (f_client_transaction_version,) = _S2.unpack_from(_sub, _p)
+                (o.client_transaction_version,) = _S2.unpack_from(_sub, _p)
                 _p += 2
-                if _p != _end:
+                if _p != _te:
                     raise DecodeError('tagged field size mismatch', field='TransactionLogValue.client_transaction_version')
             else:
-                if f_unknown_tags is None:
-                    f_unknown_tags = []
-                f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return TransactionLogValue(f_producer_id, f_previous_producer_id, f_next_producer_id, f_producer_epoch, f_transaction_timeout_ms, f_transaction_status, f_transaction_partitions, f_transaction_last_update_timestamp_ms, f_transaction_start_timestamp_ms, f_client_transaction_version, f_unknown_tags), pos
+                if _unknown is None:
+                    _unknown = []
+                _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_PartitionsSchema_0(o, out, chunks):
     _b = o.topic.encode('utf-8', 'surrogateescape')

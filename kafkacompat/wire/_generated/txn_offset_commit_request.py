@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class TxnOffsetCommitRequestTopic(Struct):
     __slots__ = ('name', 'partitions', 'unknown_tags',)
@@ -84,9 +85,11 @@ _S5 = _Struct('>qhi')
 
 def _d_TxnOffsetCommitRequestPartition_0(buf, pos):
     _l = len(buf)
+    o = _new(TxnOffsetCommitRequestPartition)
+    o.committed_leader_epoch = -1
     if pos + 12 > _l:
         raise truncated('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.partition_index', buf, pos, 12)
-    f_partition_index, f_committed_offset = _S3.unpack_from(buf, pos)
+    o.partition_index, o.committed_offset = _S3.unpack_from(buf, pos)
     pos += 12
     if pos + 2 > _l:
         raise truncated('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata', buf, pos, 2)
@@ -95,18 +98,19 @@ def _d_TxnOffsetCommitRequestPartition_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata', _n)
-        f_committed_metadata = None
+        o.committed_metadata = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata', buf, pos, _n, 1)
-        f_committed_metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.committed_metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
-    f_unknown_tags = None
-    return TxnOffsetCommitRequestPartition(f_partition_index, f_committed_offset, -1, f_committed_metadata, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_TxnOffsetCommitRequestTopic_0(buf, pos):
     _l = len(buf)
+    o = _new(TxnOffsetCommitRequestTopic)
     if pos + 2 > _l:
         raise truncated('TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.name', buf, pos, 2)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -117,7 +121,7 @@ def _d_TxnOffsetCommitRequestTopic_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.partitions', buf, pos, 4)
@@ -128,15 +132,19 @@ def _d_TxnOffsetCommitRequestTopic_0(buf, pos):
     elif _c * 14 > _l - pos:
         raise overrun('TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.partitions', buf, pos, _c, 14)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_TxnOffsetCommitRequestPartition_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return TxnOffsetCommitRequestTopic(f_name, f_partitions, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_TxnOffsetCommitRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(TxnOffsetCommitRequest)
+    o.generation_id = -1
+    o.member_id = ''
+    o.group_instance_id = None
     if pos + 2 > _l:
         raise truncated('TxnOffsetCommitRequest.transactional_id', buf, pos, 2)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -147,7 +155,7 @@ def _d_TxnOffsetCommitRequest_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('TxnOffsetCommitRequest.transactional_id', buf, pos, _n, 1)
-        f_transactional_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.transactional_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('TxnOffsetCommitRequest.group_id', buf, pos, 2)
@@ -159,11 +167,11 @@ def _d_TxnOffsetCommitRequest_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('TxnOffsetCommitRequest.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 10 > _l:
         raise truncated('TxnOffsetCommitRequest.producer_id', buf, pos, 10)
-    f_producer_id, f_producer_epoch = _S1.unpack_from(buf, pos)
+    o.producer_id, o.producer_epoch = _S1.unpack_from(buf, pos)
     pos += 10
     if pos + 4 > _l:
         raise truncated('TxnOffsetCommitRequest.topics', buf, pos, 4)
@@ -174,18 +182,19 @@ def _d_TxnOffsetCommitRequest_0(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('TxnOffsetCommitRequest.topics', buf, pos, _c, 6)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_TxnOffsetCommitRequestTopic_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return TxnOffsetCommitRequest(f_transactional_id, f_group_id, f_producer_id, f_producer_epoch, -1, '', None, f_topics, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_TxnOffsetCommitRequestPartition_2(buf, pos):
     _l = len(buf)
+    o = _new(TxnOffsetCommitRequestPartition)
     if pos + 16 > _l:
         raise truncated('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.partition_index', buf, pos, 16)
-    f_partition_index, f_committed_offset, f_committed_leader_epoch = _S4.unpack_from(buf, pos)
+    o.partition_index, o.committed_offset, o.committed_leader_epoch = _S4.unpack_from(buf, pos)
     pos += 16
     if pos + 2 > _l:
         raise truncated('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata', buf, pos, 2)
@@ -194,18 +203,19 @@ def _d_TxnOffsetCommitRequestPartition_2(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata', _n)
-        f_committed_metadata = None
+        o.committed_metadata = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata', buf, pos, _n, 1)
-        f_committed_metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.committed_metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
-    f_unknown_tags = None
-    return TxnOffsetCommitRequestPartition(f_partition_index, f_committed_offset, f_committed_leader_epoch, f_committed_metadata, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_TxnOffsetCommitRequestTopic_2(buf, pos):
     _l = len(buf)
+    o = _new(TxnOffsetCommitRequestTopic)
     if pos + 2 > _l:
         raise truncated('TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.name', buf, pos, 2)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -216,7 +226,7 @@ def _d_TxnOffsetCommitRequestTopic_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.partitions', buf, pos, 4)
@@ -227,15 +237,19 @@ def _d_TxnOffsetCommitRequestTopic_2(buf, pos):
     elif _c * 18 > _l - pos:
         raise overrun('TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.partitions', buf, pos, _c, 18)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_TxnOffsetCommitRequestPartition_2(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return TxnOffsetCommitRequestTopic(f_name, f_partitions, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_TxnOffsetCommitRequest_2(buf, pos):
     _l = len(buf)
+    o = _new(TxnOffsetCommitRequest)
+    o.generation_id = -1
+    o.member_id = ''
+    o.group_instance_id = None
     if pos + 2 > _l:
         raise truncated('TxnOffsetCommitRequest.transactional_id', buf, pos, 2)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -246,7 +260,7 @@ def _d_TxnOffsetCommitRequest_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('TxnOffsetCommitRequest.transactional_id', buf, pos, _n, 1)
-        f_transactional_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.transactional_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('TxnOffsetCommitRequest.group_id', buf, pos, 2)
@@ -258,11 +272,11 @@ def _d_TxnOffsetCommitRequest_2(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('TxnOffsetCommitRequest.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 10 > _l:
         raise truncated('TxnOffsetCommitRequest.producer_id', buf, pos, 10)
-    f_producer_id, f_producer_epoch = _S1.unpack_from(buf, pos)
+    o.producer_id, o.producer_epoch = _S1.unpack_from(buf, pos)
     pos += 10
     if pos + 4 > _l:
         raise truncated('TxnOffsetCommitRequest.topics', buf, pos, 4)
@@ -273,18 +287,19 @@ def _d_TxnOffsetCommitRequest_2(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('TxnOffsetCommitRequest.topics', buf, pos, _c, 6)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_TxnOffsetCommitRequestTopic_2(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return TxnOffsetCommitRequest(f_transactional_id, f_group_id, f_producer_id, f_producer_epoch, -1, '', None, f_topics, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_TxnOffsetCommitRequestPartition_3(buf, pos):
     _l = len(buf)
+    o = _new(TxnOffsetCommitRequestPartition)
     if pos + 16 > _l:
         raise truncated('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.partition_index', buf, pos, 16)
-    f_partition_index, f_committed_offset, f_committed_leader_epoch = _S4.unpack_from(buf, pos)
+    o.partition_index, o.committed_offset, o.committed_leader_epoch = _S4.unpack_from(buf, pos)
     pos += 16
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -295,27 +310,29 @@ def _d_TxnOffsetCommitRequestPartition_3(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata', _n)
-        f_committed_metadata = None
+        o.committed_metadata = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata', buf, pos, _n, 1)
-        f_committed_metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.committed_metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return TxnOffsetCommitRequestPartition(f_partition_index, f_committed_offset, f_committed_leader_epoch, f_committed_metadata, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_TxnOffsetCommitRequestTopic_3(buf, pos):
     _l = len(buf)
+    o = _new(TxnOffsetCommitRequestTopic)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -328,7 +345,7 @@ def _d_TxnOffsetCommitRequestTopic_3(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -341,24 +358,26 @@ def _d_TxnOffsetCommitRequestTopic_3(buf, pos):
     elif _c * 18 > _l - pos:
         raise overrun('TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.partitions', buf, pos, _c, 18)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_TxnOffsetCommitRequestPartition_3(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return TxnOffsetCommitRequestTopic(f_name, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_TxnOffsetCommitRequest_3(buf, pos):
     _l = len(buf)
+    o = _new(TxnOffsetCommitRequest)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -371,7 +390,7 @@ def _d_TxnOffsetCommitRequest_3(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('TxnOffsetCommitRequest.transactional_id', buf, pos, _n, 1)
-        f_transactional_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.transactional_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -385,11 +404,11 @@ def _d_TxnOffsetCommitRequest_3(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('TxnOffsetCommitRequest.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 14 > _l:
         raise truncated('TxnOffsetCommitRequest.producer_id', buf, pos, 14)
-    f_producer_id, f_producer_epoch, f_generation_id = _S5.unpack_from(buf, pos)
+    o.producer_id, o.producer_epoch, o.generation_id = _S5.unpack_from(buf, pos)
     pos += 14
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -403,7 +422,7 @@ def _d_TxnOffsetCommitRequest_3(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('TxnOffsetCommitRequest.member_id', buf, pos, _n, 1)
-        f_member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -414,12 +433,12 @@ def _d_TxnOffsetCommitRequest_3(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('TxnOffsetCommitRequest.group_instance_id', _n)
-        f_group_instance_id = None
+        o.group_instance_id = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('TxnOffsetCommitRequest.group_instance_id', buf, pos, _n, 1)
-        f_group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -432,21 +451,22 @@ def _d_TxnOffsetCommitRequest_3(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('TxnOffsetCommitRequest.topics', buf, pos, _c, 3)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_TxnOffsetCommitRequestTopic_3(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'TxnOffsetCommitRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return TxnOffsetCommitRequest(f_transactional_id, f_group_id, f_producer_id, f_producer_epoch, f_generation_id, f_member_id, f_group_instance_id, f_topics, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_TxnOffsetCommitRequestPartition_0(o, out, chunks):
     out += _S3.pack(o.partition_index, o.committed_offset)

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class TxnOffsetCommitResponseTopic(Struct):
     __slots__ = ('name', 'partitions', 'unknown_tags',)
@@ -55,15 +56,17 @@ _S2 = _Struct('>ih')
 
 def _d_TxnOffsetCommitResponsePartition_0(buf, pos):
     _l = len(buf)
+    o = _new(TxnOffsetCommitResponsePartition)
     if pos + 6 > _l:
         raise truncated('TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition.partition_index', buf, pos, 6)
-    f_partition_index, f_error_code = _S2.unpack_from(buf, pos)
+    o.partition_index, o.error_code = _S2.unpack_from(buf, pos)
     pos += 6
-    f_unknown_tags = None
-    return TxnOffsetCommitResponsePartition(f_partition_index, f_error_code, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_TxnOffsetCommitResponseTopic_0(buf, pos):
     _l = len(buf)
+    o = _new(TxnOffsetCommitResponseTopic)
     if pos + 2 > _l:
         raise truncated('TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.name', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -74,7 +77,7 @@ def _d_TxnOffsetCommitResponseTopic_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.partitions', buf, pos, 4)
@@ -85,18 +88,19 @@ def _d_TxnOffsetCommitResponseTopic_0(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.partitions', buf, pos, _c, 6)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_TxnOffsetCommitResponsePartition_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return TxnOffsetCommitResponseTopic(f_name, f_partitions, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_TxnOffsetCommitResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(TxnOffsetCommitResponse)
     if pos + 4 > _l:
         raise truncated('TxnOffsetCommitResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('TxnOffsetCommitResponse.topics', buf, pos, 4)
@@ -107,33 +111,36 @@ def _d_TxnOffsetCommitResponse_0(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('TxnOffsetCommitResponse.topics', buf, pos, _c, 6)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_TxnOffsetCommitResponseTopic_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return TxnOffsetCommitResponse(f_throttle_time_ms, f_topics, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_TxnOffsetCommitResponsePartition_3(buf, pos):
     _l = len(buf)
+    o = _new(TxnOffsetCommitResponsePartition)
     if pos + 6 > _l:
         raise truncated('TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition.partition_index', buf, pos, 6)
-    f_partition_index, f_error_code = _S2.unpack_from(buf, pos)
+    o.partition_index, o.error_code = _S2.unpack_from(buf, pos)
     pos += 6
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return TxnOffsetCommitResponsePartition(f_partition_index, f_error_code, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_TxnOffsetCommitResponseTopic_3(buf, pos):
     _l = len(buf)
+    o = _new(TxnOffsetCommitResponseTopic)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -146,7 +153,7 @@ def _d_TxnOffsetCommitResponseTopic_3(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -159,27 +166,29 @@ def _d_TxnOffsetCommitResponseTopic_3(buf, pos):
     elif _c * 7 > _l - pos:
         raise overrun('TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.partitions', buf, pos, _c, 7)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_TxnOffsetCommitResponsePartition_3(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return TxnOffsetCommitResponseTopic(f_name, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_TxnOffsetCommitResponse_3(buf, pos):
     _l = len(buf)
+    o = _new(TxnOffsetCommitResponse)
     if pos + 4 > _l:
         raise truncated('TxnOffsetCommitResponse.throttle_time_ms', buf, pos, 4)
-    (f_throttle_time_ms,) = _S0.unpack_from(buf, pos)
+    (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -192,21 +201,22 @@ def _d_TxnOffsetCommitResponse_3(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('TxnOffsetCommitResponse.topics', buf, pos, _c, 3)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_TxnOffsetCommitResponseTopic_3(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'TxnOffsetCommitResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return TxnOffsetCommitResponse(f_throttle_time_ms, f_topics, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_TxnOffsetCommitResponsePartition_0(o, out, chunks):
     out += _S2.pack(o.partition_index, o.error_code)

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class FeatureUpdateKey(Struct):
     __slots__ = ('feature', 'max_version_level', 'allow_downgrade', 'upgrade_type', 'unknown_tags',)
@@ -57,6 +58,8 @@ _S3 = _Struct('>?')
 
 def _d_FeatureUpdateKey_0(buf, pos):
     _l = len(buf)
+    o = _new(FeatureUpdateKey)
+    o.upgrade_type = 1
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -69,29 +72,32 @@ def _d_FeatureUpdateKey_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('UpdateFeaturesRequest.FeatureUpdateKey.feature', buf, pos, _n, 1)
-        f_feature = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.feature = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 3 > _l:
         raise truncated('UpdateFeaturesRequest.FeatureUpdateKey.max_version_level', buf, pos, 3)
-    f_max_version_level, f_allow_downgrade = _S1.unpack_from(buf, pos)
+    o.max_version_level, o.allow_downgrade = _S1.unpack_from(buf, pos)
     pos += 3
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'UpdateFeaturesRequest.FeatureUpdateKey')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return FeatureUpdateKey(f_feature, f_max_version_level, f_allow_downgrade, 1, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_UpdateFeaturesRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(UpdateFeaturesRequest)
+    o.validate_only = False
     if pos + 4 > _l:
         raise truncated('UpdateFeaturesRequest.timeout_ms', buf, pos, 4)
-    (f_timeout_ms,) = _S0.unpack_from(buf, pos)
+    (o.timeout_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -104,24 +110,27 @@ def _d_UpdateFeaturesRequest_0(buf, pos):
     elif _c * 5 > _l - pos:
         raise overrun('UpdateFeaturesRequest.feature_updates', buf, pos, _c, 5)
     else:
-        f_feature_updates = _lst = []
+        o.feature_updates = _lst = []
         for _ in range(_c):
             _e, pos = _d_FeatureUpdateKey_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'UpdateFeaturesRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return UpdateFeaturesRequest(f_timeout_ms, f_feature_updates, False, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_FeatureUpdateKey_1(buf, pos):
     _l = len(buf)
+    o = _new(FeatureUpdateKey)
+    o.allow_downgrade = False
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -134,29 +143,31 @@ def _d_FeatureUpdateKey_1(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('UpdateFeaturesRequest.FeatureUpdateKey.feature', buf, pos, _n, 1)
-        f_feature = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.feature = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 3 > _l:
         raise truncated('UpdateFeaturesRequest.FeatureUpdateKey.max_version_level', buf, pos, 3)
-    f_max_version_level, f_upgrade_type = _S2.unpack_from(buf, pos)
+    o.max_version_level, o.upgrade_type = _S2.unpack_from(buf, pos)
     pos += 3
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'UpdateFeaturesRequest.FeatureUpdateKey')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return FeatureUpdateKey(f_feature, f_max_version_level, False, f_upgrade_type, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_UpdateFeaturesRequest_1(buf, pos):
     _l = len(buf)
+    o = _new(UpdateFeaturesRequest)
     if pos + 4 > _l:
         raise truncated('UpdateFeaturesRequest.timeout_ms', buf, pos, 4)
-    (f_timeout_ms,) = _S0.unpack_from(buf, pos)
+    (o.timeout_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -169,25 +180,26 @@ def _d_UpdateFeaturesRequest_1(buf, pos):
     elif _c * 5 > _l - pos:
         raise overrun('UpdateFeaturesRequest.feature_updates', buf, pos, _c, 5)
     else:
-        f_feature_updates = _lst = []
+        o.feature_updates = _lst = []
         for _ in range(_c):
             _e, pos = _d_FeatureUpdateKey_1(buf, pos)
             _lst.append(_e)
     if pos + 1 > _l:
         raise truncated('UpdateFeaturesRequest.validate_only', buf, pos, 1)
-    (f_validate_only,) = _S3.unpack_from(buf, pos)
+    (o.validate_only,) = _S3.unpack_from(buf, pos)
     pos += 1
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'UpdateFeaturesRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return UpdateFeaturesRequest(f_timeout_ms, f_feature_updates, f_validate_only, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_FeatureUpdateKey_0(o, out, chunks):
     _b = o.feature.encode('utf-8', 'surrogateescape')

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class UpdatableFeatureResult(Struct):
     __slots__ = ('feature', 'error_code', 'error_message', 'unknown_tags',)
@@ -48,6 +49,7 @@ _S1 = _Struct('>h')
 
 def _d_UpdatableFeatureResult_0(buf, pos):
     _l = len(buf)
+    o = _new(UpdatableFeatureResult)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -60,11 +62,11 @@ def _d_UpdatableFeatureResult_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('UpdateFeaturesResponse.UpdatableFeatureResult.feature', buf, pos, _n, 1)
-        f_feature = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.feature = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('UpdateFeaturesResponse.UpdatableFeatureResult.error_code', buf, pos, 2)
-    (f_error_code,) = _S1.unpack_from(buf, pos)
+    (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -75,30 +77,32 @@ def _d_UpdatableFeatureResult_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('UpdateFeaturesResponse.UpdatableFeatureResult.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('UpdateFeaturesResponse.UpdatableFeatureResult.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'UpdateFeaturesResponse.UpdatableFeatureResult')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return UpdatableFeatureResult(f_feature, f_error_code, f_error_message, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_UpdateFeaturesResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(UpdateFeaturesResponse)
     if pos + 6 > _l:
         raise truncated('UpdateFeaturesResponse.throttle_time_ms', buf, pos, 6)
-    f_throttle_time_ms, f_error_code = _S0.unpack_from(buf, pos)
+    o.throttle_time_ms, o.error_code = _S0.unpack_from(buf, pos)
     pos += 6
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -109,12 +113,12 @@ def _d_UpdateFeaturesResponse_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('UpdateFeaturesResponse.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('UpdateFeaturesResponse.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -127,27 +131,30 @@ def _d_UpdateFeaturesResponse_0(buf, pos):
     elif _c * 5 > _l - pos:
         raise overrun('UpdateFeaturesResponse.results', buf, pos, _c, 5)
     else:
-        f_results = _lst = []
+        o.results = _lst = []
         for _ in range(_c):
             _e, pos = _d_UpdatableFeatureResult_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'UpdateFeaturesResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return UpdateFeaturesResponse(f_throttle_time_ms, f_error_code, f_error_message, f_results, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_UpdateFeaturesResponse_2(buf, pos):
     _l = len(buf)
+    o = _new(UpdateFeaturesResponse)
+    o.results = []
     if pos + 6 > _l:
         raise truncated('UpdateFeaturesResponse.throttle_time_ms', buf, pos, 6)
-    f_throttle_time_ms, f_error_code = _S0.unpack_from(buf, pos)
+    o.throttle_time_ms, o.error_code = _S0.unpack_from(buf, pos)
     pos += 6
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -158,24 +165,25 @@ def _d_UpdateFeaturesResponse_2(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('UpdateFeaturesResponse.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('UpdateFeaturesResponse.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'UpdateFeaturesResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return UpdateFeaturesResponse(f_throttle_time_ms, f_error_code, f_error_message, [], f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_UpdatableFeatureResult_0(o, out, chunks):
     _b = o.feature.encode('utf-8', 'surrogateescape')

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class UpdateMetadataPartitionState(Struct):
     __slots__ = ('topic_name', 'partition_index', 'controller_epoch', 'leader', 'leader_epoch', 'isr', 'zk_version', 'replicas', 'offline_replicas', 'unknown_tags',)
@@ -121,6 +122,8 @@ _A_i = ARRAY_STRUCTS['i']
 
 def _d_UpdateMetadataPartitionState_0(buf, pos):
     _l = len(buf)
+    o = _new(UpdateMetadataPartitionState)
+    o.offline_replicas = []
     if pos + 2 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.topic_name', buf, pos, 2)
     (_n,) = _S2.unpack_from(buf, pos)
@@ -131,11 +134,11 @@ def _d_UpdateMetadataPartitionState_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.topic_name', buf, pos, _n, 1)
-        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 16 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.partition_index', buf, pos, 16)
-    f_partition_index, f_controller_epoch, f_leader, f_leader_epoch = _S3.unpack_from(buf, pos)
+    o.partition_index, o.controller_epoch, o.leader, o.leader_epoch = _S3.unpack_from(buf, pos)
     pos += 16
     if pos + 4 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.isr', buf, pos, 4)
@@ -147,11 +150,11 @@ def _d_UpdateMetadataPartitionState_0(buf, pos):
         raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.isr', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_isr = list(_st.unpack_from(buf, pos))
+        o.isr = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos + 4 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.zk_version', buf, pos, 4)
-    (f_zk_version,) = _S1.unpack_from(buf, pos)
+    (o.zk_version,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.replicas', buf, pos, 4)
@@ -163,16 +166,19 @@ def _d_UpdateMetadataPartitionState_0(buf, pos):
         raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.replicas', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_replicas = list(_st.unpack_from(buf, pos))
+        o.replicas = list(_st.unpack_from(buf, pos))
         pos += _c * 4
-    f_unknown_tags = None
-    return UpdateMetadataPartitionState(f_topic_name, f_partition_index, f_controller_epoch, f_leader, f_leader_epoch, f_isr, f_zk_version, f_replicas, [], f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_UpdateMetadataBroker_0(buf, pos):
     _l = len(buf)
+    o = _new(UpdateMetadataBroker)
+    o.endpoints = []
+    o.rack = ''
     if pos + 4 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataBroker.id', buf, pos, 4)
-    (f_id,) = _S1.unpack_from(buf, pos)
+    (o.id,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos + 2 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataBroker.v0_host', buf, pos, 2)
@@ -184,20 +190,25 @@ def _d_UpdateMetadataBroker_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('UpdateMetadataRequest.UpdateMetadataBroker.v0_host', buf, pos, _n, 1)
-        f_v0_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.v0_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataBroker.v0_port', buf, pos, 4)
-    (f_v0_port,) = _S1.unpack_from(buf, pos)
+    (o.v0_port,) = _S1.unpack_from(buf, pos)
     pos += 4
-    f_unknown_tags = None
-    return UpdateMetadataBroker(f_id, f_v0_host, f_v0_port, [], '', f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_UpdateMetadataRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(UpdateMetadataRequest)
+    o.is_k_raft_controller = False
+    o.type = 0
+    o.broker_epoch = -1
+    o.topic_states = []
     if pos + 8 > _l:
         raise truncated('UpdateMetadataRequest.controller_id', buf, pos, 8)
-    f_controller_id, f_controller_epoch = _S0.unpack_from(buf, pos)
+    o.controller_id, o.controller_epoch = _S0.unpack_from(buf, pos)
     pos += 8
     if pos + 4 > _l:
         raise truncated('UpdateMetadataRequest.ungrouped_partition_states', buf, pos, 4)
@@ -208,7 +219,7 @@ def _d_UpdateMetadataRequest_0(buf, pos):
     elif _c * 30 > _l - pos:
         raise overrun('UpdateMetadataRequest.ungrouped_partition_states', buf, pos, _c, 30)
     else:
-        f_ungrouped_partition_states = _lst = []
+        o.ungrouped_partition_states = _lst = []
         for _ in range(_c):
             _e, pos = _d_UpdateMetadataPartitionState_0(buf, pos)
             _lst.append(_e)
@@ -221,18 +232,20 @@ def _d_UpdateMetadataRequest_0(buf, pos):
     elif _c * 10 > _l - pos:
         raise overrun('UpdateMetadataRequest.live_brokers', buf, pos, _c, 10)
     else:
-        f_live_brokers = _lst = []
+        o.live_brokers = _lst = []
         for _ in range(_c):
             _e, pos = _d_UpdateMetadataBroker_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return UpdateMetadataRequest(f_controller_id, False, 0, f_controller_epoch, -1, f_ungrouped_partition_states, [], f_live_brokers, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_UpdateMetadataEndpoint_1(buf, pos):
     _l = len(buf)
+    o = _new(UpdateMetadataEndpoint)
+    o.listener = ''
     if pos + 4 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataEndpoint.port', buf, pos, 4)
-    (f_port,) = _S1.unpack_from(buf, pos)
+    (o.port,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos + 2 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataEndpoint.host', buf, pos, 2)
@@ -244,20 +257,24 @@ def _d_UpdateMetadataEndpoint_1(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('UpdateMetadataRequest.UpdateMetadataEndpoint.host', buf, pos, _n, 1)
-        f_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataEndpoint.security_protocol', buf, pos, 2)
-    (f_security_protocol,) = _S2.unpack_from(buf, pos)
+    (o.security_protocol,) = _S2.unpack_from(buf, pos)
     pos += 2
-    f_unknown_tags = None
-    return UpdateMetadataEndpoint(f_port, f_host, '', f_security_protocol, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_UpdateMetadataBroker_1(buf, pos):
     _l = len(buf)
+    o = _new(UpdateMetadataBroker)
+    o.v0_host = ''
+    o.v0_port = 0
+    o.rack = ''
     if pos + 4 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataBroker.id', buf, pos, 4)
-    (f_id,) = _S1.unpack_from(buf, pos)
+    (o.id,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataBroker.endpoints', buf, pos, 4)
@@ -268,18 +285,23 @@ def _d_UpdateMetadataBroker_1(buf, pos):
     elif _c * 8 > _l - pos:
         raise overrun('UpdateMetadataRequest.UpdateMetadataBroker.endpoints', buf, pos, _c, 8)
     else:
-        f_endpoints = _lst = []
+        o.endpoints = _lst = []
         for _ in range(_c):
             _e, pos = _d_UpdateMetadataEndpoint_1(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return UpdateMetadataBroker(f_id, '', 0, f_endpoints, '', f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_UpdateMetadataRequest_1(buf, pos):
     _l = len(buf)
+    o = _new(UpdateMetadataRequest)
+    o.is_k_raft_controller = False
+    o.type = 0
+    o.broker_epoch = -1
+    o.topic_states = []
     if pos + 8 > _l:
         raise truncated('UpdateMetadataRequest.controller_id', buf, pos, 8)
-    f_controller_id, f_controller_epoch = _S0.unpack_from(buf, pos)
+    o.controller_id, o.controller_epoch = _S0.unpack_from(buf, pos)
     pos += 8
     if pos + 4 > _l:
         raise truncated('UpdateMetadataRequest.ungrouped_partition_states', buf, pos, 4)
@@ -290,7 +312,7 @@ def _d_UpdateMetadataRequest_1(buf, pos):
     elif _c * 30 > _l - pos:
         raise overrun('UpdateMetadataRequest.ungrouped_partition_states', buf, pos, _c, 30)
     else:
-        f_ungrouped_partition_states = _lst = []
+        o.ungrouped_partition_states = _lst = []
         for _ in range(_c):
             _e, pos = _d_UpdateMetadataPartitionState_0(buf, pos)
             _lst.append(_e)
@@ -303,18 +325,21 @@ def _d_UpdateMetadataRequest_1(buf, pos):
     elif _c * 8 > _l - pos:
         raise overrun('UpdateMetadataRequest.live_brokers', buf, pos, _c, 8)
     else:
-        f_live_brokers = _lst = []
+        o.live_brokers = _lst = []
         for _ in range(_c):
             _e, pos = _d_UpdateMetadataBroker_1(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return UpdateMetadataRequest(f_controller_id, False, 0, f_controller_epoch, -1, f_ungrouped_partition_states, [], f_live_brokers, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_UpdateMetadataBroker_2(buf, pos):
     _l = len(buf)
+    o = _new(UpdateMetadataBroker)
+    o.v0_host = ''
+    o.v0_port = 0
     if pos + 4 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataBroker.id', buf, pos, 4)
-    (f_id,) = _S1.unpack_from(buf, pos)
+    (o.id,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataBroker.endpoints', buf, pos, 4)
@@ -325,7 +350,7 @@ def _d_UpdateMetadataBroker_2(buf, pos):
     elif _c * 8 > _l - pos:
         raise overrun('UpdateMetadataRequest.UpdateMetadataBroker.endpoints', buf, pos, _c, 8)
     else:
-        f_endpoints = _lst = []
+        o.endpoints = _lst = []
         for _ in range(_c):
             _e, pos = _d_UpdateMetadataEndpoint_1(buf, pos)
             _lst.append(_e)
@@ -336,21 +361,26 @@ def _d_UpdateMetadataBroker_2(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('UpdateMetadataRequest.UpdateMetadataBroker.rack', _n)
-        f_rack = None
+        o.rack = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('UpdateMetadataRequest.UpdateMetadataBroker.rack', buf, pos, _n, 1)
-        f_rack = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.rack = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
-    f_unknown_tags = None
-    return UpdateMetadataBroker(f_id, '', 0, f_endpoints, f_rack, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_UpdateMetadataRequest_2(buf, pos):
     _l = len(buf)
+    o = _new(UpdateMetadataRequest)
+    o.is_k_raft_controller = False
+    o.type = 0
+    o.broker_epoch = -1
+    o.topic_states = []
     if pos + 8 > _l:
         raise truncated('UpdateMetadataRequest.controller_id', buf, pos, 8)
-    f_controller_id, f_controller_epoch = _S0.unpack_from(buf, pos)
+    o.controller_id, o.controller_epoch = _S0.unpack_from(buf, pos)
     pos += 8
     if pos + 4 > _l:
         raise truncated('UpdateMetadataRequest.ungrouped_partition_states', buf, pos, 4)
@@ -361,7 +391,7 @@ def _d_UpdateMetadataRequest_2(buf, pos):
     elif _c * 30 > _l - pos:
         raise overrun('UpdateMetadataRequest.ungrouped_partition_states', buf, pos, _c, 30)
     else:
-        f_ungrouped_partition_states = _lst = []
+        o.ungrouped_partition_states = _lst = []
         for _ in range(_c):
             _e, pos = _d_UpdateMetadataPartitionState_0(buf, pos)
             _lst.append(_e)
@@ -374,18 +404,19 @@ def _d_UpdateMetadataRequest_2(buf, pos):
     elif _c * 10 > _l - pos:
         raise overrun('UpdateMetadataRequest.live_brokers', buf, pos, _c, 10)
     else:
-        f_live_brokers = _lst = []
+        o.live_brokers = _lst = []
         for _ in range(_c):
             _e, pos = _d_UpdateMetadataBroker_2(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return UpdateMetadataRequest(f_controller_id, False, 0, f_controller_epoch, -1, f_ungrouped_partition_states, [], f_live_brokers, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_UpdateMetadataEndpoint_3(buf, pos):
     _l = len(buf)
+    o = _new(UpdateMetadataEndpoint)
     if pos + 4 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataEndpoint.port', buf, pos, 4)
-    (f_port,) = _S1.unpack_from(buf, pos)
+    (o.port,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos + 2 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataEndpoint.host', buf, pos, 2)
@@ -397,7 +428,7 @@ def _d_UpdateMetadataEndpoint_3(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('UpdateMetadataRequest.UpdateMetadataEndpoint.host', buf, pos, _n, 1)
-        f_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataEndpoint.listener', buf, pos, 2)
@@ -409,20 +440,23 @@ def _d_UpdateMetadataEndpoint_3(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('UpdateMetadataRequest.UpdateMetadataEndpoint.listener', buf, pos, _n, 1)
-        f_listener = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.listener = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataEndpoint.security_protocol', buf, pos, 2)
-    (f_security_protocol,) = _S2.unpack_from(buf, pos)
+    (o.security_protocol,) = _S2.unpack_from(buf, pos)
     pos += 2
-    f_unknown_tags = None
-    return UpdateMetadataEndpoint(f_port, f_host, f_listener, f_security_protocol, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_UpdateMetadataBroker_3(buf, pos):
     _l = len(buf)
+    o = _new(UpdateMetadataBroker)
+    o.v0_host = ''
+    o.v0_port = 0
     if pos + 4 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataBroker.id', buf, pos, 4)
-    (f_id,) = _S1.unpack_from(buf, pos)
+    (o.id,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataBroker.endpoints', buf, pos, 4)
@@ -433,7 +467,7 @@ def _d_UpdateMetadataBroker_3(buf, pos):
     elif _c * 10 > _l - pos:
         raise overrun('UpdateMetadataRequest.UpdateMetadataBroker.endpoints', buf, pos, _c, 10)
     else:
-        f_endpoints = _lst = []
+        o.endpoints = _lst = []
         for _ in range(_c):
             _e, pos = _d_UpdateMetadataEndpoint_3(buf, pos)
             _lst.append(_e)
@@ -444,21 +478,26 @@ def _d_UpdateMetadataBroker_3(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('UpdateMetadataRequest.UpdateMetadataBroker.rack', _n)
-        f_rack = None
+        o.rack = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('UpdateMetadataRequest.UpdateMetadataBroker.rack', buf, pos, _n, 1)
-        f_rack = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.rack = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
-    f_unknown_tags = None
-    return UpdateMetadataBroker(f_id, '', 0, f_endpoints, f_rack, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_UpdateMetadataRequest_3(buf, pos):
     _l = len(buf)
+    o = _new(UpdateMetadataRequest)
+    o.is_k_raft_controller = False
+    o.type = 0
+    o.broker_epoch = -1
+    o.topic_states = []
     if pos + 8 > _l:
         raise truncated('UpdateMetadataRequest.controller_id', buf, pos, 8)
-    f_controller_id, f_controller_epoch = _S0.unpack_from(buf, pos)
+    o.controller_id, o.controller_epoch = _S0.unpack_from(buf, pos)
     pos += 8
     if pos + 4 > _l:
         raise truncated('UpdateMetadataRequest.ungrouped_partition_states', buf, pos, 4)
@@ -469,7 +508,7 @@ def _d_UpdateMetadataRequest_3(buf, pos):
     elif _c * 30 > _l - pos:
         raise overrun('UpdateMetadataRequest.ungrouped_partition_states', buf, pos, _c, 30)
     else:
-        f_ungrouped_partition_states = _lst = []
+        o.ungrouped_partition_states = _lst = []
         for _ in range(_c):
             _e, pos = _d_UpdateMetadataPartitionState_0(buf, pos)
             _lst.append(_e)
@@ -482,15 +521,16 @@ def _d_UpdateMetadataRequest_3(buf, pos):
     elif _c * 10 > _l - pos:
         raise overrun('UpdateMetadataRequest.live_brokers', buf, pos, _c, 10)
     else:
-        f_live_brokers = _lst = []
+        o.live_brokers = _lst = []
         for _ in range(_c):
             _e, pos = _d_UpdateMetadataBroker_3(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return UpdateMetadataRequest(f_controller_id, False, 0, f_controller_epoch, -1, f_ungrouped_partition_states, [], f_live_brokers, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_UpdateMetadataPartitionState_4(buf, pos):
     _l = len(buf)
+    o = _new(UpdateMetadataPartitionState)
     if pos + 2 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.topic_name', buf, pos, 2)
     (_n,) = _S2.unpack_from(buf, pos)
@@ -501,11 +541,11 @@ def _d_UpdateMetadataPartitionState_4(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.topic_name', buf, pos, _n, 1)
-        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 16 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.partition_index', buf, pos, 16)
-    f_partition_index, f_controller_epoch, f_leader, f_leader_epoch = _S3.unpack_from(buf, pos)
+    o.partition_index, o.controller_epoch, o.leader, o.leader_epoch = _S3.unpack_from(buf, pos)
     pos += 16
     if pos + 4 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.isr', buf, pos, 4)
@@ -517,11 +557,11 @@ def _d_UpdateMetadataPartitionState_4(buf, pos):
         raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.isr', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_isr = list(_st.unpack_from(buf, pos))
+        o.isr = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos + 4 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.zk_version', buf, pos, 4)
-    (f_zk_version,) = _S1.unpack_from(buf, pos)
+    (o.zk_version,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.replicas', buf, pos, 4)
@@ -533,7 +573,7 @@ def _d_UpdateMetadataPartitionState_4(buf, pos):
         raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.replicas', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_replicas = list(_st.unpack_from(buf, pos))
+        o.replicas = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos + 4 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.offline_replicas', buf, pos, 4)
@@ -545,16 +585,21 @@ def _d_UpdateMetadataPartitionState_4(buf, pos):
         raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.offline_replicas', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_offline_replicas = list(_st.unpack_from(buf, pos))
+        o.offline_replicas = list(_st.unpack_from(buf, pos))
         pos += _c * 4
-    f_unknown_tags = None
-    return UpdateMetadataPartitionState(f_topic_name, f_partition_index, f_controller_epoch, f_leader, f_leader_epoch, f_isr, f_zk_version, f_replicas, f_offline_replicas, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_UpdateMetadataRequest_4(buf, pos):
     _l = len(buf)
+    o = _new(UpdateMetadataRequest)
+    o.is_k_raft_controller = False
+    o.type = 0
+    o.broker_epoch = -1
+    o.topic_states = []
     if pos + 8 > _l:
         raise truncated('UpdateMetadataRequest.controller_id', buf, pos, 8)
-    f_controller_id, f_controller_epoch = _S0.unpack_from(buf, pos)
+    o.controller_id, o.controller_epoch = _S0.unpack_from(buf, pos)
     pos += 8
     if pos + 4 > _l:
         raise truncated('UpdateMetadataRequest.ungrouped_partition_states', buf, pos, 4)
@@ -565,7 +610,7 @@ def _d_UpdateMetadataRequest_4(buf, pos):
     elif _c * 34 > _l - pos:
         raise overrun('UpdateMetadataRequest.ungrouped_partition_states', buf, pos, _c, 34)
     else:
-        f_ungrouped_partition_states = _lst = []
+        o.ungrouped_partition_states = _lst = []
         for _ in range(_c):
             _e, pos = _d_UpdateMetadataPartitionState_4(buf, pos)
             _lst.append(_e)
@@ -578,18 +623,20 @@ def _d_UpdateMetadataRequest_4(buf, pos):
     elif _c * 10 > _l - pos:
         raise overrun('UpdateMetadataRequest.live_brokers', buf, pos, _c, 10)
     else:
-        f_live_brokers = _lst = []
+        o.live_brokers = _lst = []
         for _ in range(_c):
             _e, pos = _d_UpdateMetadataBroker_3(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return UpdateMetadataRequest(f_controller_id, False, 0, f_controller_epoch, -1, f_ungrouped_partition_states, [], f_live_brokers, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_UpdateMetadataPartitionState_5(buf, pos):
     _l = len(buf)
+    o = _new(UpdateMetadataPartitionState)
+    o.topic_name = ''
     if pos + 16 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.partition_index', buf, pos, 16)
-    f_partition_index, f_controller_epoch, f_leader, f_leader_epoch = _S3.unpack_from(buf, pos)
+    o.partition_index, o.controller_epoch, o.leader, o.leader_epoch = _S3.unpack_from(buf, pos)
     pos += 16
     if pos + 4 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.isr', buf, pos, 4)
@@ -601,11 +648,11 @@ def _d_UpdateMetadataPartitionState_5(buf, pos):
         raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.isr', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_isr = list(_st.unpack_from(buf, pos))
+        o.isr = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos + 4 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.zk_version', buf, pos, 4)
-    (f_zk_version,) = _S1.unpack_from(buf, pos)
+    (o.zk_version,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos + 4 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.replicas', buf, pos, 4)
@@ -617,7 +664,7 @@ def _d_UpdateMetadataPartitionState_5(buf, pos):
         raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.replicas', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_replicas = list(_st.unpack_from(buf, pos))
+        o.replicas = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos + 4 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.offline_replicas', buf, pos, 4)
@@ -629,13 +676,15 @@ def _d_UpdateMetadataPartitionState_5(buf, pos):
         raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.offline_replicas', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_offline_replicas = list(_st.unpack_from(buf, pos))
+        o.offline_replicas = list(_st.unpack_from(buf, pos))
         pos += _c * 4
-    f_unknown_tags = None
-    return UpdateMetadataPartitionState('', f_partition_index, f_controller_epoch, f_leader, f_leader_epoch, f_isr, f_zk_version, f_replicas, f_offline_replicas, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_UpdateMetadataTopicState_5(buf, pos):
     _l = len(buf)
+    o = _new(UpdateMetadataTopicState)
+    o.topic_id = ZERO_UUID
     if pos + 2 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataTopicState.topic_name', buf, pos, 2)
     (_n,) = _S2.unpack_from(buf, pos)
@@ -646,7 +695,7 @@ def _d_UpdateMetadataTopicState_5(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('UpdateMetadataRequest.UpdateMetadataTopicState.topic_name', buf, pos, _n, 1)
-        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataTopicState.partition_states', buf, pos, 4)
@@ -657,18 +706,22 @@ def _d_UpdateMetadataTopicState_5(buf, pos):
     elif _c * 32 > _l - pos:
         raise overrun('UpdateMetadataRequest.UpdateMetadataTopicState.partition_states', buf, pos, _c, 32)
     else:
-        f_partition_states = _lst = []
+        o.partition_states = _lst = []
         for _ in range(_c):
             _e, pos = _d_UpdateMetadataPartitionState_5(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return UpdateMetadataTopicState(f_topic_name, ZERO_UUID, f_partition_states, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_UpdateMetadataRequest_5(buf, pos):
     _l = len(buf)
+    o = _new(UpdateMetadataRequest)
+    o.is_k_raft_controller = False
+    o.type = 0
+    o.ungrouped_partition_states = []
     if pos + 16 > _l:
         raise truncated('UpdateMetadataRequest.controller_id', buf, pos, 16)
-    f_controller_id, f_controller_epoch, f_broker_epoch = _S4.unpack_from(buf, pos)
+    o.controller_id, o.controller_epoch, o.broker_epoch = _S4.unpack_from(buf, pos)
     pos += 16
     if pos + 4 > _l:
         raise truncated('UpdateMetadataRequest.topic_states', buf, pos, 4)
@@ -679,7 +732,7 @@ def _d_UpdateMetadataRequest_5(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('UpdateMetadataRequest.topic_states', buf, pos, _c, 6)
     else:
-        f_topic_states = _lst = []
+        o.topic_states = _lst = []
         for _ in range(_c):
             _e, pos = _d_UpdateMetadataTopicState_5(buf, pos)
             _lst.append(_e)
@@ -692,18 +745,20 @@ def _d_UpdateMetadataRequest_5(buf, pos):
     elif _c * 10 > _l - pos:
         raise overrun('UpdateMetadataRequest.live_brokers', buf, pos, _c, 10)
     else:
-        f_live_brokers = _lst = []
+        o.live_brokers = _lst = []
         for _ in range(_c):
             _e, pos = _d_UpdateMetadataBroker_3(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return UpdateMetadataRequest(f_controller_id, False, 0, f_controller_epoch, f_broker_epoch, [], f_topic_states, f_live_brokers, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_UpdateMetadataPartitionState_6(buf, pos):
     _l = len(buf)
+    o = _new(UpdateMetadataPartitionState)
+    o.topic_name = ''
     if pos + 16 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.partition_index', buf, pos, 16)
-    f_partition_index, f_controller_epoch, f_leader, f_leader_epoch = _S3.unpack_from(buf, pos)
+    o.partition_index, o.controller_epoch, o.leader, o.leader_epoch = _S3.unpack_from(buf, pos)
     pos += 16
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -717,11 +772,11 @@ def _d_UpdateMetadataPartitionState_6(buf, pos):
         raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.isr', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_isr = list(_st.unpack_from(buf, pos))
+        o.isr = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos + 4 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.zk_version', buf, pos, 4)
-    (f_zk_version,) = _S1.unpack_from(buf, pos)
+    (o.zk_version,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -735,7 +790,7 @@ def _d_UpdateMetadataPartitionState_6(buf, pos):
         raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.replicas', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_replicas = list(_st.unpack_from(buf, pos))
+        o.replicas = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -749,22 +804,25 @@ def _d_UpdateMetadataPartitionState_6(buf, pos):
         raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.offline_replicas', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_offline_replicas = list(_st.unpack_from(buf, pos))
+        o.offline_replicas = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'UpdateMetadataRequest.UpdateMetadataPartitionState')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return UpdateMetadataPartitionState('', f_partition_index, f_controller_epoch, f_leader, f_leader_epoch, f_isr, f_zk_version, f_replicas, f_offline_replicas, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_UpdateMetadataTopicState_6(buf, pos):
     _l = len(buf)
+    o = _new(UpdateMetadataTopicState)
+    o.topic_id = ZERO_UUID
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -777,7 +835,7 @@ def _d_UpdateMetadataTopicState_6(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('UpdateMetadataRequest.UpdateMetadataTopicState.topic_name', buf, pos, _n, 1)
-        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -790,27 +848,29 @@ def _d_UpdateMetadataTopicState_6(buf, pos):
     elif _c * 24 > _l - pos:
         raise overrun('UpdateMetadataRequest.UpdateMetadataTopicState.partition_states', buf, pos, _c, 24)
     else:
-        f_partition_states = _lst = []
+        o.partition_states = _lst = []
         for _ in range(_c):
             _e, pos = _d_UpdateMetadataPartitionState_6(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'UpdateMetadataRequest.UpdateMetadataTopicState')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return UpdateMetadataTopicState(f_topic_name, ZERO_UUID, f_partition_states, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_UpdateMetadataEndpoint_6(buf, pos):
     _l = len(buf)
+    o = _new(UpdateMetadataEndpoint)
     if pos + 4 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataEndpoint.port', buf, pos, 4)
-    (f_port,) = _S1.unpack_from(buf, pos)
+    (o.port,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -824,7 +884,7 @@ def _d_UpdateMetadataEndpoint_6(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('UpdateMetadataRequest.UpdateMetadataEndpoint.host', buf, pos, _n, 1)
-        f_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -838,29 +898,33 @@ def _d_UpdateMetadataEndpoint_6(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('UpdateMetadataRequest.UpdateMetadataEndpoint.listener', buf, pos, _n, 1)
-        f_listener = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.listener = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataEndpoint.security_protocol', buf, pos, 2)
-    (f_security_protocol,) = _S2.unpack_from(buf, pos)
+    (o.security_protocol,) = _S2.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'UpdateMetadataRequest.UpdateMetadataEndpoint')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return UpdateMetadataEndpoint(f_port, f_host, f_listener, f_security_protocol, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_UpdateMetadataBroker_6(buf, pos):
     _l = len(buf)
+    o = _new(UpdateMetadataBroker)
+    o.v0_host = ''
+    o.v0_port = 0
     if pos + 4 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataBroker.id', buf, pos, 4)
-    (f_id,) = _S1.unpack_from(buf, pos)
+    (o.id,) = _S1.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -873,7 +937,7 @@ def _d_UpdateMetadataBroker_6(buf, pos):
     elif _c * 9 > _l - pos:
         raise overrun('UpdateMetadataRequest.UpdateMetadataBroker.endpoints', buf, pos, _c, 9)
     else:
-        f_endpoints = _lst = []
+        o.endpoints = _lst = []
         for _ in range(_c):
             _e, pos = _d_UpdateMetadataEndpoint_6(buf, pos)
             _lst.append(_e)
@@ -886,30 +950,35 @@ def _d_UpdateMetadataBroker_6(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('UpdateMetadataRequest.UpdateMetadataBroker.rack', _n)
-        f_rack = None
+        o.rack = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('UpdateMetadataRequest.UpdateMetadataBroker.rack', buf, pos, _n, 1)
-        f_rack = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.rack = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'UpdateMetadataRequest.UpdateMetadataBroker')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return UpdateMetadataBroker(f_id, '', 0, f_endpoints, f_rack, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_UpdateMetadataRequest_6(buf, pos):
     _l = len(buf)
+    o = _new(UpdateMetadataRequest)
+    o.is_k_raft_controller = False
+    o.type = 0
+    o.ungrouped_partition_states = []
     if pos + 16 > _l:
         raise truncated('UpdateMetadataRequest.controller_id', buf, pos, 16)
-    f_controller_id, f_controller_epoch, f_broker_epoch = _S4.unpack_from(buf, pos)
+    o.controller_id, o.controller_epoch, o.broker_epoch = _S4.unpack_from(buf, pos)
     pos += 16
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -922,7 +991,7 @@ def _d_UpdateMetadataRequest_6(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('UpdateMetadataRequest.topic_states', buf, pos, _c, 3)
     else:
-        f_topic_states = _lst = []
+        o.topic_states = _lst = []
         for _ in range(_c):
             _e, pos = _d_UpdateMetadataTopicState_6(buf, pos)
             _lst.append(_e)
@@ -937,24 +1006,26 @@ def _d_UpdateMetadataRequest_6(buf, pos):
     elif _c * 7 > _l - pos:
         raise overrun('UpdateMetadataRequest.live_brokers', buf, pos, _c, 7)
     else:
-        f_live_brokers = _lst = []
+        o.live_brokers = _lst = []
         for _ in range(_c):
             _e, pos = _d_UpdateMetadataBroker_6(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'UpdateMetadataRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return UpdateMetadataRequest(f_controller_id, False, 0, f_controller_epoch, f_broker_epoch, [], f_topic_states, f_live_brokers, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_UpdateMetadataTopicState_7(buf, pos):
     _l = len(buf)
+    o = _new(UpdateMetadataTopicState)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -967,13 +1038,13 @@ def _d_UpdateMetadataTopicState_7(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('UpdateMetadataRequest.UpdateMetadataTopicState.topic_name', buf, pos, _n, 1)
-        f_topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 16 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataTopicState.topic_id', buf, pos, 16)
-    (f_topic_id,) = _S5.unpack_from(buf, pos)
+    (o.topic_id,) = _S5.unpack_from(buf, pos)
     pos += 16
-    f_topic_id = _UUID(bytes=f_topic_id)
+    o.topic_id = _UUID(bytes=o.topic_id)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -985,27 +1056,32 @@ def _d_UpdateMetadataTopicState_7(buf, pos):
     elif _c * 24 > _l - pos:
         raise overrun('UpdateMetadataRequest.UpdateMetadataTopicState.partition_states', buf, pos, _c, 24)
     else:
-        f_partition_states = _lst = []
+        o.partition_states = _lst = []
         for _ in range(_c):
             _e, pos = _d_UpdateMetadataPartitionState_6(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'UpdateMetadataRequest.UpdateMetadataTopicState')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return UpdateMetadataTopicState(f_topic_name, f_topic_id, f_partition_states, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_UpdateMetadataRequest_7(buf, pos):
     _l = len(buf)
+    o = _new(UpdateMetadataRequest)
+    o.is_k_raft_controller = False
+    o.type = 0
+    o.ungrouped_partition_states = []
     if pos + 16 > _l:
         raise truncated('UpdateMetadataRequest.controller_id', buf, pos, 16)
-    f_controller_id, f_controller_epoch, f_broker_epoch = _S4.unpack_from(buf, pos)
+    o.controller_id, o.controller_epoch, o.broker_epoch = _S4.unpack_from(buf, pos)
     pos += 16
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -1018,7 +1094,7 @@ def _d_UpdateMetadataRequest_7(buf, pos):
     elif _c * 19 > _l - pos:
         raise overrun('UpdateMetadataRequest.topic_states', buf, pos, _c, 19)
     else:
-        f_topic_states = _lst = []
+        o.topic_states = _lst = []
         for _ in range(_c):
             _e, pos = _d_UpdateMetadataTopicState_7(buf, pos)
             _lst.append(_e)
@@ -1033,27 +1109,30 @@ def _d_UpdateMetadataRequest_7(buf, pos):
     elif _c * 7 > _l - pos:
         raise overrun('UpdateMetadataRequest.live_brokers', buf, pos, _c, 7)
     else:
-        f_live_brokers = _lst = []
+        o.live_brokers = _lst = []
         for _ in range(_c):
             _e, pos = _d_UpdateMetadataBroker_6(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'UpdateMetadataRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return UpdateMetadataRequest(f_controller_id, False, 0, f_controller_epoch, f_broker_epoch, [], f_topic_states, f_live_brokers, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_UpdateMetadataRequest_8(buf, pos):
     _l = len(buf)
+    o = _new(UpdateMetadataRequest)
+    o.ungrouped_partition_states = []
     if pos + 17 > _l:
         raise truncated('UpdateMetadataRequest.controller_id', buf, pos, 17)
-    f_controller_id, f_is_k_raft_controller, f_controller_epoch, f_broker_epoch = _S6.unpack_from(buf, pos)
+    o.controller_id, o.is_k_raft_controller, o.controller_epoch, o.broker_epoch = _S6.unpack_from(buf, pos)
     pos += 17
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -1066,7 +1145,7 @@ def _d_UpdateMetadataRequest_8(buf, pos):
     elif _c * 19 > _l - pos:
         raise overrun('UpdateMetadataRequest.topic_states', buf, pos, _c, 19)
     else:
-        f_topic_states = _lst = []
+        o.topic_states = _lst = []
         for _ in range(_c):
             _e, pos = _d_UpdateMetadataTopicState_7(buf, pos)
             _lst.append(_e)
@@ -1081,32 +1160,33 @@ def _d_UpdateMetadataRequest_8(buf, pos):
     elif _c * 7 > _l - pos:
         raise overrun('UpdateMetadataRequest.live_brokers', buf, pos, _c, 7)
     else:
-        f_live_brokers = _lst = []
+        o.live_brokers = _lst = []
         for _ in range(_c):
             _e, pos = _d_UpdateMetadataBroker_6(buf, pos)
             _lst.append(_e)
-    f_type = 0
+    o.type = 0
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'UpdateMetadataRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
+        _unknown = None
+        for _tag, _ts, _te in _tags:
             if _tag == 0:
-                _sub = buf[:_end]
-                _p = _start
+                _sub = buf[:_te]
+                _p = _ts
                 if _p + 1 > len(_sub):
                     raise truncated('UpdateMetadataRequest.type', _sub, _p, 1)
-                (f_type,) = _S7.unpack_from(_sub, _p)
+                (o.type,) = _S7.unpack_from(_sub, _p)
                 _p += 1
-                if _p != _end:
+                if _p != _te:
                     raise DecodeError('tagged field size mismatch', field='UpdateMetadataRequest.type')
             else:
-                if f_unknown_tags is None:
-                    f_unknown_tags = []
-                f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return UpdateMetadataRequest(f_controller_id, f_is_k_raft_controller, f_type, f_controller_epoch, f_broker_epoch, [], f_topic_states, f_live_brokers, f_unknown_tags), pos
+                if _unknown is None:
+                    _unknown = []
+                _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_UpdateMetadataPartitionState_0(o, out, chunks):
     _b = o.topic_name.encode('utf-8', 'surrogateescape')

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class UpdateMetadataResponse(Struct):
     __slots__ = ('error_code', 'unknown_tags',)
@@ -34,30 +35,33 @@ _S0 = _Struct('>h')
 
 def _d_UpdateMetadataResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(UpdateMetadataResponse)
     if pos + 2 > _l:
         raise truncated('UpdateMetadataResponse.error_code', buf, pos, 2)
-    (f_error_code,) = _S0.unpack_from(buf, pos)
+    (o.error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
-    f_unknown_tags = None
-    return UpdateMetadataResponse(f_error_code, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_UpdateMetadataResponse_6(buf, pos):
     _l = len(buf)
+    o = _new(UpdateMetadataResponse)
     if pos + 2 > _l:
         raise truncated('UpdateMetadataResponse.error_code', buf, pos, 2)
-    (f_error_code,) = _S0.unpack_from(buf, pos)
+    (o.error_code,) = _S0.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'UpdateMetadataResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return UpdateMetadataResponse(f_error_code, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_UpdateMetadataResponse_0(o, out, chunks):
     out += _S0.pack(o.error_code)

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class Voter(Struct):
     __slots__ = ('voter_id', 'voter_directory_id', 'endpoints', 'k_raft_version_feature', 'unknown_tags',)
@@ -75,6 +76,7 @@ _S3 = _Struct('>hh')
 
 def _d_Endpoint_0(buf, pos):
     _l = len(buf)
+    o = _new(Endpoint)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -87,7 +89,7 @@ def _d_Endpoint_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('VotersRecord.Endpoint.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -101,49 +103,53 @@ def _d_Endpoint_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('VotersRecord.Endpoint.host', buf, pos, _n, 1)
-        f_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 2 > _l:
         raise truncated('VotersRecord.Endpoint.port', buf, pos, 2)
-    (f_port,) = _S2.unpack_from(buf, pos)
+    (o.port,) = _S2.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'VotersRecord.Endpoint')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return Endpoint(f_name, f_host, f_port, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_KRaftVersionFeature_0(buf, pos):
     _l = len(buf)
+    o = _new(KRaftVersionFeature)
     if pos + 4 > _l:
         raise truncated('VotersRecord.KRaftVersionFeature.min_supported_version', buf, pos, 4)
-    f_min_supported_version, f_max_supported_version = _S3.unpack_from(buf, pos)
+    o.min_supported_version, o.max_supported_version = _S3.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'VotersRecord.KRaftVersionFeature')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return KRaftVersionFeature(f_min_supported_version, f_max_supported_version, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_Voter_0(buf, pos):
     _l = len(buf)
+    o = _new(Voter)
     if pos + 20 > _l:
         raise truncated('VotersRecord.Voter.voter_id', buf, pos, 20)
-    f_voter_id, f_voter_directory_id = _S1.unpack_from(buf, pos)
+    o.voter_id, o.voter_directory_id = _S1.unpack_from(buf, pos)
     pos += 20
-    f_voter_directory_id = _UUID(bytes=f_voter_directory_id)
+    o.voter_directory_id = _UUID(bytes=o.voter_directory_id)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -155,28 +161,30 @@ def _d_Voter_0(buf, pos):
     elif _c * 5 > _l - pos:
         raise overrun('VotersRecord.Voter.endpoints', buf, pos, _c, 5)
     else:
-        f_endpoints = _lst = []
+        o.endpoints = _lst = []
         for _ in range(_c):
             _e, pos = _d_Endpoint_0(buf, pos)
             _lst.append(_e)
-    f_k_raft_version_feature, pos = _d_KRaftVersionFeature_0(buf, pos)
+    o.k_raft_version_feature, pos = _d_KRaftVersionFeature_0(buf, pos)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'VotersRecord.Voter')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return Voter(f_voter_id, f_voter_directory_id, f_endpoints, f_k_raft_version_feature, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_VotersRecord_0(buf, pos):
     _l = len(buf)
+    o = _new(VotersRecord)
     if pos + 2 > _l:
         raise truncated('VotersRecord.version', buf, pos, 2)
-    (f_version,) = _S0.unpack_from(buf, pos)
+    (o.version,) = _S0.unpack_from(buf, pos)
     pos += 2
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -189,21 +197,22 @@ def _d_VotersRecord_0(buf, pos):
     elif _c * 27 > _l - pos:
         raise overrun('VotersRecord.voters', buf, pos, _c, 27)
     else:
-        f_voters = _lst = []
+        o.voters = _lst = []
         for _ in range(_c):
             _e, pos = _d_Voter_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'VotersRecord')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return VotersRecord(f_version, f_voters, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_Endpoint_0(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')

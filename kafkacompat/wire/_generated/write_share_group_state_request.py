@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class WriteStateData(Struct):
     __slots__ = ('topic_id', 'partitions', 'unknown_tags',)
@@ -77,27 +78,30 @@ _S2 = _Struct('>qqbh')
 
 def _d_StateBatch_0(buf, pos):
     _l = len(buf)
+    o = _new(StateBatch)
     if pos + 19 > _l:
         raise truncated('WriteShareGroupStateRequest.StateBatch.first_offset', buf, pos, 19)
-    f_first_offset, f_last_offset, f_delivery_state, f_delivery_count = _S2.unpack_from(buf, pos)
+    o.first_offset, o.last_offset, o.delivery_state, o.delivery_count = _S2.unpack_from(buf, pos)
     pos += 19
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'WriteShareGroupStateRequest.StateBatch')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return StateBatch(f_first_offset, f_last_offset, f_delivery_state, f_delivery_count, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_PartitionData_0(buf, pos):
     _l = len(buf)
+    o = _new(PartitionData)
     if pos + 20 > _l:
         raise truncated('WriteShareGroupStateRequest.PartitionData.partition', buf, pos, 20)
-    f_partition, f_state_epoch, f_leader_epoch, f_start_offset = _S1.unpack_from(buf, pos)
+    o.partition, o.state_epoch, o.leader_epoch, o.start_offset = _S1.unpack_from(buf, pos)
     pos += 20
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -110,29 +114,31 @@ def _d_PartitionData_0(buf, pos):
     elif _c * 20 > _l - pos:
         raise overrun('WriteShareGroupStateRequest.PartitionData.state_batches', buf, pos, _c, 20)
     else:
-        f_state_batches = _lst = []
+        o.state_batches = _lst = []
         for _ in range(_c):
             _e, pos = _d_StateBatch_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'WriteShareGroupStateRequest.PartitionData')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return PartitionData(f_partition, f_state_epoch, f_leader_epoch, f_start_offset, f_state_batches, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_WriteStateData_0(buf, pos):
     _l = len(buf)
+    o = _new(WriteStateData)
     if pos + 16 > _l:
         raise truncated('WriteShareGroupStateRequest.WriteStateData.topic_id', buf, pos, 16)
-    (f_topic_id,) = _S0.unpack_from(buf, pos)
+    (o.topic_id,) = _S0.unpack_from(buf, pos)
     pos += 16
-    f_topic_id = _UUID(bytes=f_topic_id)
+    o.topic_id = _UUID(bytes=o.topic_id)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -144,24 +150,26 @@ def _d_WriteStateData_0(buf, pos):
     elif _c * 22 > _l - pos:
         raise overrun('WriteShareGroupStateRequest.WriteStateData.partitions', buf, pos, _c, 22)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_PartitionData_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'WriteShareGroupStateRequest.WriteStateData')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return WriteStateData(f_topic_id, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_WriteShareGroupStateRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(WriteShareGroupStateRequest)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -174,7 +182,7 @@ def _d_WriteShareGroupStateRequest_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('WriteShareGroupStateRequest.group_id', buf, pos, _n, 1)
-        f_group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -187,21 +195,22 @@ def _d_WriteShareGroupStateRequest_0(buf, pos):
     elif _c * 18 > _l - pos:
         raise overrun('WriteShareGroupStateRequest.topics', buf, pos, _c, 18)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_WriteStateData_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'WriteShareGroupStateRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return WriteShareGroupStateRequest(f_group_id, f_topics, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_StateBatch_0(o, out, chunks):
     out += _S2.pack(o.first_offset, o.last_offset, o.delivery_state, o.delivery_count)

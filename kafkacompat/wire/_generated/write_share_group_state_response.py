@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class WriteStateResult(Struct):
     __slots__ = ('topic_id', 'partitions', 'unknown_tags',)
@@ -54,9 +55,10 @@ _S1 = _Struct('>ih')
 
 def _d_PartitionResult_0(buf, pos):
     _l = len(buf)
+    o = _new(PartitionResult)
     if pos + 6 > _l:
         raise truncated('WriteShareGroupStateResponse.PartitionResult.partition', buf, pos, 6)
-    f_partition, f_error_code = _S1.unpack_from(buf, pos)
+    o.partition, o.error_code = _S1.unpack_from(buf, pos)
     pos += 6
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
@@ -67,32 +69,34 @@ def _d_PartitionResult_0(buf, pos):
     if _n < 0:
         if _n != -1:
             raise bad_length('WriteShareGroupStateResponse.PartitionResult.error_message', _n)
-        f_error_message = None
+        o.error_message = None
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('WriteShareGroupStateResponse.PartitionResult.error_message', buf, pos, _n, 1)
-        f_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'WriteShareGroupStateResponse.PartitionResult')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return PartitionResult(f_partition, f_error_code, f_error_message, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_WriteStateResult_0(buf, pos):
     _l = len(buf)
+    o = _new(WriteStateResult)
     if pos + 16 > _l:
         raise truncated('WriteShareGroupStateResponse.WriteStateResult.topic_id', buf, pos, 16)
-    (f_topic_id,) = _S0.unpack_from(buf, pos)
+    (o.topic_id,) = _S0.unpack_from(buf, pos)
     pos += 16
-    f_topic_id = _UUID(bytes=f_topic_id)
+    o.topic_id = _UUID(bytes=o.topic_id)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -104,24 +108,26 @@ def _d_WriteStateResult_0(buf, pos):
     elif _c * 8 > _l - pos:
         raise overrun('WriteShareGroupStateResponse.WriteStateResult.partitions', buf, pos, _c, 8)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_PartitionResult_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'WriteShareGroupStateResponse.WriteStateResult')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return WriteStateResult(f_topic_id, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_WriteShareGroupStateResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(WriteShareGroupStateResponse)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -133,21 +139,22 @@ def _d_WriteShareGroupStateResponse_0(buf, pos):
     elif _c * 18 > _l - pos:
         raise overrun('WriteShareGroupStateResponse.results', buf, pos, _c, 18)
     else:
-        f_results = _lst = []
+        o.results = _lst = []
         for _ in range(_c):
             _e, pos = _d_WriteStateResult_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'WriteShareGroupStateResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return WriteShareGroupStateResponse(f_results, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_PartitionResult_0(o, out, chunks):
     out += _S1.pack(o.partition, o.error_code)

@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class WritableTxnMarker(Struct):
     __slots__ = ('producer_id', 'producer_epoch', 'transaction_result', 'topics', 'coordinator_epoch', 'unknown_tags',)
@@ -66,6 +67,7 @@ _A_i = ARRAY_STRUCTS['i']
 
 def _d_WritableTxnMarkerTopic_0(buf, pos):
     _l = len(buf)
+    o = _new(WritableTxnMarkerTopic)
     if pos + 2 > _l:
         raise truncated('WriteTxnMarkersRequest.WritableTxnMarkerTopic.name', buf, pos, 2)
     (_n,) = _S2.unpack_from(buf, pos)
@@ -76,7 +78,7 @@ def _d_WritableTxnMarkerTopic_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('WriteTxnMarkersRequest.WritableTxnMarkerTopic.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('WriteTxnMarkersRequest.WritableTxnMarkerTopic.partition_indexes', buf, pos, 4)
@@ -88,16 +90,17 @@ def _d_WritableTxnMarkerTopic_0(buf, pos):
         raise overrun('WriteTxnMarkersRequest.WritableTxnMarkerTopic.partition_indexes', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_partition_indexes = list(_st.unpack_from(buf, pos))
+        o.partition_indexes = list(_st.unpack_from(buf, pos))
         pos += _c * 4
-    f_unknown_tags = None
-    return WritableTxnMarkerTopic(f_name, f_partition_indexes, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_WritableTxnMarker_0(buf, pos):
     _l = len(buf)
+    o = _new(WritableTxnMarker)
     if pos + 11 > _l:
         raise truncated('WriteTxnMarkersRequest.WritableTxnMarker.producer_id', buf, pos, 11)
-    f_producer_id, f_producer_epoch, f_transaction_result = _S1.unpack_from(buf, pos)
+    o.producer_id, o.producer_epoch, o.transaction_result = _S1.unpack_from(buf, pos)
     pos += 11
     if pos + 4 > _l:
         raise truncated('WriteTxnMarkersRequest.WritableTxnMarker.topics', buf, pos, 4)
@@ -108,19 +111,20 @@ def _d_WritableTxnMarker_0(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('WriteTxnMarkersRequest.WritableTxnMarker.topics', buf, pos, _c, 6)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_WritableTxnMarkerTopic_0(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
         raise truncated('WriteTxnMarkersRequest.WritableTxnMarker.coordinator_epoch', buf, pos, 4)
-    (f_coordinator_epoch,) = _S0.unpack_from(buf, pos)
+    (o.coordinator_epoch,) = _S0.unpack_from(buf, pos)
     pos += 4
-    f_unknown_tags = None
-    return WritableTxnMarker(f_producer_id, f_producer_epoch, f_transaction_result, f_topics, f_coordinator_epoch, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_WriteTxnMarkersRequest_0(buf, pos):
     _l = len(buf)
+    o = _new(WriteTxnMarkersRequest)
     if pos + 4 > _l:
         raise truncated('WriteTxnMarkersRequest.markers', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -130,15 +134,16 @@ def _d_WriteTxnMarkersRequest_0(buf, pos):
     elif _c * 19 > _l - pos:
         raise overrun('WriteTxnMarkersRequest.markers', buf, pos, _c, 19)
     else:
-        f_markers = _lst = []
+        o.markers = _lst = []
         for _ in range(_c):
             _e, pos = _d_WritableTxnMarker_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return WriteTxnMarkersRequest(f_markers, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_WritableTxnMarkerTopic_1(buf, pos):
     _l = len(buf)
+    o = _new(WritableTxnMarkerTopic)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -151,7 +156,7 @@ def _d_WritableTxnMarkerTopic_1(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('WriteTxnMarkersRequest.WritableTxnMarkerTopic.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -165,25 +170,27 @@ def _d_WritableTxnMarkerTopic_1(buf, pos):
         raise overrun('WriteTxnMarkersRequest.WritableTxnMarkerTopic.partition_indexes', buf, pos, _c, 4)
     else:
         _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        f_partition_indexes = list(_st.unpack_from(buf, pos))
+        o.partition_indexes = list(_st.unpack_from(buf, pos))
         pos += _c * 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'WriteTxnMarkersRequest.WritableTxnMarkerTopic')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return WritableTxnMarkerTopic(f_name, f_partition_indexes, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_WritableTxnMarker_1(buf, pos):
     _l = len(buf)
+    o = _new(WritableTxnMarker)
     if pos + 11 > _l:
         raise truncated('WriteTxnMarkersRequest.WritableTxnMarker.producer_id', buf, pos, 11)
-    f_producer_id, f_producer_epoch, f_transaction_result = _S1.unpack_from(buf, pos)
+    o.producer_id, o.producer_epoch, o.transaction_result = _S1.unpack_from(buf, pos)
     pos += 11
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -196,28 +203,30 @@ def _d_WritableTxnMarker_1(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('WriteTxnMarkersRequest.WritableTxnMarker.topics', buf, pos, _c, 3)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_WritableTxnMarkerTopic_1(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
         raise truncated('WriteTxnMarkersRequest.WritableTxnMarker.coordinator_epoch', buf, pos, 4)
-    (f_coordinator_epoch,) = _S0.unpack_from(buf, pos)
+    (o.coordinator_epoch,) = _S0.unpack_from(buf, pos)
     pos += 4
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'WriteTxnMarkersRequest.WritableTxnMarker')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return WritableTxnMarker(f_producer_id, f_producer_epoch, f_transaction_result, f_topics, f_coordinator_epoch, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_WriteTxnMarkersRequest_1(buf, pos):
     _l = len(buf)
+    o = _new(WriteTxnMarkersRequest)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -229,21 +238,22 @@ def _d_WriteTxnMarkersRequest_1(buf, pos):
     elif _c * 17 > _l - pos:
         raise overrun('WriteTxnMarkersRequest.markers', buf, pos, _c, 17)
     else:
-        f_markers = _lst = []
+        o.markers = _lst = []
         for _ in range(_c):
             _e, pos = _d_WritableTxnMarker_1(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'WriteTxnMarkersRequest')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return WriteTxnMarkersRequest(f_markers, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_WritableTxnMarkerTopic_0(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')

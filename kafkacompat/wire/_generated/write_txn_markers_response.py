@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import (
 )
 
 _MISSING = object()
+_new = object.__new__
 
 class WritableTxnMarkerResult(Struct):
     __slots__ = ('producer_id', 'topics', 'unknown_tags',)
@@ -64,15 +65,17 @@ _S3 = _Struct('>ih')
 
 def _d_WritableTxnMarkerPartitionResult_0(buf, pos):
     _l = len(buf)
+    o = _new(WritableTxnMarkerPartitionResult)
     if pos + 6 > _l:
         raise truncated('WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult.partition_index', buf, pos, 6)
-    f_partition_index, f_error_code = _S3.unpack_from(buf, pos)
+    o.partition_index, o.error_code = _S3.unpack_from(buf, pos)
     pos += 6
-    f_unknown_tags = None
-    return WritableTxnMarkerPartitionResult(f_partition_index, f_error_code, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_WritableTxnMarkerTopicResult_0(buf, pos):
     _l = len(buf)
+    o = _new(WritableTxnMarkerTopicResult)
     if pos + 2 > _l:
         raise truncated('WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.name', buf, pos, 2)
     (_n,) = _S2.unpack_from(buf, pos)
@@ -83,7 +86,7 @@ def _d_WritableTxnMarkerTopicResult_0(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos + 4 > _l:
         raise truncated('WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.partitions', buf, pos, 4)
@@ -94,18 +97,19 @@ def _d_WritableTxnMarkerTopicResult_0(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.partitions', buf, pos, _c, 6)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_WritableTxnMarkerPartitionResult_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return WritableTxnMarkerTopicResult(f_name, f_partitions, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_WritableTxnMarkerResult_0(buf, pos):
     _l = len(buf)
+    o = _new(WritableTxnMarkerResult)
     if pos + 8 > _l:
         raise truncated('WriteTxnMarkersResponse.WritableTxnMarkerResult.producer_id', buf, pos, 8)
-    (f_producer_id,) = _S1.unpack_from(buf, pos)
+    (o.producer_id,) = _S1.unpack_from(buf, pos)
     pos += 8
     if pos + 4 > _l:
         raise truncated('WriteTxnMarkersResponse.WritableTxnMarkerResult.topics', buf, pos, 4)
@@ -116,15 +120,16 @@ def _d_WritableTxnMarkerResult_0(buf, pos):
     elif _c * 6 > _l - pos:
         raise overrun('WriteTxnMarkersResponse.WritableTxnMarkerResult.topics', buf, pos, _c, 6)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_WritableTxnMarkerTopicResult_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return WritableTxnMarkerResult(f_producer_id, f_topics, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_WriteTxnMarkersResponse_0(buf, pos):
     _l = len(buf)
+    o = _new(WriteTxnMarkersResponse)
     if pos + 4 > _l:
         raise truncated('WriteTxnMarkersResponse.markers', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -134,33 +139,36 @@ def _d_WriteTxnMarkersResponse_0(buf, pos):
     elif _c * 12 > _l - pos:
         raise overrun('WriteTxnMarkersResponse.markers', buf, pos, _c, 12)
     else:
-        f_markers = _lst = []
+        o.markers = _lst = []
         for _ in range(_c):
             _e, pos = _d_WritableTxnMarkerResult_0(buf, pos)
             _lst.append(_e)
-    f_unknown_tags = None
-    return WriteTxnMarkersResponse(f_markers, f_unknown_tags), pos
+    o.unknown_tags = None
+    return o, pos
 
 def _d_WritableTxnMarkerPartitionResult_1(buf, pos):
     _l = len(buf)
+    o = _new(WritableTxnMarkerPartitionResult)
     if pos + 6 > _l:
         raise truncated('WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult.partition_index', buf, pos, 6)
-    f_partition_index, f_error_code = _S3.unpack_from(buf, pos)
+    o.partition_index, o.error_code = _S3.unpack_from(buf, pos)
     pos += 6
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return WritableTxnMarkerPartitionResult(f_partition_index, f_error_code, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_WritableTxnMarkerTopicResult_1(buf, pos):
     _l = len(buf)
+    o = _new(WritableTxnMarkerTopicResult)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -173,7 +181,7 @@ def _d_WritableTxnMarkerTopicResult_1(buf, pos):
         _end = pos + _n
         if _end > _l:
             raise overrun('WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.name', buf, pos, _n, 1)
-        f_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -186,27 +194,29 @@ def _d_WritableTxnMarkerTopicResult_1(buf, pos):
     elif _c * 7 > _l - pos:
         raise overrun('WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.partitions', buf, pos, _c, 7)
     else:
-        f_partitions = _lst = []
+        o.partitions = _lst = []
         for _ in range(_c):
             _e, pos = _d_WritableTxnMarkerPartitionResult_1(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'WriteTxnMarkersResponse.WritableTxnMarkerTopicResult')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return WritableTxnMarkerTopicResult(f_name, f_partitions, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_WritableTxnMarkerResult_1(buf, pos):
     _l = len(buf)
+    o = _new(WritableTxnMarkerResult)
     if pos + 8 > _l:
         raise truncated('WriteTxnMarkersResponse.WritableTxnMarkerResult.producer_id', buf, pos, 8)
-    (f_producer_id,) = _S1.unpack_from(buf, pos)
+    (o.producer_id,) = _S1.unpack_from(buf, pos)
     pos += 8
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -219,24 +229,26 @@ def _d_WritableTxnMarkerResult_1(buf, pos):
     elif _c * 3 > _l - pos:
         raise overrun('WriteTxnMarkersResponse.WritableTxnMarkerResult.topics', buf, pos, _c, 3)
     else:
-        f_topics = _lst = []
+        o.topics = _lst = []
         for _ in range(_c):
             _e, pos = _d_WritableTxnMarkerTopicResult_1(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'WriteTxnMarkersResponse.WritableTxnMarkerResult')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return WritableTxnMarkerResult(f_producer_id, f_topics, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _d_WriteTxnMarkersResponse_1(buf, pos):
     _l = len(buf)
+    o = _new(WriteTxnMarkersResponse)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -248,21 +260,22 @@ def _d_WriteTxnMarkersResponse_1(buf, pos):
     elif _c * 10 > _l - pos:
         raise overrun('WriteTxnMarkersResponse.markers', buf, pos, _c, 10)
     else:
-        f_markers = _lst = []
+        o.markers = _lst = []
         for _ in range(_c):
             _e, pos = _d_WritableTxnMarkerResult_1(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
         pos += 1
-        f_unknown_tags = None
+        o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'WriteTxnMarkersResponse')
-        f_unknown_tags = None
-        for _tag, _start, _end in _tags:
-            if f_unknown_tags is None:
-                f_unknown_tags = []
-            f_unknown_tags.append((_tag, bytes(buf[_start:_end])))
-    return WriteTxnMarkersResponse(f_markers, f_unknown_tags), pos
+        _unknown = None
+        for _tag, _ts, _te in _tags:
+            if _unknown is None:
+                _unknown = []
+            _unknown.append((_tag, bytes(buf[_ts:_te])))
+        o.unknown_tags = _unknown
+    return o, pos
 
 def _e_WritableTxnMarkerPartitionResult_0(o, out, chunks):
     out += _S3.pack(o.partition_index, o.error_code)
