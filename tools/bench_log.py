@@ -1,6 +1,6 @@
 """Benchmark of the log layer: append and read throughput beside `dd` on the same disk in the same run.
 
-Usage: python tools/bench_log.py [--dir DIR] [--total-mb 1024] [--fsync]
+Usage: python tools/bench_log.py [--dir DIR] [--total-mb 1024] [--repeat 3] [--fsync]
 
 Theory of operation: for each batch size (1 MiB and 16 KiB) one v2 batch is built once and appended
 again and again through `PartitionLog.append_as_leader` (full validation, CRC check, offset patching,
@@ -10,6 +10,8 @@ compares our append path with the plain write path of the same disk and page cac
 both stop at the page cache (Kafka's default flush policy); with it both end with one fsync
 (`flush()` / `conv=fsync`). Reads walk the whole log with `PartitionLog.read(max_bytes=1 MiB)` and move
 the bytes with `os.sendfile` to /dev/null (the zero-copy path the broker uses) and with `pread`.
+Every write measurement starts after an (untimed) `sync`, so no run pays for the previous run's
+writeback; on a VM the page cache is still noisy, hence the median of several runs.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -48,6 +51,7 @@ def bench_append(
     batch = make_batch(batch_size)
     appends = max(1, total_bytes // len(batch))
     now = 1_700_000_000_000
+    os.sync()  # start without dirty pages of the previous run (untimed)
     started = time.perf_counter()
     for _ in range(appends):
         batch[0:8] = b"\0" * 8  # a fresh client batch has base offset 0; the append patched it in place
@@ -64,6 +68,7 @@ def bench_dd(directory: str, block_size: int, total_bytes: int, fsync: bool) -> 
     command = ["dd", "if=/dev/zero", f"of={target}", f"bs={block_size}", f"count={count}"]
     if fsync:
         command.append("conv=fsync")
+    os.sync()
     started = time.perf_counter()
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     elapsed = time.perf_counter() - started
@@ -116,27 +121,38 @@ def main() -> int:
     parser.add_argument("--dir", default=None, help="directory on the disk to measure (default: a temp dir)")
     parser.add_argument("--total-mb", type=int, default=1024, help="bytes to write per measurement, in MiB")
     parser.add_argument("--fsync", action="store_true", help="end every write measurement with one fsync")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per measurement (the median is shown)")
     args = parser.parse_args()
     base = tempfile.mkdtemp(prefix="bench-log-", dir=args.dir)
     total = args.total_mb * MIB
     try:
-        print(f"directory {base}, {args.total_mb} MiB per run, fsync at end: {args.fsync}")
+        print(
+            f"directory {base}, {args.total_mb} MiB per run, median of {args.repeat}, fsync: {args.fsync}"
+        )
         print(
             f"{'batch':>8} {'append MB/s':>12} {'dd MB/s':>10} {'ratio':>6} "
             f"{'read sendfile':>14} {'read pread':>11}"
         )
         for batch_size in (MIB, 16 * 1024):
-            dd_rate = bench_dd(base, batch_size, total, args.fsync)
-            append_rate, pl = bench_append(base, batch_size, total, args.fsync)
-            sendfile_rate = bench_read(pl, "sendfile")
-            pread_rate = bench_read(pl, "pread")
-            pl.close(clean=False)
+            appends, dds, sendfiles, preads = [], [], [], []
+            for rep in range(args.repeat):
+                # alternate the order so that neither side always inherits the other's dirty pages
+                if rep % 2 == 0:
+                    dds.append(bench_dd(base, batch_size, total, args.fsync))
+                append_rate, pl = bench_append(base, batch_size, total, args.fsync)
+                appends.append(append_rate)
+                if rep % 2 == 1:
+                    dds.append(bench_dd(base, batch_size, total, args.fsync))
+                sendfiles.append(bench_read(pl, "sendfile"))
+                preads.append(bench_read(pl, "pread"))
+                pl.close(clean=False)
+                shutil.rmtree(pl.directory)
+            append_rate, dd_rate = statistics.median(appends), statistics.median(dds)
             label = "1 MiB" if batch_size == MIB else "16 KiB"
             print(
                 f"{label:>8} {append_rate:12.0f} {dd_rate:10.0f} {append_rate / dd_rate:6.2f} "
-                f"{sendfile_rate:14.0f} {pread_rate:11.0f}"
+                f"{statistics.median(sendfiles):14.0f} {statistics.median(preads):11.0f}"
             )
-            shutil.rmtree(pl.directory)
     finally:
         shutil.rmtree(base, ignore_errors=True)
     return 0

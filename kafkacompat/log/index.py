@@ -81,10 +81,11 @@ class _SparseIndex:
                 self._pending = bytearray()
 
     def flush(self) -> None:
-        self.write_pending()
-        if self._fd is not None and self.dirty:
-            os.fsync(self._fd)
-        self.dirty = False
+        if self.dirty:
+            self.dirty = False  # cleared first: an append racing with this flush sets it again
+            self.write_pending()
+            if self._fd is not None:
+                os.fsync(self._fd)
 
     def close(self) -> None:
         self.write_pending()

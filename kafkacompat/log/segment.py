@@ -325,8 +325,8 @@ class LogSegment:
 
     def flush(self) -> None:
         if self.dirty:
+            self.dirty = False  # cleared first: an append racing with this fsync sets it again
             os.fsync(self.fd)
-            self.dirty = False
         self.offset_index.flush()
         self.time_index.flush()
 

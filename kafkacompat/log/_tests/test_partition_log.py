@@ -369,3 +369,31 @@ def test_storage_error_takes_only_that_log_offline(make_log):
     assert err.value.code == ErrorCode.KAFKA_STORAGE_ERROR
     broken.active_segment.fd = -1
     assert fill(healthy, 1)[0].base_offset == 0
+
+
+def test_flush_in_a_worker_thread_while_appending(make_log):
+    import threading
+
+    pl = make_log({"segment.bytes": "20000", "index.interval.bytes": "500"})
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    points: list[int] = []
+
+    def flusher() -> None:
+        try:
+            while not stop.is_set():
+                points.append(pl.flush())
+        except BaseException as exc:  # surfaced by the assertion below
+            errors.append(exc)
+
+    thread = threading.Thread(target=flusher)
+    thread.start()
+    try:
+        fill(pl, 300)
+    finally:
+        stop.set()
+        thread.join()
+    assert not errors
+    assert points == sorted(points) and points[-1] <= pl.log_end_offset
+    assert pl.flush() == pl.log_end_offset == 1500
+    check_indexes_against_log(pl, 500)
