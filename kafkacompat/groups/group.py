@@ -108,6 +108,7 @@ class Member:
 class Group:
     group_id: str
     state: GroupState = GroupState.EMPTY
+    previous_state: GroupState = GroupState.EMPTY
     state_timestamp_ms: int | None = None
     generation_id: int = 0
     protocol_type: str | None = None
@@ -132,6 +133,7 @@ class Group:
 
     def transition(self, state: GroupState, now_ms: int) -> None:
         assert self.state in VALID_PREVIOUS_STATES[state], f"{self.state} -> {state}"
+        self.previous_state = self.state
         self.state = state
         self.state_timestamp_ms = now_ms
 

@@ -676,7 +676,8 @@ class GroupCoordinatorCore:
             protocols=[(name, bytes(metadata)) for name, metadata in req.protocols],
             is_new=True,
         )
-        if group.is_(PREPARING) and group.generation_id == 0:
+        # A rebalance that started from Empty waits a little longer for every member that arrives.
+        if group.is_(PREPARING) and group.previous_state is EMPTY:
             group.new_member_added = True
         group.add(member)
         parked = self._park_join(member)

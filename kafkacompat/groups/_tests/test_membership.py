@@ -164,6 +164,20 @@ def test_initial_delay_extends_while_members_keep_joining() -> None:
     assert all(h2.answer(p).generation_id == 1 for p in parked)
 
 
+def test_initial_delay_applies_again_when_an_empty_group_reforms() -> None:
+    h = Harness(initial_rebalance_delay_ms=3000)
+    (a,) = h.settle([h.join_with_id(G)], 3000)
+    h.leave(G, (a.member_id, None))
+    assert h.state(G) == "Empty" and h.core.groups[G].generation_id == 2
+    first = h.join_with_id(G)
+    h.advance(1000)
+    second = h.join_with_id(G)
+    h.advance(2000)  # the delay ends with a member added meanwhile: it is extended
+    assert h.answer(first) is None
+    h.advance(3000)
+    assert h.answer(first).generation_id == h.answer(second).generation_id == 3
+
+
 def test_member_leaving_triggers_rebalance_and_batched_leave() -> None:
     h = Harness(initial_rebalance_delay_ms=10)
     leader, f1, f2 = stable_group(h, 3, 10)
