@@ -57,12 +57,13 @@ def iso_millis(ms: int) -> str:
 
 def _zipf_index(rng: random.Random, n: int, s: float = 1.1) -> int:
     """An index in [0, n) with roughly Zipf(s) popularity (index 0 the most popular)."""
-    # Inverse-CDF of a continuous power law, cheap and good enough for load shapes.
+    # Inverse-CDF of a continuous power law on [1, n + 1), cheap and good enough for load shapes; its
+    # integer part minus one is the index.
     u = rng.random()
     if s == 1.0:
-        x = n**u
+        x = (n + 1) ** u
     else:
-        x = ((n ** (1 - s) - 1) * u + 1) ** (1 / (1 - s))
+        x = (((n + 1) ** (1 - s) - 1) * u + 1) ** (1 / (1 - s))
     return min(n - 1, int(x) - 1)
 
 
@@ -345,6 +346,8 @@ def produce(
             if rate:
                 # Absolute schedule: event n is due at start + n/rate, so pacing errors do not accumulate.
                 due = start + sent / rate
+                if duration is not None and due - start >= duration:
+                    break
                 while now < due:
                     producer.poll(min(due - now, 0.05))
                     now = time.monotonic()
