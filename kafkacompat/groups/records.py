@@ -17,11 +17,12 @@ compacted ``__consumer_offsets`` topic, and replaying the records rebuilds the s
       clientHost, [v1+] rebalanceTimeout int32, sessionTimeout int32, subscription bytes, assignment bytes]
 * tombstone = the key with a null value (deletes an offset or a group).
 
-The code generator for the internal-record specs had not landed when this was written, so the codec
-here is small and hand-written; tests cross-check it byte for byte against kafka-python's independent
-schema-driven codec fed with Kafka's JSON specs. Unknown tagged fields in v4 values are skipped on read
-and never written; bytes after the known fields are ignored, as Kafka's generated readers ignore
-them. Every decode is bounds-checked and raises ``DecodeError`` on malformed input.
+The generated data-record codecs (``kafkacompat.wire.messages.encode_data``) had not landed when
+this was written, so the codec here is small and hand-written, with plain dataclasses and no object
+conversion; tests cross-check it byte for byte against both those generated codecs and kafka-python's
+independent schema-driven codec fed with Kafka's JSON specs. Unknown tagged fields in v4 values are
+skipped on read and never written; bytes after the known fields are ignored, as Kafka's generated
+readers ignore them. Every decode is bounds-checked and raises ``DecodeError`` on malformed input.
 
 ``partition_for(group_id, n)`` is Kafka's ``Utils.abs(groupId.hashCode) % n`` with Java's
 ``String.hashCode`` evaluated over UTF-16 code units.

@@ -236,3 +236,72 @@ def test_huge_array_count_is_rejected_without_allocating() -> None:
     data = struct.pack(">hhih", 3, 0, 1, -1) + struct.pack(">hq", -1, 0) + struct.pack(">i", 2**31 - 1)
     with pytest.raises(DecodeError):
         rec.decode_group_metadata_value(data)
+
+
+def generated_codecs():  # type: ignore[no-untyped-def]
+    try:
+        from kafkacompat.wire import messages
+    except ImportError:
+        pytest.skip("generated wire codecs not present")
+    if not hasattr(messages, "encode_data"):
+        pytest.skip("generated data-record codecs not present")
+    return messages
+
+
+@given(group_values, st.integers(0, 4))
+def test_group_metadata_value_matches_generated_codec(value: rec.GroupMetadataValue, version: int) -> None:
+    messages = generated_codecs()
+    cls = messages.data_class("GroupMetadataValue")
+    member_cls = __import__(cls.__module__, fromlist=["MemberMetadata"]).MemberMetadata
+    theirs = messages.encode_data(
+        "GroupMetadataValue",
+        version,
+        cls(
+            protocol_type=value.protocol_type,
+            generation=value.generation,
+            protocol=value.protocol,
+            leader=value.leader,
+            current_state_timestamp=value.current_state_timestamp,
+            members=[
+                member_cls(
+                    member_id=m.member_id,
+                    group_instance_id=m.group_instance_id,
+                    client_id=m.client_id,
+                    client_host=m.client_host,
+                    rebalance_timeout=m.rebalance_timeout,
+                    session_timeout=m.session_timeout,
+                    subscription=m.subscription,
+                    assignment=m.assignment,
+                )
+                for m in value.members
+            ],
+        ),
+    )
+    ours = rec.encode_group_metadata_value(value, version)
+    assert ours[:2] == struct.pack(">h", version) and ours[2:] == theirs
+
+
+@given(offset_values, st.integers(0, 4))
+def test_offset_commit_value_matches_generated_codec(value: rec.OffsetCommitValue, version: int) -> None:
+    messages = generated_codecs()
+    cls = messages.data_class("OffsetCommitValue")
+    theirs = messages.encode_data(
+        "OffsetCommitValue",
+        version,
+        cls(
+            offset=value.offset,
+            leader_epoch=value.leader_epoch,
+            metadata=value.metadata,
+            commit_timestamp=value.commit_timestamp,
+            expire_timestamp=value.expire_timestamp,
+        ),
+    )
+    assert rec.encode_offset_commit_value(value, version)[2:] == theirs
+
+
+def test_keys_match_generated_codec() -> None:
+    messages = generated_codecs()
+    key = messages.data_class("OffsetCommitKey")(group="g", topic="t", partition=3)
+    assert rec.encode_offset_commit_key("g", "t", 3)[2:] == messages.encode_data("OffsetCommitKey", 1, key)
+    gkey = messages.data_class("GroupMetadataKey")(group="grp")
+    assert rec.encode_group_metadata_key("grp")[2:] == messages.encode_data("GroupMetadataKey", 2, gkey)
