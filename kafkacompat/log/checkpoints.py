@@ -9,6 +9,7 @@ Formats (Kafka's):
 - `leader-epoch-checkpoint`: a version line `0`, a count line, then `epoch startOffset` lines.
 - `meta.properties`: Java properties; version 1 carries `node.id`, `cluster.id` and `directory.id`
   (a random UUID in Kafka's URL-safe base64 form); version 0 carries `broker.id` instead of `node.id`.
+- `partition.metadata` (in a partition dir): `version: 0` and `topic_id: <uuid>` lines.
 - `.kafka_cleanshutdown`: present only after a clean shutdown; Kafka 3.x writes
   `{"version":0,"brokerEpoch":N}` into it. Its absence at startup means recovery is needed.
 
@@ -40,10 +41,12 @@ __all__ = [
     "read_epoch_checkpoint",
     "read_meta_properties",
     "read_offset_checkpoint",
+    "read_partition_metadata",
     "write_clean_shutdown",
     "write_epoch_checkpoint",
     "write_meta_properties",
     "write_offset_checkpoint",
+    "write_partition_metadata",
 ]
 
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
@@ -51,6 +54,7 @@ LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 META_PROPERTIES = "meta.properties"
+PARTITION_METADATA = "partition.metadata"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 
 
@@ -179,3 +183,20 @@ def write_clean_shutdown(log_dir: str, broker_epoch: int = -1) -> None:
 def read_clean_shutdown(log_dir: str) -> bool:
     """True when the marker exists (an empty marker, as older Kafka wrote it, counts too)."""
     return os.path.exists(os.path.join(log_dir, CLEAN_SHUTDOWN_FILE))
+
+
+def write_partition_metadata(partition_dir: str, topic_id: str, *, sync: bool = True) -> None:
+    body = f"version: 0\ntopic_id: {topic_id}"
+    atomic_write(os.path.join(partition_dir, PARTITION_METADATA), body.encode(), sync=sync)
+
+
+def read_partition_metadata(partition_dir: str) -> str | None:
+    """The topic id stored in the partition dir, None when absent or unreadable."""
+    try:
+        with open(os.path.join(partition_dir, PARTITION_METADATA), encoding="utf-8") as f:
+            lines = dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
+    except OSError:
+        return None
+    if lines.get("version", "").strip() != "0":
+        return None
+    return lines.get("topic_id", "").strip() or None

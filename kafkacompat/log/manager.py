@@ -196,13 +196,22 @@ class LogManager:
         return min(self.log_dirs, key=lambda d: counts[d])
 
     def create_log(
-        self, topic: str, partition: int, config: LogConfig | None = None, *, now_ms: int = 0
+        self,
+        topic: str,
+        partition: int,
+        config: LogConfig | None = None,
+        *,
+        topic_id: str | None = None,
+        now_ms: int = 0,
     ) -> PartitionLog:
-        """The partition's log, created empty (at offset 0) if it does not exist yet."""
+        """The partition's log, created empty (at offset 0) if it does not exist yet. `topic_id` (Kafka's
+        base64 UUID string) is written to the partition's `partition.metadata`."""
         existing = self.get_log(topic, partition)
         if existing is not None:
             if config is not None:
                 existing.update_config(config)
+            if topic_id is not None:
+                existing.set_topic_id(topic_id)
             return existing
         if config is not None:
             self._topic_configs[topic] = config
@@ -217,6 +226,8 @@ class LogManager:
                 now_ms=now_ms,
                 sync=self.sync,
             )
+            if topic_id is not None:
+                partition_log.set_topic_id(topic_id)
         except OSError as exc:
             raise KafkaError(
                 ErrorCode.KAFKA_STORAGE_ERROR, f"cannot create {topic}-{partition}: {exc}"

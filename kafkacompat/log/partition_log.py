@@ -3,7 +3,8 @@
 Theory of operation
 -------------------
 A partition dir `<topic>-<partition>` holds segments (`<base>.log/.index/.timeindex`), producer-state
-snapshots (`<offset>.snapshot`) and `leader-epoch-checkpoint`. The last segment is the active one; only
+snapshots (`<offset>.snapshot`), `leader-epoch-checkpoint` and, once the broker sets a topic id,
+`partition.metadata`. The last segment is the active one; only
 it is appended to. Offsets: `log_start_offset` (first readable offset; moved by retention and
 DeleteRecords), `log_end_offset` (next offset to assign), `recovery_point` (everything below it is
 fsynced) and `high_watermark` (set by the broker; the read bound it passes for consumers). This
@@ -47,7 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
 
 from kafkacompat.log.batch_header import BatchHeader
-from kafkacompat.log.checkpoints import fsync_dir
+from kafkacompat.log.checkpoints import fsync_dir, read_partition_metadata, write_partition_metadata
 from kafkacompat.log.config import LogConfig
 from kafkacompat.log.file_slice import FileSlice
 from kafkacompat.log.index import IndexCorrupt
@@ -160,6 +161,14 @@ class PartitionLog:
         self.recovery_point = recovery_point
         self.high_watermark = high_watermark
         self.load_report = self._load(clean_shutdown, now_ms)
+        self.topic_id: str | None = read_partition_metadata(self.directory)
+
+    def set_topic_id(self, topic_id: str) -> None:
+        """Record the topic id in `partition.metadata` (Kafka's file: `version: 0`, `topic_id: <id>`)."""
+        if self.topic_id == topic_id:
+            return
+        write_partition_metadata(self.directory, topic_id, sync=self.sync)
+        self.topic_id = topic_id
 
     # --- loading ---------------------------------------------------------------------------------
 

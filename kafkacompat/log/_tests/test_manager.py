@@ -23,7 +23,7 @@ def new_manager(dirs, **kwargs) -> LogManager:
 
 def test_log_dir_files_follow_kafkas_formats(tmp_path):
     manager = new_manager([tmp_path])
-    pl = manager.create_log("orders", 2)
+    pl = manager.create_log("orders", 2, topic_id="q0kSLhN0SP6Q5V8yIh1wIw")
     for _ in range(4):
         pl.append_as_leader(make_batch([b"a", b"b"]), 0, NOW)
     pl.update_high_watermark(6)
@@ -44,7 +44,13 @@ def test_log_dir_files_follow_kafkas_formats(tmp_path):
         "00000000000000000000.timeindex",
         "00000000000000000008.snapshot",
         "leader-epoch-checkpoint",
+        "partition.metadata",
     ]
+    with open(tmp_path / "orders-2" / "partition.metadata") as f:
+        assert f.read() == "version: 0\ntopic_id: q0kSLhN0SP6Q5V8yIh1wIw"
+    manager = new_manager([tmp_path])
+    assert manager.get_log("orders", 2).topic_id == "q0kSLhN0SP6Q5V8yIh1wIw"
+    manager.shutdown()
 
 
 def test_restart_restores_offsets_and_removes_the_marker_until_next_clean_shutdown(tmp_path):
