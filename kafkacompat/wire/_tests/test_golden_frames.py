@@ -106,10 +106,8 @@ class CaptureBroker:
             spec = messages.API_SPECS[API_VERSIONS]
             cls = spec.response_class
             if version > spec.max_version:
-                body = cls(
-                    error_code=UNSUPPORTED_VERSION,
-                    api_keys=[cls.ApiVersion(api_key=API_VERSIONS, min_version=0, max_version=spec.max_version)],
-                )
+                own = cls.ApiVersion(api_key=API_VERSIONS, min_version=0, max_version=spec.max_version)
+                body = cls(error_code=UNSUPPORTED_VERSION, api_keys=[own])
                 version = 0
             else:
                 body = cls(
@@ -135,7 +133,8 @@ class CaptureBroker:
         else:
             return None
         chunks = messages.encode_response(key, version, body)
-        return encode_response_header(key, version, header.correlation_id) + b"".join(bytes(c) for c in chunks)
+        payload = b"".join(bytes(c) for c in chunks)
+        return encode_response_header(key, version, header.correlation_id) + payload
 
 
 def _run_kafka_python(port: int) -> None:
