@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kafkacompat.groups._tests.harness import Harness, subscription
-from kafkacompat.groups.api import JoinGroupResponse, Parked, SyncGroupResponse
+from kafkacompat.groups.api import JoinGroupResponse, Parked, SyncGroupRequest, SyncGroupResponse
 from kafkacompat.wire.errors import ErrorCode as E
 
 G = "group-a"
@@ -374,3 +374,42 @@ def test_duplicate_join_from_the_same_member_answers_the_older_request() -> None
     assert h.answer(first).error_code == E.REBALANCE_IN_PROGRESS
     h.advance(1000)
     assert h.answer(second).error_code == E.NONE
+
+
+def test_sync_checks_protocol_and_a_leave_cancels_waiting_syncs() -> None:
+    h = Harness(initial_rebalance_delay_ms=10)
+    ja, jb, jc = h.settle([h.join_with_id(G, client_id=c) for c in "abc"], 10)
+    lead = ja.leader
+    followers = [j.member_id for j in (ja, jb, jc) if j.member_id != lead]
+    bad_type = SyncGroupRequest(G, 1, followers[0], [], protocol_type="connect")
+    assert h.absorb(h.core.sync_group(bad_type, h.now)) == SyncGroupResponse(E.INCONSISTENT_GROUP_PROTOCOL)
+    bad_name = SyncGroupRequest(G, 1, followers[0], [], protocol_type="consumer", protocol_name="roundrobin")
+    assert h.absorb(h.core.sync_group(bad_name, h.now)) == SyncGroupResponse(E.INCONSISTENT_GROUP_PROTOCOL)
+    assert h.sync(G, followers[0], 0) == SyncGroupResponse(E.ILLEGAL_GENERATION)
+    waiting = h.sync(G, followers[0], 1)
+    assert isinstance(waiting, Parked)
+    h.leave(G, (followers[1], None))
+    # The rebalance the leave starts answers the waiting sync, so the member rejoins.
+    assert h.answer(waiting) == SyncGroupResponse(E.REBALANCE_IN_PROGRESS)
+    assert h.state(G) == "PreparingRebalance"
+
+
+def test_join_v0_uses_session_timeout_as_rebalance_timeout() -> None:
+    h = Harness(initial_rebalance_delay_ms=10)
+    parked = h.join(G, session_timeout_ms=7000, rebalance_timeout_ms=-1, api_version=0)
+    assert isinstance(parked, Parked)
+    (member,) = h.core.groups[G].members.values()
+    assert member.rebalance_timeout_ms == 7000
+    # The initial delay is extended up to the rebalance timeout at most.
+    assert h.settle([parked], 10)[0].generation_id == 1
+
+
+def test_next_deadline_tells_the_runtime_when_to_tick() -> None:
+    h = Harness(initial_rebalance_delay_ms=3000)
+    parked = h.join_with_id(G)
+    deadline = h.core.next_deadline()
+    assert deadline == h.now + 3000
+    h.absorb(h.core.tick(deadline - 1))
+    assert h.answer(parked) is None
+    h.absorb(h.core.tick(deadline))
+    assert h.answer(parked).generation_id == 1

@@ -193,3 +193,11 @@ def test_explicit_retention_of_old_commit_versions() -> None:
     assert h.log[-1].value[:2] == b"\x00\x01"  # written as OffsetCommitValue v1, as Kafka does
     h.advance(5000)
     assert h.fetch("old") == {}
+
+
+def test_commit_v1_explicit_timestamp_and_null_metadata() -> None:
+    h = Harness()
+    req = OffsetCommitRequest("v1", [OffsetCommitPartition("t", 0, 3, metadata=None, commit_timestamp=1234)])
+    assert h.absorb(h.core.offset_commit(req, h.now)) == [(("t", 0), E.NONE)]
+    value = decode_offset_commit_value(h.log[-1].value)
+    assert (value.commit_timestamp, value.metadata, value.leader_epoch) == (1234, "", -1)
