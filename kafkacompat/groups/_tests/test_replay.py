@@ -137,6 +137,8 @@ ops = st.one_of(
     st.tuples(st.just("sync_all"), st.integers(0, 2), st.booleans()),
     st.tuples(st.just("advance"), st.sampled_from([0, 1, 50, 50, 1000, 4000, 4000, 11_000, 70_000])),
     st.tuples(st.just("heartbeat_all"), st.integers(0, 2)),
+    # The broker restarts: a new core replays the log; requests in flight are lost with their connections.
+    st.tuples(st.just("restart")),
 )
 
 
@@ -174,6 +176,13 @@ class Model:
         kind = op[0]
         if kind == "advance":
             h.advance(op[1])
+        elif kind == "restart":
+            assert_replay_matches(h)
+            h.core = replayed(h)
+            h.answers.clear()
+            self.parked.clear()
+            # A generation that never reached the log is forgotten, as in Kafka.
+            self.generations.clear()
         else:
             g = GROUPS[op[1]]
             if kind == "join":
