@@ -67,6 +67,7 @@ class Broker:
         self.state: Any = None
         self.bound: list[BoundListener] = []
         self._shutdown = trio.Event() if _in_trio() else None
+        self.stopped = trio.Event() if _in_trio() else None  # set once run() has finished its shutdown
         self._connections: set[Any] = set()
         self._connection_count = 0
         self._next_connection_id = 0
@@ -82,6 +83,8 @@ class Broker:
     ) -> None:
         if self._shutdown is None:
             self._shutdown = trio.Event()
+        if self.stopped is None:
+            self.stopped = trio.Event()
         state = await trio.to_thread.run_sync(self._open_state)
         self.state = state
         try:
@@ -133,6 +136,7 @@ class Broker:
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(self._close_state, state)
             log.info("broker stopped")
+            self.stopped.set()
 
     def _open_state(self) -> Any:
         """Blocking start-up: log dirs, recovery, topic table. Runs in a worker thread."""

@@ -1,0 +1,162 @@
+"""Connection behaviour on the wire: version negotiation, ordering, acks=0, bad input, idle and caps."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import trio
+
+from kafkacompat.broker import dispatch
+from kafkacompat.broker._tests.wire_client import RawClient, batch, request, start_broker
+from kafkacompat.wire.errors import ErrorCode
+from kafkacompat.wire.messages import API_SPECS
+
+API_VERSIONS, METADATA, PRODUCE, FETCH, CREATE_TOPICS = 18, 3, 0, 1, 19
+TELEMETRY_KEYS = {71, 72}
+
+
+async def create_topic(client: RawClient, name: str, partitions: int = 1) -> None:
+    topic = request(CREATE_TOPICS).CreatableTopic(name=name, num_partitions=partitions, replication_factor=1)
+    response = await client.call(CREATE_TOPICS, 7, request(CREATE_TOPICS, topics=[topic], timeout_ms=5000))
+    assert response.topics[0].error_code == ErrorCode.NONE
+
+
+async def test_api_versions_lists_the_dispatch_table(nursery: trio.Nursery, tmp_path: Path) -> None:
+    broker = await start_broker(nursery, tmp_path)
+    client = await RawClient.connect(broker.port)
+    for version in range(5):
+        response = await client.call(API_VERSIONS, version, request(API_VERSIONS))
+        assert response.error_code == ErrorCode.NONE
+        listed = {(k.api_key, k.min_version, k.max_version) for k in response.api_keys}
+        assert listed == set(dispatch.supported_versions())
+    keys = {k for k, _, _ in dispatch.supported_versions()}
+    assert {0, 1, 2, 3, 18, 19, 20, 22} <= keys
+    assert not keys & TELEMETRY_KEYS
+    for key, low, high in dispatch.supported_versions():
+        spec = API_SPECS[key]
+        assert spec.min_version <= low <= high <= spec.max_version
+    assert (1, 4, 17) in dispatch.supported_versions()
+
+
+async def test_api_versions_unknown_version_gets_v0_error_and_list(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    broker = await start_broker(nursery, tmp_path)
+    client = await RawClient.connect(broker.port)
+    # ApiVersions v9 from a future client: header v2 (flexible), body unknown to us
+    header = struct.pack(">hhih", API_VERSIONS, 9, 77, 3) + b"cli" + b"\x00"
+    body = b"\x05future\x020\x00"
+    await client.send_raw(struct.pack(">i", len(header) + len(body)) + header + body)
+    correlation_id, response = await client.receive(API_VERSIONS, 0)
+    assert correlation_id == 77
+    assert response.error_code == ErrorCode.UNSUPPORTED_VERSION
+    assert {(k.api_key, k.min_version, k.max_version) for k in response.api_keys} == set(
+        dispatch.supported_versions()
+    )
+    # the connection stays usable
+    assert (await client.call(API_VERSIONS, 3, request(API_VERSIONS))).error_code == ErrorCode.NONE
+
+
+async def test_unsupported_version_of_other_api_closes_connection(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    broker = await start_broker(nursery, tmp_path)
+    client = await RawClient.connect(broker.port)
+    await client.send(FETCH, 3, request(FETCH, max_wait_ms=0, min_bytes=0, topics=[]))  # Fetch v3: not served
+    assert await client.is_closed()
+    other = await RawClient.connect(broker.port)
+    assert (await other.call(METADATA, 12, request(METADATA, topics=[]))).brokers[0].port == broker.port
+
+
+async def test_undecodable_frames_close_only_that_connection(nursery: trio.Nursery, tmp_path: Path) -> None:
+    broker = await start_broker(nursery, tmp_path, "socket.request.max.bytes=1000")
+    bystander = await RawClient.connect(broker.port)
+    cases = [
+        struct.pack(">i", 3) + b"\x00\x03\x00",  # shorter than a header
+        struct.pack(">i", 12) + struct.pack(">hhi", METADATA, 1, 1) + b"\x00\x00\xff\xff",  # truncated body
+        struct.pack(">i", 5000) + b"x" * 10,  # above socket.request.max.bytes
+        struct.pack(">i", -3),  # negative size
+        struct.pack(">i", 10) + struct.pack(">hhi", 999, 0, 1) + b"\x00\x00",  # unknown api key
+    ]
+    for payload in cases:
+        client = await RawClient.connect(broker.port)
+        await client.send_raw(payload)
+        assert await client.is_closed(), payload
+    assert (await bystander.call(API_VERSIONS, 3, request(API_VERSIONS))).error_code == ErrorCode.NONE
+
+
+async def test_pipelined_requests_answered_in_order_acks0_silent(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    broker = await start_broker(nursery, tmp_path)
+    client = await RawClient.connect(broker.port)
+    await create_topic(client, "ordered")
+    partition = request(PRODUCE).PartitionProduceData(index=0, records=batch(b"silent"))
+    silent = request(
+        PRODUCE,
+        acks=0,
+        timeout_ms=1000,
+        topic_data=[request(PRODUCE).TopicProduceData(name="ordered", partition_data=[partition])],
+    )
+    sent = [
+        await client.send(API_VERSIONS, 3, request(API_VERSIONS)),
+        await client.send(PRODUCE, 9, silent),
+        await client.send(METADATA, 12, request(METADATA, topics=None)),
+        await client.send(PRODUCE, 11, silent),
+        await client.send(API_VERSIONS, 0, request(API_VERSIONS)),
+    ]
+    received = [
+        (await client.receive(API_VERSIONS, 3))[0],
+        (await client.receive(METADATA, 12))[0],
+        (await client.receive(API_VERSIONS, 0))[0],
+    ]
+    assert received == [sent[0], sent[2], sent[4]]
+    log = broker.state.partition_log("ordered", 0)
+    assert log.log_end_offset == 2  # both acks=0 batches were appended, in order
+
+
+async def test_idle_connections_are_closed(nursery: trio.Nursery, tmp_path: Path) -> None:
+    broker = await start_broker(nursery, tmp_path, "connections.max.idle.ms=200")
+    client = await RawClient.connect(broker.port)
+    await client.call(API_VERSIONS, 3, request(API_VERSIONS))
+    with trio.fail_after(5):
+        assert await client.is_closed(timeout=5)
+
+
+async def test_max_connections(nursery: trio.Nursery, tmp_path: Path) -> None:
+    broker = await start_broker(nursery, tmp_path, "max.connections=1")
+    first = await RawClient.connect(broker.port)
+    await first.call(API_VERSIONS, 3, request(API_VERSIONS))
+    second = await RawClient.connect(broker.port)
+    assert await second.is_closed()
+    assert (await first.call(API_VERSIONS, 3, request(API_VERSIONS))).error_code == ErrorCode.NONE
+
+
+async def test_trailing_bytes_after_a_request_are_ignored(nursery: trio.Nursery, tmp_path: Path) -> None:
+    # librdkafka 2.x sends three stray bytes after an all-topics Metadata v12 request; Kafka accepts it
+    broker = await start_broker(nursery, tmp_path)
+    client = await RawClient.connect(broker.port)
+    payload = bytes.fromhex("0003000c00000003000772646b61666b610000000000010000")
+    await client.send_raw(struct.pack(">i", len(payload)) + payload)
+    correlation_id, response = await client.receive(METADATA, 12)
+    assert correlation_id == 3 and response.brokers[0].node_id == 1
+
+
+async def test_shutdown_finishes_in_flight_request(nursery: trio.Nursery, tmp_path: Path) -> None:
+    broker = await start_broker(nursery, tmp_path)
+    client = await RawClient.connect(broker.port)
+    await create_topic(client, "drain")
+    fetch_topic = request(FETCH).FetchTopic(
+        topic="drain",
+        partitions=[request(FETCH).FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)],
+    )
+    await client.send(FETCH, 12, request(FETCH, max_wait_ms=300, min_bytes=1, topics=[fetch_topic]))
+    await trio.sleep(0.05)
+    broker.request_shutdown()
+    _, response = await client.receive(FETCH, 12)
+    assert response.responses[0].partitions[0].error_code == ErrorCode.NONE
+    assert await client.is_closed()
+    with trio.fail_after(10):
+        await broker.stopped.wait()
+    assert (tmp_path / ".kafka_cleanshutdown").exists()

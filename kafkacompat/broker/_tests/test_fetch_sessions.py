@@ -1,0 +1,63 @@
+"""FetchSessionCache (KIP-227) without a broker: creation, epochs, incremental filtering, eviction."""
+
+from __future__ import annotations
+
+import random
+
+from kafkacompat.broker.fetch_sessions import EVICTION_IDLE_MS, FetchSessionCache, PartitionRequest
+from kafkacompat.wire.errors import ErrorCode
+
+
+def req(topic: str, partition: int, offset: int = 0) -> PartitionRequest:
+    return PartitionRequest(topic, partition, offset, 1000)
+
+
+def report(context, cached, hw: int, records: bool = False, error: int = 0) -> bool:  # type: ignore[no-untyped-def]
+    return context.report(
+        cached, high_watermark=hw, last_stable_offset=hw, log_start_offset=0, has_records=records, error=error
+    )
+
+
+def test_sessionless_and_new_session() -> None:
+    cache = FetchSessionCache(10, random.Random(1))
+    plain = cache.open(0, -1, [req("t", 0)], [], now_ms=0)
+    assert (plain.session_id, plain.incremental, len(cache)) == (0, False, 0)
+    full = cache.open(0, 0, [req("t", 0), req("t", 1)], [], now_ms=0)
+    assert full.session_id != 0 and not full.incremental and len(cache) == 1
+    assert [c.key for c in full.partitions] == [("t", 0), ("t", 1)]
+
+
+def test_incremental_updates_forgets_and_filters() -> None:
+    cache = FetchSessionCache(10)
+    full = cache.open(0, 0, [req("t", 0), req("t", 1)], [], now_ms=0)
+    for cached in full.partitions:
+        assert report(full, cached, hw=5)
+    inc = cache.open(full.session_id, 1, [req("t", 2, 7)], [("t", 0)], now_ms=1)
+    assert inc.incremental and [c.key for c in inc.partitions] == [("t", 1), ("t", 2)]
+    one, two = inc.partitions
+    assert not report(inc, one, hw=5)  # unchanged
+    assert report(inc, two, hw=0)  # new partition: first report differs from the unknown (-1)
+    nxt = cache.open(full.session_id, 2, [], [], now_ms=2)
+    assert report(nxt, nxt.partitions[0], hw=6)  # high watermark moved
+    assert report(nxt, nxt.partitions[1], hw=0, records=True)
+    assert report(nxt, nxt.partitions[1], hw=0, error=ErrorCode.OFFSET_OUT_OF_RANGE)
+
+
+def test_session_errors_and_close() -> None:
+    cache = FetchSessionCache(10)
+    full = cache.open(0, 0, [req("t", 0)], [], now_ms=0)
+    assert cache.open(full.session_id, 5, [], [], now_ms=0).error == ErrorCode.INVALID_FETCH_SESSION_EPOCH
+    assert cache.open(full.session_id + 1, 1, [], [], now_ms=0).error == ErrorCode.FETCH_SESSION_ID_NOT_FOUND
+    assert cache.open(full.session_id, 1, [], [], now_ms=0).error == ErrorCode.NONE
+    closed = cache.open(full.session_id, -1, [req("t", 0)], [], now_ms=0)
+    assert closed.session_id == 0 and len(cache) == 0
+
+
+def test_capacity_and_eviction() -> None:
+    cache = FetchSessionCache(1)
+    first = cache.open(0, 0, [req("t", 0)], [], now_ms=0)
+    refused = cache.open(0, 0, [req("t", 0)], [], now_ms=10)
+    assert refused.session_id == 0 and cache.get(first.session_id) is not None
+    later = cache.open(0, 0, [req("t", 0)], [], now_ms=EVICTION_IDLE_MS + 1)
+    assert later.session_id != 0 and cache.get(first.session_id) is None
+    assert FetchSessionCache(0).open(0, 0, [req("t", 0)], [], now_ms=0).session_id == 0

@@ -1,0 +1,81 @@
+"""`kafkacompat serve` as a process: start-up time, signals, config errors."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from kafkacompat.testing import BrokerProcess
+
+
+def _metadata_answer(port: int) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        body = struct.pack(">hhih", 3, 1, 1, 1) + b"t" + struct.pack(">i", -1)
+        sock.sendall(struct.pack(">i", len(body)) + body)
+        size = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))[0]
+        return sock.recv(size, socket.MSG_WAITALL)
+
+
+def test_sigterm_shuts_down_cleanly(tmp_path: Path) -> None:
+    started = time.monotonic()
+    broker = BrokerProcess(tmp_path / "data").start()
+    assert time.monotonic() - started < 5  # generous for loaded CI machines; typically ~0.5 s
+    answer = _metadata_answer(broker.port)
+    assert struct.unpack(">i", answer[:4])[0] == 1  # correlation id
+    assert broker.stop() == 0
+    assert (tmp_path / "data" / ".kafka_cleanshutdown").exists()
+    assert "shutting down" in broker.log_path.read_text()
+
+
+def test_second_signal_exits_at_once(tmp_path: Path) -> None:
+    broker = BrokerProcess(tmp_path / "data").start()
+    process = broker.process
+    assert process is not None
+    # two different signals (trio coalesces repeats of one signal that arrive before they are read)
+    process.send_signal(signal.SIGTERM)
+    process.send_signal(signal.SIGINT)
+    assert process.wait(10) in (128 + signal.SIGINT, 128 + signal.SIGTERM)  # not 0: no orderly shutdown
+    broker.process = None
+
+
+def test_bad_config_exits_with_message(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kafkacompat",
+            "serve",
+            "--override",
+            "num.partitions=zero",
+            "--override",
+            f"log.dirs={tmp_path}",
+        ],
+        capture_output=True,
+        timeout=30,
+    )
+    assert result.returncode == 2
+    assert b"num.partitions" in result.stderr
+
+
+def test_config_file_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "server.properties"
+    path.write_text(f"log.dirs={tmp_path / 'fromfile'}\nlisteners=PLAINTEXT://127.0.0.1:0\nunknown.key=1\n")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kafkacompat", "serve", "--config", str(path)],
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while not (tmp_path / "fromfile" / "meta.properties").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert (tmp_path / "fromfile" / "meta.properties").exists()
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=20)
+    assert process.returncode == 0
+    assert b"unknown configuration keys (ignored): unknown.key" in stderr
