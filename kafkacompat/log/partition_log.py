@@ -664,11 +664,15 @@ class PartitionLog:
 
     @_storage_guard
     def truncate_to(self, offset: int, now_ms: int) -> bool:
-        """Remove everything at or after `offset` (replica truncation); True if anything was removed."""
+        """Remove every batch whose last offset is >= `offset` (replica truncation); True if anything went.
+
+        Truncation happens at batch boundaries: a target inside a batch removes that whole batch, so the
+        log end becomes that batch's base offset (epoch boundaries and high watermarks, the targets
+        replication uses, are batch boundaries anyway). The log never ends below its start offset: a
+        truncation reaching below it leaves an empty log starting there."""
         if offset >= self.log_end_offset:
             return False
-        if offset < self.log_start_offset:
-            offset = self.log_start_offset
+        offset = max(offset, self.log_start_offset)
         if offset <= self.segments[0].base_offset:
             self.truncate_fully_and_start_at(offset, now_ms)
             return True
@@ -678,6 +682,9 @@ class PartitionLog:
         del self._bases[index + 1 :]
         self._schedule_delete(doomed, now_ms)
         self.active_segment.truncate_to(offset)
+        if self.log_end_offset < self.log_start_offset:
+            self.truncate_fully_and_start_at(self.log_start_offset, now_ms)
+            return True
         self._after_truncation()
         return True
 
