@@ -255,6 +255,10 @@ class LogConfig:
         return list(self._values["cleanup.policy"])
 
     @property
+    def compacted(self) -> bool:
+        return "compact" in self._values["cleanup.policy"]
+
+    @property
     def deletes_by_retention(self) -> bool:
         return "delete" in self._values["cleanup.policy"]
 

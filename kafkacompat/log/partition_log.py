@@ -55,7 +55,7 @@ from kafkacompat.log.index import IndexCorrupt
 from kafkacompat.log.leader_epoch import LeaderEpochCache
 from kafkacompat.log.producer_state import ProducerStateManager
 from kafkacompat.log.segment import DELETED_SUFFIX, INT32_MAX, LogSegment
-from kafkacompat.log.validator import assign_offsets, validate_records
+from kafkacompat.log.validator import assign_offsets, recompress_if_needed, validate_records
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 from kafkacompat.wire.records import RecordBatchView, iter_records
 
@@ -345,6 +345,9 @@ class PartitionLog:
         batches = validate_records(buf, self.config, now_ms, from_client=True)
         if not batches:
             return AppendResult(-1, -1, -1, self.log_start_offset, 0)
+        recompressed = recompress_if_needed(batches, self.config)
+        if recompressed is not None:
+            buf, batches = recompressed
         staged = self.producer_state.begin()
         if check_producers:
             for batch in batches:

@@ -14,6 +14,12 @@ batch rejects the whole append (Kafka's behaviour). Checks and codes, in Kafka's
 Records are never decoded here: Kafka checks every record's timestamp, we check the batch's first and
 largest, which bound the records of every batch a well-behaved producer builds.
 
+Two topic configs make the broker look inside batches, and only they do (per-record work is paid only
+where it is configured, as in Kafka): `cleanup.policy` with `compact` requires every record to have a
+key (INVALID_RECORD otherwise), and `compression.type` other than `producer` makes
+`recompress_if_needed()` rebuild batches whose codec differs, keeping offsets deltas, timestamps,
+headers and producer fields (Kafka recompresses the same way).
+
 `assign_offsets()` then patches base offset and partition leader epoch in place (outside the CRC) and,
 for LogAppendTime topics, the timestamp type and max timestamp (the CRC is recomputed).
 """
@@ -22,9 +28,18 @@ from __future__ import annotations
 
 from kafkacompat.log.config import LogConfig
 from kafkacompat.wire.errors import ErrorCode, KafkaError
-from kafkacompat.wire.records import RecordBatchView, TimestampType, iter_batches
+from kafkacompat.wire.records import (
+    RecordBatchView,
+    RecordInput,
+    TimestampType,
+    build_batch,
+    iter_batches,
+    iter_records,
+)
 
-__all__ = ["assign_offsets", "validate_records"]
+__all__ = ["assign_offsets", "recompress_if_needed", "validate_records"]
+
+_TARGET_CODECS = {"producer": None, "uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
 
 def validate_records(
@@ -52,7 +67,51 @@ def validate_records(
             _check_client_batch(batch)
             if not config.log_append_time:
                 _check_timestamps(batch, config, now_ms)
+            if config.compacted:
+                for record in iter_records(batch):
+                    if record.key is None:
+                        raise KafkaError(
+                            ErrorCode.INVALID_RECORD, "compacted topic cannot accept a record without a key"
+                        )
     return batches
+
+
+def recompress_if_needed(
+    batches: list[RecordBatchView], config: LogConfig
+) -> tuple[memoryview, list[RecordBatchView]] | None:
+    """Batches rebuilt with the topic's `compression.type`, or None when they can be stored as sent."""
+    target = _TARGET_CODECS.get(config.get("compression.type"))
+    if target is None or all(b.compression == target for b in batches):
+        return None
+    out = bytearray()
+    for batch in batches:
+        if batch.compression == target:
+            out += batch.buffer
+            continue
+        records = [
+            RecordInput(r.key, r.value, r.headers, r.timestamp, r.offset_delta) for r in iter_records(batch)
+        ]
+        out += build_batch(
+            records,
+            base_timestamp=batch.base_timestamp,
+            max_timestamp=batch.max_timestamp,
+            producer_id=batch.producer_id,
+            producer_epoch=batch.producer_epoch,
+            base_sequence=batch.base_sequence,
+            is_transactional=batch.is_transactional,
+            compression=target,
+            timestamp_type=batch.timestamp_type,
+            last_offset_delta=batch.last_offset_delta,
+        )
+    view = memoryview(out)
+    rebuilt = list(iter_batches(view))
+    for batch in rebuilt:
+        if batch.size > config.max_message_bytes:
+            raise KafkaError(
+                ErrorCode.MESSAGE_TOO_LARGE,
+                f"recompressed batch of {batch.size} bytes exceeds max.message.bytes",
+            )
+    return view, rebuilt
 
 
 def _check_client_batch(batch: RecordBatchView) -> None:

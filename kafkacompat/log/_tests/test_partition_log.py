@@ -397,3 +397,39 @@ def test_flush_in_a_worker_thread_while_appending(make_log):
     assert points == sorted(points) and points[-1] <= pl.log_end_offset
     assert pl.flush() == pl.log_end_offset == 1500
     check_indexes_against_log(pl, 500)
+
+
+def test_topic_compression_type_recompresses_keeping_records_and_producer_fields(make_log):
+    pl = make_log({"compression.type": "gzip"})
+    sent = make_batch(
+        [b"a" * 300, b"b" * 300, b"c"],
+        keys=[b"k1", None, b"k3"],
+        producer_id=5,
+        producer_epoch=1,
+        base_sequence=0,
+        headers=[("h", b"1")],
+    )
+    result = pl.append_as_leader(sent, 2, NOW)
+    assert (result.base_offset, result.last_offset) == (0, 2)
+    (batch,) = parse_log_file(segment_logs(pl.directory)[0])
+    assert batch.compression_type == 1
+    assert (batch.producer_id, batch.producer_epoch, batch.base_sequence) == (5, 1, 0)
+    records = list(batch)
+    assert [(r.offset, r.key, r.value, r.timestamp) for r in records] == [
+        (0, b"k1", b"a" * 300, 1_700_000_000_000),
+        (1, None, b"b" * 300, 1_700_000_000_001),
+        (2, b"k3", b"c", 1_700_000_000_002),
+    ]
+    assert [list(r.headers) for r in records] == [[("h", b"1")]] * 3
+    plain = make_log({"compression.type": "uncompressed"}, name="p-0")
+    plain.append_as_leader(make_batch([b"z" * 100] * 3, compression="gzip"), 0, NOW)
+    (batch,) = parse_log_file(segment_logs(plain.directory)[0])
+    assert batch.compression_type == 0 and [r.value for r in batch] == [b"z" * 100] * 3
+
+
+def test_compacted_topics_require_keys(make_log):
+    pl = make_log({"cleanup.policy": "compact"})
+    with pytest.raises(KafkaError) as err:
+        pl.append_as_leader(make_batch([b"a", b"b"], keys=[b"k", None]), 0, NOW)
+    assert err.value.code == ErrorCode.INVALID_RECORD
+    assert pl.append_as_leader(make_batch([b"a"], keys=[b"k"]), 0, NOW).base_offset == 0
