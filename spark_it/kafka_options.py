@@ -170,6 +170,8 @@ def source_options(
     ending_offsets: OffsetSpec | None = None,
     starting_offsets_by_timestamp: Mapping[str, Mapping[int, int]] | None = None,
     starting_timestamp: int | None = None,
+    by_timestamp_strategy: str | None = None,
+    ending_offsets_by_timestamp: Mapping[str, Mapping[int, int]] | None = None,
     fail_on_data_loss: bool | None = None,
     max_offsets_per_trigger: int | None = None,
     include_headers: bool = False,
@@ -179,6 +181,9 @@ def source_options(
 
     Exactly one of subscribe / subscribe_pattern / assign. Unset optional arguments are left out, so
     the connector's own defaults apply (startingOffsets: latest for streaming, earliest for batch).
+    Precedence (the connector's): startingTimestamp over startingOffsetsByTimestamp over
+    startingOffsets; `by_timestamp_strategy` says what happens when no record is at or after a
+    requested timestamp ("error", the default, fails the query; "latest" starts at the end).
     """
     if not bootstrap:
         raise ValueError("bootstrap servers are required")
@@ -208,6 +213,14 @@ def source_options(
         if isinstance(ms, bool) or not isinstance(ms, int) or ms < 0:
             raise ValueError(f"starting_timestamp must be milliseconds >= 0, got {starting_timestamp!r}")
         options["startingTimestamp"] = str(starting_timestamp)
+    if by_timestamp_strategy is not None:
+        if by_timestamp_strategy not in ("error", "latest"):
+            raise ValueError("startingOffsetsByTimestampStrategy is error or latest")
+        options["startingOffsetsByTimestampStrategy"] = by_timestamp_strategy
+    if ending_offsets_by_timestamp is not None:
+        if streaming:
+            raise ValueError("endingOffsetsByTimestamp applies to batch queries only")
+        options["endingOffsetsByTimestamp"] = timestamps_json(ending_offsets_by_timestamp)
     if ending_offsets is not None:
         if streaming:
             raise ValueError("endingOffsets applies to batch queries only")

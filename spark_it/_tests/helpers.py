@@ -95,9 +95,23 @@ def kafka_shaped_stream(spark: Any, directory: Path) -> Any:
 
 
 def read_json_sink(directory: Path) -> list[dict[str, Any]]:
-    """Rows a `json` file sink committed (part files only; the _spark_metadata log is skipped)."""
+    """Rows a `json` file sink committed: the files its _spark_metadata log lists, nothing else
+    (a failed batch's stray part files are not output)."""
+    from urllib.parse import unquote, urlparse
+
+    log = directory / "_spark_metadata"
+    if not log.is_dir():
+        return []
+    committed: list[Path] = []
+    for entry in sorted(log.iterdir(), key=lambda p: p.name):
+        if entry.name.startswith(".") or entry.name.endswith(".tmp"):
+            continue
+        for line in entry.read_text().splitlines()[1:]:  # first line: the log format version
+            status = json.loads(line)
+            if status.get("action", "add") == "add":
+                committed.append(Path(unquote(urlparse(status["path"]).path)))
     rows = []
-    for part in sorted(directory.glob("part-*")):
+    for part in sorted(committed):
         rows.extend(json.loads(line) for line in part.read_text().splitlines() if line.strip())
     return rows
 

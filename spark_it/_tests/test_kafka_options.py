@@ -101,6 +101,19 @@ def test_source_options_complete_dict() -> None:
     assert by_time["subscribePattern"] == "a.*"
     assert json.loads(by_time["startingOffsetsByTimestamp"]) == {"a": {"0": 1000}}
     assert by_time["startingTimestamp"] == "7"
+    strategy = source_options(
+        "h:1",
+        streaming=False,
+        subscribe="a",
+        by_timestamp_strategy="latest",
+        ending_offsets_by_timestamp={"a": {1: 50}},
+    )
+    assert strategy["startingOffsetsByTimestampStrategy"] == "latest"
+    assert strategy["endingOffsetsByTimestamp"] == '{"a":{"1":50}}'
+    with pytest.raises(ValueError):
+        source_options("h:1", streaming=False, subscribe="a", by_timestamp_strategy="earliest")
+    with pytest.raises(ValueError, match="batch"):
+        source_options("h:1", streaming=True, subscribe="a", ending_offsets_by_timestamp={"a": {1: 50}})
 
 
 def test_source_options_refusals() -> None:
@@ -173,3 +186,40 @@ def test_connector_coordinates_match_installed_pyspark() -> None:
     scala = core.name.split("_", 1)[1].split("-", 1)[0]
     assert connector_coordinates() == f"org.apache.spark:spark-sql-kafka-0-10_{scala}:{pyspark.__version__}"
     assert connector_coordinates("3.5.1", "2.12") == "org.apache.spark:spark-sql-kafka-0-10_2.12:3.5.1"
+
+
+def test_pipeline_flags_become_source_options() -> None:
+    from spark_it.pipelines.common import build_parser, stream_source_options
+
+    parser = build_parser("x", source_topic="in", sink_topic="out")
+    args = parser.parse_args(
+        [
+            "--checkpoint",
+            "/c",
+            "--bootstrap",
+            "b:1",
+            "--starting-offsets",
+            '{"in": {"0": 4}}',
+            "--max-offsets-per-trigger",
+            "50",
+            "--fail-on-data-loss",
+            "false",
+            "--kafka-param",
+            "fetch.min.bytes=1",
+        ]
+    )
+    assert stream_source_options(args) == {
+        "kafka.bootstrap.servers": "b:1",
+        "subscribe": "in",
+        "startingOffsets": '{"in":{"0":4}}',
+        "failOnDataLoss": "false",
+        "maxOffsetsPerTrigger": "50",
+        "includeHeaders": "true",
+        "kafka.fetch.min.bytes": "1",
+    }
+    defaults = parser.parse_args(["--checkpoint", "/c", "--starting-timestamp", "1000"])
+    assert (defaults.sink_topic, defaults.trigger, defaults.output_mode) == ("out", "availableNow", "append")
+    assert stream_source_options(defaults)["startingTimestamp"] == "1000"
+    assert stream_source_options(defaults)["failOnDataLoss"] == "true"
+    with pytest.raises(SystemExit):
+        parser.parse_args([])  # --checkpoint is required

@@ -197,8 +197,9 @@ def build_parser(description: str, *, source_topic: str, sink_topic: str) -> arg
     return parser
 
 
-def read_kafka_stream(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
-    options = source_options(
+def stream_source_options(args: argparse.Namespace) -> dict[str, str]:
+    """The Kafka source options a pipeline's flags ask for (headers included)."""
+    return source_options(
         args.bootstrap,
         streaming=True,
         subscribe=args.source_topic,
@@ -209,7 +210,10 @@ def read_kafka_stream(spark: SparkSession, args: argparse.Namespace) -> DataFram
         include_headers=True,
         kafka_params=dict(args.kafka_param),
     )
-    return spark.readStream.format("kafka").options(**options).load()
+
+
+def read_kafka_stream(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
+    return spark.readStream.format("kafka").options(**stream_source_options(args)).load()
 
 
 def run(
@@ -248,8 +252,8 @@ def run(
     except KeyboardInterrupt:
         query.stop()
     progress = query.recentProgress
-    rows_in = sum(p.get("numInputRows", 0) for p in progress)
-    rows_out = sum(p.get("sink", {}).get("numOutputRows", 0) or 0 for p in progress)
+    rows_in = sum(p.numInputRows for p in progress)
+    rows_out = sum(max(p.sink.numOutputRows, 0) for p in progress)  # -1: the sink does not count
     summary = {"query": name, "batches": len(progress), "input_rows": rows_in, "output_rows": rows_out}
     print(json.dumps(summary), file=sys.stderr)
     return 0
