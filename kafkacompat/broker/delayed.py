@@ -56,6 +56,10 @@ class PartitionWatchers:
             for event in waiting:
                 event.set()
 
+    def notify_all(self) -> None:
+        for key in list(self._waiting):
+            self.notify(*key)
+
     def notify_topic(self, topic: str) -> None:
         for key in [key for key in self._waiting if key[0] == topic]:
             self.notify(*key)

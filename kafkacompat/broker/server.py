@@ -66,8 +66,9 @@ class Broker:
         self.clock = clock
         self.state: Any = None
         self.bound: list[BoundListener] = []
-        self._shutdown = trio.Event() if _in_trio() else None
-        self.stopped = trio.Event() if _in_trio() else None  # set once run() has finished its shutdown
+        # trio events need no running loop to be created, so a Broker can be built before trio.run
+        self._shutdown = trio.Event()
+        self.stopped = trio.Event()  # set once run() has finished its shutdown
         self._connections: set[Any] = set()
         self._connection_count = 0
         self._next_connection_id = 0
@@ -75,16 +76,11 @@ class Broker:
     # lifecycle
 
     def request_shutdown(self) -> None:
-        if self._shutdown is not None:
-            self._shutdown.set()
+        self._shutdown.set()
 
     async def run(
         self, *, task_status: trio.TaskStatus[list[BoundListener]] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        if self._shutdown is None:
-            self._shutdown = trio.Event()
-        if self.stopped is None:
-            self.stopped = trio.Event()
         state = await trio.to_thread.run_sync(self._open_state)
         self.state = state
         try:
@@ -124,6 +120,8 @@ class Broker:
                 for _, sockets in listeners:
                     for listener in sockets:
                         await listener.aclose()
+                state.closing = True
+                state.watchers.notify_all()  # parked fetches answer now with what they have
                 for connection in list(self._connections):
                     connection.drain()
                 with trio.move_on_after(SHUTDOWN_GRACE_SECONDS):
@@ -264,14 +262,6 @@ class Broker:
 
     async def _delete_delayed(self) -> None:
         await self.state.delete_expired_files()
-
-
-def _in_trio() -> bool:
-    try:
-        trio.lowlevel.current_task()
-    except RuntimeError:
-        return False
-    return True
 
 
 def _stored_cluster_id(log_dirs: list[str]) -> str | None:

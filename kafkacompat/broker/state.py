@@ -24,7 +24,8 @@ from kafkacompat.broker.delayed import PartitionWatchers
 from kafkacompat.broker.fetch_sessions import FetchSessionCache
 from kafkacompat.config import BrokerConfig, broker_log_config
 from kafkacompat.replication.metadata import PRODUCER_ID_BLOCK_SIZE, LocalMetadata, TopicInfo
-from kafkacompat.wire.errors import ErrorCode, KafkaError
+from kafkacompat.wire.errors import KafkaError
+from kafkacompat.wire.primitives import ZERO_UUID
 
 if TYPE_CHECKING:
     from kafkacompat.log.config import LogConfig
@@ -59,6 +60,7 @@ class BrokerState:
         self.watchers = PartitionWatchers()
         self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])
         self.metadata_lock = trio.Lock()
+        self.closing = False  # set by the server at shutdown: parked requests answer at once
         self.default_log_config: LogConfig = broker_log_config(config)
         # listener name -> (host, port) clients are told; filled in by the server once bound
         self.endpoints: dict[str, tuple[str, int]] = {}
@@ -120,23 +122,18 @@ class BrokerState:
         log_config = self.validate_topic_configs(configs)
         async with self.metadata_lock:
             if validate_only:
-                from kafkacompat.replication.metadata import validate_topic_name
-
-                validate_topic_name(name)
-                if name in self.metadata:
-                    raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
-                if partitions < 1:
-                    raise KafkaError(
-                        ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0."
-                    )
-                return TopicInfo(name, _zero_uuid(), partitions, configs, internal)
+                self.metadata.check_new_topic(name, partitions)
+                return TopicInfo(name, ZERO_UUID, partitions, configs, internal)
             topic = self.metadata.create_topic(name, partitions, configs, internal=internal)
+            created = 0
             try:
                 for index in range(partitions):
                     self.logs.create_log(name, index, log_config, now_ms=self.now_ms())
+                    created += 1
             except BaseException:
+                self._delete_logs(name, created)
                 self.metadata.delete_topic(name)
-                self.metadata.snapshot()
+                self.metadata.snapshot()  # the table is as it was on disk: clear the dirty flag
                 raise
             snapshot = self.metadata.snapshot()
             await trio.to_thread.run_sync(self.metadata.write_snapshot, snapshot)
@@ -170,9 +167,10 @@ class BrokerState:
             snapshot = self.metadata.snapshot()
             await trio.to_thread.run_sync(self.metadata.write_snapshot, snapshot)
             self._log_configs.pop(name, None)
-            # the partition logs leave the manager's table at once; closing and removing the files
-            # (rename + rmtree) is blocking work for a worker thread
-            await trio.to_thread.run_sync(self._delete_logs, name, topic.partitions)
+            # On the trio thread: LogManager.delete_log detaches the log from the manager's table and
+            # removes its files in one call, and the table must only change on this thread (other
+            # tasks iterate it). The removal is a rename plus unlinks of a few files per segment.
+            self._delete_logs(name, topic.partitions)
         self.fetch_sessions.remove_topic(name)
         self.fetch_sessions.remove_topic(topic.topic_id)
         self.watchers.notify_topic(name)
@@ -208,7 +206,10 @@ class BrokerState:
         self.logs.run_pending_deletes(self.now_ms())
 
     async def write_checkpoints(self) -> None:
-        await trio.to_thread.run_sync(self.logs.checkpoint)
+        # The worker thread iterates the manager's table of logs; holding the metadata lock keeps
+        # topic creation and deletion (the only writers of that table) out meanwhile.
+        async with self.metadata_lock:
+            await trio.to_thread.run_sync(self.logs.checkpoint)
 
     async def next_producer_id(self) -> int:
         """A producer id never handed out before, also across restarts (blocks are persisted first)."""
@@ -223,8 +224,3 @@ class BrokerState:
         self._producer_ids = self._producer_ids[1:]
         return producer_id
 
-
-def _zero_uuid() -> Any:
-    from kafkacompat.wire.primitives import ZERO_UUID
-
-    return ZERO_UUID

@@ -82,7 +82,8 @@ def run(args: argparse.Namespace) -> int:
         for exc in group.exceptions:
             print(f"kafkacompat serve: {exc}", file=sys.stderr)
         status = 2
-    except* OSError as group:
+    except* (OSError, RuntimeError) as group:
+        # cannot bind, log dir of another cluster or node, unreadable files
         for exc in group.exceptions:
             print(f"kafkacompat serve: {exc}", file=sys.stderr)
         status = 1

@@ -152,11 +152,7 @@ class LocalMetadata:
         topic_id: uuid.UUID | None = None,
         internal: bool = False,
     ) -> TopicInfo:
-        validate_topic_name(name)
-        if name in self._topics:
-            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
-        if partitions < 1:
-            raise KafkaError(ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
+        self.check_new_topic(name, partitions)
         topic_id = topic_id or uuid.uuid4()
         while topic_id in self._by_id or topic_id.int == 0:
             topic_id = uuid.uuid4()
@@ -165,6 +161,14 @@ class LocalMetadata:
         self._by_id[topic_id] = topic
         self._dirty = True
         return topic
+
+    def check_new_topic(self, name: str, partitions: int) -> None:
+        """Raise the KafkaError `create_topic` would raise for this name and partition count, if any."""
+        validate_topic_name(name)
+        if name in self._topics:
+            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+        if partitions < 1:
+            raise KafkaError(ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
 
     def delete_topic(self, name: str) -> TopicInfo:
         topic = self._topics.pop(name, None)

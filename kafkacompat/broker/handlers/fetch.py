@@ -12,7 +12,8 @@ UNKNOWN_TOPIC_OR_PARTITION (v4-12) / UNKNOWN_TOPIC_ID (v13+, topics named by id)
 current leader epoch other than ours (0), KAFKA_STORAGE_ERROR. v7+ incremental fetch sessions (KIP-227,
 see fetch_sessions.py) with FETCH_SESSION_ID_NOT_FOUND / INVALID_FETCH_SESSION_EPOCH as top-level errors.
 If fewer than `min_bytes` are available and no partition has an error, the fetch parks until a produce
-to one of its partitions wakes it (PartitionWatchers) or `max_wait_ms` passes; it never polls.
+to one of its partitions wakes it (PartitionWatchers), `max_wait_ms` passes or the broker shuts down;
+it never polls.
 Aborted transactions: null for read_uncommitted, empty for read_committed (no transactions yet).
 """
 
@@ -94,6 +95,7 @@ async def handle(ctx: RequestContext, request: Any) -> FetchResponse:
             or not reads
             or any(r.error != ErrorCode.NONE for r in reads)
             or trio.current_time() >= deadline
+            or broker.closing
         ):
             break
         keys = [(r.name, r.cached.partition) for r in reads if r.name is not None]
