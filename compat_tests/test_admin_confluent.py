@@ -3,6 +3,7 @@ cluster and offsets against the broker."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import pytest
@@ -146,3 +147,30 @@ def test_describe_cluster(admin: AdminClient, bootstrap: str) -> None:
     [node] = cluster.nodes
     assert cluster.controller.id == node.id
     assert node.port == int(bootstrap.rsplit(":", 1)[1])
+
+
+def test_assign_with_leader_epoch_validates_the_position(
+    bootstrap: str, make_topic: Callable[..., str]
+) -> None:
+    """librdkafka checks an assigned position that carries a leader epoch with OffsetForLeaderEpoch
+    before it fetches; the answer (end offset of epoch 0 = log end) lets it read from there."""
+    from confluent_kafka import Consumer
+
+    name = make_topic(1)
+    _produce(bootstrap, name, 0, 10)
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "compat-admin-epoch", "enable.auto.commit": False}
+    )
+    try:
+        consumer.assign([TopicPartition(name, 0, 4, leader_epoch=0)])
+        got: list[tuple[int, int | None]] = []
+        deadline = time.monotonic() + 15
+        while len(got) < 6 and time.monotonic() < deadline:
+            message = consumer.poll(0.2)
+            if message is None:
+                continue
+            assert message.error() is None, message.error()
+            got.append((message.offset(), message.leader_epoch()))
+    finally:
+        consumer.close()
+    assert got == [(offset, 0) for offset in range(4, 10)]

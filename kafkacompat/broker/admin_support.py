@@ -291,9 +291,19 @@ def require_topic(broker: BrokerState, name: str | None) -> TopicInfo:
 
 def validate_topic_overrides(broker: BrokerState, overrides: dict[str, str]) -> LogConfig:
     """Raise KafkaError(INVALID_CONFIG) unless every override is a known topic config with a valid value."""
-    for name in overrides:
-        if name not in TOPIC_CONFIG_DEFS_BY_NAME:
+    for name, raw in overrides.items():
+        definition = TOPIC_CONFIG_DEFS_BY_NAME.get(name)
+        if definition is None:
             raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {name}")
+        try:
+            definition.parse(str(raw))
+        except ValueError:
+            kind = (
+                "a boolean" if definition.type == "boolean" else f"a number of type {definition.type.upper()}"
+            )
+            raise KafkaError(
+                ErrorCode.INVALID_CONFIG, f"Invalid value {raw} for configuration {name}: Not {kind}"
+            ) from None
     return broker.validate_topic_configs(overrides)
 
 
