@@ -18,8 +18,8 @@ removes it; a crash in between leaves a `-delete` dir that the next startup remo
 New partitions go to the log dir holding the fewest partitions (Kafka's rule). Topic configs are not
 stored here (they belong to the cluster metadata): `startup()` and `create_log()` take them.
 
-Single-threaded, like PartitionLog: only `PartitionLog.flush()` may run in worker threads. The
-checkpoint writers read offsets that flushes update under the log's lock-free ints (GIL-atomic).
+Single-threaded, like PartitionLog, except for the blocking calls the broker runs in worker threads:
+`PartitionLog.flush()` and `checkpoint()` (which snapshots the offsets it writes when it starts).
 """
 
 from __future__ import annotations
@@ -289,22 +289,24 @@ class LogManager:
         return removed
 
     def checkpoint(self) -> None:
-        """Write the three offset checkpoints of every log dir."""
+        """Write the three offset checkpoints of every log dir. Blocking (fsync): the broker may run it in a
+        worker thread; it works on a snapshot of the offsets taken at its start."""
+        entries = [(tp, self._dir_of.get(tp), pl) for tp, pl in list(self.logs.items())]
         for log_dir in self.log_dirs:
-            mine = {tp: pl for tp, pl in self.logs.items() if self._dir_of.get(tp) == log_dir}
+            mine = [(tp, pl) for tp, d, pl in entries if d == log_dir]
             write_offset_checkpoint(
                 os.path.join(log_dir, RECOVERY_POINT_CHECKPOINT),
-                {tp: pl.recovery_point for tp, pl in mine.items()},
+                {tp: pl.recovery_point for tp, pl in mine},
                 sync=self.sync,
             )
             write_offset_checkpoint(
                 os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT),
-                {tp: pl.log_start_offset for tp, pl in mine.items()},
+                {tp: pl.log_start_offset for tp, pl in mine},
                 sync=self.sync,
             )
             write_offset_checkpoint(
                 os.path.join(log_dir, REPLICATION_OFFSET_CHECKPOINT),
-                {tp: pl.high_watermark for tp, pl in mine.items()},
+                {tp: pl.high_watermark for tp, pl in mine},
                 sync=self.sync,
             )
 

@@ -84,7 +84,7 @@ class LogSegment:
         if create:
             self.offset_index.reset()
             self.time_index.reset()
-        self.next_offset: int = base_offset  # valid once loaded (load_tail/recover) or created
+        self._next_offset: int = base_offset  # valid once loaded (load_tail/recover) or created
         self.max_timestamp = -1
         self.offset_of_max_timestamp = base_offset
         self._tail_loaded = create
@@ -94,6 +94,16 @@ class LogSegment:
         self.deleted = False
 
     # --- loading ---------------------------------------------------------------------------------
+
+    @property
+    def next_offset(self) -> int:
+        """Offset after the segment's last batch (loads the tail of a segment not touched since startup)."""
+        if not self._tail_loaded:
+            try:
+                self.load_tail()
+            except IndexCorrupt as exc:
+                self._repair_indexes(exc)
+        return self._next_offset
 
     def check_indexes(self) -> None:
         """Cheap startup validation of both index files; raises IndexCorrupt."""
@@ -119,7 +129,7 @@ class LogSegment:
             if header.max_timestamp > self.max_timestamp:
                 self.max_timestamp, self.offset_of_max_timestamp = header.max_timestamp, header.last_offset
             position += header.size
-        self.next_offset = next_offset
+        self._next_offset = next_offset
         self.bytes_since_last_index_entry = self.size - self.offset_index.last_entry()[1]
         self._tail_loaded = True
 
@@ -165,7 +175,7 @@ class LogSegment:
             os.ftruncate(self.fd, position)
             self.size = position
             self.dirty = True
-        self.next_offset = expected
+        self._next_offset = expected
         self._tail_loaded = True
         return truncated, (reason if truncated else None)
 
@@ -203,7 +213,7 @@ class LogSegment:
             self._index_batch(last_offset, max_timestamp, size, position)
             position += size
         if batches:
-            self.next_offset = batches[-1][0] + 1
+            self._next_offset = batches[-1][0] + 1
         return self.size - done
 
     def on_become_inactive(self) -> None:

@@ -433,3 +433,17 @@ def test_compacted_topics_require_keys(make_log):
         pl.append_as_leader(make_batch([b"a", b"b"], keys=[b"k", None]), 0, NOW)
     assert err.value.code == ErrorCode.INVALID_RECORD
     assert pl.append_as_leader(make_batch([b"a"], keys=[b"k"]), 0, NOW).base_offset == 0
+
+
+def test_reads_of_segments_untouched_since_a_clean_start_respect_the_upper_bound(make_log):
+    pl = make_log({"segment.bytes": "3000"})
+    fill(pl, 30)
+    pl.close(clean=True)
+    reopened = make_log({"segment.bytes": "3000"})
+    assert len(reopened.segments) > 3
+    second = reopened.segments[1]
+    bound = second.base_offset + 5  # a high watermark inside an old segment
+    result = reopened.read(second.base_offset, 1 << 20, upper_bound_offset=bound)
+    batches = parse_log_file_bytes(result.slices[0].read_bytes())
+    assert batches[0].base_offset == second.base_offset
+    assert batches[-1].last_offset < bound
