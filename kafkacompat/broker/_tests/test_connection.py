@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import struct
 from pathlib import Path
 
+import pytest
 import trio
 
 from kafkacompat.broker import dispatch
@@ -161,3 +163,48 @@ async def test_shutdown_finishes_in_flight_request(nursery: trio.Nursery, tmp_pa
     with trio.fail_after(10):
         await broker.stopped.wait()
     assert (tmp_path / ".kafka_cleanshutdown").exists()
+
+
+async def test_large_fetch_goes_out_with_sendfile(
+    nursery: trio.Nursery, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kafkacompat.broker import connection
+
+    calls: list[int] = []
+    real_sendfile = os.sendfile
+
+    def counting_sendfile(out_fd: int, in_fd: int, offset: int, count: int) -> int:
+        sent = real_sendfile(out_fd, in_fd, offset, count)
+        calls.append(sent)
+        return sent
+
+    monkeypatch.setattr(connection.os, "sendfile", counting_sendfile)
+    broker = await start_broker(
+        nursery, tmp_path, "message.max.bytes=9000000", "socket.send.buffer.bytes=65536"
+    )
+    client = await RawClient.connect(broker.port)
+    await create_topic(client, "big")
+    partition = request(PRODUCE).PartitionProduceData(index=0, records=batch(os.urandom(4_000_000)))
+    body = request(
+        PRODUCE,
+        acks=1,
+        timeout_ms=1000,
+        topic_data=[request(PRODUCE).TopicProduceData(name="big", partition_data=[partition])],
+    )
+    assert (await client.call(PRODUCE, 9, body)).responses[0].partition_responses[0].error_code == 0
+    fetch_topic = request(FETCH).FetchTopic(
+        topic="big",
+        partitions=[
+            request(FETCH).FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=10_000_000)
+        ],
+    )
+    await client.send(
+        FETCH, 12, request(FETCH, max_wait_ms=0, min_bytes=0, max_bytes=10_000_000, topics=[fetch_topic])
+    )
+    await trio.sleep(0.3)  # let the socket buffers fill so that the broker meets EAGAIN and partial sends
+    _, response = await client.receive(FETCH, 12)
+    records = response.responses[0].partitions[0].records
+    log = broker.state.partition_log("big", 0)
+    on_disk = log.read(0, 10_000_000).slices[0].read_bytes()
+    assert bytes(records) == on_disk and len(on_disk) > 4_000_000
+    assert sum(calls) == len(on_disk) and len(calls) > 1

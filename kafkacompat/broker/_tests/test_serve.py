@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from kafkacompat.testing import BrokerProcess
+from kafkacompat.testing import BrokerProcess, InProcessBroker
 
 
 def _metadata_answer(port: int) -> bytes:
@@ -79,3 +79,22 @@ def test_config_file_is_read(tmp_path: Path) -> None:
         _, stderr = process.communicate(timeout=20)
     assert process.returncode == 0
     assert b"unknown configuration keys (ignored): unknown.key" in stderr
+
+
+def test_plugin_fixture_runs_a_broker_in_process(kafkacompat_broker: InProcessBroker) -> None:
+    host, port = kafkacompat_broker.bootstrap.split(":")
+    assert host == "127.0.0.1"
+    assert struct.unpack(">i", _metadata_answer(int(port))[:4])[0] == 1
+    assert (kafkacompat_broker.data_dir / "meta.properties").exists()
+    kafkacompat_broker.stop()
+    assert (kafkacompat_broker.data_dir / ".kafka_cleanshutdown").exists()
+
+
+def test_plugin_process_fixture_restart_and_kill(kafkacompat_broker_process: BrokerProcess) -> None:
+    port = kafkacompat_broker_process.port
+    kafkacompat_broker_process.kill()
+    assert not (kafkacompat_broker_process.data_dir / ".kafka_cleanshutdown").exists()
+    kafkacompat_broker_process.start()
+    assert kafkacompat_broker_process.port == port
+    kafkacompat_broker_process.restart()
+    assert struct.unpack(">i", _metadata_answer(port)[:4])[0] == 1
