@@ -337,12 +337,16 @@ class PartitionLog:
         now_ms: int,
         *,
         check_producers: bool = True,
+        from_coordinator: bool = False,
     ) -> AppendResult:
-        """Validate, deduplicate, assign offsets and write a client record set. Raises KafkaError."""
+        """Validate, deduplicate, assign offsets and write a record set. Raises KafkaError.
+
+        `from_coordinator=True` is for batches the broker builds itself (group and transaction
+        coordinators): they may be control batches (transaction markers) and skip the client-only checks."""
         buf = memoryview(records)
         if buf.readonly:
             buf = memoryview(bytearray(buf))  # offsets are patched in place; the broker passes bytearrays
-        batches = validate_records(buf, self.config, now_ms, from_client=True)
+        batches = validate_records(buf, self.config, now_ms, from_client=not from_coordinator)
         if not batches:
             return AppendResult(-1, -1, -1, self.log_start_offset, 0)
         recompressed = recompress_if_needed(batches, self.config)
@@ -352,6 +356,9 @@ class PartitionLog:
         if check_producers:
             for batch in batches:
                 if batch.producer_id < 0:
+                    continue
+                if batch.is_control:  # a transaction marker: no sequence, only the epoch is checked
+                    staged.check_epoch(batch.producer_id, batch.producer_epoch)
                     continue
                 duplicate = staged.find_duplicate(
                     batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.last_sequence
@@ -591,6 +598,20 @@ class PartitionLog:
             if record.timestamp == header.max_timestamp:
                 return record.offset, record.timestamp
         return header.last_offset, header.max_timestamp
+
+    def first_unstable_offset(self) -> int | None:
+        """First offset of the oldest open transaction, None when no transaction is open."""
+        firsts = [e.current_txn_first_offset for e in self.producer_state.producers.values()]
+        open_firsts = [f for f in firsts if f >= 0]
+        return min(open_firsts) if open_firsts else None
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Kafka's LSO: the high watermark, or the first offset of the oldest open transaction below it."""
+        first_unstable = self.first_unstable_offset()
+        if first_unstable is None:
+            return self.high_watermark
+        return min(self.high_watermark, first_unstable)
 
     def end_offset_for_epoch(self, leader_epoch: int) -> tuple[int, int]:
         """(epoch, end offset) for OffsetForLeaderEpoch."""

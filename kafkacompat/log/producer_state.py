@@ -128,6 +128,15 @@ class ProducerAppendBatch:
         current = self._manager.producers.get(producer_id)
         return None if current is None else current.find_duplicate(epoch, first_seq, last_seq)
 
+    def check_epoch(self, producer_id: int, epoch: int) -> None:
+        """A transaction marker may not come from an older epoch than the producer's."""
+        entry = self.updated.get(producer_id) or self._manager.producers.get(producer_id)
+        if entry is not None and epoch < entry.epoch:
+            raise KafkaError(
+                ErrorCode.INVALID_PRODUCER_EPOCH,
+                f"marker for producer {producer_id} with epoch {epoch} older than {entry.epoch}",
+            )
+
     def check(self, producer_id: int, epoch: int, first_seq: int, last_seq: int) -> None:
         """Validate a client batch against the staged state; raises KafkaError."""
         entry = self.updated.get(producer_id) or self._manager.producers.get(producer_id)

@@ -164,3 +164,25 @@ def test_corrupt_snapshot_is_ignored_and_state_replayed(make_log):
         read_snapshot(path)
     reopened = make_log()
     assert reopened.producer_state.producers[PID].last_seq == 1
+
+
+def test_open_transactions_hold_back_the_last_stable_offset(make_log):
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    from kafkacompat.wire.records import build_control_batch
+
+    pl = make_log()
+    produce(pl, 0)  # offsets 0-1, not transactional
+    builder = DefaultRecordBatchBuilder(2, 0, True, 77, 0, 0, batch_size=1 << 20)
+    builder.append(0, 1_700_000_000_000, None, b"txn", [])
+    assert pl.append_as_leader(bytearray(builder.build()), 0, NOW).base_offset == 2
+    pl.update_high_watermark(pl.log_end_offset)
+    assert pl.first_unstable_offset() == 2 and pl.last_stable_offset == 2
+    marker = bytearray(
+        build_control_batch(commit=True, producer_id=77, producer_epoch=0, coordinator_epoch=1, timestamp=NOW)
+    )
+    with pytest.raises(KafkaError):
+        pl.append_as_leader(bytearray(marker), 0, NOW)  # clients may not write markers
+    assert pl.append_as_leader(marker, 0, NOW, from_coordinator=True).base_offset == 3
+    pl.update_high_watermark(pl.log_end_offset)
+    assert pl.first_unstable_offset() is None and pl.last_stable_offset == 4
