@@ -191,7 +191,7 @@ def parse_field(d: dict, msg_versions: Versions) -> Field:
         nullable=Versions.parse(d.get("nullableVersions"), NONE),
         tagged=Versions.parse(d.get("taggedVersions"), NONE),
         tag=d.get("tag"),
-        default=d.get("default"),
+        default="null" if "default" in d and d["default"] is None else d.get("default"),
         flexible_override=Versions.parse(d["flexibleVersions"]) if "flexibleVersions" in d else None,
         fields=[parse_field(x, versions) for x in d["fields"]] if "fields" in d else None,
     )
@@ -495,7 +495,7 @@ class ModuleGen:
         nullable = v in f.nullable
         path = self.path(s, f)
         if not f.is_array:
-            return self.decode_scalar(s, f, f.type, v, buf, pos, target, path, flex, nullable)
+            return self.decode_scalar(s, f, f.type, v, buf, pos, target, path, flex, nullable, tagged_value)
         elem = f.elem
         if elem in PRIMITIVE_FIXED:
             msize = PRIMITIVE_FIXED[elem][1]
@@ -531,7 +531,7 @@ class ModuleGen:
 
     def decode_scalar(
         self, s: Struct, f: Field, t: str, v: int, buf: str, pos: str, target: str, path: str,
-        flex: bool, nullable: bool,
+        flex: bool, nullable: bool, tagged: bool = False,
     ) -> list[str]:
         if t in PRIMITIVE_FIXED:
             code, width = PRIMITIVE_FIXED[t]
@@ -554,6 +554,9 @@ class ModuleGen:
                 out.append(f"    {target} = None")
             else:
                 out.append(f"    raise bad_length({path!r}, _n)")
+            if t == "string":
+                out.append("elif _n > 0x7FFF:")
+                out.append(f"    raise DecodeError(f'string length {{_n}} exceeds 32767', field={path!r})")
             out.append("else:")
             out.append(f"    _end = {pos} + _n")
             out.append(f"    if _end > {_len(buf)}:")
@@ -568,6 +571,19 @@ class ModuleGen:
             return out
         # struct
         dec = self.decoder(t, v)
+        if nullable and tagged:
+            # Inside a tagged field, presence is an unsigned varint: 0 for null, 1 for present.
+            return [
+                f"if {pos} >= {_len(buf)}:",
+                f"    raise truncated({path!r}, {buf}, {pos}, 1)",
+                f"if {buf}[{pos}] == 0:",
+                f"    {target} = None",
+                f"    {pos} += 1",
+                f"elif {buf}[{pos}] == 1:",
+                f"    {target}, {pos} = {dec}({buf}, {pos} + 1)",
+                "else:",
+                f"    raise DecodeError('bad presence marker', field={path!r})",
+            ]
         if nullable:
             return [
                 f"if {pos} >= {_len(buf)}:",
@@ -616,7 +632,7 @@ class ModuleGen:
                     cond = self.tag_condition(f, f"o.{f.attr}")
                     lines.append(f"if {cond}:")
                     lines.append("    _t = bytearray()")
-                    body = self.encode_field(s, f, v, f"o.{f.attr}", "_t")
+                    body = self.encode_field(s, f, v, f"o.{f.attr}", "_t", tagged=True)
                     lines.extend("    " + b for b in body)
                     lines.append("    if _tags is None:")
                     lines.append("        _tags = []")
@@ -679,11 +695,13 @@ class ModuleGen:
         sv = self.st(">h" if width == 2 else ">i")
         return [f"{out} += {sv}.pack({n})"]
 
-    def encode_field(self, s: Struct, f: Field, v: int, expr: str, out: str) -> list[str]:
+    def encode_field(
+        self, s: Struct, f: Field, v: int, expr: str, out: str, tagged: bool = False
+    ) -> list[str]:
         flex = self.field_flexible(f, v)
         nullable = v in f.nullable
         if not f.is_array:
-            return self.encode_scalar(s, f, f.type, v, expr, out, flex, nullable)
+            return self.encode_scalar(s, f, f.type, v, expr, out, flex, nullable, tagged)
         elem = f.elem
         lines = [f"_a = {expr}"]
         if nullable:
@@ -707,7 +725,8 @@ class ModuleGen:
         return lines
 
     def encode_scalar(
-        self, s: Struct, f: Field, t: str, v: int, expr: str, out: str, flex: bool, nullable: bool
+        self, s: Struct, f: Field, t: str, v: int, expr: str, out: str, flex: bool, nullable: bool,
+        tagged: bool = False,
     ) -> list[str]:
         if t in PRIMITIVE_FIXED:
             sv = self.st(">" + PRIMITIVE_FIXED[t][0])
@@ -738,9 +757,10 @@ class ModuleGen:
             return lines
         enc = self.encoder(t, v)
         if nullable:
+            # int8 -1/1 presence marker; inside a tagged field an unsigned varint 0/1 instead.
             return [
                 f"if {expr} is None:",
-                f"    {out}.append(0xff)",
+                f"    {out}.append({'0' if tagged else '0xff'})",
                 "else:",
                 f"    {out}.append(1)",
                 f"    {enc}({expr}, {out}, chunks)",

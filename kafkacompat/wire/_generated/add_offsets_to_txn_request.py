@@ -46,6 +46,8 @@ def _d_AddOffsetsToTxnRequest_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('AddOffsetsToTxnRequest.transactional_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='AddOffsetsToTxnRequest.transactional_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -62,6 +64,8 @@ def _d_AddOffsetsToTxnRequest_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('AddOffsetsToTxnRequest.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='AddOffsetsToTxnRequest.group_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -82,6 +86,8 @@ def _d_AddOffsetsToTxnRequest_3(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('AddOffsetsToTxnRequest.transactional_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='AddOffsetsToTxnRequest.transactional_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -100,6 +106,8 @@ def _d_AddOffsetsToTxnRequest_3(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('AddOffsetsToTxnRequest.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='AddOffsetsToTxnRequest.group_id')
     else:
         _end = pos + _n
         if _end > _l:

@@ -87,6 +87,8 @@ def _d_AddPartitionsToTxnTopic_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -118,6 +120,8 @@ def _d_AddPartitionsToTxnRequest_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('AddPartitionsToTxnRequest.v3_and_below_transactional_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='AddPartitionsToTxnRequest.v3_and_below_transactional_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -155,6 +159,8 @@ def _d_AddPartitionsToTxnTopic_3(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -200,6 +206,8 @@ def _d_AddPartitionsToTxnRequest_3(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('AddPartitionsToTxnRequest.v3_and_below_transactional_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='AddPartitionsToTxnRequest.v3_and_below_transactional_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -249,6 +257,8 @@ def _d_AddPartitionsToTxnTransaction_4(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction.transactional_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction.transactional_id')
     else:
         _end = pos + _n
         if _end > _l:

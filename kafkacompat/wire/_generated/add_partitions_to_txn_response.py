@@ -91,6 +91,8 @@ def _d_AddPartitionsToTxnTopicResult_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -169,6 +171,8 @@ def _d_AddPartitionsToTxnTopicResult_3(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -251,6 +255,8 @@ def _d_AddPartitionsToTxnResult_4(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('AddPartitionsToTxnResponse.AddPartitionsToTxnResult.transactional_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='AddPartitionsToTxnResponse.AddPartitionsToTxnResult.transactional_id')
     else:
         _end = pos + _n
         if _end > _l:

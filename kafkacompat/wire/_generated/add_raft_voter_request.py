@@ -67,6 +67,8 @@ def _d_Listener_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('AddRaftVoterRequest.Listener.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='AddRaftVoterRequest.Listener.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -81,6 +83,8 @@ def _d_Listener_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('AddRaftVoterRequest.Listener.host', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='AddRaftVoterRequest.Listener.host')
     else:
         _end = pos + _n
         if _end > _l:
@@ -117,6 +121,8 @@ def _d_AddRaftVoterRequest_0(buf, pos):
         if _n != -1:
             raise bad_length('AddRaftVoterRequest.cluster_id', _n)
         o.cluster_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='AddRaftVoterRequest.cluster_id')
     else:
         _end = pos + _n
         if _end > _l:

@@ -74,6 +74,8 @@ def _d_EntityData_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('AlterClientQuotasRequest.EntityData.entity_type', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='AlterClientQuotasRequest.EntityData.entity_type')
     else:
         _end = pos + _n
         if _end > _l:
@@ -88,6 +90,8 @@ def _d_EntityData_0(buf, pos):
         if _n != -1:
             raise bad_length('AlterClientQuotasRequest.EntityData.entity_name', _n)
         o.entity_name = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='AlterClientQuotasRequest.EntityData.entity_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -106,6 +110,8 @@ def _d_OpData_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('AlterClientQuotasRequest.OpData.key', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='AlterClientQuotasRequest.OpData.key')
     else:
         _end = pos + _n
         if _end > _l:
@@ -185,6 +191,8 @@ def _d_EntityData_1(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('AlterClientQuotasRequest.EntityData.entity_type', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='AlterClientQuotasRequest.EntityData.entity_type')
     else:
         _end = pos + _n
         if _end > _l:
@@ -201,6 +209,8 @@ def _d_EntityData_1(buf, pos):
         if _n != -1:
             raise bad_length('AlterClientQuotasRequest.EntityData.entity_name', _n)
         o.entity_name = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='AlterClientQuotasRequest.EntityData.entity_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -231,6 +241,8 @@ def _d_OpData_1(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('AlterClientQuotasRequest.OpData.key', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='AlterClientQuotasRequest.OpData.key')
     else:
         _end = pos + _n
         if _end > _l:

@@ -63,6 +63,8 @@ def _d_EntityData_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('AlterClientQuotasResponse.EntityData.entity_type', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='AlterClientQuotasResponse.EntityData.entity_type')
     else:
         _end = pos + _n
         if _end > _l:
@@ -77,6 +79,8 @@ def _d_EntityData_0(buf, pos):
         if _n != -1:
             raise bad_length('AlterClientQuotasResponse.EntityData.entity_name', _n)
         o.entity_name = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='AlterClientQuotasResponse.EntityData.entity_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -101,6 +105,8 @@ def _d_EntryData_0(buf, pos):
         if _n != -1:
             raise bad_length('AlterClientQuotasResponse.EntryData.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='AlterClientQuotasResponse.EntryData.error_message')
     else:
         _end = pos + _n
         if _end > _l:
@@ -157,6 +163,8 @@ def _d_EntityData_1(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('AlterClientQuotasResponse.EntityData.entity_type', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='AlterClientQuotasResponse.EntityData.entity_type')
     else:
         _end = pos + _n
         if _end > _l:
@@ -173,6 +181,8 @@ def _d_EntityData_1(buf, pos):
         if _n != -1:
             raise bad_length('AlterClientQuotasResponse.EntityData.entity_name', _n)
         o.entity_name = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='AlterClientQuotasResponse.EntityData.entity_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -209,6 +219,8 @@ def _d_EntryData_1(buf, pos):
         if _n != -1:
             raise bad_length('AlterClientQuotasResponse.EntryData.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='AlterClientQuotasResponse.EntryData.error_message')
     else:
         _end = pos + _n
         if _end > _l:

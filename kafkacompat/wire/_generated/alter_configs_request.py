@@ -65,6 +65,8 @@ def _d_AlterableConfig_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('AlterConfigsRequest.AlterableConfig.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='AlterConfigsRequest.AlterableConfig.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -79,6 +81,8 @@ def _d_AlterableConfig_0(buf, pos):
         if _n != -1:
             raise bad_length('AlterConfigsRequest.AlterableConfig.value', _n)
         o.value = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='AlterConfigsRequest.AlterableConfig.value')
     else:
         _end = pos + _n
         if _end > _l:
@@ -101,6 +105,8 @@ def _d_AlterConfigsResource_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('AlterConfigsRequest.AlterConfigsResource.resource_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='AlterConfigsRequest.AlterConfigsResource.resource_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -157,6 +163,8 @@ def _d_AlterableConfig_2(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('AlterConfigsRequest.AlterableConfig.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='AlterConfigsRequest.AlterableConfig.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -173,6 +181,8 @@ def _d_AlterableConfig_2(buf, pos):
         if _n != -1:
             raise bad_length('AlterConfigsRequest.AlterableConfig.value', _n)
         o.value = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='AlterConfigsRequest.AlterableConfig.value')
     else:
         _end = pos + _n
         if _end > _l:
@@ -207,6 +217,8 @@ def _d_AlterConfigsResource_2(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('AlterConfigsRequest.AlterConfigsResource.resource_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='AlterConfigsRequest.AlterConfigsResource.resource_name')
     else:
         _end = pos + _n
         if _end > _l:

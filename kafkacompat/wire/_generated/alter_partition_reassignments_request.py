@@ -100,6 +100,8 @@ def _d_ReassignableTopic_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('AlterPartitionReassignmentsRequest.ReassignableTopic.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='AlterPartitionReassignmentsRequest.ReassignableTopic.name')
     else:
         _end = pos + _n
         if _end > _l:

@@ -79,6 +79,8 @@ def _d_ReassignablePartitionResponse_0(buf, pos):
         if _n != -1:
             raise bad_length('AlterPartitionReassignmentsResponse.ReassignablePartitionResponse.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='AlterPartitionReassignmentsResponse.ReassignablePartitionResponse.error_message')
     else:
         _end = pos + _n
         if _end > _l:
@@ -109,6 +111,8 @@ def _d_ReassignableTopicResponse_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('AlterPartitionReassignmentsResponse.ReassignableTopicResponse.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='AlterPartitionReassignmentsResponse.ReassignableTopicResponse.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -160,6 +164,8 @@ def _d_AlterPartitionReassignmentsResponse_0(buf, pos):
         if _n != -1:
             raise bad_length('AlterPartitionReassignmentsResponse.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='AlterPartitionReassignmentsResponse.error_message')
     else:
         _end = pos + _n
         if _end > _l:

@@ -133,6 +133,8 @@ def _d_TopicData_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('AlterPartitionRequest.TopicData.topic_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='AlterPartitionRequest.TopicData.topic_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -253,6 +255,8 @@ def _d_TopicData_1(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('AlterPartitionRequest.TopicData.topic_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='AlterPartitionRequest.TopicData.topic_name')
     else:
         _end = pos + _n
         if _end > _l:

@@ -62,6 +62,8 @@ def _d_AlterReplicaLogDirTopic_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -92,6 +94,8 @@ def _d_AlterReplicaLogDir_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('AlterReplicaLogDirsRequest.AlterReplicaLogDir.path', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='AlterReplicaLogDirsRequest.AlterReplicaLogDir.path')
     else:
         _end = pos + _n
         if _end > _l:
@@ -144,6 +148,8 @@ def _d_AlterReplicaLogDirTopic_2(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -188,6 +194,8 @@ def _d_AlterReplicaLogDir_2(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('AlterReplicaLogDirsRequest.AlterReplicaLogDir.path', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='AlterReplicaLogDirsRequest.AlterReplicaLogDir.path')
     else:
         _end = pos + _n
         if _end > _l:

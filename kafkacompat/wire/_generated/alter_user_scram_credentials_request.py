@@ -67,6 +67,8 @@ def _d_ScramCredentialDeletion_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('AlterUserScramCredentialsRequest.ScramCredentialDeletion.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='AlterUserScramCredentialsRequest.ScramCredentialDeletion.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -101,6 +103,8 @@ def _d_ScramCredentialUpsertion_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('AlterUserScramCredentialsRequest.ScramCredentialUpsertion.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='AlterUserScramCredentialsRequest.ScramCredentialUpsertion.name')
     else:
         _end = pos + _n
         if _end > _l:

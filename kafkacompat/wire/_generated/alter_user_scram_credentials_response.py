@@ -56,6 +56,8 @@ def _d_AlterUserScramCredentialsResult_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult.user', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult.user')
     else:
         _end = pos + _n
         if _end > _l:
@@ -76,6 +78,8 @@ def _d_AlterUserScramCredentialsResult_0(buf, pos):
         if _n != -1:
             raise bad_length('AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult.error_message')
     else:
         _end = pos + _n
         if _end > _l:

@@ -52,6 +52,8 @@ def _d_ApiVersionsRequest_3(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ApiVersionsRequest.client_software_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ApiVersionsRequest.client_software_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -66,6 +68,8 @@ def _d_ApiVersionsRequest_3(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ApiVersionsRequest.client_software_version', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ApiVersionsRequest.client_software_version')
     else:
         _end = pos + _n
         if _end > _l:

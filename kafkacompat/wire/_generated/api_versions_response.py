@@ -184,6 +184,8 @@ def _d_SupportedFeatureKey_3(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ApiVersionsResponse.SupportedFeatureKey.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ApiVersionsResponse.SupportedFeatureKey.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -218,6 +220,8 @@ def _d_FinalizedFeatureKey_3(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ApiVersionsResponse.FinalizedFeatureKey.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ApiVersionsResponse.FinalizedFeatureKey.name')
     else:
         _end = pos + _n
         if _end > _l:

@@ -43,6 +43,8 @@ def _d_ConsumerGroupCurrentMemberAssignmentKey_8(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('ConsumerGroupCurrentMemberAssignmentKey.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ConsumerGroupCurrentMemberAssignmentKey.group_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -55,6 +57,8 @@ def _d_ConsumerGroupCurrentMemberAssignmentKey_8(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('ConsumerGroupCurrentMemberAssignmentKey.member_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ConsumerGroupCurrentMemberAssignmentKey.member_id')
     else:
         _end = pos + _n
         if _end > _l:

@@ -130,6 +130,8 @@ def _d_TopicPartitions_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ConsumerGroupDescribeResponse.TopicPartitions.topic_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ConsumerGroupDescribeResponse.TopicPartitions.topic_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -205,6 +207,8 @@ def _d_Member_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ConsumerGroupDescribeResponse.Member.member_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ConsumerGroupDescribeResponse.Member.member_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -221,6 +225,8 @@ def _d_Member_0(buf, pos):
         if _n != -1:
             raise bad_length('ConsumerGroupDescribeResponse.Member.instance_id', _n)
         o.instance_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ConsumerGroupDescribeResponse.Member.instance_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -237,6 +243,8 @@ def _d_Member_0(buf, pos):
         if _n != -1:
             raise bad_length('ConsumerGroupDescribeResponse.Member.rack_id', _n)
         o.rack_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ConsumerGroupDescribeResponse.Member.rack_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -255,6 +263,8 @@ def _d_Member_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ConsumerGroupDescribeResponse.Member.client_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ConsumerGroupDescribeResponse.Member.client_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -269,6 +279,8 @@ def _d_Member_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ConsumerGroupDescribeResponse.Member.client_host', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ConsumerGroupDescribeResponse.Member.client_host')
     else:
         _end = pos + _n
         if _end > _l:
@@ -296,6 +308,8 @@ def _d_Member_0(buf, pos):
                 _n -= 1
             if _n < 0:
                 raise bad_length('ConsumerGroupDescribeResponse.Member.subscribed_topic_names', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='ConsumerGroupDescribeResponse.Member.subscribed_topic_names')
             else:
                 _end = pos + _n
                 if _end > _l:
@@ -313,6 +327,8 @@ def _d_Member_0(buf, pos):
         if _n != -1:
             raise bad_length('ConsumerGroupDescribeResponse.Member.subscribed_topic_regex', _n)
         o.subscribed_topic_regex = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ConsumerGroupDescribeResponse.Member.subscribed_topic_regex')
     else:
         _end = pos + _n
         if _end > _l:
@@ -351,6 +367,8 @@ def _d_DescribedGroup_0(buf, pos):
         if _n != -1:
             raise bad_length('ConsumerGroupDescribeResponse.DescribedGroup.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ConsumerGroupDescribeResponse.DescribedGroup.error_message')
     else:
         _end = pos + _n
         if _end > _l:
@@ -365,6 +383,8 @@ def _d_DescribedGroup_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ConsumerGroupDescribeResponse.DescribedGroup.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ConsumerGroupDescribeResponse.DescribedGroup.group_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -379,6 +399,8 @@ def _d_DescribedGroup_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ConsumerGroupDescribeResponse.DescribedGroup.group_state', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ConsumerGroupDescribeResponse.DescribedGroup.group_state')
     else:
         _end = pos + _n
         if _end > _l:
@@ -397,6 +419,8 @@ def _d_DescribedGroup_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ConsumerGroupDescribeResponse.DescribedGroup.assignor_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ConsumerGroupDescribeResponse.DescribedGroup.assignor_name')
     else:
         _end = pos + _n
         if _end > _l:

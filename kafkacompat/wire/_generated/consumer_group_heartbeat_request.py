@@ -113,6 +113,8 @@ def _d_ConsumerGroupHeartbeatRequest_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ConsumerGroupHeartbeatRequest.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ConsumerGroupHeartbeatRequest.group_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -127,6 +129,8 @@ def _d_ConsumerGroupHeartbeatRequest_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ConsumerGroupHeartbeatRequest.member_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ConsumerGroupHeartbeatRequest.member_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -147,6 +151,8 @@ def _d_ConsumerGroupHeartbeatRequest_0(buf, pos):
         if _n != -1:
             raise bad_length('ConsumerGroupHeartbeatRequest.instance_id', _n)
         o.instance_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ConsumerGroupHeartbeatRequest.instance_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -163,6 +169,8 @@ def _d_ConsumerGroupHeartbeatRequest_0(buf, pos):
         if _n != -1:
             raise bad_length('ConsumerGroupHeartbeatRequest.rack_id', _n)
         o.rack_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ConsumerGroupHeartbeatRequest.rack_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -196,6 +204,8 @@ def _d_ConsumerGroupHeartbeatRequest_0(buf, pos):
                 _n -= 1
             if _n < 0:
                 raise bad_length('ConsumerGroupHeartbeatRequest.subscribed_topic_names', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='ConsumerGroupHeartbeatRequest.subscribed_topic_names')
             else:
                 _end = pos + _n
                 if _end > _l:
@@ -213,6 +223,8 @@ def _d_ConsumerGroupHeartbeatRequest_0(buf, pos):
         if _n != -1:
             raise bad_length('ConsumerGroupHeartbeatRequest.server_assignor', _n)
         o.server_assignor = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ConsumerGroupHeartbeatRequest.server_assignor')
     else:
         _end = pos + _n
         if _end > _l:
@@ -260,6 +272,8 @@ def _d_ConsumerGroupHeartbeatRequest_1(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ConsumerGroupHeartbeatRequest.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ConsumerGroupHeartbeatRequest.group_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -274,6 +288,8 @@ def _d_ConsumerGroupHeartbeatRequest_1(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ConsumerGroupHeartbeatRequest.member_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ConsumerGroupHeartbeatRequest.member_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -294,6 +310,8 @@ def _d_ConsumerGroupHeartbeatRequest_1(buf, pos):
         if _n != -1:
             raise bad_length('ConsumerGroupHeartbeatRequest.instance_id', _n)
         o.instance_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ConsumerGroupHeartbeatRequest.instance_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -310,6 +328,8 @@ def _d_ConsumerGroupHeartbeatRequest_1(buf, pos):
         if _n != -1:
             raise bad_length('ConsumerGroupHeartbeatRequest.rack_id', _n)
         o.rack_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ConsumerGroupHeartbeatRequest.rack_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -343,6 +363,8 @@ def _d_ConsumerGroupHeartbeatRequest_1(buf, pos):
                 _n -= 1
             if _n < 0:
                 raise bad_length('ConsumerGroupHeartbeatRequest.subscribed_topic_names', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='ConsumerGroupHeartbeatRequest.subscribed_topic_names')
             else:
                 _end = pos + _n
                 if _end > _l:
@@ -360,6 +382,8 @@ def _d_ConsumerGroupHeartbeatRequest_1(buf, pos):
         if _n != -1:
             raise bad_length('ConsumerGroupHeartbeatRequest.subscribed_topic_regex', _n)
         o.subscribed_topic_regex = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ConsumerGroupHeartbeatRequest.subscribed_topic_regex')
     else:
         _end = pos + _n
         if _end > _l:
@@ -376,6 +400,8 @@ def _d_ConsumerGroupHeartbeatRequest_1(buf, pos):
         if _n != -1:
             raise bad_length('ConsumerGroupHeartbeatRequest.server_assignor', _n)
         o.server_assignor = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ConsumerGroupHeartbeatRequest.server_assignor')
     else:
         _end = pos + _n
         if _end > _l:

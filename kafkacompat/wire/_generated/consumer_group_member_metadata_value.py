@@ -53,7 +53,7 @@ class ConsumerGroupMemberMetadataValue(Struct):
         subscribed_topic_regex='',
         rebalance_timeout_ms=-1,
         server_assignor='',
-        classic_member_metadata=_MISSING,
+        classic_member_metadata=None,
         unknown_tags=None,
     ):
         self.instance_id = instance_id
@@ -64,7 +64,7 @@ class ConsumerGroupMemberMetadataValue(Struct):
         self.subscribed_topic_regex = subscribed_topic_regex
         self.rebalance_timeout_ms = rebalance_timeout_ms
         self.server_assignor = server_assignor
-        self.classic_member_metadata = ClassicMemberMetadata() if classic_member_metadata is _MISSING else classic_member_metadata
+        self.classic_member_metadata = classic_member_metadata
         self.unknown_tags = unknown_tags
 ConsumerGroupMemberMetadataValue.ClassicMemberMetadata = ClassicMemberMetadata
 ConsumerGroupMemberMetadataValue.ClassicProtocol = ClassicProtocol
@@ -82,6 +82,8 @@ def _d_ClassicProtocol_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ConsumerGroupMemberMetadataValue.ClassicProtocol.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ConsumerGroupMemberMetadataValue.ClassicProtocol.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -163,6 +165,8 @@ def _d_ConsumerGroupMemberMetadataValue_0(buf, pos):
         if _n != -1:
             raise bad_length('ConsumerGroupMemberMetadataValue.instance_id', _n)
         o.instance_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ConsumerGroupMemberMetadataValue.instance_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -179,6 +183,8 @@ def _d_ConsumerGroupMemberMetadataValue_0(buf, pos):
         if _n != -1:
             raise bad_length('ConsumerGroupMemberMetadataValue.rack_id', _n)
         o.rack_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ConsumerGroupMemberMetadataValue.rack_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -193,6 +199,8 @@ def _d_ConsumerGroupMemberMetadataValue_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ConsumerGroupMemberMetadataValue.client_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ConsumerGroupMemberMetadataValue.client_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -207,6 +215,8 @@ def _d_ConsumerGroupMemberMetadataValue_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ConsumerGroupMemberMetadataValue.client_host', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ConsumerGroupMemberMetadataValue.client_host')
     else:
         _end = pos + _n
         if _end > _l:
@@ -234,6 +244,8 @@ def _d_ConsumerGroupMemberMetadataValue_0(buf, pos):
                 _n -= 1
             if _n < 0:
                 raise bad_length('ConsumerGroupMemberMetadataValue.subscribed_topic_names', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='ConsumerGroupMemberMetadataValue.subscribed_topic_names')
             else:
                 _end = pos + _n
                 if _end > _l:
@@ -251,6 +263,8 @@ def _d_ConsumerGroupMemberMetadataValue_0(buf, pos):
         if _n != -1:
             raise bad_length('ConsumerGroupMemberMetadataValue.subscribed_topic_regex', _n)
         o.subscribed_topic_regex = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ConsumerGroupMemberMetadataValue.subscribed_topic_regex')
     else:
         _end = pos + _n
         if _end > _l:
@@ -271,13 +285,15 @@ def _d_ConsumerGroupMemberMetadataValue_0(buf, pos):
         if _n != -1:
             raise bad_length('ConsumerGroupMemberMetadataValue.server_assignor', _n)
         o.server_assignor = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ConsumerGroupMemberMetadataValue.server_assignor')
     else:
         _end = pos + _n
         if _end > _l:
             raise overrun('ConsumerGroupMemberMetadataValue.server_assignor', buf, pos, _n, 1)
         o.server_assignor = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
-    o.classic_member_metadata = ClassicMemberMetadata()
+    o.classic_member_metadata = None
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -290,11 +306,13 @@ def _d_ConsumerGroupMemberMetadataValue_0(buf, pos):
                 _p = _ts
                 if _p >= len(_sub):
                     raise truncated('ConsumerGroupMemberMetadataValue.classic_member_metadata', _sub, _p, 1)
-                if _sub[_p] >= 0x80:
+                if _sub[_p] == 0:
                     o.classic_member_metadata = None
                     _p += 1
-                else:
+                elif _sub[_p] == 1:
                     o.classic_member_metadata, _p = _d_ClassicMemberMetadata_0(_sub, _p + 1)
+                else:
+                    raise DecodeError('bad presence marker', field='ConsumerGroupMemberMetadataValue.classic_member_metadata')
                 if _p != _te:
                     raise DecodeError('tagged field size mismatch', field='ConsumerGroupMemberMetadataValue.classic_member_metadata')
             else:
@@ -426,10 +444,10 @@ def _e_ConsumerGroupMemberMetadataValue_0(o, out, chunks):
             write_uvarint(out, _n + 1)
         out += _b
     _tags = None
-    if o.classic_member_metadata is None or not _isdef_ClassicMemberMetadata(o.classic_member_metadata):
+    if o.classic_member_metadata is not None:
         _t = bytearray()
         if o.classic_member_metadata is None:
-            _t.append(0xff)
+            _t.append(0)
         else:
             _t.append(1)
             _e_ClassicMemberMetadata_0(o.classic_member_metadata, _t, chunks)
@@ -442,13 +460,6 @@ def _e_ConsumerGroupMemberMetadataValue_0(o, out, chunks):
         out.append(0)
     else:
         write_tags(out, _tags)
-
-def _isdef_ClassicMemberMetadata(o):
-    return (
-        o.session_timeout_ms == 0
-        and o.supported_protocols == []
-        and not o.unknown_tags
-    )
 
 MESSAGE = ConsumerGroupMemberMetadataValue
 MIN_VERSION = 0

@@ -42,6 +42,8 @@ def _d_ConsumerGroupPartitionMetadataKey_4(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('ConsumerGroupPartitionMetadataKey.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ConsumerGroupPartitionMetadataKey.group_id')
     else:
         _end = pos + _n
         if _end > _l:

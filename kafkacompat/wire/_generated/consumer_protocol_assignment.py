@@ -54,6 +54,8 @@ def _d_TopicPartition_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('ConsumerProtocolAssignment.TopicPartition.topic', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ConsumerProtocolAssignment.TopicPartition.topic')
     else:
         _end = pos + _n
         if _end > _l:

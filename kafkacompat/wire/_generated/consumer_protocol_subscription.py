@@ -79,6 +79,8 @@ def _d_ConsumerProtocolSubscription_0(buf, pos):
             pos += 2
             if _n < 0:
                 raise bad_length('ConsumerProtocolSubscription.topics', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='ConsumerProtocolSubscription.topics')
             else:
                 _end = pos + _n
                 if _end > _l:
@@ -112,6 +114,8 @@ def _d_TopicPartition_1(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('ConsumerProtocolSubscription.TopicPartition.topic', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ConsumerProtocolSubscription.TopicPartition.topic')
     else:
         _end = pos + _n
         if _end > _l:
@@ -155,6 +159,8 @@ def _d_ConsumerProtocolSubscription_1(buf, pos):
             pos += 2
             if _n < 0:
                 raise bad_length('ConsumerProtocolSubscription.topics', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='ConsumerProtocolSubscription.topics')
             else:
                 _end = pos + _n
                 if _end > _l:
@@ -213,6 +219,8 @@ def _d_ConsumerProtocolSubscription_2(buf, pos):
             pos += 2
             if _n < 0:
                 raise bad_length('ConsumerProtocolSubscription.topics', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='ConsumerProtocolSubscription.topics')
             else:
                 _end = pos + _n
                 if _end > _l:
@@ -274,6 +282,8 @@ def _d_ConsumerProtocolSubscription_3(buf, pos):
             pos += 2
             if _n < 0:
                 raise bad_length('ConsumerProtocolSubscription.topics', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='ConsumerProtocolSubscription.topics')
             else:
                 _end = pos + _n
                 if _end > _l:
@@ -320,6 +330,8 @@ def _d_ConsumerProtocolSubscription_3(buf, pos):
         if _n != -1:
             raise bad_length('ConsumerProtocolSubscription.rack_id', _n)
         o.rack_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ConsumerProtocolSubscription.rack_id')
     else:
         _end = pos + _n
         if _end > _l:

@@ -53,6 +53,8 @@ def _d_RemainingPartition_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('ControlledShutdownResponse.RemainingPartition.topic_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ControlledShutdownResponse.RemainingPartition.topic_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -100,6 +102,8 @@ def _d_RemainingPartition_3(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ControlledShutdownResponse.RemainingPartition.topic_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ControlledShutdownResponse.RemainingPartition.topic_name')
     else:
         _end = pos + _n
         if _end > _l:

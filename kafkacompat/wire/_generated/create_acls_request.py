@@ -74,6 +74,8 @@ def _d_AclCreation_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('CreateAclsRequest.AclCreation.resource_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateAclsRequest.AclCreation.resource_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -86,6 +88,8 @@ def _d_AclCreation_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('CreateAclsRequest.AclCreation.principal', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateAclsRequest.AclCreation.principal')
     else:
         _end = pos + _n
         if _end > _l:
@@ -98,6 +102,8 @@ def _d_AclCreation_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('CreateAclsRequest.AclCreation.host', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateAclsRequest.AclCreation.host')
     else:
         _end = pos + _n
         if _end > _l:
@@ -143,6 +149,8 @@ def _d_AclCreation_1(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('CreateAclsRequest.AclCreation.resource_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateAclsRequest.AclCreation.resource_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -159,6 +167,8 @@ def _d_AclCreation_1(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('CreateAclsRequest.AclCreation.principal', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateAclsRequest.AclCreation.principal')
     else:
         _end = pos + _n
         if _end > _l:
@@ -171,6 +181,8 @@ def _d_AclCreation_1(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('CreateAclsRequest.AclCreation.host', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateAclsRequest.AclCreation.host')
     else:
         _end = pos + _n
         if _end > _l:
@@ -218,6 +230,8 @@ def _d_AclCreation_2(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('CreateAclsRequest.AclCreation.resource_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateAclsRequest.AclCreation.resource_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -236,6 +250,8 @@ def _d_AclCreation_2(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('CreateAclsRequest.AclCreation.principal', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateAclsRequest.AclCreation.principal')
     else:
         _end = pos + _n
         if _end > _l:
@@ -250,6 +266,8 @@ def _d_AclCreation_2(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('CreateAclsRequest.AclCreation.host', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateAclsRequest.AclCreation.host')
     else:
         _end = pos + _n
         if _end > _l:

@@ -59,6 +59,8 @@ def _d_AclCreationResult_0(buf, pos):
         if _n != -1:
             raise bad_length('CreateAclsResponse.AclCreationResult.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateAclsResponse.AclCreationResult.error_message')
     else:
         _end = pos + _n
         if _end > _l:
@@ -108,6 +110,8 @@ def _d_AclCreationResult_2(buf, pos):
         if _n != -1:
             raise bad_length('CreateAclsResponse.AclCreationResult.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateAclsResponse.AclCreationResult.error_message')
     else:
         _end = pos + _n
         if _end > _l:

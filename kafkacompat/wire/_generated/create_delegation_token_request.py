@@ -63,6 +63,8 @@ def _d_CreatableRenewers_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('CreateDelegationTokenRequest.CreatableRenewers.principal_type', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateDelegationTokenRequest.CreatableRenewers.principal_type')
     else:
         _end = pos + _n
         if _end > _l:
@@ -75,6 +77,8 @@ def _d_CreatableRenewers_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('CreateDelegationTokenRequest.CreatableRenewers.principal_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateDelegationTokenRequest.CreatableRenewers.principal_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -120,6 +124,8 @@ def _d_CreatableRenewers_2(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('CreateDelegationTokenRequest.CreatableRenewers.principal_type', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateDelegationTokenRequest.CreatableRenewers.principal_type')
     else:
         _end = pos + _n
         if _end > _l:
@@ -134,6 +140,8 @@ def _d_CreatableRenewers_2(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('CreateDelegationTokenRequest.CreatableRenewers.principal_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateDelegationTokenRequest.CreatableRenewers.principal_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -203,6 +211,8 @@ def _d_CreateDelegationTokenRequest_3(buf, pos):
         if _n != -1:
             raise bad_length('CreateDelegationTokenRequest.owner_principal_type', _n)
         o.owner_principal_type = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateDelegationTokenRequest.owner_principal_type')
     else:
         _end = pos + _n
         if _end > _l:
@@ -219,6 +229,8 @@ def _d_CreateDelegationTokenRequest_3(buf, pos):
         if _n != -1:
             raise bad_length('CreateDelegationTokenRequest.owner_principal_name', _n)
         o.owner_principal_name = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateDelegationTokenRequest.owner_principal_name')
     else:
         _end = pos + _n
         if _end > _l:

@@ -74,6 +74,8 @@ def _d_CreateDelegationTokenResponse_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('CreateDelegationTokenResponse.principal_type', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateDelegationTokenResponse.principal_type')
     else:
         _end = pos + _n
         if _end > _l:
@@ -86,6 +88,8 @@ def _d_CreateDelegationTokenResponse_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('CreateDelegationTokenResponse.principal_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateDelegationTokenResponse.principal_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -102,6 +106,8 @@ def _d_CreateDelegationTokenResponse_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('CreateDelegationTokenResponse.token_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateDelegationTokenResponse.token_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -144,6 +150,8 @@ def _d_CreateDelegationTokenResponse_2(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('CreateDelegationTokenResponse.principal_type', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateDelegationTokenResponse.principal_type')
     else:
         _end = pos + _n
         if _end > _l:
@@ -158,6 +166,8 @@ def _d_CreateDelegationTokenResponse_2(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('CreateDelegationTokenResponse.principal_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateDelegationTokenResponse.principal_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -176,6 +186,8 @@ def _d_CreateDelegationTokenResponse_2(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('CreateDelegationTokenResponse.token_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateDelegationTokenResponse.token_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -228,6 +240,8 @@ def _d_CreateDelegationTokenResponse_3(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('CreateDelegationTokenResponse.principal_type', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateDelegationTokenResponse.principal_type')
     else:
         _end = pos + _n
         if _end > _l:
@@ -242,6 +256,8 @@ def _d_CreateDelegationTokenResponse_3(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('CreateDelegationTokenResponse.principal_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateDelegationTokenResponse.principal_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -256,6 +272,8 @@ def _d_CreateDelegationTokenResponse_3(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('CreateDelegationTokenResponse.token_requester_principal_type', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateDelegationTokenResponse.token_requester_principal_type')
     else:
         _end = pos + _n
         if _end > _l:
@@ -270,6 +288,8 @@ def _d_CreateDelegationTokenResponse_3(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('CreateDelegationTokenResponse.token_requester_principal_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateDelegationTokenResponse.token_requester_principal_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -288,6 +308,8 @@ def _d_CreateDelegationTokenResponse_3(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('CreateDelegationTokenResponse.token_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateDelegationTokenResponse.token_id')
     else:
         _end = pos + _n
         if _end > _l:

@@ -83,6 +83,8 @@ def _d_CreatePartitionsTopic_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('CreatePartitionsRequest.CreatePartitionsTopic.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='CreatePartitionsRequest.CreatePartitionsTopic.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -175,6 +177,8 @@ def _d_CreatePartitionsTopic_2(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('CreatePartitionsRequest.CreatePartitionsTopic.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='CreatePartitionsRequest.CreatePartitionsTopic.name')
     else:
         _end = pos + _n
         if _end > _l:

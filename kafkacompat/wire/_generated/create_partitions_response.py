@@ -54,6 +54,8 @@ def _d_CreatePartitionsTopicResult_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('CreatePartitionsResponse.CreatePartitionsTopicResult.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='CreatePartitionsResponse.CreatePartitionsTopicResult.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -72,6 +74,8 @@ def _d_CreatePartitionsTopicResult_0(buf, pos):
         if _n != -1:
             raise bad_length('CreatePartitionsResponse.CreatePartitionsTopicResult.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='CreatePartitionsResponse.CreatePartitionsTopicResult.error_message')
     else:
         _end = pos + _n
         if _end > _l:
@@ -115,6 +119,8 @@ def _d_CreatePartitionsTopicResult_2(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('CreatePartitionsResponse.CreatePartitionsTopicResult.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='CreatePartitionsResponse.CreatePartitionsTopicResult.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -135,6 +141,8 @@ def _d_CreatePartitionsTopicResult_2(buf, pos):
         if _n != -1:
             raise bad_length('CreatePartitionsResponse.CreatePartitionsTopicResult.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='CreatePartitionsResponse.CreatePartitionsTopicResult.error_message')
     else:
         _end = pos + _n
         if _end > _l:

@@ -108,6 +108,8 @@ def _d_CreatableTopicConfig_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('CreateTopicsRequest.CreatableTopicConfig.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateTopicsRequest.CreatableTopicConfig.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -122,6 +124,8 @@ def _d_CreatableTopicConfig_0(buf, pos):
         if _n != -1:
             raise bad_length('CreateTopicsRequest.CreatableTopicConfig.value', _n)
         o.value = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateTopicsRequest.CreatableTopicConfig.value')
     else:
         _end = pos + _n
         if _end > _l:
@@ -140,6 +144,8 @@ def _d_CreatableTopic_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('CreateTopicsRequest.CreatableTopic.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateTopicsRequest.CreatableTopic.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -271,6 +277,8 @@ def _d_CreatableTopicConfig_5(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('CreateTopicsRequest.CreatableTopicConfig.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateTopicsRequest.CreatableTopicConfig.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -287,6 +295,8 @@ def _d_CreatableTopicConfig_5(buf, pos):
         if _n != -1:
             raise bad_length('CreateTopicsRequest.CreatableTopicConfig.value', _n)
         o.value = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateTopicsRequest.CreatableTopicConfig.value')
     else:
         _end = pos + _n
         if _end > _l:
@@ -317,6 +327,8 @@ def _d_CreatableTopic_5(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('CreateTopicsRequest.CreatableTopic.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateTopicsRequest.CreatableTopic.name')
     else:
         _end = pos + _n
         if _end > _l:

@@ -99,6 +99,8 @@ def _d_CreatableTopicResult_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('CreateTopicsResponse.CreatableTopicResult.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateTopicsResponse.CreatableTopicResult.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -146,6 +148,8 @@ def _d_CreatableTopicResult_1(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('CreateTopicsResponse.CreatableTopicResult.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateTopicsResponse.CreatableTopicResult.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -164,6 +168,8 @@ def _d_CreatableTopicResult_1(buf, pos):
         if _n != -1:
             raise bad_length('CreateTopicsResponse.CreatableTopicResult.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateTopicsResponse.CreatableTopicResult.error_message')
     else:
         _end = pos + _n
         if _end > _l:
@@ -227,6 +233,8 @@ def _d_CreatableTopicConfigs_5(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('CreateTopicsResponse.CreatableTopicConfigs.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateTopicsResponse.CreatableTopicConfigs.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -243,6 +251,8 @@ def _d_CreatableTopicConfigs_5(buf, pos):
         if _n != -1:
             raise bad_length('CreateTopicsResponse.CreatableTopicConfigs.value', _n)
         o.value = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateTopicsResponse.CreatableTopicConfigs.value')
     else:
         _end = pos + _n
         if _end > _l:
@@ -278,6 +288,8 @@ def _d_CreatableTopicResult_5(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('CreateTopicsResponse.CreatableTopicResult.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateTopicsResponse.CreatableTopicResult.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -298,6 +310,8 @@ def _d_CreatableTopicResult_5(buf, pos):
         if _n != -1:
             raise bad_length('CreateTopicsResponse.CreatableTopicResult.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateTopicsResponse.CreatableTopicResult.error_message')
     else:
         _end = pos + _n
         if _end > _l:
@@ -395,6 +409,8 @@ def _d_CreatableTopicResult_7(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('CreateTopicsResponse.CreatableTopicResult.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateTopicsResponse.CreatableTopicResult.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -416,6 +432,8 @@ def _d_CreatableTopicResult_7(buf, pos):
         if _n != -1:
             raise bad_length('CreateTopicsResponse.CreatableTopicResult.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateTopicsResponse.CreatableTopicResult.error_message')
     else:
         _end = pos + _n
         if _end > _l:

@@ -46,6 +46,8 @@ def _d_DefaultPrincipalData_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DefaultPrincipalData.type', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DefaultPrincipalData.type')
     else:
         _end = pos + _n
         if _end > _l:
@@ -60,6 +62,8 @@ def _d_DefaultPrincipalData_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DefaultPrincipalData.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DefaultPrincipalData.name')
     else:
         _end = pos + _n
         if _end > _l:

@@ -76,6 +76,8 @@ def _d_DeleteAclsFilter_0(buf, pos):
         if _n != -1:
             raise bad_length('DeleteAclsRequest.DeleteAclsFilter.resource_name_filter', _n)
         o.resource_name_filter = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsRequest.DeleteAclsFilter.resource_name_filter')
     else:
         _end = pos + _n
         if _end > _l:
@@ -90,6 +92,8 @@ def _d_DeleteAclsFilter_0(buf, pos):
         if _n != -1:
             raise bad_length('DeleteAclsRequest.DeleteAclsFilter.principal_filter', _n)
         o.principal_filter = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsRequest.DeleteAclsFilter.principal_filter')
     else:
         _end = pos + _n
         if _end > _l:
@@ -104,6 +108,8 @@ def _d_DeleteAclsFilter_0(buf, pos):
         if _n != -1:
             raise bad_length('DeleteAclsRequest.DeleteAclsFilter.host_filter', _n)
         o.host_filter = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsRequest.DeleteAclsFilter.host_filter')
     else:
         _end = pos + _n
         if _end > _l:
@@ -151,6 +157,8 @@ def _d_DeleteAclsFilter_1(buf, pos):
         if _n != -1:
             raise bad_length('DeleteAclsRequest.DeleteAclsFilter.resource_name_filter', _n)
         o.resource_name_filter = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsRequest.DeleteAclsFilter.resource_name_filter')
     else:
         _end = pos + _n
         if _end > _l:
@@ -169,6 +177,8 @@ def _d_DeleteAclsFilter_1(buf, pos):
         if _n != -1:
             raise bad_length('DeleteAclsRequest.DeleteAclsFilter.principal_filter', _n)
         o.principal_filter = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsRequest.DeleteAclsFilter.principal_filter')
     else:
         _end = pos + _n
         if _end > _l:
@@ -183,6 +193,8 @@ def _d_DeleteAclsFilter_1(buf, pos):
         if _n != -1:
             raise bad_length('DeleteAclsRequest.DeleteAclsFilter.host_filter', _n)
         o.host_filter = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsRequest.DeleteAclsFilter.host_filter')
     else:
         _end = pos + _n
         if _end > _l:
@@ -232,6 +244,8 @@ def _d_DeleteAclsFilter_2(buf, pos):
         if _n != -1:
             raise bad_length('DeleteAclsRequest.DeleteAclsFilter.resource_name_filter', _n)
         o.resource_name_filter = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsRequest.DeleteAclsFilter.resource_name_filter')
     else:
         _end = pos + _n
         if _end > _l:
@@ -252,6 +266,8 @@ def _d_DeleteAclsFilter_2(buf, pos):
         if _n != -1:
             raise bad_length('DeleteAclsRequest.DeleteAclsFilter.principal_filter', _n)
         o.principal_filter = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsRequest.DeleteAclsFilter.principal_filter')
     else:
         _end = pos + _n
         if _end > _l:
@@ -268,6 +284,8 @@ def _d_DeleteAclsFilter_2(buf, pos):
         if _n != -1:
             raise bad_length('DeleteAclsRequest.DeleteAclsFilter.host_filter', _n)
         o.host_filter = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsRequest.DeleteAclsFilter.host_filter')
     else:
         _end = pos + _n
         if _end > _l:

@@ -91,6 +91,8 @@ def _d_DeleteAclsMatchingAcl_0(buf, pos):
         if _n != -1:
             raise bad_length('DeleteAclsResponse.DeleteAclsMatchingAcl.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsResponse.DeleteAclsMatchingAcl.error_message')
     else:
         _end = pos + _n
         if _end > _l:
@@ -107,6 +109,8 @@ def _d_DeleteAclsMatchingAcl_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -119,6 +123,8 @@ def _d_DeleteAclsMatchingAcl_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('DeleteAclsResponse.DeleteAclsMatchingAcl.principal', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsResponse.DeleteAclsMatchingAcl.principal')
     else:
         _end = pos + _n
         if _end > _l:
@@ -131,6 +137,8 @@ def _d_DeleteAclsMatchingAcl_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('DeleteAclsResponse.DeleteAclsMatchingAcl.host', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsResponse.DeleteAclsMatchingAcl.host')
     else:
         _end = pos + _n
         if _end > _l:
@@ -159,6 +167,8 @@ def _d_DeleteAclsFilterResult_0(buf, pos):
         if _n != -1:
             raise bad_length('DeleteAclsResponse.DeleteAclsFilterResult.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsResponse.DeleteAclsFilterResult.error_message')
     else:
         _end = pos + _n
         if _end > _l:
@@ -219,6 +229,8 @@ def _d_DeleteAclsMatchingAcl_1(buf, pos):
         if _n != -1:
             raise bad_length('DeleteAclsResponse.DeleteAclsMatchingAcl.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsResponse.DeleteAclsMatchingAcl.error_message')
     else:
         _end = pos + _n
         if _end > _l:
@@ -235,6 +247,8 @@ def _d_DeleteAclsMatchingAcl_1(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -251,6 +265,8 @@ def _d_DeleteAclsMatchingAcl_1(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('DeleteAclsResponse.DeleteAclsMatchingAcl.principal', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsResponse.DeleteAclsMatchingAcl.principal')
     else:
         _end = pos + _n
         if _end > _l:
@@ -263,6 +279,8 @@ def _d_DeleteAclsMatchingAcl_1(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('DeleteAclsResponse.DeleteAclsMatchingAcl.host', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsResponse.DeleteAclsMatchingAcl.host')
     else:
         _end = pos + _n
         if _end > _l:
@@ -291,6 +309,8 @@ def _d_DeleteAclsFilterResult_1(buf, pos):
         if _n != -1:
             raise bad_length('DeleteAclsResponse.DeleteAclsFilterResult.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsResponse.DeleteAclsFilterResult.error_message')
     else:
         _end = pos + _n
         if _end > _l:
@@ -353,6 +373,8 @@ def _d_DeleteAclsMatchingAcl_2(buf, pos):
         if _n != -1:
             raise bad_length('DeleteAclsResponse.DeleteAclsMatchingAcl.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsResponse.DeleteAclsMatchingAcl.error_message')
     else:
         _end = pos + _n
         if _end > _l:
@@ -371,6 +393,8 @@ def _d_DeleteAclsMatchingAcl_2(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -389,6 +413,8 @@ def _d_DeleteAclsMatchingAcl_2(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DeleteAclsResponse.DeleteAclsMatchingAcl.principal', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsResponse.DeleteAclsMatchingAcl.principal')
     else:
         _end = pos + _n
         if _end > _l:
@@ -403,6 +429,8 @@ def _d_DeleteAclsMatchingAcl_2(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DeleteAclsResponse.DeleteAclsMatchingAcl.host', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsResponse.DeleteAclsMatchingAcl.host')
     else:
         _end = pos + _n
         if _end > _l:
@@ -443,6 +471,8 @@ def _d_DeleteAclsFilterResult_2(buf, pos):
         if _n != -1:
             raise bad_length('DeleteAclsResponse.DeleteAclsFilterResult.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsResponse.DeleteAclsFilterResult.error_message')
     else:
         _end = pos + _n
         if _end > _l:

@@ -54,6 +54,8 @@ def _d_DeleteGroupsRequest_0(buf, pos):
             pos += 2
             if _n < 0:
                 raise bad_length('DeleteGroupsRequest.groups_names', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteGroupsRequest.groups_names')
             else:
                 _end = pos + _n
                 if _end > _l:
@@ -88,6 +90,8 @@ def _d_DeleteGroupsRequest_2(buf, pos):
                 _n -= 1
             if _n < 0:
                 raise bad_length('DeleteGroupsRequest.groups_names', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteGroupsRequest.groups_names')
             else:
                 _end = pos + _n
                 if _end > _l:

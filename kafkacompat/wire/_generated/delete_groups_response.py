@@ -53,6 +53,8 @@ def _d_DeletableGroupResult_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('DeleteGroupsResponse.DeletableGroupResult.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteGroupsResponse.DeletableGroupResult.group_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -100,6 +102,8 @@ def _d_DeletableGroupResult_2(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DeleteGroupsResponse.DeletableGroupResult.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteGroupsResponse.DeletableGroupResult.group_id')
     else:
         _end = pos + _n
         if _end > _l:

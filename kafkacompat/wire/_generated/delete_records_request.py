@@ -73,6 +73,8 @@ def _d_DeleteRecordsTopic_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('DeleteRecordsRequest.DeleteRecordsTopic.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteRecordsRequest.DeleteRecordsTopic.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -149,6 +151,8 @@ def _d_DeleteRecordsTopic_2(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DeleteRecordsRequest.DeleteRecordsTopic.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteRecordsRequest.DeleteRecordsTopic.name')
     else:
         _end = pos + _n
         if _end > _l:

@@ -74,6 +74,8 @@ def _d_DeleteRecordsTopicResult_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('DeleteRecordsResponse.DeleteRecordsTopicResult.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteRecordsResponse.DeleteRecordsTopicResult.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -150,6 +152,8 @@ def _d_DeleteRecordsTopicResult_2(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DeleteRecordsResponse.DeleteRecordsTopicResult.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteRecordsResponse.DeleteRecordsTopicResult.name')
     else:
         _end = pos + _n
         if _end > _l:

@@ -119,6 +119,8 @@ def _d_DeleteShareGroupStateRequest_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DeleteShareGroupStateRequest.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteShareGroupStateRequest.group_id')
     else:
         _end = pos + _n
         if _end > _l:

@@ -70,6 +70,8 @@ def _d_PartitionResult_0(buf, pos):
         if _n != -1:
             raise bad_length('DeleteShareGroupStateResponse.PartitionResult.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteShareGroupStateResponse.PartitionResult.error_message')
     else:
         _end = pos + _n
         if _end > _l:

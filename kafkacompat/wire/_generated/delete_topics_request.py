@@ -67,6 +67,8 @@ def _d_DeleteTopicsRequest_0(buf, pos):
             pos += 2
             if _n < 0:
                 raise bad_length('DeleteTopicsRequest.topic_names', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteTopicsRequest.topic_names')
             else:
                 _end = pos + _n
                 if _end > _l:
@@ -106,6 +108,8 @@ def _d_DeleteTopicsRequest_4(buf, pos):
                 _n -= 1
             if _n < 0:
                 raise bad_length('DeleteTopicsRequest.topic_names', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteTopicsRequest.topic_names')
             else:
                 _end = pos + _n
                 if _end > _l:
@@ -143,6 +147,8 @@ def _d_DeleteTopicState_6(buf, pos):
         if _n != -1:
             raise bad_length('DeleteTopicsRequest.DeleteTopicState.name', _n)
         o.name = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteTopicsRequest.DeleteTopicState.name')
     else:
         _end = pos + _n
         if _end > _l:

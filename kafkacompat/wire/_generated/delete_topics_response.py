@@ -58,6 +58,8 @@ def _d_DeletableTopicResult_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('DeleteTopicsResponse.DeletableTopicResult.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteTopicsResponse.DeletableTopicResult.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -127,6 +129,8 @@ def _d_DeletableTopicResult_4(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DeleteTopicsResponse.DeletableTopicResult.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteTopicsResponse.DeletableTopicResult.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -197,6 +201,8 @@ def _d_DeletableTopicResult_5(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DeleteTopicsResponse.DeletableTopicResult.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteTopicsResponse.DeletableTopicResult.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -217,6 +223,8 @@ def _d_DeletableTopicResult_5(buf, pos):
         if _n != -1:
             raise bad_length('DeleteTopicsResponse.DeletableTopicResult.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteTopicsResponse.DeletableTopicResult.error_message')
     else:
         _end = pos + _n
         if _end > _l:
@@ -284,6 +292,8 @@ def _d_DeletableTopicResult_6(buf, pos):
         if _n != -1:
             raise bad_length('DeleteTopicsResponse.DeletableTopicResult.name', _n)
         o.name = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteTopicsResponse.DeletableTopicResult.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -305,6 +315,8 @@ def _d_DeletableTopicResult_6(buf, pos):
         if _n != -1:
             raise bad_length('DeleteTopicsResponse.DeletableTopicResult.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteTopicsResponse.DeletableTopicResult.error_message')
     else:
         _end = pos + _n
         if _end > _l:

@@ -67,6 +67,8 @@ def _d_DescribeAclsRequest_0(buf, pos):
         if _n != -1:
             raise bad_length('DescribeAclsRequest.resource_name_filter', _n)
         o.resource_name_filter = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeAclsRequest.resource_name_filter')
     else:
         _end = pos + _n
         if _end > _l:
@@ -81,6 +83,8 @@ def _d_DescribeAclsRequest_0(buf, pos):
         if _n != -1:
             raise bad_length('DescribeAclsRequest.principal_filter', _n)
         o.principal_filter = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeAclsRequest.principal_filter')
     else:
         _end = pos + _n
         if _end > _l:
@@ -95,6 +99,8 @@ def _d_DescribeAclsRequest_0(buf, pos):
         if _n != -1:
             raise bad_length('DescribeAclsRequest.host_filter', _n)
         o.host_filter = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeAclsRequest.host_filter')
     else:
         _end = pos + _n
         if _end > _l:
@@ -123,6 +129,8 @@ def _d_DescribeAclsRequest_1(buf, pos):
         if _n != -1:
             raise bad_length('DescribeAclsRequest.resource_name_filter', _n)
         o.resource_name_filter = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeAclsRequest.resource_name_filter')
     else:
         _end = pos + _n
         if _end > _l:
@@ -141,6 +149,8 @@ def _d_DescribeAclsRequest_1(buf, pos):
         if _n != -1:
             raise bad_length('DescribeAclsRequest.principal_filter', _n)
         o.principal_filter = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeAclsRequest.principal_filter')
     else:
         _end = pos + _n
         if _end > _l:
@@ -155,6 +165,8 @@ def _d_DescribeAclsRequest_1(buf, pos):
         if _n != -1:
             raise bad_length('DescribeAclsRequest.host_filter', _n)
         o.host_filter = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeAclsRequest.host_filter')
     else:
         _end = pos + _n
         if _end > _l:
@@ -185,6 +197,8 @@ def _d_DescribeAclsRequest_2(buf, pos):
         if _n != -1:
             raise bad_length('DescribeAclsRequest.resource_name_filter', _n)
         o.resource_name_filter = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeAclsRequest.resource_name_filter')
     else:
         _end = pos + _n
         if _end > _l:
@@ -205,6 +219,8 @@ def _d_DescribeAclsRequest_2(buf, pos):
         if _n != -1:
             raise bad_length('DescribeAclsRequest.principal_filter', _n)
         o.principal_filter = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeAclsRequest.principal_filter')
     else:
         _end = pos + _n
         if _end > _l:
@@ -221,6 +237,8 @@ def _d_DescribeAclsRequest_2(buf, pos):
         if _n != -1:
             raise bad_length('DescribeAclsRequest.host_filter', _n)
         o.host_filter = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeAclsRequest.host_filter')
     else:
         _end = pos + _n
         if _end > _l:

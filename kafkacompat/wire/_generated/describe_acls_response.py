@@ -78,6 +78,8 @@ def _d_AclDescription_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('DescribeAclsResponse.AclDescription.principal', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeAclsResponse.AclDescription.principal')
     else:
         _end = pos + _n
         if _end > _l:
@@ -90,6 +92,8 @@ def _d_AclDescription_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('DescribeAclsResponse.AclDescription.host', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeAclsResponse.AclDescription.host')
     else:
         _end = pos + _n
         if _end > _l:
@@ -117,6 +121,8 @@ def _d_DescribeAclsResource_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('DescribeAclsResponse.DescribeAclsResource.resource_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeAclsResponse.DescribeAclsResource.resource_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -154,6 +160,8 @@ def _d_DescribeAclsResponse_0(buf, pos):
         if _n != -1:
             raise bad_length('DescribeAclsResponse.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeAclsResponse.error_message')
     else:
         _end = pos + _n
         if _end > _l:
@@ -189,6 +197,8 @@ def _d_DescribeAclsResource_1(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('DescribeAclsResponse.DescribeAclsResource.resource_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeAclsResponse.DescribeAclsResource.resource_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -230,6 +240,8 @@ def _d_DescribeAclsResponse_1(buf, pos):
         if _n != -1:
             raise bad_length('DescribeAclsResponse.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeAclsResponse.error_message')
     else:
         _end = pos + _n
         if _end > _l:
@@ -263,6 +275,8 @@ def _d_AclDescription_2(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DescribeAclsResponse.AclDescription.principal', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeAclsResponse.AclDescription.principal')
     else:
         _end = pos + _n
         if _end > _l:
@@ -277,6 +291,8 @@ def _d_AclDescription_2(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DescribeAclsResponse.AclDescription.host', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeAclsResponse.AclDescription.host')
     else:
         _end = pos + _n
         if _end > _l:
@@ -315,6 +331,8 @@ def _d_DescribeAclsResource_2(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DescribeAclsResponse.DescribeAclsResource.resource_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeAclsResponse.DescribeAclsResource.resource_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -370,6 +388,8 @@ def _d_DescribeAclsResponse_2(buf, pos):
         if _n != -1:
             raise bad_length('DescribeAclsResponse.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeAclsResponse.error_message')
     else:
         _end = pos + _n
         if _end > _l:

@@ -56,6 +56,8 @@ def _d_ComponentData_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('DescribeClientQuotasRequest.ComponentData.entity_type', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeClientQuotasRequest.ComponentData.entity_type')
     else:
         _end = pos + _n
         if _end > _l:
@@ -74,6 +76,8 @@ def _d_ComponentData_0(buf, pos):
         if _n != -1:
             raise bad_length('DescribeClientQuotasRequest.ComponentData.match', _n)
         o.match = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeClientQuotasRequest.ComponentData.match')
     else:
         _end = pos + _n
         if _end > _l:
@@ -117,6 +121,8 @@ def _d_ComponentData_1(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DescribeClientQuotasRequest.ComponentData.entity_type', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeClientQuotasRequest.ComponentData.entity_type')
     else:
         _end = pos + _n
         if _end > _l:
@@ -137,6 +143,8 @@ def _d_ComponentData_1(buf, pos):
         if _n != -1:
             raise bad_length('DescribeClientQuotasRequest.ComponentData.match', _n)
         o.match = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeClientQuotasRequest.ComponentData.match')
     else:
         _end = pos + _n
         if _end > _l:

@@ -82,6 +82,8 @@ def _d_EntityData_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('DescribeClientQuotasResponse.EntityData.entity_type', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeClientQuotasResponse.EntityData.entity_type')
     else:
         _end = pos + _n
         if _end > _l:
@@ -96,6 +98,8 @@ def _d_EntityData_0(buf, pos):
         if _n != -1:
             raise bad_length('DescribeClientQuotasResponse.EntityData.entity_name', _n)
         o.entity_name = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeClientQuotasResponse.EntityData.entity_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -114,6 +118,8 @@ def _d_ValueData_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('DescribeClientQuotasResponse.ValueData.key', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeClientQuotasResponse.ValueData.key')
     else:
         _end = pos + _n
         if _end > _l:
@@ -174,6 +180,8 @@ def _d_DescribeClientQuotasResponse_0(buf, pos):
         if _n != -1:
             raise bad_length('DescribeClientQuotasResponse.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeClientQuotasResponse.error_message')
     else:
         _end = pos + _n
         if _end > _l:
@@ -209,6 +217,8 @@ def _d_EntityData_1(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DescribeClientQuotasResponse.EntityData.entity_type', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeClientQuotasResponse.EntityData.entity_type')
     else:
         _end = pos + _n
         if _end > _l:
@@ -225,6 +235,8 @@ def _d_EntityData_1(buf, pos):
         if _n != -1:
             raise bad_length('DescribeClientQuotasResponse.EntityData.entity_name', _n)
         o.entity_name = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeClientQuotasResponse.EntityData.entity_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -255,6 +267,8 @@ def _d_ValueData_1(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DescribeClientQuotasResponse.ValueData.key', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeClientQuotasResponse.ValueData.key')
     else:
         _end = pos + _n
         if _end > _l:
@@ -341,6 +355,8 @@ def _d_DescribeClientQuotasResponse_1(buf, pos):
         if _n != -1:
             raise bad_length('DescribeClientQuotasResponse.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeClientQuotasResponse.error_message')
     else:
         _end = pos + _n
         if _end > _l:

@@ -79,6 +79,8 @@ def _d_DescribeClusterBroker_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DescribeClusterResponse.DescribeClusterBroker.host', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeClusterResponse.DescribeClusterBroker.host')
     else:
         _end = pos + _n
         if _end > _l:
@@ -99,6 +101,8 @@ def _d_DescribeClusterBroker_0(buf, pos):
         if _n != -1:
             raise bad_length('DescribeClusterResponse.DescribeClusterBroker.rack', _n)
         o.rack = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeClusterResponse.DescribeClusterBroker.rack')
     else:
         _end = pos + _n
         if _end > _l:
@@ -136,6 +140,8 @@ def _d_DescribeClusterResponse_0(buf, pos):
         if _n != -1:
             raise bad_length('DescribeClusterResponse.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeClusterResponse.error_message')
     else:
         _end = pos + _n
         if _end > _l:
@@ -150,6 +156,8 @@ def _d_DescribeClusterResponse_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DescribeClusterResponse.cluster_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeClusterResponse.cluster_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -209,6 +217,8 @@ def _d_DescribeClusterResponse_1(buf, pos):
         if _n != -1:
             raise bad_length('DescribeClusterResponse.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeClusterResponse.error_message')
     else:
         _end = pos + _n
         if _end > _l:
@@ -227,6 +237,8 @@ def _d_DescribeClusterResponse_1(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DescribeClusterResponse.cluster_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeClusterResponse.cluster_id')
     else:
         _end = pos + _n
         if _end > _l:

@@ -68,6 +68,8 @@ def _d_DescribeConfigsResource_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('DescribeConfigsRequest.DescribeConfigsResource.resource_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeConfigsRequest.DescribeConfigsResource.resource_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -93,6 +95,8 @@ def _d_DescribeConfigsResource_0(buf, pos):
             pos += 2
             if _n < 0:
                 raise bad_length('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeConfigsRequest.DescribeConfigsResource.configuration_keys')
             else:
                 _end = pos + _n
                 if _end > _l:
@@ -186,6 +190,8 @@ def _d_DescribeConfigsResource_4(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DescribeConfigsRequest.DescribeConfigsResource.resource_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeConfigsRequest.DescribeConfigsResource.resource_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -215,6 +221,8 @@ def _d_DescribeConfigsResource_4(buf, pos):
                 _n -= 1
             if _n < 0:
                 raise bad_length('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeConfigsRequest.DescribeConfigsResource.configuration_keys')
             else:
                 _end = pos + _n
                 if _end > _l:

@@ -109,6 +109,8 @@ def _d_DescribeConfigsResourceResult_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('DescribeConfigsResponse.DescribeConfigsResourceResult.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeConfigsResponse.DescribeConfigsResourceResult.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -123,6 +125,8 @@ def _d_DescribeConfigsResourceResult_0(buf, pos):
         if _n != -1:
             raise bad_length('DescribeConfigsResponse.DescribeConfigsResourceResult.value', _n)
         o.value = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeConfigsResponse.DescribeConfigsResourceResult.value')
     else:
         _end = pos + _n
         if _end > _l:
@@ -151,6 +155,8 @@ def _d_DescribeConfigsResult_0(buf, pos):
         if _n != -1:
             raise bad_length('DescribeConfigsResponse.DescribeConfigsResult.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeConfigsResponse.DescribeConfigsResult.error_message')
     else:
         _end = pos + _n
         if _end > _l:
@@ -167,6 +173,8 @@ def _d_DescribeConfigsResult_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('DescribeConfigsResponse.DescribeConfigsResult.resource_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeConfigsResponse.DescribeConfigsResult.resource_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -221,6 +229,8 @@ def _d_DescribeConfigsSynonym_1(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('DescribeConfigsResponse.DescribeConfigsSynonym.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeConfigsResponse.DescribeConfigsSynonym.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -235,6 +245,8 @@ def _d_DescribeConfigsSynonym_1(buf, pos):
         if _n != -1:
             raise bad_length('DescribeConfigsResponse.DescribeConfigsSynonym.value', _n)
         o.value = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeConfigsResponse.DescribeConfigsSynonym.value')
     else:
         _end = pos + _n
         if _end > _l:
@@ -260,6 +272,8 @@ def _d_DescribeConfigsResourceResult_1(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('DescribeConfigsResponse.DescribeConfigsResourceResult.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeConfigsResponse.DescribeConfigsResourceResult.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -274,6 +288,8 @@ def _d_DescribeConfigsResourceResult_1(buf, pos):
         if _n != -1:
             raise bad_length('DescribeConfigsResponse.DescribeConfigsResourceResult.value', _n)
         o.value = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeConfigsResponse.DescribeConfigsResourceResult.value')
     else:
         _end = pos + _n
         if _end > _l:
@@ -315,6 +331,8 @@ def _d_DescribeConfigsResult_1(buf, pos):
         if _n != -1:
             raise bad_length('DescribeConfigsResponse.DescribeConfigsResult.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeConfigsResponse.DescribeConfigsResult.error_message')
     else:
         _end = pos + _n
         if _end > _l:
@@ -331,6 +349,8 @@ def _d_DescribeConfigsResult_1(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('DescribeConfigsResponse.DescribeConfigsResult.resource_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeConfigsResponse.DescribeConfigsResult.resource_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -386,6 +406,8 @@ def _d_DescribeConfigsResourceResult_3(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('DescribeConfigsResponse.DescribeConfigsResourceResult.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeConfigsResponse.DescribeConfigsResourceResult.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -400,6 +422,8 @@ def _d_DescribeConfigsResourceResult_3(buf, pos):
         if _n != -1:
             raise bad_length('DescribeConfigsResponse.DescribeConfigsResourceResult.value', _n)
         o.value = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeConfigsResponse.DescribeConfigsResourceResult.value')
     else:
         _end = pos + _n
         if _end > _l:
@@ -435,6 +459,8 @@ def _d_DescribeConfigsResourceResult_3(buf, pos):
         if _n != -1:
             raise bad_length('DescribeConfigsResponse.DescribeConfigsResourceResult.documentation', _n)
         o.documentation = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeConfigsResponse.DescribeConfigsResourceResult.documentation')
     else:
         _end = pos + _n
         if _end > _l:
@@ -459,6 +485,8 @@ def _d_DescribeConfigsResult_3(buf, pos):
         if _n != -1:
             raise bad_length('DescribeConfigsResponse.DescribeConfigsResult.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeConfigsResponse.DescribeConfigsResult.error_message')
     else:
         _end = pos + _n
         if _end > _l:
@@ -475,6 +503,8 @@ def _d_DescribeConfigsResult_3(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('DescribeConfigsResponse.DescribeConfigsResult.resource_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeConfigsResponse.DescribeConfigsResult.resource_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -531,6 +561,8 @@ def _d_DescribeConfigsSynonym_4(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DescribeConfigsResponse.DescribeConfigsSynonym.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeConfigsResponse.DescribeConfigsSynonym.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -547,6 +579,8 @@ def _d_DescribeConfigsSynonym_4(buf, pos):
         if _n != -1:
             raise bad_length('DescribeConfigsResponse.DescribeConfigsSynonym.value', _n)
         o.value = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeConfigsResponse.DescribeConfigsSynonym.value')
     else:
         _end = pos + _n
         if _end > _l:
@@ -582,6 +616,8 @@ def _d_DescribeConfigsResourceResult_4(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DescribeConfigsResponse.DescribeConfigsResourceResult.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeConfigsResponse.DescribeConfigsResourceResult.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -598,6 +634,8 @@ def _d_DescribeConfigsResourceResult_4(buf, pos):
         if _n != -1:
             raise bad_length('DescribeConfigsResponse.DescribeConfigsResourceResult.value', _n)
         o.value = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeConfigsResponse.DescribeConfigsResourceResult.value')
     else:
         _end = pos + _n
         if _end > _l:
@@ -637,6 +675,8 @@ def _d_DescribeConfigsResourceResult_4(buf, pos):
         if _n != -1:
             raise bad_length('DescribeConfigsResponse.DescribeConfigsResourceResult.documentation', _n)
         o.documentation = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeConfigsResponse.DescribeConfigsResourceResult.documentation')
     else:
         _end = pos + _n
         if _end > _l:
@@ -673,6 +713,8 @@ def _d_DescribeConfigsResult_4(buf, pos):
         if _n != -1:
             raise bad_length('DescribeConfigsResponse.DescribeConfigsResult.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeConfigsResponse.DescribeConfigsResult.error_message')
     else:
         _end = pos + _n
         if _end > _l:
@@ -691,6 +733,8 @@ def _d_DescribeConfigsResult_4(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DescribeConfigsResponse.DescribeConfigsResult.resource_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeConfigsResponse.DescribeConfigsResult.resource_name')
     else:
         _end = pos + _n
         if _end > _l:

@@ -52,6 +52,8 @@ def _d_DescribeDelegationTokenOwner_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_type', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_type')
     else:
         _end = pos + _n
         if _end > _l:
@@ -64,6 +66,8 @@ def _d_DescribeDelegationTokenOwner_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -105,6 +109,8 @@ def _d_DescribeDelegationTokenOwner_2(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_type', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_type')
     else:
         _end = pos + _n
         if _end > _l:
@@ -119,6 +125,8 @@ def _d_DescribeDelegationTokenOwner_2(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_name')
     else:
         _end = pos + _n
         if _end > _l:

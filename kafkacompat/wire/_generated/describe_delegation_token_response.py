@@ -85,6 +85,8 @@ def _d_DescribedDelegationTokenRenewer_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_type', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_type')
     else:
         _end = pos + _n
         if _end > _l:
@@ -97,6 +99,8 @@ def _d_DescribedDelegationTokenRenewer_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -117,6 +121,8 @@ def _d_DescribedDelegationToken_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('DescribeDelegationTokenResponse.DescribedDelegationToken.principal_type', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeDelegationTokenResponse.DescribedDelegationToken.principal_type')
     else:
         _end = pos + _n
         if _end > _l:
@@ -129,6 +135,8 @@ def _d_DescribedDelegationToken_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('DescribeDelegationTokenResponse.DescribedDelegationToken.principal_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeDelegationTokenResponse.DescribedDelegationToken.principal_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -145,6 +153,8 @@ def _d_DescribedDelegationToken_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('DescribeDelegationTokenResponse.DescribedDelegationToken.token_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeDelegationTokenResponse.DescribedDelegationToken.token_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -217,6 +227,8 @@ def _d_DescribedDelegationTokenRenewer_2(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_type', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_type')
     else:
         _end = pos + _n
         if _end > _l:
@@ -231,6 +243,8 @@ def _d_DescribedDelegationTokenRenewer_2(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -263,6 +277,8 @@ def _d_DescribedDelegationToken_2(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DescribeDelegationTokenResponse.DescribedDelegationToken.principal_type', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeDelegationTokenResponse.DescribedDelegationToken.principal_type')
     else:
         _end = pos + _n
         if _end > _l:
@@ -277,6 +293,8 @@ def _d_DescribedDelegationToken_2(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DescribeDelegationTokenResponse.DescribedDelegationToken.principal_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeDelegationTokenResponse.DescribedDelegationToken.principal_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -295,6 +313,8 @@ def _d_DescribedDelegationToken_2(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DescribeDelegationTokenResponse.DescribedDelegationToken.token_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeDelegationTokenResponse.DescribedDelegationToken.token_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -393,6 +413,8 @@ def _d_DescribedDelegationToken_3(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DescribeDelegationTokenResponse.DescribedDelegationToken.principal_type', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeDelegationTokenResponse.DescribedDelegationToken.principal_type')
     else:
         _end = pos + _n
         if _end > _l:
@@ -407,6 +429,8 @@ def _d_DescribedDelegationToken_3(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DescribeDelegationTokenResponse.DescribedDelegationToken.principal_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeDelegationTokenResponse.DescribedDelegationToken.principal_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -421,6 +445,8 @@ def _d_DescribedDelegationToken_3(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DescribeDelegationTokenResponse.DescribedDelegationToken.token_requester_principal_type', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeDelegationTokenResponse.DescribedDelegationToken.token_requester_principal_type')
     else:
         _end = pos + _n
         if _end > _l:
@@ -435,6 +461,8 @@ def _d_DescribedDelegationToken_3(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DescribeDelegationTokenResponse.DescribedDelegationToken.token_requester_principal_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeDelegationTokenResponse.DescribedDelegationToken.token_requester_principal_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -453,6 +481,8 @@ def _d_DescribedDelegationToken_3(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DescribeDelegationTokenResponse.DescribedDelegationToken.token_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeDelegationTokenResponse.DescribedDelegationToken.token_id')
     else:
         _end = pos + _n
         if _end > _l:

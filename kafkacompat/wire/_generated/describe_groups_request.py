@@ -57,6 +57,8 @@ def _d_DescribeGroupsRequest_0(buf, pos):
             pos += 2
             if _n < 0:
                 raise bad_length('DescribeGroupsRequest.groups', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeGroupsRequest.groups')
             else:
                 _end = pos + _n
                 if _end > _l:
@@ -87,6 +89,8 @@ def _d_DescribeGroupsRequest_3(buf, pos):
             pos += 2
             if _n < 0:
                 raise bad_length('DescribeGroupsRequest.groups', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeGroupsRequest.groups')
             else:
                 _end = pos + _n
                 if _end > _l:
@@ -125,6 +129,8 @@ def _d_DescribeGroupsRequest_5(buf, pos):
                 _n -= 1
             if _n < 0:
                 raise bad_length('DescribeGroupsRequest.groups', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeGroupsRequest.groups')
             else:
                 _end = pos + _n
                 if _end > _l:

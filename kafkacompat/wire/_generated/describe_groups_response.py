@@ -91,6 +91,8 @@ def _d_DescribedGroupMember_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('DescribeGroupsResponse.DescribedGroupMember.member_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeGroupsResponse.DescribedGroupMember.member_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -103,6 +105,8 @@ def _d_DescribedGroupMember_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('DescribeGroupsResponse.DescribedGroupMember.client_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeGroupsResponse.DescribedGroupMember.client_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -115,6 +119,8 @@ def _d_DescribedGroupMember_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('DescribeGroupsResponse.DescribedGroupMember.client_host', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeGroupsResponse.DescribedGroupMember.client_host')
     else:
         _end = pos + _n
         if _end > _l:
@@ -162,6 +168,8 @@ def _d_DescribedGroup_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('DescribeGroupsResponse.DescribedGroup.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeGroupsResponse.DescribedGroup.group_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -174,6 +182,8 @@ def _d_DescribedGroup_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('DescribeGroupsResponse.DescribedGroup.group_state', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeGroupsResponse.DescribedGroup.group_state')
     else:
         _end = pos + _n
         if _end > _l:
@@ -186,6 +196,8 @@ def _d_DescribedGroup_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('DescribeGroupsResponse.DescribedGroup.protocol_type', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeGroupsResponse.DescribedGroup.protocol_type')
     else:
         _end = pos + _n
         if _end > _l:
@@ -198,6 +210,8 @@ def _d_DescribedGroup_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('DescribeGroupsResponse.DescribedGroup.protocol_data', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeGroupsResponse.DescribedGroup.protocol_data')
     else:
         _end = pos + _n
         if _end > _l:
@@ -276,6 +290,8 @@ def _d_DescribedGroup_3(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('DescribeGroupsResponse.DescribedGroup.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeGroupsResponse.DescribedGroup.group_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -288,6 +304,8 @@ def _d_DescribedGroup_3(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('DescribeGroupsResponse.DescribedGroup.group_state', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeGroupsResponse.DescribedGroup.group_state')
     else:
         _end = pos + _n
         if _end > _l:
@@ -300,6 +318,8 @@ def _d_DescribedGroup_3(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('DescribeGroupsResponse.DescribedGroup.protocol_type', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeGroupsResponse.DescribedGroup.protocol_type')
     else:
         _end = pos + _n
         if _end > _l:
@@ -312,6 +332,8 @@ def _d_DescribedGroup_3(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('DescribeGroupsResponse.DescribedGroup.protocol_data', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeGroupsResponse.DescribedGroup.protocol_data')
     else:
         _end = pos + _n
         if _end > _l:
@@ -370,6 +392,8 @@ def _d_DescribedGroupMember_4(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('DescribeGroupsResponse.DescribedGroupMember.member_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeGroupsResponse.DescribedGroupMember.member_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -384,6 +408,8 @@ def _d_DescribedGroupMember_4(buf, pos):
         if _n != -1:
             raise bad_length('DescribeGroupsResponse.DescribedGroupMember.group_instance_id', _n)
         o.group_instance_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeGroupsResponse.DescribedGroupMember.group_instance_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -396,6 +422,8 @@ def _d_DescribedGroupMember_4(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('DescribeGroupsResponse.DescribedGroupMember.client_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeGroupsResponse.DescribedGroupMember.client_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -408,6 +436,8 @@ def _d_DescribedGroupMember_4(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('DescribeGroupsResponse.DescribedGroupMember.client_host', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeGroupsResponse.DescribedGroupMember.client_host')
     else:
         _end = pos + _n
         if _end > _l:
@@ -454,6 +484,8 @@ def _d_DescribedGroup_4(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('DescribeGroupsResponse.DescribedGroup.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeGroupsResponse.DescribedGroup.group_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -466,6 +498,8 @@ def _d_DescribedGroup_4(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('DescribeGroupsResponse.DescribedGroup.group_state', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeGroupsResponse.DescribedGroup.group_state')
     else:
         _end = pos + _n
         if _end > _l:
@@ -478,6 +512,8 @@ def _d_DescribedGroup_4(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('DescribeGroupsResponse.DescribedGroup.protocol_type', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeGroupsResponse.DescribedGroup.protocol_type')
     else:
         _end = pos + _n
         if _end > _l:
@@ -490,6 +526,8 @@ def _d_DescribedGroup_4(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('DescribeGroupsResponse.DescribedGroup.protocol_data', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeGroupsResponse.DescribedGroup.protocol_data')
     else:
         _end = pos + _n
         if _end > _l:
@@ -550,6 +588,8 @@ def _d_DescribedGroupMember_5(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DescribeGroupsResponse.DescribedGroupMember.member_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeGroupsResponse.DescribedGroupMember.member_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -566,6 +606,8 @@ def _d_DescribedGroupMember_5(buf, pos):
         if _n != -1:
             raise bad_length('DescribeGroupsResponse.DescribedGroupMember.group_instance_id', _n)
         o.group_instance_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeGroupsResponse.DescribedGroupMember.group_instance_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -580,6 +622,8 @@ def _d_DescribedGroupMember_5(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DescribeGroupsResponse.DescribedGroupMember.client_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeGroupsResponse.DescribedGroupMember.client_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -594,6 +638,8 @@ def _d_DescribedGroupMember_5(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DescribeGroupsResponse.DescribedGroupMember.client_host', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeGroupsResponse.DescribedGroupMember.client_host')
     else:
         _end = pos + _n
         if _end > _l:
@@ -656,6 +702,8 @@ def _d_DescribedGroup_5(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DescribeGroupsResponse.DescribedGroup.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeGroupsResponse.DescribedGroup.group_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -670,6 +718,8 @@ def _d_DescribedGroup_5(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DescribeGroupsResponse.DescribedGroup.group_state', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeGroupsResponse.DescribedGroup.group_state')
     else:
         _end = pos + _n
         if _end > _l:
@@ -684,6 +734,8 @@ def _d_DescribedGroup_5(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DescribeGroupsResponse.DescribedGroup.protocol_type', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeGroupsResponse.DescribedGroup.protocol_type')
     else:
         _end = pos + _n
         if _end > _l:
@@ -698,6 +750,8 @@ def _d_DescribedGroup_5(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DescribeGroupsResponse.DescribedGroup.protocol_data', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeGroupsResponse.DescribedGroup.protocol_data')
     else:
         _end = pos + _n
         if _end > _l:

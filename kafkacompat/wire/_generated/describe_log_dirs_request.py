@@ -53,6 +53,8 @@ def _d_DescribableLogDirTopic_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('DescribeLogDirsRequest.DescribableLogDirTopic.topic', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeLogDirsRequest.DescribableLogDirTopic.topic')
     else:
         _end = pos + _n
         if _end > _l:
@@ -106,6 +108,8 @@ def _d_DescribableLogDirTopic_2(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DescribeLogDirsRequest.DescribableLogDirTopic.topic', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeLogDirsRequest.DescribableLogDirTopic.topic')
     else:
         _end = pos + _n
         if _end > _l:

@@ -105,6 +105,8 @@ def _d_DescribeLogDirsTopic_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('DescribeLogDirsResponse.DescribeLogDirsTopic.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeLogDirsResponse.DescribeLogDirsTopic.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -142,6 +144,8 @@ def _d_DescribeLogDirsResult_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('DescribeLogDirsResponse.DescribeLogDirsResult.log_dir', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeLogDirsResponse.DescribeLogDirsResult.log_dir')
     else:
         _end = pos + _n
         if _end > _l:
@@ -219,6 +223,8 @@ def _d_DescribeLogDirsTopic_2(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DescribeLogDirsResponse.DescribeLogDirsTopic.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeLogDirsResponse.DescribeLogDirsTopic.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -270,6 +276,8 @@ def _d_DescribeLogDirsResult_2(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DescribeLogDirsResponse.DescribeLogDirsResult.log_dir', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeLogDirsResponse.DescribeLogDirsResult.log_dir')
     else:
         _end = pos + _n
         if _end > _l:
@@ -390,6 +398,8 @@ def _d_DescribeLogDirsResult_4(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DescribeLogDirsResponse.DescribeLogDirsResult.log_dir', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeLogDirsResponse.DescribeLogDirsResult.log_dir')
     else:
         _end = pos + _n
         if _end > _l:

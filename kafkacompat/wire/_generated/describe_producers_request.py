@@ -53,6 +53,8 @@ def _d_TopicRequest_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DescribeProducersRequest.TopicRequest.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeProducersRequest.TopicRequest.name')
     else:
         _end = pos + _n
         if _end > _l:

@@ -122,6 +122,8 @@ def _d_PartitionResponse_0(buf, pos):
         if _n != -1:
             raise bad_length('DescribeProducersResponse.PartitionResponse.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeProducersResponse.PartitionResponse.error_message')
     else:
         _end = pos + _n
         if _end > _l:
@@ -167,6 +169,8 @@ def _d_TopicResponse_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DescribeProducersResponse.TopicResponse.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeProducersResponse.TopicResponse.name')
     else:
         _end = pos + _n
         if _end > _l:

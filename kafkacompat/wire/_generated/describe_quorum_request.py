@@ -81,6 +81,8 @@ def _d_TopicData_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DescribeQuorumRequest.TopicData.topic_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeQuorumRequest.TopicData.topic_name')
     else:
         _end = pos + _n
         if _end > _l:

@@ -203,6 +203,8 @@ def _d_TopicData_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DescribeQuorumResponse.TopicData.topic_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeQuorumResponse.TopicData.topic_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -357,6 +359,8 @@ def _d_TopicData_1(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DescribeQuorumResponse.TopicData.topic_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeQuorumResponse.TopicData.topic_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -466,6 +470,8 @@ def _d_PartitionData_2(buf, pos):
         if _n != -1:
             raise bad_length('DescribeQuorumResponse.PartitionData.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeQuorumResponse.PartitionData.error_message')
     else:
         _end = pos + _n
         if _end > _l:
@@ -530,6 +536,8 @@ def _d_TopicData_2(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DescribeQuorumResponse.TopicData.topic_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeQuorumResponse.TopicData.topic_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -575,6 +583,8 @@ def _d_Listener_2(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DescribeQuorumResponse.Listener.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeQuorumResponse.Listener.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -589,6 +599,8 @@ def _d_Listener_2(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DescribeQuorumResponse.Listener.host', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeQuorumResponse.Listener.host')
     else:
         _end = pos + _n
         if _end > _l:
@@ -664,6 +676,8 @@ def _d_DescribeQuorumResponse_2(buf, pos):
         if _n != -1:
             raise bad_length('DescribeQuorumResponse.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeQuorumResponse.error_message')
     else:
         _end = pos + _n
         if _end > _l:

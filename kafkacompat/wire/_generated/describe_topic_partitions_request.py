@@ -63,6 +63,8 @@ def _d_TopicRequest_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DescribeTopicPartitionsRequest.TopicRequest.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeTopicPartitionsRequest.TopicRequest.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -93,6 +95,8 @@ def _d_Cursor_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DescribeTopicPartitionsRequest.Cursor.topic_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeTopicPartitionsRequest.Cursor.topic_name')
     else:
         _end = pos + _n
         if _end > _l:

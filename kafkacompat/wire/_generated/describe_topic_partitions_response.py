@@ -209,6 +209,8 @@ def _d_DescribeTopicPartitionsResponseTopic_0(buf, pos):
         if _n != -1:
             raise bad_length('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic.name', _n)
         o.name = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -263,6 +265,8 @@ def _d_Cursor_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DescribeTopicPartitionsResponse.Cursor.topic_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeTopicPartitionsResponse.Cursor.topic_name')
     else:
         _end = pos + _n
         if _end > _l:

@@ -56,6 +56,8 @@ def _d_DescribeTransactionsRequest_0(buf, pos):
                 _n -= 1
             if _n < 0:
                 raise bad_length('DescribeTransactionsRequest.transactional_ids', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeTransactionsRequest.transactional_ids')
             else:
                 _end = pos + _n
                 if _end > _l:

@@ -83,6 +83,8 @@ def _d_TopicData_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DescribeTransactionsResponse.TopicData.topic', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeTransactionsResponse.TopicData.topic')
     else:
         _end = pos + _n
         if _end > _l:
@@ -131,6 +133,8 @@ def _d_TransactionState_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DescribeTransactionsResponse.TransactionState.transactional_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeTransactionsResponse.TransactionState.transactional_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -145,6 +149,8 @@ def _d_TransactionState_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DescribeTransactionsResponse.TransactionState.transaction_state', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeTransactionsResponse.TransactionState.transaction_state')
     else:
         _end = pos + _n
         if _end > _l:

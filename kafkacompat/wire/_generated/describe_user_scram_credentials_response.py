@@ -89,6 +89,8 @@ def _d_DescribeUserScramCredentialsResult_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult.user', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult.user')
     else:
         _end = pos + _n
         if _end > _l:
@@ -109,6 +111,8 @@ def _d_DescribeUserScramCredentialsResult_0(buf, pos):
         if _n != -1:
             raise bad_length('DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult.error_message')
     else:
         _end = pos + _n
         if _end > _l:
@@ -160,6 +164,8 @@ def _d_DescribeUserScramCredentialsResponse_0(buf, pos):
         if _n != -1:
             raise bad_length('DescribeUserScramCredentialsResponse.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeUserScramCredentialsResponse.error_message')
     else:
         _end = pos + _n
         if _end > _l:

@@ -56,6 +56,8 @@ def _d_TopicPartitions_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('ElectLeadersRequest.TopicPartitions.topic', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ElectLeadersRequest.TopicPartitions.topic')
     else:
         _end = pos + _n
         if _end > _l:
@@ -143,6 +145,8 @@ def _d_TopicPartitions_2(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ElectLeadersRequest.TopicPartitions.topic', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ElectLeadersRequest.TopicPartitions.topic')
     else:
         _end = pos + _n
         if _end > _l:

@@ -71,6 +71,8 @@ def _d_PartitionResult_0(buf, pos):
         if _n != -1:
             raise bad_length('ElectLeadersResponse.PartitionResult.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ElectLeadersResponse.PartitionResult.error_message')
     else:
         _end = pos + _n
         if _end > _l:
@@ -89,6 +91,8 @@ def _d_ReplicaElectionResult_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('ElectLeadersResponse.ReplicaElectionResult.topic', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ElectLeadersResponse.ReplicaElectionResult.topic')
     else:
         _end = pos + _n
         if _end > _l:
@@ -175,6 +179,8 @@ def _d_PartitionResult_2(buf, pos):
         if _n != -1:
             raise bad_length('ElectLeadersResponse.PartitionResult.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ElectLeadersResponse.PartitionResult.error_message')
     else:
         _end = pos + _n
         if _end > _l:
@@ -205,6 +211,8 @@ def _d_ReplicaElectionResult_2(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ElectLeadersResponse.ReplicaElectionResult.topic', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ElectLeadersResponse.ReplicaElectionResult.topic')
     else:
         _end = pos + _n
         if _end > _l:

@@ -53,6 +53,8 @@ def _d_EndTxnRequest_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('EndTxnRequest.transactional_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='EndTxnRequest.transactional_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -77,6 +79,8 @@ def _d_EndTxnRequest_3(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('EndTxnRequest.transactional_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='EndTxnRequest.transactional_id')
     else:
         _end = pos + _n
         if _end > _l:

@@ -149,6 +149,8 @@ def _d_FetchTopic_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('FetchRequest.FetchTopic.topic', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='FetchRequest.FetchTopic.topic')
     else:
         _end = pos + _n
         if _end > _l:
@@ -284,6 +286,8 @@ def _d_FetchTopic_5(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('FetchRequest.FetchTopic.topic', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='FetchRequest.FetchTopic.topic')
     else:
         _end = pos + _n
         if _end > _l:
@@ -345,6 +349,8 @@ def _d_ForgottenTopic_7(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('FetchRequest.ForgottenTopic.topic', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='FetchRequest.ForgottenTopic.topic')
     else:
         _end = pos + _n
         if _end > _l:
@@ -427,6 +433,8 @@ def _d_FetchTopic_9(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('FetchRequest.FetchTopic.topic', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='FetchRequest.FetchTopic.topic')
     else:
         _end = pos + _n
         if _end > _l:
@@ -529,6 +537,8 @@ def _d_FetchRequest_11(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('FetchRequest.rack_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='FetchRequest.rack_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -571,6 +581,8 @@ def _d_FetchTopic_12(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('FetchRequest.FetchTopic.topic', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='FetchRequest.FetchTopic.topic')
     else:
         _end = pos + _n
         if _end > _l:
@@ -617,6 +629,8 @@ def _d_ForgottenTopic_12(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('FetchRequest.ForgottenTopic.topic', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='FetchRequest.ForgottenTopic.topic')
     else:
         _end = pos + _n
         if _end > _l:
@@ -696,6 +710,8 @@ def _d_FetchRequest_12(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('FetchRequest.rack_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='FetchRequest.rack_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -723,6 +739,8 @@ def _d_FetchRequest_12(buf, pos):
                     if _n != -1:
                         raise bad_length('FetchRequest.cluster_id', _n)
                     o.cluster_id = None
+                elif _n > 0x7FFF:
+                    raise DecodeError(f'string length {_n} exceeds 32767', field='FetchRequest.cluster_id')
                 else:
                     _end = _p + _n
                     if _end > len(_sub):
@@ -857,6 +875,8 @@ def _d_FetchRequest_13(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('FetchRequest.rack_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='FetchRequest.rack_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -884,6 +904,8 @@ def _d_FetchRequest_13(buf, pos):
                     if _n != -1:
                         raise bad_length('FetchRequest.cluster_id', _n)
                     o.cluster_id = None
+                elif _n > 0x7FFF:
+                    raise DecodeError(f'string length {_n} exceeds 32767', field='FetchRequest.cluster_id')
                 else:
                     _end = _p + _n
                     if _end > len(_sub):
@@ -965,6 +987,8 @@ def _d_FetchRequest_15(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('FetchRequest.rack_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='FetchRequest.rack_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -993,6 +1017,8 @@ def _d_FetchRequest_15(buf, pos):
                     if _n != -1:
                         raise bad_length('FetchRequest.cluster_id', _n)
                     o.cluster_id = None
+                elif _n > 0x7FFF:
+                    raise DecodeError(f'string length {_n} exceeds 32767', field='FetchRequest.cluster_id')
                 else:
                     _end = _p + _n
                     if _end > len(_sub):
@@ -1129,6 +1155,8 @@ def _d_FetchRequest_17(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('FetchRequest.rack_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='FetchRequest.rack_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -1157,6 +1185,8 @@ def _d_FetchRequest_17(buf, pos):
                     if _n != -1:
                         raise bad_length('FetchRequest.cluster_id', _n)
                     o.cluster_id = None
+                elif _n > 0x7FFF:
+                    raise DecodeError(f'string length {_n} exceeds 32767', field='FetchRequest.cluster_id')
                 else:
                     _end = _p + _n
                     if _end > len(_sub):

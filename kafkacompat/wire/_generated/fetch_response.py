@@ -185,6 +185,8 @@ def _d_FetchableTopicResponse_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('FetchResponse.FetchableTopicResponse.topic', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='FetchResponse.FetchableTopicResponse.topic')
     else:
         _end = pos + _n
         if _end > _l:
@@ -320,6 +322,8 @@ def _d_FetchableTopicResponse_4(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('FetchResponse.FetchableTopicResponse.topic', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='FetchResponse.FetchableTopicResponse.topic')
     else:
         _end = pos + _n
         if _end > _l:
@@ -421,6 +425,8 @@ def _d_FetchableTopicResponse_5(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('FetchResponse.FetchableTopicResponse.topic', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='FetchResponse.FetchableTopicResponse.topic')
     else:
         _end = pos + _n
         if _end > _l:
@@ -549,6 +555,8 @@ def _d_FetchableTopicResponse_11(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('FetchResponse.FetchableTopicResponse.topic', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='FetchResponse.FetchableTopicResponse.topic')
     else:
         _end = pos + _n
         if _end > _l:
@@ -766,6 +774,8 @@ def _d_FetchableTopicResponse_12(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('FetchResponse.FetchableTopicResponse.topic', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='FetchResponse.FetchableTopicResponse.topic')
     else:
         _end = pos + _n
         if _end > _l:
@@ -924,6 +934,8 @@ def _d_NodeEndpoint_16(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('FetchResponse.NodeEndpoint.host', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='FetchResponse.NodeEndpoint.host')
     else:
         _end = pos + _n
         if _end > _l:
@@ -944,6 +956,8 @@ def _d_NodeEndpoint_16(buf, pos):
         if _n != -1:
             raise bad_length('FetchResponse.NodeEndpoint.rack', _n)
         o.rack = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='FetchResponse.NodeEndpoint.rack')
     else:
         _end = pos + _n
         if _end > _l:

@@ -47,6 +47,8 @@ def _d_FindCoordinatorRequest_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('FindCoordinatorRequest.key', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='FindCoordinatorRequest.key')
     else:
         _end = pos + _n
         if _end > _l:
@@ -66,6 +68,8 @@ def _d_FindCoordinatorRequest_1(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('FindCoordinatorRequest.key', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='FindCoordinatorRequest.key')
     else:
         _end = pos + _n
         if _end > _l:
@@ -91,6 +95,8 @@ def _d_FindCoordinatorRequest_3(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('FindCoordinatorRequest.key', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='FindCoordinatorRequest.key')
     else:
         _end = pos + _n
         if _end > _l:
@@ -143,6 +149,8 @@ def _d_FindCoordinatorRequest_4(buf, pos):
                 _n -= 1
             if _n < 0:
                 raise bad_length('FindCoordinatorRequest.coordinator_keys', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='FindCoordinatorRequest.coordinator_keys')
             else:
                 _end = pos + _n
                 if _end > _l:

@@ -90,6 +90,8 @@ def _d_FindCoordinatorResponse_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('FindCoordinatorResponse.host', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='FindCoordinatorResponse.host')
     else:
         _end = pos + _n
         if _end > _l:
@@ -119,6 +121,8 @@ def _d_FindCoordinatorResponse_1(buf, pos):
         if _n != -1:
             raise bad_length('FindCoordinatorResponse.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='FindCoordinatorResponse.error_message')
     else:
         _end = pos + _n
         if _end > _l:
@@ -135,6 +139,8 @@ def _d_FindCoordinatorResponse_1(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('FindCoordinatorResponse.host', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='FindCoordinatorResponse.host')
     else:
         _end = pos + _n
         if _end > _l:
@@ -166,6 +172,8 @@ def _d_FindCoordinatorResponse_3(buf, pos):
         if _n != -1:
             raise bad_length('FindCoordinatorResponse.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='FindCoordinatorResponse.error_message')
     else:
         _end = pos + _n
         if _end > _l:
@@ -184,6 +192,8 @@ def _d_FindCoordinatorResponse_3(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('FindCoordinatorResponse.host', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='FindCoordinatorResponse.host')
     else:
         _end = pos + _n
         if _end > _l:
@@ -218,6 +228,8 @@ def _d_Coordinator_4(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('FindCoordinatorResponse.Coordinator.key', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='FindCoordinatorResponse.Coordinator.key')
     else:
         _end = pos + _n
         if _end > _l:
@@ -236,6 +248,8 @@ def _d_Coordinator_4(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('FindCoordinatorResponse.Coordinator.host', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='FindCoordinatorResponse.Coordinator.host')
     else:
         _end = pos + _n
         if _end > _l:
@@ -256,6 +270,8 @@ def _d_Coordinator_4(buf, pos):
         if _n != -1:
             raise bad_length('FindCoordinatorResponse.Coordinator.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='FindCoordinatorResponse.Coordinator.error_message')
     else:
         _end = pos + _n
         if _end > _l:

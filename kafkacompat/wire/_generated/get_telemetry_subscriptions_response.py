@@ -102,6 +102,8 @@ def _d_GetTelemetrySubscriptionsResponse_0(buf, pos):
                 _n -= 1
             if _n < 0:
                 raise bad_length('GetTelemetrySubscriptionsResponse.requested_metrics', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='GetTelemetrySubscriptionsResponse.requested_metrics')
             else:
                 _end = pos + _n
                 if _end > _l:

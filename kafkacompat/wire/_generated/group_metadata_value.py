@@ -87,6 +87,8 @@ def _d_MemberMetadata_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('GroupMetadataValue.MemberMetadata.member_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.MemberMetadata.member_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -99,6 +101,8 @@ def _d_MemberMetadata_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('GroupMetadataValue.MemberMetadata.client_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.MemberMetadata.client_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -111,6 +115,8 @@ def _d_MemberMetadata_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('GroupMetadataValue.MemberMetadata.client_host', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.MemberMetadata.client_host')
     else:
         _end = pos + _n
         if _end > _l:
@@ -158,6 +164,8 @@ def _d_GroupMetadataValue_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('GroupMetadataValue.protocol_type', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.protocol_type')
     else:
         _end = pos + _n
         if _end > _l:
@@ -176,6 +184,8 @@ def _d_GroupMetadataValue_0(buf, pos):
         if _n != -1:
             raise bad_length('GroupMetadataValue.protocol', _n)
         o.protocol = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.protocol')
     else:
         _end = pos + _n
         if _end > _l:
@@ -190,6 +200,8 @@ def _d_GroupMetadataValue_0(buf, pos):
         if _n != -1:
             raise bad_length('GroupMetadataValue.leader', _n)
         o.leader = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.leader')
     else:
         _end = pos + _n
         if _end > _l:
@@ -222,6 +234,8 @@ def _d_MemberMetadata_1(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('GroupMetadataValue.MemberMetadata.member_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.MemberMetadata.member_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -234,6 +248,8 @@ def _d_MemberMetadata_1(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('GroupMetadataValue.MemberMetadata.client_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.MemberMetadata.client_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -246,6 +262,8 @@ def _d_MemberMetadata_1(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('GroupMetadataValue.MemberMetadata.client_host', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.MemberMetadata.client_host')
     else:
         _end = pos + _n
         if _end > _l:
@@ -293,6 +311,8 @@ def _d_GroupMetadataValue_1(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('GroupMetadataValue.protocol_type', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.protocol_type')
     else:
         _end = pos + _n
         if _end > _l:
@@ -311,6 +331,8 @@ def _d_GroupMetadataValue_1(buf, pos):
         if _n != -1:
             raise bad_length('GroupMetadataValue.protocol', _n)
         o.protocol = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.protocol')
     else:
         _end = pos + _n
         if _end > _l:
@@ -325,6 +347,8 @@ def _d_GroupMetadataValue_1(buf, pos):
         if _n != -1:
             raise bad_length('GroupMetadataValue.leader', _n)
         o.leader = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.leader')
     else:
         _end = pos + _n
         if _end > _l:
@@ -356,6 +380,8 @@ def _d_GroupMetadataValue_2(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('GroupMetadataValue.protocol_type', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.protocol_type')
     else:
         _end = pos + _n
         if _end > _l:
@@ -374,6 +400,8 @@ def _d_GroupMetadataValue_2(buf, pos):
         if _n != -1:
             raise bad_length('GroupMetadataValue.protocol', _n)
         o.protocol = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.protocol')
     else:
         _end = pos + _n
         if _end > _l:
@@ -388,6 +416,8 @@ def _d_GroupMetadataValue_2(buf, pos):
         if _n != -1:
             raise bad_length('GroupMetadataValue.leader', _n)
         o.leader = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.leader')
     else:
         _end = pos + _n
         if _end > _l:
@@ -423,6 +453,8 @@ def _d_MemberMetadata_3(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('GroupMetadataValue.MemberMetadata.member_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.MemberMetadata.member_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -437,6 +469,8 @@ def _d_MemberMetadata_3(buf, pos):
         if _n != -1:
             raise bad_length('GroupMetadataValue.MemberMetadata.group_instance_id', _n)
         o.group_instance_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.MemberMetadata.group_instance_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -449,6 +483,8 @@ def _d_MemberMetadata_3(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('GroupMetadataValue.MemberMetadata.client_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.MemberMetadata.client_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -461,6 +497,8 @@ def _d_MemberMetadata_3(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('GroupMetadataValue.MemberMetadata.client_host', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.MemberMetadata.client_host')
     else:
         _end = pos + _n
         if _end > _l:
@@ -507,6 +545,8 @@ def _d_GroupMetadataValue_3(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('GroupMetadataValue.protocol_type', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.protocol_type')
     else:
         _end = pos + _n
         if _end > _l:
@@ -525,6 +565,8 @@ def _d_GroupMetadataValue_3(buf, pos):
         if _n != -1:
             raise bad_length('GroupMetadataValue.protocol', _n)
         o.protocol = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.protocol')
     else:
         _end = pos + _n
         if _end > _l:
@@ -539,6 +581,8 @@ def _d_GroupMetadataValue_3(buf, pos):
         if _n != -1:
             raise bad_length('GroupMetadataValue.leader', _n)
         o.leader = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.leader')
     else:
         _end = pos + _n
         if _end > _l:
@@ -576,6 +620,8 @@ def _d_MemberMetadata_4(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('GroupMetadataValue.MemberMetadata.member_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.MemberMetadata.member_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -592,6 +638,8 @@ def _d_MemberMetadata_4(buf, pos):
         if _n != -1:
             raise bad_length('GroupMetadataValue.MemberMetadata.group_instance_id', _n)
         o.group_instance_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.MemberMetadata.group_instance_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -606,6 +654,8 @@ def _d_MemberMetadata_4(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('GroupMetadataValue.MemberMetadata.client_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.MemberMetadata.client_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -620,6 +670,8 @@ def _d_MemberMetadata_4(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('GroupMetadataValue.MemberMetadata.client_host', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.MemberMetadata.client_host')
     else:
         _end = pos + _n
         if _end > _l:
@@ -682,6 +734,8 @@ def _d_GroupMetadataValue_4(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('GroupMetadataValue.protocol_type', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.protocol_type')
     else:
         _end = pos + _n
         if _end > _l:
@@ -702,6 +756,8 @@ def _d_GroupMetadataValue_4(buf, pos):
         if _n != -1:
             raise bad_length('GroupMetadataValue.protocol', _n)
         o.protocol = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.protocol')
     else:
         _end = pos + _n
         if _end > _l:
@@ -718,6 +774,8 @@ def _d_GroupMetadataValue_4(buf, pos):
         if _n != -1:
             raise bad_length('GroupMetadataValue.leader', _n)
         o.leader = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.leader')
     else:
         _end = pos + _n
         if _end > _l:

@@ -54,6 +54,8 @@ def _d_HeartbeatRequest_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('HeartbeatRequest.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='HeartbeatRequest.group_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -70,6 +72,8 @@ def _d_HeartbeatRequest_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('HeartbeatRequest.member_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='HeartbeatRequest.member_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -88,6 +92,8 @@ def _d_HeartbeatRequest_3(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('HeartbeatRequest.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='HeartbeatRequest.group_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -104,6 +110,8 @@ def _d_HeartbeatRequest_3(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('HeartbeatRequest.member_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='HeartbeatRequest.member_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -118,6 +126,8 @@ def _d_HeartbeatRequest_3(buf, pos):
         if _n != -1:
             raise bad_length('HeartbeatRequest.group_instance_id', _n)
         o.group_instance_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='HeartbeatRequest.group_instance_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -138,6 +148,8 @@ def _d_HeartbeatRequest_4(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('HeartbeatRequest.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='HeartbeatRequest.group_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -156,6 +168,8 @@ def _d_HeartbeatRequest_4(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('HeartbeatRequest.member_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='HeartbeatRequest.member_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -172,6 +186,8 @@ def _d_HeartbeatRequest_4(buf, pos):
         if _n != -1:
             raise bad_length('HeartbeatRequest.group_instance_id', _n)
         o.group_instance_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='HeartbeatRequest.group_instance_id')
     else:
         _end = pos + _n
         if _end > _l:

@@ -66,6 +66,8 @@ def _d_AlterableConfig_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('IncrementalAlterConfigsRequest.AlterableConfig.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='IncrementalAlterConfigsRequest.AlterableConfig.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -84,6 +86,8 @@ def _d_AlterableConfig_0(buf, pos):
         if _n != -1:
             raise bad_length('IncrementalAlterConfigsRequest.AlterableConfig.value', _n)
         o.value = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='IncrementalAlterConfigsRequest.AlterableConfig.value')
     else:
         _end = pos + _n
         if _end > _l:
@@ -106,6 +110,8 @@ def _d_AlterConfigsResource_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('IncrementalAlterConfigsRequest.AlterConfigsResource.resource_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='IncrementalAlterConfigsRequest.AlterConfigsResource.resource_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -162,6 +168,8 @@ def _d_AlterableConfig_1(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('IncrementalAlterConfigsRequest.AlterableConfig.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='IncrementalAlterConfigsRequest.AlterableConfig.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -182,6 +190,8 @@ def _d_AlterableConfig_1(buf, pos):
         if _n != -1:
             raise bad_length('IncrementalAlterConfigsRequest.AlterableConfig.value', _n)
         o.value = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='IncrementalAlterConfigsRequest.AlterableConfig.value')
     else:
         _end = pos + _n
         if _end > _l:
@@ -216,6 +226,8 @@ def _d_AlterConfigsResource_1(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('IncrementalAlterConfigsRequest.AlterConfigsResource.resource_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='IncrementalAlterConfigsRequest.AlterConfigsResource.resource_name')
     else:
         _end = pos + _n
         if _end > _l:

@@ -62,6 +62,8 @@ def _d_AlterConfigsResourceResponse_0(buf, pos):
         if _n != -1:
             raise bad_length('IncrementalAlterConfigsResponse.AlterConfigsResourceResponse.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='IncrementalAlterConfigsResponse.AlterConfigsResourceResponse.error_message')
     else:
         _end = pos + _n
         if _end > _l:
@@ -78,6 +80,8 @@ def _d_AlterConfigsResourceResponse_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('IncrementalAlterConfigsResponse.AlterConfigsResourceResponse.resource_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='IncrementalAlterConfigsResponse.AlterConfigsResourceResponse.resource_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -127,6 +131,8 @@ def _d_AlterConfigsResourceResponse_1(buf, pos):
         if _n != -1:
             raise bad_length('IncrementalAlterConfigsResponse.AlterConfigsResourceResponse.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='IncrementalAlterConfigsResponse.AlterConfigsResourceResponse.error_message')
     else:
         _end = pos + _n
         if _end > _l:
@@ -145,6 +151,8 @@ def _d_AlterConfigsResourceResponse_1(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('IncrementalAlterConfigsResponse.AlterConfigsResourceResponse.resource_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='IncrementalAlterConfigsResponse.AlterConfigsResourceResponse.resource_name')
     else:
         _end = pos + _n
         if _end > _l:

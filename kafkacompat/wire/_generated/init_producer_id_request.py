@@ -58,6 +58,8 @@ def _d_InitProducerIdRequest_0(buf, pos):
         if _n != -1:
             raise bad_length('InitProducerIdRequest.transactional_id', _n)
         o.transactional_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='InitProducerIdRequest.transactional_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -86,6 +88,8 @@ def _d_InitProducerIdRequest_2(buf, pos):
         if _n != -1:
             raise bad_length('InitProducerIdRequest.transactional_id', _n)
         o.transactional_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='InitProducerIdRequest.transactional_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -122,6 +126,8 @@ def _d_InitProducerIdRequest_3(buf, pos):
         if _n != -1:
             raise bad_length('InitProducerIdRequest.transactional_id', _n)
         o.transactional_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='InitProducerIdRequest.transactional_id')
     else:
         _end = pos + _n
         if _end > _l:

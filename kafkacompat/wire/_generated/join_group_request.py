@@ -71,6 +71,8 @@ def _d_JoinGroupRequestProtocol_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('JoinGroupRequest.JoinGroupRequestProtocol.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupRequest.JoinGroupRequestProtocol.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -104,6 +106,8 @@ def _d_JoinGroupRequest_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('JoinGroupRequest.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupRequest.group_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -120,6 +124,8 @@ def _d_JoinGroupRequest_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('JoinGroupRequest.member_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupRequest.member_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -132,6 +138,8 @@ def _d_JoinGroupRequest_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('JoinGroupRequest.protocol_type', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupRequest.protocol_type')
     else:
         _end = pos + _n
         if _end > _l:
@@ -165,6 +173,8 @@ def _d_JoinGroupRequest_1(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('JoinGroupRequest.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupRequest.group_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -181,6 +191,8 @@ def _d_JoinGroupRequest_1(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('JoinGroupRequest.member_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupRequest.member_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -193,6 +205,8 @@ def _d_JoinGroupRequest_1(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('JoinGroupRequest.protocol_type', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupRequest.protocol_type')
     else:
         _end = pos + _n
         if _end > _l:
@@ -225,6 +239,8 @@ def _d_JoinGroupRequest_5(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('JoinGroupRequest.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupRequest.group_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -241,6 +257,8 @@ def _d_JoinGroupRequest_5(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('JoinGroupRequest.member_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupRequest.member_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -255,6 +273,8 @@ def _d_JoinGroupRequest_5(buf, pos):
         if _n != -1:
             raise bad_length('JoinGroupRequest.group_instance_id', _n)
         o.group_instance_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupRequest.group_instance_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -267,6 +287,8 @@ def _d_JoinGroupRequest_5(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('JoinGroupRequest.protocol_type', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupRequest.protocol_type')
     else:
         _end = pos + _n
         if _end > _l:
@@ -300,6 +322,8 @@ def _d_JoinGroupRequestProtocol_6(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('JoinGroupRequest.JoinGroupRequestProtocol.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupRequest.JoinGroupRequestProtocol.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -345,6 +369,8 @@ def _d_JoinGroupRequest_6(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('JoinGroupRequest.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupRequest.group_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -363,6 +389,8 @@ def _d_JoinGroupRequest_6(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('JoinGroupRequest.member_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupRequest.member_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -379,6 +407,8 @@ def _d_JoinGroupRequest_6(buf, pos):
         if _n != -1:
             raise bad_length('JoinGroupRequest.group_instance_id', _n)
         o.group_instance_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupRequest.group_instance_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -393,6 +423,8 @@ def _d_JoinGroupRequest_6(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('JoinGroupRequest.protocol_type', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupRequest.protocol_type')
     else:
         _end = pos + _n
         if _end > _l:
@@ -438,6 +470,8 @@ def _d_JoinGroupRequest_8(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('JoinGroupRequest.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupRequest.group_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -456,6 +490,8 @@ def _d_JoinGroupRequest_8(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('JoinGroupRequest.member_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupRequest.member_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -472,6 +508,8 @@ def _d_JoinGroupRequest_8(buf, pos):
         if _n != -1:
             raise bad_length('JoinGroupRequest.group_instance_id', _n)
         o.group_instance_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupRequest.group_instance_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -486,6 +524,8 @@ def _d_JoinGroupRequest_8(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('JoinGroupRequest.protocol_type', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupRequest.protocol_type')
     else:
         _end = pos + _n
         if _end > _l:
@@ -517,6 +557,8 @@ def _d_JoinGroupRequest_8(buf, pos):
         if _n != -1:
             raise bad_length('JoinGroupRequest.reason', _n)
         o.reason = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupRequest.reason')
     else:
         _end = pos + _n
         if _end > _l:

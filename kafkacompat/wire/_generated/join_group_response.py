@@ -77,6 +77,8 @@ def _d_JoinGroupResponseMember_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('JoinGroupResponse.JoinGroupResponseMember.member_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupResponse.JoinGroupResponseMember.member_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -114,6 +116,8 @@ def _d_JoinGroupResponse_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('JoinGroupResponse.protocol_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupResponse.protocol_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -126,6 +130,8 @@ def _d_JoinGroupResponse_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('JoinGroupResponse.leader', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupResponse.leader')
     else:
         _end = pos + _n
         if _end > _l:
@@ -138,6 +144,8 @@ def _d_JoinGroupResponse_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('JoinGroupResponse.member_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupResponse.member_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -175,6 +183,8 @@ def _d_JoinGroupResponse_2(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('JoinGroupResponse.protocol_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupResponse.protocol_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -187,6 +197,8 @@ def _d_JoinGroupResponse_2(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('JoinGroupResponse.leader', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupResponse.leader')
     else:
         _end = pos + _n
         if _end > _l:
@@ -199,6 +211,8 @@ def _d_JoinGroupResponse_2(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('JoinGroupResponse.member_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupResponse.member_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -230,6 +244,8 @@ def _d_JoinGroupResponseMember_5(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('JoinGroupResponse.JoinGroupResponseMember.member_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupResponse.JoinGroupResponseMember.member_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -244,6 +260,8 @@ def _d_JoinGroupResponseMember_5(buf, pos):
         if _n != -1:
             raise bad_length('JoinGroupResponse.JoinGroupResponseMember.group_instance_id', _n)
         o.group_instance_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupResponse.JoinGroupResponseMember.group_instance_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -280,6 +298,8 @@ def _d_JoinGroupResponse_5(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('JoinGroupResponse.protocol_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupResponse.protocol_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -292,6 +312,8 @@ def _d_JoinGroupResponse_5(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('JoinGroupResponse.leader', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupResponse.leader')
     else:
         _end = pos + _n
         if _end > _l:
@@ -304,6 +326,8 @@ def _d_JoinGroupResponse_5(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('JoinGroupResponse.member_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupResponse.member_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -337,6 +361,8 @@ def _d_JoinGroupResponseMember_6(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('JoinGroupResponse.JoinGroupResponseMember.member_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupResponse.JoinGroupResponseMember.member_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -353,6 +379,8 @@ def _d_JoinGroupResponseMember_6(buf, pos):
         if _n != -1:
             raise bad_length('JoinGroupResponse.JoinGroupResponseMember.group_instance_id', _n)
         o.group_instance_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupResponse.JoinGroupResponseMember.group_instance_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -403,6 +431,8 @@ def _d_JoinGroupResponse_6(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('JoinGroupResponse.protocol_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupResponse.protocol_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -417,6 +447,8 @@ def _d_JoinGroupResponse_6(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('JoinGroupResponse.leader', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupResponse.leader')
     else:
         _end = pos + _n
         if _end > _l:
@@ -431,6 +463,8 @@ def _d_JoinGroupResponse_6(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('JoinGroupResponse.member_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupResponse.member_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -483,6 +517,8 @@ def _d_JoinGroupResponse_7(buf, pos):
         if _n != -1:
             raise bad_length('JoinGroupResponse.protocol_type', _n)
         o.protocol_type = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupResponse.protocol_type')
     else:
         _end = pos + _n
         if _end > _l:
@@ -499,6 +535,8 @@ def _d_JoinGroupResponse_7(buf, pos):
         if _n != -1:
             raise bad_length('JoinGroupResponse.protocol_name', _n)
         o.protocol_name = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupResponse.protocol_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -513,6 +551,8 @@ def _d_JoinGroupResponse_7(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('JoinGroupResponse.leader', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupResponse.leader')
     else:
         _end = pos + _n
         if _end > _l:
@@ -527,6 +567,8 @@ def _d_JoinGroupResponse_7(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('JoinGroupResponse.member_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupResponse.member_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -578,6 +620,8 @@ def _d_JoinGroupResponse_9(buf, pos):
         if _n != -1:
             raise bad_length('JoinGroupResponse.protocol_type', _n)
         o.protocol_type = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupResponse.protocol_type')
     else:
         _end = pos + _n
         if _end > _l:
@@ -594,6 +638,8 @@ def _d_JoinGroupResponse_9(buf, pos):
         if _n != -1:
             raise bad_length('JoinGroupResponse.protocol_name', _n)
         o.protocol_name = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupResponse.protocol_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -608,6 +654,8 @@ def _d_JoinGroupResponse_9(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('JoinGroupResponse.leader', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupResponse.leader')
     else:
         _end = pos + _n
         if _end > _l:
@@ -626,6 +674,8 @@ def _d_JoinGroupResponse_9(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('JoinGroupResponse.member_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupResponse.member_id')
     else:
         _end = pos + _n
         if _end > _l:

@@ -128,6 +128,8 @@ def _d_LeaderAndIsrPartitionState_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.topic_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='LeaderAndIsrRequest.LeaderAndIsrPartitionState.topic_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -182,6 +184,8 @@ def _d_LeaderAndIsrLiveLeader_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -247,6 +251,8 @@ def _d_LeaderAndIsrPartitionState_1(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.topic_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='LeaderAndIsrRequest.LeaderAndIsrPartitionState.topic_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -388,6 +394,8 @@ def _d_LeaderAndIsrTopicState_2(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('LeaderAndIsrRequest.LeaderAndIsrTopicState.topic_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='LeaderAndIsrRequest.LeaderAndIsrTopicState.topic_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -527,6 +535,8 @@ def _d_LeaderAndIsrTopicState_3(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('LeaderAndIsrRequest.LeaderAndIsrTopicState.topic_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='LeaderAndIsrRequest.LeaderAndIsrTopicState.topic_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -686,6 +696,8 @@ def _d_LeaderAndIsrTopicState_4(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('LeaderAndIsrRequest.LeaderAndIsrTopicState.topic_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='LeaderAndIsrRequest.LeaderAndIsrTopicState.topic_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -735,6 +747,8 @@ def _d_LeaderAndIsrLiveLeader_4(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -822,6 +836,8 @@ def _d_LeaderAndIsrTopicState_5(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('LeaderAndIsrRequest.LeaderAndIsrTopicState.topic_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='LeaderAndIsrRequest.LeaderAndIsrTopicState.topic_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -1009,6 +1025,8 @@ def _d_LeaderAndIsrTopicState_6(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('LeaderAndIsrRequest.LeaderAndIsrTopicState.topic_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='LeaderAndIsrRequest.LeaderAndIsrTopicState.topic_name')
     else:
         _end = pos + _n
         if _end > _l:

@@ -66,6 +66,8 @@ def _d_LeaderAndIsrPartitionError_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('LeaderAndIsrResponse.LeaderAndIsrPartitionError.topic_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='LeaderAndIsrResponse.LeaderAndIsrPartitionError.topic_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -114,6 +116,8 @@ def _d_LeaderAndIsrPartitionError_4(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('LeaderAndIsrResponse.LeaderAndIsrPartitionError.topic_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='LeaderAndIsrResponse.LeaderAndIsrPartitionError.topic_name')
     else:
         _end = pos + _n
         if _end > _l:

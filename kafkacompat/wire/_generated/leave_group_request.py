@@ -56,6 +56,8 @@ def _d_LeaveGroupRequest_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('LeaveGroupRequest.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='LeaveGroupRequest.group_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -68,6 +70,8 @@ def _d_LeaveGroupRequest_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('LeaveGroupRequest.member_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='LeaveGroupRequest.member_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -87,6 +91,8 @@ def _d_MemberIdentity_3(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('LeaveGroupRequest.MemberIdentity.member_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='LeaveGroupRequest.MemberIdentity.member_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -101,6 +107,8 @@ def _d_MemberIdentity_3(buf, pos):
         if _n != -1:
             raise bad_length('LeaveGroupRequest.MemberIdentity.group_instance_id', _n)
         o.group_instance_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='LeaveGroupRequest.MemberIdentity.group_instance_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -120,6 +128,8 @@ def _d_LeaveGroupRequest_3(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('LeaveGroupRequest.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='LeaveGroupRequest.group_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -154,6 +164,8 @@ def _d_MemberIdentity_4(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('LeaveGroupRequest.MemberIdentity.member_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='LeaveGroupRequest.MemberIdentity.member_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -170,6 +182,8 @@ def _d_MemberIdentity_4(buf, pos):
         if _n != -1:
             raise bad_length('LeaveGroupRequest.MemberIdentity.group_instance_id', _n)
         o.group_instance_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='LeaveGroupRequest.MemberIdentity.group_instance_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -201,6 +215,8 @@ def _d_LeaveGroupRequest_4(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('LeaveGroupRequest.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='LeaveGroupRequest.group_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -246,6 +262,8 @@ def _d_MemberIdentity_5(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('LeaveGroupRequest.MemberIdentity.member_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='LeaveGroupRequest.MemberIdentity.member_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -262,6 +280,8 @@ def _d_MemberIdentity_5(buf, pos):
         if _n != -1:
             raise bad_length('LeaveGroupRequest.MemberIdentity.group_instance_id', _n)
         o.group_instance_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='LeaveGroupRequest.MemberIdentity.group_instance_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -278,6 +298,8 @@ def _d_MemberIdentity_5(buf, pos):
         if _n != -1:
             raise bad_length('LeaveGroupRequest.MemberIdentity.reason', _n)
         o.reason = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='LeaveGroupRequest.MemberIdentity.reason')
     else:
         _end = pos + _n
         if _end > _l:
@@ -309,6 +331,8 @@ def _d_LeaveGroupRequest_5(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('LeaveGroupRequest.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='LeaveGroupRequest.group_id')
     else:
         _end = pos + _n
         if _end > _l:

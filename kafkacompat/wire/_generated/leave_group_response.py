@@ -79,6 +79,8 @@ def _d_MemberResponse_3(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('LeaveGroupResponse.MemberResponse.member_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='LeaveGroupResponse.MemberResponse.member_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -93,6 +95,8 @@ def _d_MemberResponse_3(buf, pos):
         if _n != -1:
             raise bad_length('LeaveGroupResponse.MemberResponse.group_instance_id', _n)
         o.group_instance_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='LeaveGroupResponse.MemberResponse.group_instance_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -140,6 +144,8 @@ def _d_MemberResponse_4(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('LeaveGroupResponse.MemberResponse.member_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='LeaveGroupResponse.MemberResponse.member_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -156,6 +162,8 @@ def _d_MemberResponse_4(buf, pos):
         if _n != -1:
             raise bad_length('LeaveGroupResponse.MemberResponse.group_instance_id', _n)
         o.group_instance_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='LeaveGroupResponse.MemberResponse.group_instance_id')
     else:
         _end = pos + _n
         if _end > _l:

@@ -54,6 +54,8 @@ def _d_ClientMetricsResource_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ListClientMetricsResourcesResponse.ClientMetricsResource.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ListClientMetricsResourcesResponse.ClientMetricsResource.name')
     else:
         _end = pos + _n
         if _end > _l:

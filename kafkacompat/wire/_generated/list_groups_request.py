@@ -84,6 +84,8 @@ def _d_ListGroupsRequest_4(buf, pos):
                 _n -= 1
             if _n < 0:
                 raise bad_length('ListGroupsRequest.states_filter', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='ListGroupsRequest.states_filter')
             else:
                 _end = pos + _n
                 if _end > _l:
@@ -128,6 +130,8 @@ def _d_ListGroupsRequest_5(buf, pos):
                 _n -= 1
             if _n < 0:
                 raise bad_length('ListGroupsRequest.states_filter', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='ListGroupsRequest.states_filter')
             else:
                 _end = pos + _n
                 if _end > _l:
@@ -156,6 +160,8 @@ def _d_ListGroupsRequest_5(buf, pos):
                 _n -= 1
             if _n < 0:
                 raise bad_length('ListGroupsRequest.types_filter', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='ListGroupsRequest.types_filter')
             else:
                 _end = pos + _n
                 if _end > _l:

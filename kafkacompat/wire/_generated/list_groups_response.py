@@ -59,6 +59,8 @@ def _d_ListedGroup_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('ListGroupsResponse.ListedGroup.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ListGroupsResponse.ListedGroup.group_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -71,6 +73,8 @@ def _d_ListedGroup_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('ListGroupsResponse.ListedGroup.protocol_type', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ListGroupsResponse.ListedGroup.protocol_type')
     else:
         _end = pos + _n
         if _end > _l:
@@ -140,6 +144,8 @@ def _d_ListedGroup_3(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ListGroupsResponse.ListedGroup.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ListGroupsResponse.ListedGroup.group_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -154,6 +160,8 @@ def _d_ListedGroup_3(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ListGroupsResponse.ListedGroup.protocol_type', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ListGroupsResponse.ListedGroup.protocol_type')
     else:
         _end = pos + _n
         if _end > _l:
@@ -220,6 +228,8 @@ def _d_ListedGroup_4(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ListGroupsResponse.ListedGroup.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ListGroupsResponse.ListedGroup.group_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -234,6 +244,8 @@ def _d_ListedGroup_4(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ListGroupsResponse.ListedGroup.protocol_type', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ListGroupsResponse.ListedGroup.protocol_type')
     else:
         _end = pos + _n
         if _end > _l:
@@ -248,6 +260,8 @@ def _d_ListedGroup_4(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ListGroupsResponse.ListedGroup.group_state', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ListGroupsResponse.ListedGroup.group_state')
     else:
         _end = pos + _n
         if _end > _l:
@@ -313,6 +327,8 @@ def _d_ListedGroup_5(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ListGroupsResponse.ListedGroup.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ListGroupsResponse.ListedGroup.group_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -327,6 +343,8 @@ def _d_ListedGroup_5(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ListGroupsResponse.ListedGroup.protocol_type', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ListGroupsResponse.ListedGroup.protocol_type')
     else:
         _end = pos + _n
         if _end > _l:
@@ -341,6 +359,8 @@ def _d_ListedGroup_5(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ListGroupsResponse.ListedGroup.group_state', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ListGroupsResponse.ListedGroup.group_state')
     else:
         _end = pos + _n
         if _end > _l:
@@ -355,6 +375,8 @@ def _d_ListedGroup_5(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ListGroupsResponse.ListedGroup.group_type', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ListGroupsResponse.ListedGroup.group_type')
     else:
         _end = pos + _n
         if _end > _l:

@@ -88,6 +88,8 @@ def _d_ListOffsetsTopic_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('ListOffsetsRequest.ListOffsetsTopic.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ListOffsetsRequest.ListOffsetsTopic.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -156,6 +158,8 @@ def _d_ListOffsetsTopic_1(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('ListOffsetsRequest.ListOffsetsTopic.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ListOffsetsRequest.ListOffsetsTopic.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -247,6 +251,8 @@ def _d_ListOffsetsTopic_4(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('ListOffsetsRequest.ListOffsetsTopic.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ListOffsetsRequest.ListOffsetsTopic.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -325,6 +331,8 @@ def _d_ListOffsetsTopic_6(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ListOffsetsRequest.ListOffsetsTopic.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ListOffsetsRequest.ListOffsetsTopic.name')
     else:
         _end = pos + _n
         if _end > _l:

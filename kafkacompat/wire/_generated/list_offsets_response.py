@@ -104,6 +104,8 @@ def _d_ListOffsetsTopicResponse_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('ListOffsetsResponse.ListOffsetsTopicResponse.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ListOffsetsResponse.ListOffsetsTopicResponse.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -167,6 +169,8 @@ def _d_ListOffsetsTopicResponse_1(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('ListOffsetsResponse.ListOffsetsTopicResponse.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ListOffsetsResponse.ListOffsetsTopicResponse.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -252,6 +256,8 @@ def _d_ListOffsetsTopicResponse_4(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('ListOffsetsResponse.ListOffsetsTopicResponse.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ListOffsetsResponse.ListOffsetsTopicResponse.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -329,6 +335,8 @@ def _d_ListOffsetsTopicResponse_6(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ListOffsetsResponse.ListOffsetsTopicResponse.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ListOffsetsResponse.ListOffsetsTopicResponse.name')
     else:
         _end = pos + _n
         if _end > _l:

@@ -55,6 +55,8 @@ def _d_ListPartitionReassignmentsTopics_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics.name')
     else:
         _end = pos + _n
         if _end > _l:

@@ -138,6 +138,8 @@ def _d_OngoingTopicReassignment_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ListPartitionReassignmentsResponse.OngoingTopicReassignment.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ListPartitionReassignmentsResponse.OngoingTopicReassignment.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -189,6 +191,8 @@ def _d_ListPartitionReassignmentsResponse_0(buf, pos):
         if _n != -1:
             raise bad_length('ListPartitionReassignmentsResponse.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ListPartitionReassignmentsResponse.error_message')
     else:
         _end = pos + _n
         if _end > _l:

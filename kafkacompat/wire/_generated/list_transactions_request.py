@@ -61,6 +61,8 @@ def _d_ListTransactionsRequest_0(buf, pos):
                 _n -= 1
             if _n < 0:
                 raise bad_length('ListTransactionsRequest.state_filters', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='ListTransactionsRequest.state_filters')
             else:
                 _end = pos + _n
                 if _end > _l:
@@ -119,6 +121,8 @@ def _d_ListTransactionsRequest_1(buf, pos):
                 _n -= 1
             if _n < 0:
                 raise bad_length('ListTransactionsRequest.state_filters', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='ListTransactionsRequest.state_filters')
             else:
                 _end = pos + _n
                 if _end > _l:

@@ -65,6 +65,8 @@ def _d_TransactionState_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ListTransactionsResponse.TransactionState.transactional_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ListTransactionsResponse.TransactionState.transactional_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -83,6 +85,8 @@ def _d_TransactionState_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ListTransactionsResponse.TransactionState.transaction_state', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ListTransactionsResponse.TransactionState.transaction_state')
     else:
         _end = pos + _n
         if _end > _l:
@@ -130,6 +134,8 @@ def _d_ListTransactionsResponse_0(buf, pos):
                 _n -= 1
             if _n < 0:
                 raise bad_length('ListTransactionsResponse.unknown_state_filters', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='ListTransactionsResponse.unknown_state_filters')
             else:
                 _end = pos + _n
                 if _end > _l:

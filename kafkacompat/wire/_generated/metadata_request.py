@@ -67,6 +67,8 @@ def _d_MetadataRequestTopic_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('MetadataRequest.MetadataRequestTopic.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataRequest.MetadataRequestTopic.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -186,6 +188,8 @@ def _d_MetadataRequestTopic_9(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('MetadataRequest.MetadataRequestTopic.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataRequest.MetadataRequestTopic.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -260,6 +264,8 @@ def _d_MetadataRequestTopic_10(buf, pos):
         if _n != -1:
             raise bad_length('MetadataRequest.MetadataRequestTopic.name', _n)
         o.name = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataRequest.MetadataRequestTopic.name')
     else:
         _end = pos + _n
         if _end > _l:

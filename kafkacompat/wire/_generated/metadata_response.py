@@ -124,6 +124,8 @@ def _d_MetadataResponseBroker_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('MetadataResponse.MetadataResponseBroker.host', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataResponse.MetadataResponseBroker.host')
     else:
         _end = pos + _n
         if _end > _l:
@@ -189,6 +191,8 @@ def _d_MetadataResponseTopic_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('MetadataResponse.MetadataResponseTopic.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataResponse.MetadataResponseTopic.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -260,6 +264,8 @@ def _d_MetadataResponseBroker_1(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('MetadataResponse.MetadataResponseBroker.host', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataResponse.MetadataResponseBroker.host')
     else:
         _end = pos + _n
         if _end > _l:
@@ -278,6 +284,8 @@ def _d_MetadataResponseBroker_1(buf, pos):
         if _n != -1:
             raise bad_length('MetadataResponse.MetadataResponseBroker.rack', _n)
         o.rack = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataResponse.MetadataResponseBroker.rack')
     else:
         _end = pos + _n
         if _end > _l:
@@ -302,6 +310,8 @@ def _d_MetadataResponseTopic_1(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('MetadataResponse.MetadataResponseTopic.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataResponse.MetadataResponseTopic.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -393,6 +403,8 @@ def _d_MetadataResponse_2(buf, pos):
         if _n != -1:
             raise bad_length('MetadataResponse.cluster_id', _n)
         o.cluster_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataResponse.cluster_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -448,6 +460,8 @@ def _d_MetadataResponse_3(buf, pos):
         if _n != -1:
             raise bad_length('MetadataResponse.cluster_id', _n)
         o.cluster_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataResponse.cluster_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -536,6 +550,8 @@ def _d_MetadataResponseTopic_5(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('MetadataResponse.MetadataResponseTopic.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataResponse.MetadataResponseTopic.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -591,6 +607,8 @@ def _d_MetadataResponse_5(buf, pos):
         if _n != -1:
             raise bad_length('MetadataResponse.cluster_id', _n)
         o.cluster_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataResponse.cluster_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -678,6 +696,8 @@ def _d_MetadataResponseTopic_7(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('MetadataResponse.MetadataResponseTopic.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataResponse.MetadataResponseTopic.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -733,6 +753,8 @@ def _d_MetadataResponse_7(buf, pos):
         if _n != -1:
             raise bad_length('MetadataResponse.cluster_id', _n)
         o.cluster_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataResponse.cluster_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -773,6 +795,8 @@ def _d_MetadataResponseTopic_8(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('MetadataResponse.MetadataResponseTopic.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataResponse.MetadataResponseTopic.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -831,6 +855,8 @@ def _d_MetadataResponse_8(buf, pos):
         if _n != -1:
             raise bad_length('MetadataResponse.cluster_id', _n)
         o.cluster_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataResponse.cluster_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -876,6 +902,8 @@ def _d_MetadataResponseBroker_9(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('MetadataResponse.MetadataResponseBroker.host', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataResponse.MetadataResponseBroker.host')
     else:
         _end = pos + _n
         if _end > _l:
@@ -896,6 +924,8 @@ def _d_MetadataResponseBroker_9(buf, pos):
         if _n != -1:
             raise bad_length('MetadataResponse.MetadataResponseBroker.rack', _n)
         o.rack = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataResponse.MetadataResponseBroker.rack')
     else:
         _end = pos + _n
         if _end > _l:
@@ -993,6 +1023,8 @@ def _d_MetadataResponseTopic_9(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('MetadataResponse.MetadataResponseTopic.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataResponse.MetadataResponseTopic.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -1067,6 +1099,8 @@ def _d_MetadataResponse_9(buf, pos):
         if _n != -1:
             raise bad_length('MetadataResponse.cluster_id', _n)
         o.cluster_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataResponse.cluster_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -1124,6 +1158,8 @@ def _d_MetadataResponseTopic_10(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('MetadataResponse.MetadataResponseTopic.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataResponse.MetadataResponseTopic.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -1199,6 +1235,8 @@ def _d_MetadataResponse_10(buf, pos):
         if _n != -1:
             raise bad_length('MetadataResponse.cluster_id', _n)
         o.cluster_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataResponse.cluster_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -1274,6 +1312,8 @@ def _d_MetadataResponse_11(buf, pos):
         if _n != -1:
             raise bad_length('MetadataResponse.cluster_id', _n)
         o.cluster_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataResponse.cluster_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -1329,6 +1369,8 @@ def _d_MetadataResponseTopic_12(buf, pos):
         if _n != -1:
             raise bad_length('MetadataResponse.MetadataResponseTopic.name', _n)
         o.name = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataResponse.MetadataResponseTopic.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -1405,6 +1447,8 @@ def _d_MetadataResponse_12(buf, pos):
         if _n != -1:
             raise bad_length('MetadataResponse.cluster_id', _n)
         o.cluster_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataResponse.cluster_id')
     else:
         _end = pos + _n
         if _end > _l:

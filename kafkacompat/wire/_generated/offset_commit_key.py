@@ -45,6 +45,8 @@ def _d_OffsetCommitKey_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('OffsetCommitKey.group', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetCommitKey.group')
     else:
         _end = pos + _n
         if _end > _l:
@@ -57,6 +59,8 @@ def _d_OffsetCommitKey_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('OffsetCommitKey.topic', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetCommitKey.topic')
     else:
         _end = pos + _n
         if _end > _l:

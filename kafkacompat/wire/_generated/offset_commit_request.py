@@ -98,6 +98,8 @@ def _d_OffsetCommitRequestPartition_0(buf, pos):
         if _n != -1:
             raise bad_length('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', _n)
         o.committed_metadata = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata')
     else:
         _end = pos + _n
         if _end > _l:
@@ -116,6 +118,8 @@ def _d_OffsetCommitRequestTopic_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('OffsetCommitRequest.OffsetCommitRequestTopic.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetCommitRequest.OffsetCommitRequestTopic.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -151,6 +155,8 @@ def _d_OffsetCommitRequest_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('OffsetCommitRequest.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetCommitRequest.group_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -189,6 +195,8 @@ def _d_OffsetCommitRequestPartition_1(buf, pos):
         if _n != -1:
             raise bad_length('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', _n)
         o.committed_metadata = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata')
     else:
         _end = pos + _n
         if _end > _l:
@@ -207,6 +215,8 @@ def _d_OffsetCommitRequestTopic_1(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('OffsetCommitRequest.OffsetCommitRequestTopic.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetCommitRequest.OffsetCommitRequestTopic.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -240,6 +250,8 @@ def _d_OffsetCommitRequest_1(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('OffsetCommitRequest.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetCommitRequest.group_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -256,6 +268,8 @@ def _d_OffsetCommitRequest_1(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('OffsetCommitRequest.member_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetCommitRequest.member_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -288,6 +302,8 @@ def _d_OffsetCommitRequest_2(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('OffsetCommitRequest.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetCommitRequest.group_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -304,6 +320,8 @@ def _d_OffsetCommitRequest_2(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('OffsetCommitRequest.member_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetCommitRequest.member_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -341,6 +359,8 @@ def _d_OffsetCommitRequest_5(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('OffsetCommitRequest.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetCommitRequest.group_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -357,6 +377,8 @@ def _d_OffsetCommitRequest_5(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('OffsetCommitRequest.member_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetCommitRequest.member_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -395,6 +417,8 @@ def _d_OffsetCommitRequestPartition_6(buf, pos):
         if _n != -1:
             raise bad_length('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', _n)
         o.committed_metadata = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata')
     else:
         _end = pos + _n
         if _end > _l:
@@ -413,6 +437,8 @@ def _d_OffsetCommitRequestTopic_6(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('OffsetCommitRequest.OffsetCommitRequestTopic.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetCommitRequest.OffsetCommitRequestTopic.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -446,6 +472,8 @@ def _d_OffsetCommitRequest_6(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('OffsetCommitRequest.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetCommitRequest.group_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -462,6 +490,8 @@ def _d_OffsetCommitRequest_6(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('OffsetCommitRequest.member_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetCommitRequest.member_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -494,6 +524,8 @@ def _d_OffsetCommitRequest_7(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('OffsetCommitRequest.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetCommitRequest.group_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -510,6 +542,8 @@ def _d_OffsetCommitRequest_7(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('OffsetCommitRequest.member_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetCommitRequest.member_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -524,6 +558,8 @@ def _d_OffsetCommitRequest_7(buf, pos):
         if _n != -1:
             raise bad_length('OffsetCommitRequest.group_instance_id', _n)
         o.group_instance_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetCommitRequest.group_instance_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -564,6 +600,8 @@ def _d_OffsetCommitRequestPartition_8(buf, pos):
         if _n != -1:
             raise bad_length('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', _n)
         o.committed_metadata = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata')
     else:
         _end = pos + _n
         if _end > _l:
@@ -594,6 +632,8 @@ def _d_OffsetCommitRequestTopic_8(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('OffsetCommitRequest.OffsetCommitRequestTopic.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetCommitRequest.OffsetCommitRequestTopic.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -640,6 +680,8 @@ def _d_OffsetCommitRequest_8(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('OffsetCommitRequest.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetCommitRequest.group_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -658,6 +700,8 @@ def _d_OffsetCommitRequest_8(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('OffsetCommitRequest.member_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetCommitRequest.member_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -674,6 +718,8 @@ def _d_OffsetCommitRequest_8(buf, pos):
         if _n != -1:
             raise bad_length('OffsetCommitRequest.group_instance_id', _n)
         o.group_instance_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetCommitRequest.group_instance_id')
     else:
         _end = pos + _n
         if _end > _l:

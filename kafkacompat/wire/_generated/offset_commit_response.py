@@ -73,6 +73,8 @@ def _d_OffsetCommitResponseTopic_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('OffsetCommitResponse.OffsetCommitResponseTopic.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetCommitResponse.OffsetCommitResponseTopic.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -169,6 +171,8 @@ def _d_OffsetCommitResponseTopic_8(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('OffsetCommitResponse.OffsetCommitResponseTopic.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetCommitResponse.OffsetCommitResponseTopic.name')
     else:
         _end = pos + _n
         if _end > _l:

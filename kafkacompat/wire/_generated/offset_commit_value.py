@@ -63,6 +63,8 @@ def _d_OffsetCommitValue_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('OffsetCommitValue.metadata', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetCommitValue.metadata')
     else:
         _end = pos + _n
         if _end > _l:
@@ -90,6 +92,8 @@ def _d_OffsetCommitValue_1(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('OffsetCommitValue.metadata', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetCommitValue.metadata')
     else:
         _end = pos + _n
         if _end > _l:
@@ -117,6 +121,8 @@ def _d_OffsetCommitValue_3(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('OffsetCommitValue.metadata', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetCommitValue.metadata')
     else:
         _end = pos + _n
         if _end > _l:
@@ -146,6 +152,8 @@ def _d_OffsetCommitValue_4(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('OffsetCommitValue.metadata', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetCommitValue.metadata')
     else:
         _end = pos + _n
         if _end > _l:

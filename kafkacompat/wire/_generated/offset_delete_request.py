@@ -71,6 +71,8 @@ def _d_OffsetDeleteRequestTopic_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('OffsetDeleteRequest.OffsetDeleteRequestTopic.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetDeleteRequest.OffsetDeleteRequestTopic.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -102,6 +104,8 @@ def _d_OffsetDeleteRequest_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('OffsetDeleteRequest.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetDeleteRequest.group_id')
     else:
         _end = pos + _n
         if _end > _l:

@@ -75,6 +75,8 @@ def _d_OffsetDeleteResponseTopic_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('OffsetDeleteResponse.OffsetDeleteResponseTopic.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetDeleteResponse.OffsetDeleteResponseTopic.name')
     else:
         _end = pos + _n
         if _end > _l:

@@ -77,6 +77,8 @@ def _d_OffsetFetchRequestTopic_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('OffsetFetchRequest.OffsetFetchRequestTopic.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetFetchRequest.OffsetFetchRequestTopic.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -109,6 +111,8 @@ def _d_OffsetFetchRequest_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('OffsetFetchRequest.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetFetchRequest.group_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -142,6 +146,8 @@ def _d_OffsetFetchRequest_2(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('OffsetFetchRequest.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetFetchRequest.group_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -177,6 +183,8 @@ def _d_OffsetFetchRequestTopic_6(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('OffsetFetchRequest.OffsetFetchRequestTopic.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetFetchRequest.OffsetFetchRequestTopic.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -223,6 +231,8 @@ def _d_OffsetFetchRequest_6(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('OffsetFetchRequest.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetFetchRequest.group_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -271,6 +281,8 @@ def _d_OffsetFetchRequest_7(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('OffsetFetchRequest.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetFetchRequest.group_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -322,6 +334,8 @@ def _d_OffsetFetchRequestTopics_8(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('OffsetFetchRequest.OffsetFetchRequestTopics.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetFetchRequest.OffsetFetchRequestTopics.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -368,6 +382,8 @@ def _d_OffsetFetchRequestGroup_8(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('OffsetFetchRequest.OffsetFetchRequestGroup.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetFetchRequest.OffsetFetchRequestGroup.group_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -452,6 +468,8 @@ def _d_OffsetFetchRequestGroup_9(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('OffsetFetchRequest.OffsetFetchRequestGroup.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetFetchRequest.OffsetFetchRequestGroup.group_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -468,6 +486,8 @@ def _d_OffsetFetchRequestGroup_9(buf, pos):
         if _n != -1:
             raise bad_length('OffsetFetchRequest.OffsetFetchRequestGroup.member_id', _n)
         o.member_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetFetchRequest.OffsetFetchRequestGroup.member_id')
     else:
         _end = pos + _n
         if _end > _l:

@@ -123,6 +123,8 @@ def _d_OffsetFetchResponsePartition_0(buf, pos):
         if _n != -1:
             raise bad_length('OffsetFetchResponse.OffsetFetchResponsePartition.metadata', _n)
         o.metadata = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetFetchResponse.OffsetFetchResponsePartition.metadata')
     else:
         _end = pos + _n
         if _end > _l:
@@ -145,6 +147,8 @@ def _d_OffsetFetchResponseTopic_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('OffsetFetchResponse.OffsetFetchResponseTopic.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetFetchResponse.OffsetFetchResponseTopic.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -257,6 +261,8 @@ def _d_OffsetFetchResponsePartition_5(buf, pos):
         if _n != -1:
             raise bad_length('OffsetFetchResponse.OffsetFetchResponsePartition.metadata', _n)
         o.metadata = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetFetchResponse.OffsetFetchResponsePartition.metadata')
     else:
         _end = pos + _n
         if _end > _l:
@@ -279,6 +285,8 @@ def _d_OffsetFetchResponseTopic_5(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('OffsetFetchResponse.OffsetFetchResponseTopic.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetFetchResponse.OffsetFetchResponseTopic.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -346,6 +354,8 @@ def _d_OffsetFetchResponsePartition_6(buf, pos):
         if _n != -1:
             raise bad_length('OffsetFetchResponse.OffsetFetchResponsePartition.metadata', _n)
         o.metadata = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetFetchResponse.OffsetFetchResponsePartition.metadata')
     else:
         _end = pos + _n
         if _end > _l:
@@ -380,6 +390,8 @@ def _d_OffsetFetchResponseTopic_6(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('OffsetFetchResponse.OffsetFetchResponseTopic.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetFetchResponse.OffsetFetchResponseTopic.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -471,6 +483,8 @@ def _d_OffsetFetchResponsePartitions_8(buf, pos):
         if _n != -1:
             raise bad_length('OffsetFetchResponse.OffsetFetchResponsePartitions.metadata', _n)
         o.metadata = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetFetchResponse.OffsetFetchResponsePartitions.metadata')
     else:
         _end = pos + _n
         if _end > _l:
@@ -505,6 +519,8 @@ def _d_OffsetFetchResponseTopics_8(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('OffsetFetchResponse.OffsetFetchResponseTopics.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetFetchResponse.OffsetFetchResponseTopics.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -550,6 +566,8 @@ def _d_OffsetFetchResponseGroup_8(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('OffsetFetchResponse.OffsetFetchResponseGroup.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetFetchResponse.OffsetFetchResponseGroup.group_id')
     else:
         _end = pos + _n
         if _end > _l:

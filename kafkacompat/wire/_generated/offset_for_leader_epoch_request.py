@@ -76,6 +76,8 @@ def _d_OffsetForLeaderTopic_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('OffsetForLeaderEpochRequest.OffsetForLeaderTopic.topic', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetForLeaderEpochRequest.OffsetForLeaderTopic.topic')
     else:
         _end = pos + _n
         if _end > _l:
@@ -137,6 +139,8 @@ def _d_OffsetForLeaderTopic_2(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('OffsetForLeaderEpochRequest.OffsetForLeaderTopic.topic', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetForLeaderEpochRequest.OffsetForLeaderTopic.topic')
     else:
         _end = pos + _n
         if _end > _l:
@@ -233,6 +237,8 @@ def _d_OffsetForLeaderTopic_4(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('OffsetForLeaderEpochRequest.OffsetForLeaderTopic.topic', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetForLeaderEpochRequest.OffsetForLeaderTopic.topic')
     else:
         _end = pos + _n
         if _end > _l:

@@ -77,6 +77,8 @@ def _d_OffsetForLeaderTopicResult_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.topic', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.topic')
     else:
         _end = pos + _n
         if _end > _l:
@@ -138,6 +140,8 @@ def _d_OffsetForLeaderTopicResult_1(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.topic', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.topic')
     else:
         _end = pos + _n
         if _end > _l:
@@ -234,6 +238,8 @@ def _d_OffsetForLeaderTopicResult_4(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.topic', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.topic')
     else:
         _end = pos + _n
         if _end > _l:

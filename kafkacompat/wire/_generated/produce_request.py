@@ -89,6 +89,8 @@ def _d_TopicProduceData_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('ProduceRequest.TopicProduceData.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ProduceRequest.TopicProduceData.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -146,6 +148,8 @@ def _d_ProduceRequest_3(buf, pos):
         if _n != -1:
             raise bad_length('ProduceRequest.transactional_id', _n)
         o.transactional_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ProduceRequest.transactional_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -219,6 +223,8 @@ def _d_TopicProduceData_9(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ProduceRequest.TopicProduceData.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ProduceRequest.TopicProduceData.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -266,6 +272,8 @@ def _d_ProduceRequest_9(buf, pos):
         if _n != -1:
             raise bad_length('ProduceRequest.transactional_id', _n)
         o.transactional_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ProduceRequest.transactional_id')
     else:
         _end = pos + _n
         if _end > _l:

@@ -128,6 +128,8 @@ def _d_TopicProduceResponse_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('ProduceResponse.TopicProduceResponse.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ProduceResponse.TopicProduceResponse.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -218,6 +220,8 @@ def _d_TopicProduceResponse_2(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('ProduceResponse.TopicProduceResponse.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ProduceResponse.TopicProduceResponse.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -286,6 +290,8 @@ def _d_TopicProduceResponse_5(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('ProduceResponse.TopicProduceResponse.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ProduceResponse.TopicProduceResponse.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -347,6 +353,8 @@ def _d_BatchIndexAndErrorMessage_8(buf, pos):
         if _n != -1:
             raise bad_length('ProduceResponse.BatchIndexAndErrorMessage.batch_index_error_message', _n)
         o.batch_index_error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ProduceResponse.BatchIndexAndErrorMessage.batch_index_error_message')
     else:
         _end = pos + _n
         if _end > _l:
@@ -385,6 +393,8 @@ def _d_PartitionProduceResponse_8(buf, pos):
         if _n != -1:
             raise bad_length('ProduceResponse.PartitionProduceResponse.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ProduceResponse.PartitionProduceResponse.error_message')
     else:
         _end = pos + _n
         if _end > _l:
@@ -403,6 +413,8 @@ def _d_TopicProduceResponse_8(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('ProduceResponse.TopicProduceResponse.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ProduceResponse.TopicProduceResponse.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -466,6 +478,8 @@ def _d_BatchIndexAndErrorMessage_9(buf, pos):
         if _n != -1:
             raise bad_length('ProduceResponse.BatchIndexAndErrorMessage.batch_index_error_message', _n)
         o.batch_index_error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ProduceResponse.BatchIndexAndErrorMessage.batch_index_error_message')
     else:
         _end = pos + _n
         if _end > _l:
@@ -518,6 +532,8 @@ def _d_PartitionProduceResponse_9(buf, pos):
         if _n != -1:
             raise bad_length('ProduceResponse.PartitionProduceResponse.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ProduceResponse.PartitionProduceResponse.error_message')
     else:
         _end = pos + _n
         if _end > _l:
@@ -548,6 +564,8 @@ def _d_TopicProduceResponse_9(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ProduceResponse.TopicProduceResponse.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ProduceResponse.TopicProduceResponse.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -670,6 +688,8 @@ def _d_PartitionProduceResponse_10(buf, pos):
         if _n != -1:
             raise bad_length('ProduceResponse.PartitionProduceResponse.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ProduceResponse.PartitionProduceResponse.error_message')
     else:
         _end = pos + _n
         if _end > _l:
@@ -708,6 +728,8 @@ def _d_TopicProduceResponse_10(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ProduceResponse.TopicProduceResponse.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ProduceResponse.TopicProduceResponse.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -757,6 +779,8 @@ def _d_NodeEndpoint_10(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ProduceResponse.NodeEndpoint.host', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ProduceResponse.NodeEndpoint.host')
     else:
         _end = pos + _n
         if _end > _l:
@@ -777,6 +801,8 @@ def _d_NodeEndpoint_10(buf, pos):
         if _n != -1:
             raise bad_length('ProduceResponse.NodeEndpoint.rack', _n)
         o.rack = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ProduceResponse.NodeEndpoint.rack')
     else:
         _end = pos + _n
         if _end > _l:

@@ -120,6 +120,8 @@ def _d_ReadShareGroupStateSummaryRequest_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ReadShareGroupStateSummaryRequest.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ReadShareGroupStateSummaryRequest.group_id')
     else:
         _end = pos + _n
         if _end > _l:

@@ -48,6 +48,8 @@ def _d_RemoveRaftVoterRequest_0(buf, pos):
         if _n != -1:
             raise bad_length('RemoveRaftVoterRequest.cluster_id', _n)
         o.cluster_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='RemoveRaftVoterRequest.cluster_id')
     else:
         _end = pos + _n
         if _end > _l:

@@ -70,6 +70,8 @@ def _d_RequestHeader_1(buf, pos):
         if _n != -1:
             raise bad_length('RequestHeader.client_id', _n)
         o.client_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='RequestHeader.client_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -94,6 +96,8 @@ def _d_RequestHeader_2(buf, pos):
         if _n != -1:
             raise bad_length('RequestHeader.client_id', _n)
         o.client_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='RequestHeader.client_id')
     else:
         _end = pos + _n
         if _end > _l:

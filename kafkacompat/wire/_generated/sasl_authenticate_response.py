@@ -61,6 +61,8 @@ def _d_SaslAuthenticateResponse_0(buf, pos):
         if _n != -1:
             raise bad_length('SaslAuthenticateResponse.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='SaslAuthenticateResponse.error_message')
     else:
         _end = pos + _n
         if _end > _l:
@@ -97,6 +99,8 @@ def _d_SaslAuthenticateResponse_1(buf, pos):
         if _n != -1:
             raise bad_length('SaslAuthenticateResponse.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='SaslAuthenticateResponse.error_message')
     else:
         _end = pos + _n
         if _end > _l:
@@ -139,6 +143,8 @@ def _d_SaslAuthenticateResponse_2(buf, pos):
         if _n != -1:
             raise bad_length('SaslAuthenticateResponse.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='SaslAuthenticateResponse.error_message')
     else:
         _end = pos + _n
         if _end > _l:

@@ -59,6 +59,8 @@ def _d_SaslHandshakeResponse_0(buf, pos):
             pos += 2
             if _n < 0:
                 raise bad_length('SaslHandshakeResponse.mechanisms', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='SaslHandshakeResponse.mechanisms')
             else:
                 _end = pos + _n
                 if _end > _l:

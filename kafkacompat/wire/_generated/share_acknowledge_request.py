@@ -185,6 +185,8 @@ def _d_ShareAcknowledgeRequest_0(buf, pos):
         if _n != -1:
             raise bad_length('ShareAcknowledgeRequest.group_id', _n)
         o.group_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ShareAcknowledgeRequest.group_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -201,6 +203,8 @@ def _d_ShareAcknowledgeRequest_0(buf, pos):
         if _n != -1:
             raise bad_length('ShareAcknowledgeRequest.member_id', _n)
         o.member_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ShareAcknowledgeRequest.member_id')
     else:
         _end = pos + _n
         if _end > _l:

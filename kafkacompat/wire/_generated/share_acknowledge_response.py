@@ -132,6 +132,8 @@ def _d_PartitionData_0(buf, pos):
         if _n != -1:
             raise bad_length('ShareAcknowledgeResponse.PartitionData.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ShareAcknowledgeResponse.PartitionData.error_message')
     else:
         _end = pos + _n
         if _end > _l:
@@ -203,6 +205,8 @@ def _d_NodeEndpoint_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ShareAcknowledgeResponse.NodeEndpoint.host', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ShareAcknowledgeResponse.NodeEndpoint.host')
     else:
         _end = pos + _n
         if _end > _l:
@@ -223,6 +227,8 @@ def _d_NodeEndpoint_0(buf, pos):
         if _n != -1:
             raise bad_length('ShareAcknowledgeResponse.NodeEndpoint.rack', _n)
         o.rack = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ShareAcknowledgeResponse.NodeEndpoint.rack')
     else:
         _end = pos + _n
         if _end > _l:
@@ -259,6 +265,8 @@ def _d_ShareAcknowledgeResponse_0(buf, pos):
         if _n != -1:
             raise bad_length('ShareAcknowledgeResponse.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ShareAcknowledgeResponse.error_message')
     else:
         _end = pos + _n
         if _end > _l:

@@ -253,6 +253,8 @@ def _d_ShareFetchRequest_0(buf, pos):
         if _n != -1:
             raise bad_length('ShareFetchRequest.group_id', _n)
         o.group_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ShareFetchRequest.group_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -269,6 +271,8 @@ def _d_ShareFetchRequest_0(buf, pos):
         if _n != -1:
             raise bad_length('ShareFetchRequest.member_id', _n)
         o.member_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ShareFetchRequest.member_id')
     else:
         _end = pos + _n
         if _end > _l:

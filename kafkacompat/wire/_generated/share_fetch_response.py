@@ -172,6 +172,8 @@ def _d_PartitionData_0(buf, pos):
         if _n != -1:
             raise bad_length('ShareFetchResponse.PartitionData.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ShareFetchResponse.PartitionData.error_message')
     else:
         _end = pos + _n
         if _end > _l:
@@ -192,6 +194,8 @@ def _d_PartitionData_0(buf, pos):
         if _n != -1:
             raise bad_length('ShareFetchResponse.PartitionData.acknowledge_error_message', _n)
         o.acknowledge_error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ShareFetchResponse.PartitionData.acknowledge_error_message')
     else:
         _end = pos + _n
         if _end > _l:
@@ -294,6 +298,8 @@ def _d_NodeEndpoint_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ShareFetchResponse.NodeEndpoint.host', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ShareFetchResponse.NodeEndpoint.host')
     else:
         _end = pos + _n
         if _end > _l:
@@ -314,6 +320,8 @@ def _d_NodeEndpoint_0(buf, pos):
         if _n != -1:
             raise bad_length('ShareFetchResponse.NodeEndpoint.rack', _n)
         o.rack = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ShareFetchResponse.NodeEndpoint.rack')
     else:
         _end = pos + _n
         if _end > _l:
@@ -350,6 +358,8 @@ def _d_ShareFetchResponse_0(buf, pos):
         if _n != -1:
             raise bad_length('ShareFetchResponse.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ShareFetchResponse.error_message')
     else:
         _end = pos + _n
         if _end > _l:

@@ -58,6 +58,8 @@ def _d_ShareGroupDescribeRequest_0(buf, pos):
                 _n -= 1
             if _n < 0:
                 raise bad_length('ShareGroupDescribeRequest.group_ids', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='ShareGroupDescribeRequest.group_ids')
             else:
                 _end = pos + _n
                 if _end > _l:

@@ -124,6 +124,8 @@ def _d_TopicPartitions_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ShareGroupDescribeResponse.TopicPartitions.topic_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ShareGroupDescribeResponse.TopicPartitions.topic_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -199,6 +201,8 @@ def _d_Member_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ShareGroupDescribeResponse.Member.member_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ShareGroupDescribeResponse.Member.member_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -215,6 +219,8 @@ def _d_Member_0(buf, pos):
         if _n != -1:
             raise bad_length('ShareGroupDescribeResponse.Member.rack_id', _n)
         o.rack_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ShareGroupDescribeResponse.Member.rack_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -233,6 +239,8 @@ def _d_Member_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ShareGroupDescribeResponse.Member.client_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ShareGroupDescribeResponse.Member.client_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -247,6 +255,8 @@ def _d_Member_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ShareGroupDescribeResponse.Member.client_host', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ShareGroupDescribeResponse.Member.client_host')
     else:
         _end = pos + _n
         if _end > _l:
@@ -274,6 +284,8 @@ def _d_Member_0(buf, pos):
                 _n -= 1
             if _n < 0:
                 raise bad_length('ShareGroupDescribeResponse.Member.subscribed_topic_names', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='ShareGroupDescribeResponse.Member.subscribed_topic_names')
             else:
                 _end = pos + _n
                 if _end > _l:
@@ -312,6 +324,8 @@ def _d_DescribedGroup_0(buf, pos):
         if _n != -1:
             raise bad_length('ShareGroupDescribeResponse.DescribedGroup.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ShareGroupDescribeResponse.DescribedGroup.error_message')
     else:
         _end = pos + _n
         if _end > _l:
@@ -326,6 +340,8 @@ def _d_DescribedGroup_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ShareGroupDescribeResponse.DescribedGroup.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ShareGroupDescribeResponse.DescribedGroup.group_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -340,6 +356,8 @@ def _d_DescribedGroup_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ShareGroupDescribeResponse.DescribedGroup.group_state', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ShareGroupDescribeResponse.DescribedGroup.group_state')
     else:
         _end = pos + _n
         if _end > _l:
@@ -358,6 +376,8 @@ def _d_DescribedGroup_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ShareGroupDescribeResponse.DescribedGroup.assignor_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ShareGroupDescribeResponse.DescribedGroup.assignor_name')
     else:
         _end = pos + _n
         if _end > _l:

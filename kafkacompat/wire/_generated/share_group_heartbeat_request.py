@@ -56,6 +56,8 @@ def _d_ShareGroupHeartbeatRequest_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ShareGroupHeartbeatRequest.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ShareGroupHeartbeatRequest.group_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -70,6 +72,8 @@ def _d_ShareGroupHeartbeatRequest_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ShareGroupHeartbeatRequest.member_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ShareGroupHeartbeatRequest.member_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -90,6 +94,8 @@ def _d_ShareGroupHeartbeatRequest_0(buf, pos):
         if _n != -1:
             raise bad_length('ShareGroupHeartbeatRequest.rack_id', _n)
         o.rack_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ShareGroupHeartbeatRequest.rack_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -119,6 +125,8 @@ def _d_ShareGroupHeartbeatRequest_0(buf, pos):
                 _n -= 1
             if _n < 0:
                 raise bad_length('ShareGroupHeartbeatRequest.subscribed_topic_names', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='ShareGroupHeartbeatRequest.subscribed_topic_names')
             else:
                 _end = pos + _n
                 if _end > _l:

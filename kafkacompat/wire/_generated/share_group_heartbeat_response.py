@@ -152,6 +152,8 @@ def _d_ShareGroupHeartbeatResponse_0(buf, pos):
         if _n != -1:
             raise bad_length('ShareGroupHeartbeatResponse.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ShareGroupHeartbeatResponse.error_message')
     else:
         _end = pos + _n
         if _end > _l:
@@ -168,6 +170,8 @@ def _d_ShareGroupHeartbeatResponse_0(buf, pos):
         if _n != -1:
             raise bad_length('ShareGroupHeartbeatResponse.member_id', _n)
         o.member_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ShareGroupHeartbeatResponse.member_id')
     else:
         _end = pos + _n
         if _end > _l:

@@ -43,6 +43,8 @@ def _d_ShareGroupMemberMetadataKey_10(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('ShareGroupMemberMetadataKey.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ShareGroupMemberMetadataKey.group_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -55,6 +57,8 @@ def _d_ShareGroupMemberMetadataKey_10(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('ShareGroupMemberMetadataKey.member_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ShareGroupMemberMetadataKey.member_id')
     else:
         _end = pos + _n
         if _end > _l:

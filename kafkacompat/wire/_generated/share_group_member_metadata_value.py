@@ -55,6 +55,8 @@ def _d_ShareGroupMemberMetadataValue_0(buf, pos):
         if _n != -1:
             raise bad_length('ShareGroupMemberMetadataValue.rack_id', _n)
         o.rack_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ShareGroupMemberMetadataValue.rack_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -69,6 +71,8 @@ def _d_ShareGroupMemberMetadataValue_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ShareGroupMemberMetadataValue.client_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ShareGroupMemberMetadataValue.client_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -83,6 +87,8 @@ def _d_ShareGroupMemberMetadataValue_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ShareGroupMemberMetadataValue.client_host', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ShareGroupMemberMetadataValue.client_host')
     else:
         _end = pos + _n
         if _end > _l:
@@ -110,6 +116,8 @@ def _d_ShareGroupMemberMetadataValue_0(buf, pos):
                 _n -= 1
             if _n < 0:
                 raise bad_length('ShareGroupMemberMetadataValue.subscribed_topic_names', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='ShareGroupMemberMetadataValue.subscribed_topic_names')
             else:
                 _end = pos + _n
                 if _end > _l:

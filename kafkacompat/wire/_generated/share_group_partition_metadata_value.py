@@ -89,6 +89,8 @@ def _d_PartitionMetadata_0(buf, pos):
                 _n -= 1
             if _n < 0:
                 raise bad_length('ShareGroupPartitionMetadataValue.PartitionMetadata.racks', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='ShareGroupPartitionMetadataValue.PartitionMetadata.racks')
             else:
                 _end = pos + _n
                 if _end > _l:
@@ -125,6 +127,8 @@ def _d_TopicMetadata_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ShareGroupPartitionMetadataValue.TopicMetadata.topic_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ShareGroupPartitionMetadataValue.TopicMetadata.topic_name')
     else:
         _end = pos + _n
         if _end > _l:

@@ -70,6 +70,8 @@ def _d_TopicPartitionsInfo_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo.topic_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo.topic_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -119,6 +121,8 @@ def _d_TopicInfo_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('ShareGroupStatePartitionMetadataValue.TopicInfo.topic_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ShareGroupStatePartitionMetadataValue.TopicInfo.topic_name')
     else:
         _end = pos + _n
         if _end > _l:

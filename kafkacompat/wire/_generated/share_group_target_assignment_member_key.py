@@ -43,6 +43,8 @@ def _d_ShareGroupTargetAssignmentMemberKey_13(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('ShareGroupTargetAssignmentMemberKey.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ShareGroupTargetAssignmentMemberKey.group_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -55,6 +57,8 @@ def _d_ShareGroupTargetAssignmentMemberKey_13(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('ShareGroupTargetAssignmentMemberKey.member_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='ShareGroupTargetAssignmentMemberKey.member_id')
     else:
         _end = pos + _n
         if _end > _l:

@@ -103,6 +103,8 @@ def _d_StopReplicaPartitionV0_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('StopReplicaRequest.StopReplicaPartitionV0.topic_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='StopReplicaRequest.StopReplicaPartitionV0.topic_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -152,6 +154,8 @@ def _d_StopReplicaTopicV1_1(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('StopReplicaRequest.StopReplicaTopicV1.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='StopReplicaRequest.StopReplicaTopicV1.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -210,6 +214,8 @@ def _d_StopReplicaTopicV1_2(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('StopReplicaRequest.StopReplicaTopicV1.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='StopReplicaRequest.StopReplicaTopicV1.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -312,6 +318,8 @@ def _d_StopReplicaTopicState_3(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('StopReplicaRequest.StopReplicaTopicState.topic_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='StopReplicaRequest.StopReplicaTopicState.topic_name')
     else:
         _end = pos + _n
         if _end > _l:

@@ -55,6 +55,8 @@ def _d_StopReplicaPartitionError_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('StopReplicaResponse.StopReplicaPartitionError.topic_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='StopReplicaResponse.StopReplicaPartitionError.topic_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -102,6 +104,8 @@ def _d_StopReplicaPartitionError_2(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('StopReplicaResponse.StopReplicaPartitionError.topic_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='StopReplicaResponse.StopReplicaPartitionError.topic_name')
     else:
         _end = pos + _n
         if _end > _l:

@@ -68,6 +68,8 @@ def _d_SyncGroupRequestAssignment_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('SyncGroupRequest.SyncGroupRequestAssignment.member_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='SyncGroupRequest.SyncGroupRequestAssignment.member_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -101,6 +103,8 @@ def _d_SyncGroupRequest_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('SyncGroupRequest.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='SyncGroupRequest.group_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -117,6 +121,8 @@ def _d_SyncGroupRequest_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('SyncGroupRequest.member_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='SyncGroupRequest.member_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -150,6 +156,8 @@ def _d_SyncGroupRequest_3(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('SyncGroupRequest.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='SyncGroupRequest.group_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -166,6 +174,8 @@ def _d_SyncGroupRequest_3(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('SyncGroupRequest.member_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='SyncGroupRequest.member_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -180,6 +190,8 @@ def _d_SyncGroupRequest_3(buf, pos):
         if _n != -1:
             raise bad_length('SyncGroupRequest.group_instance_id', _n)
         o.group_instance_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='SyncGroupRequest.group_instance_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -213,6 +225,8 @@ def _d_SyncGroupRequestAssignment_4(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('SyncGroupRequest.SyncGroupRequestAssignment.member_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='SyncGroupRequest.SyncGroupRequestAssignment.member_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -259,6 +273,8 @@ def _d_SyncGroupRequest_4(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('SyncGroupRequest.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='SyncGroupRequest.group_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -277,6 +293,8 @@ def _d_SyncGroupRequest_4(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('SyncGroupRequest.member_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='SyncGroupRequest.member_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -293,6 +311,8 @@ def _d_SyncGroupRequest_4(buf, pos):
         if _n != -1:
             raise bad_length('SyncGroupRequest.group_instance_id', _n)
         o.group_instance_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='SyncGroupRequest.group_instance_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -338,6 +358,8 @@ def _d_SyncGroupRequest_5(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('SyncGroupRequest.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='SyncGroupRequest.group_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -356,6 +378,8 @@ def _d_SyncGroupRequest_5(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('SyncGroupRequest.member_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='SyncGroupRequest.member_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -372,6 +396,8 @@ def _d_SyncGroupRequest_5(buf, pos):
         if _n != -1:
             raise bad_length('SyncGroupRequest.group_instance_id', _n)
         o.group_instance_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='SyncGroupRequest.group_instance_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -388,6 +414,8 @@ def _d_SyncGroupRequest_5(buf, pos):
         if _n != -1:
             raise bad_length('SyncGroupRequest.protocol_type', _n)
         o.protocol_type = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='SyncGroupRequest.protocol_type')
     else:
         _end = pos + _n
         if _end > _l:
@@ -404,6 +432,8 @@ def _d_SyncGroupRequest_5(buf, pos):
         if _n != -1:
             raise bad_length('SyncGroupRequest.protocol_name', _n)
         o.protocol_name = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='SyncGroupRequest.protocol_name')
     else:
         _end = pos + _n
         if _end > _l:

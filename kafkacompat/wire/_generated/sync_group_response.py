@@ -149,6 +149,8 @@ def _d_SyncGroupResponse_5(buf, pos):
         if _n != -1:
             raise bad_length('SyncGroupResponse.protocol_type', _n)
         o.protocol_type = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='SyncGroupResponse.protocol_type')
     else:
         _end = pos + _n
         if _end > _l:
@@ -165,6 +167,8 @@ def _d_SyncGroupResponse_5(buf, pos):
         if _n != -1:
             raise bad_length('SyncGroupResponse.protocol_name', _n)
         o.protocol_name = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='SyncGroupResponse.protocol_name')
     else:
         _end = pos + _n
         if _end > _l:

@@ -80,6 +80,8 @@ def _d_PartitionsSchema_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('TransactionLogValue.PartitionsSchema.topic', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='TransactionLogValue.PartitionsSchema.topic')
     else:
         _end = pos + _n
         if _end > _l:
@@ -141,6 +143,8 @@ def _d_PartitionsSchema_1(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('TransactionLogValue.PartitionsSchema.topic', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='TransactionLogValue.PartitionsSchema.topic')
     else:
         _end = pos + _n
         if _end > _l:

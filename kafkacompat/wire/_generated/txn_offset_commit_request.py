@@ -99,6 +99,8 @@ def _d_TxnOffsetCommitRequestPartition_0(buf, pos):
         if _n != -1:
             raise bad_length('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata', _n)
         o.committed_metadata = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata')
     else:
         _end = pos + _n
         if _end > _l:
@@ -117,6 +119,8 @@ def _d_TxnOffsetCommitRequestTopic_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -151,6 +155,8 @@ def _d_TxnOffsetCommitRequest_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('TxnOffsetCommitRequest.transactional_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='TxnOffsetCommitRequest.transactional_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -163,6 +169,8 @@ def _d_TxnOffsetCommitRequest_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('TxnOffsetCommitRequest.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='TxnOffsetCommitRequest.group_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -204,6 +212,8 @@ def _d_TxnOffsetCommitRequestPartition_2(buf, pos):
         if _n != -1:
             raise bad_length('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata', _n)
         o.committed_metadata = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata')
     else:
         _end = pos + _n
         if _end > _l:
@@ -222,6 +232,8 @@ def _d_TxnOffsetCommitRequestTopic_2(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -256,6 +268,8 @@ def _d_TxnOffsetCommitRequest_2(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('TxnOffsetCommitRequest.transactional_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='TxnOffsetCommitRequest.transactional_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -268,6 +282,8 @@ def _d_TxnOffsetCommitRequest_2(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('TxnOffsetCommitRequest.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='TxnOffsetCommitRequest.group_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -311,6 +327,8 @@ def _d_TxnOffsetCommitRequestPartition_3(buf, pos):
         if _n != -1:
             raise bad_length('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata', _n)
         o.committed_metadata = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata')
     else:
         _end = pos + _n
         if _end > _l:
@@ -341,6 +359,8 @@ def _d_TxnOffsetCommitRequestTopic_3(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -386,6 +406,8 @@ def _d_TxnOffsetCommitRequest_3(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('TxnOffsetCommitRequest.transactional_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='TxnOffsetCommitRequest.transactional_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -400,6 +422,8 @@ def _d_TxnOffsetCommitRequest_3(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('TxnOffsetCommitRequest.group_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='TxnOffsetCommitRequest.group_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -418,6 +442,8 @@ def _d_TxnOffsetCommitRequest_3(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('TxnOffsetCommitRequest.member_id', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='TxnOffsetCommitRequest.member_id')
     else:
         _end = pos + _n
         if _end > _l:
@@ -434,6 +460,8 @@ def _d_TxnOffsetCommitRequest_3(buf, pos):
         if _n != -1:
             raise bad_length('TxnOffsetCommitRequest.group_instance_id', _n)
         o.group_instance_id = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='TxnOffsetCommitRequest.group_instance_id')
     else:
         _end = pos + _n
         if _end > _l:

@@ -68,6 +68,8 @@ def _d_FeatureUpdateKey_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('UpdateFeaturesRequest.FeatureUpdateKey.feature', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='UpdateFeaturesRequest.FeatureUpdateKey.feature')
     else:
         _end = pos + _n
         if _end > _l:
@@ -139,6 +141,8 @@ def _d_FeatureUpdateKey_1(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('UpdateFeaturesRequest.FeatureUpdateKey.feature', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='UpdateFeaturesRequest.FeatureUpdateKey.feature')
     else:
         _end = pos + _n
         if _end > _l:

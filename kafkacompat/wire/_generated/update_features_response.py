@@ -58,6 +58,8 @@ def _d_UpdatableFeatureResult_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('UpdateFeaturesResponse.UpdatableFeatureResult.feature', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='UpdateFeaturesResponse.UpdatableFeatureResult.feature')
     else:
         _end = pos + _n
         if _end > _l:
@@ -78,6 +80,8 @@ def _d_UpdatableFeatureResult_0(buf, pos):
         if _n != -1:
             raise bad_length('UpdateFeaturesResponse.UpdatableFeatureResult.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='UpdateFeaturesResponse.UpdatableFeatureResult.error_message')
     else:
         _end = pos + _n
         if _end > _l:
@@ -114,6 +118,8 @@ def _d_UpdateFeaturesResponse_0(buf, pos):
         if _n != -1:
             raise bad_length('UpdateFeaturesResponse.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='UpdateFeaturesResponse.error_message')
     else:
         _end = pos + _n
         if _end > _l:
@@ -166,6 +172,8 @@ def _d_UpdateFeaturesResponse_2(buf, pos):
         if _n != -1:
             raise bad_length('UpdateFeaturesResponse.error_message', _n)
         o.error_message = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='UpdateFeaturesResponse.error_message')
     else:
         _end = pos + _n
         if _end > _l:

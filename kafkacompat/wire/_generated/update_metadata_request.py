@@ -130,6 +130,8 @@ def _d_UpdateMetadataPartitionState_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('UpdateMetadataRequest.UpdateMetadataPartitionState.topic_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='UpdateMetadataRequest.UpdateMetadataPartitionState.topic_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -186,6 +188,8 @@ def _d_UpdateMetadataBroker_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('UpdateMetadataRequest.UpdateMetadataBroker.v0_host', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='UpdateMetadataRequest.UpdateMetadataBroker.v0_host')
     else:
         _end = pos + _n
         if _end > _l:
@@ -253,6 +257,8 @@ def _d_UpdateMetadataEndpoint_1(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('UpdateMetadataRequest.UpdateMetadataEndpoint.host', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='UpdateMetadataRequest.UpdateMetadataEndpoint.host')
     else:
         _end = pos + _n
         if _end > _l:
@@ -362,6 +368,8 @@ def _d_UpdateMetadataBroker_2(buf, pos):
         if _n != -1:
             raise bad_length('UpdateMetadataRequest.UpdateMetadataBroker.rack', _n)
         o.rack = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='UpdateMetadataRequest.UpdateMetadataBroker.rack')
     else:
         _end = pos + _n
         if _end > _l:
@@ -424,6 +432,8 @@ def _d_UpdateMetadataEndpoint_3(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('UpdateMetadataRequest.UpdateMetadataEndpoint.host', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='UpdateMetadataRequest.UpdateMetadataEndpoint.host')
     else:
         _end = pos + _n
         if _end > _l:
@@ -436,6 +446,8 @@ def _d_UpdateMetadataEndpoint_3(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('UpdateMetadataRequest.UpdateMetadataEndpoint.listener', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='UpdateMetadataRequest.UpdateMetadataEndpoint.listener')
     else:
         _end = pos + _n
         if _end > _l:
@@ -479,6 +491,8 @@ def _d_UpdateMetadataBroker_3(buf, pos):
         if _n != -1:
             raise bad_length('UpdateMetadataRequest.UpdateMetadataBroker.rack', _n)
         o.rack = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='UpdateMetadataRequest.UpdateMetadataBroker.rack')
     else:
         _end = pos + _n
         if _end > _l:
@@ -537,6 +551,8 @@ def _d_UpdateMetadataPartitionState_4(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('UpdateMetadataRequest.UpdateMetadataPartitionState.topic_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='UpdateMetadataRequest.UpdateMetadataPartitionState.topic_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -691,6 +707,8 @@ def _d_UpdateMetadataTopicState_5(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('UpdateMetadataRequest.UpdateMetadataTopicState.topic_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='UpdateMetadataRequest.UpdateMetadataTopicState.topic_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -831,6 +849,8 @@ def _d_UpdateMetadataTopicState_6(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('UpdateMetadataRequest.UpdateMetadataTopicState.topic_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='UpdateMetadataRequest.UpdateMetadataTopicState.topic_name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -880,6 +900,8 @@ def _d_UpdateMetadataEndpoint_6(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('UpdateMetadataRequest.UpdateMetadataEndpoint.host', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='UpdateMetadataRequest.UpdateMetadataEndpoint.host')
     else:
         _end = pos + _n
         if _end > _l:
@@ -894,6 +916,8 @@ def _d_UpdateMetadataEndpoint_6(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('UpdateMetadataRequest.UpdateMetadataEndpoint.listener', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='UpdateMetadataRequest.UpdateMetadataEndpoint.listener')
     else:
         _end = pos + _n
         if _end > _l:
@@ -951,6 +975,8 @@ def _d_UpdateMetadataBroker_6(buf, pos):
         if _n != -1:
             raise bad_length('UpdateMetadataRequest.UpdateMetadataBroker.rack', _n)
         o.rack = None
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='UpdateMetadataRequest.UpdateMetadataBroker.rack')
     else:
         _end = pos + _n
         if _end > _l:
@@ -1034,6 +1060,8 @@ def _d_UpdateMetadataTopicState_7(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('UpdateMetadataRequest.UpdateMetadataTopicState.topic_name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='UpdateMetadataRequest.UpdateMetadataTopicState.topic_name')
     else:
         _end = pos + _n
         if _end > _l:

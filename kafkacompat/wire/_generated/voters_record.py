@@ -85,6 +85,8 @@ def _d_Endpoint_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('VotersRecord.Endpoint.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='VotersRecord.Endpoint.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -99,6 +101,8 @@ def _d_Endpoint_0(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('VotersRecord.Endpoint.host', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='VotersRecord.Endpoint.host')
     else:
         _end = pos + _n
         if _end > _l:

@@ -74,6 +74,8 @@ def _d_WritableTxnMarkerTopic_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('WriteTxnMarkersRequest.WritableTxnMarkerTopic.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='WriteTxnMarkersRequest.WritableTxnMarkerTopic.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -152,6 +154,8 @@ def _d_WritableTxnMarkerTopic_1(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('WriteTxnMarkersRequest.WritableTxnMarkerTopic.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='WriteTxnMarkersRequest.WritableTxnMarkerTopic.name')
     else:
         _end = pos + _n
         if _end > _l:

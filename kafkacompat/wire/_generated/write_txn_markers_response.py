@@ -82,6 +82,8 @@ def _d_WritableTxnMarkerTopicResult_0(buf, pos):
     pos += 2
     if _n < 0:
         raise bad_length('WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.name')
     else:
         _end = pos + _n
         if _end > _l:
@@ -177,6 +179,8 @@ def _d_WritableTxnMarkerTopicResult_1(buf, pos):
         _n -= 1
     if _n < 0:
         raise bad_length('WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.name', _n)
+    elif _n > 0x7FFF:
+        raise DecodeError(f'string length {_n} exceeds 32767', field='WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.name')
     else:
         _end = pos + _n
         if _end > _l:

@@ -360,3 +360,21 @@ def test_api_specs_describe_classes_lazily() -> None:
     assert spec.response_class.__name__ == "MetadataResponse"
     assert spec.is_flexible_request(spec.request_flexible_from or 0)
     assert spec.request_class.MetadataRequestTopic.__name__ == "MetadataRequestTopic"
+
+
+def test_tagged_nullable_struct_uses_a_varint_presence_marker() -> None:
+    from kafkacompat.wire._generated.consumer_group_member_metadata_value import (
+        ClassicMemberMetadata,
+        ConsumerGroupMemberMetadataValue,
+    )
+
+    value = ConsumerGroupMemberMetadataValue(client_id="c")
+    assert value.classic_member_metadata is None  # the spec's default is null
+    plain = messages.encode_data("ConsumerGroupMemberMetadataValue", 0, value)
+    assert plain.endswith(b"\x00")  # nothing tagged
+    value.classic_member_metadata = ClassicMemberMetadata(session_timeout_ms=5, supported_protocols=[])
+    body = messages.encode_data("ConsumerGroupMemberMetadataValue", 0, value)
+    # one tagged field: tag 0, size 7 = presence varint 1 + int32 + empty compact array + empty tags
+    assert body == plain[:-1] + b"\x01" + b"\x00\x07" + b"\x01" + b"\x00\x00\x00\x05" + b"\x01" + b"\x00"
+    back = messages.decode_data("ConsumerGroupMemberMetadataValue", 0, body)
+    assert back == value
