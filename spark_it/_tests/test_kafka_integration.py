@@ -18,7 +18,6 @@ KAFKACOMPAT_SPARK_JARS=<dir>) and skip with that hint otherwise. Every expectati
 from __future__ import annotations
 
 import json
-import shutil
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -319,4 +318,3 @@ def test_fail_on_data_loss_after_delete_records(
     else:
         assert query.awaitTermination(60) and query.exception() is None
         assert sorted(int(r["key"]) for r in read_json_sink(out)) == [*range(20), *range(30, 40)]
-    shutil.rmtree(checkpoint)

@@ -129,3 +129,15 @@ def test_memory_sink_update_mode_reports_running_counts(spark: Any, tmp_path: Pa
     assert [(r["page"], r["window_start"], r["views"]) for r in rows] == [
         ("/a", "2026-11-22T10:00:00.000Z", 2)
     ]
+
+
+def test_pipeline_main_without_connector_explains_how_to_enable_it(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from spark_it.session import connector_config
+
+    if connector_config()[0] is not None:
+        pytest.skip("the connector is configured; test_kafka_integration runs main() for real")
+    status = activity.main(["--bootstrap", "127.0.0.1:1", "--checkpoint", str(tmp_path / "c")])
+    assert status == 2
+    assert "KAFKACOMPAT_SPARK_PACKAGES" in capsys.readouterr().err

@@ -234,7 +234,14 @@ def run(
         print(f"note: {reason} (fine under spark-submit --packages/--jars)", file=sys.stderr)
     spark = build_session(name, master=args.master)
     spark.sparkContext.setLogLevel("WARN")
-    result = transform(read_kafka_stream(spark, args), window=args.window, watermark=args.watermark)
+    try:
+        source = read_kafka_stream(spark, args)
+    except Exception as exc:
+        if "Failed to find data source: kafka" not in str(exc):
+            raise
+        print(f"error: the Kafka connector is not on Spark's class path. {reason}", file=sys.stderr)
+        return 2
+    result = transform(source, window=args.window, watermark=args.watermark)
     writer = wire(
         result,
         sink=args.sink,
