@@ -185,3 +185,23 @@ async def test_describe_topic_partitions_details_and_bad_cursor(harness: AdminHa
             cursor=cursor,
         )
         assert [(t.name, t.error_code) for t in bad.topics] == [("a", ErrorCode.INVALID_REQUEST)]
+
+
+async def test_describe_log_dirs_with_two_dirs(tmp_path: Path) -> None:
+    first, second = tmp_path / "d1", tmp_path / "d2"
+    h = AdminHarness(first, (f"log.dirs={first},{second}",))
+    try:
+        await create(h, "spread", 4)
+        response = await h.call(describe_log_dirs, 4, topics=None)
+        placed = {
+            result.log_dir: sorted(p.partition_index for t in result.topics for p in t.partitions)
+            for result in response.results
+        }
+        assert set(placed) == {str(first), str(second)}
+        assert sorted(placed[str(first)] + placed[str(second)]) == [0, 1, 2, 3]
+        assert len(placed[str(first)]) == len(placed[str(second)]) == 2  # new logs go to the emptier dir
+        for index in range(4):
+            directory = h.state.partition_log("spread", index).directory
+            assert index in placed[str(Path(directory).parent)]
+    finally:
+        h.close()
