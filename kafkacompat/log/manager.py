@@ -13,7 +13,8 @@ A partition whose files cannot be read (OSError) is put in `offline_partitions` 
 to it raises KafkaError(KAFKA_STORAGE_ERROR); other partitions are unaffected.
 
 `delete_log()` renames the partition dir to `<topic>-<partition>.<uuid hex>-delete` (Kafka's name) and
-removes it; a crash in between leaves a `-delete` dir that the next startup removes.
+removes it after `file.delete.delay.ms` (`run_pending_deletes`); a crash in between leaves a `-delete`
+dir that the next startup removes.
 
 New partitions go to the log dir holding the fewest partitions (Kafka's rule). Topic configs are not
 stored here (they belong to the cluster metadata): `startup()` and `create_log()` take them.
@@ -80,6 +81,7 @@ class LogManager:
         self._dir_of: dict[TopicPartition, str] = {}
         self._topic_configs: dict[str, LogConfig] = {}
         self.directory_ids: dict[str, str] = {}
+        self._deleted_logs: list[tuple[int, str, PartitionLog | None]] = []  # (deadline, dir, log)
         self.started = False
 
     # --- startup ---------------------------------------------------------------------------------
@@ -236,8 +238,13 @@ class LogManager:
         self._dir_of[tp] = log_dir
         return partition_log
 
-    def delete_log(self, topic: str, partition: int) -> bool:
-        """Remove the partition's log and files; False if there was none."""
+    def delete_log(self, topic: str, partition: int, now_ms: int = 0) -> bool:
+        """Delete the partition's log; False if there was none.
+
+        The dir is renamed to `<topic>-<partition>.<uuid hex>-delete` at once (Kafka's name; a later
+        create starts fresh), while its files stay open until `run_pending_deletes()` passes
+        `now_ms + file.delete.delay.ms`: FileSlices handed out just before must not meet a closed (or
+        reused) descriptor."""
         tp = (topic, partition)
         partition_log = self.logs.pop(tp, None)
         self.offline_partitions.pop(tp, None)
@@ -245,17 +252,25 @@ class LogManager:
         if log_dir is None:
             return False
         source = os.path.join(log_dir, f"{topic}-{partition}")
-        if partition_log is not None:
-            partition_log.close(clean=False)
         doomed = os.path.join(log_dir, f"{topic}-{partition}.{uuid.uuid4().hex}-delete")
         try:
             os.rename(source, doomed)
-            shutil.rmtree(doomed)
         except OSError as exc:
             raise KafkaError(
                 ErrorCode.KAFKA_STORAGE_ERROR, f"cannot delete {topic}-{partition}: {exc}"
             ) from exc
+        delay = partition_log.config.file_delete_delay_ms if partition_log is not None else 0
+        self._deleted_logs.append((now_ms + delay, doomed, partition_log))
         return True
+
+    def _remove_deleted_logs(self, now_ms: int | None) -> int:
+        due = [d for d in self._deleted_logs if now_ms is None or d[0] <= now_ms]
+        self._deleted_logs = [d for d in self._deleted_logs if d not in due]
+        for _, path, partition_log in due:
+            if partition_log is not None:
+                partition_log.close(clean=False)
+            shutil.rmtree(path, ignore_errors=True)
+        return len(due)
 
     def all_logs(self) -> Iterator[tuple[TopicPartition, PartitionLog]]:
         return iter(list(self.logs.items()))
@@ -278,7 +293,8 @@ class LogManager:
         return deleted
 
     def run_pending_deletes(self, now_ms: int) -> int:
-        removed = 0
+        """Remove deleted segments and deleted partition dirs whose delay has passed; returns how many."""
+        removed = self._remove_deleted_logs(now_ms)
         for partition_log in list(self.logs.values()):
             if partition_log.offline:
                 continue
@@ -323,6 +339,7 @@ class LogManager:
         for tp in self.offline_partitions:
             failed_dirs.add(self._dir_of.get(tp))
         self.checkpoint()
+        self._remove_deleted_logs(None)
         for log_dir in self.log_dirs:
             if log_dir not in failed_dirs:
                 write_clean_shutdown(log_dir, broker_epoch)
@@ -333,5 +350,9 @@ class LogManager:
         """Close every file without flushing or marking a clean shutdown (tests: a simulated crash)."""
         for partition_log in self.logs.values():
             partition_log.close(clean=False)
+        for _, _, partition_log in self._deleted_logs:
+            if partition_log is not None:
+                partition_log.close(clean=False)
+        self._deleted_logs = []
         self.logs.clear()
         self.started = False

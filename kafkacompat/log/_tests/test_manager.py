@@ -82,10 +82,18 @@ def test_foreign_log_dir_is_refused(tmp_path):
 
 def test_delete_log_renames_then_removes_and_leftovers_are_cleaned(tmp_path):
     manager = new_manager([tmp_path])
-    manager.create_log("gone", 0).append_as_leader(make_batch([b"a"]), 0, NOW)
-    assert manager.delete_log("gone", 0)
+    pl = manager.create_log("gone", 0)
+    pl.append_as_leader(make_batch([b"a"]), 0, NOW)
+    in_flight = pl.read(0, 100).slices[0]
+    assert manager.delete_log("gone", 0, now_ms=NOW)
     assert manager.get_log("gone", 0) is None
+    (renamed,) = [n for n in os.listdir(tmp_path) if n.startswith("gone-0")]
+    assert renamed.endswith("-delete")
+    assert len(in_flight.read_bytes()) == in_flight.size  # the fd stays open during the delay
+    assert manager.run_pending_deletes(NOW + 59_999) == 0
+    assert manager.run_pending_deletes(NOW + 60_000) == 1
     assert not [n for n in os.listdir(tmp_path) if n.startswith("gone-0")]
+    assert manager.create_log("gone", 0).log_end_offset == 0
     leftover = tmp_path / "gone-1.0123456789abcdef0123456789abcdef-delete"
     leftover.mkdir()
     (leftover / "00000000000000000000.log").write_bytes(b"")
