@@ -41,6 +41,7 @@ import trio
 
 from kafkacompat.broker import dispatch
 from kafkacompat.broker.dispatch import ConnectionInfo, RequestContext
+from kafkacompat.broker.errors import CloseConnection
 from kafkacompat.wire import header as wire_header
 from kafkacompat.wire import messages
 from kafkacompat.wire.errors import DecodeError
@@ -88,10 +89,6 @@ def decode_request_body(api_key: int, api_version: int, body: memoryview) -> Any
     return request
 
 
-class ConnectionClosed(Exception):
-    """The connection must close now (protocol violation or a short file slice)."""
-
-
 def _chunk_size(chunk: Any) -> int:
     if isinstance(chunk, memoryview):
         return chunk.nbytes
@@ -111,6 +108,16 @@ class ResponseWriter:
         self._sock = stream.socket
 
     async def send(self, chunks: Sequence[Any]) -> None:
+        """Write one response; file slices that carry `release()` are released afterwards, sent or not."""
+        try:
+            await self._send(chunks)
+        finally:
+            for chunk in chunks:
+                release = getattr(chunk, "release", None)
+                if release is not None and not isinstance(chunk, _BYTES_LIKE):
+                    release()
+
+    async def _send(self, chunks: Sequence[Any]) -> None:
         pending: list[memoryview] = []
         for chunk in chunks:
             if isinstance(chunk, _BYTES_LIKE):
@@ -155,7 +162,7 @@ class ResponseWriter:
                     raise trio.BrokenResourceError(str(exc)) from exc
                 raise
             if sent == 0:
-                raise ConnectionClosed(f"file slice came up short by {remaining} bytes (segment truncated)")
+                raise CloseConnection(f"file slice came up short by {remaining} bytes (segment truncated)")
             position += sent
             remaining -= sent
             await trio.lowlevel.checkpoint()
@@ -219,7 +226,7 @@ class Connection:
                         return
         except DecodeError as exc:
             log.info("closing connection %s: undecodable request: %s", peer, exc)
-        except ConnectionClosed as exc:
+        except CloseConnection as exc:
             log.info("closing connection %s: %s", peer, exc)
         except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
             pass
@@ -245,7 +252,7 @@ async def _handle_frame(
             header_bytes = wire_header.encode_response_header(api_key, 0, correlation_id)
             await writer.send(frame_response(header_bytes, body))
             return
-        raise ConnectionClosed(f"api key {api_key} version {api_version} is not served")
+        raise CloseConnection(f"api key {api_key} version {api_version} is not served")
     header, body_offset = wire_header.decode_request_header(frame)
     request = decode_request_body(api_key, api_version, frame[body_offset:])
     ctx = RequestContext(

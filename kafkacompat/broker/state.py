@@ -24,19 +24,22 @@ from kafkacompat.broker.delayed import PartitionWatchers
 from kafkacompat.broker.fetch_sessions import FetchSessionCache
 from kafkacompat.config import BrokerConfig, broker_log_config
 from kafkacompat.replication.metadata import PRODUCER_ID_BLOCK_SIZE, LocalMetadata, TopicInfo
-from kafkacompat.wire.errors import KafkaError
+from kafkacompat.wire.errors import ErrorCode, KafkaError
 from kafkacompat.wire.primitives import ZERO_UUID
 
 if TYPE_CHECKING:
     from kafkacompat.log.config import LogConfig
 
-__all__ = ["INTERNAL_TOPICS", "BrokerState"]
+__all__ = ["INTERNAL_TOPICS", "MAX_PARTITIONS_PER_TOPIC", "BrokerState"]
 
 log = logging.getLogger("kafkacompat.broker")
 
 OFFSETS_TOPIC = "__consumer_offsets"
 TRANSACTION_TOPIC = "__transaction_state"
 INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_TOPIC})
+# Each partition holds a directory and three open files. Kafka sets no limit, but a 30-byte request must
+# not make this broker create millions of files; a request above this gets INVALID_PARTITIONS.
+MAX_PARTITIONS_PER_TOPIC = 10_000
 
 
 class BrokerState:
@@ -119,6 +122,11 @@ class BrokerState:
         INVALID_CONFIG. With `validate_only` nothing changes and a TopicInfo is still returned.
         """
         configs = dict(configs or {})
+        if partitions > MAX_PARTITIONS_PER_TOPIC:
+            raise KafkaError(
+                ErrorCode.INVALID_PARTITIONS,
+                f"Number of partitions {partitions} exceeds the limit of {MAX_PARTITIONS_PER_TOPIC}.",
+            )
         log_config = self.validate_topic_configs(configs)
         async with self.metadata_lock:
             if validate_only:
@@ -223,4 +231,3 @@ class BrokerState:
         producer_id = self._producer_ids[0]
         self._producer_ids = self._producer_ids[1:]
         return producer_id
-

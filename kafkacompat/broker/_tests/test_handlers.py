@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from pathlib import Path
@@ -159,6 +160,43 @@ async def test_produce_errors(nursery: trio.Nursery, tmp_path: Path) -> None:
     assert broker.state.partition_log("p", 0).log_end_offset == 2
 
 
+async def test_failed_acks0_produce_closes_the_connection(nursery: trio.Nursery, tmp_path: Path) -> None:
+    broker = await start_broker(nursery, tmp_path)
+    client = await RawClient.connect(broker.port)
+    await create(client, "quiet")
+    data = request(PRODUCE).PartitionProduceData(index=0, records=batch(b"ok"))
+    good = request(
+        PRODUCE,
+        acks=0,
+        timeout_ms=1000,
+        topic_data=[request(PRODUCE).TopicProduceData(name="quiet", partition_data=[data])],
+    )
+    await client.send(PRODUCE, 9, good)
+    assert (await client.call(METADATA, 9, request(METADATA, topics=[]))).topics == []  # still open
+    bad = request(
+        PRODUCE,
+        acks=0,
+        timeout_ms=1000,
+        topic_data=[request(PRODUCE).TopicProduceData(name="unknown", partition_data=[data])],
+    )
+    await client.send(PRODUCE, 9, bad)
+    assert await client.is_closed()
+    assert broker.state.partition_log("quiet", 0).log_end_offset == 1
+
+
+async def test_fetch_responses_do_not_leak_descriptors(nursery: trio.Nursery, tmp_path: Path) -> None:
+    broker = await start_broker(nursery, tmp_path)
+    client = await RawClient.connect(broker.port)
+    await create(client, "fds")
+    await produce(client, "fds", batch(b"data"))
+    await client.call(FETCH, 12, fetch_request("fds", 0))
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(50):
+        answer = await client.call(FETCH, 12, fetch_request("fds", 0))
+        assert len(answer.responses[0].partitions[0].records) > 0
+    assert len(os.listdir("/proc/self/fd")) <= before + 2
+
+
 async def test_idempotent_duplicate_gets_original_offsets(nursery: trio.Nursery, tmp_path: Path) -> None:
     broker = await start_broker(nursery, tmp_path)
     client = await RawClient.connect(broker.port)
@@ -294,6 +332,7 @@ async def test_create_topics_validation(nursery: trio.Nursery, tmp_path: Path) -
     assert (await create(client, "ok", partitions=2)).num_partitions == 2
     assert (await create(client, "ok")).error_code == ErrorCode.TOPIC_ALREADY_EXISTS
     assert (await create(client, "zero", num_partitions=0)).error_code == ErrorCode.INVALID_PARTITIONS
+    assert (await create(client, "huge", num_partitions=2**31 - 1)).error_code == ErrorCode.INVALID_PARTITIONS
     assert (
         await create(client, "rf", replication_factor=3)
     ).error_code == ErrorCode.INVALID_REPLICATION_FACTOR

@@ -19,6 +19,7 @@ Aborted transactions: null for read_uncommitted, empty for read_committed (no tr
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +43,27 @@ EMPTY_RECORDS = b""
 
 TopicResponse = FetchResponse.FetchableTopicResponse
 PartitionData = FetchResponse.PartitionData
+
+
+class HeldSlice:
+    """A log file slice on this response's own duplicate of the segment's fd.
+
+    The log may close a segment's fd before the response is written (topic deletion closes at once),
+    and the number could then name another file; a duplicate keeps the very same file open until the
+    connection has sent the slice and calls `release()`.
+    """
+
+    __slots__ = ("fd", "position", "size")
+
+    def __init__(self, file_slice: Any) -> None:
+        self.fd = os.dup(file_slice.fd)
+        self.position = file_slice.position
+        self.size = file_slice.size
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
 
 @dataclass(slots=True)
@@ -189,7 +211,9 @@ def _response(
                 log_start_offset=read.log_start_offset,
                 aborted_transactions=[] if read_committed else None,
                 preferred_read_replica=-1,
-                records=read.records,
+                records=HeldSlice(read.records)
+                if read.size and not isinstance(read.records, bytes)
+                else read.records,
             )
         )
     return FetchResponse(error_code=ErrorCode.NONE, session_id=context.session_id, responses=responses)

@@ -11,7 +11,8 @@ offsets), KAFKA_STORAGE_ERROR; acks=-1 on a topic whose min.insync.replicas exce
 NOT_ENOUGH_REPLICAS (the ISR is this node alone). v8+ carry the error message. On a single node acks=1
 and acks=-1 are the same: the high watermark moves with the append, then parked fetches on the
 partition are woken. When the topic's flush.messages/flush.ms is due, the append is fsynced (in a
-worker thread) before the answer, as Kafka flushes in its append path. acks=0 gets no response at all.
+worker thread) before the answer, as Kafka flushes in its append path. acks=0 gets no response at all;
+if any partition failed, the connection is closed instead, as Kafka does, so the client notices.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from kafkacompat.broker.errors import CloseConnection
 from kafkacompat.wire._generated.produce_response import ProduceResponse
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
@@ -77,6 +79,13 @@ async def handle(ctx: RequestContext, request: Any) -> ProduceResponse | None:
             except KafkaError as exc:
                 partitions.append(_error(data.index, exc.code, exc.message, version))
     if acks == 0:
+        failed = [
+            (t.name, p.index, p.error_code) for t in responses for p in t.partition_responses if p.error_code
+        ]
+        if failed:
+            # the client hears of nothing otherwise; Kafka closes the connection so that it refreshes
+            # its metadata and notices
+            raise CloseConnection(f"acks=0 produce failed: {failed[:5]}")
         return None
     return ProduceResponse(responses=responses)
 
