@@ -83,6 +83,10 @@ class Broker:
     ) -> None:
         state = await trio.to_thread.run_sync(self._open_state)
         self.state = state
+        # groups hook: the group coordinator runtime (loads __consumer_offsets in the background)
+        from kafkacompat.broker.group_runtime import GroupRuntime
+
+        state.groups = GroupRuntime(state)
         try:
             async with trio.open_nursery() as outer:
                 connection_nursery_scope = trio.CancelScope()
@@ -228,6 +232,7 @@ class Broker:
     async def _run_background(self, scope: trio.CancelScope) -> None:
         with scope:
             async with trio.open_nursery() as nursery:
+                await nursery.start(self.state.groups.run)  # groups hook
                 nursery.start_soon(
                     self._every, self.config["log.retention.check.interval.ms"], self._retention
                 )

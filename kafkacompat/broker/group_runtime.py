@@ -1,0 +1,349 @@
+"""The trio edge of the classic group coordinator: serialization, persistence, parked replies, timers.
+
+Theory of operation
+-------------------
+`GroupRuntime` owns one `kafkacompat.groups.GroupCoordinatorCore` (synchronous, sans-io) and is the
+only code that calls it. Every operation goes through `call(op)`:
+
+1. under one trio lock, read the broker clock and run `op(now_ms)` on the core -> `Outcome`;
+2. append `outcome.records` to `__consumer_offsets`: one batch per partition per operation, built
+   with `wire.records.build_batch` and written through the log's leader append path (offsets,
+   indexes, flush policy as for any produce), then the high watermark moves and fetchers are woken;
+3. deliver `outcome.completions` to the requests parked earlier (each parked JoinGroup/SyncGroup
+   waits on a `_Waiter`, a trio.Event plus its answer);
+4. answer: the response, or (for `Parked(token)`) register a waiter before the lock is released and
+   wait for it outside the lock.
+
+So no response or completion leaves before the records it depends on are in the log, as in Kafka.
+If the append fails (a storage error), the affected partition is unloaded from the core (its parked
+requests are answered NOT_COORDINATOR) and the request and every completion of that outcome get
+`KafkaError(COORDINATOR_NOT_AVAILABLE)`, which handlers turn into that error code; clients then
+rediscover the coordinator.
+
+Time: the core's timers are deadlines in broker-clock milliseconds (`BrokerState.now_ms()`). The timer
+task sleeps until `core.next_deadline()` and calls `core.tick(now_ms)`; an operation that schedules an
+earlier deadline wakes it early.
+
+Start-up (`__init__` + `run`): if `__consumer_offsets` exists, every partition is marked loading at once
+(groups there answer COORDINATOR_LOAD_IN_PROGRESS), then `run()` replays each partition's records
+(`iter_batches` / `iter_records` over the log's read path, batch by batch, yielding to other tasks in
+between) and finishes it. If the topic does not exist yet, nothing is read: all partitions are empty,
+and the topic is created (compacted, `offsets.topic.num.partitions` partitions) on the first operation
+that may write — FindCoordinator for a group, or any membership/offset operation — as Kafka creates it
+on first use. When the topic exists, its real partition count decides `partition_for`, as in Kafka.
+
+Owned by `BrokerState.groups` (set by the server); handlers call `call()`, `ensure_offsets_topic()`
+and read `loaded`; nothing else touches the core.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import trio
+
+from kafkacompat.groups.api import Outcome, Parked
+from kafkacompat.groups.manager import GroupConfig, GroupCoordinatorCore
+from kafkacompat.wire.errors import ErrorCode, KafkaError
+from kafkacompat.wire.records import InvalidRecordBatch, build_batch, iter_batches, iter_records
+
+if TYPE_CHECKING:
+    from kafkacompat.broker.state import BrokerState
+
+__all__ = ["OFFSETS_TOPIC", "GroupRuntime", "group_config"]
+
+log = logging.getLogger("kafkacompat.groups")
+
+OFFSETS_TOPIC = "__consumer_offsets"
+LEADER_EPOCH = 0
+# How much of a __consumer_offsets partition one load step reads (Kafka: offsets.load.buffer.size).
+DEFAULT_LOAD_BUFFER = 5 * 1024 * 1024
+
+T = TypeVar("T")
+
+
+def group_config(broker: BrokerState, partitions: int | None = None) -> GroupConfig:
+    """The core's config from the broker's (Kafka names); `partitions` overrides the partition count."""
+    props: dict[str, Any] = {}
+    for name in GroupConfig._NAMES:
+        try:
+            props[name] = broker.config[name]
+        except KeyError:
+            continue
+    if partitions is not None:
+        props["offsets.topic.num.partitions"] = partitions
+    return GroupConfig.from_properties(props)
+
+
+class _Waiter:
+    """A parked request: set once with its response (or the KafkaError to raise)."""
+
+    __slots__ = ("event", "value")
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.value: Any = None
+
+    def complete(self, value: Any) -> None:
+        if not self.event.is_set():
+            self.value = value
+            self.event.set()
+
+
+class GroupRuntime:
+    """Serializes every coordinator operation, persists its records, answers parked requests."""
+
+    def __init__(self, broker: BrokerState) -> None:
+        self.broker = broker
+        topic = broker.metadata.topic(OFFSETS_TOPIC)
+        count = topic.partitions if topic is not None else None
+        self.core = GroupCoordinatorCore(group_config(broker, count))
+        self.partitions = self.core.config.offsets_topic_num_partitions
+        self._lock = trio.Lock()
+        self._waiters: dict[int, _Waiter] = {}
+        self._wakeup = trio.Event()
+        self._sleeping_until: float = math.inf
+        self._to_load: list[int] = []
+        self._topic_ready = topic is not None
+        now = broker.now_ms()
+        if topic is None:
+            self.core.load_empty_partitions(range(self.partitions), now)
+        else:
+            for partition in range(self.partitions):
+                self.core.begin_loading(partition)
+            self._to_load = list(range(self.partitions))
+        self.loaded = trio.Event()
+        if not self._to_load:
+            self.loaded.set()
+        try:
+            self.load_buffer = int(broker.config["offsets.load.buffer.size"])
+        except KeyError:
+            self.load_buffer = DEFAULT_LOAD_BUFFER
+
+    # --- the background task ----------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Load __consumer_offsets, then fire timers until cancelled."""
+        task_status.started()
+        try:
+            await self._load_all()
+        finally:
+            self.loaded.set()
+        await self._timer_loop()
+
+    async def _load_all(self) -> None:
+        started = self.broker.now_ms()
+        for partition in self._to_load:
+            try:
+                count = await self._load_partition(partition)
+            except KafkaError as exc:
+                log.error("could not load %s-%d: %s", OFFSETS_TOPIC, partition, exc)
+                async with self._lock:
+                    outcome = self.core.unload_partition(partition, self.broker.now_ms())
+                    self._deliver(outcome.completions)
+                continue
+            async with self._lock:
+                outcome = self.core.finish_loading(partition, self.broker.now_ms())
+                await self._persist_and_deliver(outcome)
+            if count:
+                log.info("loaded %d record(s) of %s-%d", count, OFFSETS_TOPIC, partition)
+        if self._to_load:
+            log.info(
+                "group coordinator loaded %d partition(s) of %s in %d ms (%d group(s))",
+                len(self._to_load),
+                OFFSETS_TOPIC,
+                self.broker.now_ms() - started,
+                len(self.core.groups),
+            )
+        self._to_load = []
+        self._wake_timer()
+
+    async def _load_partition(self, partition: int) -> int:
+        """Replay one partition into the core, one read at a time; returns the number of records."""
+        partition_log = self.broker.partition_log(OFFSETS_TOPIC, partition)
+        if partition_log is None:
+            return 0
+        offset = partition_log.log_start_offset
+        end = partition_log.log_end_offset
+        replayed = 0
+        while offset < end:
+            result = partition_log.read(offset, self.load_buffer, end, True)
+            if not result.slices:
+                break
+            data = b"".join(s.read_bytes() for s in result.slices)
+            next_offset = offset
+            async with self._lock:
+                for batch in iter_batches(data, allow_partial_tail=True):
+                    next_offset = batch.last_offset + 1
+                    if batch.is_control or batch.last_offset < offset:
+                        continue
+                    for record in iter_records(batch):
+                        if record.offset < offset or record.key is None:
+                            continue
+                        self.core.replay(record.key, record.value)
+                        replayed += 1
+            if next_offset <= offset:
+                raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"no progress reading at offset {offset}")
+            offset = next_offset
+            await trio.lowlevel.checkpoint()
+        return replayed
+
+    async def _timer_loop(self) -> None:
+        while True:
+            deadline = self.core.next_deadline()
+            now = self.broker.now_ms()
+            if deadline is not None and deadline <= now:
+                async with self._lock:
+                    outcome = self.core.tick(self.broker.now_ms())
+                    await self._persist_and_deliver_quietly(outcome)
+                continue
+            self._wakeup = trio.Event()
+            self._sleeping_until = math.inf if deadline is None else deadline
+            timeout = math.inf if deadline is None else (deadline - now) / 1000
+            with trio.move_on_after(timeout):
+                await self._wakeup.wait()
+            self._sleeping_until = math.inf
+
+    def _wake_timer(self) -> None:
+        deadline = self.core.next_deadline()
+        if deadline is not None and deadline < self._sleeping_until:
+            self._wakeup.set()
+
+    # --- operations -------------------------------------------------------------------------------
+
+    async def ensure_offsets_topic(self) -> None:
+        """Create __consumer_offsets (compacted, internal) if it does not exist yet."""
+        if self._topic_ready and self.broker.metadata.topic(OFFSETS_TOPIC) is not None:
+            return
+        if self.broker.metadata.topic(OFFSETS_TOPIC) is None:
+            try:
+                await self.broker.create_topic(
+                    OFFSETS_TOPIC,
+                    self.partitions,
+                    {
+                        "cleanup.policy": "compact",
+                        "segment.bytes": str(self.broker.config["offsets.topic.segment.bytes"]),
+                    },
+                    internal=True,
+                )
+            except KafkaError as exc:
+                if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                    raise
+        self._topic_ready = True
+
+    async def call(self, op: Callable[[int], Outcome[T]], *, may_write: bool = True) -> T:
+        """Run one core operation (`op(now_ms)`), persist its records, and return its response.
+
+        A parked request returns once its completion arrives. Raises KafkaError with the error code
+        the handler should answer with when the coordinator cannot serve (storage failure)."""
+        if may_write:
+            try:
+                await self.ensure_offsets_topic()
+            except KafkaError as exc:
+                log.error("cannot create %s: %s", OFFSETS_TOPIC, exc)
+                raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, str(exc)) from exc
+        waiter: _Waiter | None = None
+        async with self._lock:
+            outcome = op(self.broker.now_ms())
+            failure = await self._persist_and_deliver(outcome)
+            response = outcome.response
+            if failure is not None:
+                raise failure
+            if isinstance(response, Parked):
+                waiter = _Waiter()
+                self._waiters[response.token] = waiter
+        self._wake_timer()
+        if waiter is None:
+            return response  # type: ignore[return-value]
+        assert isinstance(response, Parked)
+        try:
+            await waiter.event.wait()
+        finally:
+            self._waiters.pop(response.token, None)
+        if isinstance(waiter.value, KafkaError):
+            raise waiter.value
+        return waiter.value  # type: ignore[no-any-return]
+
+    async def _persist_and_deliver(self, outcome: Outcome[Any]) -> KafkaError | None:
+        """Append the outcome's records, then deliver its completions. Called with the lock held.
+        Returns the error to give the caller when the append failed (completions got it already)."""
+        failed = self._append(outcome)
+        if failed:
+            error = KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"could not write to {OFFSETS_TOPIC}")
+            for completion in outcome.completions:
+                waiter = self._waiters.get(completion.token)
+                if waiter is not None:
+                    waiter.complete(error)
+            now = self.broker.now_ms()
+            for partition in sorted(failed):
+                unloaded = self.core.unload_partition(partition, now)
+                self._deliver(unloaded.completions)
+            return error
+        self._deliver(outcome.completions)
+        flush = [
+            p
+            for p in {r.partition for r in outcome.records}
+            if (pl := self.broker.partition_log(OFFSETS_TOPIC, p)) is not None
+            and pl.flush_needed(self.broker.now_ms())
+        ]
+        for partition in flush:
+            partition_log = self.broker.partition_log(OFFSETS_TOPIC, partition)
+            try:
+                await trio.to_thread.run_sync(partition_log.flush, self.broker.now_ms())
+            except KafkaError as exc:
+                log.error("flush of %s-%d failed: %s", OFFSETS_TOPIC, partition, exc)
+        return None
+
+    async def _persist_and_deliver_quietly(self, outcome: Outcome[Any]) -> None:
+        error = await self._persist_and_deliver(outcome)
+        if error is not None:
+            log.error("timer outcome not persisted: %s", error)
+
+    def _deliver(self, completions: list[Any]) -> None:
+        for completion in completions:
+            waiter = self._waiters.get(completion.token)
+            if waiter is not None:
+                waiter.complete(completion.response)
+
+    def _append(self, outcome: Outcome[Any]) -> set[int]:
+        """Write the records, one batch per partition; returns the partitions whose write failed."""
+        if not outcome.records:
+            return set()
+        by_partition: dict[int, list[tuple[bytes, bytes | None]]] = {}
+        for record in outcome.records:
+            by_partition.setdefault(record.partition, []).append((record.key, record.value))
+        failed: set[int] = set()
+        now = self.broker.now_ms()
+        for partition, records in by_partition.items():
+            partition_log = self.broker.partition_log(OFFSETS_TOPIC, partition)
+            if partition_log is None:
+                log.error("%s-%d does not exist; group state not persisted", OFFSETS_TOPIC, partition)
+                failed.add(partition)
+                continue
+            batch = bytearray(build_batch([(k, v, (), now) for k, v in records], base_timestamp=now))
+            try:
+                partition_log.append_as_leader(batch, LEADER_EPOCH, now, check_producers=False)
+            except (KafkaError, InvalidRecordBatch) as exc:
+                log.error("append to %s-%d failed: %s", OFFSETS_TOPIC, partition, exc)
+                failed.add(partition)
+                continue
+            partition_log.update_high_watermark(partition_log.log_end_offset)
+            self.broker.watchers.notify(OFFSETS_TOPIC, partition)
+        return failed
+
+
+# --- helpers for the group handlers ---------------------------------------------------------------
+
+
+def runtime_of(broker: BrokerState) -> GroupRuntime | None:
+    """The broker's group runtime, or None when none runs (handlers answer COORDINATOR_NOT_AVAILABLE)."""
+    return getattr(broker, "groups", None)
+
+
+def client_host(peer: str) -> str:
+    """A peer "host:port" as Kafka reports a member's host (InetAddress.toString(): "/host")."""
+    host = peer.rpartition(":")[0] if ":" in peer else peer
+    return "/" + host.strip("[]")

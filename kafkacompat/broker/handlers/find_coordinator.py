@@ -1,0 +1,71 @@
+"""FindCoordinator (key 10), versions 0-6.
+
+Behaviour: a single node coordinates every group, so a group key (key type 0) is answered with this
+broker at the advertised endpoint of the listener the request came in on. The first group lookup
+creates the compacted __consumer_offsets topic, as Kafka creates it on first use; if that fails the
+answer is COORDINATOR_NOT_AVAILABLE. Transaction keys (key type 1) get COORDINATOR_NOT_AVAILABLE:
+there is no transaction coordinator (InitProducerId answers transactional ids the same way), and a
+retriable "not available" makes transactional clients wait and time out instead of sending requests
+this broker cannot serve. Any other key type is INVALID_REQUEST. v0-3 carry one key; v4+ a batch of
+keys answered one coordinator entry each.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kafkacompat.broker.group_runtime import runtime_of
+from kafkacompat.wire._generated.find_coordinator_response import FindCoordinatorResponse
+from kafkacompat.wire.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from kafkacompat.broker.dispatch import RequestContext
+
+API_KEY = 10
+MIN_VERSION = 0
+MAX_VERSION = 6
+
+GROUP_KEY = 0
+TRANSACTION_KEY = 1
+
+Coordinator = FindCoordinatorResponse.Coordinator
+
+
+async def _lookup(ctx: RequestContext, key: str, key_type: int) -> tuple[int, str | None, int, str, int]:
+    """(error, message, node id, host, port) for one key."""
+    if key_type == TRANSACTION_KEY:
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, "no transaction coordinator", -1, "", -1
+    if key_type != GROUP_KEY:
+        return ErrorCode.INVALID_REQUEST, f"unknown key type {key_type}", -1, "", -1
+    runtime = runtime_of(ctx.broker)
+    if runtime is None:
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group coordinator is not running", -1, "", -1
+    try:
+        await runtime.ensure_offsets_topic()
+    except KafkaError as exc:
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, exc.message, -1, "", -1
+    host, port = ctx.broker.advertised_endpoint(ctx.connection.listener_name)
+    return ErrorCode.NONE, None, ctx.broker.node_id, host, port
+
+
+async def handle(ctx: RequestContext, request: Any) -> FindCoordinatorResponse:
+    version = ctx.api_version
+    key_type = request.key_type if version >= 1 else GROUP_KEY
+    if version >= 4:
+        coordinators = []
+        for key in request.coordinator_keys:
+            error, message, node, host, port = await _lookup(ctx, key, key_type)
+            coordinators.append(
+                Coordinator(
+                    key=key, node_id=node, host=host, port=port, error_code=error, error_message=message
+                )
+            )
+        return FindCoordinatorResponse(coordinators=coordinators)
+    error, message, node, host, port = await _lookup(ctx, request.key, key_type)
+    return FindCoordinatorResponse(
+        error_code=error,
+        error_message=message if version >= 1 else "",
+        node_id=node,
+        host=host,
+        port=port,
+    )

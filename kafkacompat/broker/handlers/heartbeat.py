@@ -1,0 +1,40 @@
+"""Heartbeat (key 12), versions 0-4.
+
+Behaviour: keeps a member's session alive; REBALANCE_IN_PROGRESS tells a member of a stable
+generation to rejoin; UNKNOWN_MEMBER_ID / ILLEGAL_GENERATION / FENCED_INSTANCE_ID (v3+ static
+members) as Kafka's classic coordinator answers. A group whose partition is still loading gets NONE.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kafkacompat.broker.group_runtime import runtime_of
+from kafkacompat.groups import api
+from kafkacompat.wire._generated.heartbeat_response import HeartbeatResponse
+from kafkacompat.wire.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from kafkacompat.broker.dispatch import RequestContext
+
+API_KEY = 12
+MIN_VERSION = 0
+MAX_VERSION = 4
+
+
+async def handle(ctx: RequestContext, request: Any) -> HeartbeatResponse:
+    runtime = runtime_of(ctx.broker)
+    if runtime is None:
+        return HeartbeatResponse(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    req = api.HeartbeatRequest(
+        group_id=request.group_id,
+        generation_id=request.generation_id,
+        member_id=request.member_id,
+        group_instance_id=request.group_instance_id if ctx.api_version >= 3 else None,
+    )
+    core = runtime.core
+    try:
+        error = await runtime.call(lambda now: core.heartbeat(req, now))
+    except KafkaError as exc:
+        error = exc.code
+    return HeartbeatResponse(error_code=error)

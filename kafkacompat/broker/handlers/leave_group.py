@@ -1,0 +1,60 @@
+"""LeaveGroup (key 13), versions 0-5.
+
+Behaviour: v0-2 carry one member id; v3+ a batch of members (by member id, or by group instance id
+alone for an administrative removal of a static member) with a result each; v5 a reason per member.
+The v0-2 top-level error is the group error if any, else that of the single member. A member that
+leaves a stable group starts a rebalance for the others.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kafkacompat.broker.group_runtime import runtime_of
+from kafkacompat.groups import api
+from kafkacompat.wire._generated.leave_group_response import LeaveGroupResponse
+from kafkacompat.wire.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from kafkacompat.broker.dispatch import RequestContext
+
+API_KEY = 13
+MIN_VERSION = 0
+MAX_VERSION = 5
+
+MemberResponse = LeaveGroupResponse.MemberResponse
+
+
+async def handle(ctx: RequestContext, request: Any) -> LeaveGroupResponse:
+    version = ctx.api_version
+    if version >= 3:
+        members = [
+            api.LeaveGroupMember(m.member_id, m.group_instance_id, m.reason if version >= 5 else None)
+            for m in request.members
+        ]
+    else:
+        members = [api.LeaveGroupMember(request.member_id)]
+    runtime = runtime_of(ctx.broker)
+    req = api.LeaveGroupRequest(group_id=request.group_id, members=members)
+    if runtime is None:
+        result = api.LeaveGroupResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    else:
+        core = runtime.core
+        try:
+            result = await runtime.call(lambda now: core.leave_group(req, now))
+        except KafkaError as exc:
+            result = api.LeaveGroupResponse(exc.code)
+    if version < 3:
+        error = result.error_code
+        if error == ErrorCode.NONE and result.members:
+            error = result.members[0].error_code
+        return LeaveGroupResponse(error_code=error)
+    return LeaveGroupResponse(
+        error_code=result.error_code,
+        members=[
+            MemberResponse(
+                member_id=m.member_id, group_instance_id=m.group_instance_id, error_code=m.error_code
+            )
+            for m in result.members
+        ],
+    )

@@ -1,0 +1,67 @@
+"""OffsetDelete (key 47), version 0.
+
+Behaviour: removes committed offsets of a group (tombstones persisted before the answer). Partitions
+the cluster does not know get UNKNOWN_TOPIC_OR_PARTITION; a partition of a topic the group's
+consumers still subscribe to GROUP_SUBSCRIBED_TO_TOPIC; a non-consumer group with members
+NON_EMPTY_GROUP (top level); an unknown group GROUP_ID_NOT_FOUND (top level). An Empty group left with
+no offsets is removed, as in Kafka.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kafkacompat.broker.group_runtime import runtime_of
+from kafkacompat.broker.handlers.offset_commit import partition_exists
+from kafkacompat.wire._generated.offset_delete_response import OffsetDeleteResponse
+from kafkacompat.wire.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from kafkacompat.broker.dispatch import RequestContext
+
+API_KEY = 47
+MIN_VERSION = 0
+MAX_VERSION = 0
+
+Topic = OffsetDeleteResponse.OffsetDeleteResponseTopic
+Partition = OffsetDeleteResponse.OffsetDeleteResponsePartition
+
+
+async def handle(ctx: RequestContext, request: Any) -> OffsetDeleteResponse:
+    results: dict[tuple[str, int], int] = {}
+    known: list[tuple[str, int]] = []
+    for topic in request.topics:
+        for p in topic.partitions:
+            tp = (topic.name, p.partition_index)
+            if partition_exists(ctx, *tp):
+                known.append(tp)
+            else:
+                results[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    runtime = runtime_of(ctx.broker)
+    group_id = request.group_id
+    if runtime is None:
+        return OffsetDeleteResponse(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    core = runtime.core
+    try:
+        error, per_partition = await runtime.call(lambda now: core.offset_delete(group_id, known, now))
+    except KafkaError as exc:
+        return OffsetDeleteResponse(error_code=exc.code)
+    if error != ErrorCode.NONE:
+        return OffsetDeleteResponse(error_code=error)
+    results.update(per_partition)
+    return OffsetDeleteResponse(
+        error_code=ErrorCode.NONE,
+        topics=[
+            Topic(
+                name=topic.name,
+                partitions=[
+                    Partition(
+                        partition_index=p.partition_index,
+                        error_code=results.get((topic.name, p.partition_index), ErrorCode.NONE),
+                    )
+                    for p in topic.partitions
+                ],
+            )
+            for topic in request.topics
+        ],
+    )
