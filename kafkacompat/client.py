@@ -70,22 +70,34 @@ class BrokerConnection:
     def __init__(self, host: str, port: int, client_id: str, timeout: float) -> None:
         self.host, self.port = host, port
         self.client_id = client_id
-        try:
-            self.sock = socket.create_connection((host, port), timeout=timeout)
-        except OSError as exc:
-            raise ClientError(f"cannot connect to {host}:{port}: {exc}") from exc
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.timeout = timeout
+        self.sock = self._connect()
         self._correlation = 0
         self.versions: dict[int, tuple[int, int]] = {}
         self._negotiate()
+
+    def _connect(self) -> socket.socket:
+        try:
+            sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
+        except OSError as exc:
+            raise ClientError(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
 
     def _negotiate(self) -> None:
         request = request_class(API_VERSIONS)(
             client_software_name="kafkacompat-cli", client_software_version="1.0"
         )
-        response = self.send(API_VERSIONS, 3, request)
+        try:
+            response = self.send(API_VERSIONS, 3, request)
+        except ClientError:
+            # A broker older than ApiVersions v3 answers UNSUPPORTED_VERSION in the v0 layout, which
+            # does not decode as v3: start over on a fresh connection and ask in v0.
+            self.close()
+            self.sock = self._connect()
+            response = self.send(API_VERSIONS, 0, request_class(API_VERSIONS)())
         if response.error_code != 0:
-            # UNSUPPORTED_VERSION: the broker lists its versions in a v0 answer; ask again in v0
+            # UNSUPPORTED_VERSION in a readable answer: ask again in v0
             response = self.send(API_VERSIONS, 0, request_class(API_VERSIONS)())
         if response.error_code != 0:
             raise ClientError(f"ApiVersions failed with error {response.error_code}")
