@@ -81,6 +81,7 @@ async def test_create_partitions_errors(harness: AdminHarness) -> None:
     assert await grow(harness, 3, topic(4, [node + 1])) == [("t", bad)]
     assert await grow(harness, 3, topic(4, [node, node])) == [("t", bad)]
     assert await grow(harness, 3, topic(4, [])) == [("t", bad)]
+    assert await grow(harness, 3, topic(2**31 - 1)) == [("t", ErrorCode.POLICY_VIOLATION)]
     assert await grow(harness, 3, topic(6), validate_only=True) == [("t", ErrorCode.NONE)]
     assert harness.state.metadata.topic("t").partitions == 3
     assert harness.state.partition_log("t", 3) is None

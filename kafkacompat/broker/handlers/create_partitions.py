@@ -6,7 +6,9 @@ every copy. Explicit assignments must give one replica list per new partition, a
 node each list must be exactly [this node] (the replication factor of every existing partition is 1):
 anything else — wrong number of lists, an empty list, another broker, a broker twice, more replicas —
 gets INVALID_REPLICA_ASSIGNMENT. New partition logs are created and the topic table persisted before
-the answer. `validate_only` runs every check and changes nothing. Error messages go in every version.
+the answer. `validate_only` runs every check and changes nothing. More than 10000 new partitions in one
+request -> POLICY_VIOLATION (Kafka's controller refuses such "excessively large" operations too).
+Error messages go in every version.
 """
 
 from __future__ import annotations
@@ -25,6 +27,10 @@ if TYPE_CHECKING:
 API_KEY = 37
 MIN_VERSION = 0
 MAX_VERSION = 3
+
+# Kafka's controller refuses a single operation that would write more than this many records; the cap
+# also bounds the files one request can make this broker create.
+MAX_NEW_PARTITIONS_PER_REQUEST = 10_000
 
 Result = CreatePartitionsResponse.CreatePartitionsTopicResult
 
@@ -62,6 +68,7 @@ def check_assignments(broker: BrokerState, current: int, count: int, assignments
 async def handle(ctx: RequestContext, request: Any) -> CreatePartitionsResponse:
     broker = ctx.broker
     counts = Counter(topic.name for topic in request.topics)
+    budget = MAX_NEW_PARTITIONS_PER_REQUEST
     results = []
     for wanted in request.topics:
         result = Result(name=wanted.name, error_code=ErrorCode.NONE, error_message=None)
@@ -70,8 +77,17 @@ async def handle(ctx: RequestContext, request: Any) -> CreatePartitionsResponse:
             if counts[wanted.name] > 1:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, "Duplicate topic in the request.")
             topic = require_topic(broker, wanted.name)
+            additional = wanted.count - topic.partitions
+            if additional > budget:
+                raise KafkaError(
+                    ErrorCode.POLICY_VIOLATION,
+                    f"Unable to add {additional} partitions: at most {MAX_NEW_PARTITIONS_PER_REQUEST} new "
+                    "partitions per request.",
+                )
             check_assignments(broker, topic.partitions, wanted.count, wanted.assignments)
             await add_partitions(broker, wanted.name, wanted.count, validate_only=bool(request.validate_only))
+            if not request.validate_only:
+                budget -= additional
         except KafkaError as exc:
             result.error_code = exc.code
             result.error_message = exc.message
