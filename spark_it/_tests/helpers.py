@@ -12,6 +12,7 @@ import datetime as dt
 import importlib.util
 import json
 import sys
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import ModuleType
@@ -70,8 +71,10 @@ def write_kafka_json(directory: Path, name: str, rows: Iterable[KafkaRow]) -> No
     tmp.rename(directory / f"{name}.json")
 
 
-def kafka_shaped_stream(spark: Any, directory: Path) -> Any:
-    """A streaming frame over write_kafka_json() files, with the Kafka source's exact schema."""
+def kafka_shaped_stream(spark: Any, directory: Path, reader: Any = None) -> Any:
+    """A streaming frame over write_kafka_json() files, with the Kafka source's exact schema.
+
+    `reader`: a DataStreamReader with extra options (e.g. maxFilesPerTrigger), else a plain one."""
     from pyspark.sql import functions as F
 
     from spark_it.pipelines.common import kafka_source_schema
@@ -81,7 +84,7 @@ def kafka_shaped_stream(spark: Any, directory: Path) -> Any:
         "key string, value string, topic string, partition int, offset long, timestamp timestamp, "
         "timestampType int"
     )
-    raw = spark.readStream.schema(text_schema).json(str(directory))
+    raw = (reader or spark.readStream).schema(text_schema).json(str(directory))
     return raw.select(
         F.col("key").cast("binary").alias("key"),
         F.col("value").cast("binary").alias("value"),
@@ -114,6 +117,17 @@ def read_json_sink(directory: Path) -> list[dict[str, Any]]:
     for part in sorted(committed):
         rows.extend(json.loads(line) for line in part.read_text().splitlines() if line.strip())
     return rows
+
+
+def closed_windows(events: Iterable[Any], watermark_ms: int, key: Any, window_ms: int = 60_000) -> Counter:
+    """Plain-Python model of an append-mode windowed count over in-order events: the windows whose
+    end is <= the final watermark, counted per `key(event)` (a tuple) and window start (epoch ms)."""
+    counts: Counter = Counter()
+    for event in events:
+        start = event.timestamp_ms - event.timestamp_ms % window_ms
+        if start + window_ms <= watermark_ms:
+            counts[(*key(event), start)] += 1
+    return counts
 
 
 def load_loadgen() -> ModuleType:

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from spark_it._tests.helpers import load_loadgen, read_json_sink, utc_ms
+from spark_it._tests.helpers import closed_windows, load_loadgen, read_json_sink, utc_ms
 from spark_it._tests.kafka_helpers import Produced, create_topic, delete_records, produce, read_topic
 from spark_it.kafka_options import EARLIEST, LATEST, source_options
 from spark_it.pipelines import activity, logs
@@ -166,16 +166,6 @@ def test_starting_offsets_by_timestamp(kafka_spark: Any, bootstrap: str) -> None
     assert query.awaitTermination(60)
     got = sorted((r["partition"], r["offset"]) for r in kafka_spark.table("by_time_stream").collect())
     assert got == [(0, 1), (0, 2), (0, 3), (0, 4), (1, 6), (1, 7), (1, 8), (1, 9)]
-
-
-def closed_windows(events: list[Any], watermark_ms: int, key: Any) -> Counter:
-    """Plain-Python append-mode result: windows whose end <= watermark, counted per key(event)."""
-    counts: Counter = Counter()
-    for event in events:
-        start = event.timestamp_ms - event.timestamp_ms % MINUTE_MS
-        if start + MINUTE_MS <= watermark_ms:
-            counts[(*key(event), start)] += 1
-    return counts
 
 
 def summary_line(capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:

@@ -126,6 +126,9 @@ class FakeProducer:
     def poll(self, timeout: float = 0) -> int:
         if timeout <= 0:
             return 0  # as with a real broker, nothing has been acknowledged yet
+        if not self.queue:
+            time.sleep(timeout)  # a real poll blocks up to its timeout when there is nothing to report
+            return 0
         served = 0
         while self.queue:
             message, callback = self.queue.pop(0)

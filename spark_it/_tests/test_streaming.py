@@ -14,12 +14,21 @@ end; a later event for an already-closed window is dropped.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from spark_it._tests.helpers import kafka_row, kafka_shaped_stream, read_json_sink, utc_ms, write_kafka_json
+from spark_it._tests.helpers import (
+    closed_windows,
+    kafka_row,
+    kafka_shaped_stream,
+    load_loadgen,
+    read_json_sink,
+    utc_ms,
+    write_kafka_json,
+)
 from spark_it.pipelines import activity
 from spark_it.pipelines.common import wire
 
@@ -141,3 +150,39 @@ def test_pipeline_main_without_connector_explains_how_to_enable_it(
     status = activity.main(["--bootstrap", "127.0.0.1:1", "--checkpoint", str(tmp_path / "c")])
     assert status == 2
     assert "KAFKACOMPAT_SPARK_PACKAGES" in capsys.readouterr().err
+
+
+def test_generated_traffic_in_many_micro_batches_matches_the_append_model(spark: Any, tmp_path: Path) -> None:
+    """Loadgen events arriving over several micro-batches (one file each): the rows written are exactly
+    the windows the final watermark closed, each once, with full counts. The same model is what
+    test_kafka_integration expects from the Kafka source."""
+    loadgen = load_loadgen()
+    events = list(
+        loadgen.events(
+            "activity", seed=21, count=600, start_ms=utc_ms("2026-11-22T10:00:00Z"), spacing_ms=400
+        )
+    )
+    source, out = tmp_path / "in", tmp_path / "out"
+    for n in range(4):
+        chunk = events[n * 150 : (n + 1) * 150]
+        rows = [
+            kafka_row(e.value, key=e.key, offset=n * 150 + i, timestamp_ms=e.timestamp_ms)
+            for i, e in enumerate(chunk)
+        ]
+        write_kafka_json(source, f"{n:03d}", rows)
+    stream = spark.readStream.option("maxFilesPerTrigger", 1)
+    frame = kafka_shaped_stream(spark, source, reader=stream)
+    result = activity.transform(frame, window="1 minute", watermark="30 seconds")
+    query = wire(
+        result, sink="json", path=str(out), checkpoint=str(tmp_path / "c"), trigger="availableNow"
+    ).start()
+    assert query.awaitTermination(60)
+    assert sum(p.numInputRows for p in query.recentProgress) == 600
+    assert len([p for p in query.recentProgress if p.numInputRows]) == 4
+
+    watermark = max(e.timestamp_ms for e in events) - 30_000
+    expected = closed_windows(events, watermark, lambda e: (json.loads(e.value)["page"],))
+    written = [json.loads(r["value"]) for r in read_json_sink(out)]
+    got = Counter({(v["page"], utc_ms(v["window_start"])): v["views"] for v in written})
+    assert len(written) == len(got) == len(expected)
+    assert got == expected
