@@ -391,13 +391,23 @@ class ModuleGen:
             return self.memo_dec[key]
         s = self.msg.structs[sname]
         lines: list[str] = ["_l = len(buf)", f"o = _new({s.name})"]
+        lines += self.decode_body(sname, v, "o")
+        lines.append("return o, pos")
+        name = self.emit("_d", sname, v, "(buf, pos)", lines)
+        self.memo_dec[key] = name
+        return name
+
+    def decode_body(self, sname: str, v: int, obj: str) -> list[str]:
+        """Lines that fill `obj` (already allocated) from `buf` at `pos`; `_l` holds len(buf)."""
+        s = self.msg.structs[sname]
+        lines: list[str] = []
         regular = self.regular_fields(s, v)
         tagged = self.tagged_fields(s, v)
         present = {f.name for f in regular} | {f.name for f in tagged}
         # Fields this version does not carry hold their defaults.
         for f in s.fields:
             if f.name not in present:
-                lines.append(f"o.{f.attr} = {default_literal(f)}")
+                lines.append(f"{obj}.{f.attr} = {default_literal(f)}")
         i = 0
         while i < len(regular):
             f = regular[i]
@@ -409,7 +419,7 @@ class ModuleGen:
                 fmt = ">" + "".join(PRIMITIVE_FIXED[x.type][0] for x in run)
                 width = sum(PRIMITIVE_FIXED[x.type][1] for x in run)
                 sv = self.st(fmt)
-                names = ", ".join(f"o.{x.attr}" for x in run)
+                names = ", ".join(f"{obj}.{x.attr}" for x in run)
                 lines.append(f"if pos + {width} > _l:")
                 lines.append(f"    raise truncated({self.path(s, run[0])!r}, buf, pos, {width})")
                 if len(run) == 1:
@@ -419,16 +429,16 @@ class ModuleGen:
                 lines.append(f"pos += {width}")
                 for x in run:
                     if x.type == "uuid":
-                        lines.append(f"o.{x.attr} = _UUID(bytes=o.{x.attr})")
+                        lines.append(f"{obj}.{x.attr} = _UUID(bytes={obj}.{x.attr})")
                 continue
-            lines.extend(self.decode_field(s, f, v, "buf", "pos", f"o.{f.attr}"))
+            lines.extend(self.decode_field(s, f, v, "buf", "pos", f"{obj}.{f.attr}"))
             i += 1
         if self.flexible(v):
             for f in tagged:
-                lines.append(f"o.{f.attr} = {default_literal(f)}")
+                lines.append(f"{obj}.{f.attr} = {default_literal(f)}")
             lines.append("if pos < _l and buf[pos] == 0:")
             lines.append("    pos += 1")
-            lines.append("    o.unknown_tags = None")
+            lines.append(f"    {obj}.unknown_tags = None")
             lines.append("else:")
             lines.append(f"    _tags, pos = read_tags(buf, pos, {self.path(s)!r})")
             lines.append("    _unknown = None")
@@ -438,7 +448,7 @@ class ModuleGen:
                 lines.append(f"        {kw} _tag == {f.tag}:")
                 lines.append("            _sub = buf[:_te]")
                 lines.append("            _p = _ts")
-                body = self.decode_field(s, f, v, "_sub", "_p", f"o.{f.attr}", tagged_value=True)
+                body = self.decode_field(s, f, v, "_sub", "_p", f"{obj}.{f.attr}", tagged_value=True)
                 lines.extend("            " + b for b in body)
                 lines.append("            if _p != _te:")
                 where = self.path(s, f)
@@ -451,13 +461,10 @@ class ModuleGen:
             lines.append(f"{ind}if _unknown is None:")
             lines.append(f"{ind}    _unknown = []")
             lines.append(f"{ind}_unknown.append((_tag, bytes(buf[_ts:_te])))")
-            lines.append("    o.unknown_tags = _unknown")
+            lines.append(f"    {obj}.unknown_tags = _unknown")
         else:
-            lines.append("o.unknown_tags = None")
-        lines.append("return o, pos")
-        name = self.emit("_d", sname, v, "(buf, pos)", lines)
-        self.memo_dec[key] = name
-        return name
+            lines.append(f"{obj}.unknown_tags = None")
+        return lines
 
     def emit(self, prefix: str, sname: str, v: int, sig: str, lines: list[str]) -> str:
         body = "\n".join("    " + ln for ln in lines)
@@ -522,6 +529,15 @@ class ModuleGen:
             lines.append(f"    {pos} += _c * {width}")
             return lines
         lines.append("else:")
+        if elem not in PRIMITIVES and buf == "buf" and self.is_leaf(elem, v):
+            # Leaf struct: its decoder body runs inline, one function call fewer per element.
+            lines.append(f"    {target} = _lst = []")
+            lines.append("    _ap = _lst.append")
+            lines.append("    for _ in range(_c):")
+            lines.append(f"        _o = _new({elem})")
+            lines.extend("        " + x for x in self.decode_body(elem, v, "_o"))
+            lines.append("        _ap(_o)")
+            return lines
         lines.append(f"    {target} = _lst = []")
         lines.append("    for _ in range(_c):")
         inner = self.decode_scalar(s, f, elem, v, buf, pos, "_e", path, flex, False)
@@ -601,6 +617,20 @@ class ModuleGen:
         key = (sname, v)
         if key in self.memo_enc:
             return self.memo_enc[key]
+        lines = self.encode_body(sname, v, "o")
+        if not lines:
+            lines.append("pass")
+        name = self.emit("_e", sname, v, "(o, out, chunks)", lines)
+        self.memo_enc[key] = name
+        return name
+
+    def is_leaf(self, sname: str, v: int) -> bool:
+        """A struct whose code can be inlined into its parent's array loop (no nested structs)."""
+        s = self.msg.structs[sname]
+        fields = self.regular_fields(s, v) + self.tagged_fields(s, v)
+        return not any(f.is_struct for f in fields) and not self.tagged_fields(s, v)
+
+    def encode_body(self, sname: str, v: int, obj: str) -> list[str]:
         s = self.msg.structs[sname]
         lines: list[str] = []
         regular = self.regular_fields(s, v)
@@ -615,39 +645,38 @@ class ModuleGen:
                     i += 1
                 fmt = ">" + "".join(PRIMITIVE_FIXED[x.type][0] for x in run)
                 sv = self.st(fmt)
-                vals = ", ".join(f"o.{x.attr}.bytes" if x.type == "uuid" else f"o.{x.attr}" for x in run)
+                vals = ", ".join(
+                    f"{obj}.{x.attr}.bytes" if x.type == "uuid" else f"{obj}.{x.attr}" for x in run
+                )
                 lines.append(f"out += {sv}.pack({vals})")
                 continue
-            lines.extend(self.encode_field(s, f, v, f"o.{f.attr}", "out"))
+            lines.extend(self.encode_field(s, f, v, f"{obj}.{f.attr}", "out"))
             i += 1
         if self.flexible(v):
             if not tagged:
-                lines.append("if o.unknown_tags is None:")
+                lines.append(f"if {obj}.unknown_tags is None:")
                 lines.append("    out.append(0)")
                 lines.append("else:")
-                lines.append("    write_tags(out, o.unknown_tags)")
+                lines.append(f"    write_tags(out, {obj}.unknown_tags)")
             else:
                 lines.append("_tags = None")
                 for f in tagged:
-                    cond = self.tag_condition(f, f"o.{f.attr}")
+                    cond = self.tag_condition(f, f"{obj}.{f.attr}")
                     lines.append(f"if {cond}:")
                     lines.append("    _t = bytearray()")
-                    body = self.encode_field(s, f, v, f"o.{f.attr}", "_t", tagged=True)
+                    body = self.encode_field(s, f, v, f"{obj}.{f.attr}", "_t", tagged=True)
                     lines.extend("    " + b for b in body)
                     lines.append("    if _tags is None:")
                     lines.append("        _tags = []")
                     lines.append(f"    _tags.append(({f.tag}, _t))")
-                lines.append("if o.unknown_tags:")
-                lines.append("    _tags = o.unknown_tags if _tags is None else _tags + o.unknown_tags")
+                lines.append(f"if {obj}.unknown_tags:")
+                unknown = f"{obj}.unknown_tags"
+                lines.append(f"    _tags = {unknown} if _tags is None else _tags + {unknown}")
                 lines.append("if _tags is None:")
                 lines.append("    out.append(0)")
                 lines.append("else:")
                 lines.append("    write_tags(out, _tags)")
-        if not lines:
-            lines.append("pass")
-        name = self.emit("_e", sname, v, "(o, out, chunks)", lines)
-        self.memo_enc[key] = name
-        return name
+        return lines
 
     def need_isdef(self, sname: str) -> None:
         """Emit `_isdef_<sname>(o)`: True when every field holds its default (Kafka's equals())."""
@@ -718,6 +747,11 @@ class ModuleGen:
             self.array_codes.add(code)
             lines.append(f"{ind}_st = _A_{code}[_c] if _c < 17 else _Struct('>%d{code}' % _c)")
             lines.append(f"{ind}{out} += _st.pack(*_a)")
+            return lines
+        if elem not in PRIMITIVES and out == "out" and self.is_leaf(elem, v):
+            # Leaf struct: its encoder body runs inline, one function call fewer per element.
+            lines.append(f"{ind}for _o in _a:")
+            lines.extend(f"{ind}    " + x for x in self.encode_body(elem, v, "_o"))
             return lines
         lines.append(f"{ind}for _e in _a:")
         inner = self.encode_scalar(s, f, elem, v, "_e", out, flex, False)

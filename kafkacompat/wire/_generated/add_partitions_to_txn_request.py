@@ -78,38 +78,6 @@ _S2 = _Struct('>i')
 _S3 = _Struct('>qh?')
 _A_i = ARRAY_STRUCTS['i']
 
-def _d_AddPartitionsToTxnTopic_0(buf, pos):
-    _l = len(buf)
-    o = _new(AddPartitionsToTxnTopic)
-    if pos + 2 > _l:
-        raise truncated('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.name', buf, pos, 2)
-    (_n,) = _S0.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.name', buf, pos, _n, 1)
-        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 4 > _l:
-        raise truncated('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.partitions', buf, pos, 4)
-    (_c,) = _S2.unpack_from(buf, pos)
-    pos += 4
-    if _c < 0:
-        raise bad_length('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.partitions', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.partitions', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.partitions = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    o.unknown_tags = None
-    return o, pos
-
 def _d_AddPartitionsToTxnRequest_0(buf, pos):
     _l = len(buf)
     o = _new(AddPartitionsToTxnRequest)
@@ -142,56 +110,38 @@ def _d_AddPartitionsToTxnRequest_0(buf, pos):
         raise overrun('AddPartitionsToTxnRequest.v3_and_below_topics', buf, pos, _c, 6)
     else:
         o.v3_and_below_topics = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_AddPartitionsToTxnTopic_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(AddPartitionsToTxnTopic)
+            if pos + 2 > _l:
+                raise truncated('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.name', buf, pos, 2)
+            (_n,) = _S0.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.partitions', buf, pos, 4)
+            (_c,) = _S2.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.partitions', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.partitions', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.partitions = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
-    return o, pos
-
-def _d_AddPartitionsToTxnTopic_3(buf, pos):
-    _l = len(buf)
-    o = _new(AddPartitionsToTxnTopic)
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.name')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.name', buf, pos, _n, 1)
-        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _c = buf[pos] - 1
-        pos += 1
-    else:
-        _c, pos = read_uvarint(buf, pos, 'AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.partitions')
-        _c -= 1
-    if _c < 0:
-        raise bad_length('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.partitions', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.partitions', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.partitions = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'AddPartitionsToTxnRequest.AddPartitionsToTxnTopic')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
     return o, pos
 
 def _d_AddPartitionsToTxnRequest_3(buf, pos):
@@ -230,9 +180,51 @@ def _d_AddPartitionsToTxnRequest_3(buf, pos):
         raise overrun('AddPartitionsToTxnRequest.v3_and_below_topics', buf, pos, _c, 3)
     else:
         o.v3_and_below_topics = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_AddPartitionsToTxnTopic_3(buf, pos)
-            _lst.append(_e)
+            _o = _new(AddPartitionsToTxnTopic)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.name')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.partitions')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.partitions', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.partitions', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.partitions = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'AddPartitionsToTxnRequest.AddPartitionsToTxnTopic')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -281,9 +273,51 @@ def _d_AddPartitionsToTxnTransaction_4(buf, pos):
         raise overrun('AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction.topics', buf, pos, _c, 3)
     else:
         o.topics = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_AddPartitionsToTxnTopic_3(buf, pos)
-            _lst.append(_e)
+            _o = _new(AddPartitionsToTxnTopic)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.name')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.partitions')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.partitions', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.partitions', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.partitions = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'AddPartitionsToTxnRequest.AddPartitionsToTxnTopic')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -332,19 +366,6 @@ def _d_AddPartitionsToTxnRequest_4(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_AddPartitionsToTxnTopic_0(o, out, chunks):
-    _b = o.name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.name', _n)
-    out += _S0.pack(_n)
-    out += _b
-    _a = o.partitions
-    _c = len(_a)
-    out += _S2.pack(_c)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-
 def _e_AddPartitionsToTxnRequest_0(o, out, chunks):
     _b = o.v3_and_below_transactional_id.encode('utf-8', 'surrogateescape')
     _n = len(_b)
@@ -356,31 +377,18 @@ def _e_AddPartitionsToTxnRequest_0(o, out, chunks):
     _a = o.v3_and_below_topics
     _c = len(_a)
     out += _S2.pack(_c)
-    for _e in _a:
-        _e_AddPartitionsToTxnTopic_0(_e, out, chunks)
-
-def _e_AddPartitionsToTxnTopic_3(o, out, chunks):
-    _b = o.name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.name', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    _a = o.partitions
-    _c = len(_a)
-    if _c < 127:
-        out.append(_c + 1)
-    else:
-        write_uvarint(out, _c + 1)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
+    for _o in _a:
+        _b = _o.name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.name', _n)
+        out += _S0.pack(_n)
+        out += _b
+        _a = _o.partitions
+        _c = len(_a)
+        out += _S2.pack(_c)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
 
 def _e_AddPartitionsToTxnRequest_3(o, out, chunks):
     _b = o.v3_and_below_transactional_id.encode('utf-8', 'surrogateescape')
@@ -399,8 +407,28 @@ def _e_AddPartitionsToTxnRequest_3(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_AddPartitionsToTxnTopic_3(_e, out, chunks)
+    for _o in _a:
+        _b = _o.name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.name', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        _a = _o.partitions
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -423,8 +451,28 @@ def _e_AddPartitionsToTxnTransaction_4(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_AddPartitionsToTxnTopic_3(_e, out, chunks)
+    for _o in _a:
+        _b = _o.name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.name', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        _a = _o.partitions
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

@@ -72,16 +72,6 @@ _S0 = _Struct('>i')
 _S1 = _Struct('>h')
 _S2 = _Struct('>ih')
 
-def _d_AddPartitionsToTxnPartitionResult_0(buf, pos):
-    _l = len(buf)
-    o = _new(AddPartitionsToTxnPartitionResult)
-    if pos + 6 > _l:
-        raise truncated('AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult.partition_index', buf, pos, 6)
-    o.partition_index, o.partition_error_code = _S2.unpack_from(buf, pos)
-    pos += 6
-    o.unknown_tags = None
-    return o, pos
-
 def _d_AddPartitionsToTxnTopicResult_0(buf, pos):
     _l = len(buf)
     o = _new(AddPartitionsToTxnTopicResult)
@@ -109,9 +99,15 @@ def _d_AddPartitionsToTxnTopicResult_0(buf, pos):
         raise overrun('AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.results_by_partition', buf, pos, _c, 6)
     else:
         o.results_by_partition = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_AddPartitionsToTxnPartitionResult_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(AddPartitionsToTxnPartitionResult)
+            if pos + 6 > _l:
+                raise truncated('AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult.partition_index', buf, pos, 6)
+            _o.partition_index, _o.partition_error_code = _S2.unpack_from(buf, pos)
+            pos += 6
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -138,26 +134,6 @@ def _d_AddPartitionsToTxnResponse_0(buf, pos):
             _e, pos = _d_AddPartitionsToTxnTopicResult_0(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
-    return o, pos
-
-def _d_AddPartitionsToTxnPartitionResult_3(buf, pos):
-    _l = len(buf)
-    o = _new(AddPartitionsToTxnPartitionResult)
-    if pos + 6 > _l:
-        raise truncated('AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult.partition_index', buf, pos, 6)
-    o.partition_index, o.partition_error_code = _S2.unpack_from(buf, pos)
-    pos += 6
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
     return o, pos
 
 def _d_AddPartitionsToTxnTopicResult_3(buf, pos):
@@ -191,9 +167,25 @@ def _d_AddPartitionsToTxnTopicResult_3(buf, pos):
         raise overrun('AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult.results_by_partition', buf, pos, _c, 7)
     else:
         o.results_by_partition = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_AddPartitionsToTxnPartitionResult_3(buf, pos)
-            _lst.append(_e)
+            _o = _new(AddPartitionsToTxnPartitionResult)
+            if pos + 6 > _l:
+                raise truncated('AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult.partition_index', buf, pos, 6)
+            _o.partition_index, _o.partition_error_code = _S2.unpack_from(buf, pos)
+            pos += 6
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -327,9 +319,6 @@ def _d_AddPartitionsToTxnResponse_4(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_AddPartitionsToTxnPartitionResult_0(o, out, chunks):
-    out += _S2.pack(o.partition_index, o.partition_error_code)
-
 def _e_AddPartitionsToTxnTopicResult_0(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')
     _n = len(_b)
@@ -340,8 +329,8 @@ def _e_AddPartitionsToTxnTopicResult_0(o, out, chunks):
     _a = o.results_by_partition
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_AddPartitionsToTxnPartitionResult_0(_e, out, chunks)
+    for _o in _a:
+        out += _S2.pack(_o.partition_index, _o.partition_error_code)
 
 def _e_AddPartitionsToTxnResponse_0(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
@@ -350,13 +339,6 @@ def _e_AddPartitionsToTxnResponse_0(o, out, chunks):
     out += _S0.pack(_c)
     for _e in _a:
         _e_AddPartitionsToTxnTopicResult_0(_e, out, chunks)
-
-def _e_AddPartitionsToTxnPartitionResult_3(o, out, chunks):
-    out += _S2.pack(o.partition_index, o.partition_error_code)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
 
 def _e_AddPartitionsToTxnTopicResult_3(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')
@@ -374,8 +356,12 @@ def _e_AddPartitionsToTxnTopicResult_3(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_AddPartitionsToTxnPartitionResult_3(_e, out, chunks)
+    for _o in _a:
+        out += _S2.pack(_o.partition_index, _o.partition_error_code)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

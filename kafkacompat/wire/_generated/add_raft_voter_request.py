@@ -56,58 +56,6 @@ AddRaftVoterRequest.Listener = Listener
 _S0 = _Struct('>ii16s')
 _S1 = _Struct('>H')
 
-def _d_Listener_0(buf, pos):
-    _l = len(buf)
-    o = _new(Listener)
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'AddRaftVoterRequest.Listener.name')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('AddRaftVoterRequest.Listener.name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='AddRaftVoterRequest.Listener.name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('AddRaftVoterRequest.Listener.name', buf, pos, _n, 1)
-        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'AddRaftVoterRequest.Listener.host')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('AddRaftVoterRequest.Listener.host', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='AddRaftVoterRequest.Listener.host')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('AddRaftVoterRequest.Listener.host', buf, pos, _n, 1)
-        o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('AddRaftVoterRequest.Listener.port', buf, pos, 2)
-    (o.port,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'AddRaftVoterRequest.Listener')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_AddRaftVoterRequest_0(buf, pos):
     _l = len(buf)
     o = _new(AddRaftVoterRequest)
@@ -146,9 +94,57 @@ def _d_AddRaftVoterRequest_0(buf, pos):
         raise overrun('AddRaftVoterRequest.listeners', buf, pos, _c, 5)
     else:
         o.listeners = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_Listener_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(Listener)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'AddRaftVoterRequest.Listener.name')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('AddRaftVoterRequest.Listener.name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='AddRaftVoterRequest.Listener.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('AddRaftVoterRequest.Listener.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'AddRaftVoterRequest.Listener.host')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('AddRaftVoterRequest.Listener.host', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='AddRaftVoterRequest.Listener.host')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('AddRaftVoterRequest.Listener.host', buf, pos, _n, 1)
+                _o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('AddRaftVoterRequest.Listener.port', buf, pos, 2)
+            (_o.port,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'AddRaftVoterRequest.Listener')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -161,31 +157,6 @@ def _d_AddRaftVoterRequest_0(buf, pos):
             _unknown.append((_tag, bytes(buf[_ts:_te])))
         o.unknown_tags = _unknown
     return o, pos
-
-def _e_Listener_0(o, out, chunks):
-    _b = o.name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('AddRaftVoterRequest.Listener.name', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    _b = o.host.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('AddRaftVoterRequest.Listener.host', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    out += _S1.pack(o.port)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
 
 def _e_AddRaftVoterRequest_0(o, out, chunks):
     if o.cluster_id is None:
@@ -207,8 +178,30 @@ def _e_AddRaftVoterRequest_0(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_Listener_0(_e, out, chunks)
+    for _o in _a:
+        _b = _o.name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('AddRaftVoterRequest.Listener.name', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        _b = _o.host.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('AddRaftVoterRequest.Listener.host', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        out += _S1.pack(_o.port)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

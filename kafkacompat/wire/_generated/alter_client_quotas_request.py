@@ -65,66 +65,6 @@ _S1 = _Struct('>h')
 _S2 = _Struct('>d?')
 _S3 = _Struct('>?')
 
-def _d_EntityData_0(buf, pos):
-    _l = len(buf)
-    o = _new(EntityData)
-    if pos + 2 > _l:
-        raise truncated('AlterClientQuotasRequest.EntityData.entity_type', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('AlterClientQuotasRequest.EntityData.entity_type', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='AlterClientQuotasRequest.EntityData.entity_type')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('AlterClientQuotasRequest.EntityData.entity_type', buf, pos, _n, 1)
-        o.entity_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('AlterClientQuotasRequest.EntityData.entity_name', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('AlterClientQuotasRequest.EntityData.entity_name', _n)
-        o.entity_name = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='AlterClientQuotasRequest.EntityData.entity_name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('AlterClientQuotasRequest.EntityData.entity_name', buf, pos, _n, 1)
-        o.entity_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    o.unknown_tags = None
-    return o, pos
-
-def _d_OpData_0(buf, pos):
-    _l = len(buf)
-    o = _new(OpData)
-    if pos + 2 > _l:
-        raise truncated('AlterClientQuotasRequest.OpData.key', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('AlterClientQuotasRequest.OpData.key', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='AlterClientQuotasRequest.OpData.key')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('AlterClientQuotasRequest.OpData.key', buf, pos, _n, 1)
-        o.key = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 9 > _l:
-        raise truncated('AlterClientQuotasRequest.OpData.value', buf, pos, 9)
-    o.value, o.remove = _S2.unpack_from(buf, pos)
-    pos += 9
-    o.unknown_tags = None
-    return o, pos
-
 def _d_EntryData_0(buf, pos):
     _l = len(buf)
     o = _new(EntryData)
@@ -138,9 +78,41 @@ def _d_EntryData_0(buf, pos):
         raise overrun('AlterClientQuotasRequest.EntryData.entity', buf, pos, _c, 4)
     else:
         o.entity = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_EntityData_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(EntityData)
+            if pos + 2 > _l:
+                raise truncated('AlterClientQuotasRequest.EntityData.entity_type', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('AlterClientQuotasRequest.EntityData.entity_type', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='AlterClientQuotasRequest.EntityData.entity_type')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('AlterClientQuotasRequest.EntityData.entity_type', buf, pos, _n, 1)
+                _o.entity_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('AlterClientQuotasRequest.EntityData.entity_name', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('AlterClientQuotasRequest.EntityData.entity_name', _n)
+                _o.entity_name = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='AlterClientQuotasRequest.EntityData.entity_name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('AlterClientQuotasRequest.EntityData.entity_name', buf, pos, _n, 1)
+                _o.entity_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            _o.unknown_tags = None
+            _ap(_o)
     if pos + 4 > _l:
         raise truncated('AlterClientQuotasRequest.EntryData.ops', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -151,9 +123,29 @@ def _d_EntryData_0(buf, pos):
         raise overrun('AlterClientQuotasRequest.EntryData.ops', buf, pos, _c, 11)
     else:
         o.ops = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_OpData_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(OpData)
+            if pos + 2 > _l:
+                raise truncated('AlterClientQuotasRequest.OpData.key', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('AlterClientQuotasRequest.OpData.key', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='AlterClientQuotasRequest.OpData.key')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('AlterClientQuotasRequest.OpData.key', buf, pos, _n, 1)
+                _o.key = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 9 > _l:
+                raise truncated('AlterClientQuotasRequest.OpData.value', buf, pos, 9)
+            _o.value, _o.remove = _S2.unpack_from(buf, pos)
+            pos += 9
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -180,92 +172,6 @@ def _d_AlterClientQuotasRequest_0(buf, pos):
     o.unknown_tags = None
     return o, pos
 
-def _d_EntityData_1(buf, pos):
-    _l = len(buf)
-    o = _new(EntityData)
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'AlterClientQuotasRequest.EntityData.entity_type')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('AlterClientQuotasRequest.EntityData.entity_type', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='AlterClientQuotasRequest.EntityData.entity_type')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('AlterClientQuotasRequest.EntityData.entity_type', buf, pos, _n, 1)
-        o.entity_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'AlterClientQuotasRequest.EntityData.entity_name')
-        _n -= 1
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('AlterClientQuotasRequest.EntityData.entity_name', _n)
-        o.entity_name = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='AlterClientQuotasRequest.EntityData.entity_name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('AlterClientQuotasRequest.EntityData.entity_name', buf, pos, _n, 1)
-        o.entity_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'AlterClientQuotasRequest.EntityData')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
-def _d_OpData_1(buf, pos):
-    _l = len(buf)
-    o = _new(OpData)
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'AlterClientQuotasRequest.OpData.key')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('AlterClientQuotasRequest.OpData.key', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='AlterClientQuotasRequest.OpData.key')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('AlterClientQuotasRequest.OpData.key', buf, pos, _n, 1)
-        o.key = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 9 > _l:
-        raise truncated('AlterClientQuotasRequest.OpData.value', buf, pos, 9)
-    o.value, o.remove = _S2.unpack_from(buf, pos)
-    pos += 9
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'AlterClientQuotasRequest.OpData')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_EntryData_1(buf, pos):
     _l = len(buf)
     o = _new(EntryData)
@@ -281,9 +187,55 @@ def _d_EntryData_1(buf, pos):
         raise overrun('AlterClientQuotasRequest.EntryData.entity', buf, pos, _c, 3)
     else:
         o.entity = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_EntityData_1(buf, pos)
-            _lst.append(_e)
+            _o = _new(EntityData)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'AlterClientQuotasRequest.EntityData.entity_type')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('AlterClientQuotasRequest.EntityData.entity_type', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='AlterClientQuotasRequest.EntityData.entity_type')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('AlterClientQuotasRequest.EntityData.entity_type', buf, pos, _n, 1)
+                _o.entity_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'AlterClientQuotasRequest.EntityData.entity_name')
+                _n -= 1
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('AlterClientQuotasRequest.EntityData.entity_name', _n)
+                _o.entity_name = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='AlterClientQuotasRequest.EntityData.entity_name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('AlterClientQuotasRequest.EntityData.entity_name', buf, pos, _n, 1)
+                _o.entity_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'AlterClientQuotasRequest.EntityData')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -296,9 +248,41 @@ def _d_EntryData_1(buf, pos):
         raise overrun('AlterClientQuotasRequest.EntryData.ops', buf, pos, _c, 11)
     else:
         o.ops = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_OpData_1(buf, pos)
-            _lst.append(_e)
+            _o = _new(OpData)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'AlterClientQuotasRequest.OpData.key')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('AlterClientQuotasRequest.OpData.key', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='AlterClientQuotasRequest.OpData.key')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('AlterClientQuotasRequest.OpData.key', buf, pos, _n, 1)
+                _o.key = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 9 > _l:
+                raise truncated('AlterClientQuotasRequest.OpData.value', buf, pos, 9)
+            _o.value, _o.remove = _S2.unpack_from(buf, pos)
+            pos += 9
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'AlterClientQuotasRequest.OpData')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -347,43 +331,37 @@ def _d_AlterClientQuotasRequest_1(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_EntityData_0(o, out, chunks):
-    _b = o.entity_type.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('AlterClientQuotasRequest.EntityData.entity_type', _n)
-    out += _S1.pack(_n)
-    out += _b
-    if o.entity_name is None:
-        out += b'\xff\xff'
-    else:
-        _b = o.entity_name.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('AlterClientQuotasRequest.EntityData.entity_name', _n)
-        out += _S1.pack(_n)
-        out += _b
-
-def _e_OpData_0(o, out, chunks):
-    _b = o.key.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('AlterClientQuotasRequest.OpData.key', _n)
-    out += _S1.pack(_n)
-    out += _b
-    out += _S2.pack(o.value, o.remove)
-
 def _e_EntryData_0(o, out, chunks):
     _a = o.entity
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_EntityData_0(_e, out, chunks)
+    for _o in _a:
+        _b = _o.entity_type.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('AlterClientQuotasRequest.EntityData.entity_type', _n)
+        out += _S1.pack(_n)
+        out += _b
+        if _o.entity_name is None:
+            out += b'\xff\xff'
+        else:
+            _b = _o.entity_name.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('AlterClientQuotasRequest.EntityData.entity_name', _n)
+            out += _S1.pack(_n)
+            out += _b
     _a = o.ops
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_OpData_0(_e, out, chunks)
+    for _o in _a:
+        _b = _o.key.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('AlterClientQuotasRequest.OpData.key', _n)
+        out += _S1.pack(_n)
+        out += _b
+        out += _S2.pack(_o.value, _o.remove)
 
 def _e_AlterClientQuotasRequest_0(o, out, chunks):
     _a = o.entries
@@ -393,49 +371,6 @@ def _e_AlterClientQuotasRequest_0(o, out, chunks):
         _e_EntryData_0(_e, out, chunks)
     out += _S3.pack(o.validate_only)
 
-def _e_EntityData_1(o, out, chunks):
-    _b = o.entity_type.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('AlterClientQuotasRequest.EntityData.entity_type', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    if o.entity_name is None:
-        out.append(0)
-    else:
-        _b = o.entity_name.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('AlterClientQuotasRequest.EntityData.entity_name', _n)
-        if _n < 127:
-            out.append(_n + 1)
-        else:
-            write_uvarint(out, _n + 1)
-        out += _b
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
-def _e_OpData_1(o, out, chunks):
-    _b = o.key.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('AlterClientQuotasRequest.OpData.key', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    out += _S2.pack(o.value, o.remove)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
 def _e_EntryData_1(o, out, chunks):
     _a = o.entity
     _c = len(_a)
@@ -443,16 +378,53 @@ def _e_EntryData_1(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_EntityData_1(_e, out, chunks)
+    for _o in _a:
+        _b = _o.entity_type.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('AlterClientQuotasRequest.EntityData.entity_type', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        if _o.entity_name is None:
+            out.append(0)
+        else:
+            _b = _o.entity_name.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('AlterClientQuotasRequest.EntityData.entity_name', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     _a = o.ops
     _c = len(_a)
     if _c < 127:
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_OpData_1(_e, out, chunks)
+    for _o in _a:
+        _b = _o.key.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('AlterClientQuotasRequest.OpData.key', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        out += _S2.pack(_o.value, _o.remove)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

@@ -54,42 +54,6 @@ AlterClientQuotasResponse.EntityData = EntityData
 _S0 = _Struct('>i')
 _S1 = _Struct('>h')
 
-def _d_EntityData_0(buf, pos):
-    _l = len(buf)
-    o = _new(EntityData)
-    if pos + 2 > _l:
-        raise truncated('AlterClientQuotasResponse.EntityData.entity_type', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('AlterClientQuotasResponse.EntityData.entity_type', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='AlterClientQuotasResponse.EntityData.entity_type')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('AlterClientQuotasResponse.EntityData.entity_type', buf, pos, _n, 1)
-        o.entity_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('AlterClientQuotasResponse.EntityData.entity_name', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('AlterClientQuotasResponse.EntityData.entity_name', _n)
-        o.entity_name = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='AlterClientQuotasResponse.EntityData.entity_name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('AlterClientQuotasResponse.EntityData.entity_name', buf, pos, _n, 1)
-        o.entity_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    o.unknown_tags = None
-    return o, pos
-
 def _d_EntryData_0(buf, pos):
     _l = len(buf)
     o = _new(EntryData)
@@ -123,9 +87,41 @@ def _d_EntryData_0(buf, pos):
         raise overrun('AlterClientQuotasResponse.EntryData.entity', buf, pos, _c, 4)
     else:
         o.entity = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_EntityData_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(EntityData)
+            if pos + 2 > _l:
+                raise truncated('AlterClientQuotasResponse.EntityData.entity_type', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('AlterClientQuotasResponse.EntityData.entity_type', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='AlterClientQuotasResponse.EntityData.entity_type')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('AlterClientQuotasResponse.EntityData.entity_type', buf, pos, _n, 1)
+                _o.entity_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('AlterClientQuotasResponse.EntityData.entity_name', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('AlterClientQuotasResponse.EntityData.entity_name', _n)
+                _o.entity_name = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='AlterClientQuotasResponse.EntityData.entity_name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('AlterClientQuotasResponse.EntityData.entity_name', buf, pos, _n, 1)
+                _o.entity_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -150,56 +146,6 @@ def _d_AlterClientQuotasResponse_0(buf, pos):
             _e, pos = _d_EntryData_0(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
-    return o, pos
-
-def _d_EntityData_1(buf, pos):
-    _l = len(buf)
-    o = _new(EntityData)
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'AlterClientQuotasResponse.EntityData.entity_type')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('AlterClientQuotasResponse.EntityData.entity_type', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='AlterClientQuotasResponse.EntityData.entity_type')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('AlterClientQuotasResponse.EntityData.entity_type', buf, pos, _n, 1)
-        o.entity_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'AlterClientQuotasResponse.EntityData.entity_name')
-        _n -= 1
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('AlterClientQuotasResponse.EntityData.entity_name', _n)
-        o.entity_name = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='AlterClientQuotasResponse.EntityData.entity_name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('AlterClientQuotasResponse.EntityData.entity_name', buf, pos, _n, 1)
-        o.entity_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'AlterClientQuotasResponse.EntityData')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
     return o, pos
 
 def _d_EntryData_1(buf, pos):
@@ -239,9 +185,55 @@ def _d_EntryData_1(buf, pos):
         raise overrun('AlterClientQuotasResponse.EntryData.entity', buf, pos, _c, 3)
     else:
         o.entity = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_EntityData_1(buf, pos)
-            _lst.append(_e)
+            _o = _new(EntityData)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'AlterClientQuotasResponse.EntityData.entity_type')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('AlterClientQuotasResponse.EntityData.entity_type', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='AlterClientQuotasResponse.EntityData.entity_type')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('AlterClientQuotasResponse.EntityData.entity_type', buf, pos, _n, 1)
+                _o.entity_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'AlterClientQuotasResponse.EntityData.entity_name')
+                _n -= 1
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('AlterClientQuotasResponse.EntityData.entity_name', _n)
+                _o.entity_name = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='AlterClientQuotasResponse.EntityData.entity_name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('AlterClientQuotasResponse.EntityData.entity_name', buf, pos, _n, 1)
+                _o.entity_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'AlterClientQuotasResponse.EntityData')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -290,23 +282,6 @@ def _d_AlterClientQuotasResponse_1(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_EntityData_0(o, out, chunks):
-    _b = o.entity_type.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('AlterClientQuotasResponse.EntityData.entity_type', _n)
-    out += _S1.pack(_n)
-    out += _b
-    if o.entity_name is None:
-        out += b'\xff\xff'
-    else:
-        _b = o.entity_name.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('AlterClientQuotasResponse.EntityData.entity_name', _n)
-        out += _S1.pack(_n)
-        out += _b
-
 def _e_EntryData_0(o, out, chunks):
     out += _S1.pack(o.error_code)
     if o.error_message is None:
@@ -321,8 +296,22 @@ def _e_EntryData_0(o, out, chunks):
     _a = o.entity
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_EntityData_0(_e, out, chunks)
+    for _o in _a:
+        _b = _o.entity_type.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('AlterClientQuotasResponse.EntityData.entity_type', _n)
+        out += _S1.pack(_n)
+        out += _b
+        if _o.entity_name is None:
+            out += b'\xff\xff'
+        else:
+            _b = _o.entity_name.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('AlterClientQuotasResponse.EntityData.entity_name', _n)
+            out += _S1.pack(_n)
+            out += _b
 
 def _e_AlterClientQuotasResponse_0(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
@@ -331,33 +320,6 @@ def _e_AlterClientQuotasResponse_0(o, out, chunks):
     out += _S0.pack(_c)
     for _e in _a:
         _e_EntryData_0(_e, out, chunks)
-
-def _e_EntityData_1(o, out, chunks):
-    _b = o.entity_type.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('AlterClientQuotasResponse.EntityData.entity_type', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    if o.entity_name is None:
-        out.append(0)
-    else:
-        _b = o.entity_name.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('AlterClientQuotasResponse.EntityData.entity_name', _n)
-        if _n < 127:
-            out.append(_n + 1)
-        else:
-            write_uvarint(out, _n + 1)
-        out += _b
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
 
 def _e_EntryData_1(o, out, chunks):
     out += _S1.pack(o.error_code)
@@ -379,8 +341,32 @@ def _e_EntryData_1(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_EntityData_1(_e, out, chunks)
+    for _o in _a:
+        _b = _o.entity_type.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('AlterClientQuotasResponse.EntityData.entity_type', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        if _o.entity_name is None:
+            out.append(0)
+        else:
+            _b = _o.entity_name.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('AlterClientQuotasResponse.EntityData.entity_name', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

@@ -47,50 +47,6 @@ _S0 = _Struct('>i')
 _S1 = _Struct('>h')
 _S2 = _Struct('>b')
 
-def _d_AlterConfigsResourceResponse_0(buf, pos):
-    _l = len(buf)
-    o = _new(AlterConfigsResourceResponse)
-    if pos + 2 > _l:
-        raise truncated('AlterConfigsResponse.AlterConfigsResourceResponse.error_code', buf, pos, 2)
-    (o.error_code,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if pos + 2 > _l:
-        raise truncated('AlterConfigsResponse.AlterConfigsResourceResponse.error_message', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('AlterConfigsResponse.AlterConfigsResourceResponse.error_message', _n)
-        o.error_message = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='AlterConfigsResponse.AlterConfigsResourceResponse.error_message')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('AlterConfigsResponse.AlterConfigsResourceResponse.error_message', buf, pos, _n, 1)
-        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 1 > _l:
-        raise truncated('AlterConfigsResponse.AlterConfigsResourceResponse.resource_type', buf, pos, 1)
-    (o.resource_type,) = _S2.unpack_from(buf, pos)
-    pos += 1
-    if pos + 2 > _l:
-        raise truncated('AlterConfigsResponse.AlterConfigsResourceResponse.resource_name', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('AlterConfigsResponse.AlterConfigsResourceResponse.resource_name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='AlterConfigsResponse.AlterConfigsResourceResponse.resource_name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('AlterConfigsResponse.AlterConfigsResourceResponse.resource_name', buf, pos, _n, 1)
-        o.resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    o.unknown_tags = None
-    return o, pos
-
 def _d_AlterConfigsResponse_0(buf, pos):
     _l = len(buf)
     o = _new(AlterConfigsResponse)
@@ -108,68 +64,50 @@ def _d_AlterConfigsResponse_0(buf, pos):
         raise overrun('AlterConfigsResponse.responses', buf, pos, _c, 7)
     else:
         o.responses = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_AlterConfigsResourceResponse_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(AlterConfigsResourceResponse)
+            if pos + 2 > _l:
+                raise truncated('AlterConfigsResponse.AlterConfigsResourceResponse.error_code', buf, pos, 2)
+            (_o.error_code,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if pos + 2 > _l:
+                raise truncated('AlterConfigsResponse.AlterConfigsResourceResponse.error_message', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('AlterConfigsResponse.AlterConfigsResourceResponse.error_message', _n)
+                _o.error_message = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='AlterConfigsResponse.AlterConfigsResourceResponse.error_message')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('AlterConfigsResponse.AlterConfigsResourceResponse.error_message', buf, pos, _n, 1)
+                _o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 1 > _l:
+                raise truncated('AlterConfigsResponse.AlterConfigsResourceResponse.resource_type', buf, pos, 1)
+            (_o.resource_type,) = _S2.unpack_from(buf, pos)
+            pos += 1
+            if pos + 2 > _l:
+                raise truncated('AlterConfigsResponse.AlterConfigsResourceResponse.resource_name', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('AlterConfigsResponse.AlterConfigsResourceResponse.resource_name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='AlterConfigsResponse.AlterConfigsResourceResponse.resource_name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('AlterConfigsResponse.AlterConfigsResourceResponse.resource_name', buf, pos, _n, 1)
+                _o.resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
-    return o, pos
-
-def _d_AlterConfigsResourceResponse_2(buf, pos):
-    _l = len(buf)
-    o = _new(AlterConfigsResourceResponse)
-    if pos + 2 > _l:
-        raise truncated('AlterConfigsResponse.AlterConfigsResourceResponse.error_code', buf, pos, 2)
-    (o.error_code,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'AlterConfigsResponse.AlterConfigsResourceResponse.error_message')
-        _n -= 1
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('AlterConfigsResponse.AlterConfigsResourceResponse.error_message', _n)
-        o.error_message = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='AlterConfigsResponse.AlterConfigsResourceResponse.error_message')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('AlterConfigsResponse.AlterConfigsResourceResponse.error_message', buf, pos, _n, 1)
-        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 1 > _l:
-        raise truncated('AlterConfigsResponse.AlterConfigsResourceResponse.resource_type', buf, pos, 1)
-    (o.resource_type,) = _S2.unpack_from(buf, pos)
-    pos += 1
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'AlterConfigsResponse.AlterConfigsResourceResponse.resource_name')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('AlterConfigsResponse.AlterConfigsResourceResponse.resource_name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='AlterConfigsResponse.AlterConfigsResourceResponse.resource_name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('AlterConfigsResponse.AlterConfigsResourceResponse.resource_name', buf, pos, _n, 1)
-        o.resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'AlterConfigsResponse.AlterConfigsResourceResponse')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
     return o, pos
 
 def _d_AlterConfigsResponse_2(buf, pos):
@@ -191,9 +129,63 @@ def _d_AlterConfigsResponse_2(buf, pos):
         raise overrun('AlterConfigsResponse.responses', buf, pos, _c, 6)
     else:
         o.responses = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_AlterConfigsResourceResponse_2(buf, pos)
-            _lst.append(_e)
+            _o = _new(AlterConfigsResourceResponse)
+            if pos + 2 > _l:
+                raise truncated('AlterConfigsResponse.AlterConfigsResourceResponse.error_code', buf, pos, 2)
+            (_o.error_code,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'AlterConfigsResponse.AlterConfigsResourceResponse.error_message')
+                _n -= 1
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('AlterConfigsResponse.AlterConfigsResourceResponse.error_message', _n)
+                _o.error_message = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='AlterConfigsResponse.AlterConfigsResourceResponse.error_message')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('AlterConfigsResponse.AlterConfigsResourceResponse.error_message', buf, pos, _n, 1)
+                _o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 1 > _l:
+                raise truncated('AlterConfigsResponse.AlterConfigsResourceResponse.resource_type', buf, pos, 1)
+            (_o.resource_type,) = _S2.unpack_from(buf, pos)
+            pos += 1
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'AlterConfigsResponse.AlterConfigsResourceResponse.resource_name')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('AlterConfigsResponse.AlterConfigsResourceResponse.resource_name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='AlterConfigsResponse.AlterConfigsResourceResponse.resource_name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('AlterConfigsResponse.AlterConfigsResourceResponse.resource_name', buf, pos, _n, 1)
+                _o.resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'AlterConfigsResponse.AlterConfigsResourceResponse')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -207,61 +199,29 @@ def _d_AlterConfigsResponse_2(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_AlterConfigsResourceResponse_0(o, out, chunks):
-    out += _S1.pack(o.error_code)
-    if o.error_message is None:
-        out += b'\xff\xff'
-    else:
-        _b = o.error_message.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('AlterConfigsResponse.AlterConfigsResourceResponse.error_message', _n)
-        out += _S1.pack(_n)
-        out += _b
-    out += _S2.pack(o.resource_type)
-    _b = o.resource_name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('AlterConfigsResponse.AlterConfigsResourceResponse.resource_name', _n)
-    out += _S1.pack(_n)
-    out += _b
-
 def _e_AlterConfigsResponse_0(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
     _a = o.responses
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_AlterConfigsResourceResponse_0(_e, out, chunks)
-
-def _e_AlterConfigsResourceResponse_2(o, out, chunks):
-    out += _S1.pack(o.error_code)
-    if o.error_message is None:
-        out.append(0)
-    else:
-        _b = o.error_message.encode('utf-8', 'surrogateescape')
+    for _o in _a:
+        out += _S1.pack(_o.error_code)
+        if _o.error_message is None:
+            out += b'\xff\xff'
+        else:
+            _b = _o.error_message.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('AlterConfigsResponse.AlterConfigsResourceResponse.error_message', _n)
+            out += _S1.pack(_n)
+            out += _b
+        out += _S2.pack(_o.resource_type)
+        _b = _o.resource_name.encode('utf-8', 'surrogateescape')
         _n = len(_b)
         if _n > 0x7FFF:
-            raise string_too_long('AlterConfigsResponse.AlterConfigsResourceResponse.error_message', _n)
-        if _n < 127:
-            out.append(_n + 1)
-        else:
-            write_uvarint(out, _n + 1)
+            raise string_too_long('AlterConfigsResponse.AlterConfigsResourceResponse.resource_name', _n)
+        out += _S1.pack(_n)
         out += _b
-    out += _S2.pack(o.resource_type)
-    _b = o.resource_name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('AlterConfigsResponse.AlterConfigsResourceResponse.resource_name', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
 
 def _e_AlterConfigsResponse_2(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
@@ -271,8 +231,34 @@ def _e_AlterConfigsResponse_2(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_AlterConfigsResourceResponse_2(_e, out, chunks)
+    for _o in _a:
+        out += _S1.pack(_o.error_code)
+        if _o.error_message is None:
+            out.append(0)
+        else:
+            _b = _o.error_message.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('AlterConfigsResponse.AlterConfigsResourceResponse.error_message', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+        out += _S2.pack(_o.resource_type)
+        _b = _o.resource_name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('AlterConfigsResponse.AlterConfigsResourceResponse.resource_name', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

@@ -53,42 +53,6 @@ AlterPartitionReassignmentsRequest.ReassignablePartition = ReassignablePartition
 _S0 = _Struct('>i')
 _A_i = ARRAY_STRUCTS['i']
 
-def _d_ReassignablePartition_0(buf, pos):
-    _l = len(buf)
-    o = _new(ReassignablePartition)
-    if pos + 4 > _l:
-        raise truncated('AlterPartitionReassignmentsRequest.ReassignablePartition.partition_index', buf, pos, 4)
-    (o.partition_index,) = _S0.unpack_from(buf, pos)
-    pos += 4
-    if pos < _l and buf[pos] < 0x80:
-        _c = buf[pos] - 1
-        pos += 1
-    else:
-        _c, pos = read_uvarint(buf, pos, 'AlterPartitionReassignmentsRequest.ReassignablePartition.replicas')
-        _c -= 1
-    if _c < 0:
-        if _c != -1:
-            raise bad_length('AlterPartitionReassignmentsRequest.ReassignablePartition.replicas', _c)
-        o.replicas = None
-    elif _c * 4 > _l - pos:
-        raise overrun('AlterPartitionReassignmentsRequest.ReassignablePartition.replicas', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.replicas = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'AlterPartitionReassignmentsRequest.ReassignablePartition')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_ReassignableTopic_0(buf, pos):
     _l = len(buf)
     o = _new(ReassignableTopic)
@@ -120,9 +84,41 @@ def _d_ReassignableTopic_0(buf, pos):
         raise overrun('AlterPartitionReassignmentsRequest.ReassignableTopic.partitions', buf, pos, _c, 6)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_ReassignablePartition_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(ReassignablePartition)
+            if pos + 4 > _l:
+                raise truncated('AlterPartitionReassignmentsRequest.ReassignablePartition.partition_index', buf, pos, 4)
+            (_o.partition_index,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'AlterPartitionReassignmentsRequest.ReassignablePartition.replicas')
+                _c -= 1
+            if _c < 0:
+                if _c != -1:
+                    raise bad_length('AlterPartitionReassignmentsRequest.ReassignablePartition.replicas', _c)
+                _o.replicas = None
+            elif _c * 4 > _l - pos:
+                raise overrun('AlterPartitionReassignmentsRequest.ReassignablePartition.replicas', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.replicas = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'AlterPartitionReassignmentsRequest.ReassignablePartition')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -171,24 +167,6 @@ def _d_AlterPartitionReassignmentsRequest_0(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_ReassignablePartition_0(o, out, chunks):
-    out += _S0.pack(o.partition_index)
-    _a = o.replicas
-    if _a is None:
-        out.append(0)
-    else:
-        _c = len(_a)
-        if _c < 127:
-            out.append(_c + 1)
-        else:
-            write_uvarint(out, _c + 1)
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        out += _st.pack(*_a)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
 def _e_ReassignableTopic_0(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')
     _n = len(_b)
@@ -205,8 +183,23 @@ def _e_ReassignableTopic_0(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_ReassignablePartition_0(_e, out, chunks)
+    for _o in _a:
+        out += _S0.pack(_o.partition_index)
+        _a = _o.replicas
+        if _a is None:
+            out.append(0)
+        else:
+            _c = len(_a)
+            if _c < 127:
+                out.append(_c + 1)
+            else:
+                write_uvarint(out, _c + 1)
+            _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+            out += _st.pack(*_a)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

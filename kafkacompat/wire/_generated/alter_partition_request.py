@@ -81,46 +81,6 @@ _S3 = _Struct('>bi')
 _S4 = _Struct('>16s')
 _A_i = ARRAY_STRUCTS['i']
 
-def _d_PartitionData_0(buf, pos):
-    _l = len(buf)
-    o = _new(PartitionData)
-    o.new_isr_with_epochs = []
-    o.leader_recovery_state = 0
-    if pos + 8 > _l:
-        raise truncated('AlterPartitionRequest.PartitionData.partition_index', buf, pos, 8)
-    o.partition_index, o.leader_epoch = _S1.unpack_from(buf, pos)
-    pos += 8
-    if pos < _l and buf[pos] < 0x80:
-        _c = buf[pos] - 1
-        pos += 1
-    else:
-        _c, pos = read_uvarint(buf, pos, 'AlterPartitionRequest.PartitionData.new_isr')
-        _c -= 1
-    if _c < 0:
-        raise bad_length('AlterPartitionRequest.PartitionData.new_isr', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('AlterPartitionRequest.PartitionData.new_isr', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.new_isr = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos + 4 > _l:
-        raise truncated('AlterPartitionRequest.PartitionData.partition_epoch', buf, pos, 4)
-    (o.partition_epoch,) = _S2.unpack_from(buf, pos)
-    pos += 4
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'AlterPartitionRequest.PartitionData')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_TopicData_0(buf, pos):
     _l = len(buf)
     o = _new(TopicData)
@@ -153,9 +113,45 @@ def _d_TopicData_0(buf, pos):
         raise overrun('AlterPartitionRequest.TopicData.partitions', buf, pos, _c, 14)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_PartitionData_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(PartitionData)
+            _o.new_isr_with_epochs = []
+            _o.leader_recovery_state = 0
+            if pos + 8 > _l:
+                raise truncated('AlterPartitionRequest.PartitionData.partition_index', buf, pos, 8)
+            _o.partition_index, _o.leader_epoch = _S1.unpack_from(buf, pos)
+            pos += 8
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'AlterPartitionRequest.PartitionData.new_isr')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('AlterPartitionRequest.PartitionData.new_isr', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('AlterPartitionRequest.PartitionData.new_isr', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.new_isr = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos + 4 > _l:
+                raise truncated('AlterPartitionRequest.PartitionData.partition_epoch', buf, pos, 4)
+            (_o.partition_epoch,) = _S2.unpack_from(buf, pos)
+            pos += 4
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'AlterPartitionRequest.PartitionData')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -204,45 +200,6 @@ def _d_AlterPartitionRequest_0(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _d_PartitionData_1(buf, pos):
-    _l = len(buf)
-    o = _new(PartitionData)
-    o.new_isr_with_epochs = []
-    if pos + 8 > _l:
-        raise truncated('AlterPartitionRequest.PartitionData.partition_index', buf, pos, 8)
-    o.partition_index, o.leader_epoch = _S1.unpack_from(buf, pos)
-    pos += 8
-    if pos < _l and buf[pos] < 0x80:
-        _c = buf[pos] - 1
-        pos += 1
-    else:
-        _c, pos = read_uvarint(buf, pos, 'AlterPartitionRequest.PartitionData.new_isr')
-        _c -= 1
-    if _c < 0:
-        raise bad_length('AlterPartitionRequest.PartitionData.new_isr', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('AlterPartitionRequest.PartitionData.new_isr', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.new_isr = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos + 5 > _l:
-        raise truncated('AlterPartitionRequest.PartitionData.leader_recovery_state', buf, pos, 5)
-    o.leader_recovery_state, o.partition_epoch = _S3.unpack_from(buf, pos)
-    pos += 5
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'AlterPartitionRequest.PartitionData')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_TopicData_1(buf, pos):
     _l = len(buf)
     o = _new(TopicData)
@@ -275,9 +232,44 @@ def _d_TopicData_1(buf, pos):
         raise overrun('AlterPartitionRequest.TopicData.partitions', buf, pos, _c, 15)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_PartitionData_1(buf, pos)
-            _lst.append(_e)
+            _o = _new(PartitionData)
+            _o.new_isr_with_epochs = []
+            if pos + 8 > _l:
+                raise truncated('AlterPartitionRequest.PartitionData.partition_index', buf, pos, 8)
+            _o.partition_index, _o.leader_epoch = _S1.unpack_from(buf, pos)
+            pos += 8
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'AlterPartitionRequest.PartitionData.new_isr')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('AlterPartitionRequest.PartitionData.new_isr', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('AlterPartitionRequest.PartitionData.new_isr', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.new_isr = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos + 5 > _l:
+                raise truncated('AlterPartitionRequest.PartitionData.leader_recovery_state', buf, pos, 5)
+            _o.leader_recovery_state, _o.partition_epoch = _S3.unpack_from(buf, pos)
+            pos += 5
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'AlterPartitionRequest.PartitionData')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -347,9 +339,44 @@ def _d_TopicData_2(buf, pos):
         raise overrun('AlterPartitionRequest.TopicData.partitions', buf, pos, _c, 15)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_PartitionData_1(buf, pos)
-            _lst.append(_e)
+            _o = _new(PartitionData)
+            _o.new_isr_with_epochs = []
+            if pos + 8 > _l:
+                raise truncated('AlterPartitionRequest.PartitionData.partition_index', buf, pos, 8)
+            _o.partition_index, _o.leader_epoch = _S1.unpack_from(buf, pos)
+            pos += 8
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'AlterPartitionRequest.PartitionData.new_isr')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('AlterPartitionRequest.PartitionData.new_isr', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('AlterPartitionRequest.PartitionData.new_isr', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.new_isr = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos + 5 > _l:
+                raise truncated('AlterPartitionRequest.PartitionData.leader_recovery_state', buf, pos, 5)
+            _o.leader_recovery_state, _o.partition_epoch = _S3.unpack_from(buf, pos)
+            pos += 5
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'AlterPartitionRequest.PartitionData')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -398,26 +425,6 @@ def _d_AlterPartitionRequest_2(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _d_BrokerState_3(buf, pos):
-    _l = len(buf)
-    o = _new(BrokerState)
-    if pos + 12 > _l:
-        raise truncated('AlterPartitionRequest.BrokerState.broker_id', buf, pos, 12)
-    o.broker_id, o.broker_epoch = _S0.unpack_from(buf, pos)
-    pos += 12
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'AlterPartitionRequest.BrokerState')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_PartitionData_3(buf, pos):
     _l = len(buf)
     o = _new(PartitionData)
@@ -438,9 +445,25 @@ def _d_PartitionData_3(buf, pos):
         raise overrun('AlterPartitionRequest.PartitionData.new_isr_with_epochs', buf, pos, _c, 13)
     else:
         o.new_isr_with_epochs = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_BrokerState_3(buf, pos)
-            _lst.append(_e)
+            _o = _new(BrokerState)
+            if pos + 12 > _l:
+                raise truncated('AlterPartitionRequest.BrokerState.broker_id', buf, pos, 12)
+            _o.broker_id, _o.broker_epoch = _S0.unpack_from(buf, pos)
+            pos += 12
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'AlterPartitionRequest.BrokerState')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos + 5 > _l:
         raise truncated('AlterPartitionRequest.PartitionData.leader_recovery_state', buf, pos, 5)
     o.leader_recovery_state, o.partition_epoch = _S3.unpack_from(buf, pos)
@@ -530,22 +553,6 @@ def _d_AlterPartitionRequest_3(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_PartitionData_0(o, out, chunks):
-    out += _S1.pack(o.partition_index, o.leader_epoch)
-    _a = o.new_isr
-    _c = len(_a)
-    if _c < 127:
-        out.append(_c + 1)
-    else:
-        write_uvarint(out, _c + 1)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    out += _S2.pack(o.partition_epoch)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
 def _e_TopicData_0(o, out, chunks):
     _b = o.topic_name.encode('utf-8', 'surrogateescape')
     _n = len(_b)
@@ -562,8 +569,21 @@ def _e_TopicData_0(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_PartitionData_0(_e, out, chunks)
+    for _o in _a:
+        out += _S1.pack(_o.partition_index, _o.leader_epoch)
+        _a = _o.new_isr
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        out += _S2.pack(_o.partition_epoch)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -579,22 +599,6 @@ def _e_AlterPartitionRequest_0(o, out, chunks):
         write_uvarint(out, _c + 1)
     for _e in _a:
         _e_TopicData_0(_e, out, chunks)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
-def _e_PartitionData_1(o, out, chunks):
-    out += _S1.pack(o.partition_index, o.leader_epoch)
-    _a = o.new_isr
-    _c = len(_a)
-    if _c < 127:
-        out.append(_c + 1)
-    else:
-        write_uvarint(out, _c + 1)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    out += _S3.pack(o.leader_recovery_state, o.partition_epoch)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -616,8 +620,21 @@ def _e_TopicData_1(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_PartitionData_1(_e, out, chunks)
+    for _o in _a:
+        out += _S1.pack(_o.partition_index, _o.leader_epoch)
+        _a = _o.new_isr
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        out += _S3.pack(_o.leader_recovery_state, _o.partition_epoch)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -646,8 +663,21 @@ def _e_TopicData_2(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_PartitionData_1(_e, out, chunks)
+    for _o in _a:
+        out += _S1.pack(_o.partition_index, _o.leader_epoch)
+        _a = _o.new_isr
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        out += _S3.pack(_o.leader_recovery_state, _o.partition_epoch)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -668,13 +698,6 @@ def _e_AlterPartitionRequest_2(o, out, chunks):
     else:
         write_tags(out, o.unknown_tags)
 
-def _e_BrokerState_3(o, out, chunks):
-    out += _S0.pack(o.broker_id, o.broker_epoch)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
 def _e_PartitionData_3(o, out, chunks):
     out += _S1.pack(o.partition_index, o.leader_epoch)
     _a = o.new_isr_with_epochs
@@ -683,8 +706,12 @@ def _e_PartitionData_3(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_BrokerState_3(_e, out, chunks)
+    for _o in _a:
+        out += _S0.pack(_o.broker_id, _o.broker_epoch)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     out += _S3.pack(o.leader_recovery_state, o.partition_epoch)
     if o.unknown_tags is None:
         out.append(0)

@@ -74,45 +74,6 @@ _S3 = _Struct('>bi')
 _S4 = _Struct('>16s')
 _A_i = ARRAY_STRUCTS['i']
 
-def _d_PartitionData_0(buf, pos):
-    _l = len(buf)
-    o = _new(PartitionData)
-    o.leader_recovery_state = 0
-    if pos + 14 > _l:
-        raise truncated('AlterPartitionResponse.PartitionData.partition_index', buf, pos, 14)
-    o.partition_index, o.error_code, o.leader_id, o.leader_epoch = _S1.unpack_from(buf, pos)
-    pos += 14
-    if pos < _l and buf[pos] < 0x80:
-        _c = buf[pos] - 1
-        pos += 1
-    else:
-        _c, pos = read_uvarint(buf, pos, 'AlterPartitionResponse.PartitionData.isr')
-        _c -= 1
-    if _c < 0:
-        raise bad_length('AlterPartitionResponse.PartitionData.isr', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('AlterPartitionResponse.PartitionData.isr', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.isr = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos + 4 > _l:
-        raise truncated('AlterPartitionResponse.PartitionData.partition_epoch', buf, pos, 4)
-    (o.partition_epoch,) = _S2.unpack_from(buf, pos)
-    pos += 4
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'AlterPartitionResponse.PartitionData')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_TopicData_0(buf, pos):
     _l = len(buf)
     o = _new(TopicData)
@@ -145,9 +106,44 @@ def _d_TopicData_0(buf, pos):
         raise overrun('AlterPartitionResponse.TopicData.partitions', buf, pos, _c, 20)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_PartitionData_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(PartitionData)
+            _o.leader_recovery_state = 0
+            if pos + 14 > _l:
+                raise truncated('AlterPartitionResponse.PartitionData.partition_index', buf, pos, 14)
+            _o.partition_index, _o.error_code, _o.leader_id, _o.leader_epoch = _S1.unpack_from(buf, pos)
+            pos += 14
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'AlterPartitionResponse.PartitionData.isr')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('AlterPartitionResponse.PartitionData.isr', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('AlterPartitionResponse.PartitionData.isr', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.isr = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos + 4 > _l:
+                raise truncated('AlterPartitionResponse.PartitionData.partition_epoch', buf, pos, 4)
+            (_o.partition_epoch,) = _S2.unpack_from(buf, pos)
+            pos += 4
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'AlterPartitionResponse.PartitionData')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -196,44 +192,6 @@ def _d_AlterPartitionResponse_0(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _d_PartitionData_1(buf, pos):
-    _l = len(buf)
-    o = _new(PartitionData)
-    if pos + 14 > _l:
-        raise truncated('AlterPartitionResponse.PartitionData.partition_index', buf, pos, 14)
-    o.partition_index, o.error_code, o.leader_id, o.leader_epoch = _S1.unpack_from(buf, pos)
-    pos += 14
-    if pos < _l and buf[pos] < 0x80:
-        _c = buf[pos] - 1
-        pos += 1
-    else:
-        _c, pos = read_uvarint(buf, pos, 'AlterPartitionResponse.PartitionData.isr')
-        _c -= 1
-    if _c < 0:
-        raise bad_length('AlterPartitionResponse.PartitionData.isr', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('AlterPartitionResponse.PartitionData.isr', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.isr = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos + 5 > _l:
-        raise truncated('AlterPartitionResponse.PartitionData.leader_recovery_state', buf, pos, 5)
-    o.leader_recovery_state, o.partition_epoch = _S3.unpack_from(buf, pos)
-    pos += 5
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'AlterPartitionResponse.PartitionData')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_TopicData_1(buf, pos):
     _l = len(buf)
     o = _new(TopicData)
@@ -266,9 +224,43 @@ def _d_TopicData_1(buf, pos):
         raise overrun('AlterPartitionResponse.TopicData.partitions', buf, pos, _c, 21)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_PartitionData_1(buf, pos)
-            _lst.append(_e)
+            _o = _new(PartitionData)
+            if pos + 14 > _l:
+                raise truncated('AlterPartitionResponse.PartitionData.partition_index', buf, pos, 14)
+            _o.partition_index, _o.error_code, _o.leader_id, _o.leader_epoch = _S1.unpack_from(buf, pos)
+            pos += 14
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'AlterPartitionResponse.PartitionData.isr')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('AlterPartitionResponse.PartitionData.isr', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('AlterPartitionResponse.PartitionData.isr', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.isr = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos + 5 > _l:
+                raise truncated('AlterPartitionResponse.PartitionData.leader_recovery_state', buf, pos, 5)
+            _o.leader_recovery_state, _o.partition_epoch = _S3.unpack_from(buf, pos)
+            pos += 5
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'AlterPartitionResponse.PartitionData')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -338,9 +330,43 @@ def _d_TopicData_2(buf, pos):
         raise overrun('AlterPartitionResponse.TopicData.partitions', buf, pos, _c, 21)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_PartitionData_1(buf, pos)
-            _lst.append(_e)
+            _o = _new(PartitionData)
+            if pos + 14 > _l:
+                raise truncated('AlterPartitionResponse.PartitionData.partition_index', buf, pos, 14)
+            _o.partition_index, _o.error_code, _o.leader_id, _o.leader_epoch = _S1.unpack_from(buf, pos)
+            pos += 14
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'AlterPartitionResponse.PartitionData.isr')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('AlterPartitionResponse.PartitionData.isr', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('AlterPartitionResponse.PartitionData.isr', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.isr = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos + 5 > _l:
+                raise truncated('AlterPartitionResponse.PartitionData.leader_recovery_state', buf, pos, 5)
+            _o.leader_recovery_state, _o.partition_epoch = _S3.unpack_from(buf, pos)
+            pos += 5
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'AlterPartitionResponse.PartitionData')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -389,22 +415,6 @@ def _d_AlterPartitionResponse_2(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_PartitionData_0(o, out, chunks):
-    out += _S1.pack(o.partition_index, o.error_code, o.leader_id, o.leader_epoch)
-    _a = o.isr
-    _c = len(_a)
-    if _c < 127:
-        out.append(_c + 1)
-    else:
-        write_uvarint(out, _c + 1)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    out += _S2.pack(o.partition_epoch)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
 def _e_TopicData_0(o, out, chunks):
     _b = o.topic_name.encode('utf-8', 'surrogateescape')
     _n = len(_b)
@@ -421,8 +431,21 @@ def _e_TopicData_0(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_PartitionData_0(_e, out, chunks)
+    for _o in _a:
+        out += _S1.pack(_o.partition_index, _o.error_code, _o.leader_id, _o.leader_epoch)
+        _a = _o.isr
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        out += _S2.pack(_o.partition_epoch)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -438,22 +461,6 @@ def _e_AlterPartitionResponse_0(o, out, chunks):
         write_uvarint(out, _c + 1)
     for _e in _a:
         _e_TopicData_0(_e, out, chunks)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
-def _e_PartitionData_1(o, out, chunks):
-    out += _S1.pack(o.partition_index, o.error_code, o.leader_id, o.leader_epoch)
-    _a = o.isr
-    _c = len(_a)
-    if _c < 127:
-        out.append(_c + 1)
-    else:
-        write_uvarint(out, _c + 1)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    out += _S3.pack(o.leader_recovery_state, o.partition_epoch)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -475,8 +482,21 @@ def _e_TopicData_1(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_PartitionData_1(_e, out, chunks)
+    for _o in _a:
+        out += _S1.pack(_o.partition_index, _o.error_code, _o.leader_id, _o.leader_epoch)
+        _a = _o.isr
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        out += _S3.pack(_o.leader_recovery_state, _o.partition_epoch)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -505,8 +525,21 @@ def _e_TopicData_2(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_PartitionData_1(_e, out, chunks)
+    for _o in _a:
+        out += _S1.pack(_o.partition_index, _o.error_code, _o.leader_id, _o.leader_epoch)
+        _a = _o.isr
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        out += _S3.pack(_o.leader_recovery_state, _o.partition_epoch)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

@@ -53,38 +53,6 @@ _S0 = _Struct('>i')
 _S1 = _Struct('>h')
 _A_i = ARRAY_STRUCTS['i']
 
-def _d_AlterReplicaLogDirTopic_0(buf, pos):
-    _l = len(buf)
-    o = _new(AlterReplicaLogDirTopic)
-    if pos + 2 > _l:
-        raise truncated('AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.name', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.name', buf, pos, _n, 1)
-        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 4 > _l:
-        raise truncated('AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.partitions', buf, pos, 4)
-    (_c,) = _S0.unpack_from(buf, pos)
-    pos += 4
-    if _c < 0:
-        raise bad_length('AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.partitions', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.partitions', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.partitions = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    o.unknown_tags = None
-    return o, pos
-
 def _d_AlterReplicaLogDir_0(buf, pos):
     _l = len(buf)
     o = _new(AlterReplicaLogDir)
@@ -112,9 +80,37 @@ def _d_AlterReplicaLogDir_0(buf, pos):
         raise overrun('AlterReplicaLogDirsRequest.AlterReplicaLogDir.topics', buf, pos, _c, 6)
     else:
         o.topics = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_AlterReplicaLogDirTopic_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(AlterReplicaLogDirTopic)
+            if pos + 2 > _l:
+                raise truncated('AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.name', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.partitions', buf, pos, 4)
+            (_c,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.partitions', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.partitions', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.partitions = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -135,52 +131,6 @@ def _d_AlterReplicaLogDirsRequest_0(buf, pos):
             _e, pos = _d_AlterReplicaLogDir_0(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
-    return o, pos
-
-def _d_AlterReplicaLogDirTopic_2(buf, pos):
-    _l = len(buf)
-    o = _new(AlterReplicaLogDirTopic)
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.name')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.name', buf, pos, _n, 1)
-        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _c = buf[pos] - 1
-        pos += 1
-    else:
-        _c, pos = read_uvarint(buf, pos, 'AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.partitions')
-        _c -= 1
-    if _c < 0:
-        raise bad_length('AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.partitions', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.partitions', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.partitions = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
     return o, pos
 
 def _d_AlterReplicaLogDir_2(buf, pos):
@@ -214,9 +164,51 @@ def _d_AlterReplicaLogDir_2(buf, pos):
         raise overrun('AlterReplicaLogDirsRequest.AlterReplicaLogDir.topics', buf, pos, _c, 3)
     else:
         o.topics = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_AlterReplicaLogDirTopic_2(buf, pos)
-            _lst.append(_e)
+            _o = _new(AlterReplicaLogDirTopic)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.name')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.partitions')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.partitions', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.partitions', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.partitions = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -261,19 +253,6 @@ def _d_AlterReplicaLogDirsRequest_2(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_AlterReplicaLogDirTopic_0(o, out, chunks):
-    _b = o.name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.name', _n)
-    out += _S1.pack(_n)
-    out += _b
-    _a = o.partitions
-    _c = len(_a)
-    out += _S0.pack(_c)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-
 def _e_AlterReplicaLogDir_0(o, out, chunks):
     _b = o.path.encode('utf-8', 'surrogateescape')
     _n = len(_b)
@@ -284,8 +263,18 @@ def _e_AlterReplicaLogDir_0(o, out, chunks):
     _a = o.topics
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_AlterReplicaLogDirTopic_0(_e, out, chunks)
+    for _o in _a:
+        _b = _o.name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.name', _n)
+        out += _S1.pack(_n)
+        out += _b
+        _a = _o.partitions
+        _c = len(_a)
+        out += _S0.pack(_c)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
 
 def _e_AlterReplicaLogDirsRequest_0(o, out, chunks):
     _a = o.dirs
@@ -293,29 +282,6 @@ def _e_AlterReplicaLogDirsRequest_0(o, out, chunks):
     out += _S0.pack(_c)
     for _e in _a:
         _e_AlterReplicaLogDir_0(_e, out, chunks)
-
-def _e_AlterReplicaLogDirTopic_2(o, out, chunks):
-    _b = o.name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.name', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    _a = o.partitions
-    _c = len(_a)
-    if _c < 127:
-        out.append(_c + 1)
-    else:
-        write_uvarint(out, _c + 1)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
 
 def _e_AlterReplicaLogDir_2(o, out, chunks):
     _b = o.path.encode('utf-8', 'surrogateescape')
@@ -333,8 +299,28 @@ def _e_AlterReplicaLogDir_2(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_AlterReplicaLogDirTopic_2(_e, out, chunks)
+    for _o in _a:
+        _b = _o.name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.name', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        _a = _o.partitions
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

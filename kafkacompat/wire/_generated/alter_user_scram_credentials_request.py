@@ -56,106 +56,6 @@ AlterUserScramCredentialsRequest.ScramCredentialUpsertion = ScramCredentialUpser
 _S0 = _Struct('>b')
 _S1 = _Struct('>bi')
 
-def _d_ScramCredentialDeletion_0(buf, pos):
-    _l = len(buf)
-    o = _new(ScramCredentialDeletion)
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'AlterUserScramCredentialsRequest.ScramCredentialDeletion.name')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('AlterUserScramCredentialsRequest.ScramCredentialDeletion.name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='AlterUserScramCredentialsRequest.ScramCredentialDeletion.name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('AlterUserScramCredentialsRequest.ScramCredentialDeletion.name', buf, pos, _n, 1)
-        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 1 > _l:
-        raise truncated('AlterUserScramCredentialsRequest.ScramCredentialDeletion.mechanism', buf, pos, 1)
-    (o.mechanism,) = _S0.unpack_from(buf, pos)
-    pos += 1
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'AlterUserScramCredentialsRequest.ScramCredentialDeletion')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
-def _d_ScramCredentialUpsertion_0(buf, pos):
-    _l = len(buf)
-    o = _new(ScramCredentialUpsertion)
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'AlterUserScramCredentialsRequest.ScramCredentialUpsertion.name')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('AlterUserScramCredentialsRequest.ScramCredentialUpsertion.name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='AlterUserScramCredentialsRequest.ScramCredentialUpsertion.name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('AlterUserScramCredentialsRequest.ScramCredentialUpsertion.name', buf, pos, _n, 1)
-        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 5 > _l:
-        raise truncated('AlterUserScramCredentialsRequest.ScramCredentialUpsertion.mechanism', buf, pos, 5)
-    o.mechanism, o.iterations = _S1.unpack_from(buf, pos)
-    pos += 5
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'AlterUserScramCredentialsRequest.ScramCredentialUpsertion.salt')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('AlterUserScramCredentialsRequest.ScramCredentialUpsertion.salt', _n)
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('AlterUserScramCredentialsRequest.ScramCredentialUpsertion.salt', buf, pos, _n, 1)
-        o.salt = bytes(buf[pos:_end])
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'AlterUserScramCredentialsRequest.ScramCredentialUpsertion.salted_password')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('AlterUserScramCredentialsRequest.ScramCredentialUpsertion.salted_password', _n)
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('AlterUserScramCredentialsRequest.ScramCredentialUpsertion.salted_password', buf, pos, _n, 1)
-        o.salted_password = bytes(buf[pos:_end])
-        pos = _end
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'AlterUserScramCredentialsRequest.ScramCredentialUpsertion')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_AlterUserScramCredentialsRequest_0(buf, pos):
     _l = len(buf)
     o = _new(AlterUserScramCredentialsRequest)
@@ -171,9 +71,41 @@ def _d_AlterUserScramCredentialsRequest_0(buf, pos):
         raise overrun('AlterUserScramCredentialsRequest.deletions', buf, pos, _c, 3)
     else:
         o.deletions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_ScramCredentialDeletion_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(ScramCredentialDeletion)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'AlterUserScramCredentialsRequest.ScramCredentialDeletion.name')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('AlterUserScramCredentialsRequest.ScramCredentialDeletion.name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='AlterUserScramCredentialsRequest.ScramCredentialDeletion.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('AlterUserScramCredentialsRequest.ScramCredentialDeletion.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 1 > _l:
+                raise truncated('AlterUserScramCredentialsRequest.ScramCredentialDeletion.mechanism', buf, pos, 1)
+            (_o.mechanism,) = _S0.unpack_from(buf, pos)
+            pos += 1
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'AlterUserScramCredentialsRequest.ScramCredentialDeletion')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -186,9 +118,69 @@ def _d_AlterUserScramCredentialsRequest_0(buf, pos):
         raise overrun('AlterUserScramCredentialsRequest.upsertions', buf, pos, _c, 9)
     else:
         o.upsertions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_ScramCredentialUpsertion_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(ScramCredentialUpsertion)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'AlterUserScramCredentialsRequest.ScramCredentialUpsertion.name')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('AlterUserScramCredentialsRequest.ScramCredentialUpsertion.name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='AlterUserScramCredentialsRequest.ScramCredentialUpsertion.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('AlterUserScramCredentialsRequest.ScramCredentialUpsertion.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 5 > _l:
+                raise truncated('AlterUserScramCredentialsRequest.ScramCredentialUpsertion.mechanism', buf, pos, 5)
+            _o.mechanism, _o.iterations = _S1.unpack_from(buf, pos)
+            pos += 5
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'AlterUserScramCredentialsRequest.ScramCredentialUpsertion.salt')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('AlterUserScramCredentialsRequest.ScramCredentialUpsertion.salt', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('AlterUserScramCredentialsRequest.ScramCredentialUpsertion.salt', buf, pos, _n, 1)
+                _o.salt = bytes(buf[pos:_end])
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'AlterUserScramCredentialsRequest.ScramCredentialUpsertion.salted_password')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('AlterUserScramCredentialsRequest.ScramCredentialUpsertion.salted_password', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('AlterUserScramCredentialsRequest.ScramCredentialUpsertion.salted_password', buf, pos, _n, 1)
+                _o.salted_password = bytes(buf[pos:_end])
+                pos = _end
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'AlterUserScramCredentialsRequest.ScramCredentialUpsertion')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -202,52 +194,6 @@ def _d_AlterUserScramCredentialsRequest_0(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_ScramCredentialDeletion_0(o, out, chunks):
-    _b = o.name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('AlterUserScramCredentialsRequest.ScramCredentialDeletion.name', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    out += _S0.pack(o.mechanism)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
-def _e_ScramCredentialUpsertion_0(o, out, chunks):
-    _b = o.name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('AlterUserScramCredentialsRequest.ScramCredentialUpsertion.name', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    out += _S1.pack(o.mechanism, o.iterations)
-    _b = o.salt
-    _n = len(_b)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    _b = o.salted_password
-    _n = len(_b)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
 def _e_AlterUserScramCredentialsRequest_0(o, out, chunks):
     _a = o.deletions
     _c = len(_a)
@@ -255,16 +201,56 @@ def _e_AlterUserScramCredentialsRequest_0(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_ScramCredentialDeletion_0(_e, out, chunks)
+    for _o in _a:
+        _b = _o.name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('AlterUserScramCredentialsRequest.ScramCredentialDeletion.name', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        out += _S0.pack(_o.mechanism)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     _a = o.upsertions
     _c = len(_a)
     if _c < 127:
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_ScramCredentialUpsertion_0(_e, out, chunks)
+    for _o in _a:
+        _b = _o.name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('AlterUserScramCredentialsRequest.ScramCredentialUpsertion.name', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        out += _S1.pack(_o.mechanism, _o.iterations)
+        _b = _o.salt
+        _n = len(_b)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        _b = _o.salted_password
+        _n = len(_b)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

@@ -45,60 +45,6 @@ AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult = AlterUserScr
 _S0 = _Struct('>i')
 _S1 = _Struct('>h')
 
-def _d_AlterUserScramCredentialsResult_0(buf, pos):
-    _l = len(buf)
-    o = _new(AlterUserScramCredentialsResult)
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult.user')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult.user', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult.user')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult.user', buf, pos, _n, 1)
-        o.user = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult.error_code', buf, pos, 2)
-    (o.error_code,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult.error_message')
-        _n -= 1
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult.error_message', _n)
-        o.error_message = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult.error_message')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult.error_message', buf, pos, _n, 1)
-        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_AlterUserScramCredentialsResponse_0(buf, pos):
     _l = len(buf)
     o = _new(AlterUserScramCredentialsResponse)
@@ -118,9 +64,59 @@ def _d_AlterUserScramCredentialsResponse_0(buf, pos):
         raise overrun('AlterUserScramCredentialsResponse.results', buf, pos, _c, 5)
     else:
         o.results = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_AlterUserScramCredentialsResult_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(AlterUserScramCredentialsResult)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult.user')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult.user', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult.user')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult.user', buf, pos, _n, 1)
+                _o.user = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult.error_code', buf, pos, 2)
+            (_o.error_code,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult.error_message')
+                _n -= 1
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult.error_message', _n)
+                _o.error_message = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult.error_message')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult.error_message', buf, pos, _n, 1)
+                _o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -134,34 +130,6 @@ def _d_AlterUserScramCredentialsResponse_0(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_AlterUserScramCredentialsResult_0(o, out, chunks):
-    _b = o.user.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult.user', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    out += _S1.pack(o.error_code)
-    if o.error_message is None:
-        out.append(0)
-    else:
-        _b = o.error_message.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult.error_message', _n)
-        if _n < 127:
-            out.append(_n + 1)
-        else:
-            write_uvarint(out, _n + 1)
-        out += _b
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
 def _e_AlterUserScramCredentialsResponse_0(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
     _a = o.results
@@ -170,8 +138,33 @@ def _e_AlterUserScramCredentialsResponse_0(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_AlterUserScramCredentialsResult_0(_e, out, chunks)
+    for _o in _a:
+        _b = _o.user.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult.user', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        out += _S1.pack(_o.error_code)
+        if _o.error_message is None:
+            out.append(0)
+        else:
+            _b = _o.error_message.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult.error_message', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

@@ -84,16 +84,6 @@ _S3 = _Struct('>hh')
 _S4 = _Struct('>q')
 _S5 = _Struct('>?')
 
-def _d_ApiVersion_0(buf, pos):
-    _l = len(buf)
-    o = _new(ApiVersion)
-    if pos + 6 > _l:
-        raise truncated('ApiVersionsResponse.ApiVersion.api_key', buf, pos, 6)
-    o.api_key, o.min_version, o.max_version = _S2.unpack_from(buf, pos)
-    pos += 6
-    o.unknown_tags = None
-    return o, pos
-
 def _d_ApiVersionsResponse_0(buf, pos):
     _l = len(buf)
     o = _new(ApiVersionsResponse)
@@ -116,9 +106,15 @@ def _d_ApiVersionsResponse_0(buf, pos):
         raise overrun('ApiVersionsResponse.api_keys', buf, pos, _c, 6)
     else:
         o.api_keys = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_ApiVersion_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(ApiVersion)
+            if pos + 6 > _l:
+                raise truncated('ApiVersionsResponse.ApiVersion.api_key', buf, pos, 6)
+            _o.api_key, _o.min_version, _o.max_version = _S2.unpack_from(buf, pos)
+            pos += 6
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -143,34 +139,20 @@ def _d_ApiVersionsResponse_1(buf, pos):
         raise overrun('ApiVersionsResponse.api_keys', buf, pos, _c, 6)
     else:
         o.api_keys = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_ApiVersion_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(ApiVersion)
+            if pos + 6 > _l:
+                raise truncated('ApiVersionsResponse.ApiVersion.api_key', buf, pos, 6)
+            _o.api_key, _o.min_version, _o.max_version = _S2.unpack_from(buf, pos)
+            pos += 6
+            _o.unknown_tags = None
+            _ap(_o)
     if pos + 4 > _l:
         raise truncated('ApiVersionsResponse.throttle_time_ms', buf, pos, 4)
     (o.throttle_time_ms,) = _S1.unpack_from(buf, pos)
     pos += 4
     o.unknown_tags = None
-    return o, pos
-
-def _d_ApiVersion_3(buf, pos):
-    _l = len(buf)
-    o = _new(ApiVersion)
-    if pos + 6 > _l:
-        raise truncated('ApiVersionsResponse.ApiVersion.api_key', buf, pos, 6)
-    o.api_key, o.min_version, o.max_version = _S2.unpack_from(buf, pos)
-    pos += 6
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'ApiVersionsResponse.ApiVersion')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
     return o, pos
 
 def _d_SupportedFeatureKey_3(buf, pos):
@@ -264,9 +246,25 @@ def _d_ApiVersionsResponse_3(buf, pos):
         raise overrun('ApiVersionsResponse.api_keys', buf, pos, _c, 7)
     else:
         o.api_keys = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_ApiVersion_3(buf, pos)
-            _lst.append(_e)
+            _o = _new(ApiVersion)
+            if pos + 6 > _l:
+                raise truncated('ApiVersionsResponse.ApiVersion.api_key', buf, pos, 6)
+            _o.api_key, _o.min_version, _o.max_version = _S2.unpack_from(buf, pos)
+            pos += 6
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'ApiVersionsResponse.ApiVersion')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos + 4 > _l:
         raise truncated('ApiVersionsResponse.throttle_time_ms', buf, pos, 4)
     (o.throttle_time_ms,) = _S1.unpack_from(buf, pos)
@@ -347,32 +345,22 @@ def _d_ApiVersionsResponse_3(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_ApiVersion_0(o, out, chunks):
-    out += _S2.pack(o.api_key, o.min_version, o.max_version)
-
 def _e_ApiVersionsResponse_0(o, out, chunks):
     out += _S0.pack(o.error_code)
     _a = o.api_keys
     _c = len(_a)
     out += _S1.pack(_c)
-    for _e in _a:
-        _e_ApiVersion_0(_e, out, chunks)
+    for _o in _a:
+        out += _S2.pack(_o.api_key, _o.min_version, _o.max_version)
 
 def _e_ApiVersionsResponse_1(o, out, chunks):
     out += _S0.pack(o.error_code)
     _a = o.api_keys
     _c = len(_a)
     out += _S1.pack(_c)
-    for _e in _a:
-        _e_ApiVersion_0(_e, out, chunks)
+    for _o in _a:
+        out += _S2.pack(_o.api_key, _o.min_version, _o.max_version)
     out += _S1.pack(o.throttle_time_ms)
-
-def _e_ApiVersion_3(o, out, chunks):
-    out += _S2.pack(o.api_key, o.min_version, o.max_version)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
 
 def _e_SupportedFeatureKey_3(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')
@@ -414,8 +402,12 @@ def _e_ApiVersionsResponse_3(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_ApiVersion_3(_e, out, chunks)
+    for _o in _a:
+        out += _S2.pack(_o.api_key, _o.min_version, _o.max_version)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     out += _S1.pack(o.throttle_time_ms)
     _tags = None
     if o.supported_features is None or len(o.supported_features) > 0:

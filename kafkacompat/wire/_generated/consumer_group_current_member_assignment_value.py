@@ -56,41 +56,6 @@ _S0 = _Struct('>iib')
 _S1 = _Struct('>16s')
 _A_i = ARRAY_STRUCTS['i']
 
-def _d_TopicPartitions_0(buf, pos):
-    _l = len(buf)
-    o = _new(TopicPartitions)
-    if pos + 16 > _l:
-        raise truncated('ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions.topic_id', buf, pos, 16)
-    (o.topic_id,) = _S1.unpack_from(buf, pos)
-    pos += 16
-    o.topic_id = _UUID(bytes=o.topic_id)
-    if pos < _l and buf[pos] < 0x80:
-        _c = buf[pos] - 1
-        pos += 1
-    else:
-        _c, pos = read_uvarint(buf, pos, 'ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions.partitions')
-        _c -= 1
-    if _c < 0:
-        raise bad_length('ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions.partitions', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions.partitions', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.partitions = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_ConsumerGroupCurrentMemberAssignmentValue_0(buf, pos):
     _l = len(buf)
     o = _new(ConsumerGroupCurrentMemberAssignmentValue)
@@ -110,9 +75,40 @@ def _d_ConsumerGroupCurrentMemberAssignmentValue_0(buf, pos):
         raise overrun('ConsumerGroupCurrentMemberAssignmentValue.assigned_partitions', buf, pos, _c, 18)
     else:
         o.assigned_partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_TopicPartitions_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(TopicPartitions)
+            if pos + 16 > _l:
+                raise truncated('ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions.topic_id', buf, pos, 16)
+            (_o.topic_id,) = _S1.unpack_from(buf, pos)
+            pos += 16
+            _o.topic_id = _UUID(bytes=_o.topic_id)
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions.partitions')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions.partitions', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions.partitions', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.partitions = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -125,9 +121,40 @@ def _d_ConsumerGroupCurrentMemberAssignmentValue_0(buf, pos):
         raise overrun('ConsumerGroupCurrentMemberAssignmentValue.partitions_pending_revocation', buf, pos, _c, 18)
     else:
         o.partitions_pending_revocation = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_TopicPartitions_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(TopicPartitions)
+            if pos + 16 > _l:
+                raise truncated('ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions.topic_id', buf, pos, 16)
+            (_o.topic_id,) = _S1.unpack_from(buf, pos)
+            pos += 16
+            _o.topic_id = _UUID(bytes=_o.topic_id)
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions.partitions')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions.partitions', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions.partitions', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.partitions = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -141,21 +168,6 @@ def _d_ConsumerGroupCurrentMemberAssignmentValue_0(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_TopicPartitions_0(o, out, chunks):
-    out += _S1.pack(o.topic_id.bytes)
-    _a = o.partitions
-    _c = len(_a)
-    if _c < 127:
-        out.append(_c + 1)
-    else:
-        write_uvarint(out, _c + 1)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
 def _e_ConsumerGroupCurrentMemberAssignmentValue_0(o, out, chunks):
     out += _S0.pack(o.member_epoch, o.previous_member_epoch, o.state)
     _a = o.assigned_partitions
@@ -164,16 +176,40 @@ def _e_ConsumerGroupCurrentMemberAssignmentValue_0(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_TopicPartitions_0(_e, out, chunks)
+    for _o in _a:
+        out += _S1.pack(_o.topic_id.bytes)
+        _a = _o.partitions
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     _a = o.partitions_pending_revocation
     _c = len(_a)
     if _c < 127:
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_TopicPartitions_0(_e, out, chunks)
+    for _o in _a:
+        out += _S1.pack(_o.topic_id.bytes)
+        _a = _o.partitions
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

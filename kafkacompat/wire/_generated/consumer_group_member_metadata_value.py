@@ -71,52 +71,6 @@ ConsumerGroupMemberMetadataValue.ClassicProtocol = ClassicProtocol
 
 _S0 = _Struct('>i')
 
-def _d_ClassicProtocol_0(buf, pos):
-    _l = len(buf)
-    o = _new(ClassicProtocol)
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'ConsumerGroupMemberMetadataValue.ClassicProtocol.name')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('ConsumerGroupMemberMetadataValue.ClassicProtocol.name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='ConsumerGroupMemberMetadataValue.ClassicProtocol.name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('ConsumerGroupMemberMetadataValue.ClassicProtocol.name', buf, pos, _n, 1)
-        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'ConsumerGroupMemberMetadataValue.ClassicProtocol.metadata')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('ConsumerGroupMemberMetadataValue.ClassicProtocol.metadata', _n)
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('ConsumerGroupMemberMetadataValue.ClassicProtocol.metadata', buf, pos, _n, 1)
-        o.metadata = bytes(buf[pos:_end])
-        pos = _end
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'ConsumerGroupMemberMetadataValue.ClassicProtocol')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_ClassicMemberMetadata_0(buf, pos):
     _l = len(buf)
     o = _new(ClassicMemberMetadata)
@@ -136,9 +90,51 @@ def _d_ClassicMemberMetadata_0(buf, pos):
         raise overrun('ConsumerGroupMemberMetadataValue.ClassicMemberMetadata.supported_protocols', buf, pos, _c, 3)
     else:
         o.supported_protocols = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_ClassicProtocol_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(ClassicProtocol)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'ConsumerGroupMemberMetadataValue.ClassicProtocol.name')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('ConsumerGroupMemberMetadataValue.ClassicProtocol.name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='ConsumerGroupMemberMetadataValue.ClassicProtocol.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ConsumerGroupMemberMetadataValue.ClassicProtocol.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'ConsumerGroupMemberMetadataValue.ClassicProtocol.metadata')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('ConsumerGroupMemberMetadataValue.ClassicProtocol.metadata', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ConsumerGroupMemberMetadataValue.ClassicProtocol.metadata', buf, pos, _n, 1)
+                _o.metadata = bytes(buf[pos:_end])
+                pos = _end
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'ConsumerGroupMemberMetadataValue.ClassicProtocol')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -322,28 +318,6 @@ def _d_ConsumerGroupMemberMetadataValue_0(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_ClassicProtocol_0(o, out, chunks):
-    _b = o.name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('ConsumerGroupMemberMetadataValue.ClassicProtocol.name', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    _b = o.metadata
-    _n = len(_b)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
 def _e_ClassicMemberMetadata_0(o, out, chunks):
     out += _S0.pack(o.session_timeout_ms)
     _a = o.supported_protocols
@@ -352,8 +326,27 @@ def _e_ClassicMemberMetadata_0(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_ClassicProtocol_0(_e, out, chunks)
+    for _o in _a:
+        _b = _o.name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ConsumerGroupMemberMetadataValue.ClassicProtocol.name', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        _b = _o.metadata
+        _n = len(_b)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

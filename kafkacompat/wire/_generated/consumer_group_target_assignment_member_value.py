@@ -43,41 +43,6 @@ ConsumerGroupTargetAssignmentMemberValue.TopicPartition = TopicPartition
 _S0 = _Struct('>16s')
 _A_i = ARRAY_STRUCTS['i']
 
-def _d_TopicPartition_0(buf, pos):
-    _l = len(buf)
-    o = _new(TopicPartition)
-    if pos + 16 > _l:
-        raise truncated('ConsumerGroupTargetAssignmentMemberValue.TopicPartition.topic_id', buf, pos, 16)
-    (o.topic_id,) = _S0.unpack_from(buf, pos)
-    pos += 16
-    o.topic_id = _UUID(bytes=o.topic_id)
-    if pos < _l and buf[pos] < 0x80:
-        _c = buf[pos] - 1
-        pos += 1
-    else:
-        _c, pos = read_uvarint(buf, pos, 'ConsumerGroupTargetAssignmentMemberValue.TopicPartition.partitions')
-        _c -= 1
-    if _c < 0:
-        raise bad_length('ConsumerGroupTargetAssignmentMemberValue.TopicPartition.partitions', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('ConsumerGroupTargetAssignmentMemberValue.TopicPartition.partitions', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.partitions = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'ConsumerGroupTargetAssignmentMemberValue.TopicPartition')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_ConsumerGroupTargetAssignmentMemberValue_0(buf, pos):
     _l = len(buf)
     o = _new(ConsumerGroupTargetAssignmentMemberValue)
@@ -93,9 +58,40 @@ def _d_ConsumerGroupTargetAssignmentMemberValue_0(buf, pos):
         raise overrun('ConsumerGroupTargetAssignmentMemberValue.topic_partitions', buf, pos, _c, 18)
     else:
         o.topic_partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_TopicPartition_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(TopicPartition)
+            if pos + 16 > _l:
+                raise truncated('ConsumerGroupTargetAssignmentMemberValue.TopicPartition.topic_id', buf, pos, 16)
+            (_o.topic_id,) = _S0.unpack_from(buf, pos)
+            pos += 16
+            _o.topic_id = _UUID(bytes=_o.topic_id)
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'ConsumerGroupTargetAssignmentMemberValue.TopicPartition.partitions')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('ConsumerGroupTargetAssignmentMemberValue.TopicPartition.partitions', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('ConsumerGroupTargetAssignmentMemberValue.TopicPartition.partitions', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.partitions = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'ConsumerGroupTargetAssignmentMemberValue.TopicPartition')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -109,21 +105,6 @@ def _d_ConsumerGroupTargetAssignmentMemberValue_0(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_TopicPartition_0(o, out, chunks):
-    out += _S0.pack(o.topic_id.bytes)
-    _a = o.partitions
-    _c = len(_a)
-    if _c < 127:
-        out.append(_c + 1)
-    else:
-        write_uvarint(out, _c + 1)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
 def _e_ConsumerGroupTargetAssignmentMemberValue_0(o, out, chunks):
     _a = o.topic_partitions
     _c = len(_a)
@@ -131,8 +112,20 @@ def _e_ConsumerGroupTargetAssignmentMemberValue_0(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_TopicPartition_0(_e, out, chunks)
+    for _o in _a:
+        out += _S0.pack(_o.topic_id.bytes)
+        _a = _o.partitions
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

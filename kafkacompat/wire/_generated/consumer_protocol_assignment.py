@@ -45,38 +45,6 @@ _S0 = _Struct('>i')
 _S1 = _Struct('>h')
 _A_i = ARRAY_STRUCTS['i']
 
-def _d_TopicPartition_0(buf, pos):
-    _l = len(buf)
-    o = _new(TopicPartition)
-    if pos + 2 > _l:
-        raise truncated('ConsumerProtocolAssignment.TopicPartition.topic', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('ConsumerProtocolAssignment.TopicPartition.topic', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='ConsumerProtocolAssignment.TopicPartition.topic')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('ConsumerProtocolAssignment.TopicPartition.topic', buf, pos, _n, 1)
-        o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 4 > _l:
-        raise truncated('ConsumerProtocolAssignment.TopicPartition.partitions', buf, pos, 4)
-    (_c,) = _S0.unpack_from(buf, pos)
-    pos += 4
-    if _c < 0:
-        raise bad_length('ConsumerProtocolAssignment.TopicPartition.partitions', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('ConsumerProtocolAssignment.TopicPartition.partitions', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.partitions = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    o.unknown_tags = None
-    return o, pos
-
 def _d_ConsumerProtocolAssignment_0(buf, pos):
     _l = len(buf)
     o = _new(ConsumerProtocolAssignment)
@@ -90,9 +58,37 @@ def _d_ConsumerProtocolAssignment_0(buf, pos):
         raise overrun('ConsumerProtocolAssignment.assigned_partitions', buf, pos, _c, 6)
     else:
         o.assigned_partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_TopicPartition_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(TopicPartition)
+            if pos + 2 > _l:
+                raise truncated('ConsumerProtocolAssignment.TopicPartition.topic', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('ConsumerProtocolAssignment.TopicPartition.topic', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='ConsumerProtocolAssignment.TopicPartition.topic')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ConsumerProtocolAssignment.TopicPartition.topic', buf, pos, _n, 1)
+                _o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('ConsumerProtocolAssignment.TopicPartition.partitions', buf, pos, 4)
+            (_c,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('ConsumerProtocolAssignment.TopicPartition.partitions', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('ConsumerProtocolAssignment.TopicPartition.partitions', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.partitions = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            _o.unknown_tags = None
+            _ap(_o)
     if pos + 4 > _l:
         raise truncated('ConsumerProtocolAssignment.user_data', buf, pos, 4)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -110,25 +106,22 @@ def _d_ConsumerProtocolAssignment_0(buf, pos):
     o.unknown_tags = None
     return o, pos
 
-def _e_TopicPartition_0(o, out, chunks):
-    _b = o.topic.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('ConsumerProtocolAssignment.TopicPartition.topic', _n)
-    out += _S1.pack(_n)
-    out += _b
-    _a = o.partitions
-    _c = len(_a)
-    out += _S0.pack(_c)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-
 def _e_ConsumerProtocolAssignment_0(o, out, chunks):
     _a = o.assigned_partitions
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_TopicPartition_0(_e, out, chunks)
+    for _o in _a:
+        _b = _o.topic.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ConsumerProtocolAssignment.TopicPartition.topic', _n)
+        out += _S1.pack(_n)
+        out += _b
+        _a = _o.partitions
+        _c = len(_a)
+        out += _S0.pack(_c)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
     if o.user_data is None:
         out += b'\xff\xff\xff\xff'
     else:

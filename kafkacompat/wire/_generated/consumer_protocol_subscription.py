@@ -105,38 +105,6 @@ def _d_ConsumerProtocolSubscription_0(buf, pos):
     o.unknown_tags = None
     return o, pos
 
-def _d_TopicPartition_1(buf, pos):
-    _l = len(buf)
-    o = _new(TopicPartition)
-    if pos + 2 > _l:
-        raise truncated('ConsumerProtocolSubscription.TopicPartition.topic', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('ConsumerProtocolSubscription.TopicPartition.topic', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='ConsumerProtocolSubscription.TopicPartition.topic')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('ConsumerProtocolSubscription.TopicPartition.topic', buf, pos, _n, 1)
-        o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 4 > _l:
-        raise truncated('ConsumerProtocolSubscription.TopicPartition.partitions', buf, pos, 4)
-    (_c,) = _S0.unpack_from(buf, pos)
-    pos += 4
-    if _c < 0:
-        raise bad_length('ConsumerProtocolSubscription.TopicPartition.partitions', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('ConsumerProtocolSubscription.TopicPartition.partitions', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.partitions = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    o.unknown_tags = None
-    return o, pos
-
 def _d_ConsumerProtocolSubscription_1(buf, pos):
     _l = len(buf)
     o = _new(ConsumerProtocolSubscription)
@@ -192,9 +160,37 @@ def _d_ConsumerProtocolSubscription_1(buf, pos):
         raise overrun('ConsumerProtocolSubscription.owned_partitions', buf, pos, _c, 6)
     else:
         o.owned_partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_TopicPartition_1(buf, pos)
-            _lst.append(_e)
+            _o = _new(TopicPartition)
+            if pos + 2 > _l:
+                raise truncated('ConsumerProtocolSubscription.TopicPartition.topic', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('ConsumerProtocolSubscription.TopicPartition.topic', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='ConsumerProtocolSubscription.TopicPartition.topic')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ConsumerProtocolSubscription.TopicPartition.topic', buf, pos, _n, 1)
+                _o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('ConsumerProtocolSubscription.TopicPartition.partitions', buf, pos, 4)
+            (_c,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('ConsumerProtocolSubscription.TopicPartition.partitions', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('ConsumerProtocolSubscription.TopicPartition.partitions', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.partitions = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -252,9 +248,37 @@ def _d_ConsumerProtocolSubscription_2(buf, pos):
         raise overrun('ConsumerProtocolSubscription.owned_partitions', buf, pos, _c, 6)
     else:
         o.owned_partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_TopicPartition_1(buf, pos)
-            _lst.append(_e)
+            _o = _new(TopicPartition)
+            if pos + 2 > _l:
+                raise truncated('ConsumerProtocolSubscription.TopicPartition.topic', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('ConsumerProtocolSubscription.TopicPartition.topic', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='ConsumerProtocolSubscription.TopicPartition.topic')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ConsumerProtocolSubscription.TopicPartition.topic', buf, pos, _n, 1)
+                _o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('ConsumerProtocolSubscription.TopicPartition.partitions', buf, pos, 4)
+            (_c,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('ConsumerProtocolSubscription.TopicPartition.partitions', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('ConsumerProtocolSubscription.TopicPartition.partitions', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.partitions = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            _o.unknown_tags = None
+            _ap(_o)
     if pos + 4 > _l:
         raise truncated('ConsumerProtocolSubscription.generation_id', buf, pos, 4)
     (o.generation_id,) = _S0.unpack_from(buf, pos)
@@ -315,9 +339,37 @@ def _d_ConsumerProtocolSubscription_3(buf, pos):
         raise overrun('ConsumerProtocolSubscription.owned_partitions', buf, pos, _c, 6)
     else:
         o.owned_partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_TopicPartition_1(buf, pos)
-            _lst.append(_e)
+            _o = _new(TopicPartition)
+            if pos + 2 > _l:
+                raise truncated('ConsumerProtocolSubscription.TopicPartition.topic', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('ConsumerProtocolSubscription.TopicPartition.topic', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='ConsumerProtocolSubscription.TopicPartition.topic')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ConsumerProtocolSubscription.TopicPartition.topic', buf, pos, _n, 1)
+                _o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('ConsumerProtocolSubscription.TopicPartition.partitions', buf, pos, 4)
+            (_c,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('ConsumerProtocolSubscription.TopicPartition.partitions', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('ConsumerProtocolSubscription.TopicPartition.partitions', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.partitions = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            _o.unknown_tags = None
+            _ap(_o)
     if pos + 4 > _l:
         raise truncated('ConsumerProtocolSubscription.generation_id', buf, pos, 4)
     (o.generation_id,) = _S0.unpack_from(buf, pos)
@@ -360,19 +412,6 @@ def _e_ConsumerProtocolSubscription_0(o, out, chunks):
         out += _S0.pack(_n)
         out += _b
 
-def _e_TopicPartition_1(o, out, chunks):
-    _b = o.topic.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('ConsumerProtocolSubscription.TopicPartition.topic', _n)
-    out += _S1.pack(_n)
-    out += _b
-    _a = o.partitions
-    _c = len(_a)
-    out += _S0.pack(_c)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-
 def _e_ConsumerProtocolSubscription_1(o, out, chunks):
     _a = o.topics
     _c = len(_a)
@@ -394,8 +433,18 @@ def _e_ConsumerProtocolSubscription_1(o, out, chunks):
     _a = o.owned_partitions
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_TopicPartition_1(_e, out, chunks)
+    for _o in _a:
+        _b = _o.topic.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ConsumerProtocolSubscription.TopicPartition.topic', _n)
+        out += _S1.pack(_n)
+        out += _b
+        _a = _o.partitions
+        _c = len(_a)
+        out += _S0.pack(_c)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
 
 def _e_ConsumerProtocolSubscription_2(o, out, chunks):
     _a = o.topics
@@ -418,8 +467,18 @@ def _e_ConsumerProtocolSubscription_2(o, out, chunks):
     _a = o.owned_partitions
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_TopicPartition_1(_e, out, chunks)
+    for _o in _a:
+        _b = _o.topic.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ConsumerProtocolSubscription.TopicPartition.topic', _n)
+        out += _S1.pack(_n)
+        out += _b
+        _a = _o.partitions
+        _c = len(_a)
+        out += _S0.pack(_c)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
     out += _S0.pack(o.generation_id)
 
 def _e_ConsumerProtocolSubscription_3(o, out, chunks):
@@ -443,8 +502,18 @@ def _e_ConsumerProtocolSubscription_3(o, out, chunks):
     _a = o.owned_partitions
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_TopicPartition_1(_e, out, chunks)
+    for _o in _a:
+        _b = _o.topic.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ConsumerProtocolSubscription.TopicPartition.topic', _n)
+        out += _S1.pack(_n)
+        out += _b
+        _a = _o.partitions
+        _c = len(_a)
+        out += _S0.pack(_c)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
     out += _S0.pack(o.generation_id)
     if o.rack_id is None:
         out += b'\xff\xff'

@@ -60,63 +60,6 @@ _S1 = _Struct('>b')
 _S2 = _Struct('>h')
 _S3 = _Struct('>bb')
 
-def _d_AclCreation_0(buf, pos):
-    _l = len(buf)
-    o = _new(AclCreation)
-    o.resource_pattern_type = 3
-    if pos + 1 > _l:
-        raise truncated('CreateAclsRequest.AclCreation.resource_type', buf, pos, 1)
-    (o.resource_type,) = _S1.unpack_from(buf, pos)
-    pos += 1
-    if pos + 2 > _l:
-        raise truncated('CreateAclsRequest.AclCreation.resource_name', buf, pos, 2)
-    (_n,) = _S2.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('CreateAclsRequest.AclCreation.resource_name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateAclsRequest.AclCreation.resource_name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('CreateAclsRequest.AclCreation.resource_name', buf, pos, _n, 1)
-        o.resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('CreateAclsRequest.AclCreation.principal', buf, pos, 2)
-    (_n,) = _S2.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('CreateAclsRequest.AclCreation.principal', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateAclsRequest.AclCreation.principal')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('CreateAclsRequest.AclCreation.principal', buf, pos, _n, 1)
-        o.principal = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('CreateAclsRequest.AclCreation.host', buf, pos, 2)
-    (_n,) = _S2.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('CreateAclsRequest.AclCreation.host', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateAclsRequest.AclCreation.host')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('CreateAclsRequest.AclCreation.host', buf, pos, _n, 1)
-        o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('CreateAclsRequest.AclCreation.operation', buf, pos, 2)
-    o.operation, o.permission_type = _S3.unpack_from(buf, pos)
-    pos += 2
-    o.unknown_tags = None
-    return o, pos
-
 def _d_CreateAclsRequest_0(buf, pos):
     _l = len(buf)
     o = _new(CreateAclsRequest)
@@ -130,69 +73,62 @@ def _d_CreateAclsRequest_0(buf, pos):
         raise overrun('CreateAclsRequest.creations', buf, pos, _c, 9)
     else:
         o.creations = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_AclCreation_0(buf, pos)
-            _lst.append(_e)
-    o.unknown_tags = None
-    return o, pos
-
-def _d_AclCreation_1(buf, pos):
-    _l = len(buf)
-    o = _new(AclCreation)
-    if pos + 1 > _l:
-        raise truncated('CreateAclsRequest.AclCreation.resource_type', buf, pos, 1)
-    (o.resource_type,) = _S1.unpack_from(buf, pos)
-    pos += 1
-    if pos + 2 > _l:
-        raise truncated('CreateAclsRequest.AclCreation.resource_name', buf, pos, 2)
-    (_n,) = _S2.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('CreateAclsRequest.AclCreation.resource_name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateAclsRequest.AclCreation.resource_name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('CreateAclsRequest.AclCreation.resource_name', buf, pos, _n, 1)
-        o.resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 1 > _l:
-        raise truncated('CreateAclsRequest.AclCreation.resource_pattern_type', buf, pos, 1)
-    (o.resource_pattern_type,) = _S1.unpack_from(buf, pos)
-    pos += 1
-    if pos + 2 > _l:
-        raise truncated('CreateAclsRequest.AclCreation.principal', buf, pos, 2)
-    (_n,) = _S2.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('CreateAclsRequest.AclCreation.principal', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateAclsRequest.AclCreation.principal')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('CreateAclsRequest.AclCreation.principal', buf, pos, _n, 1)
-        o.principal = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('CreateAclsRequest.AclCreation.host', buf, pos, 2)
-    (_n,) = _S2.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('CreateAclsRequest.AclCreation.host', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateAclsRequest.AclCreation.host')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('CreateAclsRequest.AclCreation.host', buf, pos, _n, 1)
-        o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('CreateAclsRequest.AclCreation.operation', buf, pos, 2)
-    o.operation, o.permission_type = _S3.unpack_from(buf, pos)
-    pos += 2
+            _o = _new(AclCreation)
+            _o.resource_pattern_type = 3
+            if pos + 1 > _l:
+                raise truncated('CreateAclsRequest.AclCreation.resource_type', buf, pos, 1)
+            (_o.resource_type,) = _S1.unpack_from(buf, pos)
+            pos += 1
+            if pos + 2 > _l:
+                raise truncated('CreateAclsRequest.AclCreation.resource_name', buf, pos, 2)
+            (_n,) = _S2.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('CreateAclsRequest.AclCreation.resource_name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='CreateAclsRequest.AclCreation.resource_name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('CreateAclsRequest.AclCreation.resource_name', buf, pos, _n, 1)
+                _o.resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('CreateAclsRequest.AclCreation.principal', buf, pos, 2)
+            (_n,) = _S2.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('CreateAclsRequest.AclCreation.principal', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='CreateAclsRequest.AclCreation.principal')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('CreateAclsRequest.AclCreation.principal', buf, pos, _n, 1)
+                _o.principal = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('CreateAclsRequest.AclCreation.host', buf, pos, 2)
+            (_n,) = _S2.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('CreateAclsRequest.AclCreation.host', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='CreateAclsRequest.AclCreation.host')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('CreateAclsRequest.AclCreation.host', buf, pos, _n, 1)
+                _o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('CreateAclsRequest.AclCreation.operation', buf, pos, 2)
+            _o.operation, _o.permission_type = _S3.unpack_from(buf, pos)
+            pos += 2
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -209,86 +145,66 @@ def _d_CreateAclsRequest_1(buf, pos):
         raise overrun('CreateAclsRequest.creations', buf, pos, _c, 10)
     else:
         o.creations = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_AclCreation_1(buf, pos)
-            _lst.append(_e)
+            _o = _new(AclCreation)
+            if pos + 1 > _l:
+                raise truncated('CreateAclsRequest.AclCreation.resource_type', buf, pos, 1)
+            (_o.resource_type,) = _S1.unpack_from(buf, pos)
+            pos += 1
+            if pos + 2 > _l:
+                raise truncated('CreateAclsRequest.AclCreation.resource_name', buf, pos, 2)
+            (_n,) = _S2.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('CreateAclsRequest.AclCreation.resource_name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='CreateAclsRequest.AclCreation.resource_name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('CreateAclsRequest.AclCreation.resource_name', buf, pos, _n, 1)
+                _o.resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 1 > _l:
+                raise truncated('CreateAclsRequest.AclCreation.resource_pattern_type', buf, pos, 1)
+            (_o.resource_pattern_type,) = _S1.unpack_from(buf, pos)
+            pos += 1
+            if pos + 2 > _l:
+                raise truncated('CreateAclsRequest.AclCreation.principal', buf, pos, 2)
+            (_n,) = _S2.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('CreateAclsRequest.AclCreation.principal', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='CreateAclsRequest.AclCreation.principal')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('CreateAclsRequest.AclCreation.principal', buf, pos, _n, 1)
+                _o.principal = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('CreateAclsRequest.AclCreation.host', buf, pos, 2)
+            (_n,) = _S2.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('CreateAclsRequest.AclCreation.host', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='CreateAclsRequest.AclCreation.host')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('CreateAclsRequest.AclCreation.host', buf, pos, _n, 1)
+                _o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('CreateAclsRequest.AclCreation.operation', buf, pos, 2)
+            _o.operation, _o.permission_type = _S3.unpack_from(buf, pos)
+            pos += 2
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
-    return o, pos
-
-def _d_AclCreation_2(buf, pos):
-    _l = len(buf)
-    o = _new(AclCreation)
-    if pos + 1 > _l:
-        raise truncated('CreateAclsRequest.AclCreation.resource_type', buf, pos, 1)
-    (o.resource_type,) = _S1.unpack_from(buf, pos)
-    pos += 1
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'CreateAclsRequest.AclCreation.resource_name')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('CreateAclsRequest.AclCreation.resource_name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateAclsRequest.AclCreation.resource_name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('CreateAclsRequest.AclCreation.resource_name', buf, pos, _n, 1)
-        o.resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 1 > _l:
-        raise truncated('CreateAclsRequest.AclCreation.resource_pattern_type', buf, pos, 1)
-    (o.resource_pattern_type,) = _S1.unpack_from(buf, pos)
-    pos += 1
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'CreateAclsRequest.AclCreation.principal')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('CreateAclsRequest.AclCreation.principal', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateAclsRequest.AclCreation.principal')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('CreateAclsRequest.AclCreation.principal', buf, pos, _n, 1)
-        o.principal = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'CreateAclsRequest.AclCreation.host')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('CreateAclsRequest.AclCreation.host', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateAclsRequest.AclCreation.host')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('CreateAclsRequest.AclCreation.host', buf, pos, _n, 1)
-        o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('CreateAclsRequest.AclCreation.operation', buf, pos, 2)
-    o.operation, o.permission_type = _S3.unpack_from(buf, pos)
-    pos += 2
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'CreateAclsRequest.AclCreation')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
     return o, pos
 
 def _d_CreateAclsRequest_2(buf, pos):
@@ -306,9 +222,81 @@ def _d_CreateAclsRequest_2(buf, pos):
         raise overrun('CreateAclsRequest.creations', buf, pos, _c, 8)
     else:
         o.creations = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_AclCreation_2(buf, pos)
-            _lst.append(_e)
+            _o = _new(AclCreation)
+            if pos + 1 > _l:
+                raise truncated('CreateAclsRequest.AclCreation.resource_type', buf, pos, 1)
+            (_o.resource_type,) = _S1.unpack_from(buf, pos)
+            pos += 1
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'CreateAclsRequest.AclCreation.resource_name')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('CreateAclsRequest.AclCreation.resource_name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='CreateAclsRequest.AclCreation.resource_name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('CreateAclsRequest.AclCreation.resource_name', buf, pos, _n, 1)
+                _o.resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 1 > _l:
+                raise truncated('CreateAclsRequest.AclCreation.resource_pattern_type', buf, pos, 1)
+            (_o.resource_pattern_type,) = _S1.unpack_from(buf, pos)
+            pos += 1
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'CreateAclsRequest.AclCreation.principal')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('CreateAclsRequest.AclCreation.principal', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='CreateAclsRequest.AclCreation.principal')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('CreateAclsRequest.AclCreation.principal', buf, pos, _n, 1)
+                _o.principal = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'CreateAclsRequest.AclCreation.host')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('CreateAclsRequest.AclCreation.host', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='CreateAclsRequest.AclCreation.host')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('CreateAclsRequest.AclCreation.host', buf, pos, _n, 1)
+                _o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('CreateAclsRequest.AclCreation.operation', buf, pos, 2)
+            _o.operation, _o.permission_type = _S3.unpack_from(buf, pos)
+            pos += 2
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'CreateAclsRequest.AclCreation')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -322,100 +310,58 @@ def _d_CreateAclsRequest_2(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_AclCreation_0(o, out, chunks):
-    out += _S1.pack(o.resource_type)
-    _b = o.resource_name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('CreateAclsRequest.AclCreation.resource_name', _n)
-    out += _S2.pack(_n)
-    out += _b
-    _b = o.principal.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('CreateAclsRequest.AclCreation.principal', _n)
-    out += _S2.pack(_n)
-    out += _b
-    _b = o.host.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('CreateAclsRequest.AclCreation.host', _n)
-    out += _S2.pack(_n)
-    out += _b
-    out += _S3.pack(o.operation, o.permission_type)
-
 def _e_CreateAclsRequest_0(o, out, chunks):
     _a = o.creations
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_AclCreation_0(_e, out, chunks)
-
-def _e_AclCreation_1(o, out, chunks):
-    out += _S1.pack(o.resource_type)
-    _b = o.resource_name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('CreateAclsRequest.AclCreation.resource_name', _n)
-    out += _S2.pack(_n)
-    out += _b
-    out += _S1.pack(o.resource_pattern_type)
-    _b = o.principal.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('CreateAclsRequest.AclCreation.principal', _n)
-    out += _S2.pack(_n)
-    out += _b
-    _b = o.host.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('CreateAclsRequest.AclCreation.host', _n)
-    out += _S2.pack(_n)
-    out += _b
-    out += _S3.pack(o.operation, o.permission_type)
+    for _o in _a:
+        out += _S1.pack(_o.resource_type)
+        _b = _o.resource_name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('CreateAclsRequest.AclCreation.resource_name', _n)
+        out += _S2.pack(_n)
+        out += _b
+        _b = _o.principal.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('CreateAclsRequest.AclCreation.principal', _n)
+        out += _S2.pack(_n)
+        out += _b
+        _b = _o.host.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('CreateAclsRequest.AclCreation.host', _n)
+        out += _S2.pack(_n)
+        out += _b
+        out += _S3.pack(_o.operation, _o.permission_type)
 
 def _e_CreateAclsRequest_1(o, out, chunks):
     _a = o.creations
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_AclCreation_1(_e, out, chunks)
-
-def _e_AclCreation_2(o, out, chunks):
-    out += _S1.pack(o.resource_type)
-    _b = o.resource_name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('CreateAclsRequest.AclCreation.resource_name', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    out += _S1.pack(o.resource_pattern_type)
-    _b = o.principal.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('CreateAclsRequest.AclCreation.principal', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    _b = o.host.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('CreateAclsRequest.AclCreation.host', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    out += _S3.pack(o.operation, o.permission_type)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
+    for _o in _a:
+        out += _S1.pack(_o.resource_type)
+        _b = _o.resource_name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('CreateAclsRequest.AclCreation.resource_name', _n)
+        out += _S2.pack(_n)
+        out += _b
+        out += _S1.pack(_o.resource_pattern_type)
+        _b = _o.principal.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('CreateAclsRequest.AclCreation.principal', _n)
+        out += _S2.pack(_n)
+        out += _b
+        _b = _o.host.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('CreateAclsRequest.AclCreation.host', _n)
+        out += _S2.pack(_n)
+        out += _b
+        out += _S3.pack(_o.operation, _o.permission_type)
 
 def _e_CreateAclsRequest_2(o, out, chunks):
     _a = o.creations
@@ -424,8 +370,41 @@ def _e_CreateAclsRequest_2(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_AclCreation_2(_e, out, chunks)
+    for _o in _a:
+        out += _S1.pack(_o.resource_type)
+        _b = _o.resource_name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('CreateAclsRequest.AclCreation.resource_name', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        out += _S1.pack(_o.resource_pattern_type)
+        _b = _o.principal.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('CreateAclsRequest.AclCreation.principal', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        _b = _o.host.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('CreateAclsRequest.AclCreation.host', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        out += _S3.pack(_o.operation, _o.permission_type)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

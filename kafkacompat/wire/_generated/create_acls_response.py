@@ -44,32 +44,6 @@ CreateAclsResponse.AclCreationResult = AclCreationResult
 _S0 = _Struct('>i')
 _S1 = _Struct('>h')
 
-def _d_AclCreationResult_0(buf, pos):
-    _l = len(buf)
-    o = _new(AclCreationResult)
-    if pos + 2 > _l:
-        raise truncated('CreateAclsResponse.AclCreationResult.error_code', buf, pos, 2)
-    (o.error_code,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if pos + 2 > _l:
-        raise truncated('CreateAclsResponse.AclCreationResult.error_message', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('CreateAclsResponse.AclCreationResult.error_message', _n)
-        o.error_message = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateAclsResponse.AclCreationResult.error_message')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('CreateAclsResponse.AclCreationResult.error_message', buf, pos, _n, 1)
-        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    o.unknown_tags = None
-    return o, pos
-
 def _d_CreateAclsResponse_0(buf, pos):
     _l = len(buf)
     o = _new(CreateAclsResponse)
@@ -87,48 +61,32 @@ def _d_CreateAclsResponse_0(buf, pos):
         raise overrun('CreateAclsResponse.results', buf, pos, _c, 4)
     else:
         o.results = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_AclCreationResult_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(AclCreationResult)
+            if pos + 2 > _l:
+                raise truncated('CreateAclsResponse.AclCreationResult.error_code', buf, pos, 2)
+            (_o.error_code,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if pos + 2 > _l:
+                raise truncated('CreateAclsResponse.AclCreationResult.error_message', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('CreateAclsResponse.AclCreationResult.error_message', _n)
+                _o.error_message = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='CreateAclsResponse.AclCreationResult.error_message')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('CreateAclsResponse.AclCreationResult.error_message', buf, pos, _n, 1)
+                _o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
-    return o, pos
-
-def _d_AclCreationResult_2(buf, pos):
-    _l = len(buf)
-    o = _new(AclCreationResult)
-    if pos + 2 > _l:
-        raise truncated('CreateAclsResponse.AclCreationResult.error_code', buf, pos, 2)
-    (o.error_code,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'CreateAclsResponse.AclCreationResult.error_message')
-        _n -= 1
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('CreateAclsResponse.AclCreationResult.error_message', _n)
-        o.error_message = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateAclsResponse.AclCreationResult.error_message')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('CreateAclsResponse.AclCreationResult.error_message', buf, pos, _n, 1)
-        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'CreateAclsResponse.AclCreationResult')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
     return o, pos
 
 def _d_CreateAclsResponse_2(buf, pos):
@@ -150,9 +108,43 @@ def _d_CreateAclsResponse_2(buf, pos):
         raise overrun('CreateAclsResponse.results', buf, pos, _c, 4)
     else:
         o.results = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_AclCreationResult_2(buf, pos)
-            _lst.append(_e)
+            _o = _new(AclCreationResult)
+            if pos + 2 > _l:
+                raise truncated('CreateAclsResponse.AclCreationResult.error_code', buf, pos, 2)
+            (_o.error_code,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'CreateAclsResponse.AclCreationResult.error_message')
+                _n -= 1
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('CreateAclsResponse.AclCreationResult.error_message', _n)
+                _o.error_message = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='CreateAclsResponse.AclCreationResult.error_message')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('CreateAclsResponse.AclCreationResult.error_message', buf, pos, _n, 1)
+                _o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'CreateAclsResponse.AclCreationResult')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -166,44 +158,22 @@ def _d_CreateAclsResponse_2(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_AclCreationResult_0(o, out, chunks):
-    out += _S1.pack(o.error_code)
-    if o.error_message is None:
-        out += b'\xff\xff'
-    else:
-        _b = o.error_message.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('CreateAclsResponse.AclCreationResult.error_message', _n)
-        out += _S1.pack(_n)
-        out += _b
-
 def _e_CreateAclsResponse_0(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
     _a = o.results
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_AclCreationResult_0(_e, out, chunks)
-
-def _e_AclCreationResult_2(o, out, chunks):
-    out += _S1.pack(o.error_code)
-    if o.error_message is None:
-        out.append(0)
-    else:
-        _b = o.error_message.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('CreateAclsResponse.AclCreationResult.error_message', _n)
-        if _n < 127:
-            out.append(_n + 1)
+    for _o in _a:
+        out += _S1.pack(_o.error_code)
+        if _o.error_message is None:
+            out += b'\xff\xff'
         else:
-            write_uvarint(out, _n + 1)
-        out += _b
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
+            _b = _o.error_message.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('CreateAclsResponse.AclCreationResult.error_message', _n)
+            out += _S1.pack(_n)
+            out += _b
 
 def _e_CreateAclsResponse_2(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
@@ -213,8 +183,24 @@ def _e_CreateAclsResponse_2(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_AclCreationResult_2(_e, out, chunks)
+    for _o in _a:
+        out += _S1.pack(_o.error_code)
+        if _o.error_message is None:
+            out.append(0)
+        else:
+            _b = _o.error_message.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('CreateAclsResponse.AclCreationResult.error_message', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

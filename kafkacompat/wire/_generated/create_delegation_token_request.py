@@ -54,40 +54,6 @@ _S0 = _Struct('>i')
 _S1 = _Struct('>h')
 _S2 = _Struct('>q')
 
-def _d_CreatableRenewers_0(buf, pos):
-    _l = len(buf)
-    o = _new(CreatableRenewers)
-    if pos + 2 > _l:
-        raise truncated('CreateDelegationTokenRequest.CreatableRenewers.principal_type', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('CreateDelegationTokenRequest.CreatableRenewers.principal_type', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateDelegationTokenRequest.CreatableRenewers.principal_type')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('CreateDelegationTokenRequest.CreatableRenewers.principal_type', buf, pos, _n, 1)
-        o.principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('CreateDelegationTokenRequest.CreatableRenewers.principal_name', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('CreateDelegationTokenRequest.CreatableRenewers.principal_name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateDelegationTokenRequest.CreatableRenewers.principal_name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('CreateDelegationTokenRequest.CreatableRenewers.principal_name', buf, pos, _n, 1)
-        o.principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    o.unknown_tags = None
-    return o, pos
-
 def _d_CreateDelegationTokenRequest_0(buf, pos):
     _l = len(buf)
     o = _new(CreateDelegationTokenRequest)
@@ -103,62 +69,44 @@ def _d_CreateDelegationTokenRequest_0(buf, pos):
         raise overrun('CreateDelegationTokenRequest.renewers', buf, pos, _c, 4)
     else:
         o.renewers = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_CreatableRenewers_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(CreatableRenewers)
+            if pos + 2 > _l:
+                raise truncated('CreateDelegationTokenRequest.CreatableRenewers.principal_type', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('CreateDelegationTokenRequest.CreatableRenewers.principal_type', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='CreateDelegationTokenRequest.CreatableRenewers.principal_type')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('CreateDelegationTokenRequest.CreatableRenewers.principal_type', buf, pos, _n, 1)
+                _o.principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('CreateDelegationTokenRequest.CreatableRenewers.principal_name', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('CreateDelegationTokenRequest.CreatableRenewers.principal_name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='CreateDelegationTokenRequest.CreatableRenewers.principal_name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('CreateDelegationTokenRequest.CreatableRenewers.principal_name', buf, pos, _n, 1)
+                _o.principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            _o.unknown_tags = None
+            _ap(_o)
     if pos + 8 > _l:
         raise truncated('CreateDelegationTokenRequest.max_lifetime_ms', buf, pos, 8)
     (o.max_lifetime_ms,) = _S2.unpack_from(buf, pos)
     pos += 8
     o.unknown_tags = None
-    return o, pos
-
-def _d_CreatableRenewers_2(buf, pos):
-    _l = len(buf)
-    o = _new(CreatableRenewers)
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'CreateDelegationTokenRequest.CreatableRenewers.principal_type')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('CreateDelegationTokenRequest.CreatableRenewers.principal_type', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateDelegationTokenRequest.CreatableRenewers.principal_type')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('CreateDelegationTokenRequest.CreatableRenewers.principal_type', buf, pos, _n, 1)
-        o.principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'CreateDelegationTokenRequest.CreatableRenewers.principal_name')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('CreateDelegationTokenRequest.CreatableRenewers.principal_name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateDelegationTokenRequest.CreatableRenewers.principal_name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('CreateDelegationTokenRequest.CreatableRenewers.principal_name', buf, pos, _n, 1)
-        o.principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'CreateDelegationTokenRequest.CreatableRenewers')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
     return o, pos
 
 def _d_CreateDelegationTokenRequest_2(buf, pos):
@@ -178,9 +126,53 @@ def _d_CreateDelegationTokenRequest_2(buf, pos):
         raise overrun('CreateDelegationTokenRequest.renewers', buf, pos, _c, 3)
     else:
         o.renewers = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_CreatableRenewers_2(buf, pos)
-            _lst.append(_e)
+            _o = _new(CreatableRenewers)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'CreateDelegationTokenRequest.CreatableRenewers.principal_type')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('CreateDelegationTokenRequest.CreatableRenewers.principal_type', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='CreateDelegationTokenRequest.CreatableRenewers.principal_type')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('CreateDelegationTokenRequest.CreatableRenewers.principal_type', buf, pos, _n, 1)
+                _o.principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'CreateDelegationTokenRequest.CreatableRenewers.principal_name')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('CreateDelegationTokenRequest.CreatableRenewers.principal_name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='CreateDelegationTokenRequest.CreatableRenewers.principal_name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('CreateDelegationTokenRequest.CreatableRenewers.principal_name', buf, pos, _n, 1)
+                _o.principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'CreateDelegationTokenRequest.CreatableRenewers')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos + 8 > _l:
         raise truncated('CreateDelegationTokenRequest.max_lifetime_ms', buf, pos, 8)
     (o.max_lifetime_ms,) = _S2.unpack_from(buf, pos)
@@ -249,9 +241,53 @@ def _d_CreateDelegationTokenRequest_3(buf, pos):
         raise overrun('CreateDelegationTokenRequest.renewers', buf, pos, _c, 3)
     else:
         o.renewers = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_CreatableRenewers_2(buf, pos)
-            _lst.append(_e)
+            _o = _new(CreatableRenewers)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'CreateDelegationTokenRequest.CreatableRenewers.principal_type')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('CreateDelegationTokenRequest.CreatableRenewers.principal_type', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='CreateDelegationTokenRequest.CreatableRenewers.principal_type')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('CreateDelegationTokenRequest.CreatableRenewers.principal_type', buf, pos, _n, 1)
+                _o.principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'CreateDelegationTokenRequest.CreatableRenewers.principal_name')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('CreateDelegationTokenRequest.CreatableRenewers.principal_name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='CreateDelegationTokenRequest.CreatableRenewers.principal_name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('CreateDelegationTokenRequest.CreatableRenewers.principal_name', buf, pos, _n, 1)
+                _o.principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'CreateDelegationTokenRequest.CreatableRenewers')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos + 8 > _l:
         raise truncated('CreateDelegationTokenRequest.max_lifetime_ms', buf, pos, 8)
     (o.max_lifetime_ms,) = _S2.unpack_from(buf, pos)
@@ -269,51 +305,24 @@ def _d_CreateDelegationTokenRequest_3(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_CreatableRenewers_0(o, out, chunks):
-    _b = o.principal_type.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('CreateDelegationTokenRequest.CreatableRenewers.principal_type', _n)
-    out += _S1.pack(_n)
-    out += _b
-    _b = o.principal_name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('CreateDelegationTokenRequest.CreatableRenewers.principal_name', _n)
-    out += _S1.pack(_n)
-    out += _b
-
 def _e_CreateDelegationTokenRequest_0(o, out, chunks):
     _a = o.renewers
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_CreatableRenewers_0(_e, out, chunks)
+    for _o in _a:
+        _b = _o.principal_type.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('CreateDelegationTokenRequest.CreatableRenewers.principal_type', _n)
+        out += _S1.pack(_n)
+        out += _b
+        _b = _o.principal_name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('CreateDelegationTokenRequest.CreatableRenewers.principal_name', _n)
+        out += _S1.pack(_n)
+        out += _b
     out += _S2.pack(o.max_lifetime_ms)
-
-def _e_CreatableRenewers_2(o, out, chunks):
-    _b = o.principal_type.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('CreateDelegationTokenRequest.CreatableRenewers.principal_type', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    _b = o.principal_name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('CreateDelegationTokenRequest.CreatableRenewers.principal_name', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
 
 def _e_CreateDelegationTokenRequest_2(o, out, chunks):
     _a = o.renewers
@@ -322,8 +331,29 @@ def _e_CreateDelegationTokenRequest_2(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_CreatableRenewers_2(_e, out, chunks)
+    for _o in _a:
+        _b = _o.principal_type.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('CreateDelegationTokenRequest.CreatableRenewers.principal_type', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        _b = _o.principal_name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('CreateDelegationTokenRequest.CreatableRenewers.principal_name', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     out += _S2.pack(o.max_lifetime_ms)
     if o.unknown_tags is None:
         out.append(0)
@@ -361,8 +391,29 @@ def _e_CreateDelegationTokenRequest_3(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_CreatableRenewers_2(_e, out, chunks)
+    for _o in _a:
+        _b = _o.principal_type.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('CreateDelegationTokenRequest.CreatableRenewers.principal_type', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        _b = _o.principal_name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('CreateDelegationTokenRequest.CreatableRenewers.principal_name', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     out += _S2.pack(o.max_lifetime_ms)
     if o.unknown_tags is None:
         out.append(0)

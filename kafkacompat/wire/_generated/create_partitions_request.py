@@ -56,24 +56,6 @@ _S1 = _Struct('>h')
 _S2 = _Struct('>i?')
 _A_i = ARRAY_STRUCTS['i']
 
-def _d_CreatePartitionsAssignment_0(buf, pos):
-    _l = len(buf)
-    o = _new(CreatePartitionsAssignment)
-    if pos + 4 > _l:
-        raise truncated('CreatePartitionsRequest.CreatePartitionsAssignment.broker_ids', buf, pos, 4)
-    (_c,) = _S0.unpack_from(buf, pos)
-    pos += 4
-    if _c < 0:
-        raise bad_length('CreatePartitionsRequest.CreatePartitionsAssignment.broker_ids', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('CreatePartitionsRequest.CreatePartitionsAssignment.broker_ids', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.broker_ids = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    o.unknown_tags = None
-    return o, pos
-
 def _d_CreatePartitionsTopic_0(buf, pos):
     _l = len(buf)
     o = _new(CreatePartitionsTopic)
@@ -107,9 +89,23 @@ def _d_CreatePartitionsTopic_0(buf, pos):
         raise overrun('CreatePartitionsRequest.CreatePartitionsTopic.assignments', buf, pos, _c, 4)
     else:
         o.assignments = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_CreatePartitionsAssignment_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(CreatePartitionsAssignment)
+            if pos + 4 > _l:
+                raise truncated('CreatePartitionsRequest.CreatePartitionsAssignment.broker_ids', buf, pos, 4)
+            (_c,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('CreatePartitionsRequest.CreatePartitionsAssignment.broker_ids', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('CreatePartitionsRequest.CreatePartitionsAssignment.broker_ids', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.broker_ids = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -134,36 +130,6 @@ def _d_CreatePartitionsRequest_0(buf, pos):
     o.timeout_ms, o.validate_only = _S2.unpack_from(buf, pos)
     pos += 5
     o.unknown_tags = None
-    return o, pos
-
-def _d_CreatePartitionsAssignment_2(buf, pos):
-    _l = len(buf)
-    o = _new(CreatePartitionsAssignment)
-    if pos < _l and buf[pos] < 0x80:
-        _c = buf[pos] - 1
-        pos += 1
-    else:
-        _c, pos = read_uvarint(buf, pos, 'CreatePartitionsRequest.CreatePartitionsAssignment.broker_ids')
-        _c -= 1
-    if _c < 0:
-        raise bad_length('CreatePartitionsRequest.CreatePartitionsAssignment.broker_ids', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('CreatePartitionsRequest.CreatePartitionsAssignment.broker_ids', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.broker_ids = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'CreatePartitionsRequest.CreatePartitionsAssignment')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
     return o, pos
 
 def _d_CreatePartitionsTopic_2(buf, pos):
@@ -203,9 +169,35 @@ def _d_CreatePartitionsTopic_2(buf, pos):
         raise overrun('CreatePartitionsRequest.CreatePartitionsTopic.assignments', buf, pos, _c, 2)
     else:
         o.assignments = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_CreatePartitionsAssignment_2(buf, pos)
-            _lst.append(_e)
+            _o = _new(CreatePartitionsAssignment)
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'CreatePartitionsRequest.CreatePartitionsAssignment.broker_ids')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('CreatePartitionsRequest.CreatePartitionsAssignment.broker_ids', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('CreatePartitionsRequest.CreatePartitionsAssignment.broker_ids', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.broker_ids = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'CreatePartitionsRequest.CreatePartitionsAssignment')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -254,13 +246,6 @@ def _d_CreatePartitionsRequest_2(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_CreatePartitionsAssignment_0(o, out, chunks):
-    _a = o.broker_ids
-    _c = len(_a)
-    out += _S0.pack(_c)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-
 def _e_CreatePartitionsTopic_0(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')
     _n = len(_b)
@@ -275,8 +260,12 @@ def _e_CreatePartitionsTopic_0(o, out, chunks):
     else:
         _c = len(_a)
         out += _S0.pack(_c)
-        for _e in _a:
-            _e_CreatePartitionsAssignment_0(_e, out, chunks)
+        for _o in _a:
+            _a = _o.broker_ids
+            _c = len(_a)
+            out += _S0.pack(_c)
+            _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+            out += _st.pack(*_a)
 
 def _e_CreatePartitionsRequest_0(o, out, chunks):
     _a = o.topics
@@ -285,20 +274,6 @@ def _e_CreatePartitionsRequest_0(o, out, chunks):
     for _e in _a:
         _e_CreatePartitionsTopic_0(_e, out, chunks)
     out += _S2.pack(o.timeout_ms, o.validate_only)
-
-def _e_CreatePartitionsAssignment_2(o, out, chunks):
-    _a = o.broker_ids
-    _c = len(_a)
-    if _c < 127:
-        out.append(_c + 1)
-    else:
-        write_uvarint(out, _c + 1)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
 
 def _e_CreatePartitionsTopic_2(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')
@@ -320,8 +295,19 @@ def _e_CreatePartitionsTopic_2(o, out, chunks):
             out.append(_c + 1)
         else:
             write_uvarint(out, _c + 1)
-        for _e in _a:
-            _e_CreatePartitionsAssignment_2(_e, out, chunks)
+        for _o in _a:
+            _a = _o.broker_ids
+            _c = len(_a)
+            if _c < 127:
+                out.append(_c + 1)
+            else:
+                write_uvarint(out, _c + 1)
+            _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+            out += _st.pack(*_a)
+            if _o.unknown_tags is None:
+                out.append(0)
+            else:
+                write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

@@ -77,64 +77,6 @@ _S2 = _Struct('>ih')
 _S3 = _Struct('>i?')
 _A_i = ARRAY_STRUCTS['i']
 
-def _d_CreatableReplicaAssignment_0(buf, pos):
-    _l = len(buf)
-    o = _new(CreatableReplicaAssignment)
-    if pos + 4 > _l:
-        raise truncated('CreateTopicsRequest.CreatableReplicaAssignment.partition_index', buf, pos, 4)
-    (o.partition_index,) = _S0.unpack_from(buf, pos)
-    pos += 4
-    if pos + 4 > _l:
-        raise truncated('CreateTopicsRequest.CreatableReplicaAssignment.broker_ids', buf, pos, 4)
-    (_c,) = _S0.unpack_from(buf, pos)
-    pos += 4
-    if _c < 0:
-        raise bad_length('CreateTopicsRequest.CreatableReplicaAssignment.broker_ids', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('CreateTopicsRequest.CreatableReplicaAssignment.broker_ids', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.broker_ids = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    o.unknown_tags = None
-    return o, pos
-
-def _d_CreatableTopicConfig_0(buf, pos):
-    _l = len(buf)
-    o = _new(CreatableTopicConfig)
-    if pos + 2 > _l:
-        raise truncated('CreateTopicsRequest.CreatableTopicConfig.name', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('CreateTopicsRequest.CreatableTopicConfig.name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateTopicsRequest.CreatableTopicConfig.name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('CreateTopicsRequest.CreatableTopicConfig.name', buf, pos, _n, 1)
-        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('CreateTopicsRequest.CreatableTopicConfig.value', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('CreateTopicsRequest.CreatableTopicConfig.value', _n)
-        o.value = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateTopicsRequest.CreatableTopicConfig.value')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('CreateTopicsRequest.CreatableTopicConfig.value', buf, pos, _n, 1)
-        o.value = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    o.unknown_tags = None
-    return o, pos
-
 def _d_CreatableTopic_0(buf, pos):
     _l = len(buf)
     o = _new(CreatableTopic)
@@ -166,9 +108,27 @@ def _d_CreatableTopic_0(buf, pos):
         raise overrun('CreateTopicsRequest.CreatableTopic.assignments', buf, pos, _c, 8)
     else:
         o.assignments = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_CreatableReplicaAssignment_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(CreatableReplicaAssignment)
+            if pos + 4 > _l:
+                raise truncated('CreateTopicsRequest.CreatableReplicaAssignment.partition_index', buf, pos, 4)
+            (_o.partition_index,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if pos + 4 > _l:
+                raise truncated('CreateTopicsRequest.CreatableReplicaAssignment.broker_ids', buf, pos, 4)
+            (_c,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('CreateTopicsRequest.CreatableReplicaAssignment.broker_ids', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('CreateTopicsRequest.CreatableReplicaAssignment.broker_ids', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.broker_ids = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            _o.unknown_tags = None
+            _ap(_o)
     if pos + 4 > _l:
         raise truncated('CreateTopicsRequest.CreatableTopic.configs', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -179,9 +139,41 @@ def _d_CreatableTopic_0(buf, pos):
         raise overrun('CreateTopicsRequest.CreatableTopic.configs', buf, pos, _c, 4)
     else:
         o.configs = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_CreatableTopicConfig_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(CreatableTopicConfig)
+            if pos + 2 > _l:
+                raise truncated('CreateTopicsRequest.CreatableTopicConfig.name', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('CreateTopicsRequest.CreatableTopicConfig.name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='CreateTopicsRequest.CreatableTopicConfig.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('CreateTopicsRequest.CreatableTopicConfig.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('CreateTopicsRequest.CreatableTopicConfig.value', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('CreateTopicsRequest.CreatableTopicConfig.value', _n)
+                _o.value = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='CreateTopicsRequest.CreatableTopicConfig.value')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('CreateTopicsRequest.CreatableTopicConfig.value', buf, pos, _n, 1)
+                _o.value = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -232,90 +224,6 @@ def _d_CreateTopicsRequest_1(buf, pos):
     o.unknown_tags = None
     return o, pos
 
-def _d_CreatableReplicaAssignment_5(buf, pos):
-    _l = len(buf)
-    o = _new(CreatableReplicaAssignment)
-    if pos + 4 > _l:
-        raise truncated('CreateTopicsRequest.CreatableReplicaAssignment.partition_index', buf, pos, 4)
-    (o.partition_index,) = _S0.unpack_from(buf, pos)
-    pos += 4
-    if pos < _l and buf[pos] < 0x80:
-        _c = buf[pos] - 1
-        pos += 1
-    else:
-        _c, pos = read_uvarint(buf, pos, 'CreateTopicsRequest.CreatableReplicaAssignment.broker_ids')
-        _c -= 1
-    if _c < 0:
-        raise bad_length('CreateTopicsRequest.CreatableReplicaAssignment.broker_ids', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('CreateTopicsRequest.CreatableReplicaAssignment.broker_ids', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.broker_ids = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'CreateTopicsRequest.CreatableReplicaAssignment')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
-def _d_CreatableTopicConfig_5(buf, pos):
-    _l = len(buf)
-    o = _new(CreatableTopicConfig)
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'CreateTopicsRequest.CreatableTopicConfig.name')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('CreateTopicsRequest.CreatableTopicConfig.name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateTopicsRequest.CreatableTopicConfig.name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('CreateTopicsRequest.CreatableTopicConfig.name', buf, pos, _n, 1)
-        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'CreateTopicsRequest.CreatableTopicConfig.value')
-        _n -= 1
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('CreateTopicsRequest.CreatableTopicConfig.value', _n)
-        o.value = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateTopicsRequest.CreatableTopicConfig.value')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('CreateTopicsRequest.CreatableTopicConfig.value', buf, pos, _n, 1)
-        o.value = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'CreateTopicsRequest.CreatableTopicConfig')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_CreatableTopic_5(buf, pos):
     _l = len(buf)
     o = _new(CreatableTopic)
@@ -351,9 +259,39 @@ def _d_CreatableTopic_5(buf, pos):
         raise overrun('CreateTopicsRequest.CreatableTopic.assignments', buf, pos, _c, 6)
     else:
         o.assignments = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_CreatableReplicaAssignment_5(buf, pos)
-            _lst.append(_e)
+            _o = _new(CreatableReplicaAssignment)
+            if pos + 4 > _l:
+                raise truncated('CreateTopicsRequest.CreatableReplicaAssignment.partition_index', buf, pos, 4)
+            (_o.partition_index,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'CreateTopicsRequest.CreatableReplicaAssignment.broker_ids')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('CreateTopicsRequest.CreatableReplicaAssignment.broker_ids', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('CreateTopicsRequest.CreatableReplicaAssignment.broker_ids', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.broker_ids = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'CreateTopicsRequest.CreatableReplicaAssignment')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -366,9 +304,55 @@ def _d_CreatableTopic_5(buf, pos):
         raise overrun('CreateTopicsRequest.CreatableTopic.configs', buf, pos, _c, 3)
     else:
         o.configs = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_CreatableTopicConfig_5(buf, pos)
-            _lst.append(_e)
+            _o = _new(CreatableTopicConfig)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'CreateTopicsRequest.CreatableTopicConfig.name')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('CreateTopicsRequest.CreatableTopicConfig.name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='CreateTopicsRequest.CreatableTopicConfig.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('CreateTopicsRequest.CreatableTopicConfig.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'CreateTopicsRequest.CreatableTopicConfig.value')
+                _n -= 1
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('CreateTopicsRequest.CreatableTopicConfig.value', _n)
+                _o.value = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='CreateTopicsRequest.CreatableTopicConfig.value')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('CreateTopicsRequest.CreatableTopicConfig.value', buf, pos, _n, 1)
+                _o.value = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'CreateTopicsRequest.CreatableTopicConfig')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -417,31 +401,6 @@ def _d_CreateTopicsRequest_5(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_CreatableReplicaAssignment_0(o, out, chunks):
-    out += _S0.pack(o.partition_index)
-    _a = o.broker_ids
-    _c = len(_a)
-    out += _S0.pack(_c)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-
-def _e_CreatableTopicConfig_0(o, out, chunks):
-    _b = o.name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('CreateTopicsRequest.CreatableTopicConfig.name', _n)
-    out += _S1.pack(_n)
-    out += _b
-    if o.value is None:
-        out += b'\xff\xff'
-    else:
-        _b = o.value.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('CreateTopicsRequest.CreatableTopicConfig.value', _n)
-        out += _S1.pack(_n)
-        out += _b
-
 def _e_CreatableTopic_0(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')
     _n = len(_b)
@@ -453,13 +412,32 @@ def _e_CreatableTopic_0(o, out, chunks):
     _a = o.assignments
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_CreatableReplicaAssignment_0(_e, out, chunks)
+    for _o in _a:
+        out += _S0.pack(_o.partition_index)
+        _a = _o.broker_ids
+        _c = len(_a)
+        out += _S0.pack(_c)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
     _a = o.configs
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_CreatableTopicConfig_0(_e, out, chunks)
+    for _o in _a:
+        _b = _o.name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('CreateTopicsRequest.CreatableTopicConfig.name', _n)
+        out += _S1.pack(_n)
+        out += _b
+        if _o.value is None:
+            out += b'\xff\xff'
+        else:
+            _b = _o.value.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('CreateTopicsRequest.CreatableTopicConfig.value', _n)
+            out += _S1.pack(_n)
+            out += _b
 
 def _e_CreateTopicsRequest_0(o, out, chunks):
     _a = o.topics
@@ -476,48 +454,6 @@ def _e_CreateTopicsRequest_1(o, out, chunks):
     for _e in _a:
         _e_CreatableTopic_0(_e, out, chunks)
     out += _S3.pack(o.timeout_ms, o.validate_only)
-
-def _e_CreatableReplicaAssignment_5(o, out, chunks):
-    out += _S0.pack(o.partition_index)
-    _a = o.broker_ids
-    _c = len(_a)
-    if _c < 127:
-        out.append(_c + 1)
-    else:
-        write_uvarint(out, _c + 1)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
-def _e_CreatableTopicConfig_5(o, out, chunks):
-    _b = o.name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('CreateTopicsRequest.CreatableTopicConfig.name', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    if o.value is None:
-        out.append(0)
-    else:
-        _b = o.value.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('CreateTopicsRequest.CreatableTopicConfig.value', _n)
-        if _n < 127:
-            out.append(_n + 1)
-        else:
-            write_uvarint(out, _n + 1)
-        out += _b
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
 
 def _e_CreatableTopic_5(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')
@@ -536,16 +472,52 @@ def _e_CreatableTopic_5(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_CreatableReplicaAssignment_5(_e, out, chunks)
+    for _o in _a:
+        out += _S0.pack(_o.partition_index)
+        _a = _o.broker_ids
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     _a = o.configs
     _c = len(_a)
     if _c < 127:
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_CreatableTopicConfig_5(_e, out, chunks)
+    for _o in _a:
+        _b = _o.name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('CreateTopicsRequest.CreatableTopicConfig.name', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        if _o.value is None:
+            out.append(0)
+        else:
+            _b = _o.value.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('CreateTopicsRequest.CreatableTopicConfig.value', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

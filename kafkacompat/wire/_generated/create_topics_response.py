@@ -84,36 +84,6 @@ _S2 = _Struct('>ih')
 _S3 = _Struct('>?b?')
 _S4 = _Struct('>16sh')
 
-def _d_CreatableTopicResult_0(buf, pos):
-    _l = len(buf)
-    o = _new(CreatableTopicResult)
-    o.topic_id = ZERO_UUID
-    o.error_message = ''
-    o.topic_config_error_code = 0
-    o.num_partitions = -1
-    o.replication_factor = -1
-    o.configs = []
-    if pos + 2 > _l:
-        raise truncated('CreateTopicsResponse.CreatableTopicResult.name', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('CreateTopicsResponse.CreatableTopicResult.name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateTopicsResponse.CreatableTopicResult.name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('CreateTopicsResponse.CreatableTopicResult.name', buf, pos, _n, 1)
-        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('CreateTopicsResponse.CreatableTopicResult.error_code', buf, pos, 2)
-    (o.error_code,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    o.unknown_tags = None
-    return o, pos
-
 def _d_CreateTopicsResponse_0(buf, pos):
     _l = len(buf)
     o = _new(CreateTopicsResponse)
@@ -128,54 +98,35 @@ def _d_CreateTopicsResponse_0(buf, pos):
         raise overrun('CreateTopicsResponse.topics', buf, pos, _c, 4)
     else:
         o.topics = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_CreatableTopicResult_0(buf, pos)
-            _lst.append(_e)
-    o.unknown_tags = None
-    return o, pos
-
-def _d_CreatableTopicResult_1(buf, pos):
-    _l = len(buf)
-    o = _new(CreatableTopicResult)
-    o.topic_id = ZERO_UUID
-    o.topic_config_error_code = 0
-    o.num_partitions = -1
-    o.replication_factor = -1
-    o.configs = []
-    if pos + 2 > _l:
-        raise truncated('CreateTopicsResponse.CreatableTopicResult.name', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('CreateTopicsResponse.CreatableTopicResult.name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateTopicsResponse.CreatableTopicResult.name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('CreateTopicsResponse.CreatableTopicResult.name', buf, pos, _n, 1)
-        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('CreateTopicsResponse.CreatableTopicResult.error_code', buf, pos, 2)
-    (o.error_code,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if pos + 2 > _l:
-        raise truncated('CreateTopicsResponse.CreatableTopicResult.error_message', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('CreateTopicsResponse.CreatableTopicResult.error_message', _n)
-        o.error_message = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateTopicsResponse.CreatableTopicResult.error_message')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('CreateTopicsResponse.CreatableTopicResult.error_message', buf, pos, _n, 1)
-        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
+            _o = _new(CreatableTopicResult)
+            _o.topic_id = ZERO_UUID
+            _o.error_message = ''
+            _o.topic_config_error_code = 0
+            _o.num_partitions = -1
+            _o.replication_factor = -1
+            _o.configs = []
+            if pos + 2 > _l:
+                raise truncated('CreateTopicsResponse.CreatableTopicResult.name', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('CreateTopicsResponse.CreatableTopicResult.name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='CreateTopicsResponse.CreatableTopicResult.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('CreateTopicsResponse.CreatableTopicResult.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('CreateTopicsResponse.CreatableTopicResult.error_code', buf, pos, 2)
+            (_o.error_code,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -193,9 +144,50 @@ def _d_CreateTopicsResponse_1(buf, pos):
         raise overrun('CreateTopicsResponse.topics', buf, pos, _c, 6)
     else:
         o.topics = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_CreatableTopicResult_1(buf, pos)
-            _lst.append(_e)
+            _o = _new(CreatableTopicResult)
+            _o.topic_id = ZERO_UUID
+            _o.topic_config_error_code = 0
+            _o.num_partitions = -1
+            _o.replication_factor = -1
+            _o.configs = []
+            if pos + 2 > _l:
+                raise truncated('CreateTopicsResponse.CreatableTopicResult.name', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('CreateTopicsResponse.CreatableTopicResult.name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='CreateTopicsResponse.CreatableTopicResult.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('CreateTopicsResponse.CreatableTopicResult.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('CreateTopicsResponse.CreatableTopicResult.error_code', buf, pos, 2)
+            (_o.error_code,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if pos + 2 > _l:
+                raise truncated('CreateTopicsResponse.CreatableTopicResult.error_message', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('CreateTopicsResponse.CreatableTopicResult.error_message', _n)
+                _o.error_message = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='CreateTopicsResponse.CreatableTopicResult.error_message')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('CreateTopicsResponse.CreatableTopicResult.error_message', buf, pos, _n, 1)
+                _o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -216,64 +208,51 @@ def _d_CreateTopicsResponse_2(buf, pos):
         raise overrun('CreateTopicsResponse.topics', buf, pos, _c, 6)
     else:
         o.topics = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_CreatableTopicResult_1(buf, pos)
-            _lst.append(_e)
+            _o = _new(CreatableTopicResult)
+            _o.topic_id = ZERO_UUID
+            _o.topic_config_error_code = 0
+            _o.num_partitions = -1
+            _o.replication_factor = -1
+            _o.configs = []
+            if pos + 2 > _l:
+                raise truncated('CreateTopicsResponse.CreatableTopicResult.name', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('CreateTopicsResponse.CreatableTopicResult.name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='CreateTopicsResponse.CreatableTopicResult.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('CreateTopicsResponse.CreatableTopicResult.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('CreateTopicsResponse.CreatableTopicResult.error_code', buf, pos, 2)
+            (_o.error_code,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if pos + 2 > _l:
+                raise truncated('CreateTopicsResponse.CreatableTopicResult.error_message', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('CreateTopicsResponse.CreatableTopicResult.error_message', _n)
+                _o.error_message = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='CreateTopicsResponse.CreatableTopicResult.error_message')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('CreateTopicsResponse.CreatableTopicResult.error_message', buf, pos, _n, 1)
+                _o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
-    return o, pos
-
-def _d_CreatableTopicConfigs_5(buf, pos):
-    _l = len(buf)
-    o = _new(CreatableTopicConfigs)
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'CreateTopicsResponse.CreatableTopicConfigs.name')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('CreateTopicsResponse.CreatableTopicConfigs.name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateTopicsResponse.CreatableTopicConfigs.name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('CreateTopicsResponse.CreatableTopicConfigs.name', buf, pos, _n, 1)
-        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'CreateTopicsResponse.CreatableTopicConfigs.value')
-        _n -= 1
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('CreateTopicsResponse.CreatableTopicConfigs.value', _n)
-        o.value = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='CreateTopicsResponse.CreatableTopicConfigs.value')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('CreateTopicsResponse.CreatableTopicConfigs.value', buf, pos, _n, 1)
-        o.value = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 3 > _l:
-        raise truncated('CreateTopicsResponse.CreatableTopicConfigs.read_only', buf, pos, 3)
-    o.read_only, o.config_source, o.is_sensitive = _S3.unpack_from(buf, pos)
-    pos += 3
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'CreateTopicsResponse.CreatableTopicConfigs')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
     return o, pos
 
 def _d_CreatableTopicResult_5(buf, pos):
@@ -336,9 +315,59 @@ def _d_CreatableTopicResult_5(buf, pos):
         raise overrun('CreateTopicsResponse.CreatableTopicResult.configs', buf, pos, _c, 6)
     else:
         o.configs = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_CreatableTopicConfigs_5(buf, pos)
-            _lst.append(_e)
+            _o = _new(CreatableTopicConfigs)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'CreateTopicsResponse.CreatableTopicConfigs.name')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('CreateTopicsResponse.CreatableTopicConfigs.name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='CreateTopicsResponse.CreatableTopicConfigs.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('CreateTopicsResponse.CreatableTopicConfigs.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'CreateTopicsResponse.CreatableTopicConfigs.value')
+                _n -= 1
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('CreateTopicsResponse.CreatableTopicConfigs.value', _n)
+                _o.value = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='CreateTopicsResponse.CreatableTopicConfigs.value')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('CreateTopicsResponse.CreatableTopicConfigs.value', buf, pos, _n, 1)
+                _o.value = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 3 > _l:
+                raise truncated('CreateTopicsResponse.CreatableTopicConfigs.read_only', buf, pos, 3)
+            _o.read_only, _o.config_source, _o.is_sensitive = _S3.unpack_from(buf, pos)
+            pos += 3
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'CreateTopicsResponse.CreatableTopicConfigs')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     o.topic_config_error_code = 0
     if pos < _l and buf[pos] == 0:
         pos += 1
@@ -458,9 +487,59 @@ def _d_CreatableTopicResult_7(buf, pos):
         raise overrun('CreateTopicsResponse.CreatableTopicResult.configs', buf, pos, _c, 6)
     else:
         o.configs = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_CreatableTopicConfigs_5(buf, pos)
-            _lst.append(_e)
+            _o = _new(CreatableTopicConfigs)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'CreateTopicsResponse.CreatableTopicConfigs.name')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('CreateTopicsResponse.CreatableTopicConfigs.name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='CreateTopicsResponse.CreatableTopicConfigs.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('CreateTopicsResponse.CreatableTopicConfigs.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'CreateTopicsResponse.CreatableTopicConfigs.value')
+                _n -= 1
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('CreateTopicsResponse.CreatableTopicConfigs.value', _n)
+                _o.value = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='CreateTopicsResponse.CreatableTopicConfigs.value')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('CreateTopicsResponse.CreatableTopicConfigs.value', buf, pos, _n, 1)
+                _o.value = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 3 > _l:
+                raise truncated('CreateTopicsResponse.CreatableTopicConfigs.read_only', buf, pos, 3)
+            _o.read_only, _o.config_source, _o.is_sensitive = _S3.unpack_from(buf, pos)
+            pos += 3
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'CreateTopicsResponse.CreatableTopicConfigs')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     o.topic_config_error_code = 0
     if pos < _l and buf[pos] == 0:
         pos += 1
@@ -520,82 +599,63 @@ def _d_CreateTopicsResponse_7(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_CreatableTopicResult_0(o, out, chunks):
-    _b = o.name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('CreateTopicsResponse.CreatableTopicResult.name', _n)
-    out += _S1.pack(_n)
-    out += _b
-    out += _S1.pack(o.error_code)
-
 def _e_CreateTopicsResponse_0(o, out, chunks):
     _a = o.topics
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_CreatableTopicResult_0(_e, out, chunks)
-
-def _e_CreatableTopicResult_1(o, out, chunks):
-    _b = o.name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('CreateTopicsResponse.CreatableTopicResult.name', _n)
-    out += _S1.pack(_n)
-    out += _b
-    out += _S1.pack(o.error_code)
-    if o.error_message is None:
-        out += b'\xff\xff'
-    else:
-        _b = o.error_message.encode('utf-8', 'surrogateescape')
+    for _o in _a:
+        _b = _o.name.encode('utf-8', 'surrogateescape')
         _n = len(_b)
         if _n > 0x7FFF:
-            raise string_too_long('CreateTopicsResponse.CreatableTopicResult.error_message', _n)
+            raise string_too_long('CreateTopicsResponse.CreatableTopicResult.name', _n)
         out += _S1.pack(_n)
         out += _b
+        out += _S1.pack(_o.error_code)
 
 def _e_CreateTopicsResponse_1(o, out, chunks):
     _a = o.topics
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_CreatableTopicResult_1(_e, out, chunks)
+    for _o in _a:
+        _b = _o.name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('CreateTopicsResponse.CreatableTopicResult.name', _n)
+        out += _S1.pack(_n)
+        out += _b
+        out += _S1.pack(_o.error_code)
+        if _o.error_message is None:
+            out += b'\xff\xff'
+        else:
+            _b = _o.error_message.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('CreateTopicsResponse.CreatableTopicResult.error_message', _n)
+            out += _S1.pack(_n)
+            out += _b
 
 def _e_CreateTopicsResponse_2(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
     _a = o.topics
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_CreatableTopicResult_1(_e, out, chunks)
-
-def _e_CreatableTopicConfigs_5(o, out, chunks):
-    _b = o.name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('CreateTopicsResponse.CreatableTopicConfigs.name', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    if o.value is None:
-        out.append(0)
-    else:
-        _b = o.value.encode('utf-8', 'surrogateescape')
+    for _o in _a:
+        _b = _o.name.encode('utf-8', 'surrogateescape')
         _n = len(_b)
         if _n > 0x7FFF:
-            raise string_too_long('CreateTopicsResponse.CreatableTopicConfigs.value', _n)
-        if _n < 127:
-            out.append(_n + 1)
-        else:
-            write_uvarint(out, _n + 1)
+            raise string_too_long('CreateTopicsResponse.CreatableTopicResult.name', _n)
+        out += _S1.pack(_n)
         out += _b
-    out += _S3.pack(o.read_only, o.config_source, o.is_sensitive)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
+        out += _S1.pack(_o.error_code)
+        if _o.error_message is None:
+            out += b'\xff\xff'
+        else:
+            _b = _o.error_message.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('CreateTopicsResponse.CreatableTopicResult.error_message', _n)
+            out += _S1.pack(_n)
+            out += _b
 
 def _e_CreatableTopicResult_5(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')
@@ -630,8 +690,33 @@ def _e_CreatableTopicResult_5(o, out, chunks):
             out.append(_c + 1)
         else:
             write_uvarint(out, _c + 1)
-        for _e in _a:
-            _e_CreatableTopicConfigs_5(_e, out, chunks)
+        for _o in _a:
+            _b = _o.name.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('CreateTopicsResponse.CreatableTopicConfigs.name', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+            if _o.value is None:
+                out.append(0)
+            else:
+                _b = _o.value.encode('utf-8', 'surrogateescape')
+                _n = len(_b)
+                if _n > 0x7FFF:
+                    raise string_too_long('CreateTopicsResponse.CreatableTopicConfigs.value', _n)
+                if _n < 127:
+                    out.append(_n + 1)
+                else:
+                    write_uvarint(out, _n + 1)
+                out += _b
+            out += _S3.pack(_o.read_only, _o.config_source, _o.is_sensitive)
+            if _o.unknown_tags is None:
+                out.append(0)
+            else:
+                write_tags(out, _o.unknown_tags)
     _tags = None
     if o.topic_config_error_code != 0:
         _t = bytearray()
@@ -694,8 +779,33 @@ def _e_CreatableTopicResult_7(o, out, chunks):
             out.append(_c + 1)
         else:
             write_uvarint(out, _c + 1)
-        for _e in _a:
-            _e_CreatableTopicConfigs_5(_e, out, chunks)
+        for _o in _a:
+            _b = _o.name.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('CreateTopicsResponse.CreatableTopicConfigs.name', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+            if _o.value is None:
+                out.append(0)
+            else:
+                _b = _o.value.encode('utf-8', 'surrogateescape')
+                _n = len(_b)
+                if _n > 0x7FFF:
+                    raise string_too_long('CreateTopicsResponse.CreatableTopicConfigs.value', _n)
+                if _n < 127:
+                    out.append(_n + 1)
+                else:
+                    write_uvarint(out, _n + 1)
+                out += _b
+            out += _S3.pack(_o.read_only, _o.config_source, _o.is_sensitive)
+            if _o.unknown_tags is None:
+                out.append(0)
+            else:
+                write_tags(out, _o.unknown_tags)
     _tags = None
     if o.topic_config_error_code != 0:
         _t = bytearray()

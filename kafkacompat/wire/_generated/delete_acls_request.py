@@ -60,69 +60,6 @@ _S1 = _Struct('>b')
 _S2 = _Struct('>h')
 _S3 = _Struct('>bb')
 
-def _d_DeleteAclsFilter_0(buf, pos):
-    _l = len(buf)
-    o = _new(DeleteAclsFilter)
-    o.pattern_type_filter = 3
-    if pos + 1 > _l:
-        raise truncated('DeleteAclsRequest.DeleteAclsFilter.resource_type_filter', buf, pos, 1)
-    (o.resource_type_filter,) = _S1.unpack_from(buf, pos)
-    pos += 1
-    if pos + 2 > _l:
-        raise truncated('DeleteAclsRequest.DeleteAclsFilter.resource_name_filter', buf, pos, 2)
-    (_n,) = _S2.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('DeleteAclsRequest.DeleteAclsFilter.resource_name_filter', _n)
-        o.resource_name_filter = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsRequest.DeleteAclsFilter.resource_name_filter')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DeleteAclsRequest.DeleteAclsFilter.resource_name_filter', buf, pos, _n, 1)
-        o.resource_name_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('DeleteAclsRequest.DeleteAclsFilter.principal_filter', buf, pos, 2)
-    (_n,) = _S2.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('DeleteAclsRequest.DeleteAclsFilter.principal_filter', _n)
-        o.principal_filter = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsRequest.DeleteAclsFilter.principal_filter')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DeleteAclsRequest.DeleteAclsFilter.principal_filter', buf, pos, _n, 1)
-        o.principal_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('DeleteAclsRequest.DeleteAclsFilter.host_filter', buf, pos, 2)
-    (_n,) = _S2.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('DeleteAclsRequest.DeleteAclsFilter.host_filter', _n)
-        o.host_filter = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsRequest.DeleteAclsFilter.host_filter')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DeleteAclsRequest.DeleteAclsFilter.host_filter', buf, pos, _n, 1)
-        o.host_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('DeleteAclsRequest.DeleteAclsFilter.operation', buf, pos, 2)
-    o.operation, o.permission_type = _S3.unpack_from(buf, pos)
-    pos += 2
-    o.unknown_tags = None
-    return o, pos
-
 def _d_DeleteAclsRequest_0(buf, pos):
     _l = len(buf)
     o = _new(DeleteAclsRequest)
@@ -136,75 +73,68 @@ def _d_DeleteAclsRequest_0(buf, pos):
         raise overrun('DeleteAclsRequest.filters', buf, pos, _c, 9)
     else:
         o.filters = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_DeleteAclsFilter_0(buf, pos)
-            _lst.append(_e)
-    o.unknown_tags = None
-    return o, pos
-
-def _d_DeleteAclsFilter_1(buf, pos):
-    _l = len(buf)
-    o = _new(DeleteAclsFilter)
-    if pos + 1 > _l:
-        raise truncated('DeleteAclsRequest.DeleteAclsFilter.resource_type_filter', buf, pos, 1)
-    (o.resource_type_filter,) = _S1.unpack_from(buf, pos)
-    pos += 1
-    if pos + 2 > _l:
-        raise truncated('DeleteAclsRequest.DeleteAclsFilter.resource_name_filter', buf, pos, 2)
-    (_n,) = _S2.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('DeleteAclsRequest.DeleteAclsFilter.resource_name_filter', _n)
-        o.resource_name_filter = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsRequest.DeleteAclsFilter.resource_name_filter')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DeleteAclsRequest.DeleteAclsFilter.resource_name_filter', buf, pos, _n, 1)
-        o.resource_name_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 1 > _l:
-        raise truncated('DeleteAclsRequest.DeleteAclsFilter.pattern_type_filter', buf, pos, 1)
-    (o.pattern_type_filter,) = _S1.unpack_from(buf, pos)
-    pos += 1
-    if pos + 2 > _l:
-        raise truncated('DeleteAclsRequest.DeleteAclsFilter.principal_filter', buf, pos, 2)
-    (_n,) = _S2.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('DeleteAclsRequest.DeleteAclsFilter.principal_filter', _n)
-        o.principal_filter = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsRequest.DeleteAclsFilter.principal_filter')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DeleteAclsRequest.DeleteAclsFilter.principal_filter', buf, pos, _n, 1)
-        o.principal_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('DeleteAclsRequest.DeleteAclsFilter.host_filter', buf, pos, 2)
-    (_n,) = _S2.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('DeleteAclsRequest.DeleteAclsFilter.host_filter', _n)
-        o.host_filter = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsRequest.DeleteAclsFilter.host_filter')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DeleteAclsRequest.DeleteAclsFilter.host_filter', buf, pos, _n, 1)
-        o.host_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('DeleteAclsRequest.DeleteAclsFilter.operation', buf, pos, 2)
-    o.operation, o.permission_type = _S3.unpack_from(buf, pos)
-    pos += 2
+            _o = _new(DeleteAclsFilter)
+            _o.pattern_type_filter = 3
+            if pos + 1 > _l:
+                raise truncated('DeleteAclsRequest.DeleteAclsFilter.resource_type_filter', buf, pos, 1)
+            (_o.resource_type_filter,) = _S1.unpack_from(buf, pos)
+            pos += 1
+            if pos + 2 > _l:
+                raise truncated('DeleteAclsRequest.DeleteAclsFilter.resource_name_filter', buf, pos, 2)
+            (_n,) = _S2.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('DeleteAclsRequest.DeleteAclsFilter.resource_name_filter', _n)
+                _o.resource_name_filter = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsRequest.DeleteAclsFilter.resource_name_filter')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DeleteAclsRequest.DeleteAclsFilter.resource_name_filter', buf, pos, _n, 1)
+                _o.resource_name_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('DeleteAclsRequest.DeleteAclsFilter.principal_filter', buf, pos, 2)
+            (_n,) = _S2.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('DeleteAclsRequest.DeleteAclsFilter.principal_filter', _n)
+                _o.principal_filter = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsRequest.DeleteAclsFilter.principal_filter')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DeleteAclsRequest.DeleteAclsFilter.principal_filter', buf, pos, _n, 1)
+                _o.principal_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('DeleteAclsRequest.DeleteAclsFilter.host_filter', buf, pos, 2)
+            (_n,) = _S2.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('DeleteAclsRequest.DeleteAclsFilter.host_filter', _n)
+                _o.host_filter = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsRequest.DeleteAclsFilter.host_filter')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DeleteAclsRequest.DeleteAclsFilter.host_filter', buf, pos, _n, 1)
+                _o.host_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('DeleteAclsRequest.DeleteAclsFilter.operation', buf, pos, 2)
+            _o.operation, _o.permission_type = _S3.unpack_from(buf, pos)
+            pos += 2
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -221,92 +151,72 @@ def _d_DeleteAclsRequest_1(buf, pos):
         raise overrun('DeleteAclsRequest.filters', buf, pos, _c, 10)
     else:
         o.filters = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_DeleteAclsFilter_1(buf, pos)
-            _lst.append(_e)
+            _o = _new(DeleteAclsFilter)
+            if pos + 1 > _l:
+                raise truncated('DeleteAclsRequest.DeleteAclsFilter.resource_type_filter', buf, pos, 1)
+            (_o.resource_type_filter,) = _S1.unpack_from(buf, pos)
+            pos += 1
+            if pos + 2 > _l:
+                raise truncated('DeleteAclsRequest.DeleteAclsFilter.resource_name_filter', buf, pos, 2)
+            (_n,) = _S2.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('DeleteAclsRequest.DeleteAclsFilter.resource_name_filter', _n)
+                _o.resource_name_filter = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsRequest.DeleteAclsFilter.resource_name_filter')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DeleteAclsRequest.DeleteAclsFilter.resource_name_filter', buf, pos, _n, 1)
+                _o.resource_name_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 1 > _l:
+                raise truncated('DeleteAclsRequest.DeleteAclsFilter.pattern_type_filter', buf, pos, 1)
+            (_o.pattern_type_filter,) = _S1.unpack_from(buf, pos)
+            pos += 1
+            if pos + 2 > _l:
+                raise truncated('DeleteAclsRequest.DeleteAclsFilter.principal_filter', buf, pos, 2)
+            (_n,) = _S2.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('DeleteAclsRequest.DeleteAclsFilter.principal_filter', _n)
+                _o.principal_filter = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsRequest.DeleteAclsFilter.principal_filter')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DeleteAclsRequest.DeleteAclsFilter.principal_filter', buf, pos, _n, 1)
+                _o.principal_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('DeleteAclsRequest.DeleteAclsFilter.host_filter', buf, pos, 2)
+            (_n,) = _S2.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('DeleteAclsRequest.DeleteAclsFilter.host_filter', _n)
+                _o.host_filter = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsRequest.DeleteAclsFilter.host_filter')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DeleteAclsRequest.DeleteAclsFilter.host_filter', buf, pos, _n, 1)
+                _o.host_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('DeleteAclsRequest.DeleteAclsFilter.operation', buf, pos, 2)
+            _o.operation, _o.permission_type = _S3.unpack_from(buf, pos)
+            pos += 2
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
-    return o, pos
-
-def _d_DeleteAclsFilter_2(buf, pos):
-    _l = len(buf)
-    o = _new(DeleteAclsFilter)
-    if pos + 1 > _l:
-        raise truncated('DeleteAclsRequest.DeleteAclsFilter.resource_type_filter', buf, pos, 1)
-    (o.resource_type_filter,) = _S1.unpack_from(buf, pos)
-    pos += 1
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'DeleteAclsRequest.DeleteAclsFilter.resource_name_filter')
-        _n -= 1
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('DeleteAclsRequest.DeleteAclsFilter.resource_name_filter', _n)
-        o.resource_name_filter = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsRequest.DeleteAclsFilter.resource_name_filter')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DeleteAclsRequest.DeleteAclsFilter.resource_name_filter', buf, pos, _n, 1)
-        o.resource_name_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 1 > _l:
-        raise truncated('DeleteAclsRequest.DeleteAclsFilter.pattern_type_filter', buf, pos, 1)
-    (o.pattern_type_filter,) = _S1.unpack_from(buf, pos)
-    pos += 1
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'DeleteAclsRequest.DeleteAclsFilter.principal_filter')
-        _n -= 1
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('DeleteAclsRequest.DeleteAclsFilter.principal_filter', _n)
-        o.principal_filter = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsRequest.DeleteAclsFilter.principal_filter')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DeleteAclsRequest.DeleteAclsFilter.principal_filter', buf, pos, _n, 1)
-        o.principal_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'DeleteAclsRequest.DeleteAclsFilter.host_filter')
-        _n -= 1
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('DeleteAclsRequest.DeleteAclsFilter.host_filter', _n)
-        o.host_filter = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsRequest.DeleteAclsFilter.host_filter')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DeleteAclsRequest.DeleteAclsFilter.host_filter', buf, pos, _n, 1)
-        o.host_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('DeleteAclsRequest.DeleteAclsFilter.operation', buf, pos, 2)
-    o.operation, o.permission_type = _S3.unpack_from(buf, pos)
-    pos += 2
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'DeleteAclsRequest.DeleteAclsFilter')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
     return o, pos
 
 def _d_DeleteAclsRequest_2(buf, pos):
@@ -324,9 +234,87 @@ def _d_DeleteAclsRequest_2(buf, pos):
         raise overrun('DeleteAclsRequest.filters', buf, pos, _c, 8)
     else:
         o.filters = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_DeleteAclsFilter_2(buf, pos)
-            _lst.append(_e)
+            _o = _new(DeleteAclsFilter)
+            if pos + 1 > _l:
+                raise truncated('DeleteAclsRequest.DeleteAclsFilter.resource_type_filter', buf, pos, 1)
+            (_o.resource_type_filter,) = _S1.unpack_from(buf, pos)
+            pos += 1
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'DeleteAclsRequest.DeleteAclsFilter.resource_name_filter')
+                _n -= 1
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('DeleteAclsRequest.DeleteAclsFilter.resource_name_filter', _n)
+                _o.resource_name_filter = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsRequest.DeleteAclsFilter.resource_name_filter')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DeleteAclsRequest.DeleteAclsFilter.resource_name_filter', buf, pos, _n, 1)
+                _o.resource_name_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 1 > _l:
+                raise truncated('DeleteAclsRequest.DeleteAclsFilter.pattern_type_filter', buf, pos, 1)
+            (_o.pattern_type_filter,) = _S1.unpack_from(buf, pos)
+            pos += 1
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'DeleteAclsRequest.DeleteAclsFilter.principal_filter')
+                _n -= 1
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('DeleteAclsRequest.DeleteAclsFilter.principal_filter', _n)
+                _o.principal_filter = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsRequest.DeleteAclsFilter.principal_filter')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DeleteAclsRequest.DeleteAclsFilter.principal_filter', buf, pos, _n, 1)
+                _o.principal_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'DeleteAclsRequest.DeleteAclsFilter.host_filter')
+                _n -= 1
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('DeleteAclsRequest.DeleteAclsFilter.host_filter', _n)
+                _o.host_filter = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsRequest.DeleteAclsFilter.host_filter')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DeleteAclsRequest.DeleteAclsFilter.host_filter', buf, pos, _n, 1)
+                _o.host_filter = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('DeleteAclsRequest.DeleteAclsFilter.operation', buf, pos, 2)
+            _o.operation, _o.permission_type = _S3.unpack_from(buf, pos)
+            pos += 2
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'DeleteAclsRequest.DeleteAclsFilter')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -340,127 +328,76 @@ def _d_DeleteAclsRequest_2(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_DeleteAclsFilter_0(o, out, chunks):
-    out += _S1.pack(o.resource_type_filter)
-    if o.resource_name_filter is None:
-        out += b'\xff\xff'
-    else:
-        _b = o.resource_name_filter.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('DeleteAclsRequest.DeleteAclsFilter.resource_name_filter', _n)
-        out += _S2.pack(_n)
-        out += _b
-    if o.principal_filter is None:
-        out += b'\xff\xff'
-    else:
-        _b = o.principal_filter.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('DeleteAclsRequest.DeleteAclsFilter.principal_filter', _n)
-        out += _S2.pack(_n)
-        out += _b
-    if o.host_filter is None:
-        out += b'\xff\xff'
-    else:
-        _b = o.host_filter.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('DeleteAclsRequest.DeleteAclsFilter.host_filter', _n)
-        out += _S2.pack(_n)
-        out += _b
-    out += _S3.pack(o.operation, o.permission_type)
-
 def _e_DeleteAclsRequest_0(o, out, chunks):
     _a = o.filters
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_DeleteAclsFilter_0(_e, out, chunks)
-
-def _e_DeleteAclsFilter_1(o, out, chunks):
-    out += _S1.pack(o.resource_type_filter)
-    if o.resource_name_filter is None:
-        out += b'\xff\xff'
-    else:
-        _b = o.resource_name_filter.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('DeleteAclsRequest.DeleteAclsFilter.resource_name_filter', _n)
-        out += _S2.pack(_n)
-        out += _b
-    out += _S1.pack(o.pattern_type_filter)
-    if o.principal_filter is None:
-        out += b'\xff\xff'
-    else:
-        _b = o.principal_filter.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('DeleteAclsRequest.DeleteAclsFilter.principal_filter', _n)
-        out += _S2.pack(_n)
-        out += _b
-    if o.host_filter is None:
-        out += b'\xff\xff'
-    else:
-        _b = o.host_filter.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('DeleteAclsRequest.DeleteAclsFilter.host_filter', _n)
-        out += _S2.pack(_n)
-        out += _b
-    out += _S3.pack(o.operation, o.permission_type)
+    for _o in _a:
+        out += _S1.pack(_o.resource_type_filter)
+        if _o.resource_name_filter is None:
+            out += b'\xff\xff'
+        else:
+            _b = _o.resource_name_filter.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('DeleteAclsRequest.DeleteAclsFilter.resource_name_filter', _n)
+            out += _S2.pack(_n)
+            out += _b
+        if _o.principal_filter is None:
+            out += b'\xff\xff'
+        else:
+            _b = _o.principal_filter.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('DeleteAclsRequest.DeleteAclsFilter.principal_filter', _n)
+            out += _S2.pack(_n)
+            out += _b
+        if _o.host_filter is None:
+            out += b'\xff\xff'
+        else:
+            _b = _o.host_filter.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('DeleteAclsRequest.DeleteAclsFilter.host_filter', _n)
+            out += _S2.pack(_n)
+            out += _b
+        out += _S3.pack(_o.operation, _o.permission_type)
 
 def _e_DeleteAclsRequest_1(o, out, chunks):
     _a = o.filters
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_DeleteAclsFilter_1(_e, out, chunks)
-
-def _e_DeleteAclsFilter_2(o, out, chunks):
-    out += _S1.pack(o.resource_type_filter)
-    if o.resource_name_filter is None:
-        out.append(0)
-    else:
-        _b = o.resource_name_filter.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('DeleteAclsRequest.DeleteAclsFilter.resource_name_filter', _n)
-        if _n < 127:
-            out.append(_n + 1)
+    for _o in _a:
+        out += _S1.pack(_o.resource_type_filter)
+        if _o.resource_name_filter is None:
+            out += b'\xff\xff'
         else:
-            write_uvarint(out, _n + 1)
-        out += _b
-    out += _S1.pack(o.pattern_type_filter)
-    if o.principal_filter is None:
-        out.append(0)
-    else:
-        _b = o.principal_filter.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('DeleteAclsRequest.DeleteAclsFilter.principal_filter', _n)
-        if _n < 127:
-            out.append(_n + 1)
+            _b = _o.resource_name_filter.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('DeleteAclsRequest.DeleteAclsFilter.resource_name_filter', _n)
+            out += _S2.pack(_n)
+            out += _b
+        out += _S1.pack(_o.pattern_type_filter)
+        if _o.principal_filter is None:
+            out += b'\xff\xff'
         else:
-            write_uvarint(out, _n + 1)
-        out += _b
-    if o.host_filter is None:
-        out.append(0)
-    else:
-        _b = o.host_filter.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('DeleteAclsRequest.DeleteAclsFilter.host_filter', _n)
-        if _n < 127:
-            out.append(_n + 1)
+            _b = _o.principal_filter.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('DeleteAclsRequest.DeleteAclsFilter.principal_filter', _n)
+            out += _S2.pack(_n)
+            out += _b
+        if _o.host_filter is None:
+            out += b'\xff\xff'
         else:
-            write_uvarint(out, _n + 1)
-        out += _b
-    out += _S3.pack(o.operation, o.permission_type)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
+            _b = _o.host_filter.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('DeleteAclsRequest.DeleteAclsFilter.host_filter', _n)
+            out += _S2.pack(_n)
+            out += _b
+        out += _S3.pack(_o.operation, _o.permission_type)
 
 def _e_DeleteAclsRequest_2(o, out, chunks):
     _a = o.filters
@@ -469,8 +406,50 @@ def _e_DeleteAclsRequest_2(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_DeleteAclsFilter_2(_e, out, chunks)
+    for _o in _a:
+        out += _S1.pack(_o.resource_type_filter)
+        if _o.resource_name_filter is None:
+            out.append(0)
+        else:
+            _b = _o.resource_name_filter.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('DeleteAclsRequest.DeleteAclsFilter.resource_name_filter', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+        out += _S1.pack(_o.pattern_type_filter)
+        if _o.principal_filter is None:
+            out.append(0)
+        else:
+            _b = _o.principal_filter.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('DeleteAclsRequest.DeleteAclsFilter.principal_filter', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+        if _o.host_filter is None:
+            out.append(0)
+        else:
+            _b = _o.host_filter.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('DeleteAclsRequest.DeleteAclsFilter.host_filter', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+        out += _S3.pack(_o.operation, _o.permission_type)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

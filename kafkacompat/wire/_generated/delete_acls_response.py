@@ -75,83 +75,6 @@ _S1 = _Struct('>h')
 _S2 = _Struct('>b')
 _S3 = _Struct('>bb')
 
-def _d_DeleteAclsMatchingAcl_0(buf, pos):
-    _l = len(buf)
-    o = _new(DeleteAclsMatchingAcl)
-    o.pattern_type = 3
-    if pos + 2 > _l:
-        raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.error_code', buf, pos, 2)
-    (o.error_code,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if pos + 2 > _l:
-        raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.error_message', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('DeleteAclsResponse.DeleteAclsMatchingAcl.error_message', _n)
-        o.error_message = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsResponse.DeleteAclsMatchingAcl.error_message')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DeleteAclsResponse.DeleteAclsMatchingAcl.error_message', buf, pos, _n, 1)
-        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 1 > _l:
-        raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.resource_type', buf, pos, 1)
-    (o.resource_type,) = _S2.unpack_from(buf, pos)
-    pos += 1
-    if pos + 2 > _l:
-        raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name', buf, pos, _n, 1)
-        o.resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.principal', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('DeleteAclsResponse.DeleteAclsMatchingAcl.principal', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsResponse.DeleteAclsMatchingAcl.principal')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DeleteAclsResponse.DeleteAclsMatchingAcl.principal', buf, pos, _n, 1)
-        o.principal = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.host', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('DeleteAclsResponse.DeleteAclsMatchingAcl.host', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsResponse.DeleteAclsMatchingAcl.host')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DeleteAclsResponse.DeleteAclsMatchingAcl.host', buf, pos, _n, 1)
-        o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.operation', buf, pos, 2)
-    o.operation, o.permission_type = _S3.unpack_from(buf, pos)
-    pos += 2
-    o.unknown_tags = None
-    return o, pos
-
 def _d_DeleteAclsFilterResult_0(buf, pos):
     _l = len(buf)
     o = _new(DeleteAclsFilterResult)
@@ -185,9 +108,82 @@ def _d_DeleteAclsFilterResult_0(buf, pos):
         raise overrun('DeleteAclsResponse.DeleteAclsFilterResult.matching_acls', buf, pos, _c, 13)
     else:
         o.matching_acls = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_DeleteAclsMatchingAcl_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(DeleteAclsMatchingAcl)
+            _o.pattern_type = 3
+            if pos + 2 > _l:
+                raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.error_code', buf, pos, 2)
+            (_o.error_code,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if pos + 2 > _l:
+                raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.error_message', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('DeleteAclsResponse.DeleteAclsMatchingAcl.error_message', _n)
+                _o.error_message = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsResponse.DeleteAclsMatchingAcl.error_message')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DeleteAclsResponse.DeleteAclsMatchingAcl.error_message', buf, pos, _n, 1)
+                _o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 1 > _l:
+                raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.resource_type', buf, pos, 1)
+            (_o.resource_type,) = _S2.unpack_from(buf, pos)
+            pos += 1
+            if pos + 2 > _l:
+                raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name', buf, pos, _n, 1)
+                _o.resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.principal', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('DeleteAclsResponse.DeleteAclsMatchingAcl.principal', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsResponse.DeleteAclsMatchingAcl.principal')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DeleteAclsResponse.DeleteAclsMatchingAcl.principal', buf, pos, _n, 1)
+                _o.principal = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.host', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('DeleteAclsResponse.DeleteAclsMatchingAcl.host', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsResponse.DeleteAclsMatchingAcl.host')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DeleteAclsResponse.DeleteAclsMatchingAcl.host', buf, pos, _n, 1)
+                _o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.operation', buf, pos, 2)
+            _o.operation, _o.permission_type = _S3.unpack_from(buf, pos)
+            pos += 2
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -211,86 +207,6 @@ def _d_DeleteAclsResponse_0(buf, pos):
         for _ in range(_c):
             _e, pos = _d_DeleteAclsFilterResult_0(buf, pos)
             _lst.append(_e)
-    o.unknown_tags = None
-    return o, pos
-
-def _d_DeleteAclsMatchingAcl_1(buf, pos):
-    _l = len(buf)
-    o = _new(DeleteAclsMatchingAcl)
-    if pos + 2 > _l:
-        raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.error_code', buf, pos, 2)
-    (o.error_code,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if pos + 2 > _l:
-        raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.error_message', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('DeleteAclsResponse.DeleteAclsMatchingAcl.error_message', _n)
-        o.error_message = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsResponse.DeleteAclsMatchingAcl.error_message')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DeleteAclsResponse.DeleteAclsMatchingAcl.error_message', buf, pos, _n, 1)
-        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 1 > _l:
-        raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.resource_type', buf, pos, 1)
-    (o.resource_type,) = _S2.unpack_from(buf, pos)
-    pos += 1
-    if pos + 2 > _l:
-        raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name', buf, pos, _n, 1)
-        o.resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 1 > _l:
-        raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.pattern_type', buf, pos, 1)
-    (o.pattern_type,) = _S2.unpack_from(buf, pos)
-    pos += 1
-    if pos + 2 > _l:
-        raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.principal', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('DeleteAclsResponse.DeleteAclsMatchingAcl.principal', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsResponse.DeleteAclsMatchingAcl.principal')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DeleteAclsResponse.DeleteAclsMatchingAcl.principal', buf, pos, _n, 1)
-        o.principal = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.host', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('DeleteAclsResponse.DeleteAclsMatchingAcl.host', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsResponse.DeleteAclsMatchingAcl.host')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DeleteAclsResponse.DeleteAclsMatchingAcl.host', buf, pos, _n, 1)
-        o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.operation', buf, pos, 2)
-    o.operation, o.permission_type = _S3.unpack_from(buf, pos)
-    pos += 2
     o.unknown_tags = None
     return o, pos
 
@@ -327,9 +243,85 @@ def _d_DeleteAclsFilterResult_1(buf, pos):
         raise overrun('DeleteAclsResponse.DeleteAclsFilterResult.matching_acls', buf, pos, _c, 14)
     else:
         o.matching_acls = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_DeleteAclsMatchingAcl_1(buf, pos)
-            _lst.append(_e)
+            _o = _new(DeleteAclsMatchingAcl)
+            if pos + 2 > _l:
+                raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.error_code', buf, pos, 2)
+            (_o.error_code,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if pos + 2 > _l:
+                raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.error_message', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('DeleteAclsResponse.DeleteAclsMatchingAcl.error_message', _n)
+                _o.error_message = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsResponse.DeleteAclsMatchingAcl.error_message')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DeleteAclsResponse.DeleteAclsMatchingAcl.error_message', buf, pos, _n, 1)
+                _o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 1 > _l:
+                raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.resource_type', buf, pos, 1)
+            (_o.resource_type,) = _S2.unpack_from(buf, pos)
+            pos += 1
+            if pos + 2 > _l:
+                raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name', buf, pos, _n, 1)
+                _o.resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 1 > _l:
+                raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.pattern_type', buf, pos, 1)
+            (_o.pattern_type,) = _S2.unpack_from(buf, pos)
+            pos += 1
+            if pos + 2 > _l:
+                raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.principal', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('DeleteAclsResponse.DeleteAclsMatchingAcl.principal', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsResponse.DeleteAclsMatchingAcl.principal')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DeleteAclsResponse.DeleteAclsMatchingAcl.principal', buf, pos, _n, 1)
+                _o.principal = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.host', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('DeleteAclsResponse.DeleteAclsMatchingAcl.host', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsResponse.DeleteAclsMatchingAcl.host')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DeleteAclsResponse.DeleteAclsMatchingAcl.host', buf, pos, _n, 1)
+                _o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.operation', buf, pos, 2)
+            _o.operation, _o.permission_type = _S3.unpack_from(buf, pos)
+            pos += 2
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -354,104 +346,6 @@ def _d_DeleteAclsResponse_1(buf, pos):
             _e, pos = _d_DeleteAclsFilterResult_1(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
-    return o, pos
-
-def _d_DeleteAclsMatchingAcl_2(buf, pos):
-    _l = len(buf)
-    o = _new(DeleteAclsMatchingAcl)
-    if pos + 2 > _l:
-        raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.error_code', buf, pos, 2)
-    (o.error_code,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'DeleteAclsResponse.DeleteAclsMatchingAcl.error_message')
-        _n -= 1
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('DeleteAclsResponse.DeleteAclsMatchingAcl.error_message', _n)
-        o.error_message = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsResponse.DeleteAclsMatchingAcl.error_message')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DeleteAclsResponse.DeleteAclsMatchingAcl.error_message', buf, pos, _n, 1)
-        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 1 > _l:
-        raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.resource_type', buf, pos, 1)
-    (o.resource_type,) = _S2.unpack_from(buf, pos)
-    pos += 1
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name', buf, pos, _n, 1)
-        o.resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 1 > _l:
-        raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.pattern_type', buf, pos, 1)
-    (o.pattern_type,) = _S2.unpack_from(buf, pos)
-    pos += 1
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'DeleteAclsResponse.DeleteAclsMatchingAcl.principal')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('DeleteAclsResponse.DeleteAclsMatchingAcl.principal', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsResponse.DeleteAclsMatchingAcl.principal')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DeleteAclsResponse.DeleteAclsMatchingAcl.principal', buf, pos, _n, 1)
-        o.principal = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'DeleteAclsResponse.DeleteAclsMatchingAcl.host')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('DeleteAclsResponse.DeleteAclsMatchingAcl.host', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsResponse.DeleteAclsMatchingAcl.host')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DeleteAclsResponse.DeleteAclsMatchingAcl.host', buf, pos, _n, 1)
-        o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.operation', buf, pos, 2)
-    o.operation, o.permission_type = _S3.unpack_from(buf, pos)
-    pos += 2
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'DeleteAclsResponse.DeleteAclsMatchingAcl')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
     return o, pos
 
 def _d_DeleteAclsFilterResult_2(buf, pos):
@@ -491,9 +385,103 @@ def _d_DeleteAclsFilterResult_2(buf, pos):
         raise overrun('DeleteAclsResponse.DeleteAclsFilterResult.matching_acls', buf, pos, _c, 11)
     else:
         o.matching_acls = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_DeleteAclsMatchingAcl_2(buf, pos)
-            _lst.append(_e)
+            _o = _new(DeleteAclsMatchingAcl)
+            if pos + 2 > _l:
+                raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.error_code', buf, pos, 2)
+            (_o.error_code,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'DeleteAclsResponse.DeleteAclsMatchingAcl.error_message')
+                _n -= 1
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('DeleteAclsResponse.DeleteAclsMatchingAcl.error_message', _n)
+                _o.error_message = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsResponse.DeleteAclsMatchingAcl.error_message')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DeleteAclsResponse.DeleteAclsMatchingAcl.error_message', buf, pos, _n, 1)
+                _o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 1 > _l:
+                raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.resource_type', buf, pos, 1)
+            (_o.resource_type,) = _S2.unpack_from(buf, pos)
+            pos += 1
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name', buf, pos, _n, 1)
+                _o.resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 1 > _l:
+                raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.pattern_type', buf, pos, 1)
+            (_o.pattern_type,) = _S2.unpack_from(buf, pos)
+            pos += 1
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'DeleteAclsResponse.DeleteAclsMatchingAcl.principal')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('DeleteAclsResponse.DeleteAclsMatchingAcl.principal', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsResponse.DeleteAclsMatchingAcl.principal')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DeleteAclsResponse.DeleteAclsMatchingAcl.principal', buf, pos, _n, 1)
+                _o.principal = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'DeleteAclsResponse.DeleteAclsMatchingAcl.host')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('DeleteAclsResponse.DeleteAclsMatchingAcl.host', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteAclsResponse.DeleteAclsMatchingAcl.host')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DeleteAclsResponse.DeleteAclsMatchingAcl.host', buf, pos, _n, 1)
+                _o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.operation', buf, pos, 2)
+            _o.operation, _o.permission_type = _S3.unpack_from(buf, pos)
+            pos += 2
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'DeleteAclsResponse.DeleteAclsMatchingAcl')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -542,38 +530,6 @@ def _d_DeleteAclsResponse_2(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_DeleteAclsMatchingAcl_0(o, out, chunks):
-    out += _S1.pack(o.error_code)
-    if o.error_message is None:
-        out += b'\xff\xff'
-    else:
-        _b = o.error_message.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('DeleteAclsResponse.DeleteAclsMatchingAcl.error_message', _n)
-        out += _S1.pack(_n)
-        out += _b
-    out += _S2.pack(o.resource_type)
-    _b = o.resource_name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name', _n)
-    out += _S1.pack(_n)
-    out += _b
-    _b = o.principal.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('DeleteAclsResponse.DeleteAclsMatchingAcl.principal', _n)
-    out += _S1.pack(_n)
-    out += _b
-    _b = o.host.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('DeleteAclsResponse.DeleteAclsMatchingAcl.host', _n)
-    out += _S1.pack(_n)
-    out += _b
-    out += _S3.pack(o.operation, o.permission_type)
-
 def _e_DeleteAclsFilterResult_0(o, out, chunks):
     out += _S1.pack(o.error_code)
     if o.error_message is None:
@@ -588,8 +544,37 @@ def _e_DeleteAclsFilterResult_0(o, out, chunks):
     _a = o.matching_acls
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_DeleteAclsMatchingAcl_0(_e, out, chunks)
+    for _o in _a:
+        out += _S1.pack(_o.error_code)
+        if _o.error_message is None:
+            out += b'\xff\xff'
+        else:
+            _b = _o.error_message.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('DeleteAclsResponse.DeleteAclsMatchingAcl.error_message', _n)
+            out += _S1.pack(_n)
+            out += _b
+        out += _S2.pack(_o.resource_type)
+        _b = _o.resource_name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name', _n)
+        out += _S1.pack(_n)
+        out += _b
+        _b = _o.principal.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DeleteAclsResponse.DeleteAclsMatchingAcl.principal', _n)
+        out += _S1.pack(_n)
+        out += _b
+        _b = _o.host.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DeleteAclsResponse.DeleteAclsMatchingAcl.host', _n)
+        out += _S1.pack(_n)
+        out += _b
+        out += _S3.pack(_o.operation, _o.permission_type)
 
 def _e_DeleteAclsResponse_0(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
@@ -598,39 +583,6 @@ def _e_DeleteAclsResponse_0(o, out, chunks):
     out += _S0.pack(_c)
     for _e in _a:
         _e_DeleteAclsFilterResult_0(_e, out, chunks)
-
-def _e_DeleteAclsMatchingAcl_1(o, out, chunks):
-    out += _S1.pack(o.error_code)
-    if o.error_message is None:
-        out += b'\xff\xff'
-    else:
-        _b = o.error_message.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('DeleteAclsResponse.DeleteAclsMatchingAcl.error_message', _n)
-        out += _S1.pack(_n)
-        out += _b
-    out += _S2.pack(o.resource_type)
-    _b = o.resource_name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name', _n)
-    out += _S1.pack(_n)
-    out += _b
-    out += _S2.pack(o.pattern_type)
-    _b = o.principal.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('DeleteAclsResponse.DeleteAclsMatchingAcl.principal', _n)
-    out += _S1.pack(_n)
-    out += _b
-    _b = o.host.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('DeleteAclsResponse.DeleteAclsMatchingAcl.host', _n)
-    out += _S1.pack(_n)
-    out += _b
-    out += _S3.pack(o.operation, o.permission_type)
 
 def _e_DeleteAclsFilterResult_1(o, out, chunks):
     out += _S1.pack(o.error_code)
@@ -646,8 +598,38 @@ def _e_DeleteAclsFilterResult_1(o, out, chunks):
     _a = o.matching_acls
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_DeleteAclsMatchingAcl_1(_e, out, chunks)
+    for _o in _a:
+        out += _S1.pack(_o.error_code)
+        if _o.error_message is None:
+            out += b'\xff\xff'
+        else:
+            _b = _o.error_message.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('DeleteAclsResponse.DeleteAclsMatchingAcl.error_message', _n)
+            out += _S1.pack(_n)
+            out += _b
+        out += _S2.pack(_o.resource_type)
+        _b = _o.resource_name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name', _n)
+        out += _S1.pack(_n)
+        out += _b
+        out += _S2.pack(_o.pattern_type)
+        _b = _o.principal.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DeleteAclsResponse.DeleteAclsMatchingAcl.principal', _n)
+        out += _S1.pack(_n)
+        out += _b
+        _b = _o.host.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DeleteAclsResponse.DeleteAclsMatchingAcl.host', _n)
+        out += _S1.pack(_n)
+        out += _b
+        out += _S3.pack(_o.operation, _o.permission_type)
 
 def _e_DeleteAclsResponse_1(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
@@ -656,55 +638,6 @@ def _e_DeleteAclsResponse_1(o, out, chunks):
     out += _S0.pack(_c)
     for _e in _a:
         _e_DeleteAclsFilterResult_1(_e, out, chunks)
-
-def _e_DeleteAclsMatchingAcl_2(o, out, chunks):
-    out += _S1.pack(o.error_code)
-    if o.error_message is None:
-        out.append(0)
-    else:
-        _b = o.error_message.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('DeleteAclsResponse.DeleteAclsMatchingAcl.error_message', _n)
-        if _n < 127:
-            out.append(_n + 1)
-        else:
-            write_uvarint(out, _n + 1)
-        out += _b
-    out += _S2.pack(o.resource_type)
-    _b = o.resource_name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    out += _S2.pack(o.pattern_type)
-    _b = o.principal.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('DeleteAclsResponse.DeleteAclsMatchingAcl.principal', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    _b = o.host.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('DeleteAclsResponse.DeleteAclsMatchingAcl.host', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    out += _S3.pack(o.operation, o.permission_type)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
 
 def _e_DeleteAclsFilterResult_2(o, out, chunks):
     out += _S1.pack(o.error_code)
@@ -726,8 +659,54 @@ def _e_DeleteAclsFilterResult_2(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_DeleteAclsMatchingAcl_2(_e, out, chunks)
+    for _o in _a:
+        out += _S1.pack(_o.error_code)
+        if _o.error_message is None:
+            out.append(0)
+        else:
+            _b = _o.error_message.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('DeleteAclsResponse.DeleteAclsMatchingAcl.error_message', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+        out += _S2.pack(_o.resource_type)
+        _b = _o.resource_name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DeleteAclsResponse.DeleteAclsMatchingAcl.resource_name', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        out += _S2.pack(_o.pattern_type)
+        _b = _o.principal.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DeleteAclsResponse.DeleteAclsMatchingAcl.principal', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        _b = _o.host.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DeleteAclsResponse.DeleteAclsMatchingAcl.host', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        out += _S3.pack(_o.operation, _o.permission_type)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

@@ -44,30 +44,6 @@ DeleteGroupsResponse.DeletableGroupResult = DeletableGroupResult
 _S0 = _Struct('>i')
 _S1 = _Struct('>h')
 
-def _d_DeletableGroupResult_0(buf, pos):
-    _l = len(buf)
-    o = _new(DeletableGroupResult)
-    if pos + 2 > _l:
-        raise truncated('DeleteGroupsResponse.DeletableGroupResult.group_id', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('DeleteGroupsResponse.DeletableGroupResult.group_id', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteGroupsResponse.DeletableGroupResult.group_id')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DeleteGroupsResponse.DeletableGroupResult.group_id', buf, pos, _n, 1)
-        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('DeleteGroupsResponse.DeletableGroupResult.error_code', buf, pos, 2)
-    (o.error_code,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    o.unknown_tags = None
-    return o, pos
-
 def _d_DeleteGroupsResponse_0(buf, pos):
     _l = len(buf)
     o = _new(DeleteGroupsResponse)
@@ -85,46 +61,30 @@ def _d_DeleteGroupsResponse_0(buf, pos):
         raise overrun('DeleteGroupsResponse.results', buf, pos, _c, 4)
     else:
         o.results = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_DeletableGroupResult_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(DeletableGroupResult)
+            if pos + 2 > _l:
+                raise truncated('DeleteGroupsResponse.DeletableGroupResult.group_id', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('DeleteGroupsResponse.DeletableGroupResult.group_id', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteGroupsResponse.DeletableGroupResult.group_id')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DeleteGroupsResponse.DeletableGroupResult.group_id', buf, pos, _n, 1)
+                _o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('DeleteGroupsResponse.DeletableGroupResult.error_code', buf, pos, 2)
+            (_o.error_code,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
-    return o, pos
-
-def _d_DeletableGroupResult_2(buf, pos):
-    _l = len(buf)
-    o = _new(DeletableGroupResult)
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'DeleteGroupsResponse.DeletableGroupResult.group_id')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('DeleteGroupsResponse.DeletableGroupResult.group_id', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteGroupsResponse.DeletableGroupResult.group_id')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DeleteGroupsResponse.DeletableGroupResult.group_id', buf, pos, _n, 1)
-        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('DeleteGroupsResponse.DeletableGroupResult.error_code', buf, pos, 2)
-    (o.error_code,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'DeleteGroupsResponse.DeletableGroupResult')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
     return o, pos
 
 def _d_DeleteGroupsResponse_2(buf, pos):
@@ -146,9 +106,41 @@ def _d_DeleteGroupsResponse_2(buf, pos):
         raise overrun('DeleteGroupsResponse.results', buf, pos, _c, 4)
     else:
         o.results = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_DeletableGroupResult_2(buf, pos)
-            _lst.append(_e)
+            _o = _new(DeletableGroupResult)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'DeleteGroupsResponse.DeletableGroupResult.group_id')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('DeleteGroupsResponse.DeletableGroupResult.group_id', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteGroupsResponse.DeletableGroupResult.group_id')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DeleteGroupsResponse.DeletableGroupResult.group_id', buf, pos, _n, 1)
+                _o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('DeleteGroupsResponse.DeletableGroupResult.error_code', buf, pos, 2)
+            (_o.error_code,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'DeleteGroupsResponse.DeletableGroupResult')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -162,38 +154,19 @@ def _d_DeleteGroupsResponse_2(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_DeletableGroupResult_0(o, out, chunks):
-    _b = o.group_id.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('DeleteGroupsResponse.DeletableGroupResult.group_id', _n)
-    out += _S1.pack(_n)
-    out += _b
-    out += _S1.pack(o.error_code)
-
 def _e_DeleteGroupsResponse_0(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
     _a = o.results
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_DeletableGroupResult_0(_e, out, chunks)
-
-def _e_DeletableGroupResult_2(o, out, chunks):
-    _b = o.group_id.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('DeleteGroupsResponse.DeletableGroupResult.group_id', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    out += _S1.pack(o.error_code)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
+    for _o in _a:
+        _b = _o.group_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DeleteGroupsResponse.DeletableGroupResult.group_id', _n)
+        out += _S1.pack(_n)
+        out += _b
+        out += _S1.pack(_o.error_code)
 
 def _e_DeleteGroupsResponse_2(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
@@ -203,8 +176,21 @@ def _e_DeleteGroupsResponse_2(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_DeletableGroupResult_2(_e, out, chunks)
+    for _o in _a:
+        _b = _o.group_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DeleteGroupsResponse.DeletableGroupResult.group_id', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        out += _S1.pack(_o.error_code)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

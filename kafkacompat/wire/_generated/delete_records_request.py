@@ -54,16 +54,6 @@ _S0 = _Struct('>i')
 _S1 = _Struct('>h')
 _S2 = _Struct('>iq')
 
-def _d_DeleteRecordsPartition_0(buf, pos):
-    _l = len(buf)
-    o = _new(DeleteRecordsPartition)
-    if pos + 12 > _l:
-        raise truncated('DeleteRecordsRequest.DeleteRecordsPartition.partition_index', buf, pos, 12)
-    o.partition_index, o.offset = _S2.unpack_from(buf, pos)
-    pos += 12
-    o.unknown_tags = None
-    return o, pos
-
 def _d_DeleteRecordsTopic_0(buf, pos):
     _l = len(buf)
     o = _new(DeleteRecordsTopic)
@@ -91,9 +81,15 @@ def _d_DeleteRecordsTopic_0(buf, pos):
         raise overrun('DeleteRecordsRequest.DeleteRecordsTopic.partitions', buf, pos, _c, 12)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_DeleteRecordsPartition_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(DeleteRecordsPartition)
+            if pos + 12 > _l:
+                raise truncated('DeleteRecordsRequest.DeleteRecordsPartition.partition_index', buf, pos, 12)
+            _o.partition_index, _o.offset = _S2.unpack_from(buf, pos)
+            pos += 12
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -118,26 +114,6 @@ def _d_DeleteRecordsRequest_0(buf, pos):
     (o.timeout_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     o.unknown_tags = None
-    return o, pos
-
-def _d_DeleteRecordsPartition_2(buf, pos):
-    _l = len(buf)
-    o = _new(DeleteRecordsPartition)
-    if pos + 12 > _l:
-        raise truncated('DeleteRecordsRequest.DeleteRecordsPartition.partition_index', buf, pos, 12)
-    o.partition_index, o.offset = _S2.unpack_from(buf, pos)
-    pos += 12
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'DeleteRecordsRequest.DeleteRecordsPartition')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
     return o, pos
 
 def _d_DeleteRecordsTopic_2(buf, pos):
@@ -171,9 +147,25 @@ def _d_DeleteRecordsTopic_2(buf, pos):
         raise overrun('DeleteRecordsRequest.DeleteRecordsTopic.partitions', buf, pos, _c, 13)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_DeleteRecordsPartition_2(buf, pos)
-            _lst.append(_e)
+            _o = _new(DeleteRecordsPartition)
+            if pos + 12 > _l:
+                raise truncated('DeleteRecordsRequest.DeleteRecordsPartition.partition_index', buf, pos, 12)
+            _o.partition_index, _o.offset = _S2.unpack_from(buf, pos)
+            pos += 12
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'DeleteRecordsRequest.DeleteRecordsPartition')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -222,9 +214,6 @@ def _d_DeleteRecordsRequest_2(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_DeleteRecordsPartition_0(o, out, chunks):
-    out += _S2.pack(o.partition_index, o.offset)
-
 def _e_DeleteRecordsTopic_0(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')
     _n = len(_b)
@@ -235,8 +224,8 @@ def _e_DeleteRecordsTopic_0(o, out, chunks):
     _a = o.partitions
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_DeleteRecordsPartition_0(_e, out, chunks)
+    for _o in _a:
+        out += _S2.pack(_o.partition_index, _o.offset)
 
 def _e_DeleteRecordsRequest_0(o, out, chunks):
     _a = o.topics
@@ -245,13 +234,6 @@ def _e_DeleteRecordsRequest_0(o, out, chunks):
     for _e in _a:
         _e_DeleteRecordsTopic_0(_e, out, chunks)
     out += _S0.pack(o.timeout_ms)
-
-def _e_DeleteRecordsPartition_2(o, out, chunks):
-    out += _S2.pack(o.partition_index, o.offset)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
 
 def _e_DeleteRecordsTopic_2(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')
@@ -269,8 +251,12 @@ def _e_DeleteRecordsTopic_2(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_DeleteRecordsPartition_2(_e, out, chunks)
+    for _o in _a:
+        out += _S2.pack(_o.partition_index, _o.offset)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

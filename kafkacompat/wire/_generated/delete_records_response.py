@@ -55,16 +55,6 @@ _S0 = _Struct('>i')
 _S1 = _Struct('>h')
 _S2 = _Struct('>iqh')
 
-def _d_DeleteRecordsPartitionResult_0(buf, pos):
-    _l = len(buf)
-    o = _new(DeleteRecordsPartitionResult)
-    if pos + 14 > _l:
-        raise truncated('DeleteRecordsResponse.DeleteRecordsPartitionResult.partition_index', buf, pos, 14)
-    o.partition_index, o.low_watermark, o.error_code = _S2.unpack_from(buf, pos)
-    pos += 14
-    o.unknown_tags = None
-    return o, pos
-
 def _d_DeleteRecordsTopicResult_0(buf, pos):
     _l = len(buf)
     o = _new(DeleteRecordsTopicResult)
@@ -92,9 +82,15 @@ def _d_DeleteRecordsTopicResult_0(buf, pos):
         raise overrun('DeleteRecordsResponse.DeleteRecordsTopicResult.partitions', buf, pos, _c, 14)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_DeleteRecordsPartitionResult_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(DeleteRecordsPartitionResult)
+            if pos + 14 > _l:
+                raise truncated('DeleteRecordsResponse.DeleteRecordsPartitionResult.partition_index', buf, pos, 14)
+            _o.partition_index, _o.low_watermark, _o.error_code = _S2.unpack_from(buf, pos)
+            pos += 14
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -119,26 +115,6 @@ def _d_DeleteRecordsResponse_0(buf, pos):
             _e, pos = _d_DeleteRecordsTopicResult_0(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
-    return o, pos
-
-def _d_DeleteRecordsPartitionResult_2(buf, pos):
-    _l = len(buf)
-    o = _new(DeleteRecordsPartitionResult)
-    if pos + 14 > _l:
-        raise truncated('DeleteRecordsResponse.DeleteRecordsPartitionResult.partition_index', buf, pos, 14)
-    o.partition_index, o.low_watermark, o.error_code = _S2.unpack_from(buf, pos)
-    pos += 14
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'DeleteRecordsResponse.DeleteRecordsPartitionResult')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
     return o, pos
 
 def _d_DeleteRecordsTopicResult_2(buf, pos):
@@ -172,9 +148,25 @@ def _d_DeleteRecordsTopicResult_2(buf, pos):
         raise overrun('DeleteRecordsResponse.DeleteRecordsTopicResult.partitions', buf, pos, _c, 15)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_DeleteRecordsPartitionResult_2(buf, pos)
-            _lst.append(_e)
+            _o = _new(DeleteRecordsPartitionResult)
+            if pos + 14 > _l:
+                raise truncated('DeleteRecordsResponse.DeleteRecordsPartitionResult.partition_index', buf, pos, 14)
+            _o.partition_index, _o.low_watermark, _o.error_code = _S2.unpack_from(buf, pos)
+            pos += 14
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'DeleteRecordsResponse.DeleteRecordsPartitionResult')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -223,9 +215,6 @@ def _d_DeleteRecordsResponse_2(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_DeleteRecordsPartitionResult_0(o, out, chunks):
-    out += _S2.pack(o.partition_index, o.low_watermark, o.error_code)
-
 def _e_DeleteRecordsTopicResult_0(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')
     _n = len(_b)
@@ -236,8 +225,8 @@ def _e_DeleteRecordsTopicResult_0(o, out, chunks):
     _a = o.partitions
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_DeleteRecordsPartitionResult_0(_e, out, chunks)
+    for _o in _a:
+        out += _S2.pack(_o.partition_index, _o.low_watermark, _o.error_code)
 
 def _e_DeleteRecordsResponse_0(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
@@ -246,13 +235,6 @@ def _e_DeleteRecordsResponse_0(o, out, chunks):
     out += _S0.pack(_c)
     for _e in _a:
         _e_DeleteRecordsTopicResult_0(_e, out, chunks)
-
-def _e_DeleteRecordsPartitionResult_2(o, out, chunks):
-    out += _S2.pack(o.partition_index, o.low_watermark, o.error_code)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
 
 def _e_DeleteRecordsTopicResult_2(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')
@@ -270,8 +252,12 @@ def _e_DeleteRecordsTopicResult_2(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_DeleteRecordsPartitionResult_2(_e, out, chunks)
+    for _o in _a:
+        out += _S2.pack(_o.partition_index, _o.low_watermark, _o.error_code)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

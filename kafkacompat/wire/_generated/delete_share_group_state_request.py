@@ -52,26 +52,6 @@ DeleteShareGroupStateRequest.PartitionData = PartitionData
 _S0 = _Struct('>16s')
 _S1 = _Struct('>i')
 
-def _d_PartitionData_0(buf, pos):
-    _l = len(buf)
-    o = _new(PartitionData)
-    if pos + 4 > _l:
-        raise truncated('DeleteShareGroupStateRequest.PartitionData.partition', buf, pos, 4)
-    (o.partition,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'DeleteShareGroupStateRequest.PartitionData')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_DeleteStateData_0(buf, pos):
     _l = len(buf)
     o = _new(DeleteStateData)
@@ -92,9 +72,25 @@ def _d_DeleteStateData_0(buf, pos):
         raise overrun('DeleteShareGroupStateRequest.DeleteStateData.partitions', buf, pos, _c, 5)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_PartitionData_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(PartitionData)
+            if pos + 4 > _l:
+                raise truncated('DeleteShareGroupStateRequest.PartitionData.partition', buf, pos, 4)
+            (_o.partition,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'DeleteShareGroupStateRequest.PartitionData')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -155,13 +151,6 @@ def _d_DeleteShareGroupStateRequest_0(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_PartitionData_0(o, out, chunks):
-    out += _S1.pack(o.partition)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
 def _e_DeleteStateData_0(o, out, chunks):
     out += _S0.pack(o.topic_id.bytes)
     _a = o.partitions
@@ -170,8 +159,12 @@ def _e_DeleteStateData_0(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_PartitionData_0(_e, out, chunks)
+    for _o in _a:
+        out += _S1.pack(_o.partition)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

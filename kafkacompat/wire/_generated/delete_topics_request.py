@@ -134,45 +134,6 @@ def _d_DeleteTopicsRequest_4(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _d_DeleteTopicState_6(buf, pos):
-    _l = len(buf)
-    o = _new(DeleteTopicState)
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'DeleteTopicsRequest.DeleteTopicState.name')
-        _n -= 1
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('DeleteTopicsRequest.DeleteTopicState.name', _n)
-        o.name = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteTopicsRequest.DeleteTopicState.name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DeleteTopicsRequest.DeleteTopicState.name', buf, pos, _n, 1)
-        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 16 > _l:
-        raise truncated('DeleteTopicsRequest.DeleteTopicState.topic_id', buf, pos, 16)
-    (o.topic_id,) = _S2.unpack_from(buf, pos)
-    pos += 16
-    o.topic_id = _UUID(bytes=o.topic_id)
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'DeleteTopicsRequest.DeleteTopicState')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_DeleteTopicsRequest_6(buf, pos):
     _l = len(buf)
     o = _new(DeleteTopicsRequest)
@@ -189,9 +150,44 @@ def _d_DeleteTopicsRequest_6(buf, pos):
         raise overrun('DeleteTopicsRequest.topics', buf, pos, _c, 18)
     else:
         o.topics = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_DeleteTopicState_6(buf, pos)
-            _lst.append(_e)
+            _o = _new(DeleteTopicState)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'DeleteTopicsRequest.DeleteTopicState.name')
+                _n -= 1
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('DeleteTopicsRequest.DeleteTopicState.name', _n)
+                _o.name = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteTopicsRequest.DeleteTopicState.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DeleteTopicsRequest.DeleteTopicState.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 16 > _l:
+                raise truncated('DeleteTopicsRequest.DeleteTopicState.topic_id', buf, pos, 16)
+            (_o.topic_id,) = _S2.unpack_from(buf, pos)
+            pos += 16
+            _o.topic_id = _UUID(bytes=_o.topic_id)
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'DeleteTopicsRequest.DeleteTopicState')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos + 4 > _l:
         raise truncated('DeleteTopicsRequest.timeout_ms', buf, pos, 4)
     (o.timeout_ms,) = _S0.unpack_from(buf, pos)
@@ -245,25 +241,6 @@ def _e_DeleteTopicsRequest_4(o, out, chunks):
     else:
         write_tags(out, o.unknown_tags)
 
-def _e_DeleteTopicState_6(o, out, chunks):
-    if o.name is None:
-        out.append(0)
-    else:
-        _b = o.name.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('DeleteTopicsRequest.DeleteTopicState.name', _n)
-        if _n < 127:
-            out.append(_n + 1)
-        else:
-            write_uvarint(out, _n + 1)
-        out += _b
-    out += _S2.pack(o.topic_id.bytes)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
 def _e_DeleteTopicsRequest_6(o, out, chunks):
     _a = o.topics
     _c = len(_a)
@@ -271,8 +248,24 @@ def _e_DeleteTopicsRequest_6(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_DeleteTopicState_6(_e, out, chunks)
+    for _o in _a:
+        if _o.name is None:
+            out.append(0)
+        else:
+            _b = _o.name.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('DeleteTopicsRequest.DeleteTopicState.name', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+        out += _S2.pack(_o.topic_id.bytes)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     out += _S0.pack(o.timeout_ms)
     if o.unknown_tags is None:
         out.append(0)

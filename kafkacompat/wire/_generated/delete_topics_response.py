@@ -47,32 +47,6 @@ _S0 = _Struct('>i')
 _S1 = _Struct('>h')
 _S2 = _Struct('>16sh')
 
-def _d_DeletableTopicResult_0(buf, pos):
-    _l = len(buf)
-    o = _new(DeletableTopicResult)
-    o.topic_id = ZERO_UUID
-    o.error_message = None
-    if pos + 2 > _l:
-        raise truncated('DeleteTopicsResponse.DeletableTopicResult.name', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('DeleteTopicsResponse.DeletableTopicResult.name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteTopicsResponse.DeletableTopicResult.name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DeleteTopicsResponse.DeletableTopicResult.name', buf, pos, _n, 1)
-        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('DeleteTopicsResponse.DeletableTopicResult.error_code', buf, pos, 2)
-    (o.error_code,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    o.unknown_tags = None
-    return o, pos
-
 def _d_DeleteTopicsResponse_0(buf, pos):
     _l = len(buf)
     o = _new(DeleteTopicsResponse)
@@ -87,9 +61,31 @@ def _d_DeleteTopicsResponse_0(buf, pos):
         raise overrun('DeleteTopicsResponse.responses', buf, pos, _c, 4)
     else:
         o.responses = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_DeletableTopicResult_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(DeletableTopicResult)
+            _o.topic_id = ZERO_UUID
+            _o.error_message = None
+            if pos + 2 > _l:
+                raise truncated('DeleteTopicsResponse.DeletableTopicResult.name', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('DeleteTopicsResponse.DeletableTopicResult.name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteTopicsResponse.DeletableTopicResult.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DeleteTopicsResponse.DeletableTopicResult.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('DeleteTopicsResponse.DeletableTopicResult.error_code', buf, pos, 2)
+            (_o.error_code,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -110,48 +106,32 @@ def _d_DeleteTopicsResponse_1(buf, pos):
         raise overrun('DeleteTopicsResponse.responses', buf, pos, _c, 4)
     else:
         o.responses = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_DeletableTopicResult_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(DeletableTopicResult)
+            _o.topic_id = ZERO_UUID
+            _o.error_message = None
+            if pos + 2 > _l:
+                raise truncated('DeleteTopicsResponse.DeletableTopicResult.name', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('DeleteTopicsResponse.DeletableTopicResult.name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteTopicsResponse.DeletableTopicResult.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DeleteTopicsResponse.DeletableTopicResult.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('DeleteTopicsResponse.DeletableTopicResult.error_code', buf, pos, 2)
+            (_o.error_code,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
-    return o, pos
-
-def _d_DeletableTopicResult_4(buf, pos):
-    _l = len(buf)
-    o = _new(DeletableTopicResult)
-    o.topic_id = ZERO_UUID
-    o.error_message = None
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'DeleteTopicsResponse.DeletableTopicResult.name')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('DeleteTopicsResponse.DeletableTopicResult.name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteTopicsResponse.DeletableTopicResult.name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DeleteTopicsResponse.DeletableTopicResult.name', buf, pos, _n, 1)
-        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('DeleteTopicsResponse.DeletableTopicResult.error_code', buf, pos, 2)
-    (o.error_code,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'DeleteTopicsResponse.DeletableTopicResult')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
     return o, pos
 
 def _d_DeleteTopicsResponse_4(buf, pos):
@@ -173,69 +153,48 @@ def _d_DeleteTopicsResponse_4(buf, pos):
         raise overrun('DeleteTopicsResponse.responses', buf, pos, _c, 4)
     else:
         o.responses = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_DeletableTopicResult_4(buf, pos)
-            _lst.append(_e)
+            _o = _new(DeletableTopicResult)
+            _o.topic_id = ZERO_UUID
+            _o.error_message = None
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'DeleteTopicsResponse.DeletableTopicResult.name')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('DeleteTopicsResponse.DeletableTopicResult.name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteTopicsResponse.DeletableTopicResult.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DeleteTopicsResponse.DeletableTopicResult.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('DeleteTopicsResponse.DeletableTopicResult.error_code', buf, pos, 2)
+            (_o.error_code,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'DeleteTopicsResponse.DeletableTopicResult')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DeleteTopicsResponse')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
-def _d_DeletableTopicResult_5(buf, pos):
-    _l = len(buf)
-    o = _new(DeletableTopicResult)
-    o.topic_id = ZERO_UUID
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'DeleteTopicsResponse.DeletableTopicResult.name')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('DeleteTopicsResponse.DeletableTopicResult.name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteTopicsResponse.DeletableTopicResult.name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DeleteTopicsResponse.DeletableTopicResult.name', buf, pos, _n, 1)
-        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('DeleteTopicsResponse.DeletableTopicResult.error_code', buf, pos, 2)
-    (o.error_code,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'DeleteTopicsResponse.DeletableTopicResult.error_message')
-        _n -= 1
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('DeleteTopicsResponse.DeletableTopicResult.error_message', _n)
-        o.error_message = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteTopicsResponse.DeletableTopicResult.error_message')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DeleteTopicsResponse.DeletableTopicResult.error_message', buf, pos, _n, 1)
-        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'DeleteTopicsResponse.DeletableTopicResult')
         _unknown = None
         for _tag, _ts, _te in _tags:
             if _unknown is None:
@@ -263,71 +222,65 @@ def _d_DeleteTopicsResponse_5(buf, pos):
         raise overrun('DeleteTopicsResponse.responses', buf, pos, _c, 5)
     else:
         o.responses = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_DeletableTopicResult_5(buf, pos)
-            _lst.append(_e)
+            _o = _new(DeletableTopicResult)
+            _o.topic_id = ZERO_UUID
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'DeleteTopicsResponse.DeletableTopicResult.name')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('DeleteTopicsResponse.DeletableTopicResult.name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteTopicsResponse.DeletableTopicResult.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DeleteTopicsResponse.DeletableTopicResult.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('DeleteTopicsResponse.DeletableTopicResult.error_code', buf, pos, 2)
+            (_o.error_code,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'DeleteTopicsResponse.DeletableTopicResult.error_message')
+                _n -= 1
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('DeleteTopicsResponse.DeletableTopicResult.error_message', _n)
+                _o.error_message = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteTopicsResponse.DeletableTopicResult.error_message')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DeleteTopicsResponse.DeletableTopicResult.error_message', buf, pos, _n, 1)
+                _o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'DeleteTopicsResponse.DeletableTopicResult')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'DeleteTopicsResponse')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
-def _d_DeletableTopicResult_6(buf, pos):
-    _l = len(buf)
-    o = _new(DeletableTopicResult)
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'DeleteTopicsResponse.DeletableTopicResult.name')
-        _n -= 1
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('DeleteTopicsResponse.DeletableTopicResult.name', _n)
-        o.name = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteTopicsResponse.DeletableTopicResult.name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DeleteTopicsResponse.DeletableTopicResult.name', buf, pos, _n, 1)
-        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 18 > _l:
-        raise truncated('DeleteTopicsResponse.DeletableTopicResult.topic_id', buf, pos, 18)
-    o.topic_id, o.error_code = _S2.unpack_from(buf, pos)
-    pos += 18
-    o.topic_id = _UUID(bytes=o.topic_id)
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'DeleteTopicsResponse.DeletableTopicResult.error_message')
-        _n -= 1
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('DeleteTopicsResponse.DeletableTopicResult.error_message', _n)
-        o.error_message = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteTopicsResponse.DeletableTopicResult.error_message')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DeleteTopicsResponse.DeletableTopicResult.error_message', buf, pos, _n, 1)
-        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'DeleteTopicsResponse.DeletableTopicResult')
         _unknown = None
         for _tag, _ts, _te in _tags:
             if _unknown is None:
@@ -355,9 +308,62 @@ def _d_DeleteTopicsResponse_6(buf, pos):
         raise overrun('DeleteTopicsResponse.responses', buf, pos, _c, 21)
     else:
         o.responses = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_DeletableTopicResult_6(buf, pos)
-            _lst.append(_e)
+            _o = _new(DeletableTopicResult)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'DeleteTopicsResponse.DeletableTopicResult.name')
+                _n -= 1
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('DeleteTopicsResponse.DeletableTopicResult.name', _n)
+                _o.name = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteTopicsResponse.DeletableTopicResult.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DeleteTopicsResponse.DeletableTopicResult.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 18 > _l:
+                raise truncated('DeleteTopicsResponse.DeletableTopicResult.topic_id', buf, pos, 18)
+            _o.topic_id, _o.error_code = _S2.unpack_from(buf, pos)
+            pos += 18
+            _o.topic_id = _UUID(bytes=_o.topic_id)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'DeleteTopicsResponse.DeletableTopicResult.error_message')
+                _n -= 1
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('DeleteTopicsResponse.DeletableTopicResult.error_message', _n)
+                _o.error_message = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DeleteTopicsResponse.DeletableTopicResult.error_message')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DeleteTopicsResponse.DeletableTopicResult.error_message', buf, pos, _n, 1)
+                _o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'DeleteTopicsResponse.DeletableTopicResult')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -371,45 +377,32 @@ def _d_DeleteTopicsResponse_6(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_DeletableTopicResult_0(o, out, chunks):
-    _b = o.name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('DeleteTopicsResponse.DeletableTopicResult.name', _n)
-    out += _S1.pack(_n)
-    out += _b
-    out += _S1.pack(o.error_code)
-
 def _e_DeleteTopicsResponse_0(o, out, chunks):
     _a = o.responses
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_DeletableTopicResult_0(_e, out, chunks)
+    for _o in _a:
+        _b = _o.name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DeleteTopicsResponse.DeletableTopicResult.name', _n)
+        out += _S1.pack(_n)
+        out += _b
+        out += _S1.pack(_o.error_code)
 
 def _e_DeleteTopicsResponse_1(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
     _a = o.responses
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_DeletableTopicResult_0(_e, out, chunks)
-
-def _e_DeletableTopicResult_4(o, out, chunks):
-    _b = o.name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('DeleteTopicsResponse.DeletableTopicResult.name', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    out += _S1.pack(o.error_code)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
+    for _o in _a:
+        _b = _o.name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DeleteTopicsResponse.DeletableTopicResult.name', _n)
+        out += _S1.pack(_n)
+        out += _b
+        out += _S1.pack(_o.error_code)
 
 def _e_DeleteTopicsResponse_4(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
@@ -419,36 +412,21 @@ def _e_DeleteTopicsResponse_4(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_DeletableTopicResult_4(_e, out, chunks)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
-def _e_DeletableTopicResult_5(o, out, chunks):
-    _b = o.name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('DeleteTopicsResponse.DeletableTopicResult.name', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    out += _S1.pack(o.error_code)
-    if o.error_message is None:
-        out.append(0)
-    else:
-        _b = o.error_message.encode('utf-8', 'surrogateescape')
+    for _o in _a:
+        _b = _o.name.encode('utf-8', 'surrogateescape')
         _n = len(_b)
         if _n > 0x7FFF:
-            raise string_too_long('DeleteTopicsResponse.DeletableTopicResult.error_message', _n)
+            raise string_too_long('DeleteTopicsResponse.DeletableTopicResult.name', _n)
         if _n < 127:
             out.append(_n + 1)
         else:
             write_uvarint(out, _n + 1)
         out += _b
+        out += _S1.pack(_o.error_code)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -462,18 +440,8 @@ def _e_DeleteTopicsResponse_5(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_DeletableTopicResult_5(_e, out, chunks)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
-def _e_DeletableTopicResult_6(o, out, chunks):
-    if o.name is None:
-        out.append(0)
-    else:
-        _b = o.name.encode('utf-8', 'surrogateescape')
+    for _o in _a:
+        _b = _o.name.encode('utf-8', 'surrogateescape')
         _n = len(_b)
         if _n > 0x7FFF:
             raise string_too_long('DeleteTopicsResponse.DeletableTopicResult.name', _n)
@@ -482,19 +450,23 @@ def _e_DeletableTopicResult_6(o, out, chunks):
         else:
             write_uvarint(out, _n + 1)
         out += _b
-    out += _S2.pack(o.topic_id.bytes, o.error_code)
-    if o.error_message is None:
-        out.append(0)
-    else:
-        _b = o.error_message.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('DeleteTopicsResponse.DeletableTopicResult.error_message', _n)
-        if _n < 127:
-            out.append(_n + 1)
+        out += _S1.pack(_o.error_code)
+        if _o.error_message is None:
+            out.append(0)
         else:
-            write_uvarint(out, _n + 1)
-        out += _b
+            _b = _o.error_message.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('DeleteTopicsResponse.DeletableTopicResult.error_message', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -508,8 +480,36 @@ def _e_DeleteTopicsResponse_6(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_DeletableTopicResult_6(_e, out, chunks)
+    for _o in _a:
+        if _o.name is None:
+            out.append(0)
+        else:
+            _b = _o.name.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('DeleteTopicsResponse.DeletableTopicResult.name', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+        out += _S2.pack(_o.topic_id.bytes, _o.error_code)
+        if _o.error_message is None:
+            out.append(0)
+        else:
+            _b = _o.error_message.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('DeleteTopicsResponse.DeletableTopicResult.error_message', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

@@ -69,44 +69,6 @@ _S2 = _Struct('>i')
 _S3 = _Struct('>b')
 _S4 = _Struct('>bb')
 
-def _d_AclDescription_0(buf, pos):
-    _l = len(buf)
-    o = _new(AclDescription)
-    if pos + 2 > _l:
-        raise truncated('DescribeAclsResponse.AclDescription.principal', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('DescribeAclsResponse.AclDescription.principal', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeAclsResponse.AclDescription.principal')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeAclsResponse.AclDescription.principal', buf, pos, _n, 1)
-        o.principal = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('DescribeAclsResponse.AclDescription.host', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('DescribeAclsResponse.AclDescription.host', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeAclsResponse.AclDescription.host')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeAclsResponse.AclDescription.host', buf, pos, _n, 1)
-        o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('DescribeAclsResponse.AclDescription.operation', buf, pos, 2)
-    o.operation, o.permission_type = _S4.unpack_from(buf, pos)
-    pos += 2
-    o.unknown_tags = None
-    return o, pos
-
 def _d_DescribeAclsResource_0(buf, pos):
     _l = len(buf)
     o = _new(DescribeAclsResource)
@@ -139,9 +101,43 @@ def _d_DescribeAclsResource_0(buf, pos):
         raise overrun('DescribeAclsResponse.DescribeAclsResource.acls', buf, pos, _c, 6)
     else:
         o.acls = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_AclDescription_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(AclDescription)
+            if pos + 2 > _l:
+                raise truncated('DescribeAclsResponse.AclDescription.principal', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('DescribeAclsResponse.AclDescription.principal', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeAclsResponse.AclDescription.principal')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeAclsResponse.AclDescription.principal', buf, pos, _n, 1)
+                _o.principal = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('DescribeAclsResponse.AclDescription.host', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('DescribeAclsResponse.AclDescription.host', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeAclsResponse.AclDescription.host')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeAclsResponse.AclDescription.host', buf, pos, _n, 1)
+                _o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('DescribeAclsResponse.AclDescription.operation', buf, pos, 2)
+            _o.operation, _o.permission_type = _S4.unpack_from(buf, pos)
+            pos += 2
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -219,9 +215,43 @@ def _d_DescribeAclsResource_1(buf, pos):
         raise overrun('DescribeAclsResponse.DescribeAclsResource.acls', buf, pos, _c, 6)
     else:
         o.acls = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_AclDescription_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(AclDescription)
+            if pos + 2 > _l:
+                raise truncated('DescribeAclsResponse.AclDescription.principal', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('DescribeAclsResponse.AclDescription.principal', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeAclsResponse.AclDescription.principal')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeAclsResponse.AclDescription.principal', buf, pos, _n, 1)
+                _o.principal = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('DescribeAclsResponse.AclDescription.host', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('DescribeAclsResponse.AclDescription.host', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeAclsResponse.AclDescription.host')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeAclsResponse.AclDescription.host', buf, pos, _n, 1)
+                _o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('DescribeAclsResponse.AclDescription.operation', buf, pos, 2)
+            _o.operation, _o.permission_type = _S4.unpack_from(buf, pos)
+            pos += 2
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -264,58 +294,6 @@ def _d_DescribeAclsResponse_1(buf, pos):
     o.unknown_tags = None
     return o, pos
 
-def _d_AclDescription_2(buf, pos):
-    _l = len(buf)
-    o = _new(AclDescription)
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'DescribeAclsResponse.AclDescription.principal')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('DescribeAclsResponse.AclDescription.principal', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeAclsResponse.AclDescription.principal')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeAclsResponse.AclDescription.principal', buf, pos, _n, 1)
-        o.principal = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'DescribeAclsResponse.AclDescription.host')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('DescribeAclsResponse.AclDescription.host', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeAclsResponse.AclDescription.host')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeAclsResponse.AclDescription.host', buf, pos, _n, 1)
-        o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('DescribeAclsResponse.AclDescription.operation', buf, pos, 2)
-    o.operation, o.permission_type = _S4.unpack_from(buf, pos)
-    pos += 2
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'DescribeAclsResponse.AclDescription')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_DescribeAclsResource_2(buf, pos):
     _l = len(buf)
     o = _new(DescribeAclsResource)
@@ -355,9 +333,57 @@ def _d_DescribeAclsResource_2(buf, pos):
         raise overrun('DescribeAclsResponse.DescribeAclsResource.acls', buf, pos, _c, 5)
     else:
         o.acls = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_AclDescription_2(buf, pos)
-            _lst.append(_e)
+            _o = _new(AclDescription)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'DescribeAclsResponse.AclDescription.principal')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('DescribeAclsResponse.AclDescription.principal', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeAclsResponse.AclDescription.principal')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeAclsResponse.AclDescription.principal', buf, pos, _n, 1)
+                _o.principal = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'DescribeAclsResponse.AclDescription.host')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('DescribeAclsResponse.AclDescription.host', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeAclsResponse.AclDescription.host')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeAclsResponse.AclDescription.host', buf, pos, _n, 1)
+                _o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('DescribeAclsResponse.AclDescription.operation', buf, pos, 2)
+            _o.operation, _o.permission_type = _S4.unpack_from(buf, pos)
+            pos += 2
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'DescribeAclsResponse.AclDescription')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -424,21 +450,6 @@ def _d_DescribeAclsResponse_2(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_AclDescription_0(o, out, chunks):
-    _b = o.principal.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('DescribeAclsResponse.AclDescription.principal', _n)
-    out += _S1.pack(_n)
-    out += _b
-    _b = o.host.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('DescribeAclsResponse.AclDescription.host', _n)
-    out += _S1.pack(_n)
-    out += _b
-    out += _S4.pack(o.operation, o.permission_type)
-
 def _e_DescribeAclsResource_0(o, out, chunks):
     out += _S3.pack(o.resource_type)
     _b = o.resource_name.encode('utf-8', 'surrogateescape')
@@ -450,8 +461,20 @@ def _e_DescribeAclsResource_0(o, out, chunks):
     _a = o.acls
     _c = len(_a)
     out += _S2.pack(_c)
-    for _e in _a:
-        _e_AclDescription_0(_e, out, chunks)
+    for _o in _a:
+        _b = _o.principal.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeAclsResponse.AclDescription.principal', _n)
+        out += _S1.pack(_n)
+        out += _b
+        _b = _o.host.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeAclsResponse.AclDescription.host', _n)
+        out += _S1.pack(_n)
+        out += _b
+        out += _S4.pack(_o.operation, _o.permission_type)
 
 def _e_DescribeAclsResponse_0(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms, o.error_code)
@@ -482,8 +505,20 @@ def _e_DescribeAclsResource_1(o, out, chunks):
     _a = o.acls
     _c = len(_a)
     out += _S2.pack(_c)
-    for _e in _a:
-        _e_AclDescription_0(_e, out, chunks)
+    for _o in _a:
+        _b = _o.principal.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeAclsResponse.AclDescription.principal', _n)
+        out += _S1.pack(_n)
+        out += _b
+        _b = _o.host.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeAclsResponse.AclDescription.host', _n)
+        out += _S1.pack(_n)
+        out += _b
+        out += _S4.pack(_o.operation, _o.permission_type)
 
 def _e_DescribeAclsResponse_1(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms, o.error_code)
@@ -501,31 +536,6 @@ def _e_DescribeAclsResponse_1(o, out, chunks):
     out += _S2.pack(_c)
     for _e in _a:
         _e_DescribeAclsResource_1(_e, out, chunks)
-
-def _e_AclDescription_2(o, out, chunks):
-    _b = o.principal.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('DescribeAclsResponse.AclDescription.principal', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    _b = o.host.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('DescribeAclsResponse.AclDescription.host', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    out += _S4.pack(o.operation, o.permission_type)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
 
 def _e_DescribeAclsResource_2(o, out, chunks):
     out += _S3.pack(o.resource_type)
@@ -545,8 +555,30 @@ def _e_DescribeAclsResource_2(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_AclDescription_2(_e, out, chunks)
+    for _o in _a:
+        _b = _o.principal.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeAclsResponse.AclDescription.principal', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        _b = _o.host.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeAclsResponse.AclDescription.host', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        out += _S4.pack(_o.operation, _o.permission_type)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

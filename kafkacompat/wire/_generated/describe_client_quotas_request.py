@@ -47,46 +47,6 @@ _S1 = _Struct('>h')
 _S2 = _Struct('>b')
 _S3 = _Struct('>?')
 
-def _d_ComponentData_0(buf, pos):
-    _l = len(buf)
-    o = _new(ComponentData)
-    if pos + 2 > _l:
-        raise truncated('DescribeClientQuotasRequest.ComponentData.entity_type', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('DescribeClientQuotasRequest.ComponentData.entity_type', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeClientQuotasRequest.ComponentData.entity_type')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeClientQuotasRequest.ComponentData.entity_type', buf, pos, _n, 1)
-        o.entity_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 1 > _l:
-        raise truncated('DescribeClientQuotasRequest.ComponentData.match_type', buf, pos, 1)
-    (o.match_type,) = _S2.unpack_from(buf, pos)
-    pos += 1
-    if pos + 2 > _l:
-        raise truncated('DescribeClientQuotasRequest.ComponentData.match', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('DescribeClientQuotasRequest.ComponentData.match', _n)
-        o.match = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeClientQuotasRequest.ComponentData.match')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeClientQuotasRequest.ComponentData.match', buf, pos, _n, 1)
-        o.match = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    o.unknown_tags = None
-    return o, pos
-
 def _d_DescribeClientQuotasRequest_0(buf, pos):
     _l = len(buf)
     o = _new(DescribeClientQuotasRequest)
@@ -100,68 +60,50 @@ def _d_DescribeClientQuotasRequest_0(buf, pos):
         raise overrun('DescribeClientQuotasRequest.components', buf, pos, _c, 5)
     else:
         o.components = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_ComponentData_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(ComponentData)
+            if pos + 2 > _l:
+                raise truncated('DescribeClientQuotasRequest.ComponentData.entity_type', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('DescribeClientQuotasRequest.ComponentData.entity_type', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeClientQuotasRequest.ComponentData.entity_type')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeClientQuotasRequest.ComponentData.entity_type', buf, pos, _n, 1)
+                _o.entity_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 1 > _l:
+                raise truncated('DescribeClientQuotasRequest.ComponentData.match_type', buf, pos, 1)
+            (_o.match_type,) = _S2.unpack_from(buf, pos)
+            pos += 1
+            if pos + 2 > _l:
+                raise truncated('DescribeClientQuotasRequest.ComponentData.match', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('DescribeClientQuotasRequest.ComponentData.match', _n)
+                _o.match = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeClientQuotasRequest.ComponentData.match')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeClientQuotasRequest.ComponentData.match', buf, pos, _n, 1)
+                _o.match = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            _o.unknown_tags = None
+            _ap(_o)
     if pos + 1 > _l:
         raise truncated('DescribeClientQuotasRequest.strict', buf, pos, 1)
     (o.strict,) = _S3.unpack_from(buf, pos)
     pos += 1
     o.unknown_tags = None
-    return o, pos
-
-def _d_ComponentData_1(buf, pos):
-    _l = len(buf)
-    o = _new(ComponentData)
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'DescribeClientQuotasRequest.ComponentData.entity_type')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('DescribeClientQuotasRequest.ComponentData.entity_type', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeClientQuotasRequest.ComponentData.entity_type')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeClientQuotasRequest.ComponentData.entity_type', buf, pos, _n, 1)
-        o.entity_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 1 > _l:
-        raise truncated('DescribeClientQuotasRequest.ComponentData.match_type', buf, pos, 1)
-    (o.match_type,) = _S2.unpack_from(buf, pos)
-    pos += 1
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'DescribeClientQuotasRequest.ComponentData.match')
-        _n -= 1
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('DescribeClientQuotasRequest.ComponentData.match', _n)
-        o.match = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeClientQuotasRequest.ComponentData.match')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeClientQuotasRequest.ComponentData.match', buf, pos, _n, 1)
-        o.match = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'DescribeClientQuotasRequest.ComponentData')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
     return o, pos
 
 def _d_DescribeClientQuotasRequest_1(buf, pos):
@@ -179,9 +121,59 @@ def _d_DescribeClientQuotasRequest_1(buf, pos):
         raise overrun('DescribeClientQuotasRequest.components', buf, pos, _c, 4)
     else:
         o.components = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_ComponentData_1(buf, pos)
-            _lst.append(_e)
+            _o = _new(ComponentData)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'DescribeClientQuotasRequest.ComponentData.entity_type')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('DescribeClientQuotasRequest.ComponentData.entity_type', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeClientQuotasRequest.ComponentData.entity_type')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeClientQuotasRequest.ComponentData.entity_type', buf, pos, _n, 1)
+                _o.entity_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 1 > _l:
+                raise truncated('DescribeClientQuotasRequest.ComponentData.match_type', buf, pos, 1)
+            (_o.match_type,) = _S2.unpack_from(buf, pos)
+            pos += 1
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'DescribeClientQuotasRequest.ComponentData.match')
+                _n -= 1
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('DescribeClientQuotasRequest.ComponentData.match', _n)
+                _o.match = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeClientQuotasRequest.ComponentData.match')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeClientQuotasRequest.ComponentData.match', buf, pos, _n, 1)
+                _o.match = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'DescribeClientQuotasRequest.ComponentData')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos + 1 > _l:
         raise truncated('DescribeClientQuotasRequest.strict', buf, pos, 1)
     (o.strict,) = _S3.unpack_from(buf, pos)
@@ -199,59 +191,28 @@ def _d_DescribeClientQuotasRequest_1(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_ComponentData_0(o, out, chunks):
-    _b = o.entity_type.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('DescribeClientQuotasRequest.ComponentData.entity_type', _n)
-    out += _S1.pack(_n)
-    out += _b
-    out += _S2.pack(o.match_type)
-    if o.match is None:
-        out += b'\xff\xff'
-    else:
-        _b = o.match.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('DescribeClientQuotasRequest.ComponentData.match', _n)
-        out += _S1.pack(_n)
-        out += _b
-
 def _e_DescribeClientQuotasRequest_0(o, out, chunks):
     _a = o.components
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_ComponentData_0(_e, out, chunks)
-    out += _S3.pack(o.strict)
-
-def _e_ComponentData_1(o, out, chunks):
-    _b = o.entity_type.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('DescribeClientQuotasRequest.ComponentData.entity_type', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    out += _S2.pack(o.match_type)
-    if o.match is None:
-        out.append(0)
-    else:
-        _b = o.match.encode('utf-8', 'surrogateescape')
+    for _o in _a:
+        _b = _o.entity_type.encode('utf-8', 'surrogateescape')
         _n = len(_b)
         if _n > 0x7FFF:
-            raise string_too_long('DescribeClientQuotasRequest.ComponentData.match', _n)
-        if _n < 127:
-            out.append(_n + 1)
-        else:
-            write_uvarint(out, _n + 1)
+            raise string_too_long('DescribeClientQuotasRequest.ComponentData.entity_type', _n)
+        out += _S1.pack(_n)
         out += _b
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
+        out += _S2.pack(_o.match_type)
+        if _o.match is None:
+            out += b'\xff\xff'
+        else:
+            _b = _o.match.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('DescribeClientQuotasRequest.ComponentData.match', _n)
+            out += _S1.pack(_n)
+            out += _b
+    out += _S3.pack(o.strict)
 
 def _e_DescribeClientQuotasRequest_1(o, out, chunks):
     _a = o.components
@@ -260,8 +221,33 @@ def _e_DescribeClientQuotasRequest_1(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_ComponentData_1(_e, out, chunks)
+    for _o in _a:
+        _b = _o.entity_type.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeClientQuotasRequest.ComponentData.entity_type', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        out += _S2.pack(_o.match_type)
+        if _o.match is None:
+            out.append(0)
+        else:
+            _b = _o.match.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('DescribeClientQuotasRequest.ComponentData.match', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     out += _S3.pack(o.strict)
     if o.unknown_tags is None:
         out.append(0)

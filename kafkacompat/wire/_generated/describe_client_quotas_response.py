@@ -73,66 +73,6 @@ _S1 = _Struct('>h')
 _S2 = _Struct('>i')
 _S3 = _Struct('>d')
 
-def _d_EntityData_0(buf, pos):
-    _l = len(buf)
-    o = _new(EntityData)
-    if pos + 2 > _l:
-        raise truncated('DescribeClientQuotasResponse.EntityData.entity_type', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('DescribeClientQuotasResponse.EntityData.entity_type', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeClientQuotasResponse.EntityData.entity_type')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeClientQuotasResponse.EntityData.entity_type', buf, pos, _n, 1)
-        o.entity_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('DescribeClientQuotasResponse.EntityData.entity_name', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('DescribeClientQuotasResponse.EntityData.entity_name', _n)
-        o.entity_name = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeClientQuotasResponse.EntityData.entity_name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeClientQuotasResponse.EntityData.entity_name', buf, pos, _n, 1)
-        o.entity_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    o.unknown_tags = None
-    return o, pos
-
-def _d_ValueData_0(buf, pos):
-    _l = len(buf)
-    o = _new(ValueData)
-    if pos + 2 > _l:
-        raise truncated('DescribeClientQuotasResponse.ValueData.key', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('DescribeClientQuotasResponse.ValueData.key', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeClientQuotasResponse.ValueData.key')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeClientQuotasResponse.ValueData.key', buf, pos, _n, 1)
-        o.key = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 8 > _l:
-        raise truncated('DescribeClientQuotasResponse.ValueData.value', buf, pos, 8)
-    (o.value,) = _S3.unpack_from(buf, pos)
-    pos += 8
-    o.unknown_tags = None
-    return o, pos
-
 def _d_EntryData_0(buf, pos):
     _l = len(buf)
     o = _new(EntryData)
@@ -146,9 +86,41 @@ def _d_EntryData_0(buf, pos):
         raise overrun('DescribeClientQuotasResponse.EntryData.entity', buf, pos, _c, 4)
     else:
         o.entity = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_EntityData_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(EntityData)
+            if pos + 2 > _l:
+                raise truncated('DescribeClientQuotasResponse.EntityData.entity_type', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('DescribeClientQuotasResponse.EntityData.entity_type', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeClientQuotasResponse.EntityData.entity_type')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeClientQuotasResponse.EntityData.entity_type', buf, pos, _n, 1)
+                _o.entity_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('DescribeClientQuotasResponse.EntityData.entity_name', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('DescribeClientQuotasResponse.EntityData.entity_name', _n)
+                _o.entity_name = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeClientQuotasResponse.EntityData.entity_name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeClientQuotasResponse.EntityData.entity_name', buf, pos, _n, 1)
+                _o.entity_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            _o.unknown_tags = None
+            _ap(_o)
     if pos + 4 > _l:
         raise truncated('DescribeClientQuotasResponse.EntryData.values', buf, pos, 4)
     (_c,) = _S2.unpack_from(buf, pos)
@@ -159,9 +131,29 @@ def _d_EntryData_0(buf, pos):
         raise overrun('DescribeClientQuotasResponse.EntryData.values', buf, pos, _c, 10)
     else:
         o.values = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_ValueData_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(ValueData)
+            if pos + 2 > _l:
+                raise truncated('DescribeClientQuotasResponse.ValueData.key', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('DescribeClientQuotasResponse.ValueData.key', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeClientQuotasResponse.ValueData.key')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeClientQuotasResponse.ValueData.key', buf, pos, _n, 1)
+                _o.key = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 8 > _l:
+                raise truncated('DescribeClientQuotasResponse.ValueData.value', buf, pos, 8)
+            (_o.value,) = _S3.unpack_from(buf, pos)
+            pos += 8
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -206,92 +198,6 @@ def _d_DescribeClientQuotasResponse_0(buf, pos):
     o.unknown_tags = None
     return o, pos
 
-def _d_EntityData_1(buf, pos):
-    _l = len(buf)
-    o = _new(EntityData)
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'DescribeClientQuotasResponse.EntityData.entity_type')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('DescribeClientQuotasResponse.EntityData.entity_type', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeClientQuotasResponse.EntityData.entity_type')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeClientQuotasResponse.EntityData.entity_type', buf, pos, _n, 1)
-        o.entity_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'DescribeClientQuotasResponse.EntityData.entity_name')
-        _n -= 1
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('DescribeClientQuotasResponse.EntityData.entity_name', _n)
-        o.entity_name = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeClientQuotasResponse.EntityData.entity_name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeClientQuotasResponse.EntityData.entity_name', buf, pos, _n, 1)
-        o.entity_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'DescribeClientQuotasResponse.EntityData')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
-def _d_ValueData_1(buf, pos):
-    _l = len(buf)
-    o = _new(ValueData)
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'DescribeClientQuotasResponse.ValueData.key')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('DescribeClientQuotasResponse.ValueData.key', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeClientQuotasResponse.ValueData.key')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeClientQuotasResponse.ValueData.key', buf, pos, _n, 1)
-        o.key = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 8 > _l:
-        raise truncated('DescribeClientQuotasResponse.ValueData.value', buf, pos, 8)
-    (o.value,) = _S3.unpack_from(buf, pos)
-    pos += 8
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'DescribeClientQuotasResponse.ValueData')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_EntryData_1(buf, pos):
     _l = len(buf)
     o = _new(EntryData)
@@ -307,9 +213,55 @@ def _d_EntryData_1(buf, pos):
         raise overrun('DescribeClientQuotasResponse.EntryData.entity', buf, pos, _c, 3)
     else:
         o.entity = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_EntityData_1(buf, pos)
-            _lst.append(_e)
+            _o = _new(EntityData)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'DescribeClientQuotasResponse.EntityData.entity_type')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('DescribeClientQuotasResponse.EntityData.entity_type', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeClientQuotasResponse.EntityData.entity_type')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeClientQuotasResponse.EntityData.entity_type', buf, pos, _n, 1)
+                _o.entity_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'DescribeClientQuotasResponse.EntityData.entity_name')
+                _n -= 1
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('DescribeClientQuotasResponse.EntityData.entity_name', _n)
+                _o.entity_name = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeClientQuotasResponse.EntityData.entity_name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeClientQuotasResponse.EntityData.entity_name', buf, pos, _n, 1)
+                _o.entity_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'DescribeClientQuotasResponse.EntityData')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -322,9 +274,41 @@ def _d_EntryData_1(buf, pos):
         raise overrun('DescribeClientQuotasResponse.EntryData.values', buf, pos, _c, 10)
     else:
         o.values = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_ValueData_1(buf, pos)
-            _lst.append(_e)
+            _o = _new(ValueData)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'DescribeClientQuotasResponse.ValueData.key')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('DescribeClientQuotasResponse.ValueData.key', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeClientQuotasResponse.ValueData.key')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeClientQuotasResponse.ValueData.key', buf, pos, _n, 1)
+                _o.key = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 8 > _l:
+                raise truncated('DescribeClientQuotasResponse.ValueData.value', buf, pos, 8)
+            (_o.value,) = _S3.unpack_from(buf, pos)
+            pos += 8
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'DescribeClientQuotasResponse.ValueData')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -393,43 +377,37 @@ def _d_DescribeClientQuotasResponse_1(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_EntityData_0(o, out, chunks):
-    _b = o.entity_type.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('DescribeClientQuotasResponse.EntityData.entity_type', _n)
-    out += _S1.pack(_n)
-    out += _b
-    if o.entity_name is None:
-        out += b'\xff\xff'
-    else:
-        _b = o.entity_name.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('DescribeClientQuotasResponse.EntityData.entity_name', _n)
-        out += _S1.pack(_n)
-        out += _b
-
-def _e_ValueData_0(o, out, chunks):
-    _b = o.key.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('DescribeClientQuotasResponse.ValueData.key', _n)
-    out += _S1.pack(_n)
-    out += _b
-    out += _S3.pack(o.value)
-
 def _e_EntryData_0(o, out, chunks):
     _a = o.entity
     _c = len(_a)
     out += _S2.pack(_c)
-    for _e in _a:
-        _e_EntityData_0(_e, out, chunks)
+    for _o in _a:
+        _b = _o.entity_type.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeClientQuotasResponse.EntityData.entity_type', _n)
+        out += _S1.pack(_n)
+        out += _b
+        if _o.entity_name is None:
+            out += b'\xff\xff'
+        else:
+            _b = _o.entity_name.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('DescribeClientQuotasResponse.EntityData.entity_name', _n)
+            out += _S1.pack(_n)
+            out += _b
     _a = o.values
     _c = len(_a)
     out += _S2.pack(_c)
-    for _e in _a:
-        _e_ValueData_0(_e, out, chunks)
+    for _o in _a:
+        _b = _o.key.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeClientQuotasResponse.ValueData.key', _n)
+        out += _S1.pack(_n)
+        out += _b
+        out += _S3.pack(_o.value)
 
 def _e_DescribeClientQuotasResponse_0(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms, o.error_code)
@@ -451,49 +429,6 @@ def _e_DescribeClientQuotasResponse_0(o, out, chunks):
         for _e in _a:
             _e_EntryData_0(_e, out, chunks)
 
-def _e_EntityData_1(o, out, chunks):
-    _b = o.entity_type.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('DescribeClientQuotasResponse.EntityData.entity_type', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    if o.entity_name is None:
-        out.append(0)
-    else:
-        _b = o.entity_name.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('DescribeClientQuotasResponse.EntityData.entity_name', _n)
-        if _n < 127:
-            out.append(_n + 1)
-        else:
-            write_uvarint(out, _n + 1)
-        out += _b
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
-def _e_ValueData_1(o, out, chunks):
-    _b = o.key.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('DescribeClientQuotasResponse.ValueData.key', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    out += _S3.pack(o.value)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
 def _e_EntryData_1(o, out, chunks):
     _a = o.entity
     _c = len(_a)
@@ -501,16 +436,53 @@ def _e_EntryData_1(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_EntityData_1(_e, out, chunks)
+    for _o in _a:
+        _b = _o.entity_type.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeClientQuotasResponse.EntityData.entity_type', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        if _o.entity_name is None:
+            out.append(0)
+        else:
+            _b = _o.entity_name.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('DescribeClientQuotasResponse.EntityData.entity_name', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     _a = o.values
     _c = len(_a)
     if _c < 127:
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_ValueData_1(_e, out, chunks)
+    for _o in _a:
+        _b = _o.key.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeClientQuotasResponse.ValueData.key', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        out += _S3.pack(_o.value)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

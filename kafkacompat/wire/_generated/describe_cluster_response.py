@@ -64,64 +64,6 @@ _S0 = _Struct('>ih')
 _S1 = _Struct('>i')
 _S2 = _Struct('>b')
 
-def _d_DescribeClusterBroker_0(buf, pos):
-    _l = len(buf)
-    o = _new(DescribeClusterBroker)
-    if pos + 4 > _l:
-        raise truncated('DescribeClusterResponse.DescribeClusterBroker.broker_id', buf, pos, 4)
-    (o.broker_id,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'DescribeClusterResponse.DescribeClusterBroker.host')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('DescribeClusterResponse.DescribeClusterBroker.host', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeClusterResponse.DescribeClusterBroker.host')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeClusterResponse.DescribeClusterBroker.host', buf, pos, _n, 1)
-        o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 4 > _l:
-        raise truncated('DescribeClusterResponse.DescribeClusterBroker.port', buf, pos, 4)
-    (o.port,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'DescribeClusterResponse.DescribeClusterBroker.rack')
-        _n -= 1
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('DescribeClusterResponse.DescribeClusterBroker.rack', _n)
-        o.rack = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeClusterResponse.DescribeClusterBroker.rack')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeClusterResponse.DescribeClusterBroker.rack', buf, pos, _n, 1)
-        o.rack = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'DescribeClusterResponse.DescribeClusterBroker')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_DescribeClusterResponse_0(buf, pos):
     _l = len(buf)
     o = _new(DescribeClusterResponse)
@@ -180,9 +122,63 @@ def _d_DescribeClusterResponse_0(buf, pos):
         raise overrun('DescribeClusterResponse.brokers', buf, pos, _c, 11)
     else:
         o.brokers = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_DescribeClusterBroker_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(DescribeClusterBroker)
+            if pos + 4 > _l:
+                raise truncated('DescribeClusterResponse.DescribeClusterBroker.broker_id', buf, pos, 4)
+            (_o.broker_id,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'DescribeClusterResponse.DescribeClusterBroker.host')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('DescribeClusterResponse.DescribeClusterBroker.host', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeClusterResponse.DescribeClusterBroker.host')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeClusterResponse.DescribeClusterBroker.host', buf, pos, _n, 1)
+                _o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('DescribeClusterResponse.DescribeClusterBroker.port', buf, pos, 4)
+            (_o.port,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'DescribeClusterResponse.DescribeClusterBroker.rack')
+                _n -= 1
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('DescribeClusterResponse.DescribeClusterBroker.rack', _n)
+                _o.rack = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeClusterResponse.DescribeClusterBroker.rack')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeClusterResponse.DescribeClusterBroker.rack', buf, pos, _n, 1)
+                _o.rack = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'DescribeClusterResponse.DescribeClusterBroker')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos + 4 > _l:
         raise truncated('DescribeClusterResponse.cluster_authorized_operations', buf, pos, 4)
     (o.cluster_authorized_operations,) = _S1.unpack_from(buf, pos)
@@ -261,9 +257,63 @@ def _d_DescribeClusterResponse_1(buf, pos):
         raise overrun('DescribeClusterResponse.brokers', buf, pos, _c, 11)
     else:
         o.brokers = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_DescribeClusterBroker_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(DescribeClusterBroker)
+            if pos + 4 > _l:
+                raise truncated('DescribeClusterResponse.DescribeClusterBroker.broker_id', buf, pos, 4)
+            (_o.broker_id,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'DescribeClusterResponse.DescribeClusterBroker.host')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('DescribeClusterResponse.DescribeClusterBroker.host', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeClusterResponse.DescribeClusterBroker.host')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeClusterResponse.DescribeClusterBroker.host', buf, pos, _n, 1)
+                _o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('DescribeClusterResponse.DescribeClusterBroker.port', buf, pos, 4)
+            (_o.port,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'DescribeClusterResponse.DescribeClusterBroker.rack')
+                _n -= 1
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('DescribeClusterResponse.DescribeClusterBroker.rack', _n)
+                _o.rack = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeClusterResponse.DescribeClusterBroker.rack')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeClusterResponse.DescribeClusterBroker.rack', buf, pos, _n, 1)
+                _o.rack = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'DescribeClusterResponse.DescribeClusterBroker')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos + 4 > _l:
         raise truncated('DescribeClusterResponse.cluster_authorized_operations', buf, pos, 4)
     (o.cluster_authorized_operations,) = _S1.unpack_from(buf, pos)
@@ -280,35 +330,6 @@ def _d_DescribeClusterResponse_1(buf, pos):
             _unknown.append((_tag, bytes(buf[_ts:_te])))
         o.unknown_tags = _unknown
     return o, pos
-
-def _e_DescribeClusterBroker_0(o, out, chunks):
-    out += _S1.pack(o.broker_id)
-    _b = o.host.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('DescribeClusterResponse.DescribeClusterBroker.host', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    out += _S1.pack(o.port)
-    if o.rack is None:
-        out.append(0)
-    else:
-        _b = o.rack.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('DescribeClusterResponse.DescribeClusterBroker.rack', _n)
-        if _n < 127:
-            out.append(_n + 1)
-        else:
-            write_uvarint(out, _n + 1)
-        out += _b
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
 
 def _e_DescribeClusterResponse_0(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms, o.error_code)
@@ -340,8 +361,34 @@ def _e_DescribeClusterResponse_0(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_DescribeClusterBroker_0(_e, out, chunks)
+    for _o in _a:
+        out += _S1.pack(_o.broker_id)
+        _b = _o.host.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeClusterResponse.DescribeClusterBroker.host', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        out += _S1.pack(_o.port)
+        if _o.rack is None:
+            out.append(0)
+        else:
+            _b = _o.rack.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('DescribeClusterResponse.DescribeClusterBroker.rack', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     out += _S1.pack(o.cluster_authorized_operations)
     if o.unknown_tags is None:
         out.append(0)
@@ -379,8 +426,34 @@ def _e_DescribeClusterResponse_1(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_DescribeClusterBroker_0(_e, out, chunks)
+    for _o in _a:
+        out += _S1.pack(_o.broker_id)
+        _b = _o.host.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeClusterResponse.DescribeClusterBroker.host', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        out += _S1.pack(_o.port)
+        if _o.rack is None:
+            out.append(0)
+        else:
+            _b = _o.rack.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('DescribeClusterResponse.DescribeClusterBroker.rack', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     out += _S1.pack(o.cluster_authorized_operations)
     if o.unknown_tags is None:
         out.append(0)

@@ -55,58 +55,6 @@ _S2 = _Struct('>h')
 _S3 = _Struct('>?')
 _S4 = _Struct('>??')
 
-def _d_DescribeConfigsResource_0(buf, pos):
-    _l = len(buf)
-    o = _new(DescribeConfigsResource)
-    if pos + 1 > _l:
-        raise truncated('DescribeConfigsRequest.DescribeConfigsResource.resource_type', buf, pos, 1)
-    (o.resource_type,) = _S1.unpack_from(buf, pos)
-    pos += 1
-    if pos + 2 > _l:
-        raise truncated('DescribeConfigsRequest.DescribeConfigsResource.resource_name', buf, pos, 2)
-    (_n,) = _S2.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('DescribeConfigsRequest.DescribeConfigsResource.resource_name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeConfigsRequest.DescribeConfigsResource.resource_name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeConfigsRequest.DescribeConfigsResource.resource_name', buf, pos, _n, 1)
-        o.resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 4 > _l:
-        raise truncated('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', buf, pos, 4)
-    (_c,) = _S0.unpack_from(buf, pos)
-    pos += 4
-    if _c < 0:
-        if _c != -1:
-            raise bad_length('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', _c)
-        o.configuration_keys = None
-    elif _c * 2 > _l - pos:
-        raise overrun('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', buf, pos, _c, 2)
-    else:
-        o.configuration_keys = _lst = []
-        for _ in range(_c):
-            if pos + 2 > _l:
-                raise truncated('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', buf, pos, 2)
-            (_n,) = _S2.unpack_from(buf, pos)
-            pos += 2
-            if _n < 0:
-                raise bad_length('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', _n)
-            elif _n > 0x7FFF:
-                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeConfigsRequest.DescribeConfigsResource.configuration_keys')
-            else:
-                _end = pos + _n
-                if _end > _l:
-                    raise overrun('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', buf, pos, _n, 1)
-                _e = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-                pos = _end
-            _lst.append(_e)
-    o.unknown_tags = None
-    return o, pos
-
 def _d_DescribeConfigsRequest_0(buf, pos):
     _l = len(buf)
     o = _new(DescribeConfigsRequest)
@@ -122,9 +70,57 @@ def _d_DescribeConfigsRequest_0(buf, pos):
         raise overrun('DescribeConfigsRequest.resources', buf, pos, _c, 7)
     else:
         o.resources = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_DescribeConfigsResource_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(DescribeConfigsResource)
+            if pos + 1 > _l:
+                raise truncated('DescribeConfigsRequest.DescribeConfigsResource.resource_type', buf, pos, 1)
+            (_o.resource_type,) = _S1.unpack_from(buf, pos)
+            pos += 1
+            if pos + 2 > _l:
+                raise truncated('DescribeConfigsRequest.DescribeConfigsResource.resource_name', buf, pos, 2)
+            (_n,) = _S2.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('DescribeConfigsRequest.DescribeConfigsResource.resource_name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeConfigsRequest.DescribeConfigsResource.resource_name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeConfigsRequest.DescribeConfigsResource.resource_name', buf, pos, _n, 1)
+                _o.resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', buf, pos, 4)
+            (_c,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                if _c != -1:
+                    raise bad_length('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', _c)
+                _o.configuration_keys = None
+            elif _c * 2 > _l - pos:
+                raise overrun('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', buf, pos, _c, 2)
+            else:
+                _o.configuration_keys = _lst = []
+                for _ in range(_c):
+                    if pos + 2 > _l:
+                        raise truncated('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', buf, pos, 2)
+                    (_n,) = _S2.unpack_from(buf, pos)
+                    pos += 2
+                    if _n < 0:
+                        raise bad_length('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', _n)
+                    elif _n > 0x7FFF:
+                        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeConfigsRequest.DescribeConfigsResource.configuration_keys')
+                    else:
+                        _end = pos + _n
+                        if _end > _l:
+                            raise overrun('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', buf, pos, _n, 1)
+                        _e = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                        pos = _end
+                    _lst.append(_e)
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -142,9 +138,57 @@ def _d_DescribeConfigsRequest_1(buf, pos):
         raise overrun('DescribeConfigsRequest.resources', buf, pos, _c, 7)
     else:
         o.resources = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_DescribeConfigsResource_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(DescribeConfigsResource)
+            if pos + 1 > _l:
+                raise truncated('DescribeConfigsRequest.DescribeConfigsResource.resource_type', buf, pos, 1)
+            (_o.resource_type,) = _S1.unpack_from(buf, pos)
+            pos += 1
+            if pos + 2 > _l:
+                raise truncated('DescribeConfigsRequest.DescribeConfigsResource.resource_name', buf, pos, 2)
+            (_n,) = _S2.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('DescribeConfigsRequest.DescribeConfigsResource.resource_name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeConfigsRequest.DescribeConfigsResource.resource_name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeConfigsRequest.DescribeConfigsResource.resource_name', buf, pos, _n, 1)
+                _o.resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', buf, pos, 4)
+            (_c,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                if _c != -1:
+                    raise bad_length('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', _c)
+                _o.configuration_keys = None
+            elif _c * 2 > _l - pos:
+                raise overrun('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', buf, pos, _c, 2)
+            else:
+                _o.configuration_keys = _lst = []
+                for _ in range(_c):
+                    if pos + 2 > _l:
+                        raise truncated('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', buf, pos, 2)
+                    (_n,) = _S2.unpack_from(buf, pos)
+                    pos += 2
+                    if _n < 0:
+                        raise bad_length('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', _n)
+                    elif _n > 0x7FFF:
+                        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeConfigsRequest.DescribeConfigsResource.configuration_keys')
+                    else:
+                        _end = pos + _n
+                        if _end > _l:
+                            raise overrun('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', buf, pos, _n, 1)
+                        _e = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                        pos = _end
+                    _lst.append(_e)
+            _o.unknown_tags = None
+            _ap(_o)
     if pos + 1 > _l:
         raise truncated('DescribeConfigsRequest.include_synonyms', buf, pos, 1)
     (o.include_synonyms,) = _S3.unpack_from(buf, pos)
@@ -165,82 +209,62 @@ def _d_DescribeConfigsRequest_3(buf, pos):
         raise overrun('DescribeConfigsRequest.resources', buf, pos, _c, 7)
     else:
         o.resources = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_DescribeConfigsResource_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(DescribeConfigsResource)
+            if pos + 1 > _l:
+                raise truncated('DescribeConfigsRequest.DescribeConfigsResource.resource_type', buf, pos, 1)
+            (_o.resource_type,) = _S1.unpack_from(buf, pos)
+            pos += 1
+            if pos + 2 > _l:
+                raise truncated('DescribeConfigsRequest.DescribeConfigsResource.resource_name', buf, pos, 2)
+            (_n,) = _S2.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('DescribeConfigsRequest.DescribeConfigsResource.resource_name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeConfigsRequest.DescribeConfigsResource.resource_name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeConfigsRequest.DescribeConfigsResource.resource_name', buf, pos, _n, 1)
+                _o.resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', buf, pos, 4)
+            (_c,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                if _c != -1:
+                    raise bad_length('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', _c)
+                _o.configuration_keys = None
+            elif _c * 2 > _l - pos:
+                raise overrun('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', buf, pos, _c, 2)
+            else:
+                _o.configuration_keys = _lst = []
+                for _ in range(_c):
+                    if pos + 2 > _l:
+                        raise truncated('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', buf, pos, 2)
+                    (_n,) = _S2.unpack_from(buf, pos)
+                    pos += 2
+                    if _n < 0:
+                        raise bad_length('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', _n)
+                    elif _n > 0x7FFF:
+                        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeConfigsRequest.DescribeConfigsResource.configuration_keys')
+                    else:
+                        _end = pos + _n
+                        if _end > _l:
+                            raise overrun('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', buf, pos, _n, 1)
+                        _e = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                        pos = _end
+                    _lst.append(_e)
+            _o.unknown_tags = None
+            _ap(_o)
     if pos + 2 > _l:
         raise truncated('DescribeConfigsRequest.include_synonyms', buf, pos, 2)
     o.include_synonyms, o.include_documentation = _S4.unpack_from(buf, pos)
     pos += 2
     o.unknown_tags = None
-    return o, pos
-
-def _d_DescribeConfigsResource_4(buf, pos):
-    _l = len(buf)
-    o = _new(DescribeConfigsResource)
-    if pos + 1 > _l:
-        raise truncated('DescribeConfigsRequest.DescribeConfigsResource.resource_type', buf, pos, 1)
-    (o.resource_type,) = _S1.unpack_from(buf, pos)
-    pos += 1
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'DescribeConfigsRequest.DescribeConfigsResource.resource_name')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('DescribeConfigsRequest.DescribeConfigsResource.resource_name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeConfigsRequest.DescribeConfigsResource.resource_name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeConfigsRequest.DescribeConfigsResource.resource_name', buf, pos, _n, 1)
-        o.resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _c = buf[pos] - 1
-        pos += 1
-    else:
-        _c, pos = read_uvarint(buf, pos, 'DescribeConfigsRequest.DescribeConfigsResource.configuration_keys')
-        _c -= 1
-    if _c < 0:
-        if _c != -1:
-            raise bad_length('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', _c)
-        o.configuration_keys = None
-    elif _c * 1 > _l - pos:
-        raise overrun('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', buf, pos, _c, 1)
-    else:
-        o.configuration_keys = _lst = []
-        for _ in range(_c):
-            if pos < _l and buf[pos] < 0x80:
-                _n = buf[pos] - 1
-                pos += 1
-            else:
-                _n, pos = read_uvarint(buf, pos, 'DescribeConfigsRequest.DescribeConfigsResource.configuration_keys')
-                _n -= 1
-            if _n < 0:
-                raise bad_length('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', _n)
-            elif _n > 0x7FFF:
-                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeConfigsRequest.DescribeConfigsResource.configuration_keys')
-            else:
-                _end = pos + _n
-                if _end > _l:
-                    raise overrun('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', buf, pos, _n, 1)
-                _e = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-                pos = _end
-            _lst.append(_e)
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'DescribeConfigsRequest.DescribeConfigsResource')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
     return o, pos
 
 def _d_DescribeConfigsRequest_4(buf, pos):
@@ -258,9 +282,73 @@ def _d_DescribeConfigsRequest_4(buf, pos):
         raise overrun('DescribeConfigsRequest.resources', buf, pos, _c, 4)
     else:
         o.resources = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_DescribeConfigsResource_4(buf, pos)
-            _lst.append(_e)
+            _o = _new(DescribeConfigsResource)
+            if pos + 1 > _l:
+                raise truncated('DescribeConfigsRequest.DescribeConfigsResource.resource_type', buf, pos, 1)
+            (_o.resource_type,) = _S1.unpack_from(buf, pos)
+            pos += 1
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'DescribeConfigsRequest.DescribeConfigsResource.resource_name')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('DescribeConfigsRequest.DescribeConfigsResource.resource_name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeConfigsRequest.DescribeConfigsResource.resource_name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeConfigsRequest.DescribeConfigsResource.resource_name', buf, pos, _n, 1)
+                _o.resource_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'DescribeConfigsRequest.DescribeConfigsResource.configuration_keys')
+                _c -= 1
+            if _c < 0:
+                if _c != -1:
+                    raise bad_length('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', _c)
+                _o.configuration_keys = None
+            elif _c * 1 > _l - pos:
+                raise overrun('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', buf, pos, _c, 1)
+            else:
+                _o.configuration_keys = _lst = []
+                for _ in range(_c):
+                    if pos < _l and buf[pos] < 0x80:
+                        _n = buf[pos] - 1
+                        pos += 1
+                    else:
+                        _n, pos = read_uvarint(buf, pos, 'DescribeConfigsRequest.DescribeConfigsResource.configuration_keys')
+                        _n -= 1
+                    if _n < 0:
+                        raise bad_length('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', _n)
+                    elif _n > 0x7FFF:
+                        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeConfigsRequest.DescribeConfigsResource.configuration_keys')
+                    else:
+                        _end = pos + _n
+                        if _end > _l:
+                            raise overrun('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', buf, pos, _n, 1)
+                        _e = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                        pos = _end
+                    _lst.append(_e)
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'DescribeConfigsRequest.DescribeConfigsResource')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos + 2 > _l:
         raise truncated('DescribeConfigsRequest.include_synonyms', buf, pos, 2)
     o.include_synonyms, o.include_documentation = _S4.unpack_from(buf, pos)
@@ -278,85 +366,85 @@ def _d_DescribeConfigsRequest_4(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_DescribeConfigsResource_0(o, out, chunks):
-    out += _S1.pack(o.resource_type)
-    _b = o.resource_name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('DescribeConfigsRequest.DescribeConfigsResource.resource_name', _n)
-    out += _S2.pack(_n)
-    out += _b
-    _a = o.configuration_keys
-    if _a is None:
-        out += b'\xff\xff\xff\xff'
-    else:
-        _c = len(_a)
-        out += _S0.pack(_c)
-        for _e in _a:
-            _b = _e.encode('utf-8', 'surrogateescape')
-            _n = len(_b)
-            if _n > 0x7FFF:
-                raise string_too_long('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', _n)
-            out += _S2.pack(_n)
-            out += _b
-
 def _e_DescribeConfigsRequest_0(o, out, chunks):
     _a = o.resources
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_DescribeConfigsResource_0(_e, out, chunks)
+    for _o in _a:
+        out += _S1.pack(_o.resource_type)
+        _b = _o.resource_name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeConfigsRequest.DescribeConfigsResource.resource_name', _n)
+        out += _S2.pack(_n)
+        out += _b
+        _a = _o.configuration_keys
+        if _a is None:
+            out += b'\xff\xff\xff\xff'
+        else:
+            _c = len(_a)
+            out += _S0.pack(_c)
+            for _e in _a:
+                _b = _e.encode('utf-8', 'surrogateescape')
+                _n = len(_b)
+                if _n > 0x7FFF:
+                    raise string_too_long('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', _n)
+                out += _S2.pack(_n)
+                out += _b
 
 def _e_DescribeConfigsRequest_1(o, out, chunks):
     _a = o.resources
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_DescribeConfigsResource_0(_e, out, chunks)
+    for _o in _a:
+        out += _S1.pack(_o.resource_type)
+        _b = _o.resource_name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeConfigsRequest.DescribeConfigsResource.resource_name', _n)
+        out += _S2.pack(_n)
+        out += _b
+        _a = _o.configuration_keys
+        if _a is None:
+            out += b'\xff\xff\xff\xff'
+        else:
+            _c = len(_a)
+            out += _S0.pack(_c)
+            for _e in _a:
+                _b = _e.encode('utf-8', 'surrogateescape')
+                _n = len(_b)
+                if _n > 0x7FFF:
+                    raise string_too_long('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', _n)
+                out += _S2.pack(_n)
+                out += _b
     out += _S3.pack(o.include_synonyms)
 
 def _e_DescribeConfigsRequest_3(o, out, chunks):
     _a = o.resources
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_DescribeConfigsResource_0(_e, out, chunks)
-    out += _S4.pack(o.include_synonyms, o.include_documentation)
-
-def _e_DescribeConfigsResource_4(o, out, chunks):
-    out += _S1.pack(o.resource_type)
-    _b = o.resource_name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('DescribeConfigsRequest.DescribeConfigsResource.resource_name', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    _a = o.configuration_keys
-    if _a is None:
-        out.append(0)
-    else:
-        _c = len(_a)
-        if _c < 127:
-            out.append(_c + 1)
+    for _o in _a:
+        out += _S1.pack(_o.resource_type)
+        _b = _o.resource_name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeConfigsRequest.DescribeConfigsResource.resource_name', _n)
+        out += _S2.pack(_n)
+        out += _b
+        _a = _o.configuration_keys
+        if _a is None:
+            out += b'\xff\xff\xff\xff'
         else:
-            write_uvarint(out, _c + 1)
-        for _e in _a:
-            _b = _e.encode('utf-8', 'surrogateescape')
-            _n = len(_b)
-            if _n > 0x7FFF:
-                raise string_too_long('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', _n)
-            if _n < 127:
-                out.append(_n + 1)
-            else:
-                write_uvarint(out, _n + 1)
-            out += _b
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
+            _c = len(_a)
+            out += _S0.pack(_c)
+            for _e in _a:
+                _b = _e.encode('utf-8', 'surrogateescape')
+                _n = len(_b)
+                if _n > 0x7FFF:
+                    raise string_too_long('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', _n)
+                out += _S2.pack(_n)
+                out += _b
+    out += _S4.pack(o.include_synonyms, o.include_documentation)
 
 def _e_DescribeConfigsRequest_4(o, out, chunks):
     _a = o.resources
@@ -365,8 +453,40 @@ def _e_DescribeConfigsRequest_4(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_DescribeConfigsResource_4(_e, out, chunks)
+    for _o in _a:
+        out += _S1.pack(_o.resource_type)
+        _b = _o.resource_name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeConfigsRequest.DescribeConfigsResource.resource_name', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        _a = _o.configuration_keys
+        if _a is None:
+            out.append(0)
+        else:
+            _c = len(_a)
+            if _c < 127:
+                out.append(_c + 1)
+            else:
+                write_uvarint(out, _c + 1)
+            for _e in _a:
+                _b = _e.encode('utf-8', 'surrogateescape')
+                _n = len(_b)
+                if _n > 0x7FFF:
+                    raise string_too_long('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', _n)
+                if _n < 127:
+                    out.append(_n + 1)
+                else:
+                    write_uvarint(out, _n + 1)
+                out += _b
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     out += _S4.pack(o.include_synonyms, o.include_documentation)
     if o.unknown_tags is None:
         out.append(0)

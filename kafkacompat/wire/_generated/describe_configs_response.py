@@ -96,50 +96,6 @@ _S2 = _Struct('>b')
 _S3 = _Struct('>???')
 _S4 = _Struct('>?b?')
 
-def _d_DescribeConfigsResourceResult_0(buf, pos):
-    _l = len(buf)
-    o = _new(DescribeConfigsResourceResult)
-    o.config_source = -1
-    o.synonyms = []
-    o.config_type = 0
-    o.documentation = ''
-    if pos + 2 > _l:
-        raise truncated('DescribeConfigsResponse.DescribeConfigsResourceResult.name', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('DescribeConfigsResponse.DescribeConfigsResourceResult.name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeConfigsResponse.DescribeConfigsResourceResult.name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeConfigsResponse.DescribeConfigsResourceResult.name', buf, pos, _n, 1)
-        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('DescribeConfigsResponse.DescribeConfigsResourceResult.value', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('DescribeConfigsResponse.DescribeConfigsResourceResult.value', _n)
-        o.value = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeConfigsResponse.DescribeConfigsResourceResult.value')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeConfigsResponse.DescribeConfigsResourceResult.value', buf, pos, _n, 1)
-        o.value = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 3 > _l:
-        raise truncated('DescribeConfigsResponse.DescribeConfigsResourceResult.read_only', buf, pos, 3)
-    o.read_only, o.is_default, o.is_sensitive = _S3.unpack_from(buf, pos)
-    pos += 3
-    o.unknown_tags = None
-    return o, pos
-
 def _d_DescribeConfigsResult_0(buf, pos):
     _l = len(buf)
     o = _new(DescribeConfigsResult)
@@ -191,9 +147,49 @@ def _d_DescribeConfigsResult_0(buf, pos):
         raise overrun('DescribeConfigsResponse.DescribeConfigsResult.configs', buf, pos, _c, 7)
     else:
         o.configs = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_DescribeConfigsResourceResult_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(DescribeConfigsResourceResult)
+            _o.config_source = -1
+            _o.synonyms = []
+            _o.config_type = 0
+            _o.documentation = ''
+            if pos + 2 > _l:
+                raise truncated('DescribeConfigsResponse.DescribeConfigsResourceResult.name', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('DescribeConfigsResponse.DescribeConfigsResourceResult.name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeConfigsResponse.DescribeConfigsResourceResult.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeConfigsResponse.DescribeConfigsResourceResult.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('DescribeConfigsResponse.DescribeConfigsResourceResult.value', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('DescribeConfigsResponse.DescribeConfigsResourceResult.value', _n)
+                _o.value = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeConfigsResponse.DescribeConfigsResourceResult.value')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeConfigsResponse.DescribeConfigsResourceResult.value', buf, pos, _n, 1)
+                _o.value = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 3 > _l:
+                raise truncated('DescribeConfigsResponse.DescribeConfigsResourceResult.read_only', buf, pos, 3)
+            _o.read_only, _o.is_default, _o.is_sensitive = _S3.unpack_from(buf, pos)
+            pos += 3
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -217,46 +213,6 @@ def _d_DescribeConfigsResponse_0(buf, pos):
         for _ in range(_c):
             _e, pos = _d_DescribeConfigsResult_0(buf, pos)
             _lst.append(_e)
-    o.unknown_tags = None
-    return o, pos
-
-def _d_DescribeConfigsSynonym_1(buf, pos):
-    _l = len(buf)
-    o = _new(DescribeConfigsSynonym)
-    if pos + 2 > _l:
-        raise truncated('DescribeConfigsResponse.DescribeConfigsSynonym.name', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('DescribeConfigsResponse.DescribeConfigsSynonym.name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeConfigsResponse.DescribeConfigsSynonym.name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeConfigsResponse.DescribeConfigsSynonym.name', buf, pos, _n, 1)
-        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('DescribeConfigsResponse.DescribeConfigsSynonym.value', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('DescribeConfigsResponse.DescribeConfigsSynonym.value', _n)
-        o.value = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeConfigsResponse.DescribeConfigsSynonym.value')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeConfigsResponse.DescribeConfigsSynonym.value', buf, pos, _n, 1)
-        o.value = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 1 > _l:
-        raise truncated('DescribeConfigsResponse.DescribeConfigsSynonym.source', buf, pos, 1)
-    (o.source,) = _S2.unpack_from(buf, pos)
-    pos += 1
     o.unknown_tags = None
     return o, pos
 
@@ -310,9 +266,45 @@ def _d_DescribeConfigsResourceResult_1(buf, pos):
         raise overrun('DescribeConfigsResponse.DescribeConfigsResourceResult.synonyms', buf, pos, _c, 5)
     else:
         o.synonyms = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_DescribeConfigsSynonym_1(buf, pos)
-            _lst.append(_e)
+            _o = _new(DescribeConfigsSynonym)
+            if pos + 2 > _l:
+                raise truncated('DescribeConfigsResponse.DescribeConfigsSynonym.name', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('DescribeConfigsResponse.DescribeConfigsSynonym.name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeConfigsResponse.DescribeConfigsSynonym.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeConfigsResponse.DescribeConfigsSynonym.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('DescribeConfigsResponse.DescribeConfigsSynonym.value', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('DescribeConfigsResponse.DescribeConfigsSynonym.value', _n)
+                _o.value = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeConfigsResponse.DescribeConfigsSynonym.value')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeConfigsResponse.DescribeConfigsSynonym.value', buf, pos, _n, 1)
+                _o.value = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 1 > _l:
+                raise truncated('DescribeConfigsResponse.DescribeConfigsSynonym.source', buf, pos, 1)
+            (_o.source,) = _S2.unpack_from(buf, pos)
+            pos += 1
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -444,9 +436,45 @@ def _d_DescribeConfigsResourceResult_3(buf, pos):
         raise overrun('DescribeConfigsResponse.DescribeConfigsResourceResult.synonyms', buf, pos, _c, 5)
     else:
         o.synonyms = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_DescribeConfigsSynonym_1(buf, pos)
-            _lst.append(_e)
+            _o = _new(DescribeConfigsSynonym)
+            if pos + 2 > _l:
+                raise truncated('DescribeConfigsResponse.DescribeConfigsSynonym.name', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('DescribeConfigsResponse.DescribeConfigsSynonym.name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeConfigsResponse.DescribeConfigsSynonym.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeConfigsResponse.DescribeConfigsSynonym.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('DescribeConfigsResponse.DescribeConfigsSynonym.value', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('DescribeConfigsResponse.DescribeConfigsSynonym.value', _n)
+                _o.value = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeConfigsResponse.DescribeConfigsSynonym.value')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeConfigsResponse.DescribeConfigsSynonym.value', buf, pos, _n, 1)
+                _o.value = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 1 > _l:
+                raise truncated('DescribeConfigsResponse.DescribeConfigsSynonym.source', buf, pos, 1)
+            (_o.source,) = _S2.unpack_from(buf, pos)
+            pos += 1
+            _o.unknown_tags = None
+            _ap(_o)
     if pos + 1 > _l:
         raise truncated('DescribeConfigsResponse.DescribeConfigsResourceResult.config_type', buf, pos, 1)
     (o.config_type,) = _S2.unpack_from(buf, pos)
@@ -550,60 +578,6 @@ def _d_DescribeConfigsResponse_3(buf, pos):
     o.unknown_tags = None
     return o, pos
 
-def _d_DescribeConfigsSynonym_4(buf, pos):
-    _l = len(buf)
-    o = _new(DescribeConfigsSynonym)
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'DescribeConfigsResponse.DescribeConfigsSynonym.name')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('DescribeConfigsResponse.DescribeConfigsSynonym.name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeConfigsResponse.DescribeConfigsSynonym.name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeConfigsResponse.DescribeConfigsSynonym.name', buf, pos, _n, 1)
-        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'DescribeConfigsResponse.DescribeConfigsSynonym.value')
-        _n -= 1
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('DescribeConfigsResponse.DescribeConfigsSynonym.value', _n)
-        o.value = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeConfigsResponse.DescribeConfigsSynonym.value')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeConfigsResponse.DescribeConfigsSynonym.value', buf, pos, _n, 1)
-        o.value = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 1 > _l:
-        raise truncated('DescribeConfigsResponse.DescribeConfigsSynonym.source', buf, pos, 1)
-    (o.source,) = _S2.unpack_from(buf, pos)
-    pos += 1
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'DescribeConfigsResponse.DescribeConfigsSynonym')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_DescribeConfigsResourceResult_4(buf, pos):
     _l = len(buf)
     o = _new(DescribeConfigsResourceResult)
@@ -658,9 +632,59 @@ def _d_DescribeConfigsResourceResult_4(buf, pos):
         raise overrun('DescribeConfigsResponse.DescribeConfigsResourceResult.synonyms', buf, pos, _c, 4)
     else:
         o.synonyms = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_DescribeConfigsSynonym_4(buf, pos)
-            _lst.append(_e)
+            _o = _new(DescribeConfigsSynonym)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'DescribeConfigsResponse.DescribeConfigsSynonym.name')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('DescribeConfigsResponse.DescribeConfigsSynonym.name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeConfigsResponse.DescribeConfigsSynonym.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeConfigsResponse.DescribeConfigsSynonym.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'DescribeConfigsResponse.DescribeConfigsSynonym.value')
+                _n -= 1
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('DescribeConfigsResponse.DescribeConfigsSynonym.value', _n)
+                _o.value = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeConfigsResponse.DescribeConfigsSynonym.value')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeConfigsResponse.DescribeConfigsSynonym.value', buf, pos, _n, 1)
+                _o.value = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 1 > _l:
+                raise truncated('DescribeConfigsResponse.DescribeConfigsSynonym.source', buf, pos, 1)
+            (_o.source,) = _S2.unpack_from(buf, pos)
+            pos += 1
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'DescribeConfigsResponse.DescribeConfigsSynonym')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos + 1 > _l:
         raise truncated('DescribeConfigsResponse.DescribeConfigsResourceResult.config_type', buf, pos, 1)
     (o.config_type,) = _S2.unpack_from(buf, pos)
@@ -804,24 +828,6 @@ def _d_DescribeConfigsResponse_4(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_DescribeConfigsResourceResult_0(o, out, chunks):
-    _b = o.name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('DescribeConfigsResponse.DescribeConfigsResourceResult.name', _n)
-    out += _S1.pack(_n)
-    out += _b
-    if o.value is None:
-        out += b'\xff\xff'
-    else:
-        _b = o.value.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('DescribeConfigsResponse.DescribeConfigsResourceResult.value', _n)
-        out += _S1.pack(_n)
-        out += _b
-    out += _S3.pack(o.read_only, o.is_default, o.is_sensitive)
-
 def _e_DescribeConfigsResult_0(o, out, chunks):
     out += _S1.pack(o.error_code)
     if o.error_message is None:
@@ -843,8 +849,23 @@ def _e_DescribeConfigsResult_0(o, out, chunks):
     _a = o.configs
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_DescribeConfigsResourceResult_0(_e, out, chunks)
+    for _o in _a:
+        _b = _o.name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeConfigsResponse.DescribeConfigsResourceResult.name', _n)
+        out += _S1.pack(_n)
+        out += _b
+        if _o.value is None:
+            out += b'\xff\xff'
+        else:
+            _b = _o.value.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('DescribeConfigsResponse.DescribeConfigsResourceResult.value', _n)
+            out += _S1.pack(_n)
+            out += _b
+        out += _S3.pack(_o.read_only, _o.is_default, _o.is_sensitive)
 
 def _e_DescribeConfigsResponse_0(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
@@ -853,24 +874,6 @@ def _e_DescribeConfigsResponse_0(o, out, chunks):
     out += _S0.pack(_c)
     for _e in _a:
         _e_DescribeConfigsResult_0(_e, out, chunks)
-
-def _e_DescribeConfigsSynonym_1(o, out, chunks):
-    _b = o.name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('DescribeConfigsResponse.DescribeConfigsSynonym.name', _n)
-    out += _S1.pack(_n)
-    out += _b
-    if o.value is None:
-        out += b'\xff\xff'
-    else:
-        _b = o.value.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('DescribeConfigsResponse.DescribeConfigsSynonym.value', _n)
-        out += _S1.pack(_n)
-        out += _b
-    out += _S2.pack(o.source)
 
 def _e_DescribeConfigsResourceResult_1(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')
@@ -892,8 +895,23 @@ def _e_DescribeConfigsResourceResult_1(o, out, chunks):
     _a = o.synonyms
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_DescribeConfigsSynonym_1(_e, out, chunks)
+    for _o in _a:
+        _b = _o.name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeConfigsResponse.DescribeConfigsSynonym.name', _n)
+        out += _S1.pack(_n)
+        out += _b
+        if _o.value is None:
+            out += b'\xff\xff'
+        else:
+            _b = _o.value.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('DescribeConfigsResponse.DescribeConfigsSynonym.value', _n)
+            out += _S1.pack(_n)
+            out += _b
+        out += _S2.pack(_o.source)
 
 def _e_DescribeConfigsResult_1(o, out, chunks):
     out += _S1.pack(o.error_code)
@@ -947,8 +965,23 @@ def _e_DescribeConfigsResourceResult_3(o, out, chunks):
     _a = o.synonyms
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_DescribeConfigsSynonym_1(_e, out, chunks)
+    for _o in _a:
+        _b = _o.name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeConfigsResponse.DescribeConfigsSynonym.name', _n)
+        out += _S1.pack(_n)
+        out += _b
+        if _o.value is None:
+            out += b'\xff\xff'
+        else:
+            _b = _o.value.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('DescribeConfigsResponse.DescribeConfigsSynonym.value', _n)
+            out += _S1.pack(_n)
+            out += _b
+        out += _S2.pack(_o.source)
     out += _S2.pack(o.config_type)
     if o.documentation is None:
         out += b'\xff\xff'
@@ -992,34 +1025,6 @@ def _e_DescribeConfigsResponse_3(o, out, chunks):
     for _e in _a:
         _e_DescribeConfigsResult_3(_e, out, chunks)
 
-def _e_DescribeConfigsSynonym_4(o, out, chunks):
-    _b = o.name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('DescribeConfigsResponse.DescribeConfigsSynonym.name', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    if o.value is None:
-        out.append(0)
-    else:
-        _b = o.value.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('DescribeConfigsResponse.DescribeConfigsSynonym.value', _n)
-        if _n < 127:
-            out.append(_n + 1)
-        else:
-            write_uvarint(out, _n + 1)
-        out += _b
-    out += _S2.pack(o.source)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
 def _e_DescribeConfigsResourceResult_4(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')
     _n = len(_b)
@@ -1049,8 +1054,33 @@ def _e_DescribeConfigsResourceResult_4(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_DescribeConfigsSynonym_4(_e, out, chunks)
+    for _o in _a:
+        _b = _o.name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeConfigsResponse.DescribeConfigsSynonym.name', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        if _o.value is None:
+            out.append(0)
+        else:
+            _b = _o.value.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('DescribeConfigsResponse.DescribeConfigsSynonym.value', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+        out += _S2.pack(_o.source)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     out += _S2.pack(o.config_type)
     if o.documentation is None:
         out.append(0)

@@ -43,40 +43,6 @@ DescribeDelegationTokenRequest.DescribeDelegationTokenOwner = DescribeDelegation
 _S0 = _Struct('>i')
 _S1 = _Struct('>h')
 
-def _d_DescribeDelegationTokenOwner_0(buf, pos):
-    _l = len(buf)
-    o = _new(DescribeDelegationTokenOwner)
-    if pos + 2 > _l:
-        raise truncated('DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_type', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_type', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_type')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_type', buf, pos, _n, 1)
-        o.principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_name', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_name', buf, pos, _n, 1)
-        o.principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    o.unknown_tags = None
-    return o, pos
-
 def _d_DescribeDelegationTokenRequest_0(buf, pos):
     _l = len(buf)
     o = _new(DescribeDelegationTokenRequest)
@@ -92,58 +58,40 @@ def _d_DescribeDelegationTokenRequest_0(buf, pos):
         raise overrun('DescribeDelegationTokenRequest.owners', buf, pos, _c, 4)
     else:
         o.owners = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_DescribeDelegationTokenOwner_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(DescribeDelegationTokenOwner)
+            if pos + 2 > _l:
+                raise truncated('DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_type', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_type', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_type')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_type', buf, pos, _n, 1)
+                _o.principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_name', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_name', buf, pos, _n, 1)
+                _o.principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
-    return o, pos
-
-def _d_DescribeDelegationTokenOwner_2(buf, pos):
-    _l = len(buf)
-    o = _new(DescribeDelegationTokenOwner)
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_type')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_type', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_type')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_type', buf, pos, _n, 1)
-        o.principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_name')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_name', buf, pos, _n, 1)
-        o.principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'DescribeDelegationTokenRequest.DescribeDelegationTokenOwner')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
     return o, pos
 
 def _d_DescribeDelegationTokenRequest_2(buf, pos):
@@ -163,9 +111,53 @@ def _d_DescribeDelegationTokenRequest_2(buf, pos):
         raise overrun('DescribeDelegationTokenRequest.owners', buf, pos, _c, 3)
     else:
         o.owners = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_DescribeDelegationTokenOwner_2(buf, pos)
-            _lst.append(_e)
+            _o = _new(DescribeDelegationTokenOwner)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_type')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_type', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_type')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_type', buf, pos, _n, 1)
+                _o.principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_name')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_name', buf, pos, _n, 1)
+                _o.principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'DescribeDelegationTokenRequest.DescribeDelegationTokenOwner')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -179,20 +171,6 @@ def _d_DescribeDelegationTokenRequest_2(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_DescribeDelegationTokenOwner_0(o, out, chunks):
-    _b = o.principal_type.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_type', _n)
-    out += _S1.pack(_n)
-    out += _b
-    _b = o.principal_name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_name', _n)
-    out += _S1.pack(_n)
-    out += _b
-
 def _e_DescribeDelegationTokenRequest_0(o, out, chunks):
     _a = o.owners
     if _a is None:
@@ -200,32 +178,19 @@ def _e_DescribeDelegationTokenRequest_0(o, out, chunks):
     else:
         _c = len(_a)
         out += _S0.pack(_c)
-        for _e in _a:
-            _e_DescribeDelegationTokenOwner_0(_e, out, chunks)
-
-def _e_DescribeDelegationTokenOwner_2(o, out, chunks):
-    _b = o.principal_type.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_type', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    _b = o.principal_name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_name', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
+        for _o in _a:
+            _b = _o.principal_type.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_type', _n)
+            out += _S1.pack(_n)
+            out += _b
+            _b = _o.principal_name.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_name', _n)
+            out += _S1.pack(_n)
+            out += _b
 
 def _e_DescribeDelegationTokenRequest_2(o, out, chunks):
     _a = o.owners
@@ -237,8 +202,29 @@ def _e_DescribeDelegationTokenRequest_2(o, out, chunks):
             out.append(_c + 1)
         else:
             write_uvarint(out, _c + 1)
-        for _e in _a:
-            _e_DescribeDelegationTokenOwner_2(_e, out, chunks)
+        for _o in _a:
+            _b = _o.principal_type.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_type', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+            _b = _o.principal_name.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_name', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+            if _o.unknown_tags is None:
+                out.append(0)
+            else:
+                write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

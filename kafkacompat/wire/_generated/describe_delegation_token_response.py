@@ -76,40 +76,6 @@ _S0 = _Struct('>h')
 _S1 = _Struct('>i')
 _S2 = _Struct('>qqq')
 
-def _d_DescribedDelegationTokenRenewer_0(buf, pos):
-    _l = len(buf)
-    o = _new(DescribedDelegationTokenRenewer)
-    if pos + 2 > _l:
-        raise truncated('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_type', buf, pos, 2)
-    (_n,) = _S0.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_type', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_type')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_type', buf, pos, _n, 1)
-        o.principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_name', buf, pos, 2)
-    (_n,) = _S0.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_name', buf, pos, _n, 1)
-        o.principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    o.unknown_tags = None
-    return o, pos
-
 def _d_DescribedDelegationToken_0(buf, pos):
     _l = len(buf)
     o = _new(DescribedDelegationToken)
@@ -183,9 +149,39 @@ def _d_DescribedDelegationToken_0(buf, pos):
         raise overrun('DescribeDelegationTokenResponse.DescribedDelegationToken.renewers', buf, pos, _c, 4)
     else:
         o.renewers = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_DescribedDelegationTokenRenewer_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(DescribedDelegationTokenRenewer)
+            if pos + 2 > _l:
+                raise truncated('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_type', buf, pos, 2)
+            (_n,) = _S0.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_type', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_type')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_type', buf, pos, _n, 1)
+                _o.principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_name', buf, pos, 2)
+            (_n,) = _S0.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_name', buf, pos, _n, 1)
+                _o.principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -214,54 +210,6 @@ def _d_DescribeDelegationTokenResponse_0(buf, pos):
     (o.throttle_time_ms,) = _S1.unpack_from(buf, pos)
     pos += 4
     o.unknown_tags = None
-    return o, pos
-
-def _d_DescribedDelegationTokenRenewer_2(buf, pos):
-    _l = len(buf)
-    o = _new(DescribedDelegationTokenRenewer)
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_type')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_type', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_type')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_type', buf, pos, _n, 1)
-        o.principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_name')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_name', buf, pos, _n, 1)
-        o.principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
     return o, pos
 
 def _d_DescribedDelegationToken_2(buf, pos):
@@ -347,9 +295,53 @@ def _d_DescribedDelegationToken_2(buf, pos):
         raise overrun('DescribeDelegationTokenResponse.DescribedDelegationToken.renewers', buf, pos, _c, 3)
     else:
         o.renewers = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_DescribedDelegationTokenRenewer_2(buf, pos)
-            _lst.append(_e)
+            _o = _new(DescribedDelegationTokenRenewer)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_type')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_type', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_type')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_type', buf, pos, _n, 1)
+                _o.principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_name')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_name', buf, pos, _n, 1)
+                _o.principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -515,9 +507,53 @@ def _d_DescribedDelegationToken_3(buf, pos):
         raise overrun('DescribeDelegationTokenResponse.DescribedDelegationToken.renewers', buf, pos, _c, 3)
     else:
         o.renewers = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_DescribedDelegationTokenRenewer_2(buf, pos)
-            _lst.append(_e)
+            _o = _new(DescribedDelegationTokenRenewer)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_type')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_type', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_type')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_type', buf, pos, _n, 1)
+                _o.principal_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_name')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_name', buf, pos, _n, 1)
+                _o.principal_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -570,20 +606,6 @@ def _d_DescribeDelegationTokenResponse_3(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_DescribedDelegationTokenRenewer_0(o, out, chunks):
-    _b = o.principal_type.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_type', _n)
-    out += _S0.pack(_n)
-    out += _b
-    _b = o.principal_name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_name', _n)
-    out += _S0.pack(_n)
-    out += _b
-
 def _e_DescribedDelegationToken_0(o, out, chunks):
     _b = o.principal_type.encode('utf-8', 'surrogateescape')
     _n = len(_b)
@@ -611,8 +633,19 @@ def _e_DescribedDelegationToken_0(o, out, chunks):
     _a = o.renewers
     _c = len(_a)
     out += _S1.pack(_c)
-    for _e in _a:
-        _e_DescribedDelegationTokenRenewer_0(_e, out, chunks)
+    for _o in _a:
+        _b = _o.principal_type.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_type', _n)
+        out += _S0.pack(_n)
+        out += _b
+        _b = _o.principal_name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_name', _n)
+        out += _S0.pack(_n)
+        out += _b
 
 def _e_DescribeDelegationTokenResponse_0(o, out, chunks):
     out += _S0.pack(o.error_code)
@@ -622,30 +655,6 @@ def _e_DescribeDelegationTokenResponse_0(o, out, chunks):
     for _e in _a:
         _e_DescribedDelegationToken_0(_e, out, chunks)
     out += _S1.pack(o.throttle_time_ms)
-
-def _e_DescribedDelegationTokenRenewer_2(o, out, chunks):
-    _b = o.principal_type.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_type', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    _b = o.principal_name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_name', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
 
 def _e_DescribedDelegationToken_2(o, out, chunks):
     _b = o.principal_type.encode('utf-8', 'surrogateescape')
@@ -689,8 +698,29 @@ def _e_DescribedDelegationToken_2(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_DescribedDelegationTokenRenewer_2(_e, out, chunks)
+    for _o in _a:
+        _b = _o.principal_type.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_type', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        _b = _o.principal_name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_name', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -772,8 +802,29 @@ def _e_DescribedDelegationToken_3(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_DescribedDelegationTokenRenewer_2(_e, out, chunks)
+    for _o in _a:
+        _b = _o.principal_type.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_type', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        _b = _o.principal_name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_name', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

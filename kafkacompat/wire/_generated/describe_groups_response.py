@@ -81,79 +81,6 @@ DescribeGroupsResponse.DescribedGroupMember = DescribedGroupMember
 _S0 = _Struct('>i')
 _S1 = _Struct('>h')
 
-def _d_DescribedGroupMember_0(buf, pos):
-    _l = len(buf)
-    o = _new(DescribedGroupMember)
-    o.group_instance_id = None
-    if pos + 2 > _l:
-        raise truncated('DescribeGroupsResponse.DescribedGroupMember.member_id', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('DescribeGroupsResponse.DescribedGroupMember.member_id', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeGroupsResponse.DescribedGroupMember.member_id')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeGroupsResponse.DescribedGroupMember.member_id', buf, pos, _n, 1)
-        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('DescribeGroupsResponse.DescribedGroupMember.client_id', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('DescribeGroupsResponse.DescribedGroupMember.client_id', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeGroupsResponse.DescribedGroupMember.client_id')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeGroupsResponse.DescribedGroupMember.client_id', buf, pos, _n, 1)
-        o.client_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('DescribeGroupsResponse.DescribedGroupMember.client_host', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('DescribeGroupsResponse.DescribedGroupMember.client_host', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeGroupsResponse.DescribedGroupMember.client_host')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeGroupsResponse.DescribedGroupMember.client_host', buf, pos, _n, 1)
-        o.client_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 4 > _l:
-        raise truncated('DescribeGroupsResponse.DescribedGroupMember.member_metadata', buf, pos, 4)
-    (_n,) = _S0.unpack_from(buf, pos)
-    pos += 4
-    if _n < 0:
-        raise bad_length('DescribeGroupsResponse.DescribedGroupMember.member_metadata', _n)
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeGroupsResponse.DescribedGroupMember.member_metadata', buf, pos, _n, 1)
-        o.member_metadata = bytes(buf[pos:_end])
-        pos = _end
-    if pos + 4 > _l:
-        raise truncated('DescribeGroupsResponse.DescribedGroupMember.member_assignment', buf, pos, 4)
-    (_n,) = _S0.unpack_from(buf, pos)
-    pos += 4
-    if _n < 0:
-        raise bad_length('DescribeGroupsResponse.DescribedGroupMember.member_assignment', _n)
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeGroupsResponse.DescribedGroupMember.member_assignment', buf, pos, _n, 1)
-        o.member_assignment = bytes(buf[pos:_end])
-        pos = _end
-    o.unknown_tags = None
-    return o, pos
-
 def _d_DescribedGroup_0(buf, pos):
     _l = len(buf)
     o = _new(DescribedGroup)
@@ -228,9 +155,78 @@ def _d_DescribedGroup_0(buf, pos):
         raise overrun('DescribeGroupsResponse.DescribedGroup.members', buf, pos, _c, 14)
     else:
         o.members = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_DescribedGroupMember_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(DescribedGroupMember)
+            _o.group_instance_id = None
+            if pos + 2 > _l:
+                raise truncated('DescribeGroupsResponse.DescribedGroupMember.member_id', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('DescribeGroupsResponse.DescribedGroupMember.member_id', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeGroupsResponse.DescribedGroupMember.member_id')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeGroupsResponse.DescribedGroupMember.member_id', buf, pos, _n, 1)
+                _o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('DescribeGroupsResponse.DescribedGroupMember.client_id', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('DescribeGroupsResponse.DescribedGroupMember.client_id', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeGroupsResponse.DescribedGroupMember.client_id')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeGroupsResponse.DescribedGroupMember.client_id', buf, pos, _n, 1)
+                _o.client_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('DescribeGroupsResponse.DescribedGroupMember.client_host', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('DescribeGroupsResponse.DescribedGroupMember.client_host', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeGroupsResponse.DescribedGroupMember.client_host')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeGroupsResponse.DescribedGroupMember.client_host', buf, pos, _n, 1)
+                _o.client_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('DescribeGroupsResponse.DescribedGroupMember.member_metadata', buf, pos, 4)
+            (_n,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if _n < 0:
+                raise bad_length('DescribeGroupsResponse.DescribedGroupMember.member_metadata', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeGroupsResponse.DescribedGroupMember.member_metadata', buf, pos, _n, 1)
+                _o.member_metadata = bytes(buf[pos:_end])
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('DescribeGroupsResponse.DescribedGroupMember.member_assignment', buf, pos, 4)
+            (_n,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if _n < 0:
+                raise bad_length('DescribeGroupsResponse.DescribedGroupMember.member_assignment', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeGroupsResponse.DescribedGroupMember.member_assignment', buf, pos, _n, 1)
+                _o.member_assignment = bytes(buf[pos:_end])
+                pos = _end
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -350,9 +346,78 @@ def _d_DescribedGroup_3(buf, pos):
         raise overrun('DescribeGroupsResponse.DescribedGroup.members', buf, pos, _c, 14)
     else:
         o.members = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_DescribedGroupMember_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(DescribedGroupMember)
+            _o.group_instance_id = None
+            if pos + 2 > _l:
+                raise truncated('DescribeGroupsResponse.DescribedGroupMember.member_id', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('DescribeGroupsResponse.DescribedGroupMember.member_id', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeGroupsResponse.DescribedGroupMember.member_id')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeGroupsResponse.DescribedGroupMember.member_id', buf, pos, _n, 1)
+                _o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('DescribeGroupsResponse.DescribedGroupMember.client_id', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('DescribeGroupsResponse.DescribedGroupMember.client_id', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeGroupsResponse.DescribedGroupMember.client_id')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeGroupsResponse.DescribedGroupMember.client_id', buf, pos, _n, 1)
+                _o.client_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('DescribeGroupsResponse.DescribedGroupMember.client_host', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('DescribeGroupsResponse.DescribedGroupMember.client_host', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeGroupsResponse.DescribedGroupMember.client_host')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeGroupsResponse.DescribedGroupMember.client_host', buf, pos, _n, 1)
+                _o.client_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('DescribeGroupsResponse.DescribedGroupMember.member_metadata', buf, pos, 4)
+            (_n,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if _n < 0:
+                raise bad_length('DescribeGroupsResponse.DescribedGroupMember.member_metadata', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeGroupsResponse.DescribedGroupMember.member_metadata', buf, pos, _n, 1)
+                _o.member_metadata = bytes(buf[pos:_end])
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('DescribeGroupsResponse.DescribedGroupMember.member_assignment', buf, pos, 4)
+            (_n,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if _n < 0:
+                raise bad_length('DescribeGroupsResponse.DescribedGroupMember.member_assignment', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeGroupsResponse.DescribedGroupMember.member_assignment', buf, pos, _n, 1)
+                _o.member_assignment = bytes(buf[pos:_end])
+                pos = _end
+            _o.unknown_tags = None
+            _ap(_o)
     if pos + 4 > _l:
         raise truncated('DescribeGroupsResponse.DescribedGroup.authorized_operations', buf, pos, 4)
     (o.authorized_operations,) = _S0.unpack_from(buf, pos)
@@ -380,94 +445,6 @@ def _d_DescribeGroupsResponse_3(buf, pos):
         for _ in range(_c):
             _e, pos = _d_DescribedGroup_3(buf, pos)
             _lst.append(_e)
-    o.unknown_tags = None
-    return o, pos
-
-def _d_DescribedGroupMember_4(buf, pos):
-    _l = len(buf)
-    o = _new(DescribedGroupMember)
-    if pos + 2 > _l:
-        raise truncated('DescribeGroupsResponse.DescribedGroupMember.member_id', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('DescribeGroupsResponse.DescribedGroupMember.member_id', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeGroupsResponse.DescribedGroupMember.member_id')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeGroupsResponse.DescribedGroupMember.member_id', buf, pos, _n, 1)
-        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('DescribeGroupsResponse.DescribedGroupMember.group_instance_id', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('DescribeGroupsResponse.DescribedGroupMember.group_instance_id', _n)
-        o.group_instance_id = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeGroupsResponse.DescribedGroupMember.group_instance_id')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeGroupsResponse.DescribedGroupMember.group_instance_id', buf, pos, _n, 1)
-        o.group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('DescribeGroupsResponse.DescribedGroupMember.client_id', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('DescribeGroupsResponse.DescribedGroupMember.client_id', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeGroupsResponse.DescribedGroupMember.client_id')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeGroupsResponse.DescribedGroupMember.client_id', buf, pos, _n, 1)
-        o.client_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('DescribeGroupsResponse.DescribedGroupMember.client_host', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('DescribeGroupsResponse.DescribedGroupMember.client_host', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeGroupsResponse.DescribedGroupMember.client_host')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeGroupsResponse.DescribedGroupMember.client_host', buf, pos, _n, 1)
-        o.client_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 4 > _l:
-        raise truncated('DescribeGroupsResponse.DescribedGroupMember.member_metadata', buf, pos, 4)
-    (_n,) = _S0.unpack_from(buf, pos)
-    pos += 4
-    if _n < 0:
-        raise bad_length('DescribeGroupsResponse.DescribedGroupMember.member_metadata', _n)
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeGroupsResponse.DescribedGroupMember.member_metadata', buf, pos, _n, 1)
-        o.member_metadata = bytes(buf[pos:_end])
-        pos = _end
-    if pos + 4 > _l:
-        raise truncated('DescribeGroupsResponse.DescribedGroupMember.member_assignment', buf, pos, 4)
-    (_n,) = _S0.unpack_from(buf, pos)
-    pos += 4
-    if _n < 0:
-        raise bad_length('DescribeGroupsResponse.DescribedGroupMember.member_assignment', _n)
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeGroupsResponse.DescribedGroupMember.member_assignment', buf, pos, _n, 1)
-        o.member_assignment = bytes(buf[pos:_end])
-        pos = _end
     o.unknown_tags = None
     return o, pos
 
@@ -544,9 +521,93 @@ def _d_DescribedGroup_4(buf, pos):
         raise overrun('DescribeGroupsResponse.DescribedGroup.members', buf, pos, _c, 16)
     else:
         o.members = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_DescribedGroupMember_4(buf, pos)
-            _lst.append(_e)
+            _o = _new(DescribedGroupMember)
+            if pos + 2 > _l:
+                raise truncated('DescribeGroupsResponse.DescribedGroupMember.member_id', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('DescribeGroupsResponse.DescribedGroupMember.member_id', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeGroupsResponse.DescribedGroupMember.member_id')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeGroupsResponse.DescribedGroupMember.member_id', buf, pos, _n, 1)
+                _o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('DescribeGroupsResponse.DescribedGroupMember.group_instance_id', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('DescribeGroupsResponse.DescribedGroupMember.group_instance_id', _n)
+                _o.group_instance_id = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeGroupsResponse.DescribedGroupMember.group_instance_id')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeGroupsResponse.DescribedGroupMember.group_instance_id', buf, pos, _n, 1)
+                _o.group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('DescribeGroupsResponse.DescribedGroupMember.client_id', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('DescribeGroupsResponse.DescribedGroupMember.client_id', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeGroupsResponse.DescribedGroupMember.client_id')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeGroupsResponse.DescribedGroupMember.client_id', buf, pos, _n, 1)
+                _o.client_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('DescribeGroupsResponse.DescribedGroupMember.client_host', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('DescribeGroupsResponse.DescribedGroupMember.client_host', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeGroupsResponse.DescribedGroupMember.client_host')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeGroupsResponse.DescribedGroupMember.client_host', buf, pos, _n, 1)
+                _o.client_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('DescribeGroupsResponse.DescribedGroupMember.member_metadata', buf, pos, 4)
+            (_n,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if _n < 0:
+                raise bad_length('DescribeGroupsResponse.DescribedGroupMember.member_metadata', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeGroupsResponse.DescribedGroupMember.member_metadata', buf, pos, _n, 1)
+                _o.member_metadata = bytes(buf[pos:_end])
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('DescribeGroupsResponse.DescribedGroupMember.member_assignment', buf, pos, 4)
+            (_n,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if _n < 0:
+                raise bad_length('DescribeGroupsResponse.DescribedGroupMember.member_assignment', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeGroupsResponse.DescribedGroupMember.member_assignment', buf, pos, _n, 1)
+                _o.member_assignment = bytes(buf[pos:_end])
+                pos = _end
+            _o.unknown_tags = None
+            _ap(_o)
     if pos + 4 > _l:
         raise truncated('DescribeGroupsResponse.DescribedGroup.authorized_operations', buf, pos, 4)
     (o.authorized_operations,) = _S0.unpack_from(buf, pos)
@@ -575,116 +636,6 @@ def _d_DescribeGroupsResponse_4(buf, pos):
             _e, pos = _d_DescribedGroup_4(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
-    return o, pos
-
-def _d_DescribedGroupMember_5(buf, pos):
-    _l = len(buf)
-    o = _new(DescribedGroupMember)
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember.member_id')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('DescribeGroupsResponse.DescribedGroupMember.member_id', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeGroupsResponse.DescribedGroupMember.member_id')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeGroupsResponse.DescribedGroupMember.member_id', buf, pos, _n, 1)
-        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember.group_instance_id')
-        _n -= 1
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('DescribeGroupsResponse.DescribedGroupMember.group_instance_id', _n)
-        o.group_instance_id = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeGroupsResponse.DescribedGroupMember.group_instance_id')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeGroupsResponse.DescribedGroupMember.group_instance_id', buf, pos, _n, 1)
-        o.group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember.client_id')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('DescribeGroupsResponse.DescribedGroupMember.client_id', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeGroupsResponse.DescribedGroupMember.client_id')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeGroupsResponse.DescribedGroupMember.client_id', buf, pos, _n, 1)
-        o.client_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember.client_host')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('DescribeGroupsResponse.DescribedGroupMember.client_host', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeGroupsResponse.DescribedGroupMember.client_host')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeGroupsResponse.DescribedGroupMember.client_host', buf, pos, _n, 1)
-        o.client_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember.member_metadata')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('DescribeGroupsResponse.DescribedGroupMember.member_metadata', _n)
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeGroupsResponse.DescribedGroupMember.member_metadata', buf, pos, _n, 1)
-        o.member_metadata = bytes(buf[pos:_end])
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember.member_assignment')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('DescribeGroupsResponse.DescribedGroupMember.member_assignment', _n)
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeGroupsResponse.DescribedGroupMember.member_assignment', buf, pos, _n, 1)
-        o.member_assignment = bytes(buf[pos:_end])
-        pos = _end
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
     return o, pos
 
 def _d_DescribedGroup_5(buf, pos):
@@ -770,9 +721,115 @@ def _d_DescribedGroup_5(buf, pos):
         raise overrun('DescribeGroupsResponse.DescribedGroup.members', buf, pos, _c, 7)
     else:
         o.members = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_DescribedGroupMember_5(buf, pos)
-            _lst.append(_e)
+            _o = _new(DescribedGroupMember)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember.member_id')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('DescribeGroupsResponse.DescribedGroupMember.member_id', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeGroupsResponse.DescribedGroupMember.member_id')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeGroupsResponse.DescribedGroupMember.member_id', buf, pos, _n, 1)
+                _o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember.group_instance_id')
+                _n -= 1
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('DescribeGroupsResponse.DescribedGroupMember.group_instance_id', _n)
+                _o.group_instance_id = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeGroupsResponse.DescribedGroupMember.group_instance_id')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeGroupsResponse.DescribedGroupMember.group_instance_id', buf, pos, _n, 1)
+                _o.group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember.client_id')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('DescribeGroupsResponse.DescribedGroupMember.client_id', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeGroupsResponse.DescribedGroupMember.client_id')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeGroupsResponse.DescribedGroupMember.client_id', buf, pos, _n, 1)
+                _o.client_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember.client_host')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('DescribeGroupsResponse.DescribedGroupMember.client_host', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeGroupsResponse.DescribedGroupMember.client_host')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeGroupsResponse.DescribedGroupMember.client_host', buf, pos, _n, 1)
+                _o.client_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember.member_metadata')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('DescribeGroupsResponse.DescribedGroupMember.member_metadata', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeGroupsResponse.DescribedGroupMember.member_metadata', buf, pos, _n, 1)
+                _o.member_metadata = bytes(buf[pos:_end])
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember.member_assignment')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('DescribeGroupsResponse.DescribedGroupMember.member_assignment', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeGroupsResponse.DescribedGroupMember.member_assignment', buf, pos, _n, 1)
+                _o.member_assignment = bytes(buf[pos:_end])
+                pos = _end
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'DescribeGroupsResponse.DescribedGroupMember')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos + 4 > _l:
         raise truncated('DescribeGroupsResponse.DescribedGroup.authorized_operations', buf, pos, 4)
     (o.authorized_operations,) = _S0.unpack_from(buf, pos)
@@ -825,34 +882,6 @@ def _d_DescribeGroupsResponse_5(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_DescribedGroupMember_0(o, out, chunks):
-    _b = o.member_id.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('DescribeGroupsResponse.DescribedGroupMember.member_id', _n)
-    out += _S1.pack(_n)
-    out += _b
-    _b = o.client_id.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('DescribeGroupsResponse.DescribedGroupMember.client_id', _n)
-    out += _S1.pack(_n)
-    out += _b
-    _b = o.client_host.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('DescribeGroupsResponse.DescribedGroupMember.client_host', _n)
-    out += _S1.pack(_n)
-    out += _b
-    _b = o.member_metadata
-    _n = len(_b)
-    out += _S0.pack(_n)
-    out += _b
-    _b = o.member_assignment
-    _n = len(_b)
-    out += _S0.pack(_n)
-    out += _b
-
 def _e_DescribedGroup_0(o, out, chunks):
     out += _S1.pack(o.error_code)
     _b = o.group_id.encode('utf-8', 'surrogateescape')
@@ -882,8 +911,33 @@ def _e_DescribedGroup_0(o, out, chunks):
     _a = o.members
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_DescribedGroupMember_0(_e, out, chunks)
+    for _o in _a:
+        _b = _o.member_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeGroupsResponse.DescribedGroupMember.member_id', _n)
+        out += _S1.pack(_n)
+        out += _b
+        _b = _o.client_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeGroupsResponse.DescribedGroupMember.client_id', _n)
+        out += _S1.pack(_n)
+        out += _b
+        _b = _o.client_host.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeGroupsResponse.DescribedGroupMember.client_host', _n)
+        out += _S1.pack(_n)
+        out += _b
+        _b = _o.member_metadata
+        _n = len(_b)
+        out += _S0.pack(_n)
+        out += _b
+        _b = _o.member_assignment
+        _n = len(_b)
+        out += _S0.pack(_n)
+        out += _b
 
 def _e_DescribeGroupsResponse_0(o, out, chunks):
     _a = o.groups
@@ -929,8 +983,33 @@ def _e_DescribedGroup_3(o, out, chunks):
     _a = o.members
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_DescribedGroupMember_0(_e, out, chunks)
+    for _o in _a:
+        _b = _o.member_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeGroupsResponse.DescribedGroupMember.member_id', _n)
+        out += _S1.pack(_n)
+        out += _b
+        _b = _o.client_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeGroupsResponse.DescribedGroupMember.client_id', _n)
+        out += _S1.pack(_n)
+        out += _b
+        _b = _o.client_host.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeGroupsResponse.DescribedGroupMember.client_host', _n)
+        out += _S1.pack(_n)
+        out += _b
+        _b = _o.member_metadata
+        _n = len(_b)
+        out += _S0.pack(_n)
+        out += _b
+        _b = _o.member_assignment
+        _n = len(_b)
+        out += _S0.pack(_n)
+        out += _b
     out += _S0.pack(o.authorized_operations)
 
 def _e_DescribeGroupsResponse_3(o, out, chunks):
@@ -940,43 +1019,6 @@ def _e_DescribeGroupsResponse_3(o, out, chunks):
     out += _S0.pack(_c)
     for _e in _a:
         _e_DescribedGroup_3(_e, out, chunks)
-
-def _e_DescribedGroupMember_4(o, out, chunks):
-    _b = o.member_id.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('DescribeGroupsResponse.DescribedGroupMember.member_id', _n)
-    out += _S1.pack(_n)
-    out += _b
-    if o.group_instance_id is None:
-        out += b'\xff\xff'
-    else:
-        _b = o.group_instance_id.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('DescribeGroupsResponse.DescribedGroupMember.group_instance_id', _n)
-        out += _S1.pack(_n)
-        out += _b
-    _b = o.client_id.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('DescribeGroupsResponse.DescribedGroupMember.client_id', _n)
-    out += _S1.pack(_n)
-    out += _b
-    _b = o.client_host.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('DescribeGroupsResponse.DescribedGroupMember.client_host', _n)
-    out += _S1.pack(_n)
-    out += _b
-    _b = o.member_metadata
-    _n = len(_b)
-    out += _S0.pack(_n)
-    out += _b
-    _b = o.member_assignment
-    _n = len(_b)
-    out += _S0.pack(_n)
-    out += _b
 
 def _e_DescribedGroup_4(o, out, chunks):
     out += _S1.pack(o.error_code)
@@ -1007,8 +1049,42 @@ def _e_DescribedGroup_4(o, out, chunks):
     _a = o.members
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_DescribedGroupMember_4(_e, out, chunks)
+    for _o in _a:
+        _b = _o.member_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeGroupsResponse.DescribedGroupMember.member_id', _n)
+        out += _S1.pack(_n)
+        out += _b
+        if _o.group_instance_id is None:
+            out += b'\xff\xff'
+        else:
+            _b = _o.group_instance_id.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('DescribeGroupsResponse.DescribedGroupMember.group_instance_id', _n)
+            out += _S1.pack(_n)
+            out += _b
+        _b = _o.client_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeGroupsResponse.DescribedGroupMember.client_id', _n)
+        out += _S1.pack(_n)
+        out += _b
+        _b = _o.client_host.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeGroupsResponse.DescribedGroupMember.client_host', _n)
+        out += _S1.pack(_n)
+        out += _b
+        _b = _o.member_metadata
+        _n = len(_b)
+        out += _S0.pack(_n)
+        out += _b
+        _b = _o.member_assignment
+        _n = len(_b)
+        out += _S0.pack(_n)
+        out += _b
     out += _S0.pack(o.authorized_operations)
 
 def _e_DescribeGroupsResponse_4(o, out, chunks):
@@ -1018,65 +1094,6 @@ def _e_DescribeGroupsResponse_4(o, out, chunks):
     out += _S0.pack(_c)
     for _e in _a:
         _e_DescribedGroup_4(_e, out, chunks)
-
-def _e_DescribedGroupMember_5(o, out, chunks):
-    _b = o.member_id.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('DescribeGroupsResponse.DescribedGroupMember.member_id', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    if o.group_instance_id is None:
-        out.append(0)
-    else:
-        _b = o.group_instance_id.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('DescribeGroupsResponse.DescribedGroupMember.group_instance_id', _n)
-        if _n < 127:
-            out.append(_n + 1)
-        else:
-            write_uvarint(out, _n + 1)
-        out += _b
-    _b = o.client_id.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('DescribeGroupsResponse.DescribedGroupMember.client_id', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    _b = o.client_host.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('DescribeGroupsResponse.DescribedGroupMember.client_host', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    _b = o.member_metadata
-    _n = len(_b)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    _b = o.member_assignment
-    _n = len(_b)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
 
 def _e_DescribedGroup_5(o, out, chunks):
     out += _S1.pack(o.error_code)
@@ -1122,8 +1139,64 @@ def _e_DescribedGroup_5(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_DescribedGroupMember_5(_e, out, chunks)
+    for _o in _a:
+        _b = _o.member_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeGroupsResponse.DescribedGroupMember.member_id', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        if _o.group_instance_id is None:
+            out.append(0)
+        else:
+            _b = _o.group_instance_id.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('DescribeGroupsResponse.DescribedGroupMember.group_instance_id', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+        _b = _o.client_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeGroupsResponse.DescribedGroupMember.client_id', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        _b = _o.client_host.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeGroupsResponse.DescribedGroupMember.client_host', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        _b = _o.member_metadata
+        _n = len(_b)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        _b = _o.member_assignment
+        _n = len(_b)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     out += _S0.pack(o.authorized_operations)
     if o.unknown_tags is None:
         out.append(0)

@@ -44,38 +44,6 @@ _S0 = _Struct('>i')
 _S1 = _Struct('>h')
 _A_i = ARRAY_STRUCTS['i']
 
-def _d_DescribableLogDirTopic_0(buf, pos):
-    _l = len(buf)
-    o = _new(DescribableLogDirTopic)
-    if pos + 2 > _l:
-        raise truncated('DescribeLogDirsRequest.DescribableLogDirTopic.topic', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('DescribeLogDirsRequest.DescribableLogDirTopic.topic', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeLogDirsRequest.DescribableLogDirTopic.topic')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeLogDirsRequest.DescribableLogDirTopic.topic', buf, pos, _n, 1)
-        o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 4 > _l:
-        raise truncated('DescribeLogDirsRequest.DescribableLogDirTopic.partitions', buf, pos, 4)
-    (_c,) = _S0.unpack_from(buf, pos)
-    pos += 4
-    if _c < 0:
-        raise bad_length('DescribeLogDirsRequest.DescribableLogDirTopic.partitions', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('DescribeLogDirsRequest.DescribableLogDirTopic.partitions', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.partitions = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    o.unknown_tags = None
-    return o, pos
-
 def _d_DescribeLogDirsRequest_0(buf, pos):
     _l = len(buf)
     o = _new(DescribeLogDirsRequest)
@@ -91,56 +59,38 @@ def _d_DescribeLogDirsRequest_0(buf, pos):
         raise overrun('DescribeLogDirsRequest.topics', buf, pos, _c, 6)
     else:
         o.topics = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_DescribableLogDirTopic_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(DescribableLogDirTopic)
+            if pos + 2 > _l:
+                raise truncated('DescribeLogDirsRequest.DescribableLogDirTopic.topic', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('DescribeLogDirsRequest.DescribableLogDirTopic.topic', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeLogDirsRequest.DescribableLogDirTopic.topic')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeLogDirsRequest.DescribableLogDirTopic.topic', buf, pos, _n, 1)
+                _o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('DescribeLogDirsRequest.DescribableLogDirTopic.partitions', buf, pos, 4)
+            (_c,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('DescribeLogDirsRequest.DescribableLogDirTopic.partitions', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('DescribeLogDirsRequest.DescribableLogDirTopic.partitions', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.partitions = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
-    return o, pos
-
-def _d_DescribableLogDirTopic_2(buf, pos):
-    _l = len(buf)
-    o = _new(DescribableLogDirTopic)
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'DescribeLogDirsRequest.DescribableLogDirTopic.topic')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('DescribeLogDirsRequest.DescribableLogDirTopic.topic', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeLogDirsRequest.DescribableLogDirTopic.topic')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeLogDirsRequest.DescribableLogDirTopic.topic', buf, pos, _n, 1)
-        o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _c = buf[pos] - 1
-        pos += 1
-    else:
-        _c, pos = read_uvarint(buf, pos, 'DescribeLogDirsRequest.DescribableLogDirTopic.partitions')
-        _c -= 1
-    if _c < 0:
-        raise bad_length('DescribeLogDirsRequest.DescribableLogDirTopic.partitions', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('DescribeLogDirsRequest.DescribableLogDirTopic.partitions', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.partitions = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'DescribeLogDirsRequest.DescribableLogDirTopic')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
     return o, pos
 
 def _d_DescribeLogDirsRequest_2(buf, pos):
@@ -160,9 +110,51 @@ def _d_DescribeLogDirsRequest_2(buf, pos):
         raise overrun('DescribeLogDirsRequest.topics', buf, pos, _c, 3)
     else:
         o.topics = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_DescribableLogDirTopic_2(buf, pos)
-            _lst.append(_e)
+            _o = _new(DescribableLogDirTopic)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'DescribeLogDirsRequest.DescribableLogDirTopic.topic')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('DescribeLogDirsRequest.DescribableLogDirTopic.topic', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeLogDirsRequest.DescribableLogDirTopic.topic')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeLogDirsRequest.DescribableLogDirTopic.topic', buf, pos, _n, 1)
+                _o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'DescribeLogDirsRequest.DescribableLogDirTopic.partitions')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('DescribeLogDirsRequest.DescribableLogDirTopic.partitions', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('DescribeLogDirsRequest.DescribableLogDirTopic.partitions', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.partitions = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'DescribeLogDirsRequest.DescribableLogDirTopic')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -176,19 +168,6 @@ def _d_DescribeLogDirsRequest_2(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_DescribableLogDirTopic_0(o, out, chunks):
-    _b = o.topic.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('DescribeLogDirsRequest.DescribableLogDirTopic.topic', _n)
-    out += _S1.pack(_n)
-    out += _b
-    _a = o.partitions
-    _c = len(_a)
-    out += _S0.pack(_c)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-
 def _e_DescribeLogDirsRequest_0(o, out, chunks):
     _a = o.topics
     if _a is None:
@@ -196,31 +175,18 @@ def _e_DescribeLogDirsRequest_0(o, out, chunks):
     else:
         _c = len(_a)
         out += _S0.pack(_c)
-        for _e in _a:
-            _e_DescribableLogDirTopic_0(_e, out, chunks)
-
-def _e_DescribableLogDirTopic_2(o, out, chunks):
-    _b = o.topic.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('DescribeLogDirsRequest.DescribableLogDirTopic.topic', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    _a = o.partitions
-    _c = len(_a)
-    if _c < 127:
-        out.append(_c + 1)
-    else:
-        write_uvarint(out, _c + 1)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
+        for _o in _a:
+            _b = _o.topic.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('DescribeLogDirsRequest.DescribableLogDirTopic.topic', _n)
+            out += _S1.pack(_n)
+            out += _b
+            _a = _o.partitions
+            _c = len(_a)
+            out += _S0.pack(_c)
+            _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+            out += _st.pack(*_a)
 
 def _e_DescribeLogDirsRequest_2(o, out, chunks):
     _a = o.topics
@@ -232,8 +198,28 @@ def _e_DescribeLogDirsRequest_2(o, out, chunks):
             out.append(_c + 1)
         else:
             write_uvarint(out, _c + 1)
-        for _e in _a:
-            _e_DescribableLogDirTopic_2(_e, out, chunks)
+        for _o in _a:
+            _b = _o.topic.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('DescribeLogDirsRequest.DescribableLogDirTopic.topic', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+            _a = _o.partitions
+            _c = len(_a)
+            if _c < 127:
+                out.append(_c + 1)
+            else:
+                write_uvarint(out, _c + 1)
+            _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+            out += _st.pack(*_a)
+            if _o.unknown_tags is None:
+                out.append(0)
+            else:
+                write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

@@ -86,16 +86,6 @@ _S2 = _Struct('>iqq?')
 _S3 = _Struct('>ih')
 _S4 = _Struct('>qq')
 
-def _d_DescribeLogDirsPartition_0(buf, pos):
-    _l = len(buf)
-    o = _new(DescribeLogDirsPartition)
-    if pos + 21 > _l:
-        raise truncated('DescribeLogDirsResponse.DescribeLogDirsPartition.partition_index', buf, pos, 21)
-    o.partition_index, o.partition_size, o.offset_lag, o.is_future_key = _S2.unpack_from(buf, pos)
-    pos += 21
-    o.unknown_tags = None
-    return o, pos
-
 def _d_DescribeLogDirsTopic_0(buf, pos):
     _l = len(buf)
     o = _new(DescribeLogDirsTopic)
@@ -123,9 +113,15 @@ def _d_DescribeLogDirsTopic_0(buf, pos):
         raise overrun('DescribeLogDirsResponse.DescribeLogDirsTopic.partitions', buf, pos, _c, 21)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_DescribeLogDirsPartition_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(DescribeLogDirsPartition)
+            if pos + 21 > _l:
+                raise truncated('DescribeLogDirsResponse.DescribeLogDirsPartition.partition_index', buf, pos, 21)
+            _o.partition_index, _o.partition_size, _o.offset_lag, _o.is_future_key = _S2.unpack_from(buf, pos)
+            pos += 21
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -192,26 +188,6 @@ def _d_DescribeLogDirsResponse_0(buf, pos):
     o.unknown_tags = None
     return o, pos
 
-def _d_DescribeLogDirsPartition_2(buf, pos):
-    _l = len(buf)
-    o = _new(DescribeLogDirsPartition)
-    if pos + 21 > _l:
-        raise truncated('DescribeLogDirsResponse.DescribeLogDirsPartition.partition_index', buf, pos, 21)
-    o.partition_index, o.partition_size, o.offset_lag, o.is_future_key = _S2.unpack_from(buf, pos)
-    pos += 21
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'DescribeLogDirsResponse.DescribeLogDirsPartition')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_DescribeLogDirsTopic_2(buf, pos):
     _l = len(buf)
     o = _new(DescribeLogDirsTopic)
@@ -243,9 +219,25 @@ def _d_DescribeLogDirsTopic_2(buf, pos):
         raise overrun('DescribeLogDirsResponse.DescribeLogDirsTopic.partitions', buf, pos, _c, 22)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_DescribeLogDirsPartition_2(buf, pos)
-            _lst.append(_e)
+            _o = _new(DescribeLogDirsPartition)
+            if pos + 21 > _l:
+                raise truncated('DescribeLogDirsResponse.DescribeLogDirsPartition.partition_index', buf, pos, 21)
+            _o.partition_index, _o.partition_size, _o.offset_lag, _o.is_future_key = _S2.unpack_from(buf, pos)
+            pos += 21
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'DescribeLogDirsResponse.DescribeLogDirsPartition')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -473,9 +465,6 @@ def _d_DescribeLogDirsResponse_4(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_DescribeLogDirsPartition_0(o, out, chunks):
-    out += _S2.pack(o.partition_index, o.partition_size, o.offset_lag, o.is_future_key)
-
 def _e_DescribeLogDirsTopic_0(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')
     _n = len(_b)
@@ -486,8 +475,8 @@ def _e_DescribeLogDirsTopic_0(o, out, chunks):
     _a = o.partitions
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_DescribeLogDirsPartition_0(_e, out, chunks)
+    for _o in _a:
+        out += _S2.pack(_o.partition_index, _o.partition_size, _o.offset_lag, _o.is_future_key)
 
 def _e_DescribeLogDirsResult_0(o, out, chunks):
     out += _S1.pack(o.error_code)
@@ -511,13 +500,6 @@ def _e_DescribeLogDirsResponse_0(o, out, chunks):
     for _e in _a:
         _e_DescribeLogDirsResult_0(_e, out, chunks)
 
-def _e_DescribeLogDirsPartition_2(o, out, chunks):
-    out += _S2.pack(o.partition_index, o.partition_size, o.offset_lag, o.is_future_key)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
 def _e_DescribeLogDirsTopic_2(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')
     _n = len(_b)
@@ -534,8 +516,12 @@ def _e_DescribeLogDirsTopic_2(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_DescribeLogDirsPartition_2(_e, out, chunks)
+    for _o in _a:
+        out += _S2.pack(_o.partition_index, _o.partition_size, _o.offset_lag, _o.is_future_key)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

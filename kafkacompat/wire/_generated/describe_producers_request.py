@@ -42,52 +42,6 @@ DescribeProducersRequest.TopicRequest = TopicRequest
 
 _A_i = ARRAY_STRUCTS['i']
 
-def _d_TopicRequest_0(buf, pos):
-    _l = len(buf)
-    o = _new(TopicRequest)
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'DescribeProducersRequest.TopicRequest.name')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('DescribeProducersRequest.TopicRequest.name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeProducersRequest.TopicRequest.name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeProducersRequest.TopicRequest.name', buf, pos, _n, 1)
-        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _c = buf[pos] - 1
-        pos += 1
-    else:
-        _c, pos = read_uvarint(buf, pos, 'DescribeProducersRequest.TopicRequest.partition_indexes')
-        _c -= 1
-    if _c < 0:
-        raise bad_length('DescribeProducersRequest.TopicRequest.partition_indexes', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('DescribeProducersRequest.TopicRequest.partition_indexes', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.partition_indexes = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'DescribeProducersRequest.TopicRequest')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_DescribeProducersRequest_0(buf, pos):
     _l = len(buf)
     o = _new(DescribeProducersRequest)
@@ -103,9 +57,51 @@ def _d_DescribeProducersRequest_0(buf, pos):
         raise overrun('DescribeProducersRequest.topics', buf, pos, _c, 3)
     else:
         o.topics = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_TopicRequest_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(TopicRequest)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'DescribeProducersRequest.TopicRequest.name')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('DescribeProducersRequest.TopicRequest.name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeProducersRequest.TopicRequest.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeProducersRequest.TopicRequest.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'DescribeProducersRequest.TopicRequest.partition_indexes')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('DescribeProducersRequest.TopicRequest.partition_indexes', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('DescribeProducersRequest.TopicRequest.partition_indexes', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.partition_indexes = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'DescribeProducersRequest.TopicRequest')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -119,29 +115,6 @@ def _d_DescribeProducersRequest_0(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_TopicRequest_0(o, out, chunks):
-    _b = o.name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('DescribeProducersRequest.TopicRequest.name', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    _a = o.partition_indexes
-    _c = len(_a)
-    if _c < 127:
-        out.append(_c + 1)
-    else:
-        write_uvarint(out, _c + 1)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
 def _e_DescribeProducersRequest_0(o, out, chunks):
     _a = o.topics
     _c = len(_a)
@@ -149,8 +122,28 @@ def _e_DescribeProducersRequest_0(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_TopicRequest_0(_e, out, chunks)
+    for _o in _a:
+        _b = _o.name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeProducersRequest.TopicRequest.name', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        _a = _o.partition_indexes
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

@@ -85,26 +85,6 @@ _S0 = _Struct('>i')
 _S1 = _Struct('>ih')
 _S2 = _Struct('>qiiqiq')
 
-def _d_ProducerState_0(buf, pos):
-    _l = len(buf)
-    o = _new(ProducerState)
-    if pos + 36 > _l:
-        raise truncated('DescribeProducersResponse.ProducerState.producer_id', buf, pos, 36)
-    o.producer_id, o.producer_epoch, o.last_sequence, o.last_timestamp, o.coordinator_epoch, o.current_txn_start_offset = _S2.unpack_from(buf, pos)
-    pos += 36
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'DescribeProducersResponse.ProducerState')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_PartitionResponse_0(buf, pos):
     _l = len(buf)
     o = _new(PartitionResponse)
@@ -142,9 +122,25 @@ def _d_PartitionResponse_0(buf, pos):
         raise overrun('DescribeProducersResponse.PartitionResponse.active_producers', buf, pos, _c, 37)
     else:
         o.active_producers = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_ProducerState_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(ProducerState)
+            if pos + 36 > _l:
+                raise truncated('DescribeProducersResponse.ProducerState.producer_id', buf, pos, 36)
+            _o.producer_id, _o.producer_epoch, _o.last_sequence, _o.last_timestamp, _o.coordinator_epoch, _o.current_txn_start_offset = _S2.unpack_from(buf, pos)
+            pos += 36
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'DescribeProducersResponse.ProducerState')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -240,13 +236,6 @@ def _d_DescribeProducersResponse_0(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_ProducerState_0(o, out, chunks):
-    out += _S2.pack(o.producer_id, o.producer_epoch, o.last_sequence, o.last_timestamp, o.coordinator_epoch, o.current_txn_start_offset)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
 def _e_PartitionResponse_0(o, out, chunks):
     out += _S1.pack(o.partition_index, o.error_code)
     if o.error_message is None:
@@ -267,8 +256,12 @@ def _e_PartitionResponse_0(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_ProducerState_0(_e, out, chunks)
+    for _o in _a:
+        out += _S2.pack(_o.producer_id, _o.producer_epoch, _o.last_sequence, _o.last_timestamp, _o.coordinator_epoch, _o.current_txn_start_offset)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

@@ -50,26 +50,6 @@ DescribeQuorumRequest.PartitionData = PartitionData
 
 _S0 = _Struct('>i')
 
-def _d_PartitionData_0(buf, pos):
-    _l = len(buf)
-    o = _new(PartitionData)
-    if pos + 4 > _l:
-        raise truncated('DescribeQuorumRequest.PartitionData.partition_index', buf, pos, 4)
-    (o.partition_index,) = _S0.unpack_from(buf, pos)
-    pos += 4
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'DescribeQuorumRequest.PartitionData')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_TopicData_0(buf, pos):
     _l = len(buf)
     o = _new(TopicData)
@@ -101,9 +81,25 @@ def _d_TopicData_0(buf, pos):
         raise overrun('DescribeQuorumRequest.TopicData.partitions', buf, pos, _c, 5)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_PartitionData_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(PartitionData)
+            if pos + 4 > _l:
+                raise truncated('DescribeQuorumRequest.PartitionData.partition_index', buf, pos, 4)
+            (_o.partition_index,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'DescribeQuorumRequest.PartitionData')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -148,13 +144,6 @@ def _d_DescribeQuorumRequest_0(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_PartitionData_0(o, out, chunks):
-    out += _S0.pack(o.partition_index)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
 def _e_TopicData_0(o, out, chunks):
     _b = o.topic_name.encode('utf-8', 'surrogateescape')
     _n = len(_b)
@@ -171,8 +160,12 @@ def _e_TopicData_0(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_PartitionData_0(_e, out, chunks)
+    for _o in _a:
+        out += _S0.pack(_o.partition_index)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

@@ -118,29 +118,6 @@ _S6 = _Struct('>i16sqqq')
 _S7 = _Struct('>i')
 _S8 = _Struct('>H')
 
-def _d_ReplicaState_0(buf, pos):
-    _l = len(buf)
-    o = _new(ReplicaState)
-    o.replica_directory_id = ZERO_UUID
-    o.last_fetch_timestamp = -1
-    o.last_caught_up_timestamp = -1
-    if pos + 12 > _l:
-        raise truncated('DescribeQuorumResponse.ReplicaState.replica_id', buf, pos, 12)
-    o.replica_id, o.log_end_offset = _S2.unpack_from(buf, pos)
-    pos += 12
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'DescribeQuorumResponse.ReplicaState')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_PartitionData_0(buf, pos):
     _l = len(buf)
     o = _new(PartitionData)
@@ -161,9 +138,28 @@ def _d_PartitionData_0(buf, pos):
         raise overrun('DescribeQuorumResponse.PartitionData.current_voters', buf, pos, _c, 13)
     else:
         o.current_voters = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_ReplicaState_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(ReplicaState)
+            _o.replica_directory_id = ZERO_UUID
+            _o.last_fetch_timestamp = -1
+            _o.last_caught_up_timestamp = -1
+            if pos + 12 > _l:
+                raise truncated('DescribeQuorumResponse.ReplicaState.replica_id', buf, pos, 12)
+            _o.replica_id, _o.log_end_offset = _S2.unpack_from(buf, pos)
+            pos += 12
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'DescribeQuorumResponse.ReplicaState')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -176,9 +172,28 @@ def _d_PartitionData_0(buf, pos):
         raise overrun('DescribeQuorumResponse.PartitionData.observers', buf, pos, _c, 13)
     else:
         o.observers = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_ReplicaState_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(ReplicaState)
+            _o.replica_directory_id = ZERO_UUID
+            _o.last_fetch_timestamp = -1
+            _o.last_caught_up_timestamp = -1
+            if pos + 12 > _l:
+                raise truncated('DescribeQuorumResponse.ReplicaState.replica_id', buf, pos, 12)
+            _o.replica_id, _o.log_end_offset = _S2.unpack_from(buf, pos)
+            pos += 12
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'DescribeQuorumResponse.ReplicaState')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -276,27 +291,6 @@ def _d_DescribeQuorumResponse_0(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _d_ReplicaState_1(buf, pos):
-    _l = len(buf)
-    o = _new(ReplicaState)
-    o.replica_directory_id = ZERO_UUID
-    if pos + 28 > _l:
-        raise truncated('DescribeQuorumResponse.ReplicaState.replica_id', buf, pos, 28)
-    o.replica_id, o.log_end_offset, o.last_fetch_timestamp, o.last_caught_up_timestamp = _S3.unpack_from(buf, pos)
-    pos += 28
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'DescribeQuorumResponse.ReplicaState')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_PartitionData_1(buf, pos):
     _l = len(buf)
     o = _new(PartitionData)
@@ -317,9 +311,26 @@ def _d_PartitionData_1(buf, pos):
         raise overrun('DescribeQuorumResponse.PartitionData.current_voters', buf, pos, _c, 29)
     else:
         o.current_voters = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_ReplicaState_1(buf, pos)
-            _lst.append(_e)
+            _o = _new(ReplicaState)
+            _o.replica_directory_id = ZERO_UUID
+            if pos + 28 > _l:
+                raise truncated('DescribeQuorumResponse.ReplicaState.replica_id', buf, pos, 28)
+            _o.replica_id, _o.log_end_offset, _o.last_fetch_timestamp, _o.last_caught_up_timestamp = _S3.unpack_from(buf, pos)
+            pos += 28
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'DescribeQuorumResponse.ReplicaState')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -332,9 +343,26 @@ def _d_PartitionData_1(buf, pos):
         raise overrun('DescribeQuorumResponse.PartitionData.observers', buf, pos, _c, 29)
     else:
         o.observers = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_ReplicaState_1(buf, pos)
-            _lst.append(_e)
+            _o = _new(ReplicaState)
+            _o.replica_directory_id = ZERO_UUID
+            if pos + 28 > _l:
+                raise truncated('DescribeQuorumResponse.ReplicaState.replica_id', buf, pos, 28)
+            _o.replica_id, _o.log_end_offset, _o.last_fetch_timestamp, _o.last_caught_up_timestamp = _S3.unpack_from(buf, pos)
+            pos += 28
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'DescribeQuorumResponse.ReplicaState')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -432,27 +460,6 @@ def _d_DescribeQuorumResponse_1(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _d_ReplicaState_2(buf, pos):
-    _l = len(buf)
-    o = _new(ReplicaState)
-    if pos + 44 > _l:
-        raise truncated('DescribeQuorumResponse.ReplicaState.replica_id', buf, pos, 44)
-    o.replica_id, o.replica_directory_id, o.log_end_offset, o.last_fetch_timestamp, o.last_caught_up_timestamp = _S6.unpack_from(buf, pos)
-    pos += 44
-    o.replica_directory_id = _UUID(bytes=o.replica_directory_id)
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'DescribeQuorumResponse.ReplicaState')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_PartitionData_2(buf, pos):
     _l = len(buf)
     o = _new(PartitionData)
@@ -494,9 +501,26 @@ def _d_PartitionData_2(buf, pos):
         raise overrun('DescribeQuorumResponse.PartitionData.current_voters', buf, pos, _c, 45)
     else:
         o.current_voters = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_ReplicaState_2(buf, pos)
-            _lst.append(_e)
+            _o = _new(ReplicaState)
+            if pos + 44 > _l:
+                raise truncated('DescribeQuorumResponse.ReplicaState.replica_id', buf, pos, 44)
+            _o.replica_id, _o.replica_directory_id, _o.log_end_offset, _o.last_fetch_timestamp, _o.last_caught_up_timestamp = _S6.unpack_from(buf, pos)
+            pos += 44
+            _o.replica_directory_id = _UUID(bytes=_o.replica_directory_id)
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'DescribeQuorumResponse.ReplicaState')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -509,9 +533,26 @@ def _d_PartitionData_2(buf, pos):
         raise overrun('DescribeQuorumResponse.PartitionData.observers', buf, pos, _c, 45)
     else:
         o.observers = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_ReplicaState_2(buf, pos)
-            _lst.append(_e)
+            _o = _new(ReplicaState)
+            if pos + 44 > _l:
+                raise truncated('DescribeQuorumResponse.ReplicaState.replica_id', buf, pos, 44)
+            _o.replica_id, _o.replica_directory_id, _o.log_end_offset, _o.last_fetch_timestamp, _o.last_caught_up_timestamp = _S6.unpack_from(buf, pos)
+            pos += 44
+            _o.replica_directory_id = _UUID(bytes=_o.replica_directory_id)
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'DescribeQuorumResponse.ReplicaState')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -572,58 +613,6 @@ def _d_TopicData_2(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _d_Listener_2(buf, pos):
-    _l = len(buf)
-    o = _new(Listener)
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'DescribeQuorumResponse.Listener.name')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('DescribeQuorumResponse.Listener.name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeQuorumResponse.Listener.name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeQuorumResponse.Listener.name', buf, pos, _n, 1)
-        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'DescribeQuorumResponse.Listener.host')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('DescribeQuorumResponse.Listener.host', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeQuorumResponse.Listener.host')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeQuorumResponse.Listener.host', buf, pos, _n, 1)
-        o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('DescribeQuorumResponse.Listener.port', buf, pos, 2)
-    (o.port,) = _S8.unpack_from(buf, pos)
-    pos += 2
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'DescribeQuorumResponse.Listener')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_Node_2(buf, pos):
     _l = len(buf)
     o = _new(Node)
@@ -643,9 +632,57 @@ def _d_Node_2(buf, pos):
         raise overrun('DescribeQuorumResponse.Node.listeners', buf, pos, _c, 5)
     else:
         o.listeners = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_Listener_2(buf, pos)
-            _lst.append(_e)
+            _o = _new(Listener)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'DescribeQuorumResponse.Listener.name')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('DescribeQuorumResponse.Listener.name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeQuorumResponse.Listener.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeQuorumResponse.Listener.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'DescribeQuorumResponse.Listener.host')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('DescribeQuorumResponse.Listener.host', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeQuorumResponse.Listener.host')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeQuorumResponse.Listener.host', buf, pos, _n, 1)
+                _o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('DescribeQuorumResponse.Listener.port', buf, pos, 2)
+            (_o.port,) = _S8.unpack_from(buf, pos)
+            pos += 2
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'DescribeQuorumResponse.Listener')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -727,13 +764,6 @@ def _d_DescribeQuorumResponse_2(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_ReplicaState_0(o, out, chunks):
-    out += _S2.pack(o.replica_id, o.log_end_offset)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
 def _e_PartitionData_0(o, out, chunks):
     out += _S1.pack(o.partition_index, o.error_code, o.leader_id, o.leader_epoch, o.high_watermark)
     _a = o.current_voters
@@ -742,16 +772,24 @@ def _e_PartitionData_0(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_ReplicaState_0(_e, out, chunks)
+    for _o in _a:
+        out += _S2.pack(_o.replica_id, _o.log_end_offset)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     _a = o.observers
     _c = len(_a)
     if _c < 127:
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_ReplicaState_0(_e, out, chunks)
+    for _o in _a:
+        out += _S2.pack(_o.replica_id, _o.log_end_offset)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -795,13 +833,6 @@ def _e_DescribeQuorumResponse_0(o, out, chunks):
     else:
         write_tags(out, o.unknown_tags)
 
-def _e_ReplicaState_1(o, out, chunks):
-    out += _S3.pack(o.replica_id, o.log_end_offset, o.last_fetch_timestamp, o.last_caught_up_timestamp)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
 def _e_PartitionData_1(o, out, chunks):
     out += _S1.pack(o.partition_index, o.error_code, o.leader_id, o.leader_epoch, o.high_watermark)
     _a = o.current_voters
@@ -810,16 +841,24 @@ def _e_PartitionData_1(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_ReplicaState_1(_e, out, chunks)
+    for _o in _a:
+        out += _S3.pack(_o.replica_id, _o.log_end_offset, _o.last_fetch_timestamp, _o.last_caught_up_timestamp)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     _a = o.observers
     _c = len(_a)
     if _c < 127:
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_ReplicaState_1(_e, out, chunks)
+    for _o in _a:
+        out += _S3.pack(_o.replica_id, _o.log_end_offset, _o.last_fetch_timestamp, _o.last_caught_up_timestamp)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -863,13 +902,6 @@ def _e_DescribeQuorumResponse_1(o, out, chunks):
     else:
         write_tags(out, o.unknown_tags)
 
-def _e_ReplicaState_2(o, out, chunks):
-    out += _S6.pack(o.replica_id, o.replica_directory_id.bytes, o.log_end_offset, o.last_fetch_timestamp, o.last_caught_up_timestamp)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
 def _e_PartitionData_2(o, out, chunks):
     out += _S4.pack(o.partition_index, o.error_code)
     if o.error_message is None:
@@ -891,16 +923,24 @@ def _e_PartitionData_2(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_ReplicaState_2(_e, out, chunks)
+    for _o in _a:
+        out += _S6.pack(_o.replica_id, _o.replica_directory_id.bytes, _o.log_end_offset, _o.last_fetch_timestamp, _o.last_caught_up_timestamp)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     _a = o.observers
     _c = len(_a)
     if _c < 127:
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_ReplicaState_2(_e, out, chunks)
+    for _o in _a:
+        out += _S6.pack(_o.replica_id, _o.replica_directory_id.bytes, _o.log_end_offset, _o.last_fetch_timestamp, _o.last_caught_up_timestamp)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -929,31 +969,6 @@ def _e_TopicData_2(o, out, chunks):
     else:
         write_tags(out, o.unknown_tags)
 
-def _e_Listener_2(o, out, chunks):
-    _b = o.name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('DescribeQuorumResponse.Listener.name', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    _b = o.host.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('DescribeQuorumResponse.Listener.host', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    out += _S8.pack(o.port)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
 def _e_Node_2(o, out, chunks):
     out += _S7.pack(o.node_id)
     _a = o.listeners
@@ -962,8 +977,30 @@ def _e_Node_2(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_Listener_2(_e, out, chunks)
+    for _o in _a:
+        _b = _o.name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeQuorumResponse.Listener.name', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        _b = _o.host.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeQuorumResponse.Listener.host', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        out += _S8.pack(_o.port)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

@@ -52,38 +52,6 @@ DescribeTopicPartitionsRequest.Cursor = Cursor
 
 _S0 = _Struct('>i')
 
-def _d_TopicRequest_0(buf, pos):
-    _l = len(buf)
-    o = _new(TopicRequest)
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'DescribeTopicPartitionsRequest.TopicRequest.name')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('DescribeTopicPartitionsRequest.TopicRequest.name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeTopicPartitionsRequest.TopicRequest.name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeTopicPartitionsRequest.TopicRequest.name', buf, pos, _n, 1)
-        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'DescribeTopicPartitionsRequest.TopicRequest')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_Cursor_0(buf, pos):
     _l = len(buf)
     o = _new(Cursor)
@@ -135,9 +103,37 @@ def _d_DescribeTopicPartitionsRequest_0(buf, pos):
         raise overrun('DescribeTopicPartitionsRequest.topics', buf, pos, _c, 2)
     else:
         o.topics = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_TopicRequest_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(TopicRequest)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'DescribeTopicPartitionsRequest.TopicRequest.name')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('DescribeTopicPartitionsRequest.TopicRequest.name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeTopicPartitionsRequest.TopicRequest.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeTopicPartitionsRequest.TopicRequest.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'DescribeTopicPartitionsRequest.TopicRequest')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos + 4 > _l:
         raise truncated('DescribeTopicPartitionsRequest.response_partition_limit', buf, pos, 4)
     (o.response_partition_limit,) = _S0.unpack_from(buf, pos)
@@ -162,21 +158,6 @@ def _d_DescribeTopicPartitionsRequest_0(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_TopicRequest_0(o, out, chunks):
-    _b = o.name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('DescribeTopicPartitionsRequest.TopicRequest.name', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
 def _e_Cursor_0(o, out, chunks):
     _b = o.topic_name.encode('utf-8', 'surrogateescape')
     _n = len(_b)
@@ -200,8 +181,20 @@ def _e_DescribeTopicPartitionsRequest_0(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_TopicRequest_0(_e, out, chunks)
+    for _o in _a:
+        _b = _o.name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeTopicPartitionsRequest.TopicRequest.name', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     out += _S0.pack(o.response_partition_limit)
     if o.cursor is None:
         out.append(0xff)

@@ -98,100 +98,6 @@ _S2 = _Struct('>16s?')
 _S3 = _Struct('>hiii')
 _A_i = ARRAY_STRUCTS['i']
 
-def _d_DescribeTopicPartitionsResponsePartition_0(buf, pos):
-    _l = len(buf)
-    o = _new(DescribeTopicPartitionsResponsePartition)
-    if pos + 14 > _l:
-        raise truncated('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.error_code', buf, pos, 14)
-    o.error_code, o.partition_index, o.leader_id, o.leader_epoch = _S3.unpack_from(buf, pos)
-    pos += 14
-    if pos < _l and buf[pos] < 0x80:
-        _c = buf[pos] - 1
-        pos += 1
-    else:
-        _c, pos = read_uvarint(buf, pos, 'DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.replica_nodes')
-        _c -= 1
-    if _c < 0:
-        raise bad_length('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.replica_nodes', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.replica_nodes', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.replica_nodes = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos < _l and buf[pos] < 0x80:
-        _c = buf[pos] - 1
-        pos += 1
-    else:
-        _c, pos = read_uvarint(buf, pos, 'DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.isr_nodes')
-        _c -= 1
-    if _c < 0:
-        raise bad_length('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.isr_nodes', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.isr_nodes', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.isr_nodes = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos < _l and buf[pos] < 0x80:
-        _c = buf[pos] - 1
-        pos += 1
-    else:
-        _c, pos = read_uvarint(buf, pos, 'DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.eligible_leader_replicas')
-        _c -= 1
-    if _c < 0:
-        if _c != -1:
-            raise bad_length('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.eligible_leader_replicas', _c)
-        o.eligible_leader_replicas = None
-    elif _c * 4 > _l - pos:
-        raise overrun('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.eligible_leader_replicas', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.eligible_leader_replicas = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos < _l and buf[pos] < 0x80:
-        _c = buf[pos] - 1
-        pos += 1
-    else:
-        _c, pos = read_uvarint(buf, pos, 'DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.last_known_elr')
-        _c -= 1
-    if _c < 0:
-        if _c != -1:
-            raise bad_length('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.last_known_elr', _c)
-        o.last_known_elr = None
-    elif _c * 4 > _l - pos:
-        raise overrun('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.last_known_elr', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.last_known_elr = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos < _l and buf[pos] < 0x80:
-        _c = buf[pos] - 1
-        pos += 1
-    else:
-        _c, pos = read_uvarint(buf, pos, 'DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.offline_replicas')
-        _c -= 1
-    if _c < 0:
-        raise bad_length('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.offline_replicas', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.offline_replicas', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.offline_replicas = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_DescribeTopicPartitionsResponseTopic_0(buf, pos):
     _l = len(buf)
     o = _new(DescribeTopicPartitionsResponseTopic)
@@ -234,9 +140,99 @@ def _d_DescribeTopicPartitionsResponseTopic_0(buf, pos):
         raise overrun('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic.partitions', buf, pos, _c, 20)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_DescribeTopicPartitionsResponsePartition_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(DescribeTopicPartitionsResponsePartition)
+            if pos + 14 > _l:
+                raise truncated('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.error_code', buf, pos, 14)
+            _o.error_code, _o.partition_index, _o.leader_id, _o.leader_epoch = _S3.unpack_from(buf, pos)
+            pos += 14
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.replica_nodes')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.replica_nodes', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.replica_nodes', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.replica_nodes = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.isr_nodes')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.isr_nodes', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.isr_nodes', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.isr_nodes = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.eligible_leader_replicas')
+                _c -= 1
+            if _c < 0:
+                if _c != -1:
+                    raise bad_length('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.eligible_leader_replicas', _c)
+                _o.eligible_leader_replicas = None
+            elif _c * 4 > _l - pos:
+                raise overrun('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.eligible_leader_replicas', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.eligible_leader_replicas = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.last_known_elr')
+                _c -= 1
+            if _c < 0:
+                if _c != -1:
+                    raise bad_length('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.last_known_elr', _c)
+                _o.last_known_elr = None
+            elif _c * 4 > _l - pos:
+                raise overrun('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.last_known_elr', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.last_known_elr = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.offline_replicas')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.offline_replicas', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.offline_replicas', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.offline_replicas = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos + 4 > _l:
         raise truncated('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic.topic_authorized_operations', buf, pos, 4)
     (o.topic_authorized_operations,) = _S0.unpack_from(buf, pos)
@@ -332,59 +328,6 @@ def _d_DescribeTopicPartitionsResponse_0(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_DescribeTopicPartitionsResponsePartition_0(o, out, chunks):
-    out += _S3.pack(o.error_code, o.partition_index, o.leader_id, o.leader_epoch)
-    _a = o.replica_nodes
-    _c = len(_a)
-    if _c < 127:
-        out.append(_c + 1)
-    else:
-        write_uvarint(out, _c + 1)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    _a = o.isr_nodes
-    _c = len(_a)
-    if _c < 127:
-        out.append(_c + 1)
-    else:
-        write_uvarint(out, _c + 1)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    _a = o.eligible_leader_replicas
-    if _a is None:
-        out.append(0)
-    else:
-        _c = len(_a)
-        if _c < 127:
-            out.append(_c + 1)
-        else:
-            write_uvarint(out, _c + 1)
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        out += _st.pack(*_a)
-    _a = o.last_known_elr
-    if _a is None:
-        out.append(0)
-    else:
-        _c = len(_a)
-        if _c < 127:
-            out.append(_c + 1)
-        else:
-            write_uvarint(out, _c + 1)
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        out += _st.pack(*_a)
-    _a = o.offline_replicas
-    _c = len(_a)
-    if _c < 127:
-        out.append(_c + 1)
-    else:
-        write_uvarint(out, _c + 1)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
 def _e_DescribeTopicPartitionsResponseTopic_0(o, out, chunks):
     out += _S1.pack(o.error_code)
     if o.name is None:
@@ -406,8 +349,58 @@ def _e_DescribeTopicPartitionsResponseTopic_0(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_DescribeTopicPartitionsResponsePartition_0(_e, out, chunks)
+    for _o in _a:
+        out += _S3.pack(_o.error_code, _o.partition_index, _o.leader_id, _o.leader_epoch)
+        _a = _o.replica_nodes
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        _a = _o.isr_nodes
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        _a = _o.eligible_leader_replicas
+        if _a is None:
+            out.append(0)
+        else:
+            _c = len(_a)
+            if _c < 127:
+                out.append(_c + 1)
+            else:
+                write_uvarint(out, _c + 1)
+            _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+            out += _st.pack(*_a)
+        _a = _o.last_known_elr
+        if _a is None:
+            out.append(0)
+        else:
+            _c = len(_a)
+            if _c < 127:
+                out.append(_c + 1)
+            else:
+                write_uvarint(out, _c + 1)
+            _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+            out += _st.pack(*_a)
+        _a = _o.offline_replicas
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     out += _S0.pack(o.topic_authorized_operations)
     if o.unknown_tags is None:
         out.append(0)

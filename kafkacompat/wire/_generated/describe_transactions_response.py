@@ -72,52 +72,6 @@ _S1 = _Struct('>h')
 _S2 = _Struct('>iqqh')
 _A_i = ARRAY_STRUCTS['i']
 
-def _d_TopicData_0(buf, pos):
-    _l = len(buf)
-    o = _new(TopicData)
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'DescribeTransactionsResponse.TopicData.topic')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('DescribeTransactionsResponse.TopicData.topic', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeTransactionsResponse.TopicData.topic')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeTransactionsResponse.TopicData.topic', buf, pos, _n, 1)
-        o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _c = buf[pos] - 1
-        pos += 1
-    else:
-        _c, pos = read_uvarint(buf, pos, 'DescribeTransactionsResponse.TopicData.partitions')
-        _c -= 1
-    if _c < 0:
-        raise bad_length('DescribeTransactionsResponse.TopicData.partitions', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('DescribeTransactionsResponse.TopicData.partitions', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.partitions = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'DescribeTransactionsResponse.TopicData')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_TransactionState_0(buf, pos):
     _l = len(buf)
     o = _new(TransactionState)
@@ -173,9 +127,51 @@ def _d_TransactionState_0(buf, pos):
         raise overrun('DescribeTransactionsResponse.TransactionState.topics', buf, pos, _c, 3)
     else:
         o.topics = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_TopicData_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(TopicData)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'DescribeTransactionsResponse.TopicData.topic')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('DescribeTransactionsResponse.TopicData.topic', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeTransactionsResponse.TopicData.topic')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeTransactionsResponse.TopicData.topic', buf, pos, _n, 1)
+                _o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'DescribeTransactionsResponse.TopicData.partitions')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('DescribeTransactionsResponse.TopicData.partitions', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('DescribeTransactionsResponse.TopicData.partitions', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.partitions = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'DescribeTransactionsResponse.TopicData')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -224,29 +220,6 @@ def _d_DescribeTransactionsResponse_0(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_TopicData_0(o, out, chunks):
-    _b = o.topic.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('DescribeTransactionsResponse.TopicData.topic', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    _a = o.partitions
-    _c = len(_a)
-    if _c < 127:
-        out.append(_c + 1)
-    else:
-        write_uvarint(out, _c + 1)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
 def _e_TransactionState_0(o, out, chunks):
     out += _S1.pack(o.error_code)
     _b = o.transactional_id.encode('utf-8', 'surrogateescape')
@@ -274,8 +247,28 @@ def _e_TransactionState_0(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_TopicData_0(_e, out, chunks)
+    for _o in _a:
+        _b = _o.topic.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('DescribeTransactionsResponse.TopicData.topic', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        _a = _o.partitions
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

@@ -40,38 +40,6 @@ class DescribeUserScramCredentialsRequest(Struct):
 DescribeUserScramCredentialsRequest.UserName = UserName
 
 
-def _d_UserName_0(buf, pos):
-    _l = len(buf)
-    o = _new(UserName)
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'DescribeUserScramCredentialsRequest.UserName.name')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('DescribeUserScramCredentialsRequest.UserName.name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeUserScramCredentialsRequest.UserName.name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('DescribeUserScramCredentialsRequest.UserName.name', buf, pos, _n, 1)
-        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'DescribeUserScramCredentialsRequest.UserName')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_DescribeUserScramCredentialsRequest_0(buf, pos):
     _l = len(buf)
     o = _new(DescribeUserScramCredentialsRequest)
@@ -89,9 +57,37 @@ def _d_DescribeUserScramCredentialsRequest_0(buf, pos):
         raise overrun('DescribeUserScramCredentialsRequest.users', buf, pos, _c, 2)
     else:
         o.users = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_UserName_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(UserName)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'DescribeUserScramCredentialsRequest.UserName.name')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('DescribeUserScramCredentialsRequest.UserName.name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='DescribeUserScramCredentialsRequest.UserName.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('DescribeUserScramCredentialsRequest.UserName.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'DescribeUserScramCredentialsRequest.UserName')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -105,21 +101,6 @@ def _d_DescribeUserScramCredentialsRequest_0(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_UserName_0(o, out, chunks):
-    _b = o.name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('DescribeUserScramCredentialsRequest.UserName.name', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
 def _e_DescribeUserScramCredentialsRequest_0(o, out, chunks):
     _a = o.users
     if _a is None:
@@ -130,8 +111,20 @@ def _e_DescribeUserScramCredentialsRequest_0(o, out, chunks):
             out.append(_c + 1)
         else:
             write_uvarint(out, _c + 1)
-        for _e in _a:
-            _e_UserName_0(_e, out, chunks)
+        for _o in _a:
+            _b = _o.name.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('DescribeUserScramCredentialsRequest.UserName.name', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+            if _o.unknown_tags is None:
+                out.append(0)
+            else:
+                write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

@@ -58,26 +58,6 @@ _S0 = _Struct('>ih')
 _S1 = _Struct('>h')
 _S2 = _Struct('>bi')
 
-def _d_CredentialInfo_0(buf, pos):
-    _l = len(buf)
-    o = _new(CredentialInfo)
-    if pos + 5 > _l:
-        raise truncated('DescribeUserScramCredentialsResponse.CredentialInfo.mechanism', buf, pos, 5)
-    o.mechanism, o.iterations = _S2.unpack_from(buf, pos)
-    pos += 5
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'DescribeUserScramCredentialsResponse.CredentialInfo')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_DescribeUserScramCredentialsResult_0(buf, pos):
     _l = len(buf)
     o = _new(DescribeUserScramCredentialsResult)
@@ -131,9 +111,25 @@ def _d_DescribeUserScramCredentialsResult_0(buf, pos):
         raise overrun('DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult.credential_infos', buf, pos, _c, 6)
     else:
         o.credential_infos = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_CredentialInfo_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(CredentialInfo)
+            if pos + 5 > _l:
+                raise truncated('DescribeUserScramCredentialsResponse.CredentialInfo.mechanism', buf, pos, 5)
+            _o.mechanism, _o.iterations = _S2.unpack_from(buf, pos)
+            pos += 5
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'DescribeUserScramCredentialsResponse.CredentialInfo')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -200,13 +196,6 @@ def _d_DescribeUserScramCredentialsResponse_0(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_CredentialInfo_0(o, out, chunks):
-    out += _S2.pack(o.mechanism, o.iterations)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
 def _e_DescribeUserScramCredentialsResult_0(o, out, chunks):
     _b = o.user.encode('utf-8', 'surrogateescape')
     _n = len(_b)
@@ -236,8 +225,12 @@ def _e_DescribeUserScramCredentialsResult_0(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_CredentialInfo_0(_e, out, chunks)
+    for _o in _a:
+        out += _S2.pack(_o.mechanism, _o.iterations)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

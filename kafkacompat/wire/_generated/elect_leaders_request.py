@@ -47,38 +47,6 @@ _S1 = _Struct('>h')
 _S2 = _Struct('>b')
 _A_i = ARRAY_STRUCTS['i']
 
-def _d_TopicPartitions_0(buf, pos):
-    _l = len(buf)
-    o = _new(TopicPartitions)
-    if pos + 2 > _l:
-        raise truncated('ElectLeadersRequest.TopicPartitions.topic', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('ElectLeadersRequest.TopicPartitions.topic', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='ElectLeadersRequest.TopicPartitions.topic')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('ElectLeadersRequest.TopicPartitions.topic', buf, pos, _n, 1)
-        o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 4 > _l:
-        raise truncated('ElectLeadersRequest.TopicPartitions.partitions', buf, pos, 4)
-    (_c,) = _S0.unpack_from(buf, pos)
-    pos += 4
-    if _c < 0:
-        raise bad_length('ElectLeadersRequest.TopicPartitions.partitions', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('ElectLeadersRequest.TopicPartitions.partitions', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.partitions = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    o.unknown_tags = None
-    return o, pos
-
 def _d_ElectLeadersRequest_0(buf, pos):
     _l = len(buf)
     o = _new(ElectLeadersRequest)
@@ -95,9 +63,37 @@ def _d_ElectLeadersRequest_0(buf, pos):
         raise overrun('ElectLeadersRequest.topic_partitions', buf, pos, _c, 6)
     else:
         o.topic_partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_TopicPartitions_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(TopicPartitions)
+            if pos + 2 > _l:
+                raise truncated('ElectLeadersRequest.TopicPartitions.topic', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('ElectLeadersRequest.TopicPartitions.topic', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='ElectLeadersRequest.TopicPartitions.topic')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ElectLeadersRequest.TopicPartitions.topic', buf, pos, _n, 1)
+                _o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('ElectLeadersRequest.TopicPartitions.partitions', buf, pos, 4)
+            (_c,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('ElectLeadersRequest.TopicPartitions.partitions', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('ElectLeadersRequest.TopicPartitions.partitions', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.partitions = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            _o.unknown_tags = None
+            _ap(_o)
     if pos + 4 > _l:
         raise truncated('ElectLeadersRequest.timeout_ms', buf, pos, 4)
     (o.timeout_ms,) = _S0.unpack_from(buf, pos)
@@ -124,60 +120,42 @@ def _d_ElectLeadersRequest_1(buf, pos):
         raise overrun('ElectLeadersRequest.topic_partitions', buf, pos, _c, 6)
     else:
         o.topic_partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_TopicPartitions_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(TopicPartitions)
+            if pos + 2 > _l:
+                raise truncated('ElectLeadersRequest.TopicPartitions.topic', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('ElectLeadersRequest.TopicPartitions.topic', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='ElectLeadersRequest.TopicPartitions.topic')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ElectLeadersRequest.TopicPartitions.topic', buf, pos, _n, 1)
+                _o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('ElectLeadersRequest.TopicPartitions.partitions', buf, pos, 4)
+            (_c,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('ElectLeadersRequest.TopicPartitions.partitions', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('ElectLeadersRequest.TopicPartitions.partitions', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.partitions = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            _o.unknown_tags = None
+            _ap(_o)
     if pos + 4 > _l:
         raise truncated('ElectLeadersRequest.timeout_ms', buf, pos, 4)
     (o.timeout_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
     o.unknown_tags = None
-    return o, pos
-
-def _d_TopicPartitions_2(buf, pos):
-    _l = len(buf)
-    o = _new(TopicPartitions)
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'ElectLeadersRequest.TopicPartitions.topic')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('ElectLeadersRequest.TopicPartitions.topic', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='ElectLeadersRequest.TopicPartitions.topic')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('ElectLeadersRequest.TopicPartitions.topic', buf, pos, _n, 1)
-        o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _c = buf[pos] - 1
-        pos += 1
-    else:
-        _c, pos = read_uvarint(buf, pos, 'ElectLeadersRequest.TopicPartitions.partitions')
-        _c -= 1
-    if _c < 0:
-        raise bad_length('ElectLeadersRequest.TopicPartitions.partitions', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('ElectLeadersRequest.TopicPartitions.partitions', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.partitions = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'ElectLeadersRequest.TopicPartitions')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
     return o, pos
 
 def _d_ElectLeadersRequest_2(buf, pos):
@@ -201,9 +179,51 @@ def _d_ElectLeadersRequest_2(buf, pos):
         raise overrun('ElectLeadersRequest.topic_partitions', buf, pos, _c, 3)
     else:
         o.topic_partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_TopicPartitions_2(buf, pos)
-            _lst.append(_e)
+            _o = _new(TopicPartitions)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'ElectLeadersRequest.TopicPartitions.topic')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('ElectLeadersRequest.TopicPartitions.topic', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='ElectLeadersRequest.TopicPartitions.topic')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ElectLeadersRequest.TopicPartitions.topic', buf, pos, _n, 1)
+                _o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'ElectLeadersRequest.TopicPartitions.partitions')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('ElectLeadersRequest.TopicPartitions.partitions', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('ElectLeadersRequest.TopicPartitions.partitions', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.partitions = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'ElectLeadersRequest.TopicPartitions')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos + 4 > _l:
         raise truncated('ElectLeadersRequest.timeout_ms', buf, pos, 4)
     (o.timeout_ms,) = _S0.unpack_from(buf, pos)
@@ -221,19 +241,6 @@ def _d_ElectLeadersRequest_2(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_TopicPartitions_0(o, out, chunks):
-    _b = o.topic.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('ElectLeadersRequest.TopicPartitions.topic', _n)
-    out += _S1.pack(_n)
-    out += _b
-    _a = o.partitions
-    _c = len(_a)
-    out += _S0.pack(_c)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-
 def _e_ElectLeadersRequest_0(o, out, chunks):
     _a = o.topic_partitions
     if _a is None:
@@ -241,8 +248,18 @@ def _e_ElectLeadersRequest_0(o, out, chunks):
     else:
         _c = len(_a)
         out += _S0.pack(_c)
-        for _e in _a:
-            _e_TopicPartitions_0(_e, out, chunks)
+        for _o in _a:
+            _b = _o.topic.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('ElectLeadersRequest.TopicPartitions.topic', _n)
+            out += _S1.pack(_n)
+            out += _b
+            _a = _o.partitions
+            _c = len(_a)
+            out += _S0.pack(_c)
+            _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+            out += _st.pack(*_a)
     out += _S0.pack(o.timeout_ms)
 
 def _e_ElectLeadersRequest_1(o, out, chunks):
@@ -253,32 +270,19 @@ def _e_ElectLeadersRequest_1(o, out, chunks):
     else:
         _c = len(_a)
         out += _S0.pack(_c)
-        for _e in _a:
-            _e_TopicPartitions_0(_e, out, chunks)
+        for _o in _a:
+            _b = _o.topic.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('ElectLeadersRequest.TopicPartitions.topic', _n)
+            out += _S1.pack(_n)
+            out += _b
+            _a = _o.partitions
+            _c = len(_a)
+            out += _S0.pack(_c)
+            _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+            out += _st.pack(*_a)
     out += _S0.pack(o.timeout_ms)
-
-def _e_TopicPartitions_2(o, out, chunks):
-    _b = o.topic.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('ElectLeadersRequest.TopicPartitions.topic', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    _a = o.partitions
-    _c = len(_a)
-    if _c < 127:
-        out.append(_c + 1)
-    else:
-        write_uvarint(out, _c + 1)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
 
 def _e_ElectLeadersRequest_2(o, out, chunks):
     out += _S2.pack(o.election_type)
@@ -291,8 +295,28 @@ def _e_ElectLeadersRequest_2(o, out, chunks):
             out.append(_c + 1)
         else:
             write_uvarint(out, _c + 1)
-        for _e in _a:
-            _e_TopicPartitions_2(_e, out, chunks)
+        for _o in _a:
+            _b = _o.topic.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('ElectLeadersRequest.TopicPartitions.topic', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+            _a = _o.partitions
+            _c = len(_a)
+            if _c < 127:
+                out.append(_c + 1)
+            else:
+                write_uvarint(out, _c + 1)
+            _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+            out += _st.pack(*_a)
+            if _o.unknown_tags is None:
+                out.append(0)
+            else:
+                write_tags(out, _o.unknown_tags)
     out += _S0.pack(o.timeout_ms)
     if o.unknown_tags is None:
         out.append(0)

@@ -56,32 +56,6 @@ _S0 = _Struct('>i')
 _S1 = _Struct('>h')
 _S2 = _Struct('>ih')
 
-def _d_PartitionResult_0(buf, pos):
-    _l = len(buf)
-    o = _new(PartitionResult)
-    if pos + 6 > _l:
-        raise truncated('ElectLeadersResponse.PartitionResult.partition_id', buf, pos, 6)
-    o.partition_id, o.error_code = _S2.unpack_from(buf, pos)
-    pos += 6
-    if pos + 2 > _l:
-        raise truncated('ElectLeadersResponse.PartitionResult.error_message', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('ElectLeadersResponse.PartitionResult.error_message', _n)
-        o.error_message = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='ElectLeadersResponse.PartitionResult.error_message')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('ElectLeadersResponse.PartitionResult.error_message', buf, pos, _n, 1)
-        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    o.unknown_tags = None
-    return o, pos
-
 def _d_ReplicaElectionResult_0(buf, pos):
     _l = len(buf)
     o = _new(ReplicaElectionResult)
@@ -109,9 +83,31 @@ def _d_ReplicaElectionResult_0(buf, pos):
         raise overrun('ElectLeadersResponse.ReplicaElectionResult.partition_result', buf, pos, _c, 8)
     else:
         o.partition_result = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_PartitionResult_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(PartitionResult)
+            if pos + 6 > _l:
+                raise truncated('ElectLeadersResponse.PartitionResult.partition_id', buf, pos, 6)
+            _o.partition_id, _o.error_code = _S2.unpack_from(buf, pos)
+            pos += 6
+            if pos + 2 > _l:
+                raise truncated('ElectLeadersResponse.PartitionResult.error_message', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('ElectLeadersResponse.PartitionResult.error_message', _n)
+                _o.error_message = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='ElectLeadersResponse.PartitionResult.error_message')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ElectLeadersResponse.PartitionResult.error_message', buf, pos, _n, 1)
+                _o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -162,44 +158,6 @@ def _d_ElectLeadersResponse_1(buf, pos):
     o.unknown_tags = None
     return o, pos
 
-def _d_PartitionResult_2(buf, pos):
-    _l = len(buf)
-    o = _new(PartitionResult)
-    if pos + 6 > _l:
-        raise truncated('ElectLeadersResponse.PartitionResult.partition_id', buf, pos, 6)
-    o.partition_id, o.error_code = _S2.unpack_from(buf, pos)
-    pos += 6
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'ElectLeadersResponse.PartitionResult.error_message')
-        _n -= 1
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('ElectLeadersResponse.PartitionResult.error_message', _n)
-        o.error_message = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='ElectLeadersResponse.PartitionResult.error_message')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('ElectLeadersResponse.PartitionResult.error_message', buf, pos, _n, 1)
-        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'ElectLeadersResponse.PartitionResult')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_ReplicaElectionResult_2(buf, pos):
     _l = len(buf)
     o = _new(ReplicaElectionResult)
@@ -231,9 +189,43 @@ def _d_ReplicaElectionResult_2(buf, pos):
         raise overrun('ElectLeadersResponse.ReplicaElectionResult.partition_result', buf, pos, _c, 8)
     else:
         o.partition_result = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_PartitionResult_2(buf, pos)
-            _lst.append(_e)
+            _o = _new(PartitionResult)
+            if pos + 6 > _l:
+                raise truncated('ElectLeadersResponse.PartitionResult.partition_id', buf, pos, 6)
+            _o.partition_id, _o.error_code = _S2.unpack_from(buf, pos)
+            pos += 6
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'ElectLeadersResponse.PartitionResult.error_message')
+                _n -= 1
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('ElectLeadersResponse.PartitionResult.error_message', _n)
+                _o.error_message = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='ElectLeadersResponse.PartitionResult.error_message')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ElectLeadersResponse.PartitionResult.error_message', buf, pos, _n, 1)
+                _o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'ElectLeadersResponse.PartitionResult')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -282,18 +274,6 @@ def _d_ElectLeadersResponse_2(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_PartitionResult_0(o, out, chunks):
-    out += _S2.pack(o.partition_id, o.error_code)
-    if o.error_message is None:
-        out += b'\xff\xff'
-    else:
-        _b = o.error_message.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('ElectLeadersResponse.PartitionResult.error_message', _n)
-        out += _S1.pack(_n)
-        out += _b
-
 def _e_ReplicaElectionResult_0(o, out, chunks):
     _b = o.topic.encode('utf-8', 'surrogateescape')
     _n = len(_b)
@@ -304,8 +284,17 @@ def _e_ReplicaElectionResult_0(o, out, chunks):
     _a = o.partition_result
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_PartitionResult_0(_e, out, chunks)
+    for _o in _a:
+        out += _S2.pack(_o.partition_id, _o.error_code)
+        if _o.error_message is None:
+            out += b'\xff\xff'
+        else:
+            _b = _o.error_message.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('ElectLeadersResponse.PartitionResult.error_message', _n)
+            out += _S1.pack(_n)
+            out += _b
 
 def _e_ElectLeadersResponse_0(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
@@ -323,25 +312,6 @@ def _e_ElectLeadersResponse_1(o, out, chunks):
     for _e in _a:
         _e_ReplicaElectionResult_0(_e, out, chunks)
 
-def _e_PartitionResult_2(o, out, chunks):
-    out += _S2.pack(o.partition_id, o.error_code)
-    if o.error_message is None:
-        out.append(0)
-    else:
-        _b = o.error_message.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('ElectLeadersResponse.PartitionResult.error_message', _n)
-        if _n < 127:
-            out.append(_n + 1)
-        else:
-            write_uvarint(out, _n + 1)
-        out += _b
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
 def _e_ReplicaElectionResult_2(o, out, chunks):
     _b = o.topic.encode('utf-8', 'surrogateescape')
     _n = len(_b)
@@ -358,8 +328,24 @@ def _e_ReplicaElectionResult_2(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_PartitionResult_2(_e, out, chunks)
+    for _o in _a:
+        out += _S2.pack(_o.partition_id, _o.error_code)
+        if _o.error_message is None:
+            out.append(0)
+        else:
+            _b = _o.error_message.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('ElectLeadersResponse.PartitionResult.error_message', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

@@ -125,20 +125,6 @@ _S11 = _Struct('>iiibii')
 _S12 = _Struct('>iq')
 _A_i = ARRAY_STRUCTS['i']
 
-def _d_FetchPartition_0(buf, pos):
-    _l = len(buf)
-    o = _new(FetchPartition)
-    o.current_leader_epoch = -1
-    o.last_fetched_epoch = -1
-    o.log_start_offset = -1
-    o.replica_directory_id = ZERO_UUID
-    if pos + 16 > _l:
-        raise truncated('FetchRequest.FetchPartition.partition', buf, pos, 16)
-    o.partition, o.fetch_offset, o.partition_max_bytes = _S3.unpack_from(buf, pos)
-    pos += 16
-    o.unknown_tags = None
-    return o, pos
-
 def _d_FetchTopic_0(buf, pos):
     _l = len(buf)
     o = _new(FetchTopic)
@@ -167,9 +153,19 @@ def _d_FetchTopic_0(buf, pos):
         raise overrun('FetchRequest.FetchTopic.partitions', buf, pos, _c, 16)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_FetchPartition_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(FetchPartition)
+            _o.current_leader_epoch = -1
+            _o.last_fetched_epoch = -1
+            _o.log_start_offset = -1
+            _o.replica_directory_id = ZERO_UUID
+            if pos + 16 > _l:
+                raise truncated('FetchRequest.FetchPartition.partition', buf, pos, 16)
+            _o.partition, _o.fetch_offset, _o.partition_max_bytes = _S3.unpack_from(buf, pos)
+            pos += 16
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -263,19 +259,6 @@ def _d_FetchRequest_4(buf, pos):
     o.unknown_tags = None
     return o, pos
 
-def _d_FetchPartition_5(buf, pos):
-    _l = len(buf)
-    o = _new(FetchPartition)
-    o.current_leader_epoch = -1
-    o.last_fetched_epoch = -1
-    o.replica_directory_id = ZERO_UUID
-    if pos + 24 > _l:
-        raise truncated('FetchRequest.FetchPartition.partition', buf, pos, 24)
-    o.partition, o.fetch_offset, o.log_start_offset, o.partition_max_bytes = _S6.unpack_from(buf, pos)
-    pos += 24
-    o.unknown_tags = None
-    return o, pos
-
 def _d_FetchTopic_5(buf, pos):
     _l = len(buf)
     o = _new(FetchTopic)
@@ -304,9 +287,18 @@ def _d_FetchTopic_5(buf, pos):
         raise overrun('FetchRequest.FetchTopic.partitions', buf, pos, _c, 24)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_FetchPartition_5(buf, pos)
-            _lst.append(_e)
+            _o = _new(FetchPartition)
+            _o.current_leader_epoch = -1
+            _o.last_fetched_epoch = -1
+            _o.replica_directory_id = ZERO_UUID
+            if pos + 24 > _l:
+                raise truncated('FetchRequest.FetchPartition.partition', buf, pos, 24)
+            _o.partition, _o.fetch_offset, _o.log_start_offset, _o.partition_max_bytes = _S6.unpack_from(buf, pos)
+            pos += 24
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -336,39 +328,6 @@ def _d_FetchRequest_5(buf, pos):
         for _ in range(_c):
             _e, pos = _d_FetchTopic_5(buf, pos)
             _lst.append(_e)
-    o.unknown_tags = None
-    return o, pos
-
-def _d_ForgottenTopic_7(buf, pos):
-    _l = len(buf)
-    o = _new(ForgottenTopic)
-    o.topic_id = ZERO_UUID
-    if pos + 2 > _l:
-        raise truncated('FetchRequest.ForgottenTopic.topic', buf, pos, 2)
-    (_n,) = _S2.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('FetchRequest.ForgottenTopic.topic', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='FetchRequest.ForgottenTopic.topic')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('FetchRequest.ForgottenTopic.topic', buf, pos, _n, 1)
-        o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 4 > _l:
-        raise truncated('FetchRequest.ForgottenTopic.partitions', buf, pos, 4)
-    (_c,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if _c < 0:
-        raise bad_length('FetchRequest.ForgottenTopic.partitions', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('FetchRequest.ForgottenTopic.partitions', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.partitions = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
     o.unknown_tags = None
     return o, pos
 
@@ -405,21 +364,38 @@ def _d_FetchRequest_7(buf, pos):
         raise overrun('FetchRequest.forgotten_topics_data', buf, pos, _c, 6)
     else:
         o.forgotten_topics_data = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_ForgottenTopic_7(buf, pos)
-            _lst.append(_e)
-    o.unknown_tags = None
-    return o, pos
-
-def _d_FetchPartition_9(buf, pos):
-    _l = len(buf)
-    o = _new(FetchPartition)
-    o.last_fetched_epoch = -1
-    o.replica_directory_id = ZERO_UUID
-    if pos + 28 > _l:
-        raise truncated('FetchRequest.FetchPartition.partition', buf, pos, 28)
-    o.partition, o.current_leader_epoch, o.fetch_offset, o.log_start_offset, o.partition_max_bytes = _S8.unpack_from(buf, pos)
-    pos += 28
+            _o = _new(ForgottenTopic)
+            _o.topic_id = ZERO_UUID
+            if pos + 2 > _l:
+                raise truncated('FetchRequest.ForgottenTopic.topic', buf, pos, 2)
+            (_n,) = _S2.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('FetchRequest.ForgottenTopic.topic', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='FetchRequest.ForgottenTopic.topic')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('FetchRequest.ForgottenTopic.topic', buf, pos, _n, 1)
+                _o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('FetchRequest.ForgottenTopic.partitions', buf, pos, 4)
+            (_c,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('FetchRequest.ForgottenTopic.partitions', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('FetchRequest.ForgottenTopic.partitions', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.partitions = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -451,9 +427,17 @@ def _d_FetchTopic_9(buf, pos):
         raise overrun('FetchRequest.FetchTopic.partitions', buf, pos, _c, 28)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_FetchPartition_9(buf, pos)
-            _lst.append(_e)
+            _o = _new(FetchPartition)
+            _o.last_fetched_epoch = -1
+            _o.replica_directory_id = ZERO_UUID
+            if pos + 28 > _l:
+                raise truncated('FetchRequest.FetchPartition.partition', buf, pos, 28)
+            _o.partition, _o.current_leader_epoch, _o.fetch_offset, _o.log_start_offset, _o.partition_max_bytes = _S8.unpack_from(buf, pos)
+            pos += 28
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -490,9 +474,38 @@ def _d_FetchRequest_9(buf, pos):
         raise overrun('FetchRequest.forgotten_topics_data', buf, pos, _c, 6)
     else:
         o.forgotten_topics_data = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_ForgottenTopic_7(buf, pos)
-            _lst.append(_e)
+            _o = _new(ForgottenTopic)
+            _o.topic_id = ZERO_UUID
+            if pos + 2 > _l:
+                raise truncated('FetchRequest.ForgottenTopic.topic', buf, pos, 2)
+            (_n,) = _S2.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('FetchRequest.ForgottenTopic.topic', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='FetchRequest.ForgottenTopic.topic')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('FetchRequest.ForgottenTopic.topic', buf, pos, _n, 1)
+                _o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('FetchRequest.ForgottenTopic.partitions', buf, pos, 4)
+            (_c,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('FetchRequest.ForgottenTopic.partitions', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('FetchRequest.ForgottenTopic.partitions', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.partitions = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -528,9 +541,38 @@ def _d_FetchRequest_11(buf, pos):
         raise overrun('FetchRequest.forgotten_topics_data', buf, pos, _c, 6)
     else:
         o.forgotten_topics_data = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_ForgottenTopic_7(buf, pos)
-            _lst.append(_e)
+            _o = _new(ForgottenTopic)
+            _o.topic_id = ZERO_UUID
+            if pos + 2 > _l:
+                raise truncated('FetchRequest.ForgottenTopic.topic', buf, pos, 2)
+            (_n,) = _S2.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('FetchRequest.ForgottenTopic.topic', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='FetchRequest.ForgottenTopic.topic')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('FetchRequest.ForgottenTopic.topic', buf, pos, _n, 1)
+                _o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('FetchRequest.ForgottenTopic.partitions', buf, pos, 4)
+            (_c,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('FetchRequest.ForgottenTopic.partitions', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('FetchRequest.ForgottenTopic.partitions', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.partitions = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            _o.unknown_tags = None
+            _ap(_o)
     if pos + 2 > _l:
         raise truncated('FetchRequest.rack_id', buf, pos, 2)
     (_n,) = _S2.unpack_from(buf, pos)
@@ -546,27 +588,6 @@ def _d_FetchRequest_11(buf, pos):
         o.rack_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     o.unknown_tags = None
-    return o, pos
-
-def _d_FetchPartition_12(buf, pos):
-    _l = len(buf)
-    o = _new(FetchPartition)
-    o.replica_directory_id = ZERO_UUID
-    if pos + 32 > _l:
-        raise truncated('FetchRequest.FetchPartition.partition', buf, pos, 32)
-    o.partition, o.current_leader_epoch, o.fetch_offset, o.last_fetched_epoch, o.log_start_offset, o.partition_max_bytes = _S9.unpack_from(buf, pos)
-    pos += 32
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'FetchRequest.FetchPartition')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
     return o, pos
 
 def _d_FetchTopic_12(buf, pos):
@@ -601,61 +622,31 @@ def _d_FetchTopic_12(buf, pos):
         raise overrun('FetchRequest.FetchTopic.partitions', buf, pos, _c, 33)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_FetchPartition_12(buf, pos)
-            _lst.append(_e)
+            _o = _new(FetchPartition)
+            _o.replica_directory_id = ZERO_UUID
+            if pos + 32 > _l:
+                raise truncated('FetchRequest.FetchPartition.partition', buf, pos, 32)
+            _o.partition, _o.current_leader_epoch, _o.fetch_offset, _o.last_fetched_epoch, _o.log_start_offset, _o.partition_max_bytes = _S9.unpack_from(buf, pos)
+            pos += 32
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'FetchRequest.FetchPartition')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'FetchRequest.FetchTopic')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
-def _d_ForgottenTopic_12(buf, pos):
-    _l = len(buf)
-    o = _new(ForgottenTopic)
-    o.topic_id = ZERO_UUID
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'FetchRequest.ForgottenTopic.topic')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('FetchRequest.ForgottenTopic.topic', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='FetchRequest.ForgottenTopic.topic')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('FetchRequest.ForgottenTopic.topic', buf, pos, _n, 1)
-        o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _c = buf[pos] - 1
-        pos += 1
-    else:
-        _c, pos = read_uvarint(buf, pos, 'FetchRequest.ForgottenTopic.partitions')
-        _c -= 1
-    if _c < 0:
-        raise bad_length('FetchRequest.ForgottenTopic.partitions', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('FetchRequest.ForgottenTopic.partitions', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.partitions = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'FetchRequest.ForgottenTopic')
         _unknown = None
         for _tag, _ts, _te in _tags:
             if _unknown is None:
@@ -699,9 +690,52 @@ def _d_FetchRequest_12(buf, pos):
         raise overrun('FetchRequest.forgotten_topics_data', buf, pos, _c, 3)
     else:
         o.forgotten_topics_data = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_ForgottenTopic_12(buf, pos)
-            _lst.append(_e)
+            _o = _new(ForgottenTopic)
+            _o.topic_id = ZERO_UUID
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'FetchRequest.ForgottenTopic.topic')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('FetchRequest.ForgottenTopic.topic', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='FetchRequest.ForgottenTopic.topic')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('FetchRequest.ForgottenTopic.topic', buf, pos, _n, 1)
+                _o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'FetchRequest.ForgottenTopic.partitions')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('FetchRequest.ForgottenTopic.partitions', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('FetchRequest.ForgottenTopic.partitions', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.partitions = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'FetchRequest.ForgottenTopic')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -777,50 +811,31 @@ def _d_FetchTopic_13(buf, pos):
         raise overrun('FetchRequest.FetchTopic.partitions', buf, pos, _c, 33)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_FetchPartition_12(buf, pos)
-            _lst.append(_e)
+            _o = _new(FetchPartition)
+            _o.replica_directory_id = ZERO_UUID
+            if pos + 32 > _l:
+                raise truncated('FetchRequest.FetchPartition.partition', buf, pos, 32)
+            _o.partition, _o.current_leader_epoch, _o.fetch_offset, _o.last_fetched_epoch, _o.log_start_offset, _o.partition_max_bytes = _S9.unpack_from(buf, pos)
+            pos += 32
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'FetchRequest.FetchPartition')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'FetchRequest.FetchTopic')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
-def _d_ForgottenTopic_13(buf, pos):
-    _l = len(buf)
-    o = _new(ForgottenTopic)
-    o.topic = ''
-    if pos + 16 > _l:
-        raise truncated('FetchRequest.ForgottenTopic.topic_id', buf, pos, 16)
-    (o.topic_id,) = _S10.unpack_from(buf, pos)
-    pos += 16
-    o.topic_id = _UUID(bytes=o.topic_id)
-    if pos < _l and buf[pos] < 0x80:
-        _c = buf[pos] - 1
-        pos += 1
-    else:
-        _c, pos = read_uvarint(buf, pos, 'FetchRequest.ForgottenTopic.partitions')
-        _c -= 1
-    if _c < 0:
-        raise bad_length('FetchRequest.ForgottenTopic.partitions', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('FetchRequest.ForgottenTopic.partitions', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.partitions = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'FetchRequest.ForgottenTopic')
         _unknown = None
         for _tag, _ts, _te in _tags:
             if _unknown is None:
@@ -864,9 +879,41 @@ def _d_FetchRequest_13(buf, pos):
         raise overrun('FetchRequest.forgotten_topics_data', buf, pos, _c, 18)
     else:
         o.forgotten_topics_data = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_ForgottenTopic_13(buf, pos)
-            _lst.append(_e)
+            _o = _new(ForgottenTopic)
+            _o.topic = ''
+            if pos + 16 > _l:
+                raise truncated('FetchRequest.ForgottenTopic.topic_id', buf, pos, 16)
+            (_o.topic_id,) = _S10.unpack_from(buf, pos)
+            pos += 16
+            _o.topic_id = _UUID(bytes=_o.topic_id)
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'FetchRequest.ForgottenTopic.partitions')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('FetchRequest.ForgottenTopic.partitions', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('FetchRequest.ForgottenTopic.partitions', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.partitions = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'FetchRequest.ForgottenTopic')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -976,9 +1023,41 @@ def _d_FetchRequest_15(buf, pos):
         raise overrun('FetchRequest.forgotten_topics_data', buf, pos, _c, 18)
     else:
         o.forgotten_topics_data = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_ForgottenTopic_13(buf, pos)
-            _lst.append(_e)
+            _o = _new(ForgottenTopic)
+            _o.topic = ''
+            if pos + 16 > _l:
+                raise truncated('FetchRequest.ForgottenTopic.topic_id', buf, pos, 16)
+            (_o.topic_id,) = _S10.unpack_from(buf, pos)
+            pos += 16
+            _o.topic_id = _UUID(bytes=_o.topic_id)
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'FetchRequest.ForgottenTopic.partitions')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('FetchRequest.ForgottenTopic.partitions', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('FetchRequest.ForgottenTopic.partitions', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.partitions = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'FetchRequest.ForgottenTopic')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -1144,9 +1223,41 @@ def _d_FetchRequest_17(buf, pos):
         raise overrun('FetchRequest.forgotten_topics_data', buf, pos, _c, 18)
     else:
         o.forgotten_topics_data = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_ForgottenTopic_13(buf, pos)
-            _lst.append(_e)
+            _o = _new(ForgottenTopic)
+            _o.topic = ''
+            if pos + 16 > _l:
+                raise truncated('FetchRequest.ForgottenTopic.topic_id', buf, pos, 16)
+            (_o.topic_id,) = _S10.unpack_from(buf, pos)
+            pos += 16
+            _o.topic_id = _UUID(bytes=_o.topic_id)
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'FetchRequest.ForgottenTopic.partitions')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('FetchRequest.ForgottenTopic.partitions', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('FetchRequest.ForgottenTopic.partitions', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.partitions = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'FetchRequest.ForgottenTopic')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -1208,9 +1319,6 @@ def _d_FetchRequest_17(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_FetchPartition_0(o, out, chunks):
-    out += _S3.pack(o.partition, o.fetch_offset, o.partition_max_bytes)
-
 def _e_FetchTopic_0(o, out, chunks):
     _b = o.topic.encode('utf-8', 'surrogateescape')
     _n = len(_b)
@@ -1221,8 +1329,8 @@ def _e_FetchTopic_0(o, out, chunks):
     _a = o.partitions
     _c = len(_a)
     out += _S1.pack(_c)
-    for _e in _a:
-        _e_FetchPartition_0(_e, out, chunks)
+    for _o in _a:
+        out += _S3.pack(_o.partition, _o.fetch_offset, _o.partition_max_bytes)
 
 def _e_FetchRequest_0(o, out, chunks):
     out += _S0.pack(o.replica_id, o.max_wait_ms, o.min_bytes)
@@ -1248,9 +1356,6 @@ def _e_FetchRequest_4(o, out, chunks):
     for _e in _a:
         _e_FetchTopic_0(_e, out, chunks)
 
-def _e_FetchPartition_5(o, out, chunks):
-    out += _S6.pack(o.partition, o.fetch_offset, o.log_start_offset, o.partition_max_bytes)
-
 def _e_FetchTopic_5(o, out, chunks):
     _b = o.topic.encode('utf-8', 'surrogateescape')
     _n = len(_b)
@@ -1261,8 +1366,8 @@ def _e_FetchTopic_5(o, out, chunks):
     _a = o.partitions
     _c = len(_a)
     out += _S1.pack(_c)
-    for _e in _a:
-        _e_FetchPartition_5(_e, out, chunks)
+    for _o in _a:
+        out += _S6.pack(_o.partition, _o.fetch_offset, _o.log_start_offset, _o.partition_max_bytes)
 
 def _e_FetchRequest_5(o, out, chunks):
     out += _S5.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level)
@@ -1271,19 +1376,6 @@ def _e_FetchRequest_5(o, out, chunks):
     out += _S1.pack(_c)
     for _e in _a:
         _e_FetchTopic_5(_e, out, chunks)
-
-def _e_ForgottenTopic_7(o, out, chunks):
-    _b = o.topic.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('FetchRequest.ForgottenTopic.topic', _n)
-    out += _S2.pack(_n)
-    out += _b
-    _a = o.partitions
-    _c = len(_a)
-    out += _S1.pack(_c)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
 
 def _e_FetchRequest_7(o, out, chunks):
     out += _S7.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
@@ -1295,11 +1387,18 @@ def _e_FetchRequest_7(o, out, chunks):
     _a = o.forgotten_topics_data
     _c = len(_a)
     out += _S1.pack(_c)
-    for _e in _a:
-        _e_ForgottenTopic_7(_e, out, chunks)
-
-def _e_FetchPartition_9(o, out, chunks):
-    out += _S8.pack(o.partition, o.current_leader_epoch, o.fetch_offset, o.log_start_offset, o.partition_max_bytes)
+    for _o in _a:
+        _b = _o.topic.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('FetchRequest.ForgottenTopic.topic', _n)
+        out += _S2.pack(_n)
+        out += _b
+        _a = _o.partitions
+        _c = len(_a)
+        out += _S1.pack(_c)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
 
 def _e_FetchTopic_9(o, out, chunks):
     _b = o.topic.encode('utf-8', 'surrogateescape')
@@ -1311,8 +1410,8 @@ def _e_FetchTopic_9(o, out, chunks):
     _a = o.partitions
     _c = len(_a)
     out += _S1.pack(_c)
-    for _e in _a:
-        _e_FetchPartition_9(_e, out, chunks)
+    for _o in _a:
+        out += _S8.pack(_o.partition, _o.current_leader_epoch, _o.fetch_offset, _o.log_start_offset, _o.partition_max_bytes)
 
 def _e_FetchRequest_9(o, out, chunks):
     out += _S7.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
@@ -1324,8 +1423,18 @@ def _e_FetchRequest_9(o, out, chunks):
     _a = o.forgotten_topics_data
     _c = len(_a)
     out += _S1.pack(_c)
-    for _e in _a:
-        _e_ForgottenTopic_7(_e, out, chunks)
+    for _o in _a:
+        _b = _o.topic.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('FetchRequest.ForgottenTopic.topic', _n)
+        out += _S2.pack(_n)
+        out += _b
+        _a = _o.partitions
+        _c = len(_a)
+        out += _S1.pack(_c)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
 
 def _e_FetchRequest_11(o, out, chunks):
     out += _S7.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
@@ -1337,21 +1446,24 @@ def _e_FetchRequest_11(o, out, chunks):
     _a = o.forgotten_topics_data
     _c = len(_a)
     out += _S1.pack(_c)
-    for _e in _a:
-        _e_ForgottenTopic_7(_e, out, chunks)
+    for _o in _a:
+        _b = _o.topic.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('FetchRequest.ForgottenTopic.topic', _n)
+        out += _S2.pack(_n)
+        out += _b
+        _a = _o.partitions
+        _c = len(_a)
+        out += _S1.pack(_c)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
     _b = o.rack_id.encode('utf-8', 'surrogateescape')
     _n = len(_b)
     if _n > 0x7FFF:
         raise string_too_long('FetchRequest.rack_id', _n)
     out += _S2.pack(_n)
     out += _b
-
-def _e_FetchPartition_12(o, out, chunks):
-    out += _S9.pack(o.partition, o.current_leader_epoch, o.fetch_offset, o.last_fetched_epoch, o.log_start_offset, o.partition_max_bytes)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
 
 def _e_FetchTopic_12(o, out, chunks):
     _b = o.topic.encode('utf-8', 'surrogateescape')
@@ -1369,31 +1481,12 @@ def _e_FetchTopic_12(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_FetchPartition_12(_e, out, chunks)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
-def _e_ForgottenTopic_12(o, out, chunks):
-    _b = o.topic.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('FetchRequest.ForgottenTopic.topic', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    _a = o.partitions
-    _c = len(_a)
-    if _c < 127:
-        out.append(_c + 1)
-    else:
-        write_uvarint(out, _c + 1)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
+    for _o in _a:
+        out += _S9.pack(_o.partition, _o.current_leader_epoch, _o.fetch_offset, _o.last_fetched_epoch, _o.log_start_offset, _o.partition_max_bytes)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -1415,8 +1508,28 @@ def _e_FetchRequest_12(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_ForgottenTopic_12(_e, out, chunks)
+    for _o in _a:
+        _b = _o.topic.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('FetchRequest.ForgottenTopic.topic', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        _a = _o.partitions
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     _b = o.rack_id.encode('utf-8', 'surrogateescape')
     _n = len(_b)
     if _n > 0x7FFF:
@@ -1459,23 +1572,12 @@ def _e_FetchTopic_13(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_FetchPartition_12(_e, out, chunks)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
-def _e_ForgottenTopic_13(o, out, chunks):
-    out += _S10.pack(o.topic_id.bytes)
-    _a = o.partitions
-    _c = len(_a)
-    if _c < 127:
-        out.append(_c + 1)
-    else:
-        write_uvarint(out, _c + 1)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
+    for _o in _a:
+        out += _S9.pack(_o.partition, _o.current_leader_epoch, _o.fetch_offset, _o.last_fetched_epoch, _o.log_start_offset, _o.partition_max_bytes)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -1497,8 +1599,20 @@ def _e_FetchRequest_13(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_ForgottenTopic_13(_e, out, chunks)
+    for _o in _a:
+        out += _S10.pack(_o.topic_id.bytes)
+        _a = _o.partitions
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     _b = o.rack_id.encode('utf-8', 'surrogateescape')
     _n = len(_b)
     if _n > 0x7FFF:
@@ -1556,8 +1670,20 @@ def _e_FetchRequest_15(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_ForgottenTopic_13(_e, out, chunks)
+    for _o in _a:
+        out += _S10.pack(_o.topic_id.bytes)
+        _a = _o.partitions
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     _b = o.rack_id.encode('utf-8', 'surrogateescape')
     _n = len(_b)
     if _n > 0x7FFF:
@@ -1645,8 +1771,20 @@ def _e_FetchRequest_17(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_ForgottenTopic_13(_e, out, chunks)
+    for _o in _a:
+        out += _S10.pack(_o.topic_id.bytes)
+        _a = _o.partitions
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     _b = o.rack_id.encode('utf-8', 'surrogateescape')
     _n = len(_b)
     if _n > 0x7FFF:

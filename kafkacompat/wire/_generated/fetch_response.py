@@ -144,37 +144,6 @@ _S8 = _Struct('>ii')
 _S9 = _Struct('>qi')
 _S10 = _Struct('>16s')
 
-def _d_PartitionData_0(buf, pos):
-    _l = len(buf)
-    o = _new(PartitionData)
-    o.last_stable_offset = -1
-    o.log_start_offset = -1
-    o.diverging_epoch = EpochEndOffset()
-    o.current_leader = LeaderIdAndEpoch()
-    o.snapshot_id = SnapshotId()
-    o.aborted_transactions = []
-    o.preferred_read_replica = -1
-    if pos + 14 > _l:
-        raise truncated('FetchResponse.PartitionData.partition_index', buf, pos, 14)
-    o.partition_index, o.error_code, o.high_watermark = _S2.unpack_from(buf, pos)
-    pos += 14
-    if pos + 4 > _l:
-        raise truncated('FetchResponse.PartitionData.records', buf, pos, 4)
-    (_n,) = _S0.unpack_from(buf, pos)
-    pos += 4
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('FetchResponse.PartitionData.records', _n)
-        o.records = None
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('FetchResponse.PartitionData.records', buf, pos, _n, 1)
-        o.records = buf[pos:_end]
-        pos = _end
-    o.unknown_tags = None
-    return o, pos
-
 def _d_FetchableTopicResponse_0(buf, pos):
     _l = len(buf)
     o = _new(FetchableTopicResponse)
@@ -203,9 +172,36 @@ def _d_FetchableTopicResponse_0(buf, pos):
         raise overrun('FetchResponse.FetchableTopicResponse.partitions', buf, pos, _c, 18)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_PartitionData_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(PartitionData)
+            _o.last_stable_offset = -1
+            _o.log_start_offset = -1
+            _o.diverging_epoch = EpochEndOffset()
+            _o.current_leader = LeaderIdAndEpoch()
+            _o.snapshot_id = SnapshotId()
+            _o.aborted_transactions = []
+            _o.preferred_read_replica = -1
+            if pos + 14 > _l:
+                raise truncated('FetchResponse.PartitionData.partition_index', buf, pos, 14)
+            _o.partition_index, _o.error_code, _o.high_watermark = _S2.unpack_from(buf, pos)
+            pos += 14
+            if pos + 4 > _l:
+                raise truncated('FetchResponse.PartitionData.records', buf, pos, 4)
+            (_n,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('FetchResponse.PartitionData.records', _n)
+                _o.records = None
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('FetchResponse.PartitionData.records', buf, pos, _n, 1)
+                _o.records = buf[pos:_end]
+                pos = _end
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -258,16 +254,6 @@ def _d_FetchResponse_1(buf, pos):
     o.unknown_tags = None
     return o, pos
 
-def _d_AbortedTransaction_4(buf, pos):
-    _l = len(buf)
-    o = _new(AbortedTransaction)
-    if pos + 16 > _l:
-        raise truncated('FetchResponse.AbortedTransaction.producer_id', buf, pos, 16)
-    o.producer_id, o.first_offset = _S4.unpack_from(buf, pos)
-    pos += 16
-    o.unknown_tags = None
-    return o, pos
-
 def _d_PartitionData_4(buf, pos):
     _l = len(buf)
     o = _new(PartitionData)
@@ -292,9 +278,15 @@ def _d_PartitionData_4(buf, pos):
         raise overrun('FetchResponse.PartitionData.aborted_transactions', buf, pos, _c, 16)
     else:
         o.aborted_transactions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_AbortedTransaction_4(buf, pos)
-            _lst.append(_e)
+            _o = _new(AbortedTransaction)
+            if pos + 16 > _l:
+                raise truncated('FetchResponse.AbortedTransaction.producer_id', buf, pos, 16)
+            _o.producer_id, _o.first_offset = _S4.unpack_from(buf, pos)
+            pos += 16
+            _o.unknown_tags = None
+            _ap(_o)
     if pos + 4 > _l:
         raise truncated('FetchResponse.PartitionData.records', buf, pos, 4)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -395,9 +387,15 @@ def _d_PartitionData_5(buf, pos):
         raise overrun('FetchResponse.PartitionData.aborted_transactions', buf, pos, _c, 16)
     else:
         o.aborted_transactions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_AbortedTransaction_4(buf, pos)
-            _lst.append(_e)
+            _o = _new(AbortedTransaction)
+            if pos + 16 > _l:
+                raise truncated('FetchResponse.AbortedTransaction.producer_id', buf, pos, 16)
+            _o.producer_id, _o.first_offset = _S4.unpack_from(buf, pos)
+            pos += 16
+            _o.unknown_tags = None
+            _ap(_o)
     if pos + 4 > _l:
         raise truncated('FetchResponse.PartitionData.records', buf, pos, 4)
     (_n,) = _S0.unpack_from(buf, pos)
@@ -521,9 +519,15 @@ def _d_PartitionData_11(buf, pos):
         raise overrun('FetchResponse.PartitionData.aborted_transactions', buf, pos, _c, 16)
     else:
         o.aborted_transactions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_AbortedTransaction_4(buf, pos)
-            _lst.append(_e)
+            _o = _new(AbortedTransaction)
+            if pos + 16 > _l:
+                raise truncated('FetchResponse.AbortedTransaction.producer_id', buf, pos, 16)
+            _o.producer_id, _o.first_offset = _S4.unpack_from(buf, pos)
+            pos += 16
+            _o.unknown_tags = None
+            _ap(_o)
     if pos + 4 > _l:
         raise truncated('FetchResponse.PartitionData.preferred_read_replica', buf, pos, 4)
     (o.preferred_read_replica,) = _S0.unpack_from(buf, pos)
@@ -601,26 +605,6 @@ def _d_FetchResponse_11(buf, pos):
             _e, pos = _d_FetchableTopicResponse_11(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
-    return o, pos
-
-def _d_AbortedTransaction_12(buf, pos):
-    _l = len(buf)
-    o = _new(AbortedTransaction)
-    if pos + 16 > _l:
-        raise truncated('FetchResponse.AbortedTransaction.producer_id', buf, pos, 16)
-    o.producer_id, o.first_offset = _S4.unpack_from(buf, pos)
-    pos += 16
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'FetchResponse.AbortedTransaction')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
     return o, pos
 
 def _d_EpochEndOffset_12(buf, pos):
@@ -704,9 +688,25 @@ def _d_PartitionData_12(buf, pos):
         raise overrun('FetchResponse.PartitionData.aborted_transactions', buf, pos, _c, 17)
     else:
         o.aborted_transactions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_AbortedTransaction_12(buf, pos)
-            _lst.append(_e)
+            _o = _new(AbortedTransaction)
+            if pos + 16 > _l:
+                raise truncated('FetchResponse.AbortedTransaction.producer_id', buf, pos, 16)
+            _o.producer_id, _o.first_offset = _S4.unpack_from(buf, pos)
+            pos += 16
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'FetchResponse.AbortedTransaction')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos + 4 > _l:
         raise truncated('FetchResponse.PartitionData.preferred_read_replica', buf, pos, 4)
     (o.preferred_read_replica,) = _S0.unpack_from(buf, pos)
@@ -1034,10 +1034,6 @@ def _d_FetchResponse_16(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_PartitionData_0(o, out, chunks):
-    out += _S2.pack(o.partition_index, o.error_code, o.high_watermark)
-    write_records(out, chunks, o.records)
-
 def _e_FetchableTopicResponse_0(o, out, chunks):
     _b = o.topic.encode('utf-8', 'surrogateescape')
     _n = len(_b)
@@ -1048,8 +1044,9 @@ def _e_FetchableTopicResponse_0(o, out, chunks):
     _a = o.partitions
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_PartitionData_0(_e, out, chunks)
+    for _o in _a:
+        out += _S2.pack(_o.partition_index, _o.error_code, _o.high_watermark)
+        write_records(out, chunks, _o.records)
 
 def _e_FetchResponse_0(o, out, chunks):
     _a = o.responses
@@ -1066,9 +1063,6 @@ def _e_FetchResponse_1(o, out, chunks):
     for _e in _a:
         _e_FetchableTopicResponse_0(_e, out, chunks)
 
-def _e_AbortedTransaction_4(o, out, chunks):
-    out += _S4.pack(o.producer_id, o.first_offset)
-
 def _e_PartitionData_4(o, out, chunks):
     out += _S3.pack(o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset)
     _a = o.aborted_transactions
@@ -1077,8 +1071,8 @@ def _e_PartitionData_4(o, out, chunks):
     else:
         _c = len(_a)
         out += _S0.pack(_c)
-        for _e in _a:
-            _e_AbortedTransaction_4(_e, out, chunks)
+        for _o in _a:
+            out += _S4.pack(_o.producer_id, _o.first_offset)
     write_records(out, chunks, o.records)
 
 def _e_FetchableTopicResponse_4(o, out, chunks):
@@ -1110,8 +1104,8 @@ def _e_PartitionData_5(o, out, chunks):
     else:
         _c = len(_a)
         out += _S0.pack(_c)
-        for _e in _a:
-            _e_AbortedTransaction_4(_e, out, chunks)
+        for _o in _a:
+            out += _S4.pack(_o.producer_id, _o.first_offset)
     write_records(out, chunks, o.records)
 
 def _e_FetchableTopicResponse_5(o, out, chunks):
@@ -1151,8 +1145,8 @@ def _e_PartitionData_11(o, out, chunks):
     else:
         _c = len(_a)
         out += _S0.pack(_c)
-        for _e in _a:
-            _e_AbortedTransaction_4(_e, out, chunks)
+        for _o in _a:
+            out += _S4.pack(_o.producer_id, _o.first_offset)
     out += _S0.pack(o.preferred_read_replica)
     write_records(out, chunks, o.records)
 
@@ -1176,13 +1170,6 @@ def _e_FetchResponse_11(o, out, chunks):
     out += _S0.pack(_c)
     for _e in _a:
         _e_FetchableTopicResponse_11(_e, out, chunks)
-
-def _e_AbortedTransaction_12(o, out, chunks):
-    out += _S4.pack(o.producer_id, o.first_offset)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
 
 def _e_EpochEndOffset_12(o, out, chunks):
     out += _S7.pack(o.epoch, o.end_offset)
@@ -1216,8 +1203,12 @@ def _e_PartitionData_12(o, out, chunks):
             out.append(_c + 1)
         else:
             write_uvarint(out, _c + 1)
-        for _e in _a:
-            _e_AbortedTransaction_12(_e, out, chunks)
+        for _o in _a:
+            out += _S4.pack(_o.producer_id, _o.first_offset)
+            if _o.unknown_tags is None:
+                out.append(0)
+            else:
+                write_tags(out, _o.unknown_tags)
     out += _S0.pack(o.preferred_read_replica)
     write_compact_records(out, chunks, o.records)
     _tags = None

@@ -217,80 +217,6 @@ def _d_FindCoordinatorResponse_3(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _d_Coordinator_4(buf, pos):
-    _l = len(buf)
-    o = _new(Coordinator)
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'FindCoordinatorResponse.Coordinator.key')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('FindCoordinatorResponse.Coordinator.key', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='FindCoordinatorResponse.Coordinator.key')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('FindCoordinatorResponse.Coordinator.key', buf, pos, _n, 1)
-        o.key = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 4 > _l:
-        raise truncated('FindCoordinatorResponse.Coordinator.node_id', buf, pos, 4)
-    (o.node_id,) = _S2.unpack_from(buf, pos)
-    pos += 4
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'FindCoordinatorResponse.Coordinator.host')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('FindCoordinatorResponse.Coordinator.host', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='FindCoordinatorResponse.Coordinator.host')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('FindCoordinatorResponse.Coordinator.host', buf, pos, _n, 1)
-        o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 6 > _l:
-        raise truncated('FindCoordinatorResponse.Coordinator.port', buf, pos, 6)
-    o.port, o.error_code = _S3.unpack_from(buf, pos)
-    pos += 6
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'FindCoordinatorResponse.Coordinator.error_message')
-        _n -= 1
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('FindCoordinatorResponse.Coordinator.error_message', _n)
-        o.error_message = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='FindCoordinatorResponse.Coordinator.error_message')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('FindCoordinatorResponse.Coordinator.error_message', buf, pos, _n, 1)
-        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'FindCoordinatorResponse.Coordinator')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_FindCoordinatorResponse_4(buf, pos):
     _l = len(buf)
     o = _new(FindCoordinatorResponse)
@@ -315,9 +241,79 @@ def _d_FindCoordinatorResponse_4(buf, pos):
         raise overrun('FindCoordinatorResponse.coordinators', buf, pos, _c, 14)
     else:
         o.coordinators = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_Coordinator_4(buf, pos)
-            _lst.append(_e)
+            _o = _new(Coordinator)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'FindCoordinatorResponse.Coordinator.key')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('FindCoordinatorResponse.Coordinator.key', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='FindCoordinatorResponse.Coordinator.key')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('FindCoordinatorResponse.Coordinator.key', buf, pos, _n, 1)
+                _o.key = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('FindCoordinatorResponse.Coordinator.node_id', buf, pos, 4)
+            (_o.node_id,) = _S2.unpack_from(buf, pos)
+            pos += 4
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'FindCoordinatorResponse.Coordinator.host')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('FindCoordinatorResponse.Coordinator.host', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='FindCoordinatorResponse.Coordinator.host')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('FindCoordinatorResponse.Coordinator.host', buf, pos, _n, 1)
+                _o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 6 > _l:
+                raise truncated('FindCoordinatorResponse.Coordinator.port', buf, pos, 6)
+            _o.port, _o.error_code = _S3.unpack_from(buf, pos)
+            pos += 6
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'FindCoordinatorResponse.Coordinator.error_message')
+                _n -= 1
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('FindCoordinatorResponse.Coordinator.error_message', _n)
+                _o.error_message = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='FindCoordinatorResponse.Coordinator.error_message')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('FindCoordinatorResponse.Coordinator.error_message', buf, pos, _n, 1)
+                _o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'FindCoordinatorResponse.Coordinator')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -391,44 +387,6 @@ def _e_FindCoordinatorResponse_3(o, out, chunks):
     else:
         write_tags(out, o.unknown_tags)
 
-def _e_Coordinator_4(o, out, chunks):
-    _b = o.key.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('FindCoordinatorResponse.Coordinator.key', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    out += _S2.pack(o.node_id)
-    _b = o.host.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('FindCoordinatorResponse.Coordinator.host', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    out += _S3.pack(o.port, o.error_code)
-    if o.error_message is None:
-        out.append(0)
-    else:
-        _b = o.error_message.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('FindCoordinatorResponse.Coordinator.error_message', _n)
-        if _n < 127:
-            out.append(_n + 1)
-        else:
-            write_uvarint(out, _n + 1)
-        out += _b
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
 def _e_FindCoordinatorResponse_4(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms)
     _a = o.coordinators
@@ -437,8 +395,43 @@ def _e_FindCoordinatorResponse_4(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_Coordinator_4(_e, out, chunks)
+    for _o in _a:
+        _b = _o.key.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('FindCoordinatorResponse.Coordinator.key', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        out += _S2.pack(_o.node_id)
+        _b = _o.host.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('FindCoordinatorResponse.Coordinator.host', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        out += _S3.pack(_o.port, _o.error_code)
+        if _o.error_message is None:
+            out.append(0)
+        else:
+            _b = _o.error_message.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('FindCoordinatorResponse.Coordinator.error_message', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

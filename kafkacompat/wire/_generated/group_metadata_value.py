@@ -76,84 +76,6 @@ _S1 = _Struct('>i')
 _S2 = _Struct('>ii')
 _S3 = _Struct('>q')
 
-def _d_MemberMetadata_0(buf, pos):
-    _l = len(buf)
-    o = _new(MemberMetadata)
-    o.group_instance_id = None
-    o.rebalance_timeout = -1
-    if pos + 2 > _l:
-        raise truncated('GroupMetadataValue.MemberMetadata.member_id', buf, pos, 2)
-    (_n,) = _S0.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('GroupMetadataValue.MemberMetadata.member_id', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.MemberMetadata.member_id')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('GroupMetadataValue.MemberMetadata.member_id', buf, pos, _n, 1)
-        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('GroupMetadataValue.MemberMetadata.client_id', buf, pos, 2)
-    (_n,) = _S0.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('GroupMetadataValue.MemberMetadata.client_id', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.MemberMetadata.client_id')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('GroupMetadataValue.MemberMetadata.client_id', buf, pos, _n, 1)
-        o.client_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('GroupMetadataValue.MemberMetadata.client_host', buf, pos, 2)
-    (_n,) = _S0.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('GroupMetadataValue.MemberMetadata.client_host', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.MemberMetadata.client_host')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('GroupMetadataValue.MemberMetadata.client_host', buf, pos, _n, 1)
-        o.client_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 4 > _l:
-        raise truncated('GroupMetadataValue.MemberMetadata.session_timeout', buf, pos, 4)
-    (o.session_timeout,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if pos + 4 > _l:
-        raise truncated('GroupMetadataValue.MemberMetadata.subscription', buf, pos, 4)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if _n < 0:
-        raise bad_length('GroupMetadataValue.MemberMetadata.subscription', _n)
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('GroupMetadataValue.MemberMetadata.subscription', buf, pos, _n, 1)
-        o.subscription = bytes(buf[pos:_end])
-        pos = _end
-    if pos + 4 > _l:
-        raise truncated('GroupMetadataValue.MemberMetadata.assignment', buf, pos, 4)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if _n < 0:
-        raise bad_length('GroupMetadataValue.MemberMetadata.assignment', _n)
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('GroupMetadataValue.MemberMetadata.assignment', buf, pos, _n, 1)
-        o.assignment = bytes(buf[pos:_end])
-        pos = _end
-    o.unknown_tags = None
-    return o, pos
-
 def _d_GroupMetadataValue_0(buf, pos):
     _l = len(buf)
     o = _new(GroupMetadataValue)
@@ -218,86 +140,83 @@ def _d_GroupMetadataValue_0(buf, pos):
         raise overrun('GroupMetadataValue.members', buf, pos, _c, 18)
     else:
         o.members = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_MemberMetadata_0(buf, pos)
-            _lst.append(_e)
-    o.unknown_tags = None
-    return o, pos
-
-def _d_MemberMetadata_1(buf, pos):
-    _l = len(buf)
-    o = _new(MemberMetadata)
-    o.group_instance_id = None
-    if pos + 2 > _l:
-        raise truncated('GroupMetadataValue.MemberMetadata.member_id', buf, pos, 2)
-    (_n,) = _S0.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('GroupMetadataValue.MemberMetadata.member_id', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.MemberMetadata.member_id')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('GroupMetadataValue.MemberMetadata.member_id', buf, pos, _n, 1)
-        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('GroupMetadataValue.MemberMetadata.client_id', buf, pos, 2)
-    (_n,) = _S0.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('GroupMetadataValue.MemberMetadata.client_id', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.MemberMetadata.client_id')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('GroupMetadataValue.MemberMetadata.client_id', buf, pos, _n, 1)
-        o.client_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('GroupMetadataValue.MemberMetadata.client_host', buf, pos, 2)
-    (_n,) = _S0.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('GroupMetadataValue.MemberMetadata.client_host', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.MemberMetadata.client_host')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('GroupMetadataValue.MemberMetadata.client_host', buf, pos, _n, 1)
-        o.client_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 8 > _l:
-        raise truncated('GroupMetadataValue.MemberMetadata.rebalance_timeout', buf, pos, 8)
-    o.rebalance_timeout, o.session_timeout = _S2.unpack_from(buf, pos)
-    pos += 8
-    if pos + 4 > _l:
-        raise truncated('GroupMetadataValue.MemberMetadata.subscription', buf, pos, 4)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if _n < 0:
-        raise bad_length('GroupMetadataValue.MemberMetadata.subscription', _n)
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('GroupMetadataValue.MemberMetadata.subscription', buf, pos, _n, 1)
-        o.subscription = bytes(buf[pos:_end])
-        pos = _end
-    if pos + 4 > _l:
-        raise truncated('GroupMetadataValue.MemberMetadata.assignment', buf, pos, 4)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if _n < 0:
-        raise bad_length('GroupMetadataValue.MemberMetadata.assignment', _n)
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('GroupMetadataValue.MemberMetadata.assignment', buf, pos, _n, 1)
-        o.assignment = bytes(buf[pos:_end])
-        pos = _end
+            _o = _new(MemberMetadata)
+            _o.group_instance_id = None
+            _o.rebalance_timeout = -1
+            if pos + 2 > _l:
+                raise truncated('GroupMetadataValue.MemberMetadata.member_id', buf, pos, 2)
+            (_n,) = _S0.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('GroupMetadataValue.MemberMetadata.member_id', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.MemberMetadata.member_id')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('GroupMetadataValue.MemberMetadata.member_id', buf, pos, _n, 1)
+                _o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('GroupMetadataValue.MemberMetadata.client_id', buf, pos, 2)
+            (_n,) = _S0.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('GroupMetadataValue.MemberMetadata.client_id', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.MemberMetadata.client_id')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('GroupMetadataValue.MemberMetadata.client_id', buf, pos, _n, 1)
+                _o.client_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('GroupMetadataValue.MemberMetadata.client_host', buf, pos, 2)
+            (_n,) = _S0.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('GroupMetadataValue.MemberMetadata.client_host', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.MemberMetadata.client_host')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('GroupMetadataValue.MemberMetadata.client_host', buf, pos, _n, 1)
+                _o.client_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('GroupMetadataValue.MemberMetadata.session_timeout', buf, pos, 4)
+            (_o.session_timeout,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if pos + 4 > _l:
+                raise truncated('GroupMetadataValue.MemberMetadata.subscription', buf, pos, 4)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if _n < 0:
+                raise bad_length('GroupMetadataValue.MemberMetadata.subscription', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('GroupMetadataValue.MemberMetadata.subscription', buf, pos, _n, 1)
+                _o.subscription = bytes(buf[pos:_end])
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('GroupMetadataValue.MemberMetadata.assignment', buf, pos, 4)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if _n < 0:
+                raise bad_length('GroupMetadataValue.MemberMetadata.assignment', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('GroupMetadataValue.MemberMetadata.assignment', buf, pos, _n, 1)
+                _o.assignment = bytes(buf[pos:_end])
+                pos = _end
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -365,9 +284,82 @@ def _d_GroupMetadataValue_1(buf, pos):
         raise overrun('GroupMetadataValue.members', buf, pos, _c, 22)
     else:
         o.members = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_MemberMetadata_1(buf, pos)
-            _lst.append(_e)
+            _o = _new(MemberMetadata)
+            _o.group_instance_id = None
+            if pos + 2 > _l:
+                raise truncated('GroupMetadataValue.MemberMetadata.member_id', buf, pos, 2)
+            (_n,) = _S0.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('GroupMetadataValue.MemberMetadata.member_id', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.MemberMetadata.member_id')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('GroupMetadataValue.MemberMetadata.member_id', buf, pos, _n, 1)
+                _o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('GroupMetadataValue.MemberMetadata.client_id', buf, pos, 2)
+            (_n,) = _S0.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('GroupMetadataValue.MemberMetadata.client_id', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.MemberMetadata.client_id')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('GroupMetadataValue.MemberMetadata.client_id', buf, pos, _n, 1)
+                _o.client_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('GroupMetadataValue.MemberMetadata.client_host', buf, pos, 2)
+            (_n,) = _S0.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('GroupMetadataValue.MemberMetadata.client_host', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.MemberMetadata.client_host')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('GroupMetadataValue.MemberMetadata.client_host', buf, pos, _n, 1)
+                _o.client_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 8 > _l:
+                raise truncated('GroupMetadataValue.MemberMetadata.rebalance_timeout', buf, pos, 8)
+            _o.rebalance_timeout, _o.session_timeout = _S2.unpack_from(buf, pos)
+            pos += 8
+            if pos + 4 > _l:
+                raise truncated('GroupMetadataValue.MemberMetadata.subscription', buf, pos, 4)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if _n < 0:
+                raise bad_length('GroupMetadataValue.MemberMetadata.subscription', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('GroupMetadataValue.MemberMetadata.subscription', buf, pos, _n, 1)
+                _o.subscription = bytes(buf[pos:_end])
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('GroupMetadataValue.MemberMetadata.assignment', buf, pos, 4)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if _n < 0:
+                raise bad_length('GroupMetadataValue.MemberMetadata.assignment', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('GroupMetadataValue.MemberMetadata.assignment', buf, pos, _n, 1)
+                _o.assignment = bytes(buf[pos:_end])
+                pos = _end
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -438,101 +430,82 @@ def _d_GroupMetadataValue_2(buf, pos):
         raise overrun('GroupMetadataValue.members', buf, pos, _c, 22)
     else:
         o.members = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_MemberMetadata_1(buf, pos)
-            _lst.append(_e)
-    o.unknown_tags = None
-    return o, pos
-
-def _d_MemberMetadata_3(buf, pos):
-    _l = len(buf)
-    o = _new(MemberMetadata)
-    if pos + 2 > _l:
-        raise truncated('GroupMetadataValue.MemberMetadata.member_id', buf, pos, 2)
-    (_n,) = _S0.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('GroupMetadataValue.MemberMetadata.member_id', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.MemberMetadata.member_id')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('GroupMetadataValue.MemberMetadata.member_id', buf, pos, _n, 1)
-        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('GroupMetadataValue.MemberMetadata.group_instance_id', buf, pos, 2)
-    (_n,) = _S0.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('GroupMetadataValue.MemberMetadata.group_instance_id', _n)
-        o.group_instance_id = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.MemberMetadata.group_instance_id')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('GroupMetadataValue.MemberMetadata.group_instance_id', buf, pos, _n, 1)
-        o.group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('GroupMetadataValue.MemberMetadata.client_id', buf, pos, 2)
-    (_n,) = _S0.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('GroupMetadataValue.MemberMetadata.client_id', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.MemberMetadata.client_id')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('GroupMetadataValue.MemberMetadata.client_id', buf, pos, _n, 1)
-        o.client_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('GroupMetadataValue.MemberMetadata.client_host', buf, pos, 2)
-    (_n,) = _S0.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('GroupMetadataValue.MemberMetadata.client_host', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.MemberMetadata.client_host')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('GroupMetadataValue.MemberMetadata.client_host', buf, pos, _n, 1)
-        o.client_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 8 > _l:
-        raise truncated('GroupMetadataValue.MemberMetadata.rebalance_timeout', buf, pos, 8)
-    o.rebalance_timeout, o.session_timeout = _S2.unpack_from(buf, pos)
-    pos += 8
-    if pos + 4 > _l:
-        raise truncated('GroupMetadataValue.MemberMetadata.subscription', buf, pos, 4)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if _n < 0:
-        raise bad_length('GroupMetadataValue.MemberMetadata.subscription', _n)
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('GroupMetadataValue.MemberMetadata.subscription', buf, pos, _n, 1)
-        o.subscription = bytes(buf[pos:_end])
-        pos = _end
-    if pos + 4 > _l:
-        raise truncated('GroupMetadataValue.MemberMetadata.assignment', buf, pos, 4)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if _n < 0:
-        raise bad_length('GroupMetadataValue.MemberMetadata.assignment', _n)
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('GroupMetadataValue.MemberMetadata.assignment', buf, pos, _n, 1)
-        o.assignment = bytes(buf[pos:_end])
-        pos = _end
+            _o = _new(MemberMetadata)
+            _o.group_instance_id = None
+            if pos + 2 > _l:
+                raise truncated('GroupMetadataValue.MemberMetadata.member_id', buf, pos, 2)
+            (_n,) = _S0.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('GroupMetadataValue.MemberMetadata.member_id', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.MemberMetadata.member_id')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('GroupMetadataValue.MemberMetadata.member_id', buf, pos, _n, 1)
+                _o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('GroupMetadataValue.MemberMetadata.client_id', buf, pos, 2)
+            (_n,) = _S0.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('GroupMetadataValue.MemberMetadata.client_id', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.MemberMetadata.client_id')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('GroupMetadataValue.MemberMetadata.client_id', buf, pos, _n, 1)
+                _o.client_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('GroupMetadataValue.MemberMetadata.client_host', buf, pos, 2)
+            (_n,) = _S0.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('GroupMetadataValue.MemberMetadata.client_host', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.MemberMetadata.client_host')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('GroupMetadataValue.MemberMetadata.client_host', buf, pos, _n, 1)
+                _o.client_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 8 > _l:
+                raise truncated('GroupMetadataValue.MemberMetadata.rebalance_timeout', buf, pos, 8)
+            _o.rebalance_timeout, _o.session_timeout = _S2.unpack_from(buf, pos)
+            pos += 8
+            if pos + 4 > _l:
+                raise truncated('GroupMetadataValue.MemberMetadata.subscription', buf, pos, 4)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if _n < 0:
+                raise bad_length('GroupMetadataValue.MemberMetadata.subscription', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('GroupMetadataValue.MemberMetadata.subscription', buf, pos, _n, 1)
+                _o.subscription = bytes(buf[pos:_end])
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('GroupMetadataValue.MemberMetadata.assignment', buf, pos, 4)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if _n < 0:
+                raise bad_length('GroupMetadataValue.MemberMetadata.assignment', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('GroupMetadataValue.MemberMetadata.assignment', buf, pos, _n, 1)
+                _o.assignment = bytes(buf[pos:_end])
+                pos = _end
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -603,124 +576,98 @@ def _d_GroupMetadataValue_3(buf, pos):
         raise overrun('GroupMetadataValue.members', buf, pos, _c, 24)
     else:
         o.members = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_MemberMetadata_3(buf, pos)
-            _lst.append(_e)
+            _o = _new(MemberMetadata)
+            if pos + 2 > _l:
+                raise truncated('GroupMetadataValue.MemberMetadata.member_id', buf, pos, 2)
+            (_n,) = _S0.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('GroupMetadataValue.MemberMetadata.member_id', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.MemberMetadata.member_id')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('GroupMetadataValue.MemberMetadata.member_id', buf, pos, _n, 1)
+                _o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('GroupMetadataValue.MemberMetadata.group_instance_id', buf, pos, 2)
+            (_n,) = _S0.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('GroupMetadataValue.MemberMetadata.group_instance_id', _n)
+                _o.group_instance_id = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.MemberMetadata.group_instance_id')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('GroupMetadataValue.MemberMetadata.group_instance_id', buf, pos, _n, 1)
+                _o.group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('GroupMetadataValue.MemberMetadata.client_id', buf, pos, 2)
+            (_n,) = _S0.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('GroupMetadataValue.MemberMetadata.client_id', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.MemberMetadata.client_id')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('GroupMetadataValue.MemberMetadata.client_id', buf, pos, _n, 1)
+                _o.client_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('GroupMetadataValue.MemberMetadata.client_host', buf, pos, 2)
+            (_n,) = _S0.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('GroupMetadataValue.MemberMetadata.client_host', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.MemberMetadata.client_host')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('GroupMetadataValue.MemberMetadata.client_host', buf, pos, _n, 1)
+                _o.client_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 8 > _l:
+                raise truncated('GroupMetadataValue.MemberMetadata.rebalance_timeout', buf, pos, 8)
+            _o.rebalance_timeout, _o.session_timeout = _S2.unpack_from(buf, pos)
+            pos += 8
+            if pos + 4 > _l:
+                raise truncated('GroupMetadataValue.MemberMetadata.subscription', buf, pos, 4)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if _n < 0:
+                raise bad_length('GroupMetadataValue.MemberMetadata.subscription', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('GroupMetadataValue.MemberMetadata.subscription', buf, pos, _n, 1)
+                _o.subscription = bytes(buf[pos:_end])
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('GroupMetadataValue.MemberMetadata.assignment', buf, pos, 4)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if _n < 0:
+                raise bad_length('GroupMetadataValue.MemberMetadata.assignment', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('GroupMetadataValue.MemberMetadata.assignment', buf, pos, _n, 1)
+                _o.assignment = bytes(buf[pos:_end])
+                pos = _end
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
-    return o, pos
-
-def _d_MemberMetadata_4(buf, pos):
-    _l = len(buf)
-    o = _new(MemberMetadata)
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'GroupMetadataValue.MemberMetadata.member_id')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('GroupMetadataValue.MemberMetadata.member_id', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.MemberMetadata.member_id')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('GroupMetadataValue.MemberMetadata.member_id', buf, pos, _n, 1)
-        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'GroupMetadataValue.MemberMetadata.group_instance_id')
-        _n -= 1
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('GroupMetadataValue.MemberMetadata.group_instance_id', _n)
-        o.group_instance_id = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.MemberMetadata.group_instance_id')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('GroupMetadataValue.MemberMetadata.group_instance_id', buf, pos, _n, 1)
-        o.group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'GroupMetadataValue.MemberMetadata.client_id')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('GroupMetadataValue.MemberMetadata.client_id', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.MemberMetadata.client_id')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('GroupMetadataValue.MemberMetadata.client_id', buf, pos, _n, 1)
-        o.client_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'GroupMetadataValue.MemberMetadata.client_host')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('GroupMetadataValue.MemberMetadata.client_host', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.MemberMetadata.client_host')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('GroupMetadataValue.MemberMetadata.client_host', buf, pos, _n, 1)
-        o.client_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 8 > _l:
-        raise truncated('GroupMetadataValue.MemberMetadata.rebalance_timeout', buf, pos, 8)
-    o.rebalance_timeout, o.session_timeout = _S2.unpack_from(buf, pos)
-    pos += 8
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'GroupMetadataValue.MemberMetadata.subscription')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('GroupMetadataValue.MemberMetadata.subscription', _n)
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('GroupMetadataValue.MemberMetadata.subscription', buf, pos, _n, 1)
-        o.subscription = bytes(buf[pos:_end])
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'GroupMetadataValue.MemberMetadata.assignment')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('GroupMetadataValue.MemberMetadata.assignment', _n)
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('GroupMetadataValue.MemberMetadata.assignment', buf, pos, _n, 1)
-        o.assignment = bytes(buf[pos:_end])
-        pos = _end
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'GroupMetadataValue.MemberMetadata')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
     return o, pos
 
 def _d_GroupMetadataValue_4(buf, pos):
@@ -798,9 +745,119 @@ def _d_GroupMetadataValue_4(buf, pos):
         raise overrun('GroupMetadataValue.members', buf, pos, _c, 15)
     else:
         o.members = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_MemberMetadata_4(buf, pos)
-            _lst.append(_e)
+            _o = _new(MemberMetadata)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'GroupMetadataValue.MemberMetadata.member_id')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('GroupMetadataValue.MemberMetadata.member_id', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.MemberMetadata.member_id')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('GroupMetadataValue.MemberMetadata.member_id', buf, pos, _n, 1)
+                _o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'GroupMetadataValue.MemberMetadata.group_instance_id')
+                _n -= 1
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('GroupMetadataValue.MemberMetadata.group_instance_id', _n)
+                _o.group_instance_id = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.MemberMetadata.group_instance_id')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('GroupMetadataValue.MemberMetadata.group_instance_id', buf, pos, _n, 1)
+                _o.group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'GroupMetadataValue.MemberMetadata.client_id')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('GroupMetadataValue.MemberMetadata.client_id', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.MemberMetadata.client_id')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('GroupMetadataValue.MemberMetadata.client_id', buf, pos, _n, 1)
+                _o.client_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'GroupMetadataValue.MemberMetadata.client_host')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('GroupMetadataValue.MemberMetadata.client_host', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='GroupMetadataValue.MemberMetadata.client_host')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('GroupMetadataValue.MemberMetadata.client_host', buf, pos, _n, 1)
+                _o.client_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 8 > _l:
+                raise truncated('GroupMetadataValue.MemberMetadata.rebalance_timeout', buf, pos, 8)
+            _o.rebalance_timeout, _o.session_timeout = _S2.unpack_from(buf, pos)
+            pos += 8
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'GroupMetadataValue.MemberMetadata.subscription')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('GroupMetadataValue.MemberMetadata.subscription', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('GroupMetadataValue.MemberMetadata.subscription', buf, pos, _n, 1)
+                _o.subscription = bytes(buf[pos:_end])
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'GroupMetadataValue.MemberMetadata.assignment')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('GroupMetadataValue.MemberMetadata.assignment', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('GroupMetadataValue.MemberMetadata.assignment', buf, pos, _n, 1)
+                _o.assignment = bytes(buf[pos:_end])
+                pos = _end
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'GroupMetadataValue.MemberMetadata')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -813,35 +870,6 @@ def _d_GroupMetadataValue_4(buf, pos):
             _unknown.append((_tag, bytes(buf[_ts:_te])))
         o.unknown_tags = _unknown
     return o, pos
-
-def _e_MemberMetadata_0(o, out, chunks):
-    _b = o.member_id.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('GroupMetadataValue.MemberMetadata.member_id', _n)
-    out += _S0.pack(_n)
-    out += _b
-    _b = o.client_id.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('GroupMetadataValue.MemberMetadata.client_id', _n)
-    out += _S0.pack(_n)
-    out += _b
-    _b = o.client_host.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('GroupMetadataValue.MemberMetadata.client_host', _n)
-    out += _S0.pack(_n)
-    out += _b
-    out += _S1.pack(o.session_timeout)
-    _b = o.subscription
-    _n = len(_b)
-    out += _S1.pack(_n)
-    out += _b
-    _b = o.assignment
-    _n = len(_b)
-    out += _S1.pack(_n)
-    out += _b
 
 def _e_GroupMetadataValue_0(o, out, chunks):
     _b = o.protocol_type.encode('utf-8', 'surrogateescape')
@@ -872,37 +900,34 @@ def _e_GroupMetadataValue_0(o, out, chunks):
     _a = o.members
     _c = len(_a)
     out += _S1.pack(_c)
-    for _e in _a:
-        _e_MemberMetadata_0(_e, out, chunks)
-
-def _e_MemberMetadata_1(o, out, chunks):
-    _b = o.member_id.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('GroupMetadataValue.MemberMetadata.member_id', _n)
-    out += _S0.pack(_n)
-    out += _b
-    _b = o.client_id.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('GroupMetadataValue.MemberMetadata.client_id', _n)
-    out += _S0.pack(_n)
-    out += _b
-    _b = o.client_host.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('GroupMetadataValue.MemberMetadata.client_host', _n)
-    out += _S0.pack(_n)
-    out += _b
-    out += _S2.pack(o.rebalance_timeout, o.session_timeout)
-    _b = o.subscription
-    _n = len(_b)
-    out += _S1.pack(_n)
-    out += _b
-    _b = o.assignment
-    _n = len(_b)
-    out += _S1.pack(_n)
-    out += _b
+    for _o in _a:
+        _b = _o.member_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('GroupMetadataValue.MemberMetadata.member_id', _n)
+        out += _S0.pack(_n)
+        out += _b
+        _b = _o.client_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('GroupMetadataValue.MemberMetadata.client_id', _n)
+        out += _S0.pack(_n)
+        out += _b
+        _b = _o.client_host.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('GroupMetadataValue.MemberMetadata.client_host', _n)
+        out += _S0.pack(_n)
+        out += _b
+        out += _S1.pack(_o.session_timeout)
+        _b = _o.subscription
+        _n = len(_b)
+        out += _S1.pack(_n)
+        out += _b
+        _b = _o.assignment
+        _n = len(_b)
+        out += _S1.pack(_n)
+        out += _b
 
 def _e_GroupMetadataValue_1(o, out, chunks):
     _b = o.protocol_type.encode('utf-8', 'surrogateescape')
@@ -933,8 +958,34 @@ def _e_GroupMetadataValue_1(o, out, chunks):
     _a = o.members
     _c = len(_a)
     out += _S1.pack(_c)
-    for _e in _a:
-        _e_MemberMetadata_1(_e, out, chunks)
+    for _o in _a:
+        _b = _o.member_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('GroupMetadataValue.MemberMetadata.member_id', _n)
+        out += _S0.pack(_n)
+        out += _b
+        _b = _o.client_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('GroupMetadataValue.MemberMetadata.client_id', _n)
+        out += _S0.pack(_n)
+        out += _b
+        _b = _o.client_host.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('GroupMetadataValue.MemberMetadata.client_host', _n)
+        out += _S0.pack(_n)
+        out += _b
+        out += _S2.pack(_o.rebalance_timeout, _o.session_timeout)
+        _b = _o.subscription
+        _n = len(_b)
+        out += _S1.pack(_n)
+        out += _b
+        _b = _o.assignment
+        _n = len(_b)
+        out += _S1.pack(_n)
+        out += _b
 
 def _e_GroupMetadataValue_2(o, out, chunks):
     _b = o.protocol_type.encode('utf-8', 'surrogateescape')
@@ -966,46 +1017,34 @@ def _e_GroupMetadataValue_2(o, out, chunks):
     _a = o.members
     _c = len(_a)
     out += _S1.pack(_c)
-    for _e in _a:
-        _e_MemberMetadata_1(_e, out, chunks)
-
-def _e_MemberMetadata_3(o, out, chunks):
-    _b = o.member_id.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('GroupMetadataValue.MemberMetadata.member_id', _n)
-    out += _S0.pack(_n)
-    out += _b
-    if o.group_instance_id is None:
-        out += b'\xff\xff'
-    else:
-        _b = o.group_instance_id.encode('utf-8', 'surrogateescape')
+    for _o in _a:
+        _b = _o.member_id.encode('utf-8', 'surrogateescape')
         _n = len(_b)
         if _n > 0x7FFF:
-            raise string_too_long('GroupMetadataValue.MemberMetadata.group_instance_id', _n)
+            raise string_too_long('GroupMetadataValue.MemberMetadata.member_id', _n)
         out += _S0.pack(_n)
         out += _b
-    _b = o.client_id.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('GroupMetadataValue.MemberMetadata.client_id', _n)
-    out += _S0.pack(_n)
-    out += _b
-    _b = o.client_host.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('GroupMetadataValue.MemberMetadata.client_host', _n)
-    out += _S0.pack(_n)
-    out += _b
-    out += _S2.pack(o.rebalance_timeout, o.session_timeout)
-    _b = o.subscription
-    _n = len(_b)
-    out += _S1.pack(_n)
-    out += _b
-    _b = o.assignment
-    _n = len(_b)
-    out += _S1.pack(_n)
-    out += _b
+        _b = _o.client_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('GroupMetadataValue.MemberMetadata.client_id', _n)
+        out += _S0.pack(_n)
+        out += _b
+        _b = _o.client_host.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('GroupMetadataValue.MemberMetadata.client_host', _n)
+        out += _S0.pack(_n)
+        out += _b
+        out += _S2.pack(_o.rebalance_timeout, _o.session_timeout)
+        _b = _o.subscription
+        _n = len(_b)
+        out += _S1.pack(_n)
+        out += _b
+        _b = _o.assignment
+        _n = len(_b)
+        out += _S1.pack(_n)
+        out += _b
 
 def _e_GroupMetadataValue_3(o, out, chunks):
     _b = o.protocol_type.encode('utf-8', 'surrogateescape')
@@ -1037,68 +1076,43 @@ def _e_GroupMetadataValue_3(o, out, chunks):
     _a = o.members
     _c = len(_a)
     out += _S1.pack(_c)
-    for _e in _a:
-        _e_MemberMetadata_3(_e, out, chunks)
-
-def _e_MemberMetadata_4(o, out, chunks):
-    _b = o.member_id.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('GroupMetadataValue.MemberMetadata.member_id', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    if o.group_instance_id is None:
-        out.append(0)
-    else:
-        _b = o.group_instance_id.encode('utf-8', 'surrogateescape')
+    for _o in _a:
+        _b = _o.member_id.encode('utf-8', 'surrogateescape')
         _n = len(_b)
         if _n > 0x7FFF:
-            raise string_too_long('GroupMetadataValue.MemberMetadata.group_instance_id', _n)
-        if _n < 127:
-            out.append(_n + 1)
-        else:
-            write_uvarint(out, _n + 1)
+            raise string_too_long('GroupMetadataValue.MemberMetadata.member_id', _n)
+        out += _S0.pack(_n)
         out += _b
-    _b = o.client_id.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('GroupMetadataValue.MemberMetadata.client_id', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    _b = o.client_host.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('GroupMetadataValue.MemberMetadata.client_host', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    out += _S2.pack(o.rebalance_timeout, o.session_timeout)
-    _b = o.subscription
-    _n = len(_b)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    _b = o.assignment
-    _n = len(_b)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
+        if _o.group_instance_id is None:
+            out += b'\xff\xff'
+        else:
+            _b = _o.group_instance_id.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('GroupMetadataValue.MemberMetadata.group_instance_id', _n)
+            out += _S0.pack(_n)
+            out += _b
+        _b = _o.client_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('GroupMetadataValue.MemberMetadata.client_id', _n)
+        out += _S0.pack(_n)
+        out += _b
+        _b = _o.client_host.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('GroupMetadataValue.MemberMetadata.client_host', _n)
+        out += _S0.pack(_n)
+        out += _b
+        out += _S2.pack(_o.rebalance_timeout, _o.session_timeout)
+        _b = _o.subscription
+        _n = len(_b)
+        out += _S1.pack(_n)
+        out += _b
+        _b = _o.assignment
+        _n = len(_b)
+        out += _S1.pack(_n)
+        out += _b
 
 def _e_GroupMetadataValue_4(o, out, chunks):
     _b = o.protocol_type.encode('utf-8', 'surrogateescape')
@@ -1142,8 +1156,65 @@ def _e_GroupMetadataValue_4(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_MemberMetadata_4(_e, out, chunks)
+    for _o in _a:
+        _b = _o.member_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('GroupMetadataValue.MemberMetadata.member_id', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        if _o.group_instance_id is None:
+            out.append(0)
+        else:
+            _b = _o.group_instance_id.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('GroupMetadataValue.MemberMetadata.group_instance_id', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+        _b = _o.client_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('GroupMetadataValue.MemberMetadata.client_id', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        _b = _o.client_host.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('GroupMetadataValue.MemberMetadata.client_host', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        out += _S2.pack(_o.rebalance_timeout, _o.session_timeout)
+        _b = _o.subscription
+        _n = len(_b)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        _b = _o.assignment
+        _n = len(_b)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

@@ -57,46 +57,6 @@ _S1 = _Struct('>b')
 _S2 = _Struct('>h')
 _S3 = _Struct('>?')
 
-def _d_AlterableConfig_0(buf, pos):
-    _l = len(buf)
-    o = _new(AlterableConfig)
-    if pos + 2 > _l:
-        raise truncated('IncrementalAlterConfigsRequest.AlterableConfig.name', buf, pos, 2)
-    (_n,) = _S2.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('IncrementalAlterConfigsRequest.AlterableConfig.name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='IncrementalAlterConfigsRequest.AlterableConfig.name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('IncrementalAlterConfigsRequest.AlterableConfig.name', buf, pos, _n, 1)
-        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 1 > _l:
-        raise truncated('IncrementalAlterConfigsRequest.AlterableConfig.config_operation', buf, pos, 1)
-    (o.config_operation,) = _S1.unpack_from(buf, pos)
-    pos += 1
-    if pos + 2 > _l:
-        raise truncated('IncrementalAlterConfigsRequest.AlterableConfig.value', buf, pos, 2)
-    (_n,) = _S2.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('IncrementalAlterConfigsRequest.AlterableConfig.value', _n)
-        o.value = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='IncrementalAlterConfigsRequest.AlterableConfig.value')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('IncrementalAlterConfigsRequest.AlterableConfig.value', buf, pos, _n, 1)
-        o.value = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    o.unknown_tags = None
-    return o, pos
-
 def _d_AlterConfigsResource_0(buf, pos):
     _l = len(buf)
     o = _new(AlterConfigsResource)
@@ -128,9 +88,45 @@ def _d_AlterConfigsResource_0(buf, pos):
         raise overrun('IncrementalAlterConfigsRequest.AlterConfigsResource.configs', buf, pos, _c, 5)
     else:
         o.configs = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_AlterableConfig_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(AlterableConfig)
+            if pos + 2 > _l:
+                raise truncated('IncrementalAlterConfigsRequest.AlterableConfig.name', buf, pos, 2)
+            (_n,) = _S2.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('IncrementalAlterConfigsRequest.AlterableConfig.name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='IncrementalAlterConfigsRequest.AlterableConfig.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('IncrementalAlterConfigsRequest.AlterableConfig.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 1 > _l:
+                raise truncated('IncrementalAlterConfigsRequest.AlterableConfig.config_operation', buf, pos, 1)
+            (_o.config_operation,) = _S1.unpack_from(buf, pos)
+            pos += 1
+            if pos + 2 > _l:
+                raise truncated('IncrementalAlterConfigsRequest.AlterableConfig.value', buf, pos, 2)
+            (_n,) = _S2.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('IncrementalAlterConfigsRequest.AlterableConfig.value', _n)
+                _o.value = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='IncrementalAlterConfigsRequest.AlterableConfig.value')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('IncrementalAlterConfigsRequest.AlterableConfig.value', buf, pos, _n, 1)
+                _o.value = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -155,60 +151,6 @@ def _d_IncrementalAlterConfigsRequest_0(buf, pos):
     (o.validate_only,) = _S3.unpack_from(buf, pos)
     pos += 1
     o.unknown_tags = None
-    return o, pos
-
-def _d_AlterableConfig_1(buf, pos):
-    _l = len(buf)
-    o = _new(AlterableConfig)
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'IncrementalAlterConfigsRequest.AlterableConfig.name')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('IncrementalAlterConfigsRequest.AlterableConfig.name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='IncrementalAlterConfigsRequest.AlterableConfig.name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('IncrementalAlterConfigsRequest.AlterableConfig.name', buf, pos, _n, 1)
-        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 1 > _l:
-        raise truncated('IncrementalAlterConfigsRequest.AlterableConfig.config_operation', buf, pos, 1)
-    (o.config_operation,) = _S1.unpack_from(buf, pos)
-    pos += 1
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'IncrementalAlterConfigsRequest.AlterableConfig.value')
-        _n -= 1
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('IncrementalAlterConfigsRequest.AlterableConfig.value', _n)
-        o.value = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='IncrementalAlterConfigsRequest.AlterableConfig.value')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('IncrementalAlterConfigsRequest.AlterableConfig.value', buf, pos, _n, 1)
-        o.value = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'IncrementalAlterConfigsRequest.AlterableConfig')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
     return o, pos
 
 def _d_AlterConfigsResource_1(buf, pos):
@@ -246,9 +188,59 @@ def _d_AlterConfigsResource_1(buf, pos):
         raise overrun('IncrementalAlterConfigsRequest.AlterConfigsResource.configs', buf, pos, _c, 4)
     else:
         o.configs = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_AlterableConfig_1(buf, pos)
-            _lst.append(_e)
+            _o = _new(AlterableConfig)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'IncrementalAlterConfigsRequest.AlterableConfig.name')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('IncrementalAlterConfigsRequest.AlterableConfig.name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='IncrementalAlterConfigsRequest.AlterableConfig.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('IncrementalAlterConfigsRequest.AlterableConfig.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 1 > _l:
+                raise truncated('IncrementalAlterConfigsRequest.AlterableConfig.config_operation', buf, pos, 1)
+            (_o.config_operation,) = _S1.unpack_from(buf, pos)
+            pos += 1
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'IncrementalAlterConfigsRequest.AlterableConfig.value')
+                _n -= 1
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('IncrementalAlterConfigsRequest.AlterableConfig.value', _n)
+                _o.value = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='IncrementalAlterConfigsRequest.AlterableConfig.value')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('IncrementalAlterConfigsRequest.AlterableConfig.value', buf, pos, _n, 1)
+                _o.value = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'IncrementalAlterConfigsRequest.AlterableConfig')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -297,24 +289,6 @@ def _d_IncrementalAlterConfigsRequest_1(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_AlterableConfig_0(o, out, chunks):
-    _b = o.name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('IncrementalAlterConfigsRequest.AlterableConfig.name', _n)
-    out += _S2.pack(_n)
-    out += _b
-    out += _S1.pack(o.config_operation)
-    if o.value is None:
-        out += b'\xff\xff'
-    else:
-        _b = o.value.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('IncrementalAlterConfigsRequest.AlterableConfig.value', _n)
-        out += _S2.pack(_n)
-        out += _b
-
 def _e_AlterConfigsResource_0(o, out, chunks):
     out += _S1.pack(o.resource_type)
     _b = o.resource_name.encode('utf-8', 'surrogateescape')
@@ -326,8 +300,23 @@ def _e_AlterConfigsResource_0(o, out, chunks):
     _a = o.configs
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_AlterableConfig_0(_e, out, chunks)
+    for _o in _a:
+        _b = _o.name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('IncrementalAlterConfigsRequest.AlterableConfig.name', _n)
+        out += _S2.pack(_n)
+        out += _b
+        out += _S1.pack(_o.config_operation)
+        if _o.value is None:
+            out += b'\xff\xff'
+        else:
+            _b = _o.value.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('IncrementalAlterConfigsRequest.AlterableConfig.value', _n)
+            out += _S2.pack(_n)
+            out += _b
 
 def _e_IncrementalAlterConfigsRequest_0(o, out, chunks):
     _a = o.resources
@@ -336,34 +325,6 @@ def _e_IncrementalAlterConfigsRequest_0(o, out, chunks):
     for _e in _a:
         _e_AlterConfigsResource_0(_e, out, chunks)
     out += _S3.pack(o.validate_only)
-
-def _e_AlterableConfig_1(o, out, chunks):
-    _b = o.name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('IncrementalAlterConfigsRequest.AlterableConfig.name', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    out += _S1.pack(o.config_operation)
-    if o.value is None:
-        out.append(0)
-    else:
-        _b = o.value.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('IncrementalAlterConfigsRequest.AlterableConfig.value', _n)
-        if _n < 127:
-            out.append(_n + 1)
-        else:
-            write_uvarint(out, _n + 1)
-        out += _b
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
 
 def _e_AlterConfigsResource_1(o, out, chunks):
     out += _S1.pack(o.resource_type)
@@ -382,8 +343,33 @@ def _e_AlterConfigsResource_1(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_AlterableConfig_1(_e, out, chunks)
+    for _o in _a:
+        _b = _o.name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('IncrementalAlterConfigsRequest.AlterableConfig.name', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        out += _S1.pack(_o.config_operation)
+        if _o.value is None:
+            out.append(0)
+        else:
+            _b = _o.value.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('IncrementalAlterConfigsRequest.AlterableConfig.value', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

@@ -62,38 +62,6 @@ _S0 = _Struct('>h')
 _S1 = _Struct('>i')
 _S2 = _Struct('>ii')
 
-def _d_JoinGroupRequestProtocol_0(buf, pos):
-    _l = len(buf)
-    o = _new(JoinGroupRequestProtocol)
-    if pos + 2 > _l:
-        raise truncated('JoinGroupRequest.JoinGroupRequestProtocol.name', buf, pos, 2)
-    (_n,) = _S0.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('JoinGroupRequest.JoinGroupRequestProtocol.name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupRequest.JoinGroupRequestProtocol.name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('JoinGroupRequest.JoinGroupRequestProtocol.name', buf, pos, _n, 1)
-        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 4 > _l:
-        raise truncated('JoinGroupRequest.JoinGroupRequestProtocol.metadata', buf, pos, 4)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if _n < 0:
-        raise bad_length('JoinGroupRequest.JoinGroupRequestProtocol.metadata', _n)
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('JoinGroupRequest.JoinGroupRequestProtocol.metadata', buf, pos, _n, 1)
-        o.metadata = bytes(buf[pos:_end])
-        pos = _end
-    o.unknown_tags = None
-    return o, pos
-
 def _d_JoinGroupRequest_0(buf, pos):
     _l = len(buf)
     o = _new(JoinGroupRequest)
@@ -156,9 +124,37 @@ def _d_JoinGroupRequest_0(buf, pos):
         raise overrun('JoinGroupRequest.protocols', buf, pos, _c, 6)
     else:
         o.protocols = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_JoinGroupRequestProtocol_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(JoinGroupRequestProtocol)
+            if pos + 2 > _l:
+                raise truncated('JoinGroupRequest.JoinGroupRequestProtocol.name', buf, pos, 2)
+            (_n,) = _S0.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('JoinGroupRequest.JoinGroupRequestProtocol.name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupRequest.JoinGroupRequestProtocol.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('JoinGroupRequest.JoinGroupRequestProtocol.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('JoinGroupRequest.JoinGroupRequestProtocol.metadata', buf, pos, 4)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if _n < 0:
+                raise bad_length('JoinGroupRequest.JoinGroupRequestProtocol.metadata', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('JoinGroupRequest.JoinGroupRequestProtocol.metadata', buf, pos, _n, 1)
+                _o.metadata = bytes(buf[pos:_end])
+                pos = _end
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -223,9 +219,37 @@ def _d_JoinGroupRequest_1(buf, pos):
         raise overrun('JoinGroupRequest.protocols', buf, pos, _c, 6)
     else:
         o.protocols = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_JoinGroupRequestProtocol_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(JoinGroupRequestProtocol)
+            if pos + 2 > _l:
+                raise truncated('JoinGroupRequest.JoinGroupRequestProtocol.name', buf, pos, 2)
+            (_n,) = _S0.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('JoinGroupRequest.JoinGroupRequestProtocol.name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupRequest.JoinGroupRequestProtocol.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('JoinGroupRequest.JoinGroupRequestProtocol.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('JoinGroupRequest.JoinGroupRequestProtocol.metadata', buf, pos, 4)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if _n < 0:
+                raise bad_length('JoinGroupRequest.JoinGroupRequestProtocol.metadata', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('JoinGroupRequest.JoinGroupRequestProtocol.metadata', buf, pos, _n, 1)
+                _o.metadata = bytes(buf[pos:_end])
+                pos = _end
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -305,56 +329,38 @@ def _d_JoinGroupRequest_5(buf, pos):
         raise overrun('JoinGroupRequest.protocols', buf, pos, _c, 6)
     else:
         o.protocols = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_JoinGroupRequestProtocol_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(JoinGroupRequestProtocol)
+            if pos + 2 > _l:
+                raise truncated('JoinGroupRequest.JoinGroupRequestProtocol.name', buf, pos, 2)
+            (_n,) = _S0.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('JoinGroupRequest.JoinGroupRequestProtocol.name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupRequest.JoinGroupRequestProtocol.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('JoinGroupRequest.JoinGroupRequestProtocol.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('JoinGroupRequest.JoinGroupRequestProtocol.metadata', buf, pos, 4)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if _n < 0:
+                raise bad_length('JoinGroupRequest.JoinGroupRequestProtocol.metadata', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('JoinGroupRequest.JoinGroupRequestProtocol.metadata', buf, pos, _n, 1)
+                _o.metadata = bytes(buf[pos:_end])
+                pos = _end
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
-    return o, pos
-
-def _d_JoinGroupRequestProtocol_6(buf, pos):
-    _l = len(buf)
-    o = _new(JoinGroupRequestProtocol)
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'JoinGroupRequest.JoinGroupRequestProtocol.name')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('JoinGroupRequest.JoinGroupRequestProtocol.name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupRequest.JoinGroupRequestProtocol.name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('JoinGroupRequest.JoinGroupRequestProtocol.name', buf, pos, _n, 1)
-        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'JoinGroupRequest.JoinGroupRequestProtocol.metadata')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('JoinGroupRequest.JoinGroupRequestProtocol.metadata', _n)
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('JoinGroupRequest.JoinGroupRequestProtocol.metadata', buf, pos, _n, 1)
-        o.metadata = bytes(buf[pos:_end])
-        pos = _end
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'JoinGroupRequest.JoinGroupRequestProtocol')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
     return o, pos
 
 def _d_JoinGroupRequest_6(buf, pos):
@@ -443,9 +449,51 @@ def _d_JoinGroupRequest_6(buf, pos):
         raise overrun('JoinGroupRequest.protocols', buf, pos, _c, 3)
     else:
         o.protocols = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_JoinGroupRequestProtocol_6(buf, pos)
-            _lst.append(_e)
+            _o = _new(JoinGroupRequestProtocol)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'JoinGroupRequest.JoinGroupRequestProtocol.name')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('JoinGroupRequest.JoinGroupRequestProtocol.name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupRequest.JoinGroupRequestProtocol.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('JoinGroupRequest.JoinGroupRequestProtocol.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'JoinGroupRequest.JoinGroupRequestProtocol.metadata')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('JoinGroupRequest.JoinGroupRequestProtocol.metadata', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('JoinGroupRequest.JoinGroupRequestProtocol.metadata', buf, pos, _n, 1)
+                _o.metadata = bytes(buf[pos:_end])
+                pos = _end
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'JoinGroupRequest.JoinGroupRequestProtocol')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -544,9 +592,51 @@ def _d_JoinGroupRequest_8(buf, pos):
         raise overrun('JoinGroupRequest.protocols', buf, pos, _c, 3)
     else:
         o.protocols = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_JoinGroupRequestProtocol_6(buf, pos)
-            _lst.append(_e)
+            _o = _new(JoinGroupRequestProtocol)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'JoinGroupRequest.JoinGroupRequestProtocol.name')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('JoinGroupRequest.JoinGroupRequestProtocol.name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupRequest.JoinGroupRequestProtocol.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('JoinGroupRequest.JoinGroupRequestProtocol.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'JoinGroupRequest.JoinGroupRequestProtocol.metadata')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('JoinGroupRequest.JoinGroupRequestProtocol.metadata', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('JoinGroupRequest.JoinGroupRequestProtocol.metadata', buf, pos, _n, 1)
+                _o.metadata = bytes(buf[pos:_end])
+                pos = _end
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'JoinGroupRequest.JoinGroupRequestProtocol')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -578,18 +668,6 @@ def _d_JoinGroupRequest_8(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_JoinGroupRequestProtocol_0(o, out, chunks):
-    _b = o.name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('JoinGroupRequest.JoinGroupRequestProtocol.name', _n)
-    out += _S0.pack(_n)
-    out += _b
-    _b = o.metadata
-    _n = len(_b)
-    out += _S1.pack(_n)
-    out += _b
-
 def _e_JoinGroupRequest_0(o, out, chunks):
     _b = o.group_id.encode('utf-8', 'surrogateescape')
     _n = len(_b)
@@ -613,8 +691,17 @@ def _e_JoinGroupRequest_0(o, out, chunks):
     _a = o.protocols
     _c = len(_a)
     out += _S1.pack(_c)
-    for _e in _a:
-        _e_JoinGroupRequestProtocol_0(_e, out, chunks)
+    for _o in _a:
+        _b = _o.name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('JoinGroupRequest.JoinGroupRequestProtocol.name', _n)
+        out += _S0.pack(_n)
+        out += _b
+        _b = _o.metadata
+        _n = len(_b)
+        out += _S1.pack(_n)
+        out += _b
 
 def _e_JoinGroupRequest_1(o, out, chunks):
     _b = o.group_id.encode('utf-8', 'surrogateescape')
@@ -639,8 +726,17 @@ def _e_JoinGroupRequest_1(o, out, chunks):
     _a = o.protocols
     _c = len(_a)
     out += _S1.pack(_c)
-    for _e in _a:
-        _e_JoinGroupRequestProtocol_0(_e, out, chunks)
+    for _o in _a:
+        _b = _o.name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('JoinGroupRequest.JoinGroupRequestProtocol.name', _n)
+        out += _S0.pack(_n)
+        out += _b
+        _b = _o.metadata
+        _n = len(_b)
+        out += _S1.pack(_n)
+        out += _b
 
 def _e_JoinGroupRequest_5(o, out, chunks):
     _b = o.group_id.encode('utf-8', 'surrogateescape')
@@ -674,30 +770,17 @@ def _e_JoinGroupRequest_5(o, out, chunks):
     _a = o.protocols
     _c = len(_a)
     out += _S1.pack(_c)
-    for _e in _a:
-        _e_JoinGroupRequestProtocol_0(_e, out, chunks)
-
-def _e_JoinGroupRequestProtocol_6(o, out, chunks):
-    _b = o.name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('JoinGroupRequest.JoinGroupRequestProtocol.name', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    _b = o.metadata
-    _n = len(_b)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
+    for _o in _a:
+        _b = _o.name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('JoinGroupRequest.JoinGroupRequestProtocol.name', _n)
+        out += _S0.pack(_n)
+        out += _b
+        _b = _o.metadata
+        _n = len(_b)
+        out += _S1.pack(_n)
+        out += _b
 
 def _e_JoinGroupRequest_6(o, out, chunks):
     _b = o.group_id.encode('utf-8', 'surrogateescape')
@@ -746,8 +829,27 @@ def _e_JoinGroupRequest_6(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_JoinGroupRequestProtocol_6(_e, out, chunks)
+    for _o in _a:
+        _b = _o.name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('JoinGroupRequest.JoinGroupRequestProtocol.name', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        _b = _o.metadata
+        _n = len(_b)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -800,8 +902,27 @@ def _e_JoinGroupRequest_8(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_JoinGroupRequestProtocol_6(_e, out, chunks)
+    for _o in _a:
+        _b = _o.name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('JoinGroupRequest.JoinGroupRequestProtocol.name', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        _b = _o.metadata
+        _n = len(_b)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.reason is None:
         out.append(0)
     else:

@@ -67,39 +67,6 @@ _S2 = _Struct('>i')
 _S3 = _Struct('>ihi')
 _S4 = _Struct('>?')
 
-def _d_JoinGroupResponseMember_0(buf, pos):
-    _l = len(buf)
-    o = _new(JoinGroupResponseMember)
-    o.group_instance_id = None
-    if pos + 2 > _l:
-        raise truncated('JoinGroupResponse.JoinGroupResponseMember.member_id', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('JoinGroupResponse.JoinGroupResponseMember.member_id', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupResponse.JoinGroupResponseMember.member_id')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('JoinGroupResponse.JoinGroupResponseMember.member_id', buf, pos, _n, 1)
-        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 4 > _l:
-        raise truncated('JoinGroupResponse.JoinGroupResponseMember.metadata', buf, pos, 4)
-    (_n,) = _S2.unpack_from(buf, pos)
-    pos += 4
-    if _n < 0:
-        raise bad_length('JoinGroupResponse.JoinGroupResponseMember.metadata', _n)
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('JoinGroupResponse.JoinGroupResponseMember.metadata', buf, pos, _n, 1)
-        o.metadata = bytes(buf[pos:_end])
-        pos = _end
-    o.unknown_tags = None
-    return o, pos
-
 def _d_JoinGroupResponse_0(buf, pos):
     _l = len(buf)
     o = _new(JoinGroupResponse)
@@ -162,9 +129,38 @@ def _d_JoinGroupResponse_0(buf, pos):
         raise overrun('JoinGroupResponse.members', buf, pos, _c, 6)
     else:
         o.members = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_JoinGroupResponseMember_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(JoinGroupResponseMember)
+            _o.group_instance_id = None
+            if pos + 2 > _l:
+                raise truncated('JoinGroupResponse.JoinGroupResponseMember.member_id', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('JoinGroupResponse.JoinGroupResponseMember.member_id', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupResponse.JoinGroupResponseMember.member_id')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('JoinGroupResponse.JoinGroupResponseMember.member_id', buf, pos, _n, 1)
+                _o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('JoinGroupResponse.JoinGroupResponseMember.metadata', buf, pos, 4)
+            (_n,) = _S2.unpack_from(buf, pos)
+            pos += 4
+            if _n < 0:
+                raise bad_length('JoinGroupResponse.JoinGroupResponseMember.metadata', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('JoinGroupResponse.JoinGroupResponseMember.metadata', buf, pos, _n, 1)
+                _o.metadata = bytes(buf[pos:_end])
+                pos = _end
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -229,57 +225,38 @@ def _d_JoinGroupResponse_2(buf, pos):
         raise overrun('JoinGroupResponse.members', buf, pos, _c, 6)
     else:
         o.members = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_JoinGroupResponseMember_0(buf, pos)
-            _lst.append(_e)
-    o.unknown_tags = None
-    return o, pos
-
-def _d_JoinGroupResponseMember_5(buf, pos):
-    _l = len(buf)
-    o = _new(JoinGroupResponseMember)
-    if pos + 2 > _l:
-        raise truncated('JoinGroupResponse.JoinGroupResponseMember.member_id', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('JoinGroupResponse.JoinGroupResponseMember.member_id', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupResponse.JoinGroupResponseMember.member_id')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('JoinGroupResponse.JoinGroupResponseMember.member_id', buf, pos, _n, 1)
-        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('JoinGroupResponse.JoinGroupResponseMember.group_instance_id', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('JoinGroupResponse.JoinGroupResponseMember.group_instance_id', _n)
-        o.group_instance_id = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupResponse.JoinGroupResponseMember.group_instance_id')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('JoinGroupResponse.JoinGroupResponseMember.group_instance_id', buf, pos, _n, 1)
-        o.group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 4 > _l:
-        raise truncated('JoinGroupResponse.JoinGroupResponseMember.metadata', buf, pos, 4)
-    (_n,) = _S2.unpack_from(buf, pos)
-    pos += 4
-    if _n < 0:
-        raise bad_length('JoinGroupResponse.JoinGroupResponseMember.metadata', _n)
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('JoinGroupResponse.JoinGroupResponseMember.metadata', buf, pos, _n, 1)
-        o.metadata = bytes(buf[pos:_end])
-        pos = _end
+            _o = _new(JoinGroupResponseMember)
+            _o.group_instance_id = None
+            if pos + 2 > _l:
+                raise truncated('JoinGroupResponse.JoinGroupResponseMember.member_id', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('JoinGroupResponse.JoinGroupResponseMember.member_id', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupResponse.JoinGroupResponseMember.member_id')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('JoinGroupResponse.JoinGroupResponseMember.member_id', buf, pos, _n, 1)
+                _o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('JoinGroupResponse.JoinGroupResponseMember.metadata', buf, pos, 4)
+            (_n,) = _S2.unpack_from(buf, pos)
+            pos += 4
+            if _n < 0:
+                raise bad_length('JoinGroupResponse.JoinGroupResponseMember.metadata', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('JoinGroupResponse.JoinGroupResponseMember.metadata', buf, pos, _n, 1)
+                _o.metadata = bytes(buf[pos:_end])
+                pos = _end
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -344,74 +321,54 @@ def _d_JoinGroupResponse_5(buf, pos):
         raise overrun('JoinGroupResponse.members', buf, pos, _c, 8)
     else:
         o.members = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_JoinGroupResponseMember_5(buf, pos)
-            _lst.append(_e)
+            _o = _new(JoinGroupResponseMember)
+            if pos + 2 > _l:
+                raise truncated('JoinGroupResponse.JoinGroupResponseMember.member_id', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('JoinGroupResponse.JoinGroupResponseMember.member_id', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupResponse.JoinGroupResponseMember.member_id')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('JoinGroupResponse.JoinGroupResponseMember.member_id', buf, pos, _n, 1)
+                _o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('JoinGroupResponse.JoinGroupResponseMember.group_instance_id', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('JoinGroupResponse.JoinGroupResponseMember.group_instance_id', _n)
+                _o.group_instance_id = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupResponse.JoinGroupResponseMember.group_instance_id')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('JoinGroupResponse.JoinGroupResponseMember.group_instance_id', buf, pos, _n, 1)
+                _o.group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('JoinGroupResponse.JoinGroupResponseMember.metadata', buf, pos, 4)
+            (_n,) = _S2.unpack_from(buf, pos)
+            pos += 4
+            if _n < 0:
+                raise bad_length('JoinGroupResponse.JoinGroupResponseMember.metadata', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('JoinGroupResponse.JoinGroupResponseMember.metadata', buf, pos, _n, 1)
+                _o.metadata = bytes(buf[pos:_end])
+                pos = _end
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
-    return o, pos
-
-def _d_JoinGroupResponseMember_6(buf, pos):
-    _l = len(buf)
-    o = _new(JoinGroupResponseMember)
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'JoinGroupResponse.JoinGroupResponseMember.member_id')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('JoinGroupResponse.JoinGroupResponseMember.member_id', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupResponse.JoinGroupResponseMember.member_id')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('JoinGroupResponse.JoinGroupResponseMember.member_id', buf, pos, _n, 1)
-        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'JoinGroupResponse.JoinGroupResponseMember.group_instance_id')
-        _n -= 1
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('JoinGroupResponse.JoinGroupResponseMember.group_instance_id', _n)
-        o.group_instance_id = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupResponse.JoinGroupResponseMember.group_instance_id')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('JoinGroupResponse.JoinGroupResponseMember.group_instance_id', buf, pos, _n, 1)
-        o.group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'JoinGroupResponse.JoinGroupResponseMember.metadata')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('JoinGroupResponse.JoinGroupResponseMember.metadata', _n)
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('JoinGroupResponse.JoinGroupResponseMember.metadata', buf, pos, _n, 1)
-        o.metadata = bytes(buf[pos:_end])
-        pos = _end
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'JoinGroupResponse.JoinGroupResponseMember')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
     return o, pos
 
 def _d_JoinGroupResponse_6(buf, pos):
@@ -483,9 +440,69 @@ def _d_JoinGroupResponse_6(buf, pos):
         raise overrun('JoinGroupResponse.members', buf, pos, _c, 4)
     else:
         o.members = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_JoinGroupResponseMember_6(buf, pos)
-            _lst.append(_e)
+            _o = _new(JoinGroupResponseMember)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'JoinGroupResponse.JoinGroupResponseMember.member_id')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('JoinGroupResponse.JoinGroupResponseMember.member_id', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupResponse.JoinGroupResponseMember.member_id')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('JoinGroupResponse.JoinGroupResponseMember.member_id', buf, pos, _n, 1)
+                _o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'JoinGroupResponse.JoinGroupResponseMember.group_instance_id')
+                _n -= 1
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('JoinGroupResponse.JoinGroupResponseMember.group_instance_id', _n)
+                _o.group_instance_id = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupResponse.JoinGroupResponseMember.group_instance_id')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('JoinGroupResponse.JoinGroupResponseMember.group_instance_id', buf, pos, _n, 1)
+                _o.group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'JoinGroupResponse.JoinGroupResponseMember.metadata')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('JoinGroupResponse.JoinGroupResponseMember.metadata', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('JoinGroupResponse.JoinGroupResponseMember.metadata', buf, pos, _n, 1)
+                _o.metadata = bytes(buf[pos:_end])
+                pos = _end
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'JoinGroupResponse.JoinGroupResponseMember')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -587,9 +604,69 @@ def _d_JoinGroupResponse_7(buf, pos):
         raise overrun('JoinGroupResponse.members', buf, pos, _c, 4)
     else:
         o.members = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_JoinGroupResponseMember_6(buf, pos)
-            _lst.append(_e)
+            _o = _new(JoinGroupResponseMember)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'JoinGroupResponse.JoinGroupResponseMember.member_id')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('JoinGroupResponse.JoinGroupResponseMember.member_id', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupResponse.JoinGroupResponseMember.member_id')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('JoinGroupResponse.JoinGroupResponseMember.member_id', buf, pos, _n, 1)
+                _o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'JoinGroupResponse.JoinGroupResponseMember.group_instance_id')
+                _n -= 1
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('JoinGroupResponse.JoinGroupResponseMember.group_instance_id', _n)
+                _o.group_instance_id = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupResponse.JoinGroupResponseMember.group_instance_id')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('JoinGroupResponse.JoinGroupResponseMember.group_instance_id', buf, pos, _n, 1)
+                _o.group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'JoinGroupResponse.JoinGroupResponseMember.metadata')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('JoinGroupResponse.JoinGroupResponseMember.metadata', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('JoinGroupResponse.JoinGroupResponseMember.metadata', buf, pos, _n, 1)
+                _o.metadata = bytes(buf[pos:_end])
+                pos = _end
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'JoinGroupResponse.JoinGroupResponseMember')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -694,9 +771,69 @@ def _d_JoinGroupResponse_9(buf, pos):
         raise overrun('JoinGroupResponse.members', buf, pos, _c, 4)
     else:
         o.members = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_JoinGroupResponseMember_6(buf, pos)
-            _lst.append(_e)
+            _o = _new(JoinGroupResponseMember)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'JoinGroupResponse.JoinGroupResponseMember.member_id')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('JoinGroupResponse.JoinGroupResponseMember.member_id', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupResponse.JoinGroupResponseMember.member_id')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('JoinGroupResponse.JoinGroupResponseMember.member_id', buf, pos, _n, 1)
+                _o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'JoinGroupResponse.JoinGroupResponseMember.group_instance_id')
+                _n -= 1
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('JoinGroupResponse.JoinGroupResponseMember.group_instance_id', _n)
+                _o.group_instance_id = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='JoinGroupResponse.JoinGroupResponseMember.group_instance_id')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('JoinGroupResponse.JoinGroupResponseMember.group_instance_id', buf, pos, _n, 1)
+                _o.group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'JoinGroupResponse.JoinGroupResponseMember.metadata')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('JoinGroupResponse.JoinGroupResponseMember.metadata', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('JoinGroupResponse.JoinGroupResponseMember.metadata', buf, pos, _n, 1)
+                _o.metadata = bytes(buf[pos:_end])
+                pos = _end
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'JoinGroupResponse.JoinGroupResponseMember')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -709,18 +846,6 @@ def _d_JoinGroupResponse_9(buf, pos):
             _unknown.append((_tag, bytes(buf[_ts:_te])))
         o.unknown_tags = _unknown
     return o, pos
-
-def _e_JoinGroupResponseMember_0(o, out, chunks):
-    _b = o.member_id.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('JoinGroupResponse.JoinGroupResponseMember.member_id', _n)
-    out += _S1.pack(_n)
-    out += _b
-    _b = o.metadata
-    _n = len(_b)
-    out += _S2.pack(_n)
-    out += _b
 
 def _e_JoinGroupResponse_0(o, out, chunks):
     out += _S0.pack(o.error_code, o.generation_id)
@@ -745,8 +870,17 @@ def _e_JoinGroupResponse_0(o, out, chunks):
     _a = o.members
     _c = len(_a)
     out += _S2.pack(_c)
-    for _e in _a:
-        _e_JoinGroupResponseMember_0(_e, out, chunks)
+    for _o in _a:
+        _b = _o.member_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('JoinGroupResponse.JoinGroupResponseMember.member_id', _n)
+        out += _S1.pack(_n)
+        out += _b
+        _b = _o.metadata
+        _n = len(_b)
+        out += _S2.pack(_n)
+        out += _b
 
 def _e_JoinGroupResponse_2(o, out, chunks):
     out += _S3.pack(o.throttle_time_ms, o.error_code, o.generation_id)
@@ -771,29 +905,17 @@ def _e_JoinGroupResponse_2(o, out, chunks):
     _a = o.members
     _c = len(_a)
     out += _S2.pack(_c)
-    for _e in _a:
-        _e_JoinGroupResponseMember_0(_e, out, chunks)
-
-def _e_JoinGroupResponseMember_5(o, out, chunks):
-    _b = o.member_id.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('JoinGroupResponse.JoinGroupResponseMember.member_id', _n)
-    out += _S1.pack(_n)
-    out += _b
-    if o.group_instance_id is None:
-        out += b'\xff\xff'
-    else:
-        _b = o.group_instance_id.encode('utf-8', 'surrogateescape')
+    for _o in _a:
+        _b = _o.member_id.encode('utf-8', 'surrogateescape')
         _n = len(_b)
         if _n > 0x7FFF:
-            raise string_too_long('JoinGroupResponse.JoinGroupResponseMember.group_instance_id', _n)
+            raise string_too_long('JoinGroupResponse.JoinGroupResponseMember.member_id', _n)
         out += _S1.pack(_n)
         out += _b
-    _b = o.metadata
-    _n = len(_b)
-    out += _S2.pack(_n)
-    out += _b
+        _b = _o.metadata
+        _n = len(_b)
+        out += _S2.pack(_n)
+        out += _b
 
 def _e_JoinGroupResponse_5(o, out, chunks):
     out += _S3.pack(o.throttle_time_ms, o.error_code, o.generation_id)
@@ -818,42 +940,26 @@ def _e_JoinGroupResponse_5(o, out, chunks):
     _a = o.members
     _c = len(_a)
     out += _S2.pack(_c)
-    for _e in _a:
-        _e_JoinGroupResponseMember_5(_e, out, chunks)
-
-def _e_JoinGroupResponseMember_6(o, out, chunks):
-    _b = o.member_id.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('JoinGroupResponse.JoinGroupResponseMember.member_id', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    if o.group_instance_id is None:
-        out.append(0)
-    else:
-        _b = o.group_instance_id.encode('utf-8', 'surrogateescape')
+    for _o in _a:
+        _b = _o.member_id.encode('utf-8', 'surrogateescape')
         _n = len(_b)
         if _n > 0x7FFF:
-            raise string_too_long('JoinGroupResponse.JoinGroupResponseMember.group_instance_id', _n)
-        if _n < 127:
-            out.append(_n + 1)
-        else:
-            write_uvarint(out, _n + 1)
+            raise string_too_long('JoinGroupResponse.JoinGroupResponseMember.member_id', _n)
+        out += _S1.pack(_n)
         out += _b
-    _b = o.metadata
-    _n = len(_b)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
+        if _o.group_instance_id is None:
+            out += b'\xff\xff'
+        else:
+            _b = _o.group_instance_id.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('JoinGroupResponse.JoinGroupResponseMember.group_instance_id', _n)
+            out += _S1.pack(_n)
+            out += _b
+        _b = _o.metadata
+        _n = len(_b)
+        out += _S2.pack(_n)
+        out += _b
 
 def _e_JoinGroupResponse_6(o, out, chunks):
     out += _S3.pack(o.throttle_time_ms, o.error_code, o.generation_id)
@@ -890,8 +996,39 @@ def _e_JoinGroupResponse_6(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_JoinGroupResponseMember_6(_e, out, chunks)
+    for _o in _a:
+        _b = _o.member_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('JoinGroupResponse.JoinGroupResponseMember.member_id', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        if _o.group_instance_id is None:
+            out.append(0)
+        else:
+            _b = _o.group_instance_id.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('JoinGroupResponse.JoinGroupResponseMember.group_instance_id', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+        _b = _o.metadata
+        _n = len(_b)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -947,8 +1084,39 @@ def _e_JoinGroupResponse_7(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_JoinGroupResponseMember_6(_e, out, chunks)
+    for _o in _a:
+        _b = _o.member_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('JoinGroupResponse.JoinGroupResponseMember.member_id', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        if _o.group_instance_id is None:
+            out.append(0)
+        else:
+            _b = _o.group_instance_id.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('JoinGroupResponse.JoinGroupResponseMember.group_instance_id', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+        _b = _o.metadata
+        _n = len(_b)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -1005,8 +1173,39 @@ def _e_JoinGroupResponse_9(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_JoinGroupResponseMember_6(_e, out, chunks)
+    for _o in _a:
+        _b = _o.member_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('JoinGroupResponse.JoinGroupResponseMember.member_id', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        if _o.group_instance_id is None:
+            out.append(0)
+        else:
+            _b = _o.group_instance_id.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('JoinGroupResponse.JoinGroupResponseMember.group_instance_id', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+        _b = _o.metadata
+        _n = len(_b)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

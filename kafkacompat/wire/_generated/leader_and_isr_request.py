@@ -115,90 +115,6 @@ _S8 = _Struct('>?b')
 _S9 = _Struct('>i?iqb')
 _A_i = ARRAY_STRUCTS['i']
 
-def _d_LeaderAndIsrPartitionState_0(buf, pos):
-    _l = len(buf)
-    o = _new(LeaderAndIsrPartitionState)
-    o.adding_replicas = []
-    o.removing_replicas = []
-    o.is_new = False
-    o.leader_recovery_state = 0
-    if pos + 2 > _l:
-        raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.topic_name', buf, pos, 2)
-    (_n,) = _S2.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.topic_name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='LeaderAndIsrRequest.LeaderAndIsrPartitionState.topic_name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.topic_name', buf, pos, _n, 1)
-        o.topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 16 > _l:
-        raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.partition_index', buf, pos, 16)
-    o.partition_index, o.controller_epoch, o.leader, o.leader_epoch = _S3.unpack_from(buf, pos)
-    pos += 16
-    if pos + 4 > _l:
-        raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', buf, pos, 4)
-    (_c,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if _c < 0:
-        raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.isr = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos + 4 > _l:
-        raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.partition_epoch', buf, pos, 4)
-    (o.partition_epoch,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if pos + 4 > _l:
-        raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', buf, pos, 4)
-    (_c,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if _c < 0:
-        raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.replicas = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    o.unknown_tags = None
-    return o, pos
-
-def _d_LeaderAndIsrLiveLeader_0(buf, pos):
-    _l = len(buf)
-    o = _new(LeaderAndIsrLiveLeader)
-    if pos + 4 > _l:
-        raise truncated('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.broker_id', buf, pos, 4)
-    (o.broker_id,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if pos + 2 > _l:
-        raise truncated('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name', buf, pos, 2)
-    (_n,) = _S2.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name', buf, pos, _n, 1)
-        o.host_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 4 > _l:
-        raise truncated('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.port', buf, pos, 4)
-    (o.port,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    o.unknown_tags = None
-    return o, pos
-
 def _d_LeaderAndIsrRequest_0(buf, pos):
     _l = len(buf)
     o = _new(LeaderAndIsrRequest)
@@ -220,9 +136,61 @@ def _d_LeaderAndIsrRequest_0(buf, pos):
         raise overrun('LeaderAndIsrRequest.ungrouped_partition_states', buf, pos, _c, 30)
     else:
         o.ungrouped_partition_states = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_LeaderAndIsrPartitionState_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(LeaderAndIsrPartitionState)
+            _o.adding_replicas = []
+            _o.removing_replicas = []
+            _o.is_new = False
+            _o.leader_recovery_state = 0
+            if pos + 2 > _l:
+                raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.topic_name', buf, pos, 2)
+            (_n,) = _S2.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.topic_name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='LeaderAndIsrRequest.LeaderAndIsrPartitionState.topic_name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.topic_name', buf, pos, _n, 1)
+                _o.topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 16 > _l:
+                raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.partition_index', buf, pos, 16)
+            _o.partition_index, _o.controller_epoch, _o.leader, _o.leader_epoch = _S3.unpack_from(buf, pos)
+            pos += 16
+            if pos + 4 > _l:
+                raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', buf, pos, 4)
+            (_c,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.isr = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos + 4 > _l:
+                raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.partition_epoch', buf, pos, 4)
+            (_o.partition_epoch,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if pos + 4 > _l:
+                raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', buf, pos, 4)
+            (_c,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.replicas = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            _o.unknown_tags = None
+            _ap(_o)
     if pos + 4 > _l:
         raise truncated('LeaderAndIsrRequest.live_leaders', buf, pos, 4)
     (_c,) = _S1.unpack_from(buf, pos)
@@ -233,68 +201,33 @@ def _d_LeaderAndIsrRequest_0(buf, pos):
         raise overrun('LeaderAndIsrRequest.live_leaders', buf, pos, _c, 10)
     else:
         o.live_leaders = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_LeaderAndIsrLiveLeader_0(buf, pos)
-            _lst.append(_e)
-    o.unknown_tags = None
-    return o, pos
-
-def _d_LeaderAndIsrPartitionState_1(buf, pos):
-    _l = len(buf)
-    o = _new(LeaderAndIsrPartitionState)
-    o.adding_replicas = []
-    o.removing_replicas = []
-    o.leader_recovery_state = 0
-    if pos + 2 > _l:
-        raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.topic_name', buf, pos, 2)
-    (_n,) = _S2.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.topic_name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='LeaderAndIsrRequest.LeaderAndIsrPartitionState.topic_name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.topic_name', buf, pos, _n, 1)
-        o.topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 16 > _l:
-        raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.partition_index', buf, pos, 16)
-    o.partition_index, o.controller_epoch, o.leader, o.leader_epoch = _S3.unpack_from(buf, pos)
-    pos += 16
-    if pos + 4 > _l:
-        raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', buf, pos, 4)
-    (_c,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if _c < 0:
-        raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.isr = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos + 4 > _l:
-        raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.partition_epoch', buf, pos, 4)
-    (o.partition_epoch,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if pos + 4 > _l:
-        raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', buf, pos, 4)
-    (_c,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if _c < 0:
-        raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.replicas = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos + 1 > _l:
-        raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.is_new', buf, pos, 1)
-    (o.is_new,) = _S4.unpack_from(buf, pos)
-    pos += 1
+            _o = _new(LeaderAndIsrLiveLeader)
+            if pos + 4 > _l:
+                raise truncated('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.broker_id', buf, pos, 4)
+            (_o.broker_id,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if pos + 2 > _l:
+                raise truncated('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name', buf, pos, 2)
+            (_n,) = _S2.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name', buf, pos, _n, 1)
+                _o.host_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.port', buf, pos, 4)
+            (_o.port,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -319,9 +252,64 @@ def _d_LeaderAndIsrRequest_1(buf, pos):
         raise overrun('LeaderAndIsrRequest.ungrouped_partition_states', buf, pos, _c, 31)
     else:
         o.ungrouped_partition_states = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_LeaderAndIsrPartitionState_1(buf, pos)
-            _lst.append(_e)
+            _o = _new(LeaderAndIsrPartitionState)
+            _o.adding_replicas = []
+            _o.removing_replicas = []
+            _o.leader_recovery_state = 0
+            if pos + 2 > _l:
+                raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.topic_name', buf, pos, 2)
+            (_n,) = _S2.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.topic_name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='LeaderAndIsrRequest.LeaderAndIsrPartitionState.topic_name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.topic_name', buf, pos, _n, 1)
+                _o.topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 16 > _l:
+                raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.partition_index', buf, pos, 16)
+            _o.partition_index, _o.controller_epoch, _o.leader, _o.leader_epoch = _S3.unpack_from(buf, pos)
+            pos += 16
+            if pos + 4 > _l:
+                raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', buf, pos, 4)
+            (_c,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.isr = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos + 4 > _l:
+                raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.partition_epoch', buf, pos, 4)
+            (_o.partition_epoch,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if pos + 4 > _l:
+                raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', buf, pos, 4)
+            (_c,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.replicas = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos + 1 > _l:
+                raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.is_new', buf, pos, 1)
+            (_o.is_new,) = _S4.unpack_from(buf, pos)
+            pos += 1
+            _o.unknown_tags = None
+            _ap(_o)
     if pos + 4 > _l:
         raise truncated('LeaderAndIsrRequest.live_leaders', buf, pos, 4)
     (_c,) = _S1.unpack_from(buf, pos)
@@ -332,55 +320,33 @@ def _d_LeaderAndIsrRequest_1(buf, pos):
         raise overrun('LeaderAndIsrRequest.live_leaders', buf, pos, _c, 10)
     else:
         o.live_leaders = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_LeaderAndIsrLiveLeader_0(buf, pos)
-            _lst.append(_e)
-    o.unknown_tags = None
-    return o, pos
-
-def _d_LeaderAndIsrPartitionState_2(buf, pos):
-    _l = len(buf)
-    o = _new(LeaderAndIsrPartitionState)
-    o.topic_name = ''
-    o.adding_replicas = []
-    o.removing_replicas = []
-    o.leader_recovery_state = 0
-    if pos + 16 > _l:
-        raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.partition_index', buf, pos, 16)
-    o.partition_index, o.controller_epoch, o.leader, o.leader_epoch = _S3.unpack_from(buf, pos)
-    pos += 16
-    if pos + 4 > _l:
-        raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', buf, pos, 4)
-    (_c,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if _c < 0:
-        raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.isr = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos + 4 > _l:
-        raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.partition_epoch', buf, pos, 4)
-    (o.partition_epoch,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if pos + 4 > _l:
-        raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', buf, pos, 4)
-    (_c,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if _c < 0:
-        raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.replicas = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos + 1 > _l:
-        raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.is_new', buf, pos, 1)
-    (o.is_new,) = _S4.unpack_from(buf, pos)
-    pos += 1
+            _o = _new(LeaderAndIsrLiveLeader)
+            if pos + 4 > _l:
+                raise truncated('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.broker_id', buf, pos, 4)
+            (_o.broker_id,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if pos + 2 > _l:
+                raise truncated('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name', buf, pos, 2)
+            (_n,) = _S2.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name', buf, pos, _n, 1)
+                _o.host_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.port', buf, pos, 4)
+            (_o.port,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -412,9 +378,51 @@ def _d_LeaderAndIsrTopicState_2(buf, pos):
         raise overrun('LeaderAndIsrRequest.LeaderAndIsrTopicState.partition_states', buf, pos, _c, 29)
     else:
         o.partition_states = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_LeaderAndIsrPartitionState_2(buf, pos)
-            _lst.append(_e)
+            _o = _new(LeaderAndIsrPartitionState)
+            _o.topic_name = ''
+            _o.adding_replicas = []
+            _o.removing_replicas = []
+            _o.leader_recovery_state = 0
+            if pos + 16 > _l:
+                raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.partition_index', buf, pos, 16)
+            _o.partition_index, _o.controller_epoch, _o.leader, _o.leader_epoch = _S3.unpack_from(buf, pos)
+            pos += 16
+            if pos + 4 > _l:
+                raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', buf, pos, 4)
+            (_c,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.isr = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos + 4 > _l:
+                raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.partition_epoch', buf, pos, 4)
+            (_o.partition_epoch,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if pos + 4 > _l:
+                raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', buf, pos, 4)
+            (_c,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.replicas = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos + 1 > _l:
+                raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.is_new', buf, pos, 1)
+            (_o.is_new,) = _S4.unpack_from(buf, pos)
+            pos += 1
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -451,77 +459,33 @@ def _d_LeaderAndIsrRequest_2(buf, pos):
         raise overrun('LeaderAndIsrRequest.live_leaders', buf, pos, _c, 10)
     else:
         o.live_leaders = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_LeaderAndIsrLiveLeader_0(buf, pos)
-            _lst.append(_e)
-    o.unknown_tags = None
-    return o, pos
-
-def _d_LeaderAndIsrPartitionState_3(buf, pos):
-    _l = len(buf)
-    o = _new(LeaderAndIsrPartitionState)
-    o.topic_name = ''
-    o.leader_recovery_state = 0
-    if pos + 16 > _l:
-        raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.partition_index', buf, pos, 16)
-    o.partition_index, o.controller_epoch, o.leader, o.leader_epoch = _S3.unpack_from(buf, pos)
-    pos += 16
-    if pos + 4 > _l:
-        raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', buf, pos, 4)
-    (_c,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if _c < 0:
-        raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.isr = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos + 4 > _l:
-        raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.partition_epoch', buf, pos, 4)
-    (o.partition_epoch,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if pos + 4 > _l:
-        raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', buf, pos, 4)
-    (_c,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if _c < 0:
-        raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.replicas = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos + 4 > _l:
-        raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.adding_replicas', buf, pos, 4)
-    (_c,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if _c < 0:
-        raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.adding_replicas', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.adding_replicas', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.adding_replicas = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos + 4 > _l:
-        raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.removing_replicas', buf, pos, 4)
-    (_c,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if _c < 0:
-        raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.removing_replicas', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.removing_replicas', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.removing_replicas = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos + 1 > _l:
-        raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.is_new', buf, pos, 1)
-    (o.is_new,) = _S4.unpack_from(buf, pos)
-    pos += 1
+            _o = _new(LeaderAndIsrLiveLeader)
+            if pos + 4 > _l:
+                raise truncated('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.broker_id', buf, pos, 4)
+            (_o.broker_id,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if pos + 2 > _l:
+                raise truncated('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name', buf, pos, 2)
+            (_n,) = _S2.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name', buf, pos, _n, 1)
+                _o.host_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.port', buf, pos, 4)
+            (_o.port,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -553,9 +517,73 @@ def _d_LeaderAndIsrTopicState_3(buf, pos):
         raise overrun('LeaderAndIsrRequest.LeaderAndIsrTopicState.partition_states', buf, pos, _c, 37)
     else:
         o.partition_states = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_LeaderAndIsrPartitionState_3(buf, pos)
-            _lst.append(_e)
+            _o = _new(LeaderAndIsrPartitionState)
+            _o.topic_name = ''
+            _o.leader_recovery_state = 0
+            if pos + 16 > _l:
+                raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.partition_index', buf, pos, 16)
+            _o.partition_index, _o.controller_epoch, _o.leader, _o.leader_epoch = _S3.unpack_from(buf, pos)
+            pos += 16
+            if pos + 4 > _l:
+                raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', buf, pos, 4)
+            (_c,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.isr = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos + 4 > _l:
+                raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.partition_epoch', buf, pos, 4)
+            (_o.partition_epoch,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if pos + 4 > _l:
+                raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', buf, pos, 4)
+            (_c,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.replicas = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos + 4 > _l:
+                raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.adding_replicas', buf, pos, 4)
+            (_c,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.adding_replicas', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.adding_replicas', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.adding_replicas = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos + 4 > _l:
+                raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.removing_replicas', buf, pos, 4)
+            (_c,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.removing_replicas', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.removing_replicas', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.removing_replicas = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos + 1 > _l:
+                raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.is_new', buf, pos, 1)
+            (_o.is_new,) = _S4.unpack_from(buf, pos)
+            pos += 1
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -592,96 +620,34 @@ def _d_LeaderAndIsrRequest_3(buf, pos):
         raise overrun('LeaderAndIsrRequest.live_leaders', buf, pos, _c, 10)
     else:
         o.live_leaders = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_LeaderAndIsrLiveLeader_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(LeaderAndIsrLiveLeader)
+            if pos + 4 > _l:
+                raise truncated('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.broker_id', buf, pos, 4)
+            (_o.broker_id,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if pos + 2 > _l:
+                raise truncated('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name', buf, pos, 2)
+            (_n,) = _S2.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name', buf, pos, _n, 1)
+                _o.host_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.port', buf, pos, 4)
+            (_o.port,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
-    return o, pos
-
-def _d_LeaderAndIsrPartitionState_4(buf, pos):
-    _l = len(buf)
-    o = _new(LeaderAndIsrPartitionState)
-    o.topic_name = ''
-    o.leader_recovery_state = 0
-    if pos + 16 > _l:
-        raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.partition_index', buf, pos, 16)
-    o.partition_index, o.controller_epoch, o.leader, o.leader_epoch = _S3.unpack_from(buf, pos)
-    pos += 16
-    if pos < _l and buf[pos] < 0x80:
-        _c = buf[pos] - 1
-        pos += 1
-    else:
-        _c, pos = read_uvarint(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr')
-        _c -= 1
-    if _c < 0:
-        raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.isr = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos + 4 > _l:
-        raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.partition_epoch', buf, pos, 4)
-    (o.partition_epoch,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if pos < _l and buf[pos] < 0x80:
-        _c = buf[pos] - 1
-        pos += 1
-    else:
-        _c, pos = read_uvarint(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas')
-        _c -= 1
-    if _c < 0:
-        raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.replicas = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos < _l and buf[pos] < 0x80:
-        _c = buf[pos] - 1
-        pos += 1
-    else:
-        _c, pos = read_uvarint(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrPartitionState.adding_replicas')
-        _c -= 1
-    if _c < 0:
-        raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.adding_replicas', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.adding_replicas', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.adding_replicas = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos < _l and buf[pos] < 0x80:
-        _c = buf[pos] - 1
-        pos += 1
-    else:
-        _c, pos = read_uvarint(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrPartitionState.removing_replicas')
-        _c -= 1
-    if _c < 0:
-        raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.removing_replicas', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.removing_replicas', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.removing_replicas = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos + 1 > _l:
-        raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.is_new', buf, pos, 1)
-    (o.is_new,) = _S4.unpack_from(buf, pos)
-    pos += 1
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrPartitionState')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
     return o, pos
 
 def _d_LeaderAndIsrTopicState_4(buf, pos):
@@ -716,54 +682,96 @@ def _d_LeaderAndIsrTopicState_4(buf, pos):
         raise overrun('LeaderAndIsrRequest.LeaderAndIsrTopicState.partition_states', buf, pos, _c, 26)
     else:
         o.partition_states = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_LeaderAndIsrPartitionState_4(buf, pos)
-            _lst.append(_e)
+            _o = _new(LeaderAndIsrPartitionState)
+            _o.topic_name = ''
+            _o.leader_recovery_state = 0
+            if pos + 16 > _l:
+                raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.partition_index', buf, pos, 16)
+            _o.partition_index, _o.controller_epoch, _o.leader, _o.leader_epoch = _S3.unpack_from(buf, pos)
+            pos += 16
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.isr = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos + 4 > _l:
+                raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.partition_epoch', buf, pos, 4)
+            (_o.partition_epoch,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.replicas = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrPartitionState.adding_replicas')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.adding_replicas', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.adding_replicas', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.adding_replicas = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrPartitionState.removing_replicas')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.removing_replicas', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.removing_replicas', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.removing_replicas = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos + 1 > _l:
+                raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.is_new', buf, pos, 1)
+            (_o.is_new,) = _S4.unpack_from(buf, pos)
+            pos += 1
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrPartitionState')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrTopicState')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
-def _d_LeaderAndIsrLiveLeader_4(buf, pos):
-    _l = len(buf)
-    o = _new(LeaderAndIsrLiveLeader)
-    if pos + 4 > _l:
-        raise truncated('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.broker_id', buf, pos, 4)
-    (o.broker_id,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name', buf, pos, _n, 1)
-        o.host_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 4 > _l:
-        raise truncated('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.port', buf, pos, 4)
-    (o.port,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrLiveLeader')
         _unknown = None
         for _tag, _ts, _te in _tags:
             if _unknown is None:
@@ -809,9 +817,45 @@ def _d_LeaderAndIsrRequest_4(buf, pos):
         raise overrun('LeaderAndIsrRequest.live_leaders', buf, pos, _c, 10)
     else:
         o.live_leaders = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_LeaderAndIsrLiveLeader_4(buf, pos)
-            _lst.append(_e)
+            _o = _new(LeaderAndIsrLiveLeader)
+            if pos + 4 > _l:
+                raise truncated('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.broker_id', buf, pos, 4)
+            (_o.broker_id,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name', buf, pos, _n, 1)
+                _o.host_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.port', buf, pos, 4)
+            (_o.port,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrLiveLeader')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -861,9 +905,91 @@ def _d_LeaderAndIsrTopicState_5(buf, pos):
         raise overrun('LeaderAndIsrRequest.LeaderAndIsrTopicState.partition_states', buf, pos, _c, 26)
     else:
         o.partition_states = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_LeaderAndIsrPartitionState_4(buf, pos)
-            _lst.append(_e)
+            _o = _new(LeaderAndIsrPartitionState)
+            _o.topic_name = ''
+            _o.leader_recovery_state = 0
+            if pos + 16 > _l:
+                raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.partition_index', buf, pos, 16)
+            _o.partition_index, _o.controller_epoch, _o.leader, _o.leader_epoch = _S3.unpack_from(buf, pos)
+            pos += 16
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.isr = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos + 4 > _l:
+                raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.partition_epoch', buf, pos, 4)
+            (_o.partition_epoch,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.replicas = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrPartitionState.adding_replicas')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.adding_replicas', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.adding_replicas', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.adding_replicas = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrPartitionState.removing_replicas')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.removing_replicas', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.removing_replicas', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.removing_replicas = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos + 1 > _l:
+                raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.is_new', buf, pos, 1)
+            (_o.is_new,) = _S4.unpack_from(buf, pos)
+            pos += 1
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrPartitionState')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -913,99 +1039,50 @@ def _d_LeaderAndIsrRequest_5(buf, pos):
         raise overrun('LeaderAndIsrRequest.live_leaders', buf, pos, _c, 10)
     else:
         o.live_leaders = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_LeaderAndIsrLiveLeader_4(buf, pos)
-            _lst.append(_e)
+            _o = _new(LeaderAndIsrLiveLeader)
+            if pos + 4 > _l:
+                raise truncated('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.broker_id', buf, pos, 4)
+            (_o.broker_id,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name', buf, pos, _n, 1)
+                _o.host_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.port', buf, pos, 4)
+            (_o.port,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrLiveLeader')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'LeaderAndIsrRequest')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
-def _d_LeaderAndIsrPartitionState_6(buf, pos):
-    _l = len(buf)
-    o = _new(LeaderAndIsrPartitionState)
-    o.topic_name = ''
-    if pos + 16 > _l:
-        raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.partition_index', buf, pos, 16)
-    o.partition_index, o.controller_epoch, o.leader, o.leader_epoch = _S3.unpack_from(buf, pos)
-    pos += 16
-    if pos < _l and buf[pos] < 0x80:
-        _c = buf[pos] - 1
-        pos += 1
-    else:
-        _c, pos = read_uvarint(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr')
-        _c -= 1
-    if _c < 0:
-        raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.isr = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos + 4 > _l:
-        raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.partition_epoch', buf, pos, 4)
-    (o.partition_epoch,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if pos < _l and buf[pos] < 0x80:
-        _c = buf[pos] - 1
-        pos += 1
-    else:
-        _c, pos = read_uvarint(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas')
-        _c -= 1
-    if _c < 0:
-        raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.replicas = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos < _l and buf[pos] < 0x80:
-        _c = buf[pos] - 1
-        pos += 1
-    else:
-        _c, pos = read_uvarint(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrPartitionState.adding_replicas')
-        _c -= 1
-    if _c < 0:
-        raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.adding_replicas', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.adding_replicas', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.adding_replicas = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos < _l and buf[pos] < 0x80:
-        _c = buf[pos] - 1
-        pos += 1
-    else:
-        _c, pos = read_uvarint(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrPartitionState.removing_replicas')
-        _c -= 1
-    if _c < 0:
-        raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.removing_replicas', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.removing_replicas', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.removing_replicas = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos + 2 > _l:
-        raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.is_new', buf, pos, 2)
-    o.is_new, o.leader_recovery_state = _S8.unpack_from(buf, pos)
-    pos += 2
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrPartitionState')
         _unknown = None
         for _tag, _ts, _te in _tags:
             if _unknown is None:
@@ -1050,9 +1127,90 @@ def _d_LeaderAndIsrTopicState_6(buf, pos):
         raise overrun('LeaderAndIsrRequest.LeaderAndIsrTopicState.partition_states', buf, pos, _c, 27)
     else:
         o.partition_states = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_LeaderAndIsrPartitionState_6(buf, pos)
-            _lst.append(_e)
+            _o = _new(LeaderAndIsrPartitionState)
+            _o.topic_name = ''
+            if pos + 16 > _l:
+                raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.partition_index', buf, pos, 16)
+            _o.partition_index, _o.controller_epoch, _o.leader, _o.leader_epoch = _S3.unpack_from(buf, pos)
+            pos += 16
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.isr', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.isr = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos + 4 > _l:
+                raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.partition_epoch', buf, pos, 4)
+            (_o.partition_epoch,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.replicas', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.replicas = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrPartitionState.adding_replicas')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.adding_replicas', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.adding_replicas', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.adding_replicas = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrPartitionState.removing_replicas')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('LeaderAndIsrRequest.LeaderAndIsrPartitionState.removing_replicas', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('LeaderAndIsrRequest.LeaderAndIsrPartitionState.removing_replicas', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.removing_replicas = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos + 2 > _l:
+                raise truncated('LeaderAndIsrRequest.LeaderAndIsrPartitionState.is_new', buf, pos, 2)
+            _o.is_new, _o.leader_recovery_state = _S8.unpack_from(buf, pos)
+            pos += 2
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrPartitionState')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -1102,9 +1260,45 @@ def _d_LeaderAndIsrRequest_6(buf, pos):
         raise overrun('LeaderAndIsrRequest.live_leaders', buf, pos, _c, 10)
     else:
         o.live_leaders = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_LeaderAndIsrLiveLeader_4(buf, pos)
-            _lst.append(_e)
+            _o = _new(LeaderAndIsrLiveLeader)
+            if pos + 4 > _l:
+                raise truncated('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.broker_id', buf, pos, 4)
+            (_o.broker_id,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name', buf, pos, _n, 1)
+                _o.host_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.port', buf, pos, 4)
+            (_o.port,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrLiveLeader')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -1153,9 +1347,45 @@ def _d_LeaderAndIsrRequest_7(buf, pos):
         raise overrun('LeaderAndIsrRequest.live_leaders', buf, pos, _c, 10)
     else:
         o.live_leaders = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_LeaderAndIsrLiveLeader_4(buf, pos)
-            _lst.append(_e)
+            _o = _new(LeaderAndIsrLiveLeader)
+            if pos + 4 > _l:
+                raise truncated('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.broker_id', buf, pos, 4)
+            (_o.broker_id,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name', buf, pos, _n, 1)
+                _o.host_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.port', buf, pos, 4)
+            (_o.port,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'LeaderAndIsrRequest.LeaderAndIsrLiveLeader')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -1169,97 +1399,80 @@ def _d_LeaderAndIsrRequest_7(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_LeaderAndIsrPartitionState_0(o, out, chunks):
-    _b = o.topic_name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('LeaderAndIsrRequest.LeaderAndIsrPartitionState.topic_name', _n)
-    out += _S2.pack(_n)
-    out += _b
-    out += _S3.pack(o.partition_index, o.controller_epoch, o.leader, o.leader_epoch)
-    _a = o.isr
-    _c = len(_a)
-    out += _S1.pack(_c)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    out += _S1.pack(o.partition_epoch)
-    _a = o.replicas
-    _c = len(_a)
-    out += _S1.pack(_c)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-
-def _e_LeaderAndIsrLiveLeader_0(o, out, chunks):
-    out += _S1.pack(o.broker_id)
-    _b = o.host_name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name', _n)
-    out += _S2.pack(_n)
-    out += _b
-    out += _S1.pack(o.port)
-
 def _e_LeaderAndIsrRequest_0(o, out, chunks):
     out += _S0.pack(o.controller_id, o.controller_epoch)
     _a = o.ungrouped_partition_states
     _c = len(_a)
     out += _S1.pack(_c)
-    for _e in _a:
-        _e_LeaderAndIsrPartitionState_0(_e, out, chunks)
+    for _o in _a:
+        _b = _o.topic_name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('LeaderAndIsrRequest.LeaderAndIsrPartitionState.topic_name', _n)
+        out += _S2.pack(_n)
+        out += _b
+        out += _S3.pack(_o.partition_index, _o.controller_epoch, _o.leader, _o.leader_epoch)
+        _a = _o.isr
+        _c = len(_a)
+        out += _S1.pack(_c)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        out += _S1.pack(_o.partition_epoch)
+        _a = _o.replicas
+        _c = len(_a)
+        out += _S1.pack(_c)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
     _a = o.live_leaders
     _c = len(_a)
     out += _S1.pack(_c)
-    for _e in _a:
-        _e_LeaderAndIsrLiveLeader_0(_e, out, chunks)
-
-def _e_LeaderAndIsrPartitionState_1(o, out, chunks):
-    _b = o.topic_name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('LeaderAndIsrRequest.LeaderAndIsrPartitionState.topic_name', _n)
-    out += _S2.pack(_n)
-    out += _b
-    out += _S3.pack(o.partition_index, o.controller_epoch, o.leader, o.leader_epoch)
-    _a = o.isr
-    _c = len(_a)
-    out += _S1.pack(_c)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    out += _S1.pack(o.partition_epoch)
-    _a = o.replicas
-    _c = len(_a)
-    out += _S1.pack(_c)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    out += _S4.pack(o.is_new)
+    for _o in _a:
+        out += _S1.pack(_o.broker_id)
+        _b = _o.host_name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name', _n)
+        out += _S2.pack(_n)
+        out += _b
+        out += _S1.pack(_o.port)
 
 def _e_LeaderAndIsrRequest_1(o, out, chunks):
     out += _S0.pack(o.controller_id, o.controller_epoch)
     _a = o.ungrouped_partition_states
     _c = len(_a)
     out += _S1.pack(_c)
-    for _e in _a:
-        _e_LeaderAndIsrPartitionState_1(_e, out, chunks)
+    for _o in _a:
+        _b = _o.topic_name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('LeaderAndIsrRequest.LeaderAndIsrPartitionState.topic_name', _n)
+        out += _S2.pack(_n)
+        out += _b
+        out += _S3.pack(_o.partition_index, _o.controller_epoch, _o.leader, _o.leader_epoch)
+        _a = _o.isr
+        _c = len(_a)
+        out += _S1.pack(_c)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        out += _S1.pack(_o.partition_epoch)
+        _a = _o.replicas
+        _c = len(_a)
+        out += _S1.pack(_c)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        out += _S4.pack(_o.is_new)
     _a = o.live_leaders
     _c = len(_a)
     out += _S1.pack(_c)
-    for _e in _a:
-        _e_LeaderAndIsrLiveLeader_0(_e, out, chunks)
-
-def _e_LeaderAndIsrPartitionState_2(o, out, chunks):
-    out += _S3.pack(o.partition_index, o.controller_epoch, o.leader, o.leader_epoch)
-    _a = o.isr
-    _c = len(_a)
-    out += _S1.pack(_c)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    out += _S1.pack(o.partition_epoch)
-    _a = o.replicas
-    _c = len(_a)
-    out += _S1.pack(_c)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    out += _S4.pack(o.is_new)
+    for _o in _a:
+        out += _S1.pack(_o.broker_id)
+        _b = _o.host_name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name', _n)
+        out += _S2.pack(_n)
+        out += _b
+        out += _S1.pack(_o.port)
 
 def _e_LeaderAndIsrTopicState_2(o, out, chunks):
     _b = o.topic_name.encode('utf-8', 'surrogateescape')
@@ -1271,8 +1484,20 @@ def _e_LeaderAndIsrTopicState_2(o, out, chunks):
     _a = o.partition_states
     _c = len(_a)
     out += _S1.pack(_c)
-    for _e in _a:
-        _e_LeaderAndIsrPartitionState_2(_e, out, chunks)
+    for _o in _a:
+        out += _S3.pack(_o.partition_index, _o.controller_epoch, _o.leader, _o.leader_epoch)
+        _a = _o.isr
+        _c = len(_a)
+        out += _S1.pack(_c)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        out += _S1.pack(_o.partition_epoch)
+        _a = _o.replicas
+        _c = len(_a)
+        out += _S1.pack(_c)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        out += _S4.pack(_o.is_new)
 
 def _e_LeaderAndIsrRequest_2(o, out, chunks):
     out += _S5.pack(o.controller_id, o.controller_epoch, o.broker_epoch)
@@ -1284,33 +1509,15 @@ def _e_LeaderAndIsrRequest_2(o, out, chunks):
     _a = o.live_leaders
     _c = len(_a)
     out += _S1.pack(_c)
-    for _e in _a:
-        _e_LeaderAndIsrLiveLeader_0(_e, out, chunks)
-
-def _e_LeaderAndIsrPartitionState_3(o, out, chunks):
-    out += _S3.pack(o.partition_index, o.controller_epoch, o.leader, o.leader_epoch)
-    _a = o.isr
-    _c = len(_a)
-    out += _S1.pack(_c)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    out += _S1.pack(o.partition_epoch)
-    _a = o.replicas
-    _c = len(_a)
-    out += _S1.pack(_c)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    _a = o.adding_replicas
-    _c = len(_a)
-    out += _S1.pack(_c)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    _a = o.removing_replicas
-    _c = len(_a)
-    out += _S1.pack(_c)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    out += _S4.pack(o.is_new)
+    for _o in _a:
+        out += _S1.pack(_o.broker_id)
+        _b = _o.host_name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name', _n)
+        out += _S2.pack(_n)
+        out += _b
+        out += _S1.pack(_o.port)
 
 def _e_LeaderAndIsrTopicState_3(o, out, chunks):
     _b = o.topic_name.encode('utf-8', 'surrogateescape')
@@ -1322,8 +1529,30 @@ def _e_LeaderAndIsrTopicState_3(o, out, chunks):
     _a = o.partition_states
     _c = len(_a)
     out += _S1.pack(_c)
-    for _e in _a:
-        _e_LeaderAndIsrPartitionState_3(_e, out, chunks)
+    for _o in _a:
+        out += _S3.pack(_o.partition_index, _o.controller_epoch, _o.leader, _o.leader_epoch)
+        _a = _o.isr
+        _c = len(_a)
+        out += _S1.pack(_c)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        out += _S1.pack(_o.partition_epoch)
+        _a = _o.replicas
+        _c = len(_a)
+        out += _S1.pack(_c)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        _a = _o.adding_replicas
+        _c = len(_a)
+        out += _S1.pack(_c)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        _a = _o.removing_replicas
+        _c = len(_a)
+        out += _S1.pack(_c)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        out += _S4.pack(_o.is_new)
 
 def _e_LeaderAndIsrRequest_3(o, out, chunks):
     out += _S5.pack(o.controller_id, o.controller_epoch, o.broker_epoch)
@@ -1335,49 +1564,15 @@ def _e_LeaderAndIsrRequest_3(o, out, chunks):
     _a = o.live_leaders
     _c = len(_a)
     out += _S1.pack(_c)
-    for _e in _a:
-        _e_LeaderAndIsrLiveLeader_0(_e, out, chunks)
-
-def _e_LeaderAndIsrPartitionState_4(o, out, chunks):
-    out += _S3.pack(o.partition_index, o.controller_epoch, o.leader, o.leader_epoch)
-    _a = o.isr
-    _c = len(_a)
-    if _c < 127:
-        out.append(_c + 1)
-    else:
-        write_uvarint(out, _c + 1)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    out += _S1.pack(o.partition_epoch)
-    _a = o.replicas
-    _c = len(_a)
-    if _c < 127:
-        out.append(_c + 1)
-    else:
-        write_uvarint(out, _c + 1)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    _a = o.adding_replicas
-    _c = len(_a)
-    if _c < 127:
-        out.append(_c + 1)
-    else:
-        write_uvarint(out, _c + 1)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    _a = o.removing_replicas
-    _c = len(_a)
-    if _c < 127:
-        out.append(_c + 1)
-    else:
-        write_uvarint(out, _c + 1)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    out += _S4.pack(o.is_new)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
+    for _o in _a:
+        out += _S1.pack(_o.broker_id)
+        _b = _o.host_name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name', _n)
+        out += _S2.pack(_n)
+        out += _b
+        out += _S1.pack(_o.port)
 
 def _e_LeaderAndIsrTopicState_4(o, out, chunks):
     _b = o.topic_name.encode('utf-8', 'surrogateescape')
@@ -1395,25 +1590,46 @@ def _e_LeaderAndIsrTopicState_4(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_LeaderAndIsrPartitionState_4(_e, out, chunks)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
-def _e_LeaderAndIsrLiveLeader_4(o, out, chunks):
-    out += _S1.pack(o.broker_id)
-    _b = o.host_name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    out += _S1.pack(o.port)
+    for _o in _a:
+        out += _S3.pack(_o.partition_index, _o.controller_epoch, _o.leader, _o.leader_epoch)
+        _a = _o.isr
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        out += _S1.pack(_o.partition_epoch)
+        _a = _o.replicas
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        _a = _o.adding_replicas
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        _a = _o.removing_replicas
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        out += _S4.pack(_o.is_new)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -1435,8 +1651,22 @@ def _e_LeaderAndIsrRequest_4(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_LeaderAndIsrLiveLeader_4(_e, out, chunks)
+    for _o in _a:
+        out += _S1.pack(_o.broker_id)
+        _b = _o.host_name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        out += _S1.pack(_o.port)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -1459,8 +1689,46 @@ def _e_LeaderAndIsrTopicState_5(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_LeaderAndIsrPartitionState_4(_e, out, chunks)
+    for _o in _a:
+        out += _S3.pack(_o.partition_index, _o.controller_epoch, _o.leader, _o.leader_epoch)
+        _a = _o.isr
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        out += _S1.pack(_o.partition_epoch)
+        _a = _o.replicas
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        _a = _o.adding_replicas
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        _a = _o.removing_replicas
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        out += _S4.pack(_o.is_new)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -1482,49 +1750,22 @@ def _e_LeaderAndIsrRequest_5(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_LeaderAndIsrLiveLeader_4(_e, out, chunks)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
-def _e_LeaderAndIsrPartitionState_6(o, out, chunks):
-    out += _S3.pack(o.partition_index, o.controller_epoch, o.leader, o.leader_epoch)
-    _a = o.isr
-    _c = len(_a)
-    if _c < 127:
-        out.append(_c + 1)
-    else:
-        write_uvarint(out, _c + 1)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    out += _S1.pack(o.partition_epoch)
-    _a = o.replicas
-    _c = len(_a)
-    if _c < 127:
-        out.append(_c + 1)
-    else:
-        write_uvarint(out, _c + 1)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    _a = o.adding_replicas
-    _c = len(_a)
-    if _c < 127:
-        out.append(_c + 1)
-    else:
-        write_uvarint(out, _c + 1)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    _a = o.removing_replicas
-    _c = len(_a)
-    if _c < 127:
-        out.append(_c + 1)
-    else:
-        write_uvarint(out, _c + 1)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    out += _S8.pack(o.is_new, o.leader_recovery_state)
+    for _o in _a:
+        out += _S1.pack(_o.broker_id)
+        _b = _o.host_name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        out += _S1.pack(_o.port)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -1547,8 +1788,46 @@ def _e_LeaderAndIsrTopicState_6(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_LeaderAndIsrPartitionState_6(_e, out, chunks)
+    for _o in _a:
+        out += _S3.pack(_o.partition_index, _o.controller_epoch, _o.leader, _o.leader_epoch)
+        _a = _o.isr
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        out += _S1.pack(_o.partition_epoch)
+        _a = _o.replicas
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        _a = _o.adding_replicas
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        _a = _o.removing_replicas
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        out += _S8.pack(_o.is_new, _o.leader_recovery_state)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -1570,8 +1849,22 @@ def _e_LeaderAndIsrRequest_6(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_LeaderAndIsrLiveLeader_4(_e, out, chunks)
+    for _o in _a:
+        out += _S1.pack(_o.broker_id)
+        _b = _o.host_name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        out += _S1.pack(_o.port)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -1593,8 +1886,22 @@ def _e_LeaderAndIsrRequest_7(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_LeaderAndIsrLiveLeader_4(_e, out, chunks)
+    for _o in _a:
+        out += _S1.pack(_o.broker_id)
+        _b = _o.host_name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.host_name', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        out += _S1.pack(_o.port)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

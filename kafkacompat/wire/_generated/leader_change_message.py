@@ -47,27 +47,6 @@ _S0 = _Struct('>hi')
 _S1 = _Struct('>i')
 _S2 = _Struct('>i16s')
 
-def _d_Voter_0(buf, pos):
-    _l = len(buf)
-    o = _new(Voter)
-    o.voter_directory_id = ZERO_UUID
-    if pos + 4 > _l:
-        raise truncated('LeaderChangeMessage.Voter.voter_id', buf, pos, 4)
-    (o.voter_id,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'LeaderChangeMessage.Voter')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_LeaderChangeMessage_0(buf, pos):
     _l = len(buf)
     o = _new(LeaderChangeMessage)
@@ -87,9 +66,26 @@ def _d_LeaderChangeMessage_0(buf, pos):
         raise overrun('LeaderChangeMessage.voters', buf, pos, _c, 5)
     else:
         o.voters = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_Voter_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(Voter)
+            _o.voter_directory_id = ZERO_UUID
+            if pos + 4 > _l:
+                raise truncated('LeaderChangeMessage.Voter.voter_id', buf, pos, 4)
+            (_o.voter_id,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'LeaderChangeMessage.Voter')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -102,35 +98,31 @@ def _d_LeaderChangeMessage_0(buf, pos):
         raise overrun('LeaderChangeMessage.granting_voters', buf, pos, _c, 5)
     else:
         o.granting_voters = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_Voter_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(Voter)
+            _o.voter_directory_id = ZERO_UUID
+            if pos + 4 > _l:
+                raise truncated('LeaderChangeMessage.Voter.voter_id', buf, pos, 4)
+            (_o.voter_id,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'LeaderChangeMessage.Voter')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'LeaderChangeMessage')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
-def _d_Voter_1(buf, pos):
-    _l = len(buf)
-    o = _new(Voter)
-    if pos + 20 > _l:
-        raise truncated('LeaderChangeMessage.Voter.voter_id', buf, pos, 20)
-    o.voter_id, o.voter_directory_id = _S2.unpack_from(buf, pos)
-    pos += 20
-    o.voter_directory_id = _UUID(bytes=o.voter_directory_id)
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'LeaderChangeMessage.Voter')
         _unknown = None
         for _tag, _ts, _te in _tags:
             if _unknown is None:
@@ -158,9 +150,26 @@ def _d_LeaderChangeMessage_1(buf, pos):
         raise overrun('LeaderChangeMessage.voters', buf, pos, _c, 21)
     else:
         o.voters = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_Voter_1(buf, pos)
-            _lst.append(_e)
+            _o = _new(Voter)
+            if pos + 20 > _l:
+                raise truncated('LeaderChangeMessage.Voter.voter_id', buf, pos, 20)
+            _o.voter_id, _o.voter_directory_id = _S2.unpack_from(buf, pos)
+            pos += 20
+            _o.voter_directory_id = _UUID(bytes=_o.voter_directory_id)
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'LeaderChangeMessage.Voter')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
         pos += 1
@@ -173,9 +182,26 @@ def _d_LeaderChangeMessage_1(buf, pos):
         raise overrun('LeaderChangeMessage.granting_voters', buf, pos, _c, 21)
     else:
         o.granting_voters = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_Voter_1(buf, pos)
-            _lst.append(_e)
+            _o = _new(Voter)
+            if pos + 20 > _l:
+                raise truncated('LeaderChangeMessage.Voter.voter_id', buf, pos, 20)
+            _o.voter_id, _o.voter_directory_id = _S2.unpack_from(buf, pos)
+            pos += 20
+            _o.voter_directory_id = _UUID(bytes=_o.voter_directory_id)
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'LeaderChangeMessage.Voter')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -189,13 +215,6 @@ def _d_LeaderChangeMessage_1(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_Voter_0(o, out, chunks):
-    out += _S1.pack(o.voter_id)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
 def _e_LeaderChangeMessage_0(o, out, chunks):
     out += _S0.pack(o.version, o.leader_id)
     _a = o.voters
@@ -204,23 +223,24 @@ def _e_LeaderChangeMessage_0(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_Voter_0(_e, out, chunks)
+    for _o in _a:
+        out += _S1.pack(_o.voter_id)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     _a = o.granting_voters
     _c = len(_a)
     if _c < 127:
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_Voter_0(_e, out, chunks)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
-def _e_Voter_1(o, out, chunks):
-    out += _S2.pack(o.voter_id, o.voter_directory_id.bytes)
+    for _o in _a:
+        out += _S1.pack(_o.voter_id)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -234,16 +254,24 @@ def _e_LeaderChangeMessage_1(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_Voter_1(_e, out, chunks)
+    for _o in _a:
+        out += _S2.pack(_o.voter_id, _o.voter_directory_id.bytes)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     _a = o.granting_voters
     _c = len(_a)
     if _c < 127:
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_Voter_1(_e, out, chunks)
+    for _o in _a:
+        out += _S2.pack(_o.voter_id, _o.voter_directory_id.bytes)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

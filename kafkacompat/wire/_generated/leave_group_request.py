@@ -81,43 +81,6 @@ def _d_LeaveGroupRequest_0(buf, pos):
     o.unknown_tags = None
     return o, pos
 
-def _d_MemberIdentity_3(buf, pos):
-    _l = len(buf)
-    o = _new(MemberIdentity)
-    o.reason = None
-    if pos + 2 > _l:
-        raise truncated('LeaveGroupRequest.MemberIdentity.member_id', buf, pos, 2)
-    (_n,) = _S0.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('LeaveGroupRequest.MemberIdentity.member_id', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='LeaveGroupRequest.MemberIdentity.member_id')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('LeaveGroupRequest.MemberIdentity.member_id', buf, pos, _n, 1)
-        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('LeaveGroupRequest.MemberIdentity.group_instance_id', buf, pos, 2)
-    (_n,) = _S0.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('LeaveGroupRequest.MemberIdentity.group_instance_id', _n)
-        o.group_instance_id = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='LeaveGroupRequest.MemberIdentity.group_instance_id')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('LeaveGroupRequest.MemberIdentity.group_instance_id', buf, pos, _n, 1)
-        o.group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    o.unknown_tags = None
-    return o, pos
-
 def _d_LeaveGroupRequest_3(buf, pos):
     _l = len(buf)
     o = _new(LeaveGroupRequest)
@@ -146,61 +109,43 @@ def _d_LeaveGroupRequest_3(buf, pos):
         raise overrun('LeaveGroupRequest.members', buf, pos, _c, 4)
     else:
         o.members = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_MemberIdentity_3(buf, pos)
-            _lst.append(_e)
+            _o = _new(MemberIdentity)
+            _o.reason = None
+            if pos + 2 > _l:
+                raise truncated('LeaveGroupRequest.MemberIdentity.member_id', buf, pos, 2)
+            (_n,) = _S0.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('LeaveGroupRequest.MemberIdentity.member_id', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='LeaveGroupRequest.MemberIdentity.member_id')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('LeaveGroupRequest.MemberIdentity.member_id', buf, pos, _n, 1)
+                _o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('LeaveGroupRequest.MemberIdentity.group_instance_id', buf, pos, 2)
+            (_n,) = _S0.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('LeaveGroupRequest.MemberIdentity.group_instance_id', _n)
+                _o.group_instance_id = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='LeaveGroupRequest.MemberIdentity.group_instance_id')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('LeaveGroupRequest.MemberIdentity.group_instance_id', buf, pos, _n, 1)
+                _o.group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
-    return o, pos
-
-def _d_MemberIdentity_4(buf, pos):
-    _l = len(buf)
-    o = _new(MemberIdentity)
-    o.reason = None
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'LeaveGroupRequest.MemberIdentity.member_id')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('LeaveGroupRequest.MemberIdentity.member_id', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='LeaveGroupRequest.MemberIdentity.member_id')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('LeaveGroupRequest.MemberIdentity.member_id', buf, pos, _n, 1)
-        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'LeaveGroupRequest.MemberIdentity.group_instance_id')
-        _n -= 1
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('LeaveGroupRequest.MemberIdentity.group_instance_id', _n)
-        o.group_instance_id = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='LeaveGroupRequest.MemberIdentity.group_instance_id')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('LeaveGroupRequest.MemberIdentity.group_instance_id', buf, pos, _n, 1)
-        o.group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'LeaveGroupRequest.MemberIdentity')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
     return o, pos
 
 def _d_LeaveGroupRequest_4(buf, pos):
@@ -235,82 +180,61 @@ def _d_LeaveGroupRequest_4(buf, pos):
         raise overrun('LeaveGroupRequest.members', buf, pos, _c, 3)
     else:
         o.members = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_MemberIdentity_4(buf, pos)
-            _lst.append(_e)
+            _o = _new(MemberIdentity)
+            _o.reason = None
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'LeaveGroupRequest.MemberIdentity.member_id')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('LeaveGroupRequest.MemberIdentity.member_id', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='LeaveGroupRequest.MemberIdentity.member_id')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('LeaveGroupRequest.MemberIdentity.member_id', buf, pos, _n, 1)
+                _o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'LeaveGroupRequest.MemberIdentity.group_instance_id')
+                _n -= 1
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('LeaveGroupRequest.MemberIdentity.group_instance_id', _n)
+                _o.group_instance_id = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='LeaveGroupRequest.MemberIdentity.group_instance_id')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('LeaveGroupRequest.MemberIdentity.group_instance_id', buf, pos, _n, 1)
+                _o.group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'LeaveGroupRequest.MemberIdentity')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'LeaveGroupRequest')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
-def _d_MemberIdentity_5(buf, pos):
-    _l = len(buf)
-    o = _new(MemberIdentity)
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'LeaveGroupRequest.MemberIdentity.member_id')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('LeaveGroupRequest.MemberIdentity.member_id', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='LeaveGroupRequest.MemberIdentity.member_id')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('LeaveGroupRequest.MemberIdentity.member_id', buf, pos, _n, 1)
-        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'LeaveGroupRequest.MemberIdentity.group_instance_id')
-        _n -= 1
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('LeaveGroupRequest.MemberIdentity.group_instance_id', _n)
-        o.group_instance_id = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='LeaveGroupRequest.MemberIdentity.group_instance_id')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('LeaveGroupRequest.MemberIdentity.group_instance_id', buf, pos, _n, 1)
-        o.group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'LeaveGroupRequest.MemberIdentity.reason')
-        _n -= 1
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('LeaveGroupRequest.MemberIdentity.reason', _n)
-        o.reason = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='LeaveGroupRequest.MemberIdentity.reason')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('LeaveGroupRequest.MemberIdentity.reason', buf, pos, _n, 1)
-        o.reason = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'LeaveGroupRequest.MemberIdentity')
         _unknown = None
         for _tag, _ts, _te in _tags:
             if _unknown is None:
@@ -351,9 +275,73 @@ def _d_LeaveGroupRequest_5(buf, pos):
         raise overrun('LeaveGroupRequest.members', buf, pos, _c, 4)
     else:
         o.members = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_MemberIdentity_5(buf, pos)
-            _lst.append(_e)
+            _o = _new(MemberIdentity)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'LeaveGroupRequest.MemberIdentity.member_id')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('LeaveGroupRequest.MemberIdentity.member_id', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='LeaveGroupRequest.MemberIdentity.member_id')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('LeaveGroupRequest.MemberIdentity.member_id', buf, pos, _n, 1)
+                _o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'LeaveGroupRequest.MemberIdentity.group_instance_id')
+                _n -= 1
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('LeaveGroupRequest.MemberIdentity.group_instance_id', _n)
+                _o.group_instance_id = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='LeaveGroupRequest.MemberIdentity.group_instance_id')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('LeaveGroupRequest.MemberIdentity.group_instance_id', buf, pos, _n, 1)
+                _o.group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'LeaveGroupRequest.MemberIdentity.reason')
+                _n -= 1
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('LeaveGroupRequest.MemberIdentity.reason', _n)
+                _o.reason = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='LeaveGroupRequest.MemberIdentity.reason')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('LeaveGroupRequest.MemberIdentity.reason', buf, pos, _n, 1)
+                _o.reason = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'LeaveGroupRequest.MemberIdentity')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -381,23 +369,6 @@ def _e_LeaveGroupRequest_0(o, out, chunks):
     out += _S0.pack(_n)
     out += _b
 
-def _e_MemberIdentity_3(o, out, chunks):
-    _b = o.member_id.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('LeaveGroupRequest.MemberIdentity.member_id', _n)
-    out += _S0.pack(_n)
-    out += _b
-    if o.group_instance_id is None:
-        out += b'\xff\xff'
-    else:
-        _b = o.group_instance_id.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('LeaveGroupRequest.MemberIdentity.group_instance_id', _n)
-        out += _S0.pack(_n)
-        out += _b
-
 def _e_LeaveGroupRequest_3(o, out, chunks):
     _b = o.group_id.encode('utf-8', 'surrogateescape')
     _n = len(_b)
@@ -408,35 +379,22 @@ def _e_LeaveGroupRequest_3(o, out, chunks):
     _a = o.members
     _c = len(_a)
     out += _S1.pack(_c)
-    for _e in _a:
-        _e_MemberIdentity_3(_e, out, chunks)
-
-def _e_MemberIdentity_4(o, out, chunks):
-    _b = o.member_id.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('LeaveGroupRequest.MemberIdentity.member_id', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    if o.group_instance_id is None:
-        out.append(0)
-    else:
-        _b = o.group_instance_id.encode('utf-8', 'surrogateescape')
+    for _o in _a:
+        _b = _o.member_id.encode('utf-8', 'surrogateescape')
         _n = len(_b)
         if _n > 0x7FFF:
-            raise string_too_long('LeaveGroupRequest.MemberIdentity.group_instance_id', _n)
-        if _n < 127:
-            out.append(_n + 1)
-        else:
-            write_uvarint(out, _n + 1)
+            raise string_too_long('LeaveGroupRequest.MemberIdentity.member_id', _n)
+        out += _S0.pack(_n)
         out += _b
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
+        if _o.group_instance_id is None:
+            out += b'\xff\xff'
+        else:
+            _b = _o.group_instance_id.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('LeaveGroupRequest.MemberIdentity.group_instance_id', _n)
+            out += _S0.pack(_n)
+            out += _b
 
 def _e_LeaveGroupRequest_4(o, out, chunks):
     _b = o.group_id.encode('utf-8', 'surrogateescape')
@@ -454,47 +412,32 @@ def _e_LeaveGroupRequest_4(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_MemberIdentity_4(_e, out, chunks)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
-def _e_MemberIdentity_5(o, out, chunks):
-    _b = o.member_id.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('LeaveGroupRequest.MemberIdentity.member_id', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    if o.group_instance_id is None:
-        out.append(0)
-    else:
-        _b = o.group_instance_id.encode('utf-8', 'surrogateescape')
+    for _o in _a:
+        _b = _o.member_id.encode('utf-8', 'surrogateescape')
         _n = len(_b)
         if _n > 0x7FFF:
-            raise string_too_long('LeaveGroupRequest.MemberIdentity.group_instance_id', _n)
+            raise string_too_long('LeaveGroupRequest.MemberIdentity.member_id', _n)
         if _n < 127:
             out.append(_n + 1)
         else:
             write_uvarint(out, _n + 1)
         out += _b
-    if o.reason is None:
-        out.append(0)
-    else:
-        _b = o.reason.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('LeaveGroupRequest.MemberIdentity.reason', _n)
-        if _n < 127:
-            out.append(_n + 1)
+        if _o.group_instance_id is None:
+            out.append(0)
         else:
-            write_uvarint(out, _n + 1)
-        out += _b
+            _b = _o.group_instance_id.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('LeaveGroupRequest.MemberIdentity.group_instance_id', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -516,8 +459,44 @@ def _e_LeaveGroupRequest_5(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_MemberIdentity_5(_e, out, chunks)
+    for _o in _a:
+        _b = _o.member_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('LeaveGroupRequest.MemberIdentity.member_id', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        if _o.group_instance_id is None:
+            out.append(0)
+        else:
+            _b = _o.group_instance_id.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('LeaveGroupRequest.MemberIdentity.group_instance_id', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+        if _o.reason is None:
+            out.append(0)
+        else:
+            _b = _o.reason.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('LeaveGroupRequest.MemberIdentity.reason', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

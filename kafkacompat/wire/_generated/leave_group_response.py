@@ -70,46 +70,6 @@ def _d_LeaveGroupResponse_1(buf, pos):
     o.unknown_tags = None
     return o, pos
 
-def _d_MemberResponse_3(buf, pos):
-    _l = len(buf)
-    o = _new(MemberResponse)
-    if pos + 2 > _l:
-        raise truncated('LeaveGroupResponse.MemberResponse.member_id', buf, pos, 2)
-    (_n,) = _S0.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('LeaveGroupResponse.MemberResponse.member_id', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='LeaveGroupResponse.MemberResponse.member_id')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('LeaveGroupResponse.MemberResponse.member_id', buf, pos, _n, 1)
-        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('LeaveGroupResponse.MemberResponse.group_instance_id', buf, pos, 2)
-    (_n,) = _S0.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('LeaveGroupResponse.MemberResponse.group_instance_id', _n)
-        o.group_instance_id = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='LeaveGroupResponse.MemberResponse.group_instance_id')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('LeaveGroupResponse.MemberResponse.group_instance_id', buf, pos, _n, 1)
-        o.group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('LeaveGroupResponse.MemberResponse.error_code', buf, pos, 2)
-    (o.error_code,) = _S0.unpack_from(buf, pos)
-    pos += 2
-    o.unknown_tags = None
-    return o, pos
-
 def _d_LeaveGroupResponse_3(buf, pos):
     _l = len(buf)
     o = _new(LeaveGroupResponse)
@@ -127,64 +87,46 @@ def _d_LeaveGroupResponse_3(buf, pos):
         raise overrun('LeaveGroupResponse.members', buf, pos, _c, 6)
     else:
         o.members = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_MemberResponse_3(buf, pos)
-            _lst.append(_e)
+            _o = _new(MemberResponse)
+            if pos + 2 > _l:
+                raise truncated('LeaveGroupResponse.MemberResponse.member_id', buf, pos, 2)
+            (_n,) = _S0.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('LeaveGroupResponse.MemberResponse.member_id', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='LeaveGroupResponse.MemberResponse.member_id')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('LeaveGroupResponse.MemberResponse.member_id', buf, pos, _n, 1)
+                _o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('LeaveGroupResponse.MemberResponse.group_instance_id', buf, pos, 2)
+            (_n,) = _S0.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('LeaveGroupResponse.MemberResponse.group_instance_id', _n)
+                _o.group_instance_id = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='LeaveGroupResponse.MemberResponse.group_instance_id')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('LeaveGroupResponse.MemberResponse.group_instance_id', buf, pos, _n, 1)
+                _o.group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('LeaveGroupResponse.MemberResponse.error_code', buf, pos, 2)
+            (_o.error_code,) = _S0.unpack_from(buf, pos)
+            pos += 2
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
-    return o, pos
-
-def _d_MemberResponse_4(buf, pos):
-    _l = len(buf)
-    o = _new(MemberResponse)
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'LeaveGroupResponse.MemberResponse.member_id')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('LeaveGroupResponse.MemberResponse.member_id', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='LeaveGroupResponse.MemberResponse.member_id')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('LeaveGroupResponse.MemberResponse.member_id', buf, pos, _n, 1)
-        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'LeaveGroupResponse.MemberResponse.group_instance_id')
-        _n -= 1
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('LeaveGroupResponse.MemberResponse.group_instance_id', _n)
-        o.group_instance_id = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='LeaveGroupResponse.MemberResponse.group_instance_id')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('LeaveGroupResponse.MemberResponse.group_instance_id', buf, pos, _n, 1)
-        o.group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('LeaveGroupResponse.MemberResponse.error_code', buf, pos, 2)
-    (o.error_code,) = _S0.unpack_from(buf, pos)
-    pos += 2
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'LeaveGroupResponse.MemberResponse')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
     return o, pos
 
 def _d_LeaveGroupResponse_4(buf, pos):
@@ -206,9 +148,59 @@ def _d_LeaveGroupResponse_4(buf, pos):
         raise overrun('LeaveGroupResponse.members', buf, pos, _c, 5)
     else:
         o.members = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_MemberResponse_4(buf, pos)
-            _lst.append(_e)
+            _o = _new(MemberResponse)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'LeaveGroupResponse.MemberResponse.member_id')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('LeaveGroupResponse.MemberResponse.member_id', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='LeaveGroupResponse.MemberResponse.member_id')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('LeaveGroupResponse.MemberResponse.member_id', buf, pos, _n, 1)
+                _o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'LeaveGroupResponse.MemberResponse.group_instance_id')
+                _n -= 1
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('LeaveGroupResponse.MemberResponse.group_instance_id', _n)
+                _o.group_instance_id = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='LeaveGroupResponse.MemberResponse.group_instance_id')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('LeaveGroupResponse.MemberResponse.group_instance_id', buf, pos, _n, 1)
+                _o.group_instance_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('LeaveGroupResponse.MemberResponse.error_code', buf, pos, 2)
+            (_o.error_code,) = _S0.unpack_from(buf, pos)
+            pos += 2
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'LeaveGroupResponse.MemberResponse')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -228,59 +220,28 @@ def _e_LeaveGroupResponse_0(o, out, chunks):
 def _e_LeaveGroupResponse_1(o, out, chunks):
     out += _S1.pack(o.throttle_time_ms, o.error_code)
 
-def _e_MemberResponse_3(o, out, chunks):
-    _b = o.member_id.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('LeaveGroupResponse.MemberResponse.member_id', _n)
-    out += _S0.pack(_n)
-    out += _b
-    if o.group_instance_id is None:
-        out += b'\xff\xff'
-    else:
-        _b = o.group_instance_id.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('LeaveGroupResponse.MemberResponse.group_instance_id', _n)
-        out += _S0.pack(_n)
-        out += _b
-    out += _S0.pack(o.error_code)
-
 def _e_LeaveGroupResponse_3(o, out, chunks):
     out += _S1.pack(o.throttle_time_ms, o.error_code)
     _a = o.members
     _c = len(_a)
     out += _S2.pack(_c)
-    for _e in _a:
-        _e_MemberResponse_3(_e, out, chunks)
-
-def _e_MemberResponse_4(o, out, chunks):
-    _b = o.member_id.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('LeaveGroupResponse.MemberResponse.member_id', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    if o.group_instance_id is None:
-        out.append(0)
-    else:
-        _b = o.group_instance_id.encode('utf-8', 'surrogateescape')
+    for _o in _a:
+        _b = _o.member_id.encode('utf-8', 'surrogateescape')
         _n = len(_b)
         if _n > 0x7FFF:
-            raise string_too_long('LeaveGroupResponse.MemberResponse.group_instance_id', _n)
-        if _n < 127:
-            out.append(_n + 1)
-        else:
-            write_uvarint(out, _n + 1)
+            raise string_too_long('LeaveGroupResponse.MemberResponse.member_id', _n)
+        out += _S0.pack(_n)
         out += _b
-    out += _S0.pack(o.error_code)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
+        if _o.group_instance_id is None:
+            out += b'\xff\xff'
+        else:
+            _b = _o.group_instance_id.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('LeaveGroupResponse.MemberResponse.group_instance_id', _n)
+            out += _S0.pack(_n)
+            out += _b
+        out += _S0.pack(_o.error_code)
 
 def _e_LeaveGroupResponse_4(o, out, chunks):
     out += _S1.pack(o.throttle_time_ms, o.error_code)
@@ -290,8 +251,33 @@ def _e_LeaveGroupResponse_4(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_MemberResponse_4(_e, out, chunks)
+    for _o in _a:
+        _b = _o.member_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('LeaveGroupResponse.MemberResponse.member_id', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        if _o.group_instance_id is None:
+            out.append(0)
+        else:
+            _b = _o.group_instance_id.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('LeaveGroupResponse.MemberResponse.group_instance_id', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+        out += _S0.pack(_o.error_code)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

@@ -43,38 +43,6 @@ ListClientMetricsResourcesResponse.ClientMetricsResource = ClientMetricsResource
 
 _S0 = _Struct('>ih')
 
-def _d_ClientMetricsResource_0(buf, pos):
-    _l = len(buf)
-    o = _new(ClientMetricsResource)
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'ListClientMetricsResourcesResponse.ClientMetricsResource.name')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('ListClientMetricsResourcesResponse.ClientMetricsResource.name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='ListClientMetricsResourcesResponse.ClientMetricsResource.name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('ListClientMetricsResourcesResponse.ClientMetricsResource.name', buf, pos, _n, 1)
-        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'ListClientMetricsResourcesResponse.ClientMetricsResource')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_ListClientMetricsResourcesResponse_0(buf, pos):
     _l = len(buf)
     o = _new(ListClientMetricsResourcesResponse)
@@ -94,9 +62,37 @@ def _d_ListClientMetricsResourcesResponse_0(buf, pos):
         raise overrun('ListClientMetricsResourcesResponse.client_metrics_resources', buf, pos, _c, 2)
     else:
         o.client_metrics_resources = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_ClientMetricsResource_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(ClientMetricsResource)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'ListClientMetricsResourcesResponse.ClientMetricsResource.name')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('ListClientMetricsResourcesResponse.ClientMetricsResource.name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='ListClientMetricsResourcesResponse.ClientMetricsResource.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ListClientMetricsResourcesResponse.ClientMetricsResource.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'ListClientMetricsResourcesResponse.ClientMetricsResource')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -110,21 +106,6 @@ def _d_ListClientMetricsResourcesResponse_0(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_ClientMetricsResource_0(o, out, chunks):
-    _b = o.name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('ListClientMetricsResourcesResponse.ClientMetricsResource.name', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
 def _e_ListClientMetricsResourcesResponse_0(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms, o.error_code)
     _a = o.client_metrics_resources
@@ -133,8 +114,20 @@ def _e_ListClientMetricsResourcesResponse_0(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_ClientMetricsResource_0(_e, out, chunks)
+    for _o in _a:
+        _b = _o.name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ListClientMetricsResourcesResponse.ClientMetricsResource.name', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

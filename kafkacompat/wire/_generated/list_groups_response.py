@@ -48,42 +48,6 @@ _S0 = _Struct('>h')
 _S1 = _Struct('>i')
 _S2 = _Struct('>ih')
 
-def _d_ListedGroup_0(buf, pos):
-    _l = len(buf)
-    o = _new(ListedGroup)
-    o.group_state = ''
-    o.group_type = ''
-    if pos + 2 > _l:
-        raise truncated('ListGroupsResponse.ListedGroup.group_id', buf, pos, 2)
-    (_n,) = _S0.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('ListGroupsResponse.ListedGroup.group_id', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='ListGroupsResponse.ListedGroup.group_id')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('ListGroupsResponse.ListedGroup.group_id', buf, pos, _n, 1)
-        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('ListGroupsResponse.ListedGroup.protocol_type', buf, pos, 2)
-    (_n,) = _S0.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('ListGroupsResponse.ListedGroup.protocol_type', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='ListGroupsResponse.ListedGroup.protocol_type')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('ListGroupsResponse.ListedGroup.protocol_type', buf, pos, _n, 1)
-        o.protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    o.unknown_tags = None
-    return o, pos
-
 def _d_ListGroupsResponse_0(buf, pos):
     _l = len(buf)
     o = _new(ListGroupsResponse)
@@ -102,9 +66,41 @@ def _d_ListGroupsResponse_0(buf, pos):
         raise overrun('ListGroupsResponse.groups', buf, pos, _c, 4)
     else:
         o.groups = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_ListedGroup_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(ListedGroup)
+            _o.group_state = ''
+            _o.group_type = ''
+            if pos + 2 > _l:
+                raise truncated('ListGroupsResponse.ListedGroup.group_id', buf, pos, 2)
+            (_n,) = _S0.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('ListGroupsResponse.ListedGroup.group_id', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='ListGroupsResponse.ListedGroup.group_id')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ListGroupsResponse.ListedGroup.group_id', buf, pos, _n, 1)
+                _o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('ListGroupsResponse.ListedGroup.protocol_type', buf, pos, 2)
+            (_n,) = _S0.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('ListGroupsResponse.ListedGroup.protocol_type', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='ListGroupsResponse.ListedGroup.protocol_type')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ListGroupsResponse.ListedGroup.protocol_type', buf, pos, _n, 1)
+                _o.protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -125,60 +121,42 @@ def _d_ListGroupsResponse_1(buf, pos):
         raise overrun('ListGroupsResponse.groups', buf, pos, _c, 4)
     else:
         o.groups = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_ListedGroup_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(ListedGroup)
+            _o.group_state = ''
+            _o.group_type = ''
+            if pos + 2 > _l:
+                raise truncated('ListGroupsResponse.ListedGroup.group_id', buf, pos, 2)
+            (_n,) = _S0.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('ListGroupsResponse.ListedGroup.group_id', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='ListGroupsResponse.ListedGroup.group_id')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ListGroupsResponse.ListedGroup.group_id', buf, pos, _n, 1)
+                _o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('ListGroupsResponse.ListedGroup.protocol_type', buf, pos, 2)
+            (_n,) = _S0.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('ListGroupsResponse.ListedGroup.protocol_type', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='ListGroupsResponse.ListedGroup.protocol_type')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ListGroupsResponse.ListedGroup.protocol_type', buf, pos, _n, 1)
+                _o.protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
-    return o, pos
-
-def _d_ListedGroup_3(buf, pos):
-    _l = len(buf)
-    o = _new(ListedGroup)
-    o.group_state = ''
-    o.group_type = ''
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'ListGroupsResponse.ListedGroup.group_id')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('ListGroupsResponse.ListedGroup.group_id', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='ListGroupsResponse.ListedGroup.group_id')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('ListGroupsResponse.ListedGroup.group_id', buf, pos, _n, 1)
-        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'ListGroupsResponse.ListedGroup.protocol_type')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('ListGroupsResponse.ListedGroup.protocol_type', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='ListGroupsResponse.ListedGroup.protocol_type')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('ListGroupsResponse.ListedGroup.protocol_type', buf, pos, _n, 1)
-        o.protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'ListGroupsResponse.ListedGroup')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
     return o, pos
 
 def _d_ListGroupsResponse_3(buf, pos):
@@ -200,79 +178,60 @@ def _d_ListGroupsResponse_3(buf, pos):
         raise overrun('ListGroupsResponse.groups', buf, pos, _c, 3)
     else:
         o.groups = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_ListedGroup_3(buf, pos)
-            _lst.append(_e)
+            _o = _new(ListedGroup)
+            _o.group_state = ''
+            _o.group_type = ''
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'ListGroupsResponse.ListedGroup.group_id')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('ListGroupsResponse.ListedGroup.group_id', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='ListGroupsResponse.ListedGroup.group_id')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ListGroupsResponse.ListedGroup.group_id', buf, pos, _n, 1)
+                _o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'ListGroupsResponse.ListedGroup.protocol_type')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('ListGroupsResponse.ListedGroup.protocol_type', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='ListGroupsResponse.ListedGroup.protocol_type')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ListGroupsResponse.ListedGroup.protocol_type', buf, pos, _n, 1)
+                _o.protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'ListGroupsResponse.ListedGroup')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ListGroupsResponse')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
-def _d_ListedGroup_4(buf, pos):
-    _l = len(buf)
-    o = _new(ListedGroup)
-    o.group_type = ''
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'ListGroupsResponse.ListedGroup.group_id')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('ListGroupsResponse.ListedGroup.group_id', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='ListGroupsResponse.ListedGroup.group_id')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('ListGroupsResponse.ListedGroup.group_id', buf, pos, _n, 1)
-        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'ListGroupsResponse.ListedGroup.protocol_type')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('ListGroupsResponse.ListedGroup.protocol_type', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='ListGroupsResponse.ListedGroup.protocol_type')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('ListGroupsResponse.ListedGroup.protocol_type', buf, pos, _n, 1)
-        o.protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'ListGroupsResponse.ListedGroup.group_state')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('ListGroupsResponse.ListedGroup.group_state', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='ListGroupsResponse.ListedGroup.group_state')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('ListGroupsResponse.ListedGroup.group_state', buf, pos, _n, 1)
-        o.group_state = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'ListGroupsResponse.ListedGroup')
         _unknown = None
         for _tag, _ts, _te in _tags:
             if _unknown is None:
@@ -300,94 +259,75 @@ def _d_ListGroupsResponse_4(buf, pos):
         raise overrun('ListGroupsResponse.groups', buf, pos, _c, 4)
     else:
         o.groups = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_ListedGroup_4(buf, pos)
-            _lst.append(_e)
+            _o = _new(ListedGroup)
+            _o.group_type = ''
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'ListGroupsResponse.ListedGroup.group_id')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('ListGroupsResponse.ListedGroup.group_id', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='ListGroupsResponse.ListedGroup.group_id')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ListGroupsResponse.ListedGroup.group_id', buf, pos, _n, 1)
+                _o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'ListGroupsResponse.ListedGroup.protocol_type')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('ListGroupsResponse.ListedGroup.protocol_type', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='ListGroupsResponse.ListedGroup.protocol_type')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ListGroupsResponse.ListedGroup.protocol_type', buf, pos, _n, 1)
+                _o.protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'ListGroupsResponse.ListedGroup.group_state')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('ListGroupsResponse.ListedGroup.group_state', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='ListGroupsResponse.ListedGroup.group_state')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ListGroupsResponse.ListedGroup.group_state', buf, pos, _n, 1)
+                _o.group_state = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'ListGroupsResponse.ListedGroup')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ListGroupsResponse')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
-def _d_ListedGroup_5(buf, pos):
-    _l = len(buf)
-    o = _new(ListedGroup)
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'ListGroupsResponse.ListedGroup.group_id')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('ListGroupsResponse.ListedGroup.group_id', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='ListGroupsResponse.ListedGroup.group_id')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('ListGroupsResponse.ListedGroup.group_id', buf, pos, _n, 1)
-        o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'ListGroupsResponse.ListedGroup.protocol_type')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('ListGroupsResponse.ListedGroup.protocol_type', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='ListGroupsResponse.ListedGroup.protocol_type')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('ListGroupsResponse.ListedGroup.protocol_type', buf, pos, _n, 1)
-        o.protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'ListGroupsResponse.ListedGroup.group_state')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('ListGroupsResponse.ListedGroup.group_state', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='ListGroupsResponse.ListedGroup.group_state')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('ListGroupsResponse.ListedGroup.group_state', buf, pos, _n, 1)
-        o.group_state = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'ListGroupsResponse.ListedGroup.group_type')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('ListGroupsResponse.ListedGroup.group_type', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='ListGroupsResponse.ListedGroup.group_type')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('ListGroupsResponse.ListedGroup.group_type', buf, pos, _n, 1)
-        o.group_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'ListGroupsResponse.ListedGroup')
         _unknown = None
         for _tag, _ts, _te in _tags:
             if _unknown is None:
@@ -415,9 +355,85 @@ def _d_ListGroupsResponse_5(buf, pos):
         raise overrun('ListGroupsResponse.groups', buf, pos, _c, 5)
     else:
         o.groups = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_ListedGroup_5(buf, pos)
-            _lst.append(_e)
+            _o = _new(ListedGroup)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'ListGroupsResponse.ListedGroup.group_id')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('ListGroupsResponse.ListedGroup.group_id', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='ListGroupsResponse.ListedGroup.group_id')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ListGroupsResponse.ListedGroup.group_id', buf, pos, _n, 1)
+                _o.group_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'ListGroupsResponse.ListedGroup.protocol_type')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('ListGroupsResponse.ListedGroup.protocol_type', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='ListGroupsResponse.ListedGroup.protocol_type')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ListGroupsResponse.ListedGroup.protocol_type', buf, pos, _n, 1)
+                _o.protocol_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'ListGroupsResponse.ListedGroup.group_state')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('ListGroupsResponse.ListedGroup.group_state', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='ListGroupsResponse.ListedGroup.group_state')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ListGroupsResponse.ListedGroup.group_state', buf, pos, _n, 1)
+                _o.group_state = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'ListGroupsResponse.ListedGroup.group_type')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('ListGroupsResponse.ListedGroup.group_type', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='ListGroupsResponse.ListedGroup.group_type')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ListGroupsResponse.ListedGroup.group_type', buf, pos, _n, 1)
+                _o.group_type = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'ListGroupsResponse.ListedGroup')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -431,59 +447,43 @@ def _d_ListGroupsResponse_5(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_ListedGroup_0(o, out, chunks):
-    _b = o.group_id.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('ListGroupsResponse.ListedGroup.group_id', _n)
-    out += _S0.pack(_n)
-    out += _b
-    _b = o.protocol_type.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('ListGroupsResponse.ListedGroup.protocol_type', _n)
-    out += _S0.pack(_n)
-    out += _b
-
 def _e_ListGroupsResponse_0(o, out, chunks):
     out += _S0.pack(o.error_code)
     _a = o.groups
     _c = len(_a)
     out += _S1.pack(_c)
-    for _e in _a:
-        _e_ListedGroup_0(_e, out, chunks)
+    for _o in _a:
+        _b = _o.group_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ListGroupsResponse.ListedGroup.group_id', _n)
+        out += _S0.pack(_n)
+        out += _b
+        _b = _o.protocol_type.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ListGroupsResponse.ListedGroup.protocol_type', _n)
+        out += _S0.pack(_n)
+        out += _b
 
 def _e_ListGroupsResponse_1(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms, o.error_code)
     _a = o.groups
     _c = len(_a)
     out += _S1.pack(_c)
-    for _e in _a:
-        _e_ListedGroup_0(_e, out, chunks)
-
-def _e_ListedGroup_3(o, out, chunks):
-    _b = o.group_id.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('ListGroupsResponse.ListedGroup.group_id', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    _b = o.protocol_type.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('ListGroupsResponse.ListedGroup.protocol_type', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
+    for _o in _a:
+        _b = _o.group_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ListGroupsResponse.ListedGroup.group_id', _n)
+        out += _S0.pack(_n)
+        out += _b
+        _b = _o.protocol_type.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ListGroupsResponse.ListedGroup.protocol_type', _n)
+        out += _S0.pack(_n)
+        out += _b
 
 def _e_ListGroupsResponse_3(o, out, chunks):
     out += _S2.pack(o.throttle_time_ms, o.error_code)
@@ -493,41 +493,29 @@ def _e_ListGroupsResponse_3(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_ListedGroup_3(_e, out, chunks)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
-def _e_ListedGroup_4(o, out, chunks):
-    _b = o.group_id.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('ListGroupsResponse.ListedGroup.group_id', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    _b = o.protocol_type.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('ListGroupsResponse.ListedGroup.protocol_type', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    _b = o.group_state.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('ListGroupsResponse.ListedGroup.group_state', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
+    for _o in _a:
+        _b = _o.group_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ListGroupsResponse.ListedGroup.group_id', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        _b = _o.protocol_type.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ListGroupsResponse.ListedGroup.protocol_type', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -541,50 +529,38 @@ def _e_ListGroupsResponse_4(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_ListedGroup_4(_e, out, chunks)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
-def _e_ListedGroup_5(o, out, chunks):
-    _b = o.group_id.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('ListGroupsResponse.ListedGroup.group_id', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    _b = o.protocol_type.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('ListGroupsResponse.ListedGroup.protocol_type', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    _b = o.group_state.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('ListGroupsResponse.ListedGroup.group_state', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    _b = o.group_type.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('ListGroupsResponse.ListedGroup.group_type', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
+    for _o in _a:
+        _b = _o.group_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ListGroupsResponse.ListedGroup.group_id', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        _b = _o.protocol_type.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ListGroupsResponse.ListedGroup.protocol_type', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        _b = _o.group_state.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ListGroupsResponse.ListedGroup.group_state', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -598,8 +574,47 @@ def _e_ListGroupsResponse_5(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_ListedGroup_5(_e, out, chunks)
+    for _o in _a:
+        _b = _o.group_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ListGroupsResponse.ListedGroup.group_id', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        _b = _o.protocol_type.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ListGroupsResponse.ListedGroup.protocol_type', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        _b = _o.group_state.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ListGroupsResponse.ListedGroup.group_state', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        _b = _o.group_type.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ListGroupsResponse.ListedGroup.group_type', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

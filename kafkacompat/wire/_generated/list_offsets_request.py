@@ -68,17 +68,6 @@ _S3 = _Struct('>iq')
 _S4 = _Struct('>ib')
 _S5 = _Struct('>iiq')
 
-def _d_ListOffsetsPartition_0(buf, pos):
-    _l = len(buf)
-    o = _new(ListOffsetsPartition)
-    o.current_leader_epoch = -1
-    if pos + 16 > _l:
-        raise truncated('ListOffsetsRequest.ListOffsetsPartition.partition_index', buf, pos, 16)
-    o.partition_index, o.timestamp, o.max_num_offsets = _S2.unpack_from(buf, pos)
-    pos += 16
-    o.unknown_tags = None
-    return o, pos
-
 def _d_ListOffsetsTopic_0(buf, pos):
     _l = len(buf)
     o = _new(ListOffsetsTopic)
@@ -106,9 +95,16 @@ def _d_ListOffsetsTopic_0(buf, pos):
         raise overrun('ListOffsetsRequest.ListOffsetsTopic.partitions', buf, pos, _c, 16)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_ListOffsetsPartition_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(ListOffsetsPartition)
+            _o.current_leader_epoch = -1
+            if pos + 16 > _l:
+                raise truncated('ListOffsetsRequest.ListOffsetsPartition.partition_index', buf, pos, 16)
+            _o.partition_index, _o.timestamp, _o.max_num_offsets = _S2.unpack_from(buf, pos)
+            pos += 16
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -134,18 +130,6 @@ def _d_ListOffsetsRequest_0(buf, pos):
         for _ in range(_c):
             _e, pos = _d_ListOffsetsTopic_0(buf, pos)
             _lst.append(_e)
-    o.unknown_tags = None
-    return o, pos
-
-def _d_ListOffsetsPartition_1(buf, pos):
-    _l = len(buf)
-    o = _new(ListOffsetsPartition)
-    o.current_leader_epoch = -1
-    o.max_num_offsets = 1
-    if pos + 12 > _l:
-        raise truncated('ListOffsetsRequest.ListOffsetsPartition.partition_index', buf, pos, 12)
-    o.partition_index, o.timestamp = _S3.unpack_from(buf, pos)
-    pos += 12
     o.unknown_tags = None
     return o, pos
 
@@ -176,9 +160,17 @@ def _d_ListOffsetsTopic_1(buf, pos):
         raise overrun('ListOffsetsRequest.ListOffsetsTopic.partitions', buf, pos, _c, 12)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_ListOffsetsPartition_1(buf, pos)
-            _lst.append(_e)
+            _o = _new(ListOffsetsPartition)
+            _o.current_leader_epoch = -1
+            _o.max_num_offsets = 1
+            if pos + 12 > _l:
+                raise truncated('ListOffsetsRequest.ListOffsetsPartition.partition_index', buf, pos, 12)
+            _o.partition_index, _o.timestamp = _S3.unpack_from(buf, pos)
+            pos += 12
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -231,17 +223,6 @@ def _d_ListOffsetsRequest_2(buf, pos):
     o.unknown_tags = None
     return o, pos
 
-def _d_ListOffsetsPartition_4(buf, pos):
-    _l = len(buf)
-    o = _new(ListOffsetsPartition)
-    o.max_num_offsets = 1
-    if pos + 16 > _l:
-        raise truncated('ListOffsetsRequest.ListOffsetsPartition.partition_index', buf, pos, 16)
-    o.partition_index, o.current_leader_epoch, o.timestamp = _S5.unpack_from(buf, pos)
-    pos += 16
-    o.unknown_tags = None
-    return o, pos
-
 def _d_ListOffsetsTopic_4(buf, pos):
     _l = len(buf)
     o = _new(ListOffsetsTopic)
@@ -269,9 +250,16 @@ def _d_ListOffsetsTopic_4(buf, pos):
         raise overrun('ListOffsetsRequest.ListOffsetsTopic.partitions', buf, pos, _c, 16)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_ListOffsetsPartition_4(buf, pos)
-            _lst.append(_e)
+            _o = _new(ListOffsetsPartition)
+            _o.max_num_offsets = 1
+            if pos + 16 > _l:
+                raise truncated('ListOffsetsRequest.ListOffsetsPartition.partition_index', buf, pos, 16)
+            _o.partition_index, _o.current_leader_epoch, _o.timestamp = _S5.unpack_from(buf, pos)
+            pos += 16
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -297,27 +285,6 @@ def _d_ListOffsetsRequest_4(buf, pos):
             _e, pos = _d_ListOffsetsTopic_4(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
-    return o, pos
-
-def _d_ListOffsetsPartition_6(buf, pos):
-    _l = len(buf)
-    o = _new(ListOffsetsPartition)
-    o.max_num_offsets = 1
-    if pos + 16 > _l:
-        raise truncated('ListOffsetsRequest.ListOffsetsPartition.partition_index', buf, pos, 16)
-    o.partition_index, o.current_leader_epoch, o.timestamp = _S5.unpack_from(buf, pos)
-    pos += 16
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'ListOffsetsRequest.ListOffsetsPartition')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
     return o, pos
 
 def _d_ListOffsetsTopic_6(buf, pos):
@@ -351,9 +318,26 @@ def _d_ListOffsetsTopic_6(buf, pos):
         raise overrun('ListOffsetsRequest.ListOffsetsTopic.partitions', buf, pos, _c, 17)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_ListOffsetsPartition_6(buf, pos)
-            _lst.append(_e)
+            _o = _new(ListOffsetsPartition)
+            _o.max_num_offsets = 1
+            if pos + 16 > _l:
+                raise truncated('ListOffsetsRequest.ListOffsetsPartition.partition_index', buf, pos, 16)
+            _o.partition_index, _o.current_leader_epoch, _o.timestamp = _S5.unpack_from(buf, pos)
+            pos += 16
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'ListOffsetsRequest.ListOffsetsPartition')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -442,9 +426,6 @@ def _d_ListOffsetsRequest_10(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_ListOffsetsPartition_0(o, out, chunks):
-    out += _S2.pack(o.partition_index, o.timestamp, o.max_num_offsets)
-
 def _e_ListOffsetsTopic_0(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')
     _n = len(_b)
@@ -455,8 +436,8 @@ def _e_ListOffsetsTopic_0(o, out, chunks):
     _a = o.partitions
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_ListOffsetsPartition_0(_e, out, chunks)
+    for _o in _a:
+        out += _S2.pack(_o.partition_index, _o.timestamp, _o.max_num_offsets)
 
 def _e_ListOffsetsRequest_0(o, out, chunks):
     out += _S0.pack(o.replica_id)
@@ -465,9 +446,6 @@ def _e_ListOffsetsRequest_0(o, out, chunks):
     out += _S0.pack(_c)
     for _e in _a:
         _e_ListOffsetsTopic_0(_e, out, chunks)
-
-def _e_ListOffsetsPartition_1(o, out, chunks):
-    out += _S3.pack(o.partition_index, o.timestamp)
 
 def _e_ListOffsetsTopic_1(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')
@@ -479,8 +457,8 @@ def _e_ListOffsetsTopic_1(o, out, chunks):
     _a = o.partitions
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_ListOffsetsPartition_1(_e, out, chunks)
+    for _o in _a:
+        out += _S3.pack(_o.partition_index, _o.timestamp)
 
 def _e_ListOffsetsRequest_1(o, out, chunks):
     out += _S0.pack(o.replica_id)
@@ -498,9 +476,6 @@ def _e_ListOffsetsRequest_2(o, out, chunks):
     for _e in _a:
         _e_ListOffsetsTopic_1(_e, out, chunks)
 
-def _e_ListOffsetsPartition_4(o, out, chunks):
-    out += _S5.pack(o.partition_index, o.current_leader_epoch, o.timestamp)
-
 def _e_ListOffsetsTopic_4(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')
     _n = len(_b)
@@ -511,8 +486,8 @@ def _e_ListOffsetsTopic_4(o, out, chunks):
     _a = o.partitions
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_ListOffsetsPartition_4(_e, out, chunks)
+    for _o in _a:
+        out += _S5.pack(_o.partition_index, _o.current_leader_epoch, _o.timestamp)
 
 def _e_ListOffsetsRequest_4(o, out, chunks):
     out += _S4.pack(o.replica_id, o.isolation_level)
@@ -521,13 +496,6 @@ def _e_ListOffsetsRequest_4(o, out, chunks):
     out += _S0.pack(_c)
     for _e in _a:
         _e_ListOffsetsTopic_4(_e, out, chunks)
-
-def _e_ListOffsetsPartition_6(o, out, chunks):
-    out += _S5.pack(o.partition_index, o.current_leader_epoch, o.timestamp)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
 
 def _e_ListOffsetsTopic_6(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')
@@ -545,8 +513,12 @@ def _e_ListOffsetsTopic_6(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_ListOffsetsPartition_6(_e, out, chunks)
+    for _o in _a:
+        out += _S5.pack(_o.partition_index, _o.current_leader_epoch, _o.timestamp)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

@@ -70,31 +70,6 @@ _S3 = _Struct('>ihqq')
 _S4 = _Struct('>ihqqi')
 _A_q = ARRAY_STRUCTS['q']
 
-def _d_ListOffsetsPartitionResponse_0(buf, pos):
-    _l = len(buf)
-    o = _new(ListOffsetsPartitionResponse)
-    o.timestamp = -1
-    o.offset = -1
-    o.leader_epoch = -1
-    if pos + 6 > _l:
-        raise truncated('ListOffsetsResponse.ListOffsetsPartitionResponse.partition_index', buf, pos, 6)
-    o.partition_index, o.error_code = _S2.unpack_from(buf, pos)
-    pos += 6
-    if pos + 4 > _l:
-        raise truncated('ListOffsetsResponse.ListOffsetsPartitionResponse.old_style_offsets', buf, pos, 4)
-    (_c,) = _S0.unpack_from(buf, pos)
-    pos += 4
-    if _c < 0:
-        raise bad_length('ListOffsetsResponse.ListOffsetsPartitionResponse.old_style_offsets', _c)
-    elif _c * 8 > _l - pos:
-        raise overrun('ListOffsetsResponse.ListOffsetsPartitionResponse.old_style_offsets', buf, pos, _c, 8)
-    else:
-        _st = _A_q[_c] if _c < 17 else _Struct('>%dq' % _c)
-        o.old_style_offsets = list(_st.unpack_from(buf, pos))
-        pos += _c * 8
-    o.unknown_tags = None
-    return o, pos
-
 def _d_ListOffsetsTopicResponse_0(buf, pos):
     _l = len(buf)
     o = _new(ListOffsetsTopicResponse)
@@ -122,9 +97,30 @@ def _d_ListOffsetsTopicResponse_0(buf, pos):
         raise overrun('ListOffsetsResponse.ListOffsetsTopicResponse.partitions', buf, pos, _c, 10)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_ListOffsetsPartitionResponse_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(ListOffsetsPartitionResponse)
+            _o.timestamp = -1
+            _o.offset = -1
+            _o.leader_epoch = -1
+            if pos + 6 > _l:
+                raise truncated('ListOffsetsResponse.ListOffsetsPartitionResponse.partition_index', buf, pos, 6)
+            _o.partition_index, _o.error_code = _S2.unpack_from(buf, pos)
+            pos += 6
+            if pos + 4 > _l:
+                raise truncated('ListOffsetsResponse.ListOffsetsPartitionResponse.old_style_offsets', buf, pos, 4)
+            (_c,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('ListOffsetsResponse.ListOffsetsPartitionResponse.old_style_offsets', _c)
+            elif _c * 8 > _l - pos:
+                raise overrun('ListOffsetsResponse.ListOffsetsPartitionResponse.old_style_offsets', buf, pos, _c, 8)
+            else:
+                _st = _A_q[_c] if _c < 17 else _Struct('>%dq' % _c)
+                _o.old_style_offsets = list(_st.unpack_from(buf, pos))
+                pos += _c * 8
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -145,18 +141,6 @@ def _d_ListOffsetsResponse_0(buf, pos):
         for _ in range(_c):
             _e, pos = _d_ListOffsetsTopicResponse_0(buf, pos)
             _lst.append(_e)
-    o.unknown_tags = None
-    return o, pos
-
-def _d_ListOffsetsPartitionResponse_1(buf, pos):
-    _l = len(buf)
-    o = _new(ListOffsetsPartitionResponse)
-    o.old_style_offsets = []
-    o.leader_epoch = -1
-    if pos + 22 > _l:
-        raise truncated('ListOffsetsResponse.ListOffsetsPartitionResponse.partition_index', buf, pos, 22)
-    o.partition_index, o.error_code, o.timestamp, o.offset = _S3.unpack_from(buf, pos)
-    pos += 22
     o.unknown_tags = None
     return o, pos
 
@@ -187,9 +171,17 @@ def _d_ListOffsetsTopicResponse_1(buf, pos):
         raise overrun('ListOffsetsResponse.ListOffsetsTopicResponse.partitions', buf, pos, _c, 22)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_ListOffsetsPartitionResponse_1(buf, pos)
-            _lst.append(_e)
+            _o = _new(ListOffsetsPartitionResponse)
+            _o.old_style_offsets = []
+            _o.leader_epoch = -1
+            if pos + 22 > _l:
+                raise truncated('ListOffsetsResponse.ListOffsetsPartitionResponse.partition_index', buf, pos, 22)
+            _o.partition_index, _o.error_code, _o.timestamp, _o.offset = _S3.unpack_from(buf, pos)
+            pos += 22
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -236,17 +228,6 @@ def _d_ListOffsetsResponse_2(buf, pos):
     o.unknown_tags = None
     return o, pos
 
-def _d_ListOffsetsPartitionResponse_4(buf, pos):
-    _l = len(buf)
-    o = _new(ListOffsetsPartitionResponse)
-    o.old_style_offsets = []
-    if pos + 26 > _l:
-        raise truncated('ListOffsetsResponse.ListOffsetsPartitionResponse.partition_index', buf, pos, 26)
-    o.partition_index, o.error_code, o.timestamp, o.offset, o.leader_epoch = _S4.unpack_from(buf, pos)
-    pos += 26
-    o.unknown_tags = None
-    return o, pos
-
 def _d_ListOffsetsTopicResponse_4(buf, pos):
     _l = len(buf)
     o = _new(ListOffsetsTopicResponse)
@@ -274,9 +255,16 @@ def _d_ListOffsetsTopicResponse_4(buf, pos):
         raise overrun('ListOffsetsResponse.ListOffsetsTopicResponse.partitions', buf, pos, _c, 26)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_ListOffsetsPartitionResponse_4(buf, pos)
-            _lst.append(_e)
+            _o = _new(ListOffsetsPartitionResponse)
+            _o.old_style_offsets = []
+            if pos + 26 > _l:
+                raise truncated('ListOffsetsResponse.ListOffsetsPartitionResponse.partition_index', buf, pos, 26)
+            _o.partition_index, _o.error_code, _o.timestamp, _o.offset, _o.leader_epoch = _S4.unpack_from(buf, pos)
+            pos += 26
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -301,27 +289,6 @@ def _d_ListOffsetsResponse_4(buf, pos):
             _e, pos = _d_ListOffsetsTopicResponse_4(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
-    return o, pos
-
-def _d_ListOffsetsPartitionResponse_6(buf, pos):
-    _l = len(buf)
-    o = _new(ListOffsetsPartitionResponse)
-    o.old_style_offsets = []
-    if pos + 26 > _l:
-        raise truncated('ListOffsetsResponse.ListOffsetsPartitionResponse.partition_index', buf, pos, 26)
-    o.partition_index, o.error_code, o.timestamp, o.offset, o.leader_epoch = _S4.unpack_from(buf, pos)
-    pos += 26
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'ListOffsetsResponse.ListOffsetsPartitionResponse')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
     return o, pos
 
 def _d_ListOffsetsTopicResponse_6(buf, pos):
@@ -355,9 +322,26 @@ def _d_ListOffsetsTopicResponse_6(buf, pos):
         raise overrun('ListOffsetsResponse.ListOffsetsTopicResponse.partitions', buf, pos, _c, 27)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_ListOffsetsPartitionResponse_6(buf, pos)
-            _lst.append(_e)
+            _o = _new(ListOffsetsPartitionResponse)
+            _o.old_style_offsets = []
+            if pos + 26 > _l:
+                raise truncated('ListOffsetsResponse.ListOffsetsPartitionResponse.partition_index', buf, pos, 26)
+            _o.partition_index, _o.error_code, _o.timestamp, _o.offset, _o.leader_epoch = _S4.unpack_from(buf, pos)
+            pos += 26
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'ListOffsetsResponse.ListOffsetsPartitionResponse')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -406,14 +390,6 @@ def _d_ListOffsetsResponse_6(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_ListOffsetsPartitionResponse_0(o, out, chunks):
-    out += _S2.pack(o.partition_index, o.error_code)
-    _a = o.old_style_offsets
-    _c = len(_a)
-    out += _S0.pack(_c)
-    _st = _A_q[_c] if _c < 17 else _Struct('>%dq' % _c)
-    out += _st.pack(*_a)
-
 def _e_ListOffsetsTopicResponse_0(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')
     _n = len(_b)
@@ -424,8 +400,13 @@ def _e_ListOffsetsTopicResponse_0(o, out, chunks):
     _a = o.partitions
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_ListOffsetsPartitionResponse_0(_e, out, chunks)
+    for _o in _a:
+        out += _S2.pack(_o.partition_index, _o.error_code)
+        _a = _o.old_style_offsets
+        _c = len(_a)
+        out += _S0.pack(_c)
+        _st = _A_q[_c] if _c < 17 else _Struct('>%dq' % _c)
+        out += _st.pack(*_a)
 
 def _e_ListOffsetsResponse_0(o, out, chunks):
     _a = o.topics
@@ -433,9 +414,6 @@ def _e_ListOffsetsResponse_0(o, out, chunks):
     out += _S0.pack(_c)
     for _e in _a:
         _e_ListOffsetsTopicResponse_0(_e, out, chunks)
-
-def _e_ListOffsetsPartitionResponse_1(o, out, chunks):
-    out += _S3.pack(o.partition_index, o.error_code, o.timestamp, o.offset)
 
 def _e_ListOffsetsTopicResponse_1(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')
@@ -447,8 +425,8 @@ def _e_ListOffsetsTopicResponse_1(o, out, chunks):
     _a = o.partitions
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_ListOffsetsPartitionResponse_1(_e, out, chunks)
+    for _o in _a:
+        out += _S3.pack(_o.partition_index, _o.error_code, _o.timestamp, _o.offset)
 
 def _e_ListOffsetsResponse_1(o, out, chunks):
     _a = o.topics
@@ -465,9 +443,6 @@ def _e_ListOffsetsResponse_2(o, out, chunks):
     for _e in _a:
         _e_ListOffsetsTopicResponse_1(_e, out, chunks)
 
-def _e_ListOffsetsPartitionResponse_4(o, out, chunks):
-    out += _S4.pack(o.partition_index, o.error_code, o.timestamp, o.offset, o.leader_epoch)
-
 def _e_ListOffsetsTopicResponse_4(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')
     _n = len(_b)
@@ -478,8 +453,8 @@ def _e_ListOffsetsTopicResponse_4(o, out, chunks):
     _a = o.partitions
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_ListOffsetsPartitionResponse_4(_e, out, chunks)
+    for _o in _a:
+        out += _S4.pack(_o.partition_index, _o.error_code, _o.timestamp, _o.offset, _o.leader_epoch)
 
 def _e_ListOffsetsResponse_4(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
@@ -488,13 +463,6 @@ def _e_ListOffsetsResponse_4(o, out, chunks):
     out += _S0.pack(_c)
     for _e in _a:
         _e_ListOffsetsTopicResponse_4(_e, out, chunks)
-
-def _e_ListOffsetsPartitionResponse_6(o, out, chunks):
-    out += _S4.pack(o.partition_index, o.error_code, o.timestamp, o.offset, o.leader_epoch)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
 
 def _e_ListOffsetsTopicResponse_6(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')
@@ -512,8 +480,12 @@ def _e_ListOffsetsTopicResponse_6(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_ListOffsetsPartitionResponse_6(_e, out, chunks)
+    for _o in _a:
+        out += _S4.pack(_o.partition_index, _o.error_code, _o.timestamp, _o.offset, _o.leader_epoch)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

@@ -44,52 +44,6 @@ ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics = ListPartiti
 _S0 = _Struct('>i')
 _A_i = ARRAY_STRUCTS['i']
 
-def _d_ListPartitionReassignmentsTopics_0(buf, pos):
-    _l = len(buf)
-    o = _new(ListPartitionReassignmentsTopics)
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics.name')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics.name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics.name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics.name', buf, pos, _n, 1)
-        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _c = buf[pos] - 1
-        pos += 1
-    else:
-        _c, pos = read_uvarint(buf, pos, 'ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics.partition_indexes')
-        _c -= 1
-    if _c < 0:
-        raise bad_length('ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics.partition_indexes', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics.partition_indexes', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.partition_indexes = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_ListPartitionReassignmentsRequest_0(buf, pos):
     _l = len(buf)
     o = _new(ListPartitionReassignmentsRequest)
@@ -111,9 +65,51 @@ def _d_ListPartitionReassignmentsRequest_0(buf, pos):
         raise overrun('ListPartitionReassignmentsRequest.topics', buf, pos, _c, 3)
     else:
         o.topics = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_ListPartitionReassignmentsTopics_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(ListPartitionReassignmentsTopics)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics.name')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics.name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics.partition_indexes')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics.partition_indexes', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics.partition_indexes', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.partition_indexes = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -127,29 +123,6 @@ def _d_ListPartitionReassignmentsRequest_0(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_ListPartitionReassignmentsTopics_0(o, out, chunks):
-    _b = o.name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics.name', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    _a = o.partition_indexes
-    _c = len(_a)
-    if _c < 127:
-        out.append(_c + 1)
-    else:
-        write_uvarint(out, _c + 1)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
 def _e_ListPartitionReassignmentsRequest_0(o, out, chunks):
     out += _S0.pack(o.timeout_ms)
     _a = o.topics
@@ -161,8 +134,28 @@ def _e_ListPartitionReassignmentsRequest_0(o, out, chunks):
             out.append(_c + 1)
         else:
             write_uvarint(out, _c + 1)
-        for _e in _a:
-            _e_ListPartitionReassignmentsTopics_0(_e, out, chunks)
+        for _o in _a:
+            _b = _o.name.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics.name', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+            _a = _o.partition_indexes
+            _c = len(_a)
+            if _c < 127:
+                out.append(_c + 1)
+            else:
+                write_uvarint(out, _c + 1)
+            _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+            out += _st.pack(*_a)
+            if _o.unknown_tags is None:
+                out.append(0)
+            else:
+                write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

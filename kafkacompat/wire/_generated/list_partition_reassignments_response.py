@@ -65,68 +65,6 @@ _S0 = _Struct('>ih')
 _S1 = _Struct('>i')
 _A_i = ARRAY_STRUCTS['i']
 
-def _d_OngoingPartitionReassignment_0(buf, pos):
-    _l = len(buf)
-    o = _new(OngoingPartitionReassignment)
-    if pos + 4 > _l:
-        raise truncated('ListPartitionReassignmentsResponse.OngoingPartitionReassignment.partition_index', buf, pos, 4)
-    (o.partition_index,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if pos < _l and buf[pos] < 0x80:
-        _c = buf[pos] - 1
-        pos += 1
-    else:
-        _c, pos = read_uvarint(buf, pos, 'ListPartitionReassignmentsResponse.OngoingPartitionReassignment.replicas')
-        _c -= 1
-    if _c < 0:
-        raise bad_length('ListPartitionReassignmentsResponse.OngoingPartitionReassignment.replicas', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('ListPartitionReassignmentsResponse.OngoingPartitionReassignment.replicas', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.replicas = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos < _l and buf[pos] < 0x80:
-        _c = buf[pos] - 1
-        pos += 1
-    else:
-        _c, pos = read_uvarint(buf, pos, 'ListPartitionReassignmentsResponse.OngoingPartitionReassignment.adding_replicas')
-        _c -= 1
-    if _c < 0:
-        raise bad_length('ListPartitionReassignmentsResponse.OngoingPartitionReassignment.adding_replicas', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('ListPartitionReassignmentsResponse.OngoingPartitionReassignment.adding_replicas', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.adding_replicas = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos < _l and buf[pos] < 0x80:
-        _c = buf[pos] - 1
-        pos += 1
-    else:
-        _c, pos = read_uvarint(buf, pos, 'ListPartitionReassignmentsResponse.OngoingPartitionReassignment.removing_replicas')
-        _c -= 1
-    if _c < 0:
-        raise bad_length('ListPartitionReassignmentsResponse.OngoingPartitionReassignment.removing_replicas', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('ListPartitionReassignmentsResponse.OngoingPartitionReassignment.removing_replicas', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.removing_replicas = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'ListPartitionReassignmentsResponse.OngoingPartitionReassignment')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_OngoingTopicReassignment_0(buf, pos):
     _l = len(buf)
     o = _new(OngoingTopicReassignment)
@@ -158,9 +96,67 @@ def _d_OngoingTopicReassignment_0(buf, pos):
         raise overrun('ListPartitionReassignmentsResponse.OngoingTopicReassignment.partitions', buf, pos, _c, 8)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_OngoingPartitionReassignment_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(OngoingPartitionReassignment)
+            if pos + 4 > _l:
+                raise truncated('ListPartitionReassignmentsResponse.OngoingPartitionReassignment.partition_index', buf, pos, 4)
+            (_o.partition_index,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'ListPartitionReassignmentsResponse.OngoingPartitionReassignment.replicas')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('ListPartitionReassignmentsResponse.OngoingPartitionReassignment.replicas', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('ListPartitionReassignmentsResponse.OngoingPartitionReassignment.replicas', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.replicas = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'ListPartitionReassignmentsResponse.OngoingPartitionReassignment.adding_replicas')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('ListPartitionReassignmentsResponse.OngoingPartitionReassignment.adding_replicas', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('ListPartitionReassignmentsResponse.OngoingPartitionReassignment.adding_replicas', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.adding_replicas = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'ListPartitionReassignmentsResponse.OngoingPartitionReassignment.removing_replicas')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('ListPartitionReassignmentsResponse.OngoingPartitionReassignment.removing_replicas', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('ListPartitionReassignmentsResponse.OngoingPartitionReassignment.removing_replicas', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.removing_replicas = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'ListPartitionReassignmentsResponse.OngoingPartitionReassignment')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -227,37 +223,6 @@ def _d_ListPartitionReassignmentsResponse_0(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_OngoingPartitionReassignment_0(o, out, chunks):
-    out += _S1.pack(o.partition_index)
-    _a = o.replicas
-    _c = len(_a)
-    if _c < 127:
-        out.append(_c + 1)
-    else:
-        write_uvarint(out, _c + 1)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    _a = o.adding_replicas
-    _c = len(_a)
-    if _c < 127:
-        out.append(_c + 1)
-    else:
-        write_uvarint(out, _c + 1)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    _a = o.removing_replicas
-    _c = len(_a)
-    if _c < 127:
-        out.append(_c + 1)
-    else:
-        write_uvarint(out, _c + 1)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
 def _e_OngoingTopicReassignment_0(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')
     _n = len(_b)
@@ -274,8 +239,36 @@ def _e_OngoingTopicReassignment_0(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_OngoingPartitionReassignment_0(_e, out, chunks)
+    for _o in _a:
+        out += _S1.pack(_o.partition_index)
+        _a = _o.replicas
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        _a = _o.adding_replicas
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        _a = _o.removing_replicas
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

@@ -54,58 +54,6 @@ ListTransactionsResponse.TransactionState = TransactionState
 _S0 = _Struct('>ih')
 _S1 = _Struct('>q')
 
-def _d_TransactionState_0(buf, pos):
-    _l = len(buf)
-    o = _new(TransactionState)
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'ListTransactionsResponse.TransactionState.transactional_id')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('ListTransactionsResponse.TransactionState.transactional_id', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='ListTransactionsResponse.TransactionState.transactional_id')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('ListTransactionsResponse.TransactionState.transactional_id', buf, pos, _n, 1)
-        o.transactional_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 8 > _l:
-        raise truncated('ListTransactionsResponse.TransactionState.producer_id', buf, pos, 8)
-    (o.producer_id,) = _S1.unpack_from(buf, pos)
-    pos += 8
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'ListTransactionsResponse.TransactionState.transaction_state')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('ListTransactionsResponse.TransactionState.transaction_state', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='ListTransactionsResponse.TransactionState.transaction_state')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('ListTransactionsResponse.TransactionState.transaction_state', buf, pos, _n, 1)
-        o.transaction_state = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'ListTransactionsResponse.TransactionState')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_ListTransactionsResponse_0(buf, pos):
     _l = len(buf)
     o = _new(ListTransactionsResponse)
@@ -155,9 +103,57 @@ def _d_ListTransactionsResponse_0(buf, pos):
         raise overrun('ListTransactionsResponse.transaction_states', buf, pos, _c, 11)
     else:
         o.transaction_states = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_TransactionState_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(TransactionState)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'ListTransactionsResponse.TransactionState.transactional_id')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('ListTransactionsResponse.TransactionState.transactional_id', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='ListTransactionsResponse.TransactionState.transactional_id')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ListTransactionsResponse.TransactionState.transactional_id', buf, pos, _n, 1)
+                _o.transactional_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 8 > _l:
+                raise truncated('ListTransactionsResponse.TransactionState.producer_id', buf, pos, 8)
+            (_o.producer_id,) = _S1.unpack_from(buf, pos)
+            pos += 8
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'ListTransactionsResponse.TransactionState.transaction_state')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('ListTransactionsResponse.TransactionState.transaction_state', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='ListTransactionsResponse.TransactionState.transaction_state')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ListTransactionsResponse.TransactionState.transaction_state', buf, pos, _n, 1)
+                _o.transaction_state = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'ListTransactionsResponse.TransactionState')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -170,31 +166,6 @@ def _d_ListTransactionsResponse_0(buf, pos):
             _unknown.append((_tag, bytes(buf[_ts:_te])))
         o.unknown_tags = _unknown
     return o, pos
-
-def _e_TransactionState_0(o, out, chunks):
-    _b = o.transactional_id.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('ListTransactionsResponse.TransactionState.transactional_id', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    out += _S1.pack(o.producer_id)
-    _b = o.transaction_state.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('ListTransactionsResponse.TransactionState.transaction_state', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
 
 def _e_ListTransactionsResponse_0(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms, o.error_code)
@@ -220,8 +191,30 @@ def _e_ListTransactionsResponse_0(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_TransactionState_0(_e, out, chunks)
+    for _o in _a:
+        _b = _o.transactional_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ListTransactionsResponse.TransactionState.transactional_id', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        out += _S1.pack(_o.producer_id)
+        _b = _o.transaction_state.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ListTransactionsResponse.TransactionState.transaction_state', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

@@ -57,27 +57,6 @@ _S3 = _Struct('>???')
 _S4 = _Struct('>16s')
 _S5 = _Struct('>??')
 
-def _d_MetadataRequestTopic_0(buf, pos):
-    _l = len(buf)
-    o = _new(MetadataRequestTopic)
-    o.topic_id = ZERO_UUID
-    if pos + 2 > _l:
-        raise truncated('MetadataRequest.MetadataRequestTopic.name', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('MetadataRequest.MetadataRequestTopic.name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataRequest.MetadataRequestTopic.name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('MetadataRequest.MetadataRequestTopic.name', buf, pos, _n, 1)
-        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    o.unknown_tags = None
-    return o, pos
-
 def _d_MetadataRequest_0(buf, pos):
     _l = len(buf)
     o = _new(MetadataRequest)
@@ -94,9 +73,26 @@ def _d_MetadataRequest_0(buf, pos):
         raise overrun('MetadataRequest.topics', buf, pos, _c, 2)
     else:
         o.topics = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_MetadataRequestTopic_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(MetadataRequestTopic)
+            _o.topic_id = ZERO_UUID
+            if pos + 2 > _l:
+                raise truncated('MetadataRequest.MetadataRequestTopic.name', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('MetadataRequest.MetadataRequestTopic.name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataRequest.MetadataRequestTopic.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('MetadataRequest.MetadataRequestTopic.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -118,9 +114,26 @@ def _d_MetadataRequest_1(buf, pos):
         raise overrun('MetadataRequest.topics', buf, pos, _c, 2)
     else:
         o.topics = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_MetadataRequestTopic_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(MetadataRequestTopic)
+            _o.topic_id = ZERO_UUID
+            if pos + 2 > _l:
+                raise truncated('MetadataRequest.MetadataRequestTopic.name', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('MetadataRequest.MetadataRequestTopic.name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataRequest.MetadataRequestTopic.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('MetadataRequest.MetadataRequestTopic.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -141,9 +154,26 @@ def _d_MetadataRequest_4(buf, pos):
         raise overrun('MetadataRequest.topics', buf, pos, _c, 2)
     else:
         o.topics = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_MetadataRequestTopic_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(MetadataRequestTopic)
+            _o.topic_id = ZERO_UUID
+            if pos + 2 > _l:
+                raise truncated('MetadataRequest.MetadataRequestTopic.name', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('MetadataRequest.MetadataRequestTopic.name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataRequest.MetadataRequestTopic.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('MetadataRequest.MetadataRequestTopic.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            _o.unknown_tags = None
+            _ap(_o)
     if pos + 1 > _l:
         raise truncated('MetadataRequest.allow_auto_topic_creation', buf, pos, 1)
     (o.allow_auto_topic_creation,) = _S2.unpack_from(buf, pos)
@@ -166,47 +196,31 @@ def _d_MetadataRequest_8(buf, pos):
         raise overrun('MetadataRequest.topics', buf, pos, _c, 2)
     else:
         o.topics = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_MetadataRequestTopic_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(MetadataRequestTopic)
+            _o.topic_id = ZERO_UUID
+            if pos + 2 > _l:
+                raise truncated('MetadataRequest.MetadataRequestTopic.name', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('MetadataRequest.MetadataRequestTopic.name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataRequest.MetadataRequestTopic.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('MetadataRequest.MetadataRequestTopic.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            _o.unknown_tags = None
+            _ap(_o)
     if pos + 3 > _l:
         raise truncated('MetadataRequest.allow_auto_topic_creation', buf, pos, 3)
     o.allow_auto_topic_creation, o.include_cluster_authorized_operations, o.include_topic_authorized_operations = _S3.unpack_from(buf, pos)
     pos += 3
     o.unknown_tags = None
-    return o, pos
-
-def _d_MetadataRequestTopic_9(buf, pos):
-    _l = len(buf)
-    o = _new(MetadataRequestTopic)
-    o.topic_id = ZERO_UUID
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'MetadataRequest.MetadataRequestTopic.name')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('MetadataRequest.MetadataRequestTopic.name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataRequest.MetadataRequestTopic.name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('MetadataRequest.MetadataRequestTopic.name', buf, pos, _n, 1)
-        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'MetadataRequest.MetadataRequestTopic')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
     return o, pos
 
 def _d_MetadataRequest_9(buf, pos):
@@ -226,9 +240,38 @@ def _d_MetadataRequest_9(buf, pos):
         raise overrun('MetadataRequest.topics', buf, pos, _c, 2)
     else:
         o.topics = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_MetadataRequestTopic_9(buf, pos)
-            _lst.append(_e)
+            _o = _new(MetadataRequestTopic)
+            _o.topic_id = ZERO_UUID
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'MetadataRequest.MetadataRequestTopic.name')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('MetadataRequest.MetadataRequestTopic.name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataRequest.MetadataRequestTopic.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('MetadataRequest.MetadataRequestTopic.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'MetadataRequest.MetadataRequestTopic')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos + 3 > _l:
         raise truncated('MetadataRequest.allow_auto_topic_creation', buf, pos, 3)
     o.allow_auto_topic_creation, o.include_cluster_authorized_operations, o.include_topic_authorized_operations = _S3.unpack_from(buf, pos)
@@ -238,45 +281,6 @@ def _d_MetadataRequest_9(buf, pos):
         o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'MetadataRequest')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
-def _d_MetadataRequestTopic_10(buf, pos):
-    _l = len(buf)
-    o = _new(MetadataRequestTopic)
-    if pos + 16 > _l:
-        raise truncated('MetadataRequest.MetadataRequestTopic.topic_id', buf, pos, 16)
-    (o.topic_id,) = _S4.unpack_from(buf, pos)
-    pos += 16
-    o.topic_id = _UUID(bytes=o.topic_id)
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'MetadataRequest.MetadataRequestTopic.name')
-        _n -= 1
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('MetadataRequest.MetadataRequestTopic.name', _n)
-        o.name = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataRequest.MetadataRequestTopic.name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('MetadataRequest.MetadataRequestTopic.name', buf, pos, _n, 1)
-        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'MetadataRequest.MetadataRequestTopic')
         _unknown = None
         for _tag, _ts, _te in _tags:
             if _unknown is None:
@@ -302,9 +306,44 @@ def _d_MetadataRequest_10(buf, pos):
         raise overrun('MetadataRequest.topics', buf, pos, _c, 18)
     else:
         o.topics = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_MetadataRequestTopic_10(buf, pos)
-            _lst.append(_e)
+            _o = _new(MetadataRequestTopic)
+            if pos + 16 > _l:
+                raise truncated('MetadataRequest.MetadataRequestTopic.topic_id', buf, pos, 16)
+            (_o.topic_id,) = _S4.unpack_from(buf, pos)
+            pos += 16
+            _o.topic_id = _UUID(bytes=_o.topic_id)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'MetadataRequest.MetadataRequestTopic.name')
+                _n -= 1
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('MetadataRequest.MetadataRequestTopic.name', _n)
+                _o.name = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataRequest.MetadataRequestTopic.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('MetadataRequest.MetadataRequestTopic.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'MetadataRequest.MetadataRequestTopic')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos + 3 > _l:
         raise truncated('MetadataRequest.allow_auto_topic_creation', buf, pos, 3)
     o.allow_auto_topic_creation, o.include_cluster_authorized_operations, o.include_topic_authorized_operations = _S3.unpack_from(buf, pos)
@@ -340,9 +379,44 @@ def _d_MetadataRequest_11(buf, pos):
         raise overrun('MetadataRequest.topics', buf, pos, _c, 18)
     else:
         o.topics = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_MetadataRequestTopic_10(buf, pos)
-            _lst.append(_e)
+            _o = _new(MetadataRequestTopic)
+            if pos + 16 > _l:
+                raise truncated('MetadataRequest.MetadataRequestTopic.topic_id', buf, pos, 16)
+            (_o.topic_id,) = _S4.unpack_from(buf, pos)
+            pos += 16
+            _o.topic_id = _UUID(bytes=_o.topic_id)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'MetadataRequest.MetadataRequestTopic.name')
+                _n -= 1
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('MetadataRequest.MetadataRequestTopic.name', _n)
+                _o.name = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataRequest.MetadataRequestTopic.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('MetadataRequest.MetadataRequestTopic.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'MetadataRequest.MetadataRequestTopic')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos + 2 > _l:
         raise truncated('MetadataRequest.allow_auto_topic_creation', buf, pos, 2)
     o.allow_auto_topic_creation, o.include_topic_authorized_operations = _S5.unpack_from(buf, pos)
@@ -360,20 +434,17 @@ def _d_MetadataRequest_11(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_MetadataRequestTopic_0(o, out, chunks):
-    _b = o.name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('MetadataRequest.MetadataRequestTopic.name', _n)
-    out += _S1.pack(_n)
-    out += _b
-
 def _e_MetadataRequest_0(o, out, chunks):
     _a = o.topics
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_MetadataRequestTopic_0(_e, out, chunks)
+    for _o in _a:
+        _b = _o.name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('MetadataRequest.MetadataRequestTopic.name', _n)
+        out += _S1.pack(_n)
+        out += _b
 
 def _e_MetadataRequest_1(o, out, chunks):
     _a = o.topics
@@ -382,8 +453,13 @@ def _e_MetadataRequest_1(o, out, chunks):
     else:
         _c = len(_a)
         out += _S0.pack(_c)
-        for _e in _a:
-            _e_MetadataRequestTopic_0(_e, out, chunks)
+        for _o in _a:
+            _b = _o.name.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('MetadataRequest.MetadataRequestTopic.name', _n)
+            out += _S1.pack(_n)
+            out += _b
 
 def _e_MetadataRequest_4(o, out, chunks):
     _a = o.topics
@@ -392,8 +468,13 @@ def _e_MetadataRequest_4(o, out, chunks):
     else:
         _c = len(_a)
         out += _S0.pack(_c)
-        for _e in _a:
-            _e_MetadataRequestTopic_0(_e, out, chunks)
+        for _o in _a:
+            _b = _o.name.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('MetadataRequest.MetadataRequestTopic.name', _n)
+            out += _S1.pack(_n)
+            out += _b
     out += _S2.pack(o.allow_auto_topic_creation)
 
 def _e_MetadataRequest_8(o, out, chunks):
@@ -403,24 +484,14 @@ def _e_MetadataRequest_8(o, out, chunks):
     else:
         _c = len(_a)
         out += _S0.pack(_c)
-        for _e in _a:
-            _e_MetadataRequestTopic_0(_e, out, chunks)
+        for _o in _a:
+            _b = _o.name.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('MetadataRequest.MetadataRequestTopic.name', _n)
+            out += _S1.pack(_n)
+            out += _b
     out += _S3.pack(o.allow_auto_topic_creation, o.include_cluster_authorized_operations, o.include_topic_authorized_operations)
-
-def _e_MetadataRequestTopic_9(o, out, chunks):
-    _b = o.name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('MetadataRequest.MetadataRequestTopic.name', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
 
 def _e_MetadataRequest_9(o, out, chunks):
     _a = o.topics
@@ -432,28 +503,21 @@ def _e_MetadataRequest_9(o, out, chunks):
             out.append(_c + 1)
         else:
             write_uvarint(out, _c + 1)
-        for _e in _a:
-            _e_MetadataRequestTopic_9(_e, out, chunks)
+        for _o in _a:
+            _b = _o.name.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('MetadataRequest.MetadataRequestTopic.name', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+            if _o.unknown_tags is None:
+                out.append(0)
+            else:
+                write_tags(out, _o.unknown_tags)
     out += _S3.pack(o.allow_auto_topic_creation, o.include_cluster_authorized_operations, o.include_topic_authorized_operations)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
-def _e_MetadataRequestTopic_10(o, out, chunks):
-    out += _S4.pack(o.topic_id.bytes)
-    if o.name is None:
-        out.append(0)
-    else:
-        _b = o.name.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('MetadataRequest.MetadataRequestTopic.name', _n)
-        if _n < 127:
-            out.append(_n + 1)
-        else:
-            write_uvarint(out, _n + 1)
-        out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -469,8 +533,24 @@ def _e_MetadataRequest_10(o, out, chunks):
             out.append(_c + 1)
         else:
             write_uvarint(out, _c + 1)
-        for _e in _a:
-            _e_MetadataRequestTopic_10(_e, out, chunks)
+        for _o in _a:
+            out += _S4.pack(_o.topic_id.bytes)
+            if _o.name is None:
+                out.append(0)
+            else:
+                _b = _o.name.encode('utf-8', 'surrogateescape')
+                _n = len(_b)
+                if _n > 0x7FFF:
+                    raise string_too_long('MetadataRequest.MetadataRequestTopic.name', _n)
+                if _n < 127:
+                    out.append(_n + 1)
+                else:
+                    write_uvarint(out, _n + 1)
+                out += _b
+            if _o.unknown_tags is None:
+                out.append(0)
+            else:
+                write_tags(out, _o.unknown_tags)
     out += _S3.pack(o.allow_auto_topic_creation, o.include_cluster_authorized_operations, o.include_topic_authorized_operations)
     if o.unknown_tags is None:
         out.append(0)
@@ -487,8 +567,24 @@ def _e_MetadataRequest_11(o, out, chunks):
             out.append(_c + 1)
         else:
             write_uvarint(out, _c + 1)
-        for _e in _a:
-            _e_MetadataRequestTopic_10(_e, out, chunks)
+        for _o in _a:
+            out += _S4.pack(_o.topic_id.bytes)
+            if _o.name is None:
+                out.append(0)
+            else:
+                _b = _o.name.encode('utf-8', 'surrogateescape')
+                _n = len(_b)
+                if _n > 0x7FFF:
+                    raise string_too_long('MetadataRequest.MetadataRequestTopic.name', _n)
+                if _n < 127:
+                    out.append(_n + 1)
+                else:
+                    write_uvarint(out, _n + 1)
+                out += _b
+            if _o.unknown_tags is None:
+                out.append(0)
+            else:
+                write_tags(out, _o.unknown_tags)
     out += _S5.pack(o.allow_auto_topic_creation, o.include_topic_authorized_operations)
     if o.unknown_tags is None:
         out.append(0)

@@ -110,71 +110,6 @@ _S4 = _Struct('>hiii')
 _S5 = _Struct('>16s?')
 _A_i = ARRAY_STRUCTS['i']
 
-def _d_MetadataResponseBroker_0(buf, pos):
-    _l = len(buf)
-    o = _new(MetadataResponseBroker)
-    o.rack = None
-    if pos + 4 > _l:
-        raise truncated('MetadataResponse.MetadataResponseBroker.node_id', buf, pos, 4)
-    (o.node_id,) = _S0.unpack_from(buf, pos)
-    pos += 4
-    if pos + 2 > _l:
-        raise truncated('MetadataResponse.MetadataResponseBroker.host', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('MetadataResponse.MetadataResponseBroker.host', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataResponse.MetadataResponseBroker.host')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('MetadataResponse.MetadataResponseBroker.host', buf, pos, _n, 1)
-        o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 4 > _l:
-        raise truncated('MetadataResponse.MetadataResponseBroker.port', buf, pos, 4)
-    (o.port,) = _S0.unpack_from(buf, pos)
-    pos += 4
-    o.unknown_tags = None
-    return o, pos
-
-def _d_MetadataResponsePartition_0(buf, pos):
-    _l = len(buf)
-    o = _new(MetadataResponsePartition)
-    o.leader_epoch = -1
-    o.offline_replicas = []
-    if pos + 10 > _l:
-        raise truncated('MetadataResponse.MetadataResponsePartition.error_code', buf, pos, 10)
-    o.error_code, o.partition_index, o.leader_id = _S2.unpack_from(buf, pos)
-    pos += 10
-    if pos + 4 > _l:
-        raise truncated('MetadataResponse.MetadataResponsePartition.replica_nodes', buf, pos, 4)
-    (_c,) = _S0.unpack_from(buf, pos)
-    pos += 4
-    if _c < 0:
-        raise bad_length('MetadataResponse.MetadataResponsePartition.replica_nodes', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('MetadataResponse.MetadataResponsePartition.replica_nodes', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.replica_nodes = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos + 4 > _l:
-        raise truncated('MetadataResponse.MetadataResponsePartition.isr_nodes', buf, pos, 4)
-    (_c,) = _S0.unpack_from(buf, pos)
-    pos += 4
-    if _c < 0:
-        raise bad_length('MetadataResponse.MetadataResponsePartition.isr_nodes', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('MetadataResponse.MetadataResponsePartition.isr_nodes', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.isr_nodes = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    o.unknown_tags = None
-    return o, pos
-
 def _d_MetadataResponseTopic_0(buf, pos):
     _l = len(buf)
     o = _new(MetadataResponseTopic)
@@ -209,9 +144,41 @@ def _d_MetadataResponseTopic_0(buf, pos):
         raise overrun('MetadataResponse.MetadataResponseTopic.partitions', buf, pos, _c, 18)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_MetadataResponsePartition_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(MetadataResponsePartition)
+            _o.leader_epoch = -1
+            _o.offline_replicas = []
+            if pos + 10 > _l:
+                raise truncated('MetadataResponse.MetadataResponsePartition.error_code', buf, pos, 10)
+            _o.error_code, _o.partition_index, _o.leader_id = _S2.unpack_from(buf, pos)
+            pos += 10
+            if pos + 4 > _l:
+                raise truncated('MetadataResponse.MetadataResponsePartition.replica_nodes', buf, pos, 4)
+            (_c,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('MetadataResponse.MetadataResponsePartition.replica_nodes', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('MetadataResponse.MetadataResponsePartition.replica_nodes', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.replica_nodes = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos + 4 > _l:
+                raise truncated('MetadataResponse.MetadataResponsePartition.isr_nodes', buf, pos, 4)
+            (_c,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('MetadataResponse.MetadataResponsePartition.isr_nodes', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('MetadataResponse.MetadataResponsePartition.isr_nodes', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.isr_nodes = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -232,9 +199,34 @@ def _d_MetadataResponse_0(buf, pos):
         raise overrun('MetadataResponse.brokers', buf, pos, _c, 10)
     else:
         o.brokers = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_MetadataResponseBroker_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(MetadataResponseBroker)
+            _o.rack = None
+            if pos + 4 > _l:
+                raise truncated('MetadataResponse.MetadataResponseBroker.node_id', buf, pos, 4)
+            (_o.node_id,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if pos + 2 > _l:
+                raise truncated('MetadataResponse.MetadataResponseBroker.host', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('MetadataResponse.MetadataResponseBroker.host', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataResponse.MetadataResponseBroker.host')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('MetadataResponse.MetadataResponseBroker.host', buf, pos, _n, 1)
+                _o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('MetadataResponse.MetadataResponseBroker.port', buf, pos, 4)
+            (_o.port,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            _o.unknown_tags = None
+            _ap(_o)
     if pos + 4 > _l:
         raise truncated('MetadataResponse.topics', buf, pos, 4)
     (_c,) = _S0.unpack_from(buf, pos)
@@ -248,50 +240,6 @@ def _d_MetadataResponse_0(buf, pos):
         for _ in range(_c):
             _e, pos = _d_MetadataResponseTopic_0(buf, pos)
             _lst.append(_e)
-    o.unknown_tags = None
-    return o, pos
-
-def _d_MetadataResponseBroker_1(buf, pos):
-    _l = len(buf)
-    o = _new(MetadataResponseBroker)
-    if pos + 4 > _l:
-        raise truncated('MetadataResponse.MetadataResponseBroker.node_id', buf, pos, 4)
-    (o.node_id,) = _S0.unpack_from(buf, pos)
-    pos += 4
-    if pos + 2 > _l:
-        raise truncated('MetadataResponse.MetadataResponseBroker.host', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('MetadataResponse.MetadataResponseBroker.host', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataResponse.MetadataResponseBroker.host')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('MetadataResponse.MetadataResponseBroker.host', buf, pos, _n, 1)
-        o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 4 > _l:
-        raise truncated('MetadataResponse.MetadataResponseBroker.port', buf, pos, 4)
-    (o.port,) = _S0.unpack_from(buf, pos)
-    pos += 4
-    if pos + 2 > _l:
-        raise truncated('MetadataResponse.MetadataResponseBroker.rack', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('MetadataResponse.MetadataResponseBroker.rack', _n)
-        o.rack = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataResponse.MetadataResponseBroker.rack')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('MetadataResponse.MetadataResponseBroker.rack', buf, pos, _n, 1)
-        o.rack = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
     o.unknown_tags = None
     return o, pos
 
@@ -332,9 +280,41 @@ def _d_MetadataResponseTopic_1(buf, pos):
         raise overrun('MetadataResponse.MetadataResponseTopic.partitions', buf, pos, _c, 18)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_MetadataResponsePartition_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(MetadataResponsePartition)
+            _o.leader_epoch = -1
+            _o.offline_replicas = []
+            if pos + 10 > _l:
+                raise truncated('MetadataResponse.MetadataResponsePartition.error_code', buf, pos, 10)
+            _o.error_code, _o.partition_index, _o.leader_id = _S2.unpack_from(buf, pos)
+            pos += 10
+            if pos + 4 > _l:
+                raise truncated('MetadataResponse.MetadataResponsePartition.replica_nodes', buf, pos, 4)
+            (_c,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('MetadataResponse.MetadataResponsePartition.replica_nodes', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('MetadataResponse.MetadataResponsePartition.replica_nodes', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.replica_nodes = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos + 4 > _l:
+                raise truncated('MetadataResponse.MetadataResponsePartition.isr_nodes', buf, pos, 4)
+            (_c,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('MetadataResponse.MetadataResponsePartition.isr_nodes', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('MetadataResponse.MetadataResponsePartition.isr_nodes', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.isr_nodes = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -354,9 +334,49 @@ def _d_MetadataResponse_1(buf, pos):
         raise overrun('MetadataResponse.brokers', buf, pos, _c, 12)
     else:
         o.brokers = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_MetadataResponseBroker_1(buf, pos)
-            _lst.append(_e)
+            _o = _new(MetadataResponseBroker)
+            if pos + 4 > _l:
+                raise truncated('MetadataResponse.MetadataResponseBroker.node_id', buf, pos, 4)
+            (_o.node_id,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if pos + 2 > _l:
+                raise truncated('MetadataResponse.MetadataResponseBroker.host', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('MetadataResponse.MetadataResponseBroker.host', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataResponse.MetadataResponseBroker.host')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('MetadataResponse.MetadataResponseBroker.host', buf, pos, _n, 1)
+                _o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('MetadataResponse.MetadataResponseBroker.port', buf, pos, 4)
+            (_o.port,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if pos + 2 > _l:
+                raise truncated('MetadataResponse.MetadataResponseBroker.rack', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('MetadataResponse.MetadataResponseBroker.rack', _n)
+                _o.rack = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataResponse.MetadataResponseBroker.rack')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('MetadataResponse.MetadataResponseBroker.rack', buf, pos, _n, 1)
+                _o.rack = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            _o.unknown_tags = None
+            _ap(_o)
     if pos + 4 > _l:
         raise truncated('MetadataResponse.controller_id', buf, pos, 4)
     (o.controller_id,) = _S0.unpack_from(buf, pos)
@@ -392,9 +412,49 @@ def _d_MetadataResponse_2(buf, pos):
         raise overrun('MetadataResponse.brokers', buf, pos, _c, 12)
     else:
         o.brokers = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_MetadataResponseBroker_1(buf, pos)
-            _lst.append(_e)
+            _o = _new(MetadataResponseBroker)
+            if pos + 4 > _l:
+                raise truncated('MetadataResponse.MetadataResponseBroker.node_id', buf, pos, 4)
+            (_o.node_id,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if pos + 2 > _l:
+                raise truncated('MetadataResponse.MetadataResponseBroker.host', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('MetadataResponse.MetadataResponseBroker.host', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataResponse.MetadataResponseBroker.host')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('MetadataResponse.MetadataResponseBroker.host', buf, pos, _n, 1)
+                _o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('MetadataResponse.MetadataResponseBroker.port', buf, pos, 4)
+            (_o.port,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if pos + 2 > _l:
+                raise truncated('MetadataResponse.MetadataResponseBroker.rack', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('MetadataResponse.MetadataResponseBroker.rack', _n)
+                _o.rack = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataResponse.MetadataResponseBroker.rack')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('MetadataResponse.MetadataResponseBroker.rack', buf, pos, _n, 1)
+                _o.rack = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            _o.unknown_tags = None
+            _ap(_o)
     if pos + 2 > _l:
         raise truncated('MetadataResponse.cluster_id', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -449,9 +509,49 @@ def _d_MetadataResponse_3(buf, pos):
         raise overrun('MetadataResponse.brokers', buf, pos, _c, 12)
     else:
         o.brokers = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_MetadataResponseBroker_1(buf, pos)
-            _lst.append(_e)
+            _o = _new(MetadataResponseBroker)
+            if pos + 4 > _l:
+                raise truncated('MetadataResponse.MetadataResponseBroker.node_id', buf, pos, 4)
+            (_o.node_id,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if pos + 2 > _l:
+                raise truncated('MetadataResponse.MetadataResponseBroker.host', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('MetadataResponse.MetadataResponseBroker.host', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataResponse.MetadataResponseBroker.host')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('MetadataResponse.MetadataResponseBroker.host', buf, pos, _n, 1)
+                _o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('MetadataResponse.MetadataResponseBroker.port', buf, pos, 4)
+            (_o.port,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if pos + 2 > _l:
+                raise truncated('MetadataResponse.MetadataResponseBroker.rack', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('MetadataResponse.MetadataResponseBroker.rack', _n)
+                _o.rack = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataResponse.MetadataResponseBroker.rack')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('MetadataResponse.MetadataResponseBroker.rack', buf, pos, _n, 1)
+                _o.rack = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            _o.unknown_tags = None
+            _ap(_o)
     if pos + 2 > _l:
         raise truncated('MetadataResponse.cluster_id', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -485,53 +585,6 @@ def _d_MetadataResponse_3(buf, pos):
         for _ in range(_c):
             _e, pos = _d_MetadataResponseTopic_1(buf, pos)
             _lst.append(_e)
-    o.unknown_tags = None
-    return o, pos
-
-def _d_MetadataResponsePartition_5(buf, pos):
-    _l = len(buf)
-    o = _new(MetadataResponsePartition)
-    o.leader_epoch = -1
-    if pos + 10 > _l:
-        raise truncated('MetadataResponse.MetadataResponsePartition.error_code', buf, pos, 10)
-    o.error_code, o.partition_index, o.leader_id = _S2.unpack_from(buf, pos)
-    pos += 10
-    if pos + 4 > _l:
-        raise truncated('MetadataResponse.MetadataResponsePartition.replica_nodes', buf, pos, 4)
-    (_c,) = _S0.unpack_from(buf, pos)
-    pos += 4
-    if _c < 0:
-        raise bad_length('MetadataResponse.MetadataResponsePartition.replica_nodes', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('MetadataResponse.MetadataResponsePartition.replica_nodes', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.replica_nodes = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos + 4 > _l:
-        raise truncated('MetadataResponse.MetadataResponsePartition.isr_nodes', buf, pos, 4)
-    (_c,) = _S0.unpack_from(buf, pos)
-    pos += 4
-    if _c < 0:
-        raise bad_length('MetadataResponse.MetadataResponsePartition.isr_nodes', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('MetadataResponse.MetadataResponsePartition.isr_nodes', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.isr_nodes = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos + 4 > _l:
-        raise truncated('MetadataResponse.MetadataResponsePartition.offline_replicas', buf, pos, 4)
-    (_c,) = _S0.unpack_from(buf, pos)
-    pos += 4
-    if _c < 0:
-        raise bad_length('MetadataResponse.MetadataResponsePartition.offline_replicas', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('MetadataResponse.MetadataResponsePartition.offline_replicas', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.offline_replicas = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
     o.unknown_tags = None
     return o, pos
 
@@ -572,9 +625,52 @@ def _d_MetadataResponseTopic_5(buf, pos):
         raise overrun('MetadataResponse.MetadataResponseTopic.partitions', buf, pos, _c, 22)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_MetadataResponsePartition_5(buf, pos)
-            _lst.append(_e)
+            _o = _new(MetadataResponsePartition)
+            _o.leader_epoch = -1
+            if pos + 10 > _l:
+                raise truncated('MetadataResponse.MetadataResponsePartition.error_code', buf, pos, 10)
+            _o.error_code, _o.partition_index, _o.leader_id = _S2.unpack_from(buf, pos)
+            pos += 10
+            if pos + 4 > _l:
+                raise truncated('MetadataResponse.MetadataResponsePartition.replica_nodes', buf, pos, 4)
+            (_c,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('MetadataResponse.MetadataResponsePartition.replica_nodes', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('MetadataResponse.MetadataResponsePartition.replica_nodes', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.replica_nodes = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos + 4 > _l:
+                raise truncated('MetadataResponse.MetadataResponsePartition.isr_nodes', buf, pos, 4)
+            (_c,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('MetadataResponse.MetadataResponsePartition.isr_nodes', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('MetadataResponse.MetadataResponsePartition.isr_nodes', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.isr_nodes = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos + 4 > _l:
+                raise truncated('MetadataResponse.MetadataResponsePartition.offline_replicas', buf, pos, 4)
+            (_c,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('MetadataResponse.MetadataResponsePartition.offline_replicas', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('MetadataResponse.MetadataResponsePartition.offline_replicas', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.offline_replicas = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -596,9 +692,49 @@ def _d_MetadataResponse_5(buf, pos):
         raise overrun('MetadataResponse.brokers', buf, pos, _c, 12)
     else:
         o.brokers = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_MetadataResponseBroker_1(buf, pos)
-            _lst.append(_e)
+            _o = _new(MetadataResponseBroker)
+            if pos + 4 > _l:
+                raise truncated('MetadataResponse.MetadataResponseBroker.node_id', buf, pos, 4)
+            (_o.node_id,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if pos + 2 > _l:
+                raise truncated('MetadataResponse.MetadataResponseBroker.host', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('MetadataResponse.MetadataResponseBroker.host', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataResponse.MetadataResponseBroker.host')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('MetadataResponse.MetadataResponseBroker.host', buf, pos, _n, 1)
+                _o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('MetadataResponse.MetadataResponseBroker.port', buf, pos, 4)
+            (_o.port,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if pos + 2 > _l:
+                raise truncated('MetadataResponse.MetadataResponseBroker.rack', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('MetadataResponse.MetadataResponseBroker.rack', _n)
+                _o.rack = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataResponse.MetadataResponseBroker.rack')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('MetadataResponse.MetadataResponseBroker.rack', buf, pos, _n, 1)
+                _o.rack = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            _o.unknown_tags = None
+            _ap(_o)
     if pos + 2 > _l:
         raise truncated('MetadataResponse.cluster_id', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -632,52 +768,6 @@ def _d_MetadataResponse_5(buf, pos):
         for _ in range(_c):
             _e, pos = _d_MetadataResponseTopic_5(buf, pos)
             _lst.append(_e)
-    o.unknown_tags = None
-    return o, pos
-
-def _d_MetadataResponsePartition_7(buf, pos):
-    _l = len(buf)
-    o = _new(MetadataResponsePartition)
-    if pos + 14 > _l:
-        raise truncated('MetadataResponse.MetadataResponsePartition.error_code', buf, pos, 14)
-    o.error_code, o.partition_index, o.leader_id, o.leader_epoch = _S4.unpack_from(buf, pos)
-    pos += 14
-    if pos + 4 > _l:
-        raise truncated('MetadataResponse.MetadataResponsePartition.replica_nodes', buf, pos, 4)
-    (_c,) = _S0.unpack_from(buf, pos)
-    pos += 4
-    if _c < 0:
-        raise bad_length('MetadataResponse.MetadataResponsePartition.replica_nodes', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('MetadataResponse.MetadataResponsePartition.replica_nodes', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.replica_nodes = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos + 4 > _l:
-        raise truncated('MetadataResponse.MetadataResponsePartition.isr_nodes', buf, pos, 4)
-    (_c,) = _S0.unpack_from(buf, pos)
-    pos += 4
-    if _c < 0:
-        raise bad_length('MetadataResponse.MetadataResponsePartition.isr_nodes', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('MetadataResponse.MetadataResponsePartition.isr_nodes', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.isr_nodes = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos + 4 > _l:
-        raise truncated('MetadataResponse.MetadataResponsePartition.offline_replicas', buf, pos, 4)
-    (_c,) = _S0.unpack_from(buf, pos)
-    pos += 4
-    if _c < 0:
-        raise bad_length('MetadataResponse.MetadataResponsePartition.offline_replicas', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('MetadataResponse.MetadataResponsePartition.offline_replicas', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.offline_replicas = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
     o.unknown_tags = None
     return o, pos
 
@@ -718,9 +808,51 @@ def _d_MetadataResponseTopic_7(buf, pos):
         raise overrun('MetadataResponse.MetadataResponseTopic.partitions', buf, pos, _c, 26)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_MetadataResponsePartition_7(buf, pos)
-            _lst.append(_e)
+            _o = _new(MetadataResponsePartition)
+            if pos + 14 > _l:
+                raise truncated('MetadataResponse.MetadataResponsePartition.error_code', buf, pos, 14)
+            _o.error_code, _o.partition_index, _o.leader_id, _o.leader_epoch = _S4.unpack_from(buf, pos)
+            pos += 14
+            if pos + 4 > _l:
+                raise truncated('MetadataResponse.MetadataResponsePartition.replica_nodes', buf, pos, 4)
+            (_c,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('MetadataResponse.MetadataResponsePartition.replica_nodes', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('MetadataResponse.MetadataResponsePartition.replica_nodes', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.replica_nodes = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos + 4 > _l:
+                raise truncated('MetadataResponse.MetadataResponsePartition.isr_nodes', buf, pos, 4)
+            (_c,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('MetadataResponse.MetadataResponsePartition.isr_nodes', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('MetadataResponse.MetadataResponsePartition.isr_nodes', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.isr_nodes = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos + 4 > _l:
+                raise truncated('MetadataResponse.MetadataResponsePartition.offline_replicas', buf, pos, 4)
+            (_c,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('MetadataResponse.MetadataResponsePartition.offline_replicas', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('MetadataResponse.MetadataResponsePartition.offline_replicas', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.offline_replicas = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -742,9 +874,49 @@ def _d_MetadataResponse_7(buf, pos):
         raise overrun('MetadataResponse.brokers', buf, pos, _c, 12)
     else:
         o.brokers = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_MetadataResponseBroker_1(buf, pos)
-            _lst.append(_e)
+            _o = _new(MetadataResponseBroker)
+            if pos + 4 > _l:
+                raise truncated('MetadataResponse.MetadataResponseBroker.node_id', buf, pos, 4)
+            (_o.node_id,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if pos + 2 > _l:
+                raise truncated('MetadataResponse.MetadataResponseBroker.host', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('MetadataResponse.MetadataResponseBroker.host', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataResponse.MetadataResponseBroker.host')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('MetadataResponse.MetadataResponseBroker.host', buf, pos, _n, 1)
+                _o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('MetadataResponse.MetadataResponseBroker.port', buf, pos, 4)
+            (_o.port,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if pos + 2 > _l:
+                raise truncated('MetadataResponse.MetadataResponseBroker.rack', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('MetadataResponse.MetadataResponseBroker.rack', _n)
+                _o.rack = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataResponse.MetadataResponseBroker.rack')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('MetadataResponse.MetadataResponseBroker.rack', buf, pos, _n, 1)
+                _o.rack = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            _o.unknown_tags = None
+            _ap(_o)
     if pos + 2 > _l:
         raise truncated('MetadataResponse.cluster_id', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -817,9 +989,51 @@ def _d_MetadataResponseTopic_8(buf, pos):
         raise overrun('MetadataResponse.MetadataResponseTopic.partitions', buf, pos, _c, 26)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_MetadataResponsePartition_7(buf, pos)
-            _lst.append(_e)
+            _o = _new(MetadataResponsePartition)
+            if pos + 14 > _l:
+                raise truncated('MetadataResponse.MetadataResponsePartition.error_code', buf, pos, 14)
+            _o.error_code, _o.partition_index, _o.leader_id, _o.leader_epoch = _S4.unpack_from(buf, pos)
+            pos += 14
+            if pos + 4 > _l:
+                raise truncated('MetadataResponse.MetadataResponsePartition.replica_nodes', buf, pos, 4)
+            (_c,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('MetadataResponse.MetadataResponsePartition.replica_nodes', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('MetadataResponse.MetadataResponsePartition.replica_nodes', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.replica_nodes = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos + 4 > _l:
+                raise truncated('MetadataResponse.MetadataResponsePartition.isr_nodes', buf, pos, 4)
+            (_c,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('MetadataResponse.MetadataResponsePartition.isr_nodes', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('MetadataResponse.MetadataResponsePartition.isr_nodes', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.isr_nodes = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos + 4 > _l:
+                raise truncated('MetadataResponse.MetadataResponsePartition.offline_replicas', buf, pos, 4)
+            (_c,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('MetadataResponse.MetadataResponsePartition.offline_replicas', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('MetadataResponse.MetadataResponsePartition.offline_replicas', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.offline_replicas = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            _o.unknown_tags = None
+            _ap(_o)
     if pos + 4 > _l:
         raise truncated('MetadataResponse.MetadataResponseTopic.topic_authorized_operations', buf, pos, 4)
     (o.topic_authorized_operations,) = _S0.unpack_from(buf, pos)
@@ -844,9 +1058,49 @@ def _d_MetadataResponse_8(buf, pos):
         raise overrun('MetadataResponse.brokers', buf, pos, _c, 12)
     else:
         o.brokers = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_MetadataResponseBroker_1(buf, pos)
-            _lst.append(_e)
+            _o = _new(MetadataResponseBroker)
+            if pos + 4 > _l:
+                raise truncated('MetadataResponse.MetadataResponseBroker.node_id', buf, pos, 4)
+            (_o.node_id,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if pos + 2 > _l:
+                raise truncated('MetadataResponse.MetadataResponseBroker.host', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('MetadataResponse.MetadataResponseBroker.host', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataResponse.MetadataResponseBroker.host')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('MetadataResponse.MetadataResponseBroker.host', buf, pos, _n, 1)
+                _o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('MetadataResponse.MetadataResponseBroker.port', buf, pos, 4)
+            (_o.port,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if pos + 2 > _l:
+                raise truncated('MetadataResponse.MetadataResponseBroker.rack', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('MetadataResponse.MetadataResponseBroker.rack', _n)
+                _o.rack = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataResponse.MetadataResponseBroker.rack')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('MetadataResponse.MetadataResponseBroker.rack', buf, pos, _n, 1)
+                _o.rack = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            _o.unknown_tags = None
+            _ap(_o)
     if pos + 2 > _l:
         raise truncated('MetadataResponse.cluster_id', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -885,126 +1139,6 @@ def _d_MetadataResponse_8(buf, pos):
     (o.cluster_authorized_operations,) = _S0.unpack_from(buf, pos)
     pos += 4
     o.unknown_tags = None
-    return o, pos
-
-def _d_MetadataResponseBroker_9(buf, pos):
-    _l = len(buf)
-    o = _new(MetadataResponseBroker)
-    if pos + 4 > _l:
-        raise truncated('MetadataResponse.MetadataResponseBroker.node_id', buf, pos, 4)
-    (o.node_id,) = _S0.unpack_from(buf, pos)
-    pos += 4
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'MetadataResponse.MetadataResponseBroker.host')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('MetadataResponse.MetadataResponseBroker.host', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataResponse.MetadataResponseBroker.host')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('MetadataResponse.MetadataResponseBroker.host', buf, pos, _n, 1)
-        o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 4 > _l:
-        raise truncated('MetadataResponse.MetadataResponseBroker.port', buf, pos, 4)
-    (o.port,) = _S0.unpack_from(buf, pos)
-    pos += 4
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'MetadataResponse.MetadataResponseBroker.rack')
-        _n -= 1
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('MetadataResponse.MetadataResponseBroker.rack', _n)
-        o.rack = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataResponse.MetadataResponseBroker.rack')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('MetadataResponse.MetadataResponseBroker.rack', buf, pos, _n, 1)
-        o.rack = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'MetadataResponse.MetadataResponseBroker')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
-def _d_MetadataResponsePartition_9(buf, pos):
-    _l = len(buf)
-    o = _new(MetadataResponsePartition)
-    if pos + 14 > _l:
-        raise truncated('MetadataResponse.MetadataResponsePartition.error_code', buf, pos, 14)
-    o.error_code, o.partition_index, o.leader_id, o.leader_epoch = _S4.unpack_from(buf, pos)
-    pos += 14
-    if pos < _l and buf[pos] < 0x80:
-        _c = buf[pos] - 1
-        pos += 1
-    else:
-        _c, pos = read_uvarint(buf, pos, 'MetadataResponse.MetadataResponsePartition.replica_nodes')
-        _c -= 1
-    if _c < 0:
-        raise bad_length('MetadataResponse.MetadataResponsePartition.replica_nodes', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('MetadataResponse.MetadataResponsePartition.replica_nodes', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.replica_nodes = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos < _l and buf[pos] < 0x80:
-        _c = buf[pos] - 1
-        pos += 1
-    else:
-        _c, pos = read_uvarint(buf, pos, 'MetadataResponse.MetadataResponsePartition.isr_nodes')
-        _c -= 1
-    if _c < 0:
-        raise bad_length('MetadataResponse.MetadataResponsePartition.isr_nodes', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('MetadataResponse.MetadataResponsePartition.isr_nodes', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.isr_nodes = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos < _l and buf[pos] < 0x80:
-        _c = buf[pos] - 1
-        pos += 1
-    else:
-        _c, pos = read_uvarint(buf, pos, 'MetadataResponse.MetadataResponsePartition.offline_replicas')
-        _c -= 1
-    if _c < 0:
-        raise bad_length('MetadataResponse.MetadataResponsePartition.offline_replicas', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('MetadataResponse.MetadataResponsePartition.offline_replicas', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.offline_replicas = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'MetadataResponse.MetadataResponsePartition')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
     return o, pos
 
 def _d_MetadataResponseTopic_9(buf, pos):
@@ -1047,9 +1181,67 @@ def _d_MetadataResponseTopic_9(buf, pos):
         raise overrun('MetadataResponse.MetadataResponseTopic.partitions', buf, pos, _c, 18)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_MetadataResponsePartition_9(buf, pos)
-            _lst.append(_e)
+            _o = _new(MetadataResponsePartition)
+            if pos + 14 > _l:
+                raise truncated('MetadataResponse.MetadataResponsePartition.error_code', buf, pos, 14)
+            _o.error_code, _o.partition_index, _o.leader_id, _o.leader_epoch = _S4.unpack_from(buf, pos)
+            pos += 14
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'MetadataResponse.MetadataResponsePartition.replica_nodes')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('MetadataResponse.MetadataResponsePartition.replica_nodes', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('MetadataResponse.MetadataResponsePartition.replica_nodes', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.replica_nodes = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'MetadataResponse.MetadataResponsePartition.isr_nodes')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('MetadataResponse.MetadataResponsePartition.isr_nodes', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('MetadataResponse.MetadataResponsePartition.isr_nodes', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.isr_nodes = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'MetadataResponse.MetadataResponsePartition.offline_replicas')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('MetadataResponse.MetadataResponsePartition.offline_replicas', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('MetadataResponse.MetadataResponsePartition.offline_replicas', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.offline_replicas = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'MetadataResponse.MetadataResponsePartition')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos + 4 > _l:
         raise truncated('MetadataResponse.MetadataResponseTopic.topic_authorized_operations', buf, pos, 4)
     (o.topic_authorized_operations,) = _S0.unpack_from(buf, pos)
@@ -1086,9 +1278,63 @@ def _d_MetadataResponse_9(buf, pos):
         raise overrun('MetadataResponse.brokers', buf, pos, _c, 11)
     else:
         o.brokers = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_MetadataResponseBroker_9(buf, pos)
-            _lst.append(_e)
+            _o = _new(MetadataResponseBroker)
+            if pos + 4 > _l:
+                raise truncated('MetadataResponse.MetadataResponseBroker.node_id', buf, pos, 4)
+            (_o.node_id,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'MetadataResponse.MetadataResponseBroker.host')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('MetadataResponse.MetadataResponseBroker.host', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataResponse.MetadataResponseBroker.host')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('MetadataResponse.MetadataResponseBroker.host', buf, pos, _n, 1)
+                _o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('MetadataResponse.MetadataResponseBroker.port', buf, pos, 4)
+            (_o.port,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'MetadataResponse.MetadataResponseBroker.rack')
+                _n -= 1
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('MetadataResponse.MetadataResponseBroker.rack', _n)
+                _o.rack = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataResponse.MetadataResponseBroker.rack')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('MetadataResponse.MetadataResponseBroker.rack', buf, pos, _n, 1)
+                _o.rack = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'MetadataResponse.MetadataResponseBroker')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -1183,9 +1429,67 @@ def _d_MetadataResponseTopic_10(buf, pos):
         raise overrun('MetadataResponse.MetadataResponseTopic.partitions', buf, pos, _c, 18)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_MetadataResponsePartition_9(buf, pos)
-            _lst.append(_e)
+            _o = _new(MetadataResponsePartition)
+            if pos + 14 > _l:
+                raise truncated('MetadataResponse.MetadataResponsePartition.error_code', buf, pos, 14)
+            _o.error_code, _o.partition_index, _o.leader_id, _o.leader_epoch = _S4.unpack_from(buf, pos)
+            pos += 14
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'MetadataResponse.MetadataResponsePartition.replica_nodes')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('MetadataResponse.MetadataResponsePartition.replica_nodes', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('MetadataResponse.MetadataResponsePartition.replica_nodes', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.replica_nodes = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'MetadataResponse.MetadataResponsePartition.isr_nodes')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('MetadataResponse.MetadataResponsePartition.isr_nodes', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('MetadataResponse.MetadataResponsePartition.isr_nodes', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.isr_nodes = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'MetadataResponse.MetadataResponsePartition.offline_replicas')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('MetadataResponse.MetadataResponsePartition.offline_replicas', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('MetadataResponse.MetadataResponsePartition.offline_replicas', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.offline_replicas = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'MetadataResponse.MetadataResponsePartition')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos + 4 > _l:
         raise truncated('MetadataResponse.MetadataResponseTopic.topic_authorized_operations', buf, pos, 4)
     (o.topic_authorized_operations,) = _S0.unpack_from(buf, pos)
@@ -1222,9 +1526,63 @@ def _d_MetadataResponse_10(buf, pos):
         raise overrun('MetadataResponse.brokers', buf, pos, _c, 11)
     else:
         o.brokers = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_MetadataResponseBroker_9(buf, pos)
-            _lst.append(_e)
+            _o = _new(MetadataResponseBroker)
+            if pos + 4 > _l:
+                raise truncated('MetadataResponse.MetadataResponseBroker.node_id', buf, pos, 4)
+            (_o.node_id,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'MetadataResponse.MetadataResponseBroker.host')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('MetadataResponse.MetadataResponseBroker.host', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataResponse.MetadataResponseBroker.host')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('MetadataResponse.MetadataResponseBroker.host', buf, pos, _n, 1)
+                _o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('MetadataResponse.MetadataResponseBroker.port', buf, pos, 4)
+            (_o.port,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'MetadataResponse.MetadataResponseBroker.rack')
+                _n -= 1
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('MetadataResponse.MetadataResponseBroker.rack', _n)
+                _o.rack = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataResponse.MetadataResponseBroker.rack')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('MetadataResponse.MetadataResponseBroker.rack', buf, pos, _n, 1)
+                _o.rack = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'MetadataResponse.MetadataResponseBroker')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -1299,9 +1657,63 @@ def _d_MetadataResponse_11(buf, pos):
         raise overrun('MetadataResponse.brokers', buf, pos, _c, 11)
     else:
         o.brokers = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_MetadataResponseBroker_9(buf, pos)
-            _lst.append(_e)
+            _o = _new(MetadataResponseBroker)
+            if pos + 4 > _l:
+                raise truncated('MetadataResponse.MetadataResponseBroker.node_id', buf, pos, 4)
+            (_o.node_id,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'MetadataResponse.MetadataResponseBroker.host')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('MetadataResponse.MetadataResponseBroker.host', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataResponse.MetadataResponseBroker.host')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('MetadataResponse.MetadataResponseBroker.host', buf, pos, _n, 1)
+                _o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('MetadataResponse.MetadataResponseBroker.port', buf, pos, 4)
+            (_o.port,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'MetadataResponse.MetadataResponseBroker.rack')
+                _n -= 1
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('MetadataResponse.MetadataResponseBroker.rack', _n)
+                _o.rack = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataResponse.MetadataResponseBroker.rack')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('MetadataResponse.MetadataResponseBroker.rack', buf, pos, _n, 1)
+                _o.rack = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'MetadataResponse.MetadataResponseBroker')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -1394,9 +1806,67 @@ def _d_MetadataResponseTopic_12(buf, pos):
         raise overrun('MetadataResponse.MetadataResponseTopic.partitions', buf, pos, _c, 18)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_MetadataResponsePartition_9(buf, pos)
-            _lst.append(_e)
+            _o = _new(MetadataResponsePartition)
+            if pos + 14 > _l:
+                raise truncated('MetadataResponse.MetadataResponsePartition.error_code', buf, pos, 14)
+            _o.error_code, _o.partition_index, _o.leader_id, _o.leader_epoch = _S4.unpack_from(buf, pos)
+            pos += 14
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'MetadataResponse.MetadataResponsePartition.replica_nodes')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('MetadataResponse.MetadataResponsePartition.replica_nodes', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('MetadataResponse.MetadataResponsePartition.replica_nodes', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.replica_nodes = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'MetadataResponse.MetadataResponsePartition.isr_nodes')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('MetadataResponse.MetadataResponsePartition.isr_nodes', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('MetadataResponse.MetadataResponsePartition.isr_nodes', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.isr_nodes = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'MetadataResponse.MetadataResponsePartition.offline_replicas')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('MetadataResponse.MetadataResponsePartition.offline_replicas', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('MetadataResponse.MetadataResponsePartition.offline_replicas', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.offline_replicas = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'MetadataResponse.MetadataResponsePartition')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos + 4 > _l:
         raise truncated('MetadataResponse.MetadataResponseTopic.topic_authorized_operations', buf, pos, 4)
     (o.topic_authorized_operations,) = _S0.unpack_from(buf, pos)
@@ -1434,9 +1904,63 @@ def _d_MetadataResponse_12(buf, pos):
         raise overrun('MetadataResponse.brokers', buf, pos, _c, 11)
     else:
         o.brokers = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_MetadataResponseBroker_9(buf, pos)
-            _lst.append(_e)
+            _o = _new(MetadataResponseBroker)
+            if pos + 4 > _l:
+                raise truncated('MetadataResponse.MetadataResponseBroker.node_id', buf, pos, 4)
+            (_o.node_id,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'MetadataResponse.MetadataResponseBroker.host')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('MetadataResponse.MetadataResponseBroker.host', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataResponse.MetadataResponseBroker.host')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('MetadataResponse.MetadataResponseBroker.host', buf, pos, _n, 1)
+                _o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('MetadataResponse.MetadataResponseBroker.port', buf, pos, 4)
+            (_o.port,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'MetadataResponse.MetadataResponseBroker.rack')
+                _n -= 1
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('MetadataResponse.MetadataResponseBroker.rack', _n)
+                _o.rack = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='MetadataResponse.MetadataResponseBroker.rack')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('MetadataResponse.MetadataResponseBroker.rack', buf, pos, _n, 1)
+                _o.rack = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'MetadataResponse.MetadataResponseBroker')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -1487,29 +2011,6 @@ def _d_MetadataResponse_12(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_MetadataResponseBroker_0(o, out, chunks):
-    out += _S0.pack(o.node_id)
-    _b = o.host.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('MetadataResponse.MetadataResponseBroker.host', _n)
-    out += _S1.pack(_n)
-    out += _b
-    out += _S0.pack(o.port)
-
-def _e_MetadataResponsePartition_0(o, out, chunks):
-    out += _S2.pack(o.error_code, o.partition_index, o.leader_id)
-    _a = o.replica_nodes
-    _c = len(_a)
-    out += _S0.pack(_c)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    _a = o.isr_nodes
-    _c = len(_a)
-    out += _S0.pack(_c)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-
 def _e_MetadataResponseTopic_0(o, out, chunks):
     out += _S1.pack(o.error_code)
     _b = o.name.encode('utf-8', 'surrogateescape')
@@ -1521,39 +2022,37 @@ def _e_MetadataResponseTopic_0(o, out, chunks):
     _a = o.partitions
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_MetadataResponsePartition_0(_e, out, chunks)
+    for _o in _a:
+        out += _S2.pack(_o.error_code, _o.partition_index, _o.leader_id)
+        _a = _o.replica_nodes
+        _c = len(_a)
+        out += _S0.pack(_c)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        _a = _o.isr_nodes
+        _c = len(_a)
+        out += _S0.pack(_c)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
 
 def _e_MetadataResponse_0(o, out, chunks):
     _a = o.brokers
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_MetadataResponseBroker_0(_e, out, chunks)
+    for _o in _a:
+        out += _S0.pack(_o.node_id)
+        _b = _o.host.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('MetadataResponse.MetadataResponseBroker.host', _n)
+        out += _S1.pack(_n)
+        out += _b
+        out += _S0.pack(_o.port)
     _a = o.topics
     _c = len(_a)
     out += _S0.pack(_c)
     for _e in _a:
         _e_MetadataResponseTopic_0(_e, out, chunks)
-
-def _e_MetadataResponseBroker_1(o, out, chunks):
-    out += _S0.pack(o.node_id)
-    _b = o.host.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('MetadataResponse.MetadataResponseBroker.host', _n)
-    out += _S1.pack(_n)
-    out += _b
-    out += _S0.pack(o.port)
-    if o.rack is None:
-        out += b'\xff\xff'
-    else:
-        _b = o.rack.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('MetadataResponse.MetadataResponseBroker.rack', _n)
-        out += _S1.pack(_n)
-        out += _b
 
 def _e_MetadataResponseTopic_1(o, out, chunks):
     out += _S1.pack(o.error_code)
@@ -1567,15 +2066,41 @@ def _e_MetadataResponseTopic_1(o, out, chunks):
     _a = o.partitions
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_MetadataResponsePartition_0(_e, out, chunks)
+    for _o in _a:
+        out += _S2.pack(_o.error_code, _o.partition_index, _o.leader_id)
+        _a = _o.replica_nodes
+        _c = len(_a)
+        out += _S0.pack(_c)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        _a = _o.isr_nodes
+        _c = len(_a)
+        out += _S0.pack(_c)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
 
 def _e_MetadataResponse_1(o, out, chunks):
     _a = o.brokers
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_MetadataResponseBroker_1(_e, out, chunks)
+    for _o in _a:
+        out += _S0.pack(_o.node_id)
+        _b = _o.host.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('MetadataResponse.MetadataResponseBroker.host', _n)
+        out += _S1.pack(_n)
+        out += _b
+        out += _S0.pack(_o.port)
+        if _o.rack is None:
+            out += b'\xff\xff'
+        else:
+            _b = _o.rack.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('MetadataResponse.MetadataResponseBroker.rack', _n)
+            out += _S1.pack(_n)
+            out += _b
     out += _S0.pack(o.controller_id)
     _a = o.topics
     _c = len(_a)
@@ -1587,8 +2112,24 @@ def _e_MetadataResponse_2(o, out, chunks):
     _a = o.brokers
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_MetadataResponseBroker_1(_e, out, chunks)
+    for _o in _a:
+        out += _S0.pack(_o.node_id)
+        _b = _o.host.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('MetadataResponse.MetadataResponseBroker.host', _n)
+        out += _S1.pack(_n)
+        out += _b
+        out += _S0.pack(_o.port)
+        if _o.rack is None:
+            out += b'\xff\xff'
+        else:
+            _b = _o.rack.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('MetadataResponse.MetadataResponseBroker.rack', _n)
+            out += _S1.pack(_n)
+            out += _b
     if o.cluster_id is None:
         out += b'\xff\xff'
     else:
@@ -1610,8 +2151,24 @@ def _e_MetadataResponse_3(o, out, chunks):
     _a = o.brokers
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_MetadataResponseBroker_1(_e, out, chunks)
+    for _o in _a:
+        out += _S0.pack(_o.node_id)
+        _b = _o.host.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('MetadataResponse.MetadataResponseBroker.host', _n)
+        out += _S1.pack(_n)
+        out += _b
+        out += _S0.pack(_o.port)
+        if _o.rack is None:
+            out += b'\xff\xff'
+        else:
+            _b = _o.rack.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('MetadataResponse.MetadataResponseBroker.rack', _n)
+            out += _S1.pack(_n)
+            out += _b
     if o.cluster_id is None:
         out += b'\xff\xff'
     else:
@@ -1628,24 +2185,6 @@ def _e_MetadataResponse_3(o, out, chunks):
     for _e in _a:
         _e_MetadataResponseTopic_1(_e, out, chunks)
 
-def _e_MetadataResponsePartition_5(o, out, chunks):
-    out += _S2.pack(o.error_code, o.partition_index, o.leader_id)
-    _a = o.replica_nodes
-    _c = len(_a)
-    out += _S0.pack(_c)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    _a = o.isr_nodes
-    _c = len(_a)
-    out += _S0.pack(_c)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    _a = o.offline_replicas
-    _c = len(_a)
-    out += _S0.pack(_c)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-
 def _e_MetadataResponseTopic_5(o, out, chunks):
     out += _S1.pack(o.error_code)
     _b = o.name.encode('utf-8', 'surrogateescape')
@@ -1658,16 +2197,47 @@ def _e_MetadataResponseTopic_5(o, out, chunks):
     _a = o.partitions
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_MetadataResponsePartition_5(_e, out, chunks)
+    for _o in _a:
+        out += _S2.pack(_o.error_code, _o.partition_index, _o.leader_id)
+        _a = _o.replica_nodes
+        _c = len(_a)
+        out += _S0.pack(_c)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        _a = _o.isr_nodes
+        _c = len(_a)
+        out += _S0.pack(_c)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        _a = _o.offline_replicas
+        _c = len(_a)
+        out += _S0.pack(_c)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
 
 def _e_MetadataResponse_5(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
     _a = o.brokers
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_MetadataResponseBroker_1(_e, out, chunks)
+    for _o in _a:
+        out += _S0.pack(_o.node_id)
+        _b = _o.host.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('MetadataResponse.MetadataResponseBroker.host', _n)
+        out += _S1.pack(_n)
+        out += _b
+        out += _S0.pack(_o.port)
+        if _o.rack is None:
+            out += b'\xff\xff'
+        else:
+            _b = _o.rack.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('MetadataResponse.MetadataResponseBroker.rack', _n)
+            out += _S1.pack(_n)
+            out += _b
     if o.cluster_id is None:
         out += b'\xff\xff'
     else:
@@ -1684,24 +2254,6 @@ def _e_MetadataResponse_5(o, out, chunks):
     for _e in _a:
         _e_MetadataResponseTopic_5(_e, out, chunks)
 
-def _e_MetadataResponsePartition_7(o, out, chunks):
-    out += _S4.pack(o.error_code, o.partition_index, o.leader_id, o.leader_epoch)
-    _a = o.replica_nodes
-    _c = len(_a)
-    out += _S0.pack(_c)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    _a = o.isr_nodes
-    _c = len(_a)
-    out += _S0.pack(_c)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    _a = o.offline_replicas
-    _c = len(_a)
-    out += _S0.pack(_c)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-
 def _e_MetadataResponseTopic_7(o, out, chunks):
     out += _S1.pack(o.error_code)
     _b = o.name.encode('utf-8', 'surrogateescape')
@@ -1714,16 +2266,47 @@ def _e_MetadataResponseTopic_7(o, out, chunks):
     _a = o.partitions
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_MetadataResponsePartition_7(_e, out, chunks)
+    for _o in _a:
+        out += _S4.pack(_o.error_code, _o.partition_index, _o.leader_id, _o.leader_epoch)
+        _a = _o.replica_nodes
+        _c = len(_a)
+        out += _S0.pack(_c)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        _a = _o.isr_nodes
+        _c = len(_a)
+        out += _S0.pack(_c)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        _a = _o.offline_replicas
+        _c = len(_a)
+        out += _S0.pack(_c)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
 
 def _e_MetadataResponse_7(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
     _a = o.brokers
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_MetadataResponseBroker_1(_e, out, chunks)
+    for _o in _a:
+        out += _S0.pack(_o.node_id)
+        _b = _o.host.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('MetadataResponse.MetadataResponseBroker.host', _n)
+        out += _S1.pack(_n)
+        out += _b
+        out += _S0.pack(_o.port)
+        if _o.rack is None:
+            out += b'\xff\xff'
+        else:
+            _b = _o.rack.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('MetadataResponse.MetadataResponseBroker.rack', _n)
+            out += _S1.pack(_n)
+            out += _b
     if o.cluster_id is None:
         out += b'\xff\xff'
     else:
@@ -1752,8 +2335,23 @@ def _e_MetadataResponseTopic_8(o, out, chunks):
     _a = o.partitions
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_MetadataResponsePartition_7(_e, out, chunks)
+    for _o in _a:
+        out += _S4.pack(_o.error_code, _o.partition_index, _o.leader_id, _o.leader_epoch)
+        _a = _o.replica_nodes
+        _c = len(_a)
+        out += _S0.pack(_c)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        _a = _o.isr_nodes
+        _c = len(_a)
+        out += _S0.pack(_c)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        _a = _o.offline_replicas
+        _c = len(_a)
+        out += _S0.pack(_c)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
     out += _S0.pack(o.topic_authorized_operations)
 
 def _e_MetadataResponse_8(o, out, chunks):
@@ -1761,8 +2359,24 @@ def _e_MetadataResponse_8(o, out, chunks):
     _a = o.brokers
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_MetadataResponseBroker_1(_e, out, chunks)
+    for _o in _a:
+        out += _S0.pack(_o.node_id)
+        _b = _o.host.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('MetadataResponse.MetadataResponseBroker.host', _n)
+        out += _S1.pack(_n)
+        out += _b
+        out += _S0.pack(_o.port)
+        if _o.rack is None:
+            out += b'\xff\xff'
+        else:
+            _b = _o.rack.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('MetadataResponse.MetadataResponseBroker.rack', _n)
+            out += _S1.pack(_n)
+            out += _b
     if o.cluster_id is None:
         out += b'\xff\xff'
     else:
@@ -1779,66 +2393,6 @@ def _e_MetadataResponse_8(o, out, chunks):
     for _e in _a:
         _e_MetadataResponseTopic_8(_e, out, chunks)
     out += _S0.pack(o.cluster_authorized_operations)
-
-def _e_MetadataResponseBroker_9(o, out, chunks):
-    out += _S0.pack(o.node_id)
-    _b = o.host.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('MetadataResponse.MetadataResponseBroker.host', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    out += _S0.pack(o.port)
-    if o.rack is None:
-        out.append(0)
-    else:
-        _b = o.rack.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('MetadataResponse.MetadataResponseBroker.rack', _n)
-        if _n < 127:
-            out.append(_n + 1)
-        else:
-            write_uvarint(out, _n + 1)
-        out += _b
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
-def _e_MetadataResponsePartition_9(o, out, chunks):
-    out += _S4.pack(o.error_code, o.partition_index, o.leader_id, o.leader_epoch)
-    _a = o.replica_nodes
-    _c = len(_a)
-    if _c < 127:
-        out.append(_c + 1)
-    else:
-        write_uvarint(out, _c + 1)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    _a = o.isr_nodes
-    _c = len(_a)
-    if _c < 127:
-        out.append(_c + 1)
-    else:
-        write_uvarint(out, _c + 1)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    _a = o.offline_replicas
-    _c = len(_a)
-    if _c < 127:
-        out.append(_c + 1)
-    else:
-        write_uvarint(out, _c + 1)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
 
 def _e_MetadataResponseTopic_9(o, out, chunks):
     out += _S1.pack(o.error_code)
@@ -1858,8 +2412,36 @@ def _e_MetadataResponseTopic_9(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_MetadataResponsePartition_9(_e, out, chunks)
+    for _o in _a:
+        out += _S4.pack(_o.error_code, _o.partition_index, _o.leader_id, _o.leader_epoch)
+        _a = _o.replica_nodes
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        _a = _o.isr_nodes
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        _a = _o.offline_replicas
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     out += _S0.pack(o.topic_authorized_operations)
     if o.unknown_tags is None:
         out.append(0)
@@ -1874,8 +2456,34 @@ def _e_MetadataResponse_9(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_MetadataResponseBroker_9(_e, out, chunks)
+    for _o in _a:
+        out += _S0.pack(_o.node_id)
+        _b = _o.host.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('MetadataResponse.MetadataResponseBroker.host', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        out += _S0.pack(_o.port)
+        if _o.rack is None:
+            out.append(0)
+        else:
+            _b = _o.rack.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('MetadataResponse.MetadataResponseBroker.rack', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.cluster_id is None:
         out.append(0)
     else:
@@ -1921,8 +2529,36 @@ def _e_MetadataResponseTopic_10(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_MetadataResponsePartition_9(_e, out, chunks)
+    for _o in _a:
+        out += _S4.pack(_o.error_code, _o.partition_index, _o.leader_id, _o.leader_epoch)
+        _a = _o.replica_nodes
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        _a = _o.isr_nodes
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        _a = _o.offline_replicas
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     out += _S0.pack(o.topic_authorized_operations)
     if o.unknown_tags is None:
         out.append(0)
@@ -1937,8 +2573,34 @@ def _e_MetadataResponse_10(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_MetadataResponseBroker_9(_e, out, chunks)
+    for _o in _a:
+        out += _S0.pack(_o.node_id)
+        _b = _o.host.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('MetadataResponse.MetadataResponseBroker.host', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        out += _S0.pack(_o.port)
+        if _o.rack is None:
+            out.append(0)
+        else:
+            _b = _o.rack.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('MetadataResponse.MetadataResponseBroker.rack', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.cluster_id is None:
         out.append(0)
     else:
@@ -1974,8 +2636,34 @@ def _e_MetadataResponse_11(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_MetadataResponseBroker_9(_e, out, chunks)
+    for _o in _a:
+        out += _S0.pack(_o.node_id)
+        _b = _o.host.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('MetadataResponse.MetadataResponseBroker.host', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        out += _S0.pack(_o.port)
+        if _o.rack is None:
+            out.append(0)
+        else:
+            _b = _o.rack.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('MetadataResponse.MetadataResponseBroker.rack', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.cluster_id is None:
         out.append(0)
     else:
@@ -2023,8 +2711,36 @@ def _e_MetadataResponseTopic_12(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_MetadataResponsePartition_9(_e, out, chunks)
+    for _o in _a:
+        out += _S4.pack(_o.error_code, _o.partition_index, _o.leader_id, _o.leader_epoch)
+        _a = _o.replica_nodes
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        _a = _o.isr_nodes
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        _a = _o.offline_replicas
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     out += _S0.pack(o.topic_authorized_operations)
     if o.unknown_tags is None:
         out.append(0)
@@ -2039,8 +2755,34 @@ def _e_MetadataResponse_12(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_MetadataResponseBroker_9(_e, out, chunks)
+    for _o in _a:
+        out += _S0.pack(_o.node_id)
+        _b = _o.host.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('MetadataResponse.MetadataResponseBroker.host', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        out += _S0.pack(_o.port)
+        if _o.rack is None:
+            out.append(0)
+        else:
+            _b = _o.rack.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('MetadataResponse.MetadataResponseBroker.rack', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.cluster_id is None:
         out.append(0)
     else:

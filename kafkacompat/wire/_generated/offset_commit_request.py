@@ -81,34 +81,6 @@ _S3 = _Struct('>iqq')
 _S4 = _Struct('>q')
 _S5 = _Struct('>iqi')
 
-def _d_OffsetCommitRequestPartition_0(buf, pos):
-    _l = len(buf)
-    o = _new(OffsetCommitRequestPartition)
-    o.committed_leader_epoch = -1
-    o.commit_timestamp = -1
-    if pos + 12 > _l:
-        raise truncated('OffsetCommitRequest.OffsetCommitRequestPartition.partition_index', buf, pos, 12)
-    o.partition_index, o.committed_offset = _S2.unpack_from(buf, pos)
-    pos += 12
-    if pos + 2 > _l:
-        raise truncated('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', buf, pos, 2)
-    (_n,) = _S0.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', _n)
-        o.committed_metadata = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', buf, pos, _n, 1)
-        o.committed_metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    o.unknown_tags = None
-    return o, pos
-
 def _d_OffsetCommitRequestTopic_0(buf, pos):
     _l = len(buf)
     o = _new(OffsetCommitRequestTopic)
@@ -136,9 +108,33 @@ def _d_OffsetCommitRequestTopic_0(buf, pos):
         raise overrun('OffsetCommitRequest.OffsetCommitRequestTopic.partitions', buf, pos, _c, 14)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_OffsetCommitRequestPartition_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(OffsetCommitRequestPartition)
+            _o.committed_leader_epoch = -1
+            _o.commit_timestamp = -1
+            if pos + 12 > _l:
+                raise truncated('OffsetCommitRequest.OffsetCommitRequestPartition.partition_index', buf, pos, 12)
+            _o.partition_index, _o.committed_offset = _S2.unpack_from(buf, pos)
+            pos += 12
+            if pos + 2 > _l:
+                raise truncated('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', buf, pos, 2)
+            (_n,) = _S0.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', _n)
+                _o.committed_metadata = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', buf, pos, _n, 1)
+                _o.committed_metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -179,33 +175,6 @@ def _d_OffsetCommitRequest_0(buf, pos):
     o.unknown_tags = None
     return o, pos
 
-def _d_OffsetCommitRequestPartition_1(buf, pos):
-    _l = len(buf)
-    o = _new(OffsetCommitRequestPartition)
-    o.committed_leader_epoch = -1
-    if pos + 20 > _l:
-        raise truncated('OffsetCommitRequest.OffsetCommitRequestPartition.partition_index', buf, pos, 20)
-    o.partition_index, o.committed_offset, o.commit_timestamp = _S3.unpack_from(buf, pos)
-    pos += 20
-    if pos + 2 > _l:
-        raise truncated('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', buf, pos, 2)
-    (_n,) = _S0.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', _n)
-        o.committed_metadata = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', buf, pos, _n, 1)
-        o.committed_metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    o.unknown_tags = None
-    return o, pos
-
 def _d_OffsetCommitRequestTopic_1(buf, pos):
     _l = len(buf)
     o = _new(OffsetCommitRequestTopic)
@@ -233,9 +202,32 @@ def _d_OffsetCommitRequestTopic_1(buf, pos):
         raise overrun('OffsetCommitRequest.OffsetCommitRequestTopic.partitions', buf, pos, _c, 22)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_OffsetCommitRequestPartition_1(buf, pos)
-            _lst.append(_e)
+            _o = _new(OffsetCommitRequestPartition)
+            _o.committed_leader_epoch = -1
+            if pos + 20 > _l:
+                raise truncated('OffsetCommitRequest.OffsetCommitRequestPartition.partition_index', buf, pos, 20)
+            _o.partition_index, _o.committed_offset, _o.commit_timestamp = _S3.unpack_from(buf, pos)
+            pos += 20
+            if pos + 2 > _l:
+                raise truncated('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', buf, pos, 2)
+            (_n,) = _S0.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', _n)
+                _o.committed_metadata = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', buf, pos, _n, 1)
+                _o.committed_metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -401,33 +393,6 @@ def _d_OffsetCommitRequest_5(buf, pos):
     o.unknown_tags = None
     return o, pos
 
-def _d_OffsetCommitRequestPartition_6(buf, pos):
-    _l = len(buf)
-    o = _new(OffsetCommitRequestPartition)
-    o.commit_timestamp = -1
-    if pos + 16 > _l:
-        raise truncated('OffsetCommitRequest.OffsetCommitRequestPartition.partition_index', buf, pos, 16)
-    o.partition_index, o.committed_offset, o.committed_leader_epoch = _S5.unpack_from(buf, pos)
-    pos += 16
-    if pos + 2 > _l:
-        raise truncated('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', buf, pos, 2)
-    (_n,) = _S0.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', _n)
-        o.committed_metadata = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', buf, pos, _n, 1)
-        o.committed_metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    o.unknown_tags = None
-    return o, pos
-
 def _d_OffsetCommitRequestTopic_6(buf, pos):
     _l = len(buf)
     o = _new(OffsetCommitRequestTopic)
@@ -455,9 +420,32 @@ def _d_OffsetCommitRequestTopic_6(buf, pos):
         raise overrun('OffsetCommitRequest.OffsetCommitRequestTopic.partitions', buf, pos, _c, 18)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_OffsetCommitRequestPartition_6(buf, pos)
-            _lst.append(_e)
+            _o = _new(OffsetCommitRequestPartition)
+            _o.commit_timestamp = -1
+            if pos + 16 > _l:
+                raise truncated('OffsetCommitRequest.OffsetCommitRequestPartition.partition_index', buf, pos, 16)
+            _o.partition_index, _o.committed_offset, _o.committed_leader_epoch = _S5.unpack_from(buf, pos)
+            pos += 16
+            if pos + 2 > _l:
+                raise truncated('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', buf, pos, 2)
+            (_n,) = _S0.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', _n)
+                _o.committed_metadata = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', buf, pos, _n, 1)
+                _o.committed_metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -582,45 +570,6 @@ def _d_OffsetCommitRequest_7(buf, pos):
     o.unknown_tags = None
     return o, pos
 
-def _d_OffsetCommitRequestPartition_8(buf, pos):
-    _l = len(buf)
-    o = _new(OffsetCommitRequestPartition)
-    o.commit_timestamp = -1
-    if pos + 16 > _l:
-        raise truncated('OffsetCommitRequest.OffsetCommitRequestPartition.partition_index', buf, pos, 16)
-    o.partition_index, o.committed_offset, o.committed_leader_epoch = _S5.unpack_from(buf, pos)
-    pos += 16
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata')
-        _n -= 1
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', _n)
-        o.committed_metadata = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', buf, pos, _n, 1)
-        o.committed_metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'OffsetCommitRequest.OffsetCommitRequestPartition')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_OffsetCommitRequestTopic_8(buf, pos):
     _l = len(buf)
     o = _new(OffsetCommitRequestTopic)
@@ -652,9 +601,44 @@ def _d_OffsetCommitRequestTopic_8(buf, pos):
         raise overrun('OffsetCommitRequest.OffsetCommitRequestTopic.partitions', buf, pos, _c, 18)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_OffsetCommitRequestPartition_8(buf, pos)
-            _lst.append(_e)
+            _o = _new(OffsetCommitRequestPartition)
+            _o.commit_timestamp = -1
+            if pos + 16 > _l:
+                raise truncated('OffsetCommitRequest.OffsetCommitRequestPartition.partition_index', buf, pos, 16)
+            _o.partition_index, _o.committed_offset, _o.committed_leader_epoch = _S5.unpack_from(buf, pos)
+            pos += 16
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata')
+                _n -= 1
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', _n)
+                _o.committed_metadata = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', buf, pos, _n, 1)
+                _o.committed_metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'OffsetCommitRequest.OffsetCommitRequestPartition')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -754,18 +738,6 @@ def _d_OffsetCommitRequest_8(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_OffsetCommitRequestPartition_0(o, out, chunks):
-    out += _S2.pack(o.partition_index, o.committed_offset)
-    if o.committed_metadata is None:
-        out += b'\xff\xff'
-    else:
-        _b = o.committed_metadata.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', _n)
-        out += _S0.pack(_n)
-        out += _b
-
 def _e_OffsetCommitRequestTopic_0(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')
     _n = len(_b)
@@ -776,8 +748,17 @@ def _e_OffsetCommitRequestTopic_0(o, out, chunks):
     _a = o.partitions
     _c = len(_a)
     out += _S1.pack(_c)
-    for _e in _a:
-        _e_OffsetCommitRequestPartition_0(_e, out, chunks)
+    for _o in _a:
+        out += _S2.pack(_o.partition_index, _o.committed_offset)
+        if _o.committed_metadata is None:
+            out += b'\xff\xff'
+        else:
+            _b = _o.committed_metadata.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', _n)
+            out += _S0.pack(_n)
+            out += _b
 
 def _e_OffsetCommitRequest_0(o, out, chunks):
     _b = o.group_id.encode('utf-8', 'surrogateescape')
@@ -792,18 +773,6 @@ def _e_OffsetCommitRequest_0(o, out, chunks):
     for _e in _a:
         _e_OffsetCommitRequestTopic_0(_e, out, chunks)
 
-def _e_OffsetCommitRequestPartition_1(o, out, chunks):
-    out += _S3.pack(o.partition_index, o.committed_offset, o.commit_timestamp)
-    if o.committed_metadata is None:
-        out += b'\xff\xff'
-    else:
-        _b = o.committed_metadata.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', _n)
-        out += _S0.pack(_n)
-        out += _b
-
 def _e_OffsetCommitRequestTopic_1(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')
     _n = len(_b)
@@ -814,8 +783,17 @@ def _e_OffsetCommitRequestTopic_1(o, out, chunks):
     _a = o.partitions
     _c = len(_a)
     out += _S1.pack(_c)
-    for _e in _a:
-        _e_OffsetCommitRequestPartition_1(_e, out, chunks)
+    for _o in _a:
+        out += _S3.pack(_o.partition_index, _o.committed_offset, _o.commit_timestamp)
+        if _o.committed_metadata is None:
+            out += b'\xff\xff'
+        else:
+            _b = _o.committed_metadata.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', _n)
+            out += _S0.pack(_n)
+            out += _b
 
 def _e_OffsetCommitRequest_1(o, out, chunks):
     _b = o.group_id.encode('utf-8', 'surrogateescape')
@@ -878,18 +856,6 @@ def _e_OffsetCommitRequest_5(o, out, chunks):
     for _e in _a:
         _e_OffsetCommitRequestTopic_0(_e, out, chunks)
 
-def _e_OffsetCommitRequestPartition_6(o, out, chunks):
-    out += _S5.pack(o.partition_index, o.committed_offset, o.committed_leader_epoch)
-    if o.committed_metadata is None:
-        out += b'\xff\xff'
-    else:
-        _b = o.committed_metadata.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', _n)
-        out += _S0.pack(_n)
-        out += _b
-
 def _e_OffsetCommitRequestTopic_6(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')
     _n = len(_b)
@@ -900,8 +866,17 @@ def _e_OffsetCommitRequestTopic_6(o, out, chunks):
     _a = o.partitions
     _c = len(_a)
     out += _S1.pack(_c)
-    for _e in _a:
-        _e_OffsetCommitRequestPartition_6(_e, out, chunks)
+    for _o in _a:
+        out += _S5.pack(_o.partition_index, _o.committed_offset, _o.committed_leader_epoch)
+        if _o.committed_metadata is None:
+            out += b'\xff\xff'
+        else:
+            _b = _o.committed_metadata.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', _n)
+            out += _S0.pack(_n)
+            out += _b
 
 def _e_OffsetCommitRequest_6(o, out, chunks):
     _b = o.group_id.encode('utf-8', 'surrogateescape')
@@ -952,25 +927,6 @@ def _e_OffsetCommitRequest_7(o, out, chunks):
     for _e in _a:
         _e_OffsetCommitRequestTopic_6(_e, out, chunks)
 
-def _e_OffsetCommitRequestPartition_8(o, out, chunks):
-    out += _S5.pack(o.partition_index, o.committed_offset, o.committed_leader_epoch)
-    if o.committed_metadata is None:
-        out.append(0)
-    else:
-        _b = o.committed_metadata.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', _n)
-        if _n < 127:
-            out.append(_n + 1)
-        else:
-            write_uvarint(out, _n + 1)
-        out += _b
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
 def _e_OffsetCommitRequestTopic_8(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')
     _n = len(_b)
@@ -987,8 +943,24 @@ def _e_OffsetCommitRequestTopic_8(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_OffsetCommitRequestPartition_8(_e, out, chunks)
+    for _o in _a:
+        out += _S5.pack(_o.partition_index, _o.committed_offset, _o.committed_leader_epoch)
+        if _o.committed_metadata is None:
+            out.append(0)
+        else:
+            _b = _o.committed_metadata.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('OffsetCommitRequest.OffsetCommitRequestPartition.committed_metadata', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

@@ -52,16 +52,6 @@ OffsetDeleteRequest.OffsetDeleteRequestPartition = OffsetDeleteRequestPartition
 _S0 = _Struct('>h')
 _S1 = _Struct('>i')
 
-def _d_OffsetDeleteRequestPartition_0(buf, pos):
-    _l = len(buf)
-    o = _new(OffsetDeleteRequestPartition)
-    if pos + 4 > _l:
-        raise truncated('OffsetDeleteRequest.OffsetDeleteRequestPartition.partition_index', buf, pos, 4)
-    (o.partition_index,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    o.unknown_tags = None
-    return o, pos
-
 def _d_OffsetDeleteRequestTopic_0(buf, pos):
     _l = len(buf)
     o = _new(OffsetDeleteRequestTopic)
@@ -89,9 +79,15 @@ def _d_OffsetDeleteRequestTopic_0(buf, pos):
         raise overrun('OffsetDeleteRequest.OffsetDeleteRequestTopic.partitions', buf, pos, _c, 4)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_OffsetDeleteRequestPartition_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(OffsetDeleteRequestPartition)
+            if pos + 4 > _l:
+                raise truncated('OffsetDeleteRequest.OffsetDeleteRequestPartition.partition_index', buf, pos, 4)
+            (_o.partition_index,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -128,9 +124,6 @@ def _d_OffsetDeleteRequest_0(buf, pos):
     o.unknown_tags = None
     return o, pos
 
-def _e_OffsetDeleteRequestPartition_0(o, out, chunks):
-    out += _S1.pack(o.partition_index)
-
 def _e_OffsetDeleteRequestTopic_0(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')
     _n = len(_b)
@@ -141,8 +134,8 @@ def _e_OffsetDeleteRequestTopic_0(o, out, chunks):
     _a = o.partitions
     _c = len(_a)
     out += _S1.pack(_c)
-    for _e in _a:
-        _e_OffsetDeleteRequestPartition_0(_e, out, chunks)
+    for _o in _a:
+        out += _S1.pack(_o.partition_index)
 
 def _e_OffsetDeleteRequest_0(o, out, chunks):
     _b = o.group_id.encode('utf-8', 'surrogateescape')

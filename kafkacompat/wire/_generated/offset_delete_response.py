@@ -56,16 +56,6 @@ _S1 = _Struct('>i')
 _S2 = _Struct('>h')
 _S3 = _Struct('>ih')
 
-def _d_OffsetDeleteResponsePartition_0(buf, pos):
-    _l = len(buf)
-    o = _new(OffsetDeleteResponsePartition)
-    if pos + 6 > _l:
-        raise truncated('OffsetDeleteResponse.OffsetDeleteResponsePartition.partition_index', buf, pos, 6)
-    o.partition_index, o.error_code = _S3.unpack_from(buf, pos)
-    pos += 6
-    o.unknown_tags = None
-    return o, pos
-
 def _d_OffsetDeleteResponseTopic_0(buf, pos):
     _l = len(buf)
     o = _new(OffsetDeleteResponseTopic)
@@ -93,9 +83,15 @@ def _d_OffsetDeleteResponseTopic_0(buf, pos):
         raise overrun('OffsetDeleteResponse.OffsetDeleteResponseTopic.partitions', buf, pos, _c, 6)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_OffsetDeleteResponsePartition_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(OffsetDeleteResponsePartition)
+            if pos + 6 > _l:
+                raise truncated('OffsetDeleteResponse.OffsetDeleteResponsePartition.partition_index', buf, pos, 6)
+            _o.partition_index, _o.error_code = _S3.unpack_from(buf, pos)
+            pos += 6
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -122,9 +118,6 @@ def _d_OffsetDeleteResponse_0(buf, pos):
     o.unknown_tags = None
     return o, pos
 
-def _e_OffsetDeleteResponsePartition_0(o, out, chunks):
-    out += _S3.pack(o.partition_index, o.error_code)
-
 def _e_OffsetDeleteResponseTopic_0(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')
     _n = len(_b)
@@ -135,8 +128,8 @@ def _e_OffsetDeleteResponseTopic_0(o, out, chunks):
     _a = o.partitions
     _c = len(_a)
     out += _S1.pack(_c)
-    for _e in _a:
-        _e_OffsetDeleteResponsePartition_0(_e, out, chunks)
+    for _o in _a:
+        out += _S3.pack(_o.partition_index, _o.error_code)
 
 def _e_OffsetDeleteResponse_0(o, out, chunks):
     out += _S0.pack(o.error_code, o.throttle_time_ms)

@@ -68,38 +68,6 @@ _S1 = _Struct('>i')
 _S2 = _Struct('>?')
 _A_i = ARRAY_STRUCTS['i']
 
-def _d_OffsetFetchRequestTopic_0(buf, pos):
-    _l = len(buf)
-    o = _new(OffsetFetchRequestTopic)
-    if pos + 2 > _l:
-        raise truncated('OffsetFetchRequest.OffsetFetchRequestTopic.name', buf, pos, 2)
-    (_n,) = _S0.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('OffsetFetchRequest.OffsetFetchRequestTopic.name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetFetchRequest.OffsetFetchRequestTopic.name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('OffsetFetchRequest.OffsetFetchRequestTopic.name', buf, pos, _n, 1)
-        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 4 > _l:
-        raise truncated('OffsetFetchRequest.OffsetFetchRequestTopic.partition_indexes', buf, pos, 4)
-    (_c,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if _c < 0:
-        raise bad_length('OffsetFetchRequest.OffsetFetchRequestTopic.partition_indexes', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('OffsetFetchRequest.OffsetFetchRequestTopic.partition_indexes', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.partition_indexes = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    o.unknown_tags = None
-    return o, pos
-
 def _d_OffsetFetchRequest_0(buf, pos):
     _l = len(buf)
     o = _new(OffsetFetchRequest)
@@ -129,9 +97,37 @@ def _d_OffsetFetchRequest_0(buf, pos):
         raise overrun('OffsetFetchRequest.topics', buf, pos, _c, 6)
     else:
         o.topics = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_OffsetFetchRequestTopic_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(OffsetFetchRequestTopic)
+            if pos + 2 > _l:
+                raise truncated('OffsetFetchRequest.OffsetFetchRequestTopic.name', buf, pos, 2)
+            (_n,) = _S0.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('OffsetFetchRequest.OffsetFetchRequestTopic.name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetFetchRequest.OffsetFetchRequestTopic.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('OffsetFetchRequest.OffsetFetchRequestTopic.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('OffsetFetchRequest.OffsetFetchRequestTopic.partition_indexes', buf, pos, 4)
+            (_c,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('OffsetFetchRequest.OffsetFetchRequestTopic.partition_indexes', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('OffsetFetchRequest.OffsetFetchRequestTopic.partition_indexes', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.partition_indexes = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -166,56 +162,38 @@ def _d_OffsetFetchRequest_2(buf, pos):
         raise overrun('OffsetFetchRequest.topics', buf, pos, _c, 6)
     else:
         o.topics = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_OffsetFetchRequestTopic_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(OffsetFetchRequestTopic)
+            if pos + 2 > _l:
+                raise truncated('OffsetFetchRequest.OffsetFetchRequestTopic.name', buf, pos, 2)
+            (_n,) = _S0.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('OffsetFetchRequest.OffsetFetchRequestTopic.name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetFetchRequest.OffsetFetchRequestTopic.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('OffsetFetchRequest.OffsetFetchRequestTopic.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('OffsetFetchRequest.OffsetFetchRequestTopic.partition_indexes', buf, pos, 4)
+            (_c,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('OffsetFetchRequest.OffsetFetchRequestTopic.partition_indexes', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('OffsetFetchRequest.OffsetFetchRequestTopic.partition_indexes', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.partition_indexes = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
-    return o, pos
-
-def _d_OffsetFetchRequestTopic_6(buf, pos):
-    _l = len(buf)
-    o = _new(OffsetFetchRequestTopic)
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestTopic.name')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('OffsetFetchRequest.OffsetFetchRequestTopic.name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetFetchRequest.OffsetFetchRequestTopic.name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('OffsetFetchRequest.OffsetFetchRequestTopic.name', buf, pos, _n, 1)
-        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _c = buf[pos] - 1
-        pos += 1
-    else:
-        _c, pos = read_uvarint(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestTopic.partition_indexes')
-        _c -= 1
-    if _c < 0:
-        raise bad_length('OffsetFetchRequest.OffsetFetchRequestTopic.partition_indexes', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('OffsetFetchRequest.OffsetFetchRequestTopic.partition_indexes', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.partition_indexes = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestTopic')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
     return o, pos
 
 def _d_OffsetFetchRequest_6(buf, pos):
@@ -253,9 +231,51 @@ def _d_OffsetFetchRequest_6(buf, pos):
         raise overrun('OffsetFetchRequest.topics', buf, pos, _c, 3)
     else:
         o.topics = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_OffsetFetchRequestTopic_6(buf, pos)
-            _lst.append(_e)
+            _o = _new(OffsetFetchRequestTopic)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestTopic.name')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('OffsetFetchRequest.OffsetFetchRequestTopic.name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetFetchRequest.OffsetFetchRequestTopic.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('OffsetFetchRequest.OffsetFetchRequestTopic.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestTopic.partition_indexes')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('OffsetFetchRequest.OffsetFetchRequestTopic.partition_indexes', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('OffsetFetchRequest.OffsetFetchRequestTopic.partition_indexes', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.partition_indexes = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestTopic')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -303,9 +323,51 @@ def _d_OffsetFetchRequest_7(buf, pos):
         raise overrun('OffsetFetchRequest.topics', buf, pos, _c, 3)
     else:
         o.topics = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_OffsetFetchRequestTopic_6(buf, pos)
-            _lst.append(_e)
+            _o = _new(OffsetFetchRequestTopic)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestTopic.name')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('OffsetFetchRequest.OffsetFetchRequestTopic.name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetFetchRequest.OffsetFetchRequestTopic.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('OffsetFetchRequest.OffsetFetchRequestTopic.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestTopic.partition_indexes')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('OffsetFetchRequest.OffsetFetchRequestTopic.partition_indexes', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('OffsetFetchRequest.OffsetFetchRequestTopic.partition_indexes', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.partition_indexes = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestTopic')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos + 1 > _l:
         raise truncated('OffsetFetchRequest.require_stable', buf, pos, 1)
     (o.require_stable,) = _S2.unpack_from(buf, pos)
@@ -315,52 +377,6 @@ def _d_OffsetFetchRequest_7(buf, pos):
         o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'OffsetFetchRequest')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
-def _d_OffsetFetchRequestTopics_8(buf, pos):
-    _l = len(buf)
-    o = _new(OffsetFetchRequestTopics)
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestTopics.name')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('OffsetFetchRequest.OffsetFetchRequestTopics.name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetFetchRequest.OffsetFetchRequestTopics.name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('OffsetFetchRequest.OffsetFetchRequestTopics.name', buf, pos, _n, 1)
-        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _c = buf[pos] - 1
-        pos += 1
-    else:
-        _c, pos = read_uvarint(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestTopics.partition_indexes')
-        _c -= 1
-    if _c < 0:
-        raise bad_length('OffsetFetchRequest.OffsetFetchRequestTopics.partition_indexes', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('OffsetFetchRequest.OffsetFetchRequestTopics.partition_indexes', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.partition_indexes = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestTopics')
         _unknown = None
         for _tag, _ts, _te in _tags:
             if _unknown is None:
@@ -404,9 +420,51 @@ def _d_OffsetFetchRequestGroup_8(buf, pos):
         raise overrun('OffsetFetchRequest.OffsetFetchRequestGroup.topics', buf, pos, _c, 3)
     else:
         o.topics = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_OffsetFetchRequestTopics_8(buf, pos)
-            _lst.append(_e)
+            _o = _new(OffsetFetchRequestTopics)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestTopics.name')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('OffsetFetchRequest.OffsetFetchRequestTopics.name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetFetchRequest.OffsetFetchRequestTopics.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('OffsetFetchRequest.OffsetFetchRequestTopics.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestTopics.partition_indexes')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('OffsetFetchRequest.OffsetFetchRequestTopics.partition_indexes', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('OffsetFetchRequest.OffsetFetchRequestTopics.partition_indexes', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.partition_indexes = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestTopics')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -512,9 +570,51 @@ def _d_OffsetFetchRequestGroup_9(buf, pos):
         raise overrun('OffsetFetchRequest.OffsetFetchRequestGroup.topics', buf, pos, _c, 3)
     else:
         o.topics = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_OffsetFetchRequestTopics_8(buf, pos)
-            _lst.append(_e)
+            _o = _new(OffsetFetchRequestTopics)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestTopics.name')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('OffsetFetchRequest.OffsetFetchRequestTopics.name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetFetchRequest.OffsetFetchRequestTopics.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('OffsetFetchRequest.OffsetFetchRequestTopics.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestTopics.partition_indexes')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('OffsetFetchRequest.OffsetFetchRequestTopics.partition_indexes', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('OffsetFetchRequest.OffsetFetchRequestTopics.partition_indexes', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.partition_indexes = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'OffsetFetchRequest.OffsetFetchRequestTopics')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -565,19 +665,6 @@ def _d_OffsetFetchRequest_9(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_OffsetFetchRequestTopic_0(o, out, chunks):
-    _b = o.name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('OffsetFetchRequest.OffsetFetchRequestTopic.name', _n)
-    out += _S0.pack(_n)
-    out += _b
-    _a = o.partition_indexes
-    _c = len(_a)
-    out += _S1.pack(_c)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-
 def _e_OffsetFetchRequest_0(o, out, chunks):
     _b = o.group_id.encode('utf-8', 'surrogateescape')
     _n = len(_b)
@@ -588,8 +675,18 @@ def _e_OffsetFetchRequest_0(o, out, chunks):
     _a = o.topics
     _c = len(_a)
     out += _S1.pack(_c)
-    for _e in _a:
-        _e_OffsetFetchRequestTopic_0(_e, out, chunks)
+    for _o in _a:
+        _b = _o.name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('OffsetFetchRequest.OffsetFetchRequestTopic.name', _n)
+        out += _S0.pack(_n)
+        out += _b
+        _a = _o.partition_indexes
+        _c = len(_a)
+        out += _S1.pack(_c)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
 
 def _e_OffsetFetchRequest_2(o, out, chunks):
     _b = o.group_id.encode('utf-8', 'surrogateescape')
@@ -604,31 +701,18 @@ def _e_OffsetFetchRequest_2(o, out, chunks):
     else:
         _c = len(_a)
         out += _S1.pack(_c)
-        for _e in _a:
-            _e_OffsetFetchRequestTopic_0(_e, out, chunks)
-
-def _e_OffsetFetchRequestTopic_6(o, out, chunks):
-    _b = o.name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('OffsetFetchRequest.OffsetFetchRequestTopic.name', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    _a = o.partition_indexes
-    _c = len(_a)
-    if _c < 127:
-        out.append(_c + 1)
-    else:
-        write_uvarint(out, _c + 1)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
+        for _o in _a:
+            _b = _o.name.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('OffsetFetchRequest.OffsetFetchRequestTopic.name', _n)
+            out += _S0.pack(_n)
+            out += _b
+            _a = _o.partition_indexes
+            _c = len(_a)
+            out += _S1.pack(_c)
+            _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+            out += _st.pack(*_a)
 
 def _e_OffsetFetchRequest_6(o, out, chunks):
     _b = o.group_id.encode('utf-8', 'surrogateescape')
@@ -649,8 +733,28 @@ def _e_OffsetFetchRequest_6(o, out, chunks):
             out.append(_c + 1)
         else:
             write_uvarint(out, _c + 1)
-        for _e in _a:
-            _e_OffsetFetchRequestTopic_6(_e, out, chunks)
+        for _o in _a:
+            _b = _o.name.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('OffsetFetchRequest.OffsetFetchRequestTopic.name', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+            _a = _o.partition_indexes
+            _c = len(_a)
+            if _c < 127:
+                out.append(_c + 1)
+            else:
+                write_uvarint(out, _c + 1)
+            _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+            out += _st.pack(*_a)
+            if _o.unknown_tags is None:
+                out.append(0)
+            else:
+                write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -675,32 +779,29 @@ def _e_OffsetFetchRequest_7(o, out, chunks):
             out.append(_c + 1)
         else:
             write_uvarint(out, _c + 1)
-        for _e in _a:
-            _e_OffsetFetchRequestTopic_6(_e, out, chunks)
+        for _o in _a:
+            _b = _o.name.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('OffsetFetchRequest.OffsetFetchRequestTopic.name', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+            _a = _o.partition_indexes
+            _c = len(_a)
+            if _c < 127:
+                out.append(_c + 1)
+            else:
+                write_uvarint(out, _c + 1)
+            _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+            out += _st.pack(*_a)
+            if _o.unknown_tags is None:
+                out.append(0)
+            else:
+                write_tags(out, _o.unknown_tags)
     out += _S2.pack(o.require_stable)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
-def _e_OffsetFetchRequestTopics_8(o, out, chunks):
-    _b = o.name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('OffsetFetchRequest.OffsetFetchRequestTopics.name', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    _a = o.partition_indexes
-    _c = len(_a)
-    if _c < 127:
-        out.append(_c + 1)
-    else:
-        write_uvarint(out, _c + 1)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -725,8 +826,28 @@ def _e_OffsetFetchRequestGroup_8(o, out, chunks):
             out.append(_c + 1)
         else:
             write_uvarint(out, _c + 1)
-        for _e in _a:
-            _e_OffsetFetchRequestTopics_8(_e, out, chunks)
+        for _o in _a:
+            _b = _o.name.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('OffsetFetchRequest.OffsetFetchRequestTopics.name', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+            _a = _o.partition_indexes
+            _c = len(_a)
+            if _c < 127:
+                out.append(_c + 1)
+            else:
+                write_uvarint(out, _c + 1)
+            _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+            out += _st.pack(*_a)
+            if _o.unknown_tags is None:
+                out.append(0)
+            else:
+                write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -779,8 +900,28 @@ def _e_OffsetFetchRequestGroup_9(o, out, chunks):
             out.append(_c + 1)
         else:
             write_uvarint(out, _c + 1)
-        for _e in _a:
-            _e_OffsetFetchRequestTopics_8(_e, out, chunks)
+        for _o in _a:
+            _b = _o.name.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('OffsetFetchRequest.OffsetFetchRequestTopics.name', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+            _a = _o.partition_indexes
+            _c = len(_a)
+            if _c < 127:
+                out.append(_c + 1)
+            else:
+                write_uvarint(out, _c + 1)
+            _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+            out += _st.pack(*_a)
+            if _o.unknown_tags is None:
+                out.append(0)
+            else:
+                write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

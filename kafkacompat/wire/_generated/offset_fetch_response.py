@@ -107,37 +107,6 @@ _S1 = _Struct('>h')
 _S2 = _Struct('>iq')
 _S3 = _Struct('>iqi')
 
-def _d_OffsetFetchResponsePartition_0(buf, pos):
-    _l = len(buf)
-    o = _new(OffsetFetchResponsePartition)
-    o.committed_leader_epoch = -1
-    if pos + 12 > _l:
-        raise truncated('OffsetFetchResponse.OffsetFetchResponsePartition.partition_index', buf, pos, 12)
-    o.partition_index, o.committed_offset = _S2.unpack_from(buf, pos)
-    pos += 12
-    if pos + 2 > _l:
-        raise truncated('OffsetFetchResponse.OffsetFetchResponsePartition.metadata', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('OffsetFetchResponse.OffsetFetchResponsePartition.metadata', _n)
-        o.metadata = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetFetchResponse.OffsetFetchResponsePartition.metadata')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('OffsetFetchResponse.OffsetFetchResponsePartition.metadata', buf, pos, _n, 1)
-        o.metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('OffsetFetchResponse.OffsetFetchResponsePartition.error_code', buf, pos, 2)
-    (o.error_code,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    o.unknown_tags = None
-    return o, pos
-
 def _d_OffsetFetchResponseTopic_0(buf, pos):
     _l = len(buf)
     o = _new(OffsetFetchResponseTopic)
@@ -165,9 +134,36 @@ def _d_OffsetFetchResponseTopic_0(buf, pos):
         raise overrun('OffsetFetchResponse.OffsetFetchResponseTopic.partitions', buf, pos, _c, 16)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_OffsetFetchResponsePartition_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(OffsetFetchResponsePartition)
+            _o.committed_leader_epoch = -1
+            if pos + 12 > _l:
+                raise truncated('OffsetFetchResponse.OffsetFetchResponsePartition.partition_index', buf, pos, 12)
+            _o.partition_index, _o.committed_offset = _S2.unpack_from(buf, pos)
+            pos += 12
+            if pos + 2 > _l:
+                raise truncated('OffsetFetchResponse.OffsetFetchResponsePartition.metadata', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('OffsetFetchResponse.OffsetFetchResponsePartition.metadata', _n)
+                _o.metadata = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetFetchResponse.OffsetFetchResponsePartition.metadata')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('OffsetFetchResponse.OffsetFetchResponsePartition.metadata', buf, pos, _n, 1)
+                _o.metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('OffsetFetchResponse.OffsetFetchResponsePartition.error_code', buf, pos, 2)
+            (_o.error_code,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -246,36 +242,6 @@ def _d_OffsetFetchResponse_3(buf, pos):
     o.unknown_tags = None
     return o, pos
 
-def _d_OffsetFetchResponsePartition_5(buf, pos):
-    _l = len(buf)
-    o = _new(OffsetFetchResponsePartition)
-    if pos + 16 > _l:
-        raise truncated('OffsetFetchResponse.OffsetFetchResponsePartition.partition_index', buf, pos, 16)
-    o.partition_index, o.committed_offset, o.committed_leader_epoch = _S3.unpack_from(buf, pos)
-    pos += 16
-    if pos + 2 > _l:
-        raise truncated('OffsetFetchResponse.OffsetFetchResponsePartition.metadata', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('OffsetFetchResponse.OffsetFetchResponsePartition.metadata', _n)
-        o.metadata = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetFetchResponse.OffsetFetchResponsePartition.metadata')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('OffsetFetchResponse.OffsetFetchResponsePartition.metadata', buf, pos, _n, 1)
-        o.metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('OffsetFetchResponse.OffsetFetchResponsePartition.error_code', buf, pos, 2)
-    (o.error_code,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    o.unknown_tags = None
-    return o, pos
-
 def _d_OffsetFetchResponseTopic_5(buf, pos):
     _l = len(buf)
     o = _new(OffsetFetchResponseTopic)
@@ -303,9 +269,35 @@ def _d_OffsetFetchResponseTopic_5(buf, pos):
         raise overrun('OffsetFetchResponse.OffsetFetchResponseTopic.partitions', buf, pos, _c, 20)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_OffsetFetchResponsePartition_5(buf, pos)
-            _lst.append(_e)
+            _o = _new(OffsetFetchResponsePartition)
+            if pos + 16 > _l:
+                raise truncated('OffsetFetchResponse.OffsetFetchResponsePartition.partition_index', buf, pos, 16)
+            _o.partition_index, _o.committed_offset, _o.committed_leader_epoch = _S3.unpack_from(buf, pos)
+            pos += 16
+            if pos + 2 > _l:
+                raise truncated('OffsetFetchResponse.OffsetFetchResponsePartition.metadata', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('OffsetFetchResponse.OffsetFetchResponsePartition.metadata', _n)
+                _o.metadata = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetFetchResponse.OffsetFetchResponsePartition.metadata')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('OffsetFetchResponse.OffsetFetchResponsePartition.metadata', buf, pos, _n, 1)
+                _o.metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('OffsetFetchResponse.OffsetFetchResponsePartition.error_code', buf, pos, 2)
+            (_o.error_code,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -335,48 +327,6 @@ def _d_OffsetFetchResponse_5(buf, pos):
     (o.error_code,) = _S1.unpack_from(buf, pos)
     pos += 2
     o.unknown_tags = None
-    return o, pos
-
-def _d_OffsetFetchResponsePartition_6(buf, pos):
-    _l = len(buf)
-    o = _new(OffsetFetchResponsePartition)
-    if pos + 16 > _l:
-        raise truncated('OffsetFetchResponse.OffsetFetchResponsePartition.partition_index', buf, pos, 16)
-    o.partition_index, o.committed_offset, o.committed_leader_epoch = _S3.unpack_from(buf, pos)
-    pos += 16
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'OffsetFetchResponse.OffsetFetchResponsePartition.metadata')
-        _n -= 1
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('OffsetFetchResponse.OffsetFetchResponsePartition.metadata', _n)
-        o.metadata = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetFetchResponse.OffsetFetchResponsePartition.metadata')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('OffsetFetchResponse.OffsetFetchResponsePartition.metadata', buf, pos, _n, 1)
-        o.metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('OffsetFetchResponse.OffsetFetchResponsePartition.error_code', buf, pos, 2)
-    (o.error_code,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'OffsetFetchResponse.OffsetFetchResponsePartition')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
     return o, pos
 
 def _d_OffsetFetchResponseTopic_6(buf, pos):
@@ -410,9 +360,47 @@ def _d_OffsetFetchResponseTopic_6(buf, pos):
         raise overrun('OffsetFetchResponse.OffsetFetchResponseTopic.partitions', buf, pos, _c, 20)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_OffsetFetchResponsePartition_6(buf, pos)
-            _lst.append(_e)
+            _o = _new(OffsetFetchResponsePartition)
+            if pos + 16 > _l:
+                raise truncated('OffsetFetchResponse.OffsetFetchResponsePartition.partition_index', buf, pos, 16)
+            _o.partition_index, _o.committed_offset, _o.committed_leader_epoch = _S3.unpack_from(buf, pos)
+            pos += 16
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'OffsetFetchResponse.OffsetFetchResponsePartition.metadata')
+                _n -= 1
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('OffsetFetchResponse.OffsetFetchResponsePartition.metadata', _n)
+                _o.metadata = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetFetchResponse.OffsetFetchResponsePartition.metadata')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('OffsetFetchResponse.OffsetFetchResponsePartition.metadata', buf, pos, _n, 1)
+                _o.metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('OffsetFetchResponse.OffsetFetchResponsePartition.error_code', buf, pos, 2)
+            (_o.error_code,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'OffsetFetchResponse.OffsetFetchResponsePartition')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -466,48 +454,6 @@ def _d_OffsetFetchResponse_6(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _d_OffsetFetchResponsePartitions_8(buf, pos):
-    _l = len(buf)
-    o = _new(OffsetFetchResponsePartitions)
-    if pos + 16 > _l:
-        raise truncated('OffsetFetchResponse.OffsetFetchResponsePartitions.partition_index', buf, pos, 16)
-    o.partition_index, o.committed_offset, o.committed_leader_epoch = _S3.unpack_from(buf, pos)
-    pos += 16
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'OffsetFetchResponse.OffsetFetchResponsePartitions.metadata')
-        _n -= 1
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('OffsetFetchResponse.OffsetFetchResponsePartitions.metadata', _n)
-        o.metadata = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetFetchResponse.OffsetFetchResponsePartitions.metadata')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('OffsetFetchResponse.OffsetFetchResponsePartitions.metadata', buf, pos, _n, 1)
-        o.metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('OffsetFetchResponse.OffsetFetchResponsePartitions.error_code', buf, pos, 2)
-    (o.error_code,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'OffsetFetchResponse.OffsetFetchResponsePartitions')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_OffsetFetchResponseTopics_8(buf, pos):
     _l = len(buf)
     o = _new(OffsetFetchResponseTopics)
@@ -539,9 +485,47 @@ def _d_OffsetFetchResponseTopics_8(buf, pos):
         raise overrun('OffsetFetchResponse.OffsetFetchResponseTopics.partitions', buf, pos, _c, 20)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_OffsetFetchResponsePartitions_8(buf, pos)
-            _lst.append(_e)
+            _o = _new(OffsetFetchResponsePartitions)
+            if pos + 16 > _l:
+                raise truncated('OffsetFetchResponse.OffsetFetchResponsePartitions.partition_index', buf, pos, 16)
+            _o.partition_index, _o.committed_offset, _o.committed_leader_epoch = _S3.unpack_from(buf, pos)
+            pos += 16
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'OffsetFetchResponse.OffsetFetchResponsePartitions.metadata')
+                _n -= 1
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('OffsetFetchResponse.OffsetFetchResponsePartitions.metadata', _n)
+                _o.metadata = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='OffsetFetchResponse.OffsetFetchResponsePartitions.metadata')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('OffsetFetchResponse.OffsetFetchResponsePartitions.metadata', buf, pos, _n, 1)
+                _o.metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('OffsetFetchResponse.OffsetFetchResponsePartitions.error_code', buf, pos, 2)
+            (_o.error_code,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'OffsetFetchResponse.OffsetFetchResponsePartitions')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -643,19 +627,6 @@ def _d_OffsetFetchResponse_8(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_OffsetFetchResponsePartition_0(o, out, chunks):
-    out += _S2.pack(o.partition_index, o.committed_offset)
-    if o.metadata is None:
-        out += b'\xff\xff'
-    else:
-        _b = o.metadata.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('OffsetFetchResponse.OffsetFetchResponsePartition.metadata', _n)
-        out += _S1.pack(_n)
-        out += _b
-    out += _S1.pack(o.error_code)
-
 def _e_OffsetFetchResponseTopic_0(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')
     _n = len(_b)
@@ -666,8 +637,18 @@ def _e_OffsetFetchResponseTopic_0(o, out, chunks):
     _a = o.partitions
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_OffsetFetchResponsePartition_0(_e, out, chunks)
+    for _o in _a:
+        out += _S2.pack(_o.partition_index, _o.committed_offset)
+        if _o.metadata is None:
+            out += b'\xff\xff'
+        else:
+            _b = _o.metadata.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('OffsetFetchResponse.OffsetFetchResponsePartition.metadata', _n)
+            out += _S1.pack(_n)
+            out += _b
+        out += _S1.pack(_o.error_code)
 
 def _e_OffsetFetchResponse_0(o, out, chunks):
     _a = o.topics
@@ -693,19 +674,6 @@ def _e_OffsetFetchResponse_3(o, out, chunks):
         _e_OffsetFetchResponseTopic_0(_e, out, chunks)
     out += _S1.pack(o.error_code)
 
-def _e_OffsetFetchResponsePartition_5(o, out, chunks):
-    out += _S3.pack(o.partition_index, o.committed_offset, o.committed_leader_epoch)
-    if o.metadata is None:
-        out += b'\xff\xff'
-    else:
-        _b = o.metadata.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('OffsetFetchResponse.OffsetFetchResponsePartition.metadata', _n)
-        out += _S1.pack(_n)
-        out += _b
-    out += _S1.pack(o.error_code)
-
 def _e_OffsetFetchResponseTopic_5(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')
     _n = len(_b)
@@ -716,8 +684,18 @@ def _e_OffsetFetchResponseTopic_5(o, out, chunks):
     _a = o.partitions
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_OffsetFetchResponsePartition_5(_e, out, chunks)
+    for _o in _a:
+        out += _S3.pack(_o.partition_index, _o.committed_offset, _o.committed_leader_epoch)
+        if _o.metadata is None:
+            out += b'\xff\xff'
+        else:
+            _b = _o.metadata.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('OffsetFetchResponse.OffsetFetchResponsePartition.metadata', _n)
+            out += _S1.pack(_n)
+            out += _b
+        out += _S1.pack(_o.error_code)
 
 def _e_OffsetFetchResponse_5(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
@@ -727,26 +705,6 @@ def _e_OffsetFetchResponse_5(o, out, chunks):
     for _e in _a:
         _e_OffsetFetchResponseTopic_5(_e, out, chunks)
     out += _S1.pack(o.error_code)
-
-def _e_OffsetFetchResponsePartition_6(o, out, chunks):
-    out += _S3.pack(o.partition_index, o.committed_offset, o.committed_leader_epoch)
-    if o.metadata is None:
-        out.append(0)
-    else:
-        _b = o.metadata.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('OffsetFetchResponse.OffsetFetchResponsePartition.metadata', _n)
-        if _n < 127:
-            out.append(_n + 1)
-        else:
-            write_uvarint(out, _n + 1)
-        out += _b
-    out += _S1.pack(o.error_code)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
 
 def _e_OffsetFetchResponseTopic_6(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')
@@ -764,8 +722,25 @@ def _e_OffsetFetchResponseTopic_6(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_OffsetFetchResponsePartition_6(_e, out, chunks)
+    for _o in _a:
+        out += _S3.pack(_o.partition_index, _o.committed_offset, _o.committed_leader_epoch)
+        if _o.metadata is None:
+            out.append(0)
+        else:
+            _b = _o.metadata.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('OffsetFetchResponse.OffsetFetchResponsePartition.metadata', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+        out += _S1.pack(_o.error_code)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -781,26 +756,6 @@ def _e_OffsetFetchResponse_6(o, out, chunks):
         write_uvarint(out, _c + 1)
     for _e in _a:
         _e_OffsetFetchResponseTopic_6(_e, out, chunks)
-    out += _S1.pack(o.error_code)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
-def _e_OffsetFetchResponsePartitions_8(o, out, chunks):
-    out += _S3.pack(o.partition_index, o.committed_offset, o.committed_leader_epoch)
-    if o.metadata is None:
-        out.append(0)
-    else:
-        _b = o.metadata.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('OffsetFetchResponse.OffsetFetchResponsePartitions.metadata', _n)
-        if _n < 127:
-            out.append(_n + 1)
-        else:
-            write_uvarint(out, _n + 1)
-        out += _b
     out += _S1.pack(o.error_code)
     if o.unknown_tags is None:
         out.append(0)
@@ -823,8 +778,25 @@ def _e_OffsetFetchResponseTopics_8(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_OffsetFetchResponsePartitions_8(_e, out, chunks)
+    for _o in _a:
+        out += _S3.pack(_o.partition_index, _o.committed_offset, _o.committed_leader_epoch)
+        if _o.metadata is None:
+            out.append(0)
+        else:
+            _b = _o.metadata.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('OffsetFetchResponse.OffsetFetchResponsePartitions.metadata', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+        out += _S1.pack(_o.error_code)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

@@ -56,17 +56,6 @@ _S1 = _Struct('>h')
 _S2 = _Struct('>ii')
 _S3 = _Struct('>iii')
 
-def _d_OffsetForLeaderPartition_0(buf, pos):
-    _l = len(buf)
-    o = _new(OffsetForLeaderPartition)
-    o.current_leader_epoch = -1
-    if pos + 8 > _l:
-        raise truncated('OffsetForLeaderEpochRequest.OffsetForLeaderPartition.partition', buf, pos, 8)
-    o.partition, o.leader_epoch = _S2.unpack_from(buf, pos)
-    pos += 8
-    o.unknown_tags = None
-    return o, pos
-
 def _d_OffsetForLeaderTopic_0(buf, pos):
     _l = len(buf)
     o = _new(OffsetForLeaderTopic)
@@ -94,9 +83,16 @@ def _d_OffsetForLeaderTopic_0(buf, pos):
         raise overrun('OffsetForLeaderEpochRequest.OffsetForLeaderTopic.partitions', buf, pos, _c, 8)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_OffsetForLeaderPartition_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(OffsetForLeaderPartition)
+            _o.current_leader_epoch = -1
+            if pos + 8 > _l:
+                raise truncated('OffsetForLeaderEpochRequest.OffsetForLeaderPartition.partition', buf, pos, 8)
+            _o.partition, _o.leader_epoch = _S2.unpack_from(buf, pos)
+            pos += 8
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -117,16 +113,6 @@ def _d_OffsetForLeaderEpochRequest_0(buf, pos):
         for _ in range(_c):
             _e, pos = _d_OffsetForLeaderTopic_0(buf, pos)
             _lst.append(_e)
-    o.unknown_tags = None
-    return o, pos
-
-def _d_OffsetForLeaderPartition_2(buf, pos):
-    _l = len(buf)
-    o = _new(OffsetForLeaderPartition)
-    if pos + 12 > _l:
-        raise truncated('OffsetForLeaderEpochRequest.OffsetForLeaderPartition.partition', buf, pos, 12)
-    o.partition, o.current_leader_epoch, o.leader_epoch = _S3.unpack_from(buf, pos)
-    pos += 12
     o.unknown_tags = None
     return o, pos
 
@@ -157,9 +143,15 @@ def _d_OffsetForLeaderTopic_2(buf, pos):
         raise overrun('OffsetForLeaderEpochRequest.OffsetForLeaderTopic.partitions', buf, pos, _c, 12)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_OffsetForLeaderPartition_2(buf, pos)
-            _lst.append(_e)
+            _o = _new(OffsetForLeaderPartition)
+            if pos + 12 > _l:
+                raise truncated('OffsetForLeaderEpochRequest.OffsetForLeaderPartition.partition', buf, pos, 12)
+            _o.partition, _o.current_leader_epoch, _o.leader_epoch = _S3.unpack_from(buf, pos)
+            pos += 12
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -206,26 +198,6 @@ def _d_OffsetForLeaderEpochRequest_3(buf, pos):
     o.unknown_tags = None
     return o, pos
 
-def _d_OffsetForLeaderPartition_4(buf, pos):
-    _l = len(buf)
-    o = _new(OffsetForLeaderPartition)
-    if pos + 12 > _l:
-        raise truncated('OffsetForLeaderEpochRequest.OffsetForLeaderPartition.partition', buf, pos, 12)
-    o.partition, o.current_leader_epoch, o.leader_epoch = _S3.unpack_from(buf, pos)
-    pos += 12
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'OffsetForLeaderEpochRequest.OffsetForLeaderPartition')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_OffsetForLeaderTopic_4(buf, pos):
     _l = len(buf)
     o = _new(OffsetForLeaderTopic)
@@ -257,9 +229,25 @@ def _d_OffsetForLeaderTopic_4(buf, pos):
         raise overrun('OffsetForLeaderEpochRequest.OffsetForLeaderTopic.partitions', buf, pos, _c, 13)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_OffsetForLeaderPartition_4(buf, pos)
-            _lst.append(_e)
+            _o = _new(OffsetForLeaderPartition)
+            if pos + 12 > _l:
+                raise truncated('OffsetForLeaderEpochRequest.OffsetForLeaderPartition.partition', buf, pos, 12)
+            _o.partition, _o.current_leader_epoch, _o.leader_epoch = _S3.unpack_from(buf, pos)
+            pos += 12
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'OffsetForLeaderEpochRequest.OffsetForLeaderPartition')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -308,9 +296,6 @@ def _d_OffsetForLeaderEpochRequest_4(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_OffsetForLeaderPartition_0(o, out, chunks):
-    out += _S2.pack(o.partition, o.leader_epoch)
-
 def _e_OffsetForLeaderTopic_0(o, out, chunks):
     _b = o.topic.encode('utf-8', 'surrogateescape')
     _n = len(_b)
@@ -321,8 +306,8 @@ def _e_OffsetForLeaderTopic_0(o, out, chunks):
     _a = o.partitions
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_OffsetForLeaderPartition_0(_e, out, chunks)
+    for _o in _a:
+        out += _S2.pack(_o.partition, _o.leader_epoch)
 
 def _e_OffsetForLeaderEpochRequest_0(o, out, chunks):
     _a = o.topics
@@ -330,9 +315,6 @@ def _e_OffsetForLeaderEpochRequest_0(o, out, chunks):
     out += _S0.pack(_c)
     for _e in _a:
         _e_OffsetForLeaderTopic_0(_e, out, chunks)
-
-def _e_OffsetForLeaderPartition_2(o, out, chunks):
-    out += _S3.pack(o.partition, o.current_leader_epoch, o.leader_epoch)
 
 def _e_OffsetForLeaderTopic_2(o, out, chunks):
     _b = o.topic.encode('utf-8', 'surrogateescape')
@@ -344,8 +326,8 @@ def _e_OffsetForLeaderTopic_2(o, out, chunks):
     _a = o.partitions
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_OffsetForLeaderPartition_2(_e, out, chunks)
+    for _o in _a:
+        out += _S3.pack(_o.partition, _o.current_leader_epoch, _o.leader_epoch)
 
 def _e_OffsetForLeaderEpochRequest_2(o, out, chunks):
     _a = o.topics
@@ -361,13 +343,6 @@ def _e_OffsetForLeaderEpochRequest_3(o, out, chunks):
     out += _S0.pack(_c)
     for _e in _a:
         _e_OffsetForLeaderTopic_2(_e, out, chunks)
-
-def _e_OffsetForLeaderPartition_4(o, out, chunks):
-    out += _S3.pack(o.partition, o.current_leader_epoch, o.leader_epoch)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
 
 def _e_OffsetForLeaderTopic_4(o, out, chunks):
     _b = o.topic.encode('utf-8', 'surrogateescape')
@@ -385,8 +360,12 @@ def _e_OffsetForLeaderTopic_4(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_OffsetForLeaderPartition_4(_e, out, chunks)
+    for _o in _a:
+        out += _S3.pack(_o.partition, _o.current_leader_epoch, _o.leader_epoch)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

@@ -57,17 +57,6 @@ _S1 = _Struct('>h')
 _S2 = _Struct('>hiq')
 _S3 = _Struct('>hiiq')
 
-def _d_EpochEndOffset_0(buf, pos):
-    _l = len(buf)
-    o = _new(EpochEndOffset)
-    o.leader_epoch = -1
-    if pos + 14 > _l:
-        raise truncated('OffsetForLeaderEpochResponse.EpochEndOffset.error_code', buf, pos, 14)
-    o.error_code, o.partition, o.end_offset = _S2.unpack_from(buf, pos)
-    pos += 14
-    o.unknown_tags = None
-    return o, pos
-
 def _d_OffsetForLeaderTopicResult_0(buf, pos):
     _l = len(buf)
     o = _new(OffsetForLeaderTopicResult)
@@ -95,9 +84,16 @@ def _d_OffsetForLeaderTopicResult_0(buf, pos):
         raise overrun('OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.partitions', buf, pos, _c, 14)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_EpochEndOffset_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(EpochEndOffset)
+            _o.leader_epoch = -1
+            if pos + 14 > _l:
+                raise truncated('OffsetForLeaderEpochResponse.EpochEndOffset.error_code', buf, pos, 14)
+            _o.error_code, _o.partition, _o.end_offset = _S2.unpack_from(buf, pos)
+            pos += 14
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -118,16 +114,6 @@ def _d_OffsetForLeaderEpochResponse_0(buf, pos):
         for _ in range(_c):
             _e, pos = _d_OffsetForLeaderTopicResult_0(buf, pos)
             _lst.append(_e)
-    o.unknown_tags = None
-    return o, pos
-
-def _d_EpochEndOffset_1(buf, pos):
-    _l = len(buf)
-    o = _new(EpochEndOffset)
-    if pos + 18 > _l:
-        raise truncated('OffsetForLeaderEpochResponse.EpochEndOffset.error_code', buf, pos, 18)
-    o.error_code, o.partition, o.leader_epoch, o.end_offset = _S3.unpack_from(buf, pos)
-    pos += 18
     o.unknown_tags = None
     return o, pos
 
@@ -158,9 +144,15 @@ def _d_OffsetForLeaderTopicResult_1(buf, pos):
         raise overrun('OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.partitions', buf, pos, _c, 18)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_EpochEndOffset_1(buf, pos)
-            _lst.append(_e)
+            _o = _new(EpochEndOffset)
+            if pos + 18 > _l:
+                raise truncated('OffsetForLeaderEpochResponse.EpochEndOffset.error_code', buf, pos, 18)
+            _o.error_code, _o.partition, _o.leader_epoch, _o.end_offset = _S3.unpack_from(buf, pos)
+            pos += 18
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -207,26 +199,6 @@ def _d_OffsetForLeaderEpochResponse_2(buf, pos):
     o.unknown_tags = None
     return o, pos
 
-def _d_EpochEndOffset_4(buf, pos):
-    _l = len(buf)
-    o = _new(EpochEndOffset)
-    if pos + 18 > _l:
-        raise truncated('OffsetForLeaderEpochResponse.EpochEndOffset.error_code', buf, pos, 18)
-    o.error_code, o.partition, o.leader_epoch, o.end_offset = _S3.unpack_from(buf, pos)
-    pos += 18
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'OffsetForLeaderEpochResponse.EpochEndOffset')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_OffsetForLeaderTopicResult_4(buf, pos):
     _l = len(buf)
     o = _new(OffsetForLeaderTopicResult)
@@ -258,9 +230,25 @@ def _d_OffsetForLeaderTopicResult_4(buf, pos):
         raise overrun('OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.partitions', buf, pos, _c, 19)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_EpochEndOffset_4(buf, pos)
-            _lst.append(_e)
+            _o = _new(EpochEndOffset)
+            if pos + 18 > _l:
+                raise truncated('OffsetForLeaderEpochResponse.EpochEndOffset.error_code', buf, pos, 18)
+            _o.error_code, _o.partition, _o.leader_epoch, _o.end_offset = _S3.unpack_from(buf, pos)
+            pos += 18
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'OffsetForLeaderEpochResponse.EpochEndOffset')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -309,9 +297,6 @@ def _d_OffsetForLeaderEpochResponse_4(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_EpochEndOffset_0(o, out, chunks):
-    out += _S2.pack(o.error_code, o.partition, o.end_offset)
-
 def _e_OffsetForLeaderTopicResult_0(o, out, chunks):
     _b = o.topic.encode('utf-8', 'surrogateescape')
     _n = len(_b)
@@ -322,8 +307,8 @@ def _e_OffsetForLeaderTopicResult_0(o, out, chunks):
     _a = o.partitions
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_EpochEndOffset_0(_e, out, chunks)
+    for _o in _a:
+        out += _S2.pack(_o.error_code, _o.partition, _o.end_offset)
 
 def _e_OffsetForLeaderEpochResponse_0(o, out, chunks):
     _a = o.topics
@@ -331,9 +316,6 @@ def _e_OffsetForLeaderEpochResponse_0(o, out, chunks):
     out += _S0.pack(_c)
     for _e in _a:
         _e_OffsetForLeaderTopicResult_0(_e, out, chunks)
-
-def _e_EpochEndOffset_1(o, out, chunks):
-    out += _S3.pack(o.error_code, o.partition, o.leader_epoch, o.end_offset)
 
 def _e_OffsetForLeaderTopicResult_1(o, out, chunks):
     _b = o.topic.encode('utf-8', 'surrogateescape')
@@ -345,8 +327,8 @@ def _e_OffsetForLeaderTopicResult_1(o, out, chunks):
     _a = o.partitions
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_EpochEndOffset_1(_e, out, chunks)
+    for _o in _a:
+        out += _S3.pack(_o.error_code, _o.partition, _o.leader_epoch, _o.end_offset)
 
 def _e_OffsetForLeaderEpochResponse_1(o, out, chunks):
     _a = o.topics
@@ -362,13 +344,6 @@ def _e_OffsetForLeaderEpochResponse_2(o, out, chunks):
     out += _S0.pack(_c)
     for _e in _a:
         _e_OffsetForLeaderTopicResult_1(_e, out, chunks)
-
-def _e_EpochEndOffset_4(o, out, chunks):
-    out += _S3.pack(o.error_code, o.partition, o.leader_epoch, o.end_offset)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
 
 def _e_OffsetForLeaderTopicResult_4(o, out, chunks):
     _b = o.topic.encode('utf-8', 'surrogateescape')
@@ -386,8 +361,12 @@ def _e_OffsetForLeaderTopicResult_4(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_EpochEndOffset_4(_e, out, chunks)
+    for _o in _a:
+        out += _S3.pack(_o.error_code, _o.partition, _o.leader_epoch, _o.end_offset)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

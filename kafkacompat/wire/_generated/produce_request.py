@@ -56,30 +56,6 @@ _S0 = _Struct('>hi')
 _S1 = _Struct('>i')
 _S2 = _Struct('>h')
 
-def _d_PartitionProduceData_0(buf, pos):
-    _l = len(buf)
-    o = _new(PartitionProduceData)
-    if pos + 4 > _l:
-        raise truncated('ProduceRequest.PartitionProduceData.index', buf, pos, 4)
-    (o.index,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if pos + 4 > _l:
-        raise truncated('ProduceRequest.PartitionProduceData.records', buf, pos, 4)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('ProduceRequest.PartitionProduceData.records', _n)
-        o.records = None
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('ProduceRequest.PartitionProduceData.records', buf, pos, _n, 1)
-        o.records = buf[pos:_end]
-        pos = _end
-    o.unknown_tags = None
-    return o, pos
-
 def _d_TopicProduceData_0(buf, pos):
     _l = len(buf)
     o = _new(TopicProduceData)
@@ -107,9 +83,29 @@ def _d_TopicProduceData_0(buf, pos):
         raise overrun('ProduceRequest.TopicProduceData.partition_data', buf, pos, _c, 8)
     else:
         o.partition_data = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_PartitionProduceData_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(PartitionProduceData)
+            if pos + 4 > _l:
+                raise truncated('ProduceRequest.PartitionProduceData.index', buf, pos, 4)
+            (_o.index,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if pos + 4 > _l:
+                raise truncated('ProduceRequest.PartitionProduceData.records', buf, pos, 4)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('ProduceRequest.PartitionProduceData.records', _n)
+                _o.records = None
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ProduceRequest.PartitionProduceData.records', buf, pos, _n, 1)
+                _o.records = buf[pos:_end]
+                pos = _end
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -176,42 +172,6 @@ def _d_ProduceRequest_3(buf, pos):
     o.unknown_tags = None
     return o, pos
 
-def _d_PartitionProduceData_9(buf, pos):
-    _l = len(buf)
-    o = _new(PartitionProduceData)
-    if pos + 4 > _l:
-        raise truncated('ProduceRequest.PartitionProduceData.index', buf, pos, 4)
-    (o.index,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'ProduceRequest.PartitionProduceData.records')
-        _n -= 1
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('ProduceRequest.PartitionProduceData.records', _n)
-        o.records = None
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('ProduceRequest.PartitionProduceData.records', buf, pos, _n, 1)
-        o.records = buf[pos:_end]
-        pos = _end
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'ProduceRequest.PartitionProduceData')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_TopicProduceData_9(buf, pos):
     _l = len(buf)
     o = _new(TopicProduceData)
@@ -243,9 +203,41 @@ def _d_TopicProduceData_9(buf, pos):
         raise overrun('ProduceRequest.TopicProduceData.partition_data', buf, pos, _c, 6)
     else:
         o.partition_data = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_PartitionProduceData_9(buf, pos)
-            _lst.append(_e)
+            _o = _new(PartitionProduceData)
+            if pos + 4 > _l:
+                raise truncated('ProduceRequest.PartitionProduceData.index', buf, pos, 4)
+            (_o.index,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'ProduceRequest.PartitionProduceData.records')
+                _n -= 1
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('ProduceRequest.PartitionProduceData.records', _n)
+                _o.records = None
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ProduceRequest.PartitionProduceData.records', buf, pos, _n, 1)
+                _o.records = buf[pos:_end]
+                pos = _end
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'ProduceRequest.PartitionProduceData')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -312,10 +304,6 @@ def _d_ProduceRequest_9(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_PartitionProduceData_0(o, out, chunks):
-    out += _S1.pack(o.index)
-    write_records(out, chunks, o.records)
-
 def _e_TopicProduceData_0(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')
     _n = len(_b)
@@ -326,8 +314,9 @@ def _e_TopicProduceData_0(o, out, chunks):
     _a = o.partition_data
     _c = len(_a)
     out += _S1.pack(_c)
-    for _e in _a:
-        _e_PartitionProduceData_0(_e, out, chunks)
+    for _o in _a:
+        out += _S1.pack(_o.index)
+        write_records(out, chunks, _o.records)
 
 def _e_ProduceRequest_0(o, out, chunks):
     out += _S0.pack(o.acks, o.timeout_ms)
@@ -354,14 +343,6 @@ def _e_ProduceRequest_3(o, out, chunks):
     for _e in _a:
         _e_TopicProduceData_0(_e, out, chunks)
 
-def _e_PartitionProduceData_9(o, out, chunks):
-    out += _S1.pack(o.index)
-    write_compact_records(out, chunks, o.records)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
 def _e_TopicProduceData_9(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')
     _n = len(_b)
@@ -378,8 +359,13 @@ def _e_TopicProduceData_9(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_PartitionProduceData_9(_e, out, chunks)
+    for _o in _a:
+        out += _S1.pack(_o.index)
+        write_compact_records(out, chunks, _o.records)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

@@ -104,21 +104,6 @@ _S3 = _Struct('>ihqq')
 _S4 = _Struct('>ihqqq')
 _S5 = _Struct('>ii')
 
-def _d_PartitionProduceResponse_0(buf, pos):
-    _l = len(buf)
-    o = _new(PartitionProduceResponse)
-    o.log_append_time_ms = -1
-    o.log_start_offset = -1
-    o.record_errors = []
-    o.error_message = None
-    o.current_leader = LeaderIdAndEpoch()
-    if pos + 14 > _l:
-        raise truncated('ProduceResponse.PartitionProduceResponse.index', buf, pos, 14)
-    o.index, o.error_code, o.base_offset = _S2.unpack_from(buf, pos)
-    pos += 14
-    o.unknown_tags = None
-    return o, pos
-
 def _d_TopicProduceResponse_0(buf, pos):
     _l = len(buf)
     o = _new(TopicProduceResponse)
@@ -146,9 +131,20 @@ def _d_TopicProduceResponse_0(buf, pos):
         raise overrun('ProduceResponse.TopicProduceResponse.partition_responses', buf, pos, _c, 14)
     else:
         o.partition_responses = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_PartitionProduceResponse_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(PartitionProduceResponse)
+            _o.log_append_time_ms = -1
+            _o.log_start_offset = -1
+            _o.record_errors = []
+            _o.error_message = None
+            _o.current_leader = LeaderIdAndEpoch()
+            if pos + 14 > _l:
+                raise truncated('ProduceResponse.PartitionProduceResponse.index', buf, pos, 14)
+            _o.index, _o.error_code, _o.base_offset = _S2.unpack_from(buf, pos)
+            pos += 14
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -197,20 +193,6 @@ def _d_ProduceResponse_1(buf, pos):
     o.unknown_tags = None
     return o, pos
 
-def _d_PartitionProduceResponse_2(buf, pos):
-    _l = len(buf)
-    o = _new(PartitionProduceResponse)
-    o.log_start_offset = -1
-    o.record_errors = []
-    o.error_message = None
-    o.current_leader = LeaderIdAndEpoch()
-    if pos + 22 > _l:
-        raise truncated('ProduceResponse.PartitionProduceResponse.index', buf, pos, 22)
-    o.index, o.error_code, o.base_offset, o.log_append_time_ms = _S3.unpack_from(buf, pos)
-    pos += 22
-    o.unknown_tags = None
-    return o, pos
-
 def _d_TopicProduceResponse_2(buf, pos):
     _l = len(buf)
     o = _new(TopicProduceResponse)
@@ -238,9 +220,19 @@ def _d_TopicProduceResponse_2(buf, pos):
         raise overrun('ProduceResponse.TopicProduceResponse.partition_responses', buf, pos, _c, 22)
     else:
         o.partition_responses = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_PartitionProduceResponse_2(buf, pos)
-            _lst.append(_e)
+            _o = _new(PartitionProduceResponse)
+            _o.log_start_offset = -1
+            _o.record_errors = []
+            _o.error_message = None
+            _o.current_leader = LeaderIdAndEpoch()
+            if pos + 22 > _l:
+                raise truncated('ProduceResponse.PartitionProduceResponse.index', buf, pos, 22)
+            _o.index, _o.error_code, _o.base_offset, _o.log_append_time_ms = _S3.unpack_from(buf, pos)
+            pos += 22
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -265,19 +257,6 @@ def _d_ProduceResponse_2(buf, pos):
         raise truncated('ProduceResponse.throttle_time_ms', buf, pos, 4)
     (o.throttle_time_ms,) = _S0.unpack_from(buf, pos)
     pos += 4
-    o.unknown_tags = None
-    return o, pos
-
-def _d_PartitionProduceResponse_5(buf, pos):
-    _l = len(buf)
-    o = _new(PartitionProduceResponse)
-    o.record_errors = []
-    o.error_message = None
-    o.current_leader = LeaderIdAndEpoch()
-    if pos + 30 > _l:
-        raise truncated('ProduceResponse.PartitionProduceResponse.index', buf, pos, 30)
-    o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset = _S4.unpack_from(buf, pos)
-    pos += 30
     o.unknown_tags = None
     return o, pos
 
@@ -308,9 +287,18 @@ def _d_TopicProduceResponse_5(buf, pos):
         raise overrun('ProduceResponse.TopicProduceResponse.partition_responses', buf, pos, _c, 30)
     else:
         o.partition_responses = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_PartitionProduceResponse_5(buf, pos)
-            _lst.append(_e)
+            _o = _new(PartitionProduceResponse)
+            _o.record_errors = []
+            _o.error_message = None
+            _o.current_leader = LeaderIdAndEpoch()
+            if pos + 30 > _l:
+                raise truncated('ProduceResponse.PartitionProduceResponse.index', buf, pos, 30)
+            _o.index, _o.error_code, _o.base_offset, _o.log_append_time_ms, _o.log_start_offset = _S4.unpack_from(buf, pos)
+            pos += 30
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -338,32 +326,6 @@ def _d_ProduceResponse_5(buf, pos):
     o.unknown_tags = None
     return o, pos
 
-def _d_BatchIndexAndErrorMessage_8(buf, pos):
-    _l = len(buf)
-    o = _new(BatchIndexAndErrorMessage)
-    if pos + 4 > _l:
-        raise truncated('ProduceResponse.BatchIndexAndErrorMessage.batch_index', buf, pos, 4)
-    (o.batch_index,) = _S0.unpack_from(buf, pos)
-    pos += 4
-    if pos + 2 > _l:
-        raise truncated('ProduceResponse.BatchIndexAndErrorMessage.batch_index_error_message', buf, pos, 2)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('ProduceResponse.BatchIndexAndErrorMessage.batch_index_error_message', _n)
-        o.batch_index_error_message = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='ProduceResponse.BatchIndexAndErrorMessage.batch_index_error_message')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('ProduceResponse.BatchIndexAndErrorMessage.batch_index_error_message', buf, pos, _n, 1)
-        o.batch_index_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    o.unknown_tags = None
-    return o, pos
-
 def _d_PartitionProduceResponse_8(buf, pos):
     _l = len(buf)
     o = _new(PartitionProduceResponse)
@@ -382,9 +344,31 @@ def _d_PartitionProduceResponse_8(buf, pos):
         raise overrun('ProduceResponse.PartitionProduceResponse.record_errors', buf, pos, _c, 6)
     else:
         o.record_errors = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_BatchIndexAndErrorMessage_8(buf, pos)
-            _lst.append(_e)
+            _o = _new(BatchIndexAndErrorMessage)
+            if pos + 4 > _l:
+                raise truncated('ProduceResponse.BatchIndexAndErrorMessage.batch_index', buf, pos, 4)
+            (_o.batch_index,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if pos + 2 > _l:
+                raise truncated('ProduceResponse.BatchIndexAndErrorMessage.batch_index_error_message', buf, pos, 2)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('ProduceResponse.BatchIndexAndErrorMessage.batch_index_error_message', _n)
+                _o.batch_index_error_message = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='ProduceResponse.BatchIndexAndErrorMessage.batch_index_error_message')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ProduceResponse.BatchIndexAndErrorMessage.batch_index_error_message', buf, pos, _n, 1)
+                _o.batch_index_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            _o.unknown_tags = None
+            _ap(_o)
     if pos + 2 > _l:
         raise truncated('ProduceResponse.PartitionProduceResponse.error_message', buf, pos, 2)
     (_n,) = _S1.unpack_from(buf, pos)
@@ -461,44 +445,6 @@ def _d_ProduceResponse_8(buf, pos):
     o.unknown_tags = None
     return o, pos
 
-def _d_BatchIndexAndErrorMessage_9(buf, pos):
-    _l = len(buf)
-    o = _new(BatchIndexAndErrorMessage)
-    if pos + 4 > _l:
-        raise truncated('ProduceResponse.BatchIndexAndErrorMessage.batch_index', buf, pos, 4)
-    (o.batch_index,) = _S0.unpack_from(buf, pos)
-    pos += 4
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'ProduceResponse.BatchIndexAndErrorMessage.batch_index_error_message')
-        _n -= 1
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('ProduceResponse.BatchIndexAndErrorMessage.batch_index_error_message', _n)
-        o.batch_index_error_message = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='ProduceResponse.BatchIndexAndErrorMessage.batch_index_error_message')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('ProduceResponse.BatchIndexAndErrorMessage.batch_index_error_message', buf, pos, _n, 1)
-        o.batch_index_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'ProduceResponse.BatchIndexAndErrorMessage')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_PartitionProduceResponse_9(buf, pos):
     _l = len(buf)
     o = _new(PartitionProduceResponse)
@@ -519,9 +465,43 @@ def _d_PartitionProduceResponse_9(buf, pos):
         raise overrun('ProduceResponse.PartitionProduceResponse.record_errors', buf, pos, _c, 6)
     else:
         o.record_errors = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_BatchIndexAndErrorMessage_9(buf, pos)
-            _lst.append(_e)
+            _o = _new(BatchIndexAndErrorMessage)
+            if pos + 4 > _l:
+                raise truncated('ProduceResponse.BatchIndexAndErrorMessage.batch_index', buf, pos, 4)
+            (_o.batch_index,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'ProduceResponse.BatchIndexAndErrorMessage.batch_index_error_message')
+                _n -= 1
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('ProduceResponse.BatchIndexAndErrorMessage.batch_index_error_message', _n)
+                _o.batch_index_error_message = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='ProduceResponse.BatchIndexAndErrorMessage.batch_index_error_message')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ProduceResponse.BatchIndexAndErrorMessage.batch_index_error_message', buf, pos, _n, 1)
+                _o.batch_index_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'ProduceResponse.BatchIndexAndErrorMessage')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -675,9 +655,43 @@ def _d_PartitionProduceResponse_10(buf, pos):
         raise overrun('ProduceResponse.PartitionProduceResponse.record_errors', buf, pos, _c, 6)
     else:
         o.record_errors = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_BatchIndexAndErrorMessage_9(buf, pos)
-            _lst.append(_e)
+            _o = _new(BatchIndexAndErrorMessage)
+            if pos + 4 > _l:
+                raise truncated('ProduceResponse.BatchIndexAndErrorMessage.batch_index', buf, pos, 4)
+            (_o.batch_index,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'ProduceResponse.BatchIndexAndErrorMessage.batch_index_error_message')
+                _n -= 1
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('ProduceResponse.BatchIndexAndErrorMessage.batch_index_error_message', _n)
+                _o.batch_index_error_message = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='ProduceResponse.BatchIndexAndErrorMessage.batch_index_error_message')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ProduceResponse.BatchIndexAndErrorMessage.batch_index_error_message', buf, pos, _n, 1)
+                _o.batch_index_error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'ProduceResponse.BatchIndexAndErrorMessage')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -879,9 +893,6 @@ def _d_ProduceResponse_10(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_PartitionProduceResponse_0(o, out, chunks):
-    out += _S2.pack(o.index, o.error_code, o.base_offset)
-
 def _e_TopicProduceResponse_0(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')
     _n = len(_b)
@@ -892,8 +903,8 @@ def _e_TopicProduceResponse_0(o, out, chunks):
     _a = o.partition_responses
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_PartitionProduceResponse_0(_e, out, chunks)
+    for _o in _a:
+        out += _S2.pack(_o.index, _o.error_code, _o.base_offset)
 
 def _e_ProduceResponse_0(o, out, chunks):
     _a = o.responses
@@ -910,9 +921,6 @@ def _e_ProduceResponse_1(o, out, chunks):
         _e_TopicProduceResponse_0(_e, out, chunks)
     out += _S0.pack(o.throttle_time_ms)
 
-def _e_PartitionProduceResponse_2(o, out, chunks):
-    out += _S3.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms)
-
 def _e_TopicProduceResponse_2(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')
     _n = len(_b)
@@ -923,8 +931,8 @@ def _e_TopicProduceResponse_2(o, out, chunks):
     _a = o.partition_responses
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_PartitionProduceResponse_2(_e, out, chunks)
+    for _o in _a:
+        out += _S3.pack(_o.index, _o.error_code, _o.base_offset, _o.log_append_time_ms)
 
 def _e_ProduceResponse_2(o, out, chunks):
     _a = o.responses
@@ -933,9 +941,6 @@ def _e_ProduceResponse_2(o, out, chunks):
     for _e in _a:
         _e_TopicProduceResponse_2(_e, out, chunks)
     out += _S0.pack(o.throttle_time_ms)
-
-def _e_PartitionProduceResponse_5(o, out, chunks):
-    out += _S4.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset)
 
 def _e_TopicProduceResponse_5(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')
@@ -947,8 +952,8 @@ def _e_TopicProduceResponse_5(o, out, chunks):
     _a = o.partition_responses
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_PartitionProduceResponse_5(_e, out, chunks)
+    for _o in _a:
+        out += _S4.pack(_o.index, _o.error_code, _o.base_offset, _o.log_append_time_ms, _o.log_start_offset)
 
 def _e_ProduceResponse_5(o, out, chunks):
     _a = o.responses
@@ -958,25 +963,22 @@ def _e_ProduceResponse_5(o, out, chunks):
         _e_TopicProduceResponse_5(_e, out, chunks)
     out += _S0.pack(o.throttle_time_ms)
 
-def _e_BatchIndexAndErrorMessage_8(o, out, chunks):
-    out += _S0.pack(o.batch_index)
-    if o.batch_index_error_message is None:
-        out += b'\xff\xff'
-    else:
-        _b = o.batch_index_error_message.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('ProduceResponse.BatchIndexAndErrorMessage.batch_index_error_message', _n)
-        out += _S1.pack(_n)
-        out += _b
-
 def _e_PartitionProduceResponse_8(o, out, chunks):
     out += _S4.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset)
     _a = o.record_errors
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_BatchIndexAndErrorMessage_8(_e, out, chunks)
+    for _o in _a:
+        out += _S0.pack(_o.batch_index)
+        if _o.batch_index_error_message is None:
+            out += b'\xff\xff'
+        else:
+            _b = _o.batch_index_error_message.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('ProduceResponse.BatchIndexAndErrorMessage.batch_index_error_message', _n)
+            out += _S1.pack(_n)
+            out += _b
     if o.error_message is None:
         out += b'\xff\xff'
     else:
@@ -1008,25 +1010,6 @@ def _e_ProduceResponse_8(o, out, chunks):
         _e_TopicProduceResponse_8(_e, out, chunks)
     out += _S0.pack(o.throttle_time_ms)
 
-def _e_BatchIndexAndErrorMessage_9(o, out, chunks):
-    out += _S0.pack(o.batch_index)
-    if o.batch_index_error_message is None:
-        out.append(0)
-    else:
-        _b = o.batch_index_error_message.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('ProduceResponse.BatchIndexAndErrorMessage.batch_index_error_message', _n)
-        if _n < 127:
-            out.append(_n + 1)
-        else:
-            write_uvarint(out, _n + 1)
-        out += _b
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
 def _e_PartitionProduceResponse_9(o, out, chunks):
     out += _S4.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset)
     _a = o.record_errors
@@ -1035,8 +1018,24 @@ def _e_PartitionProduceResponse_9(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_BatchIndexAndErrorMessage_9(_e, out, chunks)
+    for _o in _a:
+        out += _S0.pack(_o.batch_index)
+        if _o.batch_index_error_message is None:
+            out.append(0)
+        else:
+            _b = _o.batch_index_error_message.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('ProduceResponse.BatchIndexAndErrorMessage.batch_index_error_message', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.error_message is None:
         out.append(0)
     else:
@@ -1107,8 +1106,24 @@ def _e_PartitionProduceResponse_10(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_BatchIndexAndErrorMessage_9(_e, out, chunks)
+    for _o in _a:
+        out += _S0.pack(_o.batch_index)
+        if _o.batch_index_error_message is None:
+            out.append(0)
+        else:
+            _b = _o.batch_index_error_message.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('ProduceResponse.BatchIndexAndErrorMessage.batch_index_error_message', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.error_message is None:
         out.append(0)
     else:

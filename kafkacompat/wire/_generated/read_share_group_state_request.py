@@ -53,26 +53,6 @@ ReadShareGroupStateRequest.PartitionData = PartitionData
 _S0 = _Struct('>16s')
 _S1 = _Struct('>ii')
 
-def _d_PartitionData_0(buf, pos):
-    _l = len(buf)
-    o = _new(PartitionData)
-    if pos + 8 > _l:
-        raise truncated('ReadShareGroupStateRequest.PartitionData.partition', buf, pos, 8)
-    o.partition, o.leader_epoch = _S1.unpack_from(buf, pos)
-    pos += 8
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'ReadShareGroupStateRequest.PartitionData')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_ReadStateData_0(buf, pos):
     _l = len(buf)
     o = _new(ReadStateData)
@@ -93,9 +73,25 @@ def _d_ReadStateData_0(buf, pos):
         raise overrun('ReadShareGroupStateRequest.ReadStateData.partitions', buf, pos, _c, 9)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_PartitionData_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(PartitionData)
+            if pos + 8 > _l:
+                raise truncated('ReadShareGroupStateRequest.PartitionData.partition', buf, pos, 8)
+            _o.partition, _o.leader_epoch = _S1.unpack_from(buf, pos)
+            pos += 8
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'ReadShareGroupStateRequest.PartitionData')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -156,13 +152,6 @@ def _d_ReadShareGroupStateRequest_0(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_PartitionData_0(o, out, chunks):
-    out += _S1.pack(o.partition, o.leader_epoch)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
 def _e_ReadStateData_0(o, out, chunks):
     out += _S0.pack(o.topic_id.bytes)
     _a = o.partitions
@@ -171,8 +160,12 @@ def _e_ReadStateData_0(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_PartitionData_0(_e, out, chunks)
+    for _o in _a:
+        out += _S1.pack(_o.partition, _o.leader_epoch)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

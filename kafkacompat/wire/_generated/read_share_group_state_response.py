@@ -78,26 +78,6 @@ _S1 = _Struct('>ih')
 _S2 = _Struct('>iq')
 _S3 = _Struct('>qqbh')
 
-def _d_StateBatch_0(buf, pos):
-    _l = len(buf)
-    o = _new(StateBatch)
-    if pos + 19 > _l:
-        raise truncated('ReadShareGroupStateResponse.StateBatch.first_offset', buf, pos, 19)
-    o.first_offset, o.last_offset, o.delivery_state, o.delivery_count = _S3.unpack_from(buf, pos)
-    pos += 19
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'ReadShareGroupStateResponse.StateBatch')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_PartitionResult_0(buf, pos):
     _l = len(buf)
     o = _new(PartitionResult)
@@ -139,9 +119,25 @@ def _d_PartitionResult_0(buf, pos):
         raise overrun('ReadShareGroupStateResponse.PartitionResult.state_batches', buf, pos, _c, 20)
     else:
         o.state_batches = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_StateBatch_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(StateBatch)
+            if pos + 19 > _l:
+                raise truncated('ReadShareGroupStateResponse.StateBatch.first_offset', buf, pos, 19)
+            _o.first_offset, _o.last_offset, _o.delivery_state, _o.delivery_count = _S3.unpack_from(buf, pos)
+            pos += 19
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'ReadShareGroupStateResponse.StateBatch')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -222,13 +218,6 @@ def _d_ReadShareGroupStateResponse_0(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_StateBatch_0(o, out, chunks):
-    out += _S3.pack(o.first_offset, o.last_offset, o.delivery_state, o.delivery_count)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
 def _e_PartitionResult_0(o, out, chunks):
     out += _S1.pack(o.partition, o.error_code)
     if o.error_message is None:
@@ -250,8 +239,12 @@ def _e_PartitionResult_0(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_StateBatch_0(_e, out, chunks)
+    for _o in _a:
+        out += _S3.pack(_o.first_offset, _o.last_offset, _o.delivery_state, _o.delivery_count)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

@@ -64,48 +64,6 @@ _S0 = _Struct('>16s')
 _S1 = _Struct('>ih')
 _S2 = _Struct('>iq')
 
-def _d_PartitionResult_0(buf, pos):
-    _l = len(buf)
-    o = _new(PartitionResult)
-    if pos + 6 > _l:
-        raise truncated('ReadShareGroupStateSummaryResponse.PartitionResult.partition', buf, pos, 6)
-    o.partition, o.error_code = _S1.unpack_from(buf, pos)
-    pos += 6
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'ReadShareGroupStateSummaryResponse.PartitionResult.error_message')
-        _n -= 1
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('ReadShareGroupStateSummaryResponse.PartitionResult.error_message', _n)
-        o.error_message = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='ReadShareGroupStateSummaryResponse.PartitionResult.error_message')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('ReadShareGroupStateSummaryResponse.PartitionResult.error_message', buf, pos, _n, 1)
-        o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 12 > _l:
-        raise truncated('ReadShareGroupStateSummaryResponse.PartitionResult.state_epoch', buf, pos, 12)
-    o.state_epoch, o.start_offset = _S2.unpack_from(buf, pos)
-    pos += 12
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'ReadShareGroupStateSummaryResponse.PartitionResult')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_ReadStateSummaryResult_0(buf, pos):
     _l = len(buf)
     o = _new(ReadStateSummaryResult)
@@ -126,9 +84,47 @@ def _d_ReadStateSummaryResult_0(buf, pos):
         raise overrun('ReadShareGroupStateSummaryResponse.ReadStateSummaryResult.partitions', buf, pos, _c, 20)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_PartitionResult_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(PartitionResult)
+            if pos + 6 > _l:
+                raise truncated('ReadShareGroupStateSummaryResponse.PartitionResult.partition', buf, pos, 6)
+            _o.partition, _o.error_code = _S1.unpack_from(buf, pos)
+            pos += 6
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'ReadShareGroupStateSummaryResponse.PartitionResult.error_message')
+                _n -= 1
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('ReadShareGroupStateSummaryResponse.PartitionResult.error_message', _n)
+                _o.error_message = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='ReadShareGroupStateSummaryResponse.PartitionResult.error_message')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ReadShareGroupStateSummaryResponse.PartitionResult.error_message', buf, pos, _n, 1)
+                _o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 12 > _l:
+                raise truncated('ReadShareGroupStateSummaryResponse.PartitionResult.state_epoch', buf, pos, 12)
+            _o.state_epoch, _o.start_offset = _S2.unpack_from(buf, pos)
+            pos += 12
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'ReadShareGroupStateSummaryResponse.PartitionResult')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -173,26 +169,6 @@ def _d_ReadShareGroupStateSummaryResponse_0(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_PartitionResult_0(o, out, chunks):
-    out += _S1.pack(o.partition, o.error_code)
-    if o.error_message is None:
-        out.append(0)
-    else:
-        _b = o.error_message.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('ReadShareGroupStateSummaryResponse.PartitionResult.error_message', _n)
-        if _n < 127:
-            out.append(_n + 1)
-        else:
-            write_uvarint(out, _n + 1)
-        out += _b
-    out += _S2.pack(o.state_epoch, o.start_offset)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
 def _e_ReadStateSummaryResult_0(o, out, chunks):
     out += _S0.pack(o.topic_id.bytes)
     _a = o.partitions
@@ -201,8 +177,25 @@ def _e_ReadStateSummaryResult_0(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_PartitionResult_0(_e, out, chunks)
+    for _o in _a:
+        out += _S1.pack(_o.partition, _o.error_code)
+        if _o.error_message is None:
+            out.append(0)
+        else:
+            _b = _o.error_message.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('ReadShareGroupStateSummaryResponse.PartitionResult.error_message', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+        out += _S2.pack(_o.state_epoch, _o.start_offset)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

@@ -67,40 +67,6 @@ _S1 = _Struct('>16s')
 _S2 = _Struct('>qq')
 _A_b = ARRAY_STRUCTS['b']
 
-def _d_AcknowledgementBatch_0(buf, pos):
-    _l = len(buf)
-    o = _new(AcknowledgementBatch)
-    if pos + 16 > _l:
-        raise truncated('ShareAcknowledgeRequest.AcknowledgementBatch.first_offset', buf, pos, 16)
-    o.first_offset, o.last_offset = _S2.unpack_from(buf, pos)
-    pos += 16
-    if pos < _l and buf[pos] < 0x80:
-        _c = buf[pos] - 1
-        pos += 1
-    else:
-        _c, pos = read_uvarint(buf, pos, 'ShareAcknowledgeRequest.AcknowledgementBatch.acknowledge_types')
-        _c -= 1
-    if _c < 0:
-        raise bad_length('ShareAcknowledgeRequest.AcknowledgementBatch.acknowledge_types', _c)
-    elif _c * 1 > _l - pos:
-        raise overrun('ShareAcknowledgeRequest.AcknowledgementBatch.acknowledge_types', buf, pos, _c, 1)
-    else:
-        _st = _A_b[_c] if _c < 17 else _Struct('>%db' % _c)
-        o.acknowledge_types = list(_st.unpack_from(buf, pos))
-        pos += _c * 1
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'ShareAcknowledgeRequest.AcknowledgementBatch')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_AcknowledgePartition_0(buf, pos):
     _l = len(buf)
     o = _new(AcknowledgePartition)
@@ -120,9 +86,39 @@ def _d_AcknowledgePartition_0(buf, pos):
         raise overrun('ShareAcknowledgeRequest.AcknowledgePartition.acknowledgement_batches', buf, pos, _c, 18)
     else:
         o.acknowledgement_batches = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_AcknowledgementBatch_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(AcknowledgementBatch)
+            if pos + 16 > _l:
+                raise truncated('ShareAcknowledgeRequest.AcknowledgementBatch.first_offset', buf, pos, 16)
+            _o.first_offset, _o.last_offset = _S2.unpack_from(buf, pos)
+            pos += 16
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'ShareAcknowledgeRequest.AcknowledgementBatch.acknowledge_types')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('ShareAcknowledgeRequest.AcknowledgementBatch.acknowledge_types', _c)
+            elif _c * 1 > _l - pos:
+                raise overrun('ShareAcknowledgeRequest.AcknowledgementBatch.acknowledge_types', buf, pos, _c, 1)
+            else:
+                _st = _A_b[_c] if _c < 17 else _Struct('>%db' % _c)
+                _o.acknowledge_types = list(_st.unpack_from(buf, pos))
+                pos += _c * 1
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'ShareAcknowledgeRequest.AcknowledgementBatch')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -243,21 +239,6 @@ def _d_ShareAcknowledgeRequest_0(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_AcknowledgementBatch_0(o, out, chunks):
-    out += _S2.pack(o.first_offset, o.last_offset)
-    _a = o.acknowledge_types
-    _c = len(_a)
-    if _c < 127:
-        out.append(_c + 1)
-    else:
-        write_uvarint(out, _c + 1)
-    _st = _A_b[_c] if _c < 17 else _Struct('>%db' % _c)
-    out += _st.pack(*_a)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
 def _e_AcknowledgePartition_0(o, out, chunks):
     out += _S0.pack(o.partition_index)
     _a = o.acknowledgement_batches
@@ -266,8 +247,20 @@ def _e_AcknowledgePartition_0(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_AcknowledgementBatch_0(_e, out, chunks)
+    for _o in _a:
+        out += _S2.pack(_o.first_offset, _o.last_offset)
+        _a = _o.acknowledge_types
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_b[_c] if _c < 17 else _Struct('>%db' % _c)
+        out += _st.pack(*_a)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

@@ -190,64 +190,6 @@ def _d_ShareAcknowledgeTopicResponse_0(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _d_NodeEndpoint_0(buf, pos):
-    _l = len(buf)
-    o = _new(NodeEndpoint)
-    if pos + 4 > _l:
-        raise truncated('ShareAcknowledgeResponse.NodeEndpoint.node_id', buf, pos, 4)
-    (o.node_id,) = _S3.unpack_from(buf, pos)
-    pos += 4
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'ShareAcknowledgeResponse.NodeEndpoint.host')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('ShareAcknowledgeResponse.NodeEndpoint.host', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='ShareAcknowledgeResponse.NodeEndpoint.host')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('ShareAcknowledgeResponse.NodeEndpoint.host', buf, pos, _n, 1)
-        o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 4 > _l:
-        raise truncated('ShareAcknowledgeResponse.NodeEndpoint.port', buf, pos, 4)
-    (o.port,) = _S3.unpack_from(buf, pos)
-    pos += 4
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'ShareAcknowledgeResponse.NodeEndpoint.rack')
-        _n -= 1
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('ShareAcknowledgeResponse.NodeEndpoint.rack', _n)
-        o.rack = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='ShareAcknowledgeResponse.NodeEndpoint.rack')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('ShareAcknowledgeResponse.NodeEndpoint.rack', buf, pos, _n, 1)
-        o.rack = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'ShareAcknowledgeResponse.NodeEndpoint')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_ShareAcknowledgeResponse_0(buf, pos):
     _l = len(buf)
     o = _new(ShareAcknowledgeResponse)
@@ -300,9 +242,63 @@ def _d_ShareAcknowledgeResponse_0(buf, pos):
         raise overrun('ShareAcknowledgeResponse.node_endpoints', buf, pos, _c, 11)
     else:
         o.node_endpoints = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_NodeEndpoint_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(NodeEndpoint)
+            if pos + 4 > _l:
+                raise truncated('ShareAcknowledgeResponse.NodeEndpoint.node_id', buf, pos, 4)
+            (_o.node_id,) = _S3.unpack_from(buf, pos)
+            pos += 4
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'ShareAcknowledgeResponse.NodeEndpoint.host')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('ShareAcknowledgeResponse.NodeEndpoint.host', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='ShareAcknowledgeResponse.NodeEndpoint.host')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ShareAcknowledgeResponse.NodeEndpoint.host', buf, pos, _n, 1)
+                _o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('ShareAcknowledgeResponse.NodeEndpoint.port', buf, pos, 4)
+            (_o.port,) = _S3.unpack_from(buf, pos)
+            pos += 4
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'ShareAcknowledgeResponse.NodeEndpoint.rack')
+                _n -= 1
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('ShareAcknowledgeResponse.NodeEndpoint.rack', _n)
+                _o.rack = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='ShareAcknowledgeResponse.NodeEndpoint.rack')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ShareAcknowledgeResponse.NodeEndpoint.rack', buf, pos, _n, 1)
+                _o.rack = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'ShareAcknowledgeResponse.NodeEndpoint')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -358,35 +354,6 @@ def _e_ShareAcknowledgeTopicResponse_0(o, out, chunks):
     else:
         write_tags(out, o.unknown_tags)
 
-def _e_NodeEndpoint_0(o, out, chunks):
-    out += _S3.pack(o.node_id)
-    _b = o.host.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('ShareAcknowledgeResponse.NodeEndpoint.host', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    out += _S3.pack(o.port)
-    if o.rack is None:
-        out.append(0)
-    else:
-        _b = o.rack.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('ShareAcknowledgeResponse.NodeEndpoint.rack', _n)
-        if _n < 127:
-            out.append(_n + 1)
-        else:
-            write_uvarint(out, _n + 1)
-        out += _b
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
 def _e_ShareAcknowledgeResponse_0(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms, o.error_code)
     if o.error_message is None:
@@ -415,8 +382,34 @@ def _e_ShareAcknowledgeResponse_0(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_NodeEndpoint_0(_e, out, chunks)
+    for _o in _a:
+        out += _S3.pack(_o.node_id)
+        _b = _o.host.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ShareAcknowledgeResponse.NodeEndpoint.host', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        out += _S3.pack(_o.port)
+        if _o.rack is None:
+            out.append(0)
+        else:
+            _b = _o.rack.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('ShareAcknowledgeResponse.NodeEndpoint.rack', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

@@ -100,40 +100,6 @@ _S3 = _Struct('>qq')
 _A_b = ARRAY_STRUCTS['b']
 _A_i = ARRAY_STRUCTS['i']
 
-def _d_AcknowledgementBatch_0(buf, pos):
-    _l = len(buf)
-    o = _new(AcknowledgementBatch)
-    if pos + 16 > _l:
-        raise truncated('ShareFetchRequest.AcknowledgementBatch.first_offset', buf, pos, 16)
-    o.first_offset, o.last_offset = _S3.unpack_from(buf, pos)
-    pos += 16
-    if pos < _l and buf[pos] < 0x80:
-        _c = buf[pos] - 1
-        pos += 1
-    else:
-        _c, pos = read_uvarint(buf, pos, 'ShareFetchRequest.AcknowledgementBatch.acknowledge_types')
-        _c -= 1
-    if _c < 0:
-        raise bad_length('ShareFetchRequest.AcknowledgementBatch.acknowledge_types', _c)
-    elif _c * 1 > _l - pos:
-        raise overrun('ShareFetchRequest.AcknowledgementBatch.acknowledge_types', buf, pos, _c, 1)
-    else:
-        _st = _A_b[_c] if _c < 17 else _Struct('>%db' % _c)
-        o.acknowledge_types = list(_st.unpack_from(buf, pos))
-        pos += _c * 1
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'ShareFetchRequest.AcknowledgementBatch')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_FetchPartition_0(buf, pos):
     _l = len(buf)
     o = _new(FetchPartition)
@@ -153,9 +119,39 @@ def _d_FetchPartition_0(buf, pos):
         raise overrun('ShareFetchRequest.FetchPartition.acknowledgement_batches', buf, pos, _c, 18)
     else:
         o.acknowledgement_batches = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_AcknowledgementBatch_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(AcknowledgementBatch)
+            if pos + 16 > _l:
+                raise truncated('ShareFetchRequest.AcknowledgementBatch.first_offset', buf, pos, 16)
+            _o.first_offset, _o.last_offset = _S3.unpack_from(buf, pos)
+            pos += 16
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'ShareFetchRequest.AcknowledgementBatch.acknowledge_types')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('ShareFetchRequest.AcknowledgementBatch.acknowledge_types', _c)
+            elif _c * 1 > _l - pos:
+                raise overrun('ShareFetchRequest.AcknowledgementBatch.acknowledge_types', buf, pos, _c, 1)
+            else:
+                _st = _A_b[_c] if _c < 17 else _Struct('>%db' % _c)
+                _o.acknowledge_types = list(_st.unpack_from(buf, pos))
+                pos += _c * 1
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'ShareFetchRequest.AcknowledgementBatch')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -197,41 +193,6 @@ def _d_FetchTopic_0(buf, pos):
         o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ShareFetchRequest.FetchTopic')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
-def _d_ForgottenTopic_0(buf, pos):
-    _l = len(buf)
-    o = _new(ForgottenTopic)
-    if pos + 16 > _l:
-        raise truncated('ShareFetchRequest.ForgottenTopic.topic_id', buf, pos, 16)
-    (o.topic_id,) = _S1.unpack_from(buf, pos)
-    pos += 16
-    o.topic_id = _UUID(bytes=o.topic_id)
-    if pos < _l and buf[pos] < 0x80:
-        _c = buf[pos] - 1
-        pos += 1
-    else:
-        _c, pos = read_uvarint(buf, pos, 'ShareFetchRequest.ForgottenTopic.partitions')
-        _c -= 1
-    if _c < 0:
-        raise bad_length('ShareFetchRequest.ForgottenTopic.partitions', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('ShareFetchRequest.ForgottenTopic.partitions', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.partitions = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'ShareFetchRequest.ForgottenTopic')
         _unknown = None
         for _tag, _ts, _te in _tags:
             if _unknown is None:
@@ -310,9 +271,40 @@ def _d_ShareFetchRequest_0(buf, pos):
         raise overrun('ShareFetchRequest.forgotten_topics_data', buf, pos, _c, 18)
     else:
         o.forgotten_topics_data = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_ForgottenTopic_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(ForgottenTopic)
+            if pos + 16 > _l:
+                raise truncated('ShareFetchRequest.ForgottenTopic.topic_id', buf, pos, 16)
+            (_o.topic_id,) = _S1.unpack_from(buf, pos)
+            pos += 16
+            _o.topic_id = _UUID(bytes=_o.topic_id)
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'ShareFetchRequest.ForgottenTopic.partitions')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('ShareFetchRequest.ForgottenTopic.partitions', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('ShareFetchRequest.ForgottenTopic.partitions', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.partitions = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'ShareFetchRequest.ForgottenTopic')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -326,21 +318,6 @@ def _d_ShareFetchRequest_0(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_AcknowledgementBatch_0(o, out, chunks):
-    out += _S3.pack(o.first_offset, o.last_offset)
-    _a = o.acknowledge_types
-    _c = len(_a)
-    if _c < 127:
-        out.append(_c + 1)
-    else:
-        write_uvarint(out, _c + 1)
-    _st = _A_b[_c] if _c < 17 else _Struct('>%db' % _c)
-    out += _st.pack(*_a)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
 def _e_FetchPartition_0(o, out, chunks):
     out += _S2.pack(o.partition_index, o.partition_max_bytes)
     _a = o.acknowledgement_batches
@@ -349,8 +326,20 @@ def _e_FetchPartition_0(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_AcknowledgementBatch_0(_e, out, chunks)
+    for _o in _a:
+        out += _S3.pack(_o.first_offset, _o.last_offset)
+        _a = _o.acknowledge_types
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_b[_c] if _c < 17 else _Struct('>%db' % _c)
+        out += _st.pack(*_a)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -366,21 +355,6 @@ def _e_FetchTopic_0(o, out, chunks):
         write_uvarint(out, _c + 1)
     for _e in _a:
         _e_FetchPartition_0(_e, out, chunks)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
-def _e_ForgottenTopic_0(o, out, chunks):
-    out += _S1.pack(o.topic_id.bytes)
-    _a = o.partitions
-    _c = len(_a)
-    if _c < 127:
-        out.append(_c + 1)
-    else:
-        write_uvarint(out, _c + 1)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -426,8 +400,20 @@ def _e_ShareFetchRequest_0(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_ForgottenTopic_0(_e, out, chunks)
+    for _o in _a:
+        out += _S1.pack(_o.topic_id.bytes)
+        _a = _o.partitions
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

@@ -135,26 +135,6 @@ def _d_LeaderIdAndEpoch_0(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _d_AcquiredRecords_0(buf, pos):
-    _l = len(buf)
-    o = _new(AcquiredRecords)
-    if pos + 18 > _l:
-        raise truncated('ShareFetchResponse.AcquiredRecords.first_offset', buf, pos, 18)
-    o.first_offset, o.last_offset, o.delivery_count = _S4.unpack_from(buf, pos)
-    pos += 18
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'ShareFetchResponse.AcquiredRecords')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_PartitionData_0(buf, pos):
     _l = len(buf)
     o = _new(PartitionData)
@@ -231,9 +211,25 @@ def _d_PartitionData_0(buf, pos):
         raise overrun('ShareFetchResponse.PartitionData.acquired_records', buf, pos, _c, 19)
     else:
         o.acquired_records = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_AcquiredRecords_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(AcquiredRecords)
+            if pos + 18 > _l:
+                raise truncated('ShareFetchResponse.AcquiredRecords.first_offset', buf, pos, 18)
+            _o.first_offset, _o.last_offset, _o.delivery_count = _S4.unpack_from(buf, pos)
+            pos += 18
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'ShareFetchResponse.AcquiredRecords')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -275,64 +271,6 @@ def _d_ShareFetchableTopicResponse_0(buf, pos):
         o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'ShareFetchResponse.ShareFetchableTopicResponse')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
-def _d_NodeEndpoint_0(buf, pos):
-    _l = len(buf)
-    o = _new(NodeEndpoint)
-    if pos + 4 > _l:
-        raise truncated('ShareFetchResponse.NodeEndpoint.node_id', buf, pos, 4)
-    (o.node_id,) = _S5.unpack_from(buf, pos)
-    pos += 4
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'ShareFetchResponse.NodeEndpoint.host')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('ShareFetchResponse.NodeEndpoint.host', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='ShareFetchResponse.NodeEndpoint.host')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('ShareFetchResponse.NodeEndpoint.host', buf, pos, _n, 1)
-        o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 4 > _l:
-        raise truncated('ShareFetchResponse.NodeEndpoint.port', buf, pos, 4)
-    (o.port,) = _S5.unpack_from(buf, pos)
-    pos += 4
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'ShareFetchResponse.NodeEndpoint.rack')
-        _n -= 1
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('ShareFetchResponse.NodeEndpoint.rack', _n)
-        o.rack = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='ShareFetchResponse.NodeEndpoint.rack')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('ShareFetchResponse.NodeEndpoint.rack', buf, pos, _n, 1)
-        o.rack = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'ShareFetchResponse.NodeEndpoint')
         _unknown = None
         for _tag, _ts, _te in _tags:
             if _unknown is None:
@@ -393,9 +331,63 @@ def _d_ShareFetchResponse_0(buf, pos):
         raise overrun('ShareFetchResponse.node_endpoints', buf, pos, _c, 11)
     else:
         o.node_endpoints = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_NodeEndpoint_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(NodeEndpoint)
+            if pos + 4 > _l:
+                raise truncated('ShareFetchResponse.NodeEndpoint.node_id', buf, pos, 4)
+            (_o.node_id,) = _S5.unpack_from(buf, pos)
+            pos += 4
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'ShareFetchResponse.NodeEndpoint.host')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('ShareFetchResponse.NodeEndpoint.host', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='ShareFetchResponse.NodeEndpoint.host')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ShareFetchResponse.NodeEndpoint.host', buf, pos, _n, 1)
+                _o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('ShareFetchResponse.NodeEndpoint.port', buf, pos, 4)
+            (_o.port,) = _S5.unpack_from(buf, pos)
+            pos += 4
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'ShareFetchResponse.NodeEndpoint.rack')
+                _n -= 1
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('ShareFetchResponse.NodeEndpoint.rack', _n)
+                _o.rack = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='ShareFetchResponse.NodeEndpoint.rack')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ShareFetchResponse.NodeEndpoint.rack', buf, pos, _n, 1)
+                _o.rack = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'ShareFetchResponse.NodeEndpoint')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -411,13 +403,6 @@ def _d_ShareFetchResponse_0(buf, pos):
 
 def _e_LeaderIdAndEpoch_0(o, out, chunks):
     out += _S3.pack(o.leader_id, o.leader_epoch)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
-def _e_AcquiredRecords_0(o, out, chunks):
-    out += _S4.pack(o.first_offset, o.last_offset, o.delivery_count)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -458,8 +443,12 @@ def _e_PartitionData_0(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_AcquiredRecords_0(_e, out, chunks)
+    for _o in _a:
+        out += _S4.pack(_o.first_offset, _o.last_offset, _o.delivery_count)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -475,35 +464,6 @@ def _e_ShareFetchableTopicResponse_0(o, out, chunks):
         write_uvarint(out, _c + 1)
     for _e in _a:
         _e_PartitionData_0(_e, out, chunks)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
-def _e_NodeEndpoint_0(o, out, chunks):
-    out += _S5.pack(o.node_id)
-    _b = o.host.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('ShareFetchResponse.NodeEndpoint.host', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    out += _S5.pack(o.port)
-    if o.rack is None:
-        out.append(0)
-    else:
-        _b = o.rack.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('ShareFetchResponse.NodeEndpoint.rack', _n)
-        if _n < 127:
-            out.append(_n + 1)
-        else:
-            write_uvarint(out, _n + 1)
-        out += _b
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -537,8 +497,34 @@ def _e_ShareFetchResponse_0(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_NodeEndpoint_0(_e, out, chunks)
+    for _o in _a:
+        out += _S5.pack(_o.node_id)
+        _b = _o.host.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ShareFetchResponse.NodeEndpoint.host', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        out += _S5.pack(_o.port)
+        if _o.rack is None:
+            out.append(0)
+        else:
+            _b = _o.rack.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('ShareFetchResponse.NodeEndpoint.rack', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

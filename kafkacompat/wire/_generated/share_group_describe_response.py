@@ -108,57 +108,6 @@ _S2 = _Struct('>ii')
 _S3 = _Struct('>16s')
 _A_i = ARRAY_STRUCTS['i']
 
-def _d_TopicPartitions_0(buf, pos):
-    _l = len(buf)
-    o = _new(TopicPartitions)
-    if pos + 16 > _l:
-        raise truncated('ShareGroupDescribeResponse.TopicPartitions.topic_id', buf, pos, 16)
-    (o.topic_id,) = _S3.unpack_from(buf, pos)
-    pos += 16
-    o.topic_id = _UUID(bytes=o.topic_id)
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'ShareGroupDescribeResponse.TopicPartitions.topic_name')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('ShareGroupDescribeResponse.TopicPartitions.topic_name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='ShareGroupDescribeResponse.TopicPartitions.topic_name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('ShareGroupDescribeResponse.TopicPartitions.topic_name', buf, pos, _n, 1)
-        o.topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _c = buf[pos] - 1
-        pos += 1
-    else:
-        _c, pos = read_uvarint(buf, pos, 'ShareGroupDescribeResponse.TopicPartitions.partitions')
-        _c -= 1
-    if _c < 0:
-        raise bad_length('ShareGroupDescribeResponse.TopicPartitions.partitions', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('ShareGroupDescribeResponse.TopicPartitions.partitions', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.partitions = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'ShareGroupDescribeResponse.TopicPartitions')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_Assignment_0(buf, pos):
     _l = len(buf)
     o = _new(Assignment)
@@ -174,9 +123,56 @@ def _d_Assignment_0(buf, pos):
         raise overrun('ShareGroupDescribeResponse.Assignment.topic_partitions', buf, pos, _c, 19)
     else:
         o.topic_partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_TopicPartitions_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(TopicPartitions)
+            if pos + 16 > _l:
+                raise truncated('ShareGroupDescribeResponse.TopicPartitions.topic_id', buf, pos, 16)
+            (_o.topic_id,) = _S3.unpack_from(buf, pos)
+            pos += 16
+            _o.topic_id = _UUID(bytes=_o.topic_id)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'ShareGroupDescribeResponse.TopicPartitions.topic_name')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('ShareGroupDescribeResponse.TopicPartitions.topic_name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='ShareGroupDescribeResponse.TopicPartitions.topic_name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('ShareGroupDescribeResponse.TopicPartitions.topic_name', buf, pos, _n, 1)
+                _o.topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'ShareGroupDescribeResponse.TopicPartitions.partitions')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('ShareGroupDescribeResponse.TopicPartitions.partitions', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('ShareGroupDescribeResponse.TopicPartitions.partitions', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.partitions = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'ShareGroupDescribeResponse.TopicPartitions')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -451,30 +447,6 @@ def _d_ShareGroupDescribeResponse_0(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_TopicPartitions_0(o, out, chunks):
-    out += _S3.pack(o.topic_id.bytes)
-    _b = o.topic_name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('ShareGroupDescribeResponse.TopicPartitions.topic_name', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    _a = o.partitions
-    _c = len(_a)
-    if _c < 127:
-        out.append(_c + 1)
-    else:
-        write_uvarint(out, _c + 1)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
 def _e_Assignment_0(o, out, chunks):
     _a = o.topic_partitions
     _c = len(_a)
@@ -482,8 +454,29 @@ def _e_Assignment_0(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_TopicPartitions_0(_e, out, chunks)
+    for _o in _a:
+        out += _S3.pack(_o.topic_id.bytes)
+        _b = _o.topic_name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('ShareGroupDescribeResponse.TopicPartitions.topic_name', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        _a = _o.partitions
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

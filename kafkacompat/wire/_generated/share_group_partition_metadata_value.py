@@ -61,56 +61,6 @@ ShareGroupPartitionMetadataValue.PartitionMetadata = PartitionMetadata
 _S0 = _Struct('>16s')
 _S1 = _Struct('>i')
 
-def _d_PartitionMetadata_0(buf, pos):
-    _l = len(buf)
-    o = _new(PartitionMetadata)
-    if pos + 4 > _l:
-        raise truncated('ShareGroupPartitionMetadataValue.PartitionMetadata.partition', buf, pos, 4)
-    (o.partition,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if pos < _l and buf[pos] < 0x80:
-        _c = buf[pos] - 1
-        pos += 1
-    else:
-        _c, pos = read_uvarint(buf, pos, 'ShareGroupPartitionMetadataValue.PartitionMetadata.racks')
-        _c -= 1
-    if _c < 0:
-        raise bad_length('ShareGroupPartitionMetadataValue.PartitionMetadata.racks', _c)
-    elif _c * 1 > _l - pos:
-        raise overrun('ShareGroupPartitionMetadataValue.PartitionMetadata.racks', buf, pos, _c, 1)
-    else:
-        o.racks = _lst = []
-        for _ in range(_c):
-            if pos < _l and buf[pos] < 0x80:
-                _n = buf[pos] - 1
-                pos += 1
-            else:
-                _n, pos = read_uvarint(buf, pos, 'ShareGroupPartitionMetadataValue.PartitionMetadata.racks')
-                _n -= 1
-            if _n < 0:
-                raise bad_length('ShareGroupPartitionMetadataValue.PartitionMetadata.racks', _n)
-            elif _n > 0x7FFF:
-                raise DecodeError(f'string length {_n} exceeds 32767', field='ShareGroupPartitionMetadataValue.PartitionMetadata.racks')
-            else:
-                _end = pos + _n
-                if _end > _l:
-                    raise overrun('ShareGroupPartitionMetadataValue.PartitionMetadata.racks', buf, pos, _n, 1)
-                _e = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-                pos = _end
-            _lst.append(_e)
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'ShareGroupPartitionMetadataValue.PartitionMetadata')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_TopicMetadata_0(buf, pos):
     _l = len(buf)
     o = _new(TopicMetadata)
@@ -151,9 +101,55 @@ def _d_TopicMetadata_0(buf, pos):
         raise overrun('ShareGroupPartitionMetadataValue.TopicMetadata.partition_metadata', buf, pos, _c, 6)
     else:
         o.partition_metadata = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_PartitionMetadata_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(PartitionMetadata)
+            if pos + 4 > _l:
+                raise truncated('ShareGroupPartitionMetadataValue.PartitionMetadata.partition', buf, pos, 4)
+            (_o.partition,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'ShareGroupPartitionMetadataValue.PartitionMetadata.racks')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('ShareGroupPartitionMetadataValue.PartitionMetadata.racks', _c)
+            elif _c * 1 > _l - pos:
+                raise overrun('ShareGroupPartitionMetadataValue.PartitionMetadata.racks', buf, pos, _c, 1)
+            else:
+                _o.racks = _lst = []
+                for _ in range(_c):
+                    if pos < _l and buf[pos] < 0x80:
+                        _n = buf[pos] - 1
+                        pos += 1
+                    else:
+                        _n, pos = read_uvarint(buf, pos, 'ShareGroupPartitionMetadataValue.PartitionMetadata.racks')
+                        _n -= 1
+                    if _n < 0:
+                        raise bad_length('ShareGroupPartitionMetadataValue.PartitionMetadata.racks', _n)
+                    elif _n > 0x7FFF:
+                        raise DecodeError(f'string length {_n} exceeds 32767', field='ShareGroupPartitionMetadataValue.PartitionMetadata.racks')
+                    else:
+                        _end = pos + _n
+                        if _end > _l:
+                            raise overrun('ShareGroupPartitionMetadataValue.PartitionMetadata.racks', buf, pos, _n, 1)
+                        _e = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                        pos = _end
+                    _lst.append(_e)
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'ShareGroupPartitionMetadataValue.PartitionMetadata')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -198,29 +194,6 @@ def _d_ShareGroupPartitionMetadataValue_0(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_PartitionMetadata_0(o, out, chunks):
-    out += _S1.pack(o.partition)
-    _a = o.racks
-    _c = len(_a)
-    if _c < 127:
-        out.append(_c + 1)
-    else:
-        write_uvarint(out, _c + 1)
-    for _e in _a:
-        _b = _e.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('ShareGroupPartitionMetadataValue.PartitionMetadata.racks', _n)
-        if _n < 127:
-            out.append(_n + 1)
-        else:
-            write_uvarint(out, _n + 1)
-        out += _b
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
 def _e_TopicMetadata_0(o, out, chunks):
     out += _S0.pack(o.topic_id.bytes)
     _b = o.topic_name.encode('utf-8', 'surrogateescape')
@@ -239,8 +212,28 @@ def _e_TopicMetadata_0(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_PartitionMetadata_0(_e, out, chunks)
+    for _o in _a:
+        out += _S1.pack(_o.partition)
+        _a = _o.racks
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        for _e in _a:
+            _b = _e.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('ShareGroupPartitionMetadataValue.PartitionMetadata.racks', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

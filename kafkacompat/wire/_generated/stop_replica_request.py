@@ -94,30 +94,6 @@ _S4 = _Struct('>iiq')
 _S5 = _Struct('>i?iq')
 _A_i = ARRAY_STRUCTS['i']
 
-def _d_StopReplicaPartitionV0_0(buf, pos):
-    _l = len(buf)
-    o = _new(StopReplicaPartitionV0)
-    if pos + 2 > _l:
-        raise truncated('StopReplicaRequest.StopReplicaPartitionV0.topic_name', buf, pos, 2)
-    (_n,) = _S2.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('StopReplicaRequest.StopReplicaPartitionV0.topic_name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='StopReplicaRequest.StopReplicaPartitionV0.topic_name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('StopReplicaRequest.StopReplicaPartitionV0.topic_name', buf, pos, _n, 1)
-        o.topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 4 > _l:
-        raise truncated('StopReplicaRequest.StopReplicaPartitionV0.partition_index', buf, pos, 4)
-    (o.partition_index,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    o.unknown_tags = None
-    return o, pos
-
 def _d_StopReplicaRequest_0(buf, pos):
     _l = len(buf)
     o = _new(StopReplicaRequest)
@@ -139,41 +115,29 @@ def _d_StopReplicaRequest_0(buf, pos):
         raise overrun('StopReplicaRequest.ungrouped_partitions', buf, pos, _c, 6)
     else:
         o.ungrouped_partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_StopReplicaPartitionV0_0(buf, pos)
-            _lst.append(_e)
-    o.unknown_tags = None
-    return o, pos
-
-def _d_StopReplicaTopicV1_1(buf, pos):
-    _l = len(buf)
-    o = _new(StopReplicaTopicV1)
-    if pos + 2 > _l:
-        raise truncated('StopReplicaRequest.StopReplicaTopicV1.name', buf, pos, 2)
-    (_n,) = _S2.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('StopReplicaRequest.StopReplicaTopicV1.name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='StopReplicaRequest.StopReplicaTopicV1.name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('StopReplicaRequest.StopReplicaTopicV1.name', buf, pos, _n, 1)
-        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 4 > _l:
-        raise truncated('StopReplicaRequest.StopReplicaTopicV1.partition_indexes', buf, pos, 4)
-    (_c,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if _c < 0:
-        raise bad_length('StopReplicaRequest.StopReplicaTopicV1.partition_indexes', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('StopReplicaRequest.StopReplicaTopicV1.partition_indexes', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.partition_indexes = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
+            _o = _new(StopReplicaPartitionV0)
+            if pos + 2 > _l:
+                raise truncated('StopReplicaRequest.StopReplicaPartitionV0.topic_name', buf, pos, 2)
+            (_n,) = _S2.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('StopReplicaRequest.StopReplicaPartitionV0.topic_name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='StopReplicaRequest.StopReplicaPartitionV0.topic_name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('StopReplicaRequest.StopReplicaPartitionV0.topic_name', buf, pos, _n, 1)
+                _o.topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('StopReplicaRequest.StopReplicaPartitionV0.partition_index', buf, pos, 4)
+            (_o.partition_index,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -197,56 +161,38 @@ def _d_StopReplicaRequest_1(buf, pos):
         raise overrun('StopReplicaRequest.topics', buf, pos, _c, 6)
     else:
         o.topics = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_StopReplicaTopicV1_1(buf, pos)
-            _lst.append(_e)
+            _o = _new(StopReplicaTopicV1)
+            if pos + 2 > _l:
+                raise truncated('StopReplicaRequest.StopReplicaTopicV1.name', buf, pos, 2)
+            (_n,) = _S2.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('StopReplicaRequest.StopReplicaTopicV1.name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='StopReplicaRequest.StopReplicaTopicV1.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('StopReplicaRequest.StopReplicaTopicV1.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('StopReplicaRequest.StopReplicaTopicV1.partition_indexes', buf, pos, 4)
+            (_c,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('StopReplicaRequest.StopReplicaTopicV1.partition_indexes', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('StopReplicaRequest.StopReplicaTopicV1.partition_indexes', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.partition_indexes = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
-    return o, pos
-
-def _d_StopReplicaTopicV1_2(buf, pos):
-    _l = len(buf)
-    o = _new(StopReplicaTopicV1)
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'StopReplicaRequest.StopReplicaTopicV1.name')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('StopReplicaRequest.StopReplicaTopicV1.name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='StopReplicaRequest.StopReplicaTopicV1.name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('StopReplicaRequest.StopReplicaTopicV1.name', buf, pos, _n, 1)
-        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _c = buf[pos] - 1
-        pos += 1
-    else:
-        _c, pos = read_uvarint(buf, pos, 'StopReplicaRequest.StopReplicaTopicV1.partition_indexes')
-        _c -= 1
-    if _c < 0:
-        raise bad_length('StopReplicaRequest.StopReplicaTopicV1.partition_indexes', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('StopReplicaRequest.StopReplicaTopicV1.partition_indexes', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.partition_indexes = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'StopReplicaRequest.StopReplicaTopicV1')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
     return o, pos
 
 def _d_StopReplicaRequest_2(buf, pos):
@@ -271,34 +217,56 @@ def _d_StopReplicaRequest_2(buf, pos):
         raise overrun('StopReplicaRequest.topics', buf, pos, _c, 3)
     else:
         o.topics = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_StopReplicaTopicV1_2(buf, pos)
-            _lst.append(_e)
+            _o = _new(StopReplicaTopicV1)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'StopReplicaRequest.StopReplicaTopicV1.name')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('StopReplicaRequest.StopReplicaTopicV1.name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='StopReplicaRequest.StopReplicaTopicV1.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('StopReplicaRequest.StopReplicaTopicV1.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'StopReplicaRequest.StopReplicaTopicV1.partition_indexes')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('StopReplicaRequest.StopReplicaTopicV1.partition_indexes', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('StopReplicaRequest.StopReplicaTopicV1.partition_indexes', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.partition_indexes = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'StopReplicaRequest.StopReplicaTopicV1')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'StopReplicaRequest')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
-def _d_StopReplicaPartitionState_3(buf, pos):
-    _l = len(buf)
-    o = _new(StopReplicaPartitionState)
-    if pos + 9 > _l:
-        raise truncated('StopReplicaRequest.StopReplicaPartitionState.partition_index', buf, pos, 9)
-    o.partition_index, o.leader_epoch, o.delete_partition = _S0.unpack_from(buf, pos)
-    pos += 9
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'StopReplicaRequest.StopReplicaPartitionState')
         _unknown = None
         for _tag, _ts, _te in _tags:
             if _unknown is None:
@@ -338,9 +306,25 @@ def _d_StopReplicaTopicState_3(buf, pos):
         raise overrun('StopReplicaRequest.StopReplicaTopicState.partition_states', buf, pos, _c, 10)
     else:
         o.partition_states = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_StopReplicaPartitionState_3(buf, pos)
-            _lst.append(_e)
+            _o = _new(StopReplicaPartitionState)
+            if pos + 9 > _l:
+                raise truncated('StopReplicaRequest.StopReplicaPartitionState.partition_index', buf, pos, 9)
+            _o.partition_index, _o.leader_epoch, _o.delete_partition = _S0.unpack_from(buf, pos)
+            pos += 9
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'StopReplicaRequest.StopReplicaPartitionState')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -431,66 +415,37 @@ def _d_StopReplicaRequest_4(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_StopReplicaPartitionV0_0(o, out, chunks):
-    _b = o.topic_name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('StopReplicaRequest.StopReplicaPartitionV0.topic_name', _n)
-    out += _S2.pack(_n)
-    out += _b
-    out += _S1.pack(o.partition_index)
-
 def _e_StopReplicaRequest_0(o, out, chunks):
     out += _S0.pack(o.controller_id, o.controller_epoch, o.delete_partitions)
     _a = o.ungrouped_partitions
     _c = len(_a)
     out += _S1.pack(_c)
-    for _e in _a:
-        _e_StopReplicaPartitionV0_0(_e, out, chunks)
-
-def _e_StopReplicaTopicV1_1(o, out, chunks):
-    _b = o.name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('StopReplicaRequest.StopReplicaTopicV1.name', _n)
-    out += _S2.pack(_n)
-    out += _b
-    _a = o.partition_indexes
-    _c = len(_a)
-    out += _S1.pack(_c)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
+    for _o in _a:
+        _b = _o.topic_name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('StopReplicaRequest.StopReplicaPartitionV0.topic_name', _n)
+        out += _S2.pack(_n)
+        out += _b
+        out += _S1.pack(_o.partition_index)
 
 def _e_StopReplicaRequest_1(o, out, chunks):
     out += _S3.pack(o.controller_id, o.controller_epoch, o.broker_epoch, o.delete_partitions)
     _a = o.topics
     _c = len(_a)
     out += _S1.pack(_c)
-    for _e in _a:
-        _e_StopReplicaTopicV1_1(_e, out, chunks)
-
-def _e_StopReplicaTopicV1_2(o, out, chunks):
-    _b = o.name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('StopReplicaRequest.StopReplicaTopicV1.name', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    _a = o.partition_indexes
-    _c = len(_a)
-    if _c < 127:
-        out.append(_c + 1)
-    else:
-        write_uvarint(out, _c + 1)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
+    for _o in _a:
+        _b = _o.name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('StopReplicaRequest.StopReplicaTopicV1.name', _n)
+        out += _S2.pack(_n)
+        out += _b
+        _a = _o.partition_indexes
+        _c = len(_a)
+        out += _S1.pack(_c)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
 
 def _e_StopReplicaRequest_2(o, out, chunks):
     out += _S3.pack(o.controller_id, o.controller_epoch, o.broker_epoch, o.delete_partitions)
@@ -500,15 +455,28 @@ def _e_StopReplicaRequest_2(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_StopReplicaTopicV1_2(_e, out, chunks)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
-def _e_StopReplicaPartitionState_3(o, out, chunks):
-    out += _S0.pack(o.partition_index, o.leader_epoch, o.delete_partition)
+    for _o in _a:
+        _b = _o.name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('StopReplicaRequest.StopReplicaTopicV1.name', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        _a = _o.partition_indexes
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -530,8 +498,12 @@ def _e_StopReplicaTopicState_3(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_StopReplicaPartitionState_3(_e, out, chunks)
+    for _o in _a:
+        out += _S0.pack(_o.partition_index, _o.leader_epoch, _o.delete_partition)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

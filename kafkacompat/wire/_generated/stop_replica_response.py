@@ -46,30 +46,6 @@ _S0 = _Struct('>h')
 _S1 = _Struct('>i')
 _S2 = _Struct('>ih')
 
-def _d_StopReplicaPartitionError_0(buf, pos):
-    _l = len(buf)
-    o = _new(StopReplicaPartitionError)
-    if pos + 2 > _l:
-        raise truncated('StopReplicaResponse.StopReplicaPartitionError.topic_name', buf, pos, 2)
-    (_n,) = _S0.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('StopReplicaResponse.StopReplicaPartitionError.topic_name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='StopReplicaResponse.StopReplicaPartitionError.topic_name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('StopReplicaResponse.StopReplicaPartitionError.topic_name', buf, pos, _n, 1)
-        o.topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 6 > _l:
-        raise truncated('StopReplicaResponse.StopReplicaPartitionError.partition_index', buf, pos, 6)
-    o.partition_index, o.error_code = _S2.unpack_from(buf, pos)
-    pos += 6
-    o.unknown_tags = None
-    return o, pos
-
 def _d_StopReplicaResponse_0(buf, pos):
     _l = len(buf)
     o = _new(StopReplicaResponse)
@@ -87,46 +63,30 @@ def _d_StopReplicaResponse_0(buf, pos):
         raise overrun('StopReplicaResponse.partition_errors', buf, pos, _c, 8)
     else:
         o.partition_errors = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_StopReplicaPartitionError_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(StopReplicaPartitionError)
+            if pos + 2 > _l:
+                raise truncated('StopReplicaResponse.StopReplicaPartitionError.topic_name', buf, pos, 2)
+            (_n,) = _S0.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('StopReplicaResponse.StopReplicaPartitionError.topic_name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='StopReplicaResponse.StopReplicaPartitionError.topic_name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('StopReplicaResponse.StopReplicaPartitionError.topic_name', buf, pos, _n, 1)
+                _o.topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 6 > _l:
+                raise truncated('StopReplicaResponse.StopReplicaPartitionError.partition_index', buf, pos, 6)
+            _o.partition_index, _o.error_code = _S2.unpack_from(buf, pos)
+            pos += 6
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
-    return o, pos
-
-def _d_StopReplicaPartitionError_2(buf, pos):
-    _l = len(buf)
-    o = _new(StopReplicaPartitionError)
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'StopReplicaResponse.StopReplicaPartitionError.topic_name')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('StopReplicaResponse.StopReplicaPartitionError.topic_name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='StopReplicaResponse.StopReplicaPartitionError.topic_name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('StopReplicaResponse.StopReplicaPartitionError.topic_name', buf, pos, _n, 1)
-        o.topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 6 > _l:
-        raise truncated('StopReplicaResponse.StopReplicaPartitionError.partition_index', buf, pos, 6)
-    o.partition_index, o.error_code = _S2.unpack_from(buf, pos)
-    pos += 6
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'StopReplicaResponse.StopReplicaPartitionError')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
     return o, pos
 
 def _d_StopReplicaResponse_2(buf, pos):
@@ -148,9 +108,41 @@ def _d_StopReplicaResponse_2(buf, pos):
         raise overrun('StopReplicaResponse.partition_errors', buf, pos, _c, 8)
     else:
         o.partition_errors = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_StopReplicaPartitionError_2(buf, pos)
-            _lst.append(_e)
+            _o = _new(StopReplicaPartitionError)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'StopReplicaResponse.StopReplicaPartitionError.topic_name')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('StopReplicaResponse.StopReplicaPartitionError.topic_name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='StopReplicaResponse.StopReplicaPartitionError.topic_name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('StopReplicaResponse.StopReplicaPartitionError.topic_name', buf, pos, _n, 1)
+                _o.topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 6 > _l:
+                raise truncated('StopReplicaResponse.StopReplicaPartitionError.partition_index', buf, pos, 6)
+            _o.partition_index, _o.error_code = _S2.unpack_from(buf, pos)
+            pos += 6
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'StopReplicaResponse.StopReplicaPartitionError')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -164,38 +156,19 @@ def _d_StopReplicaResponse_2(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_StopReplicaPartitionError_0(o, out, chunks):
-    _b = o.topic_name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('StopReplicaResponse.StopReplicaPartitionError.topic_name', _n)
-    out += _S0.pack(_n)
-    out += _b
-    out += _S2.pack(o.partition_index, o.error_code)
-
 def _e_StopReplicaResponse_0(o, out, chunks):
     out += _S0.pack(o.error_code)
     _a = o.partition_errors
     _c = len(_a)
     out += _S1.pack(_c)
-    for _e in _a:
-        _e_StopReplicaPartitionError_0(_e, out, chunks)
-
-def _e_StopReplicaPartitionError_2(o, out, chunks):
-    _b = o.topic_name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('StopReplicaResponse.StopReplicaPartitionError.topic_name', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    out += _S2.pack(o.partition_index, o.error_code)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
+    for _o in _a:
+        _b = _o.topic_name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('StopReplicaResponse.StopReplicaPartitionError.topic_name', _n)
+        out += _S0.pack(_n)
+        out += _b
+        out += _S2.pack(_o.partition_index, _o.error_code)
 
 def _e_StopReplicaResponse_2(o, out, chunks):
     out += _S0.pack(o.error_code)
@@ -205,8 +178,21 @@ def _e_StopReplicaResponse_2(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_StopReplicaPartitionError_2(_e, out, chunks)
+    for _o in _a:
+        _b = _o.topic_name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('StopReplicaResponse.StopReplicaPartitionError.topic_name', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        out += _S2.pack(_o.partition_index, _o.error_code)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

@@ -59,38 +59,6 @@ SyncGroupRequest.SyncGroupRequestAssignment = SyncGroupRequestAssignment
 _S0 = _Struct('>h')
 _S1 = _Struct('>i')
 
-def _d_SyncGroupRequestAssignment_0(buf, pos):
-    _l = len(buf)
-    o = _new(SyncGroupRequestAssignment)
-    if pos + 2 > _l:
-        raise truncated('SyncGroupRequest.SyncGroupRequestAssignment.member_id', buf, pos, 2)
-    (_n,) = _S0.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('SyncGroupRequest.SyncGroupRequestAssignment.member_id', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='SyncGroupRequest.SyncGroupRequestAssignment.member_id')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('SyncGroupRequest.SyncGroupRequestAssignment.member_id', buf, pos, _n, 1)
-        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 4 > _l:
-        raise truncated('SyncGroupRequest.SyncGroupRequestAssignment.assignment', buf, pos, 4)
-    (_n,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if _n < 0:
-        raise bad_length('SyncGroupRequest.SyncGroupRequestAssignment.assignment', _n)
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('SyncGroupRequest.SyncGroupRequestAssignment.assignment', buf, pos, _n, 1)
-        o.assignment = bytes(buf[pos:_end])
-        pos = _end
-    o.unknown_tags = None
-    return o, pos
-
 def _d_SyncGroupRequest_0(buf, pos):
     _l = len(buf)
     o = _new(SyncGroupRequest)
@@ -139,9 +107,37 @@ def _d_SyncGroupRequest_0(buf, pos):
         raise overrun('SyncGroupRequest.assignments', buf, pos, _c, 6)
     else:
         o.assignments = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_SyncGroupRequestAssignment_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(SyncGroupRequestAssignment)
+            if pos + 2 > _l:
+                raise truncated('SyncGroupRequest.SyncGroupRequestAssignment.member_id', buf, pos, 2)
+            (_n,) = _S0.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('SyncGroupRequest.SyncGroupRequestAssignment.member_id', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='SyncGroupRequest.SyncGroupRequestAssignment.member_id')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('SyncGroupRequest.SyncGroupRequestAssignment.member_id', buf, pos, _n, 1)
+                _o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('SyncGroupRequest.SyncGroupRequestAssignment.assignment', buf, pos, 4)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if _n < 0:
+                raise bad_length('SyncGroupRequest.SyncGroupRequestAssignment.assignment', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('SyncGroupRequest.SyncGroupRequestAssignment.assignment', buf, pos, _n, 1)
+                _o.assignment = bytes(buf[pos:_end])
+                pos = _end
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -208,56 +204,38 @@ def _d_SyncGroupRequest_3(buf, pos):
         raise overrun('SyncGroupRequest.assignments', buf, pos, _c, 6)
     else:
         o.assignments = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_SyncGroupRequestAssignment_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(SyncGroupRequestAssignment)
+            if pos + 2 > _l:
+                raise truncated('SyncGroupRequest.SyncGroupRequestAssignment.member_id', buf, pos, 2)
+            (_n,) = _S0.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('SyncGroupRequest.SyncGroupRequestAssignment.member_id', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='SyncGroupRequest.SyncGroupRequestAssignment.member_id')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('SyncGroupRequest.SyncGroupRequestAssignment.member_id', buf, pos, _n, 1)
+                _o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('SyncGroupRequest.SyncGroupRequestAssignment.assignment', buf, pos, 4)
+            (_n,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if _n < 0:
+                raise bad_length('SyncGroupRequest.SyncGroupRequestAssignment.assignment', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('SyncGroupRequest.SyncGroupRequestAssignment.assignment', buf, pos, _n, 1)
+                _o.assignment = bytes(buf[pos:_end])
+                pos = _end
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
-    return o, pos
-
-def _d_SyncGroupRequestAssignment_4(buf, pos):
-    _l = len(buf)
-    o = _new(SyncGroupRequestAssignment)
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'SyncGroupRequest.SyncGroupRequestAssignment.member_id')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('SyncGroupRequest.SyncGroupRequestAssignment.member_id', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='SyncGroupRequest.SyncGroupRequestAssignment.member_id')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('SyncGroupRequest.SyncGroupRequestAssignment.member_id', buf, pos, _n, 1)
-        o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'SyncGroupRequest.SyncGroupRequestAssignment.assignment')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('SyncGroupRequest.SyncGroupRequestAssignment.assignment', _n)
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('SyncGroupRequest.SyncGroupRequestAssignment.assignment', buf, pos, _n, 1)
-        o.assignment = bytes(buf[pos:_end])
-        pos = _end
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'SyncGroupRequest.SyncGroupRequestAssignment')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
     return o, pos
 
 def _d_SyncGroupRequest_4(buf, pos):
@@ -331,9 +309,51 @@ def _d_SyncGroupRequest_4(buf, pos):
         raise overrun('SyncGroupRequest.assignments', buf, pos, _c, 3)
     else:
         o.assignments = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_SyncGroupRequestAssignment_4(buf, pos)
-            _lst.append(_e)
+            _o = _new(SyncGroupRequestAssignment)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'SyncGroupRequest.SyncGroupRequestAssignment.member_id')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('SyncGroupRequest.SyncGroupRequestAssignment.member_id', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='SyncGroupRequest.SyncGroupRequestAssignment.member_id')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('SyncGroupRequest.SyncGroupRequestAssignment.member_id', buf, pos, _n, 1)
+                _o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'SyncGroupRequest.SyncGroupRequestAssignment.assignment')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('SyncGroupRequest.SyncGroupRequestAssignment.assignment', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('SyncGroupRequest.SyncGroupRequestAssignment.assignment', buf, pos, _n, 1)
+                _o.assignment = bytes(buf[pos:_end])
+                pos = _end
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'SyncGroupRequest.SyncGroupRequestAssignment')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -452,9 +472,51 @@ def _d_SyncGroupRequest_5(buf, pos):
         raise overrun('SyncGroupRequest.assignments', buf, pos, _c, 3)
     else:
         o.assignments = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_SyncGroupRequestAssignment_4(buf, pos)
-            _lst.append(_e)
+            _o = _new(SyncGroupRequestAssignment)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'SyncGroupRequest.SyncGroupRequestAssignment.member_id')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('SyncGroupRequest.SyncGroupRequestAssignment.member_id', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='SyncGroupRequest.SyncGroupRequestAssignment.member_id')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('SyncGroupRequest.SyncGroupRequestAssignment.member_id', buf, pos, _n, 1)
+                _o.member_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'SyncGroupRequest.SyncGroupRequestAssignment.assignment')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('SyncGroupRequest.SyncGroupRequestAssignment.assignment', _n)
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('SyncGroupRequest.SyncGroupRequestAssignment.assignment', buf, pos, _n, 1)
+                _o.assignment = bytes(buf[pos:_end])
+                pos = _end
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'SyncGroupRequest.SyncGroupRequestAssignment')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -467,18 +529,6 @@ def _d_SyncGroupRequest_5(buf, pos):
             _unknown.append((_tag, bytes(buf[_ts:_te])))
         o.unknown_tags = _unknown
     return o, pos
-
-def _e_SyncGroupRequestAssignment_0(o, out, chunks):
-    _b = o.member_id.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('SyncGroupRequest.SyncGroupRequestAssignment.member_id', _n)
-    out += _S0.pack(_n)
-    out += _b
-    _b = o.assignment
-    _n = len(_b)
-    out += _S1.pack(_n)
-    out += _b
 
 def _e_SyncGroupRequest_0(o, out, chunks):
     _b = o.group_id.encode('utf-8', 'surrogateescape')
@@ -497,8 +547,17 @@ def _e_SyncGroupRequest_0(o, out, chunks):
     _a = o.assignments
     _c = len(_a)
     out += _S1.pack(_c)
-    for _e in _a:
-        _e_SyncGroupRequestAssignment_0(_e, out, chunks)
+    for _o in _a:
+        _b = _o.member_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('SyncGroupRequest.SyncGroupRequestAssignment.member_id', _n)
+        out += _S0.pack(_n)
+        out += _b
+        _b = _o.assignment
+        _n = len(_b)
+        out += _S1.pack(_n)
+        out += _b
 
 def _e_SyncGroupRequest_3(o, out, chunks):
     _b = o.group_id.encode('utf-8', 'surrogateescape')
@@ -526,30 +585,17 @@ def _e_SyncGroupRequest_3(o, out, chunks):
     _a = o.assignments
     _c = len(_a)
     out += _S1.pack(_c)
-    for _e in _a:
-        _e_SyncGroupRequestAssignment_0(_e, out, chunks)
-
-def _e_SyncGroupRequestAssignment_4(o, out, chunks):
-    _b = o.member_id.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('SyncGroupRequest.SyncGroupRequestAssignment.member_id', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    _b = o.assignment
-    _n = len(_b)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
+    for _o in _a:
+        _b = _o.member_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('SyncGroupRequest.SyncGroupRequestAssignment.member_id', _n)
+        out += _S0.pack(_n)
+        out += _b
+        _b = _o.assignment
+        _n = len(_b)
+        out += _S1.pack(_n)
+        out += _b
 
 def _e_SyncGroupRequest_4(o, out, chunks):
     _b = o.group_id.encode('utf-8', 'surrogateescape')
@@ -589,8 +635,27 @@ def _e_SyncGroupRequest_4(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_SyncGroupRequestAssignment_4(_e, out, chunks)
+    for _o in _a:
+        _b = _o.member_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('SyncGroupRequest.SyncGroupRequestAssignment.member_id', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        _b = _o.assignment
+        _n = len(_b)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -658,8 +723,27 @@ def _e_SyncGroupRequest_5(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_SyncGroupRequestAssignment_4(_e, out, chunks)
+    for _o in _a:
+        _b = _o.member_id.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('SyncGroupRequest.SyncGroupRequestAssignment.member_id', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        _b = _o.assignment
+        _n = len(_b)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

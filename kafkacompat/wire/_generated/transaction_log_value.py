@@ -71,38 +71,6 @@ _S5 = _Struct('>qq')
 _S6 = _Struct('>q')
 _A_i = ARRAY_STRUCTS['i']
 
-def _d_PartitionsSchema_0(buf, pos):
-    _l = len(buf)
-    o = _new(PartitionsSchema)
-    if pos + 2 > _l:
-        raise truncated('TransactionLogValue.PartitionsSchema.topic', buf, pos, 2)
-    (_n,) = _S2.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('TransactionLogValue.PartitionsSchema.topic', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='TransactionLogValue.PartitionsSchema.topic')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('TransactionLogValue.PartitionsSchema.topic', buf, pos, _n, 1)
-        o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 4 > _l:
-        raise truncated('TransactionLogValue.PartitionsSchema.partition_ids', buf, pos, 4)
-    (_c,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if _c < 0:
-        raise bad_length('TransactionLogValue.PartitionsSchema.partition_ids', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('TransactionLogValue.PartitionsSchema.partition_ids', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.partition_ids = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    o.unknown_tags = None
-    return o, pos
-
 def _d_TransactionLogValue_0(buf, pos):
     _l = len(buf)
     o = _new(TransactionLogValue)
@@ -122,60 +90,42 @@ def _d_TransactionLogValue_0(buf, pos):
         raise overrun('TransactionLogValue.transaction_partitions', buf, pos, _c, 6)
     else:
         o.transaction_partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_PartitionsSchema_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(PartitionsSchema)
+            if pos + 2 > _l:
+                raise truncated('TransactionLogValue.PartitionsSchema.topic', buf, pos, 2)
+            (_n,) = _S2.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('TransactionLogValue.PartitionsSchema.topic', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='TransactionLogValue.PartitionsSchema.topic')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('TransactionLogValue.PartitionsSchema.topic', buf, pos, _n, 1)
+                _o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('TransactionLogValue.PartitionsSchema.partition_ids', buf, pos, 4)
+            (_c,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('TransactionLogValue.PartitionsSchema.partition_ids', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('TransactionLogValue.PartitionsSchema.partition_ids', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.partition_ids = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            _o.unknown_tags = None
+            _ap(_o)
     if pos + 18 > _l:
         raise truncated('TransactionLogValue.transaction_last_update_timestamp_ms', buf, pos, 18)
     o.transaction_last_update_timestamp_ms, o.transaction_start_timestamp_ms, o.client_transaction_version = _S3.unpack_from(buf, pos)
     pos += 18
     o.unknown_tags = None
-    return o, pos
-
-def _d_PartitionsSchema_1(buf, pos):
-    _l = len(buf)
-    o = _new(PartitionsSchema)
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'TransactionLogValue.PartitionsSchema.topic')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('TransactionLogValue.PartitionsSchema.topic', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='TransactionLogValue.PartitionsSchema.topic')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('TransactionLogValue.PartitionsSchema.topic', buf, pos, _n, 1)
-        o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _c = buf[pos] - 1
-        pos += 1
-    else:
-        _c, pos = read_uvarint(buf, pos, 'TransactionLogValue.PartitionsSchema.partition_ids')
-        _c -= 1
-    if _c < 0:
-        raise bad_length('TransactionLogValue.PartitionsSchema.partition_ids', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('TransactionLogValue.PartitionsSchema.partition_ids', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.partition_ids = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'TransactionLogValue.PartitionsSchema')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
     return o, pos
 
 def _d_TransactionLogValue_1(buf, pos):
@@ -199,9 +149,51 @@ def _d_TransactionLogValue_1(buf, pos):
         raise overrun('TransactionLogValue.transaction_partitions', buf, pos, _c, 3)
     else:
         o.transaction_partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_PartitionsSchema_1(buf, pos)
-            _lst.append(_e)
+            _o = _new(PartitionsSchema)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'TransactionLogValue.PartitionsSchema.topic')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('TransactionLogValue.PartitionsSchema.topic', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='TransactionLogValue.PartitionsSchema.topic')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('TransactionLogValue.PartitionsSchema.topic', buf, pos, _n, 1)
+                _o.topic = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'TransactionLogValue.PartitionsSchema.partition_ids')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('TransactionLogValue.PartitionsSchema.partition_ids', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('TransactionLogValue.PartitionsSchema.partition_ids', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.partition_ids = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'TransactionLogValue.PartitionsSchema')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos + 16 > _l:
         raise truncated('TransactionLogValue.transaction_last_update_timestamp_ms', buf, pos, 16)
     o.transaction_last_update_timestamp_ms, o.transaction_start_timestamp_ms = _S5.unpack_from(buf, pos)
@@ -250,19 +242,6 @@ def _d_TransactionLogValue_1(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_PartitionsSchema_0(o, out, chunks):
-    _b = o.topic.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('TransactionLogValue.PartitionsSchema.topic', _n)
-    out += _S2.pack(_n)
-    out += _b
-    _a = o.partition_ids
-    _c = len(_a)
-    out += _S1.pack(_c)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-
 def _e_TransactionLogValue_0(o, out, chunks):
     out += _S0.pack(o.producer_id, o.previous_producer_id, o.next_producer_id, o.producer_epoch, o.transaction_timeout_ms, o.transaction_status)
     _a = o.transaction_partitions
@@ -271,32 +250,19 @@ def _e_TransactionLogValue_0(o, out, chunks):
     else:
         _c = len(_a)
         out += _S1.pack(_c)
-        for _e in _a:
-            _e_PartitionsSchema_0(_e, out, chunks)
+        for _o in _a:
+            _b = _o.topic.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('TransactionLogValue.PartitionsSchema.topic', _n)
+            out += _S2.pack(_n)
+            out += _b
+            _a = _o.partition_ids
+            _c = len(_a)
+            out += _S1.pack(_c)
+            _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+            out += _st.pack(*_a)
     out += _S3.pack(o.transaction_last_update_timestamp_ms, o.transaction_start_timestamp_ms, o.client_transaction_version)
-
-def _e_PartitionsSchema_1(o, out, chunks):
-    _b = o.topic.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('TransactionLogValue.PartitionsSchema.topic', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    _a = o.partition_ids
-    _c = len(_a)
-    if _c < 127:
-        out.append(_c + 1)
-    else:
-        write_uvarint(out, _c + 1)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
 
 def _e_TransactionLogValue_1(o, out, chunks):
     out += _S4.pack(o.producer_id, o.producer_epoch, o.transaction_timeout_ms, o.transaction_status)
@@ -309,8 +275,28 @@ def _e_TransactionLogValue_1(o, out, chunks):
             out.append(_c + 1)
         else:
             write_uvarint(out, _c + 1)
-        for _e in _a:
-            _e_PartitionsSchema_1(_e, out, chunks)
+        for _o in _a:
+            _b = _o.topic.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('TransactionLogValue.PartitionsSchema.topic', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+            _a = _o.partition_ids
+            _c = len(_a)
+            if _c < 127:
+                out.append(_c + 1)
+            else:
+                write_uvarint(out, _c + 1)
+            _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+            out += _st.pack(*_a)
+            if _o.unknown_tags is None:
+                out.append(0)
+            else:
+                write_tags(out, _o.unknown_tags)
     out += _S5.pack(o.transaction_last_update_timestamp_ms, o.transaction_start_timestamp_ms)
     _tags = None
     if o.previous_producer_id != -1:

@@ -83,33 +83,6 @@ _S3 = _Struct('>iq')
 _S4 = _Struct('>iqi')
 _S5 = _Struct('>qhi')
 
-def _d_TxnOffsetCommitRequestPartition_0(buf, pos):
-    _l = len(buf)
-    o = _new(TxnOffsetCommitRequestPartition)
-    o.committed_leader_epoch = -1
-    if pos + 12 > _l:
-        raise truncated('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.partition_index', buf, pos, 12)
-    o.partition_index, o.committed_offset = _S3.unpack_from(buf, pos)
-    pos += 12
-    if pos + 2 > _l:
-        raise truncated('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata', buf, pos, 2)
-    (_n,) = _S0.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata', _n)
-        o.committed_metadata = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata', buf, pos, _n, 1)
-        o.committed_metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    o.unknown_tags = None
-    return o, pos
-
 def _d_TxnOffsetCommitRequestTopic_0(buf, pos):
     _l = len(buf)
     o = _new(TxnOffsetCommitRequestTopic)
@@ -137,9 +110,32 @@ def _d_TxnOffsetCommitRequestTopic_0(buf, pos):
         raise overrun('TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.partitions', buf, pos, _c, 14)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_TxnOffsetCommitRequestPartition_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(TxnOffsetCommitRequestPartition)
+            _o.committed_leader_epoch = -1
+            if pos + 12 > _l:
+                raise truncated('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.partition_index', buf, pos, 12)
+            _o.partition_index, _o.committed_offset = _S3.unpack_from(buf, pos)
+            pos += 12
+            if pos + 2 > _l:
+                raise truncated('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata', buf, pos, 2)
+            (_n,) = _S0.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata', _n)
+                _o.committed_metadata = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata', buf, pos, _n, 1)
+                _o.committed_metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -197,32 +193,6 @@ def _d_TxnOffsetCommitRequest_0(buf, pos):
     o.unknown_tags = None
     return o, pos
 
-def _d_TxnOffsetCommitRequestPartition_2(buf, pos):
-    _l = len(buf)
-    o = _new(TxnOffsetCommitRequestPartition)
-    if pos + 16 > _l:
-        raise truncated('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.partition_index', buf, pos, 16)
-    o.partition_index, o.committed_offset, o.committed_leader_epoch = _S4.unpack_from(buf, pos)
-    pos += 16
-    if pos + 2 > _l:
-        raise truncated('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata', buf, pos, 2)
-    (_n,) = _S0.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata', _n)
-        o.committed_metadata = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata', buf, pos, _n, 1)
-        o.committed_metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    o.unknown_tags = None
-    return o, pos
-
 def _d_TxnOffsetCommitRequestTopic_2(buf, pos):
     _l = len(buf)
     o = _new(TxnOffsetCommitRequestTopic)
@@ -250,9 +220,31 @@ def _d_TxnOffsetCommitRequestTopic_2(buf, pos):
         raise overrun('TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.partitions', buf, pos, _c, 18)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_TxnOffsetCommitRequestPartition_2(buf, pos)
-            _lst.append(_e)
+            _o = _new(TxnOffsetCommitRequestPartition)
+            if pos + 16 > _l:
+                raise truncated('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.partition_index', buf, pos, 16)
+            _o.partition_index, _o.committed_offset, _o.committed_leader_epoch = _S4.unpack_from(buf, pos)
+            pos += 16
+            if pos + 2 > _l:
+                raise truncated('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata', buf, pos, 2)
+            (_n,) = _S0.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata', _n)
+                _o.committed_metadata = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata', buf, pos, _n, 1)
+                _o.committed_metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -310,44 +302,6 @@ def _d_TxnOffsetCommitRequest_2(buf, pos):
     o.unknown_tags = None
     return o, pos
 
-def _d_TxnOffsetCommitRequestPartition_3(buf, pos):
-    _l = len(buf)
-    o = _new(TxnOffsetCommitRequestPartition)
-    if pos + 16 > _l:
-        raise truncated('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.partition_index', buf, pos, 16)
-    o.partition_index, o.committed_offset, o.committed_leader_epoch = _S4.unpack_from(buf, pos)
-    pos += 16
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata')
-        _n -= 1
-    if _n < 0:
-        if _n != -1:
-            raise bad_length('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata', _n)
-        o.committed_metadata = None
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata', buf, pos, _n, 1)
-        o.committed_metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_TxnOffsetCommitRequestTopic_3(buf, pos):
     _l = len(buf)
     o = _new(TxnOffsetCommitRequestTopic)
@@ -379,9 +333,43 @@ def _d_TxnOffsetCommitRequestTopic_3(buf, pos):
         raise overrun('TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.partitions', buf, pos, _c, 18)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_TxnOffsetCommitRequestPartition_3(buf, pos)
-            _lst.append(_e)
+            _o = _new(TxnOffsetCommitRequestPartition)
+            if pos + 16 > _l:
+                raise truncated('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.partition_index', buf, pos, 16)
+            _o.partition_index, _o.committed_offset, _o.committed_leader_epoch = _S4.unpack_from(buf, pos)
+            pos += 16
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata')
+                _n -= 1
+            if _n < 0:
+                if _n != -1:
+                    raise bad_length('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata', _n)
+                _o.committed_metadata = None
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata', buf, pos, _n, 1)
+                _o.committed_metadata = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -496,18 +484,6 @@ def _d_TxnOffsetCommitRequest_3(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_TxnOffsetCommitRequestPartition_0(o, out, chunks):
-    out += _S3.pack(o.partition_index, o.committed_offset)
-    if o.committed_metadata is None:
-        out += b'\xff\xff'
-    else:
-        _b = o.committed_metadata.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata', _n)
-        out += _S0.pack(_n)
-        out += _b
-
 def _e_TxnOffsetCommitRequestTopic_0(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')
     _n = len(_b)
@@ -518,8 +494,17 @@ def _e_TxnOffsetCommitRequestTopic_0(o, out, chunks):
     _a = o.partitions
     _c = len(_a)
     out += _S2.pack(_c)
-    for _e in _a:
-        _e_TxnOffsetCommitRequestPartition_0(_e, out, chunks)
+    for _o in _a:
+        out += _S3.pack(_o.partition_index, _o.committed_offset)
+        if _o.committed_metadata is None:
+            out += b'\xff\xff'
+        else:
+            _b = _o.committed_metadata.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata', _n)
+            out += _S0.pack(_n)
+            out += _b
 
 def _e_TxnOffsetCommitRequest_0(o, out, chunks):
     _b = o.transactional_id.encode('utf-8', 'surrogateescape')
@@ -541,18 +526,6 @@ def _e_TxnOffsetCommitRequest_0(o, out, chunks):
     for _e in _a:
         _e_TxnOffsetCommitRequestTopic_0(_e, out, chunks)
 
-def _e_TxnOffsetCommitRequestPartition_2(o, out, chunks):
-    out += _S4.pack(o.partition_index, o.committed_offset, o.committed_leader_epoch)
-    if o.committed_metadata is None:
-        out += b'\xff\xff'
-    else:
-        _b = o.committed_metadata.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata', _n)
-        out += _S0.pack(_n)
-        out += _b
-
 def _e_TxnOffsetCommitRequestTopic_2(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')
     _n = len(_b)
@@ -563,8 +536,17 @@ def _e_TxnOffsetCommitRequestTopic_2(o, out, chunks):
     _a = o.partitions
     _c = len(_a)
     out += _S2.pack(_c)
-    for _e in _a:
-        _e_TxnOffsetCommitRequestPartition_2(_e, out, chunks)
+    for _o in _a:
+        out += _S4.pack(_o.partition_index, _o.committed_offset, _o.committed_leader_epoch)
+        if _o.committed_metadata is None:
+            out += b'\xff\xff'
+        else:
+            _b = _o.committed_metadata.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata', _n)
+            out += _S0.pack(_n)
+            out += _b
 
 def _e_TxnOffsetCommitRequest_2(o, out, chunks):
     _b = o.transactional_id.encode('utf-8', 'surrogateescape')
@@ -586,25 +568,6 @@ def _e_TxnOffsetCommitRequest_2(o, out, chunks):
     for _e in _a:
         _e_TxnOffsetCommitRequestTopic_2(_e, out, chunks)
 
-def _e_TxnOffsetCommitRequestPartition_3(o, out, chunks):
-    out += _S4.pack(o.partition_index, o.committed_offset, o.committed_leader_epoch)
-    if o.committed_metadata is None:
-        out.append(0)
-    else:
-        _b = o.committed_metadata.encode('utf-8', 'surrogateescape')
-        _n = len(_b)
-        if _n > 0x7FFF:
-            raise string_too_long('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata', _n)
-        if _n < 127:
-            out.append(_n + 1)
-        else:
-            write_uvarint(out, _n + 1)
-        out += _b
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
 def _e_TxnOffsetCommitRequestTopic_3(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')
     _n = len(_b)
@@ -621,8 +584,24 @@ def _e_TxnOffsetCommitRequestTopic_3(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_TxnOffsetCommitRequestPartition_3(_e, out, chunks)
+    for _o in _a:
+        out += _S4.pack(_o.partition_index, _o.committed_offset, _o.committed_leader_epoch)
+        if _o.committed_metadata is None:
+            out.append(0)
+        else:
+            _b = _o.committed_metadata.encode('utf-8', 'surrogateescape')
+            _n = len(_b)
+            if _n > 0x7FFF:
+                raise string_too_long('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.committed_metadata', _n)
+            if _n < 127:
+                out.append(_n + 1)
+            else:
+                write_uvarint(out, _n + 1)
+            out += _b
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

@@ -54,16 +54,6 @@ _S0 = _Struct('>i')
 _S1 = _Struct('>h')
 _S2 = _Struct('>ih')
 
-def _d_TxnOffsetCommitResponsePartition_0(buf, pos):
-    _l = len(buf)
-    o = _new(TxnOffsetCommitResponsePartition)
-    if pos + 6 > _l:
-        raise truncated('TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition.partition_index', buf, pos, 6)
-    o.partition_index, o.error_code = _S2.unpack_from(buf, pos)
-    pos += 6
-    o.unknown_tags = None
-    return o, pos
-
 def _d_TxnOffsetCommitResponseTopic_0(buf, pos):
     _l = len(buf)
     o = _new(TxnOffsetCommitResponseTopic)
@@ -91,9 +81,15 @@ def _d_TxnOffsetCommitResponseTopic_0(buf, pos):
         raise overrun('TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.partitions', buf, pos, _c, 6)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_TxnOffsetCommitResponsePartition_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(TxnOffsetCommitResponsePartition)
+            if pos + 6 > _l:
+                raise truncated('TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition.partition_index', buf, pos, 6)
+            _o.partition_index, _o.error_code = _S2.unpack_from(buf, pos)
+            pos += 6
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -118,26 +114,6 @@ def _d_TxnOffsetCommitResponse_0(buf, pos):
             _e, pos = _d_TxnOffsetCommitResponseTopic_0(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
-    return o, pos
-
-def _d_TxnOffsetCommitResponsePartition_3(buf, pos):
-    _l = len(buf)
-    o = _new(TxnOffsetCommitResponsePartition)
-    if pos + 6 > _l:
-        raise truncated('TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition.partition_index', buf, pos, 6)
-    o.partition_index, o.error_code = _S2.unpack_from(buf, pos)
-    pos += 6
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
     return o, pos
 
 def _d_TxnOffsetCommitResponseTopic_3(buf, pos):
@@ -171,9 +147,25 @@ def _d_TxnOffsetCommitResponseTopic_3(buf, pos):
         raise overrun('TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.partitions', buf, pos, _c, 7)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_TxnOffsetCommitResponsePartition_3(buf, pos)
-            _lst.append(_e)
+            _o = _new(TxnOffsetCommitResponsePartition)
+            if pos + 6 > _l:
+                raise truncated('TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition.partition_index', buf, pos, 6)
+            _o.partition_index, _o.error_code = _S2.unpack_from(buf, pos)
+            pos += 6
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -222,9 +214,6 @@ def _d_TxnOffsetCommitResponse_3(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_TxnOffsetCommitResponsePartition_0(o, out, chunks):
-    out += _S2.pack(o.partition_index, o.error_code)
-
 def _e_TxnOffsetCommitResponseTopic_0(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')
     _n = len(_b)
@@ -235,8 +224,8 @@ def _e_TxnOffsetCommitResponseTopic_0(o, out, chunks):
     _a = o.partitions
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_TxnOffsetCommitResponsePartition_0(_e, out, chunks)
+    for _o in _a:
+        out += _S2.pack(_o.partition_index, _o.error_code)
 
 def _e_TxnOffsetCommitResponse_0(o, out, chunks):
     out += _S0.pack(o.throttle_time_ms)
@@ -245,13 +234,6 @@ def _e_TxnOffsetCommitResponse_0(o, out, chunks):
     out += _S0.pack(_c)
     for _e in _a:
         _e_TxnOffsetCommitResponseTopic_0(_e, out, chunks)
-
-def _e_TxnOffsetCommitResponsePartition_3(o, out, chunks):
-    out += _S2.pack(o.partition_index, o.error_code)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
 
 def _e_TxnOffsetCommitResponseTopic_3(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')
@@ -269,8 +251,12 @@ def _e_TxnOffsetCommitResponseTopic_3(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_TxnOffsetCommitResponsePartition_3(_e, out, chunks)
+    for _o in _a:
+        out += _S2.pack(_o.partition_index, _o.error_code)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

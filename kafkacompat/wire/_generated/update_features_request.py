@@ -56,43 +56,6 @@ _S1 = _Struct('>h?')
 _S2 = _Struct('>hb')
 _S3 = _Struct('>?')
 
-def _d_FeatureUpdateKey_0(buf, pos):
-    _l = len(buf)
-    o = _new(FeatureUpdateKey)
-    o.upgrade_type = 1
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'UpdateFeaturesRequest.FeatureUpdateKey.feature')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('UpdateFeaturesRequest.FeatureUpdateKey.feature', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='UpdateFeaturesRequest.FeatureUpdateKey.feature')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('UpdateFeaturesRequest.FeatureUpdateKey.feature', buf, pos, _n, 1)
-        o.feature = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 3 > _l:
-        raise truncated('UpdateFeaturesRequest.FeatureUpdateKey.max_version_level', buf, pos, 3)
-    o.max_version_level, o.allow_downgrade = _S1.unpack_from(buf, pos)
-    pos += 3
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'UpdateFeaturesRequest.FeatureUpdateKey')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_UpdateFeaturesRequest_0(buf, pos):
     _l = len(buf)
     o = _new(UpdateFeaturesRequest)
@@ -113,51 +76,47 @@ def _d_UpdateFeaturesRequest_0(buf, pos):
         raise overrun('UpdateFeaturesRequest.feature_updates', buf, pos, _c, 5)
     else:
         o.feature_updates = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_FeatureUpdateKey_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(FeatureUpdateKey)
+            _o.upgrade_type = 1
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'UpdateFeaturesRequest.FeatureUpdateKey.feature')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('UpdateFeaturesRequest.FeatureUpdateKey.feature', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='UpdateFeaturesRequest.FeatureUpdateKey.feature')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('UpdateFeaturesRequest.FeatureUpdateKey.feature', buf, pos, _n, 1)
+                _o.feature = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 3 > _l:
+                raise truncated('UpdateFeaturesRequest.FeatureUpdateKey.max_version_level', buf, pos, 3)
+            _o.max_version_level, _o.allow_downgrade = _S1.unpack_from(buf, pos)
+            pos += 3
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'UpdateFeaturesRequest.FeatureUpdateKey')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'UpdateFeaturesRequest')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
-def _d_FeatureUpdateKey_1(buf, pos):
-    _l = len(buf)
-    o = _new(FeatureUpdateKey)
-    o.allow_downgrade = False
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'UpdateFeaturesRequest.FeatureUpdateKey.feature')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('UpdateFeaturesRequest.FeatureUpdateKey.feature', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='UpdateFeaturesRequest.FeatureUpdateKey.feature')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('UpdateFeaturesRequest.FeatureUpdateKey.feature', buf, pos, _n, 1)
-        o.feature = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 3 > _l:
-        raise truncated('UpdateFeaturesRequest.FeatureUpdateKey.max_version_level', buf, pos, 3)
-    o.max_version_level, o.upgrade_type = _S2.unpack_from(buf, pos)
-    pos += 3
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'UpdateFeaturesRequest.FeatureUpdateKey')
         _unknown = None
         for _tag, _ts, _te in _tags:
             if _unknown is None:
@@ -185,9 +144,42 @@ def _d_UpdateFeaturesRequest_1(buf, pos):
         raise overrun('UpdateFeaturesRequest.feature_updates', buf, pos, _c, 5)
     else:
         o.feature_updates = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_FeatureUpdateKey_1(buf, pos)
-            _lst.append(_e)
+            _o = _new(FeatureUpdateKey)
+            _o.allow_downgrade = False
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'UpdateFeaturesRequest.FeatureUpdateKey.feature')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('UpdateFeaturesRequest.FeatureUpdateKey.feature', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='UpdateFeaturesRequest.FeatureUpdateKey.feature')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('UpdateFeaturesRequest.FeatureUpdateKey.feature', buf, pos, _n, 1)
+                _o.feature = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 3 > _l:
+                raise truncated('UpdateFeaturesRequest.FeatureUpdateKey.max_version_level', buf, pos, 3)
+            _o.max_version_level, _o.upgrade_type = _S2.unpack_from(buf, pos)
+            pos += 3
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'UpdateFeaturesRequest.FeatureUpdateKey')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos + 1 > _l:
         raise truncated('UpdateFeaturesRequest.validate_only', buf, pos, 1)
     (o.validate_only,) = _S3.unpack_from(buf, pos)
@@ -205,22 +197,6 @@ def _d_UpdateFeaturesRequest_1(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_FeatureUpdateKey_0(o, out, chunks):
-    _b = o.feature.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('UpdateFeaturesRequest.FeatureUpdateKey.feature', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    out += _S1.pack(o.max_version_level, o.allow_downgrade)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
 def _e_UpdateFeaturesRequest_0(o, out, chunks):
     out += _S0.pack(o.timeout_ms)
     _a = o.feature_updates
@@ -229,24 +205,21 @@ def _e_UpdateFeaturesRequest_0(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_FeatureUpdateKey_0(_e, out, chunks)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
-def _e_FeatureUpdateKey_1(o, out, chunks):
-    _b = o.feature.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('UpdateFeaturesRequest.FeatureUpdateKey.feature', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    out += _S2.pack(o.max_version_level, o.upgrade_type)
+    for _o in _a:
+        _b = _o.feature.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('UpdateFeaturesRequest.FeatureUpdateKey.feature', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        out += _S1.pack(_o.max_version_level, _o.allow_downgrade)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -260,8 +233,21 @@ def _e_UpdateFeaturesRequest_1(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_FeatureUpdateKey_1(_e, out, chunks)
+    for _o in _a:
+        _b = _o.feature.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('UpdateFeaturesRequest.FeatureUpdateKey.feature', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        out += _S2.pack(_o.max_version_level, _o.upgrade_type)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     out += _S3.pack(o.validate_only)
     if o.unknown_tags is None:
         out.append(0)

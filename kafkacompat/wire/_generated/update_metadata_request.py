@@ -120,89 +120,6 @@ _S6 = _Struct('>i?iq')
 _S7 = _Struct('>b')
 _A_i = ARRAY_STRUCTS['i']
 
-def _d_UpdateMetadataPartitionState_0(buf, pos):
-    _l = len(buf)
-    o = _new(UpdateMetadataPartitionState)
-    o.offline_replicas = []
-    if pos + 2 > _l:
-        raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.topic_name', buf, pos, 2)
-    (_n,) = _S2.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('UpdateMetadataRequest.UpdateMetadataPartitionState.topic_name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='UpdateMetadataRequest.UpdateMetadataPartitionState.topic_name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.topic_name', buf, pos, _n, 1)
-        o.topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 16 > _l:
-        raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.partition_index', buf, pos, 16)
-    o.partition_index, o.controller_epoch, o.leader, o.leader_epoch = _S3.unpack_from(buf, pos)
-    pos += 16
-    if pos + 4 > _l:
-        raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.isr', buf, pos, 4)
-    (_c,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if _c < 0:
-        raise bad_length('UpdateMetadataRequest.UpdateMetadataPartitionState.isr', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.isr', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.isr = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos + 4 > _l:
-        raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.zk_version', buf, pos, 4)
-    (o.zk_version,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if pos + 4 > _l:
-        raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.replicas', buf, pos, 4)
-    (_c,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if _c < 0:
-        raise bad_length('UpdateMetadataRequest.UpdateMetadataPartitionState.replicas', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.replicas', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.replicas = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    o.unknown_tags = None
-    return o, pos
-
-def _d_UpdateMetadataBroker_0(buf, pos):
-    _l = len(buf)
-    o = _new(UpdateMetadataBroker)
-    o.endpoints = []
-    o.rack = ''
-    if pos + 4 > _l:
-        raise truncated('UpdateMetadataRequest.UpdateMetadataBroker.id', buf, pos, 4)
-    (o.id,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if pos + 2 > _l:
-        raise truncated('UpdateMetadataRequest.UpdateMetadataBroker.v0_host', buf, pos, 2)
-    (_n,) = _S2.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('UpdateMetadataRequest.UpdateMetadataBroker.v0_host', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='UpdateMetadataRequest.UpdateMetadataBroker.v0_host')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('UpdateMetadataRequest.UpdateMetadataBroker.v0_host', buf, pos, _n, 1)
-        o.v0_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 4 > _l:
-        raise truncated('UpdateMetadataRequest.UpdateMetadataBroker.v0_port', buf, pos, 4)
-    (o.v0_port,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    o.unknown_tags = None
-    return o, pos
-
 def _d_UpdateMetadataRequest_0(buf, pos):
     _l = len(buf)
     o = _new(UpdateMetadataRequest)
@@ -224,9 +141,58 @@ def _d_UpdateMetadataRequest_0(buf, pos):
         raise overrun('UpdateMetadataRequest.ungrouped_partition_states', buf, pos, _c, 30)
     else:
         o.ungrouped_partition_states = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_UpdateMetadataPartitionState_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(UpdateMetadataPartitionState)
+            _o.offline_replicas = []
+            if pos + 2 > _l:
+                raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.topic_name', buf, pos, 2)
+            (_n,) = _S2.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('UpdateMetadataRequest.UpdateMetadataPartitionState.topic_name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='UpdateMetadataRequest.UpdateMetadataPartitionState.topic_name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.topic_name', buf, pos, _n, 1)
+                _o.topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 16 > _l:
+                raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.partition_index', buf, pos, 16)
+            _o.partition_index, _o.controller_epoch, _o.leader, _o.leader_epoch = _S3.unpack_from(buf, pos)
+            pos += 16
+            if pos + 4 > _l:
+                raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.isr', buf, pos, 4)
+            (_c,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('UpdateMetadataRequest.UpdateMetadataPartitionState.isr', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.isr', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.isr = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos + 4 > _l:
+                raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.zk_version', buf, pos, 4)
+            (_o.zk_version,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if pos + 4 > _l:
+                raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.replicas', buf, pos, 4)
+            (_c,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('UpdateMetadataRequest.UpdateMetadataPartitionState.replicas', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.replicas', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.replicas = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            _o.unknown_tags = None
+            _ap(_o)
     if pos + 4 > _l:
         raise truncated('UpdateMetadataRequest.live_brokers', buf, pos, 4)
     (_c,) = _S1.unpack_from(buf, pos)
@@ -237,38 +203,35 @@ def _d_UpdateMetadataRequest_0(buf, pos):
         raise overrun('UpdateMetadataRequest.live_brokers', buf, pos, _c, 10)
     else:
         o.live_brokers = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_UpdateMetadataBroker_0(buf, pos)
-            _lst.append(_e)
-    o.unknown_tags = None
-    return o, pos
-
-def _d_UpdateMetadataEndpoint_1(buf, pos):
-    _l = len(buf)
-    o = _new(UpdateMetadataEndpoint)
-    o.listener = ''
-    if pos + 4 > _l:
-        raise truncated('UpdateMetadataRequest.UpdateMetadataEndpoint.port', buf, pos, 4)
-    (o.port,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if pos + 2 > _l:
-        raise truncated('UpdateMetadataRequest.UpdateMetadataEndpoint.host', buf, pos, 2)
-    (_n,) = _S2.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('UpdateMetadataRequest.UpdateMetadataEndpoint.host', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='UpdateMetadataRequest.UpdateMetadataEndpoint.host')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('UpdateMetadataRequest.UpdateMetadataEndpoint.host', buf, pos, _n, 1)
-        o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('UpdateMetadataRequest.UpdateMetadataEndpoint.security_protocol', buf, pos, 2)
-    (o.security_protocol,) = _S2.unpack_from(buf, pos)
-    pos += 2
+            _o = _new(UpdateMetadataBroker)
+            _o.endpoints = []
+            _o.rack = ''
+            if pos + 4 > _l:
+                raise truncated('UpdateMetadataRequest.UpdateMetadataBroker.id', buf, pos, 4)
+            (_o.id,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if pos + 2 > _l:
+                raise truncated('UpdateMetadataRequest.UpdateMetadataBroker.v0_host', buf, pos, 2)
+            (_n,) = _S2.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('UpdateMetadataRequest.UpdateMetadataBroker.v0_host', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='UpdateMetadataRequest.UpdateMetadataBroker.v0_host')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('UpdateMetadataRequest.UpdateMetadataBroker.v0_host', buf, pos, _n, 1)
+                _o.v0_host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('UpdateMetadataRequest.UpdateMetadataBroker.v0_port', buf, pos, 4)
+            (_o.v0_port,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -292,9 +255,34 @@ def _d_UpdateMetadataBroker_1(buf, pos):
         raise overrun('UpdateMetadataRequest.UpdateMetadataBroker.endpoints', buf, pos, _c, 8)
     else:
         o.endpoints = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_UpdateMetadataEndpoint_1(buf, pos)
-            _lst.append(_e)
+            _o = _new(UpdateMetadataEndpoint)
+            _o.listener = ''
+            if pos + 4 > _l:
+                raise truncated('UpdateMetadataRequest.UpdateMetadataEndpoint.port', buf, pos, 4)
+            (_o.port,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if pos + 2 > _l:
+                raise truncated('UpdateMetadataRequest.UpdateMetadataEndpoint.host', buf, pos, 2)
+            (_n,) = _S2.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('UpdateMetadataRequest.UpdateMetadataEndpoint.host', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='UpdateMetadataRequest.UpdateMetadataEndpoint.host')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('UpdateMetadataRequest.UpdateMetadataEndpoint.host', buf, pos, _n, 1)
+                _o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('UpdateMetadataRequest.UpdateMetadataEndpoint.security_protocol', buf, pos, 2)
+            (_o.security_protocol,) = _S2.unpack_from(buf, pos)
+            pos += 2
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -319,9 +307,58 @@ def _d_UpdateMetadataRequest_1(buf, pos):
         raise overrun('UpdateMetadataRequest.ungrouped_partition_states', buf, pos, _c, 30)
     else:
         o.ungrouped_partition_states = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_UpdateMetadataPartitionState_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(UpdateMetadataPartitionState)
+            _o.offline_replicas = []
+            if pos + 2 > _l:
+                raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.topic_name', buf, pos, 2)
+            (_n,) = _S2.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('UpdateMetadataRequest.UpdateMetadataPartitionState.topic_name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='UpdateMetadataRequest.UpdateMetadataPartitionState.topic_name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.topic_name', buf, pos, _n, 1)
+                _o.topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 16 > _l:
+                raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.partition_index', buf, pos, 16)
+            _o.partition_index, _o.controller_epoch, _o.leader, _o.leader_epoch = _S3.unpack_from(buf, pos)
+            pos += 16
+            if pos + 4 > _l:
+                raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.isr', buf, pos, 4)
+            (_c,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('UpdateMetadataRequest.UpdateMetadataPartitionState.isr', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.isr', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.isr = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos + 4 > _l:
+                raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.zk_version', buf, pos, 4)
+            (_o.zk_version,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if pos + 4 > _l:
+                raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.replicas', buf, pos, 4)
+            (_c,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('UpdateMetadataRequest.UpdateMetadataPartitionState.replicas', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.replicas', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.replicas = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            _o.unknown_tags = None
+            _ap(_o)
     if pos + 4 > _l:
         raise truncated('UpdateMetadataRequest.live_brokers', buf, pos, 4)
     (_c,) = _S1.unpack_from(buf, pos)
@@ -357,9 +394,34 @@ def _d_UpdateMetadataBroker_2(buf, pos):
         raise overrun('UpdateMetadataRequest.UpdateMetadataBroker.endpoints', buf, pos, _c, 8)
     else:
         o.endpoints = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_UpdateMetadataEndpoint_1(buf, pos)
-            _lst.append(_e)
+            _o = _new(UpdateMetadataEndpoint)
+            _o.listener = ''
+            if pos + 4 > _l:
+                raise truncated('UpdateMetadataRequest.UpdateMetadataEndpoint.port', buf, pos, 4)
+            (_o.port,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if pos + 2 > _l:
+                raise truncated('UpdateMetadataRequest.UpdateMetadataEndpoint.host', buf, pos, 2)
+            (_n,) = _S2.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('UpdateMetadataRequest.UpdateMetadataEndpoint.host', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='UpdateMetadataRequest.UpdateMetadataEndpoint.host')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('UpdateMetadataRequest.UpdateMetadataEndpoint.host', buf, pos, _n, 1)
+                _o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('UpdateMetadataRequest.UpdateMetadataEndpoint.security_protocol', buf, pos, 2)
+            (_o.security_protocol,) = _S2.unpack_from(buf, pos)
+            pos += 2
+            _o.unknown_tags = None
+            _ap(_o)
     if pos + 2 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataBroker.rack', buf, pos, 2)
     (_n,) = _S2.unpack_from(buf, pos)
@@ -400,9 +462,58 @@ def _d_UpdateMetadataRequest_2(buf, pos):
         raise overrun('UpdateMetadataRequest.ungrouped_partition_states', buf, pos, _c, 30)
     else:
         o.ungrouped_partition_states = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_UpdateMetadataPartitionState_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(UpdateMetadataPartitionState)
+            _o.offline_replicas = []
+            if pos + 2 > _l:
+                raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.topic_name', buf, pos, 2)
+            (_n,) = _S2.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('UpdateMetadataRequest.UpdateMetadataPartitionState.topic_name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='UpdateMetadataRequest.UpdateMetadataPartitionState.topic_name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.topic_name', buf, pos, _n, 1)
+                _o.topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 16 > _l:
+                raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.partition_index', buf, pos, 16)
+            _o.partition_index, _o.controller_epoch, _o.leader, _o.leader_epoch = _S3.unpack_from(buf, pos)
+            pos += 16
+            if pos + 4 > _l:
+                raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.isr', buf, pos, 4)
+            (_c,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('UpdateMetadataRequest.UpdateMetadataPartitionState.isr', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.isr', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.isr = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos + 4 > _l:
+                raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.zk_version', buf, pos, 4)
+            (_o.zk_version,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if pos + 4 > _l:
+                raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.replicas', buf, pos, 4)
+            (_c,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('UpdateMetadataRequest.UpdateMetadataPartitionState.replicas', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.replicas', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.replicas = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            _o.unknown_tags = None
+            _ap(_o)
     if pos + 4 > _l:
         raise truncated('UpdateMetadataRequest.live_brokers', buf, pos, 4)
     (_c,) = _S1.unpack_from(buf, pos)
@@ -416,48 +527,6 @@ def _d_UpdateMetadataRequest_2(buf, pos):
         for _ in range(_c):
             _e, pos = _d_UpdateMetadataBroker_2(buf, pos)
             _lst.append(_e)
-    o.unknown_tags = None
-    return o, pos
-
-def _d_UpdateMetadataEndpoint_3(buf, pos):
-    _l = len(buf)
-    o = _new(UpdateMetadataEndpoint)
-    if pos + 4 > _l:
-        raise truncated('UpdateMetadataRequest.UpdateMetadataEndpoint.port', buf, pos, 4)
-    (o.port,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if pos + 2 > _l:
-        raise truncated('UpdateMetadataRequest.UpdateMetadataEndpoint.host', buf, pos, 2)
-    (_n,) = _S2.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('UpdateMetadataRequest.UpdateMetadataEndpoint.host', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='UpdateMetadataRequest.UpdateMetadataEndpoint.host')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('UpdateMetadataRequest.UpdateMetadataEndpoint.host', buf, pos, _n, 1)
-        o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('UpdateMetadataRequest.UpdateMetadataEndpoint.listener', buf, pos, 2)
-    (_n,) = _S2.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('UpdateMetadataRequest.UpdateMetadataEndpoint.listener', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='UpdateMetadataRequest.UpdateMetadataEndpoint.listener')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('UpdateMetadataRequest.UpdateMetadataEndpoint.listener', buf, pos, _n, 1)
-        o.listener = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('UpdateMetadataRequest.UpdateMetadataEndpoint.security_protocol', buf, pos, 2)
-    (o.security_protocol,) = _S2.unpack_from(buf, pos)
-    pos += 2
     o.unknown_tags = None
     return o, pos
 
@@ -480,9 +549,47 @@ def _d_UpdateMetadataBroker_3(buf, pos):
         raise overrun('UpdateMetadataRequest.UpdateMetadataBroker.endpoints', buf, pos, _c, 10)
     else:
         o.endpoints = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_UpdateMetadataEndpoint_3(buf, pos)
-            _lst.append(_e)
+            _o = _new(UpdateMetadataEndpoint)
+            if pos + 4 > _l:
+                raise truncated('UpdateMetadataRequest.UpdateMetadataEndpoint.port', buf, pos, 4)
+            (_o.port,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if pos + 2 > _l:
+                raise truncated('UpdateMetadataRequest.UpdateMetadataEndpoint.host', buf, pos, 2)
+            (_n,) = _S2.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('UpdateMetadataRequest.UpdateMetadataEndpoint.host', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='UpdateMetadataRequest.UpdateMetadataEndpoint.host')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('UpdateMetadataRequest.UpdateMetadataEndpoint.host', buf, pos, _n, 1)
+                _o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('UpdateMetadataRequest.UpdateMetadataEndpoint.listener', buf, pos, 2)
+            (_n,) = _S2.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('UpdateMetadataRequest.UpdateMetadataEndpoint.listener', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='UpdateMetadataRequest.UpdateMetadataEndpoint.listener')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('UpdateMetadataRequest.UpdateMetadataEndpoint.listener', buf, pos, _n, 1)
+                _o.listener = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('UpdateMetadataRequest.UpdateMetadataEndpoint.security_protocol', buf, pos, 2)
+            (_o.security_protocol,) = _S2.unpack_from(buf, pos)
+            pos += 2
+            _o.unknown_tags = None
+            _ap(_o)
     if pos + 2 > _l:
         raise truncated('UpdateMetadataRequest.UpdateMetadataBroker.rack', buf, pos, 2)
     (_n,) = _S2.unpack_from(buf, pos)
@@ -523,9 +630,58 @@ def _d_UpdateMetadataRequest_3(buf, pos):
         raise overrun('UpdateMetadataRequest.ungrouped_partition_states', buf, pos, _c, 30)
     else:
         o.ungrouped_partition_states = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_UpdateMetadataPartitionState_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(UpdateMetadataPartitionState)
+            _o.offline_replicas = []
+            if pos + 2 > _l:
+                raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.topic_name', buf, pos, 2)
+            (_n,) = _S2.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('UpdateMetadataRequest.UpdateMetadataPartitionState.topic_name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='UpdateMetadataRequest.UpdateMetadataPartitionState.topic_name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.topic_name', buf, pos, _n, 1)
+                _o.topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 16 > _l:
+                raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.partition_index', buf, pos, 16)
+            _o.partition_index, _o.controller_epoch, _o.leader, _o.leader_epoch = _S3.unpack_from(buf, pos)
+            pos += 16
+            if pos + 4 > _l:
+                raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.isr', buf, pos, 4)
+            (_c,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('UpdateMetadataRequest.UpdateMetadataPartitionState.isr', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.isr', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.isr = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos + 4 > _l:
+                raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.zk_version', buf, pos, 4)
+            (_o.zk_version,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if pos + 4 > _l:
+                raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.replicas', buf, pos, 4)
+            (_c,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('UpdateMetadataRequest.UpdateMetadataPartitionState.replicas', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.replicas', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.replicas = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            _o.unknown_tags = None
+            _ap(_o)
     if pos + 4 > _l:
         raise truncated('UpdateMetadataRequest.live_brokers', buf, pos, 4)
     (_c,) = _S1.unpack_from(buf, pos)
@@ -539,70 +695,6 @@ def _d_UpdateMetadataRequest_3(buf, pos):
         for _ in range(_c):
             _e, pos = _d_UpdateMetadataBroker_3(buf, pos)
             _lst.append(_e)
-    o.unknown_tags = None
-    return o, pos
-
-def _d_UpdateMetadataPartitionState_4(buf, pos):
-    _l = len(buf)
-    o = _new(UpdateMetadataPartitionState)
-    if pos + 2 > _l:
-        raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.topic_name', buf, pos, 2)
-    (_n,) = _S2.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('UpdateMetadataRequest.UpdateMetadataPartitionState.topic_name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='UpdateMetadataRequest.UpdateMetadataPartitionState.topic_name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.topic_name', buf, pos, _n, 1)
-        o.topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 16 > _l:
-        raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.partition_index', buf, pos, 16)
-    o.partition_index, o.controller_epoch, o.leader, o.leader_epoch = _S3.unpack_from(buf, pos)
-    pos += 16
-    if pos + 4 > _l:
-        raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.isr', buf, pos, 4)
-    (_c,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if _c < 0:
-        raise bad_length('UpdateMetadataRequest.UpdateMetadataPartitionState.isr', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.isr', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.isr = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos + 4 > _l:
-        raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.zk_version', buf, pos, 4)
-    (o.zk_version,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if pos + 4 > _l:
-        raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.replicas', buf, pos, 4)
-    (_c,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if _c < 0:
-        raise bad_length('UpdateMetadataRequest.UpdateMetadataPartitionState.replicas', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.replicas', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.replicas = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos + 4 > _l:
-        raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.offline_replicas', buf, pos, 4)
-    (_c,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if _c < 0:
-        raise bad_length('UpdateMetadataRequest.UpdateMetadataPartitionState.offline_replicas', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.offline_replicas', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.offline_replicas = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
     o.unknown_tags = None
     return o, pos
 
@@ -627,9 +719,69 @@ def _d_UpdateMetadataRequest_4(buf, pos):
         raise overrun('UpdateMetadataRequest.ungrouped_partition_states', buf, pos, _c, 34)
     else:
         o.ungrouped_partition_states = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_UpdateMetadataPartitionState_4(buf, pos)
-            _lst.append(_e)
+            _o = _new(UpdateMetadataPartitionState)
+            if pos + 2 > _l:
+                raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.topic_name', buf, pos, 2)
+            (_n,) = _S2.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('UpdateMetadataRequest.UpdateMetadataPartitionState.topic_name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='UpdateMetadataRequest.UpdateMetadataPartitionState.topic_name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.topic_name', buf, pos, _n, 1)
+                _o.topic_name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 16 > _l:
+                raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.partition_index', buf, pos, 16)
+            _o.partition_index, _o.controller_epoch, _o.leader, _o.leader_epoch = _S3.unpack_from(buf, pos)
+            pos += 16
+            if pos + 4 > _l:
+                raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.isr', buf, pos, 4)
+            (_c,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('UpdateMetadataRequest.UpdateMetadataPartitionState.isr', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.isr', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.isr = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos + 4 > _l:
+                raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.zk_version', buf, pos, 4)
+            (_o.zk_version,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if pos + 4 > _l:
+                raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.replicas', buf, pos, 4)
+            (_c,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('UpdateMetadataRequest.UpdateMetadataPartitionState.replicas', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.replicas', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.replicas = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos + 4 > _l:
+                raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.offline_replicas', buf, pos, 4)
+            (_c,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('UpdateMetadataRequest.UpdateMetadataPartitionState.offline_replicas', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.offline_replicas', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.offline_replicas = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            _o.unknown_tags = None
+            _ap(_o)
     if pos + 4 > _l:
         raise truncated('UpdateMetadataRequest.live_brokers', buf, pos, 4)
     (_c,) = _S1.unpack_from(buf, pos)
@@ -643,57 +795,6 @@ def _d_UpdateMetadataRequest_4(buf, pos):
         for _ in range(_c):
             _e, pos = _d_UpdateMetadataBroker_3(buf, pos)
             _lst.append(_e)
-    o.unknown_tags = None
-    return o, pos
-
-def _d_UpdateMetadataPartitionState_5(buf, pos):
-    _l = len(buf)
-    o = _new(UpdateMetadataPartitionState)
-    o.topic_name = ''
-    if pos + 16 > _l:
-        raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.partition_index', buf, pos, 16)
-    o.partition_index, o.controller_epoch, o.leader, o.leader_epoch = _S3.unpack_from(buf, pos)
-    pos += 16
-    if pos + 4 > _l:
-        raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.isr', buf, pos, 4)
-    (_c,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if _c < 0:
-        raise bad_length('UpdateMetadataRequest.UpdateMetadataPartitionState.isr', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.isr', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.isr = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos + 4 > _l:
-        raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.zk_version', buf, pos, 4)
-    (o.zk_version,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if pos + 4 > _l:
-        raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.replicas', buf, pos, 4)
-    (_c,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if _c < 0:
-        raise bad_length('UpdateMetadataRequest.UpdateMetadataPartitionState.replicas', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.replicas', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.replicas = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos + 4 > _l:
-        raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.offline_replicas', buf, pos, 4)
-    (_c,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if _c < 0:
-        raise bad_length('UpdateMetadataRequest.UpdateMetadataPartitionState.offline_replicas', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.offline_replicas', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.offline_replicas = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
     o.unknown_tags = None
     return o, pos
 
@@ -725,9 +826,56 @@ def _d_UpdateMetadataTopicState_5(buf, pos):
         raise overrun('UpdateMetadataRequest.UpdateMetadataTopicState.partition_states', buf, pos, _c, 32)
     else:
         o.partition_states = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_UpdateMetadataPartitionState_5(buf, pos)
-            _lst.append(_e)
+            _o = _new(UpdateMetadataPartitionState)
+            _o.topic_name = ''
+            if pos + 16 > _l:
+                raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.partition_index', buf, pos, 16)
+            _o.partition_index, _o.controller_epoch, _o.leader, _o.leader_epoch = _S3.unpack_from(buf, pos)
+            pos += 16
+            if pos + 4 > _l:
+                raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.isr', buf, pos, 4)
+            (_c,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('UpdateMetadataRequest.UpdateMetadataPartitionState.isr', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.isr', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.isr = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos + 4 > _l:
+                raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.zk_version', buf, pos, 4)
+            (_o.zk_version,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if pos + 4 > _l:
+                raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.replicas', buf, pos, 4)
+            (_c,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('UpdateMetadataRequest.UpdateMetadataPartitionState.replicas', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.replicas', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.replicas = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos + 4 > _l:
+                raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.offline_replicas', buf, pos, 4)
+            (_c,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('UpdateMetadataRequest.UpdateMetadataPartitionState.offline_replicas', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.offline_replicas', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.offline_replicas = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -770,73 +918,6 @@ def _d_UpdateMetadataRequest_5(buf, pos):
     o.unknown_tags = None
     return o, pos
 
-def _d_UpdateMetadataPartitionState_6(buf, pos):
-    _l = len(buf)
-    o = _new(UpdateMetadataPartitionState)
-    o.topic_name = ''
-    if pos + 16 > _l:
-        raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.partition_index', buf, pos, 16)
-    o.partition_index, o.controller_epoch, o.leader, o.leader_epoch = _S3.unpack_from(buf, pos)
-    pos += 16
-    if pos < _l and buf[pos] < 0x80:
-        _c = buf[pos] - 1
-        pos += 1
-    else:
-        _c, pos = read_uvarint(buf, pos, 'UpdateMetadataRequest.UpdateMetadataPartitionState.isr')
-        _c -= 1
-    if _c < 0:
-        raise bad_length('UpdateMetadataRequest.UpdateMetadataPartitionState.isr', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.isr', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.isr = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos + 4 > _l:
-        raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.zk_version', buf, pos, 4)
-    (o.zk_version,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if pos < _l and buf[pos] < 0x80:
-        _c = buf[pos] - 1
-        pos += 1
-    else:
-        _c, pos = read_uvarint(buf, pos, 'UpdateMetadataRequest.UpdateMetadataPartitionState.replicas')
-        _c -= 1
-    if _c < 0:
-        raise bad_length('UpdateMetadataRequest.UpdateMetadataPartitionState.replicas', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.replicas', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.replicas = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos < _l and buf[pos] < 0x80:
-        _c = buf[pos] - 1
-        pos += 1
-    else:
-        _c, pos = read_uvarint(buf, pos, 'UpdateMetadataRequest.UpdateMetadataPartitionState.offline_replicas')
-        _c -= 1
-    if _c < 0:
-        raise bad_length('UpdateMetadataRequest.UpdateMetadataPartitionState.offline_replicas', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.offline_replicas', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.offline_replicas = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'UpdateMetadataRequest.UpdateMetadataPartitionState')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_UpdateMetadataTopicState_6(buf, pos):
     _l = len(buf)
     o = _new(UpdateMetadataTopicState)
@@ -869,70 +950,77 @@ def _d_UpdateMetadataTopicState_6(buf, pos):
         raise overrun('UpdateMetadataRequest.UpdateMetadataTopicState.partition_states', buf, pos, _c, 24)
     else:
         o.partition_states = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_UpdateMetadataPartitionState_6(buf, pos)
-            _lst.append(_e)
+            _o = _new(UpdateMetadataPartitionState)
+            _o.topic_name = ''
+            if pos + 16 > _l:
+                raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.partition_index', buf, pos, 16)
+            _o.partition_index, _o.controller_epoch, _o.leader, _o.leader_epoch = _S3.unpack_from(buf, pos)
+            pos += 16
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'UpdateMetadataRequest.UpdateMetadataPartitionState.isr')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('UpdateMetadataRequest.UpdateMetadataPartitionState.isr', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.isr', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.isr = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos + 4 > _l:
+                raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.zk_version', buf, pos, 4)
+            (_o.zk_version,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'UpdateMetadataRequest.UpdateMetadataPartitionState.replicas')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('UpdateMetadataRequest.UpdateMetadataPartitionState.replicas', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.replicas', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.replicas = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'UpdateMetadataRequest.UpdateMetadataPartitionState.offline_replicas')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('UpdateMetadataRequest.UpdateMetadataPartitionState.offline_replicas', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.offline_replicas', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.offline_replicas = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'UpdateMetadataRequest.UpdateMetadataPartitionState')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
     else:
         _tags, pos = read_tags(buf, pos, 'UpdateMetadataRequest.UpdateMetadataTopicState')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
-def _d_UpdateMetadataEndpoint_6(buf, pos):
-    _l = len(buf)
-    o = _new(UpdateMetadataEndpoint)
-    if pos + 4 > _l:
-        raise truncated('UpdateMetadataRequest.UpdateMetadataEndpoint.port', buf, pos, 4)
-    (o.port,) = _S1.unpack_from(buf, pos)
-    pos += 4
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'UpdateMetadataRequest.UpdateMetadataEndpoint.host')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('UpdateMetadataRequest.UpdateMetadataEndpoint.host', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='UpdateMetadataRequest.UpdateMetadataEndpoint.host')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('UpdateMetadataRequest.UpdateMetadataEndpoint.host', buf, pos, _n, 1)
-        o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'UpdateMetadataRequest.UpdateMetadataEndpoint.listener')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('UpdateMetadataRequest.UpdateMetadataEndpoint.listener', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='UpdateMetadataRequest.UpdateMetadataEndpoint.listener')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('UpdateMetadataRequest.UpdateMetadataEndpoint.listener', buf, pos, _n, 1)
-        o.listener = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('UpdateMetadataRequest.UpdateMetadataEndpoint.security_protocol', buf, pos, 2)
-    (o.security_protocol,) = _S2.unpack_from(buf, pos)
-    pos += 2
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'UpdateMetadataRequest.UpdateMetadataEndpoint')
         _unknown = None
         for _tag, _ts, _te in _tags:
             if _unknown is None:
@@ -962,9 +1050,61 @@ def _d_UpdateMetadataBroker_6(buf, pos):
         raise overrun('UpdateMetadataRequest.UpdateMetadataBroker.endpoints', buf, pos, _c, 9)
     else:
         o.endpoints = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_UpdateMetadataEndpoint_6(buf, pos)
-            _lst.append(_e)
+            _o = _new(UpdateMetadataEndpoint)
+            if pos + 4 > _l:
+                raise truncated('UpdateMetadataRequest.UpdateMetadataEndpoint.port', buf, pos, 4)
+            (_o.port,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'UpdateMetadataRequest.UpdateMetadataEndpoint.host')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('UpdateMetadataRequest.UpdateMetadataEndpoint.host', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='UpdateMetadataRequest.UpdateMetadataEndpoint.host')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('UpdateMetadataRequest.UpdateMetadataEndpoint.host', buf, pos, _n, 1)
+                _o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'UpdateMetadataRequest.UpdateMetadataEndpoint.listener')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('UpdateMetadataRequest.UpdateMetadataEndpoint.listener', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='UpdateMetadataRequest.UpdateMetadataEndpoint.listener')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('UpdateMetadataRequest.UpdateMetadataEndpoint.listener', buf, pos, _n, 1)
+                _o.listener = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('UpdateMetadataRequest.UpdateMetadataEndpoint.security_protocol', buf, pos, 2)
+            (_o.security_protocol,) = _S2.unpack_from(buf, pos)
+            pos += 2
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'UpdateMetadataRequest.UpdateMetadataEndpoint')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] < 0x80:
         _n = buf[pos] - 1
         pos += 1
@@ -1085,9 +1225,72 @@ def _d_UpdateMetadataTopicState_7(buf, pos):
         raise overrun('UpdateMetadataRequest.UpdateMetadataTopicState.partition_states', buf, pos, _c, 24)
     else:
         o.partition_states = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_UpdateMetadataPartitionState_6(buf, pos)
-            _lst.append(_e)
+            _o = _new(UpdateMetadataPartitionState)
+            _o.topic_name = ''
+            if pos + 16 > _l:
+                raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.partition_index', buf, pos, 16)
+            _o.partition_index, _o.controller_epoch, _o.leader, _o.leader_epoch = _S3.unpack_from(buf, pos)
+            pos += 16
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'UpdateMetadataRequest.UpdateMetadataPartitionState.isr')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('UpdateMetadataRequest.UpdateMetadataPartitionState.isr', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.isr', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.isr = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos + 4 > _l:
+                raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.zk_version', buf, pos, 4)
+            (_o.zk_version,) = _S1.unpack_from(buf, pos)
+            pos += 4
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'UpdateMetadataRequest.UpdateMetadataPartitionState.replicas')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('UpdateMetadataRequest.UpdateMetadataPartitionState.replicas', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.replicas', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.replicas = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'UpdateMetadataRequest.UpdateMetadataPartitionState.offline_replicas')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('UpdateMetadataRequest.UpdateMetadataPartitionState.offline_replicas', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('UpdateMetadataRequest.UpdateMetadataPartitionState.offline_replicas', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.offline_replicas = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'UpdateMetadataRequest.UpdateMetadataPartitionState')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -1216,74 +1419,82 @@ def _d_UpdateMetadataRequest_8(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_UpdateMetadataPartitionState_0(o, out, chunks):
-    _b = o.topic_name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('UpdateMetadataRequest.UpdateMetadataPartitionState.topic_name', _n)
-    out += _S2.pack(_n)
-    out += _b
-    out += _S3.pack(o.partition_index, o.controller_epoch, o.leader, o.leader_epoch)
-    _a = o.isr
-    _c = len(_a)
-    out += _S1.pack(_c)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    out += _S1.pack(o.zk_version)
-    _a = o.replicas
-    _c = len(_a)
-    out += _S1.pack(_c)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-
-def _e_UpdateMetadataBroker_0(o, out, chunks):
-    out += _S1.pack(o.id)
-    _b = o.v0_host.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('UpdateMetadataRequest.UpdateMetadataBroker.v0_host', _n)
-    out += _S2.pack(_n)
-    out += _b
-    out += _S1.pack(o.v0_port)
-
 def _e_UpdateMetadataRequest_0(o, out, chunks):
     out += _S0.pack(o.controller_id, o.controller_epoch)
     _a = o.ungrouped_partition_states
     _c = len(_a)
     out += _S1.pack(_c)
-    for _e in _a:
-        _e_UpdateMetadataPartitionState_0(_e, out, chunks)
+    for _o in _a:
+        _b = _o.topic_name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('UpdateMetadataRequest.UpdateMetadataPartitionState.topic_name', _n)
+        out += _S2.pack(_n)
+        out += _b
+        out += _S3.pack(_o.partition_index, _o.controller_epoch, _o.leader, _o.leader_epoch)
+        _a = _o.isr
+        _c = len(_a)
+        out += _S1.pack(_c)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        out += _S1.pack(_o.zk_version)
+        _a = _o.replicas
+        _c = len(_a)
+        out += _S1.pack(_c)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
     _a = o.live_brokers
     _c = len(_a)
     out += _S1.pack(_c)
-    for _e in _a:
-        _e_UpdateMetadataBroker_0(_e, out, chunks)
-
-def _e_UpdateMetadataEndpoint_1(o, out, chunks):
-    out += _S1.pack(o.port)
-    _b = o.host.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('UpdateMetadataRequest.UpdateMetadataEndpoint.host', _n)
-    out += _S2.pack(_n)
-    out += _b
-    out += _S2.pack(o.security_protocol)
+    for _o in _a:
+        out += _S1.pack(_o.id)
+        _b = _o.v0_host.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('UpdateMetadataRequest.UpdateMetadataBroker.v0_host', _n)
+        out += _S2.pack(_n)
+        out += _b
+        out += _S1.pack(_o.v0_port)
 
 def _e_UpdateMetadataBroker_1(o, out, chunks):
     out += _S1.pack(o.id)
     _a = o.endpoints
     _c = len(_a)
     out += _S1.pack(_c)
-    for _e in _a:
-        _e_UpdateMetadataEndpoint_1(_e, out, chunks)
+    for _o in _a:
+        out += _S1.pack(_o.port)
+        _b = _o.host.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('UpdateMetadataRequest.UpdateMetadataEndpoint.host', _n)
+        out += _S2.pack(_n)
+        out += _b
+        out += _S2.pack(_o.security_protocol)
 
 def _e_UpdateMetadataRequest_1(o, out, chunks):
     out += _S0.pack(o.controller_id, o.controller_epoch)
     _a = o.ungrouped_partition_states
     _c = len(_a)
     out += _S1.pack(_c)
-    for _e in _a:
-        _e_UpdateMetadataPartitionState_0(_e, out, chunks)
+    for _o in _a:
+        _b = _o.topic_name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('UpdateMetadataRequest.UpdateMetadataPartitionState.topic_name', _n)
+        out += _S2.pack(_n)
+        out += _b
+        out += _S3.pack(_o.partition_index, _o.controller_epoch, _o.leader, _o.leader_epoch)
+        _a = _o.isr
+        _c = len(_a)
+        out += _S1.pack(_c)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        out += _S1.pack(_o.zk_version)
+        _a = _o.replicas
+        _c = len(_a)
+        out += _S1.pack(_c)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
     _a = o.live_brokers
     _c = len(_a)
     out += _S1.pack(_c)
@@ -1295,8 +1506,15 @@ def _e_UpdateMetadataBroker_2(o, out, chunks):
     _a = o.endpoints
     _c = len(_a)
     out += _S1.pack(_c)
-    for _e in _a:
-        _e_UpdateMetadataEndpoint_1(_e, out, chunks)
+    for _o in _a:
+        out += _S1.pack(_o.port)
+        _b = _o.host.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('UpdateMetadataRequest.UpdateMetadataEndpoint.host', _n)
+        out += _S2.pack(_n)
+        out += _b
+        out += _S2.pack(_o.security_protocol)
     if o.rack is None:
         out += b'\xff\xff'
     else:
@@ -1312,37 +1530,51 @@ def _e_UpdateMetadataRequest_2(o, out, chunks):
     _a = o.ungrouped_partition_states
     _c = len(_a)
     out += _S1.pack(_c)
-    for _e in _a:
-        _e_UpdateMetadataPartitionState_0(_e, out, chunks)
+    for _o in _a:
+        _b = _o.topic_name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('UpdateMetadataRequest.UpdateMetadataPartitionState.topic_name', _n)
+        out += _S2.pack(_n)
+        out += _b
+        out += _S3.pack(_o.partition_index, _o.controller_epoch, _o.leader, _o.leader_epoch)
+        _a = _o.isr
+        _c = len(_a)
+        out += _S1.pack(_c)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        out += _S1.pack(_o.zk_version)
+        _a = _o.replicas
+        _c = len(_a)
+        out += _S1.pack(_c)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
     _a = o.live_brokers
     _c = len(_a)
     out += _S1.pack(_c)
     for _e in _a:
         _e_UpdateMetadataBroker_2(_e, out, chunks)
 
-def _e_UpdateMetadataEndpoint_3(o, out, chunks):
-    out += _S1.pack(o.port)
-    _b = o.host.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('UpdateMetadataRequest.UpdateMetadataEndpoint.host', _n)
-    out += _S2.pack(_n)
-    out += _b
-    _b = o.listener.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('UpdateMetadataRequest.UpdateMetadataEndpoint.listener', _n)
-    out += _S2.pack(_n)
-    out += _b
-    out += _S2.pack(o.security_protocol)
-
 def _e_UpdateMetadataBroker_3(o, out, chunks):
     out += _S1.pack(o.id)
     _a = o.endpoints
     _c = len(_a)
     out += _S1.pack(_c)
-    for _e in _a:
-        _e_UpdateMetadataEndpoint_3(_e, out, chunks)
+    for _o in _a:
+        out += _S1.pack(_o.port)
+        _b = _o.host.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('UpdateMetadataRequest.UpdateMetadataEndpoint.host', _n)
+        out += _S2.pack(_n)
+        out += _b
+        _b = _o.listener.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('UpdateMetadataRequest.UpdateMetadataEndpoint.listener', _n)
+        out += _S2.pack(_n)
+        out += _b
+        out += _S2.pack(_o.security_protocol)
     if o.rack is None:
         out += b'\xff\xff'
     else:
@@ -1358,70 +1590,65 @@ def _e_UpdateMetadataRequest_3(o, out, chunks):
     _a = o.ungrouped_partition_states
     _c = len(_a)
     out += _S1.pack(_c)
-    for _e in _a:
-        _e_UpdateMetadataPartitionState_0(_e, out, chunks)
+    for _o in _a:
+        _b = _o.topic_name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('UpdateMetadataRequest.UpdateMetadataPartitionState.topic_name', _n)
+        out += _S2.pack(_n)
+        out += _b
+        out += _S3.pack(_o.partition_index, _o.controller_epoch, _o.leader, _o.leader_epoch)
+        _a = _o.isr
+        _c = len(_a)
+        out += _S1.pack(_c)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        out += _S1.pack(_o.zk_version)
+        _a = _o.replicas
+        _c = len(_a)
+        out += _S1.pack(_c)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
     _a = o.live_brokers
     _c = len(_a)
     out += _S1.pack(_c)
     for _e in _a:
         _e_UpdateMetadataBroker_3(_e, out, chunks)
-
-def _e_UpdateMetadataPartitionState_4(o, out, chunks):
-    _b = o.topic_name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('UpdateMetadataRequest.UpdateMetadataPartitionState.topic_name', _n)
-    out += _S2.pack(_n)
-    out += _b
-    out += _S3.pack(o.partition_index, o.controller_epoch, o.leader, o.leader_epoch)
-    _a = o.isr
-    _c = len(_a)
-    out += _S1.pack(_c)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    out += _S1.pack(o.zk_version)
-    _a = o.replicas
-    _c = len(_a)
-    out += _S1.pack(_c)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    _a = o.offline_replicas
-    _c = len(_a)
-    out += _S1.pack(_c)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
 
 def _e_UpdateMetadataRequest_4(o, out, chunks):
     out += _S0.pack(o.controller_id, o.controller_epoch)
     _a = o.ungrouped_partition_states
     _c = len(_a)
     out += _S1.pack(_c)
-    for _e in _a:
-        _e_UpdateMetadataPartitionState_4(_e, out, chunks)
+    for _o in _a:
+        _b = _o.topic_name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('UpdateMetadataRequest.UpdateMetadataPartitionState.topic_name', _n)
+        out += _S2.pack(_n)
+        out += _b
+        out += _S3.pack(_o.partition_index, _o.controller_epoch, _o.leader, _o.leader_epoch)
+        _a = _o.isr
+        _c = len(_a)
+        out += _S1.pack(_c)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        out += _S1.pack(_o.zk_version)
+        _a = _o.replicas
+        _c = len(_a)
+        out += _S1.pack(_c)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        _a = _o.offline_replicas
+        _c = len(_a)
+        out += _S1.pack(_c)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
     _a = o.live_brokers
     _c = len(_a)
     out += _S1.pack(_c)
     for _e in _a:
         _e_UpdateMetadataBroker_3(_e, out, chunks)
-
-def _e_UpdateMetadataPartitionState_5(o, out, chunks):
-    out += _S3.pack(o.partition_index, o.controller_epoch, o.leader, o.leader_epoch)
-    _a = o.isr
-    _c = len(_a)
-    out += _S1.pack(_c)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    out += _S1.pack(o.zk_version)
-    _a = o.replicas
-    _c = len(_a)
-    out += _S1.pack(_c)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    _a = o.offline_replicas
-    _c = len(_a)
-    out += _S1.pack(_c)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
 
 def _e_UpdateMetadataTopicState_5(o, out, chunks):
     _b = o.topic_name.encode('utf-8', 'surrogateescape')
@@ -1433,8 +1660,24 @@ def _e_UpdateMetadataTopicState_5(o, out, chunks):
     _a = o.partition_states
     _c = len(_a)
     out += _S1.pack(_c)
-    for _e in _a:
-        _e_UpdateMetadataPartitionState_5(_e, out, chunks)
+    for _o in _a:
+        out += _S3.pack(_o.partition_index, _o.controller_epoch, _o.leader, _o.leader_epoch)
+        _a = _o.isr
+        _c = len(_a)
+        out += _S1.pack(_c)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        out += _S1.pack(_o.zk_version)
+        _a = _o.replicas
+        _c = len(_a)
+        out += _S1.pack(_c)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        _a = _o.offline_replicas
+        _c = len(_a)
+        out += _S1.pack(_c)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
 
 def _e_UpdateMetadataRequest_5(o, out, chunks):
     out += _S4.pack(o.controller_id, o.controller_epoch, o.broker_epoch)
@@ -1448,38 +1691,6 @@ def _e_UpdateMetadataRequest_5(o, out, chunks):
     out += _S1.pack(_c)
     for _e in _a:
         _e_UpdateMetadataBroker_3(_e, out, chunks)
-
-def _e_UpdateMetadataPartitionState_6(o, out, chunks):
-    out += _S3.pack(o.partition_index, o.controller_epoch, o.leader, o.leader_epoch)
-    _a = o.isr
-    _c = len(_a)
-    if _c < 127:
-        out.append(_c + 1)
-    else:
-        write_uvarint(out, _c + 1)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    out += _S1.pack(o.zk_version)
-    _a = o.replicas
-    _c = len(_a)
-    if _c < 127:
-        out.append(_c + 1)
-    else:
-        write_uvarint(out, _c + 1)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    _a = o.offline_replicas
-    _c = len(_a)
-    if _c < 127:
-        out.append(_c + 1)
-    else:
-        write_uvarint(out, _c + 1)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
 
 def _e_UpdateMetadataTopicState_6(o, out, chunks):
     _b = o.topic_name.encode('utf-8', 'surrogateescape')
@@ -1497,34 +1708,37 @@ def _e_UpdateMetadataTopicState_6(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_UpdateMetadataPartitionState_6(_e, out, chunks)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
-def _e_UpdateMetadataEndpoint_6(o, out, chunks):
-    out += _S1.pack(o.port)
-    _b = o.host.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('UpdateMetadataRequest.UpdateMetadataEndpoint.host', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    _b = o.listener.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('UpdateMetadataRequest.UpdateMetadataEndpoint.listener', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    out += _S2.pack(o.security_protocol)
+    for _o in _a:
+        out += _S3.pack(_o.partition_index, _o.controller_epoch, _o.leader, _o.leader_epoch)
+        _a = _o.isr
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        out += _S1.pack(_o.zk_version)
+        _a = _o.replicas
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        _a = _o.offline_replicas
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:
@@ -1538,8 +1752,31 @@ def _e_UpdateMetadataBroker_6(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_UpdateMetadataEndpoint_6(_e, out, chunks)
+    for _o in _a:
+        out += _S1.pack(_o.port)
+        _b = _o.host.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('UpdateMetadataRequest.UpdateMetadataEndpoint.host', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        _b = _o.listener.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('UpdateMetadataRequest.UpdateMetadataEndpoint.listener', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        out += _S2.pack(_o.security_protocol)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.rack is None:
         out.append(0)
     else:
@@ -1597,8 +1834,37 @@ def _e_UpdateMetadataTopicState_7(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_UpdateMetadataPartitionState_6(_e, out, chunks)
+    for _o in _a:
+        out += _S3.pack(_o.partition_index, _o.controller_epoch, _o.leader, _o.leader_epoch)
+        _a = _o.isr
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        out += _S1.pack(_o.zk_version)
+        _a = _o.replicas
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        _a = _o.offline_replicas
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:

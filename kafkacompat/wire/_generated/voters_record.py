@@ -74,58 +74,6 @@ _S1 = _Struct('>i16s')
 _S2 = _Struct('>H')
 _S3 = _Struct('>hh')
 
-def _d_Endpoint_0(buf, pos):
-    _l = len(buf)
-    o = _new(Endpoint)
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'VotersRecord.Endpoint.name')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('VotersRecord.Endpoint.name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='VotersRecord.Endpoint.name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('VotersRecord.Endpoint.name', buf, pos, _n, 1)
-        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'VotersRecord.Endpoint.host')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('VotersRecord.Endpoint.host', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='VotersRecord.Endpoint.host')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('VotersRecord.Endpoint.host', buf, pos, _n, 1)
-        o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 2 > _l:
-        raise truncated('VotersRecord.Endpoint.port', buf, pos, 2)
-    (o.port,) = _S2.unpack_from(buf, pos)
-    pos += 2
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'VotersRecord.Endpoint')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_KRaftVersionFeature_0(buf, pos):
     _l = len(buf)
     o = _new(KRaftVersionFeature)
@@ -166,9 +114,57 @@ def _d_Voter_0(buf, pos):
         raise overrun('VotersRecord.Voter.endpoints', buf, pos, _c, 5)
     else:
         o.endpoints = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_Endpoint_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(Endpoint)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'VotersRecord.Endpoint.name')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('VotersRecord.Endpoint.name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='VotersRecord.Endpoint.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('VotersRecord.Endpoint.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'VotersRecord.Endpoint.host')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('VotersRecord.Endpoint.host', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='VotersRecord.Endpoint.host')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('VotersRecord.Endpoint.host', buf, pos, _n, 1)
+                _o.host = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 2 > _l:
+                raise truncated('VotersRecord.Endpoint.port', buf, pos, 2)
+            (_o.port,) = _S2.unpack_from(buf, pos)
+            pos += 2
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'VotersRecord.Endpoint')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     o.k_raft_version_feature, pos = _d_KRaftVersionFeature_0(buf, pos)
     if pos < _l and buf[pos] == 0:
         pos += 1
@@ -218,31 +214,6 @@ def _d_VotersRecord_0(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_Endpoint_0(o, out, chunks):
-    _b = o.name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('VotersRecord.Endpoint.name', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    _b = o.host.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('VotersRecord.Endpoint.host', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    out += _S2.pack(o.port)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
 def _e_KRaftVersionFeature_0(o, out, chunks):
     out += _S3.pack(o.min_supported_version, o.max_supported_version)
     if o.unknown_tags is None:
@@ -258,8 +229,30 @@ def _e_Voter_0(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_Endpoint_0(_e, out, chunks)
+    for _o in _a:
+        _b = _o.name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('VotersRecord.Endpoint.name', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        _b = _o.host.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('VotersRecord.Endpoint.host', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        out += _S2.pack(_o.port)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     _e_KRaftVersionFeature_0(o.k_raft_version_feature, out, chunks)
     if o.unknown_tags is None:
         out.append(0)

@@ -65,38 +65,6 @@ _S1 = _Struct('>qh?')
 _S2 = _Struct('>h')
 _A_i = ARRAY_STRUCTS['i']
 
-def _d_WritableTxnMarkerTopic_0(buf, pos):
-    _l = len(buf)
-    o = _new(WritableTxnMarkerTopic)
-    if pos + 2 > _l:
-        raise truncated('WriteTxnMarkersRequest.WritableTxnMarkerTopic.name', buf, pos, 2)
-    (_n,) = _S2.unpack_from(buf, pos)
-    pos += 2
-    if _n < 0:
-        raise bad_length('WriteTxnMarkersRequest.WritableTxnMarkerTopic.name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='WriteTxnMarkersRequest.WritableTxnMarkerTopic.name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('WriteTxnMarkersRequest.WritableTxnMarkerTopic.name', buf, pos, _n, 1)
-        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos + 4 > _l:
-        raise truncated('WriteTxnMarkersRequest.WritableTxnMarkerTopic.partition_indexes', buf, pos, 4)
-    (_c,) = _S0.unpack_from(buf, pos)
-    pos += 4
-    if _c < 0:
-        raise bad_length('WriteTxnMarkersRequest.WritableTxnMarkerTopic.partition_indexes', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('WriteTxnMarkersRequest.WritableTxnMarkerTopic.partition_indexes', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.partition_indexes = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    o.unknown_tags = None
-    return o, pos
-
 def _d_WritableTxnMarker_0(buf, pos):
     _l = len(buf)
     o = _new(WritableTxnMarker)
@@ -114,9 +82,37 @@ def _d_WritableTxnMarker_0(buf, pos):
         raise overrun('WriteTxnMarkersRequest.WritableTxnMarker.topics', buf, pos, _c, 6)
     else:
         o.topics = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_WritableTxnMarkerTopic_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(WritableTxnMarkerTopic)
+            if pos + 2 > _l:
+                raise truncated('WriteTxnMarkersRequest.WritableTxnMarkerTopic.name', buf, pos, 2)
+            (_n,) = _S2.unpack_from(buf, pos)
+            pos += 2
+            if _n < 0:
+                raise bad_length('WriteTxnMarkersRequest.WritableTxnMarkerTopic.name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='WriteTxnMarkersRequest.WritableTxnMarkerTopic.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('WriteTxnMarkersRequest.WritableTxnMarkerTopic.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos + 4 > _l:
+                raise truncated('WriteTxnMarkersRequest.WritableTxnMarkerTopic.partition_indexes', buf, pos, 4)
+            (_c,) = _S0.unpack_from(buf, pos)
+            pos += 4
+            if _c < 0:
+                raise bad_length('WriteTxnMarkersRequest.WritableTxnMarkerTopic.partition_indexes', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('WriteTxnMarkersRequest.WritableTxnMarkerTopic.partition_indexes', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.partition_indexes = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            _o.unknown_tags = None
+            _ap(_o)
     if pos + 4 > _l:
         raise truncated('WriteTxnMarkersRequest.WritableTxnMarker.coordinator_epoch', buf, pos, 4)
     (o.coordinator_epoch,) = _S0.unpack_from(buf, pos)
@@ -143,52 +139,6 @@ def _d_WriteTxnMarkersRequest_0(buf, pos):
     o.unknown_tags = None
     return o, pos
 
-def _d_WritableTxnMarkerTopic_1(buf, pos):
-    _l = len(buf)
-    o = _new(WritableTxnMarkerTopic)
-    if pos < _l and buf[pos] < 0x80:
-        _n = buf[pos] - 1
-        pos += 1
-    else:
-        _n, pos = read_uvarint(buf, pos, 'WriteTxnMarkersRequest.WritableTxnMarkerTopic.name')
-        _n -= 1
-    if _n < 0:
-        raise bad_length('WriteTxnMarkersRequest.WritableTxnMarkerTopic.name', _n)
-    elif _n > 0x7FFF:
-        raise DecodeError(f'string length {_n} exceeds 32767', field='WriteTxnMarkersRequest.WritableTxnMarkerTopic.name')
-    else:
-        _end = pos + _n
-        if _end > _l:
-            raise overrun('WriteTxnMarkersRequest.WritableTxnMarkerTopic.name', buf, pos, _n, 1)
-        o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
-        pos = _end
-    if pos < _l and buf[pos] < 0x80:
-        _c = buf[pos] - 1
-        pos += 1
-    else:
-        _c, pos = read_uvarint(buf, pos, 'WriteTxnMarkersRequest.WritableTxnMarkerTopic.partition_indexes')
-        _c -= 1
-    if _c < 0:
-        raise bad_length('WriteTxnMarkersRequest.WritableTxnMarkerTopic.partition_indexes', _c)
-    elif _c * 4 > _l - pos:
-        raise overrun('WriteTxnMarkersRequest.WritableTxnMarkerTopic.partition_indexes', buf, pos, _c, 4)
-    else:
-        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-        o.partition_indexes = list(_st.unpack_from(buf, pos))
-        pos += _c * 4
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'WriteTxnMarkersRequest.WritableTxnMarkerTopic')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_WritableTxnMarker_1(buf, pos):
     _l = len(buf)
     o = _new(WritableTxnMarker)
@@ -208,9 +158,51 @@ def _d_WritableTxnMarker_1(buf, pos):
         raise overrun('WriteTxnMarkersRequest.WritableTxnMarker.topics', buf, pos, _c, 3)
     else:
         o.topics = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_WritableTxnMarkerTopic_1(buf, pos)
-            _lst.append(_e)
+            _o = _new(WritableTxnMarkerTopic)
+            if pos < _l and buf[pos] < 0x80:
+                _n = buf[pos] - 1
+                pos += 1
+            else:
+                _n, pos = read_uvarint(buf, pos, 'WriteTxnMarkersRequest.WritableTxnMarkerTopic.name')
+                _n -= 1
+            if _n < 0:
+                raise bad_length('WriteTxnMarkersRequest.WritableTxnMarkerTopic.name', _n)
+            elif _n > 0x7FFF:
+                raise DecodeError(f'string length {_n} exceeds 32767', field='WriteTxnMarkersRequest.WritableTxnMarkerTopic.name')
+            else:
+                _end = pos + _n
+                if _end > _l:
+                    raise overrun('WriteTxnMarkersRequest.WritableTxnMarkerTopic.name', buf, pos, _n, 1)
+                _o.name = str(buf[pos:_end], 'utf-8', 'surrogateescape')
+                pos = _end
+            if pos < _l and buf[pos] < 0x80:
+                _c = buf[pos] - 1
+                pos += 1
+            else:
+                _c, pos = read_uvarint(buf, pos, 'WriteTxnMarkersRequest.WritableTxnMarkerTopic.partition_indexes')
+                _c -= 1
+            if _c < 0:
+                raise bad_length('WriteTxnMarkersRequest.WritableTxnMarkerTopic.partition_indexes', _c)
+            elif _c * 4 > _l - pos:
+                raise overrun('WriteTxnMarkersRequest.WritableTxnMarkerTopic.partition_indexes', buf, pos, _c, 4)
+            else:
+                _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+                _o.partition_indexes = list(_st.unpack_from(buf, pos))
+                pos += _c * 4
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'WriteTxnMarkersRequest.WritableTxnMarkerTopic')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos + 4 > _l:
         raise truncated('WriteTxnMarkersRequest.WritableTxnMarker.coordinator_epoch', buf, pos, 4)
     (o.coordinator_epoch,) = _S0.unpack_from(buf, pos)
@@ -259,26 +251,23 @@ def _d_WriteTxnMarkersRequest_1(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_WritableTxnMarkerTopic_0(o, out, chunks):
-    _b = o.name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('WriteTxnMarkersRequest.WritableTxnMarkerTopic.name', _n)
-    out += _S2.pack(_n)
-    out += _b
-    _a = o.partition_indexes
-    _c = len(_a)
-    out += _S0.pack(_c)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-
 def _e_WritableTxnMarker_0(o, out, chunks):
     out += _S1.pack(o.producer_id, o.producer_epoch, o.transaction_result)
     _a = o.topics
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_WritableTxnMarkerTopic_0(_e, out, chunks)
+    for _o in _a:
+        _b = _o.name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('WriteTxnMarkersRequest.WritableTxnMarkerTopic.name', _n)
+        out += _S2.pack(_n)
+        out += _b
+        _a = _o.partition_indexes
+        _c = len(_a)
+        out += _S0.pack(_c)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
     out += _S0.pack(o.coordinator_epoch)
 
 def _e_WriteTxnMarkersRequest_0(o, out, chunks):
@@ -288,29 +277,6 @@ def _e_WriteTxnMarkersRequest_0(o, out, chunks):
     for _e in _a:
         _e_WritableTxnMarker_0(_e, out, chunks)
 
-def _e_WritableTxnMarkerTopic_1(o, out, chunks):
-    _b = o.name.encode('utf-8', 'surrogateescape')
-    _n = len(_b)
-    if _n > 0x7FFF:
-        raise string_too_long('WriteTxnMarkersRequest.WritableTxnMarkerTopic.name', _n)
-    if _n < 127:
-        out.append(_n + 1)
-    else:
-        write_uvarint(out, _n + 1)
-    out += _b
-    _a = o.partition_indexes
-    _c = len(_a)
-    if _c < 127:
-        out.append(_c + 1)
-    else:
-        write_uvarint(out, _c + 1)
-    _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
-    out += _st.pack(*_a)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
-
 def _e_WritableTxnMarker_1(o, out, chunks):
     out += _S1.pack(o.producer_id, o.producer_epoch, o.transaction_result)
     _a = o.topics
@@ -319,8 +285,28 @@ def _e_WritableTxnMarker_1(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_WritableTxnMarkerTopic_1(_e, out, chunks)
+    for _o in _a:
+        _b = _o.name.encode('utf-8', 'surrogateescape')
+        _n = len(_b)
+        if _n > 0x7FFF:
+            raise string_too_long('WriteTxnMarkersRequest.WritableTxnMarkerTopic.name', _n)
+        if _n < 127:
+            out.append(_n + 1)
+        else:
+            write_uvarint(out, _n + 1)
+        out += _b
+        _a = _o.partition_indexes
+        _c = len(_a)
+        if _c < 127:
+            out.append(_c + 1)
+        else:
+            write_uvarint(out, _c + 1)
+        _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
+        out += _st.pack(*_a)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     out += _S0.pack(o.coordinator_epoch)
     if o.unknown_tags is None:
         out.append(0)

@@ -63,16 +63,6 @@ _S1 = _Struct('>q')
 _S2 = _Struct('>h')
 _S3 = _Struct('>ih')
 
-def _d_WritableTxnMarkerPartitionResult_0(buf, pos):
-    _l = len(buf)
-    o = _new(WritableTxnMarkerPartitionResult)
-    if pos + 6 > _l:
-        raise truncated('WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult.partition_index', buf, pos, 6)
-    o.partition_index, o.error_code = _S3.unpack_from(buf, pos)
-    pos += 6
-    o.unknown_tags = None
-    return o, pos
-
 def _d_WritableTxnMarkerTopicResult_0(buf, pos):
     _l = len(buf)
     o = _new(WritableTxnMarkerTopicResult)
@@ -100,9 +90,15 @@ def _d_WritableTxnMarkerTopicResult_0(buf, pos):
         raise overrun('WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.partitions', buf, pos, _c, 6)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_WritableTxnMarkerPartitionResult_0(buf, pos)
-            _lst.append(_e)
+            _o = _new(WritableTxnMarkerPartitionResult)
+            if pos + 6 > _l:
+                raise truncated('WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult.partition_index', buf, pos, 6)
+            _o.partition_index, _o.error_code = _S3.unpack_from(buf, pos)
+            pos += 6
+            _o.unknown_tags = None
+            _ap(_o)
     o.unknown_tags = None
     return o, pos
 
@@ -148,26 +144,6 @@ def _d_WriteTxnMarkersResponse_0(buf, pos):
     o.unknown_tags = None
     return o, pos
 
-def _d_WritableTxnMarkerPartitionResult_1(buf, pos):
-    _l = len(buf)
-    o = _new(WritableTxnMarkerPartitionResult)
-    if pos + 6 > _l:
-        raise truncated('WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult.partition_index', buf, pos, 6)
-    o.partition_index, o.error_code = _S3.unpack_from(buf, pos)
-    pos += 6
-    if pos < _l and buf[pos] == 0:
-        pos += 1
-        o.unknown_tags = None
-    else:
-        _tags, pos = read_tags(buf, pos, 'WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult')
-        _unknown = None
-        for _tag, _ts, _te in _tags:
-            if _unknown is None:
-                _unknown = []
-            _unknown.append((_tag, bytes(buf[_ts:_te])))
-        o.unknown_tags = _unknown
-    return o, pos
-
 def _d_WritableTxnMarkerTopicResult_1(buf, pos):
     _l = len(buf)
     o = _new(WritableTxnMarkerTopicResult)
@@ -199,9 +175,25 @@ def _d_WritableTxnMarkerTopicResult_1(buf, pos):
         raise overrun('WriteTxnMarkersResponse.WritableTxnMarkerTopicResult.partitions', buf, pos, _c, 7)
     else:
         o.partitions = _lst = []
+        _ap = _lst.append
         for _ in range(_c):
-            _e, pos = _d_WritableTxnMarkerPartitionResult_1(buf, pos)
-            _lst.append(_e)
+            _o = _new(WritableTxnMarkerPartitionResult)
+            if pos + 6 > _l:
+                raise truncated('WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult.partition_index', buf, pos, 6)
+            _o.partition_index, _o.error_code = _S3.unpack_from(buf, pos)
+            pos += 6
+            if pos < _l and buf[pos] == 0:
+                pos += 1
+                _o.unknown_tags = None
+            else:
+                _tags, pos = read_tags(buf, pos, 'WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult')
+                _unknown = None
+                for _tag, _ts, _te in _tags:
+                    if _unknown is None:
+                        _unknown = []
+                    _unknown.append((_tag, bytes(buf[_ts:_te])))
+                _o.unknown_tags = _unknown
+            _ap(_o)
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -281,9 +273,6 @@ def _d_WriteTxnMarkersResponse_1(buf, pos):
         o.unknown_tags = _unknown
     return o, pos
 
-def _e_WritableTxnMarkerPartitionResult_0(o, out, chunks):
-    out += _S3.pack(o.partition_index, o.error_code)
-
 def _e_WritableTxnMarkerTopicResult_0(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')
     _n = len(_b)
@@ -294,8 +283,8 @@ def _e_WritableTxnMarkerTopicResult_0(o, out, chunks):
     _a = o.partitions
     _c = len(_a)
     out += _S0.pack(_c)
-    for _e in _a:
-        _e_WritableTxnMarkerPartitionResult_0(_e, out, chunks)
+    for _o in _a:
+        out += _S3.pack(_o.partition_index, _o.error_code)
 
 def _e_WritableTxnMarkerResult_0(o, out, chunks):
     out += _S1.pack(o.producer_id)
@@ -311,13 +300,6 @@ def _e_WriteTxnMarkersResponse_0(o, out, chunks):
     out += _S0.pack(_c)
     for _e in _a:
         _e_WritableTxnMarkerResult_0(_e, out, chunks)
-
-def _e_WritableTxnMarkerPartitionResult_1(o, out, chunks):
-    out += _S3.pack(o.partition_index, o.error_code)
-    if o.unknown_tags is None:
-        out.append(0)
-    else:
-        write_tags(out, o.unknown_tags)
 
 def _e_WritableTxnMarkerTopicResult_1(o, out, chunks):
     _b = o.name.encode('utf-8', 'surrogateescape')
@@ -335,8 +317,12 @@ def _e_WritableTxnMarkerTopicResult_1(o, out, chunks):
         out.append(_c + 1)
     else:
         write_uvarint(out, _c + 1)
-    for _e in _a:
-        _e_WritableTxnMarkerPartitionResult_1(_e, out, chunks)
+    for _o in _a:
+        out += _S3.pack(_o.partition_index, _o.error_code)
+        if _o.unknown_tags is None:
+            out.append(0)
+        else:
+            write_tags(out, _o.unknown_tags)
     if o.unknown_tags is None:
         out.append(0)
     else:
