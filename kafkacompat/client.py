@@ -300,3 +300,13 @@ def parse_property_args(items: list[str] | None) -> dict[str, str]:
             raise CommandError(f"property {item!r} is not key=value")
         result[key.strip()] = value.encode("utf-8").decode("unicode_escape")
     return result
+
+
+def silence_stdout() -> None:
+    """After a BrokenPipeError (e.g. `| head`): point stdout at /dev/null so the interpreter's final
+    flush does not complain again."""
+    import os
+    import sys
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())

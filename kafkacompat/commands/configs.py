@@ -16,7 +16,14 @@ import argparse
 import sys
 from typing import Any
 
-from kafkacompat.client import ClientError, CommandError, KafkaClient, add_bootstrap_argument, error_name
+from kafkacompat.client import (
+    ClientError,
+    CommandError,
+    KafkaClient,
+    add_bootstrap_argument,
+    error_name,
+    silence_stdout,
+)
 from kafkacompat.wire.messages import request_class
 
 HELP = "describe and alter topic and broker configs, like kafka-configs.sh"
@@ -64,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
             else:
                 _alter(client, args, entity_type, entity_name)
     except BrokenPipeError:
+        silence_stdout()
         return 0
     except (ClientError, CommandError) as exc:
         print(f"Error while executing config command : {exc}", file=sys.stderr)

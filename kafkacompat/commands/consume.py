@@ -27,6 +27,7 @@ from kafkacompat.client import (
     add_bootstrap_argument,
     error_name,
     parse_property_args,
+    silence_stdout,
 )
 from kafkacompat.wire.errors import KafkaError
 from kafkacompat.wire.messages import request_class
@@ -303,6 +304,7 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         status = 0
     except BrokenPipeError:
+        silence_stdout()
         return 0
     if consumer is not None:
         print(f"Processed a total of {consumer.consumed} messages", file=sys.stderr)

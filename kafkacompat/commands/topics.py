@@ -22,6 +22,7 @@ from kafkacompat.client import (
     KafkaClient,
     add_bootstrap_argument,
     error_name,
+    silence_stdout,
     uuid_to_kafka_string,
 )
 from kafkacompat.wire.messages import request_class
@@ -57,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
         with KafkaClient(args.bootstrap_server, timeout=args.timeout) as client:
             ACTIONS[args.action](client, args)
     except BrokenPipeError:
+        silence_stdout()
         return 0
     except (ClientError, CommandError) as exc:
         print(f"Error while executing topic command : {exc}", file=sys.stderr)
