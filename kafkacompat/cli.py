@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "produce": "kafkacompat.commands.produce",
     "consume": "kafkacompat.commands.consume",
     "serve": "kafkacompat.commands.serve",
+    "bench": "kafkacompat.commands.bench",
 }
 
 

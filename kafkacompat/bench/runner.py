@@ -1,0 +1,633 @@
+"""The benchmark run: brokers up, workloads alternated between them, figures collected into one dict.
+
+Theory of operation: `run_benchmark(settings, specs)` owns every broker it starts (all of them stay up
+for the whole run, each on its own port and data dir under one temp dir) and walks the workloads in a
+fixed order. Within a workload, run r goes to every broker before run r+1 starts (kafkacompat, peer 1,
+peer 2, kafkacompat, ...), so a burst of load from elsewhere on the machine hits all brokers alike
+rather than one of them. Each run uses a fresh topic (created with our own small client, then waited
+for in Metadata), and topics are deleted when no later workload needs them, so an in-memory peer does
+not carry earlier runs' data into later RSS figures.
+
+Order: start-up (each broker started `runs` times; all but the last start are stopped again), idle
+RSS, produce (1 KiB and 100 B x acks=1 and acks=all), consume (from offset 0 of the first acks=1
+topic of each size), end-to-end latency at a fixed rate, group join (1 and 3 consumers, only where
+the broker serves JoinGroup), and optionally a large partition read by a default-configured consumer.
+The result is a JSON-ready dict (see `report.py` for the table and the goals).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kafkacompat.bench import workers
+from kafkacompat.bench.brokers import BrokerSpec, RunningBroker
+from kafkacompat.bench.procinfo import PeakSampler, process_tree, rss_bytes
+from kafkacompat.bench.stats import cdf_points, latency_summary, summarize
+
+__all__ = ["Progress", "Settings", "count_steps", "run_benchmark"]
+
+MIB = 1024 * 1024
+CREATE_TOPICS = 19
+DELETE_TOPICS = 20
+TOPIC_ALREADY_EXISTS = 36
+
+
+@dataclass
+class Settings:
+    """Sizes of one benchmark run (`--quick` shrinks them for a smoke run)."""
+
+    messages: int = 100_000  # records per produce run (both record sizes)
+    sizes: tuple[int, ...] = (1024, 100)
+    acks: tuple[str, ...] = ("1", "all")
+    runs: int = 3
+    e2e_rate: int = 2000
+    e2e_seconds: float = 10.0
+    e2e_size: int = 100
+    group_sizes: tuple[int, ...] = (1, 3)
+    big_partition_mib: int = 0  # 0: skip the large-partition read
+    timeout: float = 180.0  # per worker
+    workloads: tuple[str, ...] = ("startup", "produce", "consume", "e2e", "groups", "big")
+
+    @classmethod
+    def quick(cls) -> Settings:
+        return cls(messages=5_000, e2e_seconds=2.0, timeout=60.0)
+
+
+class Progress:
+    """A one-line progress display on stderr (a line per step when stderr is not a terminal)."""
+
+    def __init__(self, total: int, stream: Any = None, enabled: bool = True) -> None:
+        import sys
+
+        self.total = max(total, 1)
+        self.done = 0
+        self.stream = stream if stream is not None else sys.stderr
+        self.enabled = enabled
+        self.start = time.monotonic()
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self._width = 0
+
+    def _write(self, text: str) -> None:
+        if not self.enabled:
+            return
+        if self.tty:
+            pad = max(0, self._width - len(text))
+            self.stream.write("\r" + text + " " * pad)
+            self._width = len(text)
+        else:
+            self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def step(self, label: str) -> None:
+        self.done += 1
+        elapsed = time.monotonic() - self.start
+        self._write(f"[{min(self.done, self.total):3d}/{self.total}] {elapsed:5.0f}s {label}")
+
+    def note(self, text: str) -> None:
+        """A message that stays on screen (e.g. a failed run)."""
+        if self.enabled and self.tty:
+            self.stream.write("\n")
+            self._width = 0
+        self._write(text)
+        if self.enabled and self.tty:
+            self.stream.write("\n")
+            self._width = 0
+
+    def finish(self) -> None:
+        if self.enabled and self.tty and self._width:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def size_label(size: int) -> str:
+    return f"{size // 1024} KiB" if size >= 1024 and size % 1024 == 0 else f"{size} B"
+
+
+def produce_id(size: int, acks: str) -> str:
+    return f"produce-{size}-acks{acks}"
+
+
+def consume_id(size: int) -> str:
+    return f"consume-{size}"
+
+
+def count_steps(settings: Settings, brokers: int, attached: int = 0) -> int:
+    """How many progress steps a run has (for the [n/total] display)."""
+    steps = 0
+    w = settings.workloads
+    started = brokers - attached
+    if "startup" in w:
+        steps += settings.runs * started
+    if "produce" in w:
+        steps += len(settings.sizes) * len(settings.acks) * settings.runs * brokers
+    if "consume" in w:
+        steps += len(settings.sizes) * settings.runs * brokers
+    if "e2e" in w:
+        steps += brokers
+    if "groups" in w:
+        steps += len(settings.group_sizes) * settings.runs * brokers
+    if "big" in w and settings.big_partition_mib:
+        steps += 2 * brokers
+    return steps
+
+
+# --- topics, through kafkacompat's own small client (works against any broker) -------------------
+
+
+def create_topic(bootstrap: str, name: str, partitions: int, timeout: float = 30.0) -> None:
+    from kafkacompat.client import KafkaClient
+    from kafkacompat.wire.messages import request_class
+
+    cls = request_class(CREATE_TOPICS)
+    with KafkaClient(bootstrap, client_id="kafkacompat-bench", timeout=timeout) as client:
+        topic = cls.CreatableTopic(
+            name=name, num_partitions=partitions, replication_factor=1, assignments=[], configs=[]
+        )
+        response = client.send(CREATE_TOPICS, cls(topics=[topic], timeout_ms=int(timeout * 1000)))
+        for result in response.topics:
+            if result.error_code not in (0, TOPIC_ALREADY_EXISTS):
+                raise RuntimeError(f"CreateTopics {name}: error {result.error_code} {result.error_message}")
+        deadline = time.monotonic() + timeout
+        while True:
+            meta = client.metadata([name])
+            ready = [
+                t
+                for t in meta.topics
+                if t.name == name
+                and t.error_code == 0
+                and len(t.partitions) == partitions
+                and all(p.leader_id >= 0 for p in t.partitions)
+            ]
+            if ready:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"topic {name} has no leader after {timeout:.0f} s")
+            time.sleep(0.05)
+
+
+def delete_topics(bootstrap: str, names: list[str]) -> None:
+    """Best effort: a broker that cannot delete keeps the data (only its RSS figures suffer)."""
+    if not names:
+        return
+    from kafkacompat.client import ClientError, KafkaClient
+    from kafkacompat.wire.messages import request_class
+
+    cls = request_class(DELETE_TOPICS)
+    try:
+        with KafkaClient(bootstrap, client_id="kafkacompat-bench", timeout=30) as client:
+            version = min(5, client.version_for(DELETE_TOPICS))
+            client.send(DELETE_TOPICS, cls(topic_names=names, timeout_ms=30000), version=version)
+    except (ClientError, OSError):
+        pass
+
+
+# --- the run ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class _BrokerState:
+    broker: RunningBroker
+    startup: list[float] = field(default_factory=list)
+    idle_rss: int | None = None
+    peak_rss: int = 0
+    errors: list[str] = field(default_factory=list)
+    topics: list[str] = field(default_factory=list)
+
+
+def _machine() -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+    }
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                info["cpu"] = line.split(":", 1)[1].strip()
+                break
+        mem_kb = int(Path("/proc/meminfo").read_text().split()[1])
+        info["memory_gib"] = round(mem_kb / MIB, 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import confluent_kafka
+
+        info["librdkafka"] = confluent_kafka.libversion()[0]
+        info["confluent_kafka"] = confluent_kafka.version()[0]
+    except ImportError:
+        pass
+    return info
+
+
+def _load() -> list[float]:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return []
+
+
+def run_benchmark(
+    settings: Settings,
+    specs: list[BrokerSpec],
+    progress: Progress | None = None,
+    log: Callable[[str], None] | None = None,
+    work_dir: str | None = None,
+) -> dict[str, Any]:
+    """Run every workload against every broker; return the JSON-ready results."""
+    progress = progress or Progress(count_steps(settings, len(specs)), enabled=False)
+    note = log or progress.note
+    with tempfile.TemporaryDirectory(prefix="kafkacompat-bench-", dir=work_dir) as tmp:
+        states = [_BrokerState(RunningBroker(spec, Path(tmp))) for spec in specs]
+        results: dict[str, Any] = {
+            "meta": {
+                "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "load_before": _load(),
+                "machine": _machine(),
+                "settings": asdict(settings),
+            },
+            "brokers": {},
+            "throughput": {},
+            "latency": {},
+            "groups": {},
+            "big": {},
+        }
+        try:
+            _startup(settings, states, progress, note)
+            if "produce" in settings.workloads or "consume" in settings.workloads:
+                _throughput(settings, states, progress, note, results["throughput"])
+            if "e2e" in settings.workloads:
+                for state in states:
+                    progress.step(f"e2e latency {settings.e2e_rate} msg/s · {state.broker.spec.name}")
+                    results["latency"][state.broker.spec.name] = _e2e(settings, state, note)
+            if "groups" in settings.workloads:
+                _groups(settings, states, progress, note, results["groups"])
+            if "big" in settings.workloads and settings.big_partition_mib:
+                _big(settings, states, progress, note, results["big"])
+        finally:
+            for state in states:
+                state.broker.stop()
+            progress.finish()
+        results["meta"]["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        results["meta"]["load_after"] = _load()
+        for state in states:
+            spec = state.broker.spec
+            startup = summarize(state.startup)
+            results["brokers"][spec.name] = {
+                "command": spec.display_command(),
+                "startup_s": startup.as_dict() if startup else None,
+                "idle_rss_mib": state.idle_rss / MIB if state.idle_rss is not None else None,
+                "peak_rss_mib": state.peak_rss / MIB if state.peak_rss else None,
+                "serves_groups": state.broker.serves_groups,
+                "errors": state.errors,
+            }
+        return results
+
+
+def _startup(settings: Settings, states: list[_BrokerState], progress: Progress, note: Any) -> None:
+    runs = settings.runs if "startup" in settings.workloads else 1
+    for run in range(runs):
+        for state in states:
+            broker = state.broker
+            if broker.spec.command is None:
+                if run == 0:
+                    broker.start()
+                continue
+            progress.step(f"start-up · {broker.spec.name} · run {run + 1}/{runs}")
+            seconds = broker.start()
+            if seconds is not None and "startup" in settings.workloads:
+                state.startup.append(seconds)
+            if run < runs - 1:
+                broker.stop()
+    time.sleep(2.0)  # let start-up work (recovery, first flush) settle before reading idle memory
+    for state in states:
+        if state.broker.pid is not None:
+            state.idle_rss = rss_bytes(process_tree(state.broker.pid))
+
+
+def _run_one(
+    state: _BrokerState, kind: str, params: dict[str, Any], timeout: float
+) -> tuple[dict[str, Any], float, int]:
+    """One worker against one broker: (result, broker CPU seconds in the timed window, peak RSS bytes).
+
+    The worker reads the broker's CPU counters itself right at the edges of its timed window, so
+    process start-up and connection set-up do not count.
+    """
+    pid = state.broker.pid
+    params = params | {"broker_pids": process_tree(pid) if pid is not None else []}
+    with PeakSampler(pid) as sampler:
+        (result,) = workers.run_workers([(kind, params)], timeout)
+    return result, float(result.get("broker_cpu") or 0.0), sampler.peak
+
+
+def _throughput(
+    settings: Settings, states: list[_BrokerState], progress: Progress, note: Any, out: dict[str, Any]
+) -> None:
+    keep: dict[tuple[str, int], str] = {}  # (broker, size) -> topic the consume workload reads
+    if "produce" in settings.workloads or "consume" in settings.workloads:
+        produce_plan = [(size, acks) for size in settings.sizes for acks in settings.acks]
+        if "produce" not in settings.workloads:  # consume alone still needs data: one acks=1 load each
+            produce_plan = [(size, "1") for size in settings.sizes]
+        for size, acks in produce_plan:
+            wid = produce_id(size, acks)
+            entry = out.setdefault(
+                wid,
+                {
+                    "label": f"produce {size_label(size)} acks={acks}",
+                    "kind": "produce",
+                    "size": size,
+                    "acks": acks,
+                    "messages": settings.messages,
+                    "per_broker": {},
+                },
+            )
+            runs = settings.runs if "produce" in settings.workloads else 1
+            for run in range(runs):
+                for state in states:
+                    name = state.broker.spec.name
+                    if "produce" in settings.workloads:
+                        progress.step(f"{entry['label']} · {name} · run {run + 1}/{runs}")
+                    topic = f"bench-{size}-acks{acks}-{run}-{uuid.uuid4().hex[:8]}"
+                    record = entry["per_broker"].setdefault(name, {"runs": [], "failures": []})
+                    try:
+                        create_topic(state.broker.bootstrap, topic, 1)
+                    except Exception as exc:
+                        record["failures"].append(f"create topic: {exc}")
+                        note(f"{name}: {entry['label']}: create topic failed: {exc}")
+                        continue
+                    params = {
+                        "bootstrap": state.broker.bootstrap,
+                        "topic": topic,
+                        "messages": settings.messages,
+                        "size": size,
+                        "acks": acks,
+                        "timeout": settings.timeout,
+                    }
+                    result, broker_cpu, peak = _run_one(state, "produce", params, settings.timeout + 30)
+                    state.peak_rss = max(state.peak_rss, peak)
+                    if acks == "1" and (name, size) not in keep and result.get("ok"):
+                        keep[(name, size)] = topic
+                    else:
+                        state.topics.append(topic)
+                    _record_throughput(record, result, broker_cpu, peak, note, name, entry["label"])
+            if "produce" not in settings.workloads:
+                del out[wid]
+            for state in states:
+                delete_topics(state.broker.bootstrap, state.topics)
+                state.topics.clear()
+    if "consume" in settings.workloads:
+        for size in settings.sizes:
+            entry = out.setdefault(
+                consume_id(size),
+                {
+                    "label": f"consume {size_label(size)}",
+                    "kind": "consume",
+                    "size": size,
+                    "messages": settings.messages,
+                    "per_broker": {},
+                },
+            )
+            for run in range(settings.runs):
+                for state in states:
+                    name = state.broker.spec.name
+                    progress.step(f"{entry['label']} · {name} · run {run + 1}/{settings.runs}")
+                    record = entry["per_broker"].setdefault(name, {"runs": [], "failures": []})
+                    topic = keep.get((name, size))
+                    if topic is None:
+                        record["failures"].append("no produced topic to read")
+                        continue
+                    params = {
+                        "bootstrap": state.broker.bootstrap,
+                        "topic": topic,
+                        "messages": settings.messages,
+                        "timeout": settings.timeout,
+                    }
+                    result, broker_cpu, peak = _run_one(state, "consume", params, settings.timeout + 30)
+                    _record_throughput(record, result, broker_cpu, peak, note, name, entry["label"])
+        for state in states:
+            delete_topics(
+                state.broker.bootstrap, [t for (n, _), t in keep.items() if n == state.broker.spec.name]
+            )
+    for entry in out.values():
+        for record in entry["per_broker"].values():
+            _summarize_record(record)
+
+
+def _record_throughput(
+    record: dict[str, Any],
+    result: dict[str, Any],
+    broker_cpu: float,
+    peak: int,
+    note: Any,
+    name: str,
+    label: str,
+) -> None:
+    if not result.get("ok"):
+        record["failures"].append(result.get("error") or "failed")
+        note(f"{name}: {label}: {result.get('error')}")
+        return
+    seconds = result["seconds"]
+    record["runs"].append(
+        {
+            "seconds": seconds,
+            "mb_s": result["bytes"] / seconds / 1e6,
+            "msgs_s": result["messages"] / seconds,
+            "broker_cpu_cores": broker_cpu / seconds,
+            "client_cpu_cores": result["client_cpu"] / seconds,
+            "broker_peak_rss_mib": peak / MIB if peak else None,
+        }
+    )
+
+
+def _summarize_record(record: dict[str, Any]) -> None:
+    runs = record["runs"]
+    for key in ("mb_s", "msgs_s", "broker_cpu_cores", "client_cpu_cores"):
+        summary = summarize([r[key] for r in runs])
+        record[key] = summary.as_dict() if summary else None
+    peaks = [r["broker_peak_rss_mib"] for r in runs if r.get("broker_peak_rss_mib")]
+    record["broker_peak_rss_mib"] = max(peaks) if peaks else None
+
+
+def _e2e(settings: Settings, state: _BrokerState, note: Any) -> dict[str, Any]:
+    name = state.broker.spec.name
+    topic = f"bench-e2e-{uuid.uuid4().hex[:8]}"
+    try:
+        create_topic(state.broker.bootstrap, topic, 1)
+    except Exception as exc:
+        note(f"{name}: e2e: create topic failed: {exc}")
+        return {"error": f"create topic: {exc}"}
+    ctx = workers.context()
+    ready = ctx.Event()
+    count = int(settings.e2e_rate * settings.e2e_seconds)
+    # one second of traffic before the measured part: connections and fetch sessions are warm
+    warmup = max(1, min(settings.e2e_rate, count // 5))
+    common = {
+        "bootstrap": state.broker.bootstrap,
+        "topic": topic,
+        "messages": count,
+        "warmup": warmup,
+        "ready": ready,
+        "timeout": settings.e2e_seconds + 60,
+    }
+    consumer = common | {}
+    producer = common | {"rate": settings.e2e_rate, "size": settings.e2e_size, "acks": "1"}
+    pid = state.broker.pid
+    producer["broker_pids"] = process_tree(pid) if pid is not None else []
+    consumed, produced = workers.run_workers(
+        [("e2e_consumer", consumer), ("e2e_producer", producer)], settings.e2e_seconds + 90
+    )
+    broker_cpu = float(produced.get("broker_cpu") or 0.0)
+    delete_topics(state.broker.bootstrap, [topic])
+    latencies = consumed.get("latencies_ms") or []
+    summary = latency_summary(latencies) or {}
+    out: dict[str, Any] = dict(summary)
+    out["cdf"] = cdf_points(latencies)
+    out["achieved_rate"] = produced.get("achieved_rate")
+    out["broker_cpu_cores"] = broker_cpu / produced["seconds"] if produced.get("seconds") else None
+    errors = [r.get("error") for r in (consumed, produced) if not r.get("ok")]
+    if errors:
+        out["error"] = "; ".join(str(e) for e in errors)
+        note(f"{name}: e2e: {out['error']}")
+    return out
+
+
+def _groups(
+    settings: Settings, states: list[_BrokerState], progress: Progress, note: Any, out: dict[str, Any]
+) -> None:
+    for members in settings.group_sizes:
+        per_broker = out.setdefault(str(members), {})
+        for run in range(settings.runs):
+            for state in states:
+                name = state.broker.spec.name
+                progress.step(f"group join, {members} consumer(s) · {name} · run {run + 1}/{settings.runs}")
+                record = per_broker.setdefault(name, {"runs": [], "failures": []})
+                if not state.broker.serves_groups:
+                    record["na"] = "n/a (no group coordinator)"
+                    continue
+                try:
+                    record["runs"].append(_join_once(settings, state, members))
+                except RuntimeError as exc:
+                    record["failures"].append(str(exc))
+                    note(f"{name}: group join ({members}): {exc}")
+        for record in per_broker.values():
+            summary = summarize(record["runs"])
+            record["seconds"] = summary.as_dict() if summary else None
+
+
+def _join_once(settings: Settings, state: _BrokerState, members: int) -> float:
+    """Seconds from the common subscribe signal until every member holds its share of 3 partitions."""
+    partitions = 3
+    topic = f"bench-group-{uuid.uuid4().hex[:8]}"
+    create_topic(state.broker.bootstrap, topic, partitions)
+    ctx = workers.context()
+    counts = ctx.Array("i", members)
+    ready = [ctx.Event() for _ in range(members)]
+    go, stop = ctx.Event(), ctx.Event()
+    group_id = f"bench-group-{uuid.uuid4().hex[:8]}"
+    timeout = 30.0
+    jobs = [
+        (
+            "group_member",
+            {
+                "bootstrap": state.broker.bootstrap,
+                "topic": topic,
+                "group_id": group_id,
+                "index": i,
+                "counts": counts,
+                "ready": ready,
+                "go": go,
+                "stop": stop,
+                "timeout": timeout,
+            },
+        )
+        for i in range(members)
+    ]
+    share = partitions // members
+    started: list[float] = []
+    balanced: list[bool] = []
+
+    def release_and_watch() -> None:
+        for event in ready:
+            event.wait(30)
+        started.append(time.time())
+        go.set()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if all(counts[i] == share for i in range(members)):
+                balanced.append(True)
+                break
+            time.sleep(0.002)
+        stop.set()
+
+    results = workers.run_workers(jobs, timeout + 60, while_running=release_and_watch)
+    delete_topics(state.broker.bootstrap, [topic])
+    failures = [r.get("error") for r in results if not r.get("ok")]
+    if failures:
+        raise RuntimeError("; ".join(str(f) for f in failures))
+    if not balanced:
+        raise RuntimeError(f"no balanced assignment within {timeout:.0f} s")
+    last_assign = [
+        max((t for t, kind, n in r["events"] if kind == "assign" and n == share), default=None)
+        for r in results
+    ]
+    if any(t is None for t in last_assign):
+        raise RuntimeError("a member reported no assignment")
+    return max(t for t in last_assign if t is not None) - started[0]
+
+
+def _big(
+    settings: Settings, states: list[_BrokerState], progress: Progress, note: Any, out: dict[str, Any]
+) -> None:
+    """A large partition (1 KiB records) read from offset 0 by a consumer with default fetch settings."""
+    size = 1024
+    messages = settings.big_partition_mib * MIB // size
+    for state in states:
+        name = state.broker.spec.name
+        progress.step(f"large partition ({settings.big_partition_mib} MiB) load · {name}")
+        topic = f"bench-big-{uuid.uuid4().hex[:8]}"
+        record: dict[str, Any] = {"mib": settings.big_partition_mib, "messages": messages}
+        out[name] = record
+        try:
+            create_topic(state.broker.bootstrap, topic, 1)
+        except Exception as exc:
+            record["error"] = f"create topic: {exc}"
+            continue
+        timeout = max(settings.timeout, 600.0)
+        params = {
+            "bootstrap": state.broker.bootstrap,
+            "topic": topic,
+            "messages": messages,
+            "size": size,
+            "acks": "1",
+            "timeout": timeout,
+        }
+        result, _, peak = _run_one(state, "produce", params, timeout + 30)
+        record["produce_mb_s"] = result["bytes"] / result["seconds"] / 1e6 if result.get("ok") else None
+        record["produce_peak_rss_mib"] = peak / MIB if peak else None
+        progress.step(f"large partition ({settings.big_partition_mib} MiB) read from 0 · {name}")
+        if not result.get("ok"):
+            record["error"] = result.get("error")
+            note(f"{name}: large partition load: {result.get('error')}")
+            continue
+        params = {
+            "bootstrap": state.broker.bootstrap,
+            "topic": topic,
+            "messages": messages,
+            "timeout": timeout,
+        }
+        result, broker_cpu, peak = _run_one(state, "consume", params, timeout + 30)
+        if result.get("ok"):
+            record["consume_mb_s"] = result["bytes"] / result["seconds"] / 1e6
+            record["consume_broker_cpu_cores"] = broker_cpu / result["seconds"]
+            record["consume_peak_rss_mib"] = peak / MIB if peak else None
+        else:
+            record["error"] = result.get("error")
+            note(f"{name}: large partition read: {result.get('error')}")
+        delete_topics(state.broker.bootstrap, [topic])
