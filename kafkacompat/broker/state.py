@@ -175,9 +175,8 @@ class BrokerState:
             snapshot = self.metadata.snapshot()
             await trio.to_thread.run_sync(self.metadata.write_snapshot, snapshot)
             self._log_configs.pop(name, None)
-            # On the trio thread: LogManager.delete_log detaches the log from the manager's table and
-            # removes its files in one call, and the table must only change on this thread (other
-            # tasks iterate it). The removal is a rename plus unlinks of a few files per segment.
+            # LogManager.delete_log renames the partition dir and leaves the files open until
+            # file.delete.delay.ms has passed (delete_expired_files removes them then)
             self._delete_logs(name, topic.partitions)
         self.fetch_sessions.remove_topic(name)
         self.fetch_sessions.remove_topic(topic.topic_id)
@@ -186,9 +185,10 @@ class BrokerState:
         return topic
 
     def _delete_logs(self, name: str, partitions: int) -> None:
+        now = self.now_ms()
         for index in range(partitions):
             try:
-                self.logs.delete_log(name, index)
+                self.logs.delete_log(name, index, now)
             except KafkaError as exc:
                 log.error("could not remove the files of %s-%d: %s", name, index, exc)
 

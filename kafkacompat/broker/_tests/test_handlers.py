@@ -358,7 +358,7 @@ async def test_create_topics_validation(nursery: trio.Nursery, tmp_path: Path) -
 
 
 async def test_delete_topics_by_name_and_id(nursery: trio.Nursery, tmp_path: Path) -> None:
-    broker = await start_broker(nursery, tmp_path)
+    broker = await start_broker(nursery, tmp_path, "log.segment.delete.delay.ms=0")
     client = await RawClient.connect(broker.port)
     await create(client, "a")
     b = await create(client, "b", partitions=2)
@@ -376,7 +376,10 @@ async def test_delete_topics_by_name_and_id(nursery: trio.Nursery, tmp_path: Pat
     by_id = await client.call(DELETE_TOPICS, 6, request(DELETE_TOPICS, topics=states, timeout_ms=1000))
     assert [(r.name, r.error_code) for r in by_id.responses] == [("b", 0), (None, ErrorCode.UNKNOWN_TOPIC_ID)]
     assert len(broker.state.metadata) == 0
-    assert not any(p.name.startswith(("a-", "b-")) for p in tmp_path.iterdir())
+    assert not any(p.name in ("a-0", "b-0", "b-1") for p in tmp_path.iterdir())  # renamed away at once
+    with trio.fail_after(10):  # and removed by the delayed delete (file.delete.delay.ms = 0 here)
+        while any(p.name.endswith("-delete") for p in tmp_path.iterdir()):
+            await trio.sleep(0.05)
     assert (await produce(client, "b", batch(b"x"))).error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
