@@ -165,3 +165,9 @@ def test_out_of_range_resets_to_earliest(bootstrap: str, topic: str) -> None:
     _produce(bootstrap, topic, [(None, b"a", None, 0), (None, b"b", None, 0)])
     messages = ck_consume_all(bootstrap, topic, 0, 2, start=50, **{"auto.offset.reset": "earliest"})
     assert [m.value() for m in messages] == [b"a", b"b"]
+
+
+def test_produce_to_new_topic_auto_creates_it(bootstrap: str, topic_name: str) -> None:
+    delivered = _produce(bootstrap, topic_name, [(b"k", b"first", None, None)])
+    assert delivered == [(0, 0)]
+    assert [m.value() for m in ck_consume_all(bootstrap, topic_name, 0, 1)] == [b"first"]

@@ -164,3 +164,12 @@ def test_out_of_range_resets_per_policy(bootstrap: str, topic: str, kp_closing: 
     consumer.seek(tp, 100)
     assert not any(consumer.poll(timeout_ms=500).values())
     assert consumer.position(tp) == 3
+
+
+def test_produce_to_new_topic_auto_creates_it(
+    bootstrap: str, topic_name: str, kp_closing: Callable[[Any], Any]
+) -> None:
+    producer = kp_closing(KafkaProducer(bootstrap_servers=bootstrap))
+    metadata = producer.send(topic_name, value=b"first").get(15)
+    assert (metadata.topic, metadata.partition, metadata.offset) == (topic_name, 0, 0)
+    assert [r.value for r in kp_consume_all(bootstrap, topic_name, 0, 1)] == [b"first"]
