@@ -55,9 +55,10 @@ from kafkacompat.log.index import IndexCorrupt
 from kafkacompat.log.leader_epoch import LeaderEpochCache
 from kafkacompat.log.producer_state import ProducerStateManager
 from kafkacompat.log.segment import DELETED_SUFFIX, INT32_MAX, LogSegment
+from kafkacompat.log.txn_index import AbortedTxn
 from kafkacompat.log.validator import assign_offsets, recompress_if_needed, validate_records
 from kafkacompat.wire.errors import ErrorCode, KafkaError
-from kafkacompat.wire.records import RecordBatchView, iter_records
+from kafkacompat.wire.records import ABORT_MARKER, RecordBatchView, iter_records, parse_control_record_key
 
 __all__ = ["AppendResult", "PartitionLog", "ReadResult", "parse_partition_dir_name"]
 
@@ -193,7 +194,7 @@ class PartitionLog:
                 os.unlink(path)  # unfinished deletes, checkpoint temp files, compaction leftovers
             elif name.endswith(".log") and name[:-4].isdigit():
                 bases.append(int(name[:-4]))
-            elif name.endswith((".index", ".timeindex")):
+            elif name.endswith((".index", ".timeindex", ".txnindex")):
                 stem = name.split(".", 1)[0]
                 if f"{stem}.log" not in present:
                     os.unlink(path)  # an index without its log is useless
@@ -274,10 +275,16 @@ class PartitionLog:
         replay_from = self.log_start_offset if start is None else start
         if replay_from >= leo:
             return
-        for header in self._iter_headers_from(replay_from):
+        for segment, position, header in self._iter_headers_from(replay_from):
             if rebuild_epochs:
                 self.leader_epochs.assign(header.partition_leader_epoch, header.base_offset, persist=False)
             if header.producer_id >= 0:
+                if header.is_control:
+                    entry = self._aborted_txn(
+                        header.producer_id, header.base_offset, self._read_batch(segment, position, header)
+                    )
+                    if entry is not None:
+                        segment.txn_index.append(entry)
                 self._apply_header(header)
         if rebuild_epochs:
             self.leader_epochs._persist()
@@ -301,8 +308,8 @@ class PartitionLog:
             found = segment.find_batch(offset)
             if found is None:
                 continue
-            for _, header in segment.iter_headers(found[0]):
-                yield header
+            for position, header in segment.iter_headers(found[0]):
+                yield segment, position, header
 
     # --- state -----------------------------------------------------------------------------------
 
@@ -393,6 +400,7 @@ class PartitionLog:
         incoming_max_ts = now_ms if append_time is not None else max(b.max_timestamp for b in batches)
         self._maybe_roll(len(buf), first_offset + total_delta, incoming_max_ts, now_ms)
         infos = assign_offsets(batches, first_offset, leader_epoch, append_time)
+        aborted = self._aborted_by(batches)
         for batch, (last_offset, max_ts, _) in zip(batches, infos, strict=True):
             if batch.producer_id >= 0:
                 staged.add(
@@ -408,6 +416,8 @@ class PartitionLog:
                 )
         self.active_segment.append(buf, infos)
         self.producer_state.commit(staged)
+        for entry in aborted:
+            self.active_segment.txn_index.append(entry)
         self.leader_epochs.assign(leader_epoch, first_offset)
         count = sum(b.records_count for b in batches)
         self.unflushed_messages += count
@@ -444,7 +454,10 @@ class PartitionLog:
         incoming_max_ts = max(b.max_timestamp for b in batches)
         self._maybe_roll(len(buf), batches[-1].last_offset, incoming_max_ts, now_ms, base_for_new=first)
         infos = [(b.last_offset, b.max_timestamp, b.size) for b in batches]
+        aborted = self._aborted_by(batches)
         self.active_segment.append(buf, infos)
+        for entry in aborted:
+            self.active_segment.txn_index.append(entry)
         for batch in batches:
             self.leader_epochs.assign(batch.partition_leader_epoch, batch.base_offset)
             if batch.producer_id >= 0:
@@ -462,6 +475,42 @@ class PartitionLog:
         count = sum(b.records_count for b in batches)
         self.unflushed_messages += count
         return AppendResult(first, batches[-1].last_offset, -1, self.log_start_offset, count)
+
+    def _aborted_txn(
+        self, producer_id: int, marker_offset: int, marker: RecordBatchView
+    ) -> AbortedTxn | None:
+        """The aborted-transaction entry for a transaction marker (None for commits and unknown txns)."""
+        records = list(iter_records(marker))
+        if not records or parse_control_record_key(records[0].key)[1] != ABORT_MARKER:
+            return None
+        entry = self.producer_state.producers.get(producer_id)
+        if entry is None or entry.current_txn_first_offset < 0:
+            return None
+        others = [
+            e.current_txn_first_offset
+            for pid, e in self.producer_state.producers.items()
+            if pid != producer_id and e.current_txn_first_offset >= 0
+        ]
+        last_stable = min(others) if others else marker_offset + 1
+        return AbortedTxn(producer_id, entry.current_txn_first_offset, marker_offset, last_stable)
+
+    def _aborted_by(self, batches: list[RecordBatchView]) -> list[AbortedTxn]:
+        """Entries for the abort markers among `batches` (offsets assigned), from the state before them."""
+        result = []
+        for batch in batches:
+            if batch.is_control and batch.producer_id >= 0:
+                entry = self._aborted_txn(batch.producer_id, batch.base_offset, batch)
+                if entry is not None:
+                    result.append(entry)
+        return result
+
+    def aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping [start_offset, upper_bound_offset) (Fetch, read_committed)."""
+        index = max(bisect.bisect_right(self._bases, start_offset) - 1, 0)
+        result: list[AbortedTxn] = []
+        for segment in self.segments[index:]:
+            result.extend(segment.txn_index.collect(start_offset, upper_bound_offset))
+        return result
 
     def _replace_empty_active(self, base_offset: int, now_ms: int) -> None:
         old = self.segments.pop()

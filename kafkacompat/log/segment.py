@@ -1,4 +1,4 @@
-"""One log segment: `<base>.log` with its `<base>.index` and `<base>.timeindex`.
+"""One log segment: `<base>.log` with its `<base>.index`, `<base>.timeindex` (and `<base>.txnindex`).
 
 Theory of operation: the `.log` file is a plain sequence of v2 record batches exactly as they travel on
 the wire, offsets already assigned. Appends write whole validated batches at the end of the file with
@@ -33,6 +33,7 @@ from kafkacompat.log.batch_header import (
     verify_batch,
 )
 from kafkacompat.log.index import IndexCorrupt, OffsetIndex, TimeIndex
+from kafkacompat.log.txn_index import TransactionIndex
 
 __all__ = ["DELETED_SUFFIX", "BatchInfo", "LogSegment", "segment_file_name"]
 
@@ -80,8 +81,12 @@ class LogSegment:
             base_offset,
             max_index_bytes,
         )
+        self.txn_index = TransactionIndex(
+            os.path.join(directory, segment_file_name(base_offset, ".txnindex"))
+        )
         self.offset_index.position_limit = self.size
         if create:
+            self.txn_index.delete()
             self.offset_index.reset()
             self.time_index.reset()
         self._next_offset: int = base_offset  # valid once loaded (load_tail/recover) or created
@@ -175,6 +180,7 @@ class LogSegment:
             os.ftruncate(self.fd, position)
             self.size = position
             self.dirty = True
+        self.txn_index.truncate_to(expected)
         self._next_offset = expected
         self._tail_loaded = True
         return truncated, (reason if truncated else None)
@@ -327,6 +333,7 @@ class LogSegment:
         self.size = position
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
         self.dirty = True
         self._tail_loaded = False
         self.rolling_timestamp = None if position == 0 else self.rolling_timestamp
@@ -339,6 +346,7 @@ class LogSegment:
             os.fsync(self.fd)
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def mark_deleted(self) -> None:
         """Rename the files with the `.deleted` suffix; the fd stays open for in-flight reads."""
@@ -347,13 +355,14 @@ class LogSegment:
                 path_holder.rename(path_holder.path + DELETED_SUFFIX)
             else:
                 path_holder.path += DELETED_SUFFIX
+        self.txn_index.rename(self.txn_index.path + DELETED_SUFFIX)
         os.rename(self.log_path, self.log_path + DELETED_SUFFIX)
         self.log_path += DELETED_SUFFIX
         self.deleted = True
 
     def delete_files(self) -> None:
         self.close()
-        for path in (self.log_path, self.offset_index.path, self.time_index.path):
+        for path in (self.log_path, self.offset_index.path, self.time_index.path, self.txn_index.path):
             try:
                 os.unlink(path)
             except FileNotFoundError:

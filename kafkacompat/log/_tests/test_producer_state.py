@@ -186,3 +186,51 @@ def test_open_transactions_hold_back_the_last_stable_offset(make_log):
     assert pl.append_as_leader(marker, 0, NOW, from_coordinator=True).base_offset == 3
     pl.update_high_watermark(pl.log_end_offset)
     assert pl.first_unstable_offset() is None and pl.last_stable_offset == 4
+
+
+def txn_batch(pid: int, seq: int, values: list[bytes]) -> bytearray:
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    builder = DefaultRecordBatchBuilder(2, 0, True, pid, 0, seq, batch_size=1 << 20)
+    for i, value in enumerate(values):
+        builder.append(i, 1_700_000_000_000 + i, None, value, [])
+    return bytearray(builder.build())
+
+
+def marker(pid: int, commit: bool) -> bytearray:
+    from kafkacompat.wire.records import build_control_batch
+
+    return bytearray(
+        build_control_batch(
+            commit=commit, producer_id=pid, producer_epoch=0, coordinator_epoch=1, timestamp=NOW
+        )
+    )
+
+
+def test_aborted_transactions_are_indexed_in_kafkas_txnindex_format(make_log):
+    pl = make_log()
+    produce(pl, 0)  # 0-1
+    pl.append_as_leader(txn_batch(77, 0, [b"a", b"b"]), 0, NOW)  # 2-3
+    pl.append_as_leader(txn_batch(88, 0, [b"c"]), 0, NOW)  # 4
+    abort_at = pl.append_as_leader(marker(77, commit=False), 0, NOW, from_coordinator=True).base_offset
+    commit_at = pl.append_as_leader(marker(88, commit=True), 0, NOW, from_coordinator=True).base_offset
+    assert (abort_at, commit_at) == (5, 6)
+    expected = [(77, 2, 5, 4)]  # the txn of producer 88 (from offset 4) was still open at the abort
+    assert [tuple(e) for e in pl.aborted_transactions(0, 7)] == expected
+    assert [tuple(e) for e in pl.aborted_transactions(3, 4)] == expected
+    assert pl.aborted_transactions(6, 7) == []
+    assert pl.aborted_transactions(0, 2) == []
+    path = os.path.join(pl.directory, "00000000000000000000.txnindex")
+    with open(path, "rb") as f:
+        assert f.read() == struct.pack(">hqqqq", 0, 77, 2, 5, 4)
+    pl.close(clean=False)
+    os.unlink(path)
+    for name in os.listdir(pl.directory):
+        if name.endswith(".snapshot"):
+            os.unlink(os.path.join(pl.directory, name))
+    recovered = PartitionLog(pl.directory, "t", 0, pl.config, clean_shutdown=False, sync=False)
+    assert [tuple(e) for e in recovered.aborted_transactions(0, 7)] == expected
+    recovered.truncate_to(5, NOW)
+    assert recovered.aborted_transactions(0, 7) == []
+    assert recovered.first_unstable_offset() == 2
+    recovered.close(clean=False)
