@@ -3,14 +3,15 @@
 Theory of operation: each file is dispatched on its suffix. `.log` files are walked batch by batch with
 `os.pread` (a damaged tail is reported, never fatal); `--deep-iteration` decodes the records of each batch
 with kafkacompat.wire.records, `--print-data-log` adds keys and values (as UTF-8 text, like Kafka's default
-decoder). `.index`/`.timeindex` print their entries, `.snapshot` the producer entries. Output lines use
-kafka-dump-log's field names so that existing habits and scripts carry over.
+decoder). `.index`/`.timeindex`/`.txnindex` print their entries, `.snapshot` the producer entries.
+Output lines use kafka-dump-log's field names so that existing habits and scripts carry over.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import struct
 import sys
 from typing import TextIO
 
@@ -26,7 +27,7 @@ _CODECS = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "files", nargs="+", metavar="FILE", help=".log, .index, .timeindex or .snapshot files"
+        "files", nargs="+", metavar="FILE", help=".log, .index, .timeindex, .txnindex or .snapshot files"
     )
     parser.add_argument("--deep-iteration", action="store_true", help="also print every record of each batch")
     parser.add_argument("--print-data-log", action="store_true", help="print keys and values (implies deep)")
@@ -120,6 +121,19 @@ def dump_index_file(path: str, out: TextIO, *, time_index: bool) -> None:
         out.write(f"Found {len(content) - usable} trailing bytes that are not a whole index entry\n")
 
 
+def dump_txn_index_file(path: str, out: TextIO) -> None:
+    with open(path, "rb") as f:
+        content = f.read()
+    usable = len(content) - len(content) % 34
+    for version, pid, first, last, lso in struct.iter_unpack(">hqqqq", content[:usable]):
+        out.write(
+            f"version: {version} producerId: {pid} firstOffset: {first} lastOffset: {last} "
+            f"lastStableOffset: {lso}\n"
+        )
+    if usable != len(content):
+        out.write(f"Found {len(content) - usable} trailing bytes that are not a whole index entry\n")
+
+
 def dump_snapshot_file(path: str, out: TextIO) -> None:
     for entry in read_snapshot(path):
         last = entry.batches[-1] if entry.batches else None
@@ -149,6 +163,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
                 dump_index_file(path, out, time_index=True)
             elif path.endswith(".index"):
                 dump_index_file(path, out, time_index=False)
+            elif path.endswith(".txnindex"):
+                dump_txn_index_file(path, out)
             elif path.endswith(".snapshot"):
                 dump_snapshot_file(path, out)
             else:

@@ -223,6 +223,9 @@ def test_aborted_transactions_are_indexed_in_kafkas_txnindex_format(make_log):
     path = os.path.join(pl.directory, "00000000000000000000.txnindex")
     with open(path, "rb") as f:
         assert f.read() == struct.pack(">hqqqq", 0, 77, 2, 5, 4)
+    from kafkacompat.log._tests.test_dump_log import run_dump
+
+    assert "version: 0 producerId: 77 firstOffset: 2 lastOffset: 5 lastStableOffset: 4\n" in run_dump(path)
     pl.close(clean=False)
     os.unlink(path)
     for name in os.listdir(pl.directory):
