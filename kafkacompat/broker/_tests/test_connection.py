@@ -18,6 +18,10 @@ API_VERSIONS, METADATA, PRODUCE, FETCH, CREATE_TOPICS = 18, 3, 0, 1, 19
 TELEMETRY_KEYS = {71, 72}
 
 
+def hello() -> object:
+    return request(API_VERSIONS, client_software_name="raw-test", client_software_version="1.0")
+
+
 async def create_topic(client: RawClient, name: str, partitions: int = 1) -> None:
     topic = request(CREATE_TOPICS).CreatableTopic(name=name, num_partitions=partitions, replication_factor=1)
     response = await client.call(CREATE_TOPICS, 7, request(CREATE_TOPICS, topics=[topic], timeout_ms=5000))
@@ -28,7 +32,7 @@ async def test_api_versions_lists_the_dispatch_table(nursery: trio.Nursery, tmp_
     broker = await start_broker(nursery, tmp_path)
     client = await RawClient.connect(broker.port)
     for version in range(5):
-        response = await client.call(API_VERSIONS, version, request(API_VERSIONS))
+        response = await client.call(API_VERSIONS, version, hello())
         assert response.error_code == ErrorCode.NONE
         listed = {(k.api_key, k.min_version, k.max_version) for k in response.api_keys}
         assert listed == set(dispatch.supported_versions())
@@ -39,6 +43,10 @@ async def test_api_versions_lists_the_dispatch_table(nursery: trio.Nursery, tmp_
         spec = API_SPECS[key]
         assert spec.min_version <= low <= high <= spec.max_version
     assert (1, 4, 17) in dispatch.supported_versions()
+    for name, version in (("", "1"), ("bad name", "1"), ("ok", "-1"), ("ok", "1.")):
+        body = request(API_VERSIONS, client_software_name=name, client_software_version=version)
+        refused = await client.call(API_VERSIONS, 3, body)
+        assert (refused.error_code, refused.api_keys) == (ErrorCode.INVALID_REQUEST, []), (name, version)
 
 
 async def test_api_versions_unknown_version_gets_v0_error_and_list(
@@ -57,7 +65,7 @@ async def test_api_versions_unknown_version_gets_v0_error_and_list(
         dispatch.supported_versions()
     )
     # the connection stays usable
-    assert (await client.call(API_VERSIONS, 3, request(API_VERSIONS))).error_code == ErrorCode.NONE
+    assert (await client.call(API_VERSIONS, 3, hello())).error_code == ErrorCode.NONE
 
 
 async def test_unsupported_version_of_other_api_closes_connection(
@@ -85,7 +93,7 @@ async def test_undecodable_frames_close_only_that_connection(nursery: trio.Nurse
         client = await RawClient.connect(broker.port)
         await client.send_raw(payload)
         assert await client.is_closed(), payload
-    assert (await bystander.call(API_VERSIONS, 3, request(API_VERSIONS))).error_code == ErrorCode.NONE
+    assert (await bystander.call(API_VERSIONS, 3, hello())).error_code == ErrorCode.NONE
 
 
 async def test_pipelined_requests_answered_in_order_acks0_silent(
@@ -102,11 +110,11 @@ async def test_pipelined_requests_answered_in_order_acks0_silent(
         topic_data=[request(PRODUCE).TopicProduceData(name="ordered", partition_data=[partition])],
     )
     sent = [
-        await client.send(API_VERSIONS, 3, request(API_VERSIONS)),
+        await client.send(API_VERSIONS, 3, hello()),
         await client.send(PRODUCE, 9, silent),
         await client.send(METADATA, 12, request(METADATA, topics=None)),
         await client.send(PRODUCE, 11, silent),
-        await client.send(API_VERSIONS, 0, request(API_VERSIONS)),
+        await client.send(API_VERSIONS, 0, hello()),
     ]
     received = [
         (await client.receive(API_VERSIONS, 3))[0],
@@ -121,7 +129,7 @@ async def test_pipelined_requests_answered_in_order_acks0_silent(
 async def test_idle_connections_are_closed(nursery: trio.Nursery, tmp_path: Path) -> None:
     broker = await start_broker(nursery, tmp_path, "connections.max.idle.ms=200")
     client = await RawClient.connect(broker.port)
-    await client.call(API_VERSIONS, 3, request(API_VERSIONS))
+    await client.call(API_VERSIONS, 3, hello())
     with trio.fail_after(5):
         assert await client.is_closed(timeout=5)
 
@@ -129,10 +137,10 @@ async def test_idle_connections_are_closed(nursery: trio.Nursery, tmp_path: Path
 async def test_max_connections(nursery: trio.Nursery, tmp_path: Path) -> None:
     broker = await start_broker(nursery, tmp_path, "max.connections=1")
     first = await RawClient.connect(broker.port)
-    await first.call(API_VERSIONS, 3, request(API_VERSIONS))
+    await first.call(API_VERSIONS, 3, hello())
     second = await RawClient.connect(broker.port)
     assert await second.is_closed()
-    assert (await first.call(API_VERSIONS, 3, request(API_VERSIONS))).error_code == ErrorCode.NONE
+    assert (await first.call(API_VERSIONS, 3, hello())).error_code == ErrorCode.NONE
 
 
 async def test_trailing_bytes_after_a_request_are_ignored(nursery: trio.Nursery, tmp_path: Path) -> None:

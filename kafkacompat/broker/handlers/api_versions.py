@@ -4,13 +4,14 @@ Behaviour: lists every API in the dispatch table with the version range this bro
 range intersected with the codec's), so nothing unimplemented is advertised. A broker without feature
 flags sends empty SupportedFeatures/FinalizedFeatures and finalized-features epoch -1 (v3+). A request
 whose version we do not know is answered in v0 format with UNSUPPORTED_VERSION and the same key list
-(KIP-511); the connection builds that answer with `unsupported_version_response()`. The v3+ client
-software name/version are accepted without validation (Kafka answers INVALID_REQUEST for malformed
-names; no stock client sends such names).
+(KIP-511); the connection builds that answer with `unsupported_version_response()`. From v3 the client
+software name and version must be non-empty runs of letters, digits, '-' and '.' that start and end
+with a letter or digit (KIP-511), else the answer is INVALID_REQUEST with no keys, as Kafka's.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from kafkacompat.wire._generated.api_versions_response import ApiVersionsResponse
@@ -30,9 +31,17 @@ def _api_keys() -> list[Any]:
     ]
 
 
+_SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
+
+
 def unsupported_version_response() -> ApiVersionsResponse:
     return ApiVersionsResponse(error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=_api_keys())
 
 
 async def handle(ctx: Any, request: Any) -> ApiVersionsResponse:
+    if ctx.api_version >= 3 and not (
+        _SOFTWARE.fullmatch(request.client_software_name or "")
+        and _SOFTWARE.fullmatch(request.client_software_version or "")
+    ):
+        return ApiVersionsResponse(error_code=ErrorCode.INVALID_REQUEST, api_keys=[])
     return ApiVersionsResponse(error_code=ErrorCode.NONE, api_keys=_api_keys())
