@@ -22,22 +22,26 @@ __all__ = ["GOALS", "evaluate_goals", "plot", "render_goals", "render_table", "t
 OURS = "kafkacompat"
 
 
+def _digits(value: float, digits: int) -> int:
+    """Decimals to show: none from 100 up (a throughput of 1,234 MB/s needs no tenths)."""
+    return 0 if abs(value) >= 100 else digits
+
+
 def _fmt(value: float | None, digits: int = 1) -> str:
     if value is None:
         return "-"
-    if abs(value) >= 100:
-        return f"{value:,.0f}"
-    return f"{value:.{digits}f}"
+    return f"{value:,.{_digits(value, digits)}f}"
 
 
 def _spread(summary: dict[str, Any] | None, scale: float = 1.0, digits: int = 1) -> str:
-    """ "median [min-max]" of a RunSummary dict."""
+    """ "median [min-max]" of a RunSummary dict, all three with the median's precision."""
     if not summary:
         return "-"
     med, low, high = (summary[k] * scale for k in ("median", "min", "max"))
+    places = _digits(med, digits)
     if len(summary.get("runs", ())) <= 1:
-        return _fmt(med, digits)
-    return f"{_fmt(med, digits)} [{_fmt(low, digits)}-{_fmt(high, digits)}]"
+        return f"{med:,.{places}f}"
+    return f"{med:,.{places}f} [{low:,.{places}f}-{high:,.{places}f}]"
 
 
 def _median(summary: dict[str, Any] | None, scale: float = 1.0) -> float | None:
@@ -171,8 +175,9 @@ def render_table(results: dict[str, Any], markdown: bool = False) -> str:
             "| " + " | ".join(header) + " |",
             "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|",
         ]
+        # Markdown collapses leading blanks: mark the sub-rows (records/s, CPU) with a middle dot instead
         lines += [
-            "| " + " | ".join(cell.strip() if i else cell for i, cell in enumerate(row)) + " |"
+            "| " + " | ".join(("· " + cell.strip() if cell.startswith(" ") else cell) for cell in row) + " |"
             for row in body
         ]
         return "\n".join(lines)

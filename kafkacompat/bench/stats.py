@@ -53,8 +53,12 @@ def percentile(ordered: Sequence[float], q: float) -> float:
         raise ValueError("percentile of no samples")
     if not 0 < q <= 100:
         raise ValueError(f"percentile {q} outside (0, 100]")
-    rank = math.ceil(q / 100 * len(ordered))
-    return ordered[max(rank, 1) - 1]
+    return ordered[_rank(q / 100, len(ordered)) - 1]
+
+
+def _rank(fraction: float, n: int) -> int:
+    """ceil(fraction * n) in 1..n, immune to float noise (0.999 * 1000 must give 999, not 1000)."""
+    return min(n, max(1, math.ceil(round(fraction * n, 9))))
 
 
 def latency_summary(samples_ms: Sequence[float]) -> dict[str, float] | None:
@@ -83,7 +87,7 @@ def cdf_points(samples: Sequence[float], points: int = 200) -> list[tuple[float,
     ordered = sorted(samples)
     n = len(ordered)
     ranks = {min(n, max(1, round(i * n / (points - 1)))) for i in range(1, points)}
-    ranks |= {math.ceil(0.99 * n), math.ceil(0.999 * n), n, 1}
+    ranks |= {_rank(0.99, n), _rank(0.999, n), n, 1}
     return [(ordered[rank - 1], rank / n) for rank in sorted(ranks)]
 
 
