@@ -367,7 +367,11 @@ async def add_partitions(
             raise
         broker.metadata.add_partitions(name, total)
         snapshot = broker.metadata.snapshot()
-        await trio.to_thread.run_sync(broker.metadata.write_snapshot, snapshot)
+        try:
+            await trio.to_thread.run_sync(broker.metadata.write_snapshot, snapshot)
+        except OSError as exc:
+            # the partitions exist (logs and table); the table is written again by the next commit
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot persist the topic table: {exc}") from exc
         return topic
 
 
