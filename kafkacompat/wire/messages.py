@@ -22,6 +22,7 @@ tagged fields this version does not know, re-emitted on encode, or None.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import struct
 from collections.abc import Callable
@@ -135,9 +136,19 @@ def _lookup(api_key: int, version: int, response: bool, encode: bool) -> Any:
     return fn
 
 
+# Decoding a large body allocates thousands of container objects that all survive (they are the
+# result). Letting the cyclic garbage collector run in the middle of that only re-scans them, which
+# costs about a third of the decode time of a 1,000-partition Metadata response; so it is paused
+# while a large body is decoded. Small bodies are not worth the two calls.
+_GC_PAUSE_MIN_BYTES = 16 * 1024
+
+
 def _run_decoder(fn: Decoder, buf: memoryview | bytes | bytearray, api_key: int | None, what: str) -> Any:
     if not isinstance(buf, memoryview):
         buf = memoryview(buf)
+    paused = len(buf) >= _GC_PAUSE_MIN_BYTES and gc.isenabled()
+    if paused:
+        gc.disable()
     try:
         obj, pos = fn(buf, 0)
     except DecodeError as e:
@@ -146,6 +157,9 @@ def _run_decoder(fn: Decoder, buf: memoryview | bytes | bytearray, api_key: int 
         raise
     except (IndexError, struct.error, ValueError, OverflowError, MemoryError) as e:
         raise DecodeError(f"malformed {what}: {e}", api_key=api_key) from None
+    finally:
+        if paused:
+            gc.enable()
     if pos != len(buf):
         raise DecodeError(f"{len(buf) - pos} trailing bytes after {what}", api_key=api_key)
     return obj

@@ -378,3 +378,29 @@ def test_tagged_nullable_struct_uses_a_varint_presence_marker() -> None:
     assert body == plain[:-1] + b"\x01" + b"\x00\x07" + b"\x01" + b"\x00\x00\x00\x05" + b"\x01" + b"\x00"
     back = messages.decode_data("ConsumerGroupMemberMetadataValue", 0, body)
     assert back == value
+
+
+def test_large_decodes_leave_the_garbage_collector_as_they_found_it() -> None:
+    import gc
+
+    from kafkacompat.wire._generated.produce_request import (
+        PartitionProduceData,
+        ProduceRequest,
+        TopicProduceData,
+    )
+
+    partition = PartitionProduceData(records=b"x" * 65536)
+    req = ProduceRequest(acks=1, topic_data=[TopicProduceData(name="t", partition_data=[partition])])
+    frame = messages.encode_request(0, 9, req)
+    assert gc.isenabled()
+    messages.decode_request(0, 9, memoryview(frame))
+    assert gc.isenabled()
+    with pytest.raises(DecodeError):
+        messages.decode_request(0, 9, memoryview(frame[:-1]))
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        messages.decode_request(0, 9, memoryview(frame))
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
