@@ -2,22 +2,31 @@
 
 Theory of operation
 -------------------
-The generated code handles runs of fixed-width fields itself, with one precompiled `struct.Struct`
-per run. Everything whose length is only known at run time goes through the helpers here: varints,
-(compact) (nullable) strings, bytes and records, array lengths, and tagged-field sections.
+The generated code does the common cases inline: runs of fixed-width fields with one precompiled
+`struct.Struct` per run, one-byte varint lengths, strings, bytes, records and arrays of fixed-width
+primitives (`ARRAY_STRUCTS` holds precompiled structs for short arrays). It calls the helpers here
+for the rest (multi-byte varints, tagged-field sections) and to build its errors (`truncated`,
+`overrun`, `bad_length`), so every bounds violation surfaces as a `DecodeError` naming the field.
+The `read_*`/`write_*` helpers are the same rules as plain functions, for hand-written code (headers,
+record formats) and tests.
 
 Decoding helpers take `(buf: memoryview, pos: int, field: str)` and return `(value, new_pos)`. They
 check every length against the bytes that remain, so a hostile length can never make us allocate
-more than the frame holds; any violation raises `DecodeError` naming the field.
+more than the frame holds; an element count is checked against the smallest size one element can
+have before any list is built.
 
-Encoding helpers append into a `bytearray`. A message is encoded into one bytearray plus a list of
+Encoders append into a `bytearray`. A message is encoded into one bytearray plus a list of
 "chunks": when a `records` field holds an object that is not bytes-like but carries `.size` (a log
 `FileSlice`), the encoder moves the bytes written so far into the chunk list, appends the object
-itself as its own chunk and carries on; the connection sends such chunks with sendfile.
+itself as its own chunk and carries on; the connection sends such chunks with sendfile. Bytes-like
+records are copied into the bytearray, except into a `JoinChunks` list (encode_request), whose
+owner joins everything once at the end, so large record sets are copied once, not twice.
 
 Strings are decoded with the `surrogateescape` error handler (and encoded with it), so any byte
-sequence a client sends survives a decode/encode round trip unchanged, as Kafka's own lenient
-decoding would accept it.
+sequence a client sends survives a decode/encode round trip unchanged, where Kafka's own decoding
+would also accept it.
+
+`Struct` is the base of every generated class: equality, repr and `to_dict` over `__slots__`.
 """
 
 from __future__ import annotations
