@@ -83,7 +83,7 @@ def test_index_files_print_their_entries(make_log):
     assert all(1000 + offset == ts for ts, offset in stamps)
 
 
-def test_damaged_tail_is_reported(make_log):
+def test_damaged_tail_is_reported(make_log, damaged_files_ok):
     pl = make_log()
     pl.append_as_leader(make_batch([b"a"]), 0, NOW)
     pl.close(clean=False)

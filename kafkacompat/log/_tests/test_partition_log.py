@@ -447,3 +447,18 @@ def test_reads_of_segments_untouched_since_a_clean_start_respect_the_upper_bound
     batches = parse_log_file_bytes(result.slices[0].read_bytes())
     assert batches[0].base_offset == second.base_offset
     assert batches[-1].last_offset < bound
+
+
+def test_roll_when_offsets_would_overflow_the_relative_index(make_log):
+    leader = make_log(name="l-0")
+    fill(leader, 2)
+    data = bytearray(leader.read(0, 1 << 20).slices[0].read_bytes())
+    follower = make_log(name="f-0")
+    follower.append_as_follower(data[: len(data) // 2], NOW)  # offsets 0-4
+    far = 2**31 + 10  # a replicated batch (e.g. after compaction) far beyond the segment base
+    second = bytearray(data[len(data) // 2 :])
+    struct.pack_into(">q", second, 0, far)
+    result = follower.append_as_follower(second, NOW)
+    assert result.base_offset == far
+    assert [s.base_offset for s in follower.segments] == [0, far]
+    assert follower.read(far, 100).first_offset == far
