@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from compat_tests.clients import kp_consume_all
+from compat_tests.clients import ck_consume_all, kp_consume_all
 
 
 def cli(
@@ -268,3 +268,26 @@ def test_produce_reports_unparsable_lines(
     assert result.returncode == 1 and "No key separator found on line number 2" in result.stderr
     records = kp_consume_all(bootstrap, name, 0, 1, timeout=5)
     assert [(r.key, r.value) for r in records] == [(b"k", b"v")]  # lines before the bad one were sent
+
+
+@pytest.mark.parametrize(("acks", "codec"), [("0", "none"), ("1", "gzip"), ("all", "zstd"), ("-1", "lz4")])
+def test_produce_acks_and_codecs(
+    bootstrap: str, make_topic: Callable[..., str], acks: str, codec: str
+) -> None:
+    name = make_topic(1)
+    lines = b"".join(f"record {i}\n".encode() for i in range(50))
+    cli(
+        bootstrap,
+        "produce",
+        "--topic",
+        name,
+        "--request-required-acks",
+        acks,
+        "--compression-codec",
+        codec,
+        input=lines,
+    )
+    messages = ck_consume_all(bootstrap, name, 0, 50, timeout=10)  # librdkafka reads every codec
+    assert [m.value() for m in messages] == [f"record {i}".encode() for i in range(50)]
+    printed = cli(bootstrap, "consume", "--topic", name, "--from-beginning", "--max-messages", "50")
+    assert printed.stdout.splitlines() == [f"record {i}" for i in range(50)]
