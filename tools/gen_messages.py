@@ -707,6 +707,11 @@ class ModuleGen:
         if f.is_array:
             return f"{expr} is None or len({expr}) > 0"
         if f.is_struct:
+            fields = self.msg.structs[f.elem].fields
+            if len(fields) <= 4 and not any(x.is_struct or x.is_array for x in fields):
+                # Small flat struct: compare its fields inline (no call per message).
+                conds = [f"_v.{x.attr} != {default_literal(x)}" for x in fields]
+                return f"(_v := {expr}) is None or " + " or ".join([*conds, "_v.unknown_tags"])
             self.need_isdef(f.elem)
             return f"{expr} is None or not _isdef_{f.elem}({expr})"
         if f.type == "bytes":

@@ -1711,7 +1711,7 @@ def _e_FetchRequest_15(o, out, chunks):
         if _tags is None:
             _tags = []
         _tags.append((0, _t))
-    if o.replica_state is None or not _isdef_ReplicaState(o.replica_state):
+    if (_v := o.replica_state) is None or _v.replica_id != -1 or _v.replica_epoch != -1 or _v.unknown_tags:
         _t = bytearray()
         _e_ReplicaState_15(o.replica_state, _t, chunks)
         if _tags is None:
@@ -1812,7 +1812,7 @@ def _e_FetchRequest_17(o, out, chunks):
         if _tags is None:
             _tags = []
         _tags.append((0, _t))
-    if o.replica_state is None or not _isdef_ReplicaState(o.replica_state):
+    if (_v := o.replica_state) is None or _v.replica_id != -1 or _v.replica_epoch != -1 or _v.unknown_tags:
         _t = bytearray()
         _e_ReplicaState_15(o.replica_state, _t, chunks)
         if _tags is None:
@@ -1824,13 +1824,6 @@ def _e_FetchRequest_17(o, out, chunks):
         out.append(0)
     else:
         write_tags(out, _tags)
-
-def _isdef_ReplicaState(o):
-    return (
-        o.replica_id == -1
-        and o.replica_epoch == -1
-        and not o.unknown_tags
-    )
 
 MESSAGE = FetchRequest
 MIN_VERSION = 0

@@ -1212,19 +1212,19 @@ def _e_PartitionData_12(o, out, chunks):
     out += _S0.pack(o.preferred_read_replica)
     write_compact_records(out, chunks, o.records)
     _tags = None
-    if o.diverging_epoch is None or not _isdef_EpochEndOffset(o.diverging_epoch):
+    if (_v := o.diverging_epoch) is None or _v.epoch != -1 or _v.end_offset != -1 or _v.unknown_tags:
         _t = bytearray()
         _e_EpochEndOffset_12(o.diverging_epoch, _t, chunks)
         if _tags is None:
             _tags = []
         _tags.append((0, _t))
-    if o.current_leader is None or not _isdef_LeaderIdAndEpoch(o.current_leader):
+    if (_v := o.current_leader) is None or _v.leader_id != -1 or _v.leader_epoch != -1 or _v.unknown_tags:
         _t = bytearray()
         _e_LeaderIdAndEpoch_12(o.current_leader, _t, chunks)
         if _tags is None:
             _tags = []
         _tags.append((1, _t))
-    if o.snapshot_id is None or not _isdef_SnapshotId(o.snapshot_id):
+    if (_v := o.snapshot_id) is None or _v.end_offset != -1 or _v.epoch != -1 or _v.unknown_tags:
         _t = bytearray()
         _e_SnapshotId_12(o.snapshot_id, _t, chunks)
         if _tags is None:
@@ -1364,27 +1364,6 @@ def _e_FetchResponse_16(o, out, chunks):
         out.append(0)
     else:
         write_tags(out, _tags)
-
-def _isdef_EpochEndOffset(o):
-    return (
-        o.epoch == -1
-        and o.end_offset == -1
-        and not o.unknown_tags
-    )
-
-def _isdef_LeaderIdAndEpoch(o):
-    return (
-        o.leader_id == -1
-        and o.leader_epoch == -1
-        and not o.unknown_tags
-    )
-
-def _isdef_SnapshotId(o):
-    return (
-        o.end_offset == -1
-        and o.epoch == -1
-        and not o.unknown_tags
-    )
 
 MESSAGE = FetchResponse
 MIN_VERSION = 0

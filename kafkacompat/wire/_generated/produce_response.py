@@ -1137,7 +1137,7 @@ def _e_PartitionProduceResponse_10(o, out, chunks):
             write_uvarint(out, _n + 1)
         out += _b
     _tags = None
-    if o.current_leader is None or not _isdef_LeaderIdAndEpoch(o.current_leader):
+    if (_v := o.current_leader) is None or _v.leader_id != -1 or _v.leader_epoch != -1 or _v.unknown_tags:
         _t = bytearray()
         _e_LeaderIdAndEpoch_10(o.current_leader, _t, chunks)
         if _tags is None:
@@ -1232,13 +1232,6 @@ def _e_ProduceResponse_10(o, out, chunks):
         out.append(0)
     else:
         write_tags(out, _tags)
-
-def _isdef_LeaderIdAndEpoch(o):
-    return (
-        o.leader_id == -1
-        and o.leader_epoch == -1
-        and not o.unknown_tags
-    )
 
 MESSAGE = ProduceResponse
 MIN_VERSION = 0
