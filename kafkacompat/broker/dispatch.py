@@ -19,9 +19,14 @@ Handler contract (every module in kafkacompat/broker/handlers/ follows it)
   generated response object (the connection encodes it with the same version and writes the response
   header with the request's correlation id) or None when no response is due (acks=0 produce only).
 - Errors that belong in the response go into its error-code fields; a handler never lets a KafkaError
-  escape for a per-topic or per-partition problem. An exception that does escape closes the connection
-  (logged), as Kafka closes a connection whose request it cannot process. DecodeError is never raised by
-  a handler.
+  escape for a per-topic or per-partition problem. A handler that must close the connection without an
+  answer, as Kafka does after a failed acks=0 produce, raises `CloseConnection(reason)` (from
+  kafkacompat.broker.errors). Any other exception that escapes closes the connection too (logged with
+  its traceback), as Kafka closes a connection whose request it cannot process. Handlers never raise
+  DecodeError.
+- A `records` value that is not bytes-like (a file slice) may carry a `release()` method; the connection
+  calls it once the response has been written or abandoned (the fetch handler hands out duplicated file
+  descriptors this way).
 - The handler reads broker state through `ctx.broker` (a `kafkacompat.broker.state.BrokerState`: config,
   log manager, LocalMetadata, delayed-operation watchers, fetch sessions, clock) and may await (delayed
   produce/fetch); requests of one connection are handled one at a time, so a handler that waits delays
@@ -35,25 +40,37 @@ import types
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from kafkacompat.broker.errors import CloseConnection
 from kafkacompat.broker.handlers import (
     alter_configs,  # admin
     api_versions,
     create_partitions,  # admin
     create_topics,
+    delete_groups,  # groups
     delete_records,  # admin
     delete_topics,
     describe_cluster,  # admin
     describe_configs,  # admin
+    describe_groups,  # groups
     describe_log_dirs,  # admin
     describe_producers,  # admin
     describe_topic_partitions,  # admin
     fetch,
+    find_coordinator,  # groups
+    heartbeat,  # groups
     incremental_alter_configs,  # admin
     init_producer_id,
+    join_group,  # groups
+    leave_group,  # groups
+    list_groups,  # groups
     list_offsets,
     metadata,
+    offset_commit,  # groups
+    offset_delete,  # groups
+    offset_fetch,  # groups
     offset_for_leader_epoch,  # admin
     produce,
+    sync_group,  # groups
 )
 
 if TYPE_CHECKING:
@@ -62,6 +79,7 @@ if TYPE_CHECKING:
 __all__ = [
     "HANDLERS",
     "HANDLER_MODULES",
+    "CloseConnection",
     "ConnectionInfo",
     "RequestContext",
     "lookup",
@@ -89,6 +107,18 @@ HANDLER_MODULES: tuple[types.ModuleType, ...] = (
     describe_topic_partitions,
     describe_producers,
     offset_for_leader_epoch,
+    # group coordinator APIs
+    find_coordinator,
+    join_group,
+    sync_group,
+    heartbeat,
+    leave_group,
+    offset_commit,
+    offset_fetch,
+    describe_groups,
+    list_groups,
+    delete_groups,
+    offset_delete,
 )
 
 HANDLERS: dict[int, types.ModuleType] = {}
