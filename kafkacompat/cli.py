@@ -19,6 +19,7 @@ COMMANDS: dict[str, str] = {
     "configs": "kafkacompat.commands.configs",
     "produce": "kafkacompat.commands.produce",
     "consume": "kafkacompat.commands.consume",
+    "groups": "kafkacompat.commands.groups",
     "serve": "kafkacompat.commands.serve",
     "bench": "kafkacompat.commands.bench",
 }
