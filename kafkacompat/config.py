@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import re
-import socket
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -515,9 +514,6 @@ class BrokerConfig:
                     f"advertised listener {listener} uses a non-routable address; set advertised.listeners"
                 )
         return advertised
-
-    def advertised_host(self, listener: Listener) -> str:
-        return listener.host or socket.gethostname()
 
     @property
     def security_protocol_map(self) -> dict[str, str]:

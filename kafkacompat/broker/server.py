@@ -30,6 +30,7 @@ import base64
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -61,7 +62,7 @@ class BoundListener:
 class Broker:
     """One broker node. Create, then `await run()`; `request_shutdown()` from any trio task stops it."""
 
-    def __init__(self, config: BrokerConfig, *, clock: Callable[[], float] | None = None) -> None:
+    def __init__(self, config: BrokerConfig, *, clock: Callable[[], float] = time.time) -> None:
         self.config = config
         self.clock = clock
         self.state: Any = None
@@ -70,7 +71,6 @@ class Broker:
         self._shutdown = trio.Event()
         self.stopped = trio.Event()  # set once run() has finished its shutdown
         self._connections: set[Any] = set()
-        self._connection_count = 0
         self._next_connection_id = 0
 
     # lifecycle
@@ -152,7 +152,7 @@ class Broker:
         cluster_id = config.cluster_id or _stored_cluster_id(log_dirs) or _new_cluster_id()
         metadata = LocalMetadata(log_dirs[0])
         logs = LogManager(log_dirs, broker_log_config(config), config.node_id, cluster_id)
-        state = BrokerState(config, logs, metadata, cluster_id=cluster_id, **_clock_kw(self.clock))
+        state = BrokerState(config, logs, metadata, cluster_id=cluster_id, clock=self.clock)
         topic_configs = {topic.name: state.topic_log_config(topic) for topic in metadata.topics()}
         logs.startup(topic_configs, now_ms=state.now_ms())
         for topic in metadata.topics():
@@ -287,7 +287,3 @@ def _stored_cluster_id(log_dirs: list[str]) -> str | None:
 def _new_cluster_id() -> str:
     """A random cluster id in Kafka's format (a UUID as 22 characters of URL-safe base64)."""
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode("ascii")
-
-
-def _clock_kw(clock: Callable[[], float] | None) -> dict[str, Any]:
-    return {} if clock is None else {"clock": clock}
