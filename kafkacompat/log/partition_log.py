@@ -186,6 +186,18 @@ class PartitionLog:
     def _load(self, clean: bool, now_ms: int) -> LoadReport:
         report = LoadReport()
         bases = []
+        for name in os.listdir(self.directory):
+            if name.endswith(".log.swap"):  # a compaction interrupted between its renames (cleaner.py)
+                swap = os.path.join(self.directory, name)
+                target = swap[: -len(".swap")]
+                if os.path.exists(target):
+                    os.unlink(swap)  # the old segment is still whole: keep it
+                else:
+                    for stale in (".index", ".timeindex"):
+                        if os.path.exists(target[:-4] + stale):
+                            os.unlink(target[:-4] + stale)
+                    os.rename(swap, target)
+                    report.damage.append(f"completed an interrupted compaction of {name[:-9]}")
         names = os.listdir(self.directory)
         present = set(names)
         for name in names:

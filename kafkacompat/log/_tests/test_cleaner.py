@@ -1,0 +1,150 @@
+"""Compaction: latest value per key, offsets kept, tombstones, producer batches, crash between renames."""
+
+from __future__ import annotations
+
+import os
+
+from kafkacompat.log._tests.helpers import all_records, make_batch, parse_log_file, segment_logs
+from kafkacompat.log._tests.test_partition_log import parse_log_file_bytes
+from kafkacompat.log.cleaner import CleanPlan, clean_log
+from kafkacompat.log.config import LogConfig
+from kafkacompat.log.partition_log import PartitionLog
+
+NOW = 1_700_000_100_000
+TS = 1_700_000_000_000
+CONFIG = {"cleanup.policy": "compact", "segment.bytes": "2500", "file.delete.delay.ms": "0"}
+
+
+def fill(pl, rounds: int, keys: int = 8, *, tombstone: bytes | None = None):
+    """Round r writes key i with value b"r:i" (two records per batch); returns {key: (offset, value)}."""
+    latest = {}
+    for r in range(rounds):
+        for i in range(0, keys, 2):
+            ks = [b"k%d" % i, b"k%d" % (i + 1)]
+            vs = [b"%d:%d" % (r, i) + b"x" * 60, b"%d:%d" % (r, i + 1) + b"x" * 60]
+            result = pl.append_as_leader(make_batch(vs, keys=ks, timestamp=TS), 0, NOW)
+            for j in range(2):
+                latest[ks[j]] = (result.base_offset + j, vs[j])
+    return latest
+
+
+def records_by_key(directory: str) -> dict[bytes, list[tuple[int, bytes | None]]]:
+    out: dict[bytes, list[tuple[int, bytes | None]]] = {}
+    for path in segment_logs(directory):
+        for batch in parse_log_file(path):
+            for record in batch:
+                out.setdefault(record.key, []).append((record.offset, record.value))
+    return out
+
+
+def test_compaction_keeps_the_latest_value_of_each_key_at_its_offset(make_log):
+    pl = make_log(CONFIG)
+    latest = fill(pl, 12)
+    pl.update_high_watermark(pl.log_end_offset)
+    before_segments = [s.base_offset for s in pl.segments]
+    size_before = pl.size_in_bytes
+    stats = clean_log(pl, NOW)
+    pl.run_pending_deletes(NOW)
+    assert stats.records_removed > 0 and pl.size_in_bytes < size_before
+    assert [s.base_offset for s in pl.segments] == before_segments  # offsets and segment bases kept
+    by_key = records_by_key(pl.directory)
+    active_base = pl.active_segment.base_offset
+    for key, (offset, value) in latest.items():
+        in_clean_part = [(o, v) for o, v in by_key[key] if o < active_base]
+        assert len(in_clean_part) <= 1  # at most the latest of the cleaned range survives
+        assert by_key[key][-1] == (offset, value)  # the newest value is never lost
+    offsets = [o for o, _, _ in all_records(pl.directory)]
+    assert offsets == sorted(offsets)
+    for offset in range(pl.log_start_offset, pl.log_end_offset, 3):
+        result = pl.read(offset, 1 << 20)
+        (first_batch, *_) = parse_log_file_bytes(result.slices[0].read_bytes())
+        assert first_batch.last_offset >= offset  # the batch holding the offset, or the next one left
+    pl.close(clean=True)
+    reopened = make_log(CONFIG)
+    assert reopened.log_end_offset == pl.log_end_offset
+    assert not [n for n in os.listdir(reopened.directory) if n.endswith((".cleaned", ".swap", ".deleted"))]
+
+
+def test_tombstones_survive_until_delete_retention_then_go(make_log):
+    pl = make_log(dict(CONFIG, **{"delete.retention.ms": "1000"}))
+    fill(pl, 3)
+    tombstone_at = pl.append_as_leader(make_batch([None], keys=[b"k5"], timestamp=TS), 0, NOW).base_offset
+    fill(pl, 2, keys=4)
+    pl.roll(NOW)
+    pl.update_high_watermark(pl.log_end_offset)
+    clean_log(pl, TS + 500)  # the tombstone is younger than delete.retention.ms: it stays, alone
+    pl.run_pending_deletes(NOW)
+    assert records_by_key(pl.directory)[b"k5"] == [(tombstone_at, None)]
+    clean_log(pl, TS + 5000)  # now past delete.retention.ms
+    pl.run_pending_deletes(NOW)
+    by_key = records_by_key(pl.directory)
+    assert b"k5" not in by_key
+    assert len(by_key[b"k6"]) == 1 and by_key[b"k6"][0][1].startswith(b"2:6")
+
+
+def test_last_batch_of_a_producer_stays_so_its_state_can_be_rebuilt(make_log):
+    pl = make_log(CONFIG)
+    for seq in range(0, 20, 2):
+        pl.append_as_leader(
+            make_batch(
+                [b"a" * 80, b"b" * 80],
+                keys=[b"same", b"same"],
+                producer_id=9,
+                producer_epoch=0,
+                base_sequence=seq,
+            ),
+            0,
+            NOW,
+        )
+    fill(pl, 4)
+    pl.roll(NOW)
+    pl.update_high_watermark(pl.log_end_offset)
+    clean_log(pl, NOW)
+    pl.run_pending_deletes(NOW)
+    producer_batches = [
+        b for p in segment_logs(pl.directory) for b in parse_log_file(p) if b.producer_id == 9
+    ]
+    assert producer_batches[-1].base_sequence == 18 and producer_batches[-1].last_offset == 19
+    pl.close(clean=False)
+    for name in os.listdir(pl.directory):
+        if name.endswith(".snapshot"):
+            os.unlink(os.path.join(pl.directory, name))
+    reopened = PartitionLog(
+        pl.directory, "t", 0, LogConfig.from_properties(CONFIG), clean_shutdown=False, sync=False
+    )
+    assert reopened.producer_state.producers[9].last_seq == 19
+    reopened.close(clean=False)
+
+
+def test_only_segments_below_the_high_watermark_are_cleaned(make_log):
+    pl = make_log(CONFIG)
+    fill(pl, 12)
+    pl.update_high_watermark(pl.segments[2].base_offset)
+    plan = CleanPlan.prepare(pl, NOW)
+    assert [s.base_offset for s in plan.segments] == [s.base_offset for s in pl.segments[:2]]
+
+
+def test_interrupted_swap_is_resolved_on_load(make_log):
+    pl = make_log(CONFIG)
+    fill(pl, 12)
+    pl.update_high_watermark(pl.log_end_offset)
+    plan = CleanPlan.prepare(pl, NOW)
+    plan.build()
+    first = pl.segments[0]
+    cleaned = plan.outputs[first.base_offset]
+    with open(cleaned, "rb") as f:
+        expected = f.read()
+    pl.close(clean=False)
+    # crash after the old segment was renamed away and before the swap became the .log
+    os.rename(cleaned, first.log_path + ".swap")
+    os.rename(first.log_path, first.log_path + ".deleted")
+    for base, other in plan.outputs.items():
+        if base != first.base_offset:
+            os.unlink(other)  # the other segments: crash before their swap (the .cleaned go at load anyway)
+    reopened = PartitionLog(
+        pl.directory, "t", 0, LogConfig.from_properties(CONFIG), clean_shutdown=False, sync=False
+    )
+    with open(first.log_path, "rb") as f:
+        assert f.read() == expected
+    assert reopened.load_report.damage
+    reopened.close(clean=False)
