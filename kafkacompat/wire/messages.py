@@ -11,7 +11,9 @@ Each codec module exposes `DECODERS[version](buf, pos) -> (obj, new_pos)` and
 `ENCODERS[version](obj, out: bytearray, chunks: list) -> None`; the functions here look them up by
 (api key, version), cache them, and add the framing-level rules: a body must be consumed exactly
 (trailing bytes are a DecodeError), unknown keys and versions are DecodeErrors, and malformed input
-of any kind surfaces as DecodeError only.
+of any kind surfaces as DecodeError only. `encode_response` returns the chunk list (bytes-like pieces
+plus any `.size` objects given as `records`, for sendfile); `encode_request` joins into one bytes
+object, copying large record sets once.
 
 Class naming: the top-level class is named after the spec (`ProduceRequest`), nested structs are
 module-level classes named after their spec type (`TopicProduceData`) and are also reachable as
