@@ -69,6 +69,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="broker config for the kafkacompat started here (repeatable)",
     )
     parser.add_argument("--messages", type=_positive_int, help="records per produce/consume run (100000)")
+    parser.add_argument("--sizes", metavar="B[,B...]", help="record sizes in bytes (1024,100)")
+    parser.add_argument("--acks", metavar="A[,A...]", help="producer acks settings (1,all)")
     parser.add_argument(
         "--runs", type=_positive_int, help="runs per throughput figure (3; at least 3 advised)"
     )
@@ -120,6 +122,17 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         if args.big_partition_mib < 0:
             raise ValueError("--big-partition-mib must not be negative")
         settings.big_partition_mib = args.big_partition_mib
+    if args.sizes:
+        try:
+            settings.sizes = tuple(int(x) for x in args.sizes.split(",") if x.strip())
+        except ValueError:
+            raise ValueError(f"--sizes {args.sizes!r}: comma-separated byte counts expected") from None
+        if not settings.sizes or min(settings.sizes) < 16:
+            raise ValueError("--sizes: at least one size, each of 16 bytes or more")
+    if args.acks:
+        settings.acks = tuple(a.strip() for a in args.acks.split(",") if a.strip())
+        if not settings.acks or any(a not in ("0", "1", "all", "-1") for a in settings.acks):
+            raise ValueError("--acks: pick from 0, 1, all")
     if args.only:
         chosen = tuple(w.strip() for w in args.only.split(",") if w.strip())
         unknown = [w for w in chosen if w not in WORKLOADS]

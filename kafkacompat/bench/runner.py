@@ -9,7 +9,7 @@ for in Metadata), and topics are deleted when no later workload needs them, so a
 not carry earlier runs' data into later RSS figures.
 
 Order: start-up (each broker started `runs` times; all but the last start are stopped again), idle
-RSS, produce (1 KiB and 100 B x acks=1 and acks=all), consume (from offset 0 of the first acks=1
+RSS, produce (1 KiB and 100 B x acks=1 and acks=all), consume (from offset 0 of the first produced
 topic of each size), end-to-end latency at a fixed rate, group join (1 and 3 consumers, only where
 the broker serves JoinGroup), and optionally a large partition read by a default-configured consumer.
 The result is a JSON-ready dict (see `report.py` for the table and the goals).
@@ -314,7 +314,7 @@ def _startup(settings: Settings, states: list[_BrokerState], progress: Progress,
 
 def _run_one(
     state: _BrokerState, kind: str, params: dict[str, Any], timeout: float
-) -> tuple[dict[str, Any], float, int]:
+) -> tuple[dict[str, Any], float | None, int]:
     """One worker against one broker: (result, broker CPU seconds in the timed window, peak RSS bytes).
 
     The worker reads the broker's CPU counters itself right at the edges of its timed window, so
@@ -324,7 +324,7 @@ def _run_one(
     params = params | {"broker_pids": process_tree(pid) if pid is not None else []}
     with PeakSampler(pid) as sampler:
         (result,) = workers.run_workers([(kind, params)], timeout)
-    return result, float(result.get("broker_cpu") or 0.0), sampler.peak
+    return result, result.get("broker_cpu"), sampler.peak
 
 
 def _throughput(
@@ -372,7 +372,7 @@ def _throughput(
                     }
                     result, broker_cpu, peak = _run_one(state, "produce", params, settings.timeout + 30)
                     state.peak_rss = max(state.peak_rss, peak)
-                    if acks == "1" and (name, size) not in keep and result.get("ok"):
+                    if (name, size) not in keep and result.get("ok"):
                         keep[(name, size)] = topic
                     else:
                         state.topics.append(topic)
@@ -423,7 +423,7 @@ def _throughput(
 def _record_throughput(
     record: dict[str, Any],
     result: dict[str, Any],
-    broker_cpu: float,
+    broker_cpu: float | None,
     peak: int,
     note: Any,
     name: str,
@@ -439,7 +439,7 @@ def _record_throughput(
             "seconds": seconds,
             "mb_s": result["bytes"] / seconds / 1e6,
             "msgs_s": result["messages"] / seconds,
-            "broker_cpu_cores": broker_cpu / seconds,
+            "broker_cpu_cores": broker_cpu / seconds if broker_cpu is not None else None,
             "client_cpu_cores": result["client_cpu"] / seconds,
             "broker_peak_rss_mib": peak / MIB if peak else None,
         }
@@ -449,7 +449,7 @@ def _record_throughput(
 def _summarize_record(record: dict[str, Any]) -> None:
     runs = record["runs"]
     for key in ("mb_s", "msgs_s", "broker_cpu_cores", "client_cpu_cores"):
-        summary = summarize([r[key] for r in runs])
+        summary = summarize([r[key] for r in runs if r[key] is not None])
         record[key] = summary.as_dict() if summary else None
     peaks = [r["broker_peak_rss_mib"] for r in runs if r.get("broker_peak_rss_mib")]
     record["broker_peak_rss_mib"] = max(peaks) if peaks else None
@@ -483,14 +483,15 @@ def _e2e(settings: Settings, state: _BrokerState, note: Any) -> dict[str, Any]:
     consumed, produced = workers.run_workers(
         [("e2e_consumer", consumer), ("e2e_producer", producer)], settings.e2e_seconds + 90
     )
-    broker_cpu = float(produced.get("broker_cpu") or 0.0)
+    broker_cpu = produced.get("broker_cpu")
     delete_topics(state.broker.bootstrap, [topic])
     latencies = consumed.get("latencies_ms") or []
     summary = latency_summary(latencies) or {}
     out: dict[str, Any] = dict(summary)
     out["cdf"] = cdf_points(latencies)
     out["achieved_rate"] = produced.get("achieved_rate")
-    out["broker_cpu_cores"] = broker_cpu / produced["seconds"] if produced.get("seconds") else None
+    seconds = produced.get("seconds")
+    out["broker_cpu_cores"] = broker_cpu / seconds if broker_cpu is not None and seconds else None
     errors = [r.get("error") for r in (consumed, produced) if not r.get("ok")]
     if errors:
         out["error"] = "; ".join(str(e) for e in errors)
@@ -625,7 +626,8 @@ def _big(
         result, broker_cpu, peak = _run_one(state, "consume", params, timeout + 30)
         if result.get("ok"):
             record["consume_mb_s"] = result["bytes"] / result["seconds"] / 1e6
-            record["consume_broker_cpu_cores"] = broker_cpu / result["seconds"]
+            if broker_cpu is not None:
+                record["consume_broker_cpu_cores"] = broker_cpu / result["seconds"]
             record["consume_peak_rss_mib"] = peak / MIB if peak else None
         else:
             record["error"] = result.get("error")

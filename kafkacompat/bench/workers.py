@@ -44,10 +44,17 @@ def _cpu() -> float:
 
 
 def _broker_cpu(params: dict[str, Any]) -> float:
-    """CPU seconds used so far by the broker's processes (their pids come from the runner)."""
+    """CPU seconds used so far by the broker's processes (their pids come from the runner; 0 if none)."""
     from kafkacompat.bench.procinfo import cpu_seconds
 
     return cpu_seconds(params.get("broker_pids") or [])
+
+
+def _broker_cpu_delta(params: dict[str, Any], before: float) -> float | None:
+    """Broker CPU seconds since `before`, or None when the broker is not ours to watch (--bootstrap)."""
+    if not params.get("broker_pids"):
+        return None
+    return _broker_cpu(params) - before
 
 
 def _common(params: dict[str, Any]) -> dict[str, Any]:
@@ -111,7 +118,7 @@ def _produce(params: dict[str, Any]) -> dict[str, Any]:
             poll(0)
     remaining = producer.flush(max(0.1, deadline - time.monotonic()))
     elapsed = time.perf_counter() - t0
-    cpu, broker_cpu = _cpu() - cpu0, _broker_cpu(params) - broker0
+    cpu, broker_cpu = _cpu() - cpu0, _broker_cpu_delta(params, broker0)
     if remaining or failed:
         return {
             "ok": False,
@@ -159,7 +166,7 @@ def _consume(params: dict[str, Any]) -> dict[str, Any]:
                 elif len(errors) < 3:
                     errors.append(str(msg.error()))
         elapsed = time.perf_counter() - t0
-        cpu, broker_cpu = _cpu() - cpu0, _broker_cpu(params) - broker0
+        cpu, broker_cpu = _cpu() - cpu0, _broker_cpu_delta(params, broker0)
     except KafkaException as exc:
         return {"ok": False, "error": str(exc)}
     finally:
@@ -215,7 +222,7 @@ def _e2e_producer(params: dict[str, Any]) -> dict[str, Any]:
         "messages": total,
         "achieved_rate": total / elapsed if elapsed else 0.0,
         "client_cpu": _cpu() - cpu0,
-        "broker_cpu": _broker_cpu(params) - broker0,
+        "broker_cpu": _broker_cpu_delta(params, broker0),
     }
 
 

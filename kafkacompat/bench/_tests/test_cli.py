@@ -43,6 +43,14 @@ def test_bad_values_are_refused(bad: list[str]) -> None:
         build_parser().parse_args(bad)
 
 
+def test_sizes_and_acks() -> None:
+    settings = settings_from_args(parse("--sizes", "1024,4096", "--acks", "all"))
+    assert settings.sizes == (1024, 4096) and settings.acks == ("all",)
+    for bad in (["--sizes", "x"], ["--sizes", "8"], ["--acks", "2"], ["--acks", ","]):
+        with pytest.raises(ValueError):
+            settings_from_args(parse(*bad))
+
+
 def test_only() -> None:
     assert settings_from_args(parse("--only", "produce, e2e")).workloads == ("produce", "e2e")
     with pytest.raises(ValueError, match="unknown"):
