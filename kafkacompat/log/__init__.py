@@ -2,8 +2,8 @@
 
 Public API: `LogManager` (log dirs, startup/recovery, checkpoints, shutdown), `PartitionLog` (append,
 read, offsets, retention, truncation, flush), `FileSlice` (what reads return), `LogConfig` (topic-level
-storage configs with Kafka's names and defaults). Each module's docstring describes the file format it
-owns.
+storage configs with Kafka's names and defaults), `cleaner.CleanPlan` / `clean_log` (compaction).
+Each module's docstring describes the file format it owns.
 """
 
 from kafkacompat.log.config import TOPIC_CONFIG_DEFS, ConfigDef, LogConfig

@@ -280,6 +280,11 @@ class LogManager:
     def logs_needing_flush(self, now_ms: int) -> list[PartitionLog]:
         return [pl for pl in self.logs.values() if not pl.offline and pl.flush_needed(now_ms)]
 
+    def compacted_logs(self) -> list[PartitionLog]:
+        """Online logs whose cleanup.policy includes compact: the broker's cleaner task runs
+        `cleaner.CleanPlan` on them (prepare and commit here, build in a worker thread)."""
+        return [pl for pl in self.logs.values() if not pl.offline and pl.config.compacted]
+
     def run_retention(self, now_ms: int) -> int:
         """Retention on every online log; returns segments deleted. Storage errors only offline that log."""
         deleted = 0
