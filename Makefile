@@ -5,7 +5,7 @@ RUN_VENV := .venv-run
 TEST_VENV := .venv
 SPECS ?= ../shared/kafka-protocol
 
-.PHONY: run test lint check-generated unit compat clean
+.PHONY: run test lint check-generated spark-it clean
 
 $(RUN_VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(RUN_VENV)
@@ -29,6 +29,10 @@ check-generated: $(TEST_VENV)/.installed
 
 test: lint check-generated
 	$(TEST_VENV)/bin/python -m pytest -q
+
+# Spark's Kafka connector from Maven (or KAFKACOMPAT_SPARK_JARS=<dir> offline) against a fixture broker.
+spark-it: $(TEST_VENV)/.installed
+	KAFKACOMPAT_SPARK_PACKAGES=$${KAFKACOMPAT_SPARK_PACKAGES:-1} $(TEST_VENV)/bin/python -m pytest -q -rs spark_it
 
 clean:
 	rm -rf $(RUN_VENV) $(TEST_VENV) build *.egg-info
