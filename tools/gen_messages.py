@@ -407,7 +407,7 @@ class ModuleGen:
         # Fields this version does not carry hold their defaults.
         for f in s.fields:
             if f.name not in present:
-                lines.append(f"{obj}.{f.attr} = {default_literal(f)}")
+                lines.extend(self.default_lines(f, f"{obj}.{f.attr}"))
         i = 0
         while i < len(regular):
             f = regular[i]
@@ -435,7 +435,7 @@ class ModuleGen:
             i += 1
         if self.flexible(v):
             for f in tagged:
-                lines.append(f"{obj}.{f.attr} = {default_literal(f)}")
+                lines.extend(self.default_lines(f, f"{obj}.{f.attr}"))
             lines.append("if pos < _l and buf[pos] == 0:")
             lines.append("    pos += 1")
             lines.append(f"    {obj}.unknown_tags = None")
@@ -807,6 +807,24 @@ class ModuleGen:
         return [f"{enc}({expr}, {out}, chunks)"]
 
     # classes ----------------------------------------------------------------------------------
+    def default_lines(self, f: Field, target: str) -> list[str]:
+        """Lines that set `target` to the field's default.
+
+        A default struct instance is built in place (allocate, store each default) when that struct
+        has no struct fields of its own: the same fresh object as calling the class, without the
+        cost of a call and keyword-argument handling per default.
+        """
+        d = default_literal(f)
+        if f.is_array or not f.is_struct or d == "None":
+            return [f"{target} = {d}"]
+        fields = self.msg.structs[f.elem].fields
+        if any(x.is_struct and not x.is_array for x in fields):
+            return [f"{target} = {d}"]
+        lines = [f"_dv = _new({f.elem})"]
+        lines += [f"_dv.{x.attr} = {default_literal(x)}" for x in fields]
+        lines += ["_dv.unknown_tags = None", f"{target} = _dv"]
+        return lines
+
     def class_text(self, s: Struct) -> str:
         slots = [f.attr for f in s.fields] + ["unknown_tags"]
         params = []
@@ -817,6 +835,11 @@ class ModuleGen:
                 if nullable_anywhere(f):
                     params.append(f"{f.attr}=_MISSING")
                     body.append(f"self.{f.attr} = {d} if {f.attr} is _MISSING else {f.attr}")
+                elif f.is_struct:
+                    params.append(f"{f.attr}=None")
+                    body.append(f"if {f.attr} is None:")
+                    body.extend("    " + x for x in self.default_lines(f, f.attr))
+                    body.append(f"self.{f.attr} = {f.attr}")
                 else:
                     params.append(f"{f.attr}=None")
                     body.append(f"self.{f.attr} = {d} if {f.attr} is None else {f.attr}")

@@ -48,7 +48,9 @@ class AddPartitionsToTxnTransaction(Struct):
         self.producer_id = producer_id
         self.producer_epoch = producer_epoch
         self.verify_only = verify_only
-        self.topics = [] if topics is None else topics
+        if topics is None:
+            topics = []
+        self.topics = topics
         self.unknown_tags = unknown_tags
 
 class AddPartitionsToTxnRequest(Struct):
@@ -63,11 +65,15 @@ class AddPartitionsToTxnRequest(Struct):
         v3_and_below_topics=None,
         unknown_tags=None,
     ):
-        self.transactions = [] if transactions is None else transactions
+        if transactions is None:
+            transactions = []
+        self.transactions = transactions
         self.v3_and_below_transactional_id = v3_and_below_transactional_id
         self.v3_and_below_producer_id = v3_and_below_producer_id
         self.v3_and_below_producer_epoch = v3_and_below_producer_epoch
-        self.v3_and_below_topics = [] if v3_and_below_topics is None else v3_and_below_topics
+        if v3_and_below_topics is None:
+            v3_and_below_topics = []
+        self.v3_and_below_topics = v3_and_below_topics
         self.unknown_tags = unknown_tags
 AddPartitionsToTxnRequest.AddPartitionsToTxnTopic = AddPartitionsToTxnTopic
 AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction = AddPartitionsToTxnTransaction

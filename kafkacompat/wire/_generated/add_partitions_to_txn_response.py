@@ -29,7 +29,9 @@ class AddPartitionsToTxnTopicResult(Struct):
 
     def __init__(self, name='', results_by_partition=None, unknown_tags=None):
         self.name = name
-        self.results_by_partition = [] if results_by_partition is None else results_by_partition
+        if results_by_partition is None:
+            results_by_partition = []
+        self.results_by_partition = results_by_partition
         self.unknown_tags = unknown_tags
 
 class AddPartitionsToTxnPartitionResult(Struct):
@@ -45,7 +47,9 @@ class AddPartitionsToTxnResult(Struct):
 
     def __init__(self, transactional_id='', topic_results=None, unknown_tags=None):
         self.transactional_id = transactional_id
-        self.topic_results = [] if topic_results is None else topic_results
+        if topic_results is None:
+            topic_results = []
+        self.topic_results = topic_results
         self.unknown_tags = unknown_tags
 
 class AddPartitionsToTxnResponse(Struct):
@@ -61,8 +65,12 @@ class AddPartitionsToTxnResponse(Struct):
     ):
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
-        self.results_by_transaction = [] if results_by_transaction is None else results_by_transaction
-        self.results_by_topic_v3_and_below = [] if results_by_topic_v3_and_below is None else results_by_topic_v3_and_below
+        if results_by_transaction is None:
+            results_by_transaction = []
+        self.results_by_transaction = results_by_transaction
+        if results_by_topic_v3_and_below is None:
+            results_by_topic_v3_and_below = []
+        self.results_by_topic_v3_and_below = results_by_topic_v3_and_below
         self.unknown_tags = unknown_tags
 AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult = AddPartitionsToTxnTopicResult
 AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult = AddPartitionsToTxnPartitionResult

@@ -49,7 +49,9 @@ class AddRaftVoterRequest(Struct):
         self.timeout_ms = timeout_ms
         self.voter_id = voter_id
         self.voter_directory_id = voter_directory_id
-        self.listeners = [] if listeners is None else listeners
+        if listeners is None:
+            listeners = []
+        self.listeners = listeners
         self.unknown_tags = unknown_tags
 AddRaftVoterRequest.Listener = Listener
 

@@ -28,8 +28,12 @@ class EntryData(Struct):
     __slots__ = ('entity', 'ops', 'unknown_tags',)
 
     def __init__(self, entity=None, ops=None, unknown_tags=None):
-        self.entity = [] if entity is None else entity
-        self.ops = [] if ops is None else ops
+        if entity is None:
+            entity = []
+        self.entity = entity
+        if ops is None:
+            ops = []
+        self.ops = ops
         self.unknown_tags = unknown_tags
 
 class EntityData(Struct):
@@ -53,7 +57,9 @@ class AlterClientQuotasRequest(Struct):
     __slots__ = ('entries', 'validate_only', 'unknown_tags',)
 
     def __init__(self, entries=None, validate_only=False, unknown_tags=None):
-        self.entries = [] if entries is None else entries
+        if entries is None:
+            entries = []
+        self.entries = entries
         self.validate_only = validate_only
         self.unknown_tags = unknown_tags
 AlterClientQuotasRequest.EntryData = EntryData

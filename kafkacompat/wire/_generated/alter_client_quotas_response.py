@@ -30,7 +30,9 @@ class EntryData(Struct):
     def __init__(self, error_code=0, error_message='', entity=None, unknown_tags=None):
         self.error_code = error_code
         self.error_message = error_message
-        self.entity = [] if entity is None else entity
+        if entity is None:
+            entity = []
+        self.entity = entity
         self.unknown_tags = unknown_tags
 
 class EntityData(Struct):
@@ -46,7 +48,9 @@ class AlterClientQuotasResponse(Struct):
 
     def __init__(self, throttle_time_ms=0, entries=None, unknown_tags=None):
         self.throttle_time_ms = throttle_time_ms
-        self.entries = [] if entries is None else entries
+        if entries is None:
+            entries = []
+        self.entries = entries
         self.unknown_tags = unknown_tags
 AlterClientQuotasResponse.EntryData = EntryData
 AlterClientQuotasResponse.EntityData = EntityData

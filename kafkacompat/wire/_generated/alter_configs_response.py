@@ -39,7 +39,9 @@ class AlterConfigsResponse(Struct):
 
     def __init__(self, throttle_time_ms=0, responses=None, unknown_tags=None):
         self.throttle_time_ms = throttle_time_ms
-        self.responses = [] if responses is None else responses
+        if responses is None:
+            responses = []
+        self.responses = responses
         self.unknown_tags = unknown_tags
 AlterConfigsResponse.AlterConfigsResourceResponse = AlterConfigsResourceResponse
 

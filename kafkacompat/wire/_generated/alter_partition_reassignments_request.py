@@ -29,7 +29,9 @@ class ReassignableTopic(Struct):
 
     def __init__(self, name='', partitions=None, unknown_tags=None):
         self.name = name
-        self.partitions = [] if partitions is None else partitions
+        if partitions is None:
+            partitions = []
+        self.partitions = partitions
         self.unknown_tags = unknown_tags
 
 class ReassignablePartition(Struct):
@@ -45,7 +47,9 @@ class AlterPartitionReassignmentsRequest(Struct):
 
     def __init__(self, timeout_ms=60000, topics=None, unknown_tags=None):
         self.timeout_ms = timeout_ms
-        self.topics = [] if topics is None else topics
+        if topics is None:
+            topics = []
+        self.topics = topics
         self.unknown_tags = unknown_tags
 AlterPartitionReassignmentsRequest.ReassignableTopic = ReassignableTopic
 AlterPartitionReassignmentsRequest.ReassignablePartition = ReassignablePartition

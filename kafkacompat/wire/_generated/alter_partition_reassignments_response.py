@@ -29,7 +29,9 @@ class ReassignableTopicResponse(Struct):
 
     def __init__(self, name='', partitions=None, unknown_tags=None):
         self.name = name
-        self.partitions = [] if partitions is None else partitions
+        if partitions is None:
+            partitions = []
+        self.partitions = partitions
         self.unknown_tags = unknown_tags
 
 class ReassignablePartitionResponse(Struct):
@@ -55,7 +57,9 @@ class AlterPartitionReassignmentsResponse(Struct):
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
         self.error_message = error_message
-        self.responses = [] if responses is None else responses
+        if responses is None:
+            responses = []
+        self.responses = responses
         self.unknown_tags = unknown_tags
 AlterPartitionReassignmentsResponse.ReassignableTopicResponse = ReassignableTopicResponse
 AlterPartitionReassignmentsResponse.ReassignablePartitionResponse = ReassignablePartitionResponse

@@ -30,7 +30,9 @@ class TopicData(Struct):
     def __init__(self, topic_name='', topic_id=ZERO_UUID, partitions=None, unknown_tags=None):
         self.topic_name = topic_name
         self.topic_id = topic_id
-        self.partitions = [] if partitions is None else partitions
+        if partitions is None:
+            partitions = []
+        self.partitions = partitions
         self.unknown_tags = unknown_tags
 
 class PartitionData(Struct):
@@ -49,7 +51,9 @@ class PartitionData(Struct):
         self.partition_index = partition_index
         self.leader_epoch = leader_epoch
         self.new_isr = [] if new_isr is None else new_isr
-        self.new_isr_with_epochs = [] if new_isr_with_epochs is None else new_isr_with_epochs
+        if new_isr_with_epochs is None:
+            new_isr_with_epochs = []
+        self.new_isr_with_epochs = new_isr_with_epochs
         self.leader_recovery_state = leader_recovery_state
         self.partition_epoch = partition_epoch
         self.unknown_tags = unknown_tags
@@ -68,7 +72,9 @@ class AlterPartitionRequest(Struct):
     def __init__(self, broker_id=0, broker_epoch=-1, topics=None, unknown_tags=None):
         self.broker_id = broker_id
         self.broker_epoch = broker_epoch
-        self.topics = [] if topics is None else topics
+        if topics is None:
+            topics = []
+        self.topics = topics
         self.unknown_tags = unknown_tags
 AlterPartitionRequest.TopicData = TopicData
 AlterPartitionRequest.PartitionData = PartitionData

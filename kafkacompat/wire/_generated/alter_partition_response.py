@@ -30,7 +30,9 @@ class TopicData(Struct):
     def __init__(self, topic_name='', topic_id=ZERO_UUID, partitions=None, unknown_tags=None):
         self.topic_name = topic_name
         self.topic_id = topic_id
-        self.partitions = [] if partitions is None else partitions
+        if partitions is None:
+            partitions = []
+        self.partitions = partitions
         self.unknown_tags = unknown_tags
 
 class PartitionData(Struct):
@@ -62,7 +64,9 @@ class AlterPartitionResponse(Struct):
     def __init__(self, throttle_time_ms=0, error_code=0, topics=None, unknown_tags=None):
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
-        self.topics = [] if topics is None else topics
+        if topics is None:
+            topics = []
+        self.topics = topics
         self.unknown_tags = unknown_tags
 AlterPartitionResponse.TopicData = TopicData
 AlterPartitionResponse.PartitionData = PartitionData

@@ -29,7 +29,9 @@ class AlterReplicaLogDir(Struct):
 
     def __init__(self, path='', topics=None, unknown_tags=None):
         self.path = path
-        self.topics = [] if topics is None else topics
+        if topics is None:
+            topics = []
+        self.topics = topics
         self.unknown_tags = unknown_tags
 
 class AlterReplicaLogDirTopic(Struct):
@@ -44,7 +46,9 @@ class AlterReplicaLogDirsRequest(Struct):
     __slots__ = ('dirs', 'unknown_tags',)
 
     def __init__(self, dirs=None, unknown_tags=None):
-        self.dirs = [] if dirs is None else dirs
+        if dirs is None:
+            dirs = []
+        self.dirs = dirs
         self.unknown_tags = unknown_tags
 AlterReplicaLogDirsRequest.AlterReplicaLogDir = AlterReplicaLogDir
 AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic = AlterReplicaLogDirTopic

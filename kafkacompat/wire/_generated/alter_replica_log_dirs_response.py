@@ -29,7 +29,9 @@ class AlterReplicaLogDirTopicResult(Struct):
 
     def __init__(self, topic_name='', partitions=None, unknown_tags=None):
         self.topic_name = topic_name
-        self.partitions = [] if partitions is None else partitions
+        if partitions is None:
+            partitions = []
+        self.partitions = partitions
         self.unknown_tags = unknown_tags
 
 class AlterReplicaLogDirPartitionResult(Struct):
@@ -45,7 +47,9 @@ class AlterReplicaLogDirsResponse(Struct):
 
     def __init__(self, throttle_time_ms=0, results=None, unknown_tags=None):
         self.throttle_time_ms = throttle_time_ms
-        self.results = [] if results is None else results
+        if results is None:
+            results = []
+        self.results = results
         self.unknown_tags = unknown_tags
 AlterReplicaLogDirsResponse.AlterReplicaLogDirTopicResult = AlterReplicaLogDirTopicResult
 AlterReplicaLogDirsResponse.AlterReplicaLogDirPartitionResult = AlterReplicaLogDirPartitionResult

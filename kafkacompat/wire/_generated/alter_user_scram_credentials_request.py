@@ -47,8 +47,12 @@ class AlterUserScramCredentialsRequest(Struct):
     __slots__ = ('deletions', 'upsertions', 'unknown_tags',)
 
     def __init__(self, deletions=None, upsertions=None, unknown_tags=None):
-        self.deletions = [] if deletions is None else deletions
-        self.upsertions = [] if upsertions is None else upsertions
+        if deletions is None:
+            deletions = []
+        self.deletions = deletions
+        if upsertions is None:
+            upsertions = []
+        self.upsertions = upsertions
         self.unknown_tags = unknown_tags
 AlterUserScramCredentialsRequest.ScramCredentialDeletion = ScramCredentialDeletion
 AlterUserScramCredentialsRequest.ScramCredentialUpsertion = ScramCredentialUpsertion

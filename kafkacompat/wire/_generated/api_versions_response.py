@@ -66,11 +66,17 @@ class ApiVersionsResponse(Struct):
         unknown_tags=None,
     ):
         self.error_code = error_code
-        self.api_keys = [] if api_keys is None else api_keys
+        if api_keys is None:
+            api_keys = []
+        self.api_keys = api_keys
         self.throttle_time_ms = throttle_time_ms
-        self.supported_features = [] if supported_features is None else supported_features
+        if supported_features is None:
+            supported_features = []
+        self.supported_features = supported_features
         self.finalized_features_epoch = finalized_features_epoch
-        self.finalized_features = [] if finalized_features is None else finalized_features
+        if finalized_features is None:
+            finalized_features = []
+        self.finalized_features = finalized_features
         self.zk_migration_ready = zk_migration_ready
         self.unknown_tags = unknown_tags
 ApiVersionsResponse.ApiVersion = ApiVersion

@@ -47,8 +47,12 @@ class ConsumerGroupCurrentMemberAssignmentValue(Struct):
         self.member_epoch = member_epoch
         self.previous_member_epoch = previous_member_epoch
         self.state = state
-        self.assigned_partitions = [] if assigned_partitions is None else assigned_partitions
-        self.partitions_pending_revocation = [] if partitions_pending_revocation is None else partitions_pending_revocation
+        if assigned_partitions is None:
+            assigned_partitions = []
+        self.assigned_partitions = assigned_partitions
+        if partitions_pending_revocation is None:
+            partitions_pending_revocation = []
+        self.partitions_pending_revocation = partitions_pending_revocation
         self.unknown_tags = unknown_tags
 ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions = TopicPartitions
 

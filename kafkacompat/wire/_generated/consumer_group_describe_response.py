@@ -37,7 +37,9 @@ class Assignment(Struct):
     __slots__ = ('topic_partitions', 'unknown_tags',)
 
     def __init__(self, topic_partitions=None, unknown_tags=None):
-        self.topic_partitions = [] if topic_partitions is None else topic_partitions
+        if topic_partitions is None:
+            topic_partitions = []
+        self.topic_partitions = topic_partitions
         self.unknown_tags = unknown_tags
 
 class DescribedGroup(Struct):
@@ -63,7 +65,9 @@ class DescribedGroup(Struct):
         self.group_epoch = group_epoch
         self.assignment_epoch = assignment_epoch
         self.assignor_name = assignor_name
-        self.members = [] if members is None else members
+        if members is None:
+            members = []
+        self.members = members
         self.authorized_operations = authorized_operations
         self.unknown_tags = unknown_tags
 
@@ -92,8 +96,18 @@ class Member(Struct):
         self.client_host = client_host
         self.subscribed_topic_names = [] if subscribed_topic_names is None else subscribed_topic_names
         self.subscribed_topic_regex = subscribed_topic_regex
-        self.assignment = Assignment() if assignment is None else assignment
-        self.target_assignment = Assignment() if target_assignment is None else target_assignment
+        if assignment is None:
+            _dv = _new(Assignment)
+            _dv.topic_partitions = []
+            _dv.unknown_tags = None
+            assignment = _dv
+        self.assignment = assignment
+        if target_assignment is None:
+            _dv = _new(Assignment)
+            _dv.topic_partitions = []
+            _dv.unknown_tags = None
+            target_assignment = _dv
+        self.target_assignment = target_assignment
         self.unknown_tags = unknown_tags
 
 class ConsumerGroupDescribeResponse(Struct):
@@ -101,7 +115,9 @@ class ConsumerGroupDescribeResponse(Struct):
 
     def __init__(self, throttle_time_ms=0, groups=None, unknown_tags=None):
         self.throttle_time_ms = throttle_time_ms
-        self.groups = [] if groups is None else groups
+        if groups is None:
+            groups = []
+        self.groups = groups
         self.unknown_tags = unknown_tags
 ConsumerGroupDescribeResponse.TopicPartitions = TopicPartitions
 ConsumerGroupDescribeResponse.Assignment = Assignment

@@ -29,7 +29,9 @@ class ClassicMemberMetadata(Struct):
 
     def __init__(self, session_timeout_ms=0, supported_protocols=None, unknown_tags=None):
         self.session_timeout_ms = session_timeout_ms
-        self.supported_protocols = [] if supported_protocols is None else supported_protocols
+        if supported_protocols is None:
+            supported_protocols = []
+        self.supported_protocols = supported_protocols
         self.unknown_tags = unknown_tags
 
 class ClassicProtocol(Struct):

@@ -36,7 +36,9 @@ class ConsumerProtocolAssignment(Struct):
     __slots__ = ('assigned_partitions', 'user_data', 'unknown_tags',)
 
     def __init__(self, assigned_partitions=None, user_data=None, unknown_tags=None):
-        self.assigned_partitions = [] if assigned_partitions is None else assigned_partitions
+        if assigned_partitions is None:
+            assigned_partitions = []
+        self.assigned_partitions = assigned_partitions
         self.user_data = user_data
         self.unknown_tags = unknown_tags
 ConsumerProtocolAssignment.TopicPartition = TopicPartition

@@ -46,7 +46,9 @@ class ConsumerProtocolSubscription(Struct):
     ):
         self.topics = [] if topics is None else topics
         self.user_data = user_data
-        self.owned_partitions = [] if owned_partitions is None else owned_partitions
+        if owned_partitions is None:
+            owned_partitions = []
+        self.owned_partitions = owned_partitions
         self.generation_id = generation_id
         self.rack_id = rack_id
         self.unknown_tags = unknown_tags

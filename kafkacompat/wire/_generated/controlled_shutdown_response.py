@@ -37,7 +37,9 @@ class ControlledShutdownResponse(Struct):
 
     def __init__(self, error_code=0, remaining_partitions=None, unknown_tags=None):
         self.error_code = error_code
-        self.remaining_partitions = [] if remaining_partitions is None else remaining_partitions
+        if remaining_partitions is None:
+            remaining_partitions = []
+        self.remaining_partitions = remaining_partitions
         self.unknown_tags = unknown_tags
 ControlledShutdownResponse.RemainingPartition = RemainingPartition
 

@@ -51,7 +51,9 @@ class CreateAclsRequest(Struct):
     __slots__ = ('creations', 'unknown_tags',)
 
     def __init__(self, creations=None, unknown_tags=None):
-        self.creations = [] if creations is None else creations
+        if creations is None:
+            creations = []
+        self.creations = creations
         self.unknown_tags = unknown_tags
 CreateAclsRequest.AclCreation = AclCreation
 

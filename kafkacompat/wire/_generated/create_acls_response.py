@@ -37,7 +37,9 @@ class CreateAclsResponse(Struct):
 
     def __init__(self, throttle_time_ms=0, results=None, unknown_tags=None):
         self.throttle_time_ms = throttle_time_ms
-        self.results = [] if results is None else results
+        if results is None:
+            results = []
+        self.results = results
         self.unknown_tags = unknown_tags
 CreateAclsResponse.AclCreationResult = AclCreationResult
 

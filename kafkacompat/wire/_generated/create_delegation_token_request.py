@@ -45,7 +45,9 @@ class CreateDelegationTokenRequest(Struct):
     ):
         self.owner_principal_type = owner_principal_type
         self.owner_principal_name = owner_principal_name
-        self.renewers = [] if renewers is None else renewers
+        if renewers is None:
+            renewers = []
+        self.renewers = renewers
         self.max_lifetime_ms = max_lifetime_ms
         self.unknown_tags = unknown_tags
 CreateDelegationTokenRequest.CreatableRenewers = CreatableRenewers

@@ -44,7 +44,9 @@ class CreatePartitionsRequest(Struct):
     __slots__ = ('topics', 'timeout_ms', 'validate_only', 'unknown_tags',)
 
     def __init__(self, topics=None, timeout_ms=0, validate_only=False, unknown_tags=None):
-        self.topics = [] if topics is None else topics
+        if topics is None:
+            topics = []
+        self.topics = topics
         self.timeout_ms = timeout_ms
         self.validate_only = validate_only
         self.unknown_tags = unknown_tags

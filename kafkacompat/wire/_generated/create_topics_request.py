@@ -39,8 +39,12 @@ class CreatableTopic(Struct):
         self.name = name
         self.num_partitions = num_partitions
         self.replication_factor = replication_factor
-        self.assignments = [] if assignments is None else assignments
-        self.configs = [] if configs is None else configs
+        if assignments is None:
+            assignments = []
+        self.assignments = assignments
+        if configs is None:
+            configs = []
+        self.configs = configs
         self.unknown_tags = unknown_tags
 
 class CreatableReplicaAssignment(Struct):
@@ -63,7 +67,9 @@ class CreateTopicsRequest(Struct):
     __slots__ = ('topics', 'timeout_ms', 'validate_only', 'unknown_tags',)
 
     def __init__(self, topics=None, timeout_ms=60000, validate_only=False, unknown_tags=None):
-        self.topics = [] if topics is None else topics
+        if topics is None:
+            topics = []
+        self.topics = topics
         self.timeout_ms = timeout_ms
         self.validate_only = validate_only
         self.unknown_tags = unknown_tags

@@ -73,7 +73,9 @@ class CreateTopicsResponse(Struct):
 
     def __init__(self, throttle_time_ms=0, topics=None, unknown_tags=None):
         self.throttle_time_ms = throttle_time_ms
-        self.topics = [] if topics is None else topics
+        if topics is None:
+            topics = []
+        self.topics = topics
         self.unknown_tags = unknown_tags
 CreateTopicsResponse.CreatableTopicResult = CreatableTopicResult
 CreateTopicsResponse.CreatableTopicConfigs = CreatableTopicConfigs

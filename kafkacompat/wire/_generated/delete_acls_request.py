@@ -51,7 +51,9 @@ class DeleteAclsRequest(Struct):
     __slots__ = ('filters', 'unknown_tags',)
 
     def __init__(self, filters=None, unknown_tags=None):
-        self.filters = [] if filters is None else filters
+        if filters is None:
+            filters = []
+        self.filters = filters
         self.unknown_tags = unknown_tags
 DeleteAclsRequest.DeleteAclsFilter = DeleteAclsFilter
 

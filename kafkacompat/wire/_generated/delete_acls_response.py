@@ -30,7 +30,9 @@ class DeleteAclsFilterResult(Struct):
     def __init__(self, error_code=0, error_message='', matching_acls=None, unknown_tags=None):
         self.error_code = error_code
         self.error_message = error_message
-        self.matching_acls = [] if matching_acls is None else matching_acls
+        if matching_acls is None:
+            matching_acls = []
+        self.matching_acls = matching_acls
         self.unknown_tags = unknown_tags
 
 class DeleteAclsMatchingAcl(Struct):
@@ -65,7 +67,9 @@ class DeleteAclsResponse(Struct):
 
     def __init__(self, throttle_time_ms=0, filter_results=None, unknown_tags=None):
         self.throttle_time_ms = throttle_time_ms
-        self.filter_results = [] if filter_results is None else filter_results
+        if filter_results is None:
+            filter_results = []
+        self.filter_results = filter_results
         self.unknown_tags = unknown_tags
 DeleteAclsResponse.DeleteAclsFilterResult = DeleteAclsFilterResult
 DeleteAclsResponse.DeleteAclsMatchingAcl = DeleteAclsMatchingAcl

@@ -29,7 +29,9 @@ class DeleteRecordsTopic(Struct):
 
     def __init__(self, name='', partitions=None, unknown_tags=None):
         self.name = name
-        self.partitions = [] if partitions is None else partitions
+        if partitions is None:
+            partitions = []
+        self.partitions = partitions
         self.unknown_tags = unknown_tags
 
 class DeleteRecordsPartition(Struct):
@@ -44,7 +46,9 @@ class DeleteRecordsRequest(Struct):
     __slots__ = ('topics', 'timeout_ms', 'unknown_tags',)
 
     def __init__(self, topics=None, timeout_ms=0, unknown_tags=None):
-        self.topics = [] if topics is None else topics
+        if topics is None:
+            topics = []
+        self.topics = topics
         self.timeout_ms = timeout_ms
         self.unknown_tags = unknown_tags
 DeleteRecordsRequest.DeleteRecordsTopic = DeleteRecordsTopic

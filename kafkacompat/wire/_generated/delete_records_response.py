@@ -29,7 +29,9 @@ class DeleteRecordsTopicResult(Struct):
 
     def __init__(self, name='', partitions=None, unknown_tags=None):
         self.name = name
-        self.partitions = [] if partitions is None else partitions
+        if partitions is None:
+            partitions = []
+        self.partitions = partitions
         self.unknown_tags = unknown_tags
 
 class DeleteRecordsPartitionResult(Struct):
@@ -46,7 +48,9 @@ class DeleteRecordsResponse(Struct):
 
     def __init__(self, throttle_time_ms=0, topics=None, unknown_tags=None):
         self.throttle_time_ms = throttle_time_ms
-        self.topics = [] if topics is None else topics
+        if topics is None:
+            topics = []
+        self.topics = topics
         self.unknown_tags = unknown_tags
 DeleteRecordsResponse.DeleteRecordsTopicResult = DeleteRecordsTopicResult
 DeleteRecordsResponse.DeleteRecordsPartitionResult = DeleteRecordsPartitionResult

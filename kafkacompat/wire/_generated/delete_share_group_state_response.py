@@ -29,7 +29,9 @@ class DeleteStateResult(Struct):
 
     def __init__(self, topic_id=ZERO_UUID, partitions=None, unknown_tags=None):
         self.topic_id = topic_id
-        self.partitions = [] if partitions is None else partitions
+        if partitions is None:
+            partitions = []
+        self.partitions = partitions
         self.unknown_tags = unknown_tags
 
 class PartitionResult(Struct):
@@ -45,7 +47,9 @@ class DeleteShareGroupStateResponse(Struct):
     __slots__ = ('results', 'unknown_tags',)
 
     def __init__(self, results=None, unknown_tags=None):
-        self.results = [] if results is None else results
+        if results is None:
+            results = []
+        self.results = results
         self.unknown_tags = unknown_tags
 DeleteShareGroupStateResponse.DeleteStateResult = DeleteStateResult
 DeleteShareGroupStateResponse.PartitionResult = PartitionResult

@@ -36,7 +36,9 @@ class DeleteTopicsRequest(Struct):
     __slots__ = ('topics', 'topic_names', 'timeout_ms', 'unknown_tags',)
 
     def __init__(self, topics=None, topic_names=None, timeout_ms=0, unknown_tags=None):
-        self.topics = [] if topics is None else topics
+        if topics is None:
+            topics = []
+        self.topics = topics
         self.topic_names = [] if topic_names is None else topic_names
         self.timeout_ms = timeout_ms
         self.unknown_tags = unknown_tags

@@ -31,7 +31,9 @@ class DescribeAclsResource(Struct):
         self.resource_type = resource_type
         self.resource_name = resource_name
         self.pattern_type = pattern_type
-        self.acls = [] if acls is None else acls
+        if acls is None:
+            acls = []
+        self.acls = acls
         self.unknown_tags = unknown_tags
 
 class AclDescription(Struct):
@@ -58,7 +60,9 @@ class DescribeAclsResponse(Struct):
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
         self.error_message = error_message
-        self.resources = [] if resources is None else resources
+        if resources is None:
+            resources = []
+        self.resources = resources
         self.unknown_tags = unknown_tags
 DescribeAclsResponse.DescribeAclsResource = DescribeAclsResource
 DescribeAclsResponse.AclDescription = AclDescription

@@ -37,7 +37,9 @@ class DescribeClientQuotasRequest(Struct):
     __slots__ = ('components', 'strict', 'unknown_tags',)
 
     def __init__(self, components=None, strict=False, unknown_tags=None):
-        self.components = [] if components is None else components
+        if components is None:
+            components = []
+        self.components = components
         self.strict = strict
         self.unknown_tags = unknown_tags
 DescribeClientQuotasRequest.ComponentData = ComponentData

@@ -28,8 +28,12 @@ class EntryData(Struct):
     __slots__ = ('entity', 'values', 'unknown_tags',)
 
     def __init__(self, entity=None, values=None, unknown_tags=None):
-        self.entity = [] if entity is None else entity
-        self.values = [] if values is None else values
+        if entity is None:
+            entity = []
+        self.entity = entity
+        if values is None:
+            values = []
+        self.values = values
         self.unknown_tags = unknown_tags
 
 class EntityData(Struct):

@@ -55,7 +55,9 @@ class DescribeClusterResponse(Struct):
         self.endpoint_type = endpoint_type
         self.cluster_id = cluster_id
         self.controller_id = controller_id
-        self.brokers = [] if brokers is None else brokers
+        if brokers is None:
+            brokers = []
+        self.brokers = brokers
         self.cluster_authorized_operations = cluster_authorized_operations
         self.unknown_tags = unknown_tags
 DescribeClusterResponse.DescribeClusterBroker = DescribeClusterBroker

@@ -43,7 +43,9 @@ class DescribeConfigsRequest(Struct):
         include_documentation=False,
         unknown_tags=None,
     ):
-        self.resources = [] if resources is None else resources
+        if resources is None:
+            resources = []
+        self.resources = resources
         self.include_synonyms = include_synonyms
         self.include_documentation = include_documentation
         self.unknown_tags = unknown_tags

@@ -40,7 +40,9 @@ class DescribeConfigsResult(Struct):
         self.error_message = error_message
         self.resource_type = resource_type
         self.resource_name = resource_name
-        self.configs = [] if configs is None else configs
+        if configs is None:
+            configs = []
+        self.configs = configs
         self.unknown_tags = unknown_tags
 
 class DescribeConfigsResourceResult(Struct):
@@ -65,7 +67,9 @@ class DescribeConfigsResourceResult(Struct):
         self.is_default = is_default
         self.config_source = config_source
         self.is_sensitive = is_sensitive
-        self.synonyms = [] if synonyms is None else synonyms
+        if synonyms is None:
+            synonyms = []
+        self.synonyms = synonyms
         self.config_type = config_type
         self.documentation = documentation
         self.unknown_tags = unknown_tags
@@ -84,7 +88,9 @@ class DescribeConfigsResponse(Struct):
 
     def __init__(self, throttle_time_ms=0, results=None, unknown_tags=None):
         self.throttle_time_ms = throttle_time_ms
-        self.results = [] if results is None else results
+        if results is None:
+            results = []
+        self.results = results
         self.unknown_tags = unknown_tags
 DescribeConfigsResponse.DescribeConfigsResult = DescribeConfigsResult
 DescribeConfigsResponse.DescribeConfigsResourceResult = DescribeConfigsResourceResult

@@ -50,7 +50,9 @@ class DescribedDelegationToken(Struct):
         self.max_timestamp = max_timestamp
         self.token_id = token_id
         self.hmac = hmac
-        self.renewers = [] if renewers is None else renewers
+        if renewers is None:
+            renewers = []
+        self.renewers = renewers
         self.unknown_tags = unknown_tags
 
 class DescribedDelegationTokenRenewer(Struct):
@@ -66,7 +68,9 @@ class DescribeDelegationTokenResponse(Struct):
 
     def __init__(self, error_code=0, tokens=None, throttle_time_ms=0, unknown_tags=None):
         self.error_code = error_code
-        self.tokens = [] if tokens is None else tokens
+        if tokens is None:
+            tokens = []
+        self.tokens = tokens
         self.throttle_time_ms = throttle_time_ms
         self.unknown_tags = unknown_tags
 DescribeDelegationTokenResponse.DescribedDelegationToken = DescribedDelegationToken

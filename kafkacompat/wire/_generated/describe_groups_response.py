@@ -43,7 +43,9 @@ class DescribedGroup(Struct):
         self.group_state = group_state
         self.protocol_type = protocol_type
         self.protocol_data = protocol_data
-        self.members = [] if members is None else members
+        if members is None:
+            members = []
+        self.members = members
         self.authorized_operations = authorized_operations
         self.unknown_tags = unknown_tags
 
@@ -73,7 +75,9 @@ class DescribeGroupsResponse(Struct):
 
     def __init__(self, throttle_time_ms=0, groups=None, unknown_tags=None):
         self.throttle_time_ms = throttle_time_ms
-        self.groups = [] if groups is None else groups
+        if groups is None:
+            groups = []
+        self.groups = groups
         self.unknown_tags = unknown_tags
 DescribeGroupsResponse.DescribedGroup = DescribedGroup
 DescribeGroupsResponse.DescribedGroupMember = DescribedGroupMember

@@ -38,7 +38,9 @@ class DescribeLogDirsResult(Struct):
     ):
         self.error_code = error_code
         self.log_dir = log_dir
-        self.topics = [] if topics is None else topics
+        if topics is None:
+            topics = []
+        self.topics = topics
         self.total_bytes = total_bytes
         self.usable_bytes = usable_bytes
         self.unknown_tags = unknown_tags
@@ -48,7 +50,9 @@ class DescribeLogDirsTopic(Struct):
 
     def __init__(self, name='', partitions=None, unknown_tags=None):
         self.name = name
-        self.partitions = [] if partitions is None else partitions
+        if partitions is None:
+            partitions = []
+        self.partitions = partitions
         self.unknown_tags = unknown_tags
 
 class DescribeLogDirsPartition(Struct):
@@ -74,7 +78,9 @@ class DescribeLogDirsResponse(Struct):
     def __init__(self, throttle_time_ms=0, error_code=0, results=None, unknown_tags=None):
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
-        self.results = [] if results is None else results
+        if results is None:
+            results = []
+        self.results = results
         self.unknown_tags = unknown_tags
 DescribeLogDirsResponse.DescribeLogDirsResult = DescribeLogDirsResult
 DescribeLogDirsResponse.DescribeLogDirsTopic = DescribeLogDirsTopic

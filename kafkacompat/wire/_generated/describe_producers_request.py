@@ -36,7 +36,9 @@ class DescribeProducersRequest(Struct):
     __slots__ = ('topics', 'unknown_tags',)
 
     def __init__(self, topics=None, unknown_tags=None):
-        self.topics = [] if topics is None else topics
+        if topics is None:
+            topics = []
+        self.topics = topics
         self.unknown_tags = unknown_tags
 DescribeProducersRequest.TopicRequest = TopicRequest
 

@@ -29,7 +29,9 @@ class TopicResponse(Struct):
 
     def __init__(self, name='', partitions=None, unknown_tags=None):
         self.name = name
-        self.partitions = [] if partitions is None else partitions
+        if partitions is None:
+            partitions = []
+        self.partitions = partitions
         self.unknown_tags = unknown_tags
 
 class PartitionResponse(Struct):
@@ -46,7 +48,9 @@ class PartitionResponse(Struct):
         self.partition_index = partition_index
         self.error_code = error_code
         self.error_message = error_message
-        self.active_producers = [] if active_producers is None else active_producers
+        if active_producers is None:
+            active_producers = []
+        self.active_producers = active_producers
         self.unknown_tags = unknown_tags
 
 class ProducerState(Struct):
@@ -75,7 +79,9 @@ class DescribeProducersResponse(Struct):
 
     def __init__(self, throttle_time_ms=0, topics=None, unknown_tags=None):
         self.throttle_time_ms = throttle_time_ms
-        self.topics = [] if topics is None else topics
+        if topics is None:
+            topics = []
+        self.topics = topics
         self.unknown_tags = unknown_tags
 DescribeProducersResponse.TopicResponse = TopicResponse
 DescribeProducersResponse.PartitionResponse = PartitionResponse

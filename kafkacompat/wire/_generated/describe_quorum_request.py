@@ -29,7 +29,9 @@ class TopicData(Struct):
 
     def __init__(self, topic_name='', partitions=None, unknown_tags=None):
         self.topic_name = topic_name
-        self.partitions = [] if partitions is None else partitions
+        if partitions is None:
+            partitions = []
+        self.partitions = partitions
         self.unknown_tags = unknown_tags
 
 class PartitionData(Struct):
@@ -43,7 +45,9 @@ class DescribeQuorumRequest(Struct):
     __slots__ = ('topics', 'unknown_tags',)
 
     def __init__(self, topics=None, unknown_tags=None):
-        self.topics = [] if topics is None else topics
+        if topics is None:
+            topics = []
+        self.topics = topics
         self.unknown_tags = unknown_tags
 DescribeQuorumRequest.TopicData = TopicData
 DescribeQuorumRequest.PartitionData = PartitionData

@@ -48,7 +48,9 @@ class TopicData(Struct):
 
     def __init__(self, topic_name='', partitions=None, unknown_tags=None):
         self.topic_name = topic_name
-        self.partitions = [] if partitions is None else partitions
+        if partitions is None:
+            partitions = []
+        self.partitions = partitions
         self.unknown_tags = unknown_tags
 
 class PartitionData(Struct):
@@ -72,8 +74,12 @@ class PartitionData(Struct):
         self.leader_id = leader_id
         self.leader_epoch = leader_epoch
         self.high_watermark = high_watermark
-        self.current_voters = [] if current_voters is None else current_voters
-        self.observers = [] if observers is None else observers
+        if current_voters is None:
+            current_voters = []
+        self.current_voters = current_voters
+        if observers is None:
+            observers = []
+        self.observers = observers
         self.unknown_tags = unknown_tags
 
 class Node(Struct):
@@ -81,7 +87,9 @@ class Node(Struct):
 
     def __init__(self, node_id=0, listeners=None, unknown_tags=None):
         self.node_id = node_id
-        self.listeners = [] if listeners is None else listeners
+        if listeners is None:
+            listeners = []
+        self.listeners = listeners
         self.unknown_tags = unknown_tags
 
 class Listener(Struct):
@@ -99,8 +107,12 @@ class DescribeQuorumResponse(Struct):
     def __init__(self, error_code=0, error_message='', topics=None, nodes=None, unknown_tags=None):
         self.error_code = error_code
         self.error_message = error_message
-        self.topics = [] if topics is None else topics
-        self.nodes = [] if nodes is None else nodes
+        if topics is None:
+            topics = []
+        self.topics = topics
+        if nodes is None:
+            nodes = []
+        self.nodes = nodes
         self.unknown_tags = unknown_tags
 DescribeQuorumResponse.ReplicaState = ReplicaState
 DescribeQuorumResponse.TopicData = TopicData

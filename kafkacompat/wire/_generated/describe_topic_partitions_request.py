@@ -43,7 +43,9 @@ class DescribeTopicPartitionsRequest(Struct):
     __slots__ = ('topics', 'response_partition_limit', 'cursor', 'unknown_tags',)
 
     def __init__(self, topics=None, response_partition_limit=2000, cursor=None, unknown_tags=None):
-        self.topics = [] if topics is None else topics
+        if topics is None:
+            topics = []
+        self.topics = topics
         self.response_partition_limit = response_partition_limit
         self.cursor = cursor
         self.unknown_tags = unknown_tags

@@ -41,7 +41,9 @@ class DescribeTopicPartitionsResponseTopic(Struct):
         self.name = name
         self.topic_id = topic_id
         self.is_internal = is_internal
-        self.partitions = [] if partitions is None else partitions
+        if partitions is None:
+            partitions = []
+        self.partitions = partitions
         self.topic_authorized_operations = topic_authorized_operations
         self.unknown_tags = unknown_tags
 
@@ -85,7 +87,9 @@ class DescribeTopicPartitionsResponse(Struct):
 
     def __init__(self, throttle_time_ms=0, topics=None, next_cursor=None, unknown_tags=None):
         self.throttle_time_ms = throttle_time_ms
-        self.topics = [] if topics is None else topics
+        if topics is None:
+            topics = []
+        self.topics = topics
         self.next_cursor = next_cursor
         self.unknown_tags = unknown_tags
 DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic = DescribeTopicPartitionsResponseTopic

@@ -46,7 +46,9 @@ class TransactionState(Struct):
         self.transaction_start_time_ms = transaction_start_time_ms
         self.producer_id = producer_id
         self.producer_epoch = producer_epoch
-        self.topics = [] if topics is None else topics
+        if topics is None:
+            topics = []
+        self.topics = topics
         self.unknown_tags = unknown_tags
 
 class TopicData(Struct):
@@ -62,7 +64,9 @@ class DescribeTransactionsResponse(Struct):
 
     def __init__(self, throttle_time_ms=0, transaction_states=None, unknown_tags=None):
         self.throttle_time_ms = throttle_time_ms
-        self.transaction_states = [] if transaction_states is None else transaction_states
+        if transaction_states is None:
+            transaction_states = []
+        self.transaction_states = transaction_states
         self.unknown_tags = unknown_tags
 DescribeTransactionsResponse.TransactionState = TransactionState
 DescribeTransactionsResponse.TopicData = TopicData

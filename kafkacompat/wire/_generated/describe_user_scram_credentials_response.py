@@ -31,7 +31,9 @@ class DescribeUserScramCredentialsResult(Struct):
         self.user = user
         self.error_code = error_code
         self.error_message = error_message
-        self.credential_infos = [] if credential_infos is None else credential_infos
+        if credential_infos is None:
+            credential_infos = []
+        self.credential_infos = credential_infos
         self.unknown_tags = unknown_tags
 
 class CredentialInfo(Struct):
@@ -49,7 +51,9 @@ class DescribeUserScramCredentialsResponse(Struct):
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
         self.error_message = error_message
-        self.results = [] if results is None else results
+        if results is None:
+            results = []
+        self.results = results
         self.unknown_tags = unknown_tags
 DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult = DescribeUserScramCredentialsResult
 DescribeUserScramCredentialsResponse.CredentialInfo = CredentialInfo

@@ -29,7 +29,9 @@ class ReplicaElectionResult(Struct):
 
     def __init__(self, topic='', partition_result=None, unknown_tags=None):
         self.topic = topic
-        self.partition_result = [] if partition_result is None else partition_result
+        if partition_result is None:
+            partition_result = []
+        self.partition_result = partition_result
         self.unknown_tags = unknown_tags
 
 class PartitionResult(Struct):
@@ -47,7 +49,9 @@ class ElectLeadersResponse(Struct):
     def __init__(self, throttle_time_ms=0, error_code=0, replica_election_results=None, unknown_tags=None):
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
-        self.replica_election_results = [] if replica_election_results is None else replica_election_results
+        if replica_election_results is None:
+            replica_election_results = []
+        self.replica_election_results = replica_election_results
         self.unknown_tags = unknown_tags
 ElectLeadersResponse.ReplicaElectionResult = ReplicaElectionResult
 ElectLeadersResponse.PartitionResult = PartitionResult

@@ -38,7 +38,9 @@ class FetchTopic(Struct):
     def __init__(self, topic='', topic_id=ZERO_UUID, partitions=None, unknown_tags=None):
         self.topic = topic
         self.topic_id = topic_id
-        self.partitions = [] if partitions is None else partitions
+        if partitions is None:
+            partitions = []
+        self.partitions = partitions
         self.unknown_tags = unknown_tags
 
 class FetchPartition(Struct):
@@ -94,15 +96,25 @@ class FetchRequest(Struct):
     ):
         self.cluster_id = cluster_id
         self.replica_id = replica_id
-        self.replica_state = ReplicaState() if replica_state is None else replica_state
+        if replica_state is None:
+            _dv = _new(ReplicaState)
+            _dv.replica_id = -1
+            _dv.replica_epoch = -1
+            _dv.unknown_tags = None
+            replica_state = _dv
+        self.replica_state = replica_state
         self.max_wait_ms = max_wait_ms
         self.min_bytes = min_bytes
         self.max_bytes = max_bytes
         self.isolation_level = isolation_level
         self.session_id = session_id
         self.session_epoch = session_epoch
-        self.topics = [] if topics is None else topics
-        self.forgotten_topics_data = [] if forgotten_topics_data is None else forgotten_topics_data
+        if topics is None:
+            topics = []
+        self.topics = topics
+        if forgotten_topics_data is None:
+            forgotten_topics_data = []
+        self.forgotten_topics_data = forgotten_topics_data
         self.rack_id = rack_id
         self.unknown_tags = unknown_tags
 FetchRequest.ReplicaState = ReplicaState
@@ -173,7 +185,11 @@ def _d_FetchRequest_0(buf, pos):
     _l = len(buf)
     o = _new(FetchRequest)
     o.cluster_id = None
-    o.replica_state = ReplicaState()
+    _dv = _new(ReplicaState)
+    _dv.replica_id = -1
+    _dv.replica_epoch = -1
+    _dv.unknown_tags = None
+    o.replica_state = _dv
     o.max_bytes = 2147483647
     o.isolation_level = 0
     o.session_id = 0
@@ -204,7 +220,11 @@ def _d_FetchRequest_3(buf, pos):
     _l = len(buf)
     o = _new(FetchRequest)
     o.cluster_id = None
-    o.replica_state = ReplicaState()
+    _dv = _new(ReplicaState)
+    _dv.replica_id = -1
+    _dv.replica_epoch = -1
+    _dv.unknown_tags = None
+    o.replica_state = _dv
     o.isolation_level = 0
     o.session_id = 0
     o.session_epoch = -1
@@ -234,7 +254,11 @@ def _d_FetchRequest_4(buf, pos):
     _l = len(buf)
     o = _new(FetchRequest)
     o.cluster_id = None
-    o.replica_state = ReplicaState()
+    _dv = _new(ReplicaState)
+    _dv.replica_id = -1
+    _dv.replica_epoch = -1
+    _dv.unknown_tags = None
+    o.replica_state = _dv
     o.session_id = 0
     o.session_epoch = -1
     o.forgotten_topics_data = []
@@ -306,7 +330,11 @@ def _d_FetchRequest_5(buf, pos):
     _l = len(buf)
     o = _new(FetchRequest)
     o.cluster_id = None
-    o.replica_state = ReplicaState()
+    _dv = _new(ReplicaState)
+    _dv.replica_id = -1
+    _dv.replica_epoch = -1
+    _dv.unknown_tags = None
+    o.replica_state = _dv
     o.session_id = 0
     o.session_epoch = -1
     o.forgotten_topics_data = []
@@ -335,7 +363,11 @@ def _d_FetchRequest_7(buf, pos):
     _l = len(buf)
     o = _new(FetchRequest)
     o.cluster_id = None
-    o.replica_state = ReplicaState()
+    _dv = _new(ReplicaState)
+    _dv.replica_id = -1
+    _dv.replica_epoch = -1
+    _dv.unknown_tags = None
+    o.replica_state = _dv
     o.rack_id = ''
     if pos + 25 > _l:
         raise truncated('FetchRequest.replica_id', buf, pos, 25)
@@ -445,7 +477,11 @@ def _d_FetchRequest_9(buf, pos):
     _l = len(buf)
     o = _new(FetchRequest)
     o.cluster_id = None
-    o.replica_state = ReplicaState()
+    _dv = _new(ReplicaState)
+    _dv.replica_id = -1
+    _dv.replica_epoch = -1
+    _dv.unknown_tags = None
+    o.replica_state = _dv
     o.rack_id = ''
     if pos + 25 > _l:
         raise truncated('FetchRequest.replica_id', buf, pos, 25)
@@ -513,7 +549,11 @@ def _d_FetchRequest_11(buf, pos):
     _l = len(buf)
     o = _new(FetchRequest)
     o.cluster_id = None
-    o.replica_state = ReplicaState()
+    _dv = _new(ReplicaState)
+    _dv.replica_id = -1
+    _dv.replica_epoch = -1
+    _dv.unknown_tags = None
+    o.replica_state = _dv
     if pos + 25 > _l:
         raise truncated('FetchRequest.replica_id', buf, pos, 25)
     o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch = _S7.unpack_from(buf, pos)
@@ -658,7 +698,11 @@ def _d_FetchTopic_12(buf, pos):
 def _d_FetchRequest_12(buf, pos):
     _l = len(buf)
     o = _new(FetchRequest)
-    o.replica_state = ReplicaState()
+    _dv = _new(ReplicaState)
+    _dv.replica_id = -1
+    _dv.replica_epoch = -1
+    _dv.unknown_tags = None
+    o.replica_state = _dv
     if pos + 25 > _l:
         raise truncated('FetchRequest.replica_id', buf, pos, 25)
     o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch = _S7.unpack_from(buf, pos)
@@ -847,7 +891,11 @@ def _d_FetchTopic_13(buf, pos):
 def _d_FetchRequest_13(buf, pos):
     _l = len(buf)
     o = _new(FetchRequest)
-    o.replica_state = ReplicaState()
+    _dv = _new(ReplicaState)
+    _dv.replica_id = -1
+    _dv.replica_epoch = -1
+    _dv.unknown_tags = None
+    o.replica_state = _dv
     if pos + 25 > _l:
         raise truncated('FetchRequest.replica_id', buf, pos, 25)
     o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch = _S7.unpack_from(buf, pos)
@@ -1075,7 +1123,11 @@ def _d_FetchRequest_15(buf, pos):
         o.rack_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     o.cluster_id = None
-    o.replica_state = ReplicaState()
+    _dv = _new(ReplicaState)
+    _dv.replica_id = -1
+    _dv.replica_epoch = -1
+    _dv.unknown_tags = None
+    o.replica_state = _dv
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None
@@ -1275,7 +1327,11 @@ def _d_FetchRequest_17(buf, pos):
         o.rack_id = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
     o.cluster_id = None
-    o.replica_state = ReplicaState()
+    _dv = _new(ReplicaState)
+    _dv.replica_id = -1
+    _dv.replica_epoch = -1
+    _dv.unknown_tags = None
+    o.replica_state = _dv
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None

@@ -30,7 +30,9 @@ class FetchableTopicResponse(Struct):
     def __init__(self, topic='', topic_id=ZERO_UUID, partitions=None, unknown_tags=None):
         self.topic = topic
         self.topic_id = topic_id
-        self.partitions = [] if partitions is None else partitions
+        if partitions is None:
+            partitions = []
+        self.partitions = partitions
         self.unknown_tags = unknown_tags
 
 class PartitionData(Struct):
@@ -56,9 +58,27 @@ class PartitionData(Struct):
         self.high_watermark = high_watermark
         self.last_stable_offset = last_stable_offset
         self.log_start_offset = log_start_offset
-        self.diverging_epoch = EpochEndOffset() if diverging_epoch is None else diverging_epoch
-        self.current_leader = LeaderIdAndEpoch() if current_leader is None else current_leader
-        self.snapshot_id = SnapshotId() if snapshot_id is None else snapshot_id
+        if diverging_epoch is None:
+            _dv = _new(EpochEndOffset)
+            _dv.epoch = -1
+            _dv.end_offset = -1
+            _dv.unknown_tags = None
+            diverging_epoch = _dv
+        self.diverging_epoch = diverging_epoch
+        if current_leader is None:
+            _dv = _new(LeaderIdAndEpoch)
+            _dv.leader_id = -1
+            _dv.leader_epoch = -1
+            _dv.unknown_tags = None
+            current_leader = _dv
+        self.current_leader = current_leader
+        if snapshot_id is None:
+            _dv = _new(SnapshotId)
+            _dv.end_offset = -1
+            _dv.epoch = -1
+            _dv.unknown_tags = None
+            snapshot_id = _dv
+        self.snapshot_id = snapshot_id
         self.aborted_transactions = [] if aborted_transactions is _MISSING else aborted_transactions
         self.preferred_read_replica = preferred_read_replica
         self.records = records
@@ -121,8 +141,12 @@ class FetchResponse(Struct):
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
         self.session_id = session_id
-        self.responses = [] if responses is None else responses
-        self.node_endpoints = [] if node_endpoints is None else node_endpoints
+        if responses is None:
+            responses = []
+        self.responses = responses
+        if node_endpoints is None:
+            node_endpoints = []
+        self.node_endpoints = node_endpoints
         self.unknown_tags = unknown_tags
 FetchResponse.FetchableTopicResponse = FetchableTopicResponse
 FetchResponse.PartitionData = PartitionData
@@ -177,9 +201,21 @@ def _d_FetchableTopicResponse_0(buf, pos):
             _o = _new(PartitionData)
             _o.last_stable_offset = -1
             _o.log_start_offset = -1
-            _o.diverging_epoch = EpochEndOffset()
-            _o.current_leader = LeaderIdAndEpoch()
-            _o.snapshot_id = SnapshotId()
+            _dv = _new(EpochEndOffset)
+            _dv.epoch = -1
+            _dv.end_offset = -1
+            _dv.unknown_tags = None
+            _o.diverging_epoch = _dv
+            _dv = _new(LeaderIdAndEpoch)
+            _dv.leader_id = -1
+            _dv.leader_epoch = -1
+            _dv.unknown_tags = None
+            _o.current_leader = _dv
+            _dv = _new(SnapshotId)
+            _dv.end_offset = -1
+            _dv.epoch = -1
+            _dv.unknown_tags = None
+            _o.snapshot_id = _dv
             _o.aborted_transactions = []
             _o.preferred_read_replica = -1
             if pos + 14 > _l:
@@ -258,9 +294,21 @@ def _d_PartitionData_4(buf, pos):
     _l = len(buf)
     o = _new(PartitionData)
     o.log_start_offset = -1
-    o.diverging_epoch = EpochEndOffset()
-    o.current_leader = LeaderIdAndEpoch()
-    o.snapshot_id = SnapshotId()
+    _dv = _new(EpochEndOffset)
+    _dv.epoch = -1
+    _dv.end_offset = -1
+    _dv.unknown_tags = None
+    o.diverging_epoch = _dv
+    _dv = _new(LeaderIdAndEpoch)
+    _dv.leader_id = -1
+    _dv.leader_epoch = -1
+    _dv.unknown_tags = None
+    o.current_leader = _dv
+    _dv = _new(SnapshotId)
+    _dv.end_offset = -1
+    _dv.epoch = -1
+    _dv.unknown_tags = None
+    o.snapshot_id = _dv
     o.preferred_read_replica = -1
     if pos + 22 > _l:
         raise truncated('FetchResponse.PartitionData.partition_index', buf, pos, 22)
@@ -367,9 +415,21 @@ def _d_FetchResponse_4(buf, pos):
 def _d_PartitionData_5(buf, pos):
     _l = len(buf)
     o = _new(PartitionData)
-    o.diverging_epoch = EpochEndOffset()
-    o.current_leader = LeaderIdAndEpoch()
-    o.snapshot_id = SnapshotId()
+    _dv = _new(EpochEndOffset)
+    _dv.epoch = -1
+    _dv.end_offset = -1
+    _dv.unknown_tags = None
+    o.diverging_epoch = _dv
+    _dv = _new(LeaderIdAndEpoch)
+    _dv.leader_id = -1
+    _dv.leader_epoch = -1
+    _dv.unknown_tags = None
+    o.current_leader = _dv
+    _dv = _new(SnapshotId)
+    _dv.end_offset = -1
+    _dv.epoch = -1
+    _dv.unknown_tags = None
+    o.snapshot_id = _dv
     o.preferred_read_replica = -1
     if pos + 30 > _l:
         raise truncated('FetchResponse.PartitionData.partition_index', buf, pos, 30)
@@ -500,9 +560,21 @@ def _d_FetchResponse_7(buf, pos):
 def _d_PartitionData_11(buf, pos):
     _l = len(buf)
     o = _new(PartitionData)
-    o.diverging_epoch = EpochEndOffset()
-    o.current_leader = LeaderIdAndEpoch()
-    o.snapshot_id = SnapshotId()
+    _dv = _new(EpochEndOffset)
+    _dv.epoch = -1
+    _dv.end_offset = -1
+    _dv.unknown_tags = None
+    o.diverging_epoch = _dv
+    _dv = _new(LeaderIdAndEpoch)
+    _dv.leader_id = -1
+    _dv.leader_epoch = -1
+    _dv.unknown_tags = None
+    o.current_leader = _dv
+    _dv = _new(SnapshotId)
+    _dv.end_offset = -1
+    _dv.epoch = -1
+    _dv.unknown_tags = None
+    o.snapshot_id = _dv
     if pos + 30 > _l:
         raise truncated('FetchResponse.PartitionData.partition_index', buf, pos, 30)
     o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset, o.log_start_offset = _S5.unpack_from(buf, pos)
@@ -727,9 +799,21 @@ def _d_PartitionData_12(buf, pos):
             raise overrun('FetchResponse.PartitionData.records', buf, pos, _n, 1)
         o.records = buf[pos:_end]
         pos = _end
-    o.diverging_epoch = EpochEndOffset()
-    o.current_leader = LeaderIdAndEpoch()
-    o.snapshot_id = SnapshotId()
+    _dv = _new(EpochEndOffset)
+    _dv.epoch = -1
+    _dv.end_offset = -1
+    _dv.unknown_tags = None
+    o.diverging_epoch = _dv
+    _dv = _new(LeaderIdAndEpoch)
+    _dv.leader_id = -1
+    _dv.leader_epoch = -1
+    _dv.unknown_tags = None
+    o.current_leader = _dv
+    _dv = _new(SnapshotId)
+    _dv.end_offset = -1
+    _dv.epoch = -1
+    _dv.unknown_tags = None
+    o.snapshot_id = _dv
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None

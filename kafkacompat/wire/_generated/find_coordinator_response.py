@@ -65,7 +65,9 @@ class FindCoordinatorResponse(Struct):
         self.node_id = node_id
         self.host = host
         self.port = port
-        self.coordinators = [] if coordinators is None else coordinators
+        if coordinators is None:
+            coordinators = []
+        self.coordinators = coordinators
         self.unknown_tags = unknown_tags
 FindCoordinatorResponse.Coordinator = Coordinator
 

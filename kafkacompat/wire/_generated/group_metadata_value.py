@@ -67,7 +67,9 @@ class GroupMetadataValue(Struct):
         self.protocol = protocol
         self.leader = leader
         self.current_state_timestamp = current_state_timestamp
-        self.members = [] if members is None else members
+        if members is None:
+            members = []
+        self.members = members
         self.unknown_tags = unknown_tags
 GroupMetadataValue.MemberMetadata = MemberMetadata
 

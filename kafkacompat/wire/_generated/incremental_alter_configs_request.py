@@ -30,7 +30,9 @@ class AlterConfigsResource(Struct):
     def __init__(self, resource_type=0, resource_name='', configs=None, unknown_tags=None):
         self.resource_type = resource_type
         self.resource_name = resource_name
-        self.configs = [] if configs is None else configs
+        if configs is None:
+            configs = []
+        self.configs = configs
         self.unknown_tags = unknown_tags
 
 class AlterableConfig(Struct):
@@ -46,7 +48,9 @@ class IncrementalAlterConfigsRequest(Struct):
     __slots__ = ('resources', 'validate_only', 'unknown_tags',)
 
     def __init__(self, resources=None, validate_only=False, unknown_tags=None):
-        self.resources = [] if resources is None else resources
+        if resources is None:
+            resources = []
+        self.resources = resources
         self.validate_only = validate_only
         self.unknown_tags = unknown_tags
 IncrementalAlterConfigsRequest.AlterConfigsResource = AlterConfigsResource

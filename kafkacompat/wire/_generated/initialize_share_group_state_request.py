@@ -29,7 +29,9 @@ class InitializeStateData(Struct):
 
     def __init__(self, topic_id=ZERO_UUID, partitions=None, unknown_tags=None):
         self.topic_id = topic_id
-        self.partitions = [] if partitions is None else partitions
+        if partitions is None:
+            partitions = []
+        self.partitions = partitions
         self.unknown_tags = unknown_tags
 
 class PartitionData(Struct):
@@ -46,7 +48,9 @@ class InitializeShareGroupStateRequest(Struct):
 
     def __init__(self, group_id='', topics=None, unknown_tags=None):
         self.group_id = group_id
-        self.topics = [] if topics is None else topics
+        if topics is None:
+            topics = []
+        self.topics = topics
         self.unknown_tags = unknown_tags
 InitializeShareGroupStateRequest.InitializeStateData = InitializeStateData
 InitializeShareGroupStateRequest.PartitionData = PartitionData

@@ -53,7 +53,9 @@ class JoinGroupRequest(Struct):
         self.member_id = member_id
         self.group_instance_id = group_instance_id
         self.protocol_type = protocol_type
-        self.protocols = [] if protocols is None else protocols
+        if protocols is None:
+            protocols = []
+        self.protocols = protocols
         self.reason = reason
         self.unknown_tags = unknown_tags
 JoinGroupRequest.JoinGroupRequestProtocol = JoinGroupRequestProtocol

@@ -57,7 +57,9 @@ class JoinGroupResponse(Struct):
         self.leader = leader
         self.skip_assignment = skip_assignment
         self.member_id = member_id
-        self.members = [] if members is None else members
+        if members is None:
+            members = []
+        self.members = members
         self.unknown_tags = unknown_tags
 JoinGroupResponse.JoinGroupResponseMember = JoinGroupResponseMember
 

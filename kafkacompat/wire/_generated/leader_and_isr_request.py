@@ -63,7 +63,9 @@ class LeaderAndIsrTopicState(Struct):
     def __init__(self, topic_name='', topic_id=ZERO_UUID, partition_states=None, unknown_tags=None):
         self.topic_name = topic_name
         self.topic_id = topic_id
-        self.partition_states = [] if partition_states is None else partition_states
+        if partition_states is None:
+            partition_states = []
+        self.partition_states = partition_states
         self.unknown_tags = unknown_tags
 
 class LeaderAndIsrLiveLeader(Struct):
@@ -95,9 +97,15 @@ class LeaderAndIsrRequest(Struct):
         self.controller_epoch = controller_epoch
         self.broker_epoch = broker_epoch
         self.type = type
-        self.ungrouped_partition_states = [] if ungrouped_partition_states is None else ungrouped_partition_states
-        self.topic_states = [] if topic_states is None else topic_states
-        self.live_leaders = [] if live_leaders is None else live_leaders
+        if ungrouped_partition_states is None:
+            ungrouped_partition_states = []
+        self.ungrouped_partition_states = ungrouped_partition_states
+        if topic_states is None:
+            topic_states = []
+        self.topic_states = topic_states
+        if live_leaders is None:
+            live_leaders = []
+        self.live_leaders = live_leaders
         self.unknown_tags = unknown_tags
 LeaderAndIsrRequest.LeaderAndIsrPartitionState = LeaderAndIsrPartitionState
 LeaderAndIsrRequest.LeaderAndIsrTopicState = LeaderAndIsrTopicState

@@ -38,7 +38,9 @@ class LeaderAndIsrTopicError(Struct):
 
     def __init__(self, topic_id=ZERO_UUID, partition_errors=None, unknown_tags=None):
         self.topic_id = topic_id
-        self.partition_errors = [] if partition_errors is None else partition_errors
+        if partition_errors is None:
+            partition_errors = []
+        self.partition_errors = partition_errors
         self.unknown_tags = unknown_tags
 
 class LeaderAndIsrResponse(Struct):
@@ -46,8 +48,12 @@ class LeaderAndIsrResponse(Struct):
 
     def __init__(self, error_code=0, partition_errors=None, topics=None, unknown_tags=None):
         self.error_code = error_code
-        self.partition_errors = [] if partition_errors is None else partition_errors
-        self.topics = [] if topics is None else topics
+        if partition_errors is None:
+            partition_errors = []
+        self.partition_errors = partition_errors
+        if topics is None:
+            topics = []
+        self.topics = topics
         self.unknown_tags = unknown_tags
 LeaderAndIsrResponse.LeaderAndIsrPartitionError = LeaderAndIsrPartitionError
 LeaderAndIsrResponse.LeaderAndIsrTopicError = LeaderAndIsrTopicError

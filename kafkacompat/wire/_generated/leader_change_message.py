@@ -38,8 +38,12 @@ class LeaderChangeMessage(Struct):
     def __init__(self, version=0, leader_id=0, voters=None, granting_voters=None, unknown_tags=None):
         self.version = version
         self.leader_id = leader_id
-        self.voters = [] if voters is None else voters
-        self.granting_voters = [] if granting_voters is None else granting_voters
+        if voters is None:
+            voters = []
+        self.voters = voters
+        if granting_voters is None:
+            granting_voters = []
+        self.granting_voters = granting_voters
         self.unknown_tags = unknown_tags
 LeaderChangeMessage.Voter = Voter
 

@@ -39,7 +39,9 @@ class LeaveGroupRequest(Struct):
     def __init__(self, group_id='', member_id='', members=None, unknown_tags=None):
         self.group_id = group_id
         self.member_id = member_id
-        self.members = [] if members is None else members
+        if members is None:
+            members = []
+        self.members = members
         self.unknown_tags = unknown_tags
 LeaveGroupRequest.MemberIdentity = MemberIdentity
 

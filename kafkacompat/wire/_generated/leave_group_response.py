@@ -39,7 +39,9 @@ class LeaveGroupResponse(Struct):
     def __init__(self, throttle_time_ms=0, error_code=0, members=None, unknown_tags=None):
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
-        self.members = [] if members is None else members
+        if members is None:
+            members = []
+        self.members = members
         self.unknown_tags = unknown_tags
 LeaveGroupResponse.MemberResponse = MemberResponse
 

@@ -37,7 +37,9 @@ class ListClientMetricsResourcesResponse(Struct):
     def __init__(self, throttle_time_ms=0, error_code=0, client_metrics_resources=None, unknown_tags=None):
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
-        self.client_metrics_resources = [] if client_metrics_resources is None else client_metrics_resources
+        if client_metrics_resources is None:
+            client_metrics_resources = []
+        self.client_metrics_resources = client_metrics_resources
         self.unknown_tags = unknown_tags
 ListClientMetricsResourcesResponse.ClientMetricsResource = ClientMetricsResource
 

@@ -40,7 +40,9 @@ class ListGroupsResponse(Struct):
     def __init__(self, throttle_time_ms=0, error_code=0, groups=None, unknown_tags=None):
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
-        self.groups = [] if groups is None else groups
+        if groups is None:
+            groups = []
+        self.groups = groups
         self.unknown_tags = unknown_tags
 ListGroupsResponse.ListedGroup = ListedGroup
 

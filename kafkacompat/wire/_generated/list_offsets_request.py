@@ -29,7 +29,9 @@ class ListOffsetsTopic(Struct):
 
     def __init__(self, name='', partitions=None, unknown_tags=None):
         self.name = name
-        self.partitions = [] if partitions is None else partitions
+        if partitions is None:
+            partitions = []
+        self.partitions = partitions
         self.unknown_tags = unknown_tags
 
 class ListOffsetsPartition(Struct):
@@ -55,7 +57,9 @@ class ListOffsetsRequest(Struct):
     def __init__(self, replica_id=0, isolation_level=0, topics=None, timeout_ms=0, unknown_tags=None):
         self.replica_id = replica_id
         self.isolation_level = isolation_level
-        self.topics = [] if topics is None else topics
+        if topics is None:
+            topics = []
+        self.topics = topics
         self.timeout_ms = timeout_ms
         self.unknown_tags = unknown_tags
 ListOffsetsRequest.ListOffsetsTopic = ListOffsetsTopic

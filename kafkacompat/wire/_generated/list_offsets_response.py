@@ -29,7 +29,9 @@ class ListOffsetsTopicResponse(Struct):
 
     def __init__(self, name='', partitions=None, unknown_tags=None):
         self.name = name
-        self.partitions = [] if partitions is None else partitions
+        if partitions is None:
+            partitions = []
+        self.partitions = partitions
         self.unknown_tags = unknown_tags
 
 class ListOffsetsPartitionResponse(Struct):
@@ -58,7 +60,9 @@ class ListOffsetsResponse(Struct):
 
     def __init__(self, throttle_time_ms=0, topics=None, unknown_tags=None):
         self.throttle_time_ms = throttle_time_ms
-        self.topics = [] if topics is None else topics
+        if topics is None:
+            topics = []
+        self.topics = topics
         self.unknown_tags = unknown_tags
 ListOffsetsResponse.ListOffsetsTopicResponse = ListOffsetsTopicResponse
 ListOffsetsResponse.ListOffsetsPartitionResponse = ListOffsetsPartitionResponse

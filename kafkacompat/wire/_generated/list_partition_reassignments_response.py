@@ -29,7 +29,9 @@ class OngoingTopicReassignment(Struct):
 
     def __init__(self, name='', partitions=None, unknown_tags=None):
         self.name = name
-        self.partitions = [] if partitions is None else partitions
+        if partitions is None:
+            partitions = []
+        self.partitions = partitions
         self.unknown_tags = unknown_tags
 
 class OngoingPartitionReassignment(Struct):
@@ -56,7 +58,9 @@ class ListPartitionReassignmentsResponse(Struct):
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
         self.error_message = error_message
-        self.topics = [] if topics is None else topics
+        if topics is None:
+            topics = []
+        self.topics = topics
         self.unknown_tags = unknown_tags
 ListPartitionReassignmentsResponse.OngoingTopicReassignment = OngoingTopicReassignment
 ListPartitionReassignmentsResponse.OngoingPartitionReassignment = OngoingPartitionReassignment

@@ -47,7 +47,9 @@ class ListTransactionsResponse(Struct):
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
         self.unknown_state_filters = [] if unknown_state_filters is None else unknown_state_filters
-        self.transaction_states = [] if transaction_states is None else transaction_states
+        if transaction_states is None:
+            transaction_states = []
+        self.transaction_states = transaction_states
         self.unknown_tags = unknown_tags
 ListTransactionsResponse.TransactionState = TransactionState
 

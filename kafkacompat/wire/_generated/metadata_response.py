@@ -51,7 +51,9 @@ class MetadataResponseTopic(Struct):
         self.name = name
         self.topic_id = topic_id
         self.is_internal = is_internal
-        self.partitions = [] if partitions is None else partitions
+        if partitions is None:
+            partitions = []
+        self.partitions = partitions
         self.topic_authorized_operations = topic_authorized_operations
         self.unknown_tags = unknown_tags
 
@@ -92,10 +94,14 @@ class MetadataResponse(Struct):
         unknown_tags=None,
     ):
         self.throttle_time_ms = throttle_time_ms
-        self.brokers = [] if brokers is None else brokers
+        if brokers is None:
+            brokers = []
+        self.brokers = brokers
         self.cluster_id = cluster_id
         self.controller_id = controller_id
-        self.topics = [] if topics is None else topics
+        if topics is None:
+            topics = []
+        self.topics = topics
         self.cluster_authorized_operations = cluster_authorized_operations
         self.unknown_tags = unknown_tags
 MetadataResponse.MetadataResponseBroker = MetadataResponseBroker

@@ -29,7 +29,9 @@ class OffsetCommitRequestTopic(Struct):
 
     def __init__(self, name='', partitions=None, unknown_tags=None):
         self.name = name
-        self.partitions = [] if partitions is None else partitions
+        if partitions is None:
+            partitions = []
+        self.partitions = partitions
         self.unknown_tags = unknown_tags
 
 class OffsetCommitRequestPartition(Struct):
@@ -69,7 +71,9 @@ class OffsetCommitRequest(Struct):
         self.member_id = member_id
         self.group_instance_id = group_instance_id
         self.retention_time_ms = retention_time_ms
-        self.topics = [] if topics is None else topics
+        if topics is None:
+            topics = []
+        self.topics = topics
         self.unknown_tags = unknown_tags
 OffsetCommitRequest.OffsetCommitRequestTopic = OffsetCommitRequestTopic
 OffsetCommitRequest.OffsetCommitRequestPartition = OffsetCommitRequestPartition

@@ -29,7 +29,9 @@ class OffsetDeleteRequestTopic(Struct):
 
     def __init__(self, name='', partitions=None, unknown_tags=None):
         self.name = name
-        self.partitions = [] if partitions is None else partitions
+        if partitions is None:
+            partitions = []
+        self.partitions = partitions
         self.unknown_tags = unknown_tags
 
 class OffsetDeleteRequestPartition(Struct):
@@ -44,7 +46,9 @@ class OffsetDeleteRequest(Struct):
 
     def __init__(self, group_id='', topics=None, unknown_tags=None):
         self.group_id = group_id
-        self.topics = [] if topics is None else topics
+        if topics is None:
+            topics = []
+        self.topics = topics
         self.unknown_tags = unknown_tags
 OffsetDeleteRequest.OffsetDeleteRequestTopic = OffsetDeleteRequestTopic
 OffsetDeleteRequest.OffsetDeleteRequestPartition = OffsetDeleteRequestPartition

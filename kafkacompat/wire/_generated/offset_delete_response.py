@@ -29,7 +29,9 @@ class OffsetDeleteResponseTopic(Struct):
 
     def __init__(self, name='', partitions=None, unknown_tags=None):
         self.name = name
-        self.partitions = [] if partitions is None else partitions
+        if partitions is None:
+            partitions = []
+        self.partitions = partitions
         self.unknown_tags = unknown_tags
 
 class OffsetDeleteResponsePartition(Struct):
@@ -46,7 +48,9 @@ class OffsetDeleteResponse(Struct):
     def __init__(self, error_code=0, throttle_time_ms=0, topics=None, unknown_tags=None):
         self.error_code = error_code
         self.throttle_time_ms = throttle_time_ms
-        self.topics = [] if topics is None else topics
+        if topics is None:
+            topics = []
+        self.topics = topics
         self.unknown_tags = unknown_tags
 OffsetDeleteResponse.OffsetDeleteResponseTopic = OffsetDeleteResponseTopic
 OffsetDeleteResponse.OffsetDeleteResponsePartition = OffsetDeleteResponsePartition

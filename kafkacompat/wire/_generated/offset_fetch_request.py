@@ -56,7 +56,9 @@ class OffsetFetchRequest(Struct):
     def __init__(self, group_id='', topics=_MISSING, groups=None, require_stable=False, unknown_tags=None):
         self.group_id = group_id
         self.topics = [] if topics is _MISSING else topics
-        self.groups = [] if groups is None else groups
+        if groups is None:
+            groups = []
+        self.groups = groups
         self.require_stable = require_stable
         self.unknown_tags = unknown_tags
 OffsetFetchRequest.OffsetFetchRequestTopic = OffsetFetchRequestTopic

@@ -29,7 +29,9 @@ class OffsetFetchResponseTopic(Struct):
 
     def __init__(self, name='', partitions=None, unknown_tags=None):
         self.name = name
-        self.partitions = [] if partitions is None else partitions
+        if partitions is None:
+            partitions = []
+        self.partitions = partitions
         self.unknown_tags = unknown_tags
 
 class OffsetFetchResponsePartition(Struct):
@@ -56,7 +58,9 @@ class OffsetFetchResponseGroup(Struct):
 
     def __init__(self, group_id='', topics=None, error_code=0, unknown_tags=None):
         self.group_id = group_id
-        self.topics = [] if topics is None else topics
+        if topics is None:
+            topics = []
+        self.topics = topics
         self.error_code = error_code
         self.unknown_tags = unknown_tags
 
@@ -65,7 +69,9 @@ class OffsetFetchResponseTopics(Struct):
 
     def __init__(self, name='', partitions=None, unknown_tags=None):
         self.name = name
-        self.partitions = [] if partitions is None else partitions
+        if partitions is None:
+            partitions = []
+        self.partitions = partitions
         self.unknown_tags = unknown_tags
 
 class OffsetFetchResponsePartitions(Struct):
@@ -92,9 +98,13 @@ class OffsetFetchResponse(Struct):
 
     def __init__(self, throttle_time_ms=0, topics=None, error_code=0, groups=None, unknown_tags=None):
         self.throttle_time_ms = throttle_time_ms
-        self.topics = [] if topics is None else topics
+        if topics is None:
+            topics = []
+        self.topics = topics
         self.error_code = error_code
-        self.groups = [] if groups is None else groups
+        if groups is None:
+            groups = []
+        self.groups = groups
         self.unknown_tags = unknown_tags
 OffsetFetchResponse.OffsetFetchResponseTopic = OffsetFetchResponseTopic
 OffsetFetchResponse.OffsetFetchResponsePartition = OffsetFetchResponsePartition

@@ -29,7 +29,9 @@ class OffsetForLeaderTopic(Struct):
 
     def __init__(self, topic='', partitions=None, unknown_tags=None):
         self.topic = topic
-        self.partitions = [] if partitions is None else partitions
+        if partitions is None:
+            partitions = []
+        self.partitions = partitions
         self.unknown_tags = unknown_tags
 
 class OffsetForLeaderPartition(Struct):
@@ -46,7 +48,9 @@ class OffsetForLeaderEpochRequest(Struct):
 
     def __init__(self, replica_id=-2, topics=None, unknown_tags=None):
         self.replica_id = replica_id
-        self.topics = [] if topics is None else topics
+        if topics is None:
+            topics = []
+        self.topics = topics
         self.unknown_tags = unknown_tags
 OffsetForLeaderEpochRequest.OffsetForLeaderTopic = OffsetForLeaderTopic
 OffsetForLeaderEpochRequest.OffsetForLeaderPartition = OffsetForLeaderPartition

@@ -29,7 +29,9 @@ class OffsetForLeaderTopicResult(Struct):
 
     def __init__(self, topic='', partitions=None, unknown_tags=None):
         self.topic = topic
-        self.partitions = [] if partitions is None else partitions
+        if partitions is None:
+            partitions = []
+        self.partitions = partitions
         self.unknown_tags = unknown_tags
 
 class EpochEndOffset(Struct):
@@ -47,7 +49,9 @@ class OffsetForLeaderEpochResponse(Struct):
 
     def __init__(self, throttle_time_ms=0, topics=None, unknown_tags=None):
         self.throttle_time_ms = throttle_time_ms
-        self.topics = [] if topics is None else topics
+        if topics is None:
+            topics = []
+        self.topics = topics
         self.unknown_tags = unknown_tags
 OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult = OffsetForLeaderTopicResult
 OffsetForLeaderEpochResponse.EpochEndOffset = EpochEndOffset

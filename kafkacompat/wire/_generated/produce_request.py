@@ -29,7 +29,9 @@ class TopicProduceData(Struct):
 
     def __init__(self, name='', partition_data=None, unknown_tags=None):
         self.name = name
-        self.partition_data = [] if partition_data is None else partition_data
+        if partition_data is None:
+            partition_data = []
+        self.partition_data = partition_data
         self.unknown_tags = unknown_tags
 
 class PartitionProduceData(Struct):
@@ -47,7 +49,9 @@ class ProduceRequest(Struct):
         self.transactional_id = transactional_id
         self.acks = acks
         self.timeout_ms = timeout_ms
-        self.topic_data = [] if topic_data is None else topic_data
+        if topic_data is None:
+            topic_data = []
+        self.topic_data = topic_data
         self.unknown_tags = unknown_tags
 ProduceRequest.TopicProduceData = TopicProduceData
 ProduceRequest.PartitionProduceData = PartitionProduceData

@@ -29,7 +29,9 @@ class TopicProduceResponse(Struct):
 
     def __init__(self, name='', partition_responses=None, unknown_tags=None):
         self.name = name
-        self.partition_responses = [] if partition_responses is None else partition_responses
+        if partition_responses is None:
+            partition_responses = []
+        self.partition_responses = partition_responses
         self.unknown_tags = unknown_tags
 
 class PartitionProduceResponse(Struct):
@@ -52,9 +54,17 @@ class PartitionProduceResponse(Struct):
         self.base_offset = base_offset
         self.log_append_time_ms = log_append_time_ms
         self.log_start_offset = log_start_offset
-        self.record_errors = [] if record_errors is None else record_errors
+        if record_errors is None:
+            record_errors = []
+        self.record_errors = record_errors
         self.error_message = error_message
-        self.current_leader = LeaderIdAndEpoch() if current_leader is None else current_leader
+        if current_leader is None:
+            _dv = _new(LeaderIdAndEpoch)
+            _dv.leader_id = -1
+            _dv.leader_epoch = -1
+            _dv.unknown_tags = None
+            current_leader = _dv
+        self.current_leader = current_leader
         self.unknown_tags = unknown_tags
 
 class BatchIndexAndErrorMessage(Struct):
@@ -87,9 +97,13 @@ class ProduceResponse(Struct):
     __slots__ = ('responses', 'throttle_time_ms', 'node_endpoints', 'unknown_tags',)
 
     def __init__(self, responses=None, throttle_time_ms=0, node_endpoints=None, unknown_tags=None):
-        self.responses = [] if responses is None else responses
+        if responses is None:
+            responses = []
+        self.responses = responses
         self.throttle_time_ms = throttle_time_ms
-        self.node_endpoints = [] if node_endpoints is None else node_endpoints
+        if node_endpoints is None:
+            node_endpoints = []
+        self.node_endpoints = node_endpoints
         self.unknown_tags = unknown_tags
 ProduceResponse.TopicProduceResponse = TopicProduceResponse
 ProduceResponse.PartitionProduceResponse = PartitionProduceResponse
@@ -138,7 +152,11 @@ def _d_TopicProduceResponse_0(buf, pos):
             _o.log_start_offset = -1
             _o.record_errors = []
             _o.error_message = None
-            _o.current_leader = LeaderIdAndEpoch()
+            _dv = _new(LeaderIdAndEpoch)
+            _dv.leader_id = -1
+            _dv.leader_epoch = -1
+            _dv.unknown_tags = None
+            _o.current_leader = _dv
             if pos + 14 > _l:
                 raise truncated('ProduceResponse.PartitionProduceResponse.index', buf, pos, 14)
             _o.index, _o.error_code, _o.base_offset = _S2.unpack_from(buf, pos)
@@ -226,7 +244,11 @@ def _d_TopicProduceResponse_2(buf, pos):
             _o.log_start_offset = -1
             _o.record_errors = []
             _o.error_message = None
-            _o.current_leader = LeaderIdAndEpoch()
+            _dv = _new(LeaderIdAndEpoch)
+            _dv.leader_id = -1
+            _dv.leader_epoch = -1
+            _dv.unknown_tags = None
+            _o.current_leader = _dv
             if pos + 22 > _l:
                 raise truncated('ProduceResponse.PartitionProduceResponse.index', buf, pos, 22)
             _o.index, _o.error_code, _o.base_offset, _o.log_append_time_ms = _S3.unpack_from(buf, pos)
@@ -292,7 +314,11 @@ def _d_TopicProduceResponse_5(buf, pos):
             _o = _new(PartitionProduceResponse)
             _o.record_errors = []
             _o.error_message = None
-            _o.current_leader = LeaderIdAndEpoch()
+            _dv = _new(LeaderIdAndEpoch)
+            _dv.leader_id = -1
+            _dv.leader_epoch = -1
+            _dv.unknown_tags = None
+            _o.current_leader = _dv
             if pos + 30 > _l:
                 raise truncated('ProduceResponse.PartitionProduceResponse.index', buf, pos, 30)
             _o.index, _o.error_code, _o.base_offset, _o.log_append_time_ms, _o.log_start_offset = _S4.unpack_from(buf, pos)
@@ -329,7 +355,11 @@ def _d_ProduceResponse_5(buf, pos):
 def _d_PartitionProduceResponse_8(buf, pos):
     _l = len(buf)
     o = _new(PartitionProduceResponse)
-    o.current_leader = LeaderIdAndEpoch()
+    _dv = _new(LeaderIdAndEpoch)
+    _dv.leader_id = -1
+    _dv.leader_epoch = -1
+    _dv.unknown_tags = None
+    o.current_leader = _dv
     if pos + 30 > _l:
         raise truncated('ProduceResponse.PartitionProduceResponse.index', buf, pos, 30)
     o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset = _S4.unpack_from(buf, pos)
@@ -448,7 +478,11 @@ def _d_ProduceResponse_8(buf, pos):
 def _d_PartitionProduceResponse_9(buf, pos):
     _l = len(buf)
     o = _new(PartitionProduceResponse)
-    o.current_leader = LeaderIdAndEpoch()
+    _dv = _new(LeaderIdAndEpoch)
+    _dv.leader_id = -1
+    _dv.leader_epoch = -1
+    _dv.unknown_tags = None
+    o.current_leader = _dv
     if pos + 30 > _l:
         raise truncated('ProduceResponse.PartitionProduceResponse.index', buf, pos, 30)
     o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset = _S4.unpack_from(buf, pos)
@@ -710,7 +744,11 @@ def _d_PartitionProduceResponse_10(buf, pos):
             raise overrun('ProduceResponse.PartitionProduceResponse.error_message', buf, pos, _n, 1)
         o.error_message = str(buf[pos:_end], 'utf-8', 'surrogateescape')
         pos = _end
-    o.current_leader = LeaderIdAndEpoch()
+    _dv = _new(LeaderIdAndEpoch)
+    _dv.leader_id = -1
+    _dv.leader_epoch = -1
+    _dv.unknown_tags = None
+    o.current_leader = _dv
     if pos < _l and buf[pos] == 0:
         pos += 1
         o.unknown_tags = None

@@ -29,7 +29,9 @@ class ReadStateData(Struct):
 
     def __init__(self, topic_id=ZERO_UUID, partitions=None, unknown_tags=None):
         self.topic_id = topic_id
-        self.partitions = [] if partitions is None else partitions
+        if partitions is None:
+            partitions = []
+        self.partitions = partitions
         self.unknown_tags = unknown_tags
 
 class PartitionData(Struct):
@@ -45,7 +47,9 @@ class ReadShareGroupStateRequest(Struct):
 
     def __init__(self, group_id='', topics=None, unknown_tags=None):
         self.group_id = group_id
-        self.topics = [] if topics is None else topics
+        if topics is None:
+            topics = []
+        self.topics = topics
         self.unknown_tags = unknown_tags
 ReadShareGroupStateRequest.ReadStateData = ReadStateData
 ReadShareGroupStateRequest.PartitionData = PartitionData

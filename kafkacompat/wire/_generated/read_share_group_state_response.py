@@ -29,7 +29,9 @@ class ReadStateResult(Struct):
 
     def __init__(self, topic_id=ZERO_UUID, partitions=None, unknown_tags=None):
         self.topic_id = topic_id
-        self.partitions = [] if partitions is None else partitions
+        if partitions is None:
+            partitions = []
+        self.partitions = partitions
         self.unknown_tags = unknown_tags
 
 class PartitionResult(Struct):
@@ -50,7 +52,9 @@ class PartitionResult(Struct):
         self.error_message = error_message
         self.state_epoch = state_epoch
         self.start_offset = start_offset
-        self.state_batches = [] if state_batches is None else state_batches
+        if state_batches is None:
+            state_batches = []
+        self.state_batches = state_batches
         self.unknown_tags = unknown_tags
 
 class StateBatch(Struct):
@@ -67,7 +71,9 @@ class ReadShareGroupStateResponse(Struct):
     __slots__ = ('results', 'unknown_tags',)
 
     def __init__(self, results=None, unknown_tags=None):
-        self.results = [] if results is None else results
+        if results is None:
+            results = []
+        self.results = results
         self.unknown_tags = unknown_tags
 ReadShareGroupStateResponse.ReadStateResult = ReadStateResult
 ReadShareGroupStateResponse.PartitionResult = PartitionResult

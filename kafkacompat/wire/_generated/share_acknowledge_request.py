@@ -29,7 +29,9 @@ class AcknowledgeTopic(Struct):
 
     def __init__(self, topic_id=ZERO_UUID, partitions=None, unknown_tags=None):
         self.topic_id = topic_id
-        self.partitions = [] if partitions is None else partitions
+        if partitions is None:
+            partitions = []
+        self.partitions = partitions
         self.unknown_tags = unknown_tags
 
 class AcknowledgePartition(Struct):
@@ -37,7 +39,9 @@ class AcknowledgePartition(Struct):
 
     def __init__(self, partition_index=0, acknowledgement_batches=None, unknown_tags=None):
         self.partition_index = partition_index
-        self.acknowledgement_batches = [] if acknowledgement_batches is None else acknowledgement_batches
+        if acknowledgement_batches is None:
+            acknowledgement_batches = []
+        self.acknowledgement_batches = acknowledgement_batches
         self.unknown_tags = unknown_tags
 
 class AcknowledgementBatch(Struct):
@@ -56,7 +60,9 @@ class ShareAcknowledgeRequest(Struct):
         self.group_id = group_id
         self.member_id = member_id
         self.share_session_epoch = share_session_epoch
-        self.topics = [] if topics is None else topics
+        if topics is None:
+            topics = []
+        self.topics = topics
         self.unknown_tags = unknown_tags
 ShareAcknowledgeRequest.AcknowledgeTopic = AcknowledgeTopic
 ShareAcknowledgeRequest.AcknowledgePartition = AcknowledgePartition

@@ -29,7 +29,9 @@ class ShareAcknowledgeTopicResponse(Struct):
 
     def __init__(self, topic_id=ZERO_UUID, partitions=None, unknown_tags=None):
         self.topic_id = topic_id
-        self.partitions = [] if partitions is None else partitions
+        if partitions is None:
+            partitions = []
+        self.partitions = partitions
         self.unknown_tags = unknown_tags
 
 class PartitionData(Struct):
@@ -46,7 +48,13 @@ class PartitionData(Struct):
         self.partition_index = partition_index
         self.error_code = error_code
         self.error_message = error_message
-        self.current_leader = LeaderIdAndEpoch() if current_leader is None else current_leader
+        if current_leader is None:
+            _dv = _new(LeaderIdAndEpoch)
+            _dv.leader_id = 0
+            _dv.leader_epoch = 0
+            _dv.unknown_tags = None
+            current_leader = _dv
+        self.current_leader = current_leader
         self.unknown_tags = unknown_tags
 
 class LeaderIdAndEpoch(Struct):
@@ -82,8 +90,12 @@ class ShareAcknowledgeResponse(Struct):
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
         self.error_message = error_message
-        self.responses = [] if responses is None else responses
-        self.node_endpoints = [] if node_endpoints is None else node_endpoints
+        if responses is None:
+            responses = []
+        self.responses = responses
+        if node_endpoints is None:
+            node_endpoints = []
+        self.node_endpoints = node_endpoints
         self.unknown_tags = unknown_tags
 ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse = ShareAcknowledgeTopicResponse
 ShareAcknowledgeResponse.PartitionData = PartitionData

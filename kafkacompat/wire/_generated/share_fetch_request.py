@@ -29,7 +29,9 @@ class FetchTopic(Struct):
 
     def __init__(self, topic_id=ZERO_UUID, partitions=None, unknown_tags=None):
         self.topic_id = topic_id
-        self.partitions = [] if partitions is None else partitions
+        if partitions is None:
+            partitions = []
+        self.partitions = partitions
         self.unknown_tags = unknown_tags
 
 class FetchPartition(Struct):
@@ -44,7 +46,9 @@ class FetchPartition(Struct):
     ):
         self.partition_index = partition_index
         self.partition_max_bytes = partition_max_bytes
-        self.acknowledgement_batches = [] if acknowledgement_batches is None else acknowledgement_batches
+        if acknowledgement_batches is None:
+            acknowledgement_batches = []
+        self.acknowledgement_batches = acknowledgement_batches
         self.unknown_tags = unknown_tags
 
 class AcknowledgementBatch(Struct):
@@ -85,8 +89,12 @@ class ShareFetchRequest(Struct):
         self.max_wait_ms = max_wait_ms
         self.min_bytes = min_bytes
         self.max_bytes = max_bytes
-        self.topics = [] if topics is None else topics
-        self.forgotten_topics_data = [] if forgotten_topics_data is None else forgotten_topics_data
+        if topics is None:
+            topics = []
+        self.topics = topics
+        if forgotten_topics_data is None:
+            forgotten_topics_data = []
+        self.forgotten_topics_data = forgotten_topics_data
         self.unknown_tags = unknown_tags
 ShareFetchRequest.FetchTopic = FetchTopic
 ShareFetchRequest.FetchPartition = FetchPartition

@@ -46,7 +46,9 @@ class ShareGroupCurrentMemberAssignmentValue(Struct):
         self.member_epoch = member_epoch
         self.previous_member_epoch = previous_member_epoch
         self.state = state
-        self.assigned_partitions = [] if assigned_partitions is None else assigned_partitions
+        if assigned_partitions is None:
+            assigned_partitions = []
+        self.assigned_partitions = assigned_partitions
         self.unknown_tags = unknown_tags
 ShareGroupCurrentMemberAssignmentValue.TopicPartitions = TopicPartitions
 

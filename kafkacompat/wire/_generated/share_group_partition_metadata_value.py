@@ -38,7 +38,9 @@ class TopicMetadata(Struct):
         self.topic_id = topic_id
         self.topic_name = topic_name
         self.num_partitions = num_partitions
-        self.partition_metadata = [] if partition_metadata is None else partition_metadata
+        if partition_metadata is None:
+            partition_metadata = []
+        self.partition_metadata = partition_metadata
         self.unknown_tags = unknown_tags
 
 class PartitionMetadata(Struct):
@@ -53,7 +55,9 @@ class ShareGroupPartitionMetadataValue(Struct):
     __slots__ = ('topics', 'unknown_tags',)
 
     def __init__(self, topics=None, unknown_tags=None):
-        self.topics = [] if topics is None else topics
+        if topics is None:
+            topics = []
+        self.topics = topics
         self.unknown_tags = unknown_tags
 ShareGroupPartitionMetadataValue.TopicMetadata = TopicMetadata
 ShareGroupPartitionMetadataValue.PartitionMetadata = PartitionMetadata

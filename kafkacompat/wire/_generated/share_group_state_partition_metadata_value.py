@@ -45,8 +45,12 @@ class ShareGroupStatePartitionMetadataValue(Struct):
     __slots__ = ('initialized_topics', 'deleting_topics', 'unknown_tags',)
 
     def __init__(self, initialized_topics=None, deleting_topics=None, unknown_tags=None):
-        self.initialized_topics = [] if initialized_topics is None else initialized_topics
-        self.deleting_topics = [] if deleting_topics is None else deleting_topics
+        if initialized_topics is None:
+            initialized_topics = []
+        self.initialized_topics = initialized_topics
+        if deleting_topics is None:
+            deleting_topics = []
+        self.deleting_topics = deleting_topics
         self.unknown_tags = unknown_tags
 ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo = TopicPartitionsInfo
 ShareGroupStatePartitionMetadataValue.TopicInfo = TopicInfo

@@ -36,7 +36,9 @@ class ShareGroupTargetAssignmentMemberValue(Struct):
     __slots__ = ('topic_partitions', 'unknown_tags',)
 
     def __init__(self, topic_partitions=None, unknown_tags=None):
-        self.topic_partitions = [] if topic_partitions is None else topic_partitions
+        if topic_partitions is None:
+            topic_partitions = []
+        self.topic_partitions = topic_partitions
         self.unknown_tags = unknown_tags
 ShareGroupTargetAssignmentMemberValue.TopicPartition = TopicPartition
 

@@ -45,7 +45,9 @@ class StopReplicaTopicState(Struct):
 
     def __init__(self, topic_name='', partition_states=None, unknown_tags=None):
         self.topic_name = topic_name
-        self.partition_states = [] if partition_states is None else partition_states
+        if partition_states is None:
+            partition_states = []
+        self.partition_states = partition_states
         self.unknown_tags = unknown_tags
 
 class StopReplicaPartitionState(Struct):
@@ -77,9 +79,15 @@ class StopReplicaRequest(Struct):
         self.controller_epoch = controller_epoch
         self.broker_epoch = broker_epoch
         self.delete_partitions = delete_partitions
-        self.ungrouped_partitions = [] if ungrouped_partitions is None else ungrouped_partitions
-        self.topics = [] if topics is None else topics
-        self.topic_states = [] if topic_states is None else topic_states
+        if ungrouped_partitions is None:
+            ungrouped_partitions = []
+        self.ungrouped_partitions = ungrouped_partitions
+        if topics is None:
+            topics = []
+        self.topics = topics
+        if topic_states is None:
+            topic_states = []
+        self.topic_states = topic_states
         self.unknown_tags = unknown_tags
 StopReplicaRequest.StopReplicaPartitionV0 = StopReplicaPartitionV0
 StopReplicaRequest.StopReplicaTopicV1 = StopReplicaTopicV1

@@ -38,7 +38,9 @@ class StopReplicaResponse(Struct):
 
     def __init__(self, error_code=0, partition_errors=None, unknown_tags=None):
         self.error_code = error_code
-        self.partition_errors = [] if partition_errors is None else partition_errors
+        if partition_errors is None:
+            partition_errors = []
+        self.partition_errors = partition_errors
         self.unknown_tags = unknown_tags
 StopReplicaResponse.StopReplicaPartitionError = StopReplicaPartitionError
 

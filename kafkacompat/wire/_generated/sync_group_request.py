@@ -52,7 +52,9 @@ class SyncGroupRequest(Struct):
         self.group_instance_id = group_instance_id
         self.protocol_type = protocol_type
         self.protocol_name = protocol_name
-        self.assignments = [] if assignments is None else assignments
+        if assignments is None:
+            assignments = []
+        self.assignments = assignments
         self.unknown_tags = unknown_tags
 SyncGroupRequest.SyncGroupRequestAssignment = SyncGroupRequestAssignment
 

@@ -46,7 +46,9 @@ class UpdateFeaturesRequest(Struct):
 
     def __init__(self, timeout_ms=60000, feature_updates=None, validate_only=False, unknown_tags=None):
         self.timeout_ms = timeout_ms
-        self.feature_updates = [] if feature_updates is None else feature_updates
+        if feature_updates is None:
+            feature_updates = []
+        self.feature_updates = feature_updates
         self.validate_only = validate_only
         self.unknown_tags = unknown_tags
 UpdateFeaturesRequest.FeatureUpdateKey = FeatureUpdateKey

@@ -40,7 +40,9 @@ class UpdateFeaturesResponse(Struct):
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
         self.error_message = error_message
-        self.results = [] if results is None else results
+        if results is None:
+            results = []
+        self.results = results
         self.unknown_tags = unknown_tags
 UpdateFeaturesResponse.UpdatableFeatureResult = UpdatableFeatureResult
 

@@ -57,7 +57,9 @@ class UpdateMetadataTopicState(Struct):
     def __init__(self, topic_name='', topic_id=ZERO_UUID, partition_states=None, unknown_tags=None):
         self.topic_name = topic_name
         self.topic_id = topic_id
-        self.partition_states = [] if partition_states is None else partition_states
+        if partition_states is None:
+            partition_states = []
+        self.partition_states = partition_states
         self.unknown_tags = unknown_tags
 
 class UpdateMetadataBroker(Struct):
@@ -67,7 +69,9 @@ class UpdateMetadataBroker(Struct):
         self.id = id
         self.v0_host = v0_host
         self.v0_port = v0_port
-        self.endpoints = [] if endpoints is None else endpoints
+        if endpoints is None:
+            endpoints = []
+        self.endpoints = endpoints
         self.rack = rack
         self.unknown_tags = unknown_tags
 
@@ -101,9 +105,15 @@ class UpdateMetadataRequest(Struct):
         self.type = type
         self.controller_epoch = controller_epoch
         self.broker_epoch = broker_epoch
-        self.ungrouped_partition_states = [] if ungrouped_partition_states is None else ungrouped_partition_states
-        self.topic_states = [] if topic_states is None else topic_states
-        self.live_brokers = [] if live_brokers is None else live_brokers
+        if ungrouped_partition_states is None:
+            ungrouped_partition_states = []
+        self.ungrouped_partition_states = ungrouped_partition_states
+        if topic_states is None:
+            topic_states = []
+        self.topic_states = topic_states
+        if live_brokers is None:
+            live_brokers = []
+        self.live_brokers = live_brokers
         self.unknown_tags = unknown_tags
 UpdateMetadataRequest.UpdateMetadataPartitionState = UpdateMetadataPartitionState
 UpdateMetadataRequest.UpdateMetadataTopicState = UpdateMetadataTopicState

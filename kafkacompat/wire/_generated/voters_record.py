@@ -37,8 +37,16 @@ class Voter(Struct):
     ):
         self.voter_id = voter_id
         self.voter_directory_id = voter_directory_id
-        self.endpoints = [] if endpoints is None else endpoints
-        self.k_raft_version_feature = KRaftVersionFeature() if k_raft_version_feature is None else k_raft_version_feature
+        if endpoints is None:
+            endpoints = []
+        self.endpoints = endpoints
+        if k_raft_version_feature is None:
+            _dv = _new(KRaftVersionFeature)
+            _dv.min_supported_version = 0
+            _dv.max_supported_version = 0
+            _dv.unknown_tags = None
+            k_raft_version_feature = _dv
+        self.k_raft_version_feature = k_raft_version_feature
         self.unknown_tags = unknown_tags
 
 class Endpoint(Struct):
@@ -63,7 +71,9 @@ class VotersRecord(Struct):
 
     def __init__(self, version=0, voters=None, unknown_tags=None):
         self.version = version
-        self.voters = [] if voters is None else voters
+        if voters is None:
+            voters = []
+        self.voters = voters
         self.unknown_tags = unknown_tags
 VotersRecord.Voter = Voter
 VotersRecord.Endpoint = Endpoint

@@ -29,7 +29,9 @@ class WriteStateData(Struct):
 
     def __init__(self, topic_id=ZERO_UUID, partitions=None, unknown_tags=None):
         self.topic_id = topic_id
-        self.partitions = [] if partitions is None else partitions
+        if partitions is None:
+            partitions = []
+        self.partitions = partitions
         self.unknown_tags = unknown_tags
 
 class PartitionData(Struct):
@@ -48,7 +50,9 @@ class PartitionData(Struct):
         self.state_epoch = state_epoch
         self.leader_epoch = leader_epoch
         self.start_offset = start_offset
-        self.state_batches = [] if state_batches is None else state_batches
+        if state_batches is None:
+            state_batches = []
+        self.state_batches = state_batches
         self.unknown_tags = unknown_tags
 
 class StateBatch(Struct):
@@ -66,7 +70,9 @@ class WriteShareGroupStateRequest(Struct):
 
     def __init__(self, group_id='', topics=None, unknown_tags=None):
         self.group_id = group_id
-        self.topics = [] if topics is None else topics
+        if topics is None:
+            topics = []
+        self.topics = topics
         self.unknown_tags = unknown_tags
 WriteShareGroupStateRequest.WriteStateData = WriteStateData
 WriteShareGroupStateRequest.PartitionData = PartitionData

@@ -39,7 +39,9 @@ class WritableTxnMarker(Struct):
         self.producer_id = producer_id
         self.producer_epoch = producer_epoch
         self.transaction_result = transaction_result
-        self.topics = [] if topics is None else topics
+        if topics is None:
+            topics = []
+        self.topics = topics
         self.coordinator_epoch = coordinator_epoch
         self.unknown_tags = unknown_tags
 
@@ -55,7 +57,9 @@ class WriteTxnMarkersRequest(Struct):
     __slots__ = ('markers', 'unknown_tags',)
 
     def __init__(self, markers=None, unknown_tags=None):
-        self.markers = [] if markers is None else markers
+        if markers is None:
+            markers = []
+        self.markers = markers
         self.unknown_tags = unknown_tags
 WriteTxnMarkersRequest.WritableTxnMarker = WritableTxnMarker
 WriteTxnMarkersRequest.WritableTxnMarkerTopic = WritableTxnMarkerTopic

@@ -29,7 +29,9 @@ class WritableTxnMarkerResult(Struct):
 
     def __init__(self, producer_id=0, topics=None, unknown_tags=None):
         self.producer_id = producer_id
-        self.topics = [] if topics is None else topics
+        if topics is None:
+            topics = []
+        self.topics = topics
         self.unknown_tags = unknown_tags
 
 class WritableTxnMarkerTopicResult(Struct):
@@ -37,7 +39,9 @@ class WritableTxnMarkerTopicResult(Struct):
 
     def __init__(self, name='', partitions=None, unknown_tags=None):
         self.name = name
-        self.partitions = [] if partitions is None else partitions
+        if partitions is None:
+            partitions = []
+        self.partitions = partitions
         self.unknown_tags = unknown_tags
 
 class WritableTxnMarkerPartitionResult(Struct):
@@ -52,7 +56,9 @@ class WriteTxnMarkersResponse(Struct):
     __slots__ = ('markers', 'unknown_tags',)
 
     def __init__(self, markers=None, unknown_tags=None):
-        self.markers = [] if markers is None else markers
+        if markers is None:
+            markers = []
+        self.markers = markers
         self.unknown_tags = unknown_tags
 WriteTxnMarkersResponse.WritableTxnMarkerResult = WritableTxnMarkerResult
 WriteTxnMarkersResponse.WritableTxnMarkerTopicResult = WritableTxnMarkerTopicResult
