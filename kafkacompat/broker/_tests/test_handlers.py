@@ -157,6 +157,12 @@ async def test_produce_errors(nursery: trio.Nursery, tmp_path: Path) -> None:
         ErrorCode.INVALID_RECORD,
         ErrorCode.CORRUPT_MESSAGE,
     )
+    internal = request(METADATA, topics=[request(METADATA).MetadataRequestTopic(name="__consumer_offsets")])
+    with trio.fail_after(10):
+        while (await client.call(METADATA, 12, internal)).topics[0].error_code != 0:
+            await trio.sleep(0.05)
+    refused = await produce(client, "__consumer_offsets", batch(b"forged"))
+    assert refused.error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
     assert broker.state.partition_log("p", 0).log_end_offset == 2
 
 

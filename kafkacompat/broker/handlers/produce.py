@@ -3,7 +3,8 @@
 Behaviour: acks must be 0, 1 or -1 (else INVALID_REQUIRED_ACKS for every partition). Each partition's
 record set is validated and appended by its PartitionLog as opaque bytes: offsets are patched in place,
 records are never decoded. Errors are per partition: UNKNOWN_TOPIC_OR_PARTITION (no auto-creation here;
-as in Kafka, producers create topics through Metadata), CORRUPT_MESSAGE, INVALID_RECORD (including
+as in Kafka, producers create topics through Metadata), INVALID_TOPIC_EXCEPTION for internal topics
+(only the broker writes `__consumer_offsets`), CORRUPT_MESSAGE, INVALID_RECORD (including
 message format v0/v1, which this broker never converts, and a partition without any batch),
 MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE, INVALID_TIMESTAMP, idempotence errors
 (OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH; a retried duplicate batch gets its original
@@ -70,6 +71,16 @@ async def handle(ctx: RequestContext, request: Any) -> ProduceResponse | None:
                         data.index,
                         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                         "This server does not host this topic-partition.",
+                        version,
+                    )
+                )
+                continue
+            if topic.internal:
+                partitions.append(
+                    _error(
+                        data.index,
+                        ErrorCode.INVALID_TOPIC_EXCEPTION,
+                        f"Cannot append to internal topic {topic.name}",
                         version,
                     )
                 )
