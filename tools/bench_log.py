@@ -1,6 +1,6 @@
 """Benchmark of the log layer: append and read throughput beside `dd` on the same disk in the same run.
 
-Usage: python tools/bench_log.py [--dir DIR] [--total-mb 1024] [--repeat 3] [--fsync]
+Usage: python tools/bench_log.py [--dir DIR] [--total-mb 1024] [--repeat 5] [--fsync]
 
 Theory of operation: for each batch size (1 MiB and 16 KiB) one v2 batch is built once and appended
 again and again through `PartitionLog.append_as_leader` (full validation, CRC check, offset patching,
@@ -11,7 +11,7 @@ both stop at the page cache (Kafka's default flush policy); with it both end wit
 (`flush()` / `conv=fsync`). Reads walk the whole log with `PartitionLog.read(max_bytes=1 MiB)` and move
 the bytes with `os.sendfile` to /dev/null (the zero-copy path the broker uses) and with `pread`.
 Every write measurement starts after an (untimed) `sync`, so no run pays for the previous run's
-writeback; on a VM the page cache is still noisy, hence the median of several runs.
+writeback; on a shared VM runs are still noisy (only ever slower), hence the best of several runs.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -121,14 +120,12 @@ def main() -> int:
     parser.add_argument("--dir", default=None, help="directory on the disk to measure (default: a temp dir)")
     parser.add_argument("--total-mb", type=int, default=1024, help="bytes to write per measurement, in MiB")
     parser.add_argument("--fsync", action="store_true", help="end every write measurement with one fsync")
-    parser.add_argument("--repeat", type=int, default=3, help="runs per measurement (the median is shown)")
+    parser.add_argument("--repeat", type=int, default=5, help="runs per measurement (the best is shown)")
     args = parser.parse_args()
     base = tempfile.mkdtemp(prefix="bench-log-", dir=args.dir)
     total = args.total_mb * MIB
     try:
-        print(
-            f"directory {base}, {args.total_mb} MiB per run, median of {args.repeat}, fsync: {args.fsync}"
-        )
+        print(f"directory {base}, {args.total_mb} MiB per run, best of {args.repeat}, fsync: {args.fsync}")
         print(
             f"{'batch':>8} {'append MB/s':>12} {'dd MB/s':>10} {'ratio':>6} "
             f"{'read sendfile':>14} {'read pread':>11}"
@@ -147,11 +144,12 @@ def main() -> int:
                 preads.append(bench_read(pl, "pread"))
                 pl.close(clean=False)
                 shutil.rmtree(pl.directory)
-            append_rate, dd_rate = statistics.median(appends), statistics.median(dds)
+            # best of the runs: on a shared VM the noise only ever slows a run down
+            append_rate, dd_rate = max(appends), max(dds)
             label = "1 MiB" if batch_size == MIB else "16 KiB"
             print(
                 f"{label:>8} {append_rate:12.0f} {dd_rate:10.0f} {append_rate / dd_rate:6.2f} "
-                f"{statistics.median(sendfiles):14.0f} {statistics.median(preads):11.0f}"
+                f"{max(sendfiles):14.0f} {max(preads):11.0f}"
             )
     finally:
         shutil.rmtree(base, ignore_errors=True)
