@@ -2,19 +2,22 @@
 
 Theory of operation
 -------------------
-A partition dir `<topic>-<partition>` holds segments (`<base>.log/.index/.timeindex`), producer-state
-snapshots (`<offset>.snapshot`), `leader-epoch-checkpoint` and, once the broker sets a topic id,
-`partition.metadata`. The last segment is the active one; only
-it is appended to. Offsets: `log_start_offset` (first readable offset; moved by retention and
-DeleteRecords), `log_end_offset` (next offset to assign), `recovery_point` (everything below it is
-fsynced) and `high_watermark` (set by the broker; the read bound it passes for consumers). This
+A partition dir `<topic>-<partition>` holds segments (`<base>.log/.index/.timeindex`, plus `.txnindex`
+once a transaction aborts in it), producer-state snapshots (`<offset>.snapshot`),
+`leader-epoch-checkpoint` and, once the broker sets a topic id, `partition.metadata`. The last segment
+is the active one; only it is appended to. Offsets: `log_start_offset` (first readable offset; moved by
+retention and DeleteRecords), `log_end_offset` (next offset to assign), `recovery_point` (everything
+below it is fsynced) and `high_watermark` (set by the broker; the read bound it passes for consumers). This
 module keeps Kafka's LocalLog and UnifiedLog in one class because, without tiered storage, the split
 only moved state between two objects that always change together.
 
 Appends (`append_as_leader`): validate every batch (validator.py), check idempotent-producer state
 (a retried duplicate returns the original offsets and writes nothing), roll if needed, patch offsets in
 place, write the whole record set with one `pwrite` into the page cache, update both indexes, then
-commit producer state and the leader epoch. Nothing is written if any check fails.
+commit producer state and the leader epoch. Nothing is written if any check fails. Transaction
+markers (from the coordinator, `from_coordinator=True`) close a producer's open transaction; aborts are
+recorded in the segment's `.txnindex` (`aborted_transactions()` for read_committed fetches), and
+`last_stable_offset` stays below the first offset of any open transaction.
 
 Reads (`read`) return `FileSlice`s: from the start of the batch containing the requested offset,
 whole batches only, at most `max_bytes` (but at least one batch when `min_one_batch`), never past
