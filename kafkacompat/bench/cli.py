@@ -164,10 +164,16 @@ def specs_from_args(args: argparse.Namespace) -> list[BrokerSpec]:
 
 
 def _print_report(results: dict[str, Any], args: argparse.Namespace) -> None:
-    from kafkacompat.bench.report import plot, render_goals, render_table
+    from kafkacompat.bench.report import failures, plot, render_goals, render_table
 
     print(render_table(results, markdown=args.markdown))
     print()
+    failed = failures(results)
+    if failed:
+        print("Failures:")
+        for line in failed:
+            print(f"- {line}" if args.markdown else f"  {line}")
+        print()
     print(render_goals(results, markdown=args.markdown))
     if args.plot is not None:
         try:

@@ -17,7 +17,7 @@ from typing import Any
 
 from kafkacompat.bench.stats import ratio
 
-__all__ = ["GOALS", "evaluate_goals", "plot", "render_goals", "render_table", "table_rows"]
+__all__ = ["GOALS", "evaluate_goals", "failures", "plot", "render_goals", "render_table", "table_rows"]
 
 OURS = "kafkacompat"
 
@@ -192,6 +192,33 @@ def render_table(results: dict[str, Any], markdown: bool = False) -> str:
         if n == 0:
             out.append("  ".join("-" * w for w in widths))
     return "\n".join(out)
+
+
+def failures(results: dict[str, Any]) -> list[str]:
+    """One line per workload and broker that failed at least once: the first error, shortened."""
+    lines = []
+
+    def add(broker: str, label: str, errors: list[str], of: int | None = None) -> None:
+        if errors:
+            count = f" ({len(errors)} of {of} runs)" if of else ""
+            first = " ".join(str(errors[0]).split())
+            lines.append(f"{broker}: {label}{count}: {first[:300]}")
+
+    for entry in results.get("throughput", {}).values():
+        for broker, record in entry.get("per_broker", {}).items():
+            errors = record.get("failures") or []
+            add(broker, entry["label"], errors, len(errors) + len(record.get("runs") or []))
+    for broker, record in results.get("latency", {}).items():
+        add(broker, "e2e latency", [record["error"]] if record.get("error") else [])
+    for members, per in results.get("groups", {}).items():
+        for broker, record in per.items():
+            errors = record.get("failures") or []
+            add(broker, f"group join ({members})", errors, len(errors) + len(record.get("runs") or []))
+    for broker, record in results.get("big", {}).items():
+        add(broker, "large partition", [record["error"]] if record.get("error") else [])
+    for broker, record in results.get("brokers", {}).items():
+        add(broker, "broker", record.get("errors") or [])
+    return lines
 
 
 # --- goals ---------------------------------------------------------------------------------------

@@ -92,14 +92,12 @@ class Progress:
         self._write(f"[{min(self.done, self.total):3d}/{self.total}] {elapsed:5.0f}s {label}")
 
     def note(self, text: str) -> None:
-        """A message that stays on screen (e.g. a failed run)."""
-        if self.enabled and self.tty:
+        """A message that stays on screen (e.g. a failed run), shown even with the progress line off."""
+        if self.enabled and self.tty and self._width:
             self.stream.write("\n")
-            self._width = 0
-        self._write(text)
-        if self.enabled and self.tty:
-            self.stream.write("\n")
-            self._width = 0
+        self._width = 0
+        self.stream.write(text + "\n")
+        self.stream.flush()
 
     def finish(self) -> None:
         if self.enabled and self.tty and self._width:

@@ -20,6 +20,8 @@ Workers (the name is the `kind` given to `run_workers`):
 
 from __future__ import annotations
 
+import collections
+import logging
 import multiprocessing
 import os
 import struct
@@ -57,12 +59,40 @@ def _broker_cpu_delta(params: dict[str, Any], before: float) -> float | None:
     return _broker_cpu(params) - before
 
 
+class _ClientLog(logging.Handler):
+    """Keeps the client library's last log lines (shown with a failure) instead of printing them all."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: collections.deque[str] = collections.deque(maxlen=5)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+_CLIENT_LOG = _ClientLog()
+
+
+def _client_logger() -> logging.Logger:
+    logger = logging.getLogger("kafkacompat.bench.client")
+    if _CLIENT_LOG not in logger.handlers:
+        logger.addHandler(_CLIENT_LOG)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+    return logger
+
+
+def _last_client_log() -> str:
+    return _CLIENT_LOG.lines[-1] if _CLIENT_LOG.lines else ""
+
+
 def _common(params: dict[str, Any]) -> dict[str, Any]:
     return {
         "bootstrap.servers": params["bootstrap"],
         "client.id": f"kafkacompat-bench-{os.getpid()}",
         # loopback only: never let a broker's advertised name send us elsewhere
         "broker.address.family": "v4",
+        "logger": _client_logger(),
     }
 
 
@@ -122,7 +152,8 @@ def _produce(params: dict[str, Any]) -> dict[str, Any]:
     if remaining or failed:
         return {
             "ok": False,
-            "error": f"{remaining} undelivered, {failed} failed: {'; '.join(errors[:3])}",
+            "error": f"{remaining} undelivered, {failed} failed: "
+            + ("; ".join(errors[:3]) or _last_client_log()),
         }
     return {
         "ok": True,
@@ -157,14 +188,23 @@ def _consume(params: dict[str, Any]) -> dict[str, Any]:
         got = 0
         nbytes = 0
         errors: list[str] = []
+        stall = params.get("stall", 20.0)
+        progress_at = time.monotonic()
         while got < count and time.monotonic() < deadline:
             # never ask for more than are left: consume() waits for the full batch or the timeout
-            for msg in consumer.consume(num_messages=min(10_000, count - got), timeout=0.5):
+            batch = consumer.consume(num_messages=min(10_000, count - got), timeout=0.5)
+            for msg in batch:
                 if msg.error() is None:
                     got += 1
                     nbytes += len(msg)
                 elif len(errors) < 3:
                     errors.append(str(msg.error()))
+            now = time.monotonic()
+            if batch:
+                progress_at = now
+            elif now - progress_at > stall:
+                errors.append(f"no record for {stall:.0f} s; client log: {_last_client_log()}")
+                break
         elapsed = time.perf_counter() - t0
         cpu, broker_cpu = _cpu() - cpu0, _broker_cpu_delta(params, broker0)
     except KafkaException as exc:
@@ -172,7 +212,7 @@ def _consume(params: dict[str, Any]) -> dict[str, Any]:
     finally:
         consumer.close()
     if got < count:
-        return {"ok": False, "error": f"read {got} of {count} records in time; {'; '.join(errors)}"}
+        return {"ok": False, "error": f"read {got} of {count} records; {'; '.join(errors)}"}
     return {
         "ok": True,
         "seconds": elapsed,

@@ -193,5 +193,8 @@ def test_progress_lines() -> None:
     assert lines[1] == "a note"
     assert lines[2].startswith("[  2/2]")
     silent = io.StringIO()
-    Progress(1, stream=silent, enabled=False).step("x")
+    quiet = Progress(1, stream=silent, enabled=False)
+    quiet.step("x")
     assert silent.getvalue() == ""
+    quiet.note("failures are shown anyway")
+    assert silent.getvalue() == "failures are shown anyway\n"

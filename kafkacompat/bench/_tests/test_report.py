@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from kafkacompat.bench.report import evaluate_goals, plot, render_goals, render_table, table_rows
+from kafkacompat.bench.report import evaluate_goals, failures, plot, render_goals, render_table, table_rows
 from kafkacompat.bench.stats import summarize
 
 
@@ -158,6 +158,15 @@ def test_goals_render_both_ways() -> None:
     assert len(text.splitlines()) == len(evaluate_goals(results))
     markdown = render_goals(results, markdown=True).splitlines()
     assert markdown[:2] == ["| goal | status | figure |", "|---|---|---|"]
+
+
+def test_failures_list_each_failed_workload_once() -> None:
+    lines = failures(make_results())
+    assert lines == [
+        "tansu: consume 1 KiB (1 of 1 runs): timed out",
+        "tansu: e2e latency: create topic: refused",
+        "kafkacompat: group join (3) (1 of 1 runs): no balanced assignment",
+    ]
 
 
 def test_report_survives_a_json_round_trip() -> None:
