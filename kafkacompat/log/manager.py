@@ -160,7 +160,7 @@ class LogManager:
                         sync=self.sync,
                     )
                     self._dir_of[tp] = log_dir
-                except OSError as exc:
+                except (OSError, ValueError, KafkaError) as exc:
                     log.error("cannot load log %s: %s; the partition is offline", path, exc)
                     self.offline_partitions[tp] = str(exc)
                     self._dir_of[tp] = log_dir

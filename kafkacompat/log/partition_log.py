@@ -495,9 +495,12 @@ class PartitionLog:
         self, producer_id: int, marker_offset: int, marker: RecordBatchView
     ) -> AbortedTxn | None:
         """The aborted-transaction entry for a transaction marker (None for commits and unknown txns)."""
-        records = list(iter_records(marker))
-        if not records or parse_control_record_key(records[0].key)[1] != ABORT_MARKER:
-            return None
+        try:
+            records = list(iter_records(marker))
+            if not records or parse_control_record_key(records[0].key)[1] != ABORT_MARKER:
+                return None
+        except KafkaError:
+            return None  # not a well-formed transaction marker: nothing to index
         entry = self.producer_state.producers.get(producer_id)
         if entry is None or entry.current_txn_first_offset < 0:
             return None
