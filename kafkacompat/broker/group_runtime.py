@@ -32,6 +32,10 @@ and the topic is created (compacted, `offsets.topic.num.partitions` partitions) 
 that may write — FindCoordinator for a group, or any membership/offset operation — as Kafka creates it
 on first use. When the topic exists, its real partition count decides `partition_for`, as in Kafka.
 
+Shutdown (`shutdown()`, called by the server when it stops accepting): parked requests answer
+NOT_COORDINATOR at once and new operations are refused, so draining connections never wait out a
+rebalance.
+
 Owned by `BrokerState.groups` (set by the server); handlers call `call()`, `ensure_offsets_topic()`
 and read `loaded`; nothing else touches the core.
 """
@@ -108,6 +112,7 @@ class GroupRuntime:
         self._sleeping_until: float = math.inf
         self._to_load: list[int] = []
         self._topic_ready = topic is not None
+        self._closed = False
         now = broker.now_ms()
         if topic is None:
             self.core.load_empty_partitions(range(self.partitions), now)
@@ -238,7 +243,9 @@ class GroupRuntime:
         """Run one core operation (`op(now_ms)`), persist its records, and return its response.
 
         A parked request returns once its completion arrives. Raises KafkaError with the error code
-        the handler should answer with when the coordinator cannot serve (storage failure)."""
+        the handler should answer with when the coordinator cannot serve (storage failure, shutdown)."""
+        if self._closed:
+            raise KafkaError(ErrorCode.NOT_COORDINATOR, "the broker is shutting down")
         if may_write:
             try:
                 await self.ensure_offsets_topic()
@@ -255,6 +262,8 @@ class GroupRuntime:
             if isinstance(response, Parked):
                 waiter = _Waiter()
                 self._waiters[response.token] = waiter
+                if self._closed:
+                    waiter.complete(KafkaError(ErrorCode.NOT_COORDINATOR, "the broker is shutting down"))
         self._wake_timer()
         if waiter is None:
             return response  # type: ignore[return-value]
@@ -266,6 +275,14 @@ class GroupRuntime:
         if isinstance(waiter.value, KafkaError):
             raise waiter.value
         return waiter.value  # type: ignore[no-any-return]
+
+    def shutdown(self) -> None:
+        """Broker shutdown: answer every parked request NOT_COORDINATOR (clients find the coordinator
+        again once a broker is back) and refuse new operations, so no connection waits out a rebalance."""
+        self._closed = True
+        error = KafkaError(ErrorCode.NOT_COORDINATOR, "the broker is shutting down")
+        for waiter in list(self._waiters.values()):
+            waiter.complete(error)
 
     async def _persist_and_deliver(self, outcome: Outcome[Any]) -> KafkaError | None:
         """Append the outcome's records, then deliver its completions. Called with the lock held.

@@ -126,6 +126,7 @@ class Broker:
                         await listener.aclose()
                 state.closing = True
                 state.watchers.notify_all()  # parked fetches answer now with what they have
+                state.groups.shutdown()  # groups hook: parked JoinGroup/SyncGroup answer NOT_COORDINATOR
                 for connection in list(self._connections):
                     connection.drain()
                 with trio.move_on_after(SHUTDOWN_GRACE_SECONDS):

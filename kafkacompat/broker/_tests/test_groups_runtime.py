@@ -438,3 +438,28 @@ async def test_storage_failure_answers_coordinator_not_available(
     # The partition was unloaded: this broker no longer claims the group.
     fetched = await a.call(OFFSET_FETCH, 7, request(OFFSET_FETCH, group_id="g", topics=None))
     assert fetched.error_code == E.NOT_COORDINATOR
+
+
+async def test_shutdown_answers_parked_join(nursery: trio.Nursery, tmp_path: Path) -> None:
+    async with trio.open_nursery() as inner:
+        broker = await start_broker(inner, tmp_path, *FAST)
+        a = await RawClient.connect(broker.port)
+        b = await RawClient.connect(broker.port)
+        first = await join(a, "g", session_ms=60_000)
+        await sync(a, "g", 1, first.member_id, {first.member_id: b"A"})
+        parked: list[Any] = []
+
+        async def join_b() -> None:
+            parked.append(await join(b, "g"))
+
+        inner.start_soon(join_b)
+        with trio.fail_after(5):
+            while broker.state.groups.core.groups["g"].state.value != "PreparingRebalance":
+                await trio.sleep(0.01)
+        started = trio.current_time()
+        broker.request_shutdown()
+        with trio.fail_after(5):
+            await broker.stopped.wait()
+    # The parked JoinGroup did not hold the shutdown for its rebalance timeout (10 s here).
+    assert trio.current_time() - started < 5
+    assert parked[0].error_code == E.NOT_COORDINATOR
