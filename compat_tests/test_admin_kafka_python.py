@@ -133,3 +133,24 @@ def test_log_dirs_producers_and_partitions(
     described = admin.describe_topic_partitions([name], response_partition_limit=2)
     assert [p["partition_index"] for p in described["topics"][0]["partitions"]] == [0, 1]
     assert described["next_cursor"] is not None
+
+
+def test_broker_logger_levels(admin: KafkaAdminClient) -> None:
+    node = str(admin.describe_cluster()["brokers"][0]["broker_id"])
+    resource = ConfigResource(ConfigResourceType.BROKER_LOGGER, node)
+    loggers = admin.describe_configs([resource], config_filter="all")["broker_logger"][node]
+    assert "root" in loggers
+    name = next(n for n in sorted(loggers) if n != "root")
+    original = loggers[name]["value"]
+    changed = "ERROR" if original != "ERROR" else "WARN"
+    try:
+        result = admin.alter_configs(
+            [ConfigResource(ConfigResourceType.BROKER_LOGGER, node, {name: changed})]
+        )
+        assert result["broker_logger"][node] == "OK"
+        after = admin.describe_configs([ConfigResource(ConfigResourceType.BROKER_LOGGER, node, {name: None})])
+        assert after["broker_logger"][node][name]["value"] == changed
+    finally:
+        admin.alter_configs(
+            [ConfigResource(ConfigResourceType.BROKER_LOGGER, node, {name: ("DELETE", None)})]
+        )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 
 import pytest
@@ -141,10 +142,20 @@ def test_produce_then_consume_with_keys_and_headers(bootstrap: str, make_topic: 
 
     from kafka.partitioner.default import murmur2
 
-    by_partition: dict[int, list[tuple[bytes, bytes, list]]] = {}
-    for partition in range(3):
-        records = kp_consume_all(bootstrap, name, partition, 12, timeout=3)
-        by_partition[partition] = [(r.key, r.value, list(r.headers)) for r in records]
+    by_partition: dict[int, list[tuple[bytes, bytes, list]]] = {p: [] for p in range(3)}
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    try:
+        partitions = [TopicPartition(name, p) for p in range(3)]
+        consumer.assign(partitions)
+        consumer.seek_to_beginning(*partitions)
+        deadline = time.monotonic() + 15
+        while sum(len(v) for v in by_partition.values()) < 12 and time.monotonic() < deadline:
+            for tp, records in consumer.poll(timeout_ms=200).items():
+                by_partition[tp.partition].extend((r.key, r.value, list(r.headers)) for r in records)
+    finally:
+        consumer.close()
     assert sum(len(v) for v in by_partition.values()) == 12
     for partition, records in by_partition.items():
         for key, value, headers in records:
@@ -291,3 +302,56 @@ def test_produce_acks_and_codecs(
     assert [m.value() for m in messages] == [f"record {i}".encode() for i in range(50)]
     printed = cli(bootstrap, "consume", "--topic", name, "--from-beginning", "--max-messages", "50")
     assert printed.stdout.splitlines() == [f"record {i}" for i in range(50)]
+
+
+def test_configs_broker_loggers(bootstrap: str) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    node = str(admin.describe_cluster().result(10).nodes[0].id)
+    listed = cli(bootstrap, "configs", "describe", "--entity-type", "broker-loggers", "--entity-name", node)
+    lines = listed.stdout.splitlines()
+    assert lines[0] == f"All configs for broker-logger {node} are:"
+    assert any(line.startswith("  root=") for line in lines)
+    name = next(line.split("=")[0].strip() for line in lines[1:] if not line.startswith("  root="))
+    try:
+        cli(
+            bootstrap,
+            "configs",
+            "alter",
+            "--entity-type",
+            "broker-loggers",
+            "--entity-name",
+            node,
+            "--add-config",
+            f"{name}=TRACE",
+        )
+        again = cli(
+            bootstrap, "configs", "describe", "--entity-type", "broker-loggers", "--entity-name", node
+        ).stdout
+        assert f"  {name}=TRACE sensitive=false synonyms={{}}" in again.splitlines()
+        bad = cli(
+            bootstrap,
+            "configs",
+            "alter",
+            "--entity-type",
+            "broker-loggers",
+            "--entity-name",
+            node,
+            "--add-config",
+            f"{name}=LOUD",
+            check=False,
+        )
+        assert bad.returncode == 1 and "INVALID_CONFIG" in bad.stderr
+    finally:
+        cli(
+            bootstrap,
+            "configs",
+            "alter",
+            "--entity-type",
+            "broker-loggers",
+            "--entity-name",
+            node,
+            "--delete-config",
+            name,
+        )

@@ -11,6 +11,8 @@ with no chain at all is DEFAULT_CONFIG. Broker configs are described from `Broke
 with its value, static or default source, and — because this broker keeps no dynamic broker configs —
 every one of them read-only.
 
+BROKER_LOGGER resources are this process's `logging` loggers (see the section at the end).
+
 Changes to a topic's configs (AlterConfigs, IncrementalAlterConfigs) and partition additions
 (CreatePartitions) run under the broker's metadata lock, are persisted through `LocalMetadata` (in a
 worker thread) before the caller answers, and are then applied to the live logs.
@@ -22,6 +24,7 @@ another part of the tree: `apply_topic_configs` and `add_partitions` belong on `
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -42,12 +45,15 @@ __all__ = [
     "AUTHORIZED_OPERATIONS_OMITTED",
     "RESOURCE_BROKER",
     "RESOURCE_TOPIC",
+    "ROOT_LOGGER",
     "ConfigEntry",
     "add_partitions",
     "apply_topic_configs",
     "broker_config_entries",
+    "describe_loggers",
     "parse_broker_resource",
     "require_topic",
+    "set_logger_levels",
     "topic_config_entries",
 ]
 
@@ -65,8 +71,12 @@ RESOURCE_NAMES = {
     RESOURCE_GROUP: "GROUP",
 }
 
+# IncrementalAlterConfigs operations
+OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
+
 # DescribeConfigs config sources
 SOURCE_DYNAMIC_TOPIC = 1
+SOURCE_DYNAMIC_BROKER_LOGGER = 6
 SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
 
@@ -384,3 +394,94 @@ def refuse_broker_changes(names: Iterable[str]) -> None:
             f"Cannot update these configs dynamically: {', '.join(changed)} "
             "(this broker keeps no dynamic broker configs; set them in server.properties)",
         )
+
+
+# --- BROKER_LOGGER resources -------------------------------------------------------------------------
+# Kafka lets DescribeConfigs list a broker's loggers (resource type BROKER_LOGGER, named by broker id) with
+# their effective levels and IncrementalAlterConfigs change them at run time (SET a level, DELETE to fall
+# back to the parent's). Here they are Python's `logging` loggers under `kafkacompat` plus the root logger,
+# which Kafka calls "root"; levels use log4j's names mapped onto Python's (TRACE below DEBUG, WARN is
+# WARNING, FATAL is CRITICAL, OFF silences). As in Kafka, changes last until the process restarts.
+
+ROOT_LOGGER = "root"
+LOGGER_PREFIX = "kafkacompat"
+LEVEL_TRACE = 5
+LEVEL_OFF = logging.CRITICAL + 10
+LEVELS: dict[str, int] = {
+    "TRACE": LEVEL_TRACE,
+    "DEBUG": logging.DEBUG,
+    "INFO": logging.INFO,
+    "WARN": logging.WARNING,
+    "ERROR": logging.ERROR,
+    "FATAL": logging.CRITICAL,
+    "OFF": LEVEL_OFF,
+}
+
+
+def level_name(level: int) -> str:
+    """The log4j name of a Python level (the nearest named level at or below it)."""
+    best = "TRACE"
+    for name, value in sorted(LEVELS.items(), key=lambda item: item[1]):
+        if value <= level:
+            best = name
+    return best
+
+
+def _python_logger(name: str) -> logging.Logger:
+    return logging.getLogger() if name == ROOT_LOGGER else logging.getLogger(name)
+
+
+def logger_names() -> list[str]:
+    """The root logger and every `kafkacompat` logger that exists, sorted."""
+    known = [
+        name
+        for name, item in logging.root.manager.loggerDict.items()
+        if isinstance(item, logging.Logger)
+        and (name == LOGGER_PREFIX or name.startswith(LOGGER_PREFIX + "."))
+    ]
+    return [ROOT_LOGGER, *sorted(known)]
+
+
+def describe_loggers(keys: Sequence[str] | None = None) -> list[tuple[str, str]]:
+    """(logger name, effective level name) for every logger, or only those named in `keys`."""
+    names = logger_names()
+    if keys is not None:
+        wanted = set(keys)
+        names = [name for name in names if name in wanted]
+    return [(name, level_name(_python_logger(name).getEffectiveLevel())) for name in names]
+
+
+def set_logger_levels(
+    operations: Sequence[tuple[str, int, str | None]], *, validate_only: bool = False
+) -> None:
+    """Apply (logger, operation, level) changes; all are checked before any is applied. Raises KafkaError."""
+    existing = set(logger_names())
+    planned: list[tuple[logging.Logger, int]] = []
+    for name, operation, value in operations:
+        if operation in (OP_APPEND, OP_SUBTRACT):
+            raise KafkaError(
+                ErrorCode.INVALID_REQUEST, f"{name}: APPEND and SUBTRACT do not apply to logger levels"
+            )
+        if operation not in (OP_SET, OP_DELETE):
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown config operation {operation} for {name}")
+        if name not in existing:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, f"Logger {name} does not exist")
+        if operation == OP_DELETE:
+            if name == ROOT_LOGGER:
+                raise KafkaError(
+                    ErrorCode.INVALID_REQUEST, "Removing the log level of the root logger is not allowed"
+                )
+            planned.append((_python_logger(name), logging.NOTSET))
+            continue
+        level = LEVELS.get((value or "").strip().upper())
+        if level is None:
+            raise KafkaError(
+                ErrorCode.INVALID_CONFIG,
+                f"Cannot set the log level of {name} to {value} as it is not a supported log level. "
+                f"Valid log levels are {', '.join(LEVELS)}",
+            )
+        planned.append((_python_logger(name), level))
+    if validate_only:
+        return
+    for logger, level in planned:
+        logger.setLevel(level)

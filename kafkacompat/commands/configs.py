@@ -3,11 +3,13 @@
 Theory of operation: `describe` sends DescribeConfigs with synonyms and prints kafka-configs.sh's
 layout: a heading ("Dynamic configs for topic T are:", or "All configs for ..." with `--all`) and one
 indented `name=value sensitive=... synonyms={SOURCE:name=value, ...}` line per config. Without `--all`
-only configs set dynamically are listed (topic overrides; a broker here has none). `alter` sends
+only configs set dynamically are listed (topic overrides; a broker here has none; broker-logger levels
+are all dynamic). `alter` sends
 IncrementalAlterConfigs: `--add-config k=v,k2=[a,b]` are SET operations (square brackets keep commas in a
 list value), `--delete-config k,k2` DELETE operations; on success it prints "Completed updating config
 for topic T." Entities: `--entity-type topics|brokers --entity-name NAME`, or the `--topic NAME` and
-`--broker ID` shortcuts; `--entity-default` selects the cluster-wide broker defaults.
+`--broker ID` shortcuts; `--entity-type broker-loggers --entity-name ID` lists or sets logger levels
+(`--add-config kafkacompat.broker=DEBUG`); `--entity-default` selects the cluster-wide broker defaults.
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ HELP = "describe and alter topic and broker configs, like kafka-configs.sh"
 
 DESCRIBE_CONFIGS = 32
 INCREMENTAL_ALTER_CONFIGS = 44
-RESOURCE_TYPES = {"topics": 2, "brokers": 4}
-ENTITY_WORDS = {"topics": "topic", "brokers": "broker"}
+RESOURCE_TYPES = {"topics": 2, "brokers": 4, "broker-loggers": 8}
+ENTITY_WORDS = {"topics": "topic", "brokers": "broker", "broker-loggers": "broker-logger"}
 SOURCE_NAMES = {
     0: "UNKNOWN",
     1: "DYNAMIC_TOPIC_CONFIG",
@@ -50,7 +52,9 @@ SET, DELETE = 0, 1
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("action", choices=["describe", "alter"])
     add_bootstrap_argument(parser)
-    parser.add_argument("--entity-type", choices=sorted(RESOURCE_TYPES), help="topics or brokers")
+    parser.add_argument(
+        "--entity-type", choices=sorted(RESOURCE_TYPES), help="topics, brokers or broker-loggers"
+    )
     parser.add_argument("--entity-name", help="topic name or broker id (describe: all topics if omitted)")
     parser.add_argument("--entity-default", action="store_true", help="the cluster-wide broker defaults")
     parser.add_argument("--topic", help="shortcut for --entity-type topics --entity-name TOPIC")
@@ -85,13 +89,13 @@ def _entity(args: argparse.Namespace) -> tuple[str, str | None]:
     if args.broker is not None:
         return "brokers", args.broker
     if args.entity_type is None:
-        raise CommandError("--entity-type (topics or brokers) is required")
+        raise CommandError("--entity-type (topics, brokers or broker-loggers) is required")
     if args.entity_default:
         if args.entity_type != "brokers":
             raise CommandError("--entity-default applies to brokers only here")
         return "brokers", ""
-    if args.entity_name is None and args.action == "alter":
-        raise CommandError("--entity-name or --entity-default is required to alter configs")
+    if args.entity_name is None and (args.action == "alter" or args.entity_type == "broker-loggers"):
+        raise CommandError(f"--entity-name is required to {args.action} {args.entity_type}")
     return args.entity_type, args.entity_name
 
 
@@ -164,7 +168,8 @@ def _describe(client: KafkaClient, args: argparse.Namespace, entity_type: str, n
     for result in response.results:
         if result.error_code != 0:
             raise CommandError(result.error_message or error_name(result.error_code))
-        print(_heading(entity_type, result.resource_name, args.all))
+        # every logger level counts as dynamic, so broker-loggers always list everything
+        print(_heading(entity_type, result.resource_name, args.all or entity_type == "broker-loggers"))
         for entry in sorted(result.configs, key=lambda e: e.name):
             if args.all or entry.config_source in DYNAMIC_SOURCES:
                 print(_format_entry(entry))

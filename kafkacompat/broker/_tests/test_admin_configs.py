@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -144,7 +145,7 @@ async def test_describe_broker_by_node_id(harness: AdminHarness) -> None:
     assert (await describe(harness, 4, BROKER, "")).configs == []
     for other in ("99", "x"):
         assert (await describe(harness, 4, BROKER, other)).error_code == ErrorCode.INVALID_REQUEST
-    assert (await describe(harness, 4, 8, node)).error_code == ErrorCode.INVALID_REQUEST
+    assert (await describe(harness, 4, 16, node)).error_code == ErrorCode.INVALID_REQUEST  # client metrics
 
 
 async def alter(h: AdminHarness, version: int, name: str, configs: dict, validate_only=False, rtype=TOPIC):
@@ -274,4 +275,54 @@ async def test_incremental_errors(harness: AdminHarness) -> None:
     node = str(harness.state.node_id)
     assert (
         await incremental(harness, node, ("log.retention.ms", SET, "5"), rtype=BROKER)
+    ).error_code == ErrorCode.INVALID_REQUEST
+
+
+BROKER_LOGGER = 8
+
+
+@pytest.fixture
+def restore_levels():
+    loggers = [logging.getLogger(), logging.getLogger("kafkacompat"), logging.getLogger("kafkacompat.broker")]
+    saved = [logger.level for logger in loggers]
+    yield
+    for logger, level in zip(loggers, saved, strict=True):
+        logger.setLevel(level)
+
+
+async def test_broker_loggers(harness: AdminHarness, restore_levels: None) -> None:
+    node = str(harness.state.node_id)
+    logging.getLogger("kafkacompat").setLevel(logging.INFO)
+    logging.getLogger("kafkacompat.broker").setLevel(logging.NOTSET)
+    described = by_name(await describe(harness, 4, BROKER_LOGGER, node))
+    assert {"root", "kafkacompat", "kafkacompat.broker"} <= set(described)
+    assert described["kafkacompat.broker"].value == "INFO"  # effective: inherited from kafkacompat
+    assert described["kafkacompat.broker"].config_source == 6  # DYNAMIC_BROKER_LOGGER_CONFIG
+
+    changed = await incremental(harness, node, ("kafkacompat.broker", SET, "debug"), rtype=BROKER_LOGGER)
+    assert changed.error_code == ErrorCode.NONE
+    assert logging.getLogger("kafkacompat.broker").level == logging.DEBUG
+    only = await describe(harness, 4, BROKER_LOGGER, node, keys=["kafkacompat.broker"])
+    assert [(e.name, e.value) for e in only.configs] == [("kafkacompat.broker", "DEBUG")]
+    assert (
+        await incremental(harness, node, ("kafkacompat.broker", DELETE, None), rtype=BROKER_LOGGER)
+    ).error_code == 0
+    assert logging.getLogger("kafkacompat.broker").level == logging.NOTSET
+
+    refused = [
+        (("kafkacompat.broker", SET, "LOUD"), ErrorCode.INVALID_CONFIG),
+        (("no.such.logger", SET, "INFO"), ErrorCode.INVALID_CONFIG),
+        (("root", DELETE, None), ErrorCode.INVALID_REQUEST),
+        (("kafkacompat.broker", APPEND, "INFO"), ErrorCode.INVALID_REQUEST),
+    ]
+    for op, code in refused:
+        assert (await incremental(harness, node, op, rtype=BROKER_LOGGER)).error_code == code, op
+    checked = await incremental(
+        harness, node, ("kafkacompat.broker", SET, "ERROR"), rtype=BROKER_LOGGER, validate_only=True
+    )
+    assert checked.error_code == ErrorCode.NONE
+    assert logging.getLogger("kafkacompat.broker").level == logging.NOTSET
+    assert (await describe(harness, 4, BROKER_LOGGER, "")).error_code == ErrorCode.INVALID_REQUEST
+    assert (
+        await alter(harness, 2, node, {"root": "INFO"}, rtype=BROKER_LOGGER)
     ).error_code == ErrorCode.INVALID_REQUEST

@@ -3,6 +3,7 @@ that version, never an exception (the handler contract's "errors go into the res
 
 from __future__ import annotations
 
+import logging
 import tempfile
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kafkacompat.broker._tests.test_admin_harness import AdminHarness
+from kafkacompat.broker.admin_support import logger_names as all_logger_names
 from kafkacompat.broker.handlers import (
     alter_configs,
     create_partitions,
@@ -72,6 +74,8 @@ async def test_random_requests_get_answers(module, version: int, data: st.DataOb
     spec = API_SPECS[module.API_KEY]
     request = data.draw(test_messages.message_strategy(spec.request_module, version))
     steer(request, data)
+    loggers = [logging.getLogger(name) for name in ("", *all_logger_names())]
+    levels = [logger.level for logger in loggers]  # random BROKER_LOGGER changes are undone
     with tempfile.TemporaryDirectory() as tmp:
         harness = AdminHarness(Path(tmp) / "data")
         try:
@@ -82,3 +86,5 @@ async def test_random_requests_get_answers(module, version: int, data: st.DataOb
             assert response is not None
         finally:
             harness.close()
+            for logger, level in zip(loggers, levels, strict=True):
+                logger.setLevel(level)

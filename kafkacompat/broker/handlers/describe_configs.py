@@ -8,8 +8,10 @@ UNKNOWN_TOPIC_OR_PARTITION, an illegal name INVALID_TOPIC_EXCEPTION. BROKER reso
 by id: every broker setting, static or default, all read-only (no dynamic broker configs here); the
 empty name (the cluster-wide dynamic defaults) describes an empty list, as Kafka does with none set;
 another node's id or a non-numeric id gets INVALID_REQUEST. `configuration_keys` filters (null = all).
-v0 carries `is_default` instead of a source: true for DEFAULT_CONFIG. Other resource types (broker
-loggers, client metrics, groups) get INVALID_REQUEST: this broker does not keep them.
+BROKER_LOGGER resources (by node id) list the root logger and every `kafkacompat` logger with its
+effective level in log4j names (source DYNAMIC_BROKER_LOGGER_CONFIG). v0 carries `is_default` instead of
+a source: true for DEFAULT_CONFIG. Other resource types (client metrics, groups) get INVALID_REQUEST:
+this broker does not keep them.
 """
 
 from __future__ import annotations
@@ -18,11 +20,14 @@ from typing import TYPE_CHECKING, Any
 
 from kafkacompat.broker.admin_support import (
     RESOURCE_BROKER,
+    RESOURCE_BROKER_LOGGER,
     RESOURCE_NAMES,
     RESOURCE_TOPIC,
     SOURCE_DEFAULT,
+    SOURCE_DYNAMIC_BROKER_LOGGER,
     ConfigEntry,
     broker_config_entries,
+    describe_loggers,
     parse_broker_resource,
     require_topic,
     topic_config_entries,
@@ -36,6 +41,8 @@ if TYPE_CHECKING:
 API_KEY = 32
 MIN_VERSION = 0
 MAX_VERSION = 4
+
+CONFIG_TYPE_STRING = 2
 
 Result = DescribeConfigsResponse.DescribeConfigsResult
 Entry = DescribeConfigsResponse.DescribeConfigsResourceResult
@@ -80,6 +87,15 @@ async def handle(ctx: RequestContext, request: Any) -> DescribeConfigsResponse:
             elif resource.resource_type == RESOURCE_BROKER:
                 node_id = parse_broker_resource(broker, resource.resource_name)
                 entries = [] if node_id is None else broker_config_entries(broker, keys)
+            elif resource.resource_type == RESOURCE_BROKER_LOGGER:
+                if parse_broker_resource(broker, resource.resource_name) is None:
+                    raise KafkaError(ErrorCode.INVALID_REQUEST, "Broker loggers are described by broker id")
+                entries = [
+                    ConfigEntry(
+                        name, level, SOURCE_DYNAMIC_BROKER_LOGGER, [], CONFIG_TYPE_STRING, read_only=False
+                    )
+                    for name, level in describe_loggers(keys)
+                ]
             else:
                 kind = RESOURCE_NAMES.get(resource.resource_type, str(resource.resource_type))
                 raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type: {kind}")

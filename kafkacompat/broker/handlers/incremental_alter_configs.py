@@ -9,7 +9,10 @@ INVALID_CONFIG; a key named twice in one resource, an unknown operation or a SET
 INVALID_REQUEST; a missing topic -> UNKNOWN_TOPIC_OR_PARTITION. The result is persisted and applied to
 the live partition logs before the answer; `validate_only` changes nothing. BROKER resources: every
 setting is static here, so any operation is refused (INVALID_REQUEST), as Kafka refuses read-only ones.
-A resource named twice gets INVALID_REQUEST; other resource types INVALID_REQUEST.
+BROKER_LOGGER resources (by node id) SET a logger's level (log4j names: TRACE, DEBUG, INFO, WARN, ERROR,
+FATAL, OFF; anything else or an unknown logger -> INVALID_CONFIG) or DELETE it (the logger follows its
+parent again; not allowed for "root"); APPEND/SUBTRACT -> INVALID_REQUEST. Level changes are not
+persisted, as in Kafka. A resource named twice gets INVALID_REQUEST; other resource types INVALID_REQUEST.
 """
 
 from __future__ import annotations
@@ -20,12 +23,14 @@ from typing import TYPE_CHECKING, Any
 
 from kafkacompat.broker.admin_support import (
     RESOURCE_BROKER,
+    RESOURCE_BROKER_LOGGER,
     RESOURCE_NAMES,
     RESOURCE_TOPIC,
     apply_topic_configs,
     parse_broker_resource,
     refuse_broker_changes,
     require_topic,
+    set_logger_levels,
 )
 from kafkacompat.log.config import TOPIC_CONFIG_DEFS_BY_NAME
 from kafkacompat.wire._generated.incremental_alter_configs_response import IncrementalAlterConfigsResponse
@@ -119,6 +124,13 @@ async def handle(ctx: RequestContext, request: Any) -> IncrementalAlterConfigsRe
             elif resource.resource_type == RESOURCE_BROKER:
                 parse_broker_resource(broker, resource.resource_name)
                 refuse_broker_changes(c.name for c in resource.configs)
+            elif resource.resource_type == RESOURCE_BROKER_LOGGER:
+                if parse_broker_resource(broker, resource.resource_name) is None:
+                    raise KafkaError(ErrorCode.INVALID_REQUEST, "Broker loggers are changed by broker id")
+                set_logger_levels(
+                    [(c.name, c.config_operation, c.value) for c in resource.configs],
+                    validate_only=bool(request.validate_only),
+                )
             else:
                 kind = RESOURCE_NAMES.get(resource.resource_type, str(resource.resource_type))
                 raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type: {kind}")
