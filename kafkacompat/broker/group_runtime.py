@@ -237,6 +237,22 @@ class GroupRuntime:
             except KafkaError as exc:
                 if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
                     raise
+        topic = self.broker.metadata.topic(OFFSETS_TOPIC)
+        if not self._topic_ready and topic is not None and topic.partitions != self.partitions:
+            # Someone else created the topic first (CreateTopics, Metadata auto-creation) with another
+            # partition count. Nothing was written yet (every writing operation passes here first), so
+            # start over with the topic's real count, which is what partition_for must use.
+            async with self._lock:
+                log.warning(
+                    "%s has %d partitions, not %d: the coordinator uses %d",
+                    OFFSETS_TOPIC,
+                    topic.partitions,
+                    self.partitions,
+                    topic.partitions,
+                )
+                self.partitions = topic.partitions
+                self.core = GroupCoordinatorCore(group_config(self.broker, topic.partitions))
+                self.core.load_empty_partitions(range(self.partitions), self.broker.now_ms())
         self._topic_ready = True
 
     async def call(self, op: Callable[[int], Outcome[T]], *, may_write: bool = True) -> T:

@@ -463,3 +463,22 @@ async def test_shutdown_answers_parked_join(nursery: trio.Nursery, tmp_path: Pat
     # The parked JoinGroup did not hold the shutdown for its rebalance timeout (10 s here).
     assert trio.current_time() - started < 5
     assert parked[0].error_code == E.NOT_COORDINATOR
+
+
+async def test_offsets_topic_created_by_someone_else(nursery: trio.Nursery, tmp_path: Path) -> None:
+    broker = await start_broker(nursery, tmp_path, *FAST)  # offsets.topic.num.partitions=3
+    client = await RawClient.connect(broker.port)
+    await create_topic(client, OFFSETS_TOPIC, 2)
+    await create_topic(client, "t", 1)
+    for group in ("a", "b", "c", "d"):
+        response = await client.call(OFFSET_COMMIT, 8, commit_request(group, {("t", 0): len(group)}))
+        assert commit_errors(response) == {("t", 0): E.NONE}
+    runtime = broker.state.groups
+    assert runtime.partitions == 2
+    for group in ("a", "b", "c", "d"):
+        assert await fetch_offsets(client, group) == {("t", 0): 1}
+        # the record landed in the partition Kafka's hash picks for a 2-partition topic
+        log = broker.state.partition_log(OFFSETS_TOPIC, rec.partition_for(group, 2))
+        data = b"".join(s.read_bytes() for s in log.read(0, 1 << 20).slices)
+        keys = [rec.decode_key(r.key) for b in iter_batches(data) for r in iter_records(b)]
+        assert any(getattr(k, "group", None) == group for k in keys)

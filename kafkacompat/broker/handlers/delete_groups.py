@@ -31,9 +31,8 @@ async def handle(ctx: RequestContext, request: Any) -> DeleteGroupsResponse:
     if runtime is None:
         results = [api.DeleteGroupsResult(g, ErrorCode.COORDINATOR_NOT_AVAILABLE) for g in group_ids]
     else:
-        core = runtime.core
         try:
-            results = await runtime.call(lambda now: core.delete_groups(group_ids, now))
+            results = await runtime.call(lambda now: runtime.core.delete_groups(group_ids, now))
         except KafkaError as exc:
             results = [api.DeleteGroupsResult(g, exc.code) for g in group_ids]
     return DeleteGroupsResponse(

@@ -39,9 +39,10 @@ async def handle(ctx: RequestContext, request: Any) -> DescribeGroupsResponse:
             api.DescribedGroup(ErrorCode.COORDINATOR_NOT_AVAILABLE, g, "", "", "") for g in group_ids
         ]
     else:
-        core = runtime.core
         try:
-            described = await runtime.call(lambda now: core.describe_groups(group_ids, now), may_write=False)
+            described = await runtime.call(
+                lambda now: runtime.core.describe_groups(group_ids, now), may_write=False
+            )
         except KafkaError as exc:
             described = [api.DescribedGroup(exc.code, g, "", "", "") for g in group_ids]
     return DescribeGroupsResponse(

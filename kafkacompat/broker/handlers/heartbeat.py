@@ -32,9 +32,8 @@ async def handle(ctx: RequestContext, request: Any) -> HeartbeatResponse:
         member_id=request.member_id,
         group_instance_id=request.group_instance_id if ctx.api_version >= 3 else None,
     )
-    core = runtime.core
     try:
-        error = await runtime.call(lambda now: core.heartbeat(req, now))
+        error = await runtime.call(lambda now: runtime.core.heartbeat(req, now))
     except KafkaError as exc:
         error = exc.code
     return HeartbeatResponse(error_code=error)

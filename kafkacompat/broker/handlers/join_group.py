@@ -64,9 +64,8 @@ async def handle(ctx: RequestContext, request: Any) -> JoinGroupResponse:
         client_host=client_host(ctx.connection.peer),
         api_version=version,
     )
-    core = runtime.core
     try:
-        result = await runtime.call(lambda now: core.join_group(req, now))
+        result = await runtime.call(lambda now: runtime.core.join_group(req, now))
     except KafkaError as exc:
         result = api.JoinGroupResponse(exc.code, request.member_id)
     return to_wire(result, version)

@@ -39,9 +39,8 @@ async def handle(ctx: RequestContext, request: Any) -> LeaveGroupResponse:
     if runtime is None:
         result = api.LeaveGroupResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE)
     else:
-        core = runtime.core
         try:
-            result = await runtime.call(lambda now: core.leave_group(req, now))
+            result = await runtime.call(lambda now: runtime.core.leave_group(req, now))
         except KafkaError as exc:
             result = api.LeaveGroupResponse(exc.code)
     if version < 3:

@@ -32,10 +32,9 @@ async def handle(ctx: RequestContext, request: Any) -> ListGroupsResponse:
     runtime = runtime_of(ctx.broker)
     if runtime is None:
         return ListGroupsResponse(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, groups=[])
-    core = runtime.core
     try:
         result: api.ListGroupsResponse = await runtime.call(
-            lambda now: core.list_groups(now, states, types), may_write=False
+            lambda now: runtime.core.list_groups(now, states, types), may_write=False
         )
     except KafkaError as exc:
         return ListGroupsResponse(error_code=exc.code, groups=[])

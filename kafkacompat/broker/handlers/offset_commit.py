@@ -69,9 +69,8 @@ async def handle(ctx: RequestContext, request: Any) -> OffsetCommitResponse:
                 ((p.topic, p.partition), ErrorCode.COORDINATOR_NOT_AVAILABLE) for p in known
             ]
         else:
-            core = runtime.core
             try:
-                outcome = await runtime.call(lambda now: core.offset_commit(req, now))
+                outcome = await runtime.call(lambda now: runtime.core.offset_commit(req, now))
             except KafkaError as exc:
                 outcome = [((p.topic, p.partition), exc.code) for p in known]
         for tp, error in outcome:

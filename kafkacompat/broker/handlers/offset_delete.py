@@ -41,9 +41,10 @@ async def handle(ctx: RequestContext, request: Any) -> OffsetDeleteResponse:
     group_id = request.group_id
     if runtime is None:
         return OffsetDeleteResponse(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE)
-    core = runtime.core
     try:
-        error, per_partition = await runtime.call(lambda now: core.offset_delete(group_id, known, now))
+        error, per_partition = await runtime.call(
+            lambda now: runtime.core.offset_delete(group_id, known, now)
+        )
     except KafkaError as exc:
         return OffsetDeleteResponse(error_code=exc.code)
     if error != ErrorCode.NONE:

@@ -40,10 +40,9 @@ async def fetch_group(
         return api.OffsetFetchResponse(
             error, [api.OffsetFetchPartition(t, p, -1, -1, "", error) for t, p in partitions or ()]
         )
-    core = runtime.core
     try:
         return await runtime.call(
-            lambda now: core.offset_fetch(group_id, partitions, now, require_stable), may_write=False
+            lambda now: runtime.core.offset_fetch(group_id, partitions, now, require_stable), may_write=False
         )
     except KafkaError as exc:
         error = exc.code

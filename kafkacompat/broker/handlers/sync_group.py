@@ -45,9 +45,8 @@ async def handle(ctx: RequestContext, request: Any) -> SyncGroupResponse:
         protocol_type=request.protocol_type if version >= 5 else None,
         protocol_name=request.protocol_name if version >= 5 else None,
     )
-    core = runtime.core
     try:
-        result = await runtime.call(lambda now: core.sync_group(req, now))
+        result = await runtime.call(lambda now: runtime.core.sync_group(req, now))
     except KafkaError as exc:
         result = api.SyncGroupResponse(exc.code)
     return to_wire(result)
