@@ -163,3 +163,26 @@ def test_startup_of_1000_partitions_after_clean_shutdown(tmp_path, record_proper
     record_property("startup_1000_unclean_s", round(unclean_seconds, 3))
     print(f"startup of 1000 partitions: clean {clean_seconds:.3f} s, unclean {unclean_seconds:.3f} s")
     assert clean_seconds < 10
+
+
+def test_one_warning_per_damaged_partition_at_startup(tmp_path, caplog):
+    import logging
+
+    manager = new_manager([tmp_path])
+    for p in range(3):
+        pl = manager.create_log("w", p)
+        for _ in range(3):
+            pl.append_as_leader(make_batch([b"x" * 200] * 2), 0, NOW)
+    manager.close_without_marker()
+    for p in (0, 2):
+        path = tmp_path / f"w-{p}" / "00000000000000000000.log"
+        with open(path, "r+b") as f:
+            f.truncate(os.path.getsize(path) - 7)  # a torn last batch
+        os.unlink(tmp_path / f"w-{p}" / "00000000000000000000.index")
+    with caplog.at_level(logging.WARNING, logger="kafkacompat.log"):
+        manager = new_manager([tmp_path])
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 2
+    assert any("w-0" in w for w in warnings) and any("w-2" in w for w in warnings)
+    assert [manager.get_log("w", p).log_end_offset for p in range(3)] == [4, 6, 4]
+    manager.shutdown()
