@@ -77,6 +77,21 @@ def ck_consume_all(
     **config: Any,
 ) -> list[Any]:
     """Read `count` messages from one partition with an assign-based confluent-kafka consumer."""
+    return ck_consume_partitions(
+        bootstrap, topic, {partition: count}, start=start, timeout=timeout, **config
+    )[partition]
+
+
+def ck_consume_partitions(
+    bootstrap: str,
+    topic: str,
+    counts: dict[int, int],
+    *,
+    start: int = -2,
+    timeout: float = 15,
+    **config: Any,
+) -> dict[int, list[Any]]:
+    """Read `counts[p]` messages from each partition p with one assign-based confluent-kafka consumer."""
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer(
@@ -88,16 +103,16 @@ def ck_consume_all(
         }
     )
     try:
-        consumer.assign([TopicPartition(topic, partition, start)])
-        messages: list[Any] = []
+        consumer.assign([TopicPartition(topic, partition, start) for partition in counts])
+        messages: dict[int, list[Any]] = {partition: [] for partition in counts}
         deadline = time.monotonic() + timeout
-        while len(messages) < count and time.monotonic() < deadline:
+        while any(len(messages[p]) < n for p, n in counts.items()) and time.monotonic() < deadline:
             message = consumer.poll(0.2)
             if message is None:
                 continue
             if message.error():
                 raise AssertionError(f"consumer error: {message.error()}")
-            messages.append(message)
+            messages[message.partition()].append(message)
         return messages
     finally:
         consumer.close()

@@ -10,7 +10,7 @@ confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from compat_tests.clients import ck_consume_all  # noqa: E402
+from compat_tests.clients import ck_consume_all, ck_consume_partitions  # noqa: E402
 
 
 def _produce(bootstrap: str, topic: str, items: list[tuple], **config: object) -> list[tuple[int, int]]:
@@ -95,10 +95,9 @@ def test_compression_round_trip(bootstrap: str, make_topic, codec: str) -> None:
     topic = make_topic(partitions=3)
     items = [(str(i).encode(), f"value {i} ".encode() * (i % 5 + 1), None, i % 3) for i in range(300)]
     _produce(bootstrap, topic, items, **{"compression.type": codec})
-    for partition in range(3):
-        expected = [(k, v) for k, v, _, p in items if p == partition]
-        messages = ck_consume_all(bootstrap, topic, partition, len(expected))
-        assert [(m.key(), m.value()) for m in messages] == expected
+    expected = {partition: [(k, v) for k, v, _, p in items if p == partition] for partition in range(3)}
+    got = ck_consume_partitions(bootstrap, topic, {p: len(e) for p, e in expected.items()})
+    assert {p: [(m.key(), m.value()) for m in messages] for p, messages in got.items()} == expected
 
 
 def test_idempotent_producer_no_duplicates(bootstrap: str, topic: str) -> None:
