@@ -337,7 +337,9 @@ def test_cli_list_describe_reset_delete(
     assert members[0] == ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS"]
     assert members[1][0] == active and members[1][3:] == ["compat-member", "2"]
     state = rows(cli(bootstrap, "describe", "--group", active, "--state").stdout)
-    assert state[1][0] == active and state[1][3:] == ["Stable", "1"]
+    coordinator_address, coordinator_id = state[1][1], state[1][2]
+    assert state[1][0] == active and state[1][4:] == ["Stable", "1"]
+    assert ":" in coordinator_address and coordinator_id.startswith("(") and coordinator_id.endswith(")")
 
     # reset: dry run by default, --execute commits; an active group is refused
     dry = rows(

@@ -305,7 +305,7 @@ def _describe(client: KafkaClient, args: argparse.Namespace) -> None:
                     ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"],
                     [
                         group_id,
-                        f"({description.coordinator})",
+                        f"{_address(client, description.coordinator)} ({description.coordinator})",
                         description.protocol or "",
                         description.state,
                         len(description.members),
@@ -371,6 +371,13 @@ def _describe_offsets(client: KafkaClient, description: GroupDescription) -> Non
             ]
         )
     _table(rows)
+
+
+def _address(client: KafkaClient, node_id: int) -> str:
+    for broker in client.metadata([]).brokers:
+        if broker.node_id == node_id:
+            return f"{broker.host}:{broker.port}"
+    return "?"
 
 
 def _parse_datetime(text: str) -> int:
