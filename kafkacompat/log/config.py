@@ -154,6 +154,9 @@ TOPIC_CONFIG_DEFS: tuple[ConfigDef, ...] = (
 TOPIC_CONFIG_DEFS_BY_NAME: dict[str, ConfigDef] = {d.name: d for d in TOPIC_CONFIG_DEFS}
 
 
+_TARGET_CODECS = {"producer": None, "uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
+
 class LogConfig:
     """An immutable, validated set of topic-level configs. Shared freely; replaced, never mutated."""
 
@@ -172,6 +175,7 @@ class LogConfig:
         "segment_index_bytes",
         "segment_jitter_ms",
         "segment_ms",
+        "target_codec",
         "timestamp_after_max_ms",
         "timestamp_before_max_ms",
     )
@@ -194,6 +198,8 @@ class LogConfig:
         self.flush_ms: int = merged["flush.ms"]
         self.max_message_bytes: int = merged["max.message.bytes"]
         self.log_append_time: bool = merged["message.timestamp.type"] == "LogAppendTime"
+        # codec id batches must be stored with; None keeps the producer's (compression.type=producer)
+        self.target_codec: int | None = _TARGET_CODECS[merged["compression.type"]]
         self.timestamp_before_max_ms: int = merged["message.timestamp.before.max.ms"]
         self.timestamp_after_max_ms: int = merged["message.timestamp.after.max.ms"]
         # The deprecated difference setting still applies where the newer pair was not set (Kafka 3.6+).

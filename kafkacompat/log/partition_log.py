@@ -371,70 +371,53 @@ class PartitionLog:
         batches = validate_records(buf, self.config, now_ms, from_client=not from_coordinator)
         if not batches:
             return AppendResult(-1, -1, -1, self.log_start_offset, 0)
-        recompressed = recompress_if_needed(batches, self.config)
-        if recompressed is not None:
-            buf, batches = recompressed
-        staged = self.producer_state.begin()
-        if check_producers:
-            for batch in batches:
-                if batch.producer_id < 0:
-                    continue
-                if batch.is_control:  # a transaction marker: no sequence, only the epoch is checked
-                    staged.check_epoch(batch.producer_id, batch.producer_epoch)
-                    continue
-                duplicate = staged.find_duplicate(
-                    batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.last_sequence
-                )
-                if duplicate is not None:
-                    return AppendResult(
-                        duplicate.first_offset,
-                        duplicate.last_offset,
-                        -1,
-                        self.log_start_offset,
-                        duplicate.last_offset - duplicate.first_offset + 1,
-                        duplicate=True,
-                    )
-                staged.check(
-                    batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.last_sequence
-                )
-                staged.add(
-                    batch.producer_id,
-                    batch.producer_epoch,
-                    batch.base_sequence,
-                    batch.last_sequence,
-                    0,
-                    batch.last_offset_delta,
-                    batch.max_timestamp,
-                    batch.is_transactional,
-                    False,
-                )
-            staged = self.producer_state.begin()  # checks passed; restage with real offsets below
+        if self.config.target_codec is not None:
+            recompressed = recompress_if_needed(batches, self.config)
+            if recompressed is not None:
+                buf, batches = recompressed
+        # one pass for the aggregates (most requests carry a single batch)
+        count = offsets_used = 0
+        max_ts = -1
+        has_producer = has_control = False
+        for batch in batches:
+            count += batch.records_count
+            offsets_used += batch.last_offset_delta + 1
+            if batch.max_timestamp > max_ts:
+                max_ts = batch.max_timestamp
+            has_producer = has_producer or batch.producer_id >= 0
+            has_control = has_control or batch.is_control
+        if has_producer and check_producers:
+            duplicate = self._check_producers(batches)
+            if duplicate is not None:
+                return duplicate
         first_offset = self.log_end_offset
         append_time = now_ms if self.config.log_append_time else None
-        total_delta = sum(b.last_offset_delta + 1 for b in batches) - 1
-        incoming_max_ts = now_ms if append_time is not None else max(b.max_timestamp for b in batches)
-        self._maybe_roll(len(buf), first_offset + total_delta, incoming_max_ts, now_ms)
+        self._maybe_roll(
+            len(buf), first_offset + offsets_used - 1, now_ms if append_time is not None else max_ts, now_ms
+        )
         infos = assign_offsets(batches, first_offset, leader_epoch, append_time)
-        aborted = self._aborted_by(batches)
-        for batch, (last_offset, max_ts, _) in zip(batches, infos, strict=True):
-            if batch.producer_id >= 0:
-                staged.add(
-                    batch.producer_id,
-                    batch.producer_epoch,
-                    batch.base_sequence,
-                    batch.last_sequence,
-                    batch.base_offset,
-                    last_offset,
-                    max_ts,
-                    batch.is_transactional,
-                    batch.is_control,
-                )
+        aborted = self._aborted_by(batches) if has_control else ()
+        staged = self.producer_state.begin() if has_producer else None
+        if staged is not None:
+            for batch, (last_offset, batch_max_ts, _) in zip(batches, infos, strict=True):
+                if batch.producer_id >= 0:
+                    staged.add(
+                        batch.producer_id,
+                        batch.producer_epoch,
+                        batch.base_sequence,
+                        batch.last_sequence,
+                        batch.base_offset,
+                        last_offset,
+                        batch_max_ts,
+                        batch.is_transactional,
+                        batch.is_control,
+                    )
         self.active_segment.append(buf, infos)
-        self.producer_state.commit(staged)
+        if staged is not None:
+            self.producer_state.commit(staged)
         for entry in aborted:
             self.active_segment.txn_index.append(entry)
         self.leader_epochs.assign(leader_epoch, first_offset)
-        count = sum(b.records_count for b in batches)
         self.unflushed_messages += count
         return AppendResult(
             first_offset,
@@ -443,6 +426,44 @@ class PartitionLog:
             self.log_start_offset,
             count,
         )
+
+    def _check_producers(self, batches: list[RecordBatchView]) -> AppendResult | None:
+        """Idempotence checks of a client append: the original offsets for a retried duplicate, None to go
+        on; raises KafkaError for fencing and sequence gaps. Changes nothing."""
+        staged = self.producer_state.begin()
+        for batch in batches:
+            if batch.producer_id < 0:
+                continue
+            if batch.is_control:  # a transaction marker: no sequence, only the epoch is checked
+                staged.check_epoch(batch.producer_id, batch.producer_epoch)
+                continue
+            duplicate = staged.find_duplicate(
+                batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.last_sequence
+            )
+            if duplicate is not None:
+                return AppendResult(
+                    duplicate.first_offset,
+                    duplicate.last_offset,
+                    -1,
+                    self.log_start_offset,
+                    duplicate.last_offset - duplicate.first_offset + 1,
+                    duplicate=True,
+                )
+            staged.check(batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.last_sequence)
+            # staged with placeholder offsets so that a later batch of the same request is checked
+            # against this one
+            staged.add(
+                batch.producer_id,
+                batch.producer_epoch,
+                batch.base_sequence,
+                batch.last_sequence,
+                0,
+                batch.last_offset_delta,
+                batch.max_timestamp,
+                batch.is_transactional,
+                False,
+            )
+        return None
 
     @_storage_guard
     def append_as_follower(self, records: memoryview | bytes | bytearray, now_ms: int) -> AppendResult:

@@ -39,8 +39,6 @@ from kafkacompat.wire.records import (
 
 __all__ = ["assign_offsets", "recompress_if_needed", "validate_records"]
 
-_TARGET_CODECS = {"producer": None, "uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
-
 
 def validate_records(
     records: memoryview, config: LogConfig, now_ms: int, *, from_client: bool = True
@@ -80,7 +78,7 @@ def recompress_if_needed(
     batches: list[RecordBatchView], config: LogConfig
 ) -> tuple[memoryview, list[RecordBatchView]] | None:
     """Batches rebuilt with the topic's `compression.type`, or None when they can be stored as sent."""
-    target = _TARGET_CODECS.get(config.get("compression.type"))
+    target = config.target_codec
     if target is None or all(b.compression == target for b in batches):
         return None
     out = bytearray()
