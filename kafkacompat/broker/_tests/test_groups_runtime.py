@@ -482,3 +482,52 @@ async def test_offsets_topic_created_by_someone_else(nursery: trio.Nursery, tmp_
         data = b"".join(s.read_bytes() for s in log.read(0, 1 << 20).slices)
         keys = [rec.decode_key(r.key) for b in iter_batches(data) for r in iter_records(b)]
         assert any(getattr(k, "group", None) == group for k in keys)
+
+
+async def test_single_member_lifecycle_in_every_version(nursery: trio.Nursery, tmp_path: Path) -> None:
+    broker = await start_broker(nursery, tmp_path, *FAST)
+    client = await RawClient.connect(broker.port)
+    for version in range(10):
+        group = f"v{version}"
+        joined = await join(client, group, version=version)
+        assert joined.error_code == E.NONE and joined.leader == joined.member_id, version
+        assert joined.protocol_name == "range" and joined.generation_id == 1
+        assert [m.member_id for m in joined.members] == [joined.member_id]
+        cls = request(SYNC_GROUP)
+        sync_version = min(version, 5)
+        synced = await client.call(
+            SYNC_GROUP,
+            sync_version,
+            request(
+                SYNC_GROUP,
+                group_id=group,
+                generation_id=1,
+                member_id=joined.member_id,
+                protocol_type="consumer",
+                protocol_name="range",
+                assignments=[cls.SyncGroupRequestAssignment(member_id=joined.member_id, assignment=b"a")],
+            ),
+        )
+        assert (synced.error_code, synced.assignment) == (E.NONE, b"a"), version
+        beat = request(HEARTBEAT, group_id=group, generation_id=1, member_id=joined.member_id)
+        assert (await client.call(HEARTBEAT, min(version, 4), beat)).error_code == E.NONE
+        wrong = request(HEARTBEAT, group_id=group, generation_id=7, member_id=joined.member_id)
+        assert (await client.call(HEARTBEAT, min(version, 4), wrong)).error_code == E.ILLEGAL_GENERATION
+        describe_version = min(version, 5)
+        (described,) = (
+            await client.call(DESCRIBE_GROUPS, describe_version, request(DESCRIBE_GROUPS, groups=[group]))
+        ).groups
+        assert (described.group_state, described.members[0].member_assignment) == ("Stable", b"a"), version
+        leave_version = min(version, 5)
+        if leave_version >= 3:
+            identity = request(LEAVE_GROUP).MemberIdentity(member_id=joined.member_id)
+            leave = request(LEAVE_GROUP, group_id=group, members=[identity])
+        else:
+            leave = request(LEAVE_GROUP, group_id=group, member_id=joined.member_id)
+        assert (await client.call(LEAVE_GROUP, leave_version, leave)).error_code == E.NONE
+        # Empty without offsets: the group may be deleted (DeleteGroups 0-2)
+        deleted = await client.call(DELETE_GROUPS, version % 3, request(DELETE_GROUPS, groups_names=[group]))
+        assert deleted.results[0].error_code == E.NONE, version
+    for version in range(6):
+        listed = await client.call(LIST_GROUPS, version, request(LIST_GROUPS))
+        assert listed.error_code == E.NONE and listed.groups == [], version
