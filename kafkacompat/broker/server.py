@@ -211,11 +211,25 @@ class Broker:
                     )
                     await stream.aclose()
                     continue
+                self._apply_buffer_sizes(stream)
                 nursery.start_soon(self._serve, name, stream)
 
         async with trio.open_nursery() as accept_nursery:
             for listener in sockets:
                 accept_nursery.start_soon(one, listener)
+
+    def _apply_buffer_sizes(self, stream: trio.SocketStream) -> None:
+        """socket.send/receive.buffer.bytes on an accepted socket, as Kafka sets them (-1: OS default)."""
+        for option, name in (
+            (socket.SO_SNDBUF, "socket.send.buffer.bytes"),
+            (socket.SO_RCVBUF, "socket.receive.buffer.bytes"),
+        ):
+            size = self.config[name]
+            if size != -1:
+                try:
+                    stream.setsockopt(socket.SOL_SOCKET, option, size)
+                except OSError as exc:
+                    log.warning("cannot set %s=%d: %s", name, size, exc)
 
     async def _serve(self, name: str, stream: trio.SocketStream) -> None:
         from kafkacompat.broker.connection import Connection
