@@ -129,7 +129,7 @@ def count_steps(settings: Settings, brokers: int, attached: int = 0) -> int:
     if "consume" in w:
         steps += len(settings.sizes) * settings.runs * brokers
     if "e2e" in w:
-        steps += brokers
+        steps += settings.runs * brokers
     if "groups" in w:
         steps += len(settings.group_sizes) * settings.runs * brokers
     if "big" in w and settings.big_partition_mib:
@@ -262,9 +262,7 @@ def run_benchmark(
             if "produce" in settings.workloads or "consume" in settings.workloads:
                 _throughput(settings, states, progress, note, results["throughput"])
             if "e2e" in settings.workloads:
-                for state in states:
-                    progress.step(f"e2e latency {settings.e2e_rate} msg/s · {state.broker.spec.name}")
-                    results["latency"][state.broker.spec.name] = _e2e(settings, state, note)
+                _latency(settings, states, progress, note, results["latency"])
             if "groups" in settings.workloads:
                 _groups(settings, states, progress, note, results["groups"])
             if "big" in settings.workloads and settings.big_partition_mib:
@@ -453,7 +451,46 @@ def _summarize_record(record: dict[str, Any]) -> None:
     record["broker_peak_rss_mib"] = max(peaks) if peaks else None
 
 
-def _e2e(settings: Settings, state: _BrokerState, note: Any) -> dict[str, Any]:
+LATENCY_KEYS = ("p50", "p99", "p99.9", "max")
+
+
+def _latency(
+    settings: Settings, states: list[_BrokerState], progress: Progress, note: Any, out: dict[str, Any]
+) -> None:
+    """`runs` latency runs per broker, alternated; per percentile the median of the runs' values."""
+    per_run: dict[str, list[dict[str, Any]]] = {s.broker.spec.name: [] for s in states}
+    for run in range(settings.runs):
+        for state in states:
+            name = state.broker.spec.name
+            progress.step(f"e2e latency {settings.e2e_rate} msg/s · {name} · run {run + 1}/{settings.runs}")
+            per_run[name].append(_e2e_once(settings, state, note))
+    for name, runs in per_run.items():
+        good = [r for r in runs if r.get("summary")]
+        record: dict[str, Any] = {"runs": [r.get("summary") for r in runs]}
+        for key in LATENCY_KEYS:
+            summary = summarize([r["summary"][key] for r in good])
+            if summary:
+                record[key] = summary.as_dict()
+        for key in ("p50", "p99", "max"):
+            summary = summarize([r["ack"][key] for r in good if r.get("ack")])
+            if summary:
+                record.setdefault("ack", {})[key] = summary.as_dict()
+        pooled = [x for r in good for x in r["latencies"]]
+        record["cdf"] = cdf_points(pooled)
+        record["samples"] = len(pooled)
+        rates = [r["achieved_rate"] for r in runs if r.get("achieved_rate")]
+        record["achieved_rate"] = min(rates) if rates else None
+        cpu = summarize([r["broker_cpu_cores"] for r in runs if r.get("broker_cpu_cores") is not None])
+        record["broker_cpu_cores"] = cpu.as_dict() if cpu else None
+        errors = [r["error"] for r in runs if r.get("error")]
+        if errors:
+            record["error"] = errors[0]
+            record["failures"] = errors
+        out[name] = record
+
+
+def _e2e_once(settings: Settings, state: _BrokerState, note: Any) -> dict[str, Any]:
+    """One fixed-rate run: producer and consumer in two processes, latency measured by the consumer."""
     name = state.broker.spec.name
     topic = f"bench-e2e-{uuid.uuid4().hex[:8]}"
     try:
@@ -484,10 +521,11 @@ def _e2e(settings: Settings, state: _BrokerState, note: Any) -> dict[str, Any]:
     broker_cpu = produced.get("broker_cpu")
     delete_topics(state.broker.bootstrap, [topic])
     latencies = consumed.get("latencies_ms") or []
-    summary = latency_summary(latencies) or {}
-    out: dict[str, Any] = dict(summary)
-    out["cdf"] = cdf_points(latencies)
+    out: dict[str, Any] = {"latencies": latencies, "summary": latency_summary(latencies)}
     out["achieved_rate"] = produced.get("achieved_rate")
+    acks = latency_summary(produced.get("ack_latencies_ms") or [])
+    if acks:  # produce() to delivery report: tells the producer's part from the consumer's
+        out["ack"] = acks
     seconds = produced.get("seconds")
     out["broker_cpu_cores"] = broker_cpu / seconds if broker_cpu is not None and seconds else None
     errors = [r.get("error") for r in (consumed, produced) if not r.get("ok")]

@@ -234,6 +234,14 @@ def _e2e_producer(params: dict[str, Any]) -> dict[str, Any]:
     if not params["ready"].wait(30):
         return {"ok": False, "error": "the consumer never became ready"}
     padding = b"\x00" * max(0, size - E2E_HEADER.size)
+    acked: list[float] = []  # produce() -> delivery report, ms: the producer's share of the latency
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is None:
+            sent, _seq, warm = E2E_HEADER.unpack_from(msg.value())
+            if not warm:
+                acked.append((time.time_ns() - sent) / 1e6)
+
     broker0, cpu0 = _broker_cpu(params), _cpu()
     start = time.perf_counter()
     interval = 1.0 / rate
@@ -248,7 +256,7 @@ def _e2e_producer(params: dict[str, Any]) -> dict[str, Any]:
         value = E2E_HEADER.pack(time.time_ns(), seq, 1 if seq < warmup else 0) + padding
         while True:
             try:
-                producer.produce(topic, value, partition=0)
+                producer.produce(topic, value, partition=0, on_delivery=on_delivery)
                 break
             except BufferError:
                 producer.poll(0.001)
@@ -261,6 +269,7 @@ def _e2e_producer(params: dict[str, Any]) -> dict[str, Any]:
         "seconds": elapsed,
         "messages": total,
         "achieved_rate": total / elapsed if elapsed else 0.0,
+        "ack_latencies_ms": acked,
         "client_cpu": _cpu() - cpu0,
         "broker_cpu": _broker_cpu_delta(params, broker0),
     }

@@ -52,10 +52,10 @@ def make_results(**changes: Any) -> dict[str, Any]:
         },
         "latency": {
             "kafkacompat": {
-                "p50": 2.0,
-                "p99": 5.01,
-                "p99.9": 9.0,
-                "max": 20.0,
+                "p50": _s(1.0, 2.0, 3.0),
+                "p99": _s(5.01, 4.0, 6.0),
+                "p99.9": _s(9.0),
+                "max": _s(20.0),
                 "cdf": [[1.0, 0.5], [20.0, 1.0]],
             },
             "tansu": {"error": "create topic: refused"},
@@ -87,7 +87,7 @@ def test_rows_put_kafkacompat_first_and_compute_ratios() -> None:
     cells, ratios = by_label["consume 1 KiB (MB/s)"]
     assert cells[1] == "failed" and ratios == [None]
     cells, _ = by_label["e2e latency p99 at 2000 msg/s (ms)"]
-    assert cells == ["5.01", "failed"]
+    assert cells == ["5.01 [4.00-6.00]", "failed"]
     cells, _ = by_label["group join, 1 consumer(s) (ms)"]
     assert cells == ["200 [100-300]", "n/a x"]
     cells, _ = by_label["group join, 3 consumer(s) (ms)"]
