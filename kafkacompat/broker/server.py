@@ -71,6 +71,7 @@ class Broker:
         self._shutdown = trio.Event()
         self.stopped = trio.Event()  # set once run() has finished its shutdown
         self._connections: set[Any] = set()
+        self._per_ip: dict[str, int] = {}  # peer address -> open connections (max.connections.per.ip)
         self._next_connection_id = 0
 
     # lifecycle
@@ -205,10 +206,9 @@ class Broker:
                     log.warning("accept failed on %s: %s", name, exc)
                     await trio.sleep(0.1)
                     continue
-                if len(self._connections) >= self.config["max.connections"]:
-                    log.info(
-                        "closing new connection: max.connections (%d) reached", self.config["max.connections"]
-                    )
+                refusal = self._refusal(stream)
+                if refusal is not None:
+                    log.info("closing new connection: %s", refusal)
                     await stream.aclose()
                     continue
                 self._apply_buffer_sizes(stream)
@@ -231,16 +231,30 @@ class Broker:
                 except OSError as exc:
                     log.warning("cannot set %s=%d: %s", name, size, exc)
 
+    def _refusal(self, stream: trio.SocketStream) -> str | None:
+        """Why a new connection must be closed at once (connection caps), or None."""
+        if len(self._connections) >= self.config["max.connections"]:
+            return f"max.connections ({self.config['max.connections']}) reached"
+        ip = _peer_ip(stream)
+        if self._per_ip.get(ip, 0) >= self.config["max.connections.per.ip"]:
+            return f"max.connections.per.ip ({self.config['max.connections.per.ip']}) reached for {ip}"
+        return None
+
     async def _serve(self, name: str, stream: trio.SocketStream) -> None:
         from kafkacompat.broker.connection import Connection
 
         self._next_connection_id += 1
         connection = Connection(self.state, stream, name, self._next_connection_id)
+        ip = _peer_ip(stream)
         self._connections.add(connection)
+        self._per_ip[ip] = self._per_ip.get(ip, 0) + 1
         try:
             await connection.run()
         finally:
             self._connections.discard(connection)
+            remaining = self._per_ip.pop(ip) - 1
+            if remaining:
+                self._per_ip[ip] = remaining
 
     # background tasks
 
@@ -282,6 +296,13 @@ class Broker:
 
     async def _delete_delayed(self) -> None:
         await self.state.delete_expired_files()
+
+
+def _peer_ip(stream: trio.SocketStream) -> str:
+    try:
+        return str(stream.socket.getpeername()[0])
+    except OSError:
+        return "?"
 
 
 def _stored_cluster_id(log_dirs: list[str]) -> str | None:

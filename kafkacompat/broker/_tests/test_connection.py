@@ -143,6 +143,23 @@ async def test_max_connections(nursery: trio.Nursery, tmp_path: Path) -> None:
     assert (await first.call(API_VERSIONS, 3, hello())).error_code == ErrorCode.NONE
 
 
+async def test_max_connections_per_ip(nursery: trio.Nursery, tmp_path: Path) -> None:
+    broker = await start_broker(nursery, tmp_path, "max.connections.per.ip=2")
+    first = await RawClient.connect(broker.port)
+    second = await RawClient.connect(broker.port)
+    await first.call(API_VERSIONS, 3, hello())
+    await second.call(API_VERSIONS, 3, hello())
+    third = await RawClient.connect(broker.port)
+    assert await third.is_closed()
+    await first.aclose()
+    with trio.fail_after(5):
+        while True:  # the slot frees once the broker has seen the close
+            fourth = await RawClient.connect(broker.port)
+            if not await fourth.is_closed(timeout=0.2):
+                break
+    assert (await fourth.call(API_VERSIONS, 3, hello())).error_code == ErrorCode.NONE
+
+
 async def test_trailing_bytes_after_a_request_are_ignored(nursery: trio.Nursery, tmp_path: Path) -> None:
     # librdkafka 2.x sends three stray bytes after an all-topics Metadata v12 request; Kafka accepts it
     broker = await start_broker(nursery, tmp_path)
