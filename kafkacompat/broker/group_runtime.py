@@ -15,10 +15,12 @@ only code that calls it. Every operation goes through `call(op)`:
    wait for it outside the lock.
 
 So no response or completion leaves before the records it depends on are in the log, as in Kafka.
-If the append fails (a storage error), the affected partition is unloaded from the core (its parked
-requests are answered NOT_COORDINATOR) and the request and every completion of that outcome get
-`KafkaError(COORDINATOR_NOT_AVAILABLE)`, which handlers turn into that error code; clients then
-rediscover the coordinator.
+If the append fails (storage error, record too large), the request and every completion of that
+outcome get `KafkaError(COORDINATOR_NOT_AVAILABLE)`, which handlers turn into that error code; the
+affected partition is unloaded from the core (its other parked requests answer NOT_COORDINATOR), since
+the core's state ran ahead of the log, and the timer task then loads it again from the log, so the
+state goes back to what was persisted (a partition whose log cannot be read stays unloaded). Clients
+rediscover the coordinator and rejoin.
 
 Time: the core's timers are deadlines in broker-clock milliseconds (`BrokerState.now_ms()`). The timer
 task sleeps until `core.next_deadline()` and calls `core.tick(now_ms)`; an operation that schedules an
@@ -111,6 +113,7 @@ class GroupRuntime:
         self._wakeup = trio.Event()
         self._sleeping_until: float = math.inf
         self._to_load: list[int] = []
+        self._to_reload: set[int] = set()
         self._topic_ready = topic is not None
         self._closed = False
         now = broker.now_ms()
@@ -198,6 +201,8 @@ class GroupRuntime:
 
     async def _timer_loop(self) -> None:
         while True:
+            if self._to_reload:
+                await self._reload()
             deadline = self.core.next_deadline()
             now = self.broker.now_ms()
             if deadline is not None and deadline <= now:
@@ -211,6 +216,26 @@ class GroupRuntime:
             with trio.move_on_after(timeout):
                 await self._wakeup.wait()
             self._sleeping_until = math.inf
+
+    async def _reload(self) -> None:
+        """Load again the partitions whose append failed, so their state matches the log once more.
+        A partition that cannot be read stays unloaded (its log is offline)."""
+        for partition in sorted(self._to_reload):
+            self._to_reload.discard(partition)
+            async with self._lock:
+                self.core.begin_loading(partition)
+            try:
+                await self._load_partition(partition)
+            except KafkaError as exc:
+                log.error("could not reload %s-%d: %s", OFFSETS_TOPIC, partition, exc)
+                async with self._lock:
+                    self._deliver(self.core.unload_partition(partition, self.broker.now_ms()).completions)
+                continue
+            async with self._lock:
+                await self._persist_and_deliver_quietly(
+                    self.core.finish_loading(partition, self.broker.now_ms())
+                )
+            log.info("reloaded %s-%d after a failed write", OFFSETS_TOPIC, partition)
 
     def _wake_timer(self) -> None:
         deadline = self.core.next_deadline()
@@ -314,6 +339,10 @@ class GroupRuntime:
             for partition in sorted(failed):
                 unloaded = self.core.unload_partition(partition, now)
                 self._deliver(unloaded.completions)
+            # Rebuild those partitions from what the log holds (the timer task does it, outside this
+            # lock); until then their groups answer NOT_COORDINATOR and clients look again.
+            self._to_reload |= failed
+            self._wakeup.set()
             return error
         self._deliver(outcome.completions)
         flush = [

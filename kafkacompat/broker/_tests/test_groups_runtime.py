@@ -410,6 +410,7 @@ async def test_storage_failure_answers_coordinator_not_available(
         raise KafkaError(E.KAFKA_STORAGE_ERROR, "disk gone")
 
     first = await join(a, "g", session_ms=60_000)
+    await sync(a, "g", 1, first.member_id, {first.member_id: b"A1"})  # generation 1 is persisted
     async with trio.open_nursery() as inner:
         joined: list[Any] = []
 
@@ -435,9 +436,20 @@ async def test_storage_failure_answers_coordinator_not_available(
         leader = await sync(a, "g", 2, first.member_id, {first.member_id: b"A", joined[0].member_id: b"B"})
     assert leader.error_code == E.COORDINATOR_NOT_AVAILABLE
     assert parked[0].error_code == E.COORDINATOR_NOT_AVAILABLE
-    # The partition was unloaded: this broker no longer claims the group.
-    fetched = await a.call(OFFSET_FETCH, 7, request(OFFSET_FETCH, group_id="g", topics=None))
-    assert fetched.error_code == E.NOT_COORDINATOR
+    # The partition is reloaded from the log: the group is back as last persisted (generation 1, only
+    # the first member), and with the disk healthy again the first member carries on.
+    del log.append_as_leader
+    with trio.fail_after(5):
+        while True:
+            fetched = await a.call(OFFSET_FETCH, 7, request(OFFSET_FETCH, group_id="g", topics=None))
+            if fetched.error_code == E.NONE:
+                break
+            assert fetched.error_code in (E.NOT_COORDINATOR, E.COORDINATOR_LOAD_IN_PROGRESS)
+            await trio.sleep(0.01)
+    (group,) = (await a.call(DESCRIBE_GROUPS, 5, request(DESCRIBE_GROUPS, groups=["g"]))).groups
+    assert group.group_state == "Stable" and [m.member_id for m in group.members] == [first.member_id]
+    beat = request(HEARTBEAT, group_id="g", generation_id=1, member_id=first.member_id)
+    assert (await a.call(HEARTBEAT, 4, beat)).error_code == E.NONE
 
 
 async def test_shutdown_answers_parked_join(nursery: trio.Nursery, tmp_path: Path) -> None:
