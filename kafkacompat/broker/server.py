@@ -37,7 +37,9 @@ from typing import Any
 
 import trio
 
+from kafkacompat.broker.state import INTERNAL_TOPICS
 from kafkacompat.config import BrokerConfig
+from kafkacompat.wire.errors import KafkaError
 
 __all__ = ["BoundListener", "Broker"]
 
@@ -157,10 +159,11 @@ class Broker:
         state = BrokerState(config, logs, metadata, cluster_id=cluster_id, clock=self.clock)
         topic_configs = {topic.name: state.topic_log_config(topic) for topic in metadata.topics()}
         logs.startup(topic_configs, now_ms=state.now_ms())
+        _adopt_unknown_logs(state)
         for topic in metadata.topics():
             for index in range(topic.partitions):
                 if logs.get_log(topic.name, index) is None:
-                    logs.create_log(topic.name, index, topic_configs[topic.name], now_ms=state.now_ms())
+                    logs.create_log(topic.name, index, state.topic_log_config(topic), now_ms=state.now_ms())
         # Leader of everything with an ISR of one: the high watermark is the log end at once, as
         # Kafka's leader advances it when the ISR holds only itself.
         for _, partition_log in logs.all_logs():
@@ -296,6 +299,43 @@ class Broker:
 
     async def _delete_delayed(self) -> None:
         await self.state.delete_expired_files()
+
+
+def _adopt_unknown_logs(state: Any) -> None:
+    """Partition dirs of topics missing from the topic table become topics again (start-up only).
+
+    That happens after a crash between creating a topic's logs and persisting the table, or when the
+    log dir was written by Kafka itself. Data is never deleted for not being known; the adopted topic
+    gets a new id and the broker's default configs (compaction for the internal topics).
+    """
+    from kafkacompat.replication.metadata import validate_topic_name
+
+    found: dict[str, int] = {}
+    for (topic, partition), _ in state.logs.all_logs():
+        if topic not in state.metadata:
+            found[topic] = max(found.get(topic, 0), partition + 1)
+        elif partition >= state.metadata.topic(topic).partitions:
+            log.warning(
+                "ignoring %s-%d: the topic has only %d partitions",
+                topic,
+                partition,
+                state.metadata.topic(topic).partitions,
+            )
+    for topic, partitions in sorted(found.items()):
+        try:
+            validate_topic_name(topic)
+        except KafkaError as exc:
+            log.warning("ignoring partition dirs of %r: %s", topic, exc.message)
+            continue
+        internal = topic in INTERNAL_TOPICS
+        configs = {"cleanup.policy": "compact"} if internal else {}
+        state.metadata.create_topic(topic, partitions, configs, internal=internal)
+        log.warning(
+            "adopted topic %s (%d partitions) found in the log dirs but not in the topic table",
+            topic,
+            partitions,
+        )
+    state.metadata.commit()
 
 
 def _peer_ip(stream: trio.SocketStream) -> str:

@@ -407,3 +407,26 @@ async def test_producer_ids_unique_across_restart(nursery: trio.Nursery, tmp_pat
     second = await ids(3)
     assert len(set(first + second)) == 6
     assert min(second) > max(first)
+
+
+async def test_logs_missing_from_the_topic_table_are_adopted(tmp_path: Path) -> None:
+    async with trio.open_nursery() as inner:
+        broker = await start_broker(inner, tmp_path)
+        client = await RawClient.connect(broker.port)
+        await create(client, "kept", partitions=2)
+        await produce(client, "kept", batch(b"a", b"b"), partition=1)
+        broker.request_shutdown()
+    (tmp_path / "kafkacompat-metadata.json").unlink()  # as after a crash before the table was written
+    async with trio.open_nursery() as inner:
+        broker = await start_broker(inner, tmp_path)
+        client = await RawClient.connect(broker.port)
+        wanted = request(
+            METADATA,
+            topics=[request(METADATA).MetadataRequestTopic(name="kept")],
+            allow_auto_topic_creation=False,
+        )
+        topic = (await client.call(METADATA, 12, wanted)).topics[0]
+        assert (topic.error_code, len(topic.partitions)) == (0, 2)
+        answer = await client.call(FETCH, 12, fetch_request("kept", 0, partitions=(1,)))
+        assert answer.responses[0].partitions[0].high_watermark == 2
+        broker.request_shutdown()
