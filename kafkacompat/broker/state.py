@@ -105,7 +105,18 @@ class BrokerState:
         return self.logs.get_log(topic, partition)
 
     def leader_epoch(self, topic: str, partition: int) -> int:
+        """This node's leader epoch for the partition: always 0 on a single node (no leader changes)."""
         return 0
+
+    def check_leader_epoch(self, topic: str, partition: int, current_epoch: int) -> None:
+        """A client's `current_leader_epoch` against ours (-1 = not checked), as Kafka's leader checks it."""
+        if current_epoch < 0:
+            return
+        ours = self.leader_epoch(topic, partition)
+        if current_epoch > ours:
+            raise KafkaError(ErrorCode.UNKNOWN_LEADER_EPOCH)
+        if current_epoch < ours:
+            raise KafkaError(ErrorCode.FENCED_LEADER_EPOCH)
 
     async def create_topic(
         self,

@@ -37,7 +37,6 @@ API_KEY = 1
 MIN_VERSION = 4
 MAX_VERSION = 17
 
-LEADER_EPOCH = 0
 READ_COMMITTED = 1
 EMPTY_RECORDS = b""
 
@@ -143,10 +142,7 @@ def _read_all(
                 )
             if not 0 <= cached.partition < topic.partitions:
                 raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-            if cached.current_leader_epoch > LEADER_EPOCH:
-                raise KafkaError(ErrorCode.UNKNOWN_LEADER_EPOCH)
-            if 0 <= cached.current_leader_epoch < LEADER_EPOCH:
-                raise KafkaError(ErrorCode.FENCED_LEADER_EPOCH)
+            broker.check_leader_epoch(topic.name, cached.partition, cached.current_leader_epoch)
             partition_log = broker.partition_log(topic.name, cached.partition)
             if partition_log is None:
                 raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)

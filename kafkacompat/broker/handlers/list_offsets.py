@@ -8,7 +8,7 @@ timestamp -1). Any other timestamp finds the first record at or after it below t
 (offset -1 when there is none). Errors per partition: UNKNOWN_TOPIC_OR_PARTITION, a partition named
 twice -> INVALID_REQUEST, a current leader epoch newer than ours -> UNKNOWN_LEADER_EPOCH, older ->
 FENCED_LEADER_EPOCH, KAFKA_STORAGE_ERROR. v0 answers in `old_style_offsets` (at most one offset).
-The leader epoch of every answer (v4+) is this partition's only epoch, 0.
+The leader epoch of every answer (v4+) is the partition's leader epoch (always 0 on a single node).
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ EARLIEST = -2
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4
 EARLIEST_PENDING_UPLOAD = -5
-LEADER_EPOCH = 0
 
 TopicResponse = ListOffsetsResponse.ListOffsetsTopicResponse
 PartitionResponse = ListOffsetsResponse.ListOffsetsPartitionResponse
@@ -60,14 +59,10 @@ async def handle(ctx: RequestContext, request: Any) -> ListOffsetsResponse:
                 partition_log = broker.partition_log(wanted_topic.name, index)
                 if partition_log is None:
                     raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-                epoch = getattr(wanted, "current_leader_epoch", -1)
-                if epoch > LEADER_EPOCH:
-                    raise KafkaError(ErrorCode.UNKNOWN_LEADER_EPOCH)
-                if 0 <= epoch < LEADER_EPOCH:
-                    raise KafkaError(ErrorCode.FENCED_LEADER_EPOCH)
+                broker.check_leader_epoch(wanted_topic.name, index, wanted.current_leader_epoch)
                 offset, timestamp = _lookup(partition_log, wanted.timestamp, version)
                 answer.offset, answer.timestamp = offset, timestamp
-                answer.leader_epoch = LEADER_EPOCH if offset >= 0 else -1
+                answer.leader_epoch = broker.leader_epoch(wanted_topic.name, index) if offset >= 0 else -1
                 if version == 0:
                     answer.old_style_offsets = [offset] if offset >= 0 else []
             except KafkaError as exc:

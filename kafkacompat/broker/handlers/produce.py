@@ -37,8 +37,6 @@ MAX_VERSION = 11
 TopicResponse = ProduceResponse.TopicProduceResponse
 PartitionResponse = ProduceResponse.PartitionProduceResponse
 
-LEADER_EPOCH = 0
-
 
 def _error(index: int, code: int, message: str | None, version: int) -> Any:
     return PartitionResponse(
@@ -118,7 +116,7 @@ async def _append(broker: BrokerState, topic: str, data: Any, acks: int, version
             ErrorCode.INVALID_RECORD, "Produce requests must have at least one record batch per partition"
         )
     now = broker.now_ms()
-    result = partition_log.append_as_leader(data.records, LEADER_EPOCH, now)
+    result = partition_log.append_as_leader(data.records, broker.leader_epoch(topic, data.index), now)
     if not result.duplicate:
         partition_log.update_high_watermark(partition_log.log_end_offset)
         broker.watchers.notify(topic, data.index)
