@@ -10,11 +10,13 @@ SPECS ?= ../shared/kafka-protocol
 $(RUN_VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(RUN_VENV)
 	$(RUN_VENV)/bin/pip install -q -e .
+	$(RUN_VENV)/bin/python -m compileall -q kafkacompat
 	touch $@
 
 $(TEST_VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(TEST_VENV)
 	$(TEST_VENV)/bin/pip install -q -e '.[test]'
+	$(TEST_VENV)/bin/python -m compileall -q kafkacompat
 	touch $@
 
 run: $(RUN_VENV)/.installed
@@ -24,8 +26,9 @@ lint: $(TEST_VENV)/.installed
 	$(TEST_VENV)/bin/ruff check kafkacompat compat_tests spark_it tools
 
 check-generated: $(TEST_VENV)/.installed
-	$(TEST_VENV)/bin/python tools/gen_messages.py --specs $(SPECS) --check
+	$(TEST_VENV)/bin/python tools/gen_messages.py --check
 	$(TEST_VENV)/bin/python tools/gen_errors.py --errors $(SPECS)/errors.tsv --check
+	$(TEST_VENV)/bin/python tools/gen_api_table.py --check
 
 test: lint check-generated
 	$(TEST_VENV)/bin/python -m pytest -q

@@ -1,0 +1,33 @@
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _tool():
+    spec = importlib.util.spec_from_file_location("gen_api_table", ROOT / "tools" / "gen_api_table.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("gen_api_table", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_readme_table_lists_exactly_what_api_versions_advertises():
+    from kafkacompat.broker.dispatch import supported_versions
+
+    tool = _tool()
+    readme = (ROOT / "README.md").read_text()
+    assert tool.replace_table(readme, tool.render_table()) == readme, "run tools/gen_api_table.py"
+    body = readme.split(tool.START, 1)[1].split(tool.END, 1)[0]
+    rows = [line for line in body.splitlines() if line.startswith("| ") and line[2:3].isdigit()]
+    served = [(int(r.split("|")[1]), r.split("|")[3].strip()) for r in rows]
+    assert served == [(key, f"{low}-{high}") for key, low, high in supported_versions()]
+
+
+def test_missing_markers_are_an_error():
+    tool = _tool()
+    with pytest.raises(SystemExit):
+        tool.replace_table("# no markers here\n", "| table |")
