@@ -20,6 +20,9 @@ for writability on EAGAIN and resuming after partial sends, so fetched record da
 through Python. A slice that comes up short (segment truncated meanwhile) closes the connection: the
 length prefix already promised those bytes.
 
+A fetch, which may park for up to its max_wait_ms, is handled while a second task watches the socket:
+if the client disconnects, the parked fetch is abandoned at once instead of holding the connection.
+
 Failure policy: a frame that cannot be decoded (bad size, bad header, bad body) closes this connection
 only, logged at info; a handler exception is logged with its traceback and closes the connection; a
 peer that goes away is not an error. Idle connections (no request for `connections.max.idle.ms`) are
@@ -55,6 +58,7 @@ __all__ = ["Connection", "ResponseWriter", "frame_response"]
 log = logging.getLogger("kafkacompat.broker.connection")
 
 API_VERSIONS_KEY = 18
+FETCH_KEY = 1
 _PREFIX = struct.Struct(">hhi")
 _SIZE = struct.Struct(">i")
 _RECEIVE_SIZE = 1 << 16
@@ -221,7 +225,12 @@ class Connection:
                     return
                 frames.receive_data(data)
                 while (frame := frames.next_frame()) is not None:
-                    await _handle_frame(self.broker, self.info, self.writer, frame)
+                    if frame.nbytes >= 2 and frame[1] == FETCH_KEY and frame[0] == 0:
+                        if await self._handle_watching_peer(frame, frames):
+                            log.debug("connection %s went away during a parked fetch", peer)
+                            return
+                    else:
+                        await _handle_frame(self.broker, self.info, self.writer, frame)
                     if self._draining:
                         return
         except DecodeError as exc:
@@ -235,6 +244,41 @@ class Connection:
         finally:
             with trio.CancelScope(shield=True):
                 await self.stream.aclose()
+
+    async def _handle_watching_peer(self, frame: memoryview, frames: FrameBuffer) -> bool:
+        """Handle a request that may park (a fetch) while watching the socket; True if the peer left.
+
+        A parked fetch can wait for max_wait_ms; a client that disconnects meanwhile should not keep it
+        (and this connection) alive that long. Bytes of later requests that arrive meanwhile are only
+        buffered (up to one maximum frame), never processed: requests still run one at a time.
+        """
+        peer_gone = False
+
+        async def watch(scope: trio.CancelScope) -> None:
+            nonlocal peer_gone
+            while frames.buffered < frames.max_frame_size:
+                try:
+                    data = await self.stream.receive_some(_RECEIVE_SIZE)
+                except (trio.BrokenResourceError, ConnectionError):
+                    data = b""
+                if not data:
+                    peer_gone = True
+                    scope.cancel()
+                    return
+                frames.receive_data(data)
+            await trio.sleep_forever()
+
+        failure: Exception | None = None
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch, nursery.cancel_scope)
+            try:
+                await _handle_frame(self.broker, self.info, self.writer, frame)
+            except Exception as exc:  # re-raised below, bare rather than inside an ExceptionGroup
+                failure = exc
+            nursery.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
+        return peer_gone
 
 
 async def _handle_frame(

@@ -233,3 +233,43 @@ async def test_large_fetch_goes_out_with_sendfile(
     on_disk = log.read(0, 10_000_000).slices[0].read_bytes()
     assert bytes(records) == on_disk and len(on_disk) > 4_000_000
     assert sum(calls) == len(on_disk) and len(calls) > 1
+
+
+async def test_parked_fetch_of_a_departed_client_is_dropped(nursery: trio.Nursery, tmp_path: Path) -> None:
+    broker = await start_broker(nursery, tmp_path)
+    client = await RawClient.connect(broker.port)
+    await create_topic(client, "gone")
+    fetch_topic = request(FETCH).FetchTopic(
+        topic="gone",
+        partitions=[request(FETCH).FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)],
+    )
+    await client.send(FETCH, 12, request(FETCH, max_wait_ms=600_000, min_bytes=1, topics=[fetch_topic]))
+    with trio.fail_after(5):
+        while broker.state.watchers.waiting_count("gone", 0) == 0:
+            await trio.sleep(0.01)
+        await client.aclose()
+        while broker.state.watchers.waiting_count("gone", 0) or broker._connections:
+            await trio.sleep(0.01)
+
+
+async def test_parked_fetch_buffers_but_does_not_run_the_next_request(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    broker = await start_broker(nursery, tmp_path)
+    client = await RawClient.connect(broker.port)
+    await create_topic(client, "later")
+    fetch_topic = request(FETCH).FetchTopic(
+        topic="later",
+        partitions=[request(FETCH).FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)],
+    )
+    fetch_id = await client.send(
+        FETCH, 12, request(FETCH, max_wait_ms=300, min_bytes=1, topics=[fetch_topic])
+    )
+    hello_id = await client.send(API_VERSIONS, 3, hello())
+    assert (await client.receive(FETCH, 12))[0] == fetch_id
+    assert (await client.receive(API_VERSIONS, 3))[0] == hello_id
+    bad = fetch_topic
+    await client.send(FETCH, 12, request(FETCH, max_wait_ms=300, min_bytes=1, topics=[bad]))
+    await client.send_raw(struct.pack(">i", -1))  # garbage after a parked fetch: fetch answered, then close
+    assert (await client.receive(FETCH, 12))[0] == fetch_id + 2
+    assert await client.is_closed()
