@@ -79,12 +79,20 @@ def run(args: argparse.Namespace) -> int:
     try:
         trio.run(main)
     except* ConfigError as group:
-        for exc in group.exceptions:
+        for exc in _leaves(group):
             print(f"kafkacompat serve: {exc}", file=sys.stderr)
         status = 2
     except* (OSError, RuntimeError) as group:
         # cannot bind, log dir of another cluster or node, unreadable files
-        for exc in group.exceptions:
+        for exc in _leaves(group):
             print(f"kafkacompat serve: {exc}", file=sys.stderr)
         status = 1
     return status
+
+
+def _leaves(group: BaseExceptionGroup) -> list[BaseException]:
+    """The exceptions inside a (nested) exception group."""
+    leaves: list[BaseException] = []
+    for exc in group.exceptions:
+        leaves.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return leaves

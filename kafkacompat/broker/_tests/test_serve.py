@@ -98,3 +98,26 @@ def test_plugin_process_fixture_restart_and_kill(kafkacompat_broker_process: Bro
     assert kafkacompat_broker_process.port == port
     kafkacompat_broker_process.restart()
     assert struct.unpack(">i", _metadata_answer(port)[:4])[0] == 1
+
+
+def test_port_in_use_exits_with_message(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "kafkacompat",
+                "serve",
+                "--override",
+                f"listeners=PLAINTEXT://127.0.0.1:{port}",
+                "--override",
+                f"log.dirs={tmp_path}",
+            ],
+            capture_output=True,
+            timeout=30,
+        )
+    assert result.returncode == 1
+    assert b"Address already in use" in result.stderr
