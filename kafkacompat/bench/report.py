@@ -101,7 +101,7 @@ def table_rows(results: dict[str, Any]) -> tuple[list[str], list[Row]]:
                 if not record.get(key):
                     failures = record.get("failures") or []
                     return "failed" if failures else "-"
-                return _spread(record[key], digits=2 if key.endswith("cores") else 1)
+                return _spread(record[key], digits=1 if key in ("mb_s", "msgs_s") else 2)
 
             def value(name: str) -> float | None:
                 return _median((per.get(name) or {}).get(key))
@@ -111,6 +111,7 @@ def table_rows(results: dict[str, Any]) -> tuple[list[str], list[Row]]:
         rows.append(_row(f"{entry['label']} (MB/s)", names, *metric("mb_s")))
         rows.append(_row("    records/s", names, *metric("msgs_s")))
         rows.append(_row("    broker CPU (cores)", names, *metric("broker_cpu_cores")))
+        rows.append(_row("    broker CPU-seconds per GB", names, *metric("broker_cpu_s_per_gb")))
         rows.append(_row("    client CPU (cores)", names, *metric("client_cpu_cores")))
 
     latency = results.get("latency", {})

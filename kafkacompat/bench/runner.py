@@ -436,6 +436,8 @@ def _record_throughput(
             "mb_s": result["bytes"] / seconds / 1e6,
             "msgs_s": result["messages"] / seconds,
             "broker_cpu_cores": broker_cpu / seconds if broker_cpu is not None else None,
+            # CPU per byte moved: comparable even when the client, not the broker, sets the pace
+            "broker_cpu_s_per_gb": broker_cpu / (result["bytes"] / 1e9) if broker_cpu is not None else None,
             "client_cpu_cores": result["client_cpu"] / seconds,
             "broker_peak_rss_mib": peak / MIB if peak else None,
         }
@@ -444,7 +446,7 @@ def _record_throughput(
 
 def _summarize_record(record: dict[str, Any]) -> None:
     runs = record["runs"]
-    for key in ("mb_s", "msgs_s", "broker_cpu_cores", "client_cpu_cores"):
+    for key in ("mb_s", "msgs_s", "broker_cpu_cores", "broker_cpu_s_per_gb", "client_cpu_cores"):
         summary = summarize([r[key] for r in runs if r[key] is not None])
         record[key] = summary.as_dict() if summary else None
     peaks = [r["broker_peak_rss_mib"] for r in runs if r.get("broker_peak_rss_mib")]

@@ -25,6 +25,7 @@ def _tp(mb: tuple[float, ...]) -> dict[str, Any]:
         "mb_s": _s(*mb),
         "msgs_s": _s(*(v * 1000 for v in mb)),
         "broker_cpu_cores": _s(0.5, 0.6, 0.7),
+        "broker_cpu_s_per_gb": _s(5.0, 6.0, 7.0),
         "client_cpu_cores": _s(0.2, 0.2, 0.2),
     }
 
@@ -76,11 +77,15 @@ def make_results(**changes: Any) -> dict[str, Any]:
 def test_rows_put_kafkacompat_first_and_compute_ratios() -> None:
     names, rows = table_rows(make_results())
     assert names == ["kafkacompat", "tansu"]
-    by_label = {label: (cells, ratios) for label, cells, ratios in rows}
+    by_label: dict[str, tuple[list[str], list[float | None]]] = {}
+    for label, cells, ratios in rows:  # the first row of a label: the produce workload's sub-rows
+        by_label.setdefault(label, (cells, ratios))
     cells, ratios = by_label["produce 1 KiB acks=all (MB/s)"]
     assert cells[0] == "100 [90-110]"  # from 100 up, no decimals
     assert cells[1] == "60.0 [50.0-80.0]"
     assert ratios == [pytest.approx(100 / 60)]
+    cells, ratios = by_label["    broker CPU-seconds per GB"]
+    assert cells == ["6.00 [5.00-7.00]", "6.00 [5.00-7.00]"] and ratios == [1.0]
     cells, ratios = by_label["start-up to first Metadata (ms)"]
     assert cells == ["250 [200-500]", "30 [20-40]"]
     assert ratios == [pytest.approx(250 / 30)]
