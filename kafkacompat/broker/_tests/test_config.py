@@ -133,3 +133,24 @@ def test_listeners_and_advertised() -> None:
     assert parse_listeners(["PLAINTEXT://[::1]:9092"])[0].host == "::1"
     with pytest.raises(ConfigError):
         BrokerConfig.load(None, ["listeners=PLAINTEXT://0.0.0.0:9092"])  # nothing routable to advertise
+
+
+def test_kraft_style_combined_config_loads(tmp_path: Path) -> None:
+    path = tmp_path / "server.properties"
+    path.write_text(
+        "process.roles=broker,controller\n"
+        "node.id=4\n"
+        "controller.quorum.voters=4@localhost:9093\n"
+        "listeners=PLAINTEXT://:9092,CONTROLLER://:9093\n"
+        "advertised.listeners=PLAINTEXT://localhost:9092\n"
+        "controller.listener.names=CONTROLLER\n"
+        "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT\n"
+        "inter.broker.listener.name=PLAINTEXT\n"
+        "offsets.topic.replication.factor=1\n"
+        "transaction.state.log.min.isr=1\n"
+    )
+    config = BrokerConfig.load(path)
+    assert config.node_id == 4
+    assert [listener.name for listener in config.listeners] == ["PLAINTEXT"]  # no controller quorum here
+    assert config.advertised_listeners["PLAINTEXT"].host == "localhost"
+    assert config.unknown == {}
