@@ -7,8 +7,10 @@ the async helpers here (`create_topic`, `delete_topic`, `auto_create_topic`, `ne
 serialise on one trio lock and persist the table in a worker thread before returning, so a client
 never hears of a topic the broker would forget in a crash.
 
-All access happens on the trio thread; worker threads only run the blocking halves (fsync, file
-deletes) of operations whose in-memory half already ran here.
+All access happens on the trio thread; worker threads only run the blocking halves (fsync of logs,
+writes of the topic table and of checkpoints) of operations whose in-memory half already ran here.
+Removing deleted segment and partition files happens on the trio thread, because the log manager's
+tables may only change there (a rename now, unlinks after file.delete.delay.ms).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -29,6 +31,8 @@ from kafkacompat.wire.primitives import ZERO_UUID
 
 if TYPE_CHECKING:
     from kafkacompat.log.config import LogConfig
+    from kafkacompat.log.manager import LogManager
+    from kafkacompat.log.partition_log import PartitionLog
 
 __all__ = ["INTERNAL_TOPICS", "MAX_PARTITIONS_PER_TOPIC", "BrokerState"]
 
@@ -48,7 +52,7 @@ class BrokerState:
     def __init__(
         self,
         config: BrokerConfig,
-        logs: Any,
+        logs: LogManager,
         metadata: LocalMetadata,
         *,
         cluster_id: str,
@@ -100,7 +104,7 @@ class BrokerState:
 
         return LogConfig.from_properties(configs, self.default_log_config)
 
-    def partition_log(self, topic: str, partition: int) -> Any | None:
+    def partition_log(self, topic: str, partition: int) -> PartitionLog | None:
         """The log of an existing partition, or None."""
         return self.logs.get_log(topic, partition)
 
