@@ -147,8 +147,9 @@ def _read_all(
             if partition_log is None:
                 raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
             high_watermark = partition_log.high_watermark
+            last_stable_offset = high_watermark  # no transactions yet: nothing is ever pending
             read.high_watermark = high_watermark
-            read.last_stable_offset = high_watermark
+            read.last_stable_offset = last_stable_offset
             read.log_start_offset = partition_log.log_start_offset
             limit = min(cached.max_bytes, remaining)
             if limit <= 0 and remaining < max_bytes:
@@ -156,21 +157,17 @@ def _read_all(
             result = partition_log.read(
                 cached.fetch_offset,
                 max(limit, 0),
-                upper_bound_offset=high_watermark,
+                upper_bound_offset=last_stable_offset if read_committed else high_watermark,
                 min_one_batch=remaining == max_bytes,
             )
             if result.slices:
-                read.records = result.slices[0] if len(result.slices) == 1 else _join(result.slices)
-                read.size = result.size
-                remaining -= result.size
+                # one segment per read (the log's rule, as in Kafka), hence one slice
+                read.records = result.slices[0]
+                read.size = read.records.size
+                remaining -= read.size
         except KafkaError as exc:
             read.error = exc.code
     return reads
-
-
-def _join(slices: list[Any]) -> bytes:
-    # the log returns one slice per read today; should it ever return more, fall back to bytes
-    return b"".join(s.read_bytes() for s in slices)
 
 
 def _response(
@@ -207,9 +204,7 @@ def _response(
                 log_start_offset=read.log_start_offset,
                 aborted_transactions=[] if read_committed else None,
                 preferred_read_replica=-1,
-                records=HeldSlice(read.records)
-                if read.size and not isinstance(read.records, bytes)
-                else read.records,
+                records=HeldSlice(read.records) if read.size else EMPTY_RECORDS,
             )
         )
     return FetchResponse(error_code=ErrorCode.NONE, session_id=context.session_id, responses=responses)
