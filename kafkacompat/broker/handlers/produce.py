@@ -29,10 +29,13 @@ from kafkacompat.wire.errors import ErrorCode, KafkaError
 if TYPE_CHECKING:
     from kafkacompat.broker.dispatch import RequestContext
     from kafkacompat.broker.state import BrokerState
+    from kafkacompat.replication.metadata import TopicInfo
 
 API_KEY = 0
 MIN_VERSION = 0
 MAX_VERSION = 11
+
+UNKNOWN_PARTITION = "This server does not host this topic-partition."
 
 TopicResponse = ProduceResponse.TopicProduceResponse
 PartitionResponse = ProduceResponse.PartitionProduceResponse
@@ -63,28 +66,8 @@ async def handle(ctx: RequestContext, request: Any) -> ProduceResponse | None:
             continue
         topic = broker.metadata.topic(topic_data.name)
         for data in topic_data.partition_data:
-            if topic is None or not 0 <= data.index < topic.partitions:
-                partitions.append(
-                    _error(
-                        data.index,
-                        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                        "This server does not host this topic-partition.",
-                        version,
-                    )
-                )
-                continue
-            if topic.internal:
-                partitions.append(
-                    _error(
-                        data.index,
-                        ErrorCode.INVALID_TOPIC_EXCEPTION,
-                        f"Cannot append to internal topic {topic.name}",
-                        version,
-                    )
-                )
-                continue
             try:
-                partitions.append(await _append(broker, topic_data.name, data, acks, version))
+                partitions.append(await _append(broker, topic, data, acks))
             except KafkaError as exc:
                 partitions.append(_error(data.index, exc.code, exc.message, version))
     if acks == 0:
@@ -99,12 +82,14 @@ async def handle(ctx: RequestContext, request: Any) -> ProduceResponse | None:
     return ProduceResponse(responses=responses)
 
 
-async def _append(broker: BrokerState, topic: str, data: Any, acks: int, version: int) -> Any:
-    partition_log = broker.partition_log(topic, data.index)
+async def _append(broker: BrokerState, topic: TopicInfo | None, data: Any, acks: int) -> Any:
+    if topic is None or not 0 <= data.index < topic.partitions:
+        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_PARTITION)
+    if topic.internal:
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"Cannot append to internal topic {topic.name}")
+    partition_log = broker.partition_log(topic.name, data.index)
     if partition_log is None:
-        raise KafkaError(
-            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition."
-        )
+        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_PARTITION)
     if acks == -1 and partition_log.config.get("min.insync.replicas") > 1:
         raise KafkaError(
             ErrorCode.NOT_ENOUGH_REPLICAS,
@@ -116,10 +101,10 @@ async def _append(broker: BrokerState, topic: str, data: Any, acks: int, version
             ErrorCode.INVALID_RECORD, "Produce requests must have at least one record batch per partition"
         )
     now = broker.now_ms()
-    result = partition_log.append_as_leader(data.records, broker.leader_epoch(topic, data.index), now)
+    result = partition_log.append_as_leader(data.records, broker.leader_epoch(topic.name, data.index), now)
     if not result.duplicate:
         partition_log.update_high_watermark(partition_log.log_end_offset)
-        broker.watchers.notify(topic, data.index)
+        broker.watchers.notify(topic.name, data.index)
         if partition_log.flush_needed(now):
             await trio.to_thread.run_sync(partition_log.flush, now)
     return PartitionResponse(
