@@ -279,7 +279,9 @@ def evaluate_goals(results: dict[str, Any], peer: str = "tansu") -> list[tuple[s
             elif record.get("seconds"):
                 med = record["seconds"]["median"]
                 status = verdict(med <= limit)
-                evidence = f"median {med * 1000:.0f} ms"
+                runs = record["seconds"].get("runs") or []
+                within = sum(1 for r in runs if r <= limit)
+                evidence = f"median {med * 1000:.0f} ms; {within} of {len(runs)} runs within the limit"
             elif record.get("failures"):
                 status, evidence = "not met", f"failed: {record['failures'][0]}"
         elif key == "startup":

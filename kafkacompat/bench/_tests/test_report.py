@@ -135,6 +135,13 @@ def test_goal_verdicts() -> None:
     assert get("A large partition") == "not measured"
 
 
+def test_join_evidence_counts_runs_within_the_limit() -> None:
+    results = make_results()
+    results["groups"]["1"]["kafkacompat"]["seconds"] = _s(0.01, 3.0, 0.29)  # 2 of 3 within 0.3 s
+    goal = next(e for g, s, e in evaluate_goals(results) if g.startswith("Group join ≤ 0.3"))
+    assert goal == "median 290 ms; 2 of 3 runs within the limit"
+
+
 def test_goal_ratio_thresholds() -> None:
     results = make_results()
     results["throughput"]["consume-1024"]["per_broker"]["tansu"] = _tp((200.0, 200.0, 201.0))
