@@ -72,6 +72,7 @@ from kafkacompat.broker.handlers import (
     produce,
     sync_group,  # groups
 )
+from kafkacompat.wire.messages import API_SPECS
 
 if TYPE_CHECKING:
     from kafkacompat.broker.state import BrokerState
@@ -151,23 +152,6 @@ class RequestContext:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _codec_range(api_key: int) -> tuple[int, int] | None:
-    from kafkacompat.wire.messages import API_SPECS
-
-    spec = API_SPECS.get(api_key)
-    if spec is None:
-        return None
-    return _spec_versions(spec)
-
-
-def _spec_versions(spec: Any) -> tuple[int, int]:
-    versions = spec.valid_versions
-    if isinstance(versions, range):
-        return versions.start, versions.stop - 1
-    low, high = versions
-    return int(low), int(high)
-
-
 _RANGES: dict[int, tuple[int, int]] | None = None
 
 
@@ -176,11 +160,11 @@ def _ranges() -> dict[int, tuple[int, int]]:
     if _RANGES is None:
         ranges: dict[int, tuple[int, int]] = {}
         for key, module in HANDLERS.items():
-            codec = _codec_range(key)
-            if codec is None:
+            spec = API_SPECS.get(key)
+            if spec is None:
                 continue
-            low = max(module.MIN_VERSION, codec[0])
-            high = min(module.MAX_VERSION, codec[1])
+            low = max(module.MIN_VERSION, spec.min_version)
+            high = min(module.MAX_VERSION, spec.max_version)
             if low <= high:
                 ranges[key] = (low, high)
         _RANGES = ranges
