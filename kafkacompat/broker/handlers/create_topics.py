@@ -17,14 +17,13 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from kafkacompat.config import TOPIC_CONFIG_SOURCES
+from kafkacompat.broker.admin_support import topic_config_entries
 from kafkacompat.wire._generated.create_topics_response import CreateTopicsResponse
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker.dispatch import RequestContext
     from kafkacompat.broker.state import BrokerState
-    from kafkacompat.log.config import LogConfig
 
 API_KEY = 19
 MIN_VERSION = 0
@@ -32,29 +31,6 @@ MAX_VERSION = 7
 
 Result = CreateTopicsResponse.CreatableTopicResult
 ResultConfig = CreateTopicsResponse.CreatableTopicConfigs
-
-# DescribeConfigs config sources
-DYNAMIC_TOPIC_CONFIG = 1
-STATIC_BROKER_CONFIG = 4
-DEFAULT_CONFIG = 5
-
-
-def config_entries(broker: BrokerState, overrides: dict[str, str], log_config: LogConfig) -> list[Any]:
-    """The topic's configs as CreateTopics v5+ reports them (name, value, source)."""
-    explicit_broker = broker.config.explicit()
-    entries = []
-    for name, value in log_config.items():
-        if name in overrides:
-            source = DYNAMIC_TOPIC_CONFIG
-        elif TOPIC_CONFIG_SOURCES.get(name) in explicit_broker:
-            source = STATIC_BROKER_CONFIG
-        else:
-            source = DEFAULT_CONFIG
-        entries.append(
-            ResultConfig(name=name, value=value, read_only=False, config_source=source, is_sensitive=False)
-        )
-    return entries
-
 
 async def handle(ctx: RequestContext, request: Any) -> CreateTopicsResponse:
     broker = ctx.broker
@@ -139,10 +115,19 @@ async def _create_one(
                 ErrorCode.INVALID_CONFIG, f"Null value not supported for topic configs: {entry.name}"
             )
         overrides[entry.name] = entry.value
-    log_config = broker.validate_topic_configs(overrides)
     topic = await broker.create_topic(name, partitions, overrides, validate_only=validate_only)
     result.topic_id = topic.topic_id
     result.num_partitions = partitions
     result.replication_factor = replication
     if version >= 5:
-        result.configs = config_entries(broker, overrides, log_config)
+        # values and sources exactly as DescribeConfigs reports them
+        result.configs = [
+            ResultConfig(
+                name=entry.name,
+                value=entry.value,
+                read_only=entry.read_only,
+                config_source=entry.source,
+                is_sensitive=entry.sensitive,
+            )
+            for entry in topic_config_entries(broker, topic)
+        ]
