@@ -84,7 +84,11 @@ class Broker:
     async def run(
         self, *, task_status: trio.TaskStatus[list[BoundListener]] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        state = await trio.to_thread.run_sync(self._open_state)
+        try:
+            state = await trio.to_thread.run_sync(self._open_state)
+        except BaseException:
+            self.stopped.set()  # nothing was started; waiters must not hang
+            raise
         self.state = state
         # groups hook: the group coordinator runtime (loads __consumer_offsets in the background)
         from kafkacompat.broker.group_runtime import GroupRuntime
