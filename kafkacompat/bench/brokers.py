@@ -66,6 +66,9 @@ def kafkacompat_spec(overrides: list[str] | None = None) -> BrokerSpec:
         "listeners=PLAINTEXT://127.0.0.1:{port}",
         "--override",
         "group.initial.rebalance.delay.ms=0",
+        # topics the benchmark deletes go at once, between workloads, not 60 s later during another one
+        "--override",
+        "log.segment.delete.delay.ms=0",
     ]
     for item in overrides or []:
         command += ["--override", item]

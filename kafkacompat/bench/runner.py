@@ -171,6 +171,11 @@ def create_topic(bootstrap: str, name: str, partitions: int, timeout: float = 30
             time.sleep(0.05)
 
 
+# After deleting large topics, give the brokers this long to remove the files before the next
+# measurement starts (kafkacompat is started with log.segment.delete.delay.ms=0 for this reason).
+DELETE_SETTLE_SECONDS = 1.5
+
+
 def delete_topics(bootstrap: str, names: list[str]) -> None:
     """Best effort: a broker that cannot delete keeps the data (only its RSS figures suffer)."""
     if not names:
@@ -378,6 +383,7 @@ def _throughput(
             for state in states:
                 delete_topics(state.broker.bootstrap, state.topics)
                 state.topics.clear()
+            time.sleep(DELETE_SETTLE_SECONDS)
     if "consume" in settings.workloads:
         for size in settings.sizes:
             entry = out.setdefault(
@@ -411,6 +417,7 @@ def _throughput(
             delete_topics(
                 state.broker.bootstrap, [t for (n, _), t in keep.items() if n == state.broker.spec.name]
             )
+        time.sleep(DELETE_SETTLE_SECONDS)
     for entry in out.values():
         for record in entry["per_broker"].values():
             _summarize_record(record)

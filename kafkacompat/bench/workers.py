@@ -243,6 +243,7 @@ def _e2e_producer(params: dict[str, Any]) -> dict[str, Any]:
                 acked.append((time.time_ns() - sent) / 1e6)
 
     broker0, cpu0 = _broker_cpu(params), _cpu()
+    started_at = time.time()
     start = time.perf_counter()
     interval = 1.0 / rate
     total = warmup + count
@@ -269,6 +270,7 @@ def _e2e_producer(params: dict[str, Any]) -> dict[str, Any]:
         "seconds": elapsed,
         "messages": total,
         "achieved_rate": total / elapsed if elapsed else 0.0,
+        "started_at": started_at,  # wall clock of the first (warm-up) send: lines the run up with logs
         "ack_latencies_ms": acked,
         "client_cpu": _cpu() - cpu0,
         "broker_cpu": _broker_cpu_delta(params, broker0),
