@@ -7,8 +7,7 @@ from pathlib import Path
 
 import trio
 
-from kafkacompat.broker._tests.test_handlers import create, produce
-from kafkacompat.broker._tests.wire_client import RawClient, batch, request, start_broker
+from kafkacompat.broker._tests.wire_client import RawClient, batch, create, produce, request, start_broker
 
 LIST_OFFSETS = 2
 

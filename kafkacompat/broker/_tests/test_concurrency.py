@@ -6,8 +6,14 @@ from pathlib import Path
 
 import trio
 
-from kafkacompat.broker._tests.test_handlers import create, fetch_request, produce
-from kafkacompat.broker._tests.wire_client import RawClient, batch, start_broker
+from kafkacompat.broker._tests.wire_client import (
+    RawClient,
+    batch,
+    create,
+    fetch_request,
+    produce,
+    start_broker,
+)
 from kafkacompat.wire.records import iter_batches, iter_records
 
 PRODUCERS, BATCHES, PARTITIONS = 12, 25, 3

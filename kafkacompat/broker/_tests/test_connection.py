@@ -10,7 +10,15 @@ import pytest
 import trio
 
 from kafkacompat.broker import dispatch
-from kafkacompat.broker._tests.wire_client import RawClient, batch, request, start_broker
+from kafkacompat.broker._tests.wire_client import (
+    RawClient,
+    batch,
+    create,
+    fetch_request,
+    produce,
+    request,
+    start_broker,
+)
 from kafkacompat.wire.errors import ErrorCode
 from kafkacompat.wire.messages import API_SPECS
 
@@ -20,12 +28,6 @@ TELEMETRY_KEYS = {71, 72}
 
 def hello() -> object:
     return request(API_VERSIONS, client_software_name="raw-test", client_software_version="1.0")
-
-
-async def create_topic(client: RawClient, name: str, partitions: int = 1) -> None:
-    topic = request(CREATE_TOPICS).CreatableTopic(name=name, num_partitions=partitions, replication_factor=1)
-    response = await client.call(CREATE_TOPICS, 7, request(CREATE_TOPICS, topics=[topic], timeout_ms=5000))
-    assert response.topics[0].error_code == ErrorCode.NONE
 
 
 async def test_api_versions_lists_the_dispatch_table(nursery: trio.Nursery, tmp_path: Path) -> None:
@@ -101,7 +103,7 @@ async def test_pipelined_requests_answered_in_order_acks0_silent(
 ) -> None:
     broker = await start_broker(nursery, tmp_path)
     client = await RawClient.connect(broker.port)
-    await create_topic(client, "ordered")
+    assert (await create(client, "ordered")).error_code == ErrorCode.NONE
     partition = request(PRODUCE).PartitionProduceData(index=0, records=batch(b"silent"))
     silent = request(
         PRODUCE,
@@ -173,12 +175,8 @@ async def test_trailing_bytes_after_a_request_are_ignored(nursery: trio.Nursery,
 async def test_shutdown_finishes_in_flight_request(nursery: trio.Nursery, tmp_path: Path) -> None:
     broker = await start_broker(nursery, tmp_path)
     client = await RawClient.connect(broker.port)
-    await create_topic(client, "drain")
-    fetch_topic = request(FETCH).FetchTopic(
-        topic="drain",
-        partitions=[request(FETCH).FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)],
-    )
-    await client.send(FETCH, 12, request(FETCH, max_wait_ms=60_000, min_bytes=1, topics=[fetch_topic]))
+    assert (await create(client, "drain")).error_code == ErrorCode.NONE
+    await client.send(FETCH, 12, fetch_request("drain", 0, max_wait_ms=60_000, min_bytes=1))
     await trio.sleep(0.05)
     broker.request_shutdown()
     # the parked fetch is answered at once (not after max_wait), then the connection closes
@@ -208,24 +206,10 @@ async def test_large_fetch_goes_out_with_sendfile(
         nursery, tmp_path, "message.max.bytes=9000000", "socket.send.buffer.bytes=65536"
     )
     client = await RawClient.connect(broker.port)
-    await create_topic(client, "big")
-    partition = request(PRODUCE).PartitionProduceData(index=0, records=batch(os.urandom(4_000_000)))
-    body = request(
-        PRODUCE,
-        acks=1,
-        timeout_ms=1000,
-        topic_data=[request(PRODUCE).TopicProduceData(name="big", partition_data=[partition])],
-    )
-    assert (await client.call(PRODUCE, 9, body)).responses[0].partition_responses[0].error_code == 0
-    fetch_topic = request(FETCH).FetchTopic(
-        topic="big",
-        partitions=[
-            request(FETCH).FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=10_000_000)
-        ],
-    )
-    await client.send(
-        FETCH, 12, request(FETCH, max_wait_ms=0, min_bytes=0, max_bytes=10_000_000, topics=[fetch_topic])
-    )
+    assert (await create(client, "big")).error_code == ErrorCode.NONE
+    assert (await produce(client, "big", batch(os.urandom(4_000_000)), acks=1)).error_code == 0
+    big_fetch = fetch_request("big", 0, partition_max_bytes=10_000_000, max_bytes=10_000_000)
+    await client.send(FETCH, 12, big_fetch)
     await trio.sleep(0.3)  # let the socket buffers fill so that the broker meets EAGAIN and partial sends
     _, response = await client.receive(FETCH, 12)
     records = response.responses[0].partitions[0].records
@@ -238,12 +222,8 @@ async def test_large_fetch_goes_out_with_sendfile(
 async def test_parked_fetch_of_a_departed_client_is_dropped(nursery: trio.Nursery, tmp_path: Path) -> None:
     broker = await start_broker(nursery, tmp_path)
     client = await RawClient.connect(broker.port)
-    await create_topic(client, "gone")
-    fetch_topic = request(FETCH).FetchTopic(
-        topic="gone",
-        partitions=[request(FETCH).FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)],
-    )
-    await client.send(FETCH, 12, request(FETCH, max_wait_ms=600_000, min_bytes=1, topics=[fetch_topic]))
+    assert (await create(client, "gone")).error_code == ErrorCode.NONE
+    await client.send(FETCH, 12, fetch_request("gone", 0, max_wait_ms=600_000, min_bytes=1))
     with trio.fail_after(5):
         while broker.state.watchers.waiting_count("gone", 0) == 0:
             await trio.sleep(0.01)
@@ -257,19 +237,13 @@ async def test_parked_fetch_buffers_but_does_not_run_the_next_request(
 ) -> None:
     broker = await start_broker(nursery, tmp_path)
     client = await RawClient.connect(broker.port)
-    await create_topic(client, "later")
-    fetch_topic = request(FETCH).FetchTopic(
-        topic="later",
-        partitions=[request(FETCH).FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)],
-    )
-    fetch_id = await client.send(
-        FETCH, 12, request(FETCH, max_wait_ms=300, min_bytes=1, topics=[fetch_topic])
-    )
+    assert (await create(client, "later")).error_code == ErrorCode.NONE
+    parked = fetch_request("later", 0, max_wait_ms=300, min_bytes=1)
+    fetch_id = await client.send(FETCH, 12, parked)
     hello_id = await client.send(API_VERSIONS, 3, hello())
     assert (await client.receive(FETCH, 12))[0] == fetch_id
     assert (await client.receive(API_VERSIONS, 3))[0] == hello_id
-    bad = fetch_topic
-    await client.send(FETCH, 12, request(FETCH, max_wait_ms=300, min_bytes=1, topics=[bad]))
+    await client.send(FETCH, 12, parked)
     await client.send_raw(struct.pack(">i", -1))  # garbage after a parked fetch: fetch answered, then close
     assert (await client.receive(FETCH, 12))[0] == fetch_id + 2
     assert await client.is_closed()

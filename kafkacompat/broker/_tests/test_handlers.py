@@ -10,7 +10,15 @@ from typing import Any
 
 import trio
 
-from kafkacompat.broker._tests.wire_client import RawClient, batch, request, start_broker
+from kafkacompat.broker._tests.wire_client import (
+    RawClient,
+    batch,
+    create,
+    fetch_request,
+    produce,
+    request,
+    start_broker,
+)
 from kafkacompat.wire.errors import ErrorCode
 from kafkacompat.wire.primitives import ZERO_UUID
 
@@ -23,54 +31,6 @@ PRODUCE, FETCH, LIST_OFFSETS, METADATA, CREATE_TOPICS, DELETE_TOPICS, INIT_PRODU
     20,
     22,
 )
-
-
-async def create(client: RawClient, name: str, partitions: int = 1, **fields: Any) -> Any:
-    topic = request(CREATE_TOPICS).CreatableTopic(
-        name=name,
-        num_partitions=fields.pop("num_partitions", partitions),
-        replication_factor=fields.pop("replication_factor", 1),
-        **fields,
-    )
-    response = await client.call(CREATE_TOPICS, 7, request(CREATE_TOPICS, topics=[topic], timeout_ms=5000))
-    return response.topics[0]
-
-
-async def produce(
-    client: RawClient,
-    topic: str,
-    records: bytes | None,
-    *,
-    partition: int = 0,
-    acks: int = -1,
-    version: int = 11,
-) -> Any:
-    data = request(PRODUCE).PartitionProduceData(index=partition, records=records)
-    body = request(
-        PRODUCE,
-        acks=acks,
-        timeout_ms=1000,
-        topic_data=[request(PRODUCE).TopicProduceData(name=topic, partition_data=[data])],
-    )
-    response = await client.call(PRODUCE, version, body)
-    return response.responses[0].partition_responses[0]
-
-
-def fetch_request(
-    topic: Any, offset: int, *, partitions: tuple[int, ...] = (0,), by_id: bool = False, **fields: Any
-) -> Any:
-    parts = [
-        request(FETCH).FetchPartition(partition=p, fetch_offset=offset, partition_max_bytes=1 << 20)
-        for p in partitions
-    ]
-    fetch_topic = (
-        request(FETCH).FetchTopic(topic_id=topic, partitions=parts)
-        if by_id
-        else request(FETCH).FetchTopic(topic=topic, partitions=parts)
-    )
-    fields.setdefault("max_wait_ms", 0)
-    fields.setdefault("min_bytes", 0)
-    return request(FETCH, topics=[fetch_topic], **fields)
 
 
 async def test_metadata_auto_create_and_errors(nursery: trio.Nursery, tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 `start_broker(nursery, data_dir, *overrides)` runs `server.Broker` in the given nursery on 127.0.0.1 port 0.
 `RawClient` sends any request in any version (or raw bytes) and reads answers frame by frame, so tests
 can check what reaches the wire: correlation ids, order, missing answers, closed connections.
+`create`, `produce` and `fetch_request` build the requests most tests need.
 """
 
 from __future__ import annotations
@@ -105,3 +106,65 @@ class RawClient:
 
 def response_type(api_key: int) -> type:
     return response_class(api_key)
+
+
+# --- requests the broker tests send again and again ------------------------------------------------
+
+PRODUCE, FETCH, CREATE_TOPICS = 0, 1, 19
+
+
+async def create(client: RawClient, name: str, partitions: int = 1, **fields: Any) -> Any:
+    topic = request(CREATE_TOPICS).CreatableTopic(
+        name=name,
+        num_partitions=fields.pop("num_partitions", partitions),
+        replication_factor=fields.pop("replication_factor", 1),
+        **fields,
+    )
+    response = await client.call(CREATE_TOPICS, 7, request(CREATE_TOPICS, topics=[topic], timeout_ms=5000))
+    return response.topics[0]
+
+
+async def produce(
+    client: RawClient,
+    topic: str,
+    records: bytes | None,
+    *,
+    partition: int = 0,
+    acks: int = -1,
+    version: int = 11,
+) -> Any:
+    data = request(PRODUCE).PartitionProduceData(index=partition, records=records)
+    body = request(
+        PRODUCE,
+        acks=acks,
+        timeout_ms=1000,
+        topic_data=[request(PRODUCE).TopicProduceData(name=topic, partition_data=[data])],
+    )
+    response = await client.call(PRODUCE, version, body)
+    return response.responses[0].partition_responses[0]
+
+
+def fetch_request(
+    topic: Any,
+    offset: int,
+    *,
+    partitions: tuple[int, ...] = (0,),
+    by_id: bool = False,
+    partition_max_bytes: int = 1 << 20,
+    **fields: Any,
+) -> Any:
+    """A fetch of `partitions` of one topic (by name, or by id with `by_id`) from `offset`; no wait."""
+    parts = [
+        request(FETCH).FetchPartition(
+            partition=p, fetch_offset=offset, partition_max_bytes=partition_max_bytes
+        )
+        for p in partitions
+    ]
+    fetch_topic = (
+        request(FETCH).FetchTopic(topic_id=topic, partitions=parts)
+        if by_id
+        else request(FETCH).FetchTopic(topic=topic, partitions=parts)
+    )
+    fields.setdefault("max_wait_ms", 0)
+    fields.setdefault("min_bytes", 0)
+    return request(FETCH, topics=[fetch_topic], **fields)
