@@ -264,14 +264,16 @@ def run_benchmark(
         }
         try:
             _startup(settings, states, progress, note)
+            # a broker that failed to start is reported with its error and left out of the workloads
+            live = [state for state in states if not state.errors]
             if "produce" in settings.workloads or "consume" in settings.workloads:
-                _throughput(settings, states, progress, note, results["throughput"])
+                _throughput(settings, live, progress, note, results["throughput"])
             if "e2e" in settings.workloads:
-                _latency(settings, states, progress, note, results["latency"])
+                _latency(settings, live, progress, note, results["latency"])
             if "groups" in settings.workloads:
-                _groups(settings, states, progress, note, results["groups"])
+                _groups(settings, live, progress, note, results["groups"])
             if "big" in settings.workloads and settings.big_partition_mib:
-                _big(settings, states, progress, note, results["big"])
+                _big(settings, live, progress, note, results["big"])
         finally:
             for state in states:
                 state.broker.stop()
@@ -297,15 +299,22 @@ def _startup(settings: Settings, states: list[_BrokerState], progress: Progress,
     for run in range(runs):
         for state in states:
             broker = state.broker
-            if broker.spec.command is None:
-                if run == 0:
-                    broker.start()
+            if state.errors:
                 continue
-            progress.step(f"start-up · {broker.spec.name} · run {run + 1}/{runs}")
-            seconds = broker.start()
+            if broker.spec.command is not None:
+                progress.step(f"start-up · {broker.spec.name} · run {run + 1}/{runs}")
+            elif run > 0:
+                continue
+            try:
+                seconds = broker.start()
+            except Exception as exc:  # e.g. the binary is missing or exits: report, go on without it
+                state.errors.append(f"start: {exc}")
+                note(f"{broker.spec.name}: {exc}")
+                broker.stop()
+                continue
             if seconds is not None and "startup" in settings.workloads:
                 state.startup.append(seconds)
-            if run < runs - 1:
+            if run < runs - 1 and broker.spec.command is not None:
                 broker.stop()
     time.sleep(2.0)  # let start-up work (recovery, first flush) settle before reading idle memory
     for state in states:

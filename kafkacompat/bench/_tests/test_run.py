@@ -1,0 +1,60 @@
+"""A whole (tiny) benchmark run against a kafkacompat broker started by the runner itself."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from kafkacompat.bench.brokers import kafkacompat_spec, parse_peer
+from kafkacompat.bench.report import evaluate_goals, render_table
+from kafkacompat.bench.runner import Settings, run_benchmark
+
+pytest.importorskip("confluent_kafka", reason="the benchmark's clients are confluent-kafka")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")]
+
+
+def test_tiny_run_against_kafkacompat(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    settings = Settings(
+        messages=300,
+        sizes=(1024,),
+        acks=("all",),
+        runs=1,
+        e2e_rate=200,
+        e2e_seconds=1.0,
+        group_sizes=(1,),
+        timeout=60.0,
+        workloads=("startup", "produce", "consume", "e2e", "groups"),
+    )
+    results = run_benchmark(settings, [kafkacompat_spec()], work_dir=str(tmp_path))
+    json.dumps(results)  # the report must be JSON-ready
+    broker = results["brokers"]["kafkacompat"]
+    assert broker["errors"] == []
+    assert 0 < broker["startup_s"]["median"] < 30
+    assert broker["idle_rss_mib"] > 5 and broker["peak_rss_mib"] >= 5
+    produce = results["throughput"]["produce-1024-acksall"]["per_broker"]["kafkacompat"]
+    assert produce["failures"] == [] and len(produce["runs"]) == 1
+    run = produce["runs"][0]
+    assert run["mb_s"] == pytest.approx(300 * 1024 / run["seconds"] / 1e6)
+    assert run["broker_cpu_cores"] is not None and run["broker_cpu_cores"] >= 0
+    consume = results["throughput"]["consume-1024"]["per_broker"]["kafkacompat"]
+    assert consume["failures"] == [] and consume["mb_s"]["median"] > 0
+    latency = results["latency"]["kafkacompat"]
+    assert "error" not in latency and latency["samples"] == 200  # 1 s at 200/s, warm-up not counted
+    assert 0 < latency["p50"]["median"] <= latency["p99"]["median"] <= latency["max"]["median"]
+    join = results["groups"]["1"]["kafkacompat"]
+    assert join["failures"] == [] and 0 < join["seconds"]["median"] < 30
+    assert "produce 1 KiB acks=all" in render_table(results)
+    assert len(evaluate_goals(results)) == 10
+    assert not list(tmp_path.iterdir())  # the run's temp dir (broker data, logs) is gone
+
+
+def test_a_peer_that_exits_at_once_is_reported_and_left_out(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    spec = parse_peer(f"dud={sys.executable} -c 'raise SystemExit(3)' {{port}}")
+    settings = Settings(runs=2, messages=10, sizes=(100,), acks=("1",), workloads=("startup", "produce"))
+    results = run_benchmark(settings, [spec], work_dir=str(tmp_path))
+    (error,) = results["brokers"]["dud"]["errors"]  # tried once, not once per run
+    assert "exited with 3" in error
+    assert results["brokers"]["dud"]["startup_s"] is None
+    assert results["throughput"]["produce-100-acks1"]["per_broker"] == {}
