@@ -74,6 +74,8 @@ class Broker:
         self.stopped = trio.Event()  # set once run() has finished its shutdown
         self._connections: set[Any] = set()
         self._per_ip: dict[str, int] = {}  # peer address -> open connections (max.connections.per.ip)
+        self._open = 0  # accepted connections not yet finished (counted from accept, for the caps)
+        self._slot_freed = trio.Event()  # replaced each time a connection ends
         self._next_connection_id = 0
 
     # lifecycle
@@ -205,6 +207,9 @@ class Broker:
     ) -> None:
         async def one(listener: trio.SocketListener) -> None:
             while True:
+                while self._open >= self.config["max.connections"]:
+                    # as Kafka: stop accepting (the kernel backlog holds new clients) until one closes
+                    await self._slot_freed.wait()
                 try:
                     stream = await listener.accept()
                 except (trio.ClosedResourceError, trio.BrokenResourceError):
@@ -219,6 +224,7 @@ class Broker:
                     await stream.aclose()
                     continue
                 self._apply_buffer_sizes(stream)
+                self._open += 1
                 nursery.start_soon(self._serve, name, stream)
 
         async with trio.open_nursery() as accept_nursery:
@@ -240,7 +246,7 @@ class Broker:
 
     def _refusal(self, stream: trio.SocketStream) -> str | None:
         """Why a new connection must be closed at once (connection caps), or None."""
-        if len(self._connections) >= self.config["max.connections"]:
+        if self._open >= self.config["max.connections"]:  # two listeners raced for the last slot
             return f"max.connections ({self.config['max.connections']}) reached"
         ip = _peer_ip(stream)
         if self._per_ip.get(ip, 0) >= self.config["max.connections.per.ip"]:
@@ -262,6 +268,9 @@ class Broker:
             remaining = self._per_ip.pop(ip) - 1
             if remaining:
                 self._per_ip[ip] = remaining
+            self._open -= 1
+            self._slot_freed.set()
+            self._slot_freed = trio.Event()
 
     # background tasks
 

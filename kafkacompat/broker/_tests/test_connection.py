@@ -140,9 +140,15 @@ async def test_max_connections(nursery: trio.Nursery, tmp_path: Path) -> None:
     broker = await start_broker(nursery, tmp_path, "max.connections=1")
     first = await RawClient.connect(broker.port)
     await first.call(API_VERSIONS, 3, hello())
+    # as Kafka: the broker stops accepting; the second client waits in the listen backlog
     second = await RawClient.connect(broker.port)
-    assert await second.is_closed()
-    assert (await first.call(API_VERSIONS, 3, hello())).error_code == ErrorCode.NONE
+    waiting = await second.send(API_VERSIONS, 3, hello())
+    with trio.move_on_after(0.3):
+        await second.receive(API_VERSIONS, 3)
+        raise AssertionError("a connection beyond max.connections was served")
+    await first.aclose()
+    correlation_id, response = await second.receive(API_VERSIONS, 3, timeout=5)
+    assert (correlation_id, response.error_code) == (waiting, ErrorCode.NONE)
 
 
 async def test_max_connections_per_ip(nursery: trio.Nursery, tmp_path: Path) -> None:
