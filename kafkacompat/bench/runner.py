@@ -418,6 +418,7 @@ def _throughput(
                         "bootstrap": state.broker.bootstrap,
                         "topic": topic,
                         "messages": settings.messages,
+                        "size": size,
                         "timeout": settings.timeout,
                     }
                     result, broker_cpu, peak = _run_one(state, "consume", params, settings.timeout + 30)
@@ -691,6 +692,7 @@ def _big(
                 "bootstrap": state.broker.bootstrap,
                 "topic": topics[name],
                 "messages": messages,
+                "size": size,
                 "timeout": timeout,
             }
             result, broker_cpu, peak = _run_one(state, "consume", params, timeout + 30)
