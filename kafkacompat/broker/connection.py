@@ -32,7 +32,6 @@ closed.
 from __future__ import annotations
 
 import errno
-import importlib
 import logging
 import math
 import os
@@ -64,33 +63,6 @@ _SIZE = struct.Struct(">i")
 _RECEIVE_SIZE = 1 << 16
 _MAX_IOV = 512  # stay well under IOV_MAX (1024 on Linux)
 _BYTES_LIKE = (bytes, bytearray, memoryview)
-
-
-_DECODERS: dict[tuple[int, int], Any] = {}
-
-
-def decode_request_body(api_key: int, api_version: int, body: memoryview) -> Any:
-    """Decode a request body, ignoring bytes after its end as Kafka's request parser does.
-
-    (`messages.decode_request` rejects trailing bytes; librdkafka 2.x sends three of them after an
-    all-topics Metadata v12 request, which Kafka accepts, so the broker must too.)
-    """
-    decoder = _DECODERS.get((api_key, api_version))
-    if decoder is None:
-        spec = messages.API_SPECS.get(api_key)
-        if spec is None or api_version not in spec.valid_versions:
-            raise DecodeError(f"no codec for api key {api_key} version {api_version}", api_key=api_key)
-        decoder = importlib.import_module(f"kafkacompat.wire._generated.{spec.request_module}").DECODERS[
-            api_version
-        ]
-        _DECODERS[(api_key, api_version)] = decoder
-    try:
-        request, _end = decoder(body, 0)
-    except DecodeError:
-        raise
-    except (IndexError, struct.error, ValueError, OverflowError, MemoryError) as exc:
-        raise DecodeError(f"malformed request: {exc}", api_key=api_key) from None
-    return request
 
 
 def _chunk_size(chunk: Any) -> int:
@@ -298,7 +270,7 @@ async def _handle_frame(
             return
         raise CloseConnection(f"api key {api_key} version {api_version} is not served")
     header, body_offset = wire_header.decode_request_header(frame)
-    request = decode_request_body(api_key, api_version, frame[body_offset:])
+    request = messages.decode_request(api_key, api_version, frame[body_offset:], allow_trailing=True)
     ctx = RequestContext(
         broker=broker,
         api_key=api_key,

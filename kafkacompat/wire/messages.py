@@ -10,7 +10,8 @@ request that needs it (importing all ~200 modules would cost a quarter of a seco
 Each codec module exposes `DECODERS[version](buf, pos) -> (obj, new_pos)` and
 `ENCODERS[version](obj, out: bytearray, chunks: list) -> None`; the functions here look them up by
 (api key, version), cache them, and add the framing-level rules: a body must be consumed exactly
-(trailing bytes are a DecodeError), unknown keys and versions are DecodeErrors, and malformed input
+(trailing bytes are a DecodeError, except after a request when the caller says `allow_trailing`, as a
+broker does), unknown keys and versions are DecodeErrors, and malformed input
 of any kind surfaces as DecodeError only. `encode_response` returns the chunk list (bytes-like pieces
 plus any `.size` objects given as `records`, for sendfile); `encode_request` joins into one bytes
 object, copying large record sets once.
@@ -145,7 +146,13 @@ def _lookup(api_key: int, version: int, response: bool, encode: bool) -> Any:
 _GC_PAUSE_MIN_BYTES = 16 * 1024
 
 
-def _run_decoder(fn: Decoder, buf: memoryview | bytes | bytearray, api_key: int | None, what: str) -> Any:
+def _run_decoder(
+    fn: Decoder,
+    buf: memoryview | bytes | bytearray,
+    api_key: int | None,
+    what: str,
+    allow_trailing: bool = False,
+) -> Any:
     if not isinstance(buf, memoryview):
         buf = memoryview(buf)
     paused = len(buf) >= _GC_PAUSE_MIN_BYTES and gc.isenabled()
@@ -162,15 +169,20 @@ def _run_decoder(fn: Decoder, buf: memoryview | bytes | bytearray, api_key: int 
     finally:
         if paused:
             gc.enable()
-    if pos != len(buf):
+    if pos != len(buf) and not allow_trailing:
         raise DecodeError(f"{len(buf) - pos} trailing bytes after {what}", api_key=api_key)
     return obj
 
 
-def decode_request(api_key: int, version: int, buf: memoryview) -> Any:
-    """Decode a request body (the frame after the request header). Raises DecodeError."""
+def decode_request(api_key: int, version: int, buf: memoryview, *, allow_trailing: bool = False) -> Any:
+    """Decode a request body (the frame after the request header). Raises DecodeError.
+
+    Bytes after the end of the body are a DecodeError unless `allow_trailing`: a broker passes it,
+    because Kafka's request parser reads what the schema describes and ignores the rest of the frame
+    (librdkafka 2.x sends three stray bytes after an all-topics Metadata v12 request).
+    """
     fn = _REQ_DEC.get((api_key, version)) or _lookup(api_key, version, False, False)
-    return _run_decoder(fn, buf, api_key, "request")
+    return _run_decoder(fn, buf, api_key, "request", allow_trailing)
 
 
 def decode_response(api_key: int, version: int, buf: memoryview) -> Any:

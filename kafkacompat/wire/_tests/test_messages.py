@@ -235,6 +235,26 @@ def test_trailing_bytes_are_a_decode_error() -> None:
         messages.decode_request(0, 9, memoryview(_produce_v9_frame() + b"\x00"))
 
 
+# The frame librdkafka 2.x sends for an all-topics Metadata v12 request: header (key 3, version 12,
+# correlation id 3, client id "rdkafka", no header tags), then a body with three bytes past its end.
+LIBRDKAFKA_METADATA_V12 = bytes.fromhex("0003000c00000003000772646b61666b610000000000010000")
+
+
+def test_trailing_bytes_after_a_request_allowed_when_asked() -> None:
+    from kafkacompat.wire.header import decode_request_header
+
+    frame = memoryview(LIBRDKAFKA_METADATA_V12)
+    header, body_at = decode_request_header(frame)
+    assert (header.request_api_key, header.request_api_version, header.client_id) == (3, 12, "rdkafka")
+    with pytest.raises(DecodeError, match="3 trailing bytes"):
+        messages.decode_request(3, 12, frame[body_at:])
+    request = messages.decode_request(3, 12, frame[body_at:], allow_trailing=True)
+    assert request.topics is None  # all topics
+    # leniency is about what follows a complete body: a short body is still an error
+    with pytest.raises(DecodeError):
+        messages.decode_request(3, 12, frame[body_at : body_at + 1], allow_trailing=True)
+
+
 def test_huge_array_count_fails_fast() -> None:
     # Metadata v1 request: topics array with a count of 2**31-1 and ten bytes left.
     frame = b"\x7f\xff\xff\xff" + b"\x00" * 10
