@@ -15,7 +15,7 @@ from kafkacompat.bench import peers
 from kafkacompat.bench.brokers import check_loopback, parse_peer
 from kafkacompat.bench.cli import build_parser, settings_from_args, specs_from_args
 from kafkacompat.bench.procinfo import PeakSampler, cpu_seconds, process_tree, rss_bytes
-from kafkacompat.bench.runner import Progress, Settings, count_steps
+from kafkacompat.bench.runner import Progress, Settings, count_steps, records_for
 
 
 def parse(*argv: str):  # type: ignore[no-untyped-def]
@@ -171,6 +171,14 @@ def test_peak_sampler_keeps_the_maximum() -> None:
     with PeakSampler(None) as nothing:
         pass
     assert nothing.peak == 0
+
+
+def test_records_for_keeps_the_volume() -> None:
+    settings = Settings(messages=1000)
+    assert records_for(settings, 1024) == 1000
+    assert records_for(settings, 4096) == 1000
+    assert records_for(settings, 100) == 10_240  # 1000 KiB in 100 B records
+    assert records_for(settings, 100) * 100 <= 1000 * 1024 < (records_for(settings, 100) + 1) * 100
 
 
 def test_count_steps_matches_the_plan() -> None:
