@@ -232,7 +232,7 @@ def _machine() -> dict[str, Any]:
         import confluent_kafka
 
         info["librdkafka"] = confluent_kafka.libversion()[0]
-        info["confluent_kafka"] = confluent_kafka.version()[0]
+        info["confluent_kafka"] = getattr(confluent_kafka, "__version__", None)
     except ImportError:
         pass
     return info
