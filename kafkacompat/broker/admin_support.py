@@ -372,8 +372,9 @@ async def add_partitions(
                 broker.logs.create_log(name, index, log_config, now_ms=broker.now_ms())
                 created.append(index)
         except KafkaError:
+            now = broker.now_ms()  # the files stay for file.delete.delay.ms, as for any deleted log
             for index in created:
-                broker.logs.delete_log(name, index)
+                broker.logs.delete_log(name, index, now)
             raise
         broker.metadata.add_partitions(name, total)
         snapshot = broker.metadata.snapshot()

@@ -238,7 +238,7 @@ class LogManager:
         self._dir_of[tp] = log_dir
         return partition_log
 
-    def delete_log(self, topic: str, partition: int, now_ms: int = 0) -> bool:
+    def delete_log(self, topic: str, partition: int, now_ms: int) -> bool:
         """Delete the partition's log; False if there was none.
 
         The dir is renamed to `<topic>-<partition>.<uuid hex>-delete` at once (Kafka's name; a later

@@ -186,3 +186,33 @@ async def test_describe_producers(harness: AdminHarness) -> None:
     assert (p1.error_code, p1.active_producers) == (0, [])
     assert p2.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     assert second.partitions[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+async def test_failed_growth_keeps_created_files_for_the_delete_delay(
+    harness: AdminHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A partition created and rolled back by a failed CreatePartitions keeps its files open for
+    file.delete.delay.ms, as any deleted log does (a fetch may hold a slice of it)."""
+    from kafkacompat.broker import admin_support
+    from kafkacompat.wire.errors import KafkaError
+
+    await create(harness, "t", 1)
+    logs = harness.state.logs
+    real_create = logs.create_log
+
+    def create_log(topic: str, index: int, *args, **kwargs):
+        if index == 2:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, "disk full")
+        return real_create(topic, index, *args, **kwargs)
+
+    monkeypatch.setattr(logs, "create_log", create_log)
+    now = harness.state.now_ms()
+    with pytest.raises(KafkaError):
+        await admin_support.add_partitions(harness.state, "t", 3)
+    [doomed] = [p for p in os.listdir(harness.data_dir) if p.startswith("t-1.") and p.endswith("-delete")]
+    delay = logs.get_log("t", 0).config.file_delete_delay_ms
+    assert delay > 0
+    assert logs.run_pending_deletes(now + delay - 1000) == 0
+    assert os.path.isdir(harness.data_dir / doomed)
+    assert logs.run_pending_deletes(now + delay + 60_000) >= 1
+    assert not os.path.exists(harness.data_dir / doomed)
