@@ -7,7 +7,7 @@ Theory of operation
     run
     ├── listener scope: trio.serve_listeners(...) per configured listener (accepts only)
     ├── connection nursery: one task per accepted connection (connection.Connection.run)
-    └── background nursery: flush, retention, checkpoints, delayed file deletes
+    └── background nursery: flush, retention, checkpoints, delayed file deletes, log cleaner
 
 Start-up opens the log dirs (recovery after an unclean shutdown happens in a worker thread), loads the
 topic table, binds every listener (port 0 picks a free port; `task_status.started()` reports the bound
@@ -77,6 +77,7 @@ class Broker:
         self._open = 0  # accepted connections not yet finished (counted from accept, for the caps)
         self._slot_freed = trio.Event()  # replaced each time a connection ends
         self._next_connection_id = 0
+        self.cleaner: Any = None  # cleaner_task.LogCleanerTask once running (tests call run_once())
 
     # lifecycle
 
@@ -96,6 +97,9 @@ class Broker:
         from kafkacompat.broker.group_runtime import GroupRuntime
 
         state.groups = GroupRuntime(state)
+        from kafkacompat.broker.cleaner_task import LogCleanerTask
+
+        self.cleaner = LogCleanerTask(state)
         try:
             async with trio.open_nursery() as outer:
                 connection_nursery_scope = trio.CancelScope()
@@ -278,6 +282,7 @@ class Broker:
         with scope:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.state.groups.run)  # groups hook
+                nursery.start_soon(self.cleaner.run)  # compaction; returns at once if disabled
                 nursery.start_soon(
                     self._every, self.config["log.retention.check.interval.ms"], self._retention
                 )
