@@ -67,6 +67,7 @@ class BrokerState:
         self.watchers = PartitionWatchers()
         self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])
         self.metadata_lock = trio.Lock()
+        self._checkpoint_lock = trio.Lock()  # trio locks are FIFO: snapshots are written in the order taken
         self.closing = False  # set by the server at shutdown: parked requests answer at once
         self.default_log_config: LogConfig = broker_log_config(config)
         # listener name -> (host, port) clients are told; filled in by the server once bound
@@ -229,10 +230,12 @@ class BrokerState:
         self.logs.run_pending_deletes(self.now_ms())
 
     async def write_checkpoints(self) -> None:
-        # The worker thread iterates the manager's table of logs; holding the metadata lock keeps
-        # topic creation and deletion (the only writers of that table) out meanwhile.
-        async with self.metadata_lock:
-            await trio.to_thread.run_sync(self.logs.checkpoint)
+        # The offsets are read here, on the trio thread that owns the manager's table of logs; the
+        # worker thread only writes files, so topics may come and go (or the metadata lock be held by a
+        # slow CreateTopics) meanwhile. One writer at a time, so an older snapshot never lands last.
+        snapshot = self.logs.checkpoint_offsets()
+        async with self._checkpoint_lock:
+            await trio.to_thread.run_sync(self.logs.write_checkpoints, snapshot)
 
     async def next_producer_id(self) -> int:
         """A producer id never handed out before, also across restarts (blocks are persisted first)."""

@@ -20,7 +20,8 @@ New partitions go to the log dir holding the fewest partitions (Kafka's rule). T
 stored here (they belong to the cluster metadata): `startup()` and `create_log()` take them.
 
 Single-threaded, like PartitionLog, except for the blocking calls the broker runs in worker threads:
-`PartitionLog.flush()` and `checkpoint()` (which snapshots the offsets it writes when it starts).
+`PartitionLog.flush()` and `write_checkpoints()` (which writes a snapshot `checkpoint_offsets()` took
+on the owner thread, so it never iterates the table of logs while that thread changes it).
 """
 
 from __future__ import annotations
@@ -51,6 +52,11 @@ from kafkacompat.log.partition_log import PartitionLog, parse_partition_dir_name
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 __all__ = ["LogManager"]
+
+
+_CHECKPOINT_FILES = (RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT)
+# log dir -> checkpoint file name -> (topic, partition) -> offset
+CheckpointOffsets = dict[str, dict[str, dict[tuple[str, int], int]]]
 
 log = logging.getLogger("kafkacompat.log")
 
@@ -309,27 +315,32 @@ class LogManager:
                 log.error("delayed delete failed for %s: %s", partition_log.name, exc)
         return removed
 
+    def checkpoint_offsets(self) -> CheckpointOffsets:
+        """What the three offset checkpoints of every log dir must say now. Call it on the thread that owns
+        the manager (it reads the table of logs, which that thread changes); the result is plain data that
+        `write_checkpoints()` may write from any thread."""
+        snapshot: CheckpointOffsets = {
+            log_dir: {name: {} for name in _CHECKPOINT_FILES} for log_dir in self.log_dirs
+        }
+        for tp, partition_log in self.logs.items():
+            files = snapshot.get(self._dir_of.get(tp, ""))
+            if files is None:
+                continue
+            files[RECOVERY_POINT_CHECKPOINT][tp] = partition_log.recovery_point
+            files[LOG_START_OFFSET_CHECKPOINT][tp] = partition_log.log_start_offset
+            files[REPLICATION_OFFSET_CHECKPOINT][tp] = partition_log.high_watermark
+        return snapshot
+
+    def write_checkpoints(self, snapshot: CheckpointOffsets) -> None:
+        """Write a `checkpoint_offsets()` snapshot. Blocking (fsync): the broker runs it in a worker
+        thread; it touches no manager state, so the owner thread may add or remove logs meanwhile."""
+        for log_dir, files in snapshot.items():
+            for name, offsets in files.items():
+                write_offset_checkpoint(os.path.join(log_dir, name), offsets, sync=self.sync)
+
     def checkpoint(self) -> None:
-        """Write the three offset checkpoints of every log dir. Blocking (fsync): the broker may run it in a
-        worker thread; it works on a snapshot of the offsets taken at its start."""
-        entries = [(tp, self._dir_of.get(tp), pl) for tp, pl in list(self.logs.items())]
-        for log_dir in self.log_dirs:
-            mine = [(tp, pl) for tp, d, pl in entries if d == log_dir]
-            write_offset_checkpoint(
-                os.path.join(log_dir, RECOVERY_POINT_CHECKPOINT),
-                {tp: pl.recovery_point for tp, pl in mine},
-                sync=self.sync,
-            )
-            write_offset_checkpoint(
-                os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT),
-                {tp: pl.log_start_offset for tp, pl in mine},
-                sync=self.sync,
-            )
-            write_offset_checkpoint(
-                os.path.join(log_dir, REPLICATION_OFFSET_CHECKPOINT),
-                {tp: pl.high_watermark for tp, pl in mine},
-                sync=self.sync,
-            )
+        """Snapshot and write the offset checkpoints, both on the calling (owner) thread."""
+        self.write_checkpoints(self.checkpoint_offsets())
 
     def shutdown(self, broker_epoch: int = -1) -> None:
         """Flush and close every log, write checkpoints, then the clean-shutdown marker of each dir whose
