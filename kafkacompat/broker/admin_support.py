@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from kafkacompat.broker.state import check_partition_limit
 from kafkacompat.config import OPTIONS_BY_NAME, TOPIC_CONFIG_SOURCES, BrokerConfig
 from kafkacompat.log.config import TOPIC_CONFIG_DEFS_BY_NAME, LogConfig
 from kafkacompat.replication.metadata import validate_topic_name
@@ -363,6 +364,7 @@ async def add_partitions(
             )
         if total == current:
             raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"Topic already has {current} partitions.")
+        check_partition_limit(total)
         if validate_only:
             return topic
         log_config = broker.topic_log_config(topic)

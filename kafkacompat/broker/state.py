@@ -46,6 +46,16 @@ INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_TOPIC})
 MAX_PARTITIONS_PER_TOPIC = 10_000
 
 
+def check_partition_limit(partitions: int) -> None:
+    """A topic never has more than MAX_PARTITIONS_PER_TOPIC partitions (CreateTopics and
+    CreatePartitions both check here)."""
+    if partitions > MAX_PARTITIONS_PER_TOPIC:
+        raise KafkaError(
+            ErrorCode.INVALID_PARTITIONS,
+            f"Number of partitions {partitions} exceeds the limit of {MAX_PARTITIONS_PER_TOPIC}.",
+        )
+
+
 class BrokerState:
     """Shared broker state (see module docstring). Created and shut down by `server.Broker`."""
 
@@ -138,11 +148,7 @@ class BrokerState:
         INVALID_CONFIG. With `validate_only` nothing changes and a TopicInfo is still returned.
         """
         configs = dict(configs or {})
-        if partitions > MAX_PARTITIONS_PER_TOPIC:
-            raise KafkaError(
-                ErrorCode.INVALID_PARTITIONS,
-                f"Number of partitions {partitions} exceeds the limit of {MAX_PARTITIONS_PER_TOPIC}.",
-            )
+        check_partition_limit(partitions)
         log_config = self.validate_topic_configs(configs)
         async with self.metadata_lock:
             if validate_only:

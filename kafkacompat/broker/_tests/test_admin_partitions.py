@@ -216,3 +216,18 @@ async def test_failed_growth_keeps_created_files_for_the_delete_delay(
     assert os.path.isdir(harness.data_dir / doomed)
     assert logs.run_pending_deletes(now + delay + 60_000) >= 1
     assert not os.path.exists(harness.data_dir / doomed)
+
+
+async def test_create_partitions_keeps_the_per_topic_limit(harness: AdminHarness) -> None:
+    """A topic cannot grow past MAX_PARTITIONS_PER_TOPIC, which CreateTopics enforces too: requests each
+    within the per-request budget must not add up to a bigger topic."""
+    from kafkacompat.broker.state import MAX_PARTITIONS_PER_TOPIC
+
+    await create(harness, "t", 2)
+    limit = MAX_PARTITIONS_PER_TOPIC
+    over = CreatePartitionsTopic(name="t", count=limit + 1, assignments=None)
+    assert await grow(harness, 3, over) == [("t", ErrorCode.INVALID_PARTITIONS)]
+    assert await grow(harness, 3, over, validate_only=True) == [("t", ErrorCode.INVALID_PARTITIONS)]
+    at_limit = CreatePartitionsTopic(name="t", count=limit, assignments=None)
+    assert await grow(harness, 3, at_limit, validate_only=True) == [("t", ErrorCode.NONE)]
+    assert harness.state.metadata.topic("t").partitions == 2
