@@ -34,21 +34,23 @@ Validator = Callable[[Any], str | None]  # returns a complaint, or None when the
 
 def _at_least(minimum: float) -> Validator:
     def check(value: Any) -> str | None:
-        return None if value >= minimum else f"must be at least {minimum}"
+        return None if value >= minimum else f"Value must be at least {minimum}"
 
     return check
 
 
 def _between(low: float, high: float) -> Validator:
     def check(value: Any) -> str | None:
-        return None if low <= value <= high else f"must be between {low} and {high}"
+        if value < low:
+            return f"Value must be at least {low}"
+        return None if value <= high else f"Value must be no more than {high}"
 
     return check
 
 
 def _one_of(*choices: str) -> Validator:
     def check(value: Any) -> str | None:
-        return None if value in choices else f"must be one of {', '.join(choices)}"
+        return None if value in choices else f"String must be one of: {', '.join(choices)}"
 
     return check
 
@@ -56,13 +58,13 @@ def _one_of(*choices: str) -> Validator:
 def _each_of(*choices: str) -> Validator:
     def check(value: Any) -> str | None:
         bad = [item for item in value if item not in choices]
-        return f"items must be among {', '.join(choices)}" if bad else None
+        return f"Every item must be one of: {', '.join(choices)}" if bad else None
 
     return check
 
 
 def _gzip_level(value: Any) -> str | None:
-    return None if value == -1 or 1 <= value <= 9 else "must be -1 or between 1 and 9"
+    return None if value == -1 or 1 <= value <= 9 else "Value must be -1 or between 1 and 9"
 
 
 @dataclass(frozen=True)
@@ -75,9 +77,15 @@ class ConfigDef:
     validator: Validator | None = None
 
     def parse(self, raw: str) -> Any:
-        """Parse the string form; raises ValueError for a value of the wrong type."""
+        """Parse the string form; raises ValueError, whose text is Kafka's reason, for a value of the
+        wrong type (what Python's int()/float() would say is not shown to clients)."""
         text = raw.strip()
+        not_a_number = f"Not a number of type {self.type.upper()}"
         if self.type in ("int", "short", "long"):
+            # Java's parseInt/parseLong: optional sign and decimal digits only (no "1_000", no "1e3")
+            digits = text[1:] if text[:1] in "+-" else text
+            if not digits.isascii() or not digits.isdigit():
+                raise ValueError(not_a_number)
             value = int(text)
             low, high = {
                 "int": (INT_MIN, INT_MAX),
@@ -85,14 +93,18 @@ class ConfigDef:
                 "long": (LONG_MIN, LONG_MAX),
             }[self.type]
             if not low <= value <= high:
-                raise ValueError(f"out of range for {self.type}")
+                raise ValueError(not_a_number)  # Java's parse fails on overflow the same way
             return value
         if self.type == "double":
-            return float(text)
+            try:
+                value = float(text)
+            except ValueError:
+                raise ValueError(not_a_number) from None
+            return value
         if self.type == "boolean":
             lowered = text.lower()
             if lowered not in ("true", "false"):
-                raise ValueError("expected true or false")
+                raise ValueError("Expected value to be either true or false")
             return lowered == "true"
         if self.type == "list":
             return [item.strip() for item in text.split(",") if item.strip()]
@@ -221,21 +233,21 @@ class LogConfig:
         for name, raw in mapping.items():
             definition = TOPIC_CONFIG_DEFS_BY_NAME.get(name)
             if definition is None:
-                raise KafkaError(ErrorCode.INVALID_CONFIG, f"unknown topic config {name!r}")
+                raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {name}")
             if raw is None:
-                raise KafkaError(ErrorCode.INVALID_CONFIG, f"null value for {name}")
+                raise KafkaError(
+                    ErrorCode.INVALID_CONFIG, f"Null value not supported for topic config {name}"
+                )
             try:
                 value = definition.parse(str(raw))
+                complaint = definition.validator(value) if definition.validator is not None else None
             except ValueError as exc:
+                complaint = str(exc)
+            if complaint:
+                # Kafka's wording (ConfigException): clients and tools show it as it is
                 raise KafkaError(
-                    ErrorCode.INVALID_CONFIG, f"invalid value {raw!r} for {name}: {exc}"
-                ) from None
-            if definition.validator is not None:
-                complaint = definition.validator(value)
-                if complaint:
-                    raise KafkaError(
-                        ErrorCode.INVALID_CONFIG, f"invalid value {raw!r} for {name}: {complaint}"
-                    )
+                    ErrorCode.INVALID_CONFIG, f"Invalid value {raw} for configuration {name}: {complaint}"
+                )
             values[name] = value
             explicit.add(name)
         return cls(values, frozenset(explicit))

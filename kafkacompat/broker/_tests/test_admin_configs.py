@@ -326,3 +326,33 @@ async def test_broker_loggers(harness: AdminHarness, restore_levels: None) -> No
     assert (
         await alter(harness, 2, node, {"root": "INFO"}, rtype=BROKER_LOGGER)
     ).error_code == ErrorCode.INVALID_REQUEST
+
+
+INVALID = "Invalid value {value} for configuration {name}: "
+
+
+@pytest.mark.parametrize(
+    "name, value, message",
+    [
+        ("segment.bytes", "abc", INVALID + "Not a number of type INT"),
+        ("segment.bytes", "1_000_000", INVALID + "Not a number of type INT"),
+        ("segment.bytes", "99999999999", INVALID + "Not a number of type INT"),
+        ("retention.ms", "soon", INVALID + "Not a number of type LONG"),
+        ("min.cleanable.dirty.ratio", "half", INVALID + "Not a number of type DOUBLE"),
+        ("preallocate", "yes", INVALID + "Expected value to be either true or false"),
+        ("segment.bytes", "5", INVALID + "Value must be at least 14"),
+        ("no.such.config", "1", "Unknown topic config name: {name}"),
+    ],
+)
+async def test_create_topics_config_errors_read_like_kafka(
+    harness: AdminHarness, name: str, value: str, message: str
+) -> None:
+    topic = CreatableTopic(
+        name="t",
+        num_partitions=1,
+        replication_factor=1,
+        configs=[CreatableTopicConfig(name=name, value=value)],
+    )
+    response = await harness.call(create_topics, 7, topics=[topic], timeout_ms=1000, validate_only=False)
+    assert response.topics[0].error_code == ErrorCode.INVALID_CONFIG
+    assert response.topics[0].error_message == message.format(name=name, value=value)
