@@ -22,8 +22,8 @@ A pass visits `LogManager.compacted_logs()` one log at a time, in three steps (s
    waits for the next pass.
 
 A failing log (build or commit raising) gets one warning and its outputs removed; the pass goes on
-with the other logs. An OSError inside `commit` takes the log offline (its segment list may no longer
-match its files), as any other storage error does.
+with the other logs (and tries that log again on the next one). A failure inside `commit` takes the log
+offline (its segment list may no longer match its files), as a storage error does elsewhere.
 
 When a log is worth cleaning. Kafka keeps a `cleaner-offset-checkpoint` (the end of the cleaned part of
 each log) and cleans a log when dirty bytes / cleanable bytes >= `min.cleanable.dirty.ratio`. This task
@@ -237,7 +237,7 @@ class LogCleanerTask:
                 return None
             try:
                 replaced = plan.commit(partition_log, self.state.now_ms())
-            except OSError as exc:
+            except Exception as exc:  # part swapped, part not: the segment list may not match the files
                 partition_log.offline = True
                 log.error("compaction of %s failed, taking it offline: %s", partition_log.name, exc)
                 raise

@@ -37,8 +37,8 @@ IDLE = "log.cleaner.backoff.ms=3600000"  # no periodic pass: the tests run passe
 COMPACT = {"cleanup.policy": "compact", "segment.bytes": "600", "file.delete.delay.ms": "60000"}
 
 
-def keyed(key: bytes, value: bytes | None) -> bytes:
-    return build_batch([(key, value, (), int(time.time() * 1000))])
+def keyed(key: bytes, value: bytes | None, timestamp: int | None = None) -> bytes:
+    return build_batch([(key, value, (), int(time.time() * 1000) if timestamp is None else timestamp)])
 
 
 def records(pl: PartitionLog) -> list[Record]:
@@ -85,7 +85,7 @@ async def test_pass_keeps_latest_per_key_and_drops_tombstones_after_retention(
     nursery: trio.Nursery, tmp_path: Path
 ) -> None:
     broker = await compacted_broker(nursery, tmp_path)
-    await broker.state.create_topic("c", 1, {**COMPACT, "delete.retention.ms": "1500"})
+    await broker.state.create_topic("c", 1, {**COMPACT, "delete.retention.ms": "2500"})
     await broker.state.create_topic("plain", 1, {"segment.bytes": "600"})
     client = await RawClient.connect(broker.port)
     await fill(client, "c", 6, 5, tombstones={b"k0", b"k3"})
@@ -112,7 +112,7 @@ async def test_pass_keeps_latest_per_key_and_drops_tombstones_after_retention(
     assert in_flight.read_bytes() == in_flight_bytes
 
     assert await broker.cleaner.run_once() == {}  # nothing new: the log is not read again
-    await trio.sleep(1.6)  # past delete.retention.ms of the newest cleaned segment
+    await trio.sleep(2.6)  # past delete.retention.ms of the newest cleaned segment
     cleaned = await broker.cleaner.run_once()
     assert set(cleaned) == {("c", 0)}
     final = records(pl)
@@ -324,3 +324,32 @@ async def test_consumer_offsets_compaction_replays_to_the_same_offsets(tmp_path:
         assert await fetch_offsets(client, "other") == {("t", 0): 4}
         await client.aclose()
         broker.request_shutdown()
+
+
+async def test_compact_delete_topic_keeps_retention_even_during_a_build(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    broker = await compacted_broker(nursery, tmp_path)
+    configs = {**COMPACT, "cleanup.policy": "compact,delete", "retention.ms": "600000"}
+    await broker.state.create_topic("cd", 1, configs)
+    client = await RawClient.connect(broker.port)
+    hour_ago = int(time.time() * 1000) - 3_600_000
+    for i in range(12):  # past retention.ms: retention removes these segments
+        answer = await produce(client, "cd", keyed(b"old%d" % (i % 3), b"o" * 60, timestamp=hour_ago))
+        assert answer.error_code == 0
+    await fill(client, "cd", 4, 4)
+    pl = broker.state.partition_log("cd", 0)
+    before = records(pl)
+    active_base = pl.active_segment.base_offset
+
+    async def retention_then_build(build: Callable[[], Any]) -> Any:
+        await broker.state.enforce_retention()  # deletes planned segments before the commit
+        return await trio.to_thread.run_sync(build)
+
+    broker.cleaner._run_in_thread = retention_then_build
+    cleaned = await broker.cleaner.run_once()
+    assert set(cleaned) == {("cd", 0)}
+    assert pl.log_start_offset >= 12 and pl.segments[0].base_offset == pl.log_start_offset
+    survivors = [r for r in before if r[0] >= pl.segments[0].base_offset]
+    assert [r for r in records(pl) if r[0] < active_base] == latest_below(survivors, active_base)
+    assert not [n for n in os.listdir(pl.directory) if n.endswith((".cleaned", ".swap"))]
