@@ -62,6 +62,12 @@ class _KafkaPythonDriver:
             session_timeout_ms=SESSION_MS,
             heartbeat_interval_ms=HEARTBEAT_MS,
         )
+        # kafka-python joins without waiting for its topic's metadata; a leader that joins first assigns
+        # nothing and under load may not recover (see test_groups_consumers.kp_consumer), so wait for it.
+        deadline = time.monotonic() + 15
+        while not self.consumer.partitions_for_topic(topic):
+            assert time.monotonic() < deadline, f"kafka-python never saw the partitions of {topic}"
+            time.sleep(0.05)
         self.consumer.subscribe([topic], listener=Listener())
 
     def poll(self) -> list[Record]:
