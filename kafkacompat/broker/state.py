@@ -34,16 +34,31 @@ if TYPE_CHECKING:
     from kafkacompat.log.manager import LogManager
     from kafkacompat.log.partition_log import PartitionLog
 
-__all__ = ["INTERNAL_TOPICS", "MAX_PARTITIONS_PER_TOPIC", "BrokerState"]
+__all__ = [
+    "CLUSTER_METADATA_TOPIC",
+    "INTERNAL_TOPICS",
+    "MAX_PARTITIONS_PER_TOPIC",
+    "BrokerState",
+    "check_partition_limit",
+    "is_internal_topic",
+]
 
 log = logging.getLogger("kafkacompat.broker")
 
 OFFSETS_TOPIC = "__consumer_offsets"
 TRANSACTION_TOPIC = "__transaction_state"
 INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_TOPIC})
+# The KRaft metadata log's name: never a topic clients may create (Kafka's controller refuses it).
+CLUSTER_METADATA_TOPIC = "__cluster_metadata"
 # Each partition holds a directory and three open files. Kafka sets no limit, but a 30-byte request must
 # not make this broker create millions of files; a request above this gets INVALID_PARTITIONS.
 MAX_PARTITIONS_PER_TOPIC = 10_000
+
+
+def is_internal_topic(name: str) -> bool:
+    """Whether a topic is internal. As in Kafka, the name decides, not how the topic came to exist: a
+    `__consumer_offsets` made with CreateTopics is as internal as the one the coordinator makes."""
+    return name in INTERNAL_TOPICS
 
 
 def check_partition_limit(partitions: int) -> None:

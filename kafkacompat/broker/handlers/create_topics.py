@@ -1,7 +1,9 @@
 """CreateTopics (key 19), versions 0-7.
 
 Behaviour: each topic is checked as Kafka's controller checks it, in this order: a name given twice in
-one request -> INVALID_REQUEST for every copy; illegal name -> INVALID_TOPIC_EXCEPTION; existing ->
+one request -> INVALID_REQUEST for every copy; `__cluster_metadata` (KRaft's metadata log) -> INVALID_REQUEST,
+as Kafka 3.9's controller answers (`__consumer_offsets` and `__transaction_state` may be created, and are
+internal by name however they were made); illegal name -> INVALID_TOPIC_EXCEPTION; existing ->
 TOPIC_ALREADY_EXISTS; explicit assignments together with a partition count or replication factor ->
 INVALID_REQUEST; partition count 0 or below -1 -> INVALID_PARTITIONS; replication factor 0 or below -1
 -> INVALID_REPLICATION_FACTOR, above 1 -> INVALID_REPLICATION_FACTOR (one broker); an assignment naming
@@ -18,6 +20,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from kafkacompat.broker.admin_support import topic_config_entries
+from kafkacompat.broker.state import CLUSTER_METADATA_TOPIC
 from kafkacompat.wire._generated.create_topics_response import CreateTopicsResponse
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
@@ -63,6 +66,10 @@ async def _create_one(
     from kafkacompat.replication.metadata import validate_topic_name
 
     name = wanted.name
+    if name == CLUSTER_METADATA_TOPIC:
+        raise KafkaError(
+            ErrorCode.INVALID_REQUEST, f"Creation of internal topic {CLUSTER_METADATA_TOPIC} is prohibited."
+        )
     validate_topic_name(name)
     if name in broker.metadata:
         raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from kafkacompat.broker.state import INTERNAL_TOPICS
+from kafkacompat.broker.state import is_internal_topic
 from kafkacompat.wire._generated.delete_records_response import DeleteRecordsResponse
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
@@ -49,7 +49,7 @@ async def handle(ctx: RequestContext, request: Any) -> DeleteRecordsResponse:
             try:
                 if topic is None or not 0 <= wanted.partition_index < topic.partitions:
                     raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-                if name in INTERNAL_TOPICS or topic.internal:
+                if is_internal_topic(name):
                     raise KafkaError(
                         ErrorCode.INVALID_TOPIC_EXCEPTION, f"Cannot delete records of internal topic {name}"
                     )

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kafkacompat.broker.admin_support import ALL_TOPIC_OPERATIONS
+from kafkacompat.broker.state import is_internal_topic
 from kafkacompat.wire._generated.describe_topic_partitions_response import DescribeTopicPartitionsResponse
 from kafkacompat.wire.errors import ErrorCode
 from kafkacompat.wire.primitives import ZERO_UUID
@@ -98,7 +99,7 @@ async def handle(ctx: RequestContext, request: Any) -> DescribeTopicPartitionsRe
                 error_code=ErrorCode.NONE,
                 name=name,
                 topic_id=topic.topic_id,
-                is_internal=topic.internal,
+                is_internal=is_internal_topic(name),
                 partitions=partitions,
                 topic_authorized_operations=ALL_TOPIC_OPERATIONS,
             )

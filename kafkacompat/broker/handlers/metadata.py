@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kafkacompat.broker.state import INTERNAL_TOPICS
+from kafkacompat.broker.state import is_internal_topic
 from kafkacompat.replication.metadata import validate_topic_name
 from kafkacompat.wire._generated.metadata_response import MetadataResponse
 from kafkacompat.wire.errors import ErrorCode, KafkaError
@@ -53,7 +53,7 @@ def describe_topic(broker: BrokerState, topic: TopicInfo) -> Any:
         error_code=ErrorCode.NONE,
         name=topic.name,
         topic_id=topic.topic_id,
-        is_internal=topic.internal,
+        is_internal=is_internal_topic(topic.name),
         partitions=partitions,
     )
 
@@ -109,4 +109,4 @@ async def _one_topic(broker: BrokerState, version: int, wanted: Any, auto_create
     except KafkaError as exc:
         if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
             return Topic(error_code=exc.code, name=name)
-    return Topic(error_code=ErrorCode.LEADER_NOT_AVAILABLE, name=name, is_internal=name in INTERNAL_TOPICS)
+    return Topic(error_code=ErrorCode.LEADER_NOT_AVAILABLE, name=name, is_internal=is_internal_topic(name))

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from kafkacompat.broker.errors import CloseConnection
+from kafkacompat.broker.state import is_internal_topic
 from kafkacompat.wire._generated.produce_response import ProduceResponse
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
@@ -85,7 +86,7 @@ async def handle(ctx: RequestContext, request: Any) -> ProduceResponse | None:
 async def _append(broker: BrokerState, topic: TopicInfo | None, data: Any, acks: int) -> Any:
     if topic is None or not 0 <= data.index < topic.partitions:
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_PARTITION)
-    if topic.internal:
+    if is_internal_topic(topic.name):
         raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"Cannot append to internal topic {topic.name}")
     partition_log = broker.partition_log(topic.name, data.index)
     if partition_log is None:
