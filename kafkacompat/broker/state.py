@@ -248,7 +248,11 @@ class BrokerState:
             log.info("retention removed %d segment(s)", deleted)
 
     async def delete_expired_files(self) -> None:
-        self.logs.run_pending_deletes(self.now_ms())
+        # Deciding what is due happens here, on the thread that owns the logs; closing and unlinking
+        # (slow for big segments) happens in a worker, so the event loop never waits on the disk.
+        due = self.logs.take_due_deletes(self.now_ms())
+        if len(due):
+            await trio.to_thread.run_sync(due.remove)
 
     async def write_checkpoints(self) -> None:
         # The offsets are read here, on the trio thread that owns the manager's table of logs; the

@@ -20,8 +20,9 @@ New partitions go to the log dir holding the fewest partitions (Kafka's rule). T
 stored here (they belong to the cluster metadata): `startup()` and `create_log()` take them.
 
 Single-threaded, like PartitionLog, except for the blocking calls the broker runs in worker threads:
-`PartitionLog.flush()` and `write_checkpoints()` (which writes a snapshot `checkpoint_offsets()` took
-on the owner thread, so it never iterates the table of logs while that thread changes it).
+`PartitionLog.flush()`; `DueDeletes.remove()` (files `take_due_deletes()` took off every list first);
+and `write_checkpoints()` (which writes a snapshot `checkpoint_offsets()` took on the owner thread, so
+it never iterates the table of logs while that thread changes it).
 """
 
 from __future__ import annotations
@@ -49,9 +50,10 @@ from kafkacompat.log.checkpoints import (
 )
 from kafkacompat.log.config import LogConfig
 from kafkacompat.log.partition_log import PartitionLog, parse_partition_dir_name
+from kafkacompat.log.segment import LogSegment
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
-__all__ = ["LogManager"]
+__all__ = ["DueDeletes", "LogManager"]
 
 
 _CHECKPOINT_FILES = (RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT)
@@ -61,6 +63,37 @@ CheckpointOffsets = dict[str, dict[str, dict[tuple[str, int], int]]]
 log = logging.getLogger("kafkacompat.log")
 
 TopicPartition = tuple[str, int]
+
+
+class DueDeletes:
+    """Files whose file.delete.delay.ms has passed, already taken off the manager's and the logs' pending
+    lists by `LogManager.take_due_deletes`. Nothing else refers to them, so `remove()` (close, unlink,
+    rmtree: blocking, slow for big files) may run in a worker thread while the owner thread goes on."""
+
+    def __init__(
+        self,
+        segments: list[tuple[PartitionLog, list[LogSegment]]],
+        deleted_logs: list[tuple[str, PartitionLog | None]],
+    ) -> None:
+        self.segments = segments
+        self.deleted_logs = deleted_logs
+
+    def __len__(self) -> int:
+        return sum(len(s) for _, s in self.segments) + len(self.deleted_logs)
+
+    def remove(self) -> int:
+        """Close and remove everything; returns how many segments and partition dirs that was. A disk
+        error takes only the affected log offline (as any storage error does)."""
+        for path, partition_log in self.deleted_logs:
+            if partition_log is not None:
+                partition_log.close(clean=False)
+            shutil.rmtree(path, ignore_errors=True)
+        for partition_log, segments in self.segments:
+            try:
+                partition_log.remove_segment_files(segments)
+            except KafkaError as exc:
+                log.error("delayed delete failed for %s: %s", partition_log.name, exc)
+        return len(self)
 
 
 class LogManager:
@@ -269,15 +302,6 @@ class LogManager:
         self._deleted_logs.append((now_ms + delay, doomed, partition_log))
         return True
 
-    def _remove_deleted_logs(self, now_ms: int | None) -> int:
-        due = [d for d in self._deleted_logs if now_ms is None or d[0] <= now_ms]
-        self._deleted_logs = [d for d in self._deleted_logs if d not in due]
-        for _, path, partition_log in due:
-            if partition_log is not None:
-                partition_log.close(clean=False)
-            shutil.rmtree(path, ignore_errors=True)
-        return len(due)
-
     def all_logs(self) -> Iterator[tuple[TopicPartition, PartitionLog]]:
         return iter(list(self.logs.items()))
 
@@ -305,15 +329,21 @@ class LogManager:
 
     def run_pending_deletes(self, now_ms: int) -> int:
         """Remove deleted segments and deleted partition dirs whose delay has passed; returns how many."""
-        removed = self._remove_deleted_logs(now_ms)
-        for partition_log in list(self.logs.values()):
-            if partition_log.offline:
-                continue
-            try:
-                removed += partition_log.run_pending_deletes(now_ms)
-            except KafkaError as exc:
-                log.error("delayed delete failed for %s: %s", partition_log.name, exc)
-        return removed
+        return self.take_due_deletes(now_ms).remove()
+
+    def take_due_deletes(self, now_ms: int) -> DueDeletes:
+        """Decide what `run_pending_deletes` would remove and take it off every pending list (owner
+        thread); the returned `DueDeletes.remove()` does the closing and unlinking, in any thread."""
+        due_logs = [d for d in self._deleted_logs if d[0] <= now_ms]
+        if due_logs:
+            self._deleted_logs = [d for d in self._deleted_logs if d[0] > now_ms]
+        due_segments = []
+        for partition_log in self.logs.values():
+            if not partition_log.offline:
+                segments = partition_log.take_due_deletes(now_ms)
+                if segments:
+                    due_segments.append((partition_log, segments))
+        return DueDeletes(due_segments, [(path, pl) for _, path, pl in due_logs])
 
     def checkpoint_offsets(self) -> CheckpointOffsets:
         """What the three offset checkpoints of every log dir must say now. Call it on the thread that owns
@@ -355,7 +385,8 @@ class LogManager:
         for tp in self.offline_partitions:
             failed_dirs.add(self._dir_of.get(tp))
         self.checkpoint()
-        self._remove_deleted_logs(None)
+        deleted_logs, self._deleted_logs = self._deleted_logs, []
+        DueDeletes([], [(path, pl) for _, path, pl in deleted_logs]).remove()  # no delay at shutdown
         for log_dir in self.log_dirs:
             if log_dir not in failed_dirs:
                 write_clean_shutdown(log_dir, broker_epoch)

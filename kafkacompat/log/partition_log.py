@@ -30,13 +30,16 @@ and a torn or corrupt tail cut off; later segments are then dropped. Missing or 
 rebuilt in either case. Damage is reported as one warning per partition.
 
 Deletion (retention, DeleteRecords, truncation) renames segment files with `.deleted` and closes and
-removes them only in `run_pending_deletes(now_ms)` after `file.delete.delay.ms`, so FileSlices handed
-out just before stay valid.
+removes them only after `file.delete.delay.ms`, so FileSlices handed out just before stay valid:
+`take_due_deletes(now_ms)` takes the due segments off the pending list and `remove_segment_files()`
+closes and unlinks them (`run_pending_deletes(now_ms)` does both).
 
 Threading: all methods must be called from one thread (the broker's trio thread), except `flush()`,
 which may run in a worker thread concurrently with appends and reads of the same log: it only fsyncs
-descriptors and advances `recovery_point`. Any OSError marks the log offline and surfaces as
-KafkaError(KAFKA_STORAGE_ERROR); an offline log refuses every later call with the same error.
+descriptors and advances `recovery_point`; and `remove_segment_files()`, which only touches segments
+`take_due_deletes()` already took out of the log (unlinking a big file can block for a while).
+Any OSError marks the log offline and surfaces as KafkaError(KAFKA_STORAGE_ERROR); an offline log
+refuses every later call with the same error.
 """
 
 from __future__ import annotations
@@ -824,12 +827,24 @@ class PartitionLog:
     @_storage_guard
     def run_pending_deletes(self, now_ms: int) -> int:
         """Close and remove `.deleted` segments whose delay has passed; returns how many were removed."""
-        due = [p for p in self._pending_deletes if p.deadline_ms <= now_ms]
+        due = self.take_due_deletes(now_ms)
+        if due:
+            self.remove_segment_files(due)
+        return len(due)
+
+    def take_due_deletes(self, now_ms: int) -> list[LogSegment]:
+        """The `.deleted` segments whose delay has passed, taken off the pending list (owner thread).
+        Nothing refers to them afterwards except the caller, who passes them to `remove_segment_files`."""
+        due = [p.segment for p in self._pending_deletes if p.deadline_ms <= now_ms]
         if due:
             self._pending_deletes = [p for p in self._pending_deletes if p.deadline_ms > now_ms]
-            for pending in due:
-                pending.segment.delete_files()
-        return len(due)
+        return due
+
+    @_storage_guard
+    def remove_segment_files(self, segments: list[LogSegment]) -> None:
+        """Close and unlink segments from `take_due_deletes`. May run in a worker thread."""
+        for segment in segments:
+            segment.delete_files()
 
     # --- flush -----------------------------------------------------------------------------------
 
