@@ -25,7 +25,8 @@ another part of the tree: `apply_topic_configs` and `add_partitions` belong on `
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -267,6 +268,42 @@ def broker_config_entries(broker: BrokerState, keys: Sequence[str] | None = None
             )
         )
     return entries
+
+
+async def answer_each_resource(
+    resources: Sequence[Any],
+    result_class: Callable[..., Any],
+    handle_one: Callable[[Any, Any], Awaitable[None]],
+    *,
+    refuse_duplicates: bool,
+    **result_fields: Callable[[], Any],
+) -> list[Any]:
+    """The per-resource loop of the config APIs (DescribeConfigs, AlterConfigs, IncrementalAlterConfigs).
+
+    One `result_class` per resource, naming it, error NONE; `handle_one(resource, result)` fills it in,
+    and a KafkaError it raises becomes that resource's error code and message. With `refuse_duplicates`
+    a resource named twice gets INVALID_REQUEST (Kafka's alter APIs). `result_fields` give further fields
+    as factories, so no two results share a mutable default.
+    """
+    counts = Counter((r.resource_type, r.resource_name) for r in resources)
+    results = []
+    for resource in resources:
+        result = result_class(
+            error_code=ErrorCode.NONE,
+            error_message=None,
+            resource_type=resource.resource_type,
+            resource_name=resource.resource_name,
+            **{name: make() for name, make in result_fields.items()},
+        )
+        results.append(result)
+        try:
+            if refuse_duplicates and counts[(resource.resource_type, resource.resource_name)] > 1:
+                raise KafkaError(ErrorCode.INVALID_REQUEST, "Duplicate resource in the request.")
+            await handle_one(resource, result)
+        except KafkaError as exc:
+            result.error_code = exc.code
+            result.error_message = exc.message
+    return results
 
 
 def parse_broker_resource(broker: BrokerState, resource_name: str | None) -> int | None:

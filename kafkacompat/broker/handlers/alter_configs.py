@@ -12,13 +12,13 @@ resource named twice gets INVALID_REQUEST for every copy; other resource types I
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from kafkacompat.broker.admin_support import (
     RESOURCE_BROKER,
     RESOURCE_NAMES,
     RESOURCE_TOPIC,
+    answer_each_resource,
     apply_topic_configs,
     parse_broker_resource,
     refuse_broker_changes,
@@ -38,39 +38,25 @@ Result = AlterConfigsResponse.AlterConfigsResourceResponse
 
 async def handle(ctx: RequestContext, request: Any) -> AlterConfigsResponse:
     broker = ctx.broker
-    counts = Counter((r.resource_type, r.resource_name) for r in request.resources)
-    results = []
-    for resource in request.resources:
-        result = Result(
-            error_code=ErrorCode.NONE,
-            error_message=None,
-            resource_type=resource.resource_type,
-            resource_name=resource.resource_name,
-        )
-        results.append(result)
-        try:
-            if counts[(resource.resource_type, resource.resource_name)] > 1:
-                raise KafkaError(ErrorCode.INVALID_REQUEST, "Duplicate resource in the request.")
-            nulls = [c.name for c in resource.configs if c.value is None]
-            if nulls:
-                raise KafkaError(
-                    ErrorCode.INVALID_REQUEST, f"Null value not supported for : {','.join(nulls)}"
-                )
-            configs = {c.name: c.value for c in resource.configs}
-            if resource.resource_type == RESOURCE_TOPIC:
-                await apply_topic_configs(
-                    broker, resource.resource_name, configs, validate_only=bool(request.validate_only)
-                )
-            elif resource.resource_type == RESOURCE_BROKER:
-                parse_broker_resource(broker, resource.resource_name)
-                refuse_broker_changes(configs)
-            else:
-                kind = RESOURCE_NAMES.get(resource.resource_type, str(resource.resource_type))
-                raise KafkaError(
-                    ErrorCode.INVALID_REQUEST,
-                    f"AlterConfigs is only supported for topics and brokers, but resource type is {kind}",
-                )
-        except KafkaError as exc:
-            result.error_code = exc.code
-            result.error_message = exc.message
+
+    async def alter(resource: Any, _result: Any) -> None:
+        nulls = [c.name for c in resource.configs if c.value is None]
+        if nulls:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Null value not supported for : {','.join(nulls)}")
+        configs = {c.name: c.value for c in resource.configs}
+        if resource.resource_type == RESOURCE_TOPIC:
+            await apply_topic_configs(
+                broker, resource.resource_name, configs, validate_only=bool(request.validate_only)
+            )
+        elif resource.resource_type == RESOURCE_BROKER:
+            parse_broker_resource(broker, resource.resource_name)
+            refuse_broker_changes(configs)
+        else:
+            kind = RESOURCE_NAMES.get(resource.resource_type, str(resource.resource_type))
+            raise KafkaError(
+                ErrorCode.INVALID_REQUEST,
+                f"AlterConfigs is only supported for topics and brokers, but resource type is {kind}",
+            )
+
+    results = await answer_each_resource(request.resources, Result, alter, refuse_duplicates=True)
     return AlterConfigsResponse(responses=results)

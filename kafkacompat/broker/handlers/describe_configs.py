@@ -26,6 +26,7 @@ from kafkacompat.broker.admin_support import (
     SOURCE_DEFAULT,
     SOURCE_DYNAMIC_BROKER_LOGGER,
     ConfigEntry,
+    answer_each_resource,
     broker_config_entries,
     describe_loggers,
     parse_broker_resource,
@@ -69,39 +70,30 @@ def _entry(config: ConfigEntry, include_synonyms: bool) -> Any:
 async def handle(ctx: RequestContext, request: Any) -> DescribeConfigsResponse:
     broker = ctx.broker
     include_synonyms = ctx.api_version >= 1 and bool(request.include_synonyms)
-    results = []
-    for resource in request.resources:
-        result = Result(
-            error_code=ErrorCode.NONE,
-            error_message=None,
-            resource_type=resource.resource_type,
-            resource_name=resource.resource_name,
-            configs=[],
-        )
-        results.append(result)
+
+    async def describe(resource: Any, result: Any) -> None:
         keys = resource.configuration_keys
-        try:
-            if resource.resource_type == RESOURCE_TOPIC:
-                topic = require_topic(broker, resource.resource_name)
-                entries = topic_config_entries(broker, topic, keys)
-            elif resource.resource_type == RESOURCE_BROKER:
-                node_id = parse_broker_resource(broker, resource.resource_name)
-                entries = [] if node_id is None else broker_config_entries(broker, keys)
-            elif resource.resource_type == RESOURCE_BROKER_LOGGER:
-                if parse_broker_resource(broker, resource.resource_name) is None:
-                    raise KafkaError(ErrorCode.INVALID_REQUEST, "Broker loggers are described by broker id")
-                entries = [
-                    ConfigEntry(
-                        name, level, SOURCE_DYNAMIC_BROKER_LOGGER, [], CONFIG_TYPE_STRING, read_only=False
-                    )
-                    for name, level in describe_loggers(keys)
-                ]
-            else:
-                kind = RESOURCE_NAMES.get(resource.resource_type, str(resource.resource_type))
-                raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type: {kind}")
-        except KafkaError as exc:
-            result.error_code = exc.code
-            result.error_message = exc.message
-            continue
+        if resource.resource_type == RESOURCE_TOPIC:
+            topic = require_topic(broker, resource.resource_name)
+            entries = topic_config_entries(broker, topic, keys)
+        elif resource.resource_type == RESOURCE_BROKER:
+            node_id = parse_broker_resource(broker, resource.resource_name)
+            entries = [] if node_id is None else broker_config_entries(broker, keys)
+        elif resource.resource_type == RESOURCE_BROKER_LOGGER:
+            if parse_broker_resource(broker, resource.resource_name) is None:
+                raise KafkaError(ErrorCode.INVALID_REQUEST, "Broker loggers are described by broker id")
+            entries = [
+                ConfigEntry(
+                    name, level, SOURCE_DYNAMIC_BROKER_LOGGER, [], CONFIG_TYPE_STRING, read_only=False
+                )
+                for name, level in describe_loggers(keys)
+            ]
+        else:
+            kind = RESOURCE_NAMES.get(resource.resource_type, str(resource.resource_type))
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type: {kind}")
         result.configs = [_entry(entry, include_synonyms) for entry in entries]
+
+    results = await answer_each_resource(
+        request.resources, Result, describe, refuse_duplicates=False, configs=list
+    )
     return DescribeConfigsResponse(results=results)

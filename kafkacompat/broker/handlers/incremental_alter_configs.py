@@ -26,6 +26,7 @@ from kafkacompat.broker.admin_support import (
     RESOURCE_BROKER_LOGGER,
     RESOURCE_NAMES,
     RESOURCE_TOPIC,
+    answer_each_resource,
     apply_topic_configs,
     parse_broker_resource,
     refuse_broker_changes,
@@ -94,47 +95,35 @@ def new_topic_overrides(broker: BrokerState, name: str, operations: list[Any]) -
 
 async def handle(ctx: RequestContext, request: Any) -> IncrementalAlterConfigsResponse:
     broker = ctx.broker
-    counts = Counter((r.resource_type, r.resource_name) for r in request.resources)
-    results = []
-    for resource in request.resources:
-        result = Result(
-            error_code=ErrorCode.NONE,
-            error_message=None,
-            resource_type=resource.resource_type,
-            resource_name=resource.resource_name,
-        )
-        results.append(result)
-        try:
-            if counts[(resource.resource_type, resource.resource_name)] > 1:
-                raise KafkaError(ErrorCode.INVALID_REQUEST, "Duplicate resource in the request.")
-            keys = Counter(c.name for c in resource.configs)
-            duplicates = sorted(k for k, n in keys.items() if n > 1)
-            if duplicates:
-                raise KafkaError(
-                    ErrorCode.INVALID_REQUEST, f"Error due to duplicate config keys: {', '.join(duplicates)}"
-                )
-            if resource.resource_type == RESOURCE_TOPIC:
-                name = resource.resource_name
-                await apply_topic_configs(
-                    broker,
-                    name,
-                    functools.partial(new_topic_overrides, broker, name, resource.configs),
-                    validate_only=bool(request.validate_only),
-                )
-            elif resource.resource_type == RESOURCE_BROKER:
-                parse_broker_resource(broker, resource.resource_name)
-                refuse_broker_changes(c.name for c in resource.configs)
-            elif resource.resource_type == RESOURCE_BROKER_LOGGER:
-                if parse_broker_resource(broker, resource.resource_name) is None:
-                    raise KafkaError(ErrorCode.INVALID_REQUEST, "Broker loggers are changed by broker id")
-                set_logger_levels(
-                    [(c.name, c.config_operation, c.value) for c in resource.configs],
-                    validate_only=bool(request.validate_only),
-                )
-            else:
-                kind = RESOURCE_NAMES.get(resource.resource_type, str(resource.resource_type))
-                raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type: {kind}")
-        except KafkaError as exc:
-            result.error_code = exc.code
-            result.error_message = exc.message
+
+    async def alter(resource: Any, _result: Any) -> None:
+        keys = Counter(c.name for c in resource.configs)
+        duplicates = sorted(k for k, n in keys.items() if n > 1)
+        if duplicates:
+            raise KafkaError(
+                ErrorCode.INVALID_REQUEST, f"Error due to duplicate config keys: {', '.join(duplicates)}"
+            )
+        if resource.resource_type == RESOURCE_TOPIC:
+            name = resource.resource_name
+            await apply_topic_configs(
+                broker,
+                name,
+                functools.partial(new_topic_overrides, broker, name, resource.configs),
+                validate_only=bool(request.validate_only),
+            )
+        elif resource.resource_type == RESOURCE_BROKER:
+            parse_broker_resource(broker, resource.resource_name)
+            refuse_broker_changes(c.name for c in resource.configs)
+        elif resource.resource_type == RESOURCE_BROKER_LOGGER:
+            if parse_broker_resource(broker, resource.resource_name) is None:
+                raise KafkaError(ErrorCode.INVALID_REQUEST, "Broker loggers are changed by broker id")
+            set_logger_levels(
+                [(c.name, c.config_operation, c.value) for c in resource.configs],
+                validate_only=bool(request.validate_only),
+            )
+        else:
+            kind = RESOURCE_NAMES.get(resource.resource_type, str(resource.resource_type))
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type: {kind}")
+
+    results = await answer_each_resource(request.resources, Result, alter, refuse_duplicates=True)
     return IncrementalAlterConfigsResponse(responses=results)
