@@ -15,17 +15,15 @@ for topic T." Entities: `--entity-type topics|brokers --entity-name NAME`, or th
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from kafkacompat.client import (
-    ClientError,
     CommandError,
     KafkaClient,
     add_bootstrap_argument,
     error_name,
-    silence_stdout,
 )
+from kafkacompat.commands._runner import reporting_errors
 from kafkacompat.wire.messages import request_class
 
 HELP = "describe and alter topic and broker configs, like kafka-configs.sh"
@@ -67,20 +65,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        entity_type, entity_name = _entity(args)
+    def configure() -> None:
+        entity_type, entity_name = _entity(args)  # before connecting: a bad entity needs no broker
         with KafkaClient(args.bootstrap_server, timeout=args.timeout) as client:
-            if args.action == "describe":
-                _describe(client, args, entity_type, entity_name)
-            else:
-                _alter(client, args, entity_type, entity_name)
-    except BrokenPipeError:
-        silence_stdout()
-        return 0
-    except (ClientError, CommandError) as exc:
-        print(f"Error while executing config command : {exc}", file=sys.stderr)
-        return 1
-    return 0
+            action = _describe if args.action == "describe" else _alter
+            action(client, args, entity_type, entity_name)
+
+    return reporting_errors(configure, "Error while executing config command : ")
 
 
 def _entity(args: argparse.Namespace) -> tuple[str, str | None]:

@@ -20,19 +20,17 @@ from __future__ import annotations
 import argparse
 import datetime
 import struct
-import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from kafkacompat.client import (
-    ClientError,
     CommandError,
     KafkaClient,
     add_bootstrap_argument,
     error_name,
-    silence_stdout,
 )
+from kafkacompat.commands._runner import with_client
 from kafkacompat.wire.messages import request_class
 
 HELP = "list, describe, reset offsets of and delete consumer groups, like kafka-consumer-groups.sh"
@@ -82,16 +80,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        with KafkaClient(args.bootstrap_server, timeout=args.timeout) as client:
-            ACTIONS[args.action](client, args)
-    except BrokenPipeError:
-        silence_stdout()
-        return 0
-    except (ClientError, CommandError) as exc:
-        print(f"Error: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    return with_client(args, lambda client: ACTIONS[args.action](client, args), "Error: ")
 
 
 # --- requests ----------------------------------------------------------------------------------------

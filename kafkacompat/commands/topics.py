@@ -13,18 +13,16 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 from typing import Any
 
 from kafkacompat.client import (
-    ClientError,
     CommandError,
     KafkaClient,
     add_bootstrap_argument,
     error_name,
-    silence_stdout,
     uuid_to_kafka_string,
 )
+from kafkacompat.commands._runner import with_client
 from kafkacompat.wire.messages import request_class
 
 HELP = "create, list, describe, alter (add partitions) and delete topics, like kafka-topics.sh"
@@ -54,16 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        with KafkaClient(args.bootstrap_server, timeout=args.timeout) as client:
-            ACTIONS[args.action](client, args)
-    except BrokenPipeError:
-        silence_stdout()
-        return 0
-    except (ClientError, CommandError) as exc:
-        print(f"Error while executing topic command : {exc}", file=sys.stderr)
-        return 1
-    return 0
+    return with_client(
+        args, lambda client: ACTIONS[args.action](client, args), "Error while executing topic command : "
+    )
 
 
 def _fail(code: int, message: str | None) -> CommandError:
