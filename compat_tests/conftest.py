@@ -1,7 +1,10 @@
 """Real clients against a running broker.
 
 By default the session starts one kafkacompat broker in-process (kafkacompat.testing) on a free port
-with its data in a temp dir. `--bootstrap HOST:PORT` points the whole suite at any other broker (a real
+with its data in a temp dir, with `COMPAT_OVERRIDES`: group.initial.rebalance.delay.ms=0 (a group's first
+rebalance completes as soon as its members have joined, instead of waiting three seconds) and a small
+__consumer_offsets, so group tests take milliseconds per rebalance; every assertion must hold against a
+stock Kafka too. `--bootstrap HOST:PORT` points the whole suite at any other broker (a real
 Kafka, for comparison); tests marked `restarts_broker` need a broker the suite owns and are skipped then.
 Every test uses its own topic names, so tests do not see each other's data.
 """
@@ -19,6 +22,8 @@ import pytest
 
 from compat_tests.clients import create_topic
 from kafkacompat.testing import InProcessBroker
+
+COMPAT_OVERRIDES = ["group.initial.rebalance.delay.ms=0", "offsets.topic.num.partitions=5"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -46,7 +51,7 @@ def bootstrap(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
     if external:
         yield external
         return
-    broker = InProcessBroker(tmp_path_factory.mktemp("broker") / "data").start()
+    broker = InProcessBroker(tmp_path_factory.mktemp("broker") / "data", COMPAT_OVERRIDES).start()
     try:
         yield broker.bootstrap
     finally:

@@ -2,7 +2,7 @@
 
 Two kinds of groups: an active consumer group (one confluent-kafka member, Stable) and an inactive one
 that only holds committed offsets (committed without joining, as tools and "simple" consumers do, so
-it is Empty). Uses this module's own broker (fast rebalances) unless `--bootstrap` is given.
+it is Empty). Uses the suite's broker (conftest: fast rebalances) unless `--bootstrap` is given.
 """
 
 from __future__ import annotations
@@ -17,22 +17,6 @@ from typing import Any
 import pytest
 
 from compat_tests.clients import run_async
-from kafkacompat.testing import InProcessBroker
-
-GROUP_OVERRIDES = ["group.initial.rebalance.delay.ms=0", "offsets.topic.num.partitions=5"]
-
-
-@pytest.fixture(scope="module")
-def bootstrap(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    external = request.config.getoption("--bootstrap")
-    if external:
-        yield external
-        return
-    broker = InProcessBroker(tmp_path_factory.mktemp("groups-admin") / "data", GROUP_OVERRIDES).start()
-    try:
-        yield broker.bootstrap
-    finally:
-        broker.stop()
 
 
 def _name(prefix: str) -> str:

@@ -1,6 +1,6 @@
 """Consumer groups with real clients: assignment, rebalances, session expiry, commits, static members.
 
-Runs against a broker of this module's own (group.initial.rebalance.delay.ms=0 and a small
+Runs against the suite's broker (conftest: group.initial.rebalance.delay.ms=0 and a small
 __consumer_offsets, so rebalances take milliseconds) or against `--bootstrap` (e.g. a real Kafka, where
 the same assertions must hold, only slower). Session timeouts stay at Kafka's minimum (6000 ms) so the
 tests also pass against a stock Kafka.
@@ -15,31 +15,15 @@ import textwrap
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from compat_tests.clients import run_async
-from kafkacompat.testing import InProcessBroker
 
-GROUP_OVERRIDES = ["group.initial.rebalance.delay.ms=0", "offsets.topic.num.partitions=5"]
 SESSION_MS = 6000
-
-
-@pytest.fixture(scope="module")
-def bootstrap(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """This module's broker (fast rebalances), unless --bootstrap names one."""
-    external = request.config.getoption("--bootstrap")
-    if external:
-        yield external
-        return
-    broker = InProcessBroker(tmp_path_factory.mktemp("groups") / "data", GROUP_OVERRIDES).start()
-    try:
-        yield broker.bootstrap
-    finally:
-        broker.stop()
 
 
 @pytest.fixture
