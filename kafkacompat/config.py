@@ -15,6 +15,7 @@ topic names, e.g. `log.retention.ms` -> `retention.ms`), exactly as Kafka derive
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -120,12 +121,21 @@ def one_of(*choices: str, case_insensitive: bool = False) -> Callable[[Any], Non
 
 @dataclass(frozen=True, slots=True)
 class Option:
-    """One broker setting: its Kafka name, value type, default (None = unset/null) and range check."""
+    """One broker setting: its Kafka name, value type, default (None = unset/null), range check, and
+    `effect`: whether this broker acts on it (HONOURED) or only accepts and validates it (see below)."""
 
     name: str
     type: str
     default: Any
     check: Callable[[Any], None] | None = None
+    effect: str = "honoured"
+
+
+# What a setting does here (README's config table shows it). Every key Kafka's brokers take is accepted
+# and validated, so existing server.properties files load; not every one changes anything.
+HONOURED = "honoured"
+NO_EFFECT_SINGLE_NODE = "accepted (no effect on a single node)"
+NOT_IMPLEMENTED = "accepted (not implemented)"
 
 
 COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
@@ -250,10 +260,74 @@ BROKER_OPTIONS: tuple[Option, ...] = (
     _O("num.replica.fetchers", "int", 1),
     _O("replica.high.watermark.checkpoint.interval.ms", "long", 5000),
 )
+# Settings accepted but not acted on; every other option is HONOURED (a test checks that each honoured one
+# is read outside this module, directly or through a BrokerConfig property or the topic config it sets).
+_NO_EFFECT_SINGLE_NODE = frozenset(
+    {
+        "inter.broker.listener.name",
+        "controller.quorum.voters",
+        "controller.quorum.bootstrap.servers",
+        "process.roles",
+        "auto.leader.rebalance.enable",
+        "unclean.leader.election.enable",
+        "offsets.topic.replication.factor",
+        "transaction.state.log.replication.factor",
+        "transaction.state.log.min.isr",
+        "replica.lag.time.max.ms",
+        "replica.fetch.max.bytes",
+        "replica.fetch.min.bytes",
+        "replica.fetch.wait.max.ms",
+        "replica.fetch.backoff.ms",
+        "replica.fetch.response.max.bytes",
+        "replica.socket.timeout.ms",
+        "num.replica.fetchers",
+    }
+)
+_NOT_IMPLEMENTED = frozenset(
+    {
+        "zookeeper.connect",
+        "zookeeper.session.timeout.ms",
+        "zookeeper.connection.timeout.ms",
+        "num.network.threads",  # one trio event loop serves every connection
+        "num.io.threads",
+        "queued.max.requests",
+        "num.recovery.threads.per.data.dir",
+        "fetch.purgatory.purge.interval.requests",
+        "producer.purgatory.purge.interval.requests",
+        "log.cleaner.threads",
+        "log.cleaner.dedupe.buffer.size",
+        "log.cleaner.io.buffer.size",
+        "log.cleaner.min.cleanable.ratio",
+        "log.cleaner.max.compaction.lag.ms",
+        "log.preallocate",
+        "log.message.downconversion.enable",
+        "log.message.format.version",
+        "producer.id.expiration.ms",
+        "producer.id.expiration.check.interval.ms",
+        "transactional.id.expiration.ms",
+        "transaction.max.timeout.ms",
+        "transaction.state.log.segment.bytes",
+        "offsets.topic.compression.codec",
+        "offsets.commit.timeout.ms",
+        "replica.high.watermark.checkpoint.interval.ms",
+    }
+)
+BROKER_OPTIONS = tuple(
+    dataclasses.replace(
+        option,
+        effect=NO_EFFECT_SINGLE_NODE
+        if option.name in _NO_EFFECT_SINGLE_NODE
+        else NOT_IMPLEMENTED
+        if option.name in _NOT_IMPLEMENTED
+        else HONOURED,
+    )
+    for option in BROKER_OPTIONS
+)
 OPTIONS_BY_NAME: dict[str, Option] = {option.name: option for option in BROKER_OPTIONS}
 
 # broker setting -> topic-level config it provides the default for (Kafka's LogConfig mapping).
-# retention.ms, segment.ms, segment.jitter.ms and flush.ms are derived (see BrokerConfig.topic_defaults).
+# retention.ms, segment.ms, segment.jitter.ms and flush.ms are derived (see BrokerConfig.topic_defaults
+# and DERIVED_TOPIC_DEFAULTS).
 TOPIC_CONFIG_SOURCES: dict[str, str] = {
     "segment.bytes": "log.segment.bytes",
     "segment.index.bytes": "log.index.size.max.bytes",
@@ -276,6 +350,19 @@ TOPIC_CONFIG_SOURCES: dict[str, str] = {
     "message.timestamp.before.max.ms": "log.message.timestamp.before.max.ms",
     "message.timestamp.after.max.ms": "log.message.timestamp.after.max.ms",
     "message.downconversion.enable": "log.message.downconversion.enable",
+}
+
+# broker setting -> the derived topic-level config it feeds (BrokerConfig.topic_defaults resolves them).
+DERIVED_TOPIC_DEFAULTS: dict[str, str] = {
+    "log.retention.ms": "retention.ms",
+    "log.retention.minutes": "retention.ms",
+    "log.retention.hours": "retention.ms",
+    "log.roll.ms": "segment.ms",
+    "log.roll.hours": "segment.ms",
+    "log.roll.jitter.ms": "segment.jitter.ms",
+    "log.roll.jitter.hours": "segment.jitter.ms",
+    "log.flush.interval.ms": "flush.ms",
+    "log.flush.scheduler.interval.ms": "flush.ms",
 }
 
 
