@@ -31,3 +31,30 @@ def test_missing_markers_are_an_error():
     tool = _tool()
     with pytest.raises(SystemExit):
         tool.replace_table("# no markers here\n", "| table |")
+
+
+def test_readme_config_table_lists_every_option_with_its_effect():
+    from kafkacompat.config import BROKER_OPTIONS
+
+    tool = _tool()
+    readme = (ROOT / "README.md").read_text()
+    regenerated = tool.replace_config_table(readme, tool.render_config_table())
+    assert regenerated == readme, "run tools/gen_api_table.py"
+    body = readme.split(tool.CONFIG_START, 1)[1].split(tool.CONFIG_END, 1)[0]
+    rows = [line.split(" | ") for line in body.splitlines() if line.startswith("| `")]
+    listed = [(cells[0].removeprefix("| `").removesuffix("`"), cells[3].removesuffix(" |")) for cells in rows]
+    assert listed == [(option.name, option.effect) for option in BROKER_OPTIONS]
+
+
+def test_check_covers_both_tables(tmp_path, monkeypatch):
+    tool = _tool()
+    readme = (ROOT / "README.md").read_text()
+    copy = tmp_path / "README.md"
+    monkeypatch.setattr(tool, "README", copy)
+    copy.write_text(readme)
+    assert tool.main(["--check"]) == 0
+    for start, end in ((tool.START, tool.END), (tool.CONFIG_START, tool.CONFIG_END)):
+        stale = tool.replace_between(readme, start, end, "| stale |")
+        copy.write_text(stale)
+        assert tool.main(["--check"]) == 1
+        assert tool.main([]) == 0 and copy.read_text() == readme  # regenerating restores it
