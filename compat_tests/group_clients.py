@@ -69,6 +69,18 @@ class _KafkaPythonDriver:
             assert time.monotonic() < deadline, f"kafka-python never saw the partitions of {topic}"
             time.sleep(0.05)
         self.consumer.subscribe([topic], listener=Listener())
+        # kafka-python 3.0.12 works around: its group leader keeps a snapshot of the subscribed topics'
+        # metadata and rejoins when it changes. If the first join happens before the subscribed topic's
+        # metadata arrives, the leader assigns from an empty snapshot and rejoins as soon as the metadata
+        # comes; if poll() then times out while that JoinGroup/SyncGroup is in flight, the finished join
+        # is never applied (need_rejoin() already reads False) and the member stalls for good: no
+        # heartbeats, no fetches (see FINDINGS.md). Waiting for the snapshot before the first poll keeps
+        # that client-side rejoin (and the stall) out of the broker scenarios.
+        coordinator = getattr(self.consumer, "_coordinator", None)
+        if coordinator is not None and hasattr(coordinator, "_metadata_snapshot"):
+            deadline = time.monotonic() + 15
+            while topic not in (coordinator._metadata_snapshot or {}) and time.monotonic() < deadline:
+                time.sleep(0.02)
 
     def poll(self) -> list[Record]:
         return [
