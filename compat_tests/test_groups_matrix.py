@@ -3,10 +3,10 @@
 `test_groups_consumers.py` and `test_groups_restart.py` leave open (see `MISSING` below: a scenario
 already tested there for a client is not repeated here).
 
-Same broker set-up as test_groups_consumers.py: a module broker with group.initial.rebalance.delay.ms=0
-(or `--bootstrap`), session timeouts at Kafka's 6000 ms minimum. Waits are bounded polls on observed
-state (assignments, records, committed offsets) with generous limits; no fixed sleeps, except the
-quiet window that shows a static rejoin caused no rebalance.
+The suite's shared broker (conftest: group.initial.rebalance.delay.ms=0, or `--bootstrap`); session
+timeouts at Kafka's 6000 ms minimum; the broker-restart cells start a broker process of their own.
+Waits are bounded polls on observed state (assignments, records, committed offsets) with generous
+limits; no fixed sleeps, except the quiet window that shows a static rejoin caused no rebalance.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 
 from compat_tests.group_clients import SESSION_MS, Member, wait_for
-from kafkacompat.testing import BrokerProcess, InProcessBroker
+from kafkacompat.testing import BrokerProcess
 
-GROUP_OVERRIDES = ["group.initial.rebalance.delay.ms=0", "offsets.topic.num.partitions=5"]
+GROUP_OVERRIDES = ["group.initial.rebalance.delay.ms=0", "offsets.topic.num.partitions=4"]
 REPO = Path(__file__).resolve().parents[1]
 
 # Scenario -> clients still missing it (the others are covered in test_groups_consumers.py /
@@ -37,20 +37,6 @@ MISSING = {
     "static_rejoin": ["kafka-python", "confluent", "aiokafka"],  # confluent: the leader's rejoin is new
     "broker_restart": ["kafka-python", "aiokafka"],
 }
-
-
-@pytest.fixture(scope="module")
-def bootstrap(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """This module's broker (fast rebalances), unless --bootstrap names one."""
-    external = request.config.getoption("--bootstrap")
-    if external:
-        yield external
-        return
-    broker = InProcessBroker(tmp_path_factory.mktemp("groups-matrix") / "data", GROUP_OVERRIDES).start()
-    try:
-        yield broker.bootstrap
-    finally:
-        broker.stop()
 
 
 @pytest.fixture
@@ -257,9 +243,7 @@ def test_static_members_rejoin_in_turn_without_rebalance(
 
 @pytest.fixture
 def broker_process(tmp_path: Path) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(
-        tmp_path / "data", ["group.initial.rebalance.delay.ms=0", "offsets.topic.num.partitions=4"]
-    )
+    process = BrokerProcess(tmp_path / "data", GROUP_OVERRIDES)
     process.start()
     try:
         yield process
