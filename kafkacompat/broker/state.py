@@ -8,9 +8,10 @@ serialise on one trio lock and persist the table in a worker thread before retur
 never hears of a topic the broker would forget in a crash.
 
 All access happens on the trio thread; worker threads only run the blocking halves (fsync of logs,
-writes of the topic table and of checkpoints) of operations whose in-memory half already ran here.
-Removing deleted segment and partition files happens on the trio thread, because the log manager's
-tables may only change there (a rename now, unlinks after file.delete.delay.ms).
+writes of the topic table and of checkpoints, closing and unlinking deleted files) of operations whose
+in-memory half already ran here: the offsets a checkpoint writes and the files a delayed delete removes
+are decided here, because the log manager's tables may only change on this thread (deletion is a rename
+at once, the unlinks after file.delete.delay.ms).
 """
 
 from __future__ import annotations
