@@ -297,8 +297,6 @@ _NOT_IMPLEMENTED = frozenset(
         "log.cleaner.threads",
         "log.cleaner.dedupe.buffer.size",
         "log.cleaner.io.buffer.size",
-        "log.cleaner.min.cleanable.ratio",
-        "log.cleaner.max.compaction.lag.ms",
         "log.preallocate",
         "log.message.downconversion.enable",
         "log.message.format.version",

@@ -1,4 +1,4 @@
-"""Every broker option marked HONOURED is read by the broker; the others are only accepted.
+"""Every broker option marked HONOURED is read by the broker, and no other option is.
 
 "Read" means: the option's name is looked up outside kafkacompat/config.py; or a BrokerConfig property
 that resolves it (e.g. `listeners`, `log_dirs`, `retention_ms`) is used outside config.py; or it is
@@ -122,6 +122,12 @@ def how_read(name: str) -> str | None:
 @pytest.mark.parametrize("option", [o for o in BROKER_OPTIONS if o.effect == HONOURED], ids=lambda o: o.name)
 def test_honoured_option_is_read(option: config.Option) -> None:
     assert how_read(option.name) is not None, f"{option.name} is marked honoured but nothing reads it"
+
+
+@pytest.mark.parametrize("option", [o for o in BROKER_OPTIONS if o.effect != HONOURED], ids=lambda o: o.name)
+def test_option_marked_accepted_only_is_not_read(option: config.Option) -> None:
+    # the other way round: once something starts reading a setting, the table must say "honoured"
+    assert how_read(option.name) is None, f"{option.name} is read ({how_read(option.name)}): mark it honoured"
 
 
 def test_effects_are_the_three_kinds_and_name_real_options() -> None:
