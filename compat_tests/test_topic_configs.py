@@ -37,7 +37,12 @@ from kafkacompat.wire.records import CompressionCodec, RecordBatchView, Timestam
 
 FETCH = 1
 WAIT = 20.0
-CODECS = {"gzip": CompressionCodec.GZIP, "lz4": CompressionCodec.LZ4, "zstd": CompressionCodec.ZSTD}
+CODECS = {
+    "uncompressed": CompressionCodec.NONE,
+    "gzip": CompressionCodec.GZIP,
+    "lz4": CompressionCodec.LZ4,
+    "zstd": CompressionCodec.ZSTD,
+}
 
 
 def produce(bootstrap: str, topic: str, values: list[bytes], *, timestamp: int = 0, **config: Any) -> None:
@@ -73,8 +78,9 @@ def raw_batches(bootstrap: str, topic: str, start: int = 0) -> list[RecordBatchV
             data = client.send(FETCH, request, node_id=leader).responses[0].partitions[0]
             assert data.error_code == 0, data.error_code
             high = data.high_watermark
-            for batch in iter_batches(bytes(data.records or b"")):
+            for batch in iter_batches(bytes(data.records or b""), allow_partial_tail=True):
                 if batch.last_offset >= offset:
+                    batch.ensure_valid()  # rewritten offsets, codec and timestamps keep the CRC right
                     batches.append(batch)
                     offset = batch.last_offset + 1
     assert high is not None and offset >= high, f"fetched up to {offset}, high watermark {high}"
@@ -96,6 +102,7 @@ def values_for(topic: str, count: int) -> list[bytes]:
         ("gzip", "none", "gzip"),
         ("zstd", "lz4", "zstd"),
         ("producer", "lz4", "lz4"),
+        ("uncompressed", "zstd", "uncompressed"),
     ],
 )
 def test_compression_type(
@@ -117,6 +124,32 @@ def test_compression_type(
     assert [m.offset() for m in messages] == list(range(len(values)))
     records = kp_consume_all(bootstrap, topic, 0, len(values))
     assert [r.value for r in records] == values
+
+
+def test_altered_compression_type_applies_to_later_batches(
+    bootstrap: str, make_topic: Callable[..., str]
+) -> None:
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+
+    topic = make_topic()
+    first, second = values_for(topic + "-a", 30), values_for(topic + "-b", 30)
+    produce(bootstrap, topic, first, **{"compression.type": "none"})
+    resource = ConfigResource(
+        ConfigResource.Type.TOPIC,
+        topic,
+        incremental_configs=[
+            ConfigEntry("compression.type", "gzip", incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.incremental_alter_configs([resource])[resource].result(10)
+    produce(bootstrap, topic, second, **{"compression.type": "none"})
+
+    batches = raw_batches(bootstrap, topic)
+    codecs = {(b.base_offset < len(first), b.compression) for b in batches}
+    assert codecs == {(True, CompressionCodec.NONE), (False, CompressionCodec.GZIP)}
+    messages = ck_consume_all(bootstrap, topic, 0, len(first) + len(second))
+    assert [m.value() for m in messages] == first + second
 
 
 # --- message.timestamp.type -----------------------------------------------------------------------
