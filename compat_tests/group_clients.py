@@ -39,6 +39,30 @@ Record = tuple[int, int, bytes | None]  # partition, offset, value
 # --- drivers: one client each; called only from the member's thread -----------------------------------
 
 
+def kafka_python_subscribe(consumer: Any, topic: str, **subscribe_args: Any) -> None:
+    """Subscribe a kafka-python consumer to `topic` so that its first join already knows the topic.
+
+    kafka-python 3.0.12 joins without waiting for the metadata of what it subscribes to. Its group leader
+    keeps a snapshot of the subscribed topics' metadata and rejoins when it changes: if the first join
+    happens before the topic's metadata arrives, the leader assigns nothing (or from an empty snapshot)
+    and rejoins as soon as the metadata comes; if poll() then times out while that JoinGroup/SyncGroup is
+    in flight, the finished join is never applied (need_rejoin() already reads False) and the member
+    stalls for good: no heartbeats, no fetches (see FINDINGS.md). So: fetch the topic's partitions
+    before subscribing, and wait for the coordinator's snapshot to hold the topic before the first poll.
+    Applications see their topics first too; the Java client waits for metadata before it joins.
+    """
+    deadline = time.monotonic() + 15
+    while not consumer.partitions_for_topic(topic):
+        assert time.monotonic() < deadline, f"kafka-python never saw the partitions of {topic}"
+        time.sleep(0.05)
+    consumer.subscribe([topic], **subscribe_args)
+    coordinator = getattr(consumer, "_coordinator", None)
+    if coordinator is not None and hasattr(coordinator, "_metadata_snapshot"):
+        deadline = time.monotonic() + 15
+        while topic not in (coordinator._metadata_snapshot or {}) and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+
 class _KafkaPythonDriver:
     def __init__(
         self, bootstrap: str, group: str, topic: str, instance_id: str | None, on_event: Any
@@ -62,25 +86,7 @@ class _KafkaPythonDriver:
             session_timeout_ms=SESSION_MS,
             heartbeat_interval_ms=HEARTBEAT_MS,
         )
-        # kafka-python joins without waiting for its topic's metadata; a leader that joins first assigns
-        # nothing and under load may not recover (see test_groups_consumers.kp_consumer), so wait for it.
-        deadline = time.monotonic() + 15
-        while not self.consumer.partitions_for_topic(topic):
-            assert time.monotonic() < deadline, f"kafka-python never saw the partitions of {topic}"
-            time.sleep(0.05)
-        self.consumer.subscribe([topic], listener=Listener())
-        # kafka-python 3.0.12 works around: its group leader keeps a snapshot of the subscribed topics'
-        # metadata and rejoins when it changes. If the first join happens before the subscribed topic's
-        # metadata arrives, the leader assigns from an empty snapshot and rejoins as soon as the metadata
-        # comes; if poll() then times out while that JoinGroup/SyncGroup is in flight, the finished join
-        # is never applied (need_rejoin() already reads False) and the member stalls for good: no
-        # heartbeats, no fetches (see FINDINGS.md). Waiting for the snapshot before the first poll keeps
-        # that client-side rejoin (and the stall) out of the broker scenarios.
-        coordinator = getattr(self.consumer, "_coordinator", None)
-        if coordinator is not None and hasattr(coordinator, "_metadata_snapshot"):
-            deadline = time.monotonic() + 15
-            while topic not in (coordinator._metadata_snapshot or {}) and time.monotonic() < deadline:
-                time.sleep(0.02)
+        kafka_python_subscribe(self.consumer, topic, listener=Listener())
 
     def poll(self) -> list[Record]:
         return [

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from compat_tests.clients import run_async
+from compat_tests.group_clients import kafka_python_subscribe
 
 SESSION_MS = 6000
 
@@ -65,16 +66,7 @@ def kp_consumer(bootstrap: str, group: str, topic: str, **config: Any) -> Any:
         heartbeat_interval_ms=500,
         **config,
     )
-    # kafka-python joins the group without waiting for metadata of the topics it subscribes to: a
-    # leader that joins before that metadata arrives assigns nothing and, under load, was seen not to
-    # recover (an empty assignment kept for good, or a leader that stopped heartbeating after its
-    # SyncGroup). Applications (and the Java client, which waits for metadata before joining) see the
-    # topic first; so does this test, by waiting until the consumer's metadata lists its partitions.
-    deadline = time.monotonic() + 15
-    while not consumer.partitions_for_topic(topic):
-        assert time.monotonic() < deadline, f"kafka-python never saw the partitions of {topic}"
-        time.sleep(0.05)
-    consumer.subscribe([topic])
+    kafka_python_subscribe(consumer, topic)  # first join only once the topic's metadata is known
     return consumer
 
 
