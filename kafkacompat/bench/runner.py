@@ -702,6 +702,7 @@ def _big(
                 "messages": messages,
                 "size": size,
                 "timeout": timeout,
+                "default_config": True,
             }
             result, broker_cpu, peak = _run_one(state, "consume", params, timeout + 30)
             if result.get("ok"):
