@@ -16,6 +16,7 @@ not shift the buffer each time and a huge frame arriving in many chunks is appen
 time (no re-joining of chunks). A frame is returned as a writable memoryview over its own `bytearray`
 (one copy out of the receive buffer; none at all when the frame is the whole buffered tail), so the
 caller may patch record batches in place (offset assignment) and keep the frame for as long as it likes.
+`missing` tells the reader how many bytes the frame in progress still lacks, so it can size its reads.
 """
 
 from __future__ import annotations
@@ -63,6 +64,22 @@ class FrameBuffer:
     def buffered(self) -> int:
         """Bytes received but not yet returned as (part of) a frame."""
         return len(self._buf) - self._start
+
+    @property
+    def missing(self) -> int:
+        """Bytes still to arrive before the next frame is complete; 0 if its size is not yet known.
+
+        A hint for how much to ask the socket for. Never more than `max_frame_size` + 4 (a size above
+        the limit makes `next_frame()` fail instead), so it cannot justify an outsized read.
+        """
+        start = self._start
+        available = len(self._buf) - start
+        if self._error is not None or available < SIZE_PREFIX:
+            return 0
+        (size,) = _SIZE.unpack_from(self._buf, start)
+        if size < 0 or size > self._max_frame_size:
+            return 0
+        return max(0, SIZE_PREFIX + size - available)
 
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
         """Append bytes received from the peer (may be empty; may split frames anywhere)."""

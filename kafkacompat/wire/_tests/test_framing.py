@@ -167,3 +167,49 @@ def test_huge_frame_in_many_chunks_is_linear():
     assert got[0] == payload
     assert got[1] == b"tail"
     assert elapsed < 10.0, elapsed
+
+
+def test_missing_counts_the_rest_of_the_frame_in_progress():
+    fb = FrameBuffer(max_frame_size=1000)
+    assert fb.missing == 0  # nothing yet: size unknown
+    fb.receive_data(struct.pack(">i", 10)[:3])
+    assert fb.missing == 0  # size prefix incomplete
+    fb.receive_data(struct.pack(">i", 10)[3:] + b"abc")
+    assert fb.missing == 7
+    fb.receive_data(b"defghij" + struct.pack(">i", 500))
+    assert fb.missing == 0  # first frame complete
+    assert bytes(fb.next_frame()) == b"abcdefghij"
+    assert fb.missing == 500
+    fb.receive_data(bytes(100))
+    assert fb.missing == 400
+
+
+def test_missing_is_zero_for_an_oversized_or_negative_size():
+    for size in (-5, 1001):
+        fb = FrameBuffer(max_frame_size=1000)
+        fb.receive_data(struct.pack(">i", size))
+        assert fb.missing == 0
+        with pytest.raises(DecodeError):
+            fb.next_frame()
+        assert fb.missing == 0
+
+
+@given(
+    payloads=st.lists(st.binary(max_size=300), min_size=1, max_size=5),
+    cut=st.integers(min_value=0, max_value=2000),
+)
+def test_missing_bytes_complete_exactly_one_frame(payloads, cut):
+    stream = b"".join(frame(p) for p in payloads)
+    cut = min(cut, len(frame(payloads[0])) - 1)
+    fb = FrameBuffer()
+    fb.receive_data(stream[:cut])
+    missing = fb.missing
+    if cut < 4:
+        assert missing == 0
+        return
+    assert missing == len(frame(payloads[0])) - cut
+    fb.receive_data(stream[cut : cut + missing - 1] if missing > 1 else b"")
+    if missing > 1:
+        assert fb.next_frame() is None
+    fb.receive_data(stream[cut + max(missing - 1, 0) : cut + missing])
+    assert bytes(fb.next_frame()) == payloads[0]
