@@ -253,3 +253,41 @@ async def test_parked_fetch_buffers_but_does_not_run_the_next_request(
     await client.send_raw(struct.pack(">i", -1))  # garbage after a parked fetch: fetch answered, then close
     assert (await client.receive(FETCH, 12))[0] == fetch_id + 2
     assert await client.is_closed()
+
+
+async def test_idle_timer_counts_only_time_spent_waiting_for_bytes(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    broker = await start_broker(nursery, tmp_path, "connections.max.idle.ms=300")
+    client = await RawClient.connect(broker.port)
+    assert (await create(client, "slow")).error_code == ErrorCode.NONE
+    # a request handled for longer than the idle limit (a parked fetch) is answered, not cut off
+    started = trio.current_time()
+    response = await client.call(FETCH, 12, fetch_request("slow", 0, max_wait_ms=700, min_bytes=1))
+    assert trio.current_time() - started >= 0.6
+    assert response.responses[0].partitions[0].error_code == ErrorCode.NONE
+    # requests spaced below the limit keep the connection open well past it
+    for _ in range(5):
+        await trio.sleep(0.15)
+        assert (await client.call(API_VERSIONS, 3, hello())).error_code == ErrorCode.NONE
+    # the bytes of one request trickling in below the limit count as activity, as they always did:
+    # ApiVersions v0, correlation id 0x63, client id "raw", sent 4 bytes every 0.15 s
+    payload = bytes.fromhex("0012" "0000" "00000063" "0003") + b"raw"
+    framed = struct.pack(">i", len(payload)) + payload
+    for index in range(0, len(framed), 4):
+        await client.send_raw(framed[index : index + 4])
+        await trio.sleep(0.15)
+    correlation_id, response = await client.receive(API_VERSIONS, 0)
+    assert correlation_id == 0x63 and response.error_code == ErrorCode.NONE
+    # silence past the limit closes it
+    assert await client.is_closed(timeout=5)
+
+
+async def test_shutdown_closes_an_idle_connection_at_once(nursery: trio.Nursery, tmp_path: Path) -> None:
+    broker = await start_broker(nursery, tmp_path)
+    client = await RawClient.connect(broker.port)
+    assert (await client.call(API_VERSIONS, 3, hello())).error_code == ErrorCode.NONE
+    broker.request_shutdown()
+    assert await client.is_closed(timeout=5)
+    with trio.fail_after(10):
+        await broker.stopped.wait()
