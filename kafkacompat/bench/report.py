@@ -48,6 +48,14 @@ def _median(summary: dict[str, Any] | None, scale: float = 1.0) -> float | None:
     return summary["median"] * scale if summary else None
 
 
+def _count_spread(summary: dict[str, Any] | None) -> str:
+    """ "median [min-max]" of a RunSummary dict of counts ("-" when absent): 2, 1.5, 2 [1-3]."""
+    if not summary:
+        return "-"
+    med, low, high = (summary[k] for k in ("median", "min", "max"))
+    return f"{med:g}" if low == high else f"{med:g} [{low:g}-{high:g}]"
+
+
 Row = tuple[str, list[str], list[float | None]]
 
 
@@ -149,17 +157,31 @@ def table_rows(results: dict[str, Any]) -> tuple[list[str], list[Row]]:
     if big:
         mib = next(iter(big.values())).get("mib")
 
-        def big_cell(name: str) -> str:
-            record = big.get(name) or {}
-            if not record.get("consume_mb_s"):
-                return "failed" if record.get("error") else "-"
-            return _spread(record["consume_mb_s"])
+        def big_metric(key: str, error_key: str) -> tuple[Any, Any]:
+            # results files from before the second read lack its keys: their cells show "-"
+            def cell(name: str) -> str:
+                record = big.get(name) or {}
+                if not record.get(key):
+                    return "failed" if record.get(error_key) else "-"
+                return _spread(record[key])
 
-        def big_value(name: str) -> float | None:
-            return _median((big.get(name) or {}).get("consume_mb_s"))
+            def value(name: str) -> float | None:
+                return _median((big.get(name) or {}).get(key))
 
+            return cell, value
+
+        def pauses_cell(name: str) -> str:
+            return _count_spread((big.get(name) or {}).get("pauses"))
+
+        label = f"read {mib} MiB partition from 0"
+        rows.append(_row(f"{label}, default consumer (MB/s)", names, *big_metric("consume_mb_s", "error")))
+        rows.append(_row("    client back-off pauses per read", names, pauses_cell, lambda name: None))
         rows.append(
-            _row(f"read {mib} MiB partition from 0, default consumer (MB/s)", names, big_cell, big_value)
+            _row(
+                f"{label}, default fetch settings, fetch.queue.backoff.ms=1 (MB/s)",
+                names,
+                *big_metric("backoff1_mb_s", "backoff1_error"),
+            )
         )
     return names, rows
 
@@ -217,6 +239,8 @@ def failures(results: dict[str, Any]) -> list[str]:
             add(broker, f"group join ({members})", errors, len(errors) + len(record.get("runs") or []))
     for broker, record in results.get("big", {}).items():
         add(broker, "large partition", [record["error"]] if record.get("error") else [])
+        errors = [record["backoff1_error"]] if record.get("backoff1_error") else []
+        add(broker, "large partition, fetch.queue.backoff.ms=1", errors)
     for broker, record in results.get("brokers", {}).items():
         add(broker, "broker", record.get("errors") or [])
     return lines
@@ -296,21 +320,40 @@ def evaluate_goals(results: dict[str, Any], peer: str = "tansu") -> list[tuple[s
                 status = verdict(value <= limit)
                 evidence = f"{value:.1f} MiB"
         elif key == "big":
-            record = results.get("big", {}).get(OURS) or {}
-            base = _throughput_median(results, "consume-1024", OURS)
-            big_mb_s = _median(record.get("consume_mb_s"))
-            if big_mb_s is not None and base:
-                # "full speed": at least 80 % of the small-topic consume figure of the same run
-                share = big_mb_s / base
-                status = verdict(share >= 0.8)
-                evidence = (
-                    f"{record['mib']} MiB read at {big_mb_s:.1f} MB/s (median) = {share:.0%} of the "
-                    f"small-topic consume rate"
-                )
-            elif record.get("error"):
-                status, evidence = "not met", f"failed: {record['error']}"
+            status, evidence = _big_goal(results)
         out.append((text, status, evidence))
     return out
+
+
+def _big_goal(results: dict[str, Any]) -> tuple[str, str]:
+    """The "full speed" goal: the read with default fetch settings (only the client's 1 s fetch back-off taken
+    out) reaches at least 80 % of the small-topic consume figure of the same run. The fully default
+    read's rate is the client's (see runner.BIG_READS), so it is shown, not judged."""
+    record = results.get("big", {}).get(OURS) or {}
+    base = _throughput_median(results, "consume-1024", OURS)
+    fast, default = _median(record.get("backoff1_mb_s")), _median(record.get("consume_mb_s"))
+    if default is not None:
+        pauses = record.get("pauses")
+        count = _count_spread(pauses)
+        noun = "pause" if count == "1" else "pauses"
+        paused = f", {count} client back-off {noun} per read" if pauses else ""
+        default_text = f"fully default consumer: {default:.0f} MB/s{paused}"
+    else:
+        failed = f"failed: {record['error']}" if record.get("error") else "-"
+        default_text = f"fully default consumer: {failed}"
+    if fast is not None and base:
+        share = fast / base
+        return (
+            "met" if share >= 0.8 else "not met",
+            f"default fetch settings: {fast:.0f} MB/s = {share:.0%} of the small-topic rate; {default_text}",
+        )
+    if record.get("backoff1_error"):
+        return "not met", f"default fetch settings: failed: {record['backoff1_error']}; {default_text}"
+    if record.get("error") and default is None:
+        return "not met", f"failed: {record['error']}"
+    if default is not None and base:
+        return "not measured", f"no fetch.queue.backoff.ms=1 read in these results; {default_text}"
+    return "not measured", ""
 
 
 def render_goals(results: dict[str, Any], peer: str = "tansu", markdown: bool = False) -> str:

@@ -11,7 +11,8 @@ not carry earlier runs' data into later RSS figures.
 Order: start-up (each broker started `runs` times; all but the last start are stopped again), idle
 RSS, produce (1 KiB and 100 B x acks=1 and acks=all), consume (from offset 0 of the first produced
 topic of each size), end-to-end latency at a fixed rate, group join (1 and 3 consumers, only where
-the broker serves JoinGroup), and optionally a large partition read by a default-configured consumer.
+the broker serves JoinGroup), and optionally a large partition read from offset 0 twice per run: by a
+fully default consumer and by one whose only change is `fetch.queue.backoff.ms=1` (see `_big`).
 The result is a JSON-ready dict (see `report.py` for the table and the goals).
 """
 
@@ -141,7 +142,7 @@ def count_steps(settings: Settings, brokers: int, attached: int = 0) -> int:
     if "groups" in w:
         steps += len(settings.group_sizes) * settings.runs * brokers
     if "big" in w and settings.big_partition_mib:
-        steps += brokers + settings.runs * brokers
+        steps += brokers + len(BIG_READS) * settings.runs * brokers
     return steps
 
 
@@ -428,6 +429,7 @@ def _throughput(
                         "messages": records_for(settings, size),
                         "size": size,
                         "timeout": settings.timeout,
+                        "fetch_queue_backoff_ms": 1,  # the broker's rate, not the client's pauses
                     }
                     result, broker_cpu, peak = _run_one(state, "consume", params, settings.timeout + 30)
                     _record_throughput(record, result, broker_cpu, peak, note, name, entry["label"])
@@ -646,13 +648,28 @@ def _join_once(settings: Settings, state: _BrokerState, members: int) -> float:
     return max(t for t in last_assign if t is not None) - started[0]
 
 
+# The large-partition reads, as (key prefix in the results, label, fetch.queue.backoff.ms or None for
+# librdkafka's default). Every setting that shapes the Fetch requests the broker sees (fetch.max.bytes,
+# max.partition.fetch.bytes, fetch.min.bytes, fetch.wait.max.ms) stays default in both. The fully
+# default consumer stops fetching for a whole second whenever its 64 MiB local queue is full, which
+# happens only when the broker fills it faster than the Python loop drains it: its rate is the
+# client's, and a faster broker can score lower. The second read takes that pause out.
+BIG_READS: tuple[tuple[str, str, int | None], ...] = (
+    ("", "default consumer", None),
+    ("backoff1_", "default fetch settings, fetch.queue.backoff.ms=1", 1),
+)
+
+
 def _big(
     settings: Settings, states: list[_BrokerState], progress: Progress, note: Any, out: dict[str, Any]
 ) -> None:
-    """A large partition (1 KiB records) read from offset 0 by a consumer with default fetch settings.
+    """A large partition (1 KiB records) read from offset 0, once per `BIG_READS` entry and run.
 
-    Each broker is loaded once; then the partition is read `runs` times, alternating between brokers.
-    A broker whose reads fail twice in a row is not asked again (each failure waits out a stall).
+    Each broker is loaded once; then the partition is read `runs` times by each consumer, alternating
+    between brokers. Per broker the record keeps `reads` / `consume_mb_s` (fully default consumer: the
+    keys older results files have) and `backoff1_reads` / `backoff1_mb_s`, plus the default reads'
+    client back-off pauses (`pauses`). A read that fails twice in a row for a broker is not asked
+    again (each failure waits out a stall).
     """
     size = 1024
     messages = settings.big_partition_mib * MIB // size
@@ -662,7 +679,9 @@ def _big(
         name = state.broker.spec.name
         progress.step(f"large partition ({settings.big_partition_mib} MiB) load · {name}")
         topic = f"bench-big-{uuid.uuid4().hex[:8]}"
-        record: dict[str, Any] = {"mib": settings.big_partition_mib, "messages": messages, "reads": []}
+        record: dict[str, Any] = {"mib": settings.big_partition_mib, "messages": messages}
+        for prefix, _, _ in BIG_READS:
+            record[prefix + "reads"] = []
         out[name] = record
         try:
             create_topic(state.broker.bootstrap, topic, 1)
@@ -685,43 +704,50 @@ def _big(
         else:
             record["error"] = result.get("error")
             note(f"{name}: large partition load: {result.get('error')}")
-    failures: dict[str, int] = {}
+    failures: dict[tuple[str, str], int] = {}
     for run in range(settings.runs):
         for state in states:
             name = state.broker.spec.name
-            progress.step(
-                f"large partition ({settings.big_partition_mib} MiB) read from 0 · {name} · "
-                f"run {run + 1}/{settings.runs}"
-            )
-            if name not in topics or failures.get(name, 0) >= 2:
-                continue
-            record = out[name]
-            params = {
-                "bootstrap": state.broker.bootstrap,
-                "topic": topics[name],
-                "messages": messages,
-                "size": size,
-                "timeout": timeout,
-                "default_config": True,
-            }
-            result, broker_cpu, peak = _run_one(state, "consume", params, timeout + 30)
-            if result.get("ok"):
-                record["reads"].append(
-                    {
-                        "mb_s": result["bytes"] / result["seconds"] / 1e6,
-                        "broker_cpu_cores": broker_cpu / result["seconds"]
-                        if broker_cpu is not None
-                        else None,
-                        "peak_rss_mib": peak / MIB if peak else None,
-                    }
+            for prefix, label, backoff in BIG_READS:
+                progress.step(
+                    f"large partition ({settings.big_partition_mib} MiB) read from 0, {label} · {name} · "
+                    f"run {run + 1}/{settings.runs}"
                 )
-            else:
-                failures[name] = failures.get(name, 0) + 1
-                record["error"] = result.get("error")
-                note(f"{name}: large partition read: {result.get('error')}")
+                if name not in topics or failures.get((name, prefix), 0) >= 2:
+                    continue
+                record = out[name]
+                params = {
+                    "bootstrap": state.broker.bootstrap,
+                    "topic": topics[name],
+                    "messages": messages,
+                    "size": size,
+                    "timeout": timeout,
+                    "fetch_queue_backoff_ms": backoff,
+                }
+                result, broker_cpu, peak = _run_one(state, "consume", params, timeout + 30)
+                if result.get("ok"):
+                    record[prefix + "reads"].append(_big_read(result, broker_cpu, peak))
+                else:
+                    failures[(name, prefix)] = failures.get((name, prefix), 0) + 1
+                    record[prefix + "error"] = result.get("error")
+                    note(f"{name}: large partition read, {label}: {result.get('error')}")
     for name, record in out.items():
-        summary = summarize([r["mb_s"] for r in record["reads"]])
-        record["consume_mb_s"] = summary.as_dict() if summary else None
+        for prefix, _, _ in BIG_READS:
+            summary = summarize([r["mb_s"] for r in record[prefix + "reads"]])
+            record[prefix + "mb_s" if prefix else "consume_mb_s"] = summary.as_dict() if summary else None
+        pauses = summarize([r["pauses"] for r in record["reads"]])
+        record["pauses"] = pauses.as_dict() if pauses else None
         if name in topics:
             state = next(s for s in states if s.broker.spec.name == name)
             delete_topics(state.broker.bootstrap, [topics[name]])
+
+
+def _big_read(result: dict[str, Any], broker_cpu: float | None, peak: int) -> dict[str, Any]:
+    seconds = result["seconds"]
+    return {
+        "mb_s": result["bytes"] / seconds / 1e6,
+        "broker_cpu_cores": broker_cpu / seconds if broker_cpu is not None else None,
+        "peak_rss_mib": peak / MIB if peak else None,
+        "pauses": result.get("pauses", 0),
+        "paused_seconds": result.get("paused_seconds", 0.0),
+    }

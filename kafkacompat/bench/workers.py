@@ -11,7 +11,8 @@ deadline (plus a grace period) is terminated and reported as such.
 Workers (the name is the `kind` given to `run_workers`):
 - `produce`: N records of S random (incompressible) bytes to partition 0, timed from the first
   produce() to the end of flush(); connection and metadata are set up before the clock starts.
-- `consume`: assign partition 0 from the beginning and read N records (no group membership).
+- `consume`: assign partition 0 from the beginning and read N records (no group membership); counts
+  the client's fetch back-off pauses (consume() calls that came back short after waiting >= 0.4 s).
 - `e2e_producer` / `e2e_consumer`: the producer sends at a fixed rate, embedding time.time_ns() in
   each value; the consumer (another process, same host clock) subtracts it on receipt.
 - `group_member`: subscribe at a common start signal and record every assignment and revocation, so
@@ -38,6 +39,9 @@ __all__ = ["E2E_HEADER", "WORKERS", "run_workers"]
 E2E_HEADER = struct.Struct(">qiB")
 
 _CONTEXT = multiprocessing.get_context("spawn")
+
+# a consume() call (timeout 0.5 s) that waited at least this long and came back short: a back-off pause
+PAUSE_SECONDS = 0.4
 
 
 def _cpu() -> float:
@@ -180,8 +184,9 @@ def _consume(params: dict[str, Any]) -> dict[str, Any]:
 
     # librdkafka pauses fetching for fetch.queue.backoff.ms (1 s by default) whenever its local queue is
     # full, i.e. whenever the application is momentarily slower than the broker: the throughput workload
-    # sets it to 1 ms so the figure is the broker's; the large-partition read keeps the default
-    extra = {} if params.get("default_config") else {"fetch.queue.backoff.ms": 1}
+    # sets it to 1 ms so the figure is the broker's; one of the large-partition reads keeps the default
+    backoff = params.get("fetch_queue_backoff_ms")
+    extra = {} if backoff is None else {"fetch.queue.backoff.ms": backoff}
     consumer = Consumer(_consumer_conf(params, **extra))
     topic, count, size = params["topic"], params["messages"], params.get("size")
     deadline = time.monotonic() + params["timeout"]
@@ -194,9 +199,11 @@ def _consume(params: dict[str, Any]) -> dict[str, Any]:
         errors: list[str] = []
         stall = params.get("stall", 20.0)
         progress_at = time.monotonic()
+        pauses, paused = 0, 0.0
         while got < count and time.monotonic() < deadline:
             # never ask for more than are left: consume() waits for the full batch or the timeout
-            batch = consumer.consume(num_messages=min(10_000, count - got), timeout=0.5)
+            asked, called = min(10_000, count - got), time.monotonic()
+            batch = consumer.consume(num_messages=asked, timeout=0.5)
             # one C call per record: the Python loop is the client's bottleneck at several hundred MB/s,
             # so sizes come from the workload (all records of a run have the same size) when known
             before = got
@@ -210,6 +217,11 @@ def _consume(params: dict[str, Any]) -> dict[str, Any]:
             else:
                 nbytes += sum(len(msg) for msg in batch if msg.error() is None)
             now = time.monotonic()
+            if len(batch) < asked and now - called >= PAUSE_SECONDS:
+                # the data is all there (the partition was loaded first), so a call that waited this
+                # long and still came back short was waiting out the client's fetch back-off
+                pauses += 1
+                paused += now - called
             if batch:
                 progress_at = now
             elif now - progress_at > stall:
@@ -230,6 +242,8 @@ def _consume(params: dict[str, Any]) -> dict[str, Any]:
         "bytes": nbytes,
         "client_cpu": cpu,
         "broker_cpu": broker_cpu,
+        "pauses": pauses,
+        "paused_seconds": paused,
     }
 
 
