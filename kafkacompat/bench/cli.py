@@ -84,7 +84,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--big-partition-mib",
         type=int,
         metavar="MIB",
-        help="also load a partition of MIB MiB and read it from 0 with a default consumer (0 = skip)",
+        help="also load a partition of MIB MiB and read it from 0 with a default consumer, and with one "
+        "whose only change is fetch.queue.backoff.ms=1 (0 = skip)",
     )
     parser.add_argument(
         "--only",
