@@ -2,26 +2,32 @@
 
 Theory of operation: every request and response on a Kafka connection is an int32 size followed by
 that many bytes. `FrameBuffer` owns the bytes a connection has received but not yet handed out as
-frames. The connection (the trio edge) feeds it whatever `receive_some()` returned via
-`receive_data()`, then drains complete frames with `next_frame()` until it returns None.
+frames. The connection (the trio edge) asks it for a buffer to receive into (`receive_buffer()`), lets
+the socket write into it (`recv_into`), reports how many bytes arrived (`commit()`), then drains complete
+frames with `next_frame()` until it returns None. `receive_data()` does the same for bytes received
+elsewhere (tests, clients).
 
 The size prefix is checked as soon as its four bytes have arrived: a negative size or one above
 `max_frame_size` (Kafka's `socket.request.max.bytes`, 100 MiB by default) raises `DecodeError` at once,
 before any of the body is awaited or buffered, and the buffer stays failed afterwards (the connection
 must be closed, as Kafka closes it).
 
-Cost model: received bytes are appended to one `bytearray`; consumed frames advance a read offset and
-the consumed prefix is dropped only when it is large (or the buffer is empty), so many small frames do
-not shift the buffer each time and a huge frame arriving in many chunks is appended in amortised linear
-time (no re-joining of chunks). A frame is returned as a writable memoryview over its own `bytearray`
-(one copy out of the receive buffer; none at all when the frame is the whole buffered tail), so the
-caller may patch record batches in place (offset assignment) and keep the frame for as long as it likes.
-`missing` tells the reader how many bytes the frame in progress still lacks, so it can size its reads.
+Cost model: a large frame (a produce request of a megabyte) is received straight into a bytearray of
+its own, sized to the frame: `receive_buffer()` lends exactly the bytes the frame still lacks, so the
+socket never delivers the next request into it, and `next_frame()` hands that bytearray out as the
+frame without copying anything. Its allocation grows with what has arrived (at most twice what has been
+received plus `_FIRST_LARGE_ALLOCATION`), so a peer that announces a huge frame and sends little
+cannot make the broker reserve the whole announced size; growing copies what is there, amortised
+linear. Small frames share one scratch buffer that receives up to `_SCRATCH_SIZE` bytes per read (many
+pipelined small requests per read) and are copied out, which for a few kilobytes is cheaper than a new
+buffer per request. Every frame is a writable memoryview that nothing else refers to, so the caller may
+patch record batches in place (offset assignment) and keep the frame for as long as it likes.
 """
 
 from __future__ import annotations
 
 import struct
+from typing import NoReturn
 
 from kafkacompat.wire.errors import DecodeError
 
@@ -35,18 +41,23 @@ SIZE_PREFIX = 4
 
 _SIZE = struct.Struct(">i")
 
-# Drop the consumed prefix of the receive buffer once it is at least this large and at least half of
-# the buffer: deleting a prefix costs a move of what follows, so doing it rarely keeps the total linear.
-_COMPACT_THRESHOLD = 1 << 16
+# Bytes lent per read while no large frame is in progress.
+_SCRATCH_SIZE = 1 << 16
+# Frames above this size are received into a buffer of their own and handed out without a copy; smaller
+# ones are copied out of the scratch buffer.
+_LARGE_FRAME = 1 << 14
+# The first allocation for a large frame (or all of it, if smaller); later growth doubles what arrived.
+_FIRST_LARGE_ALLOCATION = 1 << 20
 
 
 class FrameBuffer:
     """Reassembles size-prefixed frames from a byte stream.
 
     Owns the receive buffer of one connection; only that connection's reader touches it. Not thread-safe.
+    `_buf[_start:_end]` holds the bytes received and not yet handed out; `_buf[_end:]` is free space.
     """
 
-    __slots__ = ("_buf", "_error", "_max_frame_size", "_start")
+    __slots__ = ("_buf", "_dedicated", "_end", "_error", "_lent", "_max_frame_size", "_start")
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
         if max_frame_size < 0:
@@ -54,6 +65,9 @@ class FrameBuffer:
         self._max_frame_size = max_frame_size
         self._buf = bytearray()
         self._start = 0  # offset in _buf of the first byte not yet handed out
+        self._end = 0  # offset in _buf just past the last byte received
+        self._lent = 0  # size of the region the last receive_buffer() lent
+        self._dedicated = False  # True while _buf was allocated for the large frame in progress
         self._error: DecodeError | None = None
 
     @property
@@ -63,30 +77,93 @@ class FrameBuffer:
     @property
     def buffered(self) -> int:
         """Bytes received but not yet returned as (part of) a frame."""
-        return len(self._buf) - self._start
+        return self._end - self._start
+
+    def _frame_size(self) -> int:
+        """Payload size of the frame in progress, or -1 if its prefix is incomplete or invalid."""
+        if self._error is not None or self._end - self._start < SIZE_PREFIX:
+            return -1
+        (size,) = _SIZE.unpack_from(self._buf, self._start)
+        if size < 0 or size > self._max_frame_size:
+            return -1
+        return size
 
     @property
     def missing(self) -> int:
         """Bytes still to arrive before the next frame is complete; 0 if its size is not yet known.
 
-        A hint for how much to ask the socket for. Never more than `max_frame_size` + 4 (a size above
-        the limit makes `next_frame()` fail instead), so it cannot justify an outsized read.
+        Never more than `max_frame_size` + 4 (a size above the limit makes `next_frame()` fail instead).
         """
-        start = self._start
-        available = len(self._buf) - start
-        if self._error is not None or available < SIZE_PREFIX:
+        size = self._frame_size()
+        if size < 0:
             return 0
-        (size,) = _SIZE.unpack_from(self._buf, start)
-        if size < 0 or size > self._max_frame_size:
-            return 0
-        return max(0, SIZE_PREFIX + size - available)
+        return max(0, SIZE_PREFIX + size - (self._end - self._start))
+
+    def receive_buffer(self) -> memoryview:
+        """A writable region to receive the next bytes into; report what was written with `commit()`.
+
+        While a large frame is in progress the region is at most the rest of that frame, so a read
+        never runs into the next request; otherwise it is up to `_SCRATCH_SIZE` bytes.
+        """
+        if self._error is not None:
+            raise self._error
+        held = self._end - self._start
+        size = self._frame_size()
+        if size > _LARGE_FRAME and held < SIZE_PREFIX + size:
+            # lend no more than the frame lacks: the next request must not land in this buffer
+            want = SIZE_PREFIX + size - held
+            free = len(self._buf) - self._end
+            if not self._dedicated or free == 0:
+                # a buffer of the frame's own, grown with what has arrived, not with what the prefix
+                # announces
+                want = min(want, max(_FIRST_LARGE_ALLOCATION, held))
+                self._move_to(bytearray(held + want))
+                self._dedicated = True
+            else:
+                want = min(want, free)
+        else:
+            free = len(self._buf) - self._end
+            if free < _SCRATCH_SIZE // 4:
+                self._move_to(bytearray(held + _SCRATCH_SIZE))
+            want = len(self._buf) - self._end
+        self._lent = want
+        return memoryview(self._buf)[self._end : self._end + want]
+
+    def _move_to(self, new: bytearray) -> None:
+        held = self._end - self._start
+        new[:held] = memoryview(self._buf)[self._start : self._end]
+        self._buf = new
+        self._start = 0
+        self._end = held
+
+    def commit(self, count: int) -> None:
+        """Record that `count` bytes were written at the start of the last `receive_buffer()` region."""
+        if not 0 <= count <= self._lent:
+            raise ValueError(f"committed {count} bytes of a {self._lent}-byte receive buffer")
+        self._end += count
+        self._lent = 0
 
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
         """Append bytes received from the peer (may be empty; may split frames anywhere)."""
         if self._error is not None:
             raise self._error
-        if data:
-            self._buf += data
+        view = memoryview(data).cast("B")
+        done = 0
+        while done < view.nbytes:
+            target = self.receive_buffer()
+            count = min(target.nbytes, view.nbytes - done)
+            target[:count] = view[done : done + count]
+            target.release()
+            self.commit(count)
+            done += count
+
+    def _fail(self, size: int) -> NoReturn:
+        self._error = DecodeError(f"frame size {size} outside 0..{self._max_frame_size}", field="size")
+        # The rest of the stream is meaningless now; free it.
+        self._buf = bytearray()
+        self._start = self._end = 0
+        self._dedicated = False
+        raise self._error
 
     def next_frame(self) -> memoryview | None:
         """Return the next complete frame's payload (without its size prefix), or None if incomplete.
@@ -97,34 +174,28 @@ class FrameBuffer:
             raise self._error
         buf = self._buf
         start = self._start
-        available = len(buf) - start
-        if available < SIZE_PREFIX:
+        if self._end - start < SIZE_PREFIX:
             return None
         (size,) = _SIZE.unpack_from(buf, start)
         if size < 0 or size > self._max_frame_size:
-            self._error = DecodeError(
-                f"frame size {size} outside 0..{self._max_frame_size}", field="size"
-            )
-            # The rest of the stream is meaningless now; free it.
-            self._buf = bytearray()
-            self._start = 0
-            raise self._error
+            self._fail(size)
         end = start + SIZE_PREFIX + size
-        if end > len(buf):
+        if end > self._end:
             return None
-        if end == len(buf):
-            # The frame is everything that is buffered: hand over the buffer itself rather than copy
-            # it (this is the common case for a large frame that arrived in many chunks).
-            del buf[: start + SIZE_PREFIX]
-            self._buf = bytearray()
-            self._start = 0
-            return memoryview(buf)
-        frame = buf[start + SIZE_PREFIX : end]
-        self._start = end
-        if end >= _COMPACT_THRESHOLD and end * 2 >= len(buf):
-            del buf[:end]
-            self._start = 0
-        return memoryview(frame)
+        if size <= _LARGE_FRAME:
+            frame = buf[start + SIZE_PREFIX : end]
+            if end == self._end:
+                self._start = self._end = 0  # all handed out: reuse the space from the front
+            else:
+                self._start = end
+            return memoryview(frame)
+        # A large frame keeps its buffer; whatever arrived after it moves to a fresh one.
+        tail = self._end - end
+        self._buf = bytearray(max(tail, _SCRATCH_SIZE))
+        self._buf[:tail] = memoryview(buf)[end : self._end]
+        self._start, self._end = 0, tail
+        self._dedicated = False
+        return memoryview(buf)[start + SIZE_PREFIX : end]
 
     def __repr__(self) -> str:
         state = "failed" if self._error is not None else f"{self.buffered} bytes buffered"

@@ -213,3 +213,98 @@ def test_missing_bytes_complete_exactly_one_frame(payloads, cut):
         assert fb.next_frame() is None
     fb.receive_data(stream[cut + max(missing - 1, 0) : cut + missing])
     assert bytes(fb.next_frame()) == payloads[0]
+
+
+# --- receiving through lent buffers (receive_buffer / commit), as the broker's connection does ---
+
+
+def feed_by_lending(fb: FrameBuffer, stream: bytes, reads: list[int]) -> tuple[list[bytes], list[int]]:
+    """Play a socket that delivers `stream` into lent buffers, at most reads[i] bytes per read."""
+    out: list[bytes] = []
+    lent_sizes: list[int] = []
+    pos = 0
+    i = 0
+    while pos < len(stream):
+        target = fb.receive_buffer()
+        lent_sizes.append(target.nbytes)
+        assert target.nbytes > 0
+        limit = max(1, reads[i % len(reads)]) if reads else target.nbytes
+        count = min(target.nbytes, len(stream) - pos, limit)
+        i += 1
+        target[:count] = stream[pos : pos + count]
+        fb.commit(count)
+        pos += count
+        out.extend(drain(fb))
+    return out, lent_sizes
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    sizes=st.lists(
+        st.sampled_from([0, 1, 100, 16_383, 16_384, 16_385, 70_000, 300_000, 1_200_000]), max_size=6
+    ),
+    reads=st.lists(st.integers(min_value=1, max_value=2_000_000), max_size=8),
+)
+def test_lent_buffers_roundtrip_small_and_large_frames(sizes, reads):
+    payloads = [bytes([n % 251]) * n for n in sizes]
+    stream = b"".join(frame(p) for p in payloads)
+    fb = FrameBuffer()
+    out, _ = feed_by_lending(fb, stream, reads)
+    assert out == payloads
+    assert fb.buffered == 0
+
+
+def test_large_frame_is_received_in_place_and_never_reads_into_the_next_request():
+    big = bytes(range(256)) * 4096  # 1 MiB
+    stream = frame(big) + frame(b"next request")
+    fb = FrameBuffer()
+    prefix = fb.receive_buffer()
+    prefix[:4] = stream[:4]
+    fb.commit(4)
+    target = fb.receive_buffer()
+    # exactly the rest of the frame: a read cannot swallow the start of the next request
+    assert target.nbytes == len(big)
+    target[:] = stream[4 : 4 + len(big)]
+    fb.commit(len(big))
+    got = fb.next_frame()
+    assert got is not None
+    assert got.obj is target.obj  # handed out without a copy
+    assert bytes(got) == big
+    got[0] = 0xFF  # the frame is the caller's: writing it must not disturb what comes next
+    rest = fb.receive_buffer()
+    rest[: len(stream) - 4 - len(big)] = stream[4 + len(big) :]
+    fb.commit(len(stream) - 4 - len(big))
+    assert drain(fb) == [b"next request"]
+
+
+def test_announced_huge_frame_does_not_reserve_its_whole_size():
+    fb = FrameBuffer()
+    fb.receive_data(struct.pack(">i", DEFAULT_MAX_FRAME_SIZE))
+    target = fb.receive_buffer()
+    assert 0 < target.nbytes <= 1 << 20
+    assert fb.missing == DEFAULT_MAX_FRAME_SIZE
+    # the allocation only doubles with what has arrived
+    target[:] = b"x" * target.nbytes
+    fb.commit(target.nbytes)
+    second = fb.receive_buffer()
+    assert second.nbytes <= fb.buffered + 4
+
+
+def test_commit_more_than_lent_is_refused():
+    fb = FrameBuffer()
+    target = fb.receive_buffer()
+    with pytest.raises(ValueError):
+        fb.commit(target.nbytes + 1)
+    with pytest.raises(ValueError):
+        fb.commit(-1)
+
+
+def test_bad_prefix_through_lent_buffer_fails_before_body():
+    fb = FrameBuffer(max_frame_size=100)
+    target = fb.receive_buffer()
+    target[:4] = struct.pack(">i", 101)
+    fb.commit(4)
+    with pytest.raises(DecodeError):
+        fb.next_frame()
+    with pytest.raises(DecodeError):
+        fb.receive_buffer()
