@@ -2,11 +2,12 @@
 
 Theory of operation
 -------------------
-`serve_connection()` owns the stream of one accepted socket. It feeds received bytes to a sans-io
-`FrameBuffer` (limit `socket.request.max.bytes`) and handles each complete frame before it reads the
-next one, which is exactly Kafka's "muted channel": requests of one connection are processed one at a
-time and answered in the order they arrived; an acks=0 produce is processed in its turn but answered
-with nothing. There is a single writer (`ResponseWriter`), used only by this loop.
+`Connection.run()` owns the stream of one accepted socket. It receives straight into the buffers a
+sans-io `FrameBuffer` (limit `socket.request.max.bytes`) lends it (`recv_into`; a large produce request
+lands in a buffer of its own and is never copied in Python) and handles each complete frame before it
+reads the next one, which is exactly Kafka's "muted channel": requests of one connection are
+processed one at a time and answered in the order they arrived; an acks=0 produce is processed in its
+turn but answered with nothing. There is a single writer (`ResponseWriter`), used only by this loop.
 
 Per frame: the fixed prefix (api key, version, correlation id) is read first. If the (key, version)
 pair is not served (`dispatch.lookup`), ApiVersions gets a v0-format UNSUPPORTED_VERSION answer listing
@@ -18,17 +19,20 @@ Writing: bytes chunks go out as gather-writes (`sendmsg`); a chunk that is not b
 `FileSlice` and goes out with `os.sendfile` from the segment's fd straight to the socket fd, waiting
 for writability on EAGAIN and resuming after partial sends, so fetched record data never passes
 through Python. A slice that comes up short (segment truncated meanwhile) closes the connection: the
-length prefix already promised those bytes.
+length prefix already promised those bytes. (Sending the bytes ahead of a slice with MSG_MORE was tried:
+no measurable gain, and a partial sendfile with data held back stalled fetches for the kernel's 200 ms
+cork timeout.)
 
-A fetch, which may park for up to its max_wait_ms, is handled while a second task watches the socket:
-if the client disconnects, the parked fetch is abandoned at once instead of holding the connection.
+A handler that parks (a fetch short of min_bytes, for up to its max_wait_ms) parks through
+`Connection.park`, which watches the socket meanwhile: if the client disconnects, the parked request is
+abandoned at once (`PeerGone`) instead of holding the connection. Requests that do not park pay for no
+second task.
 
 Failure policy: a frame that cannot be decoded (bad size, bad header, bad body) closes this connection
 only, logged at info; a handler exception is logged with its traceback and closes the connection; a
 peer that goes away is not an error. Idle connections are closed: one cancel scope spans the loop, its
 deadline re-armed to `connections.max.idle.ms` after every read and lifted while requests are handled,
-so only time spent waiting for bytes counts. Reads ask for the rest of a frame whose size is known (up to
-1 MiB), so a large produce takes a few reads, not one per 64 KiB.
+so only time spent waiting for bytes counts.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ import logging
 import math
 import os
 import struct
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -59,13 +63,8 @@ __all__ = ["Connection", "ResponseWriter", "frame_response"]
 log = logging.getLogger("kafkacompat.broker.connection")
 
 API_VERSIONS_KEY = 18
-FETCH_KEY = 1
 _PREFIX = struct.Struct(">hhi")
 _SIZE = struct.Struct(">i")
-_RECEIVE_SIZE = 1 << 16
-# Cap on one read while the rest of a known large frame is awaited: fewer reads per big produce, while a
-# small request still gets a small (cheaply allocated) receive buffer.
-_MAX_RECEIVE_SIZE = 1 << 20
 _MAX_IOV = 512  # stay well under IOV_MAX (1024 on Linux)
 _BYTES_LIKE = (bytes, bytearray, memoryview)
 
@@ -149,14 +148,6 @@ class ResponseWriter:
             await trio.lowlevel.checkpoint()
 
 
-def _receive_size(frames: FrameBuffer) -> int:
-    """How much to ask for in one read: the rest of the frame in progress, between 64 KiB and 1 MiB."""
-    missing = frames.missing
-    if missing <= _RECEIVE_SIZE:
-        return _RECEIVE_SIZE
-    return min(missing, _MAX_RECEIVE_SIZE)
-
-
 def frame_response(header: bytes, body: list[Any]) -> list[Any]:
     """Size prefix + response header + encoded body chunks (the first bytes chunk is merged in)."""
     size = len(header) + sum(_chunk_size(chunk) for chunk in body)
@@ -165,8 +156,15 @@ def frame_response(header: bytes, body: list[Any]) -> list[Any]:
     return [_SIZE.pack(size) + header, *body]
 
 
+class PeerGone(Exception):
+    """The client went away while a request was parked; the request is abandoned, the connection ends."""
+
+
 class Connection:
-    """One accepted connection and its request loop. Owned by the server, which may `drain()` it."""
+    """One accepted connection and its request loop. Owned by the server, which may `drain()` it.
+
+    Everything here runs in the connection's own task; `drain()` is called from the server's task.
+    """
 
     def __init__(
         self, broker: BrokerState, stream: trio.SocketStream, listener_name: str, connection_id: int
@@ -180,6 +178,7 @@ class Connection:
             peer = "?"
         self.info = ConnectionInfo(listener_name=listener_name, peer=peer, connection_id=connection_id)
         self.writer = ResponseWriter(stream)
+        self._frames = FrameBuffer(broker.config["socket.request.max.bytes"])
         self._draining = False
         self._receive_scope: trio.CancelScope | None = None
         self._receiving = False  # True only while run() awaits bytes (never while a request is handled)
@@ -193,10 +192,10 @@ class Connection:
     async def run(self) -> None:
         """Serve requests until the peer closes, the connection idles out, or an error closes it."""
         peer = self.info.peer
-        frames = FrameBuffer(self.broker.config["socket.request.max.bytes"])
+        frames = self._frames
         idle_ms = self.broker.config["connections.max.idle.ms"]
         idle_seconds = idle_ms / 1000 if idle_ms > 0 else math.inf
-        receive = self.stream.receive_some
+        recv_into = self.stream.socket.recv_into
         try:
             # One scope for the connection's life (entering a scope per receive was a measurable share
             # of broker time). Its deadline is re-armed on every receive and lifted to infinity while
@@ -206,29 +205,26 @@ class Connection:
                 idle_scope.deadline = trio.current_time() + idle_seconds
                 while not self._draining:
                     self._receiving = True
-                    data = await receive(_receive_size(frames))
+                    received = await recv_into(frames.receive_buffer())
                     self._receiving = False
-                    if not data:
+                    if not received:
                         return
-                    frames.receive_data(data)
+                    frames.commit(received)
                     frame = frames.next_frame()
                     if frame is None:
                         idle_scope.deadline = trio.current_time() + idle_seconds
                         continue
                     idle_scope.deadline = math.inf
                     while frame is not None:
-                        if frame.nbytes >= 2 and frame[1] == FETCH_KEY and frame[0] == 0:
-                            if await self._handle_watching_peer(frame, frames):
-                                log.debug("connection %s went away during a parked fetch", peer)
-                                return
-                        else:
-                            await _handle_frame(self.broker, self.info, self.writer, frame)
+                        await _handle_frame(self.broker, self.info, self.writer, frame, self.park)
                         if self._draining:
                             return
                         frame = frames.next_frame()
                     idle_scope.deadline = trio.current_time() + idle_seconds
             if idle_scope.cancelled_caught and not self._draining:
                 log.info("closing connection %s: idle for %d ms", peer, idle_ms)
+        except PeerGone:
+            log.debug("connection %s went away during a parked request", peer)
         except DecodeError as exc:
             log.info("closing connection %s: undecodable request: %s", peer, exc)
         except CloseConnection as exc:
@@ -241,44 +237,46 @@ class Connection:
             with trio.CancelScope(shield=True):
                 await self.stream.aclose()
 
-    async def _handle_watching_peer(self, frame: memoryview, frames: FrameBuffer) -> bool:
-        """Handle a request that may park (a fetch) while watching the socket; True if the peer left.
+    async def park(self, event: trio.Event, deadline: float) -> None:
+        """Wait for `event` or `deadline` while watching the socket; raise PeerGone if the peer leaves.
 
         A parked fetch can wait for max_wait_ms; a client that disconnects meanwhile should not keep it
         (and this connection) alive that long. Bytes of later requests that arrive meanwhile are only
         buffered (up to one maximum frame), never processed: requests still run one at a time.
         """
+        frames = self._frames
+        recv_into = self.stream.socket.recv_into
         peer_gone = False
 
         async def watch(scope: trio.CancelScope) -> None:
             nonlocal peer_gone
             while frames.buffered < frames.max_frame_size:
                 try:
-                    data = await self.stream.receive_some(_RECEIVE_SIZE)
-                except (trio.BrokenResourceError, ConnectionError):
-                    data = b""
-                if not data:
+                    received = await recv_into(frames.receive_buffer())
+                except OSError:
+                    received = 0
+                if not received:
                     peer_gone = True
                     scope.cancel()
                     return
-                frames.receive_data(data)
+                frames.commit(received)
             await trio.sleep_forever()
 
-        failure: Exception | None = None
         async with trio.open_nursery() as nursery:
             nursery.start_soon(watch, nursery.cancel_scope)
-            try:
-                await _handle_frame(self.broker, self.info, self.writer, frame)
-            except Exception as exc:  # re-raised below, bare rather than inside an ExceptionGroup
-                failure = exc
+            with trio.move_on_at(deadline):
+                await event.wait()
             nursery.cancel_scope.cancel()
-        if failure is not None:
-            raise failure
-        return peer_gone
+        if peer_gone:
+            raise PeerGone
 
 
 async def _handle_frame(
-    broker: BrokerState, info: ConnectionInfo, writer: ResponseWriter, frame: memoryview
+    broker: BrokerState,
+    info: ConnectionInfo,
+    writer: ResponseWriter,
+    frame: memoryview,
+    park: Callable[[trio.Event, float], Awaitable[None]],
 ) -> None:
     if frame.nbytes < _PREFIX.size:
         raise DecodeError("request shorter than its header")
@@ -303,6 +301,7 @@ async def _handle_frame(
         client_id=getattr(header, "client_id", None),
         connection=info,
         header=header,
+        park=park,
     )
     response = await handler.handle(ctx, request)
     if response is None:

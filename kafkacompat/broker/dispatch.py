@@ -31,14 +31,20 @@ Handler contract (every module in kafkacompat/broker/handlers/ follows it)
   log manager, LocalMetadata, delayed-operation watchers, fetch sessions, clock) and may await (delayed
   produce/fetch); requests of one connection are handled one at a time, so a handler that waits delays
   only its own connection. Blocking file work goes through `trio.to_thread.run_sync`.
+- A handler that waits for an event (a fetch short of min_bytes) waits with `await ctx.park(event,
+  deadline)`, never with a bare `event.wait()`: the connection's `park` also watches the socket and
+  abandons the request (raising `PeerGone`) if the client goes away meanwhile.
 - To add an API: write the module, add it to `HANDLER_MODULES`, add its test. Nothing else.
 """
 
 from __future__ import annotations
 
 import types
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+import trio
 
 from kafkacompat.broker.errors import CloseConnection
 from kafkacompat.broker.handlers import (
@@ -138,6 +144,12 @@ class ConnectionInfo:
     connection_id: int
 
 
+async def park_until(event: trio.Event, deadline: float) -> None:
+    """Wait for `event` or `deadline`, whichever comes first (the park of a context without a socket)."""
+    with trio.move_on_at(deadline):
+        await event.wait()
+
+
 @dataclass(slots=True)
 class RequestContext:
     """Everything a handler may look at besides the request body. Built per request by the connection."""
@@ -150,6 +162,8 @@ class RequestContext:
     connection: ConnectionInfo
     header: Any = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: how a handler waits for `event` until `deadline` (trio time); see the handler contract above
+    park: Callable[[trio.Event, float], Awaitable[None]] = park_until
 
 
 _RANGES: dict[int, tuple[int, int]] | None = None

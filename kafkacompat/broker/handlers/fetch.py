@@ -120,8 +120,8 @@ async def handle(ctx: RequestContext, request: Any) -> FetchResponse:
         ):
             break
         keys = [(r.name, r.cached.partition) for r in reads if r.name is not None]
-        with broker.watchers.watch(keys) as event, trio.move_on_at(deadline):
-            await event.wait()
+        with broker.watchers.watch(keys) as event:
+            await ctx.park(event, deadline)
     return _response(context, reads, uses_ids, read_committed)
 
 
