@@ -291,3 +291,30 @@ async def test_shutdown_closes_an_idle_connection_at_once(nursery: trio.Nursery,
     assert await client.is_closed(timeout=5)
     with trio.fail_after(10):
         await broker.stopped.wait()
+
+
+async def test_only_a_fetch_that_waits_parks(
+    nursery: trio.Nursery, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kafkacompat.broker import connection
+
+    parks: list[float] = []
+    real_park = connection.Connection.park
+
+    async def counting_park(self: connection.Connection, event: trio.Event, deadline: float) -> None:
+        parks.append(deadline)
+        await real_park(self, event, deadline)
+
+    monkeypatch.setattr(connection.Connection, "park", counting_park)
+    broker = await start_broker(nursery, tmp_path)
+    client = await RawClient.connect(broker.port)
+    assert (await create(client, "parks")).error_code == ErrorCode.NONE
+    # nothing to read yet: the fetch parks (through the connection, which watches the socket)
+    empty = await client.call(FETCH, 12, fetch_request("parks", 0, max_wait_ms=50, min_bytes=1))
+    assert empty.responses[0].partitions[0].error_code == ErrorCode.NONE
+    assert len(parks) == 1
+    assert (await produce(client, "parks", batch(b"x" * 100), acks=1)).error_code == 0
+    # data is there: answered at once, no park
+    full = await client.call(FETCH, 12, fetch_request("parks", 0, max_wait_ms=5_000, min_bytes=1))
+    assert len(bytes(full.responses[0].partitions[0].records)) > 100
+    assert len(parks) == 1
