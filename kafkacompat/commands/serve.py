@@ -85,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
                 # request traffic triggers do not walk it again and again (shorter latency tails).
                 gc.collect()
                 gc.freeze()
+                await trio.sleep_forever()  # signals stay ours until run_broker cancels the nursery
 
     status = 0
     try:
