@@ -101,6 +101,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
     parser.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     parser.add_argument(
+        "--no-pause",
+        action="store_true",
+        help="keep the brokers not being measured running (by default they are SIGSTOPped meanwhile)",
+    )
+    parser.add_argument(
         "--dir", default=None, help="fetch-peers: where to put the peers (/tmp/kafkacompat-peers)"
     )
 
@@ -123,6 +128,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         settings.e2e_rate = args.e2e_rate
     if args.timeout is not None:
         settings.timeout = args.timeout
+    if getattr(args, "no_pause", False):
+        settings.pause_others = False
     if args.big_partition_mib is not None:
         if args.big_partition_mib < 0:
             raise ValueError("--big-partition-mib must not be negative")

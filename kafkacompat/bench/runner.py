@@ -13,17 +13,21 @@ RSS, produce (1 KiB and 100 B x acks=1 and acks=all), consume (from offset 0 of 
 topic of each size), end-to-end latency at a fixed rate, group join (1 and 3 consumers, only where
 the broker serves JoinGroup), and optionally a large partition read from offset 0 twice per run: by a
 fully default consumer and by one whose only change is `fetch.queue.backoff.ms=1` (see `_big`).
-The result is a JSON-ready dict (see `report.py` for the table and the goals).
+While one broker is measured, the other brokers' processes are stopped (SIGSTOP, `_others_paused`),
+so a peer's background work cannot take CPU from the broker being measured. The result is a JSON-ready
+dict (see `report.py` for the table and the goals).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
+import signal
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,6 +60,7 @@ class Settings:
     big_partition_mib: int = 0  # 0: skip the large-partition read
     timeout: float = 180.0  # per worker
     workloads: tuple[str, ...] = ("startup", "produce", "consume", "e2e", "groups", "big")
+    pause_others: bool = True  # SIGSTOP the brokers not being measured (see `_others_paused`)
 
     @classmethod
     def quick(cls) -> Settings:
@@ -212,6 +217,33 @@ class _BrokerState:
     peak_rss: int = 0
     errors: list[str] = field(default_factory=list)
     topics: list[str] = field(default_factory=list)
+    others: list[_BrokerState] = field(default_factory=list, repr=False)  # paused while this one runs
+
+
+@contextlib.contextmanager
+def _others_paused(state: _BrokerState) -> Iterator[None]:
+    """Stop (SIGSTOP) every other broker's processes while `state`'s broker is measured; SIGCONT after.
+
+    All brokers stay up for the whole run, and on a 2-core machine a peer that works while idle takes CPU
+    from the broker being measured: noida-db keeps about half a core busy for a while after a load. A
+    stopped broker has no client at that moment (each run uses fresh clients on one broker), so it loses
+    nothing but background time. Brokers given with --bootstrap have no pid and are never stopped.
+    """
+    stopped: list[int] = []
+    try:
+        for other in state.others:
+            pid = other.broker.pid
+            for member in process_tree(pid) if pid is not None else []:
+                try:
+                    os.kill(member, signal.SIGSTOP)
+                    stopped.append(member)
+                except ProcessLookupError:
+                    pass
+        yield
+    finally:
+        for member in stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(member, signal.SIGCONT)
 
 
 def _machine() -> dict[str, Any]:
@@ -258,6 +290,9 @@ def run_benchmark(
     note = log or progress.note
     with tempfile.TemporaryDirectory(prefix="kafkacompat-bench-", dir=work_dir) as tmp:
         states = [_BrokerState(RunningBroker(spec, Path(tmp))) for spec in specs]
+        if settings.pause_others:
+            for state in states:
+                state.others = [other for other in states if other is not state]
         results: dict[str, Any] = {
             "meta": {
                 "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -341,7 +376,7 @@ def _run_one(
     """
     pid = state.broker.pid
     params = params | {"broker_pids": process_tree(pid) if pid is not None else []}
-    with PeakSampler(pid) as sampler:
+    with _others_paused(state), PeakSampler(pid) as sampler:
         (result,) = workers.run_workers([(kind, params)], timeout)
     return result, result.get("broker_cpu"), sampler.peak
 
@@ -544,9 +579,10 @@ def _e2e_once(settings: Settings, state: _BrokerState, note: Any) -> dict[str, A
     producer = common | {"rate": settings.e2e_rate, "size": settings.e2e_size, "acks": "1"}
     pid = state.broker.pid
     producer["broker_pids"] = process_tree(pid) if pid is not None else []
-    consumed, produced = workers.run_workers(
-        [("e2e_consumer", consumer), ("e2e_producer", producer)], settings.e2e_seconds + 90
-    )
+    with _others_paused(state):
+        consumed, produced = workers.run_workers(
+            [("e2e_consumer", consumer), ("e2e_producer", producer)], settings.e2e_seconds + 90
+        )
     broker_cpu = produced.get("broker_cpu")
     delete_topics(state.broker.bootstrap, [topic])
     latencies = consumed.get("latencies_ms") or []
@@ -632,7 +668,8 @@ def _join_once(settings: Settings, state: _BrokerState, members: int) -> float:
             time.sleep(0.002)
         stop.set()
 
-    results = workers.run_workers(jobs, timeout + 60, while_running=release_and_watch)
+    with _others_paused(state):
+        results = workers.run_workers(jobs, timeout + 60, while_running=release_and_watch)
     delete_topics(state.broker.bootstrap, [topic])
     failures = [r.get("error") for r in results if not r.get("ok")]
     if failures:
