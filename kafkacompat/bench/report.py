@@ -221,16 +221,19 @@ def failures(results: dict[str, Any]) -> list[str]:
     """One line per workload and broker that failed at least once: the first error, shortened."""
     lines = []
 
-    def add(broker: str, label: str, errors: list[str], of: int | None = None) -> None:
+    def add(broker: str, label: str, errors: list[str], of: int | None = None, skipped: int = 0) -> None:
         if errors:
             count = f" ({len(errors)} of {of} runs)" if of else ""
+            if skipped:
+                count = f"{count[:-1]}; {skipped} more skipped)"
             first = " ".join(str(errors[0]).split())
             lines.append(f"{broker}: {label}{count}: {first[:300]}")
 
     for entry in results.get("throughput", {}).values():
         for broker, record in entry.get("per_broker", {}).items():
             errors = record.get("failures") or []
-            add(broker, entry["label"], errors, len(errors) + len(record.get("runs") or []))
+            ran = len(errors) + len(record.get("runs") or [])
+            add(broker, entry["label"], errors, ran, record.get("skipped_runs", 0))
     for broker, record in results.get("latency", {}).items():
         add(broker, "e2e latency", [record["error"]] if record.get("error") else [])
     for members, per in results.get("groups", {}).items():

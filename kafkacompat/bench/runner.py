@@ -5,14 +5,16 @@ for the whole run, each on its own port and data dir under one temp dir) and wal
 fixed order. Within a workload, run r goes to every broker before run r+1 starts (kafkacompat, peer 1,
 peer 2, kafkacompat, ...), so a burst of load from elsewhere on the machine hits all brokers alike
 rather than one of them. Each run uses a fresh topic (created with our own small client, then waited
-for in Metadata), and topics are deleted when no later workload needs them, so an in-memory peer does
-not carry earlier runs' data into later RSS figures.
+for in Metadata), and every topic is deleted as soon as no later run needs it: a produce run's right
+after the run, so no broker carries earlier runs' data (in its RSS, or in memory a VM's host has to
+back again: see `_produce_runs`).
 
 Order: start-up (each broker started `runs` times; all but the last start are stopped again), idle
-RSS, produce (1 KiB and 100 B x acks=1 and acks=all), consume (from offset 0 of the first produced
-topic of each size), end-to-end latency at a fixed rate, group join (1 and 3 consumers, only where
-the broker serves JoinGroup), and optionally a large partition read from offset 0 twice per run: by a
-fully default consumer and by one whose only change is `fetch.queue.backoff.ms=1` (see `_big`).
+RSS, produce (1 KiB and 100 B x acks=1 and acks=all), consume (per size, an unmeasured load into
+each broker, then reads from offset 0), end-to-end latency at a fixed rate, group join (1 and 3
+consumers, only where the broker serves JoinGroup), and optionally a large partition read from
+offset 0 twice per run: by a fully default consumer and by one whose only change is
+`fetch.queue.backoff.ms=1` (see `_big`).
 While one broker is measured, the other brokers' processes are stopped (SIGSTOP, `_others_paused`),
 so a peer's background work cannot take CPU from the broker being measured. The result is a JSON-ready
 dict (see `report.py` for the table and the goals).
@@ -141,7 +143,7 @@ def count_steps(settings: Settings, brokers: int, attached: int = 0) -> int:
     if "produce" in w:
         steps += len(settings.sizes) * len(settings.acks) * settings.runs * brokers
     if "consume" in w:
-        steps += len(settings.sizes) * settings.runs * brokers
+        steps += len(settings.sizes) * (settings.runs + 1) * brokers  # + one load per broker
     if "e2e" in w:
         steps += settings.runs * brokers
     if "groups" in w:
@@ -188,6 +190,8 @@ def create_topic(bootstrap: str, name: str, partitions: int, timeout: float = 30
 # After deleting large topics, give the brokers this long to remove the files before the next
 # measurement starts (kafkacompat is started with log.segment.delete.delay.ms=0 for this reason).
 DELETE_SETTLE_SECONDS = 1.5
+# ... and after deleting one produce run's topic, before the next run (one run's data at most)
+RUN_DELETE_SETTLE_SECONDS = 0.5
 
 
 def delete_topics(bootstrap: str, names: list[str]) -> None:
@@ -216,7 +220,6 @@ class _BrokerState:
     idle_rss: int | None = None
     peak_rss: int = 0
     errors: list[str] = field(default_factory=list)
-    topics: list[str] = field(default_factory=list)
     others: list[_BrokerState] = field(default_factory=list, repr=False)  # paused while this one runs
 
 
@@ -384,98 +387,129 @@ def _run_one(
 def _throughput(
     settings: Settings, states: list[_BrokerState], progress: Progress, note: Any, out: dict[str, Any]
 ) -> None:
-    keep: dict[tuple[str, int], str] = {}  # (broker, size) -> topic the consume workload reads
-    if "produce" in settings.workloads or "consume" in settings.workloads:
-        produce_plan = [(size, acks) for size in settings.sizes for acks in settings.acks]
-        if "produce" not in settings.workloads:  # consume alone still needs data: one acks=1 load each
-            produce_plan = [(size, "1") for size in settings.sizes]
-        for size, acks in produce_plan:
-            wid = produce_id(size, acks)
-            entry = out.setdefault(
-                wid,
-                {
-                    "label": f"produce {size_label(size)} acks={acks}",
-                    "kind": "produce",
-                    "size": size,
-                    "acks": acks,
-                    "messages": records_for(settings, size),
-                    "per_broker": {},
-                },
-            )
-            runs = settings.runs if "produce" in settings.workloads else 1
-            for run in range(runs):
-                for state in states:
-                    name = state.broker.spec.name
-                    if "produce" in settings.workloads:
-                        progress.step(f"{entry['label']} · {name} · run {run + 1}/{runs}")
-                    topic = f"bench-{size}-acks{acks}-{run}-{uuid.uuid4().hex[:8]}"
-                    record = entry["per_broker"].setdefault(name, {"runs": [], "failures": []})
-                    try:
-                        create_topic(state.broker.bootstrap, topic, 1)
-                    except Exception as exc:
-                        record["failures"].append(f"create topic: {exc}")
-                        note(f"{name}: {entry['label']}: create topic failed: {exc}")
-                        continue
-                    params = {
-                        "bootstrap": state.broker.bootstrap,
-                        "topic": topic,
-                        "messages": records_for(settings, size),
-                        "size": size,
-                        "acks": acks,
-                        "timeout": settings.timeout,
-                    }
-                    result, broker_cpu, peak = _run_one(state, "produce", params, settings.timeout + 30)
-                    state.peak_rss = max(state.peak_rss, peak)
-                    if (name, size) not in keep and result.get("ok"):
-                        keep[(name, size)] = topic
-                    else:
-                        state.topics.append(topic)
-                    _record_throughput(record, result, broker_cpu, peak, note, name, entry["label"])
-            if "produce" not in settings.workloads:
-                del out[wid]
-            for state in states:
-                delete_topics(state.broker.bootstrap, state.topics)
-                state.topics.clear()
-            time.sleep(DELETE_SETTLE_SECONDS)
+    if "produce" in settings.workloads:
+        _produce_runs(settings, states, progress, note, out)
     if "consume" in settings.workloads:
-        for size in settings.sizes:
-            entry = out.setdefault(
-                consume_id(size),
-                {
-                    "label": f"consume {size_label(size)}",
-                    "kind": "consume",
-                    "size": size,
-                    "messages": records_for(settings, size),
-                    "per_broker": {},
-                },
-            )
-            for run in range(settings.runs):
-                for state in states:
-                    name = state.broker.spec.name
-                    progress.step(f"{entry['label']} · {name} · run {run + 1}/{settings.runs}")
-                    record = entry["per_broker"].setdefault(name, {"runs": [], "failures": []})
-                    topic = keep.get((name, size))
-                    if topic is None:
-                        record["failures"].append("no produced topic to read")
-                        continue
-                    params = {
-                        "bootstrap": state.broker.bootstrap,
-                        "topic": topic,
-                        "messages": records_for(settings, size),
-                        "size": size,
-                        "timeout": settings.timeout,
-                        "fetch_queue_backoff_ms": 1,  # the broker's rate, not the client's pauses
-                    }
-                    result, broker_cpu, peak = _run_one(state, "consume", params, settings.timeout + 30)
-                    _record_throughput(record, result, broker_cpu, peak, note, name, entry["label"])
-        for state in states:
-            delete_topics(
-                state.broker.bootstrap, [t for (n, _), t in keep.items() if n == state.broker.spec.name]
-            )
-        time.sleep(DELETE_SETTLE_SECONDS)
+        _consume_runs(settings, states, progress, note, out)
     for entry in out.values():
         for record in entry["per_broker"].values():
             _summarize_record(record)
+
+
+def _produce_runs(
+    settings: Settings, states: list[_BrokerState], progress: Progress, note: Any, out: dict[str, Any]
+) -> None:
+    # Each run's topic is deleted as soon as the run is over, so no broker holds more than one run's
+    # data: on a VM that hands freed memory back to its host, memory taken beyond the few GiB the host
+    # keeps backed costs several times the CPU per GB (see docs/BENCHMARKS.md), and a broker that kept
+    # five runs' worth would be measured on that rather than on its own work.
+    for size, acks in [(size, acks) for size in settings.sizes for acks in settings.acks]:
+        entry = out.setdefault(
+            produce_id(size, acks),
+            {
+                "label": f"produce {size_label(size)} acks={acks}",
+                "kind": "produce",
+                "size": size,
+                "acks": acks,
+                "messages": records_for(settings, size),
+                "per_broker": {},
+            },
+        )
+        for run in range(settings.runs):
+            for state in states:
+                name = state.broker.spec.name
+                progress.step(f"{entry['label']} · {name} · run {run + 1}/{settings.runs}")
+                record = entry["per_broker"].setdefault(name, {"runs": [], "failures": []})
+                topic = f"bench-{size}-acks{acks}-{run}-{uuid.uuid4().hex[:8]}"
+                try:
+                    create_topic(state.broker.bootstrap, topic, 1)
+                except Exception as exc:
+                    record["failures"].append(f"create topic: {exc}")
+                    note(f"{name}: {entry['label']}: create topic failed: {exc}")
+                    continue
+                params = {
+                    "bootstrap": state.broker.bootstrap,
+                    "topic": topic,
+                    "messages": records_for(settings, size),
+                    "size": size,
+                    "acks": acks,
+                    "timeout": settings.timeout,
+                }
+                result, broker_cpu, peak = _run_one(state, "produce", params, settings.timeout + 30)
+                state.peak_rss = max(state.peak_rss, peak)
+                _record_throughput(record, result, broker_cpu, peak, note, name, entry["label"])
+                delete_topics(state.broker.bootstrap, [topic])
+                time.sleep(RUN_DELETE_SETTLE_SECONDS)
+
+
+def _consume_runs(
+    settings: Settings, states: list[_BrokerState], progress: Progress, note: Any, out: dict[str, Any]
+) -> None:
+    """Per size: one unmeasured acks=1 load into each broker, then `runs` reads from offset 0 of it."""
+    for size in settings.sizes:
+        entry = out.setdefault(
+            consume_id(size),
+            {
+                "label": f"consume {size_label(size)}",
+                "kind": "consume",
+                "size": size,
+                "messages": records_for(settings, size),
+                "per_broker": {},
+            },
+        )
+        loaded: dict[str, str] = {}  # broker -> topic the reads take
+        for state in states:
+            name = state.broker.spec.name
+            progress.step(f"{entry['label']} · {name} · load")
+            record = entry["per_broker"].setdefault(name, {"runs": [], "failures": []})
+            topic = f"bench-{size}-read-{uuid.uuid4().hex[:8]}"
+            params = {
+                "bootstrap": state.broker.bootstrap,
+                "topic": topic,
+                "messages": records_for(settings, size),
+                "size": size,
+                "acks": "1",
+                "timeout": settings.timeout,
+            }
+            try:
+                create_topic(state.broker.bootstrap, topic, 1)
+            except Exception as exc:
+                record["failures"].append(f"create topic: {exc}")
+                note(f"{name}: {entry['label']}: create topic failed: {exc}")
+                continue
+            (result,) = workers.run_workers([("produce", params)], settings.timeout + 30)
+            if result.get("ok"):
+                loaded[name] = topic
+            else:
+                record["failures"].append(f"load: {result.get('error')}")
+                note(f"{name}: {entry['label']}: load failed: {result.get('error')}")
+                delete_topics(state.broker.bootstrap, [topic])
+        for run in range(settings.runs):
+            for state in states:
+                name = state.broker.spec.name
+                progress.step(f"{entry['label']} · {name} · run {run + 1}/{settings.runs}")
+                record = entry["per_broker"][name]
+                if name not in loaded:
+                    continue
+                if len(record["failures"]) >= 2 and not record["runs"]:
+                    # two failed reads and no good one: e.g. noida-db, whose Fetch answers ignore the
+                    # byte limits, so that every read stalls for 20 s
+                    record["skipped_runs"] = record.get("skipped_runs", 0) + 1
+                    continue
+                params = {
+                    "bootstrap": state.broker.bootstrap,
+                    "topic": loaded[name],
+                    "messages": records_for(settings, size),
+                    "size": size,
+                    "timeout": settings.timeout,
+                    "fetch_queue_backoff_ms": 1,  # the broker's rate, not the client's pauses
+                }
+                result, broker_cpu, peak = _run_one(state, "consume", params, settings.timeout + 30)
+                _record_throughput(record, result, broker_cpu, peak, note, name, entry["label"])
+        for state in states:
+            if state.broker.spec.name in loaded:
+                delete_topics(state.broker.bootstrap, [loaded[state.broker.spec.name]])
+        time.sleep(DELETE_SETTLE_SECONDS)
 
 
 def _record_throughput(

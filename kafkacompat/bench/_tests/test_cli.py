@@ -183,8 +183,9 @@ def test_records_for_keeps_the_volume() -> None:
 
 def test_count_steps_matches_the_plan() -> None:
     settings = Settings(runs=3, big_partition_mib=0)
-    # startup 3x2, produce 2 sizes x 2 acks x 3 runs x 2, consume 2 x 3 x 2, e2e 3 x 2, groups 2 x 3 x 2
-    assert count_steps(settings, 2) == 6 + 24 + 12 + 6 + 12
+    # startup 3x2, produce 2 sizes x 2 acks x 3 runs x 2, consume 2 sizes x (1 load + 3 runs) x 2,
+    # e2e 3 x 2, groups 2 x 3 x 2
+    assert count_steps(settings, 2) == 6 + 24 + 16 + 6 + 12
     assert count_steps(Settings(runs=3, workloads=("e2e",)), 3) == 9
     # big: one load per broker, then `runs` reads per broker by each of the two consumers
     assert count_steps(Settings(runs=3, big_partition_mib=10, workloads=("big",)), 2) == 2 + 12

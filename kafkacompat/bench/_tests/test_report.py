@@ -252,3 +252,20 @@ def test_plot(tmp_path: Path) -> None:
     assert {p.name for p in paths} == {"bench-throughput.png", "bench-latency-cdf.png"}
     for path in paths:
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_failures_line_counts_skipped_runs() -> None:
+    results = {
+        "throughput": {
+            "consume-1024": {
+                "label": "consume 1 KiB",
+                "per_broker": {
+                    "peer": {"runs": [], "failures": ["stall", "stall"], "skipped_runs": 3},
+                    "kafkacompat": {"runs": [{}], "failures": ["once"]},
+                },
+            }
+        }
+    }
+    lines = failures(results)
+    assert "peer: consume 1 KiB (2 of 2 runs; 3 more skipped): stall" in lines
+    assert "kafkacompat: consume 1 KiB (1 of 2 runs): once" in lines

@@ -58,3 +58,53 @@ def test_a_peer_that_exits_at_once_is_reported_and_left_out(tmp_path) -> None:  
     assert "exited with 3" in error
     assert results["brokers"]["dud"]["startup_s"] is None
     assert results["throughput"]["produce-100-acks1"]["per_broker"] == {}
+
+
+def test_produce_runs_leave_no_topic_behind(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from kafkacompat.bench.brokers import RunningBroker
+    from kafkacompat.bench.runner import Progress, _BrokerState, _produce_runs
+    from kafkacompat.client import KafkaClient
+
+    broker = RunningBroker(kafkacompat_spec(), tmp_path)
+    broker.start()
+    try:
+        settings = Settings(messages=200, sizes=(1024,), acks=("1",), runs=2, timeout=60.0)
+        out: dict = {}
+        _produce_runs(settings, [_BrokerState(broker)], Progress(4, enabled=False), print, out)
+        record = out["produce-1024-acks1"]["per_broker"]["kafkacompat"]
+        assert record["failures"] == [] and len(record["runs"]) == 2
+        with KafkaClient(broker.bootstrap, client_id="test") as client:
+            names = [t.name for t in client.metadata().topics]
+        # each run's topic went as soon as the run was over: a broker holds one run's data at most
+        assert not [name for name in names if name.startswith("bench-")]
+    finally:
+        broker.stop()
+
+
+def test_consume_reads_stop_after_two_failures(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from kafkacompat.bench import runner
+    from kafkacompat.bench.brokers import RunningBroker
+    from kafkacompat.client import KafkaClient
+
+    calls = []
+
+    def failing_read(state, kind, params, timeout):  # type: ignore[no-untyped-def]
+        calls.append(params["topic"])
+        return {"ok": False, "error": "no record for 20 s"}, None, 0
+
+    monkeypatch.setattr(runner, "_run_one", failing_read)
+    broker = RunningBroker(kafkacompat_spec(), tmp_path)
+    broker.start()
+    try:
+        settings = Settings(messages=200, sizes=(1024,), runs=4, timeout=60.0)
+        out: dict = {}
+        state = runner._BrokerState(broker)
+        runner._consume_runs(settings, [state], runner.Progress(5, enabled=False), print, out)
+        record = out["consume-1024"]["per_broker"]["kafkacompat"]
+        assert record["failures"] == ["no record for 20 s"] * 2 and record["skipped_runs"] == 2
+        assert len(calls) == 2 and calls[0] == calls[1]  # both reads took the one loaded topic
+        with KafkaClient(broker.bootstrap, client_id="test") as client:
+            names = [t.name for t in client.metadata().topics]
+        assert calls[0] not in names  # the loaded topic is deleted after the reads
+    finally:
+        broker.stop()
