@@ -71,7 +71,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--messages",
         type=_positive_int,
-        help="1 KiB records per produce/consume run (100000); smaller records: as many bytes",
+        help="1 KiB records per produce/consume run (500000); smaller records: as many bytes",
     )
     parser.add_argument("--sizes", metavar="B[,B...]", help="record sizes in bytes (1024,100)")
     parser.add_argument("--acks", metavar="A[,A...]", help="producer acks settings (1,all)")
