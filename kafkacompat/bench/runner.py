@@ -581,8 +581,9 @@ def _latency(
         record["samples"] = len(pooled)
         rates = [r["achieved_rate"] for r in runs if r.get("achieved_rate")]
         record["achieved_rate"] = min(rates) if rates else None
-        cpu = summarize([r["broker_cpu_cores"] for r in runs if r.get("broker_cpu_cores") is not None])
-        record["broker_cpu_cores"] = cpu.as_dict() if cpu else None
+        for key in ("broker_cpu_cores", "producer_cpu_cores"):
+            cpu = summarize([r[key] for r in runs if r.get(key) is not None])
+            record[key] = cpu.as_dict() if cpu else None
         errors = [r["error"] for r in runs if r.get("error")]
         if errors:
             record["error"] = errors[0]
@@ -630,6 +631,9 @@ def _e2e_once(settings: Settings, state: _BrokerState, note: Any) -> dict[str, A
         out["ack"] = acks
     seconds = produced.get("seconds")
     out["broker_cpu_cores"] = broker_cpu / seconds if broker_cpu is not None and seconds else None
+    # a paced sender should be nearly idle: one that spins takes a core from the broker and the consumer
+    client_cpu = produced.get("client_cpu")
+    out["producer_cpu_cores"] = client_cpu / seconds if client_cpu is not None and seconds else None
     errors = [r.get("error") for r in (consumed, produced) if not r.get("ok")]
     if errors:
         out["error"] = "; ".join(str(e) for e in errors)
