@@ -399,6 +399,32 @@ def _throughput(
             _summarize_record(record)
 
 
+def _create_fresh_topic(
+    state: _BrokerState, topic: str, record: dict[str, Any], note: Any, label: str
+) -> bool:
+    """Create a one-partition topic; on failure, record and report it and return False."""
+    try:
+        create_topic(state.broker.bootstrap, topic, 1)
+    except Exception as exc:
+        record["failures"].append(f"create topic: {exc}")
+        note(f"{state.broker.spec.name}: {label}: create topic failed: {exc}")
+        return False
+    return True
+
+
+def _produce_params(
+    settings: Settings, state: _BrokerState, topic: str, size: int, acks: str
+) -> dict[str, Any]:
+    return {
+        "bootstrap": state.broker.bootstrap,
+        "topic": topic,
+        "messages": records_for(settings, size),
+        "size": size,
+        "acks": acks,
+        "timeout": settings.timeout,
+    }
+
+
 def _produce_runs(
     settings: Settings, states: list[_BrokerState], progress: Progress, note: Any, out: dict[str, Any]
 ) -> None:
@@ -424,20 +450,9 @@ def _produce_runs(
                 progress.step(f"{entry['label']} · {name} · run {run + 1}/{settings.runs}")
                 record = entry["per_broker"].setdefault(name, {"runs": [], "failures": []})
                 topic = f"bench-{size}-acks{acks}-{run}-{uuid.uuid4().hex[:8]}"
-                try:
-                    create_topic(state.broker.bootstrap, topic, 1)
-                except Exception as exc:
-                    record["failures"].append(f"create topic: {exc}")
-                    note(f"{name}: {entry['label']}: create topic failed: {exc}")
+                if not _create_fresh_topic(state, topic, record, note, entry["label"]):
                     continue
-                params = {
-                    "bootstrap": state.broker.bootstrap,
-                    "topic": topic,
-                    "messages": records_for(settings, size),
-                    "size": size,
-                    "acks": acks,
-                    "timeout": settings.timeout,
-                }
+                params = _produce_params(settings, state, topic, size, acks)
                 result, broker_cpu, peak = _run_one(state, "produce", params, settings.timeout + 30)
                 state.peak_rss = max(state.peak_rss, peak)
                 _record_throughput(record, result, broker_cpu, peak, note, name, entry["label"])
@@ -466,20 +481,9 @@ def _consume_runs(
             progress.step(f"{entry['label']} · {name} · load")
             record = entry["per_broker"].setdefault(name, {"runs": [], "failures": []})
             topic = f"bench-{size}-read-{uuid.uuid4().hex[:8]}"
-            params = {
-                "bootstrap": state.broker.bootstrap,
-                "topic": topic,
-                "messages": records_for(settings, size),
-                "size": size,
-                "acks": "1",
-                "timeout": settings.timeout,
-            }
-            try:
-                create_topic(state.broker.bootstrap, topic, 1)
-            except Exception as exc:
-                record["failures"].append(f"create topic: {exc}")
-                note(f"{name}: {entry['label']}: create topic failed: {exc}")
+            if not _create_fresh_topic(state, topic, record, note, entry["label"]):
                 continue
+            params = _produce_params(settings, state, topic, size, "1")
             (result,) = workers.run_workers([("produce", params)], settings.timeout + 30)
             if result.get("ok"):
                 loaded[name] = topic
