@@ -659,17 +659,25 @@ def _groups(
                     record["na"] = "n/a (no group coordinator)"
                     continue
                 try:
-                    record["runs"].append(_join_once(settings, state, members))
+                    seconds, unsettled = _join_once(settings, state, members)
                 except RuntimeError as exc:
                     record["failures"].append(str(exc))
                     note(f"{name}: group join ({members}): {exc}")
+                    continue
+                record["runs"].append(seconds)
+                if unsettled:
+                    # the member's client was still looking for the coordinator at the start signal, so
+                    # this run's time includes that look-up
+                    record["unsettled_members"] = record.get("unsettled_members", 0) + unsettled
+                    note(f"{name}: group join ({members}): {unsettled} member(s) without a coordinator yet")
         for record in per_broker.values():
             summary = summarize(record["runs"])
             record["seconds"] = summary.as_dict() if summary else None
 
 
-def _join_once(settings: Settings, state: _BrokerState, members: int) -> float:
-    """Seconds from the common subscribe signal until every member holds its share of 3 partitions."""
+def _join_once(settings: Settings, state: _BrokerState, members: int) -> tuple[float, int]:
+    """Seconds from the common subscribe signal until every member holds its share of 3 partitions, and
+    how many members' clients had not found the group coordinator by that signal."""
     partitions = 3
     topic = f"bench-group-{uuid.uuid4().hex[:8]}"
     create_topic(state.broker.bootstrap, topic, partitions)
@@ -727,7 +735,8 @@ def _join_once(settings: Settings, state: _BrokerState, members: int) -> float:
     ]
     if any(t is None for t in last_assign):
         raise RuntimeError("a member reported no assignment")
-    return max(t for t in last_assign if t is not None) - started[0]
+    unsettled = sum(1 for r in results if not r.get("settled"))
+    return max(t for t in last_assign if t is not None) - started[0], unsettled
 
 
 # The large-partition reads, as (key prefix in the results, label, fetch.queue.backoff.ms or None for

@@ -15,13 +15,15 @@ Workers (the name is the `kind` given to `run_workers`):
   the client's fetch back-off pauses (consume() calls that came back short after waiting >= 0.4 s).
 - `e2e_producer` / `e2e_consumer`: the producer sends at a fixed rate, embedding time.time_ns() in
   each value; the consumer (another process, same host clock) subtracts it on receipt.
-- `group_member`: subscribe at a common start signal and record every assignment and revocation, so
-  the runner can tell when the whole group first holds a complete, balanced assignment.
+- `group_member`: once its client has found the group coordinator, report ready; subscribe at a common
+  start signal and record every assignment and revocation, so the runner can tell when the whole
+  group first holds a complete, balanced assignment.
 """
 
 from __future__ import annotations
 
 import collections
+import json
 import logging
 import multiprocessing
 import os
@@ -39,6 +41,11 @@ __all__ = ["E2E_HEADER", "WORKERS", "run_workers"]
 E2E_HEADER = struct.Struct(">qiB")
 
 _CONTEXT = multiprocessing.get_context("spawn")
+
+# group members poll their client's statistics (its group handler's state) until it has found and
+# connected to the group coordinator, for at most this long, before they report ready
+SETTLE_STATS_INTERVAL_MS = 10
+SETTLE_TIMEOUT_SECONDS = 5.0
 
 # a consume() call (timeout 0.5 s) that waited at least this long and came back short: a back-off pause
 PAUSE_SECONDS = 0.4
@@ -358,10 +365,34 @@ def _group_member(params: dict[str, Any]) -> dict[str, Any]:
         events.append((time.time(), "revoke", len(partitions)))
         counts[index] = 0
 
+    settled = False
+
+    def on_stats(raw: str) -> None:
+        nonlocal settled
+        if not settled:
+            settled = json.loads(raw).get("cgrp", {}).get("state") == "up"
+
     consumer = Consumer(
-        _consumer_conf(params, **{"partition.assignment.strategy": "range", "session.timeout.ms": 10_000})
+        _consumer_conf(
+            params,
+            **{
+                "partition.assignment.strategy": "range",
+                "session.timeout.ms": 10_000,
+                "statistics.interval.ms": SETTLE_STATS_INTERVAL_MS,
+                "stats_cb": on_stats,
+            },
+        )
     )
     consumer.list_topics(params["topic"], timeout=10)
+    # A consumer looks up its group coordinator as soon as it is created, not at subscribe(). librdkafka
+    # (>= 2.10) closes its bootstrap connection once the connection to the broker learned from Metadata
+    # is up, and a FindCoordinator still in flight on it fails and is retried tens of ms later: enough
+    # for that member to miss the first generation and for the others to learn of its join only at
+    # their next heartbeat (3 s). So the start signal waits until every member's client has finished
+    # its own start-up (coordinator known and connected); the clock then covers the group protocol.
+    settle_deadline = time.monotonic() + SETTLE_TIMEOUT_SECONDS
+    while not settled and time.monotonic() < settle_deadline:
+        consumer.poll(0.005)
     params["ready"][index].set()
     if not params["go"].wait(30):
         consumer.close()
@@ -372,7 +403,7 @@ def _group_member(params: dict[str, Any]) -> dict[str, Any]:
     while not params["stop"].is_set() and time.monotonic() < deadline:
         consumer.poll(0.01)
     consumer.close()
-    return {"ok": True, "subscribed": subscribed, "events": events}
+    return {"ok": True, "subscribed": subscribed, "settled": settled, "events": events}
 
 
 WORKERS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {

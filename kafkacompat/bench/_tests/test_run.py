@@ -110,3 +110,19 @@ def test_consume_reads_stop_after_two_failures(tmp_path, monkeypatch) -> None:  
         assert calls[0] not in names  # the loaded topic is deleted after the reads
     finally:
         broker.stop()
+
+
+def test_group_members_start_only_once_their_clients_have_found_the_coordinator(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from kafkacompat.bench import runner
+    from kafkacompat.bench.brokers import RunningBroker
+
+    broker = RunningBroker(kafkacompat_spec(), tmp_path)
+    broker.start()
+    try:
+        seconds, unsettled = runner._join_once(Settings(timeout=60.0), runner._BrokerState(broker), 3)
+    finally:
+        broker.stop()
+    # every member's client had its coordinator connection up before the start signal, so the time
+    # measured is the group protocol's, not a FindCoordinator retry's
+    assert unsettled == 0
+    assert 0 < seconds < 30
