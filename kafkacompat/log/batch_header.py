@@ -13,7 +13,7 @@ import os
 import struct
 from typing import NamedTuple
 
-import crc32c
+from kafkacompat.wire.crc import crc32c
 
 __all__ = ["HEADER", "HEADER_SIZE", "LOG_OVERHEAD", "BatchHeader", "read_header", "verify_batch"]
 
@@ -100,6 +100,6 @@ def verify_batch(
         return header, f"batch of {header.size} bytes but only {available} bytes left"
     if header.last_offset_delta < 0 or header.records_count < 0:
         return header, "negative last offset delta or record count"
-    if crc32c.crc32c(buf[start + CRC_START : start + header.size]) != header.crc:
+    if crc32c(buf[start + CRC_START : start + header.size]) != header.crc:
         return header, "CRC mismatch"
     return header, None

@@ -32,8 +32,7 @@ import struct
 from collections import deque
 from dataclasses import dataclass, field
 
-import crc32c
-
+from kafkacompat.wire.crc import crc32c
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 __all__ = [
@@ -297,7 +296,7 @@ def write_snapshot(path: str, entries, *, sync: bool = True) -> None:
             e.coordinator_epoch,
             e.current_txn_first_offset,
         )
-    data = _SNAPSHOT_HEAD.pack(SNAPSHOT_VERSION, crc32c.crc32c(body)) + bytes(body)
+    data = _SNAPSHOT_HEAD.pack(SNAPSHOT_VERSION, crc32c(body)) + bytes(body)
     tmp = path + ".tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
@@ -319,7 +318,7 @@ def read_snapshot(path: str) -> list[ProducerEntry]:
     if version != SNAPSHOT_VERSION:
         raise ValueError(f"{path}: unsupported version {version}")
     body = memoryview(data)[_SNAPSHOT_HEAD.size :]
-    if crc32c.crc32c(body) != crc:
+    if crc32c(body) != crc:
         raise ValueError(f"{path}: CRC mismatch")
     (count,) = _COUNT.unpack_from(body, 0)
     if count < 0 or _COUNT.size + count * _ENTRY.size != len(body):

@@ -33,8 +33,7 @@ import struct
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from crc32c import crc32c
-
+from kafkacompat.wire.crc import crc32c
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 __all__ = [
