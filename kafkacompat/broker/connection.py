@@ -33,6 +33,10 @@ only, logged at info; a handler exception is logged with its traceback and close
 peer that goes away is not an error. Idle connections are closed: a reaper task per connection cancels
 the receive loop once it has waited `connections.max.idle.ms` for bytes without a break; time spent
 handling requests does not count.
+
+Request log: at DEBUG, the `kafkacompat.request` logger gets one line per completed request (API,
+version, correlation id, client id, peer, size, time from decoded request to response written), the
+counterpart of Kafka's `kafka.request.logger`. When it is off the cost is one level check per request.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ import errno
 import logging
 import os
 import struct
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -60,6 +65,9 @@ if TYPE_CHECKING:
 __all__ = ["Connection", "ResponseWriter", "frame_response"]
 
 log = logging.getLogger("kafkacompat.broker.connection")
+# One line per completed request at DEBUG, like Kafka's `kafka.request.logger`; off by default, and
+# switched on at run time as a BROKER_LOGGER config (kafka-configs --entity-type broker-loggers).
+request_log = logging.getLogger("kafkacompat.request")
 
 API_VERSIONS_KEY = 18
 _PREFIX = struct.Struct(">hhi")
@@ -330,9 +338,30 @@ async def _handle_frame(
         header=header,
         park=park,
     )
+    logged = request_log.isEnabledFor(logging.DEBUG)
+    started = time.perf_counter() if logged else 0.0
     response = await handler.handle(ctx, request)
-    if response is None:
-        return
-    body = messages.encode_response(api_key, api_version, response)
-    header_bytes = wire_header.encode_response_header(api_key, api_version, correlation_id)
-    await writer.send(frame_response(header_bytes, body))
+    if response is not None:
+        body = messages.encode_response(api_key, api_version, response)
+        header_bytes = wire_header.encode_response_header(api_key, api_version, correlation_id)
+        await writer.send(frame_response(header_bytes, body))
+    if logged:
+        _log_completed(ctx, frame.nbytes, response is not None, started)
+
+
+def _log_completed(ctx: RequestContext, request_bytes: int, answered: bool, started: float) -> None:
+    spec = messages.API_SPECS.get(ctx.api_key)
+    request_log.debug(
+        "Completed request: %s v%d correlation_id=%d client_id=%s from %s (listener %s, connection %d),"
+        " %d bytes, %s in %.3f ms",
+        spec.name if spec is not None else ctx.api_key,
+        ctx.api_version,
+        ctx.correlation_id,
+        ctx.client_id,
+        ctx.connection.peer,
+        ctx.connection.listener_name,
+        ctx.connection.connection_id,
+        request_bytes,
+        "answered" if answered else "no response due",
+        (time.perf_counter() - started) * 1000,
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 from pathlib import Path
@@ -318,3 +319,41 @@ async def test_only_a_fetch_that_waits_parks(
     full = await client.call(FETCH, 12, fetch_request("parks", 0, max_wait_ms=5_000, min_bytes=1))
     assert len(bytes(full.responses[0].partitions[0].records)) > 100
     assert len(parks) == 1
+
+
+async def test_request_log_has_one_line_per_completed_request_at_debug(
+    nursery: trio.Nursery, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    broker = await start_broker(nursery, tmp_path)
+    client = await RawClient.connect(broker.port)
+    assert (await create(client, "logged")).error_code == ErrorCode.NONE
+    await client.call(METADATA, 12, request(METADATA, topics=None))  # logger still at its default: silent
+    assert not [r for r in caplog.records if r.name == "kafkacompat.request"]
+    caplog.set_level(logging.DEBUG, logger="kafkacompat.request")
+    metadata_id = await client.send(METADATA, 12, request(METADATA, topics=None))
+    await client.receive(METADATA, 12)
+    partition = request(PRODUCE).PartitionProduceData(index=0, records=batch(b"quiet"))
+    silent = request(
+        PRODUCE,
+        acks=0,
+        timeout_ms=1000,
+        topic_data=[request(PRODUCE).TopicProduceData(name="logged", partition_data=[partition])],
+    )
+    produce_id = await client.send(PRODUCE, 9, silent)
+    await client.call(API_VERSIONS, 3, hello())  # answered after the acks=0 produce was handled
+
+    def lines() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.name == "kafkacompat.request"]
+
+    # a line is written once the response is out, so the client can see the answer a moment earlier
+    with trio.fail_after(5):
+        while len(lines()) < 3:
+            await trio.sleep(0.005)
+    await trio.sleep(0.05)
+    logged = lines()
+    assert len(logged) == 3
+    assert logged[0].startswith(f"Completed request: Metadata v12 correlation_id={metadata_id} ")
+    assert "listener PLAINTEXT" in logged[0] and " answered in " in logged[0]
+    assert logged[1].startswith(f"Completed request: Produce v9 correlation_id={produce_id} ")
+    assert "no response due" in logged[1]
+    assert logged[2].startswith("Completed request: ApiVersions v3 ")
