@@ -24,9 +24,10 @@ no measurable gain, and a partial sendfile with data held back stalled fetches f
 cork timeout.)
 
 A handler that parks (a fetch short of min_bytes, for up to its max_wait_ms) parks through
-`Connection.park`, which watches the socket meanwhile: if the client disconnects, the parked request is
-abandoned at once (`PeerGone`) instead of holding the connection. Requests that do not park pay for no
-second task.
+`Connection.park`, which, once the park has lasted a few milliseconds, watches the socket: if the client
+disconnects, the parked request is abandoned (`PeerGone`) instead of holding the connection. Requests
+that do not park, and parks that end within those milliseconds (a consumer at the log end woken by the
+next produce), pay for no second task.
 
 Failure policy: a frame that cannot be decoded (bad size, bad header, bad body) closes this connection
 only, logged at info; a handler exception is logged with its traceback and closes the connection; a
@@ -68,6 +69,9 @@ log = logging.getLogger("kafkacompat.broker.connection")
 # One line per completed request at DEBUG, like Kafka's `kafka.request.logger`; off by default, and
 # switched on at run time as a BROKER_LOGGER config (kafka-configs --entity-type broker-loggers).
 request_log = logging.getLogger("kafkacompat.request")
+
+# how long a parked request waits before it also watches its socket for a departed client (see park)
+_UNWATCHED_PARK_SECONDS = 0.005
 
 API_VERSIONS_KEY = 18
 _PREFIX = struct.Struct(">hhi")
@@ -279,6 +283,14 @@ class Connection:
         (and this connection) alive that long. Bytes of later requests that arrive meanwhile are only
         buffered (up to one maximum frame), never processed: requests still run one at a time.
         """
+        # Most parks end within a few ms (a consumer at the log end wakes with the next produce); those
+        # wait without a socket watcher, whose nursery and task cost more than the wait itself. Only a
+        # park still waiting after that watches the socket, so a departed client is noticed at most
+        # `_UNWATCHED_PARK_SECONDS` later.
+        with trio.move_on_at(min(deadline, trio.current_time() + _UNWATCHED_PARK_SECONDS)):
+            await event.wait()
+        if event.is_set() or trio.current_time() >= deadline:
+            return
         frames = self._frames
         recv_into = self.stream.socket.recv_into
         peer_gone = False

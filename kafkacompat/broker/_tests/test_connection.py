@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import struct
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from kafkacompat.broker import dispatch
 from kafkacompat.broker._tests.wire_client import (
@@ -357,3 +361,36 @@ async def test_request_log_has_one_line_per_completed_request_at_debug(
     assert logged[1].startswith(f"Completed request: Produce v9 correlation_id={produce_id} ")
     assert "no response due" in logged[1]
     assert logged[2].startswith("Completed request: ApiVersions v3 ")
+
+
+async def test_a_short_park_leaves_the_socket_alone_and_a_longer_one_watches_it(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    from kafkacompat.broker.connection import _UNWATCHED_PARK_SECONDS, Connection, PeerGone
+
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        client = socket.create_connection(server.getsockname())
+        accepted, _ = server.accept()
+    ours, theirs = trio.socket.from_stdlib_socket(accepted), trio.socket.from_stdlib_socket(client)
+    # the connection reads only its frame limit from the broker state
+    state: Any = SimpleNamespace(config={"socket.request.max.bytes": 1 << 20})
+    connection = Connection(state, trio.SocketStream(ours), "PLAINTEXT", 1)
+    await theirs.send(struct.pack(">i", 5) + b"hello")  # a pipelined request, waiting in the socket
+    woken = trio.Event()
+
+    async def wake_soon() -> None:
+        await trio.sleep(_UNWATCHED_PARK_SECONDS / 2)
+        woken.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(wake_soon)
+        await connection.park(woken, trio.current_time() + 1)
+    assert connection._frames.buffered == 0  # ended before any watcher: the socket was not read
+    await connection.park(trio.Event(), trio.current_time() + 10 * _UNWATCHED_PARK_SECONDS)
+    assert connection._frames.buffered == 9  # the watcher buffered the next request, unprocessed
+    theirs.close()
+    started = trio.current_time()
+    with pytest.raises(PeerGone):
+        await connection.park(trio.Event(), started + 1)
+    assert trio.current_time() - started < 2 * _UNWATCHED_PARK_SECONDS  # not the whole second
+    ours.close()
