@@ -21,6 +21,7 @@ from kafkacompat.broker._tests.wire_client import (
     create,
     fetch_request,
     produce,
+    produce_request,
     request,
     start_broker,
 )
@@ -109,13 +110,7 @@ async def test_pipelined_requests_answered_in_order_acks0_silent(
     broker = await start_broker(nursery, tmp_path)
     client = await RawClient.connect(broker.port)
     assert (await create(client, "ordered")).error_code == ErrorCode.NONE
-    partition = request(PRODUCE).PartitionProduceData(index=0, records=batch(b"silent"))
-    silent = request(
-        PRODUCE,
-        acks=0,
-        timeout_ms=1000,
-        topic_data=[request(PRODUCE).TopicProduceData(name="ordered", partition_data=[partition])],
-    )
+    silent = produce_request("ordered", batch(b"silent"), acks=0)
     sent = [
         await client.send(API_VERSIONS, 3, hello()),
         await client.send(PRODUCE, 9, silent),
@@ -336,13 +331,7 @@ async def test_request_log_has_one_line_per_completed_request_at_debug(
     caplog.set_level(logging.DEBUG, logger="kafkacompat.request")
     metadata_id = await client.send(METADATA, 12, request(METADATA, topics=None))
     await client.receive(METADATA, 12)
-    partition = request(PRODUCE).PartitionProduceData(index=0, records=batch(b"quiet"))
-    silent = request(
-        PRODUCE,
-        acks=0,
-        timeout_ms=1000,
-        topic_data=[request(PRODUCE).TopicProduceData(name="logged", partition_data=[partition])],
-    )
+    silent = produce_request("logged", batch(b"quiet"), acks=0)
     produce_id = await client.send(PRODUCE, 9, silent)
     await client.call(API_VERSIONS, 3, hello())  # answered after the acks=0 produce was handled
 

@@ -16,6 +16,7 @@ from kafkacompat.broker._tests.wire_client import (
     create,
     fetch_request,
     produce,
+    produce_request,
     request,
     start_broker,
 )
@@ -130,22 +131,9 @@ async def test_failed_acks0_produce_closes_the_connection(nursery: trio.Nursery,
     broker = await start_broker(nursery, tmp_path)
     client = await RawClient.connect(broker.port)
     await create(client, "quiet")
-    data = request(PRODUCE).PartitionProduceData(index=0, records=batch(b"ok"))
-    good = request(
-        PRODUCE,
-        acks=0,
-        timeout_ms=1000,
-        topic_data=[request(PRODUCE).TopicProduceData(name="quiet", partition_data=[data])],
-    )
-    await client.send(PRODUCE, 9, good)
+    await client.send(PRODUCE, 9, produce_request("quiet", batch(b"ok"), acks=0))
     assert (await client.call(METADATA, 9, request(METADATA, topics=[]))).topics == []  # still open
-    bad = request(
-        PRODUCE,
-        acks=0,
-        timeout_ms=1000,
-        topic_data=[request(PRODUCE).TopicProduceData(name="unknown", partition_data=[data])],
-    )
-    await client.send(PRODUCE, 9, bad)
+    await client.send(PRODUCE, 9, produce_request("unknown", batch(b"ok"), acks=0))
     assert await client.is_closed()
     assert broker.state.partition_log("quiet", 0).log_end_offset == 1
 

@@ -124,6 +124,17 @@ async def create(client: RawClient, name: str, partitions: int = 1, **fields: An
     return response.topics[0]
 
 
+def produce_request(topic: str, records: bytes | None, *, partition: int = 0, acks: int = -1) -> Any:
+    """A Produce request body carrying `records` to one partition."""
+    data = request(PRODUCE).PartitionProduceData(index=partition, records=records)
+    return request(
+        PRODUCE,
+        acks=acks,
+        timeout_ms=1000,
+        topic_data=[request(PRODUCE).TopicProduceData(name=topic, partition_data=[data])],
+    )
+
+
 async def produce(
     client: RawClient,
     topic: str,
@@ -133,13 +144,7 @@ async def produce(
     acks: int = -1,
     version: int = 11,
 ) -> Any:
-    data = request(PRODUCE).PartitionProduceData(index=partition, records=records)
-    body = request(
-        PRODUCE,
-        acks=acks,
-        timeout_ms=1000,
-        topic_data=[request(PRODUCE).TopicProduceData(name=topic, partition_data=[data])],
-    )
+    body = produce_request(topic, records, partition=partition, acks=acks)
     response = await client.call(PRODUCE, version, body)
     return response.responses[0].partition_responses[0]
 
