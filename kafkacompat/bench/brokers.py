@@ -7,7 +7,9 @@ stopped, and only it), then polls the port with our own small client until ApiVe
 request are answered: the time from spawn to that first Metadata answer is the start-up figure. The
 ApiVersions answer also tells whether the broker serves JoinGroup (api key 11), which decides whether
 the group workloads can run. `stop()` sends SIGTERM to the process group, then SIGKILL after a grace
-period; the data dir is removed with the benchmark's temp dir.
+period; the data dir is removed with the benchmark's temp dir. Before kafkacompat's first start its
+package's stale bytecode is rewritten (`refresh_bytecode`), so that a checkout starts as an installed
+package would, whatever PYTHONDONTWRITEBYTECODE says.
 
 Traffic goes to 127.0.0.1 only: commands are given the loopback address, and a `--bootstrap` that
 does not name a loopback host is refused by `check_loopback()`.
@@ -33,6 +35,7 @@ __all__ = [
     "free_port",
     "kafkacompat_spec",
     "parse_peer",
+    "refresh_bytecode",
 ]
 
 JOIN_GROUP = 11
@@ -48,6 +51,8 @@ class BrokerSpec:
     command: tuple[str, ...] | None = None
     bootstrap: str | None = None
     env: dict[str, str] = field(default_factory=dict)
+    # a Python package of the broker's whose bytecode is brought up to date before its first start
+    bytecode_dir: Path | None = None
 
     def display_command(self) -> str:
         return shlex.join(self.command) if self.command else f"(already running at {self.bootstrap})"
@@ -73,7 +78,22 @@ def kafkacompat_spec(overrides: list[str] | None = None) -> BrokerSpec:
     for item in overrides or []:
         command += ["--override", item]
     env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(_REPO_ROOT), os.environ.get("PYTHONPATH")]))}
-    return BrokerSpec("kafkacompat", tuple(command), env=env)
+    return BrokerSpec("kafkacompat", tuple(command), env=env, bytecode_dir=_REPO_ROOT / "kafkacompat")
+
+
+def refresh_bytecode(package_dir: Path) -> bool:
+    """Write current bytecode for every module of `package_dir` (tests aside) whose .pyc is stale.
+
+    An installed package has its bytecode compiled at install. A checkout run with
+    PYTHONDONTWRITEBYTECODE=1 never rewrites it, so each start would recompile every module edited
+    since the last write: about 40 ms of a 170 ms start-up when 36 modules were stale. Doing it once
+    before the first start measures a checkout as it would start installed. False if some module could
+    not be written (a read-only install, already compiled there).
+    """
+    import compileall
+    import re
+
+    return bool(compileall.compile_dir(str(package_dir), quiet=2, rx=re.compile(r"[/\\]_tests[/\\]")))
 
 
 def parse_peer(text: str) -> BrokerSpec:
@@ -163,6 +183,8 @@ class RunningBroker:
         if self.spec.command is None:
             self.serves_groups, _ = probe(self.bootstrap, timeout=10)
             return None
+        if self._starts == 0 and self.spec.bytecode_dir is not None:
+            refresh_bytecode(self.spec.bytecode_dir)
         self._starts += 1
         self.port = free_port()
         self.data_dir = self.work_dir / f"{self.spec.name}-data-{self._starts}"

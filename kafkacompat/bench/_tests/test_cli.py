@@ -208,3 +208,26 @@ def test_progress_lines() -> None:
     assert silent.getvalue() == ""
     quiet.note("failures are shown anyway")
     assert silent.getvalue() == "failures are shown anyway\n"
+
+
+def test_stale_bytecode_is_rewritten_before_the_first_start(tmp_path: Path) -> None:
+    import importlib.util
+
+    from kafkacompat.bench.brokers import kafkacompat_spec, refresh_bytecode
+
+    package = tmp_path / "pkg"
+    (package / "_tests").mkdir(parents=True)
+    module, test_module = package / "mod.py", package / "_tests" / "test_mod.py"
+    module.write_text("VALUE = 1\n")
+    test_module.write_text("VALUE = 2\n")
+    cached = Path(importlib.util.cache_from_source(str(module)))
+    assert refresh_bytecode(package)
+    assert cached.exists()  # written even where PYTHONDONTWRITEBYTECODE is set
+    assert not Path(importlib.util.cache_from_source(str(test_module))).exists()  # tests are not started
+    first = cached.read_bytes()
+    module.write_text("VALUE = 10\n")  # edited: its bytecode is stale now
+    os.utime(module, (time.time() + 5, time.time() + 5))
+    assert refresh_bytecode(package)
+    assert cached.read_bytes() != first
+    assert kafkacompat_spec().bytecode_dir == Path(__file__).resolve().parents[2]
+    assert parse_peer("x=prog --port {port}").bytecode_dir is None
