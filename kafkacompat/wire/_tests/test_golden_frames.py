@@ -1,9 +1,10 @@
 """Golden frames: real client request frames decode and re-encode byte for byte.
 
 A throwaway TCP listener on 127.0.0.1 (plain sockets and a thread: this package stays free of trio)
-answers ApiVersions and Metadata with our own codecs and records every request frame a real client
-sends: kafka-python, confluent-kafka (librdkafka) and aiokafka. Each recorded frame must decode
-(header and body) and re-encode to exactly the same bytes, at whatever version that client chose.
+answers ApiVersions and Metadata with our own codecs, leaves every other request unanswered, and
+records every request frame a real client sends: kafka-python, confluent-kafka (librdkafka) and
+aiokafka. Each recorded frame must decode (header and body) and re-encode to exactly the same bytes,
+at whatever version that client chose.
 
 Frames captured this way are also stored under data/ (run this module as a script with --write to
 refresh them), so the byte-identity check keeps running where a client is not installed.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import select
 import socket
 import struct
 import sys
@@ -76,30 +78,35 @@ class CaptureBroker:
             t.join(timeout=2)
 
     def _serve_conn(self, conn: socket.socket) -> None:
-        conn.settimeout(0.2)
+        # Wait for readability before reading, so a timeout never splits a size prefix.
+        conn.settimeout(5)
         with conn:
             while not self._stop.is_set():
+                readable, _, _ = select.select([conn], [], [], 0.2)
+                if not readable:
+                    continue
                 try:
                     size_bytes = _recv_exact(conn, 4)
-                except TimeoutError:
-                    continue
+                    if size_bytes is None:
+                        return
+                    (size,) = struct.unpack(">i", size_bytes)
+                    frame = _recv_exact(conn, size)
                 except OSError:
                     return
-                if size_bytes is None:
-                    return
-                (size,) = struct.unpack(">i", size_bytes)
-                conn.settimeout(5)
-                frame = _recv_exact(conn, size)
-                conn.settimeout(0.2)
                 if frame is None:
                     return
                 self.frames.append(frame)
                 reply = self._reply(frame)
-                if reply is None:
-                    return
-                conn.sendall(struct.pack(">i", len(reply)) + reply)
+                if reply is not None:
+                    conn.sendall(struct.pack(">i", len(reply)) + reply)
 
     def _reply(self, frame: bytes) -> bytes | None:
+        """The response frame for ApiVersions and Metadata; None (no answer) for anything else.
+
+        Closing the connection instead would fail whatever else the client has in flight on it:
+        librdkafka sends GetTelemetrySubscriptions as soon as it sees it advertised, and an
+        application Metadata request pipelined behind it then failed with a transport error.
+        """
         header, offset = decode_request_header(frame)
         key, version = header.request_api_key, header.request_api_version
         if key == API_VERSIONS:
@@ -206,6 +213,22 @@ def test_live_client_frames_round_trip(client: str) -> None:
     keys = {k for k, _ in seen}
     assert API_VERSIONS in keys, f"{client} sent no ApiVersions request: {seen}"
     assert METADATA in keys, f"{client} sent no Metadata request: {seen}"
+
+
+def test_capture_broker_answers_metadata_pipelined_behind_an_unanswered_request() -> None:
+    # librdkafka pipelines GetTelemetrySubscriptions and Metadata; closing on the first lost the second.
+    telemetry = (DATA / "confluent-kafka-71-v0-0.bin").read_bytes()
+    metadata = (DATA / "confluent-kafka-3-v12-0.bin").read_bytes()
+    with CaptureBroker() as broker, socket.create_connection(("127.0.0.1", broker.port), timeout=5) as sock:
+        for frame in (telemetry, metadata):
+            sock.sendall(struct.pack(">i", len(frame)) + frame)
+        size_bytes = _recv_exact(sock, 4)
+        assert size_bytes is not None, "capture broker closed the connection"
+        response = _recv_exact(sock, struct.unpack(">i", size_bytes)[0])
+    assert response is not None
+    (correlation_id,) = struct.unpack_from(">i", response)
+    assert correlation_id == decode_request_header(metadata)[0].correlation_id
+    assert broker.frames == [telemetry, metadata]
 
 
 def _stored() -> list[Path]:
