@@ -1,5 +1,5 @@
-"""One small interface over kafka-python 3.x, confluent-kafka and aiokafka, so a scenario is written once
-and run with each client.
+"""One small interface over kafka-python 3.x, confluent-kafka, aiokafka and the Java client, so a scenario
+is written once and run with each client.
 
 Theory of operation:
 - `Member` is one subscribed group consumer that polls in a thread of its own, as applications do
@@ -9,9 +9,9 @@ Theory of operation:
   that thread: the test hands it a command and waits for the answer. The test reads snapshots only:
   `partitions()` (assignment after the last poll), `seen()` (records so far) and `events` (rebalance
   callbacks, in order).
-- A driver per client (`_KafkaPythonDriver`, `_ConfluentDriver`, `_AioKafkaDriver`) maps the common
-  calls onto the client's API; aiokafka's driver owns an event loop and runs each coroutine to completion
-  on it.
+- A driver per client (`_KafkaPythonDriver`, `_ConfluentDriver`, `_AioKafkaDriver`, `_JavaDriver`) maps
+  the common calls onto the client's API; aiokafka's driver owns an event loop and runs each coroutine to
+  completion on it; the Java driver talks to a JVM running compat_tests/java/KafkaCompatProbe.java.
 - Data-path helpers (`produce`, `consume`, `end_offset`, `offset_for_time`) do the same for one-shot
   producer/assign-consumer work, reporting per-record results so a refused record is visible.
 - `python -m compat_tests.group_clients member CLIENT BOOTSTRAP GROUP TOPIC` runs one member in a child
@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import asyncio
 import queue
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, NamedTuple
 
 CLIENTS = ("kafka-python", "confluent", "aiokafka")
 SESSION_MS = 6000  # Kafka's group.min.session.timeout.ms: the shortest session a stock broker accepts
@@ -232,10 +234,92 @@ class _AioKafkaDriver:
             self.loop.close()
 
 
+class _JavaPartition(NamedTuple):
+    partition: int
+
+
+class _JavaDriver:
+    """The Java client in a JVM of its own (KafkaCompatProbe's `member` command), one line per command.
+
+    Rebalance callbacks run inside the JVM's poll and come back as lines of the poll's answer. If this
+    process dies, the JVM sees the end of its input and halts at once, so a killed member stays killed.
+    """
+
+    def __init__(
+        self, bootstrap: str, group: str, topic: str, instance_id: str | None, on_event: Any
+    ) -> None:
+        from compat_tests.java_probe import probe_command
+
+        self.on_event = on_event
+        self.assigned: frozenset[int] = frozenset()
+        self.stderr = tempfile.TemporaryFile()
+        self.process = subprocess.Popen(
+            [*probe_command(), "member", bootstrap, group, topic, instance_id or "-", str(SESSION_MS),
+             str(HEARTBEAT_MS)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.stderr,
+            text=True,
+        )
+        self._answer()
+
+    def _answer(self, command: str | None = None) -> list[list[str]]:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        if command is not None:
+            self.process.stdin.write(command + "\n")
+            self.process.stdin.flush()
+        lines: list[list[str]] = []
+        while True:
+            line = self.process.stdout.readline()
+            if not line:
+                self.stderr.seek(0)
+                detail = self.stderr.read().decode(errors="replace")[-3000:]
+                raise RuntimeError(f"Java member ended (status {self.process.wait()}): {detail}")
+            words = line.split()
+            if words == ["done"]:
+                return lines
+            if words[0] == "event":
+                parts = [] if words[2] == "-" else [_JavaPartition(int(p)) for p in words[2].split(",")]
+                self.on_event(words[1], parts)
+            else:
+                lines.append(words)
+
+    def poll(self) -> list[Record]:
+        records: list[Record] = []
+        for words in self._answer("poll"):
+            if words[0] == "record":
+                value = None if words[3] == "-" else (b"" if words[3] == "=" else bytes.fromhex(words[3]))
+                records.append((int(words[1]), int(words[2]), value))
+            elif words[0] == "assignment":
+                self.assigned = frozenset() if words[1] == "-" else frozenset(map(int, words[1].split(",")))
+        return records
+
+    def assignment(self) -> frozenset[int]:
+        return self.assigned
+
+    def commit(self, offsets: dict[int, int]) -> None:
+        self._answer("commit " + ",".join(f"{p}:{o}" for p, o in offsets.items()))
+
+    def committed(self, partitions: list[int]) -> dict[int, int | None]:
+        found = {int(w[1]): int(w[2]) for w in self._answer("committed " + ",".join(map(str, partitions)))}
+        return {p: (o if o >= 0 else None) for p, o in found.items()}
+
+    def close(self) -> None:
+        try:
+            self._answer("close")
+            self.process.wait(30)
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+                self.process.wait()
+            self.stderr.close()
+
+
 _DRIVERS: dict[str, Callable[..., Any]] = {
     "kafka-python": _KafkaPythonDriver,
     "confluent": _ConfluentDriver,
     "aiokafka": _AioKafkaDriver,
+    "java": _JavaDriver,
 }
 
 

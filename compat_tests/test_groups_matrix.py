@@ -1,4 +1,4 @@
-"""Group scenarios run with each client (kafka-python, confluent-kafka, aiokafka) through one adapter
+"""Group scenarios run with each client (kafka-python, confluent-kafka, aiokafka, Java) through one adapter
 (`compat_tests.group_clients.Member`), filling the cells of the client x scenario matrix that
 `test_groups_consumers.py` and `test_groups_restart.py` leave open (see `MISSING` below: a scenario
 already tested there for a client is not repeated here).
@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from compat_tests.group_clients import SESSION_MS, Member, wait_for
+from compat_tests.java_probe import unavailable_reason
 from kafkacompat.testing import BrokerProcess
 
 GROUP_OVERRIDES = ["group.initial.rebalance.delay.ms=0", "offsets.topic.num.partitions=4"]
@@ -30,13 +31,23 @@ REPO = Path(__file__).resolve().parents[1]
 # Scenario -> clients still missing it (the others are covered in test_groups_consumers.py /
 # test_groups_restart.py; their test names are listed in FINDINGS.md's group matrix).
 MISSING = {
-    "reads_all_commits": ["confluent"],
-    "split_then_leave": ["confluent", "aiokafka"],
-    "killed_member": ["kafka-python", "aiokafka"],
-    "commit_restart_resume": ["kafka-python", "aiokafka"],
-    "static_rejoin": ["kafka-python", "confluent", "aiokafka"],  # confluent: the leader's rejoin is new
-    "broker_restart": ["kafka-python", "aiokafka"],
+    "reads_all_commits": ["confluent", "java"],
+    "split_then_leave": ["confluent", "aiokafka", "java"],
+    "killed_member": ["kafka-python", "aiokafka", "java"],
+    "commit_restart_resume": ["kafka-python", "aiokafka", "java"],
+    # confluent: the leader's rejoin is new
+    "static_rejoin": ["kafka-python", "confluent", "aiokafka", "java"],
+    "broker_restart": ["kafka-python", "aiokafka", "java"],
 }
+
+
+@pytest.fixture(autouse=True)
+def _java_available(request: pytest.FixtureRequest) -> None:
+    callspec = getattr(request.node, "callspec", None)
+    if callspec is not None and callspec.params.get("client") == "java":
+        reason = unavailable_reason()
+        if reason is not None:
+            pytest.skip(reason)
 
 
 @pytest.fixture

@@ -1,71 +1,43 @@
 """The Java client (kafka-clients 3.9.2): admin, idempotent produce with every codec, groups, offsets.
 
-compat_tests/java/KafkaCompatProbe.java is compiled once per session and run as a separate JVM per
-command; it prints what the client saw, and these tests check that against what confluent-kafka
-wrote or reads. The client jar comes from `tools/fetch_java_client.py` (`make test` runs it into the
-test venv); `KAFKACOMPAT_JAVA_CLASSPATH` (a classpath string) overrides where it is looked for.
+compat_tests/java/KafkaCompatProbe.java (see compat_tests/java_probe.py for where the client jar comes
+from) runs as a separate JVM per command; it prints what the client saw, and these tests check that
+against what confluent-kafka wrote or reads. test_groups_matrix.py runs the Java client's group
+scenarios through the same probe's interactive `member` command.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
-import sys
 import uuid
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
 from compat_tests.clients import ck_consume_partitions
+from compat_tests.java_probe import probe_command, unavailable_reason
 
-PROBE_SOURCE = Path(__file__).resolve().parent / "java" / "KafkaCompatProbe.java"
 BASE_TS = 1_700_000_000_000
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 
 JavaProbe = Callable[..., list[list[str]]]
 
 
-def _classpath() -> str:
-    explicit = os.environ.get("KAFKACOMPAT_JAVA_CLASSPATH")
-    if explicit:
-        return explicit
-    fetched = Path(sys.prefix) / "java"
-    if (fetched / "unavailable.txt").exists():
-        pytest.skip("Java Kafka client unavailable: " + (fetched / "unavailable.txt").read_text().strip())
-    listing = fetched / "classpath.txt"
-    if not listing.exists():
-        pytest.skip(f"Java Kafka client not fetched: run tools/fetch_java_client.py --dir {fetched}")
-    return os.pathsep.join(listing.read_text().split())
-
-
 @pytest.fixture(scope="session")
-def java(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JavaProbe]:
-    java_bin, javac_bin = shutil.which("java"), shutil.which("javac")
-    if java_bin is None or javac_bin is None:
-        pytest.skip("no JDK (java and javac) on PATH")
-    classpath = _classpath()
-    classes = tmp_path_factory.mktemp("java-probe")
-    compiled = subprocess.run(
-        [javac_bin, "-d", str(classes), "-cp", classpath, str(PROBE_SOURCE)], capture_output=True, text=True
-    )
-    assert compiled.returncode == 0, f"javac failed: {compiled.stderr}"
-    runtime_classpath = os.pathsep.join([str(classes), classpath])
+def java() -> JavaProbe:
+    reason = unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    command = probe_command()
 
     def run(*args: str, timeout: float = 90) -> list[list[str]]:
-        result = subprocess.run(
-            [java_bin, "-cp", runtime_classpath, "KafkaCompatProbe", *args],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
+        result = subprocess.run([*command, *args], capture_output=True, text=True, timeout=timeout)
         assert result.returncode == 0, (
             f"java probe {args} failed:\n{result.stdout[-2000:]}{result.stderr[-4000:]}"
         )
         return [line.split(" ") for line in result.stdout.splitlines() if line]
 
-    yield run
+    return run
 
 
 def _lines(output: list[list[str]], word: str) -> list[list[str]]:

@@ -5,6 +5,8 @@
 // Records are printed with keys and values hex-encoded ("-" for null) so any bytes survive.
 // Exit status 0 means the command ran to its end; any client exception propagates (status 1).
 
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.*;
@@ -31,6 +33,7 @@ public final class KafkaCompatProbe {
             case "consume-group" -> consumeGroup(bootstrap, args[2], args[3], Integer.parseInt(args[4]));
             case "offsets" -> offsets(bootstrap, args[2], Long.parseLong(args[3]));
             case "describe-group" -> describeGroup(bootstrap, args[2]);
+            case "member" -> member(bootstrap, args[2], args[3], args[4], args[5], args[6]);
             default -> throw new IllegalArgumentException("unknown command " + command);
         }
     }
@@ -166,6 +169,87 @@ public final class KafkaCompatProbe {
                 System.out.println("group-offset " + e.getKey().topic() + " " + e.getKey().partition() + " "
                         + e.getValue().offset());
             }
+        }
+    }
+
+    static String partitionList(Collection<TopicPartition> partitions) {
+        StringBuilder out = new StringBuilder();
+        for (TopicPartition tp : partitions) out.append(out.length() == 0 ? "" : ",").append(tp.partition());
+        return out.length() == 0 ? "-" : out.toString();
+    }
+
+    // One subscribed group member driven over stdin, a command per line, each answered by lines ending
+    // in "done" (compat_tests/group_clients.py's Java driver):
+    //   poll                -> "event assign|revoke P,Q" (rebalance callbacks), "record P O VALUEHEX",
+    //                          then "assignment P,Q" ("-" for none)
+    //   commit P:O,P:O      -> commitSync of those next offsets
+    //   committed P,Q       -> "committed P O" per partition (-1 for none)
+    //   close               -> consumer.close() (a dynamic member leaves the group), then exit
+    // End of input halts the JVM at once, like a crash: no LeaveGroup, the session must time out.
+    static void member(String bootstrap, String group, String topic, String instanceId, String sessionMs,
+                       String heartbeatMs) throws Exception {
+        Properties props = base(bootstrap);
+        props.put("group.id", group);
+        props.put("key.deserializer", ByteArrayDeserializer.class.getName());
+        props.put("value.deserializer", ByteArrayDeserializer.class.getName());
+        props.put("auto.offset.reset", "earliest");
+        props.put("enable.auto.commit", "false");
+        props.put("session.timeout.ms", sessionMs);
+        props.put("heartbeat.interval.ms", heartbeatMs);
+        if (!instanceId.equals("-")) props.put("group.instance.id", instanceId);
+        BufferedReader input = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+        Consumer<byte[], byte[]> consumer = new KafkaConsumer<>(props);
+        consumer.subscribe(List.of(topic), new ConsumerRebalanceListener() {
+            @Override
+            public void onPartitionsRevoked(Collection<TopicPartition> partitions) {
+                System.out.println("event revoke " + partitionList(partitions));
+            }
+
+            @Override
+            public void onPartitionsAssigned(Collection<TopicPartition> partitions) {
+                System.out.println("event assign " + partitionList(partitions));
+            }
+        });
+        System.out.println("done");
+        System.out.flush();
+        while (true) {
+            String line = input.readLine();
+            if (line == null) Runtime.getRuntime().halt(3);
+            String[] words = line.split(" ");
+            switch (words[0]) {
+                case "poll" -> {
+                    for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(100))) {
+                        System.out.println("record " + r.partition() + " " + r.offset() + " " + hex(r.value()));
+                    }
+                    System.out.println("assignment " + partitionList(consumer.assignment()));
+                }
+                case "commit" -> {
+                    Map<TopicPartition, OffsetAndMetadata> offsets = new HashMap<>();
+                    for (String item : words[1].split(",")) {
+                        String[] po = item.split(":");
+                        offsets.put(new TopicPartition(topic, Integer.parseInt(po[0])),
+                                new OffsetAndMetadata(Long.parseLong(po[1])));
+                    }
+                    consumer.commitSync(offsets);
+                }
+                case "committed" -> {
+                    Set<TopicPartition> partitions = new HashSet<>();
+                    for (String item : words[1].split(",")) partitions.add(new TopicPartition(topic, Integer.parseInt(item)));
+                    for (Map.Entry<TopicPartition, OffsetAndMetadata> e : consumer.committed(partitions).entrySet()) {
+                        System.out.println("committed " + e.getKey().partition() + " "
+                                + (e.getValue() == null ? -1 : e.getValue().offset()));
+                    }
+                }
+                case "close" -> {
+                    consumer.close();
+                    System.out.println("done");
+                    System.out.flush();
+                    return;
+                }
+                default -> throw new IllegalArgumentException("unknown member command " + line);
+            }
+            System.out.println("done");
+            System.out.flush();
         }
     }
 
