@@ -53,6 +53,23 @@ public final class KafkaCompatProbe {
         return props;
     }
 
+    // A byte-array consumer that starts from `reset` where it has no position.
+    static Properties consumerProps(String bootstrap, String reset) {
+        Properties props = base(bootstrap);
+        props.put("key.deserializer", ByteArrayDeserializer.class.getName());
+        props.put("value.deserializer", ByteArrayDeserializer.class.getName());
+        props.put("auto.offset.reset", reset);
+        return props;
+    }
+
+    // A group member that commits only when told to.
+    static Properties memberProps(String bootstrap, String group) {
+        Properties props = consumerProps(bootstrap, "earliest");
+        props.put("group.id", group);
+        props.put("enable.auto.commit", "false");
+        return props;
+    }
+
     // Create (and re-create: TopicExistsException), describe cluster/topic/configs, delete.
     static void admin(String bootstrap, String topic) throws Exception {
         try (Admin admin = Admin.create(base(bootstrap))) {
@@ -125,12 +142,7 @@ public final class KafkaCompatProbe {
 
     // A subscribed group member: read `count` records, commit them, and print both.
     static void consumeGroup(String bootstrap, String topic, String group, int count) throws Exception {
-        Properties props = base(bootstrap);
-        props.put("group.id", group);
-        props.put("key.deserializer", ByteArrayDeserializer.class.getName());
-        props.put("value.deserializer", ByteArrayDeserializer.class.getName());
-        props.put("auto.offset.reset", "earliest");
-        props.put("enable.auto.commit", "false");
+        Properties props = memberProps(bootstrap, group);
         try (Consumer<byte[], byte[]> consumer = new KafkaConsumer<>(props)) {
             consumer.subscribe(List.of(topic));
             int seen = 0;
@@ -188,12 +200,7 @@ public final class KafkaCompatProbe {
     // End of input halts the JVM at once, like a crash: no LeaveGroup, the session must time out.
     static void member(String bootstrap, String group, String topic, String instanceId, String sessionMs,
                        String heartbeatMs) throws Exception {
-        Properties props = base(bootstrap);
-        props.put("group.id", group);
-        props.put("key.deserializer", ByteArrayDeserializer.class.getName());
-        props.put("value.deserializer", ByteArrayDeserializer.class.getName());
-        props.put("auto.offset.reset", "earliest");
-        props.put("enable.auto.commit", "false");
+        Properties props = memberProps(bootstrap, group);
         props.put("session.timeout.ms", sessionMs);
         props.put("heartbeat.interval.ms", heartbeatMs);
         if (!instanceId.equals("-")) props.put("group.instance.id", instanceId);
@@ -256,10 +263,7 @@ public final class KafkaCompatProbe {
     // Offset lookups on partition 0: beginning, end, by timestamp; a seek and one read; then a seek past
     // the end with auto.offset.reset=none, which must raise OffsetOutOfRangeException.
     static void offsets(String bootstrap, String topic, long timestamp) throws Exception {
-        Properties props = base(bootstrap);
-        props.put("key.deserializer", ByteArrayDeserializer.class.getName());
-        props.put("value.deserializer", ByteArrayDeserializer.class.getName());
-        props.put("auto.offset.reset", "none");
+        Properties props = consumerProps(bootstrap, "none");
         try (Consumer<byte[], byte[]> consumer = new KafkaConsumer<>(props)) {
             TopicPartition tp = new TopicPartition(topic, 0);
             consumer.assign(List.of(tp));
