@@ -178,7 +178,12 @@ class Connection:
     """
 
     def __init__(
-        self, broker: BrokerState, stream: trio.SocketStream, listener_name: str, connection_id: int
+        self,
+        broker: BrokerState,
+        stream: trio.SocketStream,
+        listener_name: str,
+        connection_id: int,
+        security_protocol: str = "PLAINTEXT",
     ):
         self.broker = broker
         self.stream = stream
@@ -187,7 +192,12 @@ class Connection:
             peer = f"{address[0]}:{address[1]}"
         except OSError:
             peer = "?"
-        self.info = ConnectionInfo(listener_name=listener_name, peer=peer, connection_id=connection_id)
+        self.info = ConnectionInfo(
+            listener_name=listener_name,
+            peer=peer,
+            connection_id=connection_id,
+            security_protocol=security_protocol,
+        )
         self.writer = ResponseWriter(stream)
         self._frames = FrameBuffer(broker.config["socket.request.max.bytes"])
         self._draining = False

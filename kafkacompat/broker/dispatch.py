@@ -137,11 +137,22 @@ for _module in HANDLER_MODULES:
 
 @dataclass(slots=True)
 class ConnectionInfo:
-    """Who is on the other end of a connection and which listener accepted it."""
+    """Who is on the other end of a connection and which listener accepted it.
+
+    `principal` is Kafka's KafkaPrincipal string ("User:NAME"): ANONYMOUS on a PLAINTEXT listener and
+    on SSL without a client certificate, the certificate's subject DN with mTLS, the SASL user once
+    authenticated. The connection sets it; handlers only read it (authorization, quotas, metrics).
+    """
 
     listener_name: str
     peer: str
     connection_id: int
+    #: the authenticated principal, "User:..." (see above)
+    principal: str = "User:ANONYMOUS"
+    #: the listener's protocol from listener.security.protocol.map: PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL
+    security_protocol: str = "PLAINTEXT"
+    #: the SASL mechanism that authenticated this connection, None before/without SASL
+    sasl_mechanism: str | None = None
 
 
 async def park_until(event: trio.Event, deadline: float) -> None:

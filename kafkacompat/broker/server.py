@@ -261,7 +261,8 @@ class Broker:
         from kafkacompat.broker.connection import Connection
 
         self._next_connection_id += 1
-        connection = Connection(self.state, stream, name, self._next_connection_id)
+        protocol = self.config.security_protocol_map.get(name, "PLAINTEXT")
+        connection = Connection(self.state, stream, name, self._next_connection_id, protocol)
         ip = _peer_ip(stream)
         self._connections.add(connection)
         self._per_ip[ip] = self._per_ip.get(ip, 0) + 1

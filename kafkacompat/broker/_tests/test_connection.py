@@ -383,3 +383,23 @@ async def test_a_short_park_leaves_the_socket_alone_and_a_longer_one_watches_it(
         await connection.park(trio.Event(), started + 1)
     assert trio.current_time() - started < 2 * _UNWATCHED_PARK_SECONDS  # not the whole second
     ours.close()
+
+
+async def test_handlers_see_the_connections_principal_and_protocol(
+    nursery: trio.Nursery, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kafkacompat.broker.handlers import metadata
+
+    seen: list[tuple[str, str, str, str | None]] = []
+    real_handle = metadata.handle
+
+    async def recording_handle(ctx: Any, body: Any) -> Any:
+        info = ctx.connection
+        seen.append((info.listener_name, info.security_protocol, info.principal, info.sasl_mechanism))
+        return await real_handle(ctx, body)
+
+    monkeypatch.setattr(metadata, "handle", recording_handle)
+    broker = await start_broker(nursery, tmp_path)
+    client = await RawClient.connect(broker.port)
+    await client.call(METADATA, 12, request(METADATA, topics=None))
+    assert seen == [("PLAINTEXT", "PLAINTEXT", "User:ANONYMOUS", None)]
