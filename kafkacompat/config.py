@@ -170,6 +170,7 @@ BROKER_OPTIONS: tuple[Option, ...] = (
     _O("connections.max.idle.ms", "long", 600000),
     _O("max.connections", "int", INT_MAX, at_least(0)),
     _O("max.connections.per.ip", "int", INT_MAX, at_least(0)),
+    _O("max.connection.creation.rate", "int", INT_MAX, at_least(0)),
     _O("num.network.threads", "int", 3, at_least(1)),
     _O("num.io.threads", "int", 8, at_least(1)),
     _O("queued.max.requests", "int", 500, at_least(1)),
@@ -476,10 +477,19 @@ class BrokerConfig:
     the properties below resolve Kafka's precedence rules.
     """
 
-    def __init__(self, values: Mapping[str, Any], unknown: Mapping[str, str], source: str | None) -> None:
+    def __init__(
+        self,
+        values: Mapping[str, Any],
+        unknown: Mapping[str, str],
+        source: str | None,
+        given: Mapping[str, str] | None = None,
+    ) -> None:
         self._values = dict(values)
         self.unknown: dict[str, str] = dict(unknown)
         self.source = source
+        # known keys as they were given (file and overrides), as strings: Kafka's "static broker configs",
+        # which dynamic broker configs are layered on (kafkacompat.dynamic_config)
+        self.given: dict[str, str] = dict(given or {})
         self._validate_cross()
 
     # loading
@@ -508,6 +518,7 @@ class BrokerConfig:
     ) -> BrokerConfig:
         values: dict[str, Any] = {}
         unknown: dict[str, str] = {}
+        given: dict[str, str] = {}
         for option in BROKER_OPTIONS:
             values[option.name] = option.default
         for key, text in raw.items():
@@ -524,7 +535,8 @@ class BrokerConfig:
             except ConfigError as exc:
                 raise ConfigError(f"invalid value for {key}: {exc}") from None
             values[key] = value
-        config = cls(values, unknown, source)
+            given[key] = text
+        config = cls(values, unknown, source, given)
         if unknown and warn_unknown:
             log.warning("unknown configuration keys (ignored): %s", ", ".join(sorted(unknown)))
         return config

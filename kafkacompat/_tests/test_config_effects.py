@@ -4,7 +4,8 @@
 that resolves it (e.g. `listeners`, `log_dirs`, `retention_ms`) is used outside config.py; or it is
 the broker-wide default of a topic-level config (TOPIC_CONFIG_SOURCES, DERIVED_TOPIC_DEFAULTS) that the
 log or a handler reads: by name, or through the LogConfig attribute set from it. admin_support.py only
-names settings for DescribeConfigs (synonym tables), so mentions there do not count.
+names settings for DescribeConfigs (synonym tables), and dynamic_config.py only names and validates the
+dynamic ones (which may change, thread counts by at most half or double), so mentions there do not count.
 """
 
 from __future__ import annotations
@@ -20,7 +21,12 @@ from kafkacompat import config
 from kafkacompat.config import BROKER_OPTIONS, HONOURED, NO_EFFECT_SINGLE_NODE, NOT_IMPLEMENTED
 
 PACKAGE = Path(config.__file__).parent
-NOT_READERS = {PACKAGE / "config.py", PACKAGE / "log" / "config.py", PACKAGE / "broker" / "admin_support.py"}
+NOT_READERS = {
+    PACKAGE / "config.py",
+    PACKAGE / "log" / "config.py",
+    PACKAGE / "broker" / "admin_support.py",
+    PACKAGE / "dynamic_config.py",
+}
 
 
 @cache

@@ -3,16 +3,18 @@
 Theory of operation
 -------------------
 Configs are described the way Kafka's config helper does it. A topic config's value is the topic's
-effective `LogConfig` value; its *source* is the first entry of its synonym chain, which is: the topic
-override (DYNAMIC_TOPIC_CONFIG), then every broker-level synonym set in the static broker config
-(STATIC_BROKER_CONFIG, e.g. `log.retention.ms` before `log.retention.minutes` before
-`log.retention.hours`), then every broker-level synonym that has a default (DEFAULT_CONFIG). A config
-with no chain at all is DEFAULT_CONFIG. Broker configs are described from `BrokerConfig`: every option
-with its value, static or default source, and — because this broker keeps no dynamic broker configs —
-every one of them read-only.
+effective `LogConfig` value; its synonym chain is the topic override (DYNAMIC_TOPIC_CONFIG), if any,
+then the chain of its broker-level synonym (`DynamicBrokerConfigs.config_synonyms`: per-broker dynamic,
+cluster-wide dynamic default, static, built-in default, each listing the synonyms set in it, starting at
+the synonym's own name; so `retention.ms` shows `log.retention.ms` where it is set, and not a static
+`log.retention.hours`, exactly as Kafka). Its source is the head of that chain, else DEFAULT_CONFIG.
+Broker configs are described from the effective `BrokerConfig` (dynamic layers included): every option
+with its value and the same chain, read-only unless this broker changes it at run time. The empty
+resource name describes the cluster-wide dynamic defaults that are set, and nothing else.
 
 BROKER_LOGGER resources are this process's `logging` loggers (see the section at the end).
 
+Changes to broker configs (BROKER resources) go to `BrokerState.alter_broker_configs`.
 Changes to a topic's configs (AlterConfigs, IncrementalAlterConfigs) and partition additions
 (CreatePartitions) run under the broker's metadata lock, are persisted through `LocalMetadata` (in a
 worker thread) before the caller answers, and are then applied to the live logs.
@@ -32,7 +34,13 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from kafkacompat.broker.state import check_partition_limit
-from kafkacompat.config import OPTIONS_BY_NAME, TOPIC_CONFIG_SOURCES, BrokerConfig
+from kafkacompat.config import OPTIONS_BY_NAME, TOPIC_CONFIG_SOURCES
+from kafkacompat.dynamic_config import (
+    DYNAMIC_HERE,
+    SOURCE_DYNAMIC_DEFAULT_BROKER,
+    broker_config_synonyms,
+    render,
+)
 from kafkacompat.log.config import TOPIC_CONFIG_DEFS_BY_NAME, LogConfig
 from kafkacompat.replication.metadata import validate_topic_name
 from kafkacompat.wire.errors import ErrorCode, KafkaError
@@ -52,7 +60,9 @@ __all__ = [
     "add_partitions",
     "apply_topic_configs",
     "broker_config_entries",
+    "default_broker_config_entries",
     "describe_loggers",
+    "new_broker_configs",
     "parse_broker_resource",
     "require_topic",
     "set_logger_levels",
@@ -78,6 +88,8 @@ OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 
 # DescribeConfigs config sources
 SOURCE_DYNAMIC_TOPIC = 1
+SOURCE_DYNAMIC_BROKER = 2
+SOURCE_DYNAMIC_DEFAULT_BROKER = SOURCE_DYNAMIC_DEFAULT_BROKER
 SOURCE_DYNAMIC_BROKER_LOGGER = 6
 SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
@@ -125,14 +137,6 @@ ALL_TOPIC_OPERATIONS = _bits(
     "READ", "WRITE", "CREATE", "DELETE", "ALTER", "DESCRIBE", "DESCRIBE_CONFIGS", "ALTER_CONFIGS"
 )
 
-# Broker settings that stand for one another, most specific first (Kafka's broker synonyms).
-_BROKER_SYNONYM_GROUPS: tuple[tuple[str, ...], ...] = (
-    ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
-    ("log.roll.ms", "log.roll.hours"),
-    ("log.roll.jitter.ms", "log.roll.jitter.hours"),
-    ("log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
-)
-
 # topic config -> the most specific broker setting providing its default
 TOPIC_TO_BROKER: dict[str, str] = {
     **TOPIC_CONFIG_SOURCES,
@@ -171,41 +175,8 @@ class ConfigEntry:
         return f"ConfigEntry({self.name}={self.value!r}, source={self.source})"
 
 
-def broker_synonyms(name: str) -> list[str]:
-    """`name` and the less specific broker settings that stand in for it."""
-    for group in _BROKER_SYNONYM_GROUPS:
-        if name in group:
-            return list(group[group.index(name) :])
-    return [name]
-
-
 def render_option_value(value: Any) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, list):
-        return ",".join(str(item) for item in value)
-    return str(value)
-
-
-def _static_values(config: BrokerConfig) -> dict[str, Any]:
-    """Broker settings given in the static config (approximated as: differing from the default)."""
-    return config.explicit()
-
-
-def _broker_chain(
-    config: BrokerConfig, names: Sequence[str], static: dict[str, Any]
-) -> list[tuple[str, str | None, int]]:
-    chain: list[tuple[str, str | None, int]] = []
-    for name in names:
-        if name in static:
-            chain.append((name, render_option_value(static[name]), SOURCE_STATIC_BROKER))
-    for name in names:
-        option = OPTIONS_BY_NAME.get(name)
-        if option is not None and option.default is not None:
-            chain.append((name, render_option_value(option.default), SOURCE_DEFAULT))
-    return chain
+    return render(value)
 
 
 def _wanted(names: Iterable[str], keys: Sequence[str] | None) -> list[str]:
@@ -221,7 +192,6 @@ def topic_config_entries(
     """Every topic config (or those named in `keys`) with value, source and synonym chain."""
     log_config = broker.topic_log_config(topic)
     values = dict(log_config.items())
-    static = _static_values(broker.config)
     entries = []
     for name in _wanted(values, keys):
         chain: list[tuple[str, str | None, int]] = []
@@ -229,7 +199,7 @@ def topic_config_entries(
             chain.append((name, values[name], SOURCE_DYNAMIC_TOPIC))
         broker_name = TOPIC_TO_BROKER.get(name)
         if broker_name is not None and broker_name in OPTIONS_BY_NAME:
-            chain.extend(_broker_chain(broker.config, broker_synonyms(broker_name), static))
+            chain.extend(broker.dynamic.config_synonyms(broker_name, broker_config_synonyms(broker_name)))
         definition = TOPIC_CONFIG_DEFS_BY_NAME[name]
         entries.append(
             ConfigEntry(
@@ -245,25 +215,48 @@ def topic_config_entries(
 
 
 def broker_config_entries(broker: BrokerState, keys: Sequence[str] | None = None) -> list[ConfigEntry]:
-    """Every broker setting (or those in `keys`): static or default, all read-only (none is dynamic)."""
+    """Every broker setting (or those in `keys`) of this node: effective value, synonym chain over the
+    dynamic, static and default layers; read-only unless it can change at run time here."""
     config = broker.config
-    static = _static_values(config)
     entries = []
     for name in _wanted(OPTIONS_BY_NAME, keys):
         option = OPTIONS_BY_NAME[name]
-        chain = _broker_chain(config, broker_synonyms(name), static)
         sensitive = option.type == "password"
-        value = None if sensitive else render_option_value(config[name])
-        if sensitive:
-            chain = [(n, None, s) for n, _, s in chain]
+        chain = broker.dynamic.config_synonyms(name, broker_config_synonyms(name), sensitive=sensitive)
         entries.append(
             ConfigEntry(
                 name,
-                value,
+                None if sensitive else render(config[name]),
                 chain[0][2] if chain else SOURCE_DEFAULT,
                 chain,
                 CONFIG_TYPES.get(option.type, 0),
-                read_only=True,
+                read_only=name not in DYNAMIC_HERE,
+                sensitive=sensitive,
+            )
+        )
+    return entries
+
+
+def default_broker_config_entries(
+    broker: BrokerState, keys: Sequence[str] | None = None
+) -> list[ConfigEntry]:
+    """The cluster-wide dynamic defaults that are set (the empty BROKER resource name), as Kafka lists
+    them: each with its DYNAMIC_DEFAULT_BROKER_CONFIG synonyms only."""
+    defaults = broker.dynamic.cluster_default
+    entries = []
+    for name in _wanted(sorted(defaults), keys):
+        option = OPTIONS_BY_NAME.get(name)
+        sensitive = option is not None and option.type == "password"
+        everywhere = broker.dynamic.config_synonyms(name, broker_config_synonyms(name), sensitive=sensitive)
+        chain = [entry for entry in everywhere if entry[2] == SOURCE_DYNAMIC_DEFAULT_BROKER]
+        entries.append(
+            ConfigEntry(
+                name,
+                None if sensitive else defaults[name],
+                chain[0][2] if chain else SOURCE_DEFAULT,
+                chain,
+                CONFIG_TYPES.get(option.type, 0) if option is not None else 0,
+                read_only=name not in DYNAMIC_HERE,
                 sensitive=sensitive,
             )
         )
@@ -425,15 +418,39 @@ async def add_partitions(
         return topic
 
 
-def refuse_broker_changes(names: Iterable[str]) -> None:
-    """Broker settings are all static here: any change is refused as Kafka refuses read-only ones."""
-    changed = sorted(set(names))
-    if changed:
-        raise KafkaError(
-            ErrorCode.INVALID_REQUEST,
-            f"Cannot update these configs dynamically: {', '.join(changed)} "
-            "(this broker keeps no dynamic broker configs; set them in server.properties)",
-        )
+def new_broker_configs(
+    current: dict[str, str], operations: Sequence[tuple[str, int, str | None]]
+) -> dict[str, str]:
+    """A broker entity's dynamic configs after IncrementalAlterConfigs operations (values not yet
+    validated). APPEND/SUBTRACT start from the entity's value, else the option's built-in default (as
+    Kafka's controller does). Raises KafkaError."""
+    configs = dict(current)
+    for name, operation, value in operations:
+        if operation == OP_DELETE:
+            configs.pop(name, None)
+            continue
+        if operation not in (OP_SET, OP_APPEND, OP_SUBTRACT):
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown config operation {operation} for {name}")
+        if value is None:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Null value not supported for : {name}")
+        if operation == OP_SET:
+            configs[name] = value
+            continue
+        option = OPTIONS_BY_NAME.get(name)
+        if option is None or option.type != "list":
+            verb = "append" if operation == OP_APPEND else "subtract"
+            raise KafkaError(
+                ErrorCode.INVALID_CONFIG, f"Config value {verb} is not allowed for config key: {name}"
+            )
+        base = configs.get(name, render(option.default) or "")
+        items = [item.strip() for item in base.split(",") if item.strip()]
+        change = [item.strip() for item in value.split(",") if item.strip()]
+        if operation == OP_APPEND:
+            items += [item for item in change if item not in items]
+        else:
+            items = [item for item in items if item not in change]
+        configs[name] = ",".join(items)
+    return configs
 
 
 # --- BROKER_LOGGER resources -------------------------------------------------------------------------

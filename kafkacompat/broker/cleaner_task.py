@@ -163,12 +163,16 @@ class LogCleanerTask:
     def __init__(self, state: BrokerState, *, run_in_thread: ThreadRunner = _default_runner) -> None:
         self.state = state
         self.enabled: bool = bool(state.config["log.cleaner.enable"])
-        self.backoff_ms: int = int(state.config["log.cleaner.backoff.ms"])
         self._run_in_thread = run_in_thread
         self._lock = trio.Lock()
         self._wakeup = trio.Event()
         self._progress: dict[TopicPartition, _Progress] = {}
         self.passes = 0
+
+    @property
+    def backoff_ms(self) -> int:
+        """Pause between passes, read at each pass: `log.cleaner.backoff.ms` is a dynamic broker config."""
+        return int(self.state.config["log.cleaner.backoff.ms"])
 
     def trigger(self) -> None:
         """Wake the periodic loop for a pass now."""

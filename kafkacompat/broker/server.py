@@ -27,6 +27,7 @@ files, deleting files. The log objects are only ever mutated on the trio thread.
 from __future__ import annotations
 
 import base64
+import collections
 import logging
 import os
 import socket
@@ -38,7 +39,7 @@ from typing import Any
 import trio
 
 from kafkacompat.broker.state import INTERNAL_TOPICS
-from kafkacompat.config import BrokerConfig
+from kafkacompat.config import INT_MAX, BrokerConfig
 from kafkacompat.wire.errors import KafkaError
 
 __all__ = ["BoundListener", "Broker"]
@@ -76,6 +77,7 @@ class Broker:
         self._per_ip: dict[str, int] = {}  # peer address -> open connections (max.connections.per.ip)
         self._open = 0  # accepted connections not yet finished (counted from accept, for the caps)
         self._slot_freed = trio.Event()  # replaced each time a connection ends
+        self._creation_rate = ConnectionRate()  # max.connection.creation.rate
         self._next_connection_id = 0
         self.cleaner: Any = None  # cleaner_task.LogCleanerTask once running (tests call run_once())
 
@@ -93,6 +95,8 @@ class Broker:
             self.stopped.set()  # nothing was started; waiters must not hang
             raise
         self.state = state
+        # a dynamic change of the connection caps wakes accept loops that wait for a free slot
+        state.config_listeners.append(lambda _old, _new: self._wake_accept_loops())
         # groups hook: the group coordinator runtime (loads __consumer_offsets in the background)
         from kafkacompat.broker.group_runtime import GroupRuntime
 
@@ -206,14 +210,29 @@ class Broker:
             result.append((listener.name, sockets))
         return result
 
+    @property
+    def live_config(self) -> BrokerConfig:
+        """The effective config (dynamic broker configs included) once running, else the static one."""
+        return self.state.config if self.state is not None else self.config
+
+    def _wake_accept_loops(self) -> None:
+        self._slot_freed.set()
+        self._slot_freed = trio.Event()
+
     async def _accept_loop(
         self, name: str, sockets: list[trio.SocketListener], nursery: trio.Nursery
     ) -> None:
         async def one(listener: trio.SocketListener) -> None:
             while True:
-                while self._open >= self.config["max.connections"]:
+                while self._open >= self.live_config["max.connections"]:
                     # as Kafka: stop accepting (the kernel backlog holds new clients) until one closes
                     await self._slot_freed.wait()
+                rate = self.live_config["max.connection.creation.rate"]
+                delay = self._creation_rate.delay(rate, time.monotonic())
+                if delay > 0:
+                    # as Kafka: over max.connection.creation.rate, new connections wait to be accepted
+                    await trio.sleep(delay)
+                    continue
                 try:
                     stream = await listener.accept()
                 except (trio.ClosedResourceError, trio.BrokenResourceError):
@@ -227,6 +246,7 @@ class Broker:
                     log.info("closing new connection: %s", refusal)
                     await stream.aclose()
                     continue
+                self._creation_rate.record(time.monotonic())
                 self._apply_buffer_sizes(stream)
                 self._open += 1
                 nursery.start_soon(self._serve, name, stream)
@@ -250,11 +270,12 @@ class Broker:
 
     def _refusal(self, stream: trio.SocketStream) -> str | None:
         """Why a new connection must be closed at once (connection caps), or None."""
-        if self._open >= self.config["max.connections"]:  # two listeners raced for the last slot
-            return f"max.connections ({self.config['max.connections']}) reached"
+        config = self.live_config
+        if self._open >= config["max.connections"]:  # two listeners raced for the last slot
+            return f"max.connections ({config['max.connections']}) reached"
         ip = _peer_ip(stream)
-        if self._per_ip.get(ip, 0) >= self.config["max.connections.per.ip"]:
-            return f"max.connections.per.ip ({self.config['max.connections.per.ip']}) reached for {ip}"
+        if self._per_ip.get(ip, 0) >= config["max.connections.per.ip"]:
+            return f"max.connections.per.ip ({config['max.connections.per.ip']}) reached for {ip}"
         return None
 
     async def _serve(self, name: str, stream: trio.SocketStream) -> None:
@@ -274,8 +295,7 @@ class Broker:
             if remaining:
                 self._per_ip[ip] = remaining
             self._open -= 1
-            self._slot_freed.set()
-            self._slot_freed = trio.Event()
+            self._wake_accept_loops()
 
     # background tasks
 
@@ -318,6 +338,36 @@ class Broker:
 
     async def _delete_delayed(self) -> None:
         await self.state.delete_expired_files()
+
+
+class ConnectionRate:
+    """Connections accepted in the last second, for `max.connection.creation.rate` (connections per
+    second, broker-wide). Kafka measures the rate over a window of samples and delays accepting past
+    it; here the window is the last second and `delay()` tells how long the next accept must wait."""
+
+    WINDOW_SECONDS = 1.0
+
+    def __init__(self) -> None:
+        self._times: collections.deque[float] = collections.deque()
+
+    def _trim(self, now: float) -> None:
+        while self._times and self._times[0] <= now - self.WINDOW_SECONDS:
+            self._times.popleft()
+
+    def delay(self, rate: int, now: float) -> float:
+        """Seconds to wait before accepting another connection (0: accept now)."""
+        if rate >= INT_MAX:
+            self._times.clear()
+            return 0.0
+        self._trim(now)
+        if len(self._times) < rate:
+            return 0.0
+        if rate <= 0:
+            return self.WINDOW_SECONDS  # a rate of 0 admits nobody; look again later
+        return self._times[len(self._times) - rate] + self.WINDOW_SECONDS - now
+
+    def record(self, now: float) -> None:
+        self._times.append(now)
 
 
 def _adopt_unknown_logs(state: Any) -> None:

@@ -26,6 +26,7 @@ import trio
 from kafkacompat.broker.delayed import PartitionWatchers
 from kafkacompat.broker.fetch_sessions import FetchSessionCache
 from kafkacompat.config import BrokerConfig, broker_log_config
+from kafkacompat.dynamic_config import DynamicBrokerConfigs, LocalDynamicConfigStore
 from kafkacompat.replication.metadata import PRODUCER_ID_BLOCK_SIZE, LocalMetadata, TopicInfo
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 from kafkacompat.wire.primitives import ZERO_UUID
@@ -84,7 +85,13 @@ class BrokerState:
         cluster_id: str,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        # the static config with the dynamic broker configs replayed on top (kafkacompat.dynamic_config);
+        # `config` is always the effective one and is replaced, never mutated, by a dynamic change
+        self.dynamic = DynamicBrokerConfigs(config, LocalDynamicConfigStore(config.log_dirs[0]))
+        config = self.dynamic.effective
         self.config = config
+        # called with (old, new) after a dynamic change took effect (the server wakes its accept loops)
+        self.config_listeners: list[Callable[[BrokerConfig, BrokerConfig], None]] = []
         self.logs = logs
         self.metadata = metadata
         self.cluster_id = cluster_id
@@ -96,6 +103,7 @@ class BrokerState:
         self._checkpoint_lock = trio.Lock()  # trio locks are FIFO: snapshots are written in the order taken
         self.closing = False  # set by the server at shutdown: parked requests answer at once
         self.default_log_config: LogConfig = broker_log_config(config)
+        logs.default_config = self.default_log_config
         # listener name -> (host, port) clients are told; filled in by the server once bound
         self.endpoints: dict[str, tuple[str, int]] = {}
         self._log_configs: dict[str, tuple[dict[str, str], LogConfig]] = {}
@@ -130,6 +138,53 @@ class BrokerState:
         from kafkacompat.log.config import LogConfig
 
         return LogConfig.from_properties(configs, self.default_log_config)
+
+    async def alter_broker_configs(
+        self,
+        node_id: int | None,
+        new_configs: Callable[[dict[str, str]], dict[str, str]],
+        *,
+        validate_only: bool = False,
+    ) -> None:
+        """Replace the dynamic configs of this node (`node_id`) or of the cluster-wide default (None).
+
+        `new_configs` maps the entity's current configs to the new ones (called under the lock, so
+        concurrent incremental changes do not lose each other's updates). The change is validated,
+        persisted, then applied to the running broker before this returns. Raises KafkaError:
+        INVALID_REQUEST (refused, as Kafka refuses it), KAFKA_STORAGE_ERROR (not persisted, not applied).
+        """
+        async with self.metadata_lock:  # topic config changes read the broker defaults under it too
+            entity = self.dynamic.entity_for(node_id)
+            configs = new_configs(self.dynamic.entity(entity))
+            effective = self.dynamic.validate(entity, configs)
+            if validate_only:
+                return
+            entities = self.dynamic.entities_with(entity, configs)
+            store = self.dynamic.store
+            if store is not None:
+                try:
+                    await trio.to_thread.run_sync(store.write, entities)
+                except OSError as exc:
+                    raise KafkaError(
+                        ErrorCode.KAFKA_STORAGE_ERROR, f"cannot persist the dynamic broker configs: {exc}"
+                    ) from exc
+            self.dynamic.replace(entity, configs, effective)
+            self._reconfigure(effective)
+        log.info("dynamic broker configs of %s are now %s", entity, configs)
+
+    def _reconfigure(self, new: BrokerConfig) -> None:
+        """Make the running broker follow a new effective config: topic defaults of every log without an
+        override, connection limits (read live by the server), cleaner pace (read live by the cleaner)."""
+        old, self.config = self.config, new
+        default_log_config = broker_log_config(new)
+        if default_log_config != self.default_log_config:
+            self.default_log_config = default_log_config
+            self.logs.default_config = default_log_config
+            self._log_configs.clear()
+            for topic in self.metadata.topics():
+                self.logs.set_topic_config(topic.name, self.topic_log_config(topic))
+        for listener in list(self.config_listeners):
+            listener(old, new)
 
     def partition_log(self, topic: str, partition: int) -> PartitionLog | None:
         """The log of an existing partition, or None."""

@@ -3,7 +3,7 @@
 Theory of operation: `describe` sends DescribeConfigs with synonyms and prints kafka-configs.sh's
 layout: a heading ("Dynamic configs for topic T are:", or "All configs for ..." with `--all`) and one
 indented `name=value sensitive=... synonyms={SOURCE:name=value, ...}` line per config. Without `--all`
-only configs set dynamically are listed (topic overrides; a broker here has none; broker-logger levels
+only configs set dynamically are listed (topic overrides, dynamic broker configs; broker-logger levels
 are all dynamic). `alter` sends
 IncrementalAlterConfigs: `--add-config k=v,k2=[a,b]` are SET operations (square brackets keep commas in a
 list value), `--delete-config k,k2` DELETE operations; on success it prints "Completed updating config

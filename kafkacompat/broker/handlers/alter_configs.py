@@ -5,8 +5,10 @@ complete set of overrides (anything not named reverts to its default); a null va
 INVALID_REQUEST, an unknown name or a bad value INVALID_CONFIG, a missing topic
 UNKNOWN_TOPIC_OR_PARTITION; the change is persisted in the metadata file and applied to the live
 partition logs before the answer. `validate_only` runs every check and changes nothing. BROKER
-resources: every broker setting here is static, so any change is refused as Kafka refuses read-only
-settings ("Cannot update these configs dynamically", INVALID_REQUEST); an empty change succeeds. A
+resources (this node's id, or "" for the cluster-wide default): the given configs become that entity's
+complete set of dynamic broker configs (validated, persisted, applied at once; see
+kafkacompat.dynamic_config); a setting Kafka does not change at run time, or this broker cannot, gets
+INVALID_REQUEST ("Cannot update these configs dynamically: ..."), as does another node's id. A
 resource named twice gets INVALID_REQUEST for every copy; other resource types INVALID_REQUEST.
 """
 
@@ -21,7 +23,6 @@ from kafkacompat.broker.admin_support import (
     answer_each_resource,
     apply_topic_configs,
     parse_broker_resource,
-    refuse_broker_changes,
 )
 from kafkacompat.wire._generated.alter_configs_response import AlterConfigsResponse
 from kafkacompat.wire.errors import ErrorCode, KafkaError
@@ -49,8 +50,10 @@ async def handle(ctx: RequestContext, request: Any) -> AlterConfigsResponse:
                 broker, resource.resource_name, configs, validate_only=bool(request.validate_only)
             )
         elif resource.resource_type == RESOURCE_BROKER:
-            parse_broker_resource(broker, resource.resource_name)
-            refuse_broker_changes(configs)
+            node_id = parse_broker_resource(broker, resource.resource_name)
+            await broker.alter_broker_configs(
+                node_id, lambda _current: configs, validate_only=bool(request.validate_only)
+            )
         else:
             kind = RESOURCE_NAMES.get(resource.resource_type, str(resource.resource_type))
             raise KafkaError(

@@ -5,9 +5,11 @@ broker's `log.*` derived default), its source (DYNAMIC_TOPIC_CONFIG / STATIC_BRO
 DEFAULT_CONFIG, the head of its synonym chain), read_only=false, is_sensitive=false, the synonym chain
 when `include_synonyms` (v1+), the config type (v3+) and documentation=null; a missing topic gets
 UNKNOWN_TOPIC_OR_PARTITION, an illegal name INVALID_TOPIC_EXCEPTION. BROKER resources name this node
-by id: every broker setting, static or default, all read-only (no dynamic broker configs here); the
-empty name (the cluster-wide dynamic defaults) describes an empty list, as Kafka does with none set;
-another node's id or a non-numeric id gets INVALID_REQUEST. `configuration_keys` filters (null = all).
+by id: every broker setting with its effective value and source (DYNAMIC_BROKER_CONFIG,
+DYNAMIC_DEFAULT_BROKER_CONFIG, STATIC_BROKER_CONFIG or DEFAULT_CONFIG), read-only unless it changes at
+run time here, sensitive values null; the empty name describes the cluster-wide dynamic defaults that
+are set (none: an empty list); another node's id or a non-numeric id gets INVALID_REQUEST.
+`configuration_keys` filters (null = all).
 BROKER_LOGGER resources (by node id) list the root logger and every `kafkacompat` logger with its
 effective level in log4j names (source DYNAMIC_BROKER_LOGGER_CONFIG). v0 carries `is_default` instead of
 a source: true for DEFAULT_CONFIG. Other resource types (client metrics, groups) get INVALID_REQUEST:
@@ -28,6 +30,7 @@ from kafkacompat.broker.admin_support import (
     ConfigEntry,
     answer_each_resource,
     broker_config_entries,
+    default_broker_config_entries,
     describe_loggers,
     parse_broker_resource,
     require_topic,
@@ -78,7 +81,10 @@ async def handle(ctx: RequestContext, request: Any) -> DescribeConfigsResponse:
             entries = topic_config_entries(broker, topic, keys)
         elif resource.resource_type == RESOURCE_BROKER:
             node_id = parse_broker_resource(broker, resource.resource_name)
-            entries = [] if node_id is None else broker_config_entries(broker, keys)
+            if node_id is None:
+                entries = default_broker_config_entries(broker, keys)
+            else:
+                entries = broker_config_entries(broker, keys)
         elif resource.resource_type == RESOURCE_BROKER_LOGGER:
             if parse_broker_resource(broker, resource.resource_name) is None:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, "Broker loggers are described by broker id")

@@ -7,8 +7,11 @@ starts from the override or the config's built-in default; with the broker's `lo
 the two agree). APPEND/SUBTRACT on a non-list config or any unknown name or bad resulting value ->
 INVALID_CONFIG; a key named twice in one resource, an unknown operation or a SET with a null value ->
 INVALID_REQUEST; a missing topic -> UNKNOWN_TOPIC_OR_PARTITION. The result is persisted and applied to
-the live partition logs before the answer; `validate_only` changes nothing. BROKER resources: every
-setting is static here, so any operation is refused (INVALID_REQUEST), as Kafka refuses read-only ones.
+the live partition logs before the answer; `validate_only` changes nothing. BROKER resources (this
+node's id, or "" for the cluster-wide default) apply the same operations to that entity's dynamic
+broker configs (APPEND/SUBTRACT from its value, else the built-in default), then validate, persist and
+apply the result at once (kafkacompat.dynamic_config); settings that are not dynamic get
+INVALID_REQUEST, as Kafka refuses them.
 BROKER_LOGGER resources (by node id) SET a logger's level (log4j names: TRACE, DEBUG, INFO, WARN, ERROR,
 FATAL, OFF; anything else or an unknown logger -> INVALID_CONFIG) or DELETE it (the logger follows its
 parent again; not allowed for "root"); APPEND/SUBTRACT -> INVALID_REQUEST. Level changes are not
@@ -28,8 +31,8 @@ from kafkacompat.broker.admin_support import (
     RESOURCE_TOPIC,
     answer_each_resource,
     apply_topic_configs,
+    new_broker_configs,
     parse_broker_resource,
-    refuse_broker_changes,
     require_topic,
     set_logger_levels,
 )
@@ -112,8 +115,13 @@ async def handle(ctx: RequestContext, request: Any) -> IncrementalAlterConfigsRe
                 validate_only=bool(request.validate_only),
             )
         elif resource.resource_type == RESOURCE_BROKER:
-            parse_broker_resource(broker, resource.resource_name)
-            refuse_broker_changes(c.name for c in resource.configs)
+            node_id = parse_broker_resource(broker, resource.resource_name)
+            operations = [(c.name, c.config_operation, c.value) for c in resource.configs]
+            await broker.alter_broker_configs(
+                node_id,
+                functools.partial(new_broker_configs, operations=operations),
+                validate_only=bool(request.validate_only),
+            )
         elif resource.resource_type == RESOURCE_BROKER_LOGGER:
             if parse_broker_resource(broker, resource.resource_name) is None:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, "Broker loggers are changed by broker id")
