@@ -34,6 +34,7 @@ public final class KafkaCompatProbe {
             case "offsets" -> offsets(bootstrap, args[2], Long.parseLong(args[3]));
             case "describe-group" -> describeGroup(bootstrap, args[2]);
             case "member" -> member(bootstrap, args[2], args[3], args[4], args[5], args[6]);
+            case "broker-configs" -> brokerConfigs(bootstrap, args[2], args[3], args[4]);
             default -> throw new IllegalArgumentException("unknown command " + command);
         }
     }
@@ -295,6 +296,58 @@ public final class KafkaCompatProbe {
                 }
             }
             System.out.println("out-of-range " + outcome);
+        }
+    }
+
+    static String synonyms(ConfigEntry entry) {
+        StringBuilder out = new StringBuilder();
+        for (ConfigEntry.ConfigSynonym s : entry.synonyms()) {
+            out.append(out.length() == 0 ? "" : ",").append(s.source()).append(":").append(s.name()).append("=").append(s.value());
+        }
+        return out.length() == 0 ? "-" : out.toString();
+    }
+
+    static void printEntry(String word, ConfigEntry entry) {
+        System.out.println(word + " " + entry.name() + " " + entry.value() + " " + entry.source() + " "
+                + entry.isReadOnly() + " " + synonyms(entry));
+    }
+
+    // A dynamic broker config `name`=`value` set cluster-wide (resource name ""), seen by describing the
+    // default entity, this broker and a new topic; a static setting refused; then removed again.
+    static void brokerConfigs(String bootstrap, String topic, String name, String value) throws Exception {
+        try (Admin admin = Admin.create(base(bootstrap))) {
+            String node = Integer.toString(admin.describeCluster().nodes().get().iterator().next().id());
+            ConfigResource cluster = new ConfigResource(ConfigResource.Type.BROKER, "");
+            ConfigResource broker = new ConfigResource(ConfigResource.Type.BROKER, node);
+            DescribeConfigsOptions withSynonyms = new DescribeConfigsOptions().includeSynonyms(true);
+            AlterConfigOp set = new AlterConfigOp(new ConfigEntry(name, value), AlterConfigOp.OpType.SET);
+            admin.incrementalAlterConfigs(Map.of(cluster, List.of(set)),
+                    new AlterConfigsOptions().validateOnly(true)).all().get();
+            Config before = admin.describeConfigs(List.of(cluster)).all().get().get(cluster);
+            System.out.println("validate-only-left " + before.entries().size());
+            admin.incrementalAlterConfigs(Map.of(cluster, List.of(set))).all().get();
+            Config defaults = admin.describeConfigs(List.of(cluster), withSynonyms).all().get().get(cluster);
+            for (ConfigEntry entry : defaults.entries()) printEntry("default", entry);
+            printEntry("broker", admin.describeConfigs(List.of(broker), withSynonyms).all().get().get(broker).get(name));
+            admin.createTopics(List.of(new NewTopic(topic, 1, (short) 1))).all().get();
+            ConfigResource topicResource = new ConfigResource(ConfigResource.Type.TOPIC, topic);
+            Config topicConfig = admin.describeConfigs(List.of(topicResource), withSynonyms).all().get().get(topicResource);
+            for (ConfigEntry entry : topicConfig.entries()) {
+                if (entry.source() == ConfigEntry.ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG) printEntry("topic", entry);
+            }
+            AlterConfigOp staticOnly = new AlterConfigOp(new ConfigEntry("log.retention.hours", "1"), AlterConfigOp.OpType.SET);
+            try {
+                admin.incrementalAlterConfigs(Map.of(broker, List.of(staticOnly))).all().get();
+                System.out.println("refused none");
+            } catch (ExecutionException e) {
+                System.out.println("refused " + e.getCause().getClass().getSimpleName() + " " + e.getCause().getMessage());
+            }
+            AlterConfigOp delete = new AlterConfigOp(new ConfigEntry(name, ""), AlterConfigOp.OpType.DELETE);
+            admin.incrementalAlterConfigs(Map.of(cluster, List.of(delete))).all().get();
+            Config after = admin.describeConfigs(List.of(cluster)).all().get().get(cluster);
+            System.out.println("after-delete " + after.entries().size());
+            printEntry("broker-after", admin.describeConfigs(List.of(broker), withSynonyms).all().get().get(broker).get(name));
+            admin.deleteTopics(List.of(topic)).all().get();
         }
     }
 }

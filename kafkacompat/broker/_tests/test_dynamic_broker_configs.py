@@ -280,3 +280,14 @@ def test_connection_rate_limits_accepts_per_second() -> None:
     assert rate.delay(2, 10.2) == pytest.approx(0.8)  # the first of the two leaves the window at 11.0
     assert rate.delay(2, 11.05) == 0.0
     assert rate.delay(0, 11.05) > 0  # a rate of 0 admits nobody
+
+
+async def test_sensitive_values_are_never_described(harness: AdminHarness) -> None:
+    # no broker option is a password yet (the listener key store passwords will be): the chain of a
+    # sensitive setting keeps its names and sources and drops every value
+    await incremental(harness, "", ("message.max.bytes", SET, "2000000"), rtype=BROKER)
+    dynamic = harness.state.dynamic
+    assert dynamic.config_synonyms("message.max.bytes", ["message.max.bytes"], sensitive=True) == [
+        ("message.max.bytes", None, DYNAMIC_DEFAULT),
+        ("message.max.bytes", None, DEFAULT),
+    ]
