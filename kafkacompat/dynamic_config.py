@@ -68,6 +68,7 @@ __all__ = [
     "DynamicConfigStore",
     "LocalDynamicConfigStore",
     "broker_config_synonyms",
+    "update_mode",
 ]
 
 log = logging.getLogger("kafkacompat.config")
@@ -253,6 +254,15 @@ def broker_config_synonyms(name: str) -> list[str]:
         if name in group:
             return list(group)
     return [name]
+
+
+def update_mode(name: str) -> str:
+    """Kafka's "update mode" of a broker setting here: read-only (static), per-broker (this node's id
+    only) or cluster-wide (also the cluster-wide default); "read-only here" where Kafka changes it at run
+    time but this broker does not."""
+    if name in DYNAMIC_HERE:
+        return "per-broker" if name in PER_BROKER_ONLY else "cluster-wide"
+    return "read-only here" if name in KAFKA_DYNAMIC else "read-only"
 
 
 def _scala_set(names: Iterable[str]) -> str:

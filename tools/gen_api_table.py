@@ -48,12 +48,17 @@ def _default_text(value: object) -> str:
 
 def render_config_table() -> str:
     from kafkacompat.config import BROKER_OPTIONS
+    from kafkacompat.dynamic_config import update_mode
 
-    lines = ["| Setting | Type | Default | Effect here |", "| --- | --- | --- | --- |"]
+    lines = [
+        "| Setting | Type | Default | Effect here | Update mode |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for option in BROKER_OPTIONS:
         text = _default_text(option.default).replace("|", "\\|")
         default = "(none)" if option.default is None else f"`{text}`"
-        lines.append(f"| `{option.name}` | {option.type} | {default} | {option.effect} |")
+        mode = update_mode(option.name)
+        lines.append(f"| `{option.name}` | {option.type} | {default} | {option.effect} | {mode} |")
     return "\n".join(lines)
 
 
