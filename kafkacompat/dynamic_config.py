@@ -32,9 +32,12 @@ maps to those znodes. JSON rather than a properties file because one file holds 
 the entities of other node ids untouched (a log dir moved between nodes). It is rewritten whole
 (temporary file, fsync, rename, fsync of the directory) before a change is answered, and replayed at
 start-up; a value that no longer validates there (say, after an upgrade) is dropped with a warning, as
-Kafka drops invalid persisted dynamic configs. The storage is behind `DynamicConfigStore`: cluster mode
-(ZooKeeper) is not built; its store would read and write the same entity maps under `/config/brokers`
-and watch them for changes made through other brokers.
+Kafka drops invalid persisted dynamic configs, while a file that cannot be read stops the start-up
+(ConfigError), as an unreadable topic table does: running on without it would forget the changes.
+
+The storage is behind `DynamicConfigStore`. Cluster mode (ZooKeeper) is not built; its store would read
+and write the same entity maps under `/config/brokers` and watch them for changes made through other
+brokers (then call `BrokerState` to re-apply).
 
 Not dynamic here (refused, see compat_tests/FINDINGS.md): listener key stores and other `ssl.*`/`sasl.*`
 listener settings, `listeners` and `listener.security.protocol.map` (re-binding listeners), the
@@ -316,7 +319,7 @@ class LocalDynamicConfigStore:
         except (OSError, ValueError) as exc:
             raise ConfigError(f"cannot read the dynamic broker configs in {self.path}: {exc}") from None
         brokers = document.get("brokers") if isinstance(document, dict) else None
-        if document.get("version") != FILE_VERSION or not isinstance(brokers, dict):
+        if not isinstance(brokers, dict) or document.get("version") != FILE_VERSION:
             raise ConfigError(f"{self.path}: not a version {FILE_VERSION} dynamic broker config file")
         entities: dict[str, dict[str, str]] = {}
         for entity, configs in brokers.items():

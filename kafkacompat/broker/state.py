@@ -222,6 +222,8 @@ class BrokerState:
         check_partition_limit(partitions)
         log_config = self.validate_topic_configs(configs)
         async with self.metadata_lock:
+            # again under the lock: a dynamic broker config change may have moved the defaults meanwhile
+            log_config = self.validate_topic_configs(configs)
             if validate_only:
                 self.metadata.check_new_topic(name, partitions)
                 return TopicInfo(name, ZERO_UUID, partitions, configs, internal)

@@ -262,6 +262,18 @@ async def test_stored_values_that_no_longer_validate_are_dropped(harness: AdminH
     }
 
 
+@pytest.mark.parametrize("text", ["{not json", "[1, 2]", '{"version": 9, "brokers": {}}'])
+async def test_an_unreadable_file_stops_the_start(harness: AdminHarness, text: str) -> None:
+    from kafkacompat.config import ConfigError
+
+    harness.close()
+    (harness.data_dir / FILE_NAME).write_text(text)
+    with pytest.raises(ConfigError, match=FILE_NAME):
+        harness.state = harness._open()
+    (harness.data_dir / FILE_NAME).unlink()
+    harness.state = harness._open()
+
+
 async def test_cleaner_reads_its_backoff_live(harness: AdminHarness) -> None:
     from kafkacompat.broker.cleaner_task import LogCleanerTask
 
