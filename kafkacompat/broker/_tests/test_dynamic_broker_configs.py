@@ -6,9 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
+import trio
 
 from kafkacompat.broker._tests.test_admin_configs import alter, by_name, create, describe, incremental
 from kafkacompat.broker._tests.test_admin_harness import AdminHarness
+from kafkacompat.broker._tests.wire_client import RawClient, request, start_broker
 from kafkacompat.broker.server import ConnectionRate
 from kafkacompat.config import INT_MAX
 from kafkacompat.dynamic_config import FILE_NAME
@@ -303,3 +305,55 @@ async def test_sensitive_values_are_never_described(harness: AdminHarness) -> No
         ("message.max.bytes", None, DYNAMIC_DEFAULT),
         ("message.max.bytes", None, DEFAULT),
     ]
+
+
+# --- connection limits on a running broker (raw wire client) --------------------------------------------
+
+
+async def _set_broker_config(client: RawClient, name: str, value: str) -> None:
+    cls = request(44, resources=[], validate_only=False).__class__
+    body = cls(
+        resources=[
+            cls.AlterConfigsResource(
+                resource_type=BROKER,
+                resource_name="",
+                configs=[cls.AlterableConfig(name=name, config_operation=SET, value=value)],
+            )
+        ],
+        validate_only=False,
+    )
+    [result] = (await client.call(44, 1, body)).responses
+    assert result.error_code == ErrorCode.NONE, result.error_message
+
+
+async def test_connection_caps_follow_dynamic_changes(nursery: trio.Nursery, tmp_path: Path) -> None:
+    hello = request(18, client_software_name="raw-test", client_software_version="1.0")
+    broker = await start_broker(nursery, tmp_path, "max.connections=1")
+    first = await RawClient.connect(broker.port)
+    await first.call(18, 3, hello)
+    second = await RawClient.connect(broker.port)
+    waiting = await second.send(18, 3, hello)
+    with trio.move_on_after(0.3):
+        await second.receive(18, 3)
+        raise AssertionError("a connection beyond max.connections was served")
+    # raising the cap lets the waiting client in, without the first one leaving
+    await _set_broker_config(first, "max.connections", "10")
+    correlation_id, response = await second.receive(18, 3, timeout=5)
+    assert (correlation_id, response.error_code) == (waiting, ErrorCode.NONE)
+    # lowering the per-address cap closes new connections at once (open ones stay)
+    await _set_broker_config(first, "max.connections.per.ip", "2")
+    third = await RawClient.connect(broker.port)
+    assert await third.is_closed()
+    assert (await second.call(18, 3, hello)).error_code == ErrorCode.NONE
+
+
+async def test_connection_creation_rate_delays_accepts(nursery: trio.Nursery, tmp_path: Path) -> None:
+    hello = request(18, client_software_name="raw-test", client_software_version="1.0")
+    broker = await start_broker(nursery, tmp_path)
+    admin = await RawClient.connect(broker.port)
+    await _set_broker_config(admin, "max.connection.creation.rate", "2")
+    started = trio.current_time()
+    for _ in range(3):  # within one second only two new connections are accepted
+        client = await RawClient.connect(broker.port)
+        assert (await client.call(18, 3, hello)).error_code == ErrorCode.NONE
+    assert trio.current_time() - started >= 0.5
