@@ -136,6 +136,14 @@ def _heading(entity_type: str, name: str, everything: bool) -> str:
     return f"{'All' if everything else 'Dynamic'} configs for {word} {name} are:"
 
 
+def _dynamic_sources(entity_type: str, name: str) -> set[int]:
+    """The sources kafka-configs.sh lists without --all: a broker's own dynamic configs (not the
+    cluster-wide defaults it inherits), the default entity's, a topic's overrides, every logger."""
+    if entity_type == "brokers":
+        return {3} if name == "" else {2}
+    return DYNAMIC_SOURCES
+
+
 def _describe(client: KafkaClient, args: argparse.Namespace, entity_type: str, name: str | None) -> None:
     if name is None:
         if entity_type == "topics":
@@ -161,8 +169,9 @@ def _describe(client: KafkaClient, args: argparse.Namespace, entity_type: str, n
             raise CommandError(result.error_message or error_name(result.error_code))
         # every logger level counts as dynamic, so broker-loggers always list everything
         print(_heading(entity_type, result.resource_name, args.all or entity_type == "broker-loggers"))
+        wanted = _dynamic_sources(entity_type, result.resource_name)
         for entry in sorted(result.configs, key=lambda e: e.name):
-            if args.all or entry.config_source in DYNAMIC_SOURCES:
+            if args.all or entry.config_source in wanted:
                 print(_format_entry(entry))
 
 
