@@ -4,7 +4,8 @@ Theory of operation: `BROKER_OPTIONS` is one table of `Option(name, type, defaul
 (`BrokerConfig.load(path, overrides)`) reads a Java-properties file, applies `key=value` overrides on
 top, parses each known key with its type, validates it and keeps the raw strings of unknown keys so
 that they can be reported in one warning line (Kafka logs them too; they are never silently dropped).
-`BrokerConfig` is immutable after loading; every part of the broker reads it, nobody writes it.
+`BrokerConfig` is immutable after loading; every part of the broker reads it, nobody writes it (a dynamic
+broker config change builds a new one from the `given` strings, see kafkacompat.dynamic_config).
 
 Kafka's precedence rules that matter are kept: `log.retention.ms` > `.minutes` > `.hours`,
 `log.roll.ms` > `.hours`, `log.flush.interval.ms` falls back to `log.flush.scheduler.interval.ms`,

@@ -5,7 +5,9 @@ Theory of operation: `BrokerState` bundles what a single node knows and owns: th
 the producer-id allocator and the clock. Handlers read freely; changes to the topic table go through
 the async helpers here (`create_topic`, `delete_topic`, `auto_create_topic`, `next_producer_id`), which
 serialise on one trio lock and persist the table in a worker thread before returning, so a client
-never hears of a topic the broker would forget in a crash.
+never hears of a topic the broker would forget in a crash. Dynamic broker config changes
+(`alter_broker_configs`) take the same lock, persist the same way, then swap in a new effective
+`config` and push the new topic defaults into the live logs.
 
 All access happens on the trio thread; worker threads only run the blocking halves (fsync of logs,
 writes of the topic table and of checkpoints, closing and unlinking deleted files) of operations whose
