@@ -120,6 +120,16 @@ def one_of(*choices: str, case_insensitive: bool = False) -> Callable[[Any], Non
     return check
 
 
+def _metrics_listener(value: Any) -> None:
+    """`metrics.listener` is empty (off) or http://host:port."""
+    if not value:
+        return
+    if not re.match(r"^http://(\[[^\]]*\]|[^:/\[\]]*):\d{1,5}/?$", value, re.IGNORECASE):
+        raise ConfigError(f"{value!r} is not of the form http://host:port")
+    if int(value.rstrip("/").rsplit(":", 1)[1]) > 65535:
+        raise ConfigError(f"{value!r}: port out of range")
+
+
 @dataclass(frozen=True, slots=True)
 class Option:
     """One broker setting: its Kafka name, value type, default (None = unset/null), range check, and
@@ -261,6 +271,8 @@ BROKER_OPTIONS: tuple[Option, ...] = (
     _O("replica.socket.timeout.ms", "int", 30000),
     _O("num.replica.fetchers", "int", 1),
     _O("replica.high.watermark.checkpoint.interval.ms", "long", 5000),
+    # observability (kafkacompat's own: Kafka exposes JMX instead)
+    _O("metrics.listener", "string", None, _metrics_listener),
 )
 # Settings accepted but not acted on; every other option is HONOURED (a test checks that each honoured one
 # is read outside this module, directly or through a BrokerConfig property or the topic config it sets).

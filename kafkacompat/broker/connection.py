@@ -255,6 +255,7 @@ class Connection:
         frames = self._frames
         recv_into = self.stream.socket.recv_into
         current_time = trio.current_time
+        timed = self.broker.request_metrics is not None  # metrics hook: arrival times for queue time
         while not self._draining:
             self._idle_since = current_time()
             self._receiving = True
@@ -263,9 +264,10 @@ class Connection:
             if not received:
                 return
             frames.commit(received)
+            arrived = time.perf_counter() if timed else 0.0
             frame = frames.next_frame()
             while frame is not None:
-                await _handle_frame(self.broker, self.info, self.writer, frame, self.park)
+                await _handle_frame(self.broker, self.info, self.writer, frame, self.park, arrived)
                 if self._draining:
                     return
                 frame = frames.next_frame()
@@ -334,6 +336,7 @@ async def _handle_frame(
     writer: ResponseWriter,
     frame: memoryview,
     park: Callable[[trio.Event, float], Awaitable[None]],
+    arrived: float = 0.0,
 ) -> None:
     if frame.nbytes < _PREFIX.size:
         raise DecodeError("request shorter than its header")
@@ -348,6 +351,8 @@ async def _handle_frame(
             await writer.send(frame_response(header_bytes, body))
             return
         raise CloseConnection(f"api key {api_key} version {api_version} is not served")
+    metrics = broker.request_metrics  # metrics hook: None unless metrics.listener is set
+    timer = metrics.start(arrived, park) if metrics is not None else None
     header, body_offset = wire_header.decode_request_header(frame)
     request = messages.decode_request(api_key, api_version, frame[body_offset:], allow_trailing=True)
     ctx = RequestContext(
@@ -358,15 +363,19 @@ async def _handle_frame(
         client_id=getattr(header, "client_id", None),
         connection=info,
         header=header,
-        park=park,
+        park=park if timer is None else timer.park,
     )
     logged = request_log.isEnabledFor(logging.DEBUG)
     started = time.perf_counter() if logged else 0.0
     response = await handler.handle(ctx, request)
+    if timer is not None:
+        timer.done_handling()
     if response is not None:
         body = messages.encode_response(api_key, api_version, response)
         header_bytes = wire_header.encode_response_header(api_key, api_version, correlation_id)
         await writer.send(frame_response(header_bytes, body))
+    if timer is not None:
+        metrics.finish(timer, ctx, request, response)
     if logged:
         _log_completed(ctx, frame.nbytes, response is not None, started)
 

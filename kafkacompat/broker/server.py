@@ -80,6 +80,7 @@ class Broker:
         self._creation_rate = ConnectionRate()  # max.connection.creation.rate
         self._next_connection_id = 0
         self.cleaner: Any = None  # cleaner_task.LogCleanerTask once running (tests call run_once())
+        self.metrics_address: tuple[str, int] | None = None  # the bound metrics.listener, if set
 
     # lifecycle
 
@@ -110,6 +111,10 @@ class Broker:
                 background_scope = trio.CancelScope()
                 listener_scope = trio.CancelScope()
                 listeners = await self._bind()
+                if self.config["metrics.listener"]:  # metrics hook: Prometheus endpoint (broker/metrics.py)
+                    from kafkacompat.broker.metrics import serve_metrics
+
+                    self.metrics_address = await outer.start(serve_metrics, self, self._shutdown)
                 outer.start_soon(self._run_background, background_scope)
                 connections_done = trio.Event()
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -104,6 +104,8 @@ class BrokerState:
         self.metadata_lock = trio.Lock()
         self._checkpoint_lock = trio.Lock()  # trio locks are FIFO: snapshots are written in the order taken
         self.closing = False  # set by the server at shutdown: parked requests answer at once
+        # metrics hook: kafkacompat.broker.metrics.RequestMetrics while metrics.listener serves, else None
+        self.request_metrics: Any = None
         self.default_log_config: LogConfig = broker_log_config(config)
         logs.default_config = self.default_log_config
         # listener name -> (host, port) clients are told; filled in by the server once bound

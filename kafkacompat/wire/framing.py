@@ -99,6 +99,20 @@ class FrameBuffer:
             return 0
         return max(0, SIZE_PREFIX + size - (self._end - self._start))
 
+    def complete_frames(self) -> int:
+        """How many complete frames are buffered and not yet handed out (for the metrics endpoint)."""
+        if self._error is not None:
+            return 0
+        count = 0
+        position = self._start
+        while self._end - position >= SIZE_PREFIX:
+            (size,) = _SIZE.unpack_from(self._buf, position)
+            if size < 0 or size > self._max_frame_size or position + SIZE_PREFIX + size > self._end:
+                break
+            count += 1
+            position += SIZE_PREFIX + size
+        return count
+
     def receive_buffer(self) -> memoryview:
         """A writable region to receive the next bytes into; report what was written with `commit()`.
 

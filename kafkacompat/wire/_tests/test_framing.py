@@ -308,3 +308,17 @@ def test_bad_prefix_through_lent_buffer_fails_before_body():
         fb.next_frame()
     with pytest.raises(DecodeError):
         fb.receive_buffer()
+
+
+def test_complete_frames_counts_what_next_frame_would_hand_out():
+    fb = FrameBuffer(max_frame_size=1 << 20)
+    assert fb.complete_frames() == 0
+    fb.receive_data(frame(b"a") + frame(b"bb") + frame(b"x" * 40_000) + frame(b"tail")[:5])
+    assert fb.complete_frames() == 3
+    assert fb.next_frame() is not None
+    assert fb.complete_frames() == 2
+    drain(fb)
+    assert fb.complete_frames() == 0  # only the incomplete tail is left
+    fb.receive_data(frame(b"tail")[5:])
+    assert fb.complete_frames() == 1
+    assert drain(fb) == [b"tail"]
