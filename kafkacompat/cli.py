@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "groups": "kafkacompat.commands.groups",
     "serve": "kafkacompat.commands.serve",
     "bench": "kafkacompat.commands.bench",
+    "doctor": "kafkacompat.commands.doctor",
 }
 
 
