@@ -8,6 +8,8 @@ the clients did.
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 import sys
 import time
@@ -310,3 +312,116 @@ def test_requests_pipelined_behind_a_parked_fetch_are_the_request_queue(
     # the three Metadata requests queued behind the fetch for most of its 2 s wait
     queued = value(samples, "kafka_network_requestmetrics_request_queue_time_seconds_sum", request="Metadata")
     assert queued >= 3 * 1.0
+
+
+# --- the example Grafana dashboard (docs/grafana-dashboard.json) ------------------------------------
+
+DASHBOARD = Path(__file__).resolve().parent.parent / "docs" / "grafana-dashboard.json"
+_PROMQL_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|\[[^\]]*\]|[A-Za-z_:][A-Za-z0-9_:]*|\d+(?:\.\d+)?|!=|=~|!~|\S')
+_PROMQL_KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "offset", "bool"}
+# labels Prometheus attaches at scrape time, not the endpoint
+_TARGET_LABELS = {"instance", "job"}
+
+
+def promql_selectors(expr: str) -> list[tuple[str, set[str]]]:
+    """(metric name, label names it is filtered or grouped by) for every metric an expression reads."""
+    tokens = _PROMQL_TOKEN.findall(expr)
+    metrics: list[tuple[str, set[str]]] = []
+    grouping: set[str] = set()
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        following = tokens[i + 1] if i + 1 < len(tokens) else ""
+        if token in ("by", "without") and following == "(":
+            i += 2
+            while tokens[i] != ")":
+                if tokens[i] != ",":
+                    grouping.add(tokens[i])
+                i += 1
+        elif (
+            re.fullmatch(r"[A-Za-z_:][A-Za-z0-9_:]*", token)
+            and following not in ("(", "by", "without")
+            and token not in _PROMQL_KEYWORDS
+        ):
+            labels: set[str] = set()
+            if following == "{":
+                i += 2
+                while tokens[i] != "}":
+                    if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", tokens[i]) and tokens[i + 1] in (
+                        "=",
+                        "!=",
+                        "=~",
+                        "!~",
+                    ):
+                        labels.add(tokens[i])
+                    i += 1
+            metrics.append((token, labels))
+        i += 1
+    return [(name, labels | grouping) for name, labels in metrics]
+
+
+def test_promql_selectors_reads_names_matchers_and_grouping() -> None:
+    expr = 'histogram_quantile(0.99, sum by (le) (rate(x_bucket{instance=~"$i", request="Produce"}[5m]))) / y'
+    assert promql_selectors(expr) == [("x_bucket", {"instance", "request", "le"}), ("y", {"le"})]
+
+
+def test_every_dashboard_panel_reads_metrics_the_endpoint_exports(metrics_broker: InProcessBroker) -> None:
+    from confluent_kafka import Consumer, Producer
+
+    dashboard = json.loads(DASHBOARD.read_text())
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource"
+
+    # traffic that makes every family carry samples: produce, a group that consumes and commits
+    bootstrap = metrics_broker.bootstrap
+    create_topic(bootstrap, "dashboard-topic")
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(20):
+        producer.produce("dashboard-topic", value=b"v%d" % i)
+    assert producer.flush(15) == 0
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "dashboard-group", "auto.offset.reset": "earliest",
+         "enable.auto.commit": False}
+    )  # fmt: skip
+    try:
+        consumer.subscribe(["dashboard-topic"])
+        got = 0
+        deadline = time.monotonic() + 20
+        while got < 10 and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                got += 1
+        assert got == 10
+        consumer.commit(asynchronous=False)
+        samples = scrape(metrics_broker)
+    finally:
+        consumer.close()
+    labels_of: dict[str, set[str]] = {}
+    for name, labels in samples:
+        labels_of.setdefault(name, set()).update(label for label, _ in labels)
+
+    ids = set()
+    expressions = [variables["instance"]["definition"].replace("label_values(", "").split(",")[0]]
+    for panel in dashboard["panels"]:
+        assert panel["id"] not in ids
+        ids.add(panel["id"])
+        grid = panel["gridPos"]
+        assert 0 <= grid["x"] and grid["x"] + grid["w"] <= 24
+        if panel["type"] == "row":
+            continue
+        assert panel["datasource"]["uid"] == "${datasource}"
+        assert panel["targets"], panel["title"]
+        expressions += [target["expr"] for target in panel["targets"]]
+    checked = set()
+    for expr in expressions:
+        selectors = promql_selectors(expr)
+        assert selectors, expr
+        for name, labels in selectors:
+            assert name in labels_of, f"{name} (in {expr!r}) is not exported"
+            missing = labels - _TARGET_LABELS - labels_of[name]
+            assert not missing, f"{name} has no label {missing} (in {expr!r})"
+            checked.add(name)
+    # the dashboard covers each area of the endpoint
+    for prefix in ("kafka_server_brokertopicmetrics", "kafka_network_requestmetrics", "kafka_log_log",
+                   "kafka_consumergroup_lag", "kafka_controller", "process_"):  # fmt: skip
+        assert any(name.startswith(prefix) for name in checked), prefix
