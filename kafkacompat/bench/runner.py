@@ -38,6 +38,7 @@ from kafkacompat.bench import workers
 from kafkacompat.bench.brokers import BrokerSpec, RunningBroker
 from kafkacompat.bench.procinfo import PeakSampler, process_tree, rss_bytes
 from kafkacompat.bench.stats import cdf_points, latency_summary, summarize
+from kafkacompat.progress import Progress as SharedProgress
 
 __all__ = ["Progress", "Settings", "count_steps", "run_benchmark"]
 
@@ -72,48 +73,23 @@ class Settings:
         return cls(messages=5_000, e2e_seconds=2.0, timeout=60.0)
 
 
-class Progress:
-    """A one-line progress display on stderr (a line per step when stderr is not a terminal)."""
+class Progress(SharedProgress):
+    """The benchmark's steps on the shared progress display (kafkacompat.progress): a bar on a terminal,
+    a line per step otherwise (each step is a measured run, seconds to minutes long)."""
 
     def __init__(self, total: int, stream: Any = None, enabled: bool = True) -> None:
-        import sys
-
-        self.total = max(total, 1)
-        self.done = 0
-        self.stream = stream if stream is not None else sys.stderr
-        self.enabled = enabled
-        self.start = time.monotonic()
-        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
-        self._width = 0
-
-    def _write(self, text: str) -> None:
-        if not self.enabled:
-            return
-        if self.tty:
-            pad = max(0, self._width - len(text))
-            self.stream.write("\r" + text + " " * pad)
-            self._width = len(text)
-        else:
-            self.stream.write(text + "\n")
-        self.stream.flush()
+        super().__init__(
+            "bench", max(total, 1), unit="steps", stream=stream, delay=0, interval=0, enabled=enabled,
+            summary=False,
+        )  # fmt: skip
 
     def step(self, label: str) -> None:
-        self.done += 1
-        elapsed = time.monotonic() - self.start
-        self._write(f"[{min(self.done, self.total):3d}/{self.total}] {elapsed:5.0f}s {label}")
+        self.advance(1, label)
 
-    def note(self, text: str) -> None:
-        """A message that stays on screen (e.g. a failed run), shown even with the progress line off."""
-        if self.enabled and self.tty and self._width:
-            self.stream.write("\n")
-        self._width = 0
-        self.stream.write(text + "\n")
-        self.stream.flush()
-
-    def finish(self) -> None:
-        if self.enabled and self.tty and self._width:
-            self.stream.write("\n")
-            self.stream.flush()
+    def status_text(self) -> str:
+        elapsed = self.clock() - self.started
+        total = int(self.total or 1)
+        return f"[{min(int(self.done), total):3d}/{total}] {elapsed:5.0f}s {self.detail}"
 
 
 def size_label(size: int) -> str:

@@ -5,6 +5,8 @@ Theory of operation: each file is dispatched on its suffix. `.log` files are wal
 with kafkacompat.wire.records, `--print-data-log` adds keys and values (as UTF-8 text, like Kafka's default
 decoder). `.index`/`.timeindex`/`.txnindex` print their entries, `.snapshot` the producer entries.
 Output lines use kafka-dump-log's field names so that existing habits and scripts carry over.
+A large .log file whose dump goes to a file or a pipe reports its progress on stderr (kafkacompat.progress:
+a bar on a terminal, a line every few seconds otherwise; nothing for files read within a second).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import TextIO
 
 from kafkacompat.log.batch_header import read_header
 from kafkacompat.log.producer_state import read_snapshot
+from kafkacompat.progress import Progress
 from kafkacompat.wire.errors import KafkaError
 from kafkacompat.wire.records import RecordBatchView, iter_records
 
@@ -42,13 +45,20 @@ def _base_offset(path: str) -> int:
     return int(stem) if stem.isdigit() else 0
 
 
-def dump_log_file(path: str, out: TextIO, *, deep: bool, data: bool) -> None:
+def dump_log_file(
+    path: str, out: TextIO, *, deep: bool, data: bool, progress: Progress | None = None
+) -> None:
+    """Print every batch of a .log file; `progress` (if given) hears of the bytes walked so far."""
     out.write(f"Log starting offset: {_base_offset(path)}\n")
     with open(path, "rb") as f:
         fd = f.fileno()
         size = os.fstat(fd).st_size
+        if progress is not None:
+            progress.total = size
         position = 0
         while position < size:
+            if progress is not None:
+                progress.update(position)
             header = read_header(fd, position)
             if (
                 header is None
@@ -100,6 +110,8 @@ def dump_log_file(path: str, out: TextIO, *, deep: bool, data: bool) -> None:
                 except KafkaError as exc:
                     out.write(f"| records could not be decoded: {exc}\n")
             position += header.size
+        if progress is not None:
+            progress.update(position)
 
 
 def dump_index_file(path: str, out: TextIO, *, time_index: bool) -> None:
@@ -151,6 +163,12 @@ def dump_snapshot_file(path: str, out: TextIO) -> None:
         )
 
 
+def _progress(path: str, out: TextIO) -> Progress:
+    """Progress of one large file on stderr; none when the output itself goes to the terminal."""
+    output_on_terminal = bool(getattr(out, "isatty", lambda: False)())
+    return Progress(f"dump-log {os.path.basename(path)}", unit="bytes", enabled=not output_on_terminal)
+
+
 def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     status = 0
@@ -158,7 +176,10 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         out.write(f"Dumping {path}\n")
         try:
             if path.endswith(".log"):
-                dump_log_file(path, out, deep=args.deep_iteration, data=args.print_data_log)
+                with _progress(path, out) as progress:
+                    dump_log_file(
+                        path, out, deep=args.deep_iteration, data=args.print_data_log, progress=progress
+                    )
             elif path.endswith(".timeindex"):
                 dump_index_file(path, out, time_index=True)
             elif path.endswith(".index"):

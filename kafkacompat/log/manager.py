@@ -5,7 +5,8 @@ start: a dir from another cluster or node is refused), the three offset checkpoi
 (`recovery-point-offset-checkpoint`, `log-start-offset-checkpoint`, `replication-offset-checkpoint`),
 the clean-shutdown marker `.kafka_cleanshutdown`, and one `<topic>-<partition>` dir per partition.
 
-`startup()` loads every partition dir. The marker decides how: present (clean shutdown) means logs are
+`startup()` loads every partition dir (a start-up that takes long reports its progress: log lines, or a
+bar on a terminal). The marker decides how: present (clean shutdown) means logs are
 trusted and loaded cheaply; absent means segments after each log's recovery point are verified and
 repaired (see PartitionLog). The marker is removed once loading is done, and written again only by a
 complete `shutdown()` (flush, producer snapshots, checkpoints, then the marker).
@@ -51,6 +52,7 @@ from kafkacompat.log.checkpoints import (
 from kafkacompat.log.config import LogConfig
 from kafkacompat.log.partition_log import PartitionLog, parse_partition_dir_name
 from kafkacompat.log.segment import LogSegment
+from kafkacompat.progress import Progress
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 __all__ = ["DueDeletes", "LogManager"]
@@ -168,13 +170,18 @@ class LogManager:
     def startup(self, topic_configs: Mapping[str, LogConfig] | None = None, now_ms: int = 0) -> None:
         """Load every partition of every log dir. `topic_configs`: topic -> LogConfig (default otherwise)."""
         self._topic_configs.update(topic_configs or {})
+        # a long start-up (many partitions, recovery after a crash) reports its progress (progress.py)
+        progress = Progress("loading logs", 0, unit="dir entries", logger=log)
         for log_dir in self.log_dirs:
             self._prepare_dir(log_dir)
             clean = read_clean_shutdown(log_dir)
             recovery_points = self._read_checkpoint(os.path.join(log_dir, RECOVERY_POINT_CHECKPOINT))
             start_offsets = self._read_checkpoint(os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT))
             high_watermarks = self._read_checkpoint(os.path.join(log_dir, REPLICATION_OFFSET_CHECKPOINT))
-            for name in sorted(os.listdir(log_dir)):
+            names = sorted(os.listdir(log_dir))
+            progress.total = (progress.total or 0) + len(names)
+            for name in names:
+                progress.advance(1, name)
                 path = os.path.join(log_dir, name)
                 if not os.path.isdir(path):
                     continue
@@ -206,6 +213,7 @@ class LogManager:
             marker = os.path.join(log_dir, CLEAN_SHUTDOWN_FILE)
             if os.path.exists(marker):
                 os.unlink(marker)
+        progress.finish()
         self.started = True
 
     # --- partitions ------------------------------------------------------------------------------
