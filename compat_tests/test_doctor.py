@@ -198,3 +198,25 @@ def test_config_file_names_the_address_and_the_log_dir(broker: BrokerProcess, tm
     assert result.returncode == 0, result.stdout
     assert f"Broker at 127.0.0.1:{broker.port}" in result.stdout
     assert f"Data dir {broker.data_dir}" in result.stdout
+
+
+def test_version_and_process_from_the_metrics_endpoint(tmp_path: Path) -> None:
+    """The Kafka protocol has no software version; doctor finds metrics.listener and asks the endpoint."""
+    import kafkacompat
+
+    broker = BrokerProcess(tmp_path / "data", [f"metrics.listener=http://127.0.0.1:{closed_port()}"]).start()
+    try:
+        result = run_doctor("--bootstrap-server", broker.bootstrap)
+    finally:
+        broker.stop()
+    assert result.returncode == 0, result.stdout
+    assert f"software: kafkacompat {kafkacompat.__version__}" in result.stdout
+    assert re.search(
+        r"process: [\d.]+ MiB resident, [\d.]+ s CPU; metrics at http://127\.0\.0\.1:\d+/metrics",
+        result.stdout,
+    )
+
+
+def test_without_metrics_the_version_is_said_to_be_unknown(broker: BrokerProcess) -> None:
+    result = run_doctor("--bootstrap-server", broker.bootstrap)
+    assert "software version: not carried by the Kafka protocol" in result.stdout

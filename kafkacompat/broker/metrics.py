@@ -327,6 +327,7 @@ METRIC_NAMES: dict[str, str] = {
     "kafka_server_fetchsessioncache_incremental_fetch_partitions_cached": (
         "kafka.server:type=FetchSessionCache,name=NumIncrementalFetchPartitionsCached"
     ),
+    "kafkacompat_build_info": "kafka.server:type=app-info,name=version (as a label)",
     "process_resident_memory_bytes": "(prometheus_client) resident set size",
     "process_cpu_seconds": "(prometheus_client) user + system CPU time",
     "process_open_fds": "(prometheus_client) open file descriptors",
@@ -347,6 +348,15 @@ class BrokerCollector:
         return []  # names are only known at collection; no registration-time duplicate checks needed
 
     def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        from kafkacompat import __version__
+
+        info = GaugeMetricFamily(
+            "kafkacompat_build_info", "The broker's software version (always 1)", labels=["version"]
+        )
+        info.add_metric([__version__], 1)
+        yield info
         yield from self._requests()
         yield from self._topics()
         yield from self._network()

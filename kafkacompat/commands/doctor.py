@@ -5,8 +5,10 @@ Theory of operation
 For the person whose client does not connect. Two independent looks, each reported as it goes:
 
 1. Over the wire (`kafkacompat.client.KafkaClient`, so it works against any Kafka broker): ApiVersions
-   (API count and the versions of the main APIs), Metadata (cluster id, controller, every broker's
-   advertised address, topics and their partitions' leaders and ISR), DescribeLogDirs (log dirs, their
+   (API count and the versions of the main APIs; the protocol carries no software version, which comes
+   from the broker's Prometheus endpoint when DescribeConfigs shows `metrics.listener` set), Metadata
+   (cluster id, controller, every broker's advertised address, topics and their partitions' leaders
+   and ISR), DescribeLogDirs (log dirs, their
    size, total and usable bytes), ListGroups with each group's state, members and lag (the requests of
    `kafkacompat groups describe`). Each advertised address is connected to from here: a broker that
    advertises an address its clients cannot reach is the most common reason a client gets through the
@@ -27,6 +29,7 @@ from __future__ import annotations
 import argparse
 import errno
 import os
+import re
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +42,8 @@ HELP = "say where the broker listens, what it holds and the first problems seen 
 API_VERSIONS = 18
 METADATA = 3
 DESCRIBE_LOG_DIRS = 35
+DESCRIBE_CONFIGS = 32
+RESOURCE_BROKER = 4
 MAIN_APIS = {0: "Produce", 1: "Fetch", 3: "Metadata", 11: "JoinGroup"}
 
 LOCK_FILE = ".lock"
@@ -246,10 +251,95 @@ def _inspect_broker(
                 "clients get through the bootstrap and then fail; set advertised.listeners to an address "
                 "clients can reach"
             )
+    _report_metrics_endpoint(client, metadata, timeout, report)
     _report_topics(metadata, report)
     log_dirs = _report_log_dirs(client, report, request_class(DESCRIBE_LOG_DIRS))
     _report_groups(client, report)
     return True, log_dirs, metadata.cluster_id
+
+
+def _report_metrics_endpoint(client: KafkaClient, metadata: Any, timeout: float, report: Report) -> None:
+    """The software version, memory and CPU, which the Kafka protocol does not carry: from the broker's
+    Prometheus endpoint when its `metrics.listener` (a broker config, read with DescribeConfigs) is set."""
+    from kafkacompat.wire.messages import request_class
+
+    if DESCRIBE_CONFIGS not in client.connection().versions or not metadata.brokers:
+        return
+    cls = request_class(DESCRIBE_CONFIGS)
+    node = metadata.brokers[0]
+    resource = cls.DescribeConfigsResource(
+        resource_type=RESOURCE_BROKER,
+        resource_name=str(node.node_id),
+        configuration_keys=["metrics.listener"],
+    )
+    try:
+        response = client.send(DESCRIBE_CONFIGS, cls(resources=[resource]), node_id=node.node_id)
+    except ClientError:
+        return
+    listener = next(
+        (
+            c.value
+            for r in response.results
+            if not r.error_code
+            for c in r.configs
+            if c.name == "metrics.listener"
+        ),
+        None,
+    )
+    if not listener:
+        report.fact("software version: not carried by the Kafka protocol (set metrics.listener to see it)")
+        return
+    url = _metrics_url(listener, node.host)
+    if url.endswith(":0/metrics"):
+        report.fact(
+            f"metrics.listener={listener}: a port picked at start (the broker logs 'metrics endpoint on')"
+        )
+        return
+    try:
+        text = _fetch(url, timeout)
+    except OSError as exc:
+        report.problem(f"metrics endpoint {url} (metrics.listener) does not answer: {exc}")
+        return
+    samples = _samples(text)
+    version = next((labels for name, labels, _ in samples if name == "kafkacompat_build_info"), "")
+    found = re.search(r'version="([^"]*)"', version)
+    report.fact(f"software: kafkacompat {found.group(1)}" if found else "software: (no build info)")
+    values = {name: value for name, labels, value in samples if not labels}
+    if "process_resident_memory_bytes" in values:
+        report.fact(
+            f"process: {_bytes(values['process_resident_memory_bytes'])} resident, "
+            f"{values.get('process_cpu_seconds_total', 0):.1f} s CPU; metrics at {url}"
+        )
+
+
+def _metrics_url(listener: str, broker_host: str) -> str:
+    match = re.match(r"^http://(\[[^\]]*\]|[^:/]*):(\d+)", listener.strip(), re.IGNORECASE)
+    if match is None:
+        return listener
+    host = match.group(1)
+    if host in ("", "0.0.0.0", "::", "[::]"):
+        host = broker_host
+    return f"http://{host}:{match.group(2)}/metrics"
+
+
+def _fetch(url: str, timeout: float) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        return str(response.read().decode("utf-8", "replace"))
+
+
+def _samples(text: str) -> list[tuple[str, str, float]]:
+    """(name, label text, value) of each sample line of Prometheus' text format."""
+    result = []
+    for line in text.splitlines():
+        match = re.match(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+(\S+)", line)
+        if match:
+            try:
+                result.append((match.group(1), match.group(2) or "", float(match.group(3))))
+            except ValueError:
+                continue
+    return result
 
 
 def _try_connect(host: str, port: int, timeout: float) -> str | None:
