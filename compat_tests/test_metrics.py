@@ -43,13 +43,10 @@ def metrics_broker(tmp_path: Path) -> Iterator[InProcessBroker]:
         broker.stop()
 
 
-def metrics_url(broker: InProcessBroker) -> str:
-    host, port = broker.broker.metrics_address
-    return f"http://{host}:{port}/metrics"
-
-
 def scrape(broker: InProcessBroker) -> Samples:
-    with urllib.request.urlopen(metrics_url(broker), timeout=10) as response:
+    url = broker.metrics_url
+    assert url is not None and url.startswith("http://127.0.0.1:")
+    with urllib.request.urlopen(url, timeout=10) as response:
         assert response.status == 200
         assert response.headers["Content-Type"].startswith("text/plain")
         text = response.read().decode("utf-8")

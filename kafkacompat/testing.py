@@ -62,6 +62,12 @@ class InProcessBroker:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    @property
+    def metrics_url(self) -> str | None:
+        """The Prometheus endpoint (`metrics.listener`, port 0 allowed) once started, else None."""
+        address = getattr(self.broker, "metrics_address", None)
+        return None if address is None else f"http://{address[0]}:{address[1]}/metrics"
+
     def start(self) -> InProcessBroker:
         from kafkacompat.config import BrokerConfig
 
