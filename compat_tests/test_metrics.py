@@ -393,6 +393,15 @@ def test_every_dashboard_panel_reads_metrics_the_endpoint_exports(metrics_broker
         samples = scrape(metrics_broker)
     finally:
         consumer.close()
+    # METRIC_NAMES (the endpoint's own list) is exactly what a scrape with traffic holds
+    from kafkacompat.broker.metrics import METRIC_NAMES
+
+    url = metrics_broker.metrics_url
+    assert url is not None
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode("utf-8")
+    families = {family.name for family in prometheus_parser.text_string_to_metric_families(text)}
+    assert families == set(METRIC_NAMES)
     labels_of: dict[str, set[str]] = {}
     for name, labels in samples:
         labels_of.setdefault(name, set()).update(label for label, _ in labels)

@@ -28,7 +28,7 @@ Names follow Kafka's MBeans mapped the way Prometheus' JMX exporter does (`kafka
 lower case, words split by `_`), with Prometheus conventions: a Kafka `...PerSec` meter becomes a
 `_total` counter (rate() gives the per-second figure), a `...TimeMs` histogram becomes a `_seconds`
 histogram. Group lag uses kafka_exporter's names (`kafka_consumergroup_lag`), which dashboards expect.
-`METRIC_NAMES` lists every family the endpoint exports (the dashboard test checks against it).
+`METRIC_NAMES` lists every family the endpoint exports (a test compares it with a real scrape).
 
 Latency parts of a request, as Kafka splits its TotalTimeMs: queue = from the read that completed the
 frame to the start of its decoding (frames pipelined behind another request of the same connection wait
@@ -455,7 +455,9 @@ class BrokerCollector:
         for connection in list(broker._connections):
             name = connection.info.listener_name
             per_listener[name] = per_listener.get(name, 0) + 1
-            waiting += connection._frames.complete_frames()
+            frames = getattr(connection, "_frames", None)  # the connection's FrameBuffer
+            if frames is not None:
+                waiting += frames.complete_frames()
         connections = GaugeMetricFamily(
             "kafka_server_socketservermetrics_connection_count",
             "Open client connections per listener",
