@@ -8,7 +8,10 @@ written to `logger` at INFO when one is given (the broker's start-up) or to the 
 shown before `delay` seconds have passed, so short jobs stay silent and only long ones report; once
 something was shown, `finish()` writes a last line with the total and the elapsed time.
 
-`advance()` is cheap enough for a per-batch loop: a counter, one clock read and a comparison. Used by
+`advance()` is cheap enough for a per-batch loop: a counter, one clock read and a comparison. With
+`heartbeat=True` the reports come from a thread of the display's own instead, on time even while one
+step takes long (the log manager's start-up: one large partition recovering); `advance()` then only
+counts. Used by
 `kafkacompat bench` (one step per measured run), `kafkacompat dump-log` (bytes of each .log file) and
 the log manager's start-up (partitions loaded, and recovered after an unclean shutdown).
 """
@@ -17,7 +20,9 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any, TextIO
 
@@ -36,6 +41,25 @@ def format_amount(value: float, unit: str) -> str:
             value /= 1024
     text = f"{value:,.0f}"
     return f"{text} {unit}" if unit else text
+
+
+def _tick(ref: weakref.ref[Progress], stop: threading.Event) -> None:
+    """A heartbeat display's reporting thread: a report every interval until finished or collected."""
+    progress = ref()
+    if progress is None:
+        return
+    wait = max(progress.delay, 0.0)
+    del progress
+    while not stop.wait(wait):
+        progress = ref()
+        if progress is None:
+            return
+        with progress._lock:
+            if progress._finished:
+                return
+            progress._report()
+        wait = REDRAW_SECONDS if progress.tty else max(progress.interval, REDRAW_SECONDS)
+        del progress
 
 
 def _duration(seconds: float) -> str:
@@ -65,6 +89,7 @@ class Progress:
         interval: float = 5.0,
         enabled: bool = True,
         summary: bool = True,
+        heartbeat: bool = False,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.label = label
@@ -85,6 +110,18 @@ class Progress:
         self._next = self.started + delay  # clock time of the next report
         self._width = 0
         self._finished = False
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._ticker: threading.Thread | None = None
+        if heartbeat and enabled:
+            # reports come from a thread of their own, so that one long step (a large partition being
+            # recovered) still shows the display is alive and what it works on. The thread holds the
+            # display only weakly: a job that dies without finish() (an exception) stops it too.
+            self._ticker = threading.Thread(
+                target=_tick, args=(weakref.ref(self), self._stop), name=f"progress {label}", daemon=True
+            )
+            weakref.finalize(self, self._stop.set)
+            self._ticker.start()
 
     def __enter__(self) -> Progress:
         return self
@@ -98,7 +135,7 @@ class Progress:
         self.done += amount
         if detail is not None:
             self.detail = detail
-        if self.enabled and self.clock() >= self._next:
+        if self.enabled and self._ticker is None and self.clock() >= self._next:
             self._report()
 
     def update(self, done: float, detail: str | None = None) -> None:
@@ -117,9 +154,13 @@ class Progress:
     def finish(self, summary: str | None = None) -> None:
         """End the display: a final line (`summary`, else the total and elapsed time unless the display
         was made with `summary=False`) if anything was shown."""
-        if self._finished:
-            return
-        self._finished = True
+        with self._lock:
+            if self._finished:
+                return
+            self._finished = True
+        if self._ticker is not None:
+            self._stop.set()
+            self._ticker.join()
         if not (self.enabled and self.shown):
             return
         if summary is None and self.summary:

@@ -85,3 +85,41 @@ def test_format_amount() -> None:
     assert format_amount(512, "bytes") == "512 B"
     assert format_amount(3 * 1024 * 1024, "bytes") == "3.0 MiB"
     assert format_amount(1234567, "records") == "1,234,567 records"
+
+
+def test_a_heartbeat_reports_while_one_step_takes_long() -> None:
+    """With heartbeat=True a thread reports on time even when advance() is not called meanwhile."""
+    import time
+
+    stream = io.StringIO()
+    with Progress(
+        "recover", 2, stream=stream, tty=False, delay=0.1, interval=0.1, heartbeat=True
+    ) as progress:
+        progress.advance(1, "orders-0")
+        time.sleep(0.6)  # one long step: several intervals, so at least a couple of reports
+        progress.advance(1, "orders-1")
+    lines = stream.getvalue().splitlines()
+    assert len(lines) >= 3
+    assert lines[0].startswith("recover: 1 of 2 (50%)") and lines[0].endswith("- orders-0")
+    assert lines[-1].startswith("recover: done, 2 in ")
+
+
+def test_a_heartbeat_stays_silent_for_a_short_job() -> None:
+    stream = io.StringIO()
+    with Progress("quick", 1, stream=stream, tty=False, delay=30, heartbeat=True) as progress:
+        progress.advance()
+    assert stream.getvalue() == ""
+    assert progress._ticker is not None and not progress._ticker.is_alive()
+
+
+def test_a_heartbeat_display_dropped_without_finish_stops_its_thread() -> None:
+    import gc
+
+    stream = io.StringIO()
+    progress = Progress("failed job", 10, stream=stream, tty=False, delay=30, heartbeat=True)
+    ticker = progress._ticker
+    assert ticker is not None and ticker.is_alive()
+    del progress  # the job raised: nobody calls finish()
+    gc.collect()
+    ticker.join(5)
+    assert not ticker.is_alive()

@@ -171,7 +171,7 @@ class LogManager:
         """Load every partition of every log dir. `topic_configs`: topic -> LogConfig (default otherwise)."""
         self._topic_configs.update(topic_configs or {})
         # a long start-up (many partitions, recovery after a crash) reports its progress (progress.py)
-        progress = Progress("loading logs", 0, unit="dir entries", logger=log)
+        progress = Progress("loading logs", 0, unit="dir entries", logger=log, heartbeat=True)
         for log_dir in self.log_dirs:
             self._prepare_dir(log_dir)
             clean = read_clean_shutdown(log_dir)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import io
 import logging
 import os
@@ -58,10 +57,12 @@ def test_log_manager_start_up_reports_partitions_loaded(tmp_path, monkeypatch, c
         manager.create_log("events", partition)
     manager.shutdown()
     entries = len(list(tmp_path.iterdir()))
-    # every entry reports at once, as a start-up past the delay would
-    monkeypatch.setattr(
-        manager_module, "Progress", functools.partial(Progress, delay=0, interval=0, tty=False)
-    )
+
+    # every entry reports at once (as a start-up past the delay would), from the loading thread itself
+    def immediate(*args, **kwargs):  # type: ignore[no-untyped-def]
+        return Progress(*args, **{**kwargs, "heartbeat": False, "delay": 0, "interval": 0, "tty": False})
+
+    monkeypatch.setattr(manager_module, "Progress", immediate)
     with caplog.at_level(logging.INFO, logger="kafkacompat.log"):
         LogManager([str(tmp_path)], LogConfig(), 1, "Zx1clusterid", sync=False).startup()
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("loading logs")]
