@@ -72,6 +72,7 @@ def test_a_healthy_broker_with_topics_groups_and_lag(broker: BrokerProcess) -> N
     assert f"Broker at {broker.bootstrap}" in out
     assert re.search(r"answers: \d+ APIs \(Produce v\d+-\d+, Fetch v\d+-\d+", out)
     assert f"broker 1 advertises {broker.bootstrap}" in out
+    assert re.search(r"broker 1 listeners=PLAINTEXT://127\.0\.0\.1:\d+", out)  # as configured (port 0)
     assert "Topics: 1 (+1 internal), 6 partitions" in out
     assert "orders: 3 partition(s)" in out
     # partition 0 holds 10 records, 4 committed; partition 1 all 10 committed

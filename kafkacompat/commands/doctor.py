@@ -259,8 +259,9 @@ def _inspect_broker(
 
 
 def _report_metrics_endpoint(client: KafkaClient, metadata: Any, timeout: float, report: Report) -> None:
-    """The software version, memory and CPU, which the Kafka protocol does not carry: from the broker's
-    Prometheus endpoint when its `metrics.listener` (a broker config, read with DescribeConfigs) is set."""
+    """The broker's own listener settings, and the software version, memory and CPU, which the Kafka
+    protocol does not carry: from the broker's Prometheus endpoint when its `metrics.listener` is set
+    (broker configs, read with DescribeConfigs; a broker that refuses it is simply not asked more)."""
     from kafkacompat.wire.messages import request_class
 
     if DESCRIBE_CONFIGS not in client.connection().versions or not metadata.brokers:
@@ -270,22 +271,17 @@ def _report_metrics_endpoint(client: KafkaClient, metadata: Any, timeout: float,
     resource = cls.DescribeConfigsResource(
         resource_type=RESOURCE_BROKER,
         resource_name=str(node.node_id),
-        configuration_keys=["metrics.listener"],
+        configuration_keys=["listeners", "advertised.listeners", "metrics.listener"],
     )
     try:
         response = client.send(DESCRIBE_CONFIGS, cls(resources=[resource]), node_id=node.node_id)
     except ClientError:
         return
-    listener = next(
-        (
-            c.value
-            for r in response.results
-            if not r.error_code
-            for c in r.configs
-            if c.name == "metrics.listener"
-        ),
-        None,
-    )
+    configs = {c.name: c.value for r in response.results if not r.error_code for c in r.configs}
+    for name in ("listeners", "advertised.listeners"):
+        if configs.get(name):
+            report.fact(f"broker {node.node_id} {name}={configs[name]}")
+    listener = configs.get("metrics.listener")
     if not listener:
         report.fact("software version: not carried by the Kafka protocol (set metrics.listener to see it)")
         return
