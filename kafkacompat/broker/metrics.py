@@ -606,9 +606,17 @@ async def serve_metrics(
     task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Bind `metrics.listener`, install the request counters, answer scrapes until `stop` is set."""
+    from kafkacompat.config import ConfigError
+
     host, port = parse_metrics_listener(broker.config["metrics.listener"])
     request_metrics = RequestMetrics(broker.state.metadata)
-    registry = build_registry(broker, request_metrics)
+    try:
+        registry = build_registry(broker, request_metrics)
+    except ImportError as exc:
+        raise ConfigError(
+            f"metrics.listener is set but prometheus_client cannot be imported ({exc}): "
+            "pip install prometheus-client"
+        ) from exc
     listeners = await trio.open_tcp_listeners(port, host=host or None)
     bound = listeners[0].socket.getsockname()
     address = (host or bound[0], bound[1])
