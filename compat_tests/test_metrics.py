@@ -250,15 +250,6 @@ def test_the_default_broker_does_not_load_prometheus_client(tmp_path: Path) -> N
     assert result.stdout.split() == ["None", "None", "False", "False"]
 
 
-def test_a_bad_metrics_listener_is_a_config_error() -> None:
-    from kafkacompat.config import BrokerConfig, ConfigError
-
-    assert BrokerConfig.load(None, ["metrics.listener=http://127.0.0.1:9404"])["metrics.listener"]
-    for bad in ("127.0.0.1:9404", "https://127.0.0.1:9404", "http://127.0.0.1:99999", "http://host"):
-        with pytest.raises(ConfigError):
-            BrokerConfig.load(None, [f"metrics.listener={bad}"])
-
-
 def test_requests_pipelined_behind_a_parked_fetch_are_the_request_queue(
     metrics_broker: InProcessBroker,
 ) -> None:

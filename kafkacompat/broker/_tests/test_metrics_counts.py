@@ -93,3 +93,12 @@ def test_finish_counts_a_produce_request_and_times_its_parts() -> None:
     assert latencies.sums[0] >= latencies.sums[1]  # total covers queue
     assert [sum(counts) for counts in latencies.counts] == [1] * 5
     assert len(latencies.counts[0]) == len(LATENCY_BUCKETS) + 1
+
+
+def test_a_bad_metrics_listener_is_a_config_error() -> None:
+    from kafkacompat.config import BrokerConfig, ConfigError
+
+    assert BrokerConfig.load(None, ["metrics.listener=http://127.0.0.1:9404"])["metrics.listener"]
+    for bad in ("127.0.0.1:9404", "https://127.0.0.1:9404", "http://127.0.0.1:99999", "http://host"):
+        with pytest.raises(ConfigError):
+            BrokerConfig.load(None, [f"metrics.listener={bad}"])
