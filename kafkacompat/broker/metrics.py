@@ -662,11 +662,22 @@ async def _answer(stream: trio.SocketStream, registry: Any) -> None:
     if path not in ("/metrics", "/"):
         await _respond(stream, 404, "text/plain", b"not found: try /metrics\n")
         return
-    body = generate_latest(registry)
+    try:
+        body = generate_latest(registry)
+    except Exception as exc:  # a collector bug must not cost the scraper its answer
+        log.exception("metrics collection failed")
+        await _respond(stream, 500, "text/plain", f"collection failed: {exc}\n".encode())
+        return
     await _respond(stream, 200, CONTENT_TYPE_LATEST, b"" if method == "HEAD" else body, len(body))
 
 
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed"}
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    500: "Internal Server Error",
+}
 
 
 async def _respond(
