@@ -430,3 +430,26 @@ def test_every_dashboard_panel_reads_metrics_the_endpoint_exports(metrics_broker
     for prefix in ("kafka_server_brokertopicmetrics", "kafka_network_requestmetrics", "kafka_log_log",
                    "kafka_consumergroup_lag", "kafka_controller", "process_"):  # fmt: skip
         assert any(name.startswith(prefix) for name in checked), prefix
+
+
+def test_a_deleted_topic_loses_its_meters(metrics_broker: InProcessBroker) -> None:
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient
+
+    bootstrap = metrics_broker.bootstrap
+    create_topic(bootstrap, "metrics-doomed")
+    producer = Producer({"bootstrap.servers": bootstrap})
+    producer.produce("metrics-doomed", b"v")
+    assert producer.flush(15) == 0
+    assert (
+        value(
+            scrape(metrics_broker),
+            "kafka_server_brokertopicmetrics_messages_in_total",
+            topic="metrics-doomed",
+        )
+        == 1
+    )
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.delete_topics(["metrics-doomed"])["metrics-doomed"].result(15)
+    samples = scrape(metrics_broker)
+    assert not [key for key in samples if ("topic", "metrics-doomed") in key[1]]

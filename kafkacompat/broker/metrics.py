@@ -436,6 +436,11 @@ class BrokerCollector:
         from prometheus_client.core import CounterMetricFamily
 
         stats = self.request_metrics
+        metadata = self.broker.state.metadata
+        for table in (stats.bytes_in, stats.bytes_out, stats.messages_in):
+            # a deleted topic's meters go with it, as Kafka removes its BrokerTopicMetrics
+            for gone in [topic for topic in table if topic not in metadata]:
+                del table[gone]
         for metric, table, text in (
             ("bytes_in", stats.bytes_in, "Record bytes appended by producers (Kafka's BytesInPerSec)"),
             ("bytes_out", stats.bytes_out, "Record bytes sent to fetchers (Kafka's BytesOutPerSec)"),
