@@ -173,10 +173,15 @@ class Broker:
         config = self.config
         log_dirs = [str(path) for path in config.log_dirs]
         cluster_id = config.cluster_id or _stored_cluster_id(log_dirs) or _new_cluster_id()
-        metadata = LocalMetadata(log_dirs[0])
         logs = LogManager(log_dirs, broker_log_config(config), config.node_id, cluster_id)
-        state = BrokerState(config, logs, metadata, cluster_id=cluster_id, clock=self.clock)
-        topic_configs = {topic.name: state.topic_log_config(topic) for topic in metadata.topics()}
+        logs.lock_dirs()  # before anything is read or written: a second broker on ./data stops here
+        try:
+            metadata = LocalMetadata(log_dirs[0])
+            state = BrokerState(config, logs, metadata, cluster_id=cluster_id, clock=self.clock)
+            topic_configs = {topic.name: state.topic_log_config(topic) for topic in metadata.topics()}
+        except BaseException:
+            logs.unlock_dirs()
+            raise
         logs.startup(topic_configs, now_ms=state.now_ms())
         _adopt_unknown_logs(state)
         for topic in metadata.topics():
@@ -191,8 +196,8 @@ class Broker:
 
     @staticmethod
     def _close_state(state: Any) -> None:
-        state.logs.shutdown()
         state.metadata.commit()
+        state.logs.shutdown()  # last: it releases the log dirs' locks
 
     # listeners and connections
 

@@ -3,7 +3,12 @@
 Theory of operation: each log dir holds `meta.properties` (written on first start, checked on every
 start: a dir from another cluster or node is refused), the three offset checkpoints
 (`recovery-point-offset-checkpoint`, `log-start-offset-checkpoint`, `replication-offset-checkpoint`),
-the clean-shutdown marker `.kafka_cleanshutdown`, and one `<topic>-<partition>` dir per partition.
+the clean-shutdown marker `.kafka_cleanshutdown`, the `.lock` file (dir_lock.py) and one
+`<topic>-<partition>` dir per partition.
+
+`startup()` first takes the lock of every log dir, before it reads or writes anything there: a second
+broker on the same dirs fails at once, naming the dir and the holder's pid, instead of treating the live
+broker's files as those of a crashed one. `shutdown()` and `close_without_marker()` release them.
 
 `startup()` loads every partition dir (a start-up that takes long reports its progress: log lines, or a
 bar on a terminal). The marker decides how: present (clean shutdown) means logs are
@@ -50,6 +55,7 @@ from kafkacompat.log.checkpoints import (
     write_offset_checkpoint,
 )
 from kafkacompat.log.config import LogConfig
+from kafkacompat.log.dir_lock import LogDirLock
 from kafkacompat.log.partition_log import PartitionLog, parse_partition_dir_name
 from kafkacompat.log.segment import LogSegment
 from kafkacompat.progress import Progress
@@ -123,6 +129,7 @@ class LogManager:
         self._topic_configs: dict[str, LogConfig] = {}
         self.directory_ids: dict[str, str] = {}
         self._deleted_logs: list[tuple[int, str, PartitionLog | None]] = []  # (deadline, dir, log)
+        self._locks: list[LogDirLock] = []
         self.started = False
 
     # --- startup ---------------------------------------------------------------------------------
@@ -167,8 +174,40 @@ class LogManager:
             )
             return {}
 
+    def lock_dirs(self) -> None:
+        """Take every log dir's `.lock` (creating the dir if needed), or raise LogDirLockedError (a
+        RuntimeError) having taken none. `startup()` calls it; the broker may call it earlier."""
+        if self._locks:
+            return
+        locks = []
+        try:
+            for log_dir in self.log_dirs:
+                os.makedirs(log_dir, exist_ok=True)
+                lock = LogDirLock(log_dir)
+                lock.acquire()
+                locks.append(lock)
+        except BaseException:
+            for lock in locks:
+                lock.release()
+            raise
+        self._locks = locks
+
+    def unlock_dirs(self) -> None:
+        locks, self._locks = self._locks, []
+        for lock in locks:
+            lock.release()
+
     def startup(self, topic_configs: Mapping[str, LogConfig] | None = None, now_ms: int = 0) -> None:
         """Load every partition of every log dir. `topic_configs`: topic -> LogConfig (default otherwise)."""
+        self.lock_dirs()
+        try:
+            self._load_dirs(topic_configs, now_ms)
+        except BaseException:
+            self.close_without_marker()  # what was loaded closes; the locks go with it
+            raise
+        self.started = True
+
+    def _load_dirs(self, topic_configs: Mapping[str, LogConfig] | None, now_ms: int) -> None:
         self._topic_configs.update(topic_configs or {})
         # a long start-up (many partitions, recovery after a crash) reports its progress (progress.py)
         progress = Progress("loading logs", 0, unit="dir entries", logger=log, heartbeat=True)
@@ -214,7 +253,6 @@ class LogManager:
             if os.path.exists(marker):
                 os.unlink(marker)
         progress.finish()
-        self.started = True
 
     # --- partitions ------------------------------------------------------------------------------
 
@@ -400,6 +438,7 @@ class LogManager:
                 write_clean_shutdown(log_dir, broker_epoch)
         self.logs.clear()
         self.started = False
+        self.unlock_dirs()
 
     def close_without_marker(self) -> None:
         """Close every file without flushing or marking a clean shutdown (tests: a simulated crash)."""
@@ -411,3 +450,4 @@ class LogManager:
         self._deleted_logs = []
         self.logs.clear()
         self.started = False
+        self.unlock_dirs()

@@ -121,3 +121,38 @@ def test_port_in_use_exits_with_message(tmp_path: Path) -> None:
         )
     assert result.returncode == 1
     assert b"Address already in use" in result.stderr
+
+
+def test_second_broker_on_the_same_log_dir_is_refused_before_touching_it(tmp_path: Path) -> None:
+    """A second `make run` beside a live one: it must stop at the log dir's `.lock`, naming the dir and the
+    live broker's pid, and leave the live broker's files alone (no recovery, no checkpoints, no marker)."""
+    data = tmp_path / "data"
+    broker = BrokerProcess(data).start()
+    try:
+        assert broker.process is not None
+        before = {p.name: (p.stat().st_mtime_ns, p.stat().st_size) for p in data.iterdir() if p.is_file()}
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "kafkacompat",
+                "serve",
+                "--override",
+                f"log.dirs={data}",
+                "--override",
+                "listeners=PLAINTEXT://127.0.0.1:0",  # a free port: only the lock can stop it
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode == 1, result.stderr
+        assert str(data) in result.stderr
+        assert f"process {broker.process.pid}" in result.stderr
+        after = {p.name: (p.stat().st_mtime_ns, p.stat().st_size) for p in data.iterdir() if p.is_file()}
+        assert after == before
+        assert not (data / ".kafka_cleanshutdown").exists()
+        assert struct.unpack(">i", _metadata_answer(broker.port)[:4])[0] == 1  # the first broker serves on
+    finally:
+        assert broker.stop() == 0
+    assert (data / ".kafka_cleanshutdown").exists()

@@ -186,3 +186,33 @@ def test_one_warning_per_damaged_partition_at_startup(tmp_path, caplog):
     assert any("w-0" in w for w in warnings) and any("w-2" in w for w in warnings)
     assert [manager.get_log("w", p).log_end_offset for p in range(3)] == [4, 6, 4]
     manager.shutdown()
+
+
+def test_a_log_dir_is_locked_while_a_manager_has_it(tmp_path):
+    from kafkacompat.log.dir_lock import LogDirLockedError
+
+    first = new_manager([tmp_path / "a", tmp_path / "b"])
+    first.create_log("t", 0).append_as_leader(make_batch([b"x"]), 0, NOW)
+    dirs = [str(tmp_path / "c"), str(tmp_path / "b")]
+    second = LogManager(dirs, LogConfig(), 3, "Zx1clusterid", sync=False)
+    with pytest.raises(LogDirLockedError) as caught:
+        second.startup()
+    assert caught.value.log_dir == str(tmp_path / "b") and caught.value.holder_pid == os.getpid()
+    assert str(tmp_path / "b") in str(caught.value) and f"process {os.getpid()}" in str(caught.value)
+    assert not (tmp_path / "c" / "meta.properties").exists()  # refused before touching any dir
+    third = LogManager([str(tmp_path / "c")], LogConfig(), 3, "Zx1clusterid", sync=False)
+    third.startup()  # the dir the refused manager locked first was released again
+    third.shutdown()
+    first.close_without_marker()  # a crash releases the locks too (the process's files close)
+    again = new_manager([tmp_path / "a", tmp_path / "b"])
+    assert again.get_log("t", 0).log_end_offset == 1
+    again.shutdown()
+    new_manager([tmp_path / "a", tmp_path / "b"]).shutdown()
+
+
+def test_a_failed_startup_releases_the_locks(tmp_path):
+    new_manager([tmp_path]).shutdown()
+    foreign = LogManager([str(tmp_path)], LogConfig(), 4, "Zx1clusterid", sync=False)
+    with pytest.raises(RuntimeError, match="belongs to node 3"):
+        foreign.startup()
+    new_manager([tmp_path]).shutdown()
