@@ -192,6 +192,18 @@ def test_produce_then_consume_with_keys_and_headers(bootstrap: str, make_topic: 
     assert "Processed a total of 12 messages" in out.stderr
 
 
+def test_consume_max_messages_stops_at_n_across_partitions(
+    bootstrap: str, make_topic: Callable[..., str]
+) -> None:
+    name = make_topic(4)
+    lines = b"".join(b"key-%d\tvalue %d\n" % (i, i) for i in range(40))
+    cli(bootstrap, "produce", "--topic", name, "--property", "parse.key=true", input=lines)
+    for n in (1, 3, 10):
+        out = cli(bootstrap, "consume", "--topic", name, "--from-beginning", "--max-messages", str(n))
+        assert len(out.stdout.splitlines()) == n, out.stdout
+        assert f"Processed a total of {n} messages" in out.stderr
+
+
 def test_consume_partition_offset_and_timeout(bootstrap: str, make_topic: Callable[..., str]) -> None:
     name = make_topic(1)
     cli(bootstrap, "produce", "--topic", name, input=b"".join(b"line %d\n" % i for i in range(5)))

@@ -243,6 +243,8 @@ class Consumer:
 
     def _partition(self, data: Any) -> int:
         partition = data.partition_index
+        if self.done():  # --max-messages reached in an earlier partition of this answer: print no more
+            return 0
         if data.error_code == OFFSET_OUT_OF_RANGE:
             self.positions.update(self.list_offsets([partition], self.reset_to))
             return 0
