@@ -6,13 +6,20 @@ workloads and prints the side-by-side table and the goals; `fetch-peers` downloa
 (see `peers.py`) and prints the `--peer` arguments; `report` rebuilds the table, the goals and
 (with --plot) the charts from a saved `--json` file. `settings_from_args()` is the pure part that turns
 options into `runner.Settings`, so it is unit-tested without starting anything.
+
+A run checks first that the client library its workers use (confluent-kafka) imports, and stops with an
+install hint if not, before it starts a broker. While it runs, SIGTERM and SIGHUP unwind it as Ctrl-C
+does (`_signals_unwind`): the runner's `finally` stops every broker it started and removes its temp dir.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +31,12 @@ __all__ = ["HELP", "add_arguments", "build_parser", "main", "run", "settings_fro
 HELP = "benchmark kafkacompat (produce/consume throughput, latency, group join, memory) against peers"
 
 WORKLOADS = ("startup", "produce", "consume", "e2e", "groups", "big")
+CLIENT_WORKLOADS = ("produce", "consume", "e2e", "groups", "big")  # run confluent-kafka in worker processes
+CLIENT_HINT = (
+    "the benchmark's clients are confluent-kafka (librdkafka), which is not installed here: "
+    "`pip install confluent-kafka` into this environment (for `make run`'s: "
+    "`.venv-run/bin/pip install confluent-kafka`), or run it from `make test`'s `.venv`"
+)
 
 
 def _positive_int(text: str) -> int:
@@ -221,16 +234,66 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"bench: {exc}", file=sys.stderr)
         return 2
+    missing = _missing_client(settings)
+    if missing:
+        print(f"bench: {missing}", file=sys.stderr)
+        return 2
     from kafkacompat.bench.runner import Progress, count_steps, run_benchmark
 
     attached = sum(1 for s in specs if s.command is None)
     progress = Progress(count_steps(settings, len(specs), attached), enabled=not args.no_progress)
-    results = run_benchmark(settings, specs, progress)
+    try:
+        with _signals_unwind():
+            results = run_benchmark(settings, specs, progress)
+    except _Stopped as stopped:
+        print(f"bench: stopped by {stopped.name}; brokers stopped, files removed", file=sys.stderr)
+        return 128 + stopped.signum
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
         print(f"results: {args.json}", file=sys.stderr)
     _print_report(results, args)
     return 0
+
+
+def _missing_client(settings: Settings) -> str | None:
+    """The install hint when a chosen workload needs confluent-kafka and it does not import."""
+    if not any(w in CLIENT_WORKLOADS for w in settings.workloads):
+        return None
+    try:
+        import confluent_kafka  # noqa: F401
+    except ImportError as exc:
+        return f"{CLIENT_HINT} ({exc})"
+    return None
+
+
+class _Stopped(BaseException):
+    """Raised in the main thread by SIGTERM/SIGHUP during a run, so that every `finally` runs."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+        self.name = signal.Signals(signum).name
+
+
+@contextlib.contextmanager
+def _signals_unwind() -> Iterator[None]:
+    """SIGTERM/SIGHUP raise `_Stopped` once; repeats are ignored, so that the cleanup they started (brokers
+    stopping, temp dir removal) is not cut short. The previous handlers come back afterwards."""
+    signals = (signal.SIGTERM, signal.SIGHUP)
+    previous = {signum: signal.getsignal(signum) for signum in signals}
+
+    def stop(signum: int, frame: object) -> None:
+        for other in signals:
+            signal.signal(other, signal.SIG_IGN)
+        raise _Stopped(signum)
+
+    for signum in signals:
+        signal.signal(signum, stop)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def main(argv: list[str] | None = None) -> int:

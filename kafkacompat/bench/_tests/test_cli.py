@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -231,3 +232,90 @@ def test_stale_bytecode_is_rewritten_before_the_first_start(tmp_path: Path) -> N
     assert cached.read_bytes() != first
     assert kafkacompat_spec().bytecode_dir == Path(__file__).resolve().parents[2]
     assert parse_peer("x=prog --port {port}").bytecode_dir is None
+
+
+def _bench_process(tmp_path: Path, *argv: str, pythonpath: list[str] = ()) -> subprocess.Popen[str]:
+    """`kafkacompat bench ...` as a child whose temp files go to tmp_path/tmp."""
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    repo = str(Path(__file__).resolve().parents[3])
+    env = os.environ | {
+        "TMPDIR": str(tmp_path / "tmp"),
+        "PYTHONPATH": os.pathsep.join([*pythonpath, repo]),
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "kafkacompat", "bench", "--no-progress", *argv],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_without_confluent_kafka_a_run_stops_at_once_with_the_install_hint(tmp_path: Path) -> None:
+    # what `make run`'s virtualenv looks like to the benchmark: no confluent_kafka to import
+    shadow = tmp_path / "shadow" / "confluent_kafka"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'confluent_kafka'\", name='confluent_kafka')\n"
+    )
+    process = _bench_process(tmp_path, "--quick", pythonpath=[str(tmp_path / "shadow")])
+    try:
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        process.kill()
+        for pid in _pids_mentioning(str(tmp_path / "tmp")):  # a broker it started (the bug) must not stay
+            os.kill(pid, signal.SIGKILL)
+    assert process.returncode == 2, stderr
+    assert "pip install confluent-kafka" in stderr and "No module named 'confluent_kafka'" in stderr
+    assert list((tmp_path / "tmp").iterdir()) == []  # no broker was started, no temp dir made
+    # the start-up workload alone needs no client library
+    process = _bench_process(
+        tmp_path, "--only", "startup", "--runs", "1", pythonpath=[str(tmp_path / "shadow")]
+    )
+    try:
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    assert process.returncode == 0, stderr
+    assert "pip install" not in stderr
+
+
+def _pids_mentioning(text: str) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if text.encode() in (entry / "cmdline").read_bytes():
+                    pids.append(int(entry.name))
+            except OSError:
+                pass
+    return pids
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
+def test_sigterm_stops_the_runs_broker_and_removes_its_temp_dir(tmp_path: Path) -> None:
+    pytest.importorskip("confluent_kafka", reason="the benchmark's clients are confluent-kafka")
+    process = _bench_process(tmp_path, "--quick", "--only", "produce")
+    brokers: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while not brokers and time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.1)
+            brokers = _pids_mentioning(str(tmp_path / "tmp" / "kafkacompat-bench-"))
+        assert brokers, "the benchmark's broker did not start"
+        assert [p.name[:18] for p in (tmp_path / "tmp").iterdir()] == ["kafkacompat-bench-"]
+        time.sleep(1.0)  # well into the run
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=60)
+        assert process.returncode == 128 + signal.SIGTERM, stderr
+        assert "stopped by SIGTERM" in stderr
+        deadline = time.monotonic() + 10
+        while _pids_mentioning(str(tmp_path / "tmp")) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _pids_mentioning(str(tmp_path / "tmp")) == []  # the broker is gone
+        assert list((tmp_path / "tmp").iterdir()) == []  # and so is the run's temp dir
+    finally:
+        process.kill()
+        process.wait()
+        for pid in _pids_mentioning(str(tmp_path / "tmp")):  # leave nothing behind if the test failed
+            os.kill(pid, signal.SIGKILL)
