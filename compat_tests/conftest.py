@@ -58,6 +58,24 @@ def bootstrap(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
         broker.stop()
 
 
+@pytest.fixture(scope="session")
+def default_bootstrap(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """A broker with Kafka's defaults, as `make run` starts it (notably the 3 s
+    group.initial.rebalance.delay.ms), started on first use; with `--bootstrap`, that broker. For tests
+    that must hold against a default broker, where `bootstrap`'s overrides would hide a wait."""
+    external = request.config.getoption("--bootstrap")
+    if external:
+        yield external
+        return
+    broker = InProcessBroker(tmp_path_factory.mktemp("default-broker") / "data").start()
+    try:
+        yield broker.bootstrap
+    finally:
+        broker.stop()
+
+
 @pytest.fixture
 def topic_name(request: pytest.FixtureRequest) -> str:
     """A fresh topic name for this test (the topic itself is not created)."""

@@ -74,12 +74,19 @@ def kp_partitions(consumer: Any) -> set[int]:
     return {tp.partition for tp in consumer.assignment()}
 
 
+@pytest.mark.parametrize("broker", ["suite-broker", "kafka-defaults"])
 def test_kp_one_consumer_reads_all_and_commits(
-    bootstrap: str, make_topic: Callable[..., str], group_id: str, kp_closing: Any
+    request: pytest.FixtureRequest, broker: str, topic_name: str, group_id: str, kp_closing: Any
 ) -> None:
     from kafka import TopicPartition
 
-    topic = make_topic(3)
+    from compat_tests.clients import create_topic
+
+    # also against Kafka's defaults (`make run`), where joining an empty group waits out the 3 s
+    # group.initial.rebalance.delay.ms
+    bootstrap = request.getfixturevalue("bootstrap" if broker == "suite-broker" else "default_bootstrap")
+    topic = topic_name
+    create_topic(bootstrap, topic, 3)
     produce(bootstrap, topic, 3, 20)
     consumer = kp_closing(kp_consumer(bootstrap, group_id, topic))
     seen: list[tuple[int, int]] = []
@@ -97,8 +104,13 @@ def test_kp_one_consumer_reads_all_and_commits(
     # A fresh member of the group starts where the group committed: nothing left to read.
     again = kp_closing(kp_consumer(bootstrap, group_id, topic))
     extra: list[Any] = []
-    wait_until(lambda: False, 2, lambda: [extra.extend(rs) for rs in again.poll(200).values()])
-    assert kp_partitions(again) == {0, 1, 2}
+    assert wait_until(
+        lambda: kp_partitions(again) == {0, 1, 2},
+        30,
+        lambda: [extra.extend(rs) for rs in again.poll(200).values()],
+    )
+    assert [again.position(TopicPartition(topic, p)) for p in range(3)] == [20, 20, 20]
+    wait_until(lambda: False, 1, lambda: [extra.extend(rs) for rs in again.poll(200).values()])
     assert extra == []
 
 

@@ -6,8 +6,9 @@ with only the bootstrap address and the topic name substituted (a fresh topic, s
 example must finish on its own (no Ctrl-C, no dead group member left for the next one to wait out) and
 print the record it produced.
 
-Without `--bootstrap` the examples get a broker of their own with Kafka's defaults, as `make run`
-starts it: in particular the 3 s `group.initial.rebalance.delay.ms` (the suite's shared broker sets it to 0).
+They run against `default_bootstrap` (conftest): without `--bootstrap`, a broker with Kafka's defaults
+as `make run` starts it, in particular the 3 s `group.initial.rebalance.delay.ms` (the suite's shared
+broker sets it to 0).
 """
 
 from __future__ import annotations
@@ -18,12 +19,9 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from kafkacompat.testing import InProcessBroker
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 README_BOOTSTRAP = "localhost:9092"
@@ -55,21 +53,6 @@ def test_the_quick_start_has_the_examples_this_test_runs() -> None:
     group_id = re.compile(r"group[._]id[\"']?\s*[:=]\s*\"([^\"]+)\"")
     groups = [name for _, code in PYTHON_BLOCKS for name in group_id.findall(code)]
     assert len(groups) == len(PYTHON_BLOCKS) == len(set(groups))  # one group each: no shared membership
-
-
-@pytest.fixture(scope="module")
-def default_bootstrap(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[str]:
-    external = request.config.getoption("--bootstrap")
-    if external:
-        yield external
-        return
-    broker = InProcessBroker(tmp_path_factory.mktemp("readme") / "data").start()  # no overrides
-    try:
-        yield broker.bootstrap
-    finally:
-        broker.stop()
 
 
 @pytest.fixture(scope="module")
