@@ -401,7 +401,9 @@ async def add_partitions(
         created = []
         try:
             for index in range(current, total):
-                broker.logs.create_log(name, index, log_config, now_ms=broker.now_ms())
+                broker.logs.create_log(
+                    name, index, log_config, topic_id=topic.kafka_id, now_ms=broker.now_ms()
+                )
                 created.append(index)
         except KafkaError:
             now = broker.now_ms()  # the files stay for file.delete.delay.ms, as for any deleted log

@@ -188,6 +188,9 @@ class Broker:
             for index in range(topic.partitions):
                 if logs.get_log(topic.name, index) is None:
                     logs.create_log(topic.name, index, state.topic_log_config(topic), now_ms=state.now_ms())
+                partition_log = logs.logs.get((topic.name, index))
+                if partition_log is not None and partition_log.topic_id is None:
+                    partition_log.set_topic_id(topic.kafka_id)  # Kafka's partition.metadata, if missing
         # Leader of everything with an ISR of one: the high watermark is the log end at once, as
         # Kafka's leader advances it when the ISR holds only itself.
         for _, partition_log in logs.all_logs():
@@ -408,13 +411,29 @@ def _adopt_unknown_logs(state: Any) -> None:
             continue
         internal = topic in INTERNAL_TOPICS
         configs = {"cleanup.policy": "compact"} if internal else {}
-        state.metadata.create_topic(topic, partitions, configs, internal=internal)
+        state.metadata.create_topic(
+            topic, partitions, configs, internal=internal, topic_id=_recorded_topic_id(state, topic)
+        )
         log.warning(
             "adopted topic %s (%d partitions) found in the log dirs but not in the topic table",
             topic,
             partitions,
         )
     state.metadata.commit()
+
+
+def _recorded_topic_id(state: Any, topic: str) -> uuid.UUID | None:
+    """The topic id the partition dirs of `topic` record in `partition.metadata` (e.g. written by
+    Kafka), if they agree on one and no known topic has it; None means a new id."""
+    from kafkacompat.replication.metadata import kafka_uuid
+
+    recorded = {pl.topic_id for (name, _), pl in state.logs.all_logs() if name == topic and pl.topic_id}
+    if len(recorded) != 1:
+        return None
+    topic_id = kafka_uuid(recorded.pop())
+    if topic_id is None or topic_id.int == 0 or state.metadata.topic_by_id(topic_id) is not None:
+        return None
+    return topic_id
 
 
 def _peer_ip(stream: trio.SocketStream) -> str:

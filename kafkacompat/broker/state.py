@@ -235,7 +235,9 @@ class BrokerState:
             created = 0
             try:
                 for index in range(partitions):
-                    self.logs.create_log(name, index, log_config, now_ms=self.now_ms())
+                    self.logs.create_log(
+                        name, index, log_config, topic_id=topic.kafka_id, now_ms=self.now_ms()
+                    )
                     created += 1
             except BaseException:
                 self._delete_logs(name, created)

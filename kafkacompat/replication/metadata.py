@@ -19,6 +19,8 @@ change it only through the broker's helpers, which serialise commits.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import os
 import re
@@ -34,6 +36,8 @@ __all__ = [
     "PRODUCER_ID_BLOCK_SIZE",
     "LocalMetadata",
     "TopicInfo",
+    "kafka_uuid",
+    "kafka_uuid_string",
     "validate_topic_name",
 ]
 
@@ -63,6 +67,22 @@ def validate_topic_name(name: str | None) -> None:
         )
 
 
+def kafka_uuid_string(value: uuid.UUID) -> str:
+    """A UUID as Kafka writes it (`Uuid.toString()`): URL-safe base64 of the 16 bytes, no padding."""
+    return base64.urlsafe_b64encode(value.bytes).rstrip(b"=").decode("ascii")
+
+
+def kafka_uuid(text: str) -> uuid.UUID | None:
+    """The UUID of a `kafka_uuid_string()` text; None if it is not one."""
+    try:
+        raw = base64.urlsafe_b64decode(text + "==")
+    except (binascii.Error, ValueError):
+        return None
+    if len(raw) != 16 or kafka_uuid_string(uuid.UUID(bytes=raw)) != text:
+        return None  # b64decode skips stray characters: only a text that round-trips is an id
+    return uuid.UUID(bytes=raw)
+
+
 @dataclass(slots=True)
 class TopicInfo:
     """One topic: its name, id, partition count and config overrides (topic-level names -> strings)."""
@@ -72,6 +92,11 @@ class TopicInfo:
     partitions: int
     configs: dict[str, str] = field(default_factory=dict)
     internal: bool = False
+
+    @property
+    def kafka_id(self) -> str:
+        """The topic id as Kafka writes it, e.g. in a partition dir's `partition.metadata`."""
+        return kafka_uuid_string(self.topic_id)
 
     def to_json(self) -> dict[str, Any]:
         return {
