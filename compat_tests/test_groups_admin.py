@@ -379,5 +379,9 @@ def test_cli_list_describe_reset_delete(
     deleted = cli(bootstrap, "delete", "--group", inactive_group)
     assert f"('{inactive_group}') was successful" in deleted.stdout
     assert inactive_group not in cli(bootstrap, "list").stdout.split()
-    gone = cli(bootstrap, "describe", "--group", inactive_group).stdout
-    assert f"Consumer group '{inactive_group}' does not exist." in gone
+    gone = cli(bootstrap, "describe", "--group", inactive_group, ok=False)
+    assert gone.returncode == 1 and gone.stdout == ""
+    assert gone.stderr == f"Error: Consumer group '{inactive_group}' does not exist.\n"
+    both = cli(bootstrap, "describe", "--group", inactive_group, "--group", active, "--state", ok=False)
+    assert both.returncode == 1 and "does not exist" in both.stderr  # the others are still described
+    assert [r[0] for r in rows(both.stdout)[1:]] == [active]

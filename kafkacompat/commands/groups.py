@@ -9,7 +9,8 @@ partition's leader. The output follows kafka-consumer-groups.sh: `list` one grou
 LOG-END-OFFSET LAG CONSUMER-ID HOST CLIENT-ID), `--members` the members table, `--state` the state
 table; `reset-offsets` the planned NEW-OFFSET table, committed only with `--execute` (a dry run
 otherwise) and only while the group is inactive (Empty or Dead), as Kafka insists; `delete` deletes
-inactive groups. Failures print "Error: <message>" on stderr and exit with status 1.
+inactive groups. Failures print "Error: <message>" on stderr and exit with status 1; so does
+`describe` of a group that does not exist (after describing the other groups asked for).
 
 Requests are built at versions whose shapes this module fills in (FindCoordinator <= 3, OffsetFetch
 <= 7), so the tool also works against other Kafka brokers.
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import struct
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -80,7 +82,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    return with_client(args, lambda client: ACTIONS[args.action](client, args), "Error: ")
+    missing: list[str] = []  # groups `describe` found not to exist: reported, then status 1
+
+    def act(client: KafkaClient) -> None:
+        missing.extend(ACTIONS[args.action](client, args) or ())
+
+    status = with_client(args, act, "Error: ")
+    return status or (1 if missing else 0)
 
 
 # --- requests ----------------------------------------------------------------------------------------
@@ -276,18 +284,21 @@ def _list(client: KafkaClient, args: argparse.Namespace) -> None:
         print(group_id)
 
 
-def _describe(client: KafkaClient, args: argparse.Namespace) -> None:
+def _describe(client: KafkaClient, args: argparse.Namespace) -> list[str]:
+    """Describe each group; returns the groups that do not exist (each reported on stderr)."""
+    missing = []
     first = True
     for group_id in _groups(client, args):
-        if not first:
-            print()
-        first = False
         description = describe_group(client, group_id)
         if description.state == "Dead" and not description.members:
             offsets = committed_offsets(client, group_id, description.coordinator)
             if not offsets:
-                print(f"Consumer group '{group_id}' does not exist.")
+                print(f"Error: Consumer group '{group_id}' does not exist.", file=sys.stderr)
+                missing.append(group_id)
                 continue
+        if not first:
+            print()
+        first = False
         if args.state:
             _table(
                 [
@@ -313,6 +324,7 @@ def _describe(client: KafkaClient, args: argparse.Namespace) -> None:
             _table(rows)
             continue
         _describe_offsets(client, description)
+    return missing
 
 
 def _describe_offsets(client: KafkaClient, description: GroupDescription) -> None:
