@@ -192,6 +192,13 @@ def test_produce_then_consume_with_keys_and_headers(bootstrap: str, make_topic: 
     assert "Processed a total of 12 messages" in out.stderr
 
 
+def test_produce_creates_a_missing_topic_through_metadata(bootstrap: str, topic_name: str) -> None:
+    cli(bootstrap, "produce", "--topic", topic_name, input=b"first\nsecond\n")
+    assert topic_name in cli(bootstrap, "topics", "list").stdout.split()
+    out = cli(bootstrap, "consume", "--topic", topic_name, "--from-beginning", "--max-messages", "2")
+    assert sorted(out.stdout.splitlines()) == ["first", "second"]
+
+
 def test_consume_max_messages_stops_at_n_across_partitions(
     bootstrap: str, make_topic: Callable[..., str]
 ) -> None:

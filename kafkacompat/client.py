@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import time
 from typing import Any
 
 from kafkacompat.wire.header import RequestHeader, decode_response_header, encode_request_header
@@ -31,6 +32,9 @@ MAX_RESPONSE_BYTES = 512 * 1024 * 1024
 
 API_VERSIONS = 18
 METADATA = 3
+UNKNOWN_TOPIC_OR_PARTITION = 3
+LEADER_NOT_AVAILABLE = 5
+AUTO_CREATE_WAIT_SECONDS = 10.0
 
 # api key -> highest version the tools build requests for (fields beyond it are not filled in)
 VERSION_CAPS: dict[int, int] = {
@@ -245,15 +249,31 @@ class KafkaClient:
         self._brokers.update({b.node_id: (b.host, b.port) for b in response.brokers})
         return response
 
-    def partition_leaders(self, topic: str) -> dict[int, int]:
-        """partition -> leader node id of an existing topic; ClientError if it has none."""
-        response = self.metadata([topic])
-        for entry in response.topics:
-            if entry.name == topic:
+    def partition_leaders(self, topic: str, *, auto_create: bool = False) -> dict[int, int]:
+        """partition -> leader node id of an existing topic; ClientError if it has none.
+
+        With `auto_create`, the Metadata request asks the broker to create a missing topic (as Kafka's
+        producers do, where `auto.create.topics.enable` allows it) and is repeated, for a few seconds,
+        while the answer says the topic is still being created (LEADER_NOT_AVAILABLE, a partition
+        without a leader, or briefly UNKNOWN_TOPIC_OR_PARTITION)."""
+        deadline = time.monotonic() + (AUTO_CREATE_WAIT_SECONDS if auto_create else 0.0)
+        unknown_until = time.monotonic() + (1.0 if auto_create else 0.0)
+        while True:
+            response = self.metadata([topic], auto_create=auto_create)
+            entry = next((t for t in response.topics if t.name == topic), None)
+            if entry is None:
+                raise ClientError(f"topic {topic} is not in the metadata answer")
+            leaders = {p.partition_index: p.leader_id for p in entry.partitions}
+            pending = entry.error_code == LEADER_NOT_AVAILABLE or (
+                entry.error_code == 0 and (not leaders or min(leaders.values()) < 0)
+            )
+            if entry.error_code == UNKNOWN_TOPIC_OR_PARTITION and time.monotonic() < unknown_until:
+                pending = True
+            if not pending or time.monotonic() >= deadline:
                 if entry.error_code != 0:
                     raise ClientError(f"topic {topic}: {error_name(entry.error_code)}")
-                return {p.partition_index: p.leader_id for p in entry.partitions}
-        raise ClientError(f"topic {topic} is not in the metadata answer")
+                return leaders
+            time.sleep(0.1)
 
 
 def error_name(code: int) -> str:

@@ -8,8 +8,10 @@ a matching key, value or header value into null. Keyed records go to Kafka's def
 (murmur2 of the key, as the Java client computes it); unkeyed ones stick to one partition per flush and
 rotate between flushes. Records are sent as one batch per partition whenever no more input is waiting
 or `--batch-size` lines are buffered, so interactive typing is sent line by line while piped input goes
-in large batches. `--request-required-acks` 0 sends without waiting. Any error is printed and ends the
-command with status 1 (with `ignore.error=true`, lines that cannot be parsed are sent whole as values).
+in large batches. A topic that does not exist is created by the broker through Metadata
+(`auto.create.topics.enable`), as for the Java producer. `--request-required-acks` 0 sends without
+waiting. Any error is printed and ends the command with status 1 (with `ignore.error=true`, lines
+that cannot be parsed are sent whole as values).
 """
 
 from __future__ import annotations
@@ -148,7 +150,8 @@ class Producer:
         self.timeout_ms = args.request_timeout_ms
         self.codec = CODECS[args.compression_codec]
         self.fixed_partition = args.partition
-        self.leaders = client.partition_leaders(self.topic)
+        # a missing topic is created through Metadata, as kafka-console-producer's client does
+        self.leaders = client.partition_leaders(self.topic, auto_create=True)
         if not self.leaders:
             raise CommandError(f"topic {self.topic} has no partitions")
         if self.fixed_partition is not None and self.fixed_partition not in self.leaders:
