@@ -140,6 +140,11 @@ class Option:
     default: Any
     check: Callable[[Any], None] | None = None
     effect: str = "honoured"
+    note: str = ""  # what the effect leaves out, e.g. values refused (README's table shows it)
+
+    @property
+    def effect_text(self) -> str:
+        return f"{self.effect}: {self.note}" if self.note else self.effect
 
 
 # What a setting does here (README's config table shows it). Every key Kafka's brokers take is accepted
@@ -324,9 +329,17 @@ _NOT_IMPLEMENTED = frozenset(
         "replica.high.watermark.checkpoint.interval.ms",
     }
 )
+# Limits of a setting's effect that its users must know (values refused, features missing).
+_EFFECT_NOTES = {
+    "listener.security.protocol.map": "PLAINTEXT only; a listener mapped to SSL, SASL_PLAINTEXT or "
+    "SASL_SSL stops start-up (no TLS or SASL yet)",
+    "transaction.state.log.num.partitions": "partitions of `__transaction_state` if a client creates it; "
+    "transactions are not served yet",
+}
 BROKER_OPTIONS = tuple(
     dataclasses.replace(
         option,
+        note=_EFFECT_NOTES.get(option.name, ""),
         effect=NO_EFFECT_SINGLE_NODE
         if option.name in _NO_EFFECT_SINGLE_NODE
         else NOT_IMPLEMENTED

@@ -58,7 +58,7 @@ def render_config_table() -> str:
         text = _default_text(option.default).replace("|", "\\|")
         default = "(none)" if option.default is None else f"`{text}`"
         mode = update_mode(option.name)
-        lines.append(f"| `{option.name}` | {option.type} | {default} | {option.effect} | {mode} |")
+        lines.append(f"| `{option.name}` | {option.type} | {default} | {option.effect_text} | {mode} |")
     return "\n".join(lines)
 
 

@@ -43,7 +43,10 @@ def test_readme_config_table_lists_every_option_with_its_effect():
     body = readme.split(tool.CONFIG_START, 1)[1].split(tool.CONFIG_END, 1)[0]
     rows = [line.split(" | ") for line in body.splitlines() if line.startswith("| `")]
     listed = [(cells[0].removeprefix("| `").removesuffix("`"), cells[3].removesuffix(" |")) for cells in rows]
-    assert listed == [(option.name, option.effect) for option in BROKER_OPTIONS]
+    assert listed == [(option.name, option.effect_text) for option in BROKER_OPTIONS]
+    # what is refused is said where the setting is listed
+    assert dict(listed)["listener.security.protocol.map"].startswith("honoured: PLAINTEXT only")
+    assert "transactions are not served" in dict(listed)["transaction.state.log.num.partitions"]
 
 
 def test_check_covers_both_tables(tmp_path, monkeypatch):
