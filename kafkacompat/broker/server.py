@@ -165,10 +165,8 @@ class Broker:
 
     def _open_state(self) -> Any:
         """Blocking start-up: log dirs, recovery, topic table. Runs in a worker thread."""
-        from kafkacompat.broker.state import BrokerState
         from kafkacompat.config import broker_log_config
         from kafkacompat.log.manager import LogManager
-        from kafkacompat.replication.metadata import LocalMetadata
 
         config = self.config
         log_dirs = [str(path) for path in config.log_dirs]
@@ -176,12 +174,18 @@ class Broker:
         logs = LogManager(log_dirs, broker_log_config(config), config.node_id, cluster_id)
         logs.lock_dirs()  # before anything is read or written: a second broker on ./data stops here
         try:
-            metadata = LocalMetadata(log_dirs[0])
-            state = BrokerState(config, logs, metadata, cluster_id=cluster_id, clock=self.clock)
-            topic_configs = {topic.name: state.topic_log_config(topic) for topic in metadata.topics()}
+            return self._load_state(config, logs, cluster_id)
         except BaseException:
-            logs.unlock_dirs()
+            logs.close_without_marker()  # closes what was loaded and releases the log dirs' locks
             raise
+
+    def _load_state(self, config: BrokerConfig, logs: Any, cluster_id: str) -> Any:
+        from kafkacompat.broker.state import BrokerState
+        from kafkacompat.replication.metadata import LocalMetadata
+
+        metadata = LocalMetadata(str(config.log_dirs[0]))
+        state = BrokerState(config, logs, metadata, cluster_id=cluster_id, clock=self.clock)
+        topic_configs = {topic.name: state.topic_log_config(topic) for topic in metadata.topics()}
         logs.startup(topic_configs, now_ms=state.now_ms())
         _adopt_unknown_logs(state)
         for topic in metadata.topics():

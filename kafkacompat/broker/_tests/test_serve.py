@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from kafkacompat.testing import BrokerProcess, InProcessBroker
 
 
@@ -156,3 +158,27 @@ def test_second_broker_on_the_same_log_dir_is_refused_before_touching_it(tmp_pat
     finally:
         assert broker.stop() == 0
     assert (data / ".kafka_cleanshutdown").exists()
+
+
+def test_a_failed_start_releases_the_log_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A start that fails after taking the lock must not keep the dir locked, or the next start in the
+    same process (a test's restart) would be refused: here an unreadable topic table (before the logs
+    load) and a disk error after they loaded."""
+    from kafkacompat.broker import server
+
+    data = tmp_path / "data"
+    InProcessBroker(data).start().stop()
+    table = data / "kafkacompat-metadata.json"
+    table.write_text('{"version": 99}')
+    with pytest.raises(RuntimeError, match="failed to start"):
+        InProcessBroker(data).start()
+    table.unlink()
+
+    def disk_error(state: object) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(server, "_adopt_unknown_logs", disk_error)
+    with pytest.raises(RuntimeError, match="failed to start"):
+        InProcessBroker(data).start()
+    monkeypatch.undo()
+    InProcessBroker(data).start().stop()
