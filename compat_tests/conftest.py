@@ -23,7 +23,13 @@ import pytest
 from compat_tests.clients import create_topic
 from kafkacompat.testing import InProcessBroker
 
-COMPAT_OVERRIDES = ["group.initial.rebalance.delay.ms=0", "offsets.topic.num.partitions=5"]
+COMPAT_OVERRIDES = [
+    "group.initial.rebalance.delay.ms=0",
+    "offsets.topic.num.partitions=5",
+    # transactions: a small __transaction_state, and timed-out transactions aborted within half a second
+    "transaction.state.log.num.partitions=5",
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms=500",
+]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

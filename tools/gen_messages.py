@@ -183,7 +183,8 @@ class Message:
 
 
 def parse_field(d: dict, msg_versions: Versions) -> Field:
-    versions = Versions.parse(d.get("versions"), msg_versions)
+    # Kafka's generator: a tagged field without "versions" exists in its tagged versions only
+    versions = Versions.parse(d.get("versions", d.get("taggedVersions")), msg_versions)
     f = Field(
         name=d["name"],
         type=d["type"],

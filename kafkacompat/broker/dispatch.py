@@ -48,6 +48,8 @@ import trio
 
 from kafkacompat.broker.errors import CloseConnection
 from kafkacompat.broker.handlers import (
+    add_offsets_to_txn,  # transactions
+    add_partitions_to_txn,  # transactions
     alter_configs,  # admin
     api_versions,
     create_partitions,  # admin
@@ -61,6 +63,8 @@ from kafkacompat.broker.handlers import (
     describe_log_dirs,  # admin
     describe_producers,  # admin
     describe_topic_partitions,  # admin
+    describe_transactions,  # transactions
+    end_txn,  # transactions
     fetch,
     find_coordinator,  # groups
     heartbeat,  # groups
@@ -70,6 +74,7 @@ from kafkacompat.broker.handlers import (
     leave_group,  # groups
     list_groups,  # groups
     list_offsets,
+    list_transactions,  # transactions
     metadata,
     offset_commit,  # groups
     offset_delete,  # groups
@@ -77,6 +82,8 @@ from kafkacompat.broker.handlers import (
     offset_for_leader_epoch,  # admin
     produce,
     sync_group,  # groups
+    txn_offset_commit,  # transactions
+    write_txn_markers,  # transactions
 )
 from kafkacompat.wire.messages import API_SPECS
 
@@ -126,6 +133,14 @@ HANDLER_MODULES: tuple[types.ModuleType, ...] = (
     list_groups,
     delete_groups,
     offset_delete,
+    # transaction coordinator APIs
+    add_partitions_to_txn,
+    add_offsets_to_txn,
+    end_txn,
+    txn_offset_commit,
+    write_txn_markers,
+    describe_transactions,
+    list_transactions,
 )
 
 HANDLERS: dict[int, types.ModuleType] = {}

@@ -54,7 +54,16 @@ import trio
 from kafkacompat.groups.api import Outcome, Parked
 from kafkacompat.groups.manager import GroupConfig, GroupCoordinatorCore
 from kafkacompat.wire.errors import ErrorCode, KafkaError
-from kafkacompat.wire.records import InvalidRecordBatch, build_batch, iter_batches, iter_records
+from kafkacompat.wire.records import (
+    COMMIT_MARKER,
+    InvalidRecordBatch,
+    RecordBatchView,
+    build_batch,
+    build_control_batch,
+    iter_batches,
+    iter_records,
+    parse_control_record_key,
+)
 
 if TYPE_CHECKING:
     from kafkacompat.broker.state import BrokerState
@@ -186,12 +195,19 @@ class GroupRuntime:
             async with self._lock:
                 for batch in iter_batches(data, allow_partial_tail=True):
                     next_offset = batch.last_offset + 1
-                    if batch.is_control or batch.last_offset < offset:
+                    if batch.last_offset < offset:
                         continue
+                    if batch.is_control:
+                        # a transaction marker: pending TxnOffsetCommit offsets of that producer settle
+                        commit = _marker_commits(batch)
+                        if commit is not None and batch.producer_id >= 0:
+                            self.core.replay_txn_marker(batch.producer_id, commit, partition)
+                        continue
+                    producer_id = batch.producer_id if batch.is_transactional else -1
                     for record in iter_records(batch):
                         if record.offset < offset or record.key is None:
                             continue
-                        self.core.replay(record.key, record.value)
+                        self.core.replay(record.key, record.value, producer_id)
                         replayed += 1
             if next_offset <= offset:
                 raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"no progress reading at offset {offset}")
@@ -317,6 +333,31 @@ class GroupRuntime:
             raise waiter.value
         return waiter.value  # type: ignore[no-any-return]
 
+    async def write_txn_marker(
+        self, partition: int, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool
+    ) -> None:
+        """Write a transaction marker into __consumer_offsets-`partition` and settle the producer's pending
+        transactional offsets there (the transaction coordinator's marker writer calls this).
+        Raises KafkaError when the marker cannot be written (the coordinator retries)."""
+        async with self._lock:
+            now = self.broker.now_ms()
+            partition_log = self.broker.partition_log(OFFSETS_TOPIC, partition)
+            if partition_log is not None:
+                marker = bytearray(
+                    build_control_batch(
+                        commit=commit,
+                        producer_id=producer_id,
+                        producer_epoch=producer_epoch,
+                        coordinator_epoch=coordinator_epoch,
+                        timestamp=now,
+                    )
+                )
+                partition_log.append_as_leader(marker, LEADER_EPOCH, now, from_coordinator=True)
+                partition_log.update_high_watermark(partition_log.log_end_offset)
+                self.broker.watchers.notify(OFFSETS_TOPIC, partition)
+            if partition in self.core.owned_partitions:
+                self._deliver(self.core.complete_txn(producer_id, commit, partition, now).completions)
+
     def shutdown(self) -> None:
         """Broker shutdown: answer every parked request NOT_COORDINATOR (clients find the coordinator
         again once a broker is back) and refuse new operations, so no connection waits out a rebalance."""
@@ -374,20 +415,36 @@ class GroupRuntime:
         """Write the records, one batch per partition; returns the partitions whose write failed."""
         if not outcome.records:
             return set()
-        by_partition: dict[int, list[tuple[bytes, bytes | None]]] = {}
+        by_batch: dict[tuple[int, int, int], list[tuple[bytes, bytes | None]]] = {}
         for record in outcome.records:
-            by_partition.setdefault(record.partition, []).append((record.key, record.value))
+            by_batch.setdefault((record.partition, record.producer_id, record.producer_epoch), []).append(
+                (record.key, record.value)
+            )
         failed: set[int] = set()
         now = self.broker.now_ms()
-        for partition, records in by_partition.items():
+        for (partition, producer_id, producer_epoch), records in by_batch.items():
+            if partition in failed:
+                continue
             partition_log = self.broker.partition_log(OFFSETS_TOPIC, partition)
             if partition_log is None:
                 log.error("%s-%d does not exist; group state not persisted", OFFSETS_TOPIC, partition)
                 failed.add(partition)
                 continue
-            batch = bytearray(build_batch([(k, v, (), now) for k, v in records], base_timestamp=now))
+            # TxnOffsetCommit records go in a transactional batch of the producer (no sequence), as Kafka
+            # writes them; the producer's marker in this partition later settles them
+            batch = bytearray(
+                build_batch(
+                    [(k, v, (), now) for k, v in records],
+                    base_timestamp=now,
+                    producer_id=producer_id,
+                    producer_epoch=producer_epoch,
+                    is_transactional=producer_id >= 0,
+                )
+            )
             try:
-                partition_log.append_as_leader(batch, LEADER_EPOCH, now, check_producers=False)
+                partition_log.append_as_leader(
+                    batch, LEADER_EPOCH, now, check_producers=False, from_coordinator=producer_id >= 0
+                )
             except (KafkaError, InvalidRecordBatch) as exc:
                 log.error("append to %s-%d failed: %s", OFFSETS_TOPIC, partition, exc)
                 failed.add(partition)
@@ -398,6 +455,17 @@ class GroupRuntime:
 
 
 # --- helpers for the group handlers ---------------------------------------------------------------
+
+
+def _marker_commits(batch: RecordBatchView) -> bool | None:
+    """True for a COMMIT marker batch, False for ABORT, None for any other control record."""
+    try:
+        for record in iter_records(batch):
+            _version, marker_type = parse_control_record_key(record.key)
+            return marker_type == COMMIT_MARKER if marker_type in (0, 1) else None
+    except KafkaError:
+        return None
+    return None
 
 
 def runtime_of(broker: BrokerState) -> GroupRuntime | None:

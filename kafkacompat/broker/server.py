@@ -102,6 +102,9 @@ class Broker:
         from kafkacompat.broker.group_runtime import GroupRuntime
 
         state.groups = GroupRuntime(state)
+        from kafkacompat.broker.txn_runtime import TransactionRuntime
+
+        state.transactions = TransactionRuntime(state)  # transactions hook
         from kafkacompat.broker.cleaner_task import LogCleanerTask
 
         self.cleaner = LogCleanerTask(state)
@@ -149,6 +152,7 @@ class Broker:
                 state.closing = True
                 state.watchers.notify_all()  # parked fetches answer now with what they have
                 state.groups.shutdown()  # groups hook: parked JoinGroup/SyncGroup answer NOT_COORDINATOR
+                state.transactions.shutdown()  # transactions hook
                 for connection in list(self._connections):
                     connection.drain()
                 with trio.move_on_after(SHUTDOWN_GRACE_SECONDS):
@@ -320,6 +324,7 @@ class Broker:
         with scope:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.state.groups.run)  # groups hook
+                await nursery.start(self.state.transactions.run)  # transactions hook
                 nursery.start_soon(self.cleaner.run)  # compaction; returns at once if disabled
                 nursery.start_soon(
                     self._every, self.config["log.retention.check.interval.ms"], self._retention

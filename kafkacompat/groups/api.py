@@ -52,6 +52,7 @@ __all__ = [
     "Parked",
     "SyncGroupRequest",
     "SyncGroupResponse",
+    "TxnOffsetCommitRequest",
 ]
 
 NONE = ErrorCode.NONE
@@ -79,6 +80,9 @@ class CoordinatorRecord:
     partition: int
     key: bytes
     value: bytes | None
+    # a transactional offset commit (TxnOffsetCommit): written in a transactional batch of this producer
+    producer_id: int = -1
+    producer_epoch: int = -1
 
 
 @dataclass(slots=True)
@@ -260,6 +264,19 @@ class OffsetCommitRequest:
 
 
 # The OffsetCommit response is a list of ((topic, partition), ErrorCode) in request order.
+
+
+@dataclass(slots=True)
+class TxnOffsetCommitRequest:
+    """TxnOffsetCommit: offsets that become committed only when the producer's transaction commits."""
+
+    group_id: str
+    producer_id: int
+    producer_epoch: int
+    partitions: list[OffsetCommitPartition]
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
 
 
 @dataclass(slots=True)

@@ -65,6 +65,7 @@ from kafkacompat.groups.api import (
     Parked,
     SyncGroupRequest,
     SyncGroupResponse,
+    TxnOffsetCommitRequest,
 )
 from kafkacompat.groups.group import CONSUMER_PROTOCOL_TYPE, Group, Member
 from kafkacompat.groups.offsets import CommittedOffset, OffsetStore, TopicPartition
@@ -143,6 +144,9 @@ class GroupCoordinatorCore:
         self._tokens = itertools.count(1)
         self._new_member_suffix = new_member_suffix or (lambda: str(uuid.uuid4()))
         self._staged_groups: dict[str, rec.GroupMetadataValue | None] = {}
+        # TxnOffsetCommit: producer id -> group -> offsets that become committed when the producer's
+        # transaction commits (its COMMIT marker lands in the group's partition) and vanish on abort
+        self.pending_txn_offsets: dict[int, dict[str, dict[TopicPartition, CommittedOffset]]] = {}
         self._records: list[CoordinatorRecord] = []
         self._completions: list[Completion] = []
 
@@ -157,14 +161,24 @@ class GroupCoordinatorCore:
         self.owned_partitions.add(partition)
         self.loading_partitions.add(partition)
 
-    def replay(self, key: bytes | memoryview, value: bytes | memoryview | None) -> None:
+    def replay(
+        self, key: bytes | memoryview, value: bytes | memoryview | None, producer_id: int = -1
+    ) -> None:
         """Apply one __consumer_offsets record (value None: tombstone). Undecodable or foreign records are
-        counted in ``skipped_records`` and ignored."""
+        counted in ``skipped_records`` and ignored. ``producer_id`` >= 0: the record came in a
+        transactional batch (TxnOffsetCommit) and stays pending until that producer's marker."""
         try:
             k = rec.decode_key(key)
             if isinstance(k, rec.OffsetCommitKey):
                 tp = (k.topic, k.partition)
-                if value is None:
+                if producer_id >= 0 and value is not None:
+                    v = rec.decode_offset_commit_value(value)
+                    self.pending_txn_offsets.setdefault(producer_id, {}).setdefault(k.group, {})[tp] = (
+                        CommittedOffset(
+                            v.offset, v.metadata, v.commit_timestamp, v.leader_epoch, v.expire_timestamp
+                        )
+                    )
+                elif value is None:
                     self.offsets.delete(k.group, tp)
                 else:
                     v = rec.decode_offset_commit_value(value)
@@ -222,6 +236,9 @@ class GroupCoordinatorCore:
             self.offsets.delete_group(gid)
         for gid in [g for g in self._staged_groups if self.partition_for(g) == partition]:
             del self._staged_groups[gid]
+        for by_group in self.pending_txn_offsets.values():
+            for gid in [g for g in by_group if self.partition_for(g) == partition]:
+                del by_group[gid]
         self.owned_partitions.discard(partition)
         self.loading_partitions.discard(partition)
         return self._finish(None, now_ms)
@@ -402,7 +419,14 @@ class GroupCoordinatorCore:
             )
         )
 
-    def _emit_offset(self, group_id: str, tp: TopicPartition, committed: CommittedOffset | None) -> None:
+    def _emit_offset(
+        self,
+        group_id: str,
+        tp: TopicPartition,
+        committed: CommittedOffset | None,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+    ) -> None:
         value = None
         if committed is not None:
             value = rec.encode_offset_commit_value(
@@ -416,7 +440,11 @@ class GroupCoordinatorCore:
             )
         self._records.append(
             CoordinatorRecord(
-                self.partition_for(group_id), rec.encode_offset_commit_key(group_id, tp[0], tp[1]), value
+                self.partition_for(group_id),
+                rec.encode_offset_commit_key(group_id, tp[0], tp[1]),
+                value,
+                producer_id,
+                producer_epoch,
             )
         )
 
@@ -1021,6 +1049,72 @@ class GroupCoordinatorCore:
             results.append((tp, E.NONE))
         return results
 
+    def txn_offset_commit(
+        self, req: TxnOffsetCommitRequest, now_ms: int
+    ) -> Outcome[list[tuple[TopicPartition, ErrorCode]]]:
+        """Stage offsets of a transaction: written now (in the producer's transactional batch), visible to
+        OffsetFetch only once ``complete_txn`` sees the commit marker."""
+        self._begin(now_ms)
+        return self._finish(self._txn_commit(req, now_ms), now_ms)
+
+    def _txn_commit(self, req: TxnOffsetCommitRequest, now_ms: int) -> list[tuple[TopicPartition, ErrorCode]]:
+        def all_fail(code: ErrorCode) -> list[tuple[TopicPartition, ErrorCode]]:
+            return [((p.topic, p.partition), code) for p in req.partitions]
+
+        error = self._validate(req.group_id, allow_empty=False)
+        if error is not None:
+            return all_fail(error)
+        group = self.groups.get(req.group_id)
+        if group is None:
+            group = self._create_group(req.group_id)
+        # Kafka's checks for transactional commits: laxer than OffsetCommit's (no member info is fine)
+        if group.is_(DEAD):
+            return all_fail(E.COORDINATOR_NOT_AVAILABLE)
+        if group.is_static_member_fenced(req.group_instance_id, req.member_id):
+            return all_fail(E.FENCED_INSTANCE_ID)
+        if req.member_id and req.member_id not in group.members:
+            return all_fail(E.UNKNOWN_MEMBER_ID)
+        if req.generation_id >= 0 and req.generation_id != group.generation_id:
+            return all_fail(E.ILLEGAL_GENERATION)
+        pending = self.pending_txn_offsets.setdefault(req.producer_id, {}).setdefault(group.group_id, {})
+        results = []
+        for p in req.partitions:
+            tp = (p.topic, p.partition)
+            metadata = p.metadata if p.metadata is not None else ""
+            if _java_length(metadata) > self.config.offset_metadata_max_bytes:
+                results.append((tp, E.OFFSET_METADATA_TOO_LARGE))
+                continue
+            committed = CommittedOffset(p.offset, metadata, now_ms, p.leader_epoch, -1)
+            pending[tp] = committed
+            self._emit_offset(group.group_id, tp, committed, req.producer_id, req.producer_epoch)
+            results.append((tp, E.NONE))
+        return results
+
+    def complete_txn(self, producer_id: int, commit: bool, partition: int, now_ms: int) -> Outcome[None]:
+        """A transaction marker of ``producer_id`` landed in __consumer_offsets partition ``partition``:
+        its pending offsets of the groups there become committed (commit) or are dropped (abort)."""
+        self._begin(now_ms)
+        self.replay_txn_marker(producer_id, commit, partition)
+        return self._finish(None, now_ms)
+
+    def replay_txn_marker(self, producer_id: int, commit: bool, partition: int) -> None:
+        by_group = self.pending_txn_offsets.get(producer_id)
+        if not by_group:
+            return
+        for gid in [g for g in by_group if self.partition_for(g) == partition]:
+            offsets = by_group.pop(gid)
+            if not commit:
+                continue
+            if gid not in self.groups and partition not in self.loading_partitions:
+                self._create_group(gid)
+            for tp, committed in offsets.items():
+                self.offsets.put(gid, tp, committed)
+        if not by_group:
+            del self.pending_txn_offsets[producer_id]
+
+    def _has_pending_txn_offset(self, group_id: str, tp: TopicPartition) -> bool:
+        return any(tp in by_group.get(group_id, ()) for by_group in self.pending_txn_offsets.values())
+
     def _validate_offset_commit(self, group: Group, req: OffsetCommitRequest) -> ErrorCode | None:
         if group.is_(DEAD):
             return E.COORDINATOR_NOT_AVAILABLE
@@ -1046,8 +1140,8 @@ class GroupCoordinatorCore:
     ) -> Outcome[OffsetFetchResponse]:
         """Committed offsets of ``partitions`` (None: every committed partition of the group).
 
-        ``require_stable`` only matters with pending transactional offsets, which this core does not
-        keep (no TxnOffsetCommit), so every committed offset is stable."""
+        ``require_stable``: a partition with a pending transactional offset (TxnOffsetCommit whose
+        transaction has not completed) answers UNSTABLE_OFFSET_COMMIT, as Kafka does."""
         self._begin(now_ms)
         error = self._validate(group_id, allow_empty=True)
         if error is not None:
@@ -1058,7 +1152,9 @@ class GroupCoordinatorCore:
         out = []
         for tp in wanted:
             c = stored.get(tp)
-            if c is None:
+            if require_stable and self._has_pending_txn_offset(group_id, tp):
+                out.append(OffsetFetchPartition(tp[0], tp[1], -1, -1, "", E.UNSTABLE_OFFSET_COMMIT))
+            elif c is None:
                 out.append(OffsetFetchPartition(tp[0], tp[1], -1, -1, ""))
             else:
                 out.append(OffsetFetchPartition(tp[0], tp[1], c.offset, c.leader_epoch, c.metadata))

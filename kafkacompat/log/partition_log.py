@@ -692,9 +692,7 @@ class PartitionLog:
 
     def first_unstable_offset(self) -> int | None:
         """First offset of the oldest open transaction, None when no transaction is open."""
-        firsts = [e.current_txn_first_offset for e in self.producer_state.producers.values()]
-        open_firsts = [f for f in firsts if f >= 0]
-        return min(open_firsts) if open_firsts else None
+        return self.producer_state.first_unstable_offset()
 
     @property
     def last_stable_offset(self) -> int:

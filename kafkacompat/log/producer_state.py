@@ -192,12 +192,24 @@ class ProducerStateManager:
     def __init__(self, directory: str) -> None:
         self.directory = directory
         self.producers: dict[int, ProducerEntry] = {}
+        # producer id -> first offset of its open transaction: the LSO is read on every fetch, so it
+        # must not scan every producer
+        self.ongoing_txns: dict[int, int] = {}
 
     def begin(self) -> ProducerAppendBatch:
         return ProducerAppendBatch(self)
 
     def commit(self, batch: ProducerAppendBatch) -> None:
         self.producers.update(batch.updated)
+        for producer_id, entry in batch.updated.items():
+            if entry.current_txn_first_offset >= 0:
+                self.ongoing_txns[producer_id] = entry.current_txn_first_offset
+            else:
+                self.ongoing_txns.pop(producer_id, None)
+
+    def first_unstable_offset(self) -> int | None:
+        """First offset of the oldest open transaction in this partition, None when none is open."""
+        return min(self.ongoing_txns.values()) if self.ongoing_txns else None
 
     def apply_replicated(
         self,
@@ -228,6 +240,7 @@ class ProducerStateManager:
 
     def clear(self) -> None:
         self.producers.clear()
+        self.ongoing_txns.clear()
 
     # --- snapshots -------------------------------------------------------------------------------
 
@@ -252,8 +265,12 @@ class ProducerStateManager:
                 os.unlink(path)
                 continue
             self.producers = {e.producer_id: e for e in entries}
+            self.ongoing_txns = {
+                e.producer_id: e.current_txn_first_offset for e in entries if e.current_txn_first_offset >= 0
+            }
             return offset
         self.producers = {}
+        self.ongoing_txns = {}
         return None
 
     def delete_snapshots(self, *, below: int | None = None, above: int | None = None) -> None:

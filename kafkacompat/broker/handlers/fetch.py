@@ -4,8 +4,8 @@ Behaviour: consumer fetches (this broker has no followers yet; a replica id is s
 Each partition returns whole batches from the one holding its fetch offset, up to its partition max
 bytes and what is left of the request's max bytes (itself capped by `fetch.max.bytes`); the first batch
 of the first non-empty partition is returned even when larger (KIP-74). Reads stop at the high
-watermark (read_uncommitted) or the last stable offset (read_committed; equal to the high watermark
-until transactions exist). Record data is a log FileSlice that the connection sends with sendfile; a
+watermark (read_uncommitted) or the last stable offset (read_committed: below the first offset of the
+oldest open transaction). Record data is a log FileSlice that the connection sends with sendfile; a
 partition without data gets an empty, non-null record set. Errors per partition:
 UNKNOWN_TOPIC_OR_PARTITION (v4-12) / UNKNOWN_TOPIC_ID (v13+, topics named by id), OFFSET_OUT_OF_RANGE
 (offset below the log start or above the log end), UNKNOWN_LEADER_EPOCH / FENCED_LEADER_EPOCH for a
@@ -14,7 +14,9 @@ see fetch_sessions.py) with FETCH_SESSION_ID_NOT_FOUND / INVALID_FETCH_SESSION_E
 If fewer than `min_bytes` are available and no partition has an error, the fetch parks until a produce
 to one of its partitions wakes it (PartitionWatchers), `max_wait_ms` passes or the broker shuts down;
 it never polls.
-Aborted transactions: null for read_uncommitted, empty for read_committed (no transactions yet).
+Aborted transactions: null for read_uncommitted; for read_committed the entries of the partition's
+`.txnindex` files (producer id, first offset) overlapping the returned range, from which the client
+drops aborted records itself (control batches are returned too: clients skip them, as with Kafka).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from kafkacompat.broker.fetch_sessions import CachedPartition, FetchContext, PartitionRequest
-from kafkacompat.wire._generated.fetch_response import FetchResponse
+from kafkacompat.wire._generated.fetch_response import AbortedTransaction, FetchResponse
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
@@ -77,6 +79,7 @@ class PartitionRead:
     log_start_offset: int = -1
     records: Any = EMPTY_RECORDS
     size: int = 0
+    aborted: list[Any] | None = None
 
 
 async def handle(ctx: RequestContext, request: Any) -> FetchResponse:
@@ -147,7 +150,7 @@ def _read_all(
             if partition_log is None:
                 raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
             high_watermark = partition_log.high_watermark
-            last_stable_offset = high_watermark  # no transactions yet: nothing is ever pending
+            last_stable_offset = partition_log.last_stable_offset
             read.high_watermark = high_watermark
             read.last_stable_offset = last_stable_offset
             read.log_start_offset = partition_log.log_start_offset
@@ -165,6 +168,11 @@ def _read_all(
                 read.records = result.slices[0]
                 read.size = read.records.size
                 remaining -= read.size
+                if read_committed:
+                    read.aborted = [
+                        AbortedTransaction(producer_id=a.producer_id, first_offset=a.first_offset)
+                        for a in partition_log.aborted_transactions(cached.fetch_offset, last_stable_offset)
+                    ]
         except KafkaError as exc:
             read.error = exc.code
     return reads
@@ -202,7 +210,7 @@ def _response(
                 high_watermark=read.high_watermark,
                 last_stable_offset=read.last_stable_offset,
                 log_start_offset=read.log_start_offset,
-                aborted_transactions=[] if read_committed else None,
+                aborted_transactions=(read.aborted or []) if read_committed else None,
                 preferred_read_replica=-1,
                 records=HeldSlice(read.records) if read.size else EMPTY_RECORDS,
             )

@@ -3,10 +3,9 @@
 Behaviour: a single node coordinates every group, so a group key (key type 0) is answered with this
 broker at the advertised endpoint of the listener the request came in on. The first group lookup
 creates the compacted __consumer_offsets topic, as Kafka creates it on first use; if that fails the
-answer is COORDINATOR_NOT_AVAILABLE. Transaction keys (key type 1) get COORDINATOR_NOT_AVAILABLE:
-there is no transaction coordinator (InitProducerId answers transactional ids the same way), and a
-retriable "not available" makes transactional clients wait and time out instead of sending requests
-this broker cannot serve. Any other key type is INVALID_REQUEST. v0-3 carry one key; v4+ a batch of
+answer is COORDINATOR_NOT_AVAILABLE. Transaction keys (key type 1) are answered the same way by the
+transaction coordinator, whose first lookup creates `__transaction_state`. Any other key type is
+INVALID_REQUEST. v0-3 carry one key; v4+ a batch of
 keys answered one coordinator entry each.
 """
 
@@ -15,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kafkacompat.broker.group_runtime import runtime_of
+from kafkacompat.broker.txn_runtime import runtime_of as txn_runtime_of
 from kafkacompat.wire._generated.find_coordinator_response import FindCoordinatorResponse
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
@@ -34,7 +34,15 @@ Coordinator = FindCoordinatorResponse.Coordinator
 async def _lookup(ctx: RequestContext, key: str, key_type: int) -> tuple[int, str | None, int, str, int]:
     """(error, message, node id, host, port) for one key."""
     if key_type == TRANSACTION_KEY:
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE, "no transaction coordinator", -1, "", -1
+        transactions = txn_runtime_of(ctx.broker)
+        if transactions is None:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, "no transaction coordinator", -1, "", -1
+        try:
+            await transactions.ensure_topic()
+        except KafkaError as exc:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, exc.message, -1, "", -1
+        host, port = ctx.broker.advertised_endpoint(ctx.connection.listener_name)
+        return ErrorCode.NONE, None, ctx.broker.node_id, host, port
     if key_type != GROUP_KEY:
         return ErrorCode.INVALID_REQUEST, f"unknown key type {key_type}", -1, "", -1
     runtime = runtime_of(ctx.broker)

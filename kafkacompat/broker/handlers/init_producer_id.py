@@ -3,16 +3,21 @@
 Behaviour: non-transactional producers (null transactional id) get a fresh producer id with epoch 0.
 Ids come from blocks reserved in the persisted metadata before use, so an id is never handed out twice,
 also across restarts and crashes. As in Kafka, a non-transactional request always gets a new id, even
-when a v3+ request passes its current id and epoch. Transactional ids are not supported yet (no
-transaction coordinator): they are answered with COORDINATOR_NOT_AVAILABLE, which clients retry.
+when a v3+ request passes its current id and epoch. A transactional id goes to the transaction
+coordinator (kafkacompat/txn): the first call gets a new producer id at epoch 0, later calls bump the
+epoch (fencing the older producer; a fresh id once the epoch is exhausted), an ongoing transaction is
+aborted first (CONCURRENT_TRANSACTIONS, the client retries), v3+ callers may pass their id and epoch to
+recover (KIP-360; a mismatch is PRODUCER_FENCED, INVALID_PRODUCER_EPOCH before v4). A timeout outside
+(0, transaction.max.timeout.ms] is INVALID_TRANSACTION_TIMEOUT; an empty id is INVALID_REQUEST.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kafkacompat.broker.txn_runtime import runtime_of, version_error
 from kafkacompat.wire._generated.init_producer_id_response import InitProducerIdResponse
-from kafkacompat.wire.errors import ErrorCode
+from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker.dispatch import RequestContext
@@ -22,12 +27,34 @@ MIN_VERSION = 0
 MAX_VERSION = 5
 
 NO_PRODUCER_ID = -1
+PRODUCER_FENCED_SINCE = 4
+
+
+def _error(code: int) -> InitProducerIdResponse:
+    return InitProducerIdResponse(error_code=code, producer_id=NO_PRODUCER_ID, producer_epoch=-1)
 
 
 async def handle(ctx: RequestContext, request: Any) -> InitProducerIdResponse:
-    if request.transactional_id is not None:
-        return InitProducerIdResponse(
-            error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, producer_id=NO_PRODUCER_ID, producer_epoch=-1
+    tid = request.transactional_id
+    if tid is None:
+        producer_id = await ctx.broker.next_producer_id()
+        return InitProducerIdResponse(error_code=ErrorCode.NONE, producer_id=producer_id, producer_epoch=0)
+    runtime = runtime_of(ctx.broker)
+    if runtime is None:
+        return _error(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    expected_pid = request.producer_id if ctx.api_version >= 3 else NO_PRODUCER_ID
+    expected_epoch = request.producer_epoch if ctx.api_version >= 3 else -1
+    try:
+        allocate = await runtime.producer_id_allocator()
+        result = await runtime.call(
+            lambda now: runtime.core.init_producer_id(
+                tid, request.transaction_timeout_ms, expected_pid, expected_epoch, now, allocate
+            )
         )
-    producer_id = await ctx.broker.next_producer_id()
-    return InitProducerIdResponse(error_code=ErrorCode.NONE, producer_id=producer_id, producer_epoch=0)
+    except KafkaError as exc:
+        return _error(exc.code)
+    if result.error != ErrorCode.NONE:
+        return _error(version_error(result.error, ctx.api_version, PRODUCER_FENCED_SINCE))
+    return InitProducerIdResponse(
+        error_code=ErrorCode.NONE, producer_id=result.producer_id, producer_epoch=result.producer_epoch
+    )

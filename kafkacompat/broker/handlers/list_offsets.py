@@ -1,11 +1,12 @@
 """ListOffsets (key 2), versions 0-9.
 
-Behaviour: timestamp -1 = latest (the high watermark for consumers; with isolation READ_COMMITTED the
-last stable offset, which equals the high watermark as this broker has no transactions yet), -2 =
+Behaviour: timestamp -1 = latest (the high watermark for consumers; with isolation READ_COMMITTED (v2+)
+the last stable offset, below the first offset of the oldest open transaction), -2 =
 earliest (log start offset), -3 (v7+) = the record with the largest timestamp, -4 (v8+) = earliest
 local (the log start offset: no tiered storage), -5 (v9+) = earliest pending upload (none: offset and
 timestamp -1). Any other timestamp finds the first record at or after it below the high watermark
-(offset -1 when there is none). Errors per partition: UNKNOWN_TOPIC_OR_PARTITION, a partition named
+(the last stable offset for READ_COMMITTED; offset -1 when there is none). Errors per partition:
+UNKNOWN_TOPIC_OR_PARTITION, a partition named
 twice -> INVALID_REQUEST, a current leader epoch newer than ours -> UNKNOWN_LEADER_EPOCH, older ->
 FENCED_LEADER_EPOCH, KAFKA_STORAGE_ERROR. v0 answers in `old_style_offsets` (at most one offset).
 The leader epoch of every answer (v4+) is the partition's leader epoch (always 0 on a single node).
@@ -31,6 +32,7 @@ EARLIEST = -2
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4
 EARLIEST_PENDING_UPLOAD = -5
+READ_COMMITTED = 1
 
 TopicResponse = ListOffsetsResponse.ListOffsetsTopicResponse
 PartitionResponse = ListOffsetsResponse.ListOffsetsPartitionResponse
@@ -60,7 +62,8 @@ async def handle(ctx: RequestContext, request: Any) -> ListOffsetsResponse:
                 if partition_log is None:
                     raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 broker.check_leader_epoch(wanted_topic.name, index, wanted.current_leader_epoch)
-                offset, timestamp = _lookup(partition_log, wanted.timestamp, version)
+                read_committed = version >= 2 and request.isolation_level == READ_COMMITTED
+                offset, timestamp = _lookup(partition_log, wanted.timestamp, version, read_committed)
                 answer.offset, answer.timestamp = offset, timestamp
                 answer.leader_epoch = broker.leader_epoch(wanted_topic.name, index) if offset >= 0 else -1
                 if version == 0:
@@ -70,8 +73,9 @@ async def handle(ctx: RequestContext, request: Any) -> ListOffsetsResponse:
     return ListOffsetsResponse(topics=topics)
 
 
-def _lookup(partition_log: Any, timestamp: int, version: int) -> tuple[int, int]:
-    high_watermark = partition_log.high_watermark
+def _lookup(partition_log: Any, timestamp: int, version: int, read_committed: bool) -> tuple[int, int]:
+    # the highest offset this isolation level may see (Kafka's "last fetchable offset")
+    high_watermark = partition_log.last_stable_offset if read_committed else partition_log.high_watermark
     if timestamp == LATEST:
         return high_watermark, -1
     if timestamp in (EARLIEST, EARLIEST_LOCAL):

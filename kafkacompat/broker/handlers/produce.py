@@ -9,7 +9,11 @@ message format v0/v1, which this broker never converts, and a partition without 
 MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE, INVALID_TIMESTAMP, idempotence errors
 (OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH; a retried duplicate batch gets its original
 offsets), KAFKA_STORAGE_ERROR; acks=-1 on a topic whose min.insync.replicas exceeds 1 gets
-NOT_ENOUGH_REPLICAS (the ISR is this node alone). v8+ carry the error message. On a single node acks=1
+NOT_ENOUGH_REPLICAS (the ISR is this node alone). Transactional batches (KIP-890 part 1, with
+`transaction.partition.verification.enable`): the first batch of a producer's transaction in a partition
+is checked against the transaction coordinator: a partition not added to the producer's ongoing
+transaction gets INVALID_TXN_STATE, a stale epoch INVALID_PRODUCER_EPOCH, so no hanging transaction
+can hold back the last stable offset. v8+ carry the error message. On a single node acks=1
 and acks=-1 are the same: the high watermark moves with the append, then parked fetches on the
 partition are woken. When the topic's flush.messages/flush.ms is due, the append is fsynced (in a
 worker thread) before the answer, as Kafka flushes in its append path. acks=0 gets no response at all;
@@ -18,12 +22,14 @@ if any partition failed, the connection is closed instead, as Kafka does, so the
 
 from __future__ import annotations
 
+import struct
 from typing import TYPE_CHECKING, Any
 
 import trio
 
 from kafkacompat.broker.errors import CloseConnection
 from kafkacompat.broker.state import is_internal_topic
+from kafkacompat.broker.txn_runtime import runtime_of as txn_runtime_of
 from kafkacompat.wire._generated.produce_response import ProduceResponse
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
@@ -83,6 +89,35 @@ async def handle(ctx: RequestContext, request: Any) -> ProduceResponse | None:
     return ProduceResponse(responses=responses)
 
 
+_TXN_HEADER = struct.Struct(">h")  # attributes, at byte 21 of a magic-2 batch
+_PRODUCER = struct.Struct(">qh")  # producer id and epoch, at byte 43
+_TRANSACTIONAL = 0x10
+_CONTROL = 0x20
+
+
+def _verify_transactional(
+    broker: BrokerState, partition_log: Any, topic: str, index: int, records: Any
+) -> None:
+    """KIP-890: a transaction's first batch in a partition must come after AddPartitionsToTxn."""
+    if len(records) < 61 or records[16] != 2:
+        return  # not a magic-2 batch: validation rejects it
+    (attributes,) = _TXN_HEADER.unpack_from(records, 21)
+    if not attributes & _TRANSACTIONAL or attributes & _CONTROL:
+        return
+    producer_id, epoch = _PRODUCER.unpack_from(records, 43)
+    entry = partition_log.producer_state.producers.get(producer_id)
+    if entry is not None and entry.current_txn_first_offset >= 0 and entry.epoch == epoch:
+        return  # this transaction already wrote here: verified with its first batch
+    transactions = txn_runtime_of(broker)
+    if transactions is None or not broker.config["transaction.partition.verification.enable"]:
+        return
+    code = transactions.core.producer_in_transaction(producer_id, epoch, (topic, index))
+    if code != ErrorCode.NONE:
+        raise KafkaError(
+            code, f"transactional batch of producer {producer_id} epoch {epoch} is not in its transaction"
+        )
+
+
 async def _append(broker: BrokerState, topic: TopicInfo | None, data: Any, acks: int) -> Any:
     if topic is None or not 0 <= data.index < topic.partitions:
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_PARTITION)
@@ -101,6 +136,7 @@ async def _append(broker: BrokerState, topic: TopicInfo | None, data: Any, acks:
         raise KafkaError(
             ErrorCode.INVALID_RECORD, "Produce requests must have at least one record batch per partition"
         )
+    _verify_transactional(broker, partition_log, topic.name, data.index, data.records)
     now = broker.now_ms()
     result = partition_log.append_as_leader(data.records, broker.leader_epoch(topic.name, data.index), now)
     if not result.duplicate:

@@ -62,22 +62,23 @@ class TransactionLogValue(Struct):
         self.unknown_tags = unknown_tags
 TransactionLogValue.PartitionsSchema = PartitionsSchema
 
-_S0 = _Struct('>qqqhib')
+_S0 = _Struct('>qhib')
 _S1 = _Struct('>i')
 _S2 = _Struct('>h')
-_S3 = _Struct('>qqh')
-_S4 = _Struct('>qhib')
-_S5 = _Struct('>qq')
-_S6 = _Struct('>q')
+_S3 = _Struct('>qq')
+_S4 = _Struct('>q')
 _A_i = ARRAY_STRUCTS['i']
 
 def _d_TransactionLogValue_0(buf, pos):
     _l = len(buf)
     o = _new(TransactionLogValue)
-    if pos + 31 > _l:
-        raise truncated('TransactionLogValue.producer_id', buf, pos, 31)
-    o.producer_id, o.previous_producer_id, o.next_producer_id, o.producer_epoch, o.transaction_timeout_ms, o.transaction_status = _S0.unpack_from(buf, pos)
-    pos += 31
+    o.previous_producer_id = -1
+    o.next_producer_id = -1
+    o.client_transaction_version = 0
+    if pos + 15 > _l:
+        raise truncated('TransactionLogValue.producer_id', buf, pos, 15)
+    o.producer_id, o.producer_epoch, o.transaction_timeout_ms, o.transaction_status = _S0.unpack_from(buf, pos)
+    pos += 15
     if pos + 4 > _l:
         raise truncated('TransactionLogValue.transaction_partitions', buf, pos, 4)
     (_c,) = _S1.unpack_from(buf, pos)
@@ -121,10 +122,10 @@ def _d_TransactionLogValue_0(buf, pos):
                 pos += _c * 4
             _o.unknown_tags = None
             _ap(_o)
-    if pos + 18 > _l:
-        raise truncated('TransactionLogValue.transaction_last_update_timestamp_ms', buf, pos, 18)
-    o.transaction_last_update_timestamp_ms, o.transaction_start_timestamp_ms, o.client_transaction_version = _S3.unpack_from(buf, pos)
-    pos += 18
+    if pos + 16 > _l:
+        raise truncated('TransactionLogValue.transaction_last_update_timestamp_ms', buf, pos, 16)
+    o.transaction_last_update_timestamp_ms, o.transaction_start_timestamp_ms = _S3.unpack_from(buf, pos)
+    pos += 16
     o.unknown_tags = None
     return o, pos
 
@@ -133,7 +134,7 @@ def _d_TransactionLogValue_1(buf, pos):
     o = _new(TransactionLogValue)
     if pos + 15 > _l:
         raise truncated('TransactionLogValue.producer_id', buf, pos, 15)
-    o.producer_id, o.producer_epoch, o.transaction_timeout_ms, o.transaction_status = _S4.unpack_from(buf, pos)
+    o.producer_id, o.producer_epoch, o.transaction_timeout_ms, o.transaction_status = _S0.unpack_from(buf, pos)
     pos += 15
     if pos < _l and buf[pos] < 0x80:
         _c = buf[pos] - 1
@@ -196,7 +197,7 @@ def _d_TransactionLogValue_1(buf, pos):
             _ap(_o)
     if pos + 16 > _l:
         raise truncated('TransactionLogValue.transaction_last_update_timestamp_ms', buf, pos, 16)
-    o.transaction_last_update_timestamp_ms, o.transaction_start_timestamp_ms = _S5.unpack_from(buf, pos)
+    o.transaction_last_update_timestamp_ms, o.transaction_start_timestamp_ms = _S3.unpack_from(buf, pos)
     pos += 16
     o.previous_producer_id = -1
     o.next_producer_id = -1
@@ -213,7 +214,7 @@ def _d_TransactionLogValue_1(buf, pos):
                 _p = _ts
                 if _p + 8 > len(_sub):
                     raise truncated('TransactionLogValue.previous_producer_id', _sub, _p, 8)
-                (o.previous_producer_id,) = _S6.unpack_from(_sub, _p)
+                (o.previous_producer_id,) = _S4.unpack_from(_sub, _p)
                 _p += 8
                 if _p != _te:
                     raise DecodeError('tagged field size mismatch', field='TransactionLogValue.previous_producer_id')
@@ -222,7 +223,7 @@ def _d_TransactionLogValue_1(buf, pos):
                 _p = _ts
                 if _p + 8 > len(_sub):
                     raise truncated('TransactionLogValue.next_producer_id', _sub, _p, 8)
-                (o.next_producer_id,) = _S6.unpack_from(_sub, _p)
+                (o.next_producer_id,) = _S4.unpack_from(_sub, _p)
                 _p += 8
                 if _p != _te:
                     raise DecodeError('tagged field size mismatch', field='TransactionLogValue.next_producer_id')
@@ -243,7 +244,7 @@ def _d_TransactionLogValue_1(buf, pos):
     return o, pos
 
 def _e_TransactionLogValue_0(o, out, chunks):
-    out += _S0.pack(o.producer_id, o.previous_producer_id, o.next_producer_id, o.producer_epoch, o.transaction_timeout_ms, o.transaction_status)
+    out += _S0.pack(o.producer_id, o.producer_epoch, o.transaction_timeout_ms, o.transaction_status)
     _a = o.transaction_partitions
     if _a is None:
         out += b'\xff\xff\xff\xff'
@@ -262,10 +263,10 @@ def _e_TransactionLogValue_0(o, out, chunks):
             out += _S1.pack(_c)
             _st = _A_i[_c] if _c < 17 else _Struct('>%di' % _c)
             out += _st.pack(*_a)
-    out += _S3.pack(o.transaction_last_update_timestamp_ms, o.transaction_start_timestamp_ms, o.client_transaction_version)
+    out += _S3.pack(o.transaction_last_update_timestamp_ms, o.transaction_start_timestamp_ms)
 
 def _e_TransactionLogValue_1(o, out, chunks):
-    out += _S4.pack(o.producer_id, o.producer_epoch, o.transaction_timeout_ms, o.transaction_status)
+    out += _S0.pack(o.producer_id, o.producer_epoch, o.transaction_timeout_ms, o.transaction_status)
     _a = o.transaction_partitions
     if _a is None:
         out.append(0)
@@ -297,17 +298,17 @@ def _e_TransactionLogValue_1(o, out, chunks):
                 out.append(0)
             else:
                 write_tags(out, _o.unknown_tags)
-    out += _S5.pack(o.transaction_last_update_timestamp_ms, o.transaction_start_timestamp_ms)
+    out += _S3.pack(o.transaction_last_update_timestamp_ms, o.transaction_start_timestamp_ms)
     _tags = None
     if o.previous_producer_id != -1:
         _t = bytearray()
-        _t += _S6.pack(o.previous_producer_id)
+        _t += _S4.pack(o.previous_producer_id)
         if _tags is None:
             _tags = []
         _tags.append((0, _t))
     if o.next_producer_id != -1:
         _t = bytearray()
-        _t += _S6.pack(o.next_producer_id)
+        _t += _S4.pack(o.next_producer_id)
         if _tags is None:
             _tags = []
         _tags.append((1, _t))

@@ -1,0 +1,332 @@
+"""Transactions with real clients: commit and abort, read_committed, exactly-once offsets, fencing.
+
+confluent-kafka (librdkafka), kafka-python and aiokafka transactional producers write; consumers of each
+isolation level read back. Every assertion holds against a stock Kafka too; the broker the suite starts
+checks for timed-out transactions every 500 ms (COMPAT_OVERRIDES) so the timeout test is quick.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import pytest
+
+from compat_tests.clients import run_async
+
+CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
+
+
+def _tid(name: str) -> str:
+    return f"compat-{name}-{uuid.uuid4().hex[:8]}"
+
+
+def ck_producer(bootstrap: str, tid: str, **config: Any) -> Any:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid, **config})
+    producer.init_transactions(30)
+    return producer
+
+
+def read_to_end(bootstrap: str, topic: str, partitions: int, isolation: str, timeout: float = 20) -> list[Any]:
+    """Every message a consumer of `isolation` sees from the start to the end of each partition
+    (the last stable offset for read_committed), as (partition, offset, value)."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{uuid.uuid4().hex[:6]}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": isolation,
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(topic, p, -2) for p in range(partitions)])
+        seen: list[Any] = []
+        at_end: set[int] = set()
+        deadline = time.monotonic() + timeout
+        while len(at_end) < partitions and time.monotonic() < deadline:
+            message = consumer.poll(0.2)
+            if message is None:
+                continue
+            if message.error():
+                if message.error().code() == KafkaError._PARTITION_EOF:
+                    at_end.add(message.partition())
+                    continue
+                raise AssertionError(f"consumer error: {message.error()}")
+            at_end.discard(message.partition())
+            seen.append((message.partition(), message.offset(), message.value()))
+        assert len(at_end) == partitions, "the consumer did not reach the end of every partition"
+        return seen
+    finally:
+        consumer.close()
+
+
+def values(messages: list[Any]) -> list[bytes]:
+    return sorted(m[2] for m in messages)
+
+
+def end_offsets(bootstrap: str, topic: str, partitions: int, isolation: str) -> list[int]:
+    """ListOffsets latest with the isolation level (kafka-python sends it as asked)."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level=isolation)
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        ends = consumer.end_offsets(tps)
+        return [ends[tp] for tp in tps]
+    finally:
+        consumer.close()
+
+
+# --- confluent-kafka ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_confluent_commit_and_abort(bootstrap: str, make_topic: Any, codec: str) -> None:
+    topic = make_topic(partitions=2)
+    producer = ck_producer(bootstrap, _tid("ck-" + codec), **{"compression.type": codec, "linger.ms": 5})
+    producer.begin_transaction()
+    for i in range(20):
+        producer.produce(topic, value=b"commit-%d" % i, partition=i % 2)
+    producer.commit_transaction(30)
+    producer.begin_transaction()
+    for i in range(10):
+        producer.produce(topic, value=b"abort-%d" % i, partition=i % 2)
+    assert producer.flush(30) == 0  # sent, so the aborted records are in the log
+    producer.abort_transaction(30)
+    producer.begin_transaction()
+    producer.produce(topic, value=b"commit-last", partition=0)
+    producer.commit_transaction(30)
+
+    committed = sorted([b"commit-%d" % i for i in range(20)] + [b"commit-last"])
+    aborted = sorted(b"abort-%d" % i for i in range(10))
+    assert values(read_to_end(bootstrap, topic, 2, "read_committed")) == committed
+    assert values(read_to_end(bootstrap, topic, 2, "read_uncommitted")) == sorted(committed + aborted)
+    # the markers take offsets (one per transaction per partition it touched) but no consumer ever sees
+    # them as messages: partition 0 holds 10 + 5 + 1 records and 3 markers, partition 1 15 and 2
+    ends = end_offsets(bootstrap, topic, 2, "read_uncommitted")
+    assert ends == [19, 17]
+    assert end_offsets(bootstrap, topic, 2, "read_committed") == ends
+
+
+def test_read_committed_stops_at_the_open_transaction(bootstrap: str, make_topic: Any) -> None:
+    topic = make_topic(partitions=1)
+    plain = __import__("confluent_kafka").Producer({"bootstrap.servers": bootstrap})
+    plain.produce(topic, value=b"before", partition=0)
+    plain.flush(30)
+    producer = ck_producer(bootstrap, _tid("open"))
+    producer.begin_transaction()
+    producer.produce(topic, value=b"pending", partition=0)
+    assert producer.flush(30) == 0
+    plain.produce(topic, value=b"after", partition=0)  # behind the open transaction
+    plain.flush(30)
+
+    assert values(read_to_end(bootstrap, topic, 1, "read_uncommitted")) == [b"after", b"before", b"pending"]
+    assert values(read_to_end(bootstrap, topic, 1, "read_committed")) == [b"before"]
+    assert end_offsets(bootstrap, topic, 1, "read_committed") == [1]  # the last stable offset
+    assert end_offsets(bootstrap, topic, 1, "read_uncommitted") == [3]
+
+    producer.commit_transaction(30)
+    assert values(read_to_end(bootstrap, topic, 1, "read_committed")) == [b"after", b"before", b"pending"]
+    assert end_offsets(bootstrap, topic, 1, "read_committed") == [4]  # past the marker
+
+
+def test_confluent_consume_transform_produce(bootstrap: str, make_topic: Any) -> None:
+    from confluent_kafka import Consumer, TopicPartition
+
+    source, sink = make_topic(partitions=2), make_topic(partitions=1)
+    plain = __import__("confluent_kafka").Producer({"bootstrap.servers": bootstrap})
+    for i in range(30):
+        plain.produce(source, value=b"%d" % i, partition=i % 2)
+    plain.flush(30)
+    group = f"eos-{uuid.uuid4().hex[:6]}"
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+        }
+    )
+    producer = ck_producer(bootstrap, _tid("ctp"))
+    consumer.subscribe([source])
+    try:
+        done = 0
+        aborted_once = False
+        deadline = time.monotonic() + 60
+        while done < 30 and time.monotonic() < deadline:
+            batch = consumer.consume(10, 0.5)
+            batch = [m for m in batch if not m.error()]
+            if not batch:
+                continue
+            producer.begin_transaction()
+            for message in batch:
+                producer.produce(sink, value=b"x" + message.value(), partition=0)
+            producer.send_offsets_to_transaction(
+                consumer.position(consumer.assignment()), consumer.consumer_group_metadata(), 30
+            )
+            if not aborted_once:
+                # abort the first batch: its output vanishes and its offsets are not committed, so the
+                # consumer must go back and read it again
+                aborted_once = True
+                producer.abort_transaction(30)
+                committed = consumer.committed(consumer.assignment(), 30)
+                for tp in committed:
+                    assert tp.offset < 0, "an aborted transaction's offsets became visible"
+                    consumer.seek(TopicPartition(tp.topic, tp.partition, 0))
+                continue
+            producer.commit_transaction(30)
+            done += len(batch)
+        assert done == 30
+        committed = consumer.committed([TopicPartition(source, 0), TopicPartition(source, 1)], 30)
+        assert [tp.offset for tp in committed] == [15, 15]
+    finally:
+        consumer.close()
+    out = values(read_to_end(bootstrap, sink, 1, "read_committed"))
+    assert out == sorted(b"x%d" % i for i in range(30))  # each input exactly once
+
+
+def test_zombie_producer_is_fenced(bootstrap: str, make_topic: Any) -> None:
+    from confluent_kafka import KafkaError, KafkaException
+
+    topic = make_topic(partitions=1)
+    tid = _tid("zombie")
+    zombie = ck_producer(bootstrap, tid)
+    zombie.begin_transaction()
+    zombie.produce(topic, value=b"zombie", partition=0)
+    assert zombie.flush(30) == 0
+    successor = ck_producer(bootstrap, tid)  # same transactional id: bumps the epoch, aborts the zombie's
+    successor.begin_transaction()
+    successor.produce(topic, value=b"successor", partition=0)
+    successor.commit_transaction(30)
+    with pytest.raises(KafkaException) as failure:
+        zombie.produce(topic, value=b"zombie-2", partition=0)
+        zombie.commit_transaction(30)
+    error = failure.value.args[0]
+    assert error.fatal() or error.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED)
+    assert values(read_to_end(bootstrap, topic, 1, "read_committed")) == [b"successor"]
+
+
+def test_transaction_timeout_aborts(bootstrap: str, make_topic: Any) -> None:
+    from confluent_kafka import KafkaException
+
+    topic = make_topic(partitions=1)
+    producer = ck_producer(bootstrap, _tid("timeout"), **{"transaction.timeout.ms": 2000})
+    producer.begin_transaction()
+    producer.produce(topic, value=b"left-open", partition=0)
+    assert producer.flush(30) == 0
+    assert end_offsets(bootstrap, topic, 1, "read_committed") == [0]
+    deadline = time.monotonic() + 40
+    while end_offsets(bootstrap, topic, 1, "read_committed") != [2] and time.monotonic() < deadline:
+        time.sleep(0.5)
+    # the coordinator aborted it: the record and an ABORT marker, nothing for read_committed
+    assert end_offsets(bootstrap, topic, 1, "read_committed") == [2]
+    assert values(read_to_end(bootstrap, topic, 1, "read_committed")) == []
+    assert values(read_to_end(bootstrap, topic, 1, "read_uncommitted")) == [b"left-open"]
+    with pytest.raises(KafkaException):
+        producer.commit_transaction(30)
+
+
+def test_invalid_transaction_timeout(bootstrap: str) -> None:
+    from confluent_kafka import KafkaError, KafkaException, Producer
+
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": _tid("bad-timeout"),
+            "transaction.timeout.ms": 900_001,  # above transaction.max.timeout.ms (Kafka's default)
+            "message.timeout.ms": 300_000,
+        }
+    )
+    with pytest.raises(KafkaException) as failure:
+        producer.init_transactions(30)
+    assert failure.value.args[0].code() == KafkaError.INVALID_TRANSACTION_TIMEOUT
+
+
+# --- kafka-python and aiokafka ---------------------------------------------------------------------------
+
+
+def test_kafka_python_transactions(bootstrap: str, make_topic: Any) -> None:
+    from kafka import KafkaProducer
+
+    topic = make_topic(partitions=1)
+    producer = KafkaProducer(bootstrap_servers=bootstrap, transactional_id=_tid("kp"))
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        for i in range(5):
+            producer.send(topic, value=b"kp-commit-%d" % i, partition=0)
+        producer.commit_transaction()
+        producer.begin_transaction()
+        producer.send(topic, value=b"kp-abort", partition=0)
+        producer.flush()
+        producer.abort_transaction()
+    finally:
+        producer.close(5)
+    committed = sorted(b"kp-commit-%d" % i for i in range(5))
+    assert values(read_to_end(bootstrap, topic, 1, "read_committed")) == committed
+    assert values(read_to_end(bootstrap, topic, 1, "read_uncommitted")) == sorted([*committed, b"kp-abort"])
+
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed")
+    try:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+        seen: list[bytes] = []
+        deadline = time.monotonic() + 15
+        while len(seen) < 5 and time.monotonic() < deadline:
+            for batch in consumer.poll(timeout_ms=200).values():
+                seen.extend(r.value for r in batch)
+        assert sorted(seen) == committed
+    finally:
+        consumer.close()
+
+
+def test_aiokafka_transactions(bootstrap: str, make_topic: Any) -> None:
+    topic = make_topic(partitions=1)
+
+    async def scenario() -> list[bytes]:
+        from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=_tid("aio"))
+        await producer.start()
+        try:
+            async with producer.transaction():
+                for i in range(5):
+                    await producer.send_and_wait(topic, b"aio-commit-%d" % i, partition=0)
+            try:
+                async with producer.transaction():
+                    await producer.send_and_wait(topic, b"aio-abort", partition=0)
+                    raise RuntimeError("abort this one")
+            except RuntimeError:
+                pass
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed")
+        await consumer.start()
+        try:
+            tp = TopicPartition(topic, 0)
+            consumer.assign([tp])
+            await consumer.seek_to_beginning(tp)
+            seen: list[bytes] = []
+            for _ in range(50):
+                batches = await consumer.getmany(tp, timeout_ms=200)
+                seen.extend(r.value for r in batches.get(tp, []))
+                if len(seen) >= 5:
+                    break
+            return seen
+        finally:
+            await consumer.stop()
+
+    committed = sorted(b"aio-commit-%d" % i for i in range(5))
+    assert sorted(run_async(scenario())) == committed
+    assert values(read_to_end(bootstrap, topic, 1, "read_uncommitted")) == sorted([*committed, b"aio-abort"])
+

@@ -1,0 +1,56 @@
+"""DescribeTransactions (key 65), version 0.
+
+Behaviour: for each transactional id: its state name, timeout, start time of the ongoing transaction
+(-1 when none), producer id and epoch, and the partitions of the transaction. Unknown ids get
+TRANSACTIONAL_ID_NOT_FOUND; ids in a partition still loading COORDINATOR_LOAD_IN_PROGRESS.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kafkacompat.broker.txn_runtime import runtime_of
+from kafkacompat.wire._generated.describe_transactions_response import DescribeTransactionsResponse
+from kafkacompat.wire.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from kafkacompat.broker.dispatch import RequestContext
+
+API_KEY = 65
+MIN_VERSION = 0
+MAX_VERSION = 0
+
+State = DescribeTransactionsResponse.TransactionState
+TopicData = DescribeTransactionsResponse.TopicData
+
+
+async def handle(ctx: RequestContext, request: Any) -> DescribeTransactionsResponse:
+    ids = list(request.transactional_ids)
+    runtime = runtime_of(ctx.broker)
+    try:
+        if runtime is None:
+            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        described = await runtime.call(lambda now: runtime.core.describe_transactions(ids), may_write=False)
+    except KafkaError as exc:
+        return DescribeTransactionsResponse(
+            throttle_time_ms=0,
+            transaction_states=[State(error_code=exc.code, transactional_id=tid, topics=[]) for tid in ids],
+        )
+    states = []
+    for d in described:
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in d.partitions:
+            by_topic.setdefault(topic, []).append(partition)
+        states.append(
+            State(
+                error_code=d.error,
+                transactional_id=d.transactional_id,
+                transaction_state=d.state,
+                transaction_timeout_ms=d.timeout_ms,
+                transaction_start_time_ms=d.start_ms,
+                producer_id=d.producer_id,
+                producer_epoch=d.producer_epoch,
+                topics=[TopicData(topic=t, partitions=ps) for t, ps in by_topic.items()],
+            )
+        )
+    return DescribeTransactionsResponse(throttle_time_ms=0, transaction_states=states)

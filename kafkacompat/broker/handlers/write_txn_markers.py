@@ -1,0 +1,58 @@
+"""WriteTxnMarkers (key 27), versions 0-1.
+
+Behaviour: what a transaction coordinator sends to partition leaders: for each marker, a COMMIT
+(`transaction_result` true) or ABORT control batch with the producer id, epoch and coordinator epoch
+is appended to each listed partition of this broker (for `__consumer_offsets`, the group coordinator
+settles the producer's pending transactional offsets). This broker's own coordinator writes its
+markers directly (txn_runtime.LocalMarkerWriter, the same path); the API is served for admin tools
+and for cluster mode. Errors per partition: UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH (a
+marker older than the partition's producer epoch), KAFKA_STORAGE_ERROR.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kafkacompat.broker.txn_runtime import LocalMarkerWriter
+from kafkacompat.wire._generated.write_txn_markers_response import WriteTxnMarkersResponse
+from kafkacompat.wire.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from kafkacompat.broker.dispatch import RequestContext
+
+API_KEY = 27
+MIN_VERSION = 0
+MAX_VERSION = 1
+
+MarkerResult = WriteTxnMarkersResponse.WritableTxnMarkerResult
+TopicResult = WriteTxnMarkersResponse.WritableTxnMarkerTopicResult
+PartitionResult = WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult
+
+
+async def handle(ctx: RequestContext, request: Any) -> WriteTxnMarkersResponse:
+    writer = LocalMarkerWriter(ctx.broker)
+    results = []
+    for marker in request.markers:
+        topics = []
+        for topic in marker.topics:
+            partitions = []
+            for index in topic.partition_indexes:
+                code = ErrorCode.NONE
+                info = ctx.broker.metadata.topic(topic.name)
+                try:
+                    if info is None or not 0 <= index < info.partitions:
+                        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                    await writer.write_one(
+                        topic.name,
+                        index,
+                        marker.producer_id,
+                        marker.producer_epoch,
+                        marker.coordinator_epoch,
+                        bool(marker.transaction_result),
+                    )
+                except KafkaError as exc:
+                    code = exc.code
+                partitions.append(PartitionResult(partition_index=index, error_code=code))
+            topics.append(TopicResult(name=topic.name, partitions=partitions))
+        results.append(MarkerResult(producer_id=marker.producer_id, topics=topics))
+    return WriteTxnMarkersResponse(markers=results)
