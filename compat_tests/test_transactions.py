@@ -30,7 +30,9 @@ def ck_producer(bootstrap: str, tid: str, **config: Any) -> Any:
     return producer
 
 
-def read_to_end(bootstrap: str, topic: str, partitions: int, isolation: str, timeout: float = 20) -> list[Any]:
+def read_to_end(
+    bootstrap: str, topic: str, partitions: int, isolation: str, timeout: float = 20
+) -> list[Any]:
     """Every message a consumer of `isolation` sees from the start to the end of each partition
     (the last stable offset for read_committed), as (partition, offset, value)."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
@@ -329,4 +331,3 @@ def test_aiokafka_transactions(bootstrap: str, make_topic: Any) -> None:
     committed = sorted(b"aio-commit-%d" % i for i in range(5))
     assert sorted(run_async(scenario())) == committed
     assert values(read_to_end(bootstrap, topic, 1, "read_uncommitted")) == sorted([*committed, b"aio-abort"])
-
