@@ -331,3 +331,58 @@ def test_aiokafka_transactions(bootstrap: str, make_topic: Any) -> None:
     committed = sorted(b"aio-commit-%d" % i for i in range(5))
     assert sorted(run_async(scenario())) == committed
     assert values(read_to_end(bootstrap, topic, 1, "read_uncommitted")) == sorted([*committed, b"aio-abort"])
+
+
+def test_exactly_once_while_the_transforming_process_is_killed(bootstrap: str, make_topic: Any) -> None:
+    """A consume-transform-produce worker is SIGKILLed at random moments and restarted; the output read
+    with read_committed holds every input exactly once (no duplicate, no gap)."""
+    import os
+    import random
+    import subprocess
+    import sys
+
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    source, sink = make_topic(partitions=3), make_topic(partitions=1)
+    count = 600
+    plain = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i in range(count):
+        plain.produce(source, value=b"%04d" % i, partition=i % 3)
+    assert plain.flush(30) == 0
+    group, tid = f"eos-kill-{uuid.uuid4().hex[:6]}", _tid("eos-kill")
+    command = [sys.executable, "-m", "compat_tests.eos_worker", bootstrap, source, sink, group, tid]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    rng = random.Random(14)
+
+    def committed_total() -> int:
+        probe = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+        try:
+            parts = probe.committed([TopicPartition(source, p) for p in range(3)], 30)
+            return sum(max(tp.offset, 0) for tp in parts)
+        finally:
+            probe.close()
+
+    kills = 0
+    deadline = time.monotonic() + 150
+    while time.monotonic() < deadline:
+        worker = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        try:
+            assert worker.stdout is not None and worker.stdout.readline().strip() == b"ready"
+            if kills < 5:
+                time.sleep(rng.uniform(0.5, 2.0))
+                worker.kill()  # SIGKILL, possibly mid-transaction
+                kills += 1
+                continue
+            while committed_total() < count and time.monotonic() < deadline:
+                time.sleep(0.5)
+            break
+        finally:
+            if worker.poll() is None:
+                worker.kill()
+            worker.wait()
+    assert kills == 5
+    assert committed_total() == count
+    out = [m[2] for m in read_to_end(bootstrap, sink, 1, "read_committed")]
+    expected = [b"out-%04d" % i for i in range(count)]
+    assert len(out) == len(set(out)), "duplicates in the output"
+    assert sorted(out) == expected, "gaps in the output"
