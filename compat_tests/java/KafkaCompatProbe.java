@@ -35,6 +35,11 @@ public final class KafkaCompatProbe {
             case "describe-group" -> describeGroup(bootstrap, args[2]);
             case "member" -> member(bootstrap, args[2], args[3], args[4], args[5], args[6]);
             case "broker-configs" -> brokerConfigs(bootstrap, args[2], args[3], args[4]);
+            case "txn" -> txn(bootstrap, args[2], args[3], args[4]);
+            case "txn-ctp" -> txnConsumeTransformProduce(bootstrap, args[2], args[3], args[4], args[5],
+                    Integer.parseInt(args[6]));
+            case "txn-fence" -> txnFence(bootstrap, args[2], args[3]);
+            case "txn-admin" -> txnAdmin(bootstrap, args[2], args[3]);
             default -> throw new IllegalArgumentException("unknown command " + command);
         }
     }
@@ -349,5 +354,159 @@ public final class KafkaCompatProbe {
             printEntry("broker-after", admin.describeConfigs(List.of(broker), withSynonyms).all().get().get(broker).get(name));
             admin.deleteTopics(List.of(topic)).all().get();
         }
+    }
+
+    // --- transactions ----------------------------------------------------------------------------------
+
+    static Properties txnProducerProps(String bootstrap, String transactionalId) {
+        Properties props = base(bootstrap);
+        props.put("key.serializer", ByteArraySerializer.class.getName());
+        props.put("value.serializer", ByteArraySerializer.class.getName());
+        props.put("transactional.id", transactionalId);
+        return props;
+    }
+
+    // Every record of `topic` (all partitions) up to the end offsets of this isolation level, printed as
+    // "<prefix> <partition> <value as text>".
+    static void readAll(String bootstrap, String topic, String isolation, String prefix) {
+        Properties props = consumerProps(bootstrap, "earliest");
+        props.put("isolation.level", isolation);
+        try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(props)) {
+            List<TopicPartition> tps = new ArrayList<>();
+            for (PartitionInfo info : consumer.partitionsFor(topic)) tps.add(new TopicPartition(topic, info.partition()));
+            consumer.assign(tps);
+            consumer.seekToBeginning(tps);
+            Map<TopicPartition, Long> ends = consumer.endOffsets(tps);
+            long deadline = System.currentTimeMillis() + 30000;
+            while (System.currentTimeMillis() < deadline) {
+                boolean done = true;
+                for (TopicPartition tp : tps) done &= consumer.position(tp) >= ends.get(tp);
+                if (done) break;
+                for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(200))) {
+                    System.out.println(prefix + " " + r.partition() + " " + new String(r.value(), StandardCharsets.UTF_8));
+                }
+            }
+            for (TopicPartition tp : tps) System.out.println(prefix + "-end " + tp.partition() + " " + ends.get(tp));
+        }
+    }
+
+    // A transactional producer: commit 10, abort 5 (sent first), commit 1; then both isolation levels read.
+    static void txn(String bootstrap, String topic, String transactionalId, String codec) {
+        Properties props = txnProducerProps(bootstrap, transactionalId);
+        props.put("compression.type", codec);
+        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(props)) {
+            producer.initTransactions();
+            producer.beginTransaction();
+            for (int i = 0; i < 10; i++) {
+                producer.send(new ProducerRecord<>(topic, i % 2, null, ("commit-" + i).getBytes(StandardCharsets.UTF_8)));
+            }
+            producer.commitTransaction();
+            producer.beginTransaction();
+            for (int i = 0; i < 5; i++) {
+                producer.send(new ProducerRecord<>(topic, i % 2, null, ("abort-" + i).getBytes(StandardCharsets.UTF_8)));
+            }
+            producer.flush();
+            producer.abortTransaction();
+            producer.beginTransaction();
+            producer.send(new ProducerRecord<>(topic, 0, null, "commit-last".getBytes(StandardCharsets.UTF_8)));
+            producer.commitTransaction();
+            System.out.println("produced");
+        }
+        readAll(bootstrap, topic, "read_committed", "rc");
+        readAll(bootstrap, topic, "read_uncommitted", "ru");
+    }
+
+    // Consume-transform-produce with sendOffsetsToTransaction until `count` records were processed.
+    static void txnConsumeTransformProduce(String bootstrap, String source, String sink, String group,
+            String transactionalId, int count) {
+        Properties cprops = memberProps(bootstrap, group);
+        cprops.put("isolation.level", "read_committed");
+        try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(cprops);
+                KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(txnProducerProps(bootstrap, transactionalId))) {
+            producer.initTransactions();
+            consumer.subscribe(List.of(source));
+            int done = 0;
+            long deadline = System.currentTimeMillis() + 60000;
+            while (done < count && System.currentTimeMillis() < deadline) {
+                ConsumerRecords<byte[], byte[]> records = consumer.poll(Duration.ofMillis(200));
+                if (records.isEmpty()) continue;
+                producer.beginTransaction();
+                Map<TopicPartition, OffsetAndMetadata> offsets = new HashMap<>();
+                for (ConsumerRecord<byte[], byte[]> r : records) {
+                    byte[] out = ("java-" + new String(r.value(), StandardCharsets.UTF_8)).getBytes(StandardCharsets.UTF_8);
+                    producer.send(new ProducerRecord<>(sink, 0, null, out));
+                    offsets.put(new TopicPartition(r.topic(), r.partition()), new OffsetAndMetadata(r.offset() + 1));
+                }
+                producer.sendOffsetsToTransaction(offsets, consumer.groupMetadata());
+                producer.commitTransaction();
+                done += records.count();
+            }
+            System.out.println("processed " + done);
+            Set<TopicPartition> assigned = consumer.assignment();
+            for (Map.Entry<TopicPartition, OffsetAndMetadata> e : consumer.committed(assigned).entrySet()) {
+                System.out.println("committed " + e.getKey().partition() + " " + (e.getValue() == null ? -1 : e.getValue().offset()));
+            }
+        }
+    }
+
+    // A zombie: producer A opens a transaction, producer B with the same transactional id takes over.
+    static void txnFence(String bootstrap, String topic, String transactionalId) {
+        KafkaProducer<byte[], byte[]> zombie = new KafkaProducer<>(txnProducerProps(bootstrap, transactionalId));
+        zombie.initTransactions();
+        zombie.beginTransaction();
+        zombie.send(new ProducerRecord<>(topic, 0, null, "zombie".getBytes(StandardCharsets.UTF_8)));
+        zombie.flush();
+        try (KafkaProducer<byte[], byte[]> successor = new KafkaProducer<>(txnProducerProps(bootstrap, transactionalId))) {
+            successor.initTransactions();
+            successor.beginTransaction();
+            successor.send(new ProducerRecord<>(topic, 0, null, "successor".getBytes(StandardCharsets.UTF_8)));
+            successor.commitTransaction();
+            System.out.println("successor-committed");
+        }
+        try {
+            zombie.send(new ProducerRecord<>(topic, 0, null, "zombie-2".getBytes(StandardCharsets.UTF_8)));
+            zombie.commitTransaction();
+            System.out.println("zombie-committed");
+        } catch (KafkaException e) {
+            System.out.println("fenced " + e.getClass().getSimpleName());
+        } finally {
+            zombie.close(Duration.ofSeconds(5));
+        }
+        readAll(bootstrap, topic, "read_committed", "rc");
+    }
+
+    // Admin: a transaction left open is listed and described, then aborted through WriteTxnMarkers
+    // (Admin.abortTransaction, what kafka-transactions.sh abort does) after finding it with DescribeProducers.
+    static void txnAdmin(String bootstrap, String topic, String transactionalId) throws Exception {
+        KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(txnProducerProps(bootstrap, transactionalId));
+        producer.initTransactions();
+        producer.beginTransaction();
+        producer.send(new ProducerRecord<>(topic, 0, null, "hanging".getBytes(StandardCharsets.UTF_8)));
+        producer.flush();
+        try (Admin admin = Admin.create(base(bootstrap))) {
+            for (TransactionListing listing : admin.listTransactions().all().get()) {
+                if (listing.transactionalId().equals(transactionalId)) {
+                    System.out.println("listed " + listing.transactionalId() + " " + listing.state());
+                }
+            }
+            TransactionDescription d = admin.describeTransactions(List.of(transactionalId)).all().get().get(transactionalId);
+            System.out.println("described " + d.state() + " " + d.producerEpoch() + " " + d.topicPartitions().size()
+                    + " " + d.transactionTimeoutMs());
+            TopicPartition tp = new TopicPartition(topic, 0);
+            DescribeProducersResult.PartitionProducerState state = admin.describeProducers(List.of(tp)).partitionResult(tp).get();
+            for (ProducerState p : state.activeProducers()) {
+                System.out.println("producer " + p.producerId() + " " + p.producerEpoch() + " "
+                        + p.currentTransactionStartOffset().orElse(-1L) + " " + p.coordinatorEpoch().orElse(-1));
+                if (p.currentTransactionStartOffset().isPresent()) {
+                    admin.abortTransaction(new AbortTransactionSpec(tp, p.producerId(), (short) p.producerEpoch(),
+                            p.coordinatorEpoch().orElse(0))).all().get();
+                    System.out.println("aborted " + p.producerId());
+                    readAll(bootstrap, topic, "read_committed", "after-abort");  // the producer is still open
+                }
+            }
+        } finally {
+            producer.close(Duration.ofSeconds(1));
+        }
+        readAll(bootstrap, topic, "read_committed", "rc");
     }
 }
