@@ -386,3 +386,53 @@ def test_exactly_once_while_the_transforming_process_is_killed(bootstrap: str, m
     expected = [b"out-%04d" % i for i in range(count)]
     assert len(out) == len(set(out)), "duplicates in the output"
     assert sorted(out) == expected, "gaps in the output"
+
+
+# --- the CLI ---------------------------------------------------------------------------------------------
+
+
+def test_cli_transactions_list_describe_abort(bootstrap: str, make_topic: Any) -> None:
+    """`kafkacompat transactions` sees a confluent-kafka transaction left open and aborts it like
+    kafka-transactions.sh abort (DescribeProducers, then WriteTxnMarkers)."""
+    from compat_tests.test_cli import cli
+
+    topic = make_topic(partitions=1)
+    tid = _tid("cli")
+    producer = ck_producer(bootstrap, tid)
+    producer.begin_transaction()
+    producer.produce(topic, value=b"hanging", partition=0)
+    assert producer.flush(30) == 0
+
+    listed = cli(bootstrap, "transactions", "list").stdout.splitlines()
+    assert listed[0].split() == ["TransactionalId", "Coordinator", "ProducerId", "TransactionState"]
+    [row] = [line.split() for line in listed[1:] if line.split()[0] == tid]
+    assert row[3] == "Ongoing"
+    described = cli(bootstrap, "transactions", "describe", "--transactional-id", tid).stdout.splitlines()
+    header, values_row = described[0].split(), described[1].split()
+    fields = dict(zip(header, values_row, strict=True))
+    assert fields["TransactionalId"] == tid and fields["ProducerId"] == row[2]
+    assert fields["TransactionState"] == "Ongoing" and fields["TopicPartitions"] == f"{topic}-0"
+    assert end_offsets(bootstrap, topic, 1, "read_committed") == [0]
+
+    aborted = cli(
+        bootstrap, "transactions", "abort", "--topic", topic, "--partition", "0", "--start-offset", "0"
+    )
+    assert "Aborted" in aborted.stdout
+    assert end_offsets(bootstrap, topic, 1, "read_committed") == [2]  # the record and the ABORT marker
+    assert values(read_to_end(bootstrap, topic, 1, "read_committed")) == []
+
+    missing = cli(bootstrap, "transactions", "describe", "--transactional-id", "no-such-id", check=False)
+    assert missing.returncode == 1 and "TRANSACTIONAL_ID_NOT_FOUND" in missing.stderr
+    nothing = cli(
+        bootstrap,
+        "transactions",
+        "abort",
+        "--topic",
+        topic,
+        "--partition",
+        "0",
+        "--start-offset",
+        "5",
+        check=False,
+    )
+    assert nothing.returncode == 1 and "no open transaction" in nothing.stderr

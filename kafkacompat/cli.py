@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "produce": "kafkacompat.commands.produce",
     "consume": "kafkacompat.commands.consume",
     "groups": "kafkacompat.commands.groups",
+    "transactions": "kafkacompat.commands.transactions",
     "serve": "kafkacompat.commands.serve",
     "bench": "kafkacompat.commands.bench",
     "doctor": "kafkacompat.commands.doctor",
