@@ -1,0 +1,128 @@
+"""Transaction APIs on the wire, including the versions and paths real clients do not exercise
+(AddPartitionsToTxn v4+ verification, KIP-588 error mapping, KIP-890 produce verification)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import trio
+
+from kafkacompat.broker._tests.wire_client import (
+    RawClient,
+    batch,
+    create,
+    fetch_request,
+    produce,
+    request,
+    start_broker,
+)
+from kafkacompat.wire.errors import ErrorCode as E
+
+FETCH, INIT_PRODUCER_ID, ADD_PARTITIONS, END_TXN = 1, 22, 24, 26
+DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 65, 66
+
+
+def add_request(version: int, tid: str, pid: int, epoch: int, topics: dict[str, list[int]]) -> object:
+    cls = request(ADD_PARTITIONS).__class__
+    wanted = [cls.AddPartitionsToTxnTopic(name=t, partitions=ps) for t, ps in topics.items()]
+    if version <= 3:
+        return request(
+            ADD_PARTITIONS,
+            v3_and_below_transactional_id=tid,
+            v3_and_below_producer_id=pid,
+            v3_and_below_producer_epoch=epoch,
+            v3_and_below_topics=wanted,
+        )
+    txn = cls.AddPartitionsToTxnTransaction(
+        transactional_id=tid, producer_id=pid, producer_epoch=epoch, verify_only=True, topics=wanted
+    )
+    return request(ADD_PARTITIONS, transactions=[txn])
+
+
+def v3_errors(response: object) -> dict[tuple[str, int], int]:
+    return {
+        (t.name, p.partition_index): p.partition_error_code
+        for t in response.results_by_topic_v3_and_below
+        for p in t.results_by_partition
+    }
+
+
+async def test_transaction_on_the_wire(nursery: trio.Nursery, tmp_path: Path) -> None:
+    broker = await start_broker(nursery, tmp_path, "transaction.state.log.num.partitions=2")
+    client = await RawClient.connect(broker.port)
+    await create(client, "t", 2)
+    init = await client.call(
+        INIT_PRODUCER_ID, 4, request(INIT_PRODUCER_ID, transactional_id="tx", transaction_timeout_ms=60000)
+    )
+    assert (init.error_code, init.producer_epoch) == (E.NONE, 0)
+    pid = init.producer_id
+
+    def txn_batch(*values: bytes) -> bytes:
+        return batch(*values, producer_id=pid, producer_epoch=0, base_sequence=0, is_transactional=True)
+
+    unknown = await client.call(ADD_PARTITIONS, 3, add_request(3, "tx", pid, 0, {"t": [0], "nope": [0]}))
+    assert v3_errors(unknown) == {
+        ("t", 0): E.OPERATION_NOT_ATTEMPTED,
+        ("nope", 0): E.UNKNOWN_TOPIC_OR_PARTITION,
+    }
+    # KIP-890: a transactional batch to a partition not in the transaction is refused
+    assert (await produce(client, "t", txn_batch(b"early"))).error_code == E.INVALID_TXN_STATE
+    added = await client.call(ADD_PARTITIONS, 3, add_request(3, "tx", pid, 0, {"t": [0]}))
+    assert v3_errors(added) == {("t", 0): E.NONE}
+    assert (await produce(client, "t", txn_batch(b"a", b"b"))).error_code == E.NONE
+    verified = await client.call(ADD_PARTITIONS, 4, add_request(4, "tx", pid, 0, {"t": [0, 1]}))
+    [result] = verified.results_by_transaction
+    assert {
+        (t.name, p.partition_index): p.partition_error_code
+        for t in result.topic_results
+        for p in t.results_by_partition
+    } == {
+        ("t", 0): E.NONE,
+        ("t", 1): E.INVALID_TXN_STATE,
+    }
+    # a stale epoch: INVALID_PRODUCER_EPOCH before v2, PRODUCER_FENCED from v2 (KIP-588)
+    stale = add_request(1, "tx", pid, 5, {"t": [0]})
+    assert set(v3_errors(await client.call(ADD_PARTITIONS, 1, stale)).values()) == {E.INVALID_PRODUCER_EPOCH}
+    assert set(v3_errors(await client.call(ADD_PARTITIONS, 2, stale)).values()) == {E.PRODUCER_FENCED}
+
+    committed = fetch_request("t", 0, isolation_level=1)
+    uncommitted = fetch_request("t", 0, isolation_level=0)
+    part = (await client.call(FETCH, 11, committed)).responses[0].partitions[0]
+    assert (part.high_watermark, part.last_stable_offset, len(part.records)) == (2, 0, 0)
+    part = (await client.call(FETCH, 11, uncommitted)).responses[0].partitions[0]
+    assert part.last_stable_offset == 0 and len(part.records) > 0 and part.aborted_transactions is None
+
+    end = request(END_TXN, transactional_id="tx", producer_id=pid, producer_epoch=0, committed=False)
+    assert (await client.call(END_TXN, 3, end)).error_code == E.NONE
+    part = (await client.call(FETCH, 11, committed)).responses[0].partitions[0]
+    assert (part.high_watermark, part.last_stable_offset) == (3, 3)
+    assert [(a.producer_id, a.first_offset) for a in part.aborted_transactions] == [(pid, 0)]
+    end.committed = True
+    assert (await client.call(END_TXN, 3, end)).error_code == E.INVALID_TXN_STATE
+
+    listed = await client.call(
+        LIST_TRANSACTIONS,
+        1,
+        request(
+            LIST_TRANSACTIONS,
+            state_filters=["CompleteAbort", "Nope"],
+            producer_id_filters=[],
+            duration_filter=-1,
+        ),
+    )
+    assert listed.unknown_state_filters == ["Nope"]
+    assert [(s.transactional_id, s.producer_id, s.transaction_state) for s in listed.transaction_states] == [
+        ("tx", pid, "CompleteAbort")
+    ]
+    described = await client.call(
+        DESCRIBE_TRANSACTIONS, 0, request(DESCRIBE_TRANSACTIONS, transactional_ids=["tx", "other"])
+    )
+    first, second = described.transaction_states
+    assert (first.error_code, first.transaction_state, first.transaction_timeout_ms) == (
+        E.NONE,
+        "CompleteAbort",
+        60000,
+    )
+    assert second.error_code == E.TRANSACTIONAL_ID_NOT_FOUND
+    bad = request(INIT_PRODUCER_ID, transactional_id="tx2", transaction_timeout_ms=900_001)
+    assert (await client.call(INIT_PRODUCER_ID, 4, bad)).error_code == E.INVALID_TRANSACTION_TIMEOUT
