@@ -1,4 +1,4 @@
-"""What README's "Not supported yet: transactions, TLS, SASL" says a client sees, checked with real clients.
+"""What README's "Not supported yet: TLS, SASL" says a client sees, checked with real clients.
 
 Each test pins one refusal the README describes. When the feature lands these tests fail on purpose:
 replace the README paragraph and the test with the feature's own tests. They describe this broker's
@@ -20,27 +20,6 @@ LANDED = "works now: replace README's 'Not supported yet' paragraph and this tes
 def _only_our_broker(request: pytest.FixtureRequest) -> None:
     if request.config.getoption("--bootstrap"):
         pytest.skip("describes kafkacompat's own refusals (--bootstrap given)")
-
-
-def test_transactional_producers_time_out_in_init_transactions(bootstrap: str) -> None:
-    from confluent_kafka import KafkaError, KafkaException, Producer
-    from kafka import KafkaProducer
-    from kafka.errors import KafkaTimeoutError
-
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "readme-not-supported"})
-    with pytest.raises(KafkaException) as caught:
-        producer.init_transactions(3)
-        pytest.fail(f"transactions {LANDED}")
-    assert caught.value.args[0].code() == KafkaError._TIMED_OUT
-    kp = KafkaProducer(
-        bootstrap_servers=bootstrap, transactional_id="readme-not-supported-kp", max_block_ms=3000
-    )
-    try:
-        with pytest.raises(KafkaTimeoutError, match="initializing transactional state"):
-            kp.init_transactions()
-            pytest.fail(f"transactions {LANDED}")
-    finally:
-        kp.close(timeout=5)
 
 
 @pytest.mark.parametrize("protocol", ["SSL", "SASL_PLAINTEXT", "SASL_SSL"])

@@ -334,8 +334,6 @@ _NOT_IMPLEMENTED = frozenset(
 _EFFECT_NOTES = {
     "listener.security.protocol.map": "PLAINTEXT only; a listener mapped to SSL, SASL_PLAINTEXT or "
     "SASL_SSL stops start-up (no TLS or SASL yet)",
-    "transaction.state.log.num.partitions": "partitions of `__transaction_state` if a client creates it; "
-    "transactions are not served yet",
 }
 BROKER_OPTIONS = tuple(
     dataclasses.replace(
