@@ -254,11 +254,16 @@ def test_invalid_transaction_timeout(bootstrap: str) -> None:
 # --- kafka-python and aiokafka ---------------------------------------------------------------------------
 
 
-def test_kafka_python_transactions(bootstrap: str, make_topic: Any) -> None:
+@pytest.mark.parametrize("codec", CODECS)
+def test_kafka_python_transactions(bootstrap: str, make_topic: Any, codec: str) -> None:
     from kafka import KafkaProducer
 
     topic = make_topic(partitions=1)
-    producer = KafkaProducer(bootstrap_servers=bootstrap, transactional_id=_tid("kp"))
+    producer = KafkaProducer(
+        bootstrap_servers=bootstrap,
+        transactional_id=_tid("kp"),
+        compression_type=None if codec == "none" else codec,
+    )
     try:
         producer.init_transactions()
         producer.begin_transaction()
@@ -292,13 +297,18 @@ def test_kafka_python_transactions(bootstrap: str, make_topic: Any) -> None:
         consumer.close()
 
 
-def test_aiokafka_transactions(bootstrap: str, make_topic: Any) -> None:
+@pytest.mark.parametrize("codec", CODECS)
+def test_aiokafka_transactions(bootstrap: str, make_topic: Any, codec: str) -> None:
     topic = make_topic(partitions=1)
 
     async def scenario() -> list[bytes]:
         from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=_tid("aio"))
+        producer = AIOKafkaProducer(
+            bootstrap_servers=bootstrap,
+            transactional_id=_tid("aio"),
+            compression_type=None if codec == "none" else codec,
+        )
         await producer.start()
         try:
             async with producer.transaction():
