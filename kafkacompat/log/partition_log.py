@@ -91,6 +91,9 @@ class ReadResult:
     log_end_offset: int
     high_watermark: int
     first_offset: int = -1  # base offset of the first batch returned, -1 when empty
+    # the returned batches all lie below this (the end of the segment they come from): bounds the
+    # aborted-transaction lookup of a read_committed fetch, as Kafka bounds it by the fetched range
+    upper_offset: int = -1
 
 
 @dataclass
@@ -641,6 +644,7 @@ class PartitionLog:
                 leo,
                 self.high_watermark,
                 header.base_offset,
+                segment.next_offset,
             )
         return empty
 

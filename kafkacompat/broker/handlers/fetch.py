@@ -171,7 +171,9 @@ def _read_all(
                 if read_committed:
                     read.aborted = [
                         AbortedTransaction(producer_id=a.producer_id, first_offset=a.first_offset)
-                        for a in partition_log.aborted_transactions(cached.fetch_offset, last_stable_offset)
+                        for a in partition_log.aborted_transactions(
+                            cached.fetch_offset, min(last_stable_offset, result.upper_offset)
+                        )
                     ]
         except KafkaError as exc:
             read.error = exc.code
