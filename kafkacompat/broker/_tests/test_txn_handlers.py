@@ -18,7 +18,7 @@ from kafkacompat.broker._tests.wire_client import (
 )
 from kafkacompat.wire.errors import ErrorCode as E
 
-FETCH, INIT_PRODUCER_ID, ADD_PARTITIONS, END_TXN = 1, 22, 24, 26
+FETCH, INIT_PRODUCER_ID, ADD_PARTITIONS, ADD_OFFSETS, END_TXN, TXN_OFFSET_COMMIT = 1, 22, 24, 25, 26, 28
 DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 65, 66
 
 
@@ -126,3 +126,43 @@ async def test_transaction_on_the_wire(nursery: trio.Nursery, tmp_path: Path) ->
     assert second.error_code == E.TRANSACTIONAL_ID_NOT_FOUND
     bad = request(INIT_PRODUCER_ID, transactional_id="tx2", transaction_timeout_ms=900_001)
     assert (await client.call(INIT_PRODUCER_ID, 4, bad)).error_code == E.INVALID_TRANSACTION_TIMEOUT
+
+
+async def test_txn_offset_commit_needs_the_group_in_the_transaction(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    broker = await start_broker(
+        nursery, tmp_path, "transaction.state.log.num.partitions=2", "offsets.topic.num.partitions=2"
+    )
+    client = await RawClient.connect(broker.port)
+    init = await client.call(
+        INIT_PRODUCER_ID, 4, request(INIT_PRODUCER_ID, transactional_id="tx", transaction_timeout_ms=60000)
+    )
+    pid = init.producer_id
+    cls = request(TXN_OFFSET_COMMIT).__class__
+
+    def commit(epoch: int) -> object:
+        partition = cls.TxnOffsetCommitRequestPartition(
+            partition_index=0, committed_offset=5, committed_leader_epoch=-1, committed_metadata=""
+        )
+        return request(
+            TXN_OFFSET_COMMIT,
+            transactional_id="tx",
+            group_id="g",
+            producer_id=pid,
+            producer_epoch=epoch,
+            generation_id=-1,
+            member_id="",
+            group_instance_id=None,
+            topics=[cls.TxnOffsetCommitRequestTopic(name="t", partitions=[partition])],
+        )
+
+    async def codes(epoch: int) -> list[int]:
+        response = await client.call(TXN_OFFSET_COMMIT, 3, commit(epoch))
+        return [p.error_code for t in response.topics for p in t.partitions]
+
+    assert await codes(0) == [E.INVALID_TXN_STATE]  # AddOffsetsToTxn first (KIP-890)
+    add = request(ADD_OFFSETS, transactional_id="tx", producer_id=pid, producer_epoch=0, group_id="g")
+    assert (await client.call(ADD_OFFSETS, 3, add)).error_code == E.NONE
+    assert await codes(0) == [E.NONE]
+    assert await codes(7) == [E.INVALID_PRODUCER_EPOCH]

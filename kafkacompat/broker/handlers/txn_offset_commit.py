@@ -6,15 +6,18 @@ them (and answers UNSTABLE_OFFSET_COMMIT for them when `require_stable`) until t
 marker lands in that partition; an ABORT marker drops them. Group checks as in Kafka's transactional
 commit: COORDINATOR_LOAD_IN_PROGRESS / NOT_COORDINATOR, INVALID_GROUP_ID, v3+ member id and generation
 (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, FENCED_INSTANCE_ID), OFFSET_METADATA_TOO_LARGE per partition.
-The partition's membership in the transaction is not verified here (AddOffsetsToTxn put the group's
-partition in it; an offset staged without it is never settled, as with Kafka before KIP-890 part 2).
+With `transaction.partition.verification.enable` (KIP-890 part 1) the transaction coordinator is asked
+first whether the group's `__consumer_offsets` partition is in the producer's ongoing transaction
+(AddOffsetsToTxn put it there): if not, every partition gets INVALID_TXN_STATE, and a fenced producer
+(a stale epoch) INVALID_PRODUCER_EPOCH, so a zombie never stages offsets that no marker would settle.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kafkacompat.broker.group_runtime import runtime_of
+from kafkacompat.broker.group_runtime import OFFSETS_TOPIC, runtime_of
+from kafkacompat.broker.txn_runtime import runtime_of as txn_runtime_of
 from kafkacompat.groups.api import OffsetCommitPartition, TxnOffsetCommitRequest
 from kafkacompat.wire._generated.txn_offset_commit_response import TxnOffsetCommitResponse
 from kafkacompat.wire.errors import ErrorCode, KafkaError
@@ -28,6 +31,26 @@ MAX_VERSION = 4
 
 TopicResponse = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic
 PartitionResponse = TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition
+
+
+def _verify(ctx: RequestContext, request: Any, offsets_partition: int) -> None:
+    """KIP-890: the group's partition must be in the producer's ongoing transaction."""
+    transactions = txn_runtime_of(ctx.broker)
+    if transactions is None or not ctx.broker.config["transaction.partition.verification.enable"]:
+        return
+    verdict = transactions.core.verify_partitions(
+        request.transactional_id,
+        request.producer_id,
+        request.producer_epoch,
+        [(OFFSETS_TOPIC, offsets_partition)],
+    )
+    code = next(iter(verdict.values()))
+    if code == ErrorCode.PRODUCER_FENCED:
+        code = ErrorCode.INVALID_PRODUCER_EPOCH
+    elif code == ErrorCode.INVALID_PRODUCER_ID_MAPPING:
+        code = ErrorCode.INVALID_TXN_STATE
+    if code != ErrorCode.NONE:
+        raise KafkaError(code, "the group's offsets partition is not in the producer's transaction")
 
 
 async def handle(ctx: RequestContext, request: Any) -> TxnOffsetCommitResponse:
@@ -56,6 +79,8 @@ async def handle(ctx: RequestContext, request: Any) -> TxnOffsetCommitResponse:
     try:
         if runtime is None:
             raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        await runtime.ensure_offsets_topic()
+        _verify(ctx, request, runtime.core.partition_for(request.group_id))
         results = await runtime.call(lambda now: runtime.core.txn_offset_commit(req, now))
     except KafkaError as exc:
         results = [((p.topic, p.partition), exc.code) for p in partitions]
