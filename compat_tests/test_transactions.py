@@ -446,3 +446,40 @@ def test_cli_transactions_list_describe_abort(bootstrap: str, make_topic: Any) -
         check=False,
     )
     assert nothing.returncode == 1 and "no open transaction" in nothing.stderr
+
+
+def test_kafka_python_admin_transactions(bootstrap: str, make_topic: Any) -> None:
+    """kafka-python's admin: list/describe transactions, describe producers, abort a hanging transaction
+    (WriteTxnMarkers with coordinator epoch -1, the admin bypass)."""
+    from kafka import TopicPartition
+    from kafka.admin import AbortTransactionSpec, KafkaAdminClient
+    from kafka.errors import TransactionalIdNotFoundError
+
+    topic = make_topic(partitions=1)
+    tid = _tid("kp-admin")
+    producer = ck_producer(bootstrap, tid, **{"transaction.timeout.ms": 45000})
+    producer.begin_transaction()
+    producer.produce(topic, value=b"hanging", partition=0)
+    assert producer.flush(30) == 0
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        listed = [
+            t for by_broker in admin.list_transactions(state_filters=["Ongoing"]).values() for t in by_broker
+        ]
+        [mine] = [t for t in listed if t.transactional_id == tid]
+        assert str(getattr(mine.state, "value", mine.state)) == "Ongoing"
+        assert [t for t in listed if str(getattr(t.state, "value", t.state)) != "Ongoing"] == []
+        description = admin.describe_transactions([tid])[tid]
+        assert str(getattr(description.state, "value", description.state)) == "Ongoing"
+        assert description.producer_id == mine.producer_id and description.transaction_timeout_ms == 45000
+        assert {(tp.topic, tp.partition) for tp in description.topic_partitions} == {(topic, 0)}
+        with pytest.raises(TransactionalIdNotFoundError):
+            admin.describe_transactions(["no-such-transactional-id"])
+        tp = TopicPartition(topic, 0)
+        [state] = admin.describe_producers([tp])[tp].active_producers
+        assert (state.producer_id, state.current_transaction_start_offset) == (mine.producer_id, 0)
+        admin.abort_transaction(AbortTransactionSpec(tp, state.producer_id, state.producer_epoch))
+    finally:
+        admin.close()
+    assert end_offsets(bootstrap, topic, 1, "read_committed") == [2]
+    assert values(read_to_end(bootstrap, topic, 1, "read_committed")) == []
