@@ -92,3 +92,51 @@ def test_sigkill_mid_transaction_recovers_lso_index_and_coordinator(tmp_path: Pa
         )
     finally:
         broker.stop()
+
+
+def test_idle_transactional_id_expires(tmp_path: Path) -> None:
+    """transactional.id.expiration.ms: an idle transactional id is forgotten (a tombstone in
+    __transaction_state, so it stays forgotten after a restart); the same id later starts afresh."""
+    from kafka.admin import KafkaAdminClient
+    from kafka.errors import TransactionalIdNotFoundError
+
+    broker = BrokerProcess(
+        tmp_path / "data",
+        [
+            *OVERRIDES,
+            "transactional.id.expiration.ms=1000",
+            "transaction.remove.expired.transaction.cleanup.interval.ms=200",
+        ],
+    ).start()
+    try:
+        create_topic(broker.bootstrap, "expiring", partitions=1)
+        producer = _producer(broker.bootstrap, "idle-id")
+        producer.begin_transaction()
+        producer.produce("expiring", value=b"x", partition=0)
+        producer.commit_transaction(30)
+        admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        try:
+            first = admin.describe_transactions(["idle-id"])["idle-id"].producer_id
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                listed = [t.transactional_id for ts in admin.list_transactions().values() for t in ts]
+                if "idle-id" not in listed:
+                    break
+                time.sleep(0.2)
+            assert "idle-id" not in listed
+            with pytest.raises(TransactionalIdNotFoundError):
+                admin.describe_transactions(["idle-id"])
+        finally:
+            admin.close()
+        broker.restart()
+        admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        try:
+            with pytest.raises(TransactionalIdNotFoundError):
+                admin.describe_transactions(["idle-id"])
+            _producer(broker.bootstrap, "idle-id")  # starts afresh: a new producer id at epoch 0
+            again = admin.describe_transactions(["idle-id"])["idle-id"]
+            assert again.producer_id != first and again.producer_epoch == 0
+        finally:
+            admin.close()
+    finally:
+        broker.stop()
