@@ -74,8 +74,13 @@ class LocalMarkerWriter:
                     topic, partition, job.producer_id, job.producer_epoch, job.coordinator_epoch, job.commit
                 )
             except KafkaError as exc:
-                if exc.code in (ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
-                    # Kafka gives up on such markers too: a newer epoch owns the partition, or it is gone
+                if exc.code in (
+                    ErrorCode.INVALID_PRODUCER_EPOCH,
+                    ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                ):
+                    # Kafka gives up on such markers too: a newer epoch or coordinator owns the
+                    # partition's producer, or the partition is gone
                     log.warning("dropping %s marker for %s-%d: %s", job, topic, partition, exc)
                     continue
                 log.error("could not write a marker to %s-%d: %s", topic, partition, exc)

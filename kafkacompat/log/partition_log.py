@@ -64,7 +64,13 @@ from kafkacompat.log.segment import DELETED_SUFFIX, INT32_MAX, LogSegment
 from kafkacompat.log.txn_index import AbortedTxn
 from kafkacompat.log.validator import assign_offsets, recompress_if_needed, validate_records
 from kafkacompat.wire.errors import ErrorCode, KafkaError
-from kafkacompat.wire.records import ABORT_MARKER, RecordBatchView, iter_records, parse_control_record_key
+from kafkacompat.wire.records import (
+    ABORT_MARKER,
+    RecordBatchView,
+    iter_records,
+    parse_control_record_key,
+    parse_end_txn_marker_value,
+)
 
 __all__ = ["AppendResult", "PartitionLog", "ReadResult", "parse_partition_dir_name"]
 
@@ -108,6 +114,16 @@ class LoadReport:
 
     recovered_segments: int = 0
     damage: list[str] = field(default_factory=list)
+
+
+def _marker_coordinator_epoch(marker: RecordBatchView) -> int:
+    """The coordinator epoch a transaction marker carries, -1 when it is not a well-formed marker."""
+    try:
+        for record in iter_records(marker):
+            return parse_end_txn_marker_value(record.value)[1]
+    except KafkaError:
+        pass
+    return -1
 
 
 def parse_partition_dir_name(name: str) -> tuple[str, int] | None:
@@ -300,17 +316,18 @@ class PartitionLog:
             if rebuild_epochs:
                 self.leader_epochs.assign(header.partition_leader_epoch, header.base_offset, persist=False)
             if header.producer_id >= 0:
+                coordinator_epoch = -1
                 if header.is_control:
-                    entry = self._aborted_txn(
-                        header.producer_id, header.base_offset, self._read_batch(segment, position, header)
-                    )
+                    marker = self._read_batch(segment, position, header)
+                    coordinator_epoch = _marker_coordinator_epoch(marker)
+                    entry = self._aborted_txn(header.producer_id, header.base_offset, marker)
                     if entry is not None:
                         segment.txn_index.append(entry)
-                self._apply_header(header)
+                self._apply_header(header, coordinator_epoch)
         if rebuild_epochs:
             self.leader_epochs._persist()
 
-    def _apply_header(self, header: BatchHeader) -> None:
+    def _apply_header(self, header: BatchHeader, coordinator_epoch: int = -1) -> None:
         self.producer_state.apply_replicated(
             header.producer_id,
             header.producer_epoch,
@@ -321,6 +338,7 @@ class PartitionLog:
             header.max_timestamp,
             header.is_transactional,
             header.is_control,
+            coordinator_epoch,
         )
 
     def _iter_headers_from(self, offset: int):
@@ -417,6 +435,7 @@ class PartitionLog:
                         batch_max_ts,
                         batch.is_transactional,
                         batch.is_control,
+                        _marker_coordinator_epoch(batch) if batch.is_control else -1,
                     )
         self.active_segment.append(buf, infos)
         if staged is not None:
@@ -440,8 +459,8 @@ class PartitionLog:
         for batch in batches:
             if batch.producer_id < 0:
                 continue
-            if batch.is_control:  # a transaction marker: no sequence, only the epoch is checked
-                staged.check_epoch(batch.producer_id, batch.producer_epoch)
+            if batch.is_control:  # a transaction marker: no sequence, only the epochs are checked
+                staged.check_epoch(batch.producer_id, batch.producer_epoch, _marker_coordinator_epoch(batch))
                 continue
             duplicate = staged.find_duplicate(
                 batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.last_sequence
@@ -513,6 +532,7 @@ class PartitionLog:
                     batch.max_timestamp,
                     batch.is_transactional,
                     batch.is_control,
+                    _marker_coordinator_epoch(batch) if batch.is_control else -1,
                 )
         count = sum(b.records_count for b in batches)
         self.unflushed_messages += count

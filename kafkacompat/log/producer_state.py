@@ -127,13 +127,20 @@ class ProducerAppendBatch:
         current = self._manager.producers.get(producer_id)
         return None if current is None else current.find_duplicate(epoch, first_seq, last_seq)
 
-    def check_epoch(self, producer_id: int, epoch: int) -> None:
-        """A transaction marker may not come from an older epoch than the producer's."""
+    def check_epoch(self, producer_id: int, epoch: int, coordinator_epoch: int = -1) -> None:
+        """A transaction marker may not come from an older epoch than the producer's, nor from an older
+        coordinator than the one that wrote its last marker (-1: an admin abort, not checked)."""
         entry = self.updated.get(producer_id) or self._manager.producers.get(producer_id)
         if entry is not None and epoch < entry.epoch:
             raise KafkaError(
                 ErrorCode.INVALID_PRODUCER_EPOCH,
                 f"marker for producer {producer_id} with epoch {epoch} older than {entry.epoch}",
+            )
+        if entry is not None and 0 <= coordinator_epoch < entry.coordinator_epoch:
+            raise KafkaError(
+                ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+                f"marker for producer {producer_id} from coordinator epoch {coordinator_epoch}, "
+                f"older than {entry.coordinator_epoch}",
             )
 
     def check(self, producer_id: int, epoch: int, first_seq: int, last_seq: int) -> None:
@@ -170,6 +177,7 @@ class ProducerAppendBatch:
         max_timestamp: int,
         is_transactional: bool,
         is_control: bool,
+        coordinator_epoch: int = -1,
     ) -> None:
         entry = self._entry(producer_id)
         if epoch != entry.epoch:
@@ -177,6 +185,8 @@ class ProducerAppendBatch:
             entry.epoch = epoch
         if is_control:
             entry.current_txn_first_offset = -1
+            if coordinator_epoch >= 0:
+                entry.coordinator_epoch = coordinator_epoch
             return
         if first_seq >= 0:
             entry.batches.append(
@@ -222,6 +232,7 @@ class ProducerStateManager:
         max_timestamp: int,
         is_transactional: bool,
         is_control: bool,
+        coordinator_epoch: int = -1,
     ) -> None:
         """Apply a batch that is already in the log (follower append, recovery): no checks."""
         staged = self.begin()
@@ -235,6 +246,7 @@ class ProducerStateManager:
             max_timestamp,
             is_transactional,
             is_control,
+            coordinator_epoch,
         )
         self.commit(staged)
 

@@ -6,7 +6,8 @@ is appended to each listed partition of this broker (for `__consumer_offsets`, t
 settles the producer's pending transactional offsets). This broker's own coordinator writes its
 markers directly (txn_runtime.LocalMarkerWriter, the same path); the API is served for admin tools
 and for cluster mode. Errors per partition: UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH (a
-marker older than the partition's producer epoch), KAFKA_STORAGE_ERROR.
+marker older than the partition's producer epoch), TRANSACTION_COORDINATOR_FENCED (a coordinator epoch
+older than the one of the producer's last marker; -1, an admin abort, is not checked), KAFKA_STORAGE_ERROR.
 """
 
 from __future__ import annotations

@@ -237,3 +237,34 @@ def test_aborted_transactions_are_indexed_in_kafkas_txnindex_format(make_log):
     assert recovered.aborted_transactions(0, 7) == []
     assert recovered.first_unstable_offset() == 2
     recovered.close(clean=False)
+
+
+def test_markers_record_and_check_the_coordinator_epoch(make_log):
+    from kafkacompat.wire.records import build_control_batch
+
+    def epoch_marker(coordinator_epoch: int) -> bytearray:
+        return bytearray(
+            build_control_batch(
+                commit=False,
+                producer_id=77,
+                producer_epoch=0,
+                coordinator_epoch=coordinator_epoch,
+                timestamp=NOW,
+            )
+        )
+
+    pl = make_log()
+    pl.append_as_leader(txn_batch(77, 0, [b"a"]), 0, NOW)
+    pl.append_as_leader(epoch_marker(3), 0, NOW, from_coordinator=True)
+    assert pl.producer_state.producers[77].coordinator_epoch == 3
+    with pytest.raises(KafkaError) as fenced:
+        pl.append_as_leader(epoch_marker(2), 0, NOW, from_coordinator=True)  # a stale coordinator
+    assert fenced.value.code == ErrorCode.TRANSACTION_COORDINATOR_FENCED
+    pl.append_as_leader(epoch_marker(-1), 0, NOW, from_coordinator=True)  # an admin abort is not checked
+    pl.close(clean=False)
+    for name in os.listdir(pl.directory):
+        if name.endswith(".snapshot"):
+            os.unlink(os.path.join(pl.directory, name))
+    recovered = PartitionLog(pl.directory, "t", 0, pl.config, clean_shutdown=False, sync=False)
+    assert recovered.producer_state.producers[77].coordinator_epoch == 3  # replayed from the markers
+    recovered.close(clean=False)
