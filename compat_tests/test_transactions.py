@@ -483,3 +483,36 @@ def test_kafka_python_admin_transactions(bootstrap: str, make_topic: Any) -> Non
         admin.close()
     assert end_offsets(bootstrap, topic, 1, "read_committed") == [2]
     assert values(read_to_end(bootstrap, topic, 1, "read_committed")) == []
+
+
+def test_transactional_offsets_are_pending_until_commit(bootstrap: str, make_topic: Any) -> None:
+    """Offsets sent with send_offsets_to_transaction are invisible until the transaction commits: a
+    read_uncommitted consumer sees no offset, a read_committed one (OffsetFetch require_stable) waits
+    through UNSTABLE_OFFSET_COMMIT; after the commit both see it."""
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+    source, sink = make_topic(partitions=1), make_topic(partitions=1)
+    group = f"pending-{uuid.uuid4().hex[:6]}"
+    metadata_source = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    producer = ck_producer(bootstrap, _tid("pending"))
+    producer.begin_transaction()
+    producer.produce(sink, value=b"v", partition=0)
+    producer.send_offsets_to_transaction(
+        [TopicPartition(source, 0, 5)], metadata_source.consumer_group_metadata(), 30
+    )
+
+    def committed(isolation: str, timeout: float) -> int:
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "isolation.level": isolation})
+        try:
+            return consumer.committed([TopicPartition(source, 0)], timeout)[0].offset
+        finally:
+            consumer.close()
+
+    assert committed("read_uncommitted", 10) < 0
+    with pytest.raises(KafkaException) as waited:
+        committed("read_committed", 3)
+    assert waited.value.args[0].code() == KafkaError._TIMED_OUT
+    producer.commit_transaction(30)
+    assert committed("read_uncommitted", 10) == 5
+    assert committed("read_committed", 10) == 5
+    metadata_source.close()
