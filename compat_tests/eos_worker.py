@@ -2,7 +2,8 @@
 
 `python -m compat_tests.eos_worker BOOTSTRAP SOURCE SINK GROUP TRANSACTIONAL_ID` reads SOURCE with
 read_committed as a static member of GROUP, and for each batch writes `out-<value>` to SINK and commits
-the batch's offsets in the same transaction (send_offsets_to_transaction), forever.
+the batch's offsets in the same transaction (send_offsets_to_transaction), forever. It prints "ready"
+once initialized and "in-txn" each time a transaction's output has been written but not committed.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ def main(bootstrap: str, source: str, sink: str, group: str, transactional_id: s
         producer.begin_transaction()
         for message in batch:
             producer.produce(sink, value=b"out-" + message.value(), partition=0)
+        producer.flush(30)
+        print("in-txn", flush=True)  # the output is in the log, the transaction still open
         time.sleep(0.01)  # widen the window in which a kill lands mid-transaction
         producer.send_offsets_to_transaction(
             consumer.position(consumer.assignment()), consumer.consumer_group_metadata(), 30
