@@ -1,5 +1,6 @@
-"""Transactions across a broker crash: SIGKILL mid-transaction, then the broker recovers the last stable
-offset, the aborted-transaction index and the coordinator's state (restarts_broker)."""
+"""Transactions across broker restarts: SIGKILL (and SIGTERM) mid-transaction, then the broker recovers the
+last stable offset, the aborted-transaction index and the coordinator's state; transactional ids expire
+(restarts_broker)."""
 
 from __future__ import annotations
 
@@ -61,6 +62,8 @@ def test_sigkill_mid_transaction_recovers_lso_index_and_coordinator(tmp_path: Pa
         assert values(read_to_end(broker.bootstrap, "crash", 1, "read_committed")) == [
             b"c%d" % i for i in range(5)
         ]
+        broker.restart()  # an orderly restart: the open transaction is in the producer-state snapshot
+        assert end_offsets(broker.bootstrap, "crash", 1, "read_committed") == [8]
         # the coordinator remembers the open transaction and its partition: a new producer with the same
         # transactional id fences the old one, whose transaction is aborted with a marker in crash-0
         successor = _producer(broker.bootstrap, "crash-open")
