@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from compat_tests.clients import run_async
+from compat_tests.test_compaction import TOPIC_CONFIGS, ck_create, target  # noqa: F401  (module fixture)
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 
@@ -523,3 +524,38 @@ def test_transactional_offsets_are_pending_until_commit(bootstrap: str, make_top
     assert committed("read_uncommitted", 10) == 5
     assert committed("read_committed", 10) == 5
     metadata_source.close()
+
+
+def test_compaction_removes_aborted_transactional_records(target: Any) -> None:  # noqa: F811
+    """A compacted topic written in transactions: the cleaner drops the aborted records (a
+    read_uncommitted consumer stops seeing them), keeps the committed ones and the markers."""
+    topic = f"compact-txn-{uuid.uuid4().hex[:8]}"
+    ck_create(target.bootstrap, topic, TOPIC_CONFIGS)
+    producer = ck_producer(target.bootstrap, _tid("compact"))
+
+    def transaction(prefix: bytes, commit: bool) -> None:
+        producer.begin_transaction()
+        for i in range(4):
+            producer.produce(topic, key=b"%s-%d" % (prefix, i), value=prefix + b"v" * 60, partition=0)
+            assert producer.flush(30) == 0  # one record per batch: segment.bytes is small
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            producer.abort_transaction(30)
+
+    transaction(b"committed", True)
+    transaction(b"aborted", False)
+    transaction(b"more", True)
+    time.sleep(0.3)  # past segment.ms: the next append rolls, so everything above becomes cleanable
+    transaction(b"last", True)
+    expected = sorted([b"committed"] * 4 + [b"more"] * 4 + [b"last"] * 4)
+    deadline = time.monotonic() + target.wait
+    seen: list[bytes] = []
+    while time.monotonic() < deadline:
+        seen = sorted(m[2].rstrip(b"v") for m in read_to_end(target.bootstrap, topic, 1, "read_uncommitted"))
+        if seen == expected:
+            break
+        time.sleep(0.3)
+    assert seen == expected, "the aborted records were not compacted away"
+    committed = sorted(m[2].rstrip(b"v") for m in read_to_end(target.bootstrap, topic, 1, "read_committed"))
+    assert committed == expected

@@ -13,8 +13,12 @@ can leave the event loop:
    timestamp), records without a key. Offsets never change: a rebuilt batch keeps its base offset, last
    offset delta, producer fields, leader epoch, codec and timestamp type. A batch left with no record is
    dropped unless it is the last batch of its producer in the cleaned range (then it stays, empty, so
-   that producer state can be rebuilt from the log, as Kafka does). Transactional and control batches
-   are kept untouched (aborted data is not filtered yet) and their keys are not counted.
+   that producer state can be rebuilt from the log, as Kafka does). Transactional batches of aborted
+   transactions (the `.txnindex` entries of the log, collected by `prepare`) are removed whole, as Kafka's
+   cleaner removes aborted data, unless one is its producer's last batch; other transactional batches
+   and the control batches (markers) are kept untouched, and their keys are not counted. Markers stay
+   (Kafka drops them once their transaction's data is gone and `delete.retention.ms` passed); the
+   `.txnindex` entries stay too, so read_committed fetches are unaffected.
 3. `plan.commit(log, now_ms)` (owner thread): for each segment still present, renames `.cleaned` to
    `.swap`, renames the old files with `.deleted` (their fds stay open for in-flight reads until
    `file.delete.delay.ms`), renames `.swap` to `.log` and opens it, rebuilding its indexes. A crash
@@ -33,6 +37,7 @@ from dataclasses import dataclass, field
 from kafkacompat.log.batch_header import read_header
 from kafkacompat.log.partition_log import PartitionLog
 from kafkacompat.log.segment import LogSegment
+from kafkacompat.log.txn_index import AbortedTxn
 from kafkacompat.wire.records import RecordBatchView, RecordInput, TimestampType, build_batch, iter_records
 
 __all__ = ["CleanPlan", "CleanStats", "clean_log"]
@@ -54,6 +59,7 @@ class CleanPlan:
     segments: list[LogSegment]
     now_ms: int
     delete_retention_ms: int
+    aborted: list[AbortedTxn] = field(default_factory=list)  # aborted transactions over the segments
     outputs: dict[int, str] = field(default_factory=dict)  # base offset -> .cleaned path
     stats: CleanStats = field(default_factory=CleanStats)
 
@@ -67,7 +73,13 @@ class CleanPlan:
             if segment.next_offset > limit or (segment.size and now_ms - segment.largest_timestamp < lag):
                 break
             chosen.append(segment)
-        return cls(chosen, now_ms, config.get("delete.retention.ms"))
+        aborted = log.aborted_transactions(chosen[0].base_offset, limit) if chosen else []
+        return cls(chosen, now_ms, config.get("delete.retention.ms"), aborted)
+
+    def _is_aborted(self, batch: RecordBatchView, by_producer: dict[int, list[tuple[int, int]]]) -> bool:
+        return any(
+            first <= batch.base_offset <= last for first, last in by_producer.get(batch.producer_id, ())
+        )
 
     def _batches(self, segment: LogSegment):
         position = 0
@@ -80,6 +92,9 @@ class CleanPlan:
             position += header.size
 
     def build(self) -> CleanStats:
+        aborted: dict[int, list[tuple[int, int]]] = {}
+        for entry in self.aborted:
+            aborted.setdefault(entry.producer_id, []).append((entry.first_offset, entry.last_offset))
         latest: dict[bytes, int] = {}
         last_batch_of_producer: dict[int, int] = {}
         for segment in self.segments:
@@ -96,6 +111,11 @@ class CleanPlan:
             out = bytearray()
             changed = False
             for batch in self._batches(segment):
+                if batch.is_transactional and not batch.is_control and self._is_aborted(batch, aborted):
+                    if last_batch_of_producer.get(batch.producer_id) != batch.base_offset:
+                        changed = True
+                        self.stats.records_removed += batch.records_count
+                        continue
                 if batch.is_transactional or batch.is_control:
                     out += batch.buffer
                     continue

@@ -148,3 +148,41 @@ def test_interrupted_swap_is_resolved_on_load(make_log):
         assert f.read() == expected
     assert reopened.load_report.damage
     reopened.close(clean=False)
+
+
+def test_aborted_transactions_are_removed_committed_ones_and_markers_kept(make_log):
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    from kafkacompat.wire.records import build_control_batch
+
+    def txn(pid: int, seq: int, key: bytes, value: bytes) -> bytearray:
+        builder = DefaultRecordBatchBuilder(2, 0, True, pid, 0, seq, batch_size=1 << 20)
+        builder.append(0, TS, key, value, [])
+        return bytearray(builder.build())
+
+    def marker(pid: int, commit: bool) -> bytearray:
+        return bytearray(
+            build_control_batch(
+                commit=commit, producer_id=pid, producer_epoch=0, coordinator_epoch=0, timestamp=TS
+            )
+        )
+
+    pl = make_log(CONFIG)
+    aborted_at = pl.append_as_leader(txn(7, 0, b"a", b"aborted-1"), 0, NOW).base_offset
+    pl.append_as_leader(txn(7, 1, b"b", b"aborted-2"), 0, NOW)
+    pl.append_as_leader(txn(8, 0, b"c", b"committed"), 0, NOW)
+    pl.append_as_leader(marker(7, commit=False), 0, NOW, from_coordinator=True)
+    pl.append_as_leader(marker(8, commit=True), 0, NOW, from_coordinator=True)
+    fill(pl, 4)
+    pl.roll(NOW)
+    pl.update_high_watermark(pl.log_end_offset)
+    aborted_entries = pl.aborted_transactions(0, pl.log_end_offset)
+    assert [(a.producer_id, a.first_offset) for a in aborted_entries] == [(7, aborted_at)]
+    stats = clean_log(pl, NOW)
+    pl.run_pending_deletes(NOW)
+    assert stats.records_removed >= 2
+    values = [v for _, _, v in all_records(pl.directory)]
+    assert b"aborted-1" not in values and b"aborted-2" not in values and b"committed" in values
+    batches = [b for p in segment_logs(pl.directory) for b in parse_log_file(p)]
+    assert sum(1 for b in batches if b.is_control_batch) == 2  # both markers stay
+    assert pl.aborted_transactions(0, pl.log_end_offset) == aborted_entries  # the index stays
