@@ -15,10 +15,12 @@ can leave the event loop:
    dropped unless it is the last batch of its producer in the cleaned range (then it stays, empty, so
    that producer state can be rebuilt from the log, as Kafka does). Transactional batches of aborted
    transactions (the `.txnindex` entries of the log, collected by `prepare`) are removed whole, as Kafka's
-   cleaner removes aborted data, unless one is its producer's last batch; other transactional batches
-   and the control batches (markers) are kept untouched, and their keys are not counted. Markers stay
+   cleaner removes aborted data, unless one is its producer's last batch (then it stays untouched, its
+   keys not counted); control batches (markers) are kept untouched. Markers stay
    (Kafka drops them once their transaction's data is gone and `delete.retention.ms` passed); the
-   `.txnindex` entries stay too, so read_committed fetches are unaffected.
+   `.txnindex` entries stay too, so read_committed fetches are unaffected. Records of committed
+   transactions are compacted like any others (the cleanable range lies below the last stable offset, so
+   every transaction in it is complete); rebuilt batches keep their transactional flag.
 3. `plan.commit(log, now_ms)` (owner thread): for each segment still present, renames `.cleaned` to
    `.swap`, renames the old files with `.deleted` (their fds stay open for in-flight reads until
    `file.delete.delay.ms`), renames `.swap` to `.log` and opens it, rebuilding its indexes. A crash
@@ -101,7 +103,7 @@ class CleanPlan:
             for batch in self._batches(segment):
                 if batch.producer_id >= 0:
                     last_batch_of_producer[batch.producer_id] = batch.base_offset
-                if batch.is_transactional or batch.is_control:
+                if batch.is_control or (batch.is_transactional and self._is_aborted(batch, aborted)):
                     continue
                 for record in iter_records(batch):
                     if record.key is not None:
@@ -116,8 +118,8 @@ class CleanPlan:
                         changed = True
                         self.stats.records_removed += batch.records_count
                         continue
-                if batch.is_transactional or batch.is_control:
-                    out += batch.buffer
+                if batch.is_control or (batch.is_transactional and self._is_aborted(batch, aborted)):
+                    out += batch.buffer  # markers; an aborted producer's last batch
                     continue
                 records = list(iter_records(batch))
                 kept = [
@@ -145,6 +147,7 @@ class CleanPlan:
                     producer_id=batch.producer_id,
                     producer_epoch=batch.producer_epoch,
                     base_sequence=batch.base_sequence,
+                    is_transactional=batch.is_transactional,
                     compression=batch.compression,
                     timestamp_type=batch.timestamp_type,
                     partition_leader_epoch=batch.partition_leader_epoch,

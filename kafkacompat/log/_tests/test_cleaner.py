@@ -150,7 +150,7 @@ def test_interrupted_swap_is_resolved_on_load(make_log):
     reopened.close(clean=False)
 
 
-def test_aborted_transactions_are_removed_committed_ones_and_markers_kept(make_log):
+def test_aborted_transactions_are_removed_committed_ones_compacted_markers_kept(make_log):
     from kafka.record.default_records import DefaultRecordBatchBuilder
 
     from kafkacompat.wire.records import build_control_batch
@@ -171,8 +171,10 @@ def test_aborted_transactions_are_removed_committed_ones_and_markers_kept(make_l
     aborted_at = pl.append_as_leader(txn(7, 0, b"a", b"aborted-1"), 0, NOW).base_offset
     pl.append_as_leader(txn(7, 1, b"b", b"aborted-2"), 0, NOW)
     pl.append_as_leader(txn(8, 0, b"c", b"committed"), 0, NOW)
+    pl.append_as_leader(txn(8, 1, b"d", b"overwritten-later"), 0, NOW)
     pl.append_as_leader(marker(7, commit=False), 0, NOW, from_coordinator=True)
     pl.append_as_leader(marker(8, commit=True), 0, NOW, from_coordinator=True)
+    pl.append_as_leader(make_batch([b"plain-d"], keys=[b"d"], timestamp=TS), 0, NOW)
     fill(pl, 4)
     pl.roll(NOW)
     pl.update_high_watermark(pl.log_end_offset)
@@ -180,9 +182,11 @@ def test_aborted_transactions_are_removed_committed_ones_and_markers_kept(make_l
     assert [(a.producer_id, a.first_offset) for a in aborted_entries] == [(7, aborted_at)]
     stats = clean_log(pl, NOW)
     pl.run_pending_deletes(NOW)
-    assert stats.records_removed >= 2
+    assert stats.records_removed >= 3
     values = [v for _, _, v in all_records(pl.directory)]
     assert b"aborted-1" not in values and b"aborted-2" not in values and b"committed" in values
+    # committed transactional records take part in compaction like any other
+    assert b"overwritten-later" not in values and b"plain-d" in values
     batches = [b for p in segment_logs(pl.directory) for b in parse_log_file(p)]
     assert sum(1 for b in batches if b.is_control_batch) == 2  # both markers stay
     assert pl.aborted_transactions(0, pl.log_end_offset) == aborted_entries  # the index stays
