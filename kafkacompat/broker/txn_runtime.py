@@ -130,7 +130,7 @@ class TransactionRuntime:
     def __init__(self, broker: BrokerState) -> None:
         self.broker = broker
         topic = broker.metadata.topic(TRANSACTION_TOPIC)
-        config = TxnConfig.from_properties(_Props(broker))
+        config = TxnConfig.from_properties(broker.config)
         if topic is not None:
             config.num_partitions = topic.partitions
         self.core = TransactionCoordinatorCore(config)
@@ -334,16 +334,6 @@ class TransactionRuntime:
             partition_log.update_high_watermark(partition_log.log_end_offset)
             self.broker.watchers.notify(TRANSACTION_TOPIC, partition)
         return failed
-
-
-class _Props:
-    """Broker config lookups by Kafka name; KeyError for names the config does not know."""
-
-    def __init__(self, broker: BrokerState) -> None:
-        self._config = broker.config
-
-    def __getitem__(self, name: str) -> Any:
-        return self._config[name]
 
 
 def runtime_of(broker: BrokerState) -> TransactionRuntime | None:
