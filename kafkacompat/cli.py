@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "serve": "kafkacompat.commands.serve",
     "bench": "kafkacompat.commands.bench",
     "doctor": "kafkacompat.commands.doctor",
+    "dev-certs": "kafkacompat.commands.dev_certs",
 }
 
 

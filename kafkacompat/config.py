@@ -282,6 +282,38 @@ BROKER_OPTIONS: tuple[Option, ...] = (
     _O("replica.high.watermark.checkpoint.interval.ms", "long", 5000),
     # observability (kafkacompat's own: Kafka exposes JMX instead)
     _O("metrics.listener", "string", None, _metrics_listener),
+    # security: TLS (PEM stores only) and SASL; each may be set per listener as listener.name.<name>.<key>
+    _O("ssl.keystore.type", "string", "JKS", one_of("JKS", "PKCS12", "PEM", case_insensitive=True)),
+    _O("ssl.keystore.location", "string", None),
+    _O("ssl.keystore.password", "password", None),
+    _O("ssl.keystore.certificate.chain", "password", None),
+    _O("ssl.keystore.key", "password", None),
+    _O("ssl.key.password", "password", None),
+    _O("ssl.truststore.type", "string", "JKS", one_of("JKS", "PKCS12", "PEM", case_insensitive=True)),
+    _O("ssl.truststore.location", "string", None),
+    _O("ssl.truststore.password", "password", None),
+    _O("ssl.truststore.certificates", "password", None),
+    _O("ssl.client.auth", "string", "none", one_of("none", "requested", "required")),
+    _O(
+        "ssl.enabled.protocols",
+        "list",
+        ["TLSv1.2", "TLSv1.3"],
+        one_of("TLSv1.2", "TLSv1.3", "TLSv1.1", "TLSv1"),
+    ),
+    _O("ssl.protocol", "string", "TLSv1.3"),
+    _O("ssl.cipher.suites", "list", []),
+    _O("ssl.endpoint.identification.algorithm", "string", "https"),
+    _O("ssl.principal.mapping.rules", "string", "DEFAULT"),
+    _O("ssl.keymanager.algorithm", "string", "SunX509"),
+    _O("ssl.trustmanager.algorithm", "string", "PKIX"),
+    _O("ssl.secure.random.implementation", "string", None),
+    _O("ssl.provider", "string", None),
+    _O("sasl.enabled.mechanisms", "list", ["GSSAPI"]),
+    _O("sasl.mechanism.inter.broker.protocol", "string", "GSSAPI"),
+    _O("sasl.jaas.config", "password", None),
+    _O("sasl.server.max.receive.size", "int", 524288, at_least(1)),
+    _O("connections.max.reauth.ms", "long", 0, at_least(0)),
+    _O("connection.failed.authentication.delay.ms", "int", 100, at_least(0)),
 )
 # Settings accepted but not acted on; every other option is HONOURED (a test checks that each honoured one
 # is read outside this module, directly or through a BrokerConfig property or the topic config it sets).
@@ -304,6 +336,8 @@ _NO_EFFECT_SINGLE_NODE = frozenset(
         "replica.fetch.response.max.bytes",
         "replica.socket.timeout.ms",
         "num.replica.fetchers",
+        "sasl.mechanism.inter.broker.protocol",
+        "ssl.endpoint.identification.algorithm",  # a server does not check its clients' host names
     }
 )
 _NOT_IMPLEMENTED = frozenset(
@@ -328,12 +362,17 @@ _NOT_IMPLEMENTED = frozenset(
         "offsets.topic.compression.codec",
         "offsets.commit.timeout.ms",
         "replica.high.watermark.checkpoint.interval.ms",
+        "ssl.truststore.password",  # PEM truststores (the only kind served) have no password
+        "ssl.protocol",  # ssl.enabled.protocols decides which TLS versions a listener accepts
+        "ssl.principal.mapping.rules",  # only DEFAULT (the full subject DN) is applied
+        "ssl.keymanager.algorithm",  # Java security providers: Python's ssl (OpenSSL) does the TLS
+        "ssl.trustmanager.algorithm",
+        "ssl.secure.random.implementation",
+        "ssl.provider",
     }
 )
 # Limits of a setting's effect that its users must know (values refused, features missing).
 _EFFECT_NOTES = {
-    "listener.security.protocol.map": "PLAINTEXT only; a listener mapped to SSL, SASL_PLAINTEXT or "
-    "SASL_SSL stops start-up (no TLS or SASL yet)",
 }
 BROKER_OPTIONS = tuple(
     dataclasses.replace(
@@ -508,6 +547,7 @@ class BrokerConfig:
         unknown: Mapping[str, str],
         source: str | None,
         given: Mapping[str, str] | None = None,
+        listener_settings: Mapping[str, str] | None = None,
     ) -> None:
         self._values = dict(values)
         self.unknown: dict[str, str] = dict(unknown)
@@ -515,6 +555,10 @@ class BrokerConfig:
         # known keys as they were given (file and overrides), as strings: Kafka's "static broker configs",
         # which dynamic broker configs are layered on (kafkacompat.dynamic_config)
         self.given: dict[str, str] = dict(given or {})
+        # raw `listener.name.<listener>.<key>` values (typed and checked by for_listener())
+        self._listener_settings: dict[str, str] = dict(listener_settings or {})
+        for key in self._listener_settings:
+            self._listener_raw(key)
         self._validate_cross()
 
     # loading
@@ -546,10 +590,14 @@ class BrokerConfig:
         given: dict[str, str] = {}
         for option in BROKER_OPTIONS:
             values[option.name] = option.default
+        listener_settings: dict[str, str] = {}
         for key, text in raw.items():
             option = OPTIONS_BY_NAME.get(key)
             if option is None:
-                unknown[key] = text
+                if key.startswith(LISTENER_PREFIX) and _listener_setting_known(key):
+                    listener_settings[key] = text
+                else:
+                    unknown[key] = text
                 continue
             if text.strip() == "" and option.type not in ("string", "password", "list"):
                 raise ConfigError(f"{key}: empty value")
@@ -561,7 +609,7 @@ class BrokerConfig:
                 raise ConfigError(f"invalid value for {key}: {exc}") from None
             values[key] = value
             given[key] = text
-        config = cls(values, unknown, source, given)
+        config = cls(values, unknown, source, given, listener_settings)
         if unknown and warn_unknown:
             log.warning("unknown configuration keys (ignored): %s", ", ".join(sorted(unknown)))
         return config
@@ -579,8 +627,36 @@ class BrokerConfig:
         return self._values[name]
 
     def explicit(self) -> dict[str, Any]:
-        """Options whose value differs from the default."""
-        return {o.name: self._values[o.name] for o in BROKER_OPTIONS if self._values[o.name] != o.default}
+        """Options whose value differs from the default (passwords, keys and JAAS configs masked)."""
+        return {
+            o.name: "[hidden]" if o.type == "password" else self._values[o.name]
+            for o in BROKER_OPTIONS
+            if self._values[o.name] != o.default
+        }
+
+    def for_listener(self, listener: str, name: str) -> Any:
+        """A setting as it applies to one listener: `listener.name.<listener>.<name>` wins over `name`.
+
+        Kafka's per-listener overrides (listener names in lower case in the key), used for the ssl.* and
+        sasl.* settings; `name` may also carry a mechanism prefix (`plain.sasl.jaas.config`), which falls
+        back to the plain option (`sasl.jaas.config`).
+        """
+        base = name if name in OPTIONS_BY_NAME else name.partition(".")[2]
+        for key in dict.fromkeys(f"{LISTENER_PREFIX}{listener.lower()}.{n}" for n in (name, base)):
+            if key in self._listener_settings:
+                return self._listener_raw(key)
+        return self._values[base]
+
+    def _listener_raw(self, key: str) -> Any:
+        option = OPTIONS_BY_NAME[_listener_option_name(key)]
+        text = self._listener_settings[key]
+        try:
+            value = PARSERS[option.type](text)
+            if option.check is not None:
+                option.check(value)
+        except ConfigError as exc:
+            raise ConfigError(f"invalid value for {key}: {exc}") from None
+        return value
 
     # resolved settings
 
@@ -603,7 +679,7 @@ class BrokerConfig:
 
     @property
     def listeners(self) -> list[Listener]:
-        """Listeners this broker binds: PLAINTEXT ones; controller listeners are skipped (no quorum)."""
+        """Listeners this broker binds (any security protocol); controller listeners are skipped."""
         protocol_map = self.security_protocol_map
         controller_names = {n.upper() for n in self._values["controller.listener.names"] or []}
         result = []
@@ -613,11 +689,11 @@ class BrokerConfig:
             protocol = protocol_map.get(listener.name)
             if protocol is None:
                 raise ConfigError(f"listener {listener.name} has no entry in listener.security.protocol.map")
-            if protocol != "PLAINTEXT":
-                raise ConfigError(f"listener {listener.name}: security protocol {protocol} is not supported")
+            if protocol not in SECURITY_PROTOCOLS:
+                raise ConfigError(f"listener {listener.name}: unknown security protocol {protocol}")
             result.append(listener)
         if not result:
-            raise ConfigError("no PLAINTEXT listener configured")
+            raise ConfigError("no listener configured")
         return result
 
     @property
@@ -693,6 +769,31 @@ class BrokerConfig:
 
     def __repr__(self) -> str:
         return f"<BrokerConfig node.id={self.node_id} source={self.source} explicit={self.explicit()}>"
+
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+LISTENER_PREFIX = "listener.name."
+# SASL mechanisms whose JAAS config may be set per listener and mechanism (listener.name.<l>.<mech>.sasl.*)
+SASL_MECHANISM_PREFIXES = ("plain.", "scram-sha-256.", "scram-sha-512.", "oauthbearer.", "gssapi.")
+
+
+def _listener_option_name(key: str) -> str:
+    """`listener.name.<listener>.[<mechanism>.]<option>` -> <option> (KeyError if not a known one)."""
+    rest = key[len(LISTENER_PREFIX) :].partition(".")[2]
+    if rest in OPTIONS_BY_NAME:
+        return rest
+    for prefix in SASL_MECHANISM_PREFIXES:
+        if rest.startswith(prefix) and rest[len(prefix) :] in OPTIONS_BY_NAME:
+            return rest[len(prefix) :]
+    raise KeyError(key)
+
+
+def _listener_setting_known(key: str) -> bool:
+    try:
+        _listener_option_name(key)
+    except KeyError:
+        return False
+    return True
 
 
 def _to_config_string(value: Any) -> str:

@@ -53,6 +53,7 @@ class InProcessBroker:
         self.overrides = list(overrides)
         self.port = port
         self.broker: Any = None
+        self.ports: dict[str, int] = {}  # listener name -> bound port (several listeners: security tests)
         self._thread: threading.Thread | None = None
         self._token: Any = None
         self._ready = threading.Event()
@@ -95,6 +96,7 @@ class InProcessBroker:
             async with trio.open_nursery() as nursery:
                 bound = await nursery.start(self.broker.run)
                 self.port = bound[0].port
+                self.ports = {listener.name: listener.port for listener in bound}
                 self._ready.set()
 
         try:

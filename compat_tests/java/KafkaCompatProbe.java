@@ -52,10 +52,20 @@ public final class KafkaCompatProbe {
         return out.toString();
     }
 
+    // Every client starts from these; KAFKACOMPAT_CLIENT_CONFIG names a client properties file (security.protocol,
+    // sasl.*, ssl.*, like the --command-config of Kafka's tools) whose settings are added on top.
     static Properties base(String bootstrap) {
         Properties props = new Properties();
         props.put("bootstrap.servers", bootstrap);
         props.put("client.id", "kafkacompat-java-probe");
+        String extra = System.getenv("KAFKACOMPAT_CLIENT_CONFIG");
+        if (extra != null && !extra.isEmpty()) {
+            try (java.io.FileInputStream in = new java.io.FileInputStream(extra)) {
+                props.load(in);
+            } catch (java.io.IOException e) {
+                throw new java.io.UncheckedIOException(e);
+            }
+        }
         return props;
     }
 

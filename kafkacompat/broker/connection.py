@@ -23,6 +23,17 @@ length prefix already promised those bytes. (Sending the bytes ahead of a slice 
 no measurable gain, and a partial sendfile with data held back stalled fetches for the kernel's 200 ms
 cork timeout.)
 
+TLS and SASL (listeners of protocol SSL, SASL_PLAINTEXT, SASL_SSL; kafkacompat.security): a TLS
+listener wraps the socket in a `trio.SSLStream` and completes the handshake (under the idle limit) before
+the first request; the client certificate's subject becomes the principal when `ssl.client.auth` asks for
+one. Receiving then copies decrypted bytes into the frame buffer, and `TlsResponseWriter` stages responses
+(file slices read with `preadv`) into large TLS writes, since sendfile cannot encrypt. PLAINTEXT
+listeners keep the raw-socket paths above untouched. A SASL listener gives the connection a `SaslSession`
+(`info.sasl_session`): until it completes only ApiVersions, SaslHandshake and SaslAuthenticate pass, any
+other request closes the connection unanswered; bare tokens after a v0 handshake are answered here; a
+failed authentication is answered and the connection closes `connection.failed.authentication.delay.ms`
+later. The only cost on a non-SASL connection is one `is not None` per request.
+
 A handler that parks (a fetch short of min_bytes, for up to its max_wait_ms) parks through
 `Connection.park`, which, once the park has lasted a few milliseconds, watches the socket: if the client
 disconnects, the parked request is abandoned (`PeerGone`) instead of holding the connection. Requests
@@ -59,6 +70,7 @@ import trio
 from kafkacompat.broker import dispatch
 from kafkacompat.broker.dispatch import ConnectionInfo, RequestContext
 from kafkacompat.broker.errors import CloseConnection
+from kafkacompat.security.sasl import FAILED, AuthenticationFailed
 from kafkacompat.wire import header as wire_header
 from kafkacompat.wire import messages
 from kafkacompat.wire.errors import DecodeError
@@ -66,8 +78,9 @@ from kafkacompat.wire.framing import FrameBuffer
 
 if TYPE_CHECKING:
     from kafkacompat.broker.state import BrokerState
+    from kafkacompat.security.listeners import ListenerSecurity
 
-__all__ = ["Connection", "ResponseWriter", "frame_response"]
+__all__ = ["Connection", "ResponseWriter", "TlsResponseWriter", "frame_response"]
 
 log = logging.getLogger("kafkacompat.broker.connection")
 # One line per completed request at DEBUG, like Kafka's `kafka.request.logger`; off by default, and
@@ -76,9 +89,12 @@ request_log = logging.getLogger("kafkacompat.request")
 
 # how long a parked request waits before it also watches its socket for a departed client (see park)
 _UNWATCHED_PARK_SECONDS = 0.005
+# how long a closing TLS connection may take to send its close_notify
+_CLOSE_NOTIFY_SECONDS = 1.0
 
 API_VERSIONS_KEY = 18
 _PREFIX = struct.Struct(">hhi")
+_KEY = struct.Struct(">h")
 _SIZE = struct.Struct(">i")
 _MAX_IOV = 512  # stay well under IOV_MAX (1024 on Linux)
 _BYTES_LIKE = (bytes, bytearray, memoryview)
@@ -163,6 +179,57 @@ class ResponseWriter:
             await trio.lowlevel.checkpoint()
 
 
+class TlsResponseWriter(ResponseWriter):
+    """The single writer of a TLS connection: no sendfile through TLS, so responses are staged.
+
+    Bytes chunks and file slices are gathered into one reusable staging buffer (file slices read into it
+    with `os.preadv`, straight from the page cache: the only copy before encryption), which goes out as
+    one TLS write whenever it fills and at the end of the response; a bytes chunk larger than the buffer
+    goes out on its own. Large TLS writes mean full 16 KiB records and few system calls.
+    """
+
+    STAGING_BYTES = 1 << 20
+
+    def __init__(self, stream: trio.SSLStream[trio.SocketStream]) -> None:
+        self._tls = stream
+        self._staging = bytearray(self.STAGING_BYTES)
+        self._view = memoryview(self._staging)
+
+    async def _send(self, chunks: Sequence[Any]) -> None:
+        view = self._view
+        limit = len(view)
+        filled = 0
+        for chunk in chunks:
+            if isinstance(chunk, _BYTES_LIKE):
+                data = memoryview(chunk).cast("B")
+                size = data.nbytes
+                if filled + size > limit:
+                    if filled:
+                        await self._tls.send_all(view[:filled])
+                        filled = 0
+                    if size > limit:
+                        await self._tls.send_all(data)
+                        continue
+                view[filled : filled + size] = data
+                filled += size
+                continue
+            position = chunk.position
+            remaining = chunk.size
+            while remaining > 0:
+                if filled == limit:
+                    await self._tls.send_all(view)
+                    filled = 0
+                want = min(remaining, limit - filled)
+                got = os.preadv(chunk.fd, [view[filled : filled + want]], position)
+                if got <= 0:
+                    raise CloseConnection(f"file slice came up short by {remaining} bytes (truncated)")
+                filled += got
+                position += got
+                remaining -= got
+        if filled:
+            await self._tls.send_all(view[:filled])
+
+
 def frame_response(header: bytes, body: list[Any]) -> list[Any]:
     """Size prefix + response header + encoded body chunks (the first bytes chunk is merged in)."""
     size = len(header) + sum(_chunk_size(chunk) for chunk in body)
@@ -187,7 +254,7 @@ class Connection:
         stream: trio.SocketStream,
         listener_name: str,
         connection_id: int,
-        security_protocol: str = "PLAINTEXT",
+        security: ListenerSecurity | None = None,
     ):
         self.broker = broker
         self.stream = stream
@@ -200,9 +267,21 @@ class Connection:
             listener_name=listener_name,
             peer=peer,
             connection_id=connection_id,
-            security_protocol=security_protocol,
+            security_protocol=security.protocol if security is not None else "PLAINTEXT",
         )
-        self.writer = ResponseWriter(stream)
+        # TLS listeners wrap the socket; PLAINTEXT ones keep recv_into and sendfile on the raw socket
+        self.tls: trio.SSLStream[trio.SocketStream] | None = None
+        self._tls_ready = False  # the TLS handshake completed
+        self.writer: ResponseWriter
+        if security is not None and security.tls is not None:
+            self.tls = trio.SSLStream(stream, security.tls, server_side=True)
+            self.writer = TlsResponseWriter(self.tls)
+            self._recv_into: Callable[[memoryview], Awaitable[int]] = self._tls_recv_into
+        else:
+            self.writer = ResponseWriter(stream)
+            self._recv_into = stream.socket.recv_into
+        if security is not None:
+            self.info.sasl_session = security.new_session(broker.scram_credentials)
         self._frames = FrameBuffer(broker.config["socket.request.max.bytes"])
         self._draining = False
         self._receive_scope: trio.CancelScope | None = None
@@ -232,6 +311,13 @@ class Connection:
                 log.info("closing connection %s: idle for %d ms", self.info.peer, idle_ms)
         finally:
             with trio.CancelScope(shield=True):
+                if self.tls is not None and self._tls_ready:
+                    # close_notify, as Kafka's SSL transport sends it (not waiting for the peer's)
+                    with trio.move_on_after(_CLOSE_NOTIFY_SECONDS):
+                        try:
+                            await self.tls.aclose()
+                        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                            pass
                 await self.stream.aclose()
 
     async def _serve_and_log(self) -> None:
@@ -257,9 +343,11 @@ class Connection:
     async def _serve_requests(self) -> None:
         """The request loop: receive, then handle every complete frame in order, until EOF or drain."""
         frames = self._frames
-        recv_into = self.stream.socket.recv_into
+        recv_into = self._recv_into
         current_time = trio.current_time
         timed = self.broker.request_metrics is not None  # metrics hook: arrival times for queue time
+        if self.tls is not None and not await self._tls_handshake():
+            return
         while not self._draining:
             self._idle_since = current_time()
             self._receiving = True
@@ -275,6 +363,32 @@ class Connection:
                 if self._draining:
                     return
                 frame = frames.next_frame()
+
+    async def _tls_recv_into(self, buffer: memoryview) -> int:
+        assert self.tls is not None
+        data = await self.tls.receive_some(buffer.nbytes)
+        received = len(data)
+        buffer[:received] = data
+        return received
+
+    async def _tls_handshake(self) -> bool:
+        """The TLS handshake, under the idle limit; sets the mTLS principal. False: the connection ends."""
+        assert self.tls is not None
+        self._idle_since = trio.current_time()
+        self._receiving = True  # the idle reaper also bounds a handshake that never completes
+        try:
+            await self.tls.do_handshake()
+        except trio.BrokenResourceError as exc:
+            reason = exc.__cause__ if exc.__cause__ is not None else exc
+            log.info("closing connection %s: TLS handshake failed: %s", self.info.peer, reason)
+            return False
+        finally:
+            self._receiving = False
+        self._tls_ready = True
+        from kafkacompat.security.tls import principal_of
+
+        self.info.principal = principal_of(self.tls.getpeercert())
+        return True
 
     async def _reap_when_idle(self, idle_seconds: float, receive_scope: trio.CancelScope) -> None:
         """Cancel `receive_scope` once the loop has waited for bytes for `idle_seconds` without a break.
@@ -308,7 +422,7 @@ class Connection:
         if event.is_set() or trio.current_time() >= deadline:
             return
         frames = self._frames
-        recv_into = self.stream.socket.recv_into
+        recv_into = self._recv_into
         peer_gone = False
 
         async def watch(scope: trio.CancelScope) -> None:
@@ -344,6 +458,13 @@ async def _handle_frame(
 ) -> None:
     if frame.nbytes < _PREFIX.size:
         raise DecodeError("request shorter than its header")
+    session = info.sasl_session
+    if session is not None and (
+        session.raw_tokens or not session.allows(frame_api_key(frame), broker.clock())
+    ):
+        # a SASL listener before (or past the lifetime of) authentication: see _before_authentication
+        await _before_authentication(session, info, writer, frame, broker.clock())
+        return
     api_key, api_version, correlation_id = _PREFIX.unpack_from(frame)
     handler = dispatch.lookup(api_key, api_version)
     if handler is None:
@@ -382,6 +503,45 @@ async def _handle_frame(
         metrics.finish(timer, ctx, request, response)
     if logged:
         _log_completed(ctx, frame.nbytes, response is not None, started)
+    if session is not None and session.state == FAILED:
+        await _close_after_failed_authentication(session, info)
+
+
+def frame_api_key(frame: memoryview) -> int:
+    """The api key of a request frame (-1 if the frame is too short to have one)."""
+    return _KEY.unpack_from(frame)[0] if frame.nbytes >= _KEY.size else -1
+
+
+async def _before_authentication(
+    session: Any, info: ConnectionInfo, writer: ResponseWriter, frame: memoryview, now: float
+) -> None:
+    """A frame on a SASL connection that is a bare token, or a request not allowed at this point.
+
+    After SaslHandshake v0 the frame is a bare SASL token: its answer goes back as a bare size-prefixed
+    frame, and a refused token closes the connection (v0 has no error answer). Any request other than
+    ApiVersions, SaslHandshake and SaslAuthenticate before authentication, or after the session's
+    lifetime (connections.max.reauth.ms) without re-authentication, closes the connection without an
+    answer, as Kafka's authenticator does.
+    """
+    if not session.raw_tokens:
+        if session.complete:
+            raise CloseConnection("SASL session expired (connections.max.reauth.ms), not re-authenticated")
+        raise CloseConnection(f"api key {frame_api_key(frame)} sent before SASL authentication completed")
+    try:
+        challenge = session.authenticate(bytes(frame), now)
+    except AuthenticationFailed:
+        await _close_after_failed_authentication(session, info)
+        return
+    if session.complete:
+        info.principal = session.principal or info.principal
+        info.sasl_mechanism = session.mechanism
+    await writer.send([_SIZE.pack(len(challenge)) + challenge])
+
+
+async def _close_after_failed_authentication(session: Any, info: ConnectionInfo) -> None:
+    """As Kafka: the failure is answered, then the close waits connection.failed.authentication.delay.ms."""
+    await trio.sleep(session.failure_delay_ms / 1000)
+    raise CloseConnection(f"authentication failed on listener {info.listener_name} ({session.mechanism})")
 
 
 def _log_completed(ctx: RequestContext, request_bytes: int, answered: bool, started: float) -> None:

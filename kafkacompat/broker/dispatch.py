@@ -51,6 +51,7 @@ from kafkacompat.broker.handlers import (
     add_offsets_to_txn,  # transactions
     add_partitions_to_txn,  # transactions
     alter_configs,  # admin
+    alter_user_scram_credentials,  # security
     api_versions,
     create_partitions,  # admin
     create_topics,
@@ -64,6 +65,7 @@ from kafkacompat.broker.handlers import (
     describe_producers,  # admin
     describe_topic_partitions,  # admin
     describe_transactions,  # transactions
+    describe_user_scram_credentials,  # security
     end_txn,  # transactions
     fetch,
     find_coordinator,  # groups
@@ -81,6 +83,8 @@ from kafkacompat.broker.handlers import (
     offset_fetch,  # groups
     offset_for_leader_epoch,  # admin
     produce,
+    sasl_authenticate,  # security
+    sasl_handshake,  # security
     sync_group,  # groups
     txn_offset_commit,  # transactions
     write_txn_markers,  # transactions
@@ -141,6 +145,11 @@ HANDLER_MODULES: tuple[types.ModuleType, ...] = (
     write_txn_markers,
     describe_transactions,
     list_transactions,
+    # security APIs
+    sasl_handshake,
+    sasl_authenticate,
+    describe_user_scram_credentials,
+    alter_user_scram_credentials,
 )
 
 HANDLERS: dict[int, types.ModuleType] = {}
@@ -168,6 +177,8 @@ class ConnectionInfo:
     security_protocol: str = "PLAINTEXT"
     #: the SASL mechanism that authenticated this connection, None before/without SASL
     sasl_mechanism: str | None = None
+    #: the connection's kafkacompat.security.sasl.SaslSession on SASL listeners, else None
+    sasl_session: Any = None
 
 
 async def park_until(event: trio.Event, deadline: float) -> None:

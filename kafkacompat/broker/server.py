@@ -5,7 +5,8 @@ Theory of operation
 `Broker.run()` is one trio task tree:
 
     run
-    ├── listener scope: trio.serve_listeners(...) per configured listener (accepts only)
+    ├── listener scope: an accept loop per configured listener (accepts only; TLS and SASL are the
+    │   connection's business, with the listener's kafkacompat.security.listeners.ListenerSecurity)
     ├── connection nursery: one task per accepted connection (connection.Connection.run)
     └── background nursery: flush, retention, checkpoints, delayed file deletes, log cleaner
 
@@ -34,6 +35,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import trio
@@ -81,6 +83,7 @@ class Broker:
         self._next_connection_id = 0
         self.cleaner: Any = None  # cleaner_task.LogCleanerTask once running (tests call run_once())
         self.metrics_address: tuple[str, int] | None = None  # the bound metrics.listener, if set
+        self._security: dict[str, Any] = {}  # listener name -> security.listeners.ListenerSecurity
 
     # lifecycle
 
@@ -189,6 +192,9 @@ class Broker:
 
         metadata = LocalMetadata(str(config.log_dirs[0]))
         state = BrokerState(config, logs, metadata, cluster_id=cluster_id, clock=self.clock)
+        from kafkacompat.security.credentials import CREDENTIALS_FILE, ScramCredentialStore
+
+        state.scram_credentials = ScramCredentialStore.load(Path(config.log_dirs[0]) / CREDENTIALS_FILE)
         topic_configs = {topic.name: state.topic_log_config(topic) for topic in metadata.topics()}
         logs.startup(topic_configs, now_ms=state.now_ms())
         _adopt_unknown_logs(state)
@@ -213,6 +219,10 @@ class Broker:
     # listeners and connections
 
     async def _bind(self) -> list[tuple[str, list[trio.SocketListener]]]:
+        from kafkacompat.security.listeners import listener_security
+
+        # TLS contexts and SASL settings: any mistake is a ConfigError before a port is bound
+        self._security = listener_security(self.config)
         result = []
         advertised = self.config.advertised_listeners
         backlog = self.config["socket.listen.backlog.size"]
@@ -303,8 +313,7 @@ class Broker:
         from kafkacompat.broker.connection import Connection
 
         self._next_connection_id += 1
-        protocol = self.config.security_protocol_map.get(name, "PLAINTEXT")
-        connection = Connection(self.state, stream, name, self._next_connection_id, protocol)
+        connection = Connection(self.state, stream, name, self._next_connection_id, self._security.get(name))
         ip = _peer_ip(stream)
         self._connections.add(connection)
         self._per_ip[ip] = self._per_ip.get(ip, 0) + 1

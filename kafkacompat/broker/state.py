@@ -30,6 +30,7 @@ from kafkacompat.broker.fetch_sessions import FetchSessionCache
 from kafkacompat.config import BrokerConfig, broker_log_config
 from kafkacompat.dynamic_config import DynamicBrokerConfigs, LocalDynamicConfigStore
 from kafkacompat.replication.metadata import PRODUCER_ID_BLOCK_SIZE, LocalMetadata, TopicInfo
+from kafkacompat.security.credentials import ScramCredentialStore
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 from kafkacompat.wire.primitives import ZERO_UUID
 
@@ -110,6 +111,9 @@ class BrokerState:
         logs.default_config = self.default_log_config
         # listener name -> (host, port) clients are told; filled in by the server once bound
         self.endpoints: dict[str, tuple[str, int]] = {}
+        # SCRAM credentials (kafkacompat.security.credentials), loaded by the server from the log dir
+        self.scram_credentials: ScramCredentialStore = ScramCredentialStore()
+        self.scram_write_lock = trio.Lock()
         self._log_configs: dict[str, tuple[dict[str, str], LogConfig]] = {}
         self._producer_ids = range(0)
 

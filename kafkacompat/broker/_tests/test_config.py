@@ -97,7 +97,8 @@ def test_topic_defaults_follow_broker_log_settings() -> None:
         "log.cleanup.policy=delete,shred",
         "message.max.bytes=99999999999",
         "listeners=nonsense",
-        "listeners=SSL://:9093",
+        "listener.security.protocol.map=PLAINTEXT:TLS",
+        "listener.name.plaintext.ssl.client.auth=sometimes",
         "node.id=2",  # disagrees with broker.id below
     ],
 )

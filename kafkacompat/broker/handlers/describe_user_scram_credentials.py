@@ -1,0 +1,68 @@
+"""DescribeUserScramCredentials (key 50), version 0.
+
+Behaviour: lists the SCRAM mechanisms and iteration counts stored for the named users (null: every
+user with a credential), never a salt or key. A user named twice gets DUPLICATE_RESOURCE, a user without
+credentials RESOURCE_NOT_FOUND, each with Kafka's message; the top-level error stays NONE.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from kafkacompat.security.credentials import MECHANISM_IDS
+from kafkacompat.wire._generated.describe_user_scram_credentials_response import (
+    CredentialInfo,
+    DescribeUserScramCredentialsResponse,
+    DescribeUserScramCredentialsResult,
+)
+from kafkacompat.wire.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from kafkacompat.broker.dispatch import RequestContext
+
+API_KEY = 50
+MIN_VERSION = 0
+MAX_VERSION = 0
+
+
+async def handle(ctx: RequestContext, request: Any) -> DescribeUserScramCredentialsResponse:
+    store = ctx.broker.scram_credentials
+    names = store.users() if request.users is None else [user.name for user in request.users]
+    counts = Counter(names)
+    results = []
+    for name in dict.fromkeys(names):
+        if counts[name] > 1:
+            results.append(
+                DescribeUserScramCredentialsResult(
+                    user=name,
+                    error_code=ErrorCode.DUPLICATE_RESOURCE,
+                    error_message=f"Cannot describe SCRAM credentials for the same user twice in a single "
+                    f"request: {name}",
+                    credential_infos=[],
+                )
+            )
+            continue
+        mechanisms = store.mechanisms(name)
+        if not mechanisms:
+            results.append(
+                DescribeUserScramCredentialsResult(
+                    user=name,
+                    error_code=ErrorCode.RESOURCE_NOT_FOUND,
+                    error_message=f"Attempt to describe a user credential that does not exist: {name}",
+                    credential_infos=[],
+                )
+            )
+            continue
+        infos = [
+            CredentialInfo(mechanism=MECHANISM_IDS[mechanism], iterations=credential.iterations)
+            for mechanism, credential in sorted(mechanisms.items())
+        ]
+        results.append(
+            DescribeUserScramCredentialsResult(
+                user=name, error_code=ErrorCode.NONE, error_message=None, credential_infos=infos
+            )
+        )
+    return DescribeUserScramCredentialsResponse(
+        error_code=ErrorCode.NONE, error_message=None, results=results
+    )
