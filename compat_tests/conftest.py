@@ -47,7 +47,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     skip = pytest.mark.skip(reason="needs a broker started by the suite (--bootstrap given)")
     for item in items:
-        if "restarts_broker" in item.keywords:
+        if "restarts_broker" in item.keywords or "secured_broker" in item.keywords:
             item.add_marker(skip)
 
 

@@ -261,7 +261,9 @@ class ScramServer:
         if len(attributes) < 3 or names[0] != "c" or names[1] != "r" or names[-1] != "p":
             raise ValueError("client-final needs c=, r= and p=")
         channel_binding, nonce, proof_text = attributes[0][1], attributes[1][1], attributes[-1][1]
-        if nonce != self._nonce:
+        # Kafka checks only that the nonce ends with the server-first one: some librdkafka versions send
+        # the client nonce twice ("r=<client><client><server>"), and Kafka's brokers accept them.
+        if not nonce.endswith(self._nonce):
             raise ValueError("nonce mismatch")
         try:
             gs2 = base64.b64decode(channel_binding, validate=True)
