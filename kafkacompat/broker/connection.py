@@ -60,6 +60,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import ssl
 import struct
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -272,9 +273,13 @@ class Connection:
         # TLS listeners wrap the socket; PLAINTEXT ones keep recv_into and sendfile on the raw socket
         self.tls: trio.SSLStream[trio.SocketStream] | None = None
         self._tls_ready = False  # the TLS handshake completed
+        self._ssl_object: ssl.SSLObject | None = None
         self.writer: ResponseWriter
         if security is not None and security.tls is not None:
             self.tls = trio.SSLStream(stream, security.tls, server_side=True)
+            # trio's SSLObject, read directly by _tls_recv_into to drain buffered records (a private
+            # attribute: without it every record costs a trip through receive_some)
+            self._ssl_object = getattr(self.tls, "_ssl_object", None)
             self.writer = TlsResponseWriter(self.tls)
             self._recv_into: Callable[[memoryview], Awaitable[int]] = self._tls_recv_into
         else:
@@ -365,10 +370,32 @@ class Connection:
                 frame = frames.next_frame()
 
     async def _tls_recv_into(self, buffer: memoryview) -> int:
-        assert self.tls is not None
-        data = await self.tls.receive_some(buffer.nbytes)
+        """Wait for decrypted bytes, then drain every TLS record already received without waiting.
+
+        `SSLStream.receive_some` yields at most one TLS record (16 KiB, often much less: clients write
+        small records) per call and a trip through the scheduler; a large produce request would cost
+        hundreds of trips. Once the first bytes are in, the records trio has already pulled off the
+        socket are decrypted straight into `buffer` with `SSLObject.read(n, buffer)` (no trip, no copy).
+        Anything the TLS layer wants to send meanwhile (a TLS 1.3 key update) goes out with the next
+        write, which trio flushes first.
+        """
+        tls = self.tls
+        assert tls is not None
+        data = await tls.receive_some(buffer.nbytes)
         received = len(data)
         buffer[:received] = data
+        if not received or self._ssl_object is None:
+            return received
+        read = self._ssl_object.read
+        limit = buffer.nbytes
+        while received < limit:
+            try:
+                got = read(limit - received, buffer[received:])
+            except ssl.SSLError:  # want-read (nothing more buffered), or an error the next call reports
+                break
+            if not got:
+                break
+            received += got
         return received
 
     async def _tls_handshake(self) -> bool:
