@@ -455,3 +455,83 @@ def test_java_client(secured: Secured, case: Case, tmp_path: Path) -> None:
     assert len([fields for fields in consumed if fields[0] == "record"]) == COUNT
     committed = [fields for fields in consumed if fields[0] == "committed"]
     assert sum(int(fields[2]) for fields in committed) == COUNT
+
+
+# --- kafkacompat's own tools against the secured listeners (--command-config) ---------------------------
+
+
+def _cli(*args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-m", "kafkacompat", *args], capture_output=True, text=True, input=input, timeout=60
+    )
+
+
+def test_kafkacompat_tools_with_command_config(secured: Secured, tmp_path: Path) -> None:
+    plaintext = secured.bootstrap("PLAINTEXT")
+    added = _cli("users", "add", "--bootstrap-server", plaintext, "--user", "cli-user", input="cli-secret\n")
+    assert added.returncode == 0, added.stderr
+    assert "Completed updating SCRAM-SHA-256 credential of user-principal 'cli-user'." in added.stdout
+    topic = f"sec-cli-{uuid.uuid4().hex[:8]}"
+    create_topic(plaintext, topic)
+    configs = {
+        "sasl_ssl-scram": (
+            "SASL_SSL",
+            "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
+            f"ssl.truststore.type=PEM\nssl.truststore.location={secured.certs['ca.pem']}\n"
+            "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+            'username="cli-user" password="cli-secret";\n',
+        ),
+        "sasl_plaintext-plain": (
+            "SASL_PLAINTEXT",
+            f"security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.username={PLAIN_USER}\n"
+            f"sasl.password={PLAIN_PASSWORD}\n",
+        ),
+        "mtls": (
+            "MTLS",
+            f"security.protocol=SSL\nssl.ca.location={secured.certs['ca.pem']}\n"
+            f"ssl.certificate.location={secured.certs['client.pem']}\nssl.key.location={secured.certs['client.key']}\n",
+        ),
+    }
+    for name, (listener, text) in configs.items():
+        properties = tmp_path / f"{name}.properties"
+        properties.write_text(text)
+        common = ["--bootstrap-server", secured.bootstrap(listener), "--command-config", str(properties)]
+        listed = _cli("topics", "list", *common)
+        assert listed.returncode == 0 and topic in listed.stdout.split(), (name, listed.stderr)
+        produced = _cli("produce", "--topic", topic, *common, input=f"via {name}\n")
+        assert produced.returncode == 0, (name, produced.stderr)
+        described = _cli("users", "describe", "--user", "cli-user", *common)
+        assert described.returncode == 0, (name, described.stderr)
+        assert "SCRAM-SHA-256=[iterations=4096],SCRAM-SHA-512=[iterations=4096]" in described.stdout
+    consumed = _cli(
+        "consume",
+        "--topic",
+        topic,
+        "--from-beginning",
+        "--max-messages",
+        "3",
+        "--bootstrap-server",
+        plaintext,
+    )
+    assert sorted(consumed.stdout.split("\n")[:3]) == sorted(f"via {name}" for name in configs), (
+        consumed.stderr
+    )
+    # a wrong password: the broker's message, status 1
+    wrong = tmp_path / "wrong.properties"
+    wrong.write_text(configs["sasl_plaintext-plain"][1].replace(PLAIN_PASSWORD, "nope"))
+    refused = _cli(
+        "topics",
+        "list",
+        "--bootstrap-server",
+        secured.bootstrap("SASL_PLAINTEXT"),
+        "--command-config",
+        str(wrong),
+    )
+    assert refused.returncode == 1
+    assert "Authentication failed: Invalid username or password" in refused.stderr
+    deleted = _cli("users", "delete", "--user", "cli-user", "--bootstrap-server", plaintext)
+    assert deleted.returncode == 0, deleted.stderr
+    gone = _cli("users", "describe", "--user", "cli-user", "--bootstrap-server", plaintext)
+    assert "RESOURCE_NOT_FOUND" in gone.stderr

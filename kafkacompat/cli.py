@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "bench": "kafkacompat.commands.bench",
     "doctor": "kafkacompat.commands.doctor",
     "dev-certs": "kafkacompat.commands.dev_certs",
+    "users": "kafkacompat.commands.users",
 }
 
 

@@ -10,7 +10,8 @@ name topics rather than ids). Requests on one connection are strictly one at a t
 the frame whose correlation id matches. Partition leaders come from Metadata; `send(..., node_id=N)`
 opens (and keeps) a connection to broker N.
 
-It is not a general client: no retries beyond what a tool asks for, no pipelining, no TLS/SASL. Errors
+It is not a general client: no retries beyond what a tool asks for, no pipelining. TLS and SASL
+(PLAIN, SCRAM) come from a `--command-config` file (kafkacompat.security.client_auth). Errors
 from the network or from a malformed answer raise `ClientError`; Kafka error codes in an answer are the
 caller's to read. Works against any Kafka-compatible broker, not only kafkacompat.
 """
@@ -22,6 +23,7 @@ import struct
 import time
 from typing import Any
 
+from kafkacompat.security.client_auth import ClientSecurity
 from kafkacompat.wire.header import RequestHeader, decode_response_header, encode_request_header
 from kafkacompat.wire.messages import API_SPECS, decode_response, encode_request, request_class
 
@@ -35,6 +37,8 @@ METADATA = 3
 UNKNOWN_TOPIC_OR_PARTITION = 3
 LEADER_NOT_AVAILABLE = 5
 AUTO_CREATE_WAIT_SECONDS = 10.0
+SASL_HANDSHAKE = 17
+SASL_AUTHENTICATE = 36
 
 # api key -> highest version the tools build requests for (fields beyond it are not filled in)
 VERSION_CAPS: dict[int, int] = {
@@ -71,14 +75,19 @@ def parse_bootstrap(bootstrap: str) -> list[tuple[str, int]]:
 class BrokerConnection:
     """One blocking socket to one broker, with the API versions that broker serves."""
 
-    def __init__(self, host: str, port: int, client_id: str, timeout: float) -> None:
+    def __init__(
+        self, host: str, port: int, client_id: str, timeout: float, security: ClientSecurity | None = None
+    ) -> None:
         self.host, self.port = host, port
         self.client_id = client_id
         self.timeout = timeout
+        self.security = security
         self.sock = self._connect()
         self._correlation = 0
         self.versions: dict[int, tuple[int, int]] = {}
         self._negotiate()
+        if security is not None and security.sasl:
+            self._authenticate(security)
 
     def _connect(self) -> socket.socket:
         try:
@@ -86,7 +95,33 @@ class BrokerConnection:
         except OSError as exc:
             raise ClientError(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self.security is not None and self.security.tls:
+            try:
+                sock = self.security.wrap(sock, self.host)
+            except (OSError, ValueError) as exc:
+                sock.close()
+                raise ClientError(f"TLS handshake with {self.host}:{self.port} failed: {exc}") from exc
         return sock
+
+    def _authenticate(self, security: ClientSecurity) -> None:
+        """SaslHandshake v1 then SaslAuthenticate, as the Java client does (KIP-152)."""
+        handshake = self.send(SASL_HANDSHAKE, 1, request_class(SASL_HANDSHAKE)(mechanism=security.mechanism))
+        if handshake.error_code != 0:
+            raise ClientError(
+                f"SASL mechanism {security.mechanism} refused by {self.host}:{self.port} "
+                f"(enabled: {', '.join(handshake.mechanisms)})"
+            )
+
+        def authenticate(token: bytes) -> bytes:
+            answer = self.send(SASL_AUTHENTICATE, 1, request_class(SASL_AUTHENTICATE)(auth_bytes=token))
+            if answer.error_code != 0:
+                raise ClientError(f"SASL authentication failed: {answer.error_message}")
+            return bytes(answer.auth_bytes)
+
+        try:
+            security.exchange(authenticate)
+        except ValueError as exc:
+            raise ClientError(f"SASL authentication failed: {exc}") from exc
 
     def _negotiate(self) -> None:
         request = request_class(API_VERSIONS)(
@@ -185,16 +220,18 @@ class KafkaClient:
         *,
         client_id: str = "kafkacompat-cli",
         timeout: float = 30.0,
+        security: ClientSecurity | None = None,
     ) -> None:
         self.client_id = client_id
         self.timeout = timeout
+        self.security = security
         self._brokers: dict[int, tuple[str, int]] = {}
         self._connections: dict[int, BrokerConnection] = {}
         errors = []
         self._bootstrap: BrokerConnection | None = None
         for host, port in parse_bootstrap(bootstrap_servers):
             try:
-                self._bootstrap = BrokerConnection(host, port, client_id, timeout)
+                self._bootstrap = BrokerConnection(host, port, client_id, timeout, security)
                 break
             except ClientError as exc:
                 errors.append(str(exc))
@@ -225,7 +262,7 @@ class KafkaClient:
             address = self._brokers.get(node_id)
             if address is None:
                 raise ClientError(f"broker {node_id} is not in the cluster metadata")
-            connection = BrokerConnection(address[0], address[1], self.client_id, self.timeout)
+            connection = BrokerConnection(address[0], address[1], self.client_id, self.timeout, self.security)
             self._connections[node_id] = connection
         return connection
 
@@ -309,6 +346,29 @@ def add_bootstrap_argument(parser: Any) -> None:
     parser.add_argument(
         "--timeout", type=float, default=30.0, metavar="SECONDS", help="socket timeout (default 30)"
     )
+    parser.add_argument(
+        "--command-config",
+        metavar="FILE",
+        help="client properties for a secured broker (security.protocol, sasl.*, ssl.*), as Kafka's tools",
+    )
+
+
+def command_security(args: Any) -> ClientSecurity | None:
+    """The `--command-config` file of a command's arguments as ClientSecurity (None without one)."""
+    path = getattr(args, "command_config", None)
+    if not path:
+        return None
+    from kafkacompat.config import parse_properties
+    from kafkacompat.security.client_auth import SecurityConfigError
+
+    try:
+        with open(path, encoding="utf-8") as handle:
+            properties = parse_properties(handle.read())
+        return ClientSecurity.from_properties(properties)
+    except OSError as exc:
+        raise CommandError(f"cannot read {path}: {exc.strerror}") from None
+    except SecurityConfigError as exc:
+        raise CommandError(f"{path}: {exc}") from None
 
 
 def parse_property_args(items: list[str] | None) -> dict[str, str]:

@@ -11,7 +11,7 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from kafkacompat.client import ClientError, CommandError, KafkaClient, silence_stdout
+from kafkacompat.client import ClientError, CommandError, KafkaClient, command_security, silence_stdout
 
 __all__ = ["reporting_errors", "with_client"]
 
@@ -33,7 +33,9 @@ def with_client(args: argparse.Namespace, action: Callable[[KafkaClient], object
     """`reporting_errors` around `action(client)`, the client connected to `--bootstrap-server`."""
 
     def connected() -> None:
-        with KafkaClient(args.bootstrap_server, timeout=args.timeout) as client:
+        with KafkaClient(
+            args.bootstrap_server, timeout=args.timeout, security=command_security(args)
+        ) as client:
             action(client)
 
     return reporting_errors(connected, error_prefix)

@@ -21,6 +21,7 @@ from kafkacompat.client import (
     CommandError,
     KafkaClient,
     add_bootstrap_argument,
+    command_security,
     error_name,
 )
 from kafkacompat.commands._runner import reporting_errors
@@ -67,7 +68,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     def configure() -> None:
         entity_type, entity_name = _entity(args)  # before connecting: a bad entity needs no broker
-        with KafkaClient(args.bootstrap_server, timeout=args.timeout) as client:
+        with KafkaClient(
+            args.bootstrap_server, timeout=args.timeout, security=command_security(args)
+        ) as client:
             action = _describe if args.action == "describe" else _alter
             action(client, args, entity_type, entity_name)
 

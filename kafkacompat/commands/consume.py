@@ -25,6 +25,7 @@ from kafkacompat.client import (
     CommandError,
     KafkaClient,
     add_bootstrap_argument,
+    command_security,
     error_name,
     parse_property_args,
     silence_stdout,
@@ -285,7 +286,9 @@ def run(args: argparse.Namespace) -> int:
     consumer = None
     status = 0
     try:
-        with KafkaClient(args.bootstrap_server, timeout=args.timeout) as client:
+        with KafkaClient(
+            args.bootstrap_server, timeout=args.timeout, security=command_security(args)
+        ) as client:
             consumer = Consumer(client, args, sys.stdout.buffer)
             consumer.start()
             last_record = time.monotonic()

@@ -27,6 +27,7 @@ from kafkacompat.client import (
     CommandError,
     KafkaClient,
     add_bootstrap_argument,
+    command_security,
     error_name,
     parse_property_args,
 )
@@ -223,7 +224,9 @@ def _input_waiting(fd: int) -> bool:
 def run(args: argparse.Namespace) -> int:
     try:
         reader = LineReader(parse_property_args(args.property))
-        with KafkaClient(args.bootstrap_server, timeout=args.timeout) as client:
+        with KafkaClient(
+            args.bootstrap_server, timeout=args.timeout, security=command_security(args)
+        ) as client:
             producer = Producer(client, args)
             fd = sys.stdin.fileno()
             pending = b""
