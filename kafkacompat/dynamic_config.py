@@ -226,6 +226,8 @@ PER_BROKER_ONLY: frozenset[str] = (
 # Dynamic in Kafka but refused here, with the reason the refusal gives.
 NOT_DYNAMIC_HERE: dict[str, str] = {
     **{name: "listener TLS/SASL settings cannot be reloaded here yet" for name in LISTENER_CONFIGS},
+    # key and trust stores are read once, when the listeners are bound (kafkacompat.security.tls)
+    **{name: "key and trust stores are read at start-up here" for name in LISTENER_ONLY_SECURITY_CONFIGS},
     **{name: "replication quotas are not implemented here" for name in QUOTA_CONFIGS},
     "listeners": "listeners are bound once at start-up here",
     "listener.security.protocol.map": "listeners are bound once at start-up here",

@@ -26,6 +26,8 @@ NOT_READERS = {
     PACKAGE / "log" / "config.py",
     PACKAGE / "broker" / "admin_support.py",
     PACKAGE / "dynamic_config.py",
+    # the command line tools' client properties (--command-config) share some names with broker settings
+    PACKAGE / "security" / "client_auth.py",
 }
 
 
