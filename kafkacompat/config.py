@@ -154,6 +154,10 @@ NO_EFFECT_SINGLE_NODE = "accepted (no effect on a single node)"
 NOT_IMPLEMENTED = "accepted (not implemented)"
 
 
+AUTHORIZER_CLASSES = (
+    "kafka.security.authorizer.AclAuthorizer",
+    "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+)
 COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 
 _O = Option
@@ -314,6 +318,10 @@ BROKER_OPTIONS: tuple[Option, ...] = (
     _O("sasl.server.max.receive.size", "int", 524288, at_least(1)),
     _O("connections.max.reauth.ms", "long", 0, at_least(0)),
     _O("connection.failed.authentication.delay.ms", "int", 100, at_least(0)),
+    # authorization (kafkacompat.security.acls): Kafka's two ACL authorizers name the built-in one
+    _O("authorizer.class.name", "string", "", one_of("", *AUTHORIZER_CLASSES)),
+    _O("super.users", "string", None),
+    _O("allow.everyone.if.no.acl.found", "boolean", False),
 )
 # Settings accepted but not acted on; every other option is HONOURED (a test checks that each honoured one
 # is read outside this module, directly or through a BrokerConfig property or the topic config it sets).

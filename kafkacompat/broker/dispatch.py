@@ -53,11 +53,14 @@ from kafkacompat.broker.handlers import (
     alter_configs,  # admin
     alter_user_scram_credentials,  # security
     api_versions,
+    create_acls,  # security
     create_partitions,  # admin
     create_topics,
+    delete_acls,  # security
     delete_groups,  # groups
     delete_records,  # admin
     delete_topics,
+    describe_acls,  # security
     describe_cluster,  # admin
     describe_configs,  # admin
     describe_groups,  # groups
@@ -150,6 +153,9 @@ HANDLER_MODULES: tuple[types.ModuleType, ...] = (
     sasl_authenticate,
     describe_user_scram_credentials,
     alter_user_scram_credentials,
+    describe_acls,
+    create_acls,
+    delete_acls,
 )
 
 HANDLERS: dict[int, types.ModuleType] = {}

@@ -195,6 +195,14 @@ class Broker:
         from kafkacompat.security.credentials import CREDENTIALS_FILE, ScramCredentialStore
 
         state.scram_credentials = ScramCredentialStore.load(Path(config.log_dirs[0]) / CREDENTIALS_FILE)
+        if config["authorizer.class.name"]:
+            from kafkacompat.security.acls import ACLS_FILE, AclStore, Authorizer, parse_super_users
+
+            state.authorizer = Authorizer(
+                AclStore.load(Path(config.log_dirs[0]) / ACLS_FILE),
+                parse_super_users(config["super.users"]),
+                config["allow.everyone.if.no.acl.found"],
+            )
         topic_configs = {topic.name: state.topic_log_config(topic) for topic in metadata.topics()}
         logs.startup(topic_configs, now_ms=state.now_ms())
         _adopt_unknown_logs(state)

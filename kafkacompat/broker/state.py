@@ -30,6 +30,7 @@ from kafkacompat.broker.fetch_sessions import FetchSessionCache
 from kafkacompat.config import BrokerConfig, broker_log_config
 from kafkacompat.dynamic_config import DynamicBrokerConfigs, LocalDynamicConfigStore
 from kafkacompat.replication.metadata import PRODUCER_ID_BLOCK_SIZE, LocalMetadata, TopicInfo
+from kafkacompat.security.acls import Authorizer
 from kafkacompat.security.credentials import ScramCredentialStore
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 from kafkacompat.wire.primitives import ZERO_UUID
@@ -114,6 +115,9 @@ class BrokerState:
         # SCRAM credentials (kafkacompat.security.credentials), loaded by the server from the log dir
         self.scram_credentials: ScramCredentialStore = ScramCredentialStore()
         self.scram_write_lock = trio.Lock()
+        # ACLs (kafkacompat.security.acls): the authorizer when authorizer.class.name is set, else None
+        self.authorizer: Authorizer | None = None
+        self.acl_write_lock = trio.Lock()
         self._log_configs: dict[str, tuple[dict[str, str], LogConfig]] = {}
         self._producer_ids = range(0)
 

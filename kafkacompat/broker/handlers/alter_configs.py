@@ -10,6 +10,8 @@ complete set of dynamic broker configs (validated, persisted, applied at once; s
 kafkacompat.dynamic_config); a setting Kafka does not change at run time, or this broker cannot, gets
 INVALID_REQUEST ("Cannot update these configs dynamically: ..."), as does another node's id. A
 resource named twice gets INVALID_REQUEST for every copy; other resource types INVALID_REQUEST.
+With an authorizer: ALTER_CONFIGS on the topic (TOPIC_AUTHORIZATION_FAILED) or, for brokers, on the
+cluster (CLUSTER_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from kafkacompat.broker.admin_support import (
     apply_topic_configs,
     parse_broker_resource,
 )
+from kafkacompat.broker.authorization import Op, require_config_access
 from kafkacompat.wire._generated.alter_configs_response import AlterConfigsResponse
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
@@ -41,6 +44,7 @@ async def handle(ctx: RequestContext, request: Any) -> AlterConfigsResponse:
     broker = ctx.broker
 
     async def alter(resource: Any, _result: Any) -> None:
+        require_config_access(ctx, resource.resource_type, resource.resource_name, Op.ALTER_CONFIGS)
         nulls = [c.name for c in resource.configs if c.value is None]
         if nulls:
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"Null value not supported for : {','.join(nulls)}")

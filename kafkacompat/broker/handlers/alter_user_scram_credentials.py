@@ -6,6 +6,7 @@ alterations; an unknown mechanism UNSUPPORTED_SASL_MECHANISM; an empty user name
 salted password, or iterations outside 4096..16384 UNACCEPTABLE_CREDENTIAL; deleting a credential that
 does not exist RESOURCE_NOT_FOUND. Only the salted password's stored and server keys are kept (see
 kafkacompat.security.credentials); the table is persisted before the answer. One result per user.
+With an authorizer, needs ALTER on the cluster (else CLUSTER_AUTHORIZATION_FAILED for every user).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from kafkacompat.broker.authorization import Op, cluster_allowed
 from kafkacompat.security.credentials import (
     MAX_ITERATIONS,
     MECHANISM_TYPES,
@@ -68,6 +70,13 @@ async def handle(ctx: RequestContext, request: Any) -> AlterUserScramCredentials
     deletions = list(request.deletions or [])
     upsertions = list(request.upsertions or [])
     counts = Counter([d.name for d in deletions] + [u.name for u in upsertions])
+    if not cluster_allowed(ctx, Op.ALTER):
+        return AlterUserScramCredentialsResponse(
+            results=[
+                AlterUserScramCredentialsResult(user=name, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+                for name in counts
+            ]
+        )
     outcome: dict[str, tuple[int, str | None]] = {}
     for name, count in counts.items():
         if count > 1:

@@ -9,6 +9,7 @@ gets INVALID_REPLICA_ASSIGNMENT. New partition logs are created and the topic ta
 the answer. `validate_only` runs every check and changes nothing. More than 10000 new partitions in one
 request -> POLICY_VIOLATION (Kafka's controller refuses such "excessively large" operations too).
 Error messages go in every version.
+With an authorizer, adding partitions needs ALTER on the topic (else TOPIC_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from kafkacompat.broker.admin_support import add_partitions, require_topic
+from kafkacompat.broker.authorization import Op, Resource, allowed
 from kafkacompat.wire._generated.create_partitions_response import CreatePartitionsResponse
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
@@ -76,6 +78,8 @@ async def handle(ctx: RequestContext, request: Any) -> CreatePartitionsResponse:
         try:
             if counts[wanted.name] > 1:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, "Duplicate topic in the request.")
+            if not allowed(ctx, Op.ALTER, Resource.TOPIC, wanted.name):
+                raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
             topic = require_topic(broker, wanted.name)
             additional = wanted.count - topic.partitions
             if additional > budget:

@@ -12,6 +12,7 @@ INVALID_CONFIG. -1 means the broker default (`num.partitions`, `default.replicat
 `validate_only` (v1+) runs every check and creates nothing. v5+ answers carry the partition count,
 replication factor and the topic's full config list with sources; v7 the topic id (zero when only
 validated).
+With an authorizer, creating needs CREATE on the cluster or the topic (else TOPIC_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from kafkacompat.broker.admin_support import topic_config_entries
+from kafkacompat.broker.authorization import Op, Resource, allowed
 from kafkacompat.broker.state import CLUSTER_METADATA_TOPIC
 from kafkacompat.wire._generated.create_topics_response import CreateTopicsResponse
 from kafkacompat.wire.errors import ErrorCode, KafkaError
@@ -49,6 +51,12 @@ async def handle(ctx: RequestContext, request: Any) -> CreateTopicsResponse:
             results.append(result)
             continue
         try:
+            # CREATE on the cluster or on the topic, as Kafka's checks (before anything else)
+            if not (
+                allowed(ctx, Op.CREATE, Resource.CLUSTER, Resource.CLUSTER_NAME)
+                or allowed(ctx, Op.CREATE, Resource.TOPIC, wanted.name)
+            ):
+                raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
             await _create_one(broker, version, wanted, result, validate_only)
         except KafkaError as exc:
             result.error_code = exc.code

@@ -9,6 +9,7 @@ refuses it; an offline log -> KAFKA_STORAGE_ERROR. Low watermark -1 on any error
 is nothing to wait for, so `timeout_ms` is not used. The log-start-offset checkpoint is written before
 the answer, so the move survives a crash (if that write fails the answer still goes out and the
 periodic checkpoint catches up, as in Kafka, which only checkpoints periodically).
+With an authorizer, deleting records needs DELETE on the topic (else TOPIC_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from kafkacompat.broker.authorization import Op, Resource, allowed
 from kafkacompat.broker.state import is_internal_topic
 from kafkacompat.wire._generated.delete_records_response import DeleteRecordsResponse
 from kafkacompat.wire.errors import ErrorCode, KafkaError
@@ -47,6 +49,8 @@ async def handle(ctx: RequestContext, request: Any) -> DeleteRecordsResponse:
             answer = PartitionResult(partition_index=wanted.partition_index, low_watermark=-1, error_code=0)
             partitions.append(answer)
             try:
+                if not allowed(ctx, Op.DELETE, Resource.TOPIC, name):
+                    raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                 if topic is None or not 0 <= wanted.partition_index < topic.partitions:
                     raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 if is_internal_topic(name):

@@ -6,12 +6,14 @@ named twice -> INVALID_REQUEST, `delete.topic.enable=false` -> TOPIC_DELETION_DI
 leaves the topic table at once (persisted before the answer); its partition logs are renamed
 `<topic>-<p>.<uuid>-delete` and removed by the log manager's delayed delete, as Kafka does, so file
 slices of in-flight fetches stay readable meanwhile. Waiting fetches on the topic are woken.
+With an authorizer, deleting needs DELETE on the topic (else TOPIC_AUTHORIZATION_FAILED, before existence).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kafkacompat.broker.authorization import Op, Resource, allowed
 from kafkacompat.wire._generated.delete_topics_response import DeleteTopicsResponse
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 from kafkacompat.wire.primitives import ZERO_UUID
@@ -52,7 +54,9 @@ async def handle(ctx: RequestContext, request: Any) -> DeleteTopicsResponse:
                 if topic is None:
                     raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID, f"Topic id {topic_id} does not exist.")
                 result.name = topic.name
-            elif name not in broker.metadata:
+            if not allowed(ctx, Op.DELETE, Resource.TOPIC, result.name):
+                raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
+            if name is not None and name not in broker.metadata:
                 raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
             if not broker.config["delete.topic.enable"]:
                 raise KafkaError(ErrorCode.TOPIC_DELETION_DISABLED, "Topic deletion is disabled.")

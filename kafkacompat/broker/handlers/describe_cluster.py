@@ -5,13 +5,15 @@ of the listener the request came in on, rack from `broker.rack`). v1 echoes the 
 for controller endpoints (type 2) gets UNSUPPORTED_ENDPOINT_TYPE, as a Kafka broker listener answers it.
 Cluster authorized operations, when asked for, are every cluster operation (no authorizer), as Kafka
 reports them without one; otherwise the "not requested" marker.
+Authorized operations, when asked for, are the principal's (all of them without an authorizer).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kafkacompat.broker.admin_support import ALL_CLUSTER_OPERATIONS, AUTHORIZED_OPERATIONS_OMITTED
+from kafkacompat.broker.admin_support import AUTHORIZED_OPERATIONS_OMITTED
+from kafkacompat.broker.authorization import Resource, authorized_operations
 from kafkacompat.wire._generated.describe_cluster_response import DescribeClusterResponse
 from kafkacompat.wire.errors import ErrorCode
 
@@ -55,5 +57,7 @@ async def handle(ctx: RequestContext, request: Any) -> DescribeClusterResponse:
         Broker(broker_id=broker.node_id, host=host, port=port, rack=broker.config["broker.rack"])
     ]
     if request.include_cluster_authorized_operations:
-        response.cluster_authorized_operations = ALL_CLUSTER_OPERATIONS
+        response.cluster_authorized_operations = authorized_operations(
+            ctx, Resource.CLUSTER, Resource.CLUSTER_NAME
+        )
     return response

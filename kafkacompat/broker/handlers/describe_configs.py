@@ -14,6 +14,8 @@ BROKER_LOGGER resources (by node id) list the root logger and every `kafkacompat
 effective level in log4j names (source DYNAMIC_BROKER_LOGGER_CONFIG). v0 carries `is_default` instead of
 a source: true for DEFAULT_CONFIG. Other resource types (client metrics, groups) get INVALID_REQUEST:
 this broker does not keep them.
+With an authorizer: DESCRIBE_CONFIGS on the topic (TOPIC_AUTHORIZATION_FAILED) or, for brokers and
+broker loggers, on the cluster (CLUSTER_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from kafkacompat.broker.admin_support import (
     require_topic,
     topic_config_entries,
 )
+from kafkacompat.broker.authorization import Op, require_config_access
 from kafkacompat.wire._generated.describe_configs_response import DescribeConfigsResponse
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
@@ -75,6 +78,7 @@ async def handle(ctx: RequestContext, request: Any) -> DescribeConfigsResponse:
     include_synonyms = ctx.api_version >= 1 and bool(request.include_synonyms)
 
     async def describe(resource: Any, result: Any) -> None:
+        require_config_access(ctx, resource.resource_type, resource.resource_name, Op.DESCRIBE_CONFIGS)
         keys = resource.configuration_keys
         if resource.resource_type == RESOURCE_TOPIC:
             topic = require_topic(broker, resource.resource_name)

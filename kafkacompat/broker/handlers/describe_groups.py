@@ -4,14 +4,17 @@ Behaviour: one entry per requested group: state, protocol type, the chosen proto
 Stable), and the members with client id, host ("/ip"), and their metadata and assignment (both only
 while Stable), as Kafka's classic coordinator reports. An unknown group is "Dead" with NONE (the
 versions served here predate GROUP_ID_NOT_FOUND for describe). v4+ members carry the group instance
-id; v3+ authorized operations stay "not requested" unless asked, then report no operations
-information (no authorizer: INT32_MIN).
+id; v3+ authorized operations stay "not requested" unless asked, then carry the group's operations the
+principal may do (all of READ, DESCRIBE, DELETE without an authorizer, as Kafka reports them).
+With an authorizer, groups the principal may not DESCRIBE get GROUP_AUTHORIZATION_FAILED; authorized
+operations (v3+) are filled in when asked for.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kafkacompat.broker.authorization import Op, Resource, allowed, authorized_operations
 from kafkacompat.broker.group_runtime import runtime_of
 from kafkacompat.groups import api
 from kafkacompat.wire._generated.describe_groups_response import DescribeGroupsResponse
@@ -31,10 +34,14 @@ Member = DescribeGroupsResponse.DescribedGroupMember
 
 
 async def handle(ctx: RequestContext, request: Any) -> DescribeGroupsResponse:
-    group_ids = list(request.groups)
+    requested = list(request.groups)
+    refused = {g for g in requested if not allowed(ctx, Op.DESCRIBE, Resource.GROUP, g)}
+    group_ids = [g for g in requested if g not in refused]
     runtime = runtime_of(ctx.broker)
     described: list[api.DescribedGroup]
-    if runtime is None:
+    if not group_ids:
+        described = []
+    elif runtime is None:
         described = [
             api.DescribedGroup(ErrorCode.COORDINATOR_NOT_AVAILABLE, g, "", "", "") for g in group_ids
         ]
@@ -45,6 +52,11 @@ async def handle(ctx: RequestContext, request: Any) -> DescribeGroupsResponse:
             )
         except KafkaError as exc:
             described = [api.DescribedGroup(exc.code, g, "", "", "") for g in group_ids]
+    if refused:
+        by_id = {g.group_id: g for g in described}
+        error = ErrorCode.GROUP_AUTHORIZATION_FAILED
+        described = [by_id[g] if g in by_id else api.DescribedGroup(error, g, "", "", "") for g in requested]
+    include_operations = ctx.api_version >= 3 and request.include_authorized_operations
     return DescribeGroupsResponse(
         groups=[
             Group(
@@ -64,7 +76,9 @@ async def handle(ctx: RequestContext, request: Any) -> DescribeGroupsResponse:
                     )
                     for m in g.members
                 ],
-                authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+                authorized_operations=authorized_operations(ctx, Resource.GROUP, g.group_id)
+                if include_operations and g.error_code == ErrorCode.NONE
+                else AUTHORIZED_OPERATIONS_OMITTED,
             )
             for g in described
         ]

@@ -5,6 +5,7 @@ that live in it (null topics = every partition; partitions this node does not ho
 Kafka leaves them out) with their size in bytes (sum of segment files), offset lag 0 (no future
 replicas, no replica movement here) and is_future_key false. v4 adds the dir's total and usable bytes
 from `statvfs` (run in a worker thread); v3+ the top-level error code. Offline partitions are left out.
+With an authorizer, needs DESCRIBE on the cluster (else CLUSTER_AUTHORIZATION_FAILED, no results).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from kafkacompat.broker.authorization import Op, cluster_allowed
 from kafkacompat.wire._generated.describe_log_dirs_response import DescribeLogDirsResponse
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
@@ -41,6 +43,8 @@ def disk_space(path: str) -> tuple[int, int]:
 async def handle(ctx: RequestContext, request: Any) -> DescribeLogDirsResponse:
     broker = ctx.broker
     logs = broker.logs
+    if not cluster_allowed(ctx, Op.DESCRIBE):
+        return DescribeLogDirsResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, results=[])
     if request.topics is None:
         wanted = None
     else:

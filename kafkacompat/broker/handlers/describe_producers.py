@@ -5,12 +5,14 @@ transactional producers whose batches are still tracked): producer id and epoch,
 written (-1 when none is cached), the timestamp of its last batch (-1 when none), the coordinator
 epoch and the first offset of its open transaction (-1 when none). A missing topic or partition ->
 UNKNOWN_TOPIC_OR_PARTITION; an offline log -> KAFKA_STORAGE_ERROR. Producers are listed by id.
+With an authorizer, topics the principal may not READ get TOPIC_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kafkacompat.broker.authorization import Op, Resource, allowed
 from kafkacompat.wire._generated.describe_producers_response import DescribeProducersResponse
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
@@ -55,6 +57,8 @@ async def handle(ctx: RequestContext, request: Any) -> DescribeProducersResponse
             answer = PartitionResponse(partition_index=index, error_code=ErrorCode.NONE, error_message=None)
             partitions.append(answer)
             try:
+                if not allowed(ctx, Op.READ, Resource.TOPIC, wanted.name):
+                    raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                 if topic is None or not 0 <= index < topic.partitions:
                     raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 partition_log = broker.partition_log(wanted.name, index)

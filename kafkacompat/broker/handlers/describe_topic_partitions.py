@@ -11,6 +11,8 @@ partition index, or naming a topic outside a non-empty request list, makes the r
 requested topic gets INVALID_REQUEST, as Kafka's error response does. Partitions are led by this node
 with replicas = ISR = [this node], empty ELR lists; topic authorized operations are all topic
 operations (no authorizer).
+With an authorizer, topics the principal may not DESCRIBE are left out of an all-topics answer and get
+TOPIC_AUTHORIZATION_FAILED when named; authorized operations are the principal's.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kafkacompat.broker.admin_support import ALL_TOPIC_OPERATIONS
+from kafkacompat.broker.authorization import Op, Resource, allowed, authorized_operations
 from kafkacompat.broker.state import is_internal_topic
 from kafkacompat.wire._generated.describe_topic_partitions_response import DescribeTopicPartitionsResponse
 from kafkacompat.wire.errors import ErrorCode
@@ -60,12 +63,17 @@ async def handle(ctx: RequestContext, request: Any) -> DescribeTopicPartitionsRe
             topics=[_error_topic(t.name, ErrorCode.INVALID_REQUEST) for t in request.topics], next_cursor=None
         )
     names = requested if requested else [topic.name for topic in broker.metadata.topics()]
+    if broker.authorizer is not None and not requested:
+        names = [name for name in names if allowed(ctx, Op.DESCRIBE, Resource.TOPIC, name)]
     if cursor is not None:
         names = [name for name in names if name >= cursor.topic_name]
     remaining = max(1, min(request.response_partition_limit, MAX_PARTITIONS_PER_RESPONSE))
     topics: list[Any] = []
     next_cursor = None
     for position, name in enumerate(names):
+        if not allowed(ctx, Op.DESCRIBE, Resource.TOPIC, name):
+            topics.append(_error_topic(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+            continue
         topic = broker.metadata.topic(name)
         if topic is None:
             topics.append(_error_topic(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
@@ -101,7 +109,7 @@ async def handle(ctx: RequestContext, request: Any) -> DescribeTopicPartitionsRe
                 topic_id=topic.topic_id,
                 is_internal=is_internal_topic(name),
                 partitions=partitions,
-                topic_authorized_operations=ALL_TOPIC_OPERATIONS,
+                topic_authorized_operations=authorized_operations(ctx, Resource.TOPIC, name),
             )
         )
         if last < topic.partitions:

@@ -3,6 +3,7 @@
 Behaviour: lists the SCRAM mechanisms and iteration counts stored for the named users (null: every
 user with a credential), never a salt or key. A user named twice gets DUPLICATE_RESOURCE, a user without
 credentials RESOURCE_NOT_FOUND, each with Kafka's message; the top-level error stays NONE.
+With an authorizer, needs DESCRIBE on the cluster (else CLUSTER_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from kafkacompat.broker.authorization import Op, cluster_allowed
 from kafkacompat.security.credentials import MECHANISM_IDS
 from kafkacompat.wire._generated.describe_user_scram_credentials_response import (
     CredentialInfo,
@@ -28,6 +30,10 @@ MAX_VERSION = 0
 
 async def handle(ctx: RequestContext, request: Any) -> DescribeUserScramCredentialsResponse:
     store = ctx.broker.scram_credentials
+    if not cluster_allowed(ctx, Op.DESCRIBE):
+        return DescribeUserScramCredentialsResponse(
+            error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, error_message=None, results=[]
+        )
     names = store.users() if request.users is None else [user.name for user in request.users]
     counts = Counter(names)
     results = []

@@ -17,16 +17,19 @@ it never polls.
 Aborted transactions: null for read_uncommitted; for read_committed the entries of the partition's
 `.txnindex` files (producer id, first offset) overlapping the returned range, from which the client
 drops aborted records itself (control batches are returned too: clients skip them, as with Kafka).
+With an authorizer, partitions of topics the principal may not READ get TOPIC_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import trio
 
+from kafkacompat.broker.authorization import Op, Resource, allowed
 from kafkacompat.broker.fetch_sessions import CachedPartition, FetchContext, PartitionRequest
 from kafkacompat.wire._generated.fetch_response import AbortedTransaction, FetchResponse
 from kafkacompat.wire.errors import ErrorCode, KafkaError
@@ -110,8 +113,14 @@ async def handle(ctx: RequestContext, request: Any) -> FetchResponse:
     max_bytes = min(request.max_bytes, broker.config["fetch.max.bytes"])
     read_committed = request.isolation_level == READ_COMMITTED
     deadline = trio.current_time() + max(request.max_wait_ms, 0) / 1000
+    may_read = None
+    if broker.authorizer is not None:
+
+        def may_read(topic: str) -> bool:
+            return allowed(ctx, Op.READ, Resource.TOPIC, topic)
+
     while True:
-        reads = _read_all(broker, context, uses_ids, max_bytes, read_committed)
+        reads = _read_all(broker, context, uses_ids, max_bytes, read_committed, may_read)
         total = sum(r.size for r in reads)
         if (
             total >= request.min_bytes
@@ -129,8 +138,14 @@ async def handle(ctx: RequestContext, request: Any) -> FetchResponse:
 
 
 def _read_all(
-    broker: BrokerState, context: FetchContext, uses_ids: bool, max_bytes: int, read_committed: bool
+    broker: BrokerState,
+    context: FetchContext,
+    uses_ids: bool,
+    max_bytes: int,
+    read_committed: bool,
+    may_read: Callable[[str], bool] | None = None,
 ) -> list[PartitionRead]:
+    """`may_read(topic)`: the READ authorization check (None: no authorizer), made before existence."""
     remaining = max_bytes
     reads = []
     metadata = broker.metadata
@@ -139,6 +154,9 @@ def _read_all(
         read = PartitionRead(cached=cached, name=topic.name if topic is not None else None)
         reads.append(read)
         try:
+            checked = topic.name if topic is not None else None if uses_ids else cached.topic
+            if may_read is not None and checked is not None and not may_read(checked):
+                raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
             if topic is None:
                 raise KafkaError(
                     ErrorCode.UNKNOWN_TOPIC_ID if uses_ids else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION

@@ -7,12 +7,14 @@ answer is COORDINATOR_NOT_AVAILABLE. Transaction keys (key type 1) are answered 
 transaction coordinator, whose first lookup creates `__transaction_state`. Any other key type is
 INVALID_REQUEST. v0-3 carry one key; v4+ a batch of
 keys answered one coordinator entry each.
+With an authorizer: GROUP_/TRANSACTIONAL_ID_AUTHORIZATION_FAILED without DESCRIBE on the key.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kafkacompat.broker.authorization import Op, Resource, allowed
 from kafkacompat.broker.group_runtime import runtime_of
 from kafkacompat.broker.txn_runtime import runtime_of as txn_runtime_of
 from kafkacompat.wire._generated.find_coordinator_response import FindCoordinatorResponse
@@ -33,6 +35,12 @@ Coordinator = FindCoordinatorResponse.Coordinator
 
 async def _lookup(ctx: RequestContext, key: str, key_type: int) -> tuple[int, str | None, int, str, int]:
     """(error, message, node id, host, port) for one key."""
+    # authorization first, as Kafka: DESCRIBE on the group or on the transactional id
+    if key_type == GROUP_KEY and not allowed(ctx, Op.DESCRIBE, Resource.GROUP, key):
+        return ErrorCode.GROUP_AUTHORIZATION_FAILED, "Group authorization failed.", -1, "", -1
+    if key_type == TRANSACTION_KEY and not allowed(ctx, Op.DESCRIBE, Resource.TRANSACTIONAL_ID, key):
+        message = "Transactional Id authorization failed."
+        return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, message, -1, "", -1
     if key_type == TRANSACTION_KEY:
         transactions = txn_runtime_of(ctx.broker)
         if transactions is None:

@@ -3,12 +3,14 @@
 Behaviour: keeps a member's session alive; REBALANCE_IN_PROGRESS tells a member of a stable
 generation to rejoin; UNKNOWN_MEMBER_ID / ILLEGAL_GENERATION / FENCED_INSTANCE_ID (v3+ static
 members) as Kafka's classic coordinator answers. A group whose partition is still loading gets NONE.
+With an authorizer, a heartbeat needs READ on the group (else GROUP_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kafkacompat.broker.authorization import Op, Resource, allowed
 from kafkacompat.broker.group_runtime import runtime_of
 from kafkacompat.groups import api
 from kafkacompat.wire._generated.heartbeat_response import HeartbeatResponse
@@ -23,6 +25,8 @@ MAX_VERSION = 4
 
 
 async def handle(ctx: RequestContext, request: Any) -> HeartbeatResponse:
+    if not allowed(ctx, Op.READ, Resource.GROUP, request.group_id):
+        return HeartbeatResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     runtime = runtime_of(ctx.broker)
     if runtime is None:
         return HeartbeatResponse(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE)

@@ -16,6 +16,8 @@ BROKER_LOGGER resources (by node id) SET a logger's level (log4j names: TRACE, D
 FATAL, OFF; anything else or an unknown logger -> INVALID_CONFIG) or DELETE it (the logger follows its
 parent again; not allowed for "root"); APPEND/SUBTRACT -> INVALID_REQUEST. Level changes are not
 persisted, as in Kafka. A resource named twice gets INVALID_REQUEST; other resource types INVALID_REQUEST.
+With an authorizer: ALTER_CONFIGS on the topic (TOPIC_AUTHORIZATION_FAILED) or, for brokers and broker
+loggers, on the cluster (CLUSTER_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from kafkacompat.broker.admin_support import (
     require_topic,
     set_logger_levels,
 )
+from kafkacompat.broker.authorization import Op, require_config_access
 from kafkacompat.log.config import TOPIC_CONFIG_DEFS_BY_NAME
 from kafkacompat.wire._generated.incremental_alter_configs_response import IncrementalAlterConfigsResponse
 from kafkacompat.wire.errors import ErrorCode, KafkaError
@@ -100,6 +103,7 @@ async def handle(ctx: RequestContext, request: Any) -> IncrementalAlterConfigsRe
     broker = ctx.broker
 
     async def alter(resource: Any, _result: Any) -> None:
+        require_config_access(ctx, resource.resource_type, resource.resource_name, Op.ALTER_CONFIGS)
         keys = Counter(c.name for c in resource.configs)
         duplicates = sorted(k for k, n in keys.items() if n > 1)
         if duplicates:

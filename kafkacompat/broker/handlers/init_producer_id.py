@@ -9,12 +9,16 @@ epoch (fencing the older producer; a fresh id once the epoch is exhausted), an o
 aborted first (CONCURRENT_TRANSACTIONS, the client retries), v3+ callers may pass their id and epoch to
 recover (KIP-360; a mismatch is PRODUCER_FENCED, INVALID_PRODUCER_EPOCH before v4). A timeout outside
 (0, transaction.max.timeout.ms] is INVALID_TRANSACTION_TIMEOUT; an empty id is INVALID_REQUEST.
+With an authorizer: WRITE on the transactional id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED); an
+idempotent producer needs IDEMPOTENT_WRITE on the cluster or WRITE on some topic (else
+CLUSTER_AUTHORIZATION_FAILED), as Kafka since KIP-679.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kafkacompat.broker.authorization import Op, Resource, allowed, any_topic_allowed, cluster_allowed
 from kafkacompat.broker.txn_runtime import runtime_of, version_error
 from kafkacompat.wire._generated.init_producer_id_response import InitProducerIdResponse
 from kafkacompat.wire.errors import ErrorCode, KafkaError
@@ -35,6 +39,21 @@ def _error(code: int) -> InitProducerIdResponse:
 
 
 async def handle(ctx: RequestContext, request: Any) -> InitProducerIdResponse:
+    transactional_id = request.transactional_id
+    if transactional_id is not None and not allowed(
+        ctx, Op.WRITE, Resource.TRANSACTIONAL_ID, transactional_id
+    ):
+        return InitProducerIdResponse(
+            error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            producer_id=NO_PRODUCER_ID,
+            producer_epoch=-1,
+        )
+    if transactional_id is None and not (
+        cluster_allowed(ctx, Op.IDEMPOTENT_WRITE) or any_topic_allowed(ctx, Op.WRITE)
+    ):
+        return InitProducerIdResponse(
+            error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, producer_id=NO_PRODUCER_ID, producer_epoch=-1
+        )
     tid = request.transactional_id
     if tid is None:
         producer_id = await ctx.broker.next_producer_id()

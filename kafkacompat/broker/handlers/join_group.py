@@ -6,12 +6,14 @@ may wait (parked) until the rebalance completes. v0 has no rebalance timeout (th
 serves for both); v4+ gets MEMBER_ID_REQUIRED on a first join without member id; v5+ static membership;
 v7+ protocol type/name (null on errors); v9 skip_assignment for a static leader rejoining. Protocol
 metadata passes through untouched.
+With an authorizer, joining needs READ on the group (else GROUP_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kafkacompat.broker.authorization import Op, Resource, allowed
 from kafkacompat.broker.group_runtime import client_host, runtime_of
 from kafkacompat.groups import api
 from kafkacompat.wire._generated.join_group_response import JoinGroupResponse
@@ -48,6 +50,9 @@ def to_wire(result: api.JoinGroupResponse, version: int) -> JoinGroupResponse:
 
 async def handle(ctx: RequestContext, request: Any) -> JoinGroupResponse:
     version = ctx.api_version
+    if not allowed(ctx, Op.READ, Resource.GROUP, request.group_id):
+        refused = api.JoinGroupResponse(ErrorCode.GROUP_AUTHORIZATION_FAILED, request.member_id)
+        return to_wire(refused, version)
     runtime = runtime_of(ctx.broker)
     if runtime is None:
         return to_wire(api.JoinGroupResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE, request.member_id), version)

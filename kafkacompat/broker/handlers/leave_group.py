@@ -4,12 +4,14 @@ Behaviour: v0-2 carry one member id; v3+ a batch of members (by member id, or by
 alone for an administrative removal of a static member) with a result each; v5 a reason per member.
 The v0-2 top-level error is the group error if any, else that of the single member. A member that
 leaves a stable group starts a rebalance for the others.
+With an authorizer, leaving needs READ on the group (else GROUP_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kafkacompat.broker.authorization import Op, Resource, allowed
 from kafkacompat.broker.group_runtime import runtime_of
 from kafkacompat.groups import api
 from kafkacompat.wire._generated.leave_group_response import LeaveGroupResponse
@@ -36,7 +38,9 @@ async def handle(ctx: RequestContext, request: Any) -> LeaveGroupResponse:
         members = [api.LeaveGroupMember(request.member_id)]
     runtime = runtime_of(ctx.broker)
     req = api.LeaveGroupRequest(group_id=request.group_id, members=members)
-    if runtime is None:
+    if not allowed(ctx, Op.READ, Resource.GROUP, request.group_id):
+        result = api.LeaveGroupResponse(ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    elif runtime is None:
         result = api.LeaveGroupResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE)
     else:
         try:

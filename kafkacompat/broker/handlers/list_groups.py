@@ -4,12 +4,14 @@ Behaviour: every group of this coordinator with its protocol type; v4+ filter by
 v5+ filter by type and report it (every group here is "classic"). Filters match case-insensitively;
 an empty filter means all. While __consumer_offsets is still loading the answer is
 COORDINATOR_LOAD_IN_PROGRESS with the groups already loaded, as Kafka answers.
+With an authorizer: every group for DESCRIBE on the cluster, else the groups the principal may DESCRIBE.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kafkacompat.broker.authorization import Op, Resource, allowed, cluster_allowed
 from kafkacompat.broker.group_runtime import runtime_of
 from kafkacompat.groups import api
 from kafkacompat.wire._generated.list_groups_response import ListGroupsResponse
@@ -38,6 +40,10 @@ async def handle(ctx: RequestContext, request: Any) -> ListGroupsResponse:
         )
     except KafkaError as exc:
         return ListGroupsResponse(error_code=exc.code, groups=[])
+    # all groups with DESCRIBE on the cluster, else only those the principal may DESCRIBE (as Kafka)
+    listed = result.groups
+    if ctx.broker.authorizer is not None and not cluster_allowed(ctx, Op.DESCRIBE):
+        listed = [g for g in listed if allowed(ctx, Op.DESCRIBE, Resource.GROUP, g.group_id)]
     return ListGroupsResponse(
         error_code=result.error_code,
         groups=[
@@ -47,6 +53,6 @@ async def handle(ctx: RequestContext, request: Any) -> ListGroupsResponse:
                 group_state=g.state,
                 group_type=g.group_type,
             )
-            for g in result.groups
+            for g in listed
         ],
     )

@@ -10,6 +10,7 @@ UNKNOWN_TOPIC_OR_PARTITION, a partition named
 twice -> INVALID_REQUEST, a current leader epoch newer than ours -> UNKNOWN_LEADER_EPOCH, older ->
 FENCED_LEADER_EPOCH, KAFKA_STORAGE_ERROR. v0 answers in `old_style_offsets` (at most one offset).
 The leader epoch of every answer (v4+) is the partition's leader epoch (always 0 on a single node).
+With an authorizer, topics the principal may not DESCRIBE get TOPIC_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from kafkacompat.broker.authorization import Op, Resource, allowed
 from kafkacompat.wire._generated.list_offsets_response import ListOffsetsResponse
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
@@ -56,6 +58,8 @@ async def handle(ctx: RequestContext, request: Any) -> ListOffsetsResponse:
             try:
                 if counts[(wanted_topic.name, index)] > 1:
                     raise KafkaError(ErrorCode.INVALID_REQUEST, "partition listed twice")
+                if not allowed(ctx, Op.DESCRIBE, Resource.TOPIC, wanted_topic.name):
+                    raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                 if topic is None or not 0 <= index < topic.partitions:
                     raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 partition_log = broker.partition_log(wanted_topic.name, index)

@@ -7,14 +7,17 @@ all topics; v12 may name topics by id (unknown id -> UNKNOWN_TOPIC_ID); naming a
 or with a null name before v12 gets INVALID_REQUEST, as Kafka rejects it. An unknown topic is created
 when `allow_auto_topic_creation` (always true before v4) and `auto.create.topics.enable` both hold, and
 is reported once with LEADER_NOT_AVAILABLE, as Kafka does while creation is in flight; otherwise
-UNKNOWN_TOPIC_OR_PARTITION. Illegal names get INVALID_TOPIC_EXCEPTION. Authorized-operations fields
-keep their "not requested" default (no authorizer).
+UNKNOWN_TOPIC_OR_PARTITION. Illegal names get INVALID_TOPIC_EXCEPTION. With an authorizer, topics the
+principal may not DESCRIBE are left out of an all-topics answer and get TOPIC_AUTHORIZATION_FAILED when
+named, and auto-creation needs CREATE on the cluster or the topic (else TOPIC_AUTHORIZATION_FAILED), as
+Kafka's; authorized operations (v8+) are filled in when asked for (all of them without an authorizer).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kafkacompat.broker.authorization import Op, Resource, allowed, authorized_operations, cluster_allowed
 from kafkacompat.broker.state import is_internal_topic
 from kafkacompat.replication.metadata import validate_topic_name
 from kafkacompat.wire._generated.metadata_response import MetadataResponse
@@ -69,23 +72,37 @@ async def handle(ctx: RequestContext, request: Any) -> MetadataResponse:
         topics=[],
     )
     requested = request.topics
+    if version >= 8 and getattr(request, "include_cluster_authorized_operations", False):
+        response.cluster_authorized_operations = authorized_operations(
+            ctx, Resource.CLUSTER, Resource.CLUSTER_NAME
+        )
     if requested is None or (version == 0 and not requested):
-        response.topics = [describe_topic(broker, topic) for topic in broker.metadata.topics()]
-        return response
-    auto_create = (version < 4 or request.allow_auto_topic_creation) and broker.config[
-        "auto.create.topics.enable"
-    ]
-    seen: set[Any] = set()
-    for wanted in requested:
-        key = wanted.name if wanted.name is not None else wanted.topic_id
-        if key in seen:
-            continue
-        seen.add(key)
-        response.topics.append(await _one_topic(broker, version, wanted, auto_create))
+        # topics the principal may not describe are left out, as Kafka does
+        response.topics = [
+            describe_topic(broker, topic)
+            for topic in broker.metadata.topics()
+            if allowed(ctx, Op.DESCRIBE, Resource.TOPIC, topic.name)
+        ]
+    else:
+        auto_create = (version < 4 or request.allow_auto_topic_creation) and broker.config[
+            "auto.create.topics.enable"
+        ]
+        seen: set[Any] = set()
+        for wanted in requested:
+            key = wanted.name if wanted.name is not None else wanted.topic_id
+            if key in seen:
+                continue
+            seen.add(key)
+            response.topics.append(await _one_topic(ctx, version, wanted, auto_create))
+    if version >= 8 and request.include_topic_authorized_operations:
+        for topic in response.topics:
+            if topic.error_code == ErrorCode.NONE and topic.name is not None:
+                topic.topic_authorized_operations = authorized_operations(ctx, Resource.TOPIC, topic.name)
     return response
 
 
-async def _one_topic(broker: BrokerState, version: int, wanted: Any, auto_create: bool) -> Any:
+async def _one_topic(ctx: RequestContext, version: int, wanted: Any, auto_create: bool) -> Any:
+    broker = ctx.broker
     name = wanted.name
     topic_id = getattr(wanted, "topic_id", ZERO_UUID)
     if version < 12 and (name is None or topic_id != ZERO_UUID):
@@ -94,7 +111,13 @@ async def _one_topic(broker: BrokerState, version: int, wanted: Any, auto_create
         topic = broker.metadata.topic_by_id(topic_id)
         if topic is None:
             return Topic(error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None, topic_id=topic_id)
+        if not allowed(ctx, Op.DESCRIBE, Resource.TOPIC, topic.name):
+            return Topic(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=None, topic_id=topic_id)
         return describe_topic(broker, topic)
+    if not allowed(ctx, Op.DESCRIBE, Resource.TOPIC, name):
+        return Topic(
+            error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=name, is_internal=is_internal_topic(name)
+        )
     topic = broker.metadata.topic(name)
     if topic is not None:
         return describe_topic(broker, topic)
@@ -104,6 +127,8 @@ async def _one_topic(broker: BrokerState, version: int, wanted: Any, auto_create
         return Topic(error_code=exc.code, name=name, is_internal=False)
     if not auto_create:
         return Topic(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name)
+    if not (cluster_allowed(ctx, Op.CREATE) or allowed(ctx, Op.CREATE, Resource.TOPIC, name)):
+        return Topic(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=name)
     try:
         await broker.auto_create_topic(name)
     except KafkaError as exc:

@@ -8,12 +8,15 @@ with generation -1 from anyone, as "simple" consumers use it), metadata size
 a per-partition commit timestamp, v2-4 a retention time; v6+ the committed leader epoch. v0 is served
 like v1 without member fields (Kafka kept v0 offsets in ZooKeeper; here there is one store). Results
 come back in request order.
+With an authorizer: READ on the group (else GROUP_AUTHORIZATION_FAILED everywhere) and on each topic
+(else TOPIC_AUTHORIZATION_FAILED for its partitions).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kafkacompat.broker.authorization import Op, Resource, allowed
 from kafkacompat.broker.group_runtime import runtime_of
 from kafkacompat.groups import api
 from kafkacompat.wire._generated.offset_commit_response import OffsetCommitResponse
@@ -39,8 +42,19 @@ async def handle(ctx: RequestContext, request: Any) -> OffsetCommitResponse:
     version = ctx.api_version
     results: dict[tuple[str, int], int] = {}
     known: list[api.OffsetCommitPartition] = []
+    group_allowed = allowed(ctx, Op.READ, Resource.GROUP, request.group_id)
     for topic in request.topics:
+        refused = (
+            ErrorCode.GROUP_AUTHORIZATION_FAILED
+            if not group_allowed
+            else None
+            if allowed(ctx, Op.READ, Resource.TOPIC, topic.name)
+            else ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        )
         for p in topic.partitions:
+            if refused is not None:
+                results[(topic.name, p.partition_index)] = refused
+                continue
             if not partition_exists(ctx, topic.name, p.partition_index):
                 results[(topic.name, p.partition_index)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 continue

@@ -5,12 +5,15 @@ the cluster does not know get UNKNOWN_TOPIC_OR_PARTITION; a partition of a topic
 consumers still subscribe to GROUP_SUBSCRIBED_TO_TOPIC; a non-consumer group with members
 NON_EMPTY_GROUP (top level); an unknown group GROUP_ID_NOT_FOUND (top level). An Empty group left with
 no offsets is removed, as in Kafka.
+With an authorizer: DELETE on the group (else GROUP_AUTHORIZATION_FAILED) and READ on each topic (else
+TOPIC_AUTHORIZATION_FAILED for its partitions).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kafkacompat.broker.authorization import Op, Resource, allowed
 from kafkacompat.broker.group_runtime import runtime_of
 from kafkacompat.broker.handlers.offset_commit import partition_exists
 from kafkacompat.wire._generated.offset_delete_response import OffsetDeleteResponse
@@ -30,10 +33,15 @@ Partition = OffsetDeleteResponse.OffsetDeleteResponsePartition
 async def handle(ctx: RequestContext, request: Any) -> OffsetDeleteResponse:
     results: dict[tuple[str, int], int] = {}
     known: list[tuple[str, int]] = []
+    if not allowed(ctx, Op.DELETE, Resource.GROUP, request.group_id):
+        return OffsetDeleteResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     for topic in request.topics:
+        topic_allowed = allowed(ctx, Op.READ, Resource.TOPIC, topic.name)
         for p in topic.partitions:
             tp = (topic.name, p.partition_index)
-            if partition_exists(ctx, *tp):
+            if not topic_allowed:
+                results[tp] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif partition_exists(ctx, *tp):
                 known.append(tp)
             else:
                 results[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION

@@ -7,12 +7,15 @@ group error (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, ...) goes into every
 it at the top level too. `require_stable` (v7+) changes nothing: without TxnOffsetCommit there are no
 pending transactional offsets, so every committed offset is stable. v9's member id / epoch only apply
 to the new consumer protocol, which is not served; they are ignored for classic groups.
+With an authorizer: DESCRIBE on the group (else GROUP_AUTHORIZATION_FAILED); topics the principal may not
+DESCRIBE get TOPIC_AUTHORIZATION_FAILED when named and are left out of an all-topics answer.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kafkacompat.broker.authorization import Op, Resource, allowed
 from kafkacompat.broker.group_runtime import runtime_of
 from kafkacompat.groups import api
 from kafkacompat.wire._generated.offset_fetch_response import OffsetFetchResponse
@@ -34,6 +37,28 @@ async def fetch_group(
     partitions = None
     if topics is not None:
         partitions = [(t.name, int(p)) for t in topics for p in t.partition_indexes]
+    if not allowed(ctx, Op.DESCRIBE, Resource.GROUP, group_id):
+        error = ErrorCode.GROUP_AUTHORIZATION_FAILED
+        return api.OffsetFetchResponse(
+            error, [api.OffsetFetchPartition(t, p, -1, -1, "", error) for t, p in partitions or ()]
+        )
+    result = await _fetch_group(ctx, group_id, partitions, require_stable)
+    if ctx.broker.authorizer is not None:
+        # topics the principal may not DESCRIBE: refused when named, left out of an all-topics answer
+        kept = []
+        for entry in result.partitions:
+            if allowed(ctx, Op.DESCRIBE, Resource.TOPIC, entry.topic):
+                kept.append(entry)
+            elif partitions is not None:
+                refused = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                kept.append(api.OffsetFetchPartition(entry.topic, entry.partition, -1, -1, "", refused))
+        result.partitions = kept
+    return result
+
+
+async def _fetch_group(
+    ctx: RequestContext, group_id: str, partitions: list[tuple[str, int]] | None, require_stable: bool
+) -> api.OffsetFetchResponse:
     runtime = runtime_of(ctx.broker)
     if runtime is None:
         error = ErrorCode.COORDINATOR_NOT_AVAILABLE

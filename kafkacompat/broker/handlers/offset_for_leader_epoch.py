@@ -9,12 +9,14 @@ cache when it takes over, so the current epoch answers the log end offset even b
 FENCED_LEADER_EPOCH. Missing topic or partition -> UNKNOWN_TOPIC_OR_PARTITION; an offline log ->
 KAFKA_STORAGE_ERROR. Consumers (replica id -1, v3+) and followers get the same answer here. v0 answers
 carry no epoch.
+With an authorizer, topics the principal may not DESCRIBE get TOPIC_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kafkacompat.broker.authorization import Op, Resource, allowed
 from kafkacompat.wire._generated.offset_for_leader_epoch_response import OffsetForLeaderEpochResponse
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
@@ -53,6 +55,8 @@ async def handle(ctx: RequestContext, request: Any) -> OffsetForLeaderEpochRespo
             )
             partitions.append(answer)
             try:
+                if not allowed(ctx, Op.DESCRIBE, Resource.TOPIC, name):
+                    raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                 if topic is None or not 0 <= index < topic.partitions:
                     raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 partition_log = broker.partition_log(name, index)

@@ -1,6 +1,9 @@
 """Produce (key 0), versions 0-11.
 
-Behaviour: acks must be 0, 1 or -1 (else INVALID_REQUIRED_ACKS for every partition). Each partition's
+Behaviour: acks must be 0, 1 or -1 (else INVALID_REQUIRED_ACKS for every partition). With an
+authorizer, a transactional id the principal may not WRITE fails every partition with
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED, a topic it may not WRITE each of its partitions with
+TOPIC_AUTHORIZATION_FAILED (checked before existence, as Kafka does). Each partition's
 record set is validated and appended by its PartitionLog as opaque bytes: offsets are patched in place,
 records are never decoded. Errors are per partition: UNKNOWN_TOPIC_OR_PARTITION (no auto-creation here;
 as in Kafka, producers create topics through Metadata), INVALID_TOPIC_EXCEPTION for internal topics
@@ -27,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from kafkacompat.broker.authorization import Op, Resource, allowed
 from kafkacompat.broker.errors import CloseConnection
 from kafkacompat.broker.state import is_internal_topic
 from kafkacompat.broker.txn_runtime import runtime_of as txn_runtime_of
@@ -64,12 +68,26 @@ async def handle(ctx: RequestContext, request: Any) -> ProduceResponse | None:
     version = ctx.api_version
     acks = request.acks
     responses = []
+    transactional_id = getattr(request, "transactional_id", None)
+    # authorization (kafkacompat.broker.authorization): WRITE on the transactional id, then on each topic
+    refused_everything = transactional_id is not None and not allowed(
+        ctx, Op.WRITE, Resource.TRANSACTIONAL_ID, transactional_id
+    )
     for topic_data in request.topic_data:
         partitions = []
         responses.append(TopicResponse(name=topic_data.name, partition_responses=partitions))
-        if acks not in (0, 1, -1):
+        refusal = (
+            ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            if refused_everything
+            else ErrorCode.INVALID_REQUIRED_ACKS
+            if acks not in (0, 1, -1)
+            else None
+            if allowed(ctx, Op.WRITE, Resource.TOPIC, topic_data.name)
+            else ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        )
+        if refusal is not None:
             for data in topic_data.partition_data:
-                partitions.append(_error(data.index, ErrorCode.INVALID_REQUIRED_ACKS, None, version))
+                partitions.append(_error(data.index, refusal, None, version))
             continue
         topic = broker.metadata.topic(topic_data.name)
         for data in topic_data.partition_data:

@@ -3,12 +3,14 @@
 Behaviour: followers wait (parked) until the leader's SyncGroup brings the assignment; the leader's
 assignments are stored with the group and persisted before anyone is answered. v3+ static membership;
 v5+ protocol type/name are checked against the group's (INCONSISTENT_GROUP_PROTOCOL) and returned.
+With an authorizer, syncing needs READ on the group (else GROUP_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kafkacompat.broker.authorization import Op, Resource, allowed
 from kafkacompat.broker.group_runtime import runtime_of
 from kafkacompat.groups import api
 from kafkacompat.wire._generated.sync_group_response import SyncGroupResponse
@@ -33,6 +35,8 @@ def to_wire(result: api.SyncGroupResponse) -> SyncGroupResponse:
 
 async def handle(ctx: RequestContext, request: Any) -> SyncGroupResponse:
     version = ctx.api_version
+    if not allowed(ctx, Op.READ, Resource.GROUP, request.group_id):
+        return to_wire(api.SyncGroupResponse(ErrorCode.GROUP_AUTHORIZATION_FAILED))
     runtime = runtime_of(ctx.broker)
     if runtime is None:
         return to_wire(api.SyncGroupResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE))

@@ -1,0 +1,67 @@
+"""CreateAcls (key 30), versions 0-3.
+
+Behaviour: needs ALTER on the cluster (else every creation gets CLUSTER_AUTHORIZATION_FAILED); without
+an authorizer (`authorizer.class.name` unset) every creation gets SECURITY_DISABLED, as Kafka answers.
+Each creation is validated as Kafka does (INVALID_REQUEST with its message: unknown resource, pattern,
+operation or permission type, an unparsable principal, a CLUSTER name other than kafka-cluster, an
+operation the resource type does not have); v0 creations are LITERAL. The valid ones are added and the
+ACL file persisted before the answer; creating an existing binding again is a success.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from kafkacompat.broker.authorization import Op, cluster_allowed
+from kafkacompat.security.acls import AclBinding, AclStore, Pattern, validate
+from kafkacompat.wire._generated.create_acls_response import AclCreationResult, CreateAclsResponse
+from kafkacompat.wire.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from kafkacompat.broker.dispatch import RequestContext
+
+API_KEY = 30
+MIN_VERSION = 0
+MAX_VERSION = 3
+
+
+def _result(code: int, message: str | None = None) -> AclCreationResult:
+    return AclCreationResult(error_code=code, error_message=message)
+
+
+async def handle(ctx: RequestContext, request: Any) -> CreateAclsResponse:
+    authorizer = ctx.broker.authorizer
+    creations = list(request.creations)
+    if authorizer is None:
+        message = "No Authorizer is configured on the broker"
+        return CreateAclsResponse(results=[_result(ErrorCode.SECURITY_DISABLED, message) for _ in creations])
+    if not cluster_allowed(ctx, Op.ALTER):
+        return CreateAclsResponse(
+            results=[_result(ErrorCode.CLUSTER_AUTHORIZATION_FAILED) for _ in creations]
+        )
+    results = []
+    added = False
+    for creation in creations:
+        binding = AclBinding(
+            creation.resource_type,
+            creation.resource_name,
+            creation.resource_pattern_type if ctx.api_version >= 1 else Pattern.LITERAL,
+            creation.principal,
+            creation.host,
+            creation.operation,
+            creation.permission_type,
+        )
+        problem = validate(binding)
+        if problem is not None:
+            results.append(_result(ErrorCode.INVALID_REQUEST, problem))
+            continue
+        authorizer.store.add(binding)
+        added = True
+        results.append(_result(ErrorCode.NONE))
+    store = authorizer.store
+    if added and store.path is not None:
+        async with ctx.broker.acl_write_lock:
+            await trio.to_thread.run_sync(AclStore.write, store.path, store.snapshot())
+    return CreateAclsResponse(results=results)

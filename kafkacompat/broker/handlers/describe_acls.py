@@ -1,0 +1,67 @@
+"""DescribeAcls (key 29), versions 0-3.
+
+Behaviour: the ACLs matching the filter (Kafka's filter semantics: ANY, MATCH, null = any; see
+kafkacompat.security.acls), grouped by resource pattern. Needs DESCRIBE on the cluster
+(CLUSTER_AUTHORIZATION_FAILED); SECURITY_DISABLED without an authorizer; an UNKNOWN type in the filter
+is INVALID_REQUEST. v0 filters are LITERAL.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kafkacompat.broker.authorization import Op, cluster_allowed
+from kafkacompat.security.acls import AclFilter, Pattern
+from kafkacompat.wire._generated.describe_acls_response import (
+    AclDescription,
+    DescribeAclsResource,
+    DescribeAclsResponse,
+)
+from kafkacompat.wire.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from kafkacompat.broker.dispatch import RequestContext
+
+API_KEY = 29
+MIN_VERSION = 0
+MAX_VERSION = 3
+
+
+def acl_filter(request: Any, version: int) -> AclFilter:
+    return AclFilter(
+        request.resource_type_filter,
+        request.resource_name_filter,
+        request.pattern_type_filter if version >= 1 else Pattern.LITERAL,
+        request.principal_filter,
+        request.host_filter,
+        request.operation,
+        request.permission_type,
+    )
+
+
+async def handle(ctx: RequestContext, request: Any) -> DescribeAclsResponse:
+    authorizer = ctx.broker.authorizer
+    if authorizer is None:
+        return DescribeAclsResponse(
+            error_code=ErrorCode.SECURITY_DISABLED, error_message="No Authorizer is configured on the broker",
+            resources=[],
+        )  # fmt: skip
+    if not cluster_allowed(ctx, Op.DESCRIBE):
+        return DescribeAclsResponse(
+            error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, error_message=None, resources=[]
+        )
+    wanted = acl_filter(request, ctx.api_version)
+    problem = wanted.invalid()
+    if problem is not None:
+        return DescribeAclsResponse(error_code=ErrorCode.INVALID_REQUEST, error_message=problem, resources=[])
+    grouped: dict[tuple[int, str, int], list[AclDescription]] = {}
+    for acl in authorizer.store.matching(wanted):
+        grouped.setdefault((acl.resource_type, acl.name, acl.pattern_type), []).append(
+            AclDescription(principal=acl.principal, host=acl.host, operation=acl.operation,
+                           permission_type=acl.permission)
+        )  # fmt: skip
+    resources = [
+        DescribeAclsResource(resource_type=rtype, resource_name=name, pattern_type=pattern, acls=acls)
+        for (rtype, name, pattern), acls in grouped.items()
+    ]
+    return DescribeAclsResponse(error_code=ErrorCode.NONE, error_message=None, resources=resources)
