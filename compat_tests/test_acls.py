@@ -13,6 +13,7 @@ import functools
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -374,3 +375,44 @@ def test_scram_admin_needs_the_cluster(bootstrap_acl: str) -> None:
         admin(bootstrap_acl, "bob").alter_user_scram_credentials([upsertion])["dora"].result(10)
     assert error_code(refused.value) == KafkaError.CLUSTER_AUTHORIZATION_FAILED
     admin(bootstrap_acl, "admin").alter_user_scram_credentials([upsertion])["dora"].result(10)
+
+
+# --- kafkacompat acls, against the secured broker (--command-config) ------------------------------------
+
+
+def test_kafkacompat_acls_command(bootstrap_acl: str, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from confluent_kafka import KafkaError
+
+    def cli(user: str, *args: str) -> subprocess.CompletedProcess[str]:
+        properties = tmp_path / f"{user}.properties"
+        properties.write_text(
+            f"security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.username={user}\n"
+            f"sasl.password={PASSWORDS[user]}\n"
+        )
+        return subprocess.run(
+            [sys.executable, "-m", "kafkacompat", "acls", *args, "--bootstrap-server", bootstrap_acl,
+             "--command-config", str(properties)],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+
+    topic = make_topic(bootstrap_acl)
+    added = cli("admin", "add", "--topic", topic, "--allow-principal", "User:alice", "--operation", "Write",
+                "--operation", "Describe")  # fmt: skip
+    assert added.returncode == 0, added.stderr
+    assert produce_one(bootstrap_acl, "alice", topic, **{"enable.idempotence": False}) is None
+    listed = cli("admin", "list", "--topic", topic)
+    assert listed.returncode == 0, listed.stderr
+    assert f"ResourcePattern(resourceType=TOPIC, name={topic}, patternType=LITERAL)" in listed.stdout
+    assert "(principal=User:alice, host=*, operation=WRITE, permissionType=ALLOW)" in listed.stdout
+    refused = cli("bob", "add", "--topic", topic, "--allow-principal", "User:bob", "--operation", "All")
+    assert refused.returncode == 1 and "CLUSTER_AUTHORIZATION_FAILED" in refused.stderr
+    alice_write = ("--allow-principal", "User:alice", "--operation", "write")
+    removed = cli("admin", "remove", "--topic", topic, *alice_write)
+    assert removed.returncode == 0 and "Removed 1 ACL(s)" in removed.stdout, removed.stderr
+    error = produce_one(bootstrap_acl, "alice", topic, **{"enable.idempotence": False})
+    assert error is not None and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert cli("admin", "remove", "--topic", topic).returncode == 1  # everything needs --force
+    assert "Removed 1 ACL(s)" in cli("admin", "remove", "--topic", topic, "--force").stdout

@@ -26,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "doctor": "kafkacompat.commands.doctor",
     "dev-certs": "kafkacompat.commands.dev_certs",
     "users": "kafkacompat.commands.users",
+    "acls": "kafkacompat.commands.acls",
 }
 
 
