@@ -416,3 +416,44 @@ def test_kafkacompat_acls_command(bootstrap_acl: str, tmp_path: Path) -> None:
     assert error is not None and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
     assert cli("admin", "remove", "--topic", topic).returncode == 1  # everything needs --force
     assert "Removed 1 ACL(s)" in cli("admin", "remove", "--topic", topic, "--force").stdout
+
+
+def test_java_client_allowed_and_refused(bootstrap_acl: str, tmp_path: Path) -> None:
+    """The Java client: alice's WRITE works, bob's produce fails with TopicAuthorizationException."""
+    import os
+    import subprocess
+
+    from confluent_kafka.admin import AclOperation, ResourcePatternType, ResourceType
+
+    from compat_tests.java_probe import probe_command, unavailable_reason
+
+    reason = unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    topic = make_topic(bootstrap_acl, partitions=3)  # the probe writes to partitions 0-2
+    grant(
+        bootstrap_acl,
+        (ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:alice", AclOperation.WRITE),
+        (ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:bob", AclOperation.DESCRIBE),
+    )
+
+    def probe(user: str) -> subprocess.CompletedProcess[str]:
+        properties = tmp_path / f"{user}.properties"
+        properties.write_text(
+            "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.jaas.config="
+            "org.apache.kafka.common.security.plain.PlainLoginModule required "
+            f'username="{user}" password="{PASSWORDS[user]}";\nenable.idempotence=false\n'
+            "delivery.timeout.ms=10000\nrequest.timeout.ms=5000\nmax.block.ms=10000\n"
+        )
+        env = {**os.environ, "KAFKACOMPAT_CLIENT_CONFIG": str(properties)}
+        return subprocess.run(
+            [*probe_command(), "produce", bootstrap_acl, topic, "none", "3"],
+            capture_output=True, text=True, timeout=120, env=env,
+        )  # fmt: skip
+
+    allowed = probe("alice")
+    assert allowed.returncode == 0, allowed.stderr[-3000:]
+    assert len([line for line in allowed.stdout.splitlines() if line.startswith("acked ")]) == 3
+    refused = probe("bob")
+    assert refused.returncode != 0
+    assert "TopicAuthorizationException" in refused.stderr, refused.stderr[-3000:]

@@ -99,9 +99,12 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
         "group.initial.rebalance.delay.ms=0",
         "offsets.topic.num.partitions=3",
         "listeners=PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,MTLS://127.0.0.1:0,"
-        "SASL_PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
+        "SASL_PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0,REAUTH://127.0.0.1:0",
         "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SSL:SSL,MTLS:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,"
-        "SASL_SSL:SASL_SSL",
+        "SASL_SSL:SASL_SSL,REAUTH:SASL_PLAINTEXT",
+        # a SASL listener whose sessions last 1.5 s (KIP-368): clients must re-authenticate on it
+        "listener.name.reauth.connections.max.reauth.ms=1500",
+        f"listener.name.reauth.plain.sasl.jaas.config={JAAS}",
         "ssl.keystore.type=PEM",
         f"ssl.keystore.location={certs['broker-keystore.pem']}",
         "ssl.truststore.type=PEM",
@@ -535,3 +538,50 @@ def test_kafkacompat_tools_with_command_config(secured: Secured, tmp_path: Path)
     assert deleted.returncode == 0, deleted.stderr
     gone = _cli("users", "describe", "--user", "cli-user", "--bootstrap-server", plaintext)
     assert "RESOURCE_NOT_FOUND" in gone.stderr
+
+
+def test_librdkafka_reauthenticates_kip_368(secured: Secured, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a listener with connections.max.reauth.ms, librdkafka re-authenticates on the same connections
+    before their sessions end, and producing and consuming carry on throughout."""
+    from confluent_kafka import Consumer, Producer
+
+    from kafkacompat.broker.handlers import sasl_handshake
+
+    handshakes: list[tuple[int, bool]] = []  # (connection id, already authenticated)
+    real_handle = sasl_handshake.handle
+
+    async def recording_handle(ctx: Any, request: Any) -> Any:
+        session = ctx.connection.sasl_session
+        handshakes.append((ctx.connection.connection_id, session is not None and session.complete))
+        return await real_handle(ctx, request)
+
+    monkeypatch.setattr(sasl_handshake, "handle", recording_handle)
+    case = Case("REAUTH", "SASL_PLAINTEXT", "SCRAM-SHA-256")
+    config = rdkafka_config(secured, case)
+    topic = f"sec-reauth-{uuid.uuid4().hex[:8]}"
+    create_topic(secured.bootstrap("PLAINTEXT"), topic)
+    producer = Producer(config)
+    consumer = Consumer({**config, "group.id": f"{topic}-g", "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    sent, seen, errors = 0, 0, []
+    deadline = time.monotonic() + 6
+    while time.monotonic() < deadline:
+        producer.produce(topic, f"r{sent}".encode(), on_delivery=lambda err, msg: err and errors.append(err))
+        sent += 1
+        producer.poll(0)
+        message = consumer.poll(0.2)
+        if message is not None:
+            if message.error() is None:
+                seen += 1
+            else:
+                errors.append(message.error())
+    producer.flush(10)
+    while seen < sent:
+        message = consumer.poll(2)
+        if message is None:
+            break
+        seen += message.error() is None
+    consumer.close()
+    assert not errors and seen == sent, (errors, seen, sent)
+    reauthenticated = {conn for conn, authenticated in handshakes if authenticated}
+    assert reauthenticated, f"no re-authentication seen: {handshakes}"
