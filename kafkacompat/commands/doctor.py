@@ -143,14 +143,17 @@ def _load_config(path: str | None, report: Report) -> Any:
 
 
 def _bootstrap_from_config(config: Any) -> str | None:
-    """The first listener of a server.properties, as a client on this machine would reach it."""
+    """The first (PLAINTEXT) listener of a server.properties, as a client on this machine would reach it."""
     if config is None:
         return None
     from kafkacompat.config import ConfigError
 
     try:
         advertised = config.advertised_listeners
-        listener = config.listeners[0]
+        listeners = config.listeners
+        protocols = config.security_protocol_map
+        # the doctor speaks plaintext: the first PLAINTEXT listener, else the first one
+        listener = next((item for item in listeners if protocols.get(item.name) == "PLAINTEXT"), listeners[0])
     except (ConfigError, IndexError):
         return None
     public = advertised.get(listener.name, listener)
