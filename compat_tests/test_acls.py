@@ -355,13 +355,26 @@ def test_group_describe_list_and_delete(bootstrap_acl: str) -> None:
 # --- transactional ids and the cluster ---------------------------------------------------------------------
 
 
-def test_transactional_id_refused(bootstrap_acl: str) -> None:
+def test_transactional_id(bootstrap_acl: str) -> None:
     from confluent_kafka import KafkaError, KafkaException, Producer
+    from confluent_kafka.admin import AclOperation, ResourcePatternType, ResourceType
 
-    producer = Producer(config(bootstrap_acl, "bob", **{"transactional.id": f"tx-{uuid.uuid4().hex[:8]}"}))
-    with pytest.raises(KafkaException) as refused:
-        producer.init_transactions(15)
-    assert error_code(refused.value) == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    topic = make_topic(bootstrap_acl)
+    tid = f"tx-{uuid.uuid4().hex[:8]}"
+    grant(
+        bootstrap_acl,
+        (ResourceType.TRANSACTIONAL_ID, tid, ResourcePatternType.LITERAL, "User:alice", AclOperation.WRITE),
+        (ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:alice", AclOperation.WRITE),
+    )
+    producer = Producer(config(bootstrap_acl, "alice", **{"transactional.id": tid}))
+    producer.init_transactions(15)
+    producer.begin_transaction()
+    producer.produce(topic, b"in a transaction")
+    producer.commit_transaction(15)
+    refused = Producer(config(bootstrap_acl, "bob", **{"transactional.id": tid}))
+    with pytest.raises(KafkaException) as caught:
+        refused.init_transactions(15)
+    assert error_code(caught.value) == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 
 
 def test_scram_admin_needs_the_cluster(bootstrap_acl: str) -> None:

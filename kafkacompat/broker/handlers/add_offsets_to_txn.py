@@ -4,12 +4,15 @@ Behaviour: adds the `__consumer_offsets` partition of the group to the caller's 
 the transaction's markers settle the offsets a later TxnOffsetCommit stages there. Errors as for
 AddPartitionsToTxn (INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED / INVALID_PRODUCER_EPOCH before v2,
 CONCURRENT_TRANSACTIONS, COORDINATOR_LOAD_IN_PROGRESS); an empty group id is INVALID_GROUP_ID.
+With an authorizer: WRITE on the transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), READ on the
+group (GROUP_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kafkacompat.broker.authorization import Op, Resource, allowed
 from kafkacompat.broker.group_runtime import OFFSETS_TOPIC
 from kafkacompat.broker.group_runtime import runtime_of as groups_of
 from kafkacompat.broker.txn_runtime import runtime_of, version_error
@@ -27,6 +30,12 @@ PRODUCER_FENCED_SINCE = 2
 
 
 async def handle(ctx: RequestContext, request: Any) -> AddOffsetsToTxnResponse:
+    if not allowed(ctx, Op.WRITE, Resource.TRANSACTIONAL_ID, request.transactional_id):
+        return AddOffsetsToTxnResponse(
+            throttle_time_ms=0, error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        )
+    if not allowed(ctx, Op.READ, Resource.GROUP, request.group_id):
+        return AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     runtime = runtime_of(ctx.broker)
     groups = groups_of(ctx.broker)
     if runtime is None or groups is None:

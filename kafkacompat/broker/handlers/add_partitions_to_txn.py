@@ -8,12 +8,15 @@ Partitions of unknown topics get UNKNOWN_TOPIC_OR_PARTITION and the others OPERA
 and nothing is added, as in Kafka. v4+ (sent by brokers, KIP-890) batch several transactions; with
 `verify_only` nothing is added and each partition says whether it is already in the ongoing
 transaction (INVALID_TXN_STATE when not).
+With an authorizer: WRITE on the transactional id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED) and on
+each topic (else TOPIC_AUTHORIZATION_FAILED, the other partitions OPERATION_NOT_ATTEMPTED), as Kafka.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kafkacompat.broker.authorization import Op, Resource, allowed
 from kafkacompat.broker.txn_runtime import runtime_of, version_error
 from kafkacompat.txn.coordinator import TxnOutcome
 from kafkacompat.wire._generated.add_partitions_to_txn_response import AddPartitionsToTxnResponse
@@ -46,6 +49,12 @@ async def _one(
     ctx: RequestContext, tid: str, producer_id: int, epoch: int, topics: list[Any], verify_only: bool
 ) -> dict[tuple[str, int], int]:
     wanted = [(t.name, p) for t in topics for p in t.partitions]
+    if not allowed(ctx, Op.WRITE, Resource.TRANSACTIONAL_ID, tid):
+        return dict.fromkeys(wanted, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    refused = {t for t, _ in wanted if not allowed(ctx, Op.WRITE, Resource.TOPIC, t)}
+    if refused:
+        topic_refused, not_attempted = ErrorCode.TOPIC_AUTHORIZATION_FAILED, ErrorCode.OPERATION_NOT_ATTEMPTED
+        return {(t, p): topic_refused if t in refused else not_attempted for t, p in wanted}
     metadata = ctx.broker.metadata
     unknown = set()
     for topic, partition in wanted:

@@ -3,12 +3,14 @@
 Behaviour: for each transactional id: its state name, timeout, start time of the ongoing transaction
 (-1 when none), producer id and epoch, and the partitions of the transaction. Unknown ids get
 TRANSACTIONAL_ID_NOT_FOUND; ids in a partition still loading COORDINATOR_LOAD_IN_PROGRESS.
+With an authorizer, ids the principal may not DESCRIBE get TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kafkacompat.broker.authorization import Op, Resource, allowed
 from kafkacompat.broker.txn_runtime import runtime_of
 from kafkacompat.wire._generated.describe_transactions_response import DescribeTransactionsResponse
 from kafkacompat.wire.errors import ErrorCode, KafkaError
@@ -25,7 +27,13 @@ TopicData = DescribeTransactionsResponse.TopicData
 
 
 async def handle(ctx: RequestContext, request: Any) -> DescribeTransactionsResponse:
-    ids = list(request.transactional_ids)
+    requested = list(request.transactional_ids)
+    refused = [tid for tid in requested if not allowed(ctx, Op.DESCRIBE, Resource.TRANSACTIONAL_ID, tid)]
+    ids = [tid for tid in requested if tid not in refused]
+    denied = [
+        State(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, transactional_id=tid, topics=[])
+        for tid in refused
+    ]
     runtime = runtime_of(ctx.broker)
     try:
         if runtime is None:
@@ -34,9 +42,10 @@ async def handle(ctx: RequestContext, request: Any) -> DescribeTransactionsRespo
     except KafkaError as exc:
         return DescribeTransactionsResponse(
             throttle_time_ms=0,
-            transaction_states=[State(error_code=exc.code, transactional_id=tid, topics=[]) for tid in ids],
+            transaction_states=denied
+            + [State(error_code=exc.code, transactional_id=tid, topics=[]) for tid in ids],
         )
-    states = []
+    states = denied
     for d in described:
         by_topic: dict[str, list[int]] = {}
         for topic, partition in d.partitions:

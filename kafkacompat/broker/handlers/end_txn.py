@@ -8,12 +8,14 @@ retry); the other end, or ending with no transaction, is INVALID_TXN_STATE; the 
 markers are pending is CONCURRENT_TRANSACTIONS; a stale epoch is PRODUCER_FENCED (INVALID_PRODUCER_EPOCH
 before v2); unknown ids INVALID_PRODUCER_ID_MAPPING. v5 (KIP-890 part 2, epoch bump per transaction)
 is not served, as in Kafka 3.9.
+With an authorizer, needs WRITE on the transactional id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kafkacompat.broker.authorization import Op, Resource, allowed
 from kafkacompat.broker.txn_runtime import runtime_of, version_error
 from kafkacompat.wire._generated.end_txn_response import EndTxnResponse
 from kafkacompat.wire.errors import ErrorCode, KafkaError
@@ -29,6 +31,8 @@ PRODUCER_FENCED_SINCE = 2
 
 
 async def handle(ctx: RequestContext, request: Any) -> EndTxnResponse:
+    if not allowed(ctx, Op.WRITE, Resource.TRANSACTIONAL_ID, request.transactional_id):
+        return EndTxnResponse(throttle_time_ms=0, error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     runtime = runtime_of(ctx.broker)
     if runtime is None:
         return EndTxnResponse(throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE)

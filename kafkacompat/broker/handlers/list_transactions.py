@@ -5,12 +5,14 @@ and state name (Kafka's: Empty, Ongoing, PrepareCommit, PrepareAbort, CompleteCo
 Dead, PrepareEpochFence), filtered by states, producer ids and (v1, KIP-994) a minimum running time
 of the transaction; state filters that name no state come back in `unknown_state_filters`. While the
 coordinator loads `__transaction_state`, the error is COORDINATOR_LOAD_IN_PROGRESS.
+With an authorizer, only the transactional ids the principal may DESCRIBE are listed.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kafkacompat.broker.authorization import Op, Resource, allowed
 from kafkacompat.broker.txn_runtime import runtime_of
 from kafkacompat.wire._generated.list_transactions_response import ListTransactionsResponse
 from kafkacompat.wire.errors import ErrorCode, KafkaError
@@ -48,5 +50,6 @@ async def handle(ctx: RequestContext, request: Any) -> ListTransactionsResponse:
         transaction_states=[
             State(transactional_id=tid, producer_id=pid, transaction_state=state)
             for tid, pid, state in listed
+            if allowed(ctx, Op.DESCRIBE, Resource.TRANSACTIONAL_ID, tid)
         ],
     )

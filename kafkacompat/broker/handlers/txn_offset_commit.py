@@ -10,12 +10,15 @@ With `transaction.partition.verification.enable` (KIP-890 part 1) the transactio
 first whether the group's `__consumer_offsets` partition is in the producer's ongoing transaction
 (AddOffsetsToTxn put it there): if not, every partition gets INVALID_TXN_STATE, and a fenced producer
 (a stale epoch) INVALID_PRODUCER_EPOCH, so a zombie never stages offsets that no marker would settle.
+With an authorizer: WRITE on the transactional id, READ on the group and on each topic, each refusal
+Kafka's *_AUTHORIZATION_FAILED for the partitions.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kafkacompat.broker.authorization import Op, Resource, allowed
 from kafkacompat.broker.group_runtime import OFFSETS_TOPIC, runtime_of
 from kafkacompat.broker.txn_runtime import runtime_of as txn_runtime_of
 from kafkacompat.groups.api import OffsetCommitPartition, TxnOffsetCommitRequest
@@ -66,6 +69,9 @@ async def handle(ctx: RequestContext, request: Any) -> TxnOffsetCommitResponse:
         for t in request.topics
         for p in t.partitions
     ]
+    # topics the principal may not READ are refused one by one; the others are committed (Kafka's way)
+    refused = [p for p in partitions if not allowed(ctx, Op.READ, Resource.TOPIC, p.topic)]
+    partitions = [p for p in partitions if p not in refused]
     req = TxnOffsetCommitRequest(
         request.group_id,
         request.producer_id,
@@ -77,6 +83,11 @@ async def handle(ctx: RequestContext, request: Any) -> TxnOffsetCommitResponse:
     )
     runtime = runtime_of(ctx.broker)
     try:
+        # authorization, in Kafka's order: the transactional id (WRITE), the group (READ), each topic (READ)
+        if not allowed(ctx, Op.WRITE, Resource.TRANSACTIONAL_ID, request.transactional_id):
+            raise KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        if not allowed(ctx, Op.READ, Resource.GROUP, request.group_id):
+            raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED)
         if runtime is None:
             raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
         await runtime.ensure_offsets_topic()
@@ -84,6 +95,8 @@ async def handle(ctx: RequestContext, request: Any) -> TxnOffsetCommitResponse:
         results = await runtime.call(lambda now: runtime.core.txn_offset_commit(req, now))
     except KafkaError as exc:
         results = [((p.topic, p.partition), exc.code) for p in partitions]
+    denied = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    results = [((p.topic, p.partition), denied) for p in refused] + list(results)
     topics: dict[str, list[Any]] = {}
     for (topic, partition), code in results:
         topics.setdefault(topic, []).append(PartitionResponse(partition_index=partition, error_code=code))

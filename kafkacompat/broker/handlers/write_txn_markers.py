@@ -8,12 +8,14 @@ markers directly (txn_runtime.LocalMarkerWriter, the same path); the API is serv
 and for cluster mode. Errors per partition: UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH (a
 marker older than the partition's producer epoch), TRANSACTION_COORDINATOR_FENCED (a coordinator epoch
 older than the one of the producer's last marker; -1, an admin abort, is not checked), KAFKA_STORAGE_ERROR.
+With an authorizer, needs CLUSTER_ACTION on the cluster (else CLUSTER_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kafkacompat.broker.authorization import Op, cluster_allowed
 from kafkacompat.broker.txn_runtime import LocalMarkerWriter
 from kafkacompat.wire._generated.write_txn_markers_response import WriteTxnMarkersResponse
 from kafkacompat.wire.errors import ErrorCode, KafkaError
@@ -32,6 +34,7 @@ PartitionResult = WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult
 
 async def handle(ctx: RequestContext, request: Any) -> WriteTxnMarkersResponse:
     writer = LocalMarkerWriter(ctx.broker)
+    cluster_action = cluster_allowed(ctx, Op.CLUSTER_ACTION)  # a broker-to-broker API, as in Kafka
     results = []
     for marker in request.markers:
         topics = []
@@ -41,6 +44,8 @@ async def handle(ctx: RequestContext, request: Any) -> WriteTxnMarkersResponse:
                 code = ErrorCode.NONE
                 info = ctx.broker.metadata.topic(topic.name)
                 try:
+                    if not cluster_action:
+                        raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
                     if info is None or not 0 <= index < info.partitions:
                         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                     await writer.write_one(
