@@ -1,0 +1,343 @@
+"""The ZooKeeper edge of cluster mode: Kafka's znodes read and written through kazoo.
+
+Theory of operation
+-------------------
+`ZooKeeperStore` owns one kazoo session. Its methods are blocking (kazoo's own threads do the socket
+work); the broker's trio code calls them through `trio.to_thread.run_sync`, and watch callbacks, which
+kazoo runs on its threads, are handed into trio by the caller (a `trio.lowlevel.TrioToken`), never
+touching broker state directly. Only cluster mode imports this module (and kazoo): a single node
+starts without either.
+
+Every state change is a versioned write, as in Kafka's ZooKeeper mode:
+
+- the controller is whoever created the ephemeral `/controller`; it then increments `/controller_epoch`
+  with a compare-and-set on its znode version and keeps that version. Each of its partition state
+  writes is a ZooKeeper transaction "check /controller_epoch is still at my version, set the state at
+  the version I read": a controller that lost its session and was replaced (the epoch moved on) fails
+  the check and is fenced (`StaleController`), exactly Kafka's `checkControllerAndUpdate...` scheme;
+- a leader changing its ISR (shrink/expand) writes the partition state with a compare-and-set on the
+  version it knows (Kafka's ZooKeeper-mode leaders did this before AlterPartition existed) and leaves
+  an `/isr_change_notification` for the controller; a conflict means the controller changed the state
+  meanwhile: the leader re-reads and applies what it finds;
+- topic creation writes `/config/topics/T` and `/brokers/topics/T` in one transaction (NodeExists:
+  TOPIC_ALREADY_EXISTS); deletion is requested by creating `/admin/delete_topics/T` and carried out by
+  the controller.
+
+The connect string may carry a chroot (`host:port,host:port/kafka`); the chroot is created first when
+it is missing, as Kafka does.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
+
+from kafkacompat.replication import zk_data as zd
+from kafkacompat.replication.partition_state import LeaderAndIsr
+from kafkacompat.wire.errors import ErrorCode, KafkaError
+
+__all__ = ["StaleController", "ZooKeeperStore", "split_chroot"]
+
+log = logging.getLogger("kafkacompat.zookeeper")
+
+
+class StaleController(Exception):
+    """The controller epoch moved on: this broker is no longer the controller."""
+
+
+def split_chroot(connect: str) -> tuple[str, str]:
+    """("h1:p1,h2:p2", "/chroot" or "") from Kafka's zookeeper.connect."""
+    slash = connect.find("/")
+    if slash < 0:
+        return connect, ""
+    chroot = connect[slash:].rstrip("/")
+    return connect[:slash], chroot
+
+
+class ZooKeeperStore:
+    """One ZooKeeper session and Kafka's znodes (see module docstring)."""
+
+    def __init__(
+        self, connect: str, session_timeout_ms: int = 18000, connection_timeout_ms: int | None = None
+    ) -> None:
+        self.hosts, self.chroot = split_chroot(connect)
+        self.session_timeout_ms = session_timeout_ms
+        self.connection_timeout = (connection_timeout_ms or session_timeout_ms) / 1000
+        self.client = KazooClient(hosts=self.hosts + self.chroot, timeout=session_timeout_ms / 1000)
+        #: the /controller_epoch znode version this broker wrote when it became controller
+        self.controller_epoch_zk_version = -1
+        self.controller_epoch = -1
+
+    # --- session -------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self.chroot:
+            bootstrap = KazooClient(hosts=self.hosts, timeout=self.session_timeout_ms / 1000)
+            bootstrap.start(timeout=self.connection_timeout)
+            try:
+                bootstrap.ensure_path(self.chroot)
+            finally:
+                bootstrap.stop()
+                bootstrap.close()
+        self.client.start(timeout=self.connection_timeout)
+        for path in zd.PERSISTENT_PATHS:
+            self.client.ensure_path(path)
+
+    def close(self) -> None:
+        try:
+            self.client.stop()
+        finally:
+            self.client.close()
+
+    @property
+    def session_id(self) -> int | None:
+        ids = self.client.client_id
+        return ids[0] if ids else None
+
+    def on_state_change(self, callback: Callable[[str], None]) -> None:
+        """`callback("LOST" | "SUSPENDED" | "CONNECTED")` on kazoo's thread when the session changes."""
+
+        def listener(state: KazooState) -> None:
+            callback(str(state))
+
+        self.client.add_listener(listener)
+
+    # --- cluster id and brokers ----------------------------------------------------------------------
+
+    def get_or_create_cluster_id(self, candidate: str) -> str:
+        try:
+            self.client.create(zd.CLUSTER_ID, zd.encode_cluster_id(candidate), makepath=True)
+            return candidate
+        except NodeExistsError:
+            data, _ = self.client.get(zd.CLUSTER_ID)
+            return zd.decode_cluster_id(data)
+
+    def register_broker(self, registration: zd.BrokerRegistration) -> None:
+        """Create the ephemeral /brokers/ids/N; a live registration of another session is an error."""
+        path = zd.broker_path(registration.broker_id)
+        data = zd.encode_broker(registration)
+        try:
+            self.client.create(path, data, ephemeral=True)
+        except NodeExistsError:
+            stat = self.client.exists(path)
+            if stat is not None and stat.ephemeralOwner == self.session_id:
+                self.client.set(path, data)
+                return
+            raise KafkaError(
+                ErrorCode.BROKER_NOT_AVAILABLE, f"broker id {registration.broker_id} is already registered"
+            ) from None
+
+    def live_brokers(self, watch: Callable[[Any], None] | None = None) -> dict[int, zd.BrokerRegistration]:
+        brokers: dict[int, zd.BrokerRegistration] = {}
+        for child in self.client.get_children(zd.BROKER_IDS, watch=watch):
+            try:
+                data, _ = self.client.get(f"{zd.BROKER_IDS}/{child}")
+            except NoNodeError:
+                continue  # went away between the listing and the read
+            brokers[int(child)] = zd.decode_broker(int(child), data)
+        return brokers
+
+    # --- controller ----------------------------------------------------------------------------------
+
+    def current_controller(self, watch: Callable[[Any], None] | None = None) -> int | None:
+        try:
+            data, _ = self.client.get(zd.CONTROLLER, watch=watch)
+        except NoNodeError:
+            if watch is not None:
+                self.client.exists(zd.CONTROLLER, watch=watch)
+            return None
+        return zd.decode_controller(data)
+
+    def try_become_controller(self, broker_id: int) -> bool:
+        """Create /controller; on success bump /controller_epoch (compare-and-set) and keep its version."""
+        try:
+            self.client.create(zd.CONTROLLER, zd.encode_controller(broker_id), ephemeral=True)
+        except NodeExistsError:
+            return False
+        while True:
+            try:
+                data, stat = self.client.get(zd.CONTROLLER_EPOCH)
+            except NoNodeError:
+                try:
+                    self.client.create(zd.CONTROLLER_EPOCH, zd.encode_controller_epoch(1))
+                except NodeExistsError:
+                    continue
+                self.controller_epoch, self.controller_epoch_zk_version = 1, 0
+                return True
+            epoch = zd.decode_controller_epoch(data) + 1
+            try:
+                new = self.client.set(
+                    zd.CONTROLLER_EPOCH, zd.encode_controller_epoch(epoch), version=stat.version
+                )
+            except BadVersionError:
+                continue
+            self.controller_epoch, self.controller_epoch_zk_version = epoch, new.version
+            return True
+
+    def resign_controller(self, broker_id: int) -> None:
+        try:
+            data, stat = self.client.get(zd.CONTROLLER)
+            if zd.decode_controller(data) == broker_id:
+                self.client.delete(zd.CONTROLLER, version=stat.version)
+        except (NoNodeError, BadVersionError):
+            pass
+        self.controller_epoch_zk_version = -1
+
+    def stored_controller_epoch(self) -> int:
+        try:
+            data, _ = self.client.get(zd.CONTROLLER_EPOCH)
+        except NoNodeError:
+            return 0
+        return zd.decode_controller_epoch(data)
+
+    # --- topics --------------------------------------------------------------------------------------
+
+    def topic_names(self, watch: Callable[[Any], None] | None = None) -> list[str]:
+        return sorted(self.client.get_children(zd.TOPICS, watch=watch))
+
+    def topic(self, name: str) -> zd.TopicAssignment | None:
+        try:
+            data, _ = self.client.get(zd.topic_path(name))
+        except NoNodeError:
+            return None
+        return zd.decode_topic(name, data)
+
+    def topic_configs(self, name: str) -> dict[str, str]:
+        try:
+            data, _ = self.client.get(zd.topic_config_path(name))
+        except NoNodeError:
+            return {}
+        return zd.decode_topic_config(data)
+
+    def set_topic_configs(self, name: str, configs: Mapping[str, str]) -> None:
+        path = zd.topic_config_path(name)
+        try:
+            self.client.set(path, zd.encode_topic_config(dict(configs)))
+        except NoNodeError:
+            self.client.create(path, zd.encode_topic_config(dict(configs)), makepath=True)
+
+    def create_topic(
+        self, name: str, assignment: Mapping[int, list[int]], topic_id: uuid.UUID, configs: Mapping[str, str]
+    ) -> None:
+        """Write the topic's config and assignment together; TOPIC_ALREADY_EXISTS if it is there."""
+        transaction = self.client.transaction()
+        config_path = zd.topic_config_path(name)
+        if self.client.exists(config_path) is None:
+            transaction.create(config_path, zd.encode_topic_config(dict(configs)))
+        else:
+            transaction.set_data(config_path, zd.encode_topic_config(dict(configs)))
+        transaction.create(
+            zd.topic_path(name), zd.encode_topic(zd.TopicAssignment(name, topic_id, dict(assignment)))
+        )
+        results = transaction.commit()
+        for result in results:
+            if isinstance(result, NodeExistsError):
+                raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+            if isinstance(result, Exception) and not isinstance(result, RolledBackError):
+                raise result
+
+    def set_assignment(self, assignment: zd.TopicAssignment) -> None:
+        self.client.set(zd.topic_path(assignment.topic), zd.encode_topic(assignment))
+
+    def request_topic_deletion(self, name: str) -> None:
+        try:
+            self.client.create(f"{zd.ADMIN_DELETE_TOPICS}/{name}", b"")
+        except NodeExistsError:
+            pass
+
+    def pending_topic_deletions(self, watch: Callable[[Any], None] | None = None) -> list[str]:
+        return sorted(self.client.get_children(zd.ADMIN_DELETE_TOPICS, watch=watch))
+
+    def remove_topic(self, name: str) -> None:
+        """The controller's last step of a deletion: the topic's znodes and the request go."""
+        self.client.delete(zd.topic_path(name), recursive=True)
+        for path in (zd.topic_config_path(name), f"{zd.ADMIN_DELETE_TOPICS}/{name}"):
+            try:
+                self.client.delete(path)
+            except NoNodeError:
+                pass
+
+    # --- partition state -----------------------------------------------------------------------------
+
+    def partition_state(
+        self, topic: str, partition: int, watch: Callable[[Any], None] | None = None
+    ) -> LeaderAndIsr | None:
+        try:
+            data, stat = self.client.get(zd.partition_state_path(topic, partition), watch=watch)
+        except NoNodeError:
+            if watch is not None:
+                self.client.exists(zd.partition_state_path(topic, partition), watch=watch)
+            return None
+        return zd.decode_partition_state(data, stat.version)
+
+    def controller_write_states(
+        self, states: Mapping[tuple[str, int], LeaderAndIsr]
+    ) -> dict[tuple[str, int], int]:
+        """Create or compare-and-set partition states as the controller; key -> new zk version, or -1 for a
+        version conflict (someone else wrote the state first: re-read and decide again). Raises
+        StaleController when the controller epoch moved on (this broker is fenced)."""
+        if self.controller_epoch_zk_version < 0:
+            raise StaleController("not the controller")
+        results: dict[tuple[str, int], int] = {}
+        for (topic, partition), state in states.items():
+            path = zd.partition_state_path(topic, partition)
+            transaction = self.client.transaction()
+            transaction.check(zd.CONTROLLER_EPOCH, self.controller_epoch_zk_version)
+            if state.zk_version < 0:
+                if self.client.exists(f"{zd.topic_path(topic)}/partitions/{partition}") is None:
+                    self.client.ensure_path(f"{zd.topic_path(topic)}/partitions/{partition}")
+                transaction.create(path, zd.encode_partition_state(state))
+            else:
+                transaction.set_data(path, zd.encode_partition_state(state), version=state.zk_version)
+            outcome = transaction.commit()
+            check = outcome[0]
+            if isinstance(check, BadVersionError):
+                raise StaleController(f"controller epoch moved past {self.controller_epoch}")
+            write = outcome[1]
+            if isinstance(write, (BadVersionError, NodeExistsError, NoNodeError)):
+                results[(topic, partition)] = -1
+            elif isinstance(write, Exception):
+                raise write
+            else:
+                results[(topic, partition)] = 0 if state.zk_version < 0 else write.version
+        return results
+
+    def leader_write_isr(self, topic: str, partition: int, state: LeaderAndIsr) -> int:
+        """A leader's ISR change: compare-and-set on the version it knows; the new version, or -1 on a
+        conflict. Leaves an isr_change_notification for the controller, as Kafka's leaders did."""
+        try:
+            stat = self.client.set(
+                zd.partition_state_path(topic, partition),
+                zd.encode_partition_state(state),
+                version=state.zk_version,
+            )
+        except (BadVersionError, NoNodeError):
+            return -1
+        self.client.create(
+            f"{zd.ISR_CHANGE_NOTIFICATION}/isr_change_",
+            zd.encode_isr_change([(topic, partition)]),
+            sequence=True,
+        )
+        return int(stat.version)
+
+    # --- producer ids --------------------------------------------------------------------------------
+
+    def allocate_producer_id_block(self, broker_id: int, size: int) -> int:
+        """Reserve `size` producer ids cluster-wide (compare-and-set on /latest_producer_id_block)."""
+        while True:
+            data, stat = self.client.get(zd.PRODUCER_ID_BLOCK)
+            start = zd.decode_producer_id_block(data)[2] + 1 if data else 0
+            try:
+                self.client.set(
+                    zd.PRODUCER_ID_BLOCK,
+                    zd.encode_producer_id_block(broker_id, start, start + size - 1),
+                    version=stat.version,
+                )
+            except BadVersionError:
+                continue
+            return start
