@@ -9,6 +9,10 @@ Theory of operation: two ways to run a broker on a free port with its data in a 
   broker or kill it with SIGKILL (`restart()`, `kill()`, `start()` again on the same port and data).
   Readiness is the "started, listening on" log line, which the child writes to `broker.log` in the data
   dir. Fixture: `kafkacompat_broker_process`.
+- `LocalCluster` runs a ZooKeeper server (Debian's `zookeeper` jars, kafkacompat.replication.zk_server)
+  and N `BrokerProcess`es with `broker.id` 1..N and `zookeeper.connect` set: cluster mode, for tests of
+  replication and failover (`kill(broker_id)`, `start_broker(broker_id)`). Fixture: `kafkacompat_cluster`
+  (3 brokers; skipped with a reason when ZooKeeper or java is absent).
 
 Both take config overrides (`key=value` strings), which win over the test defaults (listener on
 127.0.0.1, port 0 the first time, log.dirs in the temp dir).
@@ -29,7 +33,14 @@ from typing import Any
 
 import pytest
 
-__all__ = ["BrokerProcess", "InProcessBroker", "kafkacompat_broker", "kafkacompat_broker_process"]
+__all__ = [
+    "BrokerProcess",
+    "InProcessBroker",
+    "LocalCluster",
+    "kafkacompat_broker",
+    "kafkacompat_broker_process",
+    "kafkacompat_cluster",
+]
 
 START_TIMEOUT = 20.0
 _STARTED = re.compile(r"started, listening on \w+://([^:\s]+):(\d+)")
@@ -235,3 +246,86 @@ def kafkacompat_broker_process(tmp_path: Path) -> Iterator[BrokerProcess]:
         yield broker
     finally:
         broker.stop()
+
+
+#: cluster-mode settings for test clusters: small internal topics, fast failure detection
+CLUSTER_TEST_OVERRIDES = (
+    "zookeeper.session.timeout.ms=6000",
+    "offsets.topic.num.partitions=3",
+    "transaction.state.log.num.partitions=3",
+    "replica.lag.time.max.ms=10000",
+    "replica.fetch.wait.max.ms=200",
+    "replica.fetch.backoff.ms=200",
+)
+
+
+class LocalCluster:
+    """A ZooKeeper server and N brokers in child processes (see module docstring)."""
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str],
+        brokers: int = 3,
+        overrides: Sequence[str] = CLUSTER_TEST_OVERRIDES,
+        *,
+        chroot: str = "/kafkacompat",
+    ) -> None:
+        from kafkacompat.replication.zk_server import LocalZooKeeper
+
+        self.data_dir = Path(data_dir)
+        self.zookeeper = LocalZooKeeper(self.data_dir / "zookeeper")
+        self.chroot = chroot
+        self.brokers: dict[int, BrokerProcess] = {}
+        for broker_id in range(1, brokers + 1):
+            self.brokers[broker_id] = BrokerProcess(
+                self.data_dir / f"broker-{broker_id}",
+                [
+                    f"broker.id={broker_id}",
+                    f"zookeeper.connect={self.zookeeper.connect_string}{chroot}",
+                    *overrides,
+                ],
+            )
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.bootstrap for b in self.brokers.values() if b.process is not None)
+
+    def start(self) -> LocalCluster:
+        self.zookeeper.start()
+        for broker in self.brokers.values():
+            broker.start()
+        return self
+
+    def start_broker(self, broker_id: int) -> BrokerProcess:
+        return self.brokers[broker_id].start()
+
+    def kill(self, broker_id: int) -> None:
+        """SIGKILL one broker: its ZooKeeper session expires after zookeeper.session.timeout.ms."""
+        self.brokers[broker_id].kill()
+
+    def stop(self) -> None:
+        for broker in self.brokers.values():
+            broker.stop()
+        self.zookeeper.stop()
+
+    def __enter__(self) -> LocalCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+@pytest.fixture
+def kafkacompat_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    """Three brokers and a ZooKeeper server in child processes (cluster mode); stopped after the test."""
+    from kafkacompat.replication.zk_server import ZooKeeperUnavailable
+
+    try:
+        cluster = LocalCluster(tmp_path / "cluster")
+    except ZooKeeperUnavailable as exc:
+        pytest.skip(f"cluster mode needs ZooKeeper: {exc}")
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()

@@ -126,7 +126,11 @@ class GroupRuntime:
         self._topic_ready = topic is not None
         self._closed = False
         now = broker.now_ms()
-        if topic is None:
+        if broker.cluster is not None:
+            # cluster mode: a partition is loaded when this broker becomes its leader and unloaded when
+            # it stops leading (set_offsets_leadership, called by the cluster runtime)
+            pass
+        elif topic is None:
             self.core.load_empty_partitions(range(self.partitions), now)
         else:
             for partition in range(self.partitions):
@@ -253,6 +257,54 @@ class GroupRuntime:
                 )
             log.info("reloaded %s-%d after a failed write", OFFSETS_TOPIC, partition)
 
+    async def _await_replication(self, partitions: set[int]) -> None:
+        """Cluster mode: answer only once the ISR holds the records (as Kafka appends group records
+        with acks=-1), for at most offsets.commit.timeout.ms."""
+        from kafkacompat.broker.dispatch import park_until
+
+        cluster = self.broker.cluster
+        assert cluster is not None
+        deadline = trio.current_time() + self.broker.config["offsets.commit.timeout.ms"] / 1000
+        for partition in sorted(partitions):
+            partition_log = self.broker.partition_log(OFFSETS_TOPIC, partition)
+            if partition_log is None:
+                continue
+            error = await cluster.wait_for_replicas(
+                OFFSETS_TOPIC, partition, partition_log.log_end_offset, partition_log, deadline, park_until
+            )
+            if error != ErrorCode.NONE:
+                log.warning("%s-%d: group records not replicated: %s", OFFSETS_TOPIC, partition, error.name)
+
+    async def set_offsets_leadership(self, partition: int, leader: bool) -> None:
+        """Cluster mode: this broker became (True) or stopped being (False) the leader of
+        `__consumer_offsets` partition `partition`. Its groups are loaded from the (replicated) log, and
+        answer COORDINATOR_LOAD_IN_PROGRESS meanwhile, or unloaded (NOT_COORDINATOR), as Kafka's
+        coordinator follows the offsets partition's leadership."""
+        if partition >= self.partitions:
+            return
+        if not leader:
+            async with self._lock:
+                if partition in self.core.owned_partitions:
+                    self._deliver(self.core.unload_partition(partition, self.broker.now_ms()).completions)
+                    log.info("unloaded groups of %s-%d (no longer leader)", OFFSETS_TOPIC, partition)
+            return
+        async with self._lock:
+            if partition in self.core.owned_partitions:
+                return
+            self.core.begin_loading(partition)
+        try:
+            count = await self._load_partition(partition)
+        except KafkaError as exc:
+            log.error("could not load %s-%d: %s", OFFSETS_TOPIC, partition, exc)
+            async with self._lock:
+                self._deliver(self.core.unload_partition(partition, self.broker.now_ms()).completions)
+            return
+        async with self._lock:
+            await self._persist_and_deliver_quietly(self.core.finish_loading(partition, self.broker.now_ms()))
+        log.info("loaded %d record(s) of %s-%d as its new leader", count, OFFSETS_TOPIC, partition)
+        self._topic_ready = True
+        self._wake_timer()
+
     def _wake_timer(self) -> None:
         deadline = self.core.next_deadline()
         if deadline is not None and deadline < self._sleeping_until:
@@ -274,6 +326,10 @@ class GroupRuntime:
                         "segment.bytes": str(self.broker.config["offsets.topic.segment.bytes"]),
                     },
                     internal=True,
+                    replication_factor=min(
+                        self.broker.config["offsets.topic.replication.factor"],
+                        self.broker.live_broker_count(),
+                    ),
                 )
             except KafkaError as exc:
                 if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
@@ -293,7 +349,8 @@ class GroupRuntime:
                 )
                 self.partitions = topic.partitions
                 self.core = GroupCoordinatorCore(group_config(self.broker, topic.partitions))
-                self.core.load_empty_partitions(range(self.partitions), self.broker.now_ms())
+                if self.broker.cluster is None:
+                    self.core.load_empty_partitions(range(self.partitions), self.broker.now_ms())
         self._topic_ready = True
 
     async def call(self, op: Callable[[int], Outcome[T]], *, may_write: bool = True) -> T:
@@ -385,6 +442,8 @@ class GroupRuntime:
             self._to_reload |= failed
             self._wakeup.set()
             return error
+        if self.broker.cluster is not None and outcome.records:
+            await self._await_replication({r.partition for r in outcome.records})
         self._deliver(outcome.completions)
         flush = [
             p
@@ -441,13 +500,22 @@ class GroupRuntime:
                     is_transactional=producer_id >= 0,
                 )
             )
+            cluster = self.broker.cluster
             try:
+                if cluster is not None:
+                    cluster.check_leader(OFFSETS_TOPIC, partition)
+                epoch = (
+                    LEADER_EPOCH if cluster is None else self.broker.leader_epoch(OFFSETS_TOPIC, partition)
+                )
                 partition_log.append_as_leader(
-                    batch, LEADER_EPOCH, now, check_producers=False, from_coordinator=producer_id >= 0
+                    batch, epoch, now, check_producers=False, from_coordinator=producer_id >= 0
                 )
             except (KafkaError, InvalidRecordBatch) as exc:
                 log.error("append to %s-%d failed: %s", OFFSETS_TOPIC, partition, exc)
                 failed.add(partition)
+                continue
+            if cluster is not None:
+                cluster.leader_appended(OFFSETS_TOPIC, partition, partition_log)
                 continue
             partition_log.update_high_watermark(partition_log.log_end_offset)
             self.broker.watchers.notify(OFFSETS_TOPIC, partition)

@@ -42,7 +42,7 @@ import trio
 
 from kafkacompat.broker.state import INTERNAL_TOPICS
 from kafkacompat.config import INT_MAX, BrokerConfig
-from kafkacompat.wire.errors import KafkaError
+from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 __all__ = ["BoundListener", "Broker"]
 
@@ -101,6 +101,12 @@ class Broker:
         self.state = state
         # a dynamic change of the connection caps wakes accept loops that wait for a free slot
         state.config_listeners.append(lambda _old, _new: self._wake_accept_loops())
+        store = getattr(self, "_zk_store", None)
+        if store is not None:
+            # cluster mode (zookeeper.connect): only then is the replication runtime (and kazoo) loaded
+            from kafkacompat.replication.cluster import ClusterRuntime
+
+            state.cluster = ClusterRuntime(state, store)
         # groups hook: the group coordinator runtime (loads __consumer_offsets in the background)
         from kafkacompat.broker.group_runtime import GroupRuntime
 
@@ -121,6 +127,17 @@ class Broker:
                     from kafkacompat.broker.metrics import serve_metrics
 
                     self.metrics_address = await outer.start(serve_metrics, self, self._shutdown)
+                cluster_scope = trio.CancelScope()
+                if state.cluster is not None:
+                    cluster = state.cluster
+
+                    async def run_cluster(
+                        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+                    ) -> None:
+                        with cluster_scope:
+                            await cluster.run(task_status=task_status)
+
+                    await outer.start(run_cluster)  # registered in ZooKeeper, roles taken
                 outer.start_soon(self._run_background, background_scope)
                 connections_done = trio.Event()
 
@@ -164,8 +181,12 @@ class Broker:
                 connection_nursery_scope.cancel()
                 await connections_done.wait()
                 background_scope.cancel()
+                cluster_scope.cancel()
         finally:
             with trio.CancelScope(shield=True):
+                if state.cluster is not None:
+                    # the session ends: the ephemeral registration goes and the controller moves leaders
+                    await state.cluster.close()
                 await trio.to_thread.run_sync(self._close_state, state)
             log.info("broker stopped")
             self.stopped.set()
@@ -178,6 +199,8 @@ class Broker:
         config = self.config
         log_dirs = [str(path) for path in config.log_dirs]
         cluster_id = config.cluster_id or _stored_cluster_id(log_dirs) or _new_cluster_id()
+        if config["zookeeper.connect"]:
+            return self._open_cluster_state(log_dirs, cluster_id)
         logs = LogManager(log_dirs, broker_log_config(config), config.node_id, cluster_id)
         logs.lock_dirs()  # before anything is read or written: a second broker on ./data stops here
         try:
@@ -217,6 +240,49 @@ class Broker:
         # Kafka's leader advances it when the ISR holds only itself.
         for _, partition_log in logs.all_logs():
             partition_log.update_high_watermark(partition_log.log_end_offset)
+        return state
+
+    def _open_cluster_state(self, log_dirs: list[str], cluster_id: str) -> Any:
+        """Cluster mode start-up (blocking): the ZooKeeper session first (the cluster id lives there, as
+        in Kafka a log dir of another cluster is refused), then the logs. Topics come from ZooKeeper, so
+        the local topic table is a cache and unknown partition dirs are not adopted; high watermarks
+        come from replication-offset-checkpoint, never from the log end."""
+        from kafkacompat.broker.state import BrokerState
+        from kafkacompat.config import broker_log_config
+        from kafkacompat.log.manager import LogManager
+        from kafkacompat.replication.cluster import ClusterMetadataCache
+        from kafkacompat.replication.zookeeper import ZooKeeperStore
+
+        config = self.config
+        store = ZooKeeperStore(
+            config["zookeeper.connect"],
+            config["zookeeper.session.timeout.ms"],
+            config["zookeeper.connection.timeout.ms"],
+        )
+        store.start()
+        try:
+            stored = _stored_cluster_id(log_dirs)
+            zk_cluster_id = store.get_or_create_cluster_id(stored or config.cluster_id or cluster_id)
+            if stored is not None and stored != zk_cluster_id:
+                raise KafkaError(
+                    ErrorCode.INCONSISTENT_CLUSTER_ID,
+                    f"the log dirs belong to cluster {stored}, ZooKeeper holds cluster {zk_cluster_id}",
+                )
+            logs = LogManager(log_dirs, broker_log_config(config), config.node_id, zk_cluster_id)
+        except BaseException:
+            store.close()
+            raise
+        logs.lock_dirs()  # as on a single node: a second broker on the same dirs stops here
+        try:
+            state = BrokerState(
+                config, logs, ClusterMetadataCache(), cluster_id=zk_cluster_id, clock=self.clock
+            )
+            logs.startup({}, now_ms=state.now_ms())
+        except BaseException:
+            logs.close_without_marker()
+            store.close()
+            raise
+        self._zk_store = store
         return state
 
     @staticmethod

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from kafkacompat.log.config import LogConfig
     from kafkacompat.log.manager import LogManager
     from kafkacompat.log.partition_log import PartitionLog
+    from kafkacompat.replication.cluster import ClusterRuntime
 
 __all__ = [
     "CLUSTER_METADATA_TOPIC",
@@ -120,6 +121,10 @@ class BrokerState:
         self.acl_write_lock = trio.Lock()
         self._log_configs: dict[str, tuple[dict[str, str], LogConfig]] = {}
         self._producer_ids = range(0)
+        # cluster-mode seam: None on a single node (the default; every helper below then behaves as it
+        # always did). With zookeeper.connect the server sets a replication.cluster.ClusterRuntime, and
+        # `metadata` is its ZooKeeper-fed topic table (the same read interface as LocalMetadata).
+        self.cluster: ClusterRuntime | None = None
 
     # time
 
@@ -204,7 +209,20 @@ class BrokerState:
 
     def leader_epoch(self, topic: str, partition: int) -> int:
         """This node's leader epoch for the partition: always 0 on a single node (no leader changes)."""
+        if self.cluster is not None:
+            return self.cluster.leader_epoch(topic, partition)
         return 0
+
+    def check_leader(self, topic: str, partition: int) -> None:
+        """NOT_LEADER_OR_FOLLOWER unless this broker leads the partition (always true on a single node)."""
+        if self.cluster is not None:
+            self.cluster.check_leader(topic, partition)
+
+    def live_broker_count(self) -> int:
+        """How many brokers are live (1 on a single node): the bound of a replication factor."""
+        if self.cluster is not None:
+            return len(self.cluster.live_brokers())
+        return 1
 
     def check_leader_epoch(self, topic: str, partition: int, current_epoch: int) -> None:
         """A client's `current_leader_epoch` against ours (-1 = not checked), as Kafka's leader checks it."""
@@ -224,15 +242,24 @@ class BrokerState:
         *,
         validate_only: bool = False,
         internal: bool = False,
+        replication_factor: int = 1,
+        assignment: dict[int, list[int]] | None = None,
     ) -> TopicInfo:
         """Create a topic (table entry and partition logs), persisted before it returns.
 
         Raises KafkaError: INVALID_TOPIC_EXCEPTION, TOPIC_ALREADY_EXISTS, INVALID_PARTITIONS,
         INVALID_CONFIG. With `validate_only` nothing changes and a TopicInfo is still returned.
+        In cluster mode the topic is written to ZooKeeper (`replication_factor`, or an explicit
+        `assignment`); the single node ignores both (its only replica is itself).
         """
         configs = dict(configs or {})
         check_partition_limit(partitions)
         log_config = self.validate_topic_configs(configs)
+        if self.cluster is not None:
+            self.metadata.check_new_topic(name, partitions)
+            if validate_only:
+                return TopicInfo(name, ZERO_UUID, partitions, configs, internal)
+            return await self.cluster.create_topic(name, partitions, configs, replication_factor, assignment)
         async with self.metadata_lock:
             # again under the lock: a dynamic broker config change may have moved the defaults meanwhile
             log_config = self.validate_topic_configs(configs)
@@ -267,6 +294,7 @@ class BrokerState:
                     "segment.bytes": str(self.config["offsets.topic.segment.bytes"]),
                 },
                 internal=True,
+                replication_factor=self.config["offsets.topic.replication.factor"],
             )
         if name == TRANSACTION_TOPIC:
             return await self.create_topic(
@@ -274,11 +302,20 @@ class BrokerState:
                 self.config["transaction.state.log.num.partitions"],
                 {"cleanup.policy": "compact"},
                 internal=True,
+                replication_factor=self.config["transaction.state.log.replication.factor"],
             )
-        return await self.create_topic(name, self.config["num.partitions"])
+        return await self.create_topic(
+            name, self.config["num.partitions"], replication_factor=self.config["default.replication.factor"]
+        )
 
     async def delete_topic(self, name: str) -> TopicInfo:
         """Remove a topic from the table (persisted) and hand its logs to the delayed delete."""
+        if self.cluster is not None:
+            topic = self.metadata.topic(name)
+            if topic is None:
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
+            await self.cluster.delete_topic(name)  # the controller deletes; every broker drops its logs
+            return topic
         async with self.metadata_lock:
             topic = self.metadata.delete_topic(name)
             snapshot = self.metadata.snapshot()
@@ -338,6 +375,9 @@ class BrokerState:
         """A producer id never handed out before, also across restarts (blocks are persisted first)."""
         if not self._producer_ids:
             async with self.metadata_lock:
+                if not self._producer_ids and self.cluster is not None:
+                    start = await self.cluster.allocate_producer_id_block(PRODUCER_ID_BLOCK_SIZE)
+                    self._producer_ids = range(start, start + PRODUCER_ID_BLOCK_SIZE)
                 if not self._producer_ids:
                     start = self.metadata.allocate_producer_id_block(PRODUCER_ID_BLOCK_SIZE)
                     snapshot = self.metadata.snapshot()

@@ -37,6 +37,7 @@ MAX_VERSION = 7
 Result = CreateTopicsResponse.CreatableTopicResult
 ResultConfig = CreateTopicsResponse.CreatableTopicConfigs
 
+
 async def handle(ctx: RequestContext, request: Any) -> CreateTopicsResponse:
     broker = ctx.broker
     version = ctx.api_version
@@ -83,6 +84,7 @@ async def _create_one(
         raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
     partitions = wanted.num_partitions
     replication = wanted.replication_factor
+    explicit: dict[int, list[int]] = {}
     if wanted.assignments:
         if partitions != -1 or replication != -1:
             raise KafkaError(
@@ -96,14 +98,18 @@ async def _create_one(
                 ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                 "Partitions should be a consecutive 0-based integer sequence",
             )
+        if broker.cluster is not None:
+            explicit = _cluster_assignment(broker, wanted.assignments)
+            partitions, replication = len(indexes), len(explicit[0])
         for assignment in wanted.assignments:
-            if list(assignment.broker_ids) != [broker.node_id]:
+            if broker.cluster is None and list(assignment.broker_ids) != [broker.node_id]:
                 raise KafkaError(
                     ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                     f"Replica assignment {list(assignment.broker_ids)} names brokers other than the only "
                     f"one, {broker.node_id}.",
                 )
-        partitions, replication = len(indexes), 1
+        if broker.cluster is None:
+            partitions, replication = len(indexes), 1
     if partitions == -1:
         partitions = broker.config["num.partitions"]
     if replication == -1:
@@ -117,11 +123,12 @@ async def _create_one(
             ErrorCode.INVALID_REPLICATION_FACTOR,
             "Replication factor must be larger than 0, or -1 to use the default value.",
         )
-    if replication > 1:
+    live = broker.live_broker_count()
+    if replication > live:
         raise KafkaError(
             ErrorCode.INVALID_REPLICATION_FACTOR,
             f"Unable to replicate the partition {replication} time(s): The target replication factor of "
-            f"{replication} cannot be reached because only 1 broker(s) are registered.",
+            f"{replication} cannot be reached because only {live} broker(s) are registered.",
         )
     overrides: dict[str, str] = {}
     for entry in wanted.configs:
@@ -130,7 +137,14 @@ async def _create_one(
                 ErrorCode.INVALID_CONFIG, f"Null value not supported for topic configs: {entry.name}"
             )
         overrides[entry.name] = entry.value
-    topic = await broker.create_topic(name, partitions, overrides, validate_only=validate_only)
+    topic = await broker.create_topic(
+        name,
+        partitions,
+        overrides,
+        validate_only=validate_only,
+        replication_factor=replication,
+        assignment=explicit if wanted.assignments and broker.cluster is not None else None,
+    )
     result.topic_id = topic.topic_id
     result.num_partitions = partitions
     result.replication_factor = replication
@@ -146,3 +160,22 @@ async def _create_one(
             )
             for entry in topic_config_entries(broker, topic)
         ]
+
+
+def _cluster_assignment(broker: BrokerState, assignments: Any) -> dict[int, list[int]]:
+    """Cluster mode: explicit replica lists must name distinct live brokers, all of one length."""
+    live = {b.broker_id for b in broker.cluster.live_brokers()} if broker.cluster is not None else set()
+    result: dict[int, list[int]] = {}
+    for assignment in assignments:
+        replicas = list(assignment.broker_ids)
+        if not replicas or len(set(replicas)) != len(replicas) or not set(replicas) <= live:
+            raise KafkaError(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"Replica assignment {replicas} must name distinct live brokers ({sorted(live)}).",
+            )
+        result[assignment.partition_index] = replicas
+    if len({len(r) for r in result.values()}) > 1:
+        raise KafkaError(
+            ErrorCode.INVALID_REPLICA_ASSIGNMENT, "All partitions must have the same replication factor."
+        )
+    return result

@@ -52,10 +52,10 @@ async def handle(ctx: RequestContext, request: Any) -> DescribeClusterResponse:
         )
         response.controller_id = -1
         return response
-    host, port = broker.advertised_endpoint(ctx.connection.listener_name)
-    response.brokers = [
-        Broker(broker_id=broker.node_id, host=host, port=port, rack=broker.config["broker.rack"])
-    ]
+    from kafkacompat.broker.handlers.metadata import brokers_for
+
+    brokers, response.controller_id = brokers_for(broker, ctx.connection.listener_name)
+    response.brokers = [Broker(broker_id=n, host=h, port=p, rack=r) for n, h, p, r in brokers]
     if request.include_cluster_authorized_operations:
         response.cluster_authorized_operations = authorized_operations(
             ctx, Resource.CLUSTER, Resource.CLUSTER_NAME

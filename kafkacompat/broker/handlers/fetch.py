@@ -119,8 +119,9 @@ async def handle(ctx: RequestContext, request: Any) -> FetchResponse:
         def may_read(topic: str) -> bool:
             return allowed(ctx, Op.READ, Resource.TOPIC, topic)
 
+    replica_id = _replica_id(request, version) if broker.cluster is not None else -1
     while True:
-        reads = _read_all(broker, context, uses_ids, max_bytes, read_committed, may_read)
+        reads = _read_all(broker, context, uses_ids, max_bytes, read_committed, may_read, replica_id)
         total = sum(r.size for r in reads)
         if (
             total >= request.min_bytes
@@ -137,6 +138,14 @@ async def handle(ctx: RequestContext, request: Any) -> FetchResponse:
     return _response(context, reads, uses_ids, read_committed)
 
 
+def _replica_id(request: Any, version: int) -> int:
+    """The fetching follower's broker id (v15+ carry it in ReplicaState), -1 for a consumer."""
+    if version >= 15:
+        state = getattr(request, "replica_state", None)
+        return state.replica_id if state is not None else -1
+    return request.replica_id
+
+
 def _read_all(
     broker: BrokerState,
     context: FetchContext,
@@ -144,6 +153,7 @@ def _read_all(
     max_bytes: int,
     read_committed: bool,
     may_read: Callable[[str], bool] | None = None,
+    replica_id: int = -1,
 ) -> list[PartitionRead]:
     """`may_read(topic)`: the READ authorization check (None: no authorizer), made before existence."""
     remaining = max_bytes
@@ -163,10 +173,16 @@ def _read_all(
                 )
             if not 0 <= cached.partition < topic.partitions:
                 raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            broker.check_leader(topic.name, cached.partition)
             broker.check_leader_epoch(topic.name, cached.partition, cached.current_leader_epoch)
             partition_log = broker.partition_log(topic.name, cached.partition)
             if partition_log is None:
                 raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            if replica_id >= 0 and broker.cluster is not None:
+                # a follower: its fetch offset is its log end (progress, HW, ISR); it reads to our log end
+                broker.cluster.follower_fetched(
+                    topic.name, cached.partition, replica_id, cached.fetch_offset, partition_log
+                )
             high_watermark = partition_log.high_watermark
             last_stable_offset = partition_log.last_stable_offset
             read.high_watermark = high_watermark
@@ -178,7 +194,13 @@ def _read_all(
             result = partition_log.read(
                 cached.fetch_offset,
                 max(limit, 0),
-                upper_bound_offset=last_stable_offset if read_committed else high_watermark,
+                upper_bound_offset=(
+                    partition_log.log_end_offset
+                    if replica_id >= 0
+                    else last_stable_offset
+                    if read_committed
+                    else high_watermark
+                ),
                 min_one_batch=remaining == max_bytes,
             )
             if result.slices:

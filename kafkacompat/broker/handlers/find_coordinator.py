@@ -60,6 +60,17 @@ async def _lookup(ctx: RequestContext, key: str, key_type: int) -> tuple[int, st
         await runtime.ensure_offsets_topic()
     except KafkaError as exc:
         return ErrorCode.COORDINATOR_NOT_AVAILABLE, exc.message, -1, "", -1
+    cluster = ctx.broker.cluster
+    if cluster is not None:
+        # the coordinator is the leader of the group's __consumer_offsets partition
+        from kafkacompat.broker.handlers.metadata import brokers_for
+
+        leader = cluster.partition_metadata("__consumer_offsets", runtime.core.partition_for(key))[0]
+        brokers, _ = brokers_for(ctx.broker, ctx.connection.listener_name)
+        for node, host, port, _rack in brokers:
+            if node == leader:
+                return ErrorCode.NONE, None, node, host, port
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, "the offsets partition has no leader", -1, "", -1
     host, port = ctx.broker.advertised_endpoint(ctx.connection.listener_name)
     return ErrorCode.NONE, None, ctx.broker.node_id, host, port
 

@@ -40,6 +40,8 @@ Broker = MetadataResponse.MetadataResponseBroker
 
 def describe_topic(broker: BrokerState, topic: TopicInfo) -> Any:
     node = broker.node_id
+    if broker.cluster is not None:
+        return _describe_cluster_topic(broker, topic)
     partitions = [
         Partition(
             error_code=ErrorCode.NONE,
@@ -61,14 +63,57 @@ def describe_topic(broker: BrokerState, topic: TopicInfo) -> Any:
     )
 
 
+def _describe_cluster_topic(broker: BrokerState, topic: TopicInfo) -> Any:
+    """Cluster mode: leader, epoch, replicas, ISR and offline replicas as ZooKeeper has them; a partition
+    without a live leader gets LEADER_NOT_AVAILABLE, as Kafka answers it."""
+    assert broker.cluster is not None
+    partitions = []
+    for index in range(topic.partitions):
+        leader, epoch, replicas, isr, offline = broker.cluster.partition_metadata(topic.name, index)
+        partitions.append(
+            Partition(
+                error_code=ErrorCode.NONE if leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE,
+                partition_index=index,
+                leader_id=leader,
+                leader_epoch=epoch,
+                replica_nodes=replicas,
+                isr_nodes=isr,
+                offline_replicas=offline,
+            )
+        )
+    return Topic(
+        error_code=ErrorCode.NONE,
+        name=topic.name,
+        topic_id=topic.topic_id,
+        is_internal=is_internal_topic(topic.name),
+        partitions=partitions,
+    )
+
+
+def brokers_for(
+    broker: BrokerState, listener_name: str
+) -> tuple[list[tuple[int, str, int, str | None]], int]:
+    """([(node id, host, port, rack)], controller id) as clients of `listener_name` must see them: this
+    node alone on a single node; every live broker with an endpoint on that listener in cluster mode."""
+    if broker.cluster is None:
+        host, port = broker.advertised_endpoint(listener_name)
+        return [(broker.node_id, host, port, broker.config["broker.rack"])], broker.node_id
+    result = []
+    for registration in broker.cluster.live_brokers():
+        endpoint = registration.endpoint(listener_name)
+        if endpoint is not None:
+            result.append((registration.broker_id, endpoint[0], endpoint[1], registration.rack))
+    return result, broker.cluster.controller_id()
+
+
 async def handle(ctx: RequestContext, request: Any) -> MetadataResponse:
     broker = ctx.broker
     version = ctx.api_version
-    host, port = broker.advertised_endpoint(ctx.connection.listener_name)
+    brokers, controller_id = brokers_for(broker, ctx.connection.listener_name)
     response = MetadataResponse(
-        brokers=[Broker(node_id=broker.node_id, host=host, port=port, rack=broker.config["broker.rack"])],
+        brokers=[Broker(node_id=n, host=h, port=p, rack=r) for n, h, p, r in brokers],
         cluster_id=broker.cluster_id,
-        controller_id=broker.node_id,
+        controller_id=controller_id,
         topics=[],
     )
     requested = request.topics

@@ -73,6 +73,7 @@ async def handle(ctx: RequestContext, request: Any) -> ProduceResponse | None:
     refused_everything = transactional_id is not None and not allowed(
         ctx, Op.WRITE, Resource.TRANSACTIONAL_ID, transactional_id
     )
+    required: dict[tuple[str, int], int] = {}  # cluster mode: the log end each acks=-1 append must reach
     for topic_data in request.topic_data:
         partitions = []
         responses.append(TopicResponse(name=topic_data.name, partition_responses=partitions))
@@ -92,9 +93,11 @@ async def handle(ctx: RequestContext, request: Any) -> ProduceResponse | None:
         topic = broker.metadata.topic(topic_data.name)
         for data in topic_data.partition_data:
             try:
-                partitions.append(await _append(broker, topic, data, acks))
+                partitions.append(await _append(broker, topic, data, acks, required))
             except KafkaError as exc:
                 partitions.append(_error(data.index, exc.code, exc.message, version))
+    if acks == -1 and broker.cluster is not None:
+        await _await_replicas(ctx, request, responses, required)
     if acks == 0:
         failed = [
             (t.name, p.index, p.error_code) for t in responses for p in t.partition_responses if p.error_code
@@ -136,7 +139,9 @@ def _verify_transactional(
         )
 
 
-async def _append(broker: BrokerState, topic: TopicInfo | None, data: Any, acks: int) -> Any:
+async def _append(
+    broker: BrokerState, topic: TopicInfo | None, data: Any, acks: int, required: dict[tuple[str, int], int]
+) -> Any:
     if topic is None or not 0 <= data.index < topic.partitions:
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_PARTITION)
     if is_internal_topic(topic.name):
@@ -144,7 +149,10 @@ async def _append(broker: BrokerState, topic: TopicInfo | None, data: Any, acks:
     partition_log = broker.partition_log(topic.name, data.index)
     if partition_log is None:
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_PARTITION)
-    if acks == -1 and partition_log.config.get("min.insync.replicas") > 1:
+    if broker.cluster is not None:
+        state = broker.cluster.check_leader(topic.name, data.index)
+        state.check_enough_replicas_for_append(acks, broker.cluster.min_isr(partition_log))
+    elif acks == -1 and partition_log.config.get("min.insync.replicas") > 1:
         raise KafkaError(
             ErrorCode.NOT_ENOUGH_REPLICAS,
             f"The size of the current ISR 1 is insufficient to satisfy the min.isr requirement of "
@@ -157,9 +165,14 @@ async def _append(broker: BrokerState, topic: TopicInfo | None, data: Any, acks:
     _verify_transactional(broker, partition_log, topic.name, data.index, data.records)
     now = broker.now_ms()
     result = partition_log.append_as_leader(data.records, broker.leader_epoch(topic.name, data.index), now)
+    if broker.cluster is not None:
+        required[(topic.name, data.index)] = partition_log.log_end_offset
     if not result.duplicate:
-        partition_log.update_high_watermark(partition_log.log_end_offset)
-        broker.watchers.notify(topic.name, data.index)
+        if broker.cluster is not None:
+            broker.cluster.leader_appended(topic.name, data.index, partition_log)
+        else:
+            partition_log.update_high_watermark(partition_log.log_end_offset)
+            broker.watchers.notify(topic.name, data.index)
         if partition_log.flush_needed(now):
             await trio.to_thread.run_sync(partition_log.flush, now)
     return PartitionResponse(
@@ -169,3 +182,34 @@ async def _append(broker: BrokerState, topic: TopicInfo | None, data: Any, acks:
         log_append_time_ms=result.log_append_time,
         log_start_offset=result.log_start_offset,
     )
+
+
+async def _await_replicas(
+    ctx: RequestContext, request: Any, responses: list[Any], required: dict[tuple[str, int], int]
+) -> None:
+    """Cluster mode, acks=-1: answer each appended partition once the ISR holds it (Kafka's delayed
+    produce), NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below min.insync.replicas meanwhile,
+    REQUEST_TIMED_OUT after the request's timeout."""
+    broker = ctx.broker
+    cluster = broker.cluster
+    assert cluster is not None
+    deadline = trio.current_time() + max(request.timeout_ms, 0) / 1000
+    for topic_response in responses:
+        for partition in topic_response.partition_responses:
+            if partition.error_code != ErrorCode.NONE:
+                continue
+            partition_log = broker.partition_log(topic_response.name, partition.index)
+            if partition_log is None:
+                partition.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+                continue
+            # the append's own batches end at or before the log end it left; the HW must pass them
+            error = await cluster.wait_for_replicas(
+                topic_response.name,
+                partition.index,
+                required.get((topic_response.name, partition.index), partition_log.log_end_offset),
+                partition_log,
+                deadline,
+                ctx.park,
+            )
+            if error != ErrorCode.NONE:
+                partition.error_code = error

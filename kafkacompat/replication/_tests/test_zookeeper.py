@@ -20,7 +20,7 @@ def stores(zk_connect: str) -> Iterator[Callable[[], ZooKeeperStore]]:
     opened: list[ZooKeeperStore] = []
 
     def open_store() -> ZooKeeperStore:
-        store = ZooKeeperStore(zk_connect, session_timeout_ms=6000)
+        store = ZooKeeperStore(zk_connect, session_timeout_ms=6000, connection_timeout_ms=30000)
         store.start()
         opened.append(store)
         return store

@@ -1,0 +1,196 @@
+"""Cluster mode (zookeeper.connect) with real clients: three brokers and a ZooKeeper server in child
+processes (`kafkacompat_cluster`), a topic with replication factor 3 and min.insync.replicas=2.
+
+- an idempotent acks=all confluent-kafka producer keeps producing while the partition leader is killed
+  with SIGKILL; every acknowledged record is read back exactly once and in order, and the killed broker,
+  restarted, truncates/catches up and rejoins the ISR;
+- a consumer group keeps consuming through a coordinator move (the coordinator killed), and no
+  committed offset is lost.
+
+The suite starts its own cluster, so these tests are skipped with `--bootstrap`.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.restarts_broker
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+from kafkacompat.testing import LocalCluster  # noqa: E402
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def create_replicated_topic(cluster: LocalCluster, partitions: int = 1) -> str:
+    name = f"cluster-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    futures = admin.create_topics([NewTopic(name, partitions, 3, config={"min.insync.replicas": "2"})])
+    futures[name].result(30)
+
+    def fully_replicated() -> bool:
+        metadata = admin.list_topics(name, timeout=10).topics[name]
+        return bool(metadata.partitions) and all(
+            p.leader >= 0 and len(p.isrs) == 3 for p in metadata.partitions.values()
+        )
+
+    wait_until(fully_replicated, 30, "leaders and a full ISR")
+    return name
+
+
+def partition_state(cluster: LocalCluster, topic: str, partition: int = 0) -> Any:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    return admin.list_topics(topic, timeout=10).topics[topic].partitions[partition]
+
+
+def read_all(bootstrap: str, topic: str, partition: int, end_offset: int) -> list[tuple[int, bytes]]:
+    """(offset, value) of every record below `end_offset`, read without a group."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, partition, 0)])
+    records: list[tuple[int, bytes]] = []
+    deadline = time.monotonic() + 60
+    try:
+        while (not records or records[-1][0] < end_offset - 1) and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None or message.error():
+                continue
+            records.append((message.offset(), message.value()))
+    finally:
+        consumer.close()
+    return records
+
+
+def test_acknowledged_records_survive_a_killed_leader(kafkacompat_cluster: LocalCluster) -> None:
+    cluster = kafkacompat_cluster
+    topic = create_replicated_topic(cluster)
+    acknowledged: list[tuple[int, bytes]] = []
+    failed: list[Any] = []
+
+    def on_delivery(error: Any, message: Any) -> None:
+        if error is None:
+            acknowledged.append((message.offset(), message.value()))
+        else:
+            failed.append(error)
+
+    producer = Producer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 5,
+            "message.timeout.ms": 90000,
+        }
+    )
+    sequence = 0
+
+    def produce(count: int) -> None:
+        nonlocal sequence
+        for _ in range(count):
+            producer.produce(topic, f"{sequence:08d}".encode(), partition=0, on_delivery=on_delivery)
+            sequence += 1
+            producer.poll(0)
+
+    produce(300)
+    assert producer.flush(60) == 0
+    old_leader = partition_state(cluster, topic).leader
+    produce(100)  # in flight while the leader dies
+    cluster.kill(old_leader)
+    produce(200)
+    assert producer.flush(120) == 0
+    survivors = ",".join(b.bootstrap for i, b in cluster.brokers.items() if i != old_leader)
+    new_state = wait_until(
+        lambda: (s := partition_state(cluster, topic)).leader not in (-1, old_leader) and s,
+        30,
+        "a new leader",
+    )
+    assert old_leader not in new_state.isrs
+
+    assert len(acknowledged) == 600, f"{len(acknowledged)} acknowledged, failures: {failed[:3]}"
+    end = max(offset for offset, _ in acknowledged) + 1
+    records = read_all(survivors, topic, 0, end)
+    values = [value for _, value in records]
+    assert len(values) == len(set(values)), "a record was stored twice"
+    assert values == sorted(values), "records out of order"
+    assert {v for _, v in acknowledged} <= set(values), "an acknowledged record is missing"
+    assert dict(acknowledged) == {o: v for o, v in records if o in dict(acknowledged)}
+
+    # the killed broker comes back, truncates to the leader's epoch boundary if needed, catches up
+    # and is taken back into the ISR
+    cluster.start_broker(old_leader)
+    wait_until(
+        lambda: old_leader in partition_state(cluster, topic).isrs, 60, "the old leader back in the ISR"
+    )
+
+
+def test_a_group_keeps_consuming_through_a_coordinator_move(kafkacompat_cluster: LocalCluster) -> None:
+    cluster = kafkacompat_cluster
+    topic = create_replicated_topic(cluster)
+    group = f"group-{uuid.uuid4().hex[:8]}"
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True})
+    for index in range(200):
+        producer.produce(topic, f"{index:04d}".encode(), partition=0)
+    assert producer.flush(60) == 0
+
+    settings = {
+        "bootstrap.servers": cluster.bootstrap,
+        "group.id": group,
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "session.timeout.ms": 30000,
+    }
+    consumer = Consumer(settings)
+    consumer.subscribe([topic])
+    seen: list[bytes] = []
+
+    def consume_until(count: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while len(seen) < count and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None or message.error():
+                continue
+            seen.append(message.value())
+            if len(seen) % 50 == 0:
+                consumer.commit(message=message, asynchronous=False)
+
+    consume_until(100, 60)
+    assert len(seen) == 100
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    description = admin.describe_consumer_groups([group])[group].result(30)
+    coordinator = description.coordinator.id
+    cluster.kill(coordinator)
+
+    # a fresh client finds the new coordinator, which loaded the group from the replicated log
+    survivors = ",".join(b.bootstrap for i, b in cluster.brokers.items() if i != coordinator)
+    checker = Consumer({**settings, "bootstrap.servers": survivors})
+    try:
+        committed = wait_until(
+            lambda: [
+                tp for tp in checker.committed([TopicPartition(topic, 0)], timeout=10) if tp.offset >= 0
+            ],
+            60,
+            "the committed offset from the new coordinator",
+        )
+        assert committed[0].offset == 100
+    finally:
+        checker.close()
+
+    consume_until(200, 90)
+    consumer.close()
+    assert seen == [f"{i:04d}".encode() for i in range(200)][: len(seen)]
+    assert len(seen) >= 200 and len(set(seen)) == 200

@@ -1,0 +1,550 @@
+"""Cluster mode's trio edge: the broker's view of ZooKeeper, the controller's duties, replica roles.
+
+Theory of operation
+-------------------
+Only built when `zookeeper.connect` is set (`server.Broker` imports this module then and only then;
+single-node mode never loads it, kazoo or a JVM). `ClusterRuntime` owns the broker's `ZooKeeperStore`,
+one `PartitionState` per hosted partition and one `FetcherTask` per broker it follows.
+
+How brokers learn leadership: ZooKeeper is the source of truth, so instead of the controller pushing
+LeaderAndIsr/UpdateMetadata/StopReplica requests (Kafka's way, which exists to spare ZooKeeper the
+reads of every broker), every broker watches the znodes itself and reconciles. A watch firing (kazoo
+thread) only pokes the trio loop; the loop re-reads the whole tree in a worker thread (`snapshot()`,
+re-arming every watch), then applies it on the trio thread. Reconciling from a full read instead of
+acting on individual notifications means a lost or coalesced watch, a ZooKeeper restart or a new
+session can never leave a broker with a stale role: the next read (also done every
+`RECONCILE_SECONDS`) repairs it. The cost, O(partitions) reads per change, is fine at the sizes this
+project runs (tests, CI, development clusters), and stays the documented limit.
+
+Each reconcile:
+
+1. controller election: no `/controller` -> try to create it (the winner bumps `/controller_epoch`);
+2. as controller (`controller.py` decides, `ZooKeeperStore.controller_write_states` writes with the
+   controller-epoch check): partitions of new topics get their first state (first live replica leads,
+   the live replicas form the ISR); partitions led by a dead broker get a new leader from the ISR
+   (`unclean.leader.election.enable` honoured per topic) with leader epoch + 1; dead followers leave
+   the ISR; topics in `/admin/delete_topics` are removed;
+3. as every broker: the topic table (`metadata`, the LocalMetadata interface the handlers read) mirrors
+   ZooKeeper; logs of assigned partitions exist; each hosted partition becomes leader or follower with
+   the state's epoch; followers are handed to the fetcher task of their leader (which truncates by
+   leader epoch, then fetches); logs of deleted topics go.
+
+The leader's side of replication lives in the request path: the Fetch handler reports follower fetches
+(`follower_fetched`), which may advance the high watermark and wake parked acks=-1 produces and
+consumer fetches; ISR shrink (`replica.lag.time.max.ms`) and expansion are written by the leader with a
+compare-and-set on the state's znode version, as Kafka's ZooKeeper-mode leaders did.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from kafkacompat.replication import zk_data as zd
+from kafkacompat.replication.controller import BrokerMetadata, assign_replicas, on_brokers_lost
+from kafkacompat.replication.metadata import LocalMetadata, TopicInfo
+from kafkacompat.replication.partition_state import NO_LEADER, LeaderAndIsr, PartitionState
+from kafkacompat.replication.zookeeper import StaleController, ZooKeeperStore
+from kafkacompat.wire.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from kafkacompat.broker.state import BrokerState
+    from kafkacompat.replication.fetcher_task import FetcherTask
+
+__all__ = ["ClusterMetadataCache", "ClusterRuntime", "ZkSnapshot"]
+
+log = logging.getLogger("kafkacompat.cluster")
+
+RECONCILE_SECONDS = 2.0
+INTERNAL = frozenset({"__consumer_offsets", "__transaction_state"})
+
+
+class ClusterMetadataCache(LocalMetadata):
+    """The topic table in cluster mode: the same read interface as LocalMetadata, filled from ZooKeeper
+    by the runtime and never persisted locally (ZooKeeper is where topics live)."""
+
+    def __init__(self) -> None:
+        self._topics = {}
+        self._by_id = {}
+        self._next_producer_id_block = 0
+        self._dirty = False
+
+    def commit(self) -> None:
+        self._dirty = False
+
+    def write_snapshot(self, data: bytes) -> None:  # never written: ZooKeeper holds the table
+        return None
+
+
+@dataclass(slots=True)
+class ZkSnapshot:
+    """One consistent-enough read of the tree (every read re-arms its watch)."""
+
+    brokers: dict[int, zd.BrokerRegistration] = field(default_factory=dict)
+    controller: int | None = None
+    topics: dict[str, zd.TopicAssignment] = field(default_factory=dict)
+    configs: dict[str, dict[str, str]] = field(default_factory=dict)
+    states: dict[tuple[str, int], LeaderAndIsr] = field(default_factory=dict)
+    deletions: list[str] = field(default_factory=list)
+
+
+def read_snapshot(store: ZooKeeperStore, watch: Callable[[Any], None]) -> ZkSnapshot:
+    """Blocking: the whole tree kafkacompat uses, every read with `watch` armed."""
+    snapshot = ZkSnapshot()
+    snapshot.brokers = store.live_brokers(watch)
+    snapshot.controller = store.current_controller(watch)
+    snapshot.deletions = store.pending_topic_deletions(watch)
+    for name in store.topic_names(watch):
+        try:
+            data, _ = store.client.get(zd.topic_path(name), watch=watch)
+        except Exception:  # deleted between the listing and the read
+            continue
+        assignment = zd.decode_topic(name, data)
+        snapshot.topics[name] = assignment
+        snapshot.configs[name] = store.topic_configs(name)
+        for partition in assignment.partitions:
+            state = store.partition_state(name, partition, watch)
+            if state is not None:
+                snapshot.states[(name, partition)] = state
+    return snapshot
+
+
+class ClusterRuntime:
+    """The broker's cluster-mode state and tasks (see module docstring)."""
+
+    def __init__(self, broker: BrokerState, store: ZooKeeperStore) -> None:
+        self.broker = broker
+        self.store = store
+        self.node_id = broker.node_id
+        self.snapshot = ZkSnapshot()
+        self.partitions: dict[tuple[str, int], PartitionState] = {}
+        self.fetchers: dict[int, FetcherTask] = {}
+        self.is_controller = False
+        self._poked = trio.Event()
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._nursery: trio.Nursery | None = None
+        self._reconciled = trio.Event()
+        self.registration: zd.BrokerRegistration | None = None
+        self.lag_ms = int(broker.config["replica.lag.time.max.ms"])
+
+    # --- wiring --------------------------------------------------------------------------------------
+
+    def _watch(self, _event: Any) -> None:
+        """Kazoo thread: a watch fired. Only pokes the trio loop."""
+        token = self._token
+        if token is not None:
+            try:
+                token.run_sync_soon(self.poke)
+            except trio.RunFinishedError:
+                pass
+
+    def poke(self) -> None:
+        self._poked.set()
+
+    async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Register, then reconcile with ZooKeeper until cancelled."""
+        self._token = trio.lowlevel.current_trio_token()
+        self.store.on_state_change(lambda _state: self._watch(None))
+        self.registration = self._registration()
+        await trio.to_thread.run_sync(self.store.register_broker, self.registration)
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            await self.reconcile()
+            task_status.started()
+            try:
+                while True:
+                    with trio.move_on_after(min(RECONCILE_SECONDS, max(self.lag_ms / 2000, 0.05))):
+                        await self._poked.wait()
+                    self._poked = trio.Event()
+                    try:
+                        await self.reconcile()
+                        await self.check_isr_lag()
+                    except Exception as exc:  # ZooKeeper away: try again at the next tick
+                        log.warning("cluster reconcile failed: %r", exc)
+                        await trio.sleep(0.2)
+            finally:
+                for fetcher in self.fetchers.values():
+                    fetcher.stop()
+                nursery.cancel_scope.cancel()
+
+    def _registration(self) -> zd.BrokerRegistration:
+        protocols = self.broker.config.security_protocol_map
+        endpoints = dict(self.broker.endpoints)
+        return zd.BrokerRegistration(
+            self.node_id,
+            endpoints,
+            {name: protocols.get(name, "PLAINTEXT") for name in endpoints},
+            self.broker.config["broker.rack"],
+        )
+
+    def inter_broker_listener(self) -> str:
+        configured = self.broker.config["inter.broker.listener.name"]
+        if configured:
+            return str(configured).upper()
+        return next(iter(self.broker.endpoints))
+
+    async def close(self) -> None:
+        await trio.to_thread.run_sync(self._close_blocking)
+
+    def _close_blocking(self) -> None:
+        if self.is_controller:
+            self.store.resign_controller(self.node_id)
+        self.store.close()
+
+    # --- reconcile -----------------------------------------------------------------------------------
+
+    async def reconcile(self) -> None:
+        snapshot = await trio.to_thread.run_sync(read_snapshot, self.store, self._watch)
+        if self.node_id not in snapshot.brokers and self.registration is not None:
+            # a new session (the old one expired): register again
+            await trio.to_thread.run_sync(self.store.register_broker, self.registration)
+            snapshot.brokers[self.node_id] = self.registration
+        if snapshot.controller is None:
+            if await trio.to_thread.run_sync(self.store.try_become_controller, self.node_id):
+                log.info("broker %d is the controller (epoch %d)", self.node_id, self.store.controller_epoch)
+                snapshot.controller = self.node_id
+        was_controller, self.is_controller = self.is_controller, snapshot.controller == self.node_id
+        if was_controller and not self.is_controller:
+            self.store.controller_epoch_zk_version = -1
+        if self.is_controller:
+            try:
+                if await self._controller_duties(snapshot):
+                    snapshot = await trio.to_thread.run_sync(read_snapshot, self.store, self._watch)
+            except StaleController as exc:
+                log.warning("fenced as controller: %s", exc)
+                self.is_controller = False
+        self.snapshot = snapshot
+        self._apply(snapshot)
+        self._reconciled.set()
+
+    async def _controller_duties(self, snapshot: ZkSnapshot) -> bool:
+        """Write the states the controller decides; True if anything was written."""
+        live = set(snapshot.brokers)
+        epoch = self.store.controller_epoch
+        writes: dict[tuple[str, int], LeaderAndIsr] = {}
+        for name, assignment in snapshot.topics.items():
+            if name in snapshot.deletions:
+                continue
+            for partition, replicas in assignment.partitions.items():
+                if (name, partition) not in snapshot.states:
+                    alive = tuple(r for r in replicas if r in live)
+                    if alive:
+                        writes[(name, partition)] = LeaderAndIsr(alive[0], 0, alive, epoch, -1)
+        existing = {
+            key: (snapshot.topics[key[0]].partitions.get(key[1], []), state)
+            for key, state in snapshot.states.items()
+            if key[0] in snapshot.topics and key[0] not in snapshot.deletions
+        }
+        unclean = {name: self._unclean(snapshot.configs.get(name, {})) for name in snapshot.topics}
+        lost = {r for _, (replicas, _) in existing.items() for r in replicas if r not in live}
+        writes.update(on_brokers_lost(existing, lost, live, epoch, unclean=unclean))
+        if writes:
+            results = await trio.to_thread.run_sync(self.store.controller_write_states, writes)
+            for key, version in results.items():
+                if version < 0:
+                    log.info("controller: state of %s-%d changed meanwhile; deciding again", *key)
+                    self.poke()
+                else:
+                    log.info("controller: %s-%d is now %s", key[0], key[1], writes[key])
+        for name in snapshot.deletions:
+            await trio.to_thread.run_sync(self.store.remove_topic, name)
+            log.info("controller: deleted topic %s", name)
+        return bool(writes or snapshot.deletions)
+
+    def _unclean(self, configs: dict[str, str]) -> bool:
+        value = configs.get("unclean.leader.election.enable")
+        if value is None:
+            return bool(self.broker.config["unclean.leader.election.enable"])
+        return value.strip().lower() == "true"
+
+    def _apply(self, snapshot: ZkSnapshot) -> None:
+        """Trio thread: mirror topics, create logs, take roles, hand partitions to fetchers."""
+        broker = self.broker
+        metadata = broker.metadata
+        now = broker.now_ms()
+        live_topics = {n: a for n, a in snapshot.topics.items() if n not in snapshot.deletions}
+        for topic in list(metadata.topics()):
+            assignment = live_topics.get(topic.name)
+            if assignment is None or (
+                assignment.topic_id is not None and assignment.topic_id != topic.topic_id
+            ):
+                self._drop_topic(topic)
+        for name, assignment in live_topics.items():
+            configs = snapshot.configs.get(name, {})
+            topic = metadata.topic(name)
+            count = max(assignment.partitions) + 1 if assignment.partitions else 0
+            if topic is None:
+                topic = metadata.create_topic(
+                    name,
+                    count,
+                    configs,
+                    topic_id=assignment.topic_id or uuid.uuid4(),
+                    internal=name in INTERNAL,
+                )
+                broker.logs.set_topic_config(name, broker.topic_log_config(topic))
+            else:
+                if count > topic.partitions:
+                    metadata.add_partitions(name, count)
+                if topic.configs != configs:
+                    metadata.set_topic_configs(name, configs)
+                    broker.logs.set_topic_config(name, broker.topic_log_config(topic))
+            for partition, replicas in assignment.partitions.items():
+                key = (name, partition)
+                if self.node_id not in replicas:
+                    self._stop_replica(key)
+                    continue
+                partition_log = broker.logs.get_log(name, partition)
+                if partition_log is None:
+                    partition_log = broker.logs.create_log(
+                        name, partition, broker.topic_log_config(topic), now_ms=now
+                    )
+                state = snapshot.states.get(key)
+                if state is None:
+                    continue
+                self._take_role(key, state, tuple(replicas), partition_log, now)
+        metadata.commit()
+
+    def _take_role(
+        self,
+        key: tuple[str, int],
+        state: LeaderAndIsr,
+        replicas: tuple[int, ...],
+        partition_log: Any,
+        now: int,
+    ) -> None:
+        current = self.partitions.get(key)
+        if current is None:
+            current = self.partitions[key] = PartitionState(key[0], key[1], self.node_id)
+            current.high_watermark = partition_log.high_watermark
+        if state.leader_epoch < current.leader_epoch:
+            return
+        if state.leader == self.node_id:
+            was_leader = current.is_leader
+            if current.become_leader(state, replicas, partition_log.log_end_offset, now):
+                partition_log.leader_epochs.assign(state.leader_epoch, partition_log.log_end_offset)
+                self._unfollow(key)
+                self._offsets_role(key, True)
+                log.info(
+                    "broker %d leads %s-%d at epoch %d", self.node_id, key[0], key[1], state.leader_epoch
+                )
+            if not was_leader:
+                current.high_watermark = partition_log.high_watermark
+            if current.maybe_advance_high_watermark(partition_log.log_end_offset):
+                partition_log.update_high_watermark(current.high_watermark)
+        else:
+            if current.become_follower(state, replicas) or key not in self._followed():
+                self._unfollow(key)
+                self._offsets_role(key, False)
+                if state.leader != NO_LEADER and state.leader in self.snapshot_brokers():
+                    self._fetcher_for(state.leader).add(key, state.leader_epoch)
+        self.broker.watchers.notify(*key)  # parked produces and fetches look at the new role
+
+    def snapshot_brokers(self) -> dict[int, zd.BrokerRegistration]:
+        return self.snapshot.brokers
+
+    def _followed(self) -> set[tuple[str, int]]:
+        return {key for fetcher in self.fetchers.values() for key in fetcher.partitions}
+
+    def _fetcher_for(self, leader: int) -> FetcherTask:
+        from kafkacompat.replication.fetcher_task import FetcherTask
+
+        fetcher = self.fetchers.get(leader)
+        if fetcher is None or fetcher.stopped:
+            fetcher = self.fetchers[leader] = FetcherTask(self, leader)
+            assert self._nursery is not None
+            self._nursery.start_soon(fetcher.run)
+        return fetcher
+
+    def _unfollow(self, key: tuple[str, int]) -> None:
+        for fetcher in self.fetchers.values():
+            fetcher.remove(key)
+
+    def _stop_replica(self, key: tuple[str, int]) -> None:
+        self._unfollow(key)
+        if self.partitions.pop(key, None) is not None:
+            self._offsets_role(key, False)
+
+    def _offsets_role(self, key: tuple[str, int], leader: bool) -> None:
+        """The group coordinator follows the leadership of __consumer_offsets partitions."""
+        groups = getattr(self.broker, "groups", None)
+        if key[0] == "__consumer_offsets" and groups is not None and self._nursery is not None:
+            self._nursery.start_soon(groups.set_offsets_leadership, key[1], leader)
+
+    def _drop_topic(self, topic: TopicInfo) -> None:
+        for index in range(topic.partitions):
+            self._stop_replica((topic.name, index))
+        broker = self.broker
+        broker.metadata.delete_topic(topic.name)
+        broker._log_configs.pop(topic.name, None)
+        broker._delete_logs(topic.name, topic.partitions)
+        broker.fetch_sessions.remove_topic(topic.name)
+        broker.fetch_sessions.remove_topic(topic.topic_id)
+        broker.watchers.notify_topic(topic.name)
+        log.info("broker %d dropped topic %s", self.node_id, topic.name)
+
+    # --- leader side ---------------------------------------------------------------------------------
+
+    def partition(self, topic: str, partition: int) -> PartitionState | None:
+        return self.partitions.get((topic, partition))
+
+    def leader_epoch(self, topic: str, partition: int) -> int:
+        state = self.partitions.get((topic, partition))
+        if state is not None:
+            return state.leader_epoch
+        known = self.snapshot.states.get((topic, partition))
+        return known.leader_epoch if known is not None else -1
+
+    def check_leader(self, topic: str, partition: int) -> PartitionState:
+        state = self.partitions.get((topic, partition))
+        if state is None or not state.is_leader:
+            raise KafkaError(
+                ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                f"broker {self.node_id} is not the leader for {topic}-{partition}",
+            )
+        return state
+
+    def min_isr(self, partition_log: Any) -> int:
+        return int(partition_log.config.get("min.insync.replicas"))
+
+    def leader_appended(self, topic: str, partition: int, partition_log: Any) -> None:
+        """After a leader append: the HW moves when the ISR is the leader alone; followers are woken."""
+        state = self.partitions.get((topic, partition))
+        if state is not None and state.maybe_advance_high_watermark(partition_log.log_end_offset):
+            partition_log.update_high_watermark(state.high_watermark)
+        self.broker.watchers.notify(topic, partition)
+
+    def follower_fetched(
+        self, topic: str, partition: int, replica_id: int, fetch_offset: int, partition_log: Any
+    ) -> None:
+        """The Fetch handler saw a follower fetch: progress, HW, ISR expansion."""
+        state = self.check_leader(topic, partition)
+        state.record_follower_fetch(
+            replica_id, fetch_offset, partition_log.log_end_offset, self.broker.now_ms()
+        )
+        if state.maybe_advance_high_watermark(partition_log.log_end_offset):
+            partition_log.update_high_watermark(state.high_watermark)
+            self.broker.watchers.notify(topic, partition)
+        if state.should_expand_isr(replica_id) and self._nursery is not None:
+            proposal = state.propose_isr(tuple(sorted(set(state.isr) | {replica_id})))
+            self._nursery.start_soon(self._write_isr, (topic, partition), proposal)
+
+    async def wait_for_replicas(
+        self,
+        topic: str,
+        partition: int,
+        required_offset: int,
+        partition_log: Any,
+        deadline: float,
+        park: Callable[[trio.Event, float], Awaitable[None]],
+    ) -> ErrorCode:
+        """Park an acks=-1 produce until the ISR has `required_offset` (Kafka's delayed produce)."""
+        while True:
+            state = self.partitions.get((topic, partition))
+            if state is None:
+                return ErrorCode.NOT_LEADER_OR_FOLLOWER
+            done, error = state.replicas_reached(required_offset, self.min_isr(partition_log))
+            if done or error != ErrorCode.NONE:
+                return error
+            if trio.current_time() >= deadline or self.broker.closing:
+                return ErrorCode.REQUEST_TIMED_OUT
+            with self.broker.watchers.watch([(topic, partition)]) as event:
+                await park(event, deadline)
+
+    async def check_isr_lag(self) -> None:
+        now = self.broker.now_ms()
+        for key, state in list(self.partitions.items()):
+            if not state.is_leader or state.pending_isr is not None:
+                continue
+            late = state.out_of_sync_replicas(now, self.lag_ms)
+            if late:
+                proposal = state.propose_isr(tuple(r for r in state.isr if r not in late))
+                log.info(
+                    "%s-%d: ISR shrinks to %s (lagging %s)", key[0], key[1], list(proposal.isr), sorted(late)
+                )
+                await self._write_isr(key, proposal)
+
+    async def _write_isr(self, key: tuple[str, int], proposal: LeaderAndIsr) -> None:
+        try:
+            version = await trio.to_thread.run_sync(self.store.leader_write_isr, key[0], key[1], proposal)
+        except Exception as exc:
+            log.warning("ISR write for %s-%d failed: %r", key[0], key[1], exc)
+            version = -1
+        state = self.partitions.get(key)
+        if state is None:
+            return
+        if version < 0:
+            state.abort_isr_change()
+            self.poke()  # the controller changed the state: re-read it
+            return
+        state.commit_isr(proposal.isr, version)
+        partition_log = self.broker.logs.get_log(*key)
+        if partition_log is not None and state.maybe_advance_high_watermark(partition_log.log_end_offset):
+            partition_log.update_high_watermark(state.high_watermark)
+        self.broker.watchers.notify(*key)
+
+    # --- what clients see ----------------------------------------------------------------------------
+
+    def live_brokers(self) -> list[zd.BrokerRegistration]:
+        return [self.snapshot.brokers[b] for b in sorted(self.snapshot.brokers)]
+
+    def controller_id(self) -> int:
+        return self.snapshot.controller if self.snapshot.controller is not None else -1
+
+    def partition_metadata(
+        self, topic: str, partition: int
+    ) -> tuple[int, int, list[int], list[int], list[int]]:
+        """(leader, leader epoch, replicas, isr, offline replicas) as ZooKeeper says."""
+        assignment = self.snapshot.topics.get(topic)
+        replicas = list(assignment.partitions.get(partition, [])) if assignment else []
+        state = self.snapshot.states.get((topic, partition))
+        local = self.partitions.get((topic, partition))
+        if local is not None and state is not None and local.leader_epoch >= state.leader_epoch:
+            state = local.leader_and_isr()
+        offline = [r for r in replicas if r not in self.snapshot.brokers]
+        if state is None:
+            return NO_LEADER, -1, replicas, [], offline
+        leader = state.leader if state.leader in self.snapshot.brokers else NO_LEADER
+        return leader, state.leader_epoch, replicas, list(state.isr), offline
+
+    # --- topics --------------------------------------------------------------------------------------
+
+    async def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        configs: dict[str, str],
+        replication_factor: int,
+        assignment: dict[int, list[int]] | None = None,
+    ) -> TopicInfo:
+        """Write a new topic to ZooKeeper (as Kafka's AdminZkClient does from any broker) and wait until
+        this broker's view has it."""
+        if assignment is None:
+            brokers = [BrokerMetadata(b.broker_id, b.rack) for b in self.live_brokers()]
+            assignment = assign_replicas(brokers, partitions, replication_factor)
+        topic_id = uuid.uuid4()
+        await trio.to_thread.run_sync(self.store.create_topic, name, assignment, topic_id, configs)
+        with trio.move_on_after(10):
+            while self.broker.metadata.topic(name) is None:
+                self._reconciled = trio.Event()
+                self.poke()
+                await self._reconciled.wait()
+        topic = self.broker.metadata.topic(name)
+        if topic is None:
+            return TopicInfo(name, topic_id, partitions, dict(configs))
+        return topic
+
+    async def delete_topic(self, name: str) -> None:
+        await trio.to_thread.run_sync(self.store.request_topic_deletion, name)
+        self.poke()
+
+    async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
+        await trio.to_thread.run_sync(self.store.set_topic_configs, name, configs)
+        self.poke()
+
+    async def allocate_producer_id_block(self, size: int) -> int:
+        return await trio.to_thread.run_sync(self.store.allocate_producer_id_block, self.node_id, size)

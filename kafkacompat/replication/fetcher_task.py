@@ -1,0 +1,229 @@
+"""One follower fetcher per source broker: truncate by leader epoch, then Fetch with our replica id.
+
+Theory of operation: a `FetcherTask` owns the `FollowerFetchState` of every partition this broker
+follows on one leader. Its loop sends, on one connection to the leader's inter-broker listener,
+OffsetForLeaderEpoch for partitions that must truncate (`fetcher.py` decides where; the log is
+truncated here, on the trio thread) and Fetch (replica id = this broker, `replica.fetch.*` sizes and
+wait) for the others, appending what comes back with `append_as_follower` and taking the leader's high
+watermark (capped at our log end). The blocking client (`kafkacompat.client.BrokerConnection`) runs in
+a worker thread; every log change happens back on the trio thread. Connection errors back off
+`replica.fetch.backoff.ms` and reconnect; the runtime re-homes partitions when leadership moves.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from kafkacompat.log.leader_epoch import UNDEFINED_EPOCH
+from kafkacompat.replication.fetcher import FetchPhase, FollowerFetchState
+from kafkacompat.wire.errors import ErrorCode, KafkaError
+from kafkacompat.wire.messages import request_class
+
+if TYPE_CHECKING:
+    from kafkacompat.client import BrokerConnection
+    from kafkacompat.replication.cluster import ClusterRuntime
+
+__all__ = ["FetcherTask"]
+
+log = logging.getLogger("kafkacompat.fetcher")
+
+FETCH = 1
+OFFSET_FOR_LEADER_EPOCH = 23
+FETCH_VERSION = 12  # topic names, replica id in the top-level field
+EPOCH_VERSION = 4
+
+
+class FetcherTask:
+    """Fetches every partition this broker follows on `leader` (see module docstring)."""
+
+    def __init__(self, runtime: ClusterRuntime, leader: int) -> None:
+        self.runtime = runtime
+        self.leader = leader
+        self.partitions: dict[tuple[str, int], FollowerFetchState] = {}
+        self.stopped = False
+        self._wake = trio.Event()
+        self._connection: BrokerConnection | None = None
+
+    def add(self, key: tuple[str, int], leader_epoch: int) -> None:
+        self.partitions[key] = FollowerFetchState(key[0], key[1], self.leader, leader_epoch)
+        self._wake.set()
+
+    def remove(self, key: tuple[str, int]) -> None:
+        self.partitions.pop(key, None)
+
+    def stop(self) -> None:
+        self.stopped = True
+        self._wake.set()
+
+    async def run(self) -> None:
+        config = self.runtime.broker.config
+        backoff = config["replica.fetch.backoff.ms"] / 1000
+        try:
+            while not self.stopped:
+                if not self.partitions:
+                    self._wake = trio.Event()
+                    with trio.move_on_after(1):
+                        await self._wake.wait()
+                    continue
+                try:
+                    await self._round()
+                except Exception as exc:
+                    log.info("fetcher from broker %d: %r; backing off", self.leader, exc)
+                    self._disconnect()
+                    await trio.sleep(backoff)
+        finally:
+            self._disconnect()
+
+    def _disconnect(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+    async def _connect(self) -> BrokerConnection:
+        if self._connection is None:
+            from kafkacompat.client import BrokerConnection
+
+            registration = self.runtime.snapshot.brokers.get(self.leader)
+            if registration is None:
+                raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, f"broker {self.leader} is not live")
+            endpoint = registration.endpoint(self.runtime.inter_broker_listener())
+            if endpoint is None:
+                endpoint = next(iter(registration.endpoints.values()))
+            timeout = self.runtime.broker.config["replica.socket.timeout.ms"] / 1000
+            client_id = f"broker-{self.runtime.node_id}-fetcher-{self.leader}"
+            self._connection = await trio.to_thread.run_sync(
+                BrokerConnection, endpoint[0], endpoint[1], client_id, timeout
+            )
+        return self._connection
+
+    async def _round(self) -> None:
+        connection = await self._connect()
+        truncating = [s for s in self.partitions.values() if s.phase is FetchPhase.TRUNCATING]
+        if truncating:
+            await self._truncate(connection, truncating)
+        fetching = [s for s in self.partitions.values() if s.phase is FetchPhase.FETCHING]
+        if fetching:
+            await self._fetch(connection, fetching)
+        elif not truncating:
+            await trio.sleep(0.05)
+
+    async def _truncate(self, connection: BrokerConnection, states: list[FollowerFetchState]) -> None:
+        broker = self.runtime.broker
+        cls = request_class(OFFSET_FOR_LEADER_EPOCH)
+        by_topic: dict[str, list[Any]] = {}
+        asked: dict[tuple[str, int], int] = {}
+        for state in states:
+            partition_log = broker.logs.get_log(state.topic, state.partition)
+            if partition_log is None:
+                continue
+            latest = partition_log.leader_epochs.latest_epoch
+            asked[(state.topic, state.partition)] = latest
+            by_topic.setdefault(state.topic, []).append(
+                cls.OffsetForLeaderPartition(
+                    partition=state.partition,
+                    current_leader_epoch=state.current_leader_epoch,
+                    leader_epoch=latest,
+                )
+            )
+        request = cls(
+            replica_id=self.runtime.node_id,
+            topics=[cls.OffsetForLeaderTopic(topic=t, partitions=p) for t, p in by_topic.items()],
+        )
+        response = await trio.to_thread.run_sync(
+            connection.send, OFFSET_FOR_LEADER_EPOCH, EPOCH_VERSION, request
+        )
+        now = broker.now_ms()
+        for topic in response.topics:
+            for answer in topic.partitions:
+                key = (topic.topic, answer.partition)
+                state = self.partitions.get(key)
+                partition_log = broker.logs.get_log(*key)
+                if state is None or partition_log is None or key not in asked:
+                    continue
+                if answer.error_code != ErrorCode.NONE:
+                    continue  # not yet leader there, or a newer epoch: the next round asks again
+                if asked[key] == UNDEFINED_EPOCH:
+                    local = None
+                else:
+                    local = partition_log.end_offset_for_epoch(answer.leader_epoch)
+                decision = state.on_epoch_end_offset(
+                    answer.leader_epoch,
+                    answer.end_offset,
+                    local,
+                    partition_log.log_end_offset,
+                    partition_log.high_watermark,
+                )
+                if decision.truncate_to < partition_log.log_end_offset:
+                    log.info(
+                        "%s-%d: truncating to %d (leader epoch boundary)",
+                        key[0],
+                        key[1],
+                        decision.truncate_to,
+                    )
+                    partition_log.truncate_to(decision.truncate_to, now)
+                state.fetch_offset = partition_log.log_end_offset
+
+    async def _fetch(self, connection: BrokerConnection, states: list[FollowerFetchState]) -> None:
+        broker = self.runtime.broker
+        config = broker.config
+        cls = request_class(FETCH)
+        by_topic: dict[str, list[Any]] = {}
+        for state in states:
+            partition_log = broker.logs.get_log(state.topic, state.partition)
+            if partition_log is None:
+                continue
+            by_topic.setdefault(state.topic, []).append(
+                cls.FetchPartition(
+                    partition=state.partition,
+                    current_leader_epoch=state.current_leader_epoch,
+                    fetch_offset=partition_log.log_end_offset,
+                    last_fetched_epoch=-1,
+                    log_start_offset=partition_log.log_start_offset,
+                    partition_max_bytes=config["replica.fetch.max.bytes"],
+                )
+            )
+        request = cls(
+            replica_id=self.runtime.node_id,
+            max_wait_ms=config["replica.fetch.wait.max.ms"],
+            min_bytes=config["replica.fetch.min.bytes"],
+            max_bytes=config["replica.fetch.response.max.bytes"],
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+            topics=[cls.FetchTopic(topic=t, partitions=p) for t, p in by_topic.items()],
+            forgotten_topics_data=[],
+            rack_id="",
+        )
+        response = await trio.to_thread.run_sync(
+            connection.send, FETCH, FETCH_VERSION, request, abandon_on_cancel=True
+        )
+        now = broker.now_ms()
+        for topic in response.responses:
+            for data in topic.partitions:
+                key = (topic.topic, data.partition_index)
+                state = self.partitions.get(key)
+                partition_log = broker.logs.get_log(*key)
+                if state is None or partition_log is None:
+                    continue
+                if data.error_code != ErrorCode.NONE:
+                    state.on_fetch_error(ErrorCode(data.error_code))
+                    continue
+                records = data.records
+                if records is not None and len(records):
+                    try:
+                        partition_log.append_as_follower(records, now)
+                    except KafkaError as exc:
+                        log.warning(
+                            "%s-%d: follower append failed: %s; truncating again", key[0], key[1], exc
+                        )
+                        state.phase = FetchPhase.TRUNCATING
+                        continue
+                    state.on_fetched(partition_log.log_end_offset)
+                partition_log.update_high_watermark(min(data.high_watermark, partition_log.log_end_offset))
+                local = self.runtime.partitions.get(key)
+                if local is not None:
+                    local.high_watermark = partition_log.high_watermark
+                broker.watchers.notify(*key)
