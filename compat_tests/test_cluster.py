@@ -194,3 +194,54 @@ def test_a_group_keeps_consuming_through_a_coordinator_move(kafkacompat_cluster:
     consumer.close()
     assert seen == [f"{i:04d}".encode() for i in range(200)][: len(seen)]
     assert len(seen) >= 200 and len(set(seen)) == 200
+
+
+def test_cluster_up_runs_zookeeper_and_brokers_until_interrupted(tmp_path: Any) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from kafkacompat.client import KafkaClient
+    from kafkacompat.replication.zk_server import ZooKeeperUnavailable, find_zookeeper_classpath
+
+    try:
+        find_zookeeper_classpath()
+    except ZooKeeperUnavailable as exc:
+        pytest.skip(f"cluster mode needs ZooKeeper: {exc}")
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kafkacompat",
+            "cluster",
+            "up",
+            "--brokers",
+            "2",
+            "--dir",
+            str(tmp_path / "c"),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=os.environ,
+    )
+    try:
+        bootstrap = ""
+        assert process.stdout is not None
+        for line in process.stdout:
+            if line.startswith("bootstrap: "):
+                bootstrap = line.split(": ", 1)[1].strip()
+                break
+        assert bootstrap.count(",") == 1
+        with KafkaClient(bootstrap) as client:
+            metadata = wait_until(
+                lambda: (m := client.metadata([])) and len(m.brokers) == 2 and m, 30, "both brokers"
+            )
+        assert sorted(b.node_id for b in metadata.brokers) == [1, 2] and metadata.controller_id in (1, 2)
+        process.send_signal(signal.SIGINT)
+        assert process.wait(60) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert not [p for p in (tmp_path / "c").glob("broker-*/broker.log") if "Traceback" in p.read_text()]

@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "dev-certs": "kafkacompat.commands.dev_certs",
     "users": "kafkacompat.commands.users",
     "acls": "kafkacompat.commands.acls",
+    "cluster": "kafkacompat.commands.cluster",
 }
 
 

@@ -323,26 +323,17 @@ BROKER_OPTIONS: tuple[Option, ...] = (
     _O("super.users", "string", None),
     _O("allow.everyone.if.no.acl.found", "boolean", False),
 )
-# Settings accepted but not acted on; every other option is HONOURED (a test checks that each honoured one
+# Settings accepted but not acted on; every other option is HONOURED (the replication settings,
+# zookeeper.*, inter.broker.listener.name and unclean.leader.election.enable act in cluster mode, i.e.
+# with zookeeper.connect set, and are read but inert on a single node) (a test checks that each honoured one
 # is read outside this module, directly or through a BrokerConfig property or the topic config it sets).
 _NO_EFFECT_SINGLE_NODE = frozenset(
     {
-        "inter.broker.listener.name",
         "controller.quorum.voters",
         "controller.quorum.bootstrap.servers",
         "process.roles",
         "auto.leader.rebalance.enable",
-        "unclean.leader.election.enable",
-        "offsets.topic.replication.factor",
-        "transaction.state.log.replication.factor",
         "transaction.state.log.min.isr",
-        "replica.lag.time.max.ms",
-        "replica.fetch.max.bytes",
-        "replica.fetch.min.bytes",
-        "replica.fetch.wait.max.ms",
-        "replica.fetch.backoff.ms",
-        "replica.fetch.response.max.bytes",
-        "replica.socket.timeout.ms",
         "num.replica.fetchers",
         "sasl.mechanism.inter.broker.protocol",
         "ssl.endpoint.identification.algorithm",  # a server does not check its clients' host names
@@ -350,9 +341,6 @@ _NO_EFFECT_SINGLE_NODE = frozenset(
 )
 _NOT_IMPLEMENTED = frozenset(
     {
-        "zookeeper.connect",
-        "zookeeper.session.timeout.ms",
-        "zookeeper.connection.timeout.ms",
         "num.network.threads",  # one trio event loop serves every connection
         "num.io.threads",
         "queued.max.requests",
@@ -368,7 +356,6 @@ _NOT_IMPLEMENTED = frozenset(
         "producer.id.expiration.ms",
         "producer.id.expiration.check.interval.ms",
         "offsets.topic.compression.codec",
-        "offsets.commit.timeout.ms",
         "replica.high.watermark.checkpoint.interval.ms",
         "ssl.truststore.password",  # PEM truststores (the only kind served) have no password
         "ssl.protocol",  # ssl.enabled.protocols decides which TLS versions a listener accepts
