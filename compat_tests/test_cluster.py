@@ -245,3 +245,69 @@ def test_cluster_up_runs_zookeeper_and_brokers_until_interrupted(tmp_path: Any) 
             process.kill()
             process.wait()
     assert not [p for p in (tmp_path / "c").glob("broker-*/broker.log") if "Traceback" in p.read_text()]
+
+
+def test_admin_and_leadership_across_the_cluster(kafkacompat_cluster: LocalCluster) -> None:
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions
+
+    from kafkacompat.client import KafkaClient
+    from kafkacompat.wire.messages import request_class
+
+    cluster = kafkacompat_cluster
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    name = f"cluster-admin-{uuid.uuid4().hex[:8]}"
+    admin.create_topics([NewTopic(name, 2, 2)])[name].result(30)
+    wait_until(
+        lambda: all(
+            p.leader >= 0 for p in admin.list_topics(name, timeout=10).topics[name].partitions.values()
+        ),
+        30,
+        "leaders",
+    )
+    state = partition_state(cluster, name)
+    assert len(state.replicas) == 2 and sorted(state.isrs) == sorted(state.replicas)
+
+    # a broker that does not lead the partition refuses it (the client then refreshes its metadata)
+    outsider = next(b for b in cluster.brokers if b != state.leader)
+    cls = request_class(2)  # ListOffsets
+    request = cls(
+        replica_id=-1,
+        isolation_level=0,
+        topics=[
+            cls.ListOffsetsTopic(
+                name=name,
+                partitions=[
+                    cls.ListOffsetsPartition(partition_index=0, current_leader_epoch=-1, timestamp=-1)
+                ],
+            )
+        ],
+    )
+    with KafkaClient(cluster.brokers[outsider].bootstrap) as client:
+        answer = client.send(2, request)
+    assert answer.topics[0].partitions[0].error_code == 6  # NOT_LEADER_OR_FOLLOWER
+
+    # CreatePartitions and topic configs go through ZooKeeper: every broker sees them
+    admin.create_partitions([NewPartitions(name, 4)])[name].result(30)
+    wait_until(
+        lambda: (
+            len(admin.list_topics(name, timeout=10).topics[name].partitions) == 4
+            and all(
+                p.leader >= 0 and len(p.replicas) == 2
+                for p in admin.list_topics(name, timeout=10).topics[name].partitions.values()
+            )
+        ),
+        30,
+        "four replicated partitions",
+    )
+    change = ConfigEntry("retention.ms", "123456", incremental_operation=AlterConfigOpType.SET)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, name, incremental_configs=[change])
+    admin.incremental_alter_configs([resource])[resource].result(30)
+    for broker in cluster.brokers.values():
+        single = AdminClient({"bootstrap.servers": broker.bootstrap})
+
+        def retention(single: Any = single) -> bool:
+            described = single.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, name)])
+            entries = next(iter(described.values())).result(10)
+            return entries["retention.ms"].value == "123456"
+
+        wait_until(retention, 30, f"the config on {broker.bootstrap}")

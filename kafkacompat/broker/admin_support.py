@@ -367,6 +367,12 @@ async def apply_topic_configs(
         validate_topic_overrides(broker, new)
         if validate_only:
             return
+        if broker.cluster is not None:
+            # cluster mode: /config/topics/T is the truth; every broker's reconcile applies it
+            await broker.cluster.set_topic_configs(name, new)
+            broker.metadata.set_topic_configs(name, new)
+            broker.logs.set_topic_config(name, broker.topic_log_config(topic))
+            return
         previous = dict(topic.configs)
         broker.metadata.set_topic_configs(name, new)
         snapshot = broker.metadata.snapshot()
@@ -396,6 +402,11 @@ async def add_partitions(
             raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"Topic already has {current} partitions.")
         check_partition_limit(total)
         if validate_only:
+            return topic
+        if broker.cluster is not None:
+            # cluster mode: the controller-free part of Kafka's AdminZkClient.addPartitions: new replica
+            # lists (rack-aware round robin, same replication factor) appended to /brokers/topics/T
+            await broker.cluster.add_partitions(name, total)
             return topic
         log_config = broker.topic_log_config(topic)
         created = []

@@ -546,5 +546,28 @@ class ClusterRuntime:
         await trio.to_thread.run_sync(self.store.set_topic_configs, name, configs)
         self.poke()
 
+    async def add_partitions(self, name: str, total: int) -> None:
+        """Extend the topic's assignment to `total` partitions and wait until this broker sees them."""
+        assignment = self.snapshot.topics.get(name)
+        if assignment is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
+        current = max(assignment.partitions) + 1 if assignment.partitions else 0
+        factor = len(next(iter(assignment.partitions.values()), [])) or 1
+        brokers = [BrokerMetadata(b.broker_id, b.rack) for b in self.live_brokers()]
+        added = assign_replicas(brokers, total - current, factor, start_partition=current)
+        grown = zd.TopicAssignment(
+            name,
+            assignment.topic_id,
+            {**assignment.partitions, **added},
+            assignment.adding,
+            assignment.removing,
+        )
+        await trio.to_thread.run_sync(self.store.set_assignment, grown)
+        with trio.move_on_after(10):
+            while (topic := self.broker.metadata.topic(name)) is not None and topic.partitions < total:
+                self._reconciled = trio.Event()
+                self.poke()
+                await self._reconciled.wait()
+
     async def allocate_producer_id_block(self, size: int) -> int:
         return await trio.to_thread.run_sync(self.store.allocate_producer_id_block, self.node_id, size)

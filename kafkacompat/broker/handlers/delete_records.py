@@ -57,6 +57,7 @@ async def handle(ctx: RequestContext, request: Any) -> DeleteRecordsResponse:
                     raise KafkaError(
                         ErrorCode.INVALID_TOPIC_EXCEPTION, f"Cannot delete records of internal topic {name}"
                     )
+                broker.check_leader(name, wanted.partition_index)
                 partition_log = broker.partition_log(name, wanted.partition_index)
                 if partition_log is None:
                     raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)

@@ -101,6 +101,14 @@ async def handle(ctx: RequestContext, request: Any) -> DescribeTopicPartitionsRe
             )
             for index in range(first, last)
         ]
+        if broker.cluster is not None:
+            # cluster mode: per-replica state as ZooKeeper has it
+            for entry in partitions:
+                leader, epoch, replicas, isr, offline = broker.cluster.partition_metadata(
+                    name, entry.partition_index
+                )
+                entry.leader_id, entry.leader_epoch = leader, epoch
+                entry.replica_nodes, entry.isr_nodes, entry.offline_replicas = replicas, isr, offline
         remaining -= len(partitions)
         topics.append(
             Topic(

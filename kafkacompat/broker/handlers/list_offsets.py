@@ -62,6 +62,7 @@ async def handle(ctx: RequestContext, request: Any) -> ListOffsetsResponse:
                     raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                 if topic is None or not 0 <= index < topic.partitions:
                     raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                broker.check_leader(wanted_topic.name, index)
                 partition_log = broker.partition_log(wanted_topic.name, index)
                 if partition_log is None:
                     raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)

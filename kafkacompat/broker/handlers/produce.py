@@ -146,6 +146,7 @@ async def _append(
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_PARTITION)
     if is_internal_topic(topic.name):
         raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"Cannot append to internal topic {topic.name}")
+    broker.check_leader(topic.name, data.index)
     partition_log = broker.partition_log(topic.name, data.index)
     if partition_log is None:
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_PARTITION)
