@@ -252,6 +252,7 @@ def test_admin_and_leadership_across_the_cluster(kafkacompat_cluster: LocalClust
 
     from kafkacompat.client import KafkaClient
     from kafkacompat.wire.messages import request_class
+    from kafkacompat.wire.records import build_batch
 
     cluster = kafkacompat_cluster
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
@@ -284,7 +285,29 @@ def test_admin_and_leadership_across_the_cluster(kafkacompat_cluster: LocalClust
     )
     with KafkaClient(cluster.brokers[outsider].bootstrap) as client:
         answer = client.send(2, request)
-    assert answer.topics[0].partitions[0].error_code == 6  # NOT_LEADER_OR_FOLLOWER
+        assert answer.topics[0].partitions[0].error_code == 6  # NOT_LEADER_OR_FOLLOWER
+        # Produce v10+ names the leader and its endpoint (KIP-951)
+        produce = request_class(0)
+        batch = build_batch([(b"k", b"v", (), int(time.time() * 1000))])
+        produced = client.send(
+            0,
+            produce(
+                transactional_id=None,
+                acks=-1,
+                timeout_ms=5000,
+                topic_data=[
+                    produce.TopicProduceData(
+                        name=name, partition_data=[produce.PartitionProduceData(index=0, records=batch)]
+                    )
+                ],
+            ),
+            version=11,
+        )
+    refused = produced.responses[0].partition_responses[0]
+    assert refused.error_code == 6
+    assert (refused.current_leader.leader_id, refused.current_leader.leader_epoch) == (state.leader, 0)
+    leader_port = int(cluster.brokers[state.leader].bootstrap.rsplit(":", 1)[1])
+    assert [(e.node_id, e.port) for e in produced.node_endpoints] == [(state.leader, leader_port)]
 
     # CreatePartitions and topic configs go through ZooKeeper: every broker sees them
     admin.create_partitions([NewPartitions(name, 4)])[name].result(30)

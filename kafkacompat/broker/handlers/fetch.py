@@ -135,7 +135,38 @@ async def handle(ctx: RequestContext, request: Any) -> FetchResponse:
         keys = [(r.name, r.cached.partition) for r in reads if r.name is not None]
         with broker.watchers.watch(keys) as event:
             await ctx.park(event, deadline)
-    return _response(context, reads, uses_ids, read_committed)
+    response = _response(context, reads, uses_ids, read_committed)
+    if broker.cluster is not None and version >= 12:
+        _leader_hints(ctx, response, uses_ids)
+    return response
+
+
+def _leader_hints(ctx: RequestContext, response: FetchResponse, uses_ids: bool) -> None:
+    """KIP-951 (v12+ current_leader, v16+ node_endpoints) for partitions this broker does not lead."""
+    from kafkacompat.broker.handlers.metadata import brokers_for
+
+    broker = ctx.broker
+    assert broker.cluster is not None
+    leaders: set[int] = set()
+    for topic in response.responses:
+        info = broker.metadata.topic_by_id(topic.topic_id) if uses_ids else broker.metadata.topic(topic.topic)
+        if info is None:
+            continue
+        for partition in topic.partitions:
+            if partition.error_code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH):
+                leader, epoch, *_ = broker.cluster.partition_metadata(info.name, partition.partition_index)
+                partition.current_leader = FetchResponse.LeaderIdAndEpoch(
+                    leader_id=leader, leader_epoch=epoch
+                )
+                if leader >= 0:
+                    leaders.add(leader)
+    if leaders and ctx.api_version >= 16:
+        brokers, _ = brokers_for(broker, ctx.connection.listener_name)
+        response.node_endpoints = [
+            FetchResponse.NodeEndpoint(node_id=node, host=host, port=port, rack=rack)
+            for node, host, port, rack in brokers
+            if node in leaders
+        ]
 
 
 def _replica_id(request: Any, version: int) -> int:

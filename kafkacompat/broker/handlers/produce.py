@@ -98,6 +98,9 @@ async def handle(ctx: RequestContext, request: Any) -> ProduceResponse | None:
                 partitions.append(_error(data.index, exc.code, exc.message, version))
     if acks == -1 and broker.cluster is not None:
         await _await_replicas(ctx, request, responses, required)
+    node_endpoints = None
+    if broker.cluster is not None and version >= 10:
+        node_endpoints = _leader_hints(ctx, responses)
     if acks == 0:
         failed = [
             (t.name, p.index, p.error_code) for t in responses for p in t.partition_responses if p.error_code
@@ -107,7 +110,10 @@ async def handle(ctx: RequestContext, request: Any) -> ProduceResponse | None:
             # its metadata and notices
             raise CloseConnection(f"acks=0 produce failed: {failed[:5]}")
         return None
-    return ProduceResponse(responses=responses)
+    response = ProduceResponse(responses=responses)
+    if node_endpoints:
+        response.node_endpoints = node_endpoints
+    return response
 
 
 _TXN_HEADER = struct.Struct(">h")  # attributes, at byte 21 of a magic-2 batch
@@ -214,3 +220,28 @@ async def _await_replicas(
             )
             if error != ErrorCode.NONE:
                 partition.error_code = error
+
+
+def _leader_hints(ctx: RequestContext, responses: list[Any]) -> list[Any]:
+    """KIP-951 (v10+): a NOT_LEADER_OR_FOLLOWER partition names the current leader and epoch, and the
+    response carries that leader's endpoint, so the client need not wait for a metadata refresh."""
+    from kafkacompat.broker.handlers.metadata import brokers_for
+
+    cluster = ctx.broker.cluster
+    assert cluster is not None
+    leaders: set[int] = set()
+    for topic_response in responses:
+        for partition in topic_response.partition_responses:
+            if partition.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER:
+                leader, epoch, *_ = cluster.partition_metadata(topic_response.name, partition.index)
+                partition.current_leader = ProduceResponse.LeaderIdAndEpoch(
+                    leader_id=leader, leader_epoch=epoch
+                )
+                if leader >= 0:
+                    leaders.add(leader)
+    brokers, _ = brokers_for(ctx.broker, ctx.connection.listener_name)
+    return [
+        ProduceResponse.NodeEndpoint(node_id=node, host=host, port=port, rack=rack)
+        for node, host, port, rack in brokers
+        if node in leaders
+    ]
