@@ -3,7 +3,8 @@ processes (`kafkacompat_cluster`), a topic with replication factor 3 and min.ins
 
 - an idempotent acks=all confluent-kafka producer keeps producing while the partition leader is killed
   with SIGKILL; every acknowledged record is read back exactly once and in order, and the killed broker,
-  restarted, truncates/catches up and rejoins the ISR;
+  restarted, truncates/catches up and rejoins the ISR, and a preferred-leader election (ElectLeaders)
+  gives it its leadership back;
 - a consumer group keeps consuming through a coordinator move (the coordinator killed), and no
   committed offset is lost.
 
@@ -136,6 +137,17 @@ def test_acknowledged_records_survive_a_killed_leader(kafkacompat_cluster: Local
     wait_until(
         lambda: old_leader in partition_state(cluster, topic).isrs, 60, "the old leader back in the ISR"
     )
+
+    # it was the preferred replica (first in the assignment): a preferred election moves leadership back
+    from confluent_kafka import ElectionType
+
+    assert partition_state(cluster, topic).replicas[0] == old_leader
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    elected = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic, 0)]).result(30)
+    assert list(elected.values()) == [None]
+    wait_until(lambda: partition_state(cluster, topic).leader == old_leader, 30, "the preferred leader")
+    again = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic, 0)]).result(30)
+    assert [e.name() for e in again.values()] == ["ELECTION_NOT_NEEDED"]
 
 
 def test_a_group_keeps_consuming_through_a_coordinator_move(kafkacompat_cluster: LocalCluster) -> None:

@@ -69,6 +69,7 @@ from kafkacompat.broker.handlers import (
     describe_topic_partitions,  # admin
     describe_transactions,  # transactions
     describe_user_scram_credentials,  # security
+    elect_leaders,  # admin (cluster mode: the controller)
     end_txn,  # transactions
     fetch,
     find_coordinator,  # groups
@@ -127,6 +128,7 @@ HANDLER_MODULES: tuple[types.ModuleType, ...] = (
     describe_log_dirs,
     describe_topic_partitions,
     describe_producers,
+    elect_leaders,
     offset_for_leader_epoch,
     # group coordinator APIs
     find_coordinator,

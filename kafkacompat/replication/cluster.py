@@ -46,7 +46,14 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from kafkacompat.replication import zk_data as zd
-from kafkacompat.replication.controller import BrokerMetadata, assign_replicas, on_brokers_lost
+from kafkacompat.replication.controller import (
+    BrokerMetadata,
+    assign_replicas,
+    elect_offline_leader,
+    elect_preferred_leader,
+    on_brokers_lost,
+    preferred_leader_moves,
+)
 from kafkacompat.replication.metadata import LocalMetadata, TopicInfo
 from kafkacompat.replication.partition_state import NO_LEADER, LeaderAndIsr, PartitionState
 from kafkacompat.replication.zookeeper import StaleController, ZooKeeperStore
@@ -61,6 +68,8 @@ __all__ = ["ClusterMetadataCache", "ClusterRuntime", "ZkSnapshot"]
 log = logging.getLogger("kafkacompat.cluster")
 
 RECONCILE_SECONDS = 2.0
+PREFERRED_ELECTION = 0
+UNCLEAN_ELECTION = 1
 INTERNAL = frozenset({"__consumer_offsets", "__transaction_state"})
 
 
@@ -156,6 +165,8 @@ class ClusterRuntime:
             self._nursery = nursery
             await self.reconcile()
             task_status.started()
+            config = self.broker.config
+            next_rebalance = trio.current_time() + config["leader.imbalance.check.interval.seconds"]
             try:
                 while True:
                     with trio.move_on_after(min(RECONCILE_SECONDS, max(self.lag_ms / 2000, 0.05))):
@@ -164,6 +175,12 @@ class ClusterRuntime:
                     try:
                         await self.reconcile()
                         await self.check_isr_lag()
+                        if trio.current_time() >= next_rebalance:
+                            next_rebalance = (
+                                trio.current_time() + config["leader.imbalance.check.interval.seconds"]
+                            )
+                            if self.is_controller and config["auto.leader.rebalance.enable"]:
+                                await self.auto_rebalance()
                     except Exception as exc:  # ZooKeeper away: try again at the next tick
                         log.warning("cluster reconcile failed: %r", exc)
                         await trio.sleep(0.2)
@@ -255,6 +272,84 @@ class ClusterRuntime:
             await trio.to_thread.run_sync(self.store.remove_topic, name)
             log.info("controller: deleted topic %s", name)
         return bool(writes or snapshot.deletions)
+
+    async def auto_rebalance(self) -> None:
+        """auto.leader.rebalance.enable: move leaders back to preferred replicas past the threshold."""
+        snapshot = self.snapshot
+        partitions = {
+            key: (snapshot.topics[key[0]].partitions.get(key[1], []), state)
+            for key, state in snapshot.states.items()
+            if key[0] in snapshot.topics and key[0] not in snapshot.deletions
+        }
+        moves = preferred_leader_moves(
+            partitions, set(snapshot.brokers), self.broker.config["leader.imbalance.per.broker.percentage"]
+        )
+        if moves:
+            log.info("controller: moving %d partition(s) back to their preferred leader", len(moves))
+            await self.elect_leaders(moves, PREFERRED_ELECTION)
+
+    async def elect_leaders(
+        self, wanted: list[tuple[str, int]] | None, election_type: int
+    ) -> dict[tuple[str, int], tuple[ErrorCode, str | None]]:
+        """ElectLeaders as the controller: preferred (0) or unclean (1) elections, written with the
+        controller-epoch check. Raises KafkaError(NOT_CONTROLLER) on any other broker."""
+        if not self.is_controller:
+            raise KafkaError(ErrorCode.NOT_CONTROLLER, f"broker {self.node_id} is not the controller")
+        snapshot = await trio.to_thread.run_sync(read_snapshot, self.store, self._watch)
+        live = set(snapshot.brokers)
+        if wanted is None:
+            wanted = sorted(k for k in snapshot.states if k[0] in snapshot.topics)
+        results: dict[tuple[str, int], tuple[ErrorCode, str | None]] = {}
+        writes: dict[tuple[str, int], LeaderAndIsr] = {}
+        epoch = self.store.controller_epoch
+        for key in wanted:
+            assignment = snapshot.topics.get(key[0])
+            replicas = assignment.partitions.get(key[1]) if assignment is not None else None
+            state = snapshot.states.get(key)
+            if replicas is None or state is None:
+                results[key] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist.")
+                continue
+            if election_type == PREFERRED_ELECTION:
+                if state.leader == replicas[0]:
+                    results[key] = (
+                        ErrorCode.ELECTION_NOT_NEEDED,
+                        "Leader election not needed for topic partition.",
+                    )
+                    continue
+                leader = elect_preferred_leader(replicas, state.isr, live)
+                if leader == NO_LEADER:
+                    results[key] = (
+                        ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
+                        f"Failed to elect leader for partition {key[0]}-{key[1]}: preferred replica "
+                        f"{replicas[0]} is not alive or not in the ISR",
+                    )
+                    continue
+                writes[key] = LeaderAndIsr(leader, state.leader_epoch + 1, state.isr, epoch, state.zk_version)
+            else:
+                if state.leader in live:
+                    results[key] = (
+                        ErrorCode.ELECTION_NOT_NEEDED,
+                        "Leader election not needed for topic partition.",
+                    )
+                    continue
+                leader, isr = elect_offline_leader(replicas, state.isr, live, True)
+                if leader == NO_LEADER:
+                    results[key] = (ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE, "No live replica to elect.")
+                    continue
+                writes[key] = LeaderAndIsr(leader, state.leader_epoch + 1, isr, epoch, state.zk_version)
+        if writes:
+            try:
+                versions = await trio.to_thread.run_sync(self.store.controller_write_states, writes)
+            except StaleController as exc:
+                raise KafkaError(ErrorCode.NOT_CONTROLLER, str(exc)) from exc
+            for key, version in versions.items():
+                if version < 0:
+                    results[key] = (ErrorCode.NOT_CONTROLLER, "The partition state changed meanwhile; retry.")
+                else:
+                    results[key] = (ErrorCode.NONE, None)
+                    log.info("controller: %s-%d elected %s", key[0], key[1], writes[key])
+            self.poke()
+        return results
 
     def _unclean(self, configs: dict[str, str]) -> bool:
         value = configs.get("unclean.leader.election.enable")

@@ -17,6 +17,9 @@ compare-and-set writes carrying the controller epoch, so a stale controller is f
   `unclean.leader.election.enable` is true (the ISR then becomes just that leader); the preferred
   replica (`elect_preferred_leader`); the first live ISR replica not shutting down
   (`elect_for_controlled_shutdown`). Every new leader gets leader epoch + 1 and the controller's epoch.
+- `preferred_leader_moves(...)` is `auto.leader.rebalance.enable`: for every broker whose share of
+  "partitions it prefers but does not lead" exceeds `leader.imbalance.per.broker.percentage`, the
+  partitions whose preferred replica could lead now (alive and in the ISR).
 - `on_brokers_lost(...)` turns "these brokers' sessions ended" into new partition states: a partition
   led by a lost broker gets a new leader (or leader -1 when none is eligible: offline); a lost follower
   leaves the ISR (except the last member, as Kafka keeps it so a clean election stays possible), with
@@ -39,6 +42,7 @@ __all__ = [
     "elect_offline_leader",
     "elect_preferred_leader",
     "on_brokers_lost",
+    "preferred_leader_moves",
     "rack_alternated_brokers",
 ]
 
@@ -210,3 +214,26 @@ def on_brokers_lost(
                 state.leader, state.leader_epoch + 1, remaining, controller_epoch, state.zk_version
             )
     return changes
+
+
+def preferred_leader_moves(
+    partitions: Mapping[tuple[str, int], tuple[Sequence[int], LeaderAndIsr]],
+    live: set[int],
+    imbalance_percentage: int,
+) -> list[tuple[str, int]]:
+    """Partitions to move back to their preferred replica (Kafka's checkAndTriggerAutoLeaderRebalance)."""
+    by_preferred: dict[int, list[tuple[tuple[str, int], Sequence[int], LeaderAndIsr]]] = {}
+    for key, (assignment, state) in partitions.items():
+        if assignment:
+            by_preferred.setdefault(assignment[0], []).append((key, assignment, state))
+    moves: list[tuple[str, int]] = []
+    for preferred, entries in sorted(by_preferred.items()):
+        if preferred not in live:
+            continue
+        not_led = [e for e in entries if e[2].leader != preferred]
+        if not entries or len(not_led) * 100 <= imbalance_percentage * len(entries):
+            continue
+        for key, assignment, state in not_led:
+            if elect_preferred_leader(assignment, state.isr, live) == preferred:
+                moves.append(key)
+    return sorted(moves)

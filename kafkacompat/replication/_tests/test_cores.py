@@ -14,6 +14,7 @@ from kafkacompat.replication.controller import (
     elect_offline_leader,
     elect_preferred_leader,
     on_brokers_lost,
+    preferred_leader_moves,
     rack_alternated_brokers,
 )
 from kafkacompat.replication.fetcher import FetchPhase, FollowerFetchState
@@ -259,3 +260,15 @@ def test_truncation_without_epochs() -> None:
     assert fetch.fetch_offset == 45
     assert fetch.on_fetch_error(ErrorCode.FENCED_LEADER_EPOCH) and fetch.phase is FetchPhase.TRUNCATING
     assert not fetch.on_fetch_error(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+
+
+def test_auto_rebalance_moves_leaders_back_past_the_imbalance_threshold() -> None:
+    partitions = {
+        ("t", 0): ([1, 2], LeaderAndIsr(2, 3, (1, 2), 1, 0)),  # 1 preferred, in the ISR: movable
+        ("t", 1): ([1, 2], LeaderAndIsr(1, 0, (1, 2), 1, 0)),
+        ("t", 2): ([1, 2], LeaderAndIsr(2, 3, (2,), 1, 0)),  # 1 not in the ISR: stays
+        ("t", 3): ([2, 1], LeaderAndIsr(2, 0, (1, 2), 1, 0)),
+    }
+    assert preferred_leader_moves(partitions, {1, 2}, 10) == [("t", 0)]
+    assert preferred_leader_moves(partitions, {1, 2}, 70) == []  # 2 of 3 not led: 66% <= 70%
+    assert preferred_leader_moves(partitions, {2}, 10) == []  # the preferred broker is down

@@ -1,0 +1,86 @@
+"""ElectLeaders (key 43), versions 0-2.
+
+Behaviour: election type 0 (preferred, the only one before v1) moves a partition's leadership to its
+preferred replica (the first in its assignment) when that replica is alive and in the ISR; type 1
+(unclean) elects any live replica for a partition without a live leader. Per partition:
+ELECTION_NOT_NEEDED when the leader already is the preferred replica (preferred) or is alive (unclean),
+PREFERRED_LEADER_NOT_AVAILABLE / ELIGIBLE_LEADERS_NOT_AVAILABLE when nobody can take over,
+UNKNOWN_TOPIC_OR_PARTITION for a partition that does not exist. `topic_partitions` null means every
+partition, and then, as Kafka answers, only partitions where something happened (elected or failed)
+are listed. Single node: this broker leads every partition and is its only replica, so every election
+is not needed. Cluster mode: the controller decides and writes the new states to ZooKeeper with its
+epoch check; any other broker answers NOT_CONTROLLER (top-level from v1, per partition in v0), so the
+client looks for the controller again. Any other election type is INVALID_REQUEST.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kafkacompat.wire._generated.elect_leaders_response import ElectLeadersResponse
+from kafkacompat.wire.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from kafkacompat.broker.dispatch import RequestContext
+
+API_KEY = 43
+MIN_VERSION = 0
+MAX_VERSION = 2
+
+PREFERRED = 0
+UNCLEAN = 1
+NOT_NEEDED = "Leader election not needed for topic partition."
+
+Result = ElectLeadersResponse.ReplicaElectionResult
+PartitionResult = ElectLeadersResponse.PartitionResult
+
+
+def _answer(results: dict[tuple[str, int], tuple[int, str | None]], error: int = ErrorCode.NONE) -> Any:
+    by_topic: dict[str, list[Any]] = {}
+    for (topic, partition), (code, message) in sorted(results.items()):
+        by_topic.setdefault(topic, []).append(
+            PartitionResult(partition_id=partition, error_code=code, error_message=message)
+        )
+    return ElectLeadersResponse(
+        error_code=error,
+        replica_election_results=[Result(topic=t, partition_result=p) for t, p in by_topic.items()],
+    )
+
+
+async def handle(ctx: RequestContext, request: Any) -> ElectLeadersResponse:
+    broker = ctx.broker
+    election_type = request.election_type if ctx.api_version >= 1 else PREFERRED
+    wanted = (
+        None
+        if request.topic_partitions is None
+        else [(t.topic, p) for t in request.topic_partitions for p in t.partitions]
+    )
+    if election_type not in (PREFERRED, UNCLEAN):
+        results = {
+            key: (ErrorCode.INVALID_REQUEST, f"unknown election type {election_type}") for key in wanted or []
+        }
+        return _answer(results, ErrorCode.INVALID_REQUEST if ctx.api_version >= 1 else ErrorCode.NONE)
+    if broker.cluster is not None:
+        try:
+            results = await broker.cluster.elect_leaders(wanted, election_type)
+        except KafkaError as exc:
+            if ctx.api_version >= 1:
+                return _answer({}, exc.code)
+            return _answer({key: (exc.code, exc.message) for key in wanted or []})
+    else:
+        results = {}
+        keys = wanted
+        if keys is None:
+            keys = [(t.name, i) for t in broker.metadata.topics() for i in range(t.partitions)]
+        for topic, partition in keys:
+            info = broker.metadata.topic(topic)
+            if info is None or not 0 <= partition < info.partitions:
+                results[(topic, partition)] = (
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    "The partition does not exist.",
+                )
+            else:
+                results[(topic, partition)] = (ErrorCode.ELECTION_NOT_NEEDED, NOT_NEEDED)
+    if wanted is None:
+        results = {k: v for k, v in results.items() if v[0] != ErrorCode.ELECTION_NOT_NEEDED}
+    return _answer(results)
