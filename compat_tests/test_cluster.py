@@ -56,8 +56,14 @@ def create_replicated_topic(cluster: LocalCluster, partitions: int = 1) -> str:
 
 
 def partition_state(cluster: LocalCluster, topic: str, partition: int = 0) -> Any:
+    """The partition as a broker reports it; a broker that has not seen the topic yet (its view of
+    ZooKeeper is moments behind, as a Kafka broker's metadata cache can be) is asked again."""
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    return admin.list_topics(topic, timeout=10).topics[topic].partitions[partition]
+
+    def known() -> Any:
+        return admin.list_topics(topic, timeout=10).topics[topic].partitions.get(partition)
+
+    return wait_until(known, 30, f"{topic}-{partition} in the metadata")
 
 
 def read_all(bootstrap: str, topic: str, partition: int, end_offset: int) -> list[tuple[int, bytes]]:
@@ -271,8 +277,9 @@ def test_admin_and_leadership_across_the_cluster(kafkacompat_cluster: LocalClust
     name = f"cluster-admin-{uuid.uuid4().hex[:8]}"
     admin.create_topics([NewTopic(name, 2, 2)])[name].result(30)
     wait_until(
-        lambda: all(
-            p.leader >= 0 for p in admin.list_topics(name, timeout=10).topics[name].partitions.values()
+        lambda: (
+            len(parts := admin.list_topics(name, timeout=10).topics[name].partitions) == 2
+            and all(p.leader >= 0 for p in parts.values())
         ),
         30,
         "leaders",
@@ -296,8 +303,12 @@ def test_admin_and_leadership_across_the_cluster(kafkacompat_cluster: LocalClust
         ],
     )
     with KafkaClient(cluster.brokers[outsider].bootstrap) as client:
-        answer = client.send(2, request)
-        assert answer.topics[0].partitions[0].error_code == 6  # NOT_LEADER_OR_FOLLOWER
+        # NOT_LEADER_OR_FOLLOWER (6), once that broker's view of ZooKeeper has the topic
+        wait_until(
+            lambda: client.send(2, request).topics[0].partitions[0].error_code == 6,
+            30,
+            "NOT_LEADER_OR_FOLLOWER",
+        )
         # Produce v10+ names the leader and its endpoint (KIP-951)
         produce = request_class(0)
         batch = build_batch([(b"k", b"v", (), int(time.time() * 1000))])
@@ -346,3 +357,13 @@ def test_admin_and_leadership_across_the_cluster(kafkacompat_cluster: LocalClust
             return entries["retention.ms"].value == "123456"
 
         wait_until(retention, 30, f"the config on {broker.bootstrap}")
+
+    # an orderly stop (SIGTERM) moves the broker's leaderships away first (ControlledShutdown)
+    leader = partition_state(cluster, name).leader
+    stopping = cluster.brokers[leader]
+    stopping.stop()
+    assert f"controlled shutdown of broker {leader} complete" in stopping.log_path.read_text()
+    moved = wait_until(
+        lambda: (s := partition_state(cluster, name)).leader not in (-1, leader) and s, 30, "a new leader"
+    )
+    assert leader not in moved.isrs

@@ -256,6 +256,7 @@ CLUSTER_TEST_OVERRIDES = (
     "replica.lag.time.max.ms=10000",
     "replica.fetch.wait.max.ms=200",
     "replica.fetch.backoff.ms=200",
+    "controlled.shutdown.retry.backoff.ms=500",
 )
 
 

@@ -53,6 +53,7 @@ from kafkacompat.broker.handlers import (
     alter_configs,  # admin
     alter_user_scram_credentials,  # security
     api_versions,
+    controlled_shutdown,  # cluster mode: the controller
     create_acls,  # security
     create_partitions,  # admin
     create_topics,
@@ -129,6 +130,7 @@ HANDLER_MODULES: tuple[types.ModuleType, ...] = (
     describe_topic_partitions,
     describe_producers,
     elect_leaders,
+    controlled_shutdown,
     offset_for_leader_epoch,
     # group coordinator APIs
     find_coordinator,

@@ -165,6 +165,9 @@ class Broker:
                 task_status.started(list(self.bound))
                 await self._shutdown.wait()
                 log.info("shutting down")
+                if state.cluster is not None:
+                    # cluster mode: leaderships move away while clients can still be served
+                    await state.cluster.controlled_shutdown()
                 listener_scope.cancel()
                 for _, sockets in listeners:
                     for listener in sockets:

@@ -42,7 +42,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     owned = args.dir is None
     data_dir = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="kafkacompat-cluster-"))
-    overrides = ["zookeeper.session.timeout.ms=6000", *args.override]
+    overrides = [
+        "zookeeper.session.timeout.ms=6000",
+        "controlled.shutdown.retry.backoff.ms=500",
+        *args.override,
+    ]
     try:
         cluster = LocalCluster(data_dir, args.brokers, overrides)
     except ZooKeeperUnavailable as exc:

@@ -49,6 +49,7 @@ from kafkacompat.replication import zk_data as zd
 from kafkacompat.replication.controller import (
     BrokerMetadata,
     assign_replicas,
+    elect_for_controlled_shutdown,
     elect_offline_leader,
     elect_preferred_leader,
     on_brokers_lost,
@@ -68,6 +69,7 @@ __all__ = ["ClusterMetadataCache", "ClusterRuntime", "ZkSnapshot"]
 log = logging.getLogger("kafkacompat.cluster")
 
 RECONCILE_SECONDS = 2.0
+CONTROLLED_SHUTDOWN = 7
 PREFERRED_ELECTION = 0
 UNCLEAN_ELECTION = 1
 INTERNAL = frozenset({"__consumer_offsets", "__transaction_state"})
@@ -350,6 +352,109 @@ class ClusterRuntime:
                     log.info("controller: %s-%d elected %s", key[0], key[1], writes[key])
             self.poke()
         return results
+
+    async def controlled_shutdown_as_controller(self, broker_id: int) -> list[tuple[str, int]]:
+        """ControlledShutdown as the controller: leadership of `broker_id`'s partitions moves to another
+        ISR member (leader epoch + 1) and it leaves the ISRs it follows in; returns the partitions it
+        still leads (no other replica could take over). Replication factor 1 partitions stay, as in
+        Kafka. KafkaError: NOT_CONTROLLER elsewhere, BROKER_NOT_AVAILABLE for an unknown broker."""
+        if not self.is_controller:
+            raise KafkaError(ErrorCode.NOT_CONTROLLER, f"broker {self.node_id} is not the controller")
+        snapshot = await trio.to_thread.run_sync(read_snapshot, self.store, self._watch)
+        if broker_id not in snapshot.brokers:
+            raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, f"broker {broker_id} is not registered")
+        live = set(snapshot.brokers)
+        epoch = self.store.controller_epoch
+        writes: dict[tuple[str, int], LeaderAndIsr] = {}
+        remaining: list[tuple[str, int]] = []
+        for key, state in snapshot.states.items():
+            assignment = snapshot.topics.get(key[0])
+            replicas = assignment.partitions.get(key[1], []) if assignment is not None else []
+            if broker_id not in replicas or len(replicas) < 2:
+                continue
+            if state.leader == broker_id:
+                leader, isr = elect_for_controlled_shutdown(replicas, state.isr, live, {broker_id})
+                if leader == NO_LEADER:
+                    remaining.append(key)
+                    continue
+                writes[key] = LeaderAndIsr(leader, state.leader_epoch + 1, isr, epoch, state.zk_version)
+            elif broker_id in state.isr and len(state.isr) > 1:
+                isr = tuple(r for r in state.isr if r != broker_id)
+                writes[key] = LeaderAndIsr(state.leader, state.leader_epoch + 1, isr, epoch, state.zk_version)
+        if writes:
+            try:
+                versions = await trio.to_thread.run_sync(self.store.controller_write_states, writes)
+            except StaleController as exc:
+                raise KafkaError(ErrorCode.NOT_CONTROLLER, str(exc)) from exc
+            for key, version in versions.items():
+                if version < 0 and writes[key].leader != snapshot.states[key].leader:
+                    remaining.append(key)  # changed meanwhile: the broker asks again
+            self.poke()
+        log.info(
+            "controller: controlled shutdown of broker %d moved %d partition state(s), %d remain",
+            broker_id,
+            len(writes),
+            len(remaining),
+        )
+        return sorted(remaining)
+
+    async def controlled_shutdown(self) -> bool:
+        """This broker is stopping: ask the controller to move its leaderships away first (Kafka's
+        controlled.shutdown.*), so clients switch leaders without waiting for the session to expire.
+        True once nothing is left to move."""
+        config = self.broker.config
+        if not config["controlled.shutdown.enable"]:
+            return False
+        attempts = max(int(config["controlled.shutdown.max.retries"]), 0) + 1
+        for attempt in range(attempts):
+            try:
+                remaining = await self._request_controlled_shutdown()
+            except Exception as exc:
+                log.warning("controlled shutdown attempt %d failed: %r", attempt + 1, exc)
+                remaining = None
+            if remaining == []:
+                # wait until this broker's own view shows the moves, so no request is answered as leader
+                with trio.move_on_after(5):
+                    while any(s.is_leader and len(s.replicas) > 1 for s in self.partitions.values()):
+                        self._reconciled = trio.Event()
+                        self.poke()
+                        await self._reconciled.wait()
+                log.info("controlled shutdown of broker %d complete", self.node_id)
+                return True
+            if remaining is not None:
+                log.info("controlled shutdown: %d partition(s) could not move yet", len(remaining))
+            if attempt + 1 < attempts:
+                await trio.sleep(config["controlled.shutdown.retry.backoff.ms"] / 1000)
+        return False
+
+    async def _request_controlled_shutdown(self) -> list[tuple[str, int]]:
+        if self.is_controller:
+            return await self.controlled_shutdown_as_controller(self.node_id)
+        from kafkacompat.client import BrokerConnection
+        from kafkacompat.wire.messages import request_class
+
+        controller = self.snapshot.brokers.get(self.controller_id())
+        if controller is None:
+            raise KafkaError(ErrorCode.NOT_CONTROLLER, "no controller")
+        host, port = controller.endpoint(self.inter_broker_listener()) or next(
+            iter(controller.endpoints.values())
+        )
+        timeout = self.broker.config["replica.socket.timeout.ms"] / 1000
+        request = request_class(CONTROLLED_SHUTDOWN)(broker_id=self.node_id, broker_epoch=-1)
+
+        def ask() -> Any:
+            connection = BrokerConnection(host, port, f"broker-{self.node_id}-shutdown", timeout)
+            try:
+                return connection.send(
+                    CONTROLLED_SHUTDOWN, connection.version_for(CONTROLLED_SHUTDOWN), request
+                )
+            finally:
+                connection.close()
+
+        response = await trio.to_thread.run_sync(ask)
+        if response.error_code != ErrorCode.NONE:
+            raise KafkaError(ErrorCode(response.error_code), "controlled shutdown refused")
+        return [(p.topic_name, p.partition_index) for p in response.remaining_partitions]
 
     def _unclean(self, configs: dict[str, str]) -> bool:
         value = configs.get("unclean.leader.election.enable")

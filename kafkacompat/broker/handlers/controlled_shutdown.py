@@ -1,0 +1,42 @@
+"""ControlledShutdown (key 7), versions 0-3.
+
+Behaviour: a broker about to stop asks the controller to move its partition leaderships away first.
+Cluster mode (on the controller): each partition the broker leads gets a new leader from the rest of its
+ISR (leader epoch + 1), the broker leaves the ISR of the partitions it follows, and the answer lists the
+partitions it still leads because no other replica could take over (the broker asks again after
+controlled.shutdown.retry.backoff.ms). Partitions with one replica stay, as in Kafka. Any other broker
+answers NOT_CONTROLLER; an unknown broker id is BROKER_NOT_AVAILABLE. Single node: the broker is its own
+controller and every partition has one replica, so there is nothing to move: NONE with no remaining
+partitions for this broker's id, BROKER_NOT_AVAILABLE for any other.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kafkacompat.wire._generated.controlled_shutdown_response import ControlledShutdownResponse
+from kafkacompat.wire.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from kafkacompat.broker.dispatch import RequestContext
+
+API_KEY = 7
+MIN_VERSION = 0
+MAX_VERSION = 3
+
+Remaining = ControlledShutdownResponse.RemainingPartition
+
+
+async def handle(ctx: RequestContext, request: Any) -> ControlledShutdownResponse:
+    broker = ctx.broker
+    if broker.cluster is None:
+        error = ErrorCode.NONE if request.broker_id == broker.node_id else ErrorCode.BROKER_NOT_AVAILABLE
+        return ControlledShutdownResponse(error_code=error, remaining_partitions=[])
+    try:
+        remaining = await broker.cluster.controlled_shutdown_as_controller(request.broker_id)
+    except KafkaError as exc:
+        return ControlledShutdownResponse(error_code=exc.code, remaining_partitions=[])
+    return ControlledShutdownResponse(
+        error_code=ErrorCode.NONE,
+        remaining_partitions=[Remaining(topic_name=t, partition_index=p) for t, p in remaining],
+    )
