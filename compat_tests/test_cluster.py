@@ -367,3 +367,45 @@ def test_admin_and_leadership_across_the_cluster(kafkacompat_cluster: LocalClust
         lambda: (s := partition_state(cluster, name)).leader not in (-1, leader) and s, 30, "a new leader"
     )
     assert leader not in moved.isrs
+
+
+def test_min_insync_replicas_refuses_acks_all_until_a_replica_is_back(
+    kafkacompat_cluster: LocalCluster,
+) -> None:
+    from kafkacompat.client import KafkaClient
+    from kafkacompat.wire.messages import request_class
+    from kafkacompat.wire.records import build_batch
+
+    cluster = kafkacompat_cluster
+    topic = create_replicated_topic(cluster)
+    leader = partition_state(cluster, topic).leader
+    followers = [b for b in cluster.brokers if b != leader]
+    for broker_id in followers:
+        cluster.kill(broker_id)
+    # the controller takes the dead followers out of the ISR once their sessions end
+    wait_until(
+        lambda: list(partition_state(cluster, topic).isrs) == [leader], 60, "an ISR of the leader alone"
+    )
+    produce = request_class(0)
+
+    def send(acks: int) -> int:
+        batch = build_batch([(b"k", b"v", (), int(time.time() * 1000))])
+        request = produce(
+            transactional_id=None,
+            acks=acks,
+            timeout_ms=5000,
+            topic_data=[
+                produce.TopicProduceData(
+                    name=topic, partition_data=[produce.PartitionProduceData(index=0, records=batch)]
+                )
+            ],
+        )
+        with KafkaClient(cluster.brokers[leader].bootstrap) as client:
+            answer = client.send(0, request, version=9)
+        return int(answer.responses[0].partition_responses[0].error_code)
+
+    assert send(-1) == 19  # NOT_ENOUGH_REPLICAS: the ISR (1) is below min.insync.replicas (2)
+    assert send(1) == 0  # acks=1 does not need the ISR
+    cluster.start_broker(followers[0])
+    wait_until(lambda: len(partition_state(cluster, topic).isrs) == 2, 60, "a follower back in the ISR")
+    assert send(-1) == 0
