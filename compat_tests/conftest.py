@@ -6,6 +6,8 @@ rebalance completes as soon as its members have joined, instead of waiting three
 __consumer_offsets, so group tests take milliseconds per rebalance; every assertion must hold against a
 stock Kafka too. `--bootstrap HOST:PORT` points the whole suite at any other broker (a real
 Kafka, for comparison); tests marked `restarts_broker` need a broker the suite owns and are skipped then.
+`--cluster` runs the suite against a 3-broker cluster of kafkacompat in cluster mode (ZooKeeper from
+Debian's package; `default.replication.factor=3`), `restarts_broker` tests skipped as well.
 Every test uses its own topic names, so tests do not see each other's data.
 """
 
@@ -40,12 +42,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="HOST:PORT",
         help="run compat_tests against this broker instead of one started by the suite",
     )
+    parser.addoption(
+        "--cluster",
+        action="store_true",
+        default=False,
+        help="run compat_tests against a 3-broker kafkacompat cluster (cluster mode, needs ZooKeeper)",
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not config.getoption("--bootstrap"):
+    if not config.getoption("--bootstrap") and not config.getoption("--cluster"):
         return
-    skip = pytest.mark.skip(reason="needs a broker started by the suite (--bootstrap given)")
+    skip = pytest.mark.skip(reason="needs a broker started by the suite (--bootstrap or --cluster given)")
     for item in items:
         if "restarts_broker" in item.keywords or "secured_broker" in item.keywords:
             item.add_marker(skip)
@@ -57,11 +65,33 @@ def bootstrap(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
     if external:
         yield external
         return
+    if request.config.getoption("--cluster"):
+        yield from _cluster_bootstrap(tmp_path_factory)
+        return
     broker = InProcessBroker(tmp_path_factory.mktemp("broker") / "data", COMPAT_OVERRIDES).start()
     try:
         yield broker.bootstrap
     finally:
         broker.stop()
+
+
+def _cluster_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    from kafkacompat.replication.zk_server import ZooKeeperUnavailable
+    from kafkacompat.testing import CLUSTER_TEST_OVERRIDES, LocalCluster
+
+    try:
+        cluster = LocalCluster(
+            tmp_path_factory.mktemp("cluster"),
+            3,
+            [*COMPAT_OVERRIDES, *CLUSTER_TEST_OVERRIDES, "default.replication.factor=3"],
+        )
+    except ZooKeeperUnavailable as exc:
+        pytest.skip(f"--cluster needs ZooKeeper: {exc}")
+    cluster.start()
+    try:
+        yield cluster.bootstrap
+    finally:
+        cluster.stop()
 
 
 @pytest.fixture(scope="session")

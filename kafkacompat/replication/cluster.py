@@ -728,19 +728,33 @@ class ClusterRuntime:
             assignment = assign_replicas(brokers, partitions, replication_factor)
         topic_id = uuid.uuid4()
         await trio.to_thread.run_sync(self.store.create_topic, name, assignment, topic_id, configs)
-        with trio.move_on_after(10):
-            while self.broker.metadata.topic(name) is None:
-                self._reconciled = trio.Event()
-                self.poke()
-                await self._reconciled.wait()
+        # as Kafka's CreateTopics (a delayed operation), answer once this broker sees every partition
+        # with a leader, so a client's next Metadata request finds them led
+        await self._wait_for_view(
+            lambda: (
+                self.broker.metadata.topic(name) is not None
+                and all(self.partition_metadata(name, p)[0] >= 0 for p in assignment)
+            )
+        )
         topic = self.broker.metadata.topic(name)
         if topic is None:
             return TopicInfo(name, topic_id, partitions, dict(configs))
         return topic
 
     async def delete_topic(self, name: str) -> None:
+        """Request the deletion and answer once this broker's view no longer has the topic (Kafka's
+        DeleteTopics waits for the controller the same way)."""
         await trio.to_thread.run_sync(self.store.request_topic_deletion, name)
-        self.poke()
+        await self._wait_for_view(lambda: self.broker.metadata.topic(name) is None)
+
+    async def _wait_for_view(self, done: Callable[[], bool], timeout: float = 30.0) -> bool:
+        """Reconcile until `done()` holds (at most `timeout` seconds); whether it does."""
+        with trio.move_on_after(timeout):
+            while not done():
+                self._reconciled = trio.Event()
+                self.poke()
+                await self._reconciled.wait()
+        return done()
 
     async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
         await trio.to_thread.run_sync(self.store.set_topic_configs, name, configs)
