@@ -89,6 +89,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sizes", metavar="B[,B...]", help="record sizes in bytes (1024,100)")
     parser.add_argument("--acks", metavar="A[,A...]", help="producer acks settings (1,all)")
     parser.add_argument(
+        "--replication-factor",
+        type=_positive_int,
+        help="replication factor of the benchmark's topics (1; e.g. 3 against a cluster-mode --bootstrap)",
+    )
+    parser.add_argument(
         "--runs", type=_positive_int, help="runs per throughput figure (3; at least 3 advised)"
     )
     parser.add_argument("--e2e-seconds", type=_positive_float, help="length of the latency run (10)")
@@ -141,6 +146,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         settings.e2e_rate = args.e2e_rate
     if args.timeout is not None:
         settings.timeout = args.timeout
+    if getattr(args, "replication_factor", None) is not None:
+        settings.replication_factor = args.replication_factor
     if getattr(args, "no_pause", False):
         settings.pause_others = False
     if args.big_partition_mib is not None:

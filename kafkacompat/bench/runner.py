@@ -67,6 +67,7 @@ class Settings:
     timeout: float = 180.0  # per worker
     workloads: tuple[str, ...] = ("startup", "produce", "consume", "e2e", "groups", "big")
     pause_others: bool = True  # SIGSTOP the brokers not being measured (see `_others_paused`)
+    replication_factor: int = 1  # of the benchmark's topics (3 against a cluster-mode --bootstrap)
 
     @classmethod
     def quick(cls) -> Settings:
@@ -135,14 +136,20 @@ def count_steps(settings: Settings, brokers: int, attached: int = 0) -> int:
 # --- topics, through kafkacompat's own small client (works against any broker) -------------------
 
 
-def create_topic(bootstrap: str, name: str, partitions: int, timeout: float = 30.0) -> None:
+def create_topic(
+    bootstrap: str, name: str, partitions: int, timeout: float = 30.0, replication_factor: int = 1
+) -> None:
     from kafkacompat.client import KafkaClient
     from kafkacompat.wire.messages import request_class
 
     cls = request_class(CREATE_TOPICS)
     with KafkaClient(bootstrap, client_id="kafkacompat-bench", timeout=timeout) as client:
         topic = cls.CreatableTopic(
-            name=name, num_partitions=partitions, replication_factor=1, assignments=[], configs=[]
+            name=name,
+            num_partitions=partitions,
+            replication_factor=replication_factor,
+            assignments=[],
+            configs=[],
         )
         response = client.send(CREATE_TOPICS, cls(topics=[topic], timeout_ms=int(timeout * 1000)))
         for result in response.topics:
@@ -376,11 +383,16 @@ def _throughput(
 
 
 def _create_fresh_topic(
-    state: _BrokerState, topic: str, record: dict[str, Any], note: Any, label: str
+    state: _BrokerState,
+    topic: str,
+    record: dict[str, Any],
+    note: Any,
+    label: str,
+    replication_factor: int = 1,
 ) -> bool:
     """Create a one-partition topic; on failure, record and report it and return False."""
     try:
-        create_topic(state.broker.bootstrap, topic, 1)
+        create_topic(state.broker.bootstrap, topic, 1, replication_factor=replication_factor)
     except Exception as exc:
         record["failures"].append(f"create topic: {exc}")
         note(f"{state.broker.spec.name}: {label}: create topic failed: {exc}")
@@ -426,7 +438,9 @@ def _produce_runs(
                 progress.step(f"{entry['label']} · {name} · run {run + 1}/{settings.runs}")
                 record = entry["per_broker"].setdefault(name, {"runs": [], "failures": []})
                 topic = f"bench-{size}-acks{acks}-{run}-{uuid.uuid4().hex[:8]}"
-                if not _create_fresh_topic(state, topic, record, note, entry["label"]):
+                if not _create_fresh_topic(
+                    state, topic, record, note, entry["label"], settings.replication_factor
+                ):
                     continue
                 params = _produce_params(settings, state, topic, size, acks)
                 result, broker_cpu, peak = _run_one(state, "produce", params, settings.timeout + 30)
@@ -457,7 +471,9 @@ def _consume_runs(
             progress.step(f"{entry['label']} · {name} · load")
             record = entry["per_broker"].setdefault(name, {"runs": [], "failures": []})
             topic = f"bench-{size}-read-{uuid.uuid4().hex[:8]}"
-            if not _create_fresh_topic(state, topic, record, note, entry["label"]):
+            if not _create_fresh_topic(
+                state, topic, record, note, entry["label"], settings.replication_factor
+            ):
                 continue
             params = _produce_params(settings, state, topic, size, "1")
             (result,) = workers.run_workers([("produce", params)], settings.timeout + 30)
@@ -576,7 +592,7 @@ def _e2e_once(settings: Settings, state: _BrokerState, note: Any) -> dict[str, A
     name = state.broker.spec.name
     topic = f"bench-e2e-{uuid.uuid4().hex[:8]}"
     try:
-        create_topic(state.broker.bootstrap, topic, 1)
+        create_topic(state.broker.bootstrap, topic, 1, replication_factor=settings.replication_factor)
     except Exception as exc:
         note(f"{name}: e2e: create topic failed: {exc}")
         return {"error": f"create topic: {exc}"}
@@ -656,7 +672,7 @@ def _join_once(settings: Settings, state: _BrokerState, members: int) -> tuple[f
     how many members' clients had not found the group coordinator by that signal."""
     partitions = 3
     topic = f"bench-group-{uuid.uuid4().hex[:8]}"
-    create_topic(state.broker.bootstrap, topic, partitions)
+    create_topic(state.broker.bootstrap, topic, partitions, replication_factor=settings.replication_factor)
     ctx = workers.context()
     counts = ctx.Array("i", members)
     ready = [ctx.Event() for _ in range(members)]
@@ -751,7 +767,7 @@ def _big(
             record[prefix + "reads"] = []
         out[name] = record
         try:
-            create_topic(state.broker.bootstrap, topic, 1)
+            create_topic(state.broker.bootstrap, topic, 1, replication_factor=settings.replication_factor)
         except Exception as exc:
             record["error"] = f"create topic: {exc}"
             continue
