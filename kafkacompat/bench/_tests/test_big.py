@@ -116,7 +116,7 @@ def test_consume_sets_only_the_fetch_queue_back_off_when_asked(monkeypatch: pyte
 def test_big_reads_each_partition_twice_per_run(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[tuple[str, str, int | None]] = []
     deleted: list[tuple[str, list[str]]] = []
-    monkeypatch.setattr(runner, "create_topic", lambda bootstrap, name, partitions: None)
+    monkeypatch.setattr(runner, "create_topic", lambda bootstrap, name, partitions, **_: None)
     monkeypatch.setattr(runner, "delete_topics", lambda bootstrap, names: deleted.append((bootstrap, names)))
 
     def run_one(
