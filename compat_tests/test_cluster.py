@@ -409,3 +409,47 @@ def test_min_insync_replicas_refuses_acks_all_until_a_replica_is_back(
     cluster.start_broker(followers[0])
     wait_until(lambda: len(partition_state(cluster, topic).isrs) == 2, 60, "a follower back in the ISR")
     assert send(-1) == 0
+
+
+def test_partition_reassignment_copies_the_data_before_dropping_old_replicas(
+    kafkacompat_cluster: LocalCluster,
+) -> None:
+    from kafka import TopicPartition as KafkaTopicPartition
+    from kafka.admin import KafkaAdminClient
+
+    cluster = kafkacompat_cluster
+    name = f"cluster-move-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(name, 1, 1)])[name].result(30)
+    [origin] = partition_state(cluster, name).replicas
+    targets = [b for b in cluster.brokers if b != origin]
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    for index in range(500):
+        producer.produce(name, f"{index:04d}".encode(), partition=0)
+    assert producer.flush(60) == 0
+
+    kafka_admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+    try:
+        partition = KafkaTopicPartition(name, 0)
+        assert kafka_admin.alter_partition_reassignments({partition: targets}) == {partition: None}
+        wait_until(
+            lambda: (
+                sorted(partition_state(cluster, name).replicas) == sorted(targets)
+                and not kafka_admin.list_partition_reassignments([partition])
+            ),
+            60,
+            "the reassignment to complete",
+        )
+        state = partition_state(cluster, name)
+        assert state.leader in targets and sorted(state.isrs) == sorted(targets)
+        # nothing to cancel any more
+        cancelled = kafka_admin.alter_partition_reassignments({partition: None})
+        assert cancelled[partition].__name__ == "NoReassignmentInProgressError"
+    finally:
+        kafka_admin.close()
+    # the data moved with the partition; the old replica's files are gone (renamed for deletion)
+    assert [v for _, v in read_all(cluster.bootstrap, name, 0, 500)] == [
+        f"{i:04d}".encode() for i in range(500)
+    ]
+    old_dir = cluster.brokers[origin].data_dir / f"{name}-0"
+    wait_until(lambda: not old_dir.exists(), 30, "the old replica's log to go")

@@ -51,6 +51,7 @@ from kafkacompat.broker.handlers import (
     add_offsets_to_txn,  # transactions
     add_partitions_to_txn,  # transactions
     alter_configs,  # admin
+    alter_partition_reassignments,  # admin (cluster mode: the controller)
     alter_user_scram_credentials,  # security
     api_versions,
     controlled_shutdown,  # cluster mode: the controller
@@ -81,6 +82,7 @@ from kafkacompat.broker.handlers import (
     leave_group,  # groups
     list_groups,  # groups
     list_offsets,
+    list_partition_reassignments,  # admin
     list_transactions,  # transactions
     metadata,
     offset_commit,  # groups
@@ -131,6 +133,8 @@ HANDLER_MODULES: tuple[types.ModuleType, ...] = (
     describe_producers,
     elect_leaders,
     controlled_shutdown,
+    alter_partition_reassignments,
+    list_partition_reassignments,
     offset_for_leader_epoch,
     # group coordinator APIs
     find_coordinator,

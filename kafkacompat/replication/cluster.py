@@ -273,7 +273,128 @@ class ClusterRuntime:
         for name in snapshot.deletions:
             await trio.to_thread.run_sync(self.store.remove_topic, name)
             log.info("controller: deleted topic %s", name)
-        return bool(writes or snapshot.deletions)
+        finished = await self._finish_reassignments(snapshot)
+        return bool(writes or snapshot.deletions or finished)
+
+    async def _finish_reassignments(self, snapshot: ZkSnapshot) -> bool:
+        """Complete reassignments whose new replicas are all in the ISR: the assignment becomes the
+        target, the removed replicas leave the ISR, leadership moves into the target if it must, with
+        leader epoch + 1 (Kafka's KIP-455 completion). True if anything was written."""
+        epoch = self.store.controller_epoch
+        live = set(snapshot.brokers)
+        changed = False
+        for name, assignment in snapshot.topics.items():
+            if not assignment.adding and not assignment.removing:
+                continue
+            done: dict[int, list[int]] = {}
+            states: dict[tuple[str, int], LeaderAndIsr] = {}
+            for partition in set(assignment.adding) | set(assignment.removing):
+                state = snapshot.states.get((name, partition))
+                adding = assignment.adding.get(partition, [])
+                removing = set(assignment.removing.get(partition, []))
+                if state is None or not set(adding) <= set(state.isr):
+                    continue
+                target = [r for r in assignment.partitions.get(partition, []) if r not in removing]
+                isr = tuple(r for r in state.isr if r in target)
+                leader = state.leader
+                if leader not in target or leader not in live:
+                    leader = next((r for r in target if r in isr and r in live), NO_LEADER)
+                if leader == NO_LEADER:
+                    continue
+                done[partition] = target
+                states[(name, partition)] = LeaderAndIsr(
+                    leader, state.leader_epoch + 1, isr, epoch, state.zk_version
+                )
+            if not done:
+                continue
+            versions = await trio.to_thread.run_sync(self.store.controller_write_states, states)
+            finished = {p: t for p, t in done.items() if versions.get((name, p), -1) >= 0}
+            if finished:
+                await trio.to_thread.run_sync(
+                    self.store.set_assignment,
+                    zd.TopicAssignment(
+                        name,
+                        assignment.topic_id,
+                        {**assignment.partitions, **finished},
+                        {p: r for p, r in assignment.adding.items() if p not in finished},
+                        {p: r for p, r in assignment.removing.items() if p not in finished},
+                    ),
+                )
+                log.info("controller: reassignment of %s partitions %s complete", name, sorted(finished))
+                changed = True
+        return changed
+
+    async def alter_reassignments(
+        self, wanted: dict[tuple[str, int], list[int] | None]
+    ) -> dict[tuple[str, int], tuple[ErrorCode, str | None]]:
+        """AlterPartitionReassignments as the controller: target replica lists (None cancels). The
+        assignment becomes target + original replicas with adding/removing recorded; the new replicas
+        copy the data as followers and the reassignment completes once they are all in the ISR."""
+        if not self.is_controller:
+            raise KafkaError(ErrorCode.NOT_CONTROLLER, f"broker {self.node_id} is not the controller")
+        snapshot = await trio.to_thread.run_sync(read_snapshot, self.store, self._watch)
+        live = set(snapshot.brokers)
+        results: dict[tuple[str, int], tuple[ErrorCode, str | None]] = {}
+        changed: dict[str, zd.TopicAssignment] = {}
+        for (name, partition), target in sorted(wanted.items()):
+            assignment = changed.get(name) or snapshot.topics.get(name)
+            if assignment is None or partition not in assignment.partitions or name in snapshot.deletions:
+                results[(name, partition)] = (
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    "The partition does not exist.",
+                )
+                continue
+            current = assignment.partitions[partition]
+            adding = assignment.adding.get(partition, [])
+            removing = assignment.removing.get(partition, [])
+            original = [r for r in current if r not in adding]
+            if target is None:
+                if not adding and not removing:
+                    results[(name, partition)] = (
+                        ErrorCode.NO_REASSIGNMENT_IN_PROGRESS,
+                        "No reassignment in progress.",
+                    )
+                    continue
+                new_replicas, new_adding, new_removing = original, [], []
+            else:
+                if not target or len(set(target)) != len(target) or not set(target) <= live:
+                    results[(name, partition)] = (
+                        ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                        f"Replica assignment {target} must name distinct live brokers ({sorted(live)}).",
+                    )
+                    continue
+                new_replicas = list(dict.fromkeys([*target, *original]))
+                new_adding = [r for r in target if r not in original]
+                new_removing = [r for r in original if r not in target]
+            partitions = dict(assignment.partitions)
+            partitions[partition] = new_replicas
+            adding_map = {p: r for p, r in assignment.adding.items() if p != partition}
+            removing_map = {p: r for p, r in assignment.removing.items() if p != partition}
+            if new_adding:
+                adding_map[partition] = new_adding
+            if new_removing:
+                removing_map[partition] = new_removing
+            changed[name] = zd.TopicAssignment(
+                name, assignment.topic_id, partitions, adding_map, removing_map
+            )
+            results[(name, partition)] = (ErrorCode.NONE, None)
+        for assignment in changed.values():
+            await trio.to_thread.run_sync(self.store.set_assignment, assignment)
+        if changed:
+            self.poke()
+        return results
+
+    def reassignments(self) -> dict[tuple[str, int], tuple[list[int], list[int], list[int]]]:
+        """(replicas, adding, removing) of every partition being reassigned."""
+        result = {}
+        for name, assignment in self.snapshot.topics.items():
+            for partition in sorted(set(assignment.adding) | set(assignment.removing)):
+                result[(name, partition)] = (
+                    list(assignment.partitions.get(partition, [])),
+                    list(assignment.adding.get(partition, [])),
+                    list(assignment.removing.get(partition, [])),
+                )
+        return result
 
     async def auto_rebalance(self) -> None:
         """auto.leader.rebalance.enable: move leaders back to preferred replicas past the threshold."""
@@ -497,6 +618,11 @@ class ClusterRuntime:
                 key = (name, partition)
                 if self.node_id not in replicas:
                     self._stop_replica(key)
+                    if broker.logs.get_log(name, partition) is not None:
+                        # reassigned away (Kafka's StopReplica with deletion): the files go after
+                        # file.delete.delay.ms, as a deleted topic's do
+                        broker.logs.delete_log(name, partition, now)
+                        log.info("broker %d is no longer a replica of %s-%d", self.node_id, name, partition)
                     continue
                 partition_log = broker.logs.get_log(name, partition)
                 if partition_log is None:
