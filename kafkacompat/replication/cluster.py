@@ -202,9 +202,15 @@ class ClusterRuntime:
         )
 
     def inter_broker_listener(self) -> str:
+        """inter.broker.listener.name, else the first PLAINTEXT listener (Kafka's default
+        security.inter.broker.protocol); replication connections speak PLAINTEXT only."""
         configured = self.broker.config["inter.broker.listener.name"]
         if configured:
             return str(configured).upper()
+        protocols = self.broker.config.security_protocol_map
+        for name in self.broker.endpoints:
+            if protocols.get(name, name) == "PLAINTEXT":
+                return name
         return next(iter(self.broker.endpoints))
 
     async def close(self) -> None:
