@@ -142,6 +142,8 @@ class ClusterRuntime:
         self._reconciled = trio.Event()
         self.registration: zd.BrokerRegistration | None = None
         self.lag_ms = int(broker.config["replica.lag.time.max.ms"])
+        #: set once a controlled shutdown moved this broker's leaderships away: no more fetching
+        self.shutting_down = False
 
     # --- wiring --------------------------------------------------------------------------------------
 
@@ -546,6 +548,11 @@ class ClusterRuntime:
                         self._reconciled = trio.Event()
                         self.poke()
                         await self._reconciled.wait()
+                # as Kafka's StopReplica to a stopping broker: stop fetching, so no leader takes this
+                # broker back into an ISR in the moments before its session ends
+                self.shutting_down = True
+                for fetcher in self.fetchers.values():
+                    fetcher.stop()
                 log.info("controlled shutdown of broker %d complete", self.node_id)
                 return True
             if remaining is not None:
@@ -672,7 +679,11 @@ class ClusterRuntime:
             if current.become_follower(state, replicas) or key not in self._followed():
                 self._unfollow(key)
                 self._offsets_role(key, False)
-                if state.leader != NO_LEADER and state.leader in self.snapshot_brokers():
+                if (
+                    state.leader != NO_LEADER
+                    and state.leader in self.snapshot_brokers()
+                    and not self.shutting_down
+                ):
                     self._fetcher_for(state.leader).add(key, state.leader_epoch)
         self.broker.watchers.notify(*key)  # parked produces and fetches look at the new role
 
