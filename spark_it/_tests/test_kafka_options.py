@@ -17,7 +17,13 @@ from spark_it.kafka_options import (
     timestamps_json,
     trigger_kwargs,
 )
-from spark_it.session import ENABLE_HINT, REQUIRED_JARS, connector_config, connector_coordinates
+from spark_it.session import (
+    ENABLE_HINT,
+    REQUIRED_JARS,
+    connector_config,
+    connector_coordinates,
+    found_connector_jars,
+)
 
 
 def test_offsets_json_uses_string_partitions_in_order() -> None:
@@ -161,7 +167,12 @@ def test_trigger_kwargs_rejects_unknown() -> None:
 
 
 def test_connector_config_from_environment(tmp_path: Path) -> None:
-    assert connector_config({}) == (None, ENABLE_HINT)
+    config, reason = connector_config({})
+    jars, why = found_connector_jars()
+    if jars is None:
+        assert config is None and reason.endswith(ENABLE_HINT) and why in reason
+    else:
+        assert config == {"spark.jars": ",".join(str(j) for j in jars)}
     config, reason = connector_config({"KAFKACOMPAT_SPARK_PACKAGES": "1"})
     assert config == {"spark.jars.packages": connector_coordinates()}
     assert "packages" in reason
@@ -177,6 +188,34 @@ def test_connector_config_from_environment(tmp_path: Path) -> None:
         p.name for p in tmp_path.glob("*.jar")
     )
     assert connector_config({"KAFKACOMPAT_SPARK_JARS": str(tmp_path / "nope")})[0] is None
+
+
+def test_found_connector_jars_needs_all_four_and_a_matching_spark(tmp_path: Path) -> None:
+    shared, venv_java = tmp_path / "shared", tmp_path / "java"
+    versions = {"pyspark_version": "4.0.5", "scala": "2.13"}
+    jars, why = found_connector_jars(shared, [venv_java], **versions)
+    assert jars is None and str(shared) in why
+    shared.mkdir()
+    venv_java.mkdir()
+    for name in ("spark-sql-kafka-0-10_2.13-4.0.0", "spark-token-provider-kafka-0-10_2.13-4.0.0"):
+        (shared / f"{name}.jar").write_bytes(b"")
+    jars, why = found_connector_jars(shared, [venv_java], **versions)
+    assert jars is None and "kafka-clients" in why and "fetch_java_client" in why
+    (venv_java / "kafka-clients-3.9.2.jar").write_bytes(b"")
+    jars, why = found_connector_jars(shared, [venv_java], **versions)
+    assert jars is None and "commons-pool2" in why
+    (shared / "commons-pool2-2.12.0.jar").write_bytes(b"")
+    jars, why = found_connector_jars(shared, [venv_java], **versions)
+    assert why == "" and jars is not None
+    assert [j.name for j in jars] == [
+        "spark-sql-kafka-0-10_2.13-4.0.0.jar",
+        "spark-token-provider-kafka-0-10_2.13-4.0.0.jar",
+        "kafka-clients-3.9.2.jar",
+        "commons-pool2-2.12.0.jar",
+    ]
+    # Built for Spark 4.0 on Scala 2.13: another pyspark gets a reason naming both versions.
+    jars, why = found_connector_jars(shared, [venv_java], pyspark_version="4.1.0", scala="2.13")
+    assert jars is None and "4.1.0" in why and "4.0" in why
 
 
 def test_connector_coordinates_match_installed_pyspark() -> None:
