@@ -27,13 +27,17 @@ class Consumed:
     key: bytes | None
     value: bytes | None
     timestamp_ms: int
+    headers: tuple[tuple[str, bytes | None], ...] = ()
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+def create_topic(
+    bootstrap: str, topic: str, partitions: int, configs: dict[str, str] | None = None
+) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=10)[topic].result(15)
+    new = NewTopic(topic, partitions, 1, config=configs or {})
+    admin.create_topics([new], operation_timeout=10)[topic].result(15)
 
 
 def produce(bootstrap: str, topic: str, records: Iterable[Produced], batch_size: int = 7) -> list[int]:
@@ -107,6 +111,7 @@ def read_topic(
                             message.key(),
                             message.value(),
                             message.timestamp()[1],
+                            tuple(message.headers() or ()),
                         )
                     )
     finally:
