@@ -5,7 +5,7 @@ RUN_VENV := .venv-run
 TEST_VENV := .venv
 SPECS ?= ../shared/kafka-protocol
 
-.PHONY: run test lint check-generated spark-it clean
+.PHONY: run test lint check-generated spark-it spark-demo clean
 
 $(RUN_VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(RUN_VENV)
@@ -19,7 +19,8 @@ $(TEST_VENV)/.installed: pyproject.toml
 	$(TEST_VENV)/bin/python -m compileall -q kafkacompat
 	touch $@
 
-# The Java Kafka client for compat_tests/test_java_client.py (from a PyPI wheel; see the script). It never
+# The Java Kafka client for compat_tests/test_java_client.py (from a PyPI wheel; see the script), and a
+# Kafka-only copy of it that spark_it puts beside ../shared/spark-kafka/'s connector jars. It never
 # fails the build: without it those tests skip and say why.
 $(TEST_VENV)/java/classpath.txt: $(TEST_VENV)/.installed tools/fetch_java_client.py
 	$(TEST_VENV)/bin/python tools/fetch_java_client.py --dir $(TEST_VENV)/java
@@ -39,8 +40,14 @@ test: lint check-generated $(TEST_VENV)/java/classpath.txt
 	$(TEST_VENV)/bin/python -m pytest -q
 
 # Spark's Kafka connector from Maven (or KAFKACOMPAT_SPARK_JARS=<dir> offline) against a fixture broker.
+# (`make test` runs the same tests with the connector jars it finds by itself; see spark_it/session.py.)
 spark-it: $(TEST_VENV)/.installed
 	KAFKACOMPAT_SPARK_PACKAGES=$${KAFKACOMPAT_SPARK_PACKAGES:-1} $(TEST_VENV)/bin/python -m pytest -q -rs spark_it
+
+# Both Spark pipelines end to end: a broker in a temp dir, tools/loadgen.py feeding them, then a report of
+# rows in / rows out / lag. Flags: SPARK_DEMO_ARGS="--count 50000 --rate 5000" (see spark_it/demo.py).
+spark-demo: $(TEST_VENV)/java/classpath.txt
+	$(TEST_VENV)/bin/python -m spark_it.demo $(SPARK_DEMO_ARGS)
 
 clean:
 	rm -rf $(RUN_VENV) $(TEST_VENV) build *.egg-info
