@@ -26,11 +26,19 @@ def bench_spark() -> ModuleType:
 def test_load_then_timed_reads_count_every_record(kafka_spark: Any, kafkacompat_broker: Any) -> None:
     tool = bench_spark()
     bootstrap = kafkacompat_broker.bootstrap
-    records = tool.load_topic(bootstrap, "bench-small", mib=3, record_bytes=1000, partitions=2)
-    assert records == 3 * (1 << 20) // 1000
+    records, reported = tool.load_topic(bootstrap, "bench-small", mib=3, record_bytes=1000, partitions=2)
+    assert records == reported == 3 * (1 << 20) // 1000
+    assert tool.per_partition(records, 2) == {0: (records + 1) // 2, 1: records // 2}
 
-    whole = tool.timed_read(kafka_spark, bootstrap, "bench-small")
+    whole = tool.timed_read(kafka_spark, bootstrap, "bench-small")  # endingOffsets latest
     assert (whole.records, whole.value_bytes) == (records, records * 1000)
+    named = tool.timed_read(
+        kafka_spark,
+        bootstrap,
+        "bench-small",
+        tool.ending_offsets_json("bench-small", tool.per_partition(records, 2)),
+    )
+    assert (named.records, named.value_bytes) == (records, records * 1000)
     assert whole.seconds > 0 and whole.records_per_second == records / whole.seconds
 
     # The warm-up's bounded read: 100 records of each partition.
