@@ -41,6 +41,10 @@ def spark() -> Iterator[Any]:
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
         .config("spark.sql.streaming.minBatchesToRetain", "2")
+        # Each test has a broker of its own: close the connector's cached producers soon after their
+        # test, instead of keeping them (and their reconnect attempts) for the default ten minutes.
+        .config("spark.kafka.producer.cache.timeout", "5s")
+        .config("spark.kafka.producer.cache.evictorThreadRunInterval", "2s")
     )
     config, _reason = connector_config()
     for key, value in (config or {}).items():
