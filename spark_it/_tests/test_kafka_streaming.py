@@ -16,7 +16,8 @@ Integration Guide":
   routes each row by its `topic` (and `partition`) column when no `topic` option is given;
 - `failOnDataLoss` after retention removed offsets the query still needed: true fails the query, false
   goes on from the log start;
-- a query survives the broker restarting under it, and the rows produced around the restart all arrive.
+- a query survives the broker restarting (orderly or after SIGKILL) under it, and the rows produced
+  around the restart all arrive.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any
 
 import pytest
 
-from kafkacompat.testing import InProcessBroker
+from kafkacompat.testing import BrokerProcess, InProcessBroker
 from spark_it._tests.kafka_helpers import Produced, create_topic, produce, read_topic
 from spark_it.kafka_options import sink_options, source_options
 
@@ -400,10 +401,14 @@ def test_fail_on_data_loss_after_retention(
 
 
 @pytest.mark.restarts_broker
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
 def test_query_survives_a_broker_restart(
-    kafka_spark: Any, kafkacompat_broker: InProcessBroker, tmp_path: Path
+    kafka_spark: Any, kafkacompat_broker_process: BrokerProcess, tmp_path: Path, how: str
 ) -> None:
-    broker = kafkacompat_broker
+    """The broker (a child process) stopped in order, or killed, and started again on the same port
+    and data while a Kafka-to-Kafka query runs: the query's consumers, admin client and producer
+    reconnect, and every row produced before and after arrives."""
+    broker = kafkacompat_broker_process
     bootstrap = broker.bootstrap
     create_topic(bootstrap, "events", 2)
     create_topic(bootstrap, "events-out", 1)
@@ -428,7 +433,11 @@ def test_query_survives_a_broker_restart(
 
         produce(bootstrap, "events", events(0, 50))
         wait_for("the rows before the restart", lambda: len(out_keys()) >= 50, query)
-        broker.restart()  # same port and data directory; the query's clients must reconnect
+        if how == "SIGTERM":
+            broker.restart()  # same port and data directory
+        else:
+            broker.kill()  # a crash: no shutdown work; acknowledged records are in the page cache
+            broker.start()
         assert broker.bootstrap == bootstrap
         produce(bootstrap, "events", events(50, 100))
         wait_for("the rows after the restart", lambda: len(out_keys()) >= 100, query)
