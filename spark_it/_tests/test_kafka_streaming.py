@@ -17,7 +17,10 @@ Integration Guide":
 - `failOnDataLoss` after retention removed offsets the query still needed: true fails the query, false
   goes on from the log start;
 - a query survives the broker restarting (orderly or after SIGKILL) under it, and the rows produced
-  around the restart all arrive.
+  around the restart all arrive;
+- `kafka.isolation.level=read_committed` reads committed transactions only and stops at an open one;
+- the source and the sink work over a SASL_SSL listener (PLAIN over TLS) given the `kafka.security.*`,
+  `kafka.sasl.*` and `kafka.ssl.*` options, and a wrong password fails the read.
 """
 
 from __future__ import annotations
@@ -447,3 +450,135 @@ def test_query_survives_a_broker_restart(
         assert all(r.value == f"EVENT {r.key.decode()[1:]}".encode() for r in written)
     finally:
         query.stop()
+
+
+def test_read_committed_skips_aborted_and_open_transactions(kafka_spark: Any, bootstrap: str) -> None:
+    """`kafka.isolation.level=read_committed`: a committed transaction's records, not an aborted one's,
+    and nothing past an open transaction (the last stable offset); read_uncommitted sees them all."""
+    import uuid
+
+    from confluent_kafka import Producer
+
+    topic = "txn-input"
+    create_topic(bootstrap, topic, 2)
+
+    def transaction(producer: Any, values: list[str], commit: bool | None) -> None:
+        producer.begin_transaction()
+        for i, value in enumerate(values):
+            producer.produce(topic, value.encode(), partition=i % 2, timestamp=T0 + i)
+        # Written to the log first (librdkafka's abort would purge records still queued in the client).
+        assert producer.flush(30) == 0
+        if commit is True:
+            producer.commit_transaction(30)
+        elif commit is False:
+            producer.abort_transaction(30)
+
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"spark-{uuid.uuid4().hex[:8]}"})
+    producer.init_transactions(30)
+    transaction(producer, [f"ok-a{i}" for i in range(10)], commit=True)
+    transaction(producer, [f"aborted-{i}" for i in range(10)], commit=False)
+    transaction(producer, [f"ok-b{i}" for i in range(10)], commit=True)
+    transaction(producer, [f"open-{i}" for i in range(6)], commit=None)
+
+    def values(isolation: str, streaming: bool = False) -> list[str]:
+        options = source_options(
+            bootstrap,
+            streaming=streaming,
+            subscribe=topic,
+            kafka_params={"isolation.level": isolation},
+            **({"starting_offsets": "earliest"} if streaming else {}),
+        )
+        if not streaming:
+            frame = kafka_spark.read.format("kafka").options(**options).load()
+            return sorted(bytes(r["value"]).decode() for r in frame.collect())
+        name = f"txn_{isolation}"
+        stream = kafka_spark.readStream.format("kafka").options(**options).load()
+        query = stream.writeStream.format("memory").queryName(name).trigger(availableNow=True).start()
+        assert query.awaitTermination(WAIT) and query.exception() is None
+        return sorted(bytes(r["value"]).decode() for r in kafka_spark.table(name).collect())
+
+    committed = sorted([f"ok-a{i}" for i in range(10)] + [f"ok-b{i}" for i in range(10)])
+    assert values("read_committed") == committed
+    assert values("read_committed", streaming=True) == committed
+    everything = committed + [f"aborted-{i}" for i in range(10)] + [f"open-{i}" for i in range(6)]
+    assert values("read_uncommitted") == sorted(everything)
+
+    producer.commit_transaction(30)  # the open transaction ends: its records become readable
+    del producer  # (closes it before the fixture stops the broker)
+    assert values("read_committed") == sorted(committed + [f"open-{i}" for i in range(6)])
+
+
+@pytest.fixture
+def sasl_ssl_broker(kafka_spark: Any, tmp_path: Path) -> Iterator[tuple[InProcessBroker, dict[str, Path]]]:
+    """A broker with a PLAINTEXT and a SASL_SSL (PLAIN) listener, certificates from kafkacompat dev-certs."""
+    import shutil
+
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command for test certificates")
+    from kafkacompat.commands.dev_certs import make_dev_certs
+
+    certs = make_dev_certs(tmp_path / "certs", client_cn="spark-client")
+    jaas = 'org.apache.kafka.common.security.plain.PlainLoginModule required user_spark="spark-secret";'
+    overrides = [
+        "listeners=PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL",
+        "ssl.keystore.type=PEM",
+        f"ssl.keystore.location={certs['broker-keystore.pem']}",
+        "ssl.truststore.type=PEM",
+        f"ssl.truststore.location={certs['ca.pem']}",
+        "sasl.enabled.mechanisms=PLAIN",
+        f"listener.name.sasl_ssl.plain.sasl.jaas.config={jaas}",
+    ]
+    broker = InProcessBroker(tmp_path / "secured-data", overrides).start()
+    try:
+        yield broker, certs
+    finally:
+        broker.stop()
+
+
+@pytest.mark.restarts_broker
+def test_sink_and_stream_over_sasl_ssl(
+    kafka_spark: Any, sasl_ssl_broker: tuple[InProcessBroker, dict[str, Path]], tmp_path: Path
+) -> None:
+    broker, certs = sasl_ssl_broker
+    plaintext = f"127.0.0.1:{broker.ports['PLAINTEXT']}"
+    secured = f"127.0.0.1:{broker.ports['SASL_SSL']}"
+    create_topic(plaintext, "secure-in", 2)
+    create_topic(plaintext, "secure-out", 1)
+    client = {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "PLAIN",
+        "sasl.jaas.config": "org.apache.kafka.common.security.plain.PlainLoginModule required "
+        'username="spark" password="spark-secret";',
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": str(certs["ca.pem"]),
+    }
+    rows = [(f"k{i}", f"secret {i}") for i in range(40)]
+    frame = kafka_spark.createDataFrame(rows, "key string, value string")
+    frame.write.format("kafka").options(**sink_options(secured, "secure-in", kafka_params=client)).save()
+    assert sorted((r.key, r.value) for r in read_topic(plaintext, "secure-in", [0, 1])) == sorted(
+        (k.encode(), v.encode()) for k, v in rows
+    )
+
+    options = source_options(
+        secured, streaming=True, subscribe="secure-in", starting_offsets="earliest", kafka_params=client
+    )
+    stream = kafka_spark.readStream.format("kafka").options(**options).load()
+    query = (
+        stream.selectExpr("key", "upper(CAST(value AS STRING)) AS value")
+        .writeStream.format("kafka")
+        .options(**sink_options(secured, "secure-out", kafka_params=client))
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(WAIT) and query.exception() is None
+    assert sorted((r.key, r.value) for r in read_topic(plaintext, "secure-out", [0])) == sorted(
+        (k.encode(), v.upper().encode()) for k, v in rows
+    )
+
+    # A wrong password fails the read with the broker's authentication error, not a hang.
+    wrong = {**client, "sasl.jaas.config": client["sasl.jaas.config"].replace("spark-secret", "nope")}
+    bad = source_options(secured, streaming=False, subscribe="secure-in", kafka_params=wrong)
+    with pytest.raises(Exception, match=r"(?i)authentication|SaslAuthenticationException"):
+        kafka_spark.read.format("kafka").options(**bad).load().collect()
