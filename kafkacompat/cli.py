@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "users": "kafkacompat.commands.users",
     "acls": "kafkacompat.commands.acls",
     "cluster": "kafkacompat.commands.cluster",
+    "quotas": "kafkacompat.commands.quotas",
 }
 
 

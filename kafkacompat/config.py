@@ -327,6 +327,9 @@ BROKER_OPTIONS: tuple[Option, ...] = (
     _O("authorizer.class.name", "string", "", one_of("", *AUTHORIZER_CLASSES)),
     _O("super.users", "string", None),
     _O("allow.everyone.if.no.acl.found", "boolean", False),
+    # client quotas (kafkacompat.security.quotas): the sampled rate window
+    _O("quota.window.num", "int", 11, at_least(1)),
+    _O("quota.window.size.seconds", "int", 1, at_least(1)),
 )
 # Settings accepted but not acted on; every other option is HONOURED (the replication settings,
 # zookeeper.*, inter.broker.listener.name and unclean.leader.election.enable act in cluster mode, i.e.

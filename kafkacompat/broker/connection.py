@@ -71,6 +71,12 @@ import trio
 from kafkacompat.broker import dispatch
 from kafkacompat.broker.dispatch import ConnectionInfo, RequestContext
 from kafkacompat.broker.errors import CloseConnection
+from kafkacompat.security.quotas import (
+    CONSUMER_BYTE_RATE,
+    PRODUCER_BYTE_RATE,
+    REQUEST_PERCENTAGE,
+    user_of,
+)
 from kafkacompat.security.sasl import FAILED, AuthenticationFailed
 from kafkacompat.wire import header as wire_header
 from kafkacompat.wire import messages
@@ -94,6 +100,11 @@ _UNWATCHED_PARK_SECONDS = 0.005
 _CLOSE_NOTIFY_SECONDS = 1.0
 
 API_VERSIONS_KEY = 18
+_PRODUCE_KEY, _FETCH_KEY = 0, 1
+# ApiVersions, SaslHandshake, SaslAuthenticate: never throttled by request_percentage (as in Kafka)
+_REQUEST_QUOTA_EXEMPT = frozenset({18, 17, 36})
+# the first version whose client throttles itself on throttle_time_ms (KIP-219); older ones are delayed
+_KIP_219_VERSIONS = {_PRODUCE_KEY: 6, _FETCH_KEY: 8}
 _PREFIX = struct.Struct(">hhi")
 _KEY = struct.Struct(">h")
 _SIZE = struct.Struct(">i")
@@ -519,19 +530,86 @@ async def _handle_frame(
     )
     logged = request_log.isEnabledFor(logging.DEBUG)
     started = time.perf_counter() if logged else 0.0
-    response = await handler.handle(ctx, request)
-    if timer is not None:
-        timer.done_handling()
-    if response is not None:
-        body = messages.encode_response(api_key, api_version, response)
-        header_bytes = wire_header.encode_response_header(api_key, api_version, correlation_id)
-        await writer.send(frame_response(header_bytes, body))
+    if broker.quotas.store.enforced:  # quota hook: one attribute check while no quota is configured
+        response = await _handle_within_quotas(ctx, handler, request, writer, frame.nbytes, timer)
+    else:
+        response = await handler.handle(ctx, request)
+        if timer is not None:
+            timer.done_handling()
+        if response is not None:
+            body = messages.encode_response(api_key, api_version, response)
+            header_bytes = wire_header.encode_response_header(api_key, api_version, correlation_id)
+            await writer.send(frame_response(header_bytes, body))
     if timer is not None:
         metrics.finish(timer, ctx, request, response)
     if logged:
         _log_completed(ctx, frame.nbytes, response is not None, started)
     if session is not None and session.state == FAILED:
         await _close_after_failed_authentication(session, info)
+
+
+async def _handle_within_quotas(
+    ctx: RequestContext, handler: Any, request: Any, writer: ResponseWriter, request_bytes: int, timer: Any
+) -> Any:
+    """Handle and answer one request under client quotas (kafkacompat.security.quotas), as Kafka does.
+
+    Produce records the request's size against producer_byte_rate, Fetch the response's size against
+    consumer_byte_rate (its max_bytes capped to what the quota lets through in one whole window, as
+    Kafka caps it), every request but the authentication ones its handler time against
+    request_percentage. The largest throttle time goes into the response's throttle_time_ms; then, as
+    KIP-219 has it, the response goes out at once and the connection stays muted (reads no next
+    request) for that long; a client older than KIP-219 (Produce < v6, Fetch < v8) gets its response
+    only after the delay instead. Parked time (a fetch waiting for data) is not handler time.
+    """
+    quotas = ctx.broker.quotas
+    user = user_of(ctx.connection.principal)
+    client_id = ctx.client_id or ""
+    api_key, api_version = ctx.api_key, ctx.api_version
+    if api_key == _FETCH_KEY:
+        window_bytes = quotas.quota_window_bytes(CONSUMER_BYTE_RATE, user, client_id)
+        if window_bytes is not None and request.max_bytes > window_bytes:
+            request.max_bytes = max(window_bytes, 1)
+    parked = 0.0
+    park = ctx.park
+
+    async def timed_park(event: trio.Event, deadline: float) -> None:
+        nonlocal parked
+        began = time.perf_counter()
+        try:
+            await park(event, deadline)
+        finally:
+            parked += time.perf_counter() - began
+
+    ctx.park = timed_park
+    began = time.perf_counter()
+    response = await handler.handle(ctx, request)
+    handler_seconds = max(time.perf_counter() - began - parked, 0.0)
+    if timer is not None:
+        timer.done_handling()
+    now = trio.current_time()
+    throttle_ms = 0
+    if api_key not in _REQUEST_QUOTA_EXEMPT:
+        throttle_ms = quotas.record(REQUEST_PERCENTAGE, user, client_id, handler_seconds * 100, now)
+    if api_key == _PRODUCE_KEY:
+        throttle_ms = max(throttle_ms, quotas.record(PRODUCER_BYTE_RATE, user, client_id, request_bytes, now))
+    body: list[Any] | None = None
+    if response is not None:
+        body = messages.encode_response(api_key, api_version, response)
+        if api_key == _FETCH_KEY:
+            size = sum(_chunk_size(chunk) for chunk in body)
+            throttle_ms = max(throttle_ms, quotas.record(CONSUMER_BYTE_RATE, user, client_id, size, now))
+        if throttle_ms > 0 and hasattr(response, "throttle_time_ms"):
+            response.throttle_time_ms = max(response.throttle_time_ms, throttle_ms)
+            body = messages.encode_response(api_key, api_version, response)
+    if throttle_ms > 0 and api_version < _KIP_219_VERSIONS.get(api_key, 0):
+        await trio.sleep(throttle_ms / 1000)  # an old client: the response itself is delayed
+        throttle_ms = 0
+    if body is not None:
+        header_bytes = wire_header.encode_response_header(api_key, api_version, ctx.correlation_id)
+        await writer.send(frame_response(header_bytes, body))
+    if throttle_ms > 0:
+        await trio.sleep(throttle_ms / 1000)  # the muted channel: the next request is not read meanwhile
+    return response
 
 
 def frame_api_key(frame: memoryview) -> int:

@@ -50,6 +50,7 @@ from kafkacompat.broker.errors import CloseConnection
 from kafkacompat.broker.handlers import (
     add_offsets_to_txn,  # transactions
     add_partitions_to_txn,  # transactions
+    alter_client_quotas,  # security
     alter_configs,  # admin
     alter_partition_reassignments,  # admin (cluster mode: the controller)
     alter_user_scram_credentials,  # security
@@ -63,6 +64,7 @@ from kafkacompat.broker.handlers import (
     delete_records,  # admin
     delete_topics,
     describe_acls,  # security
+    describe_client_quotas,  # security
     describe_cluster,  # admin
     describe_configs,  # admin
     describe_groups,  # groups
@@ -164,6 +166,8 @@ HANDLER_MODULES: tuple[types.ModuleType, ...] = (
     describe_acls,
     create_acls,
     delete_acls,
+    describe_client_quotas,
+    alter_client_quotas,
 )
 
 HANDLERS: dict[int, types.ModuleType] = {}

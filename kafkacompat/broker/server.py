@@ -221,6 +221,13 @@ class Broker:
         from kafkacompat.security.credentials import CREDENTIALS_FILE, ScramCredentialStore
 
         state.scram_credentials = ScramCredentialStore.load(Path(config.log_dirs[0]) / CREDENTIALS_FILE)
+        from kafkacompat.security.quotas import QUOTAS_FILE, QuotaManager, QuotaStore
+
+        state.quotas = QuotaManager(
+            QuotaStore.load(Path(config.log_dirs[0]) / QUOTAS_FILE),
+            config["quota.window.num"],
+            config["quota.window.size.seconds"],
+        )
         if config["authorizer.class.name"]:
             from kafkacompat.security.acls import ACLS_FILE, AclStore, Authorizer, parse_super_users
 

@@ -32,6 +32,7 @@ from kafkacompat.dynamic_config import DynamicBrokerConfigs, LocalDynamicConfigS
 from kafkacompat.replication.metadata import PRODUCER_ID_BLOCK_SIZE, LocalMetadata, TopicInfo
 from kafkacompat.security.acls import Authorizer
 from kafkacompat.security.credentials import ScramCredentialStore
+from kafkacompat.security.quotas import QuotaManager, QuotaStore
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 from kafkacompat.wire.primitives import ZERO_UUID
 
@@ -119,6 +120,11 @@ class BrokerState:
         # ACLs (kafkacompat.security.acls): the authorizer when authorizer.class.name is set, else None
         self.authorizer: Authorizer | None = None
         self.acl_write_lock = trio.Lock()
+        # client quotas (kafkacompat.security.quotas), loaded by the server from the log dir
+        self.quotas = QuotaManager(
+            QuotaStore(), config["quota.window.num"], config["quota.window.size.seconds"]
+        )
+        self.quota_write_lock = trio.Lock()
         self._log_configs: dict[str, tuple[dict[str, str], LogConfig]] = {}
         self._producer_ids = range(0)
         # cluster-mode seam: None on a single node (the default; every helper below then behaves as it

@@ -1,0 +1,216 @@
+"""Client quotas with real clients: a throttled producer and consumer stay within their byte rates.
+
+The module starts its own broker (marked `secured_broker`: skipped with --bootstrap) with a quota
+window of 2 samples of 1 s: Kafka's default window (11 x 1 s) first lets a burst of ten seconds' worth
+through, which a test of a few seconds could not tell from a broken quota. The rate is measured on the
+client over the run after a warm-up of 2 s (the initial burst), from delivery reports (producer) or
+received messages (consumer), and must lie within 10% of the quota. Quotas are set and read with the
+`kafkacompat quotas` command; the Java Admin client round-trips them too when a JDK is there.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from compat_tests.clients import create_topic
+from kafkacompat.testing import InProcessBroker
+
+pytestmark = pytest.mark.secured_broker
+
+QUOTA = 200_000  # bytes per second
+MESSAGE = b"q" * 1000
+WARM_UP, RUN = 2.0, 9.0
+
+
+@pytest.fixture(scope="module")
+def quota_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessBroker]:
+    broker = InProcessBroker(
+        tmp_path_factory.mktemp("quota-broker") / "data",
+        ["quota.window.num=2", "quota.window.size.seconds=1", "group.initial.rebalance.delay.ms=0"],
+    ).start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+@pytest.fixture(scope="module")
+def quota_bootstrap(quota_broker: InProcessBroker) -> str:
+    return quota_broker.bootstrap
+
+
+def quotas_cli(bootstrap: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kafkacompat", "quotas", *args, "--bootstrap-server", bootstrap],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def set_quota(bootstrap: str, entity: list[str], config: str) -> None:
+    done = quotas_cli(bootstrap, "alter", *entity, "--add-config", config)
+    assert done.returncode == 0, done.stderr
+
+
+def rate_after_warm_up(events: list[tuple[float, int]], start: float) -> float:
+    """Bytes per second after the warm-up: the least-squares slope of the bytes received so far over time.
+
+    The quota's sampled window makes the flow come in steps (a burst, then a throttle); the slope over
+    the whole run does not depend on where in a step the run happens to end, as a plain ratio does.
+    """
+    late = [(at, size) for at, size in events if at >= start + WARM_UP]
+    assert len(late) > 10, f"too few events after the warm-up: {len(late)}"
+    points, total = [], 0
+    for at, size in late:
+        total += size
+        points.append((at, total))
+    mean_t = sum(at for at, _ in points) / len(points)
+    mean_b = sum(b for _, b in points) / len(points)
+    covariance = sum((at - mean_t) * (b - mean_b) for at, b in points)
+    variance = sum((at - mean_t) ** 2 for at, _ in points)
+    return covariance / variance
+
+
+def test_cli_alters_and_describes_quotas(quota_bootstrap: str) -> None:
+    set_quota(
+        quota_bootstrap,
+        ["--user", "alice", "--client-id", "app"],
+        "producer_byte_rate=1024,request_percentage=50",
+    )
+    set_quota(quota_bootstrap, ["--client-defaults"], "consumer_byte_rate=4096")
+    described = quotas_cli(quota_bootstrap, "describe", "--user", "alice", "--client-id", "app")
+    assert described.returncode == 0, described.stderr
+    assert described.stdout.strip() == (
+        "Quota configs for user-principal 'alice', client-id 'app' are"
+        " producer_byte_rate=1024.0, request_percentage=50.0"
+    )
+    listed = quotas_cli(quota_bootstrap, "describe").stdout
+    assert "Quota configs for the default client-id are consumer_byte_rate=4096.0" in listed
+    removed = quotas_cli(
+        quota_bootstrap, "alter", "--client-defaults", "--delete-config", "consumer_byte_rate"
+    )
+    assert removed.returncode == 0, removed.stderr
+    assert "default client-id" not in quotas_cli(quota_bootstrap, "describe").stdout
+    refused = quotas_cli(quota_bootstrap, "alter", "--client-id", "x", "--add-config", "no_such_quota=1")
+    assert refused.returncode == 1 and "INVALID_REQUEST" in refused.stderr
+    refused = quotas_cli(
+        quota_bootstrap, "alter", "--client-id", "x", "--add-config", "producer_byte_rate=1.5"
+    )
+    assert refused.returncode == 1 and "INVALID_REQUEST" in refused.stderr
+
+
+def test_throttled_producer_stays_within_its_byte_rate(quota_bootstrap: str) -> None:
+    from confluent_kafka import Producer
+
+    topic = "quota-produce"
+    create_topic(quota_bootstrap, topic)
+    set_quota(quota_bootstrap, ["--client-id", "throttled-producer"], f"producer_byte_rate={QUOTA}")
+    throttles: list[int] = []
+    producer = Producer(
+        {
+            "bootstrap.servers": quota_bootstrap,
+            "client.id": "throttled-producer",
+            "linger.ms": 5,
+            "batch.size": 16384,
+            "acks": 1,
+            "stats_cb": lambda _: None,
+            "throttle_cb": lambda event: throttles.append(event.throttle_time),
+        }
+    )
+    delivered: list[tuple[float, int]] = []
+
+    failures: list[object] = []
+
+    def on_delivery(error: object, message: object) -> None:
+        if error is None:
+            delivered.append((time.monotonic(), len(MESSAGE)))
+        elif not purging:
+            failures.append(error)
+
+    purging = False
+    start = time.monotonic()
+    while time.monotonic() - start < RUN:
+        try:
+            producer.produce(topic, MESSAGE, on_delivery=on_delivery)
+        except BufferError:
+            producer.poll(0.01)
+            continue
+        if len(producer) > 2000:  # keep the queue short: what counts is what the broker accepted
+            producer.poll(0.01)
+        producer.poll(0)
+    purging = True  # what is still queued is left out: the measurement is over
+    producer.purge()
+    producer.flush(10)
+    del producer  # its connections end with the test, not when the broker stops
+    assert not failures
+    rate = rate_after_warm_up([event for event in delivered if event[0] < start + RUN], start)
+    assert rate == pytest.approx(QUOTA, rel=0.1), f"produced {rate:.0f} B/s against a quota of {QUOTA}"
+    assert throttles and max(throttles) > 0  # librdkafka saw throttle_time_ms in the responses
+
+
+def test_throttled_consumer_stays_within_its_byte_rate(quota_bootstrap: str) -> None:
+    from confluent_kafka import Consumer, Producer
+
+    topic = "quota-fetch"
+    create_topic(quota_bootstrap, topic)
+    producer = Producer(
+        {
+            "bootstrap.servers": quota_bootstrap,
+            "client.id": "unthrottled",
+            "linger.ms": 20,
+            "batch.size": 16384,
+        }
+    )
+    for _ in range(int(QUOTA * (RUN + 3) / len(MESSAGE))):
+        while True:
+            try:
+                producer.produce(topic, MESSAGE)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    assert producer.flush(30) == 0
+    del producer
+    set_quota(quota_bootstrap, ["--client-id", "throttled-consumer"], f"consumer_byte_rate={QUOTA}")
+    consumer = Consumer(
+        {
+            "bootstrap.servers": quota_bootstrap,
+            "client.id": "throttled-consumer",
+            "group.id": "quota-consumers",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "fetch.max.bytes": 65536,
+            "message.max.bytes": 65536,
+            "max.partition.fetch.bytes": 65536,
+        }
+    )
+    consumer.subscribe([topic])
+    received: list[tuple[float, int]] = []
+    try:
+        while not received:
+            message = consumer.poll(1.0)
+            if message is not None and message.error() is None:
+                received.append((time.monotonic(), len(message.value())))
+        start = received[0][0]
+        while time.monotonic() - start < RUN:
+            message = consumer.poll(0.2)
+            if message is not None and message.error() is None:
+                received.append((time.monotonic(), len(message.value())))
+    finally:
+        consumer.close()
+    rate = rate_after_warm_up(received, start)
+    assert rate == pytest.approx(QUOTA, rel=0.1), f"consumed {rate:.0f} B/s against a quota of {QUOTA}"
+
+
+def test_quotas_persist_in_the_log_dir(quota_broker: InProcessBroker) -> None:
+    set_quota(quota_broker.bootstrap, ["--user", "persisted", "--client-defaults"], "producer_byte_rate=2048")
+    document = json.loads((Path(quota_broker.data_dir) / "client-quotas.json").read_text())
+    assert {"entity": {"user": ["name", "persisted"], "client-id": "<default>"},
+            "values": {"producer_byte_rate": 2048}} in document["quotas"]  # fmt: skip

@@ -1,0 +1,288 @@
+"""Client quotas (KIP-13, KIP-55, KIP-124, KIP-219, KIP-546): the sans-io core.
+
+Theory of operation
+-------------------
+`QuotaStore` owns the configured quotas: a map from a quota *entity* to its quota values. An entity is
+a (user, client_id) pair where each side is absent (None: the entity does not name it), the default
+(`DEFAULT`, Kafka's `<default>`), or a name; the values are Kafka's keys `producer_byte_rate`,
+`consumer_byte_rate`, `request_percentage` and `controller_mutation_rate` (the last is stored and
+described but never enforced: this broker has no controller mutations to throttle). It persists as
+`client-quotas.json` in the first log dir (`snapshot()` + `write()`, atomic), like acls.json.
+
+`QuotaManager` owns the rate samples. For one quota type and a connection's (user, client-id), it
+resolves the quota by Kafka's precedence, first match wins:
+
+    /users/<user>/clients/<client-id>, /users/<user>/clients/<default>, /users/<user>,
+    /users/<default>/clients/<client-id>, /users/<default>/clients/<default>, /users/<default>,
+    /clients/<client-id>, /clients/<default>
+
+and keys the rate sensor as Kafka keys its metric tags: by the (user, client-id) the matching entity
+names (a default counts as naming the actual value), so a /users/alice quota is shared by all of alice's
+client ids, while a /clients/<default> quota gives each client id its own. Each sensor is Kafka's
+sampled Rate: `quota.window.num` samples of `quota.window.size.seconds`; the rate is the total of the
+live samples over the window (never shorter than num-1 full samples). `record()` adds a value and
+returns the throttle time in ms: 0 within quota, else (rate - quota) / quota * window, i.e. how long the
+client must stay silent for the measured rate to fall back to the quota, bounded by the whole window
+(num x size). Request percentage records handler time as percent-seconds (100 = one thread busy).
+
+`active` is False while no quota is configured: the connection then checks nothing else.
+No trio, no I/O except `write()`: the clock is passed in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "CONSUMER_BYTE_RATE",
+    "CONTROLLER_MUTATION_RATE",
+    "DEFAULT",
+    "PRODUCER_BYTE_RATE",
+    "QUOTAS_FILE",
+    "QUOTA_KEYS",
+    "REQUEST_PERCENTAGE",
+    "QuotaManager",
+    "QuotaStore",
+    "RateSensor",
+]
+
+QUOTAS_FILE = "client-quotas.json"
+PRODUCER_BYTE_RATE = "producer_byte_rate"
+CONSUMER_BYTE_RATE = "consumer_byte_rate"
+REQUEST_PERCENTAGE = "request_percentage"
+CONTROLLER_MUTATION_RATE = "controller_mutation_rate"
+# Kafka's quota keys: the byte rates are longs, the others doubles
+QUOTA_KEYS = {
+    PRODUCER_BYTE_RATE: int,
+    CONSUMER_BYTE_RATE: int,
+    REQUEST_PERCENTAGE: float,
+    CONTROLLER_MUTATION_RATE: float,
+}
+USER, CLIENT_ID = "user", "client-id"
+
+
+class _Default:
+    """Kafka's `<default>` entity name (a null name in DescribeClientQuotas/AlterClientQuotas)."""
+
+    def __repr__(self) -> str:
+        return "<default>"
+
+
+DEFAULT: Any = _Default()
+#: one side of an entity: None (not named), DEFAULT, or a name
+Name = Any
+
+
+@dataclass(frozen=True, slots=True)
+class Entity:
+    user: Name = None
+    client_id: Name = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {side: (None if value is None else "<default>" if value is DEFAULT else ["name", value])
+                for side, value in ((USER, self.user), (CLIENT_ID, self.client_id))}  # fmt: skip
+
+    @staticmethod
+    def from_json(item: dict[str, Any]) -> Entity:
+        def side(value: Any) -> Name:
+            return None if value is None else DEFAULT if value == "<default>" else value[1]
+
+        return Entity(side(item.get(USER)), side(item.get(CLIENT_ID)))
+
+
+def precedence(user: str, client_id: str) -> tuple[Entity, ...]:
+    """Kafka's entity precedence for one connection, most specific first."""
+    return (
+        Entity(user, client_id),
+        Entity(user, DEFAULT),
+        Entity(user, None),
+        Entity(DEFAULT, client_id),
+        Entity(DEFAULT, DEFAULT),
+        Entity(DEFAULT, None),
+        Entity(None, client_id),
+        Entity(None, DEFAULT),
+    )
+
+
+class QuotaStore:
+    """The configured client quotas: entity -> {quota key: value} (see the module docstring)."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path
+        self.quotas: dict[Entity, dict[str, float]] = {}
+        self.version = 0  # bumped by every change, so QuotaManager re-resolves its cached quotas
+        self.enforced = False  # whether any enforced quota (not controller_mutation_rate) is set
+
+    @classmethod
+    def load(cls, path: Path) -> QuotaStore:
+        store = cls(path)
+        try:
+            document = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return store
+        for item in document.get("quotas", []):
+            store.quotas[Entity.from_json(item["entity"])] = dict(item["values"])
+        store._changed()
+        return store
+
+    def _changed(self) -> None:
+        self.version += 1
+        self.enforced = any(
+            key != CONTROLLER_MUTATION_RATE for values in self.quotas.values() for key in values
+        )
+
+    def alter(self, entity: Entity, key: str, value: float | None) -> None:
+        """Set (value) or remove (None) one quota of one entity."""
+        values = self.quotas.setdefault(entity, {})
+        if value is None:
+            values.pop(key, None)
+        else:
+            values[key] = QUOTA_KEYS[key](value)
+        if not values:
+            del self.quotas[entity]
+        self._changed()
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "version": 1,
+            "quotas": [
+                {"entity": entity.to_json(), "values": values} for entity, values in self.quotas.items()
+            ],
+        }
+
+    @staticmethod
+    def write(path: Path, snapshot: dict[str, Any]) -> None:
+        """Persist a snapshot atomically (blocking: run it in a worker thread)."""
+        temporary = path.with_name(path.name + ".tmp")
+        with open(temporary, "w", encoding="utf-8") as handle:
+            json.dump(snapshot, handle, indent=1)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+
+
+class RateSensor:
+    """Kafka's sampled Rate over `samples` windows of `window` seconds, checked against one quota.
+
+    Owns its samples: a deque of [start time, total], the newest last. A sample is complete once it is
+    `window` old; the next record starts a new one. Samples older than the whole window are dropped.
+    """
+
+    __slots__ = ("_samples", "samples", "window")
+
+    def __init__(self, samples: int, window: float, now: float) -> None:
+        self.samples = samples
+        self.window = window
+        self._samples: deque[list[float]] = deque([[now, 0.0]], maxlen=samples)
+
+    def _purge(self, now: float) -> None:
+        horizon = self.samples * self.window
+        kept = self._samples
+        while kept and now - kept[0][0] >= horizon:
+            kept.popleft()
+        if not kept:
+            kept.append([now, 0.0])  # as Kafka resets an expired sample to start now
+
+    def record(self, value: float, now: float) -> None:
+        self._purge(now)
+        newest = self._samples[-1]
+        if now - newest[0] >= self.window:
+            self._samples.append([now, value])  # maxlen: the oldest sample makes room
+        else:
+            newest[1] += value
+
+    def window_size(self, now: float) -> float:
+        """Kafka's Rate.windowSize: time since the oldest sample, at least samples-1 full windows."""
+        self._purge(now)
+        elapsed = now - self._samples[0][0]
+        full = int(elapsed / self.window)
+        if full < self.samples - 1:
+            elapsed += (self.samples - 1 - full) * self.window
+        return elapsed
+
+    def rate(self, now: float) -> float:
+        size = self.window_size(now)
+        return sum(total for _, total in self._samples) / size
+
+    def throttle_ms(self, quota: float, now: float) -> int:
+        """How long to stay silent for the rate to fall back to `quota` (0 within it), bounded."""
+        rate = self.rate(now)
+        if rate <= quota:
+            return 0
+        if quota <= 0:
+            return int(self.samples * self.window * 1000)
+        throttle = (rate - quota) / quota * self.window_size(now) * 1000
+        return int(min(throttle, self.samples * self.window * 1000))
+
+
+class QuotaManager:
+    """The rate sensors of all quota types and entities, over a QuotaStore (see the module docstring)."""
+
+    def __init__(self, store: QuotaStore, samples: int = 11, window_seconds: float = 1.0) -> None:
+        self.store = store
+        self.samples = samples
+        self.window = window_seconds
+        self._sensors: dict[tuple[str, Name, Name], RateSensor] = {}
+        self._resolved: dict[tuple[str, str, str], tuple[float, tuple[str, Name, Name]] | None] = {}
+        self._resolved_version = -1
+
+    @property
+    def active(self) -> bool:
+        """Whether any enforced quota is configured (the connection's one cheap check)."""
+        return self.store.enforced
+
+    def resolve(self, key: str, user: str, client_id: str) -> tuple[float, tuple[str, Name, Name]] | None:
+        """(quota, sensor key) of this quota type for a connection, or None when unlimited."""
+        if self._resolved_version != self.store.version:
+            self._resolved.clear()
+            self._resolved_version = self.store.version
+        cache_key = (key, user, client_id)
+        if cache_key in self._resolved:
+            return self._resolved[cache_key]
+        found = None
+        for entity in precedence(user, client_id):
+            values = self.store.quotas.get(entity)
+            if values is not None and key in values:
+                sensor_user = "" if entity.user is None else user
+                sensor_client = "" if entity.client_id is None else client_id
+                found = (float(values[key]), (key, sensor_user, sensor_client))
+                break
+        self._resolved[cache_key] = found
+        return found
+
+    def record(self, key: str, user: str, client_id: str, value: float, now: float) -> int:
+        """Record `value` against the quota of this type and connection; the throttle time in ms."""
+        resolved = self.resolve(key, user, client_id)
+        if resolved is None:
+            return 0
+        quota, sensor_key = resolved
+        sensor = self._sensors.get(sensor_key)
+        if sensor is None:
+            sensor = self._sensors[sensor_key] = RateSensor(self.samples, self.window, now)
+        sensor.record(value, now)
+        return sensor.throttle_ms(quota, now)
+
+    def unrecord(self, key: str, user: str, client_id: str, value: float, now: float) -> None:
+        """Take back a recorded value (a throttled fetch answered empty, as Kafka's unrecordQuotaSensor)."""
+        resolved = self.resolve(key, user, client_id)
+        if resolved is not None:
+            sensor = self._sensors.get(resolved[1])
+            if sensor is not None:
+                sensor.record(-value, now)
+
+    def quota_window_bytes(self, key: str, user: str, client_id: str) -> int | None:
+        """The most a quota lets through in one whole window (Kafka caps fetch sizes with it), or None."""
+        resolved = self.resolve(key, user, client_id)
+        if resolved is None:
+            return None
+        return int(resolved[0] * self.samples * self.window)
+
+
+def user_of(principal: str) -> str:
+    """The quota user of a KafkaPrincipal string ("User:alice" -> "alice")."""
+    return principal.partition(":")[2] or principal
