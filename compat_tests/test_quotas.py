@@ -214,3 +214,32 @@ def test_quotas_persist_in_the_log_dir(quota_broker: InProcessBroker) -> None:
     document = json.loads((Path(quota_broker.data_dir) / "client-quotas.json").read_text())
     assert {"entity": {"user": ["name", "persisted"], "client-id": "<default>"},
             "values": {"producer_byte_rate": 2048}} in document["quotas"]  # fmt: skip
+
+
+def test_java_admin_round_trips_client_quotas(quota_bootstrap: str) -> None:
+    from compat_tests.java_probe import probe_command, unavailable_reason
+
+    reason = unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    result = subprocess.run(
+        [*probe_command(), "client-quotas", quota_bootstrap, "java-user", "java-app"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, f"java probe failed:\n{result.stdout[-2000:]}{result.stderr[-4000:]}"
+    lines = result.stdout.splitlines()
+    assert (
+        "strict client-id=java-app user=java-user producer_byte_rate:1048576.0 request_percentage:50.0"
+        in lines
+    )
+    assert "clients client-id=<default> consumer_byte_rate:2097152.0" in lines
+    assert (
+        "clients client-id=java-app user=java-user producer_byte_rate:1048576.0 request_percentage:50.0"
+        in lines
+    )
+    assert "removed client-id=java-app user=java-user producer_byte_rate:1048576.0" in lines
+    assert "unknown-key InvalidRequestException" in lines
+    described = quotas_cli(quota_bootstrap, "describe", "--user", "java-user", "--client-id", "java-app")
+    assert described.returncode == 0 and described.stdout == ""  # the probe removed all it set

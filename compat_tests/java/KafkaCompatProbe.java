@@ -40,6 +40,7 @@ public final class KafkaCompatProbe {
                     Integer.parseInt(args[6]));
             case "txn-fence" -> txnFence(bootstrap, args[2], args[3]);
             case "txn-admin" -> txnAdmin(bootstrap, args[2], args[3]);
+            case "client-quotas" -> clientQuotas(bootstrap, args[2], args[3]);
             default -> throw new IllegalArgumentException("unknown command " + command);
         }
     }
@@ -487,6 +488,70 @@ public final class KafkaCompatProbe {
 
     // Admin: a transaction left open is listed and described, then aborted through WriteTxnMarkers
     // (Admin.abortTransaction, what kafka-transactions.sh abort does) after finding it with DescribeProducers.
+    // Client quotas through the Admin API: set producer_byte_rate and request_percentage of
+    // (user, client-id), a consumer_byte_rate on the default client-id; describe the user's entity (strict)
+    // and every client-id entity; remove one key; an unknown key refused; finally remove all.
+    static void clientQuotas(String bootstrap, String user, String clientId) throws Exception {
+        try (Admin admin = Admin.create(base(bootstrap))) {
+            Map<String, String> names = new HashMap<>();
+            names.put(org.apache.kafka.common.quota.ClientQuotaEntity.USER, user);
+            names.put(org.apache.kafka.common.quota.ClientQuotaEntity.CLIENT_ID, clientId);
+            var entity = new org.apache.kafka.common.quota.ClientQuotaEntity(names);
+            Map<String, String> defaults = new HashMap<>();
+            defaults.put(org.apache.kafka.common.quota.ClientQuotaEntity.CLIENT_ID, null);
+            var defaultClient = new org.apache.kafka.common.quota.ClientQuotaEntity(defaults);
+            admin.alterClientQuotas(List.of(
+                new org.apache.kafka.common.quota.ClientQuotaAlteration(entity, List.of(
+                    new org.apache.kafka.common.quota.ClientQuotaAlteration.Op("producer_byte_rate", 1048576.0),
+                    new org.apache.kafka.common.quota.ClientQuotaAlteration.Op("request_percentage", 50.0))),
+                new org.apache.kafka.common.quota.ClientQuotaAlteration(defaultClient, List.of(
+                    new org.apache.kafka.common.quota.ClientQuotaAlteration.Op("consumer_byte_rate", 2097152.0)))
+            )).all().get();
+            printQuotas("strict", admin.describeClientQuotas(org.apache.kafka.common.quota.ClientQuotaFilter.containsOnly(List.of(
+                org.apache.kafka.common.quota.ClientQuotaFilterComponent.ofEntity(org.apache.kafka.common.quota.ClientQuotaEntity.USER, user),
+                org.apache.kafka.common.quota.ClientQuotaFilterComponent.ofEntity(org.apache.kafka.common.quota.ClientQuotaEntity.CLIENT_ID, clientId)
+            ))).entities().get());
+            printQuotas("clients", admin.describeClientQuotas(org.apache.kafka.common.quota.ClientQuotaFilter.contains(List.of(
+                org.apache.kafka.common.quota.ClientQuotaFilterComponent.ofEntityType(org.apache.kafka.common.quota.ClientQuotaEntity.CLIENT_ID)
+            ))).entities().get());
+            admin.alterClientQuotas(List.of(new org.apache.kafka.common.quota.ClientQuotaAlteration(entity, List.of(
+                new org.apache.kafka.common.quota.ClientQuotaAlteration.Op("request_percentage", null))))).all().get();
+            printQuotas("removed", admin.describeClientQuotas(org.apache.kafka.common.quota.ClientQuotaFilter.containsOnly(List.of(
+                org.apache.kafka.common.quota.ClientQuotaFilterComponent.ofEntity(org.apache.kafka.common.quota.ClientQuotaEntity.USER, user),
+                org.apache.kafka.common.quota.ClientQuotaFilterComponent.ofEntity(org.apache.kafka.common.quota.ClientQuotaEntity.CLIENT_ID, clientId)
+            ))).entities().get());
+            try {
+                admin.alterClientQuotas(List.of(new org.apache.kafka.common.quota.ClientQuotaAlteration(entity, List.of(
+                    new org.apache.kafka.common.quota.ClientQuotaAlteration.Op("no_such_quota", 1.0))))).all().get();
+                System.out.println("unknown-key accepted");
+            } catch (ExecutionException e) {
+                System.out.println("unknown-key " + e.getCause().getClass().getSimpleName());
+            }
+            admin.alterClientQuotas(List.of(
+                new org.apache.kafka.common.quota.ClientQuotaAlteration(entity, List.of(
+                    new org.apache.kafka.common.quota.ClientQuotaAlteration.Op("producer_byte_rate", null))),
+                new org.apache.kafka.common.quota.ClientQuotaAlteration(defaultClient, List.of(
+                    new org.apache.kafka.common.quota.ClientQuotaAlteration.Op("consumer_byte_rate", null)))
+            )).all().get();
+        }
+    }
+
+    static void printQuotas(String label, Map<org.apache.kafka.common.quota.ClientQuotaEntity, Map<String, Double>> found) {
+        List<String> lines = new ArrayList<>();
+        for (var e : found.entrySet()) {
+            var entries = new TreeMap<>(e.getKey().entries());
+            StringBuilder line = new StringBuilder(label);
+            entries.forEach((k, v) -> line.append(" ").append(k).append("=").append(v == null ? "<default>" : v));
+            new TreeMap<>(e.getValue()).forEach((k, v) -> line.append(" ").append(k).append(":").append(v));
+            lines.add(line.toString());
+        }
+        Collections.sort(lines);
+        lines.forEach(System.out::println);
+        if (lines.isEmpty()) {
+            System.out.println(label + " none");
+        }
+    }
+
     static void txnAdmin(String bootstrap, String topic, String transactionalId) throws Exception {
         KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(txnProducerProps(bootstrap, transactionalId));
         producer.initTransactions();

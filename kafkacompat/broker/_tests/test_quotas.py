@@ -1,0 +1,99 @@
+"""Client quotas on the wire: ACL checks of Describe/AlterClientQuotas, throttle_time_ms and the muted
+channel after a throttled produce, and a SASL user's quota taking precedence over a client-id's."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from kafkacompat.broker._tests.test_security import certs, connect, plain_login, start_secured
+from kafkacompat.broker._tests.wire_client import RawClient, batch, create, produce, request
+from kafkacompat.wire.errors import ErrorCode
+
+__all__ = ["certs"]  # the module fixture, shared with test_security
+
+pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
+
+DESCRIBE, ALTER, API_VERSIONS = 48, 49, 18
+ACL_OVERRIDES = ("authorizer.class.name=kafka.security.authorizer.AclAuthorizer", "super.users=User:admin")
+
+
+def alter_body(entity: list[tuple[str, str | None]], key: str, value: float, remove: bool = False) -> Any:
+    alter = request(ALTER)
+    return request(
+        ALTER,
+        entries=[
+            alter.EntryData(
+                entity=[alter.EntityData(entity_type=kind, entity_name=name) for kind, name in entity],
+                ops=[alter.OpData(key=key, value=value, remove=remove)],
+            )
+        ],
+        validate_only=False,
+    )
+
+
+async def login(broker: Any, certs: dict[str, Path], user: str) -> RawClient:
+    client = await connect(broker, "SASL_PLAINTEXT", certs)
+    assert (await plain_login(client, user, f"{user}-secret")).error_code == ErrorCode.NONE
+    return client
+
+
+async def test_describe_and_alter_need_cluster_configs_permissions(
+    nursery: trio.Nursery, tmp_path: Path, certs: dict[str, Path]
+) -> None:
+    broker = await start_secured(nursery, tmp_path, certs, *ACL_OVERRIDES)
+    alice = await login(broker, certs, "alice")
+    refused = await alice.call(ALTER, 1, alter_body([("user", "alice")], "producer_byte_rate", 1e9))
+    assert refused.entries[0].error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    described = await alice.call(DESCRIBE, 1, request(DESCRIBE, components=[], strict=False))
+    assert described.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    admin = await login(broker, certs, "admin")
+    done = await admin.call(ALTER, 1, alter_body([("user", None)], "consumer_byte_rate", 4096))
+    assert done.entries[0].error_code == ErrorCode.NONE
+    bad = await admin.call(ALTER, 1, alter_body([("ip", "1.2.3.4")], "consumer_byte_rate", 4096))
+    assert bad.entries[0].error_code == ErrorCode.INVALID_REQUEST
+    bad = await admin.call(ALTER, 1, alter_body([("user", "x")], "consumer_byte_rate", -1))
+    assert bad.entries[0].error_code == ErrorCode.INVALID_REQUEST
+    component = request(DESCRIBE).ComponentData(entity_type="user", match_type=1, match=None)
+    described = await admin.call(DESCRIBE, 1, request(DESCRIBE, components=[component], strict=True))
+    assert described.error_code == ErrorCode.NONE
+    assert [(e.entity[0].entity_type, e.entity[0].entity_name) for e in described.entries] == [("user", None)]
+    assert [(v.key, v.value) for v in described.entries[0].values] == [("consumer_byte_rate", 4096.0)]
+
+
+async def test_throttled_produce_answers_at_once_then_mutes_the_channel(
+    nursery: trio.Nursery, tmp_path: Path, certs: dict[str, Path]
+) -> None:
+    """Quota 10 KB/s on client-id "raw" (the raw client's), but 10 MB/s on user alice, which wins for her."""
+    broker = await start_secured(nursery, tmp_path, certs)
+    admin = await connect(broker, "PLAINTEXT", certs)
+    assert (await create(admin, "quota-wire")).error_code == ErrorCode.NONE
+    for entity, rate in (([("client-id", "raw")], 10_000), ([("user", "alice")], 10_000_000)):
+        assert (await admin.call(ALTER, 1, alter_body(entity, "producer_byte_rate", rate))).entries[
+            0
+        ].error_code == 0
+    payload = b"x" * 60_000  # twice 60 KB over a minimum window of 10 s x 10 KB/s: 2 s of throttle
+    anonymous = await connect(broker, "PLAINTEXT", certs)
+    first = await produce(anonymous, "quota-wire", batch(payload))
+    assert first.error_code == ErrorCode.NONE
+    second = await anonymous.call(0, 11, _produce_body(payload))
+    assert second.throttle_time_ms > 1000
+    began = trio.current_time()
+    await anonymous.call(
+        API_VERSIONS, 3, request(API_VERSIONS, client_software_name="t", client_software_version="1")
+    )
+    assert trio.current_time() - began >= second.throttle_time_ms / 1000 * 0.9  # the muted channel
+    alice = await login(broker, certs, "alice")
+    for _ in range(3):
+        answered = await alice.call(0, 11, _produce_body(payload))
+        assert answered.throttle_time_ms == 0  # /users/alice precedes /clients/raw
+
+
+def _produce_body(payload: bytes) -> Any:
+    from kafkacompat.broker._tests.wire_client import produce_request
+
+    return produce_request("quota-wire", batch(payload), acks=1)
