@@ -5,7 +5,9 @@ window of 2 samples of 1 s: Kafka's default window (11 x 1 s) first lets a burst
 through, which a test of a few seconds could not tell from a broken quota. The rate is measured on the
 client over the run after a warm-up of 2 s (the initial burst), from delivery reports (producer) or
 received messages (consumer), and must lie within 10% of the quota. Quotas are set and read with the
-`kafkacompat quotas` command; the Java Admin client round-trips them too when a JDK is there.
+`kafkacompat quotas` command; the Java Admin client round-trips them too when a JDK is there. A second
+broker, with SASL users and the authorizer, checks that a user's quota precedes a client id's for
+librdkafka producers, and `kafkacompat quotas --command-config` against it.
 """
 
 from __future__ import annotations
@@ -243,3 +245,110 @@ def test_java_admin_round_trips_client_quotas(quota_bootstrap: str) -> None:
     assert "unknown-key InvalidRequestException" in lines
     described = quotas_cli(quota_bootstrap, "describe", "--user", "java-user", "--client-id", "java-app")
     assert described.returncode == 0 and described.stdout == ""  # the probe removed all it set
+
+
+# --- a secured broker: SASL users, the authorizer, `kafkacompat quotas --command-config` -----------------
+
+JAAS = (
+    "org.apache.kafka.common.security.plain.PlainLoginModule required "
+    'user_admin="admin-secret" user_alice="alice-secret" user_bob="bob-secret";'
+)
+
+
+@pytest.fixture(scope="module")
+def sasl_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    overrides = [
+        "listeners=SASL_PLAINTEXT://127.0.0.1:0",
+        "sasl.enabled.mechanisms=PLAIN",
+        f"sasl.jaas.config={JAAS}",
+        "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users=User:admin",
+        "allow.everyone.if.no.acl.found=true",
+        "quota.window.num=2",
+        "quota.window.size.seconds=1",
+    ]
+    broker = InProcessBroker(tmp_path_factory.mktemp("sasl-quota-broker") / "data", overrides).start()
+    try:
+        yield broker.bootstrap
+    finally:
+        broker.stop()
+
+
+def secured_cli(
+    bootstrap: str, tmp_path: Path, user: str, command: str, *args: str
+) -> subprocess.CompletedProcess[str]:
+    properties = tmp_path / f"{user}.properties"
+    properties.write_text(
+        f"security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.username={user}\nsasl.password={user}-secret\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "kafkacompat", command, *args, "--bootstrap-server", bootstrap,
+         "--command-config", str(properties)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+
+def produce_for(bootstrap: str, user: str, topic: str, seconds: float) -> tuple[int, list[int]]:
+    """(bytes delivered, throttle times reported) of a librdkafka producer of client id "shared-app"."""
+    from confluent_kafka import Producer
+
+    throttles: list[int] = []
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": user,
+            "sasl.password": f"{user}-secret",
+            "client.id": "shared-app",
+            "batch.size": 16384,
+            "linger.ms": 5,
+            "throttle_cb": lambda event: throttles.append(event.throttle_time),
+        }
+    )
+    delivered = [0]
+
+    def on_delivery(error: object, message: object) -> None:
+        if error is None:
+            delivered[0] += len(MESSAGE)
+
+    start = time.monotonic()
+    while time.monotonic() - start < seconds:
+        try:
+            producer.produce(topic, MESSAGE, on_delivery=on_delivery)
+        except BufferError:
+            producer.poll(0.01)
+            continue
+        if len(producer) > 2000:
+            producer.poll(0.01)
+        producer.poll(0)
+    producer.purge()
+    producer.flush(10)
+    del producer
+    return delivered[0], throttles
+
+
+def test_user_quota_precedes_client_id_quota_and_cli_is_authorized(
+    sasl_bootstrap: str, tmp_path: Path
+) -> None:
+    topic = "quota-users"
+    acl = secured_cli(sasl_bootstrap, tmp_path, "admin", "acls", "add", "--cluster", "--allow-principal",
+                      "User:admin", "--operation", "All")  # fmt: skip
+    assert acl.returncode == 0, acl.stderr
+    refused = secured_cli(sasl_bootstrap, tmp_path, "alice", "quotas", "alter", "--user", "alice",
+                          "--add-config", "producer_byte_rate=1000000000")  # fmt: skip
+    assert refused.returncode == 1 and "CLUSTER_AUTHORIZATION_FAILED" in refused.stderr
+    for entity, rate in ((["--client-id", "shared-app"], 20_000), (["--user", "alice"], 1_000_000_000)):
+        done = secured_cli(sasl_bootstrap, tmp_path, "admin", "quotas", "alter", *entity,
+                           "--add-config", f"producer_byte_rate={rate}")  # fmt: skip
+        assert done.returncode == 0, done.stderr
+    described = secured_cli(sasl_bootstrap, tmp_path, "admin", "quotas", "describe")
+    assert "Quota configs for user-principal 'alice' are producer_byte_rate=1000000000.0" in described.stdout
+    assert "Quota configs for client-id 'shared-app' are producer_byte_rate=20000.0" in described.stdout
+    created = secured_cli(sasl_bootstrap, tmp_path, "admin", "topics", "create", "--topic", topic)
+    assert created.returncode == 0, created.stderr
+    alice_bytes, alice_throttles = produce_for(sasl_bootstrap, "alice", topic, 2.5)
+    bob_bytes, bob_throttles = produce_for(sasl_bootstrap, "bob", topic, 2.5)
+    # alice: /users/alice (1 GB/s) precedes /clients/shared-app; bob has no user quota: 20 KB/s
+    assert alice_bytes > 1_000_000 and not [t for t in alice_throttles if t > 0]
+    assert bob_bytes < 20_000 * (2.5 + 2) * 1.5 and [t for t in bob_throttles if t > 0]
