@@ -154,6 +154,7 @@ def test_throttled_producer_stays_within_its_byte_rate(quota_bootstrap: str) -> 
     del producer  # its connections end with the test, not when the broker stops
     assert not failures
     rate = rate_after_warm_up([event for event in delivered if event[0] < start + RUN], start)
+    print(f"producer: {rate:.0f} B/s against a quota of {QUOTA}")
     assert rate == pytest.approx(QUOTA, rel=0.1), f"produced {rate:.0f} B/s against a quota of {QUOTA}"
     assert throttles and max(throttles) > 0  # librdkafka saw throttle_time_ms in the responses
 
@@ -208,6 +209,7 @@ def test_throttled_consumer_stays_within_its_byte_rate(quota_bootstrap: str) -> 
     finally:
         consumer.close()
     rate = rate_after_warm_up(received, start)
+    print(f"consumer: {rate:.0f} B/s against a quota of {QUOTA}")
     assert rate == pytest.approx(QUOTA, rel=0.1), f"consumed {rate:.0f} B/s against a quota of {QUOTA}"
 
 
