@@ -97,3 +97,34 @@ def _produce_body(payload: bytes) -> Any:
     from kafkacompat.broker._tests.wire_client import produce_request
 
     return produce_request("quota-wire", batch(payload), acks=1)
+
+
+async def test_old_produce_is_delayed_and_request_percentage_throttles(
+    nursery: trio.Nursery, tmp_path: Path, certs: dict[str, Path]
+) -> None:
+    """Produce v5 (before KIP-219) gets its response only after the throttle; a tiny request_percentage
+    throttles a cheap Metadata request too, and ApiVersions is exempt from it."""
+    broker = await start_secured(nursery, tmp_path, certs)
+    admin = await connect(broker, "PLAINTEXT", certs)
+    assert (await create(admin, "quota-wire")).error_code == ErrorCode.NONE
+    byte_rate = alter_body([("client-id", "raw")], "producer_byte_rate", 10_000)
+    assert (await admin.call(ALTER, 1, byte_rate)).entries[0].error_code == ErrorCode.NONE
+    old = await connect(broker, "PLAINTEXT", certs)
+    payload = b"x" * 60_000
+    first = await old.call(0, 5, _produce_body(payload))
+    assert first.responses[0].partition_responses[0].error_code == ErrorCode.NONE
+    began = trio.current_time()
+    delayed = await old.call(0, 5, _produce_body(payload))
+    assert delayed.throttle_time_ms > 1000
+    assert trio.current_time() - began >= delayed.throttle_time_ms / 1000 * 0.9
+    # request_percentage on another client id, so that the admin connection is not throttled by it
+    percentage = alter_body([("client-id", "busy")], "request_percentage", 1e-6)
+    assert (await admin.call(ALTER, 1, percentage)).entries[0].error_code == ErrorCode.NONE
+    busy = await connect(broker, "PLAINTEXT", certs)
+    versions = request(API_VERSIONS, client_software_name="t", client_software_version="1")
+    for _ in range(5):
+        await busy.send(API_VERSIONS, 3, versions, client_id="busy")
+        assert (await busy.receive(API_VERSIONS, 3))[1].throttle_time_ms == 0
+    await busy.send(3, 12, request(3, topics=None, allow_auto_topic_creation=False), client_id="busy")
+    metadata = (await busy.receive(3, 12))[1]
+    assert metadata.throttle_time_ms > 0  # any handler time is over a millionth of a percent of a thread
