@@ -56,8 +56,9 @@ async def test_describe_and_alter_need_cluster_configs_permissions(
     assert done.entries[0].error_code == ErrorCode.NONE
     bad = await admin.call(ALTER, 1, alter_body([("ip", "1.2.3.4")], "consumer_byte_rate", 4096))
     assert bad.entries[0].error_code == ErrorCode.INVALID_REQUEST
-    bad = await admin.call(ALTER, 1, alter_body([("user", "x")], "consumer_byte_rate", -1))
-    assert bad.entries[0].error_code == ErrorCode.INVALID_REQUEST
+    for value in (-1, float("inf"), float("nan"), 1.5):
+        bad = await admin.call(ALTER, 1, alter_body([("user", "x")], "consumer_byte_rate", value))
+        assert bad.entries[0].error_code == ErrorCode.INVALID_REQUEST
     component = request(DESCRIBE).ComponentData(entity_type="user", match_type=1, match=None)
     described = await admin.call(DESCRIBE, 1, request(DESCRIBE, components=[component], strict=True))
     assert described.error_code == ErrorCode.NONE

@@ -11,6 +11,7 @@ described but not enforced (no controller mutation is throttled here).
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -52,8 +53,8 @@ def _invalid_op(op: Any) -> str | None:
         return f"Unknown quota key '{op.key}'"
     if op.remove:
         return None
-    if not op.value > 0:
-        return f"Quota {op.key} must be positive, got {op.value}"
+    if not (op.value > 0 and math.isfinite(op.value)):
+        return f"Quota {op.key} must be a positive number, got {op.value}"
     if kind is int and op.value != int(op.value):
         return f"Quota {op.key} must be a whole number of bytes per second, got {op.value}"
     return None
