@@ -54,8 +54,8 @@ Quotas: while any client quota is configured (kafkacompat.security.quotas; `stor
 request goes through `_handle_within_quotas`: produce bytes, fetch response bytes and handler time are
 recorded against the connection's (user, client-id) quotas, the throttle time goes into the response's
 throttle_time_ms, and after writing the response the loop sleeps that long before it reads on: Kafka's
-muted channel (KIP-219; older Produce/Fetch versions get the delay before the response). With no quota
-configured the cost is one attribute check per request.
+muted channel (KIP-219; older Produce/Fetch versions get the delay before the response). A follower's
+fetch in cluster mode is exempt. With no quota configured the cost is one attribute check per request.
 
 Metrics: with `metrics.listener` set, `BrokerState.request_metrics` times each request (arrival of its
 frame, handler start and end, parked time, response written) and counts it (broker/metrics.py); unset,
@@ -537,7 +537,9 @@ async def _handle_frame(
     )
     logged = request_log.isEnabledFor(logging.DEBUG)
     started = time.perf_counter() if logged else 0.0
-    if broker.quotas.store.enforced:  # quota hook: one attribute check while no quota is configured
+    if broker.quotas.store.enforced and not _is_follower_fetch(broker, api_key, api_version, request):
+        # quota hook: one attribute check while no quota is configured; follower fetches are exempt
+        # (replication has quotas of its own in Kafka, never client quotas)
         response = await _handle_within_quotas(ctx, handler, request, writer, frame.nbytes, timer)
     else:
         response = await handler.handle(ctx, request)
@@ -553,6 +555,16 @@ async def _handle_frame(
         _log_completed(ctx, frame.nbytes, response is not None, started)
     if session is not None and session.state == FAILED:
         await _close_after_failed_authentication(session, info)
+
+
+def _is_follower_fetch(broker: BrokerState, api_key: int, api_version: int, request: Any) -> bool:
+    """A Fetch of a follower broker (cluster mode only: on a single node a replica id means nothing)."""
+    if api_key != _FETCH_KEY or broker.cluster is None:
+        return False
+    if api_version >= 15:
+        state = getattr(request, "replica_state", None)
+        return state is not None and state.replica_id >= 0
+    return bool(request.replica_id >= 0)
 
 
 async def _handle_within_quotas(

@@ -129,3 +129,19 @@ async def test_old_produce_is_delayed_and_request_percentage_throttles(
     await busy.send(3, 12, request(3, topics=None, allow_auto_topic_creation=False), client_id="busy")
     metadata = (await busy.receive(3, 12))[1]
     assert metadata.throttle_time_ms > 0  # any handler time is over a millionth of a percent of a thread
+
+
+def test_only_a_followers_fetch_in_cluster_mode_escapes_client_quotas() -> None:
+    from types import SimpleNamespace
+
+    from kafkacompat.broker.connection import _is_follower_fetch
+
+    clustered, single = SimpleNamespace(cluster=object()), SimpleNamespace(cluster=None)
+    follower_v12 = request(1, replica_id=2)
+    consumer_v12 = request(1, replica_id=-1)
+    follower_v15 = request(1, replica_state=request(1).ReplicaState(replica_id=2, replica_epoch=1))
+    assert _is_follower_fetch(clustered, 1, 12, follower_v12)  # type: ignore[arg-type]
+    assert _is_follower_fetch(clustered, 1, 15, follower_v15)  # type: ignore[arg-type]
+    assert not _is_follower_fetch(clustered, 1, 12, consumer_v12)  # type: ignore[arg-type]
+    assert not _is_follower_fetch(single, 1, 12, follower_v12)  # type: ignore[arg-type]
+    assert not _is_follower_fetch(clustered, 0, 9, follower_v12)  # type: ignore[arg-type]
