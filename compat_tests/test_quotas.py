@@ -352,5 +352,6 @@ def test_user_quota_precedes_client_id_quota_and_cli_is_authorized(
     alice_bytes, alice_throttles = produce_for(sasl_bootstrap, "alice", topic, 2.5)
     bob_bytes, bob_throttles = produce_for(sasl_bootstrap, "bob", topic, 2.5)
     # alice: /users/alice (1 GB/s) precedes /clients/shared-app; bob has no user quota: 20 KB/s
-    assert alice_bytes > 1_000_000 and not [t for t in alice_throttles if t > 0]
+    # (alice needs no particular speed, only to go well past what 20 KB/s would let through)
+    assert alice_bytes > 400_000 and not [t for t in alice_throttles if t > 0]
     assert bob_bytes < 20_000 * (2.5 + 2) * 1.5 and [t for t in bob_throttles if t > 0]
