@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 
+from kafkacompat.broker.coordinator_log import append_txn_marker, create_compacted_internal_topic, replay_log
 from kafkacompat.groups.api import Outcome, Parked
 from kafkacompat.groups.manager import GroupConfig, GroupCoordinatorCore
 from kafkacompat.wire.errors import ErrorCode, KafkaError
@@ -59,8 +60,6 @@ from kafkacompat.wire.records import (
     InvalidRecordBatch,
     RecordBatchView,
     build_batch,
-    build_control_batch,
-    iter_batches,
     iter_records,
     parse_control_record_key,
 )
@@ -187,36 +186,24 @@ class GroupRuntime:
         partition_log = self.broker.partition_log(OFFSETS_TOPIC, partition)
         if partition_log is None:
             return 0
-        offset = partition_log.log_start_offset
-        end = partition_log.log_end_offset
         replayed = 0
-        while offset < end:
-            result = partition_log.read(offset, self.load_buffer, end, True)
-            if not result.slices:
-                break
-            data = b"".join(s.read_bytes() for s in result.slices)
-            next_offset = offset
-            async with self._lock:
-                for batch in iter_batches(data, allow_partial_tail=True):
-                    next_offset = batch.last_offset + 1
-                    if batch.last_offset < offset:
-                        continue
-                    if batch.is_control:
-                        # a transaction marker: pending TxnOffsetCommit offsets of that producer settle
-                        commit = _marker_commits(batch)
-                        if commit is not None and batch.producer_id >= 0:
-                            self.core.replay_txn_marker(batch.producer_id, commit, partition)
-                        continue
-                    producer_id = batch.producer_id if batch.is_transactional else -1
-                    for record in iter_records(batch):
-                        if record.offset < offset or record.key is None:
-                            continue
-                        self.core.replay(record.key, record.value, producer_id)
-                        replayed += 1
-            if next_offset <= offset:
-                raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"no progress reading at offset {offset}")
-            offset = next_offset
-            await trio.lowlevel.checkpoint()
+
+        def replay_batch(batch: RecordBatchView, from_offset: int) -> None:
+            nonlocal replayed
+            if batch.is_control:
+                # a transaction marker: pending TxnOffsetCommit offsets of that producer settle
+                commit = _marker_commits(batch)
+                if commit is not None and batch.producer_id >= 0:
+                    self.core.replay_txn_marker(batch.producer_id, commit, partition)
+                return
+            producer_id = batch.producer_id if batch.is_transactional else -1
+            for record in iter_records(batch):
+                if record.offset < from_offset or record.key is None:
+                    continue
+                self.core.replay(record.key, record.value, producer_id)
+                replayed += 1
+
+        await replay_log(partition_log, self.load_buffer, self._lock, replay_batch)  # raises LoadStalled
         return replayed
 
     async def _timer_loop(self) -> None:
@@ -317,23 +304,16 @@ class GroupRuntime:
         if self._topic_ready and self.broker.metadata.topic(OFFSETS_TOPIC) is not None:
             return
         if self.broker.metadata.topic(OFFSETS_TOPIC) is None:
-            try:
-                await self.broker.create_topic(
-                    OFFSETS_TOPIC,
-                    self.partitions,
-                    {
-                        "cleanup.policy": "compact",
-                        "segment.bytes": str(self.broker.config["offsets.topic.segment.bytes"]),
-                    },
-                    internal=True,
-                    replication_factor=min(
-                        self.broker.config["offsets.topic.replication.factor"],
-                        self.broker.live_broker_count(),
-                    ),
-                )
-            except KafkaError as exc:
-                if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
-                    raise
+            await create_compacted_internal_topic(
+                self.broker,
+                OFFSETS_TOPIC,
+                self.partitions,
+                self.broker.config["offsets.topic.segment.bytes"],
+                replication_factor=min(
+                    self.broker.config["offsets.topic.replication.factor"],
+                    self.broker.live_broker_count(),
+                ),
+            )
         topic = self.broker.metadata.topic(OFFSETS_TOPIC)
         if not self._topic_ready and topic is not None and topic.partitions != self.partitions:
             # Someone else created the topic first (CreateTopics, Metadata auto-creation) with another
@@ -400,18 +380,18 @@ class GroupRuntime:
             now = self.broker.now_ms()
             partition_log = self.broker.partition_log(OFFSETS_TOPIC, partition)
             if partition_log is not None:
-                marker = bytearray(
-                    build_control_batch(
-                        commit=commit,
-                        producer_id=producer_id,
-                        producer_epoch=producer_epoch,
-                        coordinator_epoch=coordinator_epoch,
-                        timestamp=now,
-                    )
+                append_txn_marker(
+                    self.broker,
+                    partition_log,
+                    OFFSETS_TOPIC,
+                    partition,
+                    LEADER_EPOCH,
+                    producer_id,
+                    producer_epoch,
+                    coordinator_epoch,
+                    commit,
+                    now,
                 )
-                partition_log.append_as_leader(marker, LEADER_EPOCH, now, from_coordinator=True)
-                partition_log.update_high_watermark(partition_log.log_end_offset)
-                self.broker.watchers.notify(OFFSETS_TOPIC, partition)
             if partition in self.core.owned_partitions:
                 self._deliver(self.core.complete_txn(producer_id, commit, partition, now).completions)
 

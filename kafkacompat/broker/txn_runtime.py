@@ -42,9 +42,15 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from kafkacompat.broker.coordinator_log import (
+    LoadStalled,
+    append_txn_marker,
+    create_compacted_internal_topic,
+    replay_log,
+)
 from kafkacompat.txn.coordinator import MarkerJob, TransactionCoordinatorCore, TxnConfig, TxnOutcome
 from kafkacompat.wire.errors import ErrorCode, KafkaError
-from kafkacompat.wire.records import build_batch, build_control_batch, iter_batches, iter_records
+from kafkacompat.wire.records import RecordBatchView, build_batch, iter_records
 
 if TYPE_CHECKING:
     from kafkacompat.broker.state import BrokerState
@@ -107,21 +113,18 @@ class LocalMarkerWriter:
         partition_log = broker.partition_log(topic, partition)
         if partition_log is None:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic}-{partition} is not here")
-        now = broker.now_ms()
-        marker = bytearray(
-            build_control_batch(
-                commit=commit,
-                producer_id=producer_id,
-                producer_epoch=producer_epoch,
-                coordinator_epoch=coordinator_epoch,
-                timestamp=now,
-            )
+        append_txn_marker(
+            broker,
+            partition_log,
+            topic,
+            partition,
+            broker.leader_epoch(topic, partition),
+            producer_id,
+            producer_epoch,
+            coordinator_epoch,
+            commit,
+            broker.now_ms(),
         )
-        partition_log.append_as_leader(
-            marker, broker.leader_epoch(topic, partition), now, from_coordinator=True
-        )
-        partition_log.update_high_watermark(partition_log.log_end_offset)
-        broker.watchers.notify(topic, partition)  # the LSO moved: read_committed fetches may go on
 
 
 class TransactionRuntime:
@@ -196,29 +199,19 @@ class TransactionRuntime:
                 del self.core.txns[tid]
         partition_log = self.broker.partition_log(TRANSACTION_TOPIC, partition)
         if partition_log is not None:
-            offset = partition_log.log_start_offset
-            end = partition_log.log_end_offset
-            while offset < end:
-                result = partition_log.read(offset, self.load_buffer, end, True)
-                if not result.slices:
-                    break
-                data = b"".join(s.read_bytes() for s in result.slices)
-                next_offset = offset
-                async with self._lock:
-                    for batch in iter_batches(data, allow_partial_tail=True):
-                        next_offset = batch.last_offset + 1
-                        if batch.is_control or batch.last_offset < offset:
-                            continue
-                        for record in iter_records(batch):
-                            if record.offset >= offset and record.key is not None:
-                                self.core.replay(record.key, record.value)
-                if next_offset <= offset:
-                    log.error("no progress loading %s-%d at %d", TRANSACTION_TOPIC, partition, offset)
-                    break
-                offset = next_offset
-                await trio.lowlevel.checkpoint()
+            try:
+                await replay_log(partition_log, self.load_buffer, self._lock, self._replay_batch)
+            except LoadStalled as exc:
+                log.error("no progress loading %s-%d at %d", TRANSACTION_TOPIC, partition, exc.offset)
         async with self._lock:
             await self._persist(self.core.finish_loading(partition, self.broker.now_ms()))
+
+    def _replay_batch(self, batch: RecordBatchView, from_offset: int) -> None:
+        if batch.is_control:
+            return
+        for record in iter_records(batch):
+            if record.offset >= from_offset and record.key is not None:
+                self.core.replay(record.key, record.value)
 
     # --- operations -------------------------------------------------------------------------------------
 
@@ -228,18 +221,14 @@ class TransactionRuntime:
             return
         if self.broker.metadata.topic(TRANSACTION_TOPIC) is None:
             try:
-                await self.broker.create_topic(
+                await create_compacted_internal_topic(
+                    self.broker,
                     TRANSACTION_TOPIC,
                     self.partitions,
-                    {
-                        "cleanup.policy": "compact",
-                        "segment.bytes": str(self.broker.config["transaction.state.log.segment.bytes"]),
-                    },
-                    internal=True,
+                    self.broker.config["transaction.state.log.segment.bytes"],
                 )
             except KafkaError as exc:
-                if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
-                    raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, str(exc)) from exc
+                raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, str(exc)) from exc
         topic = self.broker.metadata.topic(TRANSACTION_TOPIC)
         if topic is not None and topic.partitions != self.partitions:
             async with self._lock:  # created by someone else first: nothing written yet, use its count
