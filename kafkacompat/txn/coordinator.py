@@ -307,6 +307,19 @@ class TransactionCoordinatorCore:
             return E.PRODUCER_FENCED
         return None
 
+    def _producer_txn(self, tid: str, producer_id: int, epoch: int) -> TransactionMetadata | ErrorCode:
+        """The transaction of `tid` when this coordinator serves it and it is this producer's at this
+        epoch; otherwise the error to answer."""
+        error = self._availability(tid)
+        if error is not None:
+            return error
+        meta = self.txns.get(tid)
+        error = self._check_producer(meta, producer_id, epoch)
+        if error is not None:
+            return error
+        assert meta is not None
+        return meta
+
     # --- InitProducerId -----------------------------------------------------------------------------
 
     def init_producer_id(
@@ -398,14 +411,9 @@ class TransactionCoordinatorCore:
     def _add(
         self, tid: str, producer_id: int, epoch: int, partitions: set[TopicPartition], now_ms: int
     ) -> ErrorCode:
-        error = self._availability(tid)
-        if error is not None:
-            return error
-        meta = self.txns.get(tid)
-        error = self._check_producer(meta, producer_id, epoch)
-        if error is not None:
-            return error
-        assert meta is not None
+        meta = self._producer_txn(tid, producer_id, epoch)
+        if isinstance(meta, ErrorCode):
+            return meta
         if meta.state in _PREPARING:
             return E.CONCURRENT_TRANSACTIONS
         if meta.state == TxnState.ONGOING and partitions <= meta.partitions:
@@ -429,13 +437,9 @@ class TransactionCoordinatorCore:
         """KIP-890 verification (AddPartitionsToTxn v4+ verify_only, and the produce path): which
         partitions are in the ongoing transaction of this producer. Changes nothing."""
         wanted = list(partitions)
-        error = self._availability(transactional_id)
-        if error is None:
-            meta = self.txns.get(transactional_id)
-            error = self._check_producer(meta, producer_id, producer_epoch)
-        if error is not None:
-            return {tp: error for tp in wanted}
-        assert meta is not None
+        meta = self._producer_txn(transactional_id, producer_id, producer_epoch)
+        if isinstance(meta, ErrorCode):
+            return {tp: meta for tp in wanted}
         return {
             tp: E.NONE if meta.state == TxnState.ONGOING and tp in meta.partitions else E.INVALID_TXN_STATE
             for tp in wanted
@@ -467,14 +471,9 @@ class TransactionCoordinatorCore:
         return self._finish(self._end(transactional_id, producer_id, producer_epoch, commit, now_ms))
 
     def _end(self, tid: str, producer_id: int, epoch: int, commit: bool, now_ms: int) -> ErrorCode:
-        error = self._availability(tid)
-        if error is not None:
-            return error
-        meta = self.txns.get(tid)
-        error = self._check_producer(meta, producer_id, epoch)
-        if error is not None:
-            return error
-        assert meta is not None
+        meta = self._producer_txn(tid, producer_id, epoch)
+        if isinstance(meta, ErrorCode):
+            return meta
         state = meta.state
         if state == TxnState.ONGOING:
             self._prepare_end(meta, commit, now_ms)
