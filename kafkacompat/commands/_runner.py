@@ -1,4 +1,4 @@
-"""How the admin commands (`topics`, `configs`, `groups`) run and report failure, in one place.
+"""How the admin commands (`topics`, `configs`, `groups`, ...) run, report failure and print tables.
 
 A broken stdout pipe (`kafkacompat topics list | head`) ends the command quietly with status 0; a
 client or command error is printed on stderr after the command's own prefix (the wording of the Kafka
@@ -10,10 +10,11 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from typing import Any
 
 from kafkacompat.client import ClientError, CommandError, KafkaClient, command_security, silence_stdout
 
-__all__ = ["reporting_errors", "with_client"]
+__all__ = ["print_table", "reporting_errors", "with_client"]
 
 
 def reporting_errors(action: Callable[[], object], error_prefix: str) -> int:
@@ -39,3 +40,10 @@ def with_client(args: argparse.Namespace, action: Callable[[KafkaClient], object
             action(client)
 
     return reporting_errors(connected, error_prefix)
+
+
+def print_table(rows: list[list[Any]]) -> None:
+    """Print `rows` (the first is the header) as left-aligned columns one space apart."""
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print(" ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())

@@ -32,7 +32,7 @@ from kafkacompat.client import (
     add_bootstrap_argument,
     error_name,
 )
-from kafkacompat.commands._runner import with_client
+from kafkacompat.commands._runner import print_table, with_client
 from kafkacompat.wire.messages import request_class
 
 HELP = "list, describe, reset offsets of and delete consumer groups, like kafka-consumer-groups.sh"
@@ -269,16 +269,10 @@ def _groups(client: KafkaClient, args: argparse.Namespace) -> list[str]:
     return list(args.group)
 
 
-def _table(rows: list[list[Any]]) -> None:
-    widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        print(" ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
-
-
 def _list(client: KafkaClient, args: argparse.Namespace) -> None:
     groups = list_groups(client)
     if args.state:
-        _table([["GROUP", "STATE"], *[[g, state] for g, _, state in groups]])
+        print_table([["GROUP", "STATE"], *[[g, state] for g, _, state in groups]])
         return
     for group_id, _, _ in groups:
         print(group_id)
@@ -300,7 +294,7 @@ def _describe(client: KafkaClient, args: argparse.Namespace) -> list[str]:
             print()
         first = False
         if args.state:
-            _table(
+            print_table(
                 [
                     ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"],
                     [
@@ -321,7 +315,7 @@ def _describe(client: KafkaClient, args: argparse.Namespace) -> list[str]:
             for m in description.members:
                 assigned = parse_assignment(m.member_assignment)
                 rows.append([group_id, m.member_id, m.client_host, m.client_id, len(assigned)])
-            _table(rows)
+            print_table(rows)
             continue
         _describe_offsets(client, description)
     return missing
@@ -371,7 +365,7 @@ def _describe_offsets(client: KafkaClient, description: GroupDescription) -> Non
                 owner.client_id if owner else "-",
             ]
         )
-    _table(rows)
+    print_table(rows)
 
 
 def _address(client: KafkaClient, node_id: int) -> str:
@@ -439,7 +433,7 @@ def _reset_offsets(client: KafkaClient, args: argparse.Namespace) -> None:
             planned = {tp: (offset if offset >= 0 else ends[tp]) for tp, offset in found.items()}
         rows: list[list[Any]] = [["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"]]
         rows += [[group_id, tp[0], tp[1], planned[tp]] for tp in partitions]
-        _table(rows)
+        print_table(rows)
         if args.execute:
             _commit(client, group_id, description.coordinator, planned)
 

@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 from kafkacompat.client import CommandError, KafkaClient, add_bootstrap_argument, error_name
-from kafkacompat.commands._runner import with_client
+from kafkacompat.commands._runner import print_table, with_client
 from kafkacompat.wire.messages import request_class
 
 HELP = "list, describe and abort transactions, like kafka-transactions.sh"
@@ -50,12 +50,6 @@ def run(args: argparse.Namespace) -> int:
     return with_client(args, lambda client: ACTIONS[args.action](client, args), "Error: ")
 
 
-def _table(rows: list[list[Any]]) -> None:
-    widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        print(" ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
-
-
 def _list(client: KafkaClient, args: argparse.Namespace) -> None:
     cls = request_class(LIST_TRANSACTIONS)
     rows: list[list[Any]] = []
@@ -71,7 +65,7 @@ def _list(client: KafkaClient, args: argparse.Namespace) -> None:
             )
         for state in response.transaction_states:
             rows.append([state.transactional_id, broker.node_id, state.producer_id, state.transaction_state])
-    _table([["TransactionalId", "Coordinator", "ProducerId", "TransactionState"], *sorted(rows)])
+    print_table([["TransactionalId", "Coordinator", "ProducerId", "TransactionState"], *sorted(rows)])
 
 
 def find_coordinator(client: KafkaClient, transactional_id: str) -> int:
@@ -105,7 +99,7 @@ def _describe(client: KafkaClient, args: argparse.Namespace) -> None:
     start = state.transaction_start_time_ms
     duration = int(time.time() * 1000) - start if start >= 0 else "None"
     partitions = ",".join(f"{t.topic}-{p}" for t in state.topics for p in t.partitions)
-    _table(
+    print_table(
         [
             [
                 "CoordinatorId",
