@@ -279,13 +279,18 @@ def consume(
     return read, error
 
 
+def topic_with_a_record_and_group(bootstrap: str) -> tuple[str, str]:
+    """A new topic holding one record (produced by the admin) and a fresh group id, for the read tests."""
+    topic = make_topic(bootstrap)
+    assert produce_one(bootstrap, "admin", topic) is None
+    return topic, f"g-{uuid.uuid4().hex[:8]}"
+
+
 def test_topic_read_and_group_read(bootstrap_acl: str) -> None:
     from confluent_kafka import KafkaError
     from confluent_kafka.admin import AclOperation, ResourcePatternType, ResourceType
 
-    topic = make_topic(bootstrap_acl)
-    assert produce_one(bootstrap_acl, "admin", topic) is None
-    group = f"g-{uuid.uuid4().hex[:8]}"
+    topic, group = topic_with_a_record_and_group(bootstrap_acl)
     grant(
         bootstrap_acl,
         (ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:alice", AclOperation.READ),
@@ -304,9 +309,7 @@ def test_deny_wins_over_allow(bootstrap_acl: str) -> None:
     from confluent_kafka import KafkaError
     from confluent_kafka.admin import AclOperation, AclPermissionType, ResourcePatternType, ResourceType
 
-    topic = make_topic(bootstrap_acl)
-    assert produce_one(bootstrap_acl, "admin", topic) is None
-    group = f"g-{uuid.uuid4().hex[:8]}"
+    topic, group = topic_with_a_record_and_group(bootstrap_acl)
     grant(
         bootstrap_acl,
         (ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:alice", AclOperation.ALL),
@@ -325,9 +328,7 @@ def test_group_describe_list_and_delete(bootstrap_acl: str) -> None:
     from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException
     from confluent_kafka.admin import AclOperation, ResourcePatternType, ResourceType
 
-    topic = make_topic(bootstrap_acl)
-    assert produce_one(bootstrap_acl, "admin", topic) is None
-    group = f"g-{uuid.uuid4().hex[:8]}"
+    topic, group = topic_with_a_record_and_group(bootstrap_acl)
     grant(
         bootstrap_acl,
         (ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:alice", AclOperation.READ),
