@@ -231,18 +231,23 @@ class GroupRuntime:
             self._to_reload.discard(partition)
             async with self._lock:
                 self.core.begin_loading(partition)
-            try:
-                await self._load_partition(partition)
-            except KafkaError as exc:
-                log.error("could not reload %s-%d: %s", OFFSETS_TOPIC, partition, exc)
-                async with self._lock:
-                    self._deliver(self.core.unload_partition(partition, self.broker.now_ms()).completions)
-                continue
+            if await self._load_or_unload(partition, "reload") is not None:
+                log.info("reloaded %s-%d after a failed write", OFFSETS_TOPIC, partition)
+
+    async def _load_or_unload(self, partition: int, verb: str) -> int | None:
+        """Replay `partition` (marked loading) and serve it; returns the number of records replayed.
+        A partition whose log cannot be read is unloaded instead (its groups answer NOT_COORDINATOR):
+        returns None."""
+        try:
+            count = await self._load_partition(partition)
+        except KafkaError as exc:
+            log.error("could not %s %s-%d: %s", verb, OFFSETS_TOPIC, partition, exc)
             async with self._lock:
-                await self._persist_and_deliver_quietly(
-                    self.core.finish_loading(partition, self.broker.now_ms())
-                )
-            log.info("reloaded %s-%d after a failed write", OFFSETS_TOPIC, partition)
+                self._deliver(self.core.unload_partition(partition, self.broker.now_ms()).completions)
+            return None
+        async with self._lock:
+            await self._persist_and_deliver_quietly(self.core.finish_loading(partition, self.broker.now_ms()))
+        return count
 
     async def _await_replication(self, partitions: set[int]) -> None:
         """Cluster mode: answer only once the ISR holds the records (as Kafka appends group records
@@ -279,15 +284,9 @@ class GroupRuntime:
             if partition in self.core.owned_partitions:
                 return
             self.core.begin_loading(partition)
-        try:
-            count = await self._load_partition(partition)
-        except KafkaError as exc:
-            log.error("could not load %s-%d: %s", OFFSETS_TOPIC, partition, exc)
-            async with self._lock:
-                self._deliver(self.core.unload_partition(partition, self.broker.now_ms()).completions)
+        count = await self._load_or_unload(partition, "load")
+        if count is None:
             return
-        async with self._lock:
-            await self._persist_and_deliver_quietly(self.core.finish_loading(partition, self.broker.now_ms()))
         log.info("loaded %d record(s) of %s-%d as its new leader", count, OFFSETS_TOPIC, partition)
         self._topic_ready = True
         self._wake_timer()
