@@ -18,6 +18,16 @@ complete `shutdown()` (flush, producer snapshots, checkpoints, then the marker).
 A partition whose files cannot be read (OSError) is put in `offline_partitions` and every later access
 to it raises KafkaError(KAFKA_STORAGE_ERROR); other partitions are unaffected.
 
+Offline log dirs: as Kafka does on an IOException, a disk error (ENOSPC, EIO, a failed fsync) in any
+partition of a dir, or in the dir's own files (checkpoints, meta.properties at start-up), takes the
+whole dir offline (`mark_dir_offline`, `offline_dirs`): every partition in it refuses appends and reads
+with KAFKA_STORAGE_ERROR, no new partition is placed there, its checkpoints are no longer written and
+it gets no clean-shutdown marker, so the next start recovers it from its files. Other dirs carry on.
+Unlike Kafka, a broker whose dirs are all offline does not halt: it keeps answering (metadata, groups
+whose partitions live elsewhere, KAFKA_STORAGE_ERROR for the rest). A dir comes back online only with
+a restart (Kafka's rule too), once the disk has space or has been replaced. Files of an offline dir stay
+open until shutdown, so FileSlices already handed out stay valid.
+
 `delete_log()` renames the partition dir to `<topic>-<partition>.<uuid hex>-delete` (Kafka's name) and
 removes it after `file.delete.delay.ms` (`run_pending_deletes`); a crash in between leaves a `-delete`
 dir that the next startup removes.
@@ -125,6 +135,7 @@ class LogManager:
         self.sync = sync
         self.logs: dict[TopicPartition, PartitionLog] = {}
         self.offline_partitions: dict[TopicPartition, str] = {}
+        self.offline_dirs: dict[str, str] = {}  # log dir -> the disk error that took it offline
         self._dir_of: dict[TopicPartition, str] = {}
         self._topic_configs: dict[str, LogConfig] = {}
         self.directory_ids: dict[str, str] = {}
@@ -212,12 +223,17 @@ class LogManager:
         # a long start-up (many partitions, recovery after a crash) reports its progress (progress.py)
         progress = Progress("loading logs", 0, unit="dir entries", logger=log, heartbeat=True)
         for log_dir in self.log_dirs:
-            self._prepare_dir(log_dir)
+            try:
+                self._prepare_dir(log_dir)
+                names = sorted(os.listdir(log_dir))
+            except OSError as exc:
+                # as Kafka: a dir that cannot be read or initialised starts offline; the others serve
+                self.mark_dir_offline(log_dir, str(exc))
+                continue
             clean = read_clean_shutdown(log_dir)
             recovery_points = self._read_checkpoint(os.path.join(log_dir, RECOVERY_POINT_CHECKPOINT))
             start_offsets = self._read_checkpoint(os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT))
             high_watermarks = self._read_checkpoint(os.path.join(log_dir, REPLICATION_OFFSET_CHECKPOINT))
-            names = sorted(os.listdir(log_dir))
             progress.total = (progress.total or 0) + len(names)
             for name in names:
                 progress.advance(1, name)
@@ -232,27 +248,64 @@ class LogManager:
                     continue
                 tp = parsed
                 try:
-                    self.logs[tp] = PartitionLog(
-                        path,
-                        tp[0],
-                        tp[1],
-                        self.config_for(tp[0]),
-                        recovery_point=recovery_points.get(tp, 0),
-                        log_start_offset=start_offsets.get(tp, 0),
-                        high_watermark=high_watermarks.get(tp, 0),
-                        clean_shutdown=clean,
-                        now_ms=now_ms,
-                        sync=self.sync,
+                    self._attach(
+                        tp,
+                        log_dir,
+                        PartitionLog(
+                            path,
+                            tp[0],
+                            tp[1],
+                            self.config_for(tp[0]),
+                            recovery_point=recovery_points.get(tp, 0),
+                            log_start_offset=start_offsets.get(tp, 0),
+                            high_watermark=high_watermarks.get(tp, 0),
+                            clean_shutdown=clean,
+                            now_ms=now_ms,
+                            sync=self.sync,
+                        ),
                     )
-                    self._dir_of[tp] = log_dir
                 except (OSError, ValueError, KafkaError) as exc:
                     log.error("cannot load log %s: %s; the partition is offline", path, exc)
                     self.offline_partitions[tp] = str(exc)
                     self._dir_of[tp] = log_dir
             marker = os.path.join(log_dir, CLEAN_SHUTDOWN_FILE)
-            if os.path.exists(marker):
-                os.unlink(marker)
+            try:
+                if os.path.exists(marker):
+                    os.unlink(marker)
+            except OSError as exc:
+                self.mark_dir_offline(log_dir, str(exc))
         progress.finish()
+
+    def _attach(self, tp: TopicPartition, log_dir: str, partition_log: PartitionLog) -> None:
+        self.logs[tp] = partition_log
+        self._dir_of[tp] = log_dir
+        partition_log.on_storage_error = lambda _log, reason: self.mark_dir_offline(log_dir, reason)
+
+    def mark_dir_offline(self, log_dir: str, reason: str) -> None:
+        """Take `log_dir` offline after a disk error: every partition in it answers KAFKA_STORAGE_ERROR
+        from now on. Idempotent. May be called from a worker thread (a failed fsync): it only sets flags,
+        and it iterates copies of the tables."""
+        if log_dir in self.offline_dirs:
+            return
+        self.offline_dirs[log_dir] = reason
+        partitions = [tp for tp, d in list(self._dir_of.items()) if d == log_dir]
+        for tp in partitions:
+            partition_log = self.logs.get(tp)
+            if partition_log is not None:
+                partition_log.offline = True
+        log.error(
+            "log dir %s is offline after a disk error (%s): its %d partition(s) answer KAFKA_STORAGE_ERROR"
+            " until the broker restarts; %d of %d log dir(s) remain online",
+            log_dir,
+            reason,
+            len(partitions),
+            len(self.log_dirs) - len(self.offline_dirs),
+            len(self.log_dirs),
+        )
+
+    def dir_of(self, topic: str, partition: int) -> str | None:
+        """The log dir holding the partition (online or not), None if this broker has no such log."""
+        return self._dir_of.get((topic, partition))
 
     # --- partitions ------------------------------------------------------------------------------
 
@@ -274,13 +327,23 @@ class LogManager:
                 ErrorCode.KAFKA_STORAGE_ERROR,
                 f"{topic}-{partition} is offline: {self.offline_partitions[tp]}",
             )
+        log_dir = self._dir_of.get(tp)
+        if log_dir is not None and log_dir in self.offline_dirs:
+            raise KafkaError(
+                ErrorCode.KAFKA_STORAGE_ERROR,
+                f"{topic}-{partition} is in offline log dir {log_dir}: {self.offline_dirs[log_dir]}",
+            )
         return self.logs.get(tp)
 
     def _pick_dir(self) -> str:
-        counts = {d: 0 for d in self.log_dirs}
+        online = [d for d in self.log_dirs if d not in self.offline_dirs]
+        if not online:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, "every log dir is offline")
+        counts = {d: 0 for d in online}
         for d in self._dir_of.values():
-            counts[d] = counts.get(d, 0) + 1
-        return min(self.log_dirs, key=lambda d: counts[d])
+            if d in counts:
+                counts[d] += 1
+        return min(online, key=lambda d: counts[d])
 
     def create_log(
         self,
@@ -316,11 +379,11 @@ class LogManager:
             if topic_id is not None:
                 partition_log.set_topic_id(topic_id)
         except OSError as exc:
+            self.mark_dir_offline(log_dir, str(exc))
             raise KafkaError(
                 ErrorCode.KAFKA_STORAGE_ERROR, f"cannot create {topic}-{partition}: {exc}"
             ) from exc
-        self.logs[tp] = partition_log
-        self._dir_of[tp] = log_dir
+        self._attach(tp, log_dir, partition_log)
         return partition_log
 
     def delete_log(self, topic: str, partition: int, now_ms: int) -> bool:
@@ -396,7 +459,9 @@ class LogManager:
         the manager (it reads the table of logs, which that thread changes); the result is plain data that
         `write_checkpoints()` may write from any thread."""
         snapshot: CheckpointOffsets = {
-            log_dir: {name: {} for name in _CHECKPOINT_FILES} for log_dir in self.log_dirs
+            log_dir: {name: {} for name in _CHECKPOINT_FILES}
+            for log_dir in self.log_dirs
+            if log_dir not in self.offline_dirs  # an offline dir's files are not touched again
         }
         for tp, partition_log in self.logs.items():
             files = snapshot.get(self._dir_of.get(tp, ""))
@@ -411,8 +476,11 @@ class LogManager:
         """Write a `checkpoint_offsets()` snapshot. Blocking (fsync): the broker runs it in a worker
         thread; it touches no manager state, so the owner thread may add or remove logs meanwhile."""
         for log_dir, files in snapshot.items():
-            for name, offsets in files.items():
-                write_offset_checkpoint(os.path.join(log_dir, name), offsets, sync=self.sync)
+            try:
+                for name, offsets in files.items():
+                    write_offset_checkpoint(os.path.join(log_dir, name), offsets, sync=self.sync)
+            except OSError as exc:
+                self.mark_dir_offline(log_dir, f"writing checkpoints: {exc}")
 
     def checkpoint(self) -> None:
         """Snapshot and write the offset checkpoints, both on the calling (owner) thread."""
@@ -430,12 +498,16 @@ class LogManager:
                 failed_dirs.add(self._dir_of.get(tp))
         for tp in self.offline_partitions:
             failed_dirs.add(self._dir_of.get(tp))
+        failed_dirs.update(self.offline_dirs)
         self.checkpoint()
         deleted_logs, self._deleted_logs = self._deleted_logs, []
         DueDeletes([], [(path, pl) for _, path, pl in deleted_logs]).remove()  # no delay at shutdown
         for log_dir in self.log_dirs:
             if log_dir not in failed_dirs:
-                write_clean_shutdown(log_dir, broker_epoch)
+                try:
+                    write_clean_shutdown(log_dir, broker_epoch)
+                except OSError as exc:
+                    log.error("cannot mark %s as cleanly shut down: %s", log_dir, exc)
         self.logs.clear()
         self.started = False
         self.unlock_dirs()

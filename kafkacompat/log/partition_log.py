@@ -39,7 +39,8 @@ which may run in a worker thread concurrently with appends and reads of the same
 descriptors and advances `recovery_point`; and `remove_segment_files()`, which only touches segments
 `take_due_deletes()` already took out of the log (unlinking a big file can block for a while).
 Any OSError marks the log offline and surfaces as KafkaError(KAFKA_STORAGE_ERROR); an offline log
-refuses every later call with the same error.
+refuses every later call with the same error, and `on_storage_error` tells the LogManager, which takes
+the log's whole dir offline (as Kafka does on an IOException).
 """
 
 from __future__ import annotations
@@ -144,6 +145,8 @@ def _storage_guard(method: F) -> F:
         except OSError as exc:
             self.offline = True
             log.error("disk error on log %s, taking it offline: %s", self.name, exc)
+            if self.on_storage_error is not None:
+                self.on_storage_error(self, str(exc))  # the manager takes the whole log dir offline
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"log {self.name}: {exc}") from exc
 
     return wrapper  # type: ignore[return-value]
@@ -173,6 +176,8 @@ class PartitionLog:
         self.config = config
         self.sync = sync
         self.offline = False
+        # called (log, reason) once a disk error takes this log offline; the LogManager sets it
+        self.on_storage_error: Callable[[PartitionLog, str], None] | None = None
         self.segments: list[LogSegment] = []
         self._bases: list[int] = []
         self._pending_deletes: list[_PendingDelete] = []

@@ -6,6 +6,8 @@ Kafka leaves them out) with their size in bytes (sum of segment files), offset l
 replicas, no replica movement here) and is_future_key false. v4 adds the dir's total and usable bytes
 from `statvfs` (run in a worker thread); v3+ the top-level error code. Offline partitions are left out.
 With an authorizer, needs DESCRIBE on the cluster (else CLUSTER_AUTHORIZATION_FAILED, no results).
+A log dir that a disk error took offline is reported as Kafka reports it: error KAFKA_STORAGE_ERROR, no
+topics, total and usable bytes -1.
 """
 
 from __future__ import annotations
@@ -66,6 +68,17 @@ async def handle(ctx: RequestContext, request: Any) -> DescribeLogDirsResponse:
     results = []
     for log_dir, topics in per_dir.items():
         total, usable = -1, -1
+        if log_dir in logs.offline_dirs:
+            results.append(
+                DirResult(
+                    error_code=ErrorCode.KAFKA_STORAGE_ERROR,
+                    log_dir=log_dir,
+                    topics=[],
+                    total_bytes=-1,
+                    usable_bytes=-1,
+                )
+            )
+            continue
         if ctx.api_version >= 4:
             total, usable = await trio.to_thread.run_sync(disk_space, log_dir)
         results.append(

@@ -216,3 +216,68 @@ def test_a_failed_startup_releases_the_locks(tmp_path):
     with pytest.raises(RuntimeError, match="belongs to node 3"):
         foreign.startup()
     new_manager([tmp_path]).shutdown()
+
+
+def test_disk_error_takes_the_whole_log_dir_offline(tmp_path, monkeypatch):
+    """As Kafka: an I/O error in one partition offlines every partition of its dir; the other dir serves,
+    new partitions avoid the offline dir, and it gets neither checkpoints nor a clean-shutdown marker."""
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    manager = new_manager(dirs)
+    a0, b0, a1 = manager.create_log("t", 0), manager.create_log("t", 1), manager.create_log("t", 2)
+    assert manager.dir_of("t", 0) == manager.dir_of("t", 2) == str(dirs[0])
+    failing_fd = a0.active_segment.fd
+
+    real_pwrite = os.pwrite
+
+    def pwrite(fd, data, offset):
+        if fd == failing_fd:
+            raise OSError(28, "No space left on device")
+        return real_pwrite(fd, data, offset)
+
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    with pytest.raises(KafkaError) as err:
+        a0.append_as_leader(make_batch([b"x"]), 0, NOW)
+    assert err.value.code == ErrorCode.KAFKA_STORAGE_ERROR
+    monkeypatch.undo()
+    assert str(dirs[0]) in manager.offline_dirs
+    for partition in (0, 2):  # t-2 never failed itself: its dir did
+        with pytest.raises(KafkaError) as err:
+            manager.get_log("t", partition)
+        assert err.value.code == ErrorCode.KAFKA_STORAGE_ERROR
+    assert a1.offline
+    assert manager.get_log("t", 1).append_as_leader(make_batch([b"y"]), 0, NOW).base_offset == 0
+    assert b0.log_end_offset == 1
+    for partition in (3, 4):  # new partitions go to the online dir only
+        manager.create_log("t", partition)
+        assert manager.dir_of("t", partition) == str(dirs[1])
+    manager.shutdown()
+    assert not (dirs[0] / ".kafka_cleanshutdown").exists()
+    assert not (dirs[0] / "recovery-point-offset-checkpoint").exists()
+    assert (dirs[1] / ".kafka_cleanshutdown").exists()
+    # after a restart (space back) the dir is online again and nothing written before is lost
+    manager = new_manager(dirs)
+    assert manager.offline_dirs == {}
+    assert manager.get_log("t", 0).append_as_leader(make_batch([b"z"]), 0, NOW).base_offset == 0
+    manager.shutdown()
+
+
+def test_every_dir_offline_refuses_new_partitions(tmp_path):
+    manager = new_manager([tmp_path])
+    manager.mark_dir_offline(str(tmp_path), "injected")
+    with pytest.raises(KafkaError) as err:
+        manager.create_log("t", 0)
+    assert err.value.code == ErrorCode.KAFKA_STORAGE_ERROR
+    manager.shutdown()
+
+
+def test_failed_checkpoint_write_takes_its_dir_offline(tmp_path):
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    manager = new_manager(dirs)
+    manager.create_log("t", 0)
+    manager.create_log("t", 1)
+    # a directory where the checkpoint file must go: the write fails with an OSError
+    os.mkdir(dirs[0] / "recovery-point-offset-checkpoint.tmp")
+    manager.checkpoint()
+    assert list(manager.offline_dirs) == [str(dirs[0])]
+    assert manager.get_log("t", 1) is not None
+    manager.close_without_marker()
