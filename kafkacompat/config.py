@@ -350,7 +350,6 @@ _NOT_IMPLEMENTED = frozenset(
     {
         "num.network.threads",  # one trio event loop serves every connection
         "num.io.threads",
-        "queued.max.requests",
         "num.recovery.threads.per.data.dir",
         "fetch.purgatory.purge.interval.requests",
         "producer.purgatory.purge.interval.requests",

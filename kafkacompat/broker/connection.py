@@ -42,9 +42,23 @@ next produce), pay for no second task.
 
 Failure policy: a frame that cannot be decoded (bad size, bad header, bad body) closes this connection
 only, logged at info; a handler exception is logged with its traceback and closes the connection; a
-peer that goes away is not an error. Idle connections are closed: a reaper task per connection cancels
-the receive loop once it has waited `connections.max.idle.ms` for bytes without a break; time spent
-handling requests does not count.
+peer that goes away is not an error. Idle and stalled connections are closed: a reaper task per
+connection cancels the loop once, for `connections.max.idle.ms`, (a) it has waited for a request that
+has not arrived whole (bytes of an unfinished request do not restart the count, so a slow-loris sender
+trickling one byte at a time is closed too: stricter than Kafka, which counts any byte as activity), or
+(b) a response write has made no progress (a client that stopped reading its socket). Time spent
+handling requests (a parked fetch, a join) does not count.
+
+`queued.max.requests`: at most that many requests are handled at once, broker-wide (decoded and in
+their handler; a parked request and a response being written hold no slot). A complete request that
+finds no free slot waits for one, and its connection reads nothing more meanwhile: Kafka's network
+threads likewise stop reading when its request queue of that size is full. The slots are a
+`trio.Semaphore` the server puts on the broker state (`request_slots`).
+
+Memory: a PLAINTEXT connection waiting for its next request holds no receive buffer (it waits for readability,
+then borrows a scratch buffer from FrameBuffer's free list) and, since requests are handled one at a
+time and the next bytes are read only after the response is written, at most one response in flight: a
+client that pipelines requests without reading answers stops being read once the kernel buffers fill.
 
 Request log: at DEBUG, the `kafkacompat.request` logger gets one line per completed request (API,
 version, correlation id, client id, peer, size, time from decoded request to response written), the
@@ -130,8 +144,12 @@ def _chunk_size(chunk: Any) -> int:
 class ResponseWriter:
     """The single writer of one connection: gather-writes bytes, sendfile()s file slices.
 
-    Owned by the connection loop; nothing else writes to the socket.
+    Owned by the connection loop; nothing else writes to the socket. `sending` and `progress_at` tell
+    the connection's idle reaper whether a write is stuck (a client that stopped reading).
     """
+
+    sending = False  # a response is being written
+    progress_at = 0.0  # trio time of the last write progress (or of the start of this response)
 
     def __init__(self, stream: trio.SocketStream) -> None:
         self._stream = stream
@@ -139,9 +157,12 @@ class ResponseWriter:
 
     async def send(self, chunks: Sequence[Any]) -> None:
         """Write one response; file slices that carry `release()` are released afterwards, sent or not."""
+        self.progress_at = trio.current_time()
+        self.sending = True
         try:
             await self._send(chunks)
         finally:
+            self.sending = False
             for chunk in chunks:
                 release = getattr(chunk, "release", None)
                 if release is not None and not isinstance(chunk, _BYTES_LIKE):
@@ -167,6 +188,7 @@ class ResponseWriter:
         while index < len(buffers):
             batch = buffers[index : index + _MAX_IOV]
             sent = await sock.sendmsg(batch)
+            self.progress_at = trio.current_time()
             # advance past what went out; a partial send leaves a tail of one buffer
             while sent > 0:
                 head = buffers[index]
@@ -195,6 +217,7 @@ class ResponseWriter:
                 raise CloseConnection(f"file slice came up short by {remaining} bytes (segment truncated)")
             position += sent
             remaining -= sent
+            self.progress_at = trio.current_time()
             await trio.lowlevel.checkpoint()
 
 
@@ -225,9 +248,11 @@ class TlsResponseWriter(ResponseWriter):
                 if filled + size > limit:
                     if filled:
                         await self._tls.send_all(view[:filled])
+                        self.progress_at = trio.current_time()
                         filled = 0
                     if size > limit:
                         await self._tls.send_all(data)
+                        self.progress_at = trio.current_time()
                         continue
                 view[filled : filled + size] = data
                 filled += size
@@ -237,6 +262,7 @@ class TlsResponseWriter(ResponseWriter):
             while remaining > 0:
                 if filled == limit:
                     await self._tls.send_all(view)
+                    self.progress_at = trio.current_time()
                     filled = 0
                 want = min(remaining, limit - filled)
                 got = os.preadv(chunk.fd, [view[filled : filled + want]], position)
@@ -309,7 +335,10 @@ class Connection:
         self._draining = False
         self._receive_scope: trio.CancelScope | None = None
         self._receiving = False  # True only while run() awaits bytes (never while a request is handled)
-        self._idle_since = 0.0  # trio time at which the current (or last) wait for bytes began
+        self._idle_since = 0.0  # trio time since which the loop waits for a whole request
+        self._closed_why = "idle"  # what the reaper saw, for the log line
+        # queued.max.requests, shared by every connection; None (tests without a server) means no limit
+        self._slots: trio.Semaphore | None = getattr(broker, "request_slots", None)
 
     def drain(self) -> None:
         """Finish the request in progress (if any), then close; an idle connection closes at once."""
@@ -331,7 +360,7 @@ class Connection:
                     await self._serve_and_log()
                 nursery.cancel_scope.cancel()
             if receive_scope.cancelled_caught and not self._draining:
-                log.info("closing connection %s: idle for %d ms", self.info.peer, idle_ms)
+                log.info("closing connection %s: %s for %d ms", self.info.peer, self._closed_why, idle_ms)
         finally:
             with trio.CancelScope(shield=True):
                 if self.tls is not None and self._tls_ready:
@@ -367,22 +396,50 @@ class Connection:
         """The request loop: receive, then handle every complete frame in order, until EOF or drain."""
         frames = self._frames
         recv_into = self._recv_into
+        sock = self.stream.socket
+        fileno = sock.fileno()
+        plain = self.tls is None  # TLS reads go through the SSLStream, not the raw socket
+        checkpoint = trio.lowlevel.checkpoint
+        wait_readable = trio.lowlevel.wait_readable
         current_time = trio.current_time
         timed = self.broker.request_metrics is not None  # metrics hook: arrival times for queue time
         if self.tls is not None and not await self._tls_handshake():
             return
+        handled = True
         while not self._draining:
-            self._idle_since = current_time()
+            # the idle count restarts after a request was handled, not on every byte (slow-loris)
+            if handled or not frames.buffered:
+                self._idle_since = current_time()
+            handled = False
             self._receiving = True
-            received = await recv_into(frames.receive_buffer())
+            if plain:
+                # Between requests, or with only part of a small one here, hold no scratch buffer while
+                # waiting (a slow-loris sender keeps only its few bytes); borrow one for a read that
+                # does not yield, so thousands of connections readable at once (a flood of requests or
+                # of closes) never all hold a buffer at the same moment. The checkpoint keeps the loop
+                # fair to other connections when this one always has bytes ready.
+                frames.release_idle()
+                await checkpoint()
+                try:
+                    received = os.readv(fileno, [frames.receive_buffer()])
+                except BlockingIOError:
+                    frames.release_idle()
+                    await wait_readable(sock)
+                    continue
+            else:
+                received = await recv_into(frames.receive_buffer())
             self._receiving = False
             if not received:
+                frames.release_idle()
                 return
             frames.commit(received)
             arrived = time.perf_counter() if timed else 0.0
             frame = frames.next_frame()
             while frame is not None:
-                await _handle_frame(self.broker, self.info, self.writer, frame, self.park, arrived)
+                handled = True
+                await _handle_frame(
+                    self.broker, self.info, self.writer, frame, self.park, arrived, self._slots
+                )
                 if self._draining:
                     return
                 frame = frames.next_frame()
@@ -436,17 +493,29 @@ class Connection:
         return True
 
     async def _reap_when_idle(self, idle_seconds: float, receive_scope: trio.CancelScope) -> None:
-        """Cancel `receive_scope` once the loop has waited for bytes for `idle_seconds` without a break.
+        """Cancel `receive_scope` once the loop has waited `idle_seconds` for a whole request, or a
+        response write has made no progress for that long.
 
-        Only time spent waiting for bytes counts: a request being handled (a parked fetch, a join) is never
-        cut off, and every read, even of part of a frame, starts the count again.
+        A request being handled (a parked fetch, a join) is never cut off; bytes of an unfinished request
+        do not restart the count (a slow-loris sender is closed); each write progress does.
         """
+        writer = self.writer
         while True:
+            if writer.sending:
+                due = writer.progress_at + idle_seconds
+                if trio.current_time() >= due:
+                    self._closed_why = "response write stalled (client not reading)"
+                    receive_scope.cancel()
+                    return
+                await trio.sleep_until(due)
+                continue
             if not self._receiving:
-                await trio.sleep(idle_seconds)
+                # a write may start meanwhile: look again well within the limit
+                await trio.sleep(idle_seconds / 4)
                 continue
             due = self._idle_since + idle_seconds
             if trio.current_time() >= due:
+                self._closed_why = "idle" if not self._frames.buffered else "request incomplete"
                 receive_scope.cancel()
                 return
             await trio.sleep_until(due)
@@ -458,6 +527,18 @@ class Connection:
         (and this connection) alive that long. Bytes of later requests that arrive meanwhile are only
         buffered (up to one maximum frame), never processed: requests still run one at a time.
         """
+        slots = self._slots
+        if slots is None:
+            await self._park(event, deadline)
+            return
+        slots.release()  # a parked request is not being handled: its slot serves others meanwhile
+        try:
+            await self._park(event, deadline)
+        finally:
+            with trio.CancelScope(shield=True):  # the handler's exit releases it: it must be held then
+                await _acquire(slots)
+
+    async def _park(self, event: trio.Event, deadline: float) -> None:
         # Most parks end within a few ms (a consumer at the log end wakes with the next produce); those
         # wait without a socket watcher, whose nursery and task cost more than the wait itself. Only a
         # park still waiting after that watches the socket, so a departed client is noticed at most
@@ -500,6 +581,7 @@ async def _handle_frame(
     frame: memoryview,
     park: Callable[[trio.Event, float], Awaitable[None]],
     arrived: float = 0.0,
+    slots: trio.Semaphore | None = None,
 ) -> None:
     if frame.nbytes < _PREFIX.size:
         raise DecodeError("request shorter than its header")
@@ -523,26 +605,35 @@ async def _handle_frame(
         raise CloseConnection(f"api key {api_key} version {api_version} is not served")
     metrics = broker.request_metrics  # metrics hook: None unless metrics.listener is set
     timer = metrics.start(arrived, park) if metrics is not None else None
-    header, body_offset = wire_header.decode_request_header(frame)
-    request = messages.decode_request(api_key, api_version, frame[body_offset:], allow_trailing=True)
-    ctx = RequestContext(
-        broker=broker,
-        api_key=api_key,
-        api_version=api_version,
-        correlation_id=correlation_id,
-        client_id=getattr(header, "client_id", None),
-        connection=info,
-        header=header,
-        park=park if timer is None else timer.park,
-    )
-    logged = request_log.isEnabledFor(logging.DEBUG)
-    started = time.perf_counter() if logged else 0.0
-    if broker.quotas.store.enforced and not _is_follower_fetch(broker, api_key, api_version, request):
+    if slots is not None:
+        await _acquire(slots)  # queued.max.requests: held while decoding and in the handler
+    try:
+        header, body_offset = wire_header.decode_request_header(frame)
+        request = messages.decode_request(api_key, api_version, frame[body_offset:], allow_trailing=True)
+        ctx = RequestContext(
+            broker=broker,
+            api_key=api_key,
+            api_version=api_version,
+            correlation_id=correlation_id,
+            client_id=getattr(header, "client_id", None),
+            connection=info,
+            header=header,
+            park=park if timer is None else timer.park,
+        )
+        logged = request_log.isEnabledFor(logging.DEBUG)
+        started = time.perf_counter() if logged else 0.0
         # quota hook: one attribute check while no quota is configured; follower fetches are exempt
         # (replication has quotas of its own in Kafka, never client quotas)
+        quota = broker.quotas.store.enforced and not _is_follower_fetch(broker, api_key, api_version, request)
+        if not quota:
+            response = await handler.handle(ctx, request)
+    finally:
+        if slots is not None:
+            slots.release()
+    if quota:
+        # outside the slot: a throttled request may wait out its delay here
         response = await _handle_within_quotas(ctx, handler, request, writer, frame.nbytes, timer)
     else:
-        response = await handler.handle(ctx, request)
         if timer is not None:
             timer.done_handling()
         if response is not None:
@@ -629,6 +720,14 @@ async def _handle_within_quotas(
     if throttle_ms > 0:
         await trio.sleep(throttle_ms / 1000)  # the muted channel: the next request is not read meanwhile
     return response
+
+
+async def _acquire(slots: trio.Semaphore) -> None:
+    """Take a queued.max.requests slot; the free case costs no trip through the scheduler."""
+    try:
+        slots.acquire_nowait()
+    except trio.WouldBlock:
+        await slots.acquire()
 
 
 def frame_api_key(frame: memoryview) -> int:

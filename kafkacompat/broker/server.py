@@ -20,6 +20,12 @@ once); after a grace period anything still running is cancelled; background task
 log manager shuts down in a worker thread (flush, checkpoints, clean-shutdown marker) so the next start
 skips recovery.
 
+Open files: at start the soft RLIMIT_NOFILE is raised to the hard limit, and connections are capped
+below it (`fd_connection_cap`: the limit minus the files open once the logs are loaded minus a reserve
+of max(512, limit/20) for segment rolls, new partitions and checkpoints), whatever max.connections
+says: a connection flood then waits in the listen backlog instead of making a segment roll fail with
+EMFILE (which would take a log dir offline).
+
 Background work runs on the trio thread for the decisions (which logs are due, which segments expire)
 and in worker threads (`trio.to_thread.run_sync`) for the blocking halves: fsync, writing checkpoint
 files, deleting files. The log objects are only ever mutated on the trio thread.
@@ -81,6 +87,7 @@ class Broker:
         self._slot_freed = trio.Event()  # replaced each time a connection ends
         self._creation_rate = ConnectionRate()  # max.connection.creation.rate
         self._next_connection_id = 0
+        self.fd_connection_cap = INT_MAX  # connections the open-file limit leaves room for (set at start)
         self.cleaner: Any = None  # cleaner_task.LogCleanerTask once running (tests call run_once())
         self.metrics_address: tuple[str, int] | None = None  # the bound metrics.listener, if set
         self._security: dict[str, Any] = {}  # listener name -> security.listeners.ListenerSecurity
@@ -99,6 +106,15 @@ class Broker:
             self.stopped.set()  # nothing was started; waiters must not hang
             raise
         self.state = state
+        self.fd_connection_cap = _fd_connection_cap()
+        # queued.max.requests: requests handled at once, broker-wide (connection.py)
+        state.request_slots = trio.Semaphore(self.config["queued.max.requests"])
+        if self.fd_connection_cap < self.config["max.connections"]:
+            log.warning(
+                "the open-file limit leaves room for %d connections: max.connections (%d) is capped there",
+                self.fd_connection_cap,
+                self.config["max.connections"],
+            )
         # a dynamic change of the connection caps wakes accept loops that wait for a free slot
         state.config_listeners.append(lambda _old, _new: self._wake_accept_loops())
         store = getattr(self, "_zk_store", None)
@@ -339,7 +355,7 @@ class Broker:
     ) -> None:
         async def one(listener: trio.SocketListener) -> None:
             while True:
-                while self._open >= self.live_config["max.connections"]:
+                while self._open >= self._max_connections():
                     # as Kafka: stop accepting (the kernel backlog holds new clients) until one closes
                     await self._slot_freed.wait()
                 rate = self.live_config["max.connection.creation.rate"]
@@ -370,6 +386,9 @@ class Broker:
             for listener in sockets:
                 accept_nursery.start_soon(one, listener)
 
+    def _max_connections(self) -> int:
+        return min(self.live_config["max.connections"], self.fd_connection_cap)
+
     def _apply_buffer_sizes(self, stream: trio.SocketStream) -> None:
         """socket.send/receive.buffer.bytes on an accepted socket, as Kafka sets them (-1: OS default)."""
         for option, name in (
@@ -386,8 +405,8 @@ class Broker:
     def _refusal(self, stream: trio.SocketStream) -> str | None:
         """Why a new connection must be closed at once (connection caps), or None."""
         config = self.live_config
-        if self._open >= config["max.connections"]:  # two listeners raced for the last slot
-            return f"max.connections ({config['max.connections']}) reached"
+        if self._open >= self._max_connections():  # two listeners raced for the last slot
+            return f"max.connections ({self._max_connections()}) reached"
         ip = _peer_ip(stream)
         if self._per_ip.get(ip, 0) >= config["max.connections.per.ip"]:
             return f"max.connections.per.ip ({config['max.connections.per.ip']}) reached for {ip}"
@@ -536,6 +555,24 @@ def _recorded_topic_id(state: Any, topic: str) -> uuid.UUID | None:
     if topic_id is None or topic_id.int == 0 or state.metadata.topic_by_id(topic_id) is not None:
         return None
     return topic_id
+
+
+def _fd_connection_cap() -> int:
+    """Raise the soft open-file limit to the hard one; return how many connections fit under it with a
+    reserve for the logs (see the module docstring). INT_MAX where the limit cannot be read."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard != resource.RLIM_INFINITY and soft < hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        if soft == resource.RLIM_INFINITY:
+            return INT_MAX
+        in_use = len(os.listdir("/proc/self/fd"))
+    except (ImportError, OSError, ValueError):
+        return INT_MAX
+    return max(1, soft - in_use - max(512, soft // 20))
 
 
 def _peer_ip(stream: trio.SocketStream) -> str:

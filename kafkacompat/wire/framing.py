@@ -20,8 +20,12 @@ received plus `_FIRST_LARGE_ALLOCATION`), so a peer that announces a huge frame 
 cannot make the broker reserve the whole announced size; growing copies what is there, amortised
 linear. Small frames share one scratch buffer that receives up to `_SCRATCH_SIZE` bytes per read (many
 pipelined small requests per read) and are copied out, which for a few kilobytes is cheaper than a new
-buffer per request. Every frame is a writable memoryview that nothing else refers to, so the caller may
-patch record batches in place (offset assignment) and keep the frame for as long as it likes.
+buffer per request. A connection waiting for its next request holds no scratch buffer: `release_idle()`
+(called once everything received has been handed out) puts it on a process-wide free list of at most
+`_POOL_SIZE` buffers, and the next `receive_buffer()` takes one from there, so idle connections cost no
+receive memory and busy ones pay no allocation. Every frame is a writable memoryview that nothing else
+refers to, so the caller may patch record batches in place (offset assignment) and keep the frame for as
+long as it likes.
 """
 
 from __future__ import annotations
@@ -48,6 +52,10 @@ _SCRATCH_SIZE = 1 << 16
 _LARGE_FRAME = 1 << 14
 # The first allocation for a large frame (or all of it, if smaller); later growth doubles what arrived.
 _FIRST_LARGE_ALLOCATION = 1 << 20
+# Idle scratch buffers kept for reuse (at most _POOL_SIZE * _SCRATCH_SIZE bytes = 16 MiB); list append
+# and pop are atomic, so FrameBuffers of different threads may share it.
+_POOL_SIZE = 256
+_scratch_pool: list[bytearray] = []
 
 
 class FrameBuffer:
@@ -138,10 +146,24 @@ class FrameBuffer:
         else:
             free = len(self._buf) - self._end
             if free < _SCRATCH_SIZE // 4:
-                self._move_to(bytearray(held + _SCRATCH_SIZE))
+                if held == 0 and _scratch_pool:
+                    self._buf = _scratch_pool.pop()
+                    self._start = self._end = 0
+                else:
+                    self._move_to(bytearray(held + _SCRATCH_SIZE))
             want = len(self._buf) - self._end
         self._lent = want
         return memoryview(self._buf)[self._end : self._end + want]
+
+    def release_idle(self) -> None:
+        """Give the scratch buffer back to the free list if nothing received is still held (an idle
+        connection then holds no receive memory); otherwise do nothing."""
+        if self._end != self._start or self._dedicated or not self._buf:
+            return
+        if len(self._buf) == _SCRATCH_SIZE and len(_scratch_pool) < _POOL_SIZE:
+            _scratch_pool.append(self._buf)
+        self._buf = bytearray()
+        self._start = self._end = 0
 
     def _move_to(self, new: bytearray) -> None:
         held = self._end - self._start

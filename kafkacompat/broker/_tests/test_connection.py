@@ -6,6 +6,7 @@ import logging
 import os
 import socket
 import struct
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -270,17 +271,37 @@ async def test_idle_timer_counts_only_time_spent_waiting_for_bytes(
     for _ in range(5):
         await trio.sleep(0.15)
         assert (await client.call(API_VERSIONS, 3, hello())).error_code == ErrorCode.NONE
-    # the bytes of one request trickling in below the limit count as activity, as they always did:
-    # ApiVersions v0, correlation id 0x63, client id "raw", sent 4 bytes every 0.15 s
-    payload = bytes.fromhex("0012" "0000" "00000063" "0003") + b"raw"
-    framed = struct.pack(">i", len(payload)) + payload
-    for index in range(0, len(framed), 4):
-        await client.send_raw(framed[index : index + 4])
-        await trio.sleep(0.15)
-    correlation_id, response = await client.receive(API_VERSIONS, 0)
-    assert correlation_id == 0x63 and response.error_code == ErrorCode.NONE
     # silence past the limit closes it
     assert await client.is_closed(timeout=5)
+
+
+async def test_a_request_that_never_arrives_whole_is_closed(nursery: trio.Nursery, tmp_path: Path) -> None:
+    """Slow-loris: bytes of an unfinished request do not count as activity; a request must arrive whole
+    within connections.max.idle.ms. One arriving in pieces within the limit is answered."""
+    broker = await start_broker(nursery, tmp_path, "connections.max.idle.ms=1500")
+    # ApiVersions v0, correlation id 0x63, client id "raw"
+    payload = bytes.fromhex("00120000000000630003") + b"raw"
+    framed = struct.pack(">i", len(payload)) + payload
+    client = await RawClient.connect(broker.port)
+    for index in range(0, len(framed), 4):  # 5 pieces, 0.05 s apart: whole well within the limit
+        await client.send_raw(framed[index : index + 4])
+        await trio.sleep(0.05)
+    correlation_id, response = await client.receive(API_VERSIONS, 0)
+    assert correlation_id == 0x63 and response.error_code == ErrorCode.NONE
+    loris = await RawClient.connect(broker.port)
+    started = trio.current_time()
+    closed = False
+    for index in range(len(framed) - 1):  # one byte every 0.4 s: 6.4 s for the request, never finished
+        try:
+            await loris.send_raw(framed[index : index + 1])
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            closed = True
+            break
+        if await loris.is_closed(timeout=0.4):
+            closed = True
+            break
+    assert closed, "a request trickling in for longer than connections.max.idle.ms kept its connection"
+    assert 1.4 <= trio.current_time() - started < 6
 
 
 async def test_shutdown_closes_an_idle_connection_at_once(nursery: trio.Nursery, tmp_path: Path) -> None:
@@ -403,3 +424,76 @@ async def test_handlers_see_the_connections_principal_and_protocol(
     client = await RawClient.connect(broker.port)
     await client.call(METADATA, 12, request(METADATA, topics=None))
     assert seen == [("PLAINTEXT", "PLAINTEXT", "User:ANONYMOUS", None)]
+
+
+async def test_a_client_that_stops_reading_is_closed_and_others_are_unaffected(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """A consumer that never reads its socket: the response write stalls, the connection is closed after
+    connections.max.idle.ms without write progress; a producer on another connection keeps going."""
+    broker = await start_broker(
+        nursery, tmp_path, "connections.max.idle.ms=1000", "socket.send.buffer.bytes=65536"
+    )
+    producer = await RawClient.connect(broker.port)
+    assert (await create(producer, "stall")).error_code == ErrorCode.NONE
+    value = b"v" * (900 * 1024)
+    for _ in range(24):  # ~21 MB: far more than the kernel buffers of one connection hold
+        assert (await produce(producer, "stall", batch(value))).error_code == ErrorCode.NONE
+    reader = await RawClient.connect(broker.port)
+    reader.stream.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+    await reader.send(
+        FETCH, 12, fetch_request("stall", 0, max_wait_ms=0, partition_max_bytes=64 << 20, max_bytes=64 << 20)
+    )
+    started = trio.current_time()
+    while trio.current_time() - started < 2.5:  # the reader reads nothing for longer than the limit
+        # the producer is served as usual meanwhile (and stays within its own idle limit)
+        assert (await produce(producer, "stall", batch(b"x"))).error_code == ErrorCode.NONE
+        await trio.sleep(0.2)
+    # The broker closed it mid-response: reading now yields less than the announced frame, then EOF (a
+    # close cannot be seen earlier without reading: the FIN waits behind the unsent bytes).
+    received = bytearray()
+    with trio.fail_after(10):
+        while True:
+            data = await reader.stream.receive_some(1 << 20)
+            if not data:
+                break
+            received += data
+    (announced,) = struct.unpack_from(">i", received)
+    assert len(received) < 4 + announced, "the stalled response was written whole: the connection was kept"
+    assert (await produce(producer, "stall", batch(b"y"))).error_code == ErrorCode.NONE
+
+
+@pytest.mark.parametrize("slots", [1, 500])
+async def test_queued_max_requests_bounds_requests_handled_at_once(
+    nursery: trio.Nursery, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, slots: int
+) -> None:
+    """queued.max.requests=1: while one produce waits for its (slow) fsync, another connection's request
+    waits for the slot; with the default 500 it is answered at once."""
+    broker = await start_broker(
+        nursery, tmp_path, f"queued.max.requests={slots}", "log.flush.interval.messages=1"
+    )
+    producer = await RawClient.connect(broker.port)
+    assert (await create(producer, "slots")).error_code == ErrorCode.NONE
+    real_fsync = os.fsync
+
+    def slow_fsync(fd: int) -> None:
+        if "/slots-0/" in os.readlink(f"/proc/self/fd/{fd}"):
+            time.sleep(1.0)  # a slow disk (this runs in a worker thread)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", slow_fsync)
+    produced = trio.Event()
+
+    async def produce_slowly() -> None:
+        assert (await produce(producer, "slots", batch(b"v"))).error_code == ErrorCode.NONE
+        produced.set()
+
+    nursery.start_soon(produce_slowly)
+    other = await RawClient.connect(broker.port)
+    await trio.sleep(0.3)  # the produce is in its handler, waiting for the fsync
+    assert not produced.is_set()
+    assert (await other.call(API_VERSIONS, 3, hello())).error_code == ErrorCode.NONE
+    # one slot: the answer had to wait for the produce; 500: it came while the fsync was still running
+    assert produced.is_set() == (slots == 1)
+    with trio.fail_after(10):
+        await produced.wait()
