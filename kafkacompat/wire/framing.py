@@ -146,9 +146,8 @@ class FrameBuffer:
         else:
             free = len(self._buf) - self._end
             if free < _SCRATCH_SIZE // 4:
-                if held == 0 and _scratch_pool:
-                    self._buf = _scratch_pool.pop()
-                    self._start = self._end = 0
+                if _scratch_pool and held <= _SCRATCH_SIZE // 2:
+                    self._move_to(_scratch_pool.pop())
                 else:
                     self._move_to(bytearray(held + _SCRATCH_SIZE))
             want = len(self._buf) - self._end
@@ -156,14 +155,19 @@ class FrameBuffer:
         return memoryview(self._buf)[self._end : self._end + want]
 
     def release_idle(self) -> None:
-        """Give the scratch buffer back to the free list if nothing received is still held (an idle
-        connection then holds no receive memory); otherwise do nothing."""
-        if self._end != self._start or self._dedicated or not self._buf:
+        """Give the scratch buffer back to the free list before waiting for more bytes: an idle
+        connection then holds no receive buffer, and one holding only part of a small frame keeps
+        just those bytes (copied into a buffer of their own). A large frame's own buffer is kept."""
+        if self._dedicated or not self._buf:
             return
-        if len(self._buf) == _SCRATCH_SIZE and len(_scratch_pool) < _POOL_SIZE:
-            _scratch_pool.append(self._buf)
-        self._buf = bytearray()
-        self._start = self._end = 0
+        held = self._end - self._start
+        if held > _LARGE_FRAME:
+            return  # a buffer this full is about to become a large frame's anyway
+        scratch = self._buf
+        self._buf = bytearray(scratch[self._start : self._end]) if held else bytearray()
+        self._start, self._end = 0, held
+        if len(scratch) == _SCRATCH_SIZE and len(_scratch_pool) < _POOL_SIZE:
+            _scratch_pool.append(scratch)
 
     def _move_to(self, new: bytearray) -> None:
         held = self._end - self._start

@@ -1,0 +1,302 @@
+"""Connection floods against a real broker process (docs/RELIABILITY-load.md, "Connections").
+
+Each test starts a broker in a child process, floods it from child processes (compat_tests/conn_flood.py,
+10,000 connections each at most, so that each stays under its open-file limit), and checks:
+
+- the broker's resident memory (VmRSS and the peak VmHWM from /proc/<pid>/status) stays under the
+  stated bound `memory_bound()`, a formula of the configured limits and the connections admitted;
+- connections beyond `max.connections` are not served (they wait in the listen backlog), those beyond
+  `max.connections.per.ip` are closed at once;
+- slow-loris senders and clients that pipeline requests without reading answers are closed after
+  `connections.max.idle.ms`;
+- a real client (kafka-python) produces and consumes meanwhile.
+
+CI runs 2,000 connections; `RELIABILITY_CONNECTIONS=20000` runs the long form (figures in the doc).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from compat_tests.clients import create_topic, kp_consume_all
+from kafkacompat.testing import BrokerProcess
+
+pytestmark = pytest.mark.restarts_broker
+
+CONNECTIONS = int(os.environ.get("RELIABILITY_CONNECTIONS", "2000"))
+PER_FLOOD_PROCESS = 10_000
+
+KIB = 1024
+MIB = 1024 * KIB
+# The bound (see the doc): an idle connection costs its trio task, socket object and state, measured at
+# ~12.5 KiB; the broker keeps at most 256 idle 64 KiB scratch buffers for reuse; a connection in the
+# middle of a read holds one scratch buffer (64 KiB) or its one partial request (<= socket.request.max.bytes).
+PER_IDLE_CONNECTION = 16 * KIB
+SCRATCH_POOL = 256 * 64 * KIB
+SCRATCH = 64 * KIB
+
+
+def memory_bound(base_kib: int, connections: int, *, busy: int = 0, partial_bytes: int = 0) -> int:
+    """Upper bound of the broker's RSS in KiB: base + per-connection state + the scratch free list, plus
+    for `busy` connections one scratch buffer and `partial_bytes` of unfinished request each."""
+    total = base_kib * KIB + connections * PER_IDLE_CONNECTION + SCRATCH_POOL
+    total += busy * (SCRATCH + partial_bytes)
+    return total // KIB
+
+
+def open_fds(process: subprocess.Popen[bytes] | None) -> int:
+    """Files the broker process holds open (its connections among them)."""
+    assert process is not None
+    return len(os.listdir(f"/proc/{process.pid}/fd"))
+
+
+def rss_kib(process: subprocess.Popen[bytes] | None) -> dict[str, int]:
+    assert process is not None
+    with open(f"/proc/{process.pid}/status") as f:
+        fields = dict(line.split(":", 1) for line in f if ":" in line)
+    return {key: int(fields[key].split()[0]) for key in ("VmRSS", "VmHWM")}
+
+
+class Flood:
+    """COUNT connections from child processes; `report()` sums what they saw."""
+
+    def __init__(self, port: int, count: int, mode: str, settle: float) -> None:
+        self.processes = []
+        for start in range(0, count, PER_FLOOD_PROCESS):
+            self.processes.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "compat_tests.conn_flood",
+                        str(port),
+                        str(min(PER_FLOOD_PROCESS, count - start)),
+                        mode,
+                        "--settle",
+                        str(settle),
+                        "--watch",
+                    ],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                    cwd=Path(__file__).resolve().parent.parent,
+                )
+            )
+        self.last: list[dict[str, int]] = [{} for _ in self.processes]
+
+    def report(self) -> dict[str, int]:
+        """The latest line of every child (the first call waits for each child's settled report)."""
+        for index, process in enumerate(self.processes):
+            assert process.stdout is not None
+            line = process.stdout.readline()
+            assert line, f"flood process exited: {process.poll()}"
+            self.last[index] = json.loads(line)
+        total: dict[str, int] = {}
+        for report in self.last:
+            for key, value in report.items():
+                total[key] = total.get(key, 0) + value
+        return total
+
+    def close(self) -> None:
+        for process in self.processes:
+            if process.stdin is not None:
+                process.stdin.close()
+        for process in self.processes:
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+@pytest.fixture
+def start_broker(tmp_path: Path) -> Iterator[Any]:
+    brokers: list[BrokerProcess] = []
+
+    def start(*overrides: str) -> BrokerProcess:
+        broker = BrokerProcess(
+            tmp_path / f"b{len(brokers)}", ["socket.listen.backlog.size=4096", *overrides]
+        ).start()
+        brokers.append(broker)
+        return broker
+
+    yield start
+    for broker in brokers:
+        broker.stop()
+
+
+def _client_round_trip(bootstrap: str, topic: str, count: int = 20) -> float:
+    """Produce `count` records with kafka-python (acks=all) and read them back; returns the seconds."""
+    from kafka import KafkaProducer
+
+    started = time.monotonic()
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", request_timeout_ms=20000)
+    try:
+        offsets = [producer.send(topic, value=f"r{i}".encode()).get(30).offset for i in range(count)]
+    finally:
+        producer.close(5)
+    records = kp_consume_all(bootstrap, topic, 0, count, start=offsets[0], timeout=30)
+    assert [r.value for r in records] == [f"r{i}".encode() for i in range(count)]
+    return time.monotonic() - started
+
+
+def _record(name: str, **figures: Any) -> None:
+    """Figures for the doc: printed (pytest -s) and appended to $RELIABILITY_FIGURES if set."""
+    line = json.dumps({"test": name, "connections": CONNECTIONS, **figures})
+    print(line)
+    path = os.environ.get("RELIABILITY_FIGURES")
+    if path:
+        with open(path, "a") as f:
+            f.write(line + "\n")
+
+
+def test_flood_without_limits(start_broker: Any) -> None:
+    broker = start_broker()
+    create_topic(broker.bootstrap, "alongside")
+    base = rss_kib(broker.process)["VmRSS"]
+    flood = Flood(broker.port, CONNECTIONS, "hello", settle=120)
+    try:
+        report = flood.report()
+        # the broker admits up to its open-file cap; above it, connections wait in the backlog
+        admitted = report["answered"]
+        assert report["closed_unanswered"] == 0
+        assert admitted >= min(CONNECTIONS, 2000)
+        assert admitted == CONNECTIONS or CONNECTIONS > 15000, report
+        during = _client_round_trip(broker.bootstrap, "alongside")
+        memory = rss_kib(broker.process)
+        bound = memory_bound(base, admitted)
+        _record(
+            "flood_without_limits", base_kib=base, bound_kib=bound, client_seconds=during, **memory, **report
+        )
+        assert memory["VmHWM"] <= bound, (memory, bound)
+    finally:
+        flood.close()
+    assert _client_round_trip(broker.bootstrap, "alongside") < 30
+
+
+def test_flood_with_max_connections(start_broker: Any) -> None:
+    limit = CONNECTIONS // 2
+    broker = start_broker(f"max.connections={limit}")
+    base = rss_kib(broker.process)["VmRSS"]
+    flood = Flood(broker.port, CONNECTIONS, "hello", settle=15)
+    try:
+        report = flood.report()
+        # as Kafka: at the limit the broker stops accepting; the rest wait (backlog), unserved
+        assert report["answered"] == limit, report
+        assert report["closed_unanswered"] == 0
+        memory = rss_kib(broker.process)
+        bound = memory_bound(base, limit)
+        _record("flood_max_connections", limit=limit, base_kib=base, bound_kib=bound, **memory, **report)
+        assert memory["VmHWM"] <= bound, (memory, bound)
+    finally:
+        flood.close()
+    # slots free up again once the flood is gone
+    create_topic(broker.bootstrap, "after-flood")
+    assert _client_round_trip(broker.bootstrap, "after-flood") < 30
+
+
+def test_flood_with_max_connections_per_ip(start_broker: Any) -> None:
+    limit = CONNECTIONS // 2
+    broker = start_broker(f"max.connections.per.ip={limit}")
+    base = rss_kib(broker.process)["VmRSS"]
+    flood = Flood(broker.port, CONNECTIONS, "hello", settle=60)
+    try:
+        report = flood.report()
+        assert report["answered"] == limit, report
+        assert report["closed_unanswered"] == CONNECTIONS - limit  # refused at once, as Kafka closes them
+        memory = rss_kib(broker.process)
+        bound = memory_bound(base, limit)
+        _record(
+            "flood_max_connections_per_ip", limit=limit, base_kib=base, bound_kib=bound, **memory, **report
+        )
+        assert memory["VmHWM"] <= bound, (memory, bound)
+    finally:
+        flood.close()
+
+
+def test_slow_loris_senders_are_closed(start_broker: Any) -> None:
+    idle_ms = 3000
+    broker = start_broker(f"connections.max.idle.ms={idle_ms}")
+    create_topic(broker.bootstrap, "alongside")
+    base = rss_kib(broker.process)["VmRSS"]
+    started = time.monotonic()
+    flood = Flood(broker.port, CONNECTIONS, "loris", settle=1)
+    try:
+        report = flood.report()
+        assert report["connected"] == CONNECTIONS
+        during = _client_round_trip(broker.bootstrap, "alongside")  # served while the lorises trickle
+        deadline = started + 60 + CONNECTIONS / 500
+        while report["closed_by_broker"] < CONNECTIONS and time.monotonic() < deadline:
+            report = flood.report()  # one line per second per child
+        elapsed = time.monotonic() - started
+        memory = rss_kib(broker.process)
+        # each loris holds a partial request of a few bytes: no scratch buffer (read without a yield)
+        bound = memory_bound(base, CONNECTIONS, partial_bytes=0)
+        _record(
+            "slow_loris",
+            idle_ms=idle_ms,
+            all_closed_after_s=round(elapsed, 1),
+            client_seconds=during,
+            base_kib=base,
+            bound_kib=bound,
+            **memory,
+            **report,
+        )
+        assert report["closed_by_broker"] == CONNECTIONS, report
+        assert elapsed >= idle_ms / 1000
+        assert memory["VmHWM"] <= bound, (memory, bound)
+    finally:
+        flood.close()
+
+
+def test_pipelining_clients_that_never_read(start_broker: Any) -> None:
+    idle_ms = 3000
+    count = max(100, CONNECTIONS // 10)
+    broker = start_broker(f"connections.max.idle.ms={idle_ms}")
+    create_topic(broker.bootstrap, "alongside")
+    base = rss_kib(broker.process)["VmRSS"]
+    base_fds = open_fds(broker.process)
+    started = time.monotonic()
+    flood = Flood(broker.port, count, "pipeline", settle=2)
+    try:
+        report = flood.report()
+        during = _client_round_trip(broker.bootstrap, "alongside")
+        memory = rss_kib(broker.process)
+        # each such connection: one scratch buffer of pipelined requests and one response being written
+        bound = memory_bound(base, count, busy=count)
+        held = open_fds(broker.process) - base_fds
+        assert held >= count * 0.9, held  # the flood's connections are there, stalled
+        # The broker closes them; the clients cannot see it without reading (the FIN waits behind the
+        # unread responses), so the broker's own open files tell.
+        deadline = started + 60 + count / 100
+        while open_fds(broker.process) > base_fds and time.monotonic() < deadline:
+            time.sleep(0.5)
+        elapsed = time.monotonic() - started
+        remaining = open_fds(broker.process) - base_fds
+        _record(
+            "pipeline_never_read",
+            clients=count,
+            requests_each=2000,
+            held_at_peak=held,
+            idle_ms=idle_ms,
+            all_closed_after_s=round(elapsed, 1),
+            client_seconds=during,
+            base_kib=base,
+            bound_kib=bound,
+            **memory,
+            **report,
+        )
+        assert memory["VmHWM"] <= bound, (memory, bound)
+        assert remaining <= 0, f"{remaining} stalled connections still open"
+        assert elapsed >= idle_ms / 1000
+    finally:
+        flood.close()
