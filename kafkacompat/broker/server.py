@@ -109,11 +109,13 @@ class Broker:
         self.fd_connection_cap = _fd_connection_cap()
         # queued.max.requests: requests handled at once, broker-wide (connection.py)
         state.request_slots = trio.Semaphore(self.config["queued.max.requests"])
-        if self.fd_connection_cap < self.config["max.connections"]:
-            log.warning(
+        configured = self.config["max.connections"]
+        if self.fd_connection_cap < configured:
+            # worth a warning only when max.connections was set and cannot be honoured
+            (log.info if configured == INT_MAX else log.warning)(
                 "the open-file limit leaves room for %d connections: max.connections (%d) is capped there",
                 self.fd_connection_cap,
-                self.config["max.connections"],
+                configured,
             )
         # a dynamic change of the connection caps wakes accept loops that wait for a free slot
         state.config_listeners.append(lambda _old, _new: self._wake_accept_loops())
@@ -379,8 +381,12 @@ class Broker:
                     continue
                 self._creation_rate.record(time.monotonic())
                 self._apply_buffer_sizes(stream)
+                # counted now, not when the connection's task starts: the next accept, possibly before
+                # that task runs, must see this one (a burst admitted one too many otherwise)
                 self._open += 1
-                nursery.start_soon(self._serve, name, stream)
+                ip = _peer_ip(stream)
+                self._per_ip[ip] = self._per_ip.get(ip, 0) + 1
+                nursery.start_soon(self._serve, name, stream, ip)
 
         async with trio.open_nursery() as accept_nursery:
             for listener in sockets:
@@ -412,14 +418,12 @@ class Broker:
             return f"max.connections.per.ip ({config['max.connections.per.ip']}) reached for {ip}"
         return None
 
-    async def _serve(self, name: str, stream: trio.SocketStream) -> None:
+    async def _serve(self, name: str, stream: trio.SocketStream, ip: str) -> None:
         from kafkacompat.broker.connection import Connection
 
         self._next_connection_id += 1
         connection = Connection(self.state, stream, name, self._next_connection_id, self._security.get(name))
-        ip = _peer_ip(stream)
         self._connections.add(connection)
-        self._per_ip[ip] = self._per_ip.get(ip, 0) + 1
         try:
             await connection.run()
         finally:

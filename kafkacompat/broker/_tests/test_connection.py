@@ -497,3 +497,29 @@ async def test_queued_max_requests_bounds_requests_handled_at_once(
     assert produced.is_set() == (slots == 1)
     with trio.fail_after(10):
         await produced.wait()
+
+
+async def test_max_connections_per_ip_holds_for_a_burst(nursery: trio.Nursery, tmp_path: Path) -> None:
+    """Connections that arrive together (all in the accept backlog at once) are counted as they are
+    accepted: exactly max.connections.per.ip of them are served. They used to be counted when their
+    task started, and trio may run the next accept first (it shuffles each batch of runnable tasks):
+    about one burst in two then got one connection more. Eight bursts make a miss all but certain."""
+    for burst in range(8):
+        broker = await start_broker(nursery, tmp_path / str(burst), "max.connections.per.ip=5")
+        # plain blocking connects: the kernel completes them from the backlog before any accept
+        sockets = [socket.create_connection(("127.0.0.1", broker.port)) for _ in range(12)]
+        clients = [RawClient(trio.SocketStream(trio.socket.from_stdlib_socket(s))) for s in sockets]
+        served = 0
+        for client in clients:
+            try:
+                await client.send(API_VERSIONS, 3, hello())
+                await client.receive(API_VERSIONS, 3, timeout=2)
+                served += 1
+            except (AssertionError, trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError):
+                pass
+        assert served == 5, f"burst {burst}: {served} connections served"
+        for client in clients:
+            await client.aclose()
+        broker.request_shutdown()
+        with trio.fail_after(15):
+            await broker.stopped.wait()
