@@ -4,8 +4,8 @@
 and then, by MODE:
 
 - `hello`: sends one ApiVersions v0 request on each and reads the answer;
-- `loris`: sends the first half of an ApiVersions request on each and then one more byte every second
-  (a slow-loris sender: a request that never completes in time);
+- `loris`: announces a 1 MiB request on each, sends its first bytes and then one more byte every second
+  (a slow-loris sender, the worst kind for memory: a request that never completes in time);
 - `pipeline`: sends PIPELINE ApiVersions requests back to back on each without reading any answer.
 
 It prints one JSON line with what happened (`connected`, `answered`, `closed_by_broker`, `pending`) once
@@ -87,7 +87,7 @@ class Flood:
             if self.mode == "hello":
                 sock.send(request)
             elif self.mode == "loris":
-                sock.send(request[: len(request) // 2])
+                sock.send(struct.pack(">i", 1 << 20) + request[4:])
             else:
                 sock.send(b"".join(api_versions_v0(index * PIPELINE + i) for i in range(PIPELINE)))
         except BlockingIOError:

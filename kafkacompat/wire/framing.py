@@ -16,7 +16,8 @@ Cost model: a large frame (a produce request of a megabyte) is received straight
 its own, sized to the frame: `receive_buffer()` lends exactly the bytes the frame still lacks, so the
 socket never delivers the next request into it, and `next_frame()` hands that bytearray out as the
 frame without copying anything. Its allocation grows with what has arrived (at most twice what has been
-received plus `_FIRST_LARGE_ALLOCATION`), so a peer that announces a huge frame and sends little
+received plus `_FIRST_LARGE_ALLOCATION`, or plus `_SCRATCH_SIZE` while less than half a scratch buffer
+of it has arrived), so a peer that announces a huge frame and sends little
 cannot make the broker reserve the whole announced size; growing copies what is there, amortised
 linear. Small frames share one scratch buffer that receives up to `_SCRATCH_SIZE` bytes per read (many
 pipelined small requests per read) and are copied out, which for a few kilobytes is cheaper than a new
@@ -137,8 +138,10 @@ class FrameBuffer:
             free = len(self._buf) - self._end
             if not self._dedicated or free == 0:
                 # a buffer of the frame's own, grown with what has arrived, not with what the prefix
-                # announces
-                want = min(want, max(_FIRST_LARGE_ALLOCATION, held))
+                # announces; a frame whose first read brought little (a slow or hostile sender) starts
+                # at a scratch buffer's size, not at 1 MiB
+                fast = not self._dedicated and held >= _SCRATCH_SIZE // 2
+                want = min(want, max(_FIRST_LARGE_ALLOCATION if fast else _SCRATCH_SIZE, held))
                 self._move_to(bytearray(held + want))
                 self._dedicated = True
             else:

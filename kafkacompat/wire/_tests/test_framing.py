@@ -259,13 +259,14 @@ def test_large_frame_is_received_in_place_and_never_reads_into_the_next_request(
     stream = frame(big) + frame(b"next request")
     fb = FrameBuffer()
     prefix = fb.receive_buffer()
-    prefix[:4] = stream[:4]
-    fb.commit(4)
+    first_read = 40_000  # what a first read of a fast sender brings (a slow one: see below)
+    prefix[:first_read] = stream[:first_read]
+    fb.commit(first_read)
     target = fb.receive_buffer()
     # exactly the rest of the frame: a read cannot swallow the start of the next request
-    assert target.nbytes == len(big)
-    target[:] = stream[4 : 4 + len(big)]
-    fb.commit(len(big))
+    assert target.nbytes == len(big) + 4 - first_read
+    target[:] = stream[first_read : 4 + len(big)]
+    fb.commit(target.nbytes)
     got = fb.next_frame()
     assert got is not None
     assert got.obj is target.obj  # handed out without a copy
@@ -275,6 +276,18 @@ def test_large_frame_is_received_in_place_and_never_reads_into_the_next_request(
     rest[: len(stream) - 4 - len(big)] = stream[4 + len(big) :]
     fb.commit(len(stream) - 4 - len(big))
     assert drain(fb) == [b"next request"]
+
+
+def test_a_trickling_large_frame_grows_from_a_small_buffer():
+    """A sender that announces a large frame and sends little (slow-loris) gets a 64 KiB buffer, not
+    1 MiB; the buffer then doubles with what arrives."""
+    fb = FrameBuffer()
+    fb.receive_data(struct.pack(">i", 1 << 20) + b"abc")
+    target = fb.receive_buffer()
+    assert target.nbytes <= 1 << 16
+    target[:] = b"x" * target.nbytes
+    fb.commit(target.nbytes)
+    assert fb.receive_buffer().nbytes >= 1 << 16  # a fast sender from here on gets room at once
 
 
 def test_announced_huge_frame_does_not_reserve_its_whole_size():
