@@ -209,9 +209,11 @@ def test_flood_with_max_connections(start_broker: Any) -> None:
     flood = Flood(broker.port, CONNECTIONS, "hello", settle=15)
     try:
         report = flood.report()
-        # as Kafka: at the limit the broker stops accepting; the rest wait (backlog), unserved
+        # as Kafka: at the limit the broker stops accepting; the rest wait in the kernel's queues,
+        # unserved (past what those queues hold, the kernel itself may drop or reset them)
         assert report["answered"] == limit, report
-        assert report["closed_unanswered"] == 0
+        assert report["pending"] + report["closed_unanswered"] == CONNECTIONS - limit
+        assert report["closed_unanswered"] == 0 or CONNECTIONS - limit > 4096
         memory = rss_kib(broker.process)
         bound = memory_bound(base, limit)
         _record("flood_max_connections", limit=limit, base_kib=base, bound_kib=bound, **memory, **report)
@@ -336,8 +338,8 @@ def test_flood_beyond_the_open_file_cap(start_broker: Any) -> None:
     flood = Flood(broker.port, CONNECTIONS, "hello", settle=30)
     try:
         report = flood.report()
-        assert report["answered"] == cap, report
-        assert report["closed_unanswered"] == 0
+        assert report["answered"] == cap, report  # never more, and every admitted one served
+        assert report["pending"] + report["closed_unanswered"] == CONNECTIONS - cap
         memory = rss_kib(broker.process)
         bound = memory_bound(base, cap)
         _record("flood_beyond_fd_cap", fd_cap=cap, base_kib=base, bound_kib=bound, **memory, **report)

@@ -60,7 +60,7 @@ from kafkacompat.log.config import LogConfig
 from kafkacompat.log.file_slice import FileSlice
 from kafkacompat.log.index import IndexCorrupt
 from kafkacompat.log.leader_epoch import LeaderEpochCache
-from kafkacompat.log.producer_state import ProducerStateManager
+from kafkacompat.log.producer_state import ProducerStateManager, snapshot_offsets
 from kafkacompat.log.segment import DELETED_SUFFIX, INT32_MAX, LogSegment
 from kafkacompat.log.txn_index import AbortedTxn
 from kafkacompat.log.validator import assign_offsets, recompress_if_needed, validate_records
@@ -295,7 +295,7 @@ class PartitionLog:
         if epochs_damaged:
             report.damage.append("leader-epoch-checkpoint unreadable, rebuilt from the batches")
         self.leader_epochs.truncate_from_end(leo)
-        self._rebuild_producer_state(rebuild_epochs=epochs_damaged)
+        self._rebuild_producer_state(rebuild_epochs=epochs_damaged, refill_window=not clean)
         self.leader_epochs.truncate_from_start(self.log_start_offset)
         if report.damage:
             log.warning("log %s was damaged and repaired: %s", self.name, "; ".join(report.damage))
@@ -307,11 +307,23 @@ class PartitionLog:
             )
         return report
 
-    def _rebuild_producer_state(self, *, rebuild_epochs: bool = False) -> None:
-        """Newest snapshot at or below the log end, then replay of the batch headers after it."""
+    def _rebuild_producer_state(self, *, rebuild_epochs: bool = False, refill_window: bool = False) -> None:
+        """Newest snapshot at or below the log end, then replay of the batch headers after it.
+
+        `refill_window` (recovery after a crash): start from the snapshot before the newest one. A
+        snapshot keeps only each producer's last batch, but a producer whose requests were written and
+        not answered before the crash retries up to five of them; those written before the newest
+        snapshot (taken at a segment roll) must be recognised as duplicates, not refused as out of
+        order (which makes librdkafka bump its epoch and write them again). Replaying one more segment
+        puts them back into the five-batch window."""
         leo = self.log_end_offset
         self.producer_state.delete_snapshots(above=leo)
-        start = None if rebuild_epochs else self.producer_state.load_latest_snapshot(leo)
+        limit = leo
+        if refill_window:
+            older = sorted(o for o in snapshot_offsets(self.directory) if o <= leo)
+            if older:
+                limit = older[-2] if len(older) >= 2 else older[0] - 1  # none older: from the log start
+        start = None if rebuild_epochs else self.producer_state.load_latest_snapshot(limit)
         if rebuild_epochs:
             self.producer_state.clear()
         replay_from = self.log_start_offset if start is None else start

@@ -16,6 +16,7 @@ from kafkacompat.log._tests.helpers import (
     segment_logs,
 )
 from kafkacompat.log.file_slice import FileSlice
+from kafkacompat.log.partition_log import PartitionLog
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 NOW = 1_700_000_100_000
@@ -462,3 +463,24 @@ def test_roll_when_offsets_would_overflow_the_relative_index(make_log):
     assert result.base_offset == far
     assert [s.base_offset for s in follower.segments] == [0, far]
     assert follower.read(far, 100).first_offset == far
+
+
+def test_after_a_crash_retries_from_before_the_last_roll_are_duplicates(make_log):
+    """An idempotent producer had five requests written but unanswered when the broker died; a roll
+    (and its snapshot, which keeps only each producer's last batch) came between them. After recovery
+    every retry is a duplicate answered with its original offsets, none is refused out of order (which
+    made librdkafka bump its epoch and write them again: duplicates found by the crash-loop test)."""
+    pl = make_log({"segment.bytes": "1200"})
+    batches = [make_batch([b"x" * 500], producer_id=9, producer_epoch=0, base_sequence=s) for s in range(6)]
+    offsets = [pl.append_as_leader(bytearray(b), 0, NOW).base_offset for b in batches]
+    assert len(pl.segments) >= 3  # rolls (and snapshots) between the batches
+    directory, config = pl.directory, pl.config
+    pl.close(clean=False)  # SIGKILL: no snapshot at the log end
+    recovered = PartitionLog(directory, "t", 0, config, clean_shutdown=False, sync=False)
+    try:
+        for sequence in range(1, 6):  # the five in flight
+            result = recovered.append_as_leader(bytearray(batches[sequence]), 0, NOW)
+            assert result.duplicate and result.base_offset == offsets[sequence], sequence
+        assert recovered.log_end_offset == 6
+    finally:
+        recovered.close(clean=False)
