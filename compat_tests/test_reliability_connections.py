@@ -1,4 +1,4 @@
-"""Connection floods against a real broker process (docs/RELIABILITY-load.md, "Connections").
+"""Connection floods against a real broker process (docs/RELIABILITY.md, "Connections").
 
 Each test starts a broker in a child process, floods it from child processes (compat_tests/conn_flood.py,
 10,000 connections each at most, so that each stays under its open-file limit), and checks:

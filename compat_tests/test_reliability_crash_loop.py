@@ -1,4 +1,4 @@
-"""Crash loop: SIGKILL the broker at random moments under load (docs/RELIABILITY-load.md, "Crash loop").
+"""Crash loop: SIGKILL the broker at random moments under load (docs/RELIABILITY.md, "Crash loop").
 
 Two clients write all the time: confluent-kafka (librdkafka) idempotent with acks=all, and kafka-python
 with acks=1 (retries=0, one request in flight, so nothing it sends is ever written twice). A third

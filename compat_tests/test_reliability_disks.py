@@ -1,4 +1,4 @@
-"""Disk failures with a real broker process and real clients (docs/RELIABILITY-load.md, "Disks").
+"""Disk failures with a real broker process and real clients (docs/RELIABILITY.md, "Disks").
 
 Two log dirs: a normal one and a small tmpfs (root only: `mount -t tmpfs`; skipped where mounting is not
 permitted). Producing into a partition on the tmpfs until ENOSPC must take that log dir offline, as
