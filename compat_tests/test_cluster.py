@@ -23,7 +23,7 @@ import pytest
 pytestmark = pytest.mark.restarts_broker
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
-from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from kafkacompat.testing import LocalCluster  # noqa: E402
@@ -61,7 +61,13 @@ def partition_state(cluster: LocalCluster, topic: str, partition: int = 0) -> An
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
 
     def known() -> Any:
-        return admin.list_topics(topic, timeout=10).topics[topic].partitions.get(partition)
+        try:
+            return admin.list_topics(topic, timeout=10).topics[topic].partitions.get(partition)
+        except KafkaException as error:
+            # a bootstrap broker this test just killed fails the request it was asked; ask again
+            if error.args[0].code() != KafkaError._TRANSPORT:
+                raise
+            return None
 
     return wait_until(known, 30, f"{topic}-{partition} in the metadata")
 
