@@ -460,3 +460,67 @@ def test_partition_reassignment_copies_the_data_before_dropping_old_replicas(
     ]
     old_dir = cluster.brokers[origin].data_dir / f"{name}-0"
     wait_until(lambda: not old_dir.exists(), 30, "the old replica's log to go")
+
+
+def test_metrics_report_the_cluster_health(tmp_path: Any) -> None:
+    """UnderReplicatedPartitions on the leader, OfflinePartitionsCount and ActiveControllerCount on the
+    controller, as a Kafka cluster reports them, read from each broker's Prometheus endpoint."""
+    import socket
+    import urllib.request
+
+    parser = pytest.importorskip("prometheus_client.parser", reason="prometheus-client not installed")
+    from kafkacompat.replication.zk_server import ZooKeeperUnavailable
+
+    try:
+        cluster = LocalCluster(tmp_path / "cluster")
+    except ZooKeeperUnavailable as exc:
+        pytest.skip(f"cluster mode needs ZooKeeper: {exc}")
+    urls: dict[int, str] = {}
+    for broker_id, broker in cluster.brokers.items():
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        broker.overrides.append(f"metrics.listener=http://127.0.0.1:{port}")
+        urls[broker_id] = f"http://127.0.0.1:{port}/metrics"
+
+    def health(broker_id: int) -> dict[str, float]:
+        with urllib.request.urlopen(urls[broker_id], timeout=10) as answer:
+            text = answer.read().decode()
+        wanted = {
+            "kafka_server_replicamanager_under_replicated_partitions",
+            "kafka_controller_kafkacontroller_offline_partitions_count",
+            "kafka_controller_kafkacontroller_active_controller_count",
+            "kafka_server_replicamanager_leader_count",
+        }
+        return {
+            family.name: family.samples[0].value
+            for family in parser.text_string_to_metric_families(text)
+            if family.name in wanted
+        }
+
+    with cluster:
+        topic = create_replicated_topic(cluster, partitions=2)
+        wait_until(
+            lambda: sum(health(b)["kafka_controller_kafkacontroller_active_controller_count"] for b in urls)
+            == 1,
+            30,
+            "one active controller",
+        )
+        assert all(health(b)["kafka_server_replicamanager_under_replicated_partitions"] == 0 for b in urls)
+        leader = partition_state(cluster, topic).leader
+        controller = next(
+            b for b in urls if health(b)["kafka_controller_kafkacontroller_active_controller_count"] == 1
+        )
+        victim = next(b for b in urls if b not in (leader, controller))
+        cluster.kill(victim)
+        # once the victim's session ends it leaves the ISR, and every partition it held is under-replicated
+        # on its leader
+        wait_until(
+            lambda: len(partition_state(cluster, topic).isrs) == 2, 60, "the killed broker out of the ISR"
+        )
+        wait_until(
+            lambda: health(leader)["kafka_server_replicamanager_under_replicated_partitions"] >= 1,
+            30,
+            "an under-replicated partition on the leader",
+        )
+        assert health(controller)["kafka_controller_kafkacontroller_offline_partitions_count"] == 0
