@@ -121,7 +121,7 @@ class GroupConfig:
 
 
 def _java_length(s: str) -> int:
-    return len(s.encode("utf-16-le")) // 2
+    return len(s.encode("utf-16-le", "surrogatepass")) // 2  # lone surrogates: escaped non-UTF-8 bytes
 
 
 class GroupCoordinatorCore:

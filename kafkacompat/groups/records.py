@@ -69,7 +69,9 @@ _I64 = struct.Struct(">q")
 
 def java_string_hash(s: str) -> int:
     """Java's String.hashCode: s[0]*31^(n-1) + ... + s[n-1] over UTF-16 code units, as a signed int32."""
-    units = s.encode("utf-16-be")
+    # surrogatepass: a group id with bytes that are not UTF-8 arrives with them escaped as lone surrogates
+    # (the wire codec decodes with surrogateescape); they hash as the UTF-16 units they are, never raise
+    units = s.encode("utf-16-be", "surrogatepass")
     h = 0
     for i in range(0, len(units), 2):
         h = (31 * h + ((units[i] << 8) | units[i + 1])) & 0xFFFFFFFF
@@ -164,7 +166,8 @@ class _Writer:
         if s is None:
             self._length(None)
             return
-        data = s.encode("utf-8")
+        # surrogateescape, like the wire codec: an id whose bytes are not UTF-8 is stored as those bytes
+        data = s.encode("utf-8", "surrogateescape")
         if not self.compact and len(data) > 0x7FFF:
             raise ValueError("string longer than 32767 bytes")
         self._length(len(data))
@@ -247,7 +250,7 @@ class _Reader:
         if n is None:
             return None
         try:
-            return str(self._take(n), "utf-8")
+            return str(self._take(n), "utf-8", "surrogateescape")
         except UnicodeDecodeError as exc:
             raise self._fail("invalid UTF-8") from exc
 

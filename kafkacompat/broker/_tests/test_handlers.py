@@ -286,7 +286,7 @@ async def test_create_topics_validation(nursery: trio.Nursery, tmp_path: Path) -
     assert (await create(client, "ok", partitions=2)).num_partitions == 2
     assert (await create(client, "ok")).error_code == ErrorCode.TOPIC_ALREADY_EXISTS
     assert (await create(client, "zero", num_partitions=0)).error_code == ErrorCode.INVALID_PARTITIONS
-    assert (await create(client, "huge", num_partitions=2**31 - 1)).error_code == ErrorCode.INVALID_PARTITIONS
+    assert (await create(client, "huge", num_partitions=2**31 - 1)).error_code == ErrorCode.POLICY_VIOLATION
     assert (
         await create(client, "rf", replication_factor=3)
     ).error_code == ErrorCode.INVALID_REPLICATION_FACTOR

@@ -8,7 +8,10 @@ TOPIC_ALREADY_EXISTS; explicit assignments together with a partition count or re
 INVALID_REQUEST; partition count 0 or below -1 -> INVALID_PARTITIONS; replication factor 0 or below -1
 -> INVALID_REPLICATION_FACTOR, above 1 -> INVALID_REPLICATION_FACTOR (one broker); an assignment naming
 another broker or more than one replica -> INVALID_REPLICA_ASSIGNMENT; bad or unknown configs ->
-INVALID_CONFIG. -1 means the broker default (`num.partitions`, `default.replication.factor`).
+INVALID_CONFIG. A request whose topics add up to more than 10,000 partitions -> POLICY_VIOLATION for
+every topic ("Excessively large number of partitions per request.", Kafka 3.9's controller limit, so a
+CreateTopics with 100,000 partitions never starts making directories). -1 means the broker default
+(`num.partitions`, `default.replication.factor`).
 `validate_only` (v1+) runs every check and creates nothing. v5+ answers carry the partition count,
 replication factor and the topic's full config list with sources; v7 the topic id (zero when only
 validated).
@@ -34,8 +37,23 @@ API_KEY = 19
 MIN_VERSION = 0
 MAX_VERSION = 7
 
+# Kafka's controller (KAFKA-17870) refuses a request that would create more partitions than this in all
+MAX_PARTITIONS_PER_REQUEST = 10_000
+
 Result = CreateTopicsResponse.CreatableTopicResult
 ResultConfig = CreateTopicsResponse.CreatableTopicConfigs
+
+def _requested_partitions(broker: BrokerState, topics: Any) -> int:
+    """Partitions the whole request asks for (-1 counts as `num.partitions`), as Kafka's controller counts."""
+    total = 0
+    for wanted in topics:
+        if wanted.assignments:
+            total += len(wanted.assignments)
+        elif wanted.num_partitions == -1:
+            total += broker.config["num.partitions"]
+        elif wanted.num_partitions > 0:
+            total += wanted.num_partitions
+    return total
 
 
 async def handle(ctx: RequestContext, request: Any) -> CreateTopicsResponse:
@@ -43,9 +61,17 @@ async def handle(ctx: RequestContext, request: Any) -> CreateTopicsResponse:
     version = ctx.api_version
     validate_only = bool(getattr(request, "validate_only", False)) and version >= 1
     counts = Counter(topic.name for topic in request.topics)
+    too_many = _requested_partitions(broker, request.topics) > MAX_PARTITIONS_PER_REQUEST
     results = []
     for wanted in request.topics:
         result = Result(name=wanted.name, error_code=ErrorCode.NONE)
+        if too_many:
+            result.error_code = ErrorCode.POLICY_VIOLATION
+            result.error_message = "Excessively large number of partitions per request."
+            result.num_partitions = result.replication_factor = -1
+            result.configs = None if version >= 5 else []
+            results.append(result)
+            continue
         if counts[wanted.name] > 1:
             result.error_code = ErrorCode.INVALID_REQUEST
             result.error_message = "Create topics request from client contains duplicate topic"

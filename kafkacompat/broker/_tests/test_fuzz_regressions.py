@@ -1,0 +1,146 @@
+"""Regressions found by the live fuzzer (kafkacompat/fuzzer.py, tools/fuzz.py): each test replays the
+kind of frame that made the broker log a traceback or die, and checks that it is answered or refused
+with Kafka's error code and that the broker keeps serving (and restarts) afterwards.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from kafkacompat.broker._tests.wire_client import RawClient, request, start_broker
+from kafkacompat.wire.errors import ErrorCode as E
+
+JOIN_GROUP, LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS, DELETE_GROUPS, FIND_COORDINATOR = 11, 13, 14, 15, 42, 10
+FAST = ("group.initial.rebalance.delay.ms=0", "offsets.topic.num.partitions=3")
+# The wire codec decodes strings with surrogateescape: bytes that are not UTF-8 arrive as lone surrogates.
+NOT_UTF8_GROUP = b"g\xff\xfe-\xc3".decode("utf-8", "surrogateescape")
+
+
+def _errors(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def _join(group: str) -> Any:
+    protocol = request(JOIN_GROUP).JoinGroupRequestProtocol(
+        name="range", metadata=b"\x00\x00\x00\x00\x00\x00"
+    )
+    return request(
+        JOIN_GROUP,
+        group_id=group,
+        session_timeout_ms=10_000,
+        rebalance_timeout_ms=100,
+        member_id="",
+        protocol_type="consumer",
+        protocols=[protocol],
+    )
+
+
+async def test_group_ids_that_are_not_utf8_are_served_stored_and_replayed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Found by the fuzzer: such a group id crashed the group timer loop (and the broker with it) when its
+    group record was encoded, and logged tracebacks in JoinGroup/LeaveGroup/DescribeGroups/DeleteGroups
+    (the coordinator partition hash and the member id length check)."""
+    caplog.set_level(logging.INFO)
+    async with trio.open_nursery() as nursery:
+        broker = await start_broker(nursery, tmp_path, *FAST)
+        await broker.state.groups.loaded.wait()
+        client = await RawClient.connect(broker.port)
+        found = await client.call(
+            FIND_COORDINATOR, 3, request(FIND_COORDINATOR, key=NOT_UTF8_GROUP, key_type=0)
+        )
+        assert found.error_code == E.NONE
+        joined = await client.call(
+            JOIN_GROUP, 0, _join(NOT_UTF8_GROUP)
+        )  # v0: joins at once, no member id round
+        assert joined.error_code == E.NONE and joined.member_id
+        await trio.sleep(0.3)  # past the rebalance timeout: the timer loop completes the join and stores it
+        described = await client.call(DESCRIBE_GROUPS, 5, request(DESCRIBE_GROUPS, groups=[NOT_UTF8_GROUP]))
+        assert described.groups[0].error_code == E.NONE
+        assert described.groups[0].group_id == NOT_UTF8_GROUP
+        assert [m.member_id for m in described.groups[0].members] == [joined.member_id]
+        synced = await client.call(
+            SYNC_GROUP,
+            0,
+            request(
+                SYNC_GROUP,
+                group_id=NOT_UTF8_GROUP,
+                generation_id=joined.generation_id,
+                member_id=joined.member_id,
+                assignments=[
+                    request(SYNC_GROUP).SyncGroupRequestAssignment(
+                        member_id=joined.member_id, assignment=b"a"
+                    )
+                ],
+            ),
+        )
+        assert synced.error_code == E.NONE
+        left = await client.call(
+            LEAVE_GROUP, 0, request(LEAVE_GROUP, group_id=NOT_UTF8_GROUP + "\udcff", member_id="m\udc80")
+        )
+        assert left.error_code == E.UNKNOWN_MEMBER_ID
+        await client.aclose()
+        broker.request_shutdown()
+    async with trio.open_nursery() as nursery:  # the group records replay after a restart
+        broker = await start_broker(nursery, tmp_path, *FAST)
+        await broker.state.groups.loaded.wait()
+        client = await RawClient.connect(broker.port)
+        described = await client.call(DESCRIBE_GROUPS, 5, request(DESCRIBE_GROUPS, groups=[NOT_UTF8_GROUP]))
+        assert described.groups[0].group_id == NOT_UTF8_GROUP
+        assert described.groups[0].group_state == "Stable"
+        deleted = await client.call(DELETE_GROUPS, 2, request(DELETE_GROUPS, groups_names=[NOT_UTF8_GROUP]))
+        assert deleted.results[0].error_code == E.NON_EMPTY_GROUP
+        await client.aclose()
+        broker.request_shutdown()
+    assert _errors(caplog) == []
+
+
+CREATE_TOPICS, METADATA = 19, 3
+
+
+async def test_create_topics_beyond_ten_thousand_partitions_is_a_policy_violation(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """Found by the fuzzer: CreateTopics with 100,000 (or 2^31-1) partitions began making that many
+    directories, stalling the broker. Kafka's controller refuses more than 10,000 partitions per request."""
+    broker = await start_broker(nursery, tmp_path)
+    client = await RawClient.connect(broker.port)
+    topic = request(CREATE_TOPICS).CreatableTopic
+    huge = request(
+        CREATE_TOPICS,
+        topics=[
+            topic(name="huge", num_partitions=100_000, replication_factor=1),
+            topic(name="small", num_partitions=1, replication_factor=1),
+        ],
+        timeout_ms=5000,
+    )
+    answer = await client.call(CREATE_TOPICS, 7, huge)
+    assert [(t.name, t.error_code) for t in answer.topics] == [
+        ("huge", E.POLICY_VIOLATION),
+        ("small", E.POLICY_VIOLATION),
+    ]
+    assert answer.topics[0].error_message == "Excessively large number of partitions per request."
+    split = request(
+        CREATE_TOPICS,
+        topics=[
+            topic(name="a", num_partitions=0x7FFFFFFF, replication_factor=1),
+        ],
+        timeout_ms=5000,
+    )
+    assert (await client.call(CREATE_TOPICS, 2, split)).topics[0].error_code == E.POLICY_VIOLATION
+    within = request(
+        CREATE_TOPICS, topics=[topic(name="ok", num_partitions=3, replication_factor=1)], timeout_ms=5000
+    )
+    assert (await client.call(CREATE_TOPICS, 7, within)).topics[0].error_code == E.NONE
+    assert not (tmp_path / "huge-0").exists() and not (tmp_path / "a-0").exists()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(("ok-", "huge-", "small-"))) == [
+        "ok-0",
+        "ok-1",
+        "ok-2",
+    ]
+    await client.aclose()

@@ -1,0 +1,1312 @@
+"""A live protocol fuzzer: mutated request frames of every served API, sent to a running broker.
+
+Theory of operation
+-------------------
+Seeds: `build_seeds()` builds one meaningful request per served API (a produce of a real record batch
+to the fuzz topic, a fetch from it, a JoinGroup with consumer-protocol metadata, an AlterConfigs of a
+topic config, ...) with the generated codecs and encodes it at every version the broker advertises
+(its ApiVersions answer). An API without a hand-written seed (one added later) still gets a seed: its
+request object with default field values. Seeds are only the starting point: no seed is ever sent
+unmutated.
+
+Mutations (`Mutator.frame()`): one or two of
+- structure-aware: the seed body is decoded to a request object, one to three fields anywhere in it are
+  replaced by "interesting" values (extreme integers, empty/oversized/path-like/non-ASCII strings,
+  emptied or multiplied arrays, damaged record batches, absent nullable fields), and it is encoded again,
+  so the frame still parses and the handler itself meets the bad values;
+- byte-level on the encoded frame: bit flips, interesting bytes, int16/int32 overwrites with extreme
+  values, truncation, garbage appended, chunks deleted or duplicated, a wrong API version or key,
+  an overlong varint inserted, a garbage tagged-field section, and length-prefix lies (a size larger
+  than the bytes that follow, smaller, negative or beyond `socket.request.max.bytes`).
+
+The run (`fuzz()`): N trio tasks, each with one connection at a time to 127.0.0.1, send one frame and
+wait (bounded) for its answer; a frame the broker closes the connection on, or leaves unanswered, ends
+that connection and the task opens a new one. A whole run is bounded by a frame count and a time limit,
+and may be paced (`rate`). Every answer is checked: its correlation id must be the one sent, and when
+the request was a served API and version, the response body must decode with the generated codec.
+
+Outcomes are counted per kind (answered, closed by the broker, no answer in time, bad answer). The
+caller (tools/fuzz.py, compat_tests/test_fuzz.py) watches the broker itself: process alive, RSS from
+/proc, and its log for tracebacks (`scan_log()`). A well-behaved producer/consumer pair that runs beside
+the fuzzer lives in `good_pair()`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import os
+import random
+import re
+import socket
+import struct
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from kafkacompat.wire import messages
+from kafkacompat.wire.header import (
+    RequestHeader,
+    decode_response_header,
+    encode_request_header,
+)
+from kafkacompat.wire.primitives import Struct as GeneratedStruct
+from kafkacompat.wire.records import CompressionCodec, build_batch
+
+__all__ = [
+    "FuzzStats",
+    "Mutator",
+    "Seed",
+    "build_seeds",
+    "fuzz",
+    "percentile",
+    "read_rss_kib",
+    "scan_log",
+]
+
+INTERESTING_INTS = (
+    0, 1, -1, 2, 3, 7, 127, 128, 255, 256, 1000, 0x7FFF, -0x8000, 0xFFFF, 100_000, 1_000_000,
+    0x7FFFFFFF, -0x80000000, 0xFFFFFFFF, 2**62, 2**63 - 1, -(2**63),
+)  # fmt: skip
+INTERESTING_STRINGS = (
+    "", ".", "..", "/", "../../../tmp/kafkacompat-fuzz-escape", "a/b", "..\\..\\x", "a" * 249, "b" * 250,
+    "c" * 300, "ü-topic", "名前", "topic\x00nul", "with space", "-1", "d" * 5000, "fuzz-t", "fuzz-g",
+)  # fmt: skip
+INTERESTING_BYTES = (0x00, 0x01, 0x7F, 0x80, 0xFE, 0xFF)
+INT16 = struct.Struct(">h")
+INT32 = struct.Struct(">i")
+SIZE = struct.Struct(">i")
+CORRELATION = struct.Struct(">i")
+PREFIX = struct.Struct(">hhi")
+
+
+@dataclass(frozen=True, slots=True)
+class Seed:
+    """A well-formed request body of one API at one version (no header, no size)."""
+
+    api_key: int
+    version: int
+    body: bytes
+
+
+@dataclass(slots=True)
+class FuzzTarget:
+    """What the seeds refer to: an existing topic (with its id), a group with a live member."""
+
+    topic: str = "fuzz-t"
+    topic_id: uuid.UUID = field(default_factory=lambda: uuid.UUID(int=0))
+    partitions: int = 3
+    group: str = "fuzz-g"
+    member_id: str = ""
+    generation: int = -1
+
+
+def _cls(api_key: int) -> Any:
+    return messages.request_class(api_key)
+
+
+def _consumer_subscription(topic: str) -> bytes:
+    # ConsumerProtocolSubscription v0: version, topics array, user data (null)
+    name = topic.encode()
+    return INT16.pack(0) + INT32.pack(1) + INT16.pack(len(name)) + name + INT32.pack(-1)
+
+
+def _consumer_assignment(topic: str, partitions: int) -> bytes:
+    name = topic.encode()
+    body = INT16.pack(0) + INT32.pack(1) + INT16.pack(len(name)) + name + INT32.pack(partitions)
+    body += b"".join(INT32.pack(p) for p in range(partitions))
+    return body + INT32.pack(-1)
+
+
+def _record_batches() -> list[bytes]:
+    stamp = int(time.time() * 1000)
+    plain = build_batch([(b"key-%d" % i, b"value-%d" % i * 3) for i in range(5)], base_timestamp=stamp)
+    gzipped = build_batch([(None, b"z" * 200)] * 4, compression=CompressionCodec.GZIP, base_timestamp=stamp)
+    idempotent = build_batch(
+        [(b"k", b"v")], producer_id=0, producer_epoch=0, base_sequence=0, base_timestamp=stamp
+    )
+    return [plain, gzipped, idempotent]
+
+
+def _seed_objects(t: FuzzTarget) -> dict[int, list[Callable[[], Any]]]:
+    """api key -> builders of meaningful requests (objects, encodable at every version the key has)."""
+    batches = _record_batches()
+
+    def produce(records: bytes, acks: int) -> Callable[[], Any]:
+        def build() -> Any:
+            mod = _module_of(0)
+            return mod.ProduceRequest(
+                acks=acks,
+                timeout_ms=5000,
+                topic_data=[
+                    mod.TopicProduceData(
+                        name=t.topic, partition_data=[mod.PartitionProduceData(index=0, records=records)]
+                    )
+                ],
+            )
+
+        return build
+
+    def fetch() -> Any:
+        m = _module_of(1)
+        partitions = [
+            m.FetchPartition(partition=p, fetch_offset=0, partition_max_bytes=65536, log_start_offset=-1)
+            for p in range(t.partitions)
+        ]
+        return m.FetchRequest(
+            replica_id=-1,
+            max_wait_ms=5,
+            min_bytes=1,
+            max_bytes=1 << 20,
+            session_id=0,
+            session_epoch=-1,
+            topics=[m.FetchTopic(topic=t.topic, topic_id=t.topic_id, partitions=partitions)],
+        )
+
+    def list_offsets() -> Any:
+        m = _module_of(2)
+        return m.ListOffsetsRequest(
+            replica_id=-1,
+            topics=[
+                m.ListOffsetsTopic(
+                    name=t.topic,
+                    partitions=[m.ListOffsetsPartition(partition_index=0, timestamp=-1, max_num_offsets=1)],
+                )
+            ],
+        )
+
+    def metadata() -> Any:
+        m = _module_of(3)
+        return m.MetadataRequest(
+            topics=[m.MetadataRequestTopic(name=t.topic, topic_id=t.topic_id)],
+            allow_auto_topic_creation=False,
+        )
+
+    def offset_commit() -> Any:
+        m = _module_of(8)
+        return m.OffsetCommitRequest(
+            group_id=t.group,
+            generation_id_or_member_epoch=t.generation,
+            member_id=t.member_id,
+            retention_time_ms=-1,
+            topics=[
+                m.OffsetCommitRequestTopic(
+                    name=t.topic,
+                    partitions=[
+                        m.OffsetCommitRequestPartition(
+                            partition_index=0, committed_offset=1, committed_metadata=""
+                        )
+                    ],
+                )
+            ],
+        )
+
+    def offset_fetch() -> Any:
+        m = _module_of(9)
+        return m.OffsetFetchRequest(
+            group_id=t.group,
+            topics=[m.OffsetFetchRequestTopic(name=t.topic, partition_indexes=[0, 1])],
+            groups=[
+                m.OffsetFetchRequestGroup(
+                    group_id=t.group, topics=[m.OffsetFetchRequestTopics(name=t.topic, partition_indexes=[0])]
+                )
+            ],
+        )
+
+    def find_coordinator() -> Any:
+        return _cls(10)(key=t.group, key_type=0, coordinator_keys=[t.group])
+
+    def join_group() -> Any:
+        m = _module_of(11)
+        return m.JoinGroupRequest(
+            group_id=t.group,
+            session_timeout_ms=10000,
+            rebalance_timeout_ms=300,
+            member_id="",
+            protocol_type="consumer",
+            protocols=[m.JoinGroupRequestProtocol(name="range", metadata=_consumer_subscription(t.topic))],
+        )
+
+    def heartbeat() -> Any:
+        return _cls(12)(group_id=t.group, generation_id=t.generation, member_id=t.member_id)
+
+    def leave_group() -> Any:
+        m = _module_of(13)
+        return m.LeaveGroupRequest(
+            group_id=t.group, member_id="nobody", members=[m.MemberIdentity(member_id="nobody")]
+        )
+
+    def sync_group() -> Any:
+        m = _module_of(14)
+        return m.SyncGroupRequest(
+            group_id=t.group,
+            generation_id=t.generation,
+            member_id=t.member_id,
+            protocol_type="consumer",
+            protocol_name="range",
+            assignments=[
+                m.SyncGroupRequestAssignment(
+                    member_id=t.member_id, assignment=_consumer_assignment(t.topic, t.partitions)
+                )
+            ],
+        )
+
+    def describe_groups() -> Any:
+        return _cls(15)(groups=[t.group, "absent-group"], include_authorized_operations=True)
+
+    def list_groups() -> Any:
+        return _cls(16)(states_filter=["Stable"], types_filter=["classic"])
+
+    def api_versions() -> Any:
+        return _cls(18)(client_software_name="kafkacompat-fuzz", client_software_version="1.0")
+
+    def create_topics() -> Any:
+        m = _module_of(19)
+        return m.CreateTopicsRequest(
+            timeout_ms=5000,
+            validate_only=False,
+            topics=[
+                m.CreatableTopic(
+                    name="fuzz-new",
+                    num_partitions=2,
+                    replication_factor=1,
+                    configs=[m.CreatableTopicConfig(name="retention.ms", value="60000")],
+                )
+            ],
+        )
+
+    def create_topics_assigned() -> Any:
+        m = _module_of(19)
+        return m.CreateTopicsRequest(
+            timeout_ms=5000,
+            validate_only=True,
+            topics=[
+                m.CreatableTopic(
+                    name="fuzz-assigned",
+                    num_partitions=-1,
+                    replication_factor=-1,
+                    assignments=[m.CreatableReplicaAssignment(partition_index=0, broker_ids=[1])],
+                )
+            ],
+        )
+
+    def delete_topics() -> Any:
+        m = _module_of(20)
+        return m.DeleteTopicsRequest(
+            topics=[m.DeleteTopicState(name="fuzz-new")], topic_names=["fuzz-new"], timeout_ms=5000
+        )
+
+    def delete_records() -> Any:
+        m = _module_of(21)
+        return m.DeleteRecordsRequest(
+            timeout_ms=5000,
+            topics=[
+                m.DeleteRecordsTopic(
+                    name=t.topic, partitions=[m.DeleteRecordsPartition(partition_index=1, offset=1)]
+                )
+            ],
+        )
+
+    def init_producer_id() -> Any:
+        return _cls(22)(
+            transactional_id=None, transaction_timeout_ms=60000, producer_id=-1, producer_epoch=-1
+        )
+
+    def offset_for_leader_epoch() -> Any:
+        m = _module_of(23)
+        return m.OffsetForLeaderEpochRequest(
+            replica_id=-1,
+            topics=[
+                m.OffsetForLeaderTopic(
+                    topic=t.topic,
+                    partitions=[
+                        m.OffsetForLeaderPartition(partition=0, current_leader_epoch=-1, leader_epoch=0)
+                    ],
+                )
+            ],
+        )
+
+    def describe_configs() -> Any:
+        m = _module_of(32)
+        return m.DescribeConfigsRequest(
+            resources=[
+                m.DescribeConfigsResource(resource_type=2, resource_name=t.topic, configuration_keys=None),
+                m.DescribeConfigsResource(
+                    resource_type=4, resource_name="1", configuration_keys=["log.retention.ms"]
+                ),
+            ],
+            include_synonyms=True,
+            include_documentation=True,
+        )
+
+    def alter_configs() -> Any:
+        m = _module_of(33)
+        return m.AlterConfigsRequest(
+            resources=[
+                m.AlterConfigsResource(
+                    resource_type=2,
+                    resource_name=t.topic,
+                    configs=[m.AlterableConfig(name="retention.ms", value="3600000")],
+                )
+            ],
+            validate_only=False,
+        )
+
+    def describe_log_dirs() -> Any:
+        m = _module_of(35)
+        return m.DescribeLogDirsRequest(topics=[m.DescribableLogDirTopic(topic=t.topic, partitions=[0, 1])])
+
+    def create_partitions() -> Any:
+        m = _module_of(37)
+        return m.CreatePartitionsRequest(
+            topics=[m.CreatePartitionsTopic(name=t.topic, count=t.partitions, assignments=None)],
+            timeout_ms=5000,
+            validate_only=True,
+        )
+
+    def delete_groups() -> Any:
+        return _cls(42)(groups_names=["fuzz-empty-group"])
+
+    def incremental_alter_configs() -> Any:
+        m = _module_of(44)
+        return m.IncrementalAlterConfigsRequest(
+            resources=[
+                m.AlterConfigsResource(
+                    resource_type=2,
+                    resource_name=t.topic,
+                    configs=[m.AlterableConfig(name="segment.ms", config_operation=0, value="600000")],
+                )
+            ],
+            validate_only=False,
+        )
+
+    def offset_delete() -> Any:
+        m = _module_of(47)
+        return m.OffsetDeleteRequest(
+            group_id=t.group,
+            topics=[
+                m.OffsetDeleteRequestTopic(
+                    name=t.topic, partitions=[m.OffsetDeleteRequestPartition(partition_index=0)]
+                )
+            ],
+        )
+
+    def describe_cluster() -> Any:
+        return _cls(60)(include_cluster_authorized_operations=True, endpoint_type=1)
+
+    def describe_producers() -> Any:
+        m = _module_of(61)
+        return m.DescribeProducersRequest(topics=[m.TopicRequest(name=t.topic, partition_indexes=[0, 1, 2])])
+
+    def describe_topic_partitions() -> Any:
+        m = _module_of(75)
+        return m.DescribeTopicPartitionsRequest(
+            topics=[m.TopicRequest(name=t.topic)],
+            response_partition_limit=2,
+            cursor=m.Cursor(topic_name=t.topic, partition_index=1),
+        )
+
+    return {
+        0: [produce(b, acks) for b in batches for acks in (1, -1)],
+        1: [fetch],
+        2: [list_offsets],
+        3: [metadata],
+        8: [offset_commit],
+        9: [offset_fetch],
+        10: [find_coordinator],
+        11: [join_group],
+        12: [heartbeat],
+        13: [leave_group],
+        14: [sync_group],
+        15: [describe_groups],
+        16: [list_groups],
+        18: [api_versions],
+        19: [create_topics, create_topics_assigned],
+        20: [delete_topics],
+        21: [delete_records],
+        22: [init_producer_id],
+        23: [offset_for_leader_epoch],
+        32: [describe_configs],
+        33: [alter_configs],
+        35: [describe_log_dirs],
+        37: [create_partitions],
+        42: [delete_groups],
+        44: [incremental_alter_configs],
+        47: [offset_delete],
+        60: [describe_cluster],
+        61: [describe_producers],
+        75: [describe_topic_partitions],
+    }
+
+
+def _module_of(api_key: int) -> Any:
+    import importlib
+
+    return importlib.import_module(
+        "kafkacompat.wire._generated." + messages.API_SPECS[api_key].request_module
+    )
+
+
+def build_seeds(served: dict[int, tuple[int, int]], target: FuzzTarget) -> list[Seed]:
+    """One or more seeds per (served api key, version). `served`: key -> (min, max), as ApiVersions says."""
+    builders = _seed_objects(target)
+    seeds: list[Seed] = []
+    for api_key, (low, high) in sorted(served.items()):
+        spec = messages.API_SPECS.get(api_key)
+        if spec is None:
+            continue
+        low, high = max(low, spec.min_version), min(high, spec.max_version)
+        makers = builders.get(api_key) or [spec.request_class]
+        for version in range(low, high + 1):
+            for make in makers:
+                try:
+                    body = messages.encode_request(api_key, version, make())
+                except Exception:  # a field this version cannot carry: fall back to the defaults
+                    body = messages.encode_request(api_key, version, spec.request_class())
+                seeds.append(Seed(api_key, version, body))
+    return seeds
+
+
+# --- mutations -----------------------------------------------------------------------------------
+
+
+def _slots(obj: Any) -> tuple[str, ...]:
+    if not isinstance(obj, GeneratedStruct):
+        return ()
+    return tuple(s for s in getattr(type(obj), "__slots__", ()) if s != "unknown_tags")
+
+
+def _field_refs(obj: Any, out: list[tuple[Any, str, Any]], depth: int = 0) -> None:
+    """Every (owner, attribute, value) reachable from a request object, nested structs included."""
+    for name in _slots(obj):
+        value = getattr(obj, name, None)
+        out.append((obj, name, value))
+        if depth > 4:
+            continue
+        if isinstance(value, list):
+            for item in value[:4]:
+                if _slots(item):
+                    _field_refs(item, out, depth + 1)
+        elif _slots(value):
+            _field_refs(value, out, depth + 1)
+
+
+def _damaged_batch(rng: random.Random, data: bytes) -> bytes:
+    b = bytearray(data)
+    choice = rng.randrange(7)
+    if not b:
+        return bytes(rng.randbytes(rng.randrange(1, 80)))
+    if choice == 0 and len(b) > 61:  # compression bits set on an uncompressed payload (or another codec)
+        b[22] = (b[22] & ~0x07) | rng.randrange(1, 8)
+    elif choice == 1 and len(b) > 12:  # batch length lies
+        INT32.pack_into(b, 8, rng.choice(INTERESTING_INTS) & 0x7FFFFFFF if rng.random() < 0.5 else -5)
+    elif choice == 2 and len(b) > 16:  # magic
+        b[16] = rng.choice((0, 1, 3, 0xFF))
+    elif choice == 3 and len(b) > 61:  # record count
+        INT32.pack_into(b, 57, rng.choice((0, -1, 0x7FFFFFFF, 1000)))
+    elif choice == 4:
+        b = b[: rng.randrange(len(b))]
+    elif choice == 5 and len(b) > 61:  # a byte of the records, CRC now wrong
+        b[rng.randrange(61, len(b))] ^= 1 << rng.randrange(8)
+    else:
+        b = b + b  # two batches, both with base offset 0
+    return bytes(b)
+
+
+def _mutated_value(rng: random.Random, value: Any) -> Any:
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return rng.choice(INTERESTING_INTS)
+    if isinstance(value, str):
+        return rng.choice(INTERESTING_STRINGS) if rng.random() < 0.9 else None
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        data = bytes(value)
+        if rng.random() < 0.7:
+            return _damaged_batch(rng, data)
+        return rng.choice((b"", rng.randbytes(rng.randrange(1, 200)), None, data * 50))
+    if isinstance(value, uuid.UUID):
+        return rng.choice((uuid.UUID(int=0), uuid.uuid4(), uuid.UUID(int=(1 << 128) - 1)))
+    if isinstance(value, list):
+        choice = rng.randrange(4)
+        if choice == 0:
+            return []
+        if choice == 1:
+            return None
+        if choice == 2 and value:
+            return value * rng.choice((2, 10, 1000))
+        return value[::-1]
+    if value is None:
+        return rng.choice(("", -1, [], b"\x00"))
+    return None
+
+
+class Mutator:
+    """Turns seeds into mutated request frames (size prefix included). Owns its random generator."""
+
+    def __init__(self, seeds: list[Seed], rng: random.Random, client_id: str = "kafkacompat-fuzz") -> None:
+        if not seeds:
+            raise ValueError("no seeds")
+        self.seeds = seeds
+        self.rng = rng
+        self.client_id = client_id
+        self._correlation = 0
+        self._byte_ops: list[Callable[[bytearray], int | None]] = [
+            self._bit_flip,
+            self._interesting_byte,
+            self._interesting_int,
+            self._truncate,
+            self._append_garbage,
+            self._delete_chunk,
+            self._duplicate_chunk,
+            self._wrong_version,
+            self._wrong_key,
+            self._overlong_varint,
+            self._garbage_tags,
+            self._size_lie,
+        ]
+
+    def _header(self, seed: Seed) -> bytes:
+        self._correlation = (self._correlation + 1) & 0x7FFFFFFF
+        header = RequestHeader(
+            request_api_key=seed.api_key,
+            request_api_version=seed.version,
+            correlation_id=self._correlation,
+            client_id=self.client_id,
+        )
+        return encode_request_header(header)
+
+    def _struct_mutation(self, seed: Seed) -> bytes | None:
+        rng = self.rng
+        try:
+            obj = messages.decode_request(seed.api_key, seed.version, memoryview(seed.body))
+        except Exception:
+            return None
+        refs: list[tuple[Any, str, Any]] = []
+        _field_refs(obj, refs)
+        if not refs:
+            return None
+        for _ in range(rng.randint(1, 3)):
+            owner, name, value = rng.choice(refs)
+            setattr(owner, name, _mutated_value(rng, value))
+        try:
+            return messages.encode_request(seed.api_key, seed.version, obj)
+        except Exception:
+            return None
+
+    def frame(self) -> tuple[bytes, bool]:
+        """A mutated frame, and whether its size prefix promises more bytes than follow it."""
+        rng = self.rng
+        seed = rng.choice(self.seeds)
+        payload = bytearray(self._header(seed))
+        structural = rng.random() < 0.45
+        body = self._struct_mutation(seed) if structural else None
+        byte_ops = 1 if body is None else (1 if rng.random() < 0.2 else 0)
+        payload += body if body is not None else seed.body
+        size: int | None = None
+        for _ in range(byte_ops + (rng.random() < 0.3)):
+            lie = rng.choice(self._byte_ops)(payload)
+            if lie is not None:
+                size = lie
+        if size is None:
+            size = len(payload)
+        return SIZE.pack(size) + bytes(payload), size > len(payload)
+
+    # Each byte operation edits the payload (header + body) in place; a length-prefix lie returns the
+    # size to announce instead of the true one.
+
+    def _bit_flip(self, p: bytearray) -> None:
+        for _ in range(self.rng.randint(1, 4)):
+            if p:
+                p[self.rng.randrange(len(p))] ^= 1 << self.rng.randrange(8)
+
+    def _interesting_byte(self, p: bytearray) -> None:
+        if p:
+            p[self.rng.randrange(len(p))] = self.rng.choice(INTERESTING_BYTES)
+
+    def _interesting_int(self, p: bytearray) -> None:
+        if len(p) < 4:
+            return
+        at = self.rng.randrange(len(p) - 3)
+        value = self.rng.choice(INTERESTING_INTS)
+        if self.rng.random() < 0.5:
+            INT16.pack_into(p, at, ((value + 0x8000) & 0xFFFF) - 0x8000)
+        else:
+            INT32.pack_into(p, at, ((value + 0x80000000) & 0xFFFFFFFF) - 0x80000000)
+
+    def _truncate(self, p: bytearray) -> None:
+        del p[self.rng.randrange(len(p) + 1) :]
+
+    def _append_garbage(self, p: bytearray) -> None:
+        p += self.rng.randbytes(self.rng.randrange(1, 64))
+
+    def _delete_chunk(self, p: bytearray) -> None:
+        if p:
+            at = self.rng.randrange(len(p))
+            del p[at : at + self.rng.randrange(1, 16)]
+
+    def _duplicate_chunk(self, p: bytearray) -> None:
+        if p:
+            at = self.rng.randrange(len(p))
+            p[at:at] = p[at : at + self.rng.randrange(1, 32)]
+
+    def _wrong_version(self, p: bytearray) -> None:
+        if len(p) >= 4:
+            INT16.pack_into(p, 2, self.rng.choice((-1, 0, 1, 5, 13, 18, 100, 0x7FFF)))
+
+    def _wrong_key(self, p: bytearray) -> None:
+        if len(p) >= 2:
+            INT16.pack_into(p, 0, self.rng.choice((-1, 4, 5, 6, 7, 17, 24, 50, 68, 74, 1000, 0x7FFF)))
+
+    def _overlong_varint(self, p: bytearray) -> None:
+        at = self.rng.randrange(len(p) + 1)
+        p[at:at] = b"\xff" * self.rng.randint(5, 11)
+
+    def _garbage_tags(self, p: bytearray) -> None:
+        # a tagged-field section in place of the last byte (usually the body's empty one): a tag count,
+        # then tags with lengths that may lie
+        tags = bytearray([self.rng.randint(1, 5)])
+        for _ in range(tags[0]):
+            tags += bytes([self.rng.randrange(0, 128), self.rng.choice((0, 1, 5, 0x7F))])
+            tags += self.rng.randbytes(self.rng.randrange(0, 6))
+        if p:
+            del p[-1:]
+        p += tags
+
+    def _size_lie(self, p: bytearray) -> int:
+        choice = self.rng.randrange(4)
+        if choice == 0:
+            return len(p) + self.rng.randint(1, 100)
+        if choice == 1:
+            return max(0, len(p) - self.rng.randint(1, 20))
+        if choice == 2:
+            return self.rng.choice((-1, -0x80000000, 0))
+        return self.rng.choice((0x7FFFFFFF, 200 * 1024 * 1024, 100 * 1024 * 1024 + 1))
+
+
+# --- the run -------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class FuzzStats:
+    """Counts of one fuzz run."""
+
+    frames_sent: int = 0
+    answered: int = 0
+    closed_by_broker: int = 0
+    unanswered: int = 0
+    bad_answers: int = 0
+    connections: int = 0
+    connect_errors: int = 0
+    seconds: float = 0.0
+    by_api: dict[int, int] = field(default_factory=dict)
+    bad_answer_samples: list[str] = field(default_factory=list)
+    #: the slowest answered frames: (seconds, api key, version), a min-heap of at most 10
+    slowest: list[tuple[float, int, int]] = field(default_factory=list)
+
+    def note_latency(self, seconds: float, frame: bytes) -> None:
+        if len(frame) < 8:
+            return
+        api_key, version = INT16.unpack_from(frame, 4)[0], INT16.unpack_from(frame, 6)[0]
+        if len(self.slowest) < 10:
+            heapq.heappush(self.slowest, (seconds, api_key, version))
+        elif seconds > self.slowest[0][0]:
+            heapq.heapreplace(self.slowest, (seconds, api_key, version))
+
+    @property
+    def rate(self) -> float:
+        return self.frames_sent / self.seconds if self.seconds else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "frames_sent": self.frames_sent,
+            "answered": self.answered,
+            "closed_by_broker": self.closed_by_broker,
+            "unanswered": self.unanswered,
+            "bad_answers": self.bad_answers,
+            "connections": self.connections,
+            "connect_errors": self.connect_errors,
+            "seconds": round(self.seconds, 1),
+            "frames_per_second": round(self.rate),
+            "apis_fuzzed": len(self.by_api),
+            "bad_answer_samples": self.bad_answer_samples[:5],
+            "slowest_answers_ms": [
+                (round(seconds * 1000), _api_name(key), version)
+                for seconds, key, version in sorted(self.slowest, reverse=True)
+            ],
+        }
+
+
+def _api_name(api_key: int) -> str:
+    spec = messages.API_SPECS.get(api_key)
+    return spec.name if spec is not None else str(api_key)
+
+
+class _ConnectionClosed(Exception):
+    pass
+
+
+async def _receive_exactly(sock: trio.socket.SocketType, count: int) -> bytes:
+    chunks = bytearray()
+    while len(chunks) < count:
+        data = await sock.recv(count - len(chunks))
+        if not data:
+            raise _ConnectionClosed
+        chunks += data
+    return bytes(chunks)
+
+
+def _check_answer(frame: bytes, answer: bytes) -> str | None:
+    """Why the answer to `frame` is wrong, or None. `frame` includes its size prefix."""
+    if len(frame) < 4 + PREFIX.size:
+        return None  # the request had no complete prefix: nothing to match the answer against
+    api_key, version, correlation = PREFIX.unpack_from(frame, 4)
+    if len(answer) < 4:
+        return f"answer of {len(answer)} bytes to api {api_key} v{version}"
+    (answered_correlation,) = CORRELATION.unpack_from(answer)
+    if answered_correlation != correlation:
+        return f"correlation id {answered_correlation} answers {correlation} (api {api_key} v{version})"
+    spec = messages.API_SPECS.get(api_key)
+    if spec is None or not spec.min_version <= version <= spec.max_version:
+        return None
+    answer_version = version
+    try:
+        if api_key == 18 and len(answer) >= 6 and INT16.unpack_from(answer, 4)[0] == 35:
+            answer_version = 0  # UNSUPPORTED_VERSION answers come in the v0 layout (KIP-511)
+        _, offset = decode_response_header(api_key, answer_version, answer)
+        messages.decode_response(api_key, answer_version, memoryview(answer)[offset:])
+    except Exception as exc:
+        return f"undecodable answer to api {api_key} v{version}: {exc}"
+    return None
+
+
+async def fuzz(
+    host: str,
+    port: int,
+    mutator_seeds: list[Seed],
+    *,
+    frames: int,
+    seconds: float,
+    connections: int = 32,
+    rate: float | None = None,
+    answer_timeout: float = 0.5,
+    seed: int = 0,
+    progress: Callable[[FuzzStats], None] | None = None,
+) -> FuzzStats:
+    """Send up to `frames` mutated frames for at most `seconds`, over `connections` concurrent tasks."""
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        raise ValueError("the fuzzer only targets this machine")
+    stats = FuzzStats()
+    started = trio.current_time()
+    deadline = started + seconds
+    interval = 1.0 / rate if rate else 0.0
+    next_slot = [started]
+
+    def more() -> bool:
+        return stats.frames_sent < frames and trio.current_time() < deadline
+
+    async def pace() -> None:
+        if interval:
+            slot = next_slot[0] = max(next_slot[0] + interval, trio.current_time() - 1.0)
+            await trio.sleep_until(slot)
+
+    async def worker(index: int) -> None:
+        mutator = Mutator(mutator_seeds, random.Random(seed * 1_000_003 + index))
+        while more():
+            sock = trio.socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                try:
+                    await sock.connect((host, port))
+                except OSError:
+                    stats.connect_errors += 1
+                    await trio.sleep(0.05)
+                    continue
+                stats.connections += 1
+                while more():
+                    await pace()
+                    frame, promises_more = mutator.frame()
+                    stats.frames_sent += 1
+                    if len(frame) >= 6:
+                        key = INT16.unpack_from(frame, 4)[0]
+                        stats.by_api[key] = stats.by_api.get(key, 0) + 1
+                    try:
+                        await sock.send(frame)
+                        if promises_more:
+                            sock.shutdown(socket.SHUT_WR)  # the promised bytes never come
+                        sent_at = trio.current_time()
+                        with trio.move_on_after(answer_timeout):
+                            (size,) = SIZE.unpack(await _receive_exactly(sock, 4))
+                            answer = await _receive_exactly(sock, size)
+                            problem = _check_answer(frame, answer)
+                            if problem is None:
+                                stats.answered += 1
+                                stats.note_latency(trio.current_time() - sent_at, frame)
+                            else:
+                                stats.bad_answers += 1
+                                if len(stats.bad_answer_samples) < 20:
+                                    stats.bad_answer_samples.append(problem)
+                            if not promises_more:
+                                continue
+                    except (_ConnectionClosed, OSError):
+                        stats.closed_by_broker += 1
+                        break
+                    stats.unanswered += 1
+                    break
+            finally:
+                # reset, not FIN: no TIME_WAIT pile-up on this side over a million connections
+                with contextlib.suppress(OSError):  # already closed by a failed connect
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                sock.close()
+
+    async def report() -> None:
+        while progress is not None:
+            await trio.sleep(2)
+            stats.seconds = trio.current_time() - started
+            progress(stats)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(report)
+        async with trio.open_nursery() as workers:
+            for index in range(connections):
+                workers.start_soon(worker, index)
+        nursery.cancel_scope.cancel()
+    stats.seconds = trio.current_time() - started
+    return stats
+
+
+# --- watching the broker -------------------------------------------------------------------------
+
+_UNHANDLED = re.compile(r"Traceback \(most recent call last\)|unexpected error|Unhandled|CRITICAL")
+
+
+def scan_log(path: str | Path, start: int = 0) -> list[str]:
+    """Lines of the broker's log from byte `start` that show an unhandled error (tracebacks and the like)."""
+    with open(path, "rb") as f:
+        f.seek(start)
+        text = f.read().decode("utf-8", "replace")
+    lines = text.splitlines()
+    found: list[str] = []
+    for i, line in enumerate(lines):
+        if _UNHANDLED.search(line):
+            found.append("\n".join(lines[i : i + 12]))
+    return found
+
+
+def read_rss_kib(pid: int) -> int | None:
+    """Resident set size of a process in KiB (VmRSS from /proc), or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def now_ms() -> float:
+    return time.time() * 1000
+
+
+# --- preparing a run -----------------------------------------------------------------------------
+
+
+def prepare_target(
+    bootstrap: str, target: FuzzTarget | None = None
+) -> tuple[dict[int, tuple[int, int]], FuzzTarget]:
+    """Create the fuzz topic (with data), join the fuzz group once; return the served versions and target.
+
+    Uses the project's own small client (kafkacompat.client), at the versions the broker advertises.
+    """
+    from kafkacompat.client import KafkaClient
+
+    target = target or FuzzTarget()
+    with KafkaClient(bootstrap, client_id="kafkacompat-fuzz-setup", timeout=30) as client:
+        served = dict(client.connection().versions)
+        create = _module_of(19)
+        client.send(
+            19,
+            create.CreateTopicsRequest(
+                topics=[
+                    create.CreatableTopic(
+                        name=target.topic, num_partitions=target.partitions, replication_factor=1
+                    )
+                ],
+                timeout_ms=10000,
+            ),
+        )
+        answer = client.metadata([target.topic])
+        for topic in answer.topics:
+            if topic.name == target.topic and getattr(topic, "topic_id", None) is not None:
+                target.topic_id = topic.topic_id
+        produce = _module_of(0)
+        for partition in range(target.partitions):
+            client.send(
+                0,
+                produce.ProduceRequest(
+                    acks=-1,
+                    timeout_ms=10000,
+                    topic_data=[
+                        produce.TopicProduceData(
+                            name=target.topic,
+                            partition_data=[
+                                produce.PartitionProduceData(index=partition, records=_record_batches()[0])
+                            ],
+                        )
+                    ],
+                ),
+            )
+        join = _module_of(11)
+        request = join.JoinGroupRequest(
+            group_id=target.group,
+            session_timeout_ms=30000,
+            rebalance_timeout_ms=30000,
+            member_id="",
+            protocol_type="consumer",
+            protocols=[
+                join.JoinGroupRequestProtocol(name="range", metadata=_consumer_subscription(target.topic))
+            ],
+        )
+        joined = client.send(11, request)
+        if joined.error_code == 79:  # MEMBER_ID_REQUIRED: join again with the id given
+            request.member_id = joined.member_id
+            joined = client.send(11, request)
+        if joined.error_code == 0:
+            target.member_id, target.generation = joined.member_id, joined.generation_id
+    return served, target
+
+
+# --- the well-behaved pair -----------------------------------------------------------------------
+
+
+def good_pair(
+    bootstrap: str, topic: str, seconds: float, rate: float, stop: Callable[[], bool]
+) -> dict[str, Any]:
+    """A confluent-kafka producer (acks=all) and a group consumer on `topic`, side by side for `seconds`.
+
+    Each value carries its send time; the consumer measures end-to-end latency. Returns the latency
+    percentiles, the produce acknowledgement latency, and every error either side saw. Every
+    acknowledged record must be consumed (`lost` counts those that were not).
+    """
+    from confluent_kafka import Consumer, KafkaError, Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])
+    for future in futures.values():
+        try:
+            future.result(15)
+        except Exception as exc:  # TOPIC_ALREADY_EXISTS on a second phase
+            if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                raise
+    errors: list[str] = []
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"good-pair-{topic}",
+            "auto.offset.reset": "latest",
+            "enable.auto.commit": True,
+            "fetch.wait.max.ms": 100,
+            "error_cb": lambda err: errors.append(f"consumer: {err}"),
+        }
+    )
+    assigned: list[bool] = []
+    consumer.subscribe([topic], on_assign=lambda c, parts: assigned.append(True))
+    deadline = time.monotonic() + 30
+    while not assigned and time.monotonic() < deadline:
+        consumer.poll(0.1)
+    if not assigned:
+        errors.append("consumer: no assignment within 30 s")
+    e2e: list[float] = []
+    seen: set[int] = set()
+    sent_at: dict[int, float] = {}
+
+    def drain(timeout: float) -> None:
+        message = consumer.poll(timeout)
+        while message is not None:
+            if message.error() is not None:
+                if message.error().code() != KafkaError._PARTITION_EOF:
+                    errors.append(f"consume: {message.error()}")
+            else:
+                sequence = int(message.key())
+                if sequence in sent_at and sequence not in seen:
+                    seen.add(sequence)
+                    e2e.append(now_ms() - sent_at[sequence])
+            message = consumer.poll(0)
+
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "linger.ms": 0,
+            "enable.idempotence": True,
+            "error_cb": lambda err: errors.append(f"producer: {err}"),
+        }
+    )
+    # warm-up: producer id, metadata and connection are in place before anything is measured
+    producer.produce(topic, key=b"-1", value=b"warm-up")
+    producer.flush(30)
+    drain(1.0)
+    acked: set[int] = set()
+    ack_latency: list[float] = []
+
+    def delivered(err: Any, msg: Any) -> None:
+        sequence = int(msg.key())
+        if err is not None:
+            errors.append(f"delivery: {err}")
+            return
+        acked.add(sequence)
+        ack_latency.append(now_ms() - sent_at[sequence])
+
+    started = time.monotonic()
+    interval = 1.0 / rate
+    next_send = started
+    sequence = 0
+    while time.monotonic() - started < seconds and not stop():
+        now = time.monotonic()
+        if now >= next_send:
+            sent_at[sequence] = now_ms()
+            producer.produce(topic, key=str(sequence).encode(), value=b"x" * 100, on_delivery=delivered)
+            sequence += 1
+            next_send += interval
+        producer.poll(0)
+        drain(max(0.0, min(next_send - time.monotonic(), 0.01)))
+    producer.flush(30)
+    settle = time.monotonic() + 15
+    while len(seen & acked) < len(acked) and time.monotonic() < settle:
+        drain(0.1)
+    consumer.close()
+    return {
+        "records_sent": sequence,
+        "acked": len(acked),
+        "consumed": len(seen),
+        "lost": len(acked - seen),
+        "errors": errors[:20],
+        "error_count": len(errors),
+        "e2e_p50_ms": round(percentile(e2e, 0.50), 2),
+        "e2e_p99_ms": round(percentile(e2e, 0.99), 2),
+        "ack_p99_ms": round(percentile(ack_latency, 0.99), 2),
+    }
+
+
+# --- a campaign: quiet pair, then pair beside the fuzzer -----------------------------------------
+
+
+@dataclass(slots=True)
+class Campaign:
+    """What one run asks for."""
+
+    bootstrap: str
+    broker_pid: int | None = None
+    broker_log: str | None = None
+    frames: int = 10_000
+    seconds: float = 60.0
+    connections: int = 32
+    rate: float | None = None
+    quiet_seconds: float = 10.0
+    pair_rate: float = 100.0
+    seed: int = 0
+    progress: bool = False
+    apis: list[int] | None = None  # fuzz only these api keys (default: every served one)
+
+
+def _pair_subprocess(bootstrap: str, topic: str, seconds: float, rate: float) -> Any:
+    import subprocess
+    import sys
+
+    return subprocess.Popen(
+        [sys.executable, "-m", "kafkacompat.fuzzer", "good-pair", "--bootstrap", bootstrap, "--topic", topic,
+         "--seconds", str(seconds), "--rate", str(rate)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+
+
+def _pair_result(process: Any) -> dict[str, Any]:
+    import json
+    import signal
+
+    if process.poll() is None:
+        process.send_signal(signal.SIGINT)
+    out, _ = process.communicate(timeout=120)
+    try:
+        return json.loads(out.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"errors": [f"good pair exited with {process.returncode} and no summary"], "error_count": 1}
+
+
+def run_campaign(c: Campaign) -> dict[str, Any]:
+    """Prepare, run the pair alone (quiet), then the pair beside the fuzzer; watch the broker throughout."""
+    import sys
+
+    host, _, port_text = c.bootstrap.rpartition(":")
+    log_start = Path(c.broker_log).stat().st_size if c.broker_log else 0
+    served, target = prepare_target(c.bootstrap)
+    if c.apis:
+        served = {key: versions for key, versions in served.items() if key in c.apis}
+    seeds = build_seeds(served, target)
+    result: dict[str, Any] = {"seeds": len(seeds), "apis": len({s.api_key for s in seeds})}
+    run_tag = f"{os.getpid()}-{int(time.time())}"  # a pair of an earlier run must never share names
+    if c.quiet_seconds > 0:
+        quiet = _pair_subprocess(c.bootstrap, f"good-pair-quiet-{run_tag}", c.quiet_seconds, c.pair_rate)
+        result["quiet_pair"] = _pair_result_wait(quiet)
+    rss: list[int] = []
+    alive = [True]
+
+    async def watch_broker(cancel: trio.CancelScope) -> None:
+        while c.broker_pid is not None:
+            sample = read_rss_kib(c.broker_pid)
+            if sample is None:
+                alive[0] = False
+                cancel.cancel()
+                return
+            rss.append(sample)
+            await trio.sleep(0.5)
+
+    def show(stats: FuzzStats) -> None:
+        line = (f"\r{stats.frames_sent:>9} frames {stats.rate:>7.0f}/s  answered {stats.answered}  closed "
+                f"{stats.closed_by_broker}  unanswered {stats.unanswered}  bad {stats.bad_answers}  rss "
+                f"{(rss[-1] if rss else 0) // 1024} MiB")  # fmt: skip
+        print(line, end="", file=sys.stderr, flush=True)
+
+    async def main() -> FuzzStats:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch_broker, nursery.cancel_scope)
+            stats = await fuzz(
+                host,
+                int(port_text),
+                seeds,
+                frames=c.frames,
+                seconds=c.seconds,
+                connections=c.connections,
+                rate=c.rate,
+                seed=c.seed,
+                progress=show if c.progress else None,
+            )
+            nursery.cancel_scope.cancel()
+        return stats
+
+    pair = _pair_subprocess(c.bootstrap, f"good-pair-fuzzed-{run_tag}", c.seconds + 60, c.pair_rate)
+    try:
+        time.sleep(3)  # the pair has joined its group and is producing before the fuzzing starts
+        stats = trio.run(main)
+    except BaseException:
+        pair.kill()
+        raise
+    if c.progress:
+        print(file=sys.stderr)
+    result["fuzzed_pair"] = _pair_result(pair)
+    result["fuzz"] = stats.as_dict()
+    result["broker_alive"] = alive[0] and (c.broker_pid is None or read_rss_kib(c.broker_pid) is not None)
+    if rss:
+        result["rss_mib"] = {"start": rss[0] // 1024, "peak": max(rss) // 1024, "end": rss[-1] // 1024}
+    if c.broker_log:
+        result["log_problems"] = scan_log(c.broker_log, log_start)[:10]
+    return result
+
+
+def _pair_result_wait(process: Any) -> dict[str, Any]:
+    process.wait(timeout=300)
+    return _pair_result(process)
+
+
+# --- command line --------------------------------------------------------------------------------
+
+HELP = """Live protocol fuzzing of a kafkacompat (or any Kafka) broker on this machine.
+
+  run        start a broker in a temp dir (or use --bootstrap/--broker-pid/--broker-log), run the
+             well-behaved pair alone, then beside the fuzzer; print a JSON summary
+  good-pair  the well-behaved producer/consumer pair alone (used by `run`, in its own process)
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import json
+    import signal
+    import sys
+    import tempfile
+
+    parser = argparse.ArgumentParser(prog="tools/fuzz.py", description=HELP,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run")
+    run.add_argument("--bootstrap", help="an already running broker on 127.0.0.1 (default: start one)")
+    run.add_argument("--broker-pid", type=int, help="pid of that broker, for RSS and liveness")
+    run.add_argument("--broker-log", help="its log file, scanned for tracebacks")
+    run.add_argument("--frames", type=int, default=1_000_000)
+    run.add_argument("--seconds", type=float, default=3600)
+    run.add_argument("--connections", type=int, default=32)
+    run.add_argument("--rate", type=float, help="frames per second (default: as fast as possible)")
+    run.add_argument("--quiet-seconds", type=float, default=30)
+    run.add_argument("--pair-rate", type=float, default=100, help="records per second of the good pair")
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--json", help="also write the summary here")
+    run.add_argument("--apis", help="comma-separated api keys to fuzz (default: every served api)")
+    pair = commands.add_parser("good-pair")
+    pair.add_argument("--bootstrap", required=True)
+    pair.add_argument("--topic", required=True)
+    pair.add_argument("--seconds", type=float, default=30)
+    pair.add_argument("--rate", type=float, default=100)
+    args = parser.parse_args(argv)
+
+    if args.command == "good-pair":
+        stopping: list[bool] = []
+        signal.signal(signal.SIGINT, lambda *_: stopping.append(True))
+        print(
+            json.dumps(good_pair(args.bootstrap, args.topic, args.seconds, args.rate, lambda: bool(stopping)))
+        )
+        return 0
+
+    campaign = Campaign(
+        bootstrap=args.bootstrap or "",
+        broker_pid=args.broker_pid,
+        broker_log=args.broker_log,
+        frames=args.frames,
+        seconds=args.seconds,
+        connections=args.connections,
+        rate=args.rate,
+        quiet_seconds=args.quiet_seconds,
+        pair_rate=args.pair_rate,
+        seed=args.seed,
+        progress=True,
+        apis=[int(key) for key in args.apis.split(",")] if args.apis else None,
+    )
+    broker = None
+    with tempfile.TemporaryDirectory(prefix="kafkacompat-fuzz-") as tmp:
+        if not args.bootstrap:
+            from kafkacompat.testing import BrokerProcess
+
+            broker = BrokerProcess(Path(tmp) / "data", ["group.initial.rebalance.delay.ms=0"]).start()
+            assert broker.process is not None
+            campaign.bootstrap = broker.bootstrap
+            campaign.broker_pid = broker.process.pid
+            campaign.broker_log = str(broker.log_path)
+        try:
+            result = run_campaign(campaign)
+        finally:
+            if broker is not None:
+                result_exit = broker.stop()
+                print(f"broker exit status {result_exit}", file=sys.stderr)
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.json:
+        Path(args.json).write_text(text + "\n")
+    ok = result["broker_alive"] and not result.get("log_problems") and result["fuzz"]["bad_answers"] == 0
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
