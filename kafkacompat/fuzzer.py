@@ -77,6 +77,8 @@ INTERESTING_STRINGS = (
     "", ".", "..", "/", "../../../tmp/kafkacompat-fuzz-escape", "a/b", "..\\..\\x", "a" * 249, "b" * 250,
     "c" * 300, "ü-topic", "名前", "topic\x00nul", "with space", "-1", "d" * 5000, "fuzz-t", "fuzz-g",
 )  # fmt: skip
+# a structure-aware mutation that multiplied nested arrays into a body larger than this is dropped
+MAX_STRUCTURED_BODY = 4 << 20
 INTERESTING_BYTES = (0x00, 0x01, 0x7F, 0x80, 0xFE, 0xFF)
 INT16 = struct.Struct(">h")
 INT32 = struct.Struct(">i")
@@ -531,7 +533,9 @@ def _mutated_value(rng: random.Random, value: Any) -> Any:
             return _damaged_batch(rng, data)
         return rng.choice((b"", rng.randbytes(rng.randrange(1, 200)), None, data * 50))
     if isinstance(value, uuid.UUID):
-        return rng.choice((uuid.UUID(int=0), uuid.uuid4(), uuid.UUID(int=(1 << 128) - 1)))
+        return rng.choice(
+            (uuid.UUID(int=0), uuid.UUID(int=rng.getrandbits(128)), uuid.UUID(int=(1 << 128) - 1))
+        )
     if isinstance(value, list):
         choice = rng.randrange(4)
         if choice == 0:
@@ -539,7 +543,7 @@ def _mutated_value(rng: random.Random, value: Any) -> Any:
         if choice == 1:
             return None
         if choice == 2 and value:
-            return value * rng.choice((2, 10, 1000))
+            return value * min(rng.choice((2, 10, 1000)), max(1, 1000 // len(value)))
         return value[::-1]
     if value is None:
         return rng.choice(("", -1, [], b"\x00"))
@@ -591,13 +595,19 @@ class Mutator:
         _field_refs(obj, refs)
         if not refs:
             return None
+        multiplied = False
         for _ in range(rng.randint(1, 3)):
             owner, name, value = rng.choice(refs)
-            setattr(owner, name, _mutated_value(rng, value))
+            if isinstance(value, list) and multiplied:
+                continue  # one multiplied array per frame: nested ones would multiply into gigabytes
+            mutated = _mutated_value(rng, value)
+            multiplied = multiplied or (isinstance(mutated, list) and len(mutated) > len(value or ()))
+            setattr(owner, name, mutated)
         try:
-            return messages.encode_request(seed.api_key, seed.version, obj)
+            body = messages.encode_request(seed.api_key, seed.version, obj)
         except Exception:
             return None
+        return body if len(body) <= MAX_STRUCTURED_BODY else None
 
     def frame(self) -> tuple[bytes, bool]:
         """A mutated frame, and whether its size prefix promises more bytes than follow it."""
@@ -891,9 +901,11 @@ def scan_log(path: str | Path, start: int = 0) -> list[str]:
         text = f.read().decode("utf-8", "replace")
     lines = text.splitlines()
     found: list[str] = []
+    covered = -1  # a traceback right after its "unexpected error" line is the same problem
     for i, line in enumerate(lines):
-        if _UNHANDLED.search(line):
+        if i > covered and _UNHANDLED.search(line):
             found.append("\n".join(lines[i : i + 12]))
+            covered = i + 2
     return found
 
 

@@ -1,0 +1,50 @@
+"""The fuzzer's seeds and mutations (the live runs are compat_tests/test_fuzz.py and tools/fuzz.py)."""
+
+from __future__ import annotations
+
+import random
+import struct
+
+from kafkacompat.broker import dispatch
+from kafkacompat.fuzzer import FuzzTarget, Mutator, build_seeds, scan_log
+from kafkacompat.wire import messages
+from kafkacompat.wire.header import RequestHeader, encode_request_header
+
+SERVED = {key: (low, high) for key, low, high in dispatch.supported_versions()}
+
+
+def test_seeds_cover_every_served_api_and_version_and_decode() -> None:
+    seeds = build_seeds(SERVED, FuzzTarget())
+    covered = {(seed.api_key, seed.version) for seed in seeds}
+    assert covered == {(key, v) for key, (low, high) in SERVED.items() for v in range(low, high + 1)}
+    for seed in seeds:
+        messages.decode_request(seed.api_key, seed.version, memoryview(seed.body))
+    produce = [s for s in seeds if s.api_key == 0 and s.version == 9]
+    assert any(b"fuzz-t" in s.body and len(s.body) > 100 for s in produce), "produce seeds carry real batches"
+
+
+def test_mutated_frames_are_never_the_seed_and_are_reproducible() -> None:
+    seeds = build_seeds(SERVED, FuzzTarget())
+    first = Mutator(seeds, random.Random(7))
+    frames = [first.frame() for _ in range(2000)]
+    again = Mutator(seeds, random.Random(7))
+    assert frames == [again.frame() for _ in range(2000)]
+    originals = set()
+    for seed in seeds:
+        header = encode_request_header(RequestHeader(seed.api_key, seed.version, 0, "kafkacompat-fuzz"))
+        originals.add(struct.pack(">i", len(header) + len(seed.body)) + header + seed.body)
+    unchanged = sum(frame[:8] + b"\0\0\0\0" + frame[12:] in originals for frame, _ in frames)
+    assert unchanged < len(frames) * 0.05  # a value may be replaced by an equal one, rarely
+    lies = [frame for frame, promises_more in frames if promises_more]
+    assert lies and all(struct.unpack_from(">i", f)[0] > len(f) - 4 for f in lies)
+
+
+def test_scan_log_reports_tracebacks_once_each(tmp_path) -> None:
+    log = tmp_path / "broker.log"
+    log.write_text(
+        "INFO fine\nERROR closing connection after an unexpected error\nTraceback (most recent call last):\n"
+        '  File "x.py", line 1\nValueError: boom\nINFO fine again\n'
+    )
+    found = scan_log(log)
+    assert len(found) == 1 and "ValueError: boom" in found[0]
+    assert scan_log(log, start=log.stat().st_size) == []
