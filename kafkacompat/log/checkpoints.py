@@ -88,9 +88,18 @@ def atomic_write(path: str, data: bytes, *, sync: bool = True) -> None:
         fsync_dir(os.path.dirname(os.path.abspath(path)))
 
 
+def _read_text(path: str) -> str:
+    """A checkpoint's text; bytes that are not UTF-8 (a garbled file) are a CheckpointError, not a crash."""
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CheckpointError(f"{path}: not text ({exc})") from None
+
+
 def _read_versioned_lines(path: str) -> list[list[str]]:
-    with open(path, encoding="utf-8") as f:
-        lines = f.read().splitlines()
+    lines = _read_text(path).splitlines()
     if len(lines) < 2:
         raise CheckpointError(f"{path}: missing version or count line")
     if lines[0].strip() != "0":
@@ -155,15 +164,14 @@ def new_directory_id() -> str:
 def read_meta_properties(path: str) -> dict[str, str]:
     """key -> value of a Java-properties file as Kafka writes it (comments skipped)."""
     result: dict[str, str] = {}
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            stripped = line.strip()
-            if not stripped or stripped[0] in "#!":
-                continue
-            key, sep, value = stripped.partition("=")
-            if not sep:
-                raise CheckpointError(f"{path}: bad line {stripped!r}")
-            result[key.strip()] = value.strip()
+    for line in _read_text(path).splitlines():
+        stripped = line.strip()
+        if not stripped or stripped[0] in "#!":
+            continue
+        key, sep, value = stripped.partition("=")
+        if not sep:
+            raise CheckpointError(f"{path}: bad line {stripped!r}")
+        result[key.strip()] = value.strip()
     if "version" not in result:
         raise CheckpointError(f"{path}: no version")
     return result
@@ -195,7 +203,7 @@ def read_partition_metadata(partition_dir: str) -> str | None:
     try:
         with open(os.path.join(partition_dir, PARTITION_METADATA), encoding="utf-8") as f:
             lines = dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
-    except OSError:
+    except (OSError, UnicodeDecodeError):  # garbled: as good as absent
         return None
     if lines.get("version", "").strip() != "0":
         return None
