@@ -215,9 +215,17 @@ class LogSegment:
             raise
         self.size = position + done
         self.dirty = True
-        for last_offset, max_timestamp, size in batches:
-            self._index_batch(last_offset, max_timestamp, size, position)
-            position += size
+        written_end = self.size
+        try:
+            for last_offset, max_timestamp, size in batches:
+                self._index_batch(last_offset, max_timestamp, size, position)
+                position += size
+        except IndexCorrupt as exc:
+            # an index first loaded here (lazily) was garbled: the batches are written, rebuild the
+            # indexes from the log (which indexes them too) rather than fail an append that happened
+            self._repair_indexes(exc)
+            if self.size < written_end:
+                raise OSError(f"{self.log_path}: corrupt data before the appended batches") from exc
         if batches:
             self._next_offset = batches[-1][0] + 1
         return self.size - done
@@ -225,7 +233,11 @@ class LogSegment:
     def on_become_inactive(self) -> None:
         """Called at roll: make the time index end with the segment's max timestamp (Kafka does)."""
         if self.max_timestamp >= 0:
-            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            try:
+                self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            except IndexCorrupt as exc:  # garbled, found on its first (lazy) load: rebuild, then append
+                self._repair_indexes(exc)
+                self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
 
     # --- lookups ---------------------------------------------------------------------------------
 

@@ -303,3 +303,26 @@ def test_meta_properties_of_another_cluster_is_refused_with_a_clear_error(scratc
     with pytest.raises(RuntimeError, match="belongs to cluster another-cluster, not damage-test"):
         _manager(log_dir)
     assert _records(log_dir / "t-0")[-1][0] == 2, "a refused start touches no data"
+
+
+@pytest.mark.parametrize("suffix", [".index", ".timeindex"])
+def test_an_active_segment_index_garbled_at_its_start_is_rebuilt_at_the_next_append_or_roll(
+    pristine: Path, scratch: Path, suffix: str
+) -> None:
+    """Found by the property test above: the cheap start-up check reads only an index's last entry, so
+    a garbled first entry surfaced at the first append that added an index entry (or at the roll), and
+    failed every later produce to the partition."""
+    d = _copy(pristine, scratch)
+    before = _records(d)
+    with open(segment_logs(str(d))[-1][:-4] + suffix, "r+b") as f:
+        f.write(b"\x01")
+    pl = PartitionLog(str(d), "t", 0, CONFIG, clean_shutdown=True, recovery_point=10**6, sync=False)
+    try:
+        end = pl.log_end_offset
+        for i in range(12):  # enough for new index entries and a roll
+            assert pl.append_as_leader(make_batch([b"n%03d" % i * 40]), 0, NOW).base_offset == end + i
+        assert _records(d)[: len(before)] == before
+        assert [r[0] for r in _records(d)] == list(range(end + 12))
+        _check_usable(pl)
+    finally:
+        pl.close(clean=False)
