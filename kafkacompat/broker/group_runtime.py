@@ -15,8 +15,9 @@ only code that calls it. Every operation goes through `call(op)`:
    wait for it outside the lock.
 
 So no response or completion leaves before the records it depends on are in the log, as in Kafka.
-If the append fails (storage error, record too large), the request and every completion of that
-outcome get `KafkaError(COORDINATOR_NOT_AVAILABLE)`, which handlers turn into that error code; the
+If the append fails, the request and every completion of that outcome get a KafkaError, which handlers
+turn into its error code: UNKNOWN_SERVER_ERROR when the records were too large for the log (as Kafka's
+coordinator answers), COORDINATOR_NOT_AVAILABLE for anything else (a storage error); the
 affected partition is unloaded from the core (its other parked requests answer NOT_COORDINATOR), since
 the core's state ran ahead of the log, and the timer task then loads it again from the log, so the
 state goes back to what was persisted (a partition whose log cannot be read stays unloaded). Clients
@@ -70,6 +71,10 @@ if TYPE_CHECKING:
 __all__ = ["OFFSETS_TOPIC", "GroupRuntime", "group_config"]
 
 log = logging.getLogger("kafkacompat.groups")
+# errors of a group write that no retry can cure (see _persist_and_deliver)
+_TOO_LARGE = frozenset(
+    {ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.INVALID_FETCH_SIZE}
+)
 
 OFFSETS_TOPIC = "__consumer_offsets"
 LEADER_EPOCH = 0
@@ -407,7 +412,12 @@ class GroupRuntime:
         Returns the error to give the caller when the append failed (completions got it already)."""
         failed = self._append(outcome)
         if failed:
-            error = KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"could not write to {OFFSETS_TOPIC}")
+            if all(code in _TOO_LARGE for code in failed.values()):
+                # Kafka's coordinator answers a write too large for the log with UNKNOWN_SERVER_ERROR (a
+                # retry would fail alike), e.g. a group whose member metadata adds up past message.max.bytes
+                error = KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"records too large for {OFFSETS_TOPIC}")
+            else:
+                error = KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"could not write to {OFFSETS_TOPIC}")
             for completion in outcome.completions:
                 waiter = self._waiters.get(completion.token)
                 if waiter is not None:
@@ -418,7 +428,7 @@ class GroupRuntime:
                 self._deliver(unloaded.completions)
             # Rebuild those partitions from what the log holds (the timer task does it, outside this
             # lock); until then their groups answer NOT_COORDINATOR and clients look again.
-            self._to_reload |= failed
+            self._to_reload |= set(failed)
             self._wakeup.set()
             return error
         if self.broker.cluster is not None and outcome.records:
@@ -449,16 +459,16 @@ class GroupRuntime:
             if waiter is not None:
                 waiter.complete(completion.response)
 
-    def _append(self, outcome: Outcome[Any]) -> set[int]:
-        """Write the records, one batch per partition; returns the partitions whose write failed."""
+    def _append(self, outcome: Outcome[Any]) -> dict[int, ErrorCode]:
+        """Write the records, one batch per partition; returns the partitions whose write failed (why)."""
         if not outcome.records:
-            return set()
+            return {}
         by_batch: dict[tuple[int, int, int], list[tuple[bytes, bytes | None]]] = {}
         for record in outcome.records:
             by_batch.setdefault((record.partition, record.producer_id, record.producer_epoch), []).append(
                 (record.key, record.value)
             )
-        failed: set[int] = set()
+        failed: dict[int, ErrorCode] = {}
         now = self.broker.now_ms()
         for (partition, producer_id, producer_epoch), records in by_batch.items():
             if partition in failed:
@@ -466,7 +476,7 @@ class GroupRuntime:
             partition_log = self.broker.partition_log(OFFSETS_TOPIC, partition)
             if partition_log is None:
                 log.error("%s-%d does not exist; group state not persisted", OFFSETS_TOPIC, partition)
-                failed.add(partition)
+                failed[partition] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 continue
             # TxnOffsetCommit records go in a transactional batch of the producer (no sequence), as Kafka
             # writes them; the producer's marker in this partition later settles them
@@ -491,7 +501,7 @@ class GroupRuntime:
                 )
             except (KafkaError, InvalidRecordBatch) as exc:
                 log.error("append to %s-%d failed: %s", OFFSETS_TOPIC, partition, exc)
-                failed.add(partition)
+                failed[partition] = ErrorCode(exc.code)
                 continue
             if cluster is not None:
                 cluster.leader_appended(OFFSETS_TOPIC, partition, partition_log)

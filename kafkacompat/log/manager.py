@@ -28,7 +28,8 @@ whose partitions live elsewhere, KAFKA_STORAGE_ERROR for the rest). A dir comes 
 a restart (Kafka's rule too), once the disk has space or has been replaced. Files of an offline dir stay
 open until shutdown, so FileSlices already handed out stay valid.
 
-`delete_log()` renames the partition dir to `<topic>-<partition>.<uuid hex>-delete` (Kafka's name) and
+`delete_log()` renames the partition dir to `<topic>-<partition>.<uuid hex>-delete` (Kafka's name, the topic
+cut short to fit 255 bytes as Kafka cuts it) and
 removes it after `file.delete.delay.ms` (`run_pending_deletes`); a crash in between leaves a `-delete`
 dir that the next startup removes.
 
@@ -400,7 +401,10 @@ class LogManager:
         if log_dir is None:
             return False
         source = os.path.join(log_dir, f"{topic}-{partition}")
-        doomed = os.path.join(log_dir, f"{topic}-{partition}.{uuid.uuid4().hex}-delete")
+        # Kafka's name, with the topic cut so that it fits a file name (255 bytes): a 249-character topic
+        # plus the suffix would not, and the delete would fail
+        suffix = f"-{partition}.{uuid.uuid4().hex}-delete"
+        doomed = os.path.join(log_dir, topic[: max(0, 255 - len(suffix))] + suffix)
         try:
             os.rename(source, doomed)
         except OSError as exc:
