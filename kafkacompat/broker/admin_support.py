@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from kafkacompat.broker.state import check_partition_limit
+from kafkacompat.broker.state import LOGS_PER_CHECKPOINT, check_partition_limit
 from kafkacompat.config import OPTIONS_BY_NAME, TOPIC_CONFIG_SOURCES
 from kafkacompat.dynamic_config import (
     DYNAMIC_HERE,
@@ -416,7 +416,9 @@ async def add_partitions(
                     name, index, log_config, topic_id=topic.kafka_id, now_ms=broker.now_ms()
                 )
                 created.append(index)
-        except KafkaError:
+                if len(created) % LOGS_PER_CHECKPOINT == 0:
+                    await trio.lowlevel.checkpoint()  # other clients run while thousands are made
+        except BaseException:
             now = broker.now_ms()  # the files stay for file.delete.delay.ms, as for any deleted log
             for index in created:
                 broker.logs.delete_log(name, index, now)

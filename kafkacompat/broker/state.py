@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +30,12 @@ from kafkacompat.broker.delayed import PartitionWatchers
 from kafkacompat.broker.fetch_sessions import FetchSessionCache
 from kafkacompat.config import BrokerConfig, broker_log_config
 from kafkacompat.dynamic_config import DynamicBrokerConfigs, LocalDynamicConfigStore
-from kafkacompat.replication.metadata import PRODUCER_ID_BLOCK_SIZE, LocalMetadata, TopicInfo
+from kafkacompat.replication.metadata import (
+    PRODUCER_ID_BLOCK_SIZE,
+    LocalMetadata,
+    TopicInfo,
+    kafka_uuid_string,
+)
 from kafkacompat.security.acls import Authorizer
 from kafkacompat.security.credentials import ScramCredentialStore
 from kafkacompat.security.quotas import QuotaManager, QuotaStore
@@ -45,6 +51,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CLUSTER_METADATA_TOPIC",
     "INTERNAL_TOPICS",
+    "LOGS_PER_CHECKPOINT",
     "MAX_PARTITIONS_PER_TOPIC",
     "BrokerState",
     "check_partition_limit",
@@ -61,6 +68,9 @@ CLUSTER_METADATA_TOPIC = "__cluster_metadata"
 # Each partition holds a directory and three open files. Kafka sets no limit, but a 30-byte request must
 # not make this broker create millions of files; a request above this gets INVALID_PARTITIONS.
 MAX_PARTITIONS_PER_TOPIC = 10_000
+# Making a partition log costs about a millisecond (a directory and three files): a topic of thousands of
+# partitions gives the event loop back after every this many, so other clients are not frozen meanwhile.
+LOGS_PER_CHECKPOINT = 50
 
 
 def is_internal_topic(name: str) -> bool:
@@ -272,17 +282,26 @@ class BrokerState:
             if validate_only:
                 self.metadata.check_new_topic(name, partitions)
                 return TopicInfo(name, ZERO_UUID, partitions, configs, internal)
-            topic = self.metadata.create_topic(name, partitions, configs, internal=internal)
+            # The logs first, the table entry once they all exist: nobody sees a topic whose partitions
+            # are still being made while this task lets other requests run between chunks of them.
+            self.metadata.check_new_topic(name, partitions)
+            topic_id = uuid.uuid4()  # chosen now: each log's partition.metadata names it
             created = 0
             try:
                 for index in range(partitions):
                     self.logs.create_log(
-                        name, index, log_config, topic_id=topic.kafka_id, now_ms=self.now_ms()
+                        name, index, log_config, topic_id=kafka_uuid_string(topic_id), now_ms=self.now_ms()
                     )
                     created += 1
+                    if created % LOGS_PER_CHECKPOINT == 0:
+                        await trio.lowlevel.checkpoint()
+                topic = self.metadata.create_topic(
+                    name, partitions, configs, topic_id=topic_id, internal=internal
+                )
             except BaseException:
                 self._delete_logs(name, created)
-                self.metadata.delete_topic(name)
+                if name in self.metadata:
+                    self.metadata.delete_topic(name)
                 self.metadata.snapshot()  # the table is as it was on disk: clear the dirty flag
                 raise
             snapshot = self.metadata.snapshot()

@@ -120,6 +120,11 @@ class GroupConfig:
         return self.offsets_retention_minutes * 60_000
 
 
+def _java_long(value: int) -> int:
+    """`value` wrapped to a signed 64-bit integer, as Java's long addition wraps (a huge retention time)."""
+    return ((value + (1 << 63)) % (1 << 64)) - (1 << 63)
+
+
 def _java_length(s: str) -> int:
     return len(s.encode("utf-16-le", "surrogatepass")) // 2  # lone surrogates: escaped non-UTF-8 bytes
 
@@ -1042,7 +1047,9 @@ class GroupCoordinatorCore:
                 metadata=metadata,
                 commit_timestamp=now_ms if p.commit_timestamp == -1 else p.commit_timestamp,
                 leader_epoch=p.leader_epoch,
-                expire_timestamp=-1 if req.retention_time_ms == -1 else now_ms + req.retention_time_ms,
+                expire_timestamp=-1
+                if req.retention_time_ms == -1
+                else _java_long(now_ms + req.retention_time_ms),
             )
             self.offsets.put(group.group_id, tp, committed)
             self._emit_offset(group.group_id, tp, committed)

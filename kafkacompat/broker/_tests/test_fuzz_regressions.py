@@ -16,6 +16,7 @@ from kafkacompat.broker._tests.wire_client import RawClient, request, start_brok
 from kafkacompat.wire.errors import ErrorCode as E
 
 JOIN_GROUP, LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS, DELETE_GROUPS, FIND_COORDINATOR = 11, 13, 14, 15, 42, 10
+OFFSET_COMMIT = 8
 FAST = ("group.initial.rebalance.delay.ms=0", "offsets.topic.num.partitions=3")
 # The wire codec decodes strings with surrogateescape: bytes that are not UTF-8 arrive as lone surrogates.
 NOT_UTF8_GROUP = b"g\xff\xfe-\xc3".decode("utf-8", "surrogateescape")
@@ -143,4 +144,49 @@ async def test_create_topics_beyond_ten_thousand_partitions_is_a_policy_violatio
         "ok-1",
         "ok-2",
     ]
+    await client.aclose()
+
+
+async def test_other_clients_are_served_while_thousands_of_partitions_are_created(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """Found by the fuzzer beside its well-behaved pair: a CreateTopics of thousands of partitions (legal
+    up to 10,000) made its logs in one go and froze every other client for seconds. Now other requests
+    are answered meanwhile, and the topic appears only once all its partitions exist."""
+    broker = await start_broker(nursery, tmp_path)
+    creator = await RawClient.connect(broker.port)
+    other = await RawClient.connect(broker.port)
+    topic = request(CREATE_TOPICS).CreatableTopic(name="wide", num_partitions=1000, replication_factor=1)
+    await creator.send(CREATE_TOPICS, 7, request(CREATE_TOPICS, topics=[topic], timeout_ms=60_000))
+    while not (tmp_path / "wide-0").exists():
+        await trio.sleep(0.001)
+    seen = await other.call(METADATA, 12, request(METADATA, topics=None), timeout=60)
+    assert "wide" not in {t.name for t in seen.topics}, "no half-made topic is visible"
+    assert not (tmp_path / "wide-999").exists(), "answered while the creation was still under way"
+    _, created = await creator.receive(CREATE_TOPICS, 7, timeout=120)
+    assert created.topics[0].error_code == E.NONE
+    seen = await other.call(METADATA, 12, request(METADATA, topics=None))
+    (wide,) = [t for t in seen.topics if t.name == "wide"]
+    assert len(wide.partitions) == 1000
+    await creator.aclose()
+    await other.aclose()
+
+
+async def test_offset_commit_with_a_huge_retention_time_is_stored(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """Found by the fuzzer: OffsetCommit v2-v4 with retention_time_ms near 2^63 overflowed the record's
+    int64 expire timestamp (a traceback and a closed connection). Kafka adds in Java longs, which wrap."""
+    broker = await start_broker(nursery, tmp_path, *FAST)
+    await broker.state.groups.loaded.wait()
+    client = await RawClient.connect(broker.port)
+    topic = request(CREATE_TOPICS).CreatableTopic(name="t", num_partitions=1, replication_factor=1)
+    await client.call(CREATE_TOPICS, 7, request(CREATE_TOPICS, topics=[topic], timeout_ms=5000))
+    commit = request(OFFSET_COMMIT)
+    for retention in (2**63 - 1, 2**62, -(2**63)):
+        answer = await client.call(OFFSET_COMMIT, 2, commit.__class__(
+            group_id="g", generation_id_or_member_epoch=-1, member_id="", retention_time_ms=retention,
+            topics=[commit.OffsetCommitRequestTopic(name="t", partitions=[
+                commit.OffsetCommitRequestPartition(partition_index=0, committed_offset=5)])]))  # fmt: skip
+        assert answer.topics[0].partitions[0].error_code == E.NONE
     await client.aclose()
