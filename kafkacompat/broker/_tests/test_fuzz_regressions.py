@@ -190,3 +190,37 @@ async def test_offset_commit_with_a_huge_retention_time_is_stored(
                 commit.OffsetCommitRequestPartition(partition_index=0, committed_offset=5)])]))  # fmt: skip
         assert answer.topics[0].partitions[0].error_code == E.NONE
     await client.aclose()
+
+
+async def test_a_fetch_out_of_file_descriptors_answers_a_storage_error_and_leaks_none(
+    nursery: trio.Nursery, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by the long fuzz runs: with the process out of descriptors (EMFILE, thousands of partitions
+    open), duplicating a segment fd for a fetch raised out of the handler — a traceback, a closed
+    connection, and the descriptors already duplicated for earlier partitions of the response leaked."""
+    import errno
+
+    from kafkacompat.broker._tests.wire_client import batch, create, fetch_request, produce
+    from kafkacompat.broker.handlers import fetch
+
+    broker = await start_broker(nursery, tmp_path)
+    client = await RawClient.connect(broker.port)
+    await create(client, "t", 2)
+    for partition in (0, 1):
+        assert (await produce(client, "t", batch(b"v%d" % partition), partition=partition)).error_code == 0
+    real_init = fetch.HeldSlice.__init__
+    held: list[fetch.HeldSlice] = []
+
+    def second_fails(self: fetch.HeldSlice, file_slice: Any) -> None:
+        if held:
+            raise OSError(errno.EMFILE, "Too many open files")
+        real_init(self, file_slice)
+        held.append(self)
+
+    monkeypatch.setattr(fetch.HeldSlice, "__init__", second_fails)
+    answer = await client.call(1, 12, fetch_request("t", 0, partitions=(0, 1)))
+    codes = {p.partition_index: (p.error_code, len(p.records or b"")) for p in answer.responses[0].partitions}
+    assert codes[0][0] == E.NONE and codes[0][1] > 0
+    assert codes[1] == (E.KAFKA_STORAGE_ERROR, 0)
+    assert held and held[0].fd == -1, "the duplicate held for partition 0 was released after the send"
+    await client.aclose()

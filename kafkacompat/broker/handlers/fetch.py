@@ -22,6 +22,7 @@ With an authorizer, partitions of topics the principal may not READ get TOPIC_AU
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,6 +38,8 @@ from kafkacompat.wire.errors import ErrorCode, KafkaError
 if TYPE_CHECKING:
     from kafkacompat.broker.dispatch import RequestContext
     from kafkacompat.broker.state import BrokerState
+
+log = logging.getLogger("kafkacompat.broker.fetch")
 
 API_KEY = 1
 MIN_VERSION = 4
@@ -68,6 +71,19 @@ class HeldSlice:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+
+
+def _hold(read: PartitionRead) -> tuple[Any, int]:
+    """The records to send for one partition and its error code. Out of file descriptors (EMFILE) the
+    partition answers KAFKA_STORAGE_ERROR and the rest of the response still goes out: an exception here
+    would leak the descriptors already held for the partitions before it."""
+    if not read.size:
+        return EMPTY_RECORDS, read.error
+    try:
+        return HeldSlice(read.records), read.error
+    except OSError as exc:
+        log.warning("fetch of %s-%d: cannot hold its segment open: %s", read.name, read.cached.partition, exc)
+        return EMPTY_RECORDS, ErrorCode.KAFKA_STORAGE_ERROR
 
 
 @dataclass(slots=True)
@@ -276,16 +292,17 @@ def _response(
             else:
                 current = TopicResponse(topic=key, partitions=[])
             responses.append(current)
+        records, error = _hold(read)
         current.partitions.append(
             PartitionData(
                 partition_index=read.cached.partition,
-                error_code=read.error,
+                error_code=error,
                 high_watermark=read.high_watermark,
                 last_stable_offset=read.last_stable_offset,
                 log_start_offset=read.log_start_offset,
                 aborted_transactions=(read.aborted or []) if read_committed else None,
                 preferred_read_replica=-1,
-                records=HeldSlice(read.records) if read.size else EMPTY_RECORDS,
+                records=records,
             )
         )
     return FetchResponse(error_code=ErrorCode.NONE, session_id=context.session_id, responses=responses)
