@@ -106,6 +106,9 @@ class FuzzTarget:
     group: str = "fuzz-g"
     member_id: str = ""
     generation: int = -1
+    transactional_id: str = "fuzz-txn"
+    txn_producer_id: int = -1
+    txn_producer_epoch: int = -1
 
 
 def _cls(api_key: int) -> Any:
@@ -413,7 +416,69 @@ def _seed_objects(t: FuzzTarget) -> dict[int, list[Callable[[], Any]]]:
             cursor=m.Cursor(topic_name=t.topic, partition_index=1),
         )
 
+    txn = (t.transactional_id, t.txn_producer_id, t.txn_producer_epoch)
+
+    def add_partitions_to_txn() -> Any:
+        m = _module_of(24)
+        topics = [m.AddPartitionsToTxnTopic(name=t.topic, partitions=[0, 1])]
+        return m.AddPartitionsToTxnRequest(
+            transactions=[
+                m.AddPartitionsToTxnTransaction(
+                    transactional_id=txn[0], producer_id=txn[1], producer_epoch=txn[2], topics=topics
+                )
+            ],
+            v3_and_below_transactional_id=txn[0],
+            v3_and_below_producer_id=txn[1],
+            v3_and_below_producer_epoch=txn[2],
+            v3_and_below_topics=topics,
+        )
+
+    def add_offsets_to_txn() -> Any:
+        return _cls(25)(transactional_id=txn[0], producer_id=txn[1], producer_epoch=txn[2], group_id=t.group)
+
+    def end_txn(committed: bool) -> Callable[[], Any]:
+        return lambda: _cls(26)(
+            transactional_id=txn[0], producer_id=txn[1], producer_epoch=txn[2], committed=committed
+        )
+
+    def write_txn_markers() -> Any:
+        m = _module_of(27)
+        marker = m.WritableTxnMarker(
+            producer_id=txn[1],
+            producer_epoch=txn[2],
+            transaction_result=True,
+            topics=[m.WritableTxnMarkerTopic(name=t.topic, partition_indexes=[0])],
+            coordinator_epoch=0,
+        )
+        return m.WriteTxnMarkersRequest(markers=[marker])
+
+    def txn_offset_commit() -> Any:
+        m = _module_of(28)
+        part = m.TxnOffsetCommitRequestPartition(partition_index=0, committed_offset=3, committed_metadata="")
+        return m.TxnOffsetCommitRequest(
+            transactional_id=txn[0],
+            group_id=t.group,
+            producer_id=txn[1],
+            producer_epoch=txn[2],
+            generation_id=t.generation,
+            member_id=t.member_id,
+            topics=[m.TxnOffsetCommitRequestTopic(name=t.topic, partitions=[part])],
+        )
+
+    def describe_transactions() -> Any:
+        return _cls(65)(transactional_ids=[txn[0], "absent-txn"])
+
+    def list_transactions() -> Any:
+        return _cls(66)(state_filters=["Ongoing"], producer_id_filters=[txn[1]], duration_filter=-1)
+
     return {
+        24: [add_partitions_to_txn],
+        25: [add_offsets_to_txn],
+        26: [end_txn(True), end_txn(False)],
+        27: [write_txn_markers],
+        28: [txn_offset_commit],
+        65: [describe_transactions],
+        66: [list_transactions],
         0: [produce(b, acks) for b in batches for acks in (1, -1)],
         1: [fetch],
         2: [list_offsets],
@@ -616,6 +681,8 @@ class Mutator:
         payload = bytearray(self._header(seed))
         structural = rng.random() < 0.45
         body = self._struct_mutation(seed) if structural else None
+        if body == seed.body:
+            body = None  # the fields drawn were replaced by equal values: mutate the bytes instead
         byte_ops = 1 if body is None else (1 if rng.random() < 0.2 else 0)
         payload += body if body is not None else seed.body
         size: int | None = None
@@ -997,6 +1064,17 @@ def prepare_target(
             joined = client.send(11, request)
         if joined.error_code == 0:
             target.member_id, target.generation = joined.member_id, joined.generation_id
+        if 22 in served and 24 in served:  # a transactional producer id for the transaction seeds
+            init = _cls(22)(transactional_id=target.transactional_id, transaction_timeout_ms=60000)
+            for _ in range(50):
+                answer = client.send(22, init)
+                if answer.error_code == 0:
+                    target.txn_producer_id, target.txn_producer_epoch = (
+                        answer.producer_id,
+                        answer.producer_epoch,
+                    )
+                    break
+                time.sleep(0.1)  # the coordinator is loading (__transaction_state just made)
     return served, target
 
 
@@ -1175,6 +1253,7 @@ def run_campaign(c: Campaign) -> dict[str, Any]:
         quiet = _pair_subprocess(c.bootstrap, f"good-pair-quiet-{run_tag}", c.quiet_seconds, c.pair_rate)
         result["quiet_pair"] = _pair_result_wait(quiet)
     rss: list[int] = []
+    fds: list[int] = []
     alive = [True]
 
     async def watch_broker(cancel: trio.CancelScope) -> None:
@@ -1185,6 +1264,8 @@ def run_campaign(c: Campaign) -> dict[str, Any]:
                 cancel.cancel()
                 return
             rss.append(sample)
+            with contextlib.suppress(OSError):
+                fds.append(len(os.listdir(f"/proc/{c.broker_pid}/fd")))
             await trio.sleep(0.5)
 
     def show(stats: FuzzStats) -> None:
@@ -1224,6 +1305,13 @@ def run_campaign(c: Campaign) -> dict[str, Any]:
     result["broker_alive"] = alive[0] and (c.broker_pid is None or read_rss_kib(c.broker_pid) is not None)
     if rss:
         result["rss_mib"] = {"start": rss[0] // 1024, "peak": max(rss) // 1024, "end": rss[-1] // 1024}
+    if fds:
+        result["open_fds"] = {"start": fds[0], "peak": max(fds), "end": fds[-1]}
+    quiet_p99 = result.get("quiet_pair", {}).get("e2e_p99_ms")
+    fuzzed_p99 = result["fuzzed_pair"].get("e2e_p99_ms")
+    if quiet_p99 and fuzzed_p99:
+        result["p99_ratio"] = round(fuzzed_p99 / quiet_p99, 2)
+    result["load_average"] = os.getloadavg()
     if c.broker_log:
         result["log_problems"] = scan_log(c.broker_log, log_start)[:10]
     return result
@@ -1266,6 +1354,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--pair-rate", type=float, default=100, help="records per second of the good pair")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--json", help="also write the summary here")
+    run.add_argument(
+        "--data-dir", help="the started broker's data dir, kept afterwards (default: a temp dir)"
+    )
     run.add_argument("--apis", help="comma-separated api keys to fuzz (default: every served api)")
     pair = commands.add_parser("good-pair")
     pair.add_argument("--bootstrap", required=True)
@@ -1301,7 +1392,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.bootstrap:
             from kafkacompat.testing import BrokerProcess
 
-            broker = BrokerProcess(Path(tmp) / "data", ["group.initial.rebalance.delay.ms=0"]).start()
+            data_dir = Path(args.data_dir) if args.data_dir else Path(tmp) / "data"
+            broker = BrokerProcess(data_dir, ["group.initial.rebalance.delay.ms=0"]).start()
             assert broker.process is not None
             campaign.bootstrap = broker.bootstrap
             campaign.broker_pid = broker.process.pid

@@ -33,7 +33,12 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from kafkacompat.broker.state import LOGS_PER_CHECKPOINT, check_partition_limit
+from kafkacompat.broker.state import (
+    LOGS_PER_CHECKPOINT,
+    check_descriptors_for,
+    check_partition_limit,
+    record_topic_id,
+)
 from kafkacompat.config import OPTIONS_BY_NAME, TOPIC_CONFIG_SOURCES
 from kafkacompat.dynamic_config import (
     DYNAMIC_HERE,
@@ -408,16 +413,17 @@ async def add_partitions(
             # lists (rack-aware round robin, same replication factor) appended to /brokers/topics/T
             await broker.cluster.add_partitions(name, total)
             return topic
+        check_descriptors_for(total - current)
         log_config = broker.topic_log_config(topic)
         created = []
         try:
+            new_logs = []
             for index in range(current, total):
-                broker.logs.create_log(
-                    name, index, log_config, topic_id=topic.kafka_id, now_ms=broker.now_ms()
-                )
+                new_logs.append(broker.logs.create_log(name, index, log_config, now_ms=broker.now_ms()))
                 created.append(index)
                 if len(created) % LOGS_PER_CHECKPOINT == 0:
                     await trio.lowlevel.checkpoint()  # other clients run while thousands are made
+            await trio.to_thread.run_sync(record_topic_id, new_logs, topic.kafka_id)
         except BaseException:
             now = broker.now_ms()  # the files stay for file.delete.delay.ms, as for any deleted log
             for index in created:

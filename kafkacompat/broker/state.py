@@ -19,6 +19,7 @@ at once, the unlinks after file.delete.delay.ms).
 from __future__ import annotations
 
 import logging
+import os
 import time
 import uuid
 from collections.abc import Callable
@@ -54,8 +55,10 @@ __all__ = [
     "LOGS_PER_CHECKPOINT",
     "MAX_PARTITIONS_PER_TOPIC",
     "BrokerState",
+    "check_descriptors_for",
     "check_partition_limit",
     "is_internal_topic",
+    "record_topic_id",
 ]
 
 log = logging.getLogger("kafkacompat.broker")
@@ -87,6 +90,40 @@ def check_partition_limit(partitions: int) -> None:
             ErrorCode.INVALID_PARTITIONS,
             f"Number of partitions {partitions} exceeds the limit of {MAX_PARTITIONS_PER_TOPIC}.",
         )
+
+
+# A new partition log holds this many descriptors (its segment and two indexes), and this many are kept
+# free for connections and everything else: a creation that would not fit is refused before any file is
+# made, rather than failing (EMFILE) thousands of partitions in, rolled back, and the broker stalled.
+DESCRIPTORS_PER_LOG = 3
+DESCRIPTORS_RESERVE = 256
+
+
+def check_descriptors_for(new_logs: int) -> None:
+    """Raise KafkaError(KAFKA_STORAGE_ERROR) if `new_logs` partition logs cannot be held open (Linux)."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or new_logs * DESCRIPTORS_PER_LOG < soft // 4:
+        return  # far below the limit: not worth counting
+    try:
+        in_use = len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return
+    left = soft - in_use - DESCRIPTORS_RESERVE
+    if new_logs * DESCRIPTORS_PER_LOG > left:
+        raise KafkaError(
+            ErrorCode.KAFKA_STORAGE_ERROR,
+            f"not enough file descriptors for {new_logs} new partition logs: {max(left, 0)} left under the "
+            f"process limit of {soft} (ulimit -n)",
+        )
+
+
+def record_topic_id(new_logs: list[Any], kafka_id: str) -> None:
+    """Write the `partition.metadata` of new logs (worker thread: each write is fsynced, and thousands of
+    them on the event loop froze every client for seconds). Nothing else uses these logs yet."""
+    for partition_log in new_logs:
+        partition_log.set_topic_id(kafka_id)
 
 
 class BrokerState:
@@ -285,16 +322,17 @@ class BrokerState:
             # The logs first, the table entry once they all exist: nobody sees a topic whose partitions
             # are still being made while this task lets other requests run between chunks of them.
             self.metadata.check_new_topic(name, partitions)
+            check_descriptors_for(partitions)
             topic_id = uuid.uuid4()  # chosen now: each log's partition.metadata names it
             created = 0
             try:
+                new_logs = []
                 for index in range(partitions):
-                    self.logs.create_log(
-                        name, index, log_config, topic_id=kafka_uuid_string(topic_id), now_ms=self.now_ms()
-                    )
+                    new_logs.append(self.logs.create_log(name, index, log_config, now_ms=self.now_ms()))
                     created += 1
                     if created % LOGS_PER_CHECKPOINT == 0:
                         await trio.lowlevel.checkpoint()
+                await trio.to_thread.run_sync(record_topic_id, new_logs, kafka_uuid_string(topic_id))
                 topic = self.metadata.create_topic(
                     name, partitions, configs, topic_id=topic_id, internal=internal
                 )

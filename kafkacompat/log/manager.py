@@ -44,6 +44,7 @@ it never iterates the table of logs while that thread changes it).
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import shutil
@@ -340,10 +341,9 @@ class LogManager:
         online = [d for d in self.log_dirs if d not in self.offline_dirs]
         if not online:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, "every log dir is offline")
-        counts = {d: 0 for d in online}
-        for d in self._dir_of.values():
-            if d in counts:
-                counts[d] += 1
+        if len(online) == 1:  # no count to take: it made creating N partitions cost N^2
+            return online[0]
+        counts = collections.Counter(d for d in self._dir_of.values() if d in online)
         return min(online, key=lambda d: counts[d])
 
     def create_log(

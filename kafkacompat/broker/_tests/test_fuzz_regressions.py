@@ -222,5 +222,74 @@ async def test_a_fetch_out_of_file_descriptors_answers_a_storage_error_and_leaks
     codes = {p.partition_index: (p.error_code, len(p.records or b"")) for p in answer.responses[0].partitions}
     assert codes[0][0] == E.NONE and codes[0][1] > 0
     assert codes[1] == (E.KAFKA_STORAGE_ERROR, 0)
-    assert held and held[0].fd == -1, "the duplicate held for partition 0 was released after the send"
+    with trio.move_on_after(10):  # released right after the send, which the client may see first
+        while held[0].fd != -1:
+            await trio.sleep(0.01)
+    assert held[0].fd == -1, "the duplicate held for partition 0 was released after the send"
     await client.aclose()
+
+
+def test_a_creation_that_cannot_fit_in_the_descriptors_left_is_refused_before_any_file(
+    tmp_path: Path,
+) -> None:
+    """Found by the long fuzz runs: CreateTopics/CreatePartitions of thousands of partitions (legal up to
+    10,000) under a 20,000-descriptor limit failed with EMFILE thousands of logs in, and made and rolled
+    back those logs on the event loop for seconds. A broker process with `ulimit -n 1024` here."""
+    import resource
+
+    from kafkacompat.client import KafkaClient
+    from kafkacompat.testing import BrokerProcess
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(1024, hard), hard))
+    try:
+        broker = BrokerProcess(tmp_path / "data").start()  # inherits the lowered limit
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    try:
+        with KafkaClient(broker.bootstrap) as client:
+            topic = request(CREATE_TOPICS).CreatableTopic
+            wide = request(
+                CREATE_TOPICS,
+                topics=[topic(name="wide", num_partitions=1000, replication_factor=1)],
+                timeout_ms=5000,
+            )
+            answer = client.send(CREATE_TOPICS, wide, version=7)
+            assert answer.topics[0].error_code == E.KAFKA_STORAGE_ERROR
+            assert "file descriptors" in answer.topics[0].error_message
+            assert not any(p.name.startswith("wide-") for p in (tmp_path / "data").iterdir())
+            fits = request(
+                CREATE_TOPICS,
+                topics=[topic(name="fits", num_partitions=50, replication_factor=1)],
+                timeout_ms=5000,
+            )
+            assert client.send(CREATE_TOPICS, fits, version=7).topics[0].error_code == E.NONE
+            grow = request(
+                37,
+                topics=[request(37).CreatePartitionsTopic(name="fits", count=1000, assignments=None)],
+                timeout_ms=5000,
+            )
+            assert client.send(37, grow, version=3).results[0].error_code == E.KAFKA_STORAGE_ERROR
+            assert client.metadata(["fits"]).topics[0].partitions.__len__() == 50
+    finally:
+        broker.stop()
+    assert "Traceback" not in broker.log_path.read_text()
+
+
+def test_java_string_hash_matches_the_definition_for_long_and_odd_ids() -> None:
+    """The coordinator-partition hash was a Python loop per code unit; it is now a C-level sum of products
+    (found by the fuzzer: DescribeGroups naming 1,000 ids of 5,000 characters held the event loop)."""
+    import random
+
+    from kafkacompat.groups import records as rec
+    from kafkacompat.groups._tests.test_records import java_hash_by_definition
+
+    rng = random.Random(18)
+    for length in [0, 1, 2, 31, 254, 255, 256, 257, 1500]:
+        chars = [
+            chr(rng.choice([rng.randrange(32, 127), rng.randrange(0x100, 0xD7FF)])) for _ in range(length)
+        ]
+        value = "".join(chars)
+        assert rec.java_string_hash(value) == java_hash_by_definition(value)
+        assert rec.java_string_hash(value) == java_hash_by_definition(value)  # and again, from the cache
+    assert rec.java_string_hash("\U0001f600" * 300) == java_hash_by_definition("\U0001f600" * 300)
