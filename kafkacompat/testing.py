@@ -149,11 +149,19 @@ class BrokerProcess:
     """A broker in a child process (`python -m kafkacompat serve`), for restart and crash tests."""
 
     def __init__(
-        self, data_dir: str | os.PathLike[str], overrides: Sequence[str] = (), port: int = 0
+        self,
+        data_dir: str | os.PathLike[str],
+        overrides: Sequence[str] = (),
+        port: int = 0,
+        *,
+        open_files: int | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.overrides = list(overrides)
         self.port = port
+        #: the child's open-file limit (soft and hard: the broker raises its soft limit to the hard one at
+        #: start), for tests of what happens at that limit; None inherits this process's
+        self.open_files = open_files
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = self.data_dir / "broker.log"
 
@@ -169,7 +177,9 @@ class BrokerProcess:
         log_file = open(self.log_path, "ab")
         start_offset = log_file.tell()
         try:
-            self.process = subprocess.Popen(args, stdout=log_file, stderr=subprocess.STDOUT)
+            self.process = subprocess.Popen(
+                args, stdout=log_file, stderr=subprocess.STDOUT, preexec_fn=self._limit_open_files
+            )
         finally:
             log_file.close()
         deadline = time.monotonic() + START_TIMEOUT
@@ -185,6 +195,12 @@ class BrokerProcess:
             time.sleep(0.01)
         self.kill()
         raise RuntimeError(f"broker did not start in time: {self._tail()}")
+
+    def _limit_open_files(self) -> None:
+        if self.open_files is not None:
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_NOFILE, (self.open_files, self.open_files))
 
     def _tail(self) -> str:
         try:

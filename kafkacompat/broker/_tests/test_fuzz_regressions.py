@@ -230,27 +230,15 @@ async def test_a_fetch_out_of_file_descriptors_answers_a_storage_error_and_leaks
 
 
 def test_a_creation_that_cannot_fit_in_the_descriptors_left_is_refused_before_any_file(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
     """Found by the long fuzz runs: CreateTopics/CreatePartitions of thousands of partitions (legal up to
     10,000) under a 20,000-descriptor limit failed with EMFILE thousands of logs in, and made and rolled
     back those logs on the event loop for seconds. A broker process with `ulimit -n 1024` here."""
-    import resource
-    import subprocess
-
     from kafkacompat.client import KafkaClient
     from kafkacompat.testing import BrokerProcess
 
-    real_popen = subprocess.Popen
-
-    def limited_popen(*args: Any, **kwargs: Any) -> Any:
-        # soft and hard: the broker raises its soft limit to the hard one at start
-        kwargs["preexec_fn"] = lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
-        return real_popen(*args, **kwargs)
-
-    monkeypatch.setattr(subprocess, "Popen", limited_popen)
-    broker = BrokerProcess(tmp_path / "data").start()
-    monkeypatch.setattr(subprocess, "Popen", real_popen)
+    broker = BrokerProcess(tmp_path / "data", open_files=1024).start()
     try:
         with KafkaClient(broker.bootstrap) as client:
             topic = request(CREATE_TOPICS).CreatableTopic
