@@ -70,10 +70,11 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def atomic_write(path: str, data: bytes, *, sync: bool = True) -> None:
-    """Replace `path` with `data` so that a crash leaves the old or the new content."""
+def atomic_write(path: str, data: bytes, *, sync: bool = True, mode: int = 0o644) -> None:
+    """Replace `path` with `data` so that a crash leaves the old or the new content (a new file gets
+    `mode`: 0o600 for secrets)."""
     tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
         view = memoryview(data)
         while view:

@@ -25,11 +25,12 @@ wildcard and every PREFIXED pattern that is a prefix of the name. The numeric co
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from kafkacompat.log.checkpoints import atomic_write
 
 __all__ = [
     "ACLS_FILE",
@@ -225,12 +226,7 @@ class AclStore:
     @staticmethod
     def write(path: Path, snapshot: dict[str, Any]) -> None:
         """Persist a snapshot atomically (blocking: run it in a worker thread)."""
-        temporary = path.with_name(path.name + ".tmp")
-        with open(temporary, "w", encoding="utf-8") as handle:
-            json.dump(snapshot, handle, indent=1)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
+        atomic_write(str(path), json.dumps(snapshot, indent=1).encode())
 
 
 class Authorizer:

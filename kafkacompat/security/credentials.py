@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kafkacompat.log.checkpoints import atomic_write
 from kafkacompat.security.sasl import SCRAM_HASHES, scram_keys
 
 __all__ = ["CREDENTIALS_FILE", "MAX_ITERATIONS", "MIN_ITERATIONS", "ScramCredential", "ScramCredentialStore"]
@@ -124,15 +124,4 @@ class ScramCredentialStore:
     @staticmethod
     def write(path: Path, snapshot: dict[str, Any]) -> None:
         """Persist a snapshot atomically (blocking: run it in a worker thread)."""
-        temporary = path.with_name(path.name + ".tmp")
-        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-            json.dump(snapshot, handle, indent=1, sort_keys=True)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-        directory = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+        atomic_write(str(path), json.dumps(snapshot, indent=1, sort_keys=True).encode(), mode=0o600)

@@ -32,11 +32,12 @@ No trio, no I/O except `write()`: the clock is passed in.
 from __future__ import annotations
 
 import json
-import os
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from kafkacompat.log.checkpoints import atomic_write
 
 __all__ = [
     "CONSUMER_BYTE_RATE",
@@ -158,12 +159,7 @@ class QuotaStore:
     @staticmethod
     def write(path: Path, snapshot: dict[str, Any]) -> None:
         """Persist a snapshot atomically (blocking: run it in a worker thread)."""
-        temporary = path.with_name(path.name + ".tmp")
-        with open(temporary, "w", encoding="utf-8") as handle:
-            json.dump(snapshot, handle, indent=1)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
+        atomic_write(str(path), json.dumps(snapshot, indent=1).encode())
 
 
 class RateSensor:
