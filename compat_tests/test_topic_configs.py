@@ -159,7 +159,9 @@ OLD_TIMESTAMP = 1_262_304_000_000  # 2010-01-01T00:00:00Z, far from any broker c
 
 def test_log_append_time_replaces_create_time(bootstrap: str, make_topic: Callable[..., str]) -> None:
     append_topic = make_topic(configs={"message.timestamp.type": "LogAppendTime"})
-    create_topic_ = make_topic(configs={"message.timestamp.type": "CreateTime"})
+    # retention.ms=-1: the control topic's records carry a 2010 timestamp, so the broker's periodic
+    # retention pass (every log.retention.check.interval.ms) would rightly delete them mid-test
+    create_topic_ = make_topic(configs={"message.timestamp.type": "CreateTime", "retention.ms": "-1"})
     values = values_for(append_topic, 20)
     before = int(time.time() * 1000)
     produce(bootstrap, append_topic, values, timestamp=OLD_TIMESTAMP)
