@@ -62,7 +62,9 @@ from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker.state import BrokerState
+    from kafkacompat.client import BrokerConnection
     from kafkacompat.replication.fetcher_task import FetcherTask
+    from kafkacompat.security.client_auth import ClientSecurity
 
 __all__ = ["ClusterMetadataCache", "ClusterRuntime", "ZkSnapshot"]
 
@@ -214,6 +216,26 @@ class ClusterRuntime:
             if protocols.get(name, name) == "PLAINTEXT":
                 return name
         return next(iter(self.broker.endpoints))
+
+    def inter_broker_security(self) -> ClientSecurity | None:
+        """How this broker authenticates to another broker's inter-broker listener (None: PLAINTEXT).
+
+        The one place replication fetchers, the controller's requests and controlled shutdown get
+        their connection settings from; today inter-broker connections speak PLAINTEXT only."""
+        return None
+
+    def inter_broker_connection(self, broker_id: int, purpose: str, timeout: float) -> BrokerConnection:
+        """Blocking (call from a worker thread): a connection to `broker_id`'s inter-broker listener."""
+        from kafkacompat.client import BrokerConnection
+
+        registration = self.snapshot.brokers.get(broker_id)
+        if registration is None:
+            raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, f"broker {broker_id} is not live")
+        endpoint = registration.endpoint(self.inter_broker_listener())
+        if endpoint is None:
+            endpoint = next(iter(registration.endpoints.values()))
+        client_id = f"broker-{self.node_id}-{purpose}"
+        return BrokerConnection(endpoint[0], endpoint[1], client_id, timeout, self.inter_broker_security())
 
     async def close(self) -> None:
         await trio.to_thread.run_sync(self._close_blocking)
@@ -564,20 +586,16 @@ class ClusterRuntime:
     async def _request_controlled_shutdown(self) -> list[tuple[str, int]]:
         if self.is_controller:
             return await self.controlled_shutdown_as_controller(self.node_id)
-        from kafkacompat.client import BrokerConnection
         from kafkacompat.wire.messages import request_class
 
-        controller = self.snapshot.brokers.get(self.controller_id())
-        if controller is None:
+        controller_id = self.controller_id()
+        if controller_id not in self.snapshot.brokers:
             raise KafkaError(ErrorCode.NOT_CONTROLLER, "no controller")
-        host, port = controller.endpoint(self.inter_broker_listener()) or next(
-            iter(controller.endpoints.values())
-        )
         timeout = self.broker.config["replica.socket.timeout.ms"] / 1000
         request = request_class(CONTROLLED_SHUTDOWN)(broker_id=self.node_id, broker_epoch=-1)
 
         def ask() -> Any:
-            connection = BrokerConnection(host, port, f"broker-{self.node_id}-shutdown", timeout)
+            connection = self.inter_broker_connection(controller_id, "shutdown", timeout)
             try:
                 return connection.send(
                     CONTROLLED_SHUTDOWN, connection.version_for(CONTROLLED_SHUTDOWN), request

@@ -84,18 +84,9 @@ class FetcherTask:
 
     async def _connect(self) -> BrokerConnection:
         if self._connection is None:
-            from kafkacompat.client import BrokerConnection
-
-            registration = self.runtime.snapshot.brokers.get(self.leader)
-            if registration is None:
-                raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, f"broker {self.leader} is not live")
-            endpoint = registration.endpoint(self.runtime.inter_broker_listener())
-            if endpoint is None:
-                endpoint = next(iter(registration.endpoints.values()))
             timeout = self.runtime.broker.config["replica.socket.timeout.ms"] / 1000
-            client_id = f"broker-{self.runtime.node_id}-fetcher-{self.leader}"
             self._connection = await trio.to_thread.run_sync(
-                BrokerConnection, endpoint[0], endpoint[1], client_id, timeout
+                self.runtime.inter_broker_connection, self.leader, f"fetcher-{self.leader}", timeout
             )
         return self._connection
 
