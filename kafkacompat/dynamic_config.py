@@ -35,9 +35,12 @@ start-up; a value that no longer validates there (say, after an upgrade) is drop
 Kafka drops invalid persisted dynamic configs, while a file that cannot be read stops the start-up
 (ConfigError), as an unreadable topic table does: running on without it would forget the changes.
 
-The storage is behind `DynamicConfigStore`. Cluster mode (ZooKeeper) is not built; its store would read
-and write the same entity maps under `/config/brokers` and watch them for changes made through other
-brokers (then call `BrokerState` to re-apply).
+The storage is behind `DynamicConfigStore`. In cluster mode (ZooKeeper) the entities are Kafka's znodes
+`/config/brokers/<default>` and `/config/brokers/<id>` instead of the file
+(`replication.zk_config.ZkDynamicConfigStore`): a change is a compare-and-set on its entity's znode
+(`read_entity` + `write_entity`, retried by `BrokerState.alter_broker_configs` on a conflict, so changes
+sent to two brokers at once do not lose each other), followed by Kafka's `/config/changes` notification;
+every broker re-reads the entities when one appears and takes them with `reload()`.
 
 Not dynamic here (refused, see compat_tests/FINDINGS.md): listener key stores and other `ssl.*`/`sasl.*`
 listener settings, `listeners` and `listener.security.protocol.map` (re-binding listeners), the
@@ -70,6 +73,7 @@ __all__ = [
     "DynamicBrokerConfigs",
     "DynamicConfigStore",
     "LocalDynamicConfigStore",
+    "VersionedDynamicConfigStore",
     "broker_config_synonyms",
     "update_mode",
 ]
@@ -306,6 +310,14 @@ class DynamicConfigStore(Protocol):
     def write(self, entities: Mapping[str, Mapping[str, str]]) -> None: ...
 
 
+class VersionedDynamicConfigStore(DynamicConfigStore, Protocol):
+    """A shared store (cluster mode) written one entity at a time by compare-and-set."""
+
+    def read_entity(self, entity: str) -> tuple[dict[str, str], int]: ...
+
+    def write_entity(self, entity: str, configs: dict[str, str], version: int) -> bool: ...
+
+
 class LocalDynamicConfigStore:
     """The single-node store: one JSON file in the first log dir (see the module docstring)."""
 
@@ -375,6 +387,12 @@ class DynamicBrokerConfigs:
             self._entities.pop(DEFAULT_ENTITY, None)
             self._entities.pop(self.node_entity, None)
             self.effective = self.static
+
+    def reload(self, stored: dict[str, dict[str, str]]) -> BrokerConfig:
+        """Take the entities as the store now holds them (cluster mode: changed through another broker);
+        the new effective config (names or values that no longer validate are dropped, as at start-up)."""
+        self._replay(stored)
+        return self.effective
 
     # reading
 

@@ -125,6 +125,7 @@ class Broker:
             from kafkacompat.replication.cluster import ClusterRuntime
 
             state.cluster = ClusterRuntime(state, store)
+            state.cluster.config_sync = self._config_sync
         # groups hook: the group coordinator runtime (loads __consumer_offsets in the background)
         from kafkacompat.broker.group_runtime import GroupRuntime
 
@@ -156,6 +157,13 @@ class Broker:
                             await cluster.run(task_status=task_status)
 
                     await outer.start(run_cluster)  # registered in ZooKeeper, roles taken
+                    config_sync = self._config_sync
+
+                    async def run_config_sync() -> None:
+                        with cluster_scope:
+                            await config_sync.run()
+
+                    outer.start_soon(run_config_sync)  # ACLs, credentials, quotas, broker configs
                 outer.start_soon(self._run_background, background_scope)
                 connections_done = trio.Event()
 
@@ -236,24 +244,7 @@ class Broker:
 
         metadata = LocalMetadata(str(config.log_dirs[0]))
         state = BrokerState(config, logs, metadata, cluster_id=cluster_id, clock=self.clock)
-        from kafkacompat.security.credentials import CREDENTIALS_FILE, ScramCredentialStore
-
-        state.scram_credentials = ScramCredentialStore.load(Path(config.log_dirs[0]) / CREDENTIALS_FILE)
-        from kafkacompat.security.quotas import QUOTAS_FILE, QuotaManager, QuotaStore
-
-        state.quotas = QuotaManager(
-            QuotaStore.load(Path(config.log_dirs[0]) / QUOTAS_FILE),
-            config["quota.window.num"],
-            config["quota.window.size.seconds"],
-        )
-        if config["authorizer.class.name"]:
-            from kafkacompat.security.acls import ACLS_FILE, AclStore, Authorizer, parse_super_users
-
-            state.authorizer = Authorizer(
-                AclStore.load(Path(config.log_dirs[0]) / ACLS_FILE),
-                parse_super_users(config["super.users"]),
-                config["allow.everyone.if.no.acl.found"],
-            )
+        _security_stores(state, config, Path(config.log_dirs[0]))
         topic_configs = {topic.name: state.topic_log_config(topic) for topic in metadata.topics()}
         logs.startup(topic_configs, now_ms=state.now_ms())
         _adopt_unknown_logs(state)
@@ -302,9 +293,24 @@ class Broker:
             raise
         logs.lock_dirs()  # as on a single node: a second broker on the same dirs stops here
         try:
+            # SCRAM credentials, quotas, ACLs and dynamic broker configs live in ZooKeeper here, in
+            # Kafka's /config and /kafka-acl znodes (replication.zk_config), never in the log dir
+            from kafkacompat.replication.config_sync import ConfigSync
+            from kafkacompat.replication.zk_config import ZkConfigStore, ZkDynamicConfigStore
+
+            config_store = ZkConfigStore(store.client)
+            config_store.ensure_paths()
             state = BrokerState(
-                config, logs, ClusterMetadataCache(), cluster_id=zk_cluster_id, clock=self.clock
+                config,
+                logs,
+                ClusterMetadataCache(),
+                cluster_id=zk_cluster_id,
+                clock=self.clock,
+                dynamic_store=ZkDynamicConfigStore(config_store),
             )
+            _security_stores(state, config, None)
+            self._config_sync = ConfigSync(state, config_store)
+            self._config_sync.load(config_store.read_all())
             logs.startup({}, now_ms=state.now_ms())
         except BaseException:
             logs.close_without_marker()
@@ -604,3 +610,27 @@ def _stored_cluster_id(log_dirs: list[str]) -> str | None:
 def _new_cluster_id() -> str:
     """A random cluster id in Kafka's format (a UUID as 22 characters of URL-safe base64)."""
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode("ascii")
+
+
+def _security_stores(state: Any, config: BrokerConfig, log_dir: Path | None) -> None:
+    """SCRAM credentials, client quotas and (with authorizer.class.name) the ACL authorizer: loaded from
+    their files in the log dir on a single node; empty in cluster mode (`log_dir` None), where
+    replication.config_sync fills them from ZooKeeper."""
+    from kafkacompat.security.credentials import CREDENTIALS_FILE, ScramCredentialStore
+    from kafkacompat.security.quotas import QUOTAS_FILE, QuotaManager, QuotaStore
+
+    if log_dir is not None:
+        state.scram_credentials = ScramCredentialStore.load(log_dir / CREDENTIALS_FILE)
+    state.quotas = QuotaManager(
+        QuotaStore.load(log_dir / QUOTAS_FILE) if log_dir is not None else QuotaStore(),
+        config["quota.window.num"],
+        config["quota.window.size.seconds"],
+    )
+    if config["authorizer.class.name"]:
+        from kafkacompat.security.acls import ACLS_FILE, AclStore, Authorizer, parse_super_users
+
+        state.authorizer = Authorizer(
+            AclStore.load(log_dir / ACLS_FILE) if log_dir is not None else AclStore(),
+            parse_super_users(config["super.users"]),
+            config["allow.everyone.if.no.acl.found"],
+        )

@@ -30,7 +30,7 @@ import trio
 from kafkacompat.broker.delayed import PartitionWatchers
 from kafkacompat.broker.fetch_sessions import FetchSessionCache
 from kafkacompat.config import BrokerConfig, broker_log_config
-from kafkacompat.dynamic_config import DynamicBrokerConfigs, LocalDynamicConfigStore
+from kafkacompat.dynamic_config import DynamicBrokerConfigs, DynamicConfigStore, LocalDynamicConfigStore
 from kafkacompat.replication.metadata import (
     PRODUCER_ID_BLOCK_SIZE,
     LocalMetadata,
@@ -137,10 +137,14 @@ class BrokerState:
         *,
         cluster_id: str,
         clock: Callable[[], float] = time.time,
+        dynamic_store: DynamicConfigStore | None = None,
     ) -> None:
         # the static config with the dynamic broker configs replayed on top (kafkacompat.dynamic_config);
-        # `config` is always the effective one and is replaced, never mutated, by a dynamic change
-        self.dynamic = DynamicBrokerConfigs(config, LocalDynamicConfigStore(config.log_dirs[0]))
+        # `config` is always the effective one and is replaced, never mutated, by a dynamic change. The
+        # store is the log dir's file, or ZooKeeper's /config/brokers in cluster mode (`dynamic_store`).
+        self.dynamic = DynamicBrokerConfigs(
+            config, dynamic_store or LocalDynamicConfigStore(config.log_dirs[0])
+        )
         config = self.dynamic.effective
         self.config = config
         # called with (old, new) after a dynamic change took effect (the server wakes its accept loops)
@@ -225,12 +229,16 @@ class BrokerState:
         """
         async with self.metadata_lock:  # topic config changes read the broker defaults under it too
             entity = self.dynamic.entity_for(node_id)
+            store = self.dynamic.store
+            if hasattr(store, "write_entity"):
+                # cluster mode: compare-and-set on the entity's znode, from what ZooKeeper holds now
+                await self._alter_shared_broker_configs(store, entity, new_configs, validate_only)
+                return
             configs = new_configs(self.dynamic.entity(entity))
             effective = self.dynamic.validate(entity, configs)
             if validate_only:
                 return
             entities = self.dynamic.entities_with(entity, configs)
-            store = self.dynamic.store
             if store is not None:
                 try:
                     await trio.to_thread.run_sync(store.write, entities)
@@ -241,6 +249,40 @@ class BrokerState:
             self.dynamic.replace(entity, configs, effective)
             self._reconfigure(effective)
         log.info("dynamic broker configs of %s are now %s", entity, configs)
+
+    async def _alter_shared_broker_configs(
+        self,
+        store: Any,
+        entity: str,
+        new_configs: Callable[[dict[str, str]], dict[str, str]],
+        validate_only: bool,
+    ) -> None:
+        """alter_broker_configs in cluster mode (under metadata_lock): read the entity's znode, change,
+        validate, write at the version read; a conflict (another broker wrote first) starts again."""
+        while True:
+            current, version = await trio.to_thread.run_sync(store.read_entity, entity)
+            configs = new_configs(dict(current))
+            effective = self.dynamic.validate(entity, configs)
+            if validate_only:
+                return
+            if await trio.to_thread.run_sync(store.write_entity, entity, configs, version):
+                break
+        self.dynamic.replace(entity, configs, effective)
+        self._reconfigure(effective)
+        log.info("dynamic broker configs of %s are now %s", entity, configs)
+
+    async def apply_stored_broker_configs(self, entities: dict[str, dict[str, str]]) -> None:
+        """Cluster mode: the /config/brokers entities as ZooKeeper now holds them (changed through any
+        broker) become this broker's dynamic layers, applied at once."""
+        async with self.metadata_lock:
+            current = {e: self.dynamic.entity(e) for e in (self.dynamic.node_entity, "<default>")}
+            wanted = {e: dict(entities.get(e, {})) for e in current}
+            if current == wanted:
+                return
+            effective = self.dynamic.reload(entities)
+            if effective is not self.config:
+                self._reconfigure(effective)
+            log.info("dynamic broker configs changed in ZooKeeper: %s", wanted)
 
     def _reconfigure(self, new: BrokerConfig) -> None:
         """Make the running broker follow a new effective config: topic defaults of every log without an

@@ -63,6 +63,7 @@ from kafkacompat.wire.errors import ErrorCode, KafkaError
 if TYPE_CHECKING:
     from kafkacompat.broker.state import BrokerState
     from kafkacompat.client import BrokerConnection
+    from kafkacompat.replication.config_sync import ConfigSync
     from kafkacompat.replication.fetcher_task import FetcherTask
     from kafkacompat.security.client_auth import ClientSecurity
 
@@ -146,6 +147,8 @@ class ClusterRuntime:
         self.lag_ms = int(broker.config["replica.lag.time.max.ms"])
         #: set once a controlled shutdown moved this broker's leaderships away: no more fetching
         self.shutting_down = False
+        #: ACLs, SCRAM credentials, quotas and dynamic broker configs in ZooKeeper (set by the server)
+        self.config_sync: ConfigSync | None = None
 
     # --- wiring --------------------------------------------------------------------------------------
 

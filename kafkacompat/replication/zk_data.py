@@ -31,6 +31,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote, unquote
 
 from kafkacompat.replication.partition_state import LeaderAndIsr
 
@@ -307,3 +308,161 @@ def decode_producer_id_block(data: bytes) -> tuple[int, int, int]:
     """(broker, block_start, block_end) — block_end inclusive, as Kafka stores it."""
     document = _load(data)
     return int(document["broker"]), int(document["block_start"]), int(document["block_end"])
+
+
+# --- entity configs (/config/<type>/<name>) and their change notifications ----------------------------
+
+CONFIG_CHANGES = "/config/changes"
+CONFIG_CHANGE_PREFIX = "config_change_"
+CONFIG_USERS = "/config/users"
+CONFIG_CLIENTS = "/config/clients"
+CONFIG_BROKERS = "/config/brokers"
+DEFAULT_ENTITY = "<default>"
+
+
+def sanitize(name: str) -> str:
+    """An entity name as Kafka's Sanitizer writes it in a znode name: URL-encoded (UTF-8), with a space as
+    %20 and `*` as %2A; `<default>` is not a name but the default entity and stays as it is."""
+    if name == DEFAULT_ENTITY:
+        return name
+    return quote(name, safe="._-").replace("~", "%7E")
+
+
+def desanitize(text: str) -> str:
+    return text if text == DEFAULT_ENTITY else unquote(text)
+
+
+def entity_config_path(entity_path: str) -> str:
+    """`users/alice`, `users/alice/clients/c1`, `clients/<default>`, `brokers/1` -> its znode."""
+    return f"/config/{entity_path}"
+
+
+def encode_entity_config(configs: dict[str, str]) -> bytes:
+    return _dump({"version": 1, "config": dict(sorted(configs.items()))})
+
+
+def decode_entity_config(data: bytes | None) -> dict[str, str]:
+    if not data:
+        return {}
+    document = _load(data)
+    if not isinstance(document, dict):
+        return {}
+    return {str(k): str(v) for k, v in (document.get("config") or {}).items()}
+
+
+def encode_config_change(entity_path: str) -> bytes:
+    return _dump({"version": 2, "entity_path": entity_path})
+
+
+# --- ACLs (/kafka-acl, /kafka-acl-extended/prefixed) and their change notifications -----------------
+
+ACL_LITERAL = "/kafka-acl"
+ACL_EXTENDED = "/kafka-acl-extended"
+ACL_PREFIXED = "/kafka-acl-extended/prefixed"
+ACL_LITERAL_CHANGES = "/kafka-acl-changes"
+ACL_EXTENDED_CHANGES = "/kafka-acl-extended-changes"
+ACL_CHANGE_PREFIX = "acl_changes_"
+#: resource type code -> the directory name Kafka uses (SecurityUtils.resourceTypeName)
+ACL_RESOURCE_DIRS = {
+    2: "Topic",
+    3: "Group",
+    4: "Cluster",
+    5: "TransactionalId",
+    6: "DelegationToken",
+    7: "User",
+}
+#: resource type code -> the enum name Kafka writes in change notifications
+ACL_RESOURCE_ENUMS = {
+    2: "TOPIC",
+    3: "GROUP",
+    4: "CLUSTER",
+    5: "TRANSACTIONAL_ID",
+    6: "DELEGATION_TOKEN",
+    7: "USER",
+}
+#: operation code -> Kafka's name in the ACL JSON (SecurityUtils.operationName)
+ACL_OPERATIONS = {
+    2: "All",
+    3: "Read",
+    4: "Write",
+    5: "Create",
+    6: "Delete",
+    7: "Alter",
+    8: "Describe",
+    9: "ClusterAction",
+    10: "DescribeConfigs",
+    11: "AlterConfigs",
+    12: "IdempotentWrite",
+    13: "CreateTokens",
+    14: "DescribeTokens",
+}
+ACL_PERMISSIONS = {2: "Deny", 3: "Allow"}
+PATTERN_LITERAL, PATTERN_PREFIXED = 3, 4
+
+
+def _camel_key(text: str) -> str:
+    return text.replace("_", "").lower()
+
+
+def acl_resource_path(resource_type: int, name: str, pattern_type: int) -> str:
+    root = ACL_LITERAL if pattern_type == PATTERN_LITERAL else ACL_PREFIXED
+    return f"{root}/{ACL_RESOURCE_DIRS[resource_type]}/{name}"
+
+
+def encode_acls(entries: list[tuple[str, str, int, int]]) -> bytes:
+    """(principal, host, operation, permission) entries of one resource, as Kafka's ResourceZNode."""
+    return _dump(
+        {
+            "version": 1,
+            "acls": [
+                {
+                    "principal": principal,
+                    "permissionType": ACL_PERMISSIONS[permission],
+                    "operation": ACL_OPERATIONS[operation],
+                    "host": host,
+                }
+                for principal, host, operation, permission in entries
+            ],
+        }
+    )
+
+
+_OPERATION_CODES = {_camel_key(name): code for code, name in ACL_OPERATIONS.items()}
+_PERMISSION_CODES = {name.lower(): code for code, name in ACL_PERMISSIONS.items()}
+_RESOURCE_CODES = {
+    **{_camel_key(name): code for code, name in ACL_RESOURCE_DIRS.items()},
+    **{_camel_key(name): code for code, name in ACL_RESOURCE_ENUMS.items()},
+}
+
+
+def resource_type_code(text: str) -> int | None:
+    """A resource type directory or enum name (any case, as Kafka's fromString) -> its code."""
+    return _RESOURCE_CODES.get(_camel_key(text))
+
+
+def decode_acls(data: bytes | None) -> list[tuple[str, str, int, int]]:
+    """The entries of a resource znode; entries with unknown names are skipped."""
+    if not data:
+        return []
+    entries = []
+    for item in (_load(data) or {}).get("acls") or []:
+        operation = _OPERATION_CODES.get(_camel_key(str(item.get("operation", ""))))
+        permission = _PERMISSION_CODES.get(str(item.get("permissionType", "")).lower())
+        if operation is None or permission is None:
+            continue
+        entries.append((str(item["principal"]), str(item.get("host", "*")), operation, permission))
+    return entries
+
+
+def encode_acl_change(resource_type: int, name: str, pattern_type: int) -> tuple[str, bytes]:
+    """(sequential node prefix path, data) of the change notification for one ACL resource."""
+    if pattern_type == PATTERN_LITERAL:
+        data = f"{ACL_RESOURCE_ENUMS[resource_type]}:{name}".encode()
+        return f"{ACL_LITERAL_CHANGES}/{ACL_CHANGE_PREFIX}", data
+    document = {
+        "version": 1,
+        "resourceType": ACL_RESOURCE_ENUMS[resource_type],
+        "name": name,
+        "patternType": "PREFIXED",
+    }
+    return f"{ACL_EXTENDED_CHANGES}/{ACL_CHANGE_PREFIX}", _dump(document)

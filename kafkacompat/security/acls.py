@@ -201,6 +201,10 @@ class AclStore:
     def add(self, binding: AclBinding) -> None:
         self._acls[binding] = None
 
+    def replace(self, bindings: Iterable[AclBinding]) -> None:
+        """Take a whole new ACL set (cluster mode: a fresh read of ZooKeeper's /kafka-acl znodes)."""
+        self._acls = dict.fromkeys(bindings)
+
     def remove(self, bindings: Iterable[AclBinding]) -> None:
         for binding in bindings:
             self._acls.pop(binding, None)

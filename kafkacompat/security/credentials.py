@@ -103,6 +103,10 @@ class ScramCredentialStore:
     def upsert(self, user: str, mechanism: str, credential: ScramCredential) -> None:
         self._users.setdefault(user, {})[mechanism] = credential
 
+    def replace(self, users: dict[str, dict[str, ScramCredential]]) -> None:
+        """Take a whole new table (cluster mode: a fresh read of ZooKeeper's /config/users)."""
+        self._users = {user: dict(mechanisms) for user, mechanisms in users.items() if mechanisms}
+
     def delete(self, user: str, mechanism: str) -> bool:
         mechanisms = self._users.get(user)
         if not mechanisms or mechanism not in mechanisms:

@@ -148,6 +148,12 @@ class QuotaStore:
             del self.quotas[entity]
         self._changed()
 
+    def replace(self, quotas: dict[Entity, dict[str, float]]) -> None:
+        """Take a whole new quota table (cluster mode: a fresh read of ZooKeeper's /config entities)."""
+        if quotas != self.quotas:
+            self.quotas = {entity: dict(values) for entity, values in quotas.items() if values}
+            self._changed()
+
     def snapshot(self) -> dict[str, Any]:
         return {
             "version": 1,

@@ -1,7 +1,9 @@
 """AlterClientQuotas (key 49), versions 0-1.
 
 Behaviour: sets or removes quotas of (user, client-id) entities (kafkacompat.security.quotas), then
-persists them atomically in the log dir before answering; `validate_only` checks without changing.
+persists them atomically in the log dir before answering (in cluster mode: in the entity's znode under
+ZooKeeper's /config/users and /config/clients, which every broker watches); `validate_only` checks
+without changing.
 Needs ALTER_CONFIGS on the cluster (every entry CLUSTER_AUTHORIZATION_FAILED). Per entry, as Kafka: an
 unknown or repeated entity type, or an entity naming neither user nor client-id, is INVALID_REQUEST;
 so is an unknown quota key, a non-positive value, or a fractional byte rate. "ip" entities (KIP-612
@@ -82,7 +84,13 @@ async def handle(ctx: RequestContext, request: Any) -> AlterClientQuotasResponse
             else:
                 changes.append((entity, entry.ops))
         results.append(EntryData(error_code=error, error_message=message, entity=echoed))
-    if changes and not request.validate_only:
+    sync = ctx.broker.cluster.config_sync if ctx.broker.cluster is not None else None
+    if changes and not request.validate_only and sync is not None:
+        # cluster mode: the entity's /config znode in ZooKeeper, which every broker watches
+        for entity, ops in changes:
+            await sync.alter_quotas(entity, [(op.key, None if op.remove else op.value) for op in ops])
+        await sync.refresh()
+    elif changes and not request.validate_only:
         async with ctx.broker.quota_write_lock:
             for entity, ops in changes:
                 for op in ops:

@@ -5,7 +5,8 @@ user named more than once in the request (in either list) gets DUPLICATE_RESOURC
 alterations; an unknown mechanism UNSUPPORTED_SASL_MECHANISM; an empty user name, an empty salt or
 salted password, or iterations outside 4096..16384 UNACCEPTABLE_CREDENTIAL; deleting a credential that
 does not exist RESOURCE_NOT_FOUND. Only the salted password's stored and server keys are kept (see
-kafkacompat.security.credentials); the table is persisted before the answer. One result per user.
+kafkacompat.security.credentials); the table is persisted before the answer (in cluster mode: written
+to ZooKeeper's /config/users/<user>, as Kafka keeps them, which every broker watches). One result per user.
 With an authorizer, needs ALTER on the cluster (else CLUSTER_AUTHORIZATION_FAILED for every user).
 """
 
@@ -77,7 +78,12 @@ async def handle(ctx: RequestContext, request: Any) -> AlterUserScramCredentials
                 for name in counts
             ]
         )
+    sync = ctx.broker.cluster.config_sync if ctx.broker.cluster is not None else None
+    if sync is not None:
+        await sync.refresh()  # deletions are checked against what ZooKeeper holds now
     outcome: dict[str, tuple[int, str | None]] = {}
+    upserted: dict[str, dict[str, ScramCredential]] = {}
+    deleted: dict[str, list[str]] = {}
     for name, count in counts.items():
         if count > 1:
             outcome[name] = (
@@ -90,7 +96,7 @@ async def handle(ctx: RequestContext, request: Any) -> AlterUserScramCredentials
         error = _deletion_error(store, deletion)
         outcome[deletion.name] = error or (ErrorCode.NONE, None)
         if error is None:
-            store.delete(deletion.name, MECHANISM_TYPES[deletion.mechanism])
+            deleted.setdefault(deletion.name, []).append(MECHANISM_TYPES[deletion.mechanism])
     for upsertion in upsertions:
         if upsertion.name in outcome:
             continue
@@ -101,8 +107,22 @@ async def handle(ctx: RequestContext, request: Any) -> AlterUserScramCredentials
             credential = ScramCredential.from_salted_password(
                 mechanism, bytes(upsertion.salt), bytes(upsertion.salted_password), upsertion.iterations
             )
-            store.upsert(upsertion.name, mechanism, credential)
-    if any(code == ErrorCode.NONE for code, _ in outcome.values()) and store.path is not None:
+            upserted.setdefault(upsertion.name, {})[mechanism] = credential
+    if sync is not None:
+        # cluster mode: /config/users/<user> in ZooKeeper, which every broker watches
+        for name in dict.fromkeys([*deleted, *upserted]):
+            await sync.alter_scram(name, upserted.get(name, {}), deleted.get(name, []))
+        if deleted or upserted:
+            await sync.refresh()
+    else:
+        for name, mechanisms in deleted.items():
+            for mechanism in mechanisms:
+                store.delete(name, mechanism)
+        for name, credentials in upserted.items():
+            for mechanism, credential in credentials.items():
+                store.upsert(name, mechanism, credential)
+    succeeded = any(code == ErrorCode.NONE for code, _ in outcome.values())
+    if sync is None and succeeded and store.path is not None:
         # one writer at a time, each with the table as it is when it writes: the last write wins
         async with ctx.broker.scram_write_lock:
             await trio.to_thread.run_sync(ScramCredentialStore.write, store.path, store.snapshot())

@@ -5,7 +5,8 @@ an authorizer (`authorizer.class.name` unset) every creation gets SECURITY_DISAB
 Each creation is validated as Kafka does (INVALID_REQUEST with its message: unknown resource, pattern,
 operation or permission type, an unparsable principal, a CLUSTER name other than kafka-cluster, an
 operation the resource type does not have); v0 creations are LITERAL. The valid ones are added and the
-ACL file persisted before the answer; creating an existing binding again is a success.
+ACL file persisted before the answer (in cluster mode: written to ZooKeeper's /kafka-acl znodes, which
+every broker watches); creating an existing binding again is a success.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ async def handle(ctx: RequestContext, request: Any) -> CreateAclsResponse:
         )
     results = []
     added = False
+    new_bindings: list[AclBinding] = []
     for creation in creations:
         binding = AclBinding(
             creation.resource_type,
@@ -57,10 +59,19 @@ async def handle(ctx: RequestContext, request: Any) -> CreateAclsResponse:
         if problem is not None:
             results.append(_result(ErrorCode.INVALID_REQUEST, problem))
             continue
-        authorizer.store.add(binding)
+        new_bindings.append(binding)
         added = True
         results.append(_result(ErrorCode.NONE))
     store = authorizer.store
+    sync = ctx.broker.cluster.config_sync if ctx.broker.cluster is not None else None
+    if sync is not None:
+        # cluster mode: into ZooKeeper's /kafka-acl znodes first (every broker applies the change)
+        if new_bindings:
+            await sync.change_acls(new_bindings, [])
+            await sync.refresh()
+        return CreateAclsResponse(results=results)
+    for binding in new_bindings:
+        store.add(binding)
     if added and store.path is not None:
         async with ctx.broker.acl_write_lock:
             await trio.to_thread.run_sync(AclStore.write, store.path, store.snapshot())

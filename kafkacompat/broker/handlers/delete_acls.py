@@ -3,7 +3,7 @@
 Behaviour: removes every ACL matching each filter (Kafka's filter semantics) and lists them per filter;
 needs ALTER on the cluster (CLUSTER_AUTHORIZATION_FAILED per filter); SECURITY_DISABLED without an
 authorizer; a filter with an UNKNOWN type gets INVALID_REQUEST. The ACL file is persisted before the
-answer. v0 filters are LITERAL.
+answer (in cluster mode: the bindings leave ZooKeeper's /kafka-acl znodes). v0 filters are LITERAL.
 """
 
 from __future__ import annotations
@@ -47,8 +47,12 @@ async def handle(ctx: RequestContext, request: Any) -> DeleteAclsResponse:
             filter_results=[_failed(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None) for _ in filters]
         )
     store = authorizer.store
+    sync = ctx.broker.cluster.config_sync if ctx.broker.cluster is not None else None
+    if sync is not None:
+        await sync.refresh()  # match the filters against what ZooKeeper holds now
     results = []
     removed = False
+    gone = []
     for item in filters:
         wanted = acl_filter(item, ctx.api_version)
         problem = wanted.invalid()
@@ -56,7 +60,9 @@ async def handle(ctx: RequestContext, request: Any) -> DeleteAclsResponse:
             results.append(_failed(ErrorCode.INVALID_REQUEST, problem))
             continue
         matching = store.matching(wanted)
-        store.remove(matching)
+        gone.extend(matching)
+        if sync is None:
+            store.remove(matching)
         removed = removed or bool(matching)
         results.append(
             DeleteAclsFilterResult(
@@ -72,7 +78,10 @@ async def handle(ctx: RequestContext, request: Any) -> DeleteAclsResponse:
                 ],
             )
         )  # fmt: skip
-    if removed and store.path is not None:
+    if removed and sync is not None:
+        await sync.change_acls([], gone)
+        await sync.refresh()
+    elif removed and store.path is not None:
         async with ctx.broker.acl_write_lock:
             await trio.to_thread.run_sync(AclStore.write, store.path, store.snapshot())
     return DeleteAclsResponse(filter_results=results)
