@@ -175,6 +175,12 @@ BROKER_OPTIONS: tuple[Option, ...] = (
         ["PLAINTEXT:PLAINTEXT", "SSL:SSL", "SASL_PLAINTEXT:SASL_PLAINTEXT", "SASL_SSL:SASL_SSL"],
     ),
     _O("inter.broker.listener.name", "string", None),
+    _O(
+        "security.inter.broker.protocol",
+        "string",
+        "PLAINTEXT",
+        one_of("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL", case_insensitive=True),
+    ),
     _O("controller.listener.names", "list", None),
     _O("process.roles", "list", None),
     _O("controller.quorum.voters", "list", None),
@@ -332,9 +338,10 @@ BROKER_OPTIONS: tuple[Option, ...] = (
     _O("quota.window.size.seconds", "int", 1, at_least(1)),
 )
 # Settings accepted but not acted on; every other option is HONOURED (the replication settings,
-# zookeeper.*, inter.broker.listener.name and unclean.leader.election.enable act in cluster mode, i.e.
-# with zookeeper.connect set, and are read but inert on a single node) (a test checks that each honoured one
-# is read outside this module, directly or through a BrokerConfig property or the topic config it sets).
+# zookeeper.*, the inter-broker listener and security settings and unclean.leader.election.enable act in
+# cluster mode, i.e. with zookeeper.connect set, and are read but inert on a single node) (a test checks that
+# each honoured one is read outside this module, directly or through a BrokerConfig property or the topic
+# config it sets).
 _NO_EFFECT_SINGLE_NODE = frozenset(
     {
         "controller.quorum.voters",
@@ -342,8 +349,6 @@ _NO_EFFECT_SINGLE_NODE = frozenset(
         "process.roles",
         "transaction.state.log.min.isr",
         "num.replica.fetchers",
-        "sasl.mechanism.inter.broker.protocol",
-        "ssl.endpoint.identification.algorithm",  # a server does not check its clients' host names
     }
 )
 _NOT_IMPLEMENTED = frozenset(

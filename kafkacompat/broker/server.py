@@ -296,6 +296,9 @@ class Broker:
             # SCRAM credentials, quotas, ACLs and dynamic broker configs live in ZooKeeper here, in
             # Kafka's /config and /kafka-acl znodes (replication.zk_config), never in the log dir
             from kafkacompat.replication.config_sync import ConfigSync
+            from kafkacompat.security.inter_broker import inter_broker_client
+
+            inter_broker_client(config)  # a ConfigError before anything starts, as Kafka checks it
             from kafkacompat.replication.zk_config import ZkConfigStore, ZkDynamicConfigStore
 
             config_store = ZkConfigStore(store.client)

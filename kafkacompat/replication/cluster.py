@@ -149,6 +149,7 @@ class ClusterRuntime:
         self.shutting_down = False
         #: ACLs, SCRAM credentials, quotas and dynamic broker configs in ZooKeeper (set by the server)
         self.config_sync: ConfigSync | None = None
+        self._inter_broker_security: tuple[str, ClientSecurity | None] | None = None
 
     # --- wiring --------------------------------------------------------------------------------------
 
@@ -209,23 +210,25 @@ class ClusterRuntime:
         )
 
     def inter_broker_listener(self) -> str:
-        """inter.broker.listener.name, else the first PLAINTEXT listener (Kafka's default
-        security.inter.broker.protocol); replication connections speak PLAINTEXT only."""
-        configured = self.broker.config["inter.broker.listener.name"]
-        if configured:
-            return str(configured).upper()
-        protocols = self.broker.config.security_protocol_map
-        for name in self.broker.endpoints:
-            if protocols.get(name, name) == "PLAINTEXT":
-                return name
-        return next(iter(self.broker.endpoints))
+        """The listener other brokers are reached at, as Kafka chooses it: inter.broker.listener.name, else
+        the listener named after security.inter.broker.protocol (default PLAINTEXT), else the first
+        listener of that protocol (kafkacompat.security.inter_broker)."""
+        from kafkacompat.security.inter_broker import inter_broker_listener_name
+
+        return inter_broker_listener_name(self.broker.config, self.broker.endpoints)
 
     def inter_broker_security(self) -> ClientSecurity | None:
         """How this broker authenticates to another broker's inter-broker listener (None: PLAINTEXT).
 
-        The one place replication fetchers, the controller's requests and controlled shutdown get
-        their connection settings from; today inter-broker connections speak PLAINTEXT only."""
-        return None
+        The one place replication fetchers, the controller's requests and controlled shutdown get their
+        connection settings from: TLS from the listener's trust and key stores, SASL with
+        sasl.mechanism.inter.broker.protocol and the listener's JAAS username/password, resolved once
+        (kafkacompat.security.inter_broker; the server checked them at start-up)."""
+        if self._inter_broker_security is None:
+            from kafkacompat.security.inter_broker import inter_broker_client
+
+            self._inter_broker_security = inter_broker_client(self.broker.config, self.broker.endpoints)
+        return self._inter_broker_security[1]
 
     def inter_broker_connection(self, broker_id: int, purpose: str, timeout: float) -> BrokerConnection:
         """Blocking (call from a worker thread): a connection to `broker_id`'s inter-broker listener."""

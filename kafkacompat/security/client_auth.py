@@ -45,6 +45,9 @@ class ClientSecurity:
     mechanism: str | None = None
     username: str | None = None
     password: str | None = None
+    #: a ready TLS client context (the broker's own inter-broker client, kafkacompat.security.inter_broker);
+    #: None: built from the files above
+    context: ssl.SSLContext | None = None
 
     @property
     def tls(self) -> bool:
@@ -95,6 +98,8 @@ class ClientSecurity:
 
     def wrap(self, sock: socket.socket, host: str) -> socket.socket:
         """The TLS handshake on a connected socket (ssl.SSLError/OSError on failure)."""
+        if self.context is not None:
+            return self.context.wrap_socket(sock, server_hostname=host)
         context = ssl.create_default_context(cafile=self.ca_file)
         context.check_hostname = self.check_hostname
         if self.cert_file:
