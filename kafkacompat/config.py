@@ -640,6 +640,11 @@ class BrokerConfig:
             if self._values[o.name] != o.default
         }
 
+    @property
+    def listener_settings(self) -> dict[str, str]:
+        """The raw `listener.name.<listener>.<key>` settings given (a copy)."""
+        return dict(self._listener_settings)
+
     def for_listener(self, listener: str, name: str) -> Any:
         """A setting as it applies to one listener: `listener.name.<listener>.<name>` wins over `name`.
 

@@ -491,7 +491,9 @@ class DynamicBrokerConfigs:
             raise _refuse(f"Invalid value {raw} for configuration {name}: {reason}") from None
 
     def _build(self, cluster_default: Mapping[str, str], per_broker: Mapping[str, str]) -> BrokerConfig:
-        props = dict(self.static.given)
+        # the static listener.name.* settings too: the effective config must answer for_listener() as the
+        # static one does (the inter-broker client reads its listener's JAAS and TLS settings from it)
+        props = {**self.static.listener_settings, **self.static.given}
         for layer in (cluster_default, per_broker):
             for name, value in layer.items():
                 for synonym in broker_config_synonyms(name):

@@ -154,16 +154,12 @@ class Broker:
                         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
                     ) -> None:
                         with cluster_scope:
-                            await cluster.run(task_status=task_status)
+                            async with trio.open_nursery() as cluster_nursery:
+                                if cluster.config_sync is not None:  # ACLs, users, quotas, broker configs
+                                    cluster_nursery.start_soon(cluster.config_sync.run)
+                                await cluster.run(task_status=task_status)
 
                     await outer.start(run_cluster)  # registered in ZooKeeper, roles taken
-                    config_sync = self._config_sync
-
-                    async def run_config_sync() -> None:
-                        with cluster_scope:
-                            await config_sync.run()
-
-                    outer.start_soon(run_config_sync)  # ACLs, credentials, quotas, broker configs
                 outer.start_soon(self._run_background, background_scope)
                 connections_done = trio.Event()
 
