@@ -18,6 +18,15 @@ Kafka (zkCli.sh, Kafka's own tools) and the other way round:
     /admin/delete_topics/T                    (empty: a deletion request)
     /isr_change_notification/isr_change_NNN   {"version":1,"partitions":[{"topic":T,"partition":P}]}
     /latest_producer_id_block                 {"version":1,"broker":N,"block_start":"S","block_end":"E"}
+    /config/{users,clients,brokers}/<entity>  {"version":1,"config":{..}} (users/<u>/clients/<c> too;
+                                               names sanitized as Kafka's Sanitizer, `<default>` kept)
+    /config/changes/config_change_NNNNNNNNNN  {"version":2,"entity_path":"users/alice"}
+    /kafka-acl/<Type>/<name>                  {"version":1,"acls":[{"principal":..,"permissionType":"Allow",
+                                               "operation":"Read","host":"*"}]}
+    /kafka-acl-extended/prefixed/<Type>/<name>   the same for PREFIXED patterns
+    /kafka-acl-changes/acl_changes_N          "TOPIC:<name>"
+    /kafka-acl-extended-changes/acl_changes_N {"version":1,"resourceType":"TOPIC","name":..,
+                                               "patternType":"PREFIXED"}
 
 Topic ids are written as Kafka prints a Uuid: URL-safe base64 of the 16 bytes without padding.
 Decoders accept the older versions Kafka accepts (brokers without "endpoints", no "rack", no "topic_id").
