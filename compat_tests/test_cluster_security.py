@@ -299,6 +299,31 @@ def _metadata_error(secured: SecuredCluster, broker_id: int, user: str, topic: s
         connection.close()
 
 
+def _as_replica(secured: SecuredCluster, broker_id: int, user: str, topic: str) -> tuple[int, int]:
+    """(Fetch partition error, ControlledShutdown error) for `user` posing as broker 3 on `broker_id`."""
+    from kafkacompat.client import BrokerConnection
+    from kafkacompat.security.client_auth import ClientSecurity
+    from kafkacompat.wire._generated import fetch_request as fr
+    from kafkacompat.wire.messages import request_class
+
+    host, port = secured.sasl(broker_id).rsplit(":", 1)
+    security = ClientSecurity(
+        protocol="SASL_PLAINTEXT", mechanism="SCRAM-SHA-512", username=user, password=USERS[user]
+    )
+    connection = BrokerConnection(host, int(port), f"probe-{user}", 10, security)
+    try:
+        fetch = fr.FetchRequest(
+            replica_id=3,
+            max_wait_ms=0,
+            topics=[fr.FetchTopic(topic=topic, partitions=[fr.FetchPartition(partition_max_bytes=1024)])],
+        )
+        fetched = connection.send(1, 12, fetch)
+        shutdown = connection.send(7, 3, request_class(7)(broker_id=3, broker_epoch=-1))
+        return int(fetched.responses[0].partitions[0].error_code), int(shutdown.error_code)
+    finally:
+        connection.close()
+
+
 def test_acl_created_through_one_broker_is_enforced_by_every_broker(
     secured_cluster: SecuredCluster, users: dict[str, str]
 ) -> None:
@@ -338,6 +363,11 @@ def test_acl_created_through_one_broker_is_enforced_by_every_broker(
         return outcome[0] if outcome else "no delivery report"
 
     assert produce_as("alice") is None
+    # alice may write the topic but is no broker: fetching as a replica or asking for a controlled
+    # shutdown needs CLUSTER_ACTION, as in Kafka
+    fetch_error, shutdown_error = _as_replica(secured, 1, "alice", topic)
+    assert fetch_error == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert shutdown_error == KafkaError.CLUSTER_AUTHORIZATION_FAILED
     denied = produce_as("bob")
     assert denied is not None and denied.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
 

@@ -7,13 +7,15 @@ partitions it still leads because no other replica could take over (the broker a
 controlled.shutdown.retry.backoff.ms). Partitions with one replica stay, as in Kafka. Any other broker
 answers NOT_CONTROLLER; an unknown broker id is BROKER_NOT_AVAILABLE. Single node: the broker is its own
 controller and every partition has one replica, so there is nothing to move: NONE with no remaining
-partitions for this broker's id, BROKER_NOT_AVAILABLE for any other.
+partitions for this broker's id, BROKER_NOT_AVAILABLE for any other. With an authorizer, needs
+CLUSTER_ACTION on the cluster (else CLUSTER_AUTHORIZATION_FAILED), as Kafka's broker-to-broker APIs do.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kafkacompat.broker.authorization import Op, cluster_allowed
 from kafkacompat.wire._generated.controlled_shutdown_response import ControlledShutdownResponse
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
@@ -29,6 +31,10 @@ Remaining = ControlledShutdownResponse.RemainingPartition
 
 async def handle(ctx: RequestContext, request: Any) -> ControlledShutdownResponse:
     broker = ctx.broker
+    if not cluster_allowed(ctx, Op.CLUSTER_ACTION):  # a broker-to-broker API, as in Kafka
+        return ControlledShutdownResponse(
+            error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, remaining_partitions=[]
+        )
     if broker.cluster is None:
         error = ErrorCode.NONE if request.broker_id == broker.node_id else ErrorCode.BROKER_NOT_AVAILABLE
         return ControlledShutdownResponse(error_code=error, remaining_partitions=[])

@@ -17,7 +17,8 @@ it never polls.
 Aborted transactions: null for read_uncommitted; for read_committed the entries of the partition's
 `.txnindex` files (producer id, first offset) overlapping the returned range, from which the client
 drops aborted records itself (control batches are returned too: clients skip them, as with Kafka).
-With an authorizer, partitions of topics the principal may not READ get TOPIC_AUTHORIZATION_FAILED.
+With an authorizer, partitions of topics the principal may not READ get TOPIC_AUTHORIZATION_FAILED; in
+cluster mode a follower's fetch (a replica id) needs CLUSTER_ACTION on the cluster instead, as in Kafka.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from kafkacompat.broker.authorization import Op, Resource, allowed
+from kafkacompat.broker.authorization import Op, Resource, allowed, cluster_allowed
 from kafkacompat.broker.fetch_sessions import CachedPartition, FetchContext, PartitionRequest
 from kafkacompat.wire._generated.fetch_response import AbortedTransaction, FetchResponse
 from kafkacompat.wire.errors import ErrorCode, KafkaError
@@ -130,12 +131,20 @@ async def handle(ctx: RequestContext, request: Any) -> FetchResponse:
     read_committed = request.isolation_level == READ_COMMITTED
     deadline = trio.current_time() + max(request.max_wait_ms, 0) / 1000
     may_read = None
-    if broker.authorizer is not None:
+    replica_id = _replica_id(request, version) if broker.cluster is not None else -1
+    if broker.authorizer is not None and replica_id >= 0:
+        # a follower's fetch, as Kafka's: CLUSTER_ACTION on the cluster, else every partition is refused
+        # (a client posing as a replica must not move the high watermark or the ISR)
+        follower_allowed = cluster_allowed(ctx, Op.CLUSTER_ACTION)
+
+        def may_read(topic: str) -> bool:
+            return follower_allowed
+
+    elif broker.authorizer is not None:
 
         def may_read(topic: str) -> bool:
             return allowed(ctx, Op.READ, Resource.TOPIC, topic)
 
-    replica_id = _replica_id(request, version) if broker.cluster is not None else -1
     while True:
         reads = _read_all(broker, context, uses_ids, max_bytes, read_committed, may_read, replica_id)
         total = sum(r.size for r in reads)
