@@ -299,8 +299,8 @@ def _metadata_error(secured: SecuredCluster, broker_id: int, user: str, topic: s
         connection.close()
 
 
-def _as_replica(secured: SecuredCluster, broker_id: int, user: str, topic: str) -> tuple[int, int]:
-    """(Fetch partition error, ControlledShutdown error) for `user` posing as broker 3 on `broker_id`."""
+def _as_replica(secured: SecuredCluster, broker_id: int, user: str, topic: str) -> tuple[int, int, int]:
+    """(Fetch, OffsetForLeaderEpoch, ControlledShutdown errors) for `user` posing as broker 3."""
     from kafkacompat.client import BrokerConnection
     from kafkacompat.security.client_auth import ClientSecurity
     from kafkacompat.wire._generated import fetch_request as fr
@@ -318,8 +318,25 @@ def _as_replica(secured: SecuredCluster, broker_id: int, user: str, topic: str) 
             topics=[fr.FetchTopic(topic=topic, partitions=[fr.FetchPartition(partition_max_bytes=1024)])],
         )
         fetched = connection.send(1, 12, fetch)
+        epochs = request_class(23)
+        epoch = connection.send(
+            23,
+            4,
+            epochs(
+                replica_id=3,
+                topics=[
+                    epochs.OffsetForLeaderTopic(
+                        topic=topic, partitions=[epochs.OffsetForLeaderPartition(partition=0, leader_epoch=0)]
+                    )
+                ],
+            ),
+        )
         shutdown = connection.send(7, 3, request_class(7)(broker_id=3, broker_epoch=-1))
-        return int(fetched.responses[0].partitions[0].error_code), int(shutdown.error_code)
+        return (
+            int(fetched.responses[0].partitions[0].error_code),
+            int(epoch.topics[0].partitions[0].error_code),
+            int(shutdown.error_code),
+        )
     finally:
         connection.close()
 
@@ -365,8 +382,9 @@ def test_acl_created_through_one_broker_is_enforced_by_every_broker(
     assert produce_as("alice") is None
     # alice may write the topic but is no broker: fetching as a replica or asking for a controlled
     # shutdown needs CLUSTER_ACTION, as in Kafka
-    fetch_error, shutdown_error = _as_replica(secured, 1, "alice", topic)
+    fetch_error, epoch_error, shutdown_error = _as_replica(secured, 1, "alice", topic)
     assert fetch_error == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert epoch_error == KafkaError.CLUSTER_AUTHORIZATION_FAILED
     assert shutdown_error == KafkaError.CLUSTER_AUTHORIZATION_FAILED
     denied = produce_as("bob")
     assert denied is not None and denied.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED

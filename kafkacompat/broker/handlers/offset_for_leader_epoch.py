@@ -9,14 +9,15 @@ cache when it takes over, so the current epoch answers the log end offset even b
 FENCED_LEADER_EPOCH. Missing topic or partition -> UNKNOWN_TOPIC_OR_PARTITION; an offline log ->
 KAFKA_STORAGE_ERROR. Consumers (replica id -1, v3+) and followers get the same answer here. v0 answers
 carry no epoch.
-With an authorizer, topics the principal may not DESCRIBE get TOPIC_AUTHORIZATION_FAILED.
+With an authorizer, topics the principal may not DESCRIBE get TOPIC_AUTHORIZATION_FAILED; a follower's
+request (replica id set) needs CLUSTER_ACTION on the cluster instead (else CLUSTER_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kafkacompat.broker.authorization import Op, Resource, allowed
+from kafkacompat.broker.authorization import Op, Resource, allowed, cluster_allowed
 from kafkacompat.wire._generated.offset_for_leader_epoch_response import OffsetForLeaderEpochResponse
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
@@ -43,6 +44,9 @@ def end_offset_for(partition_log: Any, current_epoch: int, requested_epoch: int)
 async def handle(ctx: RequestContext, request: Any) -> OffsetForLeaderEpochResponse:
     broker = ctx.broker
     topics = []
+    # a follower's request (a replica id, v3+) needs CLUSTER_ACTION on the cluster, as in Kafka
+    replica = getattr(request, "replica_id", -1) >= 0 and broker.authorizer is not None
+    follower_refused = replica and not cluster_allowed(ctx, Op.CLUSTER_ACTION)
     for wanted_topic in request.topics:
         name = wanted_topic.topic
         partitions = []
@@ -55,7 +59,9 @@ async def handle(ctx: RequestContext, request: Any) -> OffsetForLeaderEpochRespo
             )
             partitions.append(answer)
             try:
-                if not allowed(ctx, Op.DESCRIBE, Resource.TOPIC, name):
+                if follower_refused:
+                    raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+                if not replica and not allowed(ctx, Op.DESCRIBE, Resource.TOPIC, name):
                     raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                 if topic is None or not 0 <= index < topic.partitions:
                     raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
