@@ -9,7 +9,8 @@ brokers' own SCRAM user is written into `/config/users/broker` with kazoo before
 with `kafka-configs --zookeeper` before a SASL cluster's first start. The authorizer is on.
 
 - RF=3 with min.insync.replicas=2 and acks=all produces succeed and the followers' logs hold the same
-  bytes as the leader's (replication over SASL_SSL);
+  bytes as the leader's (replication over SASL_SSL; and, in a second cluster of its own, over an mTLS
+  inter-broker listener); a user who may write a topic is refused a replica's requests (CLUSTER_ACTION);
 - SCRAM users created with confluent-kafka's admin client (through any broker) authenticate on every
   broker (confluent-kafka SCRAM-SHA-512 clients bootstrapped on one broker each);
 - an ACL created with confluent-kafka's admin client is enforced by every broker: a Metadata probe as
@@ -214,9 +215,49 @@ def create_topic(secured: SecuredCluster, name: str) -> None:
 
 
 def test_replication_runs_over_the_sasl_ssl_inter_broker_listener(secured_cluster: SecuredCluster) -> None:
-    secured = secured_cluster
-    registration = secured.znode("/brokers/ids/1")
+    registration = secured_cluster.znode("/brokers/ids/1")
     assert registration["listener_security_protocol_map"]["INTERNAL"] == "SASL_SSL"
+    replicates(secured_cluster)
+
+
+def test_replication_runs_over_an_mtls_inter_broker_listener(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """SSL with ssl.client.auth=required: each broker presents its keystore's certificate to the others,
+    whose principal (its subject DN) is a super user."""
+    from kafkacompat.commands.dev_certs import make_dev_certs
+    from kafkacompat.replication.zk_server import ZooKeeperUnavailable
+
+    certs = make_dev_certs(tmp_path_factory.mktemp("mtls-certs"))
+    overrides = [
+        *CLUSTER_TEST_OVERRIDES,
+        "listeners=PLAINTEXT://127.0.0.1:0,INTERNAL://127.0.0.1:0",
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,INTERNAL:SSL",
+        "inter.broker.listener.name=INTERNAL",
+        "listener.name.internal.ssl.client.auth=required",
+        "ssl.keystore.type=PEM",
+        f"ssl.keystore.location={certs['broker-keystore.pem']}",
+        "ssl.truststore.type=PEM",
+        f"ssl.truststore.location={certs['ca.pem']}",
+        "authorizer.class.name=kafka.security.authorizer.AclAuthorizer",
+        "super.users=User:ANONYMOUS;User:CN=localhost,O=kafkacompat development",
+    ]
+    try:
+        cluster = LocalCluster(tmp_path_factory.mktemp("mtls-cluster"), 3, overrides, chroot=CHROOT)
+    except ZooKeeperUnavailable as exc:
+        pytest.skip(f"cluster mode needs ZooKeeper: {exc}")
+    with cluster:
+        secured = SecuredCluster(cluster)
+        try:
+            assert secured.znode("/brokers/ids/2")["listener_security_protocol_map"]["INTERNAL"] == "SSL"
+            replicates(secured)
+        finally:
+            secured.zk.stop()
+            secured.zk.close()
+
+
+def replicates(secured: SecuredCluster) -> None:
+    """RF=3, min.insync.replicas=2, acks=all produces succeed and every follower holds the leader's bytes."""
     topic = f"ib-{uuid.uuid4().hex[:8]}"
     create_topic(secured, topic)
     producer = Producer({"bootstrap.servers": secured.bootstrap, "acks": "all", "linger.ms": 5})

@@ -99,7 +99,8 @@ def make_dev_certs(
                 (
                     "broker",
                     "/O=kafkacompat development/CN=localhost",
-                    f"subjectAltName={_san(names)}\nextendedKeyUsage=serverAuth\n",
+                    # clientAuth too: a broker presents it to other brokers on an mTLS inter-broker listener
+                    f"subjectAltName={_san(names)}\nextendedKeyUsage=serverAuth,clientAuth\n",
                 ),
                 ("client", f"/O=kafkacompat development/CN={client_cn}", "extendedKeyUsage=clientAuth\n"),
             ):
