@@ -4,7 +4,9 @@ Theory of operation
 -------------------
 `AclStore` owns the set of `AclBinding`s (resource type, name, pattern type, principal, host,
 operation, permission) and persists it as `acls.json` in the first log dir (`snapshot()` + `write()`,
-run by the handler in a worker thread before it answers). `Authorizer.authorize(principal, host,
+run by the handler in a worker thread before it answers); in cluster mode the set lives in ZooKeeper's
+`/kafka-acl` znodes instead and this store is `replace()`d by each fresh read of them
+(kafkacompat.replication.config_sync). `Authorizer.authorize(principal, host,
 operation, resource_type, name)` decides one access as Kafka does:
 
 - a principal in `super.users` may do everything;

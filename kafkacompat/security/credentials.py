@@ -11,7 +11,9 @@ kept, exactly what Kafka keeps under ZooKeeper's /config/users/<user>
 The table lives in `scram-credentials.json` in the first log dir ({"version": 1, "users": {user:
 {mechanism: that string}}}). `upsert`/`delete` change memory; `snapshot()` + `write(path, snapshot)`
 persist (atomically: temporary file, fsync, rename), which the handler runs in a worker thread before
-it answers, so an acknowledged change survives a crash. Sans-io: nothing here imports trio.
+it answers, so an acknowledged change survives a crash. In cluster mode the table is not a file: it
+lives in ZooKeeper's /config/users/<user> (kafkacompat.replication.config_sync writes it there and
+`replace()`s this store with every fresh read). Sans-io: nothing here imports trio.
 """
 
 from __future__ import annotations

@@ -7,7 +7,9 @@ a (user, client_id) pair where each side is absent (None: the entity does not na
 (`DEFAULT`, Kafka's `<default>`), or a name; the values are Kafka's keys `producer_byte_rate`,
 `consumer_byte_rate`, `request_percentage` and `controller_mutation_rate` (the last is stored and
 described but never enforced: this broker has no controller mutations to throttle). It persists as
-`client-quotas.json` in the first log dir (`snapshot()` + `write()`, atomic), like acls.json.
+`client-quotas.json` in the first log dir (`snapshot()` + `write()`, atomic), like acls.json; in cluster
+mode the quotas live in ZooKeeper's /config/users and /config/clients entities instead and the store is
+`replace()`d by each fresh read of them (kafkacompat.replication.config_sync).
 
 `QuotaManager` owns the rate samples. For one quota type and a connection's (user, client-id), it
 resolves the quota by Kafka's precedence, first match wins:
