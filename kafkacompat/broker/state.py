@@ -280,8 +280,9 @@ class BrokerState:
             if current == wanted:
                 return
             effective = self.dynamic.reload(entities)
-            if effective is not self.config:
-                self._reconfigure(effective)
+            if {e: self.dynamic.entity(e) for e in current} == current:
+                return  # what changed does not validate here (dropped with a warning): nothing to apply
+            self._reconfigure(effective)
             log.info("dynamic broker configs changed in ZooKeeper: %s", wanted)
 
     def _reconfigure(self, new: BrokerConfig) -> None:
