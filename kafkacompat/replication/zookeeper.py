@@ -220,6 +220,13 @@ class ZooKeeperStore:
             self.client.set(path, zd.encode_topic_config(dict(configs)))
         except NoNodeError:
             self.client.create(path, zd.encode_topic_config(dict(configs)), makepath=True)
+        # the change notification Kafka's AdminZkClient leaves (brokers here also see it by their watches)
+        self.client.create(
+            f"{zd.CONFIG_CHANGES}/{zd.CONFIG_CHANGE_PREFIX}",
+            zd.encode_config_change(f"topics/{name}"),
+            sequence=True,
+            makepath=True,
+        )
 
     def create_topic(
         self, name: str, assignment: Mapping[int, list[int]], topic_id: uuid.UUID, configs: Mapping[str, str]

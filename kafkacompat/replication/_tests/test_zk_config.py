@@ -134,3 +134,16 @@ def test_dynamic_config_store_compare_and_set(config_stores: Callable[[], ZkConf
     with pytest.raises(KafkaError) as refused:
         dynamic.write_entity("1", {"listener.name.internal.ssl.keystore.key": "secret"}, 1)
     assert refused.value.code == ErrorCode.INVALID_REQUEST
+
+
+def test_topic_config_changes_are_notified_as_kafka_does(zk_connect: str) -> None:
+    store = ZooKeeperStore(zk_connect + f"/topics-{uuid.uuid4().hex[:8]}", 6000, 30000)
+    store.start()
+    try:
+        store.set_topic_configs("orders", {"retention.ms": "1000"})
+        changes = store.client.get_children("/config/changes")
+        assert [json.loads(store.client.get(f"/config/changes/{c}")[0]) for c in changes] == [
+            {"version": 2, "entity_path": "topics/orders"}
+        ]
+    finally:
+        store.close()
