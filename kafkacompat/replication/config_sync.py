@@ -8,9 +8,10 @@ scram_credentials`, `quotas.store`, `authorizer.store`, `dynamic`) are filled fr
 znodes at start-up (`load`, before a listener accepts a client) and replaced by a new full read whenever
 a change notification appears under `/config/changes`, `/kafka-acl-changes` or
 `/kafka-acl-extended-changes` (watches armed by each read; a kazoo thread only pokes the trio loop,
-which re-reads in a worker thread and applies on the trio thread), and every `RESYNC_SECONDS` in case a
-watch was lost with a session. Reading everything instead of the one entity a notification names keeps
-the copy right whatever was missed; it costs O(users + ACL resources) reads per change, which is fine
+which re-reads in a worker thread and applies on the trio thread), again whenever the ZooKeeper
+connection changes state (a new session has none of the old watches), and every `RESYNC_SECONDS`.
+Reading everything instead of the one entity a notification names keeps the copy right whatever was
+missed; it costs O(users + ACL resources) reads per change, which is fine
 for the clusters this project runs and stays the documented limit.
 
 Admin requests write through here (`alter_scram`, `alter_quotas`, `change_acls`): a compare-and-set of
@@ -154,6 +155,8 @@ class ConfigSync:
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Re-read and apply whenever a change notification appears, until cancelled."""
         self._token = trio.lowlevel.current_trio_token()
+        # a new session (the old one expired with its watches) or a reconnection: read again at once
+        self.store.client.add_listener(lambda _state: self._watch(None))
         task_status.started()
         while True:
             try:
