@@ -55,7 +55,13 @@ def inter_broker_listener_name(config: BrokerConfig, listeners: Iterable[str] | 
             raise ConfigError(
                 "Only one of inter.broker.listener.name and security.inter.broker.protocol should be set."
             )
-        return str(configured).upper()
+        name = str(configured).upper()
+        if names and name not in names:
+            raise ConfigError(
+                f"inter.broker.listener.name must be a listener name defined in advertised.listeners. "
+                f"The valid options based on currently configured listeners are {','.join(names)}"
+            )
+        return name
     protocol = str(config["security.inter.broker.protocol"]).upper()
     if protocol in names:
         return protocol

@@ -83,6 +83,7 @@ def test_inter_broker_listener_name_with_scram() -> None:
             "sasl.jaas.config",
         ),
         (["security.inter.broker.protocol=SSL"], "no listener of that protocol"),
+        (["inter.broker.listener.name=REPLICATION"], "must be a listener name defined in advertised"),
     ],
 )
 def test_what_kafka_refuses_is_a_config_error(extra: list[str], message: str) -> None:
