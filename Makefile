@@ -36,8 +36,16 @@ check-generated: $(TEST_VENV)/.installed
 	$(TEST_VENV)/bin/python tools/gen_errors.py --errors $(SPECS)/errors.tsv --check
 	$(TEST_VENV)/bin/python tools/gen_api_table.py --check
 
+# Every client's produce, consume and group tests a second time, against a 3-broker cluster (cluster mode,
+# ZooKeeper from Debian's package, topics of replication factor 3; `--cluster` in compat_tests/conftest.py).
+# Tests that restart "the" broker or start their own secured one are single-node by nature: deselected.
+CLUSTER_SUITE := compat_tests/test_kafka_python.py compat_tests/test_confluent.py compat_tests/test_aiokafka.py \
+	compat_tests/test_kcat.py compat_tests/test_java_client.py compat_tests/test_groups_consumers.py \
+	compat_tests/test_groups_matrix.py
+
 test: lint check-generated $(TEST_VENV)/java/classpath.txt
 	$(TEST_VENV)/bin/python -m pytest -q
+	$(TEST_VENV)/bin/python -m pytest -q --cluster -m "not restarts_broker and not secured_broker" $(CLUSTER_SUITE)
 
 # Spark's Kafka connector from Maven (or KAFKACOMPAT_SPARK_JARS=<dir> offline) against a fixture broker.
 # (`make test` runs the same tests with the connector jars it finds by itself; see spark_it/session.py.)

@@ -13,26 +13,41 @@ def create_topic(
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
+    # replication factor -1: the broker's default.replication.factor (KIP-464), so the same tests get
+    # one replica on a single broker and three on the suite's 3-broker cluster (`--cluster`)
     futures = admin.create_topics(
-        [NewTopic(name, num_partitions=partitions, replication_factor=1, config=configs or {})],
+        [NewTopic(name, num_partitions=partitions, replication_factor=-1, config=configs or {})],
         operation_timeout=10,
     )
     futures[name].result(10)
     wait_for_topic(bootstrap, name, partitions)
 
 
-def wait_for_topic(bootstrap: str, name: str, partitions: int, timeout: float = 10) -> None:
+def wait_for_topic(bootstrap: str, name: str, partitions: int, timeout: float = 30) -> None:
+    """Until every broker of the bootstrap list reports the topic with a leader for each partition and
+    its whole replica set in sync (on a cluster, a broker's view of a new topic can be moments behind,
+    as a Kafka broker's metadata cache can; a test should not start on a half-known topic)."""
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        metadata = admin.list_topics(name, timeout=5)
-        topic = metadata.topics.get(name)
-        if topic is not None and topic.error is None and len(topic.partitions) == partitions:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"topic {name} did not appear")
+    for server in bootstrap.split(","):
+        admin = AdminClient({"bootstrap.servers": server})
+        while True:
+            metadata = admin.list_topics(name, timeout=5)
+            topic = metadata.topics.get(name)
+            if (
+                topic is not None
+                and topic.error is None
+                and len(topic.partitions) == partitions
+                and all(
+                    p.leader >= 0 and sorted(p.isrs) == sorted(p.replicas)
+                    for p in topic.partitions.values()
+                )
+            ):
+                break
+            if time.monotonic() > deadline:
+                raise AssertionError(f"topic {name} did not appear on {server}")
+            time.sleep(0.05)
 
 
 def kp_consume_all(
