@@ -45,6 +45,14 @@ def unavailable_reason() -> str | None:
 @functools.cache
 def probe_command() -> tuple[str, ...]:
     """The command line that runs the compiled probe; append the probe's own arguments."""
+    return java_command(PROBE_SOURCE)
+
+
+@functools.cache
+def java_command(source: Path) -> tuple[str, ...]:
+    """Compile one Java source file against the client (once per process) and return the command line
+    that runs its class (named as the file); append the program's own arguments. Also used by tools
+    (tools/cluster_chaos.py's Java producer)."""
     reason = unavailable_reason()
     if reason is not None:
         raise RuntimeError(reason)
@@ -55,8 +63,8 @@ def probe_command() -> tuple[str, ...]:
     javac, java = shutil.which("javac"), shutil.which("java")
     assert javac is not None and java is not None
     compiled = subprocess.run(
-        [javac, "-d", classes, "-cp", classpath, str(PROBE_SOURCE)], capture_output=True, text=True
+        [javac, "-d", classes, "-cp", classpath, str(source)], capture_output=True, text=True
     )
     if compiled.returncode != 0:
         raise RuntimeError(f"javac failed: {compiled.stderr}")
-    return (java, "-cp", os.pathsep.join([classes, classpath]), "KafkaCompatProbe")
+    return (java, "-cp", os.pathsep.join([classes, classpath]), source.stem)

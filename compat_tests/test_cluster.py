@@ -6,7 +6,9 @@ processes (`kafkacompat_cluster`), a topic with replication factor 3 and min.ins
   restarted, truncates/catches up and rejoins the ISR, and a preferred-leader election (ElectLeaders)
   gives it its leadership back;
 - a consumer group keeps consuming through a coordinator move (the coordinator killed), and no
-  committed offset is lost.
+  committed offset is lost;
+- every broker reports its own replicas, followers included, to the Java Admin's describeLogDirs, and
+  describeTopics (DescribeTopicPartitions) gives the same leader, replicas and ISR through every broker.
 
 The suite starts its own cluster, so these tests are skipped with `--bootstrap`.
 """
@@ -524,3 +526,79 @@ def test_metrics_report_the_cluster_health(tmp_path: Any) -> None:
             "an under-replicated partition on the leader",
         )
         assert health(controller)["kafka_controller_kafkacontroller_offline_partitions_count"] == 0
+
+
+def test_every_broker_reports_its_replicas_to_the_java_admin(kafkacompat_cluster: LocalCluster) -> None:
+    """DescribeLogDirs (Admin.describeLogDirs, one request per broker) lists on each broker exactly the
+    replicas the controller assigned it, followers included, with the leader's size once they caught up;
+    DescribeTopicPartitions (Admin.describeTopics) gives every partition's leader, replicas and ISR, the
+    same through whichever broker the client bootstraps from."""
+    import subprocess
+    from pathlib import Path
+
+    from compat_tests.java_probe import java_command, unavailable_reason
+
+    reason = unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    command = java_command(Path(__file__).resolve().parent / "java" / "ReplicaStateProbe.java")
+
+    def probe(bootstrap: str, topic: str) -> list[list[str]]:
+        ids = [str(b) for b in sorted(cluster.brokers)]
+        result = subprocess.run(
+            [*command, bootstrap, topic, *ids], capture_output=True, text=True, timeout=120
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+        return [line.split(" ") for line in result.stdout.splitlines() if line]
+
+    cluster = kafkacompat_cluster
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    name = f"cluster-dirs-{uuid.uuid4().hex[:8]}"
+    admin.create_topics([NewTopic(name, 3, 2)])[name].result(30)
+
+    def assignment() -> dict[int, tuple[int, list[int], list[int]]] | None:
+        partitions = admin.list_topics(name, timeout=10).topics[name].partitions
+        if len(partitions) != 3 or any(p.leader < 0 or len(p.isrs) != 2 for p in partitions.values()):
+            return None
+        return {i: (p.leader, sorted(p.replicas), sorted(p.isrs)) for i, p in partitions.items()}
+
+    assigned = wait_until(assignment, 30, "three partitions of two in-sync replicas")
+    hosts = {(broker, partition) for partition, (_, replicas, _) in assigned.items() for broker in replicas}
+    # replication factor 2 on three brokers: every broker hosts some partitions and lacks others
+    assert all(any(b == broker for b, _ in hosts) for broker in cluster.brokers)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    for index in range(300):
+        producer.produce(name, f"record {index:04d} ".encode() * 8, partition=index % 3)
+    assert producer.flush(60) == 0
+
+    def caught_up() -> list[list[str]] | None:
+        lines = probe(cluster.bootstrap, name)
+        replicas = [f for f in lines if f[0] == "logdir"]
+        sizes: dict[int, set[str]] = {}
+        for _, _broker, partition, size, _lag, _future in replicas:
+            sizes.setdefault(int(partition), set()).add(size)
+        settled = all(len(s) == 1 and "0" not in s for s in sizes.values())
+        return lines if settled and all(f[4] == "0" for f in replicas) else None
+
+    lines = wait_until(caught_up, 60, "every replica caught up (one size per partition, no lag)")
+    assert [f for f in lines if f[0] == "logdir-error"] == []
+    reported = {(int(f[1]), int(f[2])) for f in lines if f[0] == "logdir"}
+    assert reported == hosts, "each broker reports exactly its own replicas, followers included"
+    assert all(f[5] == "false" for f in lines if f[0] == "logdir")
+
+    expected = sorted(
+        ["partition", str(p), str(leader), ",".join(map(str, replicas)), ",".join(map(str, isr))]
+        for p, (leader, replicas, isr) in assigned.items()
+    )
+
+    def normalised(lines: list[list[str]]) -> list[list[str]]:
+        out = []
+        for fields in lines:
+            if fields[0] == "partition":
+                ordered = [",".join(sorted(f.split(","), key=int)) for f in fields[3:5]]
+                out.append([*fields[:3], *ordered])
+        return sorted(out)
+
+    assert normalised(lines) == expected
+    for broker in cluster.brokers.values():
+        assert normalised(probe(broker.bootstrap, name)) == expected, f"through {broker.bootstrap}"
