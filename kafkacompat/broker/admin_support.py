@@ -368,6 +368,12 @@ async def apply_topic_configs(
     """
     async with broker.metadata_lock:
         topic = require_topic(broker, name)
+        if broker.cluster is not None and callable(overrides):
+            # an incremental change starts from what ZooKeeper holds now, not from this broker's view,
+            # which may not have caught up yet with a change made through another broker (that update
+            # would be lost); Kafka's ZooKeeper mode read the entity config from ZooKeeper likewise
+            current = await trio.to_thread.run_sync(broker.cluster.store.topic_configs, name)
+            broker.metadata.set_topic_configs(name, current)
         new = overrides() if callable(overrides) else dict(overrides)
         validate_topic_overrides(broker, new)
         if validate_only:
