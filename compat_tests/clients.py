@@ -136,3 +136,29 @@ def ck_consume_partitions(
 def run_async(coro: Any) -> Any:
     """Run an asyncio coroutine from a sync test (pytest-trio's trio_mode owns async tests)."""
     return asyncio.run(coro)
+
+
+def wait_for_topic_config(bootstrap: str, topic: str, key: str, value: str, timeout: float = 30) -> None:
+    """Until every broker of the cluster answers DescribeConfigs with `key`=`value` for the topic. One
+    broker applies a change at once; on a cluster the others learn it from ZooKeeper moments later (as
+    ZooKeeper-mode Kafka's brokers did), and a test that acts through another broker right after
+    altering a config must wait for that, not race it. Asked through kafkacompat's own wire client because
+    it can address each broker by id; the clients under test do the altering and the producing."""
+    from kafkacompat.client import KafkaClient
+    from kafkacompat.wire.messages import request_class
+
+    describe = request_class(32)  # DescribeConfigs
+    resource = describe.DescribeConfigsResource(
+        resource_type=2, resource_name=topic, configuration_keys=[key]
+    )
+    request = describe(resources=[resource])
+    deadline = time.monotonic() + timeout
+    with KafkaClient(bootstrap) as client:
+        for broker in client.metadata([]).brokers:
+            while True:
+                answer = client.send(32, request, node_id=broker.node_id, version=1)
+                entries = {c.name: c.value for c in answer.results[0].configs}
+                if entries.get(key) == value:
+                    break
+                assert time.monotonic() < deadline, f"broker {broker.node_id}: {key}={entries.get(key)}"
+                time.sleep(0.1)

@@ -563,7 +563,9 @@ async def _aio_produce(
 ) -> list[int | BaseException]:
     from aiokafka import AIOKafkaProducer
 
-    config: dict[str, Any] = {"bootstrap_servers": bootstrap, "compression_type": codec}
+    # acks=all (the Java client's default; aiokafka's is 1): answered means committed, so the end offset
+    # (the high watermark) counts every answered record on a cluster as well
+    config: dict[str, Any] = {"bootstrap_servers": bootstrap, "compression_type": codec, "acks": "all"}
     if linger_ms is not None:
         config["linger_ms"] = linger_ms
     if batch_bytes is not None:

@@ -53,7 +53,12 @@ def test_topics_lifecycle(bootstrap: str, topic_name: str) -> None:
     described = cli(bootstrap, "topics", "describe", "--topic", topic_name).stdout.splitlines()
     head, *partitions = described
     assert head.startswith(f"Topic: {topic_name}\tTopicId: ")
-    assert "\tPartitionCount: 3\tReplicationFactor: 1\tConfigs: retention.ms=90000" in head
+    # the broker's default.replication.factor (1, or 3 with `--cluster`), as librdkafka sees the topic
+    from confluent_kafka.admin import AdminClient
+
+    metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic_name, timeout=10)
+    factor = len(metadata.topics[topic_name].partitions[0].replicas)
+    assert f"\tPartitionCount: 3\tReplicationFactor: {factor}\tConfigs: retention.ms=90000" in head
     assert [line.split("\t")[2] for line in partitions] == ["Partition: 0", "Partition: 1", "Partition: 2"]
     shrink = cli(bootstrap, "topics", "alter", "--topic", topic_name, "--partitions", "2", check=False)
     assert shrink.returncode == 1

@@ -29,7 +29,7 @@ from confluent_kafka import (  # noqa: E402
     TopicPartition,
 )
 
-from compat_tests.clients import ck_consume_all, create_topic, kp_consume_all  # noqa: E402
+from compat_tests.clients import ck_consume_all, create_topic, kp_consume_all, wait_for_topic_config  # noqa: E402
 from kafkacompat.client import KafkaClient  # noqa: E402
 from kafkacompat.testing import InProcessBroker  # noqa: E402
 from kafkacompat.wire.messages import request_class  # noqa: E402
@@ -143,6 +143,7 @@ def test_altered_compression_type_applies_to_later_batches(
     )
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.incremental_alter_configs([resource])[resource].result(10)
+    wait_for_topic_config(bootstrap, topic, "compression.type", "gzip")  # every broker (`--cluster`)
     produce(bootstrap, topic, second, **{"compression.type": "none"})
 
     batches = raw_batches(bootstrap, topic)
