@@ -7,7 +7,9 @@ __consumer_offsets, so group tests take milliseconds per rebalance; every assert
 stock Kafka too. `--bootstrap HOST:PORT` points the whole suite at any other broker (a real
 Kafka, for comparison); tests marked `restarts_broker` need a broker the suite owns and are skipped then.
 `--cluster` runs the suite against a 3-broker cluster of kafkacompat in cluster mode (ZooKeeper from
-Debian's package; `default.replication.factor=3`), `restarts_broker` tests skipped as well.
+Debian's package; `default.replication.factor=3`, so `create_topic`'s topics have three replicas),
+`restarts_broker` tests skipped as well; `make test` runs every client's produce, consume and group
+suites this way too (the Makefile's CLUSTER_SUITE).
 Every test uses its own topic names, so tests do not see each other's data.
 """
 
