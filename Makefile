@@ -38,7 +38,7 @@ check-generated: $(TEST_VENV)/.installed
 
 # Every client's produce, consume and group tests (and librdkafka's admin suite) a second time, against
 # a 3-broker cluster (cluster mode, ZooKeeper from Debian's package, topics of replication factor 3;
-# `--cluster` in compat_tests/conftest.py; about 3 minutes).
+# `--cluster` in compat_tests/conftest.py; about 3.5 minutes).
 # Tests that restart "the" broker or start their own secured one are single-node by nature: deselected.
 CLUSTER_SUITE := compat_tests/test_kafka_python.py compat_tests/test_confluent.py compat_tests/test_aiokafka.py \
 	compat_tests/test_kcat.py compat_tests/test_java_client.py compat_tests/test_groups_consumers.py \
