@@ -28,7 +28,9 @@ the disruption) are printed as a Markdown table for docs/RELIABILITY.md; the exi
 every check held.
 
     PYTHONPATH=. .venv/bin/python tools/cluster_chaos.py --kills 20
-    PYTHONPATH=. .venv/bin/python tools/cluster_chaos.py --kills 6 --target coordinator
+    PYTHONPATH=. .venv/bin/python tools/cluster_chaos.py --kills 6 --interval 8 --target coordinator
+
+A passing run removes its temp dir; a failing one (or `--dir`) keeps the brokers' logs and data.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import argparse
 import itertools
 import math
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -390,10 +393,16 @@ def main() -> int:
     data_dir = args.dir or tempfile.mkdtemp(prefix="kafkacompat-chaos-")
     cluster = LocalCluster(data_dir)
     cluster.start()
+    status = 1
     try:
-        return run(cluster, args, disrupt, command)
+        status = run(cluster, args, disrupt, command)
+        return status
     finally:
         cluster.stop()
+        if status == 0 and not args.dir:
+            shutil.rmtree(data_dir, ignore_errors=True)
+        else:  # the brokers' logs and data, to see what went wrong
+            print(f"cluster data and broker logs kept in {data_dir}", file=sys.stderr)
 
 
 def run(cluster: LocalCluster, args: Any, disrupt: str, command: tuple[str, ...] | None) -> int:
