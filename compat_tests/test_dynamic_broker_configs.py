@@ -118,6 +118,31 @@ def test_confluent_refusals(bootstrap: str, node: str) -> None:
     assert _ck_describe(bootstrap, node)["log.cleaner.backoff.ms"].source != 2
 
 
+def test_confluent_sets_kafkas_other_dynamic_names(bootstrap: str, node: str) -> None:
+    """Names Kafka changes at run time that this broker only keeps (README: "accepted"), set as
+    librdkafka's own admin tests set them: legacy AlterConfigs, then IncrementalAlterConfigs."""
+    from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, ResourceType
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    legacy = {"sasl.kerberos.min.time.before.relogin": "58000", "background.threads": "12"}
+    resource = ConfigResource(ResourceType.BROKER, node, set_config=legacy)
+    admin.alter_configs([resource])[resource].result(10)
+    described = _ck_describe(bootstrap, node)
+    for name, value in legacy.items():
+        entry = described[name]
+        assert (entry.value, entry.source) == (value, ConfigSource.DYNAMIC_BROKER_CONFIG.value), name
+        assert not entry.is_read_only
+    _ck_set(bootstrap, node, {"sasl.kerberos.min.time.before.relogin": "59000", "background.threads": None,
+                              "sasl.login.refresh.buffer.seconds": "200"})  # fmt: skip
+    described = _ck_describe(bootstrap, node)
+    assert described["sasl.kerberos.min.time.before.relogin"].value == "59000"
+    assert described["sasl.login.refresh.buffer.seconds"].source == ConfigSource.DYNAMIC_BROKER_CONFIG.value
+    assert (described["background.threads"].value, described["background.threads"].source) == (
+        "10",
+        ConfigSource.DEFAULT_CONFIG.value,
+    )
+
+
 def test_kafka_python_alters_and_resets_a_broker_config(bootstrap: str, node: str) -> None:
     from kafka import KafkaAdminClient
     from kafka.admin import ConfigResource, ConfigResourceType

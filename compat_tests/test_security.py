@@ -408,7 +408,14 @@ def java_properties(secured: Secured, case: Case, directory: Path) -> Path:
         lines += ["ssl.truststore.type=PEM", f"ssl.truststore.location={secured.certs['ca.pem']}"]
     if case.client_cert:
         lines += ["ssl.keystore.type=PEM", f"ssl.keystore.location={secured.certs['client-keystore.pem']}"]
-    if case.mechanism:
+    if case.mechanism == "OAUTHBEARER":
+        # Kafka's unsecured development tokens (an unsigned JWS made by the client's default login handler)
+        lines += [
+            "sasl.mechanism=OAUTHBEARER",
+            "sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
+            f'unsecuredLoginStringClaim_sub="{case.user}";',
+        ]
+    elif case.mechanism:
         module = (
             "org.apache.kafka.common.security.plain.PlainLoginModule"
             if case.mechanism == "PLAIN"
@@ -423,15 +430,17 @@ def java_properties(secured: Secured, case: Case, directory: Path) -> Path:
     return path
 
 
-# OAUTHBEARER is left out: the fetched kafka-clients jar comes without jackson-databind, which the Java
-# client's unsecured token needs (compat_tests/FINDINGS.md)
-@pytest.mark.parametrize("case", CASES, ids=str)
+# OAUTHBEARER's unsecured login needs jackson-databind beside the client: tools/fetch_java_client.py puts
+# pyspark's jackson jars on the class path
+@pytest.mark.parametrize("case", CASES + OAUTH_CASES, ids=str)
 def test_java_client(secured: Secured, case: Case, tmp_path: Path) -> None:
     from compat_tests.java_probe import probe_command, unavailable_reason
 
     reason = unavailable_reason()
     if reason is not None:
         pytest.skip(reason)
+    if case.mechanism == "OAUTHBEARER" and not _java_has_jackson():
+        pytest.skip("no jackson-databind on the Java client's class path (pyspark absent?)")
     env = {**os.environ, "KAFKACOMPAT_CLIENT_CONFIG": str(java_properties(secured, case, tmp_path))}
     bootstrap = secured.bootstrap(case.listener)
 
@@ -458,6 +467,13 @@ def test_java_client(secured: Secured, case: Case, tmp_path: Path) -> None:
     assert len([fields for fields in consumed if fields[0] == "record"]) == COUNT
     committed = [fields for fields in consumed if fields[0] == "committed"]
     assert sum(int(fields[2]) for fields in committed) == COUNT
+
+
+def _java_has_jackson() -> bool:
+    from compat_tests.java_probe import _classpath
+
+    classpath, _ = _classpath()
+    return classpath is not None and "jackson-databind" in classpath
 
 
 # --- kafkacompat's own tools against the secured listeners (--command-config) ---------------------------

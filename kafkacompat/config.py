@@ -319,6 +319,9 @@ BROKER_OPTIONS: tuple[Option, ...] = (
     _O("ssl.cipher.suites", "list", []),
     _O("ssl.endpoint.identification.algorithm", "string", "https"),
     _O("ssl.principal.mapping.rules", "string", "DEFAULT"),
+    # KIP-978: may a keystore replaced at run time change its certificate's subject DN / SANs
+    _O("ssl.allow.dn.changes", "boolean", False),
+    _O("ssl.allow.san.changes", "boolean", False),
     _O("ssl.keymanager.algorithm", "string", "SunX509"),
     _O("ssl.trustmanager.algorithm", "string", "PKIX"),
     _O("ssl.secure.random.implementation", "string", None),
@@ -336,6 +339,38 @@ BROKER_OPTIONS: tuple[Option, ...] = (
     # client quotas (kafkacompat.security.quotas): the sampled rate window
     _O("quota.window.num", "int", 11, at_least(1)),
     _O("quota.window.size.seconds", "int", 1, at_least(1)),
+    # Kafka 3.9's other dynamic broker configs (kafkacompat.dynamic_config): accepted, validated, kept and
+    # described like the others so that admin clients and tools setting them work; most change nothing
+    # here (_NOT_IMPLEMENTED below says which)
+    _O("background.threads", "int", 10, at_least(1)),
+    _O("metric.reporters", "list", []),
+    _O("log.cleaner.io.buffer.load.factor", "double", 0.9),
+    _O("log.cleaner.io.max.bytes.per.second", "double", 1.7976931348623157e308),
+    _O("compression.gzip.level", "int", -1),
+    _O("compression.lz4.level", "int", 9, between(1, 17)),
+    _O("compression.zstd.level", "int", 3, between(-131072, 22)),
+    _O("log.local.retention.ms", "long", -2, at_least(-2)),
+    _O("log.local.retention.bytes", "long", -2, at_least(-2)),
+    _O("max.connections.per.ip.overrides", "string", ""),
+    _O("principal.builder.class", "string", None),
+    _O("ssl.engine.factory.class", "string", None),
+    _O("sasl.kerberos.service.name", "string", None),
+    _O("sasl.kerberos.kinit.cmd", "string", "/usr/bin/kinit"),
+    _O("sasl.kerberos.ticket.renew.window.factor", "double", 0.8),
+    _O("sasl.kerberos.ticket.renew.jitter", "double", 0.05),
+    _O("sasl.kerberos.min.time.before.relogin", "long", 60000),
+    _O("sasl.kerberos.principal.to.local.rules", "list", ["DEFAULT"]),
+    _O("sasl.login.refresh.window.factor", "double", 0.8, between(0.5, 1.0)),
+    _O("sasl.login.refresh.window.jitter", "double", 0.05, between(0.0, 0.25)),
+    _O("sasl.login.refresh.min.period.seconds", "short", 60, between(0, 900)),
+    _O("sasl.login.refresh.buffer.seconds", "short", 300, between(0, 3600)),
+    _O("leader.replication.throttled.rate", "long", LONG_MAX, at_least(0)),
+    _O("follower.replication.throttled.rate", "long", LONG_MAX, at_least(0)),
+    _O("replica.alter.log.dirs.io.max.bytes.per.second", "long", LONG_MAX, at_least(0)),
+    _O("remote.log.index.file.cache.total.size.bytes", "long", 1073741824, at_least(1)),
+    _O("remote.fetch.max.wait.ms", "int", 500, at_least(1)),
+    _O("remote.log.manager.copy.max.bytes.per.second", "long", LONG_MAX, at_least(1)),
+    _O("remote.log.manager.fetch.max.bytes.per.second", "long", LONG_MAX, at_least(1)),
 )
 # Settings accepted but not acted on; every other option is HONOURED (the replication settings,
 # zookeeper.*, the inter-broker listener and security settings and unclean.leader.election.enable act in
@@ -375,6 +410,36 @@ _NOT_IMPLEMENTED = frozenset(
         "ssl.trustmanager.algorithm",
         "ssl.secure.random.implementation",
         "ssl.provider",
+        # Kafka's other dynamic names (see BROKER_OPTIONS): kept and described, no effect here
+        "background.threads",  # one event loop: no scheduler pool
+        "metric.reporters",  # no Java metrics reporters (metrics.listener serves Prometheus instead)
+        "log.cleaner.io.buffer.load.factor",
+        "log.cleaner.io.max.bytes.per.second",
+        "compression.gzip.level",  # the broker recompresses only for compression.type, at codec defaults
+        "compression.lz4.level",
+        "compression.zstd.level",
+        "log.local.retention.ms",  # no tiered storage
+        "log.local.retention.bytes",
+        "max.connections.per.ip.overrides",
+        "principal.builder.class",  # Kafka's default principals only
+        "ssl.engine.factory.class",
+        "sasl.kerberos.service.name",  # no GSSAPI
+        "sasl.kerberos.kinit.cmd",
+        "sasl.kerberos.ticket.renew.window.factor",
+        "sasl.kerberos.ticket.renew.jitter",
+        "sasl.kerberos.min.time.before.relogin",
+        "sasl.kerberos.principal.to.local.rules",
+        "sasl.login.refresh.window.factor",  # broker-side logins (refreshing tokens) are not made here
+        "sasl.login.refresh.window.jitter",
+        "sasl.login.refresh.min.period.seconds",
+        "sasl.login.refresh.buffer.seconds",
+        "leader.replication.throttled.rate",  # no replication quotas yet
+        "follower.replication.throttled.rate",
+        "replica.alter.log.dirs.io.max.bytes.per.second",  # no AlterReplicaLogDirs
+        "remote.log.index.file.cache.total.size.bytes",  # no tiered storage
+        "remote.fetch.max.wait.ms",
+        "remote.log.manager.copy.max.bytes.per.second",
+        "remote.log.manager.fetch.max.bytes.per.second",
     }
 )
 # Limits of a setting's effect that its users must know (values refused, features missing).
@@ -797,6 +862,11 @@ def _listener_option_name(key: str) -> str:
         if rest.startswith(prefix) and rest[len(prefix) :] in OPTIONS_BY_NAME:
             return rest[len(prefix) :]
     raise KeyError(key)
+
+
+def listener_option_name(key: str) -> str:
+    """The option a `listener.name.<listener>.[<mechanism>.]<option>` key sets (KeyError if none)."""
+    return _listener_option_name(key)
 
 
 def _listener_setting_known(key: str) -> bool:

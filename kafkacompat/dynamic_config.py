@@ -14,10 +14,15 @@ The broker reads only the effective config (`BrokerState.config`); a change buil
 it in, never mutating the old.
 
 A change is validated before anything happens (`validate()`): every name must be one Kafka updates
-dynamically *and* one this broker acts on or keeps (`DYNAMIC_HERE`); per-broker-only names are refused
-on the cluster-wide entity; each value must parse; the resulting effective config must load and give a
-valid topic-default `LogConfig`; thread counts move at most by half/double, as Kafka's thread pools
-allow. Any refusal is `KafkaError(INVALID_REQUEST)` with Kafka's message, which is what a KRaft broker
+dynamically (`KAFKA_DYNAMIC`, or a known option behind Kafka's `listener.name.<listener>.` prefix; only
+re-binding listeners is refused here); per-broker-only names are refused on the cluster-wide entity; each
+value must parse; the resulting effective config must load and give a valid topic-default `LogConfig`;
+thread counts move at most by half/double, as Kafka's thread pools allow. The broker then runs its own
+validators (`BrokerState.config_validators`): the server rebuilds every listener's TLS and SASL settings
+from the candidate config, so a key store that does not load refuses the change with nothing changed.
+Names Kafka changes at run time that this broker does not act on (Kerberos, tiered storage, metric
+reporters, ...) are options of their own, kept and described like the others (config.py marks them
+"accepted"). Any refusal is `KafkaError(INVALID_REQUEST)` with Kafka's message, which is what a KRaft broker
 answers (Kafka's own note calls INVALID_CONFIG the better code but keeps this one for compatibility).
 
 DescribeConfigs reads `config_synonyms()`: for a name and its synonym group (`broker_config_synonyms`,
@@ -42,10 +47,8 @@ The storage is behind `DynamicConfigStore`. In cluster mode (ZooKeeper) the enti
 sent to two brokers at once do not lose each other), followed by Kafka's `/config/changes` notification;
 every broker re-reads the entities when one appears and takes them with `reload()`.
 
-Not dynamic here (refused, see compat_tests/FINDINGS.md): listener key stores and other `ssl.*`/`sasl.*`
-listener settings, `listeners` and `listener.security.protocol.map` (re-binding listeners), the
-replication quota rates, and the Kafka dynamic names this broker does not model (e.g.
-`background.threads`, `metric.reporters`).
+Not dynamic here (refused, see compat_tests/FINDINGS.md): `listeners`, `advertised.listeners` and
+`listener.security.protocol.map` (re-binding listeners).
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ from kafkacompat.config import (
     BrokerConfig,
     ConfigError,
     broker_log_config,
+    listener_option_name,
 )
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
@@ -75,6 +79,8 @@ __all__ = [
     "LocalDynamicConfigStore",
     "VersionedDynamicConfigStore",
     "broker_config_synonyms",
+    "listener_base_name",
+    "masked_configs",
     "update_mode",
 ]
 
@@ -169,6 +175,7 @@ LISTENER_ONLY_SECURITY_CONFIGS = frozenset(
 )
 LISTENER_CONFIGS = frozenset(
     {
+        "advertised.listeners",
         "listeners",
         "listener.security.protocol.map",
         "principal.builder.class",
@@ -208,6 +215,15 @@ QUOTA_CONFIGS = frozenset(
         "replica.alter.log.dirs.io.max.bytes.per.second",
     }
 )
+# Tiered storage's (Kafka's DynamicRemoteLogConfig)
+REMOTE_LOG_CONFIGS = frozenset(
+    {
+        "remote.log.index.file.cache.total.size.bytes",
+        "remote.fetch.max.wait.ms",
+        "remote.log.manager.copy.max.bytes.per.second",
+        "remote.log.manager.fetch.max.bytes.per.second",
+    }
+)
 KAFKA_DYNAMIC: frozenset[str] = (
     DYNAMIC_LOG_CONFIGS
     | DYNAMIC_CLEANER_CONFIGS
@@ -217,6 +233,7 @@ KAFKA_DYNAMIC: frozenset[str] = (
     | LISTENER_ONLY_SECURITY_CONFIGS
     | LISTENER_CONFIGS
     | QUOTA_CONFIGS
+    | REMOTE_LOG_CONFIGS
     | {"metric.reporters"}
 )
 # Listener settings are per broker; these three are the exceptions Kafka also takes cluster-wide.
@@ -227,17 +244,13 @@ PER_BROKER_ONLY: frozenset[str] = (
     LISTENER_ONLY_SECURITY_CONFIGS | LISTENER_CONFIGS
 ) - _CLUSTER_LEVEL_LISTENER_CONFIGS
 
-# Dynamic in Kafka but refused here, with the reason the refusal gives.
+# Dynamic in Kafka but refused here, with the reason the refusal gives. Every other name of Kafka's lists
+# is taken (those this broker does not act on are kept and described: config.py's _NOT_IMPLEMENTED).
 NOT_DYNAMIC_HERE: dict[str, str] = {
-    **{name: "listener TLS/SASL settings cannot be reloaded here yet" for name in LISTENER_CONFIGS},
-    # key and trust stores are read once, when the listeners are bound (kafkacompat.security.tls)
-    **{name: "key and trust stores are read at start-up here" for name in LISTENER_ONLY_SECURITY_CONFIGS},
-    **{name: "replication quotas are not implemented here" for name in QUOTA_CONFIGS},
     "listeners": "listeners are bound once at start-up here",
+    "advertised.listeners": "listeners are bound once at start-up here",
     "listener.security.protocol.map": "listeners are bound once at start-up here",
 }
-for _name in _CLUSTER_LEVEL_LISTENER_CONFIGS:
-    NOT_DYNAMIC_HERE.pop(_name, None)
 
 # What this broker changes at run time: Kafka's dynamic names that are options here and not refused above.
 DYNAMIC_HERE: frozenset[str] = frozenset(
@@ -245,6 +258,7 @@ DYNAMIC_HERE: frozenset[str] = frozenset(
 )
 
 _LISTENER_PREFIX = "listener.name."
+_PLAIN = OPTIONS_BY_NAME["log.retention.ms"]  # any option that is not a password
 
 # Broker settings that name one value in different units, most specific first (Kafka's brokerConfigSynonyms).
 _SYNONYM_GROUPS: tuple[tuple[str, ...], ...] = (
@@ -254,9 +268,28 @@ _SYNONYM_GROUPS: tuple[tuple[str, ...], ...] = (
 )
 
 
+def listener_base_name(name: str) -> str | None:
+    """The option a `listener.name.<listener>.[<mechanism>.]<option>` name sets; None for other names
+    and for listener-prefixed names of no known option."""
+    if not name.startswith(_LISTENER_PREFIX):
+        return None
+    try:
+        return listener_option_name(name)
+    except KeyError:
+        return None
+
+
 def broker_config_synonyms(name: str) -> list[str]:
     """The whole synonym group of `name` (`log.flush.interval.ms` falls back to the scheduler interval,
-    but not the other way round), else just `name`."""
+    but not the other way round; a listener-prefixed name falls back to its option), else just `name`."""
+    base = listener_base_name(name)
+    if base is not None:
+        return [name, base]
+    return _unit_synonyms(name)
+
+
+def _unit_synonyms(name: str) -> list[str]:
+    """The names of one value in different units (what a dynamic setting hides below it)."""
     if name == "log.flush.interval.ms":
         return ["log.flush.interval.ms", "log.flush.scheduler.interval.ms"]
     for group in _SYNONYM_GROUPS:
@@ -272,6 +305,15 @@ def update_mode(name: str) -> str:
     if name in DYNAMIC_HERE:
         return "per-broker" if name in PER_BROKER_ONLY else "cluster-wide"
     return "read-only here" if name in KAFKA_DYNAMIC else "read-only"
+
+
+def masked_configs(configs: Mapping[str, str]) -> dict[str, str]:
+    """`configs` with the values of password-type settings (key stores, JAAS configs) hidden, for logs."""
+    return {
+        name: "[hidden]" if OPTIONS_BY_NAME.get(listener_base_name(name) or name, _PLAIN).type == "password"
+        else value
+        for name, value in configs.items()
+    }
 
 
 def _scala_set(names: Iterable[str]) -> str:
@@ -349,7 +391,9 @@ class LocalDynamicConfigStore:
             "version": FILE_VERSION,
             "brokers": {name: dict(sorted(configs.items())) for name, configs in sorted(entities.items())},
         }
-        atomic_write(self.path, (json.dumps(document, indent=2) + "\n").encode("utf-8"))
+        # owner-only: per-listener key stores, key passwords and JAAS configs may be set inline (Kafka
+        # encrypts them in ZooKeeper with password.encoder.secret; a local file relies on its mode)
+        atomic_write(self.path, (json.dumps(document, indent=2) + "\n").encode("utf-8"), mode=0o600)
 
 
 # --- the layers ------------------------------------------------------------------------------------------
@@ -396,6 +440,10 @@ class DynamicBrokerConfigs:
 
     # reading
 
+    def static_strings(self) -> dict[str, str]:
+        """The static settings as given, listener-prefixed ones included."""
+        return {**self.static.listener_settings, **self.static.given}
+
     def entity(self, entity: str) -> dict[str, str]:
         """A copy of one entity's dynamic configs ("<default>" or this node's id)."""
         return dict(self._entities.get(entity, {}))
@@ -420,7 +468,7 @@ class DynamicBrokerConfigs:
         layers = (
             (self.per_broker, SOURCE_DYNAMIC_BROKER),
             (self.cluster_default, SOURCE_DYNAMIC_DEFAULT_BROKER),
-            ({k: v.strip() for k, v in self.static.given.items()}, SOURCE_STATIC_BROKER),
+            ({k: v.strip() for k, v in self.static_strings().items()}, SOURCE_STATIC_BROKER),
             (_DEFAULT_STRINGS, SOURCE_DEFAULT),
         )
         found = [
@@ -438,7 +486,7 @@ class DynamicBrokerConfigs:
     def _check_names(self, entity: str, configs: Mapping[str, str]) -> None:
         """Kafka's checks of the names, in its order, then the refusals of this broker."""
         names = set(configs)
-        prefixed = {n for n in names if n.startswith(_LISTENER_PREFIX)}
+        prefixed = {n for n in names if listener_base_name(n) is not None}
         static_only = {n for n in names if n in OPTIONS_BY_NAME and n not in KAFKA_DYNAMIC}
         if static_only:
             raise _refuse(f"Cannot update these configs dynamically: {_scala_set(static_only)}")
@@ -448,7 +496,9 @@ class DynamicBrokerConfigs:
                 "These security configs can be dynamically updated only per-listener using the listener "
                 f"prefix: {_scala_set(security)}"
             )
-        per_broker = (names & PER_BROKER_ONLY) | prefixed
+        per_broker = (names & PER_BROKER_ONLY) | {
+            n for n in prefixed if listener_base_name(n) not in _CLUSTER_LEVEL_LISTENER_CONFIGS
+        }
         if entity == DEFAULT_ENTITY and per_broker:
             raise _refuse(
                 "Cannot update these configs at default cluster level, broker id must be specified: "
@@ -461,18 +511,16 @@ class DynamicBrokerConfigs:
                 f"Unknown broker configs: {_scala_set(unknown)} (this broker keeps no custom configs)"
             )
         refused = {n: NOT_DYNAMIC_HERE[n] for n in names if n in NOT_DYNAMIC_HERE}
-        for name in names - set(refused):
-            if name in prefixed:
-                refused[name] = "per-listener TLS/SASL settings cannot be reloaded here yet"
-            elif name not in OPTIONS_BY_NAME:
-                refused[name] = "not a setting of this broker"
+        for name in prefixed:
+            if listener_base_name(name) in NOT_DYNAMIC_HERE:
+                refused[name] = "listeners are bound once at start-up here"
         if refused:
             reasons = "; ".join(f"{name}: {why}" for name, why in sorted(refused.items()))
             raise _refuse(f"Cannot update these configs dynamically: {_scala_set(refused)} ({reasons})")
 
     @staticmethod
     def _check_value(name: str, raw: str) -> None:
-        option = OPTIONS_BY_NAME[name]
+        option = OPTIONS_BY_NAME[listener_base_name(name) or name]
         text = raw.strip()
         try:
             if text == "" and option.type not in ("string", "password", "list"):
@@ -493,10 +541,10 @@ class DynamicBrokerConfigs:
     def _build(self, cluster_default: Mapping[str, str], per_broker: Mapping[str, str]) -> BrokerConfig:
         # the static listener.name.* settings too: the effective config must answer for_listener() as the
         # static one does (the inter-broker client reads its listener's JAAS and TLS settings from it)
-        props = {**self.static.listener_settings, **self.static.given}
+        props = self.static_strings()
         for layer in (cluster_default, per_broker):
             for name, value in layer.items():
-                for synonym in broker_config_synonyms(name):
+                for synonym in _unit_synonyms(name):
                     props.pop(synonym, None)
                 props[name] = value
         try:

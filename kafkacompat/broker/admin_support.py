@@ -44,6 +44,7 @@ from kafkacompat.dynamic_config import (
     DYNAMIC_HERE,
     SOURCE_DYNAMIC_DEFAULT_BROKER,
     broker_config_synonyms,
+    listener_base_name,
     render,
 )
 from kafkacompat.log.config import TOPIC_CONFIG_DEFS_BY_NAME, LogConfig
@@ -236,6 +237,28 @@ def broker_config_entries(broker: BrokerState, keys: Sequence[str] | None = None
                 chain,
                 CONFIG_TYPES.get(option.type, 0),
                 read_only=name not in DYNAMIC_HERE,
+                sensitive=sensitive,
+            )
+        )
+    # listener-prefixed settings (listener.name.<l>.<option>), static or dynamic, as Kafka lists them:
+    # each with its option as the next synonym
+    dynamic = broker.dynamic
+    prefixed = {*dynamic.static_strings(), *dynamic.cluster_default, *dynamic.per_broker}
+    effective = config.listener_settings
+    for name in _wanted(sorted(n for n in prefixed if listener_base_name(n) is not None), keys):
+        base = listener_base_name(name)
+        assert base is not None
+        option = OPTIONS_BY_NAME[base]
+        sensitive = option.type == "password"
+        chain = dynamic.config_synonyms(name, broker_config_synonyms(name), sensitive=sensitive)
+        entries.append(
+            ConfigEntry(
+                name,
+                None if sensitive else effective.get(name),
+                chain[0][2] if chain else SOURCE_DEFAULT,
+                chain,
+                CONFIG_TYPES.get(option.type, 0),
+                read_only=base not in DYNAMIC_HERE,
                 sensitive=sensitive,
             )
         )

@@ -47,7 +47,7 @@ from typing import Any
 import trio
 
 from kafkacompat.broker.state import INTERNAL_TOPICS
-from kafkacompat.config import INT_MAX, BrokerConfig
+from kafkacompat.config import INT_MAX, BrokerConfig, ConfigError
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 __all__ = ["BoundListener", "Broker"]
@@ -91,6 +91,8 @@ class Broker:
         self.cleaner: Any = None  # cleaner_task.LogCleanerTask once running (tests call run_once())
         self.metrics_address: tuple[str, int] | None = None  # the bound metrics.listener, if set
         self._security: dict[str, Any] = {}  # listener name -> security.listeners.ListenerSecurity
+        # (candidate config, listener security built from it) between validation and application
+        self._pending_security: tuple[BrokerConfig, dict[str, Any]] | None = None
 
     # lifecycle
 
@@ -119,6 +121,9 @@ class Broker:
             )
         # a dynamic change of the connection caps wakes accept loops that wait for a free slot
         state.config_listeners.append(lambda _old, _new: self._wake_accept_loops())
+        # listener TLS/SASL settings change at run time: new connections take the new ones
+        state.config_validators.append(self._validate_listener_security)
+        state.config_listeners.append(self._apply_listener_security)
         store = getattr(self, "_zk_store", None)
         if store is not None:
             # cluster mode (zookeeper.connect): only then is the replication runtime (and kazoo) loaded
@@ -328,8 +333,9 @@ class Broker:
     async def _bind(self) -> list[tuple[str, list[trio.SocketListener]]]:
         from kafkacompat.security.listeners import listener_security
 
-        # TLS contexts and SASL settings: any mistake is a ConfigError before a port is bound
-        self._security = listener_security(self.config)
+        # TLS contexts and SASL settings (dynamic listener settings included): any mistake is a
+        # ConfigError before a port is bound
+        self._security = listener_security(self.live_config)
         result = []
         advertised = self.config.advertised_listeners
         backlog = self.config["socket.listen.backlog.size"]
@@ -347,6 +353,32 @@ class Broker:
             self.state.endpoints[listener.name] = (public_host, public_port)
             result.append((listener.name, sockets))
         return result
+
+    def _validate_listener_security(self, _current: BrokerConfig, candidate: BrokerConfig) -> None:
+        """Build every listener's TLS/SASL settings from a candidate config (the stores read again, so one
+        replaced in place is picked up, as a Kafka broker reloads on an AlterConfigs that names it) and keep
+        them for `_apply_listener_security`; KafkaError(INVALID_REQUEST) refuses the change."""
+        from kafkacompat.security.listeners import reconfigured_security
+
+        try:
+            self._pending_security = (candidate, reconfigured_security(self._security, candidate))
+        except ConfigError as exc:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, str(exc)) from None
+
+    def _apply_listener_security(self, _old: BrokerConfig, new: BrokerConfig) -> None:
+        """New connections use the settings validated for `new`; open ones keep their TLS session."""
+        pending, self._pending_security = self._pending_security, None
+        if pending is None or pending[0] is not new:
+            # a change applied without this server's validation (say, one read from another store)
+            from kafkacompat.security.listeners import reconfigured_security
+
+            try:
+                pending = (new, reconfigured_security(self._security, new))
+            except ConfigError as exc:
+                log.error("listener security settings kept as they were: %s", exc)
+                return
+        self._security = pending[1]
+        log.info("listener security settings reloaded: %s", ", ".join(sorted(self._security)))
 
     @property
     def live_config(self) -> BrokerConfig:

@@ -30,7 +30,12 @@ import trio
 from kafkacompat.broker.delayed import PartitionWatchers
 from kafkacompat.broker.fetch_sessions import FetchSessionCache
 from kafkacompat.config import BrokerConfig, broker_log_config
-from kafkacompat.dynamic_config import DynamicBrokerConfigs, DynamicConfigStore, LocalDynamicConfigStore
+from kafkacompat.dynamic_config import (
+    DynamicBrokerConfigs,
+    DynamicConfigStore,
+    LocalDynamicConfigStore,
+    masked_configs,
+)
 from kafkacompat.replication.metadata import (
     PRODUCER_ID_BLOCK_SIZE,
     LocalMetadata,
@@ -149,6 +154,9 @@ class BrokerState:
         self.config = config
         # called with (old, new) after a dynamic change took effect (the server wakes its accept loops)
         self.config_listeners: list[Callable[[BrokerConfig, BrokerConfig], None]] = []
+        # called with (current, candidate) before a dynamic change is kept; raise KafkaError to refuse it
+        # (the server rebuilds its listeners' TLS/SASL settings there, as Kafka's reconfigurables validate)
+        self.config_validators: list[Callable[[BrokerConfig, BrokerConfig], None]] = []
         self.logs = logs
         self.metadata = metadata
         self.cluster_id = cluster_id
@@ -236,6 +244,8 @@ class BrokerState:
                 return
             configs = new_configs(self.dynamic.entity(entity))
             effective = self.dynamic.validate(entity, configs)
+            for validator in list(self.config_validators):
+                validator(self.config, effective)
             if validate_only:
                 return
             entities = self.dynamic.entities_with(entity, configs)
@@ -248,7 +258,7 @@ class BrokerState:
                     ) from exc
             self.dynamic.replace(entity, configs, effective)
             self._reconfigure(effective)
-        log.info("dynamic broker configs of %s are now %s", entity, configs)
+        log.info("dynamic broker configs of %s are now %s", entity, masked_configs(configs))
 
     async def _alter_shared_broker_configs(
         self,
@@ -263,13 +273,15 @@ class BrokerState:
             current, version = await trio.to_thread.run_sync(store.read_entity, entity)
             configs = new_configs(dict(current))
             effective = self.dynamic.validate(entity, configs)
+            for validator in list(self.config_validators):
+                validator(self.config, effective)
             if validate_only:
                 return
             if await trio.to_thread.run_sync(store.write_entity, entity, configs, version):
                 break
         self.dynamic.replace(entity, configs, effective)
         self._reconfigure(effective)
-        log.info("dynamic broker configs of %s are now %s", entity, configs)
+        log.info("dynamic broker configs of %s are now %s", entity, masked_configs(configs))
 
     async def apply_stored_broker_configs(self, entities: dict[str, dict[str, str]]) -> None:
         """Cluster mode: the /config/brokers entities as ZooKeeper now holds them (changed through any
@@ -283,7 +295,8 @@ class BrokerState:
             if {e: self.dynamic.entity(e) for e in current} == current:
                 return  # what changed does not validate here (dropped with a warning): nothing to apply
             self._reconfigure(effective)
-            log.info("dynamic broker configs changed in ZooKeeper: %s", wanted)
+            masked = {entity: masked_configs(configs) for entity, configs in wanted.items()}
+            log.info("dynamic broker configs changed in ZooKeeper: %s", masked)
 
     def _reconfigure(self, new: BrokerConfig) -> None:
         """Make the running broker follow a new effective config: topic defaults of every log without an

@@ -29,9 +29,9 @@ from kafkacompat.security.sasl import (
     parse_jaas,
     plain_users,
 )
-from kafkacompat.security.tls import server_context
+from kafkacompat.security.tls import check_keystore_update, keystore_certificate, server_context
 
-__all__ = ["ListenerSecurity", "listener_security"]
+__all__ = ["ListenerSecurity", "listener_security", "reconfigured_security"]
 
 
 @dataclass(slots=True)
@@ -44,6 +44,8 @@ class ListenerSecurity:
     mechanisms: list[str] = field(default_factory=list)
     plain_users: dict[str, str] = field(default_factory=dict)
     oauth_options: dict[str, str] = field(default_factory=dict)
+    certificate: dict[str, Any] = field(default_factory=dict)  # the keystore's own certificate, decoded
+    has_truststore: bool = False
     max_token_bytes: int = 524288
     failure_delay_ms: int = 100
     reauth_ms: int = 0
@@ -69,19 +71,64 @@ class ListenerSecurity:
         )
 
 
-def listener_security(config: BrokerConfig) -> dict[str, ListenerSecurity]:
+def listener_security(config: BrokerConfig, only: str | None = None) -> dict[str, ListenerSecurity]:
+    """Each bound listener's security (or just listener `only`'s); ConfigError says what is wrong."""
     protocols = config.security_protocol_map
     result: dict[str, ListenerSecurity] = {}
     for listener in config.listeners:
         name = listener.name
+        if only is not None and name != only:
+            continue
         protocol = protocols[name]
         security = ListenerSecurity(name, protocol)
         if protocol in ("SSL", "SASL_SSL"):
             security.tls = server_context(config, name)
+            security.certificate = keystore_certificate(config, name)
+            security.has_truststore = _truststore_set(config, name)
         if protocol.startswith("SASL_"):
             _configure_sasl(config, security)
         result[name] = security
     return result
+
+
+def reconfigured_security(
+    current: dict[str, ListenerSecurity], config: BrokerConfig
+) -> dict[str, ListenerSecurity]:
+    """Every listener's security rebuilt from a new effective config (dynamic broker configs), for the
+    connections accepted from then on; key and trust store files are read again, so a store replaced in
+    place is picked up too. Refused (ConfigError, with Kafka's words) as Kafka's SslFactory refuses a
+    reconfiguration: a store that does not load, a certificate whose subject DN or SANs changed (KIP-978
+    settings aside), a truststore added to a listener that had none."""
+    rebuilt = {}
+    for name, old in current.items():
+        try:
+            new = listener_security(config, only=name)[name]
+            if old.tls is not None and new.tls is not None:
+                if not old.has_truststore and new.has_truststore:
+                    raise ConfigError(
+                        "Cannot add SSL truststore to an existing listener for which no truststore was "
+                        "configured."
+                    )
+                check_keystore_update(
+                    old.certificate,
+                    new.certificate,
+                    allow_dn_changes=config.for_listener(name, "ssl.allow.dn.changes"),
+                    allow_san_changes=config.for_listener(name, "ssl.allow.san.changes"),
+                )
+        except ConfigError as exc:
+            if old.tls is not None:
+                failed = "Validation of dynamic config update of SSLFactory failed"
+                raise ConfigError(f"{failed}: {exc}") from None
+            raise
+        rebuilt[name] = new
+    return rebuilt
+
+
+def _truststore_set(config: BrokerConfig, listener: str) -> bool:
+    return bool(
+        config.for_listener(listener, "ssl.truststore.certificates")
+        or config.for_listener(listener, "ssl.truststore.location")
+    )
 
 
 def _jaas_for(config: BrokerConfig, listener: str, mechanism: str) -> str | None:

@@ -31,7 +31,7 @@ from typing import Any
 
 from kafkacompat.config import BrokerConfig, ConfigError
 
-__all__ = ["ANONYMOUS", "principal_of", "server_context"]
+__all__ = ["ANONYMOUS", "check_keystore_update", "keystore_certificate", "principal_of", "server_context"]
 
 ANONYMOUS = "User:ANONYMOUS"
 
@@ -72,6 +72,60 @@ def server_context(config: BrokerConfig, listener: str) -> ssl.SSLContext:
     # defaults otherwise (compression off, renegotiation off in TLS 1.3).
     context.options |= ssl.OP_NO_COMPRESSION
     return context
+
+
+def keystore_certificate(config: BrokerConfig, listener: str) -> dict[str, Any]:
+    """The listener's own certificate (the first of its keystore chain), decoded as
+    `SSLSocket.getpeercert()` gives one; {} when it cannot be read (server_context() then says why)."""
+
+    def setting(name: str) -> Any:
+        return config.for_listener(listener, name)
+
+    try:
+        text = setting("ssl.keystore.certificate.chain")
+        if not text:
+            location = setting("ssl.keystore.location")
+            if not location:
+                return {}
+            text = _read_pem_file(location, "ssl.keystore.location", f"listener {listener}")
+    except ConfigError:
+        return {}
+    begin = text.find("-----BEGIN CERTIFICATE-----")
+    end = text.find("-----END CERTIFICATE-----", begin)
+    if begin < 0 or end < 0:
+        return {}
+    leaf = text[begin : end + len("-----END CERTIFICATE-----")] + "\n"
+    with tempfile.TemporaryDirectory(prefix="kafkacompat-tls-") as directory:
+        path = os.path.join(directory, "leaf.pem")
+        with open(path, "w", encoding="ascii") as handle:
+            handle.write(leaf)
+        try:
+            # the ssl module's only certificate decoder that takes a file (no third-party X.509 parser)
+            return dict(ssl._ssl._test_decode_cert(path))  # type: ignore[attr-defined]
+        except (ssl.SSLError, OSError, AttributeError):
+            return {}
+
+
+def check_keystore_update(
+    old: dict[str, Any], new: dict[str, Any], *, allow_dn_changes: bool, allow_san_changes: bool
+) -> None:
+    """Kafka's rule for a keystore replaced at run time: the certificate keeps its subject DN and every
+    subject alternative name it had (unless ssl.allow.dn.changes / ssl.allow.san.changes), so that
+    clients verifying the broker's identity keep accepting it. Raises ConfigError with Kafka's words."""
+    if not old or not new:
+        return
+    if not allow_dn_changes and subject_dn(old).lower() != subject_dn(new).lower():
+        raise ConfigError(
+            "Keystore DistinguishedName does not match:  "
+            f"existing={{DN={subject_dn(old)}}}, new={{DN={subject_dn(new)}}}"
+        )
+    old_sans = set(old.get("subjectAltName", ()))
+    new_sans = set(new.get("subjectAltName", ()))
+    if not allow_san_changes and not old_sans <= new_sans:
+        raise ConfigError(
+            "Keystore SubjectAltNames do not match:  "
+            f"existing={{SAN={sorted(old_sans)}}}, new={{SAN={sorted(new_sans)}}}"
+        )
 
 
 def _pem(text: str) -> bool:

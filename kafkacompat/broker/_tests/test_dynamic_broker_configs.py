@@ -157,11 +157,23 @@ async def test_validate_only_changes_nothing(harness: AdminHarness) -> None:
             "Set(listeners)",
         ),
         ("node", {"listeners": "PLAINTEXT://:9093"}, "listeners are bound once at start-up here"),
-        ("node", {"listener.name.plaintext.ssl.keystore.location": "/k.jks"}, "cannot be reloaded here yet"),
+        ("node", {"advertised.listeners": "PLAINTEXT://:9093"}, "listeners are bound once at start-up here"),
+        (
+            "",
+            {"listener.name.plaintext.ssl.keystore.location": "/k.pem"},
+            "Cannot update these configs at default cluster level, broker id must be specified: "
+            "Set(listener.name.plaintext.ssl.keystore.location)",
+        ),
         (
             "node",
-            {"leader.replication.throttled.rate": "1000"},
-            "replication quotas are not implemented here",
+            {"listener.name.plaintext.no.such.thing": "1"},
+            "Unknown broker configs: Set(listener.name.plaintext.no.such.thing)",
+        ),
+        (
+            "node",
+            {"sasl.kerberos.min.time.before.relogin": "soon"},
+            "Invalid value soon for configuration sasl.kerberos.min.time.before.relogin: "
+            "Not a number of type LONG",
         ),
         ("node", {"no.such.thing": "1"}, "Unknown broker configs: Set(no.such.thing)"),
         (
