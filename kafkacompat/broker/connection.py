@@ -101,7 +101,7 @@ from kafkacompat.security.quotas import (
 from kafkacompat.security.sasl import FAILED, AuthenticationFailed
 from kafkacompat.wire import header as wire_header
 from kafkacompat.wire import messages
-from kafkacompat.wire.errors import DecodeError
+from kafkacompat.wire.errors import DecodeError, ErrorCode
 from kafkacompat.wire.framing import FrameBuffer
 
 if TYPE_CHECKING:
@@ -708,6 +708,11 @@ async def _handle_within_quotas(
         if api_key == _FETCH_KEY:
             size = sum(_chunk_size(chunk) for chunk in body)
             throttle_ms = max(throttle_ms, quotas.record(CONSUMER_BYTE_RATE, user, client_id, size, now))
+            if throttle_ms > 0:
+                # as Kafka's KafkaApis: a throttled fetch is answered empty and its bytes are taken back
+                # off the quota; the client fetches the same offsets again once its delay is over
+                quotas.unrecord(CONSUMER_BYTE_RATE, user, client_id, size, now)
+                response = _throttled_fetch_response(ctx.broker, response)
         if throttle_ms > 0 and hasattr(response, "throttle_time_ms"):
             response.throttle_time_ms = max(response.throttle_time_ms, throttle_ms)
             body = messages.encode_response(api_key, api_version, response)
@@ -720,6 +725,16 @@ async def _handle_within_quotas(
     if throttle_ms > 0:
         await trio.sleep(throttle_ms / 1000)  # the muted channel: the next request is not read meanwhile
     return response
+
+
+def _throttled_fetch_response(broker: BrokerState, response: Any) -> Any:
+    """The empty answer of a throttled fetch: no partitions, the same session. What the handler recorded
+    as reported to the session is forgotten, so the next incremental answer lists every partition again
+    (Kafka, which decides to throttle before it updates the session, returns a new session's id as 0)."""
+    if response.error_code != ErrorCode.NONE:
+        return response
+    broker.fetch_sessions.forget_reported(response.session_id)
+    return type(response)(error_code=ErrorCode.NONE, session_id=response.session_id, responses=[])
 
 
 async def _acquire(slots: trio.Semaphore) -> None:

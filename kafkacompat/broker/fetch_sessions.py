@@ -164,6 +164,14 @@ class FetchSessionCache:
         self._sessions.move_to_end(session_id)
         return FetchContext(session_id, list(session.partitions.values()), incremental=True)
 
+    def forget_reported(self, session_id: int) -> None:
+        """Forget what a session last reported (its response was not delivered: a throttled fetch), so
+        that its next incremental response lists every partition."""
+        session = self._sessions.get(session_id)
+        if session is not None:
+            for cached in session.partitions.values():
+                cached.high_watermark = cached.last_stable_offset = cached.log_start_offset = -1
+
     def remove_topic(self, topic: Any) -> None:
         """Forget a deleted topic in every session (by name or id)."""
         for session in self._sessions.values():

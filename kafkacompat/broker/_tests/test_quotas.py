@@ -145,3 +145,37 @@ def test_only_a_followers_fetch_in_cluster_mode_escapes_client_quotas() -> None:
     assert not _is_follower_fetch(clustered, 1, 12, consumer_v12)  # type: ignore[arg-type]
     assert not _is_follower_fetch(single, 1, 12, follower_v12)  # type: ignore[arg-type]
     assert not _is_follower_fetch(clustered, 0, 9, follower_v12)  # type: ignore[arg-type]
+
+
+async def test_throttled_fetch_is_answered_empty_and_its_bytes_are_taken_back(
+    nursery: trio.Nursery, tmp_path: Path, certs: dict[str, Path]
+) -> None:
+    """As Kafka's KafkaApis: a fetch whose response would put the client over consumer_byte_rate gets no
+    partitions, the throttle time, and the same session; the bytes are not counted, so once the delay is
+    over the same fetch gets the data. Window 2 x 1 s, quota 110 KB/s, records of 60 KB."""
+    from kafkacompat.broker._tests.wire_client import fetch_request
+
+    window = ("quota.window.num=2", "quota.window.size.seconds=1")
+    broker = await start_secured(nursery, tmp_path, certs, *window)
+    admin = await connect(broker, "PLAINTEXT", certs)
+    assert (await create(admin, "quota-fetch")).error_code == ErrorCode.NONE
+    payload = b"f" * 60_000
+    for _ in range(2):
+        assert (await produce(admin, "quota-fetch", batch(payload))).error_code == ErrorCode.NONE
+    rate = alter_body([("client-id", "raw")], "consumer_byte_rate", 110_000)
+    assert (await admin.call(ALTER, 1, rate)).entries[0].error_code == ErrorCode.NONE
+
+    consumer = await connect(broker, "PLAINTEXT", certs)
+    one_batch = {"partition_max_bytes": 1, "max_bytes": 1 << 20, "session_epoch": 0}  # opens a session
+    first = await consumer.call(1, 12, fetch_request("quota-fetch", 0, **one_batch))
+    assert first.throttle_time_ms == 0 and first.session_id != 0
+    assert len(first.responses[0].partitions[0].records) > 60_000
+    session = {"partition_max_bytes": 1, "max_bytes": 1 << 20, "session_id": first.session_id}
+    throttled = await consumer.call(1, 12, fetch_request("quota-fetch", 1, session_epoch=1, **session))
+    assert throttled.throttle_time_ms > 0
+    assert (throttled.error_code, throttled.session_id, throttled.responses) == (0, first.session_id, [])
+    await trio.sleep(throttled.throttle_time_ms / 1000 + 0.5)
+    again = await consumer.call(1, 12, fetch_request("quota-fetch", 1, session_epoch=2, **session))
+    assert again.throttle_time_ms == 0
+    assert again.responses[0].partitions[0].high_watermark == 2  # listed again, with its records
+    assert len(again.responses[0].partitions[0].records) > 60_000
