@@ -366,6 +366,8 @@ BROKER_OPTIONS: tuple[Option, ...] = (
     _O("sasl.login.refresh.buffer.seconds", "short", 300, between(0, 3600)),
     _O("leader.replication.throttled.rate", "long", LONG_MAX, at_least(0)),
     _O("follower.replication.throttled.rate", "long", LONG_MAX, at_least(0)),
+    _O("replication.quota.window.num", "int", 11, at_least(1)),
+    _O("replication.quota.window.size.seconds", "int", 1, at_least(1)),
     _O("replica.alter.log.dirs.io.max.bytes.per.second", "long", LONG_MAX, at_least(0)),
     _O("remote.log.index.file.cache.total.size.bytes", "long", 1073741824, at_least(1)),
     _O("remote.fetch.max.wait.ms", "int", 500, at_least(1)),
@@ -433,8 +435,6 @@ _NOT_IMPLEMENTED = frozenset(
         "sasl.login.refresh.window.jitter",
         "sasl.login.refresh.min.period.seconds",
         "sasl.login.refresh.buffer.seconds",
-        "leader.replication.throttled.rate",  # no replication quotas yet
-        "follower.replication.throttled.rate",
         "replica.alter.log.dirs.io.max.bytes.per.second",  # no AlterReplicaLogDirs
         "remote.log.index.file.cache.total.size.bytes",  # no tiered storage
         "remote.fetch.max.wait.ms",

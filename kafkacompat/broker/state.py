@@ -42,6 +42,7 @@ from kafkacompat.replication.metadata import (
     TopicInfo,
     kafka_uuid_string,
 )
+from kafkacompat.replication.throttle import ReplicationThrottle
 from kafkacompat.security.acls import Authorizer
 from kafkacompat.security.credentials import ScramCredentialStore
 from kafkacompat.security.quotas import QuotaManager, QuotaStore
@@ -184,6 +185,14 @@ class BrokerState:
             QuotaStore(), config["quota.window.num"], config["quota.window.size.seconds"]
         )
         self.quota_write_lock = trio.Lock()
+        # replication throttles (kafkacompat.replication.throttle): what leaders serve to and followers
+        # fetch for throttled replicas, in cluster mode; the rates are read live from `config`
+        self.leader_throttle = ReplicationThrottle(
+            config["replication.quota.window.num"], config["replication.quota.window.size.seconds"]
+        )
+        self.follower_throttle = ReplicationThrottle(
+            config["replication.quota.window.num"], config["replication.quota.window.size.seconds"]
+        )
         self._log_configs: dict[str, tuple[dict[str, str], LogConfig]] = {}
         self._producer_ids = range(0)
         # cluster-mode seam: None on a single node (the default; every helper below then behaves as it

@@ -8,17 +8,22 @@ wait) for the others, appending what comes back with `append_as_follower` and ta
 watermark (capped at our log end). The blocking client (`kafkacompat.client.BrokerConnection`) runs in
 a worker thread; every log change happens back on the trio thread. Connection errors back off
 `replica.fetch.backoff.ms` and reconnect; the runtime re-homes partitions when leadership moves.
+Partitions the topic's `follower.replication.throttled.replicas` names on this broker are left out of a
+round while this broker is not in their ISR and its `follower.replication.throttled.rate` is reached,
+and the bytes fetched for them are counted against it (replication/throttle.py).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 import trio
 
 from kafkacompat.log.leader_epoch import UNDEFINED_EPOCH
 from kafkacompat.replication.fetcher import FetchPhase, FollowerFetchState
+from kafkacompat.replication.throttle import throttled_partition
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 from kafkacompat.wire.messages import request_class
 
@@ -162,10 +167,14 @@ class FetcherTask:
         config = broker.config
         cls = request_class(FETCH)
         by_topic: dict[str, list[Any]] = {}
+        throttled = {key for key in self.partitions if self._throttled(*key)}
+        now_s = time.monotonic()
         for state in states:
             partition_log = broker.logs.get_log(state.topic, state.partition)
             if partition_log is None:
                 continue
+            if (state.topic, state.partition) in throttled and self._held_back(state, now_s):
+                continue  # follower.replication.throttled.rate reached (Kafka's shouldFollowerThrottle)
             by_topic.setdefault(state.topic, []).append(
                 cls.FetchPartition(
                     partition=state.partition,
@@ -188,6 +197,9 @@ class FetcherTask:
             forgotten_topics_data=[],
             rack_id="",
         )
+        if not by_topic:
+            await trio.sleep(config["replica.fetch.backoff.ms"] / 1000)  # everything is held back
+            return
         response = await trio.to_thread.run_sync(
             connection.send, FETCH, FETCH_VERSION, request, abandon_on_cancel=True
         )
@@ -203,6 +215,8 @@ class FetcherTask:
                     state.on_fetch_error(ErrorCode(data.error_code))
                     continue
                 records = data.records
+                if key in throttled and records is not None:
+                    broker.follower_throttle.record(len(records), time.monotonic())
                 if records is not None and len(records):
                     try:
                         partition_log.append_as_follower(records, now)
@@ -218,3 +232,19 @@ class FetcherTask:
                 if local is not None:
                     local.high_watermark = partition_log.high_watermark
                 broker.watchers.notify(*key)
+
+    def _throttled(self, topic: str, partition: int) -> bool:
+        """Whether the topic's follower.replication.throttled.replicas names the partition on this broker."""
+        broker = self.runtime.broker
+        info = broker.metadata.topic(topic)
+        if info is None:
+            return False
+        replicas = broker.topic_log_config(info).get("follower.replication.throttled.replicas")
+        return bool(replicas) and throttled_partition(replicas, partition, self.runtime.node_id)
+
+    def _held_back(self, state: FollowerFetchState, now: float) -> bool:
+        broker = self.runtime.broker
+        local = self.runtime.partitions.get((state.topic, state.partition))
+        in_sync = local is not None and self.runtime.node_id in local.isr
+        rate = broker.config["follower.replication.throttled.rate"]
+        return broker.follower_throttle.holds_back(rate, in_sync, now)

@@ -19,12 +19,16 @@ Aborted transactions: null for read_uncommitted; for read_committed the entries 
 drops aborted records itself (control batches are returned too: clients skip them, as with Kafka).
 With an authorizer, partitions of topics the principal may not READ get TOPIC_AUTHORIZATION_FAILED; in
 cluster mode a follower's fetch (a replica id) needs CLUSTER_ACTION on the cluster instead, as in Kafka.
+Followers (cluster mode) read to the log end; a partition the topic's
+`leader.replication.throttled.replicas` names on this broker carries no data for a follower outside
+the ISR while this broker's `leader.replication.throttled.rate` is reached (replication/throttle.py).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -33,6 +37,7 @@ import trio
 
 from kafkacompat.broker.authorization import Op, Resource, allowed, cluster_allowed
 from kafkacompat.broker.fetch_sessions import CachedPartition, FetchContext, PartitionRequest
+from kafkacompat.replication.throttle import throttled_partition
 from kafkacompat.wire._generated.fetch_response import AbortedTransaction, FetchResponse
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
@@ -194,6 +199,22 @@ def _leader_hints(ctx: RequestContext, response: FetchResponse, uses_ids: bool) 
         ]
 
 
+def _leader_throttled(broker: BrokerState, topic: Any, partition: int) -> bool:
+    """Whether the topic's leader.replication.throttled.replicas names this partition on this broker."""
+    replicas = broker.topic_log_config(topic).get("leader.replication.throttled.replicas")
+    return bool(replicas) and throttled_partition(replicas, partition, broker.node_id)
+
+
+def _leader_holds_back(broker: BrokerState, topic: str, partition: int, replica_id: int) -> bool:
+    """A throttled follower outside the ISR gets no data while the leader's replication rate is over
+    leader.replication.throttled.rate (Kafka's ReplicaManager.shouldLeaderThrottle)."""
+    assert broker.cluster is not None
+    state = broker.cluster.partitions.get((topic, partition))
+    in_sync = state is not None and replica_id in state.isr
+    rate = broker.config["leader.replication.throttled.rate"]
+    return broker.leader_throttle.holds_back(rate, in_sync, time.monotonic())
+
+
 def _replica_id(request: Any, version: int) -> int:
     """The fetching follower's broker id (v15+ carry it in ReplicaState), -1 for a consumer."""
     if version >= 15:
@@ -234,11 +255,13 @@ def _read_all(
             partition_log = broker.partition_log(topic.name, cached.partition)
             if partition_log is None:
                 raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            throttled = False
             if replica_id >= 0 and broker.cluster is not None:
                 # a follower: its fetch offset is its log end (progress, HW, ISR); it reads to our log end
                 broker.cluster.follower_fetched(
                     topic.name, cached.partition, replica_id, cached.fetch_offset, partition_log
                 )
+                throttled = _leader_throttled(broker, topic, cached.partition)
             high_watermark = partition_log.high_watermark
             last_stable_offset = partition_log.last_stable_offset
             read.high_watermark = high_watermark
@@ -247,6 +270,8 @@ def _read_all(
             limit = min(cached.max_bytes, remaining)
             if limit <= 0 and remaining < max_bytes:
                 continue  # the request's byte budget is spent; later partitions report offsets only
+            if throttled and _leader_holds_back(broker, topic.name, cached.partition, replica_id):
+                continue  # leader.replication.throttled.rate reached: offsets only, as Kafka's leader
             result = partition_log.read(
                 cached.fetch_offset,
                 max(limit, 0),
@@ -264,6 +289,8 @@ def _read_all(
                 read.records = result.slices[0]
                 read.size = read.records.size
                 remaining -= read.size
+                if throttled:
+                    broker.leader_throttle.record(read.size, time.monotonic())
                 if read_committed:
                     read.aborted = [
                         AbortedTransaction(producer_id=a.producer_id, first_offset=a.first_offset)
