@@ -280,6 +280,43 @@ def test_throttled_consumer_stays_within_its_byte_rate(kafka_window_bootstrap: s
     assert rate == pytest.approx(QUOTA, rel=0.1), f"consumed {rate:.0f} B/s against a quota of {QUOTA}"
 
 
+def metadata_round(bootstrap: str, clients: int) -> float:
+    """Seconds for `clients` new confluent-kafka admin clients, one after the other, to get metadata."""
+    from confluent_kafka.admin import AdminClient
+
+    began = time.monotonic()
+    for _ in range(clients):
+        AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=60)
+    return time.monotonic() - began
+
+
+def test_ip_connection_creation_rate(quota_bootstrap: str) -> None:
+    """KIP-612 ip quotas set with `kafkacompat quotas --ip` (kafka-configs --entity-type ips): new
+    connections from 127.0.0.1 over 3 a second are closed unanswered once their throttle time passes,
+    and librdkafka clients, reconnecting, get through at about that rate."""
+    set_quota(quota_bootstrap, ["--ip", "10.1.2.3"], "connection_creation_rate=7")
+    described = quotas_cli(quota_bootstrap, "describe", "--ip", "10.1.2.3")
+    assert described.stdout.strip() == "Quota configs for ip '10.1.2.3' are connection_creation_rate=7.0"
+    refused = quotas_cli(quota_bootstrap, "alter", "--ip", "not-an-address", "--add-config",
+                         "connection_creation_rate=1")  # fmt: skip
+    assert refused.returncode == 1 and "INVALID_REQUEST" in refused.stderr
+    refused = quotas_cli(quota_bootstrap, "alter", "--ip", "10.1.2.3", "--add-config", "producer_byte_rate=1")
+    assert refused.returncode == 1 and "INVALID_REQUEST" in refused.stderr
+    clients = 10  # each makes two connections: the bootstrap one and the broker's own
+    unlimited = metadata_round(quota_bootstrap, clients)
+    set_quota(quota_bootstrap, ["--ip", "127.0.0.1"], "connection_creation_rate=3")
+    try:
+        limited = metadata_round(quota_bootstrap, clients)
+    finally:
+        time.sleep(2.5)  # the window forgets the burst, so that this removal gets its connection
+        removed = quotas_cli(quota_bootstrap, "alter", "--ip", "127.0.0.1", "--delete-config",
+                             "connection_creation_rate")  # fmt: skip
+        assert removed.returncode == 0, removed.stderr
+        quotas_cli(quota_bootstrap, "alter", "--ip", "10.1.2.3", "--delete-config", "connection_creation_rate")
+    print(f"{clients} clients: {unlimited:.1f} s unlimited, {limited:.1f} s at 3 connections/s")
+    assert limited >= 4.0 > unlimited, (unlimited, limited)  # about 17 connections beyond the allowance
+
+
 def test_quotas_persist_in_the_log_dir(quota_broker: InProcessBroker) -> None:
     set_quota(quota_broker.bootstrap, ["--user", "persisted", "--client-defaults"], "producer_byte_rate=2048")
     document = json.loads((Path(quota_broker.data_dir) / "client-quotas.json").read_text())

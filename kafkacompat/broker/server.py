@@ -416,6 +416,12 @@ class Broker:
                     log.info("closing new connection: %s", refusal)
                     await stream.aclose()
                     continue
+                throttle_ms = self.state.quotas.connection_throttle_ms(_peer_ip(stream), time.monotonic())
+                if throttle_ms > 0:
+                    # as Kafka's ConnectionQuotas: over the address's connection_creation_rate quota,
+                    # the connection is not served and is closed once the throttle time has passed
+                    nursery.start_soon(_close_later, stream, throttle_ms / 1000)
+                    continue
                 self._creation_rate.record(time.monotonic())
                 self._apply_buffer_sizes(stream)
                 # counted now, not when the connection's task starts: the next accept, possibly before
@@ -614,6 +620,12 @@ def _fd_connection_cap() -> int:
     except (ImportError, OSError, ValueError):
         return INT_MAX
     return max(1, soft - in_use - max(512, soft // 20))
+
+
+async def _close_later(stream: trio.SocketStream, delay: float) -> None:
+    """Close a connection refused by an ip quota after its throttle time (never read from)."""
+    await trio.sleep(delay)
+    await stream.aclose()
 
 
 def _peer_ip(stream: trio.SocketStream) -> str:

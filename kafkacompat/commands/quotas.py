@@ -2,7 +2,8 @@
 
 Theory of operation: DescribeClientQuotas and AlterClientQuotas through the tools' client
 (`--command-config` for a secured broker). The entity is named as kafka-configs names it: `--user NAME`
-or `--user-defaults`, `--client-id NAME` or `--client-defaults`, either or both. `describe` without an
+or `--user-defaults`, `--client-id NAME` or `--client-defaults`, either or both; or `--ip ADDRESS` or
+`--ip-defaults` alone (connection_creation_rate, as `--entity-type ips`). `describe` without an
 entity lists every quota; with one it lists that entity exactly (strict). `alter` takes
 `--add-config key=value,...` and `--delete-config key,...` in one request.
 """
@@ -30,6 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     client = parser.add_mutually_exclusive_group()
     client.add_argument("--client-id", help="the client id (entity type client-id)")
     client.add_argument("--client-defaults", action="store_true", help="the default client id")
+    ip = parser.add_mutually_exclusive_group()
+    ip.add_argument("--ip", help="an IP address (entity type ip: connection_creation_rate)")
+    ip.add_argument("--ip-defaults", action="store_true", help="the default IP address")
     parser.add_argument("--add-config", default="", help="alter: key=value,... (producer_byte_rate, ...)")
     parser.add_argument("--delete-config", default="", help="alter: key,... to remove")
 
@@ -41,11 +45,13 @@ def _entity(args: argparse.Namespace) -> list[tuple[str, str | None]]:
         entity.append(("user", args.user))
     if args.client_id is not None or args.client_defaults:
         entity.append(("client-id", args.client_id))
+    if args.ip is not None or args.ip_defaults:
+        entity.append(("ip", args.ip))
     return entity
 
 
 def describe_entity(entity: list[tuple[str, str | None]]) -> str:
-    words = {"user": "user-principal", "client-id": "client-id"}
+    words = {"user": "user-principal", "client-id": "client-id", "ip": "ip"}
     return ", ".join(
         f"the default {words[kind]}" if name is None else f"{words[kind]} '{name}'" for kind, name in entity
     )
@@ -87,7 +93,8 @@ def _parse_additions(text: str) -> list[tuple[str, float]]:
 def _alter(client: KafkaClient, args: argparse.Namespace, entity: list[tuple[str, str | None]]) -> None:
     if not entity:
         raise CommandError(
-            "alter needs an entity: --user/--user-defaults and/or --client-id/--client-defaults"
+            "alter needs an entity: --user/--user-defaults and/or --client-id/--client-defaults, or "
+            "--ip/--ip-defaults"
         )
     request = request_class(ALTER)
     ops = [

@@ -27,6 +27,12 @@ returns the throttle time in ms: 0 within quota, else (rate - quota) / quota * w
 client must stay silent for the measured rate to fall back to the quota, bounded by the whole window
 (num x size). Request percentage records handler time as percent-seconds (100 = one thread busy).
 
+`ip` entities (KIP-612) stand alone: an address or the default address with one key,
+`connection_creation_rate` (new connections per second). `connection_throttle_ms(ip, now)` counts a
+new connection from an address against its quota (the address's own entity, else the default one, a
+sensor per address) and, over it, takes it back and returns how long the broker waits before closing
+that connection, as Kafka's ConnectionQuotas does.
+
 `active` is False while no quota is configured: the connection then checks nothing else.
 No trio, no I/O except `write()`: the clock is passed in.
 """
@@ -42,6 +48,7 @@ from typing import Any
 from kafkacompat.log.checkpoints import atomic_write
 
 __all__ = [
+    "CONNECTION_CREATION_RATE",
     "CONSUMER_BYTE_RATE",
     "CONTROLLER_MUTATION_RATE",
     "DEFAULT",
@@ -59,14 +66,16 @@ PRODUCER_BYTE_RATE = "producer_byte_rate"
 CONSUMER_BYTE_RATE = "consumer_byte_rate"
 REQUEST_PERCENTAGE = "request_percentage"
 CONTROLLER_MUTATION_RATE = "controller_mutation_rate"
-# Kafka's quota keys: the byte rates are longs, the others doubles
+CONNECTION_CREATION_RATE = "connection_creation_rate"
+# Kafka's quota keys: the byte rates are longs, the connection rate an int, the others doubles
 QUOTA_KEYS = {
     PRODUCER_BYTE_RATE: int,
     CONSUMER_BYTE_RATE: int,
     REQUEST_PERCENTAGE: float,
     CONTROLLER_MUTATION_RATE: float,
+    CONNECTION_CREATION_RATE: int,
 }
-USER, CLIENT_ID = "user", "client-id"
+USER, CLIENT_ID, IP = "user", "client-id", "ip"
 
 
 class _Default:
@@ -85,17 +94,21 @@ Name = Any
 class Entity:
     user: Name = None
     client_id: Name = None
+    ip: Name = None  # only ever alone (KIP-612)
 
     def to_json(self) -> dict[str, Any]:
+        sides = ((USER, self.user), (CLIENT_ID, self.client_id))
+        if self.ip is not None:
+            sides = ((IP, self.ip),)
         return {side: (None if value is None else "<default>" if value is DEFAULT else ["name", value])
-                for side, value in ((USER, self.user), (CLIENT_ID, self.client_id))}  # fmt: skip
+                for side, value in sides}  # fmt: skip
 
     @staticmethod
     def from_json(item: dict[str, Any]) -> Entity:
         def side(value: Any) -> Name:
             return None if value is None else DEFAULT if value == "<default>" else value[1]
 
-        return Entity(side(item.get(USER)), side(item.get(CLIENT_ID)))
+        return Entity(side(item.get(USER)), side(item.get(CLIENT_ID)), side(item.get(IP)))
 
 
 def precedence(user: str, client_id: str) -> tuple[Entity, ...]:
@@ -119,7 +132,8 @@ class QuotaStore:
         self.path = path
         self.quotas: dict[Entity, dict[str, float]] = {}
         self.version = 0  # bumped by every change, so QuotaManager re-resolves its cached quotas
-        self.enforced = False  # whether any enforced quota (not controller_mutation_rate) is set
+        self.enforced = False  # whether any enforced client quota (not controller_mutation_rate) is set
+        self.ip_limited = False  # whether any ip entity has a connection_creation_rate
 
     @classmethod
     def load(cls, path: Path) -> QuotaStore:
@@ -136,8 +150,11 @@ class QuotaStore:
     def _changed(self) -> None:
         self.version += 1
         self.enforced = any(
-            key != CONTROLLER_MUTATION_RATE for values in self.quotas.values() for key in values
+            key not in (CONTROLLER_MUTATION_RATE, CONNECTION_CREATION_RATE)
+            for values in self.quotas.values()
+            for key in values
         )
+        self.ip_limited = any(entity.ip is not None for entity in self.quotas)
 
     def alter(self, entity: Entity, key: str, value: float | None) -> None:
         """Set (value) or remove (None) one quota of one entity."""
@@ -278,6 +295,28 @@ class QuotaManager:
             sensor = self._sensors.get(resolved[1])
             if sensor is not None:
                 sensor.record(-value, now)
+
+    def connection_throttle_ms(self, ip: str, now: float) -> int:
+        """Count a new connection from `ip`; over its connection_creation_rate, take it back and return
+        how long to wait before closing it (0: serve it)."""
+        if not self.store.ip_limited:
+            return 0
+        for entity in (Entity(ip=ip), Entity(ip=DEFAULT)):
+            values = self.store.quotas.get(entity)
+            if values is not None and CONNECTION_CREATION_RATE in values:
+                quota = float(values[CONNECTION_CREATION_RATE])
+                break
+        else:
+            return 0
+        key = (CONNECTION_CREATION_RATE, "", ip)
+        sensor = self._sensors.get(key)
+        if sensor is None:
+            sensor = self._sensors[key] = RateSensor(self.samples, self.window, now)
+        sensor.record(1.0, now)
+        throttle = sensor.throttle_ms(quota, now)
+        if throttle > 0:
+            sensor.record(-1.0, now)  # a refused connection does not count (Kafka's unrecord)
+        return throttle
 
     def quota_window_bytes(self, key: str, user: str, client_id: str) -> int | None:
         """The most a quota lets through in one whole window (Kafka caps fetch sizes with it), or None."""

@@ -179,3 +179,46 @@ async def test_throttled_fetch_is_answered_empty_and_its_bytes_are_taken_back(
     assert again.throttle_time_ms == 0
     assert again.responses[0].partitions[0].high_watermark == 2  # listed again, with its records
     assert len(again.responses[0].partitions[0].records) > 60_000
+
+
+async def test_ip_quotas_stand_alone_and_refuse_connections_over_their_rate(
+    nursery: trio.Nursery, tmp_path: Path, certs: dict[str, Path]
+) -> None:
+    """KIP-612 ip entities: validated as Kafka validates them, described, and enforced on new connections
+    (closed unanswered once their throttle time has passed)."""
+    window = ("quota.window.num=2", "quota.window.size.seconds=1")
+    broker = await start_secured(nursery, tmp_path, certs, *window)
+    admin = await connect(broker, "PLAINTEXT", certs)
+    rate = "connection_creation_rate"
+    for entity, key, message in (
+        ([("ip", "not-an-address")], rate, "is not a valid IP"),
+        ([("ip", "10.0.0.1"), ("user", "alice")], rate, "Invalid quota entity combination"),
+        ([("ip", "10.0.0.1")], "producer_byte_rate", "Invalid configuration key producer_byte_rate"),
+        ([("user", "alice")], rate, "Invalid configuration key connection_creation_rate"),
+        ([("ip", "10.0.0.1")], rate, None),
+    ):
+        answer = (await admin.call(ALTER, 1, alter_body(entity, key, 3))).entries[0]
+        if message is None:
+            assert answer.error_code == ErrorCode.NONE, answer.error_message
+        else:
+            assert answer.error_code == ErrorCode.INVALID_REQUEST
+            assert message in (answer.error_message or ""), answer.error_message
+    component = request(DESCRIBE).ComponentData(entity_type="ip", match_type=2, match=None)
+    described = await admin.call(DESCRIBE, 1, request(DESCRIBE, components=[component], strict=False))
+    assert [[(e.entity_type, e.entity_name) for e in entry.entity] for entry in described.entries] == [
+        [("ip", "10.0.0.1")]
+    ]
+    # 127.0.0.1 at 2 connections a second: a burst of new connections gets some closed unanswered
+    limited = await admin.call(ALTER, 1, alter_body([("ip", "127.0.0.1")], rate, 2))
+    assert limited.entries[0].error_code == ErrorCode.NONE
+    versions = request(API_VERSIONS, client_software_name="t", client_software_version="1")
+    answered = closed = 0
+    burst = [await connect(broker, "PLAINTEXT", certs) for _ in range(8)]
+    for client in burst:
+        try:
+            with trio.fail_after(5):
+                await client.call(API_VERSIONS, 3, versions)
+            answered += 1
+        except (AssertionError, trio.BrokenResourceError, OSError):  # closed by the broker, unanswered
+            closed += 1
+    assert 1 <= answered <= 3 and closed >= 5, (answered, closed)

@@ -6,20 +6,31 @@ ZooKeeper's /config/users and /config/clients, which every broker watches); `val
 without changing.
 Needs ALTER_CONFIGS on the cluster (every entry CLUSTER_AUTHORIZATION_FAILED). Per entry, as Kafka: an
 unknown or repeated entity type, or an entity naming neither user nor client-id, is INVALID_REQUEST;
-so is an unknown quota key, a non-positive value, or a fractional byte rate. "ip" entities (KIP-612
-connection rates) are not modelled: INVALID_REQUEST. `controller_mutation_rate` is accepted and
-described but not enforced (no controller mutation is throttled here).
+so is an unknown quota key, a non-positive value, or a fractional byte rate. "ip" entities (KIP-612)
+stand alone, name an IP address (or the default, a null name) and take `connection_creation_rate`
+only, which no other entity takes. `controller_mutation_rate` is accepted and described but not
+enforced (no controller mutation is throttled here).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import math
 from typing import TYPE_CHECKING, Any
 
 import trio
 
 from kafkacompat.broker.authorization import Op, cluster_allowed
-from kafkacompat.security.quotas import CLIENT_ID, DEFAULT, QUOTA_KEYS, USER, Entity, QuotaStore
+from kafkacompat.security.quotas import (
+    CLIENT_ID,
+    CONNECTION_CREATION_RATE,
+    DEFAULT,
+    IP,
+    QUOTA_KEYS,
+    USER,
+    Entity,
+    QuotaStore,
+)
 from kafkacompat.wire._generated.alter_client_quotas_response import (
     AlterClientQuotasResponse,
     EntityData,
@@ -39,20 +50,32 @@ def _entity(entry: Any) -> Entity | str:
     """The entity of a request entry, or why it is invalid."""
     sides: dict[str, Any] = {}
     for item in entry.entity:
-        if item.entity_type not in (USER, CLIENT_ID):
+        if item.entity_type not in (USER, CLIENT_ID, IP):
             return f"Unsupported quota entity type '{item.entity_type}'"
         if item.entity_type in sides:
             return f"Duplicate {item.entity_type} entity type"
         sides[item.entity_type] = DEFAULT if item.entity_name is None else item.entity_name
     if not sides:
         return "Invalid empty client quota entity"
+    if IP in sides:
+        if len(sides) > 1:
+            return (
+                "Invalid quota entity combination, IP entity should not be used with user/client ID entity."
+            )
+        address = sides[IP]
+        if address is not DEFAULT:
+            try:
+                ipaddress.ip_address(address)
+            except ValueError:
+                return f"{address} is not a valid IP or resolvable host."
+        return Entity(ip=address)
     return Entity(sides.get(USER), sides.get(CLIENT_ID))
 
 
-def _invalid_op(op: Any) -> str | None:
+def _invalid_op(op: Any, entity: Entity) -> str | None:
     kind = QUOTA_KEYS.get(op.key)
-    if kind is None:
-        return f"Unknown quota key '{op.key}'"
+    if kind is None or (op.key == CONNECTION_CREATION_RATE) != (entity.ip is not None):
+        return f"Unknown quota key '{op.key}'" if kind is None else f"Invalid configuration key {op.key}"
     if op.remove:
         return None
     if not (op.value > 0 and math.isfinite(op.value)):
@@ -78,7 +101,7 @@ async def handle(ctx: RequestContext, request: Any) -> AlterClientQuotasResponse
         elif isinstance(entity, str):
             error, message = ErrorCode.INVALID_REQUEST, entity
         else:
-            problems = [problem for problem in map(_invalid_op, entry.ops) if problem is not None]
+            problems = [problem for op in entry.ops if (problem := _invalid_op(op, entity)) is not None]
             if problems:
                 error, message = ErrorCode.INVALID_REQUEST, problems[0]
             else:

@@ -4,8 +4,8 @@ Behaviour: the configured quotas (kafkacompat.security.quotas) whose entity matc
 Kafka's KIP-546 filter reads: each component names an entity type ("user", "client-id") and matches an
 exact name (0), the default (1) or any entity naming that type, default included (2); `strict` keeps
 only entities with no other types. Needs DESCRIBE_CONFIGS on the cluster
-(CLUSTER_AUTHORIZATION_FAILED); an unknown or repeated entity type is INVALID_REQUEST ("ip" quotas are
-not modelled, so an "ip" component is INVALID_REQUEST too).
+(CLUSTER_AUTHORIZATION_FAILED); an unknown or repeated entity type is INVALID_REQUEST. "ip" entities
+(connection rates) stand alone, so a filter mixing "ip" with "user" or "client-id" matches nothing.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kafkacompat.broker.authorization import Op, cluster_allowed
-from kafkacompat.security.quotas import CLIENT_ID, DEFAULT, USER, Entity
+from kafkacompat.security.quotas import CLIENT_ID, DEFAULT, IP, USER, Entity
 from kafkacompat.wire._generated.describe_client_quotas_response import (
     DescribeClientQuotasResponse,
     EntityData,
@@ -33,11 +33,11 @@ MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
 
 
 def _side(entity: Entity, entity_type: str) -> Any:
-    return entity.user if entity_type == USER else entity.client_id
+    return entity.user if entity_type == USER else entity.client_id if entity_type == CLIENT_ID else entity.ip
 
 
 def _matches(entity: Entity, components: list[Any], strict: bool) -> bool:
-    named = {entity_type for entity_type in (USER, CLIENT_ID) if _side(entity, entity_type) is not None}
+    named = {kind for kind in (USER, CLIENT_ID, IP) if _side(entity, kind) is not None}
     wanted = set()
     for component in components:
         wanted.add(component.entity_type)
@@ -54,7 +54,7 @@ def _matches(entity: Entity, components: list[Any], strict: bool) -> bool:
 def entity_data(entity: Entity) -> list[EntityData]:
     return [
         EntityData(entity_type=entity_type, entity_name=None if value is DEFAULT else value)
-        for entity_type, value in ((USER, entity.user), (CLIENT_ID, entity.client_id))
+        for entity_type, value in ((USER, entity.user), (CLIENT_ID, entity.client_id), (IP, entity.ip))
         if value is not None
     ]
 
@@ -68,7 +68,7 @@ async def handle(ctx: RequestContext, request: Any) -> DescribeClientQuotasRespo
         return _refused(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)
     seen: set[str] = set()
     for component in request.components:
-        if component.entity_type not in (USER, CLIENT_ID):
+        if component.entity_type not in (USER, CLIENT_ID, IP):
             return _refused(
                 ErrorCode.INVALID_REQUEST, f"Custom entity type '{component.entity_type}' not supported"
             )
