@@ -312,7 +312,8 @@ def test_ip_connection_creation_rate(quota_bootstrap: str) -> None:
         removed = quotas_cli(quota_bootstrap, "alter", "--ip", "127.0.0.1", "--delete-config",
                              "connection_creation_rate")  # fmt: skip
         assert removed.returncode == 0, removed.stderr
-        quotas_cli(quota_bootstrap, "alter", "--ip", "10.1.2.3", "--delete-config", "connection_creation_rate")
+        quotas_cli(quota_bootstrap, "alter", "--ip", "10.1.2.3", "--delete-config",
+                   "connection_creation_rate")  # fmt: skip
     print(f"{clients} clients: {unlimited:.1f} s unlimited, {limited:.1f} s at 3 connections/s")
     assert limited >= 4.0 > unlimited, (unlimited, limited)  # about 17 connections beyond the allowance
 

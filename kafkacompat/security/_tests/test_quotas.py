@@ -132,3 +132,22 @@ def test_store_round_trips_through_its_file(tmp_path: Path) -> None:
 def test_user_of_principal() -> None:
     assert user_of("User:alice") == "alice"
     assert user_of("User:CN=x,O=y") == "CN=x,O=y"
+
+
+def test_ip_connection_rates(tmp_path: Path) -> None:
+    """An address's own quota, else the default address's; a refused connection is not counted."""
+    from kafkacompat.security.quotas import CONNECTION_CREATION_RATE, QuotaManager
+
+    path = tmp_path / "client-quotas.json"
+    store = QuotaStore(path)
+    store.alter(Entity(ip="10.0.0.1"), CONNECTION_CREATION_RATE, 2)
+    store.alter(Entity(ip=DEFAULT), CONNECTION_CREATION_RATE, 1)
+    assert store.ip_limited and not store.enforced  # no per-request client quota to check
+    QuotaStore.write(path, store.snapshot())
+    assert QuotaStore.load(path).quotas == store.quotas
+    manager = QuotaManager(store, samples=2, window_seconds=1.0)
+    assert [manager.connection_throttle_ms("10.0.0.1", 0.0) for _ in range(3)][:2] == [0, 0]
+    assert manager.connection_throttle_ms("10.0.0.1", 0.1) > 0  # a third within the window
+    assert manager.connection_throttle_ms("10.0.0.2", 0.1) == 0  # the default: one a second each
+    assert manager.connection_throttle_ms("10.0.0.2", 0.2) > 0
+    assert manager.connection_throttle_ms("10.0.0.2", 2.5) == 0  # the window has passed
