@@ -536,7 +536,8 @@ class DynamicBrokerConfigs:
                 reason = f"Not a number of type {option.type.upper()}"
             elif option.type == "boolean":
                 reason = "Expected value to be either true or false"
-            raise _refuse(f"Invalid value {raw} for configuration {name}: {reason}") from None
+            shown = "[hidden]" if option.type == "password" else raw  # never echo a secret
+            raise _refuse(f"Invalid value {shown} for configuration {name}: {reason}") from None
 
     def _build(self, cluster_default: Mapping[str, str], per_broker: Mapping[str, str]) -> BrokerConfig:
         # the static listener.name.* settings too: the effective config must answer for_listener() as the
