@@ -8,7 +8,8 @@ Needs ALTER_CONFIGS on the cluster (every entry CLUSTER_AUTHORIZATION_FAILED). P
 unknown or repeated entity type, or an entity naming neither user nor client-id, is INVALID_REQUEST;
 so is an unknown quota key, a non-positive value, or a fractional byte rate. "ip" entities (KIP-612)
 stand alone, name an IP address (or the default, a null name) and take `connection_creation_rate`
-only, which no other entity takes. `controller_mutation_rate` is accepted and described but not
+only, which no other entity takes (on a single node: in cluster mode they are INVALID_REQUEST, as
+ZooKeeper's `/config/ips` is not carried). `controller_mutation_rate` is accepted and described but not
 enforced (no controller mutation is throttled here).
 """
 
@@ -100,6 +101,9 @@ async def handle(ctx: RequestContext, request: Any) -> AlterClientQuotasResponse
             error = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
         elif isinstance(entity, str):
             error, message = ErrorCode.INVALID_REQUEST, entity
+        elif entity.ip is not None and ctx.broker.cluster is not None:
+            # Kafka keeps them in /config/ips, which the cluster's config sync does not carry yet
+            error, message = ErrorCode.INVALID_REQUEST, "ip quotas are served on a single node only here"
         else:
             problems = [problem for op in entry.ops if (problem := _invalid_op(op, entity)) is not None]
             if problems:
