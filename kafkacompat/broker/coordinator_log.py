@@ -80,7 +80,12 @@ def append_txn_marker(
     now: int,
 ) -> None:
     """Append one COMMIT/ABORT control batch as `topic`-`partition`'s leader, move its high watermark
-    and wake its fetchers (the last stable offset moved: read_committed fetches may go on)."""
+    and wake its fetchers (the last stable offset moved: read_committed fetches may go on). In cluster
+    mode only the leader appends (else NOT_LEADER_OR_FOLLOWER) and the high watermark follows the ISR
+    (the caller waits for the replicas); on a single node it is the log end at once."""
+    cluster = broker.cluster
+    if cluster is not None:
+        cluster.check_leader(topic, partition)
     marker = bytearray(
         build_control_batch(
             commit=commit,
@@ -91,12 +96,21 @@ def append_txn_marker(
         )
     )
     partition_log.append_as_leader(marker, leader_epoch, now, from_coordinator=True)
+    if cluster is not None:
+        cluster.leader_appended(topic, partition, partition_log)
+        return
     partition_log.update_high_watermark(partition_log.log_end_offset)
     broker.watchers.notify(topic, partition)
 
 
 async def create_compacted_internal_topic(
-    broker: BrokerState, name: str, partitions: int, segment_bytes: int, *, replication_factor: int = 1
+    broker: BrokerState,
+    name: str,
+    partitions: int,
+    segment_bytes: int,
+    *,
+    replication_factor: int = 1,
+    extra_configs: dict[str, str] | None = None,
 ) -> None:
     """Create a coordinator's compacted internal topic; one that exists already (created meanwhile by
     another request) is fine. Other failures raise the KafkaError of `create_topic`."""
@@ -104,7 +118,7 @@ async def create_compacted_internal_topic(
         await broker.create_topic(
             name,
             partitions,
-            {"cleanup.policy": "compact", "segment.bytes": str(segment_bytes)},
+            {"cleanup.policy": "compact", "segment.bytes": str(segment_bytes), **(extra_configs or {})},
             internal=True,
             replication_factor=replication_factor,
         )

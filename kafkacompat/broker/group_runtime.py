@@ -389,7 +389,7 @@ class GroupRuntime:
                     partition_log,
                     OFFSETS_TOPIC,
                     partition,
-                    LEADER_EPOCH,
+                    self.broker.leader_epoch(OFFSETS_TOPIC, partition),
                     producer_id,
                     producer_epoch,
                     coordinator_epoch,

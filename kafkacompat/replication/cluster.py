@@ -738,9 +738,17 @@ class ClusterRuntime:
 
     def _offsets_role(self, key: tuple[str, int], leader: bool) -> None:
         """The group coordinator follows the leadership of __consumer_offsets partitions."""
+        self._txn_role(key, leader)
         groups = getattr(self.broker, "groups", None)
         if key[0] == "__consumer_offsets" and groups is not None and self._nursery is not None:
             self._nursery.start_soon(groups.set_offsets_leadership, key[1], leader)
+
+    def _txn_role(self, key: tuple[str, int], leader: bool) -> None:
+        """The transaction coordinator follows the leadership of __transaction_state partitions (the
+        leader epoch becomes the coordinator epoch of its markers)."""
+        transactions = getattr(self.broker, "transactions", None)
+        if key[0] == "__transaction_state" and transactions is not None and self._nursery is not None:
+            self._nursery.start_soon(transactions.set_txn_leadership, key[1], leader, self.leader_epoch(*key))
 
     def _drop_topic(self, topic: TopicInfo) -> None:
         for index in range(topic.partitions):

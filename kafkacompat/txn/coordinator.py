@@ -28,8 +28,11 @@ CONCURRENT_TRANSACTIONS.
 
 `PRODUCER_FENCED` is returned for a stale epoch; handlers map it to INVALID_PRODUCER_EPOCH for request
 versions older than KIP-588's. A partition of `__transaction_state` being replayed answers
-COORDINATOR_LOAD_IN_PROGRESS. The coordinator epoch (written into markers) is 0 on a single node: the
-leader epoch of the state partition; in cluster mode it will be that partition's leader epoch.
+COORDINATOR_LOAD_IN_PROGRESS. The coordinator epoch written into markers is the leader epoch of the
+transactional id's state partition when this coordinator loaded it (0 on a single node), so a partition
+refuses the markers of a deposed coordinator (TRANSACTION_COORDINATOR_FENCED). In cluster mode the
+runtime loads a partition when this broker becomes its leader and `unload_partition()` forgets it
+when leadership moves away (NOT_COORDINATOR from then on).
 """
 
 from __future__ import annotations
@@ -194,7 +197,10 @@ class TransactionCoordinatorCore:
 
     def __init__(self, config: TxnConfig | None = None, coordinator_epoch: int = 0) -> None:
         self.config = config or TxnConfig()
+        #: the coordinator epoch of partitions loaded without one of their own (a single node: 0)
         self.coordinator_epoch = coordinator_epoch
+        #: state partition -> the coordinator epoch its markers carry (its leader epoch at load)
+        self.coordinator_epochs: dict[int, int] = {}
         self.txns: dict[str, TransactionMetadata] = {}
         self.owned_partitions: set[int] = set()
         self.loading_partitions: set[int] = set()
@@ -209,9 +215,19 @@ class TransactionCoordinatorCore:
     def partition_for(self, transactional_id: str) -> int:
         return rec.partition_for(transactional_id, self.config.num_partitions)
 
-    def begin_loading(self, partition: int) -> None:
+    def begin_loading(self, partition: int, coordinator_epoch: int | None = None) -> None:
         self.owned_partitions.add(partition)
         self.loading_partitions.add(partition)
+        if coordinator_epoch is not None:
+            self.coordinator_epochs[partition] = coordinator_epoch
+
+    def unload_partition(self, partition: int) -> None:
+        """Another broker coordinates `partition` now: forget its transactional ids (NOT_COORDINATOR)."""
+        self.owned_partitions.discard(partition)
+        self.loading_partitions.discard(partition)
+        self.coordinator_epochs.pop(partition, None)
+        for tid in [t for t in self.txns if self.partition_for(t) == partition]:
+            del self.txns[tid]
 
     def replay(self, key: bytes | memoryview, value: bytes | memoryview | None) -> None:
         """Apply one `__transaction_state` record; undecodable records are counted and skipped."""
@@ -271,7 +287,7 @@ class TransactionCoordinatorCore:
             meta.transactional_id,
             meta.producer_id,
             meta.producer_epoch,
-            self.coordinator_epoch,
+            self.coordinator_epochs.get(self.partition_for(meta.transactional_id), self.coordinator_epoch),
             commit,
             tuple(sorted(meta.partitions)),
         )
@@ -514,7 +530,8 @@ class TransactionCoordinatorCore:
         if now_ms >= self._next_abort_check:
             self._next_abort_check = now_ms + self.config.abort_check_interval_ms
             for meta in list(self.txns.values()):
-                if self.partition_for(meta.transactional_id) in self.loading_partitions:
+                partition = self.partition_for(meta.transactional_id)
+                if partition in self.loading_partitions or partition not in self.owned_partitions:
                     continue
                 if meta.state == TxnState.ONGOING and meta.start_ms + meta.timeout_ms < now_ms:
                     self._fence_and_abort(meta, now_ms)

@@ -1,9 +1,11 @@
 """EndTxn (key 26), versions 0-4.
 
 Behaviour: commits or aborts the caller's ongoing transaction. The transaction coordinator records
-PrepareCommit/PrepareAbort in `__transaction_state`, writes a COMMIT/ABORT marker into every partition
-of the transaction (the offsets staged by TxnOffsetCommit become visible with a commit), records
-CompleteCommit/CompleteAbort, then answers. Repeating the same end after it completed is NONE (a
+PrepareCommit/PrepareAbort in `__transaction_state` (replicated to the ISR in cluster mode) and
+answers, as Kafka does; its marker task then writes a COMMIT/ABORT marker into every partition of the
+transaction (the offsets staged by TxnOffsetCommit become visible with a commit) and records
+CompleteCommit/CompleteAbort. Until then the producer's next InitProducerId/AddPartitionsToTxn gets
+CONCURRENT_TRANSACTIONS (clients retry). Repeating the same end after it completed is NONE (a
 retry); the other end, or ending with no transaction, is INVALID_TXN_STATE; the same end while its
 markers are pending is CONCURRENT_TRANSACTIONS; a stale epoch is PRODUCER_FENCED (INVALID_PRODUCER_EPOCH
 before v2); unknown ids INVALID_PRODUCER_ID_MAPPING. v5 (KIP-890 part 2, epoch bump per transaction)

@@ -4,8 +4,9 @@ Behaviour: a single node coordinates every group, so a group key (key type 0) is
 broker at the advertised endpoint of the listener the request came in on. The first group lookup
 creates the compacted __consumer_offsets topic, as Kafka creates it on first use; if that fails the
 answer is COORDINATOR_NOT_AVAILABLE. Transaction keys (key type 1) are answered the same way by the
-transaction coordinator, whose first lookup creates `__transaction_state`. Any other key type is
-INVALID_REQUEST. v0-3 carry one key; v4+ a batch of
+transaction coordinator, whose first lookup creates `__transaction_state`. In cluster mode the answer
+is the leader of the key's `__consumer_offsets` / `__transaction_state` partition (COORDINATOR_NOT_AVAILABLE
+while it has none). Any other key type is INVALID_REQUEST. v0-3 carry one key; v4+ a batch of
 keys answered one coordinator entry each.
 With an authorizer: GROUP_/TRANSACTIONAL_ID_AUTHORIZATION_FAILED without DESCRIBE on the key.
 """
@@ -49,6 +50,9 @@ async def _lookup(ctx: RequestContext, key: str, key_type: int) -> tuple[int, st
             await transactions.ensure_topic()
         except KafkaError as exc:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, exc.message, -1, "", -1
+        if ctx.broker.cluster is not None:
+            # the coordinator is the leader of the transactional id's __transaction_state partition
+            return _leader_entry(ctx, transactions.coordinator_of(key), "the transaction state partition")
         host, port = ctx.broker.advertised_endpoint(ctx.connection.listener_name)
         return ErrorCode.NONE, None, ctx.broker.node_id, host, port
     if key_type != GROUP_KEY:
@@ -73,6 +77,16 @@ async def _lookup(ctx: RequestContext, key: str, key_type: int) -> tuple[int, st
         return ErrorCode.COORDINATOR_NOT_AVAILABLE, "the offsets partition has no leader", -1, "", -1
     host, port = ctx.broker.advertised_endpoint(ctx.connection.listener_name)
     return ErrorCode.NONE, None, ctx.broker.node_id, host, port
+
+
+def _leader_entry(ctx: RequestContext, leader: int, what: str) -> tuple[int, str | None, int, str, int]:
+    from kafkacompat.broker.handlers.metadata import brokers_for
+
+    brokers, _ = brokers_for(ctx.broker, ctx.connection.listener_name)
+    for node, host, port, _rack in brokers:
+        if node == leader:
+            return ErrorCode.NONE, None, node, host, port
+    return ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{what} has no leader", -1, "", -1
 
 
 async def handle(ctx: RequestContext, request: Any) -> FindCoordinatorResponse:

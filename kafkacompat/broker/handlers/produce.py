@@ -93,7 +93,7 @@ async def handle(ctx: RequestContext, request: Any) -> ProduceResponse | None:
         topic = broker.metadata.topic(topic_data.name)
         for data in topic_data.partition_data:
             try:
-                partitions.append(await _append(broker, topic, data, acks, required))
+                partitions.append(await _append(broker, topic, data, acks, required, transactional_id))
             except KafkaError as exc:
                 partitions.append(_error(data.index, exc.code, exc.message, version))
     if acks == -1 and broker.cluster is not None:
@@ -122,8 +122,13 @@ _TRANSACTIONAL = 0x10
 _CONTROL = 0x20
 
 
-def _verify_transactional(
-    broker: BrokerState, partition_log: Any, topic: str, index: int, records: Any
+async def _verify_transactional(
+    broker: BrokerState,
+    partition_log: Any,
+    topic: str,
+    index: int,
+    records: Any,
+    transactional_id: str | None,
 ) -> None:
     """KIP-890: a transaction's first batch in a partition must come after AddPartitionsToTxn."""
     if len(records) < 61 or records[16] != 2:
@@ -138,7 +143,8 @@ def _verify_transactional(
     transactions = txn_runtime_of(broker)
     if transactions is None or not broker.config["transaction.partition.verification.enable"]:
         return
-    code = transactions.core.producer_in_transaction(producer_id, epoch, (topic, index))
+    # asked of the transactional id's coordinator (another broker in cluster mode)
+    code = await transactions.verify_produce(transactional_id, producer_id, epoch, (topic, index))
     if code != ErrorCode.NONE:
         raise KafkaError(
             code, f"transactional batch of producer {producer_id} epoch {epoch} is not in its transaction"
@@ -146,7 +152,12 @@ def _verify_transactional(
 
 
 async def _append(
-    broker: BrokerState, topic: TopicInfo | None, data: Any, acks: int, required: dict[tuple[str, int], int]
+    broker: BrokerState,
+    topic: TopicInfo | None,
+    data: Any,
+    acks: int,
+    required: dict[tuple[str, int], int],
+    transactional_id: str | None = None,
 ) -> Any:
     if topic is None or not 0 <= data.index < topic.partitions:
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_PARTITION)
@@ -156,6 +167,13 @@ async def _append(
     partition_log = broker.partition_log(topic.name, data.index)
     if partition_log is None:
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_PARTITION)
+    if data.records is None or len(data.records) == 0:
+        raise KafkaError(
+            ErrorCode.INVALID_RECORD, "Produce requests must have at least one record batch per partition"
+        )
+    await _verify_transactional(broker, partition_log, topic.name, data.index, data.records, transactional_id)
+    # after the verification (which may ask another broker): leadership is checked with nothing awaited
+    # between the check and the append
     if broker.cluster is not None:
         state = broker.cluster.check_leader(topic.name, data.index)
         state.check_enough_replicas_for_append(acks, broker.cluster.min_isr(partition_log))
@@ -165,11 +183,6 @@ async def _append(
             f"The size of the current ISR 1 is insufficient to satisfy the min.isr requirement of "
             f"{partition_log.config.get('min.insync.replicas')}",
         )
-    if data.records is None or len(data.records) == 0:
-        raise KafkaError(
-            ErrorCode.INVALID_RECORD, "Produce requests must have at least one record batch per partition"
-        )
-    _verify_transactional(broker, partition_log, topic.name, data.index, data.records)
     now = broker.now_ms()
     result = partition_log.append_as_leader(data.records, broker.leader_epoch(topic.name, data.index), now)
     if broker.cluster is not None:
