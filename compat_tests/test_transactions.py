@@ -560,3 +560,95 @@ def test_compaction_removes_aborted_transactional_records(target: Any) -> None: 
     assert seen == expected, "the aborted and overwritten records were not compacted away"
     committed = sorted(m[2].rstrip(b"v") for m in read_to_end(target.bootstrap, topic, 1, "read_committed"))
     assert committed == expected
+
+
+def control_batches(bootstrap: str, topic: str) -> list[int]:
+    """Offsets of the control batches (transaction markers) in partition 0, from a raw Fetch (v11,
+    read_uncommitted) from the log start: clients hide markers, so the batches are read directly."""
+    from kafkacompat.client import KafkaClient
+    from kafkacompat.wire.messages import request_class
+    from kafkacompat.wire.records import iter_batches
+
+    cls = request_class(1)
+    found: list[int] = []
+    offset = 0
+    with KafkaClient(bootstrap) as client:
+        while True:
+            request = cls(
+                replica_id=-1,
+                max_wait_ms=0,
+                min_bytes=1,
+                max_bytes=52428800,
+                isolation_level=0,
+                session_id=0,
+                session_epoch=-1,
+                topics=[
+                    cls.FetchTopic(
+                        topic=topic,
+                        partitions=[
+                            cls.FetchPartition(
+                                partition=0,
+                                current_leader_epoch=-1,
+                                fetch_offset=offset,
+                                log_start_offset=-1,
+                                partition_max_bytes=1048576,
+                            )
+                        ],
+                    )
+                ],
+                forgotten_topics_data=[],
+                rack_id="",
+            )
+            [data] = client.send(1, request, version=11).responses[0].partitions
+            assert data.error_code == 0, data.error_code
+            batches = list(iter_batches(bytes(data.records or b""), allow_partial_tail=True))
+            if not batches:
+                return found
+            found.extend(b.base_offset for b in batches if b.is_control)
+            offset = batches[-1].last_offset + 1
+            if offset >= data.high_watermark:
+                return found
+
+
+def test_compaction_removes_spent_transaction_markers(target: Any) -> None:  # noqa: F811
+    """Kafka's cleaner drops a COMMIT/ABORT marker once no record of its transaction is left and
+    delete.retention.ms has passed: a compacted topic written in transactions whose first committed
+    transaction is overwritten and whose second is aborted loses those two markers; the markers of
+    transactions with records left stay, and read_committed still sees exactly the committed data."""
+    from confluent_kafka import Producer
+
+    topic = f"compact-markers-{uuid.uuid4().hex[:8]}"
+    ck_create(target.bootstrap, topic, TOPIC_CONFIGS)
+    producer = ck_producer(target.bootstrap, _tid("markers"))
+
+    def transaction(prefix: bytes, commit: bool, keys: bytes | None = None) -> None:
+        producer.begin_transaction()
+        for i in range(3):
+            producer.produce(topic, key=b"%s-%d" % (keys or prefix, i), value=prefix + b"v" * 60, partition=0)
+            assert producer.flush(30) == 0  # one record per batch: segment.bytes is small
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            producer.abort_transaction(30)
+
+    transaction(b"first", True)
+    transaction(b"aborted", False)
+    transaction(b"second", True, keys=b"first")  # overwrites every record of the first transaction
+    transaction(b"last", True)
+    markers = control_batches(target.bootstrap, topic)
+    assert len(markers) == 4
+    # plain writes of one key keep rolling segments, so the cleaner keeps finding dirty data
+    filler = Producer({"bootstrap.servers": target.bootstrap, "linger.ms": 0})
+    deadline = time.monotonic() + target.wait
+    left = markers
+    while time.monotonic() < deadline:
+        left = control_batches(target.bootstrap, topic)
+        if left == markers[2:]:
+            break
+        filler.produce(topic, key=b"filler", value=b"f" * 200, partition=0)
+        filler.flush(10)
+        time.sleep(0.3)
+    assert left == markers[2:], f"markers left {left} of {markers}"
+    expected = sorted([b"second"] * 3 + [b"last"] * 3)
+    seen = [m[2].rstrip(b"v") for m in read_to_end(target.bootstrap, topic, 1, "read_committed")]
+    assert sorted(v for v in seen if not v.startswith(b"f")) == expected

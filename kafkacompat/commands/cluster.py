@@ -45,6 +45,10 @@ def run(args: argparse.Namespace) -> int:
     overrides = [
         "zookeeper.session.timeout.ms=6000",
         "controlled.shutdown.retry.backoff.ms=500",
+        # as Kafka's, __transaction_state is refused with fewer live brokers than its replication factor
+        # (3): a smaller development cluster gets one that fits
+        f"transaction.state.log.replication.factor={min(args.brokers, 3)}",
+        f"transaction.state.log.min.isr={min(args.brokers, 2)}",
         *args.override,
     ]
     try:

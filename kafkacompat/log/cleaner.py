@@ -16,9 +16,13 @@ can leave the event loop:
    that producer state can be rebuilt from the log, as Kafka does). Transactional batches of aborted
    transactions (the `.txnindex` entries of the log, collected by `prepare`) are removed whole, as Kafka's
    cleaner removes aborted data, unless one is its producer's last batch (then it stays untouched, its
-   keys not counted); control batches (markers) are kept untouched. Markers stay
-   (Kafka drops them once their transaction's data is gone and `delete.retention.ms` passed); the
-   `.txnindex` entries stay too, so read_committed fetches are unaffected. Records of committed
+   keys not counted). A control batch (a COMMIT/ABORT marker) is removed, as Kafka's cleaner removes
+   it, once no batch of its transaction is left in the cleaned range (read at the start of the pass:
+   the pass that removes a transaction's last data leaves the marker to a later pass, as in Kafka) and
+   `delete.retention.ms` has passed (measured like tombstones, from the segment's newest timestamp), so
+   a consumer has had that long to read the transaction's end; a marker that is its producer's last
+   batch stays (producer state is rebuilt from it). The `.txnindex` entry of a removed ABORT marker goes
+   with it; other markers and entries stay untouched, so read_committed fetches are unaffected. Records of committed
    transactions are compacted like any others (the cleanable range lies below the last stable offset, so
    every transaction in it is complete); rebuilt batches keep their transactional flag.
 3. `plan.commit(log, now_ms)` (owner thread): for each segment still present, renames `.cleaned` to
@@ -63,6 +67,7 @@ class CleanPlan:
     delete_retention_ms: int
     aborted: list[AbortedTxn] = field(default_factory=list)  # aborted transactions over the segments
     outputs: dict[int, str] = field(default_factory=dict)  # base offset -> .cleaned path
+    removed_markers: set[int] = field(default_factory=set)  # offsets of the markers this clean drops
     stats: CleanStats = field(default_factory=CleanStats)
 
     @classmethod
@@ -99,12 +104,20 @@ class CleanPlan:
             aborted.setdefault(entry.producer_id, []).append((entry.first_offset, entry.last_offset))
         latest: dict[bytes, int] = {}
         last_batch_of_producer: dict[int, int] = {}
+        in_txn: dict[int, bool] = {}  # producer id -> a batch of its current transaction was read
+        spent_markers: set[int] = set()  # markers whose transaction has no batch left in the range
         for segment in self.segments:
             for batch in self._batches(segment):
                 if batch.producer_id >= 0:
                     last_batch_of_producer[batch.producer_id] = batch.base_offset
-                if batch.is_control or (batch.is_transactional and self._is_aborted(batch, aborted)):
+                if batch.is_control:
+                    if batch.producer_id >= 0 and not in_txn.pop(batch.producer_id, False):
+                        spent_markers.add(batch.base_offset)
                     continue
+                if batch.is_transactional:
+                    in_txn[batch.producer_id] = True
+                    if self._is_aborted(batch, aborted):
+                        continue
                 for record in iter_records(batch):
                     if record.key is not None:
                         latest[record.key] = record.offset
@@ -118,6 +131,16 @@ class CleanPlan:
                         changed = True
                         self.stats.records_removed += batch.records_count
                         continue
+                if (
+                    batch.is_control
+                    and batch.base_offset in spent_markers
+                    and tombstones_expire
+                    and last_batch_of_producer.get(batch.producer_id) != batch.base_offset
+                ):
+                    changed = True
+                    self.removed_markers.add(batch.base_offset)
+                    self.stats.records_removed += batch.records_count
+                    continue
                 if batch.is_control or (batch.is_transactional and self._is_aborted(batch, aborted)):
                     out += batch.buffer  # markers; an aborted producer's last batch
                     continue
@@ -189,7 +212,8 @@ class CleanPlan:
             fresh = log._new_segment(segment.base_offset, now_ms, create=False)
             fresh.recover()
             for entry in aborted:
-                fresh.txn_index.append(entry)
+                if entry.last_offset not in self.removed_markers:  # that ABORT marker is gone
+                    fresh.txn_index.append(entry)
             log.segments[index] = fresh
             replaced += 1
         for leftover in self.outputs.values():
