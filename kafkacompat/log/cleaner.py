@@ -22,9 +22,10 @@ can leave the event loop:
    `delete.retention.ms` has passed (measured like tombstones, from the segment's newest timestamp), so
    a consumer has had that long to read the transaction's end; a marker that is its producer's last
    batch stays (producer state is rebuilt from it). The `.txnindex` entry of a removed ABORT marker goes
-   with it; other markers and entries stay untouched, so read_committed fetches are unaffected. Records of committed
-   transactions are compacted like any others (the cleanable range lies below the last stable offset, so
-   every transaction in it is complete); rebuilt batches keep their transactional flag.
+   with it; other markers and entries stay untouched, so read_committed fetches are unaffected.
+   Records of committed transactions are compacted like any others (the cleanable range lies below the
+   last stable offset, so every transaction in it is complete); rebuilt batches keep their transactional
+   flag.
 3. `plan.commit(log, now_ms)` (owner thread): for each segment still present, renames `.cleaned` to
    `.swap`, renames the old files with `.deleted` (their fds stay open for in-flight reads until
    `file.delete.delay.ms`), renames `.swap` to `.log` and opens it, rebuilding its indexes. A crash
