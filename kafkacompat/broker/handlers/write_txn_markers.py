@@ -3,11 +3,14 @@
 Behaviour: what a transaction coordinator sends to partition leaders: for each marker, a COMMIT
 (`transaction_result` true) or ABORT control batch with the producer id, epoch and coordinator epoch
 is appended to each listed partition of this broker (for `__consumer_offsets`, the group coordinator
-settles the producer's pending transactional offsets). This broker's own coordinator writes its
-markers directly (txn_runtime.LocalMarkerWriter, the same path); the API is served for admin tools
-and for cluster mode. Errors per partition: UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH (a
-marker older than the partition's producer epoch), TRANSACTION_COORDINATOR_FENCED (a coordinator epoch
-older than the one of the producer's last marker; -1, an admin abort, is not checked), KAFKA_STORAGE_ERROR.
+settles the producer's pending transactional offsets). This broker's own coordinator writes the
+markers of partitions it leads directly (txn_runtime.LocalMarkerWriter, the same path) and sends this
+request to the leaders of the others in cluster mode; admin tools send it too (abortTransaction). In
+cluster mode each marker is answered once the ISR has it (acks=all), NOT_LEADER_OR_FOLLOWER on a
+broker that does not lead the partition. Errors per partition: UNKNOWN_TOPIC_OR_PARTITION,
+INVALID_PRODUCER_EPOCH (a marker older than the partition's producer epoch),
+TRANSACTION_COORDINATOR_FENCED (a coordinator epoch older than the one of the producer's last marker;
+-1, an admin abort, is not checked), KAFKA_STORAGE_ERROR.
 With an authorizer, needs CLUSTER_ACTION on the cluster (else CLUSTER_AUTHORIZATION_FAILED).
 """
 

@@ -160,3 +160,23 @@ def test_list_and_describe() -> None:
         TP: E.NONE,
         ("x", 0): E.INVALID_TXN_STATE,
     }
+
+
+def test_leader_epoch_is_the_coordinator_epoch_and_unloading_forgets() -> None:
+    """Cluster mode: a partition loaded at leader epoch 7 writes markers with coordinator epoch 7; once
+    unloaded (leadership moved) its transactional ids answer NOT_COORDINATOR and are forgotten."""
+    core, ids = new_core()
+    partition = core.partition_for("tx")
+    core.unload_partition(partition)
+    assert "tx" not in core.txns and init(core, ids)[0].error == E.NOT_COORDINATOR
+    core.begin_loading(partition, 7)
+    core.finish_loading(partition, 0)
+    r, _ = init(core, ids)
+    core.add_partitions("tx", r.producer_id, r.producer_epoch, [TP], 1)
+    [job] = core.end_txn("tx", r.producer_id, r.producer_epoch, True, 2).markers
+    assert job.coordinator_epoch == 7
+    core.unload_partition(partition)
+    assert "tx" not in core.txns
+    assert core.end_txn("tx", r.producer_id, r.producer_epoch, True, 3).response == E.NOT_COORDINATOR
+    # a timed-out transaction of a partition no longer owned is not aborted by this coordinator
+    assert core.tick(10**9).markers == []
