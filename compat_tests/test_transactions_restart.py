@@ -143,3 +143,106 @@ def test_idle_transactional_id_expires(tmp_path: Path) -> None:
             admin.close()
     finally:
         broker.stop()
+
+
+def _fill_transaction_state(partition_dir: Path, count: int) -> None:
+    """Append `count` transactional ids (Empty state) to a stopped broker's `__transaction_state-0`, with
+    the log classes the broker itself uses, so that replaying it at start-up takes a few seconds."""
+    from kafkacompat.log.config import LogConfig
+    from kafkacompat.log.partition_log import PartitionLog
+    from kafkacompat.txn import records as rec
+    from kafkacompat.wire.records import build_batch
+
+    log = PartitionLog(
+        str(partition_dir), "__transaction_state", 0, LogConfig.from_properties({"cleanup.policy": "compact"})
+    )
+    now = int(time.time() * 1000)
+    try:
+        for start in range(0, count, 1000):
+            records = [
+                (
+                    rec.encode_key(f"filler-{i}"),
+                    rec.encode_value(rec.TxnLogValue(10_000_000 + i, 0, 60_000, 0, {}, now, -1)),
+                    (),
+                    now,
+                )
+                for i in range(start, start + 1000)
+            ]
+            log.append_as_leader(
+                bytearray(build_batch(records, base_timestamp=now)), 0, now, check_producers=False
+            )
+        log.update_high_watermark(log.log_end_offset)
+    finally:
+        log.close()
+
+
+def test_clients_retry_while_the_coordinator_loads(tmp_path: Path) -> None:
+    """After a restart, a large `__transaction_state` partition answers COORDINATOR_LOAD_IN_PROGRESS while
+    it is replayed (read `transaction.state.log.load.buffer.size` bytes at a time, other requests served
+    in between); librdkafka's init_transactions retries through it (its log says so) and gets the next
+    epoch of the producer id it had before the restart; kafka-python's, started right after another
+    restart (so while or just after the partition loads), gets the epoch after that."""
+    import logging
+
+    from confluent_kafka import Producer
+    from kafka import KafkaProducer
+
+    from compat_tests.test_transactions import describe_transaction
+    from kafkacompat.client import KafkaClient
+    from kafkacompat.wire.messages import request_class
+
+    overrides = ["transaction.state.log.num.partitions=1", "transaction.state.log.load.buffer.size=65536"]
+    broker = BrokerProcess(tmp_path / "data", overrides).start()
+    try:
+        _producer(broker.bootstrap, "loading")
+        _, producer_id, epoch = describe_transaction(broker.bootstrap, "loading")
+        broker.stop()
+        _fill_transaction_state(tmp_path / "data" / "__transaction_state-0", 100_000)
+        broker.start()
+
+        # a raw InitProducerId first: the partition is still being replayed
+        init = request_class(22)(
+            transactional_id="probe", transaction_timeout_ms=60_000, producer_id=-1, producer_epoch=-1
+        )
+        with KafkaClient(broker.bootstrap) as client:
+            assert client.send(22, init).error_code == 14  # COORDINATOR_LOAD_IN_PROGRESS
+
+        class Lines(logging.Handler):
+            def __init__(self) -> None:
+                super().__init__()
+                self.lines: list[str] = []
+
+            def emit(self, record: logging.LogRecord) -> None:
+                self.lines.append(record.getMessage())
+
+        lines = Lines()
+        logger = logging.getLogger(f"rdkafka-{tmp_path.name}")
+        logger.addHandler(lines)
+        logger.setLevel(logging.DEBUG)
+        logger.propagate = False
+        producer = Producer(
+            {
+                "bootstrap.servers": broker.bootstrap,
+                "transactional.id": "loading",
+                "debug": "eos",
+                "logger": logger,
+            }
+        )
+        producer.init_transactions(60)
+        producer.poll(0)
+        assert any("Coordinator load in progress" in line for line in lines.lines), lines.lines[-20:]
+        assert describe_transaction(broker.bootstrap, "loading")[1:] == (producer_id, epoch + 1)
+        state, filler_id, _ = describe_transaction(broker.bootstrap, "filler-99999")
+        assert (state, filler_id) == ("Empty", 10_099_999)
+
+        # kafka-python right after another restart
+        broker.stop()
+        broker.start()
+        kp = KafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id="loading")
+        try:
+            kp.init_transactions()
+            assert describe_transaction(broker.bootstrap, "loading")[1:] == (producer_id, epoch + 2)
+        finally:
+            kp.close()
+    finally:
+        broker.stop()
