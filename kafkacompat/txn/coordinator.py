@@ -309,9 +309,12 @@ class TransactionCoordinatorCore:
         self._markers.append(self._job(meta, commit))
 
     def _fence_and_abort(self, meta: TransactionMetadata, now_ms: int) -> None:
-        """Kafka's prepareFenceProducerEpoch + abort: the zombie's epoch is no longer accepted anywhere."""
+        """Kafka's prepareFenceProducerEpoch + abort: the zombie's epoch is no longer accepted anywhere.
+        The previous epoch is forgotten too, so no KIP-360 InitProducerId of the fenced epoch passes as a
+        retry (Kafka answers it PRODUCER_FENCED)."""
         if meta.producer_epoch < MAX_EPOCH:
             meta.producer_epoch += 1
+        meta.last_producer_epoch = NO_PRODUCER_EPOCH
         self._prepare_end(meta, False, now_ms)
 
     def _check_producer(
