@@ -668,35 +668,3 @@ def describe_transaction(bootstrap: str, tid: str) -> tuple[str, int, int]:
         ).transaction_states
     assert state.error_code == 0, state
     return state.transaction_state, state.producer_id, state.producer_epoch
-
-
-def test_kip360_epoch_bump_after_an_abortable_error(bootstrap: str, make_topic: Any) -> None:
-    """KIP-360 with librdkafka: a transaction whose messages time out (the partition refuses acks=all
-    with NOT_ENOUGH_REPLICAS: min.insync.replicas above its replicas) fails with an abortable error that
-    needs an epoch bump; abort_transaction() sends InitProducerId with the producer's id and epoch, the
-    coordinator aborts the open transaction and bumps the epoch of the same producer id, and the
-    producer goes on with its next transaction (no init_transactions, no fencing)."""
-    from confluent_kafka import KafkaException
-
-    starved = make_topic(partitions=1, configs={"min.insync.replicas": "2"})
-    good = make_topic(partitions=1)
-    tid = _tid("kip360")
-    producer = ck_producer(bootstrap, tid, **{"message.timeout.ms": 3000, "transaction.timeout.ms": 30000})
-    _, producer_id, epoch = describe_transaction(bootstrap, tid)
-    producer.begin_transaction()
-    producer.produce(starved, b"never-acknowledged", partition=0)
-    producer.flush(10)
-    with pytest.raises(KafkaException) as failed:
-        producer.commit_transaction(30)
-    assert failed.value.args[0].txn_requires_abort(), failed.value
-    producer.abort_transaction(30)
-    state, bumped_id, bumped_epoch = describe_transaction(bootstrap, tid)
-    # the same producer id with a newer epoch: bumped (Kafka answers the bump with the state Empty)
-    assert bumped_id == producer_id and bumped_epoch > epoch, (state, bumped_id, bumped_epoch)
-    assert state in ("Empty", "CompleteAbort")
-
-    producer.begin_transaction()
-    producer.produce(good, b"after-recovery", partition=0)
-    producer.commit_transaction(30)
-    assert values(read_to_end(bootstrap, good, 1, "read_committed")) == [b"after-recovery"]
-    assert read_to_end(bootstrap, starved, 1, "read_committed") == []

@@ -4,6 +4,7 @@ last stable offset, the aborted-transaction index and the coordinator's state; t
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -145,6 +146,24 @@ def test_idle_transactional_id_expires(tmp_path: Path) -> None:
         broker.stop()
 
 
+class _LogLines(logging.Handler):
+    """Collects the messages of a logger (librdkafka's debug log through confluent-kafka's `logger`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+    def logger(self, name: str) -> logging.Logger:
+        logger = logging.getLogger(name)
+        logger.addHandler(self)
+        logger.setLevel(logging.DEBUG)
+        logger.propagate = False
+        return logger
+
+
 def _fill_transaction_state(partition_dir: Path, count: int) -> None:
     """Append `count` transactional ids (Empty state) to a stopped broker's `__transaction_state-0`, with
     the log classes the broker itself uses, so that replaying it at start-up takes a few seconds."""
@@ -182,7 +201,6 @@ def test_clients_retry_while_the_coordinator_loads(tmp_path: Path) -> None:
     in between); librdkafka's init_transactions retries through it (its log says so) and gets the next
     epoch of the producer id it had before the restart; kafka-python's, started right after another
     restart (so while or just after the partition loads), gets the epoch after that."""
-    import logging
 
     from confluent_kafka import Producer
     from kafka import KafkaProducer
@@ -207,19 +225,8 @@ def test_clients_retry_while_the_coordinator_loads(tmp_path: Path) -> None:
         with KafkaClient(broker.bootstrap) as client:
             assert client.send(22, init).error_code == 14  # COORDINATOR_LOAD_IN_PROGRESS
 
-        class Lines(logging.Handler):
-            def __init__(self) -> None:
-                super().__init__()
-                self.lines: list[str] = []
-
-            def emit(self, record: logging.LogRecord) -> None:
-                self.lines.append(record.getMessage())
-
-        lines = Lines()
-        logger = logging.getLogger(f"rdkafka-{tmp_path.name}")
-        logger.addHandler(lines)
-        logger.setLevel(logging.DEBUG)
-        logger.propagate = False
+        lines = _LogLines()
+        logger = lines.logger(f"rdkafka-{tmp_path.name}")
         producer = Producer(
             {
                 "bootstrap.servers": broker.bootstrap,
@@ -244,5 +251,65 @@ def test_clients_retry_while_the_coordinator_loads(tmp_path: Path) -> None:
             assert describe_transaction(broker.bootstrap, "loading")[1:] == (producer_id, epoch + 2)
         finally:
             kp.close()
+    finally:
+        broker.stop()
+
+
+def test_kip360_epoch_bump_after_messages_time_out(tmp_path: Path) -> None:
+    """KIP-360 with librdkafka: the broker is frozen (SIGSTOP) while a transaction's produce request is in
+    flight, so the message times out maybe written: an abortable error that needs an epoch bump. Once the
+    broker runs again, abort_transaction() aborts and sends InitProducerId with the producer's id and
+    epoch; the coordinator bumps the epoch of the same producer id and the producer goes on with its next
+    transaction (no init_transactions, no fencing); read_committed sees only that one."""
+    import os
+    import signal
+
+    from confluent_kafka import KafkaException, Producer
+
+    from compat_tests.test_transactions import describe_transaction
+
+    lines = _LogLines()
+    logger = lines.logger(f"rdkafka-{tmp_path.name}")
+    broker = BrokerProcess(tmp_path / "data", OVERRIDES).start()
+    try:
+        create_topic(broker.bootstrap, "kip360", partitions=1)
+        producer = Producer(
+            {
+                "bootstrap.servers": broker.bootstrap,
+                "transactional.id": "kip360",
+                "message.timeout.ms": 3000,
+                "transaction.timeout.ms": 60_000,
+                "debug": "eos",
+                "logger": logger,
+            }
+        )
+        producer.init_transactions(30)
+        _, producer_id, epoch = describe_transaction(broker.bootstrap, "kip360")
+        producer.begin_transaction()
+        producer.produce("kip360", b"before-freeze", partition=0)
+        assert producer.flush(30) == 0  # the partition is in the transaction now
+        assert broker.process is not None
+        os.kill(broker.process.pid, signal.SIGSTOP)
+        try:
+            producer.produce("kip360", b"in-flight", partition=0)
+            producer.flush(6)  # times out in flight
+        finally:
+            os.kill(broker.process.pid, signal.SIGCONT)
+        with pytest.raises(KafkaException) as failed:
+            producer.commit_transaction(30)
+        assert failed.value.args[0].txn_requires_abort(), failed.value
+        producer.abort_transaction(30)
+        producer.poll(0)
+        # librdkafka's own account: InitProducerId with its id and epoch (KIP-360), answered with a bump
+        assert any("requires epoch bump" in line for line in lines.lines), lines.lines[-20:]
+        assert any("Requesting ProducerId bump" in line for line in lines.lines), lines.lines[-20:]
+        state, bumped_id, bumped_epoch = describe_transaction(broker.bootstrap, "kip360")
+        # the same producer id with a newer epoch (Kafka answers a bump with the state Empty)
+        assert bumped_id == producer_id and bumped_epoch > epoch, (state, bumped_id, bumped_epoch)
+
+        producer.begin_transaction()
+        producer.produce("kip360", b"after-recovery", partition=0)
+        producer.commit_transaction(30)
+        assert values(read_to_end(broker.bootstrap, "kip360", 1, "read_committed")) == [b"after-recovery"]
     finally:
         broker.stop()

@@ -41,7 +41,8 @@ partition's transactional ids are forgotten (NOT_COORDINATOR) and their pending 
 new coordinator sends them).
 
 Produce-path verification (KIP-890): a partition leader that is not the transaction's coordinator asks
-the coordinator with AddPartitionsToTxn v4 `verify_only` (`verify_produce`).
+the coordinator with AddPartitionsToTxn v4 `verify_only` (`verify_in_transaction`); so does the group
+coordinator for TxnOffsetCommit.
 
 Timers: the core's abort check (`transaction.abort.timed.out.transaction.cleanup.interval.ms`) and
 expiry check (`transaction.remove.expired.transaction.cleanup.interval.ms`) run from the timer loop.
@@ -326,8 +327,6 @@ class TransactionRuntime:
         self._marker_wakeup = trio.Event()
         self._pending: list[MarkerJob] = []
         self._retry: list[MarkerJob] = []
-        #: jobs being written by the marker task right now
-        self._in_flight: list[MarkerJob] = []
         self._to_reload: set[int] = set()
         self._topic_ready = topic is not None
         self._spare_producer_id: int | None = None
@@ -400,35 +399,35 @@ class TransactionRuntime:
                     self._pending, self._retry = self._retry, []
                 continue
             jobs, self._pending = self._pending, []
-            self._in_flight = jobs
-            try:
-                for job in jobs:
+            for job in jobs:
+                if not self._current(job):
+                    continue
+                try:
+                    failed = await self.markers.write(job)
+                except Exception as exc:  # an unexpected failure must not stop the marker task
+                    log.exception("writing the markers of %s failed: %r", job.transactional_id, exc)
+                    failed = list(job.partitions)
+                if failed:
+                    # only the failed partitions are tried again
+                    self._retry.append(
+                        MarkerJob(
+                            job.transactional_id,
+                            job.producer_id,
+                            job.producer_epoch,
+                            job.coordinator_epoch,
+                            job.commit,
+                            tuple(failed),
+                        )
+                    )
+                    continue
+                async with self._lock:
                     if not self._current(job):
                         continue
-                    failed = await self.markers.write(job)
-                    if failed:
-                        # only the failed partitions are tried again
-                        self._retry.append(
-                            MarkerJob(
-                                job.transactional_id,
-                                job.producer_id,
-                                job.producer_epoch,
-                                job.coordinator_epoch,
-                                job.commit,
-                                tuple(failed),
-                            )
-                        )
-                        continue
-                    async with self._lock:
-                        if not self._current(job):
-                            continue
-                        done = self.core.markers_written(job, self.broker.now_ms())
-                        try:
-                            await self._persist(done, raise_on_failure=True)
-                        except KafkaError as exc:
-                            log.error("could not record the completion of %s: %s", job.transactional_id, exc)
-            finally:
-                self._in_flight = []
+                    done = self.core.markers_written(job, self.broker.now_ms())
+                    try:
+                        await self._persist(done, raise_on_failure=True)
+                    except KafkaError as exc:
+                        log.error("could not record the completion of %s: %s", job.transactional_id, exc)
 
     def _current(self, job: MarkerJob) -> bool:
         """Whether this coordinator still owns the job's transactional id with the job's coordinator epoch."""
@@ -442,11 +441,6 @@ class TransactionRuntime:
         if jobs:
             self._pending.extend(jobs)
             self._marker_wakeup.set()
-
-    async def markers_settled(self) -> None:
-        """Wait until no marker job is queued, in flight or waiting for a retry (tests, shutdown)."""
-        while self._pending or self._in_flight or self._retry:
-            await trio.sleep(0.01)
 
     async def _load(self, partition: int, coordinator_epoch: int | None = None) -> bool:
         """Replay one `__transaction_state` partition, then serve it (markers of Prepare states resent).
@@ -582,10 +576,16 @@ class TransactionRuntime:
             return self.broker.node_id
         return cluster.partition_metadata(TRANSACTION_TOPIC, self.core.partition_for(transactional_id))[0]
 
-    async def verify_produce(
-        self, transactional_id: str | None, producer_id: int, producer_epoch: int, tp: tuple[str, int]
+    async def verify_in_transaction(
+        self,
+        transactional_id: str | None,
+        producer_id: int,
+        producer_epoch: int,
+        tp: tuple[str, int],
+        retriable_as: ErrorCode = ErrorCode.NOT_ENOUGH_REPLICAS,
     ) -> ErrorCode:
-        """KIP-890: whether `tp` is in the producer's ongoing transaction, asked of the coordinator."""
+        """KIP-890: whether `tp` is in the producer's ongoing transaction, asked of the coordinator (a
+        coordinator that cannot answer now gives `retriable_as`, an error the caller's clients retry)."""
         if transactional_id is None or not self._cluster:
             return self.core.producer_in_transaction(producer_id, producer_epoch, tp)
         partition = self.core.partition_for(transactional_id)
@@ -593,7 +593,14 @@ class TransactionRuntime:
             code = self.core.verify_partitions(transactional_id, producer_id, producer_epoch, [tp])[tp]
         else:
             code = await self._verify_remote(transactional_id, producer_id, producer_epoch, tp)
-        return ErrorCode.NOT_ENOUGH_REPLICAS if code in _VERIFY_RETRIABLE else ErrorCode(code)
+        if code in _VERIFY_RETRIABLE:
+            return retriable_as
+        # what the single-node path answers for these (a stale epoch, a producer id not of this id)
+        if code == ErrorCode.PRODUCER_FENCED:
+            return ErrorCode.INVALID_PRODUCER_EPOCH
+        if code == ErrorCode.INVALID_PRODUCER_ID_MAPPING:
+            return ErrorCode.INVALID_TXN_STATE
+        return ErrorCode(code)
 
     async def _verify_remote(
         self, transactional_id: str, producer_id: int, producer_epoch: int, tp: tuple[str, int]

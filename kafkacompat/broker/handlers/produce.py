@@ -144,7 +144,7 @@ async def _verify_transactional(
     if transactions is None or not broker.config["transaction.partition.verification.enable"]:
         return
     # asked of the transactional id's coordinator (another broker in cluster mode)
-    code = await transactions.verify_produce(transactional_id, producer_id, epoch, (topic, index))
+    code = await transactions.verify_in_transaction(transactional_id, producer_id, epoch, (topic, index))
     if code != ErrorCode.NONE:
         raise KafkaError(
             code, f"transactional batch of producer {producer_id} epoch {epoch} is not in its transaction"

@@ -36,18 +36,26 @@ TopicResponse = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic
 PartitionResponse = TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition
 
 
-def _verify(ctx: RequestContext, request: Any, offsets_partition: int) -> None:
-    """KIP-890: the group's partition must be in the producer's ongoing transaction."""
+async def _verify(ctx: RequestContext, request: Any, offsets_partition: int) -> None:
+    """KIP-890: the group's partition must be in the producer's ongoing transaction (asked of the
+    transaction coordinator, another broker in cluster mode)."""
     transactions = txn_runtime_of(ctx.broker)
     if transactions is None or not ctx.broker.config["transaction.partition.verification.enable"]:
         return
-    verdict = transactions.core.verify_partitions(
-        request.transactional_id,
-        request.producer_id,
-        request.producer_epoch,
-        [(OFFSETS_TOPIC, offsets_partition)],
-    )
-    code = next(iter(verdict.values()))
+    tp = (OFFSETS_TOPIC, offsets_partition)
+    if ctx.broker.cluster is None:  # this broker coordinates every transactional id
+        verdict = transactions.core.verify_partitions(
+            request.transactional_id, request.producer_id, request.producer_epoch, [tp]
+        )
+        code = verdict[tp]
+    else:
+        code = await transactions.verify_in_transaction(
+            request.transactional_id,
+            request.producer_id,
+            request.producer_epoch,
+            tp,
+            retriable_as=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        )
     if code == ErrorCode.PRODUCER_FENCED:
         code = ErrorCode.INVALID_PRODUCER_EPOCH
     elif code == ErrorCode.INVALID_PRODUCER_ID_MAPPING:
@@ -91,7 +99,7 @@ async def handle(ctx: RequestContext, request: Any) -> TxnOffsetCommitResponse:
         if runtime is None:
             raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
         await runtime.ensure_offsets_topic()
-        _verify(ctx, request, runtime.core.partition_for(request.group_id))
+        await _verify(ctx, request, runtime.core.partition_for(request.group_id))
         results = await runtime.call(lambda now: runtime.core.txn_offset_commit(req, now))
     except KafkaError as exc:
         results = [((p.topic, p.partition), exc.code) for p in partitions]

@@ -190,3 +190,53 @@ def test_aborted_transactions_are_removed_committed_ones_compacted_markers_kept(
     batches = [b for p in segment_logs(pl.directory) for b in parse_log_file(p)]
     assert sum(1 for b in batches if b.is_control_batch) == 2  # both markers stay
     assert pl.aborted_transactions(0, pl.log_end_offset) == aborted_entries  # the index stays
+
+
+def test_markers_go_once_their_transaction_is_gone_and_delete_retention_passed(make_log):
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    from kafkacompat.wire.records import build_control_batch
+
+    def txn(seq: int, key: bytes, value: bytes) -> bytearray:
+        builder = DefaultRecordBatchBuilder(2, 0, True, 7, 0, seq, batch_size=1 << 20)
+        builder.append(0, TS, key, value, [])
+        return bytearray(builder.build())
+
+    def marker(commit: bool) -> bytearray:
+        return bytearray(
+            build_control_batch(
+                commit=commit, producer_id=7, producer_epoch=0, coordinator_epoch=0, timestamp=TS
+            )
+        )
+
+    def markers() -> list[int]:
+        batches = [b for p in segment_logs(pl.directory) for b in parse_log_file(p)]
+        return [b.base_offset for b in batches if b.is_control_batch]
+
+    pl = make_log({**CONFIG, "delete.retention.ms": "1000"})
+    pl.append_as_leader(txn(0, b"a", b"aborted"), 0, NOW)
+    abort_at = pl.append_as_leader(marker(False), 0, NOW, from_coordinator=True).base_offset
+    pl.append_as_leader(txn(1, b"k0", b"overwritten"), 0, NOW)
+    spent_at = pl.append_as_leader(marker(True), 0, NOW, from_coordinator=True).base_offset
+    pl.append_as_leader(txn(2, b"kept", b"kept"), 0, NOW)
+    last_at = pl.append_as_leader(marker(True), 0, NOW, from_coordinator=True).base_offset
+    fill(pl, 4)  # overwrites k0
+    pl.roll(NOW)
+    pl.update_high_watermark(pl.log_end_offset)
+    assert [a.last_offset for a in pl.aborted_transactions(0, pl.log_end_offset)] == [abort_at]
+
+    # the pass that removes the aborted and overwritten records keeps their markers (it read them)
+    clean_log(pl, NOW)
+    pl.run_pending_deletes(NOW)
+    assert markers() == [abort_at, spent_at, last_at]
+    # a later pass within delete.retention.ms of the segment's timestamps keeps them too
+    clean_log(pl, TS + 10)
+    assert markers() == [abort_at, spent_at, last_at]
+    # past it they go, with the .txnindex entry of the ABORT marker; the marker of a transaction with
+    # records left (here also the producer's last batch) stays
+    clean_log(pl, NOW)
+    pl.run_pending_deletes(NOW)
+    assert markers() == [last_at]
+    assert pl.aborted_transactions(0, pl.log_end_offset) == []
+    values = [v for _, _, v in all_records(pl.directory)]
+    assert b"kept" in values and b"aborted" not in values and b"overwritten" not in values
