@@ -254,16 +254,8 @@ class _JavaDriver:
         self.assigned: frozenset[int] = frozenset()
         self.stderr = tempfile.TemporaryFile()
         self.process = subprocess.Popen(
-            [
-                *probe_command(),
-                "member",
-                bootstrap,
-                group,
-                topic,
-                instance_id or "-",
-                str(SESSION_MS),
-                str(HEARTBEAT_MS),
-            ],
+            [*probe_command(), "member", bootstrap, group, topic, instance_id or "-", str(SESSION_MS),
+             str(HEARTBEAT_MS)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self.stderr,

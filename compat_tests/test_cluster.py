@@ -503,9 +503,8 @@ def test_metrics_report_the_cluster_health(tmp_path: Any) -> None:
     with cluster:
         topic = create_replicated_topic(cluster, partitions=2)
         wait_until(
-            lambda: (
-                sum(health(b)["kafka_controller_kafkacontroller_active_controller_count"] for b in urls) == 1
-            ),
+            lambda: sum(health(b)["kafka_controller_kafkacontroller_active_controller_count"] for b in urls)
+            == 1,
             30,
             "one active controller",
         )

@@ -113,15 +113,8 @@ def test_java_group_member_reads_commits_and_resumes(
                 assert err is None, err
                 written[(msg.partition(), msg.offset())] = i  # type: ignore[attr-defined]
 
-            producer.produce(
-                topic,
-                key=sent[i][0],
-                value=value,
-                partition=i % 3,
-                headers=headers or None,
-                timestamp=BASE_TS + i,
-                on_delivery=delivered,
-            )
+            producer.produce(topic, key=sent[i][0], value=value, partition=i % 3, headers=headers or None,
+                             timestamp=BASE_TS + i, on_delivery=delivered)
         assert producer.flush(15) == 0
 
     def hexed(data: bytes | None) -> str:

@@ -442,7 +442,8 @@ _NOT_IMPLEMENTED = frozenset(
     }
 )
 # Limits of a setting's effect that its users must know (values refused, features missing).
-_EFFECT_NOTES = {}
+_EFFECT_NOTES = {
+}
 BROKER_OPTIONS = tuple(
     dataclasses.replace(
         option,

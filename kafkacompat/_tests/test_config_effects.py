@@ -64,9 +64,8 @@ def broker_config_accessors() -> dict[str, set[str]]:
         nodes = list(ast.walk(fn))
         direct[fn.name] = {n.value for n in nodes if isinstance(n, ast.Constant) and n.value in options}
         calls[fn.name] = {
-            n.attr
-            for n in nodes
-            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self"
+            n.attr for n in nodes if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+            and n.value.id == "self"
         }
     resolved = {name: set(names) for name, names in direct.items()}
     changed = True

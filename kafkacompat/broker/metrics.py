@@ -710,7 +710,7 @@ def _health(state: Any, local_logs: int, offline_logs: int) -> tuple[int, int, i
     under = sum(1 for p in led if len(p.isr) < len(p.replicas))
     offline = 0
     if cluster.is_controller:
-        for topic, partition in list(cluster.snapshot.states):
+        for (topic, partition) in list(cluster.snapshot.states):
             if cluster.partition_metadata(topic, partition)[0] < 0:
                 offline += 1
     return len(led), under, offline, int(cluster.is_controller)

@@ -43,7 +43,6 @@ MAX_PARTITIONS_PER_REQUEST = 10_000
 Result = CreateTopicsResponse.CreatableTopicResult
 ResultConfig = CreateTopicsResponse.CreatableTopicConfigs
 
-
 def _requested_partitions(broker: BrokerState, topics: Any) -> int:
     """Partitions the whole request asks for (-1 counts as `num.partitions`), as Kafka's controller counts."""
     total = 0

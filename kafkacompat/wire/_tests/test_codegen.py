@@ -76,14 +76,8 @@ def test_names_and_defaults() -> None:
     field = gen.parse_field(spec, gen.Versions(0, 1))
     assert gen.default_literal(field) == "True"
     field = gen.parse_field(
-        {
-            "name": "S",
-            "type": "Sub",
-            "versions": "0+",
-            "nullableVersions": "0+",
-            "default": None,
-            "fields": [{"name": "A", "type": "int8", "versions": "0+"}],
-        },
+        {"name": "S", "type": "Sub", "versions": "0+", "nullableVersions": "0+", "default": None,
+         "fields": [{"name": "A", "type": "int8", "versions": "0+"}]},
         gen.Versions(0, 1),
     )
     assert gen.default_literal(field) == "None"  # a JSON null default is null

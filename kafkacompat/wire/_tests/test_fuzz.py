@@ -71,7 +71,7 @@ def _mutated(draw: st.DrawFn, frame: bytes) -> bytes:
             i = draw(st.integers(0, len(b) - 1))
             b[i] = draw(st.sampled_from([0x00, 0x01, 0x7F, 0x80, 0xFE, 0xFF]))
         elif kind == "truncate":
-            del b[draw(st.integers(0, len(b) - 1)) :]
+            del b[draw(st.integers(0, len(b) - 1)):]
         elif kind == "insert":
             i = draw(st.integers(0, len(b)))
             b[i:i] = draw(st.binary(min_size=1, max_size=5))
@@ -133,15 +133,8 @@ def test_huge_counts_fail_fast_without_allocating(api_key: int, version: int, fr
 def test_records_length_beyond_the_frame() -> None:
     # Produce v3, one topic "t", one partition 0, records length 1000 with 4 bytes present
     frame = (
-        b"\xff\xff"
-        + b"\x00\x01"
-        + b"\x00\x00\x00\x10"
-        + b"\x00\x00\x00\x01"
-        + b"\x00\x01t"
-        + b"\x00\x00\x00\x01"
-        + b"\x00\x00\x00\x00"
-        + b"\x00\x00\x03\xe8"
-        + b"abcd"
+        b"\xff\xff" + b"\x00\x01" + b"\x00\x00\x00\x10" + b"\x00\x00\x00\x01" + b"\x00\x01t"
+        + b"\x00\x00\x00\x01" + b"\x00\x00\x00\x00" + b"\x00\x00\x03\xe8" + b"abcd"
     )
     with pytest.raises(DecodeError) as exc:
         messages.decode_request(0, 3, memoryview(frame))

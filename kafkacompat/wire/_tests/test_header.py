@@ -134,11 +134,9 @@ def test_kafka_python_request_frames_decode(version: int) -> None:
 
     if version > MetadataRequest.max_version or version < messages.API_SPECS[3].min_version:
         pytest.skip("version outside the range both sides know")
-    topics = (
-        [MetadataRequest.MetadataRequestTopic(name="orders")]
-        if version < 10
-        else [MetadataRequest.MetadataRequestTopic(name="orders", topic_id=None)]
-    )
+    topics = [MetadataRequest.MetadataRequestTopic(name="orders")] if version < 10 else [
+        MetadataRequest.MetadataRequestTopic(name="orders", topic_id=None)
+    ]
     req = MetadataRequest(version=version, topics=topics)
     req.with_header(correlation_id=99, client_id="kafka-python-test")
     frame = bytes(req.encode(header=True))

@@ -128,9 +128,8 @@ def struct_strategy(msg: Any, mod: ModuleType, sname: str, v: int, depth: int = 
         kwargs[f.attr] = _field_strategy(msg, mod, f, v, depth)
     if flex:
         tag_values = st.integers(0, 300).filter(lambda t: t not in known_tags)
-        unknown = st.lists(
-            st.tuples(tag_values, st.binary(max_size=6)), min_size=1, max_size=2, unique_by=lambda x: x[0]
-        ).map(lambda xs: sorted(xs))
+        unknown = st.lists(st.tuples(tag_values, st.binary(max_size=6)), min_size=1, max_size=2,
+                           unique_by=lambda x: x[0]).map(lambda xs: sorted(xs))
         kwargs["unknown_tags"] = st.none() | unknown
     return st.builds(cls, **kwargs)
 
@@ -211,17 +210,8 @@ def test_produce_v9_layout_and_zero_copy_records() -> None:
     frame = _produce_v9_frame()
     # compact nullable string null, acks, timeout, 1 topic, "t", 1 partition, index 3, 4 bytes, tags...
     assert frame == (
-        b"\x00"
-        + b"\xff\xff"
-        + b"\x00\x00\x75\x30"
-        + b"\x02"
-        + b"\x02t"
-        + b"\x02"
-        + b"\x00\x00\x00\x03"
-        + b"\x05RECS"
-        + b"\x00"
-        + b"\x00"
-        + b"\x00"
+        b"\x00" + b"\xff\xff" + b"\x00\x00\x75\x30" + b"\x02" + b"\x02t" + b"\x02"
+        + b"\x00\x00\x00\x03" + b"\x05RECS" + b"\x00" + b"\x00" + b"\x00"
     )
     buf = memoryview(bytearray(frame))
     req = messages.decode_request(0, 9, buf)
@@ -356,10 +346,7 @@ def test_records_objects_with_size_are_passed_through_as_chunks() -> None:
         back = messages.decode_response(1, version, memoryview(flat))
         parts = back.responses[0].partitions
         assert [None if p.records is None else bytes(p.records) for p in parts] == [
-            b"R" * 100,
-            b"abc",
-            b"R" * 7,
-            None,
+            b"R" * 100, b"abc", b"R" * 7, None
         ]
 
 

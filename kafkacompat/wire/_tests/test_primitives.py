@@ -18,14 +18,8 @@ def _mv(b: bytes | bytearray) -> memoryview:
 
 @pytest.mark.parametrize(
     ("value", "wire"),
-    [
-        (0, b"\x00"),
-        (1, b"\x01"),
-        (127, b"\x7f"),
-        (128, b"\x80\x01"),
-        (300, b"\xac\x02"),
-        (2**32 - 1, b"\xff\xff\xff\xff\x0f"),
-    ],
+    [(0, b"\x00"), (1, b"\x01"), (127, b"\x7f"), (128, b"\x80\x01"), (300, b"\xac\x02"),
+     (2**32 - 1, b"\xff\xff\xff\xff\x0f")],
 )
 def test_uvarint_known_encodings(value: int, wire: bytes) -> None:
     out = bytearray()

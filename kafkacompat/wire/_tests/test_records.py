@@ -69,13 +69,8 @@ def expected_records(sample, base_offset=0):
 @pytest.mark.parametrize("codec", [0, 1])
 def test_kafka_python_built_batches_parse(codec):
     builder = KpBuilder(
-        magic=2,
-        compression_type=codec,
-        is_transactional=0,
-        producer_id=-1,
-        producer_epoch=-1,
-        base_sequence=-1,
-        batch_size=1 << 20,
+        magic=2, compression_type=codec, is_transactional=0, producer_id=-1, producer_epoch=-1,
+        base_sequence=-1, batch_size=1 << 20,
     )
     for i, (k, v, h, ts) in enumerate(SAMPLE):
         builder.append(i, timestamp=ts, key=k, value=v, headers=h)
@@ -95,13 +90,8 @@ def test_kafka_python_built_batches_parse(codec):
 @pytest.mark.parametrize("codec", CODECS)
 def test_aiokafka_built_batches_parse(builder_cls, codec):
     builder = builder_cls(
-        magic=2,
-        compression_type=codec,
-        is_transactional=1,
-        producer_id=4242,
-        producer_epoch=7,
-        base_sequence=2**31 - 2,
-        batch_size=1 << 20,
+        magic=2, compression_type=codec, is_transactional=1, producer_id=4242, producer_epoch=7,
+        base_sequence=2**31 - 2, batch_size=1 << 20,
     )
     for i, (k, v, h, ts) in enumerate(SAMPLE):
         builder.append(i, timestamp=ts, key=k, value=v, headers=h)
@@ -222,9 +212,8 @@ def test_patching_offset_and_epoch_keeps_crc_and_is_seen_by_clients():
 
 @pytest.mark.parametrize("codec", [0, 1])
 def test_set_max_timestamp_log_append_time(codec):
-    data = bytearray(
-        _build_sample(codec, is_transactional=True, producer_id=1, producer_epoch=0, base_sequence=0)
-    )
+    data = bytearray(_build_sample(codec, is_transactional=True, producer_id=1, producer_epoch=0,
+                                   base_sequence=0))
     view = RecordBatchView(data)
     view.set_max_timestamp(1_800_000_000_000, TimestampType.LOG_APPEND_TIME)
     assert view.verify_crc()
@@ -373,15 +362,8 @@ def test_corrupt_compressed_payload_is_corrupt_message():
 
 
 def test_empty_batch_and_delete_horizon():
-    data = build_batch(
-        [],
-        base_offset=10,
-        last_offset_delta=4,
-        max_timestamp=99,
-        producer_id=3,
-        producer_epoch=0,
-        base_sequence=20,
-    )
+    data = build_batch([], base_offset=10, last_offset_delta=4, max_timestamp=99, producer_id=3,
+                       producer_epoch=0, base_sequence=20)
     view = RecordBatchView(data)
     assert view.verify_crc()
     assert (view.records_count, view.last_offset, view.base_timestamp, view.max_timestamp) == (0, 14, -1, 99)
@@ -425,9 +407,7 @@ record_st = st.tuples(
 )
 def test_roundtrip_and_cross_parse(records, codec, base_offset, pid):
     data = build_batch(
-        [RecordInput(k, v, h, ts) for k, v, h, ts in records],
-        base_offset=base_offset,
-        compression=codec,
+        [RecordInput(k, v, h, ts) for k, v, h, ts in records], base_offset=base_offset, compression=codec,
         producer_id=pid,
     )
     view, ours = ours_records(data)
@@ -476,11 +456,8 @@ def test_mutated_batches_only_raise_invalid_record_batch(codec, edits, cut, fix_
 
 
 @settings(max_examples=300, deadline=None)
-@given(
-    payload=st.binary(max_size=200),
-    count=st.integers(min_value=-2, max_value=300),
-    codec=st.sampled_from(CODECS),
-)
+@given(payload=st.binary(max_size=200), count=st.integers(min_value=-2, max_value=300),
+       codec=st.sampled_from(CODECS))
 def test_random_record_payloads_only_raise_invalid_record_batch(payload, count, codec):
     buf = bytearray(build_batch([], compression=0)) + payload
     struct.pack_into(">i", buf, 8, len(buf) - 12)

@@ -101,9 +101,8 @@ class FakeBroker:
 
     def _metadata(self):
         cls = response_class(METADATA)
-        partition = cls.MetadataResponsePartition(
-            partition_index=0, leader_id=0, leader_epoch=0, replica_nodes=[0], isr_nodes=[0]
-        )
+        partition = cls.MetadataResponsePartition(partition_index=0, leader_id=0, leader_epoch=0,
+                                                  replica_nodes=[0], isr_nodes=[0])
         return cls(
             brokers=[cls.MetadataResponseBroker(node_id=0, host="127.0.0.1", port=self.port)],
             cluster_id="fake",
@@ -142,22 +141,19 @@ MESSAGES = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("codec_name", "codec_id"), [("none", 0), ("gzip", 1), ("snappy", 2), ("lz4", 3), ("zstd", 4)]
-)
+@pytest.mark.parametrize(("codec_name", "codec_id"), [("none", 0), ("gzip", 1), ("snappy", 2), ("lz4", 3),
+                                                      ("zstd", 4)])
 def test_librdkafka_batches_parse(broker, codec_name, codec_id):
-    producer = confluent_kafka.Producer(
-        {
-            "bootstrap.servers": f"127.0.0.1:{broker.port}",
-            "broker.address.family": "v4",
-            "compression.codec": codec_name,
-            "linger.ms": 200,
-            "acks": 1,
-            "enable.idempotence": False,
-            "message.timeout.ms": 20000,
-            "socket.timeout.ms": 10000,
-        }
-    )
+    producer = confluent_kafka.Producer({
+        "bootstrap.servers": f"127.0.0.1:{broker.port}",
+        "broker.address.family": "v4",
+        "compression.codec": codec_name,
+        "linger.ms": 200,
+        "acks": 1,
+        "enable.idempotence": False,
+        "message.timeout.ms": 20000,
+        "socket.timeout.ms": 10000,
+    })
     failures = []
 
     def delivered(err, _msg):
@@ -165,15 +161,8 @@ def test_librdkafka_batches_parse(broker, codec_name, codec_id):
             failures.append(err)
 
     for i, (key, value, headers) in enumerate(MESSAGES):
-        producer.produce(
-            TOPIC,
-            value=value,
-            key=key,
-            headers=headers or None,
-            partition=0,
-            timestamp=1_700_000_000_000 + i,
-            on_delivery=delivered,
-        )
+        producer.produce(TOPIC, value=value, key=key, headers=headers or None, partition=0,
+                         timestamp=1_700_000_000_000 + i, on_delivery=delivered)
     remaining = producer.flush(30)
     assert remaining == 0, "librdkafka could not deliver to the fake broker"
     assert not failures, failures
