@@ -27,7 +27,7 @@ from kafkacompat.testing import CLUSTER_TEST_OVERRIDES, LocalCluster
 
 pytestmark = pytest.mark.restarts_broker
 
-RATE = 1_000_000  # bytes per second
+RATE = 500_000  # bytes per second: an 8 MB copy takes 15 s or more, far above an unthrottled copy
 VOLUME = 8_000_000  # produced while the follower is away
 RECORD = 10_000
 
