@@ -35,6 +35,10 @@ Handler contract (every module in kafkacompat/broker/handlers/ follows it)
   deadline)`, never with a bare `event.wait()`: the connection's `park` also watches the socket and
   abandons the request (raising `PeerGone`) if the client goes away meanwhile.
 - To add an API: write the module, add it to `HANDLER_MODULES`, add its test. Nothing else.
+- A module that sets `CLUSTER_ONLY = True` (the controller-to-broker requests: LeaderAndIsr, StopReplica,
+  UpdateMetadata, AlterPartition) is served and advertised only in cluster mode; a single node neither
+  lists it in ApiVersions nor answers it (the connection is closed, as a Kafka broker does for an API its
+  listener does not enable). `lookup`/`supported_versions` take `cluster_mode` for that.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ from kafkacompat.broker.handlers import (
     add_partitions_to_txn,  # transactions
     alter_client_quotas,  # security
     alter_configs,  # admin
+    alter_partition,  # cluster mode: the controller
     alter_partition_reassignments,  # admin (cluster mode: the controller)
     alter_user_scram_credentials,  # security
     api_versions,
@@ -81,6 +86,7 @@ from kafkacompat.broker.handlers import (
     incremental_alter_configs,  # admin
     init_producer_id,
     join_group,  # groups
+    leader_and_isr,  # cluster mode: from the controller
     leave_group,  # groups
     list_groups,  # groups
     list_offsets,
@@ -94,8 +100,10 @@ from kafkacompat.broker.handlers import (
     produce,
     sasl_authenticate,  # security
     sasl_handshake,  # security
+    stop_replica,  # cluster mode: from the controller
     sync_group,  # groups
     txn_offset_commit,  # transactions
+    update_metadata,  # cluster mode: from the controller
     write_txn_markers,  # transactions
 )
 from kafkacompat.wire.messages import API_SPECS
@@ -138,6 +146,11 @@ HANDLER_MODULES: tuple[types.ModuleType, ...] = (
     alter_partition_reassignments,
     list_partition_reassignments,
     offset_for_leader_epoch,
+    # inter-broker APIs (cluster mode only)
+    leader_and_isr,
+    update_metadata,
+    stop_replica,
+    alter_partition,
     # group coordinator APIs
     find_coordinator,
     join_group,
@@ -221,33 +234,38 @@ class RequestContext:
     park: Callable[[trio.Event, float], Awaitable[None]] = park_until
 
 
-_RANGES: dict[int, tuple[int, int]] | None = None
+_RANGES: dict[bool, dict[int, tuple[int, int]]] = {}
 
 
-def _ranges() -> dict[int, tuple[int, int]]:
-    global _RANGES
-    if _RANGES is None:
-        ranges: dict[int, tuple[int, int]] = {}
+def cluster_only(module: types.ModuleType) -> bool:
+    return bool(getattr(module, "CLUSTER_ONLY", False))
+
+
+def _ranges(cluster_mode: bool) -> dict[int, tuple[int, int]]:
+    ranges = _RANGES.get(cluster_mode)
+    if ranges is None:
+        ranges = {}
         for key, module in HANDLERS.items():
             spec = API_SPECS.get(key)
-            if spec is None:
+            if spec is None or (cluster_only(module) and not cluster_mode):
                 continue
             low = max(module.MIN_VERSION, spec.min_version)
             high = min(module.MAX_VERSION, spec.max_version)
             if low <= high:
                 ranges[key] = (low, high)
-        _RANGES = ranges
-    return _RANGES
+        _RANGES[cluster_mode] = ranges
+    return ranges
 
 
-def supported_versions() -> list[tuple[int, int, int]]:
-    """(api_key, min_version, max_version) for every served API, sorted by key (handler range ∩ codec)."""
-    return [(key, low, high) for key, (low, high) in sorted(_ranges().items())]
+def supported_versions(cluster_mode: bool = False) -> list[tuple[int, int, int]]:
+    """(api_key, min_version, max_version) for every served API, sorted by key (handler range ∩ codec);
+    the cluster-only APIs are included only for a broker in cluster mode."""
+    return [(key, low, high) for key, (low, high) in sorted(_ranges(cluster_mode).items())]
 
 
-def lookup(api_key: int, api_version: int) -> types.ModuleType | None:
-    """The handler module for this key if it serves this version, else None."""
-    served = _ranges().get(api_key)
+def lookup(api_key: int, api_version: int, cluster_mode: bool = False) -> types.ModuleType | None:
+    """The handler module for this key if it serves this version (in this mode), else None."""
+    served = _ranges(cluster_mode).get(api_key)
     if served is None or not served[0] <= api_version <= served[1]:
         return None
     return HANDLERS[api_key]

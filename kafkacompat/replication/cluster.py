@@ -46,6 +46,22 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from kafkacompat.replication import zk_data as zd
+from kafkacompat.replication.broker_requests import (
+    EPOCH_DURING_DELETE,
+    LEADER_AND_ISR,
+    STOP_REPLICA,
+    UPDATE_METADATA,
+    IsrProposal,
+    PartitionInfo,
+    SessionFence,
+    alter_partition_decision,
+    check_controller_request,
+    leader_and_isr_partition,
+    leader_and_isr_request,
+    stop_replica_partition,
+    stop_replica_request,
+    update_metadata_request,
+)
 from kafkacompat.replication.controller import (
     BrokerMetadata,
     assign_replicas,
@@ -55,6 +71,7 @@ from kafkacompat.replication.controller import (
     on_brokers_lost,
     preferred_leader_moves,
 )
+from kafkacompat.replication.controller_channel import ControllerChannel
 from kafkacompat.replication.metadata import LocalMetadata, TopicInfo
 from kafkacompat.replication.partition_state import NO_LEADER, LeaderAndIsr, PartitionState
 from kafkacompat.replication.zookeeper import StaleController, ZooKeeperStore
@@ -100,6 +117,8 @@ class ZkSnapshot:
     """One consistent-enough read of the tree (every read re-arms its watch)."""
 
     brokers: dict[int, zd.BrokerRegistration] = field(default_factory=dict)
+    #: broker id -> broker epoch (the czxid of its registration)
+    broker_epochs: dict[int, int] = field(default_factory=dict)
     controller: int | None = None
     topics: dict[str, zd.TopicAssignment] = field(default_factory=dict)
     configs: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -108,9 +127,11 @@ class ZkSnapshot:
 
 
 def read_snapshot(store: ZooKeeperStore, watch: Callable[[Any], None]) -> ZkSnapshot:
-    """Blocking: the whole tree kafkacompat uses, every read with `watch` armed."""
+    """Blocking: the whole tree kafkacompat uses, every read but the partition states' with `watch`
+    armed (partition states reach brokers in the controller's requests; only the controller writes
+    them, so nobody needs to be told they changed)."""
     snapshot = ZkSnapshot()
-    snapshot.brokers = store.live_brokers(watch)
+    snapshot.brokers = store.live_brokers(watch, snapshot.broker_epochs)
     snapshot.controller = store.current_controller(watch)
     snapshot.deletions = store.pending_topic_deletions(watch)
     for name in store.topic_names(watch):
@@ -122,7 +143,7 @@ def read_snapshot(store: ZooKeeperStore, watch: Callable[[Any], None]) -> ZkSnap
         snapshot.topics[name] = assignment
         snapshot.configs[name] = store.topic_configs(name)
         for partition in assignment.partitions:
-            state = store.partition_state(name, partition, watch)
+            state = store.partition_state(name, partition)
             if state is not None:
                 snapshot.states[(name, partition)] = state
     return snapshot
@@ -150,6 +171,15 @@ class ClusterRuntime:
         #: ACLs, SCRAM credentials, quotas and dynamic broker configs in ZooKeeper (set by the server)
         self.config_sync: ConfigSync | None = None
         self._inter_broker_security: tuple[str, ClientSecurity | None] | None = None
+        #: the czxid of this broker's /brokers/ids/N (Kafka's broker epoch); -1 before registration
+        self.broker_epoch = -1
+        #: the newest controller epoch seen in a controller request (older ones are refused)
+        self.known_controller_epoch = -1
+        self.fence = SessionFence(int(broker.config["zookeeper.session.timeout.ms"]))
+        #: as controller: the request queues to the live brokers
+        self.channel = ControllerChannel(self)
+        #: as controller: brokers whose controlled shutdown was asked (INELIGIBLE_REPLICA for ISRs)
+        self.shutting_down_brokers: set[int] = set()
 
     # --- wiring --------------------------------------------------------------------------------------
 
@@ -165,14 +195,77 @@ class ClusterRuntime:
     def poke(self) -> None:
         self._poked.set()
 
+    def _session_state(self, state: str) -> None:
+        """Kazoo thread: the session changed. Hands the state to the trio loop."""
+        token = self._token
+        if token is not None:
+            try:
+                token.run_sync_soon(self._on_session_state, state)
+            except trio.RunFinishedError:
+                pass
+
+    def _clock_ms(self) -> int:
+        """Monotonic milliseconds (trio's clock), which keep running while the process is stopped."""
+        return int(trio.current_time() * 1000)
+
+    def _on_session_state(self, state: str) -> None:
+        if self.broker.closing:
+            return  # our own close ends the session
+        was_fenced = self.fence.fenced(self._clock_ms())
+        self.fence.on_state(state, self._clock_ms())
+        if state == "LOST":
+            self._session_lost()
+        elif not was_fenced and self.fence.fenced(self._clock_ms()):
+            log.warning("broker %d: ZooKeeper session suspended past its timeout; not leading", self.node_id)
+        self.poke()
+
+    def _session_lost(self) -> None:
+        """The ZooKeeper session ended: the controller has moved (or will move) every leadership away
+        with a newer leader epoch, so stop leading now; only a newer LeaderAndIsr makes this broker
+        leader again, after it registered with its new session."""
+        log.warning("broker %d: ZooKeeper session lost; resigning every leadership", self.node_id)
+        for key, state in self.partitions.items():
+            if state.is_leader:
+                state.resign()
+                self._offsets_role(key, False)
+                self.broker.watchers.notify(*key)
+        if self.is_controller:
+            self.is_controller = False
+            self.store.controller_epoch_zk_version = -1
+            self.channel.stop_all()
+
+    def is_fenced(self) -> bool:
+        return self.fence.fenced(self._clock_ms())
+
+    async def _tick(self) -> None:
+        """The liveness tick: a gap longer than the session timeout (the process was stopped) fences
+        leadership until ZooKeeper confirms this session still holds the registration."""
+        while True:
+            if self.fence.on_tick(self._clock_ms()):
+                log.warning(
+                    "broker %d stood still past the session timeout; checking its session", self.node_id
+                )
+            if self.fence.paused:
+                try:
+                    confirmed = await trio.to_thread.run_sync(
+                        self.store.registered_by_this_session, self.node_id, abandon_on_cancel=True
+                    )
+                except Exception:
+                    confirmed = False
+                if confirmed and not self.fence.lost:
+                    self.fence.registration_confirmed()
+                    log.info("broker %d: session still valid after the pause", self.node_id)
+            await trio.sleep(0.1)
+
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Register, then reconcile with ZooKeeper until cancelled."""
         self._token = trio.lowlevel.current_trio_token()
-        self.store.on_state_change(lambda _state: self._watch(None))
+        self.store.on_state_change(self._session_state)
         self.registration = self._registration()
-        await trio.to_thread.run_sync(self.store.register_broker, self.registration)
+        self.broker_epoch = await trio.to_thread.run_sync(self.store.register_broker, self.registration)
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            nursery.start_soon(self._tick)
             await self.reconcile()
             task_status.started()
             config = self.broker.config
@@ -197,6 +290,7 @@ class ClusterRuntime:
             finally:
                 for fetcher in self.fetchers.values():
                     fetcher.stop()
+                self.channel.stop_all()
                 nursery.cancel_scope.cancel()
 
     def _registration(self) -> zd.BrokerRegistration:
@@ -256,9 +350,16 @@ class ClusterRuntime:
     async def reconcile(self) -> None:
         snapshot = await trio.to_thread.run_sync(read_snapshot, self.store, self._watch)
         if self.node_id not in snapshot.brokers and self.registration is not None:
-            # a new session (the old one expired): register again
-            await trio.to_thread.run_sync(self.store.register_broker, self.registration)
+            # a new session (the old one expired): register again, with a new broker epoch
+            epoch = await trio.to_thread.run_sync(self.store.register_broker, self.registration)
             snapshot.brokers[self.node_id] = self.registration
+            snapshot.broker_epochs[self.node_id] = epoch
+            self.broker_epoch = epoch
+            if self.fence.lost:
+                log.info("broker %d registered again (broker epoch %d)", self.node_id, epoch)
+            self.fence.rejoined()
+        elif self.fence.lost and snapshot.broker_epochs.get(self.node_id) not in (None, self.broker_epoch):
+            self.fence.rejoined()
         if snapshot.controller is None:
             if await trio.to_thread.run_sync(self.store.try_become_controller, self.node_id):
                 log.info("broker %d is the controller (epoch %d)", self.node_id, self.store.controller_epoch)
@@ -266,16 +367,35 @@ class ClusterRuntime:
         was_controller, self.is_controller = self.is_controller, snapshot.controller == self.node_id
         if was_controller and not self.is_controller:
             self.store.controller_epoch_zk_version = -1
+            self.channel.stop_all()
         if self.is_controller:
             try:
                 if await self._controller_duties(snapshot):
                     snapshot = await trio.to_thread.run_sync(read_snapshot, self.store, self._watch)
+                self._sync_channel(snapshot)
             except StaleController as exc:
                 log.warning("fenced as controller: %s", exc)
                 self.is_controller = False
-        self.snapshot = snapshot
-        self._apply(snapshot)
+                self.channel.stop_all()
+        self.snapshot = self._merged(snapshot)
+        self._apply(self.snapshot)
         self._reconciled.set()
+        self._reconciled = trio.Event()
+
+    async def _next_reconcile(self) -> None:
+        """Ask for a reconcile and wait until one has finished (many waiters share one event)."""
+        event = self._reconciled
+        self.poke()
+        await event.wait()
+
+    def _merged(self, snapshot: ZkSnapshot) -> ZkSnapshot:
+        """The read, with any partition state newer than it (from a controller request that arrived
+        while the read was in flight) kept: a stale read never undoes a newer request."""
+        for key, known in self.snapshot.states.items():
+            read = snapshot.states.get(key)
+            if read is not None and _newer(known, read):
+                snapshot.states[key] = known
+        return snapshot
 
     async def _controller_duties(self, snapshot: ZkSnapshot) -> bool:
         """Write the states the controller decides; True if anything was written."""
@@ -300,17 +420,142 @@ class ClusterRuntime:
         writes.update(on_brokers_lost(existing, lost, live, epoch, unclean=unclean))
         if writes:
             results = await trio.to_thread.run_sync(self.store.controller_write_states, writes)
+            written: dict[tuple[str, int], LeaderAndIsr] = {}
             for key, version in results.items():
                 if version < 0:
                     log.info("controller: state of %s-%d changed meanwhile; deciding again", *key)
                     self.poke()
                 else:
-                    log.info("controller: %s-%d is now %s", key[0], key[1], writes[key])
+                    written[key] = _at_version(writes[key], version)
+                    log.info("controller: %s-%d is now %s", key[0], key[1], written[key])
+            new = {key for key in written if key not in snapshot.states}
+            self._announce(snapshot, written, new=new)
         for name in snapshot.deletions:
+            assignment = snapshot.topics.get(name)
+            if assignment is not None:
+                stops: dict[int, list[tuple[str, int, int, bool]]] = {}
+                for partition, replicas in assignment.partitions.items():
+                    for replica in replicas:
+                        stops.setdefault(replica, []).append((name, partition, EPOCH_DURING_DELETE, True))
+                self._send_stop_replica(stops)
             await trio.to_thread.run_sync(self.store.remove_topic, name)
             log.info("controller: deleted topic %s", name)
         finished = await self._finish_reassignments(snapshot)
         return bool(writes or snapshot.deletions or finished)
+
+    # --- the controller's requests to brokers --------------------------------------------------------
+
+    def _partition_info(
+        self,
+        snapshot: ZkSnapshot,
+        key: tuple[str, int],
+        state: LeaderAndIsr,
+        replicas: list[int] | None = None,
+        new: bool = False,
+    ) -> PartitionInfo:
+        assignment = snapshot.topics.get(key[0])
+        if replicas is None:
+            replicas = list(assignment.partitions.get(key[1], [])) if assignment is not None else []
+        adding = tuple(assignment.adding.get(key[1], [])) if assignment is not None else ()
+        removing = tuple(assignment.removing.get(key[1], [])) if assignment is not None else ()
+        return PartitionInfo(
+            key[0],
+            assignment.topic_id if assignment is not None else None,
+            key[1],
+            state,
+            tuple(replicas),
+            adding,
+            removing,
+            tuple(r for r in replicas if r not in snapshot.brokers),
+            new,
+        )
+
+    def _announce(
+        self,
+        snapshot: ZkSnapshot,
+        states: dict[tuple[str, int], LeaderAndIsr],
+        *,
+        replicas: dict[tuple[str, int], list[int]] | None = None,
+        new: set[tuple[str, int]] | None = None,
+        leader_and_isr: bool = True,
+    ) -> None:
+        """After a state change was written: LeaderAndIsr to every live replica of the changed
+        partitions (unless `leader_and_isr` is False), UpdateMetadata to every live broker."""
+        if not states or not self.is_controller:
+            return
+        infos = [
+            self._partition_info(snapshot, key, state, (replicas or {}).get(key), key in (new or set()))
+            for key, state in sorted(states.items())
+        ]
+        epoch = self.store.controller_epoch
+        if leader_and_isr:
+            per_broker: dict[int, list[PartitionInfo]] = {}
+            for info in infos:
+                for replica in info.replicas:
+                    per_broker.setdefault(replica, []).append(info)
+            for broker_id, partitions in sorted(per_broker.items()):
+                self._send_leader_and_isr(snapshot, broker_id, partitions, full=False)
+        for broker_id in sorted(self.channel.queues):
+            request = update_metadata_request(
+                self.node_id, epoch, self.channel.broker_epoch(broker_id), infos, self._brokers_of(snapshot)
+            )
+            self.channel.send(broker_id, UPDATE_METADATA, request)
+
+    def _brokers_of(self, snapshot: ZkSnapshot) -> list[zd.BrokerRegistration]:
+        return [snapshot.brokers[b] for b in sorted(snapshot.brokers)]
+
+    def _send_leader_and_isr(
+        self, snapshot: ZkSnapshot, broker_id: int, partitions: list[PartitionInfo], *, full: bool
+    ) -> None:
+        if broker_id not in self.channel.queues or not partitions:
+            return
+        leaders = {p.state.leader for p in partitions}
+        request = leader_and_isr_request(
+            self.node_id,
+            self.store.controller_epoch,
+            self.channel.broker_epoch(broker_id),
+            partitions,
+            [snapshot.brokers[b] for b in sorted(leaders) if b in snapshot.brokers],
+            self.inter_broker_listener(),
+            full,
+        )
+        self.channel.send(broker_id, LEADER_AND_ISR, request)
+
+    def _send_stop_replica(self, stops: dict[int, list[tuple[str, int, int, bool]]]) -> None:
+        for broker_id, partitions in sorted(stops.items()):
+            if broker_id in self.channel.queues:
+                request = stop_replica_request(
+                    self.node_id,
+                    self.store.controller_epoch,
+                    self.channel.broker_epoch(broker_id),
+                    partitions,
+                )
+                self.channel.send(broker_id, STOP_REPLICA, request)
+
+    def _sync_channel(self, snapshot: ZkSnapshot) -> None:
+        """One queue per live broker. A broker that is new to this controller (just registered, came
+        back with a new session, or this broker just became controller) gets a full LeaderAndIsr for
+        its partitions; every broker gets a full UpdateMetadata when the set of live brokers changed."""
+        assert self._nursery is not None
+        before = set(self.channel.queues)
+        fresh = self.channel.sync(self._nursery, dict(snapshot.broker_epochs))
+        self.shutting_down_brokers &= set(snapshot.brokers)
+        if not fresh and before == set(self.channel.queues):
+            return
+        infos = [
+            self._partition_info(snapshot, key, state)
+            for key, state in sorted(snapshot.states.items())
+            if key[0] in snapshot.topics and key[0] not in snapshot.deletions
+        ]
+        for broker_id in sorted(fresh):
+            hosted = [info for info in infos if broker_id in info.replicas]
+            self._send_leader_and_isr(snapshot, broker_id, hosted, full=True)
+        epoch = self.store.controller_epoch
+        for broker_id in sorted(self.channel.queues):
+            request = update_metadata_request(
+                self.node_id, epoch, self.channel.broker_epoch(broker_id), infos, self._brokers_of(snapshot)
+            )
+            self.channel.send(broker_id, UPDATE_METADATA, request)
 
     async def _finish_reassignments(self, snapshot: ZkSnapshot) -> bool:
         """Complete reassignments whose new replicas are all in the ISR: the assignment becomes the
@@ -346,16 +591,24 @@ class ClusterRuntime:
             versions = await trio.to_thread.run_sync(self.store.controller_write_states, states)
             finished = {p: t for p, t in done.items() if versions.get((name, p), -1) >= 0}
             if finished:
-                await trio.to_thread.run_sync(
-                    self.store.set_assignment,
-                    zd.TopicAssignment(
-                        name,
-                        assignment.topic_id,
-                        {**assignment.partitions, **finished},
-                        {p: r for p, r in assignment.adding.items() if p not in finished},
-                        {p: r for p, r in assignment.removing.items() if p not in finished},
-                    ),
+                completed = zd.TopicAssignment(
+                    name,
+                    assignment.topic_id,
+                    {**assignment.partitions, **finished},
+                    {p: r for p, r in assignment.adding.items() if p not in finished},
+                    {p: r for p, r in assignment.removing.items() if p not in finished},
                 )
+                await trio.to_thread.run_sync(self.store.set_assignment, completed)
+                written = {(name, p): _at_version(states[(name, p)], versions[(name, p)]) for p in finished}
+                after = ZkSnapshot(snapshot.brokers, snapshot.broker_epochs, snapshot.controller)
+                after.topics = {**snapshot.topics, name: completed}
+                self._announce(after, written)
+                # the replicas reassigned away stop and delete the partition (Kafka's StopReplica)
+                stops: dict[int, list[tuple[str, int, int, bool]]] = {}
+                for p in finished:
+                    for replica in assignment.removing.get(p, []):
+                        stops.setdefault(replica, []).append((name, p, states[(name, p)].leader_epoch, True))
+                self._send_stop_replica(stops)
                 log.info("controller: reassignment of %s partitions %s complete", name, sorted(finished))
                 changed = True
         return changed
@@ -417,6 +670,30 @@ class ClusterRuntime:
         for assignment in changed.values():
             await trio.to_thread.run_sync(self.store.set_assignment, assignment)
         if changed:
+            # the replica set changed: leader epoch + 1 and LeaderAndIsr to every replica, old and new
+            # (KIP-455), so the leader accepts the new followers' fetches and they start fetching
+            bumped: dict[tuple[str, int], LeaderAndIsr] = {}
+            for (name, partition), (error, _) in results.items():
+                state = snapshot.states.get((name, partition))
+                if error == ErrorCode.NONE and state is not None and name in changed:
+                    bumped[(name, partition)] = LeaderAndIsr(
+                        state.leader,
+                        state.leader_epoch + 1,
+                        state.isr,
+                        self.store.controller_epoch,
+                        state.zk_version,
+                    )
+            if bumped:
+                try:
+                    versions = await trio.to_thread.run_sync(self.store.controller_write_states, bumped)
+                except StaleController as exc:
+                    raise KafkaError(ErrorCode.NOT_CONTROLLER, str(exc)) from exc
+                after = ZkSnapshot(snapshot.brokers, snapshot.broker_epochs, snapshot.controller)
+                after.topics = {**snapshot.topics, **changed}
+                self._announce(
+                    after,
+                    {k: _at_version(v, versions[k]) for k, v in bumped.items() if versions.get(k, -1) >= 0},
+                )
             self.poke()
         return results
 
@@ -507,6 +784,7 @@ class ClusterRuntime:
                 else:
                     results[key] = (ErrorCode.NONE, None)
                     log.info("controller: %s-%d elected %s", key[0], key[1], writes[key])
+            self._announce(snapshot, {k: _at_version(writes[k], v) for k, v in versions.items() if v >= 0})
             self.poke()
         return results
 
@@ -522,6 +800,7 @@ class ClusterRuntime:
             raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, f"broker {broker_id} is not registered")
         live = set(snapshot.brokers)
         epoch = self.store.controller_epoch
+        self.shutting_down_brokers.add(broker_id)
         writes: dict[tuple[str, int], LeaderAndIsr] = {}
         remaining: list[tuple[str, int]] = []
         for key, state in snapshot.states.items():
@@ -546,6 +825,7 @@ class ClusterRuntime:
             for key, version in versions.items():
                 if version < 0 and writes[key].leader != snapshot.states[key].leader:
                     remaining.append(key)  # changed meanwhile: the broker asks again
+            self._announce(snapshot, {k: _at_version(writes[k], v) for k, v in versions.items() if v >= 0})
             self.poke()
         log.info(
             "controller: controlled shutdown of broker %d moved %d partition state(s), %d remain",
@@ -573,9 +853,7 @@ class ClusterRuntime:
                 # wait until this broker's own view shows the moves, so no request is answered as leader
                 with trio.move_on_after(5):
                     while any(s.is_leader and len(s.replicas) > 1 for s in self.partitions.values()):
-                        self._reconciled = trio.Event()
-                        self.poke()
-                        await self._reconciled.wait()
+                        await self._next_reconcile()
                 # as Kafka's StopReplica to a stopping broker: stop fetching, so no leader takes this
                 # broker back into an ISR in the moments before its session ends
                 self.shutting_down = True
@@ -669,8 +947,196 @@ class ClusterRuntime:
                 state = snapshot.states.get(key)
                 if state is None:
                     continue
-                self._take_role(key, state, tuple(replicas), partition_log, now)
+                current = self.partitions.get(key)
+                if current is None or _newer(state, current.leader_and_isr()):
+                    # the repair path: a state newer than the one this broker acts on (a controller
+                    # request lost or not yet arrived); never an older or equal one
+                    self._take_role(key, state, tuple(replicas), partition_log, now)
         metadata.commit()
+        self._ensure_following()
+
+    def _ensure_following(self) -> None:
+        """Followers whose leader was not known live when they became followers start fetching now."""
+        if self.shutting_down:
+            return
+        followed = self._followed()
+        for key, state in self.partitions.items():
+            if (
+                state.role.name == "FOLLOWER"
+                and key not in followed
+                and state.leader in self.snapshot.brokers
+            ):
+                self._fetcher_for(state.leader).add(key, state.leader_epoch)
+
+    # --- the controller's requests, broker side ------------------------------------------------------
+
+    def check_controller_request(self, controller_epoch: int, broker_epoch: int) -> ErrorCode:
+        """The top-level checks of LeaderAndIsr/UpdateMetadata/StopReplica; remembers the epoch."""
+        error = check_controller_request(
+            controller_epoch, self.known_controller_epoch, broker_epoch, self.broker_epoch
+        )
+        if error == ErrorCode.NONE:
+            self.known_controller_epoch = max(self.known_controller_epoch, controller_epoch)
+        return error
+
+    def _remember(self, key: tuple[str, int], state: LeaderAndIsr) -> None:
+        known = self.snapshot.states.get(key)
+        if known is None or _newer(state, known):
+            self.snapshot.states[key] = state
+
+    async def apply_leader_and_isr(
+        self,
+        controller_id: int,
+        controller_epoch: int,
+        states: list[tuple[str, Any, int, LeaderAndIsr, tuple[int, ...]]],
+    ) -> dict[tuple[str, int], ErrorCode]:
+        """LeaderAndIsr: take the role each newer partition state gives (see leader_and_isr.py)."""
+        metadata = self.broker.metadata
+
+        def known() -> bool:
+            for topic, _, partition, _, _ in states:
+                info = metadata.topic(topic)
+                if info is None or info.partitions <= partition:
+                    return False
+            return True
+
+        if not known():
+            # a topic (or partitions) this broker's ZooKeeper view has not seen yet: read it first
+            await self._wait_for_view(known, timeout=10)
+        now = self.broker.now_ms()
+        results: dict[tuple[str, int], ErrorCode] = {}
+        for topic, topic_id, partition, state, replicas in states:
+            key = (topic, partition)
+            current = self.partitions.get(key)
+            if current is not None and current.leader_and_isr() == state and current.replicas == replicas:
+                # already applied from ZooKeeper by the repair read this request waited for (a Kafka
+                # broker, which has no such read, would answer FENCED_LEADER_EPOCH)
+                results[key] = ErrorCode.NONE
+                continue
+            error = leader_and_isr_partition(
+                state.leader_epoch,
+                current.leader_epoch if current is not None else -1,
+                replicas,
+                self.node_id,
+            )
+            info = metadata.topic(topic)
+            if error == ErrorCode.NONE and (info is None or info.partitions <= partition):
+                error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif (
+                error == ErrorCode.NONE
+                and topic_id is not None
+                and topic_id.int != 0
+                and info is not None
+                and info.topic_id != topic_id
+            ):
+                error = ErrorCode.INCONSISTENT_TOPIC_ID
+            if error == ErrorCode.NONE and info is not None:
+                partition_log = self.broker.logs.get_log(topic, partition)
+                if partition_log is None:
+                    partition_log = self.broker.logs.create_log(
+                        topic, partition, self.broker.topic_log_config(info), now_ms=now
+                    )
+                self._remember(key, state)
+                self._take_role(key, state, replicas, partition_log, now)
+            results[key] = error
+        return results
+
+    def apply_update_metadata(
+        self,
+        controller_id: int,
+        brokers: dict[int, zd.BrokerRegistration],
+        states: list[tuple[str, int, LeaderAndIsr, tuple[int, ...]]],
+    ) -> None:
+        """UpdateMetadata: the live brokers and partition states clients are answered from."""
+        self.snapshot.brokers = dict(brokers)
+        self.snapshot.controller = controller_id
+        for topic, partition, state, _ in states:
+            self._remember((topic, partition), state)
+        self._ensure_following()
+
+    def apply_stop_replica(
+        self, entries: list[tuple[str, int, int, bool]]
+    ) -> dict[tuple[str, int], ErrorCode]:
+        """StopReplica: stop following (and delete) partitions (see stop_replica.py)."""
+        now = self.broker.now_ms()
+        results: dict[tuple[str, int], ErrorCode] = {}
+        for topic, partition, leader_epoch, delete in entries:
+            key = (topic, partition)
+            current = self.partitions.get(key)
+            error = ErrorCode.NONE
+            if current is not None:
+                error = stop_replica_partition(leader_epoch, current.leader_epoch)
+            if error == ErrorCode.NONE:
+                self._stop_replica(key)
+                if delete and self.broker.logs.get_log(topic, partition) is not None:
+                    self.broker.logs.delete_log(topic, partition, now)
+                    log.info("broker %d deleted its replica of %s-%d", self.node_id, topic, partition)
+                self.broker.watchers.notify(*key)
+            results[key] = error
+        return results
+
+    def topic_names_by_id(self) -> dict[uuid.UUID, str]:
+        return {a.topic_id: name for name, a in self.snapshot.topics.items() if a.topic_id is not None}
+
+    def topic_id(self, name: str) -> uuid.UUID:
+        assignment = self.snapshot.topics.get(name)
+        if assignment is None or assignment.topic_id is None:
+            return uuid.UUID(int=0)
+        return assignment.topic_id
+
+    # --- AlterPartition ------------------------------------------------------------------------------
+
+    async def alter_partition_as_controller(
+        self, broker_id: int, broker_epoch: int, proposals: dict[tuple[str, int], IsrProposal]
+    ) -> tuple[ErrorCode, dict[tuple[str, int], tuple[ErrorCode, LeaderAndIsr | None]]]:
+        """Validate ISR proposals against ZooKeeper's current states and write the accepted ones with
+        compare-and-set; the answer per partition is the state now in ZooKeeper."""
+        if not self.is_controller:
+            return ErrorCode.NOT_CONTROLLER, {}
+        epochs: dict[int, int] = {}
+        await trio.to_thread.run_sync(self.store.live_brokers, None, epochs)
+        if broker_id not in epochs or (broker_epoch != -1 and epochs[broker_id] != broker_epoch):
+            return ErrorCode.STALE_BROKER_EPOCH, {}
+
+        def read_states() -> dict[tuple[str, int], LeaderAndIsr | None]:
+            return {key: self.store.partition_state(*key) for key in proposals}
+
+        current = await trio.to_thread.run_sync(read_states)
+        results: dict[tuple[str, int], tuple[ErrorCode, LeaderAndIsr | None]] = {}
+        writes: dict[tuple[str, int], LeaderAndIsr] = {}
+        for key, proposal in proposals.items():
+            error, state = alter_partition_decision(
+                proposal, current.get(key), epochs, self.shutting_down_brokers
+            )
+            if error != ErrorCode.NONE or state is None:
+                results[key] = (error, None)
+            elif state is current.get(key):
+                results[key] = (ErrorCode.NONE, state)
+            else:
+                writes[key] = LeaderAndIsr(
+                    state.leader, state.leader_epoch, state.isr, self.store.controller_epoch, state.zk_version
+                )
+        if writes:
+            try:
+                versions = await trio.to_thread.run_sync(self.store.controller_write_states, writes)
+            except StaleController:
+                return ErrorCode.NOT_CONTROLLER, {}
+            written: dict[tuple[str, int], LeaderAndIsr] = {}
+            for key, version in versions.items():
+                if version < 0:
+                    results[key] = (ErrorCode.INVALID_UPDATE_VERSION, None)
+                else:
+                    written[key] = _at_version(writes[key], version)
+                    results[key] = (ErrorCode.NONE, written[key])
+                    log.info(
+                        "controller: %s-%d ISR is now %s (AlterPartition)",
+                        key[0],
+                        key[1],
+                        list(written[key].isr),
+                    )
+            # the leader learns the new state from the answer; every broker's metadata from this
+            self._announce(self.snapshot, written, leader_and_isr=False)
+        return ErrorCode.NONE, results
 
     def _take_role(
         self,
@@ -776,7 +1242,7 @@ class ClusterRuntime:
 
     def check_leader(self, topic: str, partition: int) -> PartitionState:
         state = self.partitions.get((topic, partition))
-        if state is None or not state.is_leader:
+        if state is None or not state.is_leader or self.is_fenced():
             raise KafkaError(
                 ErrorCode.NOT_LEADER_OR_FOLLOWER,
                 f"broker {self.node_id} is not the leader for {topic}-{partition}",
@@ -820,7 +1286,8 @@ class ClusterRuntime:
         """Park an acks=-1 produce until the ISR has `required_offset` (Kafka's delayed produce)."""
         while True:
             state = self.partitions.get((topic, partition))
-            if state is None:
+            if state is None or self.is_fenced():
+                # a fenced leader answers no acks=-1 produce: its leadership may have moved on
                 return ErrorCode.NOT_LEADER_OR_FOLLOWER
             done, error = state.replicas_reached(required_offset, self.min_isr(partition_log))
             if done or error != ErrorCode.NONE:
@@ -841,26 +1308,76 @@ class ClusterRuntime:
                 log.info(
                     "%s-%d: ISR shrinks to %s (lagging %s)", key[0], key[1], list(proposal.isr), sorted(late)
                 )
-                await self._write_isr(key, proposal)
+                if self._nursery is not None:
+                    self._nursery.start_soon(self._write_isr, key, proposal)
 
     async def _write_isr(self, key: tuple[str, int], proposal: LeaderAndIsr) -> None:
+        """Propose an ISR change to the controller (AlterPartition) and apply its answer."""
         try:
-            version = await trio.to_thread.run_sync(self.store.leader_write_isr, key[0], key[1], proposal)
+            answer = await self._alter_partition(key, proposal)
         except Exception as exc:
-            log.warning("ISR write for %s-%d failed: %r", key[0], key[1], exc)
-            version = -1
+            log.warning("AlterPartition for %s-%d failed: %r", key[0], key[1], exc)
+            answer = None
         state = self.partitions.get(key)
         if state is None:
             return
-        if version < 0:
+        if answer is None or answer.leader_epoch != state.leader_epoch or not state.is_leader:
             state.abort_isr_change()
-            self.poke()  # the controller changed the state: re-read it
+            self.poke()  # the state moved on: the controller's requests (or the repair read) bring it
             return
-        state.commit_isr(proposal.isr, version)
+        state.commit_isr(answer.isr, answer.zk_version)
+        self._remember(key, state.leader_and_isr())
         partition_log = self.broker.logs.get_log(*key)
         if partition_log is not None and state.maybe_advance_high_watermark(partition_log.log_end_offset):
             partition_log.update_high_watermark(state.high_watermark)
         self.broker.watchers.notify(*key)
+
+    async def _alter_partition(self, key: tuple[str, int], proposal: LeaderAndIsr) -> LeaderAndIsr | None:
+        """Send one AlterPartition to the controller; the state it answers with, None on an error."""
+        from kafkacompat.replication.broker_requests import ALTER_PARTITION, alter_partition_request
+
+        controller_id = self.controller_id()
+        if controller_id < 0 or self.is_fenced():
+            return None
+        request = alter_partition_request(
+            self.node_id,
+            self.broker_epoch,
+            key[0],
+            self.topic_id(key[0]),
+            key[1],
+            proposal,
+            self.snapshot.broker_epochs,
+        )
+        timeout = self.broker.config["replica.socket.timeout.ms"] / 1000
+
+        def ask() -> Any:
+            connection = self.inter_broker_connection(controller_id, "alter-partition", timeout)
+            try:
+                return connection.send(ALTER_PARTITION, connection.version_for(ALTER_PARTITION), request)
+            finally:
+                connection.close()
+
+        response = await trio.to_thread.run_sync(ask)
+        if response.error_code != ErrorCode.NONE:
+            log.info("AlterPartition for %s-%d: %s", key[0], key[1], ErrorCode(response.error_code).name)
+            return None
+        for topic in response.topics:
+            for answer in topic.partitions:
+                if answer.partition_index != key[1]:
+                    continue
+                if answer.error_code != ErrorCode.NONE:
+                    log.info(
+                        "AlterPartition for %s-%d: %s", key[0], key[1], ErrorCode(answer.error_code).name
+                    )
+                    return None
+                return LeaderAndIsr(
+                    answer.leader_id,
+                    answer.leader_epoch,
+                    tuple(answer.isr),
+                    self.known_controller_epoch,
+                    answer.partition_epoch,
+                )
+        return None
 
     # --- what clients see ----------------------------------------------------------------------------
 
@@ -926,9 +1443,7 @@ class ClusterRuntime:
         """Reconcile until `done()` holds (at most `timeout` seconds); whether it does."""
         with trio.move_on_after(timeout):
             while not done():
-                self._reconciled = trio.Event()
-                self.poke()
-                await self._reconciled.wait()
+                await self._next_reconcile()
         return done()
 
     async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
@@ -954,9 +1469,17 @@ class ClusterRuntime:
         await trio.to_thread.run_sync(self.store.set_assignment, grown)
         with trio.move_on_after(10):
             while (topic := self.broker.metadata.topic(name)) is not None and topic.partitions < total:
-                self._reconciled = trio.Event()
-                self.poke()
-                await self._reconciled.wait()
+                await self._next_reconcile()
 
     async def allocate_producer_id_block(self, size: int) -> int:
         return await trio.to_thread.run_sync(self.store.allocate_producer_id_block, self.node_id, size)
+
+
+def _at_version(state: LeaderAndIsr, zk_version: int) -> LeaderAndIsr:
+    """The state as written: its new znode version is the partition epoch brokers are told."""
+    return LeaderAndIsr(state.leader, state.leader_epoch, state.isr, state.controller_epoch, zk_version)
+
+
+def _newer(a: LeaderAndIsr, b: LeaderAndIsr) -> bool:
+    """Whether `a` is a later state of the partition than `b` (leader epoch, then znode version)."""
+    return (a.leader_epoch, a.zk_version) > (b.leader_epoch, b.zk_version)

@@ -21,8 +21,8 @@ act on its answers:
 - `out_of_sync_replicas(now_ms, lag_ms)` lists ISR followers not caught up for longer than
   `replica.lag.time.max.ms`; `should_expand_isr(replica)` says a follower outside the ISR has caught up
   to the high watermark (and to the start of the current leader epoch). The edge proposes the new ISR
-  with a versioned write (`propose_isr`) and applies it on success (`commit_isr`) — the ISR only ever
-  changes through ZooKeeper, this class only decides.
+  to the controller (`propose_isr`, sent as AlterPartition) and applies the controller's answer
+  (`commit_isr`) — the ISR only ever changes through the controller, this class only decides.
 - `min.insync.replicas`: `check_enough_replicas_for_append(acks, min_isr)` refuses an acks=-1 produce
   before the append (NOT_ENOUGH_REPLICAS); `replicas_reached(required_offset, min_isr)` answers a parked
   acks=-1 produce after it (NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below the minimum while
@@ -171,6 +171,13 @@ class PartitionState:
         self.controller_epoch = state.controller_epoch
         self.zk_version = state.zk_version
         self.replicas = tuple(replicas)
+
+    def resign(self) -> None:
+        """Stop acting as leader (the ZooKeeper session ended) but keep the epoch and version: only a
+        newer state makes this broker leader again."""
+        self.leader = NO_LEADER
+        self.followers = {}
+        self.pending_isr = None
 
     def leader_and_isr(self) -> LeaderAndIsr:
         return LeaderAndIsr(self.leader, self.leader_epoch, self.isr, self.controller_epoch, self.zk_version)

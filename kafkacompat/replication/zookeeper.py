@@ -15,10 +15,9 @@ Every state change is a versioned write, as in Kafka's ZooKeeper mode:
   writes is a ZooKeeper transaction "check /controller_epoch is still at my version, set the state at
   the version I read": a controller that lost its session and was replaced (the epoch moved on) fails
   the check and is fenced (`StaleController`), exactly Kafka's `checkControllerAndUpdate...` scheme;
-- a leader changing its ISR (shrink/expand) writes the partition state with a compare-and-set on the
-  version it knows (Kafka's ZooKeeper-mode leaders did this before AlterPartition existed) and leaves
-  an `/isr_change_notification` for the controller; a conflict means the controller changed the state
-  meanwhile: the leader re-reads and applies what it finds;
+- only the controller writes partition states: a leader's ISR change reaches it as an AlterPartition
+  request, which it validates and writes with that same compare-and-set (Kafka's ZooKeeper mode since
+  AlterPartition; kafkacompat writes no `/isr_change_notification`);
 - topic creation writes `/config/topics/T` and `/brokers/topics/T` in one transaction (NodeExists:
   TOPIC_ALREADY_EXISTS); deletion is requested by creating `/admin/delete_topics/T` and carried out by
   the controller.
@@ -117,8 +116,9 @@ class ZooKeeperStore:
             data, _ = self.client.get(zd.CLUSTER_ID)
             return zd.decode_cluster_id(data)
 
-    def register_broker(self, registration: zd.BrokerRegistration) -> None:
-        """Create the ephemeral /brokers/ids/N; a live registration of another session is an error."""
+    def register_broker(self, registration: zd.BrokerRegistration) -> int:
+        """Create the ephemeral /brokers/ids/N; a live registration of another session is an error.
+        Returns the broker epoch: the znode's czxid, as Kafka's ZooKeeper mode defines it."""
         path = zd.broker_path(registration.broker_id)
         data = zd.encode_broker(registration)
         try:
@@ -127,19 +127,31 @@ class ZooKeeperStore:
             stat = self.client.exists(path)
             if stat is not None and stat.ephemeralOwner == self.session_id:
                 self.client.set(path, data)
-                return
+                return int(stat.czxid)
             raise KafkaError(
                 ErrorCode.BROKER_NOT_AVAILABLE, f"broker id {registration.broker_id} is already registered"
             ) from None
+        stat = self.client.exists(path)
+        return int(stat.czxid) if stat is not None else -1
 
-    def live_brokers(self, watch: Callable[[Any], None] | None = None) -> dict[int, zd.BrokerRegistration]:
+    def registered_by_this_session(self, broker_id: int) -> bool:
+        """Whether /brokers/ids/N exists and belongs to this client's current session."""
+        stat = self.client.exists(zd.broker_path(broker_id))
+        return stat is not None and stat.ephemeralOwner == self.session_id
+
+    def live_brokers(
+        self, watch: Callable[[Any], None] | None = None, epochs: dict[int, int] | None = None
+    ) -> dict[int, zd.BrokerRegistration]:
+        """Every registered broker; `epochs`, when given, is filled with each one's broker epoch."""
         brokers: dict[int, zd.BrokerRegistration] = {}
         for child in self.client.get_children(zd.BROKER_IDS, watch=watch):
             try:
-                data, _ = self.client.get(f"{zd.BROKER_IDS}/{child}")
+                data, stat = self.client.get(f"{zd.BROKER_IDS}/{child}")
             except NoNodeError:
                 continue  # went away between the listing and the read
             brokers[int(child)] = zd.decode_broker(int(child), data)
+            if epochs is not None:
+                epochs[int(child)] = int(stat.czxid)
         return brokers
 
     # --- controller ----------------------------------------------------------------------------------
@@ -313,24 +325,6 @@ class ZooKeeperStore:
             else:
                 results[(topic, partition)] = 0 if state.zk_version < 0 else write.version
         return results
-
-    def leader_write_isr(self, topic: str, partition: int, state: LeaderAndIsr) -> int:
-        """A leader's ISR change: compare-and-set on the version it knows; the new version, or -1 on a
-        conflict. Leaves an isr_change_notification for the controller, as Kafka's leaders did."""
-        try:
-            stat = self.client.set(
-                zd.partition_state_path(topic, partition),
-                zd.encode_partition_state(state),
-                version=state.zk_version,
-            )
-        except (BadVersionError, NoNodeError):
-            return -1
-        self.client.create(
-            f"{zd.ISR_CHANGE_NOTIFICATION}/isr_change_",
-            zd.encode_isr_change([(topic, partition)]),
-            sequence=True,
-        )
-        return int(stat.version)
 
     # --- producer ids --------------------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """ApiVersions (key 18), versions 0-4.
 
-Behaviour: lists every API in the dispatch table with the version range this broker serves (handler
-range intersected with the codec's), so nothing unimplemented is advertised. A broker without feature
+Behaviour: lists every API in the dispatch table (the inter-broker APIs in cluster mode only) with
+the version range this broker serves (handler range intersected with the codec's), so nothing unimplemented is advertised. A broker without feature
 flags sends empty SupportedFeatures/FinalizedFeatures and finalized-features epoch -1 (v3+). A request
 whose version we do not know is answered in v0 format with UNSUPPORTED_VERSION and the same key list
 (KIP-511); the connection builds that answer with `unsupported_version_response()`. From v3 the client
@@ -22,20 +22,20 @@ MIN_VERSION = 0
 MAX_VERSION = 4
 
 
-def _api_keys() -> list[Any]:
+def _api_keys(cluster_mode: bool) -> list[Any]:
     from kafkacompat.broker.dispatch import supported_versions
 
     return [
         ApiVersionsResponse.ApiVersion(api_key=key, min_version=low, max_version=high)
-        for key, low, high in supported_versions()
+        for key, low, high in supported_versions(cluster_mode)
     ]
 
 
 _SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
 
-def unsupported_version_response() -> ApiVersionsResponse:
-    return ApiVersionsResponse(error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=_api_keys())
+def unsupported_version_response(cluster_mode: bool = False) -> ApiVersionsResponse:
+    return ApiVersionsResponse(error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=_api_keys(cluster_mode))
 
 
 async def handle(ctx: Any, request: Any) -> ApiVersionsResponse:
@@ -44,4 +44,5 @@ async def handle(ctx: Any, request: Any) -> ApiVersionsResponse:
         and _SOFTWARE.fullmatch(request.client_software_version or "")
     ):
         return ApiVersionsResponse(error_code=ErrorCode.INVALID_REQUEST, api_keys=[])
-    return ApiVersionsResponse(error_code=ErrorCode.NONE, api_keys=_api_keys())
+    cluster_mode = getattr(ctx.broker, "cluster", None) is not None
+    return ApiVersionsResponse(error_code=ErrorCode.NONE, api_keys=_api_keys(cluster_mode))

@@ -101,18 +101,6 @@ def test_controller_election_epochs_and_fencing(stores: Callable[[], ZooKeeperSt
     assert two.partition_state(*key) == LeaderAndIsr(2, 1, (2,), 2, 1)
 
 
-def test_leader_isr_change_is_compare_and_set(stores: Callable[[], ZooKeeperStore]) -> None:
-    controller, leader = stores(), stores()
-    assert controller.try_become_controller(1)
-    controller.controller_write_states({("t", 0): LeaderAndIsr(2, 0, (2, 3), 1)})
-    state = leader.partition_state("t", 0)
-    assert state is not None and state.zk_version == 0
-    assert leader.leader_write_isr("t", 0, state.with_isr((2,))) == 1
-    assert leader.leader_write_isr("t", 0, state.with_isr((2, 3))) == -1  # version 0 is gone
-    assert leader.partition_state("t", 0) == LeaderAndIsr(2, 0, (2,), 1, 1)
-    assert controller.client.get_children(zd.ISR_CHANGE_NOTIFICATION)
-
-
 def test_topics_configs_and_deletion_requests(stores: Callable[[], ZooKeeperStore]) -> None:
     store = stores()
     topic_id = uuid.uuid4()

@@ -1,0 +1,151 @@
+"""The controller's channel to the brokers: one ordered request queue and connection per live broker.
+
+Theory of operation: the controller decides and writes ZooKeeper first, then tells the brokers with
+LeaderAndIsr / UpdateMetadata / StopReplica (`broker_requests.py` builds them). `ControllerChannel`
+owns one `BrokerQueue` per live broker (Kafka's ControllerChannelManager): requests to one broker are
+sent one at a time, in the order they were queued, over one connection to its inter-broker listener
+(`ClusterRuntime.inter_broker_connection`, the blocking client in a worker thread). A request whose
+connection fails is sent again, in place, after a backoff and a reconnect, until it is answered or its
+queue is stopped (the broker's registration ended or changed, or this broker stopped being controller).
+An error answer is logged and not retried: the periodic repair path and the next state change correct
+it, and a broker that registers again gets a full LeaderAndIsr + UpdateMetadata anyway.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from kafkacompat.wire.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from kafkacompat.client import BrokerConnection
+    from kafkacompat.replication.cluster import ClusterRuntime
+
+__all__ = ["BrokerQueue", "ControllerChannel"]
+
+log = logging.getLogger("kafkacompat.controller")
+
+API_NAMES = {4: "LeaderAndIsr", 5: "StopReplica", 6: "UpdateMetadata"}
+
+
+def _errors(api_key: int, response: Any) -> list[int]:
+    """The non-zero error codes of an answer (top level and per partition)."""
+    codes = [response.error_code]
+    if api_key == 4:
+        codes += [p.error_code for p in getattr(response, "partition_errors", [])]
+        codes += [p.error_code for t in getattr(response, "topics", []) for p in t.partition_errors]
+    elif api_key == 5:
+        codes += [p.error_code for p in response.partition_errors]
+    return [c for c in codes if c != ErrorCode.NONE]
+
+
+class BrokerQueue:
+    """The ordered requests to one broker (registered with `broker_epoch`) and its connection."""
+
+    def __init__(self, runtime: ClusterRuntime, broker_id: int, broker_epoch: int) -> None:
+        self.runtime = runtime
+        self.broker_id = broker_id
+        self.broker_epoch = broker_epoch
+        self.pending: deque[tuple[int, Any]] = deque()
+        self.stopped = False
+        self.sent = 0
+        self._wake = trio.Event()
+        self._connection: BrokerConnection | None = None
+
+    def put(self, api_key: int, request: Any) -> None:
+        self.pending.append((api_key, request))
+        self._wake.set()
+
+    def stop(self) -> None:
+        self.stopped = True
+        self._wake.set()
+
+    async def run(self) -> None:
+        backoff = 0.1
+        try:
+            while not self.stopped:
+                if not self.pending:
+                    self._wake = trio.Event()
+                    await self._wake.wait()
+                    continue
+                api_key, request = self.pending[0]
+                try:
+                    response = await self._send(api_key, request)
+                except Exception as exc:
+                    log.info("controller request to broker %d: %r; retrying", self.broker_id, exc)
+                    self._disconnect()
+                    await trio.sleep(backoff)
+                    backoff = min(backoff * 2, 1.0)
+                    continue
+                backoff = 0.1
+                if self.pending and self.pending[0][1] is request:
+                    self.pending.popleft()
+                self.sent += 1
+                errors = _errors(api_key, response)
+                if errors:
+                    log.info(
+                        "%s to broker %d answered %s",
+                        API_NAMES.get(api_key, api_key),
+                        self.broker_id,
+                        sorted({ErrorCode(c).name for c in errors}),
+                    )
+        finally:
+            self._disconnect()
+
+    async def _send(self, api_key: int, request: Any) -> Any:
+        if self._connection is None:
+            timeout = self.runtime.broker.config["replica.socket.timeout.ms"] / 1000
+            self._connection = await trio.to_thread.run_sync(
+                self.runtime.inter_broker_connection, self.broker_id, "controller", timeout
+            )
+        connection = self._connection
+
+        def send() -> Any:
+            return connection.send(api_key, connection.version_for(api_key), request)
+
+        return await trio.to_thread.run_sync(send, abandon_on_cancel=True)
+
+    def _disconnect(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+
+class ControllerChannel:
+    """One `BrokerQueue` per live broker while this broker is the controller."""
+
+    def __init__(self, runtime: ClusterRuntime) -> None:
+        self.runtime = runtime
+        self.queues: dict[int, BrokerQueue] = {}
+
+    def sync(self, nursery: trio.Nursery, live: dict[int, int]) -> set[int]:
+        """Match the queues to the live brokers (id -> broker epoch); the ids new or re-registered."""
+        for broker_id, queue in list(self.queues.items()):
+            if live.get(broker_id) != queue.broker_epoch:
+                queue.stop()
+                del self.queues[broker_id]
+        fresh = set()
+        for broker_id, epoch in live.items():
+            if broker_id not in self.queues:
+                queue = self.queues[broker_id] = BrokerQueue(self.runtime, broker_id, epoch)
+                nursery.start_soon(queue.run)
+                fresh.add(broker_id)
+        return fresh
+
+    def send(self, broker_id: int, api_key: int, request: Any) -> None:
+        queue = self.queues.get(broker_id)
+        if queue is not None:
+            queue.put(api_key, request)
+
+    def broker_epoch(self, broker_id: int) -> int:
+        queue = self.queues.get(broker_id)
+        return queue.broker_epoch if queue is not None else -1
+
+    def stop_all(self) -> None:
+        for queue in self.queues.values():
+            queue.stop()
+        self.queues.clear()
