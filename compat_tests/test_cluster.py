@@ -8,13 +8,19 @@ processes (`kafkacompat_cluster`), a topic with replication factor 3 and min.ins
 - a consumer group keeps consuming through a coordinator move (the coordinator killed), and no
   committed offset is lost;
 - every broker reports its own replicas, followers included, to the Java Admin's describeLogDirs, and
-  describeTopics (DescribeTopicPartitions) gives the same leader, replicas and ISR through every broker.
+  describeTopics (DescribeTopicPartitions) gives the same leader, replicas and ISR through every broker;
+- brokers learn leadership from the controller's LeaderAndIsr (a kafka-python acks=all producer then
+  writes to the new leader), refuse a controller request with a stale controller epoch, change ISRs
+  through AlterPartition (a SIGSTOPped follower leaves the ISR and comes back, in ZooKeeper and
+  Metadata), and a leader SIGSTOPped past its ZooKeeper session refuses produce once resumed.
 
 The suite starts its own cluster, so these tests are skipped with `--bootstrap`.
 """
 
 from __future__ import annotations
 
+import re
+import signal
 import time
 import uuid
 from collections.abc import Callable
@@ -136,12 +142,29 @@ def test_acknowledged_records_survive_a_killed_leader(kafkacompat_cluster: Local
     )
     assert old_leader not in new_state.isrs
 
-    assert len(acknowledged) == 600, f"{len(acknowledged)} acknowledged, failures: {failed[:3]}"
+    # the new leader took its role from the controller's LeaderAndIsr, not from reading ZooKeeper
+    new_log = cluster.brokers[new_state.leader].log_path.read_text()
+    assert re.search(
+        rf"leads {topic}-0 at epoch [1-9][0-9]* \(from LeaderAndIsr of controller [0-9]+\)", new_log
+    ), "the new leadership did not come from a LeaderAndIsr request"
+    # kafka-python's acks=all producer finds the new leader too
+    from kafka import KafkaProducer
+
+    python_producer = KafkaProducer(bootstrap_servers=survivors, acks="all", retries=10)
+    try:
+        futures = [python_producer.send(topic, f"py-{i:04d}".encode(), partition=0) for i in range(50)]
+        python_acked = [(f.get(timeout=60).offset, f"py-{i:04d}".encode()) for i, f in enumerate(futures)]
+    finally:
+        python_producer.close()
+    acknowledged += python_acked
+
+    assert len(acknowledged) == 650, f"{len(acknowledged)} acknowledged, failures: {failed[:3]}"
     end = max(offset for offset, _ in acknowledged) + 1
     records = read_all(survivors, topic, 0, end)
     values = [value for _, value in records]
     assert len(values) == len(set(values)), "a record was stored twice"
-    assert values == sorted(values), "records out of order"
+    ours = [v for v in values if not v.startswith(b"py-")]
+    assert ours == sorted(ours) and values[-50:] == [v for _, v in python_acked], "records out of order"
     assert {v for _, v in acknowledged} <= set(values), "an acknowledged record is missing"
     assert dict(acknowledged) == {o: v for o, v in records if o in dict(acknowledged)}
 
@@ -503,8 +526,9 @@ def test_metrics_report_the_cluster_health(tmp_path: Any) -> None:
     with cluster:
         topic = create_replicated_topic(cluster, partitions=2)
         wait_until(
-            lambda: sum(health(b)["kafka_controller_kafkacontroller_active_controller_count"] for b in urls)
-            == 1,
+            lambda: (
+                sum(health(b)["kafka_controller_kafkacontroller_active_controller_count"] for b in urls) == 1
+            ),
             30,
             "one active controller",
         )
@@ -639,3 +663,150 @@ def test_short_chaos_run(tmp_path: Any) -> None:
     assert int(figures["confluent-kafka: records acknowledged"]) > 0
     assert figures["confluent-kafka: acknowledged records lost"] == "0"
     assert figures["group: reads below a confirmed commit (lost or backwards)"] == "0"
+
+
+def _produce_request(topic: str, acks: int = -1) -> Any:
+    from kafkacompat.wire.messages import request_class
+    from kafkacompat.wire.records import build_batch
+
+    produce = request_class(0)
+    batch = build_batch([(b"k", b"v", (), int(time.time() * 1000))])
+    return produce(
+        transactional_id=None,
+        acks=acks,
+        timeout_ms=5000,
+        topic_data=[
+            produce.TopicProduceData(
+                name=topic, partition_data=[produce.PartitionProduceData(index=0, records=batch)]
+            )
+        ],
+    )
+
+
+def test_controller_requests_are_fenced_by_controller_epoch(kafkacompat_cluster: LocalCluster) -> None:
+    """Brokers advertise and serve the controller's requests in cluster mode; one carrying an older
+    controller epoch than the broker has seen is refused, and changes nothing."""
+    from kafkacompat.client import KafkaClient
+    from kafkacompat.wire.messages import request_class
+
+    cluster = kafkacompat_cluster
+    topic = create_replicated_topic(cluster)
+    state = partition_state(cluster, topic)
+    follower = next(b for b in state.replicas if b != state.leader)
+    cls = request_class(4)
+    forged = cls(
+        controller_id=follower,
+        controller_epoch=0,  # every controller of this cluster has epoch >= 1
+        broker_epoch=-1,
+        topic_states=[
+            cls.LeaderAndIsrTopicState(
+                topic_name=topic,
+                partition_states=[
+                    cls.LeaderAndIsrPartitionState(
+                        partition_index=0,
+                        controller_epoch=0,
+                        leader=follower,
+                        leader_epoch=99,
+                        isr=[follower],
+                        partition_epoch=99,
+                        replicas=list(state.replicas),
+                    )
+                ],
+            )
+        ],
+    )
+    with KafkaClient(cluster.brokers[follower].bootstrap) as client:
+        served = client.connection().versions  # negotiated with ApiVersions
+        assert served[4] == (0, 7) and served[5] == (0, 4) and served[6] == (0, 8) and served[56] == (0, 3)
+        answer = client.send(4, forged, version=7)
+        assert answer.error_code == 11  # STALE_CONTROLLER_EPOCH
+        assert [p.error_code for t in answer.topics for p in t.partition_errors] == [11]
+        # the broker still follows: a produce to it is refused
+        refused = client.send(0, _produce_request(topic), version=9)
+        assert refused.responses[0].partition_responses[0].error_code == 6
+    assert partition_state(cluster, topic).leader == state.leader
+
+
+def _zk_partition_state(cluster: LocalCluster, topic: str) -> Any:
+    from kafkacompat.replication.zookeeper import ZooKeeperStore
+
+    store = ZooKeeperStore(cluster.zookeeper.connect_string + cluster.chroot)
+    store.client.start(timeout=10)
+    try:
+        return store.partition_state(topic, 0)
+    finally:
+        store.close()
+
+
+def test_isr_changes_go_through_alter_partition_and_a_paused_leader_is_fenced(tmp_path: Any) -> None:
+    """replica.lag.time.max.ms below the session timeout: a SIGSTOPped follower leaves the ISR through
+    the leader's AlterPartition (same leader epoch, new partition epoch in ZooKeeper) and comes back the
+    same way once resumed. A leader SIGSTOPped past zookeeper.session.timeout.ms loses its leadership
+    to another replica and, once resumed, refuses produce (NOT_LEADER_OR_FOLLOWER) instead of acting on
+    its stale leadership, then rejoins as a follower."""
+    from kafkacompat.client import KafkaClient
+    from kafkacompat.replication.zk_server import ZooKeeperUnavailable
+    from kafkacompat.testing import CLUSTER_TEST_OVERRIDES
+
+    overrides = [o for o in CLUSTER_TEST_OVERRIDES if not o.startswith("replica.lag.time.max.ms")]
+    try:
+        cluster = LocalCluster(tmp_path / "cluster", overrides=[*overrides, "replica.lag.time.max.ms=2000"])
+    except ZooKeeperUnavailable as exc:
+        pytest.skip(f"cluster mode needs ZooKeeper: {exc}")
+    with cluster:
+        topic = create_replicated_topic(cluster)
+        before = _zk_partition_state(cluster, topic)
+        leader = before.leader
+        follower = next(b for b in cluster.brokers if b != leader)
+        paused = cluster.brokers[follower].process
+        assert paused is not None
+        leader_admin = AdminClient({"bootstrap.servers": cluster.brokers[leader].bootstrap})
+
+        def leader_isr() -> list[int]:
+            return list(leader_admin.list_topics(topic, timeout=10).topics[topic].partitions[0].isrs)
+
+        paused.send_signal(signal.SIGSTOP)
+        try:
+            shrunk = wait_until(
+                lambda: follower not in (s := _zk_partition_state(cluster, topic)).isr and s,
+                20,
+                "the paused follower out of the ISR",
+            )
+            wait_until(lambda: follower not in leader_isr(), 10, "the shrunk ISR in Metadata")
+        finally:
+            paused.send_signal(signal.SIGCONT)
+        # an ISR change by the leader: same leader and leader epoch, a new partition epoch (zk version)
+        assert (shrunk.leader, shrunk.leader_epoch) == (before.leader, before.leader_epoch)
+        assert shrunk.zk_version > before.zk_version
+        expanded = wait_until(
+            lambda: follower in (s := _zk_partition_state(cluster, topic)).isr and s,
+            30,
+            "the resumed follower back in the ISR",
+        )
+        assert expanded.leader_epoch == before.leader_epoch and expanded.zk_version > shrunk.zk_version
+        wait_until(lambda: follower in leader_isr(), 10, "the expanded ISR in Metadata")
+        controller_logs = "".join(b.log_path.read_text() for b in cluster.brokers.values())
+        assert f"{topic}-0 ISR is now" in controller_logs and "(AlterPartition)" in controller_logs
+
+        # a zombie leader: paused past its session, it must not act on its old leadership
+        zombie = cluster.brokers[leader]
+        assert zombie.process is not None
+        with KafkaClient(zombie.bootstrap) as client:
+            client.metadata([topic])  # connected before the pause
+            zombie.process.send_signal(signal.SIGSTOP)
+            try:
+                wait_until(
+                    lambda: _zk_partition_state(cluster, topic).leader not in (leader, -1),
+                    30,
+                    "a new leader elected while the old one is paused",
+                )
+            finally:
+                zombie.process.send_signal(signal.SIGCONT)
+            answer = client.send(0, _produce_request(topic), version=9)
+            assert answer.responses[0].partition_responses[0].error_code == 6  # NOT_LEADER_OR_FOLLOWER
+        noticed = zombie.log_path.read_text()
+        assert "resigning every leadership" in noticed or "stood still past the session timeout" in noticed
+        # it registers again with its new session and follows the new leader
+        wait_until(
+            lambda: leader in partition_state(cluster, topic).isrs, 60, "the old leader back in the ISR"
+        )

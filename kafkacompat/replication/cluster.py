@@ -89,6 +89,9 @@ __all__ = ["ClusterMetadataCache", "ClusterRuntime", "ZkSnapshot"]
 log = logging.getLogger("kafkacompat.cluster")
 
 RECONCILE_SECONDS = 2.0
+#: how long a newer partition state in ZooKeeper waits for the controller's LeaderAndIsr before the
+#: repair path applies it
+REPAIR_DELAY_SECONDS = 3.0
 CONTROLLED_SHUTDOWN = 7
 PREFERRED_ELECTION = 0
 UNCLEAN_ELECTION = 1
@@ -180,6 +183,10 @@ class ClusterRuntime:
         self.channel = ControllerChannel(self)
         #: as controller: brokers whose controlled shutdown was asked (INELIGIBLE_REPLICA for ISRs)
         self.shutting_down_brokers: set[int] = set()
+        #: the live brokers of the last read of ZooKeeper
+        self._read_brokers: dict[int, zd.BrokerRegistration] = {}
+        #: partition states the last read found newer than the local ones (leader epoch, zk version)
+        self._unapplied: dict[tuple[str, int], tuple[tuple[int, int], int]] = {}
 
     # --- wiring --------------------------------------------------------------------------------------
 
@@ -377,6 +384,7 @@ class ClusterRuntime:
                 log.warning("fenced as controller: %s", exc)
                 self.is_controller = False
                 self.channel.stop_all()
+        self._read_brokers = dict(snapshot.brokers)
         self.snapshot = self._merged(snapshot)
         self._apply(self.snapshot)
         self._reconciled.set()
@@ -903,6 +911,7 @@ class ClusterRuntime:
         broker = self.broker
         metadata = broker.metadata
         now = broker.now_ms()
+        unapplied, self._unapplied = self._unapplied, {}
         live_topics = {n: a for n, a in snapshot.topics.items() if n not in snapshot.deletions}
         for topic in list(metadata.topics()):
             assignment = live_topics.get(topic.name)
@@ -948,10 +957,21 @@ class ClusterRuntime:
                 if state is None:
                     continue
                 current = self.partitions.get(key)
-                if current is None or _newer(state, current.leader_and_isr()):
-                    # the repair path: a state newer than the one this broker acts on (a controller
-                    # request lost or not yet arrived); never an older or equal one
-                    self._take_role(key, state, tuple(replicas), partition_log, now)
+                if current is not None and not _newer(state, current.leader_and_isr()):
+                    continue
+                # the repair path: ZooKeeper holds a newer state than the one this broker acts on. It
+                # is applied only once REPAIR_DELAY_SECONDS went by without the controller's
+                # LeaderAndIsr bringing it: a request lost with its connection, a controller that
+                # died between its write and its request
+                seen = (state.leader_epoch, state.zk_version)
+                first_seen = unapplied.get(key)
+                if first_seen is not None and first_seen[0] == seen:
+                    if self._clock_ms() - first_seen[1] >= REPAIR_DELAY_SECONDS * 1000:
+                        self._take_role(key, state, tuple(replicas), partition_log, now)
+                    else:
+                        self._unapplied[key] = first_seen
+                else:
+                    self._unapplied[key] = (seen, self._clock_ms())
         metadata.commit()
         self._ensure_following()
 
@@ -1037,7 +1057,9 @@ class ClusterRuntime:
                         topic, partition, self.broker.topic_log_config(info), now_ms=now
                     )
                 self._remember(key, state)
-                self._take_role(key, state, replicas, partition_log, now)
+                self._take_role(
+                    key, state, replicas, partition_log, now, f"LeaderAndIsr of controller {controller_id}"
+                )
             results[key] = error
         return results
 
@@ -1047,8 +1069,11 @@ class ClusterRuntime:
         brokers: dict[int, zd.BrokerRegistration],
         states: list[tuple[str, int, LeaderAndIsr, tuple[int, ...]]],
     ) -> None:
-        """UpdateMetadata: the live brokers and partition states clients are answered from."""
-        self.snapshot.brokers = dict(brokers)
+        """UpdateMetadata: the live brokers and partition states clients are answered from. The live
+        brokers are the request's plus those this broker's own last read of `/brokers/ids` found (a
+        request built before a registration can arrive after this broker read it; a broker that went
+        away leaves with the next read, which its watch triggers)."""
+        self.snapshot.brokers = {**self._read_brokers, **brokers}
         self.snapshot.controller = controller_id
         for topic, partition, state, _ in states:
             self._remember((topic, partition), state)
@@ -1145,6 +1170,7 @@ class ClusterRuntime:
         replicas: tuple[int, ...],
         partition_log: Any,
         now: int,
+        source: str = "the repair read of ZooKeeper",
     ) -> None:
         current = self.partitions.get(key)
         if current is None:
@@ -1159,7 +1185,12 @@ class ClusterRuntime:
                 self._unfollow(key)
                 self._offsets_role(key, True)
                 log.info(
-                    "broker %d leads %s-%d at epoch %d", self.node_id, key[0], key[1], state.leader_epoch
+                    "broker %d leads %s-%d at epoch %d (from %s)",
+                    self.node_id,
+                    key[0],
+                    key[1],
+                    state.leader_epoch,
+                    source,
                 )
             if not was_leader:
                 current.high_watermark = partition_log.high_watermark

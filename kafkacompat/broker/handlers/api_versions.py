@@ -1,7 +1,8 @@
 """ApiVersions (key 18), versions 0-4.
 
 Behaviour: lists every API in the dispatch table (the inter-broker APIs in cluster mode only) with
-the version range this broker serves (handler range intersected with the codec's), so nothing unimplemented is advertised. A broker without feature
+the version range this broker serves (handler range intersected with the codec's), so nothing
+unimplemented is advertised. A broker without feature
 flags sends empty SupportedFeatures/FinalizedFeatures and finalized-features epoch -1 (v3+). A request
 whose version we do not know is answered in v0 format with UNSUPPORTED_VERSION and the same key list
 (KIP-511); the connection builds that answer with `unsupported_version_response()`. From v3 the client
