@@ -2,8 +2,9 @@
 """Write the README's generated tables: the API compatibility table and the broker config table.
 
 Each table sits between its two marker lines in README.md. The API table is rendered from
-`kafkacompat.broker.dispatch.supported_versions()` (what ApiVersions advertises) and the codec specs, so
-the README cannot claim an API the broker does not serve. The config table is rendered from
+`kafkacompat.broker.dispatch.supported_versions(cluster_mode=True)` (what ApiVersions advertises; the
+inter-broker APIs, marked, only in cluster mode) and the codec specs, so the README cannot claim an API
+the broker does not serve. The config table is rendered from
 `kafkacompat.config.BROKER_OPTIONS` (name, type, default, and whether this broker honours the setting or
 only accepts it). `--check` exits 1 when either table in the README is stale.
 """
@@ -25,16 +26,17 @@ CONFIG_END = "<!-- config-table:end -->"
 
 
 def render_table() -> str:
-    from kafkacompat.broker.dispatch import supported_versions
+    from kafkacompat.broker.dispatch import HANDLERS, cluster_only, supported_versions
     from kafkacompat.wire.messages import API_SPECS
 
     lines = [
         "| Key | API | Versions served | Versions in Kafka's specs |",
         "| ---: | --- | --- | --- |",
     ]
-    for api_key, low, high in supported_versions():
+    for api_key, low, high in supported_versions(cluster_mode=True):
         spec = API_SPECS[api_key]
-        lines.append(f"| {api_key} | {spec.name} | {low}-{high} | {spec.min_version}-{spec.max_version} |")
+        name = f"{spec.name} (cluster mode only)" if cluster_only(HANDLERS[api_key]) else spec.name
+        lines.append(f"| {api_key} | {name} | {low}-{high} | {spec.min_version}-{spec.max_version} |")
     return "\n".join(lines)
 
 

@@ -24,7 +24,10 @@ def test_readme_table_lists_exactly_what_api_versions_advertises():
     body = readme.split(tool.START, 1)[1].split(tool.END, 1)[0]
     rows = [line for line in body.splitlines() if line.startswith("| ") and line[2:3].isdigit()]
     served = [(int(r.split("|")[1]), r.split("|")[3].strip()) for r in rows]
-    assert served == [(key, f"{low}-{high}") for key, low, high in supported_versions()]
+    assert served == [(key, f"{low}-{high}") for key, low, high in supported_versions(cluster_mode=True)]
+    cluster_only = [int(r.split("|")[1]) for r in rows if "(cluster mode only)" in r]
+    single = {key for key, _, _ in supported_versions()}
+    assert cluster_only and not set(cluster_only) & single
 
 
 def test_missing_markers_are_an_error():

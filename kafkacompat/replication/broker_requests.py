@@ -128,9 +128,8 @@ def alter_partition_decision(
     live_broker_epochs: Mapping[int, int],
     shutting_down: Iterable[int] = (),
 ) -> tuple[ErrorCode, LeaderAndIsr | None]:
-    """(NONE, state to write) / (NONE, current state: nothing to write... answered as is) / (error, None).
-
-    The second form is told apart by `state is current`."""
+    """(NONE, the state to write), (NONE, `current` itself: already so, answered as it is), or
+    (error, None)."""
     if current is None:
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None
     if proposal.partition_epoch > current.zk_version or proposal.leader_epoch > current.leader_epoch:

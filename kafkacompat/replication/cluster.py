@@ -1028,11 +1028,6 @@ class ClusterRuntime:
         for topic, topic_id, partition, state, replicas in states:
             key = (topic, partition)
             current = self.partitions.get(key)
-            if current is not None and current.leader_and_isr() == state and current.replicas == replicas:
-                # already applied from ZooKeeper by the repair read this request waited for (a Kafka
-                # broker, which has no such read, would answer FENCED_LEADER_EPOCH)
-                results[key] = ErrorCode.NONE
-                continue
             error = leader_and_isr_partition(
                 state.leader_epoch,
                 current.leader_epoch if current is not None else -1,
