@@ -268,3 +268,57 @@ async def test_alter_partition_is_answered_by_the_controller_only(harness: Admin
     for version in (0, 3):
         response = await harness.call(alter_partition, version, **request)
         assert (response.error_code, response.topics) == (ErrorCode.NOT_CONTROLLER, [])
+
+
+async def test_follower_fetch_needs_cluster_action_not_read(harness: AdminHarness) -> None:
+    from kafkacompat.broker.handlers import fetch
+    from kafkacompat.security.acls import AclBinding, Op, Pattern, Permission, Resource
+
+    assert await send_leader_and_isr(harness, [partition_state(0, 1, 4, [1, 2])]) == (0, [0])
+    store = AclStore()
+    store.add(
+        AclBinding(Resource.TOPIC, "t", Pattern.LITERAL, "User:ANONYMOUS", "*", Op.READ, Permission.ALLOW)
+    )
+    harness.state.authorizer = Authorizer(store, set(), False)
+    cls = request_class(1)
+
+    async def fetch_as(replica_id: int) -> int:
+        response = await harness.call(
+            fetch,
+            12,
+            replica_id=replica_id,
+            max_wait_ms=0,
+            min_bytes=0,
+            max_bytes=1 << 20,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+            topics=[
+                cls.FetchTopic(
+                    topic="t",
+                    partitions=[
+                        cls.FetchPartition(
+                            partition=0, current_leader_epoch=-1, fetch_offset=0, partition_max_bytes=1 << 16
+                        )
+                    ],
+                )
+            ],
+            rack_id="",
+        )
+        return int(response.responses[0].partitions[0].error_code)
+
+    assert await fetch_as(-1) == ErrorCode.NONE  # a consumer with READ
+    assert await fetch_as(2) == ErrorCode.TOPIC_AUTHORIZATION_FAILED  # a follower without CLUSTER_ACTION
+    store.add(
+        AclBinding(
+            Resource.CLUSTER,
+            Resource.CLUSTER_NAME,
+            Pattern.LITERAL,
+            "User:ANONYMOUS",
+            "*",
+            Op.CLUSTER_ACTION,
+            Permission.ALLOW,
+        )
+    )
+    harness.state.authorizer = Authorizer(store, set(), False)
+    assert await fetch_as(2) == ErrorCode.NONE

@@ -1,6 +1,8 @@
 """Fetch (key 1), versions 4-17.
 
-Behaviour: consumer fetches (this broker has no followers yet; a replica id is served like a consumer).
+Behaviour: consumer fetches, and in cluster mode follower fetches (a replica id >= 0: the leader records
+the follower's progress, see replication/cluster.py; on a single node a replica id is served like a
+consumer).
 Each partition returns whole batches from the one holding its fetch offset, up to its partition max
 bytes and what is left of the request's max bytes (itself capped by `fetch.max.bytes`); the first batch
 of the first non-empty partition is returned even when larger (KIP-74). Reads stop at the high
