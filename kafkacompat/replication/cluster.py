@@ -4,35 +4,56 @@ Theory of operation
 -------------------
 Only built when `zookeeper.connect` is set (`server.Broker` imports this module then and only then;
 single-node mode never loads it, kazoo or a JVM). `ClusterRuntime` owns the broker's `ZooKeeperStore`,
-one `PartitionState` per hosted partition and one `FetcherTask` per broker it follows.
+one `PartitionState` per hosted partition, `num.replica.fetchers` `FetcherTask`s per broker it follows
+and, while it is the controller, the `ControllerChannel` to every live broker.
 
-How brokers learn leadership: ZooKeeper is the source of truth, so instead of the controller pushing
-LeaderAndIsr/UpdateMetadata/StopReplica requests (Kafka's way, which exists to spare ZooKeeper the
-reads of every broker), every broker watches the znodes itself and reconciles. A watch firing (kazoo
-thread) only pokes the trio loop; the loop re-reads the whole tree in a worker thread (`snapshot()`,
-re-arming every watch), then applies it on the trio thread. Reconciling from a full read instead of
-acting on individual notifications means a lost or coalesced watch, a ZooKeeper restart or a new
-session can never leave a broker with a stale role: the next read (also done every
-`RECONCILE_SECONDS`) repairs it. The cost, O(partitions) reads per change, is fine at the sizes this
-project runs (tests, CI, development clusters), and stays the documented limit.
+How brokers learn leadership: as in Kafka's ZooKeeper mode, the controller writes every state change to
+ZooKeeper first (versioned, fenced by the controller epoch) and then tells the brokers with Kafka's
+inter-broker requests over its channel (one ordered queue and connection per live broker, requests
+retried on reconnect): LeaderAndIsr to the replicas of the changed partitions, UpdateMetadata to every
+live broker, StopReplica (with deletion) to replicas that must go. A broker acts on those requests
+(handlers leader_and_isr.py, update_metadata.py, stop_replica.py, checked by `broker_requests.py`:
+broker epoch = the czxid of its `/brokers/ids/N`, controller epoch, per-partition leader epoch).
+
+What each broker still reads from ZooKeeper itself, in `reconcile()` (a watch firing only pokes the trio
+loop; the loop re-reads the tree in a worker thread and applies it on the trio thread; also every
+`RECONCILE_SECONDS`): the live brokers, the controller, topics and their assignments and configs (the
+topic table handlers read, the logs of assigned partitions, deleted topics' logs), and the partition
+states, read without watches. Partition states from that read are only a repair path: one newer (leader
+epoch, then znode version) than what the broker acts on, and still unapplied after
+`REPAIR_DELAY_SECONDS`, is applied (a request lost with a connection, a controller that died between
+its write and its request); an older or equal one never is, and a read that raced a newer request never
+undoes it (`_merged`).
 
 Each reconcile:
 
 1. controller election: no `/controller` -> try to create it (the winner bumps `/controller_epoch`);
 2. as controller (`controller.py` decides, `ZooKeeperStore.controller_write_states` writes with the
-   controller-epoch check): partitions of new topics get their first state (first live replica leads,
-   the live replicas form the ISR); partitions led by a dead broker get a new leader from the ISR
-   (`unclean.leader.election.enable` honoured per topic) with leader epoch + 1; dead followers leave
-   the ISR; topics in `/admin/delete_topics` are removed;
-3. as every broker: the topic table (`metadata`, the LocalMetadata interface the handlers read) mirrors
-   ZooKeeper; logs of assigned partitions exist; each hosted partition becomes leader or follower with
-   the state's epoch; followers are handed to the fetcher task of their leader (which truncates by
-   leader epoch, then fetches); logs of deleted topics go.
+   controller-epoch check, then `_announce` tells the brokers): partitions of new topics get their first
+   state (first live replica leads, the live replicas form the ISR); partitions led by a dead broker get
+   a new leader from the ISR (`unclean.leader.election.enable` honoured per topic) with leader epoch + 1;
+   dead followers leave the ISR; topics in `/admin/delete_topics` get StopReplica with deletion and are
+   removed; reassignments whose new replicas joined the ISR complete. `_sync_channel` keeps one queue per
+   live broker: a broker new to this controller (just registered, back with a new session, or every
+   broker right after a controller failover) gets a full LeaderAndIsr for its partitions, and every
+   broker a full UpdateMetadata when the live set changed. Elections (ElectLeaders, preferred
+   rebalance), controlled shutdown and reassignment steps announce their writes the same way;
+3. as every broker: the topic table mirrors ZooKeeper, logs of assigned partitions exist, followers
+   whose leader became known start fetching, the repair path above.
 
 The leader's side of replication lives in the request path: the Fetch handler reports follower fetches
 (`follower_fetched`), which may advance the high watermark and wake parked acks=-1 produces and
-consumer fetches; ISR shrink (`replica.lag.time.max.ms`) and expansion are written by the leader with a
-compare-and-set on the state's znode version, as Kafka's ZooKeeper-mode leaders did.
+consumer fetches. ISR shrink (`replica.lag.time.max.ms`) and expansion are proposed to the controller
+with AlterPartition (`_write_isr`); the controller validates them against ZooKeeper's state, writes
+them with the compare-and-set, answers with the new state (which the leader then applies) and sends
+UpdateMetadata to every broker. Leaders never write ZooKeeper.
+
+ZooKeeper session loss (`SessionFence`): LOST resigns every leadership at once (Produce and Fetch get
+NOT_LEADER_OR_FOLLOWER, no parked acks=-1 produce is answered) and drops the controller role; a
+suspension longer than `zookeeper.session.timeout.ms`, or a pause of the whole process as long (a
+SIGSTOP, seen as a gap in the liveness tick), fences leadership until the same session is confirmed.
+With a new session the broker registers again (a new broker epoch); the controller, which moved its
+leaderships away with newer leader epochs when the old session ended, sends it a full LeaderAndIsr.
 """
 
 from __future__ import annotations
@@ -161,7 +182,8 @@ class ClusterRuntime:
         self.node_id = broker.node_id
         self.snapshot = ZkSnapshot()
         self.partitions: dict[tuple[str, int], PartitionState] = {}
-        self.fetchers: dict[int, FetcherTask] = {}
+        #: (leader, fetcher index) -> its fetcher task (num.replica.fetchers per leader)
+        self.fetchers: dict[tuple[int, int], FetcherTask] = {}
         self.is_controller = False
         self._poked = trio.Event()
         self._token: trio.lowlevel.TrioToken | None = None
@@ -986,7 +1008,7 @@ class ClusterRuntime:
                 and key not in followed
                 and state.leader in self.snapshot.brokers
             ):
-                self._fetcher_for(state.leader).add(key, state.leader_epoch)
+                self._fetcher_for(state.leader, key).add(key, state.leader_epoch)
 
     # --- the controller's requests, broker side ------------------------------------------------------
 
@@ -1200,7 +1222,7 @@ class ClusterRuntime:
                     and state.leader in self.snapshot_brokers()
                     and not self.shutting_down
                 ):
-                    self._fetcher_for(state.leader).add(key, state.leader_epoch)
+                    self._fetcher_for(state.leader, key).add(key, state.leader_epoch)
         self.broker.watchers.notify(*key)  # parked produces and fetches look at the new role
 
     def snapshot_brokers(self) -> dict[int, zd.BrokerRegistration]:
@@ -1209,12 +1231,15 @@ class ClusterRuntime:
     def _followed(self) -> set[tuple[str, int]]:
         return {key for fetcher in self.fetchers.values() for key in fetcher.partitions}
 
-    def _fetcher_for(self, leader: int) -> FetcherTask:
+    def _fetcher_for(self, leader: int, key: tuple[str, int]) -> FetcherTask:
+        """The fetcher task of `key` on `leader`: one of num.replica.fetchers per leader, by Kafka's hash."""
+        from kafkacompat.replication.fetcher import fetcher_id
         from kafkacompat.replication.fetcher_task import FetcherTask
 
-        fetcher = self.fetchers.get(leader)
+        slot = (leader, fetcher_id(key[0], key[1], int(self.broker.config["num.replica.fetchers"])))
+        fetcher = self.fetchers.get(slot)
         if fetcher is None or fetcher.stopped:
-            fetcher = self.fetchers[leader] = FetcherTask(self, leader)
+            fetcher = self.fetchers[slot] = FetcherTask(self, leader)
             assert self._nursery is not None
             self._nursery.start_soon(fetcher.run)
         return fetcher

@@ -19,6 +19,11 @@ After truncation the partition is `FETCHING` from its log end offset; `on_fetche
 advances it. A fetch error of the fenced/unknown-epoch kind sends it back to `TRUNCATING` (Kafka does
 the same on FENCED_LEADER_EPOCH after a leader change it has not heard of yet is resolved).
 
+`fetcher_id(topic, partition, num_fetchers)` spreads the partitions of one leader over
+`num.replica.fetchers` fetcher tasks with Kafka's hash (`31 * topic.hashCode() + partition`, Java's
+String hash over UTF-16 code units, in 32-bit arithmetic), so a partition lands on the same fetcher
+index as on a Kafka broker.
+
 Pure: the epoch cache and log are read by the caller, who passes the values in.
 """
 
@@ -101,3 +106,20 @@ class FollowerFetchState:
             self.phase = FetchPhase.TRUNCATING
             return True
         return False
+
+
+def _java_string_hash(text: str) -> int:
+    value = 0
+    data = text.encode("utf-16-be")
+    for index in range(0, len(data), 2):
+        value = (31 * value + int.from_bytes(data[index : index + 2], "big")) & 0xFFFFFFFF
+    return value - (1 << 32) if value >= 1 << 31 else value
+
+
+def fetcher_id(topic: str, partition: int, num_fetchers: int) -> int:
+    """The fetcher index of a partition among `num_fetchers` (Kafka's AbstractFetcherManager)."""
+    mixed = (31 * _java_string_hash(topic) + partition) & 0xFFFFFFFF
+    if mixed >= 1 << 31:
+        mixed -= 1 << 32
+    positive = 0 if mixed == -(1 << 31) else abs(mixed)  # Kafka's Utils.abs
+    return positive % max(num_fetchers, 1)

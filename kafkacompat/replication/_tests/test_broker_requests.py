@@ -218,3 +218,17 @@ def test_alter_partition_request_carries_isr_broker_epochs() -> None:
         (2, 200),
     ]
     assert last.partitions[0].partition_epoch == 7
+
+
+def test_fetcher_ids_follow_kafkas_hash() -> None:
+    from kafkacompat.replication.fetcher import _java_string_hash, fetcher_id
+
+    assert _java_string_hash("hello") == 99162322  # Java's "hello".hashCode()
+    assert _java_string_hash("polygenelubricants") == -(2**31)  # hashes to Integer.MIN_VALUE
+    assert fetcher_id("polygenelubricants", 0, 7) == 0  # 31 * MIN_VALUE wraps to MIN_VALUE: abs is 0
+    assert fetcher_id("hello", 0, 1) == 0
+    # 31 * 99162322 + 5 overflows int32 to -1220934309, whose absolute value picks the fetcher
+    assert fetcher_id("hello", 5, 4) == 1220934309 % 4
+    # consecutive partitions of one topic alternate between two fetchers
+    ids = [fetcher_id("t", p, 2) for p in range(4)]
+    assert ids in ([0, 1, 0, 1], [1, 0, 1, 0])
