@@ -757,7 +757,10 @@ def test_isr_changes_go_through_alter_partition_and_a_paused_leader_is_fenced(tm
         topic = create_replicated_topic(cluster)
         before = _zk_partition_state(cluster, topic)
         leader = before.leader
-        follower = next(b for b in cluster.brokers if b != leader)
+        with KafkaClient(cluster.brokers[leader].bootstrap) as client:
+            controller = client.metadata([]).controller_id
+        # a follower that is not the controller (AlterPartition needs a controller that runs)
+        follower = next(b for b in cluster.brokers if b not in (leader, controller))
         paused = cluster.brokers[follower].process
         assert paused is not None
         leader_admin = AdminClient({"bootstrap.servers": cluster.brokers[leader].bootstrap})
