@@ -144,6 +144,8 @@ class ZkSnapshot:
     #: broker id -> broker epoch (the czxid of its registration)
     broker_epochs: dict[int, int] = field(default_factory=dict)
     controller: int | None = None
+    #: /controller_epoch: the epoch of the newest controller (older controllers' requests are refused)
+    controller_epoch: int = 0
     topics: dict[str, zd.TopicAssignment] = field(default_factory=dict)
     configs: dict[str, dict[str, str]] = field(default_factory=dict)
     states: dict[tuple[str, int], LeaderAndIsr] = field(default_factory=dict)
@@ -157,6 +159,7 @@ def read_snapshot(store: ZooKeeperStore, watch: Callable[[Any], None]) -> ZkSnap
     snapshot = ZkSnapshot()
     snapshot.brokers = store.live_brokers(watch, snapshot.broker_epochs)
     snapshot.controller = store.current_controller(watch)
+    snapshot.controller_epoch = store.stored_controller_epoch()
     snapshot.deletions = store.pending_topic_deletions(watch)
     for name in store.topic_names(watch):
         try:
@@ -393,6 +396,7 @@ class ClusterRuntime:
             if await trio.to_thread.run_sync(self.store.try_become_controller, self.node_id):
                 log.info("broker %d is the controller (epoch %d)", self.node_id, self.store.controller_epoch)
                 snapshot.controller = self.node_id
+                snapshot.controller_epoch = self.store.controller_epoch
         was_controller, self.is_controller = self.is_controller, snapshot.controller == self.node_id
         if was_controller and not self.is_controller:
             self.store.controller_epoch_zk_version = -1
@@ -407,6 +411,8 @@ class ClusterRuntime:
                 self.is_controller = False
                 self.channel.stop_all()
         self._read_brokers = dict(snapshot.brokers)
+        # a broker that has not heard from the newest controller yet still refuses older ones
+        self.known_controller_epoch = max(self.known_controller_epoch, snapshot.controller_epoch)
         self.snapshot = self._merged(snapshot)
         self._apply(self.snapshot)
         self._reconciled.set()
@@ -423,7 +429,9 @@ class ClusterRuntime:
         while the read was in flight) kept: a stale read never undoes a newer request."""
         for key, known in self.snapshot.states.items():
             read = snapshot.states.get(key)
-            if read is not None and _newer(known, read):
+            before, after = self.snapshot.topics.get(key[0]), snapshot.topics.get(key[0])
+            same_topic = before is not None and after is not None and before.topic_id == after.topic_id
+            if read is not None and same_topic and _newer(known, read):
                 snapshot.states[key] = known
         return snapshot
 
@@ -1036,10 +1044,12 @@ class ClusterRuntime:
         metadata = self.broker.metadata
 
         def known() -> bool:
-            for topic, _, partition, _, _ in states:
+            for topic, topic_id, partition, _, _ in states:
                 info = metadata.topic(topic)
                 if info is None or info.partitions <= partition:
                     return False
+                if topic_id is not None and topic_id.int != 0 and info.topic_id != topic_id:
+                    return False  # a recreated topic whose old incarnation this broker still holds
             return True
 
         if not known():
@@ -1050,23 +1060,18 @@ class ClusterRuntime:
         for topic, topic_id, partition, state, replicas in states:
             key = (topic, partition)
             current = self.partitions.get(key)
-            error = leader_and_isr_partition(
-                state.leader_epoch,
-                current.leader_epoch if current is not None else -1,
-                replicas,
-                self.node_id,
-            )
             info = metadata.topic(topic)
+            if topic_id is not None and topic_id.int != 0 and info is not None and info.topic_id != topic_id:
+                error = ErrorCode.INCONSISTENT_TOPIC_ID
+            else:
+                error = leader_and_isr_partition(
+                    state.leader_epoch,
+                    current.leader_epoch if current is not None else -1,
+                    replicas,
+                    self.node_id,
+                )
             if error == ErrorCode.NONE and (info is None or info.partitions <= partition):
                 error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            elif (
-                error == ErrorCode.NONE
-                and topic_id is not None
-                and topic_id.int != 0
-                and info is not None
-                and info.topic_id != topic_id
-            ):
-                error = ErrorCode.INCONSISTENT_TOPIC_ID
             if error == ErrorCode.NONE and info is not None:
                 partition_log = self.broker.logs.get_log(topic, partition)
                 if partition_log is None:
@@ -1116,6 +1121,15 @@ class ClusterRuntime:
                 self.broker.watchers.notify(*key)
             results[key] = error
         return results
+
+    async def refresh_live_brokers(self) -> None:
+        """Read the registered brokers now (replica assignment counts them, as Kafka's controller reads
+        `/brokers/ids` when it assigns a new topic's replicas)."""
+        epochs: dict[int, int] = {}
+        brokers = await trio.to_thread.run_sync(self.store.live_brokers, None, epochs)
+        self._read_brokers = dict(brokers)
+        self.snapshot.brokers = dict(brokers)
+        self.snapshot.broker_epochs = epochs
 
     def topic_names_by_id(self) -> dict[uuid.UUID, str]:
         return {a.topic_id: name for name, a in self.snapshot.topics.items() if a.topic_id is not None}

@@ -61,6 +61,9 @@ async def handle(ctx: RequestContext, request: Any) -> CreateTopicsResponse:
     version = ctx.api_version
     validate_only = bool(getattr(request, "validate_only", False)) and version >= 1
     counts = Counter(topic.name for topic in request.topics)
+    if broker.cluster is not None:
+        # the live brokers bound the replication factor: read them now, as Kafka's controller does
+        await broker.cluster.refresh_live_brokers()
     too_many = _requested_partitions(broker, request.topics) > MAX_PARTITIONS_PER_REQUEST
     results = []
     for wanted in request.topics:
