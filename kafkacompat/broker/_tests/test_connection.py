@@ -523,3 +523,14 @@ async def test_max_connections_per_ip_holds_for_a_burst(nursery: trio.Nursery, t
         broker.request_shutdown()
         with trio.fail_after(15):
             await broker.stopped.wait()
+
+
+async def test_a_single_node_closes_a_connection_sending_a_controller_request(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """LeaderAndIsr is served in cluster mode only; a single node treats it as an API it does not enable
+    on the listener (as a Kafka broker does): the connection closes, nothing is answered."""
+    broker = await start_broker(nursery, tmp_path)
+    client = await RawClient.connect(broker.port)
+    await client.send(4, 7, request(4, controller_id=1, controller_epoch=1, broker_epoch=-1))
+    assert await client.is_closed()
