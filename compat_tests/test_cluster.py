@@ -685,7 +685,8 @@ def _produce_request(topic: str, acks: int = -1) -> Any:
 
 def test_controller_requests_are_fenced_by_controller_epoch(kafkacompat_cluster: LocalCluster) -> None:
     """Brokers advertise and serve the controller's requests in cluster mode; one carrying an older
-    controller epoch than the broker has seen is refused, and changes nothing."""
+    controller epoch than the broker has seen is refused, and changes nothing; a topic deletion reaches
+    the replicas as StopReplica."""
     from kafkacompat.client import KafkaClient
     from kafkacompat.wire.messages import request_class
 
@@ -716,6 +717,18 @@ def test_controller_requests_are_fenced_by_controller_epoch(kafkacompat_cluster:
         ],
     )
     with KafkaClient(cluster.brokers[follower].bootstrap) as client:
+        # the follower knows the topic and its role before the forged request
+        wait_until(
+            lambda: (
+                client.send(0, _produce_request(topic), version=9)
+                .responses[0]
+                .partition_responses[0]
+                .error_code
+                == 6
+            ),
+            30,
+            "the follower refusing produce",
+        )
         served = client.connection().versions  # negotiated with ApiVersions
         assert served[4] == (0, 7) and served[5] == (0, 4) and served[6] == (0, 8) and served[56] == (0, 3)
         answer = client.send(4, forged, version=7)
@@ -725,6 +738,14 @@ def test_controller_requests_are_fenced_by_controller_epoch(kafkacompat_cluster:
         refused = client.send(0, _produce_request(topic), version=9)
         assert refused.responses[0].partition_responses[0].error_code == 6
     assert partition_state(cluster, topic).leader == state.leader
+
+    # a topic deletion reaches every replica as StopReplica with deletion
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.delete_topics([topic])[topic].result(30)
+    for broker in cluster.brokers.values():
+        wait_until(lambda b=broker: not (b.data_dir / f"{topic}-0").exists(), 30, "the replica's log to go")
+    for broker in cluster.brokers.values():
+        assert f"deleted its replica of {topic}-0" in broker.log_path.read_text()
 
 
 def _zk_partition_state(cluster: LocalCluster, topic: str) -> Any:
@@ -807,8 +828,14 @@ def test_isr_changes_go_through_alter_partition_and_a_paused_leader_is_fenced(tm
                 zombie.process.send_signal(signal.SIGCONT)
             answer = client.send(0, _produce_request(topic), version=9)
             assert answer.responses[0].partition_responses[0].error_code == 6  # NOT_LEADER_OR_FOLLOWER
-        noticed = zombie.log_path.read_text()
-        assert "resigning every leadership" in noticed or "stood still past the session timeout" in noticed
+        wait_until(
+            lambda: (
+                "resigning every leadership" in (noticed := zombie.log_path.read_text())
+                or "stood still past the session timeout" in noticed
+            ),
+            10,
+            "the zombie noticing its pause",
+        )
         # it registers again with its new session and follows the new leader
         wait_until(
             lambda: leader in partition_state(cluster, topic).isrs, 60, "the old leader back in the ISR"

@@ -113,6 +113,8 @@ RECONCILE_SECONDS = 2.0
 #: how long a newer partition state in ZooKeeper waits for the controller's LeaderAndIsr before the
 #: repair path applies it
 REPAIR_DELAY_SECONDS = 3.0
+#: how long the controller waits for the replicas' StopReplica answers before removing a deleted topic
+DELETION_WAIT_SECONDS = 10.0
 CONTROLLED_SHUTDOWN = 7
 PREFERRED_ELECTION = 0
 UNCLEAN_ELECTION = 1
@@ -475,7 +477,12 @@ class ClusterRuntime:
                 for partition, replicas in assignment.partitions.items():
                     for replica in replicas:
                         stops.setdefault(replica, []).append((name, partition, EPOCH_DURING_DELETE, True))
-                self._send_stop_replica(stops)
+                answered = self._send_stop_replica(stops)
+                # as Kafka's topic deletion: the replicas stop and delete first (bounded wait: a replica
+                # that died meanwhile drops the topic when it comes back and reads ZooKeeper)
+                with trio.move_on_after(DELETION_WAIT_SECONDS):
+                    for event in answered:
+                        await event.wait()
             await trio.to_thread.run_sync(self.store.remove_topic, name)
             log.info("controller: deleted topic %s", name)
         finished = await self._finish_reassignments(snapshot)
@@ -559,7 +566,9 @@ class ClusterRuntime:
         )
         self.channel.send(broker_id, LEADER_AND_ISR, request)
 
-    def _send_stop_replica(self, stops: dict[int, list[tuple[str, int, int, bool]]]) -> None:
+    def _send_stop_replica(self, stops: dict[int, list[tuple[str, int, int, bool]]]) -> list[trio.Event]:
+        """StopReplica to each broker; the events of their answers."""
+        answered = []
         for broker_id, partitions in sorted(stops.items()):
             if broker_id in self.channel.queues:
                 request = stop_replica_request(
@@ -568,7 +577,10 @@ class ClusterRuntime:
                     self.channel.broker_epoch(broker_id),
                     partitions,
                 )
-                self.channel.send(broker_id, STOP_REPLICA, request)
+                event = self.channel.send(broker_id, STOP_REPLICA, request)
+                if event is not None:
+                    answered.append(event)
+        return answered
 
     def _sync_channel(self, snapshot: ZkSnapshot) -> None:
         """One queue per live broker. A broker that is new to this controller (just registered, came
@@ -942,7 +954,9 @@ class ClusterRuntime:
         metadata = broker.metadata
         now = broker.now_ms()
         unapplied, self._unapplied = self._unapplied, {}
-        live_topics = {n: a for n, a in snapshot.topics.items() if n not in snapshot.deletions}
+        # a topic whose deletion is requested stays until the controller removes it, after its replicas
+        # answered StopReplica with deletion (as in Kafka, brokers do not act on the request themselves)
+        live_topics = snapshot.topics
         for topic in list(metadata.topics()):
             assignment = live_topics.get(topic.name)
             if assignment is None or (
@@ -968,6 +982,8 @@ class ClusterRuntime:
                 if topic.configs != configs:
                     metadata.set_topic_configs(name, configs)
                     broker.logs.set_topic_config(name, broker.topic_log_config(topic))
+            if name in snapshot.deletions:
+                continue  # no logs created, no roles taken for a topic being deleted
             for partition, replicas in assignment.partitions.items():
                 key = (name, partition)
                 if self.node_id not in replicas:

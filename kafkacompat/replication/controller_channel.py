@@ -50,19 +50,24 @@ class BrokerQueue:
         self.runtime = runtime
         self.broker_id = broker_id
         self.broker_epoch = broker_epoch
-        self.pending: deque[tuple[int, Any]] = deque()
+        self.pending: deque[tuple[int, Any, trio.Event]] = deque()
         self.stopped = False
         self.sent = 0
         self._wake = trio.Event()
         self._connection: BrokerConnection | None = None
 
-    def put(self, api_key: int, request: Any) -> None:
-        self.pending.append((api_key, request))
+    def put(self, api_key: int, request: Any) -> trio.Event:
+        """Queue a request; the event is set once it is answered (or the queue stopped)."""
+        done = trio.Event()
+        self.pending.append((api_key, request, done))
         self._wake.set()
+        return done
 
     def stop(self) -> None:
         self.stopped = True
         self._wake.set()
+        for _, _, done in self.pending:
+            done.set()
 
     async def run(self) -> None:
         backoff = 0.1
@@ -72,7 +77,7 @@ class BrokerQueue:
                     self._wake = trio.Event()
                     await self._wake.wait()
                     continue
-                api_key, request = self.pending[0]
+                api_key, request, done = self.pending[0]
                 try:
                     response = await self._send(api_key, request)
                 except Exception as exc:
@@ -84,6 +89,7 @@ class BrokerQueue:
                 backoff = 0.1
                 if self.pending and self.pending[0][1] is request:
                     self.pending.popleft()
+                done.set()
                 self.sent += 1
                 errors = _errors(api_key, response)
                 if errors:
@@ -136,10 +142,12 @@ class ControllerChannel:
                 fresh.add(broker_id)
         return fresh
 
-    def send(self, broker_id: int, api_key: int, request: Any) -> None:
+    def send(self, broker_id: int, api_key: int, request: Any) -> trio.Event | None:
+        """Queue `request` for `broker_id`; the event of its answer (None: no such live broker)."""
         queue = self.queues.get(broker_id)
         if queue is not None:
-            queue.put(api_key, request)
+            return queue.put(api_key, request)
+        return None
 
     def broker_epoch(self, broker_id: int) -> int:
         queue = self.queues.get(broker_id)
