@@ -384,7 +384,6 @@ _NO_EFFECT_SINGLE_NODE = frozenset(
         "controller.quorum.voters",
         "controller.quorum.bootstrap.servers",
         "process.roles",
-        "num.replica.fetchers",
     }
 )
 _NOT_IMPLEMENTED = frozenset(
