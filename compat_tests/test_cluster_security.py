@@ -17,7 +17,8 @@ with `kafka-configs --zookeeper` before a SASL cluster's first start. The author
   the user on each broker's SASL listener, a confluent-kafka producer that is allowed and one that is
   denied (TOPIC_AUTHORIZATION_FAILED); its deletion too;
 - a quota set through broker 1 (`kafkacompat quotas`, which talks to the broker it is given) is
-  reported by DescribeClientQuotas on brokers 2 and 3;
+  reported by DescribeClientQuotas on brokers 2 and 3; so is an `ip` connection_creation_rate (KIP-612,
+  `/config/ips`);
 - dynamic broker configs (a cluster-wide `log.retention.ms` and a per-broker one on broker 2) are
   described by each broker with Kafka's sources, and still are after every broker restarted;
 - the znodes hold Kafka's JSON.
@@ -71,6 +72,7 @@ from kafkacompat.testing import CLUSTER_TEST_OVERRIDES, LocalCluster  # noqa: E4
 BROKER_USER, BROKER_PASSWORD = "broker", "broker-secret"
 USERS = {"alice": "alice-secret", "bob": "bob-secret"}
 CHROOT = "/kafkacompat"
+CONFIG_CHANGES = "/config/changes"
 SCRAM_JAAS = 'org.apache.kafka.common.security.scram.ScramLoginModule required username="{}" password="{}";'
 
 
@@ -529,6 +531,66 @@ def test_quota_set_through_one_broker_is_described_by_the_others(secured_cluster
     )
     alice = secured.znode("/config/users/alice")["config"]
     assert alice["consumer_byte_rate"] == "4096" and "SCRAM-SHA-512" in alice
+
+
+def test_ip_connection_rate_set_through_one_broker_is_described_by_the_others(
+    secured_cluster: SecuredCluster,
+) -> None:
+    """KIP-612 `ip` entities live in /config/ips/<ip> and /config/ips/<default>, as Kafka keeps them."""
+    secured = secured_cluster
+    address = f"10.{uuid.uuid4().int % 250}.0.7"
+    altered = _quotas(
+        secured.plaintext(1), "alter", "--ip", address, "--add-config", "connection_creation_rate=25"
+    )
+    assert altered.returncode == 0, altered.stderr
+    defaults = _quotas(
+        secured.plaintext(2), "alter", "--ip-defaults", "--add-config", "connection_creation_rate=500"
+    )
+    assert defaults.returncode == 0, defaults.stderr
+    expected = f"Quota configs for ip '{address}' are connection_creation_rate=25.0"
+    for broker_id in (2, 3):
+        wait_until(
+            lambda b=broker_id: (
+                _quotas(secured.plaintext(b), "describe", "--ip", address).stdout.strip() == expected
+            ),
+            10,
+            f"the ip quota on broker {broker_id}",
+        )
+    listed = wait_until(
+        lambda: (
+            (out := _quotas(secured.plaintext(1), "describe", "--ip-defaults").stdout.strip())
+            and "connection_creation_rate=500.0" in out
+            and out
+        ),
+        10,
+        "the default ip quota on broker 1",
+    )
+    assert listed.startswith("Quota configs for the default ip are"), listed
+    assert secured.znode(f"/config/ips/{address}") == {
+        "version": 1,
+        "config": {"connection_creation_rate": "25"},
+    }
+    assert secured.znode("/config/ips/<default>") == {
+        "version": 1,
+        "config": {"connection_creation_rate": "500"},
+    }
+    changes = [
+        json.loads(secured.zk.get(f"{CONFIG_CHANGES}/{c}")[0])
+        for c in secured.zk.get_children(CONFIG_CHANGES)
+    ]
+    assert {"version": 2, "entity_path": f"ips/{address}"} in changes
+    assert {"version": 2, "entity_path": "ips/<default>"} in changes
+    # removed through broker 3: gone everywhere, znode included (Kafka leaves an empty config)
+    removed = _quotas(
+        secured.plaintext(3), "alter", "--ip", address, "--delete-config", "connection_creation_rate"
+    )
+    assert removed.returncode == 0, removed.stderr
+    wait_until(
+        lambda: _quotas(secured.plaintext(1), "describe", "--ip", address).stdout.strip() == "",
+        10,
+        "the ip quota's removal on broker 1",
+    )
+    assert secured.znode(f"/config/ips/{address}") == {"version": 1, "config": {}}
 
 
 def _describe_broker(secured: SecuredCluster, broker_id: int) -> Any:

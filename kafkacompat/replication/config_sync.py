@@ -51,7 +51,10 @@ def _side(value: Any) -> str:
 
 
 def entity_path(entity: Entity) -> str:
-    """The sanitized /config path of a quota entity (`users/alice/clients/c1`, `clients/<default>`)."""
+    """The sanitized /config path of a quota entity (`users/alice/clients/c1`, `clients/<default>`,
+    `ips/10.0.0.1`)."""
+    if entity.ip is not None:
+        return f"ips/{_side(entity.ip)}"
     if entity.user is not None and entity.client_id is not None:
         return f"users/{_side(entity.user)}/clients/{_side(entity.client_id)}"
     if entity.user is not None:
@@ -90,6 +93,8 @@ def quotas_of(snapshot: ConfigSnapshot) -> dict[Entity, dict[str, float]]:
         take(Entity(_entity_name(user), _entity_name(client)), configs)
     for client, configs in snapshot.clients.items():
         take(Entity(None, _entity_name(client)), configs)
+    for ip, configs in snapshot.ips.items():
+        take(Entity(ip=_entity_name(ip)), configs)
     return quotas
 
 

@@ -10,6 +10,7 @@ Kafka cluster in ZooKeeper mode keeps there besides topics and partitions, in Ka
                                                server_key=..,iterations=4096","producer_byte_rate":"1024"}}
     /config/users/<user>/clients/<client>    user + client-id quotas (either side may be <default>)
     /config/clients/<client>                 client-id quotas
+    /config/ips/<ip>, /config/ips/<default>  connection_creation_rate of an address (KIP-612)
     /config/brokers/<id>, /config/brokers/<default>   dynamic broker configs
     /config/changes/config_change_NNNNNNNNNN {"version":2,"entity_path":"users/alice"}
     /kafka-acl/<Type>/<name>                 {"version":1,"acls":[{"principal":"User:alice",
@@ -67,6 +68,7 @@ class ConfigSnapshot:
     clients: dict[str, dict[str, str]] = field(default_factory=dict)
     user_clients: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
     brokers: dict[str, dict[str, str]] = field(default_factory=dict)
+    ips: dict[str, dict[str, str]] = field(default_factory=dict)
     acls: dict[AclKey, list[AclEntry]] = field(default_factory=dict)
 
 
@@ -82,6 +84,7 @@ class ZkConfigStore:
             zd.CONFIG_USERS,
             zd.CONFIG_CLIENTS,
             zd.CONFIG_BROKERS,
+            zd.CONFIG_IPS,
             zd.ACL_LITERAL,
             zd.ACL_PREFIXED,
             zd.ACL_LITERAL_CHANGES,
@@ -139,6 +142,10 @@ class ZkConfigStore:
             configs = self._config(f"{zd.CONFIG_CLIENTS}/{child}")
             if configs:
                 snapshot.clients[zd.desanitize(child)] = configs
+        for child in self._children(zd.CONFIG_IPS):
+            configs = self._config(f"{zd.CONFIG_IPS}/{child}")
+            if configs:
+                snapshot.ips[zd.desanitize(child)] = configs
         snapshot.brokers = self.read_brokers()
         for root, pattern in ((zd.ACL_LITERAL, zd.PATTERN_LITERAL), (zd.ACL_PREFIXED, zd.PATTERN_PREFIXED)):
             for directory in self._children(root):

@@ -326,6 +326,7 @@ CONFIG_CHANGE_PREFIX = "config_change_"
 CONFIG_USERS = "/config/users"
 CONFIG_CLIENTS = "/config/clients"
 CONFIG_BROKERS = "/config/brokers"
+CONFIG_IPS = "/config/ips"
 DEFAULT_ENTITY = "<default>"
 
 
@@ -342,7 +343,8 @@ def desanitize(text: str) -> str:
 
 
 def entity_config_path(entity_path: str) -> str:
-    """`users/alice`, `users/alice/clients/c1`, `clients/<default>`, `brokers/1` -> its znode."""
+    """`users/alice`, `users/alice/clients/c1`, `clients/<default>`, `ips/10.0.0.1`, `brokers/1` -> its
+    znode."""
     return f"/config/{entity_path}"
 
 

@@ -2,14 +2,13 @@
 
 Behaviour: sets or removes quotas of (user, client-id) entities (kafkacompat.security.quotas), then
 persists them atomically in the log dir before answering (in cluster mode: in the entity's znode under
-ZooKeeper's /config/users and /config/clients, which every broker watches); `validate_only` checks
-without changing.
+ZooKeeper's /config/users, /config/clients and /config/ips, which every broker watches);
+`validate_only` checks without changing.
 Needs ALTER_CONFIGS on the cluster (every entry CLUSTER_AUTHORIZATION_FAILED). Per entry, as Kafka: an
 unknown or repeated entity type, or an entity naming neither user nor client-id, is INVALID_REQUEST;
 so is an unknown quota key, a non-positive value, or a fractional byte rate. "ip" entities (KIP-612)
 stand alone, name an IP address (or the default, a null name) and take `connection_creation_rate`
-only, which no other entity takes (on a single node: in cluster mode they are INVALID_REQUEST, as
-ZooKeeper's `/config/ips` is not carried). `controller_mutation_rate` is accepted and described but not
+only, which no other entity takes. `controller_mutation_rate` is accepted and described but not
 enforced (no controller mutation is throttled here).
 """
 
@@ -101,9 +100,6 @@ async def handle(ctx: RequestContext, request: Any) -> AlterClientQuotasResponse
             error = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
         elif isinstance(entity, str):
             error, message = ErrorCode.INVALID_REQUEST, entity
-        elif entity.ip is not None and ctx.broker.cluster is not None:
-            # Kafka keeps them in /config/ips, which the cluster's config sync does not carry yet
-            error, message = ErrorCode.INVALID_REQUEST, "ip quotas are served on a single node only here"
         else:
             problems = [problem for op in entry.ops if (problem := _invalid_op(op, entity)) is not None]
             if problems:
