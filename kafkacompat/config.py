@@ -130,6 +130,22 @@ def _metrics_listener(value: Any) -> None:
         raise ConfigError(f"{value!r}: port out of range")
 
 
+def _key_factory(value: Any) -> None:
+    """The PBKDF2 variants the password encoder derives keys with (Java's names)."""
+    if value is not None and value not in (
+        "PBKDF2WithHmacSHA512",
+        "PBKDF2WithHmacSHA256",
+        "PBKDF2WithHmacSHA1",
+    ):
+        raise ConfigError(f"{value!r}: PBKDF2WithHmacSHA512, PBKDF2WithHmacSHA256 or PBKDF2WithHmacSHA1")
+
+
+def _password_cipher(value: Any) -> None:
+    """The AES transformations the password encoder encrypts with (Java's names)."""
+    if value.upper() not in ("AES/CBC/PKCS5PADDING", "AES/GCM/NOPADDING"):
+        raise ConfigError(f"{value!r}: AES/CBC/PKCS5Padding or AES/GCM/NoPadding")
+
+
 @dataclass(frozen=True, slots=True)
 class Option:
     """One broker setting: its Kafka name, value type, default (None = unset/null), range check, and
@@ -297,6 +313,13 @@ BROKER_OPTIONS: tuple[Option, ...] = (
     _O("replica.high.watermark.checkpoint.interval.ms", "long", 5000),
     # observability (kafkacompat's own: Kafka exposes JMX instead)
     _O("metrics.listener", "string", None, _metrics_listener),
+    # sensitive dynamic broker configs in ZooKeeper (cluster mode): Kafka's password encoder
+    _O("password.encoder.secret", "password", None),
+    _O("password.encoder.old.secret", "password", None),
+    _O("password.encoder.keyfactory.algorithm", "string", None, _key_factory),
+    _O("password.encoder.cipher.algorithm", "string", "AES/CBC/PKCS5Padding", _password_cipher),
+    _O("password.encoder.key.length", "int", 128, at_least(8)),
+    _O("password.encoder.iterations", "int", 4096, at_least(1024)),
     # security: TLS (PEM stores only) and SASL; each may be set per listener as listener.name.<name>.<key>
     _O("ssl.keystore.type", "string", "JKS", one_of("JKS", "PKCS12", "PEM", case_insensitive=True)),
     _O("ssl.keystore.location", "string", None),
@@ -442,6 +465,18 @@ _NOT_IMPLEMENTED = frozenset(
 )
 # Limits of a setting's effect that its users must know (values refused, features missing).
 _EFFECT_NOTES = {
+    # a single node keeps its dynamic configs in an owner-only file, never in ZooKeeper
+    **{
+        f"password.encoder.{name}": "cluster mode only: encrypts sensitive dynamic configs in ZooKeeper"
+        for name in (
+            "secret",
+            "old.secret",
+            "keyfactory.algorithm",
+            "cipher.algorithm",
+            "key.length",
+            "iterations",
+        )
+    },
 }
 BROKER_OPTIONS = tuple(
     dataclasses.replace(

@@ -310,7 +310,7 @@ class Broker:
                 ClusterMetadataCache(),
                 cluster_id=zk_cluster_id,
                 clock=self.clock,
-                dynamic_store=ZkDynamicConfigStore(config_store),
+                dynamic_store=ZkDynamicConfigStore.for_broker(config_store, config),
             )
             _security_stores(state, config, None)
             self._config_sync = ConfigSync(state, config_store)

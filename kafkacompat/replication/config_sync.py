@@ -18,7 +18,8 @@ Admin requests write through here (`alter_scram`, `alter_quotas`, `change_acls`)
 the entity's or resource's znode with its change notification (`ZkConfigStore`), then a fresh read
 applied before the handler answers, so the broker that took the change enforces it at once and every
 other broker does as soon as its watch fires. Dynamic broker configs are written by
-`BrokerState.alter_broker_configs` through `ZkDynamicConfigStore` (a compare-and-set per entity).
+`BrokerState.alter_broker_configs` through `ZkDynamicConfigStore` (a compare-and-set per entity), which
+encrypts their sensitive values with `password.encoder.secret` and decodes them when read, as Kafka does.
 """
 
 from __future__ import annotations
@@ -145,8 +146,16 @@ class ConfigSync:
         await self.broker.apply_stored_broker_configs(snapshot.brokers)
 
     async def refresh(self) -> None:
-        snapshot = await trio.to_thread.run_sync(self.store.read_all, self._watch)
+        snapshot = await trio.to_thread.run_sync(self._read)
         await self.apply(snapshot)
+
+    def _read(self) -> ConfigSnapshot:
+        """Worker thread: one full read, sensitive broker configs decoded (PBKDF2 is slow on purpose)."""
+        snapshot = self.store.read_all(self._watch)
+        decode = getattr(self.broker.dynamic.store, "decode_entities", None)
+        if decode is not None:
+            snapshot.brokers = decode(snapshot.brokers)
+        return snapshot
 
     def _watch(self, _event: Any) -> None:
         """Kazoo thread: a notification directory changed. Only pokes the trio loop."""

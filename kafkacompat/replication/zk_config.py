@@ -41,11 +41,14 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 
 from kafkacompat.replication import zk_data as zd
+
+if TYPE_CHECKING:
+    from kafkacompat.security.password_encoder import PasswordCodec
 
 __all__ = ["AclKey", "ConfigSnapshot", "ZkConfigStore", "ZkDynamicConfigStore"]
 
@@ -255,56 +258,74 @@ class ZkDynamicConfigStore:
     and `/config/brokers/<id>`, written one entity at a time by compare-and-set (`read_entity` +
     `write_entity`, which `BrokerState.alter_broker_configs` loops on), each with its change notification.
 
-    Sensitive (password-type) values: Kafka's ZooKeeper mode stores them encrypted with
-    `password.encoder.secret` (AES, PBKDF2-derived key). This broker does not encrypt, so rather than
-    write a secret in the clear where every ZooKeeper reader sees it, it refuses such a change
-    (INVALID_REQUEST); no password-type setting is dynamic here today, so this is a guard."""
+    Sensitive (password-type) values are kept as Kafka keeps them in ZooKeeper: encrypted with
+    `password.encoder.secret` (`security.password_encoder`), per broker only. Without a secret such a
+    change is refused (INVALID_REQUEST, Kafka's "Password encoder secret not configured"), never written
+    in the clear. Reads decode them (the old secret too); one that decodes with neither is dropped with
+    an error in the log, as Kafka ignores it. `for_broker` re-encodes the broker's own entity with the
+    new secret when `password.encoder.old.secret` is set, as a Kafka broker does when it starts."""
 
-    def __init__(self, store: ZkConfigStore) -> None:
+    def __init__(self, store: ZkConfigStore, passwords: PasswordCodec | None = None) -> None:
+        from kafkacompat.security.password_encoder import PasswordCodec
+
         self.store = store
+        self.passwords = passwords if passwords is not None else PasswordCodec(None)
+
+    @classmethod
+    def for_broker(cls, store: ZkConfigStore, config: Any) -> ZkDynamicConfigStore:
+        """The store of a starting broker (blocking): its own entity re-encoded after a secret rotation."""
+        from kafkacompat.security.password_encoder import PasswordCodec
+
+        dynamic = cls(store, PasswordCodec.from_config(config))
+        entity = str(config.node_id)
+        while dynamic.passwords.old is not None:
+            raw, version = store.read_entity(cls._path(entity))
+            rewritten = dynamic.passwords.reencoded(raw)
+            if rewritten is None or store.write_entity(cls._path(entity), rewritten, version):
+                if rewritten is not None:
+                    log.info("re-encoded broker %s's sensitive configs with password.encoder.secret", entity)
+                break
+        return dynamic
 
     @staticmethod
     def _path(entity: str) -> str:
         return f"brokers/{zd.sanitize(entity)}"
 
+    def _decoded(self, entity: str, raw: dict[str, str]) -> dict[str, str]:
+        configs, undecodable = self.passwords.decode_configs(raw)
+        for name in undecodable:
+            log.error(
+                "ignoring the dynamic config %s of broker entity %s: it does not decode with "
+                "password.encoder.secret (nor password.encoder.old.secret)",
+                name,
+                entity,
+            )
+        return configs
+
+    def decode_entities(self, entities: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+        return {entity: self._decoded(entity, configs) for entity, configs in entities.items()}
+
     def load(self) -> dict[str, dict[str, str]]:
-        return self.store.read_brokers()
+        return self.decode_entities(self.store.read_brokers())
 
     def read_entity(self, entity: str) -> tuple[dict[str, str], int]:
-        return self.store.read_entity(self._path(entity))
+        raw, version = self.store.read_entity(self._path(entity))
+        return self._decoded(entity, raw), version
+
+    def _encoded(self, entity: str, configs: Any) -> dict[str, str]:
+        from kafkacompat.wire.errors import ErrorCode, KafkaError
+
+        try:
+            return self.passwords.encode_configs(configs, per_broker=entity != zd.DEFAULT_ENTITY)
+        except ValueError as exc:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, str(exc)) from None
 
     def write_entity(self, entity: str, configs: dict[str, str], version: int) -> bool:
-        refuse_sensitive(configs)
-        return self.store.write_entity(self._path(entity), dict(configs), version)
+        return self.store.write_entity(self._path(entity), self._encoded(entity, configs), version)
 
     def write(self, entities: Any) -> None:
         """Unconditional writes of every entity given (the single-node interface; unused in cluster mode,
         where `write_entity` compare-and-sets)."""
         for entity, configs in entities.items():
-            refuse_sensitive(configs)
-            self.store.update_entity(self._path(entity), lambda _current, c=dict(configs): c)
-
-
-def refuse_sensitive(configs: Any) -> None:
-    from kafkacompat.config import OPTIONS_BY_NAME
-    from kafkacompat.wire.errors import ErrorCode, KafkaError
-
-    for name in configs:
-        option = OPTIONS_BY_NAME.get(name) or OPTIONS_BY_NAME.get(_unprefixed(name))
-        if option is not None and option.type == "password":
-            raise KafkaError(
-                ErrorCode.INVALID_REQUEST,
-                f"Cannot store {name} in ZooKeeper: sensitive broker configs are kept there encrypted with "
-                "password.encoder.secret, which this broker does not implement",
-            )
-
-
-def _unprefixed(name: str) -> str:
-    """`listener.name.<l>.ssl.keystore.key` -> `ssl.keystore.key`; `...<l>.plain.sasl.jaas.config` too."""
-    if not name.startswith("listener.name."):
-        return name
-    rest = name[len("listener.name.") :].partition(".")[2]
-    for mechanism in ("plain.", "scram-sha-256.", "scram-sha-512.", "oauthbearer.", "gssapi."):
-        if rest.startswith(mechanism):
-            return rest[len(mechanism) :]
-    return rest
+            stored = self._encoded(entity, configs)
+            self.store.update_entity(self._path(entity), lambda _current, c=stored: c)

@@ -131,9 +131,36 @@ def test_dynamic_config_store_compare_and_set(config_stores: Callable[[], ZkConf
     assert dynamic.write_entity("1", {**configs, "log.segment.bytes": "1048576"}, version)
     assert not dynamic.write_entity("1", {}, version)  # stale version
     assert dynamic.load() == {"1": {"log.retention.ms": "5", "log.segment.bytes": "1048576"}}
-    with pytest.raises(KafkaError) as refused:
+    with pytest.raises(KafkaError) as refused:  # no password.encoder.secret: never in the clear
         dynamic.write_entity("1", {"listener.name.internal.ssl.keystore.key": "secret"}, 1)
     assert refused.value.code == ErrorCode.INVALID_REQUEST
+    assert refused.value.message == "Password encoder secret not configured"
+
+
+def test_dynamic_config_store_encrypts_sensitive_values(config_stores: Callable[[], ZkConfigStore]) -> None:
+    pytest.importorskip("cryptography")
+    from kafkacompat.security.password_encoder import PasswordCodec, PasswordEncoder
+
+    store = config_stores()
+    dynamic = ZkDynamicConfigStore(store, PasswordCodec(PasswordEncoder("secret-1")))
+    key = "listener.name.internal.ssl.keystore.key"
+    assert dynamic.write_entity("1", {key: "-----BEGIN PRIVATE KEY-----", "log.retention.ms": "5"}, -1)
+    raw, version = store.read_entity("brokers/1")
+    assert raw["log.retention.ms"] == "5" and raw[key].startswith("keyFactoryAlgorithm:PBKDF2WithHmacSHA512,")
+    assert "BEGIN" not in raw[key]
+    assert dynamic.read_entity("1") == (
+        {key: "-----BEGIN PRIVATE KEY-----", "log.retention.ms": "5"},
+        version,
+    )
+    with pytest.raises(KafkaError) as refused:  # Kafka: per broker only
+        dynamic.write_entity("<default>", {key: "x"}, -1)
+    assert refused.value.code == ErrorCode.INVALID_REQUEST
+    # another secret reads nothing sensitive (dropped, as Kafka ignores it); the old secret still does
+    assert ZkDynamicConfigStore(store, PasswordCodec(PasswordEncoder("secret-2"))).load() == {
+        "1": {"log.retention.ms": "5"}
+    }
+    rotated = PasswordCodec(PasswordEncoder("secret-2"), PasswordEncoder("secret-1"))
+    assert ZkDynamicConfigStore(store, rotated).read_entity("1")[0][key] == "-----BEGIN PRIVATE KEY-----"
 
 
 def test_topic_config_changes_are_notified_as_kafka_does(zk_connect: str) -> None:
@@ -147,3 +174,23 @@ def test_topic_config_changes_are_notified_as_kafka_does(zk_connect: str) -> Non
         ]
     finally:
         store.close()
+
+
+def test_a_starting_broker_reencodes_its_entity_with_the_new_secret(
+    config_stores: Callable[[], ZkConfigStore],
+) -> None:
+    pytest.importorskip("cryptography")
+    from kafkacompat.config import BrokerConfig
+    from kafkacompat.security.password_encoder import PasswordCodec, PasswordEncoder
+
+    store = config_stores()
+    key = "listener.name.internal.ssl.key.password"
+    ZkDynamicConfigStore(store, PasswordCodec(PasswordEncoder("old"))).write_entity("7", {key: "pw"}, -1)
+    config = BrokerConfig.from_dict(
+        {"node.id": "7", "password.encoder.secret": "new", "password.encoder.old.secret": "old"}
+    )
+    assert ZkDynamicConfigStore.for_broker(store, config).read_entity("7")[0] == {key: "pw"}
+    raw, _ = store.read_entity("brokers/7")
+    assert PasswordEncoder("new").decode(raw[key]) == "pw"
+    with pytest.raises(ValueError):
+        PasswordEncoder("old").decode(raw[key])
