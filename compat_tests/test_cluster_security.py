@@ -21,6 +21,13 @@ with `kafka-configs --zookeeper` before a SASL cluster's first start. The author
   `/config/ips`);
 - dynamic broker configs (a cluster-wide `log.retention.ms` and a per-broker one on broker 2) are
   described by each broker with Kafka's sources, and still are after every broker restarted;
+- a listener's inline PEM key and certificate (password-type configs) set on broker 2 are encrypted in
+  `/config/brokers/2` with Kafka's password encoder (decoded with `password.encoder.secret`), the
+  listener serves the new certificate to a confluent-kafka client trusting only the new CA, before and
+  after broker 2 restarts (read back and decoded from ZooKeeper), while broker 1's stays as it was;
+- the Java Admin client (kafka-clients, `java/ClusterSecurityProbe.java`) creates a SCRAM user and an ACL
+  that brokers 2 and 3 enforce; two Java Admin clients bootstrapped on brokers 1 and 2 racing on one
+  user's quotas and one topic's ACLs lose neither's change;
 - the znodes hold Kafka's JSON.
 """
 
@@ -37,6 +44,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -72,6 +80,7 @@ from kafkacompat.testing import CLUSTER_TEST_OVERRIDES, LocalCluster  # noqa: E4
 BROKER_USER, BROKER_PASSWORD = "broker", "broker-secret"
 USERS = {"alice": "alice-secret", "bob": "bob-secret"}
 CHROOT = "/kafkacompat"
+ENCODER_SECRET = "encoder-secret"
 CONFIG_CHANGES = "/config/changes"
 SCRAM_JAAS = 'org.apache.kafka.common.security.scram.ScramLoginModule required username="{}" password="{}";'
 
@@ -110,6 +119,7 @@ class SecuredCluster:
         self.cluster = cluster
         self.zk = kazoo_client.KazooClient(hosts=cluster.zookeeper.connect_string + CHROOT)
         self.zk.start(30)
+        self.certs: dict[str, Any] = {}
 
     def znode(self, path: str) -> Any:
         data, _ = self.zk.get(path)
@@ -151,8 +161,12 @@ def secured_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secure
     certs = make_dev_certs(tmp_path_factory.mktemp("certs"))
     overrides = [
         *CLUSTER_TEST_OVERRIDES,
-        "listeners=PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0,INTERNAL://127.0.0.1:0",
-        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,INTERNAL:SASL_SSL",
+        "listeners=PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0,INTERNAL://127.0.0.1:0,"
+        "SSL://127.0.0.1:0",
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,INTERNAL:SASL_SSL,"
+        "SSL:SSL",
+        # sensitive dynamic configs (the SSL listener's inline PEM key) are kept encrypted with it
+        f"password.encoder.secret={ENCODER_SECRET}",
         "inter.broker.listener.name=INTERNAL",
         "sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512",
         "sasl.enabled.mechanisms=SCRAM-SHA-512",
@@ -184,6 +198,7 @@ def secured_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secure
         for broker in cluster.brokers.values():
             broker.start()
         secured = SecuredCluster(cluster)
+        secured.certs = certs
         try:
             yield secured
         finally:
@@ -250,6 +265,7 @@ def test_replication_runs_over_an_mtls_inter_broker_listener(
         pytest.skip(f"cluster mode needs ZooKeeper: {exc}")
     with cluster:
         secured = SecuredCluster(cluster)
+        secured.certs = certs
         try:
             assert secured.znode("/brokers/ids/2")["listener_security_protocol_map"]["INTERNAL"] == "SSL"
             replicates(secured)
@@ -321,7 +337,9 @@ def _list_topics(admin: AdminClient) -> Any:
         return None
 
 
-def _metadata_error(secured: SecuredCluster, broker_id: int, user: str, topic: str) -> int:
+def _metadata_error(
+    secured: SecuredCluster, broker_id: int, user: str, topic: str, password: str | None = None
+) -> int:
     """The error code broker `broker_id` itself answers `user` for a Metadata request on `topic`."""
     from kafkacompat.client import BrokerConnection
     from kafkacompat.security.client_auth import ClientSecurity
@@ -329,7 +347,10 @@ def _metadata_error(secured: SecuredCluster, broker_id: int, user: str, topic: s
 
     host, port = secured.sasl(broker_id).rsplit(":", 1)
     security = ClientSecurity(
-        protocol="SASL_PLAINTEXT", mechanism="SCRAM-SHA-512", username=user, password=USERS[user]
+        protocol="SASL_PLAINTEXT",
+        mechanism="SCRAM-SHA-512",
+        username=user,
+        password=USERS[user] if password is None else password,
     )
     connection = BrokerConnection(host, int(port), f"probe-{user}", 10, security)
     try:
@@ -667,3 +688,148 @@ def _try(check: Callable[[], None]) -> bool:
     except (AssertionError, confluent_kafka.KafkaException):
         return False
     return True
+
+
+# --- sensitive dynamic broker configs: encrypted with password.encoder.secret ------------------------
+
+
+def _tls_connects(bootstrap: str, ca: Any) -> bool:
+    """Whether a new confluent-kafka client that trusts only `ca` gets metadata over TLS."""
+    admin = AdminClient({
+        "bootstrap.servers": bootstrap, "security.protocol": "SSL", "ssl.ca.location": str(ca),
+        "ssl.endpoint.identification.algorithm": "https",
+    })  # fmt: skip
+    try:
+        admin.list_topics(timeout=6)
+    except confluent_kafka.KafkaException:
+        return False
+    return True
+
+
+def test_inline_pem_key_is_encrypted_in_zookeeper_and_reloads_the_listener(
+    secured_cluster: SecuredCluster, tmp_path: Any
+) -> None:
+    pytest.importorskip("cryptography")
+    from kafkacompat.commands.dev_certs import make_dev_certs
+    from kafkacompat.security.password_encoder import PasswordEncoder
+
+    secured = secured_cluster
+    a, b = secured.certs, make_dev_certs(tmp_path / "ca-b", client_cn="client-b")
+    ssl1, ssl2 = secured.endpoints(1)["SSL"], secured.endpoints(2)["SSL"]
+    assert _tls_connects(ssl2, a["ca.pem"]) and not _tls_connects(ssl2, b["ca.pem"])
+    key, chain = "listener.name.ssl.ssl.keystore.key", "listener.name.ssl.ssl.keystore.certificate.chain"
+    resource = ConfigResource(
+        ResourceType.BROKER,
+        "2",
+        incremental_configs=[
+            # the static cluster-wide keystore file gives way to the inline one on this listener
+            ConfigEntry(
+                "listener.name.ssl.ssl.keystore.location", "", incremental_operation=AlterConfigOpType.SET
+            ),
+            ConfigEntry(chain, b["broker.pem"].read_text(), incremental_operation=AlterConfigOpType.SET),
+            ConfigEntry(key, b["broker.key"].read_text(), incremental_operation=AlterConfigOpType.SET),
+        ],
+    )
+    admin = secured.admin(2)  # kept: a confluent-kafka future fails once its client is collected
+    admin.incremental_alter_configs([resource])[resource].result(30)
+    stored = secured.znode("/config/brokers/2")["config"]
+    encoder = PasswordEncoder(ENCODER_SECRET)
+    for name, path in ((key, b["broker.key"]), (chain, b["broker.pem"])):
+        assert "BEGIN" not in stored[name], f"{name} is in ZooKeeper in the clear"
+        fields = dict(item.split(":", 1) for item in stored[name].split(","))
+        assert fields["cipherAlgorithm"] == "AES/CBC/PKCS5Padding" and fields["iterations"] == "4096"
+        assert encoder.decode(stored[name]) == path.read_text()
+    # the broker reports neither (sensitive values are described as null, as Kafka does)
+    described = admin.describe_configs([ConfigResource(ResourceType.BROKER, "2")])
+    entry = next(iter(described.values())).result(30)[key]
+    assert entry.is_sensitive and entry.value is None
+    assert _tls_connects(ssl2, b["ca.pem"]) and not _tls_connects(ssl2, a["ca.pem"])
+    assert _tls_connects(ssl1, a["ca.pem"])  # a per-broker config: broker 1 keeps its certificate
+    # broker 2 restarted: its listener's keystore comes from ZooKeeper, decoded with the secret
+    broker = secured.cluster.brokers[2]
+    broker.stop()
+    broker.start()
+    wait_until(lambda: len(secured.zk.get_children("/brokers/ids")) == 3, 30, "broker 2 registered again")
+    ssl2 = secured.endpoints(2)["SSL"]
+    assert _tls_connects(ssl2, b["ca.pem"]) and not _tls_connects(ssl2, a["ca.pem"])
+
+
+# --- the Java Admin client ------------------------------------------------------------------------------
+
+JAVA_SOURCE = Path(__file__).resolve().parent / "java" / "ClusterSecurityProbe.java"
+
+
+def _java(*args: str) -> str:
+    from compat_tests.java_probe import java_command, unavailable_reason
+
+    reason = unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    ran = subprocess.run([*java_command(JAVA_SOURCE), *args], capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    return ran.stdout
+
+
+def test_java_admin_user_and_acl_are_enforced_by_the_other_brokers(secured_cluster: SecuredCluster) -> None:
+    secured = secured_cluster
+    user, password = f"carol-{uuid.uuid4().hex[:6]}", "carol-secret"
+    topic, other = f"java-acl-{uuid.uuid4().hex[:6]}", f"java-other-{uuid.uuid4().hex[:6]}"
+    create_topic(secured, topic)
+    create_topic(secured, other)
+    assert _java("grant", secured.plaintext(1), user, password, topic).split() == ["granted"]
+    for broker_id in (2, 3):
+        # the user authenticates (its credential) and may describe the topic (its ACL) on this broker
+        wait_until(
+            lambda b=broker_id: _try_code(lambda: _metadata_error(secured, b, user, topic, password)) == 0,
+            10,
+            f"the Java-created user and ACL on broker {broker_id}",
+        )
+        assert (
+            _metadata_error(secured, broker_id, user, other, password)
+            == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        )
+    producer = Producer({
+        "bootstrap.servers": secured.sasl(2), "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": user, "sasl.password": password,
+        "acks": "all",
+    })  # fmt: skip
+    results: list[Any] = []
+    producer.produce(topic, b"from carol", on_delivery=lambda err, _msg: results.append(err))
+    producer.produce(other, b"not allowed", on_delivery=lambda err, _msg: results.append(err))
+    assert producer.flush(30) == 0
+    errors = sorted(str(err.name()) if err is not None else "" for err in results)
+    assert errors == ["", "TOPIC_AUTHORIZATION_FAILED"]
+
+
+def _try_code(probe: Callable[[], int]) -> int | None:
+    try:
+        return probe()
+    except Exception:  # not yet known to that broker: authentication fails until its copy has the user
+        return None
+
+
+def test_two_java_admins_racing_through_two_brokers_lose_no_change(secured_cluster: SecuredCluster) -> None:
+    secured = secured_cluster
+    user, topic, rounds = f"racer-{uuid.uuid4().hex[:6]}", f"race-{uuid.uuid4().hex[:6]}", 8
+    out = _java("race", secured.plaintext(1), secured.plaintext(2), user, topic, str(rounds))
+    assert out.split() == ["raced"]
+    # ZooKeeper holds both admins' last quota and every ACL entry
+    assert secured.znode(f"/config/users/{user}")["config"] == {
+        "producer_byte_rate": str(1024 * rounds),
+        "consumer_byte_rate": str(1024 * rounds),
+    }
+    entries = secured.znode(f"/kafka-acl/Topic/{topic}")["acls"]
+    expected = {f"User:{user}-{side}-{i}" for side in "ab" for i in range(rounds)}
+    assert {entry["principal"] for entry in entries} == expected and len(entries) == 2 * rounds
+    # and every broker describes the same
+    for broker_id in (1, 2, 3):
+        admin = secured.admin(broker_id)
+        pattern = AclBindingFilter(
+            ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, None, None, AclOperation.ANY,
+            AclPermissionType.ANY,
+        )  # fmt: skip
+        wait_until(
+            lambda a=admin, p=pattern: len(a.describe_acls(p).result(30)) == 2 * rounds,
+            10,
+            f"every racing ACL on broker {broker_id}",
+        )
