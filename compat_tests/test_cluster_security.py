@@ -693,14 +693,15 @@ def _try(check: Callable[[], None]) -> bool:
 # --- sensitive dynamic broker configs: encrypted with password.encoder.secret ------------------------
 
 
-def _tls_connects(bootstrap: str, ca: Any) -> bool:
-    """Whether a new confluent-kafka client that trusts only `ca` gets metadata over TLS."""
+def _tls_connects(bootstrap: str, ca: Any, timeout: float = 6) -> bool:
+    """Whether a new confluent-kafka client that trusts only `ca` gets metadata over TLS (a refused
+    handshake is retried until `timeout`: the checks expecting a refusal wait less)."""
     admin = AdminClient({
         "bootstrap.servers": bootstrap, "security.protocol": "SSL", "ssl.ca.location": str(ca),
         "ssl.endpoint.identification.algorithm": "https",
     })  # fmt: skip
     try:
-        admin.list_topics(timeout=6)
+        admin.list_topics(timeout=timeout)
     except confluent_kafka.KafkaException:
         return False
     return True
@@ -716,7 +717,7 @@ def test_inline_pem_key_is_encrypted_in_zookeeper_and_reloads_the_listener(
     secured = secured_cluster
     a, b = secured.certs, make_dev_certs(tmp_path / "ca-b", client_cn="client-b")
     ssl1, ssl2 = secured.endpoints(1)["SSL"], secured.endpoints(2)["SSL"]
-    assert _tls_connects(ssl2, a["ca.pem"]) and not _tls_connects(ssl2, b["ca.pem"])
+    assert _tls_connects(ssl2, a["ca.pem"]) and not _tls_connects(ssl2, b["ca.pem"], 3)
     key, chain = "listener.name.ssl.ssl.keystore.key", "listener.name.ssl.ssl.keystore.certificate.chain"
     resource = ConfigResource(
         ResourceType.BROKER,
@@ -743,7 +744,7 @@ def test_inline_pem_key_is_encrypted_in_zookeeper_and_reloads_the_listener(
     described = admin.describe_configs([ConfigResource(ResourceType.BROKER, "2")])
     entry = next(iter(described.values())).result(30)[key]
     assert entry.is_sensitive and entry.value is None
-    assert _tls_connects(ssl2, b["ca.pem"]) and not _tls_connects(ssl2, a["ca.pem"])
+    assert _tls_connects(ssl2, b["ca.pem"]) and not _tls_connects(ssl2, a["ca.pem"], 3)
     assert _tls_connects(ssl1, a["ca.pem"])  # a per-broker config: broker 1 keeps its certificate
     # broker 2 restarted: its listener's keystore comes from ZooKeeper, decoded with the secret
     broker = secured.cluster.brokers[2]
@@ -751,7 +752,7 @@ def test_inline_pem_key_is_encrypted_in_zookeeper_and_reloads_the_listener(
     broker.start()
     wait_until(lambda: len(secured.zk.get_children("/brokers/ids")) == 3, 30, "broker 2 registered again")
     ssl2 = secured.endpoints(2)["SSL"]
-    assert _tls_connects(ssl2, b["ca.pem"]) and not _tls_connects(ssl2, a["ca.pem"])
+    assert _tls_connects(ssl2, b["ca.pem"]) and not _tls_connects(ssl2, a["ca.pem"], 3)
 
 
 # --- the Java Admin client ------------------------------------------------------------------------------
