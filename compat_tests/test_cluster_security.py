@@ -740,6 +740,12 @@ def test_inline_pem_key_is_encrypted_in_zookeeper_and_reloads_the_listener(
         fields = dict(item.split(":", 1) for item in stored[name].split(","))
         assert fields["cipherAlgorithm"] == "AES/CBC/PKCS5Padding" and fields["iterations"] == "4096"
         assert encoder.decode(stored[name]) == path.read_text()
+    # and the JDK's PBKDF2 and AES (what Kafka's encoder runs on) decrypt it too, when a JDK is here
+    from compat_tests.java_probe import unavailable_reason
+
+    if unavailable_reason() is None:
+        decoded = _java("decode", ENCODER_SECRET, stored[key])
+        assert bytes.fromhex(decoded.strip()) == b["broker.key"].read_bytes()
     # the broker reports neither (sensitive values are described as null, as Kafka does)
     described = admin.describe_configs([ConfigResource(ResourceType.BROKER, "2")])
     entry = next(iter(described.values())).result(30)[key]
