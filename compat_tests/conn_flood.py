@@ -6,7 +6,8 @@ and then, by MODE:
 - `hello`: sends one ApiVersions v0 request on each and reads the answer;
 - `loris`: announces a 1 MiB request on each, sends its first bytes and then one more byte every second
   (a slow-loris sender, the worst kind for memory: a request that never completes in time);
-- `pipeline`: sends PIPELINE ApiVersions requests back to back on each without reading any answer.
+- `pipeline`: sends PIPELINE (`--pipeline`, default 2,000) ApiVersions requests back to back on each
+  without reading any answer.
 
 It prints one JSON line with what happened (`connected`, `answered`, `closed_by_broker`, `pending`) once
 every connection has an outcome or `settle` seconds have passed, then keeps the connections open until its
@@ -51,8 +52,9 @@ def raise_file_limit(wanted: int) -> None:
 class Flood:
     """Every connection of the flood and what the broker did with it (owned by the main thread)."""
 
-    def __init__(self, port: int, count: int, mode: str) -> None:
+    def __init__(self, port: int, count: int, mode: str, pipeline: int = PIPELINE) -> None:
         self.port = port
+        self.pipeline = pipeline
         self.count = count
         self.mode = mode
         self.selector = selectors.DefaultSelector()
@@ -99,7 +101,8 @@ class Flood:
             elif self.mode == "loris":
                 sock.send(struct.pack(">i", 1 << 20) + request[4:])
             else:
-                sock.send(b"".join(api_versions_v0(index * PIPELINE + i) for i in range(PIPELINE)))
+                requests = self.pipeline
+                sock.send(b"".join(api_versions_v0(index * requests + i) for i in range(requests)))
         except BlockingIOError:
             pass  # pipeline: the rest stays unsent; the broker's buffers are full, as intended
         except OSError:
@@ -210,9 +213,10 @@ def main() -> None:
     parser.add_argument("mode", choices=("hello", "loris", "pipeline"))
     parser.add_argument("--settle", type=float, default=60.0)
     parser.add_argument("--watch", action="store_true")
+    parser.add_argument("--pipeline", type=int, default=PIPELINE, help="requests per connection (pipeline)")
     args = parser.parse_args()
     raise_file_limit(args.count + 100)
-    flood = Flood(args.port, args.count, args.mode)
+    flood = Flood(args.port, args.count, args.mode, args.pipeline)
     flood.connect_all()
     flood.settle(args.settle)
     print(json.dumps(flood.report()), flush=True)

@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from kafkacompat.broker.fairness import Turn
 from kafkacompat.broker.state import (
-    LOGS_PER_CHECKPOINT,
     check_descriptors_for,
     check_partition_limit,
     record_topic_id,
@@ -308,7 +308,9 @@ async def answer_each_resource(
     """
     counts = Counter((r.resource_type, r.resource_name) for r in resources)
     results = []
+    turn = Turn()  # 1,000 resources: other clients run in between (fairness.py)
     for resource in resources:
+        await turn.spend()
         result = result_class(
             error_code=ErrorCode.NONE,
             error_message=None,
@@ -447,11 +449,11 @@ async def add_partitions(
         created = []
         try:
             new_logs = []
+            turn = Turn()  # other clients run while thousands are made (fairness.py)
             for index in range(current, total):
+                await turn.spend()
                 new_logs.append(broker.logs.create_log(name, index, log_config, now_ms=broker.now_ms()))
                 created.append(index)
-                if len(created) % LOGS_PER_CHECKPOINT == 0:
-                    await trio.lowlevel.checkpoint()  # other clients run while thousands are made
             await trio.to_thread.run_sync(record_topic_id, new_logs, topic.kafka_id)
         except BaseException:
             now = broker.now_ms()  # the files stay for file.delete.delay.ms, as for any deleted log

@@ -89,9 +89,10 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from kafkacompat.broker import dispatch
+from kafkacompat.broker import dispatch, loop_lag
 from kafkacompat.broker.dispatch import ConnectionInfo, RequestContext
 from kafkacompat.broker.errors import CloseConnection
+from kafkacompat.broker.fairness import encode_off_loop
 from kafkacompat.security.quotas import (
     CONSUMER_BYTE_RATE,
     PRODUCER_BYTE_RATE,
@@ -130,6 +131,13 @@ _PREFIX = struct.Struct(">hhi")
 _KEY = struct.Struct(">h")
 _SIZE = struct.Struct(">i")
 _MAX_IOV = 512  # stay well under IOV_MAX (1024 on Linux)
+# Fairness to other clients: every turn of the event loop runs each runnable task once, so 1,000
+# connections that each pipeline requests without waiting for answers made every turn, and so every other
+# client's round trip, 1,000 requests long. A connection whose last PIPELINE_FAIR_SHARE requests were each
+# already here when the one before was answered (more in flight than any client library keeps: 5 by
+# default) passes a broker-wide gate (`BrokerState.pipeline_gate`, PIPELINED_AT_ONCE requests at a time)
+# for its further requests, until it has none buffered; a connection waiting at the gate is not runnable.
+PIPELINE_FAIR_SHARE = 16
 _BYTES_LIKE = (bytes, bytearray, memoryview)
 
 
@@ -283,6 +291,18 @@ def frame_response(header: bytes, body: list[Any]) -> list[Any]:
     return [_SIZE.pack(size) + header, *body]
 
 
+class _GateOpener(ResponseWriter):
+    """The writer a gated request is handled with: opens the pipelining gate, then writes with the
+    connection's own writer (see Connection._handle_pipelined)."""
+
+    def __init__(self, connection: Connection) -> None:  # no socket of its own: super() is not called
+        self._connection = connection
+
+    async def send(self, chunks: Sequence[Any]) -> None:
+        self._connection.release_gate()
+        await self._connection.writer.send(chunks)
+
+
 class PeerGone(Exception):
     """The client went away while a request was parked; the request is abandoned, the connection ends."""
 
@@ -339,6 +359,9 @@ class Connection:
         self._closed_why = "idle"  # what the reaper saw, for the log line
         # queued.max.requests, shared by every connection; None (tests without a server) means no limit
         self._slots: trio.Semaphore | None = getattr(broker, "request_slots", None)
+        # the gate of requests of pipelining streaks (PIPELINE_FAIR_SHARE); held while one is handled
+        self._pipeline_gate: trio.Semaphore | None = getattr(broker, "pipeline_gate", None)
+        self._gated: trio.Semaphore | None = None
 
     def drain(self) -> None:
         """Finish the request in progress (if any), then close; an idle connection closes at once."""
@@ -406,6 +429,8 @@ class Connection:
         if self.tls is not None and not await self._tls_handshake():
             return
         handled = True
+        pipelined = 0  # requests in a row that were here before the previous one was answered
+        gate = self._pipeline_gate
         while not self._draining:
             # the idle count restarts after a request was handled, not on every byte (slow-loris)
             if handled or not frames.buffered:
@@ -437,12 +462,45 @@ class Connection:
             frame = frames.next_frame()
             while frame is not None:
                 handled = True
-                await _handle_frame(
-                    self.broker, self.info, self.writer, frame, self.park, arrived, self._slots
-                )
+                if pipelined >= PIPELINE_FAIR_SHARE and gate is not None:
+                    await self._handle_pipelined(frame, arrived, gate)
+                else:
+                    await _handle_frame(
+                        self.broker, self.info, self.writer, frame, self.park, arrived, self._slots
+                    )
+                if loop_lag.enabled():
+                    loop_lag.CURRENT_REQUEST.set(None)
                 if self._draining:
                     return
                 frame = frames.next_frame()
+                if frame is None:
+                    if not frames.buffered:
+                        pipelined = 0  # nothing more sent: the client may be waiting for its answers
+                    break
+                pipelined += 1  # sent before the client could have read the answer to the last one
+
+    async def _handle_pipelined(self, frame: memoryview, arrived: float, gate: trio.Semaphore) -> None:
+        """A request of a connection deep in a pipelining streak: handled through the broker-wide gate that
+        lets PIPELINED_AT_ONCE such requests in at a time (see PIPELINE_FAIR_SHARE). Waiting at the gate,
+        the connection is not runnable, so it costs the event loop's turns nothing."""
+        await gate.acquire()
+        self._gated = gate
+        try:
+            await _handle_frame(
+                self.broker, self.info, _GateOpener(self), frame, self.park, arrived, self._slots
+            )
+        finally:
+            if self._gated is not None:
+                self._gated = None
+                gate.release()
+
+    def release_gate(self) -> None:
+        """The gated request's work is done (its response is about to be written): let the next one in.
+        A response write may block for as long as the client does not read; it must not hold the gate."""
+        gated = self._gated
+        if gated is not None:
+            self._gated = None
+            gated.release()
 
     async def _tls_recv_into(self, buffer: memoryview) -> int:
         """Wait for decrypted bytes, then drain every TLS record already received without waiting.
@@ -528,15 +586,23 @@ class Connection:
         buffered (up to one maximum frame), never processed: requests still run one at a time.
         """
         slots = self._slots
-        if slots is None:
+        gated = self._gated
+        if slots is None and gated is None:
             await self._park(event, deadline)
             return
-        slots.release()  # a parked request is not being handled: its slot serves others meanwhile
+        # a parked request is not being handled: its slot (and pipelining gate) serve others meanwhile
+        if slots is not None:
+            slots.release()
+        if gated is not None:
+            gated.release()
         try:
             await self._park(event, deadline)
         finally:
-            with trio.CancelScope(shield=True):  # the handler's exit releases it: it must be held then
-                await _acquire(slots)
+            with trio.CancelScope(shield=True):  # the handler's exit releases them: they must be held then
+                if gated is not None:
+                    await _acquire(gated)
+                if slots is not None:
+                    await _acquire(slots)
 
     async def _park(self, event: trio.Event, deadline: float) -> None:
         # Most parks end within a few ms (a consumer at the log end wakes with the next produce); those
@@ -604,6 +670,8 @@ async def _handle_frame(
             await writer.send(frame_response(header_bytes, body))
             return
         raise CloseConnection(f"api key {api_key} version {api_version} is not served")
+    if loop_lag.enabled():  # profiling: the loop-lag monitor names the request a slow step belongs to
+        loop_lag.CURRENT_REQUEST.set((api_key, api_version, frame.nbytes))
     metrics = broker.request_metrics  # metrics hook: None unless metrics.listener is set
     timer = metrics.start(arrived, park) if metrics is not None else None
     if slots is not None:
@@ -638,7 +706,8 @@ async def _handle_frame(
         if timer is not None:
             timer.done_handling()
         if response is not None:
-            body = messages.encode_response(api_key, api_version, response)
+            # a response of very many items is encoded off the loop (broker/fairness.py)
+            body = await encode_off_loop(api_key, api_version, response)
             header_bytes = wire_header.encode_response_header(api_key, api_version, correlation_id)
             await writer.send(frame_response(header_bytes, body))
     if timer is not None:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from kafkacompat.broker.delayed import PartitionWatchers
+from kafkacompat.broker.fairness import Turn
 from kafkacompat.broker.fetch_sessions import FetchSessionCache
 from kafkacompat.config import BrokerConfig, broker_log_config
 from kafkacompat.dynamic_config import (
@@ -58,7 +59,6 @@ if TYPE_CHECKING:
 __all__ = [
     "CLUSTER_METADATA_TOPIC",
     "INTERNAL_TOPICS",
-    "LOGS_PER_CHECKPOINT",
     "MAX_PARTITIONS_PER_TOPIC",
     "BrokerState",
     "check_descriptors_for",
@@ -78,8 +78,7 @@ CLUSTER_METADATA_TOPIC = "__cluster_metadata"
 # not make this broker create millions of files; a request above this gets INVALID_PARTITIONS.
 MAX_PARTITIONS_PER_TOPIC = 10_000
 # Making a partition log costs about a millisecond (a directory and three files): a topic of thousands of
-# partitions gives the event loop back after every this many, so other clients are not frozen meanwhile.
-LOGS_PER_CHECKPOINT = 50
+# partitions gives the event loop back between logs (a fairness.Turn), so other clients are not frozen.
 
 
 def is_internal_topic(name: str) -> bool:
@@ -392,11 +391,11 @@ class BrokerState:
             created = 0
             try:
                 new_logs = []
+                turn = Turn()  # other clients run between logs, every TURN_SECONDS (fairness.py)
                 for index in range(partitions):
+                    await turn.spend()
                     new_logs.append(self.logs.create_log(name, index, log_config, now_ms=self.now_ms()))
                     created += 1
-                    if created % LOGS_PER_CHECKPOINT == 0:
-                        await trio.lowlevel.checkpoint()
                 await trio.to_thread.run_sync(record_topic_id, new_logs, kafka_uuid_string(topic_id))
                 topic = self.metadata.create_topic(
                     name, partitions, configs, topic_id=topic_id, internal=internal
@@ -453,9 +452,10 @@ class BrokerState:
             # file.delete.delay.ms has passed (delete_expired_files removes them then); thousands of
             # renames give the event loop back now and then, as creation does
             with trio.CancelScope(shield=True):  # the table says deleted: so must every log, even at shutdown
-                for first in range(0, topic.partitions, LOGS_PER_CHECKPOINT):
-                    self._delete_logs(name, min(topic.partitions, first + LOGS_PER_CHECKPOINT), first)
-                    await trio.lowlevel.checkpoint()
+                turn = Turn()
+                for index in range(topic.partitions):
+                    await turn.spend()
+                    self._delete_logs(name, index + 1, index)
         self.fetch_sessions.remove_topic(name)
         self.fetch_sessions.remove_topic(topic.topic_id)
         self.watchers.notify_topic(name)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from kafkacompat.broker.admin_support import topic_config_entries
 from kafkacompat.broker.authorization import Op, Resource, allowed
+from kafkacompat.broker.fairness import Turn
 from kafkacompat.broker.state import CLUSTER_METADATA_TOPIC
 from kafkacompat.wire._generated.create_topics_response import CreateTopicsResponse
 from kafkacompat.wire.errors import ErrorCode, KafkaError
@@ -42,6 +43,7 @@ MAX_PARTITIONS_PER_REQUEST = 10_000
 
 Result = CreateTopicsResponse.CreatableTopicResult
 ResultConfig = CreateTopicsResponse.CreatableTopicConfigs
+
 
 def _requested_partitions(broker: BrokerState, topics: Any) -> int:
     """Partitions the whole request asks for (-1 counts as `num.partitions`), as Kafka's controller counts."""
@@ -66,7 +68,9 @@ async def handle(ctx: RequestContext, request: Any) -> CreateTopicsResponse:
         await broker.cluster.refresh_live_brokers()
     too_many = _requested_partitions(broker, request.topics) > MAX_PARTITIONS_PER_REQUEST
     results = []
+    turn = Turn()  # many topics: other clients run in between (fairness.py)
     for wanted in request.topics:
+        await turn.spend()
         result = Result(name=wanted.name, error_code=ErrorCode.NONE)
         if too_many:
             result.error_code = ErrorCode.POLICY_VIOLATION

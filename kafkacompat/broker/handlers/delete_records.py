@@ -18,6 +18,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from kafkacompat.broker.authorization import Op, Resource, allowed
+from kafkacompat.broker.fairness import Turn
 from kafkacompat.broker.state import is_internal_topic
 from kafkacompat.wire._generated.delete_records_response import DeleteRecordsResponse
 from kafkacompat.wire.errors import ErrorCode, KafkaError
@@ -40,12 +41,14 @@ async def handle(ctx: RequestContext, request: Any) -> DeleteRecordsResponse:
     now = broker.now_ms()
     moved = False
     topics = []
+    turn = Turn()  # many partitions: other clients run in between (fairness.py)
     for wanted_topic in request.topics:
         name = wanted_topic.name
         partitions = []
         topics.append(TopicResult(name=name, partitions=partitions))
         topic = broker.metadata.topic(name)
         for wanted in wanted_topic.partitions:
+            await turn.spend()
             answer = PartitionResult(partition_index=wanted.partition_index, low_watermark=-1, error_code=0)
             partitions.append(answer)
             try:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from kafkacompat.broker.authorization import Op, cluster_allowed
+from kafkacompat.broker.fairness import Turn
 from kafkacompat.wire._generated.describe_log_dirs_response import DescribeLogDirsResponse
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
@@ -52,7 +53,9 @@ async def handle(ctx: RequestContext, request: Any) -> DescribeLogDirsResponse:
     else:
         wanted = {(t.topic, p) for t in request.topics for p in t.partitions}
     per_dir: dict[str, dict[str, list[Any]]] = {d: {} for d in logs.log_dirs}
+    turn = Turn()  # thousands of partitions: other clients run in between (fairness.py)
     for (topic, partition), partition_log in sorted(logs.all_logs()):
+        await turn.spend()
         if wanted is not None and (topic, partition) not in wanted:
             continue
         try:

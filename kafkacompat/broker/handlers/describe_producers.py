@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kafkacompat.broker.authorization import Op, Resource, allowed
+from kafkacompat.broker.fairness import Turn
 from kafkacompat.wire._generated.describe_producers_response import DescribeProducersResponse
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
@@ -49,11 +50,13 @@ def active_producers(partition_log: Any) -> list[Any]:
 async def handle(ctx: RequestContext, request: Any) -> DescribeProducersResponse:
     broker = ctx.broker
     topics = []
+    turn = Turn()  # many partitions: other clients run in between (fairness.py)
     for wanted in request.topics:
         partitions = []
         topics.append(TopicResponse(name=wanted.name, partitions=partitions))
         topic = broker.metadata.topic(wanted.name)
         for index in wanted.partition_indexes:
+            await turn.spend()
             answer = PartitionResponse(partition_index=index, error_code=ErrorCode.NONE, error_message=None)
             partitions.append(answer)
             try:

@@ -19,6 +19,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from kafkacompat.broker.authorization import Op, Resource, allowed
+from kafkacompat.broker.fairness import Turn
 from kafkacompat.wire._generated.list_offsets_response import ListOffsetsResponse
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
@@ -45,11 +46,13 @@ async def handle(ctx: RequestContext, request: Any) -> ListOffsetsResponse:
     version = ctx.api_version
     counts = Counter((t.name, p.partition_index) for t in request.topics for p in t.partitions)
     topics = []
+    turn = Turn()  # many partitions: other clients run in between (fairness.py)
     for wanted_topic in request.topics:
         partitions = []
         topics.append(TopicResponse(name=wanted_topic.name, partitions=partitions))
         topic = broker.metadata.topic(wanted_topic.name)
         for wanted in wanted_topic.partitions:
+            await turn.spend()
             index = wanted.partition_index
             answer = PartitionResponse(
                 partition_index=index, error_code=ErrorCode.NONE, timestamp=-1, offset=-1

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kafkacompat.broker.authorization import Op, Resource, allowed, authorized_operations, cluster_allowed
+from kafkacompat.broker.fairness import Turn
 from kafkacompat.broker.state import is_internal_topic
 from kafkacompat.replication.metadata import validate_topic_name
 from kafkacompat.wire._generated.metadata_response import MetadataResponse
@@ -122,18 +123,21 @@ async def handle(ctx: RequestContext, request: Any) -> MetadataResponse:
             ctx, Resource.CLUSTER, Resource.CLUSTER_NAME
         )
     if requested is None or (version == 0 and not requested):
-        # topics the principal may not describe are left out, as Kafka does
-        response.topics = [
-            describe_topic(broker, topic)
-            for topic in broker.metadata.topics()
-            if allowed(ctx, Op.DESCRIBE, Resource.TOPIC, topic.name)
-        ]
+        # topics the principal may not describe are left out, as Kafka does; thousands of topics or
+        # partitions: other clients run in between (fairness.py)
+        turn = Turn()
+        for topic in list(broker.metadata.topics()):
+            await turn.spend()
+            if allowed(ctx, Op.DESCRIBE, Resource.TOPIC, topic.name):
+                response.topics.append(describe_topic(broker, topic))
     else:
         auto_create = (version < 4 or request.allow_auto_topic_creation) and broker.config[
             "auto.create.topics.enable"
         ]
         seen: set[Any] = set()
+        turn = Turn()
         for wanted in requested:
+            await turn.spend()
             key = wanted.name if wanted.name is not None else wanted.topic_id
             if key in seen:
                 continue

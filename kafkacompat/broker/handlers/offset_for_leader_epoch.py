@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kafkacompat.broker.authorization import Op, Resource, allowed, cluster_allowed
+from kafkacompat.broker.fairness import Turn
 from kafkacompat.wire._generated.offset_for_leader_epoch_response import OffsetForLeaderEpochResponse
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
@@ -47,12 +48,14 @@ async def handle(ctx: RequestContext, request: Any) -> OffsetForLeaderEpochRespo
     # a follower's request (a replica id, v3+) needs CLUSTER_ACTION on the cluster, as in Kafka
     replica = getattr(request, "replica_id", -1) >= 0 and broker.authorizer is not None
     follower_refused = replica and not cluster_allowed(ctx, Op.CLUSTER_ACTION)
+    turn = Turn()  # many partitions: other clients run in between (fairness.py)
     for wanted_topic in request.topics:
         name = wanted_topic.topic
         partitions = []
         topics.append(TopicResult(topic=name, partitions=partitions))
         topic = broker.metadata.topic(name)
         for wanted in wanted_topic.partitions:
+            await turn.spend()
             index = wanted.partition
             answer = EpochEndOffset(
                 error_code=ErrorCode.NONE, partition=index, leader_epoch=UNDEFINED, end_offset=UNDEFINED

@@ -32,6 +32,7 @@ import trio
 
 from kafkacompat.broker.authorization import Op, Resource, allowed
 from kafkacompat.broker.errors import CloseConnection
+from kafkacompat.broker.fairness import Turn
 from kafkacompat.broker.state import is_internal_topic
 from kafkacompat.broker.txn_runtime import runtime_of as txn_runtime_of
 from kafkacompat.wire._generated.produce_response import ProduceResponse
@@ -74,6 +75,7 @@ async def handle(ctx: RequestContext, request: Any) -> ProduceResponse | None:
         ctx, Op.WRITE, Resource.TRANSACTIONAL_ID, transactional_id
     )
     required: dict[tuple[str, int], int] = {}  # cluster mode: the log end each acks=-1 append must reach
+    turn = Turn()  # a produce of many partitions lets other clients run between appends (fairness.py)
     for topic_data in request.topic_data:
         partitions = []
         responses.append(TopicResponse(name=topic_data.name, partition_responses=partitions))
@@ -92,6 +94,7 @@ async def handle(ctx: RequestContext, request: Any) -> ProduceResponse | None:
             continue
         topic = broker.metadata.topic(topic_data.name)
         for data in topic_data.partition_data:
+            await turn.spend()
             try:
                 partitions.append(await _append(broker, topic, data, acks, required, transactional_id))
             except KafkaError as exc:

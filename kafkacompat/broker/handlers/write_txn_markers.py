@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kafkacompat.broker.authorization import Op, cluster_allowed
+from kafkacompat.broker.fairness import Turn
 from kafkacompat.broker.txn_runtime import LocalMarkerWriter
 from kafkacompat.wire._generated.write_txn_markers_response import WriteTxnMarkersResponse
 from kafkacompat.wire.errors import ErrorCode, KafkaError
@@ -39,11 +40,13 @@ async def handle(ctx: RequestContext, request: Any) -> WriteTxnMarkersResponse:
     writer = LocalMarkerWriter(ctx.broker)
     cluster_action = cluster_allowed(ctx, Op.CLUSTER_ACTION)  # a broker-to-broker API, as in Kafka
     results = []
+    turn = Turn()  # many markers or partitions: other clients run in between (fairness.py)
     for marker in request.markers:
         topics = []
         for topic in marker.topics:
             partitions = []
             for index in topic.partition_indexes:
+                await turn.spend()
                 code = ErrorCode.NONE
                 info = ctx.broker.metadata.topic(topic.name)
                 try:

@@ -1,0 +1,142 @@
+"""Event-loop lag: which task steps hold the one trio thread, and for which request.
+
+Theory of operation
+-------------------
+The broker serves every connection on one trio event loop, so a task step (the code a task runs
+between two of its awaits) that takes 300 ms delays every other client by 300 ms. Steps are timed in
+the thread's CPU time (`time.thread_time`), not wall time: on a shared machine the wall time of a step
+includes whatever the OS scheduler gave to other processes, which is not the step's doing.
+`LoopLagMonitor` is a trio instrument: `before_task_step`/`after_task_step` time every step, and a step
+longer than the threshold is logged at WARNING with the task's name and, when the task is a connection
+handling a request, that request's API, version and size (the connection stores them in `CURRENT_REQUEST`, a
+context variable, which lives in the task's own context and so is read back from `task.context`).
+Garbage collections over the threshold are counted too (`gc.callbacks`), as their own kind: a
+collection runs inside whichever step allocated last. `summary()` aggregates the slow steps per kind
+(count, total, worst), for profiling runs.
+
+Off by default (no instrument, no cost). The environment variable `KAFKACOMPAT_LOOP_LAG_MS` (a
+threshold in milliseconds) switches it on when the broker starts; tests may install it directly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import gc
+import logging
+import os
+import time
+from typing import Any
+
+import trio
+
+__all__ = ["CURRENT_REQUEST", "LoopLagMonitor", "enabled", "install_from_environment"]
+
+log = logging.getLogger("kafkacompat.broker.loop_lag")
+
+#: (api key, api version, request bytes) of the request a connection task is working on
+CURRENT_REQUEST: contextvars.ContextVar[tuple[int, int, int] | None] = contextvars.ContextVar(
+    "kafkacompat_current_request", default=None
+)
+ENVIRONMENT_VARIABLE = "KAFKACOMPAT_LOOP_LAG_MS"
+_state = {"enabled": False}
+
+
+def enabled() -> bool:
+    """Whether a monitor is installed (connections then label their task with the current request)."""
+    return _state["enabled"]
+
+
+class LoopLagMonitor(trio.abc.Instrument):
+    """Times every task step; owns the per-kind aggregate of the steps over `threshold_ms`."""
+
+    def __init__(self, threshold_ms: float, *, log_each: bool = True) -> None:
+        self.threshold = threshold_ms / 1000
+        self.log_each = log_each
+        self._started = time.thread_time()  # the step that installs the monitor ends unmeasured
+        #: kind -> [count, total seconds, worst seconds]
+        self.slow: dict[str, list[float]] = {}
+        self.steps = 0
+        self.worst = 0.0
+        self._gc_started = 0.0
+
+    def on_gc(self, phase: str, info: dict[str, int]) -> None:
+        """gc.callbacks hook: a collection is a pause of the loop too (it runs inside some task's step)."""
+        if phase == "start":
+            self._gc_started = time.thread_time()
+            return
+        took = time.thread_time() - self._gc_started
+        if took >= self.threshold:
+            kind = f"garbage collection, generation {info.get('generation')}"
+            entry = self.slow.setdefault(kind, [0, 0.0, 0.0])
+            entry[0] += 1
+            entry[1] += took
+            entry[2] = max(entry[2], took)
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self._started = time.thread_time()
+
+    def after_task_step(self, task: trio.lowlevel.Task) -> None:
+        took = time.thread_time() - self._started
+        self.steps += 1
+        if took < self.threshold:
+            return
+        self.worst = max(self.worst, took)
+        request = task.context.get(CURRENT_REQUEST)
+        kind = _describe(task, request)
+        entry = self.slow.setdefault(kind, [0, 0.0, 0.0])
+        entry[0] += 1
+        entry[1] += took
+        entry[2] = max(entry[2], took)
+        if self.log_each:
+            size = f", {request[2]} bytes" if request is not None else ""
+            log.warning("event loop held %.1f ms by %s%s", took * 1000, kind, size)
+
+    def summary(self) -> list[dict[str, Any]]:
+        """Slow steps per kind, the worst first."""
+        rows = [
+            {"kind": kind, "count": int(count), "total_ms": round(total * 1000, 1),
+             "worst_ms": round(worst * 1000, 1)}
+            for kind, (count, total, worst) in self.slow.items()
+        ]  # fmt: skip
+        return sorted(rows, key=lambda row: -row["worst_ms"])
+
+
+def _describe(task: trio.lowlevel.Task, request: tuple[int, int, int] | None) -> str:
+    if request is None:
+        return f"task {task.name}"
+    from kafkacompat.wire import messages
+
+    spec = messages.API_SPECS.get(request[0])
+    name = spec.name if spec is not None else str(request[0])
+    return f"{name} v{request[1]}"
+
+
+def install(threshold_ms: float, *, log_each: bool = True) -> LoopLagMonitor:
+    """Install a monitor on the running trio loop."""
+    monitor = LoopLagMonitor(threshold_ms, log_each=log_each)
+    trio.lowlevel.add_instrument(monitor)
+    gc.callbacks.append(monitor.on_gc)
+    _state["enabled"] = True
+    return monitor
+
+
+def uninstall(monitor: LoopLagMonitor) -> None:
+    trio.lowlevel.remove_instrument(monitor)
+    with contextlib.suppress(ValueError):
+        gc.callbacks.remove(monitor.on_gc)
+    _state["enabled"] = False
+
+
+def install_from_environment() -> LoopLagMonitor | None:
+    """Install a monitor if KAFKACOMPAT_LOOP_LAG_MS is set (a threshold in ms); else nothing."""
+    value = os.environ.get(ENVIRONMENT_VARIABLE)
+    if not value:
+        return None
+    try:
+        threshold = float(value)
+    except ValueError:
+        log.warning("%s=%r is not milliseconds; loop-lag monitor off", ENVIRONMENT_VARIABLE, value)
+        return None
+    log.info("loop-lag monitor on: task steps over %.1f ms are logged", threshold)
+    return install(threshold)
