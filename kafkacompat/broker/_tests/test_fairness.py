@@ -1,0 +1,165 @@
+"""Event-loop fairness: handlers of many items give the loop back, large responses encode off the loop,
+and the loop-lag monitor names what held the loop (broker/fairness.py, broker/loop_lag.py)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import trio
+import trio.testing
+
+from kafkacompat.broker import fairness, loop_lag
+from kafkacompat.broker._tests.wire_client import RawClient, create, request, start_broker
+from kafkacompat.wire import messages
+from kafkacompat.wire._generated.describe_groups_response import DescribeGroupsResponse
+from kafkacompat.wire.errors import ErrorCode
+
+DESCRIBE_CONFIGS, METADATA = 32, 3
+
+
+def _busy(seconds: float) -> None:
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+async def test_a_turn_lets_other_tasks_run_between_items() -> None:
+    ran_meanwhile = 0
+    done = False
+
+    async def other() -> None:
+        nonlocal ran_meanwhile
+        while not done:
+            ran_meanwhile += 1
+            await trio.lowlevel.checkpoint()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(other)
+        await trio.lowlevel.checkpoint()
+        started = ran_meanwhile
+        turn = fairness.Turn()
+        for _ in range(40):  # 40 items of 0.5 ms: 20 ms of work, a turn is 2 ms
+            await turn.spend()
+            _busy(0.0005)
+        done = True
+        interleaved = ran_meanwhile - started
+    assert interleaved >= 5, interleaved  # about 10 turns; without them the other task runs once at most
+
+
+async def test_a_turn_of_few_items_does_not_yield() -> None:
+    turn = fairness.Turn()
+    with trio.testing.assert_no_checkpoints():
+        for _ in range(100):
+            await turn.spend()
+
+
+def _described_groups(groups: int, members: int) -> DescribeGroupsResponse:
+    group = DescribeGroupsResponse.DescribedGroup
+    member = DescribeGroupsResponse.DescribedGroupMember
+    return DescribeGroupsResponse(
+        groups=[
+            group(
+                error_code=0,
+                group_id=f"g{g}",
+                group_state="Stable",
+                protocol_type="consumer",
+                protocol_data="range",
+                members=[
+                    member(member_id=f"m{m}", client_id="c", client_host="/h", member_metadata=b"x" * 20,
+                           member_assignment=b"y" * 10)
+                    for m in range(members)
+                ],
+            )
+            for g in range(groups)
+        ]
+    )  # fmt: skip
+
+
+async def test_a_very_large_response_is_encoded_off_the_loop_with_the_same_bytes() -> None:
+    small = _described_groups(3, 2)
+    large = _described_groups(200, 30)
+    assert fairness.estimated_items(small) <= fairness.OFF_LOOP_ITEMS < fairness.estimated_items(large)
+    for response in (small, large):
+        expected = b"".join(bytes(c) for c in messages.encode_response(15, 5, response))
+        chunks = await fairness.encode_off_loop(15, 5, response)
+        assert b"".join(bytes(c) for c in chunks) == expected
+    # the large one went to a worker thread: the loop ran another task meanwhile
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await trio.sleep(0)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(tick)
+        await trio.lowlevel.checkpoint()
+        before = ticks
+        await fairness.encode_off_loop(15, 5, _described_groups(2000, 30))
+        during = ticks - before
+        nursery.cancel_scope.cancel()
+    assert during >= 2, during
+
+
+async def test_the_loop_lag_monitor_names_the_request_that_held_the_loop() -> None:
+    monitor = loop_lag.install(5.0, log_each=False)
+    try:
+
+        async def slow_request() -> None:
+            loop_lag.CURRENT_REQUEST.set((32, 4, 1234))
+            _busy(0.02)
+            await trio.lowlevel.checkpoint()
+
+        async def slow_task() -> None:
+            _busy(0.02)
+            await trio.lowlevel.checkpoint()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(slow_request)
+            nursery.start_soon(slow_task)
+    finally:
+        loop_lag.uninstall(monitor)
+    kinds = {row["kind"]: row for row in monitor.summary()}
+    assert kinds["DescribeConfigs v4"]["worst_ms"] >= 15, kinds
+    assert any(kind.startswith("task ") and "slow_task" in kind for kind in kinds), kinds
+    assert not loop_lag.enabled()
+
+
+async def test_handlers_of_a_thousand_items_do_not_hold_the_loop(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """A DescribeConfigs of 1,000 topic resources and a Metadata of 1,000 topics (measured before the
+    turns: 100-300 ms in one task step each) now give the loop back every few milliseconds."""
+    broker = await start_broker(nursery, tmp_path)
+    client = await RawClient.connect(broker.port)
+    assert (await create(client, "cfg-topic")).error_code == ErrorCode.NONE
+    describe = request(
+        DESCRIBE_CONFIGS,
+        resources=[
+            messages.request_class(DESCRIBE_CONFIGS).DescribeConfigsResource(
+                resource_type=2, resource_name="cfg-topic", configuration_keys=None
+            )
+            for _ in range(1000)
+        ],
+        include_synonyms=True,
+        include_documentation=True,
+    )
+    metadata_topic = messages.request_class(METADATA).MetadataRequestTopic
+    metadata = request(METADATA, topics=[metadata_topic(name=f"absent-{i}") for i in range(1000)],
+                       allow_auto_topic_creation=False)  # fmt: skip
+    monitor = loop_lag.install(1.0, log_each=False)
+    try:
+        answer = await client.call(DESCRIBE_CONFIGS, 4, describe)
+        listed = await client.call(METADATA, 12, metadata)
+    finally:
+        loop_lag.uninstall(monitor)
+    assert len(answer.results) == 1000 and all(r.error_code == ErrorCode.NONE for r in answer.results)
+    assert len(listed.topics) == 1000
+    worst = {row["kind"]: row["worst_ms"] for row in monitor.summary()}
+    # CPU time of the longest step (a garbage collection may land in any step: allow for one)
+    for kind in ("DescribeConfigs v4", "Metadata v12"):
+        assert worst.get(kind, 0.0) < 40 + max(
+            (ms for k, ms in worst.items() if k.startswith("garbage")), default=0.0
+        ), worst
