@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
@@ -337,11 +337,20 @@ class GroupRuntime:
                     self.core.load_empty_partitions(range(self.partitions), self.broker.now_ms())
         self._topic_ready = True
 
-    async def call(self, op: Callable[[int], Outcome[T]], *, may_write: bool = True) -> T:
+    async def call(
+        self,
+        op: Callable[[int], Outcome[T]],
+        *,
+        may_write: bool = True,
+        park: Callable[[trio.Event, float], Awaitable[None]] | None = None,
+    ) -> T:
         """Run one core operation (`op(now_ms)`), persist its records, and return its response.
 
-        A parked request returns once its completion arrives. Raises KafkaError with the error code
-        the handler should answer with when the coordinator cannot serve (storage failure, shutdown)."""
+        A parked request returns once its completion arrives; it waits through `park` when given (the
+        handler's `ctx.park`: the wait then holds no queued.max.requests slot, as Kafka's parked joins
+        hold no place in its request queue, and a client that leaves meanwhile ends it). Raises
+        KafkaError with the error code the handler should answer with when the coordinator cannot serve
+        (storage failure, shutdown)."""
         if self._closed:
             raise KafkaError(ErrorCode.NOT_COORDINATOR, "the broker is shutting down")
         if may_write:
@@ -367,7 +376,10 @@ class GroupRuntime:
             return response  # type: ignore[return-value]
         assert isinstance(response, Parked)
         try:
-            await waiter.event.wait()
+            if park is None:
+                await waiter.event.wait()
+            else:
+                await park(waiter.event, math.inf)
         finally:
             self._waiters.pop(response.token, None)
         if isinstance(waiter.value, KafkaError):

@@ -534,3 +534,31 @@ async def test_a_single_node_closes_a_connection_sending_a_controller_request(
     client = await RawClient.connect(broker.port)
     await client.send(4, 7, request(4, controller_id=1, controller_epoch=1, broker_epoch=-1))
     assert await client.is_closed()
+
+
+async def test_waiting_joins_hold_no_request_slot(nursery: trio.Nursery, tmp_path: Path) -> None:
+    """queued.max.requests=1: a JoinGroup waiting for its rebalance (group.initial.rebalance.delay.ms)
+    is parked, not handled, so it holds no slot, as in Kafka: another connection's request and a second
+    member's join are served meanwhile (before, the first join held the only slot for its whole wait)."""
+    broker = await start_broker(
+        nursery, tmp_path, "queued.max.requests=1", "group.initial.rebalance.delay.ms=3000"
+    )
+    protocol = request(11).JoinGroupRequestProtocol(name="range", metadata=b"\x00\x00\x00\x00\x00\x00")
+    joined: list[Any] = []
+
+    async def join(client: RawClient) -> None:
+        body = request(11, group_id="slots-group", session_timeout_ms=30000, rebalance_timeout_ms=30000,
+                       member_id="", protocol_type="consumer", protocols=[protocol])  # fmt: skip
+        joined.append(await client.call(11, 3, body, timeout=30))
+
+    first, second, other = [await RawClient.connect(broker.port) for _ in range(3)]
+    nursery.start_soon(join, first)
+    await trio.sleep(0.5)  # the first join is parked for the rebalance delay
+    with trio.fail_after(2):  # well within the 3 s the join waits
+        assert (await other.call(API_VERSIONS, 3, hello())).error_code == ErrorCode.NONE
+    nursery.start_soon(join, second)
+    with trio.fail_after(20):
+        while len(joined) < 2:
+            await trio.sleep(0.05)
+    assert [answer.error_code for answer in joined] == [ErrorCode.NONE, ErrorCode.NONE]
+    assert len({answer.generation_id for answer in joined}) == 1  # both in the same generation

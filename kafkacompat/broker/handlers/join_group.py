@@ -70,7 +70,8 @@ async def handle(ctx: RequestContext, request: Any) -> JoinGroupResponse:
         api_version=version,
     )
     try:
-        result = await runtime.call(lambda now: runtime.core.join_group(req, now))
+        # parked until the rebalance completes: holds no request slot
+        result = await runtime.call(lambda now: runtime.core.join_group(req, now), park=ctx.park)
     except KafkaError as exc:
         result = api.JoinGroupResponse(exc.code, request.member_id)
     return to_wire(result, version)

@@ -50,7 +50,8 @@ async def handle(ctx: RequestContext, request: Any) -> SyncGroupResponse:
         protocol_name=request.protocol_name if version >= 5 else None,
     )
     try:
-        result = await runtime.call(lambda now: runtime.core.sync_group(req, now))
+        # parked until the rebalance (or the leader's assignment) completes: holds no request slot
+        result = await runtime.call(lambda now: runtime.core.sync_group(req, now), park=ctx.park)
     except KafkaError as exc:
         result = api.SyncGroupResponse(exc.code)
     return to_wire(result)
