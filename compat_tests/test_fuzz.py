@@ -4,12 +4,19 @@ A broker process of its own gets mutated request frames of every API it serves (
 over many connections, while a well-behaved confluent-kafka producer (acks=all, idempotent) and group
 consumer run beside the fuzzer. The broker must stay up, log no traceback, answer every frame it
 answers with the right correlation id and a decodable body; the pair must see no error and lose no
-acknowledged record; RSS must stay bounded. Latency under fuzzing is recorded by the long form, not
-asserted here (two shared cores make it noise in CI).
+acknowledged record; RSS must stay bounded.
+
+Latency: the issue's criterion (the pair's p99 within 2x of a quiet run) cannot be asserted robustly on
+a loaded 2-core CI machine (the quiet p99 alone varies from 6 ms to 800 ms there with the load of other
+jobs), so this form asserts its structural cause instead, in CPU time, which the machine's load does not
+change: with the broker's loop-lag monitor on (broker/loop_lag.py), no request held the event loop for
+more than LOOP_HELD_LIMIT_MS of CPU (before the fairness work, 1,000-item admin requests held it for
+100-300 ms), plus a loose bound on the pair's p99. docs/RELIABILITY.md has the measured latencies.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -22,8 +29,14 @@ pytestmark = pytest.mark.restarts_broker
 
 pytest.importorskip("confluent_kafka", reason="the well-behaved pair is a confluent-kafka client")
 
+LOOP_HELD_LIMIT_MS = 100
+PAIR_P99_LIMIT_MS = 5000
+_HELD_BY_REQUEST = re.compile(r"event loop held ([\d.]+) ms by (\w+ v\d+), \d+ bytes")
 
-def test_short_fuzz_run_beside_a_good_pair(tmp_path: Path) -> None:
+
+def test_short_fuzz_run_beside_a_good_pair(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the broker process logs every task step over the limit (CPU time), naming its request
+    monkeypatch.setenv("KAFKACOMPAT_LOOP_LAG_MS", str(LOOP_HELD_LIMIT_MS))
     broker = BrokerProcess(tmp_path / "data", ["group.initial.rebalance.delay.ms=0"]).start()
     try:
         assert broker.process is not None
@@ -57,3 +70,9 @@ def test_short_fuzz_run_beside_a_good_pair(tmp_path: Path) -> None:
         assert pair["acked"] == pair["records_sent"] > 0, (phase, pair)
         assert pair["lost"] == 0, (phase, pair)
     assert result["rss_mib"]["peak"] < 400, result["rss_mib"]
+    broker_log = broker.log_path.read_text(errors="replace")
+    assert "loop-lag monitor on" in broker_log  # the assertion below can fail
+    held = _HELD_BY_REQUEST.findall(broker_log)
+    assert held == [], f"requests held the event loop over {LOOP_HELD_LIMIT_MS} ms of CPU: {held[:10]}"
+    pair = result["fuzzed_pair"]
+    assert pair["e2e_p99_ms"] < PAIR_P99_LIMIT_MS, (result["quiet_pair"], pair)
