@@ -869,7 +869,7 @@ async def fuzz(
     *,
     frames: int,
     seconds: float,
-    connections: int = 32,
+    connections: int = 64,
     rate: float | None = None,
     answer_timeout: float = 0.5,
     seed: int = 0,
@@ -1203,7 +1203,7 @@ class Campaign:
     broker_log: str | None = None
     frames: int = 10_000
     seconds: float = 60.0
-    connections: int = 32
+    connections: int = 64
     rate: float | None = None
     quiet_seconds: float = 10.0
     pair_rate: float = 100.0
@@ -1348,7 +1348,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--broker-log", help="its log file, scanned for tracebacks")
     run.add_argument("--frames", type=int, default=1_000_000)
     run.add_argument("--seconds", type=float, default=3600)
-    run.add_argument("--connections", type=int, default=32)
+    run.add_argument(
+        "--connections", type=int, default=64, help="concurrent connections (the rate grows with them)"
+    )
     run.add_argument("--rate", type=float, help="frames per second (default: as fast as possible)")
     run.add_argument("--quiet-seconds", type=float, default=30)
     run.add_argument("--pair-rate", type=float, default=100, help="records per second of the good pair")
