@@ -60,6 +60,14 @@ then borrows a scratch buffer from FrameBuffer's free list) and, since requests 
 time and the next bytes are read only after the response is written, at most one response in flight: a
 client that pipelines requests without reading answers stops being read once the kernel buffers fill.
 
+Fairness (one event loop serves every connection; see also broker/fairness.py): each turn of the loop
+runs every runnable connection once, one request each. A connection that pipelines far more requests
+than any client library keeps in flight (PIPELINE_FAIR_SHARE in a row, each already received when the
+one before was answered) handles its further requests through a broker-wide gate (`pipeline_gate`,
+opened before its response is written and while it is parked), so a flood of such clients cannot make
+every turn, and every other client's round trip, thousands of requests long. With the loop-lag monitor
+on (broker/loop_lag.py), the request being handled is recorded for it.
+
 Request log: at DEBUG, the `kafkacompat.request` logger gets one line per completed request (API,
 version, correlation id, client id, peer, size, time from decoded request to response written), the
 counterpart of Kafka's `kafka.request.logger`. When it is off the cost is one level check per request.

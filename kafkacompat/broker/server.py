@@ -20,6 +20,11 @@ once); after a grace period anything still running is cancelled; background task
 log manager shuts down in a worker thread (flush, checkpoints, clean-shutdown marker) so the next start
 skips recovery.
 
+Accepting: every connection already waiting in the listen backlog is accepted in one task step (up to
+ACCEPT_BURST, within the caps) through a non-blocking duplicate of the listening socket: trio's accept
+yields after each connection, and one accept per turn of the event loop left a new client queued behind
+a flood for thousands of turns.
+
 Open files: at start the soft RLIMIT_NOFILE is raised to the hard limit, and connections are capped
 below it (`fd_connection_cap`: the limit minus the files open once the logs are loaded minus a reserve
 of max(512, limit/20) for segment rolls, new partitions and checkpoints), whatever max.connections
