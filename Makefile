@@ -45,8 +45,8 @@ CLUSTER_SUITE := compat_tests/test_kafka_python.py compat_tests/test_confluent.p
 	compat_tests/test_groups_matrix.py compat_tests/test_admin_confluent.py
 
 test: lint check-generated $(TEST_VENV)/java/classpath.txt
-	$(TEST_VENV)/bin/python -m pytest -q
-	$(TEST_VENV)/bin/python -m pytest -q --cluster -m "not restarts_broker and not secured_broker" $(CLUSTER_SUITE)
+	$(TEST_VENV)/bin/python -m pytest -q --durations=25
+	$(TEST_VENV)/bin/python -m pytest -q --durations=10 --cluster -m "not restarts_broker and not secured_broker" $(CLUSTER_SUITE)
 
 # Spark's Kafka connector from Maven (or KAFKACOMPAT_SPARK_JARS=<dir> offline) against a fixture broker.
 # (`make test` runs the same tests with the connector jars it finds by itself; see spark_it/session.py.)
