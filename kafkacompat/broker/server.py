@@ -436,7 +436,7 @@ class Broker:
                         await trio.sleep(0.1)
                         continue
                     self._admit(name, stream, nursery)
-                    self._accept_waiting(name, backlog, rate, nursery)
+                    self._accept_waiting(name, backlog, nursery)
             finally:
                 backlog.close()
 
@@ -444,7 +444,7 @@ class Broker:
             for listener in sockets:
                 accept_nursery.start_soon(one, listener)
 
-    def _accept_waiting(self, name: str, backlog: socket.socket, rate: int, nursery: trio.Nursery) -> None:
+    def _accept_waiting(self, name: str, backlog: socket.socket, nursery: trio.Nursery) -> None:
         """Accept the connections already waiting in the backlog, in this task step, up to the caps.
 
         trio's accept yields after every connection, and each turn of the event loop runs one request
@@ -452,6 +452,9 @@ class Broker:
         flood of 2,000 connections each pipelining requests, wait for 2,000 turns of up to 0.2 s each
         (188 s measured). Kafka's acceptor likewise takes every ready connection at once.
         """
+        # read now, not before the awaited accept: a rate changed while that accept waited applies to
+        # this burst (the stale default would also reset the rate's window, see ConnectionRate.delay)
+        rate = self.live_config["max.connection.creation.rate"]
         for _ in range(ACCEPT_BURST):
             if self._open >= self._max_connections():
                 return
