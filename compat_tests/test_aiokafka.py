@@ -47,7 +47,12 @@ def test_admin_create_list_delete(bootstrap: str, topic_name: str) -> None:
             await admin.create_topics([NewTopic(topic_name, num_partitions=2, replication_factor=1)])
             after_create = set(await admin.list_topics())
             await admin.delete_topics([topic_name])
-            after_delete = set(await admin.list_topics())
+            # in a cluster another broker's metadata may lag the deletion for a moment (as in Kafka)
+            for _ in range(60):
+                after_delete = set(await admin.list_topics())
+                if topic_name not in after_delete:
+                    break
+                await asyncio.sleep(0.5)
             return after_create, after_delete
         finally:
             await admin.close()
