@@ -45,9 +45,14 @@ def test_admin_create_list_delete(bootstrap: str, topic_name: str) -> None:
         await admin.start()
         try:
             await admin.create_topics([NewTopic(topic_name, num_partitions=2, replication_factor=1)])
-            after_create = set(await admin.list_topics())
+            # in a cluster a broker's metadata may lag the creation and the deletion for a moment (as in
+            # Kafka, whose brokers learn both from the controller's UpdateMetadata)
+            for _ in range(60):
+                after_create = set(await admin.list_topics())
+                if topic_name in after_create:
+                    break
+                await asyncio.sleep(0.5)
             await admin.delete_topics([topic_name])
-            # in a cluster another broker's metadata may lag the deletion for a moment (as in Kafka)
             for _ in range(60):
                 after_delete = set(await admin.list_topics())
                 if topic_name not in after_delete:
