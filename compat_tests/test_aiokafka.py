@@ -124,7 +124,7 @@ def test_offsets_for_times_and_out_of_range(bootstrap: str, topic: str) -> None:
     base = int(time.time() * 1000) - 30_000
 
     async def scenario() -> tuple[Any, list[Any]]:
-        producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")  # HW-bound reads follow
         await producer.start()
         try:
             for i in range(6):
