@@ -23,10 +23,11 @@ import re
 import signal
 import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import pytest
+
+from compat_tests.clients import wait_until
 
 pytestmark = pytest.mark.restarts_broker
 
@@ -35,16 +36,6 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from kafkacompat.testing import LocalCluster  # noqa: E402
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
 
 
 def create_replicated_topic(cluster: LocalCluster, partitions: int = 1) -> str:

@@ -49,6 +49,8 @@ from typing import Any
 
 import pytest
 
+from compat_tests.clients import wait_until
+
 pytestmark = [
     pytest.mark.restarts_broker,
     pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command for certificates"),
@@ -84,15 +86,6 @@ ENCODER_SECRET = "encoder-secret"
 CONFIG_CHANGES = "/config/changes"
 SCRAM_JAAS = 'org.apache.kafka.common.security.scram.ScramLoginModule required username="{}" password="{}";'
 
-
-def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def kafka_scram_credential(password: str, mechanism: str = "SCRAM-SHA-512", iterations: int = 4096) -> str:

@@ -18,12 +18,12 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from compat_tests.clients import wait_until
 from kafkacompat.testing import CLUSTER_TEST_OVERRIDES, LocalCluster
 
 pytestmark = pytest.mark.restarts_broker
@@ -48,15 +48,6 @@ def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
     finally:
         local.stop()
 
-
-def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def isr(bootstrap: str, topic: str) -> list[int]:

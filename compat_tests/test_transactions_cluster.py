@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from compat_tests.clients import wait_until
 from compat_tests.test_java_client import JavaProbe, _lines, java  # noqa: F401  (the session fixture)
 from compat_tests.test_transactions import values
 
@@ -43,15 +44,6 @@ def java_or_none(request: pytest.FixtureRequest) -> JavaProbe | None:
         return None
     return request.getfixturevalue("java")  # type: ignore[no-any-return]
 
-
-def wait_until(predicate: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
 
 
 def replicated_topic(cluster: LocalCluster, partitions: int = PARTITIONS) -> str:
