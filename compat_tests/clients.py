@@ -19,6 +19,31 @@ def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval
         time.sleep(interval)
 
 
+def ck_incremental_alter(
+    bootstrap: str, kind: str, name: str, configs: dict[str, str | None], timeout: float = 15
+) -> None:
+    """IncrementalAlterConfigs with confluent-kafka on a "broker" or "topic" resource, as kafka-configs
+    sends it: SET each value, DELETE each None."""
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
+
+    entries = [
+        ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)
+        if value is not None
+        else ConfigEntry(key, None, incremental_operation=AlterConfigOpType.DELETE)
+        for key, value in configs.items()
+    ]
+    resource_type = ResourceType.BROKER if kind == "broker" else ResourceType.TOPIC
+    resource = ConfigResource(resource_type, name, incremental_configs=entries)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.incremental_alter_configs([resource])[resource].result(timeout)
+
+
 def create_topic(
     bootstrap: str, name: str, partitions: int = 1, configs: dict[str, str] | None = None
 ) -> None:

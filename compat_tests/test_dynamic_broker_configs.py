@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from compat_tests.clients import create_topic, run_async
+from compat_tests.clients import ck_incremental_alter, create_topic, run_async
 from compat_tests.java_probe import probe_command, unavailable_reason
 from kafkacompat.testing import BrokerProcess
 
@@ -31,23 +31,7 @@ def _node_id(bootstrap: str) -> str:
 
 def _ck_set(bootstrap: str, name: str, configs: dict[str, str | None]) -> None:
     """IncrementalAlterConfigs on BROKER `name` with confluent-kafka: SET values, DELETE Nones."""
-    from confluent_kafka.admin import (
-        AdminClient,
-        AlterConfigOpType,
-        ConfigEntry,
-        ConfigResource,
-        ResourceType,
-    )
-
-    entries = [
-        ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)
-        if value is not None
-        else ConfigEntry(key, None, incremental_operation=AlterConfigOpType.DELETE)
-        for key, value in configs.items()
-    ]
-    resource = ConfigResource(ResourceType.BROKER, name, incremental_configs=entries)
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.incremental_alter_configs([resource])[resource].result(10)
+    ck_incremental_alter(bootstrap, "broker", name, configs, timeout=10)
 
 
 def _ck_describe(bootstrap: str, name: str) -> dict:

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from compat_tests.clients import create_topic
+from compat_tests.clients import ck_incremental_alter, create_topic
 from kafkacompat.testing import InProcessBroker
 
 pytestmark = [
@@ -83,23 +83,7 @@ def _node(admin_bootstrap: str) -> str:
 
 def _alter(bootstrap: str, node: str, configs: dict[str, str | None]) -> None:
     """IncrementalAlterConfigs (SET, or DELETE for None) on this broker, as kafka-configs sends it."""
-    from confluent_kafka.admin import (
-        AdminClient,
-        AlterConfigOpType,
-        ConfigEntry,
-        ConfigResource,
-        ResourceType,
-    )
-
-    entries = [
-        ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
-        if value is not None
-        else ConfigEntry(name, None, incremental_operation=AlterConfigOpType.DELETE)
-        for name, value in configs.items()
-    ]
-    resource = ConfigResource(ResourceType.BROKER, node, incremental_configs=entries)
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.incremental_alter_configs([resource])[resource].result(15)
+    ck_incremental_alter(bootstrap, "broker", node, configs)
 
 
 def _describe(bootstrap: str, node: str) -> dict:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from compat_tests.clients import wait_until
+from compat_tests.clients import ck_incremental_alter, wait_until
 from kafkacompat.testing import CLUSTER_TEST_OVERRIDES, LocalCluster
 
 pytestmark = pytest.mark.restarts_broker
@@ -63,24 +63,7 @@ def isr(bootstrap: str, topic: str) -> list[int]:
 
 
 def alter(bootstrap: str, kind: str, name: str, configs: dict[str, str | None]) -> None:
-    from confluent_kafka.admin import (
-        AdminClient,
-        AlterConfigOpType,
-        ConfigEntry,
-        ConfigResource,
-        ResourceType,
-    )
-
-    entries = [
-        ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)
-        if value is not None
-        else ConfigEntry(key, None, incremental_operation=AlterConfigOpType.DELETE)
-        for key, value in configs.items()
-    ]
-    resource_type = ResourceType.BROKER if kind == "broker" else ResourceType.TOPIC
-    resource = ConfigResource(resource_type, name, incremental_configs=entries)
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.incremental_alter_configs([resource])[resource].result(15)
+    ck_incremental_alter(bootstrap, kind, name, configs)
 
 
 def catch_up_seconds(cluster: LocalCluster, topic: str) -> float:
