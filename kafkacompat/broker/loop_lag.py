@@ -12,6 +12,10 @@ handling a request, that request's API, version and size (the connection stores 
 context variable, which lives in the task's own context and so is read back from `task.context`).
 Garbage collections over the threshold are counted too (`gc.callbacks`), as their own kind: a
 collection runs inside whichever step allocated last, and its time is taken out of that step's.
+Each step's wall time is taken too: a step whose wall time exceeds its CPU time by the threshold was
+off the CPU in the middle (the OS ran another process, or a worker thread held the GIL), which delays
+every other client as much as a long step does but is not the step's doing; such steps are counted as
+the kind "off-CPU inside a step", so a profile tells loop hogs from a starved process.
 `summary()` aggregates the slow steps per kind (count, total, worst), for profiling runs.
 
 Off by default (no instrument, no cost). The environment variable `KAFKACOMPAT_LOOP_LAG_MS` (a
@@ -39,6 +43,8 @@ CURRENT_REQUEST: contextvars.ContextVar[tuple[int, int, int] | None] = contextva
     "kafkacompat_current_request", default=None
 )
 ENVIRONMENT_VARIABLE = "KAFKACOMPAT_LOOP_LAG_MS"
+#: the kind of a step that was off the CPU (another process or thread ran) for over the threshold
+OFF_CPU = "off-CPU inside a step (OS scheduler or GIL)"
 _state = {"enabled": False}
 
 
@@ -60,6 +66,7 @@ class LoopLagMonitor(trio.abc.Instrument):
         self.worst = 0.0
         self._gc_started = 0.0
         self._gc_in_step = 0.0  # collection time within the current step
+        self._wall_started = time.perf_counter()
 
     def on_gc(self, phase: str, info: dict[str, int]) -> None:
         """gc.callbacks hook: a collection is a pause of the loop too (it runs inside some task's step)."""
@@ -69,29 +76,39 @@ class LoopLagMonitor(trio.abc.Instrument):
         took = time.thread_time() - self._gc_started
         self._gc_in_step += took
         if took >= self.threshold:
-            kind = f"garbage collection, generation {info.get('generation')}"
-            entry = self.slow.setdefault(kind, [0, 0.0, 0.0])
-            entry[0] += 1
-            entry[1] += took
-            entry[2] = max(entry[2], took)
+            self._count(f"garbage collection, generation {info.get('generation')}", took)
+            if self.log_each:
+                log.warning("event loop held %.1f ms by a garbage collection of generation %s (%s collected)",
+                            took * 1000, info.get("generation"), info.get("collected"))  # fmt: skip
 
     def before_task_step(self, task: trio.lowlevel.Task) -> None:
         self._gc_in_step = 0.0
         self._started = time.thread_time()
+        self._wall_started = time.perf_counter()
+
+    def _count(self, kind: str, took: float) -> None:
+        entry = self.slow.setdefault(kind, [0, 0.0, 0.0])
+        entry[0] += 1
+        entry[1] += took
+        entry[2] = max(entry[2], took)
 
     def after_task_step(self, task: trio.lowlevel.Task) -> None:
         # a collection is counted as its own kind, not against the step it happened to land in
-        took = time.thread_time() - self._started - self._gc_in_step
+        cpu = time.thread_time() - self._started
+        took = cpu - self._gc_in_step
         self.steps += 1
+        off_cpu = time.perf_counter() - self._wall_started - cpu
+        if off_cpu >= self.threshold:
+            self._count(OFF_CPU, off_cpu)
+            if self.log_each:
+                log.warning("event loop stalled %.1f ms off the CPU inside a step of %s",
+                            off_cpu * 1000, _describe(task, task.context.get(CURRENT_REQUEST)))  # fmt: skip
         if took < self.threshold:
             return
         self.worst = max(self.worst, took)
         request = task.context.get(CURRENT_REQUEST)
         kind = _describe(task, request)
-        entry = self.slow.setdefault(kind, [0, 0.0, 0.0])
-        entry[0] += 1
-        entry[1] += took
-        entry[2] = max(entry[2], took)
+        self._count(kind, took)
         if self.log_each:
             size = f", {request[2]} bytes" if request is not None else ""
             log.warning("event loop held %.1f ms by %s%s", took * 1000, kind, size)

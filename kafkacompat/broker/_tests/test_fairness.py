@@ -127,6 +127,29 @@ async def test_the_loop_lag_monitor_names_the_request_that_held_the_loop() -> No
     assert not loop_lag.enabled()
 
 
+async def test_the_loop_lag_monitor_tells_a_step_off_the_cpu_from_one_that_works() -> None:
+    """A step that blocks in the kernel (here time.sleep; on a loaded machine: descheduled, or waiting
+    for the GIL) stalls every client too, but uses no CPU: it is counted as off-CPU, not as the
+    request's own work."""
+    import time
+
+    monitor = loop_lag.install(5.0, log_each=False)
+    try:
+
+        async def blocked_request() -> None:
+            loop_lag.CURRENT_REQUEST.set((1, 16, 100))
+            time.sleep(0.03)
+            await trio.lowlevel.checkpoint()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(blocked_request)
+    finally:
+        loop_lag.uninstall(monitor)
+    kinds = {row["kind"]: row for row in monitor.summary()}
+    assert kinds[loop_lag.OFF_CPU]["worst_ms"] >= 20, kinds
+    assert "Fetch v16" not in kinds, kinds
+
+
 async def test_handlers_of_a_thousand_items_do_not_hold_the_loop(
     nursery: trio.Nursery, tmp_path: Path
 ) -> None:
