@@ -235,6 +235,9 @@ class Broker:
             if lag_monitor is not None:
                 loop_lag.uninstall(lag_monitor)
                 log.info("loop-lag summary (slow task steps per kind): %s", lag_monitor.summary())
+                import gc
+
+                log.info("garbage collections per generation: %s", gc.get_stats())
             log.info("broker stopped")
             self.stopped.set()
 
