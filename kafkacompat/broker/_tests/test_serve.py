@@ -182,3 +182,21 @@ def test_a_failed_start_releases_the_log_dir(tmp_path: Path, monkeypatch: pytest
         InProcessBroker(data).start()
     monkeypatch.undo()
     InProcessBroker(data).start().stop()
+
+
+def test_the_first_request_does_not_import_the_request_path_on_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server imported connection/dispatch/handlers on its first connection: one task step of
+    0.2-0.3 s of CPU (loop-lag monitor), every client waiting. `serve` imports them before the loop."""
+    monkeypatch.setenv("KAFKACOMPAT_LOOP_LAG_MS", "50")
+    broker = BrokerProcess(tmp_path / "data").start()
+    try:
+        answer = _metadata_answer(broker.port)
+        assert struct.unpack(">i", answer[:4])[0] == 1
+    finally:
+        assert broker.stop() == 0
+    log = broker.log_path.read_text()
+    assert "loop-lag monitor on" in log
+    held = [line for line in log.splitlines() if "event loop held" in line and "Broker._serve" in line]
+    assert held == [], held
