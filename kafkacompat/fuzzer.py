@@ -988,6 +988,45 @@ def read_rss_kib(pid: int) -> int | None:
     return None
 
 
+def descriptor_census(pid: int) -> dict[str, int] | None:
+    """The process's open descriptors by kind: sockets, partition-log files (.log/.index/.timeindex under
+    a partition dir), other files, other (pipes, eventfds...); None if it is gone."""
+    counts = {"total": 0, "sockets": 0, "log_files": 0, "deleted_log_files": 0, "other_files": 0, "other": 0}
+    base = f"/proc/{pid}/fd"
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return None
+    for name in names:
+        try:
+            target = os.readlink(f"{base}/{name}")
+        except OSError:
+            continue
+        counts["total"] += 1
+        if target.startswith("socket:"):
+            counts["sockets"] += 1
+        elif target.startswith("/"):
+            if target.endswith((".log", ".index", ".timeindex", ".txnindex")):
+                deleted = "-delete/" in target or target.endswith(" (deleted)") or ".deleted" in target
+                counts["deleted_log_files" if deleted else "log_files"] += 1
+            else:
+                counts["other_files"] += 1
+        else:
+            counts["other"] += 1
+    return counts
+
+
+def read_threads(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("Threads:"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
 def percentile(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -1243,6 +1282,7 @@ def _pair_result(process: Any) -> dict[str, Any]:
 
 def run_campaign(c: Campaign) -> dict[str, Any]:
     """Prepare, run the pair alone (quiet), then the pair beside the fuzzer; watch the broker throughout."""
+    import json
     import sys
 
     host, _, port_text = c.bootstrap.rpartition(":")
@@ -1258,7 +1298,9 @@ def run_campaign(c: Campaign) -> dict[str, Any]:
         result["quiet_pair"] = _pair_result_wait(quiet)
     rss: list[int] = []
     fds: list[int] = []
+    timeline: list[dict[str, Any]] = []  # every 10 s: RSS, descriptors by kind, threads
     alive = [True]
+    began = time.monotonic()
 
     async def watch_broker(cancel: trio.CancelScope) -> None:
         while c.broker_pid is not None:
@@ -1270,6 +1312,12 @@ def run_campaign(c: Campaign) -> dict[str, Any]:
             rss.append(sample)
             with contextlib.suppress(OSError):
                 fds.append(len(os.listdir(f"/proc/{c.broker_pid}/fd")))
+            if not timeline or time.monotonic() - began >= timeline[-1]["t"] + 10:
+                census = descriptor_census(c.broker_pid) or {}
+                timeline.append({"t": round(time.monotonic() - began), "rss_mib": sample // 1024,
+                                 "threads": read_threads(c.broker_pid), **census})  # fmt: skip
+                if c.progress:
+                    print(f"\n{json.dumps(timeline[-1])}", file=sys.stderr, flush=True)
             await trio.sleep(0.5)
 
     def show(stats: FuzzStats) -> None:
@@ -1313,6 +1361,7 @@ def run_campaign(c: Campaign) -> dict[str, Any]:
         result["rss_mib"] = {"start": rss[0] // 1024, "peak": max(rss) // 1024, "end": rss[-1] // 1024}
     if fds:
         result["open_fds"] = {"start": fds[0], "peak": max(fds), "end": fds[-1]}
+    result["timeline"] = timeline
     quiet_p99 = result.get("quiet_pair", {}).get("e2e_p99_ms")
     fuzzed_p99 = result["fuzzed_pair"].get("e2e_p99_ms")
     if quiet_p99 and fuzzed_p99:

@@ -444,7 +444,9 @@ async def add_partitions(
             # lists (rack-aware round robin, same replication factor) appended to /brokers/topics/T
             await broker.cluster.add_partitions(name, total)
             return topic
-        check_descriptors_for(total - current)
+        await check_descriptors_for(
+            total - current, broker.logs.open_log_count(), broker.config["max.connections"]
+        )
         log_config = broker.topic_log_config(topic)
         created = []
         try:

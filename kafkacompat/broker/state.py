@@ -97,25 +97,61 @@ def check_partition_limit(partitions: int) -> None:
         )
 
 
-# A new partition log holds this many descriptors (its segment and two indexes), and this many are kept
-# free for connections and everything else: a creation that would not fit is refused before any file is
-# made, rather than failing (EMFILE) thousands of partitions in, rolled back, and the broker stalled.
+# A partition log holds up to this many descriptors (its active segment and, once appended to, its two
+# indexes; a deleted log keeps them for file.delete.delay.ms). Partition logs may together use only the
+# open files the rest of the broker does not need: `descriptors_kept_free` stays free for
+# min(max.connections, limit/4) connections plus max(512, limit/20) for segment rolls, checkpoints and
+# fetch responses' duplicates. A creation that would not fit is refused before any file is made
+# (KAFKA_STORAGE_ERROR, what a failed log creation answers anyway). Found by the long fuzz run: with only
+# 256 kept free, only requests of more than limit/12 partitions checked at all, and a new log counted
+# by the one descriptor it holds before its first append, fuzzed CreateTopics/CreatePartitions/
+# DeleteTopics of a few hundred partitions each filled the 20,000 descriptors with logs; accepts, fetch
+# responses and the well-behaved pair's connections then failed with EMFILE.
 DESCRIPTORS_PER_LOG = 3
-DESCRIPTORS_RESERVE = 256
+DESCRIPTORS_BESIDE_LOGS = 64  # stdio, listeners, log dir locks, the metadata snapshot being written
 
 
-def check_descriptors_for(new_logs: int) -> None:
-    """Raise KafkaError(KAFKA_STORAGE_ERROR) if `new_logs` partition logs cannot be held open (Linux)."""
+def descriptors_kept_free(limit: int, max_connections: int) -> int:
+    """Open files that partition logs may never take (see above)."""
+    return max(512, limit // 20) + min(max_connections, limit // 4)
+
+
+def max_open_logs(limit: int, max_connections: int) -> int:
+    """Partition logs (live, and deleted ones not yet removed) the open-file limit leaves room for."""
+    return max(0, (limit - descriptors_kept_free(limit, max_connections) - DESCRIPTORS_BESIDE_LOGS)) // (
+        DESCRIPTORS_PER_LOG
+    )
+
+
+def _open_descriptors() -> int | None:
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return None
+
+
+async def check_descriptors_for(new_logs: int, open_logs: int, max_connections: int) -> None:
+    """Raise KafkaError(KAFKA_STORAGE_ERROR) if `new_logs` more partition logs beside the `open_logs`
+    there are would exceed `max_open_logs`, or would not fit in the descriptors actually left beside
+    max(512, limit/20) (Linux). Counting 20,000 descriptors costs tens of ms on a loaded machine: it is
+    done in a worker thread (the caller holds the metadata lock, not the event loop)."""
     import resource
 
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY or new_logs * DESCRIPTORS_PER_LOG < soft // 4:
-        return  # far below the limit: not worth counting
-    try:
-        in_use = len(os.listdir("/proc/self/fd"))
-    except OSError:
+    if soft == resource.RLIM_INFINITY or new_logs <= 0:
         return
-    left = soft - in_use - DESCRIPTORS_RESERVE
+    allowed = max_open_logs(soft, max_connections)
+    if open_logs + new_logs > allowed:
+        raise KafkaError(
+            ErrorCode.KAFKA_STORAGE_ERROR,
+            f"not enough file descriptors for {new_logs} new partition logs: the process limit of {soft} "
+            f"(ulimit -n) leaves room for {allowed} open partition logs beside the connections "
+            f"(max.connections, at most a quarter of the limit), and {open_logs} are open",
+        )
+    in_use = await trio.to_thread.run_sync(_open_descriptors)
+    if in_use is None:
+        return
+    left = soft - in_use - max(512, soft // 20)
     if new_logs * DESCRIPTORS_PER_LOG > left:
         raise KafkaError(
             ErrorCode.KAFKA_STORAGE_ERROR,
@@ -386,7 +422,9 @@ class BrokerState:
             # The logs first, the table entry once they all exist: nobody sees a topic whose partitions
             # are still being made while this task lets other requests run between chunks of them.
             self.metadata.check_new_topic(name, partitions)
-            check_descriptors_for(partitions)
+            await check_descriptors_for(
+                partitions, self.logs.open_log_count(), self.config["max.connections"]
+            )
             topic_id = uuid.uuid4()  # chosen now: each log's partition.metadata names it
             created = 0
             try:

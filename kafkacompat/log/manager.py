@@ -415,6 +415,11 @@ class LogManager:
         self._deleted_logs.append((now_ms + delay, doomed, partition_log))
         return True
 
+    def open_log_count(self) -> int:
+        """Partition logs whose files are open: the live ones and the deleted ones still waiting for
+        file.delete.delay.ms (their files stay open until then)."""
+        return len(self.logs) + len(self._deleted_logs)
+
     def all_logs(self) -> Iterator[tuple[TopicPartition, PartitionLog]]:
         return iter(list(self.logs.items()))
 

@@ -6,6 +6,7 @@ with Kafka's error code and that the broker keeps serving (and restarts) afterwa
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -286,3 +287,49 @@ def test_java_string_hash_matches_the_definition_for_long_and_odd_ids() -> None:
         assert rec.java_string_hash(value) == java_hash_by_definition(value)
         assert rec.java_string_hash(value) == java_hash_by_definition(value)  # and again, from the cache
     assert rec.java_string_hash("\U0001f600" * 300) == java_hash_by_definition("\U0001f600" * 300)
+
+
+def test_partition_logs_may_not_take_the_descriptors_kept_for_connections(tmp_path: Path) -> None:
+    """Found by the long fuzz run (1,000,000 frames): fuzzed CreateTopics/CreatePartitions of a few hundred
+    partitions each (never counted: only requests of more than limit/12 partitions were), new logs
+    counted by the one descriptor they hold before their first append, and deleted logs keeping theirs
+    for file.delete.delay.ms filled the 20,000 descriptors; accepts and the well-behaved pair's
+    connections failed. Under `ulimit -n 1024`, 64 open logs fit beside the 768 descriptors kept free
+    (max(512, limit/20) + min(max.connections, limit/4)); deleted logs count until they are removed."""
+    from kafkacompat.broker.state import max_open_logs
+    from kafkacompat.client import KafkaClient
+    from kafkacompat.testing import BrokerProcess
+
+    assert max_open_logs(1024, 2**31 - 1) == 64
+    broker = BrokerProcess(tmp_path / "data", ["log.segment.delete.delay.ms=3000"], open_files=1024).start()
+    topic = request(CREATE_TOPICS).CreatableTopic
+
+    def create(name: str, partitions: int) -> Any:
+        ask = request(
+            CREATE_TOPICS,
+            topics=[topic(name=name, num_partitions=partitions, replication_factor=1)],
+            timeout_ms=5000,
+        )
+        return client.send(CREATE_TOPICS, ask, version=7).topics[0]
+
+    try:
+        with KafkaClient(broker.bootstrap) as client:
+            assert create("small-1", 30).error_code == E.NONE
+            assert create("small-2", 30).error_code == E.NONE
+            third = create("small-3", 30)  # 90 logs would not fit, though only ~70 descriptors are open
+            assert third.error_code == E.KAFKA_STORAGE_ERROR
+            assert "64 open partition logs" in third.error_message
+            deletion = request(20, topic_names=["small-1"], timeout_ms=5000)
+            assert client.send(20, deletion, version=4).responses[0].error_code == E.NONE
+            # the deleted logs keep their files open for file.delete.delay.ms: still no room
+            assert create("small-3", 30).error_code == E.KAFKA_STORAGE_ERROR
+            deadline = time.monotonic() + 30
+            while create("small-3", 30).error_code != E.NONE:  # room again once they are removed
+                assert time.monotonic() < deadline, "the deleted logs were never removed"
+                time.sleep(0.5)
+            # a client connects and is served beside the 60 logs
+            with KafkaClient(broker.bootstrap) as other:
+                assert len(other.metadata(["small-3"]).topics[0].partitions) == 30
+    finally:
+        broker.stop()
+    assert "Traceback" not in broker.log_path.read_text()
