@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from kafkacompat.broker.fairness import Turn
+from kafkacompat.broker.lock_wait import holding
 from kafkacompat.broker.state import (
     check_descriptors_for,
     check_partition_limit,
@@ -391,7 +392,7 @@ async def apply_topic_configs(
     metadata lock, so concurrent incremental changes do not lose each other's updates).
     Raises KafkaError (UNKNOWN_TOPIC_OR_PARTITION, INVALID_CONFIG). Nothing changes with `validate_only`.
     """
-    async with broker.metadata_lock:
+    async with holding(broker.metadata_lock):
         topic = require_topic(broker, name)
         if broker.cluster is not None and callable(overrides):
             # an incremental change starts from what ZooKeeper holds now, not from this broker's view,
@@ -426,7 +427,7 @@ async def add_partitions(
     broker: BrokerState, name: str, total: int, *, validate_only: bool = False
 ) -> TopicInfo:
     """Grow the topic to `total` partitions (logs created, table persisted). Raises KafkaError."""
-    async with broker.metadata_lock:
+    async with holding(broker.metadata_lock):
         topic = require_topic(broker, name)
         current = topic.partitions
         if total < current:

@@ -97,7 +97,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from kafkacompat.broker import dispatch, loop_lag
+from kafkacompat.broker import dispatch, lock_wait, loop_lag
 from kafkacompat.broker.dispatch import ConnectionInfo, RequestContext
 from kafkacompat.broker.errors import CloseConnection
 from kafkacompat.broker.fairness import encode_off_loop
@@ -370,6 +370,7 @@ class Connection:
         # the gate of requests of pipelining streaks (PIPELINE_FAIR_SHARE); held while one is handled
         self._pipeline_gate: trio.Semaphore | None = getattr(broker, "pipeline_gate", None)
         self._gated: trio.Semaphore | None = None
+        self._request_task: trio.lowlevel.Task | None = None  # the task running the request loop
 
     def drain(self) -> None:
         """Finish the request in progress (if any), then close; an idle connection closes at once."""
@@ -436,6 +437,10 @@ class Connection:
         timed = self.broker.request_metrics is not None  # metrics hook: arrival times for queue time
         if self.tls is not None and not await self._tls_handshake():
             return
+        # this task's requests wait for locks without a slot (tasks they start inherit the variable and are
+        # told apart by `_request_task`)
+        self._request_task = trio.lowlevel.current_task()
+        lock_wait.WAITER.set(self.wait_unslotted)
         handled = True
         pipelined = 0  # requests in a row that were here before the previous one was answered
         gate = self._pipeline_gate
@@ -605,6 +610,50 @@ class Connection:
             gated.release()
         try:
             await self._park(event, deadline)
+        finally:
+            with trio.CancelScope(shield=True):  # the handler's exit releases them: they must be held then
+                if gated is not None:
+                    await _acquire(gated)
+                if slots is not None:
+                    await _acquire(slots)
+
+    async def wait_unslotted(self, acquire: Callable[[], Awaitable[object]]) -> None:
+        """Run `acquire` (a lock's) without this request's slot or gate, watching the socket; raise
+        PeerGone if the client leaves before it returns (lock_wait.py). Once `acquire` has returned the
+        request goes on, whatever the socket says."""
+        if trio.lowlevel.current_task() is not self._request_task:
+            await acquire()  # a task a request started: it holds no slot of this connection's
+            return
+        slots = self._slots
+        gated = self._gated
+        if slots is not None:
+            slots.release()
+        if gated is not None:
+            gated.release()
+        try:
+            frames = self._frames
+            recv_into = self._recv_into
+            acquired = False
+
+            async def watch(scope: trio.CancelScope) -> None:
+                while frames.buffered < frames.max_frame_size:
+                    try:
+                        received = await recv_into(frames.receive_buffer())
+                    except OSError:
+                        received = 0
+                    if not received:
+                        scope.cancel()
+                        return
+                    frames.commit(received)
+                await trio.sleep_forever()
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(watch, nursery.cancel_scope)
+                await acquire()
+                acquired = True  # no checkpoint between: a cancel cannot land after the acquire
+                nursery.cancel_scope.cancel()
+            if not acquired:
+                raise PeerGone
         finally:
             with trio.CancelScope(shield=True):  # the handler's exit releases them: they must be held then
                 if gated is not None:

@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import trio
 
 from kafkacompat.broker.coordinator_log import append_txn_marker, create_compacted_internal_topic, replay_log
+from kafkacompat.broker.lock_wait import holding
 from kafkacompat.groups.api import Outcome, Parked
 from kafkacompat.groups.manager import GroupConfig, GroupCoordinatorCore
 from kafkacompat.wire.errors import ErrorCode, KafkaError
@@ -360,7 +361,9 @@ class GroupRuntime:
                 log.error("cannot create %s: %s", OFFSETS_TOPIC, exc)
                 raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, str(exc)) from exc
         waiter: _Waiter | None = None
-        async with self._lock:
+        # a request waits for the lock without its slot, and is dropped if its client leaves meanwhile
+        # (lock_wait.py): found by the fuzzer, requests of dead connections queued here held every slot
+        async with holding(self._lock):
             outcome = op(self.broker.now_ms())
             failure = await self._persist_and_deliver(outcome)
             response = outcome.response

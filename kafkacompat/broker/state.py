@@ -30,6 +30,7 @@ import trio
 from kafkacompat.broker.delayed import PartitionWatchers
 from kafkacompat.broker.fairness import Turn
 from kafkacompat.broker.fetch_sessions import FetchSessionCache
+from kafkacompat.broker.lock_wait import holding
 from kafkacompat.config import BrokerConfig, broker_log_config
 from kafkacompat.dynamic_config import (
     DynamicBrokerConfigs,
@@ -279,7 +280,7 @@ class BrokerState:
         persisted, then applied to the running broker before this returns. Raises KafkaError:
         INVALID_REQUEST (refused, as Kafka refuses it), KAFKA_STORAGE_ERROR (not persisted, not applied).
         """
-        async with self.metadata_lock:  # topic config changes read the broker defaults under it too
+        async with holding(self.metadata_lock):  # topic config changes read the broker defaults under it too
             entity = self.dynamic.entity_for(node_id)
             store = self.dynamic.store
             if hasattr(store, "write_entity"):
@@ -330,7 +331,7 @@ class BrokerState:
     async def apply_stored_broker_configs(self, entities: dict[str, dict[str, str]]) -> None:
         """Cluster mode: the /config/brokers entities as ZooKeeper now holds them (changed through any
         broker) become this broker's dynamic layers, applied at once."""
-        async with self.metadata_lock:
+        async with holding(self.metadata_lock):
             current = {e: self.dynamic.entity(e) for e in (self.dynamic.node_entity, "<default>")}
             wanted = {e: dict(entities.get(e, {})) for e in current}
             if current == wanted:
@@ -413,7 +414,7 @@ class BrokerState:
             if validate_only:
                 return TopicInfo(name, ZERO_UUID, partitions, configs, internal)
             return await self.cluster.create_topic(name, partitions, configs, replication_factor, assignment)
-        async with self.metadata_lock:
+        async with holding(self.metadata_lock):
             # again under the lock: a dynamic broker config change may have moved the defaults meanwhile
             log_config = self.validate_topic_configs(configs)
             if validate_only:
@@ -481,7 +482,7 @@ class BrokerState:
                 raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
             await self.cluster.delete_topic(name)  # the controller deletes; every broker drops its logs
             return topic
-        async with self.metadata_lock:
+        async with holding(self.metadata_lock):
             topic = self.metadata.delete_topic(name)
             snapshot = self.metadata.snapshot()
             await trio.to_thread.run_sync(self.metadata.write_snapshot, snapshot)
@@ -544,7 +545,7 @@ class BrokerState:
     async def next_producer_id(self) -> int:
         """A producer id never handed out before, also across restarts (blocks are persisted first)."""
         if not self._producer_ids:
-            async with self.metadata_lock:
+            async with holding(self.metadata_lock):
                 if not self._producer_ids and self.cluster is not None:
                     start = await self.cluster.allocate_producer_id_block(PRODUCER_ID_BLOCK_SIZE)
                     self._producer_ids = range(start, start + PRODUCER_ID_BLOCK_SIZE)

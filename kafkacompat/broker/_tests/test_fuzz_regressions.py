@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import trio
 
-from kafkacompat.broker._tests.wire_client import RawClient, request, start_broker
+from kafkacompat.broker._tests.wire_client import RawClient, batch, create, produce, request, start_broker
 from kafkacompat.wire.errors import ErrorCode as E
 
 JOIN_GROUP, LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS, DELETE_GROUPS, FIND_COORDINATOR = 11, 13, 14, 15, 42, 10
@@ -333,3 +333,52 @@ def test_partition_logs_may_not_take_the_descriptors_kept_for_connections(tmp_pa
     finally:
         broker.stop()
     assert "Traceback" not in broker.log_path.read_text()
+
+
+async def test_requests_waiting_for_the_metadata_lock_hold_no_request_slot(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """Found by the long fuzz run: behind a long creation (thousands of logs, made in chunks), every
+    request waiting for the metadata lock held its queued.max.requests slot and never looked at its
+    socket. Fuzzing clients gave up after 0.5 s and reconnected, the waiters of their dead connections
+    took every slot, and the well-behaved producer's acks=all produce waited for a slot until the
+    creation ended (72 s, its connection timed out). Now a lock wait holds no slot and is abandoned when
+    its client leaves: the produce is answered while the creation goes on, and no dead waiter creates its
+    topic afterwards."""
+    broker = await start_broker(nursery, tmp_path, "queued.max.requests=4")
+    admin = await RawClient.connect(broker.port)
+    assert (await create(admin, "pair")).error_code == E.NONE
+    topic = request(CREATE_TOPICS).CreatableTopic
+    wide = await RawClient.connect(broker.port)
+    creation = request(
+        CREATE_TOPICS,
+        topics=[topic(name="wide", num_partitions=2000, replication_factor=1)],
+        timeout_ms=120_000,
+    )
+    await wide.send(CREATE_TOPICS, 7, creation)
+    await trio.sleep(0.05)  # the creation has taken the metadata lock and is making logs
+    waiters = []
+    for index in range(8):  # more than the 4 slots
+        waiter = await RawClient.connect(broker.port)
+        late = topic(name=f"late-{index}", num_partitions=1, replication_factor=1)
+        one = request(CREATE_TOPICS, topics=[late], timeout_ms=120_000)
+        await waiter.send(CREATE_TOPICS, 7, one)
+        waiters.append(waiter)
+    await trio.sleep(0.2)
+    for waiter in waiters:  # they give up, as the fuzzer does after 0.5 s
+        await waiter.aclose()
+    producer = await RawClient.connect(broker.port)
+    with trio.fail_after(60):
+        answer = await produce(producer, "pair", batch(b"value"))
+    assert answer.error_code == E.NONE
+    early = None
+    with trio.move_on_after(0.01):
+        early = await wide.read_frame()
+    assert early is None, "the produce was answered only after the creation: it waited for it"
+    assert await wide.read_frame(timeout=180) is not None
+    assert broker.state.metadata.topic("wide") is not None
+    await trio.sleep(0.5)
+    assert [t.name for t in broker.state.metadata.topics() if t.name.startswith("late-")] == []
+    for client in (admin, wide, producer):
+        await client.aclose()
+    broker.request_shutdown()
