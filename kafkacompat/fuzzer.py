@@ -778,6 +778,7 @@ class FuzzStats:
     closed_by_broker: int = 0
     unanswered: int = 0
     bad_answers: int = 0
+    largest_frame: int = 0  # bytes: a connection's request buffer is bounded by it (RSS bound below)
     connections: int = 0
     connect_errors: int = 0
     seconds: float = 0.0
@@ -808,6 +809,7 @@ class FuzzStats:
             "bad_answers": self.bad_answers,
             "connections": self.connections,
             "connect_errors": self.connect_errors,
+            "largest_frame_bytes": self.largest_frame,
             "seconds": round(self.seconds, 1),
             "frames_per_second": round(self.rate),
             "apis_fuzzed": len(self.by_api),
@@ -908,6 +910,7 @@ async def fuzz(
                     await pace()
                     frame, promises_more = mutator.frame()
                     stats.frames_sent += 1
+                    stats.largest_frame = max(stats.largest_frame, len(frame))
                     if len(frame) >= 6:
                         key = INT16.unpack_from(frame, 4)[0]
                         stats.by_api[key] = stats.by_api.get(key, 0) + 1
@@ -1025,6 +1028,75 @@ def read_threads(pid: int) -> int | None:
     except OSError:
         return None
     return None
+
+
+def broker_state_counts(bootstrap: str, data_dir: Path | None) -> dict[str, int]:
+    """What the run made the broker keep, as the broker itself reports it: partition logs (the data dir's
+    partition dirs, deleted ones waiting for file.delete.delay.ms included; from Metadata when the data
+    dir is unknown), groups and their members (ListGroups, DescribeGroups) with the bytes each member
+    holds (ids, protocol metadata, assignment), and transactional ids (ListTransactions)."""
+    from kafkacompat.client import KafkaClient
+
+    counts = {"partition_logs": 0, "groups": 0, "members": 0, "member_bytes": 0, "transactional_ids": 0}
+    if data_dir is not None:
+        with contextlib.suppress(OSError):
+            partition_dir = re.compile(r"-\d+(\.\w+-delete)?$")
+            entries = os.scandir(data_dir)
+            counts["partition_logs"] = sum(1 for e in entries if e.is_dir() and partition_dir.search(e.name))
+    with KafkaClient(bootstrap, client_id="kafkacompat-fuzz-census", timeout=60) as client:
+        if data_dir is None:
+            answer = client.send(3, _module_of(3).MetadataRequest(topics=None))
+            counts["partition_logs"] = sum(len(t.partitions) for t in answer.topics)
+        listed = client.send(16, _module_of(16).ListGroupsRequest())
+        groups = [g.group_id for g in listed.groups]
+        counts["groups"] = len(groups)
+        describe = _module_of(15).DescribeGroupsRequest
+        for start in range(0, len(groups), 100):
+            for group in client.send(15, describe(groups=groups[start : start + 100])).groups:
+                for member in group.members:
+                    counts["members"] += 1
+                    held = [member.member_metadata, member.member_assignment, member.member_id]
+                    held += [member.client_id, member.client_host]
+                    counts["member_bytes"] += sum(len(value or b"") for value in held)
+        if 66 in client.connection().versions:
+            counts["transactional_ids"] = len(
+                client.send(66, _module_of(66).ListTransactionsRequest()).transaction_states
+            )
+    return counts
+
+
+# The fuzz run's RSS bound (docs/RELIABILITY.md, "Live fuzzing"), in KiB: the connection terms of the
+# "Connections" section, then costs per piece of state measured on this broker (an empty partition log
+# 2.7 KiB, a group with one committed offset 1.2 KiB, a transactional id 0.6 KiB: about 3x is allowed
+# for indexes, producer state and allocator overhead), plus a fixed slack for the interpreter's caches
+# and heap fragmentation.
+RSS_PER_CONNECTION_KIB = 16
+RSS_SCRATCH_BUFFERS_KIB = 256 * 64
+RSS_PER_PARTITION_LOG_KIB = 8
+RSS_PER_GROUP_KIB = 4
+RSS_PER_MEMBER_KIB = 4
+RSS_PER_TRANSACTIONAL_ID_KIB = 2
+RSS_SLACK_KIB = 64 * 1024
+
+
+def rss_bound_kib(
+    rss_idle_kib: int, sockets: int, fuzz_connections: int, largest_frame: int, state: dict[str, int]
+) -> int:
+    """RSS_idle + sockets x 16 KiB + 256 x 64 KiB + fuzzing connections x (64 KiB + 2 x largest frame +
+    1 MiB) + partition logs x 8 KiB + groups x 4 KiB + members x 4 KiB + 2 x member bytes +
+    transactional ids x 2 KiB + 64 MiB."""
+    return int(
+        rss_idle_kib
+        + sockets * RSS_PER_CONNECTION_KIB
+        + RSS_SCRATCH_BUFFERS_KIB
+        + fuzz_connections * (64 + 2 * largest_frame / 1024 + 1024)
+        + state.get("partition_logs", 0) * RSS_PER_PARTITION_LOG_KIB
+        + state.get("groups", 0) * RSS_PER_GROUP_KIB
+        + state.get("members", 0) * RSS_PER_MEMBER_KIB
+        + 2 * state.get("member_bytes", 0) / 1024
+        + state.get("transactional_ids", 0) * RSS_PER_TRANSACTIONAL_ID_KIB
+        + RSS_SLACK_KIB
+    )
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -1253,6 +1325,7 @@ class Campaign:
     #: client normally runs on another machine, and its own CPU use on a small shared box is not broker
     #: unfairness; the broker and the pair keep their priority
     fuzzer_nice: int = 0
+    data_dir_is_log_dir: bool = False  # the broker log lies in the broker's data dir (a broker we started)
 
 
 def _pair_subprocess(bootstrap: str, topic: str, seconds: float, rate: float) -> Any:
@@ -1299,6 +1372,24 @@ def run_campaign(c: Campaign) -> dict[str, Any]:
     rss: list[int] = []
     fds: list[int] = []
     timeline: list[dict[str, Any]] = []  # every 10 s: RSS, descriptors by kind, threads
+    state_peak: dict[str, int] = {}  # every 30 s: the largest of each count of broker_state_counts
+    data_dir = Path(c.broker_log).parent if c.broker_log and c.data_dir_is_log_dir else None
+
+    async def census() -> None:
+        while True:
+            try:
+                counts = await trio.to_thread.run_sync(
+                    broker_state_counts, c.bootstrap, data_dir, abandon_on_cancel=True
+                )
+            except Exception as exc:  # a busy broker may time the census out: try again
+                print(f"\nstate census failed: {exc}", file=sys.stderr)
+            else:
+                for key, value in counts.items():
+                    state_peak[key] = max(state_peak.get(key, 0), value)
+                if c.progress:
+                    print(f"\nstate {json.dumps(counts)}", file=sys.stderr, flush=True)
+            await trio.sleep(30)
+
     alive = [True]
     began = time.monotonic()
 
@@ -1329,6 +1420,7 @@ def run_campaign(c: Campaign) -> dict[str, Any]:
     async def main() -> FuzzStats:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(watch_broker, nursery.cancel_scope)
+            nursery.start_soon(census)
             stats = await fuzz(
                 host,
                 int(port_text),
@@ -1362,6 +1454,19 @@ def run_campaign(c: Campaign) -> dict[str, Any]:
     if fds:
         result["open_fds"] = {"start": fds[0], "peak": max(fds), "end": fds[-1]}
     result["timeline"] = timeline
+    with contextlib.suppress(Exception):  # the state at the end counts too (it may be the largest)
+        for key, value in broker_state_counts(c.bootstrap, data_dir).items():
+            state_peak[key] = max(state_peak.get(key, 0), value)
+    if rss and timeline:
+        sockets_peak = max(sample.get("sockets", 0) for sample in timeline)
+        bound = rss_bound_kib(rss[0], sockets_peak, c.connections, stats.largest_frame, state_peak)
+        result["rss_bound"] = {
+            "state_peak": state_peak,
+            "sockets_peak": sockets_peak,
+            "bound_mib": bound // 1024,
+            "rss_peak_mib": max(rss) // 1024,
+            "within": max(rss) <= bound,
+        }
     quiet_p99 = result.get("quiet_pair", {}).get("e2e_p99_ms")
     fuzzed_p99 = result["fuzzed_pair"].get("e2e_p99_ms")
     if quiet_p99 and fuzzed_p99:
@@ -1464,6 +1569,7 @@ def main(argv: list[str] | None = None) -> int:
             campaign.bootstrap = broker.bootstrap
             campaign.broker_pid = broker.process.pid
             campaign.broker_log = str(broker.log_path)
+            campaign.data_dir_is_log_dir = True
         try:
             result = run_campaign(campaign)
         finally:
@@ -1475,6 +1581,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         Path(args.json).write_text(text + "\n")
     ok = result["broker_alive"] and not result.get("log_problems") and result["fuzz"]["bad_answers"] == 0
+    ok = ok and result.get("rss_bound", {}).get("within", True)
     return 0 if ok else 1
 
 
