@@ -495,8 +495,10 @@ def _quotas(bootstrap: str, command: str, *args: str) -> subprocess.CompletedPro
     )
 
 
-def test_quota_set_through_one_broker_is_described_by_the_others(secured_cluster: SecuredCluster) -> None:
-    secured = secured_cluster
+def test_quota_set_through_one_broker_is_described_by_the_others(
+    secured_cluster: SecuredCluster, users: dict[str, str]
+) -> None:
+    secured = secured_cluster  # `users`: alice's SCRAM credential, which her quotas must keep beside them
     client = f"app {uuid.uuid4().hex[:6]}"  # a space: sanitized in the znode name, as Kafka does
     altered = _quotas(
         secured.plaintext(1), "alter", "--user", "alice", "--client-id", client,
