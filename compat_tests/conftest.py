@@ -155,6 +155,24 @@ def kp_closing() -> Iterator[Callable[[Any], Any]]:
             pass
 
 
+# --- confluent-kafka ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def ck_closing() -> Iterator[Callable[[Any], Any]]:
+    """Register confluent-kafka producers and consumers to close after the test, passed or failed. Unclosed,
+    a client lives as long as anything refers to it (a failed test's traceback does), and librdkafka keeps
+    reconnecting to its brokers all that time, even to a module's broker long stopped."""
+    clients: list[Any] = []
+    yield lambda client: clients.append(client) or client
+    while clients:
+        client = clients.pop()
+        try:
+            client.close()  # idempotent for a Producer (it flushes first); a closed Consumer raises
+        except Exception:
+            pass
+
+
 # --- kcat ----------------------------------------------------------------------------------------
 
 

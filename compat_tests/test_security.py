@@ -180,7 +180,7 @@ def rdkafka_config(secured: Secured, case: Case, password: str | None = None) ->
 
 
 @pytest.mark.parametrize("case", CASES + OAUTH_CASES, ids=str)
-def test_confluent_kafka(secured: Secured, case: Case) -> None:
+def test_confluent_kafka(secured: Secured, case: Case, ck_closing: Callable[[Any], Any]) -> None:
     from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -189,13 +189,14 @@ def test_confluent_kafka(secured: Secured, case: Case) -> None:
     admin = AdminClient(config)
     admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])[topic].result(15)
     assert topic in admin.list_topics(timeout=10).topics
-    producer = Producer(config)
+    producer = ck_closing(Producer(config))
     for value in _values(topic):
         producer.produce(topic, value, key=value[-2:])
     assert producer.flush(15) == 0
+    producer.close()
     group = f"{topic}-group"
-    consumer = Consumer(
-        {**config, "group.id": group, "auto.offset.reset": "earliest", "enable.auto.commit": False}
+    consumer = ck_closing(
+        Consumer({**config, "group.id": group, "auto.offset.reset": "earliest", "enable.auto.commit": False})
     )
     consumer.subscribe([topic])
     seen: list[bytes] = []
@@ -231,7 +232,7 @@ def test_kcat(secured: Secured, case: Case, kcat: Callable[..., subprocess.Compl
 
 
 def test_wrong_password_is_refused_with_kafkas_message(
-    secured: Secured, caplog: pytest.LogCaptureFixture
+    secured: Secured, caplog: pytest.LogCaptureFixture, ck_closing: Callable[[Any], Any]
 ) -> None:
     from confluent_kafka import KafkaException, Producer
 
@@ -248,10 +249,11 @@ def test_wrong_password_is_refused_with_kafkas_message(
             **rdkafka_config(secured, case, password="wrong"),
             "error_cb": lambda e, errors=errors: errors.append(str(e)),
         }
-        producer = Producer(config)
+        producer = ck_closing(Producer(config))
         with pytest.raises(KafkaException):
             producer.list_topics(timeout=3)
         producer.poll(1)  # delivers the error callbacks
+        producer.close()  # else it retries the wrong password once a second for as long as it lives
         assert any(message in error for error in errors), errors
     # kafka-python hears the same (it logs the broker's message and gives up bootstrapping)
     from kafka import KafkaProducer
@@ -556,7 +558,9 @@ def test_kafkacompat_tools_with_command_config(secured: Secured, tmp_path: Path)
     assert "RESOURCE_NOT_FOUND" in gone.stderr
 
 
-def test_librdkafka_reauthenticates_kip_368(secured: Secured, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_librdkafka_reauthenticates_kip_368(
+    secured: Secured, monkeypatch: pytest.MonkeyPatch, ck_closing: Callable[[Any], Any]
+) -> None:
     """On a listener with connections.max.reauth.ms, librdkafka re-authenticates on the same connections
     before their sessions end, and producing and consuming carry on throughout."""
     from confluent_kafka import Consumer, Producer
@@ -576,8 +580,8 @@ def test_librdkafka_reauthenticates_kip_368(secured: Secured, monkeypatch: pytes
     config = rdkafka_config(secured, case)
     topic = f"sec-reauth-{uuid.uuid4().hex[:8]}"
     create_topic(secured.bootstrap("PLAINTEXT"), topic)
-    producer = Producer(config)
-    consumer = Consumer({**config, "group.id": f"{topic}-g", "auto.offset.reset": "earliest"})
+    producer = ck_closing(Producer(config))
+    consumer = ck_closing(Consumer({**config, "group.id": f"{topic}-g", "auto.offset.reset": "earliest"}))
     consumer.subscribe([topic])
     sent, seen, errors = 0, 0, []
     deadline = time.monotonic() + 6
@@ -592,6 +596,7 @@ def test_librdkafka_reauthenticates_kip_368(secured: Secured, monkeypatch: pytes
             else:
                 errors.append(message.error())
     producer.flush(10)
+    producer.close()
     while seen < sent:
         message = consumer.poll(2)
         if message is None:
