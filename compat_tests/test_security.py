@@ -255,13 +255,16 @@ def test_wrong_password_is_refused_with_kafkas_message(
         producer.poll(1)  # delivers the error callbacks
         producer.close()  # else it retries the wrong password once a second for as long as it lives
         assert any(message in error for error in errors), errors
-    # kafka-python hears the same (it logs the broker's message and gives up bootstrapping)
+    # kafka-python hears the same (it logs the broker's message and gives up bootstrapping; it retries
+    # until bootstrap_timeout_ms, 30 s by default)
     from kafka import KafkaProducer
     from kafka.errors import KafkaError as KafkaPythonError
 
     config = kafka_python_config(secured, Case("SASL_PLAINTEXT", "SASL_PLAINTEXT", "PLAIN"))
     with caplog.at_level(logging.DEBUG, logger="kafka"), pytest.raises(KafkaPythonError):
-        KafkaProducer(**{**config, "sasl_plain_password": "wrong", "max_block_ms": 3000})
+        KafkaProducer(
+            **{**config, "sasl_plain_password": "wrong", "max_block_ms": 3000, "bootstrap_timeout_ms": 3000}
+        )
     assert "Authentication failed: Invalid username or password" in caplog.text
 
 
