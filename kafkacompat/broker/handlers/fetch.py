@@ -1,18 +1,22 @@
 """Fetch (key 1), versions 4-17.
 
 Behaviour: consumer fetches, and in cluster mode follower fetches (a replica id >= 0: the leader records
-the follower's progress, see replication/cluster.py; on a single node a replica id is served like a
-consumer).
+the follower's progress, high watermark and ISR, see replication/cluster.py; on a single node a replica
+id is served like a consumer). Only a partition's leader answers with data, to consumers and followers
+alike (no KIP-392 fetching from followers: preferred_read_replica is always -1).
 Each partition returns whole batches from the one holding its fetch offset, up to its partition max
 bytes and what is left of the request's max bytes (itself capped by `fetch.max.bytes`); the first batch
-of the first non-empty partition is returned even when larger (KIP-74). Reads stop at the high
+of the first non-empty partition is returned even when larger (KIP-74). Consumers read to the high
 watermark (read_uncommitted) or the last stable offset (read_committed: below the first offset of the
-oldest open transaction). Record data is a log FileSlice that the connection sends with sendfile; a
-partition without data gets an empty, non-null record set. Errors per partition:
-UNKNOWN_TOPIC_OR_PARTITION (v4-12) / UNKNOWN_TOPIC_ID (v13+, topics named by id), OFFSET_OUT_OF_RANGE
-(offset below the log start or above the log end), UNKNOWN_LEADER_EPOCH / FENCED_LEADER_EPOCH for a
-current leader epoch other than ours (0), KAFKA_STORAGE_ERROR. v7+ incremental fetch sessions (KIP-227,
-see fetch_sessions.py) with FETCH_SESSION_ID_NOT_FOUND / INVALID_FETCH_SESSION_EPOCH as top-level errors.
+oldest open transaction); followers read to the log end. Record data is a log FileSlice that the
+connection sends with sendfile; a partition without data gets an empty, non-null record set. Errors per
+partition: UNKNOWN_TOPIC_OR_PARTITION (v4-12) / UNKNOWN_TOPIC_ID (v13+, topics named by id),
+NOT_LEADER_OR_FOLLOWER (cluster mode: a partition this broker does not lead; v12+ answers name the
+current leader and epoch, v16+ its endpoint too, KIP-951), OFFSET_OUT_OF_RANGE (offset below the log
+start or above the log end), UNKNOWN_LEADER_EPOCH / FENCED_LEADER_EPOCH for a current leader epoch above
+/ below the partition's (always 0 on a single node), KAFKA_STORAGE_ERROR. v7+ incremental fetch sessions
+(KIP-227, see fetch_sessions.py) with FETCH_SESSION_ID_NOT_FOUND / INVALID_FETCH_SESSION_EPOCH as
+top-level errors.
 If fewer than `min_bytes` are available and no partition has an error, the fetch parks until a produce
 to one of its partitions wakes it (PartitionWatchers), `max_wait_ms` passes or the broker shuts down;
 it never polls.
@@ -21,9 +25,9 @@ Aborted transactions: null for read_uncommitted; for read_committed the entries 
 drops aborted records itself (control batches are returned too: clients skip them, as with Kafka).
 With an authorizer, partitions of topics the principal may not READ get TOPIC_AUTHORIZATION_FAILED; in
 cluster mode a follower's fetch (a replica id) needs CLUSTER_ACTION on the cluster instead, as in Kafka.
-Followers (cluster mode) read to the log end; a partition the topic's
-`leader.replication.throttled.replicas` names on this broker carries no data for a follower outside
-the ISR while this broker's `leader.replication.throttled.rate` is reached (replication/throttle.py).
+A partition the topic's `leader.replication.throttled.replicas` names on this broker carries no data
+for a follower outside the ISR while this broker's `leader.replication.throttled.rate` is reached
+(replication/throttle.py).
 """
 
 from __future__ import annotations
