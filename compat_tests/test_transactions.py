@@ -526,6 +526,22 @@ def test_transactional_offsets_are_pending_until_commit(bootstrap: str, make_top
     metadata_source.close()
 
 
+def keyed_transaction(
+    producer: Any, topic: str, count: int, prefix: bytes, commit: bool, keys: bytes | None = None
+) -> None:
+    """One transaction of `count` records to partition 0, keyed `<keys or prefix>-<i>` with values
+    `prefix` + 60 x "v", one record a batch (each flushed alone: the compaction tests' segment.bytes is
+    small), then committed or aborted."""
+    producer.begin_transaction()
+    for i in range(count):
+        producer.produce(topic, key=b"%s-%d" % (keys or prefix, i), value=prefix + b"v" * 60, partition=0)
+        assert producer.flush(30) == 0
+    if commit:
+        producer.commit_transaction(30)
+    else:
+        producer.abort_transaction(30)
+
+
 def test_compaction_removes_aborted_transactional_records(target: Any) -> None:  # noqa: F811
     """A compacted topic written in transactions: the cleaner drops the aborted records (a
     read_uncommitted consumer stops seeing them) and compacts the committed ones like any others."""
@@ -534,15 +550,7 @@ def test_compaction_removes_aborted_transactional_records(target: Any) -> None: 
     producer = ck_producer(target.bootstrap, _tid("compact"))
 
     def transaction(prefix: bytes, commit: bool, keys: bytes | None = None) -> None:
-        producer.begin_transaction()
-        for i in range(4):
-            key = b"%s-%d" % (keys or prefix, i)
-            producer.produce(topic, key=key, value=prefix + b"v" * 60, partition=0)
-            assert producer.flush(30) == 0  # one record per batch: segment.bytes is small
-        if commit:
-            producer.commit_transaction(30)
-        else:
-            producer.abort_transaction(30)
+        keyed_transaction(producer, topic, 4, prefix, commit, keys)
 
     transaction(b"committed", True)
     transaction(b"aborted", False)
@@ -622,14 +630,7 @@ def test_compaction_removes_spent_transaction_markers(target: Any) -> None:  # n
     producer = ck_producer(target.bootstrap, _tid("markers"))
 
     def transaction(prefix: bytes, commit: bool, keys: bytes | None = None) -> None:
-        producer.begin_transaction()
-        for i in range(3):
-            producer.produce(topic, key=b"%s-%d" % (keys or prefix, i), value=prefix + b"v" * 60, partition=0)
-            assert producer.flush(30) == 0  # one record per batch: segment.bytes is small
-        if commit:
-            producer.commit_transaction(30)
-        else:
-            producer.abort_transaction(30)
+        keyed_transaction(producer, topic, 3, prefix, commit, keys)
 
     transaction(b"first", True)
     transaction(b"aborted", False)

@@ -35,7 +35,7 @@ objects, filled for every version the codecs carry (the encoder writes the field
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -219,11 +219,27 @@ class PartitionInfo:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _by_topic(partitions: Iterable[PartitionInfo]) -> dict[str, list[PartitionInfo]]:
+def _partition_states(
+    partitions: Sequence[PartitionInfo], state: Callable[[PartitionInfo], Any], topic_state: Any
+) -> dict[str, Any]:
+    """LeaderAndIsr's and UpdateMetadata's partition states, both ways their versions carry them: one
+    flat list (LeaderAndIsr v0-1, UpdateMetadata v0-4) and grouped by topic with the topic's id
+    (LeaderAndIsr v2+, UpdateMetadata v5+); the codec writes the one the request's version has.
+    `state` makes a partition's entry, `topic_state` is the message's by-topic class."""
     grouped: dict[str, list[PartitionInfo]] = {}
     for info in partitions:
         grouped.setdefault(info.topic, []).append(info)
-    return grouped
+    return {
+        "ungrouped_partition_states": [state(info) for info in partitions],
+        "topic_states": [
+            topic_state(
+                topic_name=topic,
+                topic_id=infos[0].topic_id or ZERO_UUID,
+                partition_states=[state(info) for info in infos],
+            )
+            for topic, infos in grouped.items()
+        ],
+    }
 
 
 def leader_and_isr_request(
@@ -266,15 +282,7 @@ def leader_and_isr_request(
         controller_epoch=controller_epoch,
         broker_epoch=broker_epoch,
         type=2 if full else 1,
-        ungrouped_partition_states=[state(info) for info in partitions],
-        topic_states=[
-            cls.LeaderAndIsrTopicState(
-                topic_name=topic,
-                topic_id=infos[0].topic_id or ZERO_UUID,
-                partition_states=[state(i) for i in infos],
-            )
-            for topic, infos in _by_topic(partitions).items()
-        ],
+        **_partition_states(partitions, state, cls.LeaderAndIsrTopicState),
         live_leaders=leaders,
     )
 
@@ -334,15 +342,7 @@ def update_metadata_request(
         controller_id=controller_id,
         controller_epoch=controller_epoch,
         broker_epoch=broker_epoch,
-        ungrouped_partition_states=[state(info) for info in partitions],
-        topic_states=[
-            cls.UpdateMetadataTopicState(
-                topic_name=topic,
-                topic_id=infos[0].topic_id or ZERO_UUID,
-                partition_states=[state(i) for i in infos],
-            )
-            for topic, infos in _by_topic(partitions).items()
-        ],
+        **_partition_states(partitions, state, cls.UpdateMetadataTopicState),
         live_brokers=live,
     )
 
