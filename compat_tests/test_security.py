@@ -288,13 +288,22 @@ def kafka_python_config(secured: Secured, case: Case) -> dict[str, Any]:
             def token(self) -> str:
                 return _unsecured_jwt("oauth-user")
 
-        config["sasl_mechanism"] = "OAUTHBEARER"
-        config["sasl_oauth_token_provider"] = UnsecuredToken()
-    elif case.mechanism:
-        config["sasl_mechanism"] = case.mechanism
-        config["sasl_plain_username"] = case.user
-        config["sasl_plain_password"] = case.password
-    return config
+        return {**config, **python_client_sasl(case, UnsecuredToken())}
+    return {**config, **python_client_sasl(case)}
+
+
+def python_client_sasl(case: Case, token_provider: Any = None) -> dict[str, Any]:
+    """kafka-python's and aiokafka's SASL options (they share the names); `token_provider` (each
+    library's own kind) for OAUTHBEARER."""
+    if case.mechanism == "OAUTHBEARER":
+        return {"sasl_mechanism": "OAUTHBEARER", "sasl_oauth_token_provider": token_provider}
+    if case.mechanism:
+        return {
+            "sasl_mechanism": case.mechanism,
+            "sasl_plain_username": case.user,
+            "sasl_plain_password": case.password,
+        }
+    return {}
 
 
 @pytest.mark.parametrize("case", CASES + OAUTH_CASES, ids=str)
@@ -349,13 +358,8 @@ def aiokafka_config(secured: Secured, case: Case) -> dict[str, Any]:
             async def token(self) -> str:
                 return _unsecured_jwt("oauth-user")
 
-        config["sasl_mechanism"] = "OAUTHBEARER"
-        config["sasl_oauth_token_provider"] = UnsecuredToken()
-    elif case.mechanism:
-        config["sasl_mechanism"] = case.mechanism
-        config["sasl_plain_username"] = case.user
-        config["sasl_plain_password"] = case.password
-    return config
+        return {**config, **python_client_sasl(case, UnsecuredToken())}
+    return {**config, **python_client_sasl(case)}
 
 
 @pytest.mark.parametrize("case", CASES + OAUTH_CASES, ids=str)

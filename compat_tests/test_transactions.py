@@ -548,15 +548,11 @@ def test_compaction_removes_aborted_transactional_records(target: Any) -> None: 
     topic = f"compact-txn-{uuid.uuid4().hex[:8]}"
     ck_create(target.bootstrap, topic, TOPIC_CONFIGS)
     producer = ck_producer(target.bootstrap, _tid("compact"))
-
-    def transaction(prefix: bytes, commit: bool, keys: bytes | None = None) -> None:
-        keyed_transaction(producer, topic, 4, prefix, commit, keys)
-
-    transaction(b"committed", True)
-    transaction(b"aborted", False)
-    transaction(b"more", True, keys=b"committed")  # overwrites the first transaction's keys
+    keyed_transaction(producer, topic, 4, b"committed", True)
+    keyed_transaction(producer, topic, 4, b"aborted", False)
+    keyed_transaction(producer, topic, 4, b"more", True, keys=b"committed")  # overwrites the first's keys
     time.sleep(0.3)  # past segment.ms: the next append rolls, so everything above becomes cleanable
-    transaction(b"last", True)
+    keyed_transaction(producer, topic, 4, b"last", True)
     expected = sorted([b"more"] * 4 + [b"last"] * 4)
     deadline = time.monotonic() + target.wait
     seen: list[bytes] = []
@@ -628,14 +624,10 @@ def test_compaction_removes_spent_transaction_markers(target: Any) -> None:  # n
     topic = f"compact-markers-{uuid.uuid4().hex[:8]}"
     ck_create(target.bootstrap, topic, TOPIC_CONFIGS)
     producer = ck_producer(target.bootstrap, _tid("markers"))
-
-    def transaction(prefix: bytes, commit: bool, keys: bytes | None = None) -> None:
-        keyed_transaction(producer, topic, 3, prefix, commit, keys)
-
-    transaction(b"first", True)
-    transaction(b"aborted", False)
-    transaction(b"second", True, keys=b"first")  # overwrites every record of the first transaction
-    transaction(b"last", True)
+    keyed_transaction(producer, topic, 3, b"first", True)
+    keyed_transaction(producer, topic, 3, b"aborted", False)
+    keyed_transaction(producer, topic, 3, b"second", True, keys=b"first")  # overwrites all of the first
+    keyed_transaction(producer, topic, 3, b"last", True)
     markers = control_batches(target.bootstrap, topic)
     assert len(markers) == 4
     # plain writes of one key keep rolling segments, so the cleaner keeps finding dirty data
