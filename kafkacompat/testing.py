@@ -11,7 +11,8 @@ Theory of operation: two ways to run a broker on a free port with its data in a 
   dir. Fixture: `kafkacompat_broker_process`.
 - `LocalCluster` runs a ZooKeeper server (Debian's `zookeeper` jars, kafkacompat.replication.zk_server)
   and N `BrokerProcess`es with `broker.id` 1..N and `zookeeper.connect` set: cluster mode, for tests of
-  replication and failover (`kill(broker_id)`, `start_broker(broker_id)`). Fixture: `kafkacompat_cluster`
+  replication and failover (`kill(broker_id)`, `start_broker(broker_id)`); `start()` starts the brokers
+  in parallel. Fixture: `kafkacompat_cluster`
   (3 brokers; skipped with a reason when ZooKeeper or java is absent).
 
 Both take config overrides (`key=value` strings), which win over the test defaults (listener on
@@ -169,7 +170,7 @@ class BrokerProcess:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def start(self) -> BrokerProcess:
+    def start(self, timeout: float = START_TIMEOUT) -> BrokerProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         args = [sys.executable, "-m", "kafkacompat", "serve"]
         for override in _overrides(self.data_dir, self.port, self.overrides):
@@ -182,7 +183,7 @@ class BrokerProcess:
             )
         finally:
             log_file.close()
-        deadline = time.monotonic() + START_TIMEOUT
+        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with open(self.log_path, "rb") as f:
                 f.seek(start_offset)
@@ -308,9 +309,16 @@ class LocalCluster:
         return ",".join(b.bootstrap for b in self.brokers.values() if b.process is not None)
 
     def start(self) -> LocalCluster:
+        """ZooKeeper, then the brokers all at once: a broker spends its start importing and opening its
+        logs, waiting for no other (whichever registers first becomes the controller). Sharing the CPU,
+        each may take as long as they all would one after the other."""
+        from concurrent.futures import ThreadPoolExecutor
+
         self.zookeeper.start()
-        for broker in self.brokers.values():
-            broker.start()
+        timeout = START_TIMEOUT * len(self.brokers)
+        with ThreadPoolExecutor(len(self.brokers), thread_name_prefix="cluster-start") as pool:
+            for started in [pool.submit(broker.start, timeout) for broker in self.brokers.values()]:
+                started.result()
         return self
 
     def start_broker(self, broker_id: int) -> BrokerProcess:
