@@ -54,9 +54,9 @@ def create_topic(
     # one replica on a single broker and three on the suite's 3-broker cluster (`--cluster`)
     futures = admin.create_topics(
         [NewTopic(name, num_partitions=partitions, replication_factor=-1, config=configs or {})],
-        operation_timeout=10,
+        operation_timeout=30,
     )
-    futures[name].result(10)
+    futures[name].result(30)  # on a loaded machine a cluster's controller can take more than 10 s
     wait_for_topic(bootstrap, name, partitions)
 
 

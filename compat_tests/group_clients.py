@@ -33,6 +33,14 @@ from typing import Any, NamedTuple
 
 CLIENTS = ("kafka-python", "confluent", "aiokafka")
 SESSION_MS = 6000  # Kafka's group.min.session.timeout.ms: the shortest session a stock broker accepts
+# Static members (group.instance.id) are there to be restarted within their session without a rebalance:
+# a restart (a JVM's, on a loaded machine) can take longer than 6 s, so theirs is longer (Kafka's
+# consumer default is 45 s)
+STATIC_SESSION_MS = 30000
+
+
+def session_ms(instance_id: str | None) -> int:
+    return SESSION_MS if instance_id is None else STATIC_SESSION_MS
 HEARTBEAT_MS = 500
 
 Record = tuple[int, int, bytes | None]  # partition, offset, value
@@ -85,7 +93,7 @@ class _KafkaPythonDriver:
             group_instance_id=instance_id,
             auto_offset_reset="earliest",
             enable_auto_commit=False,
-            session_timeout_ms=SESSION_MS,
+            session_timeout_ms=session_ms(instance_id),
             heartbeat_interval_ms=HEARTBEAT_MS,
         )
         kafka_python_subscribe(self.consumer, topic, listener=Listener())
@@ -125,7 +133,7 @@ class _ConfluentDriver:
             "group.id": group,
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
-            "session.timeout.ms": SESSION_MS,
+            "session.timeout.ms": session_ms(instance_id),
             "heartbeat.interval.ms": HEARTBEAT_MS,
         }
         if instance_id is not None:
@@ -198,7 +206,7 @@ class _AioKafkaDriver:
             group_instance_id=instance_id,
             auto_offset_reset="earliest",
             enable_auto_commit=False,
-            session_timeout_ms=SESSION_MS,
+            session_timeout_ms=session_ms(instance_id),
             heartbeat_interval_ms=HEARTBEAT_MS,
         )
         await consumer.start()
@@ -254,8 +262,8 @@ class _JavaDriver:
         self.assigned: frozenset[int] = frozenset()
         self.stderr = tempfile.TemporaryFile()
         self.process = subprocess.Popen(
-            [*probe_command(), "member", bootstrap, group, topic, instance_id or "-", str(SESSION_MS),
-             str(HEARTBEAT_MS)],
+            [*probe_command(), "member", bootstrap, group, topic, instance_id or "-",
+             str(session_ms(instance_id)), str(HEARTBEAT_MS)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self.stderr,
@@ -346,7 +354,7 @@ class Member:
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name=f"member-{client}", daemon=True)
         self._thread.start()
-        self._started.result(30)
+        self._started.result(90)  # a Java member is a JVM: its start alone can take 30 s on a loaded machine
 
     def _on_event(self, kind: str, tps: Any) -> None:
         with self._lock:
