@@ -329,8 +329,14 @@ class LocalCluster:
         self.brokers[broker_id].kill()
 
     def stop(self) -> None:
-        for broker in self.brokers.values():
-            broker.stop()
+        """Every broker at once (SIGTERM, orderly), then ZooKeeper. With the whole cluster going there is
+        nowhere to move leaderships to: a broker whose controlled shutdown finds no controller gives up
+        after its retries and shuts down all the same, sooner than brokers stopping in turn would."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max(len(self.brokers), 1), thread_name_prefix="cluster-stop") as pool:
+            for stopped in [pool.submit(broker.stop) for broker in self.brokers.values()]:
+                stopped.result()
         self.zookeeper.stop()
 
     def __enter__(self) -> LocalCluster:
