@@ -88,11 +88,16 @@ def test_streaming_read_of_a_replicated_topic_through_a_leader_failover(
     after = [f"v{i:05d}" for i in range(300, 600)]
     produce(bootstrap, topic, before)
     # the connector's own defaults, except that the driver's offset lookups retry for longer than a
-    # failover takes (zookeeper.session.timeout.ms is 6 s in test clusters)
+    # failover takes (zookeeper.session.timeout.ms is 6 s in test clusters) and give up sooner on one
+    # that is stuck: the Java Admin client's listOffsets, which mapped the partition to the killed leader,
+    # waits "for a node assignment" once that broker has left the metadata, until default.api.timeout.ms
+    # (60 s; the same against Kafka), and only the connector's retry asks again
     options = {
         **source_options(bootstrap, streaming=True, subscribe=topic, starting_offsets="earliest"),
         "fetchOffset.numRetries": "20",
         "fetchOffset.retryIntervalMs": "1000",
+        "kafka.default.api.timeout.ms": "15000",
+        "kafka.request.timeout.ms": "15000",  # the Admin client wants it no larger than the one above
     }
     stream = kafka_spark.readStream.format("kafka").options(**options).load()
     name = f"failover_{uuid.uuid4().hex[:8]}"
