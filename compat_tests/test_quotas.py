@@ -309,20 +309,20 @@ def rate_runs(kafka_window_bootstrap: str) -> Iterator[RateRuns]:
         yield {(role, c): pool.submit(measure[role], kafka_window_bootstrap, c) for role, c in runs}
 
 
+def assert_at_quota(events: Events, what: str) -> None:
+    rate = rate_over_whole_periods(events, QUOTA)
+    print(f"{what}: {rate:.0f} B/s against a quota of {QUOTA}")
+    assert rate == pytest.approx(QUOTA, rel=0.1), f"{what}: {rate:.0f} B/s against a quota of {QUOTA}"
+
+
 @pytest.mark.parametrize("client", sorted(PRODUCERS))
 def test_throttled_producer_stays_within_its_byte_rate(rate_runs: RateRuns, client: str) -> None:
-    delivered = rate_runs["producer", client].result(PATIENCE + 60)
-    rate = rate_over_whole_periods(delivered, QUOTA)
-    print(f"{client} producer: {rate:.0f} B/s against a quota of {QUOTA}")
-    assert rate == pytest.approx(QUOTA, rel=0.1), f"produced {rate:.0f} B/s against a quota of {QUOTA}"
+    assert_at_quota(rate_runs["producer", client].result(PATIENCE + 60), f"{client} producer")
 
 
 @pytest.mark.parametrize("client", sorted(CONSUMERS))
 def test_throttled_consumer_stays_within_its_byte_rate(rate_runs: RateRuns, client: str) -> None:
-    received = rate_runs["consumer", client].result(PATIENCE + 90)
-    rate = rate_over_whole_periods(received, QUOTA)
-    print(f"{client} consumer: {rate:.0f} B/s against a quota of {QUOTA}")
-    assert rate == pytest.approx(QUOTA, rel=0.1), f"consumed {rate:.0f} B/s against a quota of {QUOTA}"
+    assert_at_quota(rate_runs["consumer", client].result(PATIENCE + 90), f"{client} consumer")
 
 
 def metadata_round(bootstrap: str, clients: int) -> float:
