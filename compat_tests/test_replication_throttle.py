@@ -1,16 +1,17 @@
 """Replication throttles (KIP-73) in cluster mode: a replica catching up is held to the throttled rate.
 
 Two brokers and a ZooKeeper server in child processes (`LocalCluster`, replication quota window 2 x 1 s
-so that the first window lets one second's worth through rather than ten). A topic's only partition
-lives on brokers 1 (leader) and 2. Three times, broker 2 is stopped (a controlled shutdown: it leaves
-the ISR at once), 5 MB are produced to broker 1 with confluent-kafka, and broker 2 is started again;
-the time until it is back in the ISR is measured: with no throttle (the baseline), with
-`leader.replication.throttled.rate` 400 kB/s on broker 1 and `leader.replication.throttled.replicas=0:1`
-on the topic, and with `follower.replication.throttled.rate` 400 kB/s on broker 2 (set while it runs,
-so it comes back from its dynamic configs) and `follower.replication.throttled.replicas=0:2`. Throttled,
-the catch-up takes most of the time the 4.6 MB beyond the first window's allowance need at 400 kB/s
-(a sampled rate overshoots a little at window edges). All settings go through confluent-kafka's
-IncrementalAlterConfigs. The suite starts its own cluster: skipped with --bootstrap.
+so that the first window lets one second's worth through rather than ten; replica fetches of 100 kB).
+A topic's only partition lives on brokers 1 (leader) and 2. Three times, broker 2 is stopped (a
+controlled shutdown: it leaves the ISR at once), 5 MB are produced to broker 1 with confluent-kafka,
+and broker 2 is started again; the time until it is back in the ISR is measured: with no throttle (the
+baseline), with `leader.replication.throttled.rate` 400 kB/s on broker 1 and
+`leader.replication.throttled.replicas=0:1` on the topic, and with `follower.replication.throttled.rate`
+400 kB/s on broker 2 (set while it runs, so it comes back from its dynamic configs) and
+`follower.replication.throttled.replicas=0:2`. Throttled, the catch-up takes most of the time the 4.6 MB
+beyond the first window's allowance need at 400 kB/s (a sampled rate overshoots a little at window
+edges). All settings go through confluent-kafka's IncrementalAlterConfigs. The suite starts its own
+cluster: skipped with --bootstrap.
 """
 
 from __future__ import annotations
@@ -37,7 +38,14 @@ RECORD = 10_000
 def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
     from kafkacompat.replication.zk_server import ZooKeeperUnavailable
 
-    overrides = [*CLUSTER_TEST_OVERRIDES, "replication.quota.window.num=2", "default.replication.factor=2"]
+    overrides = [
+        *CLUSTER_TEST_OVERRIDES,
+        "replication.quota.window.num=2",
+        "default.replication.factor=2",
+        # fetches of 100 kB (Kafka's default is 1 MB): beyond the window's allowance a throttle lets
+        # about one fetch through, which at 5 MB would otherwise be a fifth of the copy
+        "replica.fetch.max.bytes=100000",
+    ]
     try:
         local = LocalCluster(tmp_path / "cluster", brokers=2, overrides=overrides)
     except ZooKeeperUnavailable as exc:
