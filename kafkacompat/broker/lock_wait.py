@@ -13,7 +13,8 @@ wait to the connection (`WAITER`, set by connection.py for its request loop): th
 gate) is released for the wait, as for a parked fetch, and the socket is watched; a client that leaves
 meanwhile abandons the request (`PeerGone`) instead of queueing behind the holder. Kafka's handler
 threads likewise never block on a controller operation: CreateTopics waits in a purgatory. Outside a
-request (background tasks, tests) it is a plain acquire.
+request (background tasks, tests) it is a plain acquire. Used for the metadata lock and the group and
+transaction coordinators' locks (and the transaction coordinator's per-broker verification channel).
 """
 
 from __future__ import annotations

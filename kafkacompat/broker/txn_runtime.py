@@ -6,7 +6,8 @@ Theory of operation
 is the only code that calls it. Every operation goes through `call(op)`, modelled on the group
 runtime (group_runtime.py):
 
-1. under one trio lock, run `op(now_ms)` on the core -> `TxnOutcome`;
+1. under one trio lock, run `op(now_ms)` on the core -> `TxnOutcome` (a request waits for the lock
+   without its queued.max.requests slot and is dropped if its client leaves, lock_wait.py);
 2. append the outcome's records to `__transaction_state`, one batch per partition, through the log's
    leader append path, and in cluster mode wait until the ISR holds them (Kafka appends coordinator
    records with acks=all; `transaction.state.log.min.isr` is the topic's min.insync.replicas). A
@@ -65,6 +66,7 @@ from kafkacompat.broker.coordinator_log import (
     create_compacted_internal_topic,
     replay_log,
 )
+from kafkacompat.broker.lock_wait import holding
 from kafkacompat.txn.coordinator import MarkerJob, TransactionCoordinatorCore, TxnConfig, TxnOutcome
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 from kafkacompat.wire.records import RecordBatchView, build_batch, iter_records
@@ -133,7 +135,8 @@ class InterBrokerChannels:
                 connection.close()
                 raise
 
-        async with lock:
+        # a request (a produce's KIP-890 verification) waits without its slot (lock_wait.py)
+        async with holding(lock):
             try:
                 return await trio.to_thread.run_sync(exchange)
             except KafkaError:
@@ -550,7 +553,8 @@ class TransactionRuntime:
                 raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, str(exc)) from exc
         topic = self.broker.metadata.topic(TRANSACTION_TOPIC)
         if topic is not None and topic.partitions != self.partitions:
-            async with self._lock:  # created by someone else first: nothing written yet, use its count
+            # created by someone else first: nothing written yet, use its count
+            async with holding(self._lock):
                 self.partitions = topic.partitions
                 self.core.config.num_partitions = topic.partitions
                 if not self._cluster:
@@ -564,7 +568,9 @@ class TransactionRuntime:
             raise KafkaError(ErrorCode.NOT_COORDINATOR, "the broker is shutting down")
         if may_write:
             await self.ensure_topic()
-        async with self._lock:
+        # a request waits for the lock without its queued.max.requests slot, and is dropped if its client
+        # leaves meanwhile (lock_wait.py): a holder may wait for the ISR (cluster mode) or a replay
+        async with holding(self._lock):
             outcome = op(self.broker.now_ms())
             await self._persist(outcome, raise_on_failure=True)
         return outcome.response

@@ -166,3 +166,42 @@ async def test_txn_offset_commit_needs_the_group_in_the_transaction(
     assert (await client.call(ADD_OFFSETS, 3, add)).error_code == E.NONE
     assert await codes(0) == [E.NONE]
     assert await codes(7) == [E.INVALID_PRODUCER_EPOCH]
+
+
+async def test_requests_waiting_for_the_transaction_coordinator_hold_no_request_slot(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """Like the metadata and group-coordinator locks (lock_wait.py): a request waiting for the transaction
+    coordinator's lock (held meanwhile by a write waiting for its ISR, or a partition's replay) used to
+    keep its queued.max.requests slot and never look at its socket, so clients that gave up left waiters
+    that took every slot and an unrelated produce waited for the holder. Now it waits without its slot,
+    and the waiters of departed clients are dropped (their transactional ids never made)."""
+    broker = await start_broker(
+        nursery, tmp_path, "queued.max.requests=4", "transaction.state.log.num.partitions=2"
+    )
+    admin = await RawClient.connect(broker.port)
+    assert (await create(admin, "pair")).error_code == E.NONE
+    first = request(INIT_PRODUCER_ID, transactional_id="tx", transaction_timeout_ms=60000)
+    assert (await admin.call(INIT_PRODUCER_ID, 4, first)).error_code == E.NONE  # the state topic exists
+    runtime = broker.state.transactions
+    waiters = []
+    async with runtime._lock:  # a long holder, as a write waiting for its ISR is in a cluster
+        for index in range(8):  # more than the 4 slots
+            waiter = await RawClient.connect(broker.port)
+            late = request(INIT_PRODUCER_ID, transactional_id=f"late-{index}", transaction_timeout_ms=60000)
+            await waiter.send(INIT_PRODUCER_ID, 4, late)
+            waiters.append(waiter)
+        await trio.sleep(0.2)
+        for waiter in waiters:  # they give up
+            await waiter.aclose()
+        producer = await RawClient.connect(broker.port)
+        with trio.fail_after(30):
+            answer = await produce(producer, "pair", batch(b"value"))
+        assert answer.error_code == E.NONE
+        assert runtime._lock.locked()  # answered while the coordinator was still held
+    await trio.sleep(0.5)
+    assert sorted(t for t in runtime.core.txns if t.startswith("late-")) == []
+    again = request(INIT_PRODUCER_ID, transactional_id="tx", transaction_timeout_ms=60000)
+    assert (await admin.call(INIT_PRODUCER_ID, 4, again)).error_code == E.NONE  # and it serves on
+    for client in (admin, producer):
+        await client.aclose()
