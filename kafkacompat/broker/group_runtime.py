@@ -78,6 +78,8 @@ _TOO_LARGE = frozenset(
 )
 
 OFFSETS_TOPIC = "__consumer_offsets"
+#: a batch of more records than this is built and written in task steps of their own (see _append)
+_RECORDS_IN_ONE_STEP = 100
 LEADER_EPOCH = 0
 # How much of a __consumer_offsets partition one load step reads (Kafka: offsets.load.buffer.size).
 DEFAULT_LOAD_BUFFER = 5 * 1024 * 1024
@@ -425,7 +427,7 @@ class GroupRuntime:
     async def _persist_and_deliver(self, outcome: Outcome[Any]) -> KafkaError | None:
         """Append the outcome's records, then deliver its completions. Called with the lock held.
         Returns the error to give the caller when the append failed (completions got it already)."""
-        failed = self._append(outcome)
+        failed = await self._append(outcome)
         if failed:
             if all(code in _TOO_LARGE for code in failed.values()):
                 # Kafka's coordinator answers a write too large for the log with UNKNOWN_SERVER_ERROR (a
@@ -474,8 +476,12 @@ class GroupRuntime:
             if waiter is not None:
                 waiter.complete(completion.response)
 
-    def _append(self, outcome: Outcome[Any]) -> dict[int, ErrorCode]:
-        """Write the records, one batch per partition; returns the partitions whose write failed (why)."""
+    async def _append(self, outcome: Outcome[Any]) -> dict[int, ErrorCode]:
+        """Write the records, one batch per partition; returns the partitions whose write failed (why).
+
+        A batch of many records (an OffsetCommit of 1,000 partitions) is built and written in task steps
+        of their own, after the core's: the loop is given back between them (fairness.py), shielded,
+        since once the core has moved its records must be written; the lock is held throughout."""
         if not outcome.records:
             return {}
         by_batch: dict[tuple[int, int, int], list[tuple[bytes, bytes | None]]] = {}
@@ -488,11 +494,10 @@ class GroupRuntime:
         for (partition, producer_id, producer_epoch), records in by_batch.items():
             if partition in failed:
                 continue
-            partition_log = self.broker.partition_log(OFFSETS_TOPIC, partition)
-            if partition_log is None:
-                log.error("%s-%d does not exist; group state not persisted", OFFSETS_TOPIC, partition)
-                failed[partition] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                continue
+            many = len(records) > _RECORDS_IN_ONE_STEP
+            if many:
+                with trio.CancelScope(shield=True):
+                    await trio.lowlevel.checkpoint()
             # TxnOffsetCommit records go in a transactional batch of the producer (no sequence), as Kafka
             # writes them; the producer's marker in this partition later settles them
             batch = bytearray(
@@ -504,6 +509,14 @@ class GroupRuntime:
                     is_transactional=producer_id >= 0,
                 )
             )
+            if many:
+                with trio.CancelScope(shield=True):
+                    await trio.lowlevel.checkpoint()
+            partition_log = self.broker.partition_log(OFFSETS_TOPIC, partition)
+            if partition_log is None:
+                log.error("%s-%d does not exist; group state not persisted", OFFSETS_TOPIC, partition)
+                failed[partition] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                continue
             cluster = self.broker.cluster
             try:
                 if cluster is not None:

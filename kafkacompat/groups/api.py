@@ -24,9 +24,12 @@ Every operation returns an ``Outcome``:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from kafkacompat.wire.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from kafkacompat.groups.manager import PreparedOffset
 
 __all__ = [
     "Completion",
@@ -250,6 +253,8 @@ class OffsetCommitPartition:
     leader_epoch: int = -1
     # OffsetCommit v1 only: an explicit commit timestamp; -1 means "now".
     commit_timestamp: int = -1
+    # made ready outside the coordinator's lock (manager.prepare_offset_commit); None: the core does it
+    prepared: PreparedOffset | None = None
 
 
 @dataclass(slots=True)

@@ -17,8 +17,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kafkacompat.broker.authorization import Op, Resource, allowed
+from kafkacompat.broker.fairness import Turn
 from kafkacompat.broker.group_runtime import runtime_of
 from kafkacompat.groups import api
+from kafkacompat.groups.manager import prepare_offset_commit
 from kafkacompat.wire._generated.offset_commit_response import OffsetCommitResponse
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
@@ -43,6 +45,13 @@ async def handle(ctx: RequestContext, request: Any) -> OffsetCommitResponse:
     results: dict[tuple[str, int], int] = {}
     known: list[api.OffsetCommitPartition] = []
     group_allowed = allowed(ctx, Op.READ, Resource.GROUP, request.group_id)
+    runtime = runtime_of(ctx.broker)
+    retention_time_ms = request.retention_time_ms if 2 <= version <= 4 else -1
+    # Each partition's offset and record are made here, outside the coordinator's lock and with the loop
+    # given back between partitions (fairness.Turn); the core stores them together (one record batch).
+    # The commit time is the request's, as Kafka's request handler takes it.
+    now_ms = ctx.broker.now_ms()
+    turn = Turn()
     for topic in request.topics:
         refused = (
             ErrorCode.GROUP_AUTHORIZATION_FAILED
@@ -52,31 +61,34 @@ async def handle(ctx: RequestContext, request: Any) -> OffsetCommitResponse:
             else ErrorCode.TOPIC_AUTHORIZATION_FAILED
         )
         for p in topic.partitions:
+            await turn.spend()
             if refused is not None:
                 results[(topic.name, p.partition_index)] = refused
                 continue
             if not partition_exists(ctx, topic.name, p.partition_index):
                 results[(topic.name, p.partition_index)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 continue
-            known.append(
-                api.OffsetCommitPartition(
-                    topic=topic.name,
-                    partition=p.partition_index,
-                    offset=p.committed_offset,
-                    metadata=p.committed_metadata,
-                    leader_epoch=p.committed_leader_epoch if version >= 6 else -1,
-                    commit_timestamp=p.commit_timestamp if version == 1 else -1,
-                )
+            partition = api.OffsetCommitPartition(
+                topic=topic.name,
+                partition=p.partition_index,
+                offset=p.committed_offset,
+                metadata=p.committed_metadata,
+                leader_epoch=p.committed_leader_epoch if version >= 6 else -1,
+                commit_timestamp=p.commit_timestamp if version == 1 else -1,
             )
+            if runtime is not None:
+                partition.prepared = prepare_offset_commit(
+                    runtime.core.config, request.group_id, partition, retention_time_ms, now_ms
+                )
+            known.append(partition)
     if known:
-        runtime = runtime_of(ctx.broker)
         req = api.OffsetCommitRequest(
             group_id=request.group_id,
             partitions=known,
             generation_id=request.generation_id_or_member_epoch if version >= 1 else -1,
             member_id=request.member_id if version >= 1 else "",
             group_instance_id=request.group_instance_id if version >= 7 else None,
-            retention_time_ms=request.retention_time_ms if 2 <= version <= 4 else -1,
+            retention_time_ms=retention_time_ms,
         )
         if runtime is None:
             outcome: list[Any] = [
@@ -91,6 +103,7 @@ async def handle(ctx: RequestContext, request: Any) -> OffsetCommitResponse:
             results[tp] = error
     topics = []
     for topic in request.topics:
+        await turn.spend()
         topics.append(
             Topic(
                 name=topic.name,
