@@ -238,3 +238,49 @@ async def test_an_offset_commit_of_many_partitions_gives_the_loop_back_and_lands
         1000 + p for p in range(partitions)
     ]
     await client.aclose()
+
+
+async def test_acl_matching_over_many_acls_and_filters_gives_the_loop_back(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """DeleteAcls matches every filter against every ACL: 1,000 filters over 3,000 ACLs held the loop
+    0.9 s in one step, DescribeAcls over 10,000 ACLs 20 ms. Both now take their filters and ACLs under a
+    Turn; what they answer and remove is unchanged (each filter's match and removal stays whole)."""
+    from kafkacompat.security.acls import AclBinding, Op, Pattern, Permission, Resource
+
+    describe_acls, delete_acls = 29, 31
+    broker = await start_broker(
+        nursery,
+        tmp_path,
+        "authorizer.class.name=kafka.security.authorizer.AclAuthorizer",
+        "super.users=User:ANONYMOUS",
+    )
+    store = broker.state.authorizer.store
+    for i in range(20_000):
+        store.add(
+            AclBinding(Resource.TOPIC, f"t-{i}", Pattern.LITERAL, "User:u", "*", Op.READ, Permission.ALLOW)
+        )
+    client = await RawClient.connect(broker.port)
+    every = {"resource_type_filter": Resource.ANY, "pattern_type_filter": Pattern.ANY, "operation": Op.ANY,
+             "permission_type": Permission.ANY, "principal_filter": None, "host_filter": None}  # fmt: skip
+    cls = request(delete_acls).__class__
+    filters = [
+        cls.DeleteAclsFilter(resource_name_filter=f"t-{i}", **every) for i in range(0, 20_000, 100)
+    ]  # 200 filters, each matching one ACL
+    monitor = loop_lag.install(0.0, log_each=False)
+    try:
+        described = await client.call(
+            describe_acls, 3, request(describe_acls, resource_name_filter=None, **every), timeout=60
+        )
+        deleted = await client.call(delete_acls, 3, request(delete_acls, filters=filters), timeout=60)
+    finally:
+        loop_lag.uninstall(monitor)
+    assert len(described.resources) == 20_000
+    assert [[a.resource_name for a in r.matching_acls] for r in deleted.filter_results] == [
+        [f"t-{i}"] for i in range(0, 20_000, 100)
+    ]
+    assert len(store) == 20_000 - 200
+    kinds = {row["kind"]: row for row in monitor.summary()}
+    for kind in ("DescribeAcls v3", "DeleteAcls v3"):
+        assert kinds[kind]["worst_ms"] < 0.6 * kinds[kind]["total_ms"], kinds[kind]
+    await client.aclose()

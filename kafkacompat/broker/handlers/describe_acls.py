@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kafkacompat.broker.authorization import Op, cluster_allowed
+from kafkacompat.broker.fairness import Turn
 from kafkacompat.security.acls import AclFilter, Pattern
 from kafkacompat.wire._generated.describe_acls_response import (
     AclDescription,
@@ -25,6 +26,8 @@ if TYPE_CHECKING:
 API_KEY = 29
 MIN_VERSION = 0
 MAX_VERSION = 3
+#: ACLs matched between two looks at the clock
+_SLICE = 256
 
 
 def acl_filter(request: Any, version: int) -> AclFilter:
@@ -55,13 +58,23 @@ async def handle(ctx: RequestContext, request: Any) -> DescribeAclsResponse:
     if problem is not None:
         return DescribeAclsResponse(error_code=ErrorCode.INVALID_REQUEST, error_message=problem, resources=[])
     grouped: dict[tuple[int, str, int], list[AclDescription]] = {}
-    for acl in authorizer.store.matching(wanted):
-        grouped.setdefault((acl.resource_type, acl.name, acl.pattern_type), []).append(
-            AclDescription(principal=acl.principal, host=acl.host, operation=acl.operation,
-                           permission_type=acl.permission)
-        )  # fmt: skip
-    resources = [
-        DescribeAclsResource(resource_type=rtype, resource_name=name, pattern_type=pattern, acls=acls)
-        for (rtype, name, pattern), acls in grouped.items()
-    ]
+    # the ACLs as they are now, matched a slice at a time with the loop given back between slices: over
+    # 10,000 ACLs one match took 20 ms of the event loop (fairness.py)
+    snapshot = list(authorizer.store)
+    turn = Turn()
+    for start in range(0, len(snapshot), _SLICE):
+        await turn.spend()
+        for acl in snapshot[start : start + _SLICE]:
+            if not wanted.matches(acl):
+                continue
+            grouped.setdefault((acl.resource_type, acl.name, acl.pattern_type), []).append(
+                AclDescription(principal=acl.principal, host=acl.host, operation=acl.operation,
+                               permission_type=acl.permission)
+            )  # fmt: skip
+    resources = []
+    for (rtype, name, pattern), acls in grouped.items():
+        await turn.spend()
+        resources.append(
+            DescribeAclsResource(resource_type=rtype, resource_name=name, pattern_type=pattern, acls=acls)
+        )
     return DescribeAclsResponse(error_code=ErrorCode.NONE, error_message=None, resources=resources)
