@@ -146,6 +146,17 @@ _MAX_IOV = 512  # stay well under IOV_MAX (1024 on Linux)
 # default) passes a broker-wide gate (`BrokerState.pipeline_gate`, PIPELINED_AT_ONCE requests at a time)
 # for its further requests, until it has none buffered; a connection waiting at the gate is not runnable.
 PIPELINE_FAIR_SHARE = 16
+# Slow senders: a PLAINTEXT connection whose last _TRICKLE_READS reads each brought fewer than
+# _TRICKLE_BYTES of a request and completed none (a slow-loris sender; a client library writes a request
+# at once, and even a slow link delivers a segment of about 1.4 KiB per read) is read at most once per
+# delay, doubling from _TRICKLE_FIRST_DELAY up to _TRICKLE_MAX_DELAY (and a quarter of
+# connections.max.idle.ms), while its bytes gather in the kernel. 19,000 such senders trickling a byte a
+# second each otherwise cost the event loop 19,000 task steps a second, which on this machine delayed
+# every other client by seconds. Its deadline (the idle limit) is unchanged.
+_TRICKLE_READS = 4
+_TRICKLE_BYTES = 1024
+_TRICKLE_FIRST_DELAY = 0.25
+_TRICKLE_MAX_DELAY = 8.0
 _BYTES_LIKE = (bytes, bytearray, memoryview)
 
 
@@ -444,10 +455,18 @@ class Connection:
         handled = True
         pipelined = 0  # requests in a row that were here before the previous one was answered
         gate = self._pipeline_gate
+        woken = False  # woken by readability: this task's turn has just begun
+        drained = False  # the last read emptied the socket (a short read)
+        trickles = 0
+        idle_ms = self.broker.config["connections.max.idle.ms"]
+        trickle_cap = _TRICKLE_MAX_DELAY if idle_ms <= 0 else min(_TRICKLE_MAX_DELAY, idle_ms / 4000)
         while not self._draining:
             # the idle count restarts after a request was handled, not on every byte (slow-loris)
             if handled or not frames.buffered:
                 self._idle_since = current_time()
+            # a short read that completed no request (a slow sender): the socket is empty, so wait
+            # for readability at once instead of a turn and a read that finds nothing
+            wait_first = drained and not handled
             handled = False
             self._receiving = True
             if plain:
@@ -455,14 +474,29 @@ class Connection:
                 # waiting (a slow-loris sender keeps only its few bytes); borrow one for a read that
                 # does not yield, so thousands of connections readable at once (a flood of requests or
                 # of closes) never all hold a buffer at the same moment. The checkpoint keeps the loop
-                # fair to other connections when this one always has bytes ready.
+                # fair to other connections when this one always has bytes ready; a task just woken
+                # by readability is already on its own turn. A byte trickled by a slow-loris sender so
+                # costs one wake and one read, not three turns and two reads.
                 frames.release_idle()
-                await checkpoint()
-                try:
-                    received = os.readv(fileno, [frames.receive_buffer()])
-                except BlockingIOError:
+                if wait_first and trickles >= _TRICKLE_READS:
+                    # a slow sender (see _TRICKLE_READS): let its bytes gather in the kernel meanwhile
+                    doublings = min(trickles - _TRICKLE_READS, 8)
+                    await trio.sleep(min(_TRICKLE_FIRST_DELAY * 2**doublings, trickle_cap))
+                elif wait_first:
+                    await wait_readable(sock)
+                elif not woken:
+                    await checkpoint()
+                woken = False
+                with frames.receive_buffer() as buffer:
+                    try:
+                        received = os.readv(fileno, [buffer])
+                    except BlockingIOError:
+                        received = -1
+                    drained = received < buffer.nbytes
+                if received < 0:
                     frames.release_idle()
                     await wait_readable(sock)
+                    woken, drained = True, False
                     continue
             else:
                 received = await recv_into(frames.receive_buffer())
@@ -473,6 +507,8 @@ class Connection:
             frames.commit(received)
             arrived = time.perf_counter() if timed else 0.0
             frame = frames.next_frame()
+            # reads in a row that each brought a few bytes of a request and completed none
+            trickles = trickles + 1 if frame is None and received < _TRICKLE_BYTES else 0
             while frame is not None:
                 handled = True
                 if pipelined >= PIPELINE_FAIR_SHARE and gate is not None:

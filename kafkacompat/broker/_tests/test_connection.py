@@ -304,6 +304,37 @@ async def test_a_request_that_never_arrives_whole_is_closed(nursery: trio.Nurser
     assert 1.4 <= trio.current_time() - started < 6
 
 
+async def test_a_slow_sender_is_read_less_often_and_still_answered(
+    nursery: trio.Nursery, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A connection whose reads each bring a few bytes of a request and complete none is read at most
+    once per (doubling) delay after _TRICKLE_READS such reads: 19,000 lorises trickling a byte a second
+    otherwise cost 19,000 task steps a second. Its request, once whole, is still answered."""
+    from kafkacompat.broker import connection
+
+    broker = await start_broker(nursery, tmp_path, "connections.max.idle.ms=20000")
+    reads = 0
+    real_readv = os.readv
+
+    def counting_readv(fd: int, buffers: Any) -> int:
+        nonlocal reads
+        reads += 1
+        return real_readv(fd, buffers)
+
+    monkeypatch.setattr(connection.os, "readv", counting_readv)
+    payload = bytes.fromhex("00120000000000630003") + b"raw"
+    framed = struct.pack(">i", len(payload)) + payload
+    client = await RawClient.connect(broker.port)
+    for byte in range(len(framed)):  # 17 bytes, 0.15 s apart: 2.4 s
+        await client.send_raw(framed[byte : byte + 1])
+        await trio.sleep(0.15)
+    correlation_id, response = await client.receive(API_VERSIONS, 0)
+    assert correlation_id == 0x63 and response.error_code == ErrorCode.NONE
+    # one read per byte without the delays (17 and the reads that find nothing); with them: 4 reads,
+    # then delays of 0.25, 0.5, 1 s...
+    assert reads <= 12, reads
+
+
 async def test_shutdown_closes_an_idle_connection_at_once(nursery: trio.Nursery, tmp_path: Path) -> None:
     broker = await start_broker(nursery, tmp_path)
     client = await RawClient.connect(broker.port)
