@@ -173,9 +173,61 @@ def _client_round_trip(bootstrap: str, topic: str, count: int = 20) -> float:
     return time.monotonic() - started
 
 
+class EstablishedProbe:
+    """A raw connection made before a flood, whose ApiVersions round trips are timed every 0.2 s on a thread
+    while the flood runs: what an already connected client sees, without the kernel's accept queue
+    (a new connection behind a flood of connections may wait there for SYN retransmits)."""
+
+    def __init__(self, port: int) -> None:
+        import socket
+        import threading
+
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=120)
+        self.seconds: list[float] = []
+        self.failure: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        import struct
+
+        body = struct.pack(">hhih", 18, 0, 7, 5) + b"probe"
+        request = struct.pack(">i", len(body)) + body
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                self.sock.sendall(request)
+                answer = b""
+                while len(answer) < 4 or len(answer) < 4 + struct.unpack_from(">i", answer)[0]:
+                    data = self.sock.recv(65536)
+                    if not data:
+                        raise ConnectionError("closed by the broker")
+                    answer += data
+            except OSError as exc:
+                self.failure = repr(exc)
+                return
+            self.seconds.append(time.monotonic() - started)
+            self._stop.wait(0.2)
+
+    def stop(self) -> dict[str, Any]:
+        """Stop sampling; the figures (count, median and worst round trip in seconds)."""
+        self._stop.set()
+        self._thread.join(130)
+        self.sock.close()
+        ordered = sorted(self.seconds)
+        return {
+            "probe_round_trips": len(ordered),
+            "probe_median_s": round(ordered[len(ordered) // 2], 4) if ordered else None,
+            "probe_max_s": round(ordered[-1], 3) if ordered else None,
+            "probe_failure": self.failure,
+        }
+
+
 def _record(name: str, **figures: Any) -> None:
     """Figures for the doc: printed (pytest -s) and appended to $RELIABILITY_FIGURES if set."""
-    line = json.dumps({"test": name, "connections": CONNECTIONS, **figures})
+    load = round(os.getloadavg()[0], 1)  # the machine's 1-minute load average, for the doc
+    line = json.dumps({"test": name, "connections": CONNECTIONS, "load": load, **figures})
     print(line)
     path = os.environ.get("RELIABILITY_FIGURES")
     if path:
@@ -261,16 +313,19 @@ def test_slow_loris_senders_are_closed(start_broker: Any) -> None:
     create_topic(broker.bootstrap, "alongside")
     base = rss_kib(broker.process)["VmRSS"]
     count = admissible(broker)
+    probe = EstablishedProbe(broker.port)
     started = time.monotonic()
     flood = Flood(broker.port, count, "loris", settle=1)
     try:
         report = flood.report()
         assert report["connected"] == count
+        new_client = _raw_round_trip(broker.port)
         during = _client_round_trip(broker.bootstrap, "alongside")  # served while the lorises trickle
         deadline = started + 60 + count / 500
         while report["closed_by_broker"] < count and time.monotonic() < deadline:
             report = flood.report()  # one line per second per child
         elapsed = time.monotonic() - started
+        probe_figures = probe.stop()
         memory = rss_kib(broker.process)
         # each loris announced 1 MiB and sent a few bytes: it holds a 64 KiB buffer of its own (the
         # allocation grows with what arrives, not with what the prefix announces), no scratch buffer
@@ -281,15 +336,21 @@ def test_slow_loris_senders_are_closed(start_broker: Any) -> None:
             idle_ms=idle_ms,
             all_closed_after_s=round(elapsed, 1),
             client_seconds=during,
+            new_client_round_trip_s=round(new_client, 3),
             base_kib=base,
             bound_kib=bound,
+            **probe_figures,
             **memory,
             **report,
         )
         assert report["closed_by_broker"] == count, report
         assert elapsed >= idle_ms / 1000
         assert memory["VmHWM"] <= bound, (memory, bound)
+        # the connected client was answered throughout (generous: a loaded 2-core machine)
+        assert probe_figures["probe_failure"] is None, probe_figures
+        assert probe_figures["probe_round_trips"] >= 5 and probe_figures["probe_max_s"] < 30, probe_figures
     finally:
+        probe.stop()
         flood.close()
 
 
@@ -421,3 +482,113 @@ def test_flood_beyond_the_open_file_cap(start_broker: Any) -> None:
         producer.close(5)
     records = kp_consume_all(broker.bootstrap, "rolling", 0, 400, timeout=30)
     assert [r.value for r in records] == [f"{i:04d}".encode() * 100 for i in range(400)]
+
+
+def _fetch_v4(topic: str, correlation_id: int) -> bytes:
+    """A raw Fetch v4 of partition 0 from offset 0, up to 50 MB (no client library: it must never read)."""
+    import struct
+
+    name = topic.encode()
+    client_id = b"stalled"
+    header = struct.pack(">hhih", 1, 4, correlation_id, len(client_id)) + client_id
+    limit = 50_000_000
+    body = struct.pack(">iiiib", -1, 0, 1, limit, 0)
+    body += struct.pack(">ih", 1, len(name)) + name + struct.pack(">iiqi", 1, 0, 0, limit)
+    return struct.pack(">i", len(header) + len(body)) + header + body
+
+
+FILL_RECORDS = 150  # of 10,000 bytes
+
+
+def test_consumers_that_never_read_while_producers_write(start_broker: Any) -> None:
+    """Fetching consumers whose sockets are never read (raw Fetch clients with a small receive buffer),
+    while kafka-python keeps producing: the producer is served throughout, the broker's memory stays in
+    the bound (a stalled PLAINTEXT fetch response is file slices sent with sendfile: page cache, not the
+    broker's memory), and each stalled connection is closed once its write has made no progress for
+    connections.max.idle.ms."""
+    import socket
+    import threading
+
+    from kafka import KafkaProducer
+
+    idle_ms = 3000
+    stalled_count = max(10, CONNECTIONS // 100)
+    broker = start_broker(f"connections.max.idle.ms={idle_ms}")
+    create_topic(broker.bootstrap, "stalled")
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all", linger_ms=5)
+    try:
+        filler = b"f" * 10_000
+        for _ in range(FILL_RECORDS):  # 1.5 MB: far more than a stalled client's socket buffers take in
+            producer.send("stalled", value=filler)
+        producer.flush(60)
+        base = rss_kib(broker.process)["VmRSS"]
+        base_fds = open_fds(broker.process)
+        stalled = []
+        for index in range(stalled_count):
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 32768)  # before connecting: a small window
+            sock.connect(("127.0.0.1", broker.port))
+            sock.sendall(_fetch_v4("stalled", index))
+            stalled.append(sock)  # never read
+        started = time.monotonic()
+        latencies: list[float] = []
+        stop = threading.Event()
+
+        def produce() -> None:
+            sequence = 0
+            while not stop.is_set():
+                began = time.monotonic()
+                producer.send("stalled", value=f"live-{sequence}".encode()).get(30)
+                latencies.append(time.monotonic() - began)
+                sequence += 1
+                stop.wait(0.02)
+
+        thread = threading.Thread(target=produce, daemon=True)
+        thread.start()
+        try:
+            held = 0
+            deadline = started + 60
+            while time.monotonic() < deadline:
+                now_open = open_fds(broker.process) - base_fds
+                held = max(held, now_open)
+                if now_open <= 0 and time.monotonic() - started >= idle_ms / 1000:
+                    break
+                time.sleep(0.2)
+            elapsed = time.monotonic() - started
+            remaining = open_fds(broker.process) - base_fds
+        finally:
+            stop.set()
+            thread.join(60)
+        memory = rss_kib(broker.process)
+        # the stalled ones and the producer's connections; each stalled one holds its response headers
+        bound = memory_bound(base, stalled_count + 4, busy=4)
+        broker_log = broker.log_path.read_text(errors="replace")
+        closes = broker_log.count("response write stalled (client not reading)")
+        ordered = sorted(latencies)
+        _record(
+            "consumers_never_read",
+            stalled=stalled_count,
+            held_at_peak=held,
+            idle_ms=idle_ms,
+            all_closed_after_s=round(elapsed, 1),
+            stalled_closes_logged=closes,
+            produced_meanwhile=len(ordered),
+            produce_median_s=round(ordered[len(ordered) // 2], 4) if ordered else None,
+            produce_max_s=round(ordered[-1], 3) if ordered else None,
+            base_kib=base,
+            bound_kib=bound,
+            **memory,
+        )
+        assert held >= stalled_count, held  # they were there, stalled
+        assert remaining <= 0, f"{remaining} stalled connections still open"
+        assert closes == stalled_count, closes
+        assert elapsed >= idle_ms / 1000
+        assert memory["VmHWM"] <= bound, (memory, bound)
+        # the producer was served all along (generous limits for a loaded 2-core machine)
+        assert len(ordered) >= 20 and ordered[-1] < 10, ordered[-5:]
+        for sock in stalled:
+            sock.close()
+    finally:
+        producer.close(5)
+    records = kp_consume_all(broker.bootstrap, "stalled", 0, FILL_RECORDS + len(latencies), timeout=60)
+    assert [r.value for r in records[FILL_RECORDS:]] == [f"live-{i}".encode() for i in range(len(latencies))]

@@ -511,6 +511,11 @@ class Connection:
             trickles = trickles + 1 if frame is None and received < _TRICKLE_BYTES else 0
             while frame is not None:
                 handled = True
+                if not frames.buffered:
+                    # everything received is handed out: the scratch buffer goes back to the free list
+                    # before the handler or the response write can yield (1,000 connections accepted in
+                    # one step otherwise each held one across their first response)
+                    frames.release_idle()
                 if pipelined >= PIPELINE_FAIR_SHARE and gate is not None:
                     await self._handle_pipelined(frame, arrived, gate)
                 else:
