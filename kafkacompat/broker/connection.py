@@ -158,6 +158,7 @@ _TRICKLE_BYTES = 1024
 _TRICKLE_FIRST_DELAY = 0.25
 _TRICKLE_MAX_DELAY = 8.0
 _BYTES_LIKE = (bytes, bytearray, memoryview)
+_TLS_RECEIVE_BYTES = 1 << 16  # decrypted bytes asked of trio's SSLStream per wait
 
 
 def _chunk_size(chunk: Any) -> int:
@@ -255,17 +256,34 @@ class TlsResponseWriter(ResponseWriter):
     with `os.preadv`, straight from the page cache: the only copy before encryption), which goes out as
     one TLS write whenever it fills and at the end of the response; a bytes chunk larger than the buffer
     goes out on its own. Large TLS writes mean full 16 KiB records and few system calls.
+
+    Memory: the staging buffer exists only while a response is written. A response smaller than
+    STAGING_BYTES is staged in a buffer of its own size; a larger one borrows a STAGING_BYTES buffer
+    from a process-wide free list (at most STAGING_POOL kept), so an idle TLS connection holds none
+    (before, each kept 1 MiB for life).
     """
 
     STAGING_BYTES = 1 << 20
+    STAGING_POOL = 4
+    _free_staging: list[bytearray] = []  # process-wide; list append and pop are atomic
 
     def __init__(self, stream: trio.SSLStream[trio.SocketStream]) -> None:
         self._tls = stream
-        self._staging = bytearray(self.STAGING_BYTES)
-        self._view = memoryview(self._staging)
 
     async def _send(self, chunks: Sequence[Any]) -> None:
-        view = self._view
+        total = sum(_chunk_size(chunk) for chunk in chunks)
+        free = self._free_staging
+        if total < self.STAGING_BYTES:
+            staging = bytearray(total)
+        else:
+            staging = free.pop() if free else bytearray(self.STAGING_BYTES)
+        try:
+            await self._send_staged(chunks, memoryview(staging))
+        finally:
+            if len(staging) == self.STAGING_BYTES and len(free) < self.STAGING_POOL:
+                free.append(staging)
+
+    async def _send_staged(self, chunks: Sequence[Any], view: memoryview) -> None:
         limit = len(view)
         filled = 0
         for chunk in chunks:
@@ -438,7 +456,6 @@ class Connection:
     async def _serve_requests(self) -> None:
         """The request loop: receive, then handle every complete frame in order, until EOF or drain."""
         frames = self._frames
-        recv_into = self._recv_into
         sock = self.stream.socket
         fileno = sock.fileno()
         plain = self.tls is None  # TLS reads go through the SSLStream, not the raw socket
@@ -498,13 +515,15 @@ class Connection:
                     await wait_readable(sock)
                     woken, drained = True, False
                     continue
+                frames.commit(received)
             else:
-                received = await recv_into(frames.receive_buffer())
+                # TLS: wait holding no receive buffer either (an idle TLS connection keeps none)
+                frames.release_idle()
+                received = await self._tls_receive(frames)
             self._receiving = False
             if not received:
                 frames.release_idle()
                 return
-            frames.commit(received)
             arrived = time.perf_counter() if timed else 0.0
             frame = frames.next_frame()
             # reads in a row that each brought a few bytes of a request and completed none
@@ -555,6 +574,37 @@ class Connection:
         if gated is not None:
             self._gated = None
             gated.release()
+
+    async def _tls_receive(self, frames: FrameBuffer) -> int:
+        """Wait for decrypted bytes, then hand them and every TLS record already received to `frames`
+        (committed); returns the bytes received, 0 at the end of the stream.
+
+        Unlike `_tls_recv_into`, no receive buffer is borrowed until bytes are there, so a TLS connection
+        waiting for its next request holds none (as a PLAINTEXT one). The first bytes come as trio's
+        `receive_some` returns them and are copied once; the records trio has already pulled off the
+        socket are then decrypted straight into the frame buffer (see `_tls_recv_into`).
+        """
+        tls = self.tls
+        assert tls is not None
+        data = await tls.receive_some(_TLS_RECEIVE_BYTES)
+        if not data:
+            return 0
+        frames.receive_data(data)
+        received = len(data)
+        ssl_object = self._ssl_object
+        if ssl_object is None:
+            return received
+        read = ssl_object.read
+        while True:
+            buffer = frames.receive_buffer()
+            try:
+                got = read(buffer.nbytes, buffer)
+            except ssl.SSLError:  # want-read (nothing more buffered), or an error the next call reports
+                got = 0
+            frames.commit(got)
+            if not got:
+                return received
+            received += got
 
     async def _tls_recv_into(self, buffer: memoryview) -> int:
         """Wait for decrypted bytes, then drain every TLS record already received without waiting.
