@@ -664,3 +664,48 @@ def test_tls_flood(start_broker: Any, tmp_path: Path) -> None:
     finally:
         for sock in held:
             sock.close()
+
+
+def test_queued_max_request_bytes_bounds_a_loris_flood(start_broker: Any) -> None:
+    """With queued.max.request.bytes (Kafka's KIP-72 request memory pool) set, lorises announcing 1 MiB
+    each are charged that before the rest of their request is read: once the budget is spent the others
+    wait unread, holding a few bytes each instead of a 64 KiB buffer, so the flood's memory is bounded by
+    the budget. As in Kafka every connection waits while the budget is spent (here until the lorises are
+    closed at connections.max.idle.ms); kafka-python is served once they are."""
+    idle_ms = 3000
+    budget = 8 * MIB
+    broker = start_broker(f"connections.max.idle.ms={idle_ms}", f"queued.max.request.bytes={budget}")
+    create_topic(broker.bootstrap, "alongside")
+    base = rss_kib(broker.process)["VmRSS"]
+    count = min(CONNECTIONS // 2, admissible(broker))
+    started = time.monotonic()
+    flood = Flood(broker.port, count, "loris", settle=1)
+    try:
+        report = flood.report()
+        assert report["connected"] == count
+        during = _client_round_trip(broker.bootstrap, "alongside")
+        deadline = started + 60 + count / 500
+        while report["closed_by_broker"] < count and time.monotonic() < deadline:
+            report = flood.report()
+        elapsed = time.monotonic() - started
+        memory = rss_kib(broker.process)
+        # charged lorises (the budget in 1 MiB requests, plus the one that overdraws it) hold a 64 KiB
+        # buffer each; the others only their few bytes
+        charged = budget // MIB + 1
+        bound = memory_bound(base, count, busy=charged)
+        _record(
+            "loris_with_queued_max_request_bytes",
+            flood=count,
+            budget=budget,
+            idle_ms=idle_ms,
+            all_closed_after_s=round(elapsed, 1),
+            client_seconds=round(during, 2),
+            base_kib=base,
+            bound_kib=bound,
+            **memory,
+            **report,
+        )
+        assert report["closed_by_broker"] == count, report
+        assert memory["VmHWM"] <= bound, (memory, bound)
+    finally:
+        flood.close()

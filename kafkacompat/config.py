@@ -216,6 +216,7 @@ BROKER_OPTIONS: tuple[Option, ...] = (
     _O("num.network.threads", "int", 3, at_least(1)),
     _O("num.io.threads", "int", 8, at_least(1)),
     _O("queued.max.requests", "int", 500, at_least(1)),
+    _O("queued.max.request.bytes", "long", -1),
     _O("num.recovery.threads.per.data.dir", "int", 1, at_least(1)),
     # topics
     _O("num.partitions", "int", 1, at_least(1)),

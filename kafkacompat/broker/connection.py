@@ -400,6 +400,9 @@ class Connection:
         self._pipeline_gate: trio.Semaphore | None = getattr(broker, "pipeline_gate", None)
         self._gated: trio.Semaphore | None = None
         self._request_task: trio.lowlevel.Task | None = None  # the task running the request loop
+        # queued.max.request.bytes (request_memory.py), None when unset; the bytes this connection holds
+        self._memory: Any = getattr(broker, "request_memory", None)
+        self._charged = 0
 
     def drain(self) -> None:
         """Finish the request in progress (if any), then close; an idle connection closes at once."""
@@ -432,6 +435,9 @@ class Connection:
                         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                             pass
                 await self.stream.aclose()
+            if self._charged:
+                self._memory.release(self._charged)
+                self._charged = 0
 
     async def _serve_and_log(self) -> None:
         """The request loop, with every way it can end turned into a log line (none escapes as an error).
@@ -475,6 +481,7 @@ class Connection:
         woken = False  # woken by readability: this task's turn has just begun
         drained = False  # the last read emptied the socket (a short read)
         trickles = 0
+        memory = self._memory
         idle_ms = self.broker.config["connections.max.idle.ms"]
         trickle_cap = _TRICKLE_MAX_DELAY if idle_ms <= 0 else min(_TRICKLE_MAX_DELAY, idle_ms / 4000)
         while not self._draining:
@@ -486,6 +493,13 @@ class Connection:
             wait_first = drained and not handled
             handled = False
             self._receiving = True
+            if memory is not None and not self._charged and frames.announced >= 0:
+                # queued.max.request.bytes: the rest of a request whose size is known is read only once
+                # that size is charged; with the budget spent the connection reads nothing (muted)
+                self._charged = frames.announced
+                if memory.depleted:
+                    frames.release_idle()  # waiting, it keeps only the bytes it has
+                await memory.allocate(self._charged)
             if plain:
                 # Between requests, or with only part of a small one here, hold no scratch buffer while
                 # waiting (a slow-loris sender keeps only its few bytes); borrow one for a read that
@@ -535,12 +549,18 @@ class Connection:
                     # before the handler or the response write can yield (1,000 connections accepted in
                     # one step otherwise each held one across their first response)
                     frames.release_idle()
+                if memory is not None and not self._charged:
+                    self._charged = frame.nbytes  # a request that arrived whole: charged before handling
+                    await memory.allocate(frame.nbytes)
                 if pipelined >= PIPELINE_FAIR_SHARE and gate is not None:
                     await self._handle_pipelined(frame, arrived, gate)
                 else:
                     await _handle_frame(
                         self.broker, self.info, self.writer, frame, self.park, arrived, self._slots
                     )
+                if memory is not None:
+                    memory.release(self._charged)  # handled: its bytes leave the budget
+                    self._charged = 0
                 if loop_lag.enabled():
                     loop_lag.CURRENT_REQUEST.set(None)
                 if self._draining:

@@ -123,6 +123,12 @@ class Broker:
         lag_monitor = loop_lag.install_from_environment()  # KAFKACOMPAT_LOOP_LAG_MS: profiling only
         # queued.max.requests: requests handled at once, broker-wide (connection.py)
         state.request_slots = trio.Semaphore(self.config["queued.max.requests"])
+        # queued.max.request.bytes: request bytes charged at once, broker-wide (request_memory.py)
+        queued_bytes = self.config["queued.max.request.bytes"]
+        if queued_bytes > 0:
+            from kafkacompat.broker.request_memory import RequestMemoryPool
+
+            state.request_memory = RequestMemoryPool(queued_bytes)
         # requests of connections deep in a pipelining streak handled at once (connection.py)
         state.pipeline_gate = trio.Semaphore(PIPELINED_AT_ONCE)
         configured = self.config["max.connections"]

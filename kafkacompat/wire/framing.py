@@ -108,6 +108,12 @@ class FrameBuffer:
             return 0
         return max(0, SIZE_PREFIX + size - (self._end - self._start))
 
+    @property
+    def announced(self) -> int:
+        """The size the prefix of the first frame not yet handed out announces, or -1 if its prefix has
+        not arrived (or is invalid: `next_frame()` reports that)."""
+        return self._frame_size()
+
     def complete_frames(self) -> int:
         """How many complete frames are buffered and not yet handed out (for the metrics endpoint)."""
         if self._error is not None:

@@ -335,6 +335,29 @@ async def test_a_slow_sender_is_read_less_often_and_still_answered(
     assert reads <= 12, reads
 
 
+async def test_queued_max_request_bytes_mutes_connections_while_the_budget_is_spent(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """queued.max.request.bytes (KIP-72): a request is charged the size its prefix announces before the
+    rest of it is read or it is handled; while the budget is spent, other connections' requests wait
+    (Kafka mutes them), and the budget comes back when the holder's connection closes."""
+    broker = await start_broker(nursery, tmp_path, "queued.max.request.bytes=1000")
+    holder = await RawClient.connect(broker.port)
+    await holder.send_raw(struct.pack(">i", 100_000) + bytes(10))  # charged 100,000 of 1,000: spent
+    await trio.sleep(0.2)
+    assert broker.state.request_memory.depleted
+    client = await RawClient.connect(broker.port)
+    await client.send(API_VERSIONS, 3, hello())
+    with pytest.raises(trio.TooSlowError):
+        await client.read_frame(timeout=0.5)  # muted: neither answered nor closed
+    await holder.aclose()
+    _, response = await client.receive(API_VERSIONS, 3)
+    assert response.error_code == ErrorCode.NONE
+    with trio.fail_after(5):  # every charge released (the last one just after its answer went out)
+        while broker.state.request_memory.available != 1000:
+            await trio.sleep(0.01)
+
+
 async def test_shutdown_closes_an_idle_connection_at_once(nursery: trio.Nursery, tmp_path: Path) -> None:
     broker = await start_broker(nursery, tmp_path)
     client = await RawClient.connect(broker.port)
