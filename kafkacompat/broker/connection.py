@@ -89,6 +89,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import select
 import ssl
 import struct
 import time
@@ -686,6 +687,11 @@ class Connection:
             if writer.sending:
                 due = writer.progress_at + idle_seconds
                 if trio.current_time() >= due:
+                    if self._socket_ready(select.POLLOUT):
+                        # room to write: the write is not stuck on the client, only on the event loop
+                        # that has not run it on (an overloaded broker)
+                        writer.progress_at = trio.current_time()
+                        continue
                     self._closed_why = "response write stalled (client not reading)"
                     receive_scope.cancel()
                     return
@@ -697,10 +703,25 @@ class Connection:
                 continue
             due = self._idle_since + idle_seconds
             if trio.current_time() >= due:
+                if not self._frames.buffered and self._socket_ready(select.POLLIN):
+                    # the next request is in the kernel, unread only because the event loop lags (an
+                    # overloaded broker): the client is not idle
+                    self._idle_since = trio.current_time()
+                    continue
                 self._closed_why = "idle" if not self._frames.buffered else "request incomplete"
                 receive_scope.cancel()
                 return
             await trio.sleep_until(due)
+
+    def _socket_ready(self, events: int) -> bool:
+        """Whether the socket is ready now for `events` (POLLIN: bytes or the peer's close not yet
+        read; POLLOUT: room in the send buffer)."""
+        poller = select.poll()
+        try:
+            poller.register(self.stream.socket.fileno(), events)
+            return any(ready & events for _, ready in poller.poll(0))
+        except (OSError, ValueError):
+            return False
 
     async def park(self, event: trio.Event, deadline: float) -> None:
         """Wait for `event` or `deadline` while watching the socket; raise PeerGone if the peer leaves.

@@ -358,6 +358,22 @@ async def test_queued_max_request_bytes_mutes_connections_while_the_budget_is_sp
             await trio.sleep(0.01)
 
 
+async def test_a_request_unread_only_because_the_loop_lagged_is_not_idle(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """A client whose next request sits in the kernel past connections.max.idle.ms, unread only because
+    the event loop was held (an overloaded broker), is not closed as idle."""
+    broker = await start_broker(nursery, tmp_path, "connections.max.idle.ms=500")
+    client = await RawClient.connect(broker.port)
+    for _ in range(6):
+        assert (await client.call(API_VERSIONS, 3, hello())).error_code == ErrorCode.NONE
+        await trio.sleep(0.3)
+        await client.send(API_VERSIONS, 3, hello())
+        time.sleep(0.6)  # holds the whole event loop past the idle deadline, the request already sent
+        _, response = await client.receive(API_VERSIONS, 3)
+        assert response.error_code == ErrorCode.NONE
+
+
 async def test_shutdown_closes_an_idle_connection_at_once(nursery: trio.Nursery, tmp_path: Path) -> None:
     broker = await start_broker(nursery, tmp_path)
     client = await RawClient.connect(broker.port)
