@@ -39,9 +39,10 @@ PER_FLOOD_PROCESS = 10_000
 KIB = 1024
 MIB = 1024 * KIB
 # The bound (see the doc): an idle connection costs its trio task, socket object and state, measured at
-# ~12.5 KiB; the broker keeps at most 256 idle 64 KiB scratch buffers for reuse; a connection in the
-# middle of a read holds one scratch buffer (64 KiB) or its one partial request (<= socket.request.max.bytes).
-PER_IDLE_CONNECTION = 16 * KIB
+# 11-14 KiB (up to 18 KiB for one waiting on queued.max.request.bytes, 10,000 at once); the broker
+# keeps at most 256 idle 64 KiB scratch buffers for reuse; a connection in the middle of a read holds
+# one scratch buffer (64 KiB) or its one partial request (<= socket.request.max.bytes).
+PER_IDLE_CONNECTION = 20 * KIB
 SCRATCH_POOL = 256 * 64 * KIB
 SCRATCH = 64 * KIB
 

@@ -61,7 +61,7 @@ log = logging.getLogger("kafkacompat.broker")
 
 SHUTDOWN_GRACE_SECONDS = 10.0
 # connections accepted in one task step beyond the first (those already waiting in the backlog)
-ACCEPT_BURST = 1024
+ACCEPT_BURST = 64
 # requests of pipelining streaks handled at once, broker-wide (connection.PIPELINE_FAIR_SHARE)
 PIPELINED_AT_ONCE = 32
 DELETE_CHECK_SECONDS = 1.0
