@@ -55,10 +55,16 @@ finds no free slot waits for one, and its connection reads nothing more meanwhil
 threads likewise stop reading when its request queue of that size is full. The slots are a
 `trio.Semaphore` the server puts on the broker state (`request_slots`).
 
-Memory: a PLAINTEXT connection waiting for its next request holds no receive buffer (it waits for readability,
-then borrows a scratch buffer from FrameBuffer's free list) and, since requests are handled one at a
-time and the next bytes are read only after the response is written, at most one response in flight: a
-client that pipelines requests without reading answers stops being read once the kernel buffers fill.
+Memory: a connection waiting for its next request holds no receive buffer (PLAINTEXT waits for
+readability, then borrows a scratch buffer from FrameBuffer's free list; TLS waits in trio's
+receive_some and copies what arrives; the scratch buffer goes back before a request is handled) and,
+since requests are handled one at a time and the next bytes are read only after the response is
+written, at most one response in flight: a client that pipelines requests without reading answers
+stops being read once the kernel buffers fill. With `queued.max.request.bytes` set, each request is
+charged against the broker-wide `RequestMemoryPool` (request_memory.py) before the rest of it is read
+or it is handled, and the connection reads nothing while the budget is spent. The idle reaper looks at
+the socket before closing: a request already in the kernel, or room to write, means the event loop is
+behind, not the client.
 
 Fairness (one event loop serves every connection; see also broker/fairness.py): each turn of the loop
 runs every runnable connection once, one request each. A connection that pipelines far more requests
