@@ -198,10 +198,7 @@ class ResponseWriter:
             await self._send(chunks)
         finally:
             self.sending = False
-            for chunk in chunks:
-                release = getattr(chunk, "release", None)
-                if release is not None and not isinstance(chunk, _BYTES_LIKE):
-                    release()
+            release_file_slices(chunks)
 
     async def _send(self, chunks: Sequence[Any]) -> None:
         pending: list[memoryview] = []
@@ -977,12 +974,20 @@ async def _handle_within_quotas(
                 # as Kafka's KafkaApis: a throttled fetch is answered empty and its bytes are taken back
                 # off the quota; the client fetches the same offsets again once its delay is over
                 quotas.unrecord(CONSUMER_BYTE_RATE, user, client_id, size, now)
-                response = _throttled_fetch_response(ctx.broker, response)
+                throttled = _throttled_fetch_response(ctx.broker, response)
+                if throttled is not response:
+                    release_file_slices(body)  # the records are not sent: their segment fds go back now
+                    response = throttled
         if throttle_ms > 0 and hasattr(response, "throttle_time_ms"):
             response.throttle_time_ms = max(response.throttle_time_ms, throttle_ms)
             body = messages.encode_response(api_key, api_version, response)
     if throttle_ms > 0 and api_version < _KIP_219_VERSIONS.get(api_key, 0):
-        await trio.sleep(throttle_ms / 1000)  # an old client: the response itself is delayed
+        try:
+            await trio.sleep(throttle_ms / 1000)  # an old client: the response itself is delayed
+        except BaseException:
+            if body is not None:
+                release_file_slices(body)  # closed while delayed: the response is never written
+            raise
         throttle_ms = 0
     if body is not None:
         header_bytes = wire_header.encode_response_header(api_key, api_version, ctx.correlation_id)
@@ -990,6 +995,14 @@ async def _handle_within_quotas(
     if throttle_ms > 0:
         await trio.sleep(throttle_ms / 1000)  # the muted channel: the next request is not read meanwhile
     return response
+
+
+def release_file_slices(chunks: Sequence[Any]) -> None:
+    """Give back the file descriptors that a response's file slices hold (fetch's HeldSlice)."""
+    for chunk in chunks:
+        release = getattr(chunk, "release", None)
+        if release is not None and not isinstance(chunk, _BYTES_LIKE):
+            release()
 
 
 def _throttled_fetch_response(broker: BrokerState, response: Any) -> Any:

@@ -3,6 +3,7 @@ channel after a throttled produce, and a SASL user's quota taking precedence ove
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -171,14 +172,30 @@ async def test_throttled_fetch_is_answered_empty_and_its_bytes_are_taken_back(
     assert first.throttle_time_ms == 0 and first.session_id != 0
     assert len(first.responses[0].partitions[0].records) > 60_000
     session = {"partition_max_bytes": 1, "max_bytes": 1 << 20, "session_id": first.session_id}
+    segment_fds = _open_segment_fds("quota-fetch-0")
     throttled = await consumer.call(1, 12, fetch_request("quota-fetch", 1, session_epoch=1, **session))
     assert throttled.throttle_time_ms > 0
     assert (throttled.error_code, throttled.session_id, throttled.responses) == (0, first.session_id, [])
+    # the records read for the discarded answer held a duplicate of the segment's fd: given back at once
+    assert _open_segment_fds("quota-fetch-0") == segment_fds
     await trio.sleep(throttled.throttle_time_ms / 1000 + 0.5)
     again = await consumer.call(1, 12, fetch_request("quota-fetch", 1, session_epoch=2, **session))
     assert again.throttle_time_ms == 0
     assert again.responses[0].partitions[0].high_watermark == 2  # listed again, with its records
     assert len(again.responses[0].partitions[0].records) > 60_000
+
+
+def _open_segment_fds(partition_dir: str) -> int:
+    """How many of this process's descriptors are open on a .log segment of the partition's dir."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if f"/{partition_dir}/" in target and target.endswith(".log"):
+            count += 1
+    return count
 
 
 async def test_ip_quotas_stand_alone_and_refuse_connections_over_their_rate(
