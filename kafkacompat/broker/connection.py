@@ -766,28 +766,7 @@ class Connection:
         if gated is not None:
             gated.release()
         try:
-            frames = self._frames
-            recv_into = self._recv_into
-            acquired = False
-
-            async def watch(scope: trio.CancelScope) -> None:
-                while frames.buffered < frames.max_frame_size:
-                    try:
-                        received = await recv_into(frames.receive_buffer())
-                    except OSError:
-                        received = 0
-                    if not received:
-                        scope.cancel()
-                        return
-                    frames.commit(received)
-                await trio.sleep_forever()
-
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(watch, nursery.cancel_scope)
-                await acquire()
-                acquired = True  # no checkpoint between: a cancel cannot land after the acquire
-                nursery.cancel_scope.cancel()
-            if not acquired:
+            if not await self._wait_watching(acquire):
                 raise PeerGone
         finally:
             with trio.CancelScope(shield=True):  # the handler's exit releases them: they must be held then
@@ -805,19 +784,28 @@ class Connection:
             await event.wait()
         if event.is_set() or trio.current_time() >= deadline:
             return
+
+        async def wait_for_event() -> None:
+            with trio.move_on_at(deadline):
+                await event.wait()
+
+        if not await self._wait_watching(wait_for_event):
+            raise PeerGone
+
+    async def _wait_watching(self, wait: Callable[[], Awaitable[object]]) -> bool:
+        """Run `wait` while reading what the client sends into the frame buffer (a parked request or a
+        lock wait); False if the client left first (`wait` is then cancelled), True once `wait` returned."""
         frames = self._frames
         recv_into = self._recv_into
-        peer_gone = False
+        finished = False
 
         async def watch(scope: trio.CancelScope) -> None:
-            nonlocal peer_gone
             while frames.buffered < frames.max_frame_size:
                 try:
                     received = await recv_into(frames.receive_buffer())
                 except OSError:
                     received = 0
                 if not received:
-                    peer_gone = True
                     scope.cancel()
                     return
                 frames.commit(received)
@@ -825,11 +813,10 @@ class Connection:
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(watch, nursery.cancel_scope)
-            with trio.move_on_at(deadline):
-                await event.wait()
+            await wait()
+            finished = True  # no checkpoint between: a cancel cannot land after `wait` returned
             nursery.cancel_scope.cancel()
-        if peer_gone:
-            raise PeerGone
+        return finished
 
 
 async def _handle_frame(

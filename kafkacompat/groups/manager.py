@@ -141,6 +141,19 @@ class PreparedOffset:
     value: bytes = b""
 
 
+def _offset_commit_value(committed: CommittedOffset) -> bytes:
+    """The __consumer_offsets value record of one committed offset."""
+    return rec.encode_offset_commit_value(
+        rec.OffsetCommitValue(
+            offset=committed.offset,
+            metadata=committed.metadata,
+            commit_timestamp=committed.commit_timestamp,
+            leader_epoch=committed.leader_epoch,
+            expire_timestamp=committed.expire_timestamp,
+        )
+    )
+
+
 def prepare_offset_commit(
     config: GroupConfig, group_id: str, p: OffsetCommitPartition, retention_time_ms: int, now_ms: int
 ) -> PreparedOffset:
@@ -158,15 +171,7 @@ def prepare_offset_commit(
         leader_epoch=p.leader_epoch,
         expire_timestamp=-1 if retention_time_ms == -1 else _java_long(now_ms + retention_time_ms),
     )
-    value = rec.encode_offset_commit_value(
-        rec.OffsetCommitValue(
-            offset=committed.offset,
-            metadata=committed.metadata,
-            commit_timestamp=committed.commit_timestamp,
-            leader_epoch=committed.leader_epoch,
-            expire_timestamp=committed.expire_timestamp,
-        )
-    )
+    value = _offset_commit_value(committed)
     return PreparedOffset(
         E.NONE, committed, rec.encode_offset_commit_key(group_id, p.topic, p.partition), value
     )
@@ -477,15 +482,7 @@ class GroupCoordinatorCore:
     ) -> None:
         value = None
         if committed is not None:
-            value = rec.encode_offset_commit_value(
-                rec.OffsetCommitValue(
-                    offset=committed.offset,
-                    metadata=committed.metadata,
-                    commit_timestamp=committed.commit_timestamp,
-                    leader_epoch=committed.leader_epoch,
-                    expire_timestamp=committed.expire_timestamp,
-                )
-            )
+            value = _offset_commit_value(committed)
         self._records.append(
             CoordinatorRecord(
                 self.partition_for(group_id),
