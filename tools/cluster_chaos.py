@@ -50,6 +50,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -435,8 +436,13 @@ def run(cluster: LocalCluster, args: Any, disrupt: str, command: tuple[str, ...]
     def victim_now() -> int:
         return int(partition_state(cluster, *watched).leader)
 
+    seen_moved: list[float] = []
+
     def moved_away(victim: int) -> bool:
-        return int(partition_state(cluster, *watched, avoid=victim).leader) not in (-1, victim)
+        if int(partition_state(cluster, *watched, avoid=victim).leader) in (-1, victim):
+            return False
+        seen_moved.append(time.monotonic())
+        return True
 
     def fully_in_sync(broker_id: int) -> bool:
         return (
@@ -445,6 +451,7 @@ def run(cluster: LocalCluster, args: Any, disrupt: str, command: tuple[str, ...]
         )
 
     kills: list[float] = []
+    moved_after: list[float] = []  # per disruption, ms until the metadata named another leader
     not_moved = 0
     try:
         for number in range(args.kills):
@@ -456,6 +463,7 @@ def run(cluster: LocalCluster, args: Any, disrupt: str, command: tuple[str, ...]
             victim_id = retrying(victim_now)
             victim = cluster.brokers[victim_id]
             kills.append(time.monotonic())
+            wall_clock = datetime.now(UTC).strftime("%H:%M:%S.%f")[:-3]  # to find it in the broker logs
             if disrupt == "stop" and victim.process is not None:
                 # frozen past zookeeper.session.timeout.ms (6 s in test clusters), then resumed
                 os.kill(victim.process.pid, signal.SIGSTOP)
@@ -471,9 +479,12 @@ def run(cluster: LocalCluster, args: Any, disrupt: str, command: tuple[str, ...]
                 moved = wait_for(lambda v=victim_id: moved_away(v), 60)
                 cluster.start_broker(victim_id)
             not_moved += not moved
+            if moved:
+                moved_after.append(seen_moved[-1] - kills[-1])
             back = wait_for(lambda v=victim_id: fully_in_sync(v), 120)
             print(
-                f"{disrupt} {number + 1}: {args.target} broker {victim_id}; moved: {moved}; "
+                f"{disrupt} {number + 1} at {wall_clock} UTC: {args.target} broker {victim_id}; "
+                f"moved: {f'after {moved_after[-1] * 1000:.0f} ms' if moved else 'NO'}; "
                 f"back in the ISR: {back}; group read {len(group_log.consumed)}, "
                 f"committed {len(group_log.commits)} times",
                 file=sys.stderr,
@@ -491,6 +502,10 @@ def run(cluster: LocalCluster, args: Any, disrupt: str, command: tuple[str, ...]
     rows: list[tuple[str, str]] = [
         (f"disruptions ({args.target} {describe(disrupt)})", str(len(kills))),
         ("ZooKeeper restarted mid-run", "yes" if args.zk_restart else "no"),
+        (
+            "another leader in the metadata after a disruption, ms (min / median / max)",
+            spread([seconds * 1000 for seconds in moved_after]),
+        ),
     ]
     for acks in producers:
         values = [v for _, v in stored if v.startswith(acks.prefix)]
