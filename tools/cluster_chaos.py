@@ -22,10 +22,10 @@ partition from the start: every acknowledged record of each producer must be pre
 its acknowledged offset, in that producer's order; no committed offset the group was told was committed
 may be missing or lower at any later read (a lost or backwards commit), and the final committed offset
 is the last one committed. The group's reading itself may repeat records after a move (at least once)
-but must never skip an offset. The figures (failovers, records acknowledged, lost, duplicated, the
-unavailability window of each failover per producer: the longest pause between acknowledgements after
-the disruption) are printed as a Markdown table for docs/RELIABILITY.md; the exit status is 0 only when
-every check held.
+but must never skip an offset. The figures (failovers, how long until the metadata named another
+leader, records acknowledged, lost, duplicated, the unavailability window of each failover per producer:
+the longest pause between acknowledgements after the disruption) are printed as a Markdown table for
+docs/RELIABILITY.md; the exit status is 0 only when every check held.
 
     PYTHONPATH=. .venv/bin/python tools/cluster_chaos.py --kills 20
     PYTHONPATH=. .venv/bin/python tools/cluster_chaos.py --kills 6 --interval 8 --target coordinator
