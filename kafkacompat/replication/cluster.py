@@ -157,9 +157,13 @@ class ZkSnapshot:
 def read_snapshot(store: ZooKeeperStore, watch: Callable[[Any], None]) -> ZkSnapshot:
     """Blocking: the whole tree kafkacompat uses, every read but the partition states' with `watch`
     armed (partition states reach brokers in the controller's requests; only the controller writes
-    them, so nobody needs to be told they changed)."""
+    them, so nobody needs to be told they changed).
+
+    The live brokers are read last: the controller takes an ISR member missing from them for lost, so
+    they must be at least as new as the states. Read first, a broker that registered again during the
+    read (a zombie leader back with a new session) and was put back in an ISR by AlterPartition in the
+    meantime would be shrunk out of it again, with a needless leader epoch bump."""
     snapshot = ZkSnapshot()
-    snapshot.brokers = store.live_brokers(watch, snapshot.broker_epochs)
     snapshot.controller = store.current_controller(watch)
     snapshot.controller_epoch = store.stored_controller_epoch()
     snapshot.deletions = store.pending_topic_deletions(watch)
@@ -175,6 +179,7 @@ def read_snapshot(store: ZooKeeperStore, watch: Callable[[Any], None]) -> ZkSnap
             state = store.partition_state(name, partition)
             if state is not None:
                 snapshot.states[(name, partition)] = state
+    snapshot.brokers = store.live_brokers(watch, snapshot.broker_epochs)
     return snapshot
 
 

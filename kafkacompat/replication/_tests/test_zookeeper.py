@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -127,3 +128,34 @@ def test_producer_id_blocks_are_unique(stores: Callable[[], ZooKeeperStore]) -> 
     blocks = [one.allocate_producer_id_block(1, 1000), two.allocate_producer_id_block(2, 1000)]
     blocks.append(one.allocate_producer_id_block(1, 1000))
     assert blocks == [0, 1000, 2000]
+
+
+def test_snapshot_live_brokers_are_as_new_as_its_partition_states(
+    stores: Callable[[], ZooKeeperStore],
+) -> None:
+    """The controller takes an ISR member missing from a read's live brokers for lost. A broker that
+    registers again while the read is in flight (a zombie back with a new session) and is put back in
+    the ISR (AlterPartition) before the read reaches the partition state must be among the live brokers
+    of that read, or the controller shrinks the ISR again with a needless leader epoch bump."""
+    from kafkacompat.replication.cluster import read_snapshot
+
+    reader, controller, zombie = stores(), stores(), stores()
+    controller.register_broker(zd.BrokerRegistration(1, {"PLAINTEXT": ("127.0.0.1", 9092)}))
+    assert controller.try_become_controller(1)
+    controller.create_topic("t", {0: [1, 3]}, uuid.uuid4(), {})
+    key = ("t", 0)
+    assert controller.controller_write_states({key: LeaderAndIsr(1, 1, (1,), 1)}) == {key: 0}
+    read_state = reader.partition_state
+
+    def state_after_the_zombie_is_back(topic: str, partition: int, watch: Any = None) -> LeaderAndIsr | None:
+        # what happens meanwhile on the other brokers: the zombie registers, the leader adds it back
+        if not zombie.registered_by_this_session(3):
+            zombie.register_broker(zd.BrokerRegistration(3, {"PLAINTEXT": ("127.0.0.1", 9094)}))
+            assert controller.controller_write_states({key: LeaderAndIsr(1, 1, (1, 3), 1, 0)}) == {key: 1}
+        return read_state(topic, partition, watch)
+
+    reader.partition_state = state_after_the_zombie_is_back  # type: ignore[method-assign]
+    snapshot = read_snapshot(reader, lambda _event: None)
+    assert snapshot.states[key].isr == (1, 3)
+    assert set(snapshot.states[key].isr) <= set(snapshot.brokers)
+    assert snapshot.broker_epochs[3] == reader.client.exists(zd.broker_path(3)).czxid
