@@ -237,6 +237,8 @@ class GroupRuntime:
         A partition that cannot be read stays unloaded (its log is offline)."""
         for partition in sorted(self._to_reload):
             self._to_reload.discard(partition)
+            if not self._leads(partition):
+                continue  # its new leader loads it; this broker does if it leads it again
             async with self._lock:
                 self.core.begin_loading(partition)
             if await self._load_or_unload(partition, "reload") is not None:
@@ -257,14 +259,24 @@ class GroupRuntime:
             await self._persist_and_deliver_quietly(self.core.finish_loading(partition, self.broker.now_ms()))
         return count
 
-    async def _await_replication(self, partitions: set[int]) -> None:
+    def _leads(self, partition: int) -> bool:
+        """Whether this broker leads `__consumer_offsets` partition `partition` (always on one node)."""
+        cluster = self.broker.cluster
+        if cluster is None:
+            return True
+        state = cluster.partitions.get((OFFSETS_TOPIC, partition))
+        return state is not None and state.is_leader
+
+    async def _await_replication(self, partitions: set[int]) -> dict[int, ErrorCode]:
         """Cluster mode: answer only once the ISR holds the records (as Kafka appends group records
-        with acks=-1), for at most offsets.commit.timeout.ms."""
+        with acks=-1), for at most offsets.commit.timeout.ms. Returns the partitions whose records the
+        ISR did not get (why): their operation must not be answered as done."""
         from kafkacompat.broker.dispatch import park_until
 
         cluster = self.broker.cluster
         assert cluster is not None
         deadline = trio.current_time() + self.broker.config["offsets.commit.timeout.ms"] / 1000
+        failed: dict[int, ErrorCode] = {}
         for partition in sorted(partitions):
             partition_log = self.broker.partition_log(OFFSETS_TOPIC, partition)
             if partition_log is None:
@@ -274,6 +286,8 @@ class GroupRuntime:
             )
             if error != ErrorCode.NONE:
                 log.warning("%s-%d: group records not replicated: %s", OFFSETS_TOPIC, partition, error.name)
+                failed[partition] = error
+        return failed
 
     async def set_offsets_leadership(self, partition: int, leader: bool) -> None:
         """Cluster mode: this broker became (True) or stopped being (False) the leader of
@@ -435,21 +449,18 @@ class GroupRuntime:
                 error = KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"records too large for {OFFSETS_TOPIC}")
             else:
                 error = KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"could not write to {OFFSETS_TOPIC}")
-            for completion in outcome.completions:
-                waiter = self._waiters.get(completion.token)
-                if waiter is not None:
-                    waiter.complete(error)
-            now = self.broker.now_ms()
-            for partition in sorted(failed):
-                unloaded = self.core.unload_partition(partition, now)
-                self._deliver(unloaded.completions)
-            # Rebuild those partitions from what the log holds (the timer task does it, outside this
-            # lock); until then their groups answer NOT_COORDINATOR and clients look again.
-            self._to_reload |= set(failed)
-            self._wakeup.set()
-            return error
+            return self._fail(outcome, set(failed), error, reload=set(failed))
         if self.broker.cluster is not None and outcome.records:
-            await self._await_replication({r.partition for r in outcome.records})
+            unreplicated = await self._await_replication({r.partition for r in outcome.records})
+            if unreplicated:
+                # Not in the ISR: a new leader may never have it (a commit answered as done here was
+                # seen lost after a controlled shutdown moved the partition mid-commit). Kafka answers
+                # NOT_COORDINATOR when the leadership moved; COORDINATOR_NOT_AVAILABLE otherwise here
+                # (Kafka: REQUEST_TIMED_OUT for a commit, REBALANCE_IN_PROGRESS for a group write).
+                moved = any(code == ErrorCode.NOT_LEADER_OR_FOLLOWER for code in unreplicated.values())
+                code = ErrorCode.NOT_COORDINATOR if moved else ErrorCode.COORDINATOR_NOT_AVAILABLE
+                error = KafkaError(code, f"{OFFSETS_TOPIC} records not replicated")
+                return self._fail(outcome, set(unreplicated), error, reload=set(unreplicated))
         self._deliver(outcome.completions)
         flush = [
             p
@@ -464,6 +475,25 @@ class GroupRuntime:
             except KafkaError as exc:
                 log.error("flush of %s-%d failed: %s", OFFSETS_TOPIC, partition, exc)
         return None
+
+    def _fail(
+        self, outcome: Outcome[Any], partitions: set[int], error: KafkaError, reload: set[int]
+    ) -> KafkaError:
+        """The outcome's records are not (safely) in the log: its completions get `error`, and the
+        partitions are unloaded, since the core's state ran ahead of the log."""
+        for completion in outcome.completions:
+            waiter = self._waiters.get(completion.token)
+            if waiter is not None:
+                waiter.complete(error)
+        now = self.broker.now_ms()
+        for partition in sorted(partitions):
+            unloaded = self.core.unload_partition(partition, now)
+            self._deliver(unloaded.completions)
+        # Rebuild those partitions from what the log holds (the timer task does it, outside this
+        # lock); until then their groups answer NOT_COORDINATOR and clients look again.
+        self._to_reload |= reload
+        self._wakeup.set()
+        return error
 
     async def _persist_and_deliver_quietly(self, outcome: Outcome[Any]) -> None:
         error = await self._persist_and_deliver(outcome)
