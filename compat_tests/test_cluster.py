@@ -833,3 +833,60 @@ def test_isr_changes_go_through_alter_partition_and_a_paused_leader_is_fenced(tm
         wait_until(
             lambda: leader in partition_state(cluster, topic).isrs, 60, "the old leader back in the ISR"
         )
+
+
+def test_an_offset_commit_the_isr_did_not_get_is_not_answered_as_done(
+    kafkacompat_cluster: LocalCluster,
+) -> None:
+    """Group records are appended with acks=-1: while both followers of the group's `__consumer_offsets`
+    partition are frozen, an OffsetCommit is not answered NONE (that commit could be lost with the
+    coordinator's log, as the chaos run once saw during a controlled shutdown) but with a retriable
+    coordinator error once offsets.commit.timeout.ms (5 s) passes."""
+    from kafkacompat.client import KafkaClient
+    from kafkacompat.wire.messages import request_class
+
+    cluster = kafkacompat_cluster
+    topic = create_replicated_topic(cluster)
+    group = f"isr-commit-{uuid.uuid4().hex[:8]}"
+    find = request_class(10)
+    commit = request_class(8)
+    request = commit(
+        group_id=group,
+        generation_id_or_member_epoch=-1,
+        member_id="",
+        topics=[
+            commit.OffsetCommitRequestTopic(
+                name=topic,
+                partitions=[commit.OffsetCommitRequestPartition(partition_index=0, committed_offset=7)],
+            )
+        ],
+    )
+    with KafkaClient(cluster.bootstrap) as client:
+
+        def coordinator() -> int | None:
+            answer = client.send(10, find(key=group, key_type=0), version=3)
+            return int(answer.node_id) if answer.error_code == 0 else None
+
+        coordinator_id = wait_until(coordinator, 60, "a coordinator for the group")
+        code = 0
+        for _ in range(100):  # the offsets topic's replicas settle first
+            answer = client.send(8, request, node_id=coordinator_id, version=8)
+            code = answer.topics[0].partitions[0].error_code
+            if code == 0:
+                break
+            time.sleep(0.3)
+        assert code == 0
+        followers = [b for i, b in cluster.brokers.items() if i != coordinator_id]
+        for broker in followers:
+            assert broker.process is not None
+            broker.process.send_signal(signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            answer = client.send(8, request, node_id=coordinator_id, version=8)
+            waited = time.monotonic() - started
+        finally:
+            for broker in followers:
+                assert broker.process is not None
+                broker.process.send_signal(signal.SIGCONT)
+    assert answer.topics[0].partitions[0].error_code in (14, 15, 16)  # a coordinator error, not NONE
+    assert waited >= 4
