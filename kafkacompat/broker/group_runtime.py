@@ -21,7 +21,9 @@ coordinator answers), COORDINATOR_NOT_AVAILABLE for anything else (a storage err
 affected partition is unloaded from the core (its other parked requests answer NOT_COORDINATOR), since
 the core's state ran ahead of the log, and the timer task then loads it again from the log, so the
 state goes back to what was persisted (a partition whose log cannot be read stays unloaded). Clients
-rediscover the coordinator and rejoin.
+rediscover the coordinator and rejoin. In cluster mode records the ISR did not get within
+offsets.commit.timeout.ms fail the same way (NOT_COORDINATOR when the leadership moved meanwhile), and
+only a partition this broker still leads is loaded again.
 
 Time: the core's timers are deadlines in broker-clock milliseconds (`BrokerState.now_ms()`). The timer
 task sleeps until `core.next_deadline()` and calls `core.tick(now_ms)`; an operation that schedules an
