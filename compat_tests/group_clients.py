@@ -39,6 +39,12 @@ SESSION_MS = 6000  # Kafka's group.min.session.timeout.ms: the shortest session 
 STATIC_SESSION_MS = 30000
 
 
+# Clients whose subscribe() sends nothing to the group coordinator: they join from their first poll (the
+# others -- librdkafka, aiokafka -- join from a background thread as soon as they subscribe). A member of
+# these can be started "held" (client built and subscribed, not polled) and released later.
+JOINS_ON_FIRST_POLL = frozenset({"kafka-python", "java"})
+
+
 def session_ms(instance_id: str | None) -> int:
     return SESSION_MS if instance_id is None else STATIC_SESSION_MS
 HEARTBEAT_MS = 500
@@ -340,8 +346,18 @@ class Member:
     polls."""
 
     def __init__(
-        self, client: str, bootstrap: str, group: str, topic: str, *, instance_id: str | None = None
+        self,
+        client: str,
+        bootstrap: str,
+        group: str,
+        topic: str,
+        *,
+        instance_id: str | None = None,
+        held: bool = False,
     ) -> None:
+        """`held`: build and subscribe the client (for a Java member: start its JVM) but do not poll it
+        until `release()`; only for clients in JOINS_ON_FIRST_POLL, which do not join before polling."""
+        assert not held or client in JOINS_ON_FIRST_POLL, f"{client} joins as soon as it subscribes"
         self.client = client
         self.events: list[tuple[str, frozenset[int]]] = []
         self._args = (bootstrap, group, topic, instance_id)
@@ -350,6 +366,9 @@ class Member:
         self._partitions: frozenset[int] = frozenset()
         self._commands: queue.Queue[tuple[Callable[[Any], Any], Future[Any]]] = queue.Queue()
         self._stop = threading.Event()
+        self._released = threading.Event()
+        if not held:
+            self._released.set()
         self._started: Future[None] = Future()
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name=f"member-{client}", daemon=True)
@@ -368,6 +387,9 @@ class Member:
             return
         self._started.set_result(None)
         try:
+            while not self._released.wait(0.05):
+                if self._stop.is_set():
+                    return
             while not self._stop.is_set():
                 while True:
                     try:
@@ -391,6 +413,10 @@ class Member:
             finally:
                 while not self._commands.empty():
                     self._commands.get_nowait()[1].set_exception(RuntimeError("member closed"))
+
+    def release(self) -> None:
+        """Start polling a member created `held`: its first poll joins the group."""
+        self._released.set()
 
     def _call(self, command: Callable[[Any], Any], timeout: float = 30) -> Any:
         if not self._thread.is_alive():
