@@ -3,18 +3,21 @@ and the loop-lag monitor names what held the loop (broker/fairness.py, broker/lo
 
 from __future__ import annotations
 
+import gc
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
 import trio.testing
 
-from kafkacompat.broker import fairness, loop_lag
+from kafkacompat.broker import connection, fairness, loop_lag
 from kafkacompat.broker._tests.wire_client import RawClient, create, request, start_broker
 from kafkacompat.wire import messages
 from kafkacompat.wire._generated.describe_groups_response import DescribeGroupsResponse
 from kafkacompat.wire.errors import ErrorCode
+from kafkacompat.wire.primitives import Struct as GeneratedStruct
 
 DESCRIBE_CONFIGS, METADATA = 32, 3
 
@@ -387,4 +390,93 @@ async def test_a_fetch_gives_the_loop_back_between_partitions_and_a_topic_delete
         while any(h.fd != -1 for h in held):
             await trio.sleep(0.01)
     assert [h.fd for h in held] == [-1, -1, -1]
+    await client.aclose()
+
+
+def _tracked_objects(root: Any) -> int:
+    """How many distinct objects the garbage collector tracks that `root` holds (itself included):
+    what a full collection walks for it while it lives."""
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        obj = stack.pop()
+        # the response's own structs and lists, not the classes and modules they lead to
+        if id(obj) in seen or not gc.is_tracked(obj) or not isinstance(obj, (GeneratedStruct, list)):
+            continue
+        seen.add(id(obj))
+        stack.extend(gc.get_referents(obj))
+    return len(seen)
+
+
+class _Responses:
+    """The response objects the broker encodes, captured per API key (the connection's one encode call)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.by_key: dict[int, list[Any]] = {}
+        encode = connection.encode_off_loop
+
+        async def capture(api_key: int, api_version: int, response: Any) -> list[Any]:
+            self.by_key.setdefault(api_key, []).append(response)
+            return await encode(api_key, api_version, response)
+
+        monkeypatch.setattr(connection, "encode_off_loop", capture)
+
+
+async def test_a_group_id_named_many_times_is_described_once(
+    nursery: trio.Nursery, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """1,000 copies of one group id: one answer, repeated. Each copy used to be a group and member
+    objects of its own (400,000 members for a group of 400 in a fuzz run), all walked by every full
+    garbage collection while the request lived."""
+    describe_groups = 15
+    broker = await start_broker(nursery, tmp_path)
+    await broker.state.groups.loaded.wait()
+    client = await RawClient.connect(broker.port)
+    responses = _Responses(monkeypatch)
+    once = await client.call(
+        describe_groups, 5, request(describe_groups, groups=["g", "h"], include_authorized_operations=True)
+    )
+    ids = ["g", "h"] * 500
+    many = await client.call(
+        describe_groups, 5, request(describe_groups, groups=ids, include_authorized_operations=True)
+    )
+    assert [g.group_id for g in many.groups] == ids
+    assert many.groups == once.groups * 500
+    single, repeated = responses.by_key[describe_groups]
+    # without the sharing: 2 objects (the group and its member list) per copy
+    assert _tracked_objects(repeated) < _tracked_objects(single) + 20, (single, repeated)
+    await client.aclose()
+
+
+async def test_a_config_resource_named_many_times_is_described_once(
+    nursery: trio.Nursery, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """1,000 copies of one topic resource: each result carries the same entries, built once (each copy
+    used to build every config entry and synonym again: ~200,000 objects for the request)."""
+    broker = await start_broker(nursery, tmp_path)
+    client = await RawClient.connect(broker.port)
+    assert (await create(client, "cfg-topic")).error_code == ErrorCode.NONE
+    resource = messages.request_class(DESCRIBE_CONFIGS).DescribeConfigsResource
+    responses = _Responses(monkeypatch)
+
+    def describe(copies: int) -> Any:
+        return request(
+            DESCRIBE_CONFIGS,
+            resources=[
+                resource(resource_type=2, resource_name="cfg-topic", configuration_keys=None),
+                resource(resource_type=2, resource_name="cfg-topic", configuration_keys=["cleanup.policy"]),
+            ]
+            * copies,
+            include_synonyms=True,
+            include_documentation=False,
+        )
+
+    once = await client.call(DESCRIBE_CONFIGS, 4, describe(1))
+    many = await client.call(DESCRIBE_CONFIGS, 4, describe(500))
+    assert many.results == once.results * 500
+    assert len(once.results[0].configs) > 20 and len(once.results[1].configs) == 1
+    single, repeated = responses.by_key[DESCRIBE_CONFIGS]
+    # 1,000 results (a result and its configs list each are still per copy: 3 objects) share two
+    # lists of entries; without the sharing every copy held its own entries and synonyms
+    assert _tracked_objects(repeated) < _tracked_objects(single) + 3 * 1000, (single, repeated)
     await client.aclose()

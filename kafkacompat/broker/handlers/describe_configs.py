@@ -16,6 +16,9 @@ a source: true for DEFAULT_CONFIG. Other resource types (client metrics, groups)
 this broker does not keep them.
 With an authorizer: DESCRIBE_CONFIGS on the topic (TOPIC_AUTHORIZATION_FAILED) or, for brokers and
 broker loggers, on the cluster (CLUSTER_AUTHORIZATION_FAILED).
+A resource named several times in one request (same type, name and keys) is described once and its
+entries shared by each of its results: 1,000 copies of one topic built ~200,000 entry and synonym
+objects that lived for the whole request, walked by every full garbage collection meanwhile.
 """
 
 from __future__ import annotations
@@ -76,10 +79,15 @@ def _entry(config: ConfigEntry, include_synonyms: bool) -> Any:
 async def handle(ctx: RequestContext, request: Any) -> DescribeConfigsResponse:
     broker = ctx.broker
     include_synonyms = ctx.api_version >= 1 and bool(request.include_synonyms)
+    described: dict[tuple[Any, ...], list[Any]] = {}  # (type, name, keys) -> its entries, described once
 
     async def describe(resource: Any, result: Any) -> None:
         require_config_access(ctx, resource.resource_type, resource.resource_name, Op.DESCRIBE_CONFIGS)
         keys = resource.configuration_keys
+        seen = (resource.resource_type, resource.resource_name, None if keys is None else tuple(keys))
+        if seen in described:
+            result.configs = described[seen]
+            return
         if resource.resource_type == RESOURCE_TOPIC:
             topic = require_topic(broker, resource.resource_name)
             entries = topic_config_entries(broker, topic, keys)
@@ -101,7 +109,7 @@ async def handle(ctx: RequestContext, request: Any) -> DescribeConfigsResponse:
         else:
             kind = RESOURCE_NAMES.get(resource.resource_type, str(resource.resource_type))
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type: {kind}")
-        result.configs = [_entry(entry, include_synonyms) for entry in entries]
+        result.configs = described[seen] = [_entry(entry, include_synonyms) for entry in entries]
 
     results = await answer_each_resource(
         request.resources, Result, describe, refuse_duplicates=False, configs=list

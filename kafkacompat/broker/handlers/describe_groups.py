@@ -8,6 +8,10 @@ id; v3+ authorized operations stay "not requested" unless asked, then carry the 
 principal may do (all of READ, DESCRIBE, DELETE without an authorizer, as Kafka reports them).
 With an authorizer, groups the principal may not DESCRIBE get GROUP_AUTHORIZATION_FAILED; authorized
 operations (v3+) are filled in when asked for.
+
+A group id named several times in one request is described once and its one answer repeated: 1,000
+copies of a group of 400 members built 400,000 member objects that lived for the whole request, and
+every full garbage collection meanwhile walked them (50-170 ms of CPU each in a fuzz run).
 """
 
 from __future__ import annotations
@@ -37,8 +41,9 @@ Member = DescribeGroupsResponse.DescribedGroupMember
 
 async def handle(ctx: RequestContext, request: Any) -> DescribeGroupsResponse:
     requested = list(request.groups)
-    refused = {g for g in requested if not allowed(ctx, Op.DESCRIBE, Resource.GROUP, g)}
-    group_ids = [g for g in requested if g not in refused]
+    distinct = list(dict.fromkeys(requested))
+    refused = {g for g in distinct if not allowed(ctx, Op.DESCRIBE, Resource.GROUP, g)}
+    group_ids = [g for g in distinct if g not in refused]
     runtime = runtime_of(ctx.broker)
     described: list[api.DescribedGroup]
     if not group_ids:
@@ -63,36 +68,32 @@ async def handle(ctx: RequestContext, request: Any) -> DescribeGroupsResponse:
                 )
             except KafkaError as exc:
                 described += [api.DescribedGroup(exc.code, g, "", "", "") for g in chunk]
-    if refused:
-        by_id = {g.group_id: g for g in described}
-        error = ErrorCode.GROUP_AUTHORIZATION_FAILED
-        described = [by_id[g] if g in by_id else api.DescribedGroup(error, g, "", "", "") for g in requested]
+    error = ErrorCode.GROUP_AUTHORIZATION_FAILED
+    described += [api.DescribedGroup(error, g, "", "", "") for g in refused]
     include_operations = ctx.api_version >= 3 and request.include_authorized_operations
-    groups = []
+    answers: dict[str, Any] = {}  # group id -> its one answer, however often it was named
     turn = Turn()  # groups of many members: other clients run in between (fairness.py)
     for g in described:
         await turn.spend()
-        groups.append(
-            Group(
-                error_code=g.error_code,
-                group_id=g.group_id,
-                group_state=g.state,
-                protocol_type=g.protocol_type,
-                protocol_data=g.protocol_data,
-                members=[
-                    Member(
-                        member_id=m.member_id,
-                        group_instance_id=m.group_instance_id,
-                        client_id=m.client_id,
-                        client_host=m.client_host,
-                        member_metadata=m.metadata,
-                        member_assignment=m.assignment,
-                    )
-                    for m in g.members
-                ],
-                authorized_operations=authorized_operations(ctx, Resource.GROUP, g.group_id)
-                if include_operations and g.error_code == ErrorCode.NONE
-                else AUTHORIZED_OPERATIONS_OMITTED,
-            )
+        answers[g.group_id] = Group(
+            error_code=g.error_code,
+            group_id=g.group_id,
+            group_state=g.state,
+            protocol_type=g.protocol_type,
+            protocol_data=g.protocol_data,
+            members=[
+                Member(
+                    member_id=m.member_id,
+                    group_instance_id=m.group_instance_id,
+                    client_id=m.client_id,
+                    client_host=m.client_host,
+                    member_metadata=m.metadata,
+                    member_assignment=m.assignment,
+                )
+                for m in g.members
+            ],
+            authorized_operations=authorized_operations(ctx, Resource.GROUP, g.group_id)
+            if include_operations and g.error_code == ErrorCode.NONE
+            else AUTHORIZED_OPERATIONS_OMITTED,
         )
-    return DescribeGroupsResponse(groups=groups)
+    return DescribeGroupsResponse(groups=[answers[g] for g in requested])
