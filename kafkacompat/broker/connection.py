@@ -92,6 +92,7 @@ the cost is a None check per request.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -99,7 +100,7 @@ import select
 import ssl
 import struct
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -733,24 +734,12 @@ class Connection:
         (and this connection) alive that long. Bytes of later requests that arrive meanwhile are only
         buffered (up to one maximum frame), never processed: requests still run one at a time.
         """
-        slots = self._slots
-        gated = self._gated
-        if slots is None and gated is None:
+        if self._slots is None and self._gated is None:
             await self._park(event, deadline)
             return
         # a parked request is not being handled: its slot (and pipelining gate) serve others meanwhile
-        if slots is not None:
-            slots.release()
-        if gated is not None:
-            gated.release()
-        try:
+        async with self._unslotted():
             await self._park(event, deadline)
-        finally:
-            with trio.CancelScope(shield=True):  # the handler's exit releases them: they must be held then
-                if gated is not None:
-                    await _acquire(gated)
-                if slots is not None:
-                    await _acquire(slots)
 
     async def wait_unslotted(self, acquire: Callable[[], Awaitable[object]]) -> None:
         """Run `acquire` (a lock's) without this request's slot or gate, watching the socket; raise
@@ -759,6 +748,14 @@ class Connection:
         if trio.lowlevel.current_task() is not self._request_task:
             await acquire()  # a task a request started: it holds no slot of this connection's
             return
+        async with self._unslotted():
+            if not await self._wait_watching(acquire):
+                raise PeerGone
+
+    @contextlib.asynccontextmanager
+    async def _unslotted(self) -> AsyncIterator[None]:
+        """The body runs without this request's queued.max.requests slot and pipelining gate (whichever it
+        holds); both are taken back on the way out, whatever ends the body (park, wait_unslotted)."""
         slots = self._slots
         gated = self._gated
         if slots is not None:
@@ -766,8 +763,7 @@ class Connection:
         if gated is not None:
             gated.release()
         try:
-            if not await self._wait_watching(acquire):
-                raise PeerGone
+            yield
         finally:
             with trio.CancelScope(shield=True):  # the handler's exit releases them: they must be held then
                 if gated is not None:
