@@ -359,11 +359,25 @@ async def test_queued_max_request_bytes_mutes_connections_while_the_budget_is_sp
 
 
 async def test_a_request_unread_only_because_the_loop_lagged_is_not_idle(
-    nursery: trio.Nursery, tmp_path: Path
+    nursery: trio.Nursery, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A client whose next request sits in the kernel past connections.max.idle.ms, unread only because
-    the event loop was held (an overloaded broker), is not closed as idle."""
+    the event loop was held (an overloaded broker), is not closed as idle.
+
+    The reaper's deadline check must come before the connection reads the request, or the test guards
+    nothing (the request would be read first, and no socket check be needed): the connection's readability
+    wait is lagged (a short sleep, then a checkpoint), so once the loop is released the reaper, woken by
+    its own deadline in the same pass, always looks first and finds the request in the kernel."""
+    real_wait_readable = trio.lowlevel.wait_readable
+
+    async def lagging_wait_readable(sock: Any) -> None:
+        await real_wait_readable(sock)
+        await trio.sleep(0.05)  # spans the hold below even if readability was seen before it
+        await trio.lowlevel.checkpoint()  # woken with the reaper, it still runs after it
+
     broker = await start_broker(nursery, tmp_path, "connections.max.idle.ms=1000")
+    # the connection's loop looks the function up when it starts: patched before the client connects
+    monkeypatch.setattr(trio.lowlevel, "wait_readable", lagging_wait_readable)
     client = await RawClient.connect(broker.port)
     for _ in range(4):
         assert (await client.call(API_VERSIONS, 3, hello())).error_code == ErrorCode.NONE
@@ -373,6 +387,37 @@ async def test_a_request_unread_only_because_the_loop_lagged_is_not_idle(
         time.sleep(1.2)  # holds the whole event loop past the idle deadline, the request already sent
         _, response = await client.receive(API_VERSIONS, 3)
         assert response.error_code == ErrorCode.NONE
+
+
+async def test_a_response_write_behind_only_because_the_loop_lagged_is_not_stalled(
+    nursery: trio.Nursery, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A response write that made no progress for connections.max.idle.ms only because the event loop was
+    held (the socket has room: the client reads) is not closed as a stalled write.
+
+    The hold is in the middle of the write (writer.sending, progress_at before the hold), and the write goes
+    on only after two checkpoints, so the reaper, woken by its own deadline, always looks first."""
+    from kafkacompat.broker import connection
+
+    real_send_buffers = connection.ResponseWriter._send_buffers
+    held = {"writes": 0}
+
+    async def held_send_buffers(self: connection.ResponseWriter, buffers: list[memoryview]) -> None:
+        if held["writes"]:
+            held["writes"] -= 1
+            time.sleep(1.2)  # holds the whole event loop past the idle deadline, mid-write
+            await trio.lowlevel.checkpoint()  # woken in the same pass as the reaper ...
+            await trio.lowlevel.checkpoint()  # ... and on only after it has looked
+        await real_send_buffers(self, buffers)
+
+    monkeypatch.setattr(connection.ResponseWriter, "_send_buffers", held_send_buffers)
+    broker = await start_broker(nursery, tmp_path, "connections.max.idle.ms=1000")
+    client = await RawClient.connect(broker.port)
+    for _ in range(4):
+        assert (await client.call(API_VERSIONS, 3, hello())).error_code == ErrorCode.NONE
+        held["writes"] = 1
+        assert (await client.call(API_VERSIONS, 3, hello())).error_code == ErrorCode.NONE
+        assert held["writes"] == 0
 
 
 async def test_shutdown_closes_an_idle_connection_at_once(nursery: trio.Nursery, tmp_path: Path) -> None:
