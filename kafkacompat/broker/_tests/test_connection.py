@@ -58,6 +58,43 @@ async def test_api_versions_lists_the_dispatch_table(nursery: trio.Nursery, tmp_
         assert (refused.error_code, refused.api_keys) == (ErrorCode.INVALID_REQUEST, []), (name, version)
 
 
+async def test_api_versions_answers_share_one_key_list_and_nothing_else() -> None:
+    """ApiVersions' key list is built once per mode (handlers/api_versions.py: it depends only on the
+    dispatch table): each answer is still a response of its own, lists the table of its mode, and encodes
+    as one built afresh would, in every version."""
+    from kafkacompat.broker.handlers import api_versions
+    from kafkacompat.wire import messages
+
+    def ctx(version: int, cluster: object = None) -> Any:
+        return SimpleNamespace(api_version=version, broker=SimpleNamespace(cluster=cluster))
+
+    first = await api_versions.handle(ctx(3), hello())
+    second = await api_versions.handle(ctx(3), hello())
+    assert first is not second and first.api_keys is second.api_keys
+    first.throttle_time_ms = 100  # as the quota path sets it on one response
+    assert second.throttle_time_ms == 0
+    assert isinstance(first.api_keys, tuple)  # no answer can change what the next one lists
+    listed = [(k.api_key, k.min_version, k.max_version) for k in second.api_keys]
+    assert listed == dispatch.supported_versions(False)
+    clustered = await api_versions.handle(ctx(3, cluster=object()), hello())
+    listed = [(k.api_key, k.min_version, k.max_version) for k in clustered.api_keys]
+    assert listed == dispatch.supported_versions(True) != dispatch.supported_versions(False)
+    unsupported = api_versions.unsupported_version_response(False)
+    assert unsupported.error_code == ErrorCode.UNSUPPORTED_VERSION and unsupported.api_keys == second.api_keys
+    for version in range(5):
+        fresh = type(second)(
+            error_code=ErrorCode.NONE,
+            api_keys=[
+                type(second).ApiVersion(api_key=key, min_version=low, max_version=high)
+                for key, low, high in dispatch.supported_versions(False)
+            ],
+        )
+        answer = await api_versions.handle(ctx(version), hello())
+        assert messages.encode_response(API_VERSIONS, version, answer) == messages.encode_response(
+            API_VERSIONS, version, fresh
+        )
+
+
 async def test_api_versions_unknown_version_gets_v0_error_and_list(
     nursery: trio.Nursery, tmp_path: Path
 ) -> None:
