@@ -5,8 +5,9 @@ Theory of operation
 `Broker.run()` is one trio task tree:
 
     run
-    ├── listener scope: an accept loop per configured listener (accepts only; TLS and SASL are the
-    │   connection's business, with the listener's kafkacompat.security.listeners.ListenerSecurity)
+    ├── listener scope: the admit task, which takes the sockets the acceptor threads accepted (one
+    │   thread per listening socket, acceptor.py; TLS and SASL are the connection's business, with
+    │   the listener's kafkacompat.security.listeners.ListenerSecurity)
     ├── connection nursery: one task per accepted connection (connection.Connection.run)
     └── background nursery: flush, retention, checkpoints, delayed file deletes, log cleaner
 
@@ -20,10 +21,14 @@ once); after a grace period anything still running is cancelled; background task
 log manager shuts down in a worker thread (flush, checkpoints, clean-shutdown marker) so the next start
 skips recovery.
 
-Accepting: every connection already waiting in the listen backlog is accepted in one task step (up to
-ACCEPT_BURST, within the caps) through a non-blocking duplicate of the listening socket: trio's accept
-yields after each connection, and one accept per turn of the event loop left a new client queued behind
-a flood for thousands of turns.
+Accepting: an acceptor thread per listening socket (acceptor.py) accepts as connections arrive and
+hands them to the loop, which admits up to ADMIT_BURST per task step (`_admit`: caps, per-address
+refusal, quota throttling, buffer sizes, counting). The accept loop used to run on the event loop, once
+per turn: behind 10,000 connections pipelining requests a turn took up to 0.2 s, a connection flood
+overflowed the listen backlog and the kernel dropped new clients' SYNs (a first round trip of 30.3 s,
+SYN retransmits). The loop grants the threads the connections the caps and
+max.connection.creation.rate allow (accepted sockets not yet admitted count), so at the caps they stop
+accepting and clients wait in the kernel backlog, as in Kafka.
 
 Open files: at start the soft RLIMIT_NOFILE is raised to the hard limit, and connections are capped
 below it (`fd_connection_cap`: the limit minus the files open once the logs are loaded minus a reserve
@@ -51,6 +56,7 @@ from typing import Any
 
 import trio
 
+from kafkacompat.broker.acceptor import Acceptors
 from kafkacompat.broker.state import INTERNAL_TOPICS
 from kafkacompat.config import INT_MAX, BrokerConfig, ConfigError
 from kafkacompat.wire.errors import ErrorCode, KafkaError
@@ -60,8 +66,9 @@ __all__ = ["BoundListener", "Broker"]
 log = logging.getLogger("kafkacompat.broker")
 
 SHUTDOWN_GRACE_SECONDS = 10.0
-# connections accepted in one task step beyond the first (those already waiting in the backlog)
-ACCEPT_BURST = 64
+# accepted connections admitted in one task step (the acceptor threads accept them; acceptor.py); the
+# rest wait a turn. 64 kept a new client behind 600 accepted ones for 10 turns (test_acceptor.py)
+ADMIT_BURST = 1024
 # requests of pipelining streaks handled at once, broker-wide (connection.PIPELINE_FAIR_SHARE)
 PIPELINED_AT_ONCE = 32
 DELETE_CHECK_SECONDS = 1.0
@@ -161,6 +168,7 @@ class Broker:
         from kafkacompat.broker.cleaner_task import LogCleanerTask
 
         self.cleaner = LogCleanerTask(state)
+        acceptors: Acceptors | None = None
         try:
             async with trio.open_nursery() as outer:
                 connection_nursery_scope = trio.CancelScope()
@@ -199,15 +207,18 @@ class Broker:
 
                 connection_nursery = await outer.start(run_connections)
 
-                async def accept_all() -> None:
-                    with listener_scope:
-                        async with trio.open_nursery() as accept_nursery:
-                            for name, sockets in listeners:
-                                accept_nursery.start_soon(
-                                    self._accept_loop, name, sockets, connection_nursery
-                                )
+                # acceptor threads drain the backlogs; the loop admits what they accepted (acceptor.py)
+                token = trio.lowlevel.current_trio_token()
+                acceptors = Acceptors(lambda: _notify_loop(token, self._wake_accept_loops))
+                for name, sockets in listeners:
+                    for listener in sockets:
+                        acceptors.start(name, listener.socket.fileno())
 
-                outer.start_soon(accept_all)
+                async def admit_all() -> None:
+                    with listener_scope:
+                        await self._admit_accepted(acceptors, connection_nursery)
+
+                outer.start_soon(admit_all)
                 log.info("broker %d started, listening on %s", state.node_id, ", ".join(map(str, self.bound)))
                 task_status.started(list(self.bound))
                 await self._shutdown.wait()
@@ -216,6 +227,7 @@ class Broker:
                     # cluster mode: leaderships move away while clients can still be served
                     await state.cluster.controlled_shutdown()
                 listener_scope.cancel()
+                acceptors.close()  # joins the threads; what they accepted and nobody took is closed
                 for _, sockets in listeners:
                     for listener in sockets:
                         await listener.aclose()
@@ -233,6 +245,8 @@ class Broker:
                 background_scope.cancel()
                 cluster_scope.cancel()
         finally:
+            if acceptors is not None:
+                acceptors.close()  # a failed start or a crash: threads never outlive their broker
             with trio.CancelScope(shield=True):
                 if state.cluster is not None:
                     # the session ends: the ephemeral registration goes and the controller moves leaders
@@ -415,68 +429,27 @@ class Broker:
         self._slot_freed.set()
         self._slot_freed = trio.Event()
 
-    async def _accept_loop(
-        self, name: str, sockets: list[trio.SocketListener], nursery: trio.Nursery
-    ) -> None:
-        async def one(listener: trio.SocketListener) -> None:
-            # a second handle on the listening socket, for the accepts that do not yield (see below)
-            try:
-                backlog = socket.socket(fileno=os.dup(listener.socket.fileno()))
-            except OSError:
-                return  # closed already: a shutdown requested while the broker was starting
-            backlog.setblocking(False)
-            try:
-                while True:
-                    while self._open >= self._max_connections():
-                        # as Kafka: stop accepting (the kernel backlog holds new clients) until one closes
-                        await self._slot_freed.wait()
-                    rate = self.live_config["max.connection.creation.rate"]
-                    delay = self._creation_rate.delay(rate, time.monotonic())
-                    if delay > 0:
-                        # as Kafka: over max.connection.creation.rate, new connections wait to be accepted
-                        await trio.sleep(delay)
-                        continue
-                    try:
-                        stream = await listener.accept()
-                    except (trio.ClosedResourceError, trio.BrokenResourceError):
-                        return
-                    except OSError as exc:
-                        log.warning("accept failed on %s: %s", name, exc)
-                        await trio.sleep(0.1)
-                        continue
-                    self._admit(name, stream, nursery)
-                    self._accept_waiting(name, backlog, nursery)
-            finally:
-                backlog.close()
-
-        async with trio.open_nursery() as accept_nursery:
-            for listener in sockets:
-                accept_nursery.start_soon(one, listener)
-
-    def _accept_waiting(self, name: str, backlog: socket.socket, nursery: trio.Nursery) -> None:
-        """Accept the connections already waiting in the backlog, in this task step, up to the caps.
-
-        trio's accept yields after every connection, and each turn of the event loop runs one request
-        of every busy connection: accepting one connection per turn made a new client, queued behind a
-        flood of 2,000 connections each pipelining requests, wait for 2,000 turns of up to 0.2 s each
-        (188 s measured). Kafka's acceptor likewise takes every ready connection at once.
-        """
-        # read now, not before the awaited accept: a rate changed while that accept waited applies to
-        # this burst (the stale default would also reset the rate's window, see ConnectionRate.delay)
-        rate = self.live_config["max.connection.creation.rate"]
-        for _ in range(ACCEPT_BURST):
-            if self._open >= self._max_connections():
-                return
-            if self._creation_rate.delay(rate, time.monotonic()) > 0:
-                return
-            try:
-                sock, _ = backlog.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as exc:  # EMFILE and the like: the awaited accept reports and backs off
-                log.debug("accept of a waiting connection failed on %s: %s", name, exc)
-                return
-            self._admit(name, trio.SocketStream(trio.socket.from_stdlib_socket(sock)), nursery)
+    async def _admit_accepted(self, acceptors: Acceptors, nursery: trio.Nursery) -> None:
+        """Admit what the acceptor threads accepted, up to ADMIT_BURST per task step, and grant them
+        the connections the caps and max.connection.creation.rate allow now (acceptor.py)."""
+        while True:
+            woken = self._slot_freed  # before take(): a hand-over or a freed slot after it wakes us
+            for name, sock in acceptors.take(ADMIT_BURST):
+                self._admit(name, trio.SocketStream(trio.socket.from_stdlib_socket(sock)), nursery)
+            # read at every grant: a dynamic change of the caps or the rate applies at once
+            allowed, delay = self._creation_rate.allowance(
+                self.live_config["max.connection.creation.rate"], time.monotonic()
+            )
+            # as Kafka: at the caps the threads stop accepting (the kernel backlog holds new
+            # clients) until one closes; over the rate, new connections wait to be accepted
+            acceptors.grant(min(allowed, self._max_connections() - self._open))
+            if acceptors.waiting():
+                await trio.lowlevel.checkpoint()  # the rest next turn: other tasks run meanwhile
+            elif delay > 0:
+                with trio.move_on_after(delay):
+                    await woken.wait()
+            else:
+                await woken.wait()
 
     def _admit(self, name: str, stream: trio.SocketStream, nursery: trio.Nursery) -> None:
         """A new connection: refused (closed at once) over a cap, or counted and given its task."""
@@ -612,8 +585,27 @@ class ConnectionRate:
             return self.WINDOW_SECONDS  # a rate of 0 admits nobody; look again later
         return self._times[len(self._times) - rate] + self.WINDOW_SECONDS - now
 
+    def allowance(self, rate: int, now: float) -> tuple[int, float]:
+        """Connections that may be accepted now, and when none may, seconds until one may."""
+        if rate >= INT_MAX:
+            self._times.clear()
+            return INT_MAX, 0.0
+        self._trim(now)
+        room = rate - len(self._times)
+        if room > 0:
+            return room, 0.0
+        return 0, self.delay(rate, now)
+
     def record(self, now: float) -> None:
         self._times.append(now)
+
+
+def _notify_loop(token: trio.lowlevel.TrioToken, wake: Callable[[], None]) -> None:
+    """From an acceptor thread: run `wake` on the trio loop soon (nothing once the run is over)."""
+    try:
+        token.run_sync_soon(wake, idempotent=True)
+    except trio.RunFinishedError:
+        pass
 
 
 def _adopt_unknown_logs(state: Any) -> None:
