@@ -22,12 +22,15 @@ kernel backlog, not accepted-and-closed, and a burst never admits one too many. 
 waits on its wake-up pipe only; a grant that makes the credit positive, and `close()`, write to it.
 
 The GIL: `socket.accept()` releases and re-acquires the GIL, and with the loop thread CPU-bound a
-re-acquire could wait for the switch interval (5 ms). Measured on this 2-core machine with the main
-thread busy (a pure-Python loop, with and without socket calls): a thread takes 13,000-14,000 waiting
-connections a second with `socket.accept()` (the syscall is shorter than the waiting thread's wake-up,
-so the acceptor gets the GIL back first), so one accept per GIL acquisition is not the bottleneck and
-no ctypes call that holds the GIL is used. Bursts are still taken whole (up to BURST per poll) and the
-loop is notified once per burst.
+re-acquire could wait for the switch interval (5 ms): 200 accepts a second at worst. Measured on a
+2-core machine (a trio loop thread spinning in pure Python, never yielding, and 3,000 connections made
+at once by another process): 5,800-8,100 accepts a second with no other load, 2,800-3,500 with two
+CPU-spinning processes, 1,900-2,500 with four (our reading: the syscall is shorter than the waiting
+loop thread's wake-up, so the acceptor mostly gets the GIL straight back). A burst taken with
+libc's accept4 through ctypes.PyDLL (the GIL held for the whole burst) measured the same (8,250, 3,660,
+2,160 a second): the CPU, not the GIL, bounds the rate, so plain `socket.accept()` it is. The event
+loop it replaces took at most 65 connections per turn (325 a second with 0.2 s turns). Bursts are
+still taken whole (up to BURST per wake-up) and the loop is notified once per burst.
 
 Shutdown: a thread blocked in accept() is not woken by close() on Linux, so the threads block in
 poll() on the listening socket (a duplicate of the descriptor, owned by the thread) and the wake-up
