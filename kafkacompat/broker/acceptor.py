@@ -23,14 +23,17 @@ waits on its wake-up pipe only; a grant that makes the credit positive, and `clo
 
 The GIL: `socket.accept()` releases and re-acquires the GIL, and with the loop thread CPU-bound a
 re-acquire could wait for the switch interval (5 ms): 200 accepts a second at worst. Measured on a
-2-core machine (a trio loop thread spinning in pure Python, never yielding, and 3,000 connections made
-at once by another process): 5,800-8,100 accepts a second with no other load, 2,800-3,500 with two
-CPU-spinning processes, 1,900-2,500 with four (our reading: the syscall is shorter than the waiting
-loop thread's wake-up, so the acceptor mostly gets the GIL straight back). A burst taken with
-libc's accept4 through ctypes.PyDLL (the GIL held for the whole burst) measured the same (8,250, 3,660,
-2,160 a second): the CPU, not the GIL, bounds the rate, so plain `socket.accept()` it is. The event
-loop it replaces took at most 65 connections per turn (325 a second with 0.2 s turns). Bursts are
-still taken whole (up to BURST per wake-up) and the loop is notified once per burst.
+2-core machine with tools/accept_bench.py (a trio loop thread spinning in pure Python, never
+yielding, while another process opens 3,000 connections at once; the figures include that process's
+own connecting), over two sessions: 2,000-10,000 accepts a second with no other load, 2,800-10,800
+with two CPU-spinning processes, 1,900-5,900 with four. A burst taken with libc's accept4 through
+ctypes.PyDLL (the GIL held for the whole burst) measured 8,250-18,500, 3,660-8,400 and 2,160-6,400:
+faster when the machine is idle, about the same under load, where the CPU rather than the GIL bounds
+the rate. Either is one or two orders above what the event loop took (at most 65 connections a turn,
+325 a second with 0.2 s turns) and above the 200 a second a 5 ms GIL wait per accept would allow,
+and the long-form flood of 10,000 pipelining connections overflowed no backlog (ListenOverflows +0),
+so plain `socket.accept()` it is, without ctypes or raw descriptors. Bursts are still taken whole (up
+to BURST per wake-up) and the loop is notified once per burst.
 
 Shutdown: a thread blocked in accept() is not woken by close() on Linux, so the threads block in
 poll() on the listening socket (a duplicate of the descriptor, owned by the thread) and the wake-up
