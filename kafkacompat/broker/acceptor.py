@@ -128,6 +128,9 @@ class Acceptors:
         self._notify = notify
         self._lock = threading.Lock()
         self._credit = 0  # connections the threads may still accept
+        # accepts under way: credit taken, socket not yet queued (a grant must count them, or a grant
+        # made meanwhile hands their credit out again and the cap is passed by one per thread)
+        self._accepting = 0
         self._ready: collections.deque[tuple[str, socket.socket]] = collections.deque()
         self._notified = False
         self._closed = False
@@ -153,7 +156,7 @@ class Acceptors:
         accept that many less the ones waiting to be taken."""
         with self._lock:
             was = self._credit
-            self._credit = max(0, allowed - len(self._ready))
+            self._credit = max(0, allowed - len(self._ready) - self._accepting)
             wake = was <= 0 < self._credit and not self._closed
         if wake:
             for acceptor in self._acceptors:
@@ -212,6 +215,7 @@ class Acceptors:
                 if self._closed or self._credit <= 0:
                     break
                 self._credit -= 1
+                self._accepting += 1
             try:
                 sock, _ = acceptor.sock.accept()
             except (BlockingIOError, InterruptedError):
@@ -221,15 +225,18 @@ class Acceptors:
                 if exc.errno in _TRANSIENT:
                     with self._lock:
                         self._credit += 1
+                        self._accepting -= 1
                     continue
                 log.warning("accept failed on %s: %s", acceptor.name, exc)
                 backoff = ERROR_BACKOFF_SECONDS
             if sock is None:
                 with self._lock:
                     self._credit += 1
+                    self._accepting -= 1
                 break
             accepted += 1
             with self._lock:
+                self._accepting -= 1
                 if self._closed:
                     closed = True
                 else:

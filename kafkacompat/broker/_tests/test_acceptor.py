@@ -153,3 +153,36 @@ async def test_max_connections_stops_accepting_and_a_freed_slot_resumes(
     assert len(answered()) == 3  # the two left plus exactly one more
     for client in clients:
         client.close()
+
+
+def test_a_grant_made_while_an_accept_is_under_way_counts_that_accept() -> None:
+    """The loop may grant while a thread is inside accept() (credit taken, socket not yet queued): the
+    grant must count that accept, or its credit is handed out again and the cap is passed by one (a
+    flood against max.connections=1000 had one connection accepted beyond it and reset by the loop)."""
+    from kafkacompat.broker.acceptor import Acceptors
+
+    pool = Acceptors(lambda: None)
+    ours, theirs = socket.socketpair()
+    calls = []
+
+    class RacingListener:
+        def accept(self) -> tuple[socket.socket, None]:
+            calls.append(1)
+            if len(calls) > 1:
+                raise BlockingIOError
+            pool.grant(1)  # one connection may exist, and this accept is bringing it
+            return ours, None
+
+    class Acceptor:
+        name = "PLAINTEXT"
+        sock = RacingListener()
+
+    try:
+        pool.grant(1)
+        pool._accept_burst(Acceptor())  # type: ignore[arg-type]
+        assert pool.waiting() == 1
+        assert pool._may_accept() is False, "credit left beyond the one connection allowed"
+        assert len(calls) == 1
+    finally:
+        pool.close()
+        theirs.close()
