@@ -247,8 +247,10 @@ class Acceptors:
                 break
         if accepted:
             with self._lock:
+                # only a notification sent marks one pending: when the loop took this burst before
+                # we got here, nothing is pending, and marking one would silence the next burst's
                 notify = not self._notified and bool(self._ready)
-                self._notified = True
+                self._notified = self._notified or notify
             if notify:
                 self._notify()
         return backoff

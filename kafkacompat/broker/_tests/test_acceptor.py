@@ -186,3 +186,44 @@ def test_a_grant_made_while_an_accept_is_under_way_counts_that_accept() -> None:
     finally:
         pool.close()
         theirs.close()
+
+
+def test_a_burst_the_loop_took_before_it_was_announced_does_not_silence_the_next() -> None:
+    """The loop may take a burst between the thread queueing it and announcing it; the thread then has
+    nothing to announce, and must not mark an announcement pending, or the next burst is never announced
+    and its connections wait in the queue unanswered (seen: a new client timing out every 50-130
+    sequential connections)."""
+    from kafkacompat.broker.acceptor import Acceptors
+
+    announced: list[int] = []
+    pool = Acceptors(lambda: announced.append(1))
+    pairs = [socket.socketpair() for _ in range(2)]
+    calls: list[int] = []
+
+    class Listener:
+        def accept(self) -> tuple[socket.socket, None]:
+            calls.append(1)
+            if len(calls) == 1:
+                return pairs[0][0], None
+            if len(calls) == 2:
+                assert [name for name, _ in pool.take(10)] == ["PLAINTEXT"]  # the loop, meanwhile
+                raise BlockingIOError
+            if len(calls) == 3:
+                return pairs[1][0], None
+            raise BlockingIOError
+
+    class Acceptor:
+        name = "PLAINTEXT"
+        sock = Listener()
+
+    try:
+        pool.grant(10)
+        pool._accept_burst(Acceptor())  # type: ignore[arg-type]  # taken before it was announced
+        assert announced == [] and pool.waiting() == 0
+        pool._accept_burst(Acceptor())  # type: ignore[arg-type]
+        assert announced == [1] and pool.waiting() == 1
+    finally:
+        pool.close()
+        for ours, theirs in pairs:
+            ours.close()
+            theirs.close()
