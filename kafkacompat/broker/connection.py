@@ -799,8 +799,8 @@ class Connection:
             while frames.buffered < frames.max_frame_size:
                 try:
                     received = await recv_into(frames.receive_buffer())
-                except OSError:
-                    received = 0
+                except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
+                    received = 0  # a TLS peer gone without close_notify raises BrokenResourceError
                 if not received:
                     scope.cancel()
                     return

@@ -523,3 +523,28 @@ async def test_inline_pem_keystore_cipher_suites_and_protocols(
     assert await metadata_ok(client)
     other = await connect(broker, "SASL_SSL", certs)
     assert other.stream.version() == "TLSv1.3"  # type: ignore[attr-defined]
+
+
+async def test_a_tls_client_that_leaves_while_its_fetch_is_parked_is_no_unexpected_error(
+    nursery: trio.Nursery, tmp_path: Path, certs: dict[str, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A TLS client that drops its connection without close_notify while its long-poll fetch is parked:
+    the socket watcher's read raises BrokenResourceError (not an OSError); it is a client leaving, as it
+    is when no request is parked, not an "unexpected error" logged with a traceback (seen in a
+    secured-cluster broker's log)."""
+    from kafkacompat.broker._tests.wire_client import fetch_request
+
+    caplog.set_level(logging.INFO)
+    broker = await start_secured(nursery, tmp_path, certs)
+    client = await connect(broker, "SSL", certs)
+    assert (await create(client, "tls-parked")).error_code == ErrorCode.NONE
+    await client.send(1, 12, fetch_request("tls-parked", 0, max_wait_ms=10_000, min_bytes=1))
+    await trio.sleep(0.3)  # parked: nothing to read yet
+    tls = client.stream
+    await tls.transport_stream.aclose()  # type: ignore[attr-defined]  # TCP gone, no TLS close_notify
+    await trio.sleep(0.5)
+    unexpected = [r for r in caplog.records if "unexpected error" in r.getMessage()]
+    assert not unexpected, [r.getMessage() for r in unexpected]
+    # and the broker serves the next client
+    other = await connect(broker, "SSL", certs)
+    assert await metadata_ok(other)
