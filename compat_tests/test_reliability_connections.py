@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 
 from compat_tests.clients import create_topic, kp_consume_all
+from kafkacompat.broker._tests.wire_client import api_versions_round_trip
 from kafkacompat.testing import BrokerProcess
 
 pytestmark = pytest.mark.restarts_broker
@@ -332,7 +333,7 @@ def test_slow_loris_senders_are_closed(start_broker: Any) -> None:
     try:
         report = flood.report()
         assert report["connected"] == count
-        new_client = _raw_round_trip(broker.port)
+        new_client = api_versions_round_trip(broker.port)
         during = _client_round_trip(broker.bootstrap, "alongside")  # served while the lorises trickle
         deadline = started + 60 + count / 500
         while report["closed_by_broker"] < count and time.monotonic() < deadline:
@@ -413,24 +414,6 @@ def test_pipelining_clients_that_never_read(start_broker: Any) -> None:
         flood.close()
 
 
-def _raw_round_trip(port: int) -> float:
-    """Seconds from a new connection's ApiVersions request to its whole answer (no client library: the
-    time is the broker's alone)."""
-    import socket
-    import struct
-
-    started = time.monotonic()
-    with socket.create_connection(("127.0.0.1", port), timeout=120) as sock:
-        body = struct.pack(">hhih", 18, 0, 1, 3) + b"new"
-        sock.sendall(struct.pack(">i", len(body)) + body)
-        answer = b""
-        while len(answer) < 4 or len(answer) < 4 + struct.unpack_from(">i", answer)[0]:
-            data = sock.recv(65536)
-            assert data, "the broker closed a new client's connection"
-            answer += data
-    return time.monotonic() - started
-
-
 def test_a_new_client_is_served_promptly_behind_a_pipelining_flood(start_broker: Any) -> None:
     """N/2 connections arrive at once, each with 200 pipelined requests it never reads the answers of:
     a client connecting right behind them is accepted and answered within a few turns of the event loop.
@@ -444,7 +427,7 @@ def test_a_new_client_is_served_promptly_behind_a_pipelining_flood(start_broker:
     flood = Flood(broker.port, count, "pipeline", 0, "--pipeline", "200")
     try:
         report = flood.report()  # every connection made and its requests sent
-        first = _raw_round_trip(broker.port)
+        first = api_versions_round_trip(broker.port)
         during = _client_round_trip(broker.bootstrap, "alongside")
         _record(
             "new_client_behind_pipelining_flood",

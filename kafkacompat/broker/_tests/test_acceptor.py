@@ -12,25 +12,11 @@ from pathlib import Path
 
 import trio
 
-from kafkacompat.broker._tests.wire_client import start_broker
+from kafkacompat.broker._tests.wire_client import api_versions_round_trip, start_broker
 
 HOLD_SECONDS = 0.3  # one turn of the held event loop
 BURST = 600  # connections arriving within about 0.2 s, against a listen backlog of 32
 BURST_STEP = 16  # connections made back to back, then a pause of 5 ms
-
-
-def _api_versions_round_trip(port: int) -> float:
-    """Connect, send ApiVersions v0, read the whole answer (blocking; run on a thread of its own)."""
-    started = time.monotonic()
-    with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
-        body = struct.pack(">hhih", 18, 0, 1, 3) + b"new"
-        sock.sendall(struct.pack(">i", len(body)) + body)
-        answer = b""
-        while len(answer) < 4 or len(answer) < 4 + struct.unpack_from(">i", answer)[0]:
-            data = sock.recv(65536)
-            assert data, "the broker closed a new client's connection"
-            answer += data
-    return time.monotonic() - started
 
 
 def _connect_burst(port: int, count: int) -> list[socket.socket]:
@@ -74,7 +60,7 @@ async def test_a_new_client_is_accepted_while_the_loop_is_busy(nursery: trio.Nur
     def burst_then_new_client() -> float:
         # one thread: the new client connects right behind the burst, while the backlog is full
         burst.extend(_connect_burst(port, BURST))
-        return _api_versions_round_trip(port)
+        return api_versions_round_trip(port, timeout=60)
 
     try:
         nursery.start_soon(hold_the_loop)

@@ -8,6 +8,7 @@ can check what reaches the wire: correlation ids, order, missing answers, closed
 
 from __future__ import annotations
 
+import socket
 import struct
 import time
 from pathlib import Path
@@ -42,6 +43,21 @@ def request(api_key: int, **fields: Any) -> Any:
 def batch(*values: bytes | None, timestamp: int | None = None, **kwargs: Any) -> bytes:
     ts = int(time.time() * 1000) if timestamp is None else timestamp
     return build_batch([(b"k", value, (), ts) for value in values], **kwargs)
+
+
+def api_versions_round_trip(port: int, timeout: float = 120) -> float:
+    """Seconds from a new connection's ApiVersions v0 to its whole answer, on a plain blocking socket (no
+    client library, no trio: the time is the broker's alone, and a thread of any process may run it)."""
+    started = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        body = struct.pack(">hhih", 18, 0, 1, 3) + b"new"
+        sock.sendall(_SIZE.pack(len(body)) + body)
+        answer = b""
+        while len(answer) < 4 or len(answer) < 4 + _SIZE.unpack_from(answer)[0]:
+            data = sock.recv(65536)
+            assert data, "the broker closed a new client's connection"
+            answer += data
+    return time.monotonic() - started
 
 
 class RawClient:
