@@ -449,18 +449,13 @@ async def add_partitions(
             total - current, broker.logs.open_log_count(), broker.config["max.connections"]
         )
         log_config = broker.topic_log_config(topic)
-        created = []
+        new_logs: list[Any] = []
         try:
-            new_logs = []
-            turn = Turn()  # other clients run while thousands are made (fairness.py)
-            for index in range(current, total):
-                await turn.spend()
-                new_logs.append(broker.logs.create_log(name, index, log_config, now_ms=broker.now_ms()))
-                created.append(index)
+            await broker.create_partition_logs(name, range(current, total), log_config, new_logs)
             await trio.to_thread.run_sync(record_topic_id, new_logs, topic.kafka_id)
         except BaseException:
             now = broker.now_ms()  # the files stay for file.delete.delay.ms, as for any deleted log
-            for index in created:
+            for index in range(current, current + len(new_logs)):
                 broker.logs.delete_log(name, index, now)
             raise
         broker.metadata.add_partitions(name, total)

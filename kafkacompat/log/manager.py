@@ -37,9 +37,10 @@ New partitions go to the log dir holding the fewest partitions (Kafka's rule). T
 stored here (they belong to the cluster metadata): `startup()` and `create_log()` take them.
 
 Single-threaded, like PartitionLog, except for the blocking calls the broker runs in worker threads:
-`PartitionLog.flush()`; `DueDeletes.remove()` (files `take_due_deletes()` took off every list first);
-and `write_checkpoints()` (which writes a snapshot `checkpoint_offsets()` took on the owner thread, so
-it never iterates the table of logs while that thread changes it).
+`build_log()` (a new partition's files, planned by `plan_logs()` and attached by `attach_log()` on the
+owner thread); `PartitionLog.flush()`; `DueDeletes.remove()` (files `take_due_deletes()` took off every
+list first); and `write_checkpoints()` (which writes a snapshot `checkpoint_offsets()` took on the owner
+thread, so it never iterates the table of logs while that thread changes it).
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ import logging
 import os
 import shutil
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 
 from kafkacompat.log.checkpoints import (
     CLEAN_SHUTDOWN_FILE,
@@ -73,7 +75,7 @@ from kafkacompat.log.segment import LogSegment
 from kafkacompat.progress import Progress
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
-__all__ = ["DueDeletes", "LogManager"]
+__all__ = ["DueDeletes", "LogManager", "NewLog"]
 
 
 _CHECKPOINT_FILES = (RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT)
@@ -83,6 +85,16 @@ CheckpointOffsets = dict[str, dict[str, dict[tuple[str, int], int]]]
 log = logging.getLogger("kafkacompat.log")
 
 TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class NewLog:
+    """Where a partition log not yet made goes (`LogManager.plan_logs`)."""
+
+    tp: TopicPartition
+    log_dir: str
+    directory: str
+    config: LogConfig
 
 
 class DueDeletes:
@@ -337,14 +349,50 @@ class LogManager:
             )
         return self.logs.get(tp)
 
-    def _pick_dir(self) -> str:
+    def _online_dirs(self) -> list[str]:
         online = [d for d in self.log_dirs if d not in self.offline_dirs]
         if not online:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, "every log dir is offline")
-        if len(online) == 1:  # no count to take: it made creating N partitions cost N^2
-            return online[0]
+        return online
+
+    def plan_logs(
+        self, topic: str, partitions: Iterable[int], config: LogConfig | None = None
+    ) -> list[PartitionLog | NewLog]:
+        """For each partition: its log if it exists (given `config`), else where a new one goes.
+
+        New partitions go to the online dir holding the fewest partitions, counting the ones planned
+        here too, so a topic's partitions spread over the dirs. Nothing is created: `build_log()` makes
+        a plan's files (in any thread) and `attach_log()` adds the result to the table.
+        """
+        if config is not None:
+            self._topic_configs[topic] = config
+        online = self._online_dirs()
         counts = collections.Counter(d for d in self._dir_of.values() if d in online)
-        return min(online, key=lambda d: counts[d])
+        plans: list[PartitionLog | NewLog] = []
+        for partition in partitions:
+            existing = self.get_log(topic, partition)
+            if existing is not None:
+                if config is not None:
+                    existing.update_config(config)
+                plans.append(existing)
+                continue
+            # one dir: no count to take (it made creating N partitions cost N^2)
+            log_dir = online[0] if len(online) == 1 else min(online, key=lambda d: counts[d])
+            counts[log_dir] += 1
+            directory = os.path.join(log_dir, f"{topic}-{partition}")
+            plans.append(NewLog((topic, partition), log_dir, directory, self.config_for(topic)))
+        return plans
+
+    def build_log(self, plan: NewLog, now_ms: int) -> PartitionLog:
+        """The plan's log, its files created: file-system work only, touching no table of this
+        manager, so a worker thread may run it (creating a partition's files costs ~2 ms on ext4).
+        Raises OSError."""
+        topic, partition = plan.tp
+        return PartitionLog(plan.directory, topic, partition, plan.config, now_ms=now_ms, sync=self.sync)
+
+    def attach_log(self, plan: NewLog, partition_log: PartitionLog) -> None:
+        """Add a log `build_log()` made to the table (owner thread)."""
+        self._attach(plan.tp, plan.log_dir, partition_log)
 
     def create_log(
         self,
@@ -357,35 +405,25 @@ class LogManager:
     ) -> PartitionLog:
         """The partition's log, created empty (at offset 0) if it does not exist yet. `topic_id` (Kafka's
         base64 UUID string) is written to the partition's `partition.metadata`."""
-        existing = self.get_log(topic, partition)
-        if existing is not None:
-            if config is not None:
-                existing.update_config(config)
+        (plan,) = self.plan_logs(topic, [partition], config)
+        if isinstance(plan, PartitionLog):
             if topic_id is not None:
-                existing.set_topic_id(topic_id)
-            return existing
-        if config is not None:
-            self._topic_configs[topic] = config
-        tp = (topic, partition)
-        log_dir = self._pick_dir()
+                plan.set_topic_id(topic_id)
+            return plan
         try:
-            partition_log = PartitionLog(
-                os.path.join(log_dir, f"{topic}-{partition}"),
-                topic,
-                partition,
-                self.config_for(topic),
-                now_ms=now_ms,
-                sync=self.sync,
-            )
+            partition_log = self.build_log(plan, now_ms)
             if topic_id is not None:
                 partition_log.set_topic_id(topic_id)
         except OSError as exc:
-            self.mark_dir_offline(log_dir, str(exc))
-            raise KafkaError(
-                ErrorCode.KAFKA_STORAGE_ERROR, f"cannot create {topic}-{partition}: {exc}"
-            ) from exc
-        self._attach(tp, log_dir, partition_log)
+            raise self.creation_failed(plan, exc) from exc
+        self.attach_log(plan, partition_log)
         return partition_log
+
+    def creation_failed(self, plan: NewLog, exc: OSError) -> KafkaError:
+        """A log's files could not be made: its dir goes offline (a disk error), and the error to raise."""
+        self.mark_dir_offline(plan.log_dir, str(exc))
+        topic, partition = plan.tp
+        return KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot create {topic}-{partition}: {exc}")
 
     def delete_log(self, topic: str, partition: int, now_ms: int) -> bool:
         """Delete the partition's log; False if there was none.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -188,6 +189,34 @@ async def test_describe_producers(harness: AdminHarness) -> None:
     assert second.partitions[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
+async def test_partition_files_are_made_off_the_event_loop(
+    harness: AdminHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CreateTopics and CreatePartitions make each new log's files in a worker thread (about 2 ms of
+    system calls per partition, which held every other client on the loop), in chunks."""
+    import threading
+
+    from kafkacompat.broker.state import LOG_CREATION_CHUNK
+
+    logs = harness.state.logs
+    real_build = logs.build_log
+    threads: list[int] = []
+
+    def build_log(plan, now_ms):
+        threads.append(threading.get_ident())
+        return real_build(plan, now_ms)
+
+    monkeypatch.setattr(logs, "build_log", build_log)
+    count = LOG_CREATION_CHUNK + 3
+    await create(harness, "t", count)
+    assert await grow(harness, 3, CreatePartitionsTopic(name="t", count=count + 2, assignments=None)) == [
+        ("t", ErrorCode.NONE)
+    ]
+    assert len(threads) == count + 2
+    assert threading.get_ident() not in threads
+    assert all(harness.state.logs.get_log("t", index) is not None for index in range(count + 2))
+
+
 async def test_failed_growth_keeps_created_files_for_the_delete_delay(
     harness: AdminHarness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -198,19 +227,21 @@ async def test_failed_growth_keeps_created_files_for_the_delete_delay(
 
     await create(harness, "t", 1)
     logs = harness.state.logs
-    real_create = logs.create_log
+    real_build = logs.build_log
 
-    def create_log(topic: str, index: int, *args, **kwargs):
-        if index == 2:
-            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, "disk full")
-        return real_create(topic, index, *args, **kwargs)
+    def build_log(plan, now_ms):
+        if plan.tp == ("t", 2):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_build(plan, now_ms)
 
-    monkeypatch.setattr(logs, "create_log", create_log)
-    now = harness.state.now_ms()
-    with pytest.raises(KafkaError):
-        await admin_support.add_partitions(harness.state, "t", 3)
-    [doomed] = [p for p in os.listdir(harness.data_dir) if p.startswith("t-1.") and p.endswith("-delete")]
+    monkeypatch.setattr(logs, "build_log", build_log)
     delay = logs.get_log("t", 0).config.file_delete_delay_ms
+    now = harness.state.now_ms()
+    with pytest.raises(KafkaError) as raised:
+        await admin_support.add_partitions(harness.state, "t", 3)
+    assert raised.value.code == ErrorCode.KAFKA_STORAGE_ERROR
+    assert ("t", 1) not in logs.logs and ("t", 2) not in logs.logs
+    [doomed] = [p for p in os.listdir(harness.data_dir) if p.startswith("t-1.") and p.endswith("-delete")]
     assert delay > 0
     assert logs.run_pending_deletes(now + delay - 1000) == 0
     assert os.path.isdir(harness.data_dir / doomed)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import os
 import time
 
@@ -113,6 +114,26 @@ def test_new_partitions_spread_over_log_dirs_and_checkpoints_stay_per_dir(tmp_pa
     a = read_offset_checkpoint(str(dirs[0] / "recovery-point-offset-checkpoint"))
     b = read_offset_checkpoint(str(dirs[1] / "recovery-point-offset-checkpoint"))
     assert len(a) == len(b) == 2 and not set(a) & set(b)
+
+
+def test_planned_partitions_spread_over_log_dirs_before_any_is_made(tmp_path):
+    """A topic's partitions planned together (to be made in a worker thread) count each other: planning
+    4 over 2 dirs that already hold 1 and 0 alternates (fewest first, ties to the first dir) and puts
+    2 in each (not all 4 in the emptier dir), and an existing log is planned as itself."""
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    manager = new_manager(dirs)
+    first = manager.create_log("t", 0)
+    plans = manager.plan_logs("t", range(5))
+    assert plans[0] is first
+    chosen = collections.Counter(plan.log_dir for plan in plans[1:])
+    assert [plan.log_dir for plan in plans[1:]] == [str(dirs[1]), str(dirs[0])] * 2
+    assert chosen == {str(dirs[0]): 2, str(dirs[1]): 2}
+    assert manager.get_log("t", 1) is None  # planned, not made
+    for plan in plans[1:]:
+        manager.attach_log(plan, manager.build_log(plan, NOW))
+    assert sorted(os.listdir(dirs[1])).count("t-1") + sorted(os.listdir(dirs[0])).count("t-1") == 1
+    assert manager.get_log("t", 4) is not None
+    manager.shutdown()
 
 
 def test_unreadable_partition_is_offline_and_others_work(tmp_path):
