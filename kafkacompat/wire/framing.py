@@ -31,6 +31,7 @@ long as it likes.
 
 from __future__ import annotations
 
+import copy
 import struct
 from typing import NoReturn
 
@@ -135,7 +136,7 @@ class FrameBuffer:
         never runs into the next request; otherwise it is up to `_SCRATCH_SIZE` bytes.
         """
         if self._error is not None:
-            raise self._error
+            raise self._failure()
         held = self._end - self._start
         size = self._frame_size()
         if size > _LARGE_FRAME and held < SIZE_PREFIX + size:
@@ -195,7 +196,7 @@ class FrameBuffer:
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
         """Append bytes received from the peer (may be empty; may split frames anywhere)."""
         if self._error is not None:
-            raise self._error
+            raise self._failure()
         view = memoryview(data).cast("B")
         done = 0
         while done < view.nbytes:
@@ -206,13 +207,20 @@ class FrameBuffer:
             self.commit(count)
             done += count
 
+    def _failure(self) -> DecodeError:
+        """A fresh copy of the stored error to raise: the stored one never carries a traceback, whose
+        frames (holding this buffer) would make a reference cycle through `_error` that only the cyclic
+        garbage collector frees, one per connection closed for a bad size."""
+        assert self._error is not None
+        return copy.copy(self._error)
+
     def _fail(self, size: int) -> NoReturn:
         self._error = DecodeError(f"frame size {size} outside 0..{self._max_frame_size}", field="size")
         # The rest of the stream is meaningless now; free it.
         self._buf = bytearray()
         self._start = self._end = 0
         self._dedicated = False
-        raise self._error
+        raise self._failure()
 
     def next_frame(self) -> memoryview | None:
         """Return the next complete frame's payload (without its size prefix), or None if incomplete.
@@ -220,7 +228,7 @@ class FrameBuffer:
         Raises DecodeError as soon as a size prefix is negative or exceeds `max_frame_size`.
         """
         if self._error is not None:
-            raise self._error
+            raise self._failure()
         buf = self._buf
         start = self._start
         if self._end - start < SIZE_PREFIX:
