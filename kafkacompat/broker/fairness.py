@@ -15,6 +15,16 @@ Only per-item work whose order across clients does not matter is split this way:
 partition's append, one resource's configs) stays whole, as in Kafka, whose handler threads interleave
 the partitions of concurrent produce requests as well.
 
+The yield alone bounds one request's hold, not a turn of the loop: trio runs every runnable task once per
+turn, so 10 requests of many items in progress at once made each turn 10 times TURN_SECONDS long, and a
+well-behaved client's request waited that long at each of its steps (the long fuzz run: a producer and
+consumer pair's 99th percentile at 5-9x its quiet value, made of such turns). So a handler whose share is
+used does not just yield: it queues in the `HeavyLane` of its event loop, which lets one queued task go
+per turn of the loop (a system task hands it on, then yields itself). Every other runnable task (the
+small requests) still runs every turn; the requests of many items take turns among themselves. Nothing is
+held while a task waits in the lane (no lock, no slot), so it cannot deadlock with the locks its handler
+may hold: the lane's own task always moves on.
+
 `encode_off_loop()` is the counterpart for encoding: a response of very many items (estimated from its
 list lengths without walking it) is encoded in a worker thread. The encoders are pure Python, so the
 thread holds the GIL, but CPython hands it back to the event loop every switch interval (5 ms), which
@@ -24,6 +34,7 @@ by the handlers (no list shared with live broker state), so nothing mutates them
 
 from __future__ import annotations
 
+import collections
 import time
 from typing import Any
 
@@ -32,7 +43,7 @@ import trio
 from kafkacompat.wire import messages
 from kafkacompat.wire.primitives import Struct as GeneratedStruct
 
-__all__ = ["TURN_SECONDS", "Turn", "encode_off_loop", "estimated_items"]
+__all__ = ["TURN_SECONDS", "HeavyLane", "Turn", "encode_off_loop", "estimated_items"]
 
 #: the longest a handler works on its items before it lets the other tasks run
 TURN_SECONDS = 0.002
@@ -51,8 +62,60 @@ class Turn:
     async def spend(self) -> None:
         now = time.perf_counter()
         if now - self._since >= TURN_SECONDS:
-            await trio.lowlevel.checkpoint()
+            await HeavyLane.current().wait_turn()
             self._since = time.perf_counter()
+
+
+class HeavyLane:
+    """The queue of tasks whose turn is used up (one per event loop, `current()`); a system task lets
+    one go per turn of the loop. Owned by that loop's tasks (no other thread touches it)."""
+
+    __slots__ = ("_idle", "_queue")
+
+    _per_run: trio.lowlevel.RunVar[HeavyLane] = trio.lowlevel.RunVar("kafkacompat_heavy_lane")
+
+    def __init__(self) -> None:
+        self._queue: collections.deque[trio.lowlevel.Task] = collections.deque()
+        self._idle: trio.lowlevel.Task | None = None  # the lane's task, parked while the queue is empty
+
+    @classmethod
+    def current(cls) -> HeavyLane:
+        """This event loop's lane (made, and its task started, on first use)."""
+        try:
+            return cls._per_run.get()
+        except LookupError:
+            lane = cls()
+            cls._per_run.set(lane)
+            trio.lowlevel.spawn_system_task(lane._hand_on, name="kafkacompat heavy lane")
+            return lane
+
+    @property
+    def waiting(self) -> int:
+        return len(self._queue)
+
+    async def wait_turn(self) -> None:
+        """Yield until the lane lets this task go (a turn of the loop at the least, like a checkpoint)."""
+        task = trio.lowlevel.current_task()
+        self._queue.append(task)
+        if self._idle is not None:
+            trio.lowlevel.reschedule(self._idle)
+            self._idle = None
+
+        def abort(_raise_cancel: Any) -> trio.lowlevel.Abort:
+            self._queue.remove(task)  # cancelled while queued (it was not let go: trio asks only then)
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
+
+    async def _hand_on(self) -> None:
+        while True:
+            if not self._queue:
+                self._idle = trio.lowlevel.current_task()
+                await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.SUCCEEDED)
+                continue
+            trio.lowlevel.reschedule(self._queue.popleft())
+            # the task let go runs in the next turn; this one too, and lets the next go only then
+            await trio.lowlevel.checkpoint()
 
 
 def estimated_items(obj: Any, depth: int = 0) -> int:

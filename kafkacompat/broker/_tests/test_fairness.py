@@ -51,6 +51,62 @@ async def test_a_turn_lets_other_tasks_run_between_items() -> None:
     assert interleaved >= 5, interleaved  # about 10 turns; without them the other task runs once at most
 
 
+async def test_requests_of_many_items_take_turns_one_per_turn_of_the_loop() -> None:
+    """Four handlers of many items at once: between two runs of a small task there are at most two shares
+    (TURN_SECONDS and an item) of their work, one at each end of the loop's turn (trio runs a turn's tasks
+    in random order), not four to eight (each would otherwise run its share in every turn of the loop);
+    and they share the lane: none finishes before the others have started."""
+    work_since_light = 0.0
+    most_between = 0.0
+    done = 0
+    items_when_first_finished: list[int] = []
+    items = [0, 0, 0, 0]
+
+    async def heavy(index: int) -> None:
+        nonlocal work_since_light, done
+        turn = fairness.Turn()
+        for _ in range(30):  # 30 items of 0.5 ms each: 15 ms, several shares
+            await turn.spend()
+            started = time.thread_time()
+            _busy(0.0005)
+            work_since_light += time.thread_time() - started
+            items[index] += 1
+        done += 1
+        if not items_when_first_finished:
+            items_when_first_finished.extend(items)
+
+    async def light() -> None:
+        nonlocal work_since_light, most_between
+        while done < 4:
+            if min(items) >= 5:  # each has had its first share (that one runs before it is known heavy)
+                most_between = max(most_between, work_since_light)
+            work_since_light = 0.0
+            await trio.lowlevel.checkpoint()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(light)
+        for index in range(4):
+            nursery.start_soon(heavy, index)
+    assert items == [30] * 4
+    assert 0 < most_between < 3 * fairness.TURN_SECONDS, most_between
+    assert min(items_when_first_finished) >= 4, items_when_first_finished
+    assert fairness.HeavyLane.current().waiting == 0
+
+
+async def test_a_task_cancelled_in_the_lane_leaves_it() -> None:
+    """A task cancelled while it waits for its turn leaves the queue, and the lane still lets the next
+    ones go."""
+    lane = fairness.HeavyLane.current()
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        await lane.wait_turn()
+    assert scope.cancelled_caught
+    assert lane.waiting == 0
+    with trio.fail_after(5):
+        await lane.wait_turn()
+        await lane.wait_turn()
+
+
 async def test_a_turn_of_few_items_does_not_yield() -> None:
     turn = fairness.Turn()
     with trio.testing.assert_no_checkpoints():
