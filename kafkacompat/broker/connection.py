@@ -108,7 +108,7 @@ import trio
 from kafkacompat.broker import dispatch, lock_wait, loop_lag
 from kafkacompat.broker.dispatch import ConnectionInfo, RequestContext
 from kafkacompat.broker.errors import CloseConnection
-from kafkacompat.broker.fairness import encode_off_loop
+from kafkacompat.broker.fairness import decode_off_loop, encode_off_loop
 from kafkacompat.security.quotas import (
     CONSUMER_BYTE_RATE,
     PRODUCER_BYTE_RATE,
@@ -859,7 +859,8 @@ async def _handle_frame(
         await _acquire(slots)  # queued.max.requests: held while decoding and in the handler
     try:
         header, body_offset = wire_header.decode_request_header(frame)
-        request = messages.decode_request(api_key, api_version, frame[body_offset:], allow_trailing=True)
+        # a large request is decoded off the loop (broker/fairness.py)
+        request = await decode_off_loop(api_key, api_version, frame[body_offset:])
         ctx = RequestContext(
             broker=broker,
             api_key=api_key,

@@ -36,6 +36,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+#: how long a Python thread may hold the GIL while another waits for it (CPython's default: 5 ms). The
+#: event loop shares the GIL with worker threads (log creation, large decodes and encodes, fsyncs) and the
+#: acceptor threads; every time it waits for the GIL it waits up to this long, so the default made any
+#: thread's Python work a 5 ms stall of every client (beside the fuzzer, with 2 ms turns, the pair's p99
+#: was 10.6 ms at 5 ms and 8.3 ms at 1 ms; see broker/fairness.py)
+SWITCH_INTERVAL_SECONDS = 0.001
+
 #: allocations (net, of container objects) between two young collections; CPython's default is 700
 YOUNG_COLLECTION_ALLOCATIONS = 10_000
 
@@ -163,6 +170,7 @@ def run(args: argparse.Namespace) -> int:
 
                 await nursery.start(run_broker)
                 settle_garbage_collector()
+                sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
                 await trio.sleep_forever()  # signals stay ours until run_broker cancels the nursery
 
     status = 0

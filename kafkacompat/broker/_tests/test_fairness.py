@@ -43,7 +43,7 @@ async def test_a_turn_lets_other_tasks_run_between_items() -> None:
         await trio.lowlevel.checkpoint()
         started = ran_meanwhile
         turn = fairness.Turn()
-        for _ in range(40):  # 40 items of 0.5 ms: 20 ms of work, a turn is 2 ms
+        for _ in range(40):  # 40 items of 0.5 ms: 20 ms of work, many turns
             await turn.spend()
             _busy(0.0005)
         done = True
@@ -53,7 +53,7 @@ async def test_a_turn_lets_other_tasks_run_between_items() -> None:
 
 async def test_requests_of_many_items_take_turns_one_per_turn_of_the_loop() -> None:
     """Four handlers of many items at once: between two runs of a small task there are at most two shares
-    (TURN_SECONDS and an item) of their work, one at each end of the loop's turn (trio runs a turn's tasks
+    (TURN_SECONDS) of their work, one at each end of the loop's turn (trio runs a turn's tasks
     in random order), not four to eight (each would otherwise run its share in every turn of the loop);
     and they share the lane: none finishes before the others have started."""
     work_since_light = 0.0
@@ -65,10 +65,10 @@ async def test_requests_of_many_items_take_turns_one_per_turn_of_the_loop() -> N
     async def heavy(index: int) -> None:
         nonlocal work_since_light, done
         turn = fairness.Turn()
-        for _ in range(30):  # 30 items of 0.5 ms each: 15 ms, several shares
+        for _ in range(30):  # 30 items of half a share each: 15 shares
             await turn.spend()
             started = time.thread_time()
-            _busy(0.0005)
+            _busy(fairness.TURN_SECONDS / 2)
             work_since_light += time.thread_time() - started
             items[index] += 1
         done += 1
@@ -134,6 +134,51 @@ def _described_groups(groups: int, members: int) -> DescribeGroupsResponse:
             for g in range(groups)
         ]
     )  # fmt: skip
+
+
+async def test_a_large_request_is_decoded_off_the_loop_to_the_same_object(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A request body over DECODE_OFF_LOOP_BYTES (a DescribeConfigs of 2,000 topics here) is decoded in a
+    worker thread, to what the loop would have decoded; a small one, and any Produce (whose records stay
+    undecoded bytes), on the loop; a malformed large one raises DecodeError as on the loop."""
+    import threading
+
+    from kafkacompat.wire.errors import DecodeError
+
+    threads: list[int] = []
+    decode = fairness._decode
+
+    def recording(*args: Any) -> Any:
+        threads.append(threading.get_ident())
+        return decode(*args)
+
+    monkeypatch.setattr(fairness, "_decode", recording)
+
+    def body(topics: int) -> memoryview:
+        resource = messages.request_class(DESCRIBE_CONFIGS).DescribeConfigsResource
+        resources = [
+            resource(resource_type=2, resource_name=f"topic-{i:05}", configuration_keys=None)
+            for i in range(topics)
+        ]
+        req = request(DESCRIBE_CONFIGS, resources=resources, include_synonyms=False)
+        return memoryview(messages.encode_request(DESCRIBE_CONFIGS, 1, req))
+
+    small, large = body(3), body(2000)
+    assert small.nbytes <= fairness.DECODE_OFF_LOOP_BYTES < large.nbytes
+    with trio.testing.assert_no_checkpoints():
+        on_loop = await fairness.decode_off_loop(DESCRIBE_CONFIGS, 1, small)
+    assert [r.resource_name for r in on_loop.resources] == ["topic-00000", "topic-00001", "topic-00002"]
+    assert threads == []
+    off_loop = await fairness.decode_off_loop(DESCRIBE_CONFIGS, 1, large)
+    assert off_loop == messages.decode_request(DESCRIBE_CONFIGS, 1, large, allow_trailing=True)
+    assert len(threads) == 1 and threads[0] != threading.get_ident()
+    with pytest.raises(DecodeError):
+        await fairness.decode_off_loop(DESCRIBE_CONFIGS, 1, large[:-5])
+    produce = memoryview(bytes(fairness.DECODE_OFF_LOOP_BYTES + 1))
+    with trio.testing.assert_no_checkpoints(), pytest.raises(DecodeError):
+        await fairness.decode_off_loop(0, 9, produce)  # decoded (and refused) on the loop
+    assert len(threads) == 2
 
 
 async def test_a_very_large_response_is_encoded_off_the_loop_with_the_same_bytes() -> None:
