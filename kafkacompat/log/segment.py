@@ -257,6 +257,16 @@ class LogSegment:
         position = self._index_position(offset)
         if position > self.size:
             position = 0
+        if position:
+            # The entry found is at or before `offset`, so the batch it points at starts at or before it.
+            # One that does not (or no batch there) is an index garbled in a way its load checks cannot
+            # see (a flipped byte in an entry's offset): scanning on from there would skip batches.
+            first = read_header(self.fd, position)
+            if first is None or first.base_offset > offset:
+                self._repair_indexes(
+                    IndexCorrupt(f"{self.offset_index.path}: the entry for offset {offset} is wrong")
+                )
+                position = self._index_position(offset)
         while position < self.size:
             header = read_header(self.fd, position)
             if header is None:

@@ -200,6 +200,33 @@ def test_missing_or_garbled_indexes_lose_nothing(pristine: Path, scratch: Path, 
         pl.close(clean=False)
 
 
+@pytest.mark.parametrize("clean", [True, False])
+def test_an_index_entry_garbled_to_an_earlier_offset_is_caught_on_read(
+    pristine: Path, scratch: Path, clean: bool
+) -> None:
+    """The example hypothesis found (CI, session 10): one byte of a segment's first index entry set to 0
+    makes the entry claim an earlier offset at the position of a later batch. Its size and order pass the
+    load checks, and a read of an offset before that batch scanned on from there and answered the later
+    batch. A read now checks that the batch it is pointed at starts at or before the offset, and rebuilds
+    the index when not."""
+    d = _copy(pristine, scratch)
+    before = _records(d)
+    logs = segment_logs(str(d))
+    garbled = [path for path in logs[1:] if os.path.getsize(path[:-4] + ".index") >= 8]
+    assert garbled, "the pristine log has a later segment with index entries"
+    with open(garbled[0][:-4] + ".index", "r+b") as f:
+        f.seek(3)  # the low byte of the first entry's relative offset
+        f.write(b"\x00")
+    pl = PartitionLog(str(d), "t", 0, CONFIG, clean_shutdown=clean, recovery_point=0, sync=False)
+    try:
+        for offset, _, _ in before:
+            result = pl.read(offset, 1)
+            assert result.first_offset <= offset, (offset, result.first_offset)
+        _check_usable(pl)
+    finally:
+        pl.close(clean=False)
+
+
 @DAMAGE
 @given(garbage=st.binary(min_size=1, max_size=300))
 def test_garbage_after_the_last_batch_is_cut_off(pristine: Path, scratch: Path, garbage: bytes) -> None:
