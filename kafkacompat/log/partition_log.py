@@ -268,7 +268,8 @@ class PartitionLog:
                     report.damage.append(f"rebuilt the indexes of segment {segment.base_offset} ({exc})")
             if reason is not None:
                 report.recovered_segments += 1
-                truncated, why = segment.recover()
+                next_base = self.segments[i + 1].base_offset if i + 1 < len(self.segments) else None
+                truncated, why = segment.recover(next_segment_base=next_base)
                 if truncated:
                     report.damage.append(
                         f"truncated {truncated} bytes at offset {segment.next_offset} of segment "

@@ -138,9 +138,13 @@ class LogSegment:
         self.bytes_since_last_index_entry = self.size - self.offset_index.last_entry()[1]
         self._tail_loaded = True
 
-    def recover(self, max_batch_bytes: int | None = None) -> tuple[int, str | None]:
+    def recover(
+        self, max_batch_bytes: int | None = None, next_segment_base: int | None = None
+    ) -> tuple[int, str | None]:
         """Verify every batch, rebuild the indexes, truncate at the first bad batch.
 
+        `next_segment_base`, when given, bounds the offsets this segment may hold: the base offset is
+        not covered by the CRC, so a flipped bit there can make a batch claim offsets of a later segment.
         Returns (bytes truncated, reason or None)."""
         self.offset_index.reset()
         self.time_index.reset()
@@ -170,6 +174,8 @@ class LogSegment:
                     reason = f"batch offset {header.base_offset} not after {expected - 1}"
                 elif header.last_offset - self.base_offset > INT32_MAX:
                     reason = f"offset {header.last_offset} too far from segment base"
+                elif next_segment_base is not None and header.last_offset >= next_segment_base:
+                    reason = f"offset {header.last_offset} reaches the next segment ({next_segment_base})"
             if reason is not None or header is None:
                 break
             self._index_batch(header.last_offset, header.max_timestamp, header.size, position)

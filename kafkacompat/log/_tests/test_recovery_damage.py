@@ -227,6 +227,34 @@ def test_an_index_entry_garbled_to_an_earlier_offset_is_caught_on_read(
         pl.close(clean=False)
 
 
+def test_a_base_offset_flipped_into_the_next_segment_is_cut_on_recovery(
+    pristine: Path, scratch: Path
+) -> None:
+    """The example hypothesis found (local database, session 10): bit 0 of byte 4 of the last batch of
+    the first segment (its base offset, outside the CRC) made that batch claim an offset 2**24 higher.
+    Each segment still counted upwards on its own, so recovery kept it, and the log's offsets went
+    backwards at the next segment. A batch must end before the next segment's base offset."""
+    d = _copy(pristine, scratch)
+    layout = _layout(d)
+    first_segment = layout[0][0]
+    path, position, _, base, _ = [entry for entry in layout if entry[0] == first_segment][-1]
+    assert any(entry[0] != first_segment for entry in layout), "the pristine log has several segments"
+    before = _records(d)
+    with open(path, "r+b") as f:
+        f.seek(position + 4)
+        original = f.read(1)[0]
+        f.seek(position + 4)
+        f.write(bytes([original ^ 1]))
+    pl = _reopen(d)
+    try:
+        assert _batch_bases(d) == [entry[3] for entry in layout if entry[3] < base]
+        assert _records(d) == [r for r in before if r[0] < base]
+        assert pl.log_end_offset == base
+        _check_usable(pl)
+    finally:
+        pl.close(clean=False)
+
+
 @DAMAGE
 @given(garbage=st.binary(min_size=1, max_size=300))
 def test_garbage_after_the_last_batch_is_cut_off(pristine: Path, scratch: Path, garbage: bytes) -> None:
