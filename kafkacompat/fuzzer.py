@@ -1231,6 +1231,7 @@ def good_pair(
     if not assigned:
         errors.append("consumer: no assignment within 30 s")
     e2e: list[float] = []
+    e2e_at: list[float] = []  # when each e2e sample was sent (ms), for the timeline
     seen: set[int] = set()
     sent_at: dict[int, float] = {}
 
@@ -1245,6 +1246,7 @@ def good_pair(
                 if sequence in sent_at and sequence not in seen:
                     seen.add(sequence)
                     e2e.append(now_ms() - sent_at[sequence])
+                    e2e_at.append(sent_at[sequence])
             message = consumer.poll(0)
 
     producer = Producer(
@@ -1299,7 +1301,36 @@ def good_pair(
         "e2e_p50_ms": round(percentile(e2e, 0.50), 2),
         "e2e_p99_ms": round(percentile(e2e, 0.99), 2),
         "ack_p99_ms": round(percentile(ack_latency, 0.99), 2),
+        "e2e_by_window": latency_windows(e2e_at, e2e, PAIR_WINDOW_SECONDS),
     }
+
+
+#: the well-behaved pair's latency is also summed up per window of this many seconds, so a long run
+#: tells a tail that grows with the broker's age from one spread evenly or from bursts
+PAIR_WINDOW_SECONDS = 30.0
+
+
+def latency_windows(
+    sent_ms: list[float], latency_ms: list[float], window_seconds: float
+) -> list[dict[str, Any]]:
+    """Per window of send time: how many records, their p50/p99/max latency, and how many took over 10 ms."""
+    if not sent_ms:
+        return []
+    first = min(sent_ms)
+    windows: dict[int, list[float]] = {}
+    for sent, latency in zip(sent_ms, latency_ms, strict=True):
+        windows.setdefault(int((sent - first) / (window_seconds * 1000)), []).append(latency)
+    return [
+        {
+            "t": round(index * window_seconds),
+            "records": len(values),
+            "p50_ms": round(percentile(values, 0.50), 2),
+            "p99_ms": round(percentile(values, 0.99), 2),
+            "max_ms": round(max(values), 2),
+            "over_10_ms": sum(1 for value in values if value > 10),
+        }
+        for index, values in sorted(windows.items())
+    ]
 
 
 # --- a campaign: quiet pair, then pair beside the fuzzer -----------------------------------------

@@ -6,7 +6,7 @@ import random
 import struct
 
 from kafkacompat.broker import dispatch
-from kafkacompat.fuzzer import FuzzTarget, Mutator, build_seeds, scan_log
+from kafkacompat.fuzzer import FuzzTarget, Mutator, build_seeds, latency_windows, scan_log
 from kafkacompat.wire import messages
 from kafkacompat.wire.header import RequestHeader, encode_request_header
 
@@ -48,3 +48,15 @@ def test_scan_log_reports_tracebacks_once_each(tmp_path) -> None:
     found = scan_log(log)
     assert len(found) == 1 and "ValueError: boom" in found[0]
     assert scan_log(log, start=log.stat().st_size) == []
+
+
+def test_latency_windows_group_records_by_send_time() -> None:
+    sent = [1000.0, 1500.0, 31000.0, 31100.0, 95000.0]
+    latency = [1.0, 12.0, 2.0, 3.0, 40.0]
+    windows = latency_windows(sent, latency, 30.0)
+    assert [window["t"] for window in windows] == [0, 30, 90]
+    assert [window["records"] for window in windows] == [2, 2, 1]
+    assert [window["over_10_ms"] for window in windows] == [1, 0, 1]
+    assert windows[0]["max_ms"] == 12.0
+    assert windows[2]["p99_ms"] == 40.0
+    assert latency_windows([], [], 30.0) == []
