@@ -494,6 +494,62 @@ async def test_a_fetch_gives_the_loop_back_between_partitions_and_a_topic_delete
     await client.aclose()
 
 
+async def test_a_record_appended_to_a_partition_already_read_while_the_fetch_yields_wakes_it(
+    nursery: trio.Nursery, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fetch that gives the loop back between partitions can miss an append to one it has already
+    read: the append's notify finds nobody parked yet, and the fetch then parks for its whole max_wait
+    with the record in the log. Here a record is produced to a0 after a0 was read and before a1 is: the
+    fetch (max_wait 10 s) must answer it at once."""
+    from kafkacompat.broker._tests.wire_client import batch, produce
+    from kafkacompat.broker.handlers import fetch
+    from kafkacompat.wire.records import iter_batches, iter_records
+
+    broker = await start_broker(nursery, tmp_path)
+    client = await RawClient.connect(broker.port)
+    producer = await RawClient.connect(broker.port)
+    await create(client, "a", 2)
+    monkeypatch.setattr(fairness, "TURN_SECONDS", 0.0)  # a yield before every partition
+    turns = 0
+
+    class ProducingTurn(fairness.Turn):
+        async def spend(self) -> None:
+            nonlocal turns
+            turns += 1
+            if turns == 2:  # a0 is read (nothing there), a1 is not yet
+                assert (await produce(producer, "a", batch(b"late"), partition=0)).error_code == 0
+            await super().spend()
+
+    monkeypatch.setattr(fetch, "Turn", ProducingTurn)
+    fetch_cls = request(1).__class__
+    partitions = [
+        fetch_cls.FetchPartition(partition=p, fetch_offset=0, partition_max_bytes=1 << 20) for p in (0, 1)
+    ]
+    started = trio.current_time()
+    answer = await client.call(
+        1,
+        12,
+        request(
+            1,
+            topics=[fetch_cls.FetchTopic(topic="a", partitions=partitions)],
+            max_wait_ms=10_000,
+            min_bytes=1,
+        ),
+    )
+    waited = trio.current_time() - started
+    got = {
+        p.partition_index: [
+            bytes(r.value) for b in iter_batches(memoryview(p.records or b"")) for r in iter_records(b)
+        ]
+        for topic in answer.responses
+        for p in topic.partitions
+    }
+    assert got == {0: [b"late"], 1: []}
+    assert waited < 5, f"the fetch waited {waited:.1f} s for a record that was already in the log"
+    await client.aclose()
+    await producer.aclose()
+
+
 def _tracked_objects(root: Any) -> int:
     """How many distinct objects the garbage collector tracks that `root` holds (itself included):
     what a full collection walks for it while it lives."""

@@ -109,6 +109,7 @@ class PartitionRead:
     high_watermark: int = -1
     last_stable_offset: int = -1
     log_start_offset: int = -1
+    log_end_offset: int = -1  # at the read: `_moved_since_read` compares it (a follower reads to it)
     records: Any = EMPTY_RECORDS
     size: int = 0
     aborted: list[Any] | None = None
@@ -170,6 +171,8 @@ async def handle(ctx: RequestContext, request: Any) -> FetchResponse:
         ):
             break
         _release(reads)  # read again after the wait
+        if _moved_since_read(broker, reads):
+            continue  # appended to after its read, while the read gave the loop back: nobody was parked
         keys = [(r.name, r.cached.partition) for r in reads if r.name is not None]
         with broker.watchers.watch(keys) as event:
             await ctx.park(event, deadline)
@@ -177,6 +180,26 @@ async def handle(ctx: RequestContext, request: Any) -> FetchResponse:
     if broker.cluster is not None and version >= 12:
         _leader_hints(ctx, response, uses_ids)
     return response
+
+
+def _moved_since_read(broker: BrokerState, reads: list[PartitionRead]) -> bool:
+    """Whether a partition read has moved since (new records, high watermark or stable offset, or gone).
+
+    `_read_all` gives the loop back between partitions, so an append to one already read can land
+    before the fetch parks; its `notify` then found nobody watching, and parking would wait the whole
+    max_wait with the records in the log. Checked in the same step as the park's registration."""
+    for read in reads:
+        if read.name is None or read.error != ErrorCode.NONE:
+            continue
+        partition_log = broker.partition_log(read.name, read.cached.partition)
+        if (
+            partition_log is None
+            or partition_log.high_watermark != read.high_watermark
+            or partition_log.last_stable_offset != read.last_stable_offset
+            or partition_log.log_end_offset != read.log_end_offset
+        ):
+            return True
+    return False
 
 
 def _leader_hints(ctx: RequestContext, response: FetchResponse, uses_ids: bool) -> None:
@@ -285,6 +308,7 @@ async def _read_all(
                 read.high_watermark = high_watermark
                 read.last_stable_offset = last_stable_offset
                 read.log_start_offset = partition_log.log_start_offset
+                read.log_end_offset = partition_log.log_end_offset
                 limit = min(cached.max_bytes, remaining)
                 if limit <= 0 and remaining < max_bytes:
                     continue  # the request's byte budget is spent; later partitions report offsets only
