@@ -94,7 +94,13 @@ async def test_transaction_on_the_wire(nursery: trio.Nursery, tmp_path: Path) ->
 
     end = request(END_TXN, transactional_id="tx", producer_id=pid, producer_epoch=0, committed=False)
     assert (await client.call(END_TXN, 3, end)).error_code == E.NONE
-    part = (await client.call(FETCH, 11, committed)).responses[0].partitions[0]
+    # the abort marker is written after EndTxn is answered (as Kafka's coordinator sends its markers)
+    with trio.move_on_after(10):
+        while True:
+            part = (await client.call(FETCH, 11, committed)).responses[0].partitions[0]
+            if part.high_watermark == 3:
+                break
+            await trio.sleep(0.01)
     assert (part.high_watermark, part.last_stable_offset) == (3, 3)
     assert [(a.producer_id, a.first_offset) for a in part.aborted_transactions] == [(pid, 0)]
     end.committed = True
