@@ -6,7 +6,7 @@ import random
 import struct
 
 from kafkacompat.broker import dispatch
-from kafkacompat.fuzzer import FuzzTarget, Mutator, build_seeds, latency_windows, scan_log
+from kafkacompat.fuzzer import FuzzStats, FuzzTarget, Mutator, build_seeds, latency_windows, scan_log
 from kafkacompat.wire import messages
 from kafkacompat.wire.header import RequestHeader, encode_request_header
 
@@ -60,3 +60,11 @@ def test_latency_windows_group_records_by_send_time() -> None:
     assert windows[0]["max_ms"] == 12.0
     assert windows[2]["p99_ms"] == 40.0
     assert latency_windows([], [], 30.0) == []
+
+
+def test_pacing_lateness_is_summed_up_only_for_paced_runs() -> None:
+    assert FuzzStats().as_dict()["pacing_late_ms"] is None  # unpaced: as fast as possible
+    stats = FuzzStats()
+    for late in [0.001] * 98 + [0.2, 0.4]:
+        stats.note_pacing(late)
+    assert stats.as_dict()["pacing_late_ms"] == {"p50": 1.0, "p99": 400.0, "max": 400.0}
