@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -419,6 +420,22 @@ async def test_acl_matching_over_many_acls_and_filters_gives_the_loop_back(
     await client.aclose()
 
 
+def _turn_acting_at(spend: int, action: Callable[[], Awaitable[None]]) -> type[fairness.Turn]:
+    """A `fairness.Turn` that runs `action` at its `spend`-th spend (counted over every instance, in
+    `spends`), then spends as usual: something happens while a handler gives the loop back."""
+
+    class ActingTurn(fairness.Turn):
+        spends = 0
+
+        async def spend(self) -> None:
+            ActingTurn.spends += 1
+            if ActingTurn.spends == spend:
+                await action()
+            await super().spend()
+
+    return ActingTurn
+
+
 async def test_a_fetch_gives_the_loop_back_between_partitions_and_a_topic_deleted_meanwhile(
     nursery: trio.Nursery, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -449,18 +466,14 @@ async def test_a_fetch_gives_the_loop_back_between_partitions_and_a_topic_delete
 
     monkeypatch.setattr(fetch.HeldSlice, "__init__", tracked)
     monkeypatch.setattr(fairness, "TURN_SECONDS", 0.0)  # a yield before every partition
-    turns = 0
 
-    class DeletingTurn(fairness.Turn):
-        async def spend(self) -> None:
-            nonlocal turns
-            turns += 1
-            if turns == 4:  # a0, a1 and b0 are read: b goes before b1 is, its files closed at once
-                await broker.state.delete_topic("b")
-                await broker.state.delete_expired_files()
-            await super().spend()
+    async def delete_b() -> None:
+        await broker.state.delete_topic("b")
+        await broker.state.delete_expired_files()
 
-    monkeypatch.setattr(fetch, "Turn", DeletingTurn)
+    # a0, a1 and b0 are read: b goes before b1 is, its files closed at once
+    deleting_turn = _turn_acting_at(4, delete_b)
+    monkeypatch.setattr(fetch, "Turn", deleting_turn)
     fetch_cls = request(1).__class__
 
     def fetch_topic(name: str) -> object:
@@ -472,7 +485,7 @@ async def test_a_fetch_gives_the_loop_back_between_partitions_and_a_topic_delete
     answer = await client.call(
         1, 12, request(1, topics=[fetch_topic("a"), fetch_topic("b")], max_wait_ms=0, min_bytes=0)
     )
-    assert turns == 8  # a spend before each partition is read, and one before each is answered
+    assert deleting_turn.spends == 8  # a spend before each partition is read, and one before each is answered
     got = {}
     for topic in answer.responses:
         for p in topic.partitions:
@@ -510,17 +523,11 @@ async def test_a_record_appended_to_a_partition_already_read_while_the_fetch_yie
     producer = await RawClient.connect(broker.port)
     await create(client, "a", 2)
     monkeypatch.setattr(fairness, "TURN_SECONDS", 0.0)  # a yield before every partition
-    turns = 0
 
-    class ProducingTurn(fairness.Turn):
-        async def spend(self) -> None:
-            nonlocal turns
-            turns += 1
-            if turns == 2:  # a0 is read (nothing there), a1 is not yet
-                assert (await produce(producer, "a", batch(b"late"), partition=0)).error_code == 0
-            await super().spend()
+    async def produce_late() -> None:
+        assert (await produce(producer, "a", batch(b"late"), partition=0)).error_code == 0
 
-    monkeypatch.setattr(fetch, "Turn", ProducingTurn)
+    monkeypatch.setattr(fetch, "Turn", _turn_acting_at(2, produce_late))  # a0 is read (empty), a1 is not
     fetch_cls = request(1).__class__
     partitions = [
         fetch_cls.FetchPartition(partition=p, fetch_offset=0, partition_max_bytes=1 << 20) for p in (0, 1)
