@@ -131,10 +131,28 @@ def burst_starts(events: list[tuple[float, int]], quota: float) -> list[float]:
     return starts
 
 
+def describe_events(events: list[tuple[float, int]]) -> str:
+    """What a failed measurement saw: how many events and bytes, over which span, and its densest
+    quarter second (a period's burst carries over a quarter of the quota in one)."""
+    if not events:
+        return "no events"
+    ordered = sorted(events)
+    densest, ahead, window_start = 0, 0, 0
+    for at, size in ordered:
+        ahead += size
+        while ordered[window_start][0] < at - 0.25:
+            ahead -= ordered[window_start][1]
+            window_start += 1
+        densest = max(densest, ahead)
+    total = sum(size for _, size in ordered)
+    span = ordered[-1][0] - ordered[0][0]
+    return f"{len(ordered)} events, {total} bytes over {span:.1f} s, densest 0.25 s: {densest} bytes"
+
+
 def rate_over_whole_periods(events: list[tuple[float, int]], quota: float) -> float:
     """Bytes per second from the first period's start to the last's (so over whole periods only)."""
     starts = burst_starts(events, quota)
-    assert len(starts) >= 3, f"fewer than two whole periods: starts at {starts}"
+    assert len(starts) >= 3, f"fewer than two whole periods: starts at {starts}; {describe_events(events)}"
     first, last = starts[0], starts[-1]
     carried = sum(size for at, size in events if first <= at < last)
     return carried / (last - first)
