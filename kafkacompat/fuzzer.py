@@ -788,6 +788,8 @@ class FuzzStats:
     slowest: list[tuple[float, int, int]] = field(default_factory=list)
     #: how late each paced frame was sent after its slot (seconds): the load's own steadiness
     pacing_late: list[float] = field(default_factory=list)
+    #: answers large enough to be checked in the checker process (AnswerChecker)
+    checked_off_loop: int = 0
 
     def note_pacing(self, late: float) -> None:
         self.pacing_late.append(late)
@@ -819,6 +821,7 @@ class FuzzStats:
             "frames_per_second": round(self.rate),
             "apis_fuzzed": len(self.by_api),
             "bad_answer_samples": self.bad_answer_samples[:5],
+            "checked_off_loop": self.checked_off_loop,
             "slowest_answers_ms": [
                 (round(seconds * 1000), _api_name(key), version)
                 for seconds, key, version in sorted(self.slowest, reverse=True)
@@ -874,6 +877,45 @@ def _check_answer(frame: bytes, answer: bytes) -> str | None:
     except Exception as exc:
         return f"undecodable answer to api {api_key} v{version}: {exc}"
     return None
+
+
+#: answers at least this large are checked in a process of their own (`AnswerChecker`)
+CHECK_OFF_LOOP_BYTES = 16 << 10
+
+
+class AnswerChecker:
+    """Checks answers (`_check_answer`): small ones in the calling task, large ones in a worker process.
+
+    Decoding an answer of hundreds of KiB (a Metadata or DescribeGroups answer grows with the broker's
+    state) holds the fuzzer's one loop for tens to hundreds of milliseconds, and every worker stalls
+    with it: a paced run stops being paced and its sends bunch up behind each check. A thread would not
+    do (the decode holds the GIL); a process keeps the loop free, at the cost of copying the answer
+    there (small next to decoding it). The process is started on first use, so it inherits the
+    fuzzer's niceness. Owned by one `fuzz()` run; its worker tasks call `check()`.
+    """
+
+    def __init__(self, off_loop_bytes: int = CHECK_OFF_LOOP_BYTES) -> None:
+        self.off_loop_bytes = off_loop_bytes
+        self.checked_off_loop = 0
+        self._pool: Any = None
+
+    async def check(self, frame: bytes, answer: bytes) -> str | None:
+        if len(answer) < self.off_loop_bytes:
+            return _check_answer(frame, answer)
+        if self._pool is None:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            # forkserver, not fork: a fork of this process would copy a running trio loop's threads' state
+            self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("forkserver"))
+        self.checked_off_loop += 1
+        future = self._pool.submit(_check_answer, frame, answer)
+        problem: str | None = await trio.to_thread.run_sync(future.result)
+        return problem
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
 
 
 async def fuzz(
@@ -945,13 +987,16 @@ async def fuzz(
                         if promises_more:
                             sock.shutdown(socket.SHUT_WR)  # the promised bytes never come
                         sent_at = trio.current_time()
-                        with trio.move_on_after(answer_timeout):
+                        answer = None
+                        with trio.move_on_after(answer_timeout):  # for the answer, not its check
                             (size,) = SIZE.unpack(await _receive_exactly(sock, 4))
                             answer = await _receive_exactly(sock, size)
-                            problem = _check_answer(frame, answer)
+                            answered_in = trio.current_time() - sent_at
+                        if answer is not None:
+                            problem = await checker.check(frame, answer)
                             if problem is None:
                                 stats.answered += 1
-                                stats.note_latency(trio.current_time() - sent_at, frame)
+                                stats.note_latency(answered_in, frame)
                             else:
                                 stats.bad_answers += 1
                                 if len(stats.bad_answer_samples) < 20:
@@ -975,13 +1020,18 @@ async def fuzz(
             stats.seconds = trio.current_time() - started
             progress(stats)
 
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(report)
-        async with trio.open_nursery() as workers:
-            for index in range(connections):
-                workers.start_soon(worker, index)
-        nursery.cancel_scope.cancel()
+    checker = AnswerChecker()
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(report)
+            async with trio.open_nursery() as workers:
+                for index in range(connections):
+                    workers.start_soon(worker, index)
+            nursery.cancel_scope.cancel()
+    finally:
+        checker.close()
     stats.seconds = trio.current_time() - started
+    stats.checked_off_loop = checker.checked_off_loop
     return stats
 
 

@@ -5,10 +5,20 @@ from __future__ import annotations
 import random
 import struct
 
+import trio
+
 from kafkacompat.broker import dispatch
-from kafkacompat.fuzzer import FuzzStats, FuzzTarget, Mutator, build_seeds, latency_windows, scan_log
+from kafkacompat.fuzzer import (
+    AnswerChecker,
+    FuzzStats,
+    FuzzTarget,
+    Mutator,
+    build_seeds,
+    latency_windows,
+    scan_log,
+)
 from kafkacompat.wire import messages
-from kafkacompat.wire.header import RequestHeader, encode_request_header
+from kafkacompat.wire.header import RequestHeader, encode_request_header, encode_response_header
 
 SERVED = {key: (low, high) for key, low, high in dispatch.supported_versions()}
 
@@ -68,3 +78,52 @@ def test_pacing_lateness_is_summed_up_only_for_paced_runs() -> None:
     for late in [0.001] * 98 + [0.2, 0.4]:
         stats.note_pacing(late)
     assert stats.as_dict()["pacing_late_ms"] == {"p50": 1.0, "p99": 400.0, "max": 400.0}
+
+
+def _metadata_exchange(topics: int) -> tuple[bytes, bytes]:
+    """A Metadata v12 request frame (with its size) and an answer to it (without) naming `topics` topics."""
+    header = encode_request_header(RequestHeader(3, 12, 4242, "kafkacompat-fuzz"))
+    body = messages.encode_request(3, 12, messages.request_class(3)(topics=None))
+    frame = struct.pack(">i", len(header) + len(body)) + header + body
+    response = messages.response_class(3)
+    answer = response(topics=[
+        response.MetadataResponseTopic(name=f"topic-{n}", partitions=[
+            response.MetadataResponsePartition(partition_index=p, replica_nodes=[1], isr_nodes=[1])
+            for p in range(4)
+        ])
+        for n in range(topics)
+    ])  # fmt: skip
+    encoded = b"".join(bytes(chunk) for chunk in messages.encode_response(3, 12, answer))
+    return frame, encode_response_header(3, 12, 4242) + encoded
+
+
+async def test_large_answers_are_checked_in_a_process_while_the_loop_runs_on() -> None:
+    frame, answer = _metadata_exchange(2000)
+    assert len(answer) > 100_000
+    damaged = answer[: len(answer) // 2]
+    checker = AnswerChecker(off_loop_bytes=16 << 10)
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            await trio.sleep(0)
+            ticks += 1
+
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(tick)
+            await trio.sleep(0)
+            before = ticks
+            assert await checker.check(frame, answer) is None
+            assert ticks > before, "the loop ran other tasks while the answer was checked"
+            problem = await checker.check(frame, damaged)
+            assert problem is not None and problem.startswith("undecodable answer to api 3 v12")
+            small_frame, small_answer = _metadata_exchange(1)
+            before = ticks
+            assert await checker.check(small_frame, small_answer) is None
+            assert ticks == before, "a small answer is checked at once, in the task"
+            nursery.cancel_scope.cancel()
+    finally:
+        checker.close()
+    assert checker.checked_off_loop == 2
