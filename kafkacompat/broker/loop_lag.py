@@ -15,7 +15,10 @@ collection runs inside whichever step allocated last, and its time is taken out 
 Each step's wall time is taken too: a step whose wall time exceeds its CPU time by the threshold was
 off the CPU in the middle (the OS ran another process, or a worker thread held the GIL), which delays
 every other client as much as a long step does but is not the step's doing; such steps are counted as
-the kind "off-CPU inside a step", so a profile tells loop hogs from a starved process.
+the kind "off-CPU inside a step", so a profile tells loop hogs from a starved process. Each such step
+also says how much CPU the process's other threads used meanwhile (`time.process_time` less the loop
+thread's): near the stall when a worker or acceptor thread held the GIL, near zero when the OS ran
+another process or the thread waited on the disk.
 `summary()` aggregates the slow steps per kind (count, total, worst), for profiling runs.
 
 Off by default (no instrument, no cost). The environment variable `KAFKACOMPAT_LOOP_LAG_MS` (a
@@ -67,6 +70,7 @@ class LoopLagMonitor(trio.abc.Instrument):
         self._gc_started = 0.0
         self._gc_in_step = 0.0  # collection time within the current step
         self._wall_started = time.perf_counter()
+        self._process_started = time.process_time()
 
     def on_gc(self, phase: str, info: dict[str, int]) -> None:
         """gc.callbacks hook: a collection is a pause of the loop too (it runs inside some task's step)."""
@@ -85,6 +89,7 @@ class LoopLagMonitor(trio.abc.Instrument):
         self._gc_in_step = 0.0
         self._started = time.thread_time()
         self._wall_started = time.perf_counter()
+        self._process_started = time.process_time()
 
     def _count(self, kind: str, took: float) -> None:
         entry = self.slow.setdefault(kind, [0, 0.0, 0.0])
@@ -101,8 +106,13 @@ class LoopLagMonitor(trio.abc.Instrument):
         if off_cpu >= self.threshold:
             self._count(OFF_CPU, off_cpu)
             if self.log_each:
-                log.warning("event loop stalled %.1f ms off the CPU inside a step of %s",
-                            off_cpu * 1000, _describe(task, task.context.get(CURRENT_REQUEST)))  # fmt: skip
+                others = max(time.process_time() - self._process_started - cpu, 0.0)
+                what = _describe(task, task.context.get(CURRENT_REQUEST))
+                log.warning(
+                    "event loop stalled %.1f ms off the CPU inside a step of %s"
+                    " (the process's other threads used %.1f ms of CPU meanwhile)",
+                    off_cpu * 1000, what, others * 1000,
+                )  # fmt: skip
         if took < self.threshold:
             return
         self.worst = max(self.worst, took)

@@ -4,6 +4,7 @@ and the loop-lag monitor names what held the loop (broker/fairness.py, broker/lo
 from __future__ import annotations
 
 import gc
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -254,6 +255,37 @@ async def test_the_loop_lag_monitor_tells_a_step_off_the_cpu_from_one_that_works
     kinds = {row["kind"]: row for row in monitor.summary()}
     assert kinds[loop_lag.OFF_CPU]["worst_ms"] >= 20, kinds
     assert "Fetch v16" not in kinds, kinds
+
+
+async def test_an_off_cpu_step_says_how_much_cpu_the_other_threads_used(caplog) -> None:
+    """The loop thread blocked while a worker thread computes (as when it waits for the GIL) is told
+    apart from one blocked while nothing else in the process runs (descheduled, or on the disk)."""
+    import threading
+
+    stop = threading.Event()
+    worker = threading.Thread(target=lambda: [sum(range(1000)) for _ in iter(stop.is_set, True)])
+    monitor = loop_lag.install(5.0)
+    try:
+
+        async def beside_a_busy_thread() -> None:
+            worker.start()
+            time.sleep(0.1)
+            stop.set()
+            worker.join()
+            await trio.lowlevel.checkpoint()
+            time.sleep(0.03)  # alone
+            await trio.lowlevel.checkpoint()
+
+        with caplog.at_level(logging.WARNING, logger="kafkacompat.broker.loop_lag"):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(beside_a_busy_thread)
+    finally:
+        stop.set()
+        loop_lag.uninstall(monitor)
+    stalls = [r.getMessage() for r in caplog.records if "off the CPU" in r.getMessage()]
+    used = [float(m.split("other threads used ")[1].split(" ms")[0]) for m in stalls]
+    assert len(used) == 2, stalls
+    assert used[0] >= 20 and used[1] < 10, stalls
 
 
 async def test_handlers_of_a_thousand_items_do_not_hold_the_loop(
