@@ -26,30 +26,47 @@ held while a task waits in the lane (no lock, no slot), so it cannot deadlock wi
 may hold: the lane's own task always moves on.
 
 `encode_off_loop()` is the counterpart for encoding: a response of very many items (estimated from its
-list lengths without walking it) is encoded in a worker thread. The encoders are pure Python, so the
-thread holds the GIL, but CPython hands it back to the event loop every switch interval (5 ms), which
-bounds the loop's wait instead of letting one encode run for 100 ms. Response objects are built fresh
-by the handlers (no list shared with live broker state), so nothing mutates them meanwhile.
+list lengths without walking it) is encoded in shares as well, though the generated encoder is one plain
+function. It runs in a greenlet (`_Shares`) whose lists of structs iterate through `_SharingList`:
+after each element, once the share is used, the iterator switches back to the task, which queues in the
+HeavyLane and then switches into the greenlet again, so the encoding resumes where it stopped. The lists
+are swapped in as the encoder reaches them (the response's own, then each element's), so the cost stays
+per element encoded. It used to run in a worker thread, but the encoders are pure Python: the thread held
+the GIL, and the loop thread waited for it at every system call of its steps (each wait up to the 1 ms
+switch interval); beside the fuzzer, encodes of 80-140 ms in a thread stalled the loop's steps 5-12 ms
+each, 10-30 times a minute. A greenlet is not a thread: nothing runs beside the loop, so nothing waits
+for the GIL. Response objects are built fresh by the handlers (no list shared with live broker state),
+so swapping their lists changes nothing else.
 """
 
 from __future__ import annotations
 
 import collections
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import greenlet
 import trio
 
 from kafkacompat.wire import messages
 from kafkacompat.wire.primitives import Struct as GeneratedStruct
 
-__all__ = ["TURN_SECONDS", "HeavyLane", "Turn", "decode_off_loop", "encode_off_loop", "estimated_items"]
+__all__ = [
+    "TURN_SECONDS",
+    "HeavyLane",
+    "Turn",
+    "decode_off_loop",
+    "encode_off_loop",
+    "estimated_items",
+    "in_shares",
+]
 
 #: the longest a handler works on its items before it lets the other tasks run: beside the fuzzer (120 s
 #: at 300 frames/s, 2 CPUs, 1 ms GIL switch interval) the well-behaved pair's p99 was 8.3 ms at 2 ms, 5.3
 #: at 1 ms and 4.2-4.8 at 0.5 ms (quiet: 1.6-2.1 ms)
 TURN_SECONDS = 0.0005
-#: responses estimated at more items than this are encoded in a worker thread
+#: responses estimated at more items than this are encoded in shares (in a greenlet; see above)
 OFF_LOOP_ITEMS = 3000
 #: requests of more bytes than this are decoded in a worker thread (except Produce: its records stay
 #: undecoded bytes, so its decoding costs little per byte); the thread's GIL is handed back to the loop
@@ -157,7 +174,64 @@ def _decode(api_key: int, api_version: int, body: memoryview) -> Any:
 
 
 async def encode_off_loop(api_key: int, api_version: int, response: Any) -> list[Any]:
-    """The response's chunks; encoded in a worker thread when it is very large (see above)."""
+    """The response's chunks; encoded in shares, one per turn of the HeavyLane, when it is very large
+    (see above)."""
     if api_key in _HOT_KEYS or estimated_items(response) <= OFF_LOOP_ITEMS:
         return messages.encode_response(api_key, api_version, response)
-    return await trio.to_thread.run_sync(messages.encode_response, api_key, api_version, response)
+    _share_lists(response)
+    chunks: list[Any] = await in_shares(lambda: messages.encode_response(api_key, api_version, response))
+    return chunks
+
+
+class _Shares(greenlet.greenlet):
+    """A computation run in shares of TURN_SECONDS: `since` is when its current share began. Created
+    and switched into only by `in_shares`, on the loop thread."""
+
+    since = 0.0
+
+
+async def in_shares(compute: Callable[[], Any]) -> Any:
+    """`compute()`, run in a greenlet that gives the loop back (through the HeavyLane) whenever a
+    `_SharingList` it iterates finds its share used. Exceptions come out as from `compute()` itself;
+    a cancelled wait ends the computation (GreenletExit raised where it stopped)."""
+    worker = _Shares(compute)
+    worker.since = time.perf_counter()
+    result = worker.switch()
+    try:
+        while not worker.dead:
+            await HeavyLane.current().wait_turn()
+            worker.since = time.perf_counter()
+            result = worker.switch()
+    finally:
+        if not worker.dead:
+            worker.throw()
+    return result
+
+
+class _SharingList(list):  # type: ignore[type-arg]
+    """A response's list of structs whose iteration, inside `in_shares`, yields the loop once the share
+    is used; its struct elements' lists are swapped for sharing ones as they are reached."""
+
+    __slots__ = ()
+
+    def __iter__(self) -> Iterator[Any]:
+        worker = greenlet.getcurrent()
+        if not isinstance(worker, _Shares):
+            yield from list.__iter__(self)
+            return
+        clock = time.perf_counter
+        for item in list.__iter__(self):
+            _share_lists(item)
+            yield item
+            if clock() - worker.since >= TURN_SECONDS:
+                worker.parent.switch()
+
+
+def _share_lists(obj: Any) -> None:
+    """Swap `obj`'s lists of structs for sharing ones (in place; each once, however often it is shared)."""
+    if not isinstance(obj, GeneratedStruct):
+        return
+    for name in type(obj).__slots__:
+        value = getattr(obj, name, None)
+        if type(value) is list and value and isinstance(value[0], GeneratedStruct):
+            setattr(obj, name, _SharingList(value))

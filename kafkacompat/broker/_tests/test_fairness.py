@@ -183,15 +183,28 @@ async def test_a_large_request_is_decoded_off_the_loop_to_the_same_object(
     assert len(threads) == 2
 
 
-async def test_a_very_large_response_is_encoded_off_the_loop_with_the_same_bytes() -> None:
+async def test_a_very_large_response_is_encoded_in_shares_with_the_same_bytes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A response estimated at over OFF_LOOP_ITEMS is encoded on the loop thread (no worker thread to
+    hold the GIL), in shares between which other tasks run; its bytes are the plain encoder's. A group
+    shared by several entries of the response (as repeated DescribeGroups ids are) encodes each time."""
+
+    def no_thread(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a response is never encoded in a worker thread")
+
+    monkeypatch.setattr(trio.to_thread, "run_sync", no_thread)
     small = _described_groups(3, 2)
     large = _described_groups(200, 30)
+    shared = _described_groups(1, 400)
+    shared.groups = shared.groups * 20
     assert fairness.estimated_items(small) <= fairness.OFF_LOOP_ITEMS < fairness.estimated_items(large)
-    for response in (small, large):
+    assert fairness.estimated_items(shared) > fairness.OFF_LOOP_ITEMS
+    for response in (small, large, shared):
         expected = b"".join(bytes(c) for c in messages.encode_response(15, 5, response))
         chunks = await fairness.encode_off_loop(15, 5, response)
         assert b"".join(bytes(c) for c in chunks) == expected
-    # the large one went to a worker thread: the loop ran another task meanwhile
+    # the large one gave the loop back between shares: another task ran many times meanwhile
     ticks = 0
 
     async def tick() -> None:
@@ -207,7 +220,33 @@ async def test_a_very_large_response_is_encoded_off_the_loop_with_the_same_bytes
         await fairness.encode_off_loop(15, 5, _described_groups(2000, 30))
         during = ticks - before
         nursery.cancel_scope.cancel()
-    assert during >= 2, during
+    assert during >= 10, during
+
+
+async def test_a_computation_in_shares_raises_as_itself_and_ends_when_cancelled() -> None:
+    import greenlet
+
+    failing = _described_groups(2000, 3)
+    failing.groups[1500].group_id = "g" * 40_000  # over a string's 32,767 bytes: the encoder refuses it
+    with pytest.raises(Exception, match="40000"):
+        await fairness.encode_off_loop(15, 5, failing)
+    reached: list[int] = []
+
+    values = fairness._SharingList(GeneratedStruct() for _ in range(200_000))
+
+    def endless() -> None:
+        while True:
+            for index, _ in enumerate(values):
+                reached.append(index)
+
+    with trio.move_on_after(0.05) as scope:
+        await fairness.in_shares(endless)
+    assert scope.cancelled_caught and reached
+    stopped_at = len(reached)
+    await trio.sleep(0.02)
+    assert len(reached) == stopped_at, "the computation went on after its task was cancelled"
+    assert fairness.HeavyLane.current().waiting == 0
+    assert not isinstance(greenlet.getcurrent(), fairness._Shares)
 
 
 async def test_the_loop_lag_monitor_names_the_request_that_held_the_loop() -> None:
