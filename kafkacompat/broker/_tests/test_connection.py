@@ -792,3 +792,18 @@ async def test_a_response_to_a_peer_that_left_raises_broken_resource(tmp_path: P
     with pytest.raises(trio.BrokenResourceError):
         await writer.send([b"x" * 100])
     ours.close()
+
+
+def test_a_large_response_body_is_framed_without_being_copied() -> None:
+    """The size prefix and header are merged with a small first body chunk (one piece to write); a large
+    body chunk is framed as it is (merging copied a 13 MB DescribeGroups answer twice in one loop step)."""
+    from kafkacompat.broker.connection import MERGED_FIRST_CHUNK_BYTES, frame_response
+
+    small, large = bytearray(b"s" * 100), bytearray(b"L" * (MERGED_FIRST_CHUNK_BYTES + 1))
+    for body in ([small, b"rest"], [large, b"rest"]):
+        framed = frame_response(b"HEAD", body)
+        joined = b"".join(bytes(piece) for piece in framed)
+        assert joined == struct.pack(">i", 4 + len(body[0]) + 4) + b"HEAD" + bytes(body[0]) + b"rest"
+    assert len(frame_response(b"HEAD", [small, b"rest"])) == 2
+    framed = frame_response(b"HEAD", [large, b"rest"])
+    assert len(framed) == 3 and framed[1] is large
