@@ -19,6 +19,8 @@ the kind "off-CPU inside a step", so a profile tells loop hogs from a starved pr
 also says how much CPU the process's other threads used meanwhile (`time.process_time` less the loop
 thread's): near the stall when a worker or acceptor thread held the GIL, near zero when the OS ran
 another process or the thread waited on the disk.
+Each slow step's line also says where the step stopped (the task's innermost await in the broker's code,
+from its chain of awaited coroutines), which places the work of a task that serves no request.
 `summary()` aggregates the slow steps per kind (count, total, worst), for profiling runs.
 
 Off by default (no instrument, no cost). The environment variable `KAFKACOMPAT_LOOP_LAG_MS` (a
@@ -121,7 +123,7 @@ class LoopLagMonitor(trio.abc.Instrument):
         self._count(kind, took)
         if self.log_each:
             size = f", {request[2]} bytes" if request is not None else ""
-            log.warning("event loop held %.1f ms by %s%s", took * 1000, kind, size)
+            log.warning("event loop held %.1f ms by %s%s (%s)", took * 1000, kind, size, _stopped_at(task))
 
     def summary(self) -> list[dict[str, Any]]:
         """Slow steps per kind, the worst first."""
@@ -141,6 +143,20 @@ def _describe(task: trio.lowlevel.Task, request: tuple[int, int, int] | None) ->
     spec = messages.API_SPECS.get(request[0])
     name = spec.name if spec is not None else str(request[0])
     return f"{name} v{request[1]}"
+
+
+def _stopped_at(task: trio.lowlevel.Task) -> str:
+    """Where the task's step ended: its innermost await in the broker's own code (file:line in function),
+    read from the chain of awaited coroutines; what a slow step of an unlabelled task did is near it."""
+    awaited: Any = task.coro
+    place = None
+    while awaited is not None:
+        frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "gi_frame", None)
+        if frame is not None and "kafkacompat" in frame.f_code.co_filename:
+            code = frame.f_code
+            place = f"{os.path.basename(code.co_filename)}:{frame.f_lineno} in {code.co_name}"
+        awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "gi_yieldfrom", None)
+    return f"stopped at {place}" if place is not None else "ended, or stopped outside the broker's code"
 
 
 def install(threshold_ms: float, *, log_each: bool = True) -> LoopLagMonitor:

@@ -327,6 +327,30 @@ async def test_an_off_cpu_step_says_how_much_cpu_the_other_threads_used(caplog) 
     assert used[0] >= 20 and used[1] < 10, stalls
 
 
+async def test_a_slow_step_is_logged_with_where_it_stopped(caplog) -> None:
+    """A slow step of a task that serves no request is placed by its innermost await in broker code."""
+
+    async def inner_wait() -> None:
+        await trio.sleep(0)
+
+    async def spinning() -> None:
+        began = time.thread_time()
+        while time.thread_time() - began < 0.02:
+            pass
+        await inner_wait()
+
+    monitor = loop_lag.install(5.0)
+    try:
+        with caplog.at_level(logging.WARNING, logger="kafkacompat.broker.loop_lag"):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(spinning)
+    finally:
+        loop_lag.uninstall(monitor)
+    held = [r.getMessage() for r in caplog.records if "event loop held" in r.getMessage()]
+    placed = [m for m in held if "spinning" in m and "stopped at test_fairness.py:" in m]
+    assert placed and all(m.endswith(" in inner_wait)") for m in placed), held
+
+
 async def test_handlers_of_a_thousand_items_do_not_hold_the_loop(
     nursery: trio.Nursery, tmp_path: Path
 ) -> None:
