@@ -73,6 +73,7 @@ class LoopLagMonitor(trio.abc.Instrument):
         self._gc_in_step = 0.0  # collection time within the current step
         self._wall_started = time.perf_counter()
         self._process_started = time.process_time()
+        self._request_at_start: tuple[int, int, int] | None = None
 
     def on_gc(self, phase: str, info: dict[str, int]) -> None:
         """gc.callbacks hook: a collection is a pause of the loop too (it runs inside some task's step)."""
@@ -88,6 +89,9 @@ class LoopLagMonitor(trio.abc.Instrument):
                             took * 1000, info.get("generation"), info.get("collected"))  # fmt: skip
 
     def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        # the request a step began in: a step that finishes a request (its answer written, the label
+        # cleared) is still that request's work
+        self._request_at_start = task.context.get(CURRENT_REQUEST)
         self._gc_in_step = 0.0
         self._started = time.thread_time()
         self._wall_started = time.perf_counter()
@@ -109,7 +113,7 @@ class LoopLagMonitor(trio.abc.Instrument):
             self._count(OFF_CPU, off_cpu)
             if self.log_each:
                 others = max(time.process_time() - self._process_started - cpu, 0.0)
-                what = _describe(task, task.context.get(CURRENT_REQUEST))
+                what = _describe(task, task.context.get(CURRENT_REQUEST) or self._request_at_start)
                 log.warning(
                     "event loop stalled %.1f ms off the CPU inside a step of %s"
                     " (the process's other threads used %.1f ms of CPU meanwhile)",
@@ -118,7 +122,7 @@ class LoopLagMonitor(trio.abc.Instrument):
         if took < self.threshold:
             return
         self.worst = max(self.worst, took)
-        request = task.context.get(CURRENT_REQUEST)
+        request = task.context.get(CURRENT_REQUEST) or self._request_at_start
         kind = _describe(task, request)
         self._count(kind, took)
         if self.log_each:

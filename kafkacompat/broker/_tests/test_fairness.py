@@ -262,14 +262,25 @@ async def test_the_loop_lag_monitor_names_the_request_that_held_the_loop() -> No
             _busy(0.02)
             await trio.lowlevel.checkpoint()
 
+        async def finishing_request() -> None:
+            # as a connection does: the request's last step clears the label before its next await
+            loop_lag.CURRENT_REQUEST.set((3, 12, 99))
+            await trio.lowlevel.checkpoint()
+            _busy(0.02)
+            loop_lag.CURRENT_REQUEST.set(None)
+            await trio.lowlevel.checkpoint()
+
         async with trio.open_nursery() as nursery:
             nursery.start_soon(slow_request)
             nursery.start_soon(slow_task)
+            nursery.start_soon(finishing_request)
     finally:
         loop_lag.uninstall(monitor)
     kinds = {row["kind"]: row for row in monitor.summary()}
     assert kinds["DescribeConfigs v4"]["worst_ms"] >= 15, kinds
     assert any(kind.startswith("task ") and "slow_task" in kind for kind in kinds), kinds
+    assert kinds["Metadata v12"]["worst_ms"] >= 15, kinds
+    assert not any("finishing_request" in kind for kind in kinds), kinds
     assert not loop_lag.enabled()
 
 
