@@ -565,6 +565,10 @@ class Connection:
                 elif not woken:
                     await checkpoint()
                 woken = False
+                if loop_lag.enabled():
+                    # cleared only now, after this step began: a step that handled a whole request
+                    # without yielding ends labelled with it (the loop-lag monitor reads the label then)
+                    loop_lag.CURRENT_REQUEST.set(None)
                 with frames.receive_buffer() as buffer:
                     try:
                         received = os.readv(fileno, [buffer])
@@ -581,6 +585,8 @@ class Connection:
                 # TLS: wait holding no receive buffer either (an idle TLS connection keeps none)
                 frames.release_idle()
                 received = await self._tls_receive(frames)
+                if loop_lag.enabled():
+                    loop_lag.CURRENT_REQUEST.set(None)  # as above
             self._receiving = False
             if not received:
                 frames.release_idle()
@@ -608,8 +614,6 @@ class Connection:
                 if memory is not None:
                     memory.release(self._charged)  # handled: its bytes leave the budget
                     self._charged = 0
-                if loop_lag.enabled():
-                    loop_lag.CURRENT_REQUEST.set(None)
                 if self._draining:
                     return
                 frame = frames.next_frame()

@@ -807,3 +807,24 @@ def test_a_large_response_body_is_framed_without_being_copied() -> None:
     assert len(frame_response(b"HEAD", [small, b"rest"])) == 2
     framed = frame_response(b"HEAD", [large, b"rest"])
     assert len(framed) == 3 and framed[1] is large
+
+
+async def test_a_request_handled_in_one_step_is_named_by_the_loop_lag_monitor(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """A request whose whole handling takes one task step (no yield from its arrival to its answer) is
+    that step's kind, not the connection task's: the connection clears the label only when the next
+    step of its read loop begins."""
+    from kafkacompat.broker import loop_lag
+
+    broker = await start_broker(nursery, tmp_path)
+    client = await RawClient.connect(broker.port)
+    await client.call(API_VERSIONS, 3, hello())
+    monitor = loop_lag.install(0.0, log_each=False)  # every step is counted by its kind
+    try:
+        for _ in range(3):
+            await client.call(API_VERSIONS, 3, hello())
+    finally:
+        loop_lag.uninstall(monitor)
+    kinds = {row["kind"]: row["count"] for row in monitor.summary()}
+    assert kinds.get("ApiVersions v3", 0) >= 3, kinds

@@ -198,5 +198,6 @@ def test_the_first_request_does_not_import_the_request_path_on_the_event_loop(
         assert broker.stop() == 0
     log = broker.log_path.read_text()
     assert "loop-lag monitor on" in log
-    held = [line for line in log.splitlines() if "event loop held" in line and "Broker._serve" in line]
+    # the import would be a step of the connection's task, named by the request it began (Metadata)
+    held = [line for line in log.splitlines() if "event loop held" in line and "collection" not in line]
     assert held == [], held
