@@ -201,6 +201,8 @@ class OffsetIndex(_SparseIndex):
                 raise IndexCorrupt(f"{self.path}: entry {i} is not after entry {i - 1}")
         if keys and keys[0] < 0:
             raise IndexCorrupt(f"{self.path}: negative relative offset")
+        if values and values[0] < 0:  # positions only increase, so the first bounds them all
+            raise IndexCorrupt(f"{self.path}: negative position")
 
     def check(self, log_size: int) -> None:
         """Cheap validation at startup; raises IndexCorrupt."""

@@ -261,7 +261,8 @@ class LogSegment:
     def find_batch(self, offset: int) -> tuple[int, BatchHeader] | None:
         """(position, header) of the first batch whose last offset >= `offset`, or None."""
         position = self._index_position(offset)
-        if position > self.size:
+        if not 0 <= position < max(self.size, 1):
+            # load() refuses such entries; an index loaded before the log shrank can still hold one
             position = 0
         if position:
             # The entry found is at or before `offset`, so the batch it points at starts at or before it.

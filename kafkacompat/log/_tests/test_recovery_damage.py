@@ -227,6 +227,36 @@ def test_an_index_entry_garbled_to_an_earlier_offset_is_caught_on_read(
         pl.close(clean=False)
 
 
+@pytest.mark.parametrize("clean", [True, False])
+def test_an_index_entry_garbled_to_a_negative_position_is_rebuilt(
+    pristine: Path, scratch: Path, clean: bool
+) -> None:
+    """The example hypothesis found (clean-clone make test, session 12): bytes 3-4 of the first segment's
+    index set to 00 80 make its first entry's position negative. Later entries still count upwards, so
+    the order checks passed, the index was trusted after a clean shutdown, and a read did
+    `pread(fd, 61, -2147483316)`: EINVAL, answered as KAFKA_STORAGE_ERROR. Kafka's sanity check refuses
+    a position below zero, and so does ours: the index is rebuilt."""
+    d = _copy(pristine, scratch)
+    before = _records(d)
+    logs = segment_logs(str(d))
+    index = logs[0][:-4] + ".index"
+    assert os.path.getsize(index) >= 16, "the first segment has several index entries"
+    with open(index, "r+b") as f:
+        f.seek(3)
+        f.write(b"\x00\x80")
+    os.unlink(logs[1][:-4] + ".index")
+    pl = PartitionLog(str(d), "t", 0, CONFIG, clean_shutdown=clean, recovery_point=0, sync=False)
+    try:
+        assert pl.log_end_offset == before[-1][0] + 1
+        for offset, _, _ in before:
+            result = pl.read(offset, 1)
+            assert result.first_offset <= offset, (offset, result.first_offset)
+        assert _records(d) == before
+        _check_usable(pl)
+    finally:
+        pl.close(clean=False)
+
+
 def test_a_base_offset_flipped_into_the_next_segment_is_cut_on_recovery(
     pristine: Path, scratch: Path
 ) -> None:
