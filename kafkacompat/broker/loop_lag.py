@@ -9,7 +9,9 @@ includes whatever the OS scheduler gave to other processes, which is not the ste
 `LoopLagMonitor` is a trio instrument: `before_task_step`/`after_task_step` time every step, and a step
 longer than the threshold is logged at WARNING with the task's name and, when the task is a connection
 handling a request, that request's API, version and size (the connection stores them in `CURRENT_REQUEST`, a
-context variable, which lives in the task's own context and so is read back from `task.context`).
+context variable, which lives in the task's own context and so is read back from `task.context`). The
+connection clears the label only as its next read step begins, so a step that finishes a request, or
+handles one whole, is that request's, and a step that reads part of the next frame is the connection's.
 Garbage collections over the threshold are counted too (`gc.callbacks`), as their own kind: a
 collection runs inside whichever step allocated last, and its time is taken out of that step's.
 Each step's wall time is taken too: a step whose wall time exceeds its CPU time by the threshold was
@@ -73,7 +75,6 @@ class LoopLagMonitor(trio.abc.Instrument):
         self._gc_in_step = 0.0  # collection time within the current step
         self._wall_started = time.perf_counter()
         self._process_started = time.process_time()
-        self._request_at_start: tuple[int, int, int] | None = None
 
     def on_gc(self, phase: str, info: dict[str, int]) -> None:
         """gc.callbacks hook: a collection is a pause of the loop too (it runs inside some task's step)."""
@@ -89,9 +90,6 @@ class LoopLagMonitor(trio.abc.Instrument):
                             took * 1000, info.get("generation"), info.get("collected"))  # fmt: skip
 
     def before_task_step(self, task: trio.lowlevel.Task) -> None:
-        # the request a step began in: a step that finishes a request (its answer written, the label
-        # cleared) is still that request's work
-        self._request_at_start = task.context.get(CURRENT_REQUEST)
         self._gc_in_step = 0.0
         self._started = time.thread_time()
         self._wall_started = time.perf_counter()
@@ -113,7 +111,7 @@ class LoopLagMonitor(trio.abc.Instrument):
             self._count(OFF_CPU, off_cpu)
             if self.log_each:
                 others = max(time.process_time() - self._process_started - cpu, 0.0)
-                what = _describe(task, task.context.get(CURRENT_REQUEST) or self._request_at_start)
+                what = _describe(task, task.context.get(CURRENT_REQUEST))
                 log.warning(
                     "event loop stalled %.1f ms off the CPU inside a step of %s"
                     " (the process's other threads used %.1f ms of CPU meanwhile)",
@@ -122,7 +120,7 @@ class LoopLagMonitor(trio.abc.Instrument):
         if took < self.threshold:
             return
         self.worst = max(self.worst, took)
-        request = task.context.get(CURRENT_REQUEST) or self._request_at_start
+        request = task.context.get(CURRENT_REQUEST)
         kind = _describe(task, request)
         self._count(kind, took)
         if self.log_each:
