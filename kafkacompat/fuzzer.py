@@ -910,12 +910,14 @@ class AnswerChecker:
             self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("forkserver"))
         self.checked_off_loop += 1
         future = self._pool.submit(_check_answer, frame, answer)
-        problem: str | None = await trio.to_thread.run_sync(future.result)
+        # a cancelled run (the broker died, the time is up) stops waiting at once; the check itself ends
+        # in its process, and close() does not wait for it either
+        problem: str | None = await trio.to_thread.run_sync(future.result, abandon_on_cancel=True)
         return problem
 
     def close(self) -> None:
         if self._pool is not None:
-            self._pool.shutdown(cancel_futures=True)
+            self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 async def fuzz(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import struct
+import time
 
 import trio
 
@@ -127,3 +128,22 @@ async def test_large_answers_are_checked_in_a_process_while_the_loop_runs_on() -
     finally:
         checker.close()
     assert checker.checked_off_loop == 2
+
+
+async def test_a_cancelled_check_of_a_large_answer_stops_waiting_at_once() -> None:
+    """A run cancelled mid-check (its broker died, its time is up) does not wait for the check's process:
+    here the process is still starting when the wait is cancelled, and so is the close."""
+    frame, answer = _metadata_exchange(5000)
+    checker = AnswerChecker(off_loop_bytes=16 << 10)
+    try:
+        started = time.perf_counter()
+        with trio.move_on_after(0.02) as scope:
+            await checker.check(frame, answer)
+        waited = time.perf_counter() - started
+        assert scope.cancelled_caught, "starting the process and decoding 5,000 topics outlast 20 ms"
+        assert waited < 0.25, f"the cancelled check was waited for ({waited * 1000:.0f} ms)"
+    finally:
+        closing = time.perf_counter()
+        checker.close()
+        closed_in = time.perf_counter() - closing
+    assert closed_in < 0.25, f"close() waited for the check in flight ({closed_in * 1000:.0f} ms)"
