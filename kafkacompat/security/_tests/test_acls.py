@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kafkacompat.security.acls import (
     AclBinding,
@@ -149,3 +151,43 @@ def test_store_persists(tmp_path: Path) -> None:
     again = AclStore.load(tmp_path / "acls.json")
     assert list(again) == list(store)
     assert validate(acl(C, "kafka-cluster", Op.ALTER)) is None
+
+
+_NAMES = st.sampled_from(["", "*", "a", "ab", "abc", "abd", "b", "orders", "orders-eu"])
+_BINDINGS = st.builds(
+    AclBinding,
+    st.sampled_from([T, G]),
+    _NAMES,
+    st.sampled_from([Pattern.LITERAL, Pattern.PREFIXED]),
+    st.sampled_from([ALICE, BOB]),
+    st.just("*"),
+    st.sampled_from([Op.READ, Op.WRITE]),
+    st.sampled_from([Permission.ALLOW, Permission.DENY]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(steps=st.lists(st.tuples(st.booleans(), _BINDINGS), max_size=40), lookups=st.lists(st.tuples(
+    st.sampled_from([T, G]), _NAMES), min_size=1, max_size=8))  # fmt: skip
+def test_the_indexed_lookup_finds_what_a_walk_of_every_acl_finds(
+    steps: list[tuple[bool, AclBinding]], lookups: list[tuple[int, str]]
+) -> None:
+    """for_resource() reads an index kept by add/remove/replace; a walk of every ACL, in creation order,
+    is its definition (the literal name, the wildcard, every prefix of the name)."""
+    store = AclStore()
+    for adding, binding in steps:
+        if adding:
+            store.add(binding)
+        else:
+            store.remove([binding])
+    copy = AclStore()
+    copy.replace(list(store))
+    for resource_type, name in lookups:
+        walked = [
+            a for a in store
+            if a.resource_type == resource_type
+            and ((a.pattern_type == Pattern.LITERAL and a.name in (name, "*"))
+                 or (a.pattern_type == Pattern.PREFIXED and name.startswith(a.name)))
+        ]  # fmt: skip
+        assert store.for_resource(resource_type, name) == walked
+        assert copy.for_resource(resource_type, name) == walked
