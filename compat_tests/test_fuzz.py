@@ -38,6 +38,8 @@ def test_short_fuzz_run_beside_a_good_pair(tmp_path: Path, monkeypatch: pytest.M
     # the broker process logs every task step over the limit (CPU time), naming its request
     monkeypatch.setenv("KAFKACOMPAT_LOOP_LAG_MS", str(LOOP_HELD_LIMIT_MS))
     broker = BrokerProcess(tmp_path / "data", ["group.initial.rebalance.delay.ms=0"]).start()
+    # an idle second broker with a pair of its own (`tools/fuzz.py run --control-pair`)
+    control = BrokerProcess(tmp_path / "control", ["group.initial.rebalance.delay.ms=0"]).start()
     try:
         assert broker.process is not None
         result = run_campaign(
@@ -51,10 +53,12 @@ def test_short_fuzz_run_beside_a_good_pair(tmp_path: Path, monkeypatch: pytest.M
                 quiet_seconds=3,
                 pair_rate=50,
                 seed=18,
+                control_bootstrap=control.bootstrap,
             )
         )
     finally:
         status = broker.stop()
+        control.stop()
     assert result["broker_alive"], "the broker died under fuzzing"
     assert status == 0, f"the broker exited with {status} after fuzzing"
     assert result["log_problems"] == []
@@ -69,6 +73,13 @@ def test_short_fuzz_run_beside_a_good_pair(tmp_path: Path, monkeypatch: pytest.M
         assert pair["error_count"] == 0, (phase, pair["errors"])
         assert pair["acked"] == pair["records_sent"] > 0, (phase, pair)
         assert pair["lost"] == 0, (phase, pair)
+    for phase in ("quiet", "fuzzed"):
+        pair = result["control_pair"][phase]
+        assert pair["error_count"] == 0 and pair["lost"] == 0, (phase, pair)
+        assert pair["acked"] == pair["records_sent"] > 0, (phase, pair)
+    assert result["p99_ratio_beyond_control"] == pytest.approx(
+        result["p99_ratio"] / result["control_pair"]["p99_ratio"], rel=0.05
+    )
     assert result["rss_mib"]["peak"] < 400, result["rss_mib"]
     broker_log = broker.log_path.read_text(errors="replace")
     assert "loop-lag monitor on" in broker_log  # the assertion below can fail

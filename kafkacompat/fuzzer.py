@@ -1435,6 +1435,10 @@ class Campaign:
     #: unfairness; the broker and the pair keep their priority
     fuzzer_nice: int = 0
     data_dir_is_log_dir: bool = False  # the broker log lies in the broker's data dir (a broker we started)
+    #: a second, idle broker: a second pair runs against it (alone for its quiet figure, then beside the
+    #: first pair and the fuzzer), so that what the fuzzer's load on the machine costs any client is
+    #: measured apart from what the fuzzed broker's serving of it costs
+    control_bootstrap: str | None = None
 
 
 def _pair_subprocess(bootstrap: str, topic: str, seconds: float, rate: float) -> Any:
@@ -1478,6 +1482,13 @@ def run_campaign(c: Campaign) -> dict[str, Any]:
     if c.quiet_seconds > 0:
         quiet = _pair_subprocess(c.bootstrap, f"good-pair-quiet-{run_tag}", c.quiet_seconds, c.pair_rate)
         result["quiet_pair"] = _pair_result_wait(quiet)
+        if c.control_bootstrap:
+            # after the pair's quiet run, not beside it: each quiet figure is one pair alone on the
+            # machine, as without a control (beside the fuzzer both pairs run, which weighs on both)
+            control_quiet = _pair_subprocess(
+                c.control_bootstrap, f"control-pair-quiet-{run_tag}", c.quiet_seconds, c.pair_rate
+            )
+            result["control_pair"] = {"quiet": _pair_result_wait(control_quiet)}
     rss: list[int] = []
     fds: list[int] = []
     timeline: list[dict[str, Any]] = []  # every 10 s: RSS, descriptors by kind, threads
@@ -1545,6 +1556,11 @@ def run_campaign(c: Campaign) -> dict[str, Any]:
         return stats
 
     pair = _pair_subprocess(c.bootstrap, f"good-pair-fuzzed-{run_tag}", c.seconds + 60, c.pair_rate)
+    control = None
+    if c.control_bootstrap:
+        control = _pair_subprocess(
+            c.control_bootstrap, f"control-pair-fuzzed-{run_tag}", c.seconds + 60, c.pair_rate
+        )
     try:
         time.sleep(3)  # the pair has joined its group and is producing before the fuzzing starts
         if c.fuzzer_nice:
@@ -1552,10 +1568,19 @@ def run_campaign(c: Campaign) -> dict[str, Any]:
         stats = trio.run(main)
     except BaseException:
         pair.kill()
+        if control is not None:
+            control.kill()
         raise
     if c.progress:
         print(file=sys.stderr)
     result["fuzzed_pair"] = _pair_result(pair)
+    if control is not None:
+        control_result = result.setdefault("control_pair", {})
+        control_result["fuzzed"] = _pair_result(control)
+        control_quiet_p99 = control_result.get("quiet", {}).get("e2e_p99_ms")
+        control_fuzzed_p99 = control_result["fuzzed"].get("e2e_p99_ms")
+        if control_quiet_p99 and control_fuzzed_p99:
+            control_result["p99_ratio"] = round(control_fuzzed_p99 / control_quiet_p99, 2)
     result["fuzz"] = stats.as_dict()
     result["broker_alive"] = alive[0] and (c.broker_pid is None or read_rss_kib(c.broker_pid) is not None)
     if rss:
@@ -1580,6 +1605,10 @@ def run_campaign(c: Campaign) -> dict[str, Any]:
     fuzzed_p99 = result["fuzzed_pair"].get("e2e_p99_ms")
     if quiet_p99 and fuzzed_p99:
         result["p99_ratio"] = round(fuzzed_p99 / quiet_p99, 2)
+        control_ratio = result.get("control_pair", {}).get("p99_ratio")
+        if control_ratio:
+            # the part of the ratio that the broker's own serving of the fuzzer accounts for
+            result["p99_ratio_beyond_control"] = round(result["p99_ratio"] / control_ratio, 2)
     result["load_average"] = os.getloadavg()
     result["fuzzer_nice"] = c.fuzzer_nice
     if c.broker_log:
@@ -1637,6 +1666,13 @@ def main(argv: list[str] | None = None) -> int:
         help="run the fuzzer itself at this niceness (the broker and the pair keep theirs): on a small"
         " shared machine its own CPU use is not broker unfairness",
     )
+    run.add_argument(
+        "--control-pair",
+        action="store_true",
+        help="also start a second, idle broker and a second pair against it (quiet alone after the"
+        " first, then beside it and the fuzzer): its p99 ratio is what the fuzzer's load on the machine"
+        " costs any client",
+    )
     pair = commands.add_parser("good-pair")
     pair.add_argument("--bootstrap", required=True)
     pair.add_argument("--topic", required=True)
@@ -1667,8 +1703,15 @@ def main(argv: list[str] | None = None) -> int:
         apis=[int(key) for key in args.apis.split(",")] if args.apis else None,
         fuzzer_nice=args.fuzzer_nice,
     )
-    broker = None
+    broker = control_broker = None
     with tempfile.TemporaryDirectory(prefix="kafkacompat-fuzz-") as tmp:
+        if args.control_pair:
+            from kafkacompat.testing import BrokerProcess
+
+            control_broker = BrokerProcess(
+                Path(tmp) / "control", ["group.initial.rebalance.delay.ms=0"]
+            ).start()
+            campaign.control_bootstrap = control_broker.bootstrap
         if not args.bootstrap:
             from kafkacompat.testing import BrokerProcess
 
@@ -1685,6 +1728,8 @@ def main(argv: list[str] | None = None) -> int:
             if broker is not None:
                 result_exit = broker.stop()
                 print(f"broker exit status {result_exit}", file=sys.stderr)
+            if control_broker is not None:
+                control_broker.stop()
     text = json.dumps(result, indent=2)
     print(text)
     if args.json:
