@@ -534,13 +534,13 @@ class ModuleGen:
             # Leaf struct: its decoder body runs inline, one function call fewer per element.
             lines.append(f"    {target} = _lst = []")
             lines.append("    _ap = _lst.append")
-            lines.append("    for _ in range(_c):")
+            lines.append("    for _ in elements(_c):")
             lines.append(f"        _o = _new({elem})")
             lines.extend("        " + x for x in self.decode_body(elem, v, "_o"))
             lines.append("        _ap(_o)")
             return lines
         lines.append(f"    {target} = _lst = []")
-        lines.append("    for _ in range(_c):")
+        lines.append("    for _ in elements(_c):")
         inner = self.decode_scalar(s, f, elem, v, buf, pos, "_e", path, flex, False)
         lines.extend("        " + x for x in inner)
         lines.append("        _lst.append(_e)")
@@ -886,6 +886,7 @@ class ModuleGen:
             "    ZERO_UUID,\n"
             "    Struct,\n"
             "    bad_length,\n"
+            "    elements,\n"
             "    overrun,\n"
             "    read_tags,\n"
             "    read_uvarint,\n"

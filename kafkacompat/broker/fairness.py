@@ -37,19 +37,26 @@ switch interval); beside the fuzzer, encodes of 80-140 ms in a thread stalled th
 each, 10-30 times a minute. A greenlet is not a thread: nothing runs beside the loop, so nothing waits
 for the GIL. Response objects are built fresh by the handlers (no list shared with live broker state),
 so swapping their lists changes nothing else.
+
+`decode_off_loop()` does the same for requests of more than DECODE_OFF_LOOP_BYTES: the generated
+decoders loop over arrays through `wire.primitives.elements`, whose hook (installed by this module) is a
+plain range except for a large array decoded inside `in_shares`, where it switches back to the task
+between elements once the share is used. Such requests used to be decoded in a worker thread, which held
+the GIL as the encodes did; and Produce was decoded in one step whatever its size: one of 1,000 topics
+took 2-3 ms, the most frequent long step beside the fuzzer.
 """
 
 from __future__ import annotations
 
 import collections
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import greenlet
 import trio
 
-from kafkacompat.wire import messages
+from kafkacompat.wire import messages, primitives
 from kafkacompat.wire.primitives import Struct as GeneratedStruct
 
 __all__ = [
@@ -68,9 +75,8 @@ __all__ = [
 TURN_SECONDS = 0.0005
 #: responses estimated at more items than this are encoded in shares (in a greenlet; see above)
 OFF_LOOP_ITEMS = 3000
-#: requests of more bytes than this are decoded in a worker thread (except Produce: its records stay
-#: undecoded bytes, so its decoding costs little per byte); the thread's GIL is handed back to the loop
-#: every switch interval (commands/serve.py sets 1 ms)
+#: requests of more bytes than this are decoded in shares, in a greenlet (see above): their arrays of
+#: many structs give the loop back between elements, through `wire.primitives.elements`
 DECODE_OFF_LOOP_BYTES = 16 * 1024
 
 
@@ -162,15 +168,11 @@ _HOT_KEYS = frozenset({0, 1})
 
 
 async def decode_off_loop(api_key: int, api_version: int, body: memoryview) -> Any:
-    """The request decoded from `body`; in a worker thread when it is large (see DECODE_OFF_LOOP_BYTES).
+    """The request decoded from `body`; in shares when it is large (see DECODE_OFF_LOOP_BYTES).
     Raises DecodeError. The connection reads nothing more while it waits, so `body` stays as it is."""
-    if api_key in _HOT_KEYS or body.nbytes <= DECODE_OFF_LOOP_BYTES:
+    if body.nbytes <= DECODE_OFF_LOOP_BYTES:
         return messages.decode_request(api_key, api_version, body, allow_trailing=True)
-    return await trio.to_thread.run_sync(_decode, api_key, api_version, body)
-
-
-def _decode(api_key: int, api_version: int, body: memoryview) -> Any:
-    return messages.decode_request(api_key, api_version, body, allow_trailing=True)
+    return await in_shares(lambda: messages.decode_request(api_key, api_version, body, allow_trailing=True))
 
 
 async def encode_off_loop(api_key: int, api_version: int, response: Any) -> list[Any]:
@@ -225,6 +227,26 @@ class _SharingList(list):  # type: ignore[type-arg]
             yield item
             if clock() - worker.since >= TURN_SECONDS:
                 worker.parent.switch()
+
+
+def _elements_in_shares(count: int) -> Iterable[int]:
+    """The generated decoders' loop over a large array (`wire.primitives.elements`): inside
+    `in_shares`, it gives the loop back between elements once the share is used."""
+    worker = greenlet.getcurrent()
+    if not isinstance(worker, _Shares):
+        return range(count)
+    return _sharing_range(worker, count)
+
+
+def _sharing_range(worker: _Shares, count: int) -> Iterator[int]:
+    clock = time.perf_counter
+    for index in range(count):
+        yield index
+        if clock() - worker.since >= TURN_SECONDS:
+            worker.parent.switch()
+
+
+primitives.set_elements_hook(_elements_in_shares)
 
 
 def _share_lists(obj: Any) -> None:

@@ -27,12 +27,18 @@ sequence a client sends survives a decode/encode round trip unchanged, where Kaf
 would also accept it.
 
 `Struct` is the base of every generated class: equality, repr and `to_dict` over `__slots__`.
+
+The generated decoders loop over an array of structs or strings with `elements(count)`: `range(count)`,
+unless the array is large and a hook is installed (`set_elements_hook`). The broker installs one
+that lets a decode running in shares give its event loop back between elements (broker/fairness.py);
+this module knows nothing of that, and without a hook the loop is a plain range.
 """
 
 from __future__ import annotations
 
 import struct
 import uuid
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from kafkacompat.wire.errors import DecodeError
@@ -43,6 +49,7 @@ __all__ = [
     "JoinChunks",
     "Struct",
     "bad_length",
+    "elements",
     "flush_chunk",
     "overrun",
     "read_array_len",
@@ -62,6 +69,7 @@ __all__ = [
     "read_uvarlong",
     "read_varint",
     "read_varlong",
+    "set_elements_hook",
     "string_too_long",
     "truncated",
     "uvarint_bytes",
@@ -95,6 +103,24 @@ _MAX_INT16 = 0x7FFF
 _MAX_UINT32 = 0xFFFFFFFF
 _UTF8 = "utf-8"
 _SURR = "surrogateescape"
+
+#: arrays of at least this many elements are looped over through the hook, when one is installed
+LARGE_ARRAY = 64
+_elements_hook: Callable[[int], Iterable[int]] | None = None
+
+
+def elements(count: int) -> Iterable[int]:
+    """The loop of a generated decoder over an array's `count` elements (see the module docstring)."""
+    hook = _elements_hook
+    if hook is None or count < LARGE_ARRAY:
+        return range(count)
+    return hook(count)
+
+
+def set_elements_hook(hook: Callable[[int], Iterable[int]] | None) -> None:
+    """Install (or with None remove) what `elements()` returns for large arrays."""
+    global _elements_hook
+    _elements_hook = hook
 
 
 class Struct:

@@ -20,6 +20,7 @@ from kafkacompat.wire import messages
 from kafkacompat.wire._generated.describe_groups_response import DescribeGroupsResponse
 from kafkacompat.wire.errors import ErrorCode
 from kafkacompat.wire.primitives import Struct as GeneratedStruct
+from kafkacompat.wire.records import RecordInput, build_batch
 
 DESCRIBE_CONFIGS, METADATA = 32, 3
 
@@ -138,26 +139,20 @@ def _described_groups(groups: int, members: int) -> DescribeGroupsResponse:
     )  # fmt: skip
 
 
-async def test_a_large_request_is_decoded_off_the_loop_to_the_same_object(
+async def test_a_large_request_is_decoded_in_shares_to_the_same_object(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A request body over DECODE_OFF_LOOP_BYTES (a DescribeConfigs of 2,000 topics here) is decoded in a
-    worker thread, to what the loop would have decoded; a small one, and any Produce (whose records stay
-    undecoded bytes), on the loop; a malformed large one raises DecodeError as on the loop."""
-    import threading
-
+    """A request body over DECODE_OFF_LOOP_BYTES (a DescribeConfigs of 2,000 topics, a Produce of 2,000
+    topics) is decoded on the loop thread in shares, between which other tasks run, to what a plain
+    decode gives; a small one in one step; a malformed large one raises DecodeError as a plain decode."""
     from kafkacompat.wire.errors import DecodeError
 
-    threads: list[int] = []
-    decode = fairness._decode
+    def no_thread(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a request is never decoded in a worker thread")
 
-    def recording(*args: Any) -> Any:
-        threads.append(threading.get_ident())
-        return decode(*args)
+    monkeypatch.setattr(trio.to_thread, "run_sync", no_thread)
 
-    monkeypatch.setattr(fairness, "_decode", recording)
-
-    def body(topics: int) -> memoryview:
+    def describe_configs(topics: int) -> memoryview:
         resource = messages.request_class(DESCRIBE_CONFIGS).DescribeConfigsResource
         resources = [
             resource(resource_type=2, resource_name=f"topic-{i:05}", configuration_keys=None)
@@ -166,21 +161,46 @@ async def test_a_large_request_is_decoded_off_the_loop_to_the_same_object(
         req = request(DESCRIBE_CONFIGS, resources=resources, include_synonyms=False)
         return memoryview(messages.encode_request(DESCRIBE_CONFIGS, 1, req))
 
-    small, large = body(3), body(2000)
-    assert small.nbytes <= fairness.DECODE_OFF_LOOP_BYTES < large.nbytes
+    produce_class = messages.request_class(0)
+    batch = build_batch([RecordInput(b"k", b"v" * 20)], base_timestamp=0)
+    produce = memoryview(messages.encode_request(0, 9, produce_class(acks=1, timeout_ms=1000, topic_data=[
+        produce_class.TopicProduceData(name=f"t{i}", partition_data=[
+            produce_class.PartitionProduceData(index=0, records=batch)])
+        for i in range(2000)
+    ])))  # fmt: skip
+
+    small, large = describe_configs(3), describe_configs(2000)
+    assert small.nbytes <= fairness.DECODE_OFF_LOOP_BYTES < min(large.nbytes, produce.nbytes)
     with trio.testing.assert_no_checkpoints():
         on_loop = await fairness.decode_off_loop(DESCRIBE_CONFIGS, 1, small)
     assert [r.resource_name for r in on_loop.resources] == ["topic-00000", "topic-00001", "topic-00002"]
-    assert threads == []
-    off_loop = await fairness.decode_off_loop(DESCRIBE_CONFIGS, 1, large)
-    assert off_loop == messages.decode_request(DESCRIBE_CONFIGS, 1, large, allow_trailing=True)
-    assert len(threads) == 1 and threads[0] != threading.get_ident()
+    for key, version, body in ((DESCRIBE_CONFIGS, 1, large), (0, 9, produce)):
+        decoded = await fairness.decode_off_loop(key, version, body)
+        assert decoded == messages.decode_request(key, version, body, allow_trailing=True)
     with pytest.raises(DecodeError):
         await fairness.decode_off_loop(DESCRIBE_CONFIGS, 1, large[:-5])
-    produce = memoryview(bytes(fairness.DECODE_OFF_LOOP_BYTES + 1))
-    with trio.testing.assert_no_checkpoints(), pytest.raises(DecodeError):
-        await fairness.decode_off_loop(0, 9, produce)  # decoded (and refused) on the loop
-    assert len(threads) == 2
+    with pytest.raises(DecodeError):
+        await fairness.decode_off_loop(0, 9, produce[:-5])
+    # the large ones gave the loop back between shares: another task ran many times meanwhile
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await trio.sleep(0)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(tick)
+        await trio.lowlevel.checkpoint()
+        for key, version, body in ((DESCRIBE_CONFIGS, 1, large), (0, 9, produce)):
+            before = ticks
+            started = time.perf_counter()
+            for _ in range(5):
+                await fairness.decode_off_loop(key, version, body)
+            took = time.perf_counter() - started
+            assert ticks - before >= took / fairness.TURN_SECONDS / 4, (ticks - before, took)
+        nursery.cancel_scope.cancel()
 
 
 async def test_a_very_large_response_is_encoded_in_shares_with_the_same_bytes(

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -117,7 +118,7 @@ def _d_AddPartitionsToTxnRequest_0(buf, pos):
     else:
         o.v3_and_below_topics = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(AddPartitionsToTxnTopic)
             if pos + 2 > _l:
                 raise truncated('AddPartitionsToTxnRequest.AddPartitionsToTxnTopic.name', buf, pos, 2)
@@ -187,7 +188,7 @@ def _d_AddPartitionsToTxnRequest_3(buf, pos):
     else:
         o.v3_and_below_topics = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(AddPartitionsToTxnTopic)
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
@@ -280,7 +281,7 @@ def _d_AddPartitionsToTxnTransaction_4(buf, pos):
     else:
         o.topics = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(AddPartitionsToTxnTopic)
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
@@ -356,7 +357,7 @@ def _d_AddPartitionsToTxnRequest_4(buf, pos):
         raise overrun('AddPartitionsToTxnRequest.transactions', buf, pos, _c, 14)
     else:
         o.transactions = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_AddPartitionsToTxnTransaction_4(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -108,7 +109,7 @@ def _d_AddPartitionsToTxnTopicResult_0(buf, pos):
     else:
         o.results_by_partition = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(AddPartitionsToTxnPartitionResult)
             if pos + 6 > _l:
                 raise truncated('AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult.partition_index', buf, pos, 6)
@@ -138,7 +139,7 @@ def _d_AddPartitionsToTxnResponse_0(buf, pos):
         raise overrun('AddPartitionsToTxnResponse.results_by_topic_v3_and_below', buf, pos, _c, 6)
     else:
         o.results_by_topic_v3_and_below = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_AddPartitionsToTxnTopicResult_0(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -176,7 +177,7 @@ def _d_AddPartitionsToTxnTopicResult_3(buf, pos):
     else:
         o.results_by_partition = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(AddPartitionsToTxnPartitionResult)
             if pos + 6 > _l:
                 raise truncated('AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult.partition_index', buf, pos, 6)
@@ -228,7 +229,7 @@ def _d_AddPartitionsToTxnResponse_3(buf, pos):
         raise overrun('AddPartitionsToTxnResponse.results_by_topic_v3_and_below', buf, pos, _c, 3)
     else:
         o.results_by_topic_v3_and_below = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_AddPartitionsToTxnTopicResult_3(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
@@ -275,7 +276,7 @@ def _d_AddPartitionsToTxnResult_4(buf, pos):
         raise overrun('AddPartitionsToTxnResponse.AddPartitionsToTxnResult.topic_results', buf, pos, _c, 3)
     else:
         o.topic_results = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_AddPartitionsToTxnTopicResult_3(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
@@ -311,7 +312,7 @@ def _d_AddPartitionsToTxnResponse_4(buf, pos):
         raise overrun('AddPartitionsToTxnResponse.results_by_transaction', buf, pos, _c, 3)
     else:
         o.results_by_transaction = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_AddPartitionsToTxnResult_4(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -85,7 +86,7 @@ def _d_EntryData_0(buf, pos):
     else:
         o.entity = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(EntityData)
             if pos + 2 > _l:
                 raise truncated('AlterClientQuotasRequest.EntityData.entity_type', buf, pos, 2)
@@ -130,7 +131,7 @@ def _d_EntryData_0(buf, pos):
     else:
         o.ops = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(OpData)
             if pos + 2 > _l:
                 raise truncated('AlterClientQuotasRequest.OpData.key', buf, pos, 2)
@@ -168,7 +169,7 @@ def _d_AlterClientQuotasRequest_0(buf, pos):
         raise overrun('AlterClientQuotasRequest.entries', buf, pos, _c, 8)
     else:
         o.entries = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_EntryData_0(buf, pos)
             _lst.append(_e)
     if pos + 1 > _l:
@@ -194,7 +195,7 @@ def _d_EntryData_1(buf, pos):
     else:
         o.entity = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(EntityData)
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
@@ -255,7 +256,7 @@ def _d_EntryData_1(buf, pos):
     else:
         o.ops = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(OpData)
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
@@ -317,7 +318,7 @@ def _d_AlterClientQuotasRequest_1(buf, pos):
         raise overrun('AlterClientQuotasRequest.entries', buf, pos, _c, 3)
     else:
         o.entries = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_EntryData_1(buf, pos)
             _lst.append(_e)
     if pos + 1 > _l:

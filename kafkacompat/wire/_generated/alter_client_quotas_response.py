@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -92,7 +93,7 @@ def _d_EntryData_0(buf, pos):
     else:
         o.entity = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(EntityData)
             if pos + 2 > _l:
                 raise truncated('AlterClientQuotasResponse.EntityData.entity_type', buf, pos, 2)
@@ -146,7 +147,7 @@ def _d_AlterClientQuotasResponse_0(buf, pos):
         raise overrun('AlterClientQuotasResponse.entries', buf, pos, _c, 8)
     else:
         o.entries = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_EntryData_0(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -190,7 +191,7 @@ def _d_EntryData_1(buf, pos):
     else:
         o.entity = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(EntityData)
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
@@ -270,7 +271,7 @@ def _d_AlterClientQuotasResponse_1(buf, pos):
         raise overrun('AlterClientQuotasResponse.entries', buf, pos, _c, 5)
     else:
         o.entries = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_EntryData_1(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -89,7 +90,7 @@ def _d_ReassignableTopic_0(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(ReassignablePartition)
             if pos + 4 > _l:
                 raise truncated('AlterPartitionReassignmentsRequest.ReassignablePartition.partition_index', buf, pos, 4)
@@ -155,7 +156,7 @@ def _d_AlterPartitionReassignmentsRequest_0(buf, pos):
         raise overrun('AlterPartitionReassignmentsRequest.topics', buf, pos, _c, 3)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_ReassignableTopic_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:

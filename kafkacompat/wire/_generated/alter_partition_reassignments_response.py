@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -98,7 +99,7 @@ def _d_ReassignableTopicResponse_0(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(ReassignablePartitionResponse)
             if pos + 6 > _l:
                 raise truncated('AlterPartitionReassignmentsResponse.ReassignablePartitionResponse.partition_index', buf, pos, 6)
@@ -184,7 +185,7 @@ def _d_AlterPartitionReassignmentsResponse_0(buf, pos):
         raise overrun('AlterPartitionReassignmentsResponse.responses', buf, pos, _c, 3)
     else:
         o.responses = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_ReassignableTopicResponse_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -120,7 +121,7 @@ def _d_TopicData_0(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(PartitionData)
             _o.new_isr_with_epochs = []
             _o.leader_recovery_state = 0
@@ -190,7 +191,7 @@ def _d_AlterPartitionRequest_0(buf, pos):
         raise overrun('AlterPartitionRequest.topics', buf, pos, _c, 3)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_TopicData_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
@@ -239,7 +240,7 @@ def _d_TopicData_1(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(PartitionData)
             _o.new_isr_with_epochs = []
             if pos + 8 > _l:
@@ -308,7 +309,7 @@ def _d_AlterPartitionRequest_1(buf, pos):
         raise overrun('AlterPartitionRequest.topics', buf, pos, _c, 3)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_TopicData_1(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
@@ -346,7 +347,7 @@ def _d_TopicData_2(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(PartitionData)
             _o.new_isr_with_epochs = []
             if pos + 8 > _l:
@@ -415,7 +416,7 @@ def _d_AlterPartitionRequest_2(buf, pos):
         raise overrun('AlterPartitionRequest.topics', buf, pos, _c, 18)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_TopicData_2(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
@@ -452,7 +453,7 @@ def _d_PartitionData_3(buf, pos):
     else:
         o.new_isr_with_epochs = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(BrokerState)
             if pos + 12 > _l:
                 raise truncated('AlterPartitionRequest.BrokerState.broker_id', buf, pos, 12)
@@ -508,7 +509,7 @@ def _d_TopicData_3(buf, pos):
         raise overrun('AlterPartitionRequest.TopicData.partitions', buf, pos, _c, 15)
     else:
         o.partitions = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_PartitionData_3(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
@@ -543,7 +544,7 @@ def _d_AlterPartitionRequest_3(buf, pos):
         raise overrun('AlterPartitionRequest.topics', buf, pos, _c, 18)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_TopicData_3(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:

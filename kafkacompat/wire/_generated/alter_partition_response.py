@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -111,7 +112,7 @@ def _d_TopicData_0(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(PartitionData)
             _o.leader_recovery_state = 0
             if pos + 14 > _l:
@@ -180,7 +181,7 @@ def _d_AlterPartitionResponse_0(buf, pos):
         raise overrun('AlterPartitionResponse.topics', buf, pos, _c, 3)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_TopicData_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
@@ -229,7 +230,7 @@ def _d_TopicData_1(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(PartitionData)
             if pos + 14 > _l:
                 raise truncated('AlterPartitionResponse.PartitionData.partition_index', buf, pos, 14)
@@ -297,7 +298,7 @@ def _d_AlterPartitionResponse_1(buf, pos):
         raise overrun('AlterPartitionResponse.topics', buf, pos, _c, 3)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_TopicData_1(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
@@ -335,7 +336,7 @@ def _d_TopicData_2(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(PartitionData)
             if pos + 14 > _l:
                 raise truncated('AlterPartitionResponse.PartitionData.partition_index', buf, pos, 14)
@@ -403,7 +404,7 @@ def _d_AlterPartitionResponse_2(buf, pos):
         raise overrun('AlterPartitionResponse.topics', buf, pos, _c, 18)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_TopicData_2(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:

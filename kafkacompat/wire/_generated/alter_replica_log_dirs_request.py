@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -85,7 +86,7 @@ def _d_AlterReplicaLogDir_0(buf, pos):
     else:
         o.topics = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(AlterReplicaLogDirTopic)
             if pos + 2 > _l:
                 raise truncated('AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic.name', buf, pos, 2)
@@ -131,7 +132,7 @@ def _d_AlterReplicaLogDirsRequest_0(buf, pos):
         raise overrun('AlterReplicaLogDirsRequest.dirs', buf, pos, _c, 6)
     else:
         o.dirs = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_AlterReplicaLogDir_0(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -169,7 +170,7 @@ def _d_AlterReplicaLogDir_2(buf, pos):
     else:
         o.topics = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(AlterReplicaLogDirTopic)
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
@@ -241,7 +242,7 @@ def _d_AlterReplicaLogDirsRequest_2(buf, pos):
         raise overrun('AlterReplicaLogDirsRequest.dirs', buf, pos, _c, 3)
     else:
         o.dirs = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_AlterReplicaLogDir_2(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -86,7 +87,7 @@ def _d_AlterReplicaLogDirTopicResult_0(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(AlterReplicaLogDirPartitionResult)
             if pos + 6 > _l:
                 raise truncated('AlterReplicaLogDirsResponse.AlterReplicaLogDirPartitionResult.partition_index', buf, pos, 6)
@@ -114,7 +115,7 @@ def _d_AlterReplicaLogDirsResponse_0(buf, pos):
         raise overrun('AlterReplicaLogDirsResponse.results', buf, pos, _c, 6)
     else:
         o.results = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_AlterReplicaLogDirTopicResult_0(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -152,7 +153,7 @@ def _d_AlterReplicaLogDirTopicResult_2(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(AlterReplicaLogDirPartitionResult)
             if pos + 6 > _l:
                 raise truncated('AlterReplicaLogDirsResponse.AlterReplicaLogDirPartitionResult.partition_index', buf, pos, 6)
@@ -202,7 +203,7 @@ def _d_AlterReplicaLogDirsResponse_2(buf, pos):
         raise overrun('AlterReplicaLogDirsResponse.results', buf, pos, _c, 3)
     else:
         o.results = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_AlterReplicaLogDirTopicResult_2(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -76,7 +77,7 @@ def _d_AlterUserScramCredentialsRequest_0(buf, pos):
     else:
         o.deletions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(ScramCredentialDeletion)
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
@@ -123,7 +124,7 @@ def _d_AlterUserScramCredentialsRequest_0(buf, pos):
     else:
         o.upsertions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(ScramCredentialUpsertion)
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1

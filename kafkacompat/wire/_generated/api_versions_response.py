@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -113,7 +114,7 @@ def _d_ApiVersionsResponse_0(buf, pos):
     else:
         o.api_keys = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(ApiVersion)
             if pos + 6 > _l:
                 raise truncated('ApiVersionsResponse.ApiVersion.api_key', buf, pos, 6)
@@ -146,7 +147,7 @@ def _d_ApiVersionsResponse_1(buf, pos):
     else:
         o.api_keys = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(ApiVersion)
             if pos + 6 > _l:
                 raise truncated('ApiVersionsResponse.ApiVersion.api_key', buf, pos, 6)
@@ -253,7 +254,7 @@ def _d_ApiVersionsResponse_3(buf, pos):
     else:
         o.api_keys = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(ApiVersion)
             if pos + 6 > _l:
                 raise truncated('ApiVersionsResponse.ApiVersion.api_key', buf, pos, 6)
@@ -301,7 +302,7 @@ def _d_ApiVersionsResponse_3(buf, pos):
                     raise overrun('ApiVersionsResponse.supported_features', _sub, _p, _c, 6)
                 else:
                     o.supported_features = _lst = []
-                    for _ in range(_c):
+                    for _ in elements(_c):
                         _e, _p = _d_SupportedFeatureKey_3(_sub, _p)
                         _lst.append(_e)
                 if _p != _te:
@@ -330,7 +331,7 @@ def _d_ApiVersionsResponse_3(buf, pos):
                     raise overrun('ApiVersionsResponse.finalized_features', _sub, _p, _c, 6)
                 else:
                     o.finalized_features = _lst = []
-                    for _ in range(_c):
+                    for _ in elements(_c):
                         _e, _p = _d_FinalizedFeatureKey_3(_sub, _p)
                         _lst.append(_e)
                 if _p != _te:

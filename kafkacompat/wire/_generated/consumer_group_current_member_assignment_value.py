@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -80,7 +81,7 @@ def _d_ConsumerGroupCurrentMemberAssignmentValue_0(buf, pos):
     else:
         o.assigned_partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(TopicPartitions)
             if pos + 16 > _l:
                 raise truncated('ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions.topic_id', buf, pos, 16)
@@ -126,7 +127,7 @@ def _d_ConsumerGroupCurrentMemberAssignmentValue_0(buf, pos):
     else:
         o.partitions_pending_revocation = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(TopicPartitions)
             if pos + 16 > _l:
                 raise truncated('ConsumerGroupCurrentMemberAssignmentValue.TopicPartitions.topic_id', buf, pos, 16)

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -146,7 +147,7 @@ def _d_Assignment_0(buf, pos):
     else:
         o.topic_partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(TopicPartitions)
             if pos + 16 > _l:
                 raise truncated('ConsumerGroupDescribeResponse.TopicPartitions.topic_id', buf, pos, 16)
@@ -311,7 +312,7 @@ def _d_Member_0(buf, pos):
         raise overrun('ConsumerGroupDescribeResponse.Member.subscribed_topic_names', buf, pos, _c, 1)
     else:
         o.subscribed_topic_names = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
                 pos += 1
@@ -451,7 +452,7 @@ def _d_DescribedGroup_0(buf, pos):
         raise overrun('ConsumerGroupDescribeResponse.DescribedGroup.members', buf, pos, _c, 16)
     else:
         o.members = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_Member_0(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
@@ -490,7 +491,7 @@ def _d_ConsumerGroupDescribeResponse_0(buf, pos):
         raise overrun('ConsumerGroupDescribeResponse.groups', buf, pos, _c, 20)
     else:
         o.groups = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_DescribedGroup_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -160,7 +161,7 @@ def _d_ConsumerGroupHeartbeatRequest_0(buf, pos):
         raise overrun('ConsumerGroupHeartbeatRequest.subscribed_topic_names', buf, pos, _c, 1)
     else:
         o.subscribed_topic_names = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
                 pos += 1
@@ -211,7 +212,7 @@ def _d_ConsumerGroupHeartbeatRequest_0(buf, pos):
     else:
         o.topic_partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(TopicPartitions)
             if pos + 16 > _l:
                 raise truncated('ConsumerGroupHeartbeatRequest.TopicPartitions.topic_id', buf, pos, 16)
@@ -350,7 +351,7 @@ def _d_ConsumerGroupHeartbeatRequest_1(buf, pos):
         raise overrun('ConsumerGroupHeartbeatRequest.subscribed_topic_names', buf, pos, _c, 1)
     else:
         o.subscribed_topic_names = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
                 pos += 1
@@ -419,7 +420,7 @@ def _d_ConsumerGroupHeartbeatRequest_1(buf, pos):
     else:
         o.topic_partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(TopicPartitions)
             if pos + 16 > _l:
                 raise truncated('ConsumerGroupHeartbeatRequest.TopicPartitions.topic_id', buf, pos, 16)

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -87,7 +88,7 @@ def _d_Assignment_0(buf, pos):
     else:
         o.topic_partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(TopicPartitions)
             if pos + 16 > _l:
                 raise truncated('ConsumerGroupHeartbeatResponse.TopicPartitions.topic_id', buf, pos, 16)

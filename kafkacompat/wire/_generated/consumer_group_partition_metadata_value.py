@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -106,7 +107,7 @@ def _d_TopicMetadata_0(buf, pos):
     else:
         o.partition_metadata = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(PartitionMetadata)
             if pos + 4 > _l:
                 raise truncated('ConsumerGroupPartitionMetadataValue.PartitionMetadata.partition', buf, pos, 4)
@@ -124,7 +125,7 @@ def _d_TopicMetadata_0(buf, pos):
                 raise overrun('ConsumerGroupPartitionMetadataValue.PartitionMetadata.racks', buf, pos, _c, 1)
             else:
                 _o.racks = _lst = []
-                for _ in range(_c):
+                for _ in elements(_c):
                     if pos < _l and buf[pos] < 0x80:
                         _n = buf[pos] - 1
                         pos += 1
@@ -182,7 +183,7 @@ def _d_ConsumerGroupPartitionMetadataValue_0(buf, pos):
         raise overrun('ConsumerGroupPartitionMetadataValue.topics', buf, pos, _c, 23)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_TopicMetadata_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:

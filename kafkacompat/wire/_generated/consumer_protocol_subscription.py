@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -74,7 +75,7 @@ def _d_ConsumerProtocolSubscription_0(buf, pos):
         raise overrun('ConsumerProtocolSubscription.topics', buf, pos, _c, 2)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             if pos + 2 > _l:
                 raise truncated('ConsumerProtocolSubscription.topics', buf, pos, 2)
             (_n,) = _S1.unpack_from(buf, pos)
@@ -122,7 +123,7 @@ def _d_ConsumerProtocolSubscription_1(buf, pos):
         raise overrun('ConsumerProtocolSubscription.topics', buf, pos, _c, 2)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             if pos + 2 > _l:
                 raise truncated('ConsumerProtocolSubscription.topics', buf, pos, 2)
             (_n,) = _S1.unpack_from(buf, pos)
@@ -163,7 +164,7 @@ def _d_ConsumerProtocolSubscription_1(buf, pos):
     else:
         o.owned_partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(TopicPartition)
             if pos + 2 > _l:
                 raise truncated('ConsumerProtocolSubscription.TopicPartition.topic', buf, pos, 2)
@@ -210,7 +211,7 @@ def _d_ConsumerProtocolSubscription_2(buf, pos):
         raise overrun('ConsumerProtocolSubscription.topics', buf, pos, _c, 2)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             if pos + 2 > _l:
                 raise truncated('ConsumerProtocolSubscription.topics', buf, pos, 2)
             (_n,) = _S1.unpack_from(buf, pos)
@@ -251,7 +252,7 @@ def _d_ConsumerProtocolSubscription_2(buf, pos):
     else:
         o.owned_partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(TopicPartition)
             if pos + 2 > _l:
                 raise truncated('ConsumerProtocolSubscription.TopicPartition.topic', buf, pos, 2)
@@ -301,7 +302,7 @@ def _d_ConsumerProtocolSubscription_3(buf, pos):
         raise overrun('ConsumerProtocolSubscription.topics', buf, pos, _c, 2)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             if pos + 2 > _l:
                 raise truncated('ConsumerProtocolSubscription.topics', buf, pos, 2)
             (_n,) = _S1.unpack_from(buf, pos)
@@ -342,7 +343,7 @@ def _d_ConsumerProtocolSubscription_3(buf, pos):
     else:
         o.owned_partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(TopicPartition)
             if pos + 2 > _l:
                 raise truncated('ConsumerProtocolSubscription.TopicPartition.topic', buf, pos, 2)

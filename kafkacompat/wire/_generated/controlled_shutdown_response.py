@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -64,7 +65,7 @@ def _d_ControlledShutdownResponse_0(buf, pos):
     else:
         o.remaining_partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(RemainingPartition)
             if pos + 2 > _l:
                 raise truncated('ControlledShutdownResponse.RemainingPartition.topic_name', buf, pos, 2)
@@ -109,7 +110,7 @@ def _d_ControlledShutdownResponse_3(buf, pos):
     else:
         o.remaining_partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(RemainingPartition)
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1

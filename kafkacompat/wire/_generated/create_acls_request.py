@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -76,7 +77,7 @@ def _d_CreateAclsRequest_0(buf, pos):
     else:
         o.creations = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(AclCreation)
             _o.resource_pattern_type = 3
             if pos + 1 > _l:
@@ -148,7 +149,7 @@ def _d_CreateAclsRequest_1(buf, pos):
     else:
         o.creations = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(AclCreation)
             if pos + 1 > _l:
                 raise truncated('CreateAclsRequest.AclCreation.resource_type', buf, pos, 1)
@@ -225,7 +226,7 @@ def _d_CreateAclsRequest_2(buf, pos):
     else:
         o.creations = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(AclCreation)
             if pos + 1 > _l:
                 raise truncated('CreateAclsRequest.AclCreation.resource_type', buf, pos, 1)

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -64,7 +65,7 @@ def _d_CreateAclsResponse_0(buf, pos):
     else:
         o.results = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(AclCreationResult)
             if pos + 2 > _l:
                 raise truncated('CreateAclsResponse.AclCreationResult.error_code', buf, pos, 2)
@@ -111,7 +112,7 @@ def _d_CreateAclsResponse_2(buf, pos):
     else:
         o.results = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(AclCreationResult)
             if pos + 2 > _l:
                 raise truncated('CreateAclsResponse.AclCreationResult.error_code', buf, pos, 2)

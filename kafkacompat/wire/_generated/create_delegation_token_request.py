@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -72,7 +73,7 @@ def _d_CreateDelegationTokenRequest_0(buf, pos):
     else:
         o.renewers = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(CreatableRenewers)
             if pos + 2 > _l:
                 raise truncated('CreateDelegationTokenRequest.CreatableRenewers.principal_type', buf, pos, 2)
@@ -129,7 +130,7 @@ def _d_CreateDelegationTokenRequest_2(buf, pos):
     else:
         o.renewers = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(CreatableRenewers)
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
@@ -244,7 +245,7 @@ def _d_CreateDelegationTokenRequest_3(buf, pos):
     else:
         o.renewers = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(CreatableRenewers)
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1

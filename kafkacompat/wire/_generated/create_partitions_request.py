@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -92,7 +93,7 @@ def _d_CreatePartitionsTopic_0(buf, pos):
     else:
         o.assignments = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(CreatePartitionsAssignment)
             if pos + 4 > _l:
                 raise truncated('CreatePartitionsRequest.CreatePartitionsAssignment.broker_ids', buf, pos, 4)
@@ -124,7 +125,7 @@ def _d_CreatePartitionsRequest_0(buf, pos):
         raise overrun('CreatePartitionsRequest.topics', buf, pos, _c, 10)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_CreatePartitionsTopic_0(buf, pos)
             _lst.append(_e)
     if pos + 5 > _l:
@@ -172,7 +173,7 @@ def _d_CreatePartitionsTopic_2(buf, pos):
     else:
         o.assignments = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(CreatePartitionsAssignment)
             if pos < _l and buf[pos] < 0x80:
                 _c = buf[pos] - 1
@@ -228,7 +229,7 @@ def _d_CreatePartitionsRequest_2(buf, pos):
         raise overrun('CreatePartitionsRequest.topics', buf, pos, _c, 7)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_CreatePartitionsTopic_2(buf, pos)
             _lst.append(_e)
     if pos + 5 > _l:

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -65,7 +66,7 @@ def _d_CreatePartitionsResponse_0(buf, pos):
     else:
         o.results = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(CreatePartitionsTopicResult)
             if pos + 2 > _l:
                 raise truncated('CreatePartitionsResponse.CreatePartitionsTopicResult.name', buf, pos, 2)
@@ -126,7 +127,7 @@ def _d_CreatePartitionsResponse_2(buf, pos):
     else:
         o.results = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(CreatePartitionsTopicResult)
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -115,7 +116,7 @@ def _d_CreatableTopic_0(buf, pos):
     else:
         o.assignments = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(CreatableReplicaAssignment)
             if pos + 4 > _l:
                 raise truncated('CreateTopicsRequest.CreatableReplicaAssignment.partition_index', buf, pos, 4)
@@ -146,7 +147,7 @@ def _d_CreatableTopic_0(buf, pos):
     else:
         o.configs = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(CreatableTopicConfig)
             if pos + 2 > _l:
                 raise truncated('CreateTopicsRequest.CreatableTopicConfig.name', buf, pos, 2)
@@ -197,7 +198,7 @@ def _d_CreateTopicsRequest_0(buf, pos):
         raise overrun('CreateTopicsRequest.topics', buf, pos, _c, 16)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_CreatableTopic_0(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
@@ -220,7 +221,7 @@ def _d_CreateTopicsRequest_1(buf, pos):
         raise overrun('CreateTopicsRequest.topics', buf, pos, _c, 16)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_CreatableTopic_0(buf, pos)
             _lst.append(_e)
     if pos + 5 > _l:
@@ -266,7 +267,7 @@ def _d_CreatableTopic_5(buf, pos):
     else:
         o.assignments = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(CreatableReplicaAssignment)
             if pos + 4 > _l:
                 raise truncated('CreateTopicsRequest.CreatableReplicaAssignment.partition_index', buf, pos, 4)
@@ -311,7 +312,7 @@ def _d_CreatableTopic_5(buf, pos):
     else:
         o.configs = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(CreatableTopicConfig)
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
@@ -387,7 +388,7 @@ def _d_CreateTopicsRequest_5(buf, pos):
         raise overrun('CreateTopicsRequest.topics', buf, pos, _c, 10)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_CreatableTopic_5(buf, pos)
             _lst.append(_e)
     if pos + 5 > _l:

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -101,7 +102,7 @@ def _d_CreateTopicsResponse_0(buf, pos):
     else:
         o.topics = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(CreatableTopicResult)
             _o.topic_id = ZERO_UUID
             _o.error_message = ''
@@ -147,7 +148,7 @@ def _d_CreateTopicsResponse_1(buf, pos):
     else:
         o.topics = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(CreatableTopicResult)
             _o.topic_id = ZERO_UUID
             _o.topic_config_error_code = 0
@@ -211,7 +212,7 @@ def _d_CreateTopicsResponse_2(buf, pos):
     else:
         o.topics = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(CreatableTopicResult)
             _o.topic_id = ZERO_UUID
             _o.topic_config_error_code = 0
@@ -318,7 +319,7 @@ def _d_CreatableTopicResult_5(buf, pos):
     else:
         o.configs = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(CreatableTopicConfigs)
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
@@ -413,7 +414,7 @@ def _d_CreateTopicsResponse_5(buf, pos):
         raise overrun('CreateTopicsResponse.topics', buf, pos, _c, 12)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_CreatableTopicResult_5(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
@@ -490,7 +491,7 @@ def _d_CreatableTopicResult_7(buf, pos):
     else:
         o.configs = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(CreatableTopicConfigs)
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
@@ -585,7 +586,7 @@ def _d_CreateTopicsResponse_7(buf, pos):
         raise overrun('CreateTopicsResponse.topics', buf, pos, _c, 28)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_CreatableTopicResult_7(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -76,7 +77,7 @@ def _d_DeleteAclsRequest_0(buf, pos):
     else:
         o.filters = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(DeleteAclsFilter)
             _o.pattern_type_filter = 3
             if pos + 1 > _l:
@@ -154,7 +155,7 @@ def _d_DeleteAclsRequest_1(buf, pos):
     else:
         o.filters = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(DeleteAclsFilter)
             if pos + 1 > _l:
                 raise truncated('DeleteAclsRequest.DeleteAclsFilter.resource_type_filter', buf, pos, 1)
@@ -237,7 +238,7 @@ def _d_DeleteAclsRequest_2(buf, pos):
     else:
         o.filters = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(DeleteAclsFilter)
             if pos + 1 > _l:
                 raise truncated('DeleteAclsRequest.DeleteAclsFilter.resource_type_filter', buf, pos, 1)

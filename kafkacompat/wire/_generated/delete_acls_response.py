@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -113,7 +114,7 @@ def _d_DeleteAclsFilterResult_0(buf, pos):
     else:
         o.matching_acls = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(DeleteAclsMatchingAcl)
             _o.pattern_type = 3
             if pos + 2 > _l:
@@ -208,7 +209,7 @@ def _d_DeleteAclsResponse_0(buf, pos):
         raise overrun('DeleteAclsResponse.filter_results', buf, pos, _c, 8)
     else:
         o.filter_results = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_DeleteAclsFilterResult_0(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -248,7 +249,7 @@ def _d_DeleteAclsFilterResult_1(buf, pos):
     else:
         o.matching_acls = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(DeleteAclsMatchingAcl)
             if pos + 2 > _l:
                 raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.error_code', buf, pos, 2)
@@ -346,7 +347,7 @@ def _d_DeleteAclsResponse_1(buf, pos):
         raise overrun('DeleteAclsResponse.filter_results', buf, pos, _c, 8)
     else:
         o.filter_results = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_DeleteAclsFilterResult_1(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -390,7 +391,7 @@ def _d_DeleteAclsFilterResult_2(buf, pos):
     else:
         o.matching_acls = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(DeleteAclsMatchingAcl)
             if pos + 2 > _l:
                 raise truncated('DeleteAclsResponse.DeleteAclsMatchingAcl.error_code', buf, pos, 2)
@@ -518,7 +519,7 @@ def _d_DeleteAclsResponse_2(buf, pos):
         raise overrun('DeleteAclsResponse.filter_results', buf, pos, _c, 5)
     else:
         o.filter_results = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_DeleteAclsFilterResult_2(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:

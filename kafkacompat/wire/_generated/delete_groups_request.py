@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -47,7 +48,7 @@ def _d_DeleteGroupsRequest_0(buf, pos):
         raise overrun('DeleteGroupsRequest.groups_names', buf, pos, _c, 2)
     else:
         o.groups_names = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             if pos + 2 > _l:
                 raise truncated('DeleteGroupsRequest.groups_names', buf, pos, 2)
             (_n,) = _S1.unpack_from(buf, pos)
@@ -81,7 +82,7 @@ def _d_DeleteGroupsRequest_2(buf, pos):
         raise overrun('DeleteGroupsRequest.groups_names', buf, pos, _c, 1)
     else:
         o.groups_names = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
                 pos += 1

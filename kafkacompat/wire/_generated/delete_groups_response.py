@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -64,7 +65,7 @@ def _d_DeleteGroupsResponse_0(buf, pos):
     else:
         o.results = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(DeletableGroupResult)
             if pos + 2 > _l:
                 raise truncated('DeleteGroupsResponse.DeletableGroupResult.group_id', buf, pos, 2)
@@ -109,7 +110,7 @@ def _d_DeleteGroupsResponse_2(buf, pos):
     else:
         o.results = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(DeletableGroupResult)
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -86,7 +87,7 @@ def _d_DeleteRecordsTopic_0(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(DeleteRecordsPartition)
             if pos + 12 > _l:
                 raise truncated('DeleteRecordsRequest.DeleteRecordsPartition.partition_index', buf, pos, 12)
@@ -110,7 +111,7 @@ def _d_DeleteRecordsRequest_0(buf, pos):
         raise overrun('DeleteRecordsRequest.topics', buf, pos, _c, 6)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_DeleteRecordsTopic_0(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
@@ -152,7 +153,7 @@ def _d_DeleteRecordsTopic_2(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(DeleteRecordsPartition)
             if pos + 12 > _l:
                 raise truncated('DeleteRecordsRequest.DeleteRecordsPartition.partition_index', buf, pos, 12)
@@ -198,7 +199,7 @@ def _d_DeleteRecordsRequest_2(buf, pos):
         raise overrun('DeleteRecordsRequest.topics', buf, pos, _c, 3)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_DeleteRecordsTopic_2(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:

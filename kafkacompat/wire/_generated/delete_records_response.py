@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -87,7 +88,7 @@ def _d_DeleteRecordsTopicResult_0(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(DeleteRecordsPartitionResult)
             if pos + 14 > _l:
                 raise truncated('DeleteRecordsResponse.DeleteRecordsPartitionResult.partition_index', buf, pos, 14)
@@ -115,7 +116,7 @@ def _d_DeleteRecordsResponse_0(buf, pos):
         raise overrun('DeleteRecordsResponse.topics', buf, pos, _c, 6)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_DeleteRecordsTopicResult_0(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -153,7 +154,7 @@ def _d_DeleteRecordsTopicResult_2(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(DeleteRecordsPartitionResult)
             if pos + 14 > _l:
                 raise truncated('DeleteRecordsResponse.DeleteRecordsPartitionResult.partition_index', buf, pos, 14)
@@ -203,7 +204,7 @@ def _d_DeleteRecordsResponse_2(buf, pos):
         raise overrun('DeleteRecordsResponse.topics', buf, pos, _c, 3)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_DeleteRecordsTopicResult_2(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:

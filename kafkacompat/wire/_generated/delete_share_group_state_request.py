@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -77,7 +78,7 @@ def _d_DeleteStateData_0(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(PartitionData)
             if pos + 4 > _l:
                 raise truncated('DeleteShareGroupStateRequest.PartitionData.partition', buf, pos, 4)
@@ -139,7 +140,7 @@ def _d_DeleteShareGroupStateRequest_0(buf, pos):
         raise overrun('DeleteShareGroupStateRequest.topics', buf, pos, _c, 18)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_DeleteStateData_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:

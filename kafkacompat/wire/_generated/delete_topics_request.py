@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -62,7 +63,7 @@ def _d_DeleteTopicsRequest_0(buf, pos):
         raise overrun('DeleteTopicsRequest.topic_names', buf, pos, _c, 2)
     else:
         o.topic_names = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             if pos + 2 > _l:
                 raise truncated('DeleteTopicsRequest.topic_names', buf, pos, 2)
             (_n,) = _S1.unpack_from(buf, pos)
@@ -101,7 +102,7 @@ def _d_DeleteTopicsRequest_4(buf, pos):
         raise overrun('DeleteTopicsRequest.topic_names', buf, pos, _c, 1)
     else:
         o.topic_names = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
                 pos += 1
@@ -153,7 +154,7 @@ def _d_DeleteTopicsRequest_6(buf, pos):
     else:
         o.topics = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(DeleteTopicState)
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -64,7 +65,7 @@ def _d_DeleteTopicsResponse_0(buf, pos):
     else:
         o.responses = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(DeletableTopicResult)
             _o.topic_id = ZERO_UUID
             _o.error_message = None
@@ -109,7 +110,7 @@ def _d_DeleteTopicsResponse_1(buf, pos):
     else:
         o.responses = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(DeletableTopicResult)
             _o.topic_id = ZERO_UUID
             _o.error_message = None
@@ -156,7 +157,7 @@ def _d_DeleteTopicsResponse_4(buf, pos):
     else:
         o.responses = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(DeletableTopicResult)
             _o.topic_id = ZERO_UUID
             _o.error_message = None
@@ -225,7 +226,7 @@ def _d_DeleteTopicsResponse_5(buf, pos):
     else:
         o.responses = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(DeletableTopicResult)
             _o.topic_id = ZERO_UUID
             if pos < _l and buf[pos] < 0x80:
@@ -311,7 +312,7 @@ def _d_DeleteTopicsResponse_6(buf, pos):
     else:
         o.responses = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(DeletableTopicResult)
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1

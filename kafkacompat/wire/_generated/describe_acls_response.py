@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -106,7 +107,7 @@ def _d_DescribeAclsResource_0(buf, pos):
     else:
         o.acls = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(AclDescription)
             if pos + 2 > _l:
                 raise truncated('DescribeAclsResponse.AclDescription.principal', buf, pos, 2)
@@ -178,7 +179,7 @@ def _d_DescribeAclsResponse_0(buf, pos):
         raise overrun('DescribeAclsResponse.resources', buf, pos, _c, 7)
     else:
         o.resources = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_DescribeAclsResource_0(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -220,7 +221,7 @@ def _d_DescribeAclsResource_1(buf, pos):
     else:
         o.acls = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(AclDescription)
             if pos + 2 > _l:
                 raise truncated('DescribeAclsResponse.AclDescription.principal', buf, pos, 2)
@@ -292,7 +293,7 @@ def _d_DescribeAclsResponse_1(buf, pos):
         raise overrun('DescribeAclsResponse.resources', buf, pos, _c, 8)
     else:
         o.resources = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_DescribeAclsResource_1(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -338,7 +339,7 @@ def _d_DescribeAclsResource_2(buf, pos):
     else:
         o.acls = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(AclDescription)
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
@@ -438,7 +439,7 @@ def _d_DescribeAclsResponse_2(buf, pos):
         raise overrun('DescribeAclsResponse.resources', buf, pos, _c, 5)
     else:
         o.resources = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_DescribeAclsResource_2(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -63,7 +64,7 @@ def _d_DescribeClientQuotasRequest_0(buf, pos):
     else:
         o.components = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(ComponentData)
             if pos + 2 > _l:
                 raise truncated('DescribeClientQuotasRequest.ComponentData.entity_type', buf, pos, 2)
@@ -124,7 +125,7 @@ def _d_DescribeClientQuotasRequest_1(buf, pos):
     else:
         o.components = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(ComponentData)
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1

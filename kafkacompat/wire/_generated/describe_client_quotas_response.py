@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -91,7 +92,7 @@ def _d_EntryData_0(buf, pos):
     else:
         o.entity = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(EntityData)
             if pos + 2 > _l:
                 raise truncated('DescribeClientQuotasResponse.EntityData.entity_type', buf, pos, 2)
@@ -136,7 +137,7 @@ def _d_EntryData_0(buf, pos):
     else:
         o.values = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(ValueData)
             if pos + 2 > _l:
                 raise truncated('DescribeClientQuotasResponse.ValueData.key', buf, pos, 2)
@@ -196,7 +197,7 @@ def _d_DescribeClientQuotasResponse_0(buf, pos):
         raise overrun('DescribeClientQuotasResponse.entries', buf, pos, _c, 8)
     else:
         o.entries = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_EntryData_0(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -218,7 +219,7 @@ def _d_EntryData_1(buf, pos):
     else:
         o.entity = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(EntityData)
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
@@ -279,7 +280,7 @@ def _d_EntryData_1(buf, pos):
     else:
         o.values = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(ValueData)
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
@@ -365,7 +366,7 @@ def _d_DescribeClientQuotasResponse_1(buf, pos):
         raise overrun('DescribeClientQuotasResponse.entries', buf, pos, _c, 3)
     else:
         o.entries = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_EntryData_1(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:

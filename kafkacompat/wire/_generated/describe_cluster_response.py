@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -125,7 +126,7 @@ def _d_DescribeClusterResponse_0(buf, pos):
     else:
         o.brokers = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(DescribeClusterBroker)
             if pos + 4 > _l:
                 raise truncated('DescribeClusterResponse.DescribeClusterBroker.broker_id', buf, pos, 4)
@@ -260,7 +261,7 @@ def _d_DescribeClusterResponse_1(buf, pos):
     else:
         o.brokers = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(DescribeClusterBroker)
             if pos + 4 > _l:
                 raise truncated('DescribeClusterResponse.DescribeClusterBroker.broker_id', buf, pos, 4)

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -73,7 +74,7 @@ def _d_DescribeConfigsRequest_0(buf, pos):
     else:
         o.resources = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(DescribeConfigsResource)
             if pos + 1 > _l:
                 raise truncated('DescribeConfigsRequest.DescribeConfigsResource.resource_type', buf, pos, 1)
@@ -105,7 +106,7 @@ def _d_DescribeConfigsRequest_0(buf, pos):
                 raise overrun('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', buf, pos, _c, 2)
             else:
                 _o.configuration_keys = _lst = []
-                for _ in range(_c):
+                for _ in elements(_c):
                     if pos + 2 > _l:
                         raise truncated('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', buf, pos, 2)
                     (_n,) = _S2.unpack_from(buf, pos)
@@ -141,7 +142,7 @@ def _d_DescribeConfigsRequest_1(buf, pos):
     else:
         o.resources = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(DescribeConfigsResource)
             if pos + 1 > _l:
                 raise truncated('DescribeConfigsRequest.DescribeConfigsResource.resource_type', buf, pos, 1)
@@ -173,7 +174,7 @@ def _d_DescribeConfigsRequest_1(buf, pos):
                 raise overrun('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', buf, pos, _c, 2)
             else:
                 _o.configuration_keys = _lst = []
-                for _ in range(_c):
+                for _ in elements(_c):
                     if pos + 2 > _l:
                         raise truncated('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', buf, pos, 2)
                     (_n,) = _S2.unpack_from(buf, pos)
@@ -212,7 +213,7 @@ def _d_DescribeConfigsRequest_3(buf, pos):
     else:
         o.resources = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(DescribeConfigsResource)
             if pos + 1 > _l:
                 raise truncated('DescribeConfigsRequest.DescribeConfigsResource.resource_type', buf, pos, 1)
@@ -244,7 +245,7 @@ def _d_DescribeConfigsRequest_3(buf, pos):
                 raise overrun('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', buf, pos, _c, 2)
             else:
                 _o.configuration_keys = _lst = []
-                for _ in range(_c):
+                for _ in elements(_c):
                     if pos + 2 > _l:
                         raise truncated('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', buf, pos, 2)
                     (_n,) = _S2.unpack_from(buf, pos)
@@ -285,7 +286,7 @@ def _d_DescribeConfigsRequest_4(buf, pos):
     else:
         o.resources = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(DescribeConfigsResource)
             if pos + 1 > _l:
                 raise truncated('DescribeConfigsRequest.DescribeConfigsResource.resource_type', buf, pos, 1)
@@ -321,7 +322,7 @@ def _d_DescribeConfigsRequest_4(buf, pos):
                 raise overrun('DescribeConfigsRequest.DescribeConfigsResource.configuration_keys', buf, pos, _c, 1)
             else:
                 _o.configuration_keys = _lst = []
-                for _ in range(_c):
+                for _ in elements(_c):
                     if pos < _l and buf[pos] < 0x80:
                         _n = buf[pos] - 1
                         pos += 1

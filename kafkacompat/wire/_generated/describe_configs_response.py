@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -154,7 +155,7 @@ def _d_DescribeConfigsResult_0(buf, pos):
     else:
         o.configs = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(DescribeConfigsResourceResult)
             _o.config_source = -1
             _o.synonyms = []
@@ -216,7 +217,7 @@ def _d_DescribeConfigsResponse_0(buf, pos):
         raise overrun('DescribeConfigsResponse.results', buf, pos, _c, 11)
     else:
         o.results = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_DescribeConfigsResult_0(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -273,7 +274,7 @@ def _d_DescribeConfigsResourceResult_1(buf, pos):
     else:
         o.synonyms = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(DescribeConfigsSynonym)
             if pos + 2 > _l:
                 raise truncated('DescribeConfigsResponse.DescribeConfigsSynonym.name', buf, pos, 2)
@@ -365,7 +366,7 @@ def _d_DescribeConfigsResult_1(buf, pos):
         raise overrun('DescribeConfigsResponse.DescribeConfigsResult.configs', buf, pos, _c, 11)
     else:
         o.configs = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_DescribeConfigsResourceResult_1(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -388,7 +389,7 @@ def _d_DescribeConfigsResponse_1(buf, pos):
         raise overrun('DescribeConfigsResponse.results', buf, pos, _c, 11)
     else:
         o.results = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_DescribeConfigsResult_1(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -443,7 +444,7 @@ def _d_DescribeConfigsResourceResult_3(buf, pos):
     else:
         o.synonyms = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(DescribeConfigsSynonym)
             if pos + 2 > _l:
                 raise truncated('DescribeConfigsResponse.DescribeConfigsSynonym.name', buf, pos, 2)
@@ -555,7 +556,7 @@ def _d_DescribeConfigsResult_3(buf, pos):
         raise overrun('DescribeConfigsResponse.DescribeConfigsResult.configs', buf, pos, _c, 14)
     else:
         o.configs = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_DescribeConfigsResourceResult_3(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -578,7 +579,7 @@ def _d_DescribeConfigsResponse_3(buf, pos):
         raise overrun('DescribeConfigsResponse.results', buf, pos, _c, 11)
     else:
         o.results = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_DescribeConfigsResult_3(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -639,7 +640,7 @@ def _d_DescribeConfigsResourceResult_4(buf, pos):
     else:
         o.synonyms = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(DescribeConfigsSynonym)
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
@@ -783,7 +784,7 @@ def _d_DescribeConfigsResult_4(buf, pos):
         raise overrun('DescribeConfigsResponse.DescribeConfigsResult.configs', buf, pos, _c, 9)
     else:
         o.configs = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_DescribeConfigsResourceResult_4(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
@@ -818,7 +819,7 @@ def _d_DescribeConfigsResponse_4(buf, pos):
         raise overrun('DescribeConfigsResponse.results', buf, pos, _c, 7)
     else:
         o.results = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_DescribeConfigsResult_4(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -59,7 +60,7 @@ def _d_DescribeDelegationTokenRequest_0(buf, pos):
     else:
         o.owners = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(DescribeDelegationTokenOwner)
             if pos + 2 > _l:
                 raise truncated('DescribeDelegationTokenRequest.DescribeDelegationTokenOwner.principal_type', buf, pos, 2)
@@ -112,7 +113,7 @@ def _d_DescribeDelegationTokenRequest_2(buf, pos):
     else:
         o.owners = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(DescribeDelegationTokenOwner)
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1

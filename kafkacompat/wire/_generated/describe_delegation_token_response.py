@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -154,7 +155,7 @@ def _d_DescribedDelegationToken_0(buf, pos):
     else:
         o.renewers = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(DescribedDelegationTokenRenewer)
             if pos + 2 > _l:
                 raise truncated('DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer.principal_type', buf, pos, 2)
@@ -206,7 +207,7 @@ def _d_DescribeDelegationTokenResponse_0(buf, pos):
         raise overrun('DescribeDelegationTokenResponse.tokens', buf, pos, _c, 38)
     else:
         o.tokens = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_DescribedDelegationToken_0(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
@@ -300,7 +301,7 @@ def _d_DescribedDelegationToken_2(buf, pos):
     else:
         o.renewers = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(DescribedDelegationTokenRenewer)
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
@@ -378,7 +379,7 @@ def _d_DescribeDelegationTokenResponse_2(buf, pos):
         raise overrun('DescribeDelegationTokenResponse.tokens', buf, pos, _c, 30)
     else:
         o.tokens = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_DescribedDelegationToken_2(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
@@ -512,7 +513,7 @@ def _d_DescribedDelegationToken_3(buf, pos):
     else:
         o.renewers = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(DescribedDelegationTokenRenewer)
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
@@ -590,7 +591,7 @@ def _d_DescribeDelegationTokenResponse_3(buf, pos):
         raise overrun('DescribeDelegationTokenResponse.tokens', buf, pos, _c, 32)
     else:
         o.tokens = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_DescribedDelegationToken_3(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:

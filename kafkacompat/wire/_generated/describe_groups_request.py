@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -50,7 +51,7 @@ def _d_DescribeGroupsRequest_0(buf, pos):
         raise overrun('DescribeGroupsRequest.groups', buf, pos, _c, 2)
     else:
         o.groups = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             if pos + 2 > _l:
                 raise truncated('DescribeGroupsRequest.groups', buf, pos, 2)
             (_n,) = _S1.unpack_from(buf, pos)
@@ -82,7 +83,7 @@ def _d_DescribeGroupsRequest_3(buf, pos):
         raise overrun('DescribeGroupsRequest.groups', buf, pos, _c, 2)
     else:
         o.groups = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             if pos + 2 > _l:
                 raise truncated('DescribeGroupsRequest.groups', buf, pos, 2)
             (_n,) = _S1.unpack_from(buf, pos)
@@ -120,7 +121,7 @@ def _d_DescribeGroupsRequest_5(buf, pos):
         raise overrun('DescribeGroupsRequest.groups', buf, pos, _c, 1)
     else:
         o.groups = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
                 pos += 1

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -160,7 +161,7 @@ def _d_DescribedGroup_0(buf, pos):
     else:
         o.members = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(DescribedGroupMember)
             _o.group_instance_id = None
             if pos + 2 > _l:
@@ -248,7 +249,7 @@ def _d_DescribeGroupsResponse_0(buf, pos):
         raise overrun('DescribeGroupsResponse.groups', buf, pos, _c, 14)
     else:
         o.groups = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_DescribedGroup_0(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -271,7 +272,7 @@ def _d_DescribeGroupsResponse_1(buf, pos):
         raise overrun('DescribeGroupsResponse.groups', buf, pos, _c, 14)
     else:
         o.groups = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_DescribedGroup_0(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -351,7 +352,7 @@ def _d_DescribedGroup_3(buf, pos):
     else:
         o.members = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(DescribedGroupMember)
             _o.group_instance_id = None
             if pos + 2 > _l:
@@ -446,7 +447,7 @@ def _d_DescribeGroupsResponse_3(buf, pos):
         raise overrun('DescribeGroupsResponse.groups', buf, pos, _c, 18)
     else:
         o.groups = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_DescribedGroup_3(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -526,7 +527,7 @@ def _d_DescribedGroup_4(buf, pos):
     else:
         o.members = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(DescribedGroupMember)
             if pos + 2 > _l:
                 raise truncated('DescribeGroupsResponse.DescribedGroupMember.member_id', buf, pos, 2)
@@ -636,7 +637,7 @@ def _d_DescribeGroupsResponse_4(buf, pos):
         raise overrun('DescribeGroupsResponse.groups', buf, pos, _c, 18)
     else:
         o.groups = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_DescribedGroup_4(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -726,7 +727,7 @@ def _d_DescribedGroup_5(buf, pos):
     else:
         o.members = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(DescribedGroupMember)
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
@@ -870,7 +871,7 @@ def _d_DescribeGroupsResponse_5(buf, pos):
         raise overrun('DescribeGroupsResponse.groups', buf, pos, _c, 12)
     else:
         o.groups = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_DescribedGroup_5(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -60,7 +61,7 @@ def _d_DescribeLogDirsRequest_0(buf, pos):
     else:
         o.topics = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(DescribableLogDirTopic)
             if pos + 2 > _l:
                 raise truncated('DescribeLogDirsRequest.DescribableLogDirTopic.topic', buf, pos, 2)
@@ -111,7 +112,7 @@ def _d_DescribeLogDirsRequest_2(buf, pos):
     else:
         o.topics = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(DescribableLogDirTopic)
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -120,7 +121,7 @@ def _d_DescribeLogDirsTopic_0(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(DescribeLogDirsPartition)
             if pos + 21 > _l:
                 raise truncated('DescribeLogDirsResponse.DescribeLogDirsPartition.partition_index', buf, pos, 21)
@@ -164,7 +165,7 @@ def _d_DescribeLogDirsResult_0(buf, pos):
         raise overrun('DescribeLogDirsResponse.DescribeLogDirsResult.topics', buf, pos, _c, 6)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_DescribeLogDirsTopic_0(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -188,7 +189,7 @@ def _d_DescribeLogDirsResponse_0(buf, pos):
         raise overrun('DescribeLogDirsResponse.results', buf, pos, _c, 8)
     else:
         o.results = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_DescribeLogDirsResult_0(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -226,7 +227,7 @@ def _d_DescribeLogDirsTopic_2(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(DescribeLogDirsPartition)
             if pos + 21 > _l:
                 raise truncated('DescribeLogDirsResponse.DescribeLogDirsPartition.partition_index', buf, pos, 21)
@@ -294,7 +295,7 @@ def _d_DescribeLogDirsResult_2(buf, pos):
         raise overrun('DescribeLogDirsResponse.DescribeLogDirsResult.topics', buf, pos, _c, 3)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_DescribeLogDirsTopic_2(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
@@ -330,7 +331,7 @@ def _d_DescribeLogDirsResponse_2(buf, pos):
         raise overrun('DescribeLogDirsResponse.results', buf, pos, _c, 5)
     else:
         o.results = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_DescribeLogDirsResult_2(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
@@ -365,7 +366,7 @@ def _d_DescribeLogDirsResponse_3(buf, pos):
         raise overrun('DescribeLogDirsResponse.results', buf, pos, _c, 5)
     else:
         o.results = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_DescribeLogDirsResult_2(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
@@ -416,7 +417,7 @@ def _d_DescribeLogDirsResult_4(buf, pos):
         raise overrun('DescribeLogDirsResponse.DescribeLogDirsResult.topics', buf, pos, _c, 3)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_DescribeLogDirsTopic_2(buf, pos)
             _lst.append(_e)
     if pos + 16 > _l:
@@ -455,7 +456,7 @@ def _d_DescribeLogDirsResponse_4(buf, pos):
         raise overrun('DescribeLogDirsResponse.results', buf, pos, _c, 21)
     else:
         o.results = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_DescribeLogDirsResult_4(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:

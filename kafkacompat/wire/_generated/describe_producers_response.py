@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -129,7 +130,7 @@ def _d_PartitionResponse_0(buf, pos):
     else:
         o.active_producers = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(ProducerState)
             if pos + 36 > _l:
                 raise truncated('DescribeProducersResponse.ProducerState.producer_id', buf, pos, 36)
@@ -191,7 +192,7 @@ def _d_TopicResponse_0(buf, pos):
         raise overrun('DescribeProducersResponse.TopicResponse.partitions', buf, pos, _c, 9)
     else:
         o.partitions = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_PartitionResponse_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
@@ -226,7 +227,7 @@ def _d_DescribeProducersResponse_0(buf, pos):
         raise overrun('DescribeProducersResponse.topics', buf, pos, _c, 3)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_TopicResponse_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -86,7 +87,7 @@ def _d_TopicData_0(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(PartitionData)
             if pos + 4 > _l:
                 raise truncated('DescribeQuorumRequest.PartitionData.partition_index', buf, pos, 4)
@@ -132,7 +133,7 @@ def _d_DescribeQuorumRequest_0(buf, pos):
         raise overrun('DescribeQuorumRequest.topics', buf, pos, _c, 3)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_TopicData_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:

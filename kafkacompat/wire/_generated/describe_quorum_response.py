@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -151,7 +152,7 @@ def _d_PartitionData_0(buf, pos):
     else:
         o.current_voters = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(ReplicaState)
             _o.replica_directory_id = ZERO_UUID
             _o.last_fetch_timestamp = -1
@@ -185,7 +186,7 @@ def _d_PartitionData_0(buf, pos):
     else:
         o.observers = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(ReplicaState)
             _o.replica_directory_id = ZERO_UUID
             _o.last_fetch_timestamp = -1
@@ -250,7 +251,7 @@ def _d_TopicData_0(buf, pos):
         raise overrun('DescribeQuorumResponse.TopicData.partitions', buf, pos, _c, 25)
     else:
         o.partitions = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_PartitionData_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
@@ -287,7 +288,7 @@ def _d_DescribeQuorumResponse_0(buf, pos):
         raise overrun('DescribeQuorumResponse.topics', buf, pos, _c, 3)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_TopicData_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
@@ -324,7 +325,7 @@ def _d_PartitionData_1(buf, pos):
     else:
         o.current_voters = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(ReplicaState)
             _o.replica_directory_id = ZERO_UUID
             if pos + 28 > _l:
@@ -356,7 +357,7 @@ def _d_PartitionData_1(buf, pos):
     else:
         o.observers = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(ReplicaState)
             _o.replica_directory_id = ZERO_UUID
             if pos + 28 > _l:
@@ -419,7 +420,7 @@ def _d_TopicData_1(buf, pos):
         raise overrun('DescribeQuorumResponse.TopicData.partitions', buf, pos, _c, 25)
     else:
         o.partitions = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_PartitionData_1(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
@@ -456,7 +457,7 @@ def _d_DescribeQuorumResponse_1(buf, pos):
         raise overrun('DescribeQuorumResponse.topics', buf, pos, _c, 3)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_TopicData_1(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
@@ -514,7 +515,7 @@ def _d_PartitionData_2(buf, pos):
     else:
         o.current_voters = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(ReplicaState)
             if pos + 44 > _l:
                 raise truncated('DescribeQuorumResponse.ReplicaState.replica_id', buf, pos, 44)
@@ -546,7 +547,7 @@ def _d_PartitionData_2(buf, pos):
     else:
         o.observers = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(ReplicaState)
             if pos + 44 > _l:
                 raise truncated('DescribeQuorumResponse.ReplicaState.replica_id', buf, pos, 44)
@@ -609,7 +610,7 @@ def _d_TopicData_2(buf, pos):
         raise overrun('DescribeQuorumResponse.TopicData.partitions', buf, pos, _c, 26)
     else:
         o.partitions = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_PartitionData_2(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
@@ -645,7 +646,7 @@ def _d_Node_2(buf, pos):
     else:
         o.listeners = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(Listener)
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
@@ -745,7 +746,7 @@ def _d_DescribeQuorumResponse_2(buf, pos):
         raise overrun('DescribeQuorumResponse.topics', buf, pos, _c, 3)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_TopicData_2(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] < 0x80:
@@ -760,7 +761,7 @@ def _d_DescribeQuorumResponse_2(buf, pos):
         raise overrun('DescribeQuorumResponse.nodes', buf, pos, _c, 6)
     else:
         o.nodes = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_Node_2(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:

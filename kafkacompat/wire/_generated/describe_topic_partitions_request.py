@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -106,7 +107,7 @@ def _d_DescribeTopicPartitionsRequest_0(buf, pos):
     else:
         o.topics = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(TopicRequest)
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -145,7 +146,7 @@ def _d_DescribeTopicPartitionsResponseTopic_0(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(DescribeTopicPartitionsResponsePartition)
             if pos + 14 > _l:
                 raise truncated('DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition.error_code', buf, pos, 14)
@@ -309,7 +310,7 @@ def _d_DescribeTopicPartitionsResponse_0(buf, pos):
         raise overrun('DescribeTopicPartitionsResponse.topics', buf, pos, _c, 26)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_DescribeTopicPartitionsResponseTopic_0(buf, pos)
             _lst.append(_e)
     if pos >= _l:

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -47,7 +48,7 @@ def _d_DescribeTransactionsRequest_0(buf, pos):
         raise overrun('DescribeTransactionsRequest.transactional_ids', buf, pos, _c, 1)
     else:
         o.transactional_ids = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
                 pos += 1

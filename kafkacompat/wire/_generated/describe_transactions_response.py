@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -132,7 +133,7 @@ def _d_TransactionState_0(buf, pos):
     else:
         o.topics = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(TopicData)
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
@@ -208,7 +209,7 @@ def _d_DescribeTransactionsResponse_0(buf, pos):
         raise overrun('DescribeTransactionsResponse.transaction_states', buf, pos, _c, 28)
     else:
         o.transaction_states = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_TransactionState_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:

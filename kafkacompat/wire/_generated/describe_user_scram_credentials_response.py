@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -116,7 +117,7 @@ def _d_DescribeUserScramCredentialsResult_0(buf, pos):
     else:
         o.credential_infos = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(CredentialInfo)
             if pos + 5 > _l:
                 raise truncated('DescribeUserScramCredentialsResponse.CredentialInfo.mechanism', buf, pos, 5)
@@ -184,7 +185,7 @@ def _d_DescribeUserScramCredentialsResponse_0(buf, pos):
         raise overrun('DescribeUserScramCredentialsResponse.results', buf, pos, _c, 6)
     else:
         o.results = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_DescribeUserScramCredentialsResult_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:

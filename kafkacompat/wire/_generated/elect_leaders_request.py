@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -64,7 +65,7 @@ def _d_ElectLeadersRequest_0(buf, pos):
     else:
         o.topic_partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(TopicPartitions)
             if pos + 2 > _l:
                 raise truncated('ElectLeadersRequest.TopicPartitions.topic', buf, pos, 2)
@@ -121,7 +122,7 @@ def _d_ElectLeadersRequest_1(buf, pos):
     else:
         o.topic_partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(TopicPartitions)
             if pos + 2 > _l:
                 raise truncated('ElectLeadersRequest.TopicPartitions.topic', buf, pos, 2)
@@ -180,7 +181,7 @@ def _d_ElectLeadersRequest_2(buf, pos):
     else:
         o.topic_partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(TopicPartitions)
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -88,7 +89,7 @@ def _d_ReplicaElectionResult_0(buf, pos):
     else:
         o.partition_result = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(PartitionResult)
             if pos + 6 > _l:
                 raise truncated('ElectLeadersResponse.PartitionResult.partition_id', buf, pos, 6)
@@ -133,7 +134,7 @@ def _d_ElectLeadersResponse_0(buf, pos):
         raise overrun('ElectLeadersResponse.replica_election_results', buf, pos, _c, 6)
     else:
         o.replica_election_results = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_ReplicaElectionResult_0(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -156,7 +157,7 @@ def _d_ElectLeadersResponse_1(buf, pos):
         raise overrun('ElectLeadersResponse.replica_election_results', buf, pos, _c, 6)
     else:
         o.replica_election_results = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_ReplicaElectionResult_0(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -194,7 +195,7 @@ def _d_ReplicaElectionResult_2(buf, pos):
     else:
         o.partition_result = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(PartitionResult)
             if pos + 6 > _l:
                 raise truncated('ElectLeadersResponse.PartitionResult.partition_id', buf, pos, 6)
@@ -262,7 +263,7 @@ def _d_ElectLeadersResponse_2(buf, pos):
         raise overrun('ElectLeadersResponse.replica_election_results', buf, pos, _c, 3)
     else:
         o.replica_election_results = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_ReplicaElectionResult_2(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:

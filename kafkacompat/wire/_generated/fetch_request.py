@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -166,7 +167,7 @@ def _d_FetchTopic_0(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(FetchPartition)
             _o.current_leader_epoch = -1
             _o.last_fetched_epoch = -1
@@ -210,7 +211,7 @@ def _d_FetchRequest_0(buf, pos):
         raise overrun('FetchRequest.topics', buf, pos, _c, 6)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_FetchTopic_0(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -244,7 +245,7 @@ def _d_FetchRequest_3(buf, pos):
         raise overrun('FetchRequest.topics', buf, pos, _c, 6)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_FetchTopic_0(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -277,7 +278,7 @@ def _d_FetchRequest_4(buf, pos):
         raise overrun('FetchRequest.topics', buf, pos, _c, 6)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_FetchTopic_0(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -312,7 +313,7 @@ def _d_FetchTopic_5(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(FetchPartition)
             _o.current_leader_epoch = -1
             _o.last_fetched_epoch = -1
@@ -353,7 +354,7 @@ def _d_FetchRequest_5(buf, pos):
         raise overrun('FetchRequest.topics', buf, pos, _c, 6)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_FetchTopic_5(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -383,7 +384,7 @@ def _d_FetchRequest_7(buf, pos):
         raise overrun('FetchRequest.topics', buf, pos, _c, 6)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_FetchTopic_5(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
@@ -397,7 +398,7 @@ def _d_FetchRequest_7(buf, pos):
     else:
         o.forgotten_topics_data = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(ForgottenTopic)
             _o.topic_id = ZERO_UUID
             if pos + 2 > _l:
@@ -460,7 +461,7 @@ def _d_FetchTopic_9(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(FetchPartition)
             _o.last_fetched_epoch = -1
             _o.replica_directory_id = ZERO_UUID
@@ -497,7 +498,7 @@ def _d_FetchRequest_9(buf, pos):
         raise overrun('FetchRequest.topics', buf, pos, _c, 6)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_FetchTopic_9(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
@@ -511,7 +512,7 @@ def _d_FetchRequest_9(buf, pos):
     else:
         o.forgotten_topics_data = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(ForgottenTopic)
             _o.topic_id = ZERO_UUID
             if pos + 2 > _l:
@@ -568,7 +569,7 @@ def _d_FetchRequest_11(buf, pos):
         raise overrun('FetchRequest.topics', buf, pos, _c, 6)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_FetchTopic_9(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
@@ -582,7 +583,7 @@ def _d_FetchRequest_11(buf, pos):
     else:
         o.forgotten_topics_data = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(ForgottenTopic)
             _o.topic_id = ZERO_UUID
             if pos + 2 > _l:
@@ -663,7 +664,7 @@ def _d_FetchTopic_12(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(FetchPartition)
             _o.replica_directory_id = ZERO_UUID
             if pos + 32 > _l:
@@ -719,7 +720,7 @@ def _d_FetchRequest_12(buf, pos):
         raise overrun('FetchRequest.topics', buf, pos, _c, 3)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_FetchTopic_12(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] < 0x80:
@@ -735,7 +736,7 @@ def _d_FetchRequest_12(buf, pos):
     else:
         o.forgotten_topics_data = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(ForgottenTopic)
             _o.topic_id = ZERO_UUID
             if pos < _l and buf[pos] < 0x80:
@@ -856,7 +857,7 @@ def _d_FetchTopic_13(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(FetchPartition)
             _o.replica_directory_id = ZERO_UUID
             if pos + 32 > _l:
@@ -912,7 +913,7 @@ def _d_FetchRequest_13(buf, pos):
         raise overrun('FetchRequest.topics', buf, pos, _c, 18)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_FetchTopic_13(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] < 0x80:
@@ -928,7 +929,7 @@ def _d_FetchRequest_13(buf, pos):
     else:
         o.forgotten_topics_data = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(ForgottenTopic)
             _o.topic = ''
             if pos + 16 > _l:
@@ -1056,7 +1057,7 @@ def _d_FetchRequest_15(buf, pos):
         raise overrun('FetchRequest.topics', buf, pos, _c, 18)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_FetchTopic_13(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] < 0x80:
@@ -1072,7 +1073,7 @@ def _d_FetchRequest_15(buf, pos):
     else:
         o.forgotten_topics_data = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(ForgottenTopic)
             _o.topic = ''
             if pos + 16 > _l:
@@ -1224,7 +1225,7 @@ def _d_FetchTopic_17(buf, pos):
         raise overrun('FetchRequest.FetchTopic.partitions', buf, pos, _c, 33)
     else:
         o.partitions = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_FetchPartition_17(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
@@ -1260,7 +1261,7 @@ def _d_FetchRequest_17(buf, pos):
         raise overrun('FetchRequest.topics', buf, pos, _c, 18)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_FetchTopic_17(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] < 0x80:
@@ -1276,7 +1277,7 @@ def _d_FetchRequest_17(buf, pos):
     else:
         o.forgotten_topics_data = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(ForgottenTopic)
             _o.topic = ''
             if pos + 16 > _l:

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -197,7 +198,7 @@ def _d_FetchableTopicResponse_0(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(PartitionData)
             _o.last_stable_offset = -1
             _o.log_start_offset = -1
@@ -258,7 +259,7 @@ def _d_FetchResponse_0(buf, pos):
         raise overrun('FetchResponse.responses', buf, pos, _c, 6)
     else:
         o.responses = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_FetchableTopicResponse_0(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -284,7 +285,7 @@ def _d_FetchResponse_1(buf, pos):
         raise overrun('FetchResponse.responses', buf, pos, _c, 6)
     else:
         o.responses = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_FetchableTopicResponse_0(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -327,7 +328,7 @@ def _d_PartitionData_4(buf, pos):
     else:
         o.aborted_transactions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(AbortedTransaction)
             if pos + 16 > _l:
                 raise truncated('FetchResponse.AbortedTransaction.producer_id', buf, pos, 16)
@@ -380,7 +381,7 @@ def _d_FetchableTopicResponse_4(buf, pos):
         raise overrun('FetchResponse.FetchableTopicResponse.partitions', buf, pos, _c, 30)
     else:
         o.partitions = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_PartitionData_4(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -406,7 +407,7 @@ def _d_FetchResponse_4(buf, pos):
         raise overrun('FetchResponse.responses', buf, pos, _c, 6)
     else:
         o.responses = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_FetchableTopicResponse_4(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -448,7 +449,7 @@ def _d_PartitionData_5(buf, pos):
     else:
         o.aborted_transactions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(AbortedTransaction)
             if pos + 16 > _l:
                 raise truncated('FetchResponse.AbortedTransaction.producer_id', buf, pos, 16)
@@ -501,7 +502,7 @@ def _d_FetchableTopicResponse_5(buf, pos):
         raise overrun('FetchResponse.FetchableTopicResponse.partitions', buf, pos, _c, 38)
     else:
         o.partitions = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_PartitionData_5(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -527,7 +528,7 @@ def _d_FetchResponse_5(buf, pos):
         raise overrun('FetchResponse.responses', buf, pos, _c, 6)
     else:
         o.responses = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_FetchableTopicResponse_5(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -551,7 +552,7 @@ def _d_FetchResponse_7(buf, pos):
         raise overrun('FetchResponse.responses', buf, pos, _c, 6)
     else:
         o.responses = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_FetchableTopicResponse_5(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -592,7 +593,7 @@ def _d_PartitionData_11(buf, pos):
     else:
         o.aborted_transactions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(AbortedTransaction)
             if pos + 16 > _l:
                 raise truncated('FetchResponse.AbortedTransaction.producer_id', buf, pos, 16)
@@ -649,7 +650,7 @@ def _d_FetchableTopicResponse_11(buf, pos):
         raise overrun('FetchResponse.FetchableTopicResponse.partitions', buf, pos, _c, 42)
     else:
         o.partitions = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_PartitionData_11(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -673,7 +674,7 @@ def _d_FetchResponse_11(buf, pos):
         raise overrun('FetchResponse.responses', buf, pos, _c, 6)
     else:
         o.responses = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_FetchableTopicResponse_11(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -761,7 +762,7 @@ def _d_PartitionData_12(buf, pos):
     else:
         o.aborted_transactions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(AbortedTransaction)
             if pos + 16 > _l:
                 raise truncated('FetchResponse.AbortedTransaction.producer_id', buf, pos, 16)
@@ -878,7 +879,7 @@ def _d_FetchableTopicResponse_12(buf, pos):
         raise overrun('FetchResponse.FetchableTopicResponse.partitions', buf, pos, _c, 37)
     else:
         o.partitions = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_PartitionData_12(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
@@ -914,7 +915,7 @@ def _d_FetchResponse_12(buf, pos):
         raise overrun('FetchResponse.responses', buf, pos, _c, 3)
     else:
         o.responses = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_FetchableTopicResponse_12(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
@@ -951,7 +952,7 @@ def _d_FetchableTopicResponse_13(buf, pos):
         raise overrun('FetchResponse.FetchableTopicResponse.partitions', buf, pos, _c, 37)
     else:
         o.partitions = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_PartitionData_12(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
@@ -987,7 +988,7 @@ def _d_FetchResponse_13(buf, pos):
         raise overrun('FetchResponse.responses', buf, pos, _c, 18)
     else:
         o.responses = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_FetchableTopicResponse_13(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
@@ -1080,7 +1081,7 @@ def _d_FetchResponse_16(buf, pos):
         raise overrun('FetchResponse.responses', buf, pos, _c, 18)
     else:
         o.responses = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_FetchableTopicResponse_13(buf, pos)
             _lst.append(_e)
     o.node_endpoints = []
@@ -1106,7 +1107,7 @@ def _d_FetchResponse_16(buf, pos):
                     raise overrun('FetchResponse.node_endpoints', _sub, _p, _c, 11)
                 else:
                     o.node_endpoints = _lst = []
-                    for _ in range(_c):
+                    for _ in elements(_c):
                         _e, _p = _d_NodeEndpoint_16(_sub, _p)
                         _lst.append(_e)
                 if _p != _te:

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -140,7 +141,7 @@ def _d_FindCoordinatorRequest_4(buf, pos):
         raise overrun('FindCoordinatorRequest.coordinator_keys', buf, pos, _c, 1)
     else:
         o.coordinator_keys = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
                 pos += 1

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -143,7 +144,7 @@ def _d_GroupMetadataValue_0(buf, pos):
     else:
         o.members = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(MemberMetadata)
             _o.group_instance_id = None
             _o.rebalance_timeout = -1
@@ -287,7 +288,7 @@ def _d_GroupMetadataValue_1(buf, pos):
     else:
         o.members = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(MemberMetadata)
             _o.group_instance_id = None
             if pos + 2 > _l:
@@ -433,7 +434,7 @@ def _d_GroupMetadataValue_2(buf, pos):
     else:
         o.members = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(MemberMetadata)
             _o.group_instance_id = None
             if pos + 2 > _l:
@@ -579,7 +580,7 @@ def _d_GroupMetadataValue_3(buf, pos):
     else:
         o.members = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(MemberMetadata)
             if pos + 2 > _l:
                 raise truncated('GroupMetadataValue.MemberMetadata.member_id', buf, pos, 2)
@@ -748,7 +749,7 @@ def _d_GroupMetadataValue_4(buf, pos):
     else:
         o.members = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(MemberMetadata)
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1

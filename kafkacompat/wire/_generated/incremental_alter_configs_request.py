@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -93,7 +94,7 @@ def _d_AlterConfigsResource_0(buf, pos):
     else:
         o.configs = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(AlterableConfig)
             if pos + 2 > _l:
                 raise truncated('IncrementalAlterConfigsRequest.AlterableConfig.name', buf, pos, 2)
@@ -147,7 +148,7 @@ def _d_IncrementalAlterConfigsRequest_0(buf, pos):
         raise overrun('IncrementalAlterConfigsRequest.resources', buf, pos, _c, 7)
     else:
         o.resources = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_AlterConfigsResource_0(buf, pos)
             _lst.append(_e)
     if pos + 1 > _l:
@@ -193,7 +194,7 @@ def _d_AlterConfigsResource_1(buf, pos):
     else:
         o.configs = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(AlterableConfig)
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
@@ -273,7 +274,7 @@ def _d_IncrementalAlterConfigsRequest_1(buf, pos):
         raise overrun('IncrementalAlterConfigsRequest.resources', buf, pos, _c, 4)
     else:
         o.resources = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_AlterConfigsResource_1(buf, pos)
             _lst.append(_e)
     if pos + 1 > _l:

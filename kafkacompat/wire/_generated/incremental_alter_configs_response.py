@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -67,7 +68,7 @@ def _d_IncrementalAlterConfigsResponse_0(buf, pos):
     else:
         o.responses = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(AlterConfigsResourceResponse)
             if pos + 2 > _l:
                 raise truncated('IncrementalAlterConfigsResponse.AlterConfigsResourceResponse.error_code', buf, pos, 2)
@@ -132,7 +133,7 @@ def _d_IncrementalAlterConfigsResponse_1(buf, pos):
     else:
         o.responses = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(AlterConfigsResourceResponse)
             if pos + 2 > _l:
                 raise truncated('IncrementalAlterConfigsResponse.AlterConfigsResourceResponse.error_code', buf, pos, 2)

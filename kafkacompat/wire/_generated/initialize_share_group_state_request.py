@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -79,7 +80,7 @@ def _d_InitializeStateData_0(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(PartitionData)
             if pos + 16 > _l:
                 raise truncated('InitializeShareGroupStateRequest.PartitionData.partition', buf, pos, 16)
@@ -141,7 +142,7 @@ def _d_InitializeShareGroupStateRequest_0(buf, pos):
         raise overrun('InitializeShareGroupStateRequest.topics', buf, pos, _c, 18)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_InitializeStateData_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -78,7 +79,7 @@ def _d_InitializeStateResult_0(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(PartitionResult)
             if pos + 6 > _l:
                 raise truncated('InitializeShareGroupStateResponse.PartitionResult.partition', buf, pos, 6)
@@ -142,7 +143,7 @@ def _d_InitializeShareGroupStateResponse_0(buf, pos):
         raise overrun('InitializeShareGroupStateResponse.results', buf, pos, _c, 18)
     else:
         o.results = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_InitializeStateResult_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:

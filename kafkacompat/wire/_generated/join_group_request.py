@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -127,7 +128,7 @@ def _d_JoinGroupRequest_0(buf, pos):
     else:
         o.protocols = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(JoinGroupRequestProtocol)
             if pos + 2 > _l:
                 raise truncated('JoinGroupRequest.JoinGroupRequestProtocol.name', buf, pos, 2)
@@ -222,7 +223,7 @@ def _d_JoinGroupRequest_1(buf, pos):
     else:
         o.protocols = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(JoinGroupRequestProtocol)
             if pos + 2 > _l:
                 raise truncated('JoinGroupRequest.JoinGroupRequestProtocol.name', buf, pos, 2)
@@ -332,7 +333,7 @@ def _d_JoinGroupRequest_5(buf, pos):
     else:
         o.protocols = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(JoinGroupRequestProtocol)
             if pos + 2 > _l:
                 raise truncated('JoinGroupRequest.JoinGroupRequestProtocol.name', buf, pos, 2)
@@ -452,7 +453,7 @@ def _d_JoinGroupRequest_6(buf, pos):
     else:
         o.protocols = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(JoinGroupRequestProtocol)
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
@@ -595,7 +596,7 @@ def _d_JoinGroupRequest_8(buf, pos):
     else:
         o.protocols = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(JoinGroupRequestProtocol)
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1

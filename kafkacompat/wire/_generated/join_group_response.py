@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -132,7 +133,7 @@ def _d_JoinGroupResponse_0(buf, pos):
     else:
         o.members = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(JoinGroupResponseMember)
             _o.group_instance_id = None
             if pos + 2 > _l:
@@ -228,7 +229,7 @@ def _d_JoinGroupResponse_2(buf, pos):
     else:
         o.members = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(JoinGroupResponseMember)
             _o.group_instance_id = None
             if pos + 2 > _l:
@@ -324,7 +325,7 @@ def _d_JoinGroupResponse_5(buf, pos):
     else:
         o.members = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(JoinGroupResponseMember)
             if pos + 2 > _l:
                 raise truncated('JoinGroupResponse.JoinGroupResponseMember.member_id', buf, pos, 2)
@@ -443,7 +444,7 @@ def _d_JoinGroupResponse_6(buf, pos):
     else:
         o.members = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(JoinGroupResponseMember)
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
@@ -607,7 +608,7 @@ def _d_JoinGroupResponse_7(buf, pos):
     else:
         o.members = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(JoinGroupResponseMember)
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
@@ -774,7 +775,7 @@ def _d_JoinGroupResponse_9(buf, pos):
     else:
         o.members = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(JoinGroupResponseMember)
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -145,7 +146,7 @@ def _d_LeaderAndIsrRequest_0(buf, pos):
     else:
         o.ungrouped_partition_states = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(LeaderAndIsrPartitionState)
             _o.adding_replicas = []
             _o.removing_replicas = []
@@ -210,7 +211,7 @@ def _d_LeaderAndIsrRequest_0(buf, pos):
     else:
         o.live_leaders = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(LeaderAndIsrLiveLeader)
             if pos + 4 > _l:
                 raise truncated('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.broker_id', buf, pos, 4)
@@ -261,7 +262,7 @@ def _d_LeaderAndIsrRequest_1(buf, pos):
     else:
         o.ungrouped_partition_states = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(LeaderAndIsrPartitionState)
             _o.adding_replicas = []
             _o.removing_replicas = []
@@ -329,7 +330,7 @@ def _d_LeaderAndIsrRequest_1(buf, pos):
     else:
         o.live_leaders = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(LeaderAndIsrLiveLeader)
             if pos + 4 > _l:
                 raise truncated('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.broker_id', buf, pos, 4)
@@ -387,7 +388,7 @@ def _d_LeaderAndIsrTopicState_2(buf, pos):
     else:
         o.partition_states = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(LeaderAndIsrPartitionState)
             _o.topic_name = ''
             _o.adding_replicas = []
@@ -454,7 +455,7 @@ def _d_LeaderAndIsrRequest_2(buf, pos):
         raise overrun('LeaderAndIsrRequest.topic_states', buf, pos, _c, 6)
     else:
         o.topic_states = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_LeaderAndIsrTopicState_2(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
@@ -468,7 +469,7 @@ def _d_LeaderAndIsrRequest_2(buf, pos):
     else:
         o.live_leaders = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(LeaderAndIsrLiveLeader)
             if pos + 4 > _l:
                 raise truncated('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.broker_id', buf, pos, 4)
@@ -526,7 +527,7 @@ def _d_LeaderAndIsrTopicState_3(buf, pos):
     else:
         o.partition_states = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(LeaderAndIsrPartitionState)
             _o.topic_name = ''
             _o.leader_recovery_state = 0
@@ -615,7 +616,7 @@ def _d_LeaderAndIsrRequest_3(buf, pos):
         raise overrun('LeaderAndIsrRequest.topic_states', buf, pos, _c, 6)
     else:
         o.topic_states = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_LeaderAndIsrTopicState_3(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
@@ -629,7 +630,7 @@ def _d_LeaderAndIsrRequest_3(buf, pos):
     else:
         o.live_leaders = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(LeaderAndIsrLiveLeader)
             if pos + 4 > _l:
                 raise truncated('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.broker_id', buf, pos, 4)
@@ -691,7 +692,7 @@ def _d_LeaderAndIsrTopicState_4(buf, pos):
     else:
         o.partition_states = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(LeaderAndIsrPartitionState)
             _o.topic_name = ''
             _o.leader_recovery_state = 0
@@ -810,7 +811,7 @@ def _d_LeaderAndIsrRequest_4(buf, pos):
         raise overrun('LeaderAndIsrRequest.topic_states', buf, pos, _c, 3)
     else:
         o.topic_states = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_LeaderAndIsrTopicState_4(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] < 0x80:
@@ -826,7 +827,7 @@ def _d_LeaderAndIsrRequest_4(buf, pos):
     else:
         o.live_leaders = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(LeaderAndIsrLiveLeader)
             if pos + 4 > _l:
                 raise truncated('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.broker_id', buf, pos, 4)
@@ -914,7 +915,7 @@ def _d_LeaderAndIsrTopicState_5(buf, pos):
     else:
         o.partition_states = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(LeaderAndIsrPartitionState)
             _o.topic_name = ''
             _o.leader_recovery_state = 0
@@ -1032,7 +1033,7 @@ def _d_LeaderAndIsrRequest_5(buf, pos):
         raise overrun('LeaderAndIsrRequest.topic_states', buf, pos, _c, 19)
     else:
         o.topic_states = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_LeaderAndIsrTopicState_5(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] < 0x80:
@@ -1048,7 +1049,7 @@ def _d_LeaderAndIsrRequest_5(buf, pos):
     else:
         o.live_leaders = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(LeaderAndIsrLiveLeader)
             if pos + 4 > _l:
                 raise truncated('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.broker_id', buf, pos, 4)
@@ -1136,7 +1137,7 @@ def _d_LeaderAndIsrTopicState_6(buf, pos):
     else:
         o.partition_states = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(LeaderAndIsrPartitionState)
             _o.topic_name = ''
             if pos + 16 > _l:
@@ -1253,7 +1254,7 @@ def _d_LeaderAndIsrRequest_6(buf, pos):
         raise overrun('LeaderAndIsrRequest.topic_states', buf, pos, _c, 19)
     else:
         o.topic_states = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_LeaderAndIsrTopicState_6(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] < 0x80:
@@ -1269,7 +1270,7 @@ def _d_LeaderAndIsrRequest_6(buf, pos):
     else:
         o.live_leaders = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(LeaderAndIsrLiveLeader)
             if pos + 4 > _l:
                 raise truncated('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.broker_id', buf, pos, 4)
@@ -1340,7 +1341,7 @@ def _d_LeaderAndIsrRequest_7(buf, pos):
         raise overrun('LeaderAndIsrRequest.topic_states', buf, pos, _c, 19)
     else:
         o.topic_states = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_LeaderAndIsrTopicState_6(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] < 0x80:
@@ -1356,7 +1357,7 @@ def _d_LeaderAndIsrRequest_7(buf, pos):
     else:
         o.live_leaders = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(LeaderAndIsrLiveLeader)
             if pos + 4 > _l:
                 raise truncated('LeaderAndIsrRequest.LeaderAndIsrLiveLeader.broker_id', buf, pos, 4)

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -82,7 +83,7 @@ def _d_LeaderAndIsrResponse_0(buf, pos):
     else:
         o.partition_errors = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(LeaderAndIsrPartitionError)
             if pos + 2 > _l:
                 raise truncated('LeaderAndIsrResponse.LeaderAndIsrPartitionError.topic_name', buf, pos, 2)
@@ -128,7 +129,7 @@ def _d_LeaderAndIsrResponse_4(buf, pos):
     else:
         o.partition_errors = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(LeaderAndIsrPartitionError)
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
@@ -196,7 +197,7 @@ def _d_LeaderAndIsrTopicError_5(buf, pos):
     else:
         o.partition_errors = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(LeaderAndIsrPartitionError)
             _o.topic_name = ''
             if pos + 6 > _l:
@@ -248,7 +249,7 @@ def _d_LeaderAndIsrResponse_5(buf, pos):
         raise overrun('LeaderAndIsrResponse.topics', buf, pos, _c, 18)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_LeaderAndIsrTopicError_5(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -71,7 +72,7 @@ def _d_LeaderChangeMessage_0(buf, pos):
     else:
         o.voters = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(Voter)
             _o.voter_directory_id = ZERO_UUID
             if pos + 4 > _l:
@@ -103,7 +104,7 @@ def _d_LeaderChangeMessage_0(buf, pos):
     else:
         o.granting_voters = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(Voter)
             _o.voter_directory_id = ZERO_UUID
             if pos + 4 > _l:
@@ -155,7 +156,7 @@ def _d_LeaderChangeMessage_1(buf, pos):
     else:
         o.voters = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(Voter)
             if pos + 20 > _l:
                 raise truncated('LeaderChangeMessage.Voter.voter_id', buf, pos, 20)
@@ -187,7 +188,7 @@ def _d_LeaderChangeMessage_1(buf, pos):
     else:
         o.granting_voters = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(Voter)
             if pos + 20 > _l:
                 raise truncated('LeaderChangeMessage.Voter.voter_id', buf, pos, 20)

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -112,7 +113,7 @@ def _d_LeaveGroupRequest_3(buf, pos):
     else:
         o.members = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(MemberIdentity)
             _o.reason = None
             if pos + 2 > _l:
@@ -183,7 +184,7 @@ def _d_LeaveGroupRequest_4(buf, pos):
     else:
         o.members = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(MemberIdentity)
             _o.reason = None
             if pos < _l and buf[pos] < 0x80:
@@ -278,7 +279,7 @@ def _d_LeaveGroupRequest_5(buf, pos):
     else:
         o.members = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(MemberIdentity)
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1

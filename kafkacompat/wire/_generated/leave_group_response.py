@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -90,7 +91,7 @@ def _d_LeaveGroupResponse_3(buf, pos):
     else:
         o.members = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(MemberResponse)
             if pos + 2 > _l:
                 raise truncated('LeaveGroupResponse.MemberResponse.member_id', buf, pos, 2)
@@ -151,7 +152,7 @@ def _d_LeaveGroupResponse_4(buf, pos):
     else:
         o.members = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(MemberResponse)
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -65,7 +66,7 @@ def _d_ListClientMetricsResourcesResponse_0(buf, pos):
     else:
         o.client_metrics_resources = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(ClientMetricsResource)
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -75,7 +76,7 @@ def _d_ListGroupsRequest_4(buf, pos):
         raise overrun('ListGroupsRequest.states_filter', buf, pos, _c, 1)
     else:
         o.states_filter = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
                 pos += 1
@@ -121,7 +122,7 @@ def _d_ListGroupsRequest_5(buf, pos):
         raise overrun('ListGroupsRequest.states_filter', buf, pos, _c, 1)
     else:
         o.states_filter = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
                 pos += 1
@@ -151,7 +152,7 @@ def _d_ListGroupsRequest_5(buf, pos):
         raise overrun('ListGroupsRequest.types_filter', buf, pos, _c, 1)
     else:
         o.types_filter = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
                 pos += 1

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -69,7 +70,7 @@ def _d_ListGroupsResponse_0(buf, pos):
     else:
         o.groups = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(ListedGroup)
             _o.group_state = ''
             _o.group_type = ''
@@ -124,7 +125,7 @@ def _d_ListGroupsResponse_1(buf, pos):
     else:
         o.groups = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(ListedGroup)
             _o.group_state = ''
             _o.group_type = ''
@@ -181,7 +182,7 @@ def _d_ListGroupsResponse_3(buf, pos):
     else:
         o.groups = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(ListedGroup)
             _o.group_state = ''
             _o.group_type = ''
@@ -262,7 +263,7 @@ def _d_ListGroupsResponse_4(buf, pos):
     else:
         o.groups = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(ListedGroup)
             _o.group_type = ''
             if pos < _l and buf[pos] < 0x80:
@@ -358,7 +359,7 @@ def _d_ListGroupsResponse_5(buf, pos):
     else:
         o.groups = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(ListedGroup)
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -100,7 +101,7 @@ def _d_ListOffsetsTopic_0(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(ListOffsetsPartition)
             _o.current_leader_epoch = -1
             if pos + 16 > _l:
@@ -131,7 +132,7 @@ def _d_ListOffsetsRequest_0(buf, pos):
         raise overrun('ListOffsetsRequest.topics', buf, pos, _c, 6)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_ListOffsetsTopic_0(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -165,7 +166,7 @@ def _d_ListOffsetsTopic_1(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(ListOffsetsPartition)
             _o.current_leader_epoch = -1
             _o.max_num_offsets = 1
@@ -197,7 +198,7 @@ def _d_ListOffsetsRequest_1(buf, pos):
         raise overrun('ListOffsetsRequest.topics', buf, pos, _c, 6)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_ListOffsetsTopic_1(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -221,7 +222,7 @@ def _d_ListOffsetsRequest_2(buf, pos):
         raise overrun('ListOffsetsRequest.topics', buf, pos, _c, 6)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_ListOffsetsTopic_1(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -255,7 +256,7 @@ def _d_ListOffsetsTopic_4(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(ListOffsetsPartition)
             _o.max_num_offsets = 1
             if pos + 16 > _l:
@@ -285,7 +286,7 @@ def _d_ListOffsetsRequest_4(buf, pos):
         raise overrun('ListOffsetsRequest.topics', buf, pos, _c, 6)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_ListOffsetsTopic_4(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -323,7 +324,7 @@ def _d_ListOffsetsTopic_6(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(ListOffsetsPartition)
             _o.max_num_offsets = 1
             if pos + 16 > _l:
@@ -375,7 +376,7 @@ def _d_ListOffsetsRequest_6(buf, pos):
         raise overrun('ListOffsetsRequest.topics', buf, pos, _c, 3)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_ListOffsetsTopic_6(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
@@ -410,7 +411,7 @@ def _d_ListOffsetsRequest_10(buf, pos):
         raise overrun('ListOffsetsRequest.topics', buf, pos, _c, 3)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_ListOffsetsTopic_6(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:

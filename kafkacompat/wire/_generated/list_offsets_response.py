@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -102,7 +103,7 @@ def _d_ListOffsetsTopicResponse_0(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(ListOffsetsPartitionResponse)
             _o.timestamp = -1
             _o.offset = -1
@@ -142,7 +143,7 @@ def _d_ListOffsetsResponse_0(buf, pos):
         raise overrun('ListOffsetsResponse.topics', buf, pos, _c, 6)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_ListOffsetsTopicResponse_0(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -176,7 +177,7 @@ def _d_ListOffsetsTopicResponse_1(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(ListOffsetsPartitionResponse)
             _o.old_style_offsets = []
             _o.leader_epoch = -1
@@ -203,7 +204,7 @@ def _d_ListOffsetsResponse_1(buf, pos):
         raise overrun('ListOffsetsResponse.topics', buf, pos, _c, 6)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_ListOffsetsTopicResponse_1(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -226,7 +227,7 @@ def _d_ListOffsetsResponse_2(buf, pos):
         raise overrun('ListOffsetsResponse.topics', buf, pos, _c, 6)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_ListOffsetsTopicResponse_1(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -260,7 +261,7 @@ def _d_ListOffsetsTopicResponse_4(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(ListOffsetsPartitionResponse)
             _o.old_style_offsets = []
             if pos + 26 > _l:
@@ -289,7 +290,7 @@ def _d_ListOffsetsResponse_4(buf, pos):
         raise overrun('ListOffsetsResponse.topics', buf, pos, _c, 6)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_ListOffsetsTopicResponse_4(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -327,7 +328,7 @@ def _d_ListOffsetsTopicResponse_6(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(ListOffsetsPartitionResponse)
             _o.old_style_offsets = []
             if pos + 26 > _l:
@@ -378,7 +379,7 @@ def _d_ListOffsetsResponse_6(buf, pos):
         raise overrun('ListOffsetsResponse.topics', buf, pos, _c, 3)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_ListOffsetsTopicResponse_6(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:

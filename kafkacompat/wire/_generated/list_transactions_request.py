@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -52,7 +53,7 @@ def _d_ListTransactionsRequest_0(buf, pos):
         raise overrun('ListTransactionsRequest.state_filters', buf, pos, _c, 1)
     else:
         o.state_filters = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
                 pos += 1
@@ -112,7 +113,7 @@ def _d_ListTransactionsRequest_1(buf, pos):
         raise overrun('ListTransactionsRequest.state_filters', buf, pos, _c, 1)
     else:
         o.state_filters = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
                 pos += 1

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -75,7 +76,7 @@ def _d_ListTransactionsResponse_0(buf, pos):
         raise overrun('ListTransactionsResponse.unknown_state_filters', buf, pos, _c, 1)
     else:
         o.unknown_state_filters = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
                 pos += 1
@@ -106,7 +107,7 @@ def _d_ListTransactionsResponse_0(buf, pos):
     else:
         o.transaction_states = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(TransactionState)
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -74,7 +75,7 @@ def _d_MetadataRequest_0(buf, pos):
     else:
         o.topics = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(MetadataRequestTopic)
             _o.topic_id = ZERO_UUID
             if pos + 2 > _l:
@@ -115,7 +116,7 @@ def _d_MetadataRequest_1(buf, pos):
     else:
         o.topics = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(MetadataRequestTopic)
             _o.topic_id = ZERO_UUID
             if pos + 2 > _l:
@@ -155,7 +156,7 @@ def _d_MetadataRequest_4(buf, pos):
     else:
         o.topics = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(MetadataRequestTopic)
             _o.topic_id = ZERO_UUID
             if pos + 2 > _l:
@@ -197,7 +198,7 @@ def _d_MetadataRequest_8(buf, pos):
     else:
         o.topics = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(MetadataRequestTopic)
             _o.topic_id = ZERO_UUID
             if pos + 2 > _l:
@@ -241,7 +242,7 @@ def _d_MetadataRequest_9(buf, pos):
     else:
         o.topics = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(MetadataRequestTopic)
             _o.topic_id = ZERO_UUID
             if pos < _l and buf[pos] < 0x80:
@@ -307,7 +308,7 @@ def _d_MetadataRequest_10(buf, pos):
     else:
         o.topics = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(MetadataRequestTopic)
             if pos + 16 > _l:
                 raise truncated('MetadataRequest.MetadataRequestTopic.topic_id', buf, pos, 16)
@@ -380,7 +381,7 @@ def _d_MetadataRequest_11(buf, pos):
     else:
         o.topics = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(MetadataRequestTopic)
             if pos + 16 > _l:
                 raise truncated('MetadataRequest.MetadataRequestTopic.topic_id', buf, pos, 16)

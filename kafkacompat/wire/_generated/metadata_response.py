@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -151,7 +152,7 @@ def _d_MetadataResponseTopic_0(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(MetadataResponsePartition)
             _o.leader_epoch = -1
             _o.offline_replicas = []
@@ -206,7 +207,7 @@ def _d_MetadataResponse_0(buf, pos):
     else:
         o.brokers = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(MetadataResponseBroker)
             _o.rack = None
             if pos + 4 > _l:
@@ -243,7 +244,7 @@ def _d_MetadataResponse_0(buf, pos):
         raise overrun('MetadataResponse.topics', buf, pos, _c, 8)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_MetadataResponseTopic_0(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -287,7 +288,7 @@ def _d_MetadataResponseTopic_1(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(MetadataResponsePartition)
             _o.leader_epoch = -1
             _o.offline_replicas = []
@@ -341,7 +342,7 @@ def _d_MetadataResponse_1(buf, pos):
     else:
         o.brokers = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(MetadataResponseBroker)
             if pos + 4 > _l:
                 raise truncated('MetadataResponse.MetadataResponseBroker.node_id', buf, pos, 4)
@@ -397,7 +398,7 @@ def _d_MetadataResponse_1(buf, pos):
         raise overrun('MetadataResponse.topics', buf, pos, _c, 9)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_MetadataResponseTopic_1(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -419,7 +420,7 @@ def _d_MetadataResponse_2(buf, pos):
     else:
         o.brokers = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(MetadataResponseBroker)
             if pos + 4 > _l:
                 raise truncated('MetadataResponse.MetadataResponseBroker.node_id', buf, pos, 4)
@@ -491,7 +492,7 @@ def _d_MetadataResponse_2(buf, pos):
         raise overrun('MetadataResponse.topics', buf, pos, _c, 9)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_MetadataResponseTopic_1(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -516,7 +517,7 @@ def _d_MetadataResponse_3(buf, pos):
     else:
         o.brokers = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(MetadataResponseBroker)
             if pos + 4 > _l:
                 raise truncated('MetadataResponse.MetadataResponseBroker.node_id', buf, pos, 4)
@@ -588,7 +589,7 @@ def _d_MetadataResponse_3(buf, pos):
         raise overrun('MetadataResponse.topics', buf, pos, _c, 9)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_MetadataResponseTopic_1(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -632,7 +633,7 @@ def _d_MetadataResponseTopic_5(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(MetadataResponsePartition)
             _o.leader_epoch = -1
             if pos + 10 > _l:
@@ -699,7 +700,7 @@ def _d_MetadataResponse_5(buf, pos):
     else:
         o.brokers = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(MetadataResponseBroker)
             if pos + 4 > _l:
                 raise truncated('MetadataResponse.MetadataResponseBroker.node_id', buf, pos, 4)
@@ -771,7 +772,7 @@ def _d_MetadataResponse_5(buf, pos):
         raise overrun('MetadataResponse.topics', buf, pos, _c, 9)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_MetadataResponseTopic_5(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -815,7 +816,7 @@ def _d_MetadataResponseTopic_7(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(MetadataResponsePartition)
             if pos + 14 > _l:
                 raise truncated('MetadataResponse.MetadataResponsePartition.error_code', buf, pos, 14)
@@ -881,7 +882,7 @@ def _d_MetadataResponse_7(buf, pos):
     else:
         o.brokers = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(MetadataResponseBroker)
             if pos + 4 > _l:
                 raise truncated('MetadataResponse.MetadataResponseBroker.node_id', buf, pos, 4)
@@ -953,7 +954,7 @@ def _d_MetadataResponse_7(buf, pos):
         raise overrun('MetadataResponse.topics', buf, pos, _c, 9)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_MetadataResponseTopic_7(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -996,7 +997,7 @@ def _d_MetadataResponseTopic_8(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(MetadataResponsePartition)
             if pos + 14 > _l:
                 raise truncated('MetadataResponse.MetadataResponsePartition.error_code', buf, pos, 14)
@@ -1065,7 +1066,7 @@ def _d_MetadataResponse_8(buf, pos):
     else:
         o.brokers = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(MetadataResponseBroker)
             if pos + 4 > _l:
                 raise truncated('MetadataResponse.MetadataResponseBroker.node_id', buf, pos, 4)
@@ -1137,7 +1138,7 @@ def _d_MetadataResponse_8(buf, pos):
         raise overrun('MetadataResponse.topics', buf, pos, _c, 13)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_MetadataResponseTopic_8(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
@@ -1188,7 +1189,7 @@ def _d_MetadataResponseTopic_9(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(MetadataResponsePartition)
             if pos + 14 > _l:
                 raise truncated('MetadataResponse.MetadataResponsePartition.error_code', buf, pos, 14)
@@ -1285,7 +1286,7 @@ def _d_MetadataResponse_9(buf, pos):
     else:
         o.brokers = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(MetadataResponseBroker)
             if pos + 4 > _l:
                 raise truncated('MetadataResponse.MetadataResponseBroker.node_id', buf, pos, 4)
@@ -1375,7 +1376,7 @@ def _d_MetadataResponse_9(buf, pos):
         raise overrun('MetadataResponse.topics', buf, pos, _c, 10)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_MetadataResponseTopic_9(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
@@ -1436,7 +1437,7 @@ def _d_MetadataResponseTopic_10(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(MetadataResponsePartition)
             if pos + 14 > _l:
                 raise truncated('MetadataResponse.MetadataResponsePartition.error_code', buf, pos, 14)
@@ -1533,7 +1534,7 @@ def _d_MetadataResponse_10(buf, pos):
     else:
         o.brokers = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(MetadataResponseBroker)
             if pos + 4 > _l:
                 raise truncated('MetadataResponse.MetadataResponseBroker.node_id', buf, pos, 4)
@@ -1623,7 +1624,7 @@ def _d_MetadataResponse_10(buf, pos):
         raise overrun('MetadataResponse.topics', buf, pos, _c, 26)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_MetadataResponseTopic_10(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
@@ -1664,7 +1665,7 @@ def _d_MetadataResponse_11(buf, pos):
     else:
         o.brokers = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(MetadataResponseBroker)
             if pos + 4 > _l:
                 raise truncated('MetadataResponse.MetadataResponseBroker.node_id', buf, pos, 4)
@@ -1754,7 +1755,7 @@ def _d_MetadataResponse_11(buf, pos):
         raise overrun('MetadataResponse.topics', buf, pos, _c, 26)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_MetadataResponseTopic_10(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
@@ -1813,7 +1814,7 @@ def _d_MetadataResponseTopic_12(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(MetadataResponsePartition)
             if pos + 14 > _l:
                 raise truncated('MetadataResponse.MetadataResponsePartition.error_code', buf, pos, 14)
@@ -1911,7 +1912,7 @@ def _d_MetadataResponse_12(buf, pos):
     else:
         o.brokers = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(MetadataResponseBroker)
             if pos + 4 > _l:
                 raise truncated('MetadataResponse.MetadataResponseBroker.node_id', buf, pos, 4)
@@ -2001,7 +2002,7 @@ def _d_MetadataResponse_12(buf, pos):
         raise overrun('MetadataResponse.topics', buf, pos, _c, 26)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_MetadataResponseTopic_12(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:

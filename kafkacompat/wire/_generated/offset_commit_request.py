@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -113,7 +114,7 @@ def _d_OffsetCommitRequestTopic_0(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(OffsetCommitRequestPartition)
             _o.committed_leader_epoch = -1
             _o.commit_timestamp = -1
@@ -173,7 +174,7 @@ def _d_OffsetCommitRequest_0(buf, pos):
         raise overrun('OffsetCommitRequest.topics', buf, pos, _c, 6)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_OffsetCommitRequestTopic_0(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -207,7 +208,7 @@ def _d_OffsetCommitRequestTopic_1(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(OffsetCommitRequestPartition)
             _o.committed_leader_epoch = -1
             if pos + 20 > _l:
@@ -282,7 +283,7 @@ def _d_OffsetCommitRequest_1(buf, pos):
         raise overrun('OffsetCommitRequest.topics', buf, pos, _c, 6)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_OffsetCommitRequestTopic_1(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -338,7 +339,7 @@ def _d_OffsetCommitRequest_2(buf, pos):
         raise overrun('OffsetCommitRequest.topics', buf, pos, _c, 6)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_OffsetCommitRequestTopic_0(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -391,7 +392,7 @@ def _d_OffsetCommitRequest_5(buf, pos):
         raise overrun('OffsetCommitRequest.topics', buf, pos, _c, 6)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_OffsetCommitRequestTopic_0(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -425,7 +426,7 @@ def _d_OffsetCommitRequestTopic_6(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(OffsetCommitRequestPartition)
             _o.commit_timestamp = -1
             if pos + 16 > _l:
@@ -500,7 +501,7 @@ def _d_OffsetCommitRequest_6(buf, pos):
         raise overrun('OffsetCommitRequest.topics', buf, pos, _c, 6)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_OffsetCommitRequestTopic_6(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -568,7 +569,7 @@ def _d_OffsetCommitRequest_7(buf, pos):
         raise overrun('OffsetCommitRequest.topics', buf, pos, _c, 6)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_OffsetCommitRequestTopic_6(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -606,7 +607,7 @@ def _d_OffsetCommitRequestTopic_8(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(OffsetCommitRequestPartition)
             _o.commit_timestamp = -1
             if pos + 16 > _l:
@@ -726,7 +727,7 @@ def _d_OffsetCommitRequest_8(buf, pos):
         raise overrun('OffsetCommitRequest.topics', buf, pos, _c, 3)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_OffsetCommitRequestTopic_8(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -86,7 +87,7 @@ def _d_OffsetCommitResponseTopic_0(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(OffsetCommitResponsePartition)
             if pos + 6 > _l:
                 raise truncated('OffsetCommitResponse.OffsetCommitResponsePartition.partition_index', buf, pos, 6)
@@ -111,7 +112,7 @@ def _d_OffsetCommitResponse_0(buf, pos):
         raise overrun('OffsetCommitResponse.topics', buf, pos, _c, 6)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_OffsetCommitResponseTopic_0(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -134,7 +135,7 @@ def _d_OffsetCommitResponse_3(buf, pos):
         raise overrun('OffsetCommitResponse.topics', buf, pos, _c, 6)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_OffsetCommitResponseTopic_0(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -172,7 +173,7 @@ def _d_OffsetCommitResponseTopic_8(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(OffsetCommitResponsePartition)
             if pos + 6 > _l:
                 raise truncated('OffsetCommitResponse.OffsetCommitResponsePartition.partition_index', buf, pos, 6)
@@ -222,7 +223,7 @@ def _d_OffsetCommitResponse_8(buf, pos):
         raise overrun('OffsetCommitResponse.topics', buf, pos, _c, 3)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_OffsetCommitResponseTopic_8(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:

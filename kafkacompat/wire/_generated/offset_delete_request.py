@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -84,7 +85,7 @@ def _d_OffsetDeleteRequestTopic_0(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(OffsetDeleteRequestPartition)
             if pos + 4 > _l:
                 raise truncated('OffsetDeleteRequest.OffsetDeleteRequestPartition.partition_index', buf, pos, 4)
@@ -122,7 +123,7 @@ def _d_OffsetDeleteRequest_0(buf, pos):
         raise overrun('OffsetDeleteRequest.topics', buf, pos, _c, 6)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_OffsetDeleteRequestTopic_0(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -88,7 +89,7 @@ def _d_OffsetDeleteResponseTopic_0(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(OffsetDeleteResponsePartition)
             if pos + 6 > _l:
                 raise truncated('OffsetDeleteResponse.OffsetDeleteResponsePartition.partition_index', buf, pos, 6)
@@ -116,7 +117,7 @@ def _d_OffsetDeleteResponse_0(buf, pos):
         raise overrun('OffsetDeleteResponse.topics', buf, pos, _c, 6)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_OffsetDeleteResponseTopic_0(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -100,7 +101,7 @@ def _d_OffsetFetchRequest_0(buf, pos):
     else:
         o.topics = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(OffsetFetchRequestTopic)
             if pos + 2 > _l:
                 raise truncated('OffsetFetchRequest.OffsetFetchRequestTopic.name', buf, pos, 2)
@@ -165,7 +166,7 @@ def _d_OffsetFetchRequest_2(buf, pos):
     else:
         o.topics = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(OffsetFetchRequestTopic)
             if pos + 2 > _l:
                 raise truncated('OffsetFetchRequest.OffsetFetchRequestTopic.name', buf, pos, 2)
@@ -234,7 +235,7 @@ def _d_OffsetFetchRequest_6(buf, pos):
     else:
         o.topics = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(OffsetFetchRequestTopic)
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
@@ -326,7 +327,7 @@ def _d_OffsetFetchRequest_7(buf, pos):
     else:
         o.topics = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(OffsetFetchRequestTopic)
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
@@ -423,7 +424,7 @@ def _d_OffsetFetchRequestGroup_8(buf, pos):
     else:
         o.topics = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(OffsetFetchRequestTopics)
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
@@ -497,7 +498,7 @@ def _d_OffsetFetchRequest_8(buf, pos):
         raise overrun('OffsetFetchRequest.groups', buf, pos, _c, 3)
     else:
         o.groups = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_OffsetFetchRequestGroup_8(buf, pos)
             _lst.append(_e)
     if pos + 1 > _l:
@@ -573,7 +574,7 @@ def _d_OffsetFetchRequestGroup_9(buf, pos):
     else:
         o.topics = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(OffsetFetchRequestTopics)
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
@@ -647,7 +648,7 @@ def _d_OffsetFetchRequest_9(buf, pos):
         raise overrun('OffsetFetchRequest.groups', buf, pos, _c, 8)
     else:
         o.groups = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_OffsetFetchRequestGroup_9(buf, pos)
             _lst.append(_e)
     if pos + 1 > _l:

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -145,7 +146,7 @@ def _d_OffsetFetchResponseTopic_0(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(OffsetFetchResponsePartition)
             _o.committed_leader_epoch = -1
             if pos + 12 > _l:
@@ -193,7 +194,7 @@ def _d_OffsetFetchResponse_0(buf, pos):
         raise overrun('OffsetFetchResponse.topics', buf, pos, _c, 6)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_OffsetFetchResponseTopic_0(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -214,7 +215,7 @@ def _d_OffsetFetchResponse_2(buf, pos):
         raise overrun('OffsetFetchResponse.topics', buf, pos, _c, 6)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_OffsetFetchResponseTopic_0(buf, pos)
             _lst.append(_e)
     if pos + 2 > _l:
@@ -242,7 +243,7 @@ def _d_OffsetFetchResponse_3(buf, pos):
         raise overrun('OffsetFetchResponse.topics', buf, pos, _c, 6)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_OffsetFetchResponseTopic_0(buf, pos)
             _lst.append(_e)
     if pos + 2 > _l:
@@ -280,7 +281,7 @@ def _d_OffsetFetchResponseTopic_5(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(OffsetFetchResponsePartition)
             if pos + 16 > _l:
                 raise truncated('OffsetFetchResponse.OffsetFetchResponsePartition.partition_index', buf, pos, 16)
@@ -329,7 +330,7 @@ def _d_OffsetFetchResponse_5(buf, pos):
         raise overrun('OffsetFetchResponse.topics', buf, pos, _c, 6)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_OffsetFetchResponseTopic_5(buf, pos)
             _lst.append(_e)
     if pos + 2 > _l:
@@ -371,7 +372,7 @@ def _d_OffsetFetchResponseTopic_6(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(OffsetFetchResponsePartition)
             if pos + 16 > _l:
                 raise truncated('OffsetFetchResponse.OffsetFetchResponsePartition.partition_index', buf, pos, 16)
@@ -444,7 +445,7 @@ def _d_OffsetFetchResponse_6(buf, pos):
         raise overrun('OffsetFetchResponse.topics', buf, pos, _c, 3)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_OffsetFetchResponseTopic_6(buf, pos)
             _lst.append(_e)
     if pos + 2 > _l:
@@ -496,7 +497,7 @@ def _d_OffsetFetchResponseTopics_8(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(OffsetFetchResponsePartitions)
             if pos + 16 > _l:
                 raise truncated('OffsetFetchResponse.OffsetFetchResponsePartitions.partition_index', buf, pos, 16)
@@ -580,7 +581,7 @@ def _d_OffsetFetchResponseGroup_8(buf, pos):
         raise overrun('OffsetFetchResponse.OffsetFetchResponseGroup.topics', buf, pos, _c, 3)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_OffsetFetchResponseTopics_8(buf, pos)
             _lst.append(_e)
     if pos + 2 > _l:
@@ -621,7 +622,7 @@ def _d_OffsetFetchResponse_8(buf, pos):
         raise overrun('OffsetFetchResponse.groups', buf, pos, _c, 5)
     else:
         o.groups = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_OffsetFetchResponseGroup_8(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -88,7 +89,7 @@ def _d_OffsetForLeaderTopic_0(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(OffsetForLeaderPartition)
             _o.current_leader_epoch = -1
             if pos + 8 > _l:
@@ -114,7 +115,7 @@ def _d_OffsetForLeaderEpochRequest_0(buf, pos):
         raise overrun('OffsetForLeaderEpochRequest.topics', buf, pos, _c, 6)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_OffsetForLeaderTopic_0(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -148,7 +149,7 @@ def _d_OffsetForLeaderTopic_2(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(OffsetForLeaderPartition)
             if pos + 12 > _l:
                 raise truncated('OffsetForLeaderEpochRequest.OffsetForLeaderPartition.partition', buf, pos, 12)
@@ -173,7 +174,7 @@ def _d_OffsetForLeaderEpochRequest_2(buf, pos):
         raise overrun('OffsetForLeaderEpochRequest.topics', buf, pos, _c, 6)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_OffsetForLeaderTopic_2(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -196,7 +197,7 @@ def _d_OffsetForLeaderEpochRequest_3(buf, pos):
         raise overrun('OffsetForLeaderEpochRequest.topics', buf, pos, _c, 6)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_OffsetForLeaderTopic_2(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -234,7 +235,7 @@ def _d_OffsetForLeaderTopic_4(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(OffsetForLeaderPartition)
             if pos + 12 > _l:
                 raise truncated('OffsetForLeaderEpochRequest.OffsetForLeaderPartition.partition', buf, pos, 12)
@@ -284,7 +285,7 @@ def _d_OffsetForLeaderEpochRequest_4(buf, pos):
         raise overrun('OffsetForLeaderEpochRequest.topics', buf, pos, _c, 3)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_OffsetForLeaderTopic_4(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:

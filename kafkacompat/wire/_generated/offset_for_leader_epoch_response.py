@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -89,7 +90,7 @@ def _d_OffsetForLeaderTopicResult_0(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(EpochEndOffset)
             _o.leader_epoch = -1
             if pos + 14 > _l:
@@ -115,7 +116,7 @@ def _d_OffsetForLeaderEpochResponse_0(buf, pos):
         raise overrun('OffsetForLeaderEpochResponse.topics', buf, pos, _c, 6)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_OffsetForLeaderTopicResult_0(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -149,7 +150,7 @@ def _d_OffsetForLeaderTopicResult_1(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(EpochEndOffset)
             if pos + 18 > _l:
                 raise truncated('OffsetForLeaderEpochResponse.EpochEndOffset.error_code', buf, pos, 18)
@@ -174,7 +175,7 @@ def _d_OffsetForLeaderEpochResponse_1(buf, pos):
         raise overrun('OffsetForLeaderEpochResponse.topics', buf, pos, _c, 6)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_OffsetForLeaderTopicResult_1(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -197,7 +198,7 @@ def _d_OffsetForLeaderEpochResponse_2(buf, pos):
         raise overrun('OffsetForLeaderEpochResponse.topics', buf, pos, _c, 6)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_OffsetForLeaderTopicResult_1(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -235,7 +236,7 @@ def _d_OffsetForLeaderTopicResult_4(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(EpochEndOffset)
             if pos + 18 > _l:
                 raise truncated('OffsetForLeaderEpochResponse.EpochEndOffset.error_code', buf, pos, 18)
@@ -285,7 +286,7 @@ def _d_OffsetForLeaderEpochResponse_4(buf, pos):
         raise overrun('OffsetForLeaderEpochResponse.topics', buf, pos, _c, 3)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_OffsetForLeaderTopicResult_4(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -88,7 +89,7 @@ def _d_TopicProduceData_0(buf, pos):
     else:
         o.partition_data = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(PartitionProduceData)
             if pos + 4 > _l:
                 raise truncated('ProduceRequest.PartitionProduceData.index', buf, pos, 4)
@@ -131,7 +132,7 @@ def _d_ProduceRequest_0(buf, pos):
         raise overrun('ProduceRequest.topic_data', buf, pos, _c, 6)
     else:
         o.topic_data = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_TopicProduceData_0(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -170,7 +171,7 @@ def _d_ProduceRequest_3(buf, pos):
         raise overrun('ProduceRequest.topic_data', buf, pos, _c, 6)
     else:
         o.topic_data = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_TopicProduceData_0(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -208,7 +209,7 @@ def _d_TopicProduceData_9(buf, pos):
     else:
         o.partition_data = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(PartitionProduceData)
             if pos + 4 > _l:
                 raise truncated('ProduceRequest.PartitionProduceData.index', buf, pos, 4)
@@ -292,7 +293,7 @@ def _d_ProduceRequest_9(buf, pos):
         raise overrun('ProduceRequest.topic_data', buf, pos, _c, 3)
     else:
         o.topic_data = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_TopicProduceData_9(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -146,7 +147,7 @@ def _d_TopicProduceResponse_0(buf, pos):
     else:
         o.partition_responses = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(PartitionProduceResponse)
             _o.log_append_time_ms = -1
             _o.log_start_offset = -1
@@ -181,7 +182,7 @@ def _d_ProduceResponse_0(buf, pos):
         raise overrun('ProduceResponse.responses', buf, pos, _c, 6)
     else:
         o.responses = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_TopicProduceResponse_0(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -201,7 +202,7 @@ def _d_ProduceResponse_1(buf, pos):
         raise overrun('ProduceResponse.responses', buf, pos, _c, 6)
     else:
         o.responses = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_TopicProduceResponse_0(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
@@ -239,7 +240,7 @@ def _d_TopicProduceResponse_2(buf, pos):
     else:
         o.partition_responses = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(PartitionProduceResponse)
             _o.log_start_offset = -1
             _o.record_errors = []
@@ -272,7 +273,7 @@ def _d_ProduceResponse_2(buf, pos):
         raise overrun('ProduceResponse.responses', buf, pos, _c, 6)
     else:
         o.responses = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_TopicProduceResponse_2(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
@@ -310,7 +311,7 @@ def _d_TopicProduceResponse_5(buf, pos):
     else:
         o.partition_responses = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(PartitionProduceResponse)
             _o.record_errors = []
             _o.error_message = None
@@ -342,7 +343,7 @@ def _d_ProduceResponse_5(buf, pos):
         raise overrun('ProduceResponse.responses', buf, pos, _c, 6)
     else:
         o.responses = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_TopicProduceResponse_5(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
@@ -375,7 +376,7 @@ def _d_PartitionProduceResponse_8(buf, pos):
     else:
         o.record_errors = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(BatchIndexAndErrorMessage)
             if pos + 4 > _l:
                 raise truncated('ProduceResponse.BatchIndexAndErrorMessage.batch_index', buf, pos, 4)
@@ -445,7 +446,7 @@ def _d_TopicProduceResponse_8(buf, pos):
         raise overrun('ProduceResponse.TopicProduceResponse.partition_responses', buf, pos, _c, 36)
     else:
         o.partition_responses = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_PartitionProduceResponse_8(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -465,7 +466,7 @@ def _d_ProduceResponse_8(buf, pos):
         raise overrun('ProduceResponse.responses', buf, pos, _c, 6)
     else:
         o.responses = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_TopicProduceResponse_8(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
@@ -500,7 +501,7 @@ def _d_PartitionProduceResponse_9(buf, pos):
     else:
         o.record_errors = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(BatchIndexAndErrorMessage)
             if pos + 4 > _l:
                 raise truncated('ProduceResponse.BatchIndexAndErrorMessage.batch_index', buf, pos, 4)
@@ -598,7 +599,7 @@ def _d_TopicProduceResponse_9(buf, pos):
         raise overrun('ProduceResponse.TopicProduceResponse.partition_responses', buf, pos, _c, 33)
     else:
         o.partition_responses = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_PartitionProduceResponse_9(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
@@ -630,7 +631,7 @@ def _d_ProduceResponse_9(buf, pos):
         raise overrun('ProduceResponse.responses', buf, pos, _c, 3)
     else:
         o.responses = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_TopicProduceResponse_9(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
@@ -690,7 +691,7 @@ def _d_PartitionProduceResponse_10(buf, pos):
     else:
         o.record_errors = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(BatchIndexAndErrorMessage)
             if pos + 4 > _l:
                 raise truncated('ProduceResponse.BatchIndexAndErrorMessage.batch_index', buf, pos, 4)
@@ -800,7 +801,7 @@ def _d_TopicProduceResponse_10(buf, pos):
         raise overrun('ProduceResponse.TopicProduceResponse.partition_responses', buf, pos, _c, 33)
     else:
         o.partition_responses = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_PartitionProduceResponse_10(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
@@ -889,7 +890,7 @@ def _d_ProduceResponse_10(buf, pos):
         raise overrun('ProduceResponse.responses', buf, pos, _c, 3)
     else:
         o.responses = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_TopicProduceResponse_10(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
@@ -919,7 +920,7 @@ def _d_ProduceResponse_10(buf, pos):
                     raise overrun('ProduceResponse.node_endpoints', _sub, _p, _c, 11)
                 else:
                     o.node_endpoints = _lst = []
-                    for _ in range(_c):
+                    for _ in elements(_c):
                         _e, _p = _d_NodeEndpoint_10(_sub, _p)
                         _lst.append(_e)
                 if _p != _te:

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -126,7 +127,7 @@ def _d_PartitionResult_0(buf, pos):
     else:
         o.state_batches = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(StateBatch)
             if pos + 19 > _l:
                 raise truncated('ReadShareGroupStateResponse.StateBatch.first_offset', buf, pos, 19)
@@ -177,7 +178,7 @@ def _d_ReadStateResult_0(buf, pos):
         raise overrun('ReadShareGroupStateResponse.ReadStateResult.partitions', buf, pos, _c, 21)
     else:
         o.partitions = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_PartitionResult_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
@@ -208,7 +209,7 @@ def _d_ReadShareGroupStateResponse_0(buf, pos):
         raise overrun('ReadShareGroupStateResponse.results', buf, pos, _c, 18)
     else:
         o.results = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_ReadStateResult_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:

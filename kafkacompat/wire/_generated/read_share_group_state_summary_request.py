@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -78,7 +79,7 @@ def _d_ReadStateSummaryData_0(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(PartitionData)
             if pos + 8 > _l:
                 raise truncated('ReadShareGroupStateSummaryRequest.PartitionData.partition', buf, pos, 8)
@@ -140,7 +141,7 @@ def _d_ReadShareGroupStateSummaryRequest_0(buf, pos):
         raise overrun('ReadShareGroupStateSummaryRequest.topics', buf, pos, _c, 18)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_ReadStateSummaryData_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -52,7 +53,7 @@ def _d_SaslHandshakeResponse_0(buf, pos):
         raise overrun('SaslHandshakeResponse.mechanisms', buf, pos, _c, 2)
     else:
         o.mechanisms = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             if pos + 2 > _l:
                 raise truncated('SaslHandshakeResponse.mechanisms', buf, pos, 2)
             (_n,) = _S0.unpack_from(buf, pos)

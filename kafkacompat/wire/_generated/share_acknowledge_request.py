@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -93,7 +94,7 @@ def _d_AcknowledgePartition_0(buf, pos):
     else:
         o.acknowledgement_batches = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(AcknowledgementBatch)
             if pos + 16 > _l:
                 raise truncated('ShareAcknowledgeRequest.AcknowledgementBatch.first_offset', buf, pos, 16)
@@ -158,7 +159,7 @@ def _d_AcknowledgeTopic_0(buf, pos):
         raise overrun('ShareAcknowledgeRequest.AcknowledgeTopic.partitions', buf, pos, _c, 6)
     else:
         o.partitions = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_AcknowledgePartition_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
@@ -229,7 +230,7 @@ def _d_ShareAcknowledgeRequest_0(buf, pos):
         raise overrun('ShareAcknowledgeRequest.topics', buf, pos, _c, 18)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_AcknowledgeTopic_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -186,7 +187,7 @@ def _d_ShareAcknowledgeTopicResponse_0(buf, pos):
         raise overrun('ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse.partitions', buf, pos, _c, 17)
     else:
         o.partitions = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_PartitionData_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
@@ -239,7 +240,7 @@ def _d_ShareAcknowledgeResponse_0(buf, pos):
         raise overrun('ShareAcknowledgeResponse.responses', buf, pos, _c, 18)
     else:
         o.responses = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_ShareAcknowledgeTopicResponse_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] < 0x80:
@@ -255,7 +256,7 @@ def _d_ShareAcknowledgeResponse_0(buf, pos):
     else:
         o.node_endpoints = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(NodeEndpoint)
             if pos + 4 > _l:
                 raise truncated('ShareAcknowledgeResponse.NodeEndpoint.node_id', buf, pos, 4)

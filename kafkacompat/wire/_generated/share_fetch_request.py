@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -128,7 +129,7 @@ def _d_FetchPartition_0(buf, pos):
     else:
         o.acknowledgement_batches = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(AcknowledgementBatch)
             if pos + 16 > _l:
                 raise truncated('ShareFetchRequest.AcknowledgementBatch.first_offset', buf, pos, 16)
@@ -193,7 +194,7 @@ def _d_FetchTopic_0(buf, pos):
         raise overrun('ShareFetchRequest.FetchTopic.partitions', buf, pos, _c, 10)
     else:
         o.partitions = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_FetchPartition_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
@@ -264,7 +265,7 @@ def _d_ShareFetchRequest_0(buf, pos):
         raise overrun('ShareFetchRequest.topics', buf, pos, _c, 18)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_FetchTopic_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] < 0x80:
@@ -280,7 +281,7 @@ def _d_ShareFetchRequest_0(buf, pos):
     else:
         o.forgotten_topics_data = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(ForgottenTopic)
             if pos + 16 > _l:
                 raise truncated('ShareFetchRequest.ForgottenTopic.topic_id', buf, pos, 16)

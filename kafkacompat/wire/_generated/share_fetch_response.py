@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -226,7 +227,7 @@ def _d_PartitionData_0(buf, pos):
     else:
         o.acquired_records = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(AcquiredRecords)
             if pos + 18 > _l:
                 raise truncated('ShareFetchResponse.AcquiredRecords.first_offset', buf, pos, 18)
@@ -277,7 +278,7 @@ def _d_ShareFetchableTopicResponse_0(buf, pos):
         raise overrun('ShareFetchResponse.ShareFetchableTopicResponse.partitions', buf, pos, _c, 22)
     else:
         o.partitions = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_PartitionData_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
@@ -330,7 +331,7 @@ def _d_ShareFetchResponse_0(buf, pos):
         raise overrun('ShareFetchResponse.responses', buf, pos, _c, 18)
     else:
         o.responses = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_ShareFetchableTopicResponse_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] < 0x80:
@@ -346,7 +347,7 @@ def _d_ShareFetchResponse_0(buf, pos):
     else:
         o.node_endpoints = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(NodeEndpoint)
             if pos + 4 > _l:
                 raise truncated('ShareFetchResponse.NodeEndpoint.node_id', buf, pos, 4)

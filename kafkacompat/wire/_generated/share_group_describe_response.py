@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -135,7 +136,7 @@ def _d_Assignment_0(buf, pos):
     else:
         o.topic_partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(TopicPartitions)
             if pos + 16 > _l:
                 raise truncated('ShareGroupDescribeResponse.TopicPartitions.topic_id', buf, pos, 16)
@@ -282,7 +283,7 @@ def _d_Member_0(buf, pos):
         raise overrun('ShareGroupDescribeResponse.Member.subscribed_topic_names', buf, pos, _c, 1)
     else:
         o.subscribed_topic_names = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
                 pos += 1
@@ -403,7 +404,7 @@ def _d_DescribedGroup_0(buf, pos):
         raise overrun('ShareGroupDescribeResponse.DescribedGroup.members', buf, pos, _c, 12)
     else:
         o.members = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_Member_0(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
@@ -442,7 +443,7 @@ def _d_ShareGroupDescribeResponse_0(buf, pos):
         raise overrun('ShareGroupDescribeResponse.groups', buf, pos, _c, 20)
     else:
         o.groups = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_DescribedGroup_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:

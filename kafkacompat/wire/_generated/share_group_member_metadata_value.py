@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -107,7 +108,7 @@ def _d_ShareGroupMemberMetadataValue_0(buf, pos):
         raise overrun('ShareGroupMemberMetadataValue.subscribed_topic_names', buf, pos, _c, 1)
     else:
         o.subscribed_topic_names = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
                 pos += 1

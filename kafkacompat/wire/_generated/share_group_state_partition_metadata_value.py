@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -74,7 +75,7 @@ def _d_ShareGroupStatePartitionMetadataValue_0(buf, pos):
     else:
         o.initialized_topics = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(TopicPartitionsInfo)
             if pos + 16 > _l:
                 raise truncated('ShareGroupStatePartitionMetadataValue.TopicPartitionsInfo.topic_id', buf, pos, 16)
@@ -136,7 +137,7 @@ def _d_ShareGroupStatePartitionMetadataValue_0(buf, pos):
     else:
         o.deleting_topics = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(TopicInfo)
             if pos + 16 > _l:
                 raise truncated('ShareGroupStatePartitionMetadataValue.TopicInfo.topic_id', buf, pos, 16)

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -124,7 +125,7 @@ def _d_StopReplicaRequest_0(buf, pos):
     else:
         o.ungrouped_partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(StopReplicaPartitionV0)
             if pos + 2 > _l:
                 raise truncated('StopReplicaRequest.StopReplicaPartitionV0.topic_name', buf, pos, 2)
@@ -170,7 +171,7 @@ def _d_StopReplicaRequest_1(buf, pos):
     else:
         o.topics = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(StopReplicaTopicV1)
             if pos + 2 > _l:
                 raise truncated('StopReplicaRequest.StopReplicaTopicV1.name', buf, pos, 2)
@@ -226,7 +227,7 @@ def _d_StopReplicaRequest_2(buf, pos):
     else:
         o.topics = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(StopReplicaTopicV1)
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
@@ -315,7 +316,7 @@ def _d_StopReplicaTopicState_3(buf, pos):
     else:
         o.partition_states = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(StopReplicaPartitionState)
             if pos + 9 > _l:
                 raise truncated('StopReplicaRequest.StopReplicaPartitionState.partition_index', buf, pos, 9)
@@ -369,7 +370,7 @@ def _d_StopReplicaRequest_3(buf, pos):
         raise overrun('StopReplicaRequest.topic_states', buf, pos, _c, 3)
     else:
         o.topic_states = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_StopReplicaTopicState_3(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
@@ -407,7 +408,7 @@ def _d_StopReplicaRequest_4(buf, pos):
         raise overrun('StopReplicaRequest.topic_states', buf, pos, _c, 3)
     else:
         o.topic_states = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_StopReplicaTopicState_3(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:

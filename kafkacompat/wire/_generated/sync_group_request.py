@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -110,7 +111,7 @@ def _d_SyncGroupRequest_0(buf, pos):
     else:
         o.assignments = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(SyncGroupRequestAssignment)
             if pos + 2 > _l:
                 raise truncated('SyncGroupRequest.SyncGroupRequestAssignment.member_id', buf, pos, 2)
@@ -207,7 +208,7 @@ def _d_SyncGroupRequest_3(buf, pos):
     else:
         o.assignments = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(SyncGroupRequestAssignment)
             if pos + 2 > _l:
                 raise truncated('SyncGroupRequest.SyncGroupRequestAssignment.member_id', buf, pos, 2)
@@ -312,7 +313,7 @@ def _d_SyncGroupRequest_4(buf, pos):
     else:
         o.assignments = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(SyncGroupRequestAssignment)
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
@@ -475,7 +476,7 @@ def _d_SyncGroupRequest_5(buf, pos):
     else:
         o.assignments = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(SyncGroupRequestAssignment)
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1

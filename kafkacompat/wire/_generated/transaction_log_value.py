@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -92,7 +93,7 @@ def _d_TransactionLogValue_0(buf, pos):
     else:
         o.transaction_partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(PartitionsSchema)
             if pos + 2 > _l:
                 raise truncated('TransactionLogValue.PartitionsSchema.topic', buf, pos, 2)
@@ -151,7 +152,7 @@ def _d_TransactionLogValue_1(buf, pos):
     else:
         o.transaction_partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(PartitionsSchema)
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -115,7 +116,7 @@ def _d_TxnOffsetCommitRequestTopic_0(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(TxnOffsetCommitRequestPartition)
             _o.committed_leader_epoch = -1
             if pos + 12 > _l:
@@ -191,7 +192,7 @@ def _d_TxnOffsetCommitRequest_0(buf, pos):
         raise overrun('TxnOffsetCommitRequest.topics', buf, pos, _c, 6)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_TxnOffsetCommitRequestTopic_0(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -225,7 +226,7 @@ def _d_TxnOffsetCommitRequestTopic_2(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(TxnOffsetCommitRequestPartition)
             if pos + 16 > _l:
                 raise truncated('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.partition_index', buf, pos, 16)
@@ -300,7 +301,7 @@ def _d_TxnOffsetCommitRequest_2(buf, pos):
         raise overrun('TxnOffsetCommitRequest.topics', buf, pos, _c, 6)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_TxnOffsetCommitRequestTopic_2(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -338,7 +339,7 @@ def _d_TxnOffsetCommitRequestTopic_3(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(TxnOffsetCommitRequestPartition)
             if pos + 16 > _l:
                 raise truncated('TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition.partition_index', buf, pos, 16)
@@ -472,7 +473,7 @@ def _d_TxnOffsetCommitRequest_3(buf, pos):
         raise overrun('TxnOffsetCommitRequest.topics', buf, pos, _c, 3)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_TxnOffsetCommitRequestTopic_3(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:

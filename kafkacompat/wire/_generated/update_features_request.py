@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -79,7 +80,7 @@ def _d_UpdateFeaturesRequest_0(buf, pos):
     else:
         o.feature_updates = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(FeatureUpdateKey)
             _o.upgrade_type = 1
             if pos < _l and buf[pos] < 0x80:
@@ -147,7 +148,7 @@ def _d_UpdateFeaturesRequest_1(buf, pos):
     else:
         o.feature_updates = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(FeatureUpdateKey)
             _o.allow_downgrade = False
             if pos < _l and buf[pos] < 0x80:

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -152,7 +153,7 @@ def _d_UpdateMetadataRequest_0(buf, pos):
     else:
         o.ungrouped_partition_states = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(UpdateMetadataPartitionState)
             _o.offline_replicas = []
             if pos + 2 > _l:
@@ -214,7 +215,7 @@ def _d_UpdateMetadataRequest_0(buf, pos):
     else:
         o.live_brokers = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(UpdateMetadataBroker)
             _o.endpoints = []
             _o.rack = ''
@@ -266,7 +267,7 @@ def _d_UpdateMetadataBroker_1(buf, pos):
     else:
         o.endpoints = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(UpdateMetadataEndpoint)
             _o.listener = ''
             if pos + 4 > _l:
@@ -318,7 +319,7 @@ def _d_UpdateMetadataRequest_1(buf, pos):
     else:
         o.ungrouped_partition_states = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(UpdateMetadataPartitionState)
             _o.offline_replicas = []
             if pos + 2 > _l:
@@ -379,7 +380,7 @@ def _d_UpdateMetadataRequest_1(buf, pos):
         raise overrun('UpdateMetadataRequest.live_brokers', buf, pos, _c, 8)
     else:
         o.live_brokers = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_UpdateMetadataBroker_1(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -405,7 +406,7 @@ def _d_UpdateMetadataBroker_2(buf, pos):
     else:
         o.endpoints = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(UpdateMetadataEndpoint)
             _o.listener = ''
             if pos + 4 > _l:
@@ -473,7 +474,7 @@ def _d_UpdateMetadataRequest_2(buf, pos):
     else:
         o.ungrouped_partition_states = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(UpdateMetadataPartitionState)
             _o.offline_replicas = []
             if pos + 2 > _l:
@@ -534,7 +535,7 @@ def _d_UpdateMetadataRequest_2(buf, pos):
         raise overrun('UpdateMetadataRequest.live_brokers', buf, pos, _c, 10)
     else:
         o.live_brokers = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_UpdateMetadataBroker_2(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -560,7 +561,7 @@ def _d_UpdateMetadataBroker_3(buf, pos):
     else:
         o.endpoints = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(UpdateMetadataEndpoint)
             if pos + 4 > _l:
                 raise truncated('UpdateMetadataRequest.UpdateMetadataEndpoint.port', buf, pos, 4)
@@ -641,7 +642,7 @@ def _d_UpdateMetadataRequest_3(buf, pos):
     else:
         o.ungrouped_partition_states = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(UpdateMetadataPartitionState)
             _o.offline_replicas = []
             if pos + 2 > _l:
@@ -702,7 +703,7 @@ def _d_UpdateMetadataRequest_3(buf, pos):
         raise overrun('UpdateMetadataRequest.live_brokers', buf, pos, _c, 10)
     else:
         o.live_brokers = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_UpdateMetadataBroker_3(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -730,7 +731,7 @@ def _d_UpdateMetadataRequest_4(buf, pos):
     else:
         o.ungrouped_partition_states = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(UpdateMetadataPartitionState)
             if pos + 2 > _l:
                 raise truncated('UpdateMetadataRequest.UpdateMetadataPartitionState.topic_name', buf, pos, 2)
@@ -802,7 +803,7 @@ def _d_UpdateMetadataRequest_4(buf, pos):
         raise overrun('UpdateMetadataRequest.live_brokers', buf, pos, _c, 10)
     else:
         o.live_brokers = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_UpdateMetadataBroker_3(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -837,7 +838,7 @@ def _d_UpdateMetadataTopicState_5(buf, pos):
     else:
         o.partition_states = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(UpdateMetadataPartitionState)
             _o.topic_name = ''
             if pos + 16 > _l:
@@ -909,7 +910,7 @@ def _d_UpdateMetadataRequest_5(buf, pos):
         raise overrun('UpdateMetadataRequest.topic_states', buf, pos, _c, 6)
     else:
         o.topic_states = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_UpdateMetadataTopicState_5(buf, pos)
             _lst.append(_e)
     if pos + 4 > _l:
@@ -922,7 +923,7 @@ def _d_UpdateMetadataRequest_5(buf, pos):
         raise overrun('UpdateMetadataRequest.live_brokers', buf, pos, _c, 10)
     else:
         o.live_brokers = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_UpdateMetadataBroker_3(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -961,7 +962,7 @@ def _d_UpdateMetadataTopicState_6(buf, pos):
     else:
         o.partition_states = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(UpdateMetadataPartitionState)
             _o.topic_name = ''
             if pos + 16 > _l:
@@ -1061,7 +1062,7 @@ def _d_UpdateMetadataBroker_6(buf, pos):
     else:
         o.endpoints = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(UpdateMetadataEndpoint)
             if pos + 4 > _l:
                 raise truncated('UpdateMetadataRequest.UpdateMetadataEndpoint.port', buf, pos, 4)
@@ -1168,7 +1169,7 @@ def _d_UpdateMetadataRequest_6(buf, pos):
         raise overrun('UpdateMetadataRequest.topic_states', buf, pos, _c, 3)
     else:
         o.topic_states = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_UpdateMetadataTopicState_6(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] < 0x80:
@@ -1183,7 +1184,7 @@ def _d_UpdateMetadataRequest_6(buf, pos):
         raise overrun('UpdateMetadataRequest.live_brokers', buf, pos, _c, 7)
     else:
         o.live_brokers = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_UpdateMetadataBroker_6(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
@@ -1236,7 +1237,7 @@ def _d_UpdateMetadataTopicState_7(buf, pos):
     else:
         o.partition_states = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(UpdateMetadataPartitionState)
             _o.topic_name = ''
             if pos + 16 > _l:
@@ -1336,7 +1337,7 @@ def _d_UpdateMetadataRequest_7(buf, pos):
         raise overrun('UpdateMetadataRequest.topic_states', buf, pos, _c, 19)
     else:
         o.topic_states = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_UpdateMetadataTopicState_7(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] < 0x80:
@@ -1351,7 +1352,7 @@ def _d_UpdateMetadataRequest_7(buf, pos):
         raise overrun('UpdateMetadataRequest.live_brokers', buf, pos, _c, 7)
     else:
         o.live_brokers = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_UpdateMetadataBroker_6(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
@@ -1387,7 +1388,7 @@ def _d_UpdateMetadataRequest_8(buf, pos):
         raise overrun('UpdateMetadataRequest.topic_states', buf, pos, _c, 19)
     else:
         o.topic_states = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_UpdateMetadataTopicState_7(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] < 0x80:
@@ -1402,7 +1403,7 @@ def _d_UpdateMetadataRequest_8(buf, pos):
         raise overrun('UpdateMetadataRequest.live_brokers', buf, pos, _c, 7)
     else:
         o.live_brokers = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_UpdateMetadataBroker_6(buf, pos)
             _lst.append(_e)
     o.type = 0

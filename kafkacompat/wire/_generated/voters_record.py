@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -125,7 +126,7 @@ def _d_Voter_0(buf, pos):
     else:
         o.endpoints = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(Endpoint)
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
@@ -208,7 +209,7 @@ def _d_VotersRecord_0(buf, pos):
         raise overrun('VotersRecord.voters', buf, pos, _c, 27)
     else:
         o.voters = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_Voter_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -102,7 +103,7 @@ def _d_PartitionData_0(buf, pos):
     else:
         o.state_batches = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(StateBatch)
             if pos + 19 > _l:
                 raise truncated('WriteShareGroupStateRequest.StateBatch.first_offset', buf, pos, 19)
@@ -153,7 +154,7 @@ def _d_WriteStateData_0(buf, pos):
         raise overrun('WriteShareGroupStateRequest.WriteStateData.partitions', buf, pos, _c, 22)
     else:
         o.partitions = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_PartitionData_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
@@ -200,7 +201,7 @@ def _d_WriteShareGroupStateRequest_0(buf, pos):
         raise overrun('WriteShareGroupStateRequest.topics', buf, pos, _c, 18)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_WriteStateData_0(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -87,7 +88,7 @@ def _d_WritableTxnMarker_0(buf, pos):
     else:
         o.topics = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(WritableTxnMarkerTopic)
             if pos + 2 > _l:
                 raise truncated('WriteTxnMarkersRequest.WritableTxnMarkerTopic.name', buf, pos, 2)
@@ -137,7 +138,7 @@ def _d_WriteTxnMarkersRequest_0(buf, pos):
         raise overrun('WriteTxnMarkersRequest.markers', buf, pos, _c, 19)
     else:
         o.markers = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_WritableTxnMarker_0(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -163,7 +164,7 @@ def _d_WritableTxnMarker_1(buf, pos):
     else:
         o.topics = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(WritableTxnMarkerTopic)
             if pos < _l and buf[pos] < 0x80:
                 _n = buf[pos] - 1
@@ -239,7 +240,7 @@ def _d_WriteTxnMarkersRequest_1(buf, pos):
         raise overrun('WriteTxnMarkersRequest.markers', buf, pos, _c, 17)
     else:
         o.markers = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_WritableTxnMarker_1(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:

@@ -12,6 +12,7 @@ from kafkacompat.wire.primitives import (
     ZERO_UUID,
     Struct,
     bad_length,
+    elements,
     overrun,
     read_tags,
     read_uvarint,
@@ -97,7 +98,7 @@ def _d_WritableTxnMarkerTopicResult_0(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(WritableTxnMarkerPartitionResult)
             if pos + 6 > _l:
                 raise truncated('WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult.partition_index', buf, pos, 6)
@@ -125,7 +126,7 @@ def _d_WritableTxnMarkerResult_0(buf, pos):
         raise overrun('WriteTxnMarkersResponse.WritableTxnMarkerResult.topics', buf, pos, _c, 6)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_WritableTxnMarkerTopicResult_0(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -144,7 +145,7 @@ def _d_WriteTxnMarkersResponse_0(buf, pos):
         raise overrun('WriteTxnMarkersResponse.markers', buf, pos, _c, 12)
     else:
         o.markers = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_WritableTxnMarkerResult_0(buf, pos)
             _lst.append(_e)
     o.unknown_tags = None
@@ -182,7 +183,7 @@ def _d_WritableTxnMarkerTopicResult_1(buf, pos):
     else:
         o.partitions = _lst = []
         _ap = _lst.append
-        for _ in range(_c):
+        for _ in elements(_c):
             _o = _new(WritableTxnMarkerPartitionResult)
             if pos + 6 > _l:
                 raise truncated('WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult.partition_index', buf, pos, 6)
@@ -232,7 +233,7 @@ def _d_WritableTxnMarkerResult_1(buf, pos):
         raise overrun('WriteTxnMarkersResponse.WritableTxnMarkerResult.topics', buf, pos, _c, 3)
     else:
         o.topics = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_WritableTxnMarkerTopicResult_1(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
@@ -263,7 +264,7 @@ def _d_WriteTxnMarkersResponse_1(buf, pos):
         raise overrun('WriteTxnMarkersResponse.markers', buf, pos, _c, 10)
     else:
         o.markers = _lst = []
-        for _ in range(_c):
+        for _ in elements(_c):
             _e, pos = _d_WritableTxnMarkerResult_1(buf, pos)
             _lst.append(_e)
     if pos < _l and buf[pos] == 0:
