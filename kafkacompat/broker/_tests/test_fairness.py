@@ -139,6 +139,26 @@ def _described_groups(groups: int, members: int) -> DescribeGroupsResponse:
     )  # fmt: skip
 
 
+async def _ticks_during(work: Callable[[], Awaitable[Any]]) -> int:
+    """How many times a task that only yields ran while `await work()` ran."""
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await trio.sleep(0)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(tick)
+        await trio.lowlevel.checkpoint()
+        before = ticks
+        await work()
+        during = ticks - before
+        nursery.cancel_scope.cancel()
+    return during
+
+
 async def test_a_large_request_is_decoded_in_shares_to_the_same_object(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -182,25 +202,16 @@ async def test_a_large_request_is_decoded_in_shares_to_the_same_object(
     with pytest.raises(DecodeError):
         await fairness.decode_off_loop(0, 9, produce[:-5])
     # the large ones gave the loop back between shares: another task ran many times meanwhile
-    ticks = 0
+    for key, version, body in ((DESCRIBE_CONFIGS, 1, large), (0, 9, produce)):
 
-    async def tick() -> None:
-        nonlocal ticks
-        while True:
-            ticks += 1
-            await trio.sleep(0)
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(tick)
-        await trio.lowlevel.checkpoint()
-        for key, version, body in ((DESCRIBE_CONFIGS, 1, large), (0, 9, produce)):
-            before = ticks
-            started = time.perf_counter()
+        async def decode_five_times(key: int = key, version: int = version, body: memoryview = body) -> None:
             for _ in range(5):
                 await fairness.decode_off_loop(key, version, body)
-            took = time.perf_counter() - started
-            assert ticks - before >= took / fairness.TURN_SECONDS / 4, (ticks - before, took)
-        nursery.cancel_scope.cancel()
+
+        started = time.perf_counter()
+        ticks = await _ticks_during(decode_five_times)
+        took = time.perf_counter() - started
+        assert ticks >= took / fairness.TURN_SECONDS / 4, (ticks, took)
 
 
 async def test_a_very_large_response_is_encoded_in_shares_with_the_same_bytes(
@@ -225,21 +236,7 @@ async def test_a_very_large_response_is_encoded_in_shares_with_the_same_bytes(
         chunks = await fairness.encode_off_loop(15, 5, response)
         assert b"".join(bytes(c) for c in chunks) == expected
     # the large one gave the loop back between shares: another task ran many times meanwhile
-    ticks = 0
-
-    async def tick() -> None:
-        nonlocal ticks
-        while True:
-            ticks += 1
-            await trio.sleep(0)
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(tick)
-        await trio.lowlevel.checkpoint()
-        before = ticks
-        await fairness.encode_off_loop(15, 5, _described_groups(2000, 30))
-        during = ticks - before
-        nursery.cancel_scope.cancel()
+    during = await _ticks_during(lambda: fairness.encode_off_loop(15, 5, _described_groups(2000, 30)))
     assert during >= 10, during
 
 
