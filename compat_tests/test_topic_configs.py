@@ -257,10 +257,19 @@ def test_retention_bytes_keeps_the_newest_segments(retention_broker: str, topic_
     values = [b"rec %03d " % i + b"y" * 100 for i in range(60)]  # ~7 KB of batches: several segments
     produce_in_batches(retention_broker, topic, values)
 
-    low, high = wait_for_log_start(retention_broker, topic, lambda lo, _hi: lo > 0)
-    assert 0 < low <= high == len(values)
     # only whole segments beyond the byte budget go: what is left is at least retention.bytes and less
-    # than retention.bytes plus one segment
+    # than retention.bytes plus one segment. A pass that ran while the records were still arriving
+    # has already moved the log start, so wait until it has stood still for ten passes (one every
+    # 200 ms): the last of them saw every record, and no pass deletes under the Fetch below.
+    deadline = time.monotonic() + WAIT
+    low, high = wait_for_log_start(retention_broker, topic, lambda lo, _hi: lo > 0)
+    still_since = time.monotonic()
+    while time.monotonic() - still_since < 2.0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+        now_low, high = watermarks(retention_broker, topic)
+        if now_low != low:
+            low, still_since = now_low, time.monotonic()
+    assert 0 < low <= high == len(values)
     left = sum(b.size for b in raw_batches(retention_broker, topic, low))
     assert 3000 <= left < 3000 + 1024 + 200, left
     assert [m.value() for m in ck_consume_all(retention_broker, topic, 0, high - low, timeout=10)] == (
