@@ -211,3 +211,42 @@ async def test_requests_waiting_for_the_transaction_coordinator_hold_no_request_
     assert (await admin.call(INIT_PRODUCER_ID, 4, again)).error_code == E.NONE  # and it serves on
     for client in (admin, producer):
         await client.aclose()
+
+
+async def test_describe_transactions_answers_refused_ids_first_and_the_others_in_order(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """With an authorizer, ids the principal may not DESCRIBE get TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    answered first (as Kafka does), each as often as it was named; the allowed ones follow in order."""
+    from kafkacompat.security.acls import AclBinding, Op, Pattern, Permission, Resource
+
+    broker = await start_broker(
+        nursery, tmp_path, "authorizer.class.name=kafka.security.authorizer.AclAuthorizer"
+    )
+    broker.state.authorizer.store.add(
+        AclBinding(
+            Resource.TRANSACTIONAL_ID,
+            "mine",
+            Pattern.PREFIXED,
+            "User:ANONYMOUS",
+            "*",
+            Op.WRITE,
+            Permission.ALLOW,
+        )
+    )
+    client = await RawClient.connect(broker.port)
+    init = request(INIT_PRODUCER_ID, transactional_id="mine-1", transaction_timeout_ms=60000)
+    assert (await client.call(INIT_PRODUCER_ID, 4, init)).error_code == E.NONE
+    ids = ["other", "mine-1", "mine-2", "other", "theirs"]
+    described = await client.call(
+        DESCRIBE_TRANSACTIONS, 0, request(DESCRIBE_TRANSACTIONS, transactional_ids=ids)
+    )
+    assert [(s.transactional_id, s.error_code) for s in described.transaction_states] == [
+        ("other", E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+        ("other", E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+        ("theirs", E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+        ("mine-1", E.NONE),
+        ("mine-2", E.TRANSACTIONAL_ID_NOT_FOUND),
+    ]
+    assert described.transaction_states[3].transaction_state == "Empty"
+    await client.aclose()
