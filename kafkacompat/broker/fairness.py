@@ -73,8 +73,10 @@ __all__ = [
 #: at 300 frames/s, 2 CPUs, 1 ms GIL switch interval) the well-behaved pair's p99 was 8.3 ms at 2 ms, 5.3
 #: at 1 ms and 4.2-4.8 at 0.5 ms (quiet: 1.6-2.1 ms)
 TURN_SECONDS = 0.0005
-#: responses estimated at more items than this are encoded in shares (in a greenlet; see above)
-OFF_LOOP_ITEMS = 3000
+#: responses estimated at more items than this are encoded in shares (in a greenlet; see above). An item
+#: encodes in 0.5-1 us, so 1,000 keep one encode near a share; the greenlet costs a few us (3,000 made
+#: steps of 1.5-3 ms)
+OFF_LOOP_ITEMS = 1000
 #: requests of more bytes than this are decoded in shares, in a greenlet (see above): their arrays of
 #: many structs give the loop back between elements, through `wire.primitives.elements`
 DECODE_OFF_LOOP_BYTES = 16 * 1024
