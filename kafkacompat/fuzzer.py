@@ -1466,6 +1466,14 @@ def _pair_result(process: Any) -> dict[str, Any]:
         return {"errors": [f"good pair exited with {process.returncode} and no summary"], "error_count": 1}
 
 
+def _p99_ratio(quiet: dict[str, Any], fuzzed: dict[str, Any]) -> float | None:
+    """A pair's end-to-end p99 beside the fuzzer over its quiet one (None when either run measured none)."""
+    quiet_p99, fuzzed_p99 = quiet.get("e2e_p99_ms"), fuzzed.get("e2e_p99_ms")
+    if not quiet_p99 or not fuzzed_p99:
+        return None
+    return round(fuzzed_p99 / quiet_p99, 2)
+
+
 def run_campaign(c: Campaign) -> dict[str, Any]:
     """Prepare, run the pair alone (quiet), then the pair beside the fuzzer; watch the broker throughout."""
     import json
@@ -1577,10 +1585,9 @@ def run_campaign(c: Campaign) -> dict[str, Any]:
     if control is not None:
         control_result = result.setdefault("control_pair", {})
         control_result["fuzzed"] = _pair_result(control)
-        control_quiet_p99 = control_result.get("quiet", {}).get("e2e_p99_ms")
-        control_fuzzed_p99 = control_result["fuzzed"].get("e2e_p99_ms")
-        if control_quiet_p99 and control_fuzzed_p99:
-            control_result["p99_ratio"] = round(control_fuzzed_p99 / control_quiet_p99, 2)
+        control_ratio = _p99_ratio(control_result.get("quiet", {}), control_result["fuzzed"])
+        if control_ratio is not None:
+            control_result["p99_ratio"] = control_ratio
     result["fuzz"] = stats.as_dict()
     result["broker_alive"] = alive[0] and (c.broker_pid is None or read_rss_kib(c.broker_pid) is not None)
     if rss:
@@ -1601,10 +1608,9 @@ def run_campaign(c: Campaign) -> dict[str, Any]:
             "rss_peak_mib": max(rss) // 1024,
             "within": max(rss) <= bound,
         }
-    quiet_p99 = result.get("quiet_pair", {}).get("e2e_p99_ms")
-    fuzzed_p99 = result["fuzzed_pair"].get("e2e_p99_ms")
-    if quiet_p99 and fuzzed_p99:
-        result["p99_ratio"] = round(fuzzed_p99 / quiet_p99, 2)
+    ratio = _p99_ratio(result.get("quiet_pair", {}), result["fuzzed_pair"])
+    if ratio is not None:
+        result["p99_ratio"] = ratio
         control_ratio = result.get("control_pair", {}).get("p99_ratio")
         if control_ratio:
             # the part of the ratio that the broker's own serving of the fuzzer accounts for

@@ -14,6 +14,7 @@ from kafkacompat.fuzzer import (
     FuzzStats,
     FuzzTarget,
     Mutator,
+    _p99_ratio,
     build_seeds,
     latency_windows,
     scan_log,
@@ -147,3 +148,10 @@ async def test_a_cancelled_check_of_a_large_answer_stops_waiting_at_once() -> No
         checker.close()
         closed_in = time.perf_counter() - closing
     assert closed_in < 0.25, f"close() waited for the check in flight ({closed_in * 1000:.0f} ms)"
+
+
+def test_the_p99_ratio_is_fuzzed_over_quiet_and_absent_when_a_run_measured_nothing() -> None:
+    assert _p99_ratio({"e2e_p99_ms": 2.0}, {"e2e_p99_ms": 5.0}) == 2.5
+    assert _p99_ratio({"e2e_p99_ms": 3.0}, {"e2e_p99_ms": 1.0}) == 0.33
+    assert _p99_ratio({}, {"e2e_p99_ms": 5.0}) is None
+    assert _p99_ratio({"e2e_p99_ms": 2.0}, {"error_count": 1}) is None
