@@ -172,10 +172,13 @@ class FetchSessionCache:
             for cached in session.partitions.values():
                 cached.high_watermark = cached.last_stable_offset = cached.log_start_offset = -1
 
-    def remove_topic(self, topic: Any) -> None:
-        """Forget a deleted topic in every session (by name or id)."""
+    def remove_topic(self, name: str, topic_id: Any) -> None:
+        """Forget a deleted topic in every session, keyed by its name or its id (fetch v13+): one walk
+        over the sessions for both (up to max.incremental.fetch.session.cache.slots of them)."""
+        keys = {name, topic_id}
         for session in self._sessions.values():
-            for key in [key for key in session.partitions if key[0] == topic]:
+            gone = [key for key in session.partitions if key[0] in keys]
+            for key in gone:
                 del session.partitions[key]
 
     def _create(

@@ -539,8 +539,7 @@ class BrokerState:
                 for index in range(topic.partitions):
                     await turn.spend()
                     self._delete_logs(name, index + 1, index)
-        self.fetch_sessions.remove_topic(name)
-        self.fetch_sessions.remove_topic(topic.topic_id)
+        self.fetch_sessions.remove_topic(name, topic.topic_id)
         self.watchers.notify_topic(name)
         log.info("deleted topic %s (id %s)", name, topic.topic_id)
         return topic

@@ -1309,8 +1309,7 @@ class ClusterRuntime:
         broker.metadata.delete_topic(topic.name)
         broker._log_configs.pop(topic.name, None)
         broker._delete_logs(topic.name, topic.partitions)
-        broker.fetch_sessions.remove_topic(topic.name)
-        broker.fetch_sessions.remove_topic(topic.topic_id)
+        broker.fetch_sessions.remove_topic(topic.name, topic.topic_id)
         broker.watchers.notify_topic(topic.name)
         log.info("broker %d dropped topic %s", self.node_id, topic.name)
 

@@ -61,3 +61,14 @@ def test_capacity_and_eviction() -> None:
     later = cache.open(0, 0, [req("t", 0)], [], now_ms=EVICTION_IDLE_MS + 1)
     assert later.session_id != 0 and cache.get(first.session_id) is None
     assert FetchSessionCache(0).open(0, 0, [req("t", 0)], [], now_ms=0).session_id == 0
+
+
+def test_a_deleted_topic_is_forgotten_in_every_session_by_name_and_by_id() -> None:
+    cache = FetchSessionCache(10)
+    by_name = cache.open(0, 0, [req("gone", 0), req("kept", 0), req("gone", 1)], [], now_ms=0)
+    by_id = cache.open(0, 0, [req("id-of-gone", 0), req("id-of-kept", 0)], [], now_ms=0)
+    untouched = cache.open(0, 0, [req("kept", 1)], [], now_ms=0)
+    cache.remove_topic("gone", "id-of-gone")
+    assert list(cache.get(by_name.session_id).partitions) == [("kept", 0)]
+    assert list(cache.get(by_id.session_id).partitions) == [("id-of-kept", 0)]
+    assert list(cache.get(untouched.session_id).partitions) == [("kept", 1)]
