@@ -245,11 +245,15 @@ class PartitionLog:
             self.segments.append(self._new_segment(base, now_ms, create=False))
         self._bases = bases[:]
 
+        def next_base(i: int) -> int | None:
+            """The base offset of the segment after segment i (None for the last one)."""
+            return self.segments[i + 1].base_offset if i + 1 < len(self.segments) else None
+
         recover_from = len(self.segments)
         if not clean:
             for i in range(len(self.segments)):
-                next_base = self.segments[i + 1].base_offset if i + 1 < len(self.segments) else None
-                if next_base is None or next_base > self.recovery_point:
+                following = next_base(i)
+                if following is None or following > self.recovery_point:
                     recover_from = i
                     break
         i = 0
@@ -268,8 +272,7 @@ class PartitionLog:
                     report.damage.append(f"rebuilt the indexes of segment {segment.base_offset} ({exc})")
             if reason is not None:
                 report.recovered_segments += 1
-                next_base = self.segments[i + 1].base_offset if i + 1 < len(self.segments) else None
-                truncated, why = segment.recover(next_segment_base=next_base)
+                truncated, why = segment.recover(next_segment_base=next_base(i))
                 if truncated:
                     report.damage.append(
                         f"truncated {truncated} bytes at offset {segment.next_offset} of segment "
