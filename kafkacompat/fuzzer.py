@@ -1434,6 +1434,9 @@ class Campaign:
     #: client normally runs on another machine, and its own CPU use on a small shared box is not broker
     #: unfairness; the broker and the pair keep their priority
     fuzzer_nice: int = 0
+    #: CPUs the fuzzer process is confined to once the broker and the pair are started (None: any), for
+    #: the same reason: so that it competes with the broker and the pair on those CPUs only
+    fuzzer_cpus: list[int] | None = None
     data_dir_is_log_dir: bool = False  # the broker log lies in the broker's data dir (a broker we started)
     #: a second, idle broker: a second pair runs against it (alone for its quiet figure, then beside the
     #: first pair and the fuzzer), so that what the fuzzer's load on the machine costs any client is
@@ -1464,6 +1467,14 @@ def _pair_result(process: Any) -> dict[str, Any]:
         return json.loads(out.strip().splitlines()[-1])
     except (ValueError, IndexError):
         return {"errors": [f"good pair exited with {process.returncode} and no summary"], "error_count": 1}
+
+
+def confine_process(cpus: list[int]) -> None:
+    """Confine every thread of this process, and the threads it starts later, to `cpus` (Linux's
+    affinity is per thread: the threads already running are each set)."""
+    for task in os.listdir("/proc/self/task"):
+        with contextlib.suppress(ProcessLookupError):  # a thread that ended meanwhile
+            os.sched_setaffinity(int(task), cpus)
 
 
 def _p99_ratio(quiet: dict[str, Any], fuzzed: dict[str, Any]) -> float | None:
@@ -1573,6 +1584,8 @@ def run_campaign(c: Campaign) -> dict[str, Any]:
         time.sleep(3)  # the pair has joined its group and is producing before the fuzzing starts
         if c.fuzzer_nice:
             os.nice(c.fuzzer_nice)  # this process only: the broker and the pair were started before
+        if c.fuzzer_cpus:
+            confine_process(c.fuzzer_cpus)
         stats = trio.run(main)
     except BaseException:
         pair.kill()
@@ -1617,6 +1630,7 @@ def run_campaign(c: Campaign) -> dict[str, Any]:
             result["p99_ratio_beyond_control"] = round(result["p99_ratio"] / control_ratio, 2)
     result["load_average"] = os.getloadavg()
     result["fuzzer_nice"] = c.fuzzer_nice
+    result["fuzzer_cpus"] = c.fuzzer_cpus
     if c.broker_log:
         result["log_problems"] = scan_log(c.broker_log, log_start)[:10]
     return result
@@ -1673,6 +1687,11 @@ def main(argv: list[str] | None = None) -> int:
         " shared machine its own CPU use is not broker unfairness",
     )
     run.add_argument(
+        "--fuzzer-cpus",
+        help="comma-separated CPUs the fuzzer itself is confined to (the broker and the pair may use"
+        " any): as --fuzzer-nice, so that its own CPU use weighs on those CPUs only",
+    )
+    run.add_argument(
         "--control-pair",
         action="store_true",
         help="also start a second, idle broker and a second pair against it (quiet alone after the"
@@ -1708,6 +1727,7 @@ def main(argv: list[str] | None = None) -> int:
         progress=True,
         apis=[int(key) for key in args.apis.split(",")] if args.apis else None,
         fuzzer_nice=args.fuzzer_nice,
+        fuzzer_cpus=[int(cpu) for cpu in args.fuzzer_cpus.split(",")] if args.fuzzer_cpus else None,
     )
     broker = control_broker = None
     with tempfile.TemporaryDirectory(prefix="kafkacompat-fuzz-") as tmp:

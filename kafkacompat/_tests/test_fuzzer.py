@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import random
 import struct
 import time
 
+import pytest
 import trio
 
 from kafkacompat.broker import dispatch
@@ -155,3 +157,31 @@ def test_the_p99_ratio_is_fuzzed_over_quiet_and_absent_when_a_run_measured_nothi
     assert _p99_ratio({"e2e_p99_ms": 3.0}, {"e2e_p99_ms": 1.0}) == 0.33
     assert _p99_ratio({}, {"e2e_p99_ms": 5.0}) is None
     assert _p99_ratio({"e2e_p99_ms": 2.0}, {"error_count": 1}) is None
+
+
+def test_confining_the_fuzzer_sets_every_thread_and_the_ones_started_later() -> None:
+    import subprocess
+    import sys
+    import textwrap
+
+    cpus = os.sched_getaffinity(0)
+    if len(cpus) < 2:
+        pytest.skip("one CPU: confining to it changes nothing")
+    cpu = min(cpus)
+    script = textwrap.dedent(
+        f"""
+        import os, threading
+        from kafkacompat.fuzzer import confine_process
+        started = threading.Event(); done = threading.Event(); seen = []
+        def before():
+            started.set(); done.wait(); seen.append(os.sched_getaffinity(0))
+        early = threading.Thread(target=before); early.start(); started.wait()
+        confine_process([{cpu}])
+        late = threading.Thread(target=lambda: seen.append(os.sched_getaffinity(0)))
+        late.start(); late.join()
+        done.set(); early.join()
+        print(sorted(os.sched_getaffinity(0)), [sorted(s) for s in seen])
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    assert out.split() == [f"[{cpu}]", f"[[{cpu}],", f"[{cpu}]]"], out
