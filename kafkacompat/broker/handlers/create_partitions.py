@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from kafkacompat.broker.admin_support import add_partitions, require_topic
 from kafkacompat.broker.authorization import Op, Resource, allowed
+from kafkacompat.broker.fairness import Turn
 from kafkacompat.wire._generated.create_partitions_response import CreatePartitionsResponse
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
@@ -72,7 +73,9 @@ async def handle(ctx: RequestContext, request: Any) -> CreatePartitionsResponse:
     counts = Counter(topic.name for topic in request.topics)
     budget = MAX_NEW_PARTITIONS_PER_REQUEST
     results = []
+    turn = Turn()  # many topics: other clients run in between (fairness.py)
     for wanted in request.topics:
+        await turn.spend()
         result = Result(name=wanted.name, error_code=ErrorCode.NONE, error_message=None)
         results.append(result)
         try:

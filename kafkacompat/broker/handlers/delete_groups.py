@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kafkacompat.broker.authorization import Op, Resource, allowed
+from kafkacompat.broker.fairness import Turn
 from kafkacompat.broker.group_runtime import runtime_of
 from kafkacompat.groups import api
 from kafkacompat.wire._generated.delete_groups_response import DeleteGroupsResponse
@@ -24,12 +25,15 @@ MIN_VERSION = 0
 MAX_VERSION = 2
 
 Result = DeleteGroupsResponse.DeletableGroupResult
+#: groups deleted per coordinator call
+_GROUPS_PER_CALL = 50
 
 
 async def handle(ctx: RequestContext, request: Any) -> DeleteGroupsResponse:
     requested = list(request.groups_names)
-    refused = [g for g in requested if not allowed(ctx, Op.DELETE, Resource.GROUP, g)]
-    group_ids = [g for g in requested if g not in refused]
+    refused_ids = {g for g in requested if not allowed(ctx, Op.DELETE, Resource.GROUP, g)}
+    refused = [g for g in requested if g in refused_ids]
+    group_ids = [g for g in requested if g not in refused_ids]
     runtime = runtime_of(ctx.broker)
     results: list[api.DeleteGroupsResult] = [
         api.DeleteGroupsResult(g, ErrorCode.GROUP_AUTHORIZATION_FAILED) for g in refused
@@ -39,10 +43,16 @@ async def handle(ctx: RequestContext, request: Any) -> DeleteGroupsResponse:
     elif runtime is None:
         results += [api.DeleteGroupsResult(g, ErrorCode.COORDINATOR_NOT_AVAILABLE) for g in group_ids]
     else:
-        try:
-            results += await runtime.call(lambda now: runtime.core.delete_groups(group_ids, now))
-        except KafkaError as exc:
-            results += [api.DeleteGroupsResult(g, exc.code) for g in group_ids]
+        # in chunks, one coordinator call each, the loop given back between them once the share is
+        # used (fairness.py): the call does not yield when its lock is free
+        turn = Turn()
+        for start in range(0, len(group_ids), _GROUPS_PER_CALL):
+            await turn.spend()
+            chunk = group_ids[start : start + _GROUPS_PER_CALL]
+            try:
+                results += await runtime.call(lambda now, chunk=chunk: runtime.core.delete_groups(chunk, now))
+            except KafkaError as exc:
+                results += [api.DeleteGroupsResult(g, exc.code) for g in chunk]
     return DeleteGroupsResponse(
         results=[Result(group_id=r.group_id, error_code=r.error_code) for r in results]
     )

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kafkacompat.broker.authorization import Op, Resource, allowed
+from kafkacompat.broker.fairness import Turn
 from kafkacompat.wire._generated.delete_topics_response import DeleteTopicsResponse
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 from kafkacompat.wire.primitives import ZERO_UUID
@@ -39,7 +40,9 @@ async def handle(ctx: RequestContext, request: Any) -> DeleteTopicsResponse:
         key = name if name is not None else topic_id
         seen[key] = seen.get(key, 0) + 1
     results = []
+    turn = Turn()  # many topics: other clients run in between (fairness.py)
     for name, topic_id in wanted:
+        await turn.spend()
         result = Result(name=name, topic_id=topic_id, error_code=ErrorCode.NONE)
         results.append(result)
         try:

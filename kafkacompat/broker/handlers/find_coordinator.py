@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kafkacompat.broker.authorization import Op, Resource, allowed
+from kafkacompat.broker.fairness import Turn
 from kafkacompat.broker.group_runtime import runtime_of
 from kafkacompat.broker.txn_runtime import runtime_of as txn_runtime_of
 from kafkacompat.wire._generated.find_coordinator_response import FindCoordinatorResponse
@@ -94,7 +95,9 @@ async def handle(ctx: RequestContext, request: Any) -> FindCoordinatorResponse:
     key_type = request.key_type if version >= 1 else GROUP_KEY
     if version >= 4:
         coordinators = []
+        turn = Turn()  # many keys: other clients run in between (fairness.py)
         for key in request.coordinator_keys:
+            await turn.spend()
             error, message, node, host, port = await _lookup(ctx, key, key_type)
             coordinators.append(
                 Coordinator(
