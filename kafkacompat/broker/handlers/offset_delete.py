@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kafkacompat.broker.authorization import Op, Resource, allowed
+from kafkacompat.broker.fairness import Turn
 from kafkacompat.broker.group_runtime import runtime_of
 from kafkacompat.broker.handlers.offset_commit import partition_exists
 from kafkacompat.wire._generated.offset_delete_response import OffsetDeleteResponse
@@ -35,7 +36,9 @@ async def handle(ctx: RequestContext, request: Any) -> OffsetDeleteResponse:
     known: list[tuple[str, int]] = []
     if not allowed(ctx, Op.DELETE, Resource.GROUP, request.group_id):
         return OffsetDeleteResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    turn = Turn()  # many topics: other clients run in between (the group's own call stays whole)
     for topic in request.topics:
+        await turn.spend()
         topic_allowed = allowed(ctx, Op.READ, Resource.TOPIC, topic.name)
         for p in topic.partitions:
             tp = (topic.name, p.partition_index)
@@ -58,19 +61,15 @@ async def handle(ctx: RequestContext, request: Any) -> OffsetDeleteResponse:
     if error != ErrorCode.NONE:
         return OffsetDeleteResponse(error_code=error)
     results.update(per_partition)
-    return OffsetDeleteResponse(
-        error_code=ErrorCode.NONE,
-        topics=[
-            Topic(
-                name=topic.name,
-                partitions=[
-                    Partition(
-                        partition_index=p.partition_index,
-                        error_code=results.get((topic.name, p.partition_index), ErrorCode.NONE),
-                    )
-                    for p in topic.partitions
-                ],
+    topics = []
+    for topic in request.topics:
+        await turn.spend()
+        partitions = [
+            Partition(
+                partition_index=p.partition_index,
+                error_code=results.get((topic.name, p.partition_index), ErrorCode.NONE),
             )
-            for topic in request.topics
-        ],
-    )
+            for p in topic.partitions
+        ]
+        topics.append(Topic(name=topic.name, partitions=partitions))
+    return OffsetDeleteResponse(error_code=ErrorCode.NONE, topics=topics)
