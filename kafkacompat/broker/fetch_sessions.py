@@ -18,7 +18,11 @@ reads `context.partitions`, then asks `context.report(partition, ...)` for each 
 in the response (which also records what was reported). Time is passed in, so tests need no clock.
 
 Owned by `BrokerState`; only the fetch handler calls it, one request at a time per connection; all
-calls happen on the trio thread, so no locking is needed.
+calls happen on the trio thread, so no locking is needed. A request of many partitions may be opened in
+shares (the handler runs `open` inside `fairness.in_shares`; its loops over the request go through
+`wire.primitives.elements`, which gives the loop back between partitions there): other requests run
+meanwhile, so an incremental open takes its epoch before its loop, and a second request of the same
+epoch is refused as Kafka refuses it.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kafkacompat.wire.errors import ErrorCode
+from kafkacompat.wire.primitives import elements
 
 __all__ = ["CachedPartition", "FetchContext", "FetchSession", "FetchSessionCache", "PartitionRequest"]
 
@@ -148,9 +153,13 @@ class FetchSessionCache:
             return FetchContext(NO_SESSION, [], incremental=True, error=ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
         if epoch != session.next_epoch:
             return FetchContext(NO_SESSION, [], incremental=True, error=ErrorCode.INVALID_FETCH_SESSION_EPOCH)
-        for key in forgotten:
-            session.partitions.pop(key, None)
-        for item in requested:
+        session.next_epoch = 1 if session.next_epoch >= INT32_MAX else session.next_epoch + 1
+        session.last_used_ms = now_ms
+        self._sessions.move_to_end(session_id)
+        for index in elements(len(forgotten)):
+            session.partitions.pop(forgotten[index], None)
+        for index in elements(len(requested)):
+            item = requested[index]
             key = (item.topic, item.partition)
             cached = session.partitions.get(key)
             if cached is None:
@@ -159,9 +168,6 @@ class FetchSessionCache:
                 cached.fetch_offset = item.fetch_offset
                 cached.max_bytes = item.max_bytes
                 cached.current_leader_epoch = item.current_leader_epoch
-        session.next_epoch = 1 if session.next_epoch >= INT32_MAX else session.next_epoch + 1
-        session.last_used_ms = now_ms
-        self._sessions.move_to_end(session_id)
         return FetchContext(session_id, list(session.partitions.values()), incremental=True)
 
     def forget_reported(self, session_id: int) -> None:
@@ -211,6 +217,7 @@ def _cache(item: PartitionRequest) -> CachedPartition:
 
 def _dedupe(requested: list[PartitionRequest]) -> OrderedDict[PartitionKey, CachedPartition]:
     partitions: OrderedDict[PartitionKey, CachedPartition] = OrderedDict()
-    for item in requested:
+    for index in elements(len(requested)):
+        item = requested[index]
         partitions[(item.topic, item.partition)] = _cache(item)
     return partitions

@@ -936,3 +936,95 @@ async def test_a_config_resource_named_many_times_is_described_once(
     # lists of entries; without the sharing every copy held its own entries and synonyms
     assert _tracked_objects(repeated) < _tracked_objects(single) + 3 * 1000, (single, repeated)
     await client.aclose()
+
+
+async def test_a_session_opened_in_shares_takes_its_epoch_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two incremental fetches of one session and epoch, opened in shares at once (each gives the loop
+    back after every partition here): the first takes the epoch, the second is refused, as Kafka does."""
+    from kafkacompat.broker.fetch_sessions import FetchSessionCache, PartitionRequest
+
+    monkeypatch.setattr(fairness, "TURN_SECONDS", 0.0)
+    cache = FetchSessionCache(10)
+    full = cache.open(0, 0, [PartitionRequest("t", 0, 0, 1000)], [], now_ms=0)
+    requested = [PartitionRequest("t", i, 0, 1000) for i in range(200)]
+    errors = []
+
+    async def incremental() -> None:
+        context = await fairness.in_shares(lambda: cache.open(full.session_id, 1, requested, [], now_ms=1))
+        errors.append(context.error)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(incremental)
+        nursery.start_soon(incremental)
+    assert sorted(errors) == [ErrorCode.NONE, ErrorCode.INVALID_FETCH_SESSION_EPOCH]  # the refusal ends first
+    assert len(cache.get(full.session_id).partitions) == 200
+
+
+async def test_a_fetch_of_thousands_of_partitions_opens_its_session_in_shares(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """A fetch naming 4,000 partitions opened its session in one step of 3-4 ms; now in shares. Every
+    partition is still answered, and the session remembers them all."""
+    fetch = 1
+    broker = await start_broker(nursery, tmp_path)
+    client = await RawClient.connect(broker.port)
+    assert (await create(client, "f", 4)).error_code == ErrorCode.NONE
+    cls = messages.request_class(fetch)
+    parts = [cls.FetchPartition(partition=i, fetch_offset=0, partition_max_bytes=1024) for i in range(4)]
+    make = lambda: request(  # noqa: E731
+        fetch, max_wait_ms=0, min_bytes=0, session_id=0, session_epoch=0,
+        topics=[cls.FetchTopic(topic="f", partitions=parts) for _ in range(1000)],
+    )  # fmt: skip
+    await client.call(fetch, 12, make())
+    monitor = loop_lag.install(0.0, log_each=False)
+    try:
+        answer = await client.call(fetch, 12, make())
+    finally:
+        loop_lag.uninstall(monitor)
+    assert answer.error_code == ErrorCode.NONE and answer.session_id != 0
+    assert sorted(p.partition_index for t in answer.responses for p in t.partitions) == [0, 1, 2, 3]
+    assert len(broker.state.fetch_sessions.get(answer.session_id).partitions) == 4
+    [row] = [row for row in monitor.summary() if row["kind"] == "Fetch v12"]
+    assert row["worst_ms"] < 0.6 * row["total_ms"], row
+    await client.aclose()
+
+
+async def test_a_fetch_or_produce_response_of_thousands_of_partitions_is_encoded_in_shares() -> None:
+    """Produce and Fetch responses are not estimated by a walk (the hot path): their partitions are
+    counted per topic, and one of more than OFF_LOOP_ITEMS partitions is encoded in shares, to the same
+    bytes; a small one in one step."""
+    from kafkacompat.wire._generated.fetch_response import FetchResponse
+    from kafkacompat.wire._generated.produce_response import ProduceResponse
+
+    def fetch_response(partitions: int) -> FetchResponse:
+        data = [
+            FetchResponse.PartitionData(partition_index=i, high_watermark=5, records=b"")
+            for i in range(partitions)
+        ]
+        return FetchResponse(responses=[FetchResponse.FetchableTopicResponse(topic="t", partitions=data)])
+
+    def produce_response(partitions: int) -> ProduceResponse:
+        data = [ProduceResponse.PartitionProduceResponse(index=i, base_offset=7) for i in range(partitions)]
+        return ProduceResponse(
+            responses=[ProduceResponse.TopicProduceResponse(name="t", partition_responses=data)]
+        )
+
+    for api_key, version, make in ((1, 12, fetch_response), (0, 9, produce_response)):
+        for partitions, shared in ((10, False), (fairness.OFF_LOOP_ITEMS * 4, True)):
+            expected = b"".join(
+                bytes(c) for c in messages.encode_response(api_key, version, make(partitions))
+            )
+            chunks: list[Any] = []
+
+            async def encode(
+                api_key: int = api_key,
+                version: int = version,
+                make: Any = make,
+                partitions: int = partitions,
+                chunks: list[Any] = chunks,
+            ) -> None:
+                chunks += await fairness.encode_off_loop(api_key, version, make(partitions))  # fmt: skip
+
+            during = await _ticks_during(encode)
+            assert b"".join(bytes(c) for c in chunks) == expected
+            assert (during > 0) == shared, (api_key, partitions, during)

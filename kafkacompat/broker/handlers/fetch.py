@@ -42,11 +42,12 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from kafkacompat.broker.authorization import Op, Resource, allowed, cluster_allowed
-from kafkacompat.broker.fairness import Turn
+from kafkacompat.broker.fairness import Turn, in_shares
 from kafkacompat.broker.fetch_sessions import CachedPartition, FetchContext, PartitionRequest
 from kafkacompat.replication.throttle import throttled_partition
 from kafkacompat.wire._generated.fetch_response import AbortedTransaction, FetchResponse
 from kafkacompat.wire.errors import ErrorCode, KafkaError
+from kafkacompat.wire.primitives import elements
 
 if TYPE_CHECKING:
     from kafkacompat.broker.dispatch import RequestContext
@@ -59,6 +60,8 @@ MIN_VERSION = 4
 MAX_VERSION = 17
 
 READ_COMMITTED = 1
+#: fetches naming more partitions than this open their session in shares (fairness.in_shares)
+SESSION_OPEN_IN_SHARES = 500
 EMPTY_RECORDS = b""
 
 TopicResponse = FetchResponse.FetchableTopicResponse
@@ -119,25 +122,11 @@ async def handle(ctx: RequestContext, request: Any) -> FetchResponse:
     broker = ctx.broker
     version = ctx.api_version
     uses_ids = version >= 13
-    requested = [
-        PartitionRequest(
-            topic=topic.topic_id if uses_ids else topic.topic,
-            partition=p.partition,
-            fetch_offset=p.fetch_offset,
-            max_bytes=p.partition_max_bytes,
-            current_leader_epoch=p.current_leader_epoch,
-        )
-        for topic in request.topics
-        for p in topic.partitions
-    ]
-    forgotten = [
-        (topic.topic_id if uses_ids else topic.topic, index)
-        for topic in request.forgotten_topics_data
-        for index in topic.partitions
-    ]
-    context = broker.fetch_sessions.open(
-        request.session_id, request.session_epoch, requested, forgotten, broker.now_ms()
-    )
+    partitions = sum(len(topic.partitions) for topic in request.topics)
+    if partitions + len(request.forgotten_topics_data) <= SESSION_OPEN_IN_SHARES:
+        context = _open_session(broker, request, uses_ids)
+    else:  # thousands of partitions were one step of 3-4 ms: opened in shares (fetch_sessions.py)
+        context = await in_shares(lambda: _open_session(broker, request, uses_ids))
     if context.error != ErrorCode.NONE:
         return FetchResponse(error_code=context.error, session_id=0, responses=[])
     max_bytes = min(request.max_bytes, broker.config["fetch.max.bytes"])
@@ -180,6 +169,33 @@ async def handle(ctx: RequestContext, request: Any) -> FetchResponse:
     if broker.cluster is not None and version >= 12:
         _leader_hints(ctx, response, uses_ids)
     return response
+
+
+def _open_session(broker: BrokerState, request: Any, uses_ids: bool) -> FetchContext:
+    """The request's fetch session context; its loops give the loop back inside `in_shares`."""
+    requested = []
+    topics = request.topics
+    for index in elements(len(topics)):
+        topic = topics[index]
+        name = topic.topic_id if uses_ids else topic.topic
+        for p in topic.partitions:
+            requested.append(
+                PartitionRequest(
+                    topic=name,
+                    partition=p.partition,
+                    fetch_offset=p.fetch_offset,
+                    max_bytes=p.partition_max_bytes,
+                    current_leader_epoch=p.current_leader_epoch,
+                )
+            )
+    forgotten = [
+        (topic.topic_id if uses_ids else topic.topic, index)
+        for topic in request.forgotten_topics_data
+        for index in topic.partitions
+    ]
+    return broker.fetch_sessions.open(
+        request.session_id, request.session_epoch, requested, forgotten, broker.now_ms()
+    )
 
 
 def _moved_since_read(broker: BrokerState, reads: list[PartitionRead]) -> bool:
