@@ -181,7 +181,10 @@ async def decode_off_loop(api_key: int, api_version: int, body: memoryview) -> A
     Raises DecodeError. The connection reads nothing more while it waits, so `body` stays as it is."""
     if body.nbytes <= DECODE_OFF_LOOP_BYTES:
         return messages.decode_request(api_key, api_version, body, allow_trailing=True)
-    return await in_shares(lambda: messages.decode_request(api_key, api_version, body, allow_trailing=True))
+    # the collector stays on: paused, it would be off while other requests run between the shares
+    return await in_shares(
+        lambda: messages.decode_request(api_key, api_version, body, allow_trailing=True, pause_gc=False)
+    )
 
 
 async def encode_off_loop(api_key: int, api_version: int, response: Any) -> list[Any]:

@@ -142,7 +142,9 @@ def _lookup(api_key: int, version: int, response: bool, encode: bool) -> Any:
 # Decoding a large body allocates thousands of container objects that all survive (they are the
 # result). Letting the cyclic garbage collector run in the middle of that only re-scans them, which
 # costs about a third of the decode time of a 1,000-partition Metadata response; so it is paused
-# while a large body is decoded. Small bodies are not worth the two calls.
+# while a large body is decoded. Small bodies are not worth the two calls. A decode that gives the
+# loop back between shares (the broker's, `pause_gc=False`) must not pause it: the collector would stay
+# off while other requests run, and their garbage would pile up for one long collection afterwards.
 _GC_PAUSE_MIN_BYTES = 16 * 1024
 
 
@@ -152,10 +154,11 @@ def _run_decoder(
     api_key: int | None,
     what: str,
     allow_trailing: bool = False,
+    pause_gc: bool = True,
 ) -> Any:
     if not isinstance(buf, memoryview):
         buf = memoryview(buf)
-    paused = len(buf) >= _GC_PAUSE_MIN_BYTES and gc.isenabled()
+    paused = pause_gc and len(buf) >= _GC_PAUSE_MIN_BYTES and gc.isenabled()
     if paused:
         gc.disable()
     try:
@@ -174,15 +177,18 @@ def _run_decoder(
     return obj
 
 
-def decode_request(api_key: int, version: int, buf: memoryview, *, allow_trailing: bool = False) -> Any:
+def decode_request(
+    api_key: int, version: int, buf: memoryview, *, allow_trailing: bool = False, pause_gc: bool = True
+) -> Any:
     """Decode a request body (the frame after the request header). Raises DecodeError.
 
     Bytes after the end of the body are a DecodeError unless `allow_trailing`: a broker passes it,
     because Kafka's request parser reads what the schema describes and ignores the rest of the frame
-    (librdkafka 2.x sends three stray bytes after an all-topics Metadata v12 request).
+    (librdkafka 2.x sends three stray bytes after an all-topics Metadata v12 request). `pause_gc=False`
+    for a decode that may give the loop back midway (see _GC_PAUSE_MIN_BYTES).
     """
     fn = _REQ_DEC.get((api_key, version)) or _lookup(api_key, version, False, False)
-    return _run_decoder(fn, buf, api_key, "request", allow_trailing)
+    return _run_decoder(fn, buf, api_key, "request", allow_trailing, pause_gc)
 
 
 def decode_response(api_key: int, version: int, buf: memoryview) -> Any:

@@ -214,6 +214,37 @@ async def test_a_large_request_is_decoded_in_shares_to_the_same_object(
         assert ticks >= took / fairness.TURN_SECONDS / 4, (ticks, took)
 
 
+async def test_the_collector_stays_on_for_other_tasks_while_a_request_is_decoded_in_shares() -> None:
+    """A large body decoded in one step pauses the cyclic collector (messages._GC_PAUSE_MIN_BYTES); one
+    decoded in shares must not: the other tasks that run between its shares would allocate with the
+    collector off (a long fuzz run's young collections of 12-24k objects)."""
+    resource = messages.request_class(DESCRIBE_CONFIGS).DescribeConfigsResource
+    resources = [
+        resource(resource_type=2, resource_name=f"t-{i:05}", configuration_keys=None) for i in range(3000)
+    ]
+    body = memoryview(
+        messages.encode_request(DESCRIBE_CONFIGS, 1, request(DESCRIBE_CONFIGS, resources=resources))
+    )
+    assert body.nbytes > fairness.DECODE_OFF_LOOP_BYTES
+    seen: list[bool] = []
+
+    async def watch() -> None:
+        while True:
+            seen.append(gc.isenabled())
+            await trio.sleep(0)
+
+    assert gc.isenabled()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(watch)
+        await trio.lowlevel.checkpoint()
+        before = len(seen)
+        for _ in range(5):
+            await fairness.decode_off_loop(DESCRIBE_CONFIGS, 1, body)
+        nursery.cancel_scope.cancel()
+    assert len(seen) - before >= 5 and all(seen), seen
+    assert gc.isenabled()
+
+
 async def test_a_very_large_response_is_encoded_in_shares_with_the_same_bytes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
