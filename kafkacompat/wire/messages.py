@@ -28,6 +28,7 @@ from __future__ import annotations
 import gc
 import importlib
 import struct
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
@@ -144,7 +145,8 @@ def _lookup(api_key: int, version: int, response: bool, encode: bool) -> Any:
 # costs about a third of the decode time of a 1,000-partition Metadata response; so it is paused
 # while a large body is decoded. Small bodies are not worth the two calls. A decode that gives the
 # loop back between shares (the broker's, `pause_gc=False`) must not pause it: the collector would stay
-# off while other requests run, and their garbage would pile up for one long collection afterwards.
+# off while other requests run, and their garbage would pile up for one long collection afterwards. Nor
+# may a decode in a worker thread (a replica fetcher's response): the pause is the whole process's.
 _GC_PAUSE_MIN_BYTES = 16 * 1024
 
 
@@ -158,7 +160,12 @@ def _run_decoder(
 ) -> Any:
     if not isinstance(buf, memoryview):
         buf = memoryview(buf)
-    paused = pause_gc and len(buf) >= _GC_PAUSE_MIN_BYTES and gc.isenabled()
+    paused = (
+        pause_gc
+        and len(buf) >= _GC_PAUSE_MIN_BYTES
+        and gc.isenabled()
+        and threading.current_thread() is threading.main_thread()
+    )
     if paused:
         gc.disable()
     try:

@@ -424,3 +424,27 @@ def test_large_decodes_leave_the_garbage_collector_as_they_found_it() -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_only_a_decode_in_one_step_on_the_main_thread_pauses_the_collector(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The pause is the whole process's: a decode in a worker thread, or one that gives the loop back
+    between shares (pause_gc=False), would leave it off while other code runs."""
+    import gc
+    import threading
+
+    from kafkacompat.wire._generated.produce_request import ProduceRequest, TopicProduceData
+
+    frame = memoryview(messages.encode_request(0, 9, ProduceRequest(acks=1, topic_data=[
+        TopicProduceData(name=f"t{i}", partition_data=[]) for i in range(3000)
+    ])))  # fmt: skip
+    pauses: list[str] = []
+    monkeypatch.setattr(gc, "disable", lambda: pauses.append(threading.current_thread().name))
+    messages.decode_request(0, 9, frame)
+    assert pauses == [threading.main_thread().name]
+    messages.decode_request(0, 9, frame, pause_gc=False)
+    worker = threading.Thread(target=messages.decode_request, args=(0, 9, frame), name="worker")
+    worker.start()
+    worker.join()
+    assert pauses == [threading.main_thread().name]
