@@ -214,6 +214,51 @@ async def test_a_large_request_is_decoded_in_shares_to_the_same_object(
         assert ticks >= took / fairness.TURN_SECONDS / 4, (ticks, took)
 
 
+async def test_a_large_request_of_few_structs_is_decoded_in_one_step_and_one_of_many_in_shares(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A large body is first decoded plainly: one Produce batch of 60 KB decodes in one step (no greenlet,
+    no checkpoint); a body whose large array comes after other structs (one topic of 2,000 partitions)
+    falls back to shares and decodes to the same object; a truncated large body is a DecodeError."""
+    from kafkacompat.wire.errors import DecodeError
+
+    produce_class = messages.request_class(0)
+    big_batch = build_batch([RecordInput(None, b"v" * 1000) for _ in range(60)], base_timestamp=0)
+    small_batch = build_batch([RecordInput(b"k", b"v" * 20)], base_timestamp=0)
+
+    def produce(partitions: int, records: Any) -> memoryview:
+        data = [produce_class.PartitionProduceData(index=i, records=records) for i in range(partitions)]
+        topics = [produce_class.TopicProduceData(name="t", partition_data=data)]
+        return memoryview(
+            messages.encode_request(0, 9, produce_class(acks=1, timeout_ms=1, topic_data=topics))
+        )
+
+    one_batch, many_partitions = produce(1, big_batch), produce(2000, small_batch)
+    assert min(one_batch.nbytes, many_partitions.nbytes) > fairness.DECODE_OFF_LOOP_BYTES
+    in_shares, shared = fairness.in_shares, []
+
+    async def counted(compute: Callable[[], Any]) -> Any:
+        shared.append(compute)
+        return await in_shares(compute)
+
+    monkeypatch.setattr(fairness, "in_shares", counted)
+    with trio.testing.assert_no_checkpoints():
+        decoded = await fairness.decode_off_loop(0, 9, one_batch)
+    assert bytes(decoded.topic_data[0].partition_data[0].records) == bytes(big_batch)
+    with pytest.raises(DecodeError):
+        await fairness.decode_off_loop(0, 9, one_batch[:-5])
+    assert shared == []  # no greenlet for either
+    decoded = None
+
+    async def decode() -> None:
+        nonlocal decoded
+        decoded = await fairness.decode_off_loop(0, 9, many_partitions)
+
+    ticks = await _ticks_during(decode)
+    assert decoded == messages.decode_request(0, 9, many_partitions, allow_trailing=True)
+    assert ticks > 0 and len(shared) == 1
+
+
 async def test_the_collector_stays_on_for_other_tasks_while_a_request_is_decoded_in_shares() -> None:
     """A large body decoded in one step pauses the cyclic collector (messages._GC_PAUSE_MIN_BYTES); one
     decoded in shares must not: the other tasks that run between its shares would allocate with the
