@@ -1121,15 +1121,22 @@ class GroupCoordinatorCore:
             return all_fail(E.ILLEGAL_GENERATION)
         pending = self.pending_txn_offsets.setdefault(req.producer_id, {}).setdefault(group.group_id, {})
         results = []
+        records_partition = self.partition_for(group.group_id)
         for p in req.partitions:
             tp = (p.topic, p.partition)
-            metadata = p.metadata if p.metadata is not None else ""
-            if _java_length(metadata) > self.config.offset_metadata_max_bytes:
-                results.append((tp, E.OFFSET_METADATA_TOO_LARGE))
+            prepared = p.prepared
+            if prepared is None:
+                # a transactional offset never expires on its own and is stamped with the request's time
+                prepared = prepare_offset_commit(self.config, group.group_id, p, -1, now_ms)
+            if prepared.committed is None:
+                results.append((tp, prepared.error))
                 continue
-            committed = CommittedOffset(p.offset, metadata, now_ms, p.leader_epoch, -1)
-            pending[tp] = committed
-            self._emit_offset(group.group_id, tp, committed, req.producer_id, req.producer_epoch)
+            pending[tp] = prepared.committed
+            self._records.append(
+                CoordinatorRecord(
+                    records_partition, prepared.key, prepared.value, req.producer_id, req.producer_epoch
+                )
+            )
             results.append((tp, E.NONE))
         return results
 

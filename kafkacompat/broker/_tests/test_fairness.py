@@ -623,10 +623,17 @@ async def test_requests_of_a_thousand_items_give_the_loop_back_between_items(
 
 
 async def _gives_the_loop_back(
-    client: RawClient, api_key: int, version: int, kind: str, req: Any, *, warm: Any = None
+    client: RawClient,
+    api_key: int,
+    version: int,
+    kind: str,
+    req: Any,
+    *,
+    warm: Any = None,
+    most: float = 0.6,
 ) -> Any:
     """Sends `req` (after `warm`, or `req` itself, for first use: imports, coordinator topics, caches)
-    and checks that no single step of the broker's loop held most of its work; returns the answer."""
+    and checks that no single step of the broker's loop held `most` of its work; returns the answer."""
     await client.call(api_key, version, req if warm is None else warm)
     monitor = loop_lag.install(0.0, log_each=False)  # every step, with the request it served
     try:
@@ -634,8 +641,8 @@ async def _gives_the_loop_back(
     finally:
         loop_lag.uninstall(monitor)
     [row] = [row for row in monitor.summary() if row["kind"] == kind]
-    # in one step, the request's own work was all of it; now no step holds most of it
-    assert row["worst_ms"] < 0.6 * row["total_ms"], row
+    # in one step, the request's own work was all (or most) of it; now no step holds most of it
+    assert row["worst_ms"] < most * row["total_ms"], row
     await client.aclose()
     return answer
 
@@ -1086,3 +1093,64 @@ async def test_a_fetch_or_produce_response_of_thousands_of_partitions_is_encoded
             during = await _ticks_during(encode)
             assert b"".join(bytes(c) for c in chunks) == expected
             assert (during > 0) == shared, (api_key, partitions, during)
+
+
+async def test_a_txn_offset_commit_of_many_partitions_gives_the_loop_back_and_lands_in_one_batch(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """A TxnOffsetCommit of 14-30 KB held the loop 6-11 ms beside the fuzzer: its per-partition work (the
+    metadata check, the offset records) ran under the coordinator's lock in one step. It is made under a
+    Turn before the lock now, as OffsetCommit's is; the offsets still go in one transactional batch and
+    become visible together when the transaction commits."""
+    init_producer_id, add_offsets, end_txn, txn_offset_commit, offset_fetch = 22, 25, 26, 28, 9
+    partitions = 1000
+    broker = await start_broker(
+        nursery, tmp_path, "offsets.topic.num.partitions=1", "transaction.state.log.num.partitions=1"
+    )
+    await broker.state.groups.loaded.wait()
+    client = await RawClient.connect(broker.port)
+    init = request(init_producer_id, transactional_id="tx", transaction_timeout_ms=60000)
+    pid = (await client.call(init_producer_id, 4, init)).producer_id
+    add = request(add_offsets, transactional_id="tx", producer_id=pid, producer_epoch=0, group_id="g")
+    assert (await client.call(add_offsets, 3, add)).error_code == ErrorCode.NONE
+    cls = messages.request_class(txn_offset_commit)
+
+    def commit(count: int, offset: int) -> Any:
+        parts = [
+            cls.TxnOffsetCommitRequestPartition(
+                partition_index=p,
+                committed_offset=offset + p,
+                committed_leader_epoch=-1,
+                committed_metadata="m",
+            )
+            for p in range(count)
+        ]
+        return request(
+            txn_offset_commit, transactional_id="tx", group_id="g", producer_id=pid, producer_epoch=0,
+            generation_id=-1, member_id="", group_instance_id=None,
+            topics=[cls.TxnOffsetCommitRequestTopic(name="t", partitions=parts)],
+        )  # fmt: skip
+
+    offsets_log = broker.state.partition_log("__consumer_offsets", 0)
+    start = offsets_log.log_end_offset + 1  # after the warm-up's one record
+    committed = await _gives_the_loop_back(
+        client, txn_offset_commit, 3, "TxnOffsetCommit v3", commit(partitions, 1000), warm=commit(1, 0),
+        most=0.4,  # the core's step was 62% of the whole before (the batch's build and write are steps too)
+    )  # fmt: skip
+    assert [(p.partition_index, p.error_code) for t in committed.topics for p in t.partitions] == [
+        (p, ErrorCode.NONE) for p in range(partitions)
+    ]
+    assert offsets_log.log_end_offset == start + partitions
+    assert offsets_log.read(start + partitions - 1, 1).first_offset == start  # one batch holds them all
+    client = await RawClient.connect(broker.port)
+    ended = request(end_txn, transactional_id="tx", producer_id=pid, producer_epoch=0, committed=True)
+    assert (await client.call(end_txn, 3, ended)).error_code == ErrorCode.NONE
+    with trio.fail_after(10):
+        while True:  # the marker reaches __consumer_offsets after EndTxn's answer
+            fetched = await client.call(offset_fetch, 7, request(offset_fetch, group_id="g", topics=None))
+            offsets = sorted(p.committed_offset for t in fetched.topics for p in t.partitions)
+            if offsets:
+                break
+            await trio.sleep(0.05)
+    assert offsets == [1000 + p for p in range(partitions)]
+    await client.aclose()

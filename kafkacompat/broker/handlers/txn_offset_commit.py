@@ -19,9 +19,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kafkacompat.broker.authorization import Op, Resource, allowed
+from kafkacompat.broker.fairness import Turn
 from kafkacompat.broker.group_runtime import OFFSETS_TOPIC, runtime_of
 from kafkacompat.broker.txn_runtime import runtime_of as txn_runtime_of
 from kafkacompat.groups.api import OffsetCommitPartition, TxnOffsetCommitRequest
+from kafkacompat.groups.manager import prepare_offset_commit
 from kafkacompat.wire._generated.txn_offset_commit_response import TxnOffsetCommitResponse
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
@@ -66,20 +68,33 @@ async def _verify(ctx: RequestContext, request: Any, offsets_partition: int) -> 
 
 async def handle(ctx: RequestContext, request: Any) -> TxnOffsetCommitResponse:
     version = ctx.api_version
-    partitions = [
-        OffsetCommitPartition(
-            t.name,
-            p.partition_index,
-            p.committed_offset,
-            p.committed_metadata,
-            p.committed_leader_epoch if version >= 2 else -1,
-        )
-        for t in request.topics
-        for p in t.partitions
-    ]
+    runtime = runtime_of(ctx.broker)
+    # Each partition's offset and record are made here, outside the coordinator's lock and with the loop
+    # given back between partitions (fairness.Turn), as OffsetCommit does; the core stores them together.
+    now_ms = ctx.broker.now_ms()
+    turn = Turn()
+    partitions: list[OffsetCommitPartition] = []
     # topics the principal may not READ are refused one by one; the others are committed (Kafka's way)
-    refused = [p for p in partitions if not allowed(ctx, Op.READ, Resource.TOPIC, p.topic)]
-    partitions = [p for p in partitions if p not in refused]
+    refused: list[tuple[str, int]] = []
+    for t in request.topics:
+        topic_allowed = allowed(ctx, Op.READ, Resource.TOPIC, t.name)
+        for p in t.partitions:
+            await turn.spend()
+            if not topic_allowed:
+                refused.append((t.name, p.partition_index))
+                continue
+            partition = OffsetCommitPartition(
+                t.name,
+                p.partition_index,
+                p.committed_offset,
+                p.committed_metadata,
+                p.committed_leader_epoch if version >= 2 else -1,
+            )
+            if runtime is not None:
+                partition.prepared = prepare_offset_commit(
+                    runtime.core.config, request.group_id, partition, -1, now_ms
+                )
+            partitions.append(partition)
     req = TxnOffsetCommitRequest(
         request.group_id,
         request.producer_id,
@@ -89,7 +104,6 @@ async def handle(ctx: RequestContext, request: Any) -> TxnOffsetCommitResponse:
         request.member_id if version >= 3 else "",
         request.group_instance_id if version >= 3 else None,
     )
-    runtime = runtime_of(ctx.broker)
     try:
         # authorization, in Kafka's order: the transactional id (WRITE), the group (READ), each topic (READ)
         if not allowed(ctx, Op.WRITE, Resource.TRANSACTIONAL_ID, request.transactional_id):
@@ -104,9 +118,11 @@ async def handle(ctx: RequestContext, request: Any) -> TxnOffsetCommitResponse:
     except KafkaError as exc:
         results = [((p.topic, p.partition), exc.code) for p in partitions]
     denied = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-    results = [((p.topic, p.partition), denied) for p in refused] + list(results)
     topics: dict[str, list[Any]] = {}
+    for tp in refused:
+        topics.setdefault(tp[0], []).append(PartitionResponse(partition_index=tp[1], error_code=denied))
     for (topic, partition), code in results:
+        await turn.spend()
         topics.setdefault(topic, []).append(PartitionResponse(partition_index=partition, error_code=code))
     return TxnOffsetCommitResponse(
         throttle_time_ms=0,
