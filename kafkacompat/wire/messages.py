@@ -204,9 +204,11 @@ def decode_response(api_key: int, version: int, buf: memoryview) -> Any:
     return _run_decoder(fn, buf, api_key, "response")
 
 
-def _encode_chunks(fn: Encoder, obj: Any) -> list[Any]:
-    out = bytearray()
-    chunks: list[Any] = []
+def _encode_chunks(
+    fn: Encoder, obj: Any, out: bytearray | None = None, chunks: list[Any] | None = None
+) -> list[Any]:
+    out = bytearray() if out is None else out
+    chunks = [] if chunks is None else chunks
     fn(obj, out, chunks)
     if out or not chunks:
         chunks.append(out)
@@ -228,13 +230,17 @@ def encode_request(api_key: int, version: int, obj: Any) -> bytes:
     return b"".join(chunks)
 
 
-def encode_response(api_key: int, version: int, obj: Any) -> list[Any]:
+def encode_response(
+    api_key: int, version: int, obj: Any, *, out: bytearray | None = None, chunks: list[Any] | None = None
+) -> list[Any]:
     """Encode a response body into chunks: bytes-like pieces, and any `.size` object given as records.
 
-    The caller adds the frame length (sum of the chunk sizes) and the response header.
+    The caller adds the frame length (sum of the chunk sizes) and the response header. `out` and
+    `chunks` may be given (empty) by a caller that moves what `out` holds into `chunks` meanwhile
+    (an encode in shares, broker/fairness.py); the chunks are returned either way.
     """
     fn = _RESP_ENC.get((api_key, version)) or _lookup(api_key, version, True, True)
-    return _encode_chunks(fn, obj)
+    return _encode_chunks(fn, obj, out, chunks)
 
 
 def request_class(api_key: int) -> type:
