@@ -289,6 +289,40 @@ def test_java_string_hash_matches_the_definition_for_long_and_odd_ids() -> None:
     assert rec.java_string_hash("\U0001f600" * 300) == java_hash_by_definition("\U0001f600" * 300)
 
 
+async def test_the_open_descriptors_are_counted_at_most_once_a_second_and_logs_opened_since_count(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each CreateTopics/CreatePartitions counted the open descriptors by walking /proc/self/fd: 15-25 ms
+    of CPU for the 12,000 of a long fuzz run, several times a second. A count is now used for
+    DESCRIPTOR_COUNT_SECONDS, and the logs opened since count DESCRIPTORS_PER_LOG each meanwhile."""
+    import resource
+
+    from kafkacompat.broker import state
+    from kafkacompat.wire.errors import KafkaError
+
+    walks = []
+
+    def count() -> int:
+        walks.append(time.monotonic())
+        return 1000
+
+    monkeypatch.setattr(state, "_open_descriptors", count)
+    monkeypatch.setattr(state, "_descriptor_count", state._DescriptorCount())
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (4096, 4096))
+    # 4,096 - 1,000 in use - 512 kept free: room for 861 logs (the configured room is 1,170)
+    await state.check_descriptors_for(800, 0, 10)
+    await state.check_descriptors_for(800, 0, 10)
+    assert len(walks) == 1
+    # the 800 logs opened since the count hold 2,400 descriptors: 100 more do not fit in the 184 left
+    with pytest.raises(KafkaError) as refused:
+        await state.check_descriptors_for(100, 800, 10)
+    assert refused.value.code == E.KAFKA_STORAGE_ERROR
+    assert len(walks) == 1
+    monkeypatch.setattr(state, "DESCRIPTOR_COUNT_SECONDS", 0.0)  # the count is old: walked again
+    await state.check_descriptors_for(100, 800, 10)
+    assert len(walks) == 2
+
+
 def test_partition_logs_may_not_take_the_descriptors_kept_for_connections(tmp_path: Path) -> None:
     """Found by the long fuzz run (1,000,000 frames): fuzzed CreateTopics/CreatePartitions of a few hundred
     partitions each (never counted: only requests of more than limit/12 partitions were), new logs
