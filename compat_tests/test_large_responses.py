@@ -36,9 +36,9 @@ def share_encodes(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatc
     counted: list[int] = []
     original = fairness.in_shares
 
-    async def counting(compute: Callable[[], Any]) -> Any:
+    async def counting(compute: Callable[[], Any], output: Any = None) -> Any:
         counted.append(1)
-        return await original(compute)
+        return await original(compute, output)
 
     monkeypatch.setattr(fairness, "in_shares", counting)
     return counted
