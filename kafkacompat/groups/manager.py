@@ -472,24 +472,11 @@ class GroupCoordinatorCore:
             )
         )
 
-    def _emit_offset(
-        self,
-        group_id: str,
-        tp: TopicPartition,
-        committed: CommittedOffset | None,
-        producer_id: int = -1,
-        producer_epoch: int = -1,
-    ) -> None:
-        value = None
-        if committed is not None:
-            value = _offset_commit_value(committed)
+    def _emit_offset_tombstone(self, group_id: str, tp: TopicPartition) -> None:
+        # Commits emit the records prepare_offset_commit made; only a removal writes one here.
         self._records.append(
             CoordinatorRecord(
-                self.partition_for(group_id),
-                rec.encode_offset_commit_key(group_id, tp[0], tp[1]),
-                value,
-                producer_id,
-                producer_epoch,
+                self.partition_for(group_id), rec.encode_offset_commit_key(group_id, tp[0], tp[1]), None
             )
         )
 
@@ -1029,7 +1016,7 @@ class GroupCoordinatorCore:
         """Tombstone ``removed`` offsets (already gone from the store); an Empty group with no offsets
         left dies, with a tombstone for its metadata unless it never had a generation."""
         for tp in removed:
-            self._emit_offset(group.group_id, tp, None)
+            self._emit_offset_tombstone(group.group_id, tp)
         if not deleted and group.is_(EMPTY) and not self.offsets.has_offsets(group.group_id):
             group.transition(DEAD, now_ms)
             deleted = True
