@@ -1062,22 +1062,10 @@ class GroupCoordinatorCore:
         if group.state in (STABLE, PREPARING):
             # During PreparingRebalance commits are still accepted; the heartbeat tells of the rebalance.
             self._schedule_heartbeat(group, group.members[req.member_id], now_ms)
-        results = []
-        records_partition = self.partition_for(group.group_id)
-        for p in req.partitions:
-            tp = (p.topic, p.partition)
-            prepared = p.prepared
-            if prepared is None:
-                prepared = prepare_offset_commit(
-                    self.config, group.group_id, p, req.retention_time_ms, now_ms
-                )
-            if prepared.committed is None:
-                results.append((tp, prepared.error))
-                continue
-            self.offsets.put(group.group_id, tp, prepared.committed)
-            self._records.append(CoordinatorRecord(records_partition, prepared.key, prepared.value))
-            results.append((tp, E.NONE))
-        return results
+        def store(tp: TopicPartition, committed: CommittedOffset) -> None:
+            self.offsets.put(group.group_id, tp, committed)
+
+        return self._store_prepared(group.group_id, req.partitions, req.retention_time_ms, now_ms, store)
 
     def txn_offset_commit(
         self, req: TxnOffsetCommitRequest, now_ms: int
@@ -1107,21 +1095,44 @@ class GroupCoordinatorCore:
         if req.generation_id >= 0 and req.generation_id != group.generation_id:
             return all_fail(E.ILLEGAL_GENERATION)
         pending = self.pending_txn_offsets.setdefault(req.producer_id, {}).setdefault(group.group_id, {})
+        # a transactional offset never expires on its own (retention -1)
+        return self._store_prepared(
+            group.group_id,
+            req.partitions,
+            -1,
+            now_ms,
+            pending.__setitem__,
+            req.producer_id,
+            req.producer_epoch,
+        )
+
+    def _store_prepared(
+        self,
+        group_id: str,
+        partitions: list[OffsetCommitPartition],
+        retention_time_ms: int,
+        now_ms: int,
+        store: Callable[[TopicPartition, CommittedOffset], None],
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+    ) -> list[tuple[TopicPartition, ErrorCode]]:
+        """The end of OffsetCommit and TxnOffsetCommit: each partition's prepared offset (prepared here if
+        the broker did not) goes to ``store`` and its record to the log, in the producer's batch when
+        transactional; a refused one only answers its error."""
         results = []
-        records_partition = self.partition_for(group.group_id)
-        for p in req.partitions:
+        records_partition = self.partition_for(group_id)
+        for p in partitions:
             tp = (p.topic, p.partition)
             prepared = p.prepared
             if prepared is None:
-                # a transactional offset never expires on its own and is stamped with the request's time
-                prepared = prepare_offset_commit(self.config, group.group_id, p, -1, now_ms)
+                prepared = prepare_offset_commit(self.config, group_id, p, retention_time_ms, now_ms)
             if prepared.committed is None:
                 results.append((tp, prepared.error))
                 continue
-            pending[tp] = prepared.committed
+            store(tp, prepared.committed)
             self._records.append(
                 CoordinatorRecord(
-                    records_partition, prepared.key, prepared.value, req.producer_id, req.producer_epoch
+                    records_partition, prepared.key, prepared.value, producer_id, producer_epoch
                 )
             )
             results.append((tp, E.NONE))
