@@ -238,8 +238,7 @@ class _Shares(greenlet.greenlet):
         if self.output is not None:
             out, chunks = self.output
             if len(out) >= FLUSH_BYTES:
-                chunks.append(bytes(out))
-                out.clear()
+                primitives.move_out(out, chunks)
         self.parent.switch()
 
 

@@ -496,11 +496,16 @@ def write_compact_nullable_bytes(out: bytearray, value: bytes | None) -> None:
 _BYTES_LIKE = (bytes, bytearray, memoryview)
 
 
-def flush_chunk(out: bytearray, chunks: list[Any], passthrough: Any) -> None:
-    """Move what `out` holds into `chunks`, then append `passthrough` as a chunk of its own."""
+def move_out(out: bytearray, chunks: list[Any]) -> None:
+    """Move what `out` holds (if anything) into `chunks` as one chunk."""
     if out:
         chunks.append(bytes(out))
         out.clear()
+
+
+def flush_chunk(out: bytearray, chunks: list[Any], passthrough: Any) -> None:
+    """Move what `out` holds into `chunks`, then append `passthrough` as a chunk of its own."""
+    move_out(out, chunks)
     chunks.append(passthrough)
 
 
