@@ -74,8 +74,10 @@ __all__ = [
 
 #: the longest a handler works on its items before it lets the other tasks run: beside the fuzzer (120 s
 #: at 300 frames/s, 2 CPUs, 1 ms GIL switch interval) the well-behaved pair's p99 was 8.3 ms at 2 ms, 5.3
-#: at 1 ms and 4.2-4.8 at 0.5 ms (quiet: 1.6-2.1 ms)
-TURN_SECONDS = 0.0005
+#: at 1 ms and 4.2-4.8 at 0.5 ms (quiet: 1.6-2.1 ms). At 0.25 ms the loop's turns beside the fuzzer are
+#: shorter (99th percentile 0.42-0.52 ms, from 0.56-0.68) and so is a socket's wait for the loop (0.64-0.82
+#: ms, from 0.8-1.0; quiet 0.44-0.52), for 1-2% more of the loop's time in yields (docs/RELIABILITY.md)
+TURN_SECONDS = 0.00025
 #: responses estimated at more items than this are encoded in shares (in a greenlet; see above). An item
 #: encodes in 0.5-1 us, so 1,000 keep one encode near a share; the greenlet costs a few us (3,000 made
 #: steps of 1.5-3 ms)
