@@ -1057,6 +1057,44 @@ def scan_log(path: str | Path, start: int = 0) -> list[str]:
     return found
 
 
+def loop_probe_phase(path: str | Path, start: int, began: float, ended: float) -> dict[str, Any] | None:
+    """The broker's loop probe (KAFKACOMPAT_LOOP_PROBE, broker/loop_probe.py) over one phase: its windows
+    in the log from byte `start` that lie wholly between the monotonic times `began` and `ended`, merged.
+    None when the log holds no such window (the probe was off)."""
+    import json
+
+    from kafkacompat.broker.loop_probe import LOG_MARKER, Histogram
+
+    with open(path, "rb") as f:
+        f.seek(start)
+        text = f.read().decode("utf-8", "replace")
+    turns, wakeups = Histogram(), Histogram()
+    windows = 0
+    busy_seconds = seconds = 0.0
+    for line in text.splitlines():
+        _, marker, payload = line.partition(LOG_MARKER)
+        if not marker:
+            continue
+        try:
+            row = json.loads(payload)
+        except ValueError:
+            continue
+        if row["end_monotonic"] - row["seconds"] < began or row["end_monotonic"] > ended:
+            continue
+        windows += 1
+        seconds += row["seconds"]
+        busy_seconds += row["busy"] * row["seconds"]
+        turns.merge(row["turns_buckets"], row["turns_max_ms"] / 1000)
+        wakeups.merge(row["wakeups_buckets"], row["wakeups_max_ms"] / 1000)
+    if not windows:
+        return None
+    summary: dict[str, Any] = {"windows": windows, "seconds": round(seconds, 1),
+                               "busy": round(busy_seconds / seconds, 3) if seconds else 0.0}  # fmt: skip
+    for name, histogram in (("turns", turns), ("wakeups", wakeups)):
+        summary.update({key: value for key, value in histogram.summary(name).items() if "buckets" not in key})
+    return summary
+
+
 def read_rss_kib(pid: int) -> int | None:
     """Resident set size of a process in KiB (VmRSS from /proc), or None if it is gone."""
     try:
@@ -1442,6 +1480,7 @@ class Campaign:
     #: first pair and the fuzzer), so that what the fuzzer's load on the machine costs any client is
     #: measured apart from what the fuzzed broker's serving of it costs
     control_bootstrap: str | None = None
+    control_log: str | None = None  # the control broker's log (its loop probe, when on)
 
 
 def _pair_subprocess(bootstrap: str, topic: str, seconds: float, rate: float) -> Any:
@@ -1492,6 +1531,8 @@ def run_campaign(c: Campaign) -> dict[str, Any]:
 
     host, _, port_text = c.bootstrap.rpartition(":")
     log_start = Path(c.broker_log).stat().st_size if c.broker_log else 0
+    control_log_start = Path(c.control_log).stat().st_size if c.control_log else 0
+    phases: dict[str, tuple[float, float]] = {}  # monotonic bounds of the quiet and the fuzzed phase
     served, target = prepare_target(c.bootstrap)
     if c.apis:
         served = {key: versions for key, versions in served.items() if key in c.apis}
@@ -1499,15 +1540,19 @@ def run_campaign(c: Campaign) -> dict[str, Any]:
     result: dict[str, Any] = {"seeds": len(seeds), "apis": len({s.api_key for s in seeds})}
     run_tag = f"{os.getpid()}-{int(time.time())}"  # a pair of an earlier run must never share names
     if c.quiet_seconds > 0:
+        quiet_began = time.monotonic()
         quiet = _pair_subprocess(c.bootstrap, f"good-pair-quiet-{run_tag}", c.quiet_seconds, c.pair_rate)
         result["quiet_pair"] = _pair_result_wait(quiet)
+        phases["quiet"] = (quiet_began, time.monotonic())
         if c.control_bootstrap:
             # after the pair's quiet run, not beside it: each quiet figure is one pair alone on the
             # machine, as without a control (beside the fuzzer both pairs run, which weighs on both)
+            control_began = time.monotonic()
             control_quiet = _pair_subprocess(
                 c.control_bootstrap, f"control-pair-quiet-{run_tag}", c.quiet_seconds, c.pair_rate
             )
             result["control_pair"] = {"quiet": _pair_result_wait(control_quiet)}
+            phases["control_quiet"] = (control_began, time.monotonic())
     rss: list[int] = []
     fds: list[int] = []
     timeline: list[dict[str, Any]] = []  # every 10 s: RSS, descriptors by kind, threads
@@ -1586,7 +1631,9 @@ def run_campaign(c: Campaign) -> dict[str, Any]:
             os.nice(c.fuzzer_nice)  # this process only: the broker and the pair were started before
         if c.fuzzer_cpus:
             confine_process(c.fuzzer_cpus)
+        fuzz_began = time.monotonic()
         stats = trio.run(main)
+        phases["fuzzed"] = (fuzz_began, time.monotonic())
     except BaseException:
         pair.kill()
         if control is not None:
@@ -1633,6 +1680,19 @@ def run_campaign(c: Campaign) -> dict[str, Any]:
     result["fuzzer_cpus"] = c.fuzzer_cpus
     if c.broker_log:
         result["log_problems"] = scan_log(c.broker_log, log_start)[:10]
+    # the loop probe, when the brokers run it: the fuzzed broker's turns and wake-ups against the idle
+    # control broker's (the machine's share of a wake-up's delay), each per phase
+    for key, path, start, quiet_phase in (
+        ("loop_probe", c.broker_log, log_start, "quiet"),
+        ("control_loop_probe", c.control_log, control_log_start, "control_quiet"),
+    ):
+        if path:
+            probe: dict[str, dict[str, Any] | None] = {}
+            for name, phase in (("quiet", quiet_phase), ("fuzzed", "fuzzed")):
+                if phase in phases:
+                    probe[name] = loop_probe_phase(path, start, *phases[phase])
+            if any(probe.values()):
+                result[key] = probe
     return result
 
 
@@ -1698,6 +1758,13 @@ def main(argv: list[str] | None = None) -> int:
         " first, then beside it and the fuzzer): its p99 ratio is what the fuzzer's load on the machine"
         " costs any client",
     )
+    run.add_argument(
+        "--loop-probe",
+        type=float,
+        metavar="SECONDS",
+        help="start the brokers with their loop probe on (KAFKACOMPAT_LOOP_PROBE, a window of this many"
+        " seconds): the summary then has each broker's loop turns and socket wake-up delays per phase",
+    )
     pair = commands.add_parser("good-pair")
     pair.add_argument("--bootstrap", required=True)
     pair.add_argument("--topic", required=True)
@@ -1730,6 +1797,10 @@ def main(argv: list[str] | None = None) -> int:
         fuzzer_cpus=[int(cpu) for cpu in args.fuzzer_cpus.split(",")] if args.fuzzer_cpus else None,
     )
     broker = control_broker = None
+    if args.loop_probe:
+        from kafkacompat.broker.loop_probe import ENVIRONMENT_VARIABLE
+
+        os.environ[ENVIRONMENT_VARIABLE] = str(args.loop_probe)  # the brokers started below inherit it
     with tempfile.TemporaryDirectory(prefix="kafkacompat-fuzz-") as tmp:
         if args.control_pair:
             from kafkacompat.testing import BrokerProcess
@@ -1738,6 +1809,7 @@ def main(argv: list[str] | None = None) -> int:
                 Path(tmp) / "control", ["group.initial.rebalance.delay.ms=0"]
             ).start()
             campaign.control_bootstrap = control_broker.bootstrap
+            campaign.control_log = str(control_broker.log_path)
         if not args.bootstrap:
             from kafkacompat.testing import BrokerProcess
 

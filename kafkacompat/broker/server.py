@@ -534,6 +534,11 @@ class Broker:
                 nursery.start_soon(self._every, DELETE_CHECK_SECONDS * 1000, self._delete_delayed)
                 flush_ms = self.config["log.flush.scheduler.interval.ms"]
                 nursery.start_soon(self._every, flush_ms, self._flush)
+                from kafkacompat.broker import loop_probe
+
+                probe = loop_probe.from_environment()  # KAFKACOMPAT_LOOP_PROBE: profiling only
+                if probe is not None:
+                    nursery.start_soon(probe.run)
 
     async def _every(self, interval_ms: float, job: Callable[[], Any]) -> None:
         if interval_ms <= 0 or interval_ms >= 2**62:

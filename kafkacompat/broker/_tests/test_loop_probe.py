@@ -1,0 +1,159 @@
+"""The loop probe (broker/loop_probe.py): its histogram, its turn instrument, its wake-up writer, and the
+fuzz tool's reading of its windows from a broker's log."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+
+import pytest
+import trio
+
+from kafkacompat.broker import loop_probe
+from kafkacompat.broker.loop_probe import LOG_MARKER, Histogram, LoopProbe, TurnProbe
+from kafkacompat.fuzzer import loop_probe_phase
+from kafkacompat.testing import BrokerProcess
+
+
+def test_histogram_percentiles_are_within_a_bucket_of_the_truth() -> None:
+    histogram = Histogram()
+    values = [i / 1e5 for i in range(1, 1001)]  # 10 µs .. 10 ms, evenly
+    for value in reversed(values):
+        histogram.record(value)
+    assert histogram.count == 1000
+    assert histogram.max == pytest.approx(0.01)
+    assert histogram.total == pytest.approx(sum(values))
+    for q, truth in ((0.5, values[499]), (0.99, values[989]), (1.0, values[-1])):
+        got = histogram.percentile(q)
+        assert truth <= got <= truth * 2 ** (1 / Histogram.STEPS_PER_OCTAVE) + 1e-12, (q, got, truth)
+    assert Histogram().percentile(0.99) == 0.0
+
+
+def test_histogram_merge_adds_logged_buckets() -> None:
+    first, second = Histogram(), Histogram()
+    for _ in range(99):
+        first.record(0.001)
+    second.record(0.05)
+    logged = json.loads(json.dumps(second.summary("x")))  # bucket keys become text in the log
+    first.merge(logged["x_buckets"], logged["x_max_ms"] / 1000)
+    assert first.count == 100
+    assert first.percentile(0.99) < 0.0011
+    assert first.percentile(1.0) == pytest.approx(0.05)
+
+
+def test_turn_probe_times_a_blocking_step_and_the_loop_s_busy_time() -> None:
+    probe = TurnProbe()
+
+    async def main() -> None:
+        trio.lowlevel.add_instrument(probe)
+        try:
+            for _ in range(5):
+                await trio.sleep(0.01)  # idle turns: the time asleep is not a turn's
+            time.sleep(0.04)  # a step that holds the loop
+            await trio.sleep(0.01)
+        finally:
+            trio.lowlevel.remove_instrument(probe)
+
+    began = time.perf_counter()
+    trio.run(main)
+    elapsed = time.perf_counter() - began
+    assert probe.turns.max >= 0.04
+    assert probe.turns.count >= 6
+    # the loop slept at least 60 ms of the run: the turns are not the whole of it
+    assert probe.turns.total <= elapsed - 0.05
+
+
+def test_wakeups_see_a_stalled_loop_and_the_writer_goes_with_the_probe(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    probe = LoopProbe(window_seconds=0.25)
+    rows: list[dict[str, object]] = []
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(probe.run)
+            await trio.sleep(0.4)  # the writer has started and stamps the pipe
+            time.sleep(0.06)  # the loop stalls: stamps written meanwhile are read late
+            await trio.sleep(0.5)
+            nursery.cancel_scope.cancel()
+
+    with caplog.at_level(logging.INFO, logger="kafkacompat.broker.loop_probe"):
+        trio.run(main)
+    for record in caplog.records:
+        message = record.getMessage()
+        if LOG_MARKER in message:
+            rows.append(json.loads(message.partition(LOG_MARKER)[2]))
+    assert len(rows) >= 3, caplog.text
+    wakeups = sum(int(row["wakeups"]) for row in rows)  # type: ignore[call-overload]
+    assert wakeups >= 40  # a stamp every 2-8 ms for ~0.9 s
+    worst = max(float(row["wakeups_max_ms"]) for row in rows)  # type: ignore[arg-type]
+    assert worst >= 40, rows  # a stamp written early in the 60 ms stall waited most of it
+    assert max(float(row["turns_max_ms"]) for row in rows) >= 60  # type: ignore[arg-type]
+    # the writer is gone with the probe (no stray child left behind by a broker that stopped)
+    assert probe.writer_pid is not None
+    assert not Path(f"/proc/{probe.writer_pid}").exists()
+
+
+def test_a_broker_started_with_the_variable_logs_its_windows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(loop_probe.ENVIRONMENT_VARIABLE, "0.3")
+    broker = BrokerProcess(tmp_path / "data").start()
+    try:
+        time.sleep(1.2)
+    finally:
+        assert broker.stop() == 0
+    lines = broker.log_path.read_text().splitlines()
+    rows = [json.loads(line.partition(LOG_MARKER)[2]) for line in lines if LOG_MARKER in line]
+    assert len(rows) >= 2, lines
+    assert all(row["wakeups"] > 0 and row["turns"] > 0 for row in rows), rows
+    writer = [line for line in lines if "loop probe on" in line]
+    assert writer, lines
+    pid = int(writer[0].rsplit("writer pid ", 1)[1].rstrip(")"))
+    assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+
+
+def test_the_environment_variable_switches_it_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(loop_probe.ENVIRONMENT_VARIABLE, raising=False)
+    assert loop_probe.from_environment() is None
+    monkeypatch.setenv(loop_probe.ENVIRONMENT_VARIABLE, "nonsense")
+    assert loop_probe.from_environment() is None
+    monkeypatch.setenv(loop_probe.ENVIRONMENT_VARIABLE, "0")
+    assert loop_probe.from_environment() is None
+    monkeypatch.setenv(loop_probe.ENVIRONMENT_VARIABLE, "2.5")
+    probe = loop_probe.from_environment()
+    assert probe is not None and probe.window == 2.5
+
+
+def _window(end: float, seconds: float, wakeup_ms: float, busy: float) -> str:
+    histogram = Histogram()
+    for _ in range(10):
+        histogram.record(wakeup_ms / 1000)
+    row = {"end_monotonic": end, "seconds": seconds, "busy": busy}
+    row.update(Histogram().summary("turns"))
+    row.update(histogram.summary("wakeups"))
+    return f"[2026-11-28 03:00:00,000] INFO kafkacompat.broker.loop_probe: {LOG_MARKER}{json.dumps(row)}\n"
+
+
+def test_the_fuzz_tool_merges_the_windows_wholly_inside_a_phase(tmp_path: Path) -> None:
+    log = tmp_path / "broker.log"
+    before = "[2026-11-28 02:59:00,000] INFO kafkacompat: an earlier run\n" + _window(50.0, 10.0, 99.0, 0.9)
+    log.write_text(
+        before
+        + _window(110.0, 10.0, 1.0, 0.1)  # straddles the phase's start (105): left out
+        + _window(120.0, 10.0, 2.0, 0.2)
+        + _window(130.0, 10.0, 4.0, 0.4)
+        + _window(141.0, 11.0, 50.0, 0.5)  # ends after the phase: left out
+        + "not json: " + LOG_MARKER + "{\n"
+    )  # fmt: skip
+    phase = loop_probe_phase(log, len(before), 105.0, 135.0)
+    assert phase is not None
+    assert phase["windows"] == 2
+    assert phase["wakeups"] == 20
+    assert phase["busy"] == pytest.approx(0.3)
+    assert 2.0 <= phase["wakeups_p50_ms"] < 2.2
+    assert 4.0 <= phase["wakeups_p99_ms"] < 4.4
+    assert phase["wakeups_max_ms"] == pytest.approx(4.0)
+    assert loop_probe_phase(log, len(before), 200.0, 300.0) is None
