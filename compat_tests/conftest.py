@@ -91,6 +91,7 @@ def _cluster_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str
         pytest.skip(f"--cluster needs ZooKeeper: {exc}")
     cluster.start()
     try:
+        cluster.wait_until_ready()
         yield cluster.bootstrap
     finally:
         cluster.stop()

@@ -321,6 +321,30 @@ class LocalCluster:
                 started.result()
         return self
 
+    def wait_until_ready(self, timeout: float = START_TIMEOUT) -> LocalCluster:
+        """Until every broker lists all the brokers and names a controller (PLAINTEXT listeners only).
+
+        A broker serves as soon as it has registered, and answers controller_id -1 until it learns who
+        won the election, as Kafka's do. A client that asks such a broker for the controller may not ask
+        again for minutes (librdkafka's admin client waited out a test's 30 s once), so a fixture waits.
+        """
+        from kafkacompat.client import ClientError, KafkaClient
+
+        deadline = time.monotonic() + timeout
+        for broker in self.brokers.values():
+            while True:
+                try:
+                    with KafkaClient(broker.bootstrap, timeout=5) as client:
+                        metadata = client.metadata([])
+                    if len(metadata.brokers) == len(self.brokers) and metadata.controller_id >= 0:
+                        break
+                except (ClientError, OSError):
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"broker at {broker.bootstrap}: no controller or not every broker")
+                time.sleep(0.05)
+        return self
+
     def start_broker(self, broker_id: int) -> BrokerProcess:
         return self.brokers[broker_id].start()
 
@@ -356,7 +380,7 @@ def kafkacompat_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
     except ZooKeeperUnavailable as exc:
         pytest.skip(f"cluster mode needs ZooKeeper: {exc}")
     try:
-        cluster.start()
+        cluster.start().wait_until_ready()
         yield cluster
     finally:
         cluster.stop()
