@@ -1057,38 +1057,47 @@ def scan_log(path: str | Path, start: int = 0) -> list[str]:
     return found
 
 
-def loop_probe_phase(path: str | Path, start: int, began: float, ended: float) -> dict[str, Any] | None:
-    """The broker's loop probe (KAFKACOMPAT_LOOP_PROBE, broker/loop_probe.py) over one phase: its windows
-    in the log from byte `start` that lie wholly between the monotonic times `began` and `ended`, merged.
-    None when the log holds no such window (the probe was off)."""
+def loop_probe_windows(path: str | Path, start: int) -> list[dict[str, Any]]:
+    """The loop probe's windows (KAFKACOMPAT_LOOP_PROBE, broker/loop_probe.py) in the broker's log from byte
+    `start`, in order; garbled lines are skipped. Read once per log, then shared out by phase."""
     import json
 
-    from kafkacompat.broker.loop_probe import LOG_MARKER, Histogram
+    from kafkacompat.broker.loop_probe import LOG_MARKER
 
     with open(path, "rb") as f:
         f.seek(start)
         text = f.read().decode("utf-8", "replace")
-    turns, wakeups = Histogram(), Histogram()
-    windows = 0
-    busy_seconds = seconds = 0.0
+    windows: list[dict[str, Any]] = []
     for line in text.splitlines():
         _, marker, payload = line.partition(LOG_MARKER)
         if not marker:
             continue
         try:
-            row = json.loads(payload)
+            windows.append(json.loads(payload))
         except ValueError:
             continue
+    return windows
+
+
+def loop_probe_phase(windows: list[dict[str, Any]], began: float, ended: float) -> dict[str, Any] | None:
+    """The loop probe over one phase: the windows that lie wholly between the monotonic times `began` and
+    `ended`, merged. None when there is no such window (the probe was off)."""
+    from kafkacompat.broker.loop_probe import Histogram
+
+    turns, wakeups = Histogram(), Histogram()
+    count = 0
+    busy_seconds = seconds = 0.0
+    for row in windows:
         if row["end_monotonic"] - row["seconds"] < began or row["end_monotonic"] > ended:
             continue
-        windows += 1
+        count += 1
         seconds += row["seconds"]
         busy_seconds += row["busy"] * row["seconds"]
         turns.merge(row["turns_buckets"], row["turns_max_ms"] / 1000)
         wakeups.merge(row["wakeups_buckets"], row["wakeups_max_ms"] / 1000)
-    if not windows:
+    if not count:
         return None
-    summary: dict[str, Any] = {"windows": windows, "seconds": round(seconds, 1),
+    summary: dict[str, Any] = {"windows": count, "seconds": round(seconds, 1),
                                "busy": round(busy_seconds / seconds, 3) if seconds else 0.0}  # fmt: skip
     for name, histogram in (("turns", turns), ("wakeups", wakeups)):
         summary.update({key: value for key, value in histogram.summary(name).items() if "buckets" not in key})
@@ -1687,10 +1696,11 @@ def run_campaign(c: Campaign) -> dict[str, Any]:
         ("control_loop_probe", c.control_log, control_log_start, "control_quiet"),
     ):
         if path:
+            windows = loop_probe_windows(path, start)
             probe: dict[str, dict[str, Any] | None] = {}
             for name, phase in (("quiet", quiet_phase), ("fuzzed", "fuzzed")):
                 if phase in phases:
-                    probe[name] = loop_probe_phase(path, start, *phases[phase])
+                    probe[name] = loop_probe_phase(windows, *phases[phase])
             if any(probe.values()):
                 result[key] = probe
     return result

@@ -13,7 +13,7 @@ import trio
 
 from kafkacompat.broker import loop_probe
 from kafkacompat.broker.loop_probe import LOG_MARKER, Histogram, LoopProbe, TurnProbe
-from kafkacompat.fuzzer import loop_probe_phase
+from kafkacompat.fuzzer import loop_probe_phase, loop_probe_windows
 from kafkacompat.testing import BrokerProcess
 
 
@@ -148,7 +148,9 @@ def test_the_fuzz_tool_merges_the_windows_wholly_inside_a_phase(tmp_path: Path) 
         + _window(141.0, 11.0, 50.0, 0.5)  # ends after the phase: left out
         + "not json: " + LOG_MARKER + "{\n"
     )  # fmt: skip
-    phase = loop_probe_phase(log, len(before), 105.0, 135.0)
+    windows = loop_probe_windows(log, len(before))
+    assert len(windows) == 4  # the earlier run's window and the garbled line are not among them
+    phase = loop_probe_phase(windows, 105.0, 135.0)
     assert phase is not None
     assert phase["windows"] == 2
     assert phase["wakeups"] == 20
@@ -156,4 +158,4 @@ def test_the_fuzz_tool_merges_the_windows_wholly_inside_a_phase(tmp_path: Path) 
     assert 2.0 <= phase["wakeups_p50_ms"] < 2.2
     assert 4.0 <= phase["wakeups_p99_ms"] < 4.4
     assert phase["wakeups_max_ms"] == pytest.approx(4.0)
-    assert loop_probe_phase(log, len(before), 200.0, 300.0) is None
+    assert loop_probe_phase(windows, 200.0, 300.0) is None
