@@ -38,13 +38,20 @@ import contextlib
 import contextvars
 import gc
 import logging
+import math
 import os
 import time
 from typing import Any
 
 import trio
 
-__all__ = ["CURRENT_REQUEST", "LoopLagMonitor", "enabled", "install_from_environment"]
+__all__ = [
+    "CURRENT_REQUEST",
+    "LoopLagMonitor",
+    "enabled",
+    "install_from_environment",
+    "positive_number_from_environment",
+]
 
 log = logging.getLogger("kafkacompat.broker.loop_lag")
 
@@ -180,15 +187,26 @@ def uninstall(monitor: LoopLagMonitor) -> None:
     _state["enabled"] = False
 
 
-def install_from_environment() -> LoopLagMonitor | None:
-    """Install a monitor if KAFKACOMPAT_LOOP_LAG_MS is set (a threshold in ms); else nothing."""
-    value = os.environ.get(ENVIRONMENT_VARIABLE)
+def positive_number_from_environment(name: str, meaning: str, what: str) -> float | None:
+    """The positive number in environment variable `name`, or None: unset, or not a positive number
+    (then a warning says it is not `meaning` and `what` stays off). The broker's diagnostics share it."""
+    value = os.environ.get(name)
     if not value:
         return None
     try:
-        threshold = float(value)
+        number = float(value)
     except ValueError:
-        log.warning("%s=%r is not milliseconds; loop-lag monitor off", ENVIRONMENT_VARIABLE, value)
+        number = math.nan
+    if not number > 0:  # NaN, zero and negatives alike: a diagnostic asked for nonsense stays off
+        log.warning("%s=%r is not %s; %s off", name, value, meaning, what)
+        return None
+    return number
+
+
+def install_from_environment() -> LoopLagMonitor | None:
+    """Install a monitor if KAFKACOMPAT_LOOP_LAG_MS is set (a threshold in ms); else nothing."""
+    threshold = positive_number_from_environment(ENVIRONMENT_VARIABLE, "milliseconds", "loop-lag monitor")
+    if threshold is None:
         return None
     log.info("loop-lag monitor on: task steps over %.1f ms are logged", threshold)
     return install(threshold)

@@ -31,7 +31,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import struct
 import subprocess
 import sys
@@ -39,6 +38,8 @@ import time
 from typing import Any
 
 import trio
+
+from kafkacompat.broker.loop_lag import positive_number_from_environment
 
 __all__ = ["ENVIRONMENT_VARIABLE", "Histogram", "LoopProbe", "TurnProbe", "from_environment"]
 
@@ -103,7 +104,8 @@ class Histogram:
         return self.max
 
     def merge(self, buckets: dict[Any, int], max_seconds: float) -> None:
-        """Add another histogram (its bucket counts as logged, keys may be text, and its maximum)."""
+        """Add another histogram (its bucket counts as logged, keys may be text, and its maximum). `total` is
+        not merged (the log carries none), so a merged histogram's total means nothing."""
         for index, count in buckets.items():
             self.buckets[int(index)] = self.buckets.get(int(index), 0) + count
             self.count += count
@@ -203,14 +205,5 @@ class LoopProbe:
 
 def from_environment() -> LoopProbe | None:
     """A probe if KAFKACOMPAT_LOOP_PROBE is set to a window in seconds; else None."""
-    value = os.environ.get(ENVIRONMENT_VARIABLE)
-    if not value:
-        return None
-    try:
-        window = float(value)
-    except ValueError:
-        window = 0.0
-    if not window > 0:
-        log.warning("%s=%r is not a window in seconds; loop probe off", ENVIRONMENT_VARIABLE, value)
-        return None
-    return LoopProbe(window)
+    window = positive_number_from_environment(ENVIRONMENT_VARIABLE, "a window in seconds", "loop probe")
+    return LoopProbe(window) if window is not None else None

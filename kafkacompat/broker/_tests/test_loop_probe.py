@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from kafkacompat.broker import loop_probe
+from kafkacompat.broker import loop_lag, loop_probe
 from kafkacompat.broker.loop_probe import LOG_MARKER, Histogram, LoopProbe, TurnProbe
 from kafkacompat.fuzzer import loop_probe_phase, loop_probe_windows
 from kafkacompat.testing import BrokerProcess
@@ -125,6 +125,21 @@ def test_the_environment_variable_switches_it_on(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv(loop_probe.ENVIRONMENT_VARIABLE, "2.5")
     probe = loop_probe.from_environment()
     assert probe is not None and probe.window == 2.5
+
+
+@pytest.mark.parametrize("value", ["nonsense", "0", "-5", "nan", "-inf"])
+def test_both_diagnostics_stay_off_for_nonsense_and_say_so(
+    value: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv(loop_lag.ENVIRONMENT_VARIABLE, value)
+    with caplog.at_level(logging.WARNING):
+        assert loop_lag.install_from_environment() is None  # off, before touching any trio loop
+    warning = f"{loop_lag.ENVIRONMENT_VARIABLE}={value!r} is not milliseconds; loop-lag monitor off"
+    assert warning in caplog.text
+    number = loop_lag.positive_number_from_environment(loop_lag.ENVIRONMENT_VARIABLE, "x", "y")
+    assert number is None
+    monkeypatch.setenv(loop_lag.ENVIRONMENT_VARIABLE, "0.25")
+    assert loop_lag.positive_number_from_environment(loop_lag.ENVIRONMENT_VARIABLE, "x", "y") == 0.25
 
 
 def _window(end: float, seconds: float, wakeup_ms: float, busy: float) -> str:
