@@ -190,6 +190,7 @@ def secured_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secure
             zk.close()
         for broker in cluster.brokers.values():
             broker.start()
+        cluster.wait_until_ready()  # over the PLAINTEXT listener, first in `listeners`
         secured = SecuredCluster(cluster)
         secured.certs = certs
         try:

@@ -51,7 +51,7 @@ def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
     except ZooKeeperUnavailable as exc:
         pytest.skip(f"cluster mode needs ZooKeeper: {exc}")
     try:
-        local.start()
+        local.start().wait_until_ready()
         yield local
     finally:
         local.stop()

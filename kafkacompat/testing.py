@@ -44,7 +44,7 @@ __all__ = [
 ]
 
 START_TIMEOUT = 20.0
-_STARTED = re.compile(r"started, listening on \w+://([^:\s]+):(\d+)")
+_STARTED = re.compile(r"started, listening on (\w+)://([^:\s]+):(\d+)")
 
 
 def _overrides(data_dir: Path, port: int, extra: Sequence[str]) -> list[str]:
@@ -165,6 +165,8 @@ class BrokerProcess:
         self.open_files = open_files
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = self.data_dir / "broker.log"
+        #: the first listener's name once started (its port is `port`, the one `bootstrap` names)
+        self.listener_name = "PLAINTEXT"
 
     @property
     def bootstrap(self) -> str:
@@ -189,7 +191,7 @@ class BrokerProcess:
                 f.seek(start_offset)
                 match = _STARTED.search(f.read().decode("utf-8", "replace"))
             if match:
-                self.port = int(match.group(2))
+                self.listener_name, self.port = match.group(1), int(match.group(3))
                 return self
             if self.process.poll() is not None:
                 raise RuntimeError(f"broker exited with {self.process.returncode}: {self._tail()}")
@@ -322,16 +324,20 @@ class LocalCluster:
         return self
 
     def wait_until_ready(self, timeout: float = START_TIMEOUT) -> LocalCluster:
-        """Until every broker lists all the brokers and names a controller (PLAINTEXT listeners only).
+        """Until every broker lists all the brokers and names a controller.
 
         A broker serves as soon as it has registered, and answers controller_id -1 until it learns who
         won the election, as Kafka's do. A client that asks such a broker for the controller may not ask
         again for minutes (librdkafka's admin client waited out a test's 30 s once), so a fixture waits.
+        It asks each broker's first listener, which must be PLAINTEXT (the tests' secured clusters put
+        one first); a cluster whose first listener is another is not waited for.
         """
         from kafkacompat.client import ClientError, KafkaClient
 
         deadline = time.monotonic() + timeout
         for broker in self.brokers.values():
+            if broker.listener_name != "PLAINTEXT":
+                continue
             while True:
                 try:
                     with KafkaClient(broker.bootstrap, timeout=5) as client:
@@ -364,7 +370,7 @@ class LocalCluster:
         self.zookeeper.stop()
 
     def __enter__(self) -> LocalCluster:
-        return self.start()
+        return self.start().wait_until_ready()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()

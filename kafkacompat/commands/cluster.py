@@ -63,6 +63,9 @@ def run(args: argparse.Namespace) -> int:
         cluster.start()
         print(f"zookeeper: {cluster.zookeeper.connect_string}{cluster.chroot}", flush=True)
         print(f"data: {data_dir}", flush=True)
+        # a client told the bootstrap finds every broker and a controller (an admin client that asked
+        # too soon could get controller -1 and not ask again for a long while)
+        cluster.wait_until_ready()
         print(f"bootstrap: {cluster.bootstrap}", flush=True)
         while not stop.wait(0.5):
             for broker_id, broker in cluster.brokers.items():
