@@ -932,8 +932,11 @@ async def fuzz(
     answer_timeout: float = 0.5,
     seed: int = 0,
     progress: Callable[[FuzzStats], None] | None = None,
+    alternate: float | None = None,
 ) -> FuzzStats:
-    """Send up to `frames` mutated frames for at most `seconds`, over `connections` concurrent tasks."""
+    """Send up to `frames` mutated frames for at most `seconds`, over `connections` concurrent tasks.
+    With `alternate`, blocks of that many seconds take turns from the start: the first fuzzes, the
+    next is quiet (every task waits, its connection open), and so on (see `alternating_split`)."""
     if host not in ("127.0.0.1", "localhost", "::1"):
         raise ValueError("the fuzzer only targets this machine")
     stats = FuzzStats()
@@ -945,6 +948,13 @@ async def fuzz(
     def more() -> bool:
         return stats.frames_sent < frames and trio.current_time() < deadline
 
+    def fuzzing_at(moment: float) -> float:
+        """`moment`, or the start of the next fuzzing block if it falls in a quiet one."""
+        if not alternate:
+            return moment
+        block, _ = divmod(moment - started, alternate)
+        return moment if int(block) % 2 == 0 else started + (block + 1) * alternate
+
     async def pace() -> None:
         # No catching up: slots this process missed (its one loop checking a large answer, or starved
         # at a high niceness) are dropped, not sent at once, and a worker woken over a slot late takes
@@ -953,10 +963,12 @@ async def fuzz(
         # minute (the answers it checks grow with the broker's state, and one check of a large answer
         # stalls every worker): a load that was no longer the paced one asked for.
         if not interval:
+            if alternate:
+                await trio.sleep_until(fuzzing_at(trio.current_time()))
             return
         first_late = None
         while True:
-            slot = next_slot[0] = max(next_slot[0] + interval, trio.current_time())
+            slot = next_slot[0] = fuzzing_at(max(next_slot[0] + interval, trio.current_time()))
             await trio.sleep_until(slot)
             late = trio.current_time() - slot
             first_late = late if first_late is None else first_late
@@ -1427,12 +1439,54 @@ def good_pair(
         "e2e_p99_ms": round(percentile(e2e, 0.99), 2),
         "ack_p99_ms": round(percentile(ack_latency, 0.99), 2),
         "e2e_by_window": latency_windows(e2e_at, e2e, PAIR_WINDOW_SECONDS),
+        # every sample (wall ms sent, ms taken), for a campaign that splits them by block; it takes
+        # them out of its summary
+        "e2e_samples": [[round(at, 1), round(took, 3)] for at, took in zip(e2e_at, e2e, strict=True)],
     }
 
 
 #: the well-behaved pair's latency is also summed up per window of this many seconds, so a long run
 #: tells a tail that grows with the broker's age from one spread evenly or from bursts
 PAIR_WINDOW_SECONDS = 30.0
+
+
+#: samples sent in a block's first this many seconds are left out of `alternating_split`: the fuzzer's
+#: last answers (0.5 s at most) and the broker's work for them straddle the change
+ALTERNATE_MARGIN_SECONDS = 1.0
+
+
+def alternating_split(
+    samples: list[list[float]], began: float, ended: float, block_seconds: float
+) -> dict[str, Any]:
+    """A pair's samples ([wall ms sent, ms taken]) split by the block their send time fell in, for a fuzzer
+    that alternated (`fuzz(alternate=...)`): blocks of `block_seconds` from `began` to `ended` (wall
+    seconds), the first fuzzing, the next quiet, and so on. Both kinds of block share the machine's
+    conditions of the same minutes, which a quiet run before the fuzzing does not: on this 2-core VM the
+    quiet p99 swung 1.6-7.2 ms between runs of the same code."""
+    taken: dict[str, list[float]] = {"quiet": [], "fuzzed": []}
+    blocks: dict[str, set[int]] = {"quiet": set(), "fuzzed": set()}
+    for sent_ms, took in samples:
+        sent = sent_ms / 1000
+        if not began <= sent < ended:
+            continue
+        block, into = divmod(sent - began, block_seconds)
+        if into < ALTERNATE_MARGIN_SECONDS:
+            continue
+        kind = "fuzzed" if int(block) % 2 == 0 else "quiet"
+        taken[kind].append(took)
+        blocks[kind].add(int(block))
+    split: dict[str, Any] = {"block_seconds": block_seconds}
+    for kind, values in taken.items():
+        split[kind] = {
+            "blocks": len(blocks[kind]),
+            "records": len(values),
+            "e2e_p50_ms": round(percentile(values, 0.50), 2) if values else None,
+            "e2e_p99_ms": round(percentile(values, 0.99), 2) if values else None,
+        }
+    ratio = _p99_ratio(split["quiet"], split["fuzzed"])
+    if ratio is not None:
+        split["p99_ratio"] = ratio
+    return split
 
 
 def latency_windows(
@@ -1484,6 +1538,11 @@ class Campaign:
     #: CPUs the fuzzer process is confined to once the broker and the pair are started (None: any), for
     #: the same reason: so that it competes with the broker and the pair on those CPUs only
     fuzzer_cpus: list[int] | None = None
+    #: run the fuzzer under SCHED_IDLE (see `idle_process`)
+    fuzzer_idle: bool = False
+    #: alternate fuzzing and quiet blocks of this many seconds beside the pair (`fuzz(alternate=...)`,
+    #: `alternating_split`); None: fuzz throughout
+    alternate: float | None = None
     data_dir_is_log_dir: bool = False  # the broker log lies in the broker's data dir (a broker we started)
     #: a second, idle broker: a second pair runs against it (alone for its quiet figure, then beside the
     #: first pair and the fuzzer), so that what the fuzzer's load on the machine costs any client is
@@ -1504,13 +1563,13 @@ def _pair_subprocess(bootstrap: str, topic: str, seconds: float, rate: float) ->
     )  # fmt: skip
 
 
-def _pair_result(process: Any) -> dict[str, Any]:
+def _pair_result(process: Any, *, interrupt: bool = True) -> dict[str, Any]:
     import json
     import signal
 
-    if process.poll() is None:
+    if interrupt and process.poll() is None:
         process.send_signal(signal.SIGINT)
-    out, _ = process.communicate(timeout=120)
+    out, _ = process.communicate(timeout=120 if interrupt else 300)
     try:
         return json.loads(out.strip().splitlines()[-1])
     except (ValueError, IndexError):
@@ -1523,6 +1582,15 @@ def confine_process(cpus: list[int]) -> None:
     for task in os.listdir("/proc/self/task"):
         with contextlib.suppress(ProcessLookupError):  # a thread that ended meanwhile
             os.sched_setaffinity(int(task), cpus)
+
+
+def idle_process() -> None:
+    """Put every thread of this process, and the threads it starts later, under SCHED_IDLE: it runs
+    only on a CPU that nothing else wants, and any other task that wakes takes the CPU from it at once
+    (a niced task keeps a small weight, and the scheduler may let it finish its slice first)."""
+    for task in os.listdir("/proc/self/task"):
+        with contextlib.suppress(ProcessLookupError):  # a thread that ended meanwhile
+            os.sched_setscheduler(int(task), os.SCHED_IDLE, os.sched_param(0))
 
 
 def _p99_ratio(quiet: dict[str, Any], fuzzed: dict[str, Any]) -> float | None:
@@ -1610,10 +1678,13 @@ def run_campaign(c: Campaign) -> dict[str, Any]:
                 f"{(rss[-1] if rss else 0) // 1024} MiB")  # fmt: skip
         print(line, end="", file=sys.stderr, flush=True)
 
+    fuzz_wall: list[float] = []  # wall seconds when the fuzzing began and ended (alternating blocks)
+
     async def main() -> FuzzStats:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(watch_broker, nursery.cancel_scope)
             nursery.start_soon(census)
+            fuzz_wall.append(time.time())
             stats = await fuzz(
                 host,
                 int(port_text),
@@ -1624,7 +1695,9 @@ def run_campaign(c: Campaign) -> dict[str, Any]:
                 rate=c.rate,
                 seed=c.seed,
                 progress=show if c.progress else None,
+                alternate=c.alternate,
             )
+            fuzz_wall.append(time.time())
             nursery.cancel_scope.cancel()
         return stats
 
@@ -1640,6 +1713,8 @@ def run_campaign(c: Campaign) -> dict[str, Any]:
             os.nice(c.fuzzer_nice)  # this process only: the broker and the pair were started before
         if c.fuzzer_cpus:
             confine_process(c.fuzzer_cpus)
+        if c.fuzzer_idle:
+            idle_process()
         fuzz_began = time.monotonic()
         stats = trio.run(main)
         phases["fuzzed"] = (fuzz_began, time.monotonic())
@@ -1657,6 +1732,21 @@ def run_campaign(c: Campaign) -> dict[str, Any]:
         control_ratio = _p99_ratio(control_result.get("quiet", {}), control_result["fuzzed"])
         if control_ratio is not None:
             control_result["p99_ratio"] = control_ratio
+    # each pair's samples: split by block when the fuzzer alternated, then out of the summary
+    control_pair = result.get("control_pair", {})
+    result.get("quiet_pair", {}).pop("e2e_samples", None)
+    control_pair.get("quiet", {}).pop("e2e_samples", None)
+    samples = result["fuzzed_pair"].pop("e2e_samples", [])
+    control_samples = control_pair.get("fuzzed", {}).pop("e2e_samples", [])
+    if c.alternate and len(fuzz_wall) == 2:
+        result["alternating"] = alternating_split(samples, *fuzz_wall, c.alternate)
+        if control is not None:
+            control_split = alternating_split(control_samples, *fuzz_wall, c.alternate)
+            result["control_pair"]["alternating"] = control_split
+            if result["alternating"].get("p99_ratio") and control_split.get("p99_ratio"):
+                result["alternating"]["p99_ratio_beyond_control"] = round(
+                    result["alternating"]["p99_ratio"] / control_split["p99_ratio"], 2
+                )
     result["fuzz"] = stats.as_dict()
     result["broker_alive"] = alive[0] and (c.broker_pid is None or read_rss_kib(c.broker_pid) is not None)
     if rss:
@@ -1687,6 +1777,8 @@ def run_campaign(c: Campaign) -> dict[str, Any]:
     result["load_average"] = os.getloadavg()
     result["fuzzer_nice"] = c.fuzzer_nice
     result["fuzzer_cpus"] = c.fuzzer_cpus
+    result["fuzzer_idle"] = c.fuzzer_idle
+    result["alternate"] = c.alternate
     if c.broker_log:
         result["log_problems"] = scan_log(c.broker_log, log_start)[:10]
     # the loop probe, when the brokers run it: the fuzzed broker's turns and wake-ups against the idle
@@ -1707,8 +1799,9 @@ def run_campaign(c: Campaign) -> dict[str, Any]:
 
 
 def _pair_result_wait(process: Any) -> dict[str, Any]:
-    process.wait(timeout=300)
-    return _pair_result(process)
+    """The summary of a pair that runs out its time. Read while it runs, not after it exits: a summary
+    larger than the pipe's buffer (64 KiB; every sample is in it) would block the pair's exit."""
+    return _pair_result(process, interrupt=False)
 
 
 # --- command line --------------------------------------------------------------------------------
@@ -1762,6 +1855,20 @@ def main(argv: list[str] | None = None) -> int:
         " any): as --fuzzer-nice, so that its own CPU use weighs on those CPUs only",
     )
     run.add_argument(
+        "--alternate",
+        type=float,
+        metavar="SECONDS",
+        help="fuzz and pause in turns, blocks of SECONDS, beside the same pair (and the control pair):"
+        " the summary's `alternating` compares the pair's p99 in the quiet blocks with the fuzzed ones,"
+        " both taken in the same minutes of the machine",
+    )
+    run.add_argument(
+        "--fuzzer-idle",
+        action="store_true",
+        help="run the fuzzer itself under SCHED_IDLE (the broker and the pair keep theirs): it takes only"
+        " CPU time nothing else wants, as a hostile client on another machine would",
+    )
+    run.add_argument(
         "--control-pair",
         action="store_true",
         help="also start a second, idle broker and a second pair against it (quiet alone after the"
@@ -1805,6 +1912,8 @@ def main(argv: list[str] | None = None) -> int:
         apis=[int(key) for key in args.apis.split(",")] if args.apis else None,
         fuzzer_nice=args.fuzzer_nice,
         fuzzer_cpus=[int(cpu) for cpu in args.fuzzer_cpus.split(",")] if args.fuzzer_cpus else None,
+        fuzzer_idle=args.fuzzer_idle,
+        alternate=args.alternate,
     )
     broker = control_broker = None
     if args.loop_probe:

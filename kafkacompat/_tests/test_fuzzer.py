@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import struct
 import time
+from functools import partial
 
 import pytest
 import trio
@@ -17,7 +19,10 @@ from kafkacompat.fuzzer import (
     FuzzTarget,
     Mutator,
     _p99_ratio,
+    _pair_result_wait,
+    alternating_split,
     build_seeds,
+    fuzz,
     latency_windows,
     scan_log,
 )
@@ -185,3 +190,88 @@ def test_confining_the_fuzzer_sets_every_thread_and_the_ones_started_later() -> 
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
     assert out.split() == [f"[{cpu}]", f"[[{cpu}],", f"[{cpu}]]"], out
+
+
+def test_idling_the_fuzzer_sets_every_thread_and_the_ones_started_later() -> None:
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(
+        """
+        import os, threading
+        from kafkacompat.fuzzer import idle_process
+        started = threading.Event(); done = threading.Event(); seen = []
+        def before():
+            started.set(); done.wait(); seen.append(os.sched_getscheduler(0))
+        early = threading.Thread(target=before); early.start(); started.wait()
+        assert os.sched_getscheduler(0) == os.SCHED_OTHER
+        idle_process()
+        late = threading.Thread(target=lambda: seen.append(os.sched_getscheduler(0)))
+        late.start(); late.join()
+        done.set(); early.join()
+        print(os.sched_getscheduler(0) == os.SCHED_IDLE, [policy == os.SCHED_IDLE for policy in seen])
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["True", "[True,", "True]"], out
+
+
+def test_alternating_split_puts_each_sample_in_its_block_and_skips_each_block_s_first_second() -> None:
+    began = 1000.0  # wall seconds; blocks of 10 s: fuzzed [1000, 1010), quiet [1010, 1020), fuzzed, ...
+    samples = [
+        [999_500.0, 50.0],  # before the fuzzing: left out
+        [1_000_500.0, 60.0],  # in the first second of a block: left out
+        *[[1_002_000.0 + i, 8.0] for i in range(100)],  # fuzzed, block 0
+        *[[1_012_000.0 + i, 2.0] for i in range(100)],  # quiet, block 1
+        *[[1_022_000.0 + i, 6.0] for i in range(99)],  # fuzzed, block 2
+        [1_022_500.0, 30.0],
+        [1_031_000.0, 1.0],  # quiet, block 3
+        [1_040_500.0, 70.0],  # after the fuzzing ended: left out
+    ]
+    split = alternating_split(samples, began, 1040.0, 10.0)
+    assert split["fuzzed"] == {"blocks": 2, "records": 200, "e2e_p50_ms": 8.0, "e2e_p99_ms": 8.0}
+    assert split["quiet"] == {"blocks": 2, "records": 101, "e2e_p50_ms": 2.0, "e2e_p99_ms": 2.0}
+    assert split["p99_ratio"] == 4.0
+    nothing_quiet = alternating_split(samples[:3], began, 1040.0, 10.0)
+    assert nothing_quiet["quiet"]["records"] == 0 and "p99_ratio" not in nothing_quiet
+
+
+async def test_an_alternating_fuzzer_sends_nothing_in_its_quiet_blocks() -> None:
+    arrivals: list[float] = []
+
+    async def sink(stream: trio.SocketStream) -> None:
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            async for _ in stream:
+                arrivals.append(trio.current_time())
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(partial(trio.serve_tcp, sink, 0, host="127.0.0.1"))
+        port = listeners[0].socket.getsockname()[1]
+        seeds = build_seeds(SERVED, FuzzTarget())
+        began = trio.current_time()
+        stats = await fuzz("127.0.0.1", port, seeds, frames=10_000, seconds=1.2, connections=4, rate=200,
+                           answer_timeout=0.02, alternate=0.3)  # fmt: skip
+        nursery.cancel_scope.cancel()
+    assert stats.frames_sent > 50, stats.as_dict()
+    blocks: dict[int, int] = {}
+    for arrived in arrivals:
+        block, into = divmod(arrived - began, 0.3)
+        if into > 0.03:  # a frame sent at a block's very end may land just after it
+            blocks[int(block)] = blocks.get(int(block), 0) + 1
+    assert blocks.get(0, 0) > 10 and blocks.get(2, 0) > 10, blocks
+    assert not blocks.get(1) and not blocks.get(3), blocks
+
+
+def test_a_pair_s_summary_larger_than_the_pipe_is_read_while_it_runs() -> None:
+    """A pair prints every sample in its summary; waiting for its exit before reading (as the quiet phase
+    once did) blocked it on the full pipe until the 300 s timeout."""
+    import subprocess
+    import sys
+
+    script = "import json; print(json.dumps({'e2e_samples': [[1.5, 2.25]] * 50_000}))"
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    started = time.monotonic()
+    result = _pair_result_wait(child)
+    assert len(result["e2e_samples"]) == 50_000
+    assert time.monotonic() - started < 30
