@@ -187,9 +187,12 @@ def uninstall(monitor: LoopLagMonitor) -> None:
     _state["enabled"] = False
 
 
-def positive_number_from_environment(name: str, meaning: str, what: str) -> float | None:
-    """The positive number in environment variable `name`, or None: unset, or not a positive number
-    (then a warning says it is not `meaning` and `what` stays off). The broker's diagnostics share it."""
+def positive_number_from_environment(
+    name: str, meaning: str, what: str, *, zero_allowed: bool = False
+) -> float | None:
+    """The positive number (or zero, if `zero_allowed`) in environment variable `name`, or None: unset, or
+    not such a number (then a warning says it is not `meaning` and `what` stays off). The broker's
+    diagnostics share it."""
     value = os.environ.get(name)
     if not value:
         return None
@@ -197,7 +200,8 @@ def positive_number_from_environment(name: str, meaning: str, what: str) -> floa
         number = float(value)
     except ValueError:
         number = math.nan
-    if not number > 0:  # NaN, zero and negatives alike: a diagnostic asked for nonsense stays off
+    # NaN fails both tests: a diagnostic asked for nonsense stays off
+    if not (number >= 0 if zero_allowed else number > 0):
         log.warning("%s=%r is not %s; %s off", name, value, meaning, what)
         return None
     return number
@@ -205,7 +209,10 @@ def positive_number_from_environment(name: str, meaning: str, what: str) -> floa
 
 def install_from_environment() -> LoopLagMonitor | None:
     """Install a monitor if KAFKACOMPAT_LOOP_LAG_MS is set (a threshold in ms); else nothing."""
-    threshold = positive_number_from_environment(ENVIRONMENT_VARIABLE, "milliseconds", "loop-lag monitor")
+    # 0 logs every step (tools/step_sweep.py --threshold-ms 0)
+    threshold = positive_number_from_environment(
+        ENVIRONMENT_VARIABLE, "milliseconds", "loop-lag monitor", zero_allowed=True
+    )
     if threshold is None:
         return None
     log.info("loop-lag monitor on: task steps over %.1f ms are logged", threshold)
