@@ -1576,21 +1576,24 @@ def _pair_result(process: Any, *, interrupt: bool = True) -> dict[str, Any]:
         return {"errors": [f"good pair exited with {process.returncode} and no summary"], "error_count": 1}
 
 
-def confine_process(cpus: list[int]) -> None:
-    """Confine every thread of this process, and the threads it starts later, to `cpus` (Linux's
-    affinity is per thread: the threads already running are each set)."""
+def _every_thread(action: Callable[[int], None]) -> None:
+    """Apply `action` to each thread of this process (Linux keeps affinity and scheduling policy per
+    thread; the threads started later inherit them from the one that starts them)."""
     for task in os.listdir("/proc/self/task"):
         with contextlib.suppress(ProcessLookupError):  # a thread that ended meanwhile
-            os.sched_setaffinity(int(task), cpus)
+            action(int(task))
+
+
+def confine_process(cpus: list[int]) -> None:
+    """Confine every thread of this process, and the threads it starts later, to `cpus`."""
+    _every_thread(lambda tid: os.sched_setaffinity(tid, cpus))
 
 
 def idle_process() -> None:
     """Put every thread of this process, and the threads it starts later, under SCHED_IDLE: it runs
     only on a CPU that nothing else wants, and any other task that wakes takes the CPU from it at once
     (a niced task keeps a small weight, and the scheduler may let it finish its slice first)."""
-    for task in os.listdir("/proc/self/task"):
-        with contextlib.suppress(ProcessLookupError):  # a thread that ended meanwhile
-            os.sched_setscheduler(int(task), os.SCHED_IDLE, os.sched_param(0))
+    _every_thread(lambda tid: os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0)))
 
 
 def _p99_ratio(quiet: dict[str, Any], fuzzed: dict[str, Any]) -> float | None:
