@@ -1094,22 +1094,46 @@ def loop_probe_windows(path: str | Path, start: int) -> list[dict[str, Any]]:
 def loop_probe_phase(windows: list[dict[str, Any]], began: float, ended: float) -> dict[str, Any] | None:
     """The loop probe over one phase: the windows that lie wholly between the monotonic times `began` and
     `ended`, merged. None when there is no such window (the probe was off)."""
+    return _merge_loop_probe(
+        [
+            row
+            for row in windows
+            if row["end_monotonic"] - row["seconds"] >= began and row["end_monotonic"] <= ended
+        ]
+    )
+
+
+def loop_probe_alternating(
+    windows: list[dict[str, Any]], began: float, ended: float, block_seconds: float
+) -> dict[str, dict[str, Any] | None]:
+    """The loop probe over an alternating fuzzer's blocks (as `alternating_split`, but in monotonic
+    time): the windows that lie wholly inside one fuzzed block, merged, and those wholly inside one quiet
+    block; a window across two blocks, or one that starts in a block's first second, counts for neither.
+    A block holds a whole window for sure only when it is twice the window, margin aside."""
+    rows: dict[str, list[dict[str, Any]]] = {"fuzzed_blocks": [], "quiet_blocks": []}
+    for row in windows:
+        start, end = row["end_monotonic"] - row["seconds"], row["end_monotonic"]
+        block = alternating_block(start, began, block_seconds)
+        if block is None or end > ended or end > began + (block[1] + 1) * block_seconds:
+            continue
+        rows[f"{block[0]}_blocks"].append(row)
+    return {kind: _merge_loop_probe(chosen) for kind, chosen in rows.items()}
+
+
+def _merge_loop_probe(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Loop-probe windows merged into one summary; None for no window."""
     from kafkacompat.broker.loop_probe import Histogram
 
+    if not rows:
+        return None
     turns, wakeups = Histogram(), Histogram()
-    count = 0
     busy_seconds = seconds = 0.0
-    for row in windows:
-        if row["end_monotonic"] - row["seconds"] < began or row["end_monotonic"] > ended:
-            continue
-        count += 1
+    for row in rows:
         seconds += row["seconds"]
         busy_seconds += row["busy"] * row["seconds"]
         turns.merge(row["turns_buckets"], row["turns_max_ms"] / 1000)
         wakeups.merge(row["wakeups_buckets"], row["wakeups_max_ms"] / 1000)
-    if not count:
-        return None
-    summary: dict[str, Any] = {"windows": count, "seconds": round(seconds, 1),
+    summary: dict[str, Any] = {"windows": len(rows), "seconds": round(seconds, 1),
                                "busy": round(busy_seconds / seconds, 3) if seconds else 0.0}  # fmt: skip
     for name, histogram in (("turns", turns), ("wakeups", wakeups)):
         summary.update({key: value for key, value in histogram.summary(name).items() if "buckets" not in key})
@@ -1452,7 +1476,25 @@ PAIR_WINDOW_SECONDS = 30.0
 
 #: samples sent in a block's first this many seconds are left out of `alternating_split`: the fuzzer's
 #: last answers (0.5 s at most) and the broker's work for them straddle the change
+#: the first second of each block counts for neither kind: the fuzzer's tasks stop or start there, and
+#: the answers to the last frames of a fuzzed block are still on their way
 ALTERNATE_MARGIN_SECONDS = 1.0
+
+
+def alternating_block(moment: float, began: float, block_seconds: float) -> tuple[str, int] | None:
+    """The kind ("fuzzed" or "quiet") and index of the block that `moment` falls in, for a fuzzer that
+    alternated (`fuzz(alternate=...)`) from `began`, fuzzing first; None before `began` and in a block's
+    first ALTERNATE_MARGIN_SECONDS."""
+    if block_seconds <= ALTERNATE_MARGIN_SECONDS:
+        raise ValueError(
+            f"blocks of {block_seconds} s leave nothing after their first {ALTERNATE_MARGIN_SECONDS} s"
+        )
+    if moment < began:
+        return None
+    block, into = divmod(moment - began, block_seconds)
+    if into < ALTERNATE_MARGIN_SECONDS:
+        return None
+    return ("fuzzed" if int(block) % 2 == 0 else "quiet"), int(block)
 
 
 def alternating_split(
@@ -1467,14 +1509,12 @@ def alternating_split(
     blocks: dict[str, set[int]] = {"quiet": set(), "fuzzed": set()}
     for sent_ms, took in samples:
         sent = sent_ms / 1000
-        if not began <= sent < ended:
+        block = alternating_block(sent, began, block_seconds)
+        if block is None or sent >= ended:
             continue
-        block, into = divmod(sent - began, block_seconds)
-        if into < ALTERNATE_MARGIN_SECONDS:
-            continue
-        kind = "fuzzed" if int(block) % 2 == 0 else "quiet"
+        kind, index = block
         taken[kind].append(took)
-        blocks[kind].add(int(block))
+        blocks[kind].add(index)
     split: dict[str, Any] = {"block_seconds": block_seconds}
     for kind, values in taken.items():
         split[kind] = {
@@ -1682,12 +1722,14 @@ def run_campaign(c: Campaign) -> dict[str, Any]:
         print(line, end="", file=sys.stderr, flush=True)
 
     fuzz_wall: list[float] = []  # wall seconds when the fuzzing began and ended (alternating blocks)
+    fuzz_monotonic: list[float] = []  # the same in monotonic seconds (the loop probe's windows)
 
     async def main() -> FuzzStats:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(watch_broker, nursery.cancel_scope)
             nursery.start_soon(census)
             fuzz_wall.append(time.time())
+            fuzz_monotonic.append(time.monotonic())
             stats = await fuzz(
                 host,
                 int(port_text),
@@ -1701,6 +1743,7 @@ def run_campaign(c: Campaign) -> dict[str, Any]:
                 alternate=c.alternate,
             )
             fuzz_wall.append(time.time())
+            fuzz_monotonic.append(time.monotonic())
             nursery.cancel_scope.cancel()
         return stats
 
@@ -1733,7 +1776,7 @@ def run_campaign(c: Campaign) -> dict[str, Any]:
         control_result = result.setdefault("control_pair", {})
         control_result["fuzzed"] = _pair_result(control)
         control_ratio = _p99_ratio(control_result.get("quiet", {}), control_result["fuzzed"])
-        if control_ratio is not None:
+        if control_ratio is not None and not c.alternate:  # alternating: see control_pair.alternating
             control_result["p99_ratio"] = control_ratio
     # each pair's samples: split by block when the fuzzer alternated, then out of the summary
     control_pair = result.get("control_pair", {})
@@ -1743,6 +1786,12 @@ def run_campaign(c: Campaign) -> dict[str, Any]:
     control_samples = control_pair.get("fuzzed", {}).pop("e2e_samples", [])
     if c.alternate and len(fuzz_wall) == 2:
         result["alternating"] = alternating_split(samples, *fuzz_wall, c.alternate)
+        # the fuzzed blocks against the quiet run before the fuzzing too: the quiet blocks follow
+        # fuzzed ones, and the broker may still be working off what the fuzzer left (files deleted a
+        # delay later, members timing out)
+        over_quiet_run = _p99_ratio(result.get("quiet_pair", {}), result["alternating"]["fuzzed"])
+        if over_quiet_run is not None:
+            result["alternating"]["fuzzed_blocks_over_quiet_run"] = over_quiet_run
         if control is not None:
             control_split = alternating_split(control_samples, *fuzz_wall, c.alternate)
             result["control_pair"]["alternating"] = control_split
@@ -1770,8 +1819,11 @@ def run_campaign(c: Campaign) -> dict[str, Any]:
             "rss_peak_mib": max(rss) // 1024,
             "within": max(rss) <= bound,
         }
+    if c.alternate:
+        # the whole run's figures mix fuzzed and quiet blocks: labelled, and no ratio made of them
+        result["fuzzed_pair"]["mixes_fuzzed_and_quiet_blocks"] = True
     ratio = _p99_ratio(result.get("quiet_pair", {}), result["fuzzed_pair"])
-    if ratio is not None:
+    if ratio is not None and not c.alternate:
         result["p99_ratio"] = ratio
         control_ratio = result.get("control_pair", {}).get("p99_ratio")
         if control_ratio:
@@ -1793,9 +1845,12 @@ def run_campaign(c: Campaign) -> dict[str, Any]:
         if path:
             windows = loop_probe_windows(path, start)
             probe: dict[str, dict[str, Any] | None] = {}
-            for name, phase in (("quiet", quiet_phase), ("fuzzed", "fuzzed")):
-                if phase in phases:
-                    probe[name] = loop_probe_phase(windows, *phases[phase])
+            if quiet_phase in phases:
+                probe["quiet"] = loop_probe_phase(windows, *phases[quiet_phase])
+            if c.alternate and len(fuzz_monotonic) == 2:
+                probe.update(loop_probe_alternating(windows, *fuzz_monotonic, c.alternate))
+            elif "fuzzed" in phases:
+                probe["fuzzed"] = loop_probe_phase(windows, *phases["fuzzed"])
             if any(probe.values()):
                 result[key] = probe
     return result
@@ -1891,6 +1946,17 @@ def main(argv: list[str] | None = None) -> int:
     pair.add_argument("--seconds", type=float, default=30)
     pair.add_argument("--rate", type=float, default=100)
     args = parser.parse_args(argv)
+
+    if args.command == "run" and args.alternate is not None:
+        if args.alternate <= ALTERNATE_MARGIN_SECONDS:
+            parser.error(f"--alternate must exceed {ALTERNATE_MARGIN_SECONDS} s: each block's first"
+                         f" {ALTERNATE_MARGIN_SECONDS} s is left out of the figures")  # fmt: skip
+        if args.loop_probe and args.alternate - ALTERNATE_MARGIN_SECONDS < 2 * args.loop_probe:
+            print(
+                f"warning: with --loop-probe {args.loop_probe:g} a block of {args.alternate:g} s may hold"
+                " no whole probe window (those across two blocks count for neither)",
+                file=sys.stderr,
+            )
 
     if args.command == "good-pair":
         stopping: list[bool] = []

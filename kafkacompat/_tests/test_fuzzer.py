@@ -20,10 +20,12 @@ from kafkacompat.fuzzer import (
     Mutator,
     _p99_ratio,
     _pair_result_wait,
+    alternating_block,
     alternating_split,
     build_seeds,
     fuzz,
     latency_windows,
+    main,
     scan_log,
 )
 from kafkacompat.wire import messages
@@ -235,6 +237,17 @@ def test_alternating_split_puts_each_sample_in_its_block_and_skips_each_block_s_
     assert split["p99_ratio"] == 4.0
     nothing_quiet = alternating_split(samples[:3], began, 1040.0, 10.0)
     assert nothing_quiet["quiet"]["records"] == 0 and "p99_ratio" not in nothing_quiet
+
+
+def test_blocks_no_longer_than_the_margin_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert alternating_block(1012.5, 1000.0, 10.0) == ("quiet", 1)
+    assert alternating_block(1010.5, 1000.0, 10.0) is None  # the block's first second
+    with pytest.raises(ValueError, match="leave nothing"):
+        alternating_block(1000.5, 1000.0, 1.0)
+    with pytest.raises(SystemExit) as exited:
+        main(["run", "--alternate", "1", "--frames", "1"])
+    assert exited.value.code == 2
+    assert "--alternate must exceed 1.0 s" in capsys.readouterr().err
 
 
 async def test_an_alternating_fuzzer_sends_nothing_in_its_quiet_blocks() -> None:

@@ -13,7 +13,7 @@ import trio
 
 from kafkacompat.broker import loop_lag, loop_probe
 from kafkacompat.broker.loop_probe import LOG_MARKER, Histogram, LoopProbe, TurnProbe
-from kafkacompat.fuzzer import loop_probe_phase, loop_probe_windows
+from kafkacompat.fuzzer import loop_probe_alternating, loop_probe_phase, loop_probe_windows
 from kafkacompat.testing import BrokerProcess
 
 
@@ -178,3 +178,28 @@ def test_the_fuzz_tool_merges_the_windows_wholly_inside_a_phase(tmp_path: Path) 
     assert 4.0 <= phase["wakeups_p99_ms"] < 4.4
     assert phase["wakeups_max_ms"] == pytest.approx(4.0)
     assert loop_probe_phase(windows, 200.0, 300.0) is None
+
+
+def test_the_fuzz_tool_splits_the_windows_by_alternating_block(tmp_path: Path) -> None:
+    # blocks of 20 s from 100: fuzzed [100, 120), quiet [120, 140), fuzzed [140, 160), quiet [160, 170)
+    log = tmp_path / "broker.log"
+    log.write_text(
+        _window(110.0, 10.0, 1.0, 0.9)  # starts at 100, in the first block's first second: neither
+        + _window(115.0, 10.0, 2.0, 0.5)  # wholly inside the first fuzzed block
+        + _window(128.0, 10.0, 40.0, 0.2)  # across the fuzzed and the quiet block: neither
+        + _window(132.0, 10.0, 3.0, 0.1)  # quiet
+        + _window(155.0, 10.0, 4.0, 0.7)  # fuzzed
+        + _window(172.0, 10.0, 5.0, 0.3)  # quiet, but ends after the fuzzing (170): neither
+    )  # fmt: skip
+    split = loop_probe_alternating(loop_probe_windows(log, 0), 100.0, 170.0, 20.0)
+    fuzzed, quiet = split["fuzzed_blocks"], split["quiet_blocks"]
+    assert fuzzed is not None and quiet is not None
+    assert (fuzzed["windows"], quiet["windows"]) == (2, 1)
+    assert fuzzed["busy"] == pytest.approx(0.6)
+    assert 2.0 <= fuzzed["wakeups_p50_ms"] < 2.2 and 4.0 <= fuzzed["wakeups_p99_ms"] < 4.4
+    assert quiet["busy"] == pytest.approx(0.1)
+    assert 3.0 <= quiet["wakeups_p99_ms"] < 3.3
+    assert loop_probe_alternating(loop_probe_windows(log, 0), 300.0, 400.0, 20.0) == {
+        "fuzzed_blocks": None,
+        "quiet_blocks": None,
+    }
