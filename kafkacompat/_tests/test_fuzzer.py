@@ -235,6 +235,7 @@ def test_alternating_split_puts_each_sample_in_its_block_and_skips_each_block_s_
     assert split["fuzzed"] == {"blocks": 2, "records": 200, "e2e_p50_ms": 8.0, "e2e_p99_ms": 8.0}
     assert split["quiet"] == {"blocks": 2, "records": 101, "e2e_p50_ms": 2.0, "e2e_p99_ms": 2.0}
     assert split["p99_ratio"] == 4.0
+    assert split["per_block_p99_ms"] == [[0, 8.0], [1, 2.0], [2, 30.0], [3, 1.0]]
     nothing_quiet = alternating_split(samples[:3], began, 1040.0, 10.0)
     assert nothing_quiet["quiet"]["records"] == 0 and "p99_ratio" not in nothing_quiet
 
