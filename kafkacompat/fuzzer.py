@@ -1476,8 +1476,6 @@ PAIR_WINDOW_SECONDS = 30.0
 
 #: samples sent in a block's first this many seconds are left out of `alternating_split`: the fuzzer's
 #: last answers (0.5 s at most) and the broker's work for them straddle the change
-#: the first second of each block counts for neither kind: the fuzzer's tasks stop or start there, and
-#: the answers to the last frames of a fuzzed block are still on their way
 ALTERNATE_MARGIN_SECONDS = 1.0
 
 
@@ -1790,9 +1788,8 @@ def run_campaign(c: Campaign) -> dict[str, Any]:
     control_samples = control_pair.get("fuzzed", {}).pop("e2e_samples", [])
     if c.alternate and len(fuzz_wall) == 2:
         result["alternating"] = alternating_split(samples, *fuzz_wall, c.alternate)
-        # the fuzzed blocks against the quiet run before the fuzzing too: the quiet blocks follow
-        # fuzzed ones, and the broker may still be working off what the fuzzer left (files deleted a
-        # delay later, members timing out)
+        # the fuzzed blocks against the quiet run before the fuzzing too: the quiet blocks follow fuzzed
+        # ones, on a broker whose state the fuzzer grew (the loop probe's quiet_blocks say how busy it is)
         over_quiet_run = _p99_ratio(result.get("quiet_pair", {}), result["alternating"]["fuzzed"])
         if over_quiet_run is not None:
             result["alternating"]["fuzzed_blocks_over_quiet_run"] = over_quiet_run
