@@ -44,6 +44,9 @@ def bootstrap_acl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     try:
         yield broker.bootstrap
     finally:
+        # the cached AdminClients go with their broker: kept, librdkafka reconnects to its stopped port
+        # until pytest exits ("Connect to ... refused" lines under later tests)
+        admin.cache_clear()
         broker.stop()
 
 
@@ -101,6 +104,8 @@ def produce_one(bootstrap: str, user: str, topic: str, **extra: Any) -> Any:
         producer.flush(15)
     except KafkaException as exc:  # a fatal error (idempotence refused) surfaces from flush()
         return exc.args[0]
+    finally:
+        producer.close()  # as the admins: an unclosed client lives on while anything refers to it
     assert outcome, "no delivery report"
     return outcome[0]
 
@@ -172,7 +177,7 @@ def test_topic_write(bootstrap_acl: str) -> None:
     assert refused is not None and refused.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
 
 
-def test_idempotent_producer_needs_write_somewhere(bootstrap_acl: str) -> None:
+def test_idempotent_producer_needs_write_somewhere(bootstrap_acl: str, ck_closing: Any) -> None:
     from confluent_kafka import KafkaError
     from confluent_kafka.admin import AclOperation, ResourcePatternType, ResourceType
 
@@ -190,7 +195,7 @@ def test_idempotent_producer_needs_write_somewhere(bootstrap_acl: str) -> None:
 
     errors: list[Any] = []
     settings = {"enable.idempotence": True, "error_cb": errors.append}
-    producer = Producer(config(bootstrap_acl, "bob", **settings))
+    producer = ck_closing(Producer(config(bootstrap_acl, "bob", **settings)))
     producer.produce(topic, b"v")
     deadline = time.monotonic() + 15
     try:
@@ -356,7 +361,7 @@ def test_group_describe_list_and_delete(bootstrap_acl: str) -> None:
 # --- transactional ids and the cluster ---------------------------------------------------------------------
 
 
-def test_transactional_id(bootstrap_acl: str) -> None:
+def test_transactional_id(bootstrap_acl: str, ck_closing: Any) -> None:
     from confluent_kafka import KafkaError, KafkaException, Producer
     from confluent_kafka.admin import AclOperation, ResourcePatternType, ResourceType
 
@@ -367,12 +372,12 @@ def test_transactional_id(bootstrap_acl: str) -> None:
         (ResourceType.TRANSACTIONAL_ID, tid, ResourcePatternType.LITERAL, "User:alice", AclOperation.WRITE),
         (ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:alice", AclOperation.WRITE),
     )
-    producer = Producer(config(bootstrap_acl, "alice", **{"transactional.id": tid}))
+    producer = ck_closing(Producer(config(bootstrap_acl, "alice", **{"transactional.id": tid})))
     producer.init_transactions(15)
     producer.begin_transaction()
     producer.produce(topic, b"in a transaction")
     producer.commit_transaction(15)
-    refused = Producer(config(bootstrap_acl, "bob", **{"transactional.id": tid}))
+    refused = ck_closing(Producer(config(bootstrap_acl, "bob", **{"transactional.id": tid})))
     with pytest.raises(KafkaException) as caught:
         refused.init_transactions(15)
     assert error_code(caught.value) == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
