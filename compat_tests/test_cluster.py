@@ -281,6 +281,20 @@ def test_cluster_up_runs_zookeeper_and_brokers_until_interrupted(tmp_path: Any) 
             with KafkaClient(address) as client:
                 metadata = client.metadata([])
             assert sorted(b.node_id for b in metadata.brokers) == [1, 2] and metadata.controller_id in (1, 2)
+        # and what a user does next, with a real client and no wait: a topic on both brokers, a record
+        # acknowledged by both (librdkafka's CreateTopics right after start-up is what missed the
+        # controller before the clusters waited)
+        topic = f"up-{uuid.uuid4().hex[:8]}"
+        admin = AdminClient({"bootstrap.servers": bootstrap})  # kept: a dropped one cancels its futures
+        admin.create_topics([NewTopic(topic, 1, 2)])[topic].result(30)
+        producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+        delivered: list[Any] = []
+        producer.produce(topic, b"after cluster up", on_delivery=lambda err, msg: delivered.append(err))
+        try:
+            assert producer.flush(30) == 0
+        finally:
+            producer.close()
+        assert delivered == [None]
         process.send_signal(signal.SIGINT)
         assert process.wait(60) == 0
     finally:
