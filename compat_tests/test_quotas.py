@@ -379,8 +379,10 @@ def test_ip_connection_creation_rate(quota_bootstrap: str) -> None:
                    "connection_creation_rate")  # fmt: skip
     print(f"{clients} clients: {unlimited:.1f} s unlimited, {limited:.1f} s at 3 connections/s")
     # about 17 connections beyond the allowance: 8.1 s measured once, 3.8 s in a loaded CI run (how
-    # much of the burst the sampled window lets through varies), against 0.2-0.3 s unlimited
-    assert limited >= max(2.0, 4 * unlimited), (unlimited, limited)
+    # much of the burst the sampled window lets through varies), against 0.2-0.3 s unlimited. The
+    # delay the limit adds is asserted, not a multiple of the unlimited round: a slow moment of the VM
+    # once made that round 1.8 s, and four times it more than the limited round's 4.5 s.
+    assert limited - unlimited >= 2.0, (unlimited, limited)
 
 
 def test_quotas_persist_in_the_log_dir(quota_broker: InProcessBroker) -> None:

@@ -452,8 +452,11 @@ async def test_an_off_cpu_step_says_how_much_cpu_the_other_threads_used(caplog) 
         loop_lag.uninstall(monitor)
     stalls = [r.getMessage() for r in caplog.records if "off the CPU" in r.getMessage()]
     used = [float(m.split("other threads used ")[1].split(" ms")[0]) for m in stalls]
-    assert len(used) == 2, stalls
-    assert used[0] >= 20 and used[1] < 10, stalls
+    # the VM may deschedule the loop thread in another step too (once: a third stall, 0.0 ms used):
+    # only the step beside the worker may show its CPU, and the lone sleep after it must be reported
+    beside = [index for index, other in enumerate(used) if other >= 20]
+    assert len(beside) == 1 and beside[0] < len(used) - 1, stalls
+    assert all(other < 10 for index, other in enumerate(used) if index != beside[0]), stalls
 
 
 async def test_a_slow_step_is_logged_with_where_it_stopped(caplog) -> None:
