@@ -952,8 +952,8 @@ async def fuzz(
         """`moment`, or the start of the next fuzzing block if it falls in a quiet one."""
         if not alternate:
             return moment
-        block, _ = divmod(moment - started, alternate)
-        return moment if int(block) % 2 == 0 else started + (block + 1) * alternate
+        index, _, kind = block_at(moment - started, alternate)
+        return moment if kind == "fuzzed" else started + (index + 1) * alternate
 
     async def pace() -> None:
         # No catching up: slots this process missed (its one loop checking a large answer, or starved
@@ -1479,6 +1479,13 @@ PAIR_WINDOW_SECONDS = 30.0
 ALTERNATE_MARGIN_SECONDS = 1.0
 
 
+def block_at(since: float, block_seconds: float) -> tuple[int, float, str]:
+    """The index of the block that `since` seconds after the start fall in, how far into it, and its kind:
+    blocks take turns from the start, the first "fuzzed", the next "quiet", and so on."""
+    block, into = divmod(since, block_seconds)
+    return int(block), into, ("fuzzed" if int(block) % 2 == 0 else "quiet")
+
+
 def alternating_block(moment: float, began: float, block_seconds: float) -> tuple[str, int] | None:
     """The kind ("fuzzed" or "quiet") and index of the block that `moment` falls in, for a fuzzer that
     alternated (`fuzz(alternate=...)`) from `began`, fuzzing first; None before `began` and in a block's
@@ -1489,10 +1496,10 @@ def alternating_block(moment: float, began: float, block_seconds: float) -> tupl
         )
     if moment < began:
         return None
-    block, into = divmod(moment - began, block_seconds)
+    index, into, kind = block_at(moment - began, block_seconds)
     if into < ALTERNATE_MARGIN_SECONDS:
         return None
-    return ("fuzzed" if int(block) % 2 == 0 else "quiet"), int(block)
+    return kind, index
 
 
 def alternating_split(
@@ -1505,6 +1512,7 @@ def alternating_split(
     quiet p99 swung 1.6-7.2 ms between runs of the same code."""
     taken: dict[str, list[float]] = {"quiet": [], "fuzzed": []}
     by_block: dict[int, list[float]] = {}
+    kind_of_block: dict[int, str] = {}
     for sent_ms, took in samples:
         sent = sent_ms / 1000
         block = alternating_block(sent, began, block_seconds)
@@ -1513,10 +1521,11 @@ def alternating_split(
         kind, index = block
         taken[kind].append(took)
         by_block.setdefault(index, []).append(took)
+        kind_of_block[index] = kind
     split: dict[str, Any] = {"block_seconds": block_seconds}
     for kind, values in taken.items():
         split[kind] = {
-            "blocks": sum(1 for index in by_block if (index % 2 == 1) == (kind == "quiet")),
+            "blocks": sum(1 for each in kind_of_block.values() if each == kind),
             "records": len(values),
             "e2e_p50_ms": round(percentile(values, 0.50), 2) if values else None,
             "e2e_p99_ms": round(percentile(values, 0.99), 2) if values else None,
@@ -1724,14 +1733,12 @@ def run_campaign(c: Campaign) -> dict[str, Any]:
         print(line, end="", file=sys.stderr, flush=True)
 
     fuzz_wall: list[float] = []  # wall seconds when the fuzzing began and ended (alternating blocks)
-    fuzz_monotonic: list[float] = []  # the same in monotonic seconds (the loop probe's windows)
 
     async def main() -> FuzzStats:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(watch_broker, nursery.cancel_scope)
             nursery.start_soon(census)
             fuzz_wall.append(time.time())
-            fuzz_monotonic.append(time.monotonic())
             stats = await fuzz(
                 host,
                 int(port_text),
@@ -1745,7 +1752,6 @@ def run_campaign(c: Campaign) -> dict[str, Any]:
                 alternate=c.alternate,
             )
             fuzz_wall.append(time.time())
-            fuzz_monotonic.append(time.monotonic())
             nursery.cancel_scope.cancel()
         return stats
 
@@ -1848,8 +1854,10 @@ def run_campaign(c: Campaign) -> dict[str, Any]:
             probe: dict[str, dict[str, Any] | None] = {}
             if quiet_phase in phases:
                 probe["quiet"] = loop_probe_phase(windows, *phases[quiet_phase])
-            if c.alternate and len(fuzz_monotonic) == 2:
-                probe.update(loop_probe_alternating(windows, *fuzz_monotonic, c.alternate))
+            if c.alternate and "fuzzed" in phases:
+                # the blocks as the loop probe's windows see them (monotonic): the fuzzed phase began
+                # a trio start-up before the blocks did, well inside the margin of alternating_block
+                probe.update(loop_probe_alternating(windows, *phases["fuzzed"], c.alternate))
             elif "fuzzed" in phases:
                 probe["fuzzed"] = loop_probe_phase(windows, *phases["fuzzed"])
             if any(probe.values()):
