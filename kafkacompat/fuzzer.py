@@ -1511,8 +1511,7 @@ def alternating_split(
     conditions of the same minutes, which a quiet run before the fuzzing does not: on this 2-core VM the
     quiet p99 swung 1.6-7.2 ms between runs of the same code."""
     taken: dict[str, list[float]] = {"quiet": [], "fuzzed": []}
-    by_block: dict[int, list[float]] = {}
-    kind_of_block: dict[int, str] = {}
+    by_block: dict[tuple[int, str], list[float]] = {}  # (index, kind): index first, so sorted is in order
     for sent_ms, took in samples:
         sent = sent_ms / 1000
         block = alternating_block(sent, began, block_seconds)
@@ -1520,12 +1519,11 @@ def alternating_split(
             continue
         kind, index = block
         taken[kind].append(took)
-        by_block.setdefault(index, []).append(took)
-        kind_of_block[index] = kind
+        by_block.setdefault((index, kind), []).append(took)
     split: dict[str, Any] = {"block_seconds": block_seconds}
     for kind, values in taken.items():
         split[kind] = {
-            "blocks": sum(1 for each in kind_of_block.values() if each == kind),
+            "blocks": sum(1 for _, each in by_block if each == kind),
             "records": len(values),
             "e2e_p50_ms": round(percentile(values, 0.50), 2) if values else None,
             "e2e_p99_ms": round(percentile(values, 0.99), 2) if values else None,
@@ -1535,7 +1533,7 @@ def alternating_split(
         split["p99_ratio"] = ratio
     # each block's own p99, in order: whether the quiet blocks drift with the broker's growing state
     split["per_block_p99_ms"] = [
-        [index, round(percentile(values, 0.99), 2)] for index, values in sorted(by_block.items())
+        [index, round(percentile(values, 0.99), 2)] for (index, _), values in sorted(by_block.items())
     ]
     return split
 
