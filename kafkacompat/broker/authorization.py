@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from kafkacompat.security.acls import Op, Resource
 
 if TYPE_CHECKING:
-    from kafkacompat.broker.dispatch import RequestContext
+    from kafkacompat.broker.context import RequestContext
 
 __all__ = ["Op", "Resource", "allowed", "authorized_operations", "cluster_allowed", "peer_host"]
 

@@ -110,7 +110,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from kafkacompat.broker import dispatch, lock_wait, loop_lag
-from kafkacompat.broker.dispatch import ConnectionInfo, RequestContext
+from kafkacompat.broker.context import ConnectionInfo, RequestContext
 from kafkacompat.broker.errors import CloseConnection
 from kafkacompat.broker.fairness import decode_off_loop, encode_off_loop
 from kafkacompat.security.quotas import (

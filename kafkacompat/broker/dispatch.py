@@ -14,7 +14,8 @@ Handler contract (every module in kafkacompat/broker/handlers/ follows it)
   (what Kafka does that the handler reproduces, and any deliberate difference).
 - It defines `API_KEY: int`, `MIN_VERSION: int`, `MAX_VERSION: int` (the advertised range; it must lie
   inside the codec's valid versions — `supported_versions()` clamps it anyway), and
-  `async def handle(ctx: RequestContext, request) -> response | None`.
+  `async def handle(ctx: RequestContext, request) -> response | None` (`RequestContext` is defined in
+  kafkacompat.broker.context, which imports no handler).
 - `request` is the decoded generated request object for `ctx.api_version`. The handler returns the
   generated response object (the connection encodes it with the same version and writes the response
   header with the request's correlation id) or None when no response is due (acks=0 produce only).
@@ -44,12 +45,9 @@ Handler contract (every module in kafkacompat/broker/handlers/ follows it)
 from __future__ import annotations
 
 import types
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
 
-import trio
-
+# Re-exported: some modules still import these from the registry.
+from kafkacompat.broker.context import ConnectionInfo, RequestContext, park_until
 from kafkacompat.broker.errors import CloseConnection
 from kafkacompat.broker.handlers import (
     add_offsets_to_txn,  # transactions
@@ -108,9 +106,6 @@ from kafkacompat.broker.handlers import (
 )
 from kafkacompat.wire.messages import API_SPECS
 
-if TYPE_CHECKING:
-    from kafkacompat.broker.state import BrokerState
-
 __all__ = [
     "HANDLERS",
     "HANDLER_MODULES",
@@ -118,6 +113,7 @@ __all__ = [
     "ConnectionInfo",
     "RequestContext",
     "lookup",
+    "park_until",
     "supported_versions",
 ]
 
@@ -188,50 +184,6 @@ for _module in HANDLER_MODULES:
     if _module.API_KEY in HANDLERS:
         raise RuntimeError(f"api key {_module.API_KEY} registered twice ({_module.__name__})")
     HANDLERS[_module.API_KEY] = _module
-
-
-@dataclass(slots=True)
-class ConnectionInfo:
-    """Who is on the other end of a connection and which listener accepted it.
-
-    `principal` is Kafka's KafkaPrincipal string ("User:NAME"): ANONYMOUS on a PLAINTEXT listener and
-    on SSL without a client certificate, the certificate's subject DN with mTLS, the SASL user once
-    authenticated. The connection sets it; handlers only read it (authorization, quotas, metrics).
-    """
-
-    listener_name: str
-    peer: str
-    connection_id: int
-    #: the authenticated principal, "User:..." (see above)
-    principal: str = "User:ANONYMOUS"
-    #: the listener's protocol from listener.security.protocol.map: PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL
-    security_protocol: str = "PLAINTEXT"
-    #: the SASL mechanism that authenticated this connection, None before/without SASL
-    sasl_mechanism: str | None = None
-    #: the connection's kafkacompat.security.sasl.SaslSession on SASL listeners, else None
-    sasl_session: Any = None
-
-
-async def park_until(event: trio.Event, deadline: float) -> None:
-    """Wait for `event` or `deadline`, whichever comes first (the park of a context without a socket)."""
-    with trio.move_on_at(deadline):
-        await event.wait()
-
-
-@dataclass(slots=True)
-class RequestContext:
-    """Everything a handler may look at besides the request body. Built per request by the connection."""
-
-    broker: BrokerState
-    api_key: int
-    api_version: int
-    correlation_id: int
-    client_id: str | None
-    connection: ConnectionInfo
-    header: Any = None
-    extra: dict[str, Any] = field(default_factory=dict)
-    #: how a handler waits for `event` until `deadline` (trio time); see the handler contract above
-    park: Callable[[trio.Event, float], Awaitable[None]] = park_until
 
 
 _RANGES: dict[bool, dict[int, tuple[int, int]]] = {}

@@ -52,7 +52,7 @@ import trio
 from kafkacompat.wire.primitives import Struct
 
 if TYPE_CHECKING:
-    from kafkacompat.broker.dispatch import RequestContext
+    from kafkacompat.broker.context import RequestContext
     from kafkacompat.broker.server import Broker
 
 __all__ = [

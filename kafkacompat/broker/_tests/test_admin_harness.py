@@ -13,7 +13,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from kafkacompat.broker.dispatch import ConnectionInfo, RequestContext
+from kafkacompat.broker.context import ConnectionInfo, RequestContext
 from kafkacompat.broker.state import BrokerState
 from kafkacompat.config import BrokerConfig, broker_log_config
 from kafkacompat.log.manager import LogManager

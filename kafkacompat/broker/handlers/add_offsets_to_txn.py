@@ -20,7 +20,7 @@ from kafkacompat.wire._generated.add_offsets_to_txn_response import AddOffsetsTo
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
-    from kafkacompat.broker.dispatch import RequestContext
+    from kafkacompat.broker.context import RequestContext
 
 API_KEY = 25
 MIN_VERSION = 0

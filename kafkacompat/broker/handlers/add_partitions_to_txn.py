@@ -24,7 +24,7 @@ from kafkacompat.wire._generated.add_partitions_to_txn_response import AddPartit
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
-    from kafkacompat.broker.dispatch import RequestContext
+    from kafkacompat.broker.context import RequestContext
 
 API_KEY = 24
 MIN_VERSION = 0

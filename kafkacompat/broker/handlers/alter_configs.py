@@ -31,7 +31,7 @@ from kafkacompat.wire._generated.alter_configs_response import AlterConfigsRespo
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
-    from kafkacompat.broker.dispatch import RequestContext
+    from kafkacompat.broker.context import RequestContext
 
 API_KEY = 33
 MIN_VERSION = 0

@@ -22,7 +22,7 @@ from kafkacompat.wire._generated.alter_partition_response import AlterPartitionR
 from kafkacompat.wire.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from kafkacompat.broker.dispatch import RequestContext
+    from kafkacompat.broker.context import RequestContext
 
 API_KEY = 56
 MIN_VERSION = 0

@@ -22,7 +22,7 @@ from kafkacompat.wire._generated.alter_partition_reassignments_response import (
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
-    from kafkacompat.broker.dispatch import RequestContext
+    from kafkacompat.broker.context import RequestContext
 
 API_KEY = 45
 MIN_VERSION = 0

@@ -32,7 +32,7 @@ from kafkacompat.wire._generated.alter_user_scram_credentials_response import (
 from kafkacompat.wire.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from kafkacompat.broker.dispatch import RequestContext
+    from kafkacompat.broker.context import RequestContext
 
 API_KEY = 51
 MIN_VERSION = 0

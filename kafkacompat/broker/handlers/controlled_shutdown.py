@@ -20,7 +20,7 @@ from kafkacompat.wire._generated.controlled_shutdown_response import ControlledS
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
-    from kafkacompat.broker.dispatch import RequestContext
+    from kafkacompat.broker.context import RequestContext
 
 API_KEY = 7
 MIN_VERSION = 0

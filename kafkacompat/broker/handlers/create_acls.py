@@ -21,7 +21,7 @@ from kafkacompat.wire._generated.create_acls_response import AclCreationResult, 
 from kafkacompat.wire.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from kafkacompat.broker.dispatch import RequestContext
+    from kafkacompat.broker.context import RequestContext
 
 API_KEY = 30
 MIN_VERSION = 0

@@ -24,7 +24,7 @@ from kafkacompat.wire._generated.create_partitions_response import CreatePartiti
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
-    from kafkacompat.broker.dispatch import RequestContext
+    from kafkacompat.broker.context import RequestContext
     from kafkacompat.broker.state import BrokerState
 
 API_KEY = 37

@@ -31,7 +31,7 @@ from kafkacompat.wire._generated.create_topics_response import CreateTopicsRespo
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
-    from kafkacompat.broker.dispatch import RequestContext
+    from kafkacompat.broker.context import RequestContext
     from kafkacompat.broker.state import BrokerState
 
 API_KEY = 19

@@ -26,7 +26,7 @@ from kafkacompat.wire._generated.delete_acls_response import (
 from kafkacompat.wire.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from kafkacompat.broker.dispatch import RequestContext
+    from kafkacompat.broker.context import RequestContext
 
 API_KEY = 31
 MIN_VERSION = 0

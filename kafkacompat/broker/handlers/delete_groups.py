@@ -18,7 +18,7 @@ from kafkacompat.wire._generated.delete_groups_response import DeleteGroupsRespo
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
-    from kafkacompat.broker.dispatch import RequestContext
+    from kafkacompat.broker.context import RequestContext
 
 API_KEY = 42
 MIN_VERSION = 0

@@ -24,7 +24,7 @@ from kafkacompat.wire._generated.delete_records_response import DeleteRecordsRes
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
-    from kafkacompat.broker.dispatch import RequestContext
+    from kafkacompat.broker.context import RequestContext
 
 log = logging.getLogger("kafkacompat.broker")
 

@@ -20,7 +20,7 @@ from kafkacompat.wire.errors import ErrorCode, KafkaError
 from kafkacompat.wire.primitives import ZERO_UUID
 
 if TYPE_CHECKING:
-    from kafkacompat.broker.dispatch import RequestContext
+    from kafkacompat.broker.context import RequestContext
 
 API_KEY = 20
 MIN_VERSION = 0

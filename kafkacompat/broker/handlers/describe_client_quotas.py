@@ -23,7 +23,7 @@ from kafkacompat.wire._generated.describe_client_quotas_response import (
 from kafkacompat.wire.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from kafkacompat.broker.dispatch import RequestContext
+    from kafkacompat.broker.context import RequestContext
 
 API_KEY = 48
 MIN_VERSION = 0

@@ -18,7 +18,7 @@ from kafkacompat.wire._generated.describe_cluster_response import DescribeCluste
 from kafkacompat.wire.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from kafkacompat.broker.dispatch import RequestContext
+    from kafkacompat.broker.context import RequestContext
 
 API_KEY = 60
 MIN_VERSION = 0

@@ -46,7 +46,7 @@ from kafkacompat.wire._generated.describe_configs_response import DescribeConfig
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
-    from kafkacompat.broker.dispatch import RequestContext
+    from kafkacompat.broker.context import RequestContext
 
 API_KEY = 32
 MIN_VERSION = 0

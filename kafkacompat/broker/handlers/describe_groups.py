@@ -26,7 +26,7 @@ from kafkacompat.wire._generated.describe_groups_response import DescribeGroupsR
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
-    from kafkacompat.broker.dispatch import RequestContext
+    from kafkacompat.broker.context import RequestContext
 
 API_KEY = 15
 MIN_VERSION = 0

@@ -23,7 +23,7 @@ from kafkacompat.wire._generated.describe_log_dirs_response import DescribeLogDi
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
-    from kafkacompat.broker.dispatch import RequestContext
+    from kafkacompat.broker.context import RequestContext
 
 API_KEY = 35
 MIN_VERSION = 0

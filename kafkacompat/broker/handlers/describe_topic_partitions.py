@@ -27,7 +27,7 @@ from kafkacompat.wire.errors import ErrorCode
 from kafkacompat.wire.primitives import ZERO_UUID
 
 if TYPE_CHECKING:
-    from kafkacompat.broker.dispatch import RequestContext
+    from kafkacompat.broker.context import RequestContext
 
 API_KEY = 75
 MIN_VERSION = 0

@@ -17,7 +17,7 @@ from kafkacompat.wire._generated.describe_transactions_response import DescribeT
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
-    from kafkacompat.broker.dispatch import RequestContext
+    from kafkacompat.broker.context import RequestContext
 
 API_KEY = 65
 MIN_VERSION = 0

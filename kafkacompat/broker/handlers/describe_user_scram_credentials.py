@@ -21,7 +21,7 @@ from kafkacompat.wire._generated.describe_user_scram_credentials_response import
 from kafkacompat.wire.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from kafkacompat.broker.dispatch import RequestContext
+    from kafkacompat.broker.context import RequestContext
 
 API_KEY = 50
 MIN_VERSION = 0

@@ -21,7 +21,7 @@ from kafkacompat.wire._generated.elect_leaders_response import ElectLeadersRespo
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
-    from kafkacompat.broker.dispatch import RequestContext
+    from kafkacompat.broker.context import RequestContext
 
 API_KEY = 43
 MIN_VERSION = 0

@@ -23,7 +23,7 @@ from kafkacompat.wire._generated.end_txn_response import EndTxnResponse
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
-    from kafkacompat.broker.dispatch import RequestContext
+    from kafkacompat.broker.context import RequestContext
 
 API_KEY = 26
 MIN_VERSION = 0

@@ -23,7 +23,7 @@ from kafkacompat.wire._generated.find_coordinator_response import FindCoordinato
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
-    from kafkacompat.broker.dispatch import RequestContext
+    from kafkacompat.broker.context import RequestContext
 
 API_KEY = 10
 MIN_VERSION = 0

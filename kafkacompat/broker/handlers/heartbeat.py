@@ -17,7 +17,7 @@ from kafkacompat.wire._generated.heartbeat_response import HeartbeatResponse
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
-    from kafkacompat.broker.dispatch import RequestContext
+    from kafkacompat.broker.context import RequestContext
 
 API_KEY = 12
 MIN_VERSION = 0

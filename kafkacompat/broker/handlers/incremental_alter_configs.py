@@ -44,7 +44,7 @@ from kafkacompat.wire._generated.incremental_alter_configs_response import Incre
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
-    from kafkacompat.broker.dispatch import RequestContext
+    from kafkacompat.broker.context import RequestContext
     from kafkacompat.broker.state import BrokerState
 
 API_KEY = 44

@@ -24,7 +24,7 @@ from kafkacompat.wire._generated.init_producer_id_response import InitProducerId
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
-    from kafkacompat.broker.dispatch import RequestContext
+    from kafkacompat.broker.context import RequestContext
 
 API_KEY = 22
 MIN_VERSION = 0

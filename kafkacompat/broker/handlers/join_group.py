@@ -20,7 +20,7 @@ from kafkacompat.wire._generated.join_group_response import JoinGroupResponse
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
-    from kafkacompat.broker.dispatch import RequestContext
+    from kafkacompat.broker.context import RequestContext
 
 API_KEY = 11
 MIN_VERSION = 0

@@ -20,7 +20,7 @@ from kafkacompat.wire._generated.leader_and_isr_response import LeaderAndIsrResp
 from kafkacompat.wire.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from kafkacompat.broker.dispatch import RequestContext
+    from kafkacompat.broker.context import RequestContext
 
 API_KEY = 4
 MIN_VERSION = 0

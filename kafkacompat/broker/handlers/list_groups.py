@@ -18,7 +18,7 @@ from kafkacompat.wire._generated.list_groups_response import ListGroupsResponse
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
-    from kafkacompat.broker.dispatch import RequestContext
+    from kafkacompat.broker.context import RequestContext
 
 API_KEY = 16
 MIN_VERSION = 0

@@ -24,7 +24,7 @@ from kafkacompat.wire._generated.list_offsets_response import ListOffsetsRespons
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
-    from kafkacompat.broker.dispatch import RequestContext
+    from kafkacompat.broker.context import RequestContext
 
 API_KEY = 2
 MIN_VERSION = 0

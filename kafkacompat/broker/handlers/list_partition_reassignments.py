@@ -16,7 +16,7 @@ from kafkacompat.wire._generated.list_partition_reassignments_response import (
 from kafkacompat.wire.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from kafkacompat.broker.dispatch import RequestContext
+    from kafkacompat.broker.context import RequestContext
 
 API_KEY = 46
 MIN_VERSION = 0

@@ -25,7 +25,7 @@ from kafkacompat.wire._generated.offset_commit_response import OffsetCommitRespo
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
-    from kafkacompat.broker.dispatch import RequestContext
+    from kafkacompat.broker.context import RequestContext
 
 API_KEY = 8
 MIN_VERSION = 0

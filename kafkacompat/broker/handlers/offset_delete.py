@@ -21,7 +21,7 @@ from kafkacompat.wire._generated.offset_delete_response import OffsetDeleteRespo
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
-    from kafkacompat.broker.dispatch import RequestContext
+    from kafkacompat.broker.context import RequestContext
 
 API_KEY = 47
 MIN_VERSION = 0

@@ -23,7 +23,7 @@ from kafkacompat.wire._generated.offset_fetch_response import OffsetFetchRespons
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
-    from kafkacompat.broker.dispatch import RequestContext
+    from kafkacompat.broker.context import RequestContext
 
 API_KEY = 9
 MIN_VERSION = 0

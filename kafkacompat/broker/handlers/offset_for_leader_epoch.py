@@ -23,7 +23,7 @@ from kafkacompat.wire._generated.offset_for_leader_epoch_response import OffsetF
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
-    from kafkacompat.broker.dispatch import RequestContext
+    from kafkacompat.broker.context import RequestContext
 
 API_KEY = 23
 MIN_VERSION = 0

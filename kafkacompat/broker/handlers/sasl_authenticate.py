@@ -19,7 +19,7 @@ from kafkacompat.wire._generated.sasl_authenticate_response import SaslAuthentic
 from kafkacompat.wire.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from kafkacompat.broker.dispatch import RequestContext
+    from kafkacompat.broker.context import RequestContext
 
 API_KEY = 36
 MIN_VERSION = 0

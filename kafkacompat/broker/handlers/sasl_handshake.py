@@ -18,7 +18,7 @@ from kafkacompat.wire._generated.sasl_handshake_response import SaslHandshakeRes
 from kafkacompat.wire.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from kafkacompat.broker.dispatch import RequestContext
+    from kafkacompat.broker.context import RequestContext
 
 API_KEY = 17
 MIN_VERSION = 0

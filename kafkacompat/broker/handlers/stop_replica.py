@@ -20,7 +20,7 @@ from kafkacompat.wire._generated.stop_replica_response import StopReplicaRespons
 from kafkacompat.wire.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from kafkacompat.broker.dispatch import RequestContext
+    from kafkacompat.broker.context import RequestContext
 
 API_KEY = 5
 MIN_VERSION = 0

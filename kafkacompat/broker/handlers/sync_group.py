@@ -17,7 +17,7 @@ from kafkacompat.wire._generated.sync_group_response import SyncGroupResponse
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
-    from kafkacompat.broker.dispatch import RequestContext
+    from kafkacompat.broker.context import RequestContext
 
 API_KEY = 14
 MIN_VERSION = 0

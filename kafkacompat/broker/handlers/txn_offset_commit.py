@@ -28,7 +28,7 @@ from kafkacompat.wire._generated.txn_offset_commit_response import TxnOffsetComm
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
-    from kafkacompat.broker.dispatch import RequestContext
+    from kafkacompat.broker.context import RequestContext
 
 API_KEY = 28
 MIN_VERSION = 0

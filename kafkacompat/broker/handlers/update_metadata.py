@@ -19,7 +19,7 @@ from kafkacompat.wire._generated.update_metadata_response import UpdateMetadataR
 from kafkacompat.wire.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from kafkacompat.broker.dispatch import RequestContext
+    from kafkacompat.broker.context import RequestContext
 
 API_KEY = 6
 MIN_VERSION = 0

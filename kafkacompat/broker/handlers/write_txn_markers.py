@@ -25,7 +25,7 @@ from kafkacompat.wire._generated.write_txn_markers_response import WriteTxnMarke
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
-    from kafkacompat.broker.dispatch import RequestContext
+    from kafkacompat.broker.context import RequestContext
 
 API_KEY = 27
 MIN_VERSION = 0
