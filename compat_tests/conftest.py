@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from compat_tests.clients import create_topic
-from kafkacompat.testing import InProcessBroker
+from kafkacompat.local_brokers import InProcessBroker
 
 COMPAT_OVERRIDES = [
     "group.initial.rebalance.delay.ms=0",
@@ -78,8 +78,8 @@ def bootstrap(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
 
 
 def _cluster_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    from kafkacompat.local_brokers import CLUSTER_TEST_OVERRIDES, LocalCluster
     from kafkacompat.replication.zk_server import ZooKeeperUnavailable
-    from kafkacompat.testing import CLUSTER_TEST_OVERRIDES, LocalCluster
 
     try:
         cluster = LocalCluster(

@@ -35,7 +35,7 @@ confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from kafkacompat.testing import LocalCluster  # noqa: E402
+from kafkacompat.local_brokers import LocalCluster  # noqa: E402
 
 
 def create_replicated_topic(cluster: LocalCluster, partitions: int = 1) -> str:
@@ -239,13 +239,15 @@ def test_a_group_keeps_consuming_through_a_coordinator_move(kafkacompat_cluster:
 
 
 def test_cluster_up_runs_zookeeper_and_brokers_until_interrupted(tmp_path: Any) -> None:
-    import os
+    """The command and the brokers it starts run where `import pytest` fails, as in an install without
+    test dependencies."""
     import signal
     import subprocess
     import sys
 
     from kafkacompat.client import KafkaClient
     from kafkacompat.replication.zk_server import ZooKeeperUnavailable, find_zookeeper_classpath
+    from kafkacompat.testing import env_without_pytest
 
     try:
         find_zookeeper_classpath()
@@ -265,7 +267,7 @@ def test_cluster_up_runs_zookeeper_and_brokers_until_interrupted(tmp_path: Any) 
         ],
         stdout=subprocess.PIPE,
         text=True,
-        env=os.environ,
+        env=env_without_pytest(tmp_path / "no-pytest"),
     )
     try:
         bootstrap = ""
@@ -774,8 +776,8 @@ def test_isr_changes_go_through_alter_partition_and_a_paused_leader_is_fenced(tm
     to another replica and, once resumed, refuses produce (NOT_LEADER_OR_FOLLOWER) instead of acting on
     its stale leadership, then rejoins as a follower."""
     from kafkacompat.client import KafkaClient
+    from kafkacompat.local_brokers import CLUSTER_TEST_OVERRIDES
     from kafkacompat.replication.zk_server import ZooKeeperUnavailable
-    from kafkacompat.testing import CLUSTER_TEST_OVERRIDES
 
     overrides = [o for o in CLUSTER_TEST_OVERRIDES if not o.startswith("replica.lag.time.max.ms")]
     try:

@@ -77,7 +77,7 @@ from confluent_kafka.admin import (  # noqa: E402
     UserScramCredentialUpsertion,
 )
 
-from kafkacompat.testing import CLUSTER_TEST_OVERRIDES, LocalCluster  # noqa: E402
+from kafkacompat.local_brokers import CLUSTER_TEST_OVERRIDES, LocalCluster  # noqa: E402
 
 BROKER_USER, BROKER_PASSWORD = "broker", "broker-secret"
 USERS = {"alice": "alice-secret", "bob": "bob-secret"}

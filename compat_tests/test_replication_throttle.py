@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from compat_tests.clients import ck_incremental_alter, wait_until
-from kafkacompat.testing import CLUSTER_TEST_OVERRIDES, LocalCluster
+from kafkacompat.local_brokers import CLUSTER_TEST_OVERRIDES, LocalCluster
 
 pytestmark = pytest.mark.restarts_broker
 

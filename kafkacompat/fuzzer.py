@@ -1998,7 +1998,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ[ENVIRONMENT_VARIABLE] = str(args.loop_probe)  # the brokers started below inherit it
     with tempfile.TemporaryDirectory(prefix="kafkacompat-fuzz-") as tmp:
         if args.control_pair:
-            from kafkacompat.testing import BrokerProcess
+            from kafkacompat.local_brokers import BrokerProcess
 
             control_broker = BrokerProcess(
                 Path(tmp) / "control", ["group.initial.rebalance.delay.ms=0"]
@@ -2006,7 +2006,7 @@ def main(argv: list[str] | None = None) -> int:
             campaign.control_bootstrap = control_broker.bootstrap
             campaign.control_log = str(control_broker.log_path)
         if not args.bootstrap:
-            from kafkacompat.testing import BrokerProcess
+            from kafkacompat.local_brokers import BrokerProcess
 
             data_dir = Path(args.data_dir) if args.data_dir else Path(tmp) / "data"
             broker = BrokerProcess(data_dir, ["group.initial.rebalance.delay.ms=0"]).start()

@@ -328,7 +328,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         broker = None
         bootstrap = args.bootstrap
         if bootstrap is None:
-            from kafkacompat.testing import BrokerProcess
+            from kafkacompat.local_brokers import BrokerProcess
 
             broker = BrokerProcess(Path(tmp) / "data").start()
             bootstrap = broker.bootstrap

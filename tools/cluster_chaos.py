@@ -57,7 +57,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from kafkacompat.testing import LocalCluster
+from kafkacompat.local_brokers import LocalCluster
 
 # each producer writes at most PACE_RECORDS per PACE_SECONDS (2,000 records/s): enough traffic to have
 # records in flight at every disruption, little enough that three brokers, ZooKeeper, two producers and

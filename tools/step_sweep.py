@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["KAFKACOMPAT_LOOP_LAG_MS"] = str(args.threshold_ms)
 
     from kafkacompat.fuzzer import _field_refs, build_seeds, prepare_target
-    from kafkacompat.testing import InProcessBroker
+    from kafkacompat.local_brokers import InProcessBroker
     from kafkacompat.wire import messages
 
     worst = _Worst()

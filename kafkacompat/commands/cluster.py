@@ -1,6 +1,6 @@
 """`kafkacompat cluster up`: a local ZooKeeper and N brokers in the foreground, for development.
 
-Theory of operation: `LocalCluster` (kafkacompat.testing) starts a ZooKeeper server from the Debian
+Theory of operation: `LocalCluster` (kafkacompat.local_brokers) starts a ZooKeeper server from the Debian
 `zookeeper` package's jars and N `kafkacompat serve` child processes with `broker.id` 1..N and
 `zookeeper.connect` pointing at it, each with its data under `--dir` (a temp dir by default, removed at
 the end unless given). Once all are up it prints the bootstrap list and waits; Ctrl-C (or SIGTERM) stops
@@ -34,8 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from kafkacompat.local_brokers import LocalCluster
     from kafkacompat.replication.zk_server import ZooKeeperUnavailable
-    from kafkacompat.testing import LocalCluster
 
     if args.brokers < 1:
         print("kafkacompat cluster: --brokers must be at least 1", file=sys.stderr)

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from kafkacompat.testing import LocalCluster
+from kafkacompat.local_brokers import LocalCluster
 from spark_it.kafka_options import source_options
 
 WAIT = 120.0  # generous: three brokers, ZooKeeper and a Spark JVM on two shared cores

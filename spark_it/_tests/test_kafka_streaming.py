@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 
-from kafkacompat.testing import BrokerProcess, InProcessBroker
+from kafkacompat.local_brokers import BrokerProcess, InProcessBroker
 from spark_it._tests.kafka_helpers import Produced, create_topic, produce, read_topic
 from spark_it.kafka_options import sink_options, source_options
 
