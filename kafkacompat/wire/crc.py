@@ -49,7 +49,7 @@ def _resolve() -> Callable[[Any], int]:
         extension = None
     function = getattr(extension, "crc32c", None)
     if callable(function):
-        return function  # type: ignore[no-any-return]
+        return function
     from crc32c import crc32c as packaged
 
     return packaged

@@ -129,7 +129,7 @@ class Struct:
     Generated subclasses own their attributes; nothing else here holds state.
     """
 
-    __slots__ = ()
+    __slots__: tuple[str, ...] = ()
 
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
@@ -520,7 +520,7 @@ def _records_size(value: Any) -> int:
     return size
 
 
-class JoinChunks(list):  # type: ignore[type-arg]
+class JoinChunks(list[Any]):
     """A chunk list whose owner joins it into one bytes object at the end (encode_request).
 
     Large bytes-like records are then kept as chunks of their own instead of being copied twice.
