@@ -39,6 +39,7 @@ and correct, at the price of rereading cleaned data; the broker decides how ofte
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from kafkacompat.log.batch_header import read_header
@@ -89,7 +90,7 @@ class CleanPlan:
             first <= batch.base_offset <= last for first, last in by_producer.get(batch.producer_id, ())
         )
 
-    def _batches(self, segment: LogSegment):
+    def _batches(self, segment: LogSegment) -> Iterator[RecordBatchView]:
         position = 0
         while position < segment.size:
             header = read_header(segment.fd, position)

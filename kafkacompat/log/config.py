@@ -97,10 +97,10 @@ class ConfigDef:
             return value
         if self.type == "double":
             try:
-                value = float(text)
+                number = float(text)
             except ValueError:
                 raise ValueError(not_a_number) from None
-            return value
+            return number
         if self.type == "boolean":
             lowered = text.lower()
             if lowered not in ("true", "false"):

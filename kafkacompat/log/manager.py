@@ -563,9 +563,9 @@ class LogManager:
         """Close every file without flushing or marking a clean shutdown (tests: a simulated crash)."""
         for partition_log in self.logs.values():
             partition_log.close(clean=False)
-        for _, _, partition_log in self._deleted_logs:
-            if partition_log is not None:
-                partition_log.close(clean=False)
+        for _, _, deleted_log in self._deleted_logs:
+            if deleted_log is not None:
+                deleted_log.close(clean=False)
         self._deleted_logs = []
         self.logs.clear()
         self.started = False

@@ -50,7 +50,7 @@ import functools
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
 
@@ -362,7 +362,7 @@ class PartitionLog:
             coordinator_epoch,
         )
 
-    def _iter_headers_from(self, offset: int):
+    def _iter_headers_from(self, offset: int) -> Iterator[tuple[LogSegment, int, BatchHeader]]:
         index = max(bisect.bisect_right(self._bases, offset) - 1, 0)
         for segment in self.segments[index:]:
             found = segment.find_batch(offset)

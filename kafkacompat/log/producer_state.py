@@ -30,6 +30,7 @@ from __future__ import annotations
 import os
 import struct
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from kafkacompat.wire.crc import crc32c
@@ -309,7 +310,7 @@ def snapshot_offsets(directory: str) -> list[int]:
     return result
 
 
-def write_snapshot(path: str, entries, *, sync: bool = True) -> None:
+def write_snapshot(path: str, entries: Iterable[ProducerEntry], *, sync: bool = True) -> None:
     body = bytearray()
     items = [e for e in entries if e.batches or e.current_txn_first_offset >= 0]
     body += _COUNT.pack(len(items))

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import struct
+from collections.abc import Iterator
 
 from kafkacompat.log.batch_header import (
     HEADER_SIZE,
@@ -305,7 +306,7 @@ class LogSegment:
             position += header.size
         return position
 
-    def iter_headers(self, start_position: int = 0):
+    def iter_headers(self, start_position: int = 0) -> Iterator[tuple[int, BatchHeader]]:
         """Yield (position, header) for every batch from `start_position` to the end of the file."""
         position = start_position
         while position < self.size:
