@@ -193,7 +193,8 @@ class GroupCoordinatorCore:
         self.owned_partitions: set[int] = set()
         self.loading_partitions: set[int] = set()
         self.skipped_records = 0
-        self._timers = Timers()
+        # ("cleanup",), ("join", group id), ("sync", group id) or ("hb", group id, member id)
+        self._timers: Timers[tuple[str, ...]] = Timers()
         self._tokens = itertools.count(1)
         self._new_member_suffix = new_member_suffix or (lambda: str(uuid.uuid4()))
         self._staged_groups: dict[str, rec.GroupMetadataValue | None] = {}

@@ -11,24 +11,28 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Hashable
+from typing import Generic, TypeVar
 
 __all__ = ["Timers"]
 
+# The key type is the owner's (the coordinator's tuples), so what pop_due returns can be taken apart.
+K = TypeVar("K", bound=Hashable)
 
-class Timers:
+
+class Timers(Generic[K]):
     def __init__(self) -> None:
-        self._deadline: dict[Hashable, int] = {}
-        self._heap: list[tuple[int, int, Hashable]] = []
+        self._deadline: dict[K, int] = {}
+        self._heap: list[tuple[int, int, K]] = []
         self._seq = itertools.count()
 
-    def schedule(self, key: Hashable, deadline_ms: int) -> None:
+    def schedule(self, key: K, deadline_ms: int) -> None:
         self._deadline[key] = deadline_ms
         heapq.heappush(self._heap, (deadline_ms, next(self._seq), key))
 
-    def cancel(self, key: Hashable) -> None:
+    def cancel(self, key: K) -> None:
         self._deadline.pop(key, None)
 
-    def deadline(self, key: Hashable) -> int | None:
+    def deadline(self, key: K) -> int | None:
         return self._deadline.get(key)
 
     def _drop_stale(self) -> None:
@@ -44,7 +48,7 @@ class Timers:
         self._drop_stale()
         return self._heap[0][0] if self._heap else None
 
-    def pop_due(self, now_ms: int) -> Hashable | None:
+    def pop_due(self, now_ms: int) -> K | None:
         self._drop_stale()
         if not self._heap or self._heap[0][0] > now_ms:
             return None
