@@ -111,8 +111,9 @@ class DataSpec:
     max_version: int
     flexible_from: int | None
 
+    # type[Any]: a class found by name, whose nested struct classes (`.PartitionsSchema`) mypy cannot see
     @property
-    def cls(self) -> type:
+    def cls(self) -> type[Any]:
         return getattr(_module(self.module), self.class_name)
 
 
@@ -276,5 +277,5 @@ def encode_data(name: str, version: int, obj: Any) -> bytes:
     return bytes(out)
 
 
-def data_class(name: str) -> type:
+def data_class(name: str) -> type[Any]:
     return DATA_SPECS[name].cls
