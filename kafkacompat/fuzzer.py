@@ -50,6 +50,7 @@ from typing import Any
 import trio
 
 from kafkacompat.wire import messages
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.header import (
     RequestHeader,
     decode_response_header,
@@ -144,7 +145,7 @@ def _seed_objects(t: FuzzTarget) -> dict[int, list[Callable[[], Any]]]:
 
     def produce(records: bytes, acks: int) -> Callable[[], Any]:
         def build() -> Any:
-            mod = _module_of(0)
+            mod = _module_of(ApiKey.PRODUCE)
             return mod.ProduceRequest(
                 acks=acks,
                 timeout_ms=5000,
@@ -158,7 +159,7 @@ def _seed_objects(t: FuzzTarget) -> dict[int, list[Callable[[], Any]]]:
         return build
 
     def fetch() -> Any:
-        m = _module_of(1)
+        m = _module_of(ApiKey.FETCH)
         partitions = [
             m.FetchPartition(partition=p, fetch_offset=0, partition_max_bytes=65536, log_start_offset=-1)
             for p in range(t.partitions)
@@ -174,7 +175,7 @@ def _seed_objects(t: FuzzTarget) -> dict[int, list[Callable[[], Any]]]:
         )
 
     def list_offsets() -> Any:
-        m = _module_of(2)
+        m = _module_of(ApiKey.LIST_OFFSETS)
         return m.ListOffsetsRequest(
             replica_id=-1,
             topics=[
@@ -186,14 +187,14 @@ def _seed_objects(t: FuzzTarget) -> dict[int, list[Callable[[], Any]]]:
         )
 
     def metadata() -> Any:
-        m = _module_of(3)
+        m = _module_of(ApiKey.METADATA)
         return m.MetadataRequest(
             topics=[m.MetadataRequestTopic(name=t.topic, topic_id=t.topic_id)],
             allow_auto_topic_creation=False,
         )
 
     def offset_commit() -> Any:
-        m = _module_of(8)
+        m = _module_of(ApiKey.OFFSET_COMMIT)
         return m.OffsetCommitRequest(
             group_id=t.group,
             generation_id_or_member_epoch=t.generation,
@@ -212,7 +213,7 @@ def _seed_objects(t: FuzzTarget) -> dict[int, list[Callable[[], Any]]]:
         )
 
     def offset_fetch() -> Any:
-        m = _module_of(9)
+        m = _module_of(ApiKey.OFFSET_FETCH)
         return m.OffsetFetchRequest(
             group_id=t.group,
             topics=[m.OffsetFetchRequestTopic(name=t.topic, partition_indexes=[0, 1])],
@@ -224,10 +225,10 @@ def _seed_objects(t: FuzzTarget) -> dict[int, list[Callable[[], Any]]]:
         )
 
     def find_coordinator() -> Any:
-        return _cls(10)(key=t.group, key_type=0, coordinator_keys=[t.group])
+        return _cls(ApiKey.FIND_COORDINATOR)(key=t.group, key_type=0, coordinator_keys=[t.group])
 
     def join_group() -> Any:
-        m = _module_of(11)
+        m = _module_of(ApiKey.JOIN_GROUP)
         return m.JoinGroupRequest(
             group_id=t.group,
             session_timeout_ms=10000,
@@ -238,16 +239,16 @@ def _seed_objects(t: FuzzTarget) -> dict[int, list[Callable[[], Any]]]:
         )
 
     def heartbeat() -> Any:
-        return _cls(12)(group_id=t.group, generation_id=t.generation, member_id=t.member_id)
+        return _cls(ApiKey.HEARTBEAT)(group_id=t.group, generation_id=t.generation, member_id=t.member_id)
 
     def leave_group() -> Any:
-        m = _module_of(13)
+        m = _module_of(ApiKey.LEAVE_GROUP)
         return m.LeaveGroupRequest(
             group_id=t.group, member_id="nobody", members=[m.MemberIdentity(member_id="nobody")]
         )
 
     def sync_group() -> Any:
-        m = _module_of(14)
+        m = _module_of(ApiKey.SYNC_GROUP)
         return m.SyncGroupRequest(
             group_id=t.group,
             generation_id=t.generation,
@@ -262,16 +263,20 @@ def _seed_objects(t: FuzzTarget) -> dict[int, list[Callable[[], Any]]]:
         )
 
     def describe_groups() -> Any:
-        return _cls(15)(groups=[t.group, "absent-group"], include_authorized_operations=True)
+        return _cls(ApiKey.DESCRIBE_GROUPS)(
+            groups=[t.group, "absent-group"], include_authorized_operations=True
+        )
 
     def list_groups() -> Any:
-        return _cls(16)(states_filter=["Stable"], types_filter=["classic"])
+        return _cls(ApiKey.LIST_GROUPS)(states_filter=["Stable"], types_filter=["classic"])
 
     def api_versions() -> Any:
-        return _cls(18)(client_software_name="kafkacompat-fuzz", client_software_version="1.0")
+        return _cls(ApiKey.API_VERSIONS)(
+            client_software_name="kafkacompat-fuzz", client_software_version="1.0"
+        )
 
     def create_topics() -> Any:
-        m = _module_of(19)
+        m = _module_of(ApiKey.CREATE_TOPICS)
         return m.CreateTopicsRequest(
             timeout_ms=5000,
             validate_only=False,
@@ -286,7 +291,7 @@ def _seed_objects(t: FuzzTarget) -> dict[int, list[Callable[[], Any]]]:
         )
 
     def create_topics_assigned() -> Any:
-        m = _module_of(19)
+        m = _module_of(ApiKey.CREATE_TOPICS)
         return m.CreateTopicsRequest(
             timeout_ms=5000,
             validate_only=True,
@@ -301,13 +306,13 @@ def _seed_objects(t: FuzzTarget) -> dict[int, list[Callable[[], Any]]]:
         )
 
     def delete_topics() -> Any:
-        m = _module_of(20)
+        m = _module_of(ApiKey.DELETE_TOPICS)
         return m.DeleteTopicsRequest(
             topics=[m.DeleteTopicState(name="fuzz-new")], topic_names=["fuzz-new"], timeout_ms=5000
         )
 
     def delete_records() -> Any:
-        m = _module_of(21)
+        m = _module_of(ApiKey.DELETE_RECORDS)
         return m.DeleteRecordsRequest(
             timeout_ms=5000,
             topics=[
@@ -318,12 +323,12 @@ def _seed_objects(t: FuzzTarget) -> dict[int, list[Callable[[], Any]]]:
         )
 
     def init_producer_id() -> Any:
-        return _cls(22)(
+        return _cls(ApiKey.INIT_PRODUCER_ID)(
             transactional_id=None, transaction_timeout_ms=60000, producer_id=-1, producer_epoch=-1
         )
 
     def offset_for_leader_epoch() -> Any:
-        m = _module_of(23)
+        m = _module_of(ApiKey.OFFSET_FOR_LEADER_EPOCH)
         return m.OffsetForLeaderEpochRequest(
             replica_id=-1,
             topics=[
@@ -337,7 +342,7 @@ def _seed_objects(t: FuzzTarget) -> dict[int, list[Callable[[], Any]]]:
         )
 
     def describe_configs() -> Any:
-        m = _module_of(32)
+        m = _module_of(ApiKey.DESCRIBE_CONFIGS)
         return m.DescribeConfigsRequest(
             resources=[
                 m.DescribeConfigsResource(resource_type=2, resource_name=t.topic, configuration_keys=None),
@@ -350,7 +355,7 @@ def _seed_objects(t: FuzzTarget) -> dict[int, list[Callable[[], Any]]]:
         )
 
     def alter_configs() -> Any:
-        m = _module_of(33)
+        m = _module_of(ApiKey.ALTER_CONFIGS)
         return m.AlterConfigsRequest(
             resources=[
                 m.AlterConfigsResource(
@@ -363,11 +368,11 @@ def _seed_objects(t: FuzzTarget) -> dict[int, list[Callable[[], Any]]]:
         )
 
     def describe_log_dirs() -> Any:
-        m = _module_of(35)
+        m = _module_of(ApiKey.DESCRIBE_LOG_DIRS)
         return m.DescribeLogDirsRequest(topics=[m.DescribableLogDirTopic(topic=t.topic, partitions=[0, 1])])
 
     def create_partitions() -> Any:
-        m = _module_of(37)
+        m = _module_of(ApiKey.CREATE_PARTITIONS)
         return m.CreatePartitionsRequest(
             topics=[m.CreatePartitionsTopic(name=t.topic, count=t.partitions, assignments=None)],
             timeout_ms=5000,
@@ -375,10 +380,10 @@ def _seed_objects(t: FuzzTarget) -> dict[int, list[Callable[[], Any]]]:
         )
 
     def delete_groups() -> Any:
-        return _cls(42)(groups_names=["fuzz-empty-group"])
+        return _cls(ApiKey.DELETE_GROUPS)(groups_names=["fuzz-empty-group"])
 
     def incremental_alter_configs() -> Any:
-        m = _module_of(44)
+        m = _module_of(ApiKey.INCREMENTAL_ALTER_CONFIGS)
         return m.IncrementalAlterConfigsRequest(
             resources=[
                 m.AlterConfigsResource(
@@ -391,7 +396,7 @@ def _seed_objects(t: FuzzTarget) -> dict[int, list[Callable[[], Any]]]:
         )
 
     def offset_delete() -> Any:
-        m = _module_of(47)
+        m = _module_of(ApiKey.OFFSET_DELETE)
         return m.OffsetDeleteRequest(
             group_id=t.group,
             topics=[
@@ -402,14 +407,14 @@ def _seed_objects(t: FuzzTarget) -> dict[int, list[Callable[[], Any]]]:
         )
 
     def describe_cluster() -> Any:
-        return _cls(60)(include_cluster_authorized_operations=True, endpoint_type=1)
+        return _cls(ApiKey.DESCRIBE_CLUSTER)(include_cluster_authorized_operations=True, endpoint_type=1)
 
     def describe_producers() -> Any:
-        m = _module_of(61)
+        m = _module_of(ApiKey.DESCRIBE_PRODUCERS)
         return m.DescribeProducersRequest(topics=[m.TopicRequest(name=t.topic, partition_indexes=[0, 1, 2])])
 
     def describe_topic_partitions() -> Any:
-        m = _module_of(75)
+        m = _module_of(ApiKey.DESCRIBE_TOPIC_PARTITIONS)
         return m.DescribeTopicPartitionsRequest(
             topics=[m.TopicRequest(name=t.topic)],
             response_partition_limit=2,
@@ -419,7 +424,7 @@ def _seed_objects(t: FuzzTarget) -> dict[int, list[Callable[[], Any]]]:
     txn = (t.transactional_id, t.txn_producer_id, t.txn_producer_epoch)
 
     def add_partitions_to_txn() -> Any:
-        m = _module_of(24)
+        m = _module_of(ApiKey.ADD_PARTITIONS_TO_TXN)
         topics = [m.AddPartitionsToTxnTopic(name=t.topic, partitions=[0, 1])]
         return m.AddPartitionsToTxnRequest(
             transactions=[
@@ -434,15 +439,17 @@ def _seed_objects(t: FuzzTarget) -> dict[int, list[Callable[[], Any]]]:
         )
 
     def add_offsets_to_txn() -> Any:
-        return _cls(25)(transactional_id=txn[0], producer_id=txn[1], producer_epoch=txn[2], group_id=t.group)
+        return _cls(ApiKey.ADD_OFFSETS_TO_TXN)(
+            transactional_id=txn[0], producer_id=txn[1], producer_epoch=txn[2], group_id=t.group
+        )
 
     def end_txn(committed: bool) -> Callable[[], Any]:
-        return lambda: _cls(26)(
+        return lambda: _cls(ApiKey.END_TXN)(
             transactional_id=txn[0], producer_id=txn[1], producer_epoch=txn[2], committed=committed
         )
 
     def write_txn_markers() -> Any:
-        m = _module_of(27)
+        m = _module_of(ApiKey.WRITE_TXN_MARKERS)
         marker = m.WritableTxnMarker(
             producer_id=txn[1],
             producer_epoch=txn[2],
@@ -453,7 +460,7 @@ def _seed_objects(t: FuzzTarget) -> dict[int, list[Callable[[], Any]]]:
         return m.WriteTxnMarkersRequest(markers=[marker])
 
     def txn_offset_commit() -> Any:
-        m = _module_of(28)
+        m = _module_of(ApiKey.TXN_OFFSET_COMMIT)
         part = m.TxnOffsetCommitRequestPartition(partition_index=0, committed_offset=3, committed_metadata="")
         return m.TxnOffsetCommitRequest(
             transactional_id=txn[0],
@@ -466,48 +473,50 @@ def _seed_objects(t: FuzzTarget) -> dict[int, list[Callable[[], Any]]]:
         )
 
     def describe_transactions() -> Any:
-        return _cls(65)(transactional_ids=[txn[0], "absent-txn"])
+        return _cls(ApiKey.DESCRIBE_TRANSACTIONS)(transactional_ids=[txn[0], "absent-txn"])
 
     def list_transactions() -> Any:
-        return _cls(66)(state_filters=["Ongoing"], producer_id_filters=[txn[1]], duration_filter=-1)
+        return _cls(ApiKey.LIST_TRANSACTIONS)(
+            state_filters=["Ongoing"], producer_id_filters=[txn[1]], duration_filter=-1
+        )
 
     return {
-        24: [add_partitions_to_txn],
-        25: [add_offsets_to_txn],
-        26: [end_txn(True), end_txn(False)],
-        27: [write_txn_markers],
-        28: [txn_offset_commit],
-        65: [describe_transactions],
-        66: [list_transactions],
-        0: [produce(b, acks) for b in batches for acks in (1, -1)],
-        1: [fetch],
-        2: [list_offsets],
-        3: [metadata],
-        8: [offset_commit],
-        9: [offset_fetch],
-        10: [find_coordinator],
-        11: [join_group],
-        12: [heartbeat],
-        13: [leave_group],
-        14: [sync_group],
-        15: [describe_groups],
-        16: [list_groups],
-        18: [api_versions],
-        19: [create_topics, create_topics_assigned],
-        20: [delete_topics],
-        21: [delete_records],
-        22: [init_producer_id],
-        23: [offset_for_leader_epoch],
-        32: [describe_configs],
-        33: [alter_configs],
-        35: [describe_log_dirs],
-        37: [create_partitions],
-        42: [delete_groups],
-        44: [incremental_alter_configs],
-        47: [offset_delete],
-        60: [describe_cluster],
-        61: [describe_producers],
-        75: [describe_topic_partitions],
+        ApiKey.ADD_PARTITIONS_TO_TXN: [add_partitions_to_txn],
+        ApiKey.ADD_OFFSETS_TO_TXN: [add_offsets_to_txn],
+        ApiKey.END_TXN: [end_txn(True), end_txn(False)],
+        ApiKey.WRITE_TXN_MARKERS: [write_txn_markers],
+        ApiKey.TXN_OFFSET_COMMIT: [txn_offset_commit],
+        ApiKey.DESCRIBE_TRANSACTIONS: [describe_transactions],
+        ApiKey.LIST_TRANSACTIONS: [list_transactions],
+        ApiKey.PRODUCE: [produce(b, acks) for b in batches for acks in (1, -1)],
+        ApiKey.FETCH: [fetch],
+        ApiKey.LIST_OFFSETS: [list_offsets],
+        ApiKey.METADATA: [metadata],
+        ApiKey.OFFSET_COMMIT: [offset_commit],
+        ApiKey.OFFSET_FETCH: [offset_fetch],
+        ApiKey.FIND_COORDINATOR: [find_coordinator],
+        ApiKey.JOIN_GROUP: [join_group],
+        ApiKey.HEARTBEAT: [heartbeat],
+        ApiKey.LEAVE_GROUP: [leave_group],
+        ApiKey.SYNC_GROUP: [sync_group],
+        ApiKey.DESCRIBE_GROUPS: [describe_groups],
+        ApiKey.LIST_GROUPS: [list_groups],
+        ApiKey.API_VERSIONS: [api_versions],
+        ApiKey.CREATE_TOPICS: [create_topics, create_topics_assigned],
+        ApiKey.DELETE_TOPICS: [delete_topics],
+        ApiKey.DELETE_RECORDS: [delete_records],
+        ApiKey.INIT_PRODUCER_ID: [init_producer_id],
+        ApiKey.OFFSET_FOR_LEADER_EPOCH: [offset_for_leader_epoch],
+        ApiKey.DESCRIBE_CONFIGS: [describe_configs],
+        ApiKey.ALTER_CONFIGS: [alter_configs],
+        ApiKey.DESCRIBE_LOG_DIRS: [describe_log_dirs],
+        ApiKey.CREATE_PARTITIONS: [create_partitions],
+        ApiKey.DELETE_GROUPS: [delete_groups],
+        ApiKey.INCREMENTAL_ALTER_CONFIGS: [incremental_alter_configs],
+        ApiKey.OFFSET_DELETE: [offset_delete],
+        ApiKey.DESCRIBE_CLUSTER: [describe_cluster],
+        ApiKey.DESCRIBE_PRODUCERS: [describe_producers],
+        ApiKey.DESCRIBE_TOPIC_PARTITIONS: [describe_topic_partitions],
     }
 
 
@@ -870,7 +879,7 @@ def _check_answer(frame: bytes, answer: bytes) -> str | None:
         return None
     answer_version = version
     try:
-        if api_key == 18 and len(answer) >= 6 and INT16.unpack_from(answer, 4)[0] == 35:
+        if api_key == ApiKey.API_VERSIONS and len(answer) >= 6 and INT16.unpack_from(answer, 4)[0] == 35:
             answer_version = 0  # UNSUPPORTED_VERSION answers come in the v0 layout (KIP-511)
         _, offset = decode_response_header(api_key, answer_version, answer)
         messages.decode_response(api_key, answer_version, memoryview(answer)[offset:])
@@ -1206,22 +1215,26 @@ def broker_state_counts(bootstrap: str, data_dir: Path | None) -> dict[str, int]
             counts["partition_logs"] = sum(1 for e in entries if e.is_dir() and partition_dir.search(e.name))
     with KafkaClient(bootstrap, client_id="kafkacompat-fuzz-census", timeout=60) as client:
         if data_dir is None:
-            answer = client.send(3, _module_of(3).MetadataRequest(topics=None))
+            answer = client.send(ApiKey.METADATA, _module_of(ApiKey.METADATA).MetadataRequest(topics=None))
             counts["partition_logs"] = sum(len(t.partitions) for t in answer.topics)
-        listed = client.send(16, _module_of(16).ListGroupsRequest())
+        listed = client.send(ApiKey.LIST_GROUPS, _module_of(ApiKey.LIST_GROUPS).ListGroupsRequest())
         groups = [g.group_id for g in listed.groups]
         counts["groups"] = len(groups)
-        describe = _module_of(15).DescribeGroupsRequest
+        describe = _module_of(ApiKey.DESCRIBE_GROUPS).DescribeGroupsRequest
         for start in range(0, len(groups), 100):
-            for group in client.send(15, describe(groups=groups[start : start + 100])).groups:
+            for group in client.send(
+                ApiKey.DESCRIBE_GROUPS, describe(groups=groups[start : start + 100])
+            ).groups:
                 for member in group.members:
                     counts["members"] += 1
                     held = [member.member_metadata, member.member_assignment, member.member_id]
                     held += [member.client_id, member.client_host]
                     counts["member_bytes"] += sum(len(value or b"") for value in held)
-        if 66 in client.connection().versions:
+        if ApiKey.LIST_TRANSACTIONS in client.connection().versions:
             counts["transactional_ids"] = len(
-                client.send(66, _module_of(66).ListTransactionsRequest()).transaction_states
+                client.send(
+                    ApiKey.LIST_TRANSACTIONS, _module_of(ApiKey.LIST_TRANSACTIONS).ListTransactionsRequest()
+                ).transaction_states
             )
     return counts
 
@@ -1286,9 +1299,9 @@ def prepare_target(
     target = target or FuzzTarget()
     with KafkaClient(bootstrap, client_id="kafkacompat-fuzz-setup", timeout=30) as client:
         served = dict(client.connection().versions)
-        create = _module_of(19)
+        create = _module_of(ApiKey.CREATE_TOPICS)
         client.send(
-            19,
+            ApiKey.CREATE_TOPICS,
             create.CreateTopicsRequest(
                 topics=[
                     create.CreatableTopic(
@@ -1302,10 +1315,10 @@ def prepare_target(
         for topic in answer.topics:
             if topic.name == target.topic and getattr(topic, "topic_id", None) is not None:
                 target.topic_id = topic.topic_id
-        produce = _module_of(0)
+        produce = _module_of(ApiKey.PRODUCE)
         for partition in range(target.partitions):
             client.send(
-                0,
+                ApiKey.PRODUCE,
                 produce.ProduceRequest(
                     acks=-1,
                     timeout_ms=10000,
@@ -1319,7 +1332,7 @@ def prepare_target(
                     ],
                 ),
             )
-        join = _module_of(11)
+        join = _module_of(ApiKey.JOIN_GROUP)
         request = join.JoinGroupRequest(
             group_id=target.group,
             session_timeout_ms=30000,
@@ -1330,16 +1343,19 @@ def prepare_target(
                 join.JoinGroupRequestProtocol(name="range", metadata=_consumer_subscription(target.topic))
             ],
         )
-        joined = client.send(11, request)
+        joined = client.send(ApiKey.JOIN_GROUP, request)
         if joined.error_code == 79:  # MEMBER_ID_REQUIRED: join again with the id given
             request.member_id = joined.member_id
-            joined = client.send(11, request)
+            joined = client.send(ApiKey.JOIN_GROUP, request)
         if joined.error_code == 0:
             target.member_id, target.generation = joined.member_id, joined.generation_id
-        if 22 in served and 24 in served:  # a transactional producer id for the transaction seeds
-            init = _cls(22)(transactional_id=target.transactional_id, transaction_timeout_ms=60000)
+        # a transactional producer id for the transaction seeds
+        if ApiKey.INIT_PRODUCER_ID in served and ApiKey.ADD_PARTITIONS_TO_TXN in served:
+            init = _cls(ApiKey.INIT_PRODUCER_ID)(
+                transactional_id=target.transactional_id, transaction_timeout_ms=60000
+            )
             for _ in range(50):
-                answer = client.send(22, init)
+                answer = client.send(ApiKey.INIT_PRODUCER_ID, init)
                 if answer.error_code == 0:
                     target.txn_producer_id, target.txn_producer_epoch = (
                         answer.producer_id,

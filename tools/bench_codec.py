@@ -23,13 +23,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kafkacompat.wire import messages
+from kafkacompat.wire.api_keys import ApiKey
 
 RECORDS = bytes(range(256)) * 256  # 64 KiB
 PARTITIONS = 16
 
 
 def our_produce() -> Any:
-    cls = messages.API_SPECS[0].request_class
+    cls = messages.API_SPECS[ApiKey.PRODUCE].request_class
     return cls(
         transactional_id=None,
         acks=-1,
@@ -46,7 +47,7 @@ def our_produce() -> Any:
 
 
 def our_fetch() -> Any:
-    cls = messages.API_SPECS[1].response_class
+    cls = messages.API_SPECS[ApiKey.FETCH].response_class
     return cls(
         throttle_time_ms=0,
         error_code=0,
@@ -73,7 +74,7 @@ def our_fetch() -> Any:
 
 
 def our_metadata() -> Any:
-    cls = messages.API_SPECS[3].response_class
+    cls = messages.API_SPECS[ApiKey.METADATA].response_class
     brokers = [cls.MetadataResponseBroker(node_id=i, host=f"broker-{i}.example", port=9092, rack=None)
                for i in range(3)]
     topics = []
@@ -148,9 +149,16 @@ def main(argv: list[str] | None = None) -> int:
         KpProduceRequest = KpFetchResponse = KpMetadataResponse = None
 
     cases = [
-        ("Produce v9 request (16 x 64 KiB)", 0, 9, "request", our_produce(), KpProduceRequest),
-        ("Fetch v12 response (16 x 64 KiB)", 1, 12, "response", our_fetch(), KpFetchResponse),
-        ("Metadata v12 response (1,000 partitions)", 3, 12, "response", our_metadata(), KpMetadataResponse),
+        ("Produce v9 request (16 x 64 KiB)", ApiKey.PRODUCE, 9, "request", our_produce(), KpProduceRequest),
+        ("Fetch v12 response (16 x 64 KiB)", ApiKey.FETCH, 12, "response", our_fetch(), KpFetchResponse),
+        (
+            "Metadata v12 response (1,000 partitions)",
+            ApiKey.METADATA,
+            12,
+            "response",
+            our_metadata(),
+            KpMetadataResponse,
+        ),
     ]
     print(f"{'message':42} {'op':7} {'ours µs':>10} {'kafka-python µs':>16} {'ratio':>7}")
     for title, key, version, kind, obj, kp_cls in cases:
@@ -205,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
             part.records = _SliceStandIn(len(RECORDS))
 
     def sliced_enc(fetch: Any = fetch) -> Any:
-        return messages.encode_response(1, 12, fetch)
+        return messages.encode_response(ApiKey.FETCH, 12, fetch)
 
     us = best_us(sliced_enc, args.rounds, args.min_time)
     print(f"{'Fetch v12 response, records as file slices':42} {'encode':7} {us:10.1f} {'(broker path)':>16}")

@@ -14,6 +14,8 @@ Theory of operation
    bodies (versions whose layout did not change) are emitted once and shared.
 4. One module per message, plus `api_index.py`: a small table that `messages.py` reads at import
    time so that codec modules are imported lazily, on the first use of an API.
+5. `api_keys.py`: the `ApiKey` IntEnum, one member per request spec (every apiKey, served or not),
+   named as Kafka names its API keys: the request's name without "Request", in UPPER_SNAKE.
 
 `--check` regenerates in memory and exits 1 if a checked-in file differs (or is missing / stale).
 Only names, types, versions and defaults are taken from the specs; no prose is copied.
@@ -981,6 +983,26 @@ def index_text(pairs: list[tuple[Message, Message]], data: list[Message], header
     return "".join(out)
 
 
+def api_key_name(request_name: str) -> str:
+    """Kafka's UPPER_SNAKE name of an API key from its request spec's name ("LeaderAndIsrRequest")."""
+    s = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", request_name.removesuffix("Request"))
+    return re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", s).upper()
+
+
+def api_keys_text(msgs: list[Message]) -> str:
+    requests = sorted((m for m in msgs if m.type == "request"), key=lambda m: m.api_key)
+    seen: dict[int, str] = {}
+    for m in requests:
+        if m.api_key in seen:
+            raise ValueError(f"api key {m.api_key} used by {seen[m.api_key]} and {m.name}")
+        seen[m.api_key] = m.name
+    out = [BANNER, '"""Kafka\'s API keys: one member per request spec, named as Kafka names them."""\n\n']
+    out.append("import enum\n\n\n")
+    out.append("class ApiKey(enum.IntEnum):\n")
+    out.extend(f"    {api_key_name(m.name)} = {m.api_key}\n" for m in requests)
+    return "".join(out)
+
+
 def generate(dirs: list[Path]) -> dict[str, str]:
     msgs = load_specs(dirs)
     pairs, headers, data = select(msgs)
@@ -991,6 +1013,7 @@ def generate(dirs: list[Path]) -> dict[str, str]:
     for m in headers + data:
         files[m.module + ".py"] = ModuleGen(m).render()
     files["api_index.py"] = index_text(pairs, data, headers)
+    files["api_keys.py"] = api_keys_text(msgs)
     return files
 
 

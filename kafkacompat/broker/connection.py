@@ -122,6 +122,7 @@ from kafkacompat.security.quotas import (
 from kafkacompat.security.sasl import FAILED, AuthenticationFailed
 from kafkacompat.wire import header as wire_header
 from kafkacompat.wire import messages
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import DecodeError, ErrorCode
 from kafkacompat.wire.framing import FrameBuffer
 
@@ -141,12 +142,10 @@ _UNWATCHED_PARK_SECONDS = 0.005
 # how long a closing TLS connection may take to send its close_notify
 _CLOSE_NOTIFY_SECONDS = 1.0
 
-API_VERSIONS_KEY = 18
-_PRODUCE_KEY, _FETCH_KEY = 0, 1
 # ApiVersions, SaslHandshake, SaslAuthenticate: never throttled by request_percentage (as in Kafka)
-_REQUEST_QUOTA_EXEMPT = frozenset({18, 17, 36})
+_REQUEST_QUOTA_EXEMPT = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
 # the first version whose client throttles itself on throttle_time_ms (KIP-219); older ones are delayed
-_KIP_219_VERSIONS = {_PRODUCE_KEY: 6, _FETCH_KEY: 8}
+_KIP_219_VERSIONS: dict[int, int] = {ApiKey.PRODUCE: 6, ApiKey.FETCH: 8}
 _PREFIX = struct.Struct(">hhi")
 _KEY = struct.Struct(">h")
 _SIZE = struct.Struct(">i")
@@ -885,7 +884,7 @@ async def _handle_frame(
     api_key, api_version, correlation_id = _PREFIX.unpack_from(frame)
     handler = dispatch.lookup(api_key, api_version, broker.cluster is not None)
     if handler is None:
-        if api_key == API_VERSIONS_KEY:
+        if api_key == ApiKey.API_VERSIONS:
             from kafkacompat.broker.handlers import api_versions
 
             answer = api_versions.unsupported_version_response(broker.cluster is not None)
@@ -945,7 +944,7 @@ async def _handle_frame(
 
 def _is_follower_fetch(broker: BrokerState, api_key: int, api_version: int, request: Any) -> bool:
     """A Fetch of a follower broker (cluster mode only: on a single node a replica id means nothing)."""
-    if api_key != _FETCH_KEY or broker.cluster is None:
+    if api_key != ApiKey.FETCH or broker.cluster is None:
         return False
     if api_version >= 15:
         state = getattr(request, "replica_state", None)
@@ -970,7 +969,7 @@ async def _handle_within_quotas(
     user = user_of(ctx.connection.principal)
     client_id = ctx.client_id or ""
     api_key, api_version = ctx.api_key, ctx.api_version
-    if api_key == _FETCH_KEY:
+    if api_key == ApiKey.FETCH:
         window_bytes = quotas.quota_window_bytes(CONSUMER_BYTE_RATE, user, client_id)
         if window_bytes is not None and request.max_bytes > window_bytes:
             request.max_bytes = max(window_bytes, 1)
@@ -995,12 +994,12 @@ async def _handle_within_quotas(
     throttle_ms = 0
     if api_key not in _REQUEST_QUOTA_EXEMPT:
         throttle_ms = quotas.record(REQUEST_PERCENTAGE, user, client_id, handler_seconds * 100, now)
-    if api_key == _PRODUCE_KEY:
+    if api_key == ApiKey.PRODUCE:
         throttle_ms = max(throttle_ms, quotas.record(PRODUCER_BYTE_RATE, user, client_id, request_bytes, now))
     body: list[Any] | None = None
     if response is not None:
         body = messages.encode_response(api_key, api_version, response)
-        if api_key == _FETCH_KEY:
+        if api_key == ApiKey.FETCH:
             size = sum(_chunk_size(chunk) for chunk in body)
             throttle_ms = max(throttle_ms, quotas.record(CONSUMER_BYTE_RATE, user, client_id, size, now))
             if throttle_ms > 0:

@@ -12,8 +12,9 @@ Handler contract (every module in kafkacompat/broker/handlers/ follows it)
 -------------------------------------------------------------------------
 - The module opens with a docstring stating the versions it serves and a short "behaviour" note
   (what Kafka does that the handler reproduces, and any deliberate difference).
-- It defines `API_KEY: int`, `MIN_VERSION: int`, `MAX_VERSION: int` (the advertised range; it must lie
-  inside the codec's valid versions — `supported_versions()` clamps it anyway), and
+- It defines `API_KEY: ApiKey` (kafkacompat.wire.api_keys), `MIN_VERSION: int`, `MAX_VERSION: int` (the
+  advertised range; it must lie inside the codec's valid versions — `supported_versions()` clamps it
+  anyway), and
   `async def handle(ctx: RequestContext, request) -> response | None` (`RequestContext` is defined in
   kafkacompat.broker.context, which imports no handler).
 - `request` is the decoded generated request object for `ctx.api_version`. The handler returns the
@@ -104,6 +105,7 @@ from kafkacompat.broker.handlers import (
     update_metadata,  # cluster mode: from the controller
     write_txn_markers,  # transactions
 )
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.messages import API_SPECS
 
 __all__ = [
@@ -181,9 +183,11 @@ HANDLER_MODULES: tuple[types.ModuleType, ...] = (
 
 HANDLERS: dict[int, types.ModuleType] = {}
 for _module in HANDLER_MODULES:
-    if _module.API_KEY in HANDLERS:
-        raise RuntimeError(f"api key {_module.API_KEY} registered twice ({_module.__name__})")
-    HANDLERS[_module.API_KEY] = _module
+    # ApiKey() also refuses a key that no request spec defines
+    _key = ApiKey(_module.API_KEY)
+    if _key in HANDLERS:
+        raise RuntimeError(f"api key {_key} registered twice ({_module.__name__})")
+    HANDLERS[_key] = _module
 
 
 _RANGES: dict[bool, dict[int, tuple[int, int]]] = {}

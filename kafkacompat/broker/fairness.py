@@ -60,6 +60,7 @@ import greenlet
 import trio
 
 from kafkacompat.wire import messages, primitives
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.primitives import Struct as GeneratedStruct
 
 __all__ = [
@@ -175,7 +176,7 @@ def estimated_items(obj: Any, depth: int = 0) -> int:
 #: Produce and Fetch: the hot path, not estimated by walking (the walk would cost twice a small response's
 #: encoding); their partitions are counted instead, topic by topic (a fetch of 5,000 partitions encoded
 #: in one step of 2-4 ms)
-_PARTITIONS_OF_HOT_KEYS = {0: "partition_responses", 1: "partitions"}
+_PARTITIONS_OF_HOT_KEYS: dict[int, str] = {ApiKey.PRODUCE: "partition_responses", ApiKey.FETCH: "partitions"}
 
 
 def _hot_partitions(api_key: int, response: Any) -> int:

@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.primitives import Struct
 
 if TYPE_CHECKING:
@@ -66,9 +67,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("kafkacompat.metrics")
-
-PRODUCE = 0
-FETCH = 1
 
 # upper bounds (seconds) of the latency histograms' buckets; +Inf is implied
 LATENCY_BUCKETS: tuple[float, ...] = (
@@ -156,7 +154,7 @@ class RequestMetrics:
         # the hot path of every request while the endpoint is on: locals, no helper objects
         sent = time.perf_counter()
         api_key = ctx.api_key
-        if api_key == FETCH:
+        if api_key == ApiKey.FETCH:
             name = _fetch_name(request)
         else:
             name = self._names.get(api_key) or self._name_of(api_key)
@@ -182,11 +180,11 @@ class RequestMetrics:
         sums[2] += local
         sums[3] += remote
         sums[4] += send
-        if api_key == PRODUCE:
+        if api_key == ApiKey.PRODUCE:
             self._count_produce(name, request, response)
         elif response is None:
             return
-        elif api_key == FETCH:
+        elif api_key == ApiKey.FETCH:
             self._count_fetch(name, ctx.api_version, response)
         else:
             errors = self.errors

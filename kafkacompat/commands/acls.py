@@ -19,11 +19,11 @@ from typing import Any
 from kafkacompat.client import CommandError, KafkaClient, add_bootstrap_argument, error_name
 from kafkacompat.commands._runner import with_client
 from kafkacompat.security.acls import Op, Pattern, Permission, Resource
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.messages import request_class
 
 HELP = "list, add and remove ACLs (kafka-acls.sh)"
 
-DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
 OPERATIONS = {
     "read": Op.READ, "write": Op.WRITE, "create": Op.CREATE, "delete": Op.DELETE, "alter": Op.ALTER,
     "describe": Op.DESCRIBE, "clusteraction": Op.CLUSTER_ACTION, "describeconfigs": Op.DESCRIBE_CONFIGS,
@@ -107,11 +107,11 @@ def _send(client: KafkaClient, api_key: int, body: Any) -> Any:
 def _list(client: KafkaClient, args: argparse.Namespace) -> None:
     rtype, name = _resource(args)
     pattern = PATTERNS[args.resource_pattern_type or ("literal" if name is not None else "any")]
-    body = request_class(DESCRIBE_ACLS)(
+    body = request_class(ApiKey.DESCRIBE_ACLS)(
         resource_type_filter=rtype, resource_name_filter=name, pattern_type_filter=pattern,
         principal_filter=args.principal, host_filter=None, operation=Op.ANY, permission_type=Permission.ANY,
     )  # fmt: skip
-    response = _send(client, DESCRIBE_ACLS, body)
+    response = _send(client, ApiKey.DESCRIBE_ACLS, body)
     if response.error_code:
         raise CommandError(f"{error_name(response.error_code)}: {response.error_message or ''}".rstrip(": "))
     for resource in response.resources:
@@ -137,13 +137,13 @@ def _add(client: KafkaClient, args: argparse.Namespace) -> None:
     pattern = PATTERNS[args.resource_pattern_type or "literal"]
     if pattern not in (Pattern.LITERAL, Pattern.PREFIXED):
         raise CommandError("add takes --resource-pattern-type literal or prefixed")
-    creation = request_class(CREATE_ACLS).AclCreation
+    creation = request_class(ApiKey.CREATE_ACLS).AclCreation
     creations = [
         creation(resource_type=rtype, resource_name=name, resource_pattern_type=pattern, principal=principal,
                  host=host, operation=op, permission_type=permission)
         for principal, host, op, permission in _bindings(args)
     ]  # fmt: skip
-    response = _send(client, CREATE_ACLS, request_class(CREATE_ACLS)(creations=creations))
+    response = _send(client, ApiKey.CREATE_ACLS, request_class(ApiKey.CREATE_ACLS)(creations=creations))
     for result in response.results:
         if result.error_code:
             raise CommandError(f"{error_name(result.error_code)}: {result.error_message or ''}".rstrip(": "))
@@ -155,7 +155,7 @@ def _remove(client: KafkaClient, args: argparse.Namespace) -> None:
     if name is None:
         raise CommandError("a resource is required (--topic, --group, --transactional-id or --cluster)")
     pattern = PATTERNS[args.resource_pattern_type or "literal"]
-    filter_class = request_class(DELETE_ACLS).DeleteAclsFilter
+    filter_class = request_class(ApiKey.DELETE_ACLS).DeleteAclsFilter
 
     def one(principal: str | None, host: str | None, op: int, permission: int) -> Any:
         return filter_class(
@@ -174,7 +174,7 @@ def _remove(client: KafkaClient, args: argparse.Namespace) -> None:
         if not args.force:
             raise CommandError("removing every ACL of the resource needs --force")
         filters = [one(None, None, Op.ANY, Permission.ANY)]
-    response = _send(client, DELETE_ACLS, request_class(DELETE_ACLS)(filters=filters))
+    response = _send(client, ApiKey.DELETE_ACLS, request_class(ApiKey.DELETE_ACLS)(filters=filters))
     removed = 0
     for result in response.filter_results:
         if result.error_code:

@@ -25,12 +25,11 @@ from kafkacompat.client import (
     error_name,
 )
 from kafkacompat.commands._runner import reporting_errors
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.messages import request_class
 
 HELP = "describe and alter topic and broker configs, like kafka-configs.sh"
 
-DESCRIBE_CONFIGS = 32
-INCREMENTAL_ALTER_CONFIGS = 44
 RESOURCE_TYPES = {"topics": 2, "brokers": 4, "broker-loggers": 8}
 ENTITY_WORDS = {"topics": "topic", "brokers": "broker", "broker-loggers": "broker-logger"}
 SOURCE_NAMES = {
@@ -157,7 +156,7 @@ def _describe(client: KafkaClient, args: argparse.Namespace, entity_type: str, n
         names = [name]
     if not names:
         return
-    cls = request_class(DESCRIBE_CONFIGS)
+    cls = request_class(ApiKey.DESCRIBE_CONFIGS)
     resources = [
         cls.DescribeConfigsResource(
             resource_type=RESOURCE_TYPES[entity_type], resource_name=n, configuration_keys=None
@@ -165,7 +164,7 @@ def _describe(client: KafkaClient, args: argparse.Namespace, entity_type: str, n
         for n in names
     ]
     response = client.send(
-        DESCRIBE_CONFIGS, cls(resources=resources, include_synonyms=True, include_documentation=False)
+        ApiKey.DESCRIBE_CONFIGS, cls(resources=resources, include_synonyms=True, include_documentation=False)
     )
     for result in response.results:
         if result.error_code != 0:
@@ -181,7 +180,7 @@ def _describe(client: KafkaClient, args: argparse.Namespace, entity_type: str, n
 def _alter(client: KafkaClient, args: argparse.Namespace, entity_type: str, name: str | None) -> None:
     if not args.add_config and not args.delete_config:
         raise CommandError("alter needs --add-config and/or --delete-config")
-    cls = request_class(INCREMENTAL_ALTER_CONFIGS)
+    cls = request_class(ApiKey.INCREMENTAL_ALTER_CONFIGS)
     operations = []
     if args.add_config:
         for key, value in parse_add_config(args.add_config):
@@ -193,7 +192,7 @@ def _alter(client: KafkaClient, args: argparse.Namespace, entity_type: str, name
     resource = cls.AlterConfigsResource(
         resource_type=RESOURCE_TYPES[entity_type], resource_name=name, configs=operations
     )
-    response = client.send(INCREMENTAL_ALTER_CONFIGS, cls(resources=[resource], validate_only=False))
+    response = client.send(ApiKey.INCREMENTAL_ALTER_CONFIGS, cls(resources=[resource], validate_only=False))
     for result in response.responses:
         if result.error_code != 0:
             raise CommandError(f"{error_name(result.error_code)}: {result.error_message or ''}".rstrip(": "))

@@ -30,14 +30,13 @@ from kafkacompat.client import (
     parse_property_args,
     silence_stdout,
 )
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import KafkaError
 from kafkacompat.wire.messages import request_class
 from kafkacompat.wire.records import TimestampType, iter_batches, iter_records
 
 HELP = "print records of a topic (all partitions, no consumer group), like kafka-console-consumer.sh"
 
-FETCH = 1
-LIST_OFFSETS = 2
 EARLIEST, LATEST = -2, -1
 OFFSET_OUT_OF_RANGE = 1
 RETRIABLE_FETCH_ERRORS = {3, 5, 6, 9, 74, 75}  # unknown partition, leader moves, epochs: refresh and retry
@@ -155,7 +154,7 @@ class Consumer:
         self.positions = self.list_offsets(list(self.leaders), self.reset_to)
 
     def list_offsets(self, partitions: list[int], timestamp: int) -> dict[int, int]:
-        cls = request_class(LIST_OFFSETS)
+        cls = request_class(ApiKey.LIST_OFFSETS)
         result: dict[int, int] = {}
         by_leader: dict[int, list[int]] = {}
         for p in partitions:
@@ -180,7 +179,7 @@ class Consumer:
                 ],
                 timeout_ms=30000,
             )
-            response = self.client.send(LIST_OFFSETS, request, node_id=leader)
+            response = self.client.send(ApiKey.LIST_OFFSETS, request, node_id=leader)
             for topic in response.topics:
                 for answer in topic.partitions:
                     if answer.error_code != 0:
@@ -198,7 +197,7 @@ class Consumer:
 
     def fetch_once(self) -> int:
         """One Fetch round over every leader; returns how many records were printed."""
-        cls = request_class(FETCH)
+        cls = request_class(ApiKey.FETCH)
         printed = 0
         by_leader: dict[int, list[int]] = {}
         for p in sorted(self.positions):
@@ -233,7 +232,7 @@ class Consumer:
                 forgotten_topics_data=[],
                 rack_id="",
             )
-            response = self.client.send(FETCH, request, node_id=leader)
+            response = self.client.send(ApiKey.FETCH, request, node_id=leader)
             if response.error_code != 0:
                 raise CommandError(f"Fetch failed: {error_name(response.error_code)}")
             for topic in response.responses:

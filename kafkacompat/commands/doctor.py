@@ -36,15 +36,17 @@ from pathlib import Path
 from typing import Any
 
 from kafkacompat.client import DEFAULT_BOOTSTRAP, ClientError, CommandError, KafkaClient, error_name
+from kafkacompat.wire.api_keys import ApiKey
 
 HELP = "say where the broker listens, what it holds and the first problems seen (client cannot connect?)"
 
-API_VERSIONS = 18
-METADATA = 3
-DESCRIBE_LOG_DIRS = 35
-DESCRIBE_CONFIGS = 32
 RESOURCE_BROKER = 4
-MAIN_APIS = {0: "Produce", 1: "Fetch", 3: "Metadata", 11: "JoinGroup"}
+MAIN_APIS = {
+    ApiKey.PRODUCE: "Produce",
+    ApiKey.FETCH: "Fetch",
+    ApiKey.METADATA: "Metadata",
+    ApiKey.JOIN_GROUP: "JoinGroup",
+}
 
 LOCK_FILE = ".lock"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
@@ -256,7 +258,7 @@ def _inspect_broker(
             )
     _report_metrics_endpoint(client, metadata, timeout, report)
     _report_topics(metadata, report)
-    log_dirs = _report_log_dirs(client, report, request_class(DESCRIBE_LOG_DIRS))
+    log_dirs = _report_log_dirs(client, report, request_class(ApiKey.DESCRIBE_LOG_DIRS))
     _report_groups(client, report)
     return True, log_dirs, metadata.cluster_id
 
@@ -267,9 +269,9 @@ def _report_metrics_endpoint(client: KafkaClient, metadata: Any, timeout: float,
     (broker configs, read with DescribeConfigs; a broker that refuses it is simply not asked more)."""
     from kafkacompat.wire.messages import request_class
 
-    if DESCRIBE_CONFIGS not in client.connection().versions or not metadata.brokers:
+    if ApiKey.DESCRIBE_CONFIGS not in client.connection().versions or not metadata.brokers:
         return
-    cls = request_class(DESCRIBE_CONFIGS)
+    cls = request_class(ApiKey.DESCRIBE_CONFIGS)
     node = metadata.brokers[0]
     resource = cls.DescribeConfigsResource(
         resource_type=RESOURCE_BROKER,
@@ -277,7 +279,7 @@ def _report_metrics_endpoint(client: KafkaClient, metadata: Any, timeout: float,
         configuration_keys=["listeners", "advertised.listeners", "metrics.listener"],
     )
     try:
-        response = client.send(DESCRIBE_CONFIGS, cls(resources=[resource]), node_id=node.node_id)
+        response = client.send(ApiKey.DESCRIBE_CONFIGS, cls(resources=[resource]), node_id=node.node_id)
     except ClientError:
         return
     configs = {c.name: c.value for r in response.results if not r.error_code for c in r.configs}
@@ -377,9 +379,9 @@ def _report_topics(metadata: Any, report: Report) -> None:
 
 
 def _report_log_dirs(client: KafkaClient, report: Report, cls: Any) -> list[str]:
-    if DESCRIBE_LOG_DIRS not in client.connection().versions:
+    if ApiKey.DESCRIBE_LOG_DIRS not in client.connection().versions:
         return []
-    response = client.send(DESCRIBE_LOG_DIRS, cls(topics=None))
+    response = client.send(ApiKey.DESCRIBE_LOG_DIRS, cls(topics=None))
     report.heading("Log dirs (as the broker reports them)")
     dirs = []
     for result in response.results:

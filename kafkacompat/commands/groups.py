@@ -33,17 +33,11 @@ from kafkacompat.client import (
     error_name,
 )
 from kafkacompat.commands._runner import print_table, with_client
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.messages import request_class
 
 HELP = "list, describe, reset offsets of and delete consumer groups, like kafka-consumer-groups.sh"
 
-LIST_OFFSETS = 2
-OFFSET_COMMIT = 8
-OFFSET_FETCH = 9
-FIND_COORDINATOR = 10
-DESCRIBE_GROUPS = 15
-LIST_GROUPS = 16
-DELETE_GROUPS = 42
 
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
@@ -107,10 +101,12 @@ class GroupDescription:
 def list_groups(client: KafkaClient) -> list[tuple[str, str, str]]:
     """(group id, protocol type, state) of every group of every broker."""
     brokers = client.metadata([]).brokers
-    cls = request_class(LIST_GROUPS)
+    cls = request_class(ApiKey.LIST_GROUPS)
     found: dict[str, tuple[str, str, str]] = {}
     for broker in brokers:
-        response = client.send(LIST_GROUPS, cls(states_filter=[], types_filter=[]), node_id=broker.node_id)
+        response = client.send(
+            ApiKey.LIST_GROUPS, cls(states_filter=[], types_filter=[]), node_id=broker.node_id
+        )
         if response.error_code != 0:
             raise CommandError(f"ListGroups at broker {broker.node_id}: {error_name(response.error_code)}")
         for group in response.groups:
@@ -120,10 +116,10 @@ def list_groups(client: KafkaClient) -> list[tuple[str, str, str]]:
 
 
 def find_coordinator(client: KafkaClient, group_id: str) -> int:
-    cls = request_class(FIND_COORDINATOR)
-    version = min(3, client.version_for(FIND_COORDINATOR))
+    cls = request_class(ApiKey.FIND_COORDINATOR)
+    version = min(3, client.version_for(ApiKey.FIND_COORDINATOR))
     for attempt in range(COORDINATOR_RETRIES):
-        response = client.send(FIND_COORDINATOR, cls(key=group_id, key_type=0), version=version)
+        response = client.send(ApiKey.FIND_COORDINATOR, cls(key=group_id, key_type=0), version=version)
         if response.error_code == 0:
             return int(response.node_id)
         if response.error_code not in RETRIABLE_COORDINATOR_ERRORS or attempt == COORDINATOR_RETRIES - 1:
@@ -139,11 +135,11 @@ def _backoff() -> None:
 
 
 def describe_group(client: KafkaClient, group_id: str) -> GroupDescription:
-    cls = request_class(DESCRIBE_GROUPS)
+    cls = request_class(ApiKey.DESCRIBE_GROUPS)
     for attempt in range(COORDINATOR_RETRIES):
         node = find_coordinator(client, group_id)
         response = client.send(
-            DESCRIBE_GROUPS, cls(groups=[group_id], include_authorized_operations=False), node_id=node
+            ApiKey.DESCRIBE_GROUPS, cls(groups=[group_id], include_authorized_operations=False), node_id=node
         )
         group = response.groups[0]
         if group.error_code == 0:
@@ -163,13 +159,13 @@ def describe_group(client: KafkaClient, group_id: str) -> GroupDescription:
 
 def committed_offsets(client: KafkaClient, group_id: str, node: int) -> dict[tuple[str, int], int]:
     """Every committed offset of the group: (topic, partition) -> offset."""
-    cls = request_class(OFFSET_FETCH)
-    version = min(7, client.version_for(OFFSET_FETCH, node))
+    cls = request_class(ApiKey.OFFSET_FETCH)
+    version = min(7, client.version_for(ApiKey.OFFSET_FETCH, node))
     if version < 2:
         raise CommandError("the coordinator does not support fetching all offsets (OffsetFetch v2+)")
     for attempt in range(COORDINATOR_RETRIES):
         response = client.send(
-            OFFSET_FETCH,
+            ApiKey.OFFSET_FETCH,
             cls(group_id=group_id, topics=None, require_stable=False),
             node_id=node,
             version=version,
@@ -191,7 +187,7 @@ def list_offsets(
     client: KafkaClient, partitions: Iterable[tuple[str, int]], timestamp: int
 ) -> dict[tuple[str, int], int]:
     """ListOffsets at each partition's leader: (topic, partition) -> offset (-1 when none)."""
-    cls = request_class(LIST_OFFSETS)
+    cls = request_class(ApiKey.LIST_OFFSETS)
     by_leader: dict[int, dict[str, list[int]]] = {}
     leaders: dict[str, dict[int, int]] = {}
     for topic, partition in partitions:
@@ -216,7 +212,7 @@ def list_offsets(
                 for topic, parts in topics.items()
             ],
         )
-        response = client.send(LIST_OFFSETS, request, node_id=leader)
+        response = client.send(ApiKey.LIST_OFFSETS, request, node_id=leader)
         for topic in response.topics:
             for p in topic.partitions:
                 if p.error_code != 0:
@@ -439,7 +435,7 @@ def _reset_offsets(client: KafkaClient, args: argparse.Namespace) -> None:
 
 
 def _commit(client: KafkaClient, group_id: str, node: int, offsets: dict[tuple[str, int], int]) -> None:
-    cls = request_class(OFFSET_COMMIT)
+    cls = request_class(ApiKey.OFFSET_COMMIT)
     topics: dict[str, list[Any]] = {}
     for (topic, partition), offset in sorted(offsets.items()):
         topics.setdefault(topic, []).append(
@@ -455,7 +451,7 @@ def _commit(client: KafkaClient, group_id: str, node: int, offsets: dict[tuple[s
         retention_time_ms=-1,
         topics=[cls.OffsetCommitRequestTopic(name=t, partitions=ps) for t, ps in topics.items()],
     )
-    response = client.send(OFFSET_COMMIT, request, node_id=node)
+    response = client.send(ApiKey.OFFSET_COMMIT, request, node_id=node)
     failures = [
         f"{topic.name}-{p.partition_index}: {error_name(p.error_code)}"
         for topic in response.topics
@@ -468,12 +464,12 @@ def _commit(client: KafkaClient, group_id: str, node: int, offsets: dict[tuple[s
 
 def _delete(client: KafkaClient, args: argparse.Namespace) -> None:
     groups = _groups(client, args)
-    cls = request_class(DELETE_GROUPS)
+    cls = request_class(ApiKey.DELETE_GROUPS)
     failed: list[tuple[str, str]] = []
     done: list[str] = []
     for group_id in groups:
         node = find_coordinator(client, group_id)
-        response = client.send(DELETE_GROUPS, cls(groups_names=[group_id]), node_id=node)
+        response = client.send(ApiKey.DELETE_GROUPS, cls(groups_names=[group_id]), node_id=node)
         for result in response.results:
             if result.error_code == 0:
                 done.append(result.group_id)

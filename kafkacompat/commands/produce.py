@@ -31,12 +31,12 @@ from kafkacompat.client import (
     error_name,
     parse_property_args,
 )
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.messages import request_class
 from kafkacompat.wire.records import RecordInput, build_batch
 
 HELP = "send lines from standard input as records, like kafka-console-producer.sh"
 
-PRODUCE = 0
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
 
@@ -178,7 +178,7 @@ class Producer:
     def flush(self) -> None:
         if not self.pending:
             return
-        cls = request_class(PRODUCE)
+        cls = request_class(ApiKey.PRODUCE)
         by_leader: dict[int, list[tuple[int, bytes]]] = {}
         for partition, records in sorted(self.pending.items()):
             batch = build_batch(records, compression=self.codec)
@@ -197,9 +197,11 @@ class Producer:
             )
             if self.acks == 0:
                 connection = self.client.connection(leader)
-                connection.send_without_answer(PRODUCE, connection.version_for(PRODUCE), request)
+                connection.send_without_answer(
+                    ApiKey.PRODUCE, connection.version_for(ApiKey.PRODUCE), request
+                )
                 continue
-            response = self.client.send(PRODUCE, request, node_id=leader)
+            response = self.client.send(ApiKey.PRODUCE, request, node_id=leader)
             for topic in response.responses:
                 for answer in topic.partition_responses:
                     if answer.error_code != 0:

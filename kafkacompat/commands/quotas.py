@@ -14,11 +14,11 @@ import argparse
 
 from kafkacompat.client import CommandError, KafkaClient, add_bootstrap_argument, error_name
 from kafkacompat.commands._runner import with_client
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.messages import request_class
 
 HELP = "describe and alter client quotas (kafka-configs.sh --entity-type users/clients)"
 
-DESCRIBE, ALTER = 48, 49
 MATCH_EXACT, MATCH_DEFAULT = 0, 1
 
 
@@ -58,7 +58,7 @@ def describe_entity(entity: list[tuple[str, str | None]]) -> str:
 
 
 def _describe(client: KafkaClient, entity: list[tuple[str, str | None]]) -> None:
-    request = request_class(DESCRIBE)
+    request = request_class(ApiKey.DESCRIBE_CLIENT_QUOTAS)
     components = [
         request.ComponentData(
             entity_type=kind, match_type=MATCH_DEFAULT if name is None else MATCH_EXACT, match=name
@@ -67,7 +67,9 @@ def _describe(client: KafkaClient, entity: list[tuple[str, str | None]]) -> None
     ]
     connection = client.connection()
     response = connection.send(
-        DESCRIBE, connection.version_for(DESCRIBE), request(components=components, strict=bool(entity))
+        ApiKey.DESCRIBE_CLIENT_QUOTAS,
+        connection.version_for(ApiKey.DESCRIBE_CLIENT_QUOTAS),
+        request(components=components, strict=bool(entity)),
     )
     if response.error_code:
         raise CommandError(f"{error_name(response.error_code)}: {response.error_message}")
@@ -96,7 +98,7 @@ def _alter(client: KafkaClient, args: argparse.Namespace, entity: list[tuple[str
             "alter needs an entity: --user/--user-defaults and/or --client-id/--client-defaults, or "
             "--ip/--ip-defaults"
         )
-    request = request_class(ALTER)
+    request = request_class(ApiKey.ALTER_CLIENT_QUOTAS)
     ops = [
         request.OpData(key=key, value=value, remove=False) for key, value in _parse_additions(args.add_config)
     ]
@@ -112,7 +114,9 @@ def _alter(client: KafkaClient, args: argparse.Namespace, entity: list[tuple[str
     )
     connection = client.connection()
     response = connection.send(
-        ALTER, connection.version_for(ALTER), request(entries=[entry], validate_only=False)
+        ApiKey.ALTER_CLIENT_QUOTAS,
+        connection.version_for(ApiKey.ALTER_CLIENT_QUOTAS),
+        request(entries=[entry], validate_only=False),
     )
     for result in response.entries:
         if result.error_code:

@@ -23,14 +23,11 @@ from kafkacompat.client import (
     uuid_to_kafka_string,
 )
 from kafkacompat.commands._runner import with_client
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.messages import request_class
 
 HELP = "create, list, describe, alter (add partitions) and delete topics, like kafka-topics.sh"
 
-CREATE_TOPICS = 19
-DELETE_TOPICS = 20
-CREATE_PARTITIONS = 37
-DESCRIBE_CONFIGS = 32
 RESOURCE_TOPIC = 2
 SOURCE_DYNAMIC_TOPIC = 1
 TOPIC_ALREADY_EXISTS = 36
@@ -64,7 +61,7 @@ def _fail(code: int, message: str | None) -> CommandError:
 def _create(client: KafkaClient, args: argparse.Namespace) -> None:
     if not args.topic:
         raise CommandError("--topic is required to create a topic")
-    cls = request_class(CREATE_TOPICS)
+    cls = request_class(ApiKey.CREATE_TOPICS)
     configs = []
     for item in args.config:
         key, sep, value = item.partition("=")
@@ -78,7 +75,7 @@ def _create(client: KafkaClient, args: argparse.Namespace) -> None:
         assignments=[],
         configs=configs,
     )
-    response = client.send(CREATE_TOPICS, cls(topics=[topic], timeout_ms=30000, validate_only=False))
+    response = client.send(ApiKey.CREATE_TOPICS, cls(topics=[topic], timeout_ms=30000, validate_only=False))
     for result in response.topics:
         if result.error_code == TOPIC_ALREADY_EXISTS and args.if_not_exists:
             return
@@ -116,12 +113,12 @@ def _list(client: KafkaClient, args: argparse.Namespace) -> None:
 def _overrides(client: KafkaClient, names: list[str]) -> dict[str, list[tuple[str, str | None]]]:
     if not names:
         return {}
-    cls = request_class(DESCRIBE_CONFIGS)
+    cls = request_class(ApiKey.DESCRIBE_CONFIGS)
     resources = [
         cls.DescribeConfigsResource(resource_type=RESOURCE_TOPIC, resource_name=n, configuration_keys=None)
         for n in names
     ]
-    response = client.send(DESCRIBE_CONFIGS, cls(resources=resources, include_synonyms=False))
+    response = client.send(ApiKey.DESCRIBE_CONFIGS, cls(resources=resources, include_synonyms=False))
     result: dict[str, list[tuple[str, str | None]]] = {}
     for entry in response.results:
         if entry.error_code != 0:
@@ -157,9 +154,11 @@ def _alter(client: KafkaClient, args: argparse.Namespace) -> None:
     topics = _matching(client, args, must_exist=True)
     if not topics:
         return
-    cls = request_class(CREATE_PARTITIONS)
+    cls = request_class(ApiKey.CREATE_PARTITIONS)
     wanted = [cls.CreatePartitionsTopic(name=t.name, count=args.partitions, assignments=None) for t in topics]
-    response = client.send(CREATE_PARTITIONS, cls(topics=wanted, timeout_ms=30000, validate_only=False))
+    response = client.send(
+        ApiKey.CREATE_PARTITIONS, cls(topics=wanted, timeout_ms=30000, validate_only=False)
+    )
     for result in response.results:
         if result.error_code != 0:
             raise _fail(result.error_code, result.error_message)
@@ -171,11 +170,11 @@ def _delete(client: KafkaClient, args: argparse.Namespace) -> None:
     topics = _matching(client, args, must_exist=True)
     if not topics:
         return
-    cls = request_class(DELETE_TOPICS)
+    cls = request_class(ApiKey.DELETE_TOPICS)
     response = client.send(
-        DELETE_TOPICS,
+        ApiKey.DELETE_TOPICS,
         cls(topic_names=[t.name for t in topics], timeout_ms=30000),
-        version=min(5, client.version_for(DELETE_TOPICS)),
+        version=min(5, client.version_for(ApiKey.DELETE_TOPICS)),
     )
     for result in response.responses:
         if result.error_code != 0:

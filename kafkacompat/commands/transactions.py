@@ -20,15 +20,11 @@ from typing import Any
 
 from kafkacompat.client import CommandError, KafkaClient, add_bootstrap_argument, error_name
 from kafkacompat.commands._runner import print_table, with_client
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.messages import request_class
 
 HELP = "list, describe and abort transactions, like kafka-transactions.sh"
 
-FIND_COORDINATOR = 10
-WRITE_TXN_MARKERS = 27
-DESCRIBE_PRODUCERS = 61
-DESCRIBE_TRANSACTIONS = 65
-LIST_TRANSACTIONS = 66
 TRANSACTION_KEY_TYPE = 1
 COORDINATOR_RETRIES = 20
 RETRIABLE_COORDINATOR_ERRORS = (14, 15, 16)
@@ -51,11 +47,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _list(client: KafkaClient, args: argparse.Namespace) -> None:
-    cls = request_class(LIST_TRANSACTIONS)
+    cls = request_class(ApiKey.LIST_TRANSACTIONS)
     rows: list[list[Any]] = []
     for broker in client.metadata([]).brokers:
         response = client.send(
-            LIST_TRANSACTIONS,
+            ApiKey.LIST_TRANSACTIONS,
             cls(state_filters=[], producer_id_filters=[], duration_filter=-1),
             node_id=broker.node_id,
         )
@@ -69,11 +65,11 @@ def _list(client: KafkaClient, args: argparse.Namespace) -> None:
 
 
 def find_coordinator(client: KafkaClient, transactional_id: str) -> int:
-    cls = request_class(FIND_COORDINATOR)
-    version = min(3, client.version_for(FIND_COORDINATOR))
+    cls = request_class(ApiKey.FIND_COORDINATOR)
+    version = min(3, client.version_for(ApiKey.FIND_COORDINATOR))
     for attempt in range(COORDINATOR_RETRIES):
         response = client.send(
-            FIND_COORDINATOR, cls(key=transactional_id, key_type=TRANSACTION_KEY_TYPE), version=version
+            ApiKey.FIND_COORDINATOR, cls(key=transactional_id, key_type=TRANSACTION_KEY_TYPE), version=version
         )
         if response.error_code == 0:
             return int(response.node_id)
@@ -90,10 +86,10 @@ def _describe(client: KafkaClient, args: argparse.Namespace) -> None:
     if not tid:
         raise CommandError("describe needs --transactional-id")
     node = find_coordinator(client, tid)
-    cls = request_class(DESCRIBE_TRANSACTIONS)
-    state = client.send(DESCRIBE_TRANSACTIONS, cls(transactional_ids=[tid]), node_id=node).transaction_states[
-        0
-    ]
+    cls = request_class(ApiKey.DESCRIBE_TRANSACTIONS)
+    state = client.send(
+        ApiKey.DESCRIBE_TRANSACTIONS, cls(transactional_ids=[tid]), node_id=node
+    ).transaction_states[0]
     if state.error_code != 0:
         raise CommandError(f"cannot describe transactional id {tid}: {error_name(state.error_code)}")
     start = state.transaction_start_time_ms
@@ -141,7 +137,7 @@ def _abort(client: KafkaClient, args: argparse.Namespace) -> None:
         raise CommandError(
             "abort needs --start-offset, or --producer-id, --producer-epoch and --coordinator-epoch"
         )
-    cls = request_class(WRITE_TXN_MARKERS)
+    cls = request_class(ApiKey.WRITE_TXN_MARKERS)
     marker = cls.WritableTxnMarker(
         producer_id=producer_id,
         producer_epoch=epoch,
@@ -149,7 +145,7 @@ def _abort(client: KafkaClient, args: argparse.Namespace) -> None:
         topics=[cls.WritableTxnMarkerTopic(name=args.topic, partition_indexes=[args.partition])],
         coordinator_epoch=max(coordinator_epoch, 0),
     )
-    response = client.send(WRITE_TXN_MARKERS, cls(markers=[marker]), node_id=leader)
+    response = client.send(ApiKey.WRITE_TXN_MARKERS, cls(markers=[marker]), node_id=leader)
     for result in response.markers:
         for topic in result.topics:
             for partition in topic.partitions:
@@ -164,9 +160,9 @@ def _abort(client: KafkaClient, args: argparse.Namespace) -> None:
 
 
 def _hanging_producer(client: KafkaClient, leader: int, args: argparse.Namespace) -> tuple[int, int, int]:
-    cls = request_class(DESCRIBE_PRODUCERS)
+    cls = request_class(ApiKey.DESCRIBE_PRODUCERS)
     request = cls(topics=[cls.TopicRequest(name=args.topic, partition_indexes=[args.partition])])
-    response = client.send(DESCRIBE_PRODUCERS, request, node_id=leader)
+    response = client.send(ApiKey.DESCRIBE_PRODUCERS, request, node_id=leader)
     for topic in response.topics:
         for partition in topic.partitions:
             if partition.error_code != 0:

@@ -17,11 +17,11 @@ import sys
 
 from kafkacompat.client import CommandError, KafkaClient, add_bootstrap_argument, error_name
 from kafkacompat.commands._runner import with_client
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.messages import request_class
 
 HELP = "list, describe, add and delete SCRAM users (kafka-configs.sh --entity-type users)"
 
-DESCRIBE, ALTER = 50, 51
 MECHANISMS = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}
 NAMES = {number: name for name, number in MECHANISMS.items()}
 
@@ -41,11 +41,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _describe(client: KafkaClient, users: list[str] | None) -> None:
-    body = request_class(DESCRIBE)(
-        users=None if users is None else [request_class(DESCRIBE).UserName(name=user) for user in users]
-    )
+    describe = request_class(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS)
+    body = describe(users=None if users is None else [describe.UserName(name=user) for user in users])
     connection = client.connection()
-    response = connection.send(DESCRIBE, connection.version_for(DESCRIBE), body)
+    response = connection.send(
+        ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS,
+        connection.version_for(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS),
+        body,
+    )
     if response.error_code:
         raise CommandError(f"{error_name(response.error_code)}: {response.error_message}")
     for result in response.results:
@@ -61,8 +64,10 @@ def _describe(client: KafkaClient, users: list[str] | None) -> None:
 
 def _alter(client: KafkaClient, deletions: list[object], upsertions: list[object]) -> None:
     connection = client.connection()
-    body = request_class(ALTER)(deletions=deletions, upsertions=upsertions)
-    response = connection.send(ALTER, connection.version_for(ALTER), body)
+    body = request_class(ApiKey.ALTER_USER_SCRAM_CREDENTIALS)(deletions=deletions, upsertions=upsertions)
+    response = connection.send(
+        ApiKey.ALTER_USER_SCRAM_CREDENTIALS, connection.version_for(ApiKey.ALTER_USER_SCRAM_CREDENTIALS), body
+    )
     for result in response.results:
         if result.error_code:
             raise CommandError(f"{result.user}: {error_name(result.error_code)}: {result.error_message}")
@@ -89,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
         if len(args.user) != 1:
             raise CommandError("add and delete take one --user")
         user = args.user[0]
-        alter = request_class(ALTER)
+        alter = request_class(ApiKey.ALTER_USER_SCRAM_CREDENTIALS)
         if args.action == "delete":
             for mechanism in args.mechanism or sorted(MECHANISMS):
                 _alter(

@@ -37,6 +37,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from kafkacompat.wire.api_keys import ApiKey
+
 __all__ = [
     "AuthenticationFailed",
     "SaslSession",
@@ -45,8 +47,7 @@ __all__ = [
 ]
 
 HANDSHAKE, AUTHENTICATE, COMPLETE, FAILED = "handshake", "authenticate", "complete", "failed"
-API_VERSIONS_KEY, SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY = 18, 17, 36
-PRE_AUTHENTICATION_KEYS = frozenset({API_VERSIONS_KEY, SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY})
+PRE_AUTHENTICATION_KEYS = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
 SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 SCRAM_HASHES: dict[str, Callable[..., Any]] = {
     "SCRAM-SHA-256": hashlib.sha256,
@@ -395,7 +396,7 @@ class SaslSession:
     def allows(self, api_key: int, now: float) -> bool:
         """Whether a request with this key may be processed now (else the connection closes)."""
         if self.state == COMPLETE:
-            return self.expires_at is None or now < self.expires_at or api_key == SASL_HANDSHAKE_KEY
+            return self.expires_at is None or now < self.expires_at or api_key == ApiKey.SASL_HANDSHAKE
         return api_key in PRE_AUTHENTICATION_KEYS
 
     def begin_reauthentication(self, mechanism: str, now: float) -> bool:

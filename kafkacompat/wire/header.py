@@ -23,6 +23,7 @@ from kafkacompat.wire._generated.request_header import ENCODERS as _REQ_HDR_ENC
 from kafkacompat.wire._generated.request_header import RequestHeader
 from kafkacompat.wire._generated.response_header import DECODERS as _RESP_HDR_DEC
 from kafkacompat.wire._generated.response_header import ResponseHeader
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.primitives import read_nullable_string, read_tags
 
@@ -37,9 +38,6 @@ __all__ = [
     "response_header_version",
 ]
 
-API_VERSIONS_KEY = 18
-CONTROLLED_SHUTDOWN_KEY = 7
-
 _FIXED = struct.Struct(">hhi")
 _CORR = struct.Struct(">i")
 # api_key -> (min version, max version, first flexible request version, first flexible response version)
@@ -50,7 +48,7 @@ _FLEX: dict[int, tuple[int, int, int | None, int | None]] = {
 
 def request_header_version(api_key: int, api_version: int) -> int:
     """Header version a request of this key/version carries (1 for keys/versions we do not know)."""
-    if api_key == CONTROLLED_SHUTDOWN_KEY and api_version == 0:
+    if api_key == ApiKey.CONTROLLED_SHUTDOWN and api_version == 0:
         return 0
     info = _FLEX.get(api_key)
     if info is None:
@@ -65,7 +63,7 @@ def request_header_version(api_key: int, api_version: int) -> int:
 
 
 def response_header_version(api_key: int, api_version: int) -> int:
-    if api_key == API_VERSIONS_KEY:
+    if api_key == ApiKey.API_VERSIONS:
         return 0
     info = _FLEX.get(api_key)
     if info is None:

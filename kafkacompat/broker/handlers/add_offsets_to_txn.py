@@ -17,12 +17,13 @@ from kafkacompat.broker.group_runtime import OFFSETS_TOPIC
 from kafkacompat.broker.group_runtime import runtime_of as groups_of
 from kafkacompat.broker.txn_runtime import runtime_of, version_error
 from kafkacompat.wire._generated.add_offsets_to_txn_response import AddOffsetsToTxnResponse
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
 
-API_KEY = 25
+API_KEY = ApiKey.ADD_OFFSETS_TO_TXN
 MIN_VERSION = 0
 MAX_VERSION = 4
 

@@ -21,12 +21,13 @@ from kafkacompat.broker.fairness import Turn
 from kafkacompat.broker.txn_runtime import runtime_of, version_error
 from kafkacompat.txn.coordinator import TxnOutcome
 from kafkacompat.wire._generated.add_partitions_to_txn_response import AddPartitionsToTxnResponse
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
 
-API_KEY = 24
+API_KEY = ApiKey.ADD_PARTITIONS_TO_TXN
 MIN_VERSION = 0
 MAX_VERSION = 5
 

@@ -36,12 +36,13 @@ from kafkacompat.wire._generated.alter_client_quotas_response import (
     EntityData,
     EntryData,
 )
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import ErrorCode
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
 
-API_KEY = 49
+API_KEY = ApiKey.ALTER_CLIENT_QUOTAS
 MIN_VERSION = 0
 MAX_VERSION = 1
 

@@ -28,12 +28,13 @@ from kafkacompat.broker.admin_support import (
 )
 from kafkacompat.broker.authorization import Op, require_config_access
 from kafkacompat.wire._generated.alter_configs_response import AlterConfigsResponse
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
 
-API_KEY = 33
+API_KEY = ApiKey.ALTER_CONFIGS
 MIN_VERSION = 0
 MAX_VERSION = 2
 

@@ -19,12 +19,13 @@ from typing import TYPE_CHECKING, Any
 from kafkacompat.broker.authorization import Op, cluster_allowed
 from kafkacompat.replication.broker_requests import IsrProposal
 from kafkacompat.wire._generated.alter_partition_response import AlterPartitionResponse
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import ErrorCode
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
 
-API_KEY = 56
+API_KEY = ApiKey.ALTER_PARTITION
 MIN_VERSION = 0
 MAX_VERSION = 3
 CLUSTER_ONLY = True

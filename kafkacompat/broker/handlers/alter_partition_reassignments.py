@@ -19,12 +19,13 @@ from typing import TYPE_CHECKING, Any
 from kafkacompat.wire._generated.alter_partition_reassignments_response import (
     AlterPartitionReassignmentsResponse,
 )
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
 
-API_KEY = 45
+API_KEY = ApiKey.ALTER_PARTITION_REASSIGNMENTS
 MIN_VERSION = 0
 MAX_VERSION = 0
 

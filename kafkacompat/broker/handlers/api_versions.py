@@ -16,9 +16,10 @@ import re
 from typing import Any
 
 from kafkacompat.wire._generated.api_versions_response import ApiVersionsResponse
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import ErrorCode
 
-API_KEY = 18
+API_KEY = ApiKey.API_VERSIONS
 MIN_VERSION = 0
 MAX_VERSION = 4
 

@@ -17,12 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 from kafkacompat.broker.authorization import Op, cluster_allowed
 from kafkacompat.wire._generated.controlled_shutdown_response import ControlledShutdownResponse
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
 
-API_KEY = 7
+API_KEY = ApiKey.CONTROLLED_SHUTDOWN
 MIN_VERSION = 0
 MAX_VERSION = 3
 

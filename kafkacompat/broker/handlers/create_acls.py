@@ -18,12 +18,13 @@ import trio
 from kafkacompat.broker.authorization import Op, cluster_allowed
 from kafkacompat.security.acls import AclBinding, AclStore, Pattern, validate
 from kafkacompat.wire._generated.create_acls_response import AclCreationResult, CreateAclsResponse
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import ErrorCode
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
 
-API_KEY = 30
+API_KEY = ApiKey.CREATE_ACLS
 MIN_VERSION = 0
 MAX_VERSION = 3
 

@@ -28,13 +28,14 @@ from kafkacompat.broker.authorization import Op, Resource, allowed
 from kafkacompat.broker.fairness import Turn
 from kafkacompat.broker.state import CLUSTER_METADATA_TOPIC
 from kafkacompat.wire._generated.create_topics_response import CreateTopicsResponse
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
     from kafkacompat.broker.state import BrokerState
 
-API_KEY = 19
+API_KEY = ApiKey.CREATE_TOPICS
 MIN_VERSION = 0
 MAX_VERSION = 7
 

@@ -23,12 +23,13 @@ from kafkacompat.wire._generated.delete_acls_response import (
     DeleteAclsMatchingAcl,
     DeleteAclsResponse,
 )
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import ErrorCode
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
 
-API_KEY = 31
+API_KEY = ApiKey.DELETE_ACLS
 MIN_VERSION = 0
 MAX_VERSION = 3
 

@@ -16,13 +16,14 @@ from typing import TYPE_CHECKING, Any
 from kafkacompat.broker.authorization import Op, Resource, allowed
 from kafkacompat.broker.fairness import Turn
 from kafkacompat.wire._generated.delete_topics_response import DeleteTopicsResponse
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 from kafkacompat.wire.primitives import ZERO_UUID
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
 
-API_KEY = 20
+API_KEY = ApiKey.DELETE_TOPICS
 MIN_VERSION = 0
 MAX_VERSION = 6
 

@@ -18,12 +18,13 @@ from kafkacompat.wire._generated.describe_acls_response import (
     DescribeAclsResource,
     DescribeAclsResponse,
 )
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import ErrorCode
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
 
-API_KEY = 29
+API_KEY = ApiKey.DESCRIBE_ACLS
 MIN_VERSION = 0
 MAX_VERSION = 3
 #: ACLs matched between two looks at the clock

@@ -15,12 +15,13 @@ from typing import TYPE_CHECKING, Any
 from kafkacompat.broker.admin_support import AUTHORIZED_OPERATIONS_OMITTED
 from kafkacompat.broker.authorization import Resource, authorized_operations
 from kafkacompat.wire._generated.describe_cluster_response import DescribeClusterResponse
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import ErrorCode
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
 
-API_KEY = 60
+API_KEY = ApiKey.DESCRIBE_CLUSTER
 MIN_VERSION = 0
 MAX_VERSION = 1
 

@@ -43,12 +43,13 @@ from kafkacompat.broker.admin_support import (
 )
 from kafkacompat.broker.authorization import Op, require_config_access
 from kafkacompat.wire._generated.describe_configs_response import DescribeConfigsResponse
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
 
-API_KEY = 32
+API_KEY = ApiKey.DESCRIBE_CONFIGS
 MIN_VERSION = 0
 MAX_VERSION = 4
 

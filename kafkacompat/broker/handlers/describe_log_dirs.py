@@ -20,12 +20,13 @@ import trio
 from kafkacompat.broker.authorization import Op, cluster_allowed
 from kafkacompat.broker.fairness import Turn
 from kafkacompat.wire._generated.describe_log_dirs_response import DescribeLogDirsResponse
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
 
-API_KEY = 35
+API_KEY = ApiKey.DESCRIBE_LOG_DIRS
 MIN_VERSION = 0
 MAX_VERSION = 4
 

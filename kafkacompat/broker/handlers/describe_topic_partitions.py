@@ -23,13 +23,14 @@ from kafkacompat.broker.admin_support import ALL_TOPIC_OPERATIONS
 from kafkacompat.broker.authorization import Op, Resource, allowed, authorized_operations
 from kafkacompat.broker.state import is_internal_topic
 from kafkacompat.wire._generated.describe_topic_partitions_response import DescribeTopicPartitionsResponse
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import ErrorCode
 from kafkacompat.wire.primitives import ZERO_UUID
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
 
-API_KEY = 75
+API_KEY = ApiKey.DESCRIBE_TOPIC_PARTITIONS
 MIN_VERSION = 0
 MAX_VERSION = 0
 

@@ -18,12 +18,13 @@ from kafkacompat.wire._generated.describe_user_scram_credentials_response import
     DescribeUserScramCredentialsResponse,
     DescribeUserScramCredentialsResult,
 )
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import ErrorCode
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
 
-API_KEY = 50
+API_KEY = ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS
 MIN_VERSION = 0
 MAX_VERSION = 0
 

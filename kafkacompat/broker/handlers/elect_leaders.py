@@ -18,12 +18,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kafkacompat.wire._generated.elect_leaders_response import ElectLeadersResponse
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
 
-API_KEY = 43
+API_KEY = ApiKey.ELECT_LEADERS
 MIN_VERSION = 0
 MAX_VERSION = 2
 

@@ -20,12 +20,13 @@ from typing import TYPE_CHECKING, Any
 from kafkacompat.broker.authorization import Op, Resource, allowed
 from kafkacompat.broker.txn_runtime import runtime_of, version_error
 from kafkacompat.wire._generated.end_txn_response import EndTxnResponse
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
 
-API_KEY = 26
+API_KEY = ApiKey.END_TXN
 MIN_VERSION = 0
 MAX_VERSION = 4
 

@@ -41,13 +41,14 @@ from kafkacompat.broker.admin_support import (
 from kafkacompat.broker.authorization import Op, require_config_access
 from kafkacompat.log.config import TOPIC_CONFIG_DEFS_BY_NAME
 from kafkacompat.wire._generated.incremental_alter_configs_response import IncrementalAlterConfigsResponse
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
     from kafkacompat.broker.state import BrokerState
 
-API_KEY = 44
+API_KEY = ApiKey.INCREMENTAL_ALTER_CONFIGS
 MIN_VERSION = 0
 MAX_VERSION = 1
 

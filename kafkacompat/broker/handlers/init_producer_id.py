@@ -21,12 +21,13 @@ from typing import TYPE_CHECKING, Any
 from kafkacompat.broker.authorization import Op, Resource, allowed, any_topic_allowed, cluster_allowed
 from kafkacompat.broker.txn_runtime import runtime_of, version_error
 from kafkacompat.wire._generated.init_producer_id_response import InitProducerIdResponse
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
 
-API_KEY = 22
+API_KEY = ApiKey.INIT_PRODUCER_ID
 MIN_VERSION = 0
 MAX_VERSION = 5
 

@@ -17,12 +17,13 @@ from kafkacompat.broker.authorization import Op, Resource, allowed
 from kafkacompat.broker.group_runtime import client_host, runtime_of
 from kafkacompat.groups import api
 from kafkacompat.wire._generated.join_group_response import JoinGroupResponse
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
 
-API_KEY = 11
+API_KEY = ApiKey.JOIN_GROUP
 MIN_VERSION = 0
 MAX_VERSION = 9
 

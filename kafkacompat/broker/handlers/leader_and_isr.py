@@ -17,12 +17,13 @@ from typing import TYPE_CHECKING, Any
 from kafkacompat.broker.authorization import Op, cluster_allowed
 from kafkacompat.replication.partition_state import LeaderAndIsr
 from kafkacompat.wire._generated.leader_and_isr_response import LeaderAndIsrResponse
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import ErrorCode
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
 
-API_KEY = 4
+API_KEY = ApiKey.LEADER_AND_ISR
 MIN_VERSION = 0
 MAX_VERSION = 7
 CLUSTER_ONLY = True

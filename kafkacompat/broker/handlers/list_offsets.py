@@ -21,12 +21,13 @@ from typing import TYPE_CHECKING, Any
 from kafkacompat.broker.authorization import Op, Resource, allowed
 from kafkacompat.broker.fairness import Turn
 from kafkacompat.wire._generated.list_offsets_response import ListOffsetsResponse
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
 
-API_KEY = 2
+API_KEY = ApiKey.LIST_OFFSETS
 MIN_VERSION = 0
 MAX_VERSION = 9
 

@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING, Any
 from kafkacompat.wire._generated.list_partition_reassignments_response import (
     ListPartitionReassignmentsResponse,
 )
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import ErrorCode
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
 
-API_KEY = 46
+API_KEY = ApiKey.LIST_PARTITION_REASSIGNMENTS
 MIN_VERSION = 0
 MAX_VERSION = 0
 

@@ -15,12 +15,13 @@ from typing import TYPE_CHECKING, Any
 from kafkacompat.broker.authorization import Op, Resource, allowed
 from kafkacompat.broker.txn_runtime import runtime_of
 from kafkacompat.wire._generated.list_transactions_response import ListTransactionsResponse
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
 
-API_KEY = 66
+API_KEY = ApiKey.LIST_TRANSACTIONS
 MIN_VERSION = 0
 MAX_VERSION = 1
 

@@ -22,6 +22,7 @@ from kafkacompat.broker.fairness import Turn
 from kafkacompat.broker.state import is_internal_topic
 from kafkacompat.replication.metadata import validate_topic_name
 from kafkacompat.wire._generated.metadata_response import MetadataResponse
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 from kafkacompat.wire.primitives import ZERO_UUID
 
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from kafkacompat.broker.state import BrokerState
     from kafkacompat.replication.metadata import TopicInfo
 
-API_KEY = 3
+API_KEY = ApiKey.METADATA
 MIN_VERSION = 0
 MAX_VERSION = 12
 

@@ -22,12 +22,13 @@ from kafkacompat.broker.group_runtime import runtime_of
 from kafkacompat.groups import api
 from kafkacompat.groups.manager import prepare_offset_commit
 from kafkacompat.wire._generated.offset_commit_response import OffsetCommitResponse
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
 
-API_KEY = 8
+API_KEY = ApiKey.OFFSET_COMMIT
 MIN_VERSION = 0
 MAX_VERSION = 9
 

@@ -20,12 +20,13 @@ from kafkacompat.broker.fairness import Turn
 from kafkacompat.broker.group_runtime import runtime_of
 from kafkacompat.groups import api
 from kafkacompat.wire._generated.offset_fetch_response import OffsetFetchResponse
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
 
-API_KEY = 9
+API_KEY = ApiKey.OFFSET_FETCH
 MIN_VERSION = 0
 MAX_VERSION = 9
 

@@ -20,12 +20,13 @@ from typing import TYPE_CHECKING, Any
 from kafkacompat.broker.authorization import Op, Resource, allowed, cluster_allowed
 from kafkacompat.broker.fairness import Turn
 from kafkacompat.wire._generated.offset_for_leader_epoch_response import OffsetForLeaderEpochResponse
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
 
-API_KEY = 23
+API_KEY = ApiKey.OFFSET_FOR_LEADER_EPOCH
 MIN_VERSION = 0
 MAX_VERSION = 4
 

@@ -16,12 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 from kafkacompat.security.sasl import AUTHENTICATE, AuthenticationFailed
 from kafkacompat.wire._generated.sasl_authenticate_response import SaslAuthenticateResponse
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import ErrorCode
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
 
-API_KEY = 36
+API_KEY = ApiKey.SASL_AUTHENTICATE
 MIN_VERSION = 0
 MAX_VERSION = 2
 

@@ -15,12 +15,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kafkacompat.wire._generated.sasl_handshake_response import SaslHandshakeResponse
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import ErrorCode
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
 
-API_KEY = 17
+API_KEY = ApiKey.SASL_HANDSHAKE
 MIN_VERSION = 0
 MAX_VERSION = 1
 

@@ -17,12 +17,13 @@ from typing import TYPE_CHECKING, Any
 from kafkacompat.broker.authorization import Op, cluster_allowed
 from kafkacompat.replication.broker_requests import NO_EPOCH
 from kafkacompat.wire._generated.stop_replica_response import StopReplicaResponse
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import ErrorCode
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
 
-API_KEY = 5
+API_KEY = ApiKey.STOP_REPLICA
 MIN_VERSION = 0
 MAX_VERSION = 4
 CLUSTER_ONLY = True

@@ -25,12 +25,13 @@ from kafkacompat.broker.txn_runtime import runtime_of as txn_runtime_of
 from kafkacompat.groups.api import OffsetCommitPartition, TxnOffsetCommitRequest
 from kafkacompat.groups.manager import prepare_offset_commit
 from kafkacompat.wire._generated.txn_offset_commit_response import TxnOffsetCommitResponse
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
 
-API_KEY = 28
+API_KEY = ApiKey.TXN_OFFSET_COMMIT
 MIN_VERSION = 0
 MAX_VERSION = 4
 

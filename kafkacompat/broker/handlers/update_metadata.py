@@ -16,12 +16,13 @@ from kafkacompat.broker.authorization import Op, cluster_allowed
 from kafkacompat.replication import zk_data as zd
 from kafkacompat.replication.partition_state import LeaderAndIsr
 from kafkacompat.wire._generated.update_metadata_response import UpdateMetadataResponse
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import ErrorCode
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
 
-API_KEY = 6
+API_KEY = ApiKey.UPDATE_METADATA
 MIN_VERSION = 0
 MAX_VERSION = 8
 CLUSTER_ONLY = True

@@ -22,12 +22,13 @@ from kafkacompat.broker.authorization import Op, cluster_allowed
 from kafkacompat.broker.fairness import Turn
 from kafkacompat.broker.txn_runtime import LocalMarkerWriter
 from kafkacompat.wire._generated.write_txn_markers_response import WriteTxnMarkersResponse
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
 
-API_KEY = 27
+API_KEY = ApiKey.WRITE_TXN_MARKERS
 MIN_VERSION = 0
 MAX_VERSION = 1
 
