@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from kafkacompat.broker import dispatch
-from kafkacompat.fuzzer import Campaign, run_campaign
+from kafkacompat.fuzzing.seeds import Campaign, run_campaign
 from kafkacompat.testing import BrokerProcess
 
 pytestmark = pytest.mark.restarts_broker

@@ -8,7 +8,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from kafkacompat.fuzzer import main
+from kafkacompat.fuzzing.seeds import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

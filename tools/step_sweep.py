@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     os.environ["KAFKACOMPAT_LOOP_LAG_MS"] = str(args.threshold_ms)
 
-    from kafkacompat.fuzzer import _field_refs, build_seeds, prepare_target
+    from kafkacompat.fuzzing.seeds import _field_refs, build_seeds, prepare_target
     from kafkacompat.local_brokers import InProcessBroker
     from kafkacompat.wire import messages
 

@@ -13,7 +13,7 @@ import pytest
 import trio
 
 from kafkacompat.broker import dispatch
-from kafkacompat.fuzzer import (
+from kafkacompat.fuzzing.seeds import (
     AnswerChecker,
     FuzzStats,
     FuzzTarget,
@@ -178,7 +178,7 @@ def test_confining_the_fuzzer_sets_every_thread_and_the_ones_started_later() -> 
     script = textwrap.dedent(
         f"""
         import os, threading
-        from kafkacompat.fuzzer import confine_process
+        from kafkacompat.fuzzing.seeds import confine_process
         started = threading.Event(); done = threading.Event(); seen = []
         def before():
             started.set(); done.wait(); seen.append(os.sched_getaffinity(0))
@@ -202,7 +202,7 @@ def test_idling_the_fuzzer_sets_every_thread_and_the_ones_started_later() -> Non
     script = textwrap.dedent(
         """
         import os, threading
-        from kafkacompat.fuzzer import idle_process
+        from kafkacompat.fuzzing.seeds import idle_process
         started = threading.Event(); done = threading.Event(); seen = []
         def before():
             started.set(); done.wait(); seen.append(os.sched_getscheduler(0))

@@ -1621,8 +1621,8 @@ def _pair_subprocess(bootstrap: str, topic: str, seconds: float, rate: float) ->
     import sys
 
     return subprocess.Popen(
-        [sys.executable, "-m", "kafkacompat.fuzzer", "good-pair", "--bootstrap", bootstrap, "--topic", topic,
-         "--seconds", str(seconds), "--rate", str(rate)],
+        [sys.executable, "-m", "kafkacompat.fuzzing.seeds", "good-pair", "--bootstrap", bootstrap,
+         "--topic", topic, "--seconds", str(seconds), "--rate", str(rate)],
         stdout=subprocess.PIPE,
         text=True,
     )  # fmt: skip
