@@ -26,6 +26,7 @@ from kafkacompat.client import (
 )
 from kafkacompat.commands._runner import reporting_errors
 from kafkacompat.wire.api_keys import ApiKey
+from kafkacompat.wire.errors import ErrorCode
 from kafkacompat.wire.messages import request_class
 
 HELP = "describe and alter topic and broker configs, like kafka-configs.sh"
@@ -149,7 +150,7 @@ def _dynamic_sources(entity_type: str, name: str) -> set[int]:
 def _describe(client: KafkaClient, args: argparse.Namespace, entity_type: str, name: str | None) -> None:
     if name is None:
         if entity_type == "topics":
-            names = sorted(t.name for t in client.metadata(None).topics if t.error_code == 0)
+            names = sorted(t.name for t in client.metadata(None).topics if t.error_code == ErrorCode.NONE)
         else:
             names = sorted(str(b.node_id) for b in client.metadata([]).brokers)
     else:
@@ -167,7 +168,7 @@ def _describe(client: KafkaClient, args: argparse.Namespace, entity_type: str, n
         ApiKey.DESCRIBE_CONFIGS, cls(resources=resources, include_synonyms=True, include_documentation=False)
     )
     for result in response.results:
-        if result.error_code != 0:
+        if result.error_code != ErrorCode.NONE:
             raise CommandError(result.error_message or error_name(result.error_code))
         # every logger level counts as dynamic, so broker-loggers always list everything
         print(_heading(entity_type, result.resource_name, args.all or entity_type == "broker-loggers"))
@@ -194,7 +195,7 @@ def _alter(client: KafkaClient, args: argparse.Namespace, entity_type: str, name
     )
     response = client.send(ApiKey.INCREMENTAL_ALTER_CONFIGS, cls(resources=[resource], validate_only=False))
     for result in response.responses:
-        if result.error_code != 0:
+        if result.error_code != ErrorCode.NONE:
             raise CommandError(f"{error_name(result.error_code)}: {result.error_message or ''}".rstrip(": "))
     if entity_type == "brokers" and name == "":
         print("Completed updating default config for brokers in the cluster.")

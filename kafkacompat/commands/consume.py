@@ -31,15 +31,22 @@ from kafkacompat.client import (
     silence_stdout,
 )
 from kafkacompat.wire.api_keys import ApiKey
-from kafkacompat.wire.errors import KafkaError
+from kafkacompat.wire.errors import ErrorCode, KafkaError
 from kafkacompat.wire.messages import request_class
 from kafkacompat.wire.records import TimestampType, iter_batches, iter_records
 
 HELP = "print records of a topic (all partitions, no consumer group), like kafka-console-consumer.sh"
 
 EARLIEST, LATEST = -2, -1
-OFFSET_OUT_OF_RANGE = 1
-RETRIABLE_FETCH_ERRORS = {3, 5, 6, 9, 74, 75}  # unknown partition, leader moves, epochs: refresh and retry
+# unknown partition, leader moves, epochs: refresh and retry
+RETRIABLE_FETCH_ERRORS = {
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    ErrorCode.LEADER_NOT_AVAILABLE,
+    ErrorCode.NOT_LEADER_OR_FOLLOWER,
+    ErrorCode.REPLICA_NOT_AVAILABLE,
+    ErrorCode.FENCED_LEADER_EPOCH,
+    ErrorCode.UNKNOWN_LEADER_EPOCH,
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -182,7 +189,7 @@ class Consumer:
             response = self.client.send(ApiKey.LIST_OFFSETS, request, node_id=leader)
             for topic in response.topics:
                 for answer in topic.partitions:
-                    if answer.error_code != 0:
+                    if answer.error_code != ErrorCode.NONE:
                         raise CommandError(
                             f"{self.topic}-{answer.partition_index}: {error_name(answer.error_code)}"
                         )
@@ -233,7 +240,7 @@ class Consumer:
                 rack_id="",
             )
             response = self.client.send(ApiKey.FETCH, request, node_id=leader)
-            if response.error_code != 0:
+            if response.error_code != ErrorCode.NONE:
                 raise CommandError(f"Fetch failed: {error_name(response.error_code)}")
             for topic in response.responses:
                 for data in topic.partitions:
@@ -245,13 +252,13 @@ class Consumer:
         partition = data.partition_index
         if self.done():  # --max-messages reached in an earlier partition of this answer: print no more
             return 0
-        if data.error_code == OFFSET_OUT_OF_RANGE:
+        if data.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
             self.positions.update(self.list_offsets([partition], self.reset_to))
             return 0
         if data.error_code in RETRIABLE_FETCH_ERRORS:
             time.sleep(0.1)
             return 0
-        if data.error_code != 0:
+        if data.error_code != ErrorCode.NONE:
             raise CommandError(f"{self.topic}-{partition}: {error_name(data.error_code)}")
         records = data.records
         if not records:

@@ -37,6 +37,7 @@ from typing import Any
 
 from kafkacompat.client import DEFAULT_BOOTSTRAP, ClientError, CommandError, KafkaClient, error_name
 from kafkacompat.wire.api_keys import ApiKey
+from kafkacompat.wire.errors import ErrorCode
 
 HELP = "say where the broker listens, what it holds and the first problems seen (client cannot connect?)"
 
@@ -368,7 +369,7 @@ def _report_topics(metadata: Any, report: Report) -> None:
             continue
         for p in topic.partitions:
             name = f"{topic.name}-{p.partition_index}"
-            if p.leader_id < 0 or p.error_code == 5:  # LEADER_NOT_AVAILABLE
+            if p.leader_id < 0 or p.error_code == ErrorCode.LEADER_NOT_AVAILABLE:
                 offline.append(name)
             elif len(p.isr_nodes) < len(p.replica_nodes):
                 under.append(name)

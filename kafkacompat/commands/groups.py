@@ -34,6 +34,7 @@ from kafkacompat.client import (
 )
 from kafkacompat.commands._runner import print_table, with_client
 from kafkacompat.wire.api_keys import ApiKey
+from kafkacompat.wire.errors import ErrorCode
 from kafkacompat.wire.messages import request_class
 
 HELP = "list, describe, reset offsets of and delete consumer groups, like kafka-consumer-groups.sh"
@@ -43,7 +44,11 @@ EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 INACTIVE_STATES = ("Empty", "Dead")
 COORDINATOR_RETRIES = 20  # COORDINATOR_LOAD_IN_PROGRESS / NOT_AVAILABLE right after a broker start
-RETRIABLE_COORDINATOR_ERRORS = (14, 15, 16)  # LOAD_IN_PROGRESS, NOT_AVAILABLE, NOT_COORDINATOR
+RETRIABLE_COORDINATOR_ERRORS = (
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+    ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_COORDINATOR,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -107,7 +112,7 @@ def list_groups(client: KafkaClient) -> list[tuple[str, str, str]]:
         response = client.send(
             ApiKey.LIST_GROUPS, cls(states_filter=[], types_filter=[]), node_id=broker.node_id
         )
-        if response.error_code != 0:
+        if response.error_code != ErrorCode.NONE:
             raise CommandError(f"ListGroups at broker {broker.node_id}: {error_name(response.error_code)}")
         for group in response.groups:
             state = getattr(group, "group_state", "") or ""
@@ -120,7 +125,7 @@ def find_coordinator(client: KafkaClient, group_id: str) -> int:
     version = min(3, client.version_for(ApiKey.FIND_COORDINATOR))
     for attempt in range(COORDINATOR_RETRIES):
         response = client.send(ApiKey.FIND_COORDINATOR, cls(key=group_id, key_type=0), version=version)
-        if response.error_code == 0:
+        if response.error_code == ErrorCode.NONE:
             return int(response.node_id)
         if response.error_code not in RETRIABLE_COORDINATOR_ERRORS or attempt == COORDINATOR_RETRIES - 1:
             raise CommandError(f"no coordinator for group {group_id}: {error_name(response.error_code)}")
@@ -142,7 +147,7 @@ def describe_group(client: KafkaClient, group_id: str) -> GroupDescription:
             ApiKey.DESCRIBE_GROUPS, cls(groups=[group_id], include_authorized_operations=False), node_id=node
         )
         group = response.groups[0]
-        if group.error_code == 0:
+        if group.error_code == ErrorCode.NONE:
             return GroupDescription(
                 group_id,
                 group.group_state,
@@ -170,12 +175,12 @@ def committed_offsets(client: KafkaClient, group_id: str, node: int) -> dict[tup
             node_id=node,
             version=version,
         )
-        if response.error_code == 0:
+        if response.error_code == ErrorCode.NONE:
             return {
                 (topic.name, p.partition_index): p.committed_offset
                 for topic in response.topics
                 for p in topic.partitions
-                if p.error_code == 0 and p.committed_offset >= 0
+                if p.error_code == ErrorCode.NONE and p.committed_offset >= 0
             }
         if response.error_code not in RETRIABLE_COORDINATOR_ERRORS or attempt == COORDINATOR_RETRIES - 1:
             raise CommandError(f"cannot fetch offsets of {group_id}: {error_name(response.error_code)}")
@@ -215,7 +220,7 @@ def list_offsets(
         response = client.send(ApiKey.LIST_OFFSETS, request, node_id=leader)
         for topic in response.topics:
             for p in topic.partitions:
-                if p.error_code != 0:
+                if p.error_code != ErrorCode.NONE:
                     raise CommandError(
                         f"ListOffsets {topic.name}-{p.partition_index}: {error_name(p.error_code)}"
                     )
@@ -456,7 +461,7 @@ def _commit(client: KafkaClient, group_id: str, node: int, offsets: dict[tuple[s
         f"{topic.name}-{p.partition_index}: {error_name(p.error_code)}"
         for topic in response.topics
         for p in topic.partitions
-        if p.error_code != 0
+        if p.error_code != ErrorCode.NONE
     ]
     if failures:
         raise CommandError(f"committing offsets of {group_id} failed: {', '.join(failures)}")
@@ -471,7 +476,7 @@ def _delete(client: KafkaClient, args: argparse.Namespace) -> None:
         node = find_coordinator(client, group_id)
         response = client.send(ApiKey.DELETE_GROUPS, cls(groups_names=[group_id]), node_id=node)
         for result in response.results:
-            if result.error_code == 0:
+            if result.error_code == ErrorCode.NONE:
                 done.append(result.group_id)
             else:
                 failed.append((result.group_id, error_name(result.error_code)))

@@ -32,6 +32,7 @@ from kafkacompat.client import (
     parse_property_args,
 )
 from kafkacompat.wire.api_keys import ApiKey
+from kafkacompat.wire.errors import ErrorCode
 from kafkacompat.wire.messages import request_class
 from kafkacompat.wire.records import RecordInput, build_batch
 
@@ -204,7 +205,7 @@ class Producer:
             response = self.client.send(ApiKey.PRODUCE, request, node_id=leader)
             for topic in response.responses:
                 for answer in topic.partition_responses:
-                    if answer.error_code != 0:
+                    if answer.error_code != ErrorCode.NONE:
                         message = getattr(answer, "error_message", None) or ""
                         raise CommandError(
                             f"{self.topic}-{answer.index}: {error_name(answer.error_code)} {message}".rstrip()

@@ -24,14 +24,13 @@ from kafkacompat.client import (
 )
 from kafkacompat.commands._runner import with_client
 from kafkacompat.wire.api_keys import ApiKey
+from kafkacompat.wire.errors import ErrorCode
 from kafkacompat.wire.messages import request_class
 
 HELP = "create, list, describe, alter (add partitions) and delete topics, like kafka-topics.sh"
 
 RESOURCE_TOPIC = 2
 SOURCE_DYNAMIC_TOPIC = 1
-TOPIC_ALREADY_EXISTS = 36
-UNKNOWN_TOPIC_OR_PARTITION = 3
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -77,16 +76,16 @@ def _create(client: KafkaClient, args: argparse.Namespace) -> None:
     )
     response = client.send(ApiKey.CREATE_TOPICS, cls(topics=[topic], timeout_ms=30000, validate_only=False))
     for result in response.topics:
-        if result.error_code == TOPIC_ALREADY_EXISTS and args.if_not_exists:
+        if result.error_code == ErrorCode.TOPIC_ALREADY_EXISTS and args.if_not_exists:
             return
-        if result.error_code != 0:
+        if result.error_code != ErrorCode.NONE:
             raise _fail(result.error_code, result.error_message)
     print(f"Created topic {args.topic}.")
 
 
 def _matching(client: KafkaClient, args: argparse.Namespace, *, must_exist: bool) -> list[Any]:
     """Metadata topic entries selected by --topic (exact name or whole-name regex), sorted by name."""
-    topics = [t for t in client.metadata(None).topics if t.error_code == 0]
+    topics = [t for t in client.metadata(None).topics if t.error_code == ErrorCode.NONE]
     if args.exclude_internal:
         topics = [t for t in topics if not t.is_internal]
     if args.topic:
@@ -121,7 +120,7 @@ def _overrides(client: KafkaClient, names: list[str]) -> dict[str, list[tuple[st
     response = client.send(ApiKey.DESCRIBE_CONFIGS, cls(resources=resources, include_synonyms=False))
     result: dict[str, list[tuple[str, str | None]]] = {}
     for entry in response.results:
-        if entry.error_code != 0:
+        if entry.error_code != ErrorCode.NONE:
             continue
         result[entry.resource_name] = [
             (c.name, c.value) for c in entry.configs if c.config_source == SOURCE_DYNAMIC_TOPIC
@@ -160,7 +159,7 @@ def _alter(client: KafkaClient, args: argparse.Namespace) -> None:
         ApiKey.CREATE_PARTITIONS, cls(topics=wanted, timeout_ms=30000, validate_only=False)
     )
     for result in response.results:
-        if result.error_code != 0:
+        if result.error_code != ErrorCode.NONE:
             raise _fail(result.error_code, result.error_message)
 
 
@@ -177,7 +176,7 @@ def _delete(client: KafkaClient, args: argparse.Namespace) -> None:
         version=min(5, client.version_for(ApiKey.DELETE_TOPICS)),
     )
     for result in response.responses:
-        if result.error_code != 0:
+        if result.error_code != ErrorCode.NONE:
             raise _fail(result.error_code, getattr(result, "error_message", None))
 
 

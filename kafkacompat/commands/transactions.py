@@ -21,13 +21,18 @@ from typing import Any
 from kafkacompat.client import CommandError, KafkaClient, add_bootstrap_argument, error_name
 from kafkacompat.commands._runner import print_table, with_client
 from kafkacompat.wire.api_keys import ApiKey
+from kafkacompat.wire.errors import ErrorCode
 from kafkacompat.wire.messages import request_class
 
 HELP = "list, describe and abort transactions, like kafka-transactions.sh"
 
 TRANSACTION_KEY_TYPE = 1
 COORDINATOR_RETRIES = 20
-RETRIABLE_COORDINATOR_ERRORS = (14, 15, 16)
+RETRIABLE_COORDINATOR_ERRORS = (
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+    ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_COORDINATOR,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,7 +60,7 @@ def _list(client: KafkaClient, args: argparse.Namespace) -> None:
             cls(state_filters=[], producer_id_filters=[], duration_filter=-1),
             node_id=broker.node_id,
         )
-        if response.error_code != 0:
+        if response.error_code != ErrorCode.NONE:
             raise CommandError(
                 f"ListTransactions at broker {broker.node_id}: {error_name(response.error_code)}"
             )
@@ -71,7 +76,7 @@ def find_coordinator(client: KafkaClient, transactional_id: str) -> int:
         response = client.send(
             ApiKey.FIND_COORDINATOR, cls(key=transactional_id, key_type=TRANSACTION_KEY_TYPE), version=version
         )
-        if response.error_code == 0:
+        if response.error_code == ErrorCode.NONE:
             return int(response.node_id)
         if response.error_code not in RETRIABLE_COORDINATOR_ERRORS or attempt == COORDINATOR_RETRIES - 1:
             raise CommandError(
@@ -90,7 +95,7 @@ def _describe(client: KafkaClient, args: argparse.Namespace) -> None:
     state = client.send(
         ApiKey.DESCRIBE_TRANSACTIONS, cls(transactional_ids=[tid]), node_id=node
     ).transaction_states[0]
-    if state.error_code != 0:
+    if state.error_code != ErrorCode.NONE:
         raise CommandError(f"cannot describe transactional id {tid}: {error_name(state.error_code)}")
     start = state.transaction_start_time_ms
     duration = int(time.time() * 1000) - start if start >= 0 else "None"
@@ -149,7 +154,7 @@ def _abort(client: KafkaClient, args: argparse.Namespace) -> None:
     for result in response.markers:
         for topic in result.topics:
             for partition in topic.partitions:
-                if partition.error_code != 0:
+                if partition.error_code != ErrorCode.NONE:
                     raise CommandError(
                         f"abort of producer {producer_id} in {topic.name}-{partition.partition_index}: "
                         f"{error_name(partition.error_code)}"
@@ -165,7 +170,7 @@ def _hanging_producer(client: KafkaClient, leader: int, args: argparse.Namespace
     response = client.send(ApiKey.DESCRIBE_PRODUCERS, request, node_id=leader)
     for topic in response.topics:
         for partition in topic.partitions:
-            if partition.error_code != 0:
+            if partition.error_code != ErrorCode.NONE:
                 raise CommandError(
                     f"DescribeProducers {args.topic}-{args.partition}: {error_name(partition.error_code)}"
                 )
