@@ -5,8 +5,9 @@ Theory of operation
 Both coordinators (group_runtime.py over `__consumer_offsets`, txn_runtime.py over
 `__transaction_state`) keep their state in a compacted internal topic that they create on first use,
 rebuild their sans-io core by replaying that topic's log at start-up, and write COMMIT/ABORT control
-batches as the partition's leader. Those three steps are the same for both and live here; what a
-record means, how a failure is answered and which lock guards which core stay with each runtime.
+batches as the partition's leader (through the broker's replica manager, as every leader write). Those
+three steps are the same for both and live here; what a record means, how a failure is answered and
+which lock guards which core stay with each runtime.
 
 `replay_log` reads a partition from its log start to its current end, `load_buffer` bytes per read,
 and hands each batch that reaches past the read's start offset to the runtime's `replay_batch` under
@@ -72,20 +73,16 @@ def append_txn_marker(
     partition_log: PartitionLog,
     topic: str,
     partition: int,
-    leader_epoch: int,
     producer_id: int,
     producer_epoch: int,
     coordinator_epoch: int,
     commit: bool,
     now: int,
-) -> None:
-    """Append one COMMIT/ABORT control batch as `topic`-`partition`'s leader, move its high watermark
-    and wake its fetchers (the last stable offset moved: read_committed fetches may go on). In cluster
-    mode only the leader appends (else NOT_LEADER_OR_FOLLOWER) and the high watermark follows the ISR
-    (the caller waits for the replicas); on a single node it is the log end at once."""
-    cluster = broker.cluster
-    if cluster is not None:
-        cluster.check_leader(topic, partition)
+) -> int:
+    """Append one COMMIT/ABORT control batch as `topic`-`partition`'s leader, with acks=all (NOT_LEADER_OR_
+    FOLLOWER elsewhere, NOT_ENOUGH_REPLICAS below min.insync.replicas); its fetchers are woken (the last
+    stable offset moved: read_committed fetches may go on). Returns the offset at which it is committed,
+    for the caller's `wait_for_commits`."""
     marker = bytearray(
         build_control_batch(
             commit=commit,
@@ -95,12 +92,10 @@ def append_txn_marker(
             timestamp=now,
         )
     )
-    partition_log.append_as_leader(marker, leader_epoch, now, from_coordinator=True)
-    if cluster is not None:
-        cluster.leader_appended(topic, partition, partition_log)
-        return
-    partition_log.update_high_watermark(partition_log.log_end_offset)
-    broker.watchers.notify(topic, partition)
+    appended = broker.replicas.append_as_leader(
+        topic, partition, partition_log, marker, now, required_acks=-1, from_coordinator=True
+    )
+    return appended.required_offset
 
 
 async def create_compacted_internal_topic(

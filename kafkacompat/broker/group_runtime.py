@@ -82,7 +82,6 @@ _TOO_LARGE = frozenset(
 OFFSETS_TOPIC = "__consumer_offsets"
 #: a batch of more records than this is built and written in task steps of their own (see _append)
 _RECORDS_IN_ONE_STEP = 100
-LEADER_EPOCH = 0
 # How much of a __consumer_offsets partition one load step reads (Kafka: offsets.load.buffer.size).
 DEFAULT_LOAD_BUFFER = 5 * 1024 * 1024
 
@@ -263,33 +262,19 @@ class GroupRuntime:
 
     def _leads(self, partition: int) -> bool:
         """Whether this broker leads `__consumer_offsets` partition `partition` (always on one node)."""
-        cluster = self.broker.cluster
-        if cluster is None:
-            return True
-        state = cluster.partitions.get((OFFSETS_TOPIC, partition))
-        return state is not None and state.is_leader
+        return self.broker.replicas.is_leader(OFFSETS_TOPIC, partition)
 
-    async def _await_replication(self, partitions: set[int]) -> dict[int, ErrorCode]:
-        """Cluster mode: answer only once the ISR holds the records (as Kafka appends group records
-        with acks=-1), for at most offsets.commit.timeout.ms. Returns the partitions whose records the
-        ISR did not get (why): their operation must not be answered as done."""
-        from kafkacompat.broker.dispatch import park_until
-
-        cluster = self.broker.cluster
-        assert cluster is not None
+    async def _await_replication(self, required: dict[int, int]) -> dict[int, ErrorCode]:
+        """Answer only once the ISR holds the records (as Kafka appends group records with acks=-1),
+        for at most offsets.commit.timeout.ms. Returns the partitions whose records the ISR did not get
+        (why): their operation must not be answered as done."""
         deadline = trio.current_time() + self.broker.config["offsets.commit.timeout.ms"] / 1000
-        failed: dict[int, ErrorCode] = {}
-        for partition in sorted(partitions):
-            partition_log = self.broker.partition_log(OFFSETS_TOPIC, partition)
-            if partition_log is None:
-                continue
-            error = await cluster.wait_for_replicas(
-                OFFSETS_TOPIC, partition, partition_log.log_end_offset, partition_log, deadline, park_until
-            )
-            if error != ErrorCode.NONE:
-                log.warning("%s-%d: group records not replicated: %s", OFFSETS_TOPIC, partition, error.name)
-                failed[partition] = error
-        return failed
+        failed = await self.broker.replicas.wait_for_commits(
+            {(OFFSETS_TOPIC, partition): offset for partition, offset in sorted(required.items())}, deadline
+        )
+        for (_, partition), error in failed.items():
+            log.warning("%s-%d: group records not replicated: %s", OFFSETS_TOPIC, partition, error.name)
+        return {partition: error for (_, partition), error in failed.items()}
 
     async def set_offsets_leadership(self, partition: int, leader: bool) -> None:
         """Cluster mode: this broker became (True) or stopped being (False) the leader of
@@ -409,20 +394,21 @@ class GroupRuntime:
 
     async def write_txn_marker(
         self, partition: int, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool
-    ) -> None:
+    ) -> int | None:
         """Write a transaction marker into __consumer_offsets-`partition` and settle the producer's pending
-        transactional offsets there (the transaction coordinator's marker writer calls this).
+        transactional offsets there (the transaction coordinator's marker writer calls this). Returns the
+        offset at which the marker is committed (None: the partition is not here, nothing was written).
         Raises KafkaError when the marker cannot be written (the coordinator retries)."""
+        required = None
         async with self._lock:
             now = self.broker.now_ms()
             partition_log = self.broker.partition_log(OFFSETS_TOPIC, partition)
             if partition_log is not None:
-                append_txn_marker(
+                required = append_txn_marker(
                     self.broker,
                     partition_log,
                     OFFSETS_TOPIC,
                     partition,
-                    self.broker.leader_epoch(OFFSETS_TOPIC, partition),
                     producer_id,
                     producer_epoch,
                     coordinator_epoch,
@@ -431,6 +417,7 @@ class GroupRuntime:
                 )
             if partition in self.core.owned_partitions:
                 self._deliver(self.core.complete_txn(producer_id, commit, partition, now).completions)
+        return required
 
     def shutdown(self) -> None:
         """Broker shutdown: answer every parked request NOT_COORDINATOR (clients find the coordinator
@@ -443,7 +430,7 @@ class GroupRuntime:
     async def _persist_and_deliver(self, outcome: Outcome[Any]) -> KafkaError | None:
         """Append the outcome's records, then deliver its completions. Called with the lock held.
         Returns the error to give the caller when the append failed (completions got it already)."""
-        failed = await self._append(outcome)
+        failed, required = await self._append(outcome)
         if failed:
             if all(code in _TOO_LARGE for code in failed.values()):
                 # Kafka's coordinator answers a write too large for the log with UNKNOWN_SERVER_ERROR (a
@@ -452,8 +439,8 @@ class GroupRuntime:
             else:
                 error = KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"could not write to {OFFSETS_TOPIC}")
             return self._fail(outcome, set(failed), error, reload=set(failed))
-        if self.broker.cluster is not None and outcome.records:
-            unreplicated = await self._await_replication({r.partition for r in outcome.records})
+        if required:
+            unreplicated = await self._await_replication(required)
             if unreplicated:
                 # Not in the ISR: a new leader may never have it (a commit answered as done here was
                 # seen lost after a controlled shutdown moved the partition mid-commit). Kafka answers
@@ -508,20 +495,22 @@ class GroupRuntime:
             if waiter is not None:
                 waiter.complete(completion.response)
 
-    async def _append(self, outcome: Outcome[Any]) -> dict[int, ErrorCode]:
-        """Write the records, one batch per partition; returns the partitions whose write failed (why).
+    async def _append(self, outcome: Outcome[Any]) -> tuple[dict[int, ErrorCode], dict[int, int]]:
+        """Write the records, one batch per partition: (the partitions whose write failed and why, the
+        offset each written partition is committed at).
 
         A batch of many records (an OffsetCommit of 1,000 partitions) is built and written in task steps
         of their own, after the core's: the loop is given back between them (fairness.py), shielded,
         since once the core has moved its records must be written; the lock is held throughout."""
+        failed: dict[int, ErrorCode] = {}
+        required: dict[int, int] = {}
         if not outcome.records:
-            return {}
+            return failed, required
         by_batch: dict[tuple[int, int, int], list[tuple[bytes, bytes | None]]] = {}
         for record in outcome.records:
             by_batch.setdefault((record.partition, record.producer_id, record.producer_epoch), []).append(
                 (record.key, record.value)
             )
-        failed: dict[int, ErrorCode] = {}
         now = self.broker.now_ms()
         for (partition, producer_id, producer_epoch), records in by_batch.items():
             if partition in failed:
@@ -549,26 +538,23 @@ class GroupRuntime:
                 log.error("%s-%d does not exist; group state not persisted", OFFSETS_TOPIC, partition)
                 failed[partition] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 continue
-            cluster = self.broker.cluster
             try:
-                if cluster is not None:
-                    cluster.check_leader(OFFSETS_TOPIC, partition)
-                epoch = (
-                    LEADER_EPOCH if cluster is None else self.broker.leader_epoch(OFFSETS_TOPIC, partition)
-                )
-                partition_log.append_as_leader(
-                    batch, epoch, now, check_producers=False, from_coordinator=producer_id >= 0
+                appended = self.broker.replicas.append_as_leader(
+                    OFFSETS_TOPIC,
+                    partition,
+                    partition_log,
+                    batch,
+                    now,
+                    required_acks=-1,
+                    check_producers=False,
+                    from_coordinator=producer_id >= 0,
                 )
             except (KafkaError, InvalidRecordBatch) as exc:
                 log.error("append to %s-%d failed: %s", OFFSETS_TOPIC, partition, exc)
                 failed[partition] = ErrorCode(exc.code)
                 continue
-            if cluster is not None:
-                cluster.leader_appended(OFFSETS_TOPIC, partition, partition_log)
-                continue
-            partition_log.update_high_watermark(partition_log.log_end_offset)
-            self.broker.watchers.notify(OFFSETS_TOPIC, partition)
-        return failed
+            required[partition] = appended.required_offset
+        return failed, required
 
 
 # --- helpers for the group handlers ---------------------------------------------------------------

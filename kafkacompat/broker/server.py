@@ -156,7 +156,8 @@ class Broker:
             # cluster mode (zookeeper.connect): only then is the replication runtime (and kazoo) loaded
             from kafkacompat.replication.cluster import ClusterRuntime
 
-            state.cluster = ClusterRuntime(state, store)
+            state.attach_cluster(ClusterRuntime(state, store))
+            assert state.cluster is not None
             state.cluster.config_sync = self._config_sync
         # groups hook: the group coordinator runtime (loads __consumer_offsets in the background)
         from kafkacompat.broker.group_runtime import GroupRuntime

@@ -45,6 +45,7 @@ from kafkacompat.replication.metadata import (
     TopicInfo,
     kafka_uuid_string,
 )
+from kafkacompat.replication.replica_manager import LocalReplicaManager, ReplicaManager
 from kafkacompat.replication.throttle import ReplicationThrottle
 from kafkacompat.security.acls import Authorizer
 from kafkacompat.security.credentials import ScramCredentialStore
@@ -291,6 +292,14 @@ class BrokerState:
         # always did). With zookeeper.connect the server sets a replication.cluster.ClusterRuntime, and
         # `metadata` is its ZooKeeper-fed topic table (the same read interface as LocalMetadata).
         self.cluster: ClusterRuntime | None = None
+        # the partition seam (replication/replica_manager.py): leadership, appends as leader and the wait
+        # for them to commit. A single node's; the server puts the cluster runtime's in its place.
+        self.replicas: ReplicaManager = LocalReplicaManager(logs, self.watchers)
+
+    def attach_cluster(self, runtime: ClusterRuntime) -> None:
+        """Cluster mode: the runtime's metadata view and its replica manager take over (at start-up)."""
+        self.cluster = runtime
+        self.replicas = runtime.replicas
 
     # time
 
@@ -419,14 +428,11 @@ class BrokerState:
 
     def leader_epoch(self, topic: str, partition: int) -> int:
         """This node's leader epoch for the partition: always 0 on a single node (no leader changes)."""
-        if self.cluster is not None:
-            return self.cluster.leader_epoch(topic, partition)
-        return 0
+        return self.replicas.leader_epoch(topic, partition)
 
     def check_leader(self, topic: str, partition: int) -> None:
         """NOT_LEADER_OR_FOLLOWER unless this broker leads the partition (always true on a single node)."""
-        if self.cluster is not None:
-            self.cluster.check_leader(topic, partition)
+        self.replicas.check_leader(topic, partition)
 
     def live_broker_count(self) -> int:
         """How many brokers are live (1 on a single node): the bound of a replication factor."""

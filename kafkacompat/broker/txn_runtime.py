@@ -81,7 +81,6 @@ log = logging.getLogger("kafkacompat.txn")
 
 TRANSACTION_TOPIC = "__transaction_state"
 OFFSETS_TOPIC = "__consumer_offsets"
-LEADER_EPOCH = 0
 DEFAULT_LOAD_BUFFER = 5 * 1024 * 1024
 WRITE_TXN_MARKERS = 27
 ADD_PARTITIONS_TO_TXN = 24
@@ -168,47 +167,34 @@ class LocalMarkerWriter:
         """One COMMIT/ABORT control batch into `topic`-`partition`, written with acks=all (cluster mode:
         answered once the ISR holds it). Raises KafkaError."""
         broker = self.broker
-        cluster = broker.cluster
         if topic == OFFSETS_TOPIC:
             groups = getattr(broker, "groups", None)
             if groups is None:
                 raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "no group coordinator")
-            await groups.write_txn_marker(partition, producer_id, producer_epoch, coordinator_epoch, commit)
+            required = await groups.write_txn_marker(
+                partition, producer_id, producer_epoch, coordinator_epoch, commit
+            )
         else:
             partition_log = broker.partition_log(topic, partition)
             if partition_log is None:
                 raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic}-{partition} is not here")
-            if cluster is not None:
-                state = cluster.check_leader(topic, partition)
-                state.check_enough_replicas_for_append(-1, cluster.min_isr(partition_log))
-            append_txn_marker(
+            required = append_txn_marker(
                 broker,
                 partition_log,
                 topic,
                 partition,
-                broker.leader_epoch(topic, partition),
                 producer_id,
                 producer_epoch,
                 coordinator_epoch,
                 commit,
                 broker.now_ms(),
             )
-        if cluster is not None:
-            await self._await_replicas(topic, partition)
-
-    async def _await_replicas(self, topic: str, partition: int) -> None:
-        from kafkacompat.broker.dispatch import park_until
-
-        cluster = self.broker.cluster
-        partition_log = self.broker.partition_log(topic, partition)
-        if cluster is None or partition_log is None:
+        if required is None:
             return
         deadline = trio.current_time() + WRITE_TIMEOUT_SECONDS
-        error = await cluster.wait_for_replicas(
-            topic, partition, partition_log.log_end_offset, partition_log, deadline, park_until
-        )
-        if error != ErrorCode.NONE:
-            raise KafkaError(error, f"marker in {topic}-{partition} not replicated")
+        failed = await broker.replicas.wait_for_commits({(topic, partition): required}, deadline)
+        if failed:
+            raise KafkaError(failed[(topic, partition)], f"marker in {topic}-{partition} not replicated")
 
 
 class MarkerWriter:
@@ -668,9 +654,9 @@ class TransactionRuntime:
     async def _persist(self, outcome: TxnOutcome, *, raise_on_failure: bool = False) -> None:
         """Append the records (cluster mode: until the ISR has them), then queue the markers. Called with
         the lock held."""
-        failed = self._append(outcome.records)
-        if not failed and self._cluster and outcome.records:
-            failed = await self._await_replication({p for p, _, _ in outcome.records})
+        failed, required = self._append(outcome.records)
+        if not failed and required:
+            failed = await self._await_replication(required)
         if failed:
             self._to_reload |= set(failed)
             self._wakeup.set()
@@ -684,43 +670,31 @@ class TransactionRuntime:
             return
         self._queue_markers(outcome.markers)
 
-    async def _await_replication(self, partitions: set[int]) -> dict[int, ErrorCode]:
-        """Cluster mode: wait until the ISR holds what was appended (Kafka's acks=all coordinator writes)."""
-        from kafkacompat.broker.dispatch import park_until
-
-        cluster = self.broker.cluster
-        assert cluster is not None
+    async def _await_replication(self, required: dict[int, int]) -> dict[int, ErrorCode]:
+        """Wait until the ISR holds what was appended (Kafka's acks=all coordinator writes)."""
         deadline = trio.current_time() + WRITE_TIMEOUT_SECONDS
-        failed: dict[int, ErrorCode] = {}
-        for partition in sorted(partitions):
-            partition_log = self.broker.partition_log(TRANSACTION_TOPIC, partition)
-            if partition_log is None:
-                failed[partition] = ErrorCode.NOT_LEADER_OR_FOLLOWER
-                continue
-            error = await cluster.wait_for_replicas(
-                TRANSACTION_TOPIC,
-                partition,
-                partition_log.log_end_offset,
-                partition_log,
-                deadline,
-                park_until,
+        failed = await self.broker.replicas.wait_for_commits(
+            {(TRANSACTION_TOPIC, partition): offset for partition, offset in required.items()}, deadline
+        )
+        for (_, partition), error in failed.items():
+            log.warning(
+                "%s-%d: coordinator records not replicated: %s", TRANSACTION_TOPIC, partition, error.name
             )
-            if error != ErrorCode.NONE:
-                log.warning(
-                    "%s-%d: coordinator records not replicated: %s", TRANSACTION_TOPIC, partition, error.name
-                )
-                failed[partition] = error
-        return failed
+        return {partition: error for (_, partition), error in failed.items()}
 
-    def _append(self, records: list[tuple[int, bytes, bytes | None]]) -> dict[int, ErrorCode]:
+    def _append(
+        self, records: list[tuple[int, bytes, bytes | None]]
+    ) -> tuple[dict[int, ErrorCode], dict[int, int]]:
+        """Write the records, one batch per partition: (the partitions whose write failed and why, the
+        offset each written partition is committed at)."""
+        failed: dict[int, ErrorCode] = {}
+        required: dict[int, int] = {}
         if not records:
-            return {}
+            return failed, required
         by_partition: dict[int, list[tuple[bytes, bytes | None]]] = {}
         for partition, key, value in records:
             by_partition.setdefault(partition, []).append((key, value))
-        failed: dict[int, ErrorCode] = {}
         now = self.broker.now_ms()
-        cluster = self.broker.cluster
         for partition, items in by_partition.items():
             partition_log = self.broker.partition_log(TRANSACTION_TOPIC, partition)
             if partition_log is None:
@@ -728,22 +702,21 @@ class TransactionRuntime:
                 continue
             batch = bytearray(build_batch([(k, v, (), now) for k, v in items], base_timestamp=now))
             try:
-                epoch = LEADER_EPOCH
-                if cluster is not None:
-                    state = cluster.check_leader(TRANSACTION_TOPIC, partition)
-                    state.check_enough_replicas_for_append(-1, cluster.min_isr(partition_log))
-                    epoch = self.broker.leader_epoch(TRANSACTION_TOPIC, partition)
-                partition_log.append_as_leader(batch, epoch, now, check_producers=False)
+                appended = self.broker.replicas.append_as_leader(
+                    TRANSACTION_TOPIC,
+                    partition,
+                    partition_log,
+                    batch,
+                    now,
+                    required_acks=-1,
+                    check_producers=False,
+                )
             except KafkaError as exc:
                 log.error("append to %s-%d failed: %s", TRANSACTION_TOPIC, partition, exc)
                 failed[partition] = ErrorCode(exc.code)
                 continue
-            if cluster is not None:
-                cluster.leader_appended(TRANSACTION_TOPIC, partition, partition_log)
-                continue
-            partition_log.update_high_watermark(partition_log.log_end_offset)
-            self.broker.watchers.notify(TRANSACTION_TOPIC, partition)
-        return failed
+            required[partition] = appended.required_offset
+        return failed, required
 
 
 def runtime_of(broker: BrokerState) -> TransactionRuntime | None:

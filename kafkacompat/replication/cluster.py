@@ -41,11 +41,11 @@ Each reconcile:
 3. as every broker: the topic table mirrors ZooKeeper, logs of assigned partitions exist, followers
    whose leader became known start fetching, the repair path above.
 
-The leader's side of replication lives in the request path: the Fetch handler reports follower fetches
-(`follower_fetched`), which may advance the high watermark and wake parked acks=-1 produces and
-consumer fetches. ISR shrink (`replica.lag.time.max.ms`) and expansion are proposed to the controller
-with AlterPartition (`_write_isr`); the controller validates them against ZooKeeper's state, writes
-them with the compare-and-set, answers with the new state (which the leader then applies) and sends
+The leader's side of replication is the replica manager's (`replica_manager.ClusterReplicaManager`,
+`self.replicas`, which owns `self.partitions`): appends, follower fetches, the high watermark and the
+ISR. ISR shrink (`replica.lag.time.max.ms`) and expansion reach the controller as AlterPartition
+through `alter_partition` here; the controller validates them against ZooKeeper's state, writes them
+with the compare-and-set, answers with the new state (which the leader then applies) and sends
 UpdateMetadata to every broker. Leaders never write ZooKeeper.
 
 ZooKeeper session loss (`SessionFence`): LOST resigns every leadership at once (Produce and Fetch get
@@ -60,7 +60,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -95,6 +95,7 @@ from kafkacompat.replication.controller import (
 from kafkacompat.replication.controller_channel import ControllerChannel
 from kafkacompat.replication.metadata import LocalMetadata, TopicInfo
 from kafkacompat.replication.partition_state import NO_LEADER, LeaderAndIsr, PartitionState
+from kafkacompat.replication.replica_manager import ClusterReplicaManager
 from kafkacompat.replication.zookeeper import StaleController, ZooKeeperStore
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
@@ -191,7 +192,16 @@ class ClusterRuntime:
         self.store = store
         self.node_id = broker.node_id
         self.snapshot = ZkSnapshot()
-        self.partitions: dict[tuple[str, int], PartitionState] = {}
+        #: the partition seam: the replication state of every hosted partition, the leader's side
+        self.replicas = ClusterReplicaManager(
+            broker.logs,
+            broker.watchers,
+            self,
+            now_ms=broker.now_ms,
+            lag_ms=int(broker.config["replica.lag.time.max.ms"]),
+            closing=lambda: broker.closing,
+        )
+        self.partitions: dict[tuple[str, int], PartitionState] = self.replicas.partitions
         #: (leader, fetcher index) -> its fetcher task (num.replica.fetchers per leader)
         self.fetchers: dict[tuple[int, int], FetcherTask] = {}
         self.is_controller = False
@@ -200,7 +210,6 @@ class ClusterRuntime:
         self._nursery: trio.Nursery | None = None
         self._reconciled = trio.Event()
         self.registration: zd.BrokerRegistration | None = None
-        self.lag_ms = int(broker.config["replica.lag.time.max.ms"])
         #: set once a controlled shutdown moved this broker's leaderships away: no more fetching
         self.shutting_down = False
         #: ACLs, SCRAM credentials, quotas and dynamic broker configs in ZooKeeper (set by the server)
@@ -305,18 +314,18 @@ class ClusterRuntime:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             nursery.start_soon(self._tick)
+            await nursery.start(self.replicas.run)
             await self.reconcile()
             task_status.started()
             config = self.broker.config
             next_rebalance = trio.current_time() + config["leader.imbalance.check.interval.seconds"]
             try:
                 while True:
-                    with trio.move_on_after(min(RECONCILE_SECONDS, max(self.lag_ms / 2000, 0.05))):
+                    with trio.move_on_after(RECONCILE_SECONDS):
                         await self._poked.wait()
                     self._poked = trio.Event()
                     try:
                         await self.reconcile()
-                        await self.check_isr_lag()
                         if trio.current_time() >= next_rebalance:
                             next_rebalance = (
                                 trio.current_time() + config["leader.imbalance.check.interval.seconds"]
@@ -1300,7 +1309,9 @@ class ClusterRuntime:
         leader epoch becomes the coordinator epoch of its markers)."""
         transactions = getattr(self.broker, "transactions", None)
         if key[0] == "__transaction_state" and transactions is not None and self._nursery is not None:
-            self._nursery.start_soon(transactions.set_txn_leadership, key[1], leader, self.leader_epoch(*key))
+            self._nursery.start_soon(
+                transactions.set_txn_leadership, key[1], leader, self.replicas.leader_epoch(*key)
+            )
 
     def _drop_topic(self, topic: TopicInfo) -> None:
         for index in range(topic.partitions):
@@ -1313,111 +1324,19 @@ class ClusterRuntime:
         broker.watchers.notify_topic(topic.name)
         log.info("broker %d dropped topic %s", self.node_id, topic.name)
 
-    # --- leader side ---------------------------------------------------------------------------------
+    # --- the replica manager's link (replica_manager.ClusterLink) -------------------------------------
 
-    def partition(self, topic: str, partition: int) -> PartitionState | None:
-        return self.partitions.get((topic, partition))
-
-    def leader_epoch(self, topic: str, partition: int) -> int:
-        state = self.partitions.get((topic, partition))
-        if state is not None:
-            return state.leader_epoch
+    def known_leader_epoch(self, topic: str, partition: int) -> int:
         known = self.snapshot.states.get((topic, partition))
         return known.leader_epoch if known is not None else -1
 
-    def check_leader(self, topic: str, partition: int) -> PartitionState:
-        state = self.partitions.get((topic, partition))
-        if state is None or not state.is_leader or self.is_fenced():
-            raise KafkaError(
-                ErrorCode.NOT_LEADER_OR_FOLLOWER,
-                f"broker {self.node_id} is not the leader for {topic}-{partition}",
-            )
-        return state
+    def isr_committed(self, key: tuple[str, int], state: LeaderAndIsr) -> None:
+        self._remember(key, state)
 
-    def min_isr(self, partition_log: Any) -> int:
-        return int(partition_log.config.get("min.insync.replicas"))
+    def isr_refused(self, key: tuple[str, int]) -> None:
+        self.poke()
 
-    def leader_appended(self, topic: str, partition: int, partition_log: Any) -> None:
-        """After a leader append: the HW moves when the ISR is the leader alone; followers are woken."""
-        state = self.partitions.get((topic, partition))
-        if state is not None and state.maybe_advance_high_watermark(partition_log.log_end_offset):
-            partition_log.update_high_watermark(state.high_watermark)
-        self.broker.watchers.notify(topic, partition)
-
-    def follower_fetched(
-        self, topic: str, partition: int, replica_id: int, fetch_offset: int, partition_log: Any
-    ) -> None:
-        """The Fetch handler saw a follower fetch: progress, HW, ISR expansion."""
-        state = self.check_leader(topic, partition)
-        state.record_follower_fetch(
-            replica_id, fetch_offset, partition_log.log_end_offset, self.broker.now_ms()
-        )
-        if state.maybe_advance_high_watermark(partition_log.log_end_offset):
-            partition_log.update_high_watermark(state.high_watermark)
-            self.broker.watchers.notify(topic, partition)
-        if state.should_expand_isr(replica_id) and self._nursery is not None:
-            proposal = state.propose_isr(tuple(sorted(set(state.isr) | {replica_id})))
-            self._nursery.start_soon(self._write_isr, (topic, partition), proposal)
-
-    async def wait_for_replicas(
-        self,
-        topic: str,
-        partition: int,
-        required_offset: int,
-        partition_log: Any,
-        deadline: float,
-        park: Callable[[trio.Event, float], Awaitable[None]],
-    ) -> ErrorCode:
-        """Park an acks=-1 produce until the ISR has `required_offset` (Kafka's delayed produce)."""
-        while True:
-            state = self.partitions.get((topic, partition))
-            if state is None or self.is_fenced():
-                # a fenced leader answers no acks=-1 produce: its leadership may have moved on
-                return ErrorCode.NOT_LEADER_OR_FOLLOWER
-            done, error = state.replicas_reached(required_offset, self.min_isr(partition_log))
-            if done or error != ErrorCode.NONE:
-                return error
-            if trio.current_time() >= deadline or self.broker.closing:
-                return ErrorCode.REQUEST_TIMED_OUT
-            with self.broker.watchers.watch([(topic, partition)]) as event:
-                await park(event, deadline)
-
-    async def check_isr_lag(self) -> None:
-        now = self.broker.now_ms()
-        for key, state in list(self.partitions.items()):
-            if not state.is_leader or state.pending_isr is not None:
-                continue
-            late = state.out_of_sync_replicas(now, self.lag_ms)
-            if late:
-                proposal = state.propose_isr(tuple(r for r in state.isr if r not in late))
-                log.info(
-                    "%s-%d: ISR shrinks to %s (lagging %s)", key[0], key[1], list(proposal.isr), sorted(late)
-                )
-                if self._nursery is not None:
-                    self._nursery.start_soon(self._write_isr, key, proposal)
-
-    async def _write_isr(self, key: tuple[str, int], proposal: LeaderAndIsr) -> None:
-        """Propose an ISR change to the controller (AlterPartition) and apply its answer."""
-        try:
-            answer = await self._alter_partition(key, proposal)
-        except Exception as exc:
-            log.warning("AlterPartition for %s-%d failed: %r", key[0], key[1], exc)
-            answer = None
-        state = self.partitions.get(key)
-        if state is None:
-            return
-        if answer is None or answer.leader_epoch != state.leader_epoch or not state.is_leader:
-            state.abort_isr_change()
-            self.poke()  # the state moved on: the controller's requests (or the repair read) bring it
-            return
-        state.commit_isr(answer.isr, answer.zk_version)
-        self._remember(key, state.leader_and_isr())
-        partition_log = self.broker.logs.get_log(*key)
-        if partition_log is not None and state.maybe_advance_high_watermark(partition_log.log_end_offset):
-            partition_log.update_high_watermark(state.high_watermark)
-        self.broker.watchers.notify(*key)
-
-    async def _alter_partition(self, key: tuple[str, int], proposal: LeaderAndIsr) -> LeaderAndIsr | None:
+    async def alter_partition(self, key: tuple[str, int], proposal: LeaderAndIsr) -> LeaderAndIsr | None:
         """Send one AlterPartition to the controller; the state it answers with, None on an error."""
         from kafkacompat.replication.broker_requests import ALTER_PARTITION, alter_partition_request
 

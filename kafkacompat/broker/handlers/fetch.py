@@ -255,9 +255,7 @@ def _leader_throttled(broker: BrokerState, topic: Any, partition: int) -> bool:
 def _leader_holds_back(broker: BrokerState, topic: str, partition: int, replica_id: int) -> bool:
     """A throttled follower outside the ISR gets no data while the leader's replication rate is over
     leader.replication.throttled.rate (Kafka's ReplicaManager.shouldLeaderThrottle)."""
-    assert broker.cluster is not None
-    state = broker.cluster.partitions.get((topic, partition))
-    in_sync = state is not None and replica_id in state.isr
+    in_sync = broker.replicas.in_sync(topic, partition, replica_id)
     rate = broker.config["leader.replication.throttled.rate"]
     return broker.leader_throttle.holds_back(rate, in_sync, time.monotonic())
 
@@ -313,9 +311,9 @@ async def _read_all(
                 if partition_log is None:
                     raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 throttled = False
-                if replica_id >= 0 and broker.cluster is not None:
+                if replica_id >= 0:
                     # a follower: its fetch offset is its log end (progress, HW, ISR); it reads to our log end
-                    broker.cluster.follower_fetched(
+                    broker.replicas.follower_fetched(
                         topic.name, cached.partition, replica_id, cached.fetch_offset, partition_log
                     )
                     throttled = _leader_throttled(broker, topic, cached.partition)

@@ -74,7 +74,7 @@ async def handle(ctx: RequestContext, request: Any) -> ProduceResponse | None:
     refused_everything = transactional_id is not None and not allowed(
         ctx, Op.WRITE, Resource.TRANSACTIONAL_ID, transactional_id
     )
-    required: dict[tuple[str, int], int] = {}  # cluster mode: the log end each acks=-1 append must reach
+    required: dict[tuple[str, int], int] = {}  # the offset each append is committed at (acks=-1 waits)
     turn = Turn()  # a produce of many partitions lets other clients run between appends (fairness.py)
     for topic_data in request.topic_data:
         partitions = []
@@ -99,7 +99,7 @@ async def handle(ctx: RequestContext, request: Any) -> ProduceResponse | None:
                 partitions.append(await _append(broker, topic, data, acks, required, transactional_id))
             except KafkaError as exc:
                 partitions.append(_error(data.index, exc.code, exc.message, version))
-    if acks == -1 and broker.cluster is not None:
+    if acks == -1:
         await _await_replicas(ctx, request, responses, required)
     node_endpoints = None
     if broker.cluster is not None and version >= 10:
@@ -175,29 +175,14 @@ async def _append(
             ErrorCode.INVALID_RECORD, "Produce requests must have at least one record batch per partition"
         )
     await _verify_transactional(broker, partition_log, topic.name, data.index, data.records, transactional_id)
-    # after the verification (which may ask another broker): leadership is checked with nothing awaited
-    # between the check and the append
-    if broker.cluster is not None:
-        state = broker.cluster.check_leader(topic.name, data.index)
-        state.check_enough_replicas_for_append(acks, broker.cluster.min_isr(partition_log))
-    elif acks == -1 and partition_log.config.get("min.insync.replicas") > 1:
-        raise KafkaError(
-            ErrorCode.NOT_ENOUGH_REPLICAS,
-            f"The size of the current ISR 1 is insufficient to satisfy the min.isr requirement of "
-            f"{partition_log.config.get('min.insync.replicas')}",
-        )
+    # after the verification (which may ask another broker): the seam checks leadership and the ISR with
+    # nothing awaited between its check and the append
     now = broker.now_ms()
-    result = partition_log.append_as_leader(data.records, broker.leader_epoch(topic.name, data.index), now)
-    if broker.cluster is not None:
-        required[(topic.name, data.index)] = partition_log.log_end_offset
-    if not result.duplicate:
-        if broker.cluster is not None:
-            broker.cluster.leader_appended(topic.name, data.index, partition_log)
-        else:
-            partition_log.update_high_watermark(partition_log.log_end_offset)
-            broker.watchers.notify(topic.name, data.index)
-        if partition_log.flush_needed(now):
-            await trio.to_thread.run_sync(partition_log.flush, now)
+    result, required[(topic.name, data.index)] = broker.replicas.append_as_leader(
+        topic.name, data.index, partition_log, data.records, now, required_acks=acks
+    )
+    if not result.duplicate and partition_log.flush_needed(now):
+        await trio.to_thread.run_sync(partition_log.flush, now)
     return PartitionResponse(
         index=data.index,
         error_code=ErrorCode.NONE,
@@ -210,31 +195,21 @@ async def _append(
 async def _await_replicas(
     ctx: RequestContext, request: Any, responses: list[Any], required: dict[tuple[str, int], int]
 ) -> None:
-    """Cluster mode, acks=-1: answer each appended partition once the ISR holds it (Kafka's delayed
-    produce), NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below min.insync.replicas meanwhile,
-    REQUEST_TIMED_OUT after the request's timeout."""
-    broker = ctx.broker
-    cluster = broker.cluster
-    assert cluster is not None
+    """acks=-1: answer each appended partition once the ISR holds it (Kafka's delayed produce),
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below min.insync.replicas meanwhile,
+    REQUEST_TIMED_OUT after the request's timeout (a single node's appends are committed at once)."""
     deadline = trio.current_time() + max(request.timeout_ms, 0) / 1000
+    appended = {
+        (topic_response.name, partition.index): required[(topic_response.name, partition.index)]
+        for topic_response in responses
+        for partition in topic_response.partition_responses
+        if partition.error_code == ErrorCode.NONE
+    }
+    failed = await ctx.broker.replicas.wait_for_commits(appended, deadline, ctx.park)
     for topic_response in responses:
         for partition in topic_response.partition_responses:
-            if partition.error_code != ErrorCode.NONE:
-                continue
-            partition_log = broker.partition_log(topic_response.name, partition.index)
-            if partition_log is None:
-                partition.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
-                continue
-            # the append's own batches end at or before the log end it left; the HW must pass them
-            error = await cluster.wait_for_replicas(
-                topic_response.name,
-                partition.index,
-                required.get((topic_response.name, partition.index), partition_log.log_end_offset),
-                partition_log,
-                deadline,
-                ctx.park,
-            )
-            if error != ErrorCode.NONE:
+            error = failed.get((topic_response.name, partition.index))
+            if error is not None:
                 partition.error_code = error
 
 

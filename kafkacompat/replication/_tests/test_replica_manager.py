@@ -1,0 +1,205 @@
+"""The partition seam on real partition logs: what a single node and a cluster leader do with an append,
+and when an acks=-1 write is committed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import trio
+
+from kafkacompat.log.config import LogConfig
+from kafkacompat.log.partition_log import PartitionLog
+from kafkacompat.replication.partition_state import LeaderAndIsr, PartitionState
+from kafkacompat.replication.replica_manager import (
+    ClusterReplicaManager,
+    LocalReplicaManager,
+    park_until,
+)
+from kafkacompat.wire.errors import ErrorCode, KafkaError
+from kafkacompat.wire.records import build_batch
+
+NOW = 1_700_000_000_000
+KEY = ("t", 0)
+
+
+class Watchers:
+    """The broker's parked-request registry, reduced to what the seam uses, counting notifications."""
+
+    def __init__(self) -> None:
+        self.waiting: dict[tuple[str, int], list[trio.Event]] = {}
+        self.notified: list[tuple[str, int]] = []
+
+    @contextmanager
+    def watch(self, partitions: Iterable[tuple[str, int]]) -> Iterator[trio.Event]:
+        event = trio.Event()
+        for key in partitions:
+            self.waiting.setdefault(key, []).append(event)
+        yield event
+
+    def notify(self, topic: str, partition: int) -> None:
+        self.notified.append((topic, partition))
+        for event in self.waiting.pop((topic, partition), []):
+            event.set()
+
+
+class Logs:
+    def __init__(self, *logs: PartitionLog) -> None:
+        self.logs = {(log.topic, log.partition): log for log in logs}
+
+    def get_log(self, topic: str, partition: int) -> PartitionLog | None:
+        return self.logs.get((topic, partition))
+
+
+class Link:
+    """The cluster runtime's side: a controller that accepts every ISR change it is sent."""
+
+    node_id = 1
+
+    def __init__(self) -> None:
+        self.fenced = False
+        self.proposals: list[tuple[tuple[str, int], tuple[int, ...]]] = []
+        self.refused: list[tuple[str, int]] = []
+
+    def is_fenced(self) -> bool:
+        return self.fenced
+
+    def known_leader_epoch(self, topic: str, partition: int) -> int:
+        return 9
+
+    async def alter_partition(self, key: tuple[str, int], proposal: LeaderAndIsr) -> LeaderAndIsr | None:
+        self.proposals.append((key, proposal.isr))
+        return LeaderAndIsr(proposal.leader, proposal.leader_epoch, proposal.isr, 1, proposal.zk_version + 1)
+
+    def isr_committed(self, key: tuple[str, int], state: LeaderAndIsr) -> None:
+        return None
+
+    def isr_refused(self, key: tuple[str, int]) -> None:
+        self.refused.append(key)
+
+
+@pytest.fixture
+def partition_log(tmp_path: Path) -> Iterator[PartitionLog]:
+    log = PartitionLog(str(tmp_path / "t-0"), "t", 0, LogConfig.from_properties({}), sync=False)
+    yield log
+    log.close(clean=False)
+
+
+def batch(count: int = 2) -> bytearray:
+    return bytearray(build_batch([(b"k", b"v" * i, (), NOW) for i in range(count)], base_timestamp=NOW))
+
+
+def test_a_single_node_commits_every_append_at_once(partition_log: PartitionLog) -> None:
+    watchers = Watchers()
+    replicas = LocalReplicaManager(Logs(partition_log), watchers)  # type: ignore[arg-type]
+    appended = replicas.append_as_leader("t", 0, partition_log, batch(3), NOW, required_acks=-1)
+    assert appended.result.base_offset == 0 and appended.required_offset == 3
+    assert partition_log.high_watermark == 3 and watchers.notified == [KEY]
+    assert replicas.leader_epoch("t", 0) == 0 and replicas.is_leader("t", 0)
+    assert trio.run(replicas.wait_for_commits, {KEY: 3}, 0.0) == {}
+
+
+def test_a_single_node_refuses_acks_all_below_min_insync_replicas_before_writing(tmp_path: Path) -> None:
+    config = LogConfig.from_properties({"min.insync.replicas": "2"})
+    log = PartitionLog(str(tmp_path / "t-0"), "t", 0, config, sync=False)
+    try:
+        replicas = LocalReplicaManager(Logs(log), Watchers())  # type: ignore[arg-type]
+        with pytest.raises(KafkaError) as refused:
+            replicas.append_as_leader("t", 0, log, batch(), NOW, required_acks=-1)
+        assert refused.value.code == ErrorCode.NOT_ENOUGH_REPLICAS and log.log_end_offset == 0
+        replicas.append_as_leader("t", 0, log, batch(), NOW, required_acks=1)  # acks=1 is not held back
+        assert log.log_end_offset == 2 and log.high_watermark == 2
+    finally:
+        log.close(clean=False)
+
+
+def leader(
+    partition_log: PartitionLog, isr: tuple[int, ...], *, lag_ms: int = 30_000
+) -> tuple[ClusterReplicaManager, Link, Watchers, PartitionState]:
+    link, watchers = Link(), Watchers()
+    replicas = ClusterReplicaManager(
+        Logs(partition_log),  # type: ignore[arg-type]
+        watchers,
+        link,
+        now_ms=lambda: NOW,
+        lag_ms=lag_ms,
+        closing=lambda: False,
+    )
+    state = replicas.partitions[KEY] = PartitionState("t", 0, link.node_id)
+    state.become_leader(LeaderAndIsr(1, 4, isr, 1, 0), (1, 2), partition_log.log_end_offset, NOW)
+    return replicas, link, watchers, state
+
+
+def test_a_cluster_leader_commits_once_the_isr_has_the_append(partition_log: PartitionLog) -> None:
+    replicas, _, _, _ = leader(partition_log, (1, 2))
+    assert replicas.leader_epoch("t", 0) == 4 and replicas.leader_epoch("t", 1) == 9
+
+    async def main() -> None:
+        appended = replicas.append_as_leader("t", 0, partition_log, batch(2), NOW, required_acks=-1)
+        assert partition_log.high_watermark == 0  # the follower has not fetched it yet
+        results: list[dict[tuple[str, int], ErrorCode]] = []
+
+        async def wait() -> None:
+            results.append(
+                await replicas.wait_for_commits({KEY: appended.required_offset}, trio.current_time() + 5)
+            )
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(wait)
+            await trio.sleep(0.01)
+            assert results == []  # parked
+            replicas.follower_fetched("t", 0, 2, partition_log.log_end_offset, partition_log)
+        assert results == [{}] and partition_log.high_watermark == 2
+
+        # nobody fetches the next append: the wait ends at its deadline
+        second = replicas.append_as_leader("t", 0, partition_log, batch(1), NOW, required_acks=-1)
+        timed_out = await replicas.wait_for_commits({KEY: second.required_offset}, trio.current_time() + 0.05)
+        assert timed_out == {KEY: ErrorCode.REQUEST_TIMED_OUT}
+
+    trio.run(main)
+
+
+def test_a_fenced_or_demoted_leader_neither_appends_nor_answers_a_wait(partition_log: PartitionLog) -> None:
+    replicas, link, _, _ = leader(partition_log, (1,))
+    link.fenced = True
+    with pytest.raises(KafkaError) as refused:
+        replicas.append_as_leader("t", 0, partition_log, batch(), NOW, required_acks=1)
+    assert refused.value.code == ErrorCode.NOT_LEADER_OR_FOLLOWER and partition_log.log_end_offset == 0
+    failed = trio.run(replicas.wait_for_commits, {KEY: 1, ("t", 1): 1}, 0.0, park_until)
+    assert failed == {KEY: ErrorCode.NOT_LEADER_OR_FOLLOWER, ("t", 1): ErrorCode.NOT_LEADER_OR_FOLLOWER}
+
+
+def test_a_cluster_leader_refuses_acks_all_while_the_isr_is_below_the_minimum(tmp_path: Path) -> None:
+    config = LogConfig.from_properties({"min.insync.replicas": "2"})
+    log = PartitionLog(str(tmp_path / "t-0"), "t", 0, config, sync=False)
+    try:
+        replicas, _, _, _ = leader(log, (1,))
+        with pytest.raises(KafkaError) as refused:
+            replicas.append_as_leader("t", 0, log, batch(), NOW, required_acks=-1)
+        assert refused.value.code == ErrorCode.NOT_ENOUGH_REPLICAS and log.log_end_offset == 0
+        # the leader alone is the ISR: acks=1 commits at once
+        replicas.append_as_leader("t", 0, log, batch(), NOW, required_acks=1)
+        assert log.high_watermark == 2
+    finally:
+        log.close(clean=False)
+
+
+def test_the_isr_shrinks_on_the_replica_managers_own_schedule(partition_log: PartitionLog) -> None:
+    clock = [NOW]
+    replicas, link, _, state = leader(partition_log, (1, 2), lag_ms=100)
+    replicas.now_ms = lambda: clock[0]
+    assert replicas.isr_check_seconds == pytest.approx(0.05)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(replicas.run)
+            clock[0] += 1_000  # the follower has not fetched for 1 s, ten times the lag
+            with trio.fail_after(5):
+                while state.isr != (1,):
+                    await trio.sleep(0.01)
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    assert link.proposals == [(KEY, (1,))] and state.pending_isr is None

@@ -1,0 +1,385 @@
+"""The partition seam: every write as a partition's leader, and the wait for it to be committed.
+
+Theory of operation
+-------------------
+Produce, the group coordinator, the transaction coordinator and its markers all append to partitions
+this broker leads, and an acks=-1 writer then waits until the append is committed (the high watermark
+passed it). `ReplicaManager` is that one sequence, as Kafka's `ReplicaManager.appendRecords` with the
+ISR logic owned by each partition:
+
+1. `append_as_leader` checks leadership, refuses an acks=-1 append while the ISR is smaller than the
+   partition's `min.insync.replicas` (NOT_ENOUGH_REPLICAS, before anything is written), appends through
+   the `PartitionLog` (which validates and assigns offsets), then moves the high watermark as far as the
+   ISR allows and wakes whatever is parked on the partition (fetches, acks=-1 produces, followers). It
+   returns the log's result and the offset the high watermark must reach for the append to be committed.
+   Nothing is awaited inside it, so leadership cannot change between its check and the append.
+2. `wait_for_commits` parks until each partition's high watermark reaches its offset, the ISR fell below
+   `min.insync.replicas` meanwhile (NOT_ENOUGH_REPLICAS_AFTER_APPEND), leadership moved
+   (NOT_LEADER_OR_FOLLOWER), or the deadline passed (REQUEST_TIMED_OUT).
+
+Two implementations, chosen once at start-up (`BrokerState.replicas`): `LocalReplicaManager` for a
+single node, which leads every partition at leader epoch 0 with an ISR of itself (the high watermark is
+the log end at once, and nothing ever waits), and `ClusterReplicaManager` for ZooKeeper mode, which owns
+one `PartitionState` per hosted partition and the leader's side of replication: follower fetches move
+the high watermark and propose ISR expansion, and its own task proposes ISR shrinks (Kafka's
+isr-expiration task), independently of the reconcile with ZooKeeper.
+ISR changes go to the controller as AlterPartition through the `ClusterLink` (the cluster runtime), and
+only the controller's answer changes the ISR.
+
+The parked-request registry (`Watchers`) and the clock are given by the broker, so this module needs
+nothing from the serving package.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, NamedTuple, Protocol
+
+import trio
+
+from kafkacompat.replication.partition_state import LeaderAndIsr, PartitionState
+from kafkacompat.wire.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from kafkacompat.log.manager import LogManager
+    from kafkacompat.log.partition_log import AppendResult, PartitionLog
+
+__all__ = [
+    "ClusterLink",
+    "ClusterReplicaManager",
+    "LeaderAppend",
+    "LocalReplicaManager",
+    "ReplicaManager",
+    "Watchers",
+]
+
+log = logging.getLogger("kafkacompat.replicas")
+
+TopicPartition = tuple[str, int]
+ISR_CHECK_MAX_SECONDS = 2.0
+#: how a parked request waits: until the event is set or the deadline (trio time) passes
+Park = Callable[[trio.Event, float], Awaitable[None]]
+
+
+class Watchers(Protocol):
+    """The broker's registry of parked requests, keyed by partition (broker/delayed.py)."""
+
+    def watch(self, partitions: Iterable[TopicPartition]) -> AbstractContextManager[trio.Event]: ...
+
+    def notify(self, topic: str, partition: int) -> None: ...
+
+
+class LeaderAppend(NamedTuple):
+    """What an append as leader did: the log's result, and the offset the high watermark must reach
+    for it to be committed (the log end after it)."""
+
+    result: AppendResult
+    required_offset: int
+
+
+async def park_until(event: trio.Event, deadline: float) -> None:
+    """The park of a wait with no client connection to watch: the event or the deadline."""
+    with trio.move_on_at(deadline):
+        await event.wait()
+
+
+def _min_isr(partition_log: PartitionLog) -> int:
+    return int(partition_log.config.get("min.insync.replicas"))
+
+
+class ReplicaManager:
+    """The seam (see module docstring). Subclasses decide leadership and when an append is committed."""
+
+    def __init__(self, logs: LogManager, watchers: Watchers) -> None:
+        self.logs = logs
+        self.watchers = watchers
+
+    # --- leadership -----------------------------------------------------------------------------------
+
+    def leader_epoch(self, topic: str, partition: int) -> int:
+        raise NotImplementedError
+
+    def check_leader(self, topic: str, partition: int) -> None:
+        """NOT_LEADER_OR_FOLLOWER unless this broker leads the partition."""
+        raise NotImplementedError
+
+    def is_leader(self, topic: str, partition: int) -> bool:
+        try:
+            self.check_leader(topic, partition)
+        except KafkaError:
+            return False
+        return True
+
+    def in_sync(self, topic: str, partition: int, replica_id: int) -> bool:
+        """Whether `replica_id` is in the partition's ISR as this broker knows it."""
+        raise NotImplementedError
+
+    # --- the write path -------------------------------------------------------------------------------
+
+    def append_as_leader(
+        self,
+        topic: str,
+        partition: int,
+        partition_log: PartitionLog,
+        records: memoryview | bytes | bytearray,
+        now_ms: int,
+        *,
+        required_acks: int,
+        check_producers: bool = True,
+        from_coordinator: bool = False,
+    ) -> LeaderAppend:
+        """Check, append and advance (step 1 of the module docstring). Raises KafkaError."""
+        self._check_append(topic, partition, partition_log, required_acks)
+        result = partition_log.append_as_leader(
+            records,
+            self.leader_epoch(topic, partition),
+            now_ms,
+            check_producers=check_producers,
+            from_coordinator=from_coordinator,
+        )
+        required = partition_log.log_end_offset
+        if not result.duplicate:  # a retried duplicate wrote nothing: nobody to wake
+            self._appended(topic, partition, partition_log)
+        return LeaderAppend(result, required)
+
+    def _check_append(self, topic: str, partition: int, partition_log: PartitionLog, acks: int) -> None:
+        raise NotImplementedError
+
+    def _appended(self, topic: str, partition: int, partition_log: PartitionLog) -> None:
+        raise NotImplementedError
+
+    async def wait_for_commits(
+        self, required: Mapping[TopicPartition, int], deadline: float, park: Park = park_until
+    ) -> dict[TopicPartition, ErrorCode]:
+        """Step 2 of the module docstring: the partitions that did not commit, with why (empty when
+        every one did)."""
+        raise NotImplementedError
+
+    # --- the follower side of a leader ----------------------------------------------------------------
+
+    def follower_fetched(
+        self, topic: str, partition: int, replica_id: int, fetch_offset: int, partition_log: PartitionLog
+    ) -> None:
+        """A follower fetched from `fetch_offset` (its log end): its progress, the HW, ISR expansion."""
+        raise NotImplementedError
+
+
+class LocalReplicaManager(ReplicaManager):
+    """A single node: leader of every partition at epoch 0, the ISR itself, every append committed."""
+
+    def leader_epoch(self, topic: str, partition: int) -> int:
+        return 0
+
+    def check_leader(self, topic: str, partition: int) -> None:
+        return None
+
+    def in_sync(self, topic: str, partition: int, replica_id: int) -> bool:
+        return False  # no other replica exists
+
+    def _check_append(self, topic: str, partition: int, partition_log: PartitionLog, acks: int) -> None:
+        if acks == -1 and (min_isr := _min_isr(partition_log)) > 1:
+            raise KafkaError(
+                ErrorCode.NOT_ENOUGH_REPLICAS,
+                f"The size of the current ISR 1 is insufficient to satisfy the min.isr requirement of "
+                f"{min_isr}",
+            )
+
+    def _appended(self, topic: str, partition: int, partition_log: PartitionLog) -> None:
+        partition_log.update_high_watermark(partition_log.log_end_offset)
+        self.watchers.notify(topic, partition)
+
+    async def wait_for_commits(
+        self, required: Mapping[TopicPartition, int], deadline: float, park: Park = park_until
+    ) -> dict[TopicPartition, ErrorCode]:
+        return {}
+
+    def follower_fetched(
+        self, topic: str, partition: int, replica_id: int, fetch_offset: int, partition_log: PartitionLog
+    ) -> None:
+        return None  # a replica id on a single node is served as a consumer
+
+
+class ClusterLink(Protocol):
+    """What the leader side needs of the cluster runtime: its fencing, the controller, the known state."""
+
+    node_id: int
+
+    def is_fenced(self) -> bool: ...
+
+    def known_leader_epoch(self, topic: str, partition: int) -> int:
+        """The partition's leader epoch in the newest state known (for a partition not hosted here)."""
+        ...
+
+    async def alter_partition(self, key: TopicPartition, proposal: LeaderAndIsr) -> LeaderAndIsr | None:
+        """Send the ISR change to the controller; the state it answers with, None when refused."""
+        ...
+
+    def isr_committed(self, key: TopicPartition, state: LeaderAndIsr) -> None:
+        """The controller accepted an ISR change: remember it as the newest known state."""
+        ...
+
+    def isr_refused(self, key: TopicPartition) -> None:
+        """The state moved on under a proposal: look at ZooKeeper again."""
+        ...
+
+
+class ClusterReplicaManager(ReplicaManager):
+    """ZooKeeper mode: the replication state of every hosted partition and the leader's side of it."""
+
+    def __init__(
+        self,
+        logs: LogManager,
+        watchers: Watchers,
+        link: ClusterLink,
+        *,
+        now_ms: Callable[[], int],
+        lag_ms: int,
+        closing: Callable[[], bool],
+    ) -> None:
+        super().__init__(logs, watchers)
+        self.link = link
+        self.now_ms = now_ms
+        self.lag_ms = lag_ms
+        self.closing = closing
+        self.partitions: dict[TopicPartition, PartitionState] = {}
+        #: Kafka checks every half replica.lag.time.max.ms; at most every 2 s here, so a lagging follower
+        #: leaves the ISR within the lag and 2 s whatever the lag is
+        self.isr_check_seconds = min(ISR_CHECK_MAX_SECONDS, max(lag_ms / 2000, 0.05))
+        self._nursery: trio.Nursery | None = None
+
+    # --- the background task --------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Propose ISR shrinks every `isr_check_seconds` (ISR writes run as tasks of their own)."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            task_status.started()
+            try:
+                while True:
+                    await trio.sleep(self.isr_check_seconds)
+                    self.check_isr_lag()
+            finally:
+                self._nursery = None
+
+    # --- leadership -----------------------------------------------------------------------------------
+
+    def partition(self, topic: str, partition: int) -> PartitionState | None:
+        return self.partitions.get((topic, partition))
+
+    def leader_epoch(self, topic: str, partition: int) -> int:
+        state = self.partitions.get((topic, partition))
+        if state is not None:
+            return state.leader_epoch
+        return self.link.known_leader_epoch(topic, partition)
+
+    def check_leader(self, topic: str, partition: int) -> None:
+        self.leader_state(topic, partition)
+
+    def leader_state(self, topic: str, partition: int) -> PartitionState:
+        state = self.partitions.get((topic, partition))
+        if state is None or not state.is_leader or self.link.is_fenced():
+            raise KafkaError(
+                ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                f"broker {self.link.node_id} is not the leader for {topic}-{partition}",
+            )
+        return state
+
+    def in_sync(self, topic: str, partition: int, replica_id: int) -> bool:
+        state = self.partitions.get((topic, partition))
+        return state is not None and replica_id in state.isr
+
+    def led(self) -> list[PartitionState]:
+        return [state for state in self.partitions.values() if state.is_leader]
+
+    # --- the write path -------------------------------------------------------------------------------
+
+    def _check_append(self, topic: str, partition: int, partition_log: PartitionLog, acks: int) -> None:
+        self.leader_state(topic, partition).check_enough_replicas_for_append(acks, _min_isr(partition_log))
+
+    def _appended(self, topic: str, partition: int, partition_log: PartitionLog) -> None:
+        """The HW moves when the ISR is the leader alone; followers and parked requests are woken."""
+        state = self.partitions.get((topic, partition))
+        if state is not None and state.maybe_advance_high_watermark(partition_log.log_end_offset):
+            partition_log.update_high_watermark(state.high_watermark)
+        self.watchers.notify(topic, partition)
+
+    async def wait_for_commits(
+        self, required: Mapping[TopicPartition, int], deadline: float, park: Park = park_until
+    ) -> dict[TopicPartition, ErrorCode]:
+        failed: dict[TopicPartition, ErrorCode] = {}
+        for key, offset in required.items():
+            error = await self._wait_for_commit(key, offset, deadline, park)
+            if error != ErrorCode.NONE:
+                failed[key] = error
+        return failed
+
+    async def _wait_for_commit(
+        self, key: TopicPartition, offset: int, deadline: float, park: Park
+    ) -> ErrorCode:
+        """Kafka's delayed produce for one partition: until the ISR has `offset`."""
+        while True:
+            state = self.partitions.get(key)
+            partition_log = self.logs.get_log(*key)
+            if state is None or partition_log is None or self.link.is_fenced():
+                # a fenced leader answers no acks=-1 write: its leadership may have moved on
+                return ErrorCode.NOT_LEADER_OR_FOLLOWER
+            done, error = state.replicas_reached(offset, _min_isr(partition_log))
+            if done or error != ErrorCode.NONE:
+                return error
+            if trio.current_time() >= deadline or self.closing():
+                return ErrorCode.REQUEST_TIMED_OUT
+            with self.watchers.watch([key]) as event:
+                await park(event, deadline)
+
+    # --- ISR ------------------------------------------------------------------------------------------
+
+    def follower_fetched(
+        self, topic: str, partition: int, replica_id: int, fetch_offset: int, partition_log: PartitionLog
+    ) -> None:
+        state = self.leader_state(topic, partition)
+        state.record_follower_fetch(replica_id, fetch_offset, partition_log.log_end_offset, self.now_ms())
+        if state.maybe_advance_high_watermark(partition_log.log_end_offset):
+            partition_log.update_high_watermark(state.high_watermark)
+            self.watchers.notify(topic, partition)
+        if state.should_expand_isr(replica_id):
+            self._propose(state, (topic, partition), tuple(sorted(set(state.isr) | {replica_id})))
+
+    def check_isr_lag(self) -> None:
+        """Propose to drop from the ISR every follower not caught up for replica.lag.time.max.ms."""
+        now = self.now_ms()
+        for key, state in list(self.partitions.items()):
+            if not state.is_leader or state.pending_isr is not None:
+                continue
+            late = state.out_of_sync_replicas(now, self.lag_ms)
+            if late:
+                isr = tuple(r for r in state.isr if r not in late)
+                log.info("%s-%d: ISR shrinks to %s (lagging %s)", key[0], key[1], list(isr), sorted(late))
+                self._propose(state, key, isr)
+
+    def _propose(self, state: PartitionState, key: TopicPartition, isr: tuple[int, ...]) -> None:
+        if self._nursery is None:
+            return  # not running (shutting down): the next leader decides
+        self._nursery.start_soon(self._write_isr, key, state.propose_isr(isr))
+
+    async def _write_isr(self, key: TopicPartition, proposal: LeaderAndIsr) -> None:
+        """Propose an ISR change to the controller (AlterPartition) and apply its answer."""
+        try:
+            answer = await self.link.alter_partition(key, proposal)
+        except Exception as exc:
+            log.warning("AlterPartition for %s-%d failed: %r", key[0], key[1], exc)
+            answer = None
+        state = self.partitions.get(key)
+        if state is None:
+            return
+        if answer is None or answer.leader_epoch != state.leader_epoch or not state.is_leader:
+            state.abort_isr_change()
+            self.link.isr_refused(key)  # the controller's requests (or the repair read) bring the state
+            return
+        state.commit_isr(answer.isr, answer.zk_version)
+        self.link.isr_committed(key, state.leader_and_isr())
+        partition_log = self.logs.get_log(*key)
+        if partition_log is not None and state.maybe_advance_high_watermark(partition_log.log_end_offset):
+            partition_log.update_high_watermark(state.high_watermark)
+        self.watchers.notify(*key)
