@@ -1,6 +1,6 @@
 """Live fuzzing, short form (the CI run of tools/fuzz.py; the long form is in docs/RELIABILITY.md).
 
-A broker process of its own gets mutated request frames of every API it serves (kafkacompat/fuzzer.py)
+A broker process of its own gets mutated request frames of every API it serves (kafkacompat/fuzzing)
 over many connections, while a well-behaved confluent-kafka producer (acks=all, idempotent) and group
 consumer run beside the fuzzer. The broker must stay up, log no traceback, answer every frame it
 answers with the right correlation id and a decodable body; the pair must see no error and lose no
@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from kafkacompat.broker import dispatch
-from kafkacompat.fuzzing.seeds import Campaign, run_campaign
+from kafkacompat.fuzzing.campaign import Campaign, run_campaign
 from kafkacompat.testing import BrokerProcess
 
 pytestmark = pytest.mark.restarts_broker

@@ -96,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     os.environ["KAFKACOMPAT_LOOP_LAG_MS"] = str(args.threshold_ms)
 
-    from kafkacompat.fuzzing.seeds import _field_refs, build_seeds, prepare_target
+    from kafkacompat.fuzzing.mutations import field_refs
+    from kafkacompat.fuzzing.seeds import build_seeds, prepare_target
     from kafkacompat.local_brokers import InProcessBroker
     from kafkacompat.wire import messages
 
@@ -119,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 request = messages.decode_request(api_key, seed.version, memoryview(seed.body))
                 refs: list[tuple[Any, str, Any]] = []
-                _field_refs(request, refs)
+                field_refs(request, refs)
                 for owner, name, value in refs:
                     if not isinstance(value, list) or not value:
                         continue

@@ -13,21 +13,13 @@ import pytest
 import trio
 
 from kafkacompat.broker import dispatch
-from kafkacompat.fuzzing.seeds import (
-    AnswerChecker,
-    FuzzStats,
-    FuzzTarget,
-    Mutator,
-    _p99_ratio,
-    _pair_result_wait,
-    alternating_block,
-    alternating_split,
-    build_seeds,
-    fuzz,
-    latency_windows,
-    main,
-    scan_log,
-)
+from kafkacompat.fuzzing.cli import main
+from kafkacompat.fuzzing.latency import alternating_block, alternating_split, latency_windows, p99_ratio
+from kafkacompat.fuzzing.mutations import Mutator
+from kafkacompat.fuzzing.pair import pair_result_wait
+from kafkacompat.fuzzing.run import AnswerChecker, FuzzStats, fuzz
+from kafkacompat.fuzzing.seeds import FuzzTarget, build_seeds
+from kafkacompat.fuzzing.watch import scan_log
 from kafkacompat.wire import messages
 from kafkacompat.wire.header import RequestHeader, encode_request_header, encode_response_header
 
@@ -160,10 +152,10 @@ async def test_a_cancelled_check_of_a_large_answer_stops_waiting_at_once() -> No
 
 
 def test_the_p99_ratio_is_fuzzed_over_quiet_and_absent_when_a_run_measured_nothing() -> None:
-    assert _p99_ratio({"e2e_p99_ms": 2.0}, {"e2e_p99_ms": 5.0}) == 2.5
-    assert _p99_ratio({"e2e_p99_ms": 3.0}, {"e2e_p99_ms": 1.0}) == 0.33
-    assert _p99_ratio({}, {"e2e_p99_ms": 5.0}) is None
-    assert _p99_ratio({"e2e_p99_ms": 2.0}, {"error_count": 1}) is None
+    assert p99_ratio({"e2e_p99_ms": 2.0}, {"e2e_p99_ms": 5.0}) == 2.5
+    assert p99_ratio({"e2e_p99_ms": 3.0}, {"e2e_p99_ms": 1.0}) == 0.33
+    assert p99_ratio({}, {"e2e_p99_ms": 5.0}) is None
+    assert p99_ratio({"e2e_p99_ms": 2.0}, {"error_count": 1}) is None
 
 
 def test_confining_the_fuzzer_sets_every_thread_and_the_ones_started_later() -> None:
@@ -178,7 +170,7 @@ def test_confining_the_fuzzer_sets_every_thread_and_the_ones_started_later() -> 
     script = textwrap.dedent(
         f"""
         import os, threading
-        from kafkacompat.fuzzing.seeds import confine_process
+        from kafkacompat.fuzzing.campaign import confine_process
         started = threading.Event(); done = threading.Event(); seen = []
         def before():
             started.set(); done.wait(); seen.append(os.sched_getaffinity(0))
@@ -202,7 +194,7 @@ def test_idling_the_fuzzer_sets_every_thread_and_the_ones_started_later() -> Non
     script = textwrap.dedent(
         """
         import os, threading
-        from kafkacompat.fuzzing.seeds import idle_process
+        from kafkacompat.fuzzing.campaign import idle_process
         started = threading.Event(); done = threading.Event(); seen = []
         def before():
             started.set(); done.wait(); seen.append(os.sched_getscheduler(0))
@@ -286,6 +278,6 @@ def test_a_pair_s_summary_larger_than_the_pipe_is_read_while_it_runs() -> None:
     script = "import json; print(json.dumps({'e2e_samples': [[1.5, 2.25]] * 50_000}))"
     child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     started = time.monotonic()
-    result = _pair_result_wait(child)
+    result = pair_result_wait(child)
     assert len(result["e2e_samples"]) == 50_000
     assert time.monotonic() - started < 30

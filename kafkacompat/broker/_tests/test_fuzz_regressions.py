@@ -1,4 +1,4 @@
-"""Regressions found by the live fuzzer (kafkacompat/fuzzer.py, tools/fuzz.py): each test replays the
+"""Regressions found by the live fuzzer (kafkacompat/fuzzing, tools/fuzz.py): each test replays the
 kind of frame that made the broker log a traceback or die, and checks that it is answered or refused
 with Kafka's error code and that the broker keeps serving (and restarts) afterwards.
 """

@@ -13,7 +13,7 @@ import trio
 
 from kafkacompat.broker import loop_lag, loop_probe
 from kafkacompat.broker.loop_probe import LOG_MARKER, Histogram, LoopProbe, TurnProbe
-from kafkacompat.fuzzing.seeds import loop_probe_alternating, loop_probe_phase, loop_probe_windows
+from kafkacompat.fuzzing.watch import loop_probe_alternating, loop_probe_phase, loop_probe_windows
 from kafkacompat.testing import BrokerProcess
 
 
