@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from kafkacompat.testing import InProcessBroker
+from kafkacompat.local_brokers import InProcessBroker
 
 pytestmark = pytest.mark.secured_broker
 

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from compat_tests.clients import create_topic, kp_consume_all
-from kafkacompat.testing import BrokerProcess
+from kafkacompat.local_brokers import BrokerProcess
 
 pytestmark = pytest.mark.restarts_broker
 

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from compat_tests.clients import run_async, wait_for_topic
-from kafkacompat.testing import InProcessBroker
+from kafkacompat.local_brokers import InProcessBroker
 
 OURS_WAIT = 20.0
 EXTERNAL_WAIT = 150.0

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from compat_tests.clients import ck_consume_all, create_topic
+from kafkacompat.local_brokers import BrokerProcess
 from kafkacompat.log._tests.helpers import batch_positions, segment_logs
-from kafkacompat.testing import BrokerProcess
 
 pytestmark = pytest.mark.restarts_broker
 pytest.importorskip("confluent_kafka")

@@ -18,7 +18,7 @@ import pytest
 
 from compat_tests.clients import create_topic
 from kafkacompat.commands import doctor
-from kafkacompat.testing import BrokerProcess
+from kafkacompat.local_brokers import BrokerProcess
 
 pytestmark = pytest.mark.restarts_broker
 

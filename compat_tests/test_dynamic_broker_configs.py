@@ -17,7 +17,7 @@ import pytest
 
 from compat_tests.clients import ck_incremental_alter, create_topic, run_async
 from compat_tests.java_probe import probe_command, unavailable_reason
-from kafkacompat.testing import BrokerProcess
+from kafkacompat.local_brokers import BrokerProcess
 
 BIG = 1_500_000  # above the default message.max.bytes (1048588)
 

@@ -23,7 +23,7 @@ import pytest
 
 from kafkacompat.broker import dispatch
 from kafkacompat.fuzzing.campaign import Campaign, run_campaign
-from kafkacompat.testing import BrokerProcess
+from kafkacompat.local_brokers import BrokerProcess
 
 pytestmark = pytest.mark.restarts_broker
 

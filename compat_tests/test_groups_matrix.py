@@ -23,7 +23,7 @@ import pytest
 
 from compat_tests.group_clients import JOINS_ON_FIRST_POLL, SESSION_MS, Member, wait_for
 from compat_tests.java_probe import unavailable_reason
-from kafkacompat.testing import BrokerProcess
+from kafkacompat.local_brokers import BrokerProcess
 
 GROUP_OVERRIDES = ["group.initial.rebalance.delay.ms=0", "offsets.topic.num.partitions=4"]
 REPO = Path(__file__).resolve().parents[1]

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from compat_tests.clients import create_topic
-from kafkacompat.testing import BrokerProcess
+from kafkacompat.local_brokers import BrokerProcess
 
 pytestmark = pytest.mark.restarts_broker
 

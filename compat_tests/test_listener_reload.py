@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from compat_tests.clients import ck_incremental_alter, create_topic
-from kafkacompat.testing import InProcessBroker
+from kafkacompat.local_brokers import InProcessBroker
 
 pytestmark = [
     pytest.mark.secured_broker,

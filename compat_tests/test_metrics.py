@@ -23,7 +23,7 @@ import pytest
 
 from compat_tests.clients import create_topic
 from compat_tests.conftest import COMPAT_OVERRIDES
-from kafkacompat.testing import InProcessBroker
+from kafkacompat.local_brokers import InProcessBroker
 
 pytestmark = pytest.mark.restarts_broker
 
@@ -235,7 +235,7 @@ def test_the_default_broker_does_not_load_prometheus_client(tmp_path: Path) -> N
     """metrics.listener unset: no endpoint, and prometheus_client is never imported (start-up, RSS)."""
     script = (
         "import sys\n"
-        "from kafkacompat.testing import InProcessBroker\n"
+        "from kafkacompat.local_brokers import InProcessBroker\n"
         f"broker = InProcessBroker({str(tmp_path / 'data')!r}).start()\n"
         "from kafkacompat.client import KafkaClient\n"
         "with KafkaClient(broker.bootstrap) as client:\n"

@@ -19,7 +19,7 @@ import trio
 from compat_tests.clients import ck_consume_all, create_topic
 from kafkacompat.broker._tests.wire_client import RawClient, request
 from kafkacompat.client import KafkaClient
-from kafkacompat.testing import InProcessBroker
+from kafkacompat.local_brokers import InProcessBroker
 from kafkacompat.wire.errors import ErrorCode as E
 
 pytest.importorskip("confluent_kafka")

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from compat_tests.clients import create_topic
-from kafkacompat.testing import InProcessBroker
+from kafkacompat.local_brokers import InProcessBroker
 
 pytestmark = pytest.mark.secured_broker
 

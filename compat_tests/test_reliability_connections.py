@@ -30,7 +30,7 @@ import pytest
 
 from compat_tests.clients import create_topic, kp_consume_all
 from kafkacompat.broker._tests.wire_client import api_versions_round_trip
-from kafkacompat.testing import BrokerProcess
+from kafkacompat.local_brokers import BrokerProcess
 
 pytestmark = pytest.mark.restarts_broker
 

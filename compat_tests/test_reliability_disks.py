@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from compat_tests.clients import create_topic, kp_consume_all
-from kafkacompat.testing import BrokerProcess, InProcessBroker
+from kafkacompat.local_brokers import BrokerProcess, InProcessBroker
 
 pytestmark = pytest.mark.restarts_broker
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from compat_tests.clients import ck_consume_partitions, create_topic, kp_consume_all
-from kafkacompat.testing import BrokerProcess
+from kafkacompat.local_brokers import BrokerProcess
 
 pytestmark = pytest.mark.restarts_broker
 

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from compat_tests.clients import create_topic, run_async
-from kafkacompat.testing import InProcessBroker
+from kafkacompat.local_brokers import InProcessBroker
 
 pytestmark = [
     pytest.mark.secured_broker,

@@ -31,7 +31,7 @@ from confluent_kafka import (  # noqa: E402
 
 from compat_tests.clients import ck_consume_all, create_topic, kp_consume_all, wait_for_topic_config  # noqa: E402
 from kafkacompat.client import KafkaClient  # noqa: E402
-from kafkacompat.testing import InProcessBroker  # noqa: E402
+from kafkacompat.local_brokers import InProcessBroker  # noqa: E402
 from kafkacompat.wire.messages import request_class  # noqa: E402
 from kafkacompat.wire.records import CompressionCodec, RecordBatchView, TimestampType, iter_batches  # noqa: E402
 

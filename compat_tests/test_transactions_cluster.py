@@ -30,7 +30,7 @@ confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from kafkacompat.testing import LocalCluster  # noqa: E402
+from kafkacompat.local_brokers import LocalCluster  # noqa: E402
 
 PARTITIONS = 6
 

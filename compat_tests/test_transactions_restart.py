@@ -13,7 +13,7 @@ import pytest
 
 from compat_tests.clients import create_topic
 from compat_tests.test_transactions import end_offsets, read_to_end, values
-from kafkacompat.testing import BrokerProcess
+from kafkacompat.local_brokers import BrokerProcess
 
 pytestmark = pytest.mark.restarts_broker
 

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from kafkacompat.testing import InProcessBroker
+from kafkacompat.local_brokers import InProcessBroker
 
 
 def _produce(bootstrap: str, topic: str) -> subprocess.CompletedProcess[str]:
