@@ -136,8 +136,10 @@ class GroupRuntime:
         now = broker.now_ms()
         if broker.cluster is not None:
             # cluster mode: a partition is loaded when this broker becomes its leader and unloaded when
-            # it stops leading (set_offsets_leadership, called by the cluster runtime)
-            pass
+            # it stops leading (the replica manager tells set_offsets_leadership)
+            broker.replicas.add_leadership_listener(
+                OFFSETS_TOPIC, lambda partition, leads, _epoch: self.set_offsets_leadership(partition, leads)
+            )
         elif topic is None:
             self.core.load_empty_partitions(range(self.partitions), now)
         else:
@@ -573,7 +575,7 @@ def _marker_commits(batch: RecordBatchView) -> bool | None:
 
 def runtime_of(broker: BrokerState) -> GroupRuntime | None:
     """The broker's group runtime, or None when none runs (handlers answer COORDINATOR_NOT_AVAILABLE)."""
-    return getattr(broker, "groups", None)
+    return broker.groups
 
 
 def client_host(peer: str) -> str:

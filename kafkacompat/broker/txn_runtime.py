@@ -68,6 +68,7 @@ from kafkacompat.broker.coordinator_log import (
 )
 from kafkacompat.broker.lock_wait import holding
 from kafkacompat.txn.coordinator import MarkerJob, TransactionCoordinatorCore, TxnConfig, TxnOutcome
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 from kafkacompat.wire.records import RecordBatchView, build_batch, iter_records
 
@@ -82,8 +83,6 @@ log = logging.getLogger("kafkacompat.txn")
 TRANSACTION_TOPIC = "__transaction_state"
 OFFSETS_TOPIC = "__consumer_offsets"
 DEFAULT_LOAD_BUFFER = 5 * 1024 * 1024
-WRITE_TXN_MARKERS = 27
-ADD_PARTITIONS_TO_TXN = 24
 #: how long a coordinator write waits for the ISR (Kafka's coordinator request timeout, 30 s)
 WRITE_TIMEOUT_SECONDS = 30.0
 #: how long a marker that could not be written waits before it is tried again (seconds)
@@ -168,7 +167,7 @@ class LocalMarkerWriter:
         answered once the ISR holds it). Raises KafkaError."""
         broker = self.broker
         if topic == OFFSETS_TOPIC:
-            groups = getattr(broker, "groups", None)
+            groups = broker.groups
             if groups is None:
                 raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "no group coordinator")
             required = await groups.write_txn_marker(
@@ -260,7 +259,7 @@ class MarkerWriter:
     ) -> list[tuple[str, int]]:
         from kafkacompat.wire.messages import request_class
 
-        cls = request_class(WRITE_TXN_MARKERS)
+        cls = request_class(ApiKey.WRITE_TXN_MARKERS)
         by_topic: dict[str, list[int]] = {}
         for topic, partition in partitions:
             by_topic.setdefault(topic, []).append(partition)
@@ -279,7 +278,7 @@ class MarkerWriter:
             ]
         )
         try:
-            response = await self.channels.send(leader, WRITE_TXN_MARKERS, lambda _version: request)
+            response = await self.channels.send(leader, ApiKey.WRITE_TXN_MARKERS, lambda _version: request)
         except KafkaError as exc:
             log.info("WriteTxnMarkers to broker %d failed: %s; will retry", leader, exc)
             return list(partitions)
@@ -325,7 +324,9 @@ class TransactionRuntime:
         self._cluster = broker.cluster is not None
         self._to_load: list[int] = []
         if self._cluster:
-            pass  # partitions are loaded when this broker leads them (set_txn_leadership)
+            # partitions are loaded when this broker leads them (the replica manager tells
+            # set_txn_leadership; the leader epoch becomes the coordinator epoch of its markers)
+            broker.replicas.add_leadership_listener(TRANSACTION_TOPIC, self.set_txn_leadership)
         elif topic is None:
             self.core.load_empty_partitions(range(self.partitions))
         else:
@@ -602,7 +603,7 @@ class TransactionRuntime:
         coordinator = self.coordinator_of(transactional_id)
         if coordinator < 0:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        cls = request_class(ADD_PARTITIONS_TO_TXN)
+        cls = request_class(ApiKey.ADD_PARTITIONS_TO_TXN)
 
         def request_for(version: int) -> Any:
             if version < 4:
@@ -620,7 +621,7 @@ class TransactionRuntime:
             )
 
         try:
-            response = await self.verifiers.send(coordinator, ADD_PARTITIONS_TO_TXN, request_for)
+            response = await self.verifiers.send(coordinator, ApiKey.ADD_PARTITIONS_TO_TXN, request_for)
         except KafkaError as exc:
             log.info("verification with coordinator %d failed: %s", coordinator, exc)
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
@@ -720,7 +721,7 @@ class TransactionRuntime:
 
 
 def runtime_of(broker: BrokerState) -> TransactionRuntime | None:
-    return getattr(broker, "transactions", None)
+    return broker.transactions
 
 
 def version_error(code: int, api_version: int, fenced_since: int) -> int:

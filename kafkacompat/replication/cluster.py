@@ -97,6 +97,7 @@ from kafkacompat.replication.metadata import LocalMetadata, TopicInfo
 from kafkacompat.replication.partition_state import NO_LEADER, LeaderAndIsr, PartitionState
 from kafkacompat.replication.replica_manager import ClusterReplicaManager
 from kafkacompat.replication.zookeeper import StaleController, ZooKeeperStore
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
@@ -116,7 +117,7 @@ RECONCILE_SECONDS = 2.0
 REPAIR_DELAY_SECONDS = 3.0
 #: how long the controller waits for the replicas' StopReplica answers before removing a deleted topic
 DELETION_WAIT_SECONDS = 10.0
-CONTROLLED_SHUTDOWN = 7
+CONTROLLED_SHUTDOWN = ApiKey.CONTROLLED_SHUTDOWN
 PREFERRED_ELECTION = 0
 UNCLEAN_ELECTION = 1
 INTERNAL = frozenset({"__consumer_offsets", "__transaction_state"})
@@ -275,7 +276,7 @@ class ClusterRuntime:
         for key, state in self.partitions.items():
             if state.is_leader:
                 state.resign()
-                self._offsets_role(key, False)
+                self.replicas.leadership_changed(key, False)
                 self.broker.watchers.notify(*key)
         if self.is_controller:
             self.is_controller = False
@@ -1244,7 +1245,7 @@ class ClusterRuntime:
             if current.become_leader(state, replicas, partition_log.log_end_offset, now):
                 partition_log.leader_epochs.assign(state.leader_epoch, partition_log.log_end_offset)
                 self._unfollow(key)
-                self._offsets_role(key, True)
+                self.replicas.leadership_changed(key, True)
                 log.info(
                     "broker %d leads %s-%d at epoch %d (from %s)",
                     self.node_id,
@@ -1260,7 +1261,7 @@ class ClusterRuntime:
         else:
             if current.become_follower(state, replicas) or key not in self._followed():
                 self._unfollow(key)
-                self._offsets_role(key, False)
+                self.replicas.leadership_changed(key, False)
                 if (
                     state.leader != NO_LEADER
                     and state.leader in self.snapshot_brokers()
@@ -1295,23 +1296,7 @@ class ClusterRuntime:
     def _stop_replica(self, key: tuple[str, int]) -> None:
         self._unfollow(key)
         if self.partitions.pop(key, None) is not None:
-            self._offsets_role(key, False)
-
-    def _offsets_role(self, key: tuple[str, int], leader: bool) -> None:
-        """The group coordinator follows the leadership of __consumer_offsets partitions."""
-        self._txn_role(key, leader)
-        groups = getattr(self.broker, "groups", None)
-        if key[0] == "__consumer_offsets" and groups is not None and self._nursery is not None:
-            self._nursery.start_soon(groups.set_offsets_leadership, key[1], leader)
-
-    def _txn_role(self, key: tuple[str, int], leader: bool) -> None:
-        """The transaction coordinator follows the leadership of __transaction_state partitions (the
-        leader epoch becomes the coordinator epoch of its markers)."""
-        transactions = getattr(self.broker, "transactions", None)
-        if key[0] == "__transaction_state" and transactions is not None and self._nursery is not None:
-            self._nursery.start_soon(
-                transactions.set_txn_leadership, key[1], leader, self.replicas.leader_epoch(*key)
-            )
+            self.replicas.leadership_changed(key, False)
 
     def _drop_topic(self, topic: TopicInfo) -> None:
         for index in range(topic.partitions):

@@ -24,7 +24,9 @@ one `PartitionState` per hosted partition and the leader's side of replication: 
 the high watermark and propose ISR expansion, and its own task proposes ISR shrinks (Kafka's
 isr-expiration task), independently of the reconcile with ZooKeeper.
 ISR changes go to the controller as AlterPartition through the `ClusterLink` (the cluster runtime), and
-only the controller's answer changes the ISR.
+only the controller's answer changes the ISR. Coordinators register leadership listeners for their
+internal topics and are told, in tasks of the replica manager's, when this broker starts or stops leading
+one of its partitions.
 
 The parked-request registry (`Watchers`) and the clock are given by the broker, so this module needs
 nothing from the serving package.
@@ -50,6 +52,7 @@ __all__ = [
     "ClusterLink",
     "ClusterReplicaManager",
     "LeaderAppend",
+    "LeadershipListener",
     "LocalReplicaManager",
     "ReplicaManager",
     "Watchers",
@@ -61,6 +64,8 @@ TopicPartition = tuple[str, int]
 ISR_CHECK_MAX_SECONDS = 2.0
 #: how a parked request waits: until the event is set or the deadline (trio time) passes
 Park = Callable[[trio.Event, float], Awaitable[None]]
+#: told (partition, leads, leader epoch) when this broker starts or stops leading a partition of a topic
+LeadershipListener = Callable[[int, bool, int], Awaitable[None]]
 
 
 class Watchers(Protocol):
@@ -95,6 +100,13 @@ class ReplicaManager:
     def __init__(self, logs: LogManager, watchers: Watchers) -> None:
         self.logs = logs
         self.watchers = watchers
+        self.leadership_listeners: dict[str, list[LeadershipListener]] = {}
+
+    def add_leadership_listener(self, topic: str, listener: LeadershipListener) -> None:
+        """Have `listener` told of every election and resignation of this broker for `topic`'s partitions
+        (the coordinators follow their internal topics' leadership, as Kafka's are told onElection and
+        onResignation). A single node leads everything from the start and never calls it."""
+        self.leadership_listeners.setdefault(topic, []).append(listener)
 
     # --- leadership -----------------------------------------------------------------------------------
 
@@ -357,6 +369,16 @@ class ClusterReplicaManager(ReplicaManager):
                 isr = tuple(r for r in state.isr if r not in late)
                 log.info("%s-%d: ISR shrinks to %s (lagging %s)", key[0], key[1], list(isr), sorted(late))
                 self._propose(state, key, isr)
+
+    def leadership_changed(self, key: TopicPartition, leads: bool) -> None:
+        """This broker started (True) or stopped leading `key`: its topic's listeners are told, each in a
+        task of its own (a coordinator loads or unloads a partition meanwhile)."""
+        listeners = self.leadership_listeners.get(key[0])
+        if not listeners or self._nursery is None:
+            return
+        epoch = self.leader_epoch(*key)
+        for listener in listeners:
+            self._nursery.start_soon(listener, key[1], leads, epoch)
 
     def _propose(self, state: PartitionState, key: TopicPartition, isr: tuple[int, ...]) -> None:
         if self._nursery is None:

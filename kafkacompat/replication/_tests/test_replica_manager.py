@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -203,3 +204,30 @@ def test_the_isr_shrinks_on_the_replica_managers_own_schedule(partition_log: Par
 
     trio.run(main)
     assert link.proposals == [(KEY, (1,))] and state.pending_isr is None
+
+
+def test_coordinators_hear_of_elections_and_resignations_of_their_topic_only(
+    partition_log: PartitionLog,
+) -> None:
+    replicas, _, _, _ = leader(partition_log, (1,))
+    heard: list[tuple[str, int, bool, int]] = []
+
+    def listener(topic: str) -> Any:
+        async def told(partition: int, leads: bool, epoch: int) -> None:
+            heard.append((topic, partition, leads, epoch))
+
+        return told
+
+    replicas.add_leadership_listener("t", listener("t"))
+    replicas.add_leadership_listener("other", listener("other"))
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(replicas.run)
+            replicas.leadership_changed(KEY, True)
+            replicas.leadership_changed(KEY, False)
+            await trio.sleep(0.01)
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    assert heard == [("t", 0, True, 4), ("t", 0, False, 4)]
