@@ -435,13 +435,13 @@ class Connection:
         self._idle_since = 0.0  # trio time since which the loop waits for a whole request
         self._closed_why = "idle"  # what the reaper saw, for the log line
         # queued.max.requests, shared by every connection; None (tests without a server) means no limit
-        self._slots: trio.Semaphore | None = getattr(broker, "request_slots", None)
+        self._slots: trio.Semaphore | None = broker.request_slots
         # the gate of requests of pipelining streaks (PIPELINE_FAIR_SHARE); held while one is handled
-        self._pipeline_gate: trio.Semaphore | None = getattr(broker, "pipeline_gate", None)
+        self._pipeline_gate: trio.Semaphore | None = broker.pipeline_gate
         self._gated: trio.Semaphore | None = None
         self._request_task: trio.lowlevel.Task | None = None  # the task running the request loop
         # queued.max.request.bytes (request_memory.py), None when unset; the bytes this connection holds
-        self._memory: Any = getattr(broker, "request_memory", None)
+        self._memory: Any = broker.request_memory
         self._charged = 0
 
     def drain(self) -> None:

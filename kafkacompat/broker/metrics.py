@@ -543,7 +543,7 @@ class BrokerCollector:
         members = GaugeMetricFamily(
             "kafka_consumergroup_members", "Members of a group", labels=["consumergroup"]
         )
-        runtime = getattr(state, "groups", None)
+        runtime = state.groups
         core = getattr(runtime, "core", None)
         if core is not None:
             for group_id in sorted(core.offsets.groups()):

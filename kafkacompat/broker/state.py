@@ -54,6 +54,9 @@ from kafkacompat.wire.errors import ErrorCode, KafkaError
 from kafkacompat.wire.primitives import ZERO_UUID
 
 if TYPE_CHECKING:
+    from kafkacompat.broker.group_runtime import GroupRuntime
+    from kafkacompat.broker.request_memory import RequestMemoryPool
+    from kafkacompat.broker.txn_runtime import TransactionRuntime
     from kafkacompat.log.config import LogConfig
     from kafkacompat.log.manager import LogManager
     from kafkacompat.log.partition_log import PartitionLog
@@ -295,6 +298,13 @@ class BrokerState:
         # the partition seam (replication/replica_manager.py): leadership, appends as leader and the wait
         # for them to commit. A single node's; the server puts the cluster runtime's in its place.
         self.replicas: ReplicaManager = LocalReplicaManager(logs, self.watchers)
+        # set by the server when it runs this state (None in a state built for a handler test): the
+        # coordinators, and the limits every connection shares (connection.py)
+        self.groups: GroupRuntime | None = None
+        self.transactions: TransactionRuntime | None = None
+        self.request_slots: trio.Semaphore | None = None  # queued.max.requests
+        self.request_memory: RequestMemoryPool | None = None  # queued.max.request.bytes
+        self.pipeline_gate: trio.Semaphore | None = None  # pipelined requests handled at once
 
     def attach_cluster(self, runtime: ClusterRuntime) -> None:
         """Cluster mode: the runtime's metadata view and its replica manager take over (at start-up)."""

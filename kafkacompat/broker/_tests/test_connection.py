@@ -535,8 +535,13 @@ async def test_a_short_park_leaves_the_socket_alone_and_a_longer_one_watches_it(
         client = socket.create_connection(server.getsockname())
         accepted, _ = server.accept()
     ours, theirs = trio.socket.from_stdlib_socket(accepted), trio.socket.from_stdlib_socket(client)
-    # the connection reads only its frame limit from the broker state
-    state: Any = SimpleNamespace(config={"socket.request.max.bytes": 1 << 20})
+    # the connection reads only its frame limit and the shared limits (none here) from the broker state
+    state: Any = SimpleNamespace(
+        config={"socket.request.max.bytes": 1 << 20},
+        request_slots=None,
+        pipeline_gate=None,
+        request_memory=None,
+    )
     connection = Connection(state, trio.SocketStream(ours), "PLAINTEXT", 1)
     await theirs.send(struct.pack(">i", 5) + b"hello")  # a pipelined request, waiting in the socket
     woken = trio.Event()

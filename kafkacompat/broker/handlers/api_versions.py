@@ -59,5 +59,5 @@ async def handle(ctx: Any, request: Any) -> ApiVersionsResponse:
         and _SOFTWARE.fullmatch(request.client_software_version or "")
     ):
         return ApiVersionsResponse(error_code=ErrorCode.INVALID_REQUEST, api_keys=[])
-    cluster_mode = getattr(ctx.broker, "cluster", None) is not None
+    cluster_mode = ctx.broker.cluster is not None
     return ApiVersionsResponse(error_code=ErrorCode.NONE, api_keys=_api_keys(cluster_mode))
