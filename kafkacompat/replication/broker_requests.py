@@ -41,6 +41,7 @@ from typing import Any
 
 from kafkacompat.replication import zk_data as zd
 from kafkacompat.replication.partition_state import LeaderAndIsr
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import ErrorCode
 from kafkacompat.wire.messages import request_class
 
@@ -69,10 +70,10 @@ EPOCH_DURING_DELETE = -2
 #: "no leader epoch given" (older StopReplica versions)
 NO_EPOCH = -1
 
-LEADER_AND_ISR = 4
-STOP_REPLICA = 5
-UPDATE_METADATA = 6
-ALTER_PARTITION = 56
+LEADER_AND_ISR = ApiKey.LEADER_AND_ISR
+STOP_REPLICA = ApiKey.STOP_REPLICA
+UPDATE_METADATA = ApiKey.UPDATE_METADATA
+ALTER_PARTITION = ApiKey.ALTER_PARTITION
 ZERO_UUID = uuid.UUID(int=0)
 #: Kafka's SecurityProtocol ids
 PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -29,16 +30,20 @@ __all__ = ["BrokerQueue", "ControllerChannel"]
 
 log = logging.getLogger("kafkacompat.controller")
 
-API_NAMES = {4: "LeaderAndIsr", 5: "StopReplica", 6: "UpdateMetadata"}
+API_NAMES = {
+    ApiKey.LEADER_AND_ISR: "LeaderAndIsr",
+    ApiKey.STOP_REPLICA: "StopReplica",
+    ApiKey.UPDATE_METADATA: "UpdateMetadata",
+}
 
 
 def _errors(api_key: int, response: Any) -> list[int]:
     """The non-zero error codes of an answer (top level and per partition)."""
     codes = [response.error_code]
-    if api_key == 4:
+    if api_key == ApiKey.LEADER_AND_ISR:
         codes += [p.error_code for p in getattr(response, "partition_errors", [])]
         codes += [p.error_code for t in getattr(response, "topics", []) for p in t.partition_errors]
-    elif api_key == 5:
+    elif api_key == ApiKey.STOP_REPLICA:
         codes += [p.error_code for p in response.partition_errors]
     return [c for c in codes if c != ErrorCode.NONE]
 

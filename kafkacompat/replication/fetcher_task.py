@@ -24,6 +24,7 @@ import trio
 from kafkacompat.log.leader_epoch import UNDEFINED_EPOCH
 from kafkacompat.replication.fetcher import FetchPhase, FollowerFetchState
 from kafkacompat.replication.throttle import throttled_partition
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 from kafkacompat.wire.messages import request_class
 
@@ -35,8 +36,8 @@ __all__ = ["FetcherTask"]
 
 log = logging.getLogger("kafkacompat.fetcher")
 
-FETCH = 1
-OFFSET_FOR_LEADER_EPOCH = 23
+FETCH = ApiKey.FETCH
+OFFSET_FOR_LEADER_EPOCH = ApiKey.OFFSET_FOR_LEADER_EPOCH
 FETCH_VERSION = 12  # topic names, replica id in the top-level field
 EPOCH_VERSION = 4
 

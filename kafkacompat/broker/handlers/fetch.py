@@ -46,16 +46,17 @@ from kafkacompat.broker.fairness import Turn, in_shares
 from kafkacompat.broker.fetch_sessions import CachedPartition, FetchContext, PartitionRequest
 from kafkacompat.replication.throttle import throttled_partition
 from kafkacompat.wire._generated.fetch_response import AbortedTransaction, FetchResponse
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 from kafkacompat.wire.primitives import elements
 
 if TYPE_CHECKING:
-    from kafkacompat.broker.dispatch import RequestContext
+    from kafkacompat.broker.context import RequestContext
     from kafkacompat.broker.state import BrokerState
 
 log = logging.getLogger("kafkacompat.broker.fetch")
 
-API_KEY = 1
+API_KEY = ApiKey.FETCH
 MIN_VERSION = 4
 MAX_VERSION = 17
 

@@ -36,14 +36,15 @@ from kafkacompat.broker.fairness import Turn
 from kafkacompat.broker.state import is_internal_topic
 from kafkacompat.broker.txn_runtime import runtime_of as txn_runtime_of
 from kafkacompat.wire._generated.produce_response import ProduceResponse
+from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
-    from kafkacompat.broker.dispatch import RequestContext
+    from kafkacompat.broker.context import RequestContext
     from kafkacompat.broker.state import BrokerState
     from kafkacompat.replication.metadata import TopicInfo
 
-API_KEY = 0
+API_KEY = ApiKey.PRODUCE
 MIN_VERSION = 0
 MAX_VERSION = 11
 
