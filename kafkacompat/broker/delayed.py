@@ -2,16 +2,18 @@
 
 Theory of operation: a fetch that has not gathered `min_bytes` parks until data arrives or its
 `max_wait_ms` runs out. Rather than polling on a timer, it registers one `trio.Event` under every
-partition it reads (`PartitionWatchers.watch`); whoever appends to a partition (produce, and later
-replication or transaction markers) calls `notify(topic, partition)`, which sets and forgets every event
+partition it reads (`PartitionWatchers.watch`); whatever moves a partition (an append as leader through
+the replica manager, a follower's append, a new high watermark, a role change, a deletion) calls
+`notify(topic, partition)`, which sets and forgets every event
 registered there. The woken fetch re-reads its partitions and either answers or parks again with the
 time it has left. Registration happens after the fetch has read the logs and before its first await, and
 trio runs one task at a time, so an append can never slip between "read: not enough" and "parked".
 
-Single node: acks=-1 produce needs no purgatory, since the only in-sync replica is this broker, and the
-high watermark moves with the append itself. Cluster mode will add a produce purgatory keyed the same way.
+The same registry is the acks=-1 produce purgatory: in cluster mode a write waiting for the ISR
+(`replica_manager.ClusterReplicaManager.wait_for_commits`) parks on its partition and is woken by the
+high watermark's move. On a single node the high watermark moves with the append, and nothing waits.
 
-Owned by `BrokerState`; handlers call `watch()` and `notify()`; nothing else touches the tables.
+Owned by `BrokerState`, which hands it to the replica manager.
 """
 
 from __future__ import annotations

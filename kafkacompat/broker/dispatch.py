@@ -36,7 +36,8 @@ Handler contract (every module in kafkacompat/broker/handlers/ follows it)
 - A handler that waits for an event (a fetch short of min_bytes) waits with `await ctx.park(event,
   deadline)`, never with a bare `event.wait()`: the connection's `park` also watches the socket and
   abandons the request (raising `PeerGone`) if the client goes away meanwhile.
-- To add an API: write the module, add it to `HANDLER_MODULES`, add its test. Nothing else.
+- To add an API: write the module, add it to `HANDLER_MODULES`, add its test, and regenerate the README's
+  API table (`tools/gen_api_table.py`; `make check-generated` fails until then).
 - A module that sets `CLUSTER_ONLY = True` (the controller-to-broker requests: LeaderAndIsr, StopReplica,
   UpdateMetadata, AlterPartition) is served and advertised only in cluster mode; a single node neither
   lists it in ApiVersions nor answers it (the connection is closed, as a Kafka broker does for an API its

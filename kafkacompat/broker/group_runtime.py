@@ -7,8 +7,9 @@ only code that calls it. Every operation goes through `call(op)`:
 
 1. under one trio lock, read the broker clock and run `op(now_ms)` on the core -> `Outcome`;
 2. append `outcome.records` to `__consumer_offsets`: one batch per partition per operation, built
-   with `wire.records.build_batch` and written through the log's leader append path (offsets,
-   indexes, flush policy as for any produce), then the high watermark moves and fetchers are woken;
+   with `wire.records.build_batch` and written as the partition's leader through the replica manager
+   (`BrokerState.replicas`, as any produce: offsets, indexes, the high watermark, fetchers woken),
+   then, acks=all, waited for until the ISR holds them (at once on a single node);
 3. deliver `outcome.completions` to the requests parked earlier (each parked JoinGroup/SyncGroup
    waits on a `_Waiter`, a trio.Event plus its answer);
 4. answer: the response, or (for `Parked(token)`) register a waiter before the lock is released and

@@ -307,7 +307,8 @@ class BrokerState:
         self.pipeline_gate: trio.Semaphore | None = None  # pipelined requests handled at once
 
     def attach_cluster(self, runtime: ClusterRuntime) -> None:
-        """Cluster mode: the runtime's metadata view and its replica manager take over (at start-up)."""
+        """Cluster mode, at start-up: the cluster runtime and its replica manager take over from the
+        single node's (the ZooKeeper-fed metadata view was given to the constructor)."""
         self.cluster = runtime
         self.replicas = runtime.replicas
 

@@ -8,11 +8,12 @@ runtime (group_runtime.py):
 
 1. under one trio lock, run `op(now_ms)` on the core -> `TxnOutcome` (a request waits for the lock
    without its queued.max.requests slot and is dropped if its client leaves, lock_wait.py);
-2. append the outcome's records to `__transaction_state`, one batch per partition, through the log's
-   leader append path, and in cluster mode wait until the ISR holds them (Kafka appends coordinator
-   records with acks=all; `transaction.state.log.min.isr` is the topic's min.insync.replicas). A
-   failed append or replication answers COORDINATOR_NOT_AVAILABLE (NOT_COORDINATOR when leadership
-   moved) and reloads that partition from its log (the core ran ahead of what is durable);
+2. append the outcome's records to `__transaction_state`, one batch per partition, as the partition's
+   leader through the replica manager (`BrokerState.replicas`), and wait until the ISR holds them (Kafka
+   appends coordinator records with acks=all; `transaction.state.log.min.isr` is the topic's
+   min.insync.replicas). A failed append or replication answers COORDINATOR_NOT_AVAILABLE
+   (NOT_COORDINATOR when leadership moved) and reloads that partition from its log (the core ran
+   ahead of what is durable);
 3. queue the outcome's marker jobs for the marker task and answer. So EndTxn is answered once its
    PrepareCommit/PrepareAbort record is written, as in Kafka; the markers follow asynchronously, and
    until every marker of the job is written the transaction stays in its Prepare state, where the

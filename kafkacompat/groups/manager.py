@@ -20,8 +20,8 @@ Departures from Kafka, on purpose:
   member was removed while it waited) is answered here (REBALANCE_IN_PROGRESS / UNKNOWN_MEMBER_ID), so
   that no parked request is ever left without an answer.
 
-How the trio runtime (runtime.py, to come) drives it
-----------------------------------------------------
+How the trio runtime (broker/group_runtime.py) drives it
+--------------------------------------------------------
 * Start-up: for each owned partition ``begin_loading(p)``; ``replay(key, value)`` every record of that
   __consumer_offsets partition in offset order; then ``finish_loading(p, now_ms)``. While a partition
   loads, its groups answer COORDINATOR_LOAD_IN_PROGRESS (Heartbeat answers NONE and SyncGroup

@@ -4,8 +4,9 @@ Theory of operation
 -------------------
 Only built when `zookeeper.connect` is set (`server.Broker` imports this module then and only then;
 single-node mode never loads it, kazoo or a JVM). `ClusterRuntime` owns the broker's `ZooKeeperStore`,
-one `PartitionState` per hosted partition, `num.replica.fetchers` `FetcherTask`s per broker it follows
-and, while it is the controller, the `ControllerChannel` to every live broker.
+the replica manager (`replicas`, which holds one `PartitionState` per hosted partition),
+`num.replica.fetchers` `FetcherTask`s per broker it follows and, while it is the controller, the
+`ControllerChannel` to every live broker.
 
 How brokers learn leadership: as in Kafka's ZooKeeper mode, the controller writes every state change to
 ZooKeeper first (versioned, fenced by the controller epoch) and then tells the brokers with Kafka's

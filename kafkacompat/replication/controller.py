@@ -2,8 +2,8 @@
 
 Theory of operation
 -------------------
-Pure functions over plain values; the trio/ZooKeeper edge (`controller_task.py` when it exists, or the
-broker's ZooKeeper edge) reads the state, calls these, and writes the results with versioned
+Pure functions over plain values; the trio/ZooKeeper edge (the controller's part of
+`cluster.ClusterRuntime`) reads the state, calls these, and writes the results with versioned
 compare-and-set writes carrying the controller epoch, so a stale controller is fenced by ZooKeeper.
 
 - `assign_replicas(brokers, partitions, replication_factor, ...)` is Kafka's `AdminUtils`

@@ -1,9 +1,9 @@
 """Fetch (key 1), versions 4-17.
 
-Behaviour: consumer fetches, and in cluster mode follower fetches (a replica id >= 0: the leader records
-the follower's progress, high watermark and ISR, see replication/cluster.py; on a single node a replica
-id is served like a consumer). Only a partition's leader answers with data, to consumers and followers
-alike (no KIP-392 fetching from followers: preferred_read_replica is always -1).
+Behaviour: consumer fetches, and in cluster mode follower fetches (a replica id >= 0: the leader records the
+follower's progress, high watermark and ISR, see replication/replica_manager.py; on a single node a replica id
+is served like a consumer). Only a partition's leader answers with data, to consumers and followers alike (no
+KIP-392 fetching from followers: preferred_read_replica is always -1).
 Each partition returns whole batches from the one holding its fetch offset, up to its partition max
 bytes and what is left of the request's max bytes (itself capped by `fetch.max.bytes`); the first batch
 of the first non-empty partition is returned even when larger (KIP-74). Consumers read to the high

@@ -1,26 +1,28 @@
 """Produce (key 0), versions 0-11.
 
-Behaviour: acks must be 0, 1 or -1 (else INVALID_REQUIRED_ACKS for every partition). With an
-authorizer, a transactional id the principal may not WRITE fails every partition with
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED, a topic it may not WRITE each of its partitions with
-TOPIC_AUTHORIZATION_FAILED (checked before existence, as Kafka does). Each partition's
-record set is validated and appended by its PartitionLog as opaque bytes: offsets are patched in place,
-records are never decoded. Errors are per partition: UNKNOWN_TOPIC_OR_PARTITION (no auto-creation here;
-as in Kafka, producers create topics through Metadata), INVALID_TOPIC_EXCEPTION for internal topics
-(only the broker writes `__consumer_offsets`), CORRUPT_MESSAGE, INVALID_RECORD (including
-message format v0/v1, which this broker never converts, and a partition without any batch),
-MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE, INVALID_TIMESTAMP, idempotence errors
-(OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH; a retried duplicate batch gets its original
-offsets), KAFKA_STORAGE_ERROR; acks=-1 on a topic whose min.insync.replicas exceeds 1 gets
-NOT_ENOUGH_REPLICAS (the ISR is this node alone). Transactional batches (KIP-890 part 1, with
-`transaction.partition.verification.enable`): the first batch of a producer's transaction in a partition
-is checked against the transaction coordinator: a partition not added to the producer's ongoing
-transaction gets INVALID_TXN_STATE, a stale epoch INVALID_PRODUCER_EPOCH, so no hanging transaction
-can hold back the last stable offset. v8+ carry the error message. On a single node acks=1
-and acks=-1 are the same: the high watermark moves with the append, then parked fetches on the
-partition are woken. When the topic's flush.messages/flush.ms is due, the append is fsynced (in a
-worker thread) before the answer, as Kafka flushes in its append path. acks=0 gets no response at all;
-if any partition failed, the connection is closed instead, as Kafka does, so the client notices.
+Behaviour: acks must be 0, 1 or -1 (else INVALID_REQUIRED_ACKS for every partition). With an authorizer, a
+transactional id the principal may not WRITE fails every partition with TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+a topic it may not WRITE each of its partitions with TOPIC_AUTHORIZATION_FAILED (checked before existence, as
+Kafka does). Each partition's record set is validated and appended by its PartitionLog as opaque bytes:
+offsets are patched in place, records are never decoded. Errors are per partition: UNKNOWN_TOPIC_OR_PARTITION
+(no auto-creation here; as in Kafka, producers create topics through Metadata), INVALID_TOPIC_EXCEPTION for
+internal topics (only the broker writes `__consumer_offsets`), CORRUPT_MESSAGE, INVALID_RECORD (including
+message format v0/v1, which this broker never converts, and a partition without any batch), MESSAGE_TOO_LARGE,
+RECORD_LIST_TOO_LARGE, INVALID_TIMESTAMP, idempotence errors (OUT_OF_ORDER_SEQUENCE_NUMBER,
+INVALID_PRODUCER_EPOCH; a retried duplicate batch gets its original offsets), KAFKA_STORAGE_ERROR; acks=-1
+while the ISR is smaller than the topic's min.insync.replicas gets NOT_ENOUGH_REPLICAS before anything is
+written (on a single node the ISR is this node alone). Transactional batches (KIP-890 part 1, with
+`transaction.partition.verification.enable`): the first batch of a producer's transaction in a partition is
+checked against the transaction coordinator: a partition not added to the producer's ongoing transaction gets
+INVALID_TXN_STATE, a stale epoch INVALID_PRODUCER_EPOCH, so no hanging transaction can hold back the last
+stable offset. v8+ carry the error message. Every append goes through the broker's replica manager
+(replication/replica_manager.py). acks=-1 is answered once the ISR holds the append (cluster mode;
+NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below the minimum meanwhile, REQUEST_TIMED_OUT after the
+request's timeout); on a single node acks=1 and acks=-1 are the same: the high watermark moves with the
+append, then parked fetches on the partition are woken. When the topic's flush.messages/flush.ms is due, the
+append is fsynced (in a worker thread) before the answer, as Kafka flushes in its append path. acks=0 gets no
+response at all; if any partition failed, the connection is closed instead, as Kafka does, so the client
+notices.
 """
 
 from __future__ import annotations
