@@ -2,7 +2,7 @@
 
 For each API key the broker serves, the fuzzer's seed request of its highest version is sent with one
 of its arrays multiplied to N elements (each array in turn, one at a time), and the broker's loop-lag
-monitor (kafkacompat/broker/loop_lag.py, the thread's CPU time of every step over the threshold) says
+monitor (kafkacompat/diagnostics/loop_lag.py, the thread's CPU time of every step over the threshold) says
 which steps took longest. A handler that loops over a client's items without giving the loop back
 (kafkacompat/broker/fairness.py) shows up as one long step of that request.
 
@@ -96,13 +96,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     os.environ["KAFKACOMPAT_LOOP_LAG_MS"] = str(args.threshold_ms)
 
+    from kafkacompat.diagnostics.loop_lag import log as monitor_log
     from kafkacompat.fuzzing.mutations import field_refs
     from kafkacompat.fuzzing.seeds import build_seeds, prepare_target
     from kafkacompat.local_brokers import InProcessBroker
     from kafkacompat.wire import messages
 
     worst = _Worst()
-    monitor_log = logging.getLogger("kafkacompat.broker.loop_lag")
     monitor_log.addHandler(worst)
     monitor_log.setLevel(logging.WARNING)
     only = {int(key) for key in args.apis.split(",")} if args.apis else None

@@ -125,7 +125,7 @@ class Broker:
             raise
         self.state = state
         self.fd_connection_cap = _fd_connection_cap()
-        from kafkacompat.broker import loop_lag
+        from kafkacompat.diagnostics import loop_lag
 
         lag_monitor = loop_lag.install_from_environment()  # KAFKACOMPAT_LOOP_LAG_MS: profiling only
         # queued.max.requests: requests handled at once, broker-wide (connection.py)
@@ -535,7 +535,7 @@ class Broker:
                 nursery.start_soon(self._every, DELETE_CHECK_SECONDS * 1000, self._delete_delayed)
                 flush_ms = self.config["log.flush.scheduler.interval.ms"]
                 nursery.start_soon(self._every, flush_ms, self._flush)
-                from kafkacompat.broker import loop_probe
+                from kafkacompat.diagnostics import loop_probe
 
                 probe = loop_probe.from_environment()  # KAFKACOMPAT_LOOP_PROBE: profiling only
                 if probe is not None:

@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     broker = control_broker = None
     if args.loop_probe:
-        from kafkacompat.broker.loop_probe import ENVIRONMENT_VARIABLE
+        from kafkacompat.diagnostics.loop_probe import ENVIRONMENT_VARIABLE
 
         os.environ[ENVIRONMENT_VARIABLE] = str(args.loop_probe)  # the brokers started below inherit it
     with tempfile.TemporaryDirectory(prefix="kafkacompat-fuzz-") as tmp:

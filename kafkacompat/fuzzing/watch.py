@@ -6,7 +6,7 @@ descriptors by kind and thread count, from /proc (`read_rss_kib`, `descriptor_ce
 the state the run made it keep, as the broker reports it (`broker_state_counts`: partition logs, groups
 and their members, transactional ids), from which `rss_bound_kib()` computes the RSS the broker must stay
 within; its log's unhandled errors (`scan_log()`: tracebacks and the like); and the loop probe's windows
-(KAFKACOMPAT_LOOP_PROBE, kafkacompat.broker.loop_probe) merged per phase of the run or per alternating
+(KAFKACOMPAT_LOOP_PROBE, kafkacompat.diagnostics.loop_probe) merged per phase of the run or per alternating
 block.
 """
 
@@ -61,11 +61,11 @@ def scan_log(path: str | Path, start: int = 0) -> list[str]:
 
 
 def loop_probe_windows(path: str | Path, start: int) -> list[dict[str, Any]]:
-    """The loop probe's windows (KAFKACOMPAT_LOOP_PROBE, broker/loop_probe.py) in the broker's log from byte
-    `start`, in order; garbled lines are skipped. Read once per log, then shared out by phase."""
+    """The loop probe's windows (KAFKACOMPAT_LOOP_PROBE, diagnostics/loop_probe.py) in the broker's log
+    from byte `start`, in order; garbled lines are skipped. Read once per log, then shared out by phase."""
     import json
 
-    from kafkacompat.broker.loop_probe import LOG_MARKER
+    from kafkacompat.diagnostics.loop_probe import LOG_MARKER
 
     with open(path, "rb") as f:
         f.seek(start)
@@ -113,7 +113,7 @@ def loop_probe_alternating(
 
 def _merge_loop_probe(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     """Loop-probe windows merged into one summary; None for no window."""
-    from kafkacompat.broker.loop_probe import Histogram
+    from kafkacompat.diagnostics.loop_probe import Histogram
 
     if not rows:
         return None

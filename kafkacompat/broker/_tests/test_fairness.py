@@ -1,5 +1,5 @@
 """Event-loop fairness: handlers of many items give the loop back, large responses encode off the loop,
-and the loop-lag monitor names what held the loop (broker/fairness.py, broker/loop_lag.py)."""
+and the loop-lag monitor names what held the loop (broker/fairness.py, diagnostics/loop_lag.py)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ import pytest
 import trio
 import trio.testing
 
-from kafkacompat.broker import connection, fairness, loop_lag
+from kafkacompat.broker import connection, fairness
 from kafkacompat.broker._tests.wire_client import RawClient, create, request, start_broker
+from kafkacompat.diagnostics import loop_lag
 from kafkacompat.wire import messages
 from kafkacompat.wire._generated.describe_groups_response import DescribeGroupsResponse
 from kafkacompat.wire.errors import ErrorCode
@@ -444,7 +445,7 @@ async def test_an_off_cpu_step_says_how_much_cpu_the_other_threads_used(caplog) 
             time.sleep(0.03)  # alone
             await trio.lowlevel.checkpoint()
 
-        with caplog.at_level(logging.WARNING, logger="kafkacompat.broker.loop_lag"):
+        with caplog.at_level(logging.WARNING, logger=loop_lag.log.name):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(beside_a_busy_thread)
     finally:
@@ -473,7 +474,7 @@ async def test_a_slow_step_is_logged_with_where_it_stopped(caplog) -> None:
 
     monitor = loop_lag.install(5.0)
     try:
-        with caplog.at_level(logging.WARNING, logger="kafkacompat.broker.loop_lag"):
+        with caplog.at_level(logging.WARNING, logger=loop_lag.log.name):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(spinning)
     finally:

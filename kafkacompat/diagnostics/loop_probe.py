@@ -39,10 +39,11 @@ from typing import Any
 
 import trio
 
-from kafkacompat.broker.loop_lag import positive_number_from_environment
+from kafkacompat.diagnostics.loop_lag import positive_number_from_environment
 
 __all__ = ["ENVIRONMENT_VARIABLE", "Histogram", "LoopProbe", "TurnProbe", "from_environment"]
 
+# the logger name the probe's lines carry, which log filters select
 log = logging.getLogger("kafkacompat.broker.loop_probe")
 
 ENVIRONMENT_VARIABLE = "KAFKACOMPAT_LOOP_PROBE"

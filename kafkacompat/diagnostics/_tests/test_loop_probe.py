@@ -1,4 +1,4 @@
-"""The loop probe (broker/loop_probe.py): its histogram, its turn instrument, its wake-up writer, and the
+"""The loop probe (diagnostics/loop_probe.py): its histogram, its turn instrument, its wake-up writer, and the
 fuzz tool's reading of its windows from a broker's log."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from kafkacompat.broker import loop_lag, loop_probe
-from kafkacompat.broker.loop_probe import LOG_MARKER, Histogram, LoopProbe, TurnProbe
+from kafkacompat.diagnostics import loop_lag, loop_probe
+from kafkacompat.diagnostics.loop_probe import LOG_MARKER, Histogram, LoopProbe, TurnProbe
 from kafkacompat.fuzzing.watch import loop_probe_alternating, loop_probe_phase, loop_probe_windows
 from kafkacompat.testing import BrokerProcess
 
@@ -79,7 +79,7 @@ def test_wakeups_see_a_stalled_loop_and_the_writer_goes_with_the_probe(
             await trio.sleep(0.5)
             nursery.cancel_scope.cancel()
 
-    with caplog.at_level(logging.INFO, logger="kafkacompat.broker.loop_probe"):
+    with caplog.at_level(logging.INFO, logger=loop_probe.log.name):
         trio.run(main)
     for record in caplog.records:
         message = record.getMessage()
