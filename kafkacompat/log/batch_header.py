@@ -10,16 +10,17 @@ this module only serves the file-level scans, where batches were already validat
 from __future__ import annotations
 
 import os
-import struct
 from typing import NamedTuple
 
 from kafkacompat.wire.crc import crc32c
+from kafkacompat.wire.records import BATCH_HEADER
 
 __all__ = ["HEADER", "HEADER_SIZE", "LOG_OVERHEAD", "BatchHeader", "read_header", "verify_batch"]
 
 # baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
-# baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, recordsCount
-HEADER = struct.Struct(">qiibIhiqqqhii")
+# baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, recordsCount: one layout, shared
+# with the wire's batch view
+HEADER = BATCH_HEADER
 HEADER_SIZE = HEADER.size  # 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength: batchLength counts the bytes after these 12
 CRC_START = 21  # the CRC covers attributes (byte 21) to the end of the batch

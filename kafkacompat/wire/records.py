@@ -38,6 +38,7 @@ from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 __all__ = [
     "ABORT_MARKER",
+    "BATCH_HEADER",
     "COMMIT_MARKER",
     "HEADER_SIZE",
     "LOG_OVERHEAD",
@@ -96,8 +97,8 @@ COMMIT_MARKER = 1
 
 # baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta, baseTimestamp,
 # maxTimestamp, producerId, producerEpoch, baseSequence, recordsCount.
-_HEADER = struct.Struct(">qiibIhiqqqhii")
-HEADER_SIZE = _HEADER.size  # 61
+BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
+HEADER_SIZE = BATCH_HEADER.size  # 61
 #: baseOffset + batchLength: the bytes before what batchLength counts.
 LOG_OVERHEAD = 12
 
@@ -184,7 +185,7 @@ class RecordBatchView:
             self.producer_epoch,
             self.base_sequence,
             self.records_count,
-        ) = _HEADER.unpack_from(buffer, 0)
+        ) = BATCH_HEADER.unpack_from(buffer, 0)
         if self.magic != MAGIC:
             raise InvalidRecordBatch(
                 ErrorCode.INVALID_RECORD, f"record batch magic {self.magic}: only magic 2 is supported"
@@ -737,7 +738,7 @@ def build_batch(
         attributes |= _DELETE_HORIZON_MASK
     out = bytearray(HEADER_SIZE)
     out += payload
-    _HEADER.pack_into(
+    BATCH_HEADER.pack_into(
         out,
         0,
         base_offset,

@@ -27,7 +27,6 @@ notices.
 
 from __future__ import annotations
 
-import struct
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -40,6 +39,7 @@ from kafkacompat.broker.txn_runtime import runtime_of as txn_runtime_of
 from kafkacompat.wire._generated.produce_response import ProduceResponse
 from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import ErrorCode, KafkaError
+from kafkacompat.wire.records import BATCH_HEADER
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
@@ -122,8 +122,6 @@ async def handle(ctx: RequestContext, request: Any) -> ProduceResponse | None:
     return response
 
 
-_TXN_HEADER = struct.Struct(">h")  # attributes, at byte 21 of a magic-2 batch
-_PRODUCER = struct.Struct(">qh")  # producer id and epoch, at byte 43
 _TRANSACTIONAL = 0x10
 _CONTROL = 0x20
 
@@ -139,10 +137,9 @@ async def _verify_transactional(
     """KIP-890: a transaction's first batch in a partition must come after AddPartitionsToTxn."""
     if len(records) < 61 or records[16] != 2:
         return  # not a magic-2 batch: validation rejects it
-    (attributes,) = _TXN_HEADER.unpack_from(records, 21)
+    _, _, _, _, _, attributes, _, _, _, producer_id, epoch, _, _ = BATCH_HEADER.unpack_from(records, 0)
     if not attributes & _TRANSACTIONAL or attributes & _CONTROL:
         return
-    producer_id, epoch = _PRODUCER.unpack_from(records, 43)
     entry = partition_log.producer_state.producers.get(producer_id)
     if entry is not None and entry.current_txn_first_offset >= 0 and entry.epoch == epoch:
         return  # this transaction already wrote here: verified with its first batch
