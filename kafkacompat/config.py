@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -104,6 +105,26 @@ def between(low: float, high: float) -> Callable[[Any], None]:
     def check(value: Any) -> None:
         if not low <= value <= high:
             raise ConfigError(f"value must be between {low} and {high}")
+
+    return check
+
+
+def finite_at_least(minimum: float) -> Callable[[Any], None]:
+    """A finite number of at least `minimum` (NaN and the infinities are refused)."""
+
+    def check(value: Any) -> None:
+        if not math.isfinite(value) or value < minimum:
+            raise ConfigError(f"value must be a finite number of at least {minimum}")
+
+    return check
+
+
+def finite_above(minimum: float) -> Callable[[Any], None]:
+    """A finite number greater than `minimum` (NaN and the infinities are refused)."""
+
+    def check(value: Any) -> None:
+        if not math.isfinite(value) or value <= minimum:
+            raise ConfigError(f"value must be a finite number greater than {minimum}")
 
     return check
 
@@ -314,6 +335,10 @@ BROKER_OPTIONS: tuple[Option, ...] = (
     _O("replica.high.watermark.checkpoint.interval.ms", "long", 5000),
     # observability (kafkacompat's own: Kafka exposes JMX instead)
     _O("metrics.listener", "string", None, _metrics_listener),
+    # profiling the event loop (kafkacompat.diagnostics), off when unset: log each task step over this
+    # many ms of CPU (0: every step), and the loop's turns and wake-up delays once per window
+    _O("loop.lag.threshold.ms", "double", None, finite_at_least(0)),
+    _O("loop.probe.window.seconds", "double", None, finite_above(0)),
     # sensitive dynamic broker configs in ZooKeeper (cluster mode): Kafka's password encoder
     _O("password.encoder.secret", "password", None),
     _O("password.encoder.old.secret", "password", None),

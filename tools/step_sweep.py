@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import re
 import socket
 import struct
@@ -94,7 +93,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--apis", help="comma-separated api keys (default: every served one)")
     parser.add_argument("--top", type=int, default=40, help="rows printed")
     args = parser.parse_args(argv)
-    os.environ["KAFKACOMPAT_LOOP_LAG_MS"] = str(args.threshold_ms)
 
     from kafkacompat.diagnostics.loop_lag import log as monitor_log
     from kafkacompat.fuzzing.mutations import field_refs
@@ -107,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     monitor_log.setLevel(logging.WARNING)
     only = {int(key) for key in args.apis.split(",")} if args.apis else None
     with tempfile.TemporaryDirectory(prefix="kafkacompat-sweep-") as tmp:
-        broker = InProcessBroker(Path(tmp) / "data", ["group.initial.rebalance.delay.ms=0"]).start()
+        overrides = ["group.initial.rebalance.delay.ms=0", f"loop.lag.threshold.ms={args.threshold_ms}"]
+        broker = InProcessBroker(Path(tmp) / "data", overrides).start()
         try:
             served, target = prepare_target(broker.bootstrap)
             highest: dict[int, Any] = {}

@@ -56,6 +56,7 @@ from typing import Any
 
 import trio
 
+from kafkacompat import diagnostics
 from kafkacompat.broker.acceptor import Acceptors
 from kafkacompat.broker.state import INTERNAL_TOPICS
 from kafkacompat.config import INT_MAX, BrokerConfig, ConfigError
@@ -125,9 +126,8 @@ class Broker:
             raise
         self.state = state
         self.fd_connection_cap = _fd_connection_cap()
-        from kafkacompat.diagnostics import loop_lag
-
-        lag_monitor = loop_lag.install_from_environment()  # KAFKACOMPAT_LOOP_LAG_MS: profiling only
+        # loop.lag.threshold.ms, loop.probe.window.seconds: profiling only, off unless set
+        profiling = diagnostics.install(self.config)
         # queued.max.requests: requests handled at once, broker-wide (connection.py)
         state.request_slots = trio.Semaphore(self.config["queued.max.requests"])
         # queued.max.request.bytes: request bytes charged at once, broker-wide (request_memory.py)
@@ -194,7 +194,7 @@ class Broker:
                                 await cluster.run(task_status=task_status)
 
                     await outer.start(run_cluster)  # registered in ZooKeeper, roles taken
-                outer.start_soon(self._run_background, background_scope)
+                outer.start_soon(self._run_background, background_scope, profiling)
                 connections_done = trio.Event()
 
                 async def run_connections(
@@ -253,12 +253,7 @@ class Broker:
                     # the session ends: the ephemeral registration goes and the controller moves leaders
                     await state.cluster.close()
                 await trio.to_thread.run_sync(self._close_state, state)
-            if lag_monitor is not None:
-                loop_lag.uninstall(lag_monitor)
-                log.info("loop-lag summary (slow task steps per kind): %s", lag_monitor.summary())
-                import gc
-
-                log.info("garbage collections per generation: %s", gc.get_stats())
+            profiling.close()
             log.info("broker stopped")
             self.stopped.set()
 
@@ -518,7 +513,7 @@ class Broker:
 
     # background tasks
 
-    async def _run_background(self, scope: trio.CancelScope) -> None:
+    async def _run_background(self, scope: trio.CancelScope, profiling: diagnostics.Diagnostics) -> None:
         with scope:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.state.groups.run)  # groups hook
@@ -535,11 +530,7 @@ class Broker:
                 nursery.start_soon(self._every, DELETE_CHECK_SECONDS * 1000, self._delete_delayed)
                 flush_ms = self.config["log.flush.scheduler.interval.ms"]
                 nursery.start_soon(self._every, flush_ms, self._flush)
-                from kafkacompat.diagnostics import loop_probe
-
-                probe = loop_probe.from_environment()  # KAFKACOMPAT_LOOP_PROBE: profiling only
-                if probe is not None:
-                    nursery.start_soon(probe.run)
+                profiling.start(nursery)  # the loop probe's task, if on
 
     async def _every(self, interval_ms: float, job: Callable[[], Any]) -> None:
         if interval_ms <= 0 or interval_ms >= 2**62:

@@ -25,11 +25,11 @@ Each slow step's line also says where the step stopped (the task's innermost awa
 from its chain of awaited coroutines), which places the work of a task that serves no request.
 `summary()` aggregates the slow steps per kind (count, total, worst), for profiling runs.
 
-Off by default (no instrument, no cost). The environment variable `KAFKACOMPAT_LOOP_LAG_MS` (a
-threshold in milliseconds) switches it on when the broker starts; tests may install it directly. On, it
-costs: the CPU clocks it reads at every step are system calls (not vDSO reads like `perf_counter`), and
-beside the fuzzer they were 4.8% of the broker's samples in a py-spy profile, so latency figures meant
-for the broker as shipped are taken with it off.
+Off by default (no instrument, no cost). The broker config `loop.lag.threshold.ms` (read by
+`kafkacompat.diagnostics.install`, with its environment-variable fallback) switches it on when the broker
+starts; tests may install it directly. On, it costs: the CPU clocks it reads at every step are system
+calls (not vDSO reads like `perf_counter`), and beside the fuzzer they were 4.8% of the broker's samples
+in a py-spy profile, so latency figures meant for the broker as shipped are taken with it off.
 """
 
 from __future__ import annotations
@@ -38,7 +38,6 @@ import contextlib
 import contextvars
 import gc
 import logging
-import math
 import os
 import time
 from typing import Any
@@ -49,8 +48,8 @@ __all__ = [
     "CURRENT_REQUEST",
     "LoopLagMonitor",
     "enabled",
-    "install_from_environment",
-    "positive_number_from_environment",
+    "install",
+    "uninstall",
 ]
 
 # the logger name the monitor's lines carry, which log filters and tools/step_sweep.py select
@@ -60,7 +59,6 @@ log = logging.getLogger("kafkacompat.broker.loop_lag")
 CURRENT_REQUEST: contextvars.ContextVar[tuple[int, int, int] | None] = contextvars.ContextVar(
     "kafkacompat_current_request", default=None
 )
-ENVIRONMENT_VARIABLE = "KAFKACOMPAT_LOOP_LAG_MS"
 #: the kind of a step that was off the CPU (another process or thread ran) for over the threshold
 OFF_CPU = "off-CPU inside a step (OS scheduler or GIL)"
 _state = {"enabled": False}
@@ -186,35 +184,3 @@ def uninstall(monitor: LoopLagMonitor) -> None:
     with contextlib.suppress(ValueError):
         gc.callbacks.remove(monitor.on_gc)
     _state["enabled"] = False
-
-
-def positive_number_from_environment(
-    name: str, meaning: str, what: str, *, zero_allowed: bool = False
-) -> float | None:
-    """The positive number (or zero, if `zero_allowed`) in environment variable `name`, or None: unset, or
-    not such a number (then a warning says it is not `meaning` and `what` stays off). The broker's
-    diagnostics share it."""
-    value = os.environ.get(name)
-    if not value:
-        return None
-    try:
-        number = float(value)
-    except ValueError:
-        number = math.nan
-    # NaN fails both tests: a diagnostic asked for nonsense stays off
-    if not (number >= 0 if zero_allowed else number > 0):
-        log.warning("%s=%r is not %s; %s off", name, value, meaning, what)
-        return None
-    return number
-
-
-def install_from_environment() -> LoopLagMonitor | None:
-    """Install a monitor if KAFKACOMPAT_LOOP_LAG_MS is set (a threshold in ms); else nothing."""
-    # 0 logs every step (tools/step_sweep.py --threshold-ms 0)
-    threshold = positive_number_from_environment(
-        ENVIRONMENT_VARIABLE, "milliseconds", "loop-lag monitor", zero_allowed=True
-    )
-    if threshold is None:
-        return None
-    log.info("loop-lag monitor on: task steps over %.1f ms are logged", threshold)
-    return install(threshold)

@@ -21,9 +21,10 @@ The writer is a separate process, not a thread, because a thread would need the 
 stamp and so would wait for the loop's step before stamping: it would hide the very delay it measures.
 The writer exits when the pipe breaks (the broker stopped or died).
 
-Off by default. The environment variable `KAFKACOMPAT_LOOP_PROBE` (the window in seconds) switches it
-on when the broker starts. On, it costs two clock reads per loop turn and one pipe read every few ms.
-`Histogram` is sans-io (no trio); `LoopProbe.run` is the broker's background task.
+Off by default. The broker config `loop.probe.window.seconds` (read by `kafkacompat.diagnostics.install`,
+with its environment-variable fallback) switches it on when the broker starts. On, it costs two clock
+reads per loop turn and one pipe read every few ms. `Histogram` is sans-io (no trio); `LoopProbe.run` is
+the broker's background task.
 """
 
 from __future__ import annotations
@@ -39,14 +40,11 @@ from typing import Any
 
 import trio
 
-from kafkacompat.diagnostics.loop_lag import positive_number_from_environment
-
-__all__ = ["ENVIRONMENT_VARIABLE", "Histogram", "LoopProbe", "TurnProbe", "from_environment"]
+__all__ = ["LOG_MARKER", "Histogram", "LoopProbe", "TurnProbe"]
 
 # the logger name the probe's lines carry, which log filters select
 log = logging.getLogger("kafkacompat.broker.loop_probe")
 
-ENVIRONMENT_VARIABLE = "KAFKACOMPAT_LOOP_PROBE"
 #: the marker of a window's log line; the fuzz tool reads the JSON after it
 LOG_MARKER = "loop probe window: "
 #: the child that stamps the pipe: 8-byte big-endian CLOCK_MONOTONIC nanoseconds every 2-8 ms
@@ -202,9 +200,3 @@ class LoopProbe:
             for (stamp,) in STAMP.iter_unpack(pending[:whole]):
                 self.wakeups.record(max(now - stamp, 0) / 1e9)
             pending = pending[whole:]
-
-
-def from_environment() -> LoopProbe | None:
-    """A probe if KAFKACOMPAT_LOOP_PROBE is set to a window in seconds; else None."""
-    window = positive_number_from_environment(ENVIRONMENT_VARIABLE, "a window in seconds", "loop probe")
-    return LoopProbe(window) if window is not None else None

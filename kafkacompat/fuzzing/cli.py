@@ -9,7 +9,6 @@ the campaign starts it as a process of its own.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from kafkacompat.fuzzing.campaign import Campaign, run_campaign
@@ -95,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         "--loop-probe",
         type=float,
         metavar="SECONDS",
-        help="start the brokers with their loop probe on (KAFKACOMPAT_LOOP_PROBE, a window of this many"
+        help="start the brokers with their loop probe on (loop.probe.window.seconds, a window of this many"
         " seconds): the summary then has each broker's loop turns and socket wake-up delays per phase",
     )
     pair = commands.add_parser("good-pair")
@@ -105,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     pair.add_argument("--rate", type=float, default=100)
     args = parser.parse_args(argv)
 
+    if args.command == "run" and args.loop_probe is not None and args.loop_probe <= 0:
+        parser.error("--loop-probe must be a window of more than 0 seconds")
     if args.command == "run" and args.alternate is not None:
         if args.alternate <= ALTERNATE_MARGIN_SECONDS:
             parser.error(f"--alternate must exceed {ALTERNATE_MARGIN_SECONDS} s: each block's first"
@@ -143,24 +144,21 @@ def main(argv: list[str] | None = None) -> int:
         alternate=args.alternate,
     )
     broker = control_broker = None
+    broker_overrides = ["group.initial.rebalance.delay.ms=0"]
     if args.loop_probe:
-        from kafkacompat.diagnostics.loop_probe import ENVIRONMENT_VARIABLE
-
-        os.environ[ENVIRONMENT_VARIABLE] = str(args.loop_probe)  # the brokers started below inherit it
+        broker_overrides.append(f"loop.probe.window.seconds={args.loop_probe}")  # both brokers started below
     with tempfile.TemporaryDirectory(prefix="kafkacompat-fuzz-") as tmp:
         if args.control_pair:
             from kafkacompat.local_brokers import BrokerProcess
 
-            control_broker = BrokerProcess(
-                Path(tmp) / "control", ["group.initial.rebalance.delay.ms=0"]
-            ).start()
+            control_broker = BrokerProcess(Path(tmp) / "control", broker_overrides).start()
             campaign.control_bootstrap = control_broker.bootstrap
             campaign.control_log = str(control_broker.log_path)
         if not args.bootstrap:
             from kafkacompat.local_brokers import BrokerProcess
 
             data_dir = Path(args.data_dir) if args.data_dir else Path(tmp) / "data"
-            broker = BrokerProcess(data_dir, ["group.initial.rebalance.delay.ms=0"]).start()
+            broker = BrokerProcess(data_dir, broker_overrides).start()
             assert broker.process is not None
             campaign.bootstrap = broker.bootstrap
             campaign.broker_pid = broker.process.pid

@@ -184,13 +184,20 @@ def test_a_failed_start_releases_the_log_dir(tmp_path: Path, monkeypatch: pytest
     InProcessBroker(data).start().stop()
 
 
+@pytest.mark.parametrize("switch", ["environment", "override"])
 def test_the_first_request_does_not_import_the_request_path_on_the_event_loop(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    switch: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The server imported connection/dispatch/handlers on its first connection: one task step of
-    0.2-0.3 s of CPU (loop-lag monitor), every client waiting. `serve` imports them before the loop."""
-    monkeypatch.setenv("KAFKACOMPAT_LOOP_LAG_MS", "50")
-    broker = BrokerProcess(tmp_path / "data").start()
+    0.2-0.3 s of CPU (loop-lag monitor), every client waiting. `serve` imports them before the loop.
+    The monitor is switched on by `KAFKACOMPAT_LOOP_LAG_MS` or by `--override loop.lag.threshold.ms`."""
+    monkeypatch.delenv("KAFKACOMPAT_LOOP_LAG_MS", raising=False)
+    overrides = []
+    if switch == "environment":
+        monkeypatch.setenv("KAFKACOMPAT_LOOP_LAG_MS", "50")
+    else:
+        overrides.append("loop.lag.threshold.ms=50")
+    broker = BrokerProcess(tmp_path / "data", overrides).start()
     try:
         answer = _metadata_answer(broker.port)
         assert struct.unpack(">i", answer[:4])[0] == 1

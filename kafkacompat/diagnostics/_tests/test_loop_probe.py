@@ -1,5 +1,6 @@
 """The loop probe (diagnostics/loop_probe.py): its histogram, its turn instrument, its wake-up writer, and the
-fuzz tool's reading of its windows from a broker's log."""
+fuzz tool's reading of its windows from a broker's log; how the broker config, or the environment variable
+it falls back to, switches the diagnostics on (diagnostics/__init__.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from pathlib import Path
 import pytest
 import trio
 
+from kafkacompat import diagnostics
+from kafkacompat.config import BrokerConfig, ConfigError
 from kafkacompat.diagnostics import loop_lag, loop_probe
 from kafkacompat.diagnostics.loop_probe import LOG_MARKER, Histogram, LoopProbe, TurnProbe
 from kafkacompat.fuzzing.watch import loop_probe_alternating, loop_probe_phase, loop_probe_windows
@@ -96,11 +99,18 @@ def test_wakeups_see_a_stalled_loop_and_the_writer_goes_with_the_probe(
     assert not Path(f"/proc/{probe.writer_pid}").exists()
 
 
+@pytest.mark.parametrize("switch", ["environment", "override"])
 def test_a_broker_started_with_the_variable_logs_its_windows(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    switch: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(loop_probe.ENVIRONMENT_VARIABLE, "0.3")
-    broker = BrokerProcess(tmp_path / "data").start()
+    """`KAFKACOMPAT_LOOP_PROBE=0.3`, or `kafkacompat serve --override loop.probe.window.seconds=0.3`."""
+    monkeypatch.delenv(diagnostics.LOOP_PROBE_ENVIRONMENT_VARIABLE, raising=False)
+    overrides = []
+    if switch == "environment":
+        monkeypatch.setenv(diagnostics.LOOP_PROBE_ENVIRONMENT_VARIABLE, "0.3")
+    else:
+        overrides.append(f"{diagnostics.LOOP_PROBE_WINDOW_SECONDS}=0.3")
+    broker = BrokerProcess(tmp_path / "data", overrides).start()
     try:
         time.sleep(1.2)
     finally:
@@ -116,34 +126,74 @@ def test_a_broker_started_with_the_variable_logs_its_windows(
 
 
 def test_the_environment_variable_switches_it_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(loop_probe.ENVIRONMENT_VARIABLE, raising=False)
-    assert loop_probe.from_environment() is None
-    monkeypatch.setenv(loop_probe.ENVIRONMENT_VARIABLE, "nonsense")
-    assert loop_probe.from_environment() is None
-    monkeypatch.setenv(loop_probe.ENVIRONMENT_VARIABLE, "0")
-    assert loop_probe.from_environment() is None
-    monkeypatch.setenv(loop_probe.ENVIRONMENT_VARIABLE, "2.5")
-    probe = loop_probe.from_environment()
-    assert probe is not None and probe.window == 2.5
+    config = BrokerConfig.load()
+    name = diagnostics.LOOP_PROBE_ENVIRONMENT_VARIABLE
+    monkeypatch.delenv(name, raising=False)
+    assert diagnostics.loop_probe_window_seconds(config) is None
+    monkeypatch.setenv(name, "nonsense")
+    assert diagnostics.loop_probe_window_seconds(config) is None
+    monkeypatch.setenv(name, "0")
+    assert diagnostics.loop_probe_window_seconds(config) is None
+    monkeypatch.setenv(name, "2.5")
+    assert diagnostics.loop_probe_window_seconds(config) == 2.5
+    install = diagnostics.install(config)  # constructs the probe; its task starts in the broker's nursery
+    assert install.probe is not None and install.probe.window == 2.5
+    assert install.lag_monitor is None
+
+
+def test_the_config_switches_them_on_and_wins_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(diagnostics.LOOP_PROBE_ENVIRONMENT_VARIABLE, "2.5")
+    monkeypatch.setenv(diagnostics.LOOP_LAG_ENVIRONMENT_VARIABLE, "7")
+    config = BrokerConfig.load(None, ["loop.probe.window.seconds=0.5", "loop.lag.threshold.ms=0"])
+    assert diagnostics.loop_probe_window_seconds(config) == 0.5
+    assert diagnostics.loop_lag_threshold_ms(config) == 0.0  # 0: every step
+    monkeypatch.delenv(diagnostics.LOOP_PROBE_ENVIRONMENT_VARIABLE)
+    monkeypatch.delenv(diagnostics.LOOP_LAG_ENVIRONMENT_VARIABLE)
+    assert BrokerConfig.load()["loop.lag.threshold.ms"] is None  # off by default
+    assert BrokerConfig.load()["loop.probe.window.seconds"] is None
+    assert diagnostics.loop_lag_threshold_ms(BrokerConfig.load()) is None
+    for bad in ("loop.lag.threshold.ms=-1", "loop.lag.threshold.ms=nan", "loop.probe.window.seconds=0",
+                "loop.probe.window.seconds=inf", "loop.lag.threshold.ms=x"):  # fmt: skip
+        with pytest.raises(ConfigError, match=bad.partition("=")[0]):
+            BrokerConfig.load(None, [bad])
+
+
+def test_the_monitor_is_installed_on_the_loop_and_closed_with_its_summary(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    config = BrokerConfig.load(None, ["loop.lag.threshold.ms=5"])
+
+    async def main() -> None:
+        handle = diagnostics.install(config)
+        assert handle.lag_monitor is not None and handle.probe is None
+        assert loop_lag.enabled()
+        handle.close()
+        handle.close()  # a second close does nothing
+        assert not loop_lag.enabled()
+
+    with caplog.at_level(logging.INFO, logger=loop_lag.log.name):
+        trio.run(main)
+    assert "loop-lag monitor on: task steps over 5.0 ms are logged" in caplog.text
+    assert caplog.text.count("loop-lag summary") == 1
 
 
 @pytest.mark.parametrize("value", ["nonsense", "-5", "nan", "-inf"])
 def test_both_diagnostics_stay_off_for_nonsense_and_say_so(
     value: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setenv(loop_lag.ENVIRONMENT_VARIABLE, value)
+    monkeypatch.setenv(diagnostics.LOOP_LAG_ENVIRONMENT_VARIABLE, value)
+    monkeypatch.setenv(diagnostics.LOOP_PROBE_ENVIRONMENT_VARIABLE, value)
     with caplog.at_level(logging.WARNING):
-        assert loop_lag.install_from_environment() is None  # off, before touching any trio loop
-    warning = f"{loop_lag.ENVIRONMENT_VARIABLE}={value!r} is not milliseconds; loop-lag monitor off"
-    assert warning in caplog.text
-    number = loop_lag.positive_number_from_environment(loop_lag.ENVIRONMENT_VARIABLE, "x", "y")
-    assert number is None
-    monkeypatch.setenv(loop_lag.ENVIRONMENT_VARIABLE, "0.25")
-    assert loop_lag.positive_number_from_environment(loop_lag.ENVIRONMENT_VARIABLE, "x", "y") == 0.25
-    monkeypatch.setenv(loop_lag.ENVIRONMENT_VARIABLE, "0")  # the monitor's threshold may be 0 (every step)
-    assert loop_lag.positive_number_from_environment(loop_lag.ENVIRONMENT_VARIABLE, "x", "y") is None
-    name = loop_lag.ENVIRONMENT_VARIABLE
-    assert loop_lag.positive_number_from_environment(name, "x", "y", zero_allowed=True) == 0.0
+        handle = diagnostics.install(BrokerConfig.load())  # off, before touching any trio loop
+    assert handle.lag_monitor is None and handle.probe is None
+    lag = diagnostics.LOOP_LAG_ENVIRONMENT_VARIABLE
+    assert f"{lag}={value!r} is not milliseconds; loop-lag monitor off" in caplog.text
+    probe = diagnostics.LOOP_PROBE_ENVIRONMENT_VARIABLE
+    assert f"{probe}={value!r} is not a window in seconds; loop probe off" in caplog.text
+    monkeypatch.setenv(lag, "0.25")
+    assert diagnostics.loop_lag_threshold_ms(BrokerConfig.load()) == 0.25
+    monkeypatch.setenv(lag, "0")  # the monitor's threshold may be 0 (every step)
+    assert diagnostics.loop_lag_threshold_ms(BrokerConfig.load()) == 0.0
 
 
 def _window(end: float, seconds: float, wakeup_ms: float, busy: float) -> str:
