@@ -6,7 +6,7 @@ descriptors by kind and thread count, from /proc (`read_rss_kib`, `descriptor_ce
 the state the run made it keep, as the broker reports it (`broker_state_counts`: partition logs, groups
 and their members, transactional ids), from which `rss_bound_kib()` computes the RSS the broker must stay
 within; its log's unhandled errors (`scan_log()`: tracebacks and the like); and the loop probe's windows
-(KAFKACOMPAT_LOOP_PROBE, kafkacompat.diagnostics.loop_probe) merged per phase of the run or per alternating
+(loop.probe.window.seconds, kafkacompat.diagnostics.loop_probe) merged per phase of the run or per alternating
 block.
 """
 
@@ -61,7 +61,7 @@ def scan_log(path: str | Path, start: int = 0) -> list[str]:
 
 
 def loop_probe_windows(path: str | Path, start: int) -> list[dict[str, Any]]:
-    """The loop probe's windows (KAFKACOMPAT_LOOP_PROBE, diagnostics/loop_probe.py) in the broker's log
+    """The loop probe's windows (loop.probe.window.seconds, diagnostics/loop_probe.py) in the broker's log
     from byte `start`, in order; garbled lines are skipped. Read once per log, then shared out by phase."""
     import json
 
