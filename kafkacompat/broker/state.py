@@ -595,6 +595,17 @@ class BrokerState:
         log.info("deleted topic %s (id %s)", name, topic.topic_id)
         return topic
 
+    def drop_topic_locally(self, topic: TopicInfo) -> None:
+        """Cluster mode: forget a topic ZooKeeper no longer has (the controller deleted it, or it was
+        recreated with a new id). Its table entry, cached log config and logs (to the delayed delete)
+        go, its fetch sessions forget it and whatever is parked on it wakes. ZooKeeper holds the table,
+        so nothing is persisted here (replication.cluster calls this; BrokerHost names it)."""
+        self.metadata.delete_topic(topic.name)
+        self._log_configs.pop(topic.name, None)
+        self._delete_logs(topic.name, topic.partitions)
+        self.fetch_sessions.remove_topic(topic.name, topic.topic_id)
+        self.watchers.notify_topic(topic.name)
+
     def _delete_logs(self, name: str, partitions: int, first: int = 0) -> None:
         now = self.now_ms()
         for index in range(first, partitions):

@@ -102,8 +102,8 @@ from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
-    from kafkacompat.broker.state import BrokerState
     from kafkacompat.client import BrokerConnection
+    from kafkacompat.replication.broker_host import BrokerHost
     from kafkacompat.replication.config_sync import ConfigSync
     from kafkacompat.replication.fetcher_task import FetcherTask
     from kafkacompat.security.client_auth import ClientSecurity
@@ -189,7 +189,7 @@ def read_snapshot(store: ZooKeeperStore, watch: Callable[[Any], None]) -> ZkSnap
 class ClusterRuntime:
     """The broker's cluster-mode state and tasks (see module docstring)."""
 
-    def __init__(self, broker: BrokerState, store: ZooKeeperStore) -> None:
+    def __init__(self, broker: BrokerHost, store: ZooKeeperStore) -> None:
         self.broker = broker
         self.store = store
         self.node_id = broker.node_id
@@ -1302,12 +1302,7 @@ class ClusterRuntime:
     def _drop_topic(self, topic: TopicInfo) -> None:
         for index in range(topic.partitions):
             self._stop_replica((topic.name, index))
-        broker = self.broker
-        broker.metadata.delete_topic(topic.name)
-        broker._log_configs.pop(topic.name, None)
-        broker._delete_logs(topic.name, topic.partitions)
-        broker.fetch_sessions.remove_topic(topic.name, topic.topic_id)
-        broker.watchers.notify_topic(topic.name)
+        self.broker.drop_topic_locally(topic)
         log.info("broker %d dropped topic %s", self.node_id, topic.name)
 
     # --- the replica manager's link (replica_manager.ClusterLink) -------------------------------------

@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 In cluster mode these live in ZooKeeper, in Kafka's layout (`zk_config`), not in the log dir. `ConfigSync`
-owns the broker's copy of them: the in-memory stores the request path reads (`BrokerState.
+owns the broker's copy of them: the in-memory stores the request path reads (`BrokerHost.
 scram_credentials`, `quotas.store`, `authorizer.store`, `dynamic`) are filled from one full read of the
 znodes at start-up (`load`, before a listener accepts a client) and replaced by a new full read whenever
 a change notification appears under `/config/changes`, `/kafka-acl-changes` or
@@ -38,7 +38,7 @@ from kafkacompat.security.quotas import DEFAULT, QUOTA_KEYS, Entity
 from kafkacompat.security.sasl import SCRAM_HASHES
 
 if TYPE_CHECKING:
-    from kafkacompat.broker.state import BrokerState
+    from kafkacompat.replication.broker_host import BrokerHost
 
 __all__ = ["ConfigSync", "entity_path"]
 
@@ -124,7 +124,7 @@ def acls_of(snapshot: ConfigSnapshot) -> list[AclBinding]:
 class ConfigSync:
     """The broker's copy of the config entities and ACLs in ZooKeeper (see module docstring)."""
 
-    def __init__(self, broker: BrokerState, store: ZkConfigStore) -> None:
+    def __init__(self, broker: BrokerHost, store: ZkConfigStore) -> None:
         self.broker = broker
         self.store = store
         self._poked = trio.Event()
