@@ -12,6 +12,10 @@ Theory of operation
    conditions resolved here, at generation time: the emitted code has no `version` variable at all.
    Runs of consecutive fixed-width fields become one precompiled `struct.Struct`. Identical function
    bodies (versions whose layout did not change) are emitted once and shared.
+   The classes are typed: an annotation per attribute (the decoded type, `| None` where a version
+   may hold null), a typed `__init__`, and the nested struct classes as type aliases of the top-level
+   class. The codec functions stay unannotated. Annotations have no values and are never evaluated
+   (`from __future__ import annotations`), so they cost nothing at run time.
 4. One module per message, plus `api_index.py`: a small table that `messages.py` reads at import
    time so that codec modules are imported lazily, on the first use of an API.
 5. `api_keys.py`: the `ApiKey` IntEnum, one member per request spec (every apiKey, served or not),
@@ -304,6 +308,35 @@ def default_literal(f: Field) -> str:
     if t == "uuid":
         return "ZERO_UUID"
     raise ValueError(f"no default for type {t}")
+
+
+# Python type of each primitive, as the decoders produce it. `records` decodes to a memoryview of the frame;
+# an encoder also takes any bytes-like value or an object with an int `.size` (a file slice), which a
+# builder of responses passes through an Any-typed value.
+PY_TYPES = {
+    "bool": "bool",
+    "int8": "int",
+    "int16": "int",
+    "uint16": "int",
+    "int32": "int",
+    "uint32": "int",
+    "int64": "int",
+    "float64": "float",
+    "uuid": "_UUID",
+    "string": "str",
+    "bytes": "bytes",
+    "records": "memoryview",
+}
+UNKNOWN_TAGS_TYPE = "list[tuple[int, bytes]] | None"
+
+
+def py_type(f: Field) -> str:
+    """The annotation of a field: `| None` when it is nullable in some version or defaults to null."""
+    base = f.elem if f.is_struct else PY_TYPES[f.elem]
+    t = f"list[{base}]" if f.is_array else base
+    if nullable_anywhere(f) or default_literal(f) == "None":
+        t += " | None"
+    return t
 
 
 def is_mutable_default(f: Field) -> bool:
@@ -810,12 +843,13 @@ class ModuleGen:
         return [f"{enc}({expr}, {out}, chunks)"]
 
     # classes ----------------------------------------------------------------------------------
-    def default_lines(self, f: Field, target: str) -> list[str]:
+    def default_lines(self, f: Field, target: str, tmp: str = "_dv") -> list[str]:
         """Lines that set `target` to the field's default.
 
         A default struct instance is built in place (allocate, store each default) when that struct
         has no struct fields of its own: the same fresh object as calling the class, without the
-        cost of a call and keyword-argument handling per default.
+        cost of a call and keyword-argument handling per default. It is built in the local `tmp`
+        (`__init__` gives the parameter's name: one local per type, as a type checker wants).
         """
         d = default_literal(f)
         if f.is_array or not f.is_struct or d == "None":
@@ -823,36 +857,49 @@ class ModuleGen:
         fields = self.msg.structs[f.elem].fields
         if any(x.is_struct and not x.is_array for x in fields):
             return [f"{target} = {d}"]
-        lines = [f"_dv = _new({f.elem})"]
-        lines += [f"_dv.{x.attr} = {default_literal(x)}" for x in fields]
-        lines += ["_dv.unknown_tags = None", f"{target} = _dv"]
+        lines = [f"{tmp} = _new({f.elem})"]
+        lines += [f"{tmp}.{x.attr} = {default_literal(x)}" for x in fields]
+        lines.append(f"{tmp}.unknown_tags = None")
+        if tmp != target:
+            lines.append(f"{target} = {tmp}")
         return lines
 
-    def class_text(self, s: Struct) -> str:
+    def class_text(self, s: Struct, nested: tuple[str, ...] = ()) -> str:
+        """The class of one struct: `__slots__`, an annotation per attribute, `__init__`.
+
+        The annotations have no values (a value would clash with the slot) and, under the module's
+        `from __future__ import annotations`, are never evaluated: they cost nothing at run time. The
+        top-level class also names its `nested` struct classes, as type aliases (`ProduceRequest.
+        TopicProduceData`, usable in annotations too).
+        """
         slots = [f.attr for f in s.fields] + ["unknown_tags"]
         params = []
         body = []
         for f in s.fields:
             d = default_literal(f)
+            t = py_type(f)
             if d in ("[]",) or (f.is_struct and d != "None"):
                 if nullable_anywhere(f):
-                    params.append(f"{f.attr}=_MISSING")
+                    params.append(f"{f.attr}: {t} = _MISSING")
                     body.append(f"self.{f.attr} = {d} if {f.attr} is _MISSING else {f.attr}")
                 elif f.is_struct:
-                    params.append(f"{f.attr}=None")
+                    params.append(f"{f.attr}: {t} | None = None")
                     body.append(f"if {f.attr} is None:")
-                    body.extend("    " + x for x in self.default_lines(f, f.attr))
+                    body.extend("    " + x for x in self.default_lines(f, f.attr, f.attr))
                     body.append(f"self.{f.attr} = {f.attr}")
                 else:
-                    params.append(f"{f.attr}=None")
+                    params.append(f"{f.attr}: {t} | None = None")
                     body.append(f"self.{f.attr} = {d} if {f.attr} is None else {f.attr}")
             else:
-                params.append(f"{f.attr}={d}")
+                params.append(f"{f.attr}: {t} = {d}")
                 body.append(f"self.{f.attr} = {f.attr}")
-        params.append("unknown_tags=None")
+        params.append(f"unknown_tags: {UNKNOWN_TAGS_TYPE} = None")
         body.append("self.unknown_tags = unknown_tags")
         out = [f"class {s.name}(Struct):"]
         out.append(f"    __slots__ = ({', '.join(repr(x) for x in slots)},)")
+        out.extend(f"    {f.attr}: {py_type(f)}" for f in s.fields)
+        out.append(f"    unknown_tags: {UNKNOWN_TAGS_TYPE}")
+        out.extend(f"    {sn}: TypeAlias = {sn}" for sn in nested)
         out.append("")
         sig = ", ".join(["self", *params])
         if len(sig) > 90:
@@ -860,9 +907,9 @@ class ModuleGen:
             out.append("        self,")
             for p in params:
                 out.append(f"        {p},")
-            out.append("    ):")
+            out.append("    ) -> None:")
         else:
-            out.append(f"    def __init__({sig}):")
+            out.append(f"    def __init__({sig}) -> None:")
         out.extend("        " + b for b in body)
         return "\n".join(out) + "\n"
 
@@ -877,9 +924,11 @@ class ModuleGen:
         doc = f"{m.name} ({m.type}{key}): versions {m.valid.lo}-{m.valid.hi}, flexible {flex}."
         parts.append(f'"""{doc}"""\n')
         parts.append(
+            "from __future__ import annotations\n\n"
             "from struct import Struct as _Struct\n"
             "from struct import pack as _pack\n"
             "from struct import unpack_from as _unpack_from\n"
+            "from typing import Any, TypeAlias\n"
             "from uuid import UUID as _UUID\n\n"
             "from kafkacompat.wire.errors import DecodeError\n"
             "from kafkacompat.wire.primitives import *  # noqa: F403\n"
@@ -897,16 +946,13 @@ class ModuleGen:
             "    write_tags,\n"
             "    write_uvarint,\n"
             ")\n\n"
-            "_MISSING = object()\n"
+            "_MISSING: Any = object()\n"
             "_new = object.__new__\n"
         )
-        order = [x for x in m.structs if x != m.name] + [m.name]
-        for sn in order:
-            parts.append("\n" + self.class_text(m.structs[sn]))
-        top = m.structs[m.name]
-        nested = [x for x in order if x != m.name]
+        nested = [x for x in m.structs if x != m.name]
         for sn in nested:
-            parts.append(f"{top.name}.{sn} = {sn}\n")
+            parts.append("\n" + self.class_text(m.structs[sn]))
+        parts.append("\n" + self.class_text(m.structs[m.name], tuple(nested)))
         parts.append("\n")
         for fmt, var in self.structs_fmt.items():
             parts.append(f"{var} = _Struct({fmt!r})\n")

@@ -21,6 +21,13 @@ module-level classes named after their spec type (`TopicProduceData`) and are al
 attributes of the top-level class (`ProduceRequest.TopicProduceData`). Attributes are the snake_case
 field names (`ProducerId` -> `producer_id`), plus `unknown_tags`: a list of (tag, bytes) pairs for
 tagged fields this version does not know, re-emitted on encode, or None.
+
+Typing: each class annotates its attributes with what a decode gives (`acks: int`, `transactional_id:
+str | None` where some version has it nullable, `topic_data: list[TopicProduceData]`, `records:
+memoryview | None`, uuids `UUID`) and has a typed `__init__`. Import the class from its module
+(`from kafkacompat.wire._generated.produce_request import ProduceRequest`) to get these types: what
+`decode_request`, `request_class` and `data_class` here return is untyped (`Any`, `type`), since which
+class depends on a run-time key.
 """
 
 from __future__ import annotations
