@@ -7,7 +7,10 @@ Modules
   ``list_groups``, ``delete_groups``; time: ``tick(now_ms)``, ``next_deadline()``; state:
   ``begin_loading(p)``, ``replay(key, value)``, ``finish_loading(p, now_ms)``,
   ``unload_partition(p, now_ms)``, ``load_empty_partitions(ps, now_ms)``; ``partition_for(group_id)``.
-  ``GroupConfig`` (``GroupConfig.from_properties`` takes Kafka's config names).
+  ``GroupConfig`` (``config.py``; ``GroupConfig.from_properties`` takes Kafka's config names). The class
+  is built from layers, one module each: ``base`` (state, outcome plumbing), ``membership`` (join, sync,
+  heartbeat, leave, rebalance), ``loading`` (replay and unloading), ``offset_ops`` (offset commit,
+  transactional offsets, fetch, delete, expiry), ``admin`` (describe, list, delete groups).
 * ``api`` — the request/response dataclasses and ``Outcome`` / ``Parked`` / ``Completion`` /
   ``CoordinatorRecord`` (what a handler converts wire objects to and from).
 * ``records`` — __consumer_offsets key/value codecs in Kafka's binary formats, ``partition_for``.

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 from kafkacompat.wire.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from kafkacompat.groups.manager import PreparedOffset
+    from kafkacompat.groups.offset_ops import PreparedOffset
 
 __all__ = [
     "Completion",
