@@ -10,7 +10,7 @@ group (GROUP_AUTHORIZATION_FAILED).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kafkacompat.broker.authorization import Op, Resource, allowed
 from kafkacompat.broker.group_runtime import OFFSETS_TOPIC
@@ -22,6 +22,7 @@ from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
+    from kafkacompat.wire._generated.add_offsets_to_txn_request import AddOffsetsToTxnRequest
 
 API_KEY = ApiKey.ADD_OFFSETS_TO_TXN
 MIN_VERSION = 0
@@ -30,7 +31,7 @@ MAX_VERSION = 4
 PRODUCER_FENCED_SINCE = 2
 
 
-async def handle(ctx: RequestContext, request: Any) -> AddOffsetsToTxnResponse:
+async def handle(ctx: RequestContext, request: AddOffsetsToTxnRequest) -> AddOffsetsToTxnResponse:
     if not allowed(ctx, Op.WRITE, Resource.TRANSACTIONAL_ID, request.transactional_id):
         return AddOffsetsToTxnResponse(
             throttle_time_ms=0, error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED

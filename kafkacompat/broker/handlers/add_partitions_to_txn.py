@@ -26,6 +26,7 @@ from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
+    from kafkacompat.wire._generated.add_partitions_to_txn_request import AddPartitionsToTxnRequest
 
 API_KEY = ApiKey.ADD_PARTITIONS_TO_TXN
 MIN_VERSION = 0
@@ -85,7 +86,7 @@ async def _one(
     return dict.fromkeys(wanted, code)
 
 
-async def handle(ctx: RequestContext, request: Any) -> AddPartitionsToTxnResponse:
+async def handle(ctx: RequestContext, request: AddPartitionsToTxnRequest) -> AddPartitionsToTxnResponse:
     version = ctx.api_version
     if version <= 3:
         errors = await _one(

@@ -41,6 +41,7 @@ from kafkacompat.wire.errors import ErrorCode
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
+    from kafkacompat.wire._generated.alter_client_quotas_request import AlterClientQuotasRequest
 
 API_KEY = ApiKey.ALTER_CLIENT_QUOTAS
 MIN_VERSION = 0
@@ -86,7 +87,7 @@ def _invalid_op(op: Any, entity: Entity) -> str | None:
     return None
 
 
-async def handle(ctx: RequestContext, request: Any) -> AlterClientQuotasResponse:
+async def handle(ctx: RequestContext, request: AlterClientQuotasRequest) -> AlterClientQuotasResponse:
     allowed = cluster_allowed(ctx, Op.ALTER_CONFIGS)
     store = ctx.broker.quotas.store
     results: list[EntryData] = []

@@ -33,6 +33,7 @@ from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
+    from kafkacompat.wire._generated.alter_configs_request import AlterConfigsRequest
 
 API_KEY = ApiKey.ALTER_CONFIGS
 MIN_VERSION = 0
@@ -41,7 +42,7 @@ MAX_VERSION = 2
 Result = AlterConfigsResponse.AlterConfigsResourceResponse
 
 
-async def handle(ctx: RequestContext, request: Any) -> AlterConfigsResponse:
+async def handle(ctx: RequestContext, request: AlterConfigsRequest) -> AlterConfigsResponse:
     broker = ctx.broker
 
     async def alter(resource: Any, _result: Any) -> None:

@@ -24,6 +24,7 @@ from kafkacompat.wire.errors import ErrorCode
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
+    from kafkacompat.wire._generated.alter_partition_request import AlterPartitionRequest
 
 API_KEY = ApiKey.ALTER_PARTITION
 MIN_VERSION = 0
@@ -34,7 +35,7 @@ TopicData = AlterPartitionResponse.TopicData
 PartitionData = AlterPartitionResponse.PartitionData
 
 
-async def handle(ctx: RequestContext, request: Any) -> AlterPartitionResponse:
+async def handle(ctx: RequestContext, request: AlterPartitionRequest) -> AlterPartitionResponse:
     version = ctx.api_version
     if not cluster_allowed(ctx, Op.CLUSTER_ACTION):
         return AlterPartitionResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, topics=[])

@@ -24,6 +24,9 @@ from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
+    from kafkacompat.wire._generated.alter_partition_reassignments_request import (
+        AlterPartitionReassignmentsRequest,
+    )
 
 API_KEY = ApiKey.ALTER_PARTITION_REASSIGNMENTS
 MIN_VERSION = 0
@@ -33,7 +36,9 @@ TopicResponse = AlterPartitionReassignmentsResponse.ReassignableTopicResponse
 PartitionResponse = AlterPartitionReassignmentsResponse.ReassignablePartitionResponse
 
 
-async def handle(ctx: RequestContext, request: Any) -> AlterPartitionReassignmentsResponse:
+async def handle(
+    ctx: RequestContext, request: AlterPartitionReassignmentsRequest
+) -> AlterPartitionReassignmentsResponse:
     broker = ctx.broker
     wanted: dict[tuple[str, int], list[int] | None] = {
         (topic.name, p.partition_index): (None if p.replicas is None else list(p.replicas))

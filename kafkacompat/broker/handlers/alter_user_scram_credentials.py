@@ -34,6 +34,9 @@ from kafkacompat.wire.errors import ErrorCode
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
+    from kafkacompat.wire._generated.alter_user_scram_credentials_request import (
+        AlterUserScramCredentialsRequest,
+    )
 
 API_KEY = ApiKey.ALTER_USER_SCRAM_CREDENTIALS
 MIN_VERSION = 0
@@ -67,7 +70,9 @@ def _deletion_error(store: ScramCredentialStore, deletion: Any) -> tuple[int, st
     return None
 
 
-async def handle(ctx: RequestContext, request: Any) -> AlterUserScramCredentialsResponse:
+async def handle(
+    ctx: RequestContext, request: AlterUserScramCredentialsRequest
+) -> AlterUserScramCredentialsResponse:
     store = ctx.broker.scram_credentials
     deletions = list(request.deletions or [])
     upsertions = list(request.upsertions or [])

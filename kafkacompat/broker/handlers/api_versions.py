@@ -13,11 +13,15 @@ with a letter or digit (KIP-511), else the answer is INVALID_REQUEST with no key
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kafkacompat.wire._generated.api_versions_response import ApiVersionsResponse
 from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from kafkacompat.broker.context import RequestContext
+    from kafkacompat.wire._generated.api_versions_request import ApiVersionsRequest
 
 API_KEY = ApiKey.API_VERSIONS
 MIN_VERSION = 0
@@ -50,14 +54,15 @@ _SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
 
 def unsupported_version_response(cluster_mode: bool = False) -> ApiVersionsResponse:
-    return ApiVersionsResponse(error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=_api_keys(cluster_mode))
+    # ignore[arg-type]: the shared tuple where the class has a list (the encoder takes any sequence)
+    return ApiVersionsResponse(error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=_api_keys(cluster_mode))  # type: ignore[arg-type]
 
 
-async def handle(ctx: Any, request: Any) -> ApiVersionsResponse:
+async def handle(ctx: RequestContext, request: ApiVersionsRequest) -> ApiVersionsResponse:
     if ctx.api_version >= 3 and not (
         _SOFTWARE.fullmatch(request.client_software_name or "")
         and _SOFTWARE.fullmatch(request.client_software_version or "")
     ):
         return ApiVersionsResponse(error_code=ErrorCode.INVALID_REQUEST, api_keys=[])
     cluster_mode = ctx.broker.cluster is not None
-    return ApiVersionsResponse(error_code=ErrorCode.NONE, api_keys=_api_keys(cluster_mode))
+    return ApiVersionsResponse(error_code=ErrorCode.NONE, api_keys=_api_keys(cluster_mode))  # type: ignore[arg-type]

@@ -13,7 +13,7 @@ CLUSTER_ACTION on the cluster (else CLUSTER_AUTHORIZATION_FAILED), as Kafka's br
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kafkacompat.broker.authorization import Op, cluster_allowed
 from kafkacompat.wire._generated.controlled_shutdown_response import ControlledShutdownResponse
@@ -22,6 +22,7 @@ from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
+    from kafkacompat.wire._generated.controlled_shutdown_request import ControlledShutdownRequest
 
 API_KEY = ApiKey.CONTROLLED_SHUTDOWN
 MIN_VERSION = 0
@@ -30,7 +31,7 @@ MAX_VERSION = 3
 Remaining = ControlledShutdownResponse.RemainingPartition
 
 
-async def handle(ctx: RequestContext, request: Any) -> ControlledShutdownResponse:
+async def handle(ctx: RequestContext, request: ControlledShutdownRequest) -> ControlledShutdownResponse:
     broker = ctx.broker
     if not cluster_allowed(ctx, Op.CLUSTER_ACTION):  # a broker-to-broker API, as in Kafka
         return ControlledShutdownResponse(

@@ -11,7 +11,7 @@ every broker watches); creating an existing binding again is a success.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -23,6 +23,7 @@ from kafkacompat.wire.errors import ErrorCode
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
+    from kafkacompat.wire._generated.create_acls_request import CreateAclsRequest
 
 API_KEY = ApiKey.CREATE_ACLS
 MIN_VERSION = 0
@@ -33,7 +34,7 @@ def _result(code: int, message: str | None = None) -> AclCreationResult:
     return AclCreationResult(error_code=code, error_message=message)
 
 
-async def handle(ctx: RequestContext, request: Any) -> CreateAclsResponse:
+async def handle(ctx: RequestContext, request: CreateAclsRequest) -> CreateAclsResponse:
     authorizer = ctx.broker.authorizer
     creations = list(request.creations)
     if authorizer is None:

@@ -27,6 +27,7 @@ from kafkacompat.wire.errors import ErrorCode, KafkaError
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
     from kafkacompat.broker.state import BrokerState
+    from kafkacompat.wire._generated.create_partitions_request import CreatePartitionsRequest
 
 API_KEY = ApiKey.CREATE_PARTITIONS
 MIN_VERSION = 0
@@ -69,7 +70,7 @@ def check_assignments(broker: BrokerState, current: int, count: int, assignments
             )
 
 
-async def handle(ctx: RequestContext, request: Any) -> CreatePartitionsResponse:
+async def handle(ctx: RequestContext, request: CreatePartitionsRequest) -> CreatePartitionsResponse:
     broker = ctx.broker
     counts = Counter(topic.name for topic in request.topics)
     budget = MAX_NEW_PARTITIONS_PER_REQUEST

@@ -34,6 +34,7 @@ from kafkacompat.wire.errors import ErrorCode, KafkaError
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
     from kafkacompat.broker.state import BrokerState
+    from kafkacompat.wire._generated.create_topics_request import CreateTopicsRequest
 
 API_KEY = ApiKey.CREATE_TOPICS
 MIN_VERSION = 0
@@ -59,7 +60,7 @@ def _requested_partitions(broker: BrokerState, topics: Any) -> int:
     return total
 
 
-async def handle(ctx: RequestContext, request: Any) -> CreateTopicsResponse:
+async def handle(ctx: RequestContext, request: CreateTopicsRequest) -> CreateTopicsResponse:
     broker = ctx.broker
     version = ctx.api_version
     validate_only = bool(getattr(request, "validate_only", False)) and version >= 1

@@ -10,7 +10,7 @@ for most of a second: the filters are taken under a `fairness.Turn`, each one's 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -28,6 +28,7 @@ from kafkacompat.wire.errors import ErrorCode
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
+    from kafkacompat.wire._generated.delete_acls_request import DeleteAclsRequest
 
 API_KEY = ApiKey.DELETE_ACLS
 MIN_VERSION = 0
@@ -38,7 +39,7 @@ def _failed(code: int, message: str | None) -> DeleteAclsFilterResult:
     return DeleteAclsFilterResult(error_code=code, error_message=message, matching_acls=[])
 
 
-async def handle(ctx: RequestContext, request: Any) -> DeleteAclsResponse:
+async def handle(ctx: RequestContext, request: DeleteAclsRequest) -> DeleteAclsResponse:
     authorizer = ctx.broker.authorizer
     filters = list(request.filters)
     if authorizer is None:

@@ -8,7 +8,7 @@ With an authorizer, groups the principal may not DELETE get GROUP_AUTHORIZATION_
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kafkacompat.broker.authorization import Op, Resource, allowed
 from kafkacompat.broker.fairness import Turn
@@ -20,6 +20,7 @@ from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
+    from kafkacompat.wire._generated.delete_groups_request import DeleteGroupsRequest
 
 API_KEY = ApiKey.DELETE_GROUPS
 MIN_VERSION = 0
@@ -30,7 +31,7 @@ Result = DeleteGroupsResponse.DeletableGroupResult
 _GROUPS_PER_CALL = 50
 
 
-async def handle(ctx: RequestContext, request: Any) -> DeleteGroupsResponse:
+async def handle(ctx: RequestContext, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
     requested = list(request.groups_names)
     refused_ids = {g for g in requested if not allowed(ctx, Op.DELETE, Resource.GROUP, g)}
     refused = [g for g in requested if g in refused_ids]
@@ -51,7 +52,8 @@ async def handle(ctx: RequestContext, request: Any) -> DeleteGroupsResponse:
             await turn.spend()
             chunk = group_ids[start : start + _GROUPS_PER_CALL]
             try:
-                results += await runtime.call(lambda now, chunk=chunk: runtime.core.delete_groups(chunk, now))
+                # ignore[misc, arg-type]: mypy cannot type a lambda with a default beyond its context
+                results += await runtime.call(lambda now, chunk=chunk: runtime.core.delete_groups(chunk, now))  # type: ignore[misc, arg-type]
             except KafkaError as exc:
                 results += [api.DeleteGroupsResult(g, exc.code) for g in chunk]
     return DeleteGroupsResponse(

@@ -15,7 +15,7 @@ With an authorizer, deleting records needs DELETE on the topic (else TOPIC_AUTHO
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kafkacompat.broker.authorization import Op, Resource, allowed
 from kafkacompat.broker.fairness import Turn
@@ -26,6 +26,7 @@ from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
+    from kafkacompat.wire._generated.delete_records_request import DeleteRecordsRequest
 
 log = logging.getLogger("kafkacompat.broker")
 
@@ -37,7 +38,7 @@ TopicResult = DeleteRecordsResponse.DeleteRecordsTopicResult
 PartitionResult = DeleteRecordsResponse.DeleteRecordsPartitionResult
 
 
-async def handle(ctx: RequestContext, request: Any) -> DeleteRecordsResponse:
+async def handle(ctx: RequestContext, request: DeleteRecordsRequest) -> DeleteRecordsResponse:
     broker = ctx.broker
     now = broker.now_ms()
     moved = False
@@ -45,7 +46,7 @@ async def handle(ctx: RequestContext, request: Any) -> DeleteRecordsResponse:
     turn = Turn()  # many partitions: other clients run in between (fairness.py)
     for wanted_topic in request.topics:
         name = wanted_topic.name
-        partitions = []
+        partitions: list[PartitionResult] = []
         topics.append(TopicResult(name=name, partitions=partitions))
         topic = broker.metadata.topic(name)
         for wanted in wanted_topic.partitions:

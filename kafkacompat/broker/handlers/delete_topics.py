@@ -22,6 +22,7 @@ from kafkacompat.wire.primitives import ZERO_UUID
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
+    from kafkacompat.wire._generated.delete_topics_request import DeleteTopicsRequest
 
 API_KEY = ApiKey.DELETE_TOPICS
 MIN_VERSION = 0
@@ -30,7 +31,7 @@ MAX_VERSION = 6
 Result = DeleteTopicsResponse.DeletableTopicResult
 
 
-async def handle(ctx: RequestContext, request: Any) -> DeleteTopicsResponse:
+async def handle(ctx: RequestContext, request: DeleteTopicsRequest) -> DeleteTopicsResponse:
     broker = ctx.broker
     if ctx.api_version >= 6:
         wanted = [(state.name, state.topic_id) for state in request.topics]
@@ -58,6 +59,7 @@ async def handle(ctx: RequestContext, request: Any) -> DeleteTopicsResponse:
                 if topic is None:
                     raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID, f"Topic id {topic_id} does not exist.")
                 result.name = topic.name
+            assert result.name is not None
             if not allowed(ctx, Op.DELETE, Resource.TOPIC, result.name):
                 raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
             if name is not None and name not in broker.metadata:

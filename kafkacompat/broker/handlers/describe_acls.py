@@ -23,6 +23,7 @@ from kafkacompat.wire.errors import ErrorCode
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
+    from kafkacompat.wire._generated.describe_acls_request import DescribeAclsRequest
 
 API_KEY = ApiKey.DESCRIBE_ACLS
 MIN_VERSION = 0
@@ -43,7 +44,7 @@ def acl_filter(request: Any, version: int) -> AclFilter:
     )
 
 
-async def handle(ctx: RequestContext, request: Any) -> DescribeAclsResponse:
+async def handle(ctx: RequestContext, request: DescribeAclsRequest) -> DescribeAclsResponse:
     authorizer = ctx.broker.authorizer
     if authorizer is None:
         return DescribeAclsResponse(

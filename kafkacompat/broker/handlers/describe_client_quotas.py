@@ -25,6 +25,7 @@ from kafkacompat.wire.errors import ErrorCode
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
+    from kafkacompat.wire._generated.describe_client_quotas_request import DescribeClientQuotasRequest
 
 API_KEY = ApiKey.DESCRIBE_CLIENT_QUOTAS
 MIN_VERSION = 0
@@ -64,7 +65,7 @@ def _refused(error: int, message: str | None) -> DescribeClientQuotasResponse:
     return DescribeClientQuotasResponse(error_code=error, error_message=message, entries=None)
 
 
-async def handle(ctx: RequestContext, request: Any) -> DescribeClientQuotasResponse:
+async def handle(ctx: RequestContext, request: DescribeClientQuotasRequest) -> DescribeClientQuotasResponse:
     if not cluster_allowed(ctx, Op.DESCRIBE_CONFIGS):
         return _refused(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)
     seen: set[str] = set()

@@ -10,7 +10,7 @@ Authorized operations, when asked for, are the principal's (all of them without 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kafkacompat.broker.admin_support import AUTHORIZED_OPERATIONS_OMITTED
 from kafkacompat.broker.authorization import Resource, authorized_operations
@@ -20,6 +20,7 @@ from kafkacompat.wire.errors import ErrorCode
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
+    from kafkacompat.wire._generated.describe_cluster_request import DescribeClusterRequest
 
 API_KEY = ApiKey.DESCRIBE_CLUSTER
 MIN_VERSION = 0
@@ -31,7 +32,7 @@ ENDPOINT_CONTROLLERS = 2
 Broker = DescribeClusterResponse.DescribeClusterBroker
 
 
-async def handle(ctx: RequestContext, request: Any) -> DescribeClusterResponse:
+async def handle(ctx: RequestContext, request: DescribeClusterRequest) -> DescribeClusterResponse:
     broker = ctx.broker
     endpoint_type = (
         getattr(request, "endpoint_type", ENDPOINT_BROKERS) if ctx.api_version >= 1 else ENDPOINT_BROKERS

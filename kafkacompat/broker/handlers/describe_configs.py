@@ -48,6 +48,7 @@ from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
+    from kafkacompat.wire._generated.describe_configs_request import DescribeConfigsRequest
 
 API_KEY = ApiKey.DESCRIBE_CONFIGS
 MIN_VERSION = 0
@@ -77,7 +78,7 @@ def _entry(config: ConfigEntry, include_synonyms: bool) -> Any:
     )
 
 
-async def handle(ctx: RequestContext, request: Any) -> DescribeConfigsResponse:
+async def handle(ctx: RequestContext, request: DescribeConfigsRequest) -> DescribeConfigsResponse:
     broker = ctx.broker
     include_synonyms = ctx.api_version >= 1 and bool(request.include_synonyms)
     described: dict[tuple[Any, ...], list[Any]] = {}  # (type, name, keys) -> its entries, described once

@@ -25,6 +25,7 @@ from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
+    from kafkacompat.wire._generated.describe_log_dirs_request import DescribeLogDirsRequest
 
 API_KEY = ApiKey.DESCRIBE_LOG_DIRS
 MIN_VERSION = 0
@@ -44,7 +45,7 @@ def disk_space(path: str) -> tuple[int, int]:
     return stats.f_blocks * stats.f_frsize, stats.f_bavail * stats.f_frsize
 
 
-async def handle(ctx: RequestContext, request: Any) -> DescribeLogDirsResponse:
+async def handle(ctx: RequestContext, request: DescribeLogDirsRequest) -> DescribeLogDirsResponse:
     broker = ctx.broker
     logs = broker.logs
     if not cluster_allowed(ctx, Op.DESCRIBE):

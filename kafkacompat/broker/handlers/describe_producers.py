@@ -20,6 +20,7 @@ from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
+    from kafkacompat.wire._generated.describe_producers_request import DescribeProducersRequest
 
 API_KEY = ApiKey.DESCRIBE_PRODUCERS
 MIN_VERSION = 0
@@ -48,12 +49,12 @@ def active_producers(partition_log: Any) -> list[Any]:
     return states
 
 
-async def handle(ctx: RequestContext, request: Any) -> DescribeProducersResponse:
+async def handle(ctx: RequestContext, request: DescribeProducersRequest) -> DescribeProducersResponse:
     broker = ctx.broker
     topics = []
     turn = Turn()  # many partitions: other clients run in between (fairness.py)
     for wanted in request.topics:
-        partitions = []
+        partitions: list[PartitionResponse] = []
         topics.append(TopicResponse(name=wanted.name, partitions=partitions))
         topic = broker.metadata.topic(wanted.name)
         for index in wanted.partition_indexes:

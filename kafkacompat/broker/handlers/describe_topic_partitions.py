@@ -29,6 +29,7 @@ from kafkacompat.wire.primitives import ZERO_UUID
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
+    from kafkacompat.wire._generated.describe_topic_partitions_request import DescribeTopicPartitionsRequest
 
 API_KEY = ApiKey.DESCRIBE_TOPIC_PARTITIONS
 MIN_VERSION = 0
@@ -52,7 +53,9 @@ def _error_topic(name: str | None, code: int) -> Any:
     )
 
 
-async def handle(ctx: RequestContext, request: Any) -> DescribeTopicPartitionsResponse:
+async def handle(
+    ctx: RequestContext, request: DescribeTopicPartitionsRequest
+) -> DescribeTopicPartitionsResponse:
     broker = ctx.broker
     node = broker.node_id
     requested = sorted({t.name for t in request.topics if t.name is not None})

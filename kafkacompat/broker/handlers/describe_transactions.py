@@ -8,7 +8,7 @@ With an authorizer, ids the principal may not DESCRIBE get TRANSACTIONAL_ID_AUTH
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kafkacompat.broker.authorization import Op, Resource, allowed
 from kafkacompat.broker.fairness import Turn
@@ -19,6 +19,7 @@ from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
+    from kafkacompat.wire._generated.describe_transactions_request import DescribeTransactionsRequest
 
 API_KEY = ApiKey.DESCRIBE_TRANSACTIONS
 MIN_VERSION = 0
@@ -32,7 +33,7 @@ TopicData = DescribeTransactionsResponse.TopicData
 _IDS_PER_TURN = 128
 
 
-async def handle(ctx: RequestContext, request: Any) -> DescribeTransactionsResponse:
+async def handle(ctx: RequestContext, request: DescribeTransactionsRequest) -> DescribeTransactionsResponse:
     requested = list(request.transactional_ids)
     refused = {tid for tid in requested if not allowed(ctx, Op.DESCRIBE, Resource.TRANSACTIONAL_ID, tid)}
     ids = [tid for tid in requested if tid not in refused]
@@ -51,8 +52,9 @@ async def handle(ctx: RequestContext, request: Any) -> DescribeTransactionsRespo
         try:
             if runtime is None:
                 raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+            # ignore[misc]: mypy cannot type a lambda with a default beyond its context
             described = await runtime.call(
-                lambda now, chunk=chunk: runtime.core.describe_transactions(chunk), may_write=False
+                lambda now, chunk=chunk: runtime.core.describe_transactions(chunk), may_write=False  # type: ignore[misc]
             )
         except KafkaError as exc:
             states += [State(error_code=exc.code, transactional_id=tid, topics=[]) for tid in chunk]

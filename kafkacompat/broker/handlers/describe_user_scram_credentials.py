@@ -9,7 +9,7 @@ With an authorizer, needs DESCRIBE on the cluster (else CLUSTER_AUTHORIZATION_FA
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kafkacompat.broker.authorization import Op, cluster_allowed
 from kafkacompat.security.credentials import MECHANISM_IDS
@@ -23,13 +23,18 @@ from kafkacompat.wire.errors import ErrorCode
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
+    from kafkacompat.wire._generated.describe_user_scram_credentials_request import (
+        DescribeUserScramCredentialsRequest,
+    )
 
 API_KEY = ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS
 MIN_VERSION = 0
 MAX_VERSION = 0
 
 
-async def handle(ctx: RequestContext, request: Any) -> DescribeUserScramCredentialsResponse:
+async def handle(
+    ctx: RequestContext, request: DescribeUserScramCredentialsRequest
+) -> DescribeUserScramCredentialsResponse:
     store = ctx.broker.scram_credentials
     if not cluster_allowed(ctx, Op.DESCRIBE):
         return DescribeUserScramCredentialsResponse(

@@ -15,6 +15,7 @@ client looks for the controller again. Any other election type is INVALID_REQUES
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from kafkacompat.wire._generated.elect_leaders_response import ElectLeadersResponse
@@ -23,6 +24,7 @@ from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
+    from kafkacompat.wire._generated.elect_leaders_request import ElectLeadersRequest
 
 API_KEY = ApiKey.ELECT_LEADERS
 MIN_VERSION = 0
@@ -36,7 +38,9 @@ Result = ElectLeadersResponse.ReplicaElectionResult
 PartitionResult = ElectLeadersResponse.PartitionResult
 
 
-def _answer(results: dict[tuple[str, int], tuple[int, str | None]], error: int = ErrorCode.NONE) -> Any:
+def _answer(
+    results: Mapping[tuple[str, int], tuple[int, str | None]], error: int = ErrorCode.NONE
+) -> ElectLeadersResponse:
     by_topic: dict[str, list[Any]] = {}
     for (topic, partition), (code, message) in sorted(results.items()):
         by_topic.setdefault(topic, []).append(
@@ -48,7 +52,7 @@ def _answer(results: dict[tuple[str, int], tuple[int, str | None]], error: int =
     )
 
 
-async def handle(ctx: RequestContext, request: Any) -> ElectLeadersResponse:
+async def handle(ctx: RequestContext, request: ElectLeadersRequest) -> ElectLeadersResponse:
     broker = ctx.broker
     election_type = request.election_type if ctx.api_version >= 1 else PREFERRED
     wanted = (
@@ -56,6 +60,7 @@ async def handle(ctx: RequestContext, request: Any) -> ElectLeadersResponse:
         if request.topic_partitions is None
         else [(t.topic, p) for t in request.topic_partitions for p in t.partitions]
     )
+    results: dict[tuple[str, int], tuple[ErrorCode, str | None]]
     if election_type not in (PREFERRED, UNCLEAN):
         results = {
             key: (ErrorCode.INVALID_REQUEST, f"unknown election type {election_type}") for key in wanted or []

@@ -15,7 +15,7 @@ With an authorizer, needs WRITE on the transactional id (else TRANSACTIONAL_ID_A
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kafkacompat.broker.authorization import Op, Resource, allowed
 from kafkacompat.broker.txn_runtime import runtime_of, version_error
@@ -25,6 +25,7 @@ from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
+    from kafkacompat.wire._generated.end_txn_request import EndTxnRequest
 
 API_KEY = ApiKey.END_TXN
 MIN_VERSION = 0
@@ -33,7 +34,7 @@ MAX_VERSION = 4
 PRODUCER_FENCED_SINCE = 2
 
 
-async def handle(ctx: RequestContext, request: Any) -> EndTxnResponse:
+async def handle(ctx: RequestContext, request: EndTxnRequest) -> EndTxnResponse:
     if not allowed(ctx, Op.WRITE, Resource.TRANSACTIONAL_ID, request.transactional_id):
         return EndTxnResponse(throttle_time_ms=0, error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     runtime = runtime_of(ctx.broker)

@@ -53,6 +53,7 @@ from kafkacompat.wire.primitives import elements
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
     from kafkacompat.broker.state import BrokerState
+    from kafkacompat.wire._generated.fetch_request import FetchRequest
 
 log = logging.getLogger("kafkacompat.broker.fetch")
 
@@ -119,7 +120,7 @@ class PartitionRead:
     aborted: list[Any] | None = None
 
 
-async def handle(ctx: RequestContext, request: Any) -> FetchResponse:
+async def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
     broker = ctx.broker
     version = ctx.api_version
     uses_ids = version >= 13
@@ -172,7 +173,7 @@ async def handle(ctx: RequestContext, request: Any) -> FetchResponse:
     return response
 
 
-def _open_session(broker: BrokerState, request: Any, uses_ids: bool) -> FetchContext:
+def _open_session(broker: BrokerState, request: FetchRequest, uses_ids: bool) -> FetchContext:
     """The request's fetch session context; its loops give the loop back inside `in_shares`."""
     requested = []
     topics = request.topics
@@ -261,7 +262,7 @@ def _leader_holds_back(broker: BrokerState, topic: str, partition: int, replica_
     return broker.leader_throttle.holds_back(rate, in_sync, time.monotonic())
 
 
-def _replica_id(request: Any, version: int) -> int:
+def _replica_id(request: FetchRequest, version: int) -> int:
     """The fetching follower's broker id (v15+ carry it in ReplicaState), -1 for a consumer."""
     if version >= 15:
         state = getattr(request, "replica_state", None)

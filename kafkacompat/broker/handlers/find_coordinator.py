@@ -13,7 +13,7 @@ With an authorizer: GROUP_/TRANSACTIONAL_ID_AUTHORIZATION_FAILED without DESCRIB
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kafkacompat.broker.authorization import Op, Resource, allowed
 from kafkacompat.broker.fairness import Turn
@@ -25,6 +25,7 @@ from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
+    from kafkacompat.wire._generated.find_coordinator_request import FindCoordinatorRequest
 
 API_KEY = ApiKey.FIND_COORDINATOR
 MIN_VERSION = 0
@@ -91,7 +92,7 @@ def _leader_entry(ctx: RequestContext, leader: int, what: str) -> tuple[int, str
     return ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{what} has no leader", -1, "", -1
 
 
-async def handle(ctx: RequestContext, request: Any) -> FindCoordinatorResponse:
+async def handle(ctx: RequestContext, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
     version = ctx.api_version
     key_type = request.key_type if version >= 1 else GROUP_KEY
     if version >= 4:

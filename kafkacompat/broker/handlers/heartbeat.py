@@ -8,7 +8,7 @@ With an authorizer, a heartbeat needs READ on the group (else GROUP_AUTHORIZATIO
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kafkacompat.broker.authorization import Op, Resource, allowed
 from kafkacompat.broker.group_runtime import runtime_of
@@ -19,13 +19,14 @@ from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
+    from kafkacompat.wire._generated.heartbeat_request import HeartbeatRequest
 
 API_KEY = ApiKey.HEARTBEAT
 MIN_VERSION = 0
 MAX_VERSION = 4
 
 
-async def handle(ctx: RequestContext, request: Any) -> HeartbeatResponse:
+async def handle(ctx: RequestContext, request: HeartbeatRequest) -> HeartbeatResponse:
     if not allowed(ctx, Op.READ, Resource.GROUP, request.group_id):
         return HeartbeatResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     runtime = runtime_of(ctx.broker)

@@ -47,6 +47,7 @@ from kafkacompat.wire.errors import ErrorCode, KafkaError
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
     from kafkacompat.broker.state import BrokerState
+    from kafkacompat.wire._generated.incremental_alter_configs_request import IncrementalAlterConfigsRequest
 
 API_KEY = ApiKey.INCREMENTAL_ALTER_CONFIGS
 MIN_VERSION = 0
@@ -100,7 +101,9 @@ def new_topic_overrides(broker: BrokerState, name: str, operations: list[Any]) -
     return overrides
 
 
-async def handle(ctx: RequestContext, request: Any) -> IncrementalAlterConfigsResponse:
+async def handle(
+    ctx: RequestContext, request: IncrementalAlterConfigsRequest
+) -> IncrementalAlterConfigsResponse:
     broker = ctx.broker
 
     async def alter(resource: Any, _result: Any) -> None:

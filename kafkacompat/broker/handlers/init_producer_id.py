@@ -16,7 +16,7 @@ CLUSTER_AUTHORIZATION_FAILED), as Kafka since KIP-679.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kafkacompat.broker.authorization import Op, Resource, allowed, any_topic_allowed, cluster_allowed
 from kafkacompat.broker.txn_runtime import runtime_of, version_error
@@ -26,6 +26,7 @@ from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
+    from kafkacompat.wire._generated.init_producer_id_request import InitProducerIdRequest
 
 API_KEY = ApiKey.INIT_PRODUCER_ID
 MIN_VERSION = 0
@@ -39,7 +40,7 @@ def _error(code: int) -> InitProducerIdResponse:
     return InitProducerIdResponse(error_code=code, producer_id=NO_PRODUCER_ID, producer_epoch=-1)
 
 
-async def handle(ctx: RequestContext, request: Any) -> InitProducerIdResponse:
+async def handle(ctx: RequestContext, request: InitProducerIdRequest) -> InitProducerIdResponse:
     transactional_id = request.transactional_id
     if transactional_id is not None and not allowed(
         ctx, Op.WRITE, Resource.TRANSACTIONAL_ID, transactional_id

@@ -11,7 +11,7 @@ With an authorizer, joining needs READ on the group (else GROUP_AUTHORIZATION_FA
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kafkacompat.broker.authorization import Op, Resource, allowed
 from kafkacompat.broker.group_runtime import client_host, runtime_of
@@ -22,6 +22,7 @@ from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
+    from kafkacompat.wire._generated.join_group_request import JoinGroupRequest
 
 API_KEY = ApiKey.JOIN_GROUP
 MIN_VERSION = 0
@@ -49,7 +50,7 @@ def to_wire(result: api.JoinGroupResponse, version: int) -> JoinGroupResponse:
     )
 
 
-async def handle(ctx: RequestContext, request: Any) -> JoinGroupResponse:
+async def handle(ctx: RequestContext, request: JoinGroupRequest) -> JoinGroupResponse:
     version = ctx.api_version
     if not allowed(ctx, Op.READ, Resource.GROUP, request.group_id):
         refused = api.JoinGroupResponse(ErrorCode.GROUP_AUTHORIZATION_FAILED, request.member_id)

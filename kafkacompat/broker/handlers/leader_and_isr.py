@@ -22,6 +22,7 @@ from kafkacompat.wire.errors import ErrorCode
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
+    from kafkacompat.wire._generated.leader_and_isr_request import LeaderAndIsrRequest
 
 API_KEY = ApiKey.LEADER_AND_ISR
 MIN_VERSION = 0
@@ -31,7 +32,7 @@ CLUSTER_ONLY = True
 PartitionError = LeaderAndIsrResponse.LeaderAndIsrPartitionError
 
 
-def _entries(request: Any, version: int) -> list[tuple[str, Any, Any]]:
+def _entries(request: LeaderAndIsrRequest, version: int) -> list[tuple[str, Any, Any]]:
     """(topic name, topic id or None, partition state) for every partition of the request."""
     if version < 2:
         return [(p.topic_name, None, p) for p in request.ungrouped_partition_states]
@@ -64,7 +65,7 @@ def _response(
     )
 
 
-async def handle(ctx: RequestContext, request: Any) -> LeaderAndIsrResponse:
+async def handle(ctx: RequestContext, request: LeaderAndIsrRequest) -> LeaderAndIsrResponse:
     version = ctx.api_version
     entries = _entries(request, version)
     cluster = ctx.broker.cluster

@@ -9,7 +9,7 @@ With an authorizer, leaving needs READ on the group (else GROUP_AUTHORIZATION_FA
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kafkacompat.broker.authorization import Op, Resource, allowed
 from kafkacompat.broker.group_runtime import runtime_of
@@ -20,6 +20,7 @@ from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
+    from kafkacompat.wire._generated.leave_group_request import LeaveGroupRequest
 
 API_KEY = ApiKey.LEAVE_GROUP
 MIN_VERSION = 0
@@ -28,7 +29,7 @@ MAX_VERSION = 5
 MemberResponse = LeaveGroupResponse.MemberResponse
 
 
-async def handle(ctx: RequestContext, request: Any) -> LeaveGroupResponse:
+async def handle(ctx: RequestContext, request: LeaveGroupRequest) -> LeaveGroupResponse:
     version = ctx.api_version
     if version >= 3:
         members = [

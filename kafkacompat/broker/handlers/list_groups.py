@@ -9,7 +9,7 @@ With an authorizer: every group for DESCRIBE on the cluster, else the groups the
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kafkacompat.broker.authorization import Op, Resource, allowed, cluster_allowed
 from kafkacompat.broker.group_runtime import runtime_of
@@ -20,6 +20,7 @@ from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
+    from kafkacompat.wire._generated.list_groups_request import ListGroupsRequest
 
 API_KEY = ApiKey.LIST_GROUPS
 MIN_VERSION = 0
@@ -28,7 +29,7 @@ MAX_VERSION = 5
 Listed = ListGroupsResponse.ListedGroup
 
 
-async def handle(ctx: RequestContext, request: Any) -> ListGroupsResponse:
+async def handle(ctx: RequestContext, request: ListGroupsRequest) -> ListGroupsResponse:
     version = ctx.api_version
     states = list(request.states_filter or ()) if version >= 4 else []
     types = list(request.types_filter or ()) if version >= 5 else []

@@ -26,6 +26,7 @@ from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
+    from kafkacompat.wire._generated.list_offsets_request import ListOffsetsRequest
 
 API_KEY = ApiKey.LIST_OFFSETS
 MIN_VERSION = 0
@@ -42,14 +43,14 @@ TopicResponse = ListOffsetsResponse.ListOffsetsTopicResponse
 PartitionResponse = ListOffsetsResponse.ListOffsetsPartitionResponse
 
 
-async def handle(ctx: RequestContext, request: Any) -> ListOffsetsResponse:
+async def handle(ctx: RequestContext, request: ListOffsetsRequest) -> ListOffsetsResponse:
     broker = ctx.broker
     version = ctx.api_version
     counts = Counter((t.name, p.partition_index) for t in request.topics for p in t.partitions)
     topics = []
     turn = Turn()  # many partitions: other clients run in between (fairness.py)
     for wanted_topic in request.topics:
-        partitions = []
+        partitions: list[PartitionResponse] = []
         topics.append(TopicResponse(name=wanted_topic.name, partitions=partitions))
         topic = broker.metadata.topic(wanted_topic.name)
         for wanted in wanted_topic.partitions:

@@ -18,6 +18,9 @@ from kafkacompat.wire.errors import ErrorCode
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
+    from kafkacompat.wire._generated.list_partition_reassignments_request import (
+        ListPartitionReassignmentsRequest,
+    )
 
 API_KEY = ApiKey.LIST_PARTITION_REASSIGNMENTS
 MIN_VERSION = 0
@@ -27,7 +30,9 @@ Topic = ListPartitionReassignmentsResponse.OngoingTopicReassignment
 Partition = ListPartitionReassignmentsResponse.OngoingPartitionReassignment
 
 
-async def handle(ctx: RequestContext, request: Any) -> ListPartitionReassignmentsResponse:
+async def handle(
+    ctx: RequestContext, request: ListPartitionReassignmentsRequest
+) -> ListPartitionReassignmentsResponse:
     cluster = ctx.broker.cluster
     ongoing = cluster.reassignments() if cluster is not None else {}
     if request.topics is not None:

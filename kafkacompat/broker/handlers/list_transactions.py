@@ -10,7 +10,7 @@ With an authorizer, only the transactional ids the principal may DESCRIBE are li
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kafkacompat.broker.authorization import Op, Resource, allowed
 from kafkacompat.broker.txn_runtime import runtime_of
@@ -20,6 +20,7 @@ from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
+    from kafkacompat.wire._generated.list_transactions_request import ListTransactionsRequest
 
 API_KEY = ApiKey.LIST_TRANSACTIONS
 MIN_VERSION = 0
@@ -28,7 +29,7 @@ MAX_VERSION = 1
 State = ListTransactionsResponse.TransactionState
 
 
-async def handle(ctx: RequestContext, request: Any) -> ListTransactionsResponse:
+async def handle(ctx: RequestContext, request: ListTransactionsRequest) -> ListTransactionsResponse:
     runtime = runtime_of(ctx.broker)
     if runtime is None:
         return ListTransactionsResponse(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE)

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
     from kafkacompat.broker.state import BrokerState
     from kafkacompat.replication.metadata import TopicInfo
+    from kafkacompat.wire._generated.metadata_request import MetadataRequest
 
 API_KEY = ApiKey.METADATA
 MIN_VERSION = 0
@@ -108,7 +109,7 @@ def brokers_for(
     return result, broker.cluster.controller_id()
 
 
-async def handle(ctx: RequestContext, request: Any) -> MetadataResponse:
+async def handle(ctx: RequestContext, request: MetadataRequest) -> MetadataResponse:
     broker = ctx.broker
     version = ctx.api_version
     brokers, controller_id = brokers_for(broker, ctx.connection.listener_name)
@@ -145,9 +146,9 @@ async def handle(ctx: RequestContext, request: Any) -> MetadataResponse:
             seen.add(key)
             response.topics.append(await _one_topic(ctx, version, wanted, auto_create))
     if version >= 8 and request.include_topic_authorized_operations:
-        for topic in response.topics:
-            if topic.error_code == ErrorCode.NONE and topic.name is not None:
-                topic.topic_authorized_operations = authorized_operations(ctx, Resource.TOPIC, topic.name)
+        for entry in response.topics:
+            if entry.error_code == ErrorCode.NONE and entry.name is not None:
+                entry.topic_authorized_operations = authorized_operations(ctx, Resource.TOPIC, entry.name)
     return response
 
 

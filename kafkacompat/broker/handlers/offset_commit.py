@@ -27,6 +27,7 @@ from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
+    from kafkacompat.wire._generated.offset_commit_request import OffsetCommitRequest
 
 API_KEY = ApiKey.OFFSET_COMMIT
 MIN_VERSION = 0
@@ -41,7 +42,7 @@ def partition_exists(ctx: RequestContext, topic: str, partition: int) -> bool:
     return info is not None and 0 <= partition < info.partitions
 
 
-async def handle(ctx: RequestContext, request: Any) -> OffsetCommitResponse:
+async def handle(ctx: RequestContext, request: OffsetCommitRequest) -> OffsetCommitResponse:
     version = ctx.api_version
     results: dict[tuple[str, int], int] = {}
     known: list[api.OffsetCommitPartition] = []

@@ -11,7 +11,7 @@ TOPIC_AUTHORIZATION_FAILED for its partitions).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kafkacompat.broker.authorization import Op, Resource, allowed
 from kafkacompat.broker.fairness import Turn
@@ -23,6 +23,7 @@ from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
+    from kafkacompat.wire._generated.offset_delete_request import OffsetDeleteRequest
 
 API_KEY = ApiKey.OFFSET_DELETE
 MIN_VERSION = 0
@@ -32,7 +33,7 @@ Topic = OffsetDeleteResponse.OffsetDeleteResponseTopic
 Partition = OffsetDeleteResponse.OffsetDeleteResponsePartition
 
 
-async def handle(ctx: RequestContext, request: Any) -> OffsetDeleteResponse:
+async def handle(ctx: RequestContext, request: OffsetDeleteRequest) -> OffsetDeleteResponse:
     results: dict[tuple[str, int], int] = {}
     known: list[tuple[str, int]] = []
     if not allowed(ctx, Op.DELETE, Resource.GROUP, request.group_id):

@@ -25,6 +25,7 @@ from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
+    from kafkacompat.wire._generated.offset_fetch_request import OffsetFetchRequest
 
 API_KEY = ApiKey.OFFSET_FETCH
 MIN_VERSION = 0
@@ -99,7 +100,7 @@ async def _by_topic(
     return [topic_cls(name=name, partitions=parts) for name, parts in topics.items()]
 
 
-async def handle(ctx: RequestContext, request: Any) -> OffsetFetchResponse:
+async def handle(ctx: RequestContext, request: OffsetFetchRequest) -> OffsetFetchResponse:
     version = ctx.api_version
     require_stable = bool(request.require_stable) if version >= 7 else False
     if version >= 8:

@@ -25,6 +25,7 @@ from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
+    from kafkacompat.wire._generated.offset_for_leader_epoch_request import OffsetForLeaderEpochRequest
 
 API_KEY = ApiKey.OFFSET_FOR_LEADER_EPOCH
 MIN_VERSION = 0
@@ -43,7 +44,7 @@ def end_offset_for(partition_log: Any, current_epoch: int, requested_epoch: int)
     return partition_log.end_offset_for_epoch(requested_epoch)
 
 
-async def handle(ctx: RequestContext, request: Any) -> OffsetForLeaderEpochResponse:
+async def handle(ctx: RequestContext, request: OffsetForLeaderEpochRequest) -> OffsetForLeaderEpochResponse:
     broker = ctx.broker
     topics = []
     # a follower's request (a replica id, v3+) needs CLUSTER_ACTION on the cluster, as in Kafka
@@ -52,7 +53,7 @@ async def handle(ctx: RequestContext, request: Any) -> OffsetForLeaderEpochRespo
     turn = Turn()  # many partitions: other clients run in between (fairness.py)
     for wanted_topic in request.topics:
         name = wanted_topic.topic
-        partitions = []
+        partitions: list[EpochEndOffset] = []
         topics.append(TopicResult(topic=name, partitions=partitions))
         topic = broker.metadata.topic(name)
         for wanted in wanted_topic.partitions:

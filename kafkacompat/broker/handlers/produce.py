@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
     from kafkacompat.broker.state import BrokerState
     from kafkacompat.replication.metadata import TopicInfo
+    from kafkacompat.wire._generated.produce_request import ProduceRequest
 
 API_KEY = ApiKey.PRODUCE
 MIN_VERSION = 0
@@ -67,7 +68,7 @@ def _error(index: int, code: int, message: str | None, version: int) -> Any:
     )
 
 
-async def handle(ctx: RequestContext, request: Any) -> ProduceResponse | None:
+async def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | None:
     broker = ctx.broker
     version = ctx.api_version
     acks = request.acks
@@ -80,7 +81,7 @@ async def handle(ctx: RequestContext, request: Any) -> ProduceResponse | None:
     required: dict[tuple[str, int], int] = {}  # the offset each append is committed at (acks=-1 waits)
     turn = Turn()  # a produce of many partitions lets other clients run between appends (fairness.py)
     for topic_data in request.topic_data:
-        partitions = []
+        partitions: list[PartitionResponse] = []
         responses.append(TopicResponse(name=topic_data.name, partition_responses=partitions))
         refusal = (
             ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
@@ -193,7 +194,7 @@ async def _append(
 
 
 async def _await_replicas(
-    ctx: RequestContext, request: Any, responses: list[Any], required: dict[tuple[str, int], int]
+    ctx: RequestContext, request: ProduceRequest, responses: list[Any], required: dict[tuple[str, int], int]
 ) -> None:
     """acks=-1: answer each appended partition once the ISR holds it (Kafka's delayed produce),
     NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below min.insync.replicas meanwhile,

@@ -12,7 +12,7 @@ success, on a listener without SASL) gets ILLEGAL_SASL_STATE, as Kafka answers i
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kafkacompat.security.sasl import AUTHENTICATE, AuthenticationFailed
 from kafkacompat.wire._generated.sasl_authenticate_response import SaslAuthenticateResponse
@@ -21,13 +21,14 @@ from kafkacompat.wire.errors import ErrorCode
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
+    from kafkacompat.wire._generated.sasl_authenticate_request import SaslAuthenticateRequest
 
 API_KEY = ApiKey.SASL_AUTHENTICATE
 MIN_VERSION = 0
 MAX_VERSION = 2
 
 
-async def handle(ctx: RequestContext, request: Any) -> SaslAuthenticateResponse:
+async def handle(ctx: RequestContext, request: SaslAuthenticateRequest) -> SaslAuthenticateResponse:
     session = ctx.connection.sasl_session
     if session is None or session.state != AUTHENTICATE or session.raw_tokens:
         message = (

@@ -12,7 +12,7 @@ answers a handshake that reaches it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kafkacompat.wire._generated.sasl_handshake_response import SaslHandshakeResponse
 from kafkacompat.wire.api_keys import ApiKey
@@ -20,13 +20,14 @@ from kafkacompat.wire.errors import ErrorCode
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
+    from kafkacompat.wire._generated.sasl_handshake_request import SaslHandshakeRequest
 
 API_KEY = ApiKey.SASL_HANDSHAKE
 MIN_VERSION = 0
 MAX_VERSION = 1
 
 
-async def handle(ctx: RequestContext, request: Any) -> SaslHandshakeResponse:
+async def handle(ctx: RequestContext, request: SaslHandshakeRequest) -> SaslHandshakeResponse:
     session = ctx.connection.sasl_session
     if session is None:
         return SaslHandshakeResponse(error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=[])

@@ -12,7 +12,7 @@ served (see dispatch).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kafkacompat.broker.authorization import Op, cluster_allowed
 from kafkacompat.replication.broker_requests import NO_EPOCH
@@ -22,6 +22,7 @@ from kafkacompat.wire.errors import ErrorCode
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
+    from kafkacompat.wire._generated.stop_replica_request import StopReplicaRequest
 
 API_KEY = ApiKey.STOP_REPLICA
 MIN_VERSION = 0
@@ -31,7 +32,7 @@ CLUSTER_ONLY = True
 PartitionError = StopReplicaResponse.StopReplicaPartitionError
 
 
-def _entries(request: Any, version: int) -> list[tuple[str, int, int, bool]]:
+def _entries(request: StopReplicaRequest, version: int) -> list[tuple[str, int, int, bool]]:
     """(topic, partition, leader epoch, delete) for every partition of the request."""
     if version == 0:
         return [
@@ -51,7 +52,7 @@ def _entries(request: Any, version: int) -> list[tuple[str, int, int, bool]]:
     ]
 
 
-async def handle(ctx: RequestContext, request: Any) -> StopReplicaResponse:
+async def handle(ctx: RequestContext, request: StopReplicaRequest) -> StopReplicaResponse:
     entries = _entries(request, ctx.api_version)
 
     def refuse(error: ErrorCode) -> StopReplicaResponse:

@@ -8,7 +8,7 @@ With an authorizer, syncing needs READ on the group (else GROUP_AUTHORIZATION_FA
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kafkacompat.broker.authorization import Op, Resource, allowed
 from kafkacompat.broker.group_runtime import runtime_of
@@ -19,6 +19,7 @@ from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
+    from kafkacompat.wire._generated.sync_group_request import SyncGroupRequest
 
 API_KEY = ApiKey.SYNC_GROUP
 MIN_VERSION = 0
@@ -34,7 +35,7 @@ def to_wire(result: api.SyncGroupResponse) -> SyncGroupResponse:
     )
 
 
-async def handle(ctx: RequestContext, request: Any) -> SyncGroupResponse:
+async def handle(ctx: RequestContext, request: SyncGroupRequest) -> SyncGroupResponse:
     version = ctx.api_version
     if not allowed(ctx, Op.READ, Resource.GROUP, request.group_id):
         return to_wire(api.SyncGroupResponse(ErrorCode.GROUP_AUTHORIZATION_FAILED))

@@ -30,6 +30,7 @@ from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
+    from kafkacompat.wire._generated import txn_offset_commit_request as wire
 
 API_KEY = ApiKey.TXN_OFFSET_COMMIT
 MIN_VERSION = 0
@@ -39,7 +40,7 @@ TopicResponse = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic
 PartitionResponse = TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition
 
 
-async def _verify(ctx: RequestContext, request: Any, offsets_partition: int) -> None:
+async def _verify(ctx: RequestContext, request: wire.TxnOffsetCommitRequest, offsets_partition: int) -> None:
     """KIP-890: the group's partition must be in the producer's ongoing transaction (asked of the
     transaction coordinator, another broker in cluster mode)."""
     transactions = txn_runtime_of(ctx.broker)
@@ -67,7 +68,7 @@ async def _verify(ctx: RequestContext, request: Any, offsets_partition: int) -> 
         raise KafkaError(code, "the group's offsets partition is not in the producer's transaction")
 
 
-async def handle(ctx: RequestContext, request: Any) -> TxnOffsetCommitResponse:
+async def handle(ctx: RequestContext, request: wire.TxnOffsetCommitRequest) -> TxnOffsetCommitResponse:
     version = ctx.api_version
     runtime = runtime_of(ctx.broker)
     # Each partition's offset and record are made here, outside the coordinator's lock and with the loop
@@ -122,9 +123,9 @@ async def handle(ctx: RequestContext, request: Any) -> TxnOffsetCommitResponse:
     topics: dict[str, list[Any]] = {}
     for tp in refused:
         topics.setdefault(tp[0], []).append(PartitionResponse(partition_index=tp[1], error_code=denied))
-    for (topic, partition), code in results:
+    for (topic, index), code in results:
         await turn.spend()
-        topics.setdefault(topic, []).append(PartitionResponse(partition_index=partition, error_code=code))
+        topics.setdefault(topic, []).append(PartitionResponse(partition_index=index, error_code=code))
     return TxnOffsetCommitResponse(
         throttle_time_ms=0,
         topics=[TopicResponse(name=name, partitions=parts) for name, parts in topics.items()],

@@ -21,6 +21,7 @@ from kafkacompat.wire.errors import ErrorCode
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
+    from kafkacompat.wire._generated.update_metadata_request import UpdateMetadataRequest
 
 API_KEY = ApiKey.UPDATE_METADATA
 MIN_VERSION = 0
@@ -31,7 +32,7 @@ CLUSTER_ONLY = True
 PROTOCOL_NAMES = {0: "PLAINTEXT", 1: "SSL", 2: "SASL_PLAINTEXT", 3: "SASL_SSL"}
 
 
-def _brokers(request: Any, version: int) -> dict[int, zd.BrokerRegistration]:
+def _brokers(request: UpdateMetadataRequest, version: int) -> dict[int, zd.BrokerRegistration]:
     brokers: dict[int, zd.BrokerRegistration] = {}
     for broker in request.live_brokers:
         endpoints: dict[str, tuple[str, int]] = {}
@@ -48,7 +49,7 @@ def _brokers(request: Any, version: int) -> dict[int, zd.BrokerRegistration]:
     return brokers
 
 
-def _partitions(request: Any, version: int) -> list[tuple[str, Any, Any]]:
+def _partitions(request: UpdateMetadataRequest, version: int) -> list[tuple[str, Any, Any]]:
     if version < 5:
         return [(p.topic_name, None, p) for p in request.ungrouped_partition_states]
     return [
@@ -58,7 +59,7 @@ def _partitions(request: Any, version: int) -> list[tuple[str, Any, Any]]:
     ]
 
 
-async def handle(ctx: RequestContext, request: Any) -> UpdateMetadataResponse:
+async def handle(ctx: RequestContext, request: UpdateMetadataRequest) -> UpdateMetadataResponse:
     if not cluster_allowed(ctx, Op.CLUSTER_ACTION):
         return UpdateMetadataResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     cluster = ctx.broker.cluster

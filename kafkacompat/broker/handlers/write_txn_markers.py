@@ -16,7 +16,7 @@ With an authorizer, needs CLUSTER_ACTION on the cluster (else CLUSTER_AUTHORIZAT
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kafkacompat.broker.authorization import Op, cluster_allowed
 from kafkacompat.broker.fairness import Turn
@@ -27,6 +27,7 @@ from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
+    from kafkacompat.wire._generated.write_txn_markers_request import WriteTxnMarkersRequest
 
 API_KEY = ApiKey.WRITE_TXN_MARKERS
 MIN_VERSION = 0
@@ -37,7 +38,7 @@ TopicResult = WriteTxnMarkersResponse.WritableTxnMarkerTopicResult
 PartitionResult = WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult
 
 
-async def handle(ctx: RequestContext, request: Any) -> WriteTxnMarkersResponse:
+async def handle(ctx: RequestContext, request: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse:
     writer = LocalMarkerWriter(ctx.broker)
     cluster_action = cluster_allowed(ctx, Op.CLUSTER_ACTION)  # a broker-to-broker API, as in Kafka
     results = []
