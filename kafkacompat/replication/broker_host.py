@@ -39,7 +39,6 @@ class BrokerHost(Protocol):
     logs: LogManager
     #: the topic table handlers read; in cluster mode a `ClusterMetadataCache` the runtime fills
     metadata: LocalMetadata
-    watchers: Watchers
     #: listener name -> (host, port) as advertised, filled in once the listeners are bound
     endpoints: dict[str, tuple[str, int]]
     #: set at shutdown: the end of the ZooKeeper session is then our own doing
@@ -49,6 +48,11 @@ class BrokerHost(Protocol):
     quotas: QuotaManager
     authorizer: Authorizer | None
     dynamic: DynamicBrokerConfigs
+
+    @property
+    def watchers(self) -> Watchers:
+        """The parked-request registry (read-only here, so the broker's own registry type fits)."""
+        ...
 
     def now_ms(self) -> int: ...
 
@@ -60,4 +64,3 @@ class BrokerHost(Protocol):
         ...
 
     async def apply_stored_broker_configs(self, entities: dict[str, dict[str, str]]) -> None: ...
-

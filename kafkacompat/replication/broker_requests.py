@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 Pure functions and one small state machine, no I/O, no trio, no clock of their own (every method that
 cares takes `now_ms`); the handlers (LeaderAndIsr, UpdateMetadata, StopReplica, AlterPartition) and
-`cluster.py` feed them facts and act on the answers.
+the cluster runtime (`cluster/`) feed them facts and act on the answers.
 
 - `check_controller_request(...)`: the order of Kafka's ZooKeeper-mode checks of a controller request
   (after CLUSTER_ACTION authorization, which the handler does): a broker epoch older than this broker's

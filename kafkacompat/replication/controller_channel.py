@@ -4,7 +4,7 @@ Theory of operation: the controller decides and writes ZooKeeper first, then tel
 LeaderAndIsr / UpdateMetadata / StopReplica (`broker_requests.py` builds them). `ControllerChannel`
 owns one `BrokerQueue` per live broker (Kafka's ControllerChannelManager): requests to one broker are
 sent one at a time, in the order they were queued, over one connection to its inter-broker listener
-(`ClusterRuntime.inter_broker_connection`, the blocking client in a worker thread). A request whose
+(`ClusterState.inter_broker_connection`, the blocking client in a worker thread). A request whose
 connection fails is sent again, in place, after a backoff and a reconnect, until it is answered or its
 queue is stopped (the broker's registration ended or changed, or this broker stopped being controller).
 An error answer is logged and not retried: the periodic repair path and the next state change correct
@@ -24,7 +24,7 @@ from kafkacompat.wire.errors import ErrorCode
 
 if TYPE_CHECKING:
     from kafkacompat.client import BrokerConnection
-    from kafkacompat.replication.cluster import ClusterRuntime
+    from kafkacompat.replication.cluster.shared import ClusterState
 
 __all__ = ["BrokerQueue", "ControllerChannel"]
 
@@ -51,8 +51,8 @@ def _errors(api_key: int, response: Any) -> list[int]:
 class BrokerQueue:
     """The ordered requests to one broker (registered with `broker_epoch`) and its connection."""
 
-    def __init__(self, runtime: ClusterRuntime, broker_id: int, broker_epoch: int) -> None:
-        self.runtime = runtime
+    def __init__(self, cluster: ClusterState, broker_id: int, broker_epoch: int) -> None:
+        self.cluster = cluster
         self.broker_id = broker_id
         self.broker_epoch = broker_epoch
         self.pending: deque[tuple[int, Any, trio.Event]] = deque()
@@ -109,9 +109,9 @@ class BrokerQueue:
 
     async def _send(self, api_key: int, request: Any) -> Any:
         if self._connection is None:
-            timeout = self.runtime.broker.config["replica.socket.timeout.ms"] / 1000
+            timeout = self.cluster.broker.config["replica.socket.timeout.ms"] / 1000
             self._connection = await trio.to_thread.run_sync(
-                self.runtime.inter_broker_connection, self.broker_id, "controller", timeout
+                self.cluster.inter_broker_connection, self.broker_id, "controller", timeout
             )
         connection = self._connection
 
@@ -129,8 +129,8 @@ class BrokerQueue:
 class ControllerChannel:
     """One `BrokerQueue` per live broker while this broker is the controller."""
 
-    def __init__(self, runtime: ClusterRuntime) -> None:
-        self.runtime = runtime
+    def __init__(self, cluster: ClusterState) -> None:
+        self.cluster = cluster
         self.queues: dict[int, BrokerQueue] = {}
 
     def sync(self, nursery: trio.Nursery, live: dict[int, int]) -> set[int]:
@@ -142,7 +142,7 @@ class ControllerChannel:
         fresh = set()
         for broker_id, epoch in live.items():
             if broker_id not in self.queues:
-                queue = self.queues[broker_id] = BrokerQueue(self.runtime, broker_id, epoch)
+                queue = self.queues[broker_id] = BrokerQueue(self.cluster, broker_id, epoch)
                 nursery.start_soon(queue.run)
                 fresh.add(broker_id)
         return fresh

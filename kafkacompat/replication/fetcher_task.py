@@ -7,7 +7,7 @@ truncated here, on the trio thread) and Fetch (replica id = this broker, `replic
 wait) for the others, appending what comes back with `append_as_follower` and taking the leader's high
 watermark (capped at our log end). The blocking client (`kafkacompat.client.BrokerConnection`) runs in
 a worker thread; every log change happens back on the trio thread. Connection errors back off
-`replica.fetch.backoff.ms` and reconnect; the runtime re-homes partitions when leadership moves.
+`replica.fetch.backoff.ms` and reconnect; the cluster runtime re-homes partitions when leadership moves.
 Partitions the topic's `follower.replication.throttled.replicas` names on this broker are left out of a
 round while this broker is not in their ISR and its `follower.replication.throttled.rate` is reached,
 and the bytes fetched for them are counted against it (replication/throttle.py).
@@ -30,7 +30,7 @@ from kafkacompat.wire.messages import request_class
 
 if TYPE_CHECKING:
     from kafkacompat.client import BrokerConnection
-    from kafkacompat.replication.cluster import ClusterRuntime
+    from kafkacompat.replication.cluster.shared import ClusterState
 
 __all__ = ["FetcherTask"]
 
@@ -45,8 +45,8 @@ EPOCH_VERSION = 4
 class FetcherTask:
     """Fetches every partition this broker follows on `leader` (see module docstring)."""
 
-    def __init__(self, runtime: ClusterRuntime, leader: int) -> None:
-        self.runtime = runtime
+    def __init__(self, cluster: ClusterState, leader: int) -> None:
+        self.cluster = cluster
         self.leader = leader
         self.partitions: dict[tuple[str, int], FollowerFetchState] = {}
         self.stopped = False
@@ -65,7 +65,7 @@ class FetcherTask:
         self._wake.set()
 
     async def run(self) -> None:
-        config = self.runtime.broker.config
+        config = self.cluster.broker.config
         backoff = config["replica.fetch.backoff.ms"] / 1000
         try:
             while not self.stopped:
@@ -90,9 +90,9 @@ class FetcherTask:
 
     async def _connect(self) -> BrokerConnection:
         if self._connection is None:
-            timeout = self.runtime.broker.config["replica.socket.timeout.ms"] / 1000
+            timeout = self.cluster.broker.config["replica.socket.timeout.ms"] / 1000
             self._connection = await trio.to_thread.run_sync(
-                self.runtime.inter_broker_connection, self.leader, f"fetcher-{self.leader}", timeout
+                self.cluster.inter_broker_connection, self.leader, f"fetcher-{self.leader}", timeout
             )
         return self._connection
 
@@ -108,7 +108,7 @@ class FetcherTask:
             await trio.sleep(0.05)
 
     async def _truncate(self, connection: BrokerConnection, states: list[FollowerFetchState]) -> None:
-        broker = self.runtime.broker
+        broker = self.cluster.broker
         cls = request_class(OFFSET_FOR_LEADER_EPOCH)
         by_topic: dict[str, list[Any]] = {}
         asked: dict[tuple[str, int], int] = {}
@@ -126,7 +126,7 @@ class FetcherTask:
                 )
             )
         request = cls(
-            replica_id=self.runtime.node_id,
+            replica_id=self.cluster.node_id,
             topics=[cls.OffsetForLeaderTopic(topic=t, partitions=p) for t, p in by_topic.items()],
         )
         response = await trio.to_thread.run_sync(
@@ -164,7 +164,7 @@ class FetcherTask:
                 state.fetch_offset = partition_log.log_end_offset
 
     async def _fetch(self, connection: BrokerConnection, states: list[FollowerFetchState]) -> None:
-        broker = self.runtime.broker
+        broker = self.cluster.broker
         config = broker.config
         cls = request_class(FETCH)
         by_topic: dict[str, list[Any]] = {}
@@ -187,7 +187,7 @@ class FetcherTask:
                 )
             )
         request = cls(
-            replica_id=self.runtime.node_id,
+            replica_id=self.cluster.node_id,
             max_wait_ms=config["replica.fetch.wait.max.ms"],
             min_bytes=config["replica.fetch.min.bytes"],
             max_bytes=config["replica.fetch.response.max.bytes"],
@@ -229,23 +229,23 @@ class FetcherTask:
                         continue
                     state.on_fetched(partition_log.log_end_offset)
                 partition_log.update_high_watermark(min(data.high_watermark, partition_log.log_end_offset))
-                local = self.runtime.partitions.get(key)
+                local = self.cluster.partitions.get(key)
                 if local is not None:
                     local.high_watermark = partition_log.high_watermark
                 broker.watchers.notify(*key)
 
     def _throttled(self, topic: str, partition: int) -> bool:
         """Whether the topic's follower.replication.throttled.replicas names the partition on this broker."""
-        broker = self.runtime.broker
+        broker = self.cluster.broker
         info = broker.metadata.topic(topic)
         if info is None:
             return False
         replicas = broker.topic_log_config(info).get("follower.replication.throttled.replicas")
-        return bool(replicas) and throttled_partition(replicas, partition, self.runtime.node_id)
+        return bool(replicas) and throttled_partition(replicas, partition, self.cluster.node_id)
 
     def _held_back(self, state: FollowerFetchState, now: float) -> bool:
-        broker = self.runtime.broker
-        local = self.runtime.partitions.get((state.topic, state.partition))
-        in_sync = local is not None and self.runtime.node_id in local.isr
+        broker = self.cluster.broker
+        local = self.cluster.partitions.get((state.topic, state.partition))
+        in_sync = local is not None and self.cluster.node_id in local.isr
         rate = broker.config["follower.replication.throttled.rate"]
         return broker.follower_throttle.holds_back(rate, in_sync, now)
