@@ -36,8 +36,9 @@ check-generated: $(TEST_VENV)/.installed
 	$(TEST_VENV)/bin/python tools/gen_errors.py --errors $(SPECS)/errors.tsv --check
 	$(TEST_VENV)/bin/python tools/gen_api_table.py --check
 
-# mypy over the packages typed so far (the wire codecs, log storage, the group and transaction coordinators;
-# their _tests are left out); the list grows until it is all of kafkacompat/. Settings: [tool.mypy].
+# mypy over the packages typed so far (the wire codecs, log storage, the group and transaction coordinators,
+# the API handlers; their _tests are left out); the list grows until it is all of kafkacompat/.
+# Settings: [tool.mypy].
 typecheck: $(TEST_VENV)/.installed
 	$(TEST_VENV)/bin/mypy kafkacompat/wire kafkacompat/log kafkacompat/groups kafkacompat/txn kafkacompat/broker/handlers
 
