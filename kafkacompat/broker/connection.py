@@ -15,28 +15,20 @@ every served key (KIP-511: the client retries with a version from that list); an
 connection close, as Kafka's socket server closes it. Otherwise the header and body are decoded with the
 generated codecs, the handler runs, and its response object is encoded into a list of chunks.
 
-Writing: bytes chunks go out as gather-writes (`os.writev`); a chunk that is not bytes-like is a log
-`FileSlice` and goes out with `os.sendfile` from the segment's fd straight to the socket fd, waiting
-for writability on EAGAIN and resuming after partial sends, so fetched record data never passes
-through Python. Both call the socket's fd directly rather than trio's socket methods: those give the
-loop back after every call that succeeded, so a fetch answer (header bytes, then a slice) reached the
-client a whole turn of the loop after its header, and a turn beside 64 busy connections took 10-50 ms.
-A response yields only when the socket is full, or once `_SEND_BYTES_PER_STEP` have gone out in one
-step. A slice that comes up short (segment truncated meanwhile) closes the connection: the length prefix
-already promised those bytes. (Sending the bytes ahead of a slice with MSG_MORE was tried:
-no measurable gain, and a partial sendfile with data held back stalled fetches for the kernel's 200 ms
-cork timeout.)
+Writing: one `ResponseWriter` per connection (response_writer.py) writes each response straight to
+the socket's fd, file slices with `os.sendfile`, and yields only when the socket is full or a step
+has written enough; `TlsResponseWriter` stages responses into large TLS writes instead.
 
 TLS and SASL (listeners of protocol SSL, SASL_PLAINTEXT, SASL_SSL; kafkacompat.security): a TLS
 listener wraps the socket in a `trio.SSLStream` and completes the handshake (under the idle limit) before
 the first request; the client certificate's subject becomes the principal when `ssl.client.auth` asks for
-one. Receiving then copies decrypted bytes into the frame buffer, and `TlsResponseWriter` stages responses
-(file slices read with `preadv`) into large TLS writes, since sendfile cannot encrypt. PLAINTEXT
-listeners keep the raw-socket paths above untouched. A SASL listener gives the connection a `SaslSession`
-(`info.sasl_session`): until it completes only ApiVersions, SaslHandshake and SaslAuthenticate pass, any
-other request closes the connection unanswered; bare tokens after a v0 handshake are answered here; a
-failed authentication is answered and the connection closes `connection.failed.authentication.delay.ms`
-later. The only cost on a non-SASL connection is one `is not None` per request.
+one. Receiving then copies decrypted bytes into the frame buffer, and `TlsResponseWriter` writes the
+responses (sendfile cannot encrypt). PLAINTEXT listeners keep the raw-socket paths above untouched. A SASL
+listener gives the connection a `SaslSession` (`info.sasl_session`): until it completes only ApiVersions,
+SaslHandshake and SaslAuthenticate pass, any other request closes the connection unanswered; bare tokens
+after a v0 handshake are answered here; a failed authentication is answered and the connection closes
+`connection.failed.authentication.delay.ms` later. The only cost on a non-SASL connection is one
+`is not None` per request.
 
 A handler that parks (a fetch short of min_bytes, for up to its max_wait_ms) parks through
 `Connection.park`, which, once the park has lasted a few milliseconds, watches the socket: if the client
@@ -82,12 +74,10 @@ Request log: at DEBUG, the `kafkacompat.request` logger gets one line per comple
 version, correlation id, client id, peer, size, time from decoded request to response written), the
 counterpart of Kafka's `kafka.request.logger`. When it is off the cost is one level check per request.
 
-Quotas: while any client quota is configured (kafkacompat.security.quotas; `store.enforced`), each
-request goes through `_handle_within_quotas`: produce bytes, fetch response bytes and handler time are
-recorded against the connection's (user, client-id) quotas, the throttle time goes into the response's
-throttle_time_ms, and after writing the response the loop sleeps that long before it reads on: Kafka's
-muted channel (KIP-219; older Produce/Fetch versions get the delay before the response). A follower's
-fetch in cluster mode is exempt. With no quota configured the cost is one attribute check per request.
+Quotas: while any client quota is configured (`store.enforced`), each request goes through
+`request_quotas.handle_within_quotas`, which records it against the connection's quotas, throttles
+its response and mutes the connection for the throttle time (KIP-219). With no quota configured the
+cost is one attribute check per request.
 
 Metrics: with `metrics.listener` set, `BrokerState.request_metrics` times each request (arrival of its
 frame, handler start and end, parked time, response written) and counts it (broker/metrics.py); unset,
@@ -97,7 +87,6 @@ the cost is a None check per request.
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 import os
 import select
@@ -113,24 +102,33 @@ from kafkacompat.broker import dispatch, lock_wait, loop_lag
 from kafkacompat.broker.context import ConnectionInfo, RequestContext
 from kafkacompat.broker.errors import CloseConnection
 from kafkacompat.broker.fairness import decode_off_loop, encode_off_loop
-from kafkacompat.security.quotas import (
-    CONSUMER_BYTE_RATE,
-    PRODUCER_BYTE_RATE,
-    REQUEST_PERCENTAGE,
-    user_of,
+from kafkacompat.broker.request_quotas import handle_within_quotas, is_follower_fetch
+from kafkacompat.broker.response_writer import (
+    MERGED_FIRST_CHUNK_BYTES,
+    ResponseWriter,
+    TlsResponseWriter,
+    frame_response,
+    release_file_slices,
 )
 from kafkacompat.security.sasl import FAILED, AuthenticationFailed
 from kafkacompat.wire import header as wire_header
 from kafkacompat.wire import messages
 from kafkacompat.wire.api_keys import ApiKey
-from kafkacompat.wire.errors import DecodeError, ErrorCode
+from kafkacompat.wire.errors import DecodeError
 from kafkacompat.wire.framing import FrameBuffer
 
 if TYPE_CHECKING:
     from kafkacompat.broker.state import BrokerState
     from kafkacompat.security.listeners import ListenerSecurity
 
-__all__ = ["Connection", "ResponseWriter", "TlsResponseWriter", "frame_response"]
+__all__ = [
+    "MERGED_FIRST_CHUNK_BYTES",
+    "Connection",
+    "ResponseWriter",
+    "TlsResponseWriter",
+    "frame_response",
+    "release_file_slices",
+]
 
 log = logging.getLogger("kafkacompat.broker.connection")
 # One line per completed request at DEBUG, like Kafka's `kafka.request.logger`; off by default, and
@@ -142,18 +140,9 @@ _UNWATCHED_PARK_SECONDS = 0.005
 # how long a closing TLS connection may take to send its close_notify
 _CLOSE_NOTIFY_SECONDS = 1.0
 
-# ApiVersions, SaslHandshake, SaslAuthenticate: never throttled by request_percentage (as in Kafka)
-_REQUEST_QUOTA_EXEMPT = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
-# the first version whose client throttles itself on throttle_time_ms (KIP-219); older ones are delayed
-_KIP_219_VERSIONS: dict[int, int] = {ApiKey.PRODUCE: 6, ApiKey.FETCH: 8}
 _PREFIX = struct.Struct(">hhi")
 _KEY = struct.Struct(">h")
 _SIZE = struct.Struct(">i")
-_MAX_IOV = 512  # stay well under IOV_MAX (1024 on Linux)
-# bytes one response writes in a step before it gives the loop back (a client reading as fast as the
-# broker writes would otherwise let a response of hundreds of MB go out in one step)
-_SEND_BYTES_PER_STEP = 1 << 20
-_PEER_GONE_ERRNOS = (errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN)
 # Fairness to other clients: every turn of the event loop runs each runnable task once, so 1,000
 # connections that each pipeline requests without waiting for answers made every turn, and so every other
 # client's round trip, 1,000 requests long. A connection whose last PIPELINE_FAIR_SHARE requests were each
@@ -172,200 +161,9 @@ _TRICKLE_READS = 4
 _TRICKLE_BYTES = 1024
 _TRICKLE_FIRST_DELAY = 0.25
 _TRICKLE_MAX_DELAY = 8.0
-_BYTES_LIKE = (bytes, bytearray, memoryview)
 _TLS_RECEIVE_BYTES = 1 << 16  # decrypted bytes asked of trio's SSLStream per wait
-
-
-def _chunk_size(chunk: Any) -> int:
-    if isinstance(chunk, memoryview):
-        return chunk.nbytes
-    if isinstance(chunk, _BYTES_LIKE):
-        return len(chunk)
-    return int(chunk.size)
-
-
-class ResponseWriter:
-    """The single writer of one connection: gather-writes bytes, sendfile()s file slices.
-
-    Owned by the connection loop; nothing else writes to the socket. `sending` and `progress_at` tell
-    the connection's idle reaper whether a write is stuck (a client that stopped reading).
-    """
-
-    sending = False  # a response is being written
-    progress_at = 0.0  # trio time of the last write progress (or of the start of this response)
-    _unyielded = 0  # bytes this response has written since it last gave the loop back
-
-    def __init__(self, stream: trio.SocketStream) -> None:
-        self._stream = stream
-        self._sock = stream.socket
-
-    async def send(self, chunks: Sequence[Any]) -> None:
-        """Write one response; file slices that carry `release()` are released afterwards, sent or not."""
-        self.progress_at = trio.current_time()
-        self.sending = True
-        try:
-            await self._send(chunks)
-        finally:
-            self.sending = False
-            release_file_slices(chunks)
-
-    async def _send(self, chunks: Sequence[Any]) -> None:
-        self._unyielded = 0
-        pending: list[memoryview] = []
-        for chunk in chunks:
-            if isinstance(chunk, _BYTES_LIKE):
-                if len(chunk):
-                    pending.append(memoryview(chunk).cast("B"))
-                continue
-            if pending:
-                await self._send_buffers(pending)
-                pending = []
-            await self._sendfile(chunk)
-        if pending:
-            await self._send_buffers(pending)
-
-    async def _wrote(self, sent: int) -> None:
-        """Account for bytes written; give the loop back once a step has written enough of them."""
-        self.progress_at = trio.current_time()
-        self._unyielded += sent
-        if self._unyielded >= _SEND_BYTES_PER_STEP:
-            self._unyielded = 0
-            await trio.lowlevel.checkpoint()
-
-    def _fileno(self) -> int:
-        fd = self._sock.fileno()
-        if fd < 0:
-            raise trio.ClosedResourceError("the connection's socket was closed")
-        return fd
-
-    async def _send_buffers(self, buffers: list[memoryview]) -> None:
-        sock = self._sock
-        index = 0
-        while index < len(buffers):
-            batch = buffers[index : index + _MAX_IOV]
-            try:
-                sent = os.writev(self._fileno(), batch)
-            except BlockingIOError:
-                await trio.lowlevel.wait_writable(sock)
-                continue
-            except OSError as exc:
-                if exc.errno in _PEER_GONE_ERRNOS:
-                    raise trio.BrokenResourceError(str(exc)) from exc
-                raise
-            await self._wrote(sent)
-            # advance past what went out; a partial send leaves a tail of one buffer
-            while sent > 0:
-                head = buffers[index]
-                if sent >= head.nbytes:
-                    sent -= head.nbytes
-                    index += 1
-                else:
-                    buffers[index] = head[sent:]
-                    sent = 0
-
-    async def _sendfile(self, file_slice: Any) -> None:
-        position = file_slice.position
-        remaining = file_slice.size
-        while remaining > 0:
-            try:
-                sent = os.sendfile(self._fileno(), file_slice.fd, position, remaining)
-            except BlockingIOError:
-                await trio.lowlevel.wait_writable(self._sock)
-                continue
-            except OSError as exc:
-                if exc.errno in _PEER_GONE_ERRNOS:
-                    raise trio.BrokenResourceError(str(exc)) from exc
-                raise
-            if sent == 0:
-                raise CloseConnection(f"file slice came up short by {remaining} bytes (segment truncated)")
-            position += sent
-            remaining -= sent
-            await self._wrote(sent)
-
-
-class TlsResponseWriter(ResponseWriter):
-    """The single writer of a TLS connection: no sendfile through TLS, so responses are staged.
-
-    Bytes chunks and file slices are gathered into one reusable staging buffer (file slices read into it
-    with `os.preadv`, straight from the page cache: the only copy before encryption), which goes out as
-    one TLS write whenever it fills and at the end of the response; a bytes chunk larger than the buffer
-    goes out on its own. Large TLS writes mean full 16 KiB records and few system calls.
-
-    Memory: the staging buffer exists only while a response is written. A response smaller than
-    STAGING_BYTES is staged in a buffer of its own size; a larger one borrows a STAGING_BYTES buffer
-    from a process-wide free list (at most STAGING_POOL kept), so an idle TLS connection holds none
-    (before, each kept 1 MiB for life).
-    """
-
-    STAGING_BYTES = 1 << 20
-    STAGING_POOL = 4
-    _free_staging: list[bytearray] = []  # process-wide; list append and pop are atomic
-
-    def __init__(self, stream: trio.SSLStream[trio.SocketStream]) -> None:
-        self._tls = stream
-
-    async def _send(self, chunks: Sequence[Any]) -> None:
-        total = sum(_chunk_size(chunk) for chunk in chunks)
-        free = self._free_staging
-        if total < self.STAGING_BYTES:
-            staging = bytearray(total)
-        else:
-            staging = free.pop() if free else bytearray(self.STAGING_BYTES)
-        try:
-            await self._send_staged(chunks, memoryview(staging))
-        finally:
-            if len(staging) == self.STAGING_BYTES and len(free) < self.STAGING_POOL:
-                free.append(staging)
-
-    async def _send_staged(self, chunks: Sequence[Any], view: memoryview) -> None:
-        limit = len(view)
-        filled = 0
-        for chunk in chunks:
-            if isinstance(chunk, _BYTES_LIKE):
-                data = memoryview(chunk).cast("B")
-                size = data.nbytes
-                if filled + size > limit:
-                    if filled:
-                        await self._tls.send_all(view[:filled])
-                        self.progress_at = trio.current_time()
-                        filled = 0
-                    if size > limit:
-                        await self._tls.send_all(data)
-                        self.progress_at = trio.current_time()
-                        continue
-                view[filled : filled + size] = data
-                filled += size
-                continue
-            position = chunk.position
-            remaining = chunk.size
-            while remaining > 0:
-                if filled == limit:
-                    await self._tls.send_all(view)
-                    self.progress_at = trio.current_time()
-                    filled = 0
-                want = min(remaining, limit - filled)
-                got = os.preadv(chunk.fd, [view[filled : filled + want]], position)
-                if got <= 0:
-                    raise CloseConnection(f"file slice came up short by {remaining} bytes (truncated)")
-                filled += got
-                position += got
-                remaining -= got
-        if filled:
-            await self._tls.send_all(view[:filled])
-
-
-#: a first body chunk of up to this many bytes is merged with the size prefix and header (one piece to
-#: write); a larger one is written as it is, beside them: merging copied a 13 MB DescribeGroups answer
-#: twice, 15 ms of one loop step (the writer gathers the pieces in one writev either way)
-MERGED_FIRST_CHUNK_BYTES = 64 * 1024
-
-
-def frame_response(header: bytes, body: list[Any]) -> list[Any]:
-    """Size prefix + response header + encoded body chunks (a small first bytes chunk is merged in)."""
-    size = len(header) + sum(_chunk_size(chunk) for chunk in body)
-    if body and isinstance(body[0], _BYTES_LIKE) and _chunk_size(body[0]) <= MERGED_FIRST_CHUNK_BYTES:
-        return [_SIZE.pack(size) + header + bytes(body[0]), *body[1:]]
-    return [_SIZE.pack(size) + header, *body]
+# the name broker/_tests/test_quotas.py imports from here (the quota path is in request_quotas.py)
+_is_follower_fetch = is_follower_fetch
 
 
 class _GateOpener(ResponseWriter):
@@ -917,7 +715,7 @@ async def _handle_frame(
         started = time.perf_counter() if logged else 0.0
         # quota hook: one attribute check while no quota is configured; follower fetches are exempt
         # (replication has quotas of its own in Kafka, never client quotas)
-        quota = broker.quotas.store.enforced and not _is_follower_fetch(broker, api_key, api_version, request)
+        quota = broker.quotas.store.enforced and not is_follower_fetch(broker, api_key, api_version, request)
         if not quota:
             response = await handler.handle(ctx, request)
     finally:
@@ -925,7 +723,7 @@ async def _handle_frame(
             slots.release()
     if quota:
         # outside the slot: a throttled request may wait out its delay here
-        response = await _handle_within_quotas(ctx, handler, request, writer, frame.nbytes, timer)
+        response = await handle_within_quotas(ctx, handler, request, writer, frame.nbytes, timer)
     else:
         if timer is not None:
             timer.done_handling()
@@ -940,111 +738,6 @@ async def _handle_frame(
         _log_completed(ctx, frame.nbytes, response is not None, started)
     if session is not None and session.state == FAILED:
         await _close_after_failed_authentication(session, info)
-
-
-def _is_follower_fetch(broker: BrokerState, api_key: int, api_version: int, request: Any) -> bool:
-    """A Fetch of a follower broker (cluster mode only: on a single node a replica id means nothing)."""
-    if api_key != ApiKey.FETCH or broker.cluster is None:
-        return False
-    if api_version >= 15:
-        state = getattr(request, "replica_state", None)
-        return state is not None and state.replica_id >= 0
-    return bool(request.replica_id >= 0)
-
-
-async def _handle_within_quotas(
-    ctx: RequestContext, handler: Any, request: Any, writer: ResponseWriter, request_bytes: int, timer: Any
-) -> Any:
-    """Handle and answer one request under client quotas (kafkacompat.security.quotas), as Kafka does.
-
-    Produce records the request's size against producer_byte_rate, Fetch the response's size against
-    consumer_byte_rate (its max_bytes capped to what the quota lets through in one whole window, as
-    Kafka caps it), every request but the authentication ones its handler time against
-    request_percentage. The largest throttle time goes into the response's throttle_time_ms; then, as
-    KIP-219 has it, the response goes out at once and the connection stays muted (reads no next
-    request) for that long; a client older than KIP-219 (Produce < v6, Fetch < v8) gets its response
-    only after the delay instead. Parked time (a fetch waiting for data) is not handler time.
-    """
-    quotas = ctx.broker.quotas
-    user = user_of(ctx.connection.principal)
-    client_id = ctx.client_id or ""
-    api_key, api_version = ctx.api_key, ctx.api_version
-    if api_key == ApiKey.FETCH:
-        window_bytes = quotas.quota_window_bytes(CONSUMER_BYTE_RATE, user, client_id)
-        if window_bytes is not None and request.max_bytes > window_bytes:
-            request.max_bytes = max(window_bytes, 1)
-    parked = 0.0
-    park = ctx.park
-
-    async def timed_park(event: trio.Event, deadline: float) -> None:
-        nonlocal parked
-        began = time.perf_counter()
-        try:
-            await park(event, deadline)
-        finally:
-            parked += time.perf_counter() - began
-
-    ctx.park = timed_park
-    began = time.perf_counter()
-    response = await handler.handle(ctx, request)
-    handler_seconds = max(time.perf_counter() - began - parked, 0.0)
-    if timer is not None:
-        timer.done_handling()
-    now = trio.current_time()
-    throttle_ms = 0
-    if api_key not in _REQUEST_QUOTA_EXEMPT:
-        throttle_ms = quotas.record(REQUEST_PERCENTAGE, user, client_id, handler_seconds * 100, now)
-    if api_key == ApiKey.PRODUCE:
-        throttle_ms = max(throttle_ms, quotas.record(PRODUCER_BYTE_RATE, user, client_id, request_bytes, now))
-    body: list[Any] | None = None
-    if response is not None:
-        body = messages.encode_response(api_key, api_version, response)
-        if api_key == ApiKey.FETCH:
-            size = sum(_chunk_size(chunk) for chunk in body)
-            throttle_ms = max(throttle_ms, quotas.record(CONSUMER_BYTE_RATE, user, client_id, size, now))
-            if throttle_ms > 0:
-                # as Kafka's KafkaApis: a throttled fetch is answered empty and its bytes are taken back
-                # off the quota; the client fetches the same offsets again once its delay is over
-                quotas.unrecord(CONSUMER_BYTE_RATE, user, client_id, size, now)
-                throttled = _throttled_fetch_response(ctx.broker, response)
-                if throttled is not response:
-                    release_file_slices(body)  # the records are not sent: their segment fds go back now
-                    response = throttled
-        if throttle_ms > 0 and hasattr(response, "throttle_time_ms"):
-            response.throttle_time_ms = max(response.throttle_time_ms, throttle_ms)
-            body = messages.encode_response(api_key, api_version, response)
-    if throttle_ms > 0 and api_version < _KIP_219_VERSIONS.get(api_key, 0):
-        try:
-            await trio.sleep(throttle_ms / 1000)  # an old client: the response itself is delayed
-        except BaseException:
-            if body is not None:
-                release_file_slices(body)  # closed while delayed: the response is never written
-            raise
-        throttle_ms = 0
-    if body is not None:
-        header_bytes = wire_header.encode_response_header(api_key, api_version, ctx.correlation_id)
-        await writer.send(frame_response(header_bytes, body))
-    if throttle_ms > 0:
-        await trio.sleep(throttle_ms / 1000)  # the muted channel: the next request is not read meanwhile
-    return response
-
-
-def release_file_slices(chunks: Sequence[Any]) -> None:
-    """Give back the file descriptors that a response's file slices hold (fetch's HeldSlice)."""
-    for chunk in chunks:
-        release = getattr(chunk, "release", None)
-        if release is not None and not isinstance(chunk, _BYTES_LIKE):
-            release()
-
-
-def _throttled_fetch_response(broker: BrokerState, response: Any) -> Any:
-    """The empty answer of a throttled fetch: no partitions, the same session. What the handler recorded
-    as reported to the session is forgotten, so the next incremental answer lists every partition again
-    (Kafka, which decides to throttle before it updates the session, returns a new session's id as 0)."""
-    if response.error_code != ErrorCode.NONE:
-        return response
-    broker.fetch_sessions.forget_reported(response.session_id)
-    return type(response)(error_code=ErrorCode.NONE, session_id=response.session_id, responses=[])
 
 
 async def _acquire(slots: trio.Semaphore) -> None:
