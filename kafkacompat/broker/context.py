@@ -6,11 +6,11 @@ importing the registry in kafkacompat.broker.dispatch, which imports every handl
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import trio
+# a park with no client connection to watch (the replica manager's, for waits outside a request)
+from kafkacompat.replication.replica_manager import Park, park_until
 
 if TYPE_CHECKING:
     from kafkacompat.broker.state import BrokerState
@@ -40,12 +40,6 @@ class ConnectionInfo:
     sasl_session: Any = None
 
 
-async def park_until(event: trio.Event, deadline: float) -> None:
-    """Wait for `event` or `deadline`, whichever comes first (the park of a context without a socket)."""
-    with trio.move_on_at(deadline):
-        await event.wait()
-
-
 @dataclass(slots=True)
 class RequestContext:
     """Everything a handler may look at besides the request body. Built per request by the connection."""
@@ -60,4 +54,4 @@ class RequestContext:
     extra: dict[str, Any] = field(default_factory=dict)
     #: how a handler waits for `event` until `deadline` (trio time); see the handler contract in
     #: kafkacompat.broker.dispatch
-    park: Callable[[trio.Event, float], Awaitable[None]] = park_until
+    park: Park = park_until

@@ -85,7 +85,8 @@ class LeaderAppend(NamedTuple):
 
 
 async def park_until(event: trio.Event, deadline: float) -> None:
-    """The park of a wait with no client connection to watch: the event or the deadline."""
+    """The park of a wait with no client connection to watch: the event or the deadline (also the
+    default park of a broker's RequestContext)."""
     with trio.move_on_at(deadline):
         await event.wait()
 
