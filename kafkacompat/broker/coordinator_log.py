@@ -17,6 +17,7 @@ the runtime's lock, yielding to other tasks between reads. A read that makes no 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -29,7 +30,13 @@ if TYPE_CHECKING:
     from kafkacompat.broker.state import BrokerState
     from kafkacompat.log.partition_log import PartitionLog
 
-__all__ = ["LoadStalled", "append_txn_marker", "create_compacted_internal_topic", "replay_log"]
+__all__ = [
+    "LoadStalled",
+    "append_txn_marker",
+    "create_compacted_internal_topic",
+    "replay_log",
+    "wait_for_coordinator_writes",
+]
 
 
 class LoadStalled(KafkaError):
@@ -96,6 +103,27 @@ def append_txn_marker(
         topic, partition, partition_log, marker, now, required_acks=-1, from_coordinator=True
     )
     return appended.required_offset
+
+
+async def wait_for_coordinator_writes(
+    broker: BrokerState,
+    topic: str,
+    required: dict[int, int],
+    timeout_seconds: float,
+    what: str,
+    log: logging.Logger,
+) -> dict[int, ErrorCode]:
+    """Wait, for at most `timeout_seconds`, until the ISR holds each partition's coordinator records up
+    to its offset in `required` (Kafka's coordinators append with acks=all). Returns the partitions that
+    did not get there, with why (logged to the coordinator's `log` as `what` not replicated): their
+    operation must not be answered as done."""
+    deadline = trio.current_time() + timeout_seconds
+    failed = await broker.replicas.wait_for_commits(
+        {(topic, partition): offset for partition, offset in sorted(required.items())}, deadline
+    )
+    for (_, partition), error in failed.items():
+        log.warning("%s-%d: %s not replicated: %s", topic, partition, what, error.name)
+    return {partition: error for (_, partition), error in failed.items()}
 
 
 async def create_compacted_internal_topic(

@@ -55,7 +55,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 
-from kafkacompat.broker.coordinator_log import append_txn_marker, create_compacted_internal_topic, replay_log
+from kafkacompat.broker.coordinator_log import (
+    append_txn_marker,
+    create_compacted_internal_topic,
+    replay_log,
+    wait_for_coordinator_writes,
+)
 from kafkacompat.broker.lock_wait import holding
 from kafkacompat.groups.api import Outcome, Parked
 from kafkacompat.groups.manager import GroupConfig, GroupCoordinatorCore
@@ -267,18 +272,6 @@ class GroupRuntime:
         """Whether this broker leads `__consumer_offsets` partition `partition` (always on one node)."""
         return self.broker.replicas.is_leader(OFFSETS_TOPIC, partition)
 
-    async def _await_replication(self, required: dict[int, int]) -> dict[int, ErrorCode]:
-        """Answer only once the ISR holds the records (as Kafka appends group records with acks=-1),
-        for at most offsets.commit.timeout.ms. Returns the partitions whose records the ISR did not get
-        (why): their operation must not be answered as done."""
-        deadline = trio.current_time() + self.broker.config["offsets.commit.timeout.ms"] / 1000
-        failed = await self.broker.replicas.wait_for_commits(
-            {(OFFSETS_TOPIC, partition): offset for partition, offset in sorted(required.items())}, deadline
-        )
-        for (_, partition), error in failed.items():
-            log.warning("%s-%d: group records not replicated: %s", OFFSETS_TOPIC, partition, error.name)
-        return {partition: error for (_, partition), error in failed.items()}
-
     async def set_offsets_leadership(self, partition: int, leader: bool) -> None:
         """Cluster mode: this broker became (True) or stopped being (False) the leader of
         `__consumer_offsets` partition `partition`. Its groups are loaded from the (replicated) log, and
@@ -443,7 +436,15 @@ class GroupRuntime:
                 error = KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"could not write to {OFFSETS_TOPIC}")
             return self._fail(outcome, set(failed), error, reload=set(failed))
         if required:
-            unreplicated = await self._await_replication(required)
+            # answered only once the ISR holds the records, for at most offsets.commit.timeout.ms
+            unreplicated = await wait_for_coordinator_writes(
+                self.broker,
+                OFFSETS_TOPIC,
+                required,
+                self.broker.config["offsets.commit.timeout.ms"] / 1000,
+                "group records",
+                log,
+            )
             if unreplicated:
                 # Not in the ISR: a new leader may never have it (a commit answered as done here was
                 # seen lost after a controlled shutdown moved the partition mid-commit). Kafka answers

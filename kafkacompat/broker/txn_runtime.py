@@ -66,6 +66,7 @@ from kafkacompat.broker.coordinator_log import (
     append_txn_marker,
     create_compacted_internal_topic,
     replay_log,
+    wait_for_coordinator_writes,
 )
 from kafkacompat.broker.lock_wait import holding
 from kafkacompat.txn.coordinator import MarkerJob, TransactionCoordinatorCore, TxnConfig, TxnOutcome
@@ -658,7 +659,9 @@ class TransactionRuntime:
         the lock held."""
         failed, required = self._append(outcome.records)
         if not failed and required:
-            failed = await self._await_replication(required)
+            failed = await wait_for_coordinator_writes(
+                self.broker, TRANSACTION_TOPIC, required, WRITE_TIMEOUT_SECONDS, "coordinator records", log
+            )
         if failed:
             self._to_reload |= set(failed)
             self._wakeup.set()
@@ -671,18 +674,6 @@ class TransactionRuntime:
                 raise KafkaError(code, f"could not write {TRANSACTION_TOPIC}")
             return
         self._queue_markers(outcome.markers)
-
-    async def _await_replication(self, required: dict[int, int]) -> dict[int, ErrorCode]:
-        """Wait until the ISR holds what was appended (Kafka's acks=all coordinator writes)."""
-        deadline = trio.current_time() + WRITE_TIMEOUT_SECONDS
-        failed = await self.broker.replicas.wait_for_commits(
-            {(TRANSACTION_TOPIC, partition): offset for partition, offset in required.items()}, deadline
-        )
-        for (_, partition), error in failed.items():
-            log.warning(
-                "%s-%d: coordinator records not replicated: %s", TRANSACTION_TOPIC, partition, error.name
-            )
-        return {partition: error for (_, partition), error in failed.items()}
 
     def _append(
         self, records: list[tuple[int, bytes, bytes | None]]
