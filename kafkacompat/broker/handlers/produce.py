@@ -200,17 +200,14 @@ async def _await_replicas(
     NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below min.insync.replicas meanwhile,
     REQUEST_TIMED_OUT after the request's timeout (a single node's appends are committed at once)."""
     deadline = trio.current_time() + max(request.timeout_ms, 0) / 1000
-    appended = {
-        (topic_response.name, partition.index): required[(topic_response.name, partition.index)]
-        for topic_response in responses
-        for partition in topic_response.partition_responses
-        if partition.error_code == ErrorCode.NONE
-    }
-    failed = await ctx.broker.replicas.wait_for_commits(appended, deadline, ctx.park)
+    # `required` holds exactly the partitions appended to
+    failed = await ctx.broker.replicas.wait_for_commits(required, deadline, ctx.park)
+    if not failed:
+        return
     for topic_response in responses:
         for partition in topic_response.partition_responses:
             error = failed.get((topic_response.name, partition.index))
-            if error is not None:
+            if error is not None and partition.error_code == ErrorCode.NONE:
                 partition.error_code = error
 
 
