@@ -89,7 +89,6 @@ class ControllerRequests:
             self._partition_info(snapshot, key, state, (replicas or {}).get(key), key in (new or set()))
             for key, state in sorted(states.items())
         ]
-        epoch = self.cluster.store.controller_epoch
         if leader_and_isr:
             per_broker: dict[int, list[PartitionInfo]] = {}
             for info in infos:
@@ -97,13 +96,15 @@ class ControllerRequests:
                     per_broker.setdefault(replica, []).append(info)
             for broker_id, partitions in sorted(per_broker.items()):
                 self._send_leader_and_isr(snapshot, broker_id, partitions, full=False)
+        self._send_update_metadata(snapshot, infos)
+
+    def _send_update_metadata(self, snapshot: ZkSnapshot, infos: list[PartitionInfo]) -> None:
+        """UpdateMetadata with `infos` and the live brokers to every broker with a queue."""
+        epoch = self.cluster.store.controller_epoch
+        brokers = self._brokers_of(snapshot)
         for broker_id in sorted(self.channel.queues):
             request = update_metadata_request(
-                self.cluster.node_id,
-                epoch,
-                self.channel.broker_epoch(broker_id),
-                infos,
-                self._brokers_of(snapshot),
+                self.cluster.node_id, epoch, self.channel.broker_epoch(broker_id), infos, brokers
             )
             self.channel.send(broker_id, UPDATE_METADATA, request)
 
@@ -161,13 +162,4 @@ class ControllerRequests:
         for broker_id in sorted(fresh):
             hosted = [info for info in infos if broker_id in info.replicas]
             self._send_leader_and_isr(snapshot, broker_id, hosted, full=True)
-        epoch = self.cluster.store.controller_epoch
-        for broker_id in sorted(self.channel.queues):
-            request = update_metadata_request(
-                self.cluster.node_id,
-                epoch,
-                self.channel.broker_epoch(broker_id),
-                infos,
-                self._brokers_of(snapshot),
-            )
-            self.channel.send(broker_id, UPDATE_METADATA, request)
+        self._send_update_metadata(snapshot, infos)
