@@ -9,7 +9,7 @@ acknowledged record; RSS must stay bounded.
 Latency: the issue's criterion (the pair's p99 within 2x of a quiet run) cannot be asserted robustly on
 a loaded 2-core CI machine (the quiet p99 alone varies from 6 ms to 800 ms there with the load of other
 jobs), so this form asserts its structural cause instead, in CPU time, which the machine's load does not
-change: with the broker's loop-lag monitor on (broker/loop_lag.py), no request held the event loop for
+change: with the broker's loop-lag monitor on (diagnostics/loop_lag.py), no request held the event loop for
 more than LOOP_HELD_LIMIT_MS of CPU (before the fairness work, 1,000-item admin requests held it for
 100-300 ms), plus a loose bound on the pair's p99. docs/RELIABILITY.md has the measured latencies.
 """

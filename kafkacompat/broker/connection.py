@@ -68,7 +68,7 @@ than any client library keeps in flight (PIPELINE_FAIR_SHARE in a row, each alre
 one before was answered) handles its further requests through a broker-wide gate (`pipeline_gate`,
 opened before its response is written and while it is parked), so a flood of such clients cannot make
 every turn, and every other client's round trip, thousands of requests long. With the loop-lag monitor
-on (broker/loop_lag.py), the request being handled is recorded for it.
+on (diagnostics/loop_lag.py), the request being handled is recorded for it.
 
 Request log: at DEBUG, the `kafkacompat.request` logger gets one line per completed request (API,
 version, correlation id, client id, peer, size, time from decoded request to response written), the
@@ -98,18 +98,20 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from kafkacompat.broker import dispatch, lock_wait, loop_lag
+from kafkacompat.broker import dispatch, lock_wait
 from kafkacompat.broker.context import ConnectionInfo, RequestContext
 from kafkacompat.broker.errors import CloseConnection
 from kafkacompat.broker.fairness import decode_off_loop, encode_off_loop
 from kafkacompat.broker.request_quotas import handle_within_quotas, is_follower_fetch
 from kafkacompat.broker.response_writer import (
+    FRAME_SIZE,
     MERGED_FIRST_CHUNK_BYTES,
     ResponseWriter,
     TlsResponseWriter,
     frame_response,
     release_file_slices,
 )
+from kafkacompat.diagnostics import loop_lag
 from kafkacompat.security.sasl import FAILED, AuthenticationFailed
 from kafkacompat.wire import header as wire_header
 from kafkacompat.wire import messages
@@ -142,7 +144,6 @@ _CLOSE_NOTIFY_SECONDS = 1.0
 
 _PREFIX = struct.Struct(">hhi")
 _KEY = struct.Struct(">h")
-_SIZE = struct.Struct(">i")
 # Fairness to other clients: every turn of the event loop runs each runnable task once, so 1,000
 # connections that each pipeline requests without waiting for answers made every turn, and so every other
 # client's round trip, 1,000 requests long. A connection whose last PIPELINE_FAIR_SHARE requests were each
@@ -776,7 +777,7 @@ async def _before_authentication(
     if session.complete:
         info.principal = session.principal or info.principal
         info.sasl_mechanism = session.mechanism
-    await writer.send([_SIZE.pack(len(challenge)) + challenge])
+    await writer.send([FRAME_SIZE.pack(len(challenge)) + challenge])
 
 
 async def _close_after_failed_authentication(session: Any, info: ConnectionInfo) -> None:

@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 Every connection is served on one trio event loop, so a request whose handler loops over 1,000 topics,
 partitions, groups or config resources without an await holds every other client for the whole loop
-(measured with the loop-lag monitor, broker/loop_lag.py: a DescribeConfigs of 1,000 resources held it
+(measured with the loop-lag monitor, diagnostics/loop_lag.py: a DescribeConfigs of 1,000 resources held it
 120-300 ms, a Produce of 1,000 partitions 50 ms). Kafka runs such requests on a pool of handler threads;
 here a handler that iterates over items the client chose takes a `Turn` and calls `await
 turn.spend()` once per item: after `TURN_SECONDS` of work since its last yield it gives the loop back

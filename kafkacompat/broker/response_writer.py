@@ -34,6 +34,7 @@ import trio
 from kafkacompat.broker.errors import CloseConnection
 
 __all__ = [
+    "FRAME_SIZE",
     "MERGED_FIRST_CHUNK_BYTES",
     "ResponseWriter",
     "TlsResponseWriter",
@@ -42,7 +43,7 @@ __all__ = [
     "release_file_slices",
 ]
 
-_SIZE = struct.Struct(">i")
+FRAME_SIZE = struct.Struct(">i")  # the size prefix of every Kafka frame
 _MAX_IOV = 512  # stay well under IOV_MAX (1024 on Linux)
 # bytes one response writes in a step before it gives the loop back (a client reading as fast as the
 # broker writes would otherwise let a response of hundreds of MB go out in one step)
@@ -239,8 +240,8 @@ def frame_response(header: bytes, body: list[Any]) -> list[Any]:
     """Size prefix + response header + encoded body chunks (a small first bytes chunk is merged in)."""
     size = len(header) + sum(chunk_size(chunk) for chunk in body)
     if body and isinstance(body[0], _BYTES_LIKE) and chunk_size(body[0]) <= MERGED_FIRST_CHUNK_BYTES:
-        return [_SIZE.pack(size) + header + bytes(body[0]), *body[1:]]
-    return [_SIZE.pack(size) + header, *body]
+        return [FRAME_SIZE.pack(size) + header + bytes(body[0]), *body[1:]]
+    return [FRAME_SIZE.pack(size) + header, *body]
 
 
 def release_file_slices(chunks: Sequence[Any]) -> None:

@@ -820,7 +820,7 @@ async def test_a_request_handled_in_one_step_is_named_by_the_loop_lag_monitor(
     """A request whose whole handling takes one task step (no yield from its arrival to its answer) is
     that step's kind, not the connection task's: the connection clears the label only when the next
     step of its read loop begins."""
-    from kafkacompat.broker import loop_lag
+    from kafkacompat.diagnostics import loop_lag
 
     broker = await start_broker(nursery, tmp_path)
     client = await RawClient.connect(broker.port)
