@@ -35,15 +35,17 @@ objects, filled for every version the codecs carry (the encoder writes the field
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from kafkacompat.replication import zk_data as zd
 from kafkacompat.replication.partition_state import LeaderAndIsr
+from kafkacompat.wire._generated.alter_partition_request import AlterPartitionRequest
+from kafkacompat.wire._generated.leader_and_isr_request import LeaderAndIsrRequest
+from kafkacompat.wire._generated.stop_replica_request import StopReplicaRequest
+from kafkacompat.wire._generated.update_metadata_request import UpdateMetadataRequest
 from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import ErrorCode
-from kafkacompat.wire.messages import request_class
 
 __all__ = [
     "ALTER_PARTITION",
@@ -217,30 +219,17 @@ class PartitionInfo:
     removing: tuple[int, ...] = ()
     offline: tuple[int, ...] = ()
     is_new: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _partition_states(
-    partitions: Sequence[PartitionInfo], state: Callable[[PartitionInfo], Any], topic_state: Any
-) -> dict[str, Any]:
-    """LeaderAndIsr's and UpdateMetadata's partition states, both ways their versions carry them: one
-    flat list (LeaderAndIsr v0-1, UpdateMetadata v0-4) and grouped by topic with the topic's id
-    (LeaderAndIsr v2+, UpdateMetadata v5+); the codec writes the one the request's version has.
-    `state` makes a partition's entry, `topic_state` is the message's by-topic class."""
+def _by_topic(partitions: Sequence[PartitionInfo]) -> list[tuple[str, uuid.UUID, list[PartitionInfo]]]:
+    """LeaderAndIsr's and UpdateMetadata's partition states come both ways their versions carry them:
+    one flat list (LeaderAndIsr v0-1, UpdateMetadata v0-4) and grouped by topic with the topic's id
+    (LeaderAndIsr v2+, UpdateMetadata v5+); the codec writes the one the request's version has. This is
+    the grouping: (topic, topic id, its partitions)."""
     grouped: dict[str, list[PartitionInfo]] = {}
     for info in partitions:
         grouped.setdefault(info.topic, []).append(info)
-    return {
-        "ungrouped_partition_states": [state(info) for info in partitions],
-        "topic_states": [
-            topic_state(
-                topic_name=topic,
-                topic_id=infos[0].topic_id or ZERO_UUID,
-                partition_states=[state(info) for info in infos],
-            )
-            for topic, infos in grouped.items()
-        ],
-    }
+    return [(topic, infos[0].topic_id or ZERO_UUID, infos) for topic, infos in grouped.items()]
 
 
 def leader_and_isr_request(
@@ -251,10 +240,10 @@ def leader_and_isr_request(
     live_leaders: Sequence[zd.BrokerRegistration],
     listener: str,
     full: bool = False,
-) -> Any:
-    cls = request_class(LEADER_AND_ISR)
+) -> LeaderAndIsrRequest:
+    cls = LeaderAndIsrRequest
 
-    def state(info: PartitionInfo) -> Any:
+    def state(info: PartitionInfo) -> LeaderAndIsrRequest.LeaderAndIsrPartitionState:
         return cls.LeaderAndIsrPartitionState(
             topic_name=info.topic,
             partition_index=info.partition,
@@ -269,7 +258,7 @@ def leader_and_isr_request(
             is_new=info.is_new,
         )
 
-    leaders = []
+    leaders: list[LeaderAndIsrRequest.LeaderAndIsrLiveLeader] = []
     for broker in live_leaders:
         endpoint = broker.endpoint(listener) or next(iter(broker.endpoints.values()), None)
         if endpoint is not None:
@@ -283,7 +272,13 @@ def leader_and_isr_request(
         controller_epoch=controller_epoch,
         broker_epoch=broker_epoch,
         type=2 if full else 1,
-        **_partition_states(partitions, state, cls.LeaderAndIsrTopicState),
+        ungrouped_partition_states=[state(info) for info in partitions],
+        topic_states=[
+            cls.LeaderAndIsrTopicState(
+                topic_name=topic, topic_id=topic_id, partition_states=[state(info) for info in infos]
+            )
+            for topic, topic_id, infos in _by_topic(partitions)
+        ],
         live_leaders=leaders,
     )
 
@@ -294,10 +289,10 @@ def update_metadata_request(
     broker_epoch: int,
     partitions: Sequence[PartitionInfo],
     brokers: Sequence[zd.BrokerRegistration],
-) -> Any:
-    cls = request_class(UPDATE_METADATA)
+) -> UpdateMetadataRequest:
+    cls = UpdateMetadataRequest
 
-    def state(info: PartitionInfo) -> Any:
+    def state(info: PartitionInfo) -> UpdateMetadataRequest.UpdateMetadataPartitionState:
         return cls.UpdateMetadataPartitionState(
             topic_name=info.topic,
             partition_index=info.partition,
@@ -310,7 +305,7 @@ def update_metadata_request(
             offline_replicas=list(info.offline),
         )
 
-    live = []
+    live: list[UpdateMetadataRequest.UpdateMetadataBroker] = []
     for broker in brokers:
         plain = next(
             (
@@ -343,7 +338,13 @@ def update_metadata_request(
         controller_id=controller_id,
         controller_epoch=controller_epoch,
         broker_epoch=broker_epoch,
-        **_partition_states(partitions, state, cls.UpdateMetadataTopicState),
+        ungrouped_partition_states=[state(info) for info in partitions],
+        topic_states=[
+            cls.UpdateMetadataTopicState(
+                topic_name=topic, topic_id=topic_id, partition_states=[state(info) for info in infos]
+            )
+            for topic, topic_id, infos in _by_topic(partitions)
+        ],
         live_brokers=live,
     )
 
@@ -353,10 +354,10 @@ def stop_replica_request(
     controller_epoch: int,
     broker_epoch: int,
     partitions: Sequence[tuple[str, int, int, bool]],
-) -> Any:
+) -> StopReplicaRequest:
     """`partitions`: (topic, partition, leader epoch, delete). Versions 0-2 carry one delete flag for
     the whole request: callers send deletions and plain stops in separate requests."""
-    cls = request_class(STOP_REPLICA)
+    cls = StopReplicaRequest
     grouped: dict[str, list[tuple[int, int, bool]]] = {}
     for topic, partition, epoch, delete in partitions:
         grouped.setdefault(topic, []).append((partition, epoch, delete))
@@ -393,8 +394,8 @@ def alter_partition_request(
     partition: int,
     proposal: LeaderAndIsr,
     broker_epochs: Mapping[int, int],
-) -> Any:
-    cls = request_class(ALTER_PARTITION)
+) -> AlterPartitionRequest:
+    cls = AlterPartitionRequest
     return cls(
         broker_id=broker_id,
         broker_epoch=broker_epoch,

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -34,10 +34,12 @@ from kafkacompat.replication import zk_data as zd
 from kafkacompat.replication.zk_config import AclEntry, AclKey, ConfigSnapshot, ZkConfigStore
 from kafkacompat.security.acls import AclBinding
 from kafkacompat.security.credentials import ScramCredential
-from kafkacompat.security.quotas import DEFAULT, QUOTA_KEYS, Entity
+from kafkacompat.security.quotas import DEFAULT, QUOTA_KEYS, Entity, Name
 from kafkacompat.security.sasl import SCRAM_HASHES
 
 if TYPE_CHECKING:
+    from kazoo.protocol.states import WatchedEvent
+
     from kafkacompat.replication.broker_host import BrokerHost
 
 __all__ = ["ConfigSync", "entity_path"]
@@ -47,7 +49,7 @@ log = logging.getLogger("kafkacompat.cluster")
 RESYNC_SECONDS = 30.0
 
 
-def _side(value: Any) -> str:
+def _side(value: Name) -> str:
     return zd.DEFAULT_ENTITY if value is DEFAULT else zd.sanitize(str(value))
 
 
@@ -63,7 +65,7 @@ def entity_path(entity: Entity) -> str:
     return f"clients/{_side(entity.client_id)}"
 
 
-def _entity_name(text: str) -> Any:
+def _entity_name(text: str) -> Name:
     return DEFAULT if text == zd.DEFAULT_ENTITY else text
 
 
@@ -157,7 +159,7 @@ class ConfigSync:
             snapshot.brokers = decode(snapshot.brokers)
         return snapshot
 
-    def _watch(self, _event: Any) -> None:
+    def _watch(self, _event: WatchedEvent | None) -> None:
         """Kazoo thread: a notification directory changed. Only pokes the trio loop."""
         token = self._token
         if token is not None:

@@ -39,15 +39,19 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 
 from kafkacompat.replication import zk_data as zd
 
 if TYPE_CHECKING:
+    from kazoo.client import KazooClient
+    from kazoo.protocol.states import WatchedEvent
+
+    from kafkacompat.config import BrokerConfig
     from kafkacompat.security.password_encoder import PasswordCodec
 
 __all__ = ["AclKey", "ConfigSnapshot", "ZkConfigStore", "ZkDynamicConfigStore"]
@@ -78,7 +82,7 @@ class ConfigSnapshot:
 class ZkConfigStore:
     """Kafka's config-entity and ACL znodes over one kazoo client (see module docstring)."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: KazooClient) -> None:
         self.client = client
 
     def ensure_paths(self) -> None:
@@ -97,7 +101,7 @@ class ZkConfigStore:
 
     # --- reading ---------------------------------------------------------------------------------------
 
-    def _children(self, path: str, watch: Callable[[Any], None] | None = None) -> list[str]:
+    def _children(self, path: str, watch: Callable[[WatchedEvent], None] | None = None) -> list[str]:
         try:
             return sorted(self.client.get_children(path, watch=watch))
         except NoNodeError:
@@ -127,7 +131,7 @@ class ZkConfigStore:
                 entities[zd.desanitize(child)] = configs
         return entities
 
-    def read_all(self, watch: Callable[[Any], None] | None = None) -> ConfigSnapshot:
+    def read_all(self, watch: Callable[[WatchedEvent], None] | None = None) -> ConfigSnapshot:
         # watches first: a change made while this reads fires them, and the next read sees it
         for path in NOTIFICATION_DIRS:
             self._children(path, watch)
@@ -272,7 +276,7 @@ class ZkDynamicConfigStore:
         self.passwords = passwords if passwords is not None else PasswordCodec(None)
 
     @classmethod
-    def for_broker(cls, store: ZkConfigStore, config: Any) -> ZkDynamicConfigStore:
+    def for_broker(cls, store: ZkConfigStore, config: BrokerConfig) -> ZkDynamicConfigStore:
         """The store of a starting broker (blocking): its own entity re-encoded after a secret rotation."""
         from kafkacompat.security.password_encoder import PasswordCodec
 
@@ -312,7 +316,7 @@ class ZkDynamicConfigStore:
         raw, version = self.store.read_entity(self._path(entity))
         return self._decoded(entity, raw), version
 
-    def _encoded(self, entity: str, configs: Any) -> dict[str, str]:
+    def _encoded(self, entity: str, configs: Mapping[str, str]) -> dict[str, str]:
         from kafkacompat.wire.errors import ErrorCode, KafkaError
 
         try:
@@ -323,9 +327,13 @@ class ZkDynamicConfigStore:
     def write_entity(self, entity: str, configs: dict[str, str], version: int) -> bool:
         return self.store.write_entity(self._path(entity), self._encoded(entity, configs), version)
 
-    def write(self, entities: Any) -> None:
+    def write(self, entities: Mapping[str, Mapping[str, str]]) -> None:
         """Unconditional writes of every entity given (the single-node interface; unused in cluster mode,
         where `write_entity` compare-and-sets)."""
         for entity, configs in entities.items():
-            stored = self._encoded(entity, configs)
-            self.store.update_entity(self._path(entity), lambda _current, c=stored: c)
+            self.store.update_entity(self._path(entity), _replace_with(self._encoded(entity, configs)))
+
+
+def _replace_with(configs: dict[str, str]) -> Callable[[dict[str, str]], dict[str, str]]:
+    """An `update_entity` change that writes `configs` whatever the entity held."""
+    return lambda _current: configs

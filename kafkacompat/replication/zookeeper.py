@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
@@ -39,6 +39,9 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, Roll
 from kafkacompat.replication import zk_data as zd
 from kafkacompat.replication.partition_state import LeaderAndIsr
 from kafkacompat.wire.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from kazoo.protocol.states import WatchedEvent
 
 __all__ = ["StaleController", "ZooKeeperStore", "split_chroot"]
 
@@ -140,7 +143,7 @@ class ZooKeeperStore:
         return stat is not None and stat.ephemeralOwner == self.session_id
 
     def live_brokers(
-        self, watch: Callable[[Any], None] | None = None, epochs: dict[int, int] | None = None
+        self, watch: Callable[[WatchedEvent], None] | None = None, epochs: dict[int, int] | None = None
     ) -> dict[int, zd.BrokerRegistration]:
         """Every registered broker; `epochs`, when given, is filled with each one's broker epoch."""
         brokers: dict[int, zd.BrokerRegistration] = {}
@@ -156,7 +159,7 @@ class ZooKeeperStore:
 
     # --- controller ----------------------------------------------------------------------------------
 
-    def current_controller(self, watch: Callable[[Any], None] | None = None) -> int | None:
+    def current_controller(self, watch: Callable[[WatchedEvent], None] | None = None) -> int | None:
         try:
             data, _ = self.client.get(zd.CONTROLLER, watch=watch)
         except NoNodeError:
@@ -209,7 +212,7 @@ class ZooKeeperStore:
 
     # --- topics --------------------------------------------------------------------------------------
 
-    def topic_names(self, watch: Callable[[Any], None] | None = None) -> list[str]:
+    def topic_names(self, watch: Callable[[WatchedEvent], None] | None = None) -> list[str]:
         return sorted(self.client.get_children(zd.TOPICS, watch=watch))
 
     def topic(self, name: str) -> zd.TopicAssignment | None:
@@ -269,7 +272,7 @@ class ZooKeeperStore:
         except NodeExistsError:
             pass
 
-    def pending_topic_deletions(self, watch: Callable[[Any], None] | None = None) -> list[str]:
+    def pending_topic_deletions(self, watch: Callable[[WatchedEvent], None] | None = None) -> list[str]:
         return sorted(self.client.get_children(zd.ADMIN_DELETE_TOPICS, watch=watch))
 
     def remove_topic(self, name: str) -> None:
@@ -284,7 +287,7 @@ class ZooKeeperStore:
     # --- partition state -----------------------------------------------------------------------------
 
     def partition_state(
-        self, topic: str, partition: int, watch: Callable[[Any], None] | None = None
+        self, topic: str, partition: int, watch: Callable[[WatchedEvent], None] | None = None
     ) -> LeaderAndIsr | None:
         try:
             data, stat = self.client.get(zd.partition_state_path(topic, partition), watch=watch)

@@ -98,10 +98,10 @@ class ControllerDuties:
             new = {key for key in written if key not in snapshot.states}
             self.requests.announce(snapshot, written, new=new)
         for name in snapshot.deletions:
-            assignment = snapshot.topics.get(name)
-            if assignment is not None:
+            doomed = snapshot.topics.get(name)
+            if doomed is not None:
                 stops: dict[int, list[tuple[str, int, int, bool]]] = {}
-                for partition, replicas in assignment.partitions.items():
+                for partition, replicas in doomed.partitions.items():
                     for replica in replicas:
                         stops.setdefault(replica, []).append((name, partition, EPOCH_DURING_DELETE, True))
                 answered = self.requests.send_stop_replica(stops)

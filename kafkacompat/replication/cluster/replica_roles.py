@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kafkacompat.replication import zk_data as zd
 from kafkacompat.replication.broker_requests import (
@@ -39,6 +39,7 @@ from kafkacompat.replication.partition_state import NO_LEADER, LeaderAndIsr, Par
 from kafkacompat.wire.errors import ErrorCode
 
 if TYPE_CHECKING:
+    from kafkacompat.log.partition_log import PartitionLog
     from kafkacompat.replication.fetcher_task import FetcherTask
 
 __all__ = ["INTERNAL", "REPAIR_DELAY_SECONDS", "ReplicaRoles"]
@@ -80,7 +81,7 @@ class ReplicaRoles:
         self,
         controller_id: int,
         controller_epoch: int,
-        states: list[tuple[str, Any, int, LeaderAndIsr, tuple[int, ...]]],
+        states: list[tuple[str, uuid.UUID | None, int, LeaderAndIsr, tuple[int, ...]]],
     ) -> dict[tuple[str, int], ErrorCode]:
         """LeaderAndIsr: take the role each newer partition state gives (see leader_and_isr.py)."""
         metadata = self.cluster.broker.metadata
@@ -181,23 +182,23 @@ class ReplicaRoles:
                 self._drop_topic(topic)
         for name, assignment in live_topics.items():
             configs = snapshot.configs.get(name, {})
-            topic = metadata.topic(name)
+            info = metadata.topic(name)
             count = max(assignment.partitions) + 1 if assignment.partitions else 0
-            if topic is None:
-                topic = metadata.create_topic(
+            if info is None:
+                info = metadata.create_topic(
                     name,
                     count,
                     configs,
                     topic_id=assignment.topic_id or uuid.uuid4(),
                     internal=name in INTERNAL,
                 )
-                broker.logs.set_topic_config(name, broker.topic_log_config(topic))
+                broker.logs.set_topic_config(name, broker.topic_log_config(info))
             else:
-                if count > topic.partitions:
+                if count > info.partitions:
                     metadata.add_partitions(name, count)
-                if topic.configs != configs:
+                if info.configs != configs:
                     metadata.set_topic_configs(name, configs)
-                    broker.logs.set_topic_config(name, broker.topic_log_config(topic))
+                    broker.logs.set_topic_config(name, broker.topic_log_config(info))
             if name in snapshot.deletions:
                 continue  # no logs created, no roles taken for a topic being deleted
             for partition, replicas in assignment.partitions.items():
@@ -215,7 +216,7 @@ class ReplicaRoles:
                 partition_log = broker.logs.get_log(name, partition)
                 if partition_log is None:
                     partition_log = broker.logs.create_log(
-                        name, partition, broker.topic_log_config(topic), now_ms=now
+                        name, partition, broker.topic_log_config(info), now_ms=now
                     )
                 state = snapshot.states.get(key)
                 if state is None:
@@ -257,7 +258,7 @@ class ReplicaRoles:
         key: tuple[str, int],
         state: LeaderAndIsr,
         replicas: tuple[int, ...],
-        partition_log: Any,
+        partition_log: PartitionLog,
         now: int,
         source: str = "the repair read of ZooKeeper",
     ) -> None:
