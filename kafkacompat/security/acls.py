@@ -27,7 +27,7 @@ wildcard and every PREFIXED pattern that is a prefix of the name. The numeric co
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -205,7 +205,7 @@ class AclStore:
             store.add(AclBinding.from_json(item))
         return store
 
-    def __iter__(self) -> Any:
+    def __iter__(self) -> Iterator[AclBinding]:
         return iter(list(self._acls))
 
     def __len__(self) -> int:

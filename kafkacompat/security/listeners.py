@@ -59,7 +59,7 @@ class ListenerSecurity:
         if not self.sasl:
             return None
 
-        def mechanism(name: str) -> Any:
+        def mechanism(name: str) -> PlainServer | OAuthBearerUnsecuredServer | ScramServer:
             if name == "PLAIN":
                 return PlainServer(self.plain_users)
             if name == "OAUTHBEARER":

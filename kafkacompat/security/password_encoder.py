@@ -27,9 +27,14 @@ from __future__ import annotations
 
 import base64
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.hashes import HashAlgorithm
+
+    from kafkacompat.config import BrokerConfig
 
 __all__ = ["PasswordCodec", "PasswordDecodeError", "PasswordEncoder", "is_password_config"]
 
@@ -55,10 +60,10 @@ def is_password_config(name: str) -> bool:
     return option is not None and option.type == "password"
 
 
-def _hash(key_factory: str) -> Any:
+def _hash(key_factory: str) -> HashAlgorithm:
     from cryptography.hazmat.primitives import hashes
 
-    algorithms = {
+    algorithms: dict[str, Callable[[], HashAlgorithm]] = {
         "PBKDF2WithHmacSHA512": hashes.SHA512,
         "PBKDF2WithHmacSHA256": hashes.SHA256,
         "PBKDF2WithHmacSHA1": hashes.SHA1,
@@ -178,7 +183,7 @@ class PasswordCodec:
         self.old = old
 
     @classmethod
-    def from_config(cls, config: Any) -> PasswordCodec:
+    def from_config(cls, config: BrokerConfig) -> PasswordCodec:
         def encoder(secret_name: str) -> PasswordEncoder | None:
             secret = config[secret_name]
             if not secret:

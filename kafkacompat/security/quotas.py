@@ -39,11 +39,12 @@ No trio, no I/O except `write()`: the clock is passed in.
 
 from __future__ import annotations
 
+import enum
 import json
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final, TypeAlias
 
 from kafkacompat.log.checkpoints import atomic_write
 
@@ -78,16 +79,21 @@ QUOTA_KEYS = {
 USER, CLIENT_ID, IP = "user", "client-id", "ip"
 
 
-class _Default:
-    """Kafka's `<default>` entity name (a null name in DescribeClientQuotas/AlterClientQuotas)."""
+class _Default(enum.Enum):
+    """Kafka's `<default>` entity name (a null name in DescribeClientQuotas/AlterClientQuotas). An enum
+    of one member, so that `value is DEFAULT` narrows a `Name`."""
+
+    DEFAULT = "<default>"
 
     def __repr__(self) -> str:
         return "<default>"
 
+    __str__ = __repr__
 
-DEFAULT: Any = _Default()
+
+DEFAULT: Final = _Default.DEFAULT
 #: one side of an entity: None (not named), DEFAULT, or a name
-Name = Any
+Name: TypeAlias = str | _Default | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +103,7 @@ class Entity:
     ip: Name = None  # only ever alone (KIP-612)
 
     def to_json(self) -> dict[str, Any]:
-        sides = ((USER, self.user), (CLIENT_ID, self.client_id))
+        sides: tuple[tuple[str, Name], ...] = ((USER, self.user), (CLIENT_ID, self.client_id))
         if self.ip is not None:
             sides = ((IP, self.ip),)
         return {side: (None if value is None else "<default>" if value is DEFAULT else ["name", value])

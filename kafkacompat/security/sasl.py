@@ -35,9 +35,14 @@ import re
 import secrets
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from kafkacompat.wire.api_keys import ApiKey
+
+if TYPE_CHECKING:
+    from _hashlib import HASH
+
+    from kafkacompat.security.credentials import ScramCredential
 
 __all__ = [
     "AuthenticationFailed",
@@ -49,7 +54,15 @@ __all__ = [
 HANDSHAKE, AUTHENTICATE, COMPLETE, FAILED = "handshake", "authenticate", "complete", "failed"
 PRE_AUTHENTICATION_KEYS = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
 SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
-SCRAM_HASHES: dict[str, Callable[..., Any]] = {
+
+
+class HashConstructor(Protocol):
+    """hashlib's constructors (`hashlib.sha256`), as SCRAM and hmac call them."""
+
+    def __call__(self, data: bytes = b"", /) -> HASH: ...
+
+
+SCRAM_HASHES: dict[str, HashConstructor] = {
     "SCRAM-SHA-256": hashlib.sha256,
     "SCRAM-SHA-512": hashlib.sha512,
 }
@@ -113,7 +126,7 @@ def plain_users(jaas: str | None) -> dict[str, str]:
 
 
 class ScramCredentialLookup(Protocol):
-    def lookup(self, user: str, mechanism: str) -> Any | None:
+    def lookup(self, user: str, mechanism: str) -> ScramCredential | None:
         """The stored credential (salt, stored_key, server_key, iterations) or None."""
 
 
@@ -208,7 +221,7 @@ class ScramServer:
         self._client_first_bare = ""
         self._server_first = ""
         self._nonce = ""
-        self._credential: Any = None
+        self._credential: ScramCredential | None = None
         self._user = ""
 
     def evaluate(self, token: bytes) -> bytes:
@@ -269,13 +282,14 @@ class ScramServer:
         try:
             gs2 = base64.b64decode(channel_binding, validate=True)
             proof = base64.b64decode(proof_text, validate=True)
-        except (ValueError, base64.binascii.Error):  # type: ignore[attr-defined]
+        except ValueError:  # binascii.Error included
             raise ValueError("malformed base64") from None
         if not gs2.startswith(b"n,"):
             raise ValueError("channel binding is not supported")
         without_proof = text[: text.rindex(",p=")]
         auth_message = f"{self._client_first_bare},{self._server_first},{without_proof}".encode()
         credential = self._credential
+        assert credential is not None  # set by client-first, step 0
         client_signature = hmac.new(credential.stored_key, auth_message, self._digest).digest()
         if len(proof) != len(client_signature):
             raise ValueError("proof of the wrong length")

@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import ssl
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from kafkacompat.config import BrokerConfig, ConfigError
@@ -147,7 +147,7 @@ def _read_pem_file(path: str, what: str, where: str) -> str:
     return text
 
 
-def _load_keystore(context: ssl.SSLContext, setting: Any, where: str) -> None:
+def _load_keystore(context: ssl.SSLContext, setting: Callable[[str], Any], where: str) -> None:
     chain = setting("ssl.keystore.certificate.chain")
     key = setting("ssl.keystore.key")
     location = setting("ssl.keystore.location")
@@ -192,7 +192,9 @@ def _load_cert_chain_text(
             raise ConfigError(f"{where}: cannot load the keystore: {exc.reason or exc}") from None
 
 
-def _load_truststore(context: ssl.SSLContext, setting: Any, where: str, client_auth: str) -> None:
+def _load_truststore(
+    context: ssl.SSLContext, setting: Callable[[str], Any], where: str, client_auth: str
+) -> None:
     certificates = setting("ssl.truststore.certificates")
     location = setting("ssl.truststore.location")
     if certificates:
