@@ -4,9 +4,10 @@ Theory of operation: the controller decides and writes ZooKeeper first, then tel
 LeaderAndIsr / UpdateMetadata / StopReplica (`broker_requests.py` builds them). `ControllerChannel`
 owns one `BrokerQueue` per live broker (Kafka's ControllerChannelManager): requests to one broker are
 sent one at a time, in the order they were queued, over one connection to its inter-broker listener
-(`ClusterState.inter_broker_connection`, the blocking client in a worker thread). A request whose
-connection fails is sent again, in place, after a backoff and a reconnect, until it is answered or its
-queue is stopped (the broker's registration ended or changed, or this broker stopped being controller).
+(`ClusterState.connect_inter_broker`, an async `InterBrokerConnection` on the trio loop, each request
+bounded by `replica.socket.timeout.ms`). A request whose connection fails or times out is sent again,
+in place, after a backoff and a reconnect, until it is answered or its queue is stopped (the broker's
+registration ended or changed, or this broker stopped being controller).
 An error answer is logged and not retried: the periodic repair path and the next state change correct
 it, and a broker that registers again gets a full LeaderAndIsr + UpdateMetadata anyway.
 """
@@ -23,8 +24,8 @@ from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from kafkacompat.client import BrokerConnection
     from kafkacompat.replication.cluster.shared import ClusterState
+    from kafkacompat.replication.inter_broker_client import InterBrokerConnection
 
 __all__ = ["BrokerQueue", "ControllerChannel"]
 
@@ -59,7 +60,7 @@ class BrokerQueue:
         self.stopped = False
         self.sent = 0
         self._wake = trio.Event()
-        self._connection: BrokerConnection | None = None
+        self._connection: InterBrokerConnection | None = None
 
     def put(self, api_key: int, request: Any) -> trio.Event:
         """Queue a request; the event is set once it is answered (or the queue stopped)."""
@@ -110,15 +111,9 @@ class BrokerQueue:
     async def _send(self, api_key: int, request: Any) -> Any:
         if self._connection is None:
             timeout = self.cluster.broker.config["replica.socket.timeout.ms"] / 1000
-            self._connection = await trio.to_thread.run_sync(
-                self.cluster.inter_broker_connection, self.broker_id, "controller", timeout
-            )
+            self._connection = await self.cluster.connect_inter_broker(self.broker_id, "controller", timeout)
         connection = self._connection
-
-        def send() -> Any:
-            return connection.send(api_key, connection.version_for(api_key), request)
-
-        return await trio.to_thread.run_sync(send, abandon_on_cancel=True)
+        return await connection.send(api_key, connection.version_for(api_key), request)
 
     def _disconnect(self) -> None:
         if self._connection is not None:

@@ -5,9 +5,11 @@ follows on one leader. Its loop sends, on one connection to the leader's inter-b
 OffsetForLeaderEpoch for partitions that must truncate (`fetcher.py` decides where; the log is
 truncated here, on the trio thread) and Fetch (replica id = this broker, `replica.fetch.*` sizes and
 wait) for the others, appending what comes back with `append_as_follower` and taking the leader's high
-watermark (capped at our log end). The blocking client (`kafkacompat.client.BrokerConnection`) runs in
-a worker thread; every log change happens back on the trio thread. Connection errors back off
-`replica.fetch.backoff.ms` and reconnect; the cluster runtime re-homes partitions when leadership moves.
+watermark (capped at our log end). The connection is an async `InterBrokerConnection`
+(`inter_broker_client.py`) on the trio loop, each request bounded by `replica.socket.timeout.ms`, so
+every log change happens on the trio thread between two requests. A failed request (connection error,
+timeout, unreadable answer) closes the connection, backs off `replica.fetch.backoff.ms` and reconnects;
+the cluster runtime re-homes partitions when leadership moves.
 Partitions the topic's `follower.replication.throttled.replicas` names on this broker are left out of a
 round while this broker is not in their ISR and its `follower.replication.throttled.rate` is reached,
 and the bytes fetched for them are counted against it (replication/throttle.py).
@@ -29,8 +31,8 @@ from kafkacompat.wire.errors import ErrorCode, KafkaError
 from kafkacompat.wire.messages import request_class
 
 if TYPE_CHECKING:
-    from kafkacompat.client import BrokerConnection
     from kafkacompat.replication.cluster.shared import ClusterState
+    from kafkacompat.replication.inter_broker_client import InterBrokerConnection
 
 __all__ = ["FetcherTask"]
 
@@ -51,7 +53,7 @@ class FetcherTask:
         self.partitions: dict[tuple[str, int], FollowerFetchState] = {}
         self.stopped = False
         self._wake = trio.Event()
-        self._connection: BrokerConnection | None = None
+        self._connection: InterBrokerConnection | None = None
 
     def add(self, key: tuple[str, int], leader_epoch: int) -> None:
         self.partitions[key] = FollowerFetchState(key[0], key[1], self.leader, leader_epoch)
@@ -88,11 +90,11 @@ class FetcherTask:
             self._connection.close()
             self._connection = None
 
-    async def _connect(self) -> BrokerConnection:
+    async def _connect(self) -> InterBrokerConnection:
         if self._connection is None:
             timeout = self.cluster.broker.config["replica.socket.timeout.ms"] / 1000
-            self._connection = await trio.to_thread.run_sync(
-                self.cluster.inter_broker_connection, self.leader, f"fetcher-{self.leader}", timeout
+            self._connection = await self.cluster.connect_inter_broker(
+                self.leader, f"fetcher-{self.leader}", timeout
             )
         return self._connection
 
@@ -107,7 +109,7 @@ class FetcherTask:
         elif not truncating:
             await trio.sleep(0.05)
 
-    async def _truncate(self, connection: BrokerConnection, states: list[FollowerFetchState]) -> None:
+    async def _truncate(self, connection: InterBrokerConnection, states: list[FollowerFetchState]) -> None:
         broker = self.cluster.broker
         cls = request_class(OFFSET_FOR_LEADER_EPOCH)
         by_topic: dict[str, list[Any]] = {}
@@ -129,9 +131,7 @@ class FetcherTask:
             replica_id=self.cluster.node_id,
             topics=[cls.OffsetForLeaderTopic(topic=t, partitions=p) for t, p in by_topic.items()],
         )
-        response = await trio.to_thread.run_sync(
-            connection.send, OFFSET_FOR_LEADER_EPOCH, EPOCH_VERSION, request
-        )
+        response = await connection.send(OFFSET_FOR_LEADER_EPOCH, EPOCH_VERSION, request)
         now = broker.now_ms()
         for topic in response.topics:
             for answer in topic.partitions:
@@ -163,7 +163,7 @@ class FetcherTask:
                     partition_log.truncate_to(decision.truncate_to, now)
                 state.fetch_offset = partition_log.log_end_offset
 
-    async def _fetch(self, connection: BrokerConnection, states: list[FollowerFetchState]) -> None:
+    async def _fetch(self, connection: InterBrokerConnection, states: list[FollowerFetchState]) -> None:
         broker = self.cluster.broker
         config = broker.config
         cls = request_class(FETCH)
@@ -201,9 +201,7 @@ class FetcherTask:
         if not by_topic:
             await trio.sleep(config["replica.fetch.backoff.ms"] / 1000)  # everything is held back
             return
-        response = await trio.to_thread.run_sync(
-            connection.send, FETCH, FETCH_VERSION, request, abandon_on_cancel=True
-        )
+        response = await connection.send(FETCH, FETCH_VERSION, request)
         now = broker.now_ms()
         for topic in response.responses:
             for data in topic.partitions:

@@ -22,8 +22,9 @@ controller's requests), in cluster mode only:
 
 `inter_broker_client(config)` resolves all of it once and raises ConfigError for what Kafka would refuse
 at start-up or this broker cannot do (GSSAPI, a JAAS config without credentials, a JKS store); nothing is
-logged about credentials. Sans-io: the blocking client (`kafkacompat.client.BrokerConnection`) uses the
-returned `ClientSecurity`.
+logged about credentials. Sans-io: the broker's async inter-broker client
+(`kafkacompat.replication.inter_broker_client`) takes the returned `ClientSecurity`, wraps its stream in
+TLS with `ClientSecurity.context` and runs the SASL exchange with `ClientSecurity.exchange`.
 """
 
 from __future__ import annotations

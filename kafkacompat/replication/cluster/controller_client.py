@@ -4,7 +4,8 @@ Theory of operation
 -------------------
 Leaders never write ZooKeeper. An ISR shrink (`replica.lag.time.max.ms`) or expansion decided by the
 replica manager (`replica_manager.ClusterReplicaManager`) reaches the controller as AlterPartition
-(`alter_partition`, the blocking client in a worker thread, to the controller's inter-broker listener);
+(`alter_partition`, on a connection of its own to the controller's inter-broker listener, opened with
+`ClusterState.connect_inter_broker` and closed after the answer);
 the controller validates it against ZooKeeper's state, writes it with the compare-and-set and answers
 with the new state, which the leader then applies (`isr_committed` keeps it in the view). A refusal
 asks for a reconcile (`isr_refused`): the controller's requests, or the repair read, bring the state.
@@ -71,16 +72,7 @@ class ControllerClient:
             proposal,
             self.cluster.snapshot.broker_epochs,
         )
-        timeout = self.cluster.broker.config["replica.socket.timeout.ms"] / 1000
-
-        def ask() -> Any:
-            connection = self.cluster.inter_broker_connection(controller_id, "alter-partition", timeout)
-            try:
-                return connection.send(ALTER_PARTITION, connection.version_for(ALTER_PARTITION), request)
-            finally:
-                connection.close()
-
-        response = await trio.to_thread.run_sync(ask)
+        response = await self._ask(controller_id, "alter-partition", ALTER_PARTITION, request)
         if response.error_code != ErrorCode.NONE:
             log.info("AlterPartition for %s-%d: %s", key[0], key[1], ErrorCode(response.error_code).name)
             return None
@@ -142,19 +134,18 @@ class ControllerClient:
         controller_id = self.view.controller_id()
         if controller_id not in self.cluster.snapshot.brokers:
             raise KafkaError(ErrorCode.NOT_CONTROLLER, "no controller")
-        timeout = self.cluster.broker.config["replica.socket.timeout.ms"] / 1000
         request = request_class(CONTROLLED_SHUTDOWN)(broker_id=self.cluster.node_id, broker_epoch=-1)
-
-        def ask() -> Any:
-            connection = self.cluster.inter_broker_connection(controller_id, "shutdown", timeout)
-            try:
-                return connection.send(
-                    CONTROLLED_SHUTDOWN, connection.version_for(CONTROLLED_SHUTDOWN), request
-                )
-            finally:
-                connection.close()
-
-        response = await trio.to_thread.run_sync(ask)
+        response = await self._ask(controller_id, "shutdown", CONTROLLED_SHUTDOWN, request)
         if response.error_code != ErrorCode.NONE:
             raise KafkaError(ErrorCode(response.error_code), "controlled shutdown refused")
         return [(p.topic_name, p.partition_index) for p in response.remaining_partitions]
+
+    async def _ask(self, controller_id: int, purpose: str, api_key: int, request: Any) -> Any:
+        """One request to the controller on a connection of its own (`replica.socket.timeout.ms` to
+        connect and for the answer), in the highest version both serve."""
+        timeout = self.cluster.broker.config["replica.socket.timeout.ms"] / 1000
+        connection = await self.cluster.connect_inter_broker(controller_id, purpose, timeout)
+        try:
+            return await connection.send(api_key, connection.version_for(api_key), request)
+        finally:
+            connection.close()

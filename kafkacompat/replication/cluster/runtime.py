@@ -57,7 +57,7 @@ class ClusterRuntime:
         self.is_fenced = self.state.is_fenced
         self.inter_broker_listener = self.state.inter_broker_listener
         self.inter_broker_security = self.state.inter_broker_security
-        self.inter_broker_connection = self.state.inter_broker_connection
+        self.connect_inter_broker = self.state.connect_inter_broker
         # what clients see (Metadata, DescribeCluster, FindCoordinator, Produce, Fetch, the coordinators)
         self.live_brokers = self.view.live_brokers
         self.controller_id = self.view.controller_id

@@ -17,8 +17,9 @@ nowhere else. It holds:
 - the reconcile triggers: `poke` asks for a reconcile (a kazoo watch calls it through the trio token,
   from its own thread), `next_reconcile` and `wait_for_view` wait for one to finish, which is how admin
   requests answer only once this broker's view shows their change;
-- how to reach another broker (`inter_broker_connection`), used by fetchers, the controller's channel
-  and the requests to the controller alike.
+- how to reach another broker (`connect_inter_broker`, an async `InterBrokerConnection` of
+  `replication/inter_broker_client.py`), used by fetchers, the controller's channel, the requests to the
+  controller and the coordinators' requests alike.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import trio
 
 from kafkacompat.replication import zk_data as zd
 from kafkacompat.replication.broker_requests import SessionFence
+from kafkacompat.replication.inter_broker_client import InterBrokerConnection, connect
 from kafkacompat.replication.metadata import LocalMetadata
 from kafkacompat.replication.partition_state import LeaderAndIsr, PartitionState
 from kafkacompat.replication.replica_manager import ClusterLink, ClusterReplicaManager
@@ -39,7 +41,6 @@ from kafkacompat.replication.zookeeper import ZooKeeperStore
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
-    from kafkacompat.client import BrokerConnection
     from kafkacompat.replication.broker_host import BrokerHost
     from kafkacompat.replication.fetcher_task import FetcherTask
     from kafkacompat.security.client_auth import ClientSecurity
@@ -229,25 +230,32 @@ class ClusterState:
     def inter_broker_security(self) -> ClientSecurity | None:
         """How this broker authenticates to another broker's inter-broker listener (None: PLAINTEXT).
 
-        The one place replication fetchers, the controller's requests and controlled shutdown get their
-        connection settings from: TLS from the listener's trust and key stores, SASL with
-        sasl.mechanism.inter.broker.protocol and the listener's JAAS username/password, resolved once
-        (kafkacompat.security.inter_broker; the server checked them at start-up)."""
+        The one place every inter-broker connection (`connect_inter_broker`) gets its settings from: TLS
+        from the listener's trust and key stores, SASL with sasl.mechanism.inter.broker.protocol and the
+        listener's JAAS username/password, resolved once (kafkacompat.security.inter_broker; the server
+        checked them at start-up)."""
         if self._inter_broker_security is None:
             from kafkacompat.security.inter_broker import inter_broker_client
 
             self._inter_broker_security = inter_broker_client(self.broker.config, self.broker.endpoints)
         return self._inter_broker_security[1]
 
-    def inter_broker_connection(self, broker_id: int, purpose: str, timeout: float) -> BrokerConnection:
-        """Blocking (call from a worker thread): a connection to `broker_id`'s inter-broker listener."""
-        from kafkacompat.client import BrokerConnection
-
+    async def connect_inter_broker(
+        self, broker_id: int, purpose: str, timeout: float
+    ) -> InterBrokerConnection:
+        """A connection to `broker_id`'s inter-broker listener, negotiated and authenticated, whose requests
+        each time out after `timeout` seconds. KafkaError(BROKER_NOT_AVAILABLE) when the broker is not
+        live; InterBrokerError (InterBrokerTimeout) when it cannot be reached."""
         registration = self.snapshot.brokers.get(broker_id)
         if registration is None:
             raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, f"broker {broker_id} is not live")
         endpoint = registration.endpoint(self.inter_broker_listener())
         if endpoint is None:
             endpoint = next(iter(registration.endpoints.values()))
-        client_id = f"broker-{self.node_id}-{purpose}"
-        return BrokerConnection(endpoint[0], endpoint[1], client_id, timeout, self.inter_broker_security())
+        return await connect(
+            endpoint[0],
+            endpoint[1],
+            client_id=f"broker-{self.node_id}-{purpose}",
+            timeout=timeout,
+            security=self.inter_broker_security(),
+        )
