@@ -16,8 +16,10 @@ BROKER_LOGGER resources are this process's `logging` loggers (see the section at
 
 Changes to broker configs (BROKER resources) go to `BrokerState.alter_broker_configs`.
 Changes to a topic's configs (AlterConfigs, IncrementalAlterConfigs) and partition additions
-(CreatePartitions) run under the broker's metadata lock, are persisted through `LocalMetadata` (in a
-worker thread) before the caller answers, and are then applied to the live logs.
+(CreatePartitions) are checked here under the broker's metadata lock, then written where the broker's
+`topic_admin` keeps topics (`state.LocalTopicAdmin`: persisted through `LocalMetadata` in a worker
+thread before the caller answers, then applied to the live logs; `state.ZooKeeperTopicAdmin`: written
+to ZooKeeper).
 
 These are free functions rather than methods because the classes they would belong to are owned by
 another part of the tree: `apply_topic_configs` and `add_partitions` belong on `BrokerState` next to
@@ -31,14 +33,10 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-import trio
-
 from kafkacompat.broker.fairness import Turn
 from kafkacompat.broker.lock_wait import holding
 from kafkacompat.broker.state import (
-    check_descriptors_for,
     check_partition_limit,
-    record_topic_id,
 )
 from kafkacompat.config import OPTIONS_BY_NAME, TOPIC_CONFIG_SOURCES
 from kafkacompat.dynamic_config import (
@@ -394,33 +392,13 @@ async def apply_topic_configs(
     """
     async with holding(broker.metadata_lock):
         topic = require_topic(broker, name)
-        if broker.cluster is not None and callable(overrides):
-            # an incremental change starts from what ZooKeeper holds now, not from this broker's view,
-            # which may not have caught up yet with a change made through another broker (that update
-            # would be lost); Kafka's ZooKeeper mode read the entity config from ZooKeeper likewise
-            current = await trio.to_thread.run_sync(broker.cluster.store.topic_configs, name)
-            broker.metadata.set_topic_configs(name, current)
+        if callable(overrides):
+            await broker.topic_admin.refresh_topic_configs(name)
         new = overrides() if callable(overrides) else dict(overrides)
         validate_topic_overrides(broker, new)
         if validate_only:
             return
-        if broker.cluster is not None:
-            # cluster mode: /config/topics/T is the truth; every broker's reconcile applies it
-            await broker.cluster.set_topic_configs(name, new)
-            broker.metadata.set_topic_configs(name, new)
-            broker.logs.set_topic_config(name, broker.topic_log_config(topic))
-            return
-        previous = dict(topic.configs)
-        broker.metadata.set_topic_configs(name, new)
-        snapshot = broker.metadata.snapshot()
-        try:
-            await trio.to_thread.run_sync(broker.metadata.write_snapshot, snapshot)
-        except OSError as exc:
-            broker.metadata.set_topic_configs(name, previous)
-            raise KafkaError(
-                ErrorCode.KAFKA_STORAGE_ERROR, f"cannot persist the topic configs: {exc}"
-            ) from exc
-        broker.logs.set_topic_config(name, broker.topic_log_config(topic))
+        await broker.topic_admin.write_topic_configs(topic, new)
 
 
 async def add_partitions(
@@ -440,31 +418,7 @@ async def add_partitions(
         check_partition_limit(total)
         if validate_only:
             return topic
-        if broker.cluster is not None:
-            # cluster mode: the controller-free part of Kafka's AdminZkClient.addPartitions: new replica
-            # lists (rack-aware round robin, same replication factor) appended to /brokers/topics/T
-            await broker.cluster.add_partitions(name, total)
-            return topic
-        await check_descriptors_for(
-            total - current, broker.logs.open_log_count(), broker.config["max.connections"]
-        )
-        log_config = broker.topic_log_config(topic)
-        new_logs: list[Any] = []
-        try:
-            await broker.create_partition_logs(name, range(current, total), log_config, new_logs)
-            await trio.to_thread.run_sync(record_topic_id, new_logs, topic.kafka_id)
-        except BaseException:
-            now = broker.now_ms()  # the files stay for file.delete.delay.ms, as for any deleted log
-            for index in range(current, current + len(new_logs)):
-                broker.logs.delete_log(name, index, now)
-            raise
-        broker.metadata.add_partitions(name, total)
-        snapshot = broker.metadata.snapshot()
-        try:
-            await trio.to_thread.run_sync(broker.metadata.write_snapshot, snapshot)
-        except OSError as exc:
-            # the partitions exist (logs and table); the table is written again by the next commit
-            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot persist the topic table: {exc}") from exc
+        await broker.topic_admin.add_partitions(topic, total)
         return topic
 
 

@@ -681,12 +681,12 @@ async def _handle_frame(
         await _before_authentication(session, info, writer, frame, broker.clock())
         return
     api_key, api_version, correlation_id = _PREFIX.unpack_from(frame)
-    handler = dispatch.lookup(api_key, api_version, broker.cluster is not None)
+    handler = dispatch.lookup(api_key, api_version, broker.cluster_mode)
     if handler is None:
         if api_key == ApiKey.API_VERSIONS:
             from kafkacompat.broker.handlers import api_versions
 
-            answer = api_versions.unsupported_version_response(broker.cluster is not None)
+            answer = api_versions.unsupported_version_response(broker.cluster_mode)
             body = messages.encode_response(api_key, 0, answer)
             header_bytes = wire_header.encode_response_header(api_key, 0, correlation_id)
             await writer.send(frame_response(header_bytes, body))

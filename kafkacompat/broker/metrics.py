@@ -506,7 +506,9 @@ class BrokerCollector:
         yield GaugeMetricFamily(
             "kafka_server_replicamanager_partition_count", "Partitions on this broker", value=count + offline
         )
-        leaders, under_replicated, offline_partitions, active_controller = _health(state, count, offline)
+        # the replica manager's figures (a single node leads every log it has)
+        health = state.replicas.health(count, offline)
+        leaders, under_replicated, offline_partitions, active_controller = health
         yield GaugeMetricFamily(
             "kafka_server_replicamanager_leader_count", "Partitions this broker leads", value=leaders
         )
@@ -691,24 +693,3 @@ async def _respond(
         f"Content-Length: {len(body) if length is None else length}\r\nConnection: close\r\n\r\n"
     )
     await stream.send_all(head.encode("latin-1") + body)
-
-
-def _health(state: Any, local_logs: int, offline_logs: int) -> tuple[int, int, int, int]:
-    """(leader count, under-replicated, offline partitions, active controller) as Kafka reports them.
-
-    A single node leads every partition it has, each its own whole ISR, and is its own controller; a
-    partition is offline there when its log could not be loaded (a storage error). In cluster mode the
-    figures come from the replication runtime: a leader counts the partitions it leads whose ISR is
-    short of their replicas, and only the active controller counts partitions without a live leader.
-    """
-    cluster = state.cluster
-    if cluster is None:
-        return local_logs, 0, offline_logs, 1
-    led = [p for p in cluster.partitions.values() if p.is_leader]
-    under = sum(1 for p in led if len(p.isr) < len(p.replicas))
-    offline = 0
-    if cluster.is_controller:
-        for (topic, partition) in list(cluster.snapshot.states):
-            if cluster.partition_metadata(topic, partition)[0] < 0:
-                offline += 1
-    return len(led), under, offline, int(cluster.is_controller)

@@ -49,7 +49,7 @@ _KIP_219_VERSIONS: dict[int, int] = {ApiKey.PRODUCE: 6, ApiKey.FETCH: 8}
 
 def is_follower_fetch(broker: BrokerState, api_key: int, api_version: int, request: Any) -> bool:
     """A Fetch of a follower broker (cluster mode only: on a single node a replica id means nothing)."""
-    if api_key != ApiKey.FETCH or broker.cluster is None:
+    if api_key != ApiKey.FETCH or not broker.replicas.serves_followers:
         return False
     if api_version >= 15:
         state = getattr(request, "replica_state", None)

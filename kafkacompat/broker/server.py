@@ -156,9 +156,9 @@ class Broker:
             # cluster mode (zookeeper.connect): only then is the replication runtime (and kazoo) loaded
             from kafkacompat.replication.cluster import ClusterRuntime
 
-            state.attach_cluster(ClusterRuntime(state, store))
-            assert state.cluster is not None
-            state.cluster.config_sync = self._config_sync
+            runtime = ClusterRuntime(state, store)
+            runtime.config_sync = self._config_sync
+            state.attach_cluster(runtime)
         # groups hook: the group coordinator runtime (loads __consumer_offsets in the background)
         from kafkacompat.broker.group_runtime import GroupRuntime
 

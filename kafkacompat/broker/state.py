@@ -4,10 +4,12 @@ Theory of operation: `BrokerState` bundles what a single node knows and owns: th
 `LogManager` (partition logs), `LocalMetadata` (topic table), the fetch watchers and fetch-session cache,
 the producer-id allocator and the clock. Handlers read freely; changes to the topic table go through
 the async helpers here (`create_topic`, `delete_topic`, `auto_create_topic`, `next_producer_id`), which
-serialise on one trio lock and persist the table in a worker thread before returning, so a client
-never hears of a topic the broker would forget in a crash. Dynamic broker config changes
-(`alter_broker_configs`) take the same lock, persist the same way, then swap in a new effective
-`config` and push the new topic defaults into the live logs.
+check the request and hand it to `topic_admin`, chosen once at start-up: a single node's
+`LocalTopicAdmin` serialises on one trio lock and persists the table in a worker thread before
+returning, so a client never hears of a topic the broker would forget in a crash; a cluster member's
+`ZooKeeperTopicAdmin` writes ZooKeeper and answers once its own view has the change. Dynamic broker
+config changes (`alter_broker_configs`) take the same lock, persist the same way, then swap in a new
+effective `config` and push the new topic defaults into the live logs.
 
 All access happens on the trio thread; worker threads only run the blocking halves (fsync of logs,
 writes of the topic table and of checkpoints, closing and unlinking deleted files) of operations whose
@@ -23,7 +25,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
@@ -61,12 +63,16 @@ if TYPE_CHECKING:
     from kafkacompat.log.manager import LogManager
     from kafkacompat.log.partition_log import PartitionLog
     from kafkacompat.replication.cluster import ClusterRuntime
+    from kafkacompat.replication.config_sync import ConfigSync
 
 __all__ = [
     "CLUSTER_METADATA_TOPIC",
     "INTERNAL_TOPICS",
     "MAX_PARTITIONS_PER_TOPIC",
     "BrokerState",
+    "LocalTopicAdmin",
+    "TopicAdmin",
+    "ZooKeeperTopicAdmin",
     "check_descriptors_for",
     "check_partition_limit",
     "is_internal_topic",
@@ -291,13 +297,16 @@ class BrokerState:
         )
         self._log_configs: dict[str, tuple[dict[str, str], LogConfig]] = {}
         self._producer_ids = range(0)
-        # cluster-mode seam: None on a single node (the default; every helper below then behaves as it
-        # always did). With zookeeper.connect the server sets a replication.cluster.ClusterRuntime, and
-        # `metadata` is its ZooKeeper-fed topic table (the same read interface as LocalMetadata).
+        # cluster mode: None on a single node. With zookeeper.connect the server attaches a
+        # replication.cluster.ClusterRuntime (`attach_cluster`), and `metadata` is its ZooKeeper-fed topic
+        # table (the same read interface as LocalMetadata). Handlers ask the two objects below, never this.
         self.cluster: ClusterRuntime | None = None
         # the partition seam (replication/replica_manager.py): leadership, appends as leader and the wait
-        # for them to commit. A single node's; the server puts the cluster runtime's in its place.
-        self.replicas: ReplicaManager = LocalReplicaManager(logs, self.watchers)
+        # for them to commit, and the cluster as clients see it (leaders, live brokers, the controller).
+        # A single node's; the server puts the cluster runtime's in its place.
+        self.replicas: ReplicaManager = LocalReplicaManager(logs, self.watchers, self)
+        # where topic changes and producer id blocks are written: this node's own table, or ZooKeeper
+        self.topic_admin: TopicAdmin = LocalTopicAdmin(self)
         # set by the server when it runs this state (None in a state built for a handler test): the
         # coordinators, and the limits every connection shares (connection.py)
         self.groups: GroupRuntime | None = None
@@ -307,10 +316,32 @@ class BrokerState:
         self.pipeline_gate: trio.Semaphore | None = None  # pipelined requests handled at once
 
     def attach_cluster(self, runtime: ClusterRuntime) -> None:
-        """Cluster mode, at start-up: the cluster runtime and its replica manager take over from the
-        single node's (the ZooKeeper-fed metadata view was given to the constructor)."""
+        """Cluster mode, at start-up: the cluster runtime, its replica manager and its topic admin take
+        over from the single node's (the ZooKeeper-fed metadata view was given to the constructor)."""
         self.cluster = runtime
         self.replicas = runtime.replicas
+        self.topic_admin = ZooKeeperTopicAdmin(self, runtime)
+
+    # what only a ZooKeeper cluster member has (Kafka makes the same distinction)
+
+    @property
+    def cluster_mode(self) -> bool:
+        """Whether this broker is a ZooKeeper cluster member: the inter-broker APIs (LeaderAndIsr,
+        StopReplica, UpdateMetadata, AlterPartition) are served and advertised only then."""
+        return self.cluster is not None
+
+    @property
+    def config_sync(self) -> ConfigSync | None:
+        """ZooKeeper's copy of ACLs, SCRAM users, quotas and broker configs (None on a single node, whose
+        copies are files in its log dir)."""
+        return self.cluster.config_sync if self.cluster is not None else None
+
+    def require_cluster(self) -> ClusterRuntime:
+        """The cluster runtime, for an inter-broker API (never dispatched on a single node; a direct call
+        there gets UNKNOWN_SERVER_ERROR)."""
+        if self.cluster is None:
+            raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "only a ZooKeeper cluster member serves this")
+        return self.cluster
 
     # time
 
@@ -447,9 +478,7 @@ class BrokerState:
 
     def live_broker_count(self) -> int:
         """How many brokers are live (1 on a single node): the bound of a replication factor."""
-        if self.cluster is not None:
-            return len(self.cluster.live_brokers())
-        return 1
+        return self.replicas.live_broker_count()
 
     def check_leader_epoch(self, topic: str, partition: int, current_epoch: int) -> None:
         """A client's `current_leader_epoch` against ours (-1 = not checked), as Kafka's leader checks it."""
@@ -481,42 +510,16 @@ class BrokerState:
         """
         configs = dict(configs or {})
         check_partition_limit(partitions)
-        log_config = self.validate_topic_configs(configs)
-        if self.cluster is not None:
-            self.metadata.check_new_topic(name, partitions)
-            if validate_only:
-                return TopicInfo(name, ZERO_UUID, partitions, configs, internal)
-            return await self.cluster.create_topic(name, partitions, configs, replication_factor, assignment)
-        async with holding(self.metadata_lock):
-            # again under the lock: a dynamic broker config change may have moved the defaults meanwhile
-            log_config = self.validate_topic_configs(configs)
-            if validate_only:
-                self.metadata.check_new_topic(name, partitions)
-                return TopicInfo(name, ZERO_UUID, partitions, configs, internal)
-            # The logs first, the table entry once they all exist: nobody sees a topic whose partitions
-            # are still being made while this task lets other requests run between chunks of them.
-            self.metadata.check_new_topic(name, partitions)
-            await check_descriptors_for(
-                partitions, self.logs.open_log_count(), self.config["max.connections"]
-            )
-            topic_id = uuid.uuid4()  # chosen now: each log's partition.metadata names it
-            new_logs: list[Any] = []
-            try:
-                await self.create_partition_logs(name, range(partitions), log_config, new_logs)
-                await trio.to_thread.run_sync(record_topic_id, new_logs, kafka_uuid_string(topic_id))
-                topic = self.metadata.create_topic(
-                    name, partitions, configs, topic_id=topic_id, internal=internal
-                )
-            except BaseException:
-                self._delete_logs(name, len(new_logs))
-                if name in self.metadata:
-                    self.metadata.delete_topic(name)
-                self.metadata.snapshot()  # the table is as it was on disk: clear the dirty flag
-                raise
-            snapshot = self.metadata.snapshot()
-            await trio.to_thread.run_sync(self.metadata.write_snapshot, snapshot)
-        log.info("created topic %s with %d partitions (id %s)", name, partitions, topic.topic_id)
-        return topic
+        self.validate_topic_configs(configs)
+        return await self.topic_admin.create_topic(
+            name,
+            partitions,
+            configs,
+            validate_only=validate_only,
+            internal=internal,
+            replication_factor=replication_factor,
+            assignment=assignment,
+        )
 
     async def create_partition_logs(
         self, name: str, indexes: Iterable[int], log_config: Any, created: list[Any]
@@ -570,30 +573,9 @@ class BrokerState:
         )
 
     async def delete_topic(self, name: str) -> TopicInfo:
-        """Remove a topic from the table (persisted) and hand its logs to the delayed delete."""
-        if self.cluster is not None:
-            topic = self.metadata.topic(name)
-            if topic is None:
-                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
-            await self.cluster.delete_topic(name)  # the controller deletes; every broker drops its logs
-            return topic
-        async with holding(self.metadata_lock):
-            topic = self.metadata.delete_topic(name)
-            snapshot = self.metadata.snapshot()
-            await trio.to_thread.run_sync(self.metadata.write_snapshot, snapshot)
-            self._log_configs.pop(name, None)
-            # LogManager.delete_log renames the partition dir and leaves the files open until
-            # file.delete.delay.ms has passed (delete_expired_files removes them then); thousands of
-            # renames give the event loop back now and then, as creation does
-            with trio.CancelScope(shield=True):  # the table says deleted: so must every log, even at shutdown
-                turn = Turn()
-                for index in range(topic.partitions):
-                    await turn.spend()
-                    self._delete_logs(name, index + 1, index)
-        self.fetch_sessions.remove_topic(name, topic.topic_id)
-        self.watchers.notify_topic(name)
-        log.info("deleted topic %s (id %s)", name, topic.topic_id)
-        return topic
+        """Remove a topic: from this node's table (persisted), its logs to the delayed delete; in cluster
+        mode the controller deletes it and every broker drops its logs."""
+        return await self.topic_admin.delete_topic(name)
 
     def drop_topic_locally(self, topic: TopicInfo) -> None:
         """Cluster mode: forget a topic ZooKeeper no longer has (the controller deleted it, or it was
@@ -651,14 +633,225 @@ class BrokerState:
         """A producer id never handed out before, also across restarts (blocks are persisted first)."""
         if not self._producer_ids:
             async with holding(self.metadata_lock):
-                if not self._producer_ids and self.cluster is not None:
-                    start = await self.cluster.allocate_producer_id_block(PRODUCER_ID_BLOCK_SIZE)
-                    self._producer_ids = range(start, start + PRODUCER_ID_BLOCK_SIZE)
                 if not self._producer_ids:
-                    start = self.metadata.allocate_producer_id_block(PRODUCER_ID_BLOCK_SIZE)
-                    snapshot = self.metadata.snapshot()
-                    await trio.to_thread.run_sync(self.metadata.write_snapshot, snapshot)
+                    start = await self.topic_admin.allocate_producer_id_block(PRODUCER_ID_BLOCK_SIZE)
                     self._producer_ids = range(start, start + PRODUCER_ID_BLOCK_SIZE)
         producer_id = self._producer_ids[0]
         self._producer_ids = self._producer_ids[1:]
         return producer_id
+
+
+class TopicAdmin(Protocol):
+    """Where topic changes and producer id blocks are written, chosen once at start-up
+    (`BrokerState.topic_admin`): a single node's own table in its log dir (`LocalTopicAdmin`), or
+    ZooKeeper, which every broker's view then follows (`ZooKeeperTopicAdmin`; Kafka's AdminZkClient).
+    The callers check the request first (names, partition counts, configs)."""
+
+    async def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        configs: dict[str, str],
+        *,
+        validate_only: bool,
+        internal: bool,
+        replication_factor: int,
+        assignment: dict[int, list[int]] | None,
+    ) -> TopicInfo: ...
+
+    async def delete_topic(self, name: str) -> TopicInfo: ...
+
+    async def allocate_producer_id_block(self, size: int) -> int:
+        """The first id of a block of `size` never handed out (the caller holds the metadata lock)."""
+        ...
+
+    async def refresh_topic_configs(self, name: str) -> None:
+        """Bring the topic's configs in the table up to date with where they are kept, before an
+        incremental change starts from them (the caller holds the metadata lock)."""
+        ...
+
+    async def write_topic_configs(self, topic: TopicInfo, configs: dict[str, str]) -> None:
+        """Replace the topic's config overrides and apply them to its logs (under the metadata lock)."""
+        ...
+
+    async def add_partitions(self, topic: TopicInfo, total: int) -> None:
+        """Grow the topic to `total` partitions (under the metadata lock; `total` is checked)."""
+        ...
+
+
+class LocalTopicAdmin:
+    """A single node: the topic table in its log dir and its own logs, persisted before answering."""
+
+    def __init__(self, broker: BrokerState) -> None:
+        self.broker = broker
+
+    async def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        configs: dict[str, str],
+        *,
+        validate_only: bool,
+        internal: bool,
+        replication_factor: int,
+        assignment: dict[int, list[int]] | None,
+    ) -> TopicInfo:
+        """The logs and the table entry (the only replica is this node: the replication factor and
+        assignment are not used)."""
+        broker = self.broker
+        metadata = broker.metadata
+        async with holding(broker.metadata_lock):
+            # again under the lock: a dynamic broker config change may have moved the defaults meanwhile
+            log_config = broker.validate_topic_configs(configs)
+            if validate_only:
+                metadata.check_new_topic(name, partitions)
+                return TopicInfo(name, ZERO_UUID, partitions, configs, internal)
+            # The logs first, the table entry once they all exist: nobody sees a topic whose partitions
+            # are still being made while this task lets other requests run between chunks of them.
+            metadata.check_new_topic(name, partitions)
+            await check_descriptors_for(
+                partitions, broker.logs.open_log_count(), broker.config["max.connections"]
+            )
+            topic_id = uuid.uuid4()  # chosen now: each log's partition.metadata names it
+            new_logs: list[Any] = []
+            try:
+                await broker.create_partition_logs(name, range(partitions), log_config, new_logs)
+                await trio.to_thread.run_sync(record_topic_id, new_logs, kafka_uuid_string(topic_id))
+                topic = metadata.create_topic(name, partitions, configs, topic_id=topic_id, internal=internal)
+            except BaseException:
+                broker._delete_logs(name, len(new_logs))
+                if name in metadata:
+                    metadata.delete_topic(name)
+                metadata.snapshot()  # the table is as it was on disk: clear the dirty flag
+                raise
+            snapshot = metadata.snapshot()
+            await trio.to_thread.run_sync(metadata.write_snapshot, snapshot)
+        log.info("created topic %s with %d partitions (id %s)", name, partitions, topic.topic_id)
+        return topic
+
+    async def delete_topic(self, name: str) -> TopicInfo:
+        """The table entry (persisted), then the logs to the delayed delete."""
+        broker = self.broker
+        metadata = broker.metadata
+        async with holding(broker.metadata_lock):
+            topic = metadata.delete_topic(name)
+            snapshot = metadata.snapshot()
+            await trio.to_thread.run_sync(metadata.write_snapshot, snapshot)
+            broker._log_configs.pop(name, None)
+            # LogManager.delete_log renames the partition dir and leaves the files open until
+            # file.delete.delay.ms has passed (delete_expired_files removes them then); thousands of
+            # renames give the event loop back now and then, as creation does
+            with trio.CancelScope(shield=True):  # the table says deleted: so must every log, even at shutdown
+                turn = Turn()
+                for index in range(topic.partitions):
+                    await turn.spend()
+                    broker._delete_logs(name, index + 1, index)
+        broker.fetch_sessions.remove_topic(name, topic.topic_id)
+        broker.watchers.notify_topic(name)
+        log.info("deleted topic %s (id %s)", name, topic.topic_id)
+        return topic
+
+    async def allocate_producer_id_block(self, size: int) -> int:
+        metadata = self.broker.metadata
+        start = metadata.allocate_producer_id_block(size)
+        snapshot = metadata.snapshot()
+        await trio.to_thread.run_sync(metadata.write_snapshot, snapshot)
+        return start
+
+    async def refresh_topic_configs(self, name: str) -> None:
+        return None  # the table is where they are kept
+
+    async def write_topic_configs(self, topic: TopicInfo, configs: dict[str, str]) -> None:
+        broker = self.broker
+        metadata = broker.metadata
+        previous = dict(topic.configs)
+        metadata.set_topic_configs(topic.name, configs)
+        snapshot = metadata.snapshot()
+        try:
+            await trio.to_thread.run_sync(metadata.write_snapshot, snapshot)
+        except OSError as exc:
+            metadata.set_topic_configs(topic.name, previous)
+            raise KafkaError(
+                ErrorCode.KAFKA_STORAGE_ERROR, f"cannot persist the topic configs: {exc}"
+            ) from exc
+        broker.logs.set_topic_config(topic.name, broker.topic_log_config(topic))
+
+    async def add_partitions(self, topic: TopicInfo, total: int) -> None:
+        """The new partitions' logs, then the table (persisted)."""
+        broker = self.broker
+        name, current = topic.name, topic.partitions
+        await check_descriptors_for(
+            total - current, broker.logs.open_log_count(), broker.config["max.connections"]
+        )
+        log_config = broker.topic_log_config(topic)
+        new_logs: list[Any] = []
+        try:
+            await broker.create_partition_logs(name, range(current, total), log_config, new_logs)
+            await trio.to_thread.run_sync(record_topic_id, new_logs, topic.kafka_id)
+        except BaseException:
+            now = broker.now_ms()  # the files stay for file.delete.delay.ms, as for any deleted log
+            for index in range(current, current + len(new_logs)):
+                broker.logs.delete_log(name, index, now)
+            raise
+        broker.metadata.add_partitions(name, total)
+        snapshot = broker.metadata.snapshot()
+        try:
+            await trio.to_thread.run_sync(broker.metadata.write_snapshot, snapshot)
+        except OSError as exc:
+            # the partitions exist (logs and table); the table is written again by the next commit
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot persist the topic table: {exc}") from exc
+
+
+class ZooKeeperTopicAdmin:
+    """Cluster mode: changes written to ZooKeeper through the cluster runtime's topic admin, answered
+    once this broker's view has them; the controller and every broker's view do the rest."""
+
+    def __init__(self, broker: BrokerState, cluster: ClusterRuntime) -> None:
+        self.broker = broker
+        self.cluster = cluster
+
+    async def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        configs: dict[str, str],
+        *,
+        validate_only: bool,
+        internal: bool,
+        replication_factor: int,
+        assignment: dict[int, list[int]] | None,
+    ) -> TopicInfo:
+        self.broker.metadata.check_new_topic(name, partitions)
+        if validate_only:
+            return TopicInfo(name, ZERO_UUID, partitions, configs, internal)
+        return await self.cluster.create_topic(name, partitions, configs, replication_factor, assignment)
+
+    async def delete_topic(self, name: str) -> TopicInfo:
+        topic = self.broker.metadata.topic(name)
+        if topic is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
+        await self.cluster.delete_topic(name)  # the controller deletes; every broker drops its logs
+        return topic
+
+    async def allocate_producer_id_block(self, size: int) -> int:
+        return await self.cluster.allocate_producer_id_block(size)
+
+    async def refresh_topic_configs(self, name: str) -> None:
+        """An incremental change starts from what ZooKeeper holds now, not from this broker's view, which
+        may not have caught up yet with a change made through another broker (that update would be lost);
+        Kafka's ZooKeeper mode read the entity config from ZooKeeper likewise."""
+        current = await trio.to_thread.run_sync(self.cluster.store.topic_configs, name)
+        self.broker.metadata.set_topic_configs(name, current)
+
+    async def write_topic_configs(self, topic: TopicInfo, configs: dict[str, str]) -> None:
+        """/config/topics/T is the truth (every broker's reconcile applies it); this broker's view and
+        logs take the change at once."""
+        broker = self.broker
+        await self.cluster.set_topic_configs(topic.name, configs)
+        broker.metadata.set_topic_configs(topic.name, configs)
+        broker.logs.set_topic_config(topic.name, broker.topic_log_config(topic))
+
+    async def add_partitions(self, topic: TopicInfo, total: int) -> None:
+        """The controller-free part of Kafka's AdminZkClient.addPartitions: new replica lists (rack-aware
+        round robin, same replication factor) appended to /brokers/topics/T."""
+        await self.cluster.add_partitions(topic.name, total)

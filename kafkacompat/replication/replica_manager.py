@@ -28,6 +28,14 @@ only the controller's answer changes the ISR. Coordinators register leadership l
 internal topics and are told, in tasks of the replica manager's, when this broker starts or stops leading
 one of its partitions.
 
+The same object answers what Kafka's MetadataCache and controller answer a request handler, so no
+handler asks which mode the broker runs in: who leads a partition and at which epoch (`partition_metadata`,
+`leader_of`), which brokers are live and where clients reach them (`live_broker_ids`, `broker_endpoints`),
+who the controller is, what replica assignment a new topic may name, the reassignments in progress,
+leader elections, a controlled shutdown as controller and the replication figures of the metrics. A
+single node answers for a cluster of itself (its `LocalHost` is the broker); the cluster's replica
+manager asks the cluster runtime's metadata view and controller duties, through its `ClusterLink`.
+
 The parked-request registry (`Watchers`) and the clock are given by the broker, so this module needs
 nothing from the serving package.
 """
@@ -45,16 +53,24 @@ from kafkacompat.replication.partition_state import LeaderAndIsr, PartitionState
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
+    from kafkacompat.config import BrokerConfig
     from kafkacompat.log.manager import LogManager
     from kafkacompat.log.partition_log import AppendResult, PartitionLog
+    from kafkacompat.replication.cluster.shared import ZkSnapshot
+    from kafkacompat.replication.metadata import LocalMetadata
+    from kafkacompat.replication.zk_data import BrokerRegistration
 
 __all__ = [
+    "BrokerEndpoint",
     "ClusterLink",
     "ClusterReplicaManager",
     "LeaderAppend",
     "LeadershipListener",
+    "LocalHost",
     "LocalReplicaManager",
+    "PartitionMetadata",
     "ReplicaManager",
+    "ReplicationHealth",
     "Watchers",
 ]
 
@@ -66,6 +82,11 @@ ISR_CHECK_MAX_SECONDS = 2.0
 Park = Callable[[trio.Event, float], Awaitable[None]]
 #: told (partition, leads, leader epoch) when this broker starts or stops leading a partition of a topic
 LeadershipListener = Callable[[int, bool, int], Awaitable[None]]
+#: (error, message) per partition of a reassignment or an election
+PartitionResults = dict[TopicPartition, tuple[ErrorCode, str | None]]
+#: (replicas, adding, removing) of a partition being reassigned
+Reassignment = tuple[list[int], list[int], list[int]]
+NOT_NEEDED = "Leader election not needed for topic partition."
 
 
 class Watchers(Protocol):
@@ -89,6 +110,34 @@ async def park_until(event: trio.Event, deadline: float) -> None:
     default park of a broker's RequestContext)."""
     with trio.move_on_at(deadline):
         await event.wait()
+
+
+class PartitionMetadata(NamedTuple):
+    """A partition as clients are told of it (Metadata, DescribeTopicPartitions, KIP-951 leader hints)."""
+
+    leader: int  #: -1 when no live broker leads it
+    leader_epoch: int
+    replicas: list[int]
+    isr: list[int]
+    offline: list[int]  #: replicas not live
+
+
+class BrokerEndpoint(NamedTuple):
+    """A live broker as the clients of one listener reach it."""
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None
+
+
+class ReplicationHealth(NamedTuple):
+    """The replica manager's figures of the metrics endpoint, as Kafka reports them."""
+
+    leaders: int
+    under_replicated: int
+    offline_partitions: int
+    active_controller: int
 
 
 def _min_isr(partition_log: PartitionLog) -> int:
@@ -178,9 +227,86 @@ class ReplicaManager:
         """A follower fetched from `fetch_offset` (its log end): its progress, the HW, ISR expansion."""
         raise NotImplementedError
 
+    # --- the cluster as clients see it (Kafka's MetadataCache) ----------------------------------------
+
+    #: whether a Fetch's replica id names a follower (a single node serves it as a consumer)
+    serves_followers = False
+
+    def partition_metadata(self, topic: str, partition: int) -> PartitionMetadata:
+        """Leader, leader epoch, replicas, ISR and offline replicas of a partition."""
+        raise NotImplementedError
+
+    def leader_of(self, topic: str, partition: int) -> int:
+        """The partition's live leader, -1 when none."""
+        return self.partition_metadata(topic, partition).leader
+
+    def live_broker_ids(self) -> list[int]:
+        raise NotImplementedError
+
+    def live_broker_count(self) -> int:
+        """How many brokers are live: the bound of a new topic's replication factor."""
+        return len(self.live_broker_ids())
+
+    def broker_endpoints(self, listener_name: str) -> list[BrokerEndpoint]:
+        """Every live broker with an endpoint on `listener_name`, as that listener's clients reach it."""
+        raise NotImplementedError
+
+    def controller_id(self) -> int:
+        """The active controller, -1 when none is known."""
+        raise NotImplementedError
+
+    async def refresh_live_brokers(self) -> None:
+        """Read the live brokers now (a new topic's replica assignment counts them)."""
+        return None
+
+    def check_replica_assignment(self, assignments: Iterable[tuple[int, list[int]]]) -> dict[int, list[int]]:
+        """A CreateTopics request's explicit replica lists (partition, brokers), checked: the assignment
+        to create, or KafkaError(INVALID_REPLICA_ASSIGNMENT)."""
+        raise NotImplementedError
+
+    def reassignments(self) -> dict[TopicPartition, Reassignment]:
+        """(replicas, adding, removing) of every partition being reassigned."""
+        raise NotImplementedError
+
+    async def alter_reassignments(self, wanted: dict[TopicPartition, list[int] | None]) -> PartitionResults:
+        """Start (a replica list) or cancel (None) reassignments. Raises KafkaError for the request."""
+        raise NotImplementedError
+
+    async def elect_leaders(
+        self, wanted: list[TopicPartition] | None, election_type: int
+    ) -> PartitionResults:
+        """Preferred (0) or unclean (1) leader elections of `wanted` (None: every partition). Raises
+        KafkaError for the request."""
+        raise NotImplementedError
+
+    async def controlled_shutdown_as_controller(self, broker_id: int) -> list[TopicPartition]:
+        """A broker's controlled shutdown, as the controller: the partitions it still leads. Raises
+        KafkaError."""
+        raise NotImplementedError
+
+    def health(self, hosted: int, offline_logs: int) -> ReplicationHealth:
+        """The metrics' figures, given the partition logs loaded here and those that could not be."""
+        raise NotImplementedError
+
+
+class LocalHost(Protocol):
+    """What a single node's seam asks of its broker (`kafkacompat.broker.state.BrokerState` is one)."""
+
+    node_id: int
+    #: the effective broker config (replaced, never mutated, by a dynamic change: read it each time)
+    config: BrokerConfig
+    metadata: LocalMetadata
+
+    def advertised_endpoint(self, listener_name: str) -> tuple[str, int]: ...
+
 
 class LocalReplicaManager(ReplicaManager):
-    """A single node: leader of every partition at epoch 0, the ISR itself, every append committed."""
+    """A single node: leader of every partition at epoch 0, the ISR itself, every append committed, and
+    the controller of a cluster of itself."""
+
+    def __init__(self, logs: LogManager, watchers: Watchers, host: LocalHost) -> None:
+        super().__init__(logs, watchers)
+        self.host = host
 
     def leader_epoch(self, topic: str, partition: int) -> int:
         return 0
@@ -213,9 +339,86 @@ class LocalReplicaManager(ReplicaManager):
     ) -> None:
         return None  # a replica id on a single node is served as a consumer
 
+    # --- the cluster as clients see it: this node alone -----------------------------------------------
+
+    def partition_metadata(self, topic: str, partition: int) -> PartitionMetadata:
+        node = self.host.node_id
+        return PartitionMetadata(node, self.leader_epoch(topic, partition), [node], [node], [])
+
+    def live_broker_ids(self) -> list[int]:
+        return [self.host.node_id]
+
+    def broker_endpoints(self, listener_name: str) -> list[BrokerEndpoint]:
+        host, port = self.host.advertised_endpoint(listener_name)
+        return [BrokerEndpoint(self.host.node_id, host, port, self.host.config["broker.rack"])]
+
+    def controller_id(self) -> int:
+        return self.host.node_id
+
+    def check_replica_assignment(self, assignments: Iterable[tuple[int, list[int]]]) -> dict[int, list[int]]:
+        node = self.host.node_id
+        for _, replicas in assignments:
+            if list(replicas) != [node]:
+                raise KafkaError(
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                    f"Replica assignment {list(replicas)} names brokers other than the only one, {node}.",
+                )
+        return {index: [node] for index, _ in assignments}
+
+    def reassignments(self) -> dict[TopicPartition, Reassignment]:
+        return {}
+
+    def _exists(self, topic: str, partition: int) -> bool:
+        info = self.host.metadata.topic(topic)
+        return info is not None and 0 <= partition < info.partitions
+
+    async def alter_reassignments(self, wanted: dict[TopicPartition, list[int] | None]) -> PartitionResults:
+        """Nothing to move: only a list of this node alone is valid, and nothing is ever in progress."""
+        node = self.host.node_id
+        results: PartitionResults = {}
+        for key, target in wanted.items():
+            if not self._exists(*key):
+                results[key] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist.")
+            elif target is None:
+                results[key] = (ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, "No reassignment in progress.")
+            elif target != [node]:
+                results[key] = (
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                    f"Replica assignment {target} names brokers other than the only one, {node}.",
+                )
+            else:
+                results[key] = (ErrorCode.NONE, None)
+        return results
+
+    async def elect_leaders(
+        self, wanted: list[TopicPartition] | None, election_type: int
+    ) -> PartitionResults:
+        """This node already leads every partition: no election is needed."""
+        keys = wanted
+        if keys is None:
+            keys = [(t.name, i) for t in self.host.metadata.topics() for i in range(t.partitions)]
+        results: PartitionResults = {}
+        for key in keys:
+            if not self._exists(*key):
+                results[key] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist.")
+            else:
+                results[key] = (ErrorCode.ELECTION_NOT_NEEDED, NOT_NEEDED)
+        return results
+
+    async def controlled_shutdown_as_controller(self, broker_id: int) -> list[TopicPartition]:
+        if broker_id != self.host.node_id:
+            raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, f"broker {broker_id} is not registered")
+        return []
+
+    def health(self, hosted: int, offline_logs: int) -> ReplicationHealth:
+        """Leader of every partition it has, each its own whole ISR, its own controller; a partition is
+        offline when its log could not be loaded (a storage error)."""
+        return ReplicationHealth(hosted, 0, offline_logs, 1)
+
 
 class ClusterLink(Protocol):
-    """What the leader side needs of the cluster runtime: its fencing, the controller, the known state."""
+    """What the leader side needs of the cluster runtime: its fencing, the controller, the known state;
+    and what the seam answers clients from: the runtime's metadata view and the controller's duties."""
 
     node_id: int
 
@@ -236,6 +439,36 @@ class ClusterLink(Protocol):
     def isr_refused(self, key: TopicPartition) -> None:
         """The state moved on under a proposal: look at ZooKeeper again."""
         ...
+
+    # what clients are told (the runtime's metadata view) and what the controller answers
+
+    @property
+    def is_controller(self) -> bool: ...
+
+    @property
+    def snapshot(self) -> ZkSnapshot: ...
+
+    def live_brokers(self) -> list[BrokerRegistration]: ...
+
+    def controller_id(self) -> int: ...
+
+    def partition_metadata(
+        self, topic: str, partition: int
+    ) -> tuple[int, int, list[int], list[int], list[int]]: ...
+
+    def reassignments(self) -> dict[TopicPartition, Reassignment]: ...
+
+    async def refresh_live_brokers(self) -> None: ...
+
+    async def alter_reassignments(
+        self, wanted: dict[TopicPartition, list[int] | None]
+    ) -> PartitionResults: ...
+
+    async def elect_leaders(
+        self, wanted: list[TopicPartition] | None, election_type: int
+    ) -> PartitionResults: ...
+
+    async def controlled_shutdown_as_controller(self, broker_id: int) -> list[TopicPartition]: ...
 
 
 class ClusterReplicaManager(ReplicaManager):
@@ -305,6 +538,76 @@ class ClusterReplicaManager(ReplicaManager):
 
     def led(self) -> list[PartitionState]:
         return [state for state in self.partitions.values() if state.is_leader]
+
+    # --- the cluster as clients see it: the runtime's view ---------------------------------------------
+
+    serves_followers = True
+
+    def partition_metadata(self, topic: str, partition: int) -> PartitionMetadata:
+        """As the cluster runtime's view has it; a leader not live is none, replicas not live offline."""
+        return PartitionMetadata(*self.link.partition_metadata(topic, partition))
+
+    def live_broker_ids(self) -> list[int]:
+        return [registration.broker_id for registration in self.link.live_brokers()]
+
+    def broker_endpoints(self, listener_name: str) -> list[BrokerEndpoint]:
+        result = []
+        for registration in self.link.live_brokers():
+            endpoint = registration.endpoint(listener_name)
+            if endpoint is not None:
+                result.append(BrokerEndpoint(registration.broker_id, *endpoint, registration.rack))
+        return result
+
+    def controller_id(self) -> int:
+        return self.link.controller_id()
+
+    async def refresh_live_brokers(self) -> None:
+        await self.link.refresh_live_brokers()
+
+    def check_replica_assignment(self, assignments: Iterable[tuple[int, list[int]]]) -> dict[int, list[int]]:
+        """Explicit replica lists must name distinct live brokers, all of one length."""
+        live = set(self.live_broker_ids())
+        result: dict[int, list[int]] = {}
+        for index, brokers in assignments:
+            replicas = list(brokers)
+            if not replicas or len(set(replicas)) != len(replicas) or not set(replicas) <= live:
+                raise KafkaError(
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                    f"Replica assignment {replicas} must name distinct live brokers ({sorted(live)}).",
+                )
+            result[index] = replicas
+        if len({len(r) for r in result.values()}) > 1:
+            raise KafkaError(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT, "All partitions must have the same replication factor."
+            )
+        return result
+
+    def reassignments(self) -> dict[TopicPartition, Reassignment]:
+        return self.link.reassignments()
+
+    async def alter_reassignments(self, wanted: dict[TopicPartition, list[int] | None]) -> PartitionResults:
+        return await self.link.alter_reassignments(wanted)
+
+    async def elect_leaders(
+        self, wanted: list[TopicPartition] | None, election_type: int
+    ) -> PartitionResults:
+        return await self.link.elect_leaders(wanted, election_type)
+
+    async def controlled_shutdown_as_controller(self, broker_id: int) -> list[TopicPartition]:
+        return await self.link.controlled_shutdown_as_controller(broker_id)
+
+    def health(self, hosted: int, offline_logs: int) -> ReplicationHealth:
+        """A leader counts the partitions it leads whose ISR is short of their replicas, and only the
+        active controller counts partitions without a live leader."""
+        led = self.led()
+        under = sum(1 for p in led if len(p.isr) < len(p.replicas))
+        offline = 0
+        controller = self.link.is_controller
+        if controller:
+            for topic, partition in list(self.link.snapshot.states):
+                if self.leader_of(topic, partition) < 0:
+                    offline += 1
+        return ReplicationHealth(len(led), under, offline, int(controller))
 
     # --- the write path -------------------------------------------------------------------------------
 

@@ -65,8 +65,8 @@ async def test_api_versions_answers_share_one_key_list_and_nothing_else() -> Non
     from kafkacompat.broker.handlers import api_versions
     from kafkacompat.wire import messages
 
-    def ctx(version: int, cluster: object = None) -> Any:
-        return SimpleNamespace(api_version=version, broker=SimpleNamespace(cluster=cluster))
+    def ctx(version: int, cluster_mode: bool = False) -> Any:
+        return SimpleNamespace(api_version=version, broker=SimpleNamespace(cluster_mode=cluster_mode))
 
     first = await api_versions.handle(ctx(3), hello())
     second = await api_versions.handle(ctx(3), hello())
@@ -76,7 +76,7 @@ async def test_api_versions_answers_share_one_key_list_and_nothing_else() -> Non
     assert isinstance(first.api_keys, tuple)  # no answer can change what the next one lists
     listed = [(k.api_key, k.min_version, k.max_version) for k in second.api_keys]
     assert listed == dispatch.supported_versions(False)
-    clustered = await api_versions.handle(ctx(3, cluster=object()), hello())
+    clustered = await api_versions.handle(ctx(3, cluster_mode=True), hello())
     listed = [(k.api_key, k.min_version, k.max_version) for k in clustered.api_keys]
     assert listed == dispatch.supported_versions(True) != dispatch.supported_versions(False)
     unsupported = api_versions.unsupported_version_response(False)

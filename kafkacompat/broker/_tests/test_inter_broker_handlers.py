@@ -51,11 +51,11 @@ async def harness(tmp_path: Path) -> Any:
     runtime = ClusterRuntime(h.state, ZooKeeperStore("127.0.0.1:1"))
     runtime.broker_epoch = BROKER_EPOCH
     runtime.known_controller_epoch = CONTROLLER_EPOCH
-    single_node = h.state.replicas
+    single_node, single_node_topics = h.state.replicas, h.state.topic_admin
     h.state.attach_cluster(runtime)
     yield h
     h.state.cluster = None
-    h.state.replicas = single_node
+    h.state.replicas, h.state.topic_admin = single_node, single_node_topics
     h.close()
 
 

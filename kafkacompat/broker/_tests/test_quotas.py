@@ -137,7 +137,8 @@ def test_only_a_followers_fetch_in_cluster_mode_escapes_client_quotas() -> None:
 
     from kafkacompat.broker.connection import _is_follower_fetch
 
-    clustered, single = SimpleNamespace(cluster=object()), SimpleNamespace(cluster=None)
+    clustered = SimpleNamespace(replicas=SimpleNamespace(serves_followers=True))
+    single = SimpleNamespace(replicas=SimpleNamespace(serves_followers=False))
     follower_v12 = request(1, replica_id=2)
     consumer_v12 = request(1, replica_id=-1)
     follower_v15 = request(1, replica_state=request(1).ReplicaState(replica_id=2, replica_epoch=1))

@@ -109,7 +109,7 @@ async def handle(ctx: RequestContext, request: AlterClientQuotasRequest) -> Alte
             else:
                 changes.append((entity, entry.ops))
         results.append(EntryData(error_code=error, error_message=message, entity=echoed))
-    sync = ctx.broker.cluster.config_sync if ctx.broker.cluster is not None else None
+    sync = ctx.broker.config_sync
     if changes and not request.validate_only and sync is not None:
         # cluster mode: the entity's /config znode in ZooKeeper, which every broker watches
         for entity, ops in changes:

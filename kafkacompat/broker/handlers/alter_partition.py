@@ -20,7 +20,7 @@ from kafkacompat.broker.authorization import Op, cluster_allowed
 from kafkacompat.replication.broker_requests import IsrProposal
 from kafkacompat.wire._generated.alter_partition_response import AlterPartitionResponse
 from kafkacompat.wire.api_keys import ApiKey
-from kafkacompat.wire.errors import ErrorCode
+from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
@@ -39,8 +39,11 @@ async def handle(ctx: RequestContext, request: AlterPartitionRequest) -> AlterPa
     version = ctx.api_version
     if not cluster_allowed(ctx, Op.CLUSTER_ACTION):
         return AlterPartitionResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, topics=[])
-    cluster = ctx.broker.cluster
-    if cluster is None or not cluster.is_controller:
+    try:
+        cluster = ctx.broker.require_cluster()
+    except KafkaError:
+        return AlterPartitionResponse(error_code=ErrorCode.NOT_CONTROLLER, topics=[])
+    if not cluster.is_controller:
         return AlterPartitionResponse(error_code=ErrorCode.NOT_CONTROLLER, topics=[])
     names = cluster.topic_names_by_id() if version >= 2 else {}
     proposals: dict[tuple[str, int], IsrProposal] = {}

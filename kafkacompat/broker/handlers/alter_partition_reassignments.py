@@ -45,34 +45,12 @@ async def handle(
         for topic in request.topics
         for p in topic.partitions
     }
-    if broker.cluster is not None:
-        try:
-            results = await broker.cluster.alter_reassignments(wanted)
-        except KafkaError as exc:
-            return AlterPartitionReassignmentsResponse(
-                error_code=exc.code, error_message=exc.message, responses=[]
-            )
-    else:
-        results = {}
-        for (name, partition), target in wanted.items():
-            info = broker.metadata.topic(name)
-            if info is None or not 0 <= partition < info.partitions:
-                results[(name, partition)] = (
-                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                    "The partition does not exist.",
-                )
-            elif target is None:
-                results[(name, partition)] = (
-                    ErrorCode.NO_REASSIGNMENT_IN_PROGRESS,
-                    "No reassignment in progress.",
-                )
-            elif target != [broker.node_id]:
-                results[(name, partition)] = (
-                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                    f"Replica assignment {target} names brokers other than the only one, {broker.node_id}.",
-                )
-            else:
-                results[(name, partition)] = (ErrorCode.NONE, None)
+    try:
+        results = await broker.replicas.alter_reassignments(wanted)
+    except KafkaError as exc:
+        return AlterPartitionReassignmentsResponse(
+            error_code=exc.code, error_message=exc.message, responses=[]
+        )
     by_topic: dict[str, list[Any]] = {}
     for (name, partition), (code, message) in results.items():
         by_topic.setdefault(name, []).append(

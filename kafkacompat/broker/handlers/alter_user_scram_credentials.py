@@ -84,7 +84,7 @@ async def handle(
                 for name in counts
             ]
         )
-    sync = ctx.broker.cluster.config_sync if ctx.broker.cluster is not None else None
+    sync = ctx.broker.config_sync
     if sync is not None:
         await sync.refresh()  # deletions are checked against what ZooKeeper holds now
     outcome: dict[str, tuple[int, str | None]] = {}

@@ -64,5 +64,4 @@ async def handle(ctx: RequestContext, request: ApiVersionsRequest) -> ApiVersion
         and _SOFTWARE.fullmatch(request.client_software_version or "")
     ):
         return ApiVersionsResponse(error_code=ErrorCode.INVALID_REQUEST, api_keys=[])
-    cluster_mode = ctx.broker.cluster is not None
-    return ApiVersionsResponse(error_code=ErrorCode.NONE, api_keys=_api_keys(cluster_mode))  # type: ignore[arg-type]
+    return ApiVersionsResponse(error_code=ErrorCode.NONE, api_keys=_api_keys(ctx.broker.cluster_mode))  # type: ignore[arg-type]

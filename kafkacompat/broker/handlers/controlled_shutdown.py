@@ -37,11 +37,8 @@ async def handle(ctx: RequestContext, request: ControlledShutdownRequest) -> Con
         return ControlledShutdownResponse(
             error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, remaining_partitions=[]
         )
-    if broker.cluster is None:
-        error = ErrorCode.NONE if request.broker_id == broker.node_id else ErrorCode.BROKER_NOT_AVAILABLE
-        return ControlledShutdownResponse(error_code=error, remaining_partitions=[])
     try:
-        remaining = await broker.cluster.controlled_shutdown_as_controller(request.broker_id)
+        remaining = await broker.replicas.controlled_shutdown_as_controller(request.broker_id)
     except KafkaError as exc:
         return ControlledShutdownResponse(error_code=exc.code, remaining_partitions=[])
     return ControlledShutdownResponse(

@@ -65,7 +65,7 @@ async def handle(ctx: RequestContext, request: CreateAclsRequest) -> CreateAclsR
         added = True
         results.append(_result(ErrorCode.NONE))
     store = authorizer.store
-    sync = ctx.broker.cluster.config_sync if ctx.broker.cluster is not None else None
+    sync = ctx.broker.config_sync
     if sync is not None:
         # cluster mode: into ZooKeeper's /kafka-acl znodes first (every broker applies the change)
         if new_bindings:

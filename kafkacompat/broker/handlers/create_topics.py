@@ -65,9 +65,8 @@ async def handle(ctx: RequestContext, request: CreateTopicsRequest) -> CreateTop
     version = ctx.api_version
     validate_only = bool(getattr(request, "validate_only", False)) and version >= 1
     counts = Counter(topic.name for topic in request.topics)
-    if broker.cluster is not None:
-        # the live brokers bound the replication factor: read them now, as Kafka's controller does
-        await broker.cluster.refresh_live_brokers()
+    # the live brokers bound the replication factor: read them now, as Kafka's controller does
+    await broker.replicas.refresh_live_brokers()
     too_many = _requested_partitions(broker, request.topics) > MAX_PARTITIONS_PER_REQUEST
     results = []
     turn = Turn()  # many topics: other clients run in between (fairness.py)
@@ -133,18 +132,11 @@ async def _create_one(
                 ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                 "Partitions should be a consecutive 0-based integer sequence",
             )
-        if broker.cluster is not None:
-            explicit = _cluster_assignment(broker, wanted.assignments)
-            partitions, replication = len(indexes), len(explicit[0])
-        for assignment in wanted.assignments:
-            if broker.cluster is None and list(assignment.broker_ids) != [broker.node_id]:
-                raise KafkaError(
-                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                    f"Replica assignment {list(assignment.broker_ids)} names brokers other than the only "
-                    f"one, {broker.node_id}.",
-                )
-        if broker.cluster is None:
-            partitions, replication = len(indexes), 1
+        # distinct live brokers, all lists of one length (on a single node: this node alone)
+        explicit = broker.replicas.check_replica_assignment(
+            [(a.partition_index, list(a.broker_ids)) for a in wanted.assignments]
+        )
+        partitions, replication = len(indexes), len(explicit[0])
     if partitions == -1:
         partitions = broker.config["num.partitions"]
     if replication == -1:
@@ -178,7 +170,7 @@ async def _create_one(
         overrides,
         validate_only=validate_only,
         replication_factor=replication,
-        assignment=explicit if wanted.assignments and broker.cluster is not None else None,
+        assignment=explicit if wanted.assignments else None,
     )
     result.topic_id = topic.topic_id
     result.num_partitions = partitions
@@ -195,22 +187,3 @@ async def _create_one(
             )
             for entry in topic_config_entries(broker, topic)
         ]
-
-
-def _cluster_assignment(broker: BrokerState, assignments: Any) -> dict[int, list[int]]:
-    """Cluster mode: explicit replica lists must name distinct live brokers, all of one length."""
-    live = {b.broker_id for b in broker.cluster.live_brokers()} if broker.cluster is not None else set()
-    result: dict[int, list[int]] = {}
-    for assignment in assignments:
-        replicas = list(assignment.broker_ids)
-        if not replicas or len(set(replicas)) != len(replicas) or not set(replicas) <= live:
-            raise KafkaError(
-                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                f"Replica assignment {replicas} must name distinct live brokers ({sorted(live)}).",
-            )
-        result[assignment.partition_index] = replicas
-    if len({len(r) for r in result.values()}) > 1:
-        raise KafkaError(
-            ErrorCode.INVALID_REPLICA_ASSIGNMENT, "All partitions must have the same replication factor."
-        )
-    return result

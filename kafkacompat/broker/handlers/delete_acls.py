@@ -52,7 +52,7 @@ async def handle(ctx: RequestContext, request: DeleteAclsRequest) -> DeleteAclsR
             filter_results=[_failed(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None) for _ in filters]
         )
     store = authorizer.store
-    sync = ctx.broker.cluster.config_sync if ctx.broker.cluster is not None else None
+    sync = ctx.broker.config_sync
     if sync is not None:
         await sync.refresh()  # match the filters against what ZooKeeper holds now
     results = []

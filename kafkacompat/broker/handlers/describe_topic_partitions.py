@@ -57,7 +57,6 @@ async def handle(
     ctx: RequestContext, request: DescribeTopicPartitionsRequest
 ) -> DescribeTopicPartitionsResponse:
     broker = ctx.broker
-    node = broker.node_id
     requested = sorted({t.name for t in request.topics if t.name is not None})
     cursor = request.cursor
     if cursor is not None and (
@@ -91,28 +90,22 @@ async def handle(
             else 0
         )
         last = min(topic.partitions, first + remaining)
-        partitions = [
-            Partition(
-                error_code=ErrorCode.NONE,
-                partition_index=index,
-                leader_id=node,
-                leader_epoch=broker.leader_epoch(name, index),
-                replica_nodes=[node],
-                isr_nodes=[node],
-                eligible_leader_replicas=[],
-                last_known_elr=[],
-                offline_replicas=[],
-            )
-            for index in range(first, last)
-        ]
-        if broker.cluster is not None:
-            # cluster mode: per-replica state as ZooKeeper has it
-            for entry in partitions:
-                leader, epoch, replicas, isr, offline = broker.cluster.partition_metadata(
-                    name, entry.partition_index
+        partitions = []
+        for index in range(first, last):
+            leader, epoch, replicas, isr, offline = broker.replicas.partition_metadata(name, index)
+            partitions.append(
+                Partition(
+                    error_code=ErrorCode.NONE,
+                    partition_index=index,
+                    leader_id=leader,
+                    leader_epoch=epoch,
+                    replica_nodes=replicas,
+                    isr_nodes=isr,
+                    eligible_leader_replicas=[],
+                    last_known_elr=[],
+                    offline_replicas=offline,
                 )
-                entry.leader_id, entry.leader_epoch = leader, epoch
-                entry.replica_nodes, entry.isr_nodes, entry.offline_replicas = replicas, isr, offline
+            )
         remaining -= len(partitions)
         topics.append(
             Topic(

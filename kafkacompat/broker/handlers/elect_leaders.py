@@ -32,7 +32,6 @@ MAX_VERSION = 2
 
 PREFERRED = 0
 UNCLEAN = 1
-NOT_NEEDED = "Leader election not needed for topic partition."
 
 Result = ElectLeadersResponse.ReplicaElectionResult
 PartitionResult = ElectLeadersResponse.PartitionResult
@@ -66,27 +65,12 @@ async def handle(ctx: RequestContext, request: ElectLeadersRequest) -> ElectLead
             key: (ErrorCode.INVALID_REQUEST, f"unknown election type {election_type}") for key in wanted or []
         }
         return _answer(results, ErrorCode.INVALID_REQUEST if ctx.api_version >= 1 else ErrorCode.NONE)
-    if broker.cluster is not None:
-        try:
-            results = await broker.cluster.elect_leaders(wanted, election_type)
-        except KafkaError as exc:
-            if ctx.api_version >= 1:
-                return _answer({}, exc.code)
-            return _answer({key: (exc.code, exc.message) for key in wanted or []})
-    else:
-        results = {}
-        keys = wanted
-        if keys is None:
-            keys = [(t.name, i) for t in broker.metadata.topics() for i in range(t.partitions)]
-        for topic, partition in keys:
-            info = broker.metadata.topic(topic)
-            if info is None or not 0 <= partition < info.partitions:
-                results[(topic, partition)] = (
-                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                    "The partition does not exist.",
-                )
-            else:
-                results[(topic, partition)] = (ErrorCode.ELECTION_NOT_NEEDED, NOT_NEEDED)
+    try:
+        results = await broker.replicas.elect_leaders(wanted, election_type)
+    except KafkaError as exc:
+        if ctx.api_version >= 1:
+            return _answer({}, exc.code)
+        return _answer({key: (exc.code, exc.message) for key in wanted or []})
     if wanted is None:
         results = {k: v for k, v in results.items() if v[0] != ErrorCode.ELECTION_NOT_NEEDED}
     return _answer(results)

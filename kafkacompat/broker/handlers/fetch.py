@@ -135,7 +135,7 @@ async def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
     read_committed = request.isolation_level == READ_COMMITTED
     deadline = trio.current_time() + max(request.max_wait_ms, 0) / 1000
     may_read = None
-    replica_id = _replica_id(request, version) if broker.cluster is not None else -1
+    replica_id = _replica_id(request, version) if broker.replicas.serves_followers else -1
     if broker.authorizer is not None and replica_id >= 0:
         # a follower's fetch, as Kafka's: CLUSTER_ACTION on the cluster, else every partition is refused
         # (a client posing as a replica must not move the high watermark or the ISR)
@@ -168,7 +168,7 @@ async def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
         with broker.watchers.watch(keys) as event:
             await ctx.park(event, deadline)
     response = await _response(context, reads, uses_ids, read_committed)
-    if broker.cluster is not None and version >= 12:
+    if version >= 12:
         _leader_hints(ctx, response, uses_ids)
     return response
 
@@ -222,28 +222,28 @@ def _moved_since_read(broker: BrokerState, reads: list[PartitionRead]) -> bool:
 
 def _leader_hints(ctx: RequestContext, response: FetchResponse, uses_ids: bool) -> None:
     """KIP-951 (v12+ current_leader, v16+ node_endpoints) for partitions this broker does not lead."""
-    from kafkacompat.broker.handlers.metadata import brokers_for
-
     broker = ctx.broker
-    assert broker.cluster is not None
     leaders: set[int] = set()
     for topic in response.responses:
+        moved = [
+            partition
+            for partition in topic.partitions
+            if partition.error_code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH)
+        ]
+        if not moved:
+            continue  # the usual case (and always on a single node, which leads everything at epoch 0)
         info = broker.metadata.topic_by_id(topic.topic_id) if uses_ids else broker.metadata.topic(topic.topic)
         if info is None:
             continue
-        for partition in topic.partitions:
-            if partition.error_code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH):
-                leader, epoch, *_ = broker.cluster.partition_metadata(info.name, partition.partition_index)
-                partition.current_leader = FetchResponse.LeaderIdAndEpoch(
-                    leader_id=leader, leader_epoch=epoch
-                )
-                if leader >= 0:
-                    leaders.add(leader)
+        for partition in moved:
+            leader, epoch, *_ = broker.replicas.partition_metadata(info.name, partition.partition_index)
+            partition.current_leader = FetchResponse.LeaderIdAndEpoch(leader_id=leader, leader_epoch=epoch)
+            if leader >= 0:
+                leaders.add(leader)
     if leaders and ctx.api_version >= 16:
-        brokers, _ = brokers_for(broker, ctx.connection.listener_name)
         response.node_endpoints = [
             FetchResponse.NodeEndpoint(node_id=node, host=host, port=port, rack=rack)
-            for node, host, port, rack in brokers
+            for node, host, port, rack in broker.replicas.broker_endpoints(ctx.connection.listener_name)
             if node in leaders
         ]
 

@@ -53,11 +53,8 @@ async def _lookup(ctx: RequestContext, key: str, key_type: int) -> tuple[int, st
             await transactions.ensure_topic()
         except KafkaError as exc:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, exc.message, -1, "", -1
-        if ctx.broker.cluster is not None:
-            # the coordinator is the leader of the transactional id's __transaction_state partition
-            return _leader_entry(ctx, transactions.coordinator_of(key), "the transaction state partition")
-        host, port = ctx.broker.advertised_endpoint(ctx.connection.listener_name)
-        return ErrorCode.NONE, None, ctx.broker.node_id, host, port
+        # the coordinator is the leader of the transactional id's __transaction_state partition
+        return _leader_entry(ctx, transactions.coordinator_of(key), "the transaction state partition")
     if key_type != GROUP_KEY:
         return ErrorCode.INVALID_REQUEST, f"unknown key type {key_type}", -1, "", -1
     runtime = runtime_of(ctx.broker)
@@ -67,26 +64,14 @@ async def _lookup(ctx: RequestContext, key: str, key_type: int) -> tuple[int, st
         await runtime.ensure_offsets_topic()
     except KafkaError as exc:
         return ErrorCode.COORDINATOR_NOT_AVAILABLE, exc.message, -1, "", -1
-    cluster = ctx.broker.cluster
-    if cluster is not None:
-        # the coordinator is the leader of the group's __consumer_offsets partition
-        from kafkacompat.broker.handlers.metadata import brokers_for
-
-        leader = cluster.partition_metadata("__consumer_offsets", runtime.core.partition_for(key))[0]
-        brokers, _ = brokers_for(ctx.broker, ctx.connection.listener_name)
-        for node, host, port, _rack in brokers:
-            if node == leader:
-                return ErrorCode.NONE, None, node, host, port
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE, "the offsets partition has no leader", -1, "", -1
-    host, port = ctx.broker.advertised_endpoint(ctx.connection.listener_name)
-    return ErrorCode.NONE, None, ctx.broker.node_id, host, port
+    # the coordinator is the leader of the group's __consumer_offsets partition
+    leader = ctx.broker.replicas.leader_of("__consumer_offsets", runtime.core.partition_for(key))
+    return _leader_entry(ctx, leader, "the offsets partition")
 
 
 def _leader_entry(ctx: RequestContext, leader: int, what: str) -> tuple[int, str | None, int, str, int]:
-    from kafkacompat.broker.handlers.metadata import brokers_for
-
-    brokers, _ = brokers_for(ctx.broker, ctx.connection.listener_name)
-    for node, host, port, _rack in brokers:
+    """The coordinator's endpoint on the request's listener (on a single node, this node)."""
+    for node, host, port, _rack in ctx.broker.replicas.broker_endpoints(ctx.connection.listener_name):
         if node == leader:
             return ErrorCode.NONE, None, node, host, port
     return ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{what} has no leader", -1, "", -1

@@ -18,7 +18,7 @@ from kafkacompat.broker.authorization import Op, cluster_allowed
 from kafkacompat.replication.partition_state import LeaderAndIsr
 from kafkacompat.wire._generated.leader_and_isr_response import LeaderAndIsrResponse
 from kafkacompat.wire.api_keys import ApiKey
-from kafkacompat.wire.errors import ErrorCode
+from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
@@ -68,15 +68,16 @@ def _response(
 async def handle(ctx: RequestContext, request: LeaderAndIsrRequest) -> LeaderAndIsrResponse:
     version = ctx.api_version
     entries = _entries(request, version)
-    cluster = ctx.broker.cluster
 
     def refuse(error: ErrorCode) -> LeaderAndIsrResponse:
         return _response(version, error, [(t, i, s.partition_index, error) for t, i, s in entries])
 
     if not cluster_allowed(ctx, Op.CLUSTER_ACTION):
         return refuse(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
-    if cluster is None:  # never dispatched on a single node; kept total for direct calls
-        return refuse(ErrorCode.UNKNOWN_SERVER_ERROR)
+    try:
+        cluster = ctx.broker.require_cluster()
+    except KafkaError as exc:
+        return refuse(exc.code)
     error = cluster.check_controller_request(request.controller_epoch, request.broker_epoch)
     if error != ErrorCode.NONE:
         return refuse(error)

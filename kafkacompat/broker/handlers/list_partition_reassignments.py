@@ -33,8 +33,7 @@ Partition = ListPartitionReassignmentsResponse.OngoingPartitionReassignment
 async def handle(
     ctx: RequestContext, request: ListPartitionReassignmentsRequest
 ) -> ListPartitionReassignmentsResponse:
-    cluster = ctx.broker.cluster
-    ongoing = cluster.reassignments() if cluster is not None else {}
+    ongoing = ctx.broker.replicas.reassignments()
     if request.topics is not None:
         wanted = {(t.name, p) for t in request.topics for p in t.partition_indexes}
         ongoing = {k: v for k, v in ongoing.items() if k in wanted}

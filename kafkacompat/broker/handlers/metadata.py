@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
     from kafkacompat.broker.state import BrokerState
     from kafkacompat.replication.metadata import TopicInfo
+    from kafkacompat.replication.replica_manager import BrokerEndpoint
     from kafkacompat.wire._generated.metadata_request import MetadataRequest
 
 API_KEY = ApiKey.METADATA
@@ -42,37 +43,12 @@ Broker = MetadataResponse.MetadataResponseBroker
 
 
 def describe_topic(broker: BrokerState, topic: TopicInfo) -> Any:
-    node = broker.node_id
-    if broker.cluster is not None:
-        return _describe_cluster_topic(broker, topic)
-    partitions = [
-        Partition(
-            error_code=ErrorCode.NONE,
-            partition_index=index,
-            leader_id=node,
-            leader_epoch=broker.leader_epoch(topic.name, index),
-            replica_nodes=[node],
-            isr_nodes=[node],
-            offline_replicas=[],
-        )
-        for index in range(topic.partitions)
-    ]
-    return Topic(
-        error_code=ErrorCode.NONE,
-        name=topic.name,
-        topic_id=topic.topic_id,
-        is_internal=is_internal_topic(topic.name),
-        partitions=partitions,
-    )
-
-
-def _describe_cluster_topic(broker: BrokerState, topic: TopicInfo) -> Any:
-    """Cluster mode: leader, epoch, replicas, ISR and offline replicas as ZooKeeper has them; a partition
-    without a live leader gets LEADER_NOT_AVAILABLE, as Kafka answers it."""
-    assert broker.cluster is not None
+    """Leader, epoch, replicas, ISR and offline replicas as the replica manager knows them (this node
+    alone on a single node); a partition without a live leader gets LEADER_NOT_AVAILABLE, as Kafka
+    answers it."""
     partitions = []
     for index in range(topic.partitions):
-        leader, epoch, replicas, isr, offline = broker.cluster.partition_metadata(topic.name, index)
+        leader, epoch, replicas, isr, offline = broker.replicas.partition_metadata(topic.name, index)
         partitions.append(
             Partition(
                 error_code=ErrorCode.NONE if leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE,
@@ -93,20 +69,10 @@ def _describe_cluster_topic(broker: BrokerState, topic: TopicInfo) -> Any:
     )
 
 
-def brokers_for(
-    broker: BrokerState, listener_name: str
-) -> tuple[list[tuple[int, str, int, str | None]], int]:
+def brokers_for(broker: BrokerState, listener_name: str) -> tuple[list[BrokerEndpoint], int]:
     """([(node id, host, port, rack)], controller id) as clients of `listener_name` must see them: this
     node alone on a single node; every live broker with an endpoint on that listener in cluster mode."""
-    if broker.cluster is None:
-        host, port = broker.advertised_endpoint(listener_name)
-        return [(broker.node_id, host, port, broker.config["broker.rack"])], broker.node_id
-    result = []
-    for registration in broker.cluster.live_brokers():
-        endpoint = registration.endpoint(listener_name)
-        if endpoint is not None:
-            result.append((registration.broker_id, endpoint[0], endpoint[1], registration.rack))
-    return result, broker.cluster.controller_id()
+    return broker.replicas.broker_endpoints(listener_name), broker.replicas.controller_id()
 
 
 async def handle(ctx: RequestContext, request: MetadataRequest) -> MetadataResponse:

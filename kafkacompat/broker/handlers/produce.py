@@ -105,9 +105,7 @@ async def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceRespons
                 partitions.append(_error(data.index, exc.code, exc.message, version))
     if acks == -1:
         await _await_replicas(ctx, request, responses, required)
-    node_endpoints = None
-    if broker.cluster is not None and version >= 10:
-        node_endpoints = _leader_hints(ctx, responses)
+    node_endpoints = _leader_hints(ctx, responses) if version >= 10 else None
     if acks == 0:
         failed = [
             (t.name, p.index, p.error_code) for t in responses for p in t.partition_responses if p.error_code
@@ -214,23 +212,21 @@ async def _await_replicas(
 def _leader_hints(ctx: RequestContext, responses: list[Any]) -> list[Any]:
     """KIP-951 (v10+): a NOT_LEADER_OR_FOLLOWER partition names the current leader and epoch, and the
     response carries that leader's endpoint, so the client need not wait for a metadata refresh."""
-    from kafkacompat.broker.handlers.metadata import brokers_for
-
-    cluster = ctx.broker.cluster
-    assert cluster is not None
+    replicas = ctx.broker.replicas
     leaders: set[int] = set()
     for topic_response in responses:
         for partition in topic_response.partition_responses:
             if partition.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER:
-                leader, epoch, *_ = cluster.partition_metadata(topic_response.name, partition.index)
+                leader, epoch, *_ = replicas.partition_metadata(topic_response.name, partition.index)
                 partition.current_leader = ProduceResponse.LeaderIdAndEpoch(
                     leader_id=leader, leader_epoch=epoch
                 )
                 if leader >= 0:
                     leaders.add(leader)
-    brokers, _ = brokers_for(ctx.broker, ctx.connection.listener_name)
+    if not leaders:
+        return []
     return [
         ProduceResponse.NodeEndpoint(node_id=node, host=host, port=port, rack=rack)
-        for node, host, port, rack in brokers
+        for node, host, port, rack in replicas.broker_endpoints(ctx.connection.listener_name)
         if node in leaders
     ]

@@ -18,7 +18,7 @@ from kafkacompat.broker.authorization import Op, cluster_allowed
 from kafkacompat.replication.broker_requests import NO_EPOCH
 from kafkacompat.wire._generated.stop_replica_response import StopReplicaResponse
 from kafkacompat.wire.api_keys import ApiKey
-from kafkacompat.wire.errors import ErrorCode
+from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
@@ -65,9 +65,10 @@ async def handle(ctx: RequestContext, request: StopReplicaRequest) -> StopReplic
 
     if not cluster_allowed(ctx, Op.CLUSTER_ACTION):
         return refuse(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
-    cluster = ctx.broker.cluster
-    if cluster is None:  # never dispatched on a single node
-        return refuse(ErrorCode.UNKNOWN_SERVER_ERROR)
+    try:
+        cluster = ctx.broker.require_cluster()
+    except KafkaError as exc:
+        return refuse(exc.code)
     error = cluster.check_controller_request(request.controller_epoch, request.broker_epoch)
     if error != ErrorCode.NONE:
         return refuse(error)

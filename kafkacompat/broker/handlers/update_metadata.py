@@ -17,7 +17,7 @@ from kafkacompat.replication import zk_data as zd
 from kafkacompat.replication.partition_state import LeaderAndIsr
 from kafkacompat.wire._generated.update_metadata_response import UpdateMetadataResponse
 from kafkacompat.wire.api_keys import ApiKey
-from kafkacompat.wire.errors import ErrorCode
+from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
@@ -62,9 +62,10 @@ def _partitions(request: UpdateMetadataRequest, version: int) -> list[tuple[str,
 async def handle(ctx: RequestContext, request: UpdateMetadataRequest) -> UpdateMetadataResponse:
     if not cluster_allowed(ctx, Op.CLUSTER_ACTION):
         return UpdateMetadataResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
-    cluster = ctx.broker.cluster
-    if cluster is None:  # never dispatched on a single node
-        return UpdateMetadataResponse(error_code=ErrorCode.UNKNOWN_SERVER_ERROR)
+    try:
+        cluster = ctx.broker.require_cluster()
+    except KafkaError as exc:
+        return UpdateMetadataResponse(error_code=exc.code)
     error = cluster.check_controller_request(request.controller_epoch, request.broker_epoch)
     if error != ErrorCode.NONE:
         return UpdateMetadataResponse(error_code=error)

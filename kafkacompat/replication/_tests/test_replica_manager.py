@@ -1,11 +1,13 @@
 """The partition seam on real partition logs: what a single node and a cluster leader do with an append,
-and when an acks=-1 write is committed."""
+and when an acks=-1 write is committed; and the cluster as the seam tells clients of it, in both modes."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -13,12 +15,17 @@ import trio
 
 from kafkacompat.log.config import LogConfig
 from kafkacompat.log.partition_log import PartitionLog
+from kafkacompat.replication.metadata import TopicInfo
 from kafkacompat.replication.partition_state import LeaderAndIsr, PartitionState
 from kafkacompat.replication.replica_manager import (
+    BrokerEndpoint,
     ClusterReplicaManager,
     LocalReplicaManager,
+    PartitionMetadata,
+    ReplicationHealth,
     park_until,
 )
+from kafkacompat.replication.zk_data import BrokerRegistration
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 from kafkacompat.wire.records import build_batch
 
@@ -81,6 +88,22 @@ class Link:
         self.refused.append(key)
 
 
+class Host:
+    """The single node's broker as its seam sees it: node 7, two topics, an endpoint per listener."""
+
+    node_id = 7
+
+    def __init__(self) -> None:
+        self.config = {"broker.rack": "r1"}
+        topics = [TopicInfo("t", uuid.uuid4(), 2), TopicInfo("u", uuid.uuid4(), 1)]
+        self.metadata = SimpleNamespace(
+            topic=lambda name: next((t for t in topics if t.name == name), None), topics=lambda: topics
+        )
+
+    def advertised_endpoint(self, listener_name: str) -> tuple[str, int]:
+        return {"PLAIN": ("h", 9092), "TLS": ("h", 9093)}.get(listener_name, ("h", 9092))
+
+
 @pytest.fixture
 def partition_log(tmp_path: Path) -> Iterator[PartitionLog]:
     log = PartitionLog(str(tmp_path / "t-0"), "t", 0, LogConfig.from_properties({}), sync=False)
@@ -94,7 +117,7 @@ def batch(count: int = 2) -> bytearray:
 
 def test_a_single_node_commits_every_append_at_once(partition_log: PartitionLog) -> None:
     watchers = Watchers()
-    replicas = LocalReplicaManager(Logs(partition_log), watchers)  # type: ignore[arg-type]
+    replicas = LocalReplicaManager(Logs(partition_log), watchers, Host())  # type: ignore[arg-type]
     appended = replicas.append_as_leader("t", 0, partition_log, batch(3), NOW, required_acks=-1)
     assert appended.result.base_offset == 0 and appended.required_offset == 3
     assert partition_log.high_watermark == 3 and watchers.notified == [KEY]
@@ -106,7 +129,7 @@ def test_a_single_node_refuses_acks_all_below_min_insync_replicas_before_writing
     config = LogConfig.from_properties({"min.insync.replicas": "2"})
     log = PartitionLog(str(tmp_path / "t-0"), "t", 0, config, sync=False)
     try:
-        replicas = LocalReplicaManager(Logs(log), Watchers())  # type: ignore[arg-type]
+        replicas = LocalReplicaManager(Logs(log), Watchers(), Host())  # type: ignore[arg-type]
         with pytest.raises(KafkaError) as refused:
             replicas.append_as_leader("t", 0, log, batch(), NOW, required_acks=-1)
         assert refused.value.code == ErrorCode.NOT_ENOUGH_REPLICAS and log.log_end_offset == 0
@@ -232,3 +255,166 @@ def test_coordinators_hear_of_elections_and_resignations_of_their_topic_only(
     trio.run(main)
     # each is told in a task of its own, which trio may run in either order
     assert sorted(heard) == [("t", 0, False, 4), ("t", 0, True, 4)]
+
+
+# --- the cluster as clients see it ----------------------------------------------------------------------
+
+
+def test_a_single_node_tells_of_a_cluster_of_itself() -> None:
+    replicas = LocalReplicaManager(Logs(), Watchers(), Host())  # type: ignore[arg-type]
+    assert replicas.partition_metadata("t", 1) == PartitionMetadata(7, 0, [7], [7], [])
+    assert replicas.leader_of("t", 0) == 7 and replicas.controller_id() == 7
+    assert replicas.live_broker_ids() == [7] and replicas.live_broker_count() == 1
+    assert replicas.broker_endpoints("TLS") == [BrokerEndpoint(7, "h", 9093, "r1")]
+    assert replicas.reassignments() == {} and not replicas.serves_followers
+    assert replicas.health(5, 1) == ReplicationHealth(5, 0, 1, 1)
+    trio.run(replicas.refresh_live_brokers)  # nothing to read
+
+
+def test_a_single_node_accepts_only_assignments_to_itself() -> None:
+    replicas = LocalReplicaManager(Logs(), Watchers(), Host())  # type: ignore[arg-type]
+    assert replicas.check_replica_assignment([(0, [7]), (1, [7])]) == {0: [7], 1: [7]}
+    with pytest.raises(KafkaError) as refused:
+        replicas.check_replica_assignment([(0, [7]), (1, [7, 8])])
+    assert refused.value.code == ErrorCode.INVALID_REPLICA_ASSIGNMENT
+    assert refused.value.message == "Replica assignment [7, 8] names brokers other than the only one, 7."
+
+
+def test_a_single_node_answers_elections_reassignments_and_shutdowns_itself() -> None:
+    replicas = LocalReplicaManager(Logs(), Watchers(), Host())  # type: ignore[arg-type]
+
+    async def main() -> None:
+        elected = await replicas.elect_leaders([("t", 1), ("t", 2), ("x", 0)], 0)
+        assert elected == {
+            ("t", 1): (ErrorCode.ELECTION_NOT_NEEDED, "Leader election not needed for topic partition."),
+            ("t", 2): (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist."),
+            ("x", 0): (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist."),
+        }
+        every = await replicas.elect_leaders(None, 1)
+        assert sorted(every) == [("t", 0), ("t", 1), ("u", 0)]
+        moved = await replicas.alter_reassignments(
+            {("t", 0): [7], ("t", 1): None, ("u", 0): [8], ("v", 0): [7]}
+        )
+        assert {key: code for key, (code, _) in moved.items()} == {
+            ("t", 0): ErrorCode.NONE,
+            ("t", 1): ErrorCode.NO_REASSIGNMENT_IN_PROGRESS,
+            ("u", 0): ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+            ("v", 0): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        }
+        assert await replicas.controlled_shutdown_as_controller(7) == []
+        with pytest.raises(KafkaError) as refused:
+            await replicas.controlled_shutdown_as_controller(8)
+        assert refused.value.code == ErrorCode.BROKER_NOT_AVAILABLE
+
+    trio.run(main)
+
+
+class ViewLink(Link):
+    """A cluster runtime whose view has brokers 1 and 2 live (3 gone), controller 2, and `t` on 1-3."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.is_controller = True
+        self.refreshed = 0
+        self.asked: list[Any] = []
+        self.snapshot = SimpleNamespace(states={("t", 0): None, ("t", 1): None})
+        self.brokers = [
+            BrokerRegistration(1, {"PLAIN": ("b1", 1), "TLS": ("b1", 2)}, rack="a"),
+            BrokerRegistration(2, {"PLAIN": ("b2", 1)}),
+        ]
+
+    def live_brokers(self) -> list[BrokerRegistration]:
+        return self.brokers
+
+    def controller_id(self) -> int:
+        return 2
+
+    def partition_metadata(
+        self, topic: str, partition: int
+    ) -> tuple[int, int, list[int], list[int], list[int]]:
+        if partition == 0:
+            return 1, 4, [1, 2, 3], [1, 2], [3]
+        return -1, 6, [3], [], [3]
+
+    def reassignments(self) -> dict[tuple[str, int], tuple[list[int], list[int], list[int]]]:
+        return {("t", 0): ([1, 2, 3], [3], [])}
+
+    async def refresh_live_brokers(self) -> None:
+        self.refreshed += 1
+
+    async def alter_reassignments(self, wanted: Any) -> Any:
+        self.asked.append(("reassign", wanted))
+        return {key: (ErrorCode.NONE, None) for key in wanted}
+
+    async def elect_leaders(self, wanted: Any, election_type: int) -> Any:
+        self.asked.append(("elect", wanted, election_type))
+        raise KafkaError(ErrorCode.NOT_CONTROLLER)
+
+    async def controlled_shutdown_as_controller(self, broker_id: int) -> list[tuple[str, int]]:
+        self.asked.append(("shutdown", broker_id))
+        return [("t", 0)]
+
+
+def viewer(partition_log: PartitionLog) -> tuple[ClusterReplicaManager, ViewLink]:
+    link = ViewLink()
+    replicas = ClusterReplicaManager(
+        Logs(partition_log),  # type: ignore[arg-type]
+        Watchers(),
+        link,  # type: ignore[arg-type]
+        now_ms=lambda: NOW,
+        lag_ms=30_000,
+        closing=lambda: False,
+    )
+    return replicas, link
+
+
+def test_a_cluster_member_tells_of_the_cluster_as_its_runtime_sees_it(partition_log: PartitionLog) -> None:
+    replicas, link = viewer(partition_log)
+    assert replicas.partition_metadata("t", 0) == PartitionMetadata(1, 4, [1, 2, 3], [1, 2], [3])
+    assert replicas.leader_of("t", 0) == 1 and replicas.leader_of("t", 1) == -1
+    assert replicas.live_broker_ids() == [1, 2] and replicas.live_broker_count() == 2
+    assert replicas.controller_id() == 2 and replicas.serves_followers
+    # only the brokers with an endpoint on the listener, as its clients reach them
+    assert replicas.broker_endpoints("TLS") == [BrokerEndpoint(1, "b1", 2, "a")]
+    assert replicas.broker_endpoints("PLAIN") == [
+        BrokerEndpoint(1, "b1", 1, "a"),
+        BrokerEndpoint(2, "b2", 1, None),
+    ]
+    assert replicas.reassignments() == {("t", 0): ([1, 2, 3], [3], [])}
+    trio.run(replicas.refresh_live_brokers)
+    assert link.refreshed == 1
+
+
+def test_a_cluster_member_checks_assignments_against_the_live_brokers(partition_log: PartitionLog) -> None:
+    replicas, _ = viewer(partition_log)
+    assert replicas.check_replica_assignment([(0, [1, 2]), (1, [2, 1])]) == {0: [1, 2], 1: [2, 1]}
+    for wrong in ([(0, [1, 3])], [(0, [1, 1])], [(0, [])], [(0, [1, 2]), (1, [1])]):
+        with pytest.raises(KafkaError) as refused:
+            replicas.check_replica_assignment(wrong)
+        assert refused.value.code == ErrorCode.INVALID_REPLICA_ASSIGNMENT
+
+
+def test_a_cluster_member_asks_the_controller_duties(partition_log: PartitionLog) -> None:
+    replicas, link = viewer(partition_log)
+
+    async def main() -> None:
+        assert await replicas.alter_reassignments({("t", 0): None}) == {("t", 0): (ErrorCode.NONE, None)}
+        with pytest.raises(KafkaError) as refused:
+            await replicas.elect_leaders(None, 0)
+        assert refused.value.code == ErrorCode.NOT_CONTROLLER
+        assert await replicas.controlled_shutdown_as_controller(3) == [("t", 0)]
+
+    trio.run(main)
+    assert link.asked == [("reassign", {("t", 0): None}), ("elect", None, 0), ("shutdown", 3)]
+
+
+def test_a_cluster_members_health_counts_what_it_leads_and_as_controller_what_nobody_leads(
+    partition_log: PartitionLog,
+) -> None:
+    replicas, link = viewer(partition_log)
+    state = replicas.partitions[KEY] = PartitionState("t", 0, link.node_id)
+    state.become_leader(LeaderAndIsr(1, 4, (1,), 1, 0), (1, 2), 0, NOW)
+    # leads t-0 with an ISR short of its replicas; as controller, t-1 has no live leader
+    assert replicas.health(99, 99) == ReplicationHealth(1, 1, 1, 1)
+    link.is_controller = False
+    assert replicas.health(99, 99) == ReplicationHealth(1, 1, 0, 0)
