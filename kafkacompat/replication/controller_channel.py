@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import trio
 
@@ -26,19 +26,25 @@ from kafkacompat.wire.errors import ErrorCode
 if TYPE_CHECKING:
     from kafkacompat.replication.cluster.shared import ClusterState
     from kafkacompat.replication.inter_broker_client import InterBrokerConnection
+    from kafkacompat.wire._generated.leader_and_isr_request import LeaderAndIsrRequest
+    from kafkacompat.wire._generated.stop_replica_request import StopReplicaRequest
+    from kafkacompat.wire._generated.update_metadata_request import UpdateMetadataRequest
+
+#: what the controller sends a broker (`broker_requests.py` builds them)
+ControllerRequest: TypeAlias = "LeaderAndIsrRequest | UpdateMetadataRequest | StopReplicaRequest"
 
 __all__ = ["BrokerQueue", "ControllerChannel"]
 
 log = logging.getLogger("kafkacompat.controller")
 
-API_NAMES = {
+API_NAMES: dict[ApiKey, str] = {
     ApiKey.LEADER_AND_ISR: "LeaderAndIsr",
     ApiKey.STOP_REPLICA: "StopReplica",
     ApiKey.UPDATE_METADATA: "UpdateMetadata",
 }
 
 
-def _errors(api_key: int, response: Any) -> list[int]:
+def _errors(api_key: ApiKey, response: Any) -> list[int]:
     """The non-zero error codes of an answer (top level and per partition)."""
     codes = [response.error_code]
     if api_key == ApiKey.LEADER_AND_ISR:
@@ -56,13 +62,13 @@ class BrokerQueue:
         self.cluster = cluster
         self.broker_id = broker_id
         self.broker_epoch = broker_epoch
-        self.pending: deque[tuple[int, Any, trio.Event]] = deque()
+        self.pending: deque[tuple[ApiKey, ControllerRequest, trio.Event]] = deque()
         self.stopped = False
         self.sent = 0
         self._wake = trio.Event()
         self._connection: InterBrokerConnection | None = None
 
-    def put(self, api_key: int, request: Any) -> trio.Event:
+    def put(self, api_key: ApiKey, request: ControllerRequest) -> trio.Event:
         """Queue a request; the event is set once it is answered (or the queue stopped)."""
         done = trio.Event()
         self.pending.append((api_key, request, done))
@@ -108,7 +114,7 @@ class BrokerQueue:
         finally:
             self._disconnect()
 
-    async def _send(self, api_key: int, request: Any) -> Any:
+    async def _send(self, api_key: ApiKey, request: ControllerRequest) -> Any:
         if self._connection is None:
             timeout = self.cluster.broker.config["replica.socket.timeout.ms"] / 1000
             self._connection = await self.cluster.connect_inter_broker(self.broker_id, "controller", timeout)
@@ -142,7 +148,7 @@ class ControllerChannel:
                 fresh.add(broker_id)
         return fresh
 
-    def send(self, broker_id: int, api_key: int, request: Any) -> trio.Event | None:
+    def send(self, broker_id: int, api_key: ApiKey, request: ControllerRequest) -> trio.Event | None:
         """Queue `request` for `broker_id`; the event of its answer (None: no such live broker)."""
         queue = self.queues.get(broker_id)
         if queue is not None:

@@ -19,16 +19,19 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import trio
 
 from kafkacompat.log.leader_epoch import UNDEFINED_EPOCH
 from kafkacompat.replication.fetcher import FetchPhase, FollowerFetchState
 from kafkacompat.replication.throttle import throttled_partition
+from kafkacompat.wire._generated.fetch_request import FetchRequest
+from kafkacompat.wire._generated.fetch_response import FetchResponse
+from kafkacompat.wire._generated.offset_for_leader_epoch_request import OffsetForLeaderEpochRequest
+from kafkacompat.wire._generated.offset_for_leader_epoch_response import OffsetForLeaderEpochResponse
 from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import ErrorCode, KafkaError
-from kafkacompat.wire.messages import request_class
 
 if TYPE_CHECKING:
     from kafkacompat.replication.cluster.shared import ClusterState
@@ -111,8 +114,8 @@ class FetcherTask:
 
     async def _truncate(self, connection: InterBrokerConnection, states: list[FollowerFetchState]) -> None:
         broker = self.cluster.broker
-        cls = request_class(OFFSET_FOR_LEADER_EPOCH)
-        by_topic: dict[str, list[Any]] = {}
+        cls = OffsetForLeaderEpochRequest
+        by_topic: dict[str, list[OffsetForLeaderEpochRequest.OffsetForLeaderPartition]] = {}
         asked: dict[tuple[str, int], int] = {}
         for state in states:
             partition_log = broker.logs.get_log(state.topic, state.partition)
@@ -131,14 +134,16 @@ class FetcherTask:
             replica_id=self.cluster.node_id,
             topics=[cls.OffsetForLeaderTopic(topic=t, partitions=p) for t, p in by_topic.items()],
         )
-        response = await connection.send(OFFSET_FOR_LEADER_EPOCH, EPOCH_VERSION, request)
+        response: OffsetForLeaderEpochResponse = await connection.send(
+            OFFSET_FOR_LEADER_EPOCH, EPOCH_VERSION, request
+        )
         now = broker.now_ms()
         for topic in response.topics:
             for answer in topic.partitions:
                 key = (topic.topic, answer.partition)
-                state = self.partitions.get(key)
+                follower = self.partitions.get(key)
                 partition_log = broker.logs.get_log(*key)
-                if state is None or partition_log is None or key not in asked:
+                if follower is None or partition_log is None or key not in asked:
                     continue
                 if answer.error_code != ErrorCode.NONE:
                     continue  # not yet leader there, or a newer epoch: the next round asks again
@@ -146,7 +151,7 @@ class FetcherTask:
                     local = None
                 else:
                     local = partition_log.end_offset_for_epoch(answer.leader_epoch)
-                decision = state.on_epoch_end_offset(
+                decision = follower.on_epoch_end_offset(
                     answer.leader_epoch,
                     answer.end_offset,
                     local,
@@ -161,13 +166,13 @@ class FetcherTask:
                         decision.truncate_to,
                     )
                     partition_log.truncate_to(decision.truncate_to, now)
-                state.fetch_offset = partition_log.log_end_offset
+                follower.fetch_offset = partition_log.log_end_offset
 
     async def _fetch(self, connection: InterBrokerConnection, states: list[FollowerFetchState]) -> None:
         broker = self.cluster.broker
         config = broker.config
-        cls = request_class(FETCH)
-        by_topic: dict[str, list[Any]] = {}
+        cls = FetchRequest
+        by_topic: dict[str, list[FetchRequest.FetchPartition]] = {}
         throttled = {key for key in self.partitions if self._throttled(*key)}
         now_s = time.monotonic()
         for state in states:
@@ -201,17 +206,17 @@ class FetcherTask:
         if not by_topic:
             await trio.sleep(config["replica.fetch.backoff.ms"] / 1000)  # everything is held back
             return
-        response = await connection.send(FETCH, FETCH_VERSION, request)
+        response: FetchResponse = await connection.send(FETCH, FETCH_VERSION, request)
         now = broker.now_ms()
         for topic in response.responses:
             for data in topic.partitions:
                 key = (topic.topic, data.partition_index)
-                state = self.partitions.get(key)
+                follower = self.partitions.get(key)
                 partition_log = broker.logs.get_log(*key)
-                if state is None or partition_log is None:
+                if follower is None or partition_log is None:
                     continue
                 if data.error_code != ErrorCode.NONE:
-                    state.on_fetch_error(ErrorCode(data.error_code))
+                    follower.on_fetch_error(ErrorCode(data.error_code))
                     continue
                 records = data.records
                 if key in throttled and records is not None:
@@ -223,9 +228,9 @@ class FetcherTask:
                         log.warning(
                             "%s-%d: follower append failed: %s; truncating again", key[0], key[1], exc
                         )
-                        state.phase = FetchPhase.TRUNCATING
+                        follower.phase = FetchPhase.TRUNCATING
                         continue
-                    state.on_fetched(partition_log.log_end_offset)
+                    follower.on_fetched(partition_log.log_end_offset)
                 partition_log.update_high_watermark(min(data.high_watermark, partition_log.log_end_offset))
                 local = self.cluster.partitions.get(key)
                 if local is not None:
