@@ -37,11 +37,12 @@ check-generated: $(TEST_VENV)/.installed
 	$(TEST_VENV)/bin/python tools/gen_api_table.py --check
 
 # mypy over the packages typed so far (the wire codecs, log storage, the group and transaction coordinators,
-# the API handlers, security; their _tests are left out); the list grows until it is all of kafkacompat/.
+# the API handlers, replication, security; their _tests are left out); the list grows until it is all of
+# kafkacompat/.
 # Settings: [tool.mypy].
 typecheck: $(TEST_VENV)/.installed
 	$(TEST_VENV)/bin/mypy kafkacompat/wire kafkacompat/log kafkacompat/groups kafkacompat/txn kafkacompat/broker/handlers \
-		kafkacompat/security
+		kafkacompat/replication kafkacompat/security
 
 # Every client's produce, consume and group tests (and librdkafka's admin suite) a second time, against
 # a 3-broker cluster (cluster mode, ZooKeeper from Debian's package, topics of replication factor 3;
