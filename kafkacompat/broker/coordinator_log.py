@@ -1,13 +1,15 @@
-"""What the group and transaction runtimes do alike with their internal topics' logs.
+"""How coordinators use their internal topics' logs: create, replay, write as leader, wait for the ISR.
 
 Theory of operation
 -------------------
-Both coordinators (group_runtime.py over `__consumer_offsets`, txn_runtime.py over
-`__transaction_state`) keep their state in a compacted internal topic that they create on first use,
-rebuild their sans-io core by replaying that topic's log at start-up, and write COMMIT/ABORT control
-batches as the partition's leader (through the broker's replica manager, as every leader write). Those
-three steps are the same for both and live here; what a record means, how a failure is answered and
-which lock guards which core stay with each runtime.
+Every coordinator (coordinator_runtime.py) keeps its state in a compacted internal topic that it
+creates on first use and rebuilds its sans-io core by replaying that topic's partitions.
+
+`PartitionWriter` is a coordinator's only way to write (Kafka's coordinator PartitionWriter): a batch of
+the core's records, or a COMMIT/ABORT control batch, appended as the partition's leader through the
+broker's replica manager with acks=all, as every leader write (offsets, indexes, the high watermark,
+fetchers woken); `wait_committed` then waits until the ISR holds them (at once on a single node), since
+a coordinator answers nothing a new leader would not replay.
 
 `replay_log` reads a partition from its log start to its current end, `load_buffer` bytes per read,
 and hands each batch that reaches past the read's start offset to the runtime's `replay_batch` under
@@ -23,15 +25,19 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from kafkacompat.coordinator.api import CoordinatorRecord
 from kafkacompat.wire.errors import ErrorCode, KafkaError
-from kafkacompat.wire.records import RecordBatchView, build_control_batch, iter_batches
+from kafkacompat.wire.records import RecordBatchView, build_batch, build_control_batch, iter_batches
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from kafkacompat.broker.state import BrokerState
     from kafkacompat.log.partition_log import PartitionLog
 
 __all__ = [
     "LoadStalled",
+    "PartitionWriter",
     "append_txn_marker",
     "create_compacted_internal_topic",
     "replay_log",
@@ -148,3 +154,91 @@ async def create_compacted_internal_topic(
     except KafkaError as exc:
         if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
             raise
+
+
+class PartitionWriter:
+    """A coordinator's writes to the partitions of its topic `topic` (see the module docstring)."""
+
+    def __init__(self, broker: BrokerState, topic: str) -> None:
+        self.broker = broker
+        self.topic = topic
+
+    def log_of(self, partition: int) -> PartitionLog | None:
+        return self.broker.partition_log(self.topic, partition)
+
+    def append(self, partition: int, records: Sequence[CoordinatorRecord], now_ms: int) -> int:
+        """Append `records` (all of one producer) to `partition` as one batch; returns the offset at
+        which it is committed. A TxnOffsetCommit's records (producer id >= 0) go in a transactional
+        batch of that producer, without a sequence, as Kafka writes them. Raises KafkaError
+        (NOT_LEADER_OR_FOLLOWER when the partition is not here, the log's error otherwise) or
+        InvalidRecordBatch."""
+        partition_log = self.log_of(partition)
+        if partition_log is None:
+            raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{self.topic}-{partition} is not here")
+        producer_id = records[0].producer_id
+        batch = bytearray(
+            build_batch(
+                [(r.key, r.value, (), now_ms) for r in records],
+                base_timestamp=now_ms,
+                producer_id=producer_id,
+                producer_epoch=records[0].producer_epoch,
+                is_transactional=producer_id >= 0,
+            )
+        )
+        appended = self.broker.replicas.append_as_leader(
+            self.topic,
+            partition,
+            partition_log,
+            batch,
+            now_ms,
+            required_acks=-1,
+            check_producers=False,
+            from_coordinator=producer_id >= 0,
+        )
+        return appended.required_offset
+
+    def append_marker(
+        self,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        commit: bool,
+        now_ms: int,
+    ) -> int | None:
+        """A COMMIT/ABORT control batch into `partition` (see `append_txn_marker`); None when the
+        partition is not here (nothing written)."""
+        partition_log = self.log_of(partition)
+        if partition_log is None:
+            return None
+        return append_txn_marker(
+            self.broker,
+            partition_log,
+            self.topic,
+            partition,
+            producer_id,
+            producer_epoch,
+            coordinator_epoch,
+            commit,
+            now_ms,
+        )
+
+    async def wait_committed(
+        self, required: dict[int, int], timeout_seconds: float, what: str, log: logging.Logger
+    ) -> dict[int, ErrorCode]:
+        """`wait_for_coordinator_writes` for this topic."""
+        return await wait_for_coordinator_writes(
+            self.broker, self.topic, required, timeout_seconds, what, log
+        )
+
+    async def flush_due(self, partitions: set[int], log: logging.Logger) -> None:
+        """fsync the logs of `partitions` whose flush interval (flush.messages / flush.ms) has come."""
+        now = self.broker.now_ms()
+        for partition in sorted(partitions):
+            partition_log = self.log_of(partition)
+            if partition_log is None or not partition_log.flush_needed(now):
+                continue
+            try:
+                await trio.to_thread.run_sync(partition_log.flush, self.broker.now_ms())
+            except KafkaError as exc:
+                log.error("flush of %s-%d failed: %s", self.topic, partition, exc)

@@ -24,8 +24,9 @@ Every operation returns an ``Outcome``:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
+from kafkacompat.coordinator.api import Completion, CoordinatorRecord, Outcome, Parked
 from kafkacompat.wire.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -61,38 +62,6 @@ __all__ = [
 NONE = ErrorCode.NONE
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class Parked:
-    """The request waits; its answer comes later as a ``Completion`` with this token."""
-
-    token: int
-
-
-@dataclass(frozen=True, slots=True)
-class Completion:
-    token: int
-    response: object
-
-
-@dataclass(frozen=True, slots=True)
-class CoordinatorRecord:
-    """One record for __consumer_offsets: ``value`` None is a tombstone."""
-
-    partition: int
-    key: bytes
-    value: bytes | None
-    # a transactional offset commit (TxnOffsetCommit): written in a transactional batch of this producer
-    producer_id: int = -1
-    producer_epoch: int = -1
-
-
-@dataclass(slots=True)
-class Outcome(Generic[T]):
-    response: T | Parked | None = None
-    records: list[CoordinatorRecord] = field(default_factory=list)
-    completions: list[Completion] = field(default_factory=list)
 
 
 # --- JoinGroup ----------------------------------------------------------------------------------

@@ -4,13 +4,13 @@ given up.
 Theory of operation
 -------------------
 While a partition loads (``begin_loading``), its groups answer COORDINATOR_LOAD_IN_PROGRESS.
-``replay`` applies each record of the partition in offset order: an offset record goes straight into
-the ``OffsetStore`` (or, from a transactional batch, into ``pending_txn_offsets`` until its marker);
-a group metadata record only replaces the group's staged value, since a later record of the same group
-overrides an earlier one. ``finish_loading`` then builds each group once from its last staged value
-(Stable with its members, or Empty), starts its members' session timers, and starts serving.
-``unload_partition`` answers every parked request of the partition's groups with NOT_COORDINATOR and
-forgets the partition's groups, offsets and staged and pending state.
+``replay`` applies each record of the partition in offset order: an offset record
+goes straight into the ``OffsetStore`` (or, from a transactional batch, into ``pending_txn_offsets``
+until its marker); a group metadata record only replaces the group's staged value, since a later record
+of the same group overrides an earlier one. ``finish_loading`` then builds each group once from its last
+staged value (Stable with its members, or Empty), starts its members' session timers, and starts
+serving. ``unload_partition`` answers every parked request of the partition's groups with
+NOT_COORDINATOR and forgets the partition's groups, offsets and staged and pending state.
 """
 
 from __future__ import annotations
@@ -35,10 +35,14 @@ DEAD = GroupState.DEAD
 class LoadingOps(MembershipOps):
     """Ownership of __consumer_offsets partitions: loading, replay and unloading."""
 
-    def begin_loading(self, partition: int) -> None:
-        """Start loading a __consumer_offsets partition: its groups answer COORDINATOR_LOAD_IN_PROGRESS."""
+    def begin_loading(self, partition: int, epoch: int | None = None) -> None:
+        """Start loading a __consumer_offsets partition: its groups answer COORDINATOR_LOAD_IN_PROGRESS.
+        (The classic protocol's records do not depend on the partition's leader epoch.)"""
         self.owned_partitions.add(partition)
         self.loading_partitions.add(partition)
+
+    def set_epoch(self, partition: int, epoch: int) -> None:
+        """Nothing of a classic group depends on its partition's leader epoch."""
 
     def replay(
         self, key: bytes | memoryview, value: bytes | memoryview | None, producer_id: int = -1

@@ -11,8 +11,9 @@ Every parked request is answered exactly once, including the ones Kafka would dr
 or SyncGroup of the same member, a member removed while it waited). Timers are deadlines that fire
 when an operation or ``tick(now_ms)`` runs at or past them, so tests drive time by passing numbers.
 
-The runtime (broker/group_runtime.py) calls one operation at a time. At start-up it calls
-``begin_loading(p)``, ``replay(key, value)`` for each record of partition ``p`` in offset order, then
+The runtime (broker/coordinator_runtime.py) drives it through the coordinator contract
+(coordinator/api.py). To load partition ``p`` it calls ``begin_loading(p)``, ``replay_batch`` for each
+batch of ``p`` in offset order (records to ``replay``, transaction markers to ``replay_txn_marker``), then
 ``finish_loading(p, now_ms)`` (``load_empty_partitions`` for a fresh cluster). It sleeps until
 ``next_deadline()`` or a new operation, then calls ``tick(now_ms)``.
 
@@ -39,6 +40,8 @@ from kafkacompat.groups.api import Outcome
 from kafkacompat.groups.config import GroupConfig
 from kafkacompat.groups.loading import LoadingOps
 from kafkacompat.groups.offset_ops import PreparedOffset, prepare_offset_commit
+from kafkacompat.wire.errors import KafkaError
+from kafkacompat.wire.records import COMMIT_MARKER, RecordBatchView, iter_records, parse_control_record_key
 
 __all__ = ["GroupConfig", "GroupCoordinatorCore", "PreparedOffset", "prepare_offset_commit"]
 
@@ -61,6 +64,25 @@ class GroupCoordinatorCore(LoadingOps, AdminOps):
         self._begin(now_ms)
         return self._finish(None, now_ms)
 
+    def replay_batch(self, partition: int, batch: RecordBatchView, from_offset: int) -> int:
+        """Apply one batch of ``partition`` (records before ``from_offset`` were applied already): a
+        transaction marker settles the producer's pending TxnOffsetCommit offsets in this partition, a
+        data batch's records are replayed (pending when the batch is transactional). Returns the number
+        of records replayed."""
+        if batch.is_control:
+            commit = _marker_commits(batch)
+            if commit is not None and batch.producer_id >= 0:
+                self.replay_txn_marker(batch.producer_id, commit, partition)
+            return 0
+        producer_id = batch.producer_id if batch.is_transactional else -1
+        replayed = 0
+        for record in iter_records(batch):
+            if record.offset < from_offset or record.key is None:
+                continue
+            self.replay(record.key, record.value, producer_id)
+            replayed += 1
+        return replayed
+
     def _fire_due(self, now_ms: int) -> None:
         if self._timers.deadline(_CLEANUP_KEY) is None:
             self._timers.schedule(_CLEANUP_KEY, now_ms + self.config.offsets_retention_check_interval_ms)
@@ -79,3 +101,14 @@ class GroupCoordinatorCore(LoadingOps, AdminOps):
                 self._on_sync_timer(group, now_ms)
             elif kind == "hb":
                 self._on_heartbeat_timer(group, key[2], now_ms)
+
+
+def _marker_commits(batch: RecordBatchView) -> bool | None:
+    """True for a COMMIT marker batch, False for ABORT, None for any other control record."""
+    try:
+        for record in iter_records(batch):
+            _version, marker_type = parse_control_record_key(record.key)
+            return marker_type == COMMIT_MARKER if marker_type in (0, 1) else None
+    except KafkaError:
+        return None
+    return None

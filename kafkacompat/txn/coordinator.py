@@ -4,11 +4,12 @@ Theory of operation
 -------------------
 `TransactionCoordinatorCore` owns the `TransactionMetadata` of every transactional id whose
 `__transaction_state` partition this broker coordinates. Each operation takes `now_ms` and returns a
-`TxnOutcome`: the answer, the records to append to `__transaction_state` (key, value; value None is a
-tombstone) and the transaction markers to write (`MarkerJob`: producer id and epoch, commit or abort,
-the partitions). The runtime appends the records first, then hands the jobs to its marker writer and,
-once a job's markers are all in the partition logs, calls `markers_written()`, which moves the
-transaction from PrepareCommit/PrepareAbort to CompleteCommit/CompleteAbort (one more record).
+`TxnOutcome` (an `Outcome`, coordinator/api.py): the answer, the records to append to
+`__transaction_state` (value None is a tombstone) and the transaction markers to write (`MarkerJob`:
+producer id and epoch, commit or abort, the partitions). The runtime appends the records first, then
+hands the jobs to its marker writer and, once a job's markers are all in the partition logs, calls
+`markers_written()`, which moves the transaction from PrepareCommit/PrepareAbort to
+CompleteCommit/CompleteAbort (one more record).
 
 States and transitions follow Kafka's TransactionCoordinator / TransactionMetadata:
 
@@ -42,8 +43,10 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
+from kafkacompat.coordinator.api import CoordinatorRecord, Outcome
 from kafkacompat.txn import records as rec
 from kafkacompat.wire.errors import DecodeError, ErrorCode
+from kafkacompat.wire.records import RecordBatchView, iter_records
 
 __all__ = [
     "MarkerJob",
@@ -166,9 +169,9 @@ class MarkerJob:
 
 
 @dataclass(slots=True)
-class TxnOutcome:
-    response: Any = None
-    records: list[tuple[int, bytes, bytes | None]] = field(default_factory=list)
+class TxnOutcome(Outcome[Any]):
+    """An outcome (coordinator/api.py) with the marker jobs to start once its records are committed."""
+
     markers: list[MarkerJob] = field(default_factory=list)
 
 
@@ -205,7 +208,7 @@ class TransactionCoordinatorCore:
         self.owned_partitions: set[int] = set()
         self.loading_partitions: set[int] = set()
         self.skipped_records = 0
-        self._records: list[tuple[int, bytes, bytes | None]] = []
+        self._records: list[CoordinatorRecord] = []
         self._markers: list[MarkerJob] = []
         self._next_abort_check = 0
         self._next_expire_check = 0
@@ -215,19 +218,37 @@ class TransactionCoordinatorCore:
     def partition_for(self, transactional_id: str) -> int:
         return rec.partition_for(transactional_id, self.config.num_partitions)
 
-    def begin_loading(self, partition: int, coordinator_epoch: int | None = None) -> None:
+    def begin_loading(self, partition: int, epoch: int | None = None) -> None:
+        """Load `partition`; `epoch` (its leader epoch) is the coordinator epoch its markers carry."""
         self.owned_partitions.add(partition)
         self.loading_partitions.add(partition)
-        if coordinator_epoch is not None:
-            self.coordinator_epochs[partition] = coordinator_epoch
+        if epoch is not None:
+            self.coordinator_epochs[partition] = epoch
 
-    def unload_partition(self, partition: int) -> None:
+    def set_epoch(self, partition: int, epoch: int) -> None:
+        """Still the leader, with a newer leader epoch: markers carry the newer coordinator epoch."""
+        self.coordinator_epochs[partition] = epoch
+
+    def unload_partition(self, partition: int, now_ms: int = 0) -> TxnOutcome:
         """Another broker coordinates `partition` now: forget its transactional ids (NOT_COORDINATOR)."""
         self.owned_partitions.discard(partition)
         self.loading_partitions.discard(partition)
         self.coordinator_epochs.pop(partition, None)
         for tid in [t for t in self.txns if self.partition_for(t) == partition]:
             del self.txns[tid]
+        return TxnOutcome()
+
+    def replay_batch(self, partition: int, batch: RecordBatchView, from_offset: int) -> int:
+        """Apply the records of one `__transaction_state` batch at or past `from_offset` (its control
+        batches carry nothing of the coordinator's); returns how many were applied."""
+        if batch.is_control:
+            return 0
+        replayed = 0
+        for record in iter_records(batch):
+            if record.offset >= from_offset and record.key is not None:
+                self.replay(record.key, record.value)
+                replayed += 1
+        return replayed
 
     def replay(self, key: bytes | memoryview, value: bytes | memoryview | None) -> None:
         """Apply one `__transaction_state` record; undecodable records are counted and skipped."""
@@ -262,20 +283,20 @@ class TransactionCoordinatorCore:
                 self._markers.append(self._job(meta, meta.state == TxnState.PREPARE_COMMIT))
         return self._finish(None)
 
-    def load_empty_partitions(self, partitions: Iterable[int]) -> None:
+    def load_empty_partitions(self, partitions: Iterable[int], now_ms: int = 0) -> None:
         for p in partitions:
             self.owned_partitions.add(p)
 
     # --- helpers ------------------------------------------------------------------------------------
 
     def _finish(self, response: Any) -> TxnOutcome:
-        outcome = TxnOutcome(response, self._records, self._markers)
+        outcome = TxnOutcome(response, records=self._records, markers=self._markers)
         self._records, self._markers = [], []
         return outcome
 
     def _persist(self, meta: TransactionMetadata) -> None:
         self._records.append(
-            (
+            CoordinatorRecord(
                 self.partition_for(meta.transactional_id),
                 rec.encode_key(meta.transactional_id),
                 rec.encode_value(meta.to_value()),
@@ -546,7 +567,7 @@ class TransactionCoordinatorCore:
                     continue
                 if meta.state in _IDLE and meta.last_update_ms + self.config.id_expiration_ms < now_ms:
                     del self.txns[tid]
-                    self._records.append((partition, rec.encode_key(tid), None))
+                    self._records.append(CoordinatorRecord(partition, rec.encode_key(tid), None))
         return self._finish(None)
 
     # --- admin ----------------------------------------------------------------------------------------

@@ -191,7 +191,7 @@ async def test_requests_waiting_for_the_transaction_coordinator_hold_no_request_
     assert (await admin.call(INIT_PRODUCER_ID, 4, first)).error_code == E.NONE  # the state topic exists
     runtime = broker.state.transactions
     waiters = []
-    async with runtime._lock:  # a long holder, as a write waiting for its ISR is in a cluster
+    async with runtime._serialised(None):  # a long holder of every partition, as a write waiting for its ISR
         for index in range(8):  # more than the 4 slots
             waiter = await RawClient.connect(broker.port)
             late = request(INIT_PRODUCER_ID, transactional_id=f"late-{index}", transaction_timeout_ms=60000)
@@ -204,7 +204,7 @@ async def test_requests_waiting_for_the_transaction_coordinator_hold_no_request_
         with trio.fail_after(30):
             answer = await produce(producer, "pair", batch(b"value"))
         assert answer.error_code == E.NONE
-        assert runtime._lock.locked()  # answered while the coordinator was still held
+        assert all(lock.locked() for lock in runtime._locks)  # answered while the coordinator was still held
     await trio.sleep(0.5)
     assert sorted(t for t in runtime.core.txns if t.startswith("late-")) == []
     again = request(INIT_PRODUCER_ID, transactional_id="tx", transaction_timeout_ms=60000)

@@ -52,8 +52,8 @@ async def handle(ctx: RequestContext, request: DeleteGroupsRequest) -> DeleteGro
             await turn.spend()
             chunk = group_ids[start : start + _GROUPS_PER_CALL]
             try:
-                # ignore[misc, arg-type]: mypy cannot type a lambda with a default beyond its context
-                results += await runtime.call(lambda now, chunk=chunk: runtime.core.delete_groups(chunk, now))  # type: ignore[misc, arg-type]
+                # ignore[misc]: mypy cannot type a lambda with a default beyond its context
+                results += await runtime.call(lambda now, chunk=chunk: runtime.core.delete_groups(chunk, now))  # type: ignore[misc]
             except KafkaError as exc:
                 results += [api.DeleteGroupsResult(g, exc.code) for g in chunk]
     return DeleteGroupsResponse(

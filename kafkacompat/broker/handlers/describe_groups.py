@@ -65,9 +65,9 @@ async def handle(ctx: RequestContext, request: DescribeGroupsRequest) -> Describ
             await chunks.spend()
             chunk = group_ids[start : start + _GROUPS_PER_TURN]
             try:
-                # ignore[misc, arg-type]: mypy cannot type a lambda with a default beyond its context
+                # ignore[misc]: mypy cannot type a lambda with a default beyond its context
                 described += await runtime.call(
-                    lambda now, chunk=chunk: runtime.core.describe_groups(chunk, now), may_write=False  # type: ignore[misc, arg-type]
+                    lambda now, chunk=chunk: runtime.core.describe_groups(chunk, now), may_write=False  # type: ignore[misc]
                 )
             except KafkaError as exc:
                 described += [api.DescribedGroup(exc.code, g, "", "", "") for g in chunk]

@@ -33,7 +33,7 @@ def test_init_bumps_the_epoch_and_persists() -> None:
     core, ids = new_core()
     first, outcome = init(core, ids)
     assert (first.error, first.producer_id, first.producer_epoch) == (E.NONE, 1000, 0)
-    [(partition, key, value)] = outcome.records
+    [(partition, key, value)] = [(r.partition, r.key, r.value) for r in outcome.records]
     assert partition == core.partition_for("tx") and rec.decode_key(key) == "tx"
     assert rec.decode_value(value).status == TxnState.EMPTY
     second, _ = init(core, ids)
@@ -49,14 +49,14 @@ def test_commit_writes_prepare_markers_then_complete() -> None:
     assert end.response == E.NONE
     [job] = end.markers
     assert job.commit and job.partitions == (TP, ("u", 1)) and job.producer_epoch == 0
-    assert rec.decode_value(end.records[0][2]).status == TxnState.PREPARE_COMMIT
+    assert rec.decode_value(end.records[0].value).status == TxnState.PREPARE_COMMIT
     # while markers are pending: CONCURRENT_TRANSACTIONS for the same end and for new partitions
     assert core.end_txn("tx", r.producer_id, 0, True, 8).response == E.CONCURRENT_TRANSACTIONS
     assert core.end_txn("tx", r.producer_id, 0, False, 8).response == E.INVALID_TXN_STATE
     assert core.add_partitions("tx", r.producer_id, 0, [TP], 8).response == E.CONCURRENT_TRANSACTIONS
     done = core.markers_written(job, 9)
     assert core.txns["tx"].state == TxnState.COMPLETE_COMMIT and not core.txns["tx"].partitions
-    assert rec.decode_value(done.records[0][2]).status == TxnState.COMPLETE_COMMIT
+    assert rec.decode_value(done.records[0].value).status == TxnState.COMPLETE_COMMIT
     assert core.end_txn("tx", r.producer_id, 0, True, 10).response == E.NONE  # a retry
     assert core.end_txn("tx", r.producer_id, 0, False, 10).response == E.INVALID_TXN_STATE
 
@@ -122,7 +122,7 @@ def test_idle_ids_expire_with_a_tombstone() -> None:
     init(core, ids, now=0)
     outcome = core.tick(2000)
     assert "tx" not in core.txns
-    assert [(k, v) for _, k, v in outcome.records] == [(rec.encode_key("tx"), None)]
+    assert [(r.key, r.value) for r in outcome.records] == [(rec.encode_key("tx"), None)]
 
 
 def test_replay_restores_state_and_resends_markers() -> None:
@@ -135,8 +135,8 @@ def test_replay_restores_state_and_resends_markers() -> None:
     partition = fresh.partition_for("tx")
     fresh.begin_loading(partition)
     assert init(fresh, ids)[0].error == E.COORDINATOR_LOAD_IN_PROGRESS
-    for _, key, value in log:
-        fresh.replay(key, value)
+    for record in log:
+        fresh.replay(record.key, record.value)
     loaded = fresh.finish_loading(partition, 3)
     [job] = loaded.markers
     assert not job.commit and job.partitions == (TP,) and job.producer_id == r.producer_id
