@@ -54,7 +54,8 @@ async def handle(ctx: RequestContext, request: AddOffsetsToTxnRequest) -> AddOff
                 request.producer_epoch,
                 [(OFFSETS_TOPIC, partition)],
                 now,
-            )
+            ),
+            key=request.transactional_id,
         )
     except KafkaError as exc:
         code = exc.code

@@ -76,10 +76,11 @@ async def _one(
         if verify_only:
             return await runtime.call(
                 lambda now: TxnOutcome(runtime.core.verify_partitions(tid, producer_id, epoch, wanted)),
+                key=tid,
                 may_write=False,
             )
         code = await runtime.call(
-            lambda now: runtime.core.add_partitions(tid, producer_id, epoch, wanted, now)
+            lambda now: runtime.core.add_partitions(tid, producer_id, epoch, wanted, now), key=tid
         )
     except KafkaError as exc:
         code = exc.code

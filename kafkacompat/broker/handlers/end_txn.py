@@ -48,7 +48,8 @@ async def handle(ctx: RequestContext, request: EndTxnRequest) -> EndTxnResponse:
                 request.producer_epoch,
                 bool(request.committed),
                 now,
-            )
+            ),
+            key=request.transactional_id,
         )
     except KafkaError as exc:
         code = exc.code

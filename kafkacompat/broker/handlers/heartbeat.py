@@ -39,7 +39,7 @@ async def handle(ctx: RequestContext, request: HeartbeatRequest) -> HeartbeatRes
         group_instance_id=request.group_instance_id if ctx.api_version >= 3 else None,
     )
     try:
-        error = await runtime.call(lambda now: runtime.core.heartbeat(req, now))
+        error = await runtime.call(lambda now: runtime.core.heartbeat(req, now), key=req.group_id)
     except KafkaError as exc:
         error = exc.code
     return HeartbeatResponse(error_code=error)

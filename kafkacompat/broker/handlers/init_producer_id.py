@@ -70,7 +70,8 @@ async def handle(ctx: RequestContext, request: InitProducerIdRequest) -> InitPro
         result = await runtime.call(
             lambda now: runtime.core.init_producer_id(
                 tid, request.transaction_timeout_ms, expected_pid, expected_epoch, now, allocate
-            )
+            ),
+            key=tid,
         )
     except KafkaError as exc:
         return _error(exc.code)

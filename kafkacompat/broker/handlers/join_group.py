@@ -73,7 +73,9 @@ async def handle(ctx: RequestContext, request: JoinGroupRequest) -> JoinGroupRes
     )
     try:
         # parked until the rebalance completes: holds no request slot
-        result = await runtime.call(lambda now: runtime.core.join_group(req, now), park=ctx.park)
+        result = await runtime.call(
+            lambda now: runtime.core.join_group(req, now), key=req.group_id, park=ctx.park
+        )
     except KafkaError as exc:
         result = api.JoinGroupResponse(exc.code, request.member_id)
     return to_wire(result, version)

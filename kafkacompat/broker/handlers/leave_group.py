@@ -46,7 +46,7 @@ async def handle(ctx: RequestContext, request: LeaveGroupRequest) -> LeaveGroupR
         result = api.LeaveGroupResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE)
     else:
         try:
-            result = await runtime.call(lambda now: runtime.core.leave_group(req, now))
+            result = await runtime.call(lambda now: runtime.core.leave_group(req, now), key=req.group_id)
         except KafkaError as exc:
             result = api.LeaveGroupResponse(exc.code)
     if version < 3:

@@ -98,7 +98,9 @@ async def handle(ctx: RequestContext, request: OffsetCommitRequest) -> OffsetCom
             ]
         else:
             try:
-                outcome = await runtime.call(lambda now: runtime.core.offset_commit(req, now))
+                outcome = await runtime.call(
+                    lambda now: runtime.core.offset_commit(req, now), key=req.group_id
+                )
             except KafkaError as exc:
                 outcome = [((p.topic, p.partition), exc.code) for p in known]
         for tp, error in outcome:

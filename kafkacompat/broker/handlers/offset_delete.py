@@ -56,7 +56,7 @@ async def handle(ctx: RequestContext, request: OffsetDeleteRequest) -> OffsetDel
         return OffsetDeleteResponse(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE)
     try:
         error, per_partition = await runtime.call(
-            lambda now: runtime.core.offset_delete(group_id, known, now)
+            lambda now: runtime.core.offset_delete(group_id, known, now), key=group_id
         )
     except KafkaError as exc:
         return OffsetDeleteResponse(error_code=exc.code)

@@ -70,7 +70,9 @@ async def _fetch_group(
         )
     try:
         return await runtime.call(
-            lambda now: runtime.core.offset_fetch(group_id, partitions, now, require_stable), may_write=False
+            lambda now: runtime.core.offset_fetch(group_id, partitions, now, require_stable),
+            key=group_id,
+            may_write=False,
         )
     except KafkaError as exc:
         error = exc.code

@@ -53,7 +53,9 @@ async def handle(ctx: RequestContext, request: SyncGroupRequest) -> SyncGroupRes
     )
     try:
         # parked until the rebalance (or the leader's assignment) completes: holds no request slot
-        result = await runtime.call(lambda now: runtime.core.sync_group(req, now), park=ctx.park)
+        result = await runtime.call(
+            lambda now: runtime.core.sync_group(req, now), key=req.group_id, park=ctx.park
+        )
     except KafkaError as exc:
         result = api.SyncGroupResponse(exc.code)
     return to_wire(result)

@@ -116,7 +116,7 @@ async def handle(ctx: RequestContext, request: wire.TxnOffsetCommitRequest) -> T
             raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
         await runtime.ensure_offsets_topic()
         await _verify(ctx, request, runtime.core.partition_for(request.group_id))
-        results = await runtime.call(lambda now: runtime.core.txn_offset_commit(req, now))
+        results = await runtime.call(lambda now: runtime.core.txn_offset_commit(req, now), key=req.group_id)
     except KafkaError as exc:
         results = [((p.topic, p.partition), exc.code) for p in partitions]
     denied = ErrorCode.TOPIC_AUTHORIZATION_FAILED
