@@ -42,7 +42,9 @@ check-generated: $(TEST_VENV)/.installed
 # Settings: [tool.mypy].
 typecheck: $(TEST_VENV)/.installed
 	$(TEST_VENV)/bin/mypy kafkacompat/wire kafkacompat/log kafkacompat/groups kafkacompat/txn kafkacompat/broker/handlers \
-		kafkacompat/replication kafkacompat/security
+		kafkacompat/replication kafkacompat/security kafkacompat/coordinator kafkacompat/broker/coordinator_runtime.py \
+		kafkacompat/broker/coordinator_log.py kafkacompat/broker/group_runtime.py kafkacompat/broker/txn_runtime.py \
+		kafkacompat/broker/inter_broker_channels.py
 
 # Every client's produce, consume and group tests (and librdkafka's admin suite) a second time, against
 # a 3-broker cluster (cluster mode, ZooKeeper from Debian's package, topics of replication factor 3;
