@@ -13,7 +13,7 @@ import kafkacompat
 
 ROOT = Path(kafkacompat.__file__).parent
 #: the packages below the serving code
-BELOW_BROKER = ("replication", "log", "groups", "txn", "wire", "security")
+BELOW_BROKER = ("replication", "log", "groups", "txn", "coordinator", "wire", "security")
 FORBIDDEN = "kafkacompat.broker"
 
 
