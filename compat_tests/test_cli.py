@@ -114,6 +114,69 @@ def test_configs_describe_and_alter(bootstrap: str, make_topic: Callable[..., st
     assert bad.returncode == 1 and "INVALID_CONFIG" in bad.stderr
 
 
+def test_configs_describe_topic_lists_only_its_own_dynamic_configs(
+    bootstrap: str, make_topic: Callable[..., str]
+) -> None:
+    name = make_topic(1, {"retention.ms": "90000"})
+    # a cluster-wide dynamic broker default that topics inherit (delete.retention.ms falls back to it)
+    cli(
+        bootstrap,
+        "configs",
+        "alter",
+        "--entity-type",
+        "brokers",
+        "--entity-default",
+        "--add-config",
+        "log.cleaner.delete.retention.ms=4000000",
+    )
+    try:
+        every = cli(bootstrap, "configs", "describe", "--topic", name, "--all").stdout
+        assert "  delete.retention.ms=4000000 " in every  # the topic does inherit it
+        described = cli(bootstrap, "configs", "describe", "--topic", name).stdout
+        assert described.splitlines() == [
+            f"Dynamic configs for topic {name} are:",
+            "  retention.ms=90000 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:retention.ms=90000}",
+        ]
+    finally:
+        cli(
+            bootstrap,
+            "configs",
+            "alter",
+            "--entity-type",
+            "brokers",
+            "--entity-default",
+            "--delete-config",
+            "log.cleaner.delete.retention.ms",
+        )
+
+
+def test_groups_reset_offsets_without_execute_warns_that_nothing_changed(
+    bootstrap: str, make_topic: Callable[..., str]
+) -> None:
+    import uuid
+
+    name = make_topic(1)
+    group = f"cli-reset-{uuid.uuid4().hex[:8]}"
+    cli(bootstrap, "produce", "--topic", name, input=b"a\nb\nc\n")
+    plan = cli(bootstrap, "groups", "reset-offsets", "--group", group, "--topic", name, "--to-latest")
+    assert plan.stdout.split() == ["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET", group, name, "0", "3"]
+    assert "--execute" in plan.stderr and "WARN" in plan.stderr
+    never = cli(bootstrap, "groups", "describe", "--group", group, check=False)
+    assert never.returncode == 1 and "does not exist" in never.stderr  # nothing was committed
+    dry = cli(
+        bootstrap, "groups", "reset-offsets", "--group", group, "--topic", name, "--to-latest", "--dry-run"
+    )
+    assert dry.stdout == plan.stdout and dry.stderr == ""
+    done = cli(
+        bootstrap, "groups", "reset-offsets", "--group", group, "--topic", name, "--to-latest", "--execute"
+    )
+    assert done.stdout == plan.stdout and done.stderr == ""
+    described = cli(bootstrap, "groups", "describe", "--group", group).stdout
+    assert [line.split()[:4] for line in described.splitlines() if line.startswith(group)] == [
+        [group, name, "0", "3"]
+    ]
+
+
 def test_configs_brokers(bootstrap: str) -> None:
     from confluent_kafka.admin import AdminClient
 
@@ -378,3 +441,50 @@ def test_configs_broker_loggers(bootstrap: str) -> None:
             "--delete-config",
             name,
         )
+
+
+def test_consume_read_committed_leaves_out_aborted_transactions(
+    bootstrap: str, make_topic: Callable[..., str]
+) -> None:
+    import uuid
+
+    from confluent_kafka import Producer
+
+    name = make_topic(1)
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"cli-{uuid.uuid4().hex[:8]}"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(3):
+        producer.produce(name, value=b"aborted %d" % i)
+    assert producer.flush(30) == 0  # in the log before the abort
+    producer.abort_transaction(30)
+    producer.begin_transaction()
+    for i in range(2):
+        producer.produce(name, value=b"committed %d" % i)
+    producer.commit_transaction(30)
+    cli(bootstrap, "produce", "--topic", name, input=b"plain\n")  # not transactional: read by both
+
+    def consume(isolation: str) -> list[str]:
+        out = cli(
+            bootstrap,
+            "consume",
+            "--topic",
+            name,
+            "--from-beginning",
+            "--timeout-ms",
+            "1500",
+            "--isolation-level",
+            isolation,
+        )
+        return out.stdout.splitlines()
+
+    assert consume("read_committed") == ["committed 0", "committed 1", "plain"]
+    # the markers take offsets but are never records
+    assert consume("read_uncommitted") == [
+        "aborted 0",
+        "aborted 1",
+        "aborted 2",
+        "committed 0",
+        "committed 1",
+        "plain",
+    ]

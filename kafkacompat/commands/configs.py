@@ -3,8 +3,8 @@
 Theory of operation: `describe` sends DescribeConfigs with synonyms and prints kafka-configs.sh's
 layout: a heading ("Dynamic configs for topic T are:", or "All configs for ..." with `--all`) and one
 indented `name=value sensitive=... synonyms={SOURCE:name=value, ...}` line per config. Without `--all`
-only configs set dynamically are listed (topic overrides, dynamic broker configs; broker-logger levels
-are all dynamic). `alter` sends
+only the entity's own dynamic configs are listed (a topic's overrides, not the broker defaults it
+inherits; a broker's dynamic configs; broker-logger levels are all dynamic). `alter` sends
 IncrementalAlterConfigs: `--add-config k=v,k2=[a,b]` are SET operations (square brackets keep commas in a
 list value), `--delete-config k,k2` DELETE operations; on success it prints "Completed updating config
 for topic T." Entities: `--entity-type topics|brokers --entity-name NAME`, or the `--topic NAME` and
@@ -141,9 +141,12 @@ def _heading(entity_type: str, name: str, everything: bool) -> str:
 
 def _dynamic_sources(entity_type: str, name: str) -> set[int]:
     """The sources kafka-configs.sh lists without --all: a broker's own dynamic configs (not the
-    cluster-wide defaults it inherits), the default entity's, a topic's overrides, every logger."""
+    cluster-wide defaults it inherits), the default entity's, a topic's own overrides (not the dynamic
+    broker configs a topic's values fall back to), every logger."""
     if entity_type == "brokers":
         return {3} if name == "" else {2}
+    if entity_type == "topics":
+        return {1}
     return DYNAMIC_SOURCES
 
 

@@ -2,15 +2,17 @@
 
 Theory of operation: the consumer assigns itself every partition of the topic (or the one given with
 `--partition`), finds its start offsets with ListOffsets (latest by default; earliest with
-`--from-beginning`; `--offset earliest|latest|N` for a single partition) and then sends Fetch
-requests, one per partition leader, in a loop. Record batches from the answers are walked with
+`--from-beginning`; `--offset earliest|latest|N` for a single partition) and then sends Fetch requests,
+one per partition leader, in a loop. Record batches from the answers are walked with
 `kafkacompat.wire.records.iter_batches`/`iter_records` (control batches and records before the fetch
-position are skipped) and printed with the layout of Kafka's default message formatter, driven by the
-same `--property` names: print.timestamp, print.partition, print.offset, print.headers, print.key,
-print.value, key.separator, line.separator, headers.separator, headers.key.separator, null.literal.
-It stops after `--max-messages`, or when no record arrived for `--timeout-ms`, and prints
-"Processed a total of N messages" on standard error. An out-of-range position is reset to the start
-(`--from-beginning` or `--offset earliest`) or the end of the log, as auto.offset.reset would.
+position are skipped; with `--isolation-level read_committed` so are the records of the aborted
+transactions the answer lists, `AbortedTransactions`) and printed with the layout of Kafka's default
+message formatter, driven by the same `--property` names: print.timestamp, print.partition, print.offset,
+print.headers, print.key, print.value, key.separator, line.separator, headers.separator,
+headers.key.separator, null.literal. It stops after `--max-messages`, or when no record arrived for
+`--timeout-ms`, and prints "Processed a total of N messages" on standard error. An out-of-range position
+is reset to the start (`--from-beginning` or `--offset earliest`) or the end of the log, as
+auto.offset.reset would.
 """
 
 from __future__ import annotations
@@ -33,7 +35,13 @@ from kafkacompat.client import (
 from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 from kafkacompat.wire.messages import request_class
-from kafkacompat.wire.records import TimestampType, iter_batches, iter_records
+from kafkacompat.wire.records import (
+    ABORT_MARKER,
+    TimestampType,
+    iter_batches,
+    iter_records,
+    parse_control_record_key,
+)
 
 HELP = "print records of a topic (all partitions, no consumer group), like kafka-console-consumer.sh"
 
@@ -122,6 +130,39 @@ class Formatter:
         if self.print_value:
             fields.append(self._bytes(record.value))
         return self.key_separator.join(fields) + self.line_separator
+
+
+class AbortedTransactions:
+    """Which batches of one fetched partition a read_committed consumer leaves out, as Kafka's does.
+
+    The Fetch answer lists the aborted transactions that reach into the range it returns (producer id,
+    first offset). Walking the batches in offset order, a producer becomes "aborted" at the first of
+    its batches at or past the transaction's first offset, and stops being so at its ABORT marker; its
+    transactional batches in between are the aborted records. Control batches (the markers) are never
+    records for a reader. With `aborted` None (read_uncommitted) only control batches are left out.
+    """
+
+    def __init__(self, aborted: list[Any] | None) -> None:
+        self.pending = sorted(((t.first_offset, t.producer_id) for t in aborted or ()), reverse=True)
+        self.aborting: set[int] = set()
+
+    def skip(self, batch: Any) -> bool:
+        """Whether `batch` holds no record for the reader; call for every batch, in offset order."""
+        if batch.has_producer_id:
+            while self.pending and self.pending[-1][0] <= batch.last_offset:
+                self.aborting.add(self.pending.pop()[1])
+            if batch.is_control:
+                if self.aborting and batch.producer_id in self.aborting and self._is_abort(batch):
+                    self.aborting.discard(batch.producer_id)
+            elif batch.is_transactional and batch.producer_id in self.aborting:
+                return True
+        return bool(batch.is_control)
+
+    @staticmethod
+    def _is_abort(batch: Any) -> bool:
+        for record in iter_records(batch):
+            return parse_control_record_key(record.key)[1] == ABORT_MARKER
+        return False
 
 
 class Consumer:
@@ -265,11 +306,13 @@ class Consumer:
             return 0
         printed = 0
         position = self.positions[partition]
+        aborted = AbortedTransactions(data.aborted_transactions if self.isolation else None)
         try:
             for batch in iter_batches(records, allow_partial_tail=True):
+                skip = aborted.skip(batch)  # in offset order: it tracks which transactions are open
                 if batch.last_offset < position:
                     continue
-                if not batch.is_control:
+                if not skip:
                     log_append_time = batch.timestamp_type == TimestampType.LOG_APPEND_TIME
                     for record in iter_records(batch):
                         if record.offset < position:

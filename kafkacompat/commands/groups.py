@@ -8,9 +8,10 @@ partition's leader. The output follows kafka-consumer-groups.sh: `list` one grou
 `--state`, a GROUP/STATE table); `describe` the offsets table (GROUP TOPIC PARTITION CURRENT-OFFSET
 LOG-END-OFFSET LAG CONSUMER-ID HOST CLIENT-ID), `--members` the members table, `--state` the state
 table; `reset-offsets` the planned NEW-OFFSET table, committed only with `--execute` (a dry run
-otherwise) and only while the group is inactive (Empty or Dead), as Kafka insists; `delete` deletes
-inactive groups. Failures print "Error: <message>" on stderr and exit with status 1; so does
-`describe` of a group that does not exist (after describing the other groups asked for).
+otherwise, which says so on stderr unless `--dry-run` asked for it) and only while the group is inactive
+(Empty or Dead), as Kafka insists; `delete` deletes inactive groups. Failures print "Error: <message>"
+on stderr and exit with status 1; so does `describe` of a group that does not exist (after describing
+the other groups asked for).
 
 Requests are built at versions whose shapes this module fills in (FindCoordinator <= 3, OffsetFetch
 <= 7), so the tool also works against other Kafka brokers.
@@ -43,6 +44,11 @@ HELP = "list, describe, reset offsets of and delete consumer groups, like kafka-
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 INACTIVE_STATES = ("Empty", "Dead")
+#: reset-offsets with neither --execute nor --dry-run (kafka-consumer-groups.sh warns likewise)
+DRY_RUN_WARNING = (
+    "WARN: nothing was changed: the offsets above are only a plan, and reset-offsets commits them only "
+    "with --execute (give --dry-run to show the plan without this warning)."
+)
 COORDINATOR_RETRIES = 20  # COORDINATOR_LOAD_IN_PROGRESS / NOT_AVAILABLE right after a broker start
 RETRIABLE_COORDINATOR_ERRORS = (
     ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
@@ -437,6 +443,8 @@ def _reset_offsets(client: KafkaClient, args: argparse.Namespace) -> None:
         print_table(rows)
         if args.execute:
             _commit(client, group_id, description.coordinator, planned)
+    if not args.execute and not args.dry_run:
+        print(DRY_RUN_WARNING, file=sys.stderr)
 
 
 def _commit(client: KafkaClient, group_id: str, node: int, offsets: dict[tuple[str, int], int]) -> None:
