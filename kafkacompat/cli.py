@@ -3,7 +3,8 @@
 Theory of operation: each command lives in its own module under `kafkacompat.commands`, which exposes
 `HELP: str`, `add_arguments(parser)` and `run(args) -> int`. The table below is the one place that names
 them; modules are imported only when their command runs, so `kafkacompat serve` does not pay for the
-imports of the admin tools and vice versa.
+imports of the admin tools and vice versa. `kafkacompat --version` prints the installed package's version
+(its metadata; `kafkacompat.__version__` when run from a source tree that is not installed).
 """
 
 from __future__ import annotations
@@ -32,8 +33,22 @@ COMMANDS: dict[str, str] = {
 }
 
 
+def version() -> str:
+    """The installed kafkacompat's version, as its package metadata states it."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed_version
+
+    try:
+        return installed_version("kafkacompat")
+    except PackageNotFoundError:
+        from kafkacompat import __version__
+
+        return __version__
+
+
 def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kafkacompat", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=version(), help="print the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module_name in COMMANDS.items():
         if selected is not None and name != selected:
@@ -48,6 +63,9 @@ def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv == ["--version"]:  # without importing every command's module for the full parser
+        print(version())
+        return 0
     selected = argv[0] if argv and argv[0] in COMMANDS else None
     parser = build_parser(selected)
     args = parser.parse_args(argv)

@@ -32,8 +32,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--log-level",
         default=os.environ.get("KAFKACOMPAT_LOG_LEVEL", "INFO"),
-        help="logging level (default INFO)",
+        type=_log_level,
+        metavar="LEVEL",
+        help=f"logging level: {', '.join(LOG_LEVELS)} (default INFO)",
     )
+
+
+#: the levels `--log-level` takes: log4j's names, as Kafka's broker-loggers use them (TRACE is below
+#: DEBUG, OFF silences), and Python's WARNING and CRITICAL; case does not matter
+LOG_LEVELS: dict[str, int] = {
+    "TRACE": 5,
+    "DEBUG": logging.DEBUG,
+    "INFO": logging.INFO,
+    "WARN": logging.WARNING,
+    "WARNING": logging.WARNING,
+    "ERROR": logging.ERROR,
+    "FATAL": logging.CRITICAL,
+    "CRITICAL": logging.CRITICAL,
+    "OFF": logging.CRITICAL + 10,
+}
+
+
+def _log_level(text: str) -> int:
+    level = LOG_LEVELS.get(text.strip().upper())
+    if level is None:
+        raise argparse.ArgumentTypeError(f"invalid level {text!r} (choose from {', '.join(LOG_LEVELS)})")
+    return level
 
 
 #: how long a Python thread may hold the GIL while another waits for it (CPython's default: 5 ms). The
@@ -121,7 +145,7 @@ class FreezeSurvivors:
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+        level=args.log_level,
         format="[%(asctime)s] %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )

@@ -3,8 +3,9 @@
 Theory of operation: DescribeUserScramCredentials and AlterUserScramCredentials through the tools'
 client (`--command-config` for a secured broker). `add` salts the password here, as Kafka's tools do
 (16 random bytes, PBKDF2 with the given iterations, default 4096), so only the salted password travels;
-the password comes from `--password` or, without it, from the terminal (or one line of stdin). One
-request per mechanism: Kafka 3.9 refuses two changes of one user in one request.
+the password comes from `--password` or, without it, from the terminal (or one line of stdin), and is read
+before connecting: an empty one is refused there (status 1).
+One request per mechanism: Kafka 3.9 refuses two changes of one user in one request.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ HELP = "list, describe, add and delete SCRAM users (kafka-configs.sh --entity-ty
 
 MECHANISMS = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}
 NAMES = {number: name for name, number in MECHANISMS.items()}
+ERROR_PREFIX = "Error while executing user command : "
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -82,6 +84,13 @@ def _password(args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    password = ""
+    if args.action == "add" and len(args.user) == 1:  # other counts are refused below, no prompt first
+        password = _password(args)
+        if not password:
+            print(f"{ERROR_PREFIX}the password must not be empty", file=sys.stderr)
+            return 1
+
     def act(client: KafkaClient) -> None:
         if args.action == "list":
             _describe(client, None)
@@ -102,7 +111,6 @@ def run(args: argparse.Namespace) -> int:
                 )
                 print(f"Deleted {mechanism} credential of user-principal '{user}'.")
             return
-        password = _password(args)
         for mechanism in args.mechanism or sorted(MECHANISMS):
             salt = os.urandom(16)
             digest = "sha256" if mechanism == "SCRAM-SHA-256" else "sha512"
@@ -117,4 +125,4 @@ def run(args: argparse.Namespace) -> int:
             _alter(client, [], [upsertion])
             print(f"Completed updating {mechanism} credential of user-principal '{user}'.")
 
-    return with_client(args, act, "Error while executing user command : ")
+    return with_client(args, act, ERROR_PREFIX)
