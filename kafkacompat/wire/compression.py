@@ -9,7 +9,7 @@ deflates only batches it writes itself. Codec ids are Kafka's: 0 none, 1 gzip, 2
 Every decompressor is bounded by `max_output_size` and never allocates more than that (or, for lz4,
 one block beyond what is already produced), so a small "decompression bomb" cannot exhaust memory:
 
-* gzip: zlib in streaming mode with `max_length`; concatenated members are read (Java's
+* gzip: zlib in streaming mode with `max_length`, 256 KiB per step; concatenated members are read (Java's
   GZIPInputStream does); bytes after the last member that do not start a new member are ignored, as Java
   ignores them.
 * snappy: Java's snappy-java, and kafka-python, write the xerial block framing (magic `\\x82SNAPPY\\x00`,
@@ -71,6 +71,7 @@ _ZSTD_MAGIC = 0xFD2FB528
 _ZSTD_BLOCK_MAX = 128 * 1024
 
 _GZIP_MAGIC = b"\x1f\x8b"
+_GZIP_STEP = 256 * 1024
 
 
 class _Corrupt(Exception):
@@ -119,8 +120,11 @@ def _gzip_decompress(data: memoryview, limit: int) -> bytearray:
     source: bytes | memoryview = data
     inflater = zlib.decompressobj(wbits=31)
     while True:
-        # max_length=0 would mean "no limit", hence the +1 (which also detects overflow).
-        out += inflater.decompress(source, limit - len(out) + 1)
+        # At most _GZIP_STEP bytes per call, so the chunk being appended adds little to the output held
+        # (one call of the whole budget would briefly hold twice the cap). max_length=0 would mean "no
+        # limit", hence the +1, which also detects overflow.
+        chunk = inflater.decompress(source, min(limit - len(out) + 1, _GZIP_STEP))
+        out += chunk
         if len(out) > limit:
             raise _Corrupt(f"inflated data exceeds the limit of {limit} bytes")
         if inflater.eof:
@@ -131,7 +135,7 @@ def _gzip_decompress(data: memoryview, limit: int) -> bytearray:
                 continue
             return out
         source = inflater.unconsumed_tail
-        if not source:
+        if not source and not chunk:  # no input left and nothing more comes out: the stream is cut short
             raise _Corrupt("truncated gzip stream")
 
 
