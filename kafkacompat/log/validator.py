@@ -9,16 +9,24 @@ batch rejects the whole append (Kafka's behaviour). Checks and codes, in Kafka's
 - CRC-32C: CORRUPT_MESSAGE;
 - from clients only: base offset 0, record count equal to last offset delta + 1, no control batches,
   a producer id implies a sequence: INVALID_RECORD;
-- CreateTime timestamps (the batch's base and max timestamps) within `message.timestamp.before.max.ms`
-  / `after.max.ms` of the broker clock: INVALID_TIMESTAMP.
-Records are never decoded here: Kafka checks every record's timestamp, we check the batch's first and
-largest, which bound the records of every batch a well-behaved producer builds.
+- from clients only, every record (`record_validator.check_batch_records`, one pass per batch, a
+  compressed batch inflated under `MAX_INFLATED_BATCH_BYTES`): lengths, varints, offset deltas, the
+  count against the records present, keys on compacted topics (`cleanup.policy` with `compact`) and
+  each CreateTime timestamp within `message.timestamp.before.max.ms` / `after.max.ms` of the broker
+  clock. Its `InvalidRecords` carries the per-record errors Produce returns. On a CreateTime topic the
+  batch's max timestamp is then set to its largest record timestamp (CRC recomputed only when that
+  changes it), as Kafka's validator does, so a producer's header cannot claim a time no record has.
 
-Two topic configs make the broker look inside batches, and only they do (per-record work is paid only
-where it is configured, as in Kafka): `cleanup.policy` with `compact` requires every record to have a
-key (INVALID_RECORD otherwise), and `compression.type` other than `producer` makes
-`recompress_if_needed()` rebuild batches whose codec differs, keeping offsets deltas, timestamps,
-headers and producer fields (Kafka recompresses the same way).
+`compression.type` other than `producer` makes `recompress_if_needed()` rebuild batches whose codec
+differs, keeping offsets deltas, timestamps, headers and producer fields (Kafka recompresses the same
+way).
+
+The inflation bound: Kafka inflates a compressed batch as a stream and never holds it whole, so it needs
+none; this broker inflates a batch into one buffer, so it caps that buffer at the same 64 MiB every other
+reader of records here uses (`compression.DEFAULT_MAX_OUTPUT_SIZE`: compaction, recompression,
+coordinators). A batch accepted here can therefore always be read back by them. Producers' size limits
+apply to the compressed size, so a batch at the default `max.message.bytes` (1 MiB) reaches the cap
+only at a compression ratio above 64:1; a bomb is refused before more than the cap is allocated.
 
 `assign_offsets()` then patches base offset and partition leader epoch in place (outside the CRC) and,
 for LogAppendTime topics, the timestamp type and max timestamp (the CRC is recomputed).
@@ -27,6 +35,8 @@ for LogAppendTime topics, the timestamp type and max timestamp (the CRC is recom
 from __future__ import annotations
 
 from kafkacompat.log.config import LogConfig
+from kafkacompat.log.record_validator import TimestampCheck, check_batch_records
+from kafkacompat.wire.compression import DEFAULT_MAX_OUTPUT_SIZE
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 from kafkacompat.wire.records import (
     RecordBatchView,
@@ -37,19 +47,26 @@ from kafkacompat.wire.records import (
     iter_records,
 )
 
-__all__ = ["assign_offsets", "recompress_if_needed", "validate_records"]
+__all__ = ["MAX_INFLATED_BATCH_BYTES", "assign_offsets", "recompress_if_needed", "validate_records"]
+
+#: The most a client's compressed batch may inflate to (see the module docstring).
+MAX_INFLATED_BATCH_BYTES = DEFAULT_MAX_OUTPUT_SIZE
 
 
 def validate_records(
     records: memoryview, config: LogConfig, now_ms: int, *, from_client: bool = True
 ) -> list[RecordBatchView]:
-    """All batches of `records`, validated; raises KafkaError (an InvalidRecordBatch for structure)."""
+    """All batches of `records`, validated; raises KafkaError (an InvalidRecordBatch for structure, an
+    InvalidRecords for the records of a client's batch)."""
     if len(records) > config.segment_bytes:
         raise KafkaError(
             ErrorCode.RECORD_LIST_TOO_LARGE,
             f"{len(records)} bytes of records exceed segment.bytes {config.segment_bytes}",
         )
     batches = list(iter_batches(records))
+    check = TimestampCheck(
+        now_ms, config.timestamp_before_max_ms, config.timestamp_after_max_ms, config.log_append_time
+    )
     for batch in batches:
         if batch.size > config.max_message_bytes:
             raise KafkaError(
@@ -63,14 +80,17 @@ def validate_records(
             )
         if from_client:
             _check_client_batch(batch)
-            if not config.log_append_time:
-                _check_timestamps(batch, config, now_ms)
-            if config.compacted:
-                for record in iter_records(batch):
-                    if record.key is None:
-                        raise KafkaError(
-                            ErrorCode.INVALID_RECORD, "compacted topic cannot accept a record without a key"
-                        )
+            max_timestamp = check_batch_records(
+                batch,
+                compacted=config.compacted,
+                timestamp_check=check,
+                max_inflated_bytes=MAX_INFLATED_BATCH_BYTES,
+                from_client=True,
+            )
+            if not config.log_append_time and (
+                max_timestamp != batch.max_timestamp or batch.timestamp_type != TimestampType.CREATE_TIME
+            ):
+                batch.set_max_timestamp(max_timestamp, TimestampType.CREATE_TIME)
     return batches
 
 
@@ -124,19 +144,6 @@ def _check_client_batch(batch: RecordBatchView) -> None:
         raise KafkaError(ErrorCode.INVALID_RECORD, "clients may not write control batches")
     if batch.producer_id >= 0 and batch.base_sequence < 0:
         raise KafkaError(ErrorCode.INVALID_RECORD, "a batch with a producer id needs a base sequence")
-
-
-def _check_timestamps(batch: RecordBatchView, config: LogConfig, now_ms: int) -> None:
-    earliest = now_ms - config.timestamp_before_max_ms
-    latest = now_ms + config.timestamp_after_max_ms
-    for timestamp in (batch.base_timestamp, batch.max_timestamp):
-        if timestamp < 0:
-            continue  # no timestamp (-1): Kafka only checks real ones
-        if timestamp < earliest or timestamp > latest:
-            raise KafkaError(
-                ErrorCode.INVALID_TIMESTAMP,
-                f"timestamp {timestamp} is outside [{earliest}, {latest}] allowed at {now_ms}",
-            )
 
 
 def assign_offsets(
