@@ -15,7 +15,10 @@ written (on a single node the ISR is this node alone). Transactional batches (KI
 `transaction.partition.verification.enable`): the first batch of a producer's transaction in a partition is
 checked against the transaction coordinator: a partition not added to the producer's ongoing transaction gets
 INVALID_TXN_STATE, a stale epoch INVALID_PRODUCER_EPOCH, so no hanging transaction can hold back the last
-stable offset. v8+ carry the error message. Every append goes through the broker's replica manager
+stable offset. v8+ carry the error message, and for a batch refused for its records
+(log/record_validator.py: INVALID_RECORD, INVALID_TIMESTAMP) `record_errors` naming each refused record by
+its index in the batch with the reason (KIP-467), so clients can report per-record errors; older versions
+get the code alone. Every append goes through the broker's replica manager
 (replication/replica_manager.py). acks=-1 is answered once the ISR holds the append (cluster mode;
 NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below the minimum meanwhile, REQUEST_TIMED_OUT after the
 request's timeout); on a single node acks=1 and acks=-1 are the same: the high watermark moves with the
@@ -36,6 +39,7 @@ from kafkacompat.broker.errors import CloseConnection
 from kafkacompat.broker.fairness import Turn
 from kafkacompat.broker.state import is_internal_topic
 from kafkacompat.broker.txn_runtime import runtime_of as txn_runtime_of
+from kafkacompat.log.record_validator import InvalidRecords
 from kafkacompat.wire._generated.produce_response import ProduceResponse
 from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import ErrorCode, KafkaError
@@ -57,15 +61,28 @@ TopicResponse = ProduceResponse.TopicProduceResponse
 PartitionResponse = ProduceResponse.PartitionProduceResponse
 
 
-def _error(index: int, code: int, message: str | None, version: int) -> Any:
+def _error(
+    index: int, code: int, message: str | None, version: int, record_errors: list[Any] | None = None
+) -> Any:
     return PartitionResponse(
         index=index,
         error_code=code,
         base_offset=-1,
         log_append_time_ms=-1,
         log_start_offset=-1,
+        record_errors=record_errors if version >= 8 else None,
         error_message=message if version >= 8 else None,
     )
+
+
+def _record_errors(exc: KafkaError) -> list[Any] | None:
+    """KIP-467's per-record errors of a batch refused for its records, None for any other refusal."""
+    if not isinstance(exc, InvalidRecords):
+        return None
+    return [
+        ProduceResponse.BatchIndexAndErrorMessage(batch_index=index, batch_index_error_message=message)
+        for index, message in exc.record_errors
+    ]
 
 
 async def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | None:
@@ -102,7 +119,7 @@ async def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceRespons
             try:
                 partitions.append(await _append(broker, topic, data, acks, required, transactional_id))
             except KafkaError as exc:
-                partitions.append(_error(data.index, exc.code, exc.message, version))
+                partitions.append(_error(data.index, exc.code, exc.message, version, _record_errors(exc)))
     if acks == -1:
         await _await_replicas(ctx, request, responses, required)
     node_endpoints = _leader_hints(ctx, responses) if version >= 10 else None

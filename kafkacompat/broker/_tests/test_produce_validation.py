@@ -1,0 +1,157 @@
+"""Produce refuses batches whose records are malformed: Kafka's code, KIP-467 record errors, nothing appended.
+
+Each hostile shape (built with the record validator tests' hand encoders) goes to a real broker over TCP;
+the partition's log end offset must not move, and a valid batch afterwards still lands at offset 0.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from kafkacompat.broker._tests.wire_client import RawClient, batch, create, produce, request, start_broker
+from kafkacompat.log._tests.test_record_validator import (
+    MiB,
+    Rec,
+    encode_record,
+    gzip_bomb,
+    hostile_batch,
+    records,
+    wrap_batch,
+    zigzag,
+    zstd_rle_bomb,
+)
+from kafkacompat.wire.errors import ErrorCode
+
+CREATE_TOPICS = 19
+
+
+def _negative_length() -> bytes:
+    recs = records(3)
+    recs[1].length_raw = zigzag(-5)
+    return hostile_batch(recs, base_timestamp=_now())
+
+
+def _long_length_varint() -> bytes:
+    recs = records(2)
+    recs[0].length_raw = zigzag(len(encode_record(recs[0])) - 1, pad_to=11)
+    return hostile_batch(recs, base_timestamp=_now())
+
+
+def _long_timestamp_varlong() -> bytes:
+    recs = records(2)
+    recs[1].timestamp_raw = zigzag(0, pad_to=11)
+    return hostile_batch(recs, base_timestamp=_now())
+
+
+def _now() -> int:
+    return int(time.time() * 1000)
+
+
+# (name, batch builder, code, record indexes named in record_errors)
+SHAPES: list[tuple[str, Any, ErrorCode, list[int]]] = [
+    ("negative record length", _negative_length, ErrorCode.INVALID_RECORD, [1]),
+    ("11-byte length varint", _long_length_varint, ErrorCode.INVALID_RECORD, [0]),
+    ("11-byte timestamp varlong", _long_timestamp_varlong, ErrorCode.INVALID_RECORD, [1]),
+    (
+        "count smaller than the records",
+        lambda: hostile_batch(records(2), count=1, base_timestamp=_now()),
+        ErrorCode.INVALID_RECORD,
+        [1],
+    ),
+    (
+        "count int32 max on two records",
+        lambda: hostile_batch(records(2), count=2**31 - 1, base_timestamp=_now()),
+        ErrorCode.INVALID_RECORD,
+        [2],
+    ),
+    (
+        "offset deltas out of order",
+        lambda: hostile_batch([Rec(offset_delta=1), Rec(offset_delta=0)], base_timestamp=_now()),
+        ErrorCode.INVALID_RECORD,
+        [0],
+    ),
+    (
+        "codec 7",
+        lambda: wrap_batch(b"".join(encode_record(r) for r in records(2)), 2, codec=7, base_timestamp=_now()),
+        ErrorCode.UNKNOWN_SERVER_ERROR,
+        [],
+    ),
+    (
+        "gzip bomb",
+        lambda: wrap_batch(b"", 1, codec=1, payload=gzip_bomb(80 * MiB), base_timestamp=_now()),
+        ErrorCode.CORRUPT_MESSAGE,
+        [],
+    ),
+    (
+        "zstd bomb, declared size",
+        lambda: wrap_batch(
+            b"", 1, codec=4, payload=zstd_rle_bomb(512 * MiB, declare_size=True), base_timestamp=_now()
+        ),
+        ErrorCode.CORRUPT_MESSAGE,
+        [],
+    ),
+    (
+        "zstd bomb, RLE blocks",
+        lambda: wrap_batch(
+            b"", 1, codec=4, payload=zstd_rle_bomb(512 * MiB, declare_size=False), base_timestamp=_now()
+        ),
+        ErrorCode.CORRUPT_MESSAGE,
+        [],
+    ),
+]
+
+
+def _config(name: str, value: str) -> Any:
+    return request(CREATE_TOPICS).CreatableTopicConfig(name=name, value=value)
+
+
+@pytest.mark.parametrize("version", [9, 7])
+async def test_hostile_batches_are_refused(nursery: trio.Nursery, tmp_path: Path, version: int) -> None:
+    broker = await start_broker(nursery, tmp_path)
+    client = await RawClient.connect(broker.port)
+    await create(client, "hostile")
+    log = broker.state.partition_log("hostile", 0)
+    for name, build, code, indexes in SHAPES:
+        answer = await produce(client, "hostile", build(), version=version)
+        assert answer.error_code == code, name
+        if version >= 8:
+            assert [e.batch_index for e in answer.record_errors] == indexes, name
+            assert all(e.batch_index_error_message for e in answer.record_errors), name
+            assert answer.error_message, name
+        else:
+            assert answer.record_errors == [] and answer.error_message is None, name
+        assert log.log_end_offset == 0, name
+    good = await produce(client, "hostile", batch(b"a", b"b"), version=version)
+    assert (good.error_code, good.base_offset) == (ErrorCode.NONE, 0)
+    assert log.log_end_offset == 2
+
+
+async def test_per_record_errors_for_keys_and_timestamps(nursery: trio.Nursery, tmp_path: Path) -> None:
+    broker = await start_broker(nursery, tmp_path)
+    client = await RawClient.connect(broker.port)
+    await create(client, "compacted", configs=[_config("cleanup.policy", "compact")])
+    await create(client, "windowed", configs=[_config("message.timestamp.after.max.ms", "60000")])
+    keyless = hostile_batch(
+        [Rec(offset_delta=0), Rec(offset_delta=1, key=None), Rec(offset_delta=2, key=None)]
+    )
+    answer = await produce(client, "compacted", keyless)
+    assert answer.error_code == ErrorCode.INVALID_RECORD
+    assert [e.batch_index for e in answer.record_errors] == [1, 2]
+    assert "key" in answer.record_errors[0].batch_index_error_message
+    now = _now()
+    future = hostile_batch(
+        [Rec(offset_delta=0), Rec(offset_delta=1, timestamp_delta=3_600_000), Rec(offset_delta=2)],
+        base_timestamp=now,
+    )
+    answer = await produce(client, "windowed", future)
+    assert answer.error_code == ErrorCode.INVALID_TIMESTAMP
+    assert [e.batch_index for e in answer.record_errors] == [1]
+    assert answer.error_message
+    for topic in ("compacted", "windowed"):
+        assert broker.state.partition_log(topic, 0).log_end_offset == 0
+    assert (await produce(client, "windowed", batch(b"fine"))).error_code == ErrorCode.NONE
