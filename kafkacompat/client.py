@@ -13,7 +13,9 @@ opens (and keeps) a connection to broker N.
 It is not a general client: no retries beyond what a tool asks for, no pipelining. TLS and SASL
 (PLAIN, SCRAM) come from a `--command-config` file (kafkacompat.security.client_auth). Errors
 from the network or from a malformed answer raise `ClientError`; Kafka error codes in an answer are the
-caller's to read. Works against any Kafka-compatible broker, not only kafkacompat.
+caller's to read. An answer whose length prefix no Kafka answer has (an HTTP server's "HTTP" read as a
+size) is a ClientError saying that the server does not speak the Kafka protocol. Works against any
+Kafka-compatible broker, not only kafkacompat.
 """
 
 from __future__ import annotations
@@ -199,9 +201,15 @@ class BrokerConnection:
         return buf
 
     def _read_frame(self) -> bytearray:
-        (size,) = _SIZE.unpack(self._read_exactly(4))
+        head = self._read_exactly(4)
+        (size,) = _SIZE.unpack(head)
         if size < 4 or size > MAX_RESPONSE_BYTES:
-            raise ClientError(f"answer frame of {size} bytes")
+            # no Kafka answer is that size: another protocol's bytes read as a length ("HTTP" is 1213486160)
+            shown = f" (its answer begins {bytes(head)!r})" if bytes(head).isascii() else ""
+            raise ClientError(
+                f"the server at {self.host}:{self.port} does not speak the Kafka protocol: it answered "
+                f"with a frame of {size} bytes{shown}"
+            )
         return self._read_exactly(size)
 
     def close(self) -> None:

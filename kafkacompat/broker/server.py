@@ -11,9 +11,13 @@ Theory of operation
     ├── connection nursery: one task per accepted connection (connection.Connection.run)
     └── background nursery: flush, retention, checkpoints, delayed file deletes, log cleaner
 
-Start-up opens the log dirs (recovery after an unclean shutdown happens in a worker thread), loads the
-topic table, binds every listener (port 0 picks a free port; `task_status.started()` reports the bound
-addresses, which is what tests wait for) and only then accepts connections.
+Start-up binds every listener's address first, without listening yet, so that a port in use or a host
+that does not resolve stops it before anything is written (`_reserve_listeners`: one line naming the
+listener, as does a log dir that is a regular file, and ZooKeeper unreachable within
+zookeeper.connection.timeout.ms; `StartupError`). It then opens the log dirs (recovery after an unclean
+shutdown happens in a worker thread), loads the topic table, listens on every listener (port 0 picks a
+free port; `task_status.started()` reports the bound addresses, which is what tests wait for) and only
+then accepts connections.
 
 Shutdown (`request_shutdown()`, e.g. on SIGTERM): stop accepting and close the listening sockets; tell
 every connection to finish the request it is processing and then close (idle connections close at
@@ -62,7 +66,7 @@ from kafkacompat.broker.state import INTERNAL_TOPICS
 from kafkacompat.config import INT_MAX, BrokerConfig, ConfigError
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
-__all__ = ["BoundListener", "Broker"]
+__all__ = ["BoundListener", "Broker", "StartupError"]
 
 log = logging.getLogger("kafkacompat.broker")
 
@@ -110,6 +114,8 @@ class Broker:
         self._security: dict[str, Any] = {}  # listener name -> security.listeners.ListenerSecurity
         # (candidate config, listener security built from it) between validation and application
         self._pending_security: tuple[BrokerConfig, dict[str, Any]] | None = None
+        # each listener's sockets, bound before the log dirs are opened and listened on once they are
+        self._reserved: list[tuple[str, list[socket.socket]]] = []
 
     # lifecycle
 
@@ -120,8 +126,12 @@ class Broker:
         self, *, task_status: trio.TaskStatus[list[BoundListener]] = trio.TASK_STATUS_IGNORED
     ) -> None:
         try:
+            # the listeners' addresses first: a port in use or a host that does not resolve stops the
+            # start before anything is written to the log dirs
+            self._reserved = _reserve_listeners(self.config.listeners)
             state = await trio.to_thread.run_sync(self._open_state)
         except BaseException:
+            _close_reserved(self._reserved)
             self.stopped.set()  # nothing was started; waiters must not hang
             raise
         self.state = state
@@ -246,6 +256,7 @@ class Broker:
                 background_scope.cancel()
                 cluster_scope.cancel()
         finally:
+            _close_reserved(self._reserved)  # a failed start: sockets never listened on are closed too
             if acceptors is not None:
                 acceptors.close()  # a failed start or a crash: threads never outlive their broker
             with trio.CancelScope(shield=True):
@@ -264,6 +275,7 @@ class Broker:
 
         config = self.config
         log_dirs = [str(path) for path in config.log_dirs]
+        _check_log_dirs(log_dirs)
         cluster_id = config.cluster_id or _stored_cluster_id(log_dirs) or _new_cluster_id()
         if config["zookeeper.connect"]:
             return self._open_cluster_state(log_dirs, cluster_id)
@@ -303,6 +315,8 @@ class Broker:
         in Kafka a log dir of another cluster is refused), then the logs. Topics come from ZooKeeper, so
         the local topic table is a cache and unknown partition dirs are not adopted; high watermarks
         come from replication-offset-checkpoint, never from the log end."""
+        from kazoo.handlers.threading import KazooTimeoutError
+
         from kafkacompat.broker.state import BrokerState
         from kafkacompat.config import broker_log_config
         from kafkacompat.log.manager import LogManager
@@ -315,7 +329,14 @@ class Broker:
             config["zookeeper.session.timeout.ms"],
             config["zookeeper.connection.timeout.ms"],
         )
-        store.start()
+        try:
+            store.start()
+        except KazooTimeoutError:  # the client that timed out is being stopped (ZooKeeperStore.start)
+            raise StartupError(
+                f"cannot reach ZooKeeper at {config['zookeeper.connect']} within "
+                f"{round(store.connection_timeout * 1000)} ms (zookeeper.connection.timeout.ms); "
+                "without zookeeper.connect the broker runs as a single node"
+            ) from None
         try:
             stored = _stored_cluster_id(log_dirs)
             zk_cluster_id = store.get_or_create_cluster_id(stored or config.cluster_id or cluster_id)
@@ -375,9 +396,11 @@ class Broker:
         result = []
         advertised = self.config.advertised_listeners
         backlog = self.config["socket.listen.backlog.size"]
-        for listener in self.config.listeners:
-            host = listener.host or None
-            sockets = await trio.open_tcp_listeners(listener.port, host=host, backlog=backlog)
+        for listener, (_, reserved) in zip(self.config.listeners, self._reserved, strict=True):
+            sockets = []
+            for sock in reserved:
+                sock.listen(backlog)
+                sockets.append(trio.SocketListener(trio.socket.from_stdlib_socket(sock)))
             bound_port = sockets[0].socket.getsockname()[1]
             bound_host = listener.host or sockets[0].socket.getsockname()[0]
             self.bound.append(BoundListener(listener.name, bound_host, bound_port))
@@ -687,6 +710,77 @@ def _peer_ip(stream: trio.SocketStream) -> str:
         return str(stream.socket.getpeername()[0])
     except OSError:
         return "?"
+
+
+class StartupError(RuntimeError):
+    """A broker that cannot start, in one line naming the setting and the place at fault."""
+
+
+def _reserve_listeners(listeners: list[Any]) -> list[tuple[str, list[socket.socket]]]:
+    """Each listener's sockets, bound but not yet listening (connections are refused until the broker
+    listens, once its logs are open), as trio.open_tcp_listeners would bind them: every address the host
+    resolves to (both wildcards for an empty host), SO_REUSEADDR, IPv6 sockets IPv6-only. A host that
+    does not resolve or an address that cannot be bound is a StartupError naming the listener."""
+    import errno
+
+    reserved: list[tuple[str, list[socket.socket]]] = []
+    try:
+        for listener in listeners:
+            sockets: list[socket.socket] = []
+            reserved.append((listener.name, sockets))
+            try:
+                addresses = socket.getaddrinfo(
+                    listener.host or None, listener.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+                )
+            except socket.gaierror as exc:
+                raise StartupError(
+                    f"listener {listener.name}: cannot resolve host {listener.host!r} ({exc.strerror})"
+                ) from None
+            for family, kind, proto, _, address in addresses:
+                try:
+                    sock = socket.socket(family, kind, proto)
+                except OSError as exc:
+                    if exc.errno == errno.EAFNOSUPPORT:  # an IPv6 address on a system without IPv6
+                        continue
+                    raise
+                sockets.append(sock)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                try:
+                    sock.bind(address)
+                except OSError as exc:
+                    host = f"[{address[0]}]" if family == socket.AF_INET6 else str(address[0])
+                    raise StartupError(
+                        f"listener {listener.name} failed to bind to {host}:{address[1]}: {exc.strerror}"
+                    ) from None
+            if not sockets:
+                raise StartupError(
+                    f"listener {listener.name}: no address of host {listener.host!r} can be used here"
+                )
+    except BaseException:
+        _close_reserved(reserved)
+        raise
+    return reserved
+
+
+def _close_reserved(reserved: list[tuple[str, list[socket.socket]]]) -> None:
+    for _, sockets in reserved:
+        for sock in sockets:
+            sock.close()
+
+
+def _check_log_dirs(log_dirs: list[str]) -> None:
+    """A StartupError naming the entry of log.dirs that is, or lies below, something other than a
+    directory (a dir that does not exist yet is created later)."""
+    for log_dir in log_dirs:
+        path = Path(log_dir)
+        for existing in (path, *path.parents):
+            if existing.exists():
+                if not existing.is_dir():
+                    where = "is" if existing == path else f"lies below {existing}, which is"
+                    raise StartupError(f"log.dirs: {log_dir} {where} not a directory")
+                break
 
 
 def _stored_cluster_id(log_dirs: list[str]) -> str | None:

@@ -61,6 +61,27 @@ def split_chroot(connect: str) -> tuple[str, str]:
     return connect[:slash], chroot
 
 
+def _start_within(client: KazooClient, timeout: float) -> None:
+    """`client.start(timeout)`, except that a client that did not connect in time is stopped off this
+    thread: kazoo's stop waits for the connection attempt in progress, which against a server that
+    accepts and never answers lasts up to the session timeout."""
+    import threading
+
+    from kazoo.handlers.threading import KazooTimeoutError
+
+    client.start_async().wait(timeout)
+    if not client.connected:
+
+        def stop() -> None:
+            try:
+                client.stop()
+            finally:
+                client.close()
+
+        threading.Thread(target=stop, name="zookeeper-stop", daemon=True).start()
+        raise KazooTimeoutError("Connection time-out")
+
+
 class ZooKeeperStore:
     """One ZooKeeper session and Kafka's znodes (see module docstring)."""
 
@@ -78,15 +99,17 @@ class ZooKeeperStore:
     # --- session -------------------------------------------------------------------------------------
 
     def start(self) -> None:
+        """Connect (creating the chroot first), each connection within `connection_timeout` seconds, or
+        raise KazooTimeoutError."""
         if self.chroot:
             bootstrap = KazooClient(hosts=self.hosts, timeout=self.session_timeout_ms / 1000)
-            bootstrap.start(timeout=self.connection_timeout)
+            _start_within(bootstrap, self.connection_timeout)
             try:
                 bootstrap.ensure_path(self.chroot)
             finally:
                 bootstrap.stop()
                 bootstrap.close()
-        self.client.start(timeout=self.connection_timeout)
+        _start_within(self.client, self.connection_timeout)
         for path in zd.PERSISTENT_PATHS:
             self.client.ensure_path(path)
 
