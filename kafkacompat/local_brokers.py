@@ -12,8 +12,9 @@ directory the caller names.
   dir.
 - `LocalCluster` runs a ZooKeeper server (Debian's `zookeeper` jars, kafkacompat.replication.zk_server)
   and N `BrokerProcess`es with `broker.id` 1..N and `zookeeper.connect` set: cluster mode, for
-  replication and failover (`kill(broker_id)`, `start_broker(broker_id)`); `start()` starts the brokers
-  in parallel.
+  replication and failover (`kill(broker_id)`, `start_broker(broker_id)`, `restart_broker(broker_id)`);
+  `start()` starts the brokers in parallel. With `base_port`, broker N listens on base_port + N - 1 and
+  ZooKeeper on the port after the last broker's.
 
 All take config overrides (`key=value` strings), which win over the defaults here (listener on
 127.0.0.1, port 0 the first time, log.dirs in the data dir). This module imports nothing beyond the
@@ -269,11 +270,14 @@ class LocalCluster:
         overrides: Sequence[str] = CLUSTER_TEST_OVERRIDES,
         *,
         chroot: str = "/kafkacompat",
+        base_port: int | None = None,
     ) -> None:
         from kafkacompat.replication.zk_server import LocalZooKeeper
 
         self.data_dir = Path(data_dir)
-        self.zookeeper = LocalZooKeeper(self.data_dir / "zookeeper")
+        # with base_port: broker N on base_port + N - 1, ZooKeeper on the port after the last broker's
+        zookeeper_port = 0 if base_port is None else base_port + brokers
+        self.zookeeper = LocalZooKeeper(self.data_dir / "zookeeper", port=zookeeper_port)
         self.chroot = chroot
         self.brokers: dict[int, BrokerProcess] = {}
         for broker_id in range(1, brokers + 1):
@@ -284,6 +288,7 @@ class LocalCluster:
                     f"zookeeper.connect={self.zookeeper.connect_string}{chroot}",
                     *overrides,
                 ],
+                port=0 if base_port is None else base_port + broker_id - 1,
             )
 
     @property
@@ -333,6 +338,11 @@ class LocalCluster:
 
     def start_broker(self, broker_id: int) -> BrokerProcess:
         return self.brokers[broker_id].start()
+
+    def restart_broker(self, broker_id: int) -> BrokerProcess:
+        """Stop one broker (SIGTERM, orderly; nothing to do if it is not running) and start it again on
+        the same port with the same data."""
+        return self.brokers[broker_id].restart()
 
     def kill(self, broker_id: int) -> None:
         """SIGKILL one broker: its ZooKeeper session expires after zookeeper.session.timeout.ms."""
