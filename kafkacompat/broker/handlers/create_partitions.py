@@ -2,10 +2,12 @@
 
 Behaviour: grows a topic to `count` partitions. A count that is not an increase gets
 INVALID_PARTITIONS; a missing topic UNKNOWN_TOPIC_OR_PARTITION; a topic named twice INVALID_REQUEST for
-every copy. Explicit assignments must give one replica list per new partition, and on this single
-node each list must be exactly [this node] (the replication factor of every existing partition is 1):
-anything else — wrong number of lists, an empty list, another broker, a broker twice, more replicas —
-gets INVALID_REPLICA_ASSIGNMENT. New partition logs are created and the topic table persisted before
+every copy. Explicit assignments must give one replica list per new partition, each naming distinct
+live brokers (the partition seam's `check_replica_assignment`: on a single node exactly [this node], in
+cluster mode the cluster's registered brokers, read afresh as Kafka's controller reads them), as many
+as the topic's replication factor (that of its partition 0): anything else — wrong number of lists, an
+empty list, an unknown broker, a broker twice, another replication factor — gets
+INVALID_REPLICA_ASSIGNMENT. New partition logs are created and the topic table persisted before
 the answer. `validate_only` runs every check and changes nothing. More than 10000 new partitions in one
 request -> POLICY_VIOLATION (Kafka's controller refuses such "excessively large" operations too).
 Error messages go in every version.
@@ -40,10 +42,14 @@ MAX_NEW_PARTITIONS_PER_REQUEST = 10_000
 Result = CreatePartitionsResponse.CreatePartitionsTopicResult
 
 
-def check_assignments(broker: BrokerState, current: int, count: int, assignments: list[Any] | None) -> None:
-    """Raise KafkaError(INVALID_REPLICA_ASSIGNMENT) unless `assignments` fit this single node."""
+def check_assignments(
+    broker: BrokerState, topic: str, current: int, count: int, assignments: list[Any] | None
+) -> dict[int, list[int]] | None:
+    """The new partitions' explicit replica lists (partition -> brokers), None when none were given.
+    Raises KafkaError(INVALID_REPLICA_ASSIGNMENT) unless they fit the live brokers and the topic's
+    replication factor."""
     if assignments is None or count <= current:
-        return
+        return None
     additional = count - current
     if len(assignments) != additional:
         raise KafkaError(
@@ -51,23 +57,21 @@ def check_assignments(broker: BrokerState, current: int, count: int, assignments
             f"Adding {additional} partition(s) needs {additional} assignment(s), but {len(assignments)} "
             "were given.",
         )
-    node = broker.node_id
-    for assignment in assignments:
-        replicas = list(assignment.broker_ids)
-        if not replicas:
-            raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "An assignment has an empty replica list.")
-        for replica in replicas:
-            if replica != node:
-                raise KafkaError(
-                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                    f"The assignment names broker {replica}, but the only registered broker is {node}.",
-                )
-        if len(replicas) != 1:
-            raise KafkaError(
-                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                f"The assignment {replicas} names broker {node} more than once; partitions of this "
-                "single-node cluster have one replica.",
-            )
+    if any(not assignment.broker_ids for assignment in assignments):
+        raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "An assignment has an empty replica list.")
+    # distinct live brokers, all lists of one length (on a single node: this node alone)
+    checked = broker.replicas.check_replica_assignment(
+        [(current + index, list(assignment.broker_ids)) for index, assignment in enumerate(assignments)]
+    )
+    factor = len(broker.replicas.partition_metadata(topic, 0).replicas) if current > 0 else 0
+    given = len(checked[current])
+    if factor and given != factor:
+        raise KafkaError(
+            ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+            f"Inconsistent replication factor between partitions, partition 0 has {factor} while "
+            f"partitions {sorted(checked)} have replication factor {given}.",
+        )
+    return checked
 
 
 async def handle(ctx: RequestContext, request: CreatePartitionsRequest) -> CreatePartitionsResponse:
@@ -76,6 +80,9 @@ async def handle(ctx: RequestContext, request: CreatePartitionsRequest) -> Creat
     budget = MAX_NEW_PARTITIONS_PER_REQUEST
     results = []
     turn = Turn()  # many topics: other clients run in between (fairness.py)
+    if any(wanted.assignments for wanted in request.topics):
+        # explicit replica lists name live brokers: read them now, as Kafka's controller does
+        await broker.replicas.refresh_live_brokers()
     for wanted in request.topics:
         await turn.spend()
         result = Result(name=wanted.name, error_code=ErrorCode.NONE, error_message=None)
@@ -93,7 +100,7 @@ async def handle(ctx: RequestContext, request: CreatePartitionsRequest) -> Creat
                     f"Unable to add {additional} partitions: at most {MAX_NEW_PARTITIONS_PER_REQUEST} new "
                     "partitions per request.",
                 )
-            check_assignments(broker, topic.partitions, wanted.count, wanted.assignments)
+            check_assignments(broker, wanted.name, topic.partitions, wanted.count, wanted.assignments)
             await add_partitions(broker, wanted.name, wanted.count, validate_only=bool(request.validate_only))
             if not request.validate_only:
                 budget -= additional
