@@ -25,6 +25,13 @@ once); after a grace period anything still running is cancelled; background task
 log manager shuts down in a worker thread (flush, checkpoints, clean-shutdown marker) so the next start
 skips recovery.
 
+In cluster mode the stop begins with the controlled shutdown (bounded by Kafka's `controlled.shutdown.*`
+settings and skipped, in one log line, when ZooKeeper is unreachable: `ClusterRuntime.controlled_shutdown`)
+and ends with the ZooKeeper session. Kazoo calls wait for a reconnect without a timeout, in worker threads
+that cancellation cannot interrupt; so while the stop waits for the connections, the background tasks and
+the cluster's tasks to end (`_wait_stopping`), it ends the ZooKeeper session as soon as ZooKeeper is
+unreachable, which fails those calls, and a stop finishes whatever ZooKeeper does.
+
 Accepting: an acceptor thread per listening socket (acceptor.py) accepts as connections arrive and
 hands them to the loop, which admits up to ADMIT_BURST per task step (`_admit`: caps, per-address
 refusal, quota throttling, buffer sizes, counting). The accept loop used to run on the event loop, once
@@ -71,6 +78,8 @@ __all__ = ["BoundListener", "Broker", "StartupError"]
 log = logging.getLogger("kafkacompat.broker")
 
 SHUTDOWN_GRACE_SECONDS = 10.0
+# how often a stop waiting for its tasks looks whether ZooKeeper is still reachable (cluster mode)
+ZOOKEEPER_CHECK_SECONDS = 0.1
 # accepted connections admitted in one task step (the acceptor threads accept them; acceptor.py); the
 # rest wait a turn. 64 kept a new client behind 600 accepted ones for 10 turns (test_acceptor.py)
 ADMIT_BURST = 1024
@@ -191,20 +200,34 @@ class Broker:
 
                     self.metrics_address = await outer.start(serve_metrics, self, self._shutdown)
                 cluster_scope = trio.CancelScope()
-                if state.cluster is not None:
+                cluster_done = trio.Event()
+                if state.cluster is None:
+                    cluster_done.set()
+                else:
                     cluster = state.cluster
 
                     async def run_cluster(
                         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
                     ) -> None:
-                        with cluster_scope:
-                            async with trio.open_nursery() as cluster_nursery:
-                                if cluster.config_sync is not None:  # ACLs, users, quotas, broker configs
-                                    cluster_nursery.start_soon(cluster.config_sync.run)
-                                await cluster.run(task_status=task_status)
+                        try:
+                            with cluster_scope:
+                                async with trio.open_nursery() as cluster_nursery:
+                                    if cluster.config_sync is not None:  # ACLs, users, quotas, configs
+                                        cluster_nursery.start_soon(cluster.config_sync.run)
+                                    await cluster.run(task_status=task_status)
+                        finally:
+                            cluster_done.set()
 
                     await outer.start(run_cluster)  # registered in ZooKeeper, roles taken
-                outer.start_soon(self._run_background, background_scope, profiling)
+                background_done = trio.Event()
+
+                async def run_background() -> None:
+                    try:
+                        await self._run_background(background_scope, profiling)
+                    finally:
+                        background_done.set()
+
+                outer.start_soon(run_background)
                 connections_done = trio.Event()
 
                 async def run_connections(
@@ -252,9 +275,10 @@ class Broker:
                     while self._connections:
                         await trio.sleep(0.01)
                 connection_nursery_scope.cancel()
-                await connections_done.wait()
+                await self._wait_stopping(state, connections_done)
                 background_scope.cancel()
                 cluster_scope.cancel()
+                await self._wait_stopping(state, background_done, cluster_done)
         finally:
             _close_reserved(self._reserved)  # a failed start: sockets never listened on are closed too
             if acceptors is not None:
@@ -267,6 +291,16 @@ class Broker:
             profiling.close()
             log.info("broker stopped")
             self.stopped.set()
+
+    async def _wait_stopping(self, state: Any, *events: trio.Event) -> None:
+        """Wait for tasks being stopped to end; in cluster mode, end the ZooKeeper session as soon as
+        ZooKeeper is unreachable, so tasks waiting in kazoo calls return (see module docstring)."""
+        for event in events:
+            while not event.is_set():
+                if state.cluster is not None and not state.cluster.zookeeper_reachable:
+                    await state.cluster.close()
+                with trio.move_on_after(ZOOKEEPER_CHECK_SECONDS):
+                    await event.wait()
 
     def _open_state(self) -> Any:
         """Blocking start-up: log dirs, recovery, topic table. Runs in a worker thread."""

@@ -22,6 +22,16 @@ Every state change is a versioned write, as in Kafka's ZooKeeper mode:
   TOPIC_ALREADY_EXISTS); deletion is requested by creating `/admin/delete_topics/T` and carried out by
   the controller.
 
+Registration (`/brokers/ids/N`, ephemeral) fails while another session holds the znode. A broker
+restarted right after a crash finds its own registration of before, held by the dead process's session
+until ZooKeeper expires it; the caller waits for that (`registration_of` tells what holds the id), and
+`register_broker` is tried again.
+
+`close` ends the session. With ZooKeeper unreachable kazoo keeps every call waiting for a reconnect
+(there is no timeout on a call); closing the client fails them all at once (ConnectionClosedError), so a
+broker that stops without ZooKeeper closes first and the worker threads waiting in kazoo return.
+`connected` says whether the session is connected now.
+
 The connect string may carry a chroot (`host:port,host:port/kafka`); the chroot is created first when
 it is missing, as Kafka does.
 """
@@ -29,6 +39,7 @@ it is missing, as Kafka does.
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
@@ -95,6 +106,8 @@ class ZooKeeperStore:
         #: the /controller_epoch znode version this broker wrote when it became controller
         self.controller_epoch_zk_version = -1
         self.controller_epoch = -1
+        self.closed = False
+        self._close_lock = threading.Lock()
 
     # --- session -------------------------------------------------------------------------------------
 
@@ -114,10 +127,21 @@ class ZooKeeperStore:
             self.client.ensure_path(path)
 
     def close(self) -> None:
-        try:
-            self.client.stop()
-        finally:
-            self.client.close()
+        """End the session (its ephemeral znodes go); idempotent, callable from any thread. Kazoo calls
+        waiting in other threads fail with ConnectionClosedError."""
+        with self._close_lock:
+            if self.closed:
+                return
+            self.closed = True
+            try:
+                self.client.stop()
+            finally:
+                self.client.close()
+
+    @property
+    def connected(self) -> bool:
+        """Whether the session is connected to a ZooKeeper server now (not suspended, lost or closed)."""
+        return bool(self.client.connected)
 
     @property
     def session_id(self) -> int | None:
@@ -159,6 +183,14 @@ class ZooKeeperStore:
             ) from None
         stat = self.client.exists(path)
         return int(stat.czxid) if stat is not None else -1
+
+    def registration_of(self, broker_id: int) -> zd.BrokerRegistration | None:
+        """What /brokers/ids/N holds now, None when nobody is registered with that id."""
+        try:
+            data, _ = self.client.get(zd.broker_path(broker_id))
+        except NoNodeError:
+            return None
+        return zd.decode_broker(broker_id, data)
 
     def registered_by_this_session(self, broker_id: int) -> bool:
         """Whether /brokers/ids/N exists and belongs to this client's current session."""

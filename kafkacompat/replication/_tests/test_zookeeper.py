@@ -67,6 +67,10 @@ def test_brokers_register_ephemerally(stores: Callable[[], ZooKeeperStore]) -> N
     with pytest.raises(KafkaError) as taken:
         observer.register_broker(zd.BrokerRegistration(1, {"PLAINTEXT": ("127.0.0.1", 9094)}))
     assert taken.value.code is ErrorCode.BROKER_NOT_AVAILABLE
+    # what holds the id: a broker restarted after a crash tells its own stale registration by it
+    holder = observer.registration_of(1)
+    assert holder is not None and holder.endpoints == {"PLAINTEXT": ("127.0.0.1", 9092)}
+    assert observer.registration_of(7) is None
     brokers = observer.live_brokers()
     assert (
         sorted(brokers) == [1, 2] and brokers[1].rack == "a" and brokers[2].endpoint("PLAINTEXT")[1] == 9093
@@ -159,3 +163,42 @@ def test_snapshot_live_brokers_are_as_new_as_its_partition_states(
     assert snapshot.states[key].isr == (1, 3)
     assert set(snapshot.states[key].isr) <= set(snapshot.brokers)
     assert snapshot.broker_epochs[3] == reader.client.exists(zd.broker_path(3)).czxid
+
+
+def test_closing_fails_calls_waiting_for_an_unreachable_zookeeper(tmp_path: Any) -> None:
+    """Kazoo waits for a reconnect without a timeout; closing the store ends those waits at once."""
+    import threading
+
+    from kafkacompat.replication.zk_server import LocalZooKeeper
+
+    server = LocalZooKeeper(tmp_path / "zk")
+    server.start()
+    store = ZooKeeperStore(server.connect_string, session_timeout_ms=6000, connection_timeout_ms=30000)
+    try:
+        store.start()
+        assert store.connected
+        server.stop()
+        wait_for(lambda: not store.connected)
+        outcome: list[BaseException | None] = []
+
+        def read() -> None:
+            try:
+                store.client.get(zd.BROKER_IDS)
+                outcome.append(None)
+            except BaseException as exc:
+                outcome.append(exc)
+
+        waiting = threading.Thread(target=read, daemon=True)
+        waiting.start()
+        waiting.join(1.0)
+        assert waiting.is_alive(), "the call should wait for ZooKeeper"
+        started = time.monotonic()
+        store.close()
+        waiting.join(5.0)
+        assert not waiting.is_alive() and time.monotonic() - started < 5
+        assert outcome and outcome[0] is not None
+        store.close()  # idempotent
+        assert store.closed and not store.connected
+    finally:
+        store.close()
+        server.close()

@@ -8,11 +8,24 @@ docstring). This class builds them in dependency order and forwards every public
 to the part that owns it, so a caller never needs to know the split. It is also the replica manager's
 `ClusterLink`: the link is given to the replica manager when the shared state is built, before the part
 that sends AlterPartition exists, so the runtime stands in for it and forwards.
+
+Stopping (`controlled_shutdown`): the controlled part of a stop, where the controller moves this
+broker's leaderships away, runs only while ZooKeeper is connected, and for at most what Kafka's
+`controlled.shutdown.*` settings allow: `controlled.shutdown.max.retries` + 1 attempts, each a request
+of up to `replica.socket.timeout.ms` (the timeout of this broker's requests to the controller), with
+`controlled.shutdown.retry.backoff.ms` between them, plus the wait for this broker's view to show the
+moves. With ZooKeeper unreachable, before or during it, the controller can move nothing (its moves are
+ZooKeeper writes): the broker says so in one line, ends its session (`Session.close`, which fails every
+kazoo call waiting for a reconnect) and stops without it. A stop therefore ends within that bound
+whatever ZooKeeper does.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import logging
+from typing import TYPE_CHECKING, Any
+
+import trio
 
 from kafkacompat.replication.cluster.controller_client import ControllerClient
 from kafkacompat.replication.cluster.controller_duties import ControllerDuties
@@ -30,7 +43,24 @@ if TYPE_CHECKING:
     from kafkacompat.replication.broker_host import BrokerHost
     from kafkacompat.replication.config_sync import ConfigSync
 
-__all__ = ["ClusterRuntime"]
+__all__ = ["ClusterRuntime", "controlled_shutdown_bound"]
+
+log = logging.getLogger("kafkacompat.cluster")
+
+#: how often a controlled shutdown looks whether ZooKeeper is still connected
+ZOOKEEPER_CHECK_SECONDS = 0.1
+#: the controlled shutdown's wait for this broker's view to show the moves (controller_client.py)
+VIEW_WAIT_SECONDS = 5.0
+
+
+def controlled_shutdown_bound(config: Any) -> float:
+    """Seconds a controlled shutdown may take (see module docstring)."""
+    retries = max(int(config["controlled.shutdown.max.retries"]), 0)
+    return (
+        (retries + 1) * config["replica.socket.timeout.ms"] / 1000
+        + retries * config["controlled.shutdown.retry.backoff.ms"] / 1000
+        + VIEW_WAIT_SECONDS
+    )
 
 
 class ClusterRuntime:
@@ -83,8 +113,64 @@ class ClusterRuntime:
         self.alter_reassignments = self.duties.alter_reassignments
         self.elect_leaders = self.duties.elect_leaders
         self.auto_rebalance = self.duties.auto_rebalance
-        # this broker's requests to the controller
-        self.controlled_shutdown = self.to_controller.controlled_shutdown
+
+    # --- stopping ------------------------------------------------------------------------------------
+
+    @property
+    def zookeeper_reachable(self) -> bool:
+        """Whether the ZooKeeper session is connected now."""
+        return self.session.zookeeper_reachable
+
+    async def controlled_shutdown(self) -> bool:
+        """Ask the controller to move this broker's leaderships away, within the bound of Kafka's
+        controlled.shutdown.* settings and only while ZooKeeper is connected (see module docstring).
+        True once nothing was left to move."""
+        config = self.state.broker.config
+        if not config["controlled.shutdown.enable"]:
+            return False
+        if not self.zookeeper_reachable:
+            await self._stop_without_zookeeper()
+            return False
+        bound = controlled_shutdown_bound(config)
+        done = False
+        unreachable = False
+        async with trio.open_nursery() as nursery:
+
+            async def watch_zookeeper() -> None:
+                nonlocal unreachable
+                while self.zookeeper_reachable:
+                    await trio.sleep(ZOOKEEPER_CHECK_SECONDS)
+                unreachable = True
+                # the kazoo calls the controlled shutdown waits in fail once the session is closed
+                await self._stop_without_zookeeper()
+                nursery.cancel_scope.cancel()
+
+            async def shut_down() -> None:
+                nonlocal done
+                with trio.move_on_after(bound) as scope:
+                    done = await self.to_controller.controlled_shutdown()
+                if scope.cancelled_caught:
+                    log.warning(
+                        "broker %d: controlled shutdown did not finish within %.0f s "
+                        "(controlled.shutdown.max.retries, controlled.shutdown.retry.backoff.ms, "
+                        "replica.socket.timeout.ms); stopping without it",
+                        self.node_id,
+                        bound,
+                    )
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(watch_zookeeper)
+            nursery.start_soon(shut_down)
+        return done and not unreachable
+
+    async def _stop_without_zookeeper(self) -> None:
+        log.warning(
+            "broker %d: ZooKeeper (%s) is unreachable: controlled shutdown skipped, leaderships move "
+            "when the session expires",
+            self.node_id,
+            self.state.store.hosts,
+        )
+        await self.session.close()
 
     # --- the replica manager's link (replica_manager.ClusterLink) --------------------------------------
 

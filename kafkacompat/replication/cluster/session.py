@@ -24,6 +24,21 @@ as long (a SIGSTOP, seen by `_tick` as a gap in the liveness tick), fences leade
 until the same session is confirmed. With a new session the broker registers again; the controller,
 which moved its leaderships away with newer leader epochs when the old session ended, sends it a full
 LeaderAndIsr.
+
+Registering at start-up (`_register_at_start`): a broker restarted right after a crash (SIGKILL, a
+supervisor's immediate restart) finds `/brokers/ids/N` still held by its previous process's session,
+which ZooKeeper keeps until it expires, `zookeeper.session.timeout.ms` after the last heartbeat of the
+dead process. The broker id is its own, so that registration is its own stale one: the broker logs once
+what it waits for and how long at most, and retries until the znode is gone (STALE_REGISTRATION_POLL_SECONDS),
+for at most the session timeout plus STALE_REGISTRATION_GRACE_SECONDS (ZooKeeper expires sessions on its
+ticks, 2 s by default, and never negotiates a session shorter than two of them). A registration that
+outlives that is another live broker with the same `broker.id`: `BrokerIdInUse`, one line.
+
+Closing (`close`, at the end of the broker's shutdown and whenever the broker stops waiting for
+ZooKeeper): as controller it resigns (`/controller` deleted, so a new controller is elected at once)
+when ZooKeeper is connected, then ends the session. With ZooKeeper unreachable it only ends the session:
+closing the kazoo client fails every kazoo call still waiting in a worker thread, so the tasks behind
+them (the reconcile, the controller's writes, a handler's topic write) return and the broker stops.
 """
 
 from __future__ import annotations
@@ -36,17 +51,30 @@ import trio
 from kafkacompat.replication import zk_data as zd
 from kafkacompat.replication.cluster.shared import ClusterState, ZkSnapshot, newer, read_snapshot
 from kafkacompat.replication.zookeeper import StaleController
+from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.replication.cluster.controller_duties import ControllerDuties
     from kafkacompat.replication.cluster.controller_requests import ControllerRequests
     from kafkacompat.replication.cluster.replica_roles import ReplicaRoles
 
-__all__ = ["RECONCILE_SECONDS", "Session"]
+__all__ = ["RECONCILE_SECONDS", "BrokerIdInUse", "Session"]
 
 log = logging.getLogger("kafkacompat.cluster")
 
 RECONCILE_SECONDS = 2.0
+#: how often a broker waiting for its stale registration to expire tries to register again
+STALE_REGISTRATION_POLL_SECONDS = 0.25
+#: beyond zookeeper.session.timeout.ms: ZooKeeper expires sessions on its ticks (tickTime, 2 s by
+#: default) and negotiates no session shorter than two ticks
+STALE_REGISTRATION_GRACE_SECONDS = 4.0
+#: resigning as controller at close, when ZooKeeper is connected but slow to answer
+RESIGN_SECONDS = 5.0
+
+
+class BrokerIdInUse(RuntimeError):
+    """/brokers/ids/N stayed registered by another session past its expiry: a second live broker with
+    this broker.id. A RuntimeError, which `kafkacompat serve` reports in one line."""
 
 
 class Session:
@@ -75,7 +103,7 @@ class Session:
                 pass
 
     def _on_session_state(self, state: str) -> None:
-        if self.cluster.broker.closing:
+        if self.cluster.broker.closing or self.cluster.store.closed:
             return  # our own close ends the session
         was_fenced = self.cluster.fence.fenced(self.cluster.clock_ms())
         self.cluster.fence.on_state(state, self.cluster.clock_ms())
@@ -126,9 +154,7 @@ class Session:
         self.cluster.token = trio.lowlevel.current_trio_token()
         self.cluster.store.on_state_change(self._session_state)
         self.registration = self._registration()
-        self.cluster.broker_epoch = await trio.to_thread.run_sync(
-            self.cluster.store.register_broker, self.registration
-        )
+        self.cluster.broker_epoch = await self._register_at_start(self.registration)
         async with trio.open_nursery() as nursery:
             self.cluster.nursery = nursery
             nursery.start_soon(self._tick)
@@ -149,6 +175,8 @@ class Session:
                             if self.cluster.is_controller and config["auto.leader.rebalance.enable"]:
                                 await self.duties.auto_rebalance()
                     except Exception as exc:  # ZooKeeper away: try again at the next tick
+                        if self.cluster.store.closed:
+                            return  # the broker stops without ZooKeeper (close): nothing to retry
                         log.warning("cluster reconcile failed: %r", exc)
                         await trio.sleep(0.2)
             finally:
@@ -167,13 +195,62 @@ class Session:
             self.cluster.broker.config["broker.rack"],
         )
 
-    async def close(self) -> None:
-        await trio.to_thread.run_sync(self._close_blocking)
+    async def _register_at_start(self, registration: zd.BrokerRegistration) -> int:
+        """Register, waiting (bounded) for this broker's stale registration of a previous process to
+        expire (see module docstring). Returns the broker epoch."""
+        store = self.cluster.store
+        timeout_ms = self.cluster.broker.config["zookeeper.session.timeout.ms"]
+        bound = timeout_ms / 1000 + STALE_REGISTRATION_GRACE_SECONDS
+        deadline = trio.current_time() + bound
+        announced = False
+        while True:
+            try:
+                return await trio.to_thread.run_sync(store.register_broker, registration)
+            except KafkaError as exc:
+                if exc.code != ErrorCode.BROKER_NOT_AVAILABLE:
+                    raise
+            holder = await trio.to_thread.run_sync(store.registration_of, registration.broker_id)
+            if holder is None:
+                continue  # expired between the two calls
+            if trio.current_time() >= deadline:
+                raise BrokerIdInUse(
+                    f"broker id {registration.broker_id} is registered in ZooKeeper by another session "
+                    f"({_endpoints(holder)}) that did not expire within zookeeper.session.timeout.ms "
+                    f"({timeout_ms} ms): is another broker running with broker.id={registration.broker_id}?"
+                ) from None
+            if not announced:
+                announced = True
+                log.info(
+                    "broker %d: ZooKeeper still holds the registration of broker id %d from an earlier "
+                    "session (%s%s); waiting up to %.0f s for it to expire (zookeeper.session.timeout.ms "
+                    "%d)",
+                    registration.broker_id,
+                    registration.broker_id,
+                    _endpoints(holder),
+                    ", this broker's own address" if holder.endpoints == registration.endpoints else "",
+                    bound,
+                    timeout_ms,
+                )
+            await trio.sleep(STALE_REGISTRATION_POLL_SECONDS)
 
-    def _close_blocking(self) -> None:
-        if self.cluster.is_controller:
-            self.cluster.store.resign_controller(self.cluster.node_id)
-        self.cluster.store.close()
+    @property
+    def zookeeper_reachable(self) -> bool:
+        """Whether the ZooKeeper session is connected now."""
+        return self.cluster.store.connected
+
+    async def close(self) -> None:
+        """Resign as controller (when ZooKeeper answers) and end the session; idempotent. Kazoo calls
+        still waiting in worker threads fail, so their tasks return (see module docstring)."""
+        store = self.cluster.store
+        if store.closed:
+            return
+        if self.cluster.is_controller and store.connected:
+            with trio.move_on_after(RESIGN_SECONDS):
+                # abandoned on timeout: closing the store below fails the call it waits in
+                await trio.to_thread.run_sync(
+                    store.resign_controller, self.cluster.node_id, abandon_on_cancel=True
+                )
+        await trio.to_thread.run_sync(store.close)
 
     async def reconcile(self) -> None:
         snapshot = await trio.to_thread.run_sync(read_snapshot, self.cluster.store, self.cluster.watch)
@@ -237,3 +314,7 @@ class Session:
             if read is not None and same_topic and newer(known, read):
                 snapshot.states[key] = known
         return snapshot
+
+
+def _endpoints(registration: zd.BrokerRegistration) -> str:
+    return ", ".join(f"{name}://{host}:{port}" for name, (host, port) in registration.endpoints.items())
