@@ -26,7 +26,8 @@ one block beyond what is already produced), so a small "decompression bomb" cann
   present, else per block: raw and RLE sizes exactly, compressed blocks at most min(window, 128 KiB)),
   then cramjam inflates into a buffer of exactly that bound.
 
-Corrupt or over-long input raises `InvalidRecordBatch(CORRUPT_MESSAGE)`; nothing else escapes.
+Corrupt or over-long input raises `InvalidRecordBatch(CORRUPT_MESSAGE)`; nothing else escapes. Output over
+the cap raises its subclass `InflatedTooLarge`, so a caller can tell "too big to hold" from "damaged".
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from kafkacompat.wire.records import CompressionCodec, InvalidRecordBatch
 __all__ = [
     "CODEC_NAMES",
     "DEFAULT_MAX_OUTPUT_SIZE",
+    "InflatedTooLarge",
     "compress",
     "decompress",
 ]
@@ -78,6 +80,14 @@ class _Corrupt(Exception):
     """Internal: a framing error found while walking compressed data."""
 
 
+class _TooLarge(_Corrupt):
+    """Internal: output that would pass the caller's cap."""
+
+
+class InflatedTooLarge(InvalidRecordBatch):
+    """CORRUPT_MESSAGE raised because the output would pass `max_output_size` (the data may be sound)."""
+
+
 def _corrupt(codec: int, message: str) -> InvalidRecordBatch:
     name = CODEC_NAMES.get(codec, str(codec))
     return InvalidRecordBatch(ErrorCode.CORRUPT_MESSAGE, f"{name}: {message}")
@@ -98,7 +108,7 @@ def decompress(codec: int, data: Buffer, max_output_size: int = DEFAULT_MAX_OUTP
     try:
         if codec == CompressionCodec.NONE:
             if len(mv) > max_output_size:
-                raise _Corrupt(f"{len(mv)} bytes exceed the limit of {max_output_size}")
+                raise _TooLarge(f"{len(mv)} bytes exceed the limit of {max_output_size}")
             return mv.tobytes()
         if codec == CompressionCodec.GZIP:
             return _gzip_decompress(mv, max_output_size)
@@ -108,6 +118,8 @@ def decompress(codec: int, data: Buffer, max_output_size: int = DEFAULT_MAX_OUTP
             return _lz4_decompress(mv, max_output_size)
         if codec == CompressionCodec.ZSTD:
             return _zstd_decompress(mv, max_output_size)
+    except _TooLarge as exc:
+        raise InflatedTooLarge(ErrorCode.CORRUPT_MESSAGE, f"{CODEC_NAMES[codec]}: {exc}") from None
     except _Corrupt as exc:
         raise _corrupt(codec, str(exc)) from None
     except (cramjam.DecompressionError, zlib.error, ValueError, OverflowError, struct.error) as exc:
@@ -126,7 +138,7 @@ def _gzip_decompress(data: memoryview, limit: int) -> bytearray:
         chunk = inflater.decompress(source, min(limit - len(out) + 1, _GZIP_STEP))
         out += chunk
         if len(out) > limit:
-            raise _Corrupt(f"inflated data exceeds the limit of {limit} bytes")
+            raise _TooLarge(f"inflated data exceeds the limit of {limit} bytes")
         if inflater.eof:
             rest = inflater.unused_data
             if rest[:2] == _GZIP_MAGIC:
@@ -161,7 +173,7 @@ def _snappy_decompress(data: memoryview, limit: int) -> bytearray:
             size = cramjam.snappy.decompress_raw_len(block)
             total += size
             if total > limit:
-                raise _Corrupt(f"inflated data exceeds the limit of {limit} bytes")
+                raise _TooLarge(f"inflated data exceeds the limit of {limit} bytes")
             blocks.append(block)
             sizes.append(size)
         out = bytearray(total)
@@ -176,7 +188,7 @@ def _snappy_decompress(data: memoryview, limit: int) -> bytearray:
         return out
     size = cramjam.snappy.decompress_raw_len(data)
     if size > limit:
-        raise _Corrupt(f"declared length {size} exceeds the limit of {limit} bytes")
+        raise _TooLarge(f"declared length {size} exceeds the limit of {limit} bytes")
     out = bytearray(size)
     if size:
         written = cramjam.snappy.decompress_raw_into(data, out)
@@ -234,7 +246,7 @@ def _lz4_decompress(data: memoryview, limit: int) -> bytearray:
             (content_size,) = _LE64.unpack_from(data, pos)
             pos += 8
             if content_size > limit - len(out):
-                raise _Corrupt(f"declared content size {content_size} exceeds the limit of {limit} bytes")
+                raise _TooLarge(f"declared content size {content_size} exceeds the limit of {limit} bytes")
         if flg & 0x01:
             raise _Corrupt("lz4 preset dictionaries are not supported")
         _need(data, pos, 1, "lz4 header checksum")
@@ -258,7 +270,7 @@ def _lz4_decompress(data: memoryview, limit: int) -> bytearray:
             room = limit - len(out)
             if word & 0x80000000:  # stored uncompressed
                 if size > room:
-                    raise _Corrupt(f"inflated data exceeds the limit of {limit} bytes")
+                    raise _TooLarge(f"inflated data exceeds the limit of {limit} bytes")
                 out += block
                 continue
             cap = min(block_max, room)
@@ -268,7 +280,9 @@ def _lz4_decompress(data: memoryview, limit: int) -> bytearray:
                 written = cramjam.lz4.decompress_block_into(block, memoryview(scratch)[:cap])
             except cramjam.DecompressionError:
                 if cap < block_max:
-                    raise _Corrupt(f"corrupt lz4 block, or inflated data exceeds {limit} bytes") from None
+                    # too little room, or a damaged block: one block at full size tells which
+                    cramjam.lz4.decompress_block_into(block, bytearray(block_max))
+                    raise _TooLarge(f"inflated data exceeds the limit of {limit} bytes") from None
                 raise
             out += memoryview(scratch)[:written]
         if content_checksum:
@@ -349,7 +363,7 @@ def _zstd_output_bound(data: memoryview, limit: int) -> int:
                 pos += size
                 frame_bound += block_max
             if frame_bound > limit and content_size is None:
-                raise _Corrupt(f"inflated data may exceed the limit of {limit} bytes")
+                raise _TooLarge(f"inflated data may exceed the limit of {limit} bytes")
             if last:
                 break
         if fhd & 0x04:
@@ -357,7 +371,7 @@ def _zstd_output_bound(data: memoryview, limit: int) -> int:
             pos += 4
         bound += frame_bound if content_size is None else min(content_size, frame_bound)
         if bound > limit:
-            raise _Corrupt(f"inflated data exceeds the limit of {limit} bytes")
+            raise _TooLarge(f"inflated data exceeds the limit of {limit} bytes")
     return bound
 
 
