@@ -14,20 +14,27 @@ measures it).
 
 Kafka's reader stops at the first structural fault, so the walk does too; key and timestamp faults are
 collected for the whole batch and reported together, as LogValidator's `processRecordErrors` does.
-Every refusal is an `InvalidRecords` carrying `record_errors`, (index of the record within its batch,
-message) pairs, which Produce v8+ returns as `record_errors` (KIP-467); faults of the batch as a whole
-(codec, compressed bytes, count) name no record. Codes, and where Kafka's come from:
+Every refusal is an `InvalidRecords`; its `record_errors` are (index of the record within its batch,
+message) pairs. Only the collected key and timestamp faults (`per_record`, Kafka's
+RecordValidationException) reach the producer as Produce v8+ `record_errors` and `error_message`
+(KIP-467; ReplicaManager.appendToLocalLog sets a custom message for that exception alone); a structural
+fault answers the code alone, as in Kafka, and names its record for logs and tests. Codes, and where
+Kafka's come from:
 
 - codec id 5-7: UNKNOWN_SERVER_ERROR (CompressionType.forId's IllegalArgumentException in
   UnifiedLog.analyzeAndValidateRecords, answered by ReplicaManager.appendToLocalLog's catch-all).
-- compressed data that does not inflate, or inflates past `max_inflated_bytes`: CORRUPT_MESSAGE, from
-  `compression.decompress` (Kafka streams without a bound and answers a broken stream with a
-  KafkaException, i.e. UNKNOWN_SERVER_ERROR; the bound is this broker's, see `validator.py`).
+- compressed data that does not inflate: CORRUPT_MESSAGE, from `compression.decompress` (Kafka wraps
+  the stream's IOException in a KafkaException, i.e. UNKNOWN_SERVER_ERROR).
+- records that do not fit in `max_inflated_bytes` once inflated: INVALID_RECORD (see `_inflate`; a
+  zero-filled bomb fails its first record in Kafka's streaming reader, DefaultRecordBatch.RecordIterator).
 - negative record count: INVALID_RECORD (DefaultRecordBatch.RecordIterator).
 - record length negative or past the end of the records: INVALID_RECORD (DefaultRecord.readFrom).
-- varint longer than 5 bytes or varlong longer than 10, or one whose value overflows int32/int64:
-  INVALID_RECORD (ByteUtils' IllegalArgumentException, wrapped by DefaultRecord.readFrom; Kafka keeps
-  the overflowing bits' remainder, we refuse them).
+- record length varint longer than 5 bytes: UNKNOWN_SERVER_ERROR in an uncompressed batch (ByteUtils'
+  IllegalArgumentException escapes DefaultRecordBatch.uncompressedIterator, which catches only buffer
+  underflow), INVALID_RECORD in a compressed one (StreamRecordIterator wraps it).
+- any other varint longer than 5 bytes or varlong longer than 10, or one whose value overflows
+  int32/int64: INVALID_RECORD (ByteUtils' IllegalArgumentException, wrapped by DefaultRecord.readFrom;
+  Kafka keeps the overflowing value's low bits, we refuse it).
 - key, value, header count or headers not ending exactly at the record's end, negative header count or
   header key length: INVALID_RECORD (DefaultRecord.readFrom and readHeaders).
 - key, value or header value length below -1: INVALID_RECORD (Kafka reads any negative length as null;
@@ -39,10 +46,9 @@ message) pairs, which Produce v8+ returns as `record_errors` (KIP-467); faults o
   client writes one, and stored deltas that disagree with the count break offset assignment). Batches
   from other origins (replication, recovery, compacted segments) need deltas strictly increasing within
   `[0, last_offset_delta]`, since compaction leaves gaps.
-- a record without a key on a compacted topic: INVALID_RECORD, collected per record
-  (LogValidator.validateKey, RecordValidationException).
+- a record without a key on a compacted topic: INVALID_RECORD, per record (LogValidator.validateKey).
 - a CreateTime timestamp outside `[now - before.max.ms, now + after.max.ms]`, or a producer batch marked
-  LogAppendTime: INVALID_TIMESTAMP, collected per record, which wins over key errors in the same batch
+  LogAppendTime: INVALID_TIMESTAMP, per record, which wins over key errors in the same batch
   (LogValidator.validateTimestamp and processRecordErrors). A record timestamp that overflows int64 is
   refused the same way (Kafka wraps it).
 
@@ -51,14 +57,19 @@ Record attributes are read and not checked: they are unused in format v2 and Kaf
 
 from __future__ import annotations
 
+import functools
 import math
+import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from kafkacompat.wire import compression
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 from kafkacompat.wire.records import CompressionCodec, RecordBatchView, TimestampType
 
 __all__ = [
+    "KEYLESS",
     "InvalidRecords",
     "TimestampCheck",
     "check_batch_records",
@@ -69,16 +80,49 @@ _LONG_MAX = 2**63 - 1
 _LONG_MIN = -(2**63)
 _NO_TIMESTAMP = -1
 _MAX_KNOWN_CODEC = CompressionCodec.ZSTD
+#: A gzip batch inflating past this is walked on its first this-many bytes before being inflated whole.
+_PROBE_BYTES = 1024 * 1024
 
 
 class InvalidRecords(KafkaError):
-    """A batch refused for its records. `record_errors` holds (index within the batch, message) pairs."""
+    """A batch refused for its records. `record_errors` holds (index within the batch, message) pairs.
+
+    `per_record` marks Kafka's RecordValidationException (key and timestamp rules, every record judged):
+    only then does Kafka return `record_errors` and an error message to the producer (`located`). A
+    structural fault (`per_record` False) names the record it stopped at for logs and tests only.
+    """
 
     def __init__(
-        self, code: ErrorCode, message: str, record_errors: list[tuple[int, str | None]] | None = None
+        self,
+        code: ErrorCode,
+        message: str,
+        record_errors: list[tuple[int, str | None]] | None = None,
+        *,
+        per_record: bool = False,
     ) -> None:
         super().__init__(code, message)
         self.record_errors: list[tuple[int, str | None]] = record_errors or []
+        self.per_record = per_record
+
+    def located(self, topic_partition: str) -> tuple[str, list[tuple[int, str | None]]]:
+        """The error message and record errors of a per-record refusal as Kafka words them for a
+        Produce answer about `topic_partition` ("topic-partition")."""
+        errors: list[tuple[int, str | None]] = [
+            (index, f"{text} in topic partition {topic_partition}" if text == KEYLESS else text)
+            for index, text in self.record_errors
+        ]
+        if self.code == ErrorCode.INVALID_TIMESTAMP:
+            return "One or more records have been rejected due to invalid timestamp", errors
+        shown = ", ".join(f"RecordError(batchIndex={index}, message='{text}')" for index, text in errors[:3])
+        return (
+            f"One or more records have been rejected due to {len(errors)} record errors in total, and only "
+            f"showing the first three errors at most: [{shown}]",
+            errors,
+        )
+
+
+#: The record error of a keyless record on a compacted topic (`located` adds the partition, as Kafka's does).
+KEYLESS = "Compacted topic cannot accept message without key"
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +159,10 @@ def _wrap64(value: int) -> int:
 
 class _Malformed(Exception):
     """Internal: a structural fault of the record being read (the walk adds its index)."""
+
+
+class _Overlong(_Malformed):
+    """Internal: a varint of more than 5 bytes or a varlong of more than 10."""
 
 
 def validate_batch_records(
@@ -163,13 +211,6 @@ def check_batch_records(
         raise InvalidRecords(ErrorCode.UNKNOWN_SERVER_ERROR, f"Unknown compression type id: {codec}")
     if count == 0:
         return _NO_TIMESTAMP  # Kafka's record iterator reads nothing from an empty batch
-    if codec == CompressionCodec.NONE:
-        data: bytes | bytearray | memoryview = batch.records_data
-    else:
-        try:
-            data = compression.decompress(codec, batch.records_data, max_inflated_bytes)
-        except KafkaError as exc:  # no record to name: the batch's compressed bytes are at fault
-            raise InvalidRecords(exc.code, exc.message or exc.code.name) from None
     lat = batch.timestamp_type == TimestampType.LOG_APPEND_TIME
     check = timestamp_check
     if check is not None and check.log_append_time and not lat:
@@ -177,67 +218,115 @@ def check_batch_records(
     window = check is not None and not lat
     # without a window every timestamp passes the fast-path test (and none is looked at again)
     low, high = check.bounds() if window and check is not None else (-math.inf, math.inf)
-    max_timestamp, errors, walked = _walk(
-        data,
-        count,
-        batch.base_timestamp,
-        batch.last_offset_delta,
+    walk = functools.partial(
+        _walk,
+        count=count,
+        base_timestamp=batch.base_timestamp,
+        last_offset_delta=batch.last_offset_delta,
         from_client=from_client,
         compacted=compacted,
         low=low,
         high=high,
         check=check if window else None,
     )
+    if codec == CompressionCodec.NONE:
+        data: bytes | bytearray | memoryview = batch.records_data
+    else:
+        data = _inflate(batch, codec, max_inflated_bytes, walk)
+    max_timestamp, errors, walked = walk(data, plain=codec == CompressionCodec.NONE)
     if lat:
         max_timestamp = batch.max_timestamp
         if check is not None:
-            message = _lat_fault(batch.max_timestamp, check)
-            if message is not None:
-                errors = _merge_batch_wide(errors, walked, message)
+            lat_fault = _lat_fault(batch.max_timestamp, check)
+            if lat_fault is not None:
+                errors = _merge_batch_wide(errors, walked, lat_fault)
     if errors:
         _raise_collected(errors)
     return max_timestamp
 
 
-def _lat_fault(timestamp: int, check: TimestampCheck) -> str | None:
-    """The fault of a producer's LogAppendTime batch, whose records all carry its max timestamp."""
+def _inflate(
+    batch: RecordBatchView, codec: int, bound: int, walk: Callable[..., tuple[int, list[Any], int]]
+) -> bytes | bytearray:
+    """A compressed batch's records, inflated whole under `bound`.
+
+    Kafka reads a compressed batch as a stream and stops at the first bad record, so a bomb made of
+    zeros is refused for its first record (INVALID_RECORD) after a few bytes. A gzip batch that inflates
+    past `_PROBE_BYTES` is handled the same way here: its first `_PROBE_BYTES` are inflated and walked
+    (records that end inside them are judged as usual), and only if they hold no fault is the whole
+    batch inflated. A batch whose records are sound up to the bound but continue past it is refused with
+    INVALID_RECORD as well (the code Kafka gives a batch it cannot read as records; not a retriable
+    one, since a retry cannot shrink it). Other codecs announce their inflated size in their framing
+    (snappy blocks, zstd frames) or grow block by block (lz4), so `decompress` refuses them before
+    allocating past the bound.
+    """
+    data = batch.records_data
+    probing = codec == CompressionCodec.GZIP and bound > _PROBE_BYTES
+    try:
+        return compression.decompress(codec, data, _PROBE_BYTES if probing else bound)
+    except compression.InflatedTooLarge as exc:
+        if not probing:
+            raise InvalidRecords(
+                ErrorCode.INVALID_RECORD, f"records unreadable within the bound: {exc.message}"
+            ) from None
+    except KafkaError as exc:  # no record to name: the batch's compressed bytes are at fault
+        raise InvalidRecords(exc.code, exc.message or exc.code.name) from None
+    walk(_gzip_prefix(data, _PROBE_BYTES), partial=True)
+    try:
+        return compression.decompress(codec, data, bound)
+    except compression.InflatedTooLarge as exc:
+        raise InvalidRecords(
+            ErrorCode.INVALID_RECORD, f"records unreadable within the bound: {exc.message}"
+        ) from None
+    except KafkaError as exc:
+        raise InvalidRecords(exc.code, exc.message or exc.code.name) from None
+
+
+def _gzip_prefix(data: memoryview, size: int) -> bytes:
+    """The first `size` inflated bytes of a gzip stream (fewer if corrupt: the full inflate says why)."""
+    try:
+        return zlib.decompressobj(wbits=31).decompress(data, size)
+    except zlib.error:
+        return b""
+
+
+def _lat_fault(timestamp: int, check: TimestampCheck) -> Callable[[int], str] | None:
+    """The fault of a producer's LogAppendTime batch, whose records all carry its max timestamp, as a
+    message for the record at each offset."""
     if not check.log_append_time and timestamp != _NO_TIMESTAMP:
         if check.refuses(timestamp):
-            return _timestamp_message(timestamp, check)
+            return lambda offset: _timestamp_message(timestamp, offset, check)
         return None
-    return "the producer set the timestamp type to LogAppendTime, which only the broker may set"
+    return lambda offset: (
+        "Invalid timestamp type in message: the producer should not set the timestamp type to LogAppendTime"
+    )
 
 
 def _merge_batch_wide(
-    errors: list[tuple[int, str, bool]], count: int, message: str
+    errors: list[tuple[int, str, bool]], count: int, message: Callable[[int], str]
 ) -> list[tuple[int, str, bool]]:
     # a timestamp error replaces a key error of the same record, as validateRecord reports one per record
     keyed = {index: (index, text, is_ts) for index, text, is_ts in errors}
     for index in range(count):
-        keyed[index] = (index, message, True)
+        keyed[index] = (index, message(index), True)
     return [keyed[index] for index in sorted(keyed)]
 
 
-def _timestamp_message(timestamp: int, check: TimestampCheck) -> str:
+def _timestamp_message(timestamp: int, offset: int, check: TimestampCheck) -> str:
+    earliest, latest = check.now_ms - check.before_max_ms, check.now_ms + check.after_max_ms
     return (
-        f"timestamp {timestamp} is out of range: it must lie within "
-        f"[{check.now_ms - check.before_max_ms}, {check.now_ms + check.after_max_ms}]"
+        f"Timestamp {timestamp} of message with offset {offset} is out of range. "
+        f"The timestamp should be within [{earliest}, {latest}]"
     )
 
 
 def _raise_collected(errors: list[tuple[int, str, bool]]) -> None:
     record_errors: list[tuple[int, str | None]] = [(index, text) for index, text, _ in errors]
-    if any(is_ts for _, _, is_ts in errors):
-        raise InvalidRecords(
-            ErrorCode.INVALID_TIMESTAMP,
-            "One or more records have been rejected due to invalid timestamp",
-            record_errors,
-        )
-    shown = ", ".join(f"record {index}: {text}" for index, text in record_errors[:3])
+    timestamps = any(is_ts for _, _, is_ts in errors)
+    code = ErrorCode.INVALID_TIMESTAMP if timestamps else ErrorCode.INVALID_RECORD
+    shown = "; ".join(f"record {index}: {text}" for index, text in record_errors[:3])
     raise InvalidRecords(
-        ErrorCode.INVALID_RECORD,
-        f"{len(record_errors)} record(s) rejected (the first three at most: {shown})",
-        record_errors,
+        code, f"{len(record_errors)} record(s) refused, first: {shown}", record_errors, per_record=True
     )
 
 
@@ -256,7 +345,7 @@ def _varint_slow(data: bytes | bytearray | memoryview, pos: int, limit: int, wid
             break
         if shift == last_shift:
             kind = "varlong is longer than 10 bytes" if wide else "varint is longer than 5 bytes"
-            raise _Malformed(kind)
+            raise _Overlong(kind)
         shift += 7
     if raw >> (64 if wide else 32):
         raise _Malformed(f"{'varlong' if wide else 'varint'} overflows {'int64' if wide else 'int32'}")
@@ -265,22 +354,27 @@ def _varint_slow(data: bytes | bytearray | memoryview, pos: int, limit: int, wid
 
 def _walk(
     data: bytes | bytearray | memoryview,
+    *,
     count: int,
     base_timestamp: int,
     last_offset_delta: int,
-    *,
     from_client: bool,
     compacted: bool,
     low: float,
     high: float,
     check: TimestampCheck | None,
+    plain: bool = False,
+    partial: bool = False,
 ) -> tuple[int, list[tuple[int, str, bool]], int]:
     """Read `count` records from `data`; returns (max timestamp, collected record errors, records read).
 
     Raises InvalidRecords at the first structural fault. The hot path: every varint whose first one or
     two bytes end it is decoded inline (lengths under 8 KiB, deltas under 64), anything longer through
     `_varint_slow`, which also enforces the 5/10-byte limits. Reads past the end of `data` raise
-    IndexError, which means the records end early.
+    IndexError, which means the records end early. `plain` says the batch is uncompressed: Kafka then
+    reads the length varint outside its record reader, and an over-long one reaches its catch-all
+    (UNKNOWN_SERVER_ERROR). `partial` walks a prefix of the records: the walk stops quietly at the first
+    record that does not end inside `data`.
     """
     end = len(data)
     pos = 0
@@ -292,6 +386,8 @@ def _walk(
     try:
         while index < count:
             if pos >= end:
+                if partial:
+                    break
                 raise _Malformed(
                     f"Incorrect declared batch size, premature EOF reached: the batch declares {count} "
                     f"records but holds {index}"
@@ -302,14 +398,25 @@ def _walk(
                 length = (b >> 1) ^ -(b & 1)
                 pos += 1
             else:
-                b2 = data[pos + 1]
-                if b2 < 0x80:
-                    raw = (b & 0x7F) | (b2 << 7)
-                    length = (raw >> 1) ^ -(raw & 1)
-                    pos += 2
-                else:
-                    length, pos = slow(data, pos, end, False)
+                try:
+                    b2 = data[pos + 1]
+                    if b2 < 0x80:
+                        raw = (b & 0x7F) | (b2 << 7)
+                        length = (raw >> 1) ^ -(raw & 1)
+                        pos += 2
+                    else:
+                        length, pos = slow(data, pos, end, False)
+                except (IndexError, _Malformed) as exc:
+                    if partial:
+                        break
+                    if plain and isinstance(exc, _Overlong):
+                        raise InvalidRecords(
+                            ErrorCode.UNKNOWN_SERVER_ERROR, f"record {index}: {exc}"
+                        ) from None
+                    raise
             if length < 0 or length > end - pos:
+                if partial and length >= 0:
+                    break
                 raise _Malformed(
                     f"Invalid record size: expected {length} bytes in record payload, but the records have "
                     f"only {end - pos} remaining bytes"
@@ -412,10 +519,10 @@ def _walk(
                     )
                 previous_delta = offset_delta
             if compacted and key_null:
-                errors.append((index, "a compacted topic cannot accept a record without a key", False))
+                errors.append((index, KEYLESS, False))
             ts = base_timestamp + ts_delta
             if not low <= ts <= high:
-                fault = _timestamp_fault(ts, check)
+                fault = _timestamp_fault(ts, offset_delta, check)
                 if fault is not None:
                     if errors and errors[-1][0] == index:
                         errors.pop()  # one error per record: the timestamp's replaces the key's
@@ -423,7 +530,7 @@ def _walk(
             if ts > max_ts:
                 max_ts = ts
             index += 1
-        if pos != end:
+        if pos != end and index == count:
             raise _Malformed(
                 f"Incorrect declared batch size, records still remaining in file: {end - pos} bytes after "
                 f"the {count} declared records"
@@ -440,12 +547,12 @@ def _walk(
     return max_ts, errors, index
 
 
-def _timestamp_fault(timestamp: int, check: TimestampCheck | None) -> str | None:
+def _timestamp_fault(timestamp: int, offset: int, check: TimestampCheck | None) -> str | None:
     """Why a timestamp outside the fast-path bounds is refused, or None when it passes after all."""
     if not _LONG_MIN <= timestamp <= _LONG_MAX:
         return f"timestamp overflows int64 (base timestamp plus delta is {timestamp})"
     if check is None or timestamp == _NO_TIMESTAMP:
         return None
     if check.refuses(timestamp):
-        return _timestamp_message(timestamp, check)
+        return _timestamp_message(timestamp, offset, check)
     return None
