@@ -15,10 +15,11 @@ written (on a single node the ISR is this node alone). Transactional batches (KI
 `transaction.partition.verification.enable`): the first batch of a producer's transaction in a partition is
 checked against the transaction coordinator: a partition not added to the producer's ongoing transaction gets
 INVALID_TXN_STATE, a stale epoch INVALID_PRODUCER_EPOCH, so no hanging transaction can hold back the last
-stable offset. v8+ carry the error message, and for a batch refused for its records
-(log/record_validator.py: INVALID_RECORD, INVALID_TIMESTAMP) `record_errors` naming each refused record by
-its index in the batch with the reason (KIP-467), so clients can report per-record errors; older versions
-get the code alone. Every append goes through the broker's replica manager
+stable offset. v8+ carry the error message; a batch refused by Kafka's per-record checks (a key missing on a
+compacted topic, a timestamp out of range: log/record_validator.py) also carries `record_errors` naming each
+refused record by its index in the batch (KIP-467), worded as Kafka words them, so clients report
+per-record errors, while a structurally broken batch gets the code alone, as from Kafka. Older versions get
+the code alone. Every append goes through the broker's replica manager
 (replication/replica_manager.py). acks=-1 is answered once the ISR holds the append (cluster mode;
 NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below the minimum meanwhile, REQUEST_TIMED_OUT after the
 request's timeout); on a single node acks=1 and acks=-1 are the same: the high watermark moves with the
@@ -75,13 +76,19 @@ def _error(
     )
 
 
-def _record_errors(exc: KafkaError) -> list[Any] | None:
-    """KIP-467's per-record errors of a batch refused for its records, None for any other refusal."""
+def _refusal(exc: KafkaError, topic: str, index: int) -> tuple[str | None, list[Any] | None]:
+    """The error message and KIP-467 record errors answered for a refused partition.
+
+    Kafka names records only for its per-record checks (keys, timestamps: RecordValidationException)
+    and answers a structurally broken batch with the code alone; other refusals carry their message."""
     if not isinstance(exc, InvalidRecords):
-        return None
-    return [
-        ProduceResponse.BatchIndexAndErrorMessage(batch_index=index, batch_index_error_message=message)
-        for index, message in exc.record_errors
+        return exc.message, None
+    if not exc.per_record:
+        return None, None
+    message, errors = exc.located(f"{topic}-{index}")
+    return message, [
+        ProduceResponse.BatchIndexAndErrorMessage(batch_index=batch_index, batch_index_error_message=text)
+        for batch_index, text in errors
     ]
 
 
@@ -119,7 +126,8 @@ async def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceRespons
             try:
                 partitions.append(await _append(broker, topic, data, acks, required, transactional_id))
             except KafkaError as exc:
-                partitions.append(_error(data.index, exc.code, exc.message, version, _record_errors(exc)))
+                message, record_errors = _refusal(exc, topic_data.name, data.index)
+                partitions.append(_error(data.index, exc.code, message, version, record_errors))
     if acks == -1:
         await _await_replicas(ctx, request, responses, required)
     node_endpoints = _leader_hints(ctx, responses) if version >= 10 else None
