@@ -161,4 +161,6 @@ def test_create_partitions_with_explicit_replica_lists(cluster: LocalCluster) ->
         30,
         "three partitions",
     )
-    assert sorted(partition(admin, topic, 1).replicas) == [1, 2, 3]
+    # placed as asked, in the order asked (the first is the preferred leader), as Kafka does
+    assert list(partition(admin, topic, 1).replicas) == [3, 1, 2]
+    assert list(partition(admin, topic, 2).replicas) == [2, 3, 1]

@@ -402,9 +402,16 @@ async def apply_topic_configs(
 
 
 async def add_partitions(
-    broker: BrokerState, name: str, total: int, *, validate_only: bool = False
+    broker: BrokerState,
+    name: str,
+    total: int,
+    *,
+    validate_only: bool = False,
+    assignment: dict[int, list[int]] | None = None,
 ) -> TopicInfo:
-    """Grow the topic to `total` partitions (logs created, table persisted). Raises KafkaError."""
+    """Grow the topic to `total` partitions (logs created, table persisted), the new ones on the
+    brokers `assignment` names (partition -> replicas, checked by the caller; None: assigned as for a
+    new topic). Raises KafkaError."""
     async with holding(broker.metadata_lock):
         topic = require_topic(broker, name)
         current = topic.partitions
@@ -418,7 +425,7 @@ async def add_partitions(
         check_partition_limit(total)
         if validate_only:
             return topic
-        await broker.topic_admin.add_partitions(topic, total)
+        await broker.topic_admin.add_partitions(topic, total, assignment)
         return topic
 
 

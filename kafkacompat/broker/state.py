@@ -674,8 +674,11 @@ class TopicAdmin(Protocol):
         """Replace the topic's config overrides and apply them to its logs (under the metadata lock)."""
         ...
 
-    async def add_partitions(self, topic: TopicInfo, total: int) -> None:
-        """Grow the topic to `total` partitions (under the metadata lock; `total` is checked)."""
+    async def add_partitions(
+        self, topic: TopicInfo, total: int, assignment: dict[int, list[int]] | None = None
+    ) -> None:
+        """Grow the topic to `total` partitions (under the metadata lock; `total` is checked), the new
+        ones on the replicas `assignment` names (checked; None: assigned as for a new topic)."""
         ...
 
 
@@ -776,8 +779,11 @@ class LocalTopicAdmin:
             ) from exc
         broker.logs.set_topic_config(topic.name, broker.topic_log_config(topic))
 
-    async def add_partitions(self, topic: TopicInfo, total: int) -> None:
-        """The new partitions' logs, then the table (persisted)."""
+    async def add_partitions(
+        self, topic: TopicInfo, total: int, assignment: dict[int, list[int]] | None = None
+    ) -> None:
+        """The new partitions' logs, then the table (persisted); this node is their only replica, which
+        is all a checked `assignment` can name here."""
         broker = self.broker
         name, current = topic.name, topic.partitions
         await check_descriptors_for(
@@ -851,7 +857,10 @@ class ZooKeeperTopicAdmin:
         broker.metadata.set_topic_configs(topic.name, configs)
         broker.logs.set_topic_config(topic.name, broker.topic_log_config(topic))
 
-    async def add_partitions(self, topic: TopicInfo, total: int) -> None:
-        """The controller-free part of Kafka's AdminZkClient.addPartitions: new replica lists (rack-aware
-        round robin, same replication factor) appended to /brokers/topics/T."""
-        await self.cluster.add_partitions(topic.name, total)
+    async def add_partitions(
+        self, topic: TopicInfo, total: int, assignment: dict[int, list[int]] | None = None
+    ) -> None:
+        """The controller-free part of Kafka's AdminZkClient.addPartitions: the new replica lists (the
+        given ones, or rack-aware round robin with the same replication factor) appended to
+        /brokers/topics/T."""
+        await self.cluster.add_partitions(topic.name, total, assignment)

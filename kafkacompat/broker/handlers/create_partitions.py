@@ -100,8 +100,16 @@ async def handle(ctx: RequestContext, request: CreatePartitionsRequest) -> Creat
                     f"Unable to add {additional} partitions: at most {MAX_NEW_PARTITIONS_PER_REQUEST} new "
                     "partitions per request.",
                 )
-            check_assignments(broker, wanted.name, topic.partitions, wanted.count, wanted.assignments)
-            await add_partitions(broker, wanted.name, wanted.count, validate_only=bool(request.validate_only))
+            assignment = check_assignments(
+                broker, wanted.name, topic.partitions, wanted.count, wanted.assignments
+            )
+            await add_partitions(
+                broker,
+                wanted.name,
+                wanted.count,
+                validate_only=bool(request.validate_only),
+                assignment=assignment,
+            )
             if not request.validate_only:
                 budget -= additional
         except KafkaError as exc:

@@ -71,15 +71,23 @@ class TopicAdmin:
         await trio.to_thread.run_sync(self.cluster.store.set_topic_configs, name, configs)
         self.cluster.poke()
 
-    async def add_partitions(self, name: str, total: int) -> None:
-        """Extend the topic's assignment to `total` partitions and wait until this broker sees them."""
+    async def add_partitions(
+        self, name: str, total: int, replicas: dict[int, list[int]] | None = None
+    ) -> None:
+        """Extend the topic's assignment to `total` partitions, the new ones on `replicas` (partition ->
+        brokers, checked by the caller) or assigned as a new topic's, and wait until this broker sees
+        them."""
         assignment = self.cluster.snapshot.topics.get(name)
         if assignment is None:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
         current = max(assignment.partitions) + 1 if assignment.partitions else 0
         factor = len(next(iter(assignment.partitions.values()), [])) or 1
         brokers = [BrokerMetadata(b.broker_id, b.rack) for b in self.view.live_brokers()]
-        added = assign_replicas(brokers, total - current, factor, start_partition=current)
+        added = (
+            {p: list(r) for p, r in replicas.items()}
+            if replicas is not None
+            else assign_replicas(brokers, total - current, factor, start_partition=current)
+        )
         grown = zd.TopicAssignment(
             name,
             assignment.topic_id,
