@@ -305,9 +305,10 @@ def evaluate_goals(results: dict[str, Any], peer: str = "tansu") -> list[tuple[s
                 evidence = record["na"]
             elif record.get("seconds"):
                 med = record["seconds"]["median"]
-                status = verdict(med <= limit)
                 runs = record["seconds"].get("runs") or []
                 within = sum(1 for r in runs if r <= limit)
+                # met only when every run is within the limit: one slow join is what a user meets
+                status = verdict(med <= limit and within == len(runs))
                 evidence = f"median {med * 1000:.0f} ms; {within} of {len(runs)} runs within the limit"
             elif record.get("failures"):
                 status, evidence = "not met", f"failed: {record['failures'][0]}"

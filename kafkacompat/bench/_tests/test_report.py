@@ -138,8 +138,21 @@ def test_goal_verdicts() -> None:
 def test_join_evidence_counts_runs_within_the_limit() -> None:
     results = make_results()
     results["groups"]["1"]["kafkacompat"]["seconds"] = _s(0.01, 3.0, 0.29)  # 2 of 3 within 0.3 s
-    goal = next(e for g, s, e in evaluate_goals(results) if g.startswith("Group join ≤ 0.3"))
+    status, goal = next((s, e) for g, s, e in evaluate_goals(results) if g.startswith("Group join ≤ 0.3"))
     assert goal == "median 290 ms; 2 of 3 runs within the limit"
+    assert status == "not met"  # the median is within the limit, one run is not: not met
+
+
+def test_broker_cpu_of_a_run_too_short_to_measure_is_not_reported() -> None:
+    from kafkacompat.bench.runner import MIN_MEASURABLE_CPU_SECONDS, _record_throughput
+
+    record: dict[str, Any] = {"runs": [], "failures": []}
+    ok = {"ok": True, "seconds": 0.01, "bytes": 5_000_000, "messages": 5000, "client_cpu": 0.01}
+    _record_throughput(record, ok, MIN_MEASURABLE_CPU_SECONDS / 2, 0, print, "kafkacompat", "quick")
+    _record_throughput(record, ok, MIN_MEASURABLE_CPU_SECONDS * 2, 0, print, "kafkacompat", "quick")
+    short, measured = record["runs"]
+    assert short["broker_cpu_cores"] is None and short["broker_cpu_s_per_gb"] is None
+    assert measured["broker_cpu_cores"] == MIN_MEASURABLE_CPU_SECONDS * 2 / 0.01
 
 
 def test_goal_ratio_thresholds() -> None:
