@@ -61,7 +61,7 @@ test: lint check-generated typecheck $(TEST_VENV)/java/classpath.txt
 # Spark's Kafka connector from Maven (or KAFKACOMPAT_SPARK_JARS=<dir> offline) against a fixture broker.
 # (`make test` runs the same tests with the connector jars it finds by itself; see spark_it/session.py.)
 spark-it: $(TEST_VENV)/.installed
-	KAFKACOMPAT_SPARK_PACKAGES=$${KAFKACOMPAT_SPARK_PACKAGES:-1} $(TEST_VENV)/bin/python -m pytest -q -rs spark_it
+	KAFKACOMPAT_SPARK_PACKAGES=$${KAFKACOMPAT_SPARK_PACKAGES-1} $(TEST_VENV)/bin/python -m pytest -q -rs spark_it
 
 # Both Spark pipelines end to end: a broker in a temp dir, tools/loadgen.py feeding them, then a report of
 # rows in / rows out / lag. Flags: SPARK_DEMO_ARGS="--count 50000 --rate 5000" (see spark_it/demo.py).
