@@ -11,13 +11,13 @@ below it is fsynced) and `high_watermark` (set by the broker; the read bound it 
 module keeps Kafka's LocalLog and UnifiedLog in one class because, without tiered storage, the split
 only moved state between two objects that always change together.
 
-Appends (`append_as_leader`): validate every batch (validator.py), check idempotent-producer state
-(a retried duplicate returns the original offsets and writes nothing), roll if needed, patch offsets in
-place, write the whole record set with one `pwrite` into the page cache, update both indexes, then
-commit producer state and the leader epoch. Nothing is written if any check fails. Transaction
-markers (from the coordinator, `from_coordinator=True`) close a producer's open transaction; aborts are
-recorded in the segment's `.txnindex` (`aborted_transactions()` for read_committed fetches), and
-`last_stable_offset` stays below the first offset of any open transaction.
+Appends (`append_as_leader`): validate every batch and its records (validator.py), check
+idempotent-producer state (a retried duplicate returns the original offsets and writes nothing), roll if
+needed, patch offsets in place, write the whole record set with one `pwrite` into the page cache, update
+both indexes, then commit producer state and the leader epoch. Nothing is written if any check fails.
+Transaction markers (from the coordinator, `from_coordinator=True`) close a producer's open transaction;
+aborts are recorded in the segment's `.txnindex` (`aborted_transactions()` for read_committed fetches),
+and `last_stable_offset` stays below the first offset of any open transaction.
 
 Reads (`read`) return `FileSlice`s: from the start of the batch containing the requested offset,
 whole batches only, at most `max_bytes` (but at least one batch when `min_one_batch`), never past
@@ -25,8 +25,9 @@ whole batches only, at most `max_bytes` (but at least one batch when `min_one_ba
 
 Loading: after a clean shutdown only the active segment's tail after its last index entry is scanned;
 producer state comes from the snapshot at the log end. After an unclean shutdown every segment from the
-one holding the recovery point onwards is verified batch by batch (CRC included), its indexes rebuilt,
-and a torn or corrupt tail cut off; later segments are then dropped. Missing or invalid index files are
+one holding the recovery point onwards is verified batch by batch (CRC and every record included:
+`LogSegment.recover`), its indexes rebuilt, and a torn or corrupt tail cut off, from the first batch
+that fails; later segments are then dropped. Missing or invalid index files are
 rebuilt in either case. Damage is reported as one warning per partition.
 
 Deletion (retention, DeleteRecords, truncation) renames segment files with `.deleted` and closes and
@@ -513,7 +514,10 @@ class PartitionLog:
 
     @_storage_guard
     def append_as_follower(self, records: memoryview | bytes | bytearray, now_ms: int) -> AppendResult:
-        """Append batches that already carry offsets and leader epochs (replication). Raises KafkaError."""
+        """Append batches that already carry offsets and leader epochs (replication). Raises KafkaError.
+
+        Every record of every batch is walked first (`validate_records(from_client=False)`): an invalid
+        batch raises InvalidRecords or InvalidRecordBatch and nothing of the record set is appended."""
         buf = memoryview(records)
         batches = validate_records(buf, self.config, now_ms, from_client=False)
         if not batches:

@@ -16,6 +16,13 @@ batch rejects the whole append (Kafka's behaviour). Checks and codes, in Kafka's
   clock. Its `InvalidRecords` carries the per-record errors Produce returns. On a CreateTime topic the
   batch's max timestamp is then set to its largest record timestamp (CRC recomputed only when that
   changes it), as Kafka's validator does, so a producer's header cannot claim a time no record has.
+- from every other origin (`from_client=False`: a follower's fetched batches, transaction markers, the
+  coordinators' own writes), every record too, in the same single pass per batch, but with the
+  structural rules alone: offset deltas need only increase within `[0, last_offset_delta]` (compacted
+  segments have gaps), and keys, timestamp windows and the client's header rules are not applied,
+  since a batch a leader once accepted must stay replicable after a topic's config changes. Kafka's
+  follower trusts its leader and checks only the CRC; here no path appends a batch whose records a
+  reader cannot walk, whatever wrote it.
 
 `compression.type` other than `producer` makes `recompress_if_needed()` rebuild batches whose codec
 differs, keeping offsets deltas, timestamps, headers and producer fields (Kafka recompresses the same
@@ -57,7 +64,7 @@ def validate_records(
     records: memoryview, config: LogConfig, now_ms: int, *, from_client: bool = True
 ) -> list[RecordBatchView]:
     """All batches of `records`, validated; raises KafkaError (an InvalidRecordBatch for structure, an
-    InvalidRecords for the records of a client's batch)."""
+    InvalidRecords for the records of a batch)."""
     if len(records) > config.segment_bytes:
         raise KafkaError(
             ErrorCode.RECORD_LIST_TOO_LARGE,
@@ -91,6 +98,10 @@ def validate_records(
                 max_timestamp != batch.max_timestamp or batch.timestamp_type != TimestampType.CREATE_TIME
             ):
                 batch.set_max_timestamp(max_timestamp, TimestampType.CREATE_TIME)
+        else:
+            check_batch_records(
+                batch, compacted=False, timestamp_check=None, max_inflated_bytes=MAX_INFLATED_BATCH_BYTES
+            )
     return batches
 
 

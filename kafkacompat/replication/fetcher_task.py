@@ -9,7 +9,10 @@ watermark (capped at our log end). The connection is an async `InterBrokerConnec
 (`inter_broker_client.py`) on the trio loop, each request bounded by `replica.socket.timeout.ms`, so
 every log change happens on the trio thread between two requests. A failed request (connection error,
 timeout, unreadable answer) closes the connection, backs off `replica.fetch.backoff.ms` and reconnects;
-the cluster runtime re-homes partitions when leadership moves.
+the cluster runtime re-homes partitions when leadership moves. Fetched records that fail validation
+(`log/validator.py` walks every record of every batch) are never appended: as Kafka's
+AbstractFetcherThread does for corrupt or invalid records, that partition alone is held back for
+`replica.fetch.backoff.ms` and fetched again from the same offset, with one error logged per offset.
 Partitions the topic's `follower.replication.throttled.replicas` names on this broker are left out of a
 round while this broker is not in their ISR and its `follower.replication.throttled.rate` is reached,
 and the bytes fetched for them are counted against it (replication/throttle.py).
@@ -24,6 +27,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from kafkacompat.log.leader_epoch import UNDEFINED_EPOCH
+from kafkacompat.log.record_validator import InvalidRecords
 from kafkacompat.replication.fetcher import FetchPhase, FollowerFetchState
 from kafkacompat.replication.throttle import throttled_partition
 from kafkacompat.wire._generated.fetch_request import FetchRequest
@@ -47,6 +51,15 @@ FETCH_VERSION = 12  # topic names, replica id in the top-level field
 EPOCH_VERSION = 4
 
 
+def _invalid_records(exc: KafkaError) -> bool:
+    """Whether an append failed for the fetched bytes themselves (Kafka's CorruptRecordException and
+    InvalidRecordException), as opposed to this log's state."""
+    return isinstance(exc, InvalidRecords) or exc.code in (
+        ErrorCode.CORRUPT_MESSAGE,
+        ErrorCode.INVALID_RECORD,
+    )
+
+
 class FetcherTask:
     """Fetches every partition this broker follows on `leader` (see module docstring)."""
 
@@ -57,6 +70,9 @@ class FetcherTask:
         self.stopped = False
         self._wake = trio.Event()
         self._connection: InterBrokerConnection | None = None
+        # partitions whose fetched records were invalid: retry time, and the offset already logged
+        self._delayed: dict[tuple[str, int], float] = {}
+        self._invalid_logged: dict[tuple[str, int], int] = {}
 
     def add(self, key: tuple[str, int], leader_epoch: int) -> None:
         self.partitions[key] = FollowerFetchState(key[0], key[1], self.leader, leader_epoch)
@@ -64,6 +80,8 @@ class FetcherTask:
 
     def remove(self, key: tuple[str, int]) -> None:
         self.partitions.pop(key, None)
+        self._delayed.pop(key, None)
+        self._invalid_logged.pop(key, None)
 
     def stop(self) -> None:
         self.stopped = True
@@ -179,6 +197,8 @@ class FetcherTask:
             partition_log = broker.logs.get_log(state.topic, state.partition)
             if partition_log is None:
                 continue
+            if self._delayed.get((state.topic, state.partition), 0.0) > now_s:
+                continue  # its last fetch held invalid records: retried after replica.fetch.backoff.ms
             if (state.topic, state.partition) in throttled and self._held_back(state, now_s):
                 continue  # follower.replication.throttled.rate reached (Kafka's shouldFollowerThrottle)
             by_topic.setdefault(state.topic, []).append(
@@ -225,17 +245,37 @@ class FetcherTask:
                     try:
                         partition_log.append_as_follower(records, now)
                     except KafkaError as exc:
+                        if _invalid_records(exc):
+                            self._hold_back_invalid(key, partition_log.log_end_offset, exc)
+                            continue
                         log.warning(
                             "%s-%d: follower append failed: %s; truncating again", key[0], key[1], exc
                         )
                         follower.phase = FetchPhase.TRUNCATING
                         continue
                     follower.on_fetched(partition_log.log_end_offset)
+                    self._delayed.pop(key, None)
                 partition_log.update_high_watermark(min(data.high_watermark, partition_log.log_end_offset))
                 local = self.cluster.partitions.get(key)
                 if local is not None:
                     local.high_watermark = partition_log.high_watermark
                 broker.watchers.notify(*key)
+
+    def _hold_back_invalid(self, key: tuple[str, int], offset: int, exc: KafkaError) -> None:
+        """Kafka's follower on CorruptRecordException/InvalidRecordException: nothing is appended, the
+        partition is fetched again from the same offset after `replica.fetch.backoff.ms` and the others
+        go on. The fault is logged once per partition and offset, not on every retry."""
+        self._delayed[key] = time.monotonic() + self.cluster.broker.config["replica.fetch.backoff.ms"] / 1000
+        if self._invalid_logged.get(key) != offset:
+            self._invalid_logged[key] = offset
+            log.error(
+                "%s-%d: found invalid records during fetch at offset %d from broker %d, not appended: %s",
+                key[0],
+                key[1],
+                offset,
+                self.leader,
+                exc,
+            )
 
     def _throttled(self, topic: str, partition: int) -> bool:
         """Whether the topic's follower.replication.throttled.replicas names the partition on this broker."""

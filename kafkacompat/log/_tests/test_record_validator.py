@@ -494,8 +494,11 @@ def test_validate_records_walks_client_batches() -> None:
     with pytest.raises(InvalidRecords) as info:
         validate_records(memoryview(buf), config, NOW)
     assert info.value.code == ErrorCode.INVALID_RECORD and indexes(info.value) == [1]
-    # the broker's own batches (coordinators) are not walked here
+    # every other origin (followers, markers, coordinators) is walked too, with the structural rules
     validate_records(memoryview(bytearray(build_batch(VALID))), config, NOW, from_client=False)
+    with pytest.raises(InvalidRecords) as info:
+        validate_records(memoryview(buf), config, NOW, from_client=False)
+    assert info.value.code == ErrorCode.INVALID_RECORD and indexes(info.value) == [1]
 
 
 def test_validate_records_sets_the_max_timestamp_from_the_records() -> None:
