@@ -9,8 +9,13 @@ with the offset where it was reached (Kafka's rule). Reads never touch record by
 byte position through the offset index plus a forward scan of 61-byte headers (`os.pread`), and callers
 get `FileSlice`s over the open fd.
 
-`recover()` rescans the whole file, verifying every batch (size, magic, offsets, CRC-32C), rebuilds
-both indexes from scratch and truncates the file at the first bad batch. `load_tail()` is the cheap
+`recover()` rescans the whole file, verifying every batch (size, magic, offsets, CRC-32C) and walking
+its records (`record_validator`, with the rules of every non-client origin: a compressed batch is
+inflated under the same bound as on append), rebuilds both indexes from scratch and truncates the file
+at the first bad batch. A batch whose CRC is right but whose records no reader can walk (stored by an
+older version that did not check them) is damage like a torn write: it and everything after it go.
+Kafka's recovery checks the CRC only; the walk costs one pass over the records of the segments after
+the recovery point, the only ones recovery reads. `load_tail()` is the cheap
 path after a clean shutdown: from the last index entry it scans headers to the end of the file to learn
 the next offset and the latest timestamps.
 
@@ -34,7 +39,11 @@ from kafkacompat.log.batch_header import (
     verify_batch,
 )
 from kafkacompat.log.index import IndexCorrupt, OffsetIndex, TimeIndex
+from kafkacompat.log.record_validator import check_batch_records
 from kafkacompat.log.txn_index import TransactionIndex
+from kafkacompat.log.validator import MAX_INFLATED_BATCH_BYTES
+from kafkacompat.wire.errors import KafkaError
+from kafkacompat.wire.records import RecordBatchView
 
 __all__ = ["DELETED_SUFFIX", "BatchInfo", "LogSegment", "segment_file_name"]
 
@@ -50,6 +59,21 @@ BatchInfo = tuple[int, int, int]  # (last_offset, max_timestamp, size) of a batc
 
 def segment_file_name(base_offset: int, suffix: str) -> str:
     return f"{base_offset:020d}{suffix}"
+
+
+def _records_fault(batch: memoryview, base_offset: int) -> str | None:
+    """Why the records of a stored batch (header and CRC already verified) fail the record walk of
+    `record_validator` with the rules of every non-client origin, or None when they pass."""
+    try:
+        check_batch_records(
+            RecordBatchView(batch),
+            compacted=False,
+            timestamp_check=None,
+            max_inflated_bytes=MAX_INFLATED_BATCH_BYTES,
+        )
+    except KafkaError as exc:
+        return f"invalid records in the batch at offset {base_offset}: {exc.code.name}: {exc.message}"
+    return None
 
 
 class LogSegment:
@@ -142,7 +166,7 @@ class LogSegment:
     def recover(
         self, max_batch_bytes: int | None = None, next_segment_base: int | None = None
     ) -> tuple[int, str | None]:
-        """Verify every batch, rebuild the indexes, truncate at the first bad batch.
+        """Verify every batch and its records, rebuild the indexes, truncate at the first bad batch.
 
         `next_segment_base`, when given, bounds the offsets this segment may hold: the base offset is
         not covered by the CRC, so a flipped bit there can make a batch claim offsets of a later segment.
@@ -177,6 +201,10 @@ class LogSegment:
                     reason = f"offset {header.last_offset} too far from segment base"
                 elif next_segment_base is not None and header.last_offset >= next_segment_base:
                     reason = f"offset {header.last_offset} reaches the next segment ({next_segment_base})"
+                else:
+                    reason = _records_fault(
+                        memoryview(buf)[offset_in_buf : offset_in_buf + header.size], header.base_offset
+                    )
             if reason is not None or header is None:
                 break
             self._index_batch(header.last_offset, header.max_timestamp, header.size, position)
