@@ -390,8 +390,8 @@ def validate_produce_records(version: int, buf: memoryview | bytes | bytearray) 
     Produce v3+ must carry exactly one magic-2 batch (INVALID_RECORD otherwise); zstd needs v7+
     (UNSUPPORTED_COMPRESSION_TYPE). Bytes after the first batch that do not form a whole second batch
     are ignored here, as Kafka trims them; `RecordBatchView.size` says where the batch ends. The CRC is
-    left to the log (`ensure_valid`). Older produce versions would carry legacy formats, which this
-    broker does not store, so they are held to the same rules.
+    left to the log (`ensure_valid`). Kafka applies these rules from Produce v3 on only, so the handler
+    calls this for those versions; older requests' record sets meet the log's checks alone.
     """
     mv = _as_bytes_view(buf)
     size = next_batch_size(mv, 0)

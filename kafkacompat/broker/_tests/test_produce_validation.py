@@ -157,3 +157,48 @@ async def test_per_record_errors_for_keys_and_timestamps(nursery: trio.Nursery, 
     for topic in ("compacted", "windowed"):
         assert broker.state.partition_log(topic, 0).log_end_offset == 0
     assert (await produce(client, "windowed", batch(b"fine"))).error_code == ErrorCode.NONE
+
+
+async def test_one_magic_2_batch_per_partition_from_v3(nursery: trio.Nursery, tmp_path: Path) -> None:
+    """Kafka's ProduceRequest.validateRecords, answered per partition with the code alone."""
+    broker = await start_broker(nursery, tmp_path)
+    client = await RawClient.connect(broker.port)
+    await create(client, "one")
+    log = broker.state.partition_log("one", 0)
+    two = batch(b"a") + batch(b"b")
+    # a message-format v1 message set: offset, size, crc, magic 1, attributes, timestamp, key, value
+    legacy = (0).to_bytes(8, "big") + (22).to_bytes(4, "big") + b"\x00" * 4 + b"\x01\x00" + b"\x00" * 8
+    legacy += b"\xff\xff\xff\xff" * 2
+    zstd = batch(b"z", compression=4)
+    for version in (3, 7, 9, 11):
+        for sent, code in ((two, ErrorCode.INVALID_RECORD), (legacy, ErrorCode.INVALID_RECORD)):
+            answer = await produce(client, "one", sent, version=version)
+            assert (answer.error_code, answer.error_message, answer.base_offset) == (code, None, -1), version
+    for version in (3, 6):
+        answer = await produce(client, "one", zstd, version=version)
+        assert answer.error_code == ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, version
+    assert log.log_end_offset == 0
+    assert (await produce(client, "one", zstd, version=7)).base_offset == 0
+    # before v3 Kafka does not hold requests to one batch
+    assert (await produce(client, "one", two, version=2)).base_offset == 1
+    assert log.log_end_offset == 3
+    # bytes after the batch that are no whole batch are dropped, as Kafka's append trims them
+    answer = await produce(client, "one", batch(b"c") + batch(b"d")[:30], version=9)
+    assert (answer.error_code, answer.base_offset, log.log_end_offset) == (ErrorCode.NONE, 3, 4)
+
+
+async def test_error_message_only_for_per_record_refusals(nursery: trio.Nursery, tmp_path: Path) -> None:
+    """Kafka's LogAppendResult.errorMessage is null unless hasCustomErrorMessage (per-record refusals)."""
+    broker = await start_broker(nursery, tmp_path, "message.max.bytes=2000")
+    client = await RawClient.connect(broker.port)
+    await create(client, "quiet")
+    corrupt = bytearray(batch(b"payload"))
+    corrupt[-1] ^= 0xFF
+    for topic, sent, code in (
+        ("missing", batch(b"a"), ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+        ("quiet", bytes(corrupt), ErrorCode.CORRUPT_MESSAGE),
+        ("quiet", batch(b"x" * 3000), ErrorCode.MESSAGE_TOO_LARGE),
+        ("quiet", b"", ErrorCode.INVALID_RECORD),
+    ):
+        answer = await produce(client, topic, sent)
+        assert (answer.error_code, answer.error_message, answer.record_errors) == (code, None, []), topic

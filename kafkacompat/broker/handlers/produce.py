@@ -1,32 +1,34 @@
-"""Produce (key 0), versions 0-11.
-
-Behaviour: acks must be 0, 1 or -1 (else INVALID_REQUIRED_ACKS for every partition). With an authorizer, a
-transactional id the principal may not WRITE fails every partition with TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-a topic it may not WRITE each of its partitions with TOPIC_AUTHORIZATION_FAILED (checked before existence, as
-Kafka does). Each partition's record set is validated and appended by its PartitionLog as opaque bytes:
-offsets are patched in place, records are never decoded. Errors are per partition: UNKNOWN_TOPIC_OR_PARTITION
-(no auto-creation here; as in Kafka, producers create topics through Metadata), INVALID_TOPIC_EXCEPTION for
-internal topics (only the broker writes `__consumer_offsets`), CORRUPT_MESSAGE, INVALID_RECORD (including
-message format v0/v1, which this broker never converts, and a partition without any batch), MESSAGE_TOO_LARGE,
-RECORD_LIST_TOO_LARGE, INVALID_TIMESTAMP, idempotence errors (OUT_OF_ORDER_SEQUENCE_NUMBER,
-INVALID_PRODUCER_EPOCH; a retried duplicate batch gets its original offsets), KAFKA_STORAGE_ERROR; acks=-1
-while the ISR is smaller than the topic's min.insync.replicas gets NOT_ENOUGH_REPLICAS before anything is
-written (on a single node the ISR is this node alone). Transactional batches (KIP-890 part 1, with
-`transaction.partition.verification.enable`): the first batch of a producer's transaction in a partition is
-checked against the transaction coordinator: a partition not added to the producer's ongoing transaction gets
-INVALID_TXN_STATE, a stale epoch INVALID_PRODUCER_EPOCH, so no hanging transaction can hold back the last
-stable offset. v8+ carry the error message; a batch refused by Kafka's per-record checks (a key missing on a
-compacted topic, a timestamp out of range: log/record_validator.py) also carries `record_errors` naming each
-refused record by its index in the batch (KIP-467), worded as Kafka words them, so clients report
-per-record errors, while a structurally broken batch gets the code alone, as from Kafka. Older versions get
-the code alone. Every append goes through the broker's replica manager
-(replication/replica_manager.py). acks=-1 is answered once the ISR holds the append (cluster mode;
-NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below the minimum meanwhile, REQUEST_TIMED_OUT after the
-request's timeout); on a single node acks=1 and acks=-1 are the same: the high watermark moves with the
-append, then parked fetches on the partition are woken. When the topic's flush.messages/flush.ms is due, the
-append is fsynced (in a worker thread) before the answer, as Kafka flushes in its append path. acks=0 gets no
-response at all; if any partition failed, the connection is closed instead, as Kafka does, so the client
-notices.
+"""Produce (key 0), versions 0-11. Behaviour: acks must be 0, 1 or -1 (else INVALID_REQUIRED_ACKS for every
+partition). With an authorizer, a transactional id the principal may not WRITE fails every partition with
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED, a topic it may not WRITE each of its partitions with
+TOPIC_AUTHORIZATION_FAILED (checked before existence, as Kafka does). Each partition's record set is
+validated and appended by its PartitionLog as opaque bytes: offsets are patched in place, records are never
+decoded. Errors are per partition: UNKNOWN_TOPIC_OR_PARTITION (no auto-creation here; as in Kafka, producers
+create topics through Metadata), INVALID_TOPIC_EXCEPTION for internal topics (only the broker writes
+`__consumer_offsets`), CORRUPT_MESSAGE, INVALID_RECORD (including message format v0/v1, which this broker
+never converts, and a partition without any batch), MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE,
+INVALID_TIMESTAMP, idempotence errors (OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH; a retried
+duplicate batch gets its original offsets), KAFKA_STORAGE_ERROR; acks=-1 while the ISR is smaller than the
+topic's min.insync.replicas gets NOT_ENOUGH_REPLICAS before anything is written (on a single node the ISR is
+this node alone). Transactional batches (KIP-890 part 1, with `transaction.partition.verification.enable`):
+the first batch of a producer's transaction in a partition is checked against the transaction coordinator: a
+partition not added to the producer's ongoing transaction gets INVALID_TXN_STATE, a stale epoch
+INVALID_PRODUCER_EPOCH, so no hanging transaction can hold back the last stable offset. Produce v3+ must
+carry exactly one magic-2 batch per partition (INVALID_RECORD; zstd only from v7,
+UNSUPPORTED_COMPRESSION_TYPE before), checked as Kafka's ProduceRequest.validateRecords checks it, after
+authorization and existence; bytes after that batch that do not form a whole one are dropped. In v8+ a batch
+refused by Kafka's per-record checks (a key missing on a compacted topic, a timestamp out of range:
+log/record_validator.py) carries `record_errors` naming each refused record by its index in the batch
+(KIP-467) and an error message, worded as Kafka words them, so clients report per-record errors; the KIP-890
+refusals carry Kafka's message; every other error, a structurally broken batch included, gets the code alone
+with a null error message, as from Kafka. Older versions get the code alone. Every append goes through the
+broker's replica manager (replication/replica_manager.py). acks=-1 is answered once the ISR holds the append
+(cluster mode; NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below the minimum meanwhile,
+REQUEST_TIMED_OUT after the request's timeout); on a single node acks=1 and acks=-1 are the same: the high
+watermark moves with the append, then parked fetches on the partition are woken. When the topic's
+flush.messages/flush.ms is due, the append is fsynced (in a worker thread) before the answer, as Kafka
+flushes in its append path. acks=0 gets no response at all; if any partition failed, the connection is
+closed instead, as Kafka does, so the client notices.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from kafkacompat.log.record_validator import InvalidRecords
 from kafkacompat.wire._generated.produce_response import ProduceResponse
 from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import ErrorCode, KafkaError
-from kafkacompat.wire.records import BATCH_HEADER
+from kafkacompat.wire.records import BATCH_HEADER, validate_produce_records
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
@@ -76,13 +78,21 @@ def _error(
     )
 
 
+class _VerificationRefused(KafkaError):
+    """A KIP-890 verification failure Kafka answers with a message of its own."""
+
+
 def _refusal(exc: KafkaError, topic: str, index: int) -> tuple[str | None, list[Any] | None]:
     """The error message and KIP-467 record errors answered for a refused partition.
 
-    Kafka names records only for its per-record checks (keys, timestamps: RecordValidationException)
-    and answers a structurally broken batch with the code alone; other refusals carry their message."""
-    if not isinstance(exc, InvalidRecords):
+    Kafka's LogAppendResult carries a message only when `hasCustomErrorMessage`: for its per-record
+    checks (keys, timestamps: RecordValidationException, which also names the records) and for the
+    transaction verification errors ReplicaManager rewords; every other error, a structurally broken
+    batch included, is answered with the code alone."""
+    if isinstance(exc, _VerificationRefused):
         return exc.message, None
+    if not isinstance(exc, InvalidRecords):
+        return None, None
     if not exc.per_record:
         return None, None
     message, errors = exc.located(f"{topic}-{index}")
@@ -124,7 +134,9 @@ async def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceRespons
         for data in topic_data.partition_data:
             await turn.spend()
             try:
-                partitions.append(await _append(broker, topic, data, acks, required, transactional_id))
+                partitions.append(
+                    await _append(broker, topic, data, acks, required, transactional_id, version)
+                )
             except KafkaError as exc:
                 message, record_errors = _refusal(exc, topic_data.name, data.index)
                 partitions.append(_error(data.index, exc.code, message, version, record_errors))
@@ -172,6 +184,10 @@ async def _verify_transactional(
         return
     # asked of the transactional id's coordinator (another broker in cluster mode)
     code = await transactions.verify_in_transaction(transactional_id, producer_id, epoch, (topic, index))
+    if code == ErrorCode.INVALID_TXN_STATE:
+        raise _VerificationRefused(code, "Partition was not added to the transaction")
+    if code == ErrorCode.NOT_ENOUGH_REPLICAS:  # the runtime's stand-in for a coordinator that cannot answer
+        raise _VerificationRefused(code, "Unable to verify the partition has been added to the transaction.")
     if code != ErrorCode.NONE:
         raise KafkaError(
             code, f"transactional batch of producer {producer_id} epoch {epoch} is not in its transaction"
@@ -184,26 +200,32 @@ async def _append(
     data: Any,
     acks: int,
     required: dict[tuple[str, int], int],
-    transactional_id: str | None = None,
+    transactional_id: str | None,
+    version: int,
 ) -> Any:
     if topic is None or not 0 <= data.index < topic.partitions:
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_PARTITION)
+    records = data.records
+    if version >= 3 and records is not None:
+        # exactly one magic-2 batch (Kafka's ProduceRequest.validateRecords, before the log is asked);
+        # bytes after it that do not form a whole batch are dropped, as Kafka's append trims them
+        records = validate_produce_records(version, records).buffer
     if is_internal_topic(topic.name):
         raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"Cannot append to internal topic {topic.name}")
     broker.check_leader(topic.name, data.index)
     partition_log = broker.partition_log(topic.name, data.index)
     if partition_log is None:
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_PARTITION)
-    if data.records is None or len(data.records) == 0:
+    if records is None or len(records) == 0:
         raise KafkaError(
             ErrorCode.INVALID_RECORD, "Produce requests must have at least one record batch per partition"
         )
-    await _verify_transactional(broker, partition_log, topic.name, data.index, data.records, transactional_id)
+    await _verify_transactional(broker, partition_log, topic.name, data.index, records, transactional_id)
     # after the verification (which may ask another broker): the seam checks leadership and the ISR with
     # nothing awaited between its check and the append
     now = broker.now_ms()
     result, required[(topic.name, data.index)] = broker.replicas.append_as_leader(
-        topic.name, data.index, partition_log, data.records, now, required_acks=acks
+        topic.name, data.index, partition_log, records, now, required_acks=acks
     )
     if not result.duplicate and partition_log.flush_needed(now):
         await trio.to_thread.run_sync(partition_log.flush, now)
