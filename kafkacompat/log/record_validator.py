@@ -10,7 +10,9 @@ length varint, attributes byte, timestamp-delta varlong, offset-delta varint, ke
 and headers. Nothing is copied or decoded beyond the varints: keys, values and headers are skipped by
 their lengths. The walk is one function with its state in local variables and the one- and two-byte
 varints read inline, because it runs for every record of every produced batch (`tools/bench_validator.py`
-measures it).
+measures it). The validator calls it through `record_walk.walk`: the same walk compiled
+(`_record_walk.c`) when the extension was built, `_walk` itself otherwise; `_walk` is the reference the
+compiled one is tested against.
 
 Kafka's reader stops at the first structural fault, so the walk does too; key and timestamp faults are
 collected for the whole batch and reported together, as LogValidator's `processRecordErrors` does.
@@ -64,6 +66,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kafkacompat.log import record_walk
 from kafkacompat.wire import compression
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 from kafkacompat.wire.records import CompressionCodec, RecordBatchView, TimestampType
@@ -219,7 +222,7 @@ def check_batch_records(
     # without a window every timestamp passes the fast-path test (and none is looked at again)
     low, high = check.bounds() if window and check is not None else (-math.inf, math.inf)
     walk = functools.partial(
-        _walk,
+        record_walk.walk,
         count=count,
         base_timestamp=batch.base_timestamp,
         last_offset_delta=batch.last_offset_delta,
