@@ -61,7 +61,6 @@ from __future__ import annotations
 
 import functools
 import math
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -83,8 +82,10 @@ _LONG_MAX = 2**63 - 1
 _LONG_MIN = -(2**63)
 _NO_TIMESTAMP = -1
 _MAX_KNOWN_CODEC = CompressionCodec.ZSTD
-#: A gzip batch inflating past this is walked on its first this-many bytes before being inflated whole.
+#: A gzip or lz4 batch inflating past this is walked on its first this-many bytes before being inflated
+#: whole.
 _PROBE_BYTES = 1024 * 1024
+_PROBED = (CompressionCodec.GZIP, CompressionCodec.LZ4)
 
 
 class InvalidRecords(KafkaError):
@@ -254,17 +255,18 @@ def _inflate(
     """A compressed batch's records, inflated whole under `bound`.
 
     Kafka reads a compressed batch as a stream and stops at the first bad record, so a bomb made of
-    zeros is refused for its first record (INVALID_RECORD) after a few bytes. A gzip batch that inflates
-    past `_PROBE_BYTES` is handled the same way here: its first `_PROBE_BYTES` are inflated and walked
-    (records that end inside them are judged as usual), and only if they hold no fault is the whole
-    batch inflated. A batch whose records are sound up to the bound but continue past it is refused with
-    INVALID_RECORD as well (the code Kafka gives a batch it cannot read as records; not a retriable
-    one, since a retry cannot shrink it). Other codecs announce their inflated size in their framing
-    (snappy blocks, zstd frames) or grow block by block (lz4), so `decompress` refuses them before
-    allocating past the bound.
+    zeros is refused for its first record (INVALID_RECORD) after a few bytes. A gzip or lz4 batch that
+    inflates past `_PROBE_BYTES` is handled the same way here: its first `_PROBE_BYTES` are inflated
+    (`compression.decompress_prefix`, which holds about that much whatever the whole would be) and
+    walked (records that end inside them are judged as usual), and only if they hold no fault is the
+    whole batch inflated. A batch whose records are sound up to the bound but continue past it is
+    refused with INVALID_RECORD as well (the code Kafka gives a batch it cannot read as records; not a
+    retriable one, since a retry cannot shrink it). Snappy and zstd announce their inflated size in
+    their framing (snappy blocks, zstd frames), so `decompress` refuses them before allocating past
+    the bound.
     """
     data = batch.records_data
-    probing = codec == CompressionCodec.GZIP and bound > _PROBE_BYTES
+    probing = codec in _PROBED and bound > _PROBE_BYTES
     try:
         return compression.decompress(codec, data, _PROBE_BYTES if probing else bound)
     except compression.InflatedTooLarge as exc:
@@ -274,7 +276,7 @@ def _inflate(
             ) from None
     except KafkaError as exc:  # no record to name: the batch's compressed bytes are at fault
         raise InvalidRecords(exc.code, exc.message or exc.code.name) from None
-    walk(_gzip_prefix(data, _PROBE_BYTES), partial=True)
+    walk(compression.decompress_prefix(codec, data, _PROBE_BYTES), partial=True)
     try:
         return compression.decompress(codec, data, bound)
     except compression.InflatedTooLarge as exc:
@@ -283,14 +285,6 @@ def _inflate(
         ) from None
     except KafkaError as exc:
         raise InvalidRecords(exc.code, exc.message or exc.code.name) from None
-
-
-def _gzip_prefix(data: memoryview, size: int) -> bytes:
-    """The first `size` inflated bytes of a gzip stream (fewer if corrupt: the full inflate says why)."""
-    try:
-        return zlib.decompressobj(wbits=31).decompress(data, size)
-    except zlib.error:
-        return b""
 
 
 def _lat_fault(timestamp: int, check: TimestampCheck) -> Callable[[int], str] | None:

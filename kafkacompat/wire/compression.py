@@ -6,8 +6,8 @@ The broker keeps record batches compressed exactly as producers sent them. It in
 feature must see records (validation of compressed batches, compaction, coordinators, tools) and
 deflates only batches it writes itself. Codec ids are Kafka's: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd.
 
-Every decompressor is bounded by `max_output_size` and never allocates more than that (or, for lz4,
-one block beyond what is already produced), so a small "decompression bomb" cannot exhaust memory:
+Every decompressor is bounded by `max_output_size` and never allocates more than that, so a small
+"decompression bomb" cannot exhaust memory:
 
 * gzip: zlib in streaming mode with `max_length`, 256 KiB per step; concatenated members are read (Java's
   GZIPInputStream does); bytes after the last member that do not start a new member are ignored, as Java
@@ -20,11 +20,19 @@ one block beyond what is already produced), so a small "decompression bomb" cann
   xerial framing with 32 KiB input blocks.
 * lz4: the standard LZ4 frame format with independent blocks (KIP-57); linked blocks are refused, as
   Java's KafkaLZ4BlockInputStream refuses them. The frame is walked here and each block inflated with
-  cramjam's block decoder into a buffer capped by what is left of the budget. Header, block and content
-  checksums (xxHash32) are not verified: the batch CRC32C already covers the compressed bytes.
+  cramjam's block decoder into a buffer capped by what is left of the budget; a block that fails in
+  that room has its inflated length counted from its sequences (without inflating it) to tell "too
+  big" from "damaged". A declared frame content size past the budget is refused before any block is
+  read. Header, block and content checksums (xxHash32) are not verified: the batch CRC32C already
+  covers the compressed bytes.
 * zstd: the frames are walked without inflating to bound the output (the frame content size when
   present, else per block: raw and RLE sizes exactly, compressed blocks at most min(window, 128 KiB)),
   then cramjam inflates into a buffer of exactly that bound.
+
+`decompress_prefix()` returns only the first bytes a gzip or lz4 batch inflates to, holding about that
+much, so that a validator can walk the start of a batch before inflating it whole (gzip and lz4 have no
+up-front size for a bound: a zero-filled bomb would otherwise fill the whole budget before the records
+are read; record_validator refuses it from its first record, as Kafka's streaming reader does).
 
 Corrupt or over-long input raises `InvalidRecordBatch(CORRUPT_MESSAGE)`; nothing else escapes. Output over
 the cap raises its subclass `InflatedTooLarge`, so a caller can tell "too big to hold" from "damaged".
@@ -34,6 +42,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Iterator
 
 import cramjam
 
@@ -46,6 +55,7 @@ __all__ = [
     "InflatedTooLarge",
     "compress",
     "decompress",
+    "decompress_prefix",
 ]
 
 #: Default cap on inflated size (64 MiB): far above any batch a producer builds under Kafka's default
@@ -68,6 +78,9 @@ _LZ4_MAGIC = 0x184D2204
 _SKIPPABLE_MASK = 0xFFFFFFF0
 _SKIPPABLE_MAGIC = 0x184D2A50
 _LZ4_BLOCK_MAX = {4: 64 * 1024, 5: 256 * 1024, 6: 1024 * 1024, 7: 4 * 1024 * 1024}
+#: In `decompress_prefix`, a block of at most this size is inflated whole and cut; a larger one only as
+#: far as the prefix needs.
+_LZ4_PREFIX_SCRATCH = 1024 * 1024
 
 _ZSTD_MAGIC = 0xFD2FB528
 _ZSTD_BLOCK_MAX = 128 * 1024
@@ -204,7 +217,10 @@ def _need(data: memoryview, pos: int, count: int, what: str) -> None:
         raise _Corrupt(f"truncated {what}")
 
 
-def _lz4_decompress(data: memoryview, limit: int) -> bytearray:
+def _lz4_decompress(data: memoryview, limit: int, *, prefix: bool = False) -> bytearray:
+    """The frames of `data` inflated, at most `limit` bytes. With `prefix`, the first `limit` bytes
+    instead: output past `limit` is not an error but the end, and a block that would cross it is
+    inflated only as far as needed (`_lz4_block_prefix` when its full size would be a big allocation)."""
     out = bytearray()
     end = len(data)
     pos = 0
@@ -245,7 +261,7 @@ def _lz4_decompress(data: memoryview, limit: int) -> bytearray:
             _need(data, pos, 8, "lz4 content size")
             (content_size,) = _LE64.unpack_from(data, pos)
             pos += 8
-            if content_size > limit - len(out):
+            if content_size > limit - len(out) and not prefix:
                 raise _TooLarge(f"declared content size {content_size} exceeds the limit of {limit} bytes")
         if flg & 0x01:
             raise _Corrupt("lz4 preset dictionaries are not supported")
@@ -270,8 +286,21 @@ def _lz4_decompress(data: memoryview, limit: int) -> bytearray:
             room = limit - len(out)
             if word & 0x80000000:  # stored uncompressed
                 if size > room:
+                    if prefix:
+                        out += block[:room]
+                        return out
                     raise _TooLarge(f"inflated data exceeds the limit of {limit} bytes")
                 out += block
+                continue
+            if prefix and room < block_max:
+                if block_max <= _LZ4_PREFIX_SCRATCH:
+                    scratch = bytearray(block_max)
+                    written = cramjam.lz4.decompress_block_into(block, memoryview(scratch))
+                    out += memoryview(scratch)[: min(written, room)]
+                else:
+                    out += _lz4_block_prefix(block, room)
+                if len(out) >= limit:
+                    return out
                 continue
             cap = min(block_max, room)
             if scratch is None or len(scratch) < cap:
@@ -280,9 +309,11 @@ def _lz4_decompress(data: memoryview, limit: int) -> bytearray:
                 written = cramjam.lz4.decompress_block_into(block, memoryview(scratch)[:cap])
             except cramjam.DecompressionError:
                 if cap < block_max:
-                    # too little room, or a damaged block: one block at full size tells which
-                    cramjam.lz4.decompress_block_into(block, bytearray(block_max))
-                    raise _TooLarge(f"inflated data exceeds the limit of {limit} bytes") from None
+                    # too little room, or a damaged block: its inflated length, counted without
+                    # inflating it, tells which
+                    length = _lz4_block_length(block)
+                    if length is not None and length > room:
+                        raise _TooLarge(f"inflated data exceeds the limit of {limit} bytes") from None
                 raise
             out += memoryview(scratch)[:written]
         if content_checksum:
@@ -291,6 +322,102 @@ def _lz4_decompress(data: memoryview, limit: int) -> bytearray:
         if content_size is not None and len(out) - frame_start != content_size:
             raise _Corrupt("lz4 frame content size does not match its blocks")
     return out
+
+
+def _lz4_sequences(block: memoryview) -> Iterator[tuple[int, int, int, int]]:
+    """The sequences of an LZ4 block: (literals position, literal count, match offset, match length);
+    the last sequence has offset and length 0. Raises IndexError or _Corrupt on a malformed block."""
+    pos = 0
+    end = len(block)
+    while True:
+        token = block[pos]
+        pos += 1
+        literals = token >> 4
+        if literals == 15:
+            while True:
+                byte = block[pos]
+                pos += 1
+                literals += byte
+                if byte != 255:
+                    break
+        start = pos
+        pos += literals
+        if pos > end:
+            raise _Corrupt("lz4 literals run past the block")
+        if pos == end:
+            yield start, literals, 0, 0
+            return
+        offset = block[pos] | block[pos + 1] << 8
+        pos += 2
+        length = token & 15
+        if length == 15:
+            while True:
+                byte = block[pos]
+                pos += 1
+                length += byte
+                if byte != 255:
+                    break
+        yield start, literals, offset, length + 4
+
+
+def _lz4_block_length(block: memoryview) -> int | None:
+    """How many bytes an LZ4 block inflates to, counted from its sequences without inflating it (a
+    bomb's few long matches cost a few steps); None when the block is malformed."""
+    total = 0
+    try:
+        for _, literals, offset, length in _lz4_sequences(block):
+            total += literals
+            if offset == 0 and length:
+                return None
+            if offset > total:
+                return None
+            total += length
+    except (IndexError, _Corrupt):
+        return None
+    return total
+
+
+def _lz4_block_prefix(block: memoryview, size: int) -> bytearray:
+    """The first `size` bytes an LZ4 block inflates to (fewer when it is shorter, or damaged: a full
+    inflate then says why), holding no more than about twice `size`."""
+    out = bytearray()
+    try:
+        for start, literals, offset, length in _lz4_sequences(block):
+            out += block[start : start + min(literals, size - len(out))]
+            if len(out) >= size:
+                break
+            if not length:
+                continue
+            if offset == 0 or offset > len(out):
+                break
+            length = min(length, size - len(out))
+            origin = len(out) - offset
+            while length > 0:  # an overlapping match repeats its pattern: copy it in doubling steps
+                step = min(length, len(out) - origin)
+                out += out[origin : origin + step]
+                length -= step
+            if len(out) >= size:
+                break
+    except (IndexError, _Corrupt):
+        pass
+    return out[:size] if len(out) > size else out
+
+
+def decompress_prefix(codec: int, data: Buffer, size: int) -> bytes | bytearray:
+    """The first `size` bytes (fewer if it inflates to less, or is damaged) `data` inflates to, for
+    gzip and lz4, holding about `size` bytes however far the whole would inflate; a validator walks
+    this before deciding to inflate a big batch whole. Damage is left to `decompress` to report."""
+    mv = data if isinstance(data, memoryview) else memoryview(data)
+    if mv.ndim != 1 or mv.itemsize != 1:
+        mv = mv.cast("B")
+    try:
+        if codec == CompressionCodec.GZIP:
+            return zlib.decompressobj(wbits=31).decompress(mv, size)
+        if codec == CompressionCodec.LZ4:
+            return _lz4_decompress(mv, size, prefix=True)
+    except (_Corrupt, cramjam.DecompressionError, zlib.error, ValueError, OverflowError, struct.error):
+        return b""
+    raise ValueError(f"no prefix decompression for codec {codec}")
 
 
 def _zstd_output_bound(data: memoryview, limit: int) -> int:

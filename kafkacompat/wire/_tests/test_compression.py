@@ -1,6 +1,7 @@
 import gzip
 import os
 import struct
+import tracemalloc
 import zlib
 
 import cramjam
@@ -8,7 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kafkacompat.wire.compression import DEFAULT_MAX_OUTPUT_SIZE, compress, decompress
+from kafkacompat.wire.compression import (
+    DEFAULT_MAX_OUTPUT_SIZE,
+    InflatedTooLarge,
+    compress,
+    decompress,
+    decompress_prefix,
+)
 from kafkacompat.wire.errors import ErrorCode
 from kafkacompat.wire.records import InvalidRecordBatch
 
@@ -254,3 +261,88 @@ def test_zstd_bound_from_streamed_frame():
 def test_none_codec_respects_cap():
     assert decompress(0, b"abc") == b"abc"
     raises_corrupt(0, b"abcd", max_output_size=3)
+
+
+# -- lz4: bombs refused early, prefixes ------------------------------------------------------------------
+
+MiB = 1024 * 1024
+
+
+def _lz4_frame(blocks: list[bytes], *, block_id: int, content_size: int | None = None) -> bytes:
+    """A frame of the given compressed blocks (independent), optionally declaring its content size."""
+    flg = 0x60 | (0x08 if content_size is not None else 0)
+    out = bytearray(struct.pack("<I", 0x184D2204) + bytes([flg, block_id << 4]))
+    if content_size is not None:
+        out += struct.pack("<Q", content_size)
+    out += b"\x00"  # header checksum byte (not verified)
+    for block in blocks:
+        out += struct.pack("<I", len(block)) + block
+    return bytes(out + struct.pack("<I", 0))
+
+
+def _zero_block(size: int) -> bytes:
+    return bytes(cramjam.lz4.compress_block(bytes(size), store_size=False))
+
+
+def _peak(action) -> int:
+    tracemalloc.start()
+    try:
+        action()
+    except InvalidRecordBatch:
+        pass
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return peak
+
+
+@pytest.mark.parametrize("block_id", [4, 7])
+def test_lz4_bomb_is_refused_and_cut_within_a_few_mib(block_id):
+    """An lz4 frame without a content size says nothing of how far it inflates: a block that does not
+    fit the room left is measured from its sequences, not inflated, and a prefix holds about its size."""
+    block_size = 64 * 1024 if block_id == 4 else 4 * MiB
+    bomb = _lz4_frame([_zero_block(block_size)] * (256 * MiB // block_size), block_id=block_id)
+    assert len(bomb) < 2 * MiB
+    peak = _peak(lambda: raises_corrupt(3, bomb, max_output_size=MiB))
+    assert isinstance(raises_corrupt(3, bomb, max_output_size=MiB), InflatedTooLarge)
+    assert peak < 4 * MiB
+    peak = _peak(lambda: decompress_prefix(3, bomb, MiB))
+    assert decompress_prefix(3, bomb, MiB) == bytes(MiB)
+    assert peak < 4 * MiB
+
+
+def test_lz4_declared_content_size_is_refused_before_any_block():
+    bomb = _lz4_frame([_zero_block(4 * MiB)] * 4, block_id=7, content_size=16 * MiB)
+    peak = _peak(lambda: raises_corrupt(3, bomb, max_output_size=MiB))
+    assert "declared content size" in str(raises_corrupt(3, bomb, max_output_size=MiB))
+    assert peak < MiB
+
+
+def test_lz4_damaged_block_in_too_little_room_is_corrupt_not_too_large():
+    def block(offset: int) -> bytes:
+        # one zero literal, then a match of about 4 MiB at `offset`, then five literals
+        return bytes([0x1F, 0x00, offset, 0x00]) + b"\xff" * 16_000 + bytes([0x00, 0x50]) + bytes(5)
+
+    sound = _lz4_frame([block(1)], block_id=7)
+    assert len(decompress(3, sound)) > 4_000_000
+    assert isinstance(raises_corrupt(3, sound, max_output_size=MiB), InflatedTooLarge)
+    err = raises_corrupt(3, _lz4_frame([block(16)], block_id=7), max_output_size=MiB)  # offset past the start
+    assert not isinstance(err, InflatedTooLarge)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    payload=st.binary(max_size=40_000) | st.sampled_from([MIXED, TEXT, bytes(300_000)]),
+    size=st.integers(min_value=1, max_value=400_000),
+    block_id=st.sampled_from([4, 7]),
+)
+def test_lz4_prefix_matches_the_whole(payload, size, block_id):
+    """Blocks cut by `decompress_prefix` (inflated whole and cut, or decoded sequence by sequence when
+    large) give exactly the first bytes of the full inflate; gzip likewise."""
+    block_size = 64 * 1024 if block_id == 4 else 4 * MiB
+    chunks = [payload[i : i + block_size] for i in range(0, len(payload), block_size)] or [b""]
+    frame = _lz4_frame(
+        [bytes(cramjam.lz4.compress_block(chunk, store_size=False)) for chunk in chunks], block_id=block_id
+    )
+    assert bytes(decompress(3, frame)) == payload
+    assert bytes(decompress_prefix(3, frame, size)) == payload[:size]
+    assert bytes(decompress_prefix(1, compress(1, payload), size)) == payload[:size]
