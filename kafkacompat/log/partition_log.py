@@ -519,7 +519,7 @@ class PartitionLog:
         Every record of every batch is walked first (`validate_records(from_client=False)`): an invalid
         batch raises InvalidRecords or InvalidRecordBatch and nothing of the record set is appended."""
         buf = memoryview(records)
-        batches = validate_records(buf, self.config, now_ms, from_client=False)
+        batches = validate_records(buf, self.config, now_ms, from_client=False, ignore_record_size=True)
         if not batches:
             return AppendResult(-1, -1, -1, self.log_start_offset, 0)
         expected = self.log_end_offset

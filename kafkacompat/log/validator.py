@@ -61,10 +61,16 @@ MAX_INFLATED_BATCH_BYTES = DEFAULT_MAX_OUTPUT_SIZE
 
 
 def validate_records(
-    records: memoryview, config: LogConfig, now_ms: int, *, from_client: bool = True
+    records: memoryview,
+    config: LogConfig,
+    now_ms: int,
+    *,
+    from_client: bool = True,
+    ignore_record_size: bool = False,
 ) -> list[RecordBatchView]:
     """All batches of `records`, validated; raises KafkaError (an InvalidRecordBatch for structure, an
-    InvalidRecords for the records of a batch)."""
+    InvalidRecords for the records of a batch). `ignore_record_size`: a follower's append, which takes
+    what its leader accepted even when max.message.bytes was lowered since (as Kafka's follower does)."""
     if len(records) > config.segment_bytes:
         raise KafkaError(
             ErrorCode.RECORD_LIST_TOO_LARGE,
@@ -75,7 +81,7 @@ def validate_records(
         now_ms, config.timestamp_before_max_ms, config.timestamp_after_max_ms, config.log_append_time
     )
     for batch in batches:
-        if batch.size > config.max_message_bytes:
+        if batch.size > config.max_message_bytes and not ignore_record_size:
             raise KafkaError(
                 ErrorCode.MESSAGE_TOO_LARGE,
                 f"batch of {batch.size} bytes exceeds max.message.bytes {config.max_message_bytes}",

@@ -15,7 +15,7 @@ from kafkacompat.log._tests.helpers import all_records, make_batch, segment_logs
 from kafkacompat.log._tests.test_record_validator import Rec, hostile_batch, records, wrap_batch
 from kafkacompat.log.partition_log import PartitionLog
 from kafkacompat.log.record_validator import InvalidRecords
-from kafkacompat.wire.errors import ErrorCode
+from kafkacompat.wire.errors import ErrorCode, KafkaError
 from kafkacompat.wire.records import build_control_batch
 
 NOW = 1_700_000_000_000
@@ -74,6 +74,18 @@ def test_follower_takes_compacted_batches_and_config_independent_records(make_lo
     with pytest.raises(InvalidRecords):
         follower.append_as_follower(backwards, NOW)
     assert follower.log_end_offset == 10
+
+
+def test_follower_takes_a_batch_larger_than_max_message_bytes(make_log):
+    """max.message.bytes lowered after the leader accepted a batch: the follower still replicates it (as
+    Kafka's follower ignores the record size), while a client's append of the same size is refused."""
+    leader = make_log(name="l-0")
+    stamped = _stamped(leader, make_batch([b"x" * 2000]))
+    follower = make_log({"max.message.bytes": "1000"}, name="f-0")
+    assert follower.append_as_follower(stamped, NOW).last_offset == 0
+    with pytest.raises(KafkaError) as info:
+        follower.append_as_leader(bytearray(make_batch([b"y" * 2000])), 0, NOW)
+    assert info.value.code == ErrorCode.MESSAGE_TOO_LARGE
 
 
 def test_the_brokers_own_writes_are_walked(make_log):
