@@ -4,8 +4,10 @@ PYTHON ?= python3.11
 RUN_VENV := .venv-run
 TEST_VENV := .venv
 SPECS ?= ../shared/kafka-protocol
+# Apache Kafka, the reference broker (tools/reference_kafka.py resolves it with Maven; its default is the same)
+KAFKA_VERSION ?= 4.4.0
 
-.PHONY: run test lint check-generated typecheck spark-it spark-demo clean
+.PHONY: run test test-reference lint check-generated typecheck spark-it spark-demo clean
 
 $(RUN_VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(RUN_VENV)
@@ -57,6 +59,18 @@ CLUSTER_SUITE := compat_tests/test_kafka_python.py compat_tests/test_confluent.p
 test: lint check-generated typecheck $(TEST_VENV)/java/classpath.txt
 	$(TEST_VENV)/bin/python -m pytest -q --durations=25
 	$(TEST_VENV)/bin/python -m pytest -q --durations=10 --cluster -m "not restarts_broker and not secured_broker" $(CLUSTER_SUITE)
+
+# Every client's suites against Apache Kafka itself, the reference broker: tools/reference_kafka.py resolves
+# KAFKA_VERSION with Maven and starts KRaft nodes in a temp dir (`--against kafka` in compat_tests/conftest.py),
+# a single node and then a 3-node cluster. Not yet part of `make test`.
+REFERENCE_SUITE := compat_tests/test_kafka_python.py compat_tests/test_confluent.py compat_tests/test_aiokafka.py \
+	compat_tests/test_kcat.py compat_tests/test_java_client.py compat_tests/test_groups_consumers.py \
+	compat_tests/test_transactions.py compat_tests/test_admin_kafka_python.py compat_tests/test_admin_confluent.py
+
+test-reference: $(TEST_VENV)/java/classpath.txt
+	$(TEST_VENV)/bin/python -m pytest -q --durations=10 --against kafka --kafka-version $(KAFKA_VERSION) $(REFERENCE_SUITE)
+	$(TEST_VENV)/bin/python -m pytest -q --durations=10 --against kafka --kafka-version $(KAFKA_VERSION) --cluster \
+		$(REFERENCE_SUITE)
 
 # Spark's Kafka connector from Maven (or KAFKACOMPAT_SPARK_JARS=<dir> offline) against a fixture broker.
 # (`make test` runs the same tests with the connector jars it finds by itself; see spark_it/session.py.)

@@ -568,7 +568,8 @@ def test_compaction_removes_aborted_transactional_records(target: Any) -> None: 
 
 def control_batches(bootstrap: str, topic: str) -> list[int]:
     """Offsets of the control batches (transaction markers) in partition 0, from a raw Fetch (v11,
-    read_uncommitted) from the log start: clients hide markers, so the batches are read directly."""
+    read_uncommitted) from the log start, at the partition's leader: clients hide markers, so the batches
+    are read directly."""
     from kafkacompat.client import KafkaClient
     from kafkacompat.wire.messages import request_class
     from kafkacompat.wire.records import iter_batches
@@ -577,6 +578,7 @@ def control_batches(bootstrap: str, topic: str) -> list[int]:
     found: list[int] = []
     offset = 0
     with KafkaClient(bootstrap) as client:
+        leader = client.partition_leaders(topic)[0]
         while True:
             request = cls(
                 replica_id=-1,
@@ -603,7 +605,7 @@ def control_batches(bootstrap: str, topic: str) -> list[int]:
                 forgotten_topics_data=[],
                 rack_id="",
             )
-            [data] = client.send(1, request, version=11).responses[0].partitions
+            [data] = client.send(1, request, node_id=leader, version=11).responses[0].partitions
             assert data.error_code == 0, data.error_code
             batches = list(iter_batches(bytes(data.records or b""), allow_partial_tail=True))
             if not batches:
