@@ -8,8 +8,9 @@ sent one at a time, in the order they were queued, over one connection to its in
 bounded by `replica.socket.timeout.ms`). A request whose connection fails or times out is sent again,
 in place, after a backoff and a reconnect, until it is answered or its queue is stopped (the broker's
 registration ended or changed, or this broker stopped being controller).
-An error answer is logged and not retried: the periodic repair path and the next state change correct
-it, and a broker that registers again gets a full LeaderAndIsr + UpdateMetadata anyway.
+An error answer is logged and not retried: the next state change of the partition corrects it, and a
+broker that registers again (and every broker after a controller failover) gets a full LeaderAndIsr +
+UpdateMetadata anyway.
 """
 
 from __future__ import annotations

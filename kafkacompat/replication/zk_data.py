@@ -60,6 +60,7 @@ __all__ = [
     "broker_path",
     "decode_broker",
     "decode_cluster_id",
+    "decode_config_change",
     "decode_controller",
     "decode_controller_epoch",
     "decode_partition_state",
@@ -363,6 +364,24 @@ def decode_entity_config(data: bytes | None) -> dict[str, str]:
 
 def encode_config_change(entity_path: str) -> bytes:
     return _dump({"version": 2, "entity_path": entity_path})
+
+
+def decode_config_change(data: bytes) -> str | None:
+    """The entity path a change notification names (`topics/T`, `users/alice/clients/c1`): version 2's
+    `entity_path`, or version 1's `entity_type`/`entity_name`; None when it names none."""
+    try:
+        document = _load(data)
+    except ValueError:
+        return None
+    if not isinstance(document, dict):
+        return None
+    path = document.get("entity_path")
+    if isinstance(path, str):
+        return path
+    kind, name = document.get("entity_type"), document.get("entity_name")
+    if isinstance(kind, str) and isinstance(name, str):
+        return f"{kind}/{name}"
+    return None
 
 
 # --- ACLs (/kafka-acl, /kafka-acl-extended/prefixed) and their change notifications -----------------

@@ -270,10 +270,15 @@ class ZooKeeperStore:
     def topic_names(self, watch: Callable[[WatchedEvent], None] | None = None) -> list[str]:
         return sorted(self.client.get_children(zd.TOPICS, watch=watch))
 
-    def topic(self, name: str) -> zd.TopicAssignment | None:
+    def topic(
+        self, name: str, watch: Callable[[WatchedEvent], None] | None = None
+    ) -> zd.TopicAssignment | None:
+        """/brokers/topics/T, None when it is gone (a watch is then left on its creation)."""
         try:
-            data, _ = self.client.get(zd.topic_path(name))
+            data, _ = self.client.get(zd.topic_path(name), watch=watch)
         except NoNodeError:
+            if watch is not None:
+                self.client.exists(zd.topic_path(name), watch=watch)
             return None
         return zd.decode_topic(name, data)
 
@@ -283,6 +288,21 @@ class ZooKeeperStore:
         except NoNodeError:
             return {}
         return zd.decode_topic_config(data)
+
+    def config_changes(self, watch: Callable[[WatchedEvent], None] | None = None) -> list[str]:
+        """The change notifications under /config/changes, oldest first (their names carry a sequence)."""
+        try:
+            return sorted(self.client.get_children(zd.CONFIG_CHANGES, watch=watch))
+        except NoNodeError:
+            return []
+
+    def config_change(self, name: str) -> str | None:
+        """The entity path change notification `name` names (None: gone, purged, or names none)."""
+        try:
+            data, _ = self.client.get(f"{zd.CONFIG_CHANGES}/{name}")
+        except NoNodeError:
+            return None
+        return zd.decode_config_change(data)
 
     def set_topic_configs(self, name: str, configs: Mapping[str, str]) -> None:
         path = zd.topic_config_path(name)

@@ -159,7 +159,7 @@ def test_snapshot_live_brokers_are_as_new_as_its_partition_states(
         return read_state(topic, partition, watch)
 
     reader.partition_state = state_after_the_zombie_is_back  # type: ignore[method-assign]
-    snapshot = read_snapshot(reader, lambda _event: None)
+    snapshot = read_snapshot(reader)
     assert snapshot.states[key].isr == (1, 3)
     assert set(snapshot.states[key].isr) <= set(snapshot.brokers)
     assert snapshot.broker_epochs[3] == reader.client.exists(zd.broker_path(3)).czxid

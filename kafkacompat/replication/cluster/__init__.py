@@ -13,17 +13,20 @@ ZooKeeper first (versioned, fenced by the controller epoch) and then tells the b
 inter-broker requests over its channel (one ordered queue and connection per live broker, requests
 retried on reconnect): LeaderAndIsr to the replicas of the changed partitions, UpdateMetadata to every
 live broker, StopReplica (with deletion) to replicas that must go. A broker acts on those requests.
-What each broker still reads from ZooKeeper itself, in the reconcile (a watch firing only pokes the trio
-loop; also every `session.RECONCILE_SECONDS`), is the live brokers, the controller, topics with their
-assignments and configs, and the partition states, the last only as a repair path. The leader's side of
-replication is the replica manager's (`replica_manager.ClusterReplicaManager`); leaders never write
-ZooKeeper, their ISR changes go to the controller as AlterPartition.
+What each broker still reads from ZooKeeper itself is the whole tree once per session, then only what a
+watch names (`zk_view`): the live brokers, the controller, the topic listing and a changed topic's
+assignment, the deletions asked for, and a topic's configs when a change notification names it;
+partition states it learns from the controller's requests alone. An idle cluster reads nothing. The
+leader's side of replication is the replica manager's (`replica_manager.ClusterReplicaManager`);
+leaders never write ZooKeeper, their ISR changes go to the controller as AlterPartition.
 
 The parts, one job each, in the order a reconcile uses them:
 
+- `zk_view`: the reads of ZooKeeper (`ZkSnapshot`, the full `read_snapshot`, `read_changes` of what
+  the watches name);
 - `shared.ClusterState`: what the parts share (the view of ZooKeeper, the replica states, the session's
-  facts, the reconcile triggers, connections to other brokers), plus `ZkSnapshot`, `read_snapshot` and
-  `ClusterMetadataCache`, the topic table handlers read;
+  facts, the reconcile triggers, connections to other brokers), plus `ClusterMetadataCache`, the topic
+  table handlers read;
 - `session.Session`: registration, the ZooKeeper session and its fence, the liveness tick, the reconcile
   loop;
 - `controller_duties.ControllerDuties`: the controller's decisions and writes (first states, failover,

@@ -8,7 +8,8 @@ replica manager (`replica_manager.ClusterReplicaManager`) reaches the controller
 `ClusterState.connect_inter_broker` and closed after the answer);
 the controller validates it against ZooKeeper's state, writes it with the compare-and-set and answers
 with the new state, which the leader then applies (`isr_committed` keeps it in the view). A refusal
-asks for a reconcile (`isr_refused`): the controller's requests, or the repair read, bring the state.
+leaves the proposal (`isr_refused`): the newer state it lost to reaches this broker in the controller's
+LeaderAndIsr or UpdateMetadata.
 
 At shutdown `controlled_shutdown` asks the controller (itself, when this broker is the controller) to
 move this broker's leaderships away first (Kafka's `controlled.shutdown.*`), so clients switch leaders
@@ -54,7 +55,7 @@ class ControllerClient:
         self.cluster.remember(key, state)
 
     def isr_refused(self, key: tuple[str, int]) -> None:
-        self.cluster.poke()
+        """The controller's requests bring the state that won; nothing to read."""
 
     async def alter_partition(self, key: tuple[str, int], proposal: LeaderAndIsr) -> LeaderAndIsr | None:
         """Send one AlterPartition to the controller; the state it answers with, None on an error."""
@@ -110,9 +111,12 @@ class ControllerClient:
                 remaining = None
             if remaining == []:
                 # wait until this broker's own view shows the moves, so no request is answered as leader
-                with trio.move_on_after(5):
-                    while any(s.is_leader and len(s.replicas) > 1 for s in self.cluster.partitions.values()):
-                        await self.cluster.next_reconcile()
+                await self.cluster.wait_for_view(
+                    lambda: (
+                        not any(s.is_leader and len(s.replicas) > 1 for s in self.cluster.partitions.values())
+                    ),
+                    timeout=5,
+                )
                 # as Kafka's StopReplica to a stopping broker: stop fetching, so no leader takes this
                 # broker back into an ISR in the moments before its session ends
                 self.cluster.shutting_down = True

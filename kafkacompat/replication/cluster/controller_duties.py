@@ -9,7 +9,8 @@ and only then are the brokers told, through `ControllerRequests.announce` (Leade
 UpdateMetadata to every live broker). `controller.py` holds the pure decisions; this object reads,
 decides with them and writes:
 
-- `reconcile`, on every read of ZooKeeper while controller: partitions of new topics get their first
+- `reconcile`, on every change of the view while controller (watches fired, or duties marked due):
+  partitions of new topics get their first
   state (first live replica leads, the live replicas form the ISR); partitions led by a dead broker get a
   new leader from the ISR (`unclean.leader.election.enable` honoured per topic) with leader epoch + 1;
   dead followers leave the ISR; topics in `/admin/delete_topics` get StopReplica with deletion (a bounded
@@ -35,7 +36,8 @@ from kafkacompat.replication.broker_requests import (
     alter_partition_decision,
 )
 from kafkacompat.replication.cluster.controller_requests import ControllerRequests
-from kafkacompat.replication.cluster.shared import ClusterState, ZkSnapshot, at_version, read_snapshot
+from kafkacompat.replication.cluster.shared import ClusterState, ZkSnapshot, at_version
+from kafkacompat.replication.cluster.zk_view import BROKERS, DUTIES
 from kafkacompat.replication.controller import (
     elect_for_controlled_shutdown,
     elect_offline_leader,
@@ -91,11 +93,20 @@ class ControllerDuties:
             for key, version in results.items():
                 if version < 0:
                     log.info("controller: state of %s-%d changed meanwhile; deciding again", *key)
-                    self.cluster.poke()
+                    self.cluster.mark(("state", *key))
                 else:
                     written[key] = at_version(writes[key], version)
-                    log.info("controller: %s-%d is now %s", key[0], key[1], written[key])
+                    log.debug("controller: %s-%d is now %s", key[0], key[1], written[key])
             new = {key for key in written if key not in snapshot.states}
+            if written:
+                log.info(
+                    "controller: wrote %d partition state(s) (%d new), e.g. %s-%d is now %s",
+                    len(written),
+                    len(new),
+                    *next(iter(written)),
+                    next(iter(written.values())),
+                )
+            self._remember(written)
             self.requests.announce(snapshot, written, new=new)
         for name in snapshot.deletions:
             doomed = snapshot.topics.get(name)
@@ -112,8 +123,17 @@ class ControllerDuties:
                         await event.wait()
             await trio.to_thread.run_sync(self.cluster.store.remove_topic, name)
             log.info("controller: deleted topic %s", name)
+            # the next reconcile reads the listings again (their watches fire too)
+            self.cluster.mark(("topics",))
+            self.cluster.mark(("deletions",))
         finished = await self._finish_reassignments(snapshot)
         return bool(writes or snapshot.deletions or finished)
+
+    def _remember(self, written: dict[tuple[str, int], LeaderAndIsr]) -> None:
+        """The controller's own view takes the states it wrote at once (its UpdateMetadata to itself
+        brings them too, later)."""
+        for key, state in written.items():
+            self.cluster.remember(key, state)
 
     def _unclean(self, configs: dict[str, str]) -> bool:
         value = configs.get("unclean.leader.election.enable")
@@ -163,7 +183,9 @@ class ControllerDuties:
                     {p: r for p, r in assignment.removing.items() if p not in finished},
                 )
                 await trio.to_thread.run_sync(self.cluster.store.set_assignment, completed)
+                self.cluster.snapshot.topics[name] = completed
                 written = {(name, p): at_version(states[(name, p)], versions[(name, p)]) for p in finished}
+                self._remember(written)
                 after = ZkSnapshot(snapshot.brokers, snapshot.broker_epochs, snapshot.controller)
                 after.topics = {**snapshot.topics, name: completed}
                 self.requests.announce(after, written)
@@ -185,7 +207,7 @@ class ControllerDuties:
         copy the data as followers and the reassignment completes once they are all in the ISR."""
         if not self.cluster.is_controller:
             raise KafkaError(ErrorCode.NOT_CONTROLLER, f"broker {self.cluster.node_id} is not the controller")
-        snapshot = await trio.to_thread.run_sync(read_snapshot, self.cluster.store, self.cluster.watch)
+        snapshot = self.cluster.snapshot  # the controller's view: current, ZooKeeper's compare-and-set checks
         live = set(snapshot.brokers)
         results: dict[tuple[str, int], tuple[ErrorCode, str | None]] = {}
         changed: dict[str, zd.TopicAssignment] = {}
@@ -233,6 +255,7 @@ class ControllerDuties:
             results[(name, partition)] = (ErrorCode.NONE, None)
         for assignment in changed.values():
             await trio.to_thread.run_sync(self.cluster.store.set_assignment, assignment)
+            snapshot.topics[assignment.topic] = assignment
         if changed:
             # the replica set changed: leader epoch + 1 and LeaderAndIsr to every replica, old and new
             # (KIP-455), so the leader accepts the new followers' fetches and they start fetching
@@ -256,12 +279,20 @@ class ControllerDuties:
                     raise KafkaError(ErrorCode.NOT_CONTROLLER, str(exc)) from exc
                 after = ZkSnapshot(snapshot.brokers, snapshot.broker_epochs, snapshot.controller)
                 after.topics = {**snapshot.topics, **changed}
-                self.requests.announce(
-                    after,
-                    {k: at_version(v, versions[k]) for k, v in bumped.items() if versions.get(k, -1) >= 0},
-                )
-            self.cluster.poke()
+                written = {
+                    k: at_version(v, versions[k]) for k, v in bumped.items() if versions.get(k, -1) >= 0
+                }
+                self._remember(written)
+                self._reread_conflicts(versions)
+                self.requests.announce(after, written)
+            self.cluster.mark(DUTIES)  # a reassignment whose replicas are all in the ISR completes at once
         return results
+
+    def _reread_conflicts(self, versions: dict[tuple[str, int], int]) -> None:
+        """Partition states whose compare-and-set failed changed meanwhile: read them again."""
+        for key, version in versions.items():
+            if version < 0:
+                self.cluster.mark(("state", *key))
 
     async def auto_rebalance(self) -> None:
         """auto.leader.rebalance.enable: move leaders back to preferred replicas past the threshold."""
@@ -287,7 +318,7 @@ class ControllerDuties:
         controller-epoch check. Raises KafkaError(NOT_CONTROLLER) on any other broker."""
         if not self.cluster.is_controller:
             raise KafkaError(ErrorCode.NOT_CONTROLLER, f"broker {self.cluster.node_id} is not the controller")
-        snapshot = await trio.to_thread.run_sync(read_snapshot, self.cluster.store, self.cluster.watch)
+        snapshot = self.cluster.snapshot  # the controller's view: current, ZooKeeper's compare-and-set checks
         live = set(snapshot.brokers)
         if wanted is None:
             wanted = sorted(k for k in snapshot.states if k[0] in snapshot.topics)
@@ -340,10 +371,10 @@ class ControllerDuties:
                 else:
                     results[key] = (ErrorCode.NONE, None)
                     log.info("controller: %s-%d elected %s", key[0], key[1], writes[key])
-            self.requests.announce(
-                snapshot, {k: at_version(writes[k], v) for k, v in versions.items() if v >= 0}
-            )
-            self.cluster.poke()
+            written = {k: at_version(writes[k], v) for k, v in versions.items() if v >= 0}
+            self._remember(written)
+            self._reread_conflicts(versions)
+            self.requests.announce(snapshot, written)
         return results
 
     async def controlled_shutdown_as_controller(self, broker_id: int) -> list[tuple[str, int]]:
@@ -353,7 +384,7 @@ class ControllerDuties:
         Kafka. KafkaError: NOT_CONTROLLER elsewhere, BROKER_NOT_AVAILABLE for an unknown broker."""
         if not self.cluster.is_controller:
             raise KafkaError(ErrorCode.NOT_CONTROLLER, f"broker {self.cluster.node_id} is not the controller")
-        snapshot = await trio.to_thread.run_sync(read_snapshot, self.cluster.store, self.cluster.watch)
+        snapshot = self.cluster.snapshot  # the controller's view: current, ZooKeeper's compare-and-set checks
         if broker_id not in snapshot.brokers:
             raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, f"broker {broker_id} is not registered")
         live = set(snapshot.brokers)
@@ -383,10 +414,10 @@ class ControllerDuties:
             for key, version in versions.items():
                 if version < 0 and writes[key].leader != snapshot.states[key].leader:
                     remaining.append(key)  # changed meanwhile: the broker asks again
-            self.requests.announce(
-                snapshot, {k: at_version(writes[k], v) for k, v in versions.items() if v >= 0}
-            )
-            self.cluster.poke()
+            written = {k: at_version(writes[k], v) for k, v in versions.items() if v >= 0}
+            self._remember(written)
+            self._reread_conflicts(versions)
+            self.requests.announce(snapshot, written)
         log.info(
             "controller: controlled shutdown of broker %d moved %d partition state(s), %d remain",
             broker_id,
@@ -404,6 +435,8 @@ class ControllerDuties:
             return ErrorCode.NOT_CONTROLLER, {}
         epochs: dict[int, int] = {}
         await trio.to_thread.run_sync(self.cluster.store.live_brokers, None, epochs)
+        if epochs != self.cluster.snapshot.broker_epochs:
+            self.cluster.mark(BROKERS)  # the view is behind (its watch is about to fire)
         if broker_id not in epochs or (broker_epoch != -1 and epochs[broker_id] != broker_epoch):
             return ErrorCode.STALE_BROKER_EPOCH, {}
 
@@ -447,6 +480,15 @@ class ControllerDuties:
                         key[1],
                         list(written[key].isr),
                     )
+            self._remember(written)
             # the leader learns the new state from the answer; every broker's metadata from this
             self.requests.announce(self.cluster.snapshot, written, leader_and_isr=False)
+            topics = self.cluster.snapshot.topics
+            if any(
+                (a := topics.get(key[0])) is not None and (key[1] in a.adding or key[1] in a.removing)
+                for key in written
+            ):
+                # a reassigned partition's ISR changed: it may complete now (Kafka's
+                # PartitionReassignmentIsrChangeHandler)
+                self.cluster.mark(DUTIES)
         return ErrorCode.NONE, results

@@ -5,8 +5,10 @@ Theory of operation
 Metadata, DescribeCluster, FindCoordinator, Produce and Fetch answer from the broker's view of the
 cluster (`ClusterState.snapshot`: the last read of ZooKeeper, with the newer states the controller's
 requests brought). A partition's leader, epoch and ISR come from that view, or from this broker's own
-`PartitionState` when it acts on a state at least as new (it learns its own ISR changes first, from the
-controller's AlterPartition answer). A leader that is not live is answered as none, and replicas that are
+`PartitionState` when it acts on a state at least as new, by leader epoch then partition epoch (a
+leader learns its own ISR changes first, from the controller's AlterPartition answer; a follower's own
+ISR is the one its last LeaderAndIsr gave, so the controller's UpdateMetadata of a later ISR change
+wins). A leader that is not live is answered as none, and replicas that are
 not live as offline. `refresh_live_brokers` reads `/brokers/ids` at once, for replica assignment of a
 new topic.
 """
@@ -18,7 +20,7 @@ import uuid
 import trio
 
 from kafkacompat.replication import zk_data as zd
-from kafkacompat.replication.cluster.shared import ClusterState
+from kafkacompat.replication.cluster.shared import ClusterState, newer
 from kafkacompat.replication.partition_state import NO_LEADER
 
 __all__ = ["MetadataView"]
@@ -44,7 +46,7 @@ class MetadataView:
         replicas = list(assignment.partitions.get(partition, [])) if assignment else []
         state = self.cluster.snapshot.states.get((topic, partition))
         local = self.cluster.partitions.get((topic, partition))
-        if local is not None and state is not None and local.leader_epoch >= state.leader_epoch:
+        if local is not None and state is not None and not newer(state, local.leader_and_isr()):
             state = local.leader_and_isr()
         offline = [r for r in replicas if r not in self.cluster.snapshot.brokers]
         if state is None:

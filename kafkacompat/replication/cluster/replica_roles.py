@@ -12,13 +12,16 @@ leader epoch) and served by the handlers leader_and_isr.py, update_metadata.py a
 - `apply_update_metadata` keeps the live brokers and partition states clients are answered from;
 - `apply_stop_replica` stops following (and deletes) partitions.
 
-After each read of ZooKeeper, `apply_view` mirrors it as every broker: the topic table
-(`ClusterMetadataCache`) and topic configs, the logs of assigned partitions (created; a replica
-reassigned away, or a topic gone, has its logs deleted), followers whose leader became known start
-fetching. Partition states from that read are only a repair path: one newer (leader epoch, then znode
-version) than what the broker acts on, and still unapplied after `REPAIR_DELAY_SECONDS`, is applied (a
-request lost with a connection, a controller that died between its write and its request); an older or
-equal one never is.
+After each read of ZooKeeper, `apply_view` mirrors what changed (`zk_view`: only the topics a watch
+named, every topic after a full read) as every broker: the topic table (`ClusterMetadataCache`) and topic
+configs, the logs of assigned partitions (created; a replica reassigned away, or a topic gone, has its
+logs deleted), followers whose leader became known start fetching. Partition states and roles come
+from the controller's requests alone, as in Kafka's ZooKeeper mode: a request lost with its connection
+is sent again by the controller's channel, a broker that registers again (a new session) and every
+broker after a controller failover get a full LeaderAndIsr, so nothing here re-reads states to repair
+a missed one.
+
+Each applied request and read wakes what waits for the view (`ClusterState.changed`).
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ from kafkacompat.replication.broker_requests import (
     leader_and_isr_partition,
     stop_replica_partition,
 )
-from kafkacompat.replication.cluster.shared import ClusterState, ZkSnapshot, newer
+from kafkacompat.replication.cluster.shared import ClusterState, ZkSnapshot
+from kafkacompat.replication.cluster.zk_view import TOPICS
 from kafkacompat.replication.metadata import TopicInfo
 from kafkacompat.replication.partition_state import NO_LEADER, LeaderAndIsr, PartitionState
 from kafkacompat.wire.errors import ErrorCode
@@ -42,13 +46,10 @@ if TYPE_CHECKING:
     from kafkacompat.log.partition_log import PartitionLog
     from kafkacompat.replication.fetcher_task import FetcherTask
 
-__all__ = ["INTERNAL", "REPAIR_DELAY_SECONDS", "ReplicaRoles"]
+__all__ = ["INTERNAL", "ReplicaRoles"]
 
 log = logging.getLogger("kafkacompat.cluster")
 
-#: how long a newer partition state in ZooKeeper waits for the controller's LeaderAndIsr before the
-#: repair path applies it
-REPAIR_DELAY_SECONDS = 3.0
 INTERNAL = frozenset({"__consumer_offsets", "__transaction_state"})
 
 
@@ -57,8 +58,6 @@ class ReplicaRoles:
 
     def __init__(self, cluster: ClusterState) -> None:
         self.cluster = cluster
-        #: partition states the last read found newer than the local ones (leader epoch, zk version)
-        self._unapplied: dict[tuple[str, int], tuple[tuple[int, int], int]] = {}
 
     def resign_all(self) -> None:
         """The ZooKeeper session ended: stop leading every partition at once."""
@@ -96,7 +95,11 @@ class ReplicaRoles:
             return True
 
         if not known():
-            # a topic (or partitions) this broker's ZooKeeper view has not seen yet: read it first
+            # a topic (or partitions) this broker's ZooKeeper view has not seen yet: read it first (its
+            # watch is about to fire; marking it reads it now)
+            self.cluster.mark(TOPICS)
+            for topic in {s[0] for s in states}:
+                self.cluster.mark(("topic", topic))
             await self.cluster.wait_for_view(known, timeout=10)
         now = self.cluster.broker.now_ms()
         results: dict[tuple[str, int], ErrorCode] = {}
@@ -126,6 +129,7 @@ class ReplicaRoles:
                     key, state, replicas, partition_log, now, f"LeaderAndIsr of controller {controller_id}"
                 )
             results[key] = error
+        self.cluster.changed()
         return results
 
     def apply_update_metadata(
@@ -143,6 +147,7 @@ class ReplicaRoles:
         for topic, partition, state, _ in states:
             self.cluster.remember((topic, partition), state)
         self._ensure_following()
+        self.cluster.changed()
 
     def apply_stop_replica(
         self, entries: list[tuple[str, int, int, bool]]
@@ -163,24 +168,30 @@ class ReplicaRoles:
                     log.info("broker %d deleted its replica of %s-%d", self.cluster.node_id, topic, partition)
                 self.cluster.broker.watchers.notify(*key)
             results[key] = error
+        self.cluster.changed()
         return results
 
-    def apply_view(self, snapshot: ZkSnapshot) -> None:
-        """Trio thread: mirror topics, create logs, take roles, hand partitions to fetchers."""
+    def apply_view(self, snapshot: ZkSnapshot, topics: set[str] | None = None) -> None:
+        """Trio thread: mirror topics (those named in `topics`, every one when None) and their
+        configs, create the logs of assigned partitions, drop the logs of partitions reassigned away and
+        of topics gone, hand followers whose leader became known to fetchers."""
         broker = self.cluster.broker
         metadata = broker.metadata
         now = broker.now_ms()
-        unapplied, self._unapplied = self._unapplied, {}
         # a topic whose deletion is requested stays until the controller removes it, after its replicas
         # answered StopReplica with deletion (as in Kafka, brokers do not act on the request themselves)
         live_topics = snapshot.topics
         for topic in list(metadata.topics()):
+            if topics is not None and topic.name not in topics:
+                continue
             assignment = live_topics.get(topic.name)
             if assignment is None or (
                 assignment.topic_id is not None and assignment.topic_id != topic.topic_id
             ):
                 self._drop_topic(topic)
-        for name, assignment in live_topics.items():
+        names = live_topics if topics is None else [n for n in topics if n in live_topics]
+        for name in names:
+            assignment = live_topics[name]
             configs = snapshot.configs.get(name, {})
             info = metadata.topic(name)
             count = max(assignment.partitions) + 1 if assignment.partitions else 0
@@ -200,7 +211,7 @@ class ReplicaRoles:
                     metadata.set_topic_configs(name, configs)
                     broker.logs.set_topic_config(name, broker.topic_log_config(info))
             if name in snapshot.deletions:
-                continue  # no logs created, no roles taken for a topic being deleted
+                continue  # no logs created for a topic being deleted
             for partition, replicas in assignment.partitions.items():
                 key = (name, partition)
                 if self.cluster.node_id not in replicas:
@@ -213,30 +224,8 @@ class ReplicaRoles:
                             "broker %d is no longer a replica of %s-%d", self.cluster.node_id, name, partition
                         )
                     continue
-                partition_log = broker.logs.get_log(name, partition)
-                if partition_log is None:
-                    partition_log = broker.logs.create_log(
-                        name, partition, broker.topic_log_config(info), now_ms=now
-                    )
-                state = snapshot.states.get(key)
-                if state is None:
-                    continue
-                current = self.cluster.partitions.get(key)
-                if current is not None and not newer(state, current.leader_and_isr()):
-                    continue
-                # the repair path: ZooKeeper holds a newer state than the one this broker acts on. It
-                # is applied only once REPAIR_DELAY_SECONDS went by without the controller's
-                # LeaderAndIsr bringing it: a request lost with its connection, a controller that
-                # died between its write and its request
-                seen = (state.leader_epoch, state.zk_version)
-                first_seen = unapplied.get(key)
-                if first_seen is not None and first_seen[0] == seen:
-                    if self.cluster.clock_ms() - first_seen[1] >= REPAIR_DELAY_SECONDS * 1000:
-                        self._take_role(key, state, tuple(replicas), partition_log, now)
-                    else:
-                        self._unapplied[key] = first_seen
-                else:
-                    self._unapplied[key] = (seen, self.cluster.clock_ms())
+                if broker.logs.get_log(name, partition) is None:
+                    broker.logs.create_log(name, partition, broker.topic_log_config(info), now_ms=now)
         metadata.commit()
         self._ensure_following()
 
@@ -260,7 +249,7 @@ class ReplicaRoles:
         replicas: tuple[int, ...],
         partition_log: PartitionLog,
         now: int,
-        source: str = "the repair read of ZooKeeper",
+        source: str,
     ) -> None:
         current = self.cluster.partitions.get(key)
         if current is None:

@@ -3,19 +3,24 @@
 Theory of operation
 -------------------
 `Session.run` registers the broker (`/brokers/ids/N`; the znode's czxid is its broker epoch), then
-reconciles with ZooKeeper until cancelled: whenever a watch pokes the loop (a kazoo thread only pokes
-it; the tree is re-read in a worker thread and applied on the trio thread) and at least every
-`RECONCILE_SECONDS`. Each reconcile:
+reconciles with ZooKeeper until cancelled, whenever a watch fired (a kazoo thread only records what it
+names, `ClusterState.watch_for`, and wakes the loop). Nothing is read on a timer: the loop also wakes
+every `TICK_SECONDS` for the leader rebalance check, and reads nothing then. Each reconcile:
 
-1. registers again if the registration is gone (a new session: a new broker epoch);
-2. tries to become the controller when `/controller` is empty (the winner bumps `/controller_epoch`);
-3. as controller, runs the controller's duties on the read (`ControllerDuties.reconcile`), reads again
-   if they wrote anything, and matches the controller's queues to the live brokers
-   (`ControllerRequests.sync_channel`); a `StaleController` on the way drops the role;
-4. keeps the read, with any newer partition state a controller request brought while it was in flight
-   (`_merged`: a stale read never undoes a newer request), and applies it as every broker
-   (`ReplicaRoles.apply_view`);
-5. wakes whoever waits for a reconcile (`ClusterState.next_reconcile`).
+1. reads: the whole tree after a new session (`zk_view.read_snapshot`: at start-up, and after a session
+   expired with its watches), otherwise only what the fired watches name (`zk_view.read_changes`: a
+   topic created is its own znodes, not the tree), in a worker thread, and applies it to the view on
+   the trio thread; a newer partition state a controller request brought while a full read was in
+   flight is kept (`_apply_snapshot`: a stale read never undoes a newer request);
+2. registers again if the registration is gone (a new session: a new broker epoch);
+3. tries to become the controller when `/controller` is empty (the winner bumps `/controller_epoch`);
+   a broker that just became the controller reads the whole tree first (Kafka's
+   `initializeControllerContext`);
+4. as controller, runs the controller's duties on the view (`ControllerDuties.reconcile`, which keeps
+   what it writes in the view and marks what it must read again) and matches the controller's queues
+   to the live brokers (`ControllerRequests.sync_channel`); a `StaleController` drops the role;
+5. applies the topics that changed as every broker (`ReplicaRoles.apply_view`) and wakes whoever waits
+   for the view (`ClusterState.wait_for_view`).
 
 The session's own state changes reach the trio loop the same way. LOST resigns every leadership at once
 (Produce and Fetch get NOT_LEADER_OR_FOLLOWER, no parked acks=-1 produce is answered) and drops the
@@ -49,7 +54,8 @@ from typing import TYPE_CHECKING
 import trio
 
 from kafkacompat.replication import zk_data as zd
-from kafkacompat.replication.cluster.shared import ClusterState, ZkSnapshot, newer, read_snapshot
+from kafkacompat.replication.cluster.shared import ClusterState, newer
+from kafkacompat.replication.cluster.zk_view import ZkChanges, ZkSnapshot, read_changes, read_snapshot
 from kafkacompat.replication.zookeeper import StaleController
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
@@ -58,11 +64,12 @@ if TYPE_CHECKING:
     from kafkacompat.replication.cluster.controller_requests import ControllerRequests
     from kafkacompat.replication.cluster.replica_roles import ReplicaRoles
 
-__all__ = ["RECONCILE_SECONDS", "BrokerIdInUse", "Session"]
+__all__ = ["TICK_SECONDS", "BrokerIdInUse", "Session"]
 
 log = logging.getLogger("kafkacompat.cluster")
 
-RECONCILE_SECONDS = 2.0
+#: how often the loop wakes without a watch firing (for the leader rebalance check; it reads nothing)
+TICK_SECONDS = 2.0
 #: how often a broker waiting for its stale registration to expire tries to register again
 STALE_REGISTRATION_POLL_SECONDS = 0.25
 #: beyond zookeeper.session.timeout.ms: ZooKeeper expires sessions on its ticks (tickTime, 2 s by
@@ -120,6 +127,7 @@ class Session:
         with a newer leader epoch, so stop leading now; only a newer LeaderAndIsr makes this broker
         leader again, after it registered with its new session."""
         log.warning("broker %d: ZooKeeper session lost; resigning every leadership", self.cluster.node_id)
+        self.cluster.full_read_due = True  # the watches went with the session
         self.roles.resign_all()
         if self.cluster.is_controller:
             self.cluster.is_controller = False
@@ -165,7 +173,7 @@ class Session:
             next_rebalance = trio.current_time() + config["leader.imbalance.check.interval.seconds"]
             try:
                 while True:
-                    await self.cluster.wait_for_poke(RECONCILE_SECONDS)
+                    await self.cluster.wait_for_poke(TICK_SECONDS)
                     try:
                         await self.reconcile()
                         if trio.current_time() >= next_rebalance:
@@ -253,67 +261,138 @@ class Session:
         await trio.to_thread.run_sync(store.close)
 
     async def reconcile(self) -> None:
-        snapshot = await trio.to_thread.run_sync(read_snapshot, self.cluster.store, self.cluster.watch)
-        if self.cluster.node_id not in snapshot.brokers and self.registration is not None:
-            # a new session (the old one expired): register again, with a new broker epoch
-            epoch = await trio.to_thread.run_sync(self.cluster.store.register_broker, self.registration)
-            snapshot.brokers[self.cluster.node_id] = self.registration
-            snapshot.broker_epochs[self.cluster.node_id] = epoch
-            self.cluster.broker_epoch = epoch
-            if self.cluster.fence.lost:
-                log.info("broker %d registered again (broker epoch %d)", self.cluster.node_id, epoch)
-            self.cluster.fence.rejoined()
-        elif self.cluster.fence.lost and snapshot.broker_epochs.get(self.cluster.node_id) not in (
-            None,
-            self.cluster.broker_epoch,
-        ):
-            self.cluster.fence.rejoined()
-        if snapshot.controller is None:
-            if await trio.to_thread.run_sync(self.cluster.store.try_become_controller, self.cluster.node_id):
-                log.info(
-                    "broker %d is the controller (epoch %d)",
-                    self.cluster.node_id,
-                    self.cluster.store.controller_epoch,
-                )
-                snapshot.controller = self.cluster.node_id
-                snapshot.controller_epoch = self.cluster.store.controller_epoch
-        was_controller, self.cluster.is_controller = (
-            self.cluster.is_controller,
-            snapshot.controller == self.cluster.node_id,
-        )
-        if was_controller and not self.cluster.is_controller:
-            self.cluster.store.controller_epoch_zk_version = -1
-            self.requests.stop()
-        if self.cluster.is_controller:
+        """Read what changed (everything after a new session), act as controller, apply as broker."""
+        cluster = self.cluster
+        full = cluster.full_read_due
+        if full:
+            dirty, cluster.dirty = cluster.dirty, set()
             try:
-                if await self.duties.reconcile(snapshot):
-                    snapshot = await trio.to_thread.run_sync(
-                        read_snapshot, self.cluster.store, self.cluster.watch
-                    )
+                snapshot = await trio.to_thread.run_sync(read_snapshot, cluster.store, cluster.watch_for)
+            except BaseException:
+                cluster.dirty |= dirty
+                raise
+            cluster.full_read_due = False
+            self._apply_snapshot(snapshot)
+            changed_topics: set[str] | None = None
+        elif cluster.dirty:
+            keys, cluster.dirty = cluster.dirty, set()
+            known = {name: a.topic_id for name, a in cluster.snapshot.topics.items()}
+            try:
+                changes = await trio.to_thread.run_sync(
+                    read_changes,
+                    cluster.store,
+                    keys,
+                    known,
+                    cluster.snapshot.last_config_change,
+                    cluster.watch_for,
+                )
+            except BaseException:
+                cluster.dirty |= keys  # read them again next time
+                raise
+            changed_topics = self._apply_changes(changes)
+        else:
+            return
+        snapshot = cluster.snapshot
+        if cluster.node_id not in snapshot.brokers and self.registration is not None:
+            # a new session (the old one expired): register again, with a new broker epoch
+            epoch = await trio.to_thread.run_sync(cluster.store.register_broker, self.registration)
+            snapshot.brokers[cluster.node_id] = self.registration
+            snapshot.broker_epochs[cluster.node_id] = epoch
+            cluster.read_brokers = dict(snapshot.brokers)
+            cluster.broker_epoch = epoch
+            if cluster.fence.lost:
+                log.info("broker %d registered again (broker epoch %d)", cluster.node_id, epoch)
+            cluster.fence.rejoined()
+        elif cluster.fence.lost and snapshot.broker_epochs.get(cluster.node_id) not in (
+            None,
+            cluster.broker_epoch,
+        ):
+            cluster.fence.rejoined()
+        if snapshot.controller is None:
+            if await trio.to_thread.run_sync(cluster.store.try_become_controller, cluster.node_id):
+                log.info(
+                    "broker %d is the controller (epoch %d)", cluster.node_id, cluster.store.controller_epoch
+                )
+                snapshot.controller = cluster.node_id
+                snapshot.controller_epoch = cluster.store.controller_epoch
+        was_controller, cluster.is_controller = cluster.is_controller, snapshot.controller == cluster.node_id
+        if was_controller and not cluster.is_controller:
+            cluster.store.controller_epoch_zk_version = -1
+            self.requests.stop()
+        if cluster.is_controller and not was_controller and not full:
+            # a new controller trusts nothing it learnt before: it reads the whole tree (Kafka's
+            # initializeControllerContext), with the watches kept
+            fresh = await trio.to_thread.run_sync(read_snapshot, cluster.store, cluster.watch_for)
+            self._apply_snapshot(fresh)
+            snapshot = cluster.snapshot
+            snapshot.controller = cluster.node_id
+            snapshot.controller_epoch = max(snapshot.controller_epoch, cluster.store.controller_epoch)
+            changed_topics = None
+        if cluster.is_controller:
+            try:
+                await self.duties.reconcile(snapshot)
                 self.requests.sync_channel(snapshot)
             except StaleController as exc:
                 log.warning("fenced as controller: %s", exc)
-                self.cluster.is_controller = False
+                cluster.is_controller = False
                 self.requests.stop()
-        self.cluster.read_brokers = dict(snapshot.brokers)
         # a broker that has not heard from the newest controller yet still refuses older ones
-        self.cluster.known_controller_epoch = max(
-            self.cluster.known_controller_epoch, snapshot.controller_epoch
-        )
-        self.cluster.snapshot = self._merged(snapshot)
-        self.roles.apply_view(self.cluster.snapshot)
-        self.cluster.reconciled()
+        cluster.known_controller_epoch = max(cluster.known_controller_epoch, snapshot.controller_epoch)
+        self.roles.apply_view(snapshot, changed_topics)
+        cluster.changed()
 
-    def _merged(self, snapshot: ZkSnapshot) -> ZkSnapshot:
-        """The read, with any partition state newer than it (from a controller request that arrived
-        while the read was in flight) kept: a stale read never undoes a newer request."""
+    def _apply_snapshot(self, snapshot: ZkSnapshot) -> None:
+        """Take a full read as the view, with any partition state newer than it (from a controller
+        request that arrived while the read was in flight) kept: a stale read never undoes a newer
+        request."""
         for key, known in self.cluster.snapshot.states.items():
             read = snapshot.states.get(key)
             before, after = self.cluster.snapshot.topics.get(key[0]), snapshot.topics.get(key[0])
             same_topic = before is not None and after is not None and before.topic_id == after.topic_id
             if read is not None and same_topic and newer(known, read):
                 snapshot.states[key] = known
-        return snapshot
+        self.cluster.read_brokers = dict(snapshot.brokers)
+        self.cluster.snapshot = snapshot
+
+    def _apply_changes(self, changes: ZkChanges) -> set[str]:
+        """Apply what `read_changes` read to the view; the topics whose assignment or configs changed."""
+        view = self.cluster.snapshot
+        touched: set[str] = set()
+        if changes.controller_read:
+            view.controller = changes.controller
+            if changes.controller_epoch is not None:
+                view.controller_epoch = max(view.controller_epoch, changes.controller_epoch)
+        if changes.deletions is not None:
+            touched |= set(changes.deletions) ^ set(view.deletions)
+            view.deletions = changes.deletions
+        for name, assignment in changes.topics.items():
+            touched.add(name)
+            before = view.topics.get(name)
+            if assignment is None or (before is not None and before.topic_id != assignment.topic_id):
+                # gone, or deleted and created again: nothing of the old incarnation stays
+                view.configs.pop(name, None)
+                for key in [k for k in view.states if k[0] == name]:
+                    del view.states[key]
+            if assignment is None:
+                view.topics.pop(name, None)
+            else:
+                view.topics[name] = assignment
+        for name, configs in changes.configs.items():
+            if name in view.topics:
+                touched.add(name)
+                view.configs[name] = configs
+        for key, state in changes.states.items():
+            if state is None:
+                view.states.pop(key, None)
+            elif key[0] in view.topics:
+                self.cluster.remember(key, state)
+        if changes.last_config_change is not None:
+            view.last_config_change = changes.last_config_change
+        if changes.brokers is not None:
+            view.brokers = changes.brokers
+            view.broker_epochs = changes.broker_epochs
+            self.cluster.read_brokers = dict(changes.brokers)
+        return touched
 
 
 def _endpoints(registration: zd.BrokerRegistration) -> str:

@@ -8,15 +8,18 @@ duties, controller requests, replica roles, metadata view, topic admin, requests
 an object with one job holding a reference to it, so what the parts share is written down here and
 nowhere else. It holds:
 
-- `snapshot`, the broker's `ZkSnapshot`: the last read of ZooKeeper (`read_snapshot`) with the newer
-  partition states controller requests brought merged in (`remember`), which clients are answered from;
+- `snapshot`, the broker's `ZkSnapshot` (`zk_view`): a full read of ZooKeeper kept current by what the
+  watches name, with the newer partition states controller requests brought merged in (`remember`),
+  which clients are answered from;
 - the replica manager (`replicas`) and its `partitions`, one `PartitionState` per hosted partition, and
   the follower `fetchers`;
 - the session's facts the other parts read: `broker_epoch`, the newest controller epoch seen,
   `is_controller`, the `SessionFence`, whether a controlled shutdown completed;
-- the reconcile triggers: `poke` asks for a reconcile (a kazoo watch calls it through the trio token,
-  from its own thread), `next_reconcile` and `wait_for_view` wait for one to finish, which is how admin
-  requests answer only once this broker's view shows their change;
+- the reconcile triggers: `watch_for(key)` is the kazoo watch that records `key` in `dirty` (through
+  the trio token, from kazoo's thread) and wakes the loop, `mark(key)` does the same from the trio
+  thread (a broker that wrote a znode reads it at once), `full_read_due` asks for a full read (a new
+  session); `changed` wakes `wait_for_view`, which is how admin requests answer only once this
+  broker's view shows their change;
 - how to reach another broker (`connect_inter_broker`, an async `InterBrokerConnection` of
   `replication/inter_broker_client.py`), used by fetchers, the controller's channel, the requests to the
   controller and the coordinators' requests alike.
@@ -26,13 +29,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import trio
 
 from kafkacompat.replication import zk_data as zd
 from kafkacompat.replication.broker_requests import SessionFence
+from kafkacompat.replication.cluster.zk_view import WatchKey, ZkSnapshot, read_snapshot
 from kafkacompat.replication.inter_broker_client import InterBrokerConnection, connect
 from kafkacompat.replication.metadata import LocalMetadata
 from kafkacompat.replication.partition_state import LeaderAndIsr, PartitionState
@@ -50,6 +53,8 @@ __all__ = ["ClusterMetadataCache", "ClusterState", "ZkSnapshot", "at_version", "
 log = logging.getLogger("kafkacompat.cluster")
 
 TopicPartition = tuple[str, int]
+#: `wait_for_view` looks at its condition at least this often, changed view or not
+VIEW_RECHECK_SECONDS = 0.5
 
 
 class ClusterMetadataCache(LocalMetadata):
@@ -67,51 +72,6 @@ class ClusterMetadataCache(LocalMetadata):
 
     def write_snapshot(self, data: bytes) -> None:  # never written: ZooKeeper holds the table
         return None
-
-
-@dataclass(slots=True)
-class ZkSnapshot:
-    """One consistent-enough read of the tree (every read re-arms its watch)."""
-
-    brokers: dict[int, zd.BrokerRegistration] = field(default_factory=dict)
-    #: broker id -> broker epoch (the czxid of its registration)
-    broker_epochs: dict[int, int] = field(default_factory=dict)
-    controller: int | None = None
-    #: /controller_epoch: the epoch of the newest controller (older controllers' requests are refused)
-    controller_epoch: int = 0
-    topics: dict[str, zd.TopicAssignment] = field(default_factory=dict)
-    configs: dict[str, dict[str, str]] = field(default_factory=dict)
-    states: dict[tuple[str, int], LeaderAndIsr] = field(default_factory=dict)
-    deletions: list[str] = field(default_factory=list)
-
-
-def read_snapshot(store: ZooKeeperStore, watch: Callable[[Any], None]) -> ZkSnapshot:
-    """Blocking: the whole tree kafkacompat uses, every read but the partition states' with `watch`
-    armed (partition states reach brokers in the controller's requests; only the controller writes
-    them, so nobody needs to be told they changed).
-
-    The live brokers are read last: the controller takes an ISR member missing from them for lost, so
-    they must be at least as new as the states. Read first, a broker that registered again during the
-    read (a zombie leader back with a new session) and was put back in an ISR by AlterPartition in the
-    meantime would be shrunk out of it again, with a needless leader epoch bump."""
-    snapshot = ZkSnapshot()
-    snapshot.controller = store.current_controller(watch)
-    snapshot.controller_epoch = store.stored_controller_epoch()
-    snapshot.deletions = store.pending_topic_deletions(watch)
-    for name in store.topic_names(watch):
-        try:
-            data, _ = store.client.get(zd.topic_path(name), watch=watch)
-        except Exception:  # deleted between the listing and the read
-            continue
-        assignment = zd.decode_topic(name, data)
-        snapshot.topics[name] = assignment
-        snapshot.configs[name] = store.topic_configs(name)
-        for partition in assignment.partitions:
-            state = store.partition_state(name, partition)
-            if state is not None:
-                snapshot.states[(name, partition)] = state
-    snapshot.brokers = store.live_brokers(watch, snapshot.broker_epochs)
-    return snapshot
 
 
 def at_version(state: LeaderAndIsr, zk_version: int) -> LeaderAndIsr:
@@ -161,7 +121,12 @@ class ClusterState:
         #: the trio loop's token, for kazoo threads to reach it (set by `Session.run`)
         self.token: trio.lowlevel.TrioToken | None = None
         self._poked = trio.Event()
-        self._reconciled = trio.Event()
+        self._changed = trio.Event()
+        #: what watches named since the last read (`zk_view.WatchKey`), read by the next reconcile
+        self.dirty: set[WatchKey] = set()
+        #: a full read is due: a new session (every watch of the old one is gone), a new controller
+        self.full_read_due = True
+        self._watchers: dict[WatchKey, Callable[[Any], None]] = {}
         self._inter_broker_security: tuple[str, ClientSecurity | None] | None = None
 
     # --- the reconcile triggers ------------------------------------------------------------------------
@@ -169,14 +134,28 @@ class ClusterState:
     def poke(self) -> None:
         self._poked.set()
 
-    def watch(self, _event: Any) -> None:
-        """Kazoo thread: a watch fired. Only pokes the trio loop."""
-        token = self.token
-        if token is not None:
-            try:
-                token.run_sync_soon(self.poke)
-            except trio.RunFinishedError:
-                pass
+    def mark(self, key: WatchKey) -> None:
+        """Trio thread: read what `key` names at the next reconcile (a watch fired, or this broker wrote
+        it and wants its view to show it without waiting for the watch)."""
+        self.dirty.add(key)
+        self._poked.set()
+
+    def watch_for(self, key: WatchKey) -> Callable[[Any], None]:
+        """The kazoo watch that marks `key` when it fires. One callback per key, so re-arming a watch
+        that has not fired yet does not add a second one (kazoo keeps a set per path)."""
+        watcher = self._watchers.get(key)
+        if watcher is None:
+
+            def watcher(_event: Any, key: WatchKey = key) -> None:
+                token = self.token
+                if token is not None:
+                    try:
+                        token.run_sync_soon(self.mark, key)
+                    except trio.RunFinishedError:
+                        pass
+
+            self._watchers[key] = watcher
+        return watcher
 
     async def wait_for_poke(self, timeout: float) -> None:
         """Until the next poke (or `timeout` seconds); pokes meanwhile wait for the next call."""
@@ -184,22 +163,19 @@ class ClusterState:
             await self._poked.wait()
         self._poked = trio.Event()
 
-    def reconciled(self) -> None:
-        """A reconcile finished: wake its waiters."""
-        self._reconciled.set()
-        self._reconciled = trio.Event()
-
-    async def next_reconcile(self) -> None:
-        """Ask for a reconcile and wait until one has finished (many waiters share one event)."""
-        event = self._reconciled
-        self.poke()
-        await event.wait()
+    def changed(self) -> None:
+        """The view changed (a read applied, a controller request applied): wake its waiters."""
+        self._changed.set()
+        self._changed = trio.Event()
 
     async def wait_for_view(self, done: Callable[[], bool], timeout: float = 30.0) -> bool:
-        """Reconcile until `done()` holds (at most `timeout` seconds); whether it does."""
+        """Until `done()` holds (at most `timeout` seconds), looking again at each change of the view;
+        whether it does."""
         with trio.move_on_after(timeout):
             while not done():
-                await self.next_reconcile()
+                event = self._changed
+                with trio.move_on_after(VIEW_RECHECK_SECONDS):
+                    await event.wait()
         return done()
 
     # --- the session's facts ---------------------------------------------------------------------------

@@ -3,11 +3,13 @@
 Theory of operation
 -------------------
 As Kafka's AdminZkClient does, any broker writes topic changes to ZooKeeper itself (the assignment and
-topic id under `/brokers/topics/T`, configs under `/config/topics/T`, a deletion request under
-`/admin/delete_topics`); the controller then acts on them in its reconcile. Each request answers once
-this broker's own view shows the change (`ClusterState.wait_for_view`), as Kafka's CreateTopics and
-DeleteTopics wait as delayed operations, so a client's next Metadata request finds the topic (led) or
-finds it gone. Replica assignment (`controller.assign_replicas`) counts the live brokers of the view.
+topic id under `/brokers/topics/T`, configs under `/config/topics/T` with a change notification, a
+deletion request under `/admin/delete_topics`); the controller then acts on them in its reconcile. The
+writing broker reads what it wrote at once (`ClusterState.mark`), every other broker when its watch
+fires. Each request answers once this broker's own view shows the change
+(`ClusterState.wait_for_view`), as Kafka's CreateTopics and DeleteTopics wait as delayed operations, so
+a client's next Metadata request finds the topic (led) or finds it gone. Replica assignment
+(`controller.assign_replicas`) counts the live brokers of the view.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import trio
 from kafkacompat.replication import zk_data as zd
 from kafkacompat.replication.cluster.metadata_view import MetadataView
 from kafkacompat.replication.cluster.shared import ClusterState
+from kafkacompat.replication.cluster.zk_view import TOPICS
 from kafkacompat.replication.controller import BrokerMetadata, assign_replicas
 from kafkacompat.replication.metadata import TopicInfo
 from kafkacompat.wire.errors import ErrorCode, KafkaError
@@ -48,6 +51,7 @@ class TopicAdmin:
             assignment = assign_replicas(brokers, partitions, replication_factor)
         topic_id = uuid.uuid4()
         await trio.to_thread.run_sync(self.cluster.store.create_topic, name, assignment, topic_id, configs)
+        self.cluster.mark(TOPICS)  # read it now rather than when the watch fires
         # as Kafka's CreateTopics (a delayed operation), answer once this broker sees every partition
         # with a leader, so a client's next Metadata request finds them led
         await self.cluster.wait_for_view(
@@ -69,7 +73,7 @@ class TopicAdmin:
 
     async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
         await trio.to_thread.run_sync(self.cluster.store.set_topic_configs, name, configs)
-        self.cluster.poke()
+        self.cluster.mark(("config", name))  # every other broker reads it on the change notification
 
     async def add_partitions(
         self, name: str, total: int, replicas: dict[int, list[int]] | None = None
@@ -96,11 +100,13 @@ class TopicAdmin:
             assignment.removing,
         )
         await trio.to_thread.run_sync(self.cluster.store.set_assignment, grown)
-        with trio.move_on_after(10):
-            while (
-                topic := self.cluster.broker.metadata.topic(name)
-            ) is not None and topic.partitions < total:
-                await self.cluster.next_reconcile()
+        self.cluster.mark(("topic", name))
+
+        def grown_here() -> bool:
+            topic = self.cluster.broker.metadata.topic(name)
+            return topic is None or topic.partitions >= total
+
+        await self.cluster.wait_for_view(grown_here, timeout=10)
 
     async def allocate_producer_id_block(self, size: int) -> int:
         return await trio.to_thread.run_sync(
