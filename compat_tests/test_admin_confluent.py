@@ -21,7 +21,7 @@ from confluent_kafka.admin import (  # noqa: E402
     ResourceType,
 )
 
-from compat_tests.clients import kp_consume_all, wait_for_topic  # noqa: E402
+from compat_tests.clients import kp_consume_all, wait_for_topic, wait_for_topic_config  # noqa: E402
 
 # alter_configs is deprecated in the client but still what tools built on it send (AlterConfigs)
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -86,10 +86,14 @@ def test_describe_configs_topic_and_broker(admin: AdminClient, make_topic: Calla
     assert broker["num.partitions"].is_read_only
 
 
-def test_alter_configs_replaces_overrides(admin: AdminClient, make_topic: Callable[..., str]) -> None:
+def test_alter_configs_replaces_overrides(
+    admin: AdminClient, bootstrap: str, make_topic: Callable[..., str]
+) -> None:
     name = make_topic(1, {"retention.ms": "120000"})
     resource = ConfigResource(ResourceType.TOPIC, name, set_config={"segment.bytes": "1048576"})
     admin.alter_configs([resource])[resource].result(10)
+    # every broker of a cluster learns a change moments after the controller commits it
+    wait_for_topic_config(bootstrap, name, "segment.bytes", "1048576")
     configs = _describe(admin, ConfigResource(ResourceType.TOPIC, name))
     assert configs["segment.bytes"].value == "1048576"
     assert configs["retention.ms"].source == ConfigSource.DEFAULT_CONFIG.value  # replace-all semantics
@@ -100,7 +104,9 @@ def test_alter_configs_replaces_overrides(admin: AdminClient, make_topic: Callab
     assert _error_code(admin.alter_configs([broker])[broker]) == KafkaError.INVALID_REQUEST
 
 
-def test_incremental_alter_configs(admin: AdminClient, make_topic: Callable[..., str]) -> None:
+def test_incremental_alter_configs(
+    admin: AdminClient, bootstrap: str, make_topic: Callable[..., str]
+) -> None:
     name = make_topic(1, {"retention.ms": "120000"})
 
     def change(*entries: ConfigEntry) -> object:
@@ -111,6 +117,8 @@ def test_incremental_alter_configs(admin: AdminClient, make_topic: Callable[...,
         ConfigEntry("max.message.bytes", "4096", incremental_operation=AlterConfigOpType.SET),
         ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.APPEND),
     ).result(10)
+    # every broker of a cluster learns a change moments after the controller commits it
+    wait_for_topic_config(bootstrap, name, "max.message.bytes", "4096")
     configs = _describe(admin, ConfigResource(ResourceType.TOPIC, name))
     assert configs["max.message.bytes"].value == "4096"
     assert configs["cleanup.policy"].value == "delete,compact"
@@ -119,6 +127,7 @@ def test_incremental_alter_configs(admin: AdminClient, make_topic: Callable[...,
         ConfigEntry("retention.ms", None, incremental_operation=AlterConfigOpType.DELETE),
         ConfigEntry("cleanup.policy", "delete", incremental_operation=AlterConfigOpType.SUBTRACT),
     ).result(10)
+    wait_for_topic_config(bootstrap, name, "cleanup.policy", "compact")
     configs = _describe(admin, ConfigResource(ResourceType.TOPIC, name))
     assert configs["retention.ms"].source == ConfigSource.DEFAULT_CONFIG.value
     assert configs["cleanup.policy"].value == "compact"

@@ -14,12 +14,14 @@ from kafka.admin import NewTopic  # noqa: E402
 from kafka.codec import has_gzip, has_lz4, has_snappy, has_zstd  # noqa: E402
 from kafka.errors import MessageSizeTooLargeError, TopicAlreadyExistsError  # noqa: E402
 
-from compat_tests.clients import kp_consume_all  # noqa: E402
+from compat_tests.clients import kp_consume_all, wait_for_topic  # noqa: E402
 
 
 def test_admin_create_list_delete(bootstrap: str, topic_name: str, kp_closing: Callable[[Any], Any]) -> None:
     admin = kp_closing(KafkaAdminClient(bootstrap_servers=bootstrap))
     admin.create_topics([NewTopic(topic_name, num_partitions=3, replication_factor=1)])
+    # on a cluster a broker other than the controller can answer Metadata without the topic for moments
+    wait_for_topic(bootstrap, topic_name, 3)
     assert topic_name in admin.list_topics()
     with pytest.raises(TopicAlreadyExistsError):
         admin.create_topics([NewTopic(topic_name, num_partitions=1, replication_factor=1)])
