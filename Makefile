@@ -9,13 +9,13 @@ KAFKA_VERSION ?= 4.4.0
 
 .PHONY: run test test-reference lint check-generated typecheck spark-it spark-demo clean
 
-$(RUN_VENV)/.installed: pyproject.toml
+$(RUN_VENV)/.installed: pyproject.toml setup.py kafkacompat/log/_record_walk.c
 	$(PYTHON) -m venv $(RUN_VENV)
 	$(RUN_VENV)/bin/pip install -q -e .
 	$(RUN_VENV)/bin/python -m compileall -q kafkacompat
 	touch $@
 
-$(TEST_VENV)/.installed: pyproject.toml
+$(TEST_VENV)/.installed: pyproject.toml setup.py kafkacompat/log/_record_walk.c
 	$(PYTHON) -m venv $(TEST_VENV)
 	$(TEST_VENV)/bin/pip install -q -e '.[test]'
 	$(TEST_VENV)/bin/python -m compileall -q kafkacompat
