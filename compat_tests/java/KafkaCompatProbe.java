@@ -30,6 +30,7 @@ public final class KafkaCompatProbe {
         switch (command) {
             case "admin" -> admin(bootstrap, args[2]);
             case "produce" -> produce(bootstrap, args[2], args[3], Integer.parseInt(args[4]));
+            case "produce-report" -> produceReport(bootstrap, args[2], args[3]);
             case "consume-group" -> consumeGroup(bootstrap, args[2], args[3], Integer.parseInt(args[4]));
             case "offsets" -> offsets(bootstrap, args[2], Long.parseLong(args[3]));
             case "describe-group" -> describeGroup(bootstrap, args[2]);
@@ -154,6 +155,54 @@ public final class KafkaCompatProbe {
                 RecordMetadata m = acks.get(i).get();
                 System.out.println("acked " + i + " " + m.partition() + " " + m.offset());
             }
+        }
+    }
+
+    // One batch of records described by `spec` (comma-separated, one item per record: KEY[@AGE_MS], KEY "-"
+    // for a null key, AGE_MS making the record's CreateTime that many ms before now, else now) sent to
+    // partition 0 as a single Produce (linger and batch size large, one request in flight, acks=all, no
+    // retries, not idempotent), then flushed. Prints "sent I TIMESTAMP" per record as it is sent, then each
+    // record's outcome as the client reports it (KIP-467: with record_errors, the records named get their
+    // own exception, the others the batch's):
+    //   "record I ok OFFSET" or "record I error CLASS MESSAGE..." (the message runs to the end of the line),
+    // then "end-offset N": the partition's latest offset (ListOffsets) after the send.
+    static void produceReport(String bootstrap, String topic, String spec) throws Exception {
+        Properties props = base(bootstrap);
+        props.put("key.serializer", ByteArraySerializer.class.getName());
+        props.put("value.serializer", ByteArraySerializer.class.getName());
+        props.put("linger.ms", "600000");
+        props.put("batch.size", Integer.toString(1 << 20));
+        props.put("max.in.flight.requests.per.connection", "1");
+        props.put("acks", "all");
+        props.put("retries", "0");
+        props.put("enable.idempotence", "false");
+        String[] items = spec.split(",");
+        List<java.util.concurrent.Future<RecordMetadata>> sent = new ArrayList<>();
+        try (Producer<byte[], byte[]> producer = new KafkaProducer<>(props)) {
+            producer.partitionsFor(topic);  // metadata first, so that every send below joins one batch
+            long now = System.currentTimeMillis();
+            for (int i = 0; i < items.length; i++) {
+                String[] parts = items[i].split("@", 2);
+                byte[] key = parts[0].equals("-") ? null : parts[0].getBytes(StandardCharsets.UTF_8);
+                long timestamp = parts.length > 1 ? now - Long.parseLong(parts[1]) : now;
+                byte[] value = ("v" + i).getBytes(StandardCharsets.UTF_8);
+                sent.add(producer.send(new ProducerRecord<>(topic, 0, timestamp, key, value)));
+                System.out.println("sent " + i + " " + timestamp);
+            }
+            producer.flush();
+        }
+        for (int i = 0; i < sent.size(); i++) {
+            try {
+                System.out.println("record " + i + " ok " + sent.get(i).get().offset());
+            } catch (ExecutionException e) {
+                Throwable cause = e.getCause();
+                System.out.println("record " + i + " error " + cause.getClass().getName() + " " + cause.getMessage());
+            }
+        }
+        try (Admin admin = Admin.create(base(bootstrap))) {
+            TopicPartition tp = new TopicPartition(topic, 0);
+            long end = admin.listOffsets(Map.of(tp, OffsetSpec.latest())).partitionResult(tp).get().offset();
+            System.out.println("end-offset " + end);
         }
     }
 
