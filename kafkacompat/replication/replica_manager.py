@@ -637,7 +637,10 @@ class ClusterReplicaManager(ReplicaManager):
         """Kafka's delayed produce for one partition: until the ISR has `offset`."""
         while True:
             state = self.partitions.get(key)
-            partition_log = self.logs.get_log(*key)
+            try:
+                partition_log = self.logs.get_log(*key)
+            except KafkaError as exc:  # its log dir went offline meanwhile
+                return ErrorCode(exc.code)
             if state is None or partition_log is None or self.link.is_fenced():
                 # a fenced leader answers no acks=-1 write: its leadership may have moved on
                 return ErrorCode.NOT_LEADER_OR_FOLLOWER
@@ -701,11 +704,17 @@ class ClusterReplicaManager(ReplicaManager):
             return
         if answer is None or answer.leader_epoch != state.leader_epoch or not state.is_leader:
             state.abort_isr_change()
-            self.link.isr_refused(key)  # the controller's requests (or the repair read) bring the state
+            self.link.isr_refused(key)  # the controller's requests bring the state
             return
         state.commit_isr(answer.isr, answer.zk_version)
         self.link.isr_committed(key, state.leader_and_isr())
-        partition_log = self.logs.get_log(*key)
+        try:
+            partition_log = self.logs.get_log(*key)
+        except KafkaError as exc:
+            # an offline log (its dir failed): nothing to advance here, and this task must not take the
+            # cluster runtime down with it
+            log.warning("%s-%d: high watermark not advanced: %s", key[0], key[1], exc)
+            return
         if partition_log is not None and state.maybe_advance_high_watermark(partition_log.log_end_offset):
             partition_log.update_high_watermark(state.high_watermark)
         self.watchers.notify(*key)

@@ -229,6 +229,24 @@ def test_the_isr_shrinks_on_the_replica_managers_own_schedule(partition_log: Par
     assert link.proposals == [(KEY, (1,))] and state.pending_isr is None
 
 
+class OfflineLogs(Logs):
+    """A log dir that failed: its partitions' logs raise KAFKA_STORAGE_ERROR, as LogManager's do."""
+
+    def get_log(self, topic: str, partition: int) -> PartitionLog | None:
+        raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{topic}-{partition} is offline")
+
+
+def test_an_offline_log_ends_a_wait_and_an_isr_change_without_raising(partition_log: PartitionLog) -> None:
+    """A log dir failing under a leader: the acks=-1 wait answers KAFKA_STORAGE_ERROR, and the ISR change
+    the controller accepted is recorded without the task raising (which would end the cluster runtime)."""
+    replicas, link, _, state = leader(partition_log, (1, 2))
+    replicas.logs = OfflineLogs()  # type: ignore[assignment]
+    failed = trio.run(replicas.wait_for_commits, {KEY: 1}, 1e9, park_until)
+    assert failed == {KEY: ErrorCode.KAFKA_STORAGE_ERROR}
+    trio.run(replicas._write_isr, KEY, state.propose_isr((1,)))
+    assert link.proposals[-1] == (KEY, (1,)) and state.isr == (1,)
+
+
 def test_coordinators_hear_of_elections_and_resignations_of_their_topic_only(
     partition_log: PartitionLog,
 ) -> None:
