@@ -41,7 +41,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from kazoo.client import KazooClient, KazooState
@@ -338,6 +338,38 @@ class ZooKeeperStore:
             if isinstance(result, Exception) and not isinstance(result, RolledBackError):
                 raise result
 
+    def create_topics(
+        self, topics: Sequence[tuple[str, Mapping[int, list[int]], uuid.UUID, Mapping[str, str]]]
+    ) -> dict[str, KafkaError]:
+        """Write many topics (name, assignment, topic id, configs) in one transaction, so watchers see
+        them together; the topics not created, with why. When the transaction fails as a whole (one of
+        them exists), each is written alone, so the others are still created."""
+        if not topics:
+            return {}
+        config_paths = [zd.topic_config_path(name) for name, _, _, _ in topics]
+        existing = [r.get() for r in [self.client.exists_async(path) for path in config_paths]]
+        transaction = self.client.transaction()
+        rows = zip(topics, config_paths, existing, strict=True)
+        for (name, assignment, topic_id, configs), path, stat in rows:
+            data = zd.encode_topic_config(dict(configs))
+            if stat is None:
+                transaction.create(path, data)
+            else:
+                transaction.set_data(path, data)
+            transaction.create(
+                zd.topic_path(name), zd.encode_topic(zd.TopicAssignment(name, topic_id, dict(assignment)))
+            )
+        results = transaction.commit()
+        if not any(isinstance(result, Exception) for result in results):
+            return {}
+        failed: dict[str, KafkaError] = {}
+        for name, assignment, topic_id, configs in topics:
+            try:
+                self.create_topic(name, assignment, topic_id, configs)
+            except KafkaError as exc:
+                failed[name] = exc
+        return failed
+
     def set_assignment(self, assignment: zd.TopicAssignment) -> None:
         self.client.set(zd.topic_path(assignment.topic), zd.encode_topic(assignment))
 
@@ -346,6 +378,15 @@ class ZooKeeperStore:
             self.client.create(f"{zd.ADMIN_DELETE_TOPICS}/{name}", b"")
         except NodeExistsError:
             pass
+
+    def request_topic_deletions(self, names: list[str]) -> None:
+        """Ask for many deletions in one transaction (each alone when one is already asked for)."""
+        transaction = self.client.transaction()
+        for name in names:
+            transaction.create(f"{zd.ADMIN_DELETE_TOPICS}/{name}", b"")
+        if any(isinstance(result, Exception) for result in transaction.commit()):
+            for name in names:
+                self.request_topic_deletion(name)
 
     def pending_topic_deletions(self, watch: Callable[[WatchedEvent], None] | None = None) -> list[str]:
         return sorted(self.client.get_children(zd.ADMIN_DELETE_TOPICS, watch=watch))

@@ -14,7 +14,9 @@ CreateTopics with 100,000 partitions never starts making directories). -1 means 
 (`num.partitions`, `default.replication.factor`).
 `validate_only` (v1+) runs every check and creates nothing. v5+ answers carry the partition count,
 replication factor and the topic's full config list with sources; v7 the topic id (zero when only
-validated).
+validated). In cluster mode the checked topics of a request are written together and the answer
+waits, bounded by `timeout_ms`, until every live broker knows them (REQUEST_TIMED_OUT for those it does
+not yet: `replication/cluster/topic_admin.py`).
 With an authorizer, creating needs CREATE on the cluster or the topic (else TOPIC_AUTHORIZATION_FAILED).
 """
 
@@ -30,10 +32,12 @@ from kafkacompat.broker.state import CLUSTER_METADATA_TOPIC
 from kafkacompat.wire._generated.create_topics_response import CreateTopicsResponse
 from kafkacompat.wire.api_keys import ApiKey
 from kafkacompat.wire.errors import ErrorCode, KafkaError
+from kafkacompat.wire.primitives import ZERO_UUID
 
 if TYPE_CHECKING:
     from kafkacompat.broker.context import RequestContext
     from kafkacompat.broker.state import BrokerState
+    from kafkacompat.replication.cluster.topic_admin import TopicCreations
     from kafkacompat.wire._generated.create_topics_request import CreateTopicsRequest
 
 API_KEY = ApiKey.CREATE_TOPICS
@@ -69,6 +73,9 @@ async def handle(ctx: RequestContext, request: CreateTopicsRequest) -> CreateTop
     await broker.replicas.refresh_live_brokers()
     too_many = _requested_partitions(broker, request.topics) > MAX_PARTITIONS_PER_REQUEST
     results = []
+    # cluster mode: the topics are written together once all are checked, and answered once every
+    # live broker knows them
+    batch = broker.cluster.topics.creations() if broker.cluster is not None and not validate_only else None
     turn = Turn()  # many topics: other clients run in between (fairness.py)
     for wanted in request.topics:
         await turn.spend()
@@ -92,7 +99,7 @@ async def handle(ctx: RequestContext, request: CreateTopicsRequest) -> CreateTop
                 or allowed(ctx, Op.CREATE, Resource.TOPIC, wanted.name)
             ):
                 raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
-            await _create_one(broker, version, wanted, result, validate_only)
+            await _create_one(broker, version, wanted, result, validate_only, batch)
         except KafkaError as exc:
             result.error_code = exc.code
             result.error_message = exc.message
@@ -100,11 +107,27 @@ async def handle(ctx: RequestContext, request: CreateTopicsRequest) -> CreateTop
             result.replication_factor = -1
             result.configs = None if version >= 5 else []
         results.append(result)
+    if batch is not None:
+        failed = await batch.commit(request.timeout_ms)
+        for result in results:
+            error = failed.get(result.name) if result.error_code == ErrorCode.NONE else None
+            if error is not None:
+                result.error_code = error.code
+                result.error_message = error.message
+                if error.code != ErrorCode.REQUEST_TIMED_OUT:  # a topic timed out is still created
+                    result.topic_id = ZERO_UUID
+                    result.num_partitions = result.replication_factor = -1
+                    result.configs = None if version >= 5 else []
     return CreateTopicsResponse(topics=results)
 
 
 async def _create_one(
-    broker: BrokerState, version: int, wanted: Any, result: Any, validate_only: bool
+    broker: BrokerState,
+    version: int,
+    wanted: Any,
+    result: Any,
+    validate_only: bool,
+    batch: TopicCreations | None = None,
 ) -> None:
     from kafkacompat.replication.metadata import validate_topic_name
 
@@ -168,10 +191,12 @@ async def _create_one(
         name,
         partitions,
         overrides,
-        validate_only=validate_only,
+        validate_only=validate_only or batch is not None,  # a batch writes at its commit
         replication_factor=replication,
         assignment=explicit if wanted.assignments else None,
     )
+    if batch is not None:
+        topic = batch.add(name, partitions, overrides, replication, explicit if wanted.assignments else None)
     result.topic_id = topic.topic_id
     result.num_partitions = partitions
     result.replication_factor = replication

@@ -5,7 +5,10 @@ UNKNOWN_TOPIC_OR_PARTITION, unknown id -> UNKNOWN_TOPIC_ID, both name and id giv
 named twice -> INVALID_REQUEST, `delete.topic.enable=false` -> TOPIC_DELETION_DISABLED. A deleted topic
 leaves the topic table at once (persisted before the answer); its partition logs are renamed
 `<topic>-<p>.<uuid>-delete` and removed by the log manager's delayed delete, as Kafka does, so file
-slices of in-flight fetches stay readable meanwhile. Waiting fetches on the topic are woken.
+slices of in-flight fetches stay readable meanwhile. Waiting fetches on the topic are woken. In cluster
+mode the deletions of a request are asked for together and the answer waits, bounded by `timeout_ms`,
+until no live broker lists them (REQUEST_TIMED_OUT for those still listed:
+`replication/cluster/topic_admin.py`).
 With an authorizer, deleting needs DELETE on the topic (else TOPIC_AUTHORIZATION_FAILED, before existence).
 """
 
@@ -42,6 +45,8 @@ async def handle(ctx: RequestContext, request: DeleteTopicsRequest) -> DeleteTop
         key = name if name is not None else topic_id
         seen[key] = seen.get(key, 0) + 1
     results = []
+    # cluster mode: the deletions are asked for together and answered once no live broker lists them
+    batch = broker.cluster.topics.deletions() if broker.cluster is not None else None
     turn = Turn()  # many topics: other clients run in between (fairness.py)
     for name, topic_id in wanted:
         await turn.spend()
@@ -66,10 +71,27 @@ async def handle(ctx: RequestContext, request: DeleteTopicsRequest) -> DeleteTop
                 raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist.")
             if not broker.config["delete.topic.enable"]:
                 raise KafkaError(ErrorCode.TOPIC_DELETION_DISABLED, "Topic deletion is disabled.")
+            if batch is not None:
+                known = broker.metadata.topic(result.name)
+                if known is None:
+                    raise KafkaError(
+                        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{result.name}' does not exist."
+                    )
+                batch.add(known)
+                result.topic_id = known.topic_id
+                continue
             topic = await broker.delete_topic(result.name)
             result.topic_id = topic.topic_id
         except KafkaError as exc:
             result.error_code = exc.code
             if ctx.api_version >= 5:
                 result.error_message = exc.message
+    if batch is not None:
+        failed = await batch.commit(request.timeout_ms)
+        for result in results:
+            error = failed.get(result.name or "") if result.error_code == ErrorCode.NONE else None
+            if error is not None:
+                result.error_code = error.code
+                if ctx.api_version >= 5:
+                    result.error_message = error.message
     return DeleteTopicsResponse(responses=results)

@@ -52,6 +52,10 @@ class MetadataView:
         if state is None:
             return NO_LEADER, -1, replicas, [], offline
         leader = state.leader if state.leader in self.cluster.snapshot.brokers else NO_LEADER
+        if leader == self.cluster.node_id and (
+            local is None or not local.is_leader or local.leader_epoch < state.leader_epoch
+        ):
+            leader = NO_LEADER  # this broker does not lead it yet (its LeaderAndIsr is on the way)
         return leader, state.leader_epoch, replicas, list(state.isr), offline
 
     def topic_names_by_id(self) -> dict[uuid.UUID, str]:
