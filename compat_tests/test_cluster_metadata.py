@@ -6,7 +6,12 @@ right after a topic is created or deleted.
   and a long window, and each broker uses little CPU;
 - creating a topic in it is quick, and right after CreateTopics succeeds every broker answers Metadata
   for it with every partition led, and accepts IncrementalAlterConfigs on it; right after DeleteTopics
-  succeeds no broker lists it.
+  succeeds no broker lists it;
+- right after CreateTopics answers through one broker, a client that knows only another broker lists
+  the topic's offsets (ListOffsets at the leaders, through librdkafka's admin client, and at that
+  broker itself) and alters its configs, with no wait in between;
+- one CreateTopics of 100 topics x 3 partitions (replication factor 3) answers within 10 s, and every
+  topic is usable at every broker at once.
 
 The suite starts its own cluster (`LocalCluster`), so these tests are skipped with `--bootstrap`.
 """
@@ -152,6 +157,103 @@ def test_every_broker_knows_a_topic_once_created_and_forgets_it_once_deleted(clu
             with KafkaClient(broker.bootstrap, timeout=30) as client:
                 listed = {t.name for t in client.metadata(None).topics}
             assert name not in listed, f"broker at {broker.bootstrap} still lists {name} (attempt {attempt})"
+
+
+def list_offsets_here(client: KafkaClient, topic: str, partitions: int) -> list[int]:
+    """ListOffsets (earliest) sent to the client's one broker: the error code of each partition."""
+    cls = request_class(ApiKey.LIST_OFFSETS)
+    request = cls(
+        replica_id=-1,
+        isolation_level=0,
+        topics=[
+            cls.ListOffsetsTopic(
+                name=topic,
+                partitions=[
+                    cls.ListOffsetsPartition(partition_index=p, timestamp=-2) for p in range(partitions)
+                ],
+            )
+        ],
+    )
+    response: Any = client.send(ApiKey.LIST_OFFSETS, request)
+    return [p.error_code for t in response.topics for p in t.partitions]
+
+
+def usable_at(broker_bootstrap: str, names: list[str], partitions: int) -> None:
+    """What a client knowing only this broker does first with new topics, asserted to work at once:
+    librdkafka's ListOffsets (earliest, sent to each partition's leader as the broker names it), the
+    same request sent to this broker itself (led partitions answer, the others NOT_LEADER_OR_FOLLOWER,
+    none UNKNOWN_TOPIC_OR_PARTITION), and IncrementalAlterConfigs here."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import OffsetSpec
+
+    admin = AdminClient({"bootstrap.servers": broker_bootstrap})
+    wanted = {TopicPartition(n, p): OffsetSpec.earliest() for n in names for p in range(partitions)}
+    for tp, future in admin.list_offsets(wanted, request_timeout=30).items():
+        assert future.result(30).offset == 0, f"{broker_bootstrap}: {tp}"
+    with KafkaClient(broker_bootstrap, timeout=30) as client:
+        for name in names:
+            codes = list_offsets_here(client, name, partitions)
+            assert set(codes) <= {0, 6}, f"{broker_bootstrap}: ListOffsets of {name}: {codes}"
+            assert incremental_alter_configs(client, name) == 0, f"{broker_bootstrap}: {name}"
+
+
+def test_a_created_topic_is_usable_through_every_other_broker_at_once(cluster: LocalCluster) -> None:
+    first, *others = cluster.brokers.values()
+    admin = AdminClient({"bootstrap.servers": first.bootstrap})
+    # connected before the topic exists, so each first request follows the answer within a millisecond
+    clients = [KafkaClient(broker.bootstrap, timeout=30) for broker in others]
+    try:
+        for _attempt in range(4):
+            name = f"usable-{uuid.uuid4().hex[:8]}"
+            admin.create_topics([NewTopic(name, 4, 3)], operation_timeout=30)[name].result(60)
+            # no waiting loop: the success promised this
+            for client, broker in zip(clients, others, strict=True):
+                codes = list_offsets_here(client, name, 4)
+                assert set(codes) <= {0, 6}, f"{broker.bootstrap}: ListOffsets of {name}: {codes}"
+                assert incremental_alter_configs(client, name) == 0, f"{broker.bootstrap}: {name}"
+            for broker in others:
+                usable_at(broker.bootstrap, [name], 4)
+    finally:
+        for client in clients:
+            client.close()
+
+
+def test_a_deleted_topic_is_gone_from_every_broker_at_once(cluster: LocalCluster) -> None:
+    import kafka.admin
+
+    first = next(iter(cluster.brokers.values()))
+    names = [f"doomed-{uuid.uuid4().hex[:8]}-{i}" for i in range(3)]
+    admin = kafka.admin.KafkaAdminClient(bootstrap_servers=first.bootstrap)
+    try:
+        admin.create_topics(
+            {n: {"num_partitions": 2, "replication_factor": 3} for n in names}, timeout_ms=30_000
+        )
+        admin.delete_topics(names, timeout_ms=30_000)  # raises on any error
+    finally:
+        admin.close()
+    for broker in cluster.brokers.values():
+        with KafkaClient(broker.bootstrap, timeout=30) as client:
+            listed = {t.name for t in client.metadata(None).topics}
+        assert not listed & set(names), f"broker at {broker.bootstrap} still lists {listed & set(names)}"
+
+
+def test_a_hundred_topics_in_one_request(cluster: LocalCluster) -> None:
+    first, *others = cluster.brokers.values()
+    admin = AdminClient({"bootstrap.servers": first.bootstrap})
+    prefix = f"hundred-{uuid.uuid4().hex[:6]}"
+    names = [f"{prefix}-{i}" for i in range(100)]
+    started = time.monotonic()
+    futures = admin.create_topics([NewTopic(n, 3, 3) for n in names], operation_timeout=30)
+    for future in futures.values():
+        future.result(60)
+    took = time.monotonic() - started
+    print(f"CreateTopics of 100 topics x 3 partitions, RF 3: {took:.2f} s", file=sys.stderr)
+    assert took < 10, f"CreateTopics of 100 topics took {took:.2f} s"
+    assert led_everywhere(cluster, names)
+    for broker in others:
+        usable_at(broker.bootstrap, names[::10], 3)
+    for future in admin.delete_topics(names, operation_timeout=30).values():
+        future.result(60)
 
 
 def test_the_tool_runs(tmp_path: Path) -> None:
