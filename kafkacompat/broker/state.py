@@ -810,7 +810,8 @@ class LocalTopicAdmin:
 
 class ZooKeeperTopicAdmin:
     """Cluster mode: changes written to ZooKeeper through the cluster runtime's topic admin, answered
-    once this broker's view has them; the controller and every broker's view do the rest."""
+    once every live broker knows them (`replication/cluster/topic_admin.py`); the controller and every
+    broker's view do the rest."""
 
     def __init__(self, broker: BrokerState, cluster: ClusterRuntime) -> None:
         self.broker = broker
