@@ -12,6 +12,17 @@ Theory of operation: a fetch request names a session id and epoch.
   and the response carries only partitions with something new: records, an error, or a high watermark,
   last stable offset or log start offset different from what this session last reported.
 The broker never advances a session's fetch offsets itself; the client sends new offsets when they move.
+A partition an incremental request does not name keeps the fetch offset the session holds for it, and
+is read (and, for a follower, counted as fetched from that offset) like the named ones.
+
+Followers' sessions (a replica id >= 0) live in the same cache and are privileged, as in Kafka's
+FetchSessionCache. When every slot is taken, a new session may evict:
+- the least recently used session, if it has been idle over EVICTION_IDLE_MS (any new session);
+- a follower's new session also: the smallest consumer session (fewest partitions, then lowest id), or
+  a follower session created over EVICTION_IDLE_MS ago with fewer partitions than the new one.
+A consumer's new session never evicts a session still in use.
+A partition answered with an error is remembered with high watermark -1, so that it is answered again
+once the error is gone.
 
 `FetchSessionCache.open()` turns a request's session fields into a `FetchContext`; the fetch handler
 reads `context.partitions`, then asks `context.report(partition, ...)` for each result whether to put it
@@ -82,6 +93,9 @@ class FetchSession:
     next_epoch: int
     partitions: OrderedDict[PartitionKey, CachedPartition] = field(default_factory=OrderedDict)
     last_used_ms: int = 0
+    #: a follower's session (Kafka's privileged sessions)
+    privileged: bool = False
+    created_ms: int = 0
 
 
 @dataclass(slots=True)
@@ -109,7 +123,8 @@ class FetchContext:
             or cached.last_stable_offset != last_stable_offset
             or cached.log_start_offset != log_start_offset
         )
-        cached.high_watermark = high_watermark
+        # after an error the next answer names the partition again (Kafka's CachedPartition)
+        cached.high_watermark = high_watermark if error == ErrorCode.NONE else -1
         cached.last_stable_offset = last_stable_offset
         cached.log_start_offset = log_start_offset
         if not self.incremental:
@@ -138,14 +153,17 @@ class FetchSessionCache:
         requested: list[PartitionRequest],
         forgotten: list[PartitionKey],
         now_ms: int,
+        *,
+        privileged: bool = False,
     ) -> FetchContext:
+        """`privileged`: the request is a follower's (a replica id), see the module docstring."""
         if epoch in (INITIAL_EPOCH, FINAL_EPOCH):
             if session_id != NO_SESSION:
                 self._sessions.pop(session_id, None)
             partitions = _dedupe(requested)
             if epoch == FINAL_EPOCH:
                 return FetchContext(NO_SESSION, list(partitions.values()), incremental=False)
-            session = self._create(partitions, now_ms)
+            session = self._create(partitions, now_ms, privileged)
             new_id = session.session_id if session is not None else NO_SESSION
             return FetchContext(new_id, list(partitions.values()), incremental=False)
         session = self._sessions.get(session_id)
@@ -188,21 +206,49 @@ class FetchSessionCache:
                 del session.partitions[key]
 
     def _create(
-        self, partitions: OrderedDict[PartitionKey, CachedPartition], now_ms: int
+        self, partitions: OrderedDict[PartitionKey, CachedPartition], now_ms: int, privileged: bool
     ) -> FetchSession | None:
         if self.max_sessions <= 0:
             return None
         if len(self._sessions) >= self.max_sessions:
-            oldest_id, oldest = next(iter(self._sessions.items()))
-            if now_ms - oldest.last_used_ms < EVICTION_IDLE_MS:
+            victim = self._evictable(len(partitions), now_ms, privileged)
+            if victim is None:
                 return None
-            del self._sessions[oldest_id]
+            del self._sessions[victim]
         session_id = NO_SESSION
         while session_id == NO_SESSION or session_id in self._sessions:
             session_id = self._rng.randint(1, INT32_MAX)
-        session = FetchSession(session_id, next_epoch=1, partitions=partitions, last_used_ms=now_ms)
+        session = FetchSession(
+            session_id,
+            next_epoch=1,
+            partitions=partitions,
+            last_used_ms=now_ms,
+            privileged=privileged,
+            created_ms=now_ms,
+        )
         self._sessions[session_id] = session
         return session
+
+    def _evictable(self, size: int, now_ms: int, privileged: bool) -> int | None:
+        """The session a new one of `size` partitions may take the slot of, if any (module docstring;
+        Kafka's FetchSessionCache.tryEvict)."""
+        oldest_id, oldest = next(iter(self._sessions.items()))
+        if now_ms - oldest.last_used_ms >= EVICTION_IDLE_MS:
+            return oldest_id
+        if not privileged:
+            return None
+        # the least valuable session a follower's may evict: consumers' first, then by size and id
+        candidates = [
+            (session.privileged, len(session.partitions), session.session_id)
+            for session in self._sessions.values()
+            if not session.privileged or now_ms - session.created_ms > EVICTION_IDLE_MS
+        ]
+        if not candidates:
+            return None
+        least = min(candidates)
+        if least[0] and least[1] >= size:
+            return None  # a follower session at least as big as the new one stays
+        return least[2]
 
 
 def _cache(item: PartitionRequest) -> CachedPartition:

@@ -72,3 +72,43 @@ def test_a_deleted_topic_is_forgotten_in_every_session_by_name_and_by_id() -> No
     assert list(cache.get(by_name.session_id).partitions) == [("kept", 0)]
     assert list(cache.get(by_id.session_id).partitions) == [("id-of-kept", 0)]
     assert list(cache.get(untouched.session_id).partitions) == [("kept", 1)]
+
+
+def test_a_followers_session_evicts_a_consumers_when_the_cache_is_full() -> None:
+    cache = FetchSessionCache(2, random.Random(2))
+    small = cache.open(0, 0, [req("t", 0)], [], now_ms=0)
+    big = cache.open(0, 0, [req("t", 0), req("t", 1)], [], now_ms=0)
+    assert cache.open(0, 0, [req("t", 0)] * 1, [], now_ms=10).session_id == 0  # a consumer: refused
+    follower = cache.open(0, 0, [req("t", 0)], [], now_ms=10, privileged=True)
+    assert follower.session_id != 0 and cache.get(small.session_id) is None  # the smallest consumer goes
+    assert cache.get(big.session_id) is not None
+    # a follower's new session never evicts a recent follower session, and a consumer's never does
+    other = cache.open(0, 0, [req("t", 0), req("t", 1), req("t", 2)], [], now_ms=20, privileged=True)
+    assert other.session_id != 0 and cache.get(big.session_id) is None
+    assert cache.open(0, 0, [req("u", 0)] * 5, [], now_ms=30, privileged=True).session_id == 0
+    assert cache.open(0, 0, [req("u", 0)] * 5, [], now_ms=30).session_id == 0
+    assert cache.get(follower.session_id).privileged
+
+
+def test_an_old_follower_session_gives_way_to_a_bigger_one() -> None:
+    cache = FetchSessionCache(1)
+    old = cache.open(0, 0, [req("t", 0)], [], now_ms=0, privileged=True)
+    # kept in use (incremental fetches), so never stale, but created long ago
+    for epoch in range(1, 4):
+        cache.open(old.session_id, epoch, [], [], now_ms=epoch * EVICTION_IDLE_MS // 2)
+    now = 2 * EVICTION_IDLE_MS
+    assert cache.open(0, 0, [req("u", 0)], [], now_ms=now, privileged=True).session_id == 0  # same size
+    bigger = cache.open(0, 0, [req("u", 0), req("u", 1)], [], now_ms=now, privileged=True)
+    assert bigger.session_id != 0 and cache.get(old.session_id) is None
+
+
+def test_a_partition_answered_with_an_error_is_answered_again_once_it_is_gone() -> None:
+    cache = FetchSessionCache(10)
+    full = cache.open(0, 0, [req("t", 0)], [], now_ms=0)
+    assert report(full, full.partitions[0], hw=5)
+    inc = cache.open(full.session_id, 1, [], [], now_ms=0)
+    assert report(inc, inc.partitions[0], hw=5, error=ErrorCode.NOT_LEADER_OR_FOLLOWER)
+    inc = cache.open(full.session_id, 2, [], [], now_ms=0)
+    assert report(inc, inc.partitions[0], hw=5)  # the error went away: named again with its offsets
+    inc = cache.open(full.session_id, 3, [], [], now_ms=0)
+    assert not report(inc, inc.partitions[0], hw=5)

@@ -124,18 +124,19 @@ async def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
     broker = ctx.broker
     version = ctx.api_version
     uses_ids = version >= 13
+    replica_id = _replica_id(request, version) if broker.replicas.serves_followers else -1
+    follower = replica_id >= 0
     partitions = sum(len(topic.partitions) for topic in request.topics)
     if partitions + len(request.forgotten_topics_data) <= SESSION_OPEN_IN_SHARES:
-        context = _open_session(broker, request, uses_ids)
+        context = _open_session(broker, request, uses_ids, follower)
     else:  # thousands of partitions were one step of 3-4 ms: opened in shares (fetch_sessions.py)
-        context = await in_shares(lambda: _open_session(broker, request, uses_ids))
+        context = await in_shares(lambda: _open_session(broker, request, uses_ids, follower))
     if context.error != ErrorCode.NONE:
         return FetchResponse(error_code=context.error, session_id=0, responses=[])
     max_bytes = min(request.max_bytes, broker.config["fetch.max.bytes"])
     read_committed = request.isolation_level == READ_COMMITTED
     deadline = trio.current_time() + max(request.max_wait_ms, 0) / 1000
     may_read = None
-    replica_id = _replica_id(request, version) if broker.replicas.serves_followers else -1
     if broker.authorizer is not None and replica_id >= 0:
         # a follower's fetch, as Kafka's: CLUSTER_ACTION on the cluster, else every partition is refused
         # (a client posing as a replica must not move the high watermark or the ISR)
@@ -173,8 +174,13 @@ async def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
     return response
 
 
-def _open_session(broker: BrokerState, request: FetchRequest, uses_ids: bool) -> FetchContext:
-    """The request's fetch session context; its loops give the loop back inside `in_shares`."""
+def _open_session(
+    broker: BrokerState, request: FetchRequest, uses_ids: bool, follower: bool = False
+) -> FetchContext:
+    """The request's fetch session context; its loops give the loop back inside `in_shares`. A
+    follower's session is privileged in the cache (fetch_sessions.py) and holds every partition the
+    follower fetches: `_read_all` reads each one, named in this request or not, and records the
+    follower's fetch from the offset the session holds for it (its ISR and high watermark accounting)."""
     requested = []
     topics = request.topics
     for index in elements(len(topics)):
@@ -196,7 +202,7 @@ def _open_session(broker: BrokerState, request: FetchRequest, uses_ids: bool) ->
         for index in topic.partitions
     ]
     return broker.fetch_sessions.open(
-        request.session_id, request.session_epoch, requested, forgotten, broker.now_ms()
+        request.session_id, request.session_epoch, requested, forgotten, broker.now_ms(), privileged=follower
     )
 
 
