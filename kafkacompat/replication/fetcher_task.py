@@ -5,11 +5,17 @@ follows on one leader. Its loop sends, on one connection to the leader's inter-b
 OffsetForLeaderEpoch for partitions that must truncate (`fetcher.py` decides where; the log is
 truncated here, on the trio thread) and Fetch (replica id = this broker, `replica.fetch.*` sizes and
 wait) for the others, appending what comes back with `append_as_follower` and taking the leader's high
-watermark (capped at our log end). The connection is an async `InterBrokerConnection`
-(`inter_broker_client.py`) on the trio loop, each request bounded by `replica.socket.timeout.ms`, so
-every log change happens on the trio thread between two requests. A failed request (connection error,
-timeout, unreadable answer) closes the connection, backs off `replica.fetch.backoff.ms` and reconnects;
-the cluster runtime re-homes partitions when leadership moves. Fetched records that fail validation
+watermark (capped at our log end). Fetches run in an incremental fetch session (KIP-227,
+`fetch_session.FollowerFetchSession`, Kafka's FetchSessionHandler): the first request names every
+partition and creates the session on the leader; later ones name only partitions added or whose fetch
+offset, log start offset or leader epoch moved, and forget those left out; the leader answers only
+partitions with something new, so an idle follower's round trip names no partition at all. A session
+error in the answer, or any failed request, makes the next request full again. The connection is an
+async `InterBrokerConnection` (`inter_broker_client.py`) on the trio loop, each request bounded by
+`replica.socket.timeout.ms`, so every log change happens on the trio thread between two requests. A
+failed request (connection error, timeout, unreadable answer) closes the connection, backs off
+`replica.fetch.backoff.ms` and reconnects; the cluster runtime re-homes partitions when leadership
+moves. Fetched records that fail validation
 (`log/validator.py` walks every record of every batch) are never appended: as Kafka's
 AbstractFetcherThread does for corrupt or invalid records, that partition alone is held back for
 `replica.fetch.backoff.ms` and fetched again from the same offset, with one error logged per offset.
@@ -28,6 +34,7 @@ import trio
 
 from kafkacompat.log.leader_epoch import UNDEFINED_EPOCH
 from kafkacompat.log.record_validator import InvalidRecords
+from kafkacompat.replication.fetch_session import FollowerFetchSession, PartitionFetch, TopicPartition
 from kafkacompat.replication.fetcher import FetchPhase, FollowerFetchState
 from kafkacompat.replication.throttle import throttled_partition
 from kafkacompat.wire._generated.fetch_request import FetchRequest
@@ -73,6 +80,7 @@ class FetcherTask:
         # partitions whose fetched records were invalid: retry time, and the offset already logged
         self._delayed: dict[tuple[str, int], float] = {}
         self._invalid_logged: dict[tuple[str, int], int] = {}
+        self.session = FollowerFetchSession()
 
     def add(self, key: tuple[str, int], leader_epoch: int) -> None:
         self.partitions[key] = FollowerFetchState(key[0], key[1], self.leader, leader_epoch)
@@ -107,6 +115,7 @@ class FetcherTask:
             self._disconnect()
 
     def _disconnect(self) -> None:
+        self.session.handle_error()  # the next request is full and closes the old session
         if self._connection is not None:
             self._connection.close()
             self._connection = None
@@ -186,47 +195,88 @@ class FetcherTask:
                     partition_log.truncate_to(decision.truncate_to, now)
                 follower.fetch_offset = partition_log.log_end_offset
 
+    def _wanted(
+        self, states: list[FollowerFetchState]
+    ) -> tuple[dict[TopicPartition, PartitionFetch], set[TopicPartition]]:
+        """Every partition to fetch now with its request values, and those counted against the
+        follower throttle. Partitions held back (invalid records, throttle) are left out."""
+        broker = self.cluster.broker
+        max_bytes = broker.config["replica.fetch.max.bytes"]
+        throttle_lists: dict[str, list[str]] = {}  # follower.replication.throttled.replicas, once per topic
+        throttled: set[TopicPartition] = set()
+        wanted: dict[TopicPartition, PartitionFetch] = {}
+        now_s = time.monotonic()
+        for state in states:
+            key = (state.topic, state.partition)
+            partition_log = broker.logs.get_log(*key)
+            if partition_log is None:
+                continue
+            if self._delayed.get(key, 0.0) > now_s:
+                continue  # its last fetch held invalid records: retried after replica.fetch.backoff.ms
+            replicas = throttle_lists.get(state.topic)
+            if replicas is None:
+                replicas = throttle_lists[state.topic] = self._throttled_replicas(state.topic)
+            if replicas and throttled_partition(replicas, state.partition, self.cluster.node_id):
+                throttled.add(key)
+                if self._held_back(state, now_s):
+                    continue  # follower.replication.throttled.rate reached (Kafka's shouldFollowerThrottle)
+            wanted[key] = PartitionFetch(
+                fetch_offset=partition_log.log_end_offset,
+                log_start_offset=partition_log.log_start_offset,
+                current_leader_epoch=state.current_leader_epoch,
+                max_bytes=max_bytes,
+            )
+        return wanted, throttled
+
     async def _fetch(self, connection: InterBrokerConnection, states: list[FollowerFetchState]) -> None:
         broker = self.cluster.broker
         config = broker.config
+        wanted, throttled = self._wanted(states)
+        if not wanted:
+            await trio.sleep(config["replica.fetch.backoff.ms"] / 1000)  # everything is held back
+            return
+        plan = self.session.build(wanted)
         cls = FetchRequest
         by_topic: dict[str, list[FetchRequest.FetchPartition]] = {}
-        throttled = {key for key in self.partitions if self._throttled(*key)}
-        now_s = time.monotonic()
-        for state in states:
-            partition_log = broker.logs.get_log(state.topic, state.partition)
-            if partition_log is None:
-                continue
-            if self._delayed.get((state.topic, state.partition), 0.0) > now_s:
-                continue  # its last fetch held invalid records: retried after replica.fetch.backoff.ms
-            if (state.topic, state.partition) in throttled and self._held_back(state, now_s):
-                continue  # follower.replication.throttled.rate reached (Kafka's shouldFollowerThrottle)
-            by_topic.setdefault(state.topic, []).append(
+        for (name, index), sent in plan.to_send.items():
+            by_topic.setdefault(name, []).append(
                 cls.FetchPartition(
-                    partition=state.partition,
-                    current_leader_epoch=state.current_leader_epoch,
-                    fetch_offset=partition_log.log_end_offset,
+                    partition=index,
+                    current_leader_epoch=sent.current_leader_epoch,
+                    fetch_offset=sent.fetch_offset,
                     last_fetched_epoch=-1,
-                    log_start_offset=partition_log.log_start_offset,
-                    partition_max_bytes=config["replica.fetch.max.bytes"],
+                    log_start_offset=sent.log_start_offset,
+                    partition_max_bytes=sent.max_bytes,
                 )
             )
+        forgotten: dict[str, list[int]] = {}
+        for name, index in plan.forgotten:
+            forgotten.setdefault(name, []).append(index)
         request = cls(
             replica_id=self.cluster.node_id,
             max_wait_ms=config["replica.fetch.wait.max.ms"],
             min_bytes=config["replica.fetch.min.bytes"],
             max_bytes=config["replica.fetch.response.max.bytes"],
             isolation_level=0,
-            session_id=0,
-            session_epoch=-1,
+            session_id=plan.session_id,
+            session_epoch=plan.epoch,
             topics=[cls.FetchTopic(topic=t, partitions=p) for t, p in by_topic.items()],
-            forgotten_topics_data=[],
+            forgotten_topics_data=[cls.ForgottenTopic(topic=t, partitions=p) for t, p in forgotten.items()],
             rack_id="",
         )
-        if not by_topic:
-            await trio.sleep(config["replica.fetch.backoff.ms"] / 1000)  # everything is held back
-            return
         response: FetchResponse = await connection.send(FETCH, FETCH_VERSION, request)
+        named = [
+            (topic.topic, data.partition_index) for topic in response.responses for data in topic.partitions
+        ]
+        if not self.session.handle_response(plan, response.error_code, response.session_id, named):
+            if response.error_code != ErrorCode.NONE:
+                log.info(
+                    "fetch session %d with broker %d: %s; starting a new one",
+                    plan.session_id,
+                    self.leader,
+                    ErrorCode(response.error_code).name,
+                )
+            return
         now = broker.now_ms()
         for topic in response.responses:
             for data in topic.partitions:
@@ -277,14 +327,13 @@ class FetcherTask:
                 exc,
             )
 
-    def _throttled(self, topic: str, partition: int) -> bool:
-        """Whether the topic's follower.replication.throttled.replicas names the partition on this broker."""
+    def _throttled_replicas(self, topic: str) -> list[str]:
+        """The topic's follower.replication.throttled.replicas, [] when none (throttle.py reads it)."""
         broker = self.cluster.broker
         info = broker.metadata.topic(topic)
         if info is None:
-            return False
-        replicas = broker.topic_log_config(info).get("follower.replication.throttled.replicas")
-        return bool(replicas) and throttled_partition(replicas, partition, self.cluster.node_id)
+            return []
+        return list(broker.topic_log_config(info).get("follower.replication.throttled.replicas") or [])
 
     def _held_back(self, state: FollowerFetchState, now: float) -> bool:
         broker = self.cluster.broker
