@@ -37,7 +37,8 @@ def test_tiny_run_against_kafkacompat(tmp_path) -> None:  # type: ignore[no-unty
     assert produce["failures"] == [] and len(produce["runs"]) == 1
     run = produce["runs"][0]
     assert run["mb_s"] == pytest.approx(300 * 1024 / run["seconds"] / 1e6)
-    assert run["broker_cpu_cores"] is not None and run["broker_cpu_cores"] >= 0
+    # 300 records take a few clock ticks of broker CPU at most: not reported unless measurable
+    assert run["broker_cpu_cores"] is None or run["broker_cpu_cores"] > 0
     consume = results["throughput"]["consume-1024"]["per_broker"]["kafkacompat"]
     assert consume["failures"] == [] and consume["mb_s"]["median"] > 0
     latency = results["latency"]["kafkacompat"]
@@ -45,6 +46,7 @@ def test_tiny_run_against_kafkacompat(tmp_path) -> None:  # type: ignore[no-unty
     assert 0 < latency["p50"]["median"] <= latency["p99"]["median"] <= latency["max"]["median"]
     # the paced producer sleeps between sends (a spinning one would show about a whole core here)
     assert 0 < latency["producer_cpu_cores"]["median"] < 0.5
+    assert latency["broker_cpu_cores"]["median"] >= 0  # the broker's processes were found and read
     join = results["groups"]["1"]["kafkacompat"]
     assert join["failures"] == [] and 0 < join["seconds"]["median"] < 30
     assert "produce 1 KiB acks=all" in render_table(results)
