@@ -29,7 +29,7 @@ def spark() -> Iterator[Any]:
         pytest.skip("no JVM (java on PATH or JAVA_HOME) for pyspark")
     from pyspark.sql import SparkSession
 
-    from spark_it.session import connector_config
+    from spark_it.session import SparkStartError, connector_config, start_session
 
     builder = (
         SparkSession.builder.master("local[2]")
@@ -49,7 +49,11 @@ def spark() -> Iterator[Any]:
     config, _reason = connector_config()
     for key, value in (config or {}).items():
         builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    try:
+        session = start_session(builder)
+    except SparkStartError as exc:
+        # one line, once: the session fixture's failure is reused by every test that needs Spark
+        pytest.fail(str(exc), pytrace=False)
     session.sparkContext.setLogLevel("ERROR")
     try:
         yield session

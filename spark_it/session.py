@@ -17,7 +17,9 @@ first that applies wins:
   4.0.x on Scala 2.13; otherwise the reason says so.
 
 `connector_config()` returns the Spark settings, or None and a one-line reason that says how to enable
-the connector. `build_session()` is what the pipelines' `main()` and the tests use.
+the connector. `build_session()` is what the pipelines' `main()` and the tests use; `start_session()`
+turns a JVM that does not start (most often: `spark.jars.packages` could not be resolved) into one
+`SparkStartError` line saying how to get the connector another way, instead of py4j's traceback.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -35,10 +37,12 @@ if TYPE_CHECKING:
 __all__ = [
     "ENABLE_HINT",
     "REQUIRED_JARS",
+    "SparkStartError",
     "build_session",
     "connector_config",
     "connector_coordinates",
     "scala_binary_version",
+    "start_session",
 ]
 
 REQUIRED_JARS = (
@@ -184,4 +188,23 @@ def build_session(
             builder = builder.config(key, value)
     for key, value in (extra or {}).items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    return start_session(builder)
+
+
+class SparkStartError(RuntimeError):
+    """The SparkSession could not start (its JVM printed why, above)."""
+
+
+def start_session(builder: Any) -> SparkSession:
+    """`builder.getOrCreate()`, or SparkStartError in one line: with `spark.jars.packages` set, the
+    usual cause is that the connector could not be resolved from Maven."""
+    try:
+        return builder.getOrCreate()
+    except Exception as exc:  # py4j's Java gateway, or Spark's own start-up errors
+        packages = os.environ.get("KAFKACOMPAT_SPARK_PACKAGES", "").strip() in ("1", "true", "yes")
+        cause = "the connector from spark.jars.packages could not be resolved? " if packages else ""
+        hint = "set KAFKACOMPAT_SPARK_JARS=<dir> with the connector jars (see spark_it/README.md)"
+        raise SparkStartError(
+            f"Spark did not start ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
+            f"{cause}{hint}"
+        ) from exc
