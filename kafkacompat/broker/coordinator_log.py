@@ -41,7 +41,6 @@ __all__ = [
     "append_txn_marker",
     "create_compacted_internal_topic",
     "replay_log",
-    "wait_for_coordinator_writes",
 ]
 
 
@@ -109,27 +108,6 @@ def append_txn_marker(
         topic, partition, partition_log, marker, now, required_acks=-1, from_coordinator=True
     )
     return appended.required_offset
-
-
-async def wait_for_coordinator_writes(
-    broker: BrokerState,
-    topic: str,
-    required: dict[int, int],
-    timeout_seconds: float,
-    what: str,
-    log: logging.Logger,
-) -> dict[int, ErrorCode]:
-    """Wait, for at most `timeout_seconds`, until the ISR holds each partition's coordinator records up
-    to its offset in `required` (Kafka's coordinators append with acks=all). Returns the partitions that
-    did not get there, with why (logged to the coordinator's `log` as `what` not replicated): their
-    operation must not be answered as done."""
-    deadline = trio.current_time() + timeout_seconds
-    failed = await broker.replicas.wait_for_commits(
-        {(topic, partition): offset for partition, offset in sorted(required.items())}, deadline
-    )
-    for (_, partition), error in failed.items():
-        log.warning("%s-%d: %s not replicated: %s", topic, partition, what, error.name)
-    return {partition: error for (_, partition), error in failed.items()}
 
 
 async def create_compacted_internal_topic(
@@ -226,10 +204,17 @@ class PartitionWriter:
     async def wait_committed(
         self, required: dict[int, int], timeout_seconds: float, what: str, log: logging.Logger
     ) -> dict[int, ErrorCode]:
-        """`wait_for_coordinator_writes` for this topic."""
-        return await wait_for_coordinator_writes(
-            self.broker, self.topic, required, timeout_seconds, what, log
+        """Wait, for at most `timeout_seconds`, until the ISR holds each partition's records up to its
+        offset in `required` (Kafka's coordinators append with acks=all). Returns the partitions that did
+        not get there, with why (logged to the coordinator's `log` as `what` not replicated): their
+        operation must not be answered as done."""
+        deadline = trio.current_time() + timeout_seconds
+        failed = await self.broker.replicas.wait_for_commits(
+            {(self.topic, partition): offset for partition, offset in sorted(required.items())}, deadline
         )
+        for (_, partition), error in failed.items():
+            log.warning("%s-%d: %s not replicated: %s", self.topic, partition, what, error.name)
+        return {partition: error for (_, partition), error in failed.items()}
 
     async def flush_due(self, partitions: set[int], log: logging.Logger) -> None:
         """fsync the logs of `partitions` whose flush interval (flush.messages / flush.ms) has come."""
